@@ -1,0 +1,79 @@
+# ft: build, test, fuzz and bench. `make help` lists the targets.
+#
+# make            build build/ft (SAN=1: with AddressSanitizer + UBSan, into build-san/)
+# make test       build and run the test suite (ends with "N passed, N failed")
+# make test-san   the suite under AddressSanitizer and UndefinedBehaviorSanitizer
+# make test-gpu   the GPU suite (on a machine with an NVIDIA GPU)
+# make fuzz       build the libFuzzer targets (clang) into build-fuzz/; FUZZ_SECONDS=N runs them
+# make bench      build and run the micro-benchmarks
+# make deps       install the test oracle (llama.cpp via npm) into node_modules/
+
+CC      ?= cc
+CFLAGS  ?= -O2 -g
+CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wshadow -Wno-unused-parameter -MMD -MP
+LDLIBS  += -ljansson -lpthread -lm -ldl
+
+ifeq ($(SAN),1)
+BUILD   ?= build-san
+CFLAGS  += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+LDFLAGS += -fsanitize=address,undefined
+else
+BUILD   ?= build
+endif
+
+SRC      := $(shell find src -name '*.c' | sort)
+LIB_SRC  := $(filter-out src/cli/main.c,$(SRC))
+TEST_SRC := $(wildcard tests/*.c)
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
+TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
+
+# SIMD files are compiled for their instruction set and only entered after a run-time check.
+$(BUILD)/%_avx2.o: CFLAGS += -mavx2 -mfma -mf16c
+
+.PHONY: all test test-san test-gpu fuzz bench deps clean help
+all: $(BUILD)/ft
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/ft: $(BUILD)/src/cli/main.o $(LIB_OBJ)
+	$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS)
+
+$(BUILD)/ft_tests: $(TEST_OBJ) $(LIB_OBJ)
+	$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS)
+
+test: $(BUILD)/ft $(BUILD)/ft_tests
+	FT_BIN=$(BUILD)/ft $(BUILD)/ft_tests $(T)
+
+test-san:
+	$(MAKE) SAN=1 test
+
+test-gpu:
+	@echo "no GPU tests yet: 0 passed, 0 failed"
+
+FUZZ_SECONDS ?= 0
+FUZZ_TARGETS := $(patsubst fuzz/%.c,build-fuzz/%,$(wildcard fuzz/fuzz_*.c))
+fuzz: $(FUZZ_TARGETS)
+ifneq ($(FUZZ_SECONDS),0)
+	@for t in $(FUZZ_TARGETS); do mkdir -p build-fuzz/corpus-$$(basename $$t); \
+	  $$t -max_total_time=$(FUZZ_SECONDS) -max_len=65536 build-fuzz/corpus-$$(basename $$t) fuzz/seeds/$$(basename $$t) || exit 1; done
+endif
+
+build-fuzz/%: fuzz/%.c $(LIB_SRC)
+	@mkdir -p build-fuzz
+	clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined $< $(LIB_SRC) -o $@ $(LDLIBS)
+
+bench: $(BUILD)/ft
+	@echo "no benchmarks yet"
+
+deps:
+	npm ci --omit=optional --ignore-scripts --no-audit --no-fund
+
+clean:
+	rm -rf build build-san build-fuzz
+
+help:
+	@sed -n '3,10p' Makefile
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -1,0 +1,12 @@
+// cli: the `ft` command's subcommands. Each takes the arguments after its name and returns the
+// process exit status: 0 success, 1 bad input (message on stderr says what and where), 2 bad
+// usage. Results go to stdout, logs and progress to stderr.
+#ifndef FT_CLI_H
+#define FT_CLI_H
+
+enum { FT_EXIT_OK = 0, FT_EXIT_INPUT = 1, FT_EXIT_USAGE = 2 };
+
+int cmd_inspect(int argc, char **argv);
+int cmd_synth(int argc, char **argv);
+
+#endif

@@ -1,0 +1,1 @@
+// TEMPORARY: removed when gguf_read.c / gguf_write.c exist.

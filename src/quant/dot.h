@@ -1,0 +1,37 @@
+// dot.h: per-type dot products of a weight row with an activation row (internal to quant/).
+//
+// Each weight type pairs with the activation format llama.cpp's CPU backend uses for it
+// (ft_quant_ops.vec_dot_type): q4_0, q5_0, q8_0, iq4_nl, mxfp4 with q8_0; q4_1, q5_1 with
+// q8_1; the K-quants and iq4_xs with q8_K; f16 with f16, bf16 with bf16, f32 with f32.
+// `_ref` is scalar and deterministic; `_avx2` is compiled with -mavx2 -mfma -mf16c and only
+// called after ft_quant_ops_find() has seen the CPU support it. Both take n elements
+// (a multiple of the block size) and return the sum in float.
+#ifndef FT_QUANT_DOT_H
+#define FT_QUANT_DOT_H
+
+#include <stdint.h>
+
+#define FT_DOT_DECL(type)                                                        \
+    float ft_vec_dot_##type##_ref(int64_t n, const void *x, const void *y);    \
+    float ft_vec_dot_##type##_avx2(int64_t n, const void *x, const void *y);
+
+FT_DOT_DECL(f32)
+FT_DOT_DECL(f16)
+FT_DOT_DECL(bf16)
+FT_DOT_DECL(q4_0)
+FT_DOT_DECL(q4_1)
+FT_DOT_DECL(q5_0)
+FT_DOT_DECL(q5_1)
+FT_DOT_DECL(q8_0)
+FT_DOT_DECL(q2_K)
+FT_DOT_DECL(q3_K)
+FT_DOT_DECL(q4_K)
+FT_DOT_DECL(q5_K)
+FT_DOT_DECL(q6_K)
+FT_DOT_DECL(iq4_nl)
+FT_DOT_DECL(iq4_xs)
+FT_DOT_DECL(mxfp4)
+
+#undef FT_DOT_DECL
+
+#endif

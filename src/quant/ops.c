@@ -1,0 +1,75 @@
+// ops.c: the table of row operations per type, and the run-time choice of SIMD level.
+#include "quant.h"
+#include "dot.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define OPS(type, vdt)                                                                   \
+    {ft_dequantize_row_##type, ft_quantize_row_##type##_ref, ft_vec_dot_##type##_ref,    \
+     ft_vec_dot_##type##_ref, vdt}
+
+static ft_quant_ops g_ops[FT_TYPE_COUNT] = {
+    [FT_TYPE_F32] = OPS(f32, FT_TYPE_F32),
+    [FT_TYPE_F16] = OPS(f16, FT_TYPE_F16),
+    [FT_TYPE_BF16] = OPS(bf16, FT_TYPE_BF16),
+    [FT_TYPE_Q4_0] = OPS(q4_0, FT_TYPE_Q8_0),
+    [FT_TYPE_Q4_1] = OPS(q4_1, FT_TYPE_Q8_1),
+    [FT_TYPE_Q5_0] = OPS(q5_0, FT_TYPE_Q8_0),
+    [FT_TYPE_Q5_1] = OPS(q5_1, FT_TYPE_Q8_1),
+    [FT_TYPE_Q8_0] = OPS(q8_0, FT_TYPE_Q8_0),
+    [FT_TYPE_Q2_K] = OPS(q2_K, FT_TYPE_Q8_K),
+    [FT_TYPE_Q3_K] = OPS(q3_K, FT_TYPE_Q8_K),
+    [FT_TYPE_Q4_K] = OPS(q4_K, FT_TYPE_Q8_K),
+    [FT_TYPE_Q5_K] = OPS(q5_K, FT_TYPE_Q8_K),
+    [FT_TYPE_Q6_K] = OPS(q6_K, FT_TYPE_Q8_K),
+    [FT_TYPE_IQ4_NL] = OPS(iq4_nl, FT_TYPE_Q8_0),
+    [FT_TYPE_IQ4_XS] = OPS(iq4_xs, FT_TYPE_Q8_K),
+    [FT_TYPE_MXFP4] = OPS(mxfp4, FT_TYPE_Q8_0),
+    // Activation-only formats: quantize and dequantize, no dot product of their own.
+    [FT_TYPE_Q8_1] = {ft_dequantize_row_q8_1, ft_quantize_row_q8_1_ref, NULL, NULL, FT_TYPE_Q8_1},
+    [FT_TYPE_Q8_K] = {ft_dequantize_row_q8_K, ft_quantize_row_q8_K_ref, NULL, NULL, FT_TYPE_Q8_K},
+};
+
+static const char *g_simd = "scalar";
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+
+static void ops_init(void) {
+    const char *force = getenv("FT_SIMD");
+    if (force && strcmp(force, "scalar") == 0) return;
+    __builtin_cpu_init();
+    if (!(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+          __builtin_cpu_supports("f16c")))
+        return;
+    g_simd = "avx2";
+#define USE_AVX2(T, type) g_ops[T].vec_dot = ft_vec_dot_##type##_avx2
+    USE_AVX2(FT_TYPE_F32, f32);
+    USE_AVX2(FT_TYPE_F16, f16);
+    USE_AVX2(FT_TYPE_BF16, bf16);
+    USE_AVX2(FT_TYPE_Q4_0, q4_0);
+    USE_AVX2(FT_TYPE_Q4_1, q4_1);
+    USE_AVX2(FT_TYPE_Q5_0, q5_0);
+    USE_AVX2(FT_TYPE_Q5_1, q5_1);
+    USE_AVX2(FT_TYPE_Q8_0, q8_0);
+    USE_AVX2(FT_TYPE_Q2_K, q2_K);
+    USE_AVX2(FT_TYPE_Q3_K, q3_K);
+    USE_AVX2(FT_TYPE_Q4_K, q4_K);
+    USE_AVX2(FT_TYPE_Q5_K, q5_K);
+    USE_AVX2(FT_TYPE_Q6_K, q6_K);
+    USE_AVX2(FT_TYPE_IQ4_NL, iq4_nl);
+    USE_AVX2(FT_TYPE_IQ4_XS, iq4_xs);
+    USE_AVX2(FT_TYPE_MXFP4, mxfp4);
+#undef USE_AVX2
+}
+
+const ft_quant_ops *ft_quant_ops_find(enum ft_type type) {
+    pthread_once(&g_once, ops_init);
+    if ((unsigned)type >= FT_TYPE_COUNT || !g_ops[type].to_float) return NULL;
+    return &g_ops[type];
+}
+
+const char *ft_quant_simd_name(void) {
+    pthread_once(&g_once, ops_init);
+    return g_simd;
+}

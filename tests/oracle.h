@@ -1,0 +1,24 @@
+// oracle.h: llama.cpp, loaded at run time, as the truth the tests compare against.
+//
+// The npm package @node-llama-cpp/linux-x64@3.21.1 (installed by `make deps` into
+// node_modules/) ships llama.cpp's CPU build as shared libraries. The tests dlopen them rather
+// than link them so the suite still builds and runs where they are absent: then each oracle
+// test is skipped, or fails when FT_REQUIRE_ORACLE=1 (as in CI), so a missing oracle can
+// never pass silently there.
+#ifndef FT_TEST_ORACLE_H
+#define FT_TEST_ORACLE_H
+
+#include <stdbool.h>
+
+// Directory of the libraries: $FT_LLAMA_LIB_DIR, else the npm package's bins folder.
+const char *oracle_lib_dir(void);
+
+// Handles of libggml-base (quant functions, gguf reader) and libllama; NULL when the library
+// cannot be loaded, after calling test_skip or test_fail (see above) with the reason.
+void *oracle_ggml_base(void);
+void *oracle_llama(void);
+
+// A symbol of a loaded library; fails the current test and returns NULL when absent.
+void *oracle_sym(void *lib, const char *name);
+
+#endif
