@@ -7,11 +7,12 @@
 # make fuzz       build the libFuzzer targets (clang) into build-fuzz/; FUZZ_SECONDS=N runs them
 # make bench      build and run the micro-benchmarks
 # make deps       install the test oracle (llama.cpp via npm) into node_modules/
+# make check      deps + test + test-san: what CI runs
 
 CC      ?= cc
 CFLAGS  ?= -O2 -g
 CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wshadow -Wno-unused-parameter -MMD -MP
-LDLIBS  += -ljansson -lpthread -lm -ldl
+LDLIBS  += -lpcre2-8 -ljansson -lpthread -lm -ldl
 
 ifeq ($(SAN),1)
 BUILD   ?= build-san
@@ -30,7 +31,7 @@ TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
 # SIMD files are compiled for their instruction set and only entered after a run-time check.
 $(BUILD)/%_avx2.o: CFLAGS += -mavx2 -mfma -mf16c
 
-.PHONY: all test test-san test-gpu fuzz bench deps clean help
+.PHONY: all test test-san test-gpu fuzz bench deps check clean help
 all: $(BUILD)/ft
 
 $(BUILD)/%.o: %.c
@@ -47,7 +48,7 @@ test: $(BUILD)/ft $(BUILD)/ft_tests
 	FT_BIN=$(BUILD)/ft $(BUILD)/ft_tests $(T)
 
 test-san:
-	$(MAKE) SAN=1 test
+	$(MAKE) --no-print-directory SAN=1 test
 
 test-gpu:
 	@echo "no GPU tests yet: 0 passed, 0 failed"
@@ -64,16 +65,25 @@ build-fuzz/%: fuzz/%.c $(LIB_SRC)
 	@mkdir -p build-fuzz
 	clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined $< $(LIB_SRC) -o $@ $(LDLIBS)
 
-bench: $(BUILD)/ft
-	@echo "no benchmarks yet"
+bench: $(BUILD)/bench_dot
+	$(BUILD)/bench_dot
 
-deps:
+$(BUILD)/bench_dot: $(BUILD)/bench/bench_dot.o $(LIB_OBJ)
+	$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS)
+
+deps: node_modules/.package-lock.json
+
+node_modules/.package-lock.json: package.json package-lock.json
 	npm ci --omit=optional --ignore-scripts --no-audit --no-fund
+
+check: deps
+	$(MAKE) --no-print-directory test
+	$(MAKE) --no-print-directory test-san
 
 clean:
 	rm -rf build build-san build-fuzz
 
 help:
-	@sed -n '3,10p' Makefile
+	@sed -n '3,11p' Makefile
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -9,6 +9,7 @@
 #define FT_TEST_ORACLE_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 // Directory of the libraries: $FT_LLAMA_LIB_DIR, else the npm package's bins folder.
 const char *oracle_lib_dir(void);
@@ -17,6 +18,14 @@ const char *oracle_lib_dir(void);
 // cannot be loaded, after calling test_skip or test_fail (see above) with the reason.
 void *oracle_ggml_base(void);
 void *oracle_llama(void);
+
+// True when node and node-llama-cpp can run tests/oracle/llama_eval.mjs; otherwise skips (or
+// fails, see above) the current test and returns false.
+bool oracle_node_available(void);
+
+// Runs tests/oracle/llama_eval.mjs with the given arguments (shell-quoted by the caller) and
+// captures its one line of JSON in out. Returns false (and fails the test) on a non-zero exit.
+bool oracle_llama_eval(const char *args, char *out, size_t cap);
 
 // A symbol of a loaded library; fails the current test and returns NULL when absent.
 void *oracle_sym(void *lib, const char *name);

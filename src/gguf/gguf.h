@@ -141,10 +141,15 @@ void gguf_writer_free(gguf_writer *w); // NULL is a no-op
 
 // Key/values are written in the order they are set; setting a key again replaces its value.
 void gguf_writer_set_u8(gguf_writer *w, const char *key, uint8_t v);
+void gguf_writer_set_i8(gguf_writer *w, const char *key, int8_t v);
+void gguf_writer_set_u16(gguf_writer *w, const char *key, uint16_t v);
+void gguf_writer_set_i16(gguf_writer *w, const char *key, int16_t v);
 void gguf_writer_set_i32(gguf_writer *w, const char *key, int32_t v);
 void gguf_writer_set_u32(gguf_writer *w, const char *key, uint32_t v);
 void gguf_writer_set_u64(gguf_writer *w, const char *key, uint64_t v);
+void gguf_writer_set_i64(gguf_writer *w, const char *key, int64_t v);
 void gguf_writer_set_f32(gguf_writer *w, const char *key, float v);
+void gguf_writer_set_f64(gguf_writer *w, const char *key, double v);
 void gguf_writer_set_bool(gguf_writer *w, const char *key, bool v);
 void gguf_writer_set_str(gguf_writer *w, const char *key, const char *v);
 // Numeric arrays: elements packed little-endian in elem_type's width.

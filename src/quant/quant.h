@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "blocks.h"
+#include "../util/rng.h"
 
 enum ft_type {
     FT_TYPE_F32 = 0,
@@ -103,6 +104,12 @@ const ft_quant_ops *ft_quant_ops_find(enum ft_type type);
 // Which SIMD level vec_dot uses on this CPU: "avx2" or "scalar". FT_SIMD=scalar in the
 // environment forces the scalar path (for tests and benchmarks).
 const char *ft_quant_simd_name(void);
+
+// Fills dst with a row of n random but valid values of type t (n a multiple of the block size):
+// normal floats for f32/f16/bf16; for block types random codes and sub-scales with super-scales
+// chosen so the values have about the given standard deviation and mean near 0. For synthetic
+// models. Aborts on an activation-only or unsupported type.
+void ft_quant_random_row(enum ft_type t, ft_rng *rng, float std, void *dst, int64_t n);
 
 // ---------------------------------------------------------------------------------------------
 // Per-type scalar functions. Dequantization is exact arithmetic, so it has one version;

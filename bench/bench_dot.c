@@ -1,0 +1,194 @@
+// bench_dot.c: single-thread throughput of the dot products of every weight type.
+//
+// For each type: a weight matrix of rows of 4096 elements, about 8 MiB (larger than a core's
+// L2), against one activation row, the way a matrix-vector product at batch 1 reads it. One
+// run walks all rows once or more (at least 25 ms); the figure is the median of 9 runs, in GB/s
+// of weight bytes; the kernels take turns
+// within each round of runs so that load from elsewhere on the machine hits them alike. Columns: ft's scalar reference, ft's AVX2 kernel, llama.cpp's AVX2 kernel
+// (libggml-cpu-haswell.so from the npm package, when it loads) and the ratio ft/llama.cpp.
+// A measurement, not a test: it prints a table on stdout and asserts nothing.
+//
+// Usage: bench_dot [type-name-substring]. FT_LLAMA_LIB_DIR overrides the library folder.
+#include "../src/quant/dot.h"
+#include "../src/quant/quant.h"
+#include "../src/util/rng.h"
+#include "../src/util/util.h"
+
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+enum { ROW_ELEMS = 4096, MATRIX_BYTES = 8 << 20, DISTINCT_ROWS = 16, RUNS = 9 };
+#define MIN_RUN_SECONDS 0.025
+
+typedef struct {
+    enum ft_type type;
+    ft_vec_dot_fn ref, avx2;
+} bench_case;
+
+#define CASE(t, T) {FT_TYPE_##T, ft_vec_dot_##t##_ref, ft_vec_dot_##t##_avx2}
+static const bench_case g_cases[] = {
+    CASE(f32, F32),   CASE(f16, F16),   CASE(bf16, BF16), CASE(q4_0, Q4_0),     CASE(q4_1, Q4_1),
+    CASE(q5_0, Q5_0), CASE(q5_1, Q5_1), CASE(q8_0, Q8_0), CASE(q2_K, Q2_K),     CASE(q3_K, Q3_K),
+    CASE(q4_K, Q4_K), CASE(q5_K, Q5_K), CASE(q6_K, Q6_K), CASE(iq4_nl, IQ4_NL), CASE(iq4_xs, IQ4_XS),
+    CASE(mxfp4, MXFP4),
+};
+#undef CASE
+
+// llama.cpp's CPU type traits (ggml-cpu.h) and vec_dot signature.
+typedef void (*ggml_vec_dot_fn)(int n, float *s, size_t bs, const void *x, size_t bx, const void *y,
+                                size_t by, int nrc);
+struct ggml_type_traits_cpu {
+    void (*from_float)(const float *x, void *y, int64_t k);
+    ggml_vec_dot_fn vec_dot;
+    int vec_dot_type;
+    int64_t nrows;
+};
+typedef const struct ggml_type_traits_cpu *(*get_traits_fn)(int type);
+
+// llama.cpp's AVX2 CPU backend, or NULL (with a note on stderr) when it cannot be used here.
+static get_traits_fn load_llama(void) {
+    __builtin_cpu_init();
+    if (!(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+          __builtin_cpu_supports("f16c") && __builtin_cpu_supports("bmi2"))) {
+        fprintf(stderr, "llama.cpp column skipped: the CPU cannot run its AVX2 build\n");
+        return NULL;
+    }
+    const char *dir = getenv("FT_LLAMA_LIB_DIR");
+    if (!dir) dir = "node_modules/@node-llama-cpp/linux-x64/bins/linux-x64";
+    char path[1024];
+    snprintf(path, sizeof(path), "%s/libggml-base.so", dir);
+    if (!dlopen(path, RTLD_NOW | RTLD_GLOBAL)) {
+        fprintf(stderr, "llama.cpp column skipped: %s\n", dlerror());
+        return NULL;
+    }
+    snprintf(path, sizeof(path), "%s/libggml-cpu-haswell.so", dir);
+    void *cpu = dlopen(path, RTLD_NOW | RTLD_GLOBAL);
+    if (!cpu) {
+        fprintf(stderr, "llama.cpp column skipped: %s\n", dlerror());
+        return NULL;
+    }
+    void (*init)(void) = (void (*)(void))dlsym(cpu, "ggml_cpu_init");
+    get_traits_fn get = (get_traits_fn)dlsym(cpu, "ggml_get_type_traits_cpu");
+    if (!init || !get) {
+        fprintf(stderr, "llama.cpp column skipped: symbols missing in %s\n", path);
+        return NULL;
+    }
+    init();
+    return get;
+}
+
+static double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+// The kernel under test: ft's signature, or llama.cpp's (then `ft` is NULL).
+typedef struct {
+    ft_vec_dot_fn ft;
+    ggml_vec_dot_fn llama;
+} kernel;
+
+static volatile float g_sink;
+
+// GB/s of weight bytes of one run of kernel k over all rows of the matrix (at least
+// MIN_RUN_SECONDS, whole passes).
+static double run_once(kernel k, const uint8_t *w, size_t row_bytes, int rows, const void *act) {
+    double t0 = now_seconds(), t;
+    int64_t passes = 0;
+    float sum = 0;
+    do {
+        for (int i = 0; i < rows; i++) {
+            float s;
+            if (k.ft) {
+                s = k.ft(ROW_ELEMS, w + (size_t)i * row_bytes, act);
+            } else {
+                k.llama(ROW_ELEMS, &s, 0, w + (size_t)i * row_bytes, 0, act, 0, 1);
+            }
+            sum += s;
+        }
+        passes++;
+        t = now_seconds() - t0;
+    } while (t < MIN_RUN_SECONDS);
+    g_sink = sum;
+    return (double)passes * rows * row_bytes / t * 1e-9;
+}
+
+// Median GB/s of each of the nk kernels over RUNS rounds; each round runs every kernel once,
+// so a burst of load from elsewhere on the machine hits them alike.
+static void measure(const kernel *k, int nk, const uint8_t *w, size_t row_bytes, int rows,
+                    const void *act, double *gbps) {
+    double runs[3][RUNS];
+    for (int r = 0; r < RUNS; r++)
+        for (int i = 0; i < nk; i++) runs[i][r] = run_once(k[i], w, row_bytes, rows, act);
+    for (int i = 0; i < nk; i++) {
+        qsort(runs[i], RUNS, sizeof(double), cmp_double);
+        gbps[i] = runs[i][RUNS / 2];
+    }
+}
+
+int main(int argc, char **argv) {
+    const char *filter = argc > 1 ? argv[1] : NULL;
+    get_traits_fn llama = load_llama();
+    printf("vec_dot throughput, 1 thread, rows of %d elements, ~%d MiB of weights, median of %d runs\n",
+           ROW_ELEMS, MATRIX_BYTES >> 20, RUNS);
+    printf("%-7s %9s %9s %9s %10s %9s\n", "type", "row B", "ref GB/s", "avx2 GB/s", "llama GB/s",
+           "ft/llama");
+    float *f = ft_malloc(ROW_ELEMS * sizeof(float));
+    for (size_t c = 0; c < FT_ARRAY_LEN(g_cases); c++) {
+        const bench_case *bc = &g_cases[c];
+        if (filter && !strstr(ft_type_name(bc->type), filter)) continue;
+        const ft_quant_ops *ops = ft_quant_ops_find(bc->type);
+        const ft_quant_ops *act_ops = ft_quant_ops_find(ops->vec_dot_type);
+        const size_t row_bytes = ft_row_bytes(bc->type, ROW_ELEMS);
+        const int rows = (int)((MATRIX_BYTES + row_bytes - 1) / row_bytes);
+        uint8_t *w = ft_malloc((size_t)rows * row_bytes);
+        void *act = ft_malloc(ft_row_bytes(ops->vec_dot_type, ROW_ELEMS));
+
+        // A few distinct random rows quantized by ft, repeated over the matrix: the kernels
+        // have no data-dependent branches, so only the size matters for the timing.
+        ft_rng rng = ft_rng_init(42 + c);
+        for (int i = 0; i < rows; i++) {
+            if (i < DISTINCT_ROWS) {
+                for (int j = 0; j < ROW_ELEMS; j++) f[j] = ft_rng_normal(&rng);
+                ops->from_float_ref(f, w + (size_t)i * row_bytes, ROW_ELEMS);
+            } else {
+                memcpy(w + (size_t)i * row_bytes, w + (size_t)(i % DISTINCT_ROWS) * row_bytes, row_bytes);
+            }
+        }
+        for (int j = 0; j < ROW_ELEMS; j++) f[j] = ft_rng_normal(&rng);
+        act_ops->from_float_ref(f, act, ROW_ELEMS);
+
+        // the kernels to time: ref, avx2 (if this CPU runs it), llama.cpp (if loaded)
+        const struct ggml_type_traits_cpu *tr = llama ? llama(bc->type) : NULL;
+        const bool has_avx2 = ops->vec_dot == bc->avx2;
+        const bool has_llama = tr && tr->vec_dot && tr->vec_dot_type == (int)ops->vec_dot_type;
+        kernel k[3] = {{bc->ref, NULL}};
+        int nk = 1;
+        if (has_avx2) k[nk++] = (kernel){bc->avx2, NULL};
+        if (has_llama) k[nk++] = (kernel){NULL, tr->vec_dot};
+        double gbps[3];
+        measure(k, nk, w, row_bytes, rows, act, gbps);
+        double ref = gbps[0], avx2 = has_avx2 ? gbps[1] : 0, lc = has_llama ? gbps[nk - 1] : 0;
+        printf("%-7s %9zu %9.2f ", ft_type_name(bc->type), row_bytes, ref);
+        if (avx2 > 0) printf("%9.2f ", avx2);
+        else printf("%9s ", "-");
+        if (lc > 0) printf("%10.2f ", lc);
+        else printf("%10s ", "-");
+        if (lc > 0 && avx2 > 0) printf("%9.2f\n", avx2 / lc);
+        else printf("%9s\n", "-");
+        fflush(stdout);
+        free(w);
+        free(act);
+    }
+    free(f);
+    return 0;
+}

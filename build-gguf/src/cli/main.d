@@ -1,0 +1,2 @@
+build-gguf/src/cli/main.o: src/cli/main.c src/cli/cli.h
+src/cli/cli.h:

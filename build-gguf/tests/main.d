@@ -1,0 +1,2 @@
+build-gguf/tests/main.o: tests/main.c tests/test.h
+tests/test.h:

@@ -1,0 +1,3 @@
+build-gguf/tests/oracle.o: tests/oracle.c tests/oracle.h tests/test.h
+tests/oracle.h:
+tests/test.h:

@@ -1,0 +1,1 @@
+build-lead/src/cli/cmd_stub_tmp.o: src/cli/cmd_stub_tmp.c

@@ -1,0 +1,10 @@
+build-lead/src/quant/dequant_k.o: src/quant/dequant_k.c src/quant/quant.h \
+ src/quant/blocks.h src/quant/../util/rng.h src/quant/codec.h \
+ src/quant/fp16.h src/quant/tables.h src/quant/../util/util.h
+src/quant/quant.h:
+src/quant/blocks.h:
+src/quant/../util/rng.h:
+src/quant/codec.h:
+src/quant/fp16.h:
+src/quant/tables.h:
+src/quant/../util/util.h:

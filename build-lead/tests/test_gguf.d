@@ -1,0 +1,11 @@
+build-lead/tests/test_gguf.o: tests/test_gguf.c tests/../src/gguf/gguf.h \
+ tests/../src/gguf/../quant/quant.h tests/../src/gguf/../quant/blocks.h \
+ tests/../src/gguf/../quant/../util/rng.h \
+ tests/../src/gguf/../util/util.h tests/oracle.h tests/test.h
+tests/../src/gguf/gguf.h:
+tests/../src/gguf/../quant/quant.h:
+tests/../src/gguf/../quant/blocks.h:
+tests/../src/gguf/../quant/../util/rng.h:
+tests/../src/gguf/../util/util.h:
+tests/oracle.h:
+tests/test.h:

@@ -1,0 +1,12 @@
+build-lead/tests/test_quant.o: tests/test_quant.c tests/oracle.h \
+ tests/test.h tests/../src/quant/fp16.h tests/../src/quant/blocks.h \
+ tests/../src/quant/quant.h tests/../src/quant/../util/rng.h \
+ tests/../src/util/rng.h tests/../src/util/util.h
+tests/oracle.h:
+tests/test.h:
+tests/../src/quant/fp16.h:
+tests/../src/quant/blocks.h:
+tests/../src/quant/quant.h:
+tests/../src/quant/../util/rng.h:
+tests/../src/util/rng.h:
+tests/../src/util/util.h:

@@ -1,0 +1,2 @@
+build-quant/src/cli/main.o: src/cli/main.c src/cli/cli.h
+src/cli/cli.h:

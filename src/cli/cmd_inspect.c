@@ -1,0 +1,303 @@
+// cmd_inspect.c: `ft inspect FILE.gguf [--json]`: what a GGUF file holds.
+//
+// Architecture and hyper-parameters (the "<arch>.*" keys), a tokenizer summary, every tensor
+// grouped by layer with type, shape and bytes, and for MoE models the expert geometry: the
+// bytes of one expert per bank and layer, the groups of layers that share a geometry, and the
+// expert bytes at native width against the bytes if every expert were padded to the widest.
+#include "cli.h"
+#include "args.h"
+#include "../gguf/gguf.h"
+#include "../moe/geometry.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const g_bank_names[MOE_BANK_COUNT] = {"gate", "up", "down"};
+
+static json_t *json_strn(gguf_str s) { return json_stringn_nocheck(s.ptr, s.len); }
+
+// A key's value as JSON; arrays longer than max_arr are summarized by their length.
+static json_t *kv_to_json(const gguf_file *f, int64_t i, uint64_t max_arr) {
+    gguf_str key = gguf_kv_key(f, i);
+    char name[256];
+    snprintf(name, sizeof(name), "%.*s", (int)(key.len < 255 ? key.len : 255), key.ptr);
+    int64_t iv;
+    double fv;
+    bool bv;
+    gguf_str sv;
+    switch (gguf_kv_type(f, i)) {
+    case GGUF_VALUE_TYPE_BOOL: return gguf_get_bool(f, name, &bv) ? json_boolean(bv) : json_null();
+    case GGUF_VALUE_TYPE_STRING: return gguf_get_str(f, name, &sv) ? json_strn(sv) : json_null();
+    case GGUF_VALUE_TYPE_FLOAT32:
+    case GGUF_VALUE_TYPE_FLOAT64: return gguf_get_float(f, name, &fv) ? json_real(fv) : json_null();
+    case GGUF_VALUE_TYPE_UINT64: {
+        uint64_t uv;
+        return gguf_get_uint(f, name, &uv) ? json_integer((json_int_t)uv) : json_null();
+    }
+    case GGUF_VALUE_TYPE_ARRAY: {
+        enum gguf_value_type et;
+        uint64_t n;
+        if (!gguf_get_arr(f, name, &et, &n)) return json_null();
+        if (n > max_arr) return json_pack("{s:s, s:I}", "type", gguf_value_type_name(et), "length", (json_int_t)n);
+        json_t *a = json_array();
+        for (uint64_t k = 0; k < n; k++) {
+            if (et == GGUF_VALUE_TYPE_STRING) json_array_append_new(a, json_strn(gguf_arr_str(f, name, k)));
+            else if (et == GGUF_VALUE_TYPE_FLOAT32 || et == GGUF_VALUE_TYPE_FLOAT64)
+                json_array_append_new(a, json_real(gguf_arr_float(f, name, k)));
+            else if (et == GGUF_VALUE_TYPE_BOOL)
+                json_array_append_new(a, json_boolean(gguf_arr_int(f, name, k)));
+            else json_array_append_new(a, json_integer(gguf_arr_int(f, name, k)));
+        }
+        return a;
+    }
+    default: return gguf_get_int(f, name, &iv) ? json_integer(iv) : json_null();
+    }
+}
+
+static bool has_prefix(gguf_str s, const char *prefix) {
+    size_t n = strlen(prefix);
+    return s.len >= n && !memcmp(s.ptr, prefix, n);
+}
+
+typedef struct {
+    gguf_str arch;
+    gguf_str name;
+    bool has_name;
+} model_id;
+
+static model_id read_id(const gguf_file *f) {
+    model_id id = {{"unknown", 7}, {"", 0}, false};
+    gguf_get_str(f, "general.architecture", &id.arch);
+    id.has_name = gguf_get_str(f, "general.name", &id.name);
+    return id;
+}
+
+static json_t *tokenizer_json(const gguf_file *f) {
+    json_t *t = json_object();
+    gguf_str s;
+    enum gguf_value_type et;
+    uint64_t n;
+    int64_t v;
+    if (gguf_get_str(f, "tokenizer.ggml.model", &s)) json_object_set_new(t, "model", json_strn(s));
+    if (gguf_get_str(f, "tokenizer.ggml.pre", &s)) json_object_set_new(t, "pre", json_strn(s));
+    if (gguf_get_arr(f, "tokenizer.ggml.tokens", &et, &n)) json_object_set_new(t, "n_tokens", json_integer((json_int_t)n));
+    if (gguf_get_arr(f, "tokenizer.ggml.merges", &et, &n)) json_object_set_new(t, "n_merges", json_integer((json_int_t)n));
+    if (gguf_get_int(f, "tokenizer.ggml.bos_token_id", &v)) json_object_set_new(t, "bos", json_integer(v));
+    if (gguf_get_int(f, "tokenizer.ggml.eos_token_id", &v)) json_object_set_new(t, "eos", json_integer(v));
+    json_object_set_new(t, "chat_template", json_boolean(gguf_find_key(f, "tokenizer.chat_template") >= 0));
+    return t;
+}
+
+static json_t *shape_json(const gguf_tensor *t) {
+    json_t *a = json_array();
+    for (uint32_t d = 0; d < t->n_dims; d++) json_array_append_new(a, json_integer(t->ne[d]));
+    return a;
+}
+
+static json_t *inspect_json(const char *path, const gguf_file *f, const moe_geometry *g) {
+    model_id id = read_id(f);
+    json_t *o = json_object();
+    json_object_set_new(o, "file", json_string(path));
+    json_object_set_new(o, "version", json_integer(gguf_version(f)));
+    json_object_set_new(o, "file_bytes", json_integer((json_int_t)gguf_file_size(f)));
+    json_object_set_new(o, "arch", json_strn(id.arch));
+    if (id.has_name) json_object_set_new(o, "name", json_strn(id.name));
+    json_t *hp = json_object();
+    char prefix[80];
+    snprintf(prefix, sizeof(prefix), "%.*s.", (int)(id.arch.len < 64 ? id.arch.len : 64), id.arch.ptr);
+    for (int64_t i = 0; i < gguf_n_kv(f); i++) {
+        gguf_str k = gguf_kv_key(f, i);
+        if (!has_prefix(k, prefix)) continue;
+        char key[256];
+        snprintf(key, sizeof(key), "%.*s", (int)(k.len - strlen(prefix) < 255 ? k.len - strlen(prefix) : 255),
+                 k.ptr + strlen(prefix));
+        json_object_set_new(hp, key, kv_to_json(f, i, 1024));
+    }
+    json_object_set_new(o, "hparams", hp);
+    json_object_set_new(o, "tokenizer", tokenizer_json(f));
+    json_t *ts = json_array();
+    uint64_t total = 0;
+    for (int64_t i = 0; i < gguf_n_tensors(f); i++) {
+        const gguf_tensor *t = gguf_tensor_at(f, i);
+        json_array_append_new(ts, json_pack("{s:o, s:s, s:o, s:I}", "name", json_strn(t->name), "type",
+                                            ft_type_name(t->type), "shape", shape_json(t), "bytes",
+                                            (json_int_t)t->bytes));
+        total += t->bytes;
+    }
+    json_object_set_new(o, "tensors", ts);
+    json_object_set_new(o, "tensor_bytes", json_integer((json_int_t)total));
+    json_t *eg = json_array();
+    for (int i = 0; i < g->n_layers; i++) {
+        const moe_layer_geometry *l = &g->layers[i];
+        json_array_append_new(
+            eg, json_pack("{s:i, s:i, s:I, s:I, s:I, s:[s,s,s]}", "layer", l->layer, "n_expert", l->n_expert,
+                          "gate_bytes", (json_int_t)l->bytes[MOE_BANK_GATE], "up_bytes",
+                          (json_int_t)l->bytes[MOE_BANK_UP], "down_bytes", (json_int_t)l->bytes[MOE_BANK_DOWN],
+                          "types", ft_type_name(l->type[0]), ft_type_name(l->type[1]), ft_type_name(l->type[2])));
+    }
+    json_object_set_new(o, "expert_geometry", eg);
+    json_t *gg = json_array();
+    for (int i = 0; i < g->n_groups; i++) {
+        json_t *layers = json_array();
+        for (int k = 0; k < g->groups[i].n_layers; k++) json_array_append_new(layers, json_integer(g->groups[i].layers[k]));
+        json_array_append_new(gg, json_pack("{s:o, s:[I,I,I]}", "layers", layers, "bytes",
+                                            (json_int_t)g->groups[i].bytes[0], (json_int_t)g->groups[i].bytes[1],
+                                            (json_int_t)g->groups[i].bytes[2]));
+    }
+    json_object_set_new(o, "geometry_groups", gg);
+    json_object_set_new(o, "expert_bytes_native", json_integer((json_int_t)g->bytes_native));
+    json_object_set_new(o, "expert_bytes_padded", json_integer((json_int_t)g->bytes_padded));
+    return o;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Text output
+
+static void print_bytes(FILE *out, uint64_t b) {
+    if (b >= (1ull << 30)) fprintf(out, "%.2f GiB", b / 1073741824.0);
+    else if (b >= (1ull << 20)) fprintf(out, "%.2f MiB", b / 1048576.0);
+    else if (b >= 1024) fprintf(out, "%.1f KiB", b / 1024.0);
+    else fprintf(out, "%llu B", (unsigned long long)b);
+}
+
+// Layer index of a "blk.N." tensor name, or -1.
+static int tensor_layer(gguf_str name) {
+    if (!has_prefix(name, "blk.")) return -1;
+    int l = 0;
+    uint64_t i = 4;
+    if (i >= name.len || name.ptr[i] < '0' || name.ptr[i] > '9') return -1;
+    for (; i < name.len && name.ptr[i] >= '0' && name.ptr[i] <= '9' && l < 1000000; i++) l = l * 10 + (name.ptr[i] - '0');
+    return l;
+}
+
+static void print_tensor(const gguf_tensor *t, int indent) {
+    char shape[96];
+    int n = snprintf(shape, sizeof(shape), "[");
+    for (uint32_t d = 0; d < t->n_dims; d++)
+        n += snprintf(shape + n, sizeof(shape) - (size_t)n, "%s%lld", d ? ", " : "", (long long)t->ne[d]);
+    snprintf(shape + n, sizeof(shape) - (size_t)n, "]");
+    printf("%*s%-*.*s %-7s %-22s ", indent, "", 40 - indent, (int)t->name.len, t->name.ptr, ft_type_name(t->type), shape);
+    print_bytes(stdout, t->bytes);
+    printf("\n");
+}
+
+static void inspect_text(const char *path, const gguf_file *f, const moe_geometry *g) {
+    model_id id = read_id(f);
+    printf("%s: GGUF v%u, ", path, gguf_version(f));
+    print_bytes(stdout, gguf_file_size(f));
+    printf(", %lld keys, %lld tensors, alignment %u\n", (long long)gguf_n_kv(f), (long long)gguf_n_tensors(f),
+           gguf_alignment(f));
+    printf("architecture: %.*s\n", (int)id.arch.len, id.arch.ptr);
+    if (id.has_name) printf("name: %.*s\n", (int)id.name.len, id.name.ptr);
+
+    char prefix[80], val[256];
+    snprintf(prefix, sizeof(prefix), "%.*s.", (int)(id.arch.len < 64 ? id.arch.len : 64), id.arch.ptr);
+    printf("\nhyper-parameters:\n");
+    for (int64_t i = 0; i < gguf_n_kv(f); i++) {
+        gguf_str k = gguf_kv_key(f, i);
+        if (!has_prefix(k, prefix)) continue;
+        gguf_kv_format(f, i, val, sizeof(val));
+        printf("  %-44.*s %s\n", (int)k.len, k.ptr, val);
+    }
+
+    printf("\ntokenizer:");
+    json_t *tj = tokenizer_json(f);
+    const char *key;
+    json_t *v;
+    json_object_foreach(tj, key, v) {
+        char *s = json_dumps(v, JSON_ENCODE_ANY);
+        printf(" %s=%s", key, s);
+        free(s);
+    }
+    json_decref(tj);
+    printf("\n\ntensors:\n");
+    int last_layer = -2;
+    for (int64_t i = 0; i < gguf_n_tensors(f); i++) {
+        const gguf_tensor *t = gguf_tensor_at(f, i);
+        int l = tensor_layer(t->name);
+        if (l >= 0 && l != last_layer) printf("  layer %d:\n", l);
+        last_layer = l;
+        print_tensor(t, l >= 0 ? 4 : 2);
+    }
+    if (g->n_layers == 0) return;
+
+    printf("\nexpert geometry (bytes of one expert):\n");
+    printf("  %-6s %-8s %-22s %10s %10s %10s\n", "layer", "experts", "types gate/up/down", "gate", "up", "down");
+    for (int i = 0; i < g->n_layers; i++) {
+        const moe_layer_geometry *l = &g->layers[i];
+        char types[64];
+        snprintf(types, sizeof(types), "%s/%s/%s", ft_type_name(l->type[0]), ft_type_name(l->type[1]),
+                 ft_type_name(l->type[2]));
+        printf("  %-6d %-8d %-22s %10llu %10llu %10llu\n", l->layer, l->n_expert, types,
+               (unsigned long long)l->bytes[0], (unsigned long long)l->bytes[1], (unsigned long long)l->bytes[2]);
+    }
+    printf("\ngeometry groups (layers sharing one expert geometry):\n");
+    for (int i = 0; i < g->n_groups; i++) {
+        const moe_geometry_group *grp = &g->groups[i];
+        printf("  group %d: %d layer%s [", i, grp->n_layers, grp->n_layers == 1 ? "" : "s");
+        for (int k = 0; k < grp->n_layers; k++) {
+            int a = grp->layers[k], b = a;
+            while (k + 1 < grp->n_layers && grp->layers[k + 1] == b + 1) b = grp->layers[++k];
+            printf("%s%d", a == grp->layers[0] ? "" : ",", a);
+            if (b > a) printf("-%d", b);
+        }
+        printf("]:");
+        for (int b = 0; b < MOE_BANK_COUNT; b++)
+            printf(" %s %llu", g_bank_names[b], (unsigned long long)grp->bytes[b]);
+        printf("\n");
+    }
+    printf("\nexpert bytes: native ");
+    print_bytes(stdout, g->bytes_native);
+    printf(", padded to the widest expert of each bank ");
+    print_bytes(stdout, g->bytes_padded);
+    printf(" (%+.1f%%)\n", g->bytes_native ? 100.0 * ((double)g->bytes_padded / (double)g->bytes_native - 1) : 0.0);
+}
+
+int cmd_inspect(int argc, char **argv) {
+    const char *path = NULL;
+    bool json = false;
+    for (int i = 1; i < argc; i++) {
+        if (args_flag(argv, i, "-h|--help")) {
+            printf("usage: ft inspect FILE.gguf [--json]\n"
+                   "Shows a GGUF file: architecture, hyper-parameters, tokenizer, tensors per layer,\n"
+                   "and for MoE models the expert geometry of each layer and its groups.\n"
+                   "  --json   one JSON object on one line\n");
+            return FT_EXIT_OK;
+        }
+        if (args_flag(argv, i, "--json")) json = true;
+        else if (argv[i][0] == '-' || path) {
+            fprintf(stderr, "ft inspect: unexpected argument '%s' (see ft inspect --help)\n", argv[i]);
+            return FT_EXIT_USAGE;
+        } else path = argv[i];
+    }
+    if (!path) {
+        fprintf(stderr, "usage: ft inspect FILE.gguf [--json]\n");
+        return FT_EXIT_USAGE;
+    }
+    ft_err err = {{0}};
+    gguf_file *f = gguf_open(path, &err);
+    if (!f) {
+        fprintf(stderr, "ft inspect: %s\n", err.msg);
+        return FT_EXIT_INPUT;
+    }
+    moe_geometry g;
+    if (!moe_geometry_read(f, &g, &err)) {
+        fprintf(stderr, "ft inspect: %s: %s\n", path, err.msg);
+        gguf_close(f);
+        return FT_EXIT_INPUT;
+    }
+    if (json) {
+        json_t *o = inspect_json(path, f, &g);
+        char *s = json_dumps(o, JSON_COMPACT);
+        printf("%s\n", s);
+        free(s);
+        json_decref(o);
+    } else {
+        inspect_text(path, f, &g);
+    }
+    moe_geometry_free(&g);
+    gguf_close(f);
+    return FT_EXIT_OK;
+}

@@ -1,0 +1,102 @@
+// cmd_synth.c: `ft synth OUT.gguf --arch ARCH [...]`, a model with random weights.
+#include "cli.h"
+#include "args.h"
+#include "../model/synth.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static void synth_usage(FILE *out) {
+    ft_synth_params d = ft_synth_default_params();
+    fprintf(out,
+            "usage: ft synth OUT.gguf [options]\n"
+            "Writes a model with random weights (for tests, benchmarks and the demo).\n\n"
+            "  --arch ARCH                architecture (default %s; known: qwen3moe)\n"
+            "  --layers N                 layers (default %d)\n"
+            "  --embd N                   embedding width (default %d)\n"
+            "  --heads N                  query heads (default %d)\n"
+            "  --kv-heads N               key/value heads (default %d)\n"
+            "  --head-dim N               head dimension (default %d)\n"
+            "  --experts N                experts per layer (default %d)\n"
+            "  --top-k N                  experts used per token (default %d)\n"
+            "  --ff N                     expert FFN width (default %d)\n"
+            "  --ctx N                    training context length (default %d)\n"
+            "  --dense-type T             embedding/attention/output type (default %s)\n"
+            "  --expert-types T[,T...]    gate/up expert type per layer; the last repeats (default %s)\n"
+            "  --expert-down-types T[,...] down expert type per layer (default: as gate/up)\n"
+            "  --vocab-from FILE.gguf     copy the tokenizer of FILE (default: built-in vocabulary)\n"
+            "  --name NAME                general.name\n"
+            "  --seed S                   random seed (default %llu)\n",
+            d.arch, d.n_layer, d.n_embd, d.n_head, d.n_head_kv, d.head_dim, d.n_expert,
+            d.n_expert_used, d.n_ff_exp, d.n_ctx_train, ft_type_name(d.dense_type),
+            ft_type_name(d.expert_types[0]), (unsigned long long)d.seed);
+}
+
+int cmd_synth(int argc, char **argv) {
+    ft_synth_params p = ft_synth_default_params();
+    const char *out = NULL, *types = NULL, *down_types = NULL, *dense = NULL;
+    bool bad = false;
+    int64_t v;
+    ft_err err = {{0}};
+    for (int i = 1; i < argc && !bad; i++) {
+        const char *a = argv[i];
+        if (args_flag(argv, i, "-h|--help")) {
+            synth_usage(stdout);
+            return FT_EXIT_OK;
+        }
+#define INT_OPT(flag, field, lo, hi)                                      \
+    if (args_int(argc, argv, &i, flag, lo, hi, &v, &bad)) {               \
+        p.field = (int)v;                                                 \
+        continue;                                                         \
+    }
+        INT_OPT("--layers", n_layer, 1, FT_SYNTH_MAX_LAYERS)
+        INT_OPT("--embd", n_embd, 1, 1 << 20)
+        INT_OPT("--heads", n_head, 1, 4096)
+        INT_OPT("--kv-heads", n_head_kv, 1, 4096)
+        INT_OPT("--head-dim", head_dim, 1, 4096)
+        INT_OPT("--experts", n_expert, 1, 1 << 16)
+        INT_OPT("--top-k", n_expert_used, 1, 1 << 16)
+        INT_OPT("--ff", n_ff_exp, 1, 1 << 20)
+        INT_OPT("--ctx", n_ctx_train, 1, 1 << 24)
+#undef INT_OPT
+        if (args_int(argc, argv, &i, "--seed", 0, INT64_MAX, &v, &bad)) {
+            p.seed = (uint64_t)v;
+            continue;
+        }
+        if (args_str(argc, argv, &i, "--arch", &p.arch, &bad) ||
+            args_str(argc, argv, &i, "--name", &p.name, &bad) ||
+            args_str(argc, argv, &i, "--dense-type", &dense, &bad) ||
+            args_str(argc, argv, &i, "--expert-types", &types, &bad) ||
+            args_str(argc, argv, &i, "--expert-down-types", &down_types, &bad) ||
+            args_str(argc, argv, &i, "--vocab-from", &p.vocab_from, &bad))
+            continue;
+        if (a[0] == '-' || out) {
+            fprintf(stderr, "ft synth: unexpected argument '%s' (see ft synth --help)\n", a);
+            return FT_EXIT_USAGE;
+        }
+        out = a;
+    }
+    if (bad) return FT_EXIT_USAGE;
+    if (!out) {
+        synth_usage(stderr);
+        return FT_EXIT_USAGE;
+    }
+    if (dense && !ft_type_from_name(dense, &p.dense_type)) {
+        fprintf(stderr, "ft synth: --dense-type: unknown type '%s'\n", dense);
+        return FT_EXIT_USAGE;
+    }
+    if (types && (p.n_expert_types = ft_synth_parse_types(types, p.expert_types, FT_SYNTH_MAX_LAYERS, &err)) < 0) {
+        fprintf(stderr, "ft synth: --expert-types: %s\n", err.msg);
+        return FT_EXIT_USAGE;
+    }
+    if (down_types && (p.n_expert_down_types = ft_synth_parse_types(down_types, p.expert_down_types,
+                                                                    FT_SYNTH_MAX_LAYERS, &err)) < 0) {
+        fprintf(stderr, "ft synth: --expert-down-types: %s\n", err.msg);
+        return FT_EXIT_USAGE;
+    }
+    if (!ft_synth_write(&p, out, &err)) {
+        fprintf(stderr, "ft synth: %s\n", err.msg);
+        return FT_EXIT_INPUT;
+    }
+    return FT_EXIT_OK;
+}

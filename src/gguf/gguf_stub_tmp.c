@@ -1,1 +1,0 @@
-// TEMPORARY: removed when gguf_read.c / gguf_write.c exist.

@@ -1,0 +1,52 @@
+// synth: synthetic models with random weights, written as GGUF files ft and llama.cpp load.
+//
+// The tests, the benchmarks and the demo model are all synthetic: the shape of a real model
+// (an architecture's tensor names, hyper-parameter keys and tokenizer) with random weights of
+// any type per tensor group, expert types chosen per layer and per bank. Weight scales are set
+// so activations keep unit scale through the layers and next-token distributions are neither
+// flat nor degenerate. The same parameters and seed always give the same bytes.
+#ifndef FT_MODEL_SYNTH_H
+#define FT_MODEL_SYNTH_H
+
+#include "../quant/quant.h"
+#include "../util/util.h"
+
+#define FT_SYNTH_MAX_LAYERS 256
+
+typedef struct ft_synth_params {
+    const char *arch;         // GGUF architecture name; "qwen3moe"
+    const char *name;         // general.name
+    int n_layer;
+    int n_embd;
+    int n_head;
+    int n_head_kv;
+    int head_dim;
+    int n_expert;
+    int n_expert_used;
+    int n_ff_exp;             // width of one expert's FFN
+    int n_ctx_train;
+    float rope_freq_base;
+    float rms_eps;
+    enum ft_type dense_type;  // embedding, attention and output matrices
+    // Expert types per layer: entry L is layer L's; a shorter list repeats its last entry.
+    int n_expert_types;
+    enum ft_type expert_types[FT_SYNTH_MAX_LAYERS];      // gate and up banks
+    int n_expert_down_types;                             // 0: down banks as gate/up
+    enum ft_type expert_down_types[FT_SYNTH_MAX_LAYERS];
+    const char *vocab_from;   // GGUF whose tokenizer.* keys are copied, or NULL: built-in vocab
+    uint64_t seed;
+} ft_synth_params;
+
+// The demo model's shape: a small qwen3moe with the built-in vocabulary.
+ft_synth_params ft_synth_default_params(void);
+
+// Writes the model to path. Returns false and sets *err on an invalid combination (a row
+// length not divisible by a type's block size, an unknown architecture, a vocabulary file
+// without a tokenizer) or an I/O error. Progress goes to the log.
+bool ft_synth_write(const ft_synth_params *p, const char *path, ft_err *err);
+
+// Parses a comma-separated type list ("q4_K,q4_K,bf16") into types (at most max). Returns the
+// count, or -1 and sets *err naming the bad entry.
+int ft_synth_parse_types(const char *list, enum ft_type *types, int max, ft_err *err);
+
+#endif

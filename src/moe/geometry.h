@@ -1,0 +1,43 @@
+// geometry: the expert geometry of a MoE model, read from its GGUF tensor infos.
+//
+// Expert tensors are 3-D in GGUF order [in, out, n_expert] (blk.L.ffn_{gate,up,down}_exps).
+// One expert of a bank is one [in, out] matrix at the bank's native type, so its bytes are
+// out x (in / block_elems) x block_bytes. Layers (and banks) may differ in type; layers with an
+// identical (gate, up, down) byte tuple form one geometry group, the unit the GPU expert cache
+// carves its exact-geometry pools by. Pure functions of the file: thread-safe.
+#ifndef FT_MOE_GEOMETRY_H
+#define FT_MOE_GEOMETRY_H
+
+#include "../gguf/gguf.h"
+
+enum moe_bank { MOE_BANK_GATE, MOE_BANK_UP, MOE_BANK_DOWN, MOE_BANK_COUNT };
+
+typedef struct moe_layer_geometry {
+    int layer;                            // block index L
+    int n_expert;
+    enum ft_type type[MOE_BANK_COUNT];    // native type of each bank
+    uint64_t bytes[MOE_BANK_COUNT];       // bytes of one expert in each bank
+} moe_layer_geometry;
+
+typedef struct moe_geometry_group {
+    int n_layers;
+    int *layers;                          // (n_layers) block indices, ascending
+    uint64_t bytes[MOE_BANK_COUNT];       // the shared per-expert bytes
+} moe_geometry_group;
+
+typedef struct moe_geometry {
+    int n_layers;                         // MoE layers only
+    moe_layer_geometry *layers;           // (n_layers), ascending block index
+    int n_groups;
+    moe_geometry_group *groups;           // in order of first layer
+    uint64_t bytes_native;                // all experts of all layers at their own size
+    uint64_t bytes_padded;                // as if every expert were the widest of each bank
+} moe_geometry;
+
+// Reads the geometry of every layer that has expert tensors. A model without experts gives
+// n_layers == 0. Returns false and sets *err when expert tensors are inconsistent (a bank
+// missing, expert counts that differ between banks, not 3-D). Free with moe_geometry_free.
+bool moe_geometry_read(const gguf_file *f, moe_geometry *out, ft_err *err);
+void moe_geometry_free(moe_geometry *g);
+
+#endif

@@ -1,0 +1,94 @@
+// test_cli.c: the `ft` command's conventions (exit status, stdout/stderr, --json) and
+// `ft inspect` / `ft synth` end to end through the process boundary.
+#include "test.h"
+#include "../src/gguf/gguf.h"
+
+#include <jansson.h>
+#include <string.h>
+
+static int ft(const char *args, char *out, size_t cap) {
+    char cmd[4096];
+    snprintf(cmd, sizeof(cmd), "%s %s", test_ft_bin(), args);
+    return test_run(cmd, out, cap);
+}
+
+TEST(cli_exit_status_for_usage_and_input_errors) {
+    char out[4096];
+    CHECK(ft("2>/dev/null", NULL, 0) == 2);
+    CHECK(ft("nosuchcommand 2>/dev/null", NULL, 0) == 2);
+    CHECK(ft("--help", out, sizeof(out)) == 0 && strstr(out, "inspect"));
+    CHECK(ft("inspect 2>/dev/null", NULL, 0) == 2);
+    CHECK(ft("inspect --bogus x.gguf 2>/dev/null", NULL, 0) == 2);
+    CHECK(ft("synth 2>/dev/null", NULL, 0) == 2);
+    CHECK(ft("synth x.gguf --layers 0 2>/dev/null", NULL, 0) == 2);
+    CHECK(ft("synth x.gguf --expert-types q4_K,nope 2>/dev/null", NULL, 0) == 2);
+    // bad input: the message names the file and says what is wrong, on stderr only
+    CHECK(ft("inspect /nonexistent/model.gguf 2>&1", out, sizeof(out)) == 1);
+    CHECK(strstr(out, "/nonexistent/model.gguf") != NULL, "message: %s", out);
+    CHECK(ft("inspect /nonexistent/model.gguf 2>/dev/null", out, sizeof(out)) == 1 && out[0] == 0);
+}
+
+TEST(cli_inspect_rejects_a_truncated_file) {
+    const char *path = test_path("cli_trunc.gguf"), *cut = test_path("cli_trunc_cut.gguf");
+    char cmd[2048], out[4096];
+    snprintf(cmd, sizeof(cmd), "synth '%s' --layers 1 2>/dev/null", path);
+    REQUIRE(ft(cmd, NULL, 0) == 0);
+    snprintf(cmd, sizeof(cmd), "head -c 100000 '%s' > '%s'", path, cut);
+    REQUIRE(test_run(cmd, NULL, 0) == 0);
+    snprintf(cmd, sizeof(cmd), "inspect '%s' 2>&1", cut);
+    CHECK(ft(cmd, out, sizeof(out)) == 1, "truncated file must be exit 1: %s", out);
+    CHECK(strstr(out, "cli_trunc_cut.gguf") != NULL, "message: %s", out);
+}
+
+TEST(cli_inspect_json_matches_the_file) {
+    const char *path = test_path("cli_mixed.gguf");
+    char cmd[2048];
+    static char out[1 << 20];
+    snprintf(cmd, sizeof(cmd),
+             "synth '%s' --layers 4 --experts 4 --expert-types q4_K,q4_K,bf16 --expert-down-types q6_K,q6_K,bf16 "
+             "2>/dev/null", path);
+    REQUIRE(ft(cmd, NULL, 0) == 0);
+    snprintf(cmd, sizeof(cmd), "inspect --json '%s'", path);
+    REQUIRE(ft(cmd, out, sizeof(out)) == 0);
+    char *nl = strchr(out, '\n');
+    CHECK(nl && nl[1] == 0, "--json output must be exactly one line");
+    json_error_t je;
+    json_t *o = json_loads(out, 0, &je);
+    REQUIRE(o, "not JSON: %s", je.text);
+    CHECK(!strcmp(json_string_value(json_object_get(o, "arch")), "qwen3moe"));
+
+    ft_err err = {{0}};
+    gguf_file *f = gguf_open(path, &err);
+    REQUIRE(f, "%s", err.msg);
+    json_t *tensors = json_object_get(o, "tensors");
+    CHECK((int64_t)json_array_size(tensors) == gguf_n_tensors(f));
+    for (size_t i = 0; i < json_array_size(tensors) && i < (size_t)gguf_n_tensors(f); i++) {
+        json_t *t = json_array_get(tensors, i);
+        const gguf_tensor *gt = gguf_tensor_at(f, (int64_t)i);
+        CHECK(gguf_str_eq(gt->name, json_string_value(json_object_get(t, "name"))));
+        CHECK(!strcmp(json_string_value(json_object_get(t, "type")), ft_type_name(gt->type)));
+        CHECK((uint64_t)json_integer_value(json_object_get(t, "bytes")) == gt->bytes);
+        CHECK(json_integer_value(json_array_get(json_object_get(t, "shape"), 0)) == gt->ne[0]);
+    }
+    // one expert of layer 2 (bf16 [256 x 256]) and of layer 0 (q4_K gate, q6_K down)
+    json_t *eg = json_object_get(o, "expert_geometry");
+    REQUIRE(json_array_size(eg) == 4);
+    CHECK(json_integer_value(json_object_get(json_array_get(eg, 2), "gate_bytes")) == 256 * 256 * 2);
+    CHECK(json_integer_value(json_object_get(json_array_get(eg, 0), "gate_bytes")) == 256 * 144);
+    CHECK(json_integer_value(json_object_get(json_array_get(eg, 0), "down_bytes")) == 256 * 210);
+    json_t *groups = json_object_get(o, "geometry_groups");
+    CHECK(json_array_size(groups) == 2, "layers 0,1 and 2,3 share geometries");
+    json_t *g1 = json_object_get(json_array_get(groups, 1), "layers");
+    CHECK(json_array_size(g1) == 2 && json_integer_value(json_array_get(g1, 0)) == 2);
+    json_int_t native = json_integer_value(json_object_get(o, "expert_bytes_native"));
+    json_int_t padded = json_integer_value(json_object_get(o, "expert_bytes_padded"));
+    CHECK(native == 4 * (2 * (2 * 256 * 144 + 256 * 210) + 2 * 3 * 256 * 256 * 2), "native %lld", (long long)native);
+    CHECK(padded == 4 * 4 * 3 * 256 * 256 * 2, "padded %lld", (long long)padded);
+    gguf_close(f);
+    json_decref(o);
+
+    snprintf(cmd, sizeof(cmd), "inspect '%s'", path);
+    REQUIRE(ft(cmd, out, sizeof(out)) == 0);
+    CHECK(strstr(out, "group 1: 2 layers [2-3]") != NULL, "text output:\n%s", out);
+    CHECK(strstr(out, "expert bytes: native") != NULL);
+}
