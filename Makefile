@@ -14,7 +14,13 @@ CFLAGS  ?= -O2 -g
 CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wshadow -Wno-unused-parameter -MMD -MP
 LDLIBS  += -lpcre2-8 -ljansson -lpthread -lm -ldl
 
-ifeq ($(SAN),1)
+ifeq ($(FUZZ),1)
+# libFuzzer builds: clang, every object instrumented for coverage and sanitizers
+CC      := clang
+BUILD   := build-fuzz
+CFLAGS  += -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined
+LDFLAGS += -fsanitize=fuzzer,address,undefined
+else ifeq ($(SAN),1)
 BUILD   ?= build-san
 CFLAGS  += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 LDFLAGS += -fsanitize=address,undefined
@@ -31,7 +37,7 @@ TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
 # SIMD files are compiled for their instruction set and only entered after a run-time check.
 $(BUILD)/%_avx2.o: CFLAGS += -mavx2 -mfma -mf16c
 
-.PHONY: all test test-san test-gpu fuzz bench deps check clean help
+.PHONY: all test test-san test-gpu fuzz fuzz-build bench deps check clean help
 all: $(BUILD)/ft
 
 $(BUILD)/%.o: %.c
@@ -55,21 +61,38 @@ test-gpu:
 
 FUZZ_SECONDS ?= 0
 FUZZ_TARGETS := $(patsubst fuzz/%.c,build-fuzz/%,$(wildcard fuzz/fuzz_*.c))
-fuzz: $(FUZZ_TARGETS)
+fuzz:
+	$(MAKE) --no-print-directory FUZZ=1 fuzz-build
 ifneq ($(FUZZ_SECONDS),0)
-	@for t in $(FUZZ_TARGETS); do mkdir -p build-fuzz/corpus-$$(basename $$t); \
-	  $$t -max_total_time=$(FUZZ_SECONDS) -max_len=65536 build-fuzz/corpus-$$(basename $$t) fuzz/seeds/$$(basename $$t) || exit 1; done
+	@for t in $(FUZZ_TARGETS); do n=$$(basename $$t); mkdir -p build-fuzz/corpus-$$n; \
+	  $$t -max_total_time=$(FUZZ_SECONDS) -max_len=65536 build-fuzz/corpus-$$n fuzz/seeds/$$n || exit 1; done
 endif
 
-build-fuzz/%: fuzz/%.c $(LIB_SRC)
-	@mkdir -p build-fuzz
-	clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined $< $(LIB_SRC) -o $@ $(LDLIBS)
+fuzz-build: $(FUZZ_TARGETS)
+
+build-fuzz/fuzz_%: build-fuzz/fuzz/fuzz_%.o $(LIB_OBJ)
+	$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS)
 
 bench: $(BUILD)/bench_dot
 	$(BUILD)/bench_dot
 
 $(BUILD)/bench_dot: $(BUILD)/bench/bench_dot.o $(LIB_OBJ)
 	$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS)
+
+# llama.cpp's headers and test vocabularies, for the tests only: unpacked from the source
+# bundle inside node-llama-cpp (tests/oracle.c includes llama.h to call its C API). Where
+# node_modules is absent the tests build without them and those oracles skip.
+LLAMA_BUNDLE := node_modules/node-llama-cpp/llama/gitRelease.bundle
+LLAMA_SRC    := build/llama.cpp
+ifneq ($(wildcard $(LLAMA_BUNDLE)),)
+$(LLAMA_SRC)/include/llama.h: $(LLAMA_BUNDLE)
+	@tmp=$(LLAMA_SRC).tmp.$$$$ && rm -rf $$tmp && mkdir -p $$tmp && \
+	  git clone -q --bare $(LLAMA_BUNDLE) $$tmp/git && \
+	  git --git-dir=$$tmp/git archive HEAD include ggml/include models | tar -x -C $$tmp && \
+	  rm -rf $$tmp/git $(LLAMA_SRC) && mv $$tmp $(LLAMA_SRC) && touch $@
+$(BUILD)/tests/oracle.o: CFLAGS += -I$(LLAMA_SRC)/include -I$(LLAMA_SRC)/ggml/include
+$(BUILD)/tests/oracle.o: | $(LLAMA_SRC)/include/llama.h
+endif
 
 deps: node_modules/.package-lock.json
 

@@ -3,10 +3,11 @@
 // For each type: a weight matrix of rows of 4096 elements, about 8 MiB (larger than a core's
 // L2), against one activation row, the way a matrix-vector product at batch 1 reads it. One
 // run walks all rows once or more (at least 25 ms); the figure is the median of 9 runs, in GB/s
-// of weight bytes; the kernels take turns
-// within each round of runs so that load from elsewhere on the machine hits them alike. Columns: ft's scalar reference, ft's AVX2 kernel, llama.cpp's AVX2 kernel
-// (libggml-cpu-haswell.so from the npm package, when it loads) and the ratio ft/llama.cpp.
-// A measurement, not a test: it prints a table on stdout and asserts nothing.
+// of weight bytes. The kernels take turns within each round of runs, so that load from
+// elsewhere on the machine hits them alike. Columns: ft's scalar reference, ft's AVX2 kernel,
+// llama.cpp's AVX2 kernel (libggml-cpu-haswell.so from the npm package, when it loads) and
+// the ratio ft AVX2 / llama.cpp. A measurement, not a test: it prints a table on stdout and
+// asserts nothing.
 //
 // Usage: bench_dot [type-name-substring]. FT_LLAMA_LIB_DIR overrides the library folder.
 #include "../src/quant/dot.h"

@@ -4,6 +4,16 @@
 
 #include <dlfcn.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+// llama.h comes from the source bundle (see the Makefile); without it the C API oracles skip.
+#if defined(__has_include)
+#if __has_include("llama.h")
+#define ORACLE_HAVE_LLAMA_H 1
+#include "llama.h"
+#endif
+#endif
 
 const char *oracle_lib_dir(void) {
     const char *e = getenv("FT_LLAMA_LIB_DIR");
@@ -64,4 +74,141 @@ void *oracle_sym(void *lib, const char *name) {
     void *p = lib ? dlsym(lib, name) : NULL;
     if (!p) test_fail(__FILE__, __LINE__, "llama.cpp symbol %s not found", name);
     return p;
+}
+
+// ---------------------------------------------------------------------------------------------
+// llama.cpp's tokenizer through its C API
+
+const char *oracle_llama_src(void) {
+    const char *e = getenv("FT_LLAMA_SRC");
+    const char *dir = e ? e : "build/llama.cpp";
+    char path[1024];
+    struct stat st;
+    snprintf(path, sizeof(path), "%s/models", dir);
+    if (stat(path, &st) != 0) {
+        missing("llama.cpp sources unpacked from node-llama-cpp's bundle (build/llama.cpp)");
+        return NULL;
+    }
+    return dir;
+}
+
+#ifdef ORACLE_HAVE_LLAMA_H
+
+// The C API, looked up once.
+typedef struct {
+    __typeof__(&llama_backend_init) backend_init;
+    __typeof__(&llama_log_set) log_set;
+    __typeof__(&llama_model_default_params) model_default_params;
+    __typeof__(&llama_model_load_from_file) model_load_from_file;
+    __typeof__(&llama_model_free) model_free;
+    __typeof__(&llama_model_get_vocab) model_get_vocab;
+    __typeof__(&llama_tokenize) tokenize;
+    __typeof__(&llama_token_to_piece) token_to_piece;
+    __typeof__(&llama_detokenize) detokenize;
+} llama_api;
+
+struct oracle_vocab {
+    struct llama_model *model;
+    const struct llama_vocab *vocab;
+};
+
+static void quiet_log(enum ggml_log_level level, const char *text, void *user) {
+    (void)level, (void)text, (void)user;
+}
+
+static const llama_api *api(void) {
+    static llama_api a;
+    static int state = -1;
+    if (state < 0) {
+        void *lib = oracle_llama();
+        if (!lib) return NULL;
+        state = 0;
+#define SYM(field, name) if (!(a.field = (__typeof__(a.field))oracle_sym(lib, name))) return NULL
+        SYM(backend_init, "llama_backend_init");
+        SYM(log_set, "llama_log_set");
+        SYM(model_default_params, "llama_model_default_params");
+        SYM(model_load_from_file, "llama_model_load_from_file");
+        SYM(model_free, "llama_model_free");
+        SYM(model_get_vocab, "llama_model_get_vocab");
+        SYM(tokenize, "llama_tokenize");
+        SYM(token_to_piece, "llama_token_to_piece");
+        SYM(detokenize, "llama_detokenize");
+#undef SYM
+        a.log_set(quiet_log, NULL);
+        a.backend_init();
+        state = 1;
+    }
+    if (!state) missing("llama.cpp C API symbols");
+    return state ? &a : NULL;
+}
+
+oracle_vocab *oracle_vocab_load(const char *path) {
+    const llama_api *a = api();
+    if (!a) return NULL;
+    struct llama_model_params mp = a->model_default_params();
+    mp.vocab_only = true;
+    struct llama_model *m = a->model_load_from_file(path, mp);
+    if (!m) {
+        test_fail(__FILE__, __LINE__, "llama.cpp cannot load %s", path);
+        return NULL;
+    }
+    oracle_vocab *o = calloc(1, sizeof(*o));
+    o->model = m;
+    o->vocab = a->model_get_vocab(m);
+    return o;
+}
+
+void oracle_vocab_free(oracle_vocab *o) {
+    if (!o) return;
+    api()->model_free(o->model);
+    free(o);
+}
+
+int oracle_tokenize(oracle_vocab *o, const char *text, size_t len, bool add_special,
+                    bool parse_special, int32_t *ids, int cap) {
+    int n = api()->tokenize(o->vocab, text, (int32_t)len, ids, cap, add_special, parse_special);
+    return n < 0 ? -1 : n;
+}
+
+int oracle_token_to_piece(oracle_vocab *o, int32_t id, bool special, char *buf, int cap) {
+    int n = api()->token_to_piece(o->vocab, id, buf, cap, 0, special);
+    return n < 0 ? -1 : n;
+}
+
+int oracle_detokenize(oracle_vocab *o, const int32_t *ids, int n, bool remove_special,
+                      bool unparse_special, char *buf, int cap) {
+    int r = api()->detokenize(o->vocab, ids, n, buf, cap, remove_special, unparse_special);
+    return r < 0 ? -1 : r;
+}
+
+#else // no llama.h: every oracle here is missing
+
+oracle_vocab *oracle_vocab_load(const char *path) {
+    (void)path;
+    missing("llama.h (unpacked by the Makefile from node-llama-cpp's bundle)");
+    return NULL;
+}
+void oracle_vocab_free(oracle_vocab *o) { (void)o; }
+int oracle_tokenize(oracle_vocab *o, const char *text, size_t len, bool add_special,
+                    bool parse_special, int32_t *ids, int cap) {
+    (void)o, (void)text, (void)len, (void)add_special, (void)parse_special, (void)ids, (void)cap;
+    return -1;
+}
+int oracle_token_to_piece(oracle_vocab *o, int32_t id, bool special, char *buf, int cap) {
+    (void)o, (void)id, (void)special, (void)buf, (void)cap;
+    return -1;
+}
+int oracle_detokenize(oracle_vocab *o, const int32_t *ids, int n, bool remove_special,
+                      bool unparse_special, char *buf, int cap) {
+    (void)o, (void)ids, (void)n, (void)remove_special, (void)unparse_special, (void)buf, (void)cap;
+    return -1;
+}
+
+#endif
+
+oracle_flags_fn oracle_unicode_flags(void) {
+    void *lib = oracle_llama();
+    if (!lib) return NULL;
+    // unicode_cpt_flags unicode_cpt_flags_from_cpt(uint32_t): a 16-bit struct, returned as such
+    return (oracle_flags_fn)oracle_sym(lib, "_Z26unicode_cpt_flags_from_cptj");
 }

@@ -10,6 +10,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 // Directory of the libraries: $FT_LLAMA_LIB_DIR, else the npm package's bins folder.
 const char *oracle_lib_dir(void);
@@ -29,5 +30,38 @@ bool oracle_llama_eval(const char *args, char *out, size_t cap);
 
 // A symbol of a loaded library; fails the current test and returns NULL when absent.
 void *oracle_sym(void *lib, const char *name);
+
+// ---------------------------------------------------------------------------------------------
+// llama.cpp's tokenizer through its C API (llama.h from the source bundle of node-llama-cpp,
+// unpacked by the Makefile into build/llama.cpp; where it is absent these skip or fail as
+// above). Byte strings go in as they are, so invalid UTF-8 can be tested.
+
+// Directory of llama.cpp's sources unpacked from the bundle ($FT_LLAMA_SRC, else
+// build/llama.cpp): include/, ggml/include/, models/ (vocabulary test vectors). NULL (after
+// skip/fail) when absent.
+const char *oracle_llama_src(void);
+
+typedef struct oracle_vocab oracle_vocab;
+
+// Loads a GGUF file's vocabulary with llama.cpp (vocab_only). NULL (after skip/fail) when the
+// oracle is unavailable or llama.cpp refuses the file.
+oracle_vocab *oracle_vocab_load(const char *path);
+void oracle_vocab_free(oracle_vocab *o); // NULL is a no-op
+
+// llama_tokenize: the number of ids written (at most cap), or -1 if they do not fit.
+int oracle_tokenize(oracle_vocab *o, const char *text, size_t len, bool add_special,
+                    bool parse_special, int32_t *ids, int cap);
+// llama_token_to_piece (lstrip 0): bytes written, or -1.
+int oracle_token_to_piece(oracle_vocab *o, int32_t id, bool special, char *buf, int cap);
+// llama_detokenize: bytes written, or -1.
+int oracle_detokenize(oracle_vocab *o, const int32_t *ids, int n, bool remove_special,
+                      bool unparse_special, char *buf, int cap);
+
+// llama.cpp's code point flags (its internal unicode_cpt_flags_from_cpt, exported by
+// libllama): category bits 0x01 undefined, 0x02 number, 0x04 letter, 0x08 separator,
+// 0x10 mark, 0x20 punctuation, 0x40 symbol, 0x80 control; 0x100 white space. NULL (after
+// skip/fail) when unavailable.
+typedef uint16_t (*oracle_flags_fn)(uint32_t cpt);
+oracle_flags_fn oracle_unicode_flags(void);
 
 #endif

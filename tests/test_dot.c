@@ -1,5 +1,5 @@
-// test_dot.c: the dot products of every weight type (src/quant/dot_ref.c, dot_avx2.c,
-// dot_k_avx2.c), checked three ways on rows of 1, 2, 3, 7, 33, 45 blocks and two long rows
+// test_dot.c: the dot products of every weight type (src/quant/dot_ref.c and dot_avx2.c),
+// checked three ways on rows of 1, 2, 3, 7, 33, 45 blocks and two long rows
 // (4096 elements + 1 block, and 8192 elements), from fixed seeds:
 //
 //   1. ref vs truth: x and y dequantized by llama.cpp's own dequantizers and summed in double.
@@ -46,7 +46,8 @@ typedef struct {
     bool has_min;               // a min term: q4_1, q5_1, q2_K, q4_K, q5_K
 } dot_case;
 
-#define CASE(t, T, A, deq, min) {FT_TYPE_##T, FT_TYPE_##A, ft_vec_dot_##t##_ref, ft_vec_dot_##t##_avx2, deq, min}
+#define CASE(t, T, A, deq, min)                                                                   \
+    {FT_TYPE_##T, FT_TYPE_##A, ft_vec_dot_##t##_ref, ft_vec_dot_##t##_avx2, deq, min}
 static const dot_case g_cases[] = {
     CASE(f32, F32, F32, NULL, false),
     CASE(f16, F16, F16, "ggml_fp16_to_fp32_row", false),
@@ -154,7 +155,8 @@ typedef struct {
     float *fx, *fy, *tmp; // n floats each
 } dot_input;
 
-static void input_make(dot_input *in, const dot_case *c, int64_t n, uint64_t seed, enum act_kind kind) {
+static void input_make(dot_input *in, const dot_case *c, int64_t n, uint64_t seed,
+                       enum act_kind kind) {
     in->n = n;
     in->x = malloc(ft_row_bytes(c->type, n));
     in->x_min = malloc(ft_row_bytes(c->type, n));
@@ -203,7 +205,9 @@ static bool cpu_has_avx2(void) {
            __builtin_cpu_supports("f16c");
 }
 
-static uint64_t case_seed(const dot_case *c, int k) { return 1000u * (uint64_t)c->type + (uint64_t)k; }
+static uint64_t case_seed(const dot_case *c, int k) {
+    return 1000u * (uint64_t)c->type + (uint64_t)k;
+}
 
 // ---------------------------------------------------------------------------------------------
 // The ops table hands out these functions: the ref always, AVX2 exactly when the CPU has it.
@@ -211,7 +215,8 @@ static uint64_t case_seed(const dot_case *c, int k) { return 1000u * (uint64_t)c
 TEST(dot_ops_dispatch) {
     const char *force = getenv("FT_SIMD");
     bool avx2 = cpu_has_avx2() && !(force && strcmp(force, "scalar") == 0);
-    CHECK(strcmp(ft_quant_simd_name(), avx2 ? "avx2" : "scalar") == 0, "simd %s", ft_quant_simd_name());
+    CHECK(strcmp(ft_quant_simd_name(), avx2 ? "avx2" : "scalar") == 0, "simd %s",
+          ft_quant_simd_name());
     for (size_t i = 0; i < FT_ARRAY_LEN(g_cases); i++) {
         const dot_case *c = &g_cases[i];
         const ft_quant_ops *ops = ft_quant_ops_find(c->type);
@@ -254,7 +259,8 @@ TEST(dot_ref_vs_dequantized_llama) {
     const char *worst_name = "";
     for (size_t i = 0; i < FT_ARRAY_LEN(g_cases); i++) {
         const dot_case *c = &g_cases[i];
-        oracle_row_fn deq_x = c->oracle_dequant ? (oracle_row_fn)oracle_sym(base, c->oracle_dequant) : copy_f32;
+        oracle_row_fn deq_x =
+            c->oracle_dequant ? (oracle_row_fn)oracle_sym(base, c->oracle_dequant) : copy_f32;
         oracle_row_fn deq_y = oracle_dequantizer(base, c->act);
         REQUIRE(deq_x && deq_y);
         const bool float_type = ft_type_traits_find(c->type)->block_elems == 1;
@@ -327,29 +333,31 @@ struct ggml_type_traits_cpu { // ggml-cpu.h
 };
 typedef const struct ggml_type_traits_cpu *(*get_traits_fn)(int type);
 
-// libggml-cpu-haswell.so (llama.cpp's AVX2 + FMA + F16C + BMI2 build), or NULL after a skip.
+// libggml-cpu-haswell.so (llama.cpp's AVX2 + FMA + F16C + BMI2 build), or NULL after the
+// current test was skipped (a CPU without those, or no oracle) or failed (a broken install).
 static void *oracle_cpu_haswell(void) {
     static void *h;
     static bool tried;
+    static char why[1024];
+    __builtin_cpu_init();
+    if (!cpu_has_avx2() || !__builtin_cpu_supports("bmi2")) {
+        test_skip("the CPU cannot run llama.cpp's AVX2 build");
+        return NULL;
+    }
+    if (!oracle_ggml_base()) return NULL;
     if (!tried) {
         tried = true;
-        __builtin_cpu_init();
-        if (!cpu_has_avx2() || !__builtin_cpu_supports("bmi2")) return NULL;
-        if (!oracle_ggml_base()) return NULL;
         char path[1024];
         snprintf(path, sizeof(path), "%s/libggml-cpu-haswell.so", oracle_lib_dir());
         h = dlopen(path, RTLD_NOW | RTLD_GLOBAL);
-        if (!h) {
-            test_fail(__FILE__, __LINE__, "cannot load %s: %s", path, dlerror());
-            return NULL;
+        if (h) {
+            void (*cpu_init)(void) = (void (*)(void))oracle_sym(h, "ggml_cpu_init");
+            if (cpu_init) cpu_init();
+        } else {
+            snprintf(why, sizeof(why), "%s", dlerror());
         }
-        void (*cpu_init)(void) = (void (*)(void))oracle_sym(h, "ggml_cpu_init");
-        if (cpu_init) cpu_init();
     }
-    if (!h) {
-        if (!cpu_has_avx2()) test_skip("the CPU cannot run llama.cpp's AVX2 build");
-        else if (oracle_ggml_base()) test_skip("libggml-cpu-haswell.so not loaded");
-    }
+    if (!h) test_fail(__FILE__, __LINE__, "cannot load llama.cpp's CPU backend: %s", why);
     return h;
 }
 

@@ -46,29 +46,61 @@ static float *boundary_floats(float (*to_f32)(uint16_t), uint16_t max_finite, si
         float lo = to_f32((uint16_t)h), hi = to_f32((uint16_t)(h + 1));
         float mid = lo + (hi - lo) * 0.5f; // exact: the formats have < 24 mantissa bits
         float probes[6] = {mid, nextafterf(mid, 0.0f), nextafterf(mid, INFINITY),
-                           lo, nextafterf(lo, 0.0f), nextafterf(lo, INFINITY)};
+                           lo,  nextafterf(lo, 0.0f),  nextafterf(lo, INFINITY)};
         for (int k = 0; k < 6; k++) {
             v[n++] = probes[k];
             v[n++] = -probes[k];
         }
     }
     const float edges[] = {
-        0.0f, -0.0f, 0x1p-24f, 0x1p-25f, nextafterf(0x1p-25f, 1.0f), nextafterf(0x1p-25f, 0.0f),
-        0x1.8p-25f, 0x1p-14f, nextafterf(0x1p-14f, 0.0f), 0x1.ff8p-15f, 65504.0f, 65519.99f,
-        nextafterf(65520.0f, 0.0f), 65520.0f, 65536.0f, 1e10f, FLT_MAX, FLT_MIN, 0x1p-149f,
-        0x1p-126f, INFINITY, -INFINITY, NAN, -NAN, ft_f32_from_bits(0x7f800001u),
-        ft_f32_from_bits(0xff800001u), ft_f32_from_bits(0x7fbfffffu), ft_f32_from_bits(0x7fffffffu),
-        1.0f, -1.0f, 3.14159265f, 1.0f / 3.0f,
+        0.0f,
+        -0.0f,
+        0x1p-24f,
+        0x1p-25f,
+        nextafterf(0x1p-25f, 1.0f),
+        nextafterf(0x1p-25f, 0.0f),
+        0x1.8p-25f,
+        0x1p-14f,
+        nextafterf(0x1p-14f, 0.0f),
+        0x1.ff8p-15f,
+        65504.0f,
+        65519.99f,
+        nextafterf(65520.0f, 0.0f),
+        65520.0f,
+        65536.0f,
+        1e10f,
+        FLT_MAX,
+        FLT_MIN,
+        0x1p-149f,
+        0x1p-126f,
+        INFINITY,
+        -INFINITY,
+        NAN,
+        -NAN,
+        ft_f32_from_bits(0x7f800001u),
+        ft_f32_from_bits(0xff800001u),
+        ft_f32_from_bits(0x7fbfffffu),
+        ft_f32_from_bits(0x7fffffffu),
+        1.0f,
+        -1.0f,
+        3.14159265f,
+        1.0f / 3.0f,
     };
-    for (size_t k = 0; k < FT_ARRAY_LEN(edges); k++) v[n++] = edges[k];
+    for (size_t k = 0; k < FT_ARRAY_LEN(edges); k++)
+        v[n++] = edges[k];
     ft_rng rng = ft_rng_init(1234);
-    while (n < cap) v[n++] = ft_f32_from_bits((uint32_t)ft_rng_next(&rng));
+    while (n < cap)
+        v[n++] = ft_f32_from_bits((uint32_t)ft_rng_next(&rng));
     *count = n;
     return v;
 }
 
-static float fp16_value(uint16_t h) { return ft_fp16_to_fp32(h); }
-static float bf16_value(uint16_t h) { return ft_bf16_to_fp32(h); }
+static float fp16_value(uint16_t h) {
+    return ft_fp16_to_fp32(h);
+}
+static float bf16_value(uint16_t h) {
+    return ft_bf16_to_fp32(h);
+}
 
 TEST(quant_fp16_to_fp32_all_patterns) {
     void *lib = oracle_ggml_base();
@@ -94,12 +126,13 @@ TEST(quant_fp16_to_fp32_all_patterns) {
         h[i] = (uint16_t)i;
         float a = ft_fp16_to_fp32((uint16_t)i), b = ref((uint16_t)i);
         if (!same_f32(a, b) && bad++ < 5)
-            CHECK(false, "fp16 0x%04x: ours %a (0x%08x), llama.cpp %a (0x%08x)", i, a,
-                  ft_f32_bits(a), b, ft_f32_bits(b));
+            CHECK(false, "fp16 0x%04x: ours %a (0x%08x), llama.cpp %a (0x%08x)", i, a, ft_f32_bits(a), b,
+                  ft_f32_bits(b));
     }
     CHECK(bad == 0, "%d of 65536 patterns differ", bad);
 
-    for (int i = 0; i < 65536; i++) ours[i] = theirs[i] = NAN;
+    for (int i = 0; i < 65536; i++)
+        ours[i] = theirs[i] = NAN;
     ft_dequantize_row_f16(h, ours, 65536);
     ref_row(h, theirs, 65536);
     for (int i = 0; i < 65536; i++) {
@@ -132,8 +165,7 @@ TEST(quant_fp32_to_fp16_rounding) {
     for (size_t i = 0; i < n; i++) {
         uint16_t a = ft_fp32_to_fp16(x[i]), b = ref(x[i]);
         if (a != b && bad++ < 5)
-            CHECK(false, "float %a (0x%08x): ours 0x%04x, llama.cpp 0x%04x", x[i],
-                  ft_f32_bits(x[i]), a, b);
+            CHECK(false, "float %a (0x%08x): ours 0x%04x, llama.cpp 0x%04x", x[i], ft_f32_bits(x[i]), a, b);
     }
     CHECK(bad == 0, "%zu of %zu floats differ", bad, n);
 
@@ -194,8 +226,7 @@ TEST(quant_bf16_conversions) {
     for (size_t i = 0; i < n; i++) {
         uint16_t a = ft_fp32_to_bf16(x[i]), b = ref_to16(x[i]).bits;
         if (a != b && nbad++ < 5)
-            CHECK(false, "float %a (0x%08x): ours 0x%04x, llama.cpp 0x%04x", x[i],
-                  ft_f32_bits(x[i]), a, b);
+            CHECK(false, "float %a (0x%08x): ours 0x%04x, llama.cpp 0x%04x", x[i], ft_f32_bits(x[i]), a, b);
     }
     CHECK(nbad == 0, "%zu of %zu floats differ", nbad, n);
     uint16_t *o = malloc(n * sizeof(uint16_t)), *t = malloc(n * sizeof(uint16_t));

@@ -23,9 +23,15 @@ static void put(buf *b, const void *d, size_t n) {
     memcpy(b->p + b->n, d, n);
     b->n += n;
 }
-static void put_u8(buf *b, uint8_t v) { put(b, &v, 1); }
-static void put_u32(buf *b, uint32_t v) { put(b, &v, 4); }
-static void put_u64(buf *b, uint64_t v) { put(b, &v, 8); }
+static void put_u8(buf *b, uint8_t v) {
+    put(b, &v, 1);
+}
+static void put_u32(buf *b, uint32_t v) {
+    put(b, &v, 4);
+}
+static void put_u64(buf *b, uint64_t v) {
+    put(b, &v, 8);
+}
 static void put_str(buf *b, const char *s) {
     put_u64(b, strlen(s));
     put(b, s, strlen(s));
@@ -34,20 +40,20 @@ static void put_str(buf *b, const char *s) {
 // Which key/values the file holds: the valid set, or the valid set with one defect.
 enum kvs {
     KVS_VALID,
-    KVS_HUGE_KEY_LEN,    // a key's length is 2^60
-    KVS_HUGE_STR_LEN,    // a string value's length is 2^60
+    KVS_HUGE_KEY_LEN, // a key's length is 2^60
+    KVS_HUGE_STR_LEN, // a string value's length is 2^60
     KVS_EMPTY_KEY,
     KVS_DUP_KEY,
     KVS_ALIGN_0,
     KVS_ALIGN_3,
-    KVS_ALIGN_I32,       // general.alignment stored as int32
+    KVS_ALIGN_I32, // general.alignment stored as int32
     KVS_ARRAY_OF_ARRAYS,
-    KVS_UNKNOWN_TYPE,    // value type 13
-    KVS_UNKNOWN_ELEM,    // array element type 99
+    KVS_UNKNOWN_TYPE, // value type 13
+    KVS_UNKNOWN_ELEM, // array element type 99
     KVS_BOOL_2,
     KVS_BOOL_ARRAY_2,
-    KVS_HUGE_ARRAY,      // a uint32 array of 2^61 elements
-    KVS_HUGE_STR_ARRAY,  // a string array of 2^40 elements
+    KVS_HUGE_ARRAY,     // a uint32 array of 2^61 elements
+    KVS_HUGE_STR_ARRAY, // a string array of 2^40 elements
 };
 
 typedef struct tinfo {
@@ -160,7 +166,8 @@ static buf build(const spec *s) {
         const tinfo *t = &s->t[i];
         put_str(&b, t->name);
         put_u32(&b, t->n_dims);
-        for (uint32_t d = 0; d < t->n_dims; d++) put_u64(&b, t->ne[d]);
+        for (uint32_t d = 0; d < t->n_dims; d++)
+            put_u64(&b, t->ne[d]);
         put_u32(&b, t->type);
         put_u64(&b, t->offset);
     }
@@ -168,8 +175,10 @@ static buf build(const spec *s) {
     n_kv = s->n_kv == UINT64_MAX ? n_kv : s->n_kv;
     memcpy(b.p + counts_at, &n_tensors, 8);
     memcpy(b.p + counts_at + 8, &n_kv, 8);
-    while (b.n % 32) put_u8(&b, 0);
-    for (uint64_t i = 0; i < s->data_bytes; i++) put_u8(&b, (uint8_t)(i * 7 + 1));
+    while (b.n % 32)
+        put_u8(&b, 0);
+    for (uint64_t i = 0; i < s->data_bytes; i++)
+        put_u8(&b, (uint8_t)(i * 7 + 1));
     return b;
 }
 
@@ -252,8 +261,8 @@ TEST(gguf_bad_truncated_everywhere) {
     // The messages say where the file ended.
     ft_err err = {{0}};
     CHECK(b.n == 448, "%zu", b.n);
-    CHECK(!gguf_open_buffer(b.p, 30, &err) && strstr(err.msg, "n_tensors 2 at offset 8 is more than"),
-          "%s", err.msg);
+    CHECK(!gguf_open_buffer(b.p, 30, &err) && strstr(err.msg, "n_tensors 2 at offset 8 is more than"), "%s",
+          err.msg);
     CHECK(!gguf_open_buffer(b.p, 250, &err) &&
               strstr(err.msg, "tensor 1 of 2: unexpected end of file at offset 249 reading the "
                               "tensor name length (8 bytes needed, 1 left)"),
@@ -374,7 +383,8 @@ TEST(gguf_bad_data_layout) {
     expect_bad2(&s, "misaligned offset", "data offset 97 at offset", "is not a multiple of the alignment 32");
     s = valid_spec();
     s.t[1].offset = 128;
-    expect_bad2(&s, "past the end", "tensor 'out.weight': data [offset ", "32 bytes] extends past the end of the file");
+    expect_bad2(&s, "past the end", "tensor 'out.weight': data [offset ",
+                "32 bytes] extends past the end of the file");
     s = valid_spec();
     s.t[1].offset = 1ull << 63;
     expect_bad(&s, "offset overflow", "extends past the end of the file");

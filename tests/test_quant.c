@@ -5,10 +5,11 @@
 // - Dequantization: rows of random blocks (random bytes, with the fp16 scales set to finite
 //   values: ordinary magnitudes, then edge values such as 0, -0, subnormals and 65504) expand to
 //   exactly llama.cpp's floats, bit for bit.
-// - Quantization: rows drawn from 15 distributions (normal, uniform, outliers, all zero, one
+// - Quantization: rows drawn from 17 distributions (normal, uniform, outliers, all zero, one
 //   huge value per 256, all positive, all negative, tiny, large, sparse, constant runs, values
 //   on a half-integer grid, per-sub-block magnitudes, values exactly on rounding ties, block
-//   maxima just below a power of two) quantize to exactly llama.cpp's bytes
+//   maxima just below a power of two, float subnormals, NaN and infinities) quantize to
+//   exactly llama.cpp's bytes
 //   (quantize_row_*_ref). One stated exception: the codes of an all-zero iq4_nl block, which
 //   llama.cpp leaves as scratch memory (see quantize_iq.c).
 // - Round trip: quantize -> dequantize error relative to the data's RMS is within each
@@ -83,9 +84,10 @@ static bool same_f32(float a, float b) {
 static bool floats_match(const char *what, const float *ours, const float *theirs, int64_t n) {
     for (int64_t i = 0; i < n; i++) {
         if (!same_f32(ours[i], theirs[i])) {
-            CHECK(false, "%s: first difference at element %lld: ours %.9g (0x%08x), llama.cpp %.9g "
-                  "(0x%08x)", what, (long long)i, ours[i], ft_f32_bits(ours[i]), theirs[i],
-                  ft_f32_bits(theirs[i]));
+            CHECK(false,
+                  "%s: first difference at element %lld: ours %.9g (0x%08x), llama.cpp %.9g "
+                  "(0x%08x)",
+                  what, (long long)i, ours[i], ft_f32_bits(ours[i]), theirs[i], ft_f32_bits(theirs[i]));
             return false;
         }
     }
@@ -115,12 +117,11 @@ TEST(quant_traits_match_llama) {
         }
         valid++;
         REQUIRE(t, "id %d (%s) has no traits", id, type_name(id));
-        CHECK(t->block_elems == blck, "%s: %d elements per block, ggml %lld", t->name,
-              t->block_elems, (long long)blck);
-        CHECK((size_t)t->block_bytes == type_size(id), "%s: %d bytes per block, ggml %zu",
-              t->name, t->block_bytes, type_size(id));
-        CHECK(strcmp(t->name, type_name(id)) == 0, "id %d: name %s, ggml %s", id, t->name,
-              type_name(id));
+        CHECK(t->block_elems == blck, "%s: %d elements per block, ggml %lld", t->name, t->block_elems,
+              (long long)blck);
+        CHECK((size_t)t->block_bytes == type_size(id), "%s: %d bytes per block, ggml %zu", t->name,
+              t->block_bytes, type_size(id));
+        CHECK(strcmp(t->name, type_name(id)) == 0, "id %d: name %s, ggml %s", id, t->name, type_name(id));
         enum ft_type parsed;
         CHECK(ft_type_from_name(t->name, &parsed) && parsed == (enum ft_type)id, "%s", t->name);
         for (int64_t nb = 0; nb <= 1000; nb += 333) {
@@ -165,11 +166,12 @@ static int half_fields(enum ft_type t, int off[2]) {
 static void random_row(enum ft_type t, ft_rng *rng, bool edge, uint8_t *dst, int64_t n) {
     const ft_type_traits *tr = traits_of(t);
     const size_t bytes = ft_row_bytes(t, n);
-    for (size_t i = 0; i < bytes; i++) dst[i] = (uint8_t)ft_rng_next(rng);
+    for (size_t i = 0; i < bytes; i++)
+        dst[i] = (uint8_t)ft_rng_next(rng);
     if (tr->block_elems == 1) return; // float formats: every pattern, NaNs included
 
-    static const uint16_t edge_halves[] = {0x0000, 0x8000, 0x0001, 0x83ff, 0x03ff, 0x0400,
-                                           0x7bff, 0xfbff, 0x3c00, 0x1400};
+    static const uint16_t edge_halves[] = {0x0000, 0x8000, 0x0001, 0x83ff, 0x03ff,
+                                           0x0400, 0x7bff, 0xfbff, 0x3c00, 0x1400};
     static const float edge_floats[] = {0.0f, -0.0f, 1e-40f, 0x1p-149f, 1e30f, -3.4e38f, 1.0f};
     static const uint8_t edge_exps[] = {0, 1, 2, 100, 127, 200, 254, 255};
     int off[2];
@@ -187,8 +189,8 @@ static void random_row(enum ft_type t, ft_rng *rng, bool edge, uint8_t *dst, int
             memcpy(blk + off[k], &h, sizeof(h));
         }
         if (t == FT_TYPE_Q8_K) {
-            float d = edge ? edge_floats[ft_rng_next(rng) % FT_ARRAY_LEN(edge_floats)]
-                           : 0.01f * ft_rng_normal(rng);
+            float d =
+                edge ? edge_floats[ft_rng_next(rng) % FT_ARRAY_LEN(edge_floats)] : 0.01f * ft_rng_normal(rng);
             memcpy(blk + offsetof(block_q8_K, d), &d, sizeof(d));
         }
         if (t == FT_TYPE_MXFP4 && edge) blk[0] = edge_exps[ft_rng_next(rng) % FT_ARRAY_LEN(edge_exps)];
@@ -198,6 +200,8 @@ static void random_row(enum ft_type t, ft_rng *rng, bool edge, uint8_t *dst, int
 TEST(quant_dequantize_matches_llama) {
     void *lib = oracle_ggml_base();
     if (!lib) return;
+    to_float_fn ref_q8_0 = (to_float_fn)oracle_sym(lib, "dequantize_row_q8_0");
+    REQUIRE(ref_q8_0);
     ft_rng rng = ft_rng_init(42);
     float *ours = malloc(ROW * sizeof(float)), *theirs = malloc(ROW * sizeof(float));
     uint8_t *src = malloc(ROW * sizeof(float));
@@ -210,7 +214,8 @@ TEST(quant_dequantize_matches_llama) {
         for (int edge = 0; edge < 2; edge++) {
             for (int r = 0; r < ROWS_PER_CASE; r++) {
                 random_row(tc->type, &rng, edge, src, ROW);
-                for (int i = 0; i < ROW; i++) ours[i] = NAN, theirs[i] = 0.0f;
+                for (int i = 0; i < ROW; i++)
+                    ours[i] = NAN, theirs[i] = 0.0f;
                 tc->dequantize(src, ours, ROW);
                 if (ref) {
                     ref(src, theirs, ROW);
@@ -224,13 +229,10 @@ TEST(quant_dequantize_matches_llama) {
                         as_q8_0[i].d = b[i].d;
                         memcpy(as_q8_0[i].qs, b[i].qs, QK8_0);
                     }
-                    to_float_fn q8_0 = (to_float_fn)oracle_sym(lib, "dequantize_row_q8_0");
-                    REQUIRE(q8_0);
-                    q8_0(as_q8_0, theirs, ROW);
+                    ref_q8_0(as_q8_0, theirs, ROW);
                 }
                 char what[64];
-                snprintf(what, sizeof(what), "%s, %s scales, row %d", name,
-                         edge ? "edge" : "ordinary", r);
+                snprintf(what, sizeof(what), "%s, %s scales, row %d", name, edge ? "edge" : "ordinary", r);
                 floats_match(what, ours, theirs, ROW);
             }
         }
@@ -243,74 +245,121 @@ TEST(quant_dequantize_matches_llama) {
 // ---------------------------------------------------------------------------------------------
 // Quantization
 
-static const char *const k_dists[] = {
-    "normal", "uniform", "outliers", "zeros", "one huge", "positive", "negative",
-    "tiny", "large", "sparse", "constant runs", "half-integer grid", "sub-block scales",
-    "exact ties", "max just below 2^k",
+enum dist {
+    DIST_NORMAL,
+    DIST_UNIFORM,
+    DIST_OUTLIERS, // 1% of values 50x larger
+    DIST_ZEROS,
+    DIST_ONE_HUGE,   // one +-1e4 in every 256, the rest N(0, 0.01)
+    DIST_POSITIVE,   // all in [0.5, 1.5)
+    DIST_NEGATIVE,   // N(-3, 1)
+    DIST_TINY,       // per 32, magnitudes 1e-6..1e-10: fp16 scales subnormal or flushed to 0
+    DIST_LARGE,      // N(0, 3e4): fp16 scales near overflow
+    DIST_SPARSE,     // 90% zeros, so some whole blocks are zero
+    DIST_CONSTANT,   // runs of 16 equal values (max == min)
+    DIST_GRID,       // multiples of 0.5
+    DIST_SUB_SCALES, // a magnitude per 16 elements (1e-3..10), as in real weights
+    DIST_TIES,       // blocks whose scale comes out exactly 1 or 1/2 and whose values sit on ties
+    DIST_POW2,       // block maxima just below a power of two (log2f rounds up to it)
+    DIST_SUBNORMAL,  // float subnormals: 1/d and -127/max overflow to infinity
+    DIST_NONFINITE,  // NaN and +-inf among normals: garbage in, llama.cpp's garbage out
+    DIST_COUNT,
 };
-#define N_DISTS ((int)FT_ARRAY_LEN(k_dists))
 
-static void fill_dist(int dist, ft_rng *rng, float *x, int n) {
+static const char *const k_dist_names[DIST_COUNT] = {
+    [DIST_NORMAL] = "normal",
+    [DIST_UNIFORM] = "uniform",
+    [DIST_OUTLIERS] = "outliers",
+    [DIST_ZEROS] = "zeros",
+    [DIST_ONE_HUGE] = "one huge",
+    [DIST_POSITIVE] = "positive",
+    [DIST_NEGATIVE] = "negative",
+    [DIST_TINY] = "tiny",
+    [DIST_LARGE] = "large",
+    [DIST_SPARSE] = "sparse",
+    [DIST_CONSTANT] = "constant runs",
+    [DIST_GRID] = "half-integer grid",
+    [DIST_SUB_SCALES] = "sub-scales",
+    [DIST_TIES] = "exact ties",
+    [DIST_POW2] = "max below 2^k",
+    [DIST_SUBNORMAL] = "subnormal",
+    [DIST_NONFINITE] = "NaN and inf",
+};
+
+// Blocks of 32 for DIST_TIES, in turn: q8_0 (max 127, so d = 1) with half-integers; iq4_nl
+// (max -127, d = 1) with midpoints of its levels; mxfp4 (max 6, d = 1/2) with midpoints of its
+// levels; q4_0 (max -8, d = 1) with half-integers.
+static void fill_ties(ft_rng *rng, float *x, int n) {
+    static const float iq4_mid[] = {-115.5f, -93.5f, -74,   -57,   -42, -28.5f, -16, -4.5f,
+                                    7,       19,     31.5f, 45.5f, 61,  79,     101};
+    static const float fp4_mid[] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5};
+    static const float lead[4] = {127, -127, 6, -8};
+    for (int b = 0; b < n; b += 32) {
+        const int variant = (b / 32) % 4;
+        for (int i = b; i < b + 32; i++) {
+            const uint64_t r = ft_rng_next(rng) >> 8;
+            switch (variant) {
+            case 0: x[i] = (float)(int)(r % 253) - 126.5f; break;
+            case 1: x[i] = iq4_mid[r % 15]; break;
+            case 2: x[i] = (r & 1 ? 1 : -1) * fp4_mid[(r >> 1) % 7]; break;
+            case 3: x[i] = (float)(int)(r % 16) - 7.5f; break;
+            }
+        }
+        x[b + (int)(ft_rng_next(rng) % 32)] = lead[variant];
+    }
+}
+
+// Multiplies each run of `run` elements by 10^(lo + span * u), u uniform in [0, 1).
+static void scale_runs(ft_rng *rng, float *x, int n, int run, float lo, float span) {
+    for (int b = 0; b < n; b += run) {
+        const float s = powf(10.0f, lo + span * ft_rng_uniform(rng));
+        for (int i = b; i < b + run; i++)
+            x[i] *= s;
+    }
+}
+
+static void fill_dist(enum dist dist, ft_rng *rng, float *x, int n) {
     for (int i = 0; i < n; i++) {
-        float g = ft_rng_normal(rng);
+        const float g = ft_rng_normal(rng);
         switch (dist) {
-        case 0: x[i] = g; break;
-        case 1: x[i] = 2.0f * ft_rng_uniform(rng) - 1.0f; break;
-        case 2: x[i] = ft_rng_uniform(rng) < 0.01f ? 50.0f * g : g; break;
-        case 3: x[i] = 0.0f; break;
-        case 4: x[i] = 0.01f * g; break;
-        case 5: x[i] = 0.5f + ft_rng_uniform(rng); break;
-        case 6: x[i] = g - 3.0f; break;
-        case 7: x[i] = 1e-6f * g; break;
-        case 8: x[i] = 3e4f * g; break;
-        case 9: x[i] = ft_rng_uniform(rng) < 0.9f ? 0.0f : g; break;
-        case 10: x[i] = i % 16 ? x[i - 1] : g; break;
-        case 11: x[i] = roundf(4.0f * g) * 0.5f; break;
+        case DIST_UNIFORM: x[i] = 2.0f * ft_rng_uniform(rng) - 1.0f; break;
+        case DIST_OUTLIERS: x[i] = ft_rng_uniform(rng) < 0.01f ? 50.0f * g : g; break;
+        case DIST_ZEROS: x[i] = 0.0f; break;
+        case DIST_ONE_HUGE: x[i] = 0.01f * g; break;
+        case DIST_POSITIVE: x[i] = 0.5f + ft_rng_uniform(rng); break;
+        case DIST_NEGATIVE: x[i] = g - 3.0f; break;
+        case DIST_TINY: x[i] = 1e-6f * g; break;
+        case DIST_LARGE: x[i] = 3e4f * g; break;
+        case DIST_SPARSE: x[i] = ft_rng_uniform(rng) < 0.9f ? 0.0f : g; break;
+        case DIST_CONSTANT: x[i] = i % 16 ? x[i - 1] : g; break;
+        case DIST_GRID: x[i] = roundf(4.0f * g) * 0.5f; break;
+        case DIST_SUBNORMAL: x[i] = 1e-39f * g; break;
         default: x[i] = g; break;
         }
     }
-    if (dist == 4) { // one huge value in every 256
+    switch (dist) {
+    case DIST_ONE_HUGE:
         for (int b = 0; b < n; b += 256)
             x[b + (int)(ft_rng_next(rng) % 256)] = ft_rng_next(rng) & 1 ? 1e4f : -1e4f;
-    }
-    if (dist == 7) { // tiny: scales from fp16-subnormal down to flushed to zero
-        for (int b = 0; b < n; b += 32) {
-            float s = powf(10.0f, -4.0f * ft_rng_uniform(rng));
-            for (int i = b; i < b + 32; i++) x[i] *= s;
-        }
-    }
-    if (dist == 13) { // blocks of 32 whose scale is exactly 1 and whose values sit on ties
-        static const float iq4_mid[] = {-115.5f, -93.5f, -74, -57, -42, -28.5f, -16, -4.5f,
-                                        7, 19, 31.5f, 45.5f, 61, 79, 101};
-        static const float fp4_mid[] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5};
-        for (int b = 0; b < n; b += 32) {
-            const int variant = (b / 32) % 4;
-            for (int i = b; i < b + 32; i++) {
-                const uint64_t r = ft_rng_next(rng);
-                const float sign = r & 1 ? 1.0f : -1.0f;
-                switch (variant) {
-                case 0: x[i] = (float)(int)((r >> 8) % 253) - 126.5f; break; // q8: d = 1
-                case 1: x[i] = iq4_mid[(r >> 8) % 15]; break;                 // iq4_nl: d = 1
-                case 2: x[i] = sign * fp4_mid[(r >> 8) % 7]; break;           // mxfp4: d = 1/2
-                case 3: x[i] = (float)(int)((r >> 8) % 16) - 7.5f; break;     // q4_0: d = 1
-                }
-            }
-            const float lead[4] = {127, -127, 6, -8}; // the largest magnitude, fixing d
-            x[b + (int)(ft_rng_next(rng) % 32)] = lead[variant];
-        }
-    }
-    if (dist == 14) { // block maxima just below a power of two (log2f rounds up to it)
+        break;
+    case DIST_TINY: scale_runs(rng, x, n, 32, -4.0f, 4.0f); break;
+    case DIST_SUB_SCALES: scale_runs(rng, x, n, 16, -3.0f, 4.0f); break;
+    case DIST_TIES: fill_ties(rng, x, n); break;
+    case DIST_POW2:
         for (int b = 0; b < n; b += 32) {
             const float top = nextafterf(ldexpf(1.0f, (int)(ft_rng_next(rng) % 41) - 20), 0.0f);
-            for (int i = b; i < b + 32; i++) x[i] = top * (2.0f * ft_rng_uniform(rng) - 1.0f);
+            for (int i = b; i < b + 32; i++)
+                x[i] = top * (2.0f * ft_rng_uniform(rng) - 1.0f);
             x[b + (int)(ft_rng_next(rng) % 32)] = ft_rng_next(rng) & 1 ? top : -top;
         }
-    }
-    if (dist == 12) { // a magnitude per 16 elements, as in real weights
-        for (int b = 0; b < n; b += 16) {
-            float s = powf(10.0f, -3.0f + 4.0f * ft_rng_uniform(rng));
-            for (int i = b; i < b + 16; i++) x[i] *= s;
+        break;
+    case DIST_NONFINITE:
+        for (int i = 0; i < n; i++) {
+            const uint64_t r = ft_rng_next(rng) % 64;
+            if (r < 3) x[i] = r == 0 ? NAN : r == 1 ? INFINITY : -INFINITY;
         }
+        break;
+    default: break;
     }
 }
 
@@ -338,10 +387,10 @@ TEST(quant_quantize_matches_llama) {
         const size_t bytes = ft_row_bytes(tc->type, ROW);
         uint8_t *ours = malloc(bytes), *theirs = malloc(bytes);
         int bad_blocks = 0, blocks = 0;
-        for (int dist = 0; dist < N_DISTS; dist++) {
+        for (int dist = 0; dist < DIST_COUNT; dist++) {
             ft_rng rng = ft_rng_init(1000 + (uint64_t)dist);
             for (int r = 0; r < ROWS_PER_CASE; r++) {
-                fill_dist(dist, &rng, x, ROW);
+                fill_dist((enum dist)dist, &rng, x, ROW);
                 memset(ours, 0xa5, bytes);
                 memset(theirs, 0, bytes);
                 tc->quantize(x, ours, ROW);
@@ -355,10 +404,12 @@ TEST(quant_quantize_matches_llama) {
                     if (!block_differs(tc->type, ours + o, theirs + o, tr->block_bytes)) continue;
                     if (bad_blocks++ == 0) {
                         size_t k = 0;
-                        while (ours[o + k] == theirs[o + k]) k++;
-                        CHECK(false, "%s, %s row %d: block %d differs first at byte %zu: ours 0x%02x, "
-                              "llama.cpp 0x%02x", tr->name, k_dists[dist], r, b, k, ours[o + k],
-                              theirs[o + k]);
+                        while (ours[o + k] == theirs[o + k])
+                            k++;
+                        CHECK(false,
+                              "%s, %s row %d: block %d differs first at byte %zu: ours 0x%02x, "
+                              "llama.cpp 0x%02x",
+                              tr->name, k_dist_names[dist], r, b, k, ours[o + k], theirs[o + k]);
                     }
                 }
             }
@@ -388,14 +439,15 @@ TEST(quant_round_trip_error) {
         const type_case *tc = &k_cases[c];
         const char *name = ft_type_name(tc->type);
         tc->quantize(x, q, n);
-        for (int i = 0; i < n; i++) y[i] = NAN;
+        for (int i = 0; i < n; i++)
+            y[i] = NAN;
         tc->dequantize(q, y, n);
         double se = 0;
-        for (int i = 0; i < n; i++) se += ((double)x[i] - y[i]) * ((double)x[i] - y[i]);
+        for (int i = 0; i < n; i++)
+            se += ((double)x[i] - y[i]) * ((double)x[i] - y[i]);
         const double rel = sqrt(se / sx2);
         if (getenv("FT_TEST_VERBOSE")) fprintf(stderr, "    %-7s rel rmse %.5f\n", name, rel);
-        CHECK(rel <= tc->max_rel_rmse, "%s: relative RMSE %.5f above %.5f", name, rel,
-              tc->max_rel_rmse);
+        CHECK(rel <= tc->max_rel_rmse, "%s: relative RMSE %.5f above %.5f", name, rel, tc->max_rel_rmse);
 
         // An all-zero row decodes to zeros (+0 or -0) in every format.
         tc->quantize(zeros, q, ROW);

@@ -90,7 +90,9 @@ void gguf_close(gguf_file *f); // NULL is a no-op
 
 uint32_t gguf_version(const gguf_file *f);
 uint32_t gguf_alignment(const gguf_file *f);
-uint64_t gguf_data_offset(const gguf_file *f); // file offset of the data section
+// File offset of the data section: the header's end padded to the alignment (not padded when
+// there are no tensors, as in llama.cpp).
+uint64_t gguf_data_offset(const gguf_file *f);
 uint64_t gguf_file_size(const gguf_file *f);
 const void *gguf_file_base(const gguf_file *f); // start of the mapping
 
@@ -152,7 +154,7 @@ void gguf_writer_set_f32(gguf_writer *w, const char *key, float v);
 void gguf_writer_set_f64(gguf_writer *w, const char *key, double v);
 void gguf_writer_set_bool(gguf_writer *w, const char *key, bool v);
 void gguf_writer_set_str(gguf_writer *w, const char *key, const char *v);
-// Numeric arrays: elements packed little-endian in elem_type's width.
+// Numeric arrays: elements packed little-endian in elem_type's width (bool: bytes 0 or 1).
 void gguf_writer_set_arr(gguf_writer *w, const char *key, enum gguf_value_type elem_type,
                          const void *data, uint64_t count);
 void gguf_writer_set_arr_str(gguf_writer *w, const char *key, const char *const *strs,
@@ -168,7 +170,8 @@ int64_t gguf_writer_add_tensor(gguf_writer *w, const char *name, enum ft_type ty
 // Writes magic, counts, key/values, tensor infos and padding to path. Returns false and sets
 // *err on an I/O error.
 bool gguf_writer_begin(gguf_writer *w, const char *path, ft_err *err);
-// Appends the data of the next tensor (bytes must equal its size) plus alignment padding.
+// Appends the data of the next tensor (bytes must equal its size: FT_ASSERT) plus alignment
+// padding. After an I/O error every later call returns false.
 bool gguf_writer_tensor_data(gguf_writer *w, const void *data, uint64_t bytes, ft_err *err);
 // Checks every tensor got its data, flushes and closes the file.
 bool gguf_writer_finish(gguf_writer *w, ft_err *err);

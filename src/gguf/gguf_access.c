@@ -24,8 +24,8 @@ size_t gguf_value_size(enum gguf_value_type t) {
 
 const char *gguf_value_type_name(enum gguf_value_type t) {
     static const char *const names[GGUF_VALUE_TYPE_COUNT] = {
-        "uint8", "int8",   "uint16", "int16", "uint32", "int32",  "float32",
-        "bool",  "string", "array",  "uint64", "int64", "float64",
+        "uint8", "int8",   "uint16", "int16",  "uint32", "int32",   "float32",
+        "bool",  "string", "array",  "uint64", "int64",  "float64",
     };
     return (unsigned)t < GGUF_VALUE_TYPE_COUNT ? names[t] : "unknown";
 }
@@ -38,24 +38,40 @@ bool gguf_str_eq(gguf_str s, const char *c) {
 // ---------------------------------------------------------------------------------------------
 // File
 
-uint32_t gguf_version(const gguf_file *f) { return f->version; }
-uint32_t gguf_alignment(const gguf_file *f) { return f->alignment; }
-uint64_t gguf_data_offset(const gguf_file *f) { return f->data_offset; }
-uint64_t gguf_file_size(const gguf_file *f) { return f->size; }
-const void *gguf_file_base(const gguf_file *f) { return f->base; }
+uint32_t gguf_version(const gguf_file *f) {
+    return f->version;
+}
+uint32_t gguf_alignment(const gguf_file *f) {
+    return f->alignment;
+}
+uint64_t gguf_data_offset(const gguf_file *f) {
+    return f->data_offset;
+}
+uint64_t gguf_file_size(const gguf_file *f) {
+    return f->size;
+}
+const void *gguf_file_base(const gguf_file *f) {
+    return f->base;
+}
 
 // ---------------------------------------------------------------------------------------------
 // Key/values
 
-int64_t gguf_n_kv(const gguf_file *f) { return f->n_kv; }
+int64_t gguf_n_kv(const gguf_file *f) {
+    return f->n_kv;
+}
 
 static const gguf_kv *kv_at(const gguf_file *f, int64_t i) {
     FT_ASSERT(i >= 0 && i < f->n_kv);
     return &f->kv[i];
 }
 
-gguf_str gguf_kv_key(const gguf_file *f, int64_t i) { return kv_at(f, i)->key; }
-enum gguf_value_type gguf_kv_type(const gguf_file *f, int64_t i) { return kv_at(f, i)->type; }
+gguf_str gguf_kv_key(const gguf_file *f, int64_t i) {
+    return kv_at(f, i)->key;
+}
+enum gguf_value_type gguf_kv_type(const gguf_file *f, int64_t i) {
+    return kv_at(f, i)->type;
+}
 
 int64_t gguf_find_key(const gguf_file *f, const char *key) {
     return gguf_index_find(&f->kv_index, key, strlen(key));
@@ -77,16 +93,36 @@ static bool load_int(enum gguf_value_type t, const uint8_t *p, gguf_int *v) {
     *v = (gguf_int){0};
     switch (t) {
     case GGUF_VALUE_TYPE_UINT8: v->u = p[0]; return true;
-    case GGUF_VALUE_TYPE_UINT16: { uint16_t x; memcpy(&x, p, 2); v->u = x; return true; }
-    case GGUF_VALUE_TYPE_UINT32: { uint32_t x; memcpy(&x, p, 4); v->u = x; return true; }
+    case GGUF_VALUE_TYPE_UINT16: {
+        uint16_t x;
+        memcpy(&x, p, 2);
+        v->u = x;
+        return true;
+    }
+    case GGUF_VALUE_TYPE_UINT32: {
+        uint32_t x;
+        memcpy(&x, p, 4);
+        v->u = x;
+        return true;
+    }
     case GGUF_VALUE_TYPE_UINT64: memcpy(&v->u, p, 8); return true;
     default: break;
     }
     v->is_signed = true;
     switch (t) {
     case GGUF_VALUE_TYPE_INT8: v->s = (int8_t)p[0]; return true;
-    case GGUF_VALUE_TYPE_INT16: { int16_t x; memcpy(&x, p, 2); v->s = x; return true; }
-    case GGUF_VALUE_TYPE_INT32: { int32_t x; memcpy(&x, p, 4); v->s = x; return true; }
+    case GGUF_VALUE_TYPE_INT16: {
+        int16_t x;
+        memcpy(&x, p, 2);
+        v->s = x;
+        return true;
+    }
+    case GGUF_VALUE_TYPE_INT32: {
+        int32_t x;
+        memcpy(&x, p, 4);
+        v->s = x;
+        return true;
+    }
     case GGUF_VALUE_TYPE_INT64: memcpy(&v->s, p, 8); return true;
     default: return false;
     }
@@ -154,8 +190,7 @@ bool gguf_get_str(const gguf_file *f, const char *key, gguf_str *out) {
 // ---------------------------------------------------------------------------------------------
 // Arrays
 
-bool gguf_get_arr(const gguf_file *f, const char *key, enum gguf_value_type *elem_type,
-                  uint64_t *count) {
+bool gguf_get_arr(const gguf_file *f, const char *key, enum gguf_value_type *elem_type, uint64_t *count) {
     const gguf_kv *kv = find_kv(f, key);
     if (!kv || kv->type != GGUF_VALUE_TYPE_ARRAY) return false;
     *elem_type = kv->elem_type;
@@ -196,15 +231,16 @@ gguf_str gguf_arr_str(const gguf_file *f, const char *key, uint64_t i) {
 
 const void *gguf_arr_data(const gguf_file *f, const char *key) {
     const gguf_kv *kv = find_kv(f, key);
-    if (!kv || kv->type != GGUF_VALUE_TYPE_ARRAY || kv->elem_type == GGUF_VALUE_TYPE_STRING)
-        return NULL;
+    if (!kv || kv->type != GGUF_VALUE_TYPE_ARRAY || kv->elem_type == GGUF_VALUE_TYPE_STRING) return NULL;
     return kv->value;
 }
 
 // ---------------------------------------------------------------------------------------------
 // Tensors
 
-int64_t gguf_n_tensors(const gguf_file *f) { return f->n_tensors; }
+int64_t gguf_n_tensors(const gguf_file *f) {
+    return f->n_tensors;
+}
 
 const gguf_tensor *gguf_tensor_at(const gguf_file *f, int64_t i) {
     FT_ASSERT(i >= 0 && i < f->n_tensors);

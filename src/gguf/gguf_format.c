@@ -22,7 +22,8 @@ size_t gguf_escape(char *buf, size_t size, const char *s, uint64_t len, uint64_t
     if (truncated) {
         cut = max_bytes;
         // Step back over UTF-8 continuation bytes so a character is not split.
-        for (int k = 0; k < 3 && cut > 0 && ((uint8_t)s[cut] & 0xC0) == 0x80; k++) cut--;
+        for (int k = 0; k < 3 && cut > 0 && ((uint8_t)s[cut] & 0xC0) == 0x80; k++)
+            cut--;
     }
     size_t n = 0;
     for (uint64_t i = 0; i < cut; i++) {
@@ -78,7 +79,8 @@ __attribute__((format(printf, 2, 3))) static void put(out *o, const char *fmt, .
 
 static void put_str(out *o, gguf_str s, uint64_t max_bytes) {
     put(o, "\"");
-    if (o->len + 1 < o->size) o->len += gguf_escape(o->buf + o->len, o->size - o->len, s.ptr, s.len, max_bytes);
+    if (o->len + 1 < o->size)
+        o->len += gguf_escape(o->buf + o->len, o->size - o->len, s.ptr, s.len, max_bytes);
     put(o, "\"");
 }
 

@@ -36,8 +36,7 @@ typedef struct gguf_index {
 } gguf_index;
 
 // Sized for `expected` entries (it grows past that as needed).
-void gguf_index_init(gguf_index *ix, gguf_index_name_fn name_of, const void *owner,
-                     int64_t expected);
+void gguf_index_init(gguf_index *ix, gguf_index_name_fn name_of, const void *owner, int64_t expected);
 void gguf_index_free(gguf_index *ix);
 // Adds entry i under its name. Returns -1 when added, or the index of the entry that already
 // has this name (then nothing is added).
@@ -50,15 +49,15 @@ int64_t gguf_index_find(const gguf_index *ix, const char *name, uint64_t len);
 
 typedef struct gguf_kv {
     gguf_str key;
-    uint64_t offset;                 // file offset of the key (for messages)
-    enum gguf_value_type type;       // GGUF_VALUE_TYPE_ARRAY for arrays
-    enum gguf_value_type elem_type;  // an array's element type; equals type for a scalar
-    uint64_t count;                  // elements of an array; 1 for a scalar
-    const uint8_t *value;            // a scalar's bytes (a string's length prefix), or the
-                                     // first element of an array
-    const uint8_t *raw;              // the type field: raw[0..raw_len) is the type and value
-    uint64_t raw_len;                // exactly as on disk (gguf_writer_copy_kv copies it)
-    uint64_t *str_offs;              // string arrays: offset from `value` of each element
+    uint64_t offset;                // file offset of the key (for messages)
+    enum gguf_value_type type;      // GGUF_VALUE_TYPE_ARRAY for arrays
+    enum gguf_value_type elem_type; // an array's element type; equals type for a scalar
+    uint64_t count;                 // elements of an array; 1 for a scalar
+    const uint8_t *value;           // a scalar's bytes (a string's length prefix), or the
+                                    // first element of an array
+    const uint8_t *raw;             // the type field: raw[0..raw_len) is the type and value
+    uint64_t raw_len;               // exactly as on disk (gguf_writer_copy_kv copies it)
+    uint64_t *str_offs;             // string arrays: offset from `value` of each element
 } gguf_kv;
 
 struct gguf_file {

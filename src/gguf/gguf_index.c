@@ -24,7 +24,8 @@ static bool name_is(const gguf_index *ix, int64_t i, const char *name, uint64_t 
 static void alloc_slots(gguf_index *ix, uint64_t cap) {
     ix->cap = cap;
     ix->slots = ft_malloc(cap * sizeof(*ix->slots));
-    for (uint64_t k = 0; k < cap; k++) ix->slots[k] = (gguf_index_slot){0, -1};
+    for (uint64_t k = 0; k < cap; k++)
+        ix->slots[k] = (gguf_index_slot){0, -1};
 }
 
 // The slot holding name, or the empty slot where it would go.
@@ -36,10 +37,10 @@ static uint64_t probe(const gguf_index *ix, uint64_t h, const char *name, uint64
     }
 }
 
-void gguf_index_init(gguf_index *ix, gguf_index_name_fn name_of, const void *owner,
-                     int64_t expected) {
+void gguf_index_init(gguf_index *ix, gguf_index_name_fn name_of, const void *owner, int64_t expected) {
     uint64_t cap = 16;
-    while (cap < 2 * (uint64_t)FT_MAX(expected, 0)) cap *= 2;
+    while (cap < 2 * (uint64_t)FT_MAX(expected, 0))
+        cap *= 2;
     *ix = (gguf_index){.name_of = name_of, .owner = owner};
     alloc_slots(ix, cap);
 }
@@ -58,7 +59,8 @@ static void grow(gguf_index *ix) {
     for (uint64_t k = 0; k < old_cap; k++) {
         if (old[k].i < 0) continue;
         uint64_t mask = ix->cap - 1, j = old[k].hash & mask;
-        while (ix->slots[j].i >= 0) j = (j + 1) & mask;
+        while (ix->slots[j].i >= 0)
+            j = (j + 1) & mask;
         ix->slots[j] = old[k];
     }
     free(old);

@@ -17,10 +17,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define HEADER_BYTES 24      // magic, version, n_tensors, n_kv
-#define MIN_KV_BYTES 14      // key length (8) + a 1-byte key + value type (4) + a 1-byte value
-#define MIN_TENSOR_BYTES 32  // name length (8) + n_dims (4) + one dim (8) + type (4) + offset (8)
-#define NAME_CHARS 64        // how much of a key or tensor name an error message shows
+#define HEADER_BYTES 24     // magic, version, n_tensors, n_kv
+#define MIN_KV_BYTES 14     // key length (8) + a 1-byte key + value type (4) + a 1-byte value
+#define MIN_TENSOR_BYTES 32 // name length (8) + n_dims (4) + one dim (8) + type (4) + offset (8)
+#define NAME_CHARS 64       // how much of a key or tensor name an error message shows
 
 // ---------------------------------------------------------------------------------------------
 // Bounds-checked reading
@@ -32,7 +32,9 @@ typedef struct cursor {
     ft_err *err;
 } cursor;
 
-static uint64_t bytes_left(const cursor *c) { return c->size - c->pos; }
+static uint64_t bytes_left(const cursor *c) {
+    return c->size - c->pos;
+}
 
 static bool need(cursor *c, uint64_t n, const char *what) {
     if (n <= bytes_left(c)) return true;
@@ -63,10 +65,9 @@ static bool read_str(cursor *c, gguf_str *s, const char *what) {
     uint64_t at = c->pos;
     if (!read_u64(c, &s->len, field)) return false;
     if (s->len > bytes_left(c))
-        return ft_err_set(c->err,
-                          "%s length %" PRIu64 " at offset %" PRIu64
-                          " exceeds the remaining %" PRIu64 " bytes",
-                          what, s->len, at, bytes_left(c));
+        return ft_err_set(
+            c->err, "%s length %" PRIu64 " at offset %" PRIu64 " exceeds the remaining %" PRIu64 " bytes",
+            what, s->len, at, bytes_left(c));
     s->ptr = (const char *)c->base + c->pos;
     c->pos += s->len;
     return true;
@@ -84,9 +85,8 @@ static const char *printable(char *buf, size_t size, gguf_str s) {
 static bool check_version(cursor *c, uint32_t v) {
     if (v == 2 || v == 3) return true;
     if (v == 1)
-        return ft_err_set(c->err,
-                          "GGUF version 1 at offset 4 is not supported (it used 32-bit counts; "
-                          "ft reads versions 2 and 3)");
+        return ft_err_set(c->err, "GGUF version 1 at offset 4 is not supported (it used 32-bit counts; "
+                                  "ft reads versions 2 and 3)");
     uint32_t swapped = __builtin_bswap32(v);
     if (swapped >= 1 && swapped <= 3)
         return ft_err_set(c->err,
@@ -113,8 +113,7 @@ static bool parse_header(gguf_file *f, cursor *c, uint64_t *n_tensors, uint64_t 
     if (memcmp(c->base, GGUF_MAGIC, 4) != 0) {
         char magic[32];
         gguf_escape(magic, sizeof(magic), (const char *)c->base, 4, 4);
-        return ft_err_set(c->err, "bad magic '%s' at offset 0 (expected 'GGUF'): not a GGUF file",
-                          magic);
+        return ft_err_set(c->err, "bad magic '%s' at offset 0 (expected 'GGUF'): not a GGUF file", magic);
     }
     c->pos = 4;
     if (!read_u32(c, &f->version, "the version") || !check_version(c, f->version)) return false;
@@ -155,8 +154,8 @@ static bool parse_elems(cursor *c, enum gguf_value_type t, uint64_t count, uint6
         for (uint64_t i = 0; i < count; i++) {
             uint8_t b = c->base[c->pos + i];
             if (b > 1)
-                return ft_err_set(c->err, "bool value %u at offset %" PRIu64 " (must be 0 or 1)",
-                                  b, c->pos + i);
+                return ft_err_set(c->err, "bool value %u at offset %" PRIu64 " (must be 0 or 1)", b,
+                                  c->pos + i);
         }
     }
     c->pos += bytes;
@@ -170,8 +169,7 @@ static bool parse_array(cursor *c, gguf_kv *kv) {
     if (et == GGUF_VALUE_TYPE_ARRAY)
         return ft_err_set(c->err, "array of arrays at offset %" PRIu64 " (not supported)", at);
     if (et >= GGUF_VALUE_TYPE_COUNT)
-        return ft_err_set(c->err, "unknown array element type %" PRIu32 " at offset %" PRIu64,
-                          et, at);
+        return ft_err_set(c->err, "unknown array element type %" PRIu32 " at offset %" PRIu64, et, at);
     kv->elem_type = (enum gguf_value_type)et;
     at = c->pos;
     if (!read_u64(c, &kv->count, "the array length")) return false;
@@ -189,8 +187,7 @@ static bool parse_value(cursor *c, gguf_kv *kv) {
     uint32_t type;
     if (!read_u32(c, &type, "the value type")) return false;
     if (type >= GGUF_VALUE_TYPE_COUNT)
-        return ft_err_set(c->err, "unknown value type %" PRIu32 " at offset %" PRIu64, type,
-                          start);
+        return ft_err_set(c->err, "unknown value type %" PRIu32 " at offset %" PRIu64, type, start);
     kv->type = kv->elem_type = (enum gguf_value_type)type;
     kv->count = 1;
     bool ok;
@@ -221,8 +218,7 @@ static bool parse_kvs(gguf_file *f, cursor *c, uint64_t n_kv) {
         char name[NAME_CHARS * 4 + 8];
         printable(name, sizeof(name), kv->key);
         if (kv->key.len == 0)
-            return ft_err_set(c->err, "key %" PRIu64 " at offset %" PRIu64 ": empty key", i,
-                              kv->offset);
+            return ft_err_set(c->err, "key %" PRIu64 " at offset %" PRIu64 ": empty key", i, kv->offset);
         int64_t first = gguf_index_add(&f->kv_index, (int64_t)i);
         if (first >= 0)
             return ft_err_set(c->err,
@@ -241,13 +237,13 @@ static bool read_alignment(gguf_file *f, ft_err *err) {
     if (i < 0) return true;
     const gguf_kv *kv = &f->kv[i];
     if (kv->type != GGUF_VALUE_TYPE_UINT32)
-        return ft_err_set(err, "key '%s' at offset %" PRIu64 ": must be of type uint32, not %s",
-                          key, kv->offset, gguf_value_type_name(kv->type));
+        return ft_err_set(err, "key '%s' at offset %" PRIu64 ": must be of type uint32, not %s", key,
+                          kv->offset, gguf_value_type_name(kv->type));
     uint32_t a;
     memcpy(&a, kv->value, sizeof(a));
     if (a == 0 || (a & (a - 1)) != 0)
-        return ft_err_set(err, "key '%s' at offset %" PRIu64 ": %" PRIu32 " is not a power of two",
-                          key, kv->offset, a);
+        return ft_err_set(err, "key '%s' at offset %" PRIu64 ": %" PRIu32 " is not a power of two", key,
+                          kv->offset, a);
     f->alignment = a;
     return true;
 }
@@ -259,27 +255,24 @@ static bool parse_shape(cursor *c, gguf_tensor *t) {
     uint64_t at = c->pos;
     if (!read_u32(c, &t->n_dims, "n_dims")) return false;
     if (t->n_dims < 1 || t->n_dims > GGUF_MAX_DIMS)
-        return ft_err_set(c->err, "n_dims %" PRIu32 " at offset %" PRIu64 " is out of range 1..%d",
-                          t->n_dims, at, GGUF_MAX_DIMS);
+        return ft_err_set(c->err, "n_dims %" PRIu32 " at offset %" PRIu64 " is out of range 1..%d", t->n_dims,
+                          at, GGUF_MAX_DIMS);
     t->n_elems = 1;
-    for (int d = 0; d < GGUF_MAX_DIMS; d++) t->ne[d] = 1;
+    for (int d = 0; d < GGUF_MAX_DIMS; d++)
+        t->ne[d] = 1;
     for (uint32_t d = 0; d < t->n_dims; d++) {
         uint64_t v;
         at = c->pos;
         if (!read_u64(c, &v, "a dimension")) return false;
-        if (v == 0)
-            return ft_err_set(c->err, "dimension %" PRIu32 " at offset %" PRIu64 " is 0", d, at);
+        if (v == 0) return ft_err_set(c->err, "dimension %" PRIu32 " at offset %" PRIu64 " is 0", d, at);
         if (v > INT64_MAX)
-            return ft_err_set(c->err,
-                              "dimension %" PRIu32 " at offset %" PRIu64 " is %" PRIu64
-                              ", more than INT64_MAX",
-                              d, at, v);
+            return ft_err_set(
+                c->err, "dimension %" PRIu32 " at offset %" PRIu64 " is %" PRIu64 ", more than INT64_MAX", d,
+                at, v);
         t->ne[d] = (int64_t)v;
         if (__builtin_mul_overflow(t->n_elems, t->ne[d], &t->n_elems))
-            return ft_err_set(c->err,
-                              "element count overflows int64 at dimension %" PRIu32
-                              " (offset %" PRIu64 ")",
-                              d, at);
+            return ft_err_set(
+                c->err, "element count overflows int64 at dimension %" PRIu32 " (offset %" PRIu64 ")", d, at);
     }
     return true;
 }
@@ -294,14 +287,13 @@ static bool parse_type(cursor *c, gguf_tensor *t) {
                           id < FT_TYPE_COUNT ? "an id removed from GGUF" : "not a GGUF type");
     t->type = (enum ft_type)id;
     if (t->ne[0] % tr->block_elems != 0)
-        return ft_err_set(c->err,
-                          "row length %" PRId64 " is not a multiple of %s's block size %d", t->ne[0],
+        return ft_err_set(c->err, "row length %" PRId64 " is not a multiple of %s's block size %d", t->ne[0],
                           tr->name, tr->block_elems);
     // n_elems is a whole number of rows, so a whole number of blocks.
     uint64_t blocks = (uint64_t)t->n_elems / (uint64_t)tr->block_elems;
     if (!ft_mul_u64(blocks, (uint64_t)tr->block_bytes, &t->bytes))
-        return ft_err_set(c->err, "size in bytes overflows (%" PRId64 " elements of %s)",
-                          t->n_elems, tr->name);
+        return ft_err_set(c->err, "size in bytes overflows (%" PRId64 " elements of %s)", t->n_elems,
+                          tr->name);
     return true;
 }
 
@@ -335,8 +327,8 @@ static bool parse_tensor_infos(gguf_file *f, cursor *c, uint64_t n) {
         int64_t first = gguf_index_add(&f->tensor_index, (int64_t)i);
         if (first >= 0)
             return ft_err_set(c->err,
-                              "tensor '%s' at offset %" PRIu64
-                              ": duplicate tensor name (tensors %" PRId64 " and %" PRIu64 ")",
+                              "tensor '%s' at offset %" PRIu64 ": duplicate tensor name (tensors %" PRId64
+                              " and %" PRIu64 ")",
                               name, at, first, i);
         if (!parse_tensor_info(f, c, t))
             return ft_err_prefix(c->err, "tensor '%s' at offset %" PRIu64, name, at);
@@ -354,10 +346,9 @@ static bool place_data(gguf_file *f, uint64_t header_end, ft_err *err) {
     if (f->n_tensors == 0) return true;
     f->data_offset += (f->alignment - header_end % f->alignment) % f->alignment;
     if (f->data_offset > f->size)
-        return ft_err_set(err,
-                          "the data section starts at offset %" PRIu64
-                          ", past the end of the file (size %" PRIu64 ")",
-                          f->data_offset, f->size);
+        return ft_err_set(
+            err, "the data section starts at offset %" PRIu64 ", past the end of the file (size %" PRIu64 ")",
+            f->data_offset, f->size);
     uint64_t avail = f->size - f->data_offset;
     for (int64_t i = 0; i < f->n_tensors; i++) {
         gguf_tensor *t = &f->tensors[i];
@@ -421,9 +412,8 @@ static bool check_overlaps(gguf_file *f, ft_err *err) {
 static bool parse(gguf_file *f, ft_err *err) {
     cursor c = {f->base, f->size, 0, err};
     uint64_t n_tensors, n_kv;
-    return parse_header(f, &c, &n_tensors, &n_kv) && parse_kvs(f, &c, n_kv) &&
-           read_alignment(f, err) && parse_tensor_infos(f, &c, n_tensors) &&
-           place_data(f, c.pos, err) && check_overlaps(f, err);
+    return parse_header(f, &c, &n_tensors, &n_kv) && parse_kvs(f, &c, n_kv) && read_alignment(f, err) &&
+           parse_tensor_infos(f, &c, n_tensors) && place_data(f, c.pos, err) && check_overlaps(f, err);
 }
 
 gguf_file *gguf_open_buffer(const void *data, size_t size, ft_err *err) {
@@ -477,7 +467,8 @@ gguf_file *gguf_open(const char *path, ft_err *err) {
 
 void gguf_close(gguf_file *f) {
     if (!f) return;
-    for (int64_t i = 0; i < f->n_kv; i++) free(f->kv[i].str_offs);
+    for (int64_t i = 0; i < f->n_kv; i++)
+        free(f->kv[i].str_offs);
     free(f->kv);
     free(f->tensors);
     gguf_index_free(&f->kv_index);

@@ -32,8 +32,12 @@ static void buf_put(bytebuf *b, const void *data, size_t n) {
     b->len += n;
 }
 
-static void buf_u32(bytebuf *b, uint32_t v) { buf_put(b, &v, sizeof(v)); }
-static void buf_u64(bytebuf *b, uint64_t v) { buf_put(b, &v, sizeof(v)); }
+static void buf_u32(bytebuf *b, uint32_t v) {
+    buf_put(b, &v, sizeof(v));
+}
+static void buf_u64(bytebuf *b, uint64_t v) {
+    buf_put(b, &v, sizeof(v));
+}
 
 static void buf_str(bytebuf *b, const char *s, uint64_t len) {
     buf_u64(b, len);
@@ -74,8 +78,8 @@ struct gguf_writer {
     FILE *fp;
     char *path;
     uint32_t alignment;
-    uint64_t pos;         // bytes written so far
-    int64_t next_tensor;  // whose data comes next
+    uint64_t pos;        // bytes written so far
+    int64_t next_tensor; // whose data comes next
 };
 
 static gguf_str kv_name(const void *owner, int64_t i) {
@@ -101,7 +105,8 @@ void gguf_writer_free(gguf_writer *w) {
         free(w->kv[i].key);
         free(w->kv[i].raw.p);
     }
-    for (int64_t i = 0; i < w->n_tensors; i++) free(w->tensors[i].name);
+    for (int64_t i = 0; i < w->n_tensors; i++)
+        free(w->tensors[i].name);
     free(w->kv);
     free(w->tensors);
     gguf_index_free(&w->kv_index);
@@ -189,13 +194,14 @@ void gguf_writer_set_str(gguf_writer *w, const char *key, const char *v) {
     buf_str(b, v, strlen(v));
 }
 
-void gguf_writer_set_arr(gguf_writer *w, const char *key, enum gguf_value_type elem_type,
-                         const void *data, uint64_t count) {
+void gguf_writer_set_arr(gguf_writer *w, const char *key, enum gguf_value_type elem_type, const void *data,
+                         uint64_t count) {
     size_t width = gguf_value_size(elem_type);
     FT_ASSERT(width > 0); // a numeric or bool type; strings go through gguf_writer_set_arr_str
     FT_ASSERT(data || count == 0);
     if (elem_type == GGUF_VALUE_TYPE_BOOL) // a reader rejects any other byte
-        for (uint64_t i = 0; i < count; i++) FT_ASSERT(((const uint8_t *)data)[i] <= 1);
+        for (uint64_t i = 0; i < count; i++)
+            FT_ASSERT(((const uint8_t *)data)[i] <= 1);
     bytebuf *b = value_slot(w, key);
     buf_u32(b, GGUF_VALUE_TYPE_ARRAY);
     buf_u32(b, elem_type);
@@ -203,14 +209,14 @@ void gguf_writer_set_arr(gguf_writer *w, const char *key, enum gguf_value_type e
     buf_put(b, data, count * width);
 }
 
-void gguf_writer_set_arr_str(gguf_writer *w, const char *key, const char *const *strs,
-                             uint64_t count) {
+void gguf_writer_set_arr_str(gguf_writer *w, const char *key, const char *const *strs, uint64_t count) {
     FT_ASSERT(strs || count == 0);
     bytebuf *b = value_slot(w, key);
     buf_u32(b, GGUF_VALUE_TYPE_ARRAY);
     buf_u32(b, GGUF_VALUE_TYPE_STRING);
     buf_u64(b, count);
-    for (uint64_t i = 0; i < count; i++) buf_str(b, strs[i], strlen(strs[i]));
+    for (uint64_t i = 0; i < count; i++)
+        buf_str(b, strs[i], strlen(strs[i]));
 }
 
 void gguf_writer_copy_kv(gguf_writer *w, const gguf_file *f, int64_t i) {
@@ -222,8 +228,8 @@ void gguf_writer_copy_kv(gguf_writer *w, const gguf_file *f, int64_t i) {
 // ---------------------------------------------------------------------------------------------
 // Tensors
 
-int64_t gguf_writer_add_tensor(gguf_writer *w, const char *name, enum ft_type type,
-                               uint32_t n_dims, const int64_t *ne) {
+int64_t gguf_writer_add_tensor(gguf_writer *w, const char *name, enum ft_type type, uint32_t n_dims,
+                               const int64_t *ne) {
     FT_ASSERT(w->state == WRITER_STATE_COLLECTING);
     FT_ASSERT(name && n_dims >= 1 && n_dims <= GGUF_MAX_DIMS);
     const ft_type_traits *tr = ft_type_traits_find(type);
@@ -307,7 +313,8 @@ static bool write_header(gguf_writer *w, ft_err *err) {
         h.len = 0;
         buf_str(&h, t->name, strlen(t->name));
         buf_u32(&h, t->n_dims);
-        for (uint32_t d = 0; d < t->n_dims; d++) buf_u64(&h, (uint64_t)t->ne[d]);
+        for (uint32_t d = 0; d < t->n_dims; d++)
+            buf_u64(&h, (uint64_t)t->ne[d]);
         buf_u32(&h, (uint32_t)t->type);
         buf_u64(&h, t->offset);
         ok = put(w, h.p, h.len, err);
@@ -336,27 +343,24 @@ bool gguf_writer_begin(gguf_writer *w, const char *path, ft_err *err) {
 }
 
 bool gguf_writer_tensor_data(gguf_writer *w, const void *data, uint64_t bytes, ft_err *err) {
-    if (w->state == WRITER_STATE_FAILED)
-        return ft_err_set(err, "%s: an earlier write failed", w->path);
+    if (w->state == WRITER_STATE_FAILED) return ft_err_set(err, "%s: an earlier write failed", w->path);
     FT_ASSERT(w->state == WRITER_STATE_WRITING);
     if (w->next_tensor >= w->n_tensors)
-        ft_abort(__FILE__, __LINE__, "gguf writer: data for more than the %" PRId64 " tensors",
-                 w->n_tensors);
+        ft_abort(__FILE__, __LINE__, "gguf writer: data for more than the %" PRId64 " tensors", w->n_tensors);
     const wtensor *t = &w->tensors[w->next_tensor];
     if (bytes != t->bytes)
-        ft_abort(__FILE__, __LINE__, "gguf writer: tensor '%s' is %" PRIu64 " bytes, not %" PRIu64,
-                 t->name, t->bytes, bytes);
+        ft_abort(__FILE__, __LINE__, "gguf writer: tensor '%s' is %" PRIu64 " bytes, not %" PRIu64, t->name,
+                 t->bytes, bytes);
     w->next_tensor++;
     return put(w, data, bytes, err) && pad(w, err);
 }
 
 bool gguf_writer_finish(gguf_writer *w, ft_err *err) {
-    if (w->state == WRITER_STATE_FAILED)
-        return ft_err_set(err, "%s: an earlier write failed", w->path);
+    if (w->state == WRITER_STATE_FAILED) return ft_err_set(err, "%s: an earlier write failed", w->path);
     FT_ASSERT(w->state == WRITER_STATE_WRITING);
     if (w->next_tensor != w->n_tensors) {
-        ft_err_set(err, "%s: only %" PRId64 " of %" PRId64 " tensors got their data", w->path,
-                   w->next_tensor, w->n_tensors);
+        ft_err_set(err, "%s: only %" PRId64 " of %" PRId64 " tensors got their data", w->path, w->next_tensor,
+                   w->n_tensors);
         fclose(w->fp);
         w->fp = NULL;
         w->state = WRITER_STATE_FAILED;

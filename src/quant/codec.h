@@ -4,6 +4,7 @@
 // - ft_nearest_int: round to nearest, ties to even, exactly as llama.cpp's quantizers round
 //   (a magic-number addition), including what it returns outside its range, so the codes
 //   chosen here are the codes llama.cpp chooses.
+// - ft_trunc_int: a float-to-int conversion defined for every float, as x86 converts.
 // - ft_e8m0_to_fp32_half: the scale of an MXFP4 block.
 // - ft_k4_scale_min: the 6-bit scale and min of a q4_K / q5_K sub-block.
 // - ft_q3_K_scale: the 6-bit signed scale of a q3_K sub-block.
@@ -25,6 +26,14 @@ FT_HOST_DEVICE static inline int ft_nearest_int(float x) {
     return (bits & 0x007fffff) - 0x00400000;
 }
 
+// (int)x for every float x: truncates toward zero, and gives INT32_MIN for NaN and values out
+// of int range, which is what x86's conversion instruction returns. llama.cpp's quantizers cast
+// floats to integers directly (undefined behaviour out of range, INT32_MIN on x86), so this
+// keeps a row that holds NaN or overflows its scale defined here and equal to theirs.
+FT_HOST_DEVICE static inline int32_t ft_trunc_int(float x) {
+    return x >= -2147483648.0f && x < 2147483648.0f ? (int32_t)x : INT32_MIN;
+}
+
 // Half the value of an E8M0 exponent byte, 2^(e - 128), exactly: the MXFP4 code book is stored
 // doubled, so the block scale is halved to compensate. e = 0 and 1 give the subnormals 2^-128
 // and 2^-127; e = 255 gives 2^127 (E8M0's NaN code is not treated specially, as in llama.cpp).
@@ -37,8 +46,7 @@ FT_HOST_DEVICE static inline float ft_e8m0_to_fp32_half(uint8_t e) {
 // 12 scale bytes hold: bytes 0-3 the low 6 bits of scales 0-3, bytes 4-7 the low 6 bits of
 // mins 0-3; bytes 8-11 the low 4 bits of scale j (low nibble) and min j (high nibble) for
 // j = 4..7, whose top 2 bits sit in the top 2 bits of bytes j-4 (scale) and j (min).
-FT_HOST_DEVICE static inline void ft_k4_scale_min(int j, const uint8_t *s, uint8_t *sc,
-                                                  uint8_t *m) {
+FT_HOST_DEVICE static inline void ft_k4_scale_min(int j, const uint8_t *s, uint8_t *sc, uint8_t *m) {
     if (j < 4) {
         *sc = s[j] & 63;
         *m = s[j + 4] & 63;

@@ -17,26 +17,28 @@
 // ---------------------------------------------------------------------------------------------
 // Float formats
 
-void ft_dequantize_row_f32(const void *x, float *y, int64_t n) {
+void ft_dequantize_row_f32(const void *restrict x, float *restrict y, int64_t n) {
     FT_ASSERT(n >= 0);
     memcpy(y, x, (size_t)n * sizeof(float));
 }
 
-void ft_dequantize_row_f16(const void *vx, float *y, int64_t n) {
+void ft_dequantize_row_f16(const void *restrict vx, float *restrict y, int64_t n) {
     const ft_half *x = vx;
-    for (int64_t i = 0; i < n; i++) y[i] = ft_fp16_to_fp32(x[i]);
+    for (int64_t i = 0; i < n; i++)
+        y[i] = ft_fp16_to_fp32(x[i]);
 }
 
-void ft_dequantize_row_bf16(const void *vx, float *y, int64_t n) {
+void ft_dequantize_row_bf16(const void *restrict vx, float *restrict y, int64_t n) {
     const ft_bf16 *x = vx;
-    for (int64_t i = 0; i < n; i++) y[i] = ft_bf16_to_fp32(x[i]);
+    for (int64_t i = 0; i < n; i++)
+        y[i] = ft_bf16_to_fp32(x[i]);
 }
 
 // ---------------------------------------------------------------------------------------------
 // Block formats. In all of them byte j of qs holds element j in its low nibble and element
 // j + 16 in its high nibble.
 
-void ft_dequantize_row_q4_0(const void *vx, float *y, int64_t n) {
+void ft_dequantize_row_q4_0(const void *restrict vx, float *restrict y, int64_t n) {
     FT_ASSERT(n % QK4_0 == 0);
     const block_q4_0 *x = vx;
     for (int64_t i = 0; i < n / QK4_0; i++, y += QK4_0) {
@@ -48,7 +50,7 @@ void ft_dequantize_row_q4_0(const void *vx, float *y, int64_t n) {
     }
 }
 
-void ft_dequantize_row_q4_1(const void *vx, float *y, int64_t n) {
+void ft_dequantize_row_q4_1(const void *restrict vx, float *restrict y, int64_t n) {
     FT_ASSERT(n % QK4_1 == 0);
     const block_q4_1 *x = vx;
     for (int64_t i = 0; i < n / QK4_1; i++, y += QK4_1) {
@@ -66,7 +68,7 @@ static inline uint32_t load_qh(const uint8_t qh[4]) {
     return (uint32_t)qh[0] | (uint32_t)qh[1] << 8 | (uint32_t)qh[2] << 16 | (uint32_t)qh[3] << 24;
 }
 
-void ft_dequantize_row_q5_0(const void *vx, float *y, int64_t n) {
+void ft_dequantize_row_q5_0(const void *restrict vx, float *restrict y, int64_t n) {
     FT_ASSERT(n % QK5_0 == 0);
     const block_q5_0 *x = vx;
     for (int64_t i = 0; i < n / QK5_0; i++, y += QK5_0) {
@@ -81,7 +83,7 @@ void ft_dequantize_row_q5_0(const void *vx, float *y, int64_t n) {
     }
 }
 
-void ft_dequantize_row_q5_1(const void *vx, float *y, int64_t n) {
+void ft_dequantize_row_q5_1(const void *restrict vx, float *restrict y, int64_t n) {
     FT_ASSERT(n % QK5_1 == 0);
     const block_q5_1 *x = vx;
     for (int64_t i = 0; i < n / QK5_1; i++, y += QK5_1) {
@@ -97,26 +99,28 @@ void ft_dequantize_row_q5_1(const void *vx, float *y, int64_t n) {
     }
 }
 
-void ft_dequantize_row_q8_0(const void *vx, float *y, int64_t n) {
+void ft_dequantize_row_q8_0(const void *restrict vx, float *restrict y, int64_t n) {
     FT_ASSERT(n % QK8_0 == 0);
     const block_q8_0 *x = vx;
     for (int64_t i = 0; i < n / QK8_0; i++, y += QK8_0) {
         const float d = ft_fp16_to_fp32(x[i].d);
-        for (int j = 0; j < QK8_0; j++) y[j] = (float)x[i].qs[j] * d;
+        for (int j = 0; j < QK8_0; j++)
+            y[j] = (float)x[i].qs[j] * d;
     }
 }
 
 // The block sum s is redundant (d times the sum of the codes); only d and the codes count.
-void ft_dequantize_row_q8_1(const void *vx, float *y, int64_t n) {
+void ft_dequantize_row_q8_1(const void *restrict vx, float *restrict y, int64_t n) {
     FT_ASSERT(n % QK8_1 == 0);
     const block_q8_1 *x = vx;
     for (int64_t i = 0; i < n / QK8_1; i++, y += QK8_1) {
         const float d = ft_fp16_to_fp32(x[i].d);
-        for (int j = 0; j < QK8_1; j++) y[j] = (float)x[i].qs[j] * d;
+        for (int j = 0; j < QK8_1; j++)
+            y[j] = (float)x[i].qs[j] * d;
     }
 }
 
-void ft_dequantize_row_iq4_nl(const void *vx, float *y, int64_t n) {
+void ft_dequantize_row_iq4_nl(const void *restrict vx, float *restrict y, int64_t n) {
     FT_ASSERT(n % QK4_NL == 0);
     const block_iq4_nl *x = vx;
     for (int64_t i = 0; i < n / QK4_NL; i++, y += QK4_NL) {
@@ -128,7 +132,7 @@ void ft_dequantize_row_iq4_nl(const void *vx, float *y, int64_t n) {
     }
 }
 
-void ft_dequantize_row_mxfp4(const void *vx, float *y, int64_t n) {
+void ft_dequantize_row_mxfp4(const void *restrict vx, float *restrict y, int64_t n) {
     FT_ASSERT(n % QK_MXFP4 == 0);
     const block_mxfp4 *x = vx;
     for (int64_t i = 0; i < n / QK_MXFP4; i++, y += QK_MXFP4) {

@@ -15,7 +15,7 @@
 #include "tables.h"
 #include "../util/util.h"
 
-void ft_dequantize_row_q2_K(const void *vx, float *y, int64_t n) {
+void ft_dequantize_row_q2_K(const void *restrict vx, float *restrict y, int64_t n) {
     FT_ASSERT(n % QK_K == 0);
     const block_q2_K *x = vx;
     for (int64_t i = 0; i < n / QK_K; i++) {
@@ -39,7 +39,7 @@ void ft_dequantize_row_q2_K(const void *vx, float *y, int64_t n) {
 
 // Element e of a q3_K block: 2 low bits as in q2_K, the third bit is bit e / 32 of
 // hmask[e % 32]; a clear bit means the code is 4 lower (codes are -4..3).
-void ft_dequantize_row_q3_K(const void *vx, float *y, int64_t n) {
+void ft_dequantize_row_q3_K(const void *restrict vx, float *restrict y, int64_t n) {
     FT_ASSERT(n % QK_K == 0);
     const block_q3_K *x = vx;
     for (int64_t i = 0; i < n / QK_K; i++) {
@@ -64,7 +64,7 @@ void ft_dequantize_row_q3_K(const void *vx, float *y, int64_t n) {
 
 // q4_K: four chunks of 64 elements; byte l of a chunk's 32 code bytes holds element l (low
 // nibble, sub-block 2c) and element l + 32 (high nibble, sub-block 2c + 1).
-void ft_dequantize_row_q4_K(const void *vx, float *y, int64_t n) {
+void ft_dequantize_row_q4_K(const void *restrict vx, float *restrict y, int64_t n) {
     FT_ASSERT(n % QK_K == 0);
     const block_q4_K *x = vx;
     for (int64_t i = 0; i < n / QK_K; i++) {
@@ -77,15 +77,17 @@ void ft_dequantize_row_q4_K(const void *vx, float *y, int64_t n) {
             const float d1 = d * (float)sc, m1 = dmin * (float)m;
             ft_k4_scale_min(2 * c + 1, x[i].scales, &sc, &m);
             const float d2 = d * (float)sc, m2 = dmin * (float)m;
-            for (int l = 0; l < 32; l++) y[l] = d1 * (float)(q[l] & 0xf) - m1;
-            for (int l = 0; l < 32; l++) y[l + 32] = d2 * (float)(q[l] >> 4) - m2;
+            for (int l = 0; l < 32; l++)
+                y[l] = d1 * (float)(q[l] & 0xf) - m1;
+            for (int l = 0; l < 32; l++)
+                y[l + 32] = d2 * (float)(q[l] >> 4) - m2;
         }
     }
 }
 
 // q5_K: q4_K's layout, plus a fifth bit per element: for chunk c, bit 2c of qh[l] belongs to
 // element l and bit 2c + 1 to element l + 32.
-void ft_dequantize_row_q5_K(const void *vx, float *y, int64_t n) {
+void ft_dequantize_row_q5_K(const void *restrict vx, float *restrict y, int64_t n) {
     FT_ASSERT(n % QK_K == 0);
     const block_q5_K *x = vx;
     for (int64_t i = 0; i < n / QK_K; i++) {
@@ -114,7 +116,7 @@ void ft_dequantize_row_q5_K(const void *vx, float *y, int64_t n) {
 // q6_K: two halves of 128. In a half, ql byte l holds the low 4 bits of elements l (low
 // nibble) and l + 64 (high nibble), ql byte l + 32 those of l + 32 and l + 96; qh byte l holds
 // the top 2 bits of l, l + 32, l + 64, l + 96 in its bit pairs. Codes are 0..63 minus 32.
-void ft_dequantize_row_q6_K(const void *vx, float *y, int64_t n) {
+void ft_dequantize_row_q6_K(const void *restrict vx, float *restrict y, int64_t n) {
     FT_ASSERT(n % QK_K == 0);
     const block_q6_K *x = vx;
     for (int64_t i = 0; i < n / QK_K; i++) {
@@ -138,25 +140,27 @@ void ft_dequantize_row_q6_K(const void *vx, float *y, int64_t n) {
     }
 }
 
-void ft_dequantize_row_q8_K(const void *vx, float *y, int64_t n) {
+void ft_dequantize_row_q8_K(const void *restrict vx, float *restrict y, int64_t n) {
     FT_ASSERT(n % QK_K == 0);
     const block_q8_K *x = vx;
     for (int64_t i = 0; i < n / QK_K; i++, y += QK_K) {
         const float d = x[i].d;
-        for (int j = 0; j < QK_K; j++) y[j] = d * (float)x[i].qs[j];
+        for (int j = 0; j < QK_K; j++)
+            y[j] = d * (float)x[i].qs[j];
     }
 }
 
 // iq4_xs: eight sub-blocks of 32, each with 16 code bytes in q4_0's nibble order.
-void ft_dequantize_row_iq4_xs(const void *vx, float *y, int64_t n) {
+void ft_dequantize_row_iq4_xs(const void *restrict vx, float *restrict y, int64_t n) {
     FT_ASSERT(n % QK_K == 0);
     const block_iq4_xs *x = vx;
     for (int64_t i = 0; i < n / QK_K; i++) {
         const float d = ft_fp16_to_fp32(x[i].d);
         const uint8_t *qs = x[i].qs;
         for (int ib = 0; ib < QK_K / 32; ib++, qs += 16, y += 32) {
-            int ls = ((x[i].scales_l[ib / 2] >> (4 * (ib % 2))) & 0xf) |
-                     ((x[i].scales_h >> (2 * ib)) & 3) << 4;
+            const int lo = (x[i].scales_l[ib / 2] >> (4 * (ib % 2))) & 0xf;
+            const int hi = (x[i].scales_h >> (2 * ib)) & 3;
+            const int ls = lo | hi << 4;
             const float dl = d * (float)(ls - 32);
             for (int j = 0; j < 16; j++) {
                 y[j] = dl * (float)ft_kvalues_iq4nl[qs[j] & 0xf];

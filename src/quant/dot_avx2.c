@@ -1,15 +1,21 @@
-// dot_avx2.c: AVX2 dot products of the float formats and the 32-element block formats.
+// dot_avx2.c: AVX2 dot products of every weight type (see dot.h).
 //
-// Compiled with -mavx2 -mfma -mf16c and entered only through ft_quant_ops_find() after the
-// CPUID check in ops.c. The K-quants and iq4_xs are in dot_k_avx2.c.
+// Compiled for AVX2 + FMA + F16C and entered only through ft_quant_ops_find() after the CPUID
+// check in ops.c; no other file calls them.
 //
-// The block kernels follow one shape: decode the 32 weight codes of a block into a 256-bit
-// vector of bytes, multiply them with the 32 int8 activation codes into 16 int16 pair sums
-// (_mm256_maddubs_epi16), widen to 8 int32 sums, convert to float and accumulate d_x * d_y
-// times them in a float vector. maddubs multiplies unsigned by signed bytes, so signed codes
-// go through the sign trick: |x| times (y with x's sign). No pair sum can saturate: the
-// largest is 2 * 127 * 127 = 32258 < 32767 (activations never hold -128). Two blocks per loop
-// iteration into two accumulators hide the FMA latency; an odd last block takes the same path.
+// 32-element block kernels, per block:
+//   1. decode the 32 weight codes into a 256-bit vector of bytes (element order);
+//   2. multiply them with the 32 int8 activation codes into 16 int16 pair sums
+//      (_mm256_maddubs_epi16, unsigned x signed bytes) and widen to 8 int32 sums;
+//   3. acc += (d_x * d_y) * float(sums) in an 8-lane float vector.
+// Unsigned codes with an offset (q4_0's q - 8, q5_0's q - 16, mxfp4's code book + 12) use
+// maddubs(q, y) - maddubs(offset, y), one instruction fewer than the sign trick that signed
+// codes (q8_0, iq4_nl) need: |x| . (y * sign(x)). No pair sum can saturate: the largest is
+// 2 * 128 * 127 = 32512 < 32767 (activations never hold -128; a weight may).
+// The block scales are fp16: converting them is a large share of the work per block, so they
+// are read from a 256 KiB table of all 65,536 values (filled on first use) rather than
+// converted. Two blocks per iteration into two accumulators hide the FMA latency; an odd last
+// block takes the same path.
 //
 // The float formats keep four 8-lane FMA accumulators over 32 elements per iteration, then
 // 8-lane steps and a scalar tail, so any n works.
@@ -20,6 +26,9 @@
 #include "tables.h"
 
 #include <immintrin.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <string.h>
 
 // Also compile for AVX2 where the build did not pass -mavx2 (the fuzz build compiles every
@@ -42,6 +51,30 @@ static inline float hsum_ps(__m256 v) {
 
 static inline float half(ft_half h) { return _cvtsh_ss(h); }
 
+// Every fp16 value as a float, and every E8M0 exponent as the halved MXFP4 scale. Filled
+// once, by the first block kernel to run (from any thread); read-only afterwards.
+static float g_half_table[1 << 16];
+static float g_e8m0_half_table[256];
+static pthread_once_t g_tables_once = PTHREAD_ONCE_INIT;
+static atomic_bool g_tables_ready;
+
+static void tables_fill(void) {
+    for (uint32_t h = 0; h < (1u << 16); h++) g_half_table[h] = ft_fp16_to_fp32((ft_half)h);
+    for (uint32_t e = 0; e < 256; e++) g_e8m0_half_table[e] = ft_e8m0_to_fp32_half((uint8_t)e);
+    atomic_store_explicit(&g_tables_ready, true, memory_order_release);
+}
+
+static inline void tables_init(void) {
+    if (!atomic_load_explicit(&g_tables_ready, memory_order_acquire))
+        pthread_once(&g_tables_once, tables_fill);
+}
+
+// a * b broadcast to 8 lanes, from two table entries. Broadcasting each from memory is a
+// plain load, which keeps the scale off the shuffle port that the nibble unpacking needs.
+static inline __m256 scale_product(const float *a, const float *b) {
+    return _mm256_mul_ps(_mm256_broadcast_ss(a), _mm256_broadcast_ss(b));
+}
+
 // The 32 nibbles of a q4_0-packed block as bytes 0..15, in element order: bytes 0..15 are the
 // low nibbles of qs[0..15], bytes 16..31 the high nibbles.
 static inline __m256i unpack_nibbles(const uint8_t *qs) {
@@ -62,19 +95,27 @@ static inline __m256i bits_to_bytes(const uint8_t *qh) {
     return _mm256_cmpeq_epi8(_mm256_and_si256(bytes, bit), bit);
 }
 
-// acc + d * (x . y) over one block: x holds 32 unsigned codes (< 128), qy 32 int8 codes.
-static inline __m256 fma_block_u8(__m256i x, const int8_t *qy, float d, __m256 acc) {
-    __m256i y = _mm256_loadu_si256((const __m256i *)qy);
-    __m256i p32 = _mm256_madd_epi16(_mm256_maddubs_epi16(x, y), _mm256_set1_epi16(1));
-    return _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(p32), acc);
+static inline __m256i load256(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
+
+// 8 int32 partial sums of x . y for unsigned codes x (< 128).
+static inline __m256i sums_u8(__m256i x, __m256i y) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(x, y), _mm256_set1_epi16(1));
 }
 
-// As fma_block_u8 for 32 signed codes, through |x| . (y * sign(x)).
-static inline __m256 fma_block_i8(__m256i x, const int8_t *qy, float d, __m256 acc) {
-    __m256i y = _mm256_loadu_si256((const __m256i *)qy);
+// As sums_u8 for (x - off) . y, where x (< 128) and off are unsigned.
+static inline __m256i sums_u8_off(__m256i x, __m256i y, __m256i off) {
+    __m256i p16 = _mm256_sub_epi16(_mm256_maddubs_epi16(x, y), _mm256_maddubs_epi16(off, y));
+    return _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
+}
+
+// As sums_u8 for signed codes x, through |x| . (y * sign(x)).
+static inline __m256i sums_i8(__m256i x, __m256i y) {
     __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
-    __m256i p32 = _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
-    return _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(p32), acc);
+    return _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
+}
+
+static inline __m256 fma_sums(__m256 d, __m256i sums, __m256 acc) {
+    return _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sums), acc);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -140,159 +181,477 @@ float ft_vec_dot_bf16_avx2(int64_t n, const void *vx, const void *vy) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// 32-element block formats. Each has a decoder of one block's codes and the two-block loop.
+// 32-element block formats with q8_0 activations. Each format supplies the int32 sums of one
+// block and where its scale is (an index into a table of floats); one loop, inlined with
+// them, walks the blocks.
 
-static inline __m256i codes_q4_0(const block_q4_0 *b) {
-    return _mm256_sub_epi8(unpack_nibbles(b->qs), _mm256_set1_epi8(8));
+typedef __m256i (*block_sums_fn)(const void *x, const int8_t *qy);
+typedef unsigned (*block_field_fn)(const void *x);
+
+// Sum over nb blocks of x (block_bytes apart) and y of
+// table[scale_index(x)] * fp16(y.d) * sums(x, y.qs).
+static inline __attribute__((always_inline)) float
+dot_blocks_q8_0(int64_t nb, const uint8_t *x, size_t block_bytes, const block_q8_0 *y,
+                block_sums_fn sums, block_field_fn scale_index, const float *table) {
+    tables_init();
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    int64_t b = 0;
+    for (; b + 1 < nb; b += 2) {
+        const uint8_t *x0 = x + b * block_bytes, *x1 = x0 + block_bytes;
+        __m256 d0 = scale_product(table + scale_index(x0), g_half_table + y[b].d);
+        __m256 d1 = scale_product(table + scale_index(x1), g_half_table + y[b + 1].d);
+        acc0 = fma_sums(d0, sums(x0, y[b].qs), acc0);
+        acc1 = fma_sums(d1, sums(x1, y[b + 1].qs), acc1);
+    }
+    if (b < nb) {
+        const uint8_t *x0 = x + b * block_bytes;
+        __m256 d0 = scale_product(table + scale_index(x0), g_half_table + y[b].d);
+        acc0 = fma_sums(d0, sums(x0, y[b].qs), acc0);
+    }
+    return hsum_ps(_mm256_add_ps(acc0, acc1));
 }
+
+// q4_0: (q - 8) with q a nibble.
+static inline __m256i sums_q4_0(const void *vx, const int8_t *qy) {
+    const block_q4_0 *x = vx;
+    return sums_u8_off(unpack_nibbles(x->qs), load256(qy), _mm256_set1_epi8(8));
+}
+
+static inline unsigned d_q4_0(const void *x) { return ((const block_q4_0 *)x)->d; }
 
 float ft_vec_dot_q4_0_avx2(int64_t n, const void *vx, const void *vy) {
-    const block_q4_0 *x = vx;
-    const block_q8_0 *y = vy;
-    const int64_t nb = n / QK4_0;
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    int64_t b = 0;
-    for (; b + 1 < nb; b += 2) {
-        acc0 = fma_block_i8(codes_q4_0(x + b), y[b].qs, half(x[b].d) * half(y[b].d), acc0);
-        acc1 = fma_block_i8(codes_q4_0(x + b + 1), y[b + 1].qs,
-                            half(x[b + 1].d) * half(y[b + 1].d), acc1);
-    }
-    if (b < nb) acc0 = fma_block_i8(codes_q4_0(x + b), y[b].qs, half(x[b].d) * half(y[b].d), acc0);
-    return hsum_ps(_mm256_add_ps(acc0, acc1));
+    return dot_blocks_q8_0(n / QK4_0, vx, sizeof(block_q4_0), vy, sums_q4_0, d_q4_0, g_half_table);
 }
 
-// q4_1: unsigned codes; the min term m * s is summed in scalar alongside.
-float ft_vec_dot_q4_1_avx2(int64_t n, const void *vx, const void *vy) {
-    const block_q4_1 *x = vx;
-    const block_q8_1 *y = vy;
-    const int64_t nb = n / QK4_1;
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    float mins0 = 0, mins1 = 0;
-    int64_t b = 0;
-    for (; b + 1 < nb; b += 2) {
-        acc0 = fma_block_u8(unpack_nibbles(x[b].qs), y[b].qs, half(x[b].d) * half(y[b].d), acc0);
-        acc1 = fma_block_u8(unpack_nibbles(x[b + 1].qs), y[b + 1].qs,
-                            half(x[b + 1].d) * half(y[b + 1].d), acc1);
-        mins0 += half(x[b].m) * half(y[b].s);
-        mins1 += half(x[b + 1].m) * half(y[b + 1].s);
-    }
-    if (b < nb) {
-        acc0 = fma_block_u8(unpack_nibbles(x[b].qs), y[b].qs, half(x[b].d) * half(y[b].d), acc0);
-        mins0 += half(x[b].m) * half(y[b].s);
-    }
-    return hsum_ps(_mm256_add_ps(acc0, acc1)) + (mins0 + mins1);
+// q5_0: (q - 16) with the fifth bit of q from qh.
+static inline __m256i sums_q5_0(const void *vx, const int8_t *qy) {
+    const block_q5_0 *x = vx;
+    __m256i fifth = _mm256_and_si256(bits_to_bytes(x->qh), _mm256_set1_epi8(0x10));
+    __m256i q = _mm256_or_si256(unpack_nibbles(x->qs), fifth);
+    return sums_u8_off(q, load256(qy), _mm256_set1_epi8(16));
 }
 
-// q5_0: code - 16 as a signed byte is the nibble with 0xf0 or-ed in where the fifth bit is clear.
-static inline __m256i codes_q5_0(const block_q5_0 *b) {
-    __m256i clear = _mm256_andnot_si256(bits_to_bytes(b->qh), _mm256_set1_epi8((char)0xf0));
-    return _mm256_or_si256(unpack_nibbles(b->qs), clear);
-}
+static inline unsigned d_q5_0(const void *x) { return ((const block_q5_0 *)x)->d; }
 
 float ft_vec_dot_q5_0_avx2(int64_t n, const void *vx, const void *vy) {
-    const block_q5_0 *x = vx;
-    const block_q8_0 *y = vy;
-    const int64_t nb = n / QK5_0;
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    int64_t b = 0;
-    for (; b + 1 < nb; b += 2) {
-        acc0 = fma_block_i8(codes_q5_0(x + b), y[b].qs, half(x[b].d) * half(y[b].d), acc0);
-        acc1 = fma_block_i8(codes_q5_0(x + b + 1), y[b + 1].qs,
-                            half(x[b + 1].d) * half(y[b + 1].d), acc1);
-    }
-    if (b < nb) acc0 = fma_block_i8(codes_q5_0(x + b), y[b].qs, half(x[b].d) * half(y[b].d), acc0);
-    return hsum_ps(_mm256_add_ps(acc0, acc1));
+    return dot_blocks_q8_0(n / QK5_0, vx, sizeof(block_q5_0), vy, sums_q5_0, d_q5_0, g_half_table);
 }
 
-static inline __m256i codes_q5_1(const block_q5_1 *b) {
-    __m256i fifth = _mm256_and_si256(bits_to_bytes(b->qh), _mm256_set1_epi8(0x10));
-    return _mm256_or_si256(unpack_nibbles(b->qs), fifth);
+static inline __m256i sums_q8_0(const void *vx, const int8_t *qy) {
+    const block_q8_0 *x = vx;
+    return sums_i8(load256(x->qs), load256(qy));
 }
 
-float ft_vec_dot_q5_1_avx2(int64_t n, const void *vx, const void *vy) {
-    const block_q5_1 *x = vx;
-    const block_q8_1 *y = vy;
-    const int64_t nb = n / QK5_1;
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    float mins0 = 0, mins1 = 0;
-    int64_t b = 0;
-    for (; b + 1 < nb; b += 2) {
-        acc0 = fma_block_u8(codes_q5_1(x + b), y[b].qs, half(x[b].d) * half(y[b].d), acc0);
-        acc1 = fma_block_u8(codes_q5_1(x + b + 1), y[b + 1].qs,
-                            half(x[b + 1].d) * half(y[b + 1].d), acc1);
-        mins0 += half(x[b].m) * half(y[b].s);
-        mins1 += half(x[b + 1].m) * half(y[b + 1].s);
-    }
-    if (b < nb) {
-        acc0 = fma_block_u8(codes_q5_1(x + b), y[b].qs, half(x[b].d) * half(y[b].d), acc0);
-        mins0 += half(x[b].m) * half(y[b].s);
-    }
-    return hsum_ps(_mm256_add_ps(acc0, acc1)) + (mins0 + mins1);
-}
-
-static inline __m256i codes_q8_0(const block_q8_0 *b) {
-    return _mm256_loadu_si256((const __m256i *)b->qs);
-}
+static inline unsigned d_q8_0(const void *x) { return ((const block_q8_0 *)x)->d; }
 
 float ft_vec_dot_q8_0_avx2(int64_t n, const void *vx, const void *vy) {
-    const block_q8_0 *x = vx;
-    const block_q8_0 *y = vy;
-    const int64_t nb = n / QK8_0;
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    int64_t b = 0;
-    for (; b + 1 < nb; b += 2) {
-        acc0 = fma_block_i8(codes_q8_0(x + b), y[b].qs, half(x[b].d) * half(y[b].d), acc0);
-        acc1 = fma_block_i8(codes_q8_0(x + b + 1), y[b + 1].qs,
-                            half(x[b + 1].d) * half(y[b + 1].d), acc1);
-    }
-    if (b < nb) acc0 = fma_block_i8(codes_q8_0(x + b), y[b].qs, half(x[b].d) * half(y[b].d), acc0);
-    return hsum_ps(_mm256_add_ps(acc0, acc1));
+    return dot_blocks_q8_0(n / QK8_0, vx, sizeof(block_q8_0), vy, sums_q8_0, d_q8_0, g_half_table);
 }
 
 // iq4_nl and mxfp4: one byte shuffle looks the 32 nibbles up in the 16-entry code book
 // (broadcast to both 128-bit lanes, as vpshufb indexes within a lane).
-static inline __m256i codes_book(const uint8_t *qs, __m256i book) {
-    return _mm256_shuffle_epi8(book, unpack_nibbles(qs));
-}
-
 static inline __m256i load_book(const int8_t *book) {
     return _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)book));
 }
 
-float ft_vec_dot_iq4_nl_avx2(int64_t n, const void *vx, const void *vy) {
+static inline __m256i sums_iq4_nl(const void *vx, const int8_t *qy) {
     const block_iq4_nl *x = vx;
-    const block_q8_0 *y = vy;
-    const int64_t nb = n / QK4_NL;
-    const __m256i book = load_book(ft_kvalues_iq4nl);
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    int64_t b = 0;
-    for (; b + 1 < nb; b += 2) {
-        acc0 = fma_block_i8(codes_book(x[b].qs, book), y[b].qs, half(x[b].d) * half(y[b].d), acc0);
-        acc1 = fma_block_i8(codes_book(x[b + 1].qs, book), y[b + 1].qs,
-                            half(x[b + 1].d) * half(y[b + 1].d), acc1);
-    }
-    if (b < nb)
-        acc0 = fma_block_i8(codes_book(x[b].qs, book), y[b].qs, half(x[b].d) * half(y[b].d), acc0);
-    return hsum_ps(_mm256_add_ps(acc0, acc1));
+    __m256i code = _mm256_shuffle_epi8(load_book(ft_kvalues_iq4nl), unpack_nibbles(x->qs));
+    return sums_i8(code, load256(qy));
 }
 
-float ft_vec_dot_mxfp4_avx2(int64_t n, const void *vx, const void *vy) {
+static inline unsigned d_iq4_nl(const void *x) { return ((const block_iq4_nl *)x)->d; }
+
+float ft_vec_dot_iq4_nl_avx2(int64_t n, const void *vx, const void *vy) {
+    return dot_blocks_q8_0(n / QK4_NL, vx, sizeof(block_iq4_nl), vy, sums_iq4_nl, d_iq4_nl,
+                           g_half_table);
+}
+
+// mxfp4: the code book plus 12 is unsigned (0..24), so the offset form applies.
+static const int8_t k_mxfp4_plus12[16] = {
+    12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0,
+};
+
+static inline __m256i sums_mxfp4(const void *vx, const int8_t *qy) {
     const block_mxfp4 *x = vx;
-    const block_q8_0 *y = vy;
-    const int64_t nb = n / QK_MXFP4;
-    const __m256i book = load_book(ft_kvalues_mxfp4);
+    __m256i code = _mm256_shuffle_epi8(load_book(k_mxfp4_plus12), unpack_nibbles(x->qs));
+    return sums_u8_off(code, load256(qy), _mm256_set1_epi8(12));
+}
+
+static inline unsigned e_mxfp4(const void *x) { return ((const block_mxfp4 *)x)->e; }
+
+float ft_vec_dot_mxfp4_avx2(int64_t n, const void *vx, const void *vy) {
+    return dot_blocks_q8_0(n / QK_MXFP4, vx, sizeof(block_mxfp4), vy, sums_mxfp4, e_mxfp4,
+                           g_e8m0_half_table);
+}
+
+// ---------------------------------------------------------------------------------------------
+// q4_1 and q5_1 with q8_1 activations: unsigned codes, and the min term m * s (q8_1's s is
+// d_y * sum(qy)) summed in scalar alongside.
+
+typedef __m256i (*block_codes_fn)(const void *x);
+
+// Sum over nb blocks of x (block_bytes apart) and y of
+// fp16(d(x)) * fp16(y.d) * (codes(x) . y.qs) + fp16(m(x)) * fp16(y.s).
+static inline __attribute__((always_inline)) float
+dot_blocks_q8_1(int64_t nb, const uint8_t *x, size_t block_bytes, const block_q8_1 *y,
+                block_codes_fn codes, block_field_fn d, block_field_fn m) {
+    tables_init();
+    const float *t = g_half_table;
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    __m128 min0 = _mm_setzero_ps(), min1 = _mm_setzero_ps();
     int64_t b = 0;
     for (; b + 1 < nb; b += 2) {
-        acc0 = fma_block_i8(codes_book(x[b].qs, book), y[b].qs, half(y[b].d) * ft_e8m0_to_fp32_half(x[b].e),
-                            acc0);
-        acc1 = fma_block_i8(codes_book(x[b + 1].qs, book), y[b + 1].qs,
-                            half(y[b + 1].d) * ft_e8m0_to_fp32_half(x[b + 1].e), acc1);
+        const uint8_t *x0 = x + b * block_bytes, *x1 = x0 + block_bytes;
+        __m256 d0 = scale_product(t + d(x0), t + y[b].d);
+        __m256 d1 = scale_product(t + d(x1), t + y[b + 1].d);
+        acc0 = fma_sums(d0, sums_u8(codes(x0), load256(y[b].qs)), acc0);
+        acc1 = fma_sums(d1, sums_u8(codes(x1), load256(y[b + 1].qs)), acc1);
+        min0 = _mm_fmadd_ss(_mm_load_ss(t + m(x0)), _mm_load_ss(t + y[b].s), min0);
+        min1 = _mm_fmadd_ss(_mm_load_ss(t + m(x1)), _mm_load_ss(t + y[b + 1].s), min1);
     }
-    if (b < nb)
-        acc0 = fma_block_i8(codes_book(x[b].qs, book), y[b].qs, half(y[b].d) * ft_e8m0_to_fp32_half(x[b].e),
-                            acc0);
-    return hsum_ps(_mm256_add_ps(acc0, acc1));
+    if (b < nb) {
+        const uint8_t *x0 = x + b * block_bytes;
+        __m256 d0 = scale_product(t + d(x0), t + y[b].d);
+        acc0 = fma_sums(d0, sums_u8(codes(x0), load256(y[b].qs)), acc0);
+        min0 = _mm_fmadd_ss(_mm_load_ss(t + m(x0)), _mm_load_ss(t + y[b].s), min0);
+    }
+    return hsum_ps(_mm256_add_ps(acc0, acc1)) + _mm_cvtss_f32(_mm_add_ss(min0, min1));
+}
+
+static inline __m256i codes_q4_1(const void *vx) {
+    return unpack_nibbles(((const block_q4_1 *)vx)->qs);
+}
+static inline unsigned d_q4_1(const void *x) { return ((const block_q4_1 *)x)->d; }
+static inline unsigned m_q4_1(const void *x) { return ((const block_q4_1 *)x)->m; }
+
+float ft_vec_dot_q4_1_avx2(int64_t n, const void *vx, const void *vy) {
+    return dot_blocks_q8_1(n / QK4_1, vx, sizeof(block_q4_1), vy, codes_q4_1, d_q4_1, m_q4_1);
+}
+
+static inline __m256i codes_q5_1(const void *vx) {
+    const block_q5_1 *x = vx;
+    __m256i fifth = _mm256_and_si256(bits_to_bytes(x->qh), _mm256_set1_epi8(0x10));
+    return _mm256_or_si256(unpack_nibbles(x->qs), fifth);
+}
+static inline unsigned d_q5_1(const void *x) { return ((const block_q5_1 *)x)->d; }
+static inline unsigned m_q5_1(const void *x) { return ((const block_q5_1 *)x)->m; }
+
+float ft_vec_dot_q5_1_avx2(int64_t n, const void *vx, const void *vy) {
+    return dot_blocks_q8_1(n / QK5_1, vx, sizeof(block_q5_1), vy, codes_q5_1, d_q5_1, m_q5_1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// K-quants and iq4_xs with q8_K activations, one 256-element super-block per iteration:
+//   1. decode the sub-block scales into int16 lanes laid out so that one byte shuffle
+//      (bcast16) broadcasts a sub-block's scale;
+//   2. per 32 weights: decode the codes to unsigned bytes, maddubs them with the int8
+//      activations (the largest pair sum, 2 * 63 * 127, cannot saturate), and madd the pair
+//      sums with the scales, which applies the scale and widens to int32 in one instruction;
+//      the integer sums of a super-block are exact;
+//   3. the offsets and mins (q2_K/q4_K/q5_K mins, q3_K's -4, q6_K's -32) never touch the
+//      codes: they are scales times the activation sums of 16 (bsums), one madd per
+//      super-block;
+//   4. acc += d * float(int sums) in an 8-lane float vector; one horizontal sum at the end.
+// Two int32 accumulators per super-block keep the adds off one dependency chain. Layout of
+// the codes and scales: see the comments in dot_ref.c.
+
+// Row j of this table, as a vpshufb control, copies int16 element j of each 128-bit lane to
+// all 8 int16 elements of that lane.
+#define BC2(j) 2 * (j), 2 * (j) + 1
+#define BC8(j) BC2(j), BC2(j), BC2(j), BC2(j)
+#define BC32(j) {BC8(j), BC8(j), BC8(j), BC8(j)}
+_Alignas(32) static const uint8_t k_bcast16[8][32] = {
+    BC32(0), BC32(1), BC32(2), BC32(3), BC32(4), BC32(5), BC32(6), BC32(7),
+};
+#undef BC2
+#undef BC8
+#undef BC32
+
+// Element j of each lane of s, broadcast within the lane.
+static inline __m256i bcast16(__m256i s, int j) {
+    return _mm256_shuffle_epi8(s, load256(k_bcast16[j]));
+}
+
+// The 16 int8 scales of 16-element sub-blocks, widened to int16 with the even sub-blocks in
+// the low lane and the odd ones in the high lane. The 32 weights at offset 32 * g cover
+// sub-blocks 2g and 2g + 1, which maddubs leaves in the low and high lane: bcast16(s, g)
+// gives each lane its scale.
+static inline __m256i scales16_even_odd(__m128i sc8) {
+    const __m128i even_odd = _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+    return _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc8, even_odd));
+}
+
+// sum += (pair sums p16) * (scale lanes), widened to int32.
+static inline __m256i madd_acc(__m256i sum, __m256i scale, __m256i p16) {
+    return _mm256_add_epi32(sum, _mm256_madd_epi16(scale, p16));
+}
+
+// ---------------------------------------------------------------------------------------------
+// q2_K: codes 0..3 in 2-bit fields; scale nibble and min nibble per 16 weights.
+
+float ft_vec_dot_q2_K_avx2(int64_t n, const void *vx, const void *vy) {
+    const block_q2_K *x = vx;
+    const block_q8_K *y = vy;
+    const __m256i m3 = _mm256_set1_epi8(3);
+    const __m128i m15 = _mm_set1_epi8(0x0f);
+    tables_init();
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t b = 0; b < n / QK_K; b++) {
+        const float d = y[b].d * g_half_table[x[b].d];
+        const float dmin = y[b].d * g_half_table[x[b].dmin];
+        const __m128i sm = _mm_loadu_si128((const __m128i *)x[b].scales);
+        const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sm, 4), m15));
+        const __m256i msum = _mm256_madd_epi16(mins, load256(y[b].bsums));
+        const __m256i scales = scales16_even_odd(_mm_and_si128(sm, m15));
+        const int8_t *q8 = y[b].qs;
+        __m256i sum0 = _mm256_setzero_si256(), sum1 = _mm256_setzero_si256();
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            const __m256i q2 = load256(x[b].qs + 32 * h);
+            __m256i p0 = _mm256_maddubs_epi16(_mm256_and_si256(q2, m3), load256(q8));
+            __m256i p1 = _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(q2, 2), m3),
+                                              load256(q8 + 32));
+            __m256i p2 = _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(q2, 4), m3),
+                                              load256(q8 + 64));
+            __m256i p3 = _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(q2, 6), m3),
+                                              load256(q8 + 96));
+            sum0 = madd_acc(sum0, bcast16(scales, 4 * h + 0), p0);
+            sum1 = madd_acc(sum1, bcast16(scales, 4 * h + 1), p1);
+            sum0 = madd_acc(sum0, bcast16(scales, 4 * h + 2), p2);
+            sum1 = madd_acc(sum1, bcast16(scales, 4 * h + 3), p3);
+            q8 += 128;
+        }
+        const __m256i sumi = _mm256_add_epi32(sum0, sum1);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+        acc = _mm256_fnmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(msum), acc);
+    }
+    return hsum_ps(acc);
+}
+
+// ---------------------------------------------------------------------------------------------
+// q3_K: the code is lo + 4 * hbit - 4 with lo in 2-bit fields and hbit in hmask. The kernel
+// multiplies the unsigned lo + 4 * hbit (0..7) and subtracts 4 * scale * bsum per sub-block.
+
+// The 16 signed scales (value - 32) as int8, in sub-block order.
+static inline __m128i scales_q3_K(const uint8_t s[12]) {
+    uint32_t hw;
+    memcpy(&hw, s + 8, sizeof(hw));
+    __m128i lo8 = _mm_loadl_epi64((const __m128i *)s);
+    // bytes 0..7: low nibbles of s[0..7]; bytes 8..15: their high nibbles
+    __m128i lo = _mm_unpacklo_epi64(lo8, _mm_srli_epi16(lo8, 4));
+    lo = _mm_and_si128(lo, _mm_set1_epi8(0x0f));
+    // byte j: bits 2(j/4)..2(j/4)+1 of s[8 + j % 4]
+    __m128i hi = _mm_srlv_epi32(_mm_set1_epi32((int)hw), _mm_setr_epi32(0, 2, 4, 6));
+    hi = _mm_and_si128(hi, _mm_set1_epi8(3));
+    return _mm_sub_epi8(_mm_or_si128(lo, _mm_slli_epi16(hi, 4)), _mm_set1_epi8(32));
+}
+
+// 4 where bit `bit` of each byte of h is set, else 0. 16-bit shifts are safe: the mask keeps
+// only a bit that came from the same byte.
+static inline __m256i hbit_times4(__m256i h, int bit) {
+    const __m256i m4 = _mm256_set1_epi8(4);
+    if (bit <= 2) return _mm256_and_si256(_mm256_slli_epi16(h, 2 - bit), m4);
+    return _mm256_and_si256(_mm256_srli_epi16(h, bit - 2), m4);
+}
+
+float ft_vec_dot_q3_K_avx2(int64_t n, const void *vx, const void *vy) {
+    const block_q3_K *x = vx;
+    const block_q8_K *y = vy;
+    const __m256i m3 = _mm256_set1_epi8(3);
+    tables_init();
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t b = 0; b < n / QK_K; b++) {
+        const float d = y[b].d * g_half_table[x[b].d];
+        const __m128i sc8 = scales_q3_K(x[b].scales);
+        const __m256i scales = scales16_even_odd(sc8);
+        // 4 * sum_j scale_j * bsum_j: the -4 of every code
+        const __m256i offset = _mm256_slli_epi32(
+            _mm256_madd_epi16(_mm256_cvtepi8_epi16(sc8), load256(y[b].bsums)), 2);
+        const __m256i hbits = load256(x[b].hmask);
+        const int8_t *q8 = y[b].qs;
+        __m256i sum[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            const __m256i q3 = load256(x[b].qs + 32 * h);
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++) {
+                __m256i lo = _mm256_and_si256(_mm256_srli_epi16(q3, 2 * k), m3);
+                __m256i code = _mm256_or_si256(lo, hbit_times4(hbits, 4 * h + k));
+                __m256i p = _mm256_maddubs_epi16(code, load256(q8 + 32 * k));
+                sum[k % 2] = madd_acc(sum[k % 2], bcast16(scales, 4 * h + k), p);
+            }
+            q8 += 128;
+        }
+        const __m256i sumi = _mm256_sub_epi32(_mm256_add_epi32(sum[0], sum[1]), offset);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    return hsum_ps(acc);
+}
+
+// ---------------------------------------------------------------------------------------------
+// q4_K / q5_K: 8 sub-blocks of 32 with 6-bit scales and mins.
+
+// The packed scales and mins as 16 bytes: bytes 0..7 the scales, 8..15 the mins. Reads 16
+// bytes from s (the 12 scale bytes and the first 4 code bytes, which are ignored). As 32-bit
+// words s0, s1, s2: scales 0..3 = s0 & 0x3f.., scales 4..7 = (s2 & 0x0f..) | top two bits of
+// s0's bytes, mins 0..3 = s1 & 0x3f.., mins 4..7 = (s2 >> 4 & 0x0f..) | top two bits of s1's.
+static inline __m128i scales_mins_k4(const uint8_t *s) {
+    __m128i v = _mm_loadu_si128((const __m128i *)s);
+    __m128i low = _mm_shuffle_epi32(v, _MM_SHUFFLE(2, 1, 2, 0)); // s0 s2 s1 s2
+    low = _mm_srlv_epi32(low, _mm_setr_epi32(0, 0, 0, 4));
+    low = _mm_and_si128(low, _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f));
+    __m128i top = _mm_shuffle_epi32(v, _MM_SHUFFLE(1, 1, 0, 0)); // s0 s0 s1 s1
+    // bits 6..7 of each byte to bits 4..5, only in words 1 and 3
+    top = _mm_and_si128(_mm_srli_epi32(top, 2), _mm_setr_epi32(0, 0x30303030, 0, 0x30303030));
+    return _mm_or_si128(low, top);
+}
+
+// Shared by q4_K and q5_K: exactly one of x4, x5 is non-NULL (a constant once inlined).
+static inline __attribute__((always_inline)) float
+dot_q45_K(int64_t n, const block_q4_K *x4, const block_q5_K *x5, const block_q8_K *y) {
+    const __m256i m15 = _mm256_set1_epi8(0x0f);
+    const __m256i m16 = _mm256_set1_epi8(0x10);
+    tables_init();
+    __m256 acc = _mm256_setzero_ps();
+    __m128 accm = _mm_setzero_ps();
+    for (int64_t b = 0; b < n / QK_K; b++) {
+        const float d = y[b].d * g_half_table[x4 ? x4[b].d : x5[b].d];
+        const float dmin = y[b].d * g_half_table[x4 ? x4[b].dmin : x5[b].dmin];
+        const __m128i sm = scales_mins_k4(x4 ? x4[b].scales : x5[b].scales);
+        // mins . (sums of 32 activations): bsums added in pairs
+        const __m128i bs = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)y[b].bsums),
+                                          _mm_loadu_si128((const __m128i *)y[b].bsums + 1));
+        const __m128i msum = _mm_madd_epi16(_mm_cvtepu8_epi16(_mm_srli_si128(sm, 8)), bs);
+        accm = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(msum), accm);
+        // the 8 scales as int16 in both lanes
+        const __m256i scales = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));
+        const uint8_t *qs = x4 ? x4[b].qs : x5[b].qs;
+        const __m256i qh = x5 ? load256(x5[b].qh) : _mm256_setzero_si256();
+        const int8_t *q8 = y[b].qs;
+        __m256i sum0 = _mm256_setzero_si256(), sum1 = _mm256_setzero_si256();
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++) {
+            const __m256i q4 = load256(qs + 32 * c);
+            __m256i lo = _mm256_and_si256(q4, m15);
+            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q4, 4), m15);
+            if (x5) {
+                // bit 2c (low nibbles) and 2c + 1 (high nibbles) of qh become bit 4
+                __m256i hl = 2 * c <= 4 ? _mm256_slli_epi16(qh, 4 - 2 * c)
+                                        : _mm256_srli_epi16(qh, 2 * c - 4);
+                __m256i hh = 2 * c + 1 <= 4 ? _mm256_slli_epi16(qh, 3 - 2 * c)
+                                            : _mm256_srli_epi16(qh, 2 * c - 3);
+                lo = _mm256_or_si256(lo, _mm256_and_si256(hl, m16));
+                hi = _mm256_or_si256(hi, _mm256_and_si256(hh, m16));
+            }
+            __m256i pl = _mm256_maddubs_epi16(lo, load256(q8 + 64 * c));
+            __m256i ph = _mm256_maddubs_epi16(hi, load256(q8 + 64 * c + 32));
+            sum0 = madd_acc(sum0, bcast16(scales, 2 * c), pl);
+            sum1 = madd_acc(sum1, bcast16(scales, 2 * c + 1), ph);
+        }
+        const __m256i sumi = _mm256_add_epi32(sum0, sum1);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    accm = _mm_add_ps(accm, _mm_movehl_ps(accm, accm));
+    accm = _mm_add_ss(accm, _mm_movehdup_ps(accm));
+    return hsum_ps(acc) - _mm_cvtss_f32(accm);
+}
+
+float ft_vec_dot_q4_K_avx2(int64_t n, const void *vx, const void *vy) {
+    return dot_q45_K(n, vx, NULL, vy);
+}
+
+float ft_vec_dot_q5_K_avx2(int64_t n, const void *vx, const void *vy) {
+    return dot_q45_K(n, NULL, vx, vy);
+}
+
+// ---------------------------------------------------------------------------------------------
+// q6_K: unsigned 6-bit codes (value + 32) and int8 scales per 16; the -32 is subtracted as
+// 32 * sum_j scale_j * bsum_j.
+
+float ft_vec_dot_q6_K_avx2(int64_t n, const void *vx, const void *vy) {
+    const block_q6_K *x = vx;
+    const block_q8_K *y = vy;
+    const __m256i m15 = _mm256_set1_epi8(0x0f);
+    const __m256i m48 = _mm256_set1_epi8(0x30);
+    tables_init();
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t b = 0; b < n / QK_K; b++) {
+        const float d = y[b].d * g_half_table[x[b].d];
+        const __m128i sc8 = _mm_loadu_si128((const __m128i *)x[b].scales);
+        const __m256i scales = scales16_even_odd(sc8);
+        const __m256i offset = _mm256_slli_epi32(
+            _mm256_madd_epi16(_mm256_cvtepi8_epi16(sc8), load256(y[b].bsums)), 5);
+        const int8_t *q8 = y[b].qs;
+        __m256i sum0 = _mm256_setzero_si256(), sum1 = _mm256_setzero_si256();
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            const __m256i l1 = load256(x[b].ql + 64 * h);
+            const __m256i l2 = load256(x[b].ql + 64 * h + 32);
+            const __m256i qh = load256(x[b].qh + 32 * h);
+            // bits 2k..2k+1 of qh become bits 4..5 of code k
+            __m256i c0 = _mm256_or_si256(_mm256_and_si256(l1, m15),
+                                         _mm256_and_si256(_mm256_slli_epi16(qh, 4), m48));
+            __m256i c1 = _mm256_or_si256(_mm256_and_si256(l2, m15),
+                                         _mm256_and_si256(_mm256_slli_epi16(qh, 2), m48));
+            __m256i c2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m15),
+                                         _mm256_and_si256(qh, m48));
+            __m256i c3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l2, 4), m15),
+                                         _mm256_and_si256(_mm256_srli_epi16(qh, 2), m48));
+            __m256i p0 = _mm256_maddubs_epi16(c0, load256(q8));
+            __m256i p1 = _mm256_maddubs_epi16(c1, load256(q8 + 32));
+            __m256i p2 = _mm256_maddubs_epi16(c2, load256(q8 + 64));
+            __m256i p3 = _mm256_maddubs_epi16(c3, load256(q8 + 96));
+            sum0 = madd_acc(sum0, bcast16(scales, 4 * h + 0), p0);
+            sum1 = madd_acc(sum1, bcast16(scales, 4 * h + 1), p1);
+            sum0 = madd_acc(sum0, bcast16(scales, 4 * h + 2), p2);
+            sum1 = madd_acc(sum1, bcast16(scales, 4 * h + 3), p3);
+            q8 += 128;
+        }
+        const __m256i sumi = _mm256_sub_epi32(_mm256_add_epi32(sum0, sum1), offset);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    return hsum_ps(acc);
+}
+
+// ---------------------------------------------------------------------------------------------
+// iq4_xs: iq4_nl code book lookups, 8 sub-blocks of 32 with 6-bit scales offset by 32.
+
+float ft_vec_dot_iq4_xs_avx2(int64_t n, const void *vx, const void *vy) {
+    const block_iq4_xs *x = vx;
+    const block_q8_K *y = vy;
+    const __m256i book = load_book(ft_kvalues_iq4nl);
+    tables_init();
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t b = 0; b < n / QK_K; b++) {
+        const float d = g_half_table[x[b].d] * y[b].d;
+        // scale ib: nibble ib of scales_l (as a 32-bit word), 2-bit field ib of scales_h
+        uint32_t sl;
+        memcpy(&sl, x[b].scales_l, sizeof(sl));
+        __m256i lo = _mm256_srlv_epi32(_mm256_set1_epi32((int)sl),
+                                       _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28));
+        __m256i hi = _mm256_srlv_epi32(_mm256_set1_epi32(x[b].scales_h),
+                                       _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14));
+        hi = _mm256_slli_epi32(_mm256_and_si256(hi, _mm256_set1_epi32(3)), 4);
+        __m256i ls = _mm256_or_si256(_mm256_and_si256(lo, _mm256_set1_epi32(15)), hi);
+        ls = _mm256_sub_epi32(ls, _mm256_set1_epi32(32));
+        // int16 scales 0..7 in both lanes
+        const __m256i scales = _mm256_permute4x64_epi64(_mm256_packs_epi32(ls, ls), 0x88);
+        const uint8_t *qs = x[b].qs;
+        const int8_t *q8 = y[b].qs;
+        __m256i sum[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+#pragma GCC unroll 8
+        for (int ib = 0; ib < 8; ib++) {
+            // signed codes: |x| . (y * sign(x)), as in sums_i8
+            __m256i code = _mm256_shuffle_epi8(book, unpack_nibbles(qs + 16 * ib));
+            __m256i q = load256(q8 + 32 * ib);
+            __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(code, code), _mm256_sign_epi8(q, code));
+            sum[ib % 2] = madd_acc(sum[ib % 2], bcast16(scales, ib), p);
+        }
+        const __m256i sumi = _mm256_add_epi32(sum[0], sum[1]);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    return hsum_ps(acc);
 }
 
 #if defined(__clang__)

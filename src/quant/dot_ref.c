@@ -1,10 +1,10 @@
 // dot_ref.c: the scalar reference dot products, one per weight type (see dot.h).
 //
 // Each function decodes a block's integer codes, forms the exact integer dot product with the
-// activation codes of each (sub-)block, and only then applies the float scales, in the order
-// llama.cpp's generic CPU code does: per block, sum += (d_x * d_y) * isum (+ min term). So the
+// activation codes of each (sub-)block, and only then applies the float scales, once per
+// block as llama.cpp's kernels do: sum += (d_x * d_y) * isum (- or + the min term). So the
 // only rounding is in the float scale products and the running float sum; integer sums are
-// exact (the largest, q4_K's 256 * 63 * 15 * 127, is far from int32's range).
+// exact (the largest, q6_K's 256 * 128 * 32 * 127 < 2^31, fits an int).
 //
 // f32, f16 and bf16 accumulate in double and round once at the end, as llama.cpp's scalar
 // path does. Plain loops, no SIMD: this file is what the AVX2 kernels are tested against.

@@ -81,7 +81,8 @@ static float fit_iq4(const float *x, int ntry, uint8_t L[32]) {
 
 // Packs 32 codes in q4_0's nibble order: byte j holds element j low, element j + 16 high.
 static void pack_nibbles(const uint8_t L[32], uint8_t qs[16]) {
-    for (int j = 0; j < 16; j++) qs[j] = (uint8_t)(L[j] | L[j + 16] << 4);
+    for (int j = 0; j < 16; j++)
+        qs[j] = (uint8_t)(L[j] | L[j + 16] << 4);
 }
 
 // One step of the fit only (llama.cpp's reference passes ntry = -1): d is the least-squares
@@ -129,7 +130,8 @@ void ft_quantize_row_iq4_xs_ref(const float *x, void *vy, int64_t n) {
             const float dl = d * (float)l;
             const float idl = dl != 0 ? 1 / dl : 0.0f;
             uint8_t L[32];
-            for (int j = 0; j < 32; j++) L[j] = (uint8_t)iq4_nearest(idl * x[32 * ib + j]);
+            for (int j = 0; j < 32; j++)
+                L[j] = (uint8_t)iq4_nearest(idl * x[32 * ib + j]);
             pack_nibbles(L, b->qs + 16 * ib);
             const int ls = l + 32;
             b->scales_l[ib / 2] |= (uint8_t)((ls & 0xf) << (4 * (ib % 2)));
@@ -159,8 +161,8 @@ static int mxfp4_nearest(float x, float d) {
 // The shared exponent puts the block maximum in [4, 8) times 2^(e - 127), so it lands between
 // the two largest E2M1 magnitudes (4 and 6, doubled in the table). e comes from
 // floorf(log2f(amax)) as in llama.cpp, libm's log2f included, so that a maximum just below a
-// power of two gets the same exponent. Exponents below 0 (amax < 2^-125) wrap modulo 256 as
-// llama.cpp's conversion does on x86.
+// power of two gets the same exponent. Exponents outside 0..255 (amax below 2^-125, or
+// infinite) wrap modulo 256 as llama.cpp's conversion does on x86.
 void ft_quantize_row_mxfp4_ref(const float *x, void *vy, int64_t n) {
     FT_ASSERT(n % QK_MXFP4 == 0);
     block_mxfp4 *y = vy;
@@ -168,12 +170,11 @@ void ft_quantize_row_mxfp4_ref(const float *x, void *vy, int64_t n) {
         float amax = 0;
         for (int j = 0; j < QK_MXFP4; j++)
             if (amax < fabsf(x[j])) amax = fabsf(x[j]);
-        const uint8_t e = amax > 0 ? (uint8_t)(int)(floorf(log2f(amax)) - 2 + 127) : 0;
+        const uint8_t e = amax > 0 ? (uint8_t)ft_trunc_int(floorf(log2f(amax)) - 2 + 127) : 0;
         const float d = ft_e8m0_to_fp32_half(e);
         y[i].e = e;
         for (int j = 0; j < QK_MXFP4 / 2; j++) {
-            y[i].qs[j] = (uint8_t)(mxfp4_nearest(x[j], d) |
-                                   mxfp4_nearest(x[j + QK_MXFP4 / 2], d) << 4);
+            y[i].qs[j] = (uint8_t)(mxfp4_nearest(x[j], d) | mxfp4_nearest(x[j + QK_MXFP4 / 2], d) << 4);
         }
     }
 }

@@ -22,7 +22,9 @@
 // Below this largest magnitude a sub-block counts as all zero.
 #define GROUP_MAX_EPS 1e-15f
 
-static inline int clamp_int(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
+static inline int clamp_int(int v, int lo, int hi) {
+    return v < lo ? lo : v > hi ? hi : v;
+}
 
 // The element of largest magnitude, with its sign (the first one on a tie); *amax gets its
 // magnitude.
@@ -52,10 +54,10 @@ typedef struct affine_search {
 } affine_search;
 
 // Fits x[i] ~ scale * L[i] - min with codes L[i] in 0..nmax and min >= 0 for n <= 32 elements
-// weighted by w. Returns scale and stores min in *out_min; a constant non-negative sub-block
-// gets scale 0. (llama.cpp's make_qkx2_quants.)
-static float fit_affine(int n, int nmax, const float *x, const float *w, uint8_t *L,
-                        float *out_min, affine_search p) {
+// weighted by w. Returns scale and stores min in *out_min; a sub-block of one constant c <= 0
+// gets scale 0 and min -c. (llama.cpp's make_qkx2_quants.)
+static float fit_affine(int n, int nmax, const float *x, const float *w, uint8_t *L, float *out_min,
+                        affine_search p) {
     uint8_t Laux[32];
     float min = x[0], max = x[0];
     float sum_w = w[0], sum_x = sum_w * x[0];
@@ -203,7 +205,8 @@ static float fit_q3(int n, int nmax, const float *x, int8_t *L) {
         }
         if (!n_changed) break;
     }
-    for (int i = 0; i < n; i++) L[i] = (int8_t)(L[i] + nmax);
+    for (int i = 0; i < n; i++)
+        L[i] = (int8_t)(L[i] + nmax);
     return suml2 > 0.0f ? sumlx / suml2 : 0.0f;
 }
 
@@ -212,8 +215,8 @@ static float fit_q3(int n, int nmax, const float *x, int8_t *L) {
 static void pack_2bit_planes(const uint8_t *L, uint8_t *qs) {
     for (int h = 0; h < QK_K; h += 128) {
         for (int l = 0; l < 32; l++) {
-            qs[h / 4 + l] = (uint8_t)(L[h + l] | L[h + l + 32] << 2 | L[h + l + 64] << 4 |
-                                      L[h + l + 96] << 6);
+            qs[h / 4 + l] =
+                (uint8_t)(L[h + l] | L[h + l + 32] << 2 | L[h + l + 64] << 4 | L[h + l + 96] << 6);
         }
     }
 }
@@ -232,7 +235,8 @@ void ft_quantize_row_q2_K_ref(const float *x, void *vy, int64_t n) {
         block_q2_K *b = &y[i];
         float max_scale = 0, max_min = 0;
         for (int j = 0; j < QK_K / 16; j++) {
-            for (int l = 0; l < 16; l++) weights[l] = fabsf(x[16 * j + l]);
+            for (int l = 0; l < 16; l++)
+                weights[l] = fabsf(x[16 * j + l]);
             scales[j] = fit_affine(16, 3, x + 16 * j, weights, L + 16 * j, &mins[j], search);
             if (scales[j] > max_scale) max_scale = scales[j];
             if (mins[j] > max_min) max_min = mins[j];
@@ -334,9 +338,11 @@ static void quantize_k4_scales(const float *x, int nmax, affine_search search, f
         const float *xs = x + 32 * j;
         // weight each element by the sub-block's RMS plus its own magnitude
         float sum_x2 = 0;
-        for (int l = 0; l < 32; l++) sum_x2 += xs[l] * xs[l];
+        for (int l = 0; l < 32; l++)
+            sum_x2 += xs[l] * xs[l];
         const float av_x = sqrtf(sum_x2 / 32);
-        for (int l = 0; l < 32; l++) weights[l] = av_x + fabsf(xs[l]);
+        for (int l = 0; l < 32; l++)
+            weights[l] = av_x + fabsf(xs[l]);
         scales[j] = fit_affine(32, nmax, xs, weights, L + 32 * j, &mins[j], search);
         if (scales[j] > max_scale) max_scale = scales[j];
         if (mins[j] > max_min) max_min = mins[j];

@@ -1,2 +1,0 @@
-build-dot/src/cli/main.o: src/cli/main.c src/cli/cli.h
-src/cli/cli.h:

@@ -1,6 +1,0 @@
-build-dot/src/quant/ops.o: src/quant/ops.c src/quant/quant.h \
- src/quant/blocks.h src/quant/../util/rng.h src/quant/dot.h
-src/quant/quant.h:
-src/quant/blocks.h:
-src/quant/../util/rng.h:
-src/quant/dot.h:

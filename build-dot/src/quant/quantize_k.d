@@ -1,9 +1,0 @@
-build-dot/src/quant/quantize_k.o: src/quant/quantize_k.c \
- src/quant/quant.h src/quant/blocks.h src/quant/../util/rng.h \
- src/quant/codec.h src/quant/fp16.h src/quant/../util/util.h
-src/quant/quant.h:
-src/quant/blocks.h:
-src/quant/../util/rng.h:
-src/quant/codec.h:
-src/quant/fp16.h:
-src/quant/../util/util.h:

@@ -1,3 +1,0 @@
-build-gguf/tests/oracle.o: tests/oracle.c tests/oracle.h tests/test.h
-tests/oracle.h:
-tests/test.h:

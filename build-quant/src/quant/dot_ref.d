@@ -1,9 +1,0 @@
-build-quant/src/quant/dot_ref.o: src/quant/dot_ref.c src/quant/dot.h \
- src/quant/quant.h src/quant/blocks.h src/quant/../util/rng.h \
- src/quant/fp16.h src/quant/tables.h
-src/quant/dot.h:
-src/quant/quant.h:
-src/quant/blocks.h:
-src/quant/../util/rng.h:
-src/quant/fp16.h:
-src/quant/tables.h:

@@ -1,2 +1,0 @@
-build-tok/src/cli/args.o: src/cli/args.c src/cli/args.h
-src/cli/args.h:
