@@ -2,12 +2,12 @@
 //
 // For each type: a weight matrix of rows of 4096 elements, about 8 MiB (larger than a core's
 // L2), against one activation row, the way a matrix-vector product at batch 1 reads it. One
-// run walks all rows once or more (at least 25 ms); the figure is the median of 9 runs, in GB/s
-// of weight bytes. The kernels take turns within each round of runs, so that load from
-// elsewhere on the machine hits them alike. Columns: ft's scalar reference, ft's AVX2 kernel,
-// llama.cpp's AVX2 kernel (libggml-cpu-haswell.so from the npm package, when it loads) and
-// the ratio ft AVX2 / llama.cpp. A measurement, not a test: it prints a table on stdout and
-// asserts nothing.
+// run walks all rows once or more (at least 25 ms of the thread's CPU time); the figure is the
+// median of 9 runs, in GB/s of weight bytes. The kernels take turns within each round of
+// runs, so that load from elsewhere on the machine hits them alike. Columns: ft's scalar
+// reference, ft's AVX2 kernel, llama.cpp's AVX2 kernel (libggml-cpu-haswell.so from the npm
+// package, when it loads) and the ratio ft AVX2 / llama.cpp. A measurement, not a test: it
+// prints a table on stdout and asserts nothing.
 //
 // Usage: bench_dot [type-name-substring]. FT_LLAMA_LIB_DIR overrides the library folder.
 #include "../src/quant/dot.h"
@@ -81,9 +81,11 @@ static get_traits_fn load_llama(void) {
     return get;
 }
 
+// CPU time of this thread: on a shared machine a run that is descheduled for a while is
+// not charged for it.
 static double now_seconds(void) {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
@@ -139,7 +141,8 @@ static void measure(const kernel *k, int nk, const uint8_t *w, size_t row_bytes,
 int main(int argc, char **argv) {
     const char *filter = argc > 1 ? argv[1] : NULL;
     get_traits_fn llama = load_llama();
-    printf("vec_dot throughput, 1 thread, rows of %d elements, ~%d MiB of weights, median of %d runs\n",
+    printf("vec_dot throughput, 1 thread (CPU time), rows of %d elements, ~%d MiB of weights, "
+           "median of %d runs\n",
            ROW_ELEMS, MATRIX_BYTES >> 20, RUNS);
     printf("%-7s %9s %9s %9s %10s %9s\n", "type", "row B", "ref GB/s", "avx2 GB/s", "llama GB/s",
            "ft/llama");

@@ -1,21 +1,24 @@
 // dot_avx2.c: AVX2 dot products of every weight type (see dot.h).
 //
 // Compiled for AVX2 + FMA + F16C and entered only through ft_quant_ops_find() after the CPUID
-// check in ops.c; no other file calls them.
+// check in ops.c; no other file calls them. Sections: the float formats; the 32-element block
+// formats (q8_0 / q8_1 activations); the K-quants and iq4_xs (q8_K activations, whose own
+// comment gives their steps).
 //
-// 32-element block kernels, per block:
-//   1. decode the 32 weight codes into a 256-bit vector of bytes (element order);
+// 32-element block kernels, two blocks per iteration:
+//   1. decode the 32 weight codes of each block into a 256-bit vector of bytes in element
+//      order (the nibbles of both blocks unpack in one register);
 //   2. multiply them with the 32 int8 activation codes into 16 int16 pair sums
 //      (_mm256_maddubs_epi16, unsigned x signed bytes) and widen to 8 int32 sums;
-//   3. acc += (d_x * d_y) * float(sums) in an 8-lane float vector.
+//   3. acc += (d_x * d_y) * float(sums), one 8-lane float accumulator per block of the pair
+//      to hide the FMA latency; an odd last block takes the same path, paired with itself.
 // Unsigned codes with an offset (q4_0's q - 8, q5_0's q - 16, mxfp4's code book + 12) use
 // maddubs(q, y) - maddubs(offset, y), one instruction fewer than the sign trick that signed
 // codes (q8_0, iq4_nl) need: |x| . (y * sign(x)). No pair sum can saturate: the largest is
 // 2 * 128 * 127 = 32512 < 32767 (activations never hold -128; a weight may).
 // The block scales are fp16: converting them is a large share of the work per block, so they
-// are read from a 256 KiB table of all 65,536 values (filled on first use) rather than
-// converted. Two blocks per iteration into two accumulators hide the FMA latency; an odd last
-// block takes the same path.
+// are read from a 256 KiB table of all 65,536 values (filled on first use) and broadcast
+// straight from it.
 //
 // The float formats keep four 8-lane FMA accumulators over 32 elements per iteration, then
 // 8-lane steps and a scalar tail, so any n works.
@@ -26,6 +29,7 @@
 #include "tables.h"
 
 #include <immintrin.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -73,14 +77,6 @@ static inline void tables_init(void) {
 // plain load, which keeps the scale off the shuffle port that the nibble unpacking needs.
 static inline __m256 scale_product(const float *a, const float *b) {
     return _mm256_mul_ps(_mm256_broadcast_ss(a), _mm256_broadcast_ss(b));
-}
-
-// The 32 nibbles of a q4_0-packed block as bytes 0..15, in element order: bytes 0..15 are the
-// low nibbles of qs[0..15], bytes 16..31 the high nibbles.
-static inline __m256i unpack_nibbles(const uint8_t *qs) {
-    __m128i b = _mm_loadu_si128((const __m128i *)qs);
-    __m256i both = _mm256_inserti128_si256(_mm256_castsi128_si256(b), _mm_srli_epi16(b, 4), 1);
-    return _mm256_and_si256(both, _mm256_set1_epi8(0x0f));
 }
 
 // Byte j is 0xff where bit j of the 32-bit little-endian qh is set, else 0.
@@ -181,146 +177,99 @@ float ft_vec_dot_bf16_avx2(int64_t n, const void *vx, const void *vy) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// 32-element block formats with q8_0 activations. Each format supplies the int32 sums of one
-// block and where its scale is (an index into a table of floats); one loop, inlined with
-// them, walks the blocks.
+// 32-element block formats. Each format supplies a decoder of the codes of two blocks at a
+// time (two blocks' nibbles unpack in one 256-bit register) and where its scale is (an index
+// into a table of floats); one loop per activation format, inlined with them, walks the
+// blocks. An odd last block is decoded as a pair with itself.
 
-typedef __m256i (*block_sums_fn)(const void *x, const int8_t *qy);
+typedef void (*block_codes_fn)(const void *x0, const void *x1, __m256i *c0, __m256i *c1);
+typedef __m256i (*block_sums_fn)(__m256i codes, __m256i y);
 typedef unsigned (*block_field_fn)(const void *x);
 
+// The 32 nibbles of each of two q4_0-packed blocks as bytes 0..15, in element order: bytes
+// 0..15 the low nibbles of qs[0..15], bytes 16..31 the high nibbles.
+static inline void unpack_nibbles2(const uint8_t *qs0, const uint8_t *qs1, __m256i *c0, __m256i *c1) {
+    __m256i both = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)qs0)),
+                                           _mm_loadu_si128((const __m128i *)qs1), 1);
+    __m256i lo = _mm256_and_si256(both, _mm256_set1_epi8(0x0f));
+    __m256i hi = _mm256_and_si256(_mm256_srli_epi16(both, 4), _mm256_set1_epi8(0x0f));
+    *c0 = _mm256_permute2x128_si256(lo, hi, 0x20);
+    *c1 = _mm256_permute2x128_si256(lo, hi, 0x31);
+}
+
 // Sum over nb blocks of x (block_bytes apart) and y of
-// table[scale_index(x)] * fp16(y.d) * sums(x, y.qs).
+// table[scale_index(x)] * fp16(y.d) * sums(codes(x), y.qs).
 static inline __attribute__((always_inline)) float
 dot_blocks_q8_0(int64_t nb, const uint8_t *x, size_t block_bytes, const block_q8_0 *y,
-                block_sums_fn sums, block_field_fn scale_index, const float *table) {
+                block_codes_fn codes, block_sums_fn sums, block_field_fn scale_index,
+                const float *table) {
     tables_init();
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    __m256i c0, c1;
     int64_t b = 0;
     for (; b + 1 < nb; b += 2) {
         const uint8_t *x0 = x + b * block_bytes, *x1 = x0 + block_bytes;
+        codes(x0, x1, &c0, &c1);
         __m256 d0 = scale_product(table + scale_index(x0), g_half_table + y[b].d);
         __m256 d1 = scale_product(table + scale_index(x1), g_half_table + y[b + 1].d);
-        acc0 = fma_sums(d0, sums(x0, y[b].qs), acc0);
-        acc1 = fma_sums(d1, sums(x1, y[b + 1].qs), acc1);
+        acc0 = fma_sums(d0, sums(c0, load256(y[b].qs)), acc0);
+        acc1 = fma_sums(d1, sums(c1, load256(y[b + 1].qs)), acc1);
     }
     if (b < nb) {
         const uint8_t *x0 = x + b * block_bytes;
+        codes(x0, x0, &c0, &c1);
         __m256 d0 = scale_product(table + scale_index(x0), g_half_table + y[b].d);
-        acc0 = fma_sums(d0, sums(x0, y[b].qs), acc0);
+        acc0 = fma_sums(d0, sums(c0, load256(y[b].qs)), acc0);
     }
     return hsum_ps(_mm256_add_ps(acc0, acc1));
 }
 
-// q4_0: (q - 8) with q a nibble.
-static inline __m256i sums_q4_0(const void *vx, const int8_t *qy) {
-    const block_q4_0 *x = vx;
-    return sums_u8_off(unpack_nibbles(x->qs), load256(qy), _mm256_set1_epi8(8));
-}
-
-static inline unsigned d_q4_0(const void *x) { return ((const block_q4_0 *)x)->d; }
-
-float ft_vec_dot_q4_0_avx2(int64_t n, const void *vx, const void *vy) {
-    return dot_blocks_q8_0(n / QK4_0, vx, sizeof(block_q4_0), vy, sums_q4_0, d_q4_0, g_half_table);
-}
-
-// q5_0: (q - 16) with the fifth bit of q from qh.
-static inline __m256i sums_q5_0(const void *vx, const int8_t *qy) {
-    const block_q5_0 *x = vx;
-    __m256i fifth = _mm256_and_si256(bits_to_bytes(x->qh), _mm256_set1_epi8(0x10));
-    __m256i q = _mm256_or_si256(unpack_nibbles(x->qs), fifth);
-    return sums_u8_off(q, load256(qy), _mm256_set1_epi8(16));
-}
-
-static inline unsigned d_q5_0(const void *x) { return ((const block_q5_0 *)x)->d; }
-
-float ft_vec_dot_q5_0_avx2(int64_t n, const void *vx, const void *vy) {
-    return dot_blocks_q8_0(n / QK5_0, vx, sizeof(block_q5_0), vy, sums_q5_0, d_q5_0, g_half_table);
-}
-
-static inline __m256i sums_q8_0(const void *vx, const int8_t *qy) {
-    const block_q8_0 *x = vx;
-    return sums_i8(load256(x->qs), load256(qy));
-}
-
-static inline unsigned d_q8_0(const void *x) { return ((const block_q8_0 *)x)->d; }
-
-float ft_vec_dot_q8_0_avx2(int64_t n, const void *vx, const void *vy) {
-    return dot_blocks_q8_0(n / QK8_0, vx, sizeof(block_q8_0), vy, sums_q8_0, d_q8_0, g_half_table);
-}
-
-// iq4_nl and mxfp4: one byte shuffle looks the 32 nibbles up in the 16-entry code book
-// (broadcast to both 128-bit lanes, as vpshufb indexes within a lane).
-static inline __m256i load_book(const int8_t *book) {
-    return _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)book));
-}
-
-static inline __m256i sums_iq4_nl(const void *vx, const int8_t *qy) {
-    const block_iq4_nl *x = vx;
-    __m256i code = _mm256_shuffle_epi8(load_book(ft_kvalues_iq4nl), unpack_nibbles(x->qs));
-    return sums_i8(code, load256(qy));
-}
-
-static inline unsigned d_iq4_nl(const void *x) { return ((const block_iq4_nl *)x)->d; }
-
-float ft_vec_dot_iq4_nl_avx2(int64_t n, const void *vx, const void *vy) {
-    return dot_blocks_q8_0(n / QK4_NL, vx, sizeof(block_iq4_nl), vy, sums_iq4_nl, d_iq4_nl,
-                           g_half_table);
-}
-
-// mxfp4: the code book plus 12 is unsigned (0..24), so the offset form applies.
-static const int8_t k_mxfp4_plus12[16] = {
-    12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0,
-};
-
-static inline __m256i sums_mxfp4(const void *vx, const int8_t *qy) {
-    const block_mxfp4 *x = vx;
-    __m256i code = _mm256_shuffle_epi8(load_book(k_mxfp4_plus12), unpack_nibbles(x->qs));
-    return sums_u8_off(code, load256(qy), _mm256_set1_epi8(12));
-}
-
-static inline unsigned e_mxfp4(const void *x) { return ((const block_mxfp4 *)x)->e; }
-
-float ft_vec_dot_mxfp4_avx2(int64_t n, const void *vx, const void *vy) {
-    return dot_blocks_q8_0(n / QK_MXFP4, vx, sizeof(block_mxfp4), vy, sums_mxfp4, e_mxfp4,
-                           g_e8m0_half_table);
-}
-
-// ---------------------------------------------------------------------------------------------
-// q4_1 and q5_1 with q8_1 activations: unsigned codes, and the min term m * s (q8_1's s is
-// d_y * sum(qy)) summed in scalar alongside.
-
-typedef __m256i (*block_codes_fn)(const void *x);
-
 // Sum over nb blocks of x (block_bytes apart) and y of
-// fp16(d(x)) * fp16(y.d) * (codes(x) . y.qs) + fp16(m(x)) * fp16(y.s).
+// fp16(d(x)) * fp16(y.d) * (codes(x) . y.qs) + fp16(m(x)) * fp16(y.s): the q8_1 formats,
+// whose min term (q8_1's s is d_y * sum(qy)) is summed in scalar alongside.
 static inline __attribute__((always_inline)) float
 dot_blocks_q8_1(int64_t nb, const uint8_t *x, size_t block_bytes, const block_q8_1 *y,
                 block_codes_fn codes, block_field_fn d, block_field_fn m) {
     tables_init();
     const float *t = g_half_table;
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    __m128 min0 = _mm_setzero_ps(), min1 = _mm_setzero_ps();
+    float min0 = 0, min1 = 0;
+    __m256i c0, c1;
     int64_t b = 0;
     for (; b + 1 < nb; b += 2) {
         const uint8_t *x0 = x + b * block_bytes, *x1 = x0 + block_bytes;
+        codes(x0, x1, &c0, &c1);
         __m256 d0 = scale_product(t + d(x0), t + y[b].d);
         __m256 d1 = scale_product(t + d(x1), t + y[b + 1].d);
-        acc0 = fma_sums(d0, sums_u8(codes(x0), load256(y[b].qs)), acc0);
-        acc1 = fma_sums(d1, sums_u8(codes(x1), load256(y[b + 1].qs)), acc1);
-        min0 = _mm_fmadd_ss(_mm_load_ss(t + m(x0)), _mm_load_ss(t + y[b].s), min0);
-        min1 = _mm_fmadd_ss(_mm_load_ss(t + m(x1)), _mm_load_ss(t + y[b + 1].s), min1);
+        acc0 = fma_sums(d0, sums_u8(c0, load256(y[b].qs)), acc0);
+        acc1 = fma_sums(d1, sums_u8(c1, load256(y[b + 1].qs)), acc1);
+        min0 = fmaf(t[m(x0)], t[y[b].s], min0);
+        min1 = fmaf(t[m(x1)], t[y[b + 1].s], min1);
     }
     if (b < nb) {
         const uint8_t *x0 = x + b * block_bytes;
+        codes(x0, x0, &c0, &c1);
         __m256 d0 = scale_product(t + d(x0), t + y[b].d);
-        acc0 = fma_sums(d0, sums_u8(codes(x0), load256(y[b].qs)), acc0);
-        min0 = _mm_fmadd_ss(_mm_load_ss(t + m(x0)), _mm_load_ss(t + y[b].s), min0);
+        acc0 = fma_sums(d0, sums_u8(c0, load256(y[b].qs)), acc0);
+        min0 = fmaf(t[m(x0)], t[y[b].s], min0);
     }
-    return hsum_ps(_mm256_add_ps(acc0, acc1)) + _mm_cvtss_f32(_mm_add_ss(min0, min1));
+    return hsum_ps(_mm256_add_ps(acc0, acc1)) + (min0 + min1);
 }
 
-static inline __m256i codes_q4_1(const void *vx) {
-    return unpack_nibbles(((const block_q4_1 *)vx)->qs);
+// q4_0: (q - 8) with q a nibble; q4_1: q, with the min term.
+static inline void codes_q4_0(const void *x0, const void *x1, __m256i *c0, __m256i *c1) {
+    unpack_nibbles2(((const block_q4_0 *)x0)->qs, ((const block_q4_0 *)x1)->qs, c0, c1);
+}
+static inline __m256i sums_minus8(__m256i c, __m256i y) { return sums_u8_off(c, y, _mm256_set1_epi8(8)); }
+static inline unsigned d_q4_0(const void *x) { return ((const block_q4_0 *)x)->d; }
+
+float ft_vec_dot_q4_0_avx2(int64_t n, const void *vx, const void *vy) {
+    return dot_blocks_q8_0(n / QK4_0, vx, sizeof(block_q4_0), vy, codes_q4_0, sums_minus8, d_q4_0,
+                           g_half_table);
+}
+
+static inline void codes_q4_1(const void *x0, const void *x1, __m256i *c0, __m256i *c1) {
+    unpack_nibbles2(((const block_q4_1 *)x0)->qs, ((const block_q4_1 *)x1)->qs, c0, c1);
 }
 static inline unsigned d_q4_1(const void *x) { return ((const block_q4_1 *)x)->d; }
 static inline unsigned m_q4_1(const void *x) { return ((const block_q4_1 *)x)->m; }
@@ -329,16 +278,86 @@ float ft_vec_dot_q4_1_avx2(int64_t n, const void *vx, const void *vy) {
     return dot_blocks_q8_1(n / QK4_1, vx, sizeof(block_q4_1), vy, codes_q4_1, d_q4_1, m_q4_1);
 }
 
-static inline __m256i codes_q5_1(const void *vx) {
-    const block_q5_1 *x = vx;
-    __m256i fifth = _mm256_and_si256(bits_to_bytes(x->qh), _mm256_set1_epi8(0x10));
-    return _mm256_or_si256(unpack_nibbles(x->qs), fifth);
+// q5_0: (q - 16) with the fifth bit of q from qh; q5_1: q, with the min term.
+static inline __m256i fifth_bits(const uint8_t *qh) {
+    return _mm256_and_si256(bits_to_bytes(qh), _mm256_set1_epi8(0x10));
+}
+
+static inline void codes_q5_0(const void *vx0, const void *vx1, __m256i *c0, __m256i *c1) {
+    const block_q5_0 *x0 = vx0, *x1 = vx1;
+    unpack_nibbles2(x0->qs, x1->qs, c0, c1);
+    *c0 = _mm256_or_si256(*c0, fifth_bits(x0->qh));
+    *c1 = _mm256_or_si256(*c1, fifth_bits(x1->qh));
+}
+static inline __m256i sums_minus16(__m256i c, __m256i y) { return sums_u8_off(c, y, _mm256_set1_epi8(16)); }
+static inline unsigned d_q5_0(const void *x) { return ((const block_q5_0 *)x)->d; }
+
+float ft_vec_dot_q5_0_avx2(int64_t n, const void *vx, const void *vy) {
+    return dot_blocks_q8_0(n / QK5_0, vx, sizeof(block_q5_0), vy, codes_q5_0, sums_minus16, d_q5_0,
+                           g_half_table);
+}
+
+static inline void codes_q5_1(const void *vx0, const void *vx1, __m256i *c0, __m256i *c1) {
+    const block_q5_1 *x0 = vx0, *x1 = vx1;
+    unpack_nibbles2(x0->qs, x1->qs, c0, c1);
+    *c0 = _mm256_or_si256(*c0, fifth_bits(x0->qh));
+    *c1 = _mm256_or_si256(*c1, fifth_bits(x1->qh));
 }
 static inline unsigned d_q5_1(const void *x) { return ((const block_q5_1 *)x)->d; }
 static inline unsigned m_q5_1(const void *x) { return ((const block_q5_1 *)x)->m; }
 
 float ft_vec_dot_q5_1_avx2(int64_t n, const void *vx, const void *vy) {
     return dot_blocks_q8_1(n / QK5_1, vx, sizeof(block_q5_1), vy, codes_q5_1, d_q5_1, m_q5_1);
+}
+
+// q8_0: the codes as they are, signed.
+static inline void codes_q8_0(const void *x0, const void *x1, __m256i *c0, __m256i *c1) {
+    *c0 = load256(((const block_q8_0 *)x0)->qs);
+    *c1 = load256(((const block_q8_0 *)x1)->qs);
+}
+static inline unsigned d_q8_0(const void *x) { return ((const block_q8_0 *)x)->d; }
+
+float ft_vec_dot_q8_0_avx2(int64_t n, const void *vx, const void *vy) {
+    return dot_blocks_q8_0(n / QK8_0, vx, sizeof(block_q8_0), vy, codes_q8_0, sums_i8, d_q8_0,
+                           g_half_table);
+}
+
+// iq4_nl and mxfp4: a byte shuffle looks the nibbles up in the 16-entry code book (broadcast
+// to both 128-bit lanes, as vpshufb indexes within a lane).
+static inline __m256i load_book(const int8_t *book) {
+    return _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)book));
+}
+
+static inline void codes_iq4_nl(const void *x0, const void *x1, __m256i *c0, __m256i *c1) {
+    const __m256i book = load_book(ft_kvalues_iq4nl);
+    unpack_nibbles2(((const block_iq4_nl *)x0)->qs, ((const block_iq4_nl *)x1)->qs, c0, c1);
+    *c0 = _mm256_shuffle_epi8(book, *c0);
+    *c1 = _mm256_shuffle_epi8(book, *c1);
+}
+static inline unsigned d_iq4_nl(const void *x) { return ((const block_iq4_nl *)x)->d; }
+
+float ft_vec_dot_iq4_nl_avx2(int64_t n, const void *vx, const void *vy) {
+    return dot_blocks_q8_0(n / QK4_NL, vx, sizeof(block_iq4_nl), vy, codes_iq4_nl, sums_i8, d_iq4_nl,
+                           g_half_table);
+}
+
+// mxfp4: the code book plus 12 is unsigned (0..24), so the offset form applies.
+static const int8_t k_mxfp4_plus12[16] = {
+    12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0,
+};
+
+static inline void codes_mxfp4(const void *x0, const void *x1, __m256i *c0, __m256i *c1) {
+    const __m256i book = load_book(k_mxfp4_plus12);
+    unpack_nibbles2(((const block_mxfp4 *)x0)->qs, ((const block_mxfp4 *)x1)->qs, c0, c1);
+    *c0 = _mm256_shuffle_epi8(book, *c0);
+    *c1 = _mm256_shuffle_epi8(book, *c1);
+}
+static inline __m256i sums_minus12(__m256i c, __m256i y) { return sums_u8_off(c, y, _mm256_set1_epi8(12)); }
+static inline unsigned e_mxfp4(const void *x) { return ((const block_mxfp4 *)x)->e; }
+
+float ft_vec_dot_mxfp4_avx2(int64_t n, const void *vx, const void *vy) {
+    return dot_blocks_q8_0(n / QK_MXFP4, vx, sizeof(block_mxfp4), vy, codes_mxfp4, sums_minus12, e_mxfp4,
+                           g_e8m0_half_table);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -640,13 +659,17 @@ float ft_vec_dot_iq4_xs_avx2(int64_t n, const void *vx, const void *vy) {
         const uint8_t *qs = x[b].qs;
         const int8_t *q8 = y[b].qs;
         __m256i sum[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
-#pragma GCC unroll 8
-        for (int ib = 0; ib < 8; ib++) {
-            // signed codes: |x| . (y * sign(x)), as in sums_i8
-            __m256i code = _mm256_shuffle_epi8(book, unpack_nibbles(qs + 16 * ib));
-            __m256i q = load256(q8 + 32 * ib);
-            __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(code, code), _mm256_sign_epi8(q, code));
-            sum[ib % 2] = madd_acc(sum[ib % 2], bcast16(scales, ib), p);
+#pragma GCC unroll 4
+        for (int ib = 0; ib < 8; ib += 2) {
+            __m256i c[2];
+            unpack_nibbles2(qs + 16 * ib, qs + 16 * ib + 16, &c[0], &c[1]);
+            for (int k = 0; k < 2; k++) {
+                // signed codes: |x| . (y * sign(x)), as in sums_i8
+                __m256i code = _mm256_shuffle_epi8(book, c[k]);
+                __m256i q = load256(q8 + 32 * (ib + k));
+                __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(code, code), _mm256_sign_epi8(q, code));
+                sum[k] = madd_acc(sum[k], bcast16(scales, ib + k), p);
+            }
         }
         const __m256i sumi = _mm256_add_epi32(sum[0], sum[1]);
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
