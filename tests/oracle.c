@@ -105,6 +105,14 @@ typedef struct {
     __typeof__(&llama_tokenize) tokenize;
     __typeof__(&llama_token_to_piece) token_to_piece;
     __typeof__(&llama_detokenize) detokenize;
+    __typeof__(&llama_vocab_n_tokens) n_tokens;
+    __typeof__(&llama_vocab_bos) bos;
+    __typeof__(&llama_vocab_eos) eos;
+    __typeof__(&llama_vocab_eot) eot;
+    __typeof__(&llama_vocab_get_add_bos) get_add_bos;
+    __typeof__(&llama_vocab_get_add_eos) get_add_eos;
+    __typeof__(&llama_vocab_get_attr) get_attr;
+    __typeof__(&llama_vocab_is_eog) is_eog;
 } llama_api;
 
 struct oracle_vocab {
@@ -133,6 +141,14 @@ static const llama_api *api(void) {
         SYM(tokenize, "llama_tokenize");
         SYM(token_to_piece, "llama_token_to_piece");
         SYM(detokenize, "llama_detokenize");
+        SYM(n_tokens, "llama_vocab_n_tokens");
+        SYM(bos, "llama_vocab_bos");
+        SYM(eos, "llama_vocab_eos");
+        SYM(eot, "llama_vocab_eot");
+        SYM(get_add_bos, "llama_vocab_get_add_bos");
+        SYM(get_add_eos, "llama_vocab_get_add_eos");
+        SYM(get_attr, "llama_vocab_get_attr");
+        SYM(is_eog, "llama_vocab_is_eog");
 #undef SYM
         a.log_set(quiet_log, NULL);
         a.backend_init();
@@ -181,6 +197,19 @@ int oracle_detokenize(oracle_vocab *o, const int32_t *ids, int n, bool remove_sp
     return r < 0 ? -1 : r;
 }
 
+oracle_vocab_info oracle_vocab_get_info(oracle_vocab *o) {
+    const llama_api *a = api();
+    return (oracle_vocab_info){a->n_tokens(o->vocab), a->bos(o->vocab), a->eos(o->vocab),
+                               a->eot(o->vocab), a->get_add_bos(o->vocab),
+                               a->get_add_eos(o->vocab)};
+}
+
+uint32_t oracle_token_attr(oracle_vocab *o, int32_t id) {
+    return (uint32_t)api()->get_attr(o->vocab, id);
+}
+
+bool oracle_token_is_eog(oracle_vocab *o, int32_t id) { return api()->is_eog(o->vocab, id); }
+
 #else // no llama.h: every oracle here is missing
 
 oracle_vocab *oracle_vocab_load(const char *path) {
@@ -202,6 +231,19 @@ int oracle_detokenize(oracle_vocab *o, const int32_t *ids, int n, bool remove_sp
                       bool unparse_special, char *buf, int cap) {
     (void)o, (void)ids, (void)n, (void)remove_special, (void)unparse_special, (void)buf, (void)cap;
     return -1;
+}
+
+oracle_vocab_info oracle_vocab_get_info(oracle_vocab *o) {
+    (void)o;
+    return (oracle_vocab_info){0, -1, -1, -1, false, false};
+}
+uint32_t oracle_token_attr(oracle_vocab *o, int32_t id) {
+    (void)o, (void)id;
+    return 0;
+}
+bool oracle_token_is_eog(oracle_vocab *o, int32_t id) {
+    (void)o, (void)id;
+    return false;
 }
 
 #endif

@@ -57,6 +57,16 @@ int oracle_token_to_piece(oracle_vocab *o, int32_t id, bool special, char *buf, 
 int oracle_detokenize(oracle_vocab *o, const int32_t *ids, int n, bool remove_special,
                       bool unparse_special, char *buf, int cap);
 
+// Special tokens as llama.cpp sees them (llama_vocab_bos/eos/eot, -1 for none; add_bos/eos),
+// and per token its attributes (enum llama_token_attr bits) and whether it ends generation.
+typedef struct oracle_vocab_info {
+    int32_t n_tokens, bos, eos, eot;
+    bool add_bos, add_eos;
+} oracle_vocab_info;
+oracle_vocab_info oracle_vocab_get_info(oracle_vocab *o);
+uint32_t oracle_token_attr(oracle_vocab *o, int32_t id);
+bool oracle_token_is_eog(oracle_vocab *o, int32_t id);
+
 // llama.cpp's code point flags (its internal unicode_cpt_flags_from_cpt, exported by
 // libllama): category bits 0x01 undefined, 0x02 number, 0x04 letter, 0x08 separator,
 // 0x10 mark, 0x20 punctuation, 0x40 symbol, 0x80 control; 0x100 white space. NULL (after

@@ -15,6 +15,7 @@ typedef struct {
 static const command g_commands[] = {
     {"inspect", cmd_inspect, "show a GGUF file: metadata, tensors, expert geometry"},
     {"synth", cmd_synth, "write a synthetic model with random weights"},
+    {"tokenize", cmd_tokenize, "print the token ids of a text (the model's tokenizer)"},
 };
 
 static void usage(FILE *out) {

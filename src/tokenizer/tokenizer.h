@@ -1,0 +1,221 @@
+// tokenizer: text <-> token ids exactly as llama.cpp computes them, and chat templates.
+//
+// A tok_vocab is built from the tokenizer.* keys of a GGUF file (a full model or a
+// vocabulary-only file). Two tokenizer families are supported:
+//   - byte-level BPE (tokenizer.ggml.model = "gpt2"): tokens, merges and token types, with the
+//     pre-tokenizer (the word splitter) chosen by tokenizer.ggml.pre;
+//   - SentencePiece (tokenizer.ggml.model = "llama"): tokens, scores, byte fallback, a leading
+//     space before the text (Llama 2, Mistral, Mixtral).
+// Special tokens (control, user-defined, unknown) are cut out of the text before the words are
+// split, as llama.cpp does: user-defined tokens always, control tokens only where the caller
+// allows it (tok_segment.parse_special).
+//
+// Encoding runs in three steps: special-token partition (encode.c), pre-tokenization into words
+// (pretok.c, unicode.c), then BPE merges (bpe.c) or SentencePiece merges (spm.c). Decoding
+// (decode.c) maps each token to its bytes; tok_stream turns a stream of tokens into valid UTF-8.
+// Chat templates (chat.c) render a conversation the way the model's own Jinja template does.
+//
+// Memory: a tok_vocab owns copies of everything it needs, so the gguf_file may be closed after
+// tok_vocab_load. Thread-safety: a tok_vocab is immutable once loaded; tok_encode*, tok_piece
+// and tok_detokenize may run on one vocab from several threads. A tok_stream belongs to one
+// thread. Encoding allocates scratch per call; tok_piece and tok_stream_push never allocate.
+#ifndef FT_TOKENIZER_H
+#define FT_TOKENIZER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../gguf/gguf.h"
+#include "../util/util.h"
+
+typedef int32_t tok_id;
+#define TOK_NULL ((tok_id)-1)
+
+enum tok_kind {
+    TOK_KIND_BPE = 0, // byte-level BPE ("gpt2")
+    TOK_KIND_SPM = 1, // SentencePiece ("llama")
+};
+
+// Token attributes (bits), as llama.cpp derives them from tokenizer.ggml.token_type and the
+// token texts it recognises (e.g. "<|im_end|>" is always a control token).
+enum tok_attr {
+    TOK_ATTR_UNKNOWN = 1 << 0,
+    TOK_ATTR_UNUSED = 1 << 1,
+    TOK_ATTR_NORMAL = 1 << 2,
+    TOK_ATTR_CONTROL = 1 << 3,
+    TOK_ATTR_USER_DEFINED = 1 << 4,
+    TOK_ATTR_BYTE = 1 << 5,
+    TOK_ATTR_LSTRIP = 1 << 7, // special token that eats the white space before it
+    TOK_ATTR_RSTRIP = 1 << 8, // ... and after it
+};
+
+typedef struct tok_vocab tok_vocab;
+
+// ---------------------------------------------------------------------------------------------
+// Vocabulary
+
+// Builds the tokenizer of an open GGUF file. Returns NULL and sets *err ("tokenizer: what")
+// when a key is missing or malformed (wrong type, counts that disagree, duplicate tokens), when
+// the tokenizer model is not BPE or SentencePiece, or when tokenizer.ggml.pre names a
+// pre-tokenizer ft does not know (the message names it).
+tok_vocab *tok_vocab_load(const gguf_file *f, ft_err *err);
+void tok_vocab_free(tok_vocab *v); // NULL is a no-op
+
+enum tok_kind tok_vocab_kind(const tok_vocab *v);
+// The pre-tokenizer's name as the file spells it ("qwen2", "llama-bpe", ...); "" for SPM.
+const char *tok_vocab_pre(const tok_vocab *v);
+int32_t tok_n_tokens(const tok_vocab *v);
+
+// Special token ids, TOK_NULL where the vocabulary has none.
+tok_id tok_bos(const tok_vocab *v);
+tok_id tok_eos(const tok_vocab *v);
+tok_id tok_eot(const tok_vocab *v);
+// Whether encoding with add_special prepends BOS / appends EOS: tokenizer.ggml.add_bos_token
+// and add_eos_token where present, else llama.cpp's default (SPM and llama-bpe add BOS).
+bool tok_adds_bos(const tok_vocab *v);
+bool tok_adds_eos(const tok_vocab *v);
+// True for tokens that end generation (EOS, EOT, "<|im_end|>", ...), as llama.cpp's EOG set.
+bool tok_is_eog(const tok_vocab *v, tok_id id);
+
+// Attributes (enum tok_attr bits) and raw vocabulary text of a token; id must be in range
+// (FT_ASSERT). The text is not NUL-terminated; it lives as long as the vocab.
+uint32_t tok_attrs(const tok_vocab *v, tok_id id);
+const char *tok_text(const tok_vocab *v, tok_id id, size_t *len);
+// The id of a token with exactly this text, or TOK_NULL.
+tok_id tok_find(const tok_vocab *v, const char *text, size_t len);
+
+// ---------------------------------------------------------------------------------------------
+// Encoding
+
+// A growable array of token ids; zero-initialise, release with tok_ids_free.
+typedef struct tok_ids {
+    tok_id *ids;
+    size_t n, cap;
+} tok_ids;
+void tok_ids_free(tok_ids *t);
+
+// One piece of input text. Control tokens written in it are recognised only if parse_special;
+// user-defined tokens always are (llama.cpp's rule). A server renders template markup as
+// segments with parse_special and user content as segments without.
+typedef struct tok_segment {
+    const char *text;
+    size_t len;
+    bool parse_special;
+} tok_segment;
+
+// Tokenizes the concatenation of the segments and appends the ids to *out; text that meets
+// across a segment boundary is split into words as if it were one string. With add_special,
+// BOS/EOS are added as tok_adds_bos/tok_adds_eos say. Any bytes are accepted: invalid UTF-8
+// is tokenized as llama.cpp does (BPE: each bad byte as U+FFFD; SPM: byte tokens). Returns the
+// number of ids appended.
+size_t tok_encode_segments(const tok_vocab *v, const tok_segment *segs, size_t n_segs,
+                           bool add_special, tok_ids *out);
+
+// tok_encode_segments on one segment: llama_tokenize(text, add_special, parse_special).
+size_t tok_encode(const tok_vocab *v, const char *text, size_t len, bool add_special,
+                  bool parse_special, tok_ids *out);
+
+// ---------------------------------------------------------------------------------------------
+// Decoding
+
+// The bytes a token stands for (llama_token_to_piece): BPE byte-level text mapped back to bytes,
+// SPM "▁" as a space, byte tokens as their byte; control and unknown tokens are empty unless
+// special. Points into the vocab (not NUL-terminated). id must be in range (FT_ASSERT).
+const char *tok_piece(const tok_vocab *v, tok_id id, bool special, size_t *len);
+// The longest piece of any token, for sizing buffers.
+size_t tok_max_piece_len(const tok_vocab *v);
+
+// Whole-sequence detokenization as llama_detokenize: remove_special drops a leading BOS / a
+// trailing EOS where the vocab adds them, unparse_special renders control tokens, and the
+// vocab's clean-up rules apply (BPE "gpt-2"/"llama-bpe": " ," -> ","). Returns a NUL-terminated
+// string the caller frees; *len (if non-NULL) gets its length.
+char *tok_detokenize(const tok_vocab *v, const tok_id *ids, size_t n, bool remove_special,
+                     bool unparse_special, size_t *len);
+
+// Streaming detokenizer for generated text: emits only complete UTF-8. A token that ends inside
+// a multi-byte character holds those bytes back until the character completes; bytes that can
+// never form a character come out as U+FFFD (one per maximal invalid subsequence).
+typedef struct tok_stream {
+    const tok_vocab *v;
+    bool special;        // render control tokens
+    uint8_t seq[4];      // bytes of the character being completed
+    uint8_t seen, need;  // of it: bytes held, bytes it will have (0: between characters)
+    uint8_t lower, upper; // range of the next continuation byte
+    char *out;           // output buffer, sized once at init
+    size_t cap;
+} tok_stream;
+
+void tok_stream_init(tok_stream *s, const tok_vocab *v, bool special);
+void tok_stream_free(tok_stream *s);
+// Feeds one token; returns the text that is complete now (valid UTF-8, possibly empty), valid
+// until the next call. Never allocates.
+const char *tok_stream_push(tok_stream *s, tok_id id, size_t *len);
+// End of stream: whatever is held back comes out as U+FFFD.
+const char *tok_stream_flush(tok_stream *s, size_t *len);
+
+// ---------------------------------------------------------------------------------------------
+// Chat templates
+//
+// ft renders the chat templates of the families it serves in C, exactly as their Jinja source
+// renders (without tools). A GGUF's tokenizer.chat_template is recognised only when its text is
+// one ft knows (whitespace at its ends aside): ft never guesses from look-alike markers.
+
+enum tok_chat_template {
+    TOK_CHAT_CHATML = 0,  // <|im_start|>role\n...<|im_end|>\n (generic ChatML)
+    TOK_CHAT_QWEN2,       // ChatML with "You are a helpful assistant" as default system prompt
+    TOK_CHAT_QWEN25,      // ChatML with Qwen2.5's default system prompt ("You are Qwen, ...")
+    TOK_CHAT_QWEN3,       // ChatML with <think> reasoning (Qwen3)
+    TOK_CHAT_LLAMA2,      // <s>[INST] <<SYS>>\n...\n<</SYS>>\n\n... [/INST] ... </s> (Llama 2)
+    TOK_CHAT_MISTRAL,     // <s>[INST] ... [/INST]...</s> (Mistral 7B v0.1/v0.2, Mixtral 8x7B)
+    TOK_CHAT_LLAMA3,      // <|start_header_id|>role<|end_header_id|>\n\n...<|eot_id|> (Llama 3)
+    TOK_CHAT_LLAMA31,     // Llama 3 with the knowledge-date system preamble (Llama 3.1 / 3.3)
+    TOK_CHAT_COUNT
+};
+
+typedef struct tok_chat_msg {
+    const char *role;      // "system", "user", "assistant"
+    const char *content;   // NULL reads as ""
+    const char *reasoning; // assistant reasoning_content (Qwen3 <think>), or NULL
+} tok_chat_msg;
+
+typedef struct tok_chat_params {
+    bool add_generation_prompt; // end with the start of an assistant turn
+    bool enable_thinking;       // Qwen3: false adds an empty <think></think> to the prompt
+    const char *bos_text;       // the template's bos_token / eos_token ("<s>", "</s>")
+    const char *eos_text;
+} tok_chat_params;
+
+// add_generation_prompt and enable_thinking on; bos/eos texts from the vocab (v may be NULL).
+tok_chat_params tok_chat_default_params(const tok_vocab *v);
+
+// Template by name ("chatml", "qwen2", "qwen2.5", "qwen3", "llama2", "mistral", "llama3",
+// "llama3.1"); false and *err if unknown (the message lists the names).
+bool tok_chat_from_name(const char *name, enum tok_chat_template *out, ft_err *err);
+const char *tok_chat_name(enum tok_chat_template t);
+// Recognises a GGUF's tokenizer.chat_template. False and *err ("unknown chat template ...; use
+// --chat-template NAME") when the Jinja text is not one ft can render exactly.
+bool tok_chat_detect(const char *jinja, size_t len, enum tok_chat_template *out, ft_err *err);
+
+// The template for a model: by name if name is non-NULL (--chat-template NAME), else recognised
+// from the file's tokenizer.chat_template. False and *err when the name or the template is
+// unknown, or the file has no template.
+bool tok_chat_select(const gguf_file *f, const char *name, enum tok_chat_template *out, ft_err *err);
+
+// A rendered conversation: the whole text, and the same text cut into segments of template
+// markup (parse_special = true) and message text (parse_special = false), ready for
+// tok_encode_segments so that nothing a user writes becomes a control token.
+typedef struct tok_chat_prompt {
+    char *text; // NUL-terminated
+    size_t len;
+    tok_segment *segs; // point into text
+    size_t n_segs;
+} tok_chat_prompt;
+
+// Renders messages. Returns false and sets *err on a conversation the template rejects (its
+// raise_exception cases, e.g. Llama 2 roles that do not alternate, or tool messages).
+bool tok_chat_render(enum tok_chat_template t, const tok_chat_msg *msgs, size_t n_msgs,
+                     tok_chat_params p, tok_chat_prompt *out, ft_err *err);
+void tok_chat_prompt_free(tok_chat_prompt *p);
+
+#endif
