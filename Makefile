@@ -3,7 +3,8 @@
 # make            build build/ft (SAN=1: with AddressSanitizer + UBSan, into build-san/)
 # make test       build and run the test suite (ends with "N passed, N failed")
 # make test-san   the suite under AddressSanitizer and UndefinedBehaviorSanitizer
-# make test-gpu   the GPU suite (on a machine with an NVIDIA GPU)
+# make test-gpu   the GPU suite (on a machine with an NVIDIA GPU; CUDA_ARCHS=sm_90a there)
+# make bench-cuda the CUDA matvec benchmark (GPU machine)
 # make fuzz       build the libFuzzer targets (clang) into build-fuzz/; FUZZ_SECONDS=N runs them
 # make bench      build and run the micro-benchmarks
 # make deps       install the test oracle (llama.cpp via npm) into node_modules/
@@ -12,6 +13,8 @@
 CC      ?= cc
 CFLAGS  ?= -O2 -g
 CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wshadow -Wno-unused-parameter -MMD -MP
+CFLAGS  += $(CFLAGS_EXTRA)
+LDFLAGS += $(LDFLAGS_EXTRA)
 LDLIBS  += -lpcre2-8 -ljansson -lpthread -lm -ldl
 
 ifeq ($(FUZZ),1)
@@ -34,10 +37,42 @@ TEST_SRC := $(wildcard tests/*.c)
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
 
+# CUDA: src/backend/cuda/*.cu are compiled with nvcc (from PATH, else /usr/local/cuda/bin) for
+# CUDA_ARCHS (space-separated, e.g. "sm_80" for CI's compile check, "sm_90a" on an H200), and
+# the runtime is linked statically, so one ft binary also runs where there is no driver.
+# Without nvcc, or with CUDA=0 (the sanitizer and fuzz builds), cuda_stub.c reports no device.
+ifneq ($(filter 1,$(FUZZ) $(SAN)),)
+CUDA ?= 0
+endif
+NVCC       ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+CUDA_ARCHS ?= sm_80
+ifeq ($(CUDA),0)
+NVCC :=
+endif
+ifneq ($(strip $(NVCC)),)
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(realpath $(NVCC)))
+CU_SRC    := $(wildcard src/backend/cuda/*.cu)
+CU_OBJ    := $(CU_SRC:%.cu=$(BUILD)/%.o)
+LIB_OBJ   := $(filter-out $(BUILD)/src/backend/cuda/cuda_stub.o,$(LIB_OBJ)) $(CU_OBJ)
+NVCCFLAGS ?= -O3 -g
+NVCCFLAGS += -std=c++17 -MMD -MP -Xcompiler -Wall,-Wextra,-Wno-unused-parameter \
+             $(foreach a,$(CUDA_ARCHS),-gencode=arch=compute_$(patsubst sm_%,%,$(a)),code=$(a))
+LDLIBS    += -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/targets/x86_64-linux/lib -lcudart_static -lrt -lstdc++
+
+$(BUILD)/%.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+else
+LIB_OBJ   := $(filter-out $(BUILD)/src/backend/cuda/%.o,$(LIB_OBJ)) $(BUILD)/src/backend/cuda/cuda_stub.o
+endif
+
+# The GPU suite: tests/main.c's runner with tests_gpu/*.c (it skips without a device).
+GPU_TEST_OBJ := $(BUILD)/tests/main.o $(patsubst %.c,$(BUILD)/%.o,$(wildcard tests_gpu/*.c))
+
 # SIMD files are compiled for their instruction set and only entered after a run-time check.
 $(BUILD)/%_avx2.o: CFLAGS += -mavx2 -mfma -mf16c
 
-.PHONY: all test test-san test-gpu fuzz fuzz-build bench deps check clean help
+.PHONY: all test test-san test-gpu fuzz fuzz-build bench bench-cuda deps check clean help
 all: $(BUILD)/ft
 
 $(BUILD)/%.o: %.c
@@ -56,8 +91,20 @@ test: $(BUILD)/ft $(BUILD)/ft_tests
 test-san:
 	$(MAKE) --no-print-directory SAN=1 test
 
-test-gpu:
-	@echo "no GPU tests yet: 0 passed, 0 failed"
+# `make test` also builds the GPU suite, so CI compiles it (and the .cu files) without a GPU.
+test: $(BUILD)/ft_tests_gpu
+
+# The GPU binaries link the library objects from an archive, so only what they use comes in.
+# (Whole-object linking also brought src/model/model.c's global `bind`, which the executable
+# then exports over libc's bind(2): the CUDA driver's socket calls landed in it and crashed.)
+$(BUILD)/libft.a: $(LIB_OBJ)
+	rm -f $@ && ar rcs $@ $^
+
+$(BUILD)/ft_tests_gpu: $(GPU_TEST_OBJ) $(BUILD)/libft.a
+	$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS)
+
+test-gpu: $(BUILD)/ft_tests_gpu
+	$(BUILD)/ft_tests_gpu $(T)
 
 FUZZ_SECONDS ?= 0
 FUZZ_TARGETS := $(patsubst fuzz/%.c,build-fuzz/%,$(wildcard fuzz/fuzz_*.c))
@@ -77,6 +124,13 @@ bench: $(BUILD)/bench_dot
 	$(BUILD)/bench_dot
 
 $(BUILD)/bench_dot: $(BUILD)/bench/bench_dot.o $(LIB_OBJ)
+	$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS)
+
+# BENCH_ARGS: e.g. "--quick"; see bench/bench_cuda_matvec.cu
+bench-cuda: $(BUILD)/bench_cuda_matvec
+	$(BUILD)/bench_cuda_matvec $(BENCH_ARGS)
+
+$(BUILD)/bench_cuda_matvec: $(BUILD)/bench/bench_cuda_matvec.o $(BUILD)/libft.a
 	$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS)
 
 # llama.cpp's headers and test vocabularies, for the tests only: unpacked from the source
@@ -107,6 +161,6 @@ clean:
 	rm -rf build build-san build-fuzz
 
 help:
-	@sed -n '3,11p' Makefile
+	@sed -n '3,12p' Makefile
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

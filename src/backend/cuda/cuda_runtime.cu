@@ -1,0 +1,133 @@
+// cuda_runtime.cu: device detection, memory, copies, streams and events (no kernels).
+//
+// Detection asks the statically linked runtime for the device count; on a machine without an
+// NVIDIA driver that call fails (cudaErrorInsufficientDriver / cudaErrorNoDevice) and we
+// report 0 devices, with the reason at debug level only, so the CPU path takes over quietly.
+#include "cuda_common.cuh"
+
+#include <string.h>
+
+// util.h is C11 (_Noreturn); declare the one function used here. Levels as in util.h.
+extern "C" void ft_log(int level, const char *fmt, ...);
+enum { FT_CUDA_LOG_DEBUG = 3 };
+
+static int g_device_count = -1;
+
+extern "C" int ft_cuda_device_count(void) {
+    if (g_device_count >= 0) return g_device_count;
+    int n = 0;
+    cudaError_t err = cudaGetDeviceCount(&n);
+    if (err != cudaSuccess) {
+        ft_log(FT_CUDA_LOG_DEBUG, "cuda: no device (%s: %s)", cudaGetErrorName(err),
+               cudaGetErrorString(err));
+        (void)cudaGetLastError(); // clear the sticky error so later queries start clean
+        n = 0;
+    }
+    g_device_count = n;
+    return n;
+}
+
+extern "C" bool ft_cuda_device_get_info(int dev, ft_cuda_device_info *out) {
+    if (dev < 0 || dev >= ft_cuda_device_count()) return false;
+    cudaDeviceProp prop;
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
+    memset(out, 0, sizeof(*out));
+    snprintf(out->name, sizeof(out->name), "%s", prop.name);
+    out->cc_major = prop.major;
+    out->cc_minor = prop.minor;
+    out->sm_count = prop.multiProcessorCount;
+    out->total_mem = prop.totalGlobalMem;
+    out->l2_bytes = (size_t)prop.l2CacheSize;
+    out->mem_bus_bits = prop.memoryBusWidth;
+    int cur = 0;
+    CUDA_CHECK(cudaGetDevice(&cur));
+    CUDA_CHECK(cudaSetDevice(dev));
+    size_t free_b = 0, total_b = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    CUDA_CHECK(cudaSetDevice(cur));
+    out->free_mem = free_b;
+    return true;
+}
+
+extern "C" void ft_cuda_set_device(int dev) {
+    FT_CUDA_ASSERT(dev >= 0 && dev < ft_cuda_device_count());
+    CUDA_CHECK(cudaSetDevice(dev));
+}
+
+extern "C" void ft_cuda_device_sync(void) { CUDA_CHECK(cudaDeviceSynchronize()); }
+
+extern "C" void *ft_cuda_malloc(size_t n) {
+    void *p = NULL;
+    cudaError_t err = cudaMalloc(&p, n ? n : 1);
+    if (err == cudaErrorMemoryAllocation) {
+        (void)cudaGetLastError();
+        return NULL;
+    }
+    CUDA_CHECK(err);
+    return p;
+}
+
+extern "C" void ft_cuda_free(void *p) {
+    if (p) CUDA_CHECK(cudaFree(p));
+}
+
+extern "C" void *ft_cuda_host_alloc(size_t n) {
+    void *p = NULL;
+    CUDA_CHECK(cudaMallocHost(&p, n ? n : 1));
+    return p;
+}
+
+extern "C" void ft_cuda_host_free(void *p) {
+    if (p) CUDA_CHECK(cudaFreeHost(p));
+}
+
+extern "C" void ft_cuda_memcpy_h2d(void *dst, const void *src, size_t n, ft_cuda_stream *s) {
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, ft_cuda_stream_handle(s)));
+}
+
+extern "C" void ft_cuda_memcpy_d2h(void *dst, const void *src, size_t n, ft_cuda_stream *s) {
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, ft_cuda_stream_handle(s)));
+}
+
+extern "C" void ft_cuda_memcpy_d2d(void *dst, const void *src, size_t n, ft_cuda_stream *s) {
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, ft_cuda_stream_handle(s)));
+}
+
+extern "C" void ft_cuda_memset(void *dst, int value, size_t n, ft_cuda_stream *s) {
+    CUDA_CHECK(cudaMemsetAsync(dst, value, n, ft_cuda_stream_handle(s)));
+}
+
+extern "C" ft_cuda_stream *ft_cuda_stream_init(void) {
+    cudaStream_t s;
+    CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    return (ft_cuda_stream *)s;
+}
+
+extern "C" void ft_cuda_stream_free(ft_cuda_stream *s) {
+    if (s) CUDA_CHECK(cudaStreamDestroy(ft_cuda_stream_handle(s)));
+}
+
+extern "C" void ft_cuda_stream_sync(ft_cuda_stream *s) {
+    CUDA_CHECK(cudaStreamSynchronize(ft_cuda_stream_handle(s)));
+}
+
+extern "C" ft_cuda_event *ft_cuda_event_init(void) {
+    cudaEvent_t e;
+    CUDA_CHECK(cudaEventCreate(&e));
+    return (ft_cuda_event *)e;
+}
+
+extern "C" void ft_cuda_event_free(ft_cuda_event *e) {
+    if (e) CUDA_CHECK(cudaEventDestroy((cudaEvent_t)e));
+}
+
+extern "C" void ft_cuda_event_record(ft_cuda_event *e, ft_cuda_stream *s) {
+    CUDA_CHECK(cudaEventRecord((cudaEvent_t)e, ft_cuda_stream_handle(s)));
+}
+
+extern "C" float ft_cuda_event_elapsed_ms(ft_cuda_event *start, ft_cuda_event *stop) {
+    CUDA_CHECK(cudaEventSynchronize((cudaEvent_t)stop));
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, (cudaEvent_t)start, (cudaEvent_t)stop));
+    return ms;
+}

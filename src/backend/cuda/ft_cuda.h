@@ -1,0 +1,144 @@
+// ft_cuda: the C interface of the CUDA backend's foundation (device, memory, streams, and the
+// decode matmul kernels). Named ft_cuda.h so that it never shadows the toolkit's <cuda.h>.
+//
+// One binary serves machines with and without a GPU: the CUDA runtime is linked statically,
+// and ft_cuda_device_count() returns 0 (never aborts, logs why only at debug level) when there
+// is no driver or no device, so callers fall back to the CPU. Without nvcc at build time the
+// same interface comes from cuda_stub.c, which reports no device.
+//
+// Memory: pointers returned by ft_cuda_malloc are device memory, owned by the caller and freed
+// with ft_cuda_free. Nothing here allocates on the per-token path: the kernels write into
+// buffers the caller sized with the *_bytes helpers.
+//
+// Errors: every CUDA call and kernel launch is checked; a failure there is a programmer or
+// device error and aborts with the failing statement (CUDA_CHECK). The exceptions, which
+// return a value instead, are device detection and ft_cuda_malloc (NULL when out of memory).
+//
+// Threads: functions may be called from any one thread at a time per stream; kernels on one
+// stream run in order. A NULL stream means the legacy default stream.
+#ifndef FT_CUDA_H
+#define FT_CUDA_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../../quant/blocks.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// ---------------------------------------------------------------------------------------------
+// Devices
+
+typedef struct ft_cuda_device_info {
+    char name[256];
+    int cc_major, cc_minor;  // compute capability
+    int sm_count;
+    size_t total_mem, free_mem; // bytes
+    size_t l2_bytes;
+    int mem_bus_bits;           // memory bus width (for the datasheet bandwidth)
+} ft_cuda_device_info;
+
+// Number of usable CUDA devices; 0 when the driver is missing, too old, or finds no GPU (the
+// reason goes to the debug log). Never aborts. Cached after the first call.
+int ft_cuda_device_count(void);
+
+// Facts about device dev (0 <= dev < ft_cuda_device_count()). Returns false if dev is invalid.
+bool ft_cuda_device_get_info(int dev, ft_cuda_device_info *out);
+
+// Makes dev the current device of the calling thread. Aborts if dev is invalid.
+void ft_cuda_set_device(int dev);
+
+// Waits for all work on the current device.
+void ft_cuda_device_sync(void);
+
+// ---------------------------------------------------------------------------------------------
+// Memory
+
+// n bytes of device memory, or NULL when the device is out of memory (no abort: the caller
+// reports it). ft_cuda_free(NULL) is a no-op.
+void *ft_cuda_malloc(size_t n);
+void ft_cuda_free(void *p);
+
+// Pinned (page-locked) host memory, for asynchronous copies. Aborts when it cannot be had.
+void *ft_cuda_host_alloc(size_t n);
+void ft_cuda_host_free(void *p);
+
+typedef struct ft_cuda_stream ft_cuda_stream; // opaque; NULL is the default stream
+
+// Copies of n bytes, asynchronous with respect to the host on stream s (host memory that is
+// not pinned makes them synchronous). ft_cuda_memset writes the byte value into n bytes.
+void ft_cuda_memcpy_h2d(void *dst, const void *src, size_t n, ft_cuda_stream *s);
+void ft_cuda_memcpy_d2h(void *dst, const void *src, size_t n, ft_cuda_stream *s);
+void ft_cuda_memcpy_d2d(void *dst, const void *src, size_t n, ft_cuda_stream *s);
+void ft_cuda_memset(void *dst, int value, size_t n, ft_cuda_stream *s);
+
+// ---------------------------------------------------------------------------------------------
+// Streams and events
+
+// A new non-blocking stream; ft_cuda_stream_free(NULL) is a no-op.
+ft_cuda_stream *ft_cuda_stream_init(void);
+void ft_cuda_stream_free(ft_cuda_stream *s);
+void ft_cuda_stream_sync(ft_cuda_stream *s);
+
+typedef struct ft_cuda_event ft_cuda_event;   // opaque, for timing
+ft_cuda_event *ft_cuda_event_init(void);
+void ft_cuda_event_free(ft_cuda_event *e);    // NULL: no-op
+void ft_cuda_event_record(ft_cuda_event *e, ft_cuda_stream *s);
+// Milliseconds between two recorded events (waits for the second one).
+float ft_cuda_event_elapsed_ms(ft_cuda_event *start, ft_cuda_event *stop);
+
+// ---------------------------------------------------------------------------------------------
+// Activation quantization (quantize_q8_1.cu)
+
+// Most tokens one matvec launch takes; a larger batch belongs to the prefill GEMM (or is
+// split by the caller).
+#define FT_CUDA_MATVEC_MAX_TOK 8
+
+// Bytes of the q8_1 form of n_tok rows of n_cols floats (n_cols a multiple of 32): each row
+// becomes n_cols / 32 consecutive block_q8_1, rows one after another.
+size_t ft_cuda_q8_1_bytes(int64_t n_cols, int n_tok);
+
+// y (n_tok rows of n_cols / 32 block_q8_1) = q8_1 quantization of x (n_tok, n_cols) floats,
+// both device memory, bit-identical to ft_quantize_row_q8_1_ref. n_cols % 32 == 0 and
+// n_tok >= 1 (asserted).
+void ft_cuda_quantize_q8_1(const float *x, void *y, int64_t n_cols, int n_tok, ft_cuda_stream *s);
+
+// ---------------------------------------------------------------------------------------------
+// Matrix-vector products (matvec_q.cu for quantized weights, matvec_f.cu for float weights)
+
+typedef struct ft_cuda_matvec_params {
+    uint32_t type;      // enum ft_type of the weights
+    const void *w;      // (n_rows, n_cols) weights in GGUF row-major blocks, device memory,
+                        // 16-byte aligned (cudaMalloc gives 256)
+    int64_t n_rows;     // output features
+    int64_t n_cols;     // input features, a multiple of the type's block size
+    const void *x;      // activations, device memory: (n_tok, n_cols) block_q8_1 from
+                        // ft_cuda_quantize_q8_1 for the quantized types, (n_tok, n_cols)
+                        // floats for f32/f16/bf16 (see ft_cuda_matvec_wants_q8_1)
+    float *y;           // (n_tok, n_rows) floats, device memory
+    int n_tok;          // 1..FT_CUDA_MATVEC_MAX_TOK
+} ft_cuda_matvec_params;
+
+// Does ft_cuda_matvec compute with weights of this type?
+bool ft_cuda_matvec_supported(uint32_t type);
+
+// Does it take q8_1 activations (quantized types) rather than floats (f32/f16/bf16)?
+bool ft_cuda_matvec_wants_q8_1(uint32_t type);
+
+// y = x · wᵀ for n_tok tokens, one launch on stream s. Quantized types take integer dot
+// products (dp4a) of the packed codes with the q8_1 activations; float types take float
+// activations. Aborts on an unsupported type or a bad shape (programmer errors).
+void ft_cuda_matvec(const ft_cuda_matvec_params *p, ft_cuda_stream *s);
+
+// For tests and tuning only: forces the quantized kernels' threads per row group (32 or 128;
+// 0 restores the automatic choice by shape, see matvec_q.cu). Not thread-safe.
+void ft_cuda_matvec_force_tpr(int tpr);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,235 @@
+// matvec_q.cu: y = x · wᵀ for quantized weights w (n_rows, n_cols) and 1..8 tokens of q8_1
+// activations x (the decode and small-batch matmul; llama.cpp calls this MMVQ).
+//
+// Steps (128-thread CTAs; a group of TPR threads computes ROWS consecutive rows):
+//   1. The rows' blocks are split into NPART parts each (vecdot_q.cuh); the n_blocks * NPART
+//      parts are dealt to the group's threads round-robin, so neighbouring threads read
+//      neighbouring bytes of a row (coalesced).
+//   2. Per part: load the code words and scales once, and for each token the q8_1 words they
+//      meet (L1-resident: every row reads the same activations); integer dot products (dp4a)
+//      per sub-block, scaled into one float accumulator per (token, row).
+//   3. Reduce each accumulator over the warp (shuffles), and for TPR = 128 over the 4 warps
+//      (shared memory); one thread per (token, row) writes y.
+// Geometry (pick_tpr): one token on many rows (n_rows * 32 >= 1024 * SMs, e.g. the output
+// matrix): a warp per row, 4 rows per CTA, 2 parts per thread per step; one token on fewer
+// rows: the CTA on one row; 2..8 tokens: the CTA on 2 rows. grid = ceil(n_rows / rows per
+// CTA). Kernels are instantiated for NCOLS in {1, 2, 4, 8} with the runtime n_tok <= NCOLS; a
+// row index past n_rows computes on the last row and is not written. Nothing fused: the
+// caller quantizes x once (quantize_q8_1.cu) for all the matmuls that share it.
+#include "cuda_common.cuh"
+
+#include "../../quant/quant.h"
+#include "vecdot_q.cuh"
+
+enum { MV_THREADS = 128, MV_WARPS = MV_THREADS / FT_WARP };
+
+// Per-format constants: elements and bytes of a block, parts per block, and its vec_dot.
+template <int T> struct qt;
+#define QT(T, qk_, bytes_, nparts_, fn)                                                       \
+    template <> struct qt<T> {                                                                \
+        static constexpr int qk = qk_, bytes = bytes_, nparts = nparts_;                      \
+        static __device__ __forceinline__ float dot(const uint8_t *b, const block_q8_1 *y, int p) { \
+            return fn(b, y, p);                                                               \
+        }                                                                                     \
+    };
+QT(FT_TYPE_Q4_0, QK4_0, sizeof(block_q4_0), NPART_32, vd_q4_0)
+QT(FT_TYPE_Q4_1, QK4_1, sizeof(block_q4_1), NPART_32, vd_q4_1)
+QT(FT_TYPE_Q5_0, QK5_0, sizeof(block_q5_0), NPART_32, vd_q5_0)
+QT(FT_TYPE_Q5_1, QK5_1, sizeof(block_q5_1), NPART_32, vd_q5_1)
+QT(FT_TYPE_Q8_0, QK8_0, sizeof(block_q8_0), NPART_32, vd_q8_0)
+QT(FT_TYPE_IQ4_NL, QK4_NL, sizeof(block_iq4_nl), NPART_32, vd_iq4_nl)
+QT(FT_TYPE_MXFP4, QK_MXFP4, sizeof(block_mxfp4), NPART_32, vd_mxfp4)
+QT(FT_TYPE_Q2_K, QK_K, sizeof(block_q2_K), NPART_K, vd_q2_K)
+QT(FT_TYPE_Q3_K, QK_K, sizeof(block_q3_K), NPART_K, vd_q3_K)
+QT(FT_TYPE_Q4_K, QK_K, sizeof(block_q4_K), NPART_K4, vd_q4_K)
+QT(FT_TYPE_Q5_K, QK_K, sizeof(block_q5_K), NPART_K4, vd_q5_K)
+QT(FT_TYPE_Q6_K, QK_K, sizeof(block_q6_K), NPART_K, vd_q6_K)
+QT(FT_TYPE_IQ4_XS, QK_K, sizeof(block_iq4_xs), NPART_K, vd_iq4_xs)
+#undef QT
+
+typedef struct matvec_q_args {
+    const uint8_t *w;     // (n_rows, n_blocks) blocks
+    const block_q8_1 *x;  // (n_tok, n_cols / 32)
+    float *y;             // (n_tok, n_rows)
+    int n_rows;
+    int n_blocks;         // weight blocks per row
+    int n_tok;
+} matvec_q_args;
+
+// A group of TPR threads (32: one warp; 128: the whole CTA) computes ROWS consecutive rows;
+// each thread walks the rows' parts with stride TPR, U parts per step with all their loads
+// issued before the arithmetic that needs them, and every part for all ROWS rows (so the
+// activation words it loads serve each row).
+template <int T, int NCOLS, int ROWS, int TPR, int U>
+__global__ void __launch_bounds__(MV_THREADS) matvec_q_kernel(const matvec_q_args a) {
+    typedef qt<T> Q;
+    constexpr int YB = Q::qk / QK8_1; // q8_1 blocks per weight block
+    constexpr int GROUPS = MV_THREADS / TPR;
+    const int row0 = (blockIdx.x * GROUPS + threadIdx.x / TPR) * ROWS;
+    const int t = threadIdx.x % TPR;
+    const size_t row_bytes = (size_t)a.n_blocks * Q::bytes;
+    // a row past the end computes on the last row and is not written (no early exit: the
+    // CTA-wide reduction below needs every thread)
+    const uint8_t *wr[ROWS];
+#pragma unroll
+    for (int r = 0; r < ROWS; r++) wr[r] = a.w + (size_t)min(row0 + r, a.n_rows - 1) * row_bytes;
+    const int64_t x_stride = (int64_t)a.n_blocks * YB; // q8_1 blocks per token
+
+    float acc[NCOLS][ROWS];
+#pragma unroll
+    for (int c = 0; c < NCOLS; c++)
+#pragma unroll
+        for (int r = 0; r < ROWS; r++) acc[c][r] = 0.0f;
+
+    const int n_items = a.n_blocks * Q::nparts;
+    for (int it0 = t; it0 < n_items; it0 += TPR * U) {
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int it = it0 + u * TPR;
+            if (it >= n_items) break;
+            const int ib = it / Q::nparts, part = it % Q::nparts;
+#pragma unroll
+            for (int c = 0; c < NCOLS; c++) {
+                if (c >= a.n_tok) break;
+                const block_q8_1 *xb = a.x + c * x_stride + (int64_t)ib * YB;
+#pragma unroll
+                for (int r = 0; r < ROWS; r++) acc[c][r] += Q::dot(wr[r] + (size_t)ib * Q::bytes, xb, part);
+            }
+        }
+    }
+
+#pragma unroll
+    for (int c = 0; c < NCOLS; c++)
+#pragma unroll
+        for (int r = 0; r < ROWS; r++) acc[c][r] = ft_warp_sum(acc[c][r]);
+    if (TPR > FT_WARP) {
+        // several warps per group: add up the warps' sums in shared memory
+        constexpr int WPG = TPR / FT_WARP;
+        __shared__ float red[MV_WARPS][NCOLS][ROWS];
+        const int warp = threadIdx.x / FT_WARP, lane = threadIdx.x % FT_WARP;
+        if (lane == 0)
+#pragma unroll
+            for (int c = 0; c < NCOLS; c++)
+#pragma unroll
+                for (int r = 0; r < ROWS; r++) red[warp][c][r] = acc[c][r];
+        __syncthreads();
+        if (t < NCOLS * ROWS) {
+            const int c = t / ROWS, r = t % ROWS;
+            const int w0 = (threadIdx.x / TPR) * WPG;
+            float v = 0.0f;
+#pragma unroll
+            for (int k = 0; k < WPG; k++) v += red[w0 + k][c][r];
+            if (c < a.n_tok && row0 + r < a.n_rows) a.y[(int64_t)c * a.n_rows + row0 + r] = v;
+        }
+    } else if (t < NCOLS * ROWS) {
+        // lane t writes (token t / ROWS, row t % ROWS); acc[][] is indexed by constants only,
+        // so it stays in registers
+        float v = acc[0][0];
+#pragma unroll
+        for (int c = 0; c < NCOLS; c++)
+#pragma unroll
+            for (int r = 0; r < ROWS; r++)
+                if (t == c * ROWS + r) v = acc[c][r];
+        const int c = t / ROWS, r = t % ROWS;
+        if (c < a.n_tok && row0 + r < a.n_rows) a.y[(int64_t)c * a.n_rows + row0 + r] = v;
+    }
+}
+
+// Threads per row group forced by ft_cuda_matvec_force_tpr (0: automatic), and the SM count.
+static int g_tpr_forced = 0, g_sm_count = 0;
+
+extern "C" void ft_cuda_matvec_force_tpr(int tpr) {
+    FT_CUDA_ASSERT(tpr == 0 || tpr == FT_WARP || tpr == MV_THREADS);
+    g_tpr_forced = tpr;
+}
+
+// One token: a warp per row when there are enough rows to give every SM ~1024 threads, else
+// the whole CTA per row (short, few rows: more threads in flight). Several tokens: 2 rows per
+// 128-thread CTA (measured faster at every decode shape on an H200: the activation words a
+// thread loads serve both rows).
+static int pick_tpr(int n_rows, int n_tok) {
+    if (g_tpr_forced) return g_tpr_forced;
+    if (!g_sm_count) {
+        int dev = 0;
+        CUDA_CHECK(cudaGetDevice(&dev));
+        CUDA_CHECK(cudaDeviceGetAttribute(&g_sm_count, cudaDevAttrMultiProcessorCount, dev));
+    }
+    if (n_tok > 1) return MV_THREADS;
+    return (int64_t)n_rows * FT_WARP >= (int64_t)g_sm_count * 1024 ? FT_WARP : MV_THREADS;
+}
+
+template <int T, int NCOLS, int ROWS, int TPR, int U>
+static void launch(const matvec_q_args &a, cudaStream_t s) {
+    constexpr int rows_per_cta = MV_THREADS / TPR * ROWS;
+    const unsigned grid = (unsigned)((a.n_rows + rows_per_cta - 1) / rows_per_cta);
+    matvec_q_kernel<T, NCOLS, ROWS, TPR, U><<<grid, MV_THREADS, 0, s>>>(a);
+    CUDA_CHECK_LAUNCH();
+}
+
+template <int T, int NCOLS>
+static void launch_ncols(const matvec_q_args &a, cudaStream_t s) {
+    constexpr int ROWS = NCOLS == 1 ? 1 : 2;
+    if (pick_tpr(a.n_rows, a.n_tok) == FT_WARP) launch<T, NCOLS, ROWS, FT_WARP, 2>(a, s);
+    else launch<T, NCOLS, ROWS, MV_THREADS, 1>(a, s);
+}
+
+template <int T>
+static void launch_type(const ft_cuda_matvec_params *p, cudaStream_t s) {
+    typedef qt<T> Q;
+    FT_CUDA_ASSERT(p->n_cols % Q::qk == 0);
+    FT_CUDA_ASSERT(p->n_rows >= 1 && p->n_rows <= INT32_MAX && p->n_cols / Q::qk <= INT32_MAX / Q::nparts);
+    FT_CUDA_ASSERT((uintptr_t)p->w % 16 == 0); // 16-byte loads of q4_K / q5_K codes
+    matvec_q_args a;
+    a.w = (const uint8_t *)p->w;
+    a.x = (const block_q8_1 *)p->x;
+    a.y = p->y;
+    a.n_rows = (int)p->n_rows;
+    a.n_blocks = (int)(p->n_cols / Q::qk);
+    a.n_tok = p->n_tok;
+    if (p->n_tok == 1) launch_ncols<T, 1>(a, s);
+    else if (p->n_tok == 2) launch_ncols<T, 2>(a, s);
+    else if (p->n_tok <= 4) launch_ncols<T, 4>(a, s);
+    else launch_ncols<T, 8>(a, s);
+}
+
+extern "C" bool ft_cuda_matvec_wants_q8_1(uint32_t type) {
+    switch (type) {
+    case FT_TYPE_Q4_0: case FT_TYPE_Q4_1: case FT_TYPE_Q5_0: case FT_TYPE_Q5_1:
+    case FT_TYPE_Q8_0: case FT_TYPE_Q2_K: case FT_TYPE_Q3_K: case FT_TYPE_Q4_K:
+    case FT_TYPE_Q5_K: case FT_TYPE_Q6_K: case FT_TYPE_IQ4_NL: case FT_TYPE_IQ4_XS:
+    case FT_TYPE_MXFP4:
+        return true;
+    default:
+        return false;
+    }
+}
+
+extern "C" bool ft_cuda_matvec_supported(uint32_t type) {
+    return ft_cuda_matvec_wants_q8_1(type) || type == FT_TYPE_F32 || type == FT_TYPE_F16 ||
+           type == FT_TYPE_BF16;
+}
+
+extern "C" void ft_cuda_matvec(const ft_cuda_matvec_params *p, ft_cuda_stream *stream) {
+    FT_CUDA_ASSERT(p->n_tok >= 1 && p->n_tok <= FT_CUDA_MATVEC_MAX_TOK);
+    FT_CUDA_ASSERT(p->n_cols > 0);
+    const cudaStream_t s = ft_cuda_stream_handle(stream);
+    switch (p->type) {
+    case FT_TYPE_Q4_0: launch_type<FT_TYPE_Q4_0>(p, s); break;
+    case FT_TYPE_Q4_1: launch_type<FT_TYPE_Q4_1>(p, s); break;
+    case FT_TYPE_Q5_0: launch_type<FT_TYPE_Q5_0>(p, s); break;
+    case FT_TYPE_Q5_1: launch_type<FT_TYPE_Q5_1>(p, s); break;
+    case FT_TYPE_Q8_0: launch_type<FT_TYPE_Q8_0>(p, s); break;
+    case FT_TYPE_Q2_K: launch_type<FT_TYPE_Q2_K>(p, s); break;
+    case FT_TYPE_Q3_K: launch_type<FT_TYPE_Q3_K>(p, s); break;
+    case FT_TYPE_Q4_K: launch_type<FT_TYPE_Q4_K>(p, s); break;
+    case FT_TYPE_Q5_K: launch_type<FT_TYPE_Q5_K>(p, s); break;
+    case FT_TYPE_Q6_K: launch_type<FT_TYPE_Q6_K>(p, s); break;
+    case FT_TYPE_IQ4_NL: launch_type<FT_TYPE_IQ4_NL>(p, s); break;
+    case FT_TYPE_IQ4_XS: launch_type<FT_TYPE_IQ4_XS>(p, s); break;
+    case FT_TYPE_MXFP4: launch_type<FT_TYPE_MXFP4>(p, s); break;
+    case FT_TYPE_F32: case FT_TYPE_F16: case FT_TYPE_BF16: ft_cuda_matvec_f(p, s); break;
+    default:
+        fprintf(stderr, "ft_cuda_matvec: unsupported weight type %u\n", p->type);
+        abort();
+    }
+}
