@@ -12,4 +12,4 @@ if [ ! -f "$demo" ]; then
   echo "writing the demo model (a small qwen3moe with RANDOM weights) to $demo" >&2
   build/ft synth "$demo.tmp" && mv "$demo.tmp" "$demo"
 fi
-build/ft inspect "$demo"
+build/ft run -m "$demo" -p "The expert cache" -n 32 --seed 1

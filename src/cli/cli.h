@@ -9,5 +9,7 @@ enum { FT_EXIT_OK = 0, FT_EXIT_INPUT = 1, FT_EXIT_USAGE = 2 };
 int cmd_inspect(int argc, char **argv);
 int cmd_synth(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
+int cmd_run(int argc, char **argv);
+int cmd_probs(int argc, char **argv);
 
 #endif

@@ -16,6 +16,8 @@ static const command g_commands[] = {
     {"inspect", cmd_inspect, "show a GGUF file: metadata, tensors, expert geometry"},
     {"synth", cmd_synth, "write a synthetic model with random weights"},
     {"tokenize", cmd_tokenize, "print the token ids of a text (the model's tokenizer)"},
+    {"run", cmd_run, "generate text from a prompt (CPU)"},
+    {"probs", cmd_probs, "print the next-token probabilities after a prompt as JSON"},
 };
 
 static void usage(FILE *out) {

@@ -14,7 +14,7 @@
 #define FT_SYNTH_MAX_LAYERS 256
 
 typedef struct ft_synth_params {
-    const char *arch;         // GGUF architecture name; "qwen3moe"
+    const char *arch;         // GGUF architecture name: qwen3moe, qwen2moe, llama, laguna
     const char *name;         // general.name
     int n_layer;
     int n_embd;
@@ -33,11 +33,25 @@ typedef struct ft_synth_params {
     enum ft_type expert_types[FT_SYNTH_MAX_LAYERS];      // gate and up banks
     int n_expert_down_types;                             // 0: down banks as gate/up
     enum ft_type expert_down_types[FT_SYNTH_MAX_LAYERS];
+    // Options of the other architectures (0: the architecture's default or "none")
+    int n_ff_shexp;           // shared-expert width (qwen2moe, laguna; default n_ff_exp)
+    bool qkv_bias;            // qwen2moe: Q/K/V biases
+    int n_dense_lead;         // laguna: leading layers with a dense FFN
+    int n_ff_dense;           // laguna: dense FFN width (default 2 * n_ff_exp)
+    int n_swa;                // laguna: sliding window (0: all layers full attention)
+    int n_head_swa;           // laguna: query heads of sliding-window layers (default n_head)
+    int n_rot;                // rotary dims of full layers (default head_dim)
+    int n_rot_swa;            // laguna: rotary dims of sliding-window layers (default head_dim)
+    float rope_freq_base_swa; // laguna: RoPE base of sliding-window layers (default 10000)
+    float yarn_factor;        // laguna: YaRN context-extension factor on full layers (0: none)
+    bool gate_per_element;    // laguna: output gate per element (else per head)
+    float expert_weights_scale; // laguna: routed weights scale (default 2.5)
     const char *vocab_from;   // GGUF whose tokenizer.* keys are copied, or NULL: built-in vocab
     uint64_t seed;
 } ft_synth_params;
 
-// The demo model's shape: a small qwen3moe with the built-in vocabulary.
+// The demo model's shape: a small qwen3moe with the built-in vocabulary. The other
+// architectures' options are 0 (their defaults).
 ft_synth_params ft_synth_default_params(void);
 
 // Writes the model to path. Returns false and sets *err on an invalid combination (a row

@@ -1,0 +1,163 @@
+// backend: the ops interface every architecture is written against, and the tensors it
+// computes on.
+//
+// A backend is a struct of function pointers (ft_backend_ops) plus its private state. Model
+// code calls only these ops; it never loops over activations itself, so the same
+// architecture file runs on the CPU today and on a CUDA backend later (src/backend/cuda/
+// implements the same table). Each weight carries a placement (where its bytes live); an op
+// runs on the backend that holds its operands.
+//
+// Activations are float arrays the backend allocated (ft_backend_ops.alloc), row-major: a
+// "(n_tok, n)" buffer holds n_tok rows of n floats. On the CPU they are host memory; on a GPU
+// backend they would be device memory, so callers touch them only through ops (and `read`).
+//
+// Memory: weights point into the mmap'd GGUF and are owned by the model; activation buffers
+// and scratch are owned by the backend. Ops are called from one thread at a time; the CPU
+// backend spreads each op over its own thread pool.
+#ifndef FT_BACKEND_H
+#define FT_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../quant/quant.h"
+#include "../util/util.h"
+
+enum ft_placement { FT_PLACEMENT_CPU, FT_PLACEMENT_CUDA };
+
+// A weight (or cache) tensor: up to 3 dims in GGUF order, ne[0] the row length.
+typedef struct ft_tensor {
+    char name[128];                // for messages
+    enum ft_type type;
+    int64_t ne[3];                 // (row length, rows, matrices)
+    size_t row_bytes;              // bytes of one row
+    size_t mat_bytes;              // bytes of one [ne0, ne1] matrix (one expert)
+    void *data;                    // NULL: the tensor is absent
+    enum ft_placement placement;
+} ft_tensor;
+
+static inline bool ft_tensor_present(const ft_tensor *t) { return t && t->data; }
+
+// Rotary position embedding, with ggml's parameters (YaRN included).
+typedef struct ft_rope_params {
+    int n_rot;           // leading dims of each head that rotate; the rest pass through
+    bool neox;           // NeoX pairs (i, i + n_rot/2); else adjacent pairs (2i, 2i+1)
+    float freq_base;
+    float freq_scale;    // 1 / context-extension factor
+    float ext_factor;    // YaRN extrapolation mix (0: plain RoPE)
+    float attn_factor;   // magnitude scale
+    float beta_fast, beta_slow;
+    int n_ctx_orig;      // training context, for YaRN's correction dims
+} ft_rope_params;
+
+// Causal attention of n_tok new queries (positions pos0..pos0+n_tok-1) over the cached keys
+// 0..pos0+n_tok-1 of one sequence.
+typedef struct ft_attn_params {
+    const float *q;            // (n_tok, n_head * head_dim), already roped
+    float *out;                // (n_tok, n_head * head_dim)
+    const ft_tensor *k_cache;  // (n_ctx, n_head_kv * head_dim) rows, f16 or q8_0
+    const ft_tensor *v_cache;  // same shape and type family as k_cache
+    int n_tok, pos0;
+    int n_head, n_head_kv, head_dim;
+    int window;                // sliding window: key visible when q_pos - k_pos < window; 0: all
+    float scale;               // applied to q.k
+} ft_attn_params;
+
+enum ft_gating { FT_GATING_SOFTMAX, FT_GATING_SIGMOID };
+
+// Where an expert's computation runs: asked by moe_ffn for every selected (layer, expert).
+// Supplied by src/moe/ (the backend does not include it: this callback breaks the loop).
+typedef enum ft_placement (*ft_expert_place_fn)(void *ctx, int layer, int expert);
+
+// The routed-expert FFN of one MoE layer for n_tok tokens:
+//   probs = gating(router · x);  selected = top-k(probs + bias);  w = probs[selected]
+//   w /= sum(w) if norm_w;  w *= scale
+//   out = Σ_k w_k · down_k(silu(gate_k(x)) · up_k(x))
+typedef struct ft_moe_params {
+    int layer;
+    const ft_tensor *router;        // (n_embd, n_expert)
+    const ft_tensor *sel_bias;      // (n_expert) f32, added for selection only; may be absent
+    const ft_tensor *gate_exps;     // (n_embd, n_ff, n_expert)
+    const ft_tensor *up_exps;       // (n_embd, n_ff, n_expert)
+    const ft_tensor *down_exps;     // (n_ff, n_embd, n_expert)
+    int n_expert, n_expert_used;
+    enum ft_gating gating;
+    bool norm_w;
+    float w_scale;                  // 0 or 1: no scaling
+    ft_expert_place_fn place;       // NULL: everything on this backend
+    void *place_ctx;
+} ft_moe_params;
+
+typedef struct ft_backend ft_backend;
+
+// The largest shapes the ops will see, from the model and the engine's batch size.
+typedef struct ft_backend_limits {
+    int max_tok;         // tokens per batch
+    int64_t max_width;   // longest activation row (floats): max of n_embd, q width, n_ff, ...
+    int max_ctx;         // cached positions per sequence
+    int max_head_dim;
+    int n_expert, n_expert_used;
+} ft_backend_limits;
+
+typedef struct ft_backend_ops {
+    const char *name;
+    void (*free)(ft_backend *be);
+
+    // Sizes the scratch every op needs (see ft_backend_limits). Called once, before any op;
+    // ops never allocate afterwards.
+    void (*reserve)(ft_backend *be, const ft_backend_limits *lim);
+    // A zeroed activation buffer of n floats, owned by the backend (freed with it).
+    float *(*alloc)(ft_backend *be, size_t n);
+    // Copies n floats from an activation buffer to host memory.
+    void (*read)(ft_backend *be, const float *src, float *dst, size_t n);
+
+    // y (n_tok, ne1) = x (n_tok, ne0) · wᵀ for a 2-D weight w (ne0, ne1). Activations are
+    // quantized once to the weight type's vec_dot_type, as llama.cpp does.
+    void (*matmul)(ft_backend *be, const ft_tensor *w, const float *x, float *y, int n_tok);
+    // y (n_tok, n) = rows of the table t (n, n_rows) selected by ids, dequantized.
+    void (*get_rows)(ft_backend *be, const ft_tensor *t, const int32_t *ids, float *y, int n_tok);
+    // y = x / rms(x) * w per row of n floats (n_rows rows; w has n entries; y may be x).
+    void (*rms_norm)(ft_backend *be, const float *x, const ft_tensor *w, float *y, int n_rows,
+                     int n, float eps);
+    // y[i] += x[i] for n floats.
+    void (*add)(ft_backend *be, float *y, const float *x, size_t n);
+    // y[r][i] += b[i]: a bias of n floats on each of n_rows rows.
+    void (*add_bias)(ft_backend *be, float *y, const ft_tensor *b, int n_rows, int n);
+    // Rotates each head of x (n_tok, n_head * head_dim) in place; token t is at pos0 + t.
+    void (*rope)(ft_backend *be, float *x, int n_tok, int n_head, int head_dim, int pos0,
+                 const ft_rope_params *p);
+    // Rotates each consecutive chunk of n floats of x (n_rows rows of row_len) by the
+    // orthonormal Walsh-Hadamard matrix of size n (a power of two). Applied twice it is the
+    // identity. Used around quantized KV caches (see kv.h).
+    void (*hadamard)(ft_backend *be, float *x, int n_rows, int row_len, int n);
+    // Writes rows row0.. of a cache tensor from x (n_rows, cache->ne[0]), converting types.
+    void (*set_rows)(ft_backend *be, ft_tensor *cache, int row0, const float *x, int n_rows);
+    void (*attention)(ft_backend *be, const ft_attn_params *p);
+    // x (n_tok, n_head*head_dim) *= softplus(g): g is (n_tok, n_head) per head, or
+    // (n_tok, n_head*head_dim) per element (g_width says which).
+    void (*softplus_gate)(ft_backend *be, float *x, const float *g, int n_tok, int n_head,
+                          int head_dim, int g_width);
+    // Dense SiLU-gated FFN: y = down(silu(gate(x)) * up(x)), x (n_tok, n_embd).
+    void (*ffn)(ft_backend *be, const ft_tensor *gate, const ft_tensor *up,
+                const ft_tensor *down, const float *x, float *y, int n_tok);
+    // y (n_tok, n_embd) = the routed experts' output (see ft_moe_params).
+    void (*moe_ffn)(ft_backend *be, const ft_moe_params *p, const float *x, float *y, int n_tok);
+    // y[t] += sigmoid(gate_inp · x[t]) * s[t]: the gated shared expert of qwen2moe; gate_inp
+    // is (n_embd, 1).
+    void (*sigmoid_gate_add)(ft_backend *be, const ft_tensor *gate_inp, const float *x,
+                             const float *s, float *y, int n_tok, int n_embd);
+} ft_backend_ops;
+
+struct ft_backend {
+    const ft_backend_ops *ops;
+    enum ft_placement placement; // where this backend's buffers live
+    bool reference;              // scalar reference path for every op (FT_REFERENCE=1)
+    // Statistics the ops keep for their caller: the smallest gap seen between the score of
+    // the last selected expert and the best unselected one, over every token and MoE layer
+    // since the caller last set it to INFINITY. A gap near 0 means the routing could go either
+    // way under rounding: a diagnostic for comparisons with another implementation.
+    float min_route_gap;
+};
+
+#endif

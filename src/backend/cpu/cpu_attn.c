@@ -1,0 +1,197 @@
+// cpu_attn.c: RoPE, KV-cache writes, attention and the attention output gate on the CPU.
+#include "cpu_impl.h"
+
+#include "../../quant/fp16.h"
+
+#include <string.h>
+
+static inline float f16_round(float x) { return ft_fp16_to_fp32(ft_fp32_to_fp16(x)); }
+
+// ---------------------------------------------------------------------------------------------
+// RoPE, as ggml computes it: the angle of pair i is pos * base^(-2i/n_rot), built by repeated
+// multiplication in float; YaRN mixes interpolated and extrapolated angles over a ramp between
+// its correction dims and scales the magnitude.
+
+static float yarn_corr_dim(int n_dims, int n_ctx_orig, float n_rot, float base) {
+    return n_dims * logf(n_ctx_orig / (n_rot * 2 * (float)M_PI)) / (2 * logf(base));
+}
+
+static void rope_angles(const ft_rope_params *p, int pos, float *cos_sin) {
+    float theta_scale = powf(p->freq_base, -2.0f / p->n_rot);
+    float lo = floorf(yarn_corr_dim(p->n_rot, p->n_ctx_orig, p->beta_fast, p->freq_base));
+    float hi = ceilf(yarn_corr_dim(p->n_rot, p->n_ctx_orig, p->beta_slow, p->freq_base));
+    float corr0 = FT_MAX(0.0f, lo), corr1 = FT_MIN((float)(p->n_rot - 1), hi);
+    float theta_extrap = (float)pos;
+    for (int i0 = 0; i0 < p->n_rot; i0 += 2) {
+        float theta = p->freq_scale * theta_extrap, mscale = p->attn_factor;
+        if (p->ext_factor != 0.0f) {
+            float y = (i0 / 2 - corr0) / FT_MAX(0.001f, corr1 - corr0);
+            float ramp_mix = (1 - FT_MIN(1.0f, FT_MAX(0.0f, y))) * p->ext_factor;
+            theta = theta * (1 - ramp_mix) + theta_extrap * ramp_mix;
+            mscale *= 1.0f + 0.1f * logf(1.0f / p->freq_scale);
+        }
+        cos_sin[i0] = cosf(theta) * mscale;
+        cos_sin[i0 + 1] = sinf(theta) * mscale;
+        theta_extrap *= theta_scale;
+    }
+}
+
+void cpu_rope(ft_backend *be, float *x, int n_tok, int n_head, int head_dim, int pos0,
+              const ft_rope_params *p) {
+    cpu_backend *c = cpu_of(be);
+    FT_ASSERT(p->n_rot % 2 == 0 && p->n_rot <= head_dim && head_dim <= c->lim.max_head_dim);
+    float *cs = c->attn_ws; // n_rot floats: cos and sin of each pair
+    for (int t = 0; t < n_tok; t++) {
+        rope_angles(p, pos0 + t, cs);
+        for (int h = 0; h < n_head; h++) {
+            float *v = x + ((size_t)t * n_head + h) * head_dim;
+            int half = p->n_rot / 2;
+            for (int i0 = 0; i0 < p->n_rot; i0 += 2) {
+                // NeoX rotates (i, i + n_rot/2); the original layout rotates (2i, 2i+1)
+                int a = p->neox ? i0 / 2 : i0, b = p->neox ? i0 / 2 + half : i0 + 1;
+                float x0 = v[a], x1 = v[b], cos_t = cs[i0], sin_t = cs[i0 + 1];
+                v[a] = x0 * cos_t - x1 * sin_t;
+                v[b] = x0 * sin_t + x1 * cos_t;
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Walsh-Hadamard rotation: scale by 1/sqrt(n), then butterflies of span 1, 2, 4, ... (the
+// order llama.cpp uses, so results agree to the bit).
+
+void cpu_hadamard(ft_backend *be, float *x, int n_rows, int row_len, int n) {
+    (void)be;
+    FT_ASSERT(n > 0 && (n & (n - 1)) == 0 && row_len % n == 0);
+    float scale = 1.0f / sqrtf((float)n);
+    for (int64_t c = 0; c < (int64_t)n_rows * row_len / n; c++) {
+        float *v = x + c * n;
+        for (int i = 0; i < n; i++) v[i] *= scale;
+        for (int len = 1; len < n; len <<= 1)
+            for (int i = 0; i < n; i += 2 * len)
+                for (int j = i; j < i + len; j++) {
+                    float a = v[j], b = v[j + len];
+                    v[j] = a + b;
+                    v[j + len] = a - b;
+                }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// KV cache writes
+
+void cpu_set_rows(ft_backend *be, ft_tensor *cache, int row0, const float *x, int n_rows) {
+    (void)be;
+    FT_ASSERT(row0 >= 0 && row0 + n_rows <= cache->ne[1]);
+    for (int r = 0; r < n_rows; r++)
+        cpu_quantize_row(cache->type, x + (size_t)r * cache->ne[0],
+                          (uint8_t *)cache->data + (size_t)(row0 + r) * cache->row_bytes, cache->ne[0]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Attention: one (token, head) per work item, in the steps of llama.cpp's CPU flash attention
+// (so rounding agrees with it, which the conformance tests need):
+//   1. the query is converted to the key type's vec_dot_type (f16, or q8_0 for a q8_0 cache)
+//      and scored with the same dot product as a matmul, times the scale;
+//   2. an online softmax over the visible keys in position order, rescaling the running sum
+//      of values when the maximum grows; with an f16 cache that sum is stored in f16;
+//   3. the sum divided by the softmax denominator.
+// Batches of 64 or more queries over an f16 cache take llama.cpp's tiled path instead: q.k
+// and the running sums in f32.
+
+typedef struct {
+    cpu_backend *c;
+    const ft_attn_params *p;
+    bool tiled; // f32 scores and accumulation (llama.cpp's tiled path)
+} attn_job;
+
+static void attn_worker(void *ctx, int ith, int nth) {
+    attn_job *j = ctx;
+    const ft_attn_params *p = j->p;
+    cpu_backend *c = j->c;
+    const ft_quant_ops *kq = ft_quant_ops_find(p->k_cache->type);
+    const ft_quant_ops *vq = ft_quant_ops_find(p->v_cache->type);
+    ft_vec_dot_fn dot = cpu_vec_dot(c, p->k_cache->type);
+    int hd = p->head_dim, group = p->n_head / p->n_head_kv;
+    float *ws = c->attn_ws + (size_t)ith * c->attn_ws_per_thread;
+    uint8_t *qbuf = (uint8_t *)ws;            // up to hd * 4 bytes + block overhead
+    float *acc = ws + hd + 16;                // (hd)
+    float *vrow = acc + hd;                   // (hd)
+
+    int64_t i0, i1;
+    ft_pool_split((int64_t)p->n_tok * p->n_head, ith, nth, &i0, &i1);
+    for (int64_t it = i0; it < i1; it++) {
+        int t = (int)(it / p->n_head), h = (int)(it % p->n_head), hk = h / group;
+        int qpos = p->pos0 + t;
+        int kmin = p->window > 0 ? FT_MAX(0, qpos - p->window + 1) : 0;
+        cpu_quantize_row(kq->vec_dot_type, p->q + ((size_t)t * p->n_head + h) * hd, qbuf, hd);
+        size_t koff = (size_t)hk * ft_row_bytes(p->k_cache->type, hd);
+        size_t voff = (size_t)hk * ft_row_bytes(p->v_cache->type, hd);
+        // Online softmax in key order, as llama.cpp's CPU flash attention runs it: with f16
+        // values the running sum of values is kept in f16 (rounded after every key), which
+        // we reproduce so the two agree closely; other value types accumulate in f32.
+        bool v16 = p->v_cache->type == FT_TYPE_F16 && !j->tiled;
+        float S = 0, M = -INFINITY;
+        memset(acc, 0, (size_t)hd * sizeof(float));
+        for (int k = kmin; k <= qpos; k++) {
+            const uint8_t *kr = (const uint8_t *)p->k_cache->data + (size_t)k * p->k_cache->row_bytes + koff;
+            float s;
+            if (j->tiled) {
+                kq->to_float(kr, vrow, hd);
+                const float *qf = p->q + ((size_t)t * p->n_head + h) * hd;
+                s = 0;
+                for (int d = 0; d < hd; d++) s += qf[d] * vrow[d];
+                s *= p->scale;
+            } else {
+                s = dot(hd, kr, qbuf) * p->scale;
+            }
+            float ms = 1.0f, vs = 1.0f;
+            if (s > M) {
+                float old = M;
+                M = s;
+                ms = expf(old - M);
+                for (int d = 0; d < hd; d++) acc[d] = v16 ? f16_round(acc[d] * ms) : acc[d] * ms;
+            } else {
+                vs = expf(s - M);
+            }
+            const uint8_t *vr = (const uint8_t *)p->v_cache->data + (size_t)k * p->v_cache->row_bytes + voff;
+            vq->to_float(vr, vrow, hd);
+            // a separate multiply and add (not fused): this agrees with llama.cpp to the bit
+            // on q8_0 caches, where a fused one does not
+            for (int d = 0; d < hd; d++) acc[d] = v16 ? f16_round(acc[d] + vrow[d] * vs) : acc[d] + vrow[d] * vs;
+            S = S * ms + vs;
+        }
+        float inv = S == 0.0f ? 0.0f : 1.0f / S;
+        for (int d = 0; d < hd; d++) acc[d] *= inv;
+        float *o = p->out + ((size_t)t * p->n_head + h) * hd;
+        memcpy(o, acc, (size_t)hd * sizeof(float));
+    }
+}
+
+void cpu_attention(ft_backend *be, const ft_attn_params *p) {
+    cpu_backend *c = cpu_of(be);
+    FT_ASSERT(p->head_dim <= c->lim.max_head_dim && p->pos0 + p->n_tok <= c->lim.max_ctx);
+    FT_ASSERT(p->n_head % p->n_head_kv == 0);
+    // llama.cpp switches to a tiled kernel for batches of 64 queries or more over an f16
+    // cache: q.k in f32 from the f16 keys, values accumulated in f32. We follow it.
+    attn_job j = {c, p, p->k_cache->type == FT_TYPE_F16 && p->n_tok >= 64};
+    cpu_run(c, attn_worker, &j);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Softplus output gate (laguna)
+
+static float softplus(float x) { return x > 20.0f ? x : logf(1.0f + expf(x)); }
+
+void cpu_softplus_gate(ft_backend *be, float *x, const float *g, int n_tok, int n_head,
+                       int head_dim, int g_width) {
+    (void)be;
+    int width = n_head * head_dim;
+    FT_ASSERT(g_width == n_head || g_width == width);
+    for (int t = 0; t < n_tok; t++)
+        for (int i = 0; i < width; i++) {
+            float gv = g_width == n_head ? g[(size_t)t * g_width + i / head_dim] : g[(size_t)t * g_width + i];
+            x[(size_t)t * width + i] *= softplus(gv);
+        }
+}

@@ -1,0 +1,265 @@
+// cpu_backend.c: the CPU backend's life cycle, scratch, matmul and the element-wise ops.
+#include "cpu_impl.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+void cpu_run(cpu_backend *c, ft_pool_fn fn, void *ctx) {
+    if (c->base.reference)
+        fn(ctx, 0, 1);
+    else
+        ft_pool_run(c->pool, fn, ctx);
+}
+
+ft_vec_dot_fn cpu_vec_dot(const cpu_backend *c, enum ft_type type) {
+    const ft_quant_ops *q = ft_quant_ops_find(type);
+    FT_ASSERT(q && q->vec_dot);
+    return c->base.reference ? q->vec_dot_ref : q->vec_dot;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Scratch
+
+static float *cpu_alloc(ft_backend *be, size_t n) {
+    cpu_backend *c = cpu_of(be);
+    if (c->n_bufs == c->cap_bufs) {
+        c->cap_bufs = c->cap_bufs ? 2 * c->cap_bufs : 16;
+        c->bufs = ft_realloc(c->bufs, (size_t)c->cap_bufs * sizeof(*c->bufs));
+    }
+    float *p = ft_calloc(n ? n : 1, sizeof(float));
+    c->bufs[c->n_bufs++] = p;
+    return p;
+}
+
+static void cpu_read(ft_backend *be, const float *src, float *dst, size_t n) {
+    (void)be;
+    memcpy(dst, src, n * sizeof(float));
+}
+
+static void cpu_reserve(ft_backend *be, const ft_backend_limits *lim) {
+    cpu_backend *c = cpu_of(be);
+    FT_ASSERT(!c->reserved && lim->max_tok >= 1 && lim->max_width >= 1);
+    c->reserved = true;
+    c->lim = *lim;
+    int n_used = FT_MAX(lim->n_expert_used, 1);
+    size_t rows = (size_t)lim->max_tok * (size_t)n_used;
+    // f32 is the widest vec_dot_type (4 bytes per element); block formats are narrower.
+    c->xq_row = (size_t)lim->max_width * 4 + 64;
+    c->xq = ft_malloc(rows * c->xq_row);
+    c->xq2 = ft_malloc(rows * c->xq_row);
+    int nth = ft_pool_threads(c->pool);
+    // q in the key's format, the V accumulator and one dequantized V row (also RoPE's angles)
+    c->attn_ws_per_thread = (size_t)lim->max_head_dim * 3 + 64;
+    c->attn_ws = ft_malloc((size_t)nth * c->attn_ws_per_thread * sizeof(float));
+    int ne = FT_MAX(lim->n_expert, 1);
+    c->logits = ft_malloc((size_t)lim->max_tok * (size_t)ne * sizeof(float));
+    c->sel = ft_malloc(rows * sizeof(int32_t));
+    c->sel_w = ft_malloc(rows * sizeof(float));
+    c->grp_tok = ft_malloc(rows * sizeof(int32_t));
+    c->grp_of = ft_malloc(rows * sizeof(int32_t));
+    c->exp_off = ft_malloc(((size_t)ne + 1) * sizeof(int32_t));
+    c->active = ft_malloc((size_t)ne * sizeof(int32_t));
+    c->h_gate = ft_malloc(rows * (size_t)lim->max_width * sizeof(float));
+    c->h_up = ft_malloc(rows * (size_t)lim->max_width * sizeof(float));
+    c->h_out = ft_malloc(rows * (size_t)lim->max_width * sizeof(float));
+}
+
+static void cpu_free(ft_backend *be) {
+    if (!be) return;
+    cpu_backend *c = cpu_of(be);
+    ft_pool_free(c->pool);
+    for (int i = 0; i < c->n_bufs; i++) free(c->bufs[i]);
+    free(c->bufs);
+    free(c->xq);
+    free(c->xq2);
+    free(c->attn_ws);
+    free(c->logits);
+    free(c->sel);
+    free(c->sel_w);
+    free(c->grp_tok);
+    free(c->grp_of);
+    free(c->exp_off);
+    free(c->active);
+    free(c->h_gate);
+    free(c->h_up);
+    free(c->h_out);
+    free(c);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Matmul
+
+typedef struct {
+    enum ft_type vdt;
+    const float *x;
+    int64_t n;
+    int n_rows;
+    uint8_t *dst;
+    size_t stride;
+} quant_job;
+
+static void quant_worker(void *ctx, int ith, int nth) {
+    quant_job *j = ctx;
+    int64_t r0, r1;
+    ft_pool_split(j->n_rows, ith, nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) cpu_quantize_row(j->vdt, j->x + r * j->n, j->dst + r * j->stride, j->n);
+}
+
+void cpu_quantize_rows(cpu_backend *c, enum ft_type vdt, const float *x, int64_t n, int n_rows,
+                       uint8_t *dst, size_t dst_stride) {
+    FT_ASSERT(ft_row_bytes(vdt, n) <= dst_stride);
+    quant_job j = {vdt, x, n, n_rows, dst, dst_stride};
+    if (n_rows == 1)
+        quant_worker(&j, 0, 1);
+    else
+        cpu_run(c, quant_worker, &j);
+}
+
+typedef struct {
+    ft_vec_dot_fn dot;
+    const uint8_t *w;
+    size_t w_row;
+    int64_t n_in, n_out;
+    const uint8_t *xq;
+    size_t xq_row;
+    float *y;
+    int n_rows;
+} mm_job;
+
+static void mm_worker(void *ctx, int ith, int nth) {
+    mm_job *j = ctx;
+    int64_t o0, o1;
+    ft_pool_split(j->n_out, ith, nth, &o0, &o1);
+    // A block of weight rows stays in cache while every activation row passes over it.
+    enum { BLOCK = 16 };
+    for (int64_t ob = o0; ob < o1; ob += BLOCK) {
+        int64_t oe = FT_MIN(ob + BLOCK, o1);
+        for (int r = 0; r < j->n_rows; r++) {
+            const uint8_t *xr = j->xq + (size_t)r * j->xq_row;
+            float *yr = j->y + (size_t)r * (size_t)j->n_out;
+            for (int64_t o = ob; o < oe; o++) yr[o] = j->dot(j->n_in, j->w + (size_t)o * j->w_row, xr);
+        }
+    }
+}
+
+void cpu_matmul_q(cpu_backend *c, enum ft_type wtype, const uint8_t *w, size_t w_row,
+                  int64_t n_in, int64_t n_out, const uint8_t *xq, size_t xq_row, float *y,
+                  int n_rows) {
+    mm_job j = {cpu_vec_dot(c, wtype), w, w_row, n_in, n_out, xq, xq_row, y, n_rows};
+    cpu_run(c, mm_worker, &j);
+}
+
+static void cpu_matmul(ft_backend *be, const ft_tensor *w, const float *x, float *y, int n_tok) {
+    cpu_backend *c = cpu_of(be);
+    FT_ASSERT(c->reserved && n_tok <= c->lim.max_tok && w->ne[2] == 1);
+    FT_ASSERT(w->placement == FT_PLACEMENT_CPU);
+    enum ft_type vdt = ft_quant_ops_find(w->type)->vec_dot_type;
+    cpu_quantize_rows(c, vdt, x, w->ne[0], n_tok, c->xq, c->xq_row);
+    cpu_matmul_q(c, w->type, w->data, w->row_bytes, w->ne[0], w->ne[1], c->xq, c->xq_row, y, n_tok);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Element-wise ops (small next to the matmuls: one thread)
+
+static void cpu_get_rows(ft_backend *be, const ft_tensor *t, const int32_t *ids, float *y, int n_tok) {
+    (void)be;
+    const ft_quant_ops *q = ft_quant_ops_find(t->type);
+    for (int i = 0; i < n_tok; i++) {
+        FT_ASSERT(ids[i] >= 0 && ids[i] < t->ne[1]);
+        q->to_float((const uint8_t *)t->data + (size_t)ids[i] * t->row_bytes, y + (size_t)i * t->ne[0], t->ne[0]);
+    }
+}
+
+// As ggml: the mean of squares summed in double, then x * (1/sqrt(mean + eps)), then * w.
+static void cpu_rms_norm(ft_backend *be, const float *x, const ft_tensor *w, float *y, int n_rows,
+                         int n, float eps) {
+    (void)be;
+    FT_ASSERT(w->type == FT_TYPE_F32 && w->ne[0] == n);
+    const float *wd = w->data;
+    for (int r = 0; r < n_rows; r++) {
+        const float *xr = x + (size_t)r * n;
+        float *yr = y + (size_t)r * n;
+        double sum = 0;
+        for (int i = 0; i < n; i++) sum += (double)(xr[i] * xr[i]);
+        float scale = 1.0f / sqrtf((float)(sum / n) + eps);
+        for (int i = 0; i < n; i++) yr[i] = (xr[i] * scale) * wd[i];
+    }
+}
+
+static void cpu_add(ft_backend *be, float *y, const float *x, size_t n) {
+    (void)be;
+    for (size_t i = 0; i < n; i++) y[i] += x[i];
+}
+
+static void cpu_add_bias(ft_backend *be, float *y, const ft_tensor *b, int n_rows, int n) {
+    (void)be;
+    FT_ASSERT(b->type == FT_TYPE_F32 && b->ne[0] == n);
+    const float *bd = b->data;
+    for (int r = 0; r < n_rows; r++)
+        for (int i = 0; i < n; i++) y[(size_t)r * n + i] += bd[i];
+}
+
+static const ft_backend_ops g_cpu_ops = {
+    .name = "cpu",
+    .free = cpu_free,
+    .reserve = cpu_reserve,
+    .alloc = cpu_alloc,
+    .read = cpu_read,
+    .matmul = cpu_matmul,
+    .get_rows = cpu_get_rows,
+    .rms_norm = cpu_rms_norm,
+    .add = cpu_add,
+    .add_bias = cpu_add_bias,
+    .rope = cpu_rope,
+    .hadamard = cpu_hadamard,
+    .set_rows = cpu_set_rows,
+    .attention = cpu_attention,
+    .softplus_gate = cpu_softplus_gate,
+    .ffn = cpu_ffn,
+    .moe_ffn = cpu_moe_ffn,
+    .sigmoid_gate_add = cpu_sigmoid_gate_add,
+};
+
+ft_backend *ft_backend_cpu_init(int n_threads, bool reference) {
+    cpu_backend *c = ft_calloc(1, sizeof(*c));
+    c->base.ops = &g_cpu_ops;
+    c->base.placement = FT_PLACEMENT_CPU;
+    c->base.reference = reference;
+    c->base.min_route_gap = INFINITY;
+    c->pool = ft_pool_init(n_threads < 1 ? 1 : n_threads);
+    return &c->base;
+}
+
+int ft_cpu_physical_cores(void) {
+    // Count distinct (package, core) pairs; fall back to the online CPU count.
+    int n = 0;
+    char seen[4096] = {0};
+    for (int cpu = 0; cpu < 4096; cpu++) {
+        char path[128];
+        snprintf(path, sizeof(path), "/sys/devices/system/cpu/cpu%d/topology/core_id", cpu);
+        FILE *f = fopen(path, "r");
+        if (!f) break;
+        int core = -1, pkg = 0;
+        if (fscanf(f, "%d", &core) != 1) core = -1;
+        fclose(f);
+        snprintf(path, sizeof(path), "/sys/devices/system/cpu/cpu%d/topology/physical_package_id", cpu);
+        f = fopen(path, "r");
+        if (f) {
+            if (fscanf(f, "%d", &pkg) != 1) pkg = 0;
+            fclose(f);
+        }
+        int key = pkg * 512 + core;
+        if (core >= 0 && key >= 0 && key < 4096 && !seen[key]) {
+            seen[key] = 1;
+            n++;
+        }
+    }
+    if (n < 1) {
+        long online = sysconf(_SC_NPROCESSORS_ONLN);
+        n = online > 0 ? (int)online : 1;
+    }
+    return n;
+}

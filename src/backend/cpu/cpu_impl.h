@@ -1,0 +1,79 @@
+// cpu_impl.h: the CPU backend's private state, shared by its op files (not a public header).
+#ifndef FT_CPU_IMPL_H
+#define FT_CPU_IMPL_H
+
+#include "cpu.h"
+#include "pool.h"
+
+#include <math.h>
+
+typedef struct cpu_backend {
+    ft_backend base;
+    ft_pool *pool;
+    ft_backend_limits lim;
+    bool reserved;
+    // activation buffers handed out by alloc, freed with the backend
+    float **bufs;
+    int n_bufs, cap_bufs;
+    // scratch, sized once by reserve
+    uint8_t *xq;        // quantized activations: (max_tok * max(n_used, 1)) rows
+    size_t xq_row;      // bytes per quantized row (enough for any vec_dot_type)
+    uint8_t *xq2;       // a second quantized copy (gate and up of different types)
+    float *attn_ws;     // per-thread attention workspace
+    size_t attn_ws_per_thread;
+    // MoE routing and grouping
+    float *logits;      // (max_tok, n_expert)
+    int32_t *sel;       // (max_tok, n_used) selected experts
+    float *sel_w;       // (max_tok, n_used) their weights
+    int32_t *grp_tok;   // (max_tok * n_used) token of each grouped row
+    int32_t *grp_of;    // (max_tok * n_used) grouped row of (token, slot)
+    int32_t *exp_off;   // (n_expert + 1) first grouped row of each expert
+    int32_t *active;    // (n_expert) experts with at least one token, ascending
+    float *h_gate, *h_up; // (max_tok * n_used, max_width)
+    float *h_out;       // (max_tok * n_used, max_width)
+} cpu_backend;
+
+static inline cpu_backend *cpu_of(ft_backend *be) { return (cpu_backend *)be; }
+
+// Threads an op may use: 1 on the reference path.
+static inline int cpu_threads(const cpu_backend *c) {
+    return c->base.reference ? 1 : ft_pool_threads(c->pool);
+}
+
+// Runs fn over the pool, or on the caller alone on the reference path.
+void cpu_run(cpu_backend *c, ft_pool_fn fn, void *ctx);
+
+// The dot product to use for a weight type (reference or fastest).
+ft_vec_dot_fn cpu_vec_dot(const cpu_backend *c, enum ft_type type);
+
+// Quantizes one activation row of n floats to vdt as llama.cpp's CPU backend does.
+void cpu_quantize_row(enum ft_type vdt, const float *x, void *y, int64_t n);
+
+// Quantizes n_rows rows of n floats to type vdt (rows dst_stride bytes apart), in parallel.
+void cpu_quantize_rows(cpu_backend *c, enum ft_type vdt, const float *x, int64_t n, int n_rows,
+                       uint8_t *dst, size_t dst_stride);
+
+// y[r][o] = dot(w row o, xq row r) for o in [0, n_out), r in [0, n_rows): the matmul core,
+// on already-quantized activations. Rows of w are w_row bytes apart.
+void cpu_matmul_q(cpu_backend *c, enum ft_type wtype, const uint8_t *w, size_t w_row,
+                  int64_t n_in, int64_t n_out, const uint8_t *xq, size_t xq_row, float *y,
+                  int n_rows);
+
+// The op functions defined in cpu_attn.c and cpu_moe.c.
+void cpu_rope(ft_backend *be, float *x, int n_tok, int n_head, int head_dim, int pos0,
+              const ft_rope_params *p);
+void cpu_hadamard(ft_backend *be, float *x, int n_rows, int row_len, int n);
+void cpu_set_rows(ft_backend *be, ft_tensor *cache, int row0, const float *x, int n_rows);
+void cpu_attention(ft_backend *be, const ft_attn_params *p);
+void cpu_softplus_gate(ft_backend *be, float *x, const float *g, int n_tok, int n_head,
+                       int head_dim, int g_width);
+void cpu_ffn(ft_backend *be, const ft_tensor *gate, const ft_tensor *up, const ft_tensor *down,
+             const float *x, float *y, int n_tok);
+void cpu_moe_ffn(ft_backend *be, const ft_moe_params *p, const float *x, float *y, int n_tok);
+void cpu_sigmoid_gate_add(ft_backend *be, const ft_tensor *gate_inp, const float *x,
+                          const float *s, float *y, int n_tok, int n_embd);
+
+// ggml's SiLU: x / (1 + e^-x).
+static inline float cpu_silu(float x) { return x / (1.0f + expf(-x)); }
+
+#endif

@@ -1,0 +1,203 @@
+// cpu_moe.c: the FFN ops on the CPU: routed experts (moe_ffn), the dense SiLU-gated FFN and
+// the sigmoid-gated shared expert.
+//
+// moe_ffn, in steps:
+//   1. router logits for all tokens (one matmul), gating (softmax or sigmoid), top-k on
+//      gating + selection bias, weights renormalised and scaled as the layer asks;
+//   2. group the (token, slot) pairs by expert (a counting sort), so each expert's weights
+//      are read once for all its tokens and unselected experts are never touched;
+//   3. gate and up for every active expert's rows over the pool, SiLU(gate) * up,
+//      quantize to the down bank's vec_dot_type, down over the pool;
+//   4. per token, the weighted sum over its slots in slot order (as llama.cpp adds them).
+#include "cpu_impl.h"
+
+#include <string.h>
+
+static void softmax_row(const float *x, float *y, int n) {
+    float mx = -INFINITY;
+    for (int i = 0; i < n; i++) mx = FT_MAX(mx, x[i]);
+    double sum = 0;
+    for (int i = 0; i < n; i++) {
+        y[i] = expf(x[i] - mx);
+        sum += y[i];
+    }
+    float inv = (float)(1.0 / sum);
+    for (int i = 0; i < n; i++) y[i] *= inv;
+}
+
+// Indices of the k largest of x[0..n) (with bias b added when non-NULL), largest first.
+static void top_k(const float *x, const float *b, int n, int k, int32_t *out) {
+    for (int j = 0; j < k; j++) {
+        int best = -1;
+        float bv = -INFINITY;
+        for (int i = 0; i < n; i++) {
+            bool taken = false;
+            for (int m = 0; m < j; m++) taken |= out[m] == i;
+            float v = b ? x[i] + b[i] : x[i];
+            if (!taken && (best < 0 || v > bv)) {
+                best = i;
+                bv = v;
+            }
+        }
+        out[j] = best;
+    }
+}
+
+static void route(cpu_backend *c, const ft_moe_params *p, int n_tok) {
+    int ne = p->n_expert, k = p->n_expert_used;
+    const float *bias = ft_tensor_present(p->sel_bias) ? p->sel_bias->data : NULL;
+    float probs[1024];
+    FT_ASSERT(ne <= (int)FT_ARRAY_LEN(probs));
+    for (int t = 0; t < n_tok; t++) {
+        float *lg = c->logits + (size_t)t * ne;
+        if (p->gating == FT_GATING_SOFTMAX)
+            softmax_row(lg, probs, ne);
+        else
+            for (int i = 0; i < ne; i++) probs[i] = 1.0f / (1.0f + expf(-lg[i]));
+        int32_t *sel = c->sel + (size_t)t * k;
+        float *w = c->sel_w + (size_t)t * k;
+        top_k(probs, bias, ne, k, sel);
+        if (k < ne) {
+            float last = probs[sel[k - 1]] + (bias ? bias[sel[k - 1]] : 0), next = -INFINITY;
+            for (int i = 0; i < ne; i++) {
+                bool taken = false;
+                for (int j = 0; j < k; j++) taken |= sel[j] == i;
+                if (!taken) next = FT_MAX(next, probs[i] + (bias ? bias[i] : 0));
+            }
+            c->base.min_route_gap = FT_MIN(c->base.min_route_gap, last - next);
+        }
+        float sum = 0;
+        for (int j = 0; j < k; j++) {
+            w[j] = probs[sel[j]];
+            sum += w[j];
+        }
+        if (p->norm_w) {
+            sum = FT_MAX(sum, 6.103515625e-5f); // llama.cpp's guard: the smallest f16 normal
+            for (int j = 0; j < k; j++) w[j] /= sum;
+        }
+        if (p->w_scale != 0.0f && p->w_scale != 1.0f)
+            for (int j = 0; j < k; j++) w[j] *= p->w_scale;
+    }
+}
+
+// Counting sort of (token, slot) pairs by expert into exp_off / grp_tok / grp_of / active.
+static int group(cpu_backend *c, const ft_moe_params *p, int n_tok) {
+    int ne = p->n_expert, k = p->n_expert_used;
+    memset(c->exp_off, 0, ((size_t)ne + 1) * sizeof(int32_t));
+    for (int i = 0; i < n_tok * k; i++) c->exp_off[c->sel[i] + 1]++;
+    for (int e = 0; e < ne; e++) c->exp_off[e + 1] += c->exp_off[e];
+    int n_active = 0;
+    for (int e = 0; e < ne; e++)
+        if (c->exp_off[e + 1] > c->exp_off[e]) c->active[n_active++] = e;
+    // fill in token order so each expert's rows are ascending in token
+    int32_t cursor[1024];
+    FT_ASSERT(ne <= (int)FT_ARRAY_LEN(cursor));
+    memcpy(cursor, c->exp_off, (size_t)ne * sizeof(int32_t));
+    for (int t = 0; t < n_tok; t++)
+        for (int j = 0; j < k; j++) {
+            int e = c->sel[t * k + j], g = cursor[e]++;
+            c->grp_tok[g] = t;
+            c->grp_of[t * k + j] = g;
+        }
+    return n_active;
+}
+
+typedef struct {
+    cpu_backend *c;
+    int n_active;
+    int64_t n_out, n_in;
+    // up to two banks computed in the same pass (gate and up), each with its input rows
+    const ft_tensor *w[2];
+    const uint8_t *xq[2];
+    bool by_token;  // input row of grouped row g: token grp_tok[g] (else g itself)
+    float *y[2];    // (grouped rows, n_out)
+    int n_banks;
+} exp_job;
+
+static void exp_worker(void *ctx, int ith, int nth) {
+    exp_job *j = ctx;
+    cpu_backend *c = j->c;
+    int64_t r0, r1;
+    ft_pool_split((int64_t)j->n_active * j->n_out, ith, nth, &r0, &r1);
+    for (int b = 0; b < j->n_banks; b++) {
+        ft_vec_dot_fn dot = cpu_vec_dot(c, j->w[b]->type);
+        for (int64_t r = r0; r < r1; r++) {
+            int e = c->active[r / j->n_out];
+            int64_t o = r % j->n_out;
+            const uint8_t *wr = (const uint8_t *)j->w[b]->data + (size_t)e * j->w[b]->mat_bytes +
+                                (size_t)o * j->w[b]->row_bytes;
+            for (int g = c->exp_off[e]; g < c->exp_off[e + 1]; g++) {
+                int xr = j->by_token ? c->grp_tok[g] : g;
+                j->y[b][(size_t)g * j->n_out + o] = dot(j->n_in, wr, j->xq[b] + (size_t)xr * c->xq_row);
+            }
+        }
+    }
+}
+
+static enum ft_type vdt_of(enum ft_type t) { return ft_quant_ops_find(t)->vec_dot_type; }
+
+void cpu_moe_ffn(ft_backend *be, const ft_moe_params *p, const float *x, float *y, int n_tok) {
+    cpu_backend *c = cpu_of(be);
+    int64_t n_embd = p->gate_exps->ne[0], n_ff = p->gate_exps->ne[1];
+    int k = p->n_expert_used;
+    FT_ASSERT(c->reserved && n_tok <= c->lim.max_tok && k <= c->lim.n_expert_used);
+    FT_ASSERT(p->n_expert <= c->lim.n_expert && n_ff <= c->lim.max_width);
+
+    be->ops->matmul(be, p->router, x, c->logits, n_tok);
+    route(c, p, n_tok);
+    int n_active = group(c, p, n_tok);
+    for (int a = 0; a < n_active; a++) {
+        // The placement hook: src/moe/ decides where each selected expert runs. This backend
+        // computes the ones placed on the CPU, which is all of them until the CUDA backend.
+        enum ft_placement where = p->place ? p->place(p->place_ctx, p->layer, c->active[a]) : FT_PLACEMENT_CPU;
+        FT_ASSERT(where == FT_PLACEMENT_CPU);
+    }
+
+    enum ft_type vg = vdt_of(p->gate_exps->type), vu = vdt_of(p->up_exps->type);
+    cpu_quantize_rows(c, vg, x, n_embd, n_tok, c->xq, c->xq_row);
+    if (vu != vg) cpu_quantize_rows(c, vu, x, n_embd, n_tok, c->xq2, c->xq_row);
+    exp_job gu = {c, n_active, n_ff, n_embd, {p->gate_exps, p->up_exps},
+                  {c->xq, vu != vg ? c->xq2 : c->xq}, true, {c->h_gate, c->h_up}, 2};
+    cpu_run(c, exp_worker, &gu);
+
+    int rows = n_tok * k;
+    for (size_t i = 0; i < (size_t)rows * (size_t)n_ff; i++) c->h_gate[i] = cpu_silu(c->h_gate[i]) * c->h_up[i];
+    cpu_quantize_rows(c, vdt_of(p->down_exps->type), c->h_gate, n_ff, rows, c->xq, c->xq_row);
+    exp_job dn = {c, n_active, n_embd, n_ff, {p->down_exps, NULL}, {c->xq, NULL}, false, {c->h_out, NULL}, 1};
+    cpu_run(c, exp_worker, &dn);
+
+    for (int t = 0; t < n_tok; t++) {
+        float *yt = y + (size_t)t * n_embd;
+        for (int j = 0; j < k; j++) {
+            const float *o = c->h_out + (size_t)c->grp_of[t * k + j] * n_embd;
+            float w = c->sel_w[t * k + j];
+            if (j == 0)
+                for (int64_t i = 0; i < n_embd; i++) yt[i] = o[i] * w;
+            else
+                for (int64_t i = 0; i < n_embd; i++) yt[i] += o[i] * w;
+        }
+    }
+}
+
+void cpu_ffn(ft_backend *be, const ft_tensor *gate, const ft_tensor *up, const ft_tensor *down,
+             const float *x, float *y, int n_tok) {
+    cpu_backend *c = cpu_of(be);
+    int64_t n_ff = gate->ne[1];
+    FT_ASSERT(n_ff <= c->lim.max_width && up->ne[1] == n_ff && down->ne[0] == n_ff);
+    be->ops->matmul(be, gate, x, c->h_gate, n_tok);
+    be->ops->matmul(be, up, x, c->h_up, n_tok);
+    for (size_t i = 0; i < (size_t)n_tok * (size_t)n_ff; i++) c->h_gate[i] = cpu_silu(c->h_gate[i]) * c->h_up[i];
+    be->ops->matmul(be, down, c->h_gate, y, n_tok);
+}
+
+void cpu_sigmoid_gate_add(ft_backend *be, const ft_tensor *gate_inp, const float *x,
+                          const float *s, float *y, int n_tok, int n_embd) {
+    cpu_backend *c = cpu_of(be);
+    FT_ASSERT(gate_inp->ne[0] == n_embd && gate_inp->ne[1] == 1);
+    be->ops->matmul(be, gate_inp, x, c->logits, n_tok);
+    for (int t = 0; t < n_tok; t++) {
+        float g = c->logits[t];
+        float sg = cpu_silu(g) / g; // sigmoid, computed as llama.cpp does for qwen2moe
+        for (int i = 0; i < n_embd; i++) y[(size_t)t * n_embd + i] += s[(size_t)t * n_embd + i] * sg;
+    }
+}

@@ -1,0 +1,117 @@
+// cmd_probs.c: `ft probs -m FILE -p TEXT [--top K] [-t N] [-c N]`: the next-token
+// distribution after a prompt, as one JSON line (the conformance view of the engine).
+#include "cli.h"
+#include "args.h"
+#include "../engine/engine.h"
+#include "../tokenizer/tokenizer.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void probs_usage(FILE *out) {
+    fprintf(out,
+            "usage: ft probs -m FILE.gguf -p TEXT [options]\n"
+            "Prints {\"tokens\": [prompt ids], \"top\": [[id, prob], ...]} on one line: the K most\n"
+            "likely next tokens after the prompt (softmax at temperature 1 over the vocabulary).\n\n"
+            "  -m, --model FILE           the model\n"
+            "  -p, --prompt TEXT          the prompt (special tokens parsed; BOS as the model asks)\n"
+            "  --top K                    how many tokens (default 10)\n"
+            "  -t, --threads N            CPU threads (default: physical cores)\n"
+            "  -c, --ctx-size N           context length (default: the prompt's length)\n"
+            "  --kv-cache-dtype T         f16 (default) or q8_0\n");
+}
+
+int cmd_probs(int argc, char **argv) {
+    const char *model_path = NULL, *prompt = NULL, *kv_name = "f16";
+    int64_t top = 10, threads = 0, n_ctx = 0;
+    bool bad = false;
+    for (int i = 1; i < argc && !bad; i++) {
+        if (args_flag(argv, i, "-h|--help")) {
+            probs_usage(stdout);
+            return FT_EXIT_OK;
+        }
+        if (args_str(argc, argv, &i, "-m|--model", &model_path, &bad) ||
+            args_str(argc, argv, &i, "-p|--prompt", &prompt, &bad) ||
+            args_str(argc, argv, &i, "--kv-cache-dtype", &kv_name, &bad) ||
+            args_int(argc, argv, &i, "--top", 1, 1 << 20, &top, &bad) ||
+            args_int(argc, argv, &i, "-t|--threads", 1, 1024, &threads, &bad) ||
+            args_int(argc, argv, &i, "-c|--ctx-size", 1, 1 << 26, &n_ctx, &bad))
+            continue;
+        fprintf(stderr, "ft probs: unexpected argument '%s' (see ft probs --help)\n", argv[i]);
+        return FT_EXIT_USAGE;
+    }
+    if (bad) return FT_EXIT_USAGE;
+    if (!model_path || !prompt) {
+        probs_usage(stderr);
+        return FT_EXIT_USAGE;
+    }
+    ft_engine_params ep = ft_engine_default_params();
+    if (!ft_kv_type_from_name(kv_name, &ep.kv_type)) {
+        fprintf(stderr, "ft probs: --kv-cache-dtype %s: expected f16 or q8_0\n", kv_name);
+        return FT_EXIT_USAGE;
+    }
+    ft_err err = {{0}};
+    ft_model *m = ft_model_load(model_path, &err);
+    if (!m) {
+        fprintf(stderr, "ft probs: %s\n", err.msg);
+        return FT_EXIT_INPUT;
+    }
+    int rc = FT_EXIT_INPUT;
+    tok_ids ids = {0};
+    ft_engine *e = NULL;
+    double *p = NULL;
+    tok_vocab *v = tok_vocab_load(m->file, &err);
+    if (!v) {
+        fprintf(stderr, "ft probs: %s\n", err.msg);
+        goto done;
+    }
+    tok_encode(v, prompt, strlen(prompt), true, true, &ids);
+    if (ids.n == 0) {
+        fprintf(stderr, "ft probs: the prompt is empty after tokenization\n");
+        goto done;
+    }
+    ep.n_threads = (int)threads;
+    ep.n_ctx = n_ctx ? (int)n_ctx : (int)FT_MIN((size_t)m->hp.n_ctx_train, ids.n);
+    if (ids.n > (size_t)ep.n_ctx) {
+        fprintf(stderr, "ft probs: the prompt has %zu tokens, more than the context of %d (-c)\n", ids.n, ep.n_ctx);
+        goto done;
+    }
+    if (!(e = ft_engine_init(m, &ep, &err))) {
+        fprintf(stderr, "ft probs: %s\n", err.msg);
+        goto done;
+    }
+    const float *lg = ft_engine_eval(e, ids.ids, (int)ids.n, &err);
+    if (!lg) {
+        fprintf(stderr, "ft probs: %s\n", err.msg);
+        goto done;
+    }
+    int n = m->hp.n_vocab;
+    p = ft_malloc((size_t)n * sizeof(double));
+    float mx = lg[0];
+    for (int i = 1; i < n; i++) mx = lg[i] > mx ? lg[i] : mx;
+    double sum = 0;
+    for (int i = 0; i < n; i++) sum += p[i] = exp((double)lg[i] - mx);
+    printf("{\"tokens\": [");
+    for (size_t i = 0; i < ids.n; i++) printf("%s%d", i ? ", " : "", ids.ids[i]);
+    printf("], \"top\": [");
+    // K passes of a selection: K is small next to the vocabulary
+    int k = (int)FT_MIN(top, n);
+    for (int j = 0; j < k; j++) {
+        int best = -1;
+        for (int i = 0; i < n; i++)
+            if (p[i] >= 0 && (best < 0 || p[i] > p[best])) best = i;
+        printf("%s[%d, %.8g]", j ? ", " : "", best, p[best] / sum);
+        p[best] = -1;
+    }
+    printf("]}\n");
+    rc = FT_EXIT_OK;
+done:
+    free(p);
+    ft_engine_free(e);
+    tok_ids_free(&ids);
+    tok_vocab_free(v);
+    ft_model_free(m);
+    return rc;
+}

@@ -1,0 +1,282 @@
+// cmd_run.c: `ft run -m FILE -p TEXT [...]`: generate text and stream it to stdout, then one
+// line of figures on stderr. Without -m it runs the built-in demo model (random weights),
+// writing it to the cache folder on first use.
+#include "cli.h"
+#include "args.h"
+#include "../engine/engine.h"
+#include "../engine/stop.h"
+#include "../model/synth.h"
+#include "../tokenizer/tokenizer.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#define MAX_STOPS 8
+
+static void run_usage(FILE *out) {
+    fprintf(out,
+            "usage: ft run [-m FILE.gguf] -p TEXT [options]\n"
+            "Generates text after the prompt and streams it to stdout; prints prompt and decode speed\n"
+            "on stderr at the end. Without -m, uses the demo model (random weights) in ~/.cache/ft.\n\n"
+            "  -m, --model FILE           the model\n"
+            "  -p, --prompt TEXT          the prompt (special tokens parsed; BOS as the model asks)\n"
+            "  -n, --n-predict N          tokens to generate (default 128)\n"
+            "  --chat                     wrap the prompt as a user message in the model's chat template\n"
+            "  --chat-template NAME       with --chat: this template instead of the file's (chatml, qwen3, ...)\n"
+            "  --temp T                   temperature; 0 is greedy (default 0.8)\n"
+            "  --top-k N                  (default 40; 0 off)\n"
+            "  --top-p P                  (default 0.95; 1 off)\n"
+            "  --min-p P                  (default 0.05; 0 off)\n"
+            "  --repeat-penalty F         (default 1, off)\n"
+            "  --presence-penalty F       (default 0)\n"
+            "  --frequency-penalty F      (default 0)\n"
+            "  --repeat-last-n N          tokens the penalties look back over (default 64)\n"
+            "  --seed S                   sampling seed (default: from the clock)\n"
+            "  --stop TEXT                stop before this text (up to %d times)\n"
+            "  -t, --threads N            CPU threads (default: physical cores)\n"
+            "  -c, --ctx-size N           context length (default: the model's, at most 4096)\n"
+            "  --kv-cache-dtype T         f16 (default) or q8_0\n",
+            MAX_STOPS);
+}
+
+// The demo model's path, written there on first use. Returns false and prints why on failure.
+static bool demo_model(char *path, size_t cap) {
+    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    char dir[900];
+    if (xdg && *xdg)
+        snprintf(dir, sizeof(dir), "%s/ft", xdg);
+    else if (home && *home)
+        snprintf(dir, sizeof(dir), "%s/.cache/ft", home);
+    else {
+        fprintf(stderr, "ft run: no -m and neither HOME nor XDG_CACHE_HOME is set for the demo model\n");
+        return false;
+    }
+    snprintf(path, cap, "%s/demo-qwen3moe.gguf", dir);
+    struct stat st;
+    if (stat(path, &st) == 0) {
+        fprintf(stderr, "ft run: using the demo model %s (random weights: its text is noise)\n", path);
+        return true;
+    }
+    char tmp[1100];
+    // mkdir -p: every prefix of dir, ignoring the ones that exist
+    for (char *s = dir + 1;; s++) {
+        if (*s != '/' && *s != 0) continue;
+        char c = *s;
+        *s = 0;
+        int rc = mkdir(dir, 0755);
+        *s = c;
+        if (rc != 0 && errno != EEXIST) {
+            fprintf(stderr, "ft run: cannot create %s: %s\n", dir, strerror(errno));
+            return false;
+        }
+        if (!c) break;
+    }
+    fprintf(stderr, "ft run: writing the demo model (a small qwen3moe with RANDOM weights) to %s\n", path);
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    ft_synth_params sp = ft_synth_default_params();
+    ft_err err = {{0}};
+    if (!ft_synth_write(&sp, tmp, &err) || rename(tmp, path) != 0) {
+        fprintf(stderr, "ft run: writing the demo model: %s\n", err.msg[0] ? err.msg : strerror(errno));
+        return false;
+    }
+    return true;
+}
+
+typedef struct {
+    tok_stream stream;
+    bool stream_live;
+    ft_stop *stop;
+    bool stopped;
+} run_out;
+
+static void emit(void *ctx, const char *text, size_t len) {
+    (void)ctx;
+    fwrite(text, 1, len, stdout);
+    fflush(stdout);
+}
+
+static bool on_token(void *ctx, int32_t token) {
+    run_out *o = ctx;
+    size_t len;
+    const char *text = tok_stream_push(&o->stream, token, &len);
+    if (ft_stop_feed(o->stop, text, len, emit, NULL)) o->stopped = true;
+    return !o->stopped;
+}
+
+// Tokenizes the prompt, through the chat template with --chat. Returns false on an error.
+static bool tokenize_prompt(const ft_model *m, const tok_vocab *v, const char *prompt, bool chat,
+                            const char *template_name, tok_ids *ids) {
+    if (!chat) {
+        tok_encode(v, prompt, strlen(prompt), true, true, ids);
+        return true;
+    }
+    enum tok_chat_template t;
+    ft_err err = {{0}};
+    if (!tok_chat_select(m->file, template_name, &t, &err)) {
+        fprintf(stderr, "ft run: --chat: %s\n", err.msg);
+        return false;
+    }
+    tok_chat_msg msg = {.role = "user", .content = prompt};
+    tok_chat_params cp = tok_chat_default_params(v);
+    tok_chat_prompt rendered = {0};
+    if (!tok_chat_render(t, &msg, 1, cp, &rendered, &err)) {
+        fprintf(stderr, "ft run: --chat: %s\n", err.msg);
+        return false;
+    }
+    // a template that writes the BOS text itself must not get a second one
+    bool has_bos = cp.bos_text && *cp.bos_text && !strncmp(rendered.text, cp.bos_text, strlen(cp.bos_text));
+    tok_encode_segments(v, rendered.segs, rendered.n_segs, !has_bos, ids);
+    tok_chat_prompt_free(&rendered);
+    return true;
+}
+
+int cmd_run(int argc, char **argv) {
+    const char *model_path = NULL, *prompt = NULL, *kv_name = "f16", *template_name = NULL;
+    const char *stops[MAX_STOPS];
+    int n_stops = 0;
+    int64_t n_predict = 128, threads = 0, n_ctx = 0, seed = -1, v64;
+    double f;
+    bool chat = false, bad = false;
+    ft_sampler_params sp = ft_sampler_default_params();
+    for (int i = 1; i < argc && !bad; i++) {
+        if (args_flag(argv, i, "-h|--help")) {
+            run_usage(stdout);
+            return FT_EXIT_OK;
+        }
+        if (args_flag(argv, i, "--chat")) {
+            chat = true;
+            continue;
+        }
+        const char *stop;
+        if (args_str(argc, argv, &i, "--stop", &stop, &bad)) {
+            if (n_stops == MAX_STOPS) {
+                fprintf(stderr, "ft run: at most %d --stop strings\n", MAX_STOPS);
+                return FT_EXIT_USAGE;
+            }
+            stops[n_stops++] = stop;
+            continue;
+        }
+#define FLOAT_OPT(flag, field)                              \
+    if (args_float(argc, argv, &i, flag, &f, &bad)) {       \
+        sp.field = (float)f;                                \
+        continue;                                           \
+    }
+        FLOAT_OPT("--temp", temp)
+        FLOAT_OPT("--top-p", top_p)
+        FLOAT_OPT("--min-p", min_p)
+        FLOAT_OPT("--repeat-penalty", repeat_penalty)
+        FLOAT_OPT("--presence-penalty", presence_penalty)
+        FLOAT_OPT("--frequency-penalty", frequency_penalty)
+#undef FLOAT_OPT
+        if (args_int(argc, argv, &i, "--top-k", 0, 1 << 30, &v64, &bad)) {
+            sp.top_k = (int)v64;
+            continue;
+        }
+        if (args_int(argc, argv, &i, "--repeat-last-n", 0, 1 << 20, &v64, &bad)) {
+            sp.penalty_last_n = (int)v64;
+            continue;
+        }
+        if (args_str(argc, argv, &i, "-m|--model", &model_path, &bad) ||
+            args_str(argc, argv, &i, "-p|--prompt", &prompt, &bad) ||
+            args_str(argc, argv, &i, "--kv-cache-dtype", &kv_name, &bad) ||
+            args_str(argc, argv, &i, "--chat-template", &template_name, &bad) ||
+            args_int(argc, argv, &i, "-n|--n-predict", 0, 1 << 26, &n_predict, &bad) ||
+            args_int(argc, argv, &i, "--seed", 0, INT64_MAX, &seed, &bad) ||
+            args_int(argc, argv, &i, "-t|--threads", 1, 1024, &threads, &bad) ||
+            args_int(argc, argv, &i, "-c|--ctx-size", 1, 1 << 26, &n_ctx, &bad))
+            continue;
+        fprintf(stderr, "ft run: unexpected argument '%s' (see ft run --help)\n", argv[i]);
+        return FT_EXIT_USAGE;
+    }
+    if (bad) return FT_EXIT_USAGE;
+    if (!prompt) {
+        run_usage(stderr);
+        return FT_EXIT_USAGE;
+    }
+    ft_engine_params ep = ft_engine_default_params();
+    if (!ft_kv_type_from_name(kv_name, &ep.kv_type)) {
+        fprintf(stderr, "ft run: --kv-cache-dtype %s: expected f16 or q8_0\n", kv_name);
+        return FT_EXIT_USAGE;
+    }
+    char demo[1024];
+    if (!model_path) {
+        if (!demo_model(demo, sizeof(demo))) return FT_EXIT_INPUT;
+        model_path = demo;
+    }
+    sp.seed = seed >= 0 ? (uint64_t)seed : (uint64_t)time(NULL);
+
+    ft_err err = {{0}};
+    ft_model *m = ft_model_load(model_path, &err);
+    if (!m) {
+        fprintf(stderr, "ft run: %s\n", err.msg);
+        return FT_EXIT_INPUT;
+    }
+    int rc = FT_EXIT_INPUT;
+    tok_ids ids = {0};
+    ft_engine *e = NULL;
+    ft_sampler *s = NULL;
+    int32_t *eog = NULL;
+    run_out out = {0};
+    tok_vocab *v = tok_vocab_load(m->file, &err);
+    if (!v) {
+        fprintf(stderr, "ft run: %s\n", err.msg);
+        goto done;
+    }
+    if (!tokenize_prompt(m, v, prompt, chat, template_name, &ids)) goto done;
+    if (ids.n == 0) {
+        fprintf(stderr, "ft run: the prompt is empty after tokenization\n");
+        goto done;
+    }
+    ep.n_threads = (int)threads;
+    ep.n_ctx = n_ctx ? (int)n_ctx : FT_MIN(m->hp.n_ctx_train, 4096);
+    if (ep.n_ctx > m->hp.n_ctx_train) {
+        fprintf(stderr, "ft run: -c %d exceeds the model's context of %d tokens\n", ep.n_ctx, m->hp.n_ctx_train);
+        goto done;
+    }
+    if (ids.n > (size_t)ep.n_ctx) {
+        fprintf(stderr, "ft run: the prompt has %zu tokens, more than the context of %d (-c)\n", ids.n, ep.n_ctx);
+        goto done;
+    }
+    if (!(e = ft_engine_init(m, &ep, &err))) {
+        fprintf(stderr, "ft run: %s\n", err.msg);
+        goto done;
+    }
+    s = ft_sampler_init(&sp, m->hp.n_vocab);
+    int n_eog = 0;
+    eog = ft_malloc((size_t)m->hp.n_vocab * sizeof(int32_t));
+    for (int32_t t = 0; t < m->hp.n_vocab && t < tok_n_tokens(v); t++)
+        if (tok_is_eog(v, t)) eog[n_eog++] = t;
+    tok_stream_init(&out.stream, v, false);
+    out.stream_live = true;
+    out.stop = ft_stop_init(stops, n_stops);
+    int room = ep.n_ctx - (int)ids.n;
+    ft_generate_stats st;
+    if (!ft_generate(e, s, ids.ids, (int)ids.n, (int)FT_MIN(n_predict, room), eog, n_eog, on_token, &out, &st, &err)) {
+        fprintf(stderr, "\nft run: %s\n", err.msg);
+        goto done;
+    }
+    if (!out.stopped) {
+        size_t len;
+        const char *tail = tok_stream_flush(&out.stream, &len);
+        if (!ft_stop_feed(out.stop, tail, len, emit, NULL)) ft_stop_flush(out.stop, emit, NULL);
+    }
+    printf("\n");
+    fflush(stdout);
+    fprintf(stderr, "prompt: %d tokens, %.1f tok/s | decode: %d tokens, %.1f tok/s\n", st.n_prompt,
+            st.prompt_s > 0 ? st.n_prompt / st.prompt_s : 0.0, st.n_gen, st.gen_s > 0 ? st.n_gen / st.gen_s : 0.0);
+    rc = FT_EXIT_OK;
+done:
+    if (out.stream_live) tok_stream_free(&out.stream);
+    ft_stop_free(out.stop);
+    free(eog);
+    ft_sampler_free(s);
+    ft_engine_free(e);
+    tok_ids_free(&ids);
+    tok_vocab_free(v);
+    ft_model_free(m);
+    return rc;
+}

@@ -1,0 +1,166 @@
+// engine.c: the forward pass driver (see engine.h): embed, every layer over the batch,
+// final norm and the output projection of the last token.
+#include "engine.h"
+#include "../backend/cpu/cpu.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+struct ft_engine {
+    const ft_model *m;
+    ft_engine_params p;
+    ft_backend *be;
+    ft_kv_cache *kv;
+    moe_placement place;
+    ft_forward f;
+    int pos;
+    float *logits_dev;   // (n_vocab) backend buffer
+    float *logits;       // (n_vocab) host copy returned to the caller
+};
+
+ft_engine_params ft_engine_default_params(void) {
+    ft_engine_params p = {.n_threads = 0, .n_ctx = 0, .n_batch = 256, .kv_type = FT_TYPE_F16};
+    return p;
+}
+
+ft_engine *ft_engine_init(const ft_model *m, const ft_engine_params *params, ft_err *err) {
+    const ft_hparams *hp = &m->hp;
+    ft_engine_params p = *params;
+    if (p.n_ctx <= 0) p.n_ctx = hp->n_ctx_train;
+    if (p.n_ctx > hp->n_ctx_train)
+        return ft_err_set(err, "context %d exceeds the model's limit of %d tokens", p.n_ctx, hp->n_ctx_train), NULL;
+    if (p.n_batch <= 0) p.n_batch = 256;
+    p.n_batch = FT_MIN(p.n_batch, p.n_ctx);
+    if (p.n_threads <= 0) p.n_threads = ft_cpu_physical_cores();
+    const char *ref = getenv("FT_REFERENCE");
+    if (ref && *ref && strcmp(ref, "0")) p.reference = true;
+
+    int64_t *widths = ft_malloc((size_t)hp->n_layer * sizeof(int64_t));
+    for (int l = 0; l < hp->n_layer; l++) widths[l] = (int64_t)hp->n_head_kv * hp->head_dim;
+    ft_kv_params kp = {hp->n_layer, p.n_ctx, p.kv_type, widths, hp->head_dim};
+    ft_kv_cache *kv = ft_kv_init(&kp, err);
+    free(widths);
+    if (!kv) return NULL;
+
+    ft_engine *e = ft_calloc(1, sizeof(*e));
+    e->m = m;
+    e->p = p;
+    e->kv = kv;
+    e->place = moe_placement_cpu();
+    e->be = ft_backend_cpu_init(p.n_threads, p.reference);
+    ft_backend_limits lim = {
+        .max_tok = p.n_batch, .max_width = ft_model_max_width(m), .max_ctx = p.n_ctx,
+        .max_head_dim = hp->head_dim, .n_expert = hp->n_expert, .n_expert_used = hp->n_expert_used,
+    };
+    e->be->ops->reserve(e->be, &lim);
+
+    size_t B = (size_t)p.n_batch, E = (size_t)hp->n_embd, Q = (size_t)ft_model_max_q_width(m),
+           KV = (size_t)hp->n_head_kv * (size_t)hp->head_dim;
+    ft_backend *be = e->be;
+    ft_forward *f = &e->f;
+    f->be = be;
+    f->kv = kv;
+    f->place = &e->place;
+    f->x = be->ops->alloc(be, B * E);
+    f->xn = be->ops->alloc(be, B * E);
+    f->q = be->ops->alloc(be, B * Q);
+    f->k = be->ops->alloc(be, B * KV);
+    f->v = be->ops->alloc(be, B * KV);
+    f->attn = be->ops->alloc(be, B * Q);
+    f->gate = be->ops->alloc(be, B * Q);
+    f->out = be->ops->alloc(be, B * E);
+    f->out2 = be->ops->alloc(be, B * E);
+    e->logits_dev = be->ops->alloc(be, (size_t)hp->n_vocab);
+    e->logits = ft_malloc((size_t)hp->n_vocab * sizeof(float));
+    return e;
+}
+
+void ft_engine_free(ft_engine *e) {
+    if (!e) return;
+    e->be->ops->free(e->be);
+    ft_kv_free(e->kv);
+    free(e->logits);
+    free(e);
+}
+
+void ft_engine_reset(ft_engine *e) {
+    e->pos = 0;
+    e->be->min_route_gap = INFINITY;
+}
+
+float ft_engine_route_gap(const ft_engine *e) { return e->be->min_route_gap; }
+int ft_engine_pos(const ft_engine *e) { return e->pos; }
+int ft_engine_n_ctx(const ft_engine *e) { return e->p.n_ctx; }
+const ft_model *ft_engine_model(const ft_engine *e) { return e->m; }
+
+// One batch of at most n_batch tokens through every layer.
+static void forward_batch(ft_engine *e, const int32_t *tokens, int n) {
+    const ft_model *m = e->m;
+    ft_backend *be = e->be;
+    ft_forward *f = &e->f;
+    f->n_tok = n;
+    f->pos0 = e->pos;
+    be->ops->get_rows(be, &m->tok_embd, tokens, f->x, n);
+    for (int il = 0; il < m->hp.n_layer; il++) m->arch->layer(m, f, il);
+    e->pos += n;
+}
+
+const float *ft_engine_eval(ft_engine *e, const int32_t *tokens, int n, ft_err *err) {
+    const ft_model *m = e->m;
+    if (n < 1) return ft_err_set(err, "no tokens to evaluate"), NULL;
+    if (n > e->p.n_ctx - e->pos)
+        return ft_err_set(err, "%d tokens do not fit in the context: %d of %d positions used", n, e->pos, e->p.n_ctx),
+               NULL;
+    for (int i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= m->hp.n_vocab)
+            return ft_err_set(err, "token id %d at %d is outside the vocabulary of %d", tokens[i], i, m->hp.n_vocab),
+                   NULL;
+    int last = 0;
+    for (int i = 0; i < n; i += e->p.n_batch) {
+        last = FT_MIN(e->p.n_batch, n - i);
+        forward_batch(e, tokens + i, last);
+    }
+    ft_backend *be = e->be;
+    const float *xl = e->f.x + (size_t)(last - 1) * m->hp.n_embd;
+    be->ops->rms_norm(be, xl, &m->output_norm, e->f.xn, 1, m->hp.n_embd, m->hp.rms_eps);
+    be->ops->matmul(be, &m->output, e->f.xn, e->logits_dev, 1);
+    be->ops->read(be, e->logits_dev, e->logits, (size_t)m->hp.n_vocab);
+    return e->logits;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Generation
+
+static bool is_eog(int32_t t, const int32_t *eog, int n_eog) {
+    for (int i = 0; i < n_eog; i++)
+        if (eog[i] == t) return true;
+    return false;
+}
+
+bool ft_generate(ft_engine *e, ft_sampler *s, const int32_t *prompt, int n_prompt, int n_predict,
+                 const int32_t *eog, int n_eog, ft_token_fn on_token, void *ctx,
+                 ft_generate_stats *stats, ft_err *err) {
+    ft_generate_stats st = {.n_prompt = n_prompt};
+    double t0 = ft_time_s();
+    const float *logits = ft_engine_eval(e, prompt, n_prompt, err);
+    if (!logits) return false;
+    for (int i = 0; i < n_prompt; i++) ft_sampler_accept(s, prompt[i]);
+    st.prompt_s = ft_time_s() - t0;
+    t0 = ft_time_s();
+    for (int i = 0; i < n_predict; i++) {
+        int32_t t = ft_sampler_sample(s, logits);
+        ft_sampler_accept(s, t);
+        if (is_eog(t, eog, n_eog)) {
+            st.stopped_eog = true;
+            break;
+        }
+        st.n_gen++;
+        if (!on_token(ctx, t)) break;
+        if (i + 1 == n_predict || e->pos >= e->p.n_ctx) break;
+        logits = ft_engine_eval(e, &t, 1, err);
+        if (!logits) return false;
+    }
+    st.gen_s = ft_time_s() - t0;
+    if (stats) *stats = st;
+    return true;
+}

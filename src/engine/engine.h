@@ -1,0 +1,65 @@
+// engine: the forward pass driver and generation loop over one sequence.
+//
+// An engine binds a loaded model to a backend, a KV cache and activation buffers sized once
+// for its batch (nothing is allocated per token). ft_engine_eval runs tokens through the
+// model at the sequence's current position: a prompt goes through every layer in batches of
+// up to n_batch tokens (prefill), a generated token alone (decode). Not thread-safe: one
+// caller per engine; several engines may share a model.
+#ifndef FT_ENGINE_H
+#define FT_ENGINE_H
+
+#include "../model/model.h"
+#include "sampler.h"
+
+typedef struct ft_engine ft_engine;
+
+typedef struct ft_engine_params {
+    int n_threads;          // CPU threads (default: physical cores)
+    int n_ctx;              // positions in the KV cache (0: the model's training context)
+    int n_batch;            // tokens per prefill step
+    enum ft_type kv_type;   // FT_TYPE_F16 or FT_TYPE_Q8_0
+    bool reference;         // every op on its scalar reference path (also FT_REFERENCE=1)
+} ft_engine_params;
+
+ft_engine_params ft_engine_default_params(void);
+
+// Returns NULL and sets *err when the parameters do not fit the model (context beyond the
+// model's limit, a KV type its head size cannot hold).
+ft_engine *ft_engine_init(const ft_model *m, const ft_engine_params *p, ft_err *err);
+void ft_engine_free(ft_engine *e); // NULL is a no-op
+
+// Evaluates n tokens at the current position and advances it. Returns the next-token logits
+// after the last one (n_vocab floats, valid until the next call), or NULL and sets *err when
+// the tokens do not fit in the remaining context or an id is outside the vocabulary.
+const float *ft_engine_eval(ft_engine *e, const int32_t *tokens, int n, ft_err *err);
+
+// The smallest routing gap (see ft_backend.min_route_gap) since the sequence was reset: how
+// close any routing decision came to a tie.
+float ft_engine_route_gap(const ft_engine *e);
+
+// Forgets the sequence (position back to 0).
+void ft_engine_reset(ft_engine *e);
+int ft_engine_pos(const ft_engine *e);
+int ft_engine_n_ctx(const ft_engine *e);
+const ft_model *ft_engine_model(const ft_engine *e);
+
+// ---------------------------------------------------------------------------------------------
+// Generation
+
+// Called with each generated token id; return false to stop.
+typedef bool (*ft_token_fn)(void *ctx, int32_t token);
+
+typedef struct ft_generate_stats {
+    int n_prompt, n_gen;
+    double prompt_s, gen_s;       // wall time of prefill and of decoding
+    bool stopped_eog;             // ended on an end-of-generation token
+} ft_generate_stats;
+
+// Evaluates the prompt, then samples up to n_predict tokens, calling on_token for each (an
+// end-of-generation token ends it without being passed on). eog lists the end-of-generation
+// ids (n_eog may be 0). Returns false and sets *err when the prompt does not fit.
+bool ft_generate(ft_engine *e, ft_sampler *s, const int32_t *prompt, int n_prompt, int n_predict,
+                 const int32_t *eog, int n_eog, ft_token_fn on_token, void *ctx,
+                 ft_generate_stats *stats, ft_err *err);
+
+#endif

@@ -1,0 +1,39 @@
+// sampler: picking the next token from logits.
+//
+// The chain follows llama.cpp's order: repetition/presence/frequency penalties over the last
+// penalty_last_n accepted tokens, then top-k, top-p, min-p, temperature and a draw from the
+// seeded generator. temp <= 0 means greedy (the arg-max after penalties). All buffers are
+// allocated at init; sampling allocates nothing. Not thread-safe: one sampler per sequence.
+#ifndef FT_SAMPLER_H
+#define FT_SAMPLER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct ft_sampler_params {
+    float temp;               // <= 0: greedy
+    int top_k;                // <= 0: off
+    float top_p;              // >= 1: off
+    float min_p;              // <= 0: off
+    float repeat_penalty;     // 1: off
+    float presence_penalty;   // 0: off
+    float frequency_penalty;  // 0: off
+    int penalty_last_n;       // tokens the penalties look back over
+    uint64_t seed;
+} ft_sampler_params;
+
+typedef struct ft_sampler ft_sampler;
+
+// llama.cpp's defaults: temp 0.8, top-k 40, top-p 0.95, min-p 0.05, no penalties, last 64.
+ft_sampler_params ft_sampler_default_params(void);
+
+ft_sampler *ft_sampler_init(const ft_sampler_params *p, int n_vocab);
+void ft_sampler_free(ft_sampler *s); // NULL is a no-op
+
+// Picks a token from n_vocab logits (not modified).
+int32_t ft_sampler_sample(ft_sampler *s, const float *logits);
+// Records a token of the sequence (prompt or generated) for the penalties.
+void ft_sampler_accept(ft_sampler *s, int32_t token);
+void ft_sampler_reset(ft_sampler *s);
+
+#endif

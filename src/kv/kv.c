@@ -1,0 +1,88 @@
+// kv.c: the key/value cache (see kv.h).
+#include "kv.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct ft_kv_cache {
+    int n_layer, n_ctx;
+    ft_tensor *k, *v;   // (n_layer)
+    size_t bytes;
+    int rot_k, rot_v;
+};
+
+ft_kv_cache *ft_kv_init(const ft_kv_params *p, ft_err *err) {
+    if (p->type != FT_TYPE_F16 && p->type != FT_TYPE_Q8_0) {
+        ft_err_set(err, "KV cache type %s: only f16 and q8_0 are supported", ft_type_name(p->type));
+        return NULL;
+    }
+    int be = ft_type_traits_find(p->type)->block_elems;
+    for (int l = 0; l < p->n_layer; l++)
+        if (p->width[l] <= 0 || p->width[l] % be) {
+            ft_err_set(err, "KV cache type %s: layer %d's row of %lld values is not a multiple of %d",
+                       ft_type_name(p->type), l, (long long)p->width[l], be);
+            return NULL;
+        }
+    ft_kv_cache *kv = ft_calloc(1, sizeof(*kv));
+    kv->n_layer = p->n_layer;
+    kv->n_ctx = p->n_ctx;
+    if (p->type != FT_TYPE_F16 && p->head_dim > 0 && p->head_dim % 64 == 0) {
+        // K: the largest power of two (from 64) dividing the head size; V: always 64
+        kv->rot_k = 64;
+        while (p->head_dim % (kv->rot_k * 2) == 0) kv->rot_k *= 2;
+        kv->rot_v = 64;
+    }
+    kv->k = ft_calloc((size_t)p->n_layer, sizeof(ft_tensor));
+    kv->v = ft_calloc((size_t)p->n_layer, sizeof(ft_tensor));
+    for (int l = 0; l < p->n_layer; l++) {
+        ft_tensor *ts[2] = {&kv->k[l], &kv->v[l]};
+        for (int i = 0; i < 2; i++) {
+            ft_tensor *t = ts[i];
+            snprintf(t->name, sizeof(t->name), "cache_%c.%d", i ? 'v' : 'k', l);
+            t->type = p->type;
+            t->ne[0] = p->width[l];
+            t->ne[1] = p->n_ctx;
+            t->ne[2] = 1;
+            t->row_bytes = ft_row_bytes(p->type, p->width[l]);
+            t->mat_bytes = t->row_bytes * (size_t)p->n_ctx;
+            t->data = ft_calloc(1, t->mat_bytes);
+            t->placement = FT_PLACEMENT_CPU;
+            kv->bytes += t->mat_bytes;
+        }
+    }
+    return kv;
+}
+
+void ft_kv_free(ft_kv_cache *kv) {
+    if (!kv) return;
+    for (int l = 0; l < kv->n_layer; l++) {
+        free(kv->k[l].data);
+        free(kv->v[l].data);
+    }
+    free(kv->k);
+    free(kv->v);
+    free(kv);
+}
+
+ft_tensor *ft_kv_k(ft_kv_cache *kv, int layer) {
+    FT_ASSERT(layer >= 0 && layer < kv->n_layer);
+    return &kv->k[layer];
+}
+
+ft_tensor *ft_kv_v(ft_kv_cache *kv, int layer) {
+    FT_ASSERT(layer >= 0 && layer < kv->n_layer);
+    return &kv->v[layer];
+}
+
+int ft_kv_rot_k(const ft_kv_cache *kv) { return kv->rot_k; }
+int ft_kv_rot_v(const ft_kv_cache *kv) { return kv->rot_v; }
+int ft_kv_n_ctx(const ft_kv_cache *kv) { return kv->n_ctx; }
+size_t ft_kv_bytes(const ft_kv_cache *kv) { return kv->bytes; }
+
+bool ft_kv_type_from_name(const char *name, enum ft_type *out) {
+    if (!strcmp(name, "f16")) *out = FT_TYPE_F16;
+    else if (!strcmp(name, "q8_0")) *out = FT_TYPE_Q8_0;
+    else return false;
+    return true;
+}

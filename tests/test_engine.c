@@ -1,0 +1,214 @@
+// test_engine.c: the forward-pass driver: prefill and decode agree, FT_REFERENCE's scalar path
+// agrees with the fast one, the KV cache limits, and model loading names what is wrong.
+#include "test.h"
+#include "../src/engine/engine.h"
+#include "../src/model/synth.h"
+#include "../src/quant/fp16.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static const char *small_model(const char *name, const char *arch) {
+    static char path[512];
+    snprintf(path, sizeof(path), "%s", test_path(name));
+    ft_synth_params p = ft_synth_default_params();
+    p.arch = arch;
+    p.n_layer = 2;
+    p.n_ctx_train = 256;
+    ft_err err = {{0}};
+    if (!ft_synth_write(&p, path, &err)) {
+        test_fail(__FILE__, __LINE__, "synth: %s", err.msg);
+        return NULL;
+    }
+    return path;
+}
+
+static double max_prob_diff(const float *a, const float *b, int n) {
+    float ma = a[0], mb = b[0];
+    for (int i = 1; i < n; i++) {
+        ma = a[i] > ma ? a[i] : ma;
+        mb = b[i] > mb ? b[i] : mb;
+    }
+    double sa = 0, sb = 0, worst = 0;
+    for (int i = 0; i < n; i++) {
+        sa += exp((double)a[i] - ma);
+        sb += exp((double)b[i] - mb);
+    }
+    for (int i = 0; i < n; i++) worst = fmax(worst, fabs(exp((double)a[i] - ma) / sa - exp((double)b[i] - mb) / sb));
+    return worst;
+}
+
+// Prefill in one batch, in batches of 3 and token by token give the same distribution (the
+// batched and single-token paths of every op agree), on every architecture.
+TEST(engine_prefill_equals_decode) {
+    const char *archs[] = {"qwen3moe", "qwen2moe", "llama"};
+    int32_t toks[11] = {5, 17, 99, 3, 250, 31, 7, 400, 12, 64, 128};
+    for (size_t a = 0; a < FT_ARRAY_LEN(archs); a++) {
+        const char *path = small_model("engine.gguf", archs[a]);
+        REQUIRE(path);
+        ft_err err = {{0}};
+        ft_model *m = ft_model_load(path, &err);
+        REQUIRE(m, "%s", err.msg);
+        int n = m->hp.n_vocab;
+        float *full = ft_malloc((size_t)n * sizeof(float));
+        ft_engine_params ep = ft_engine_default_params();
+        ep.n_threads = 2;
+        ep.kv_type = FT_TYPE_Q8_0; // bit-stable: differences here are bugs, not rounding
+        ft_engine *e = ft_engine_init(m, &ep, &err);
+        REQUIRE(e, "%s", err.msg);
+        memcpy(full, ft_engine_eval(e, toks, 11, &err), (size_t)n * sizeof(float));
+        ft_engine_reset(e);
+        const float *lg = NULL;
+        for (int i = 0; i < 11; i++) lg = ft_engine_eval(e, toks + i, 1, &err);
+        REQUIRE(lg, "%s", err.msg);
+        CHECK(ft_engine_pos(e) == 11);
+        double d = max_prob_diff(full, lg, n);
+        CHECK(d < 2e-3, "%s: batch vs token-by-token differ by %g", archs[a], d);
+        ft_engine_free(e);
+        ep.n_batch = 3;
+        e = ft_engine_init(m, &ep, &err);
+        lg = ft_engine_eval(e, toks, 11, &err);
+        d = max_prob_diff(full, lg, n);
+        CHECK(d < 2e-3, "%s: batches of 3 differ by %g", archs[a], d);
+        ft_engine_free(e);
+        free(full);
+        ft_model_free(m);
+    }
+}
+
+// FT_REFERENCE's path (scalar dot products, one thread) against the fast path.
+TEST(engine_reference_path_agrees) {
+    const char *path = small_model("engine_ref.gguf", "qwen3moe");
+    REQUIRE(path);
+    ft_err err = {{0}};
+    ft_model *m = ft_model_load(path, &err);
+    REQUIRE(m, "%s", err.msg);
+    int n = m->hp.n_vocab;
+    int32_t toks[6] = {1, 2, 3, 200, 300, 400};
+    for (int kv = 0; kv < 2; kv++) {
+        ft_engine_params ep = ft_engine_default_params();
+        ep.n_threads = 2;
+        ep.kv_type = kv ? FT_TYPE_Q8_0 : FT_TYPE_F16;
+        ft_engine *fast = ft_engine_init(m, &ep, &err);
+        ep.reference = true;
+        ft_engine *ref = ft_engine_init(m, &ep, &err);
+        REQUIRE(fast && ref, "%s", err.msg);
+        float *a = ft_malloc((size_t)n * sizeof(float));
+        memcpy(a, ft_engine_eval(fast, toks, 6, &err), (size_t)n * sizeof(float));
+        const float *b = ft_engine_eval(ref, toks, 6, &err);
+        REQUIRE(b, "%s", err.msg);
+        double d = max_prob_diff(a, b, n);
+        // the paths differ only in summation order: far below the conformance bound
+        CHECK(d < 5e-3, "kv %s: reference and fast paths differ by %g", kv ? "q8_0" : "f16", d);
+        free(a);
+        ft_engine_free(fast);
+        ft_engine_free(ref);
+    }
+    ft_model_free(m);
+}
+
+TEST(engine_context_limits) {
+    const char *path = small_model("engine_ctx.gguf", "qwen3moe");
+    REQUIRE(path);
+    ft_err err = {{0}};
+    ft_model *m = ft_model_load(path, &err);
+    REQUIRE(m, "%s", err.msg);
+    ft_engine_params ep = ft_engine_default_params();
+    ep.n_threads = 1;
+    ep.n_ctx = 512; // beyond the model's 256
+    CHECK(!ft_engine_init(m, &ep, &err));
+    CHECK(strstr(err.msg, "256"), "message: %s", err.msg);
+    ep.n_ctx = 8;
+    ft_engine *e = ft_engine_init(m, &ep, &err);
+    REQUIRE(e, "%s", err.msg);
+    int32_t toks[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+    CHECK(!ft_engine_eval(e, toks, 9, &err), "9 tokens in a context of 8");
+    CHECK(strstr(err.msg, "context"), "message: %s", err.msg);
+    CHECK(ft_engine_eval(e, toks, 8, &err));
+    CHECK(!ft_engine_eval(e, toks, 1, &err), "the context is full");
+    int32_t bad = m->hp.n_vocab;
+    ft_engine_reset(e);
+    CHECK(!ft_engine_eval(e, &bad, 1, &err));
+    CHECK(strstr(err.msg, "vocabulary"), "message: %s", err.msg);
+    ft_engine_free(e);
+    ft_model_free(m);
+}
+
+// Loading a file whose tensor or key is wrong fails with a message naming it.
+TEST(engine_load_names_bad_tensor) {
+    ft_synth_params p = ft_synth_default_params();
+    p.n_layer = 2;
+    ft_err err = {{0}};
+    // wrong architecture name
+    p.arch = "qwen3moe";
+    const char *path = test_path("bad.gguf");
+    REQUIRE(ft_synth_write(&p, path, &err), "%s", err.msg);
+    gguf_file *f = gguf_open(path, &err);
+    REQUIRE(f);
+    // rewrite the file with one tensor missing and one key out of range
+    gguf_writer *w = gguf_writer_init();
+    for (int64_t i = 0; i < gguf_n_kv(f); i++) gguf_writer_copy_kv(w, f, i);
+    gguf_writer_set_u32(w, "qwen3moe.expert_used_count", 9); // more than the 8 experts
+    const char *out = test_path("bad2.gguf");
+    for (int64_t i = 0; i < gguf_n_tensors(f); i++) {
+        const gguf_tensor *t = gguf_tensor_at(f, i);
+        char name[128];
+        snprintf(name, sizeof(name), "%.*s", (int)t->name.len, t->name.ptr);
+        gguf_writer_add_tensor(w, name, t->type, t->n_dims, t->ne);
+    }
+    REQUIRE(gguf_writer_begin(w, out, &err), "%s", err.msg);
+    for (int64_t i = 0; i < gguf_n_tensors(f); i++)
+        REQUIRE(gguf_writer_tensor_data(w, gguf_tensor_at(f, i)->data, gguf_tensor_at(f, i)->bytes, &err));
+    REQUIRE(gguf_writer_finish(w, &err));
+    gguf_writer_free(w);
+    ft_model *m = ft_model_load(out, &err);
+    CHECK(!m);
+    CHECK(strstr(err.msg, "qwen3moe.expert_used_count"), "message: %s", err.msg);
+    ft_model_free(m);
+
+    // a tensor with the wrong shape: attn_q of layer 1 one row short
+    w = gguf_writer_init();
+    for (int64_t i = 0; i < gguf_n_kv(f); i++) gguf_writer_copy_kv(w, f, i);
+    for (int64_t i = 0; i < gguf_n_tensors(f); i++) {
+        const gguf_tensor *t = gguf_tensor_at(f, i);
+        char name[128];
+        snprintf(name, sizeof(name), "%.*s", (int)t->name.len, t->name.ptr);
+        int64_t ne[4] = {t->ne[0], t->ne[1], t->ne[2], t->ne[3]};
+        if (!strcmp(name, "blk.1.attn_q.weight")) ne[1] -= 1;
+        gguf_writer_add_tensor(w, name, t->type, t->n_dims, ne);
+    }
+    REQUIRE(gguf_writer_begin(w, out, &err), "%s", err.msg);
+    for (int64_t i = 0; i < gguf_n_tensors(f); i++) {
+        const gguf_tensor *t = gguf_tensor_at(f, i);
+        uint64_t bytes = t->bytes;
+        if (gguf_str_eq(t->name, "blk.1.attn_q.weight")) bytes -= ft_row_bytes(t->type, t->ne[0]);
+        REQUIRE(gguf_writer_tensor_data(w, t->data, bytes, &err), "%s", err.msg);
+    }
+    REQUIRE(gguf_writer_finish(w, &err));
+    gguf_writer_free(w);
+    m = ft_model_load(out, &err);
+    CHECK(!m);
+    CHECK(strstr(err.msg, "blk.1.attn_q.weight") && strstr(err.msg, "shape"), "message: %s", err.msg);
+    ft_model_free(m);
+    gguf_close(f);
+}
+
+// `ft run` without -m writes the demo model into the cache folder, says it has random
+// weights, generates and ends with the figures line.
+TEST(engine_cli_run_demo) {
+    char cmd[1024], out[8192];
+    const char *cache = test_path("xdg");
+    snprintf(cmd, sizeof(cmd), "XDG_CACHE_HOME='%s' %s run -p 'hello' -n 5 --temp 0 -t 1 2>'%s/err.txt'", cache,
+             test_ft_bin(), test_tmpdir());
+    REQUIRE(test_run(cmd, out, sizeof(out)) == 0, "%s", cmd);
+    snprintf(cmd, sizeof(cmd), "cat '%s/err.txt'", test_tmpdir());
+    char err_text[8192];
+    test_run(cmd, err_text, sizeof(err_text));
+    CHECK(strstr(err_text, "RANDOM weights"), "stderr: %s", err_text);
+    CHECK(strstr(err_text, "decode: 5 tokens"), "stderr: %s", err_text);
+    // a prompt longer than the context is a clear error
+    snprintf(cmd, sizeof(cmd), "XDG_CACHE_HOME='%s' %s run -p 'hello world hello world' -c 2 -t 1 2>&1", cache,
+             test_ft_bin());
+    CHECK(test_run(cmd, out, sizeof(out)) == 1);
+    CHECK(strstr(out, "more than the context"), "output: %s", out);
+}

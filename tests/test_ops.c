@@ -1,0 +1,250 @@
+// test_ops.c: the CPU backend's ops against independent float/double computations, and the
+// fast path against the scalar reference path (FT_REFERENCE's backend). Outputs are filled
+// with NaN first so an element an op forgets to write fails.
+#include "test.h"
+#include "../src/backend/cpu/cpu.h"
+#include "../src/util/rng.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static void fill_nan(float *x, size_t n) {
+    for (size_t i = 0; i < n; i++) x[i] = NAN;
+}
+
+static void fill_normal(ft_rng *r, float *x, size_t n, float scale) {
+    for (size_t i = 0; i < n; i++) x[i] = ft_rng_normal(r) * scale;
+}
+
+// A weight tensor of random valid rows (owned by the caller: free t->data).
+static ft_tensor make_weight(enum ft_type type, int64_t ne0, int64_t ne1, int64_t ne2, ft_rng *r) {
+    ft_tensor t = {.type = type, .ne = {ne0, ne1, ne2}, .placement = FT_PLACEMENT_CPU};
+    snprintf(t.name, sizeof(t.name), "w_%s", ft_type_name(type));
+    t.row_bytes = ft_row_bytes(type, ne0);
+    t.mat_bytes = t.row_bytes * (size_t)ne1;
+    t.data = ft_malloc(t.mat_bytes * (size_t)ne2);
+    for (int64_t i = 0; i < ne1 * ne2; i++)
+        ft_quant_random_row(type, r, 1.0f / sqrtf((float)ne0), (uint8_t *)t.data + (size_t)i * t.row_bytes, ne0);
+    return t;
+}
+
+static ft_backend *backend(bool reference, int max_tok, int width) {
+    ft_backend *be = ft_backend_cpu_init(reference ? 1 : 3, reference);
+    ft_backend_limits lim = {.max_tok = max_tok, .max_width = width, .max_ctx = 64, .max_head_dim = 64,
+                             .n_expert = 8, .n_expert_used = 2};
+    be->ops->reserve(be, &lim);
+    return be;
+}
+
+static const enum ft_type k_types[] = {
+    FT_TYPE_F32,  FT_TYPE_F16,  FT_TYPE_BF16, FT_TYPE_Q4_0, FT_TYPE_Q4_1,   FT_TYPE_Q5_0,   FT_TYPE_Q5_1,  FT_TYPE_Q8_0,
+    FT_TYPE_Q2_K, FT_TYPE_Q3_K, FT_TYPE_Q4_K, FT_TYPE_Q5_K, FT_TYPE_Q6_K, FT_TYPE_IQ4_NL, FT_TYPE_IQ4_XS, FT_TYPE_MXFP4,
+};
+
+// matmul: fast vs reference within 1e-4 relative, and both vs the dequantized weights times
+// the dequantized quantized activations in double (the same numbers, another summation).
+TEST(ops_matmul_every_type) {
+    enum { N_IN = 256, N_OUT = 37, N_TOK = 5 };
+    ft_rng r = ft_rng_init(11);
+    float x[N_TOK * N_IN], yf[N_TOK * N_OUT], yr[N_TOK * N_OUT], w[N_IN], xd[N_IN];
+    fill_normal(&r, x, FT_ARRAY_LEN(x), 1.0f);
+    ft_backend *fast = backend(false, 8, 512), *ref = backend(true, 8, 512);
+    uint8_t xq[N_IN * 4 + 64];
+    for (size_t ti = 0; ti < FT_ARRAY_LEN(k_types); ti++) {
+        enum ft_type t = k_types[ti];
+        ft_tensor wt = make_weight(t, N_IN, N_OUT, 1, &r);
+        fill_nan(yf, FT_ARRAY_LEN(yf));
+        fill_nan(yr, FT_ARRAY_LEN(yr));
+        fast->ops->matmul(fast, &wt, x, yf, N_TOK);
+        ref->ops->matmul(ref, &wt, x, yr, N_TOK);
+        const ft_quant_ops *q = ft_quant_ops_find(t), *aq = ft_quant_ops_find(q->vec_dot_type);
+        double worst = 0;
+        for (int k = 0; k < N_TOK; k++) {
+            aq->from_float_ref(x + k * N_IN, xq, N_IN);
+            aq->to_float(xq, xd, N_IN);
+            for (int o = 0; o < N_OUT; o++) {
+                q->to_float((uint8_t *)wt.data + (size_t)o * wt.row_bytes, w, N_IN);
+                double want = 0;
+                for (int i = 0; i < N_IN; i++) want += (double)w[i] * xd[i];
+                double scale = fmax(1.0, fabs(want));
+                worst = fmax(worst, fabs(yr[k * N_OUT + o] - want) / scale);
+                CHECK(fabs(yf[k * N_OUT + o] - yr[k * N_OUT + o]) <= 1e-4 * scale, "%s: fast %g ref %g", ft_type_name(t),
+                      yf[k * N_OUT + o], yr[k * N_OUT + o]);
+            }
+        }
+        // the activation quantizer is llama.cpp's (rounding ties to even), the oracle here the
+        // reference quantizer: an occasional code differs by one
+        CHECK(worst < 2e-2, "%s: reference path off the double product by %g", ft_type_name(t), worst);
+        free(wt.data);
+    }
+    fast->ops->free(fast);
+    ref->ops->free(ref);
+}
+
+// rms_norm and rope against double-precision formulas.
+TEST(ops_rms_norm_rope) {
+    enum { N = 64, ROWS = 3 };
+    ft_rng r = ft_rng_init(5);
+    float x[ROWS * N], y[ROWS * N], wv[N];
+    fill_normal(&r, x, FT_ARRAY_LEN(x), 2.0f);
+    fill_normal(&r, wv, N, 0.1f);
+    for (int i = 0; i < N; i++) wv[i] += 1.0f;
+    ft_tensor w = {.name = "norm", .type = FT_TYPE_F32, .ne = {N, 1, 1}, .row_bytes = N * 4, .mat_bytes = N * 4,
+                   .data = wv};
+    ft_backend *be = backend(false, 8, 512);
+    fill_nan(y, FT_ARRAY_LEN(y));
+    be->ops->rms_norm(be, x, &w, y, ROWS, N, 1e-6f);
+    for (int k = 0; k < ROWS; k++) {
+        double ss = 0;
+        for (int i = 0; i < N; i++) ss += (double)x[k * N + i] * x[k * N + i];
+        double inv = 1.0 / sqrt(ss / N + 1e-6);
+        for (int i = 0; i < N; i++) CHECK(fabs(y[k * N + i] - x[k * N + i] * inv * wv[i]) < 1e-5, "rms_norm %d", i);
+    }
+    // rope: 2 tokens at positions 7, 8, 2 heads of 64, first 32 dims rotating, both layouts
+    for (int neox = 0; neox < 2; neox++) {
+        float q[2 * 2 * 64], o[2 * 2 * 64];
+        fill_normal(&r, q, FT_ARRAY_LEN(q), 1.0f);
+        memcpy(o, q, sizeof(q));
+        ft_rope_params rp = {.n_rot = 32, .neox = neox, .freq_base = 10000.0f, .freq_scale = 1.0f, .attn_factor = 1.0f,
+                             .beta_fast = 32, .beta_slow = 1, .n_ctx_orig = 4096};
+        be->ops->rope(be, q, 2, 2, 64, 7, &rp);
+        for (int t = 0; t < 2; t++)
+            for (int h = 0; h < 2; h++) {
+                const float *a = o + (t * 2 + h) * 64;
+                const float *b = q + (t * 2 + h) * 64;
+                for (int i = 0; i < 16; i++) {
+                    double th = (7 + t) * pow(10000.0, -2.0 * i / 32);
+                    int i0 = neox ? i : 2 * i, i1 = neox ? i + 16 : 2 * i + 1;
+                    CHECK(fabs(b[i0] - (a[i0] * cos(th) - a[i1] * sin(th))) < 1e-4, "rope neox=%d pair %d", neox, i);
+                    CHECK(fabs(b[i1] - (a[i0] * sin(th) + a[i1] * cos(th))) < 1e-4, "rope neox=%d pair %d", neox, i);
+                }
+                for (int i = 32; i < 64; i++) CHECK(b[i] == a[i], "rope: dim %d past n_rot changed", i);
+            }
+    }
+    // hadamard twice is the identity
+    float hx[128], hy[128];
+    fill_normal(&r, hx, 128, 1.0f);
+    memcpy(hy, hx, sizeof(hx));
+    be->ops->hadamard(be, hy, 2, 64, 64);
+    be->ops->hadamard(be, hy, 2, 64, 64);
+    for (int i = 0; i < 128; i++) CHECK(fabs(hy[i] - hx[i]) < 1e-5, "hadamard^2 != I at %d", i);
+    be->ops->free(be);
+}
+
+// Attention over a cache against a double softmax over the dequantized cache (f16 and q8_0),
+// with GQA and a sliding window.
+TEST(ops_attention) {
+    enum { HD = 64, NH = 4, NKV = 2, CTX = 20, NT = 3 };
+    ft_rng r = ft_rng_init(9);
+    enum ft_type types[2] = {FT_TYPE_F16, FT_TYPE_Q8_0};
+    for (int ti = 0; ti < 2; ti++)
+        for (int window = 0; window <= 5; window += 5) {
+            ft_backend *be = backend(ti == 1, 8, 512);
+            ft_tensor kc = {.name = "k", .type = types[ti], .ne = {NKV * HD, CTX, 1}}, vc = kc;
+            kc.row_bytes = vc.row_bytes = ft_row_bytes(types[ti], NKV * HD);
+            kc.data = ft_calloc(CTX, kc.row_bytes);
+            vc.data = ft_calloc(CTX, vc.row_bytes);
+            float kv[CTX * NKV * HD], vv[CTX * NKV * HD], q[NT * NH * HD], out[NT * NH * HD], kd[NKV * HD], vd[NKV * HD];
+            fill_normal(&r, kv, FT_ARRAY_LEN(kv), 1.0f);
+            fill_normal(&r, vv, FT_ARRAY_LEN(vv), 1.0f);
+            fill_normal(&r, q, FT_ARRAY_LEN(q), 1.0f);
+            be->ops->set_rows(be, &kc, 0, kv, CTX);
+            be->ops->set_rows(be, &vc, 0, vv, CTX);
+            fill_nan(out, FT_ARRAY_LEN(out));
+            int pos0 = CTX - NT;
+            ft_attn_params ap = {.q = q, .out = out, .k_cache = &kc, .v_cache = &vc, .n_tok = NT, .pos0 = pos0,
+                                 .n_head = NH, .n_head_kv = NKV, .head_dim = HD, .window = window, .scale = 0.125f};
+            be->ops->attention(be, &ap);
+            const ft_quant_ops *qo = ft_quant_ops_find(types[ti]);
+            for (int t = 0; t < NT; t++)
+                for (int h = 0; h < NH; h++) {
+                    int hk = h / (NH / NKV), qp = pos0 + t, k0 = window ? FT_MAX(0, qp - window + 1) : 0;
+                    double s[CTX], mx = -1e30, sum = 0, o[HD] = {0};
+                    for (int k = k0; k <= qp; k++) {
+                        qo->to_float((uint8_t *)kc.data + k * kc.row_bytes, kd, NKV * HD);
+                        double d = 0;
+                        for (int i = 0; i < HD; i++) d += (double)q[(t * NH + h) * HD + i] * kd[hk * HD + i];
+                        s[k] = d * 0.125;
+                        mx = fmax(mx, s[k]);
+                    }
+                    for (int k = k0; k <= qp; k++) sum += s[k] = exp(s[k] - mx);
+                    for (int k = k0; k <= qp; k++) {
+                        qo->to_float((uint8_t *)vc.data + k * vc.row_bytes, vd, NKV * HD);
+                        for (int i = 0; i < HD; i++) o[i] += s[k] / sum * vd[hk * HD + i];
+                    }
+                    for (int i = 0; i < HD; i++)
+                        CHECK(fabs(out[(t * NH + h) * HD + i] - o[i]) < 2e-2, "%s window %d: t%d h%d [%d] %g vs %g",
+                              ft_type_name(types[ti]), window, t, h, i, out[(t * NH + h) * HD + i], o[i]);
+                }
+            free(kc.data);
+            free(vc.data);
+            be->ops->free(be);
+        }
+}
+
+// moe_ffn against a direct float computation: softmax router, top-2, renormalised weights,
+// SiLU-gated experts from the dequantized banks (activations quantized as the op does).
+TEST(ops_moe_ffn_matches_direct) {
+    enum { E = 256, F = 256, NX = 8, K = 2, NT = 6 };
+    ft_rng r = ft_rng_init(21);
+    ft_tensor router = make_weight(FT_TYPE_F32, E, NX, 1, &r);
+    ft_tensor gate = make_weight(FT_TYPE_Q4_K, E, F, NX, &r), up = make_weight(FT_TYPE_Q8_0, E, F, NX, &r),
+              down = make_weight(FT_TYPE_Q6_K, F, E, NX, &r);
+    float x[NT * E], yf[NT * E], yr[NT * E];
+    fill_normal(&r, x, FT_ARRAY_LEN(x), 1.0f);
+    for (int reference = 0; reference < 2; reference++) {
+        ft_backend *be = backend(reference, 8, 512);
+        ft_moe_params mp = {.router = &router, .gate_exps = &gate, .up_exps = &up, .down_exps = &down, .n_expert = NX,
+                            .n_expert_used = K, .gating = FT_GATING_SOFTMAX, .norm_w = true};
+        float *y = reference ? yr : yf;
+        fill_nan(y, NT * E);
+        be->ops->moe_ffn(be, &mp, x, y, NT);
+        be->ops->free(be);
+    }
+    float wrow[E], h[F];
+    for (int t = 0; t < NT; t++) {
+        const float *xt = x + t * E;
+        double lg[NX], mx = -1e30, sum = 0;
+        for (int e = 0; e < NX; e++) {
+            lg[e] = 0;
+            for (int i = 0; i < E; i++) lg[e] += (double)((float *)router.data)[e * E + i] * xt[i];
+            mx = fmax(mx, lg[e]);
+        }
+        for (int e = 0; e < NX; e++) sum += lg[e] = exp(lg[e] - mx);
+        int sel[K] = {-1, -1};
+        for (int j = 0; j < K; j++)
+            for (int e = 0; e < NX; e++)
+                if (e != sel[0] && (sel[j] < 0 || lg[e] > lg[sel[j]])) sel[j] = e;
+        double wsum = lg[sel[0]] + lg[sel[1]];
+        double out[E] = {0};
+        for (int j = 0; j < K; j++) {
+            int e = sel[j];
+            for (int o = 0; o < F; o++) {
+                double g = 0, u = 0;
+                ft_quant_ops_find(gate.type)->to_float((uint8_t *)gate.data + e * gate.mat_bytes + o * gate.row_bytes, wrow, E);
+                for (int i = 0; i < E; i++) g += (double)wrow[i] * xt[i];
+                ft_quant_ops_find(up.type)->to_float((uint8_t *)up.data + e * up.mat_bytes + o * up.row_bytes, wrow, E);
+                for (int i = 0; i < E; i++) u += (double)wrow[i] * xt[i];
+                h[o] = (float)(g / (1 + exp(-g)) * u);
+            }
+            for (int o = 0; o < E; o++) {
+                double d = 0;
+                ft_quant_ops_find(down.type)->to_float((uint8_t *)down.data + e * down.mat_bytes + o * down.row_bytes, wrow, F);
+                for (int i = 0; i < F; i++) d += (double)wrow[i] * h[i];
+                out[o] += lg[e] / wsum * d;
+            }
+        }
+        double err = 0, norm = 0;
+        for (int o = 0; o < E; o++) {
+            err += (yr[t * E + o] - out[o]) * (yr[t * E + o] - out[o]);
+            norm += out[o] * out[o];
+            CHECK(fabs(yf[t * E + o] - yr[t * E + o]) <= 1e-4 * fmax(1.0, fabs(yr[t * E + o])), "fast vs ref t%d [%d]", t, o);
+        }
+        // activations are quantized (q8_K, q8_0) in the op and not in this direct version
+        CHECK(sqrt(err / norm) < 2e-2, "token %d: relative error %g against the direct computation", t, sqrt(err / norm));
+    }
+    free(router.data);
+    free(gate.data);
+    free(up.data);
+    free(down.data);
+}
