@@ -15,7 +15,7 @@ CFLAGS  ?= -O2 -g
 CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wshadow -Wno-unused-parameter -MMD -MP
 CFLAGS  += $(CFLAGS_EXTRA)
 LDFLAGS += $(LDFLAGS_EXTRA)
-LDLIBS  += -lpcre2-8 -ljansson -lpthread -lm -ldl
+LDLIBS  += -lpcre2-8 -ljansson -levent -levent_pthreads -lpthread -lm -ldl
 
 ifeq ($(FUZZ),1)
 # libFuzzer builds: clang, every object instrumented for coverage and sanitizers

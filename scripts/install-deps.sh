@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages ft builds and tests with, where missing. Root, or sudo.
 set -euo pipefail
-pkgs=(build-essential pkg-config libjansson-dev libpcre2-dev libevent-dev clang nodejs npm)
+pkgs=(build-essential pkg-config libjansson-dev libpcre2-dev libevent-dev clang nodejs npm curl)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -11,5 +11,6 @@ int cmd_synth(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_probs(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
 
 #endif

@@ -1,0 +1,205 @@
+// cmd_serve.c: `ft serve [-m FILE] [options]`: the OpenAI- and Anthropic-compatible HTTP
+// server (src/server). Without -m it serves the built-in demo model (random weights).
+#include "cli.h"
+#include "args.h"
+#include "../model/synth.h"
+#include "../server/server.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static void serve_usage(FILE *out) {
+    fprintf(
+        out,
+        "usage: ft serve [-m FILE.gguf] [options]\n"
+        "Serves the model over HTTP: POST /v1/chat/completions, /v1/completions, /v1/messages\n"
+        "(Anthropic), /tokenize, /detokenize; GET /v1/models, /health, /metrics, /v1/stats.\n"
+        "Without -m, serves the demo model (random weights) from ~/.cache/ft.\n\n"
+        "  -m, --model FILE             the model\n"
+        "  --host ADDR                  address to listen on (default 127.0.0.1)\n"
+        "  --port N                     port (default 1919; 0: any free port)\n"
+        "  -c, --ctx-size, --context-length N\n"
+        "                               context per sequence (default: the model's, at most 4096)\n"
+        "  -t, --threads N              CPU threads (default: physical cores)\n"
+        "  --kv-cache-dtype T           f16 (default) or q8_0\n"
+        "  --max-running-requests N     sequences decoded at once (default 4; also -np, --parallel)\n"
+        "  --max-queued-requests N      requests waiting beyond those; more get 429 (default 64)\n"
+        "  --served-model-name NAME     model id (default: the GGUF's general.name, else the file name)\n"
+        "  --api-key KEY                require 'Authorization: Bearer KEY' or 'x-api-key: KEY'\n"
+        "                               (also from FT_API_KEY)\n"
+        "  --chat-template NAME         chatml, qwen2, qwen2.5, qwen3, llama2, mistral, llama3, llama3.1\n"
+        "                               (default: recognised from the GGUF)\n"
+        "  --device D                   cpu (the only device so far)\n"
+        "  --timeout S                  drop clients idle or stalled this long (default 600)\n"
+        "  --max-body-bytes N           request body limit (default 4194304)\n"
+        "  --ready-file F               write the bound port to F once listening (for scripts)\n"
+        "  --moe-backend B, --moe-cache-size N, --memory-ratio F\n"
+        "                               accepted; not yet effective on the CPU\n");
+}
+
+// TEMPORARY: a copy of cmd_run.c's static demo_model() until it is exposed to the other
+// commands (asked the lead); keep the two in step until then.
+static bool serve_demo_model(char *path, size_t cap) {
+    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    char dir[900];
+    if (xdg && *xdg)
+        snprintf(dir, sizeof(dir), "%s/ft", xdg);
+    else if (home && *home)
+        snprintf(dir, sizeof(dir), "%s/.cache/ft", home);
+    else {
+        fprintf(stderr, "ft serve: no -m and neither HOME nor XDG_CACHE_HOME is set for the demo model\n");
+        return false;
+    }
+    snprintf(path, cap, "%s/demo-qwen3moe.gguf", dir);
+    struct stat st;
+    if (stat(path, &st) == 0) {
+        fprintf(stderr, "ft serve: using the demo model %s (random weights: its text is noise)\n", path);
+        return true;
+    }
+    for (char *s = dir + 1;; s++) {
+        if (*s != '/' && *s != 0) continue;
+        char c = *s;
+        *s = 0;
+        int rc = mkdir(dir, 0755);
+        *s = c;
+        if (rc != 0 && errno != EEXIST) {
+            fprintf(stderr, "ft serve: cannot create %s: %s\n", dir, strerror(errno));
+            return false;
+        }
+        if (!c) break;
+    }
+    fprintf(stderr, "ft serve: writing the demo model (a small qwen3moe with RANDOM weights) to %s\n", path);
+    char tmp[1100];
+    snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid());
+    ft_synth_params sp = ft_synth_default_params();
+    ft_err err = {{0}};
+    if (!ft_synth_write(&sp, tmp, &err) || rename(tmp, path) != 0) {
+        fprintf(stderr, "ft serve: writing the demo model: %s\n", err.msg[0] ? err.msg : strerror(errno));
+        return false;
+    }
+    return true;
+}
+
+int cmd_serve(int argc, char **argv) {
+    const char *model_path = NULL, *kv_name = "f16", *tmpl_name = NULL, *ignored, *device_name = "cpu";
+    int64_t threads = 0, n_ctx = 0, v64;
+    double f;
+    bool bad = false;
+    srv_params p = srv_default_params();
+    const char *env_key = getenv("FT_API_KEY");
+    if (env_key && *env_key) p.api_key = env_key;
+    for (int i = 1; i < argc && !bad; i++) {
+        if (args_flag(argv, i, "-h|--help")) {
+            serve_usage(stdout);
+            return FT_EXIT_OK;
+        }
+        if (args_str(argc, argv, &i, "--moe-backend|--moe-cache-size", &ignored, &bad) ||
+            args_float(argc, argv, &i, "--memory-ratio", &f, &bad)) {
+            if (!bad)
+                fprintf(stderr, "ft serve: %s is accepted but not yet effective on the CPU\n", argv[i - 1]);
+            continue;
+        }
+        if (args_int(argc, argv, &i, "--port", 0, 65535, &v64, &bad)) {
+            p.port = (int)v64;
+            continue;
+        }
+        if (args_int(argc, argv, &i, "--max-running-requests|-np|--parallel", 1, 256, &v64, &bad)) {
+            p.max_running = (int)v64;
+            continue;
+        }
+        if (args_int(argc, argv, &i, "--max-queued-requests", 1, 1 << 20, &v64, &bad)) {
+            p.max_queue = (int)v64;
+            continue;
+        }
+        if (args_int(argc, argv, &i, "--timeout", 1, 1 << 20, &v64, &bad)) {
+            p.timeout_s = (int)v64;
+            continue;
+        }
+        if (args_int(argc, argv, &i, "--max-body-bytes", 1024, (int64_t)1 << 32, &v64, &bad)) {
+            p.max_body = (size_t)v64;
+            continue;
+        }
+        if (args_str(argc, argv, &i, "-m|--model", &model_path, &bad) ||
+            args_str(argc, argv, &i, "--host", &p.host, &bad) ||
+            args_str(argc, argv, &i, "--kv-cache-dtype", &kv_name, &bad) ||
+            args_str(argc, argv, &i, "--served-model-name", &p.model_name, &bad) ||
+            args_str(argc, argv, &i, "--api-key", &p.api_key, &bad) ||
+            args_str(argc, argv, &i, "--chat-template", &tmpl_name, &bad) ||
+            args_str(argc, argv, &i, "--ready-file", &p.ready_file, &bad) ||
+            args_str(argc, argv, &i, "--device", &device_name, &bad) ||
+            args_int(argc, argv, &i, "-t|--threads", 1, 1024, &threads, &bad) ||
+            args_int(argc, argv, &i, "-c|--ctx-size|--context-length", 1, 1 << 26, &n_ctx, &bad))
+            continue;
+        fprintf(stderr, "ft serve: unexpected argument '%s' (see ft serve --help)\n", argv[i]);
+        return FT_EXIT_USAGE;
+    }
+    if (bad) return FT_EXIT_USAGE;
+    if (!ft_kv_type_from_name(kv_name, &p.engine.kv_type)) {
+        fprintf(stderr, "ft serve: --kv-cache-dtype %s: expected f16 or q8_0\n", kv_name);
+        return FT_EXIT_USAGE;
+    }
+    if (strcmp(device_name, "cpu") != 0) {
+        fprintf(stderr, "ft serve: --device %s: only cpu is available so far\n", device_name);
+        return FT_EXIT_USAGE;
+    }
+    if (p.api_key && !*p.api_key) p.api_key = NULL;
+    char demo[1024];
+    if (!model_path && !tmpl_name) tmpl_name = "chatml"; // the demo vocabulary's template
+    if (!model_path) {
+        if (!serve_demo_model(demo, sizeof(demo))) return FT_EXIT_INPUT;
+        model_path = demo;
+    }
+    ft_err err = {{0}};
+    ft_model *m = ft_model_load(model_path, &err);
+    if (!m) {
+        fprintf(stderr, "ft serve: %s\n", err.msg);
+        return FT_EXIT_INPUT;
+    }
+    int rc = FT_EXIT_INPUT;
+    char name[256];
+    tok_vocab *v = tok_vocab_load(m->file, &err);
+    if (!v) {
+        fprintf(stderr, "ft serve: %s\n", err.msg);
+        goto done;
+    }
+    if (!p.model_name) {
+        gguf_str gn;
+        if (gguf_get_str(m->file, "general.name", &gn) && gn.len > 0) {
+            snprintf(name, sizeof(name), "%.*s", (int)FT_MIN(gn.len, 255), gn.ptr);
+        } else {
+            const char *base = strrchr(model_path, '/');
+            snprintf(name, sizeof(name), "%s", base ? base + 1 : model_path);
+            size_t l = strlen(name);
+            if (l > 5 && !strcmp(name + l - 5, ".gguf")) name[l - 5] = 0;
+        }
+        p.model_name = name;
+    }
+    if (tok_chat_select(m->file, tmpl_name, &p.chat_template, &err)) {
+        p.has_chat_template = true;
+    } else if (tmpl_name) {
+        fprintf(stderr, "ft serve: %s\n", err.msg);
+        goto done;
+    } else {
+        fprintf(stderr, "ft serve: %s; the chat routes will answer 400\n", err.msg);
+    }
+    p.engine.n_threads = (int)threads;
+    p.engine.n_ctx = n_ctx ? (int)n_ctx : FT_MIN(m->hp.n_ctx_train, 4096);
+    if (p.engine.n_ctx > m->hp.n_ctx_train) {
+        fprintf(stderr, "ft serve: -c %d exceeds the model's context of %d tokens\n", p.engine.n_ctx,
+                m->hp.n_ctx_train);
+        goto done;
+    }
+    if (!srv_run(&p, m, v, &err)) {
+        fprintf(stderr, "ft serve: %s\n", err.msg);
+        goto done;
+    }
+    rc = FT_EXIT_OK;
+done:
+    tok_vocab_free(v);
+    ft_model_free(m);
+    return rc;
+}

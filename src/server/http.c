@@ -1,0 +1,629 @@
+// http.c: the HTTP side. evhttp parses requests (with body, header and idle-time limits);
+// this file routes them, checks the API key, answers the small routes (/health, /v1/models,
+// /metrics, /v1/stats, /tokenize, /detokenize), hands generation requests to the API files,
+// and delivers what the inference thread produces: the scheduler's notify hook puts a job on
+// a ready list and activates an event; the event's callback (on this thread) drains the job
+// and writes SSE events or the final response.
+#include "srv_impl.h"
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+#include <event2/thread.h>
+
+#include <errno.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+struct srv_http {
+    srv_params p;
+    const ft_model *m;
+    const tok_vocab *v;
+    srv_sched *sched;
+    srv_metrics *metrics;
+    struct event_base *base;
+    struct evhttp *http;
+    struct event *ev_notify, *ev_int, *ev_term;
+    pthread_mutex_t ready_mu;
+    srv_job **ready;
+    int n_ready, cap_ready;
+    uint64_t next_id;
+    int n_ctx;
+    bool stopping;
+};
+
+const srv_params *srv_http_params(const srv_http *h) {
+    return &h->p;
+}
+const tok_vocab *srv_http_vocab(const srv_http *h) {
+    return h->v;
+}
+int srv_http_n_ctx(const srv_http *h) {
+    return h->n_ctx;
+}
+
+srv_params srv_default_params(void) {
+    srv_params p = {
+        .host = "127.0.0.1",
+        .port = 1919,
+        .max_running = 4,
+        .max_queue = 64,
+        .max_body = 4u << 20,
+        .max_headers = 16u << 10,
+        .timeout_s = 600,
+        .engine = ft_engine_default_params(),
+    };
+    return p;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Replies
+
+static void add_common_headers(struct evhttp_request *req, const char *ctype) {
+    struct evkeyvalq *hd = evhttp_request_get_output_headers(req);
+    evhttp_add_header(hd, "Content-Type", ctype);
+    evhttp_add_header(hd, "Access-Control-Allow-Origin", "*");
+}
+
+static void reply_text(struct evhttp_request *req, int status, const char *ctype, const char *text,
+                       size_t n) {
+    add_common_headers(req, ctype);
+    struct evbuffer *b = evbuffer_new();
+    evbuffer_add(b, text, n);
+    evhttp_send_reply(req, status, NULL, b);
+    evbuffer_free(b);
+}
+
+void srv_reply_json(struct evhttp_request *req, int status, json_t *body) {
+    char *s = json_dumps(body, JSON_COMPACT);
+    json_decref(body);
+    if (!s) s = ft_strdup("{}");
+    reply_text(req, status, "application/json", s, strlen(s));
+    free(s);
+}
+
+void srv_reply_error(struct evhttp_request *req, int status, const char *type, const char *msg) {
+    json_t *e = json_pack("{s:{s:o,s:s,s:n,s:n}}", "error", "message", srv_json_str(msg, strlen(msg)), "type",
+                          type, "param", "code");
+    json_object_set_new(json_object_get(e, "error"), "code", json_integer(status));
+    srv_reply_json(req, status, e);
+}
+
+void srv_reply_error_anthropic(struct evhttp_request *req, int status, const char *type, const char *msg) {
+    json_t *e = json_pack("{s:s,s:{s:s,s:o}}", "type", "error", "error", "type", type, "message",
+                          srv_json_str(msg, strlen(msg)));
+    srv_reply_json(req, status, e);
+}
+
+static void reply_err(struct evhttp_request *req, bool anthropic, int status, const char *msg) {
+    const char *type = status == 401   ? "authentication_error"
+                       : status == 404 ? "not_found_error"
+                       : status == 413 ? "request_too_large"
+                       : status == 429 ? "rate_limit_error"
+                       : status >= 500 ? "api_error"
+                                       : "invalid_request_error";
+    if (anthropic)
+        srv_reply_error_anthropic(req, status, type, msg);
+    else
+        srv_reply_error(req, status,
+                        status == 429   ? "rate_limit_exceeded"
+                        : status >= 500 ? "server_error"
+                                        : type,
+                        msg);
+}
+
+// ---------------------------------------------------------------------------------------------
+// SSE
+
+void srv_sse_begin(srv_job *j) {
+    if (j->head_sent || !j->req) return;
+    j->head_sent = true;
+    if (j->disconnected) return;
+    struct evkeyvalq *hd = evhttp_request_get_output_headers(j->req);
+    evhttp_add_header(hd, "Content-Type", "text/event-stream");
+    evhttp_add_header(hd, "Cache-Control", "no-cache");
+    evhttp_add_header(hd, "Access-Control-Allow-Origin", "*");
+    evhttp_send_reply_start(j->req, 200, "OK");
+}
+
+void srv_sse_send_raw(srv_job *j, const char *text) {
+    srv_sse_begin(j);
+    if (!j->req || j->disconnected) return;
+    struct evbuffer *b = evbuffer_new();
+    evbuffer_add(b, text, strlen(text));
+    evhttp_send_reply_chunk(j->req, b);
+    evbuffer_free(b);
+}
+
+void srv_sse_send(srv_job *j, const char *event, json_t *data) {
+    char *s = json_dumps(data, JSON_COMPACT);
+    json_decref(data);
+    if (!s) return;
+    srv_sse_begin(j);
+    if (j->req && !j->disconnected) {
+        struct evbuffer *b = evbuffer_new();
+        if (event) evbuffer_add_printf(b, "event: %s\n", event);
+        evbuffer_add_printf(b, "data: %s\n\n", s);
+        evhttp_send_reply_chunk(j->req, b);
+        evbuffer_free(b);
+    }
+    free(s);
+}
+
+// Ends the HTTP side of a job: the response is complete (or the client is gone).
+struct evhttp_request *srv_job_take_req(srv_job *j) {
+    struct evhttp_request *req = j->req;
+    if (!req) return NULL;
+    struct evhttp_connection *c = evhttp_request_get_connection(req);
+    if (c) evhttp_connection_set_closecb(c, NULL, NULL);
+    if (j->ev_watch) {
+        event_free(j->ev_watch);
+        j->ev_watch = NULL;
+    }
+    j->req = NULL;
+    return req;
+}
+
+void srv_sse_end(srv_job *j) {
+    if (!j->req) return;
+    struct evhttp_request *req = j->req;
+    srv_job_take_req(j);
+    evhttp_send_reply_end(req); // frees req, also when the client is gone
+}
+
+// ---------------------------------------------------------------------------------------------
+// From the inference thread
+
+static void sched_notify(void *ctx, srv_job *j) {
+    srv_http *h = ctx;
+    pthread_mutex_lock(&h->ready_mu);
+    if (!j->queued_notify) {
+        j->queued_notify = true;
+        srv_job_ref(j);
+        if (h->n_ready == h->cap_ready) {
+            h->cap_ready = h->cap_ready ? 2 * h->cap_ready : 16;
+            h->ready = ft_realloc(h->ready, (size_t)h->cap_ready * sizeof(*h->ready));
+        }
+        h->ready[h->n_ready++] = j;
+    }
+    pthread_mutex_unlock(&h->ready_mu);
+    event_active(h->ev_notify, EV_READ, 0);
+}
+
+static const char *finish_name(enum srv_finish f) {
+    static const char *names[] = {"none", "stop", "length", "cancelled", "error"};
+    return names[f];
+}
+
+static void job_done(srv_http *h, srv_job *j) {
+    srv_metrics_job(h->metrics, j);
+    double ttft = j->t_first > 0 ? (j->t_first - j->t_submit) * 1e3 : 0;
+    double dec = j->t_first > 0 && j->n_gen > 1 ? (j->n_gen - 1) / (j->t_end - j->t_first) : 0;
+    static const char *api[] = {"chat", "completion", "messages"};
+    FT_LOG_INFO("req %llu %s: prompt %zu tok, gen %d tok, ttft %.1f ms, %.1f tok/s, %s%s%s",
+                (unsigned long long)j->id, api[j->api], j->prompt.n, j->n_gen, ttft, dec,
+                finish_name(j->finish), j->errmsg[0] ? ": " : "", j->errmsg);
+}
+
+static void on_notify(evutil_socket_t fd, short what, void *arg) {
+    srv_http *h = arg;
+    for (;;) {
+        pthread_mutex_lock(&h->ready_mu);
+        int n = h->n_ready;
+        srv_job **list = h->ready;
+        h->ready = NULL;
+        h->n_ready = h->cap_ready = 0;
+        for (int i = 0; i < n; i++)
+            list[i]->queued_notify = false;
+        pthread_mutex_unlock(&h->ready_mu);
+        if (n == 0) {
+            free(list);
+            return;
+        }
+        for (int i = 0; i < n; i++) {
+            srv_job *j = list[i];
+            pthread_mutex_lock(&j->mu);
+            srv_buf text = j->out;
+            j->out = (srv_buf){0};
+            int n_toks = j->n_toks;
+            srv_tokinfo *toks = NULL;
+            if (n_toks) {
+                toks = ft_malloc((size_t)n_toks * sizeof(*toks));
+                memcpy(toks, j->toks, (size_t)n_toks * sizeof(*toks));
+                j->n_toks = 0;
+            }
+            bool done = j->done;
+            pthread_mutex_unlock(&j->mu);
+            if (!j->disconnected || done) {
+                // after done, the job is never notified again: deliver exactly once
+                if (j->api == SRV_API_MESSAGES)
+                    srv_anthropic_output(j, text.p ? text.p : "", text.n, done);
+                else
+                    srv_openai_output(j, text.p ? text.p : "", text.n, toks, n_toks, done);
+            }
+            if (done) {
+                if (j->req) { // the API file did not end it (client gone): free the request
+                    struct evhttp_request *req = j->req;
+                    srv_job_take_req(j);
+                    if (j->head_sent)
+                        evhttp_send_reply_end(req);
+                    else
+                        reply_err(req, j->api == SRV_API_MESSAGES, 500, "request ended");
+                }
+                job_done(h, j);
+                srv_job_unref(j); // the HTTP side's reference
+            }
+            srv_buf_free(&text);
+            free(toks);
+            srv_job_unref(j); // the ready list's reference
+        }
+        free(list);
+    }
+}
+
+static void on_close(struct evhttp_connection *c, void *arg) {
+    srv_job *j = arg;
+    j->disconnected = true;
+    atomic_store(&j->cancel, true);
+    if (j->ev_watch) { // its socket is closed now
+        event_free(j->ev_watch);
+        j->ev_watch = NULL;
+    }
+}
+
+// evhttp does not read a connection while its request is being answered, so it would notice a
+// client that left only when a write fails. This watch peeks at the socket: EOF or an error
+// means the client is gone; bytes (a pipelined request) end the watch.
+static void on_readable(evutil_socket_t fd, short what, void *arg) {
+    srv_job *j = arg;
+    char c;
+    ssize_t n = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
+    if (n == 0 || n < 0) {
+        j->disconnected = true;
+        atomic_store(&j->cancel, true);
+    }
+    event_del(j->ev_watch);
+}
+
+bool srv_http_submit(srv_http *h, srv_job *j, bool anthropic) {
+    struct evhttp_request *req = j->req;
+    if (j->prompt.n == 0) {
+        reply_err(req, anthropic, 400, "the prompt is empty");
+        return false;
+    }
+    if (j->prompt.n >= (size_t)h->n_ctx) {
+        char msg[200];
+        snprintf(
+            msg, sizeof(msg),
+            "the prompt has %zu tokens, but the context holds %d tokens (prompt and completion together)",
+            j->prompt.n, h->n_ctx);
+        reply_err(req, anthropic, 400, msg);
+        return false;
+    }
+    int room = h->n_ctx - (int)j->prompt.n;
+    if (j->n_predict < 0) j->n_predict = h->p.default_max_tokens > 0 ? h->p.default_max_tokens : room;
+    j->n_predict = FT_MIN(j->n_predict, room);
+    j->http = h;
+    j->model_name = h->p.model_name;
+    j->created = (long)time(NULL);
+    if (h->stopping || !h->sched) {
+        reply_err(req, anthropic, 503, "the server is shutting down");
+        return false;
+    }
+    if (!srv_sched_submit(h->sched, j)) {
+        char msg[160];
+        snprintf(msg, sizeof(msg), "server busy: %d requests running and %d waiting; retry later",
+                 h->p.max_running, h->p.max_queue);
+        reply_err(req, anthropic, 429, msg);
+        return false;
+    }
+    struct evhttp_connection *c = evhttp_request_get_connection(req);
+    if (c) {
+        evhttp_connection_set_closecb(c, on_close, j);
+        struct bufferevent *bev = evhttp_connection_get_bufferevent(c);
+        evutil_socket_t fd = bev ? bufferevent_getfd(bev) : -1;
+        if (fd >= 0 && (j->ev_watch = event_new(h->base, fd, EV_READ | EV_PERSIST, on_readable, j)))
+            event_add(j->ev_watch, NULL);
+    }
+    return true; // the HTTP side's reference now belongs to the in-flight request
+}
+
+// ---------------------------------------------------------------------------------------------
+// Small routes
+
+static void route_models(srv_http *h, struct evhttp_request *req) {
+    json_t *m = json_pack("{s:s,s:s,s:i,s:s,s:{s:i,s:i}}", "id", h->p.model_name, "object", "model",
+                          "created", (json_int_t)time(NULL), "owned_by", "ft", "meta", "n_ctx", h->n_ctx,
+                          "n_vocab", h->m->hp.n_vocab);
+    srv_reply_json(req, 200, json_pack("{s:s,s:[o]}", "object", "list", "data", m));
+}
+
+static void route_tokenize(srv_http *h, struct evhttp_request *req, json_t *body) {
+    json_t *c = json_object_get(body, "content");
+    if (!json_is_string(c)) {
+        reply_err(req, false, 400, "'content' must be a string");
+        return;
+    }
+    bool add_special = false, pieces = false;
+    ft_err err = {{0}};
+    if (!srv_get_bool(body, "add_special", &add_special, &err) ||
+        !srv_get_bool(body, "with_pieces", &pieces, &err)) {
+        reply_err(req, false, 400, err.msg);
+        return;
+    }
+    tok_ids ids = {0};
+    tok_encode(h->v, json_string_value(c), json_string_length(c), add_special, true, &ids);
+    json_t *arr = json_array();
+    for (size_t i = 0; i < ids.n; i++) {
+        if (!pieces) {
+            json_array_append_new(arr, json_integer(ids.ids[i]));
+            continue;
+        }
+        size_t len;
+        const char *p = tok_piece(h->v, ids.ids[i], true, &len);
+        json_t *piece = json_stringn(p, len);
+        if (!piece) { // not valid UTF-8 alone: the bytes, as llama-server does
+            piece = json_array();
+            for (size_t k = 0; k < len; k++)
+                json_array_append_new(piece, json_integer((unsigned char)p[k]));
+        }
+        json_array_append_new(arr, json_pack("{s:i,s:o}", "id", (json_int_t)ids.ids[i], "piece", piece));
+    }
+    tok_ids_free(&ids);
+    srv_reply_json(req, 200, json_pack("{s:o}", "tokens", arr));
+}
+
+static void route_detokenize(srv_http *h, struct evhttp_request *req, json_t *body) {
+    json_t *t = json_object_get(body, "tokens");
+    if (!json_is_array(t)) {
+        reply_err(req, false, 400, "'tokens' must be an array of token ids");
+        return;
+    }
+    size_t n = json_array_size(t);
+    tok_id *ids = ft_malloc((n + 1) * sizeof(tok_id));
+    int32_t nv = FT_MIN(tok_n_tokens(h->v), h->m->hp.n_vocab);
+    for (size_t i = 0; i < n; i++) {
+        json_t *x = json_array_get(t, i);
+        if (!json_is_integer(x) || json_integer_value(x) < 0 || json_integer_value(x) >= nv) {
+            free(ids);
+            char msg[120];
+            snprintf(msg, sizeof(msg), "'tokens'[%zu] is not a token id in [0, %d)", i, nv);
+            reply_err(req, false, 400, msg);
+            return;
+        }
+        ids[i] = (tok_id)json_integer_value(x);
+    }
+    size_t len;
+    char *s = tok_detokenize(h->v, ids, n, false, false, &len);
+    free(ids);
+    srv_reply_json(req, 200, json_pack("{s:o}", "content", srv_json_str(s, len)));
+    free(s);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Dispatch
+
+// Constant-time comparison of a presented key with the configured one.
+static bool key_ok(const char *given, const char *want) {
+    size_t gn = strlen(given), wn = strlen(want);
+    unsigned diff = (unsigned)(gn ^ wn);
+    for (size_t i = 0; i < wn; i++)
+        diff |= (unsigned char)want[i] ^ (unsigned char)(i < gn ? given[i] : 0);
+    return diff == 0;
+}
+
+static bool authorized(srv_http *h, struct evhttp_request *req) {
+    if (!h->p.api_key) return true;
+    struct evkeyvalq *hd = evhttp_request_get_input_headers(req);
+    const char *a = evhttp_find_header(hd, "Authorization");
+    if (a && !strncasecmp(a, "Bearer ", 7)) return key_ok(a + 7, h->p.api_key);
+    const char *x = evhttp_find_header(hd, "x-api-key");
+    if (x) return key_ok(x, h->p.api_key);
+    return false;
+}
+
+static void on_request(struct evhttp_request *req, void *arg) {
+    srv_http *h = arg;
+    const char *uri = evhttp_request_get_uri(req);
+    const struct evhttp_uri *eu = evhttp_request_get_evhttp_uri(req);
+    const char *path = eu ? evhttp_uri_get_path(eu) : NULL;
+    if (!path || !*path) path = uri ? uri : "/";
+    enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
+    bool anthropic = !strcmp(path, "/v1/messages");
+    srv_metrics_request(h->metrics);
+
+    if (cmd == EVHTTP_REQ_OPTIONS) { // CORS preflight of browser chat UIs
+        struct evkeyvalq *hd = evhttp_request_get_output_headers(req);
+        evhttp_add_header(hd, "Access-Control-Allow-Origin", "*");
+        evhttp_add_header(hd, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+        evhttp_add_header(hd, "Access-Control-Allow-Headers", "*");
+        evhttp_send_reply(req, 204, "No Content", NULL);
+        return;
+    }
+    if (!strcmp(path, "/health")) {
+        if (cmd != EVHTTP_REQ_GET) {
+            reply_err(req, false, 405, "use GET");
+            return;
+        }
+        srv_reply_json(req, 200, json_pack("{s:s}", "status", h->stopping ? "stopping" : "ok"));
+        return;
+    }
+    if (!authorized(h, req)) {
+        reply_err(req, anthropic, 401, "invalid or missing API key");
+        return;
+    }
+
+    bool get = cmd == EVHTTP_REQ_GET;
+    if (!strcmp(path, "/v1/models") || !strcmp(path, "/models")) {
+        if (!get) {
+            reply_err(req, false, 405, "use GET");
+            return;
+        }
+        route_models(h, req);
+        return;
+    }
+    if (!strcmp(path, "/metrics") || !strcmp(path, "/v1/stats")) {
+        if (!get) {
+            reply_err(req, false, 405, "use GET");
+            return;
+        }
+        srv_sched_stats st = {0};
+        if (h->sched) srv_sched_stats_get(h->sched, &st);
+        if (path[1] == 'm') {
+            char *s = srv_metrics_prometheus(h->metrics, &st);
+            reply_text(req, 200, "text/plain; version=0.0.4", s, strlen(s));
+            free(s);
+        } else
+            srv_reply_json(req, 200, srv_metrics_json(h->metrics, &st));
+        return;
+    }
+    static const char *posts[] = {"/v1/chat/completions", "/chat/completions", "/v1/completions",
+                                  "/completions",         "/v1/messages",      "/tokenize",
+                                  "/detokenize"};
+    int route = -1;
+    for (int i = 0; i < (int)FT_ARRAY_LEN(posts); i++)
+        if (!strcmp(path, posts[i])) route = i;
+    if (route < 0) {
+        reply_err(req, anthropic, 404, "no such route");
+        return;
+    }
+    if (cmd != EVHTTP_REQ_POST) {
+        reply_err(req, anthropic, 405, "use POST");
+        return;
+    }
+
+    struct evbuffer *in = evhttp_request_get_input_buffer(req);
+    size_t n = evbuffer_get_length(in);
+    if (n > h->p.max_body) {
+        reply_err(req, anthropic, 413, "request body too large");
+        return;
+    }
+    const char *data = n ? (const char *)evbuffer_pullup(in, (ev_ssize_t)n) : "";
+    json_error_t je;
+    json_t *body = json_loadb(data, n, JSON_REJECT_DUPLICATES, &je);
+    if (!body || !json_is_object(body)) {
+        char msg[300];
+        if (!body)
+            snprintf(msg, sizeof(msg), "invalid JSON body: %s (line %d, column %d)", je.text, je.line,
+                     je.column);
+        else
+            snprintf(msg, sizeof(msg), "the request body must be a JSON object");
+        json_decref(body);
+        reply_err(req, anthropic, 400, msg);
+        return;
+    }
+    switch (route) {
+    case 0:
+    case 1: srv_openai_chat(h, req, body); break;
+    case 2:
+    case 3: srv_openai_completion(h, req, body); break;
+    case 4: srv_anthropic_messages(h, req, body); break;
+    case 5: route_tokenize(h, req, body); break;
+    case 6: route_detokenize(h, req, body); break;
+    }
+    json_decref(body);
+}
+
+uint64_t srv_http_next_id(srv_http *h) {
+    return ++h->next_id;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Start and stop
+
+static void on_signal(evutil_socket_t sig, short what, void *arg) {
+    srv_http *h = arg;
+    if (h->stopping) return;
+    h->stopping = true;
+    FT_LOG_INFO("ft serve: signal %d: cancelling running requests and stopping", (int)sig);
+    srv_sched_free(h->sched); // cancels every job; their ends are on the ready list
+    h->sched = NULL;
+    on_notify(-1, 0, h);
+    struct timeval tv = {0, 200000}; // let the last bytes go out
+    event_base_loopexit(h->base, &tv);
+}
+
+bool srv_run(const srv_params *p, const ft_model *m, const tok_vocab *v, ft_err *err) {
+    FT_ASSERT(p->model_name && p->max_running > 0 && p->max_queue > 0);
+    signal(SIGPIPE, SIG_IGN);
+    if (evthread_use_pthreads() != 0) return ft_err_set(err, "libevent without thread support");
+    srv_http *h = ft_calloc(1, sizeof(*h));
+    h->p = *p;
+    h->m = m;
+    h->v = v;
+    pthread_mutex_init(&h->ready_mu, NULL);
+    h->metrics = srv_metrics_init();
+    bool ok = false;
+    h->base = event_base_new();
+    h->http = h->base ? evhttp_new(h->base) : NULL;
+    if (!h->http) {
+        ft_err_set(err, "cannot create the HTTP server");
+        goto done;
+    }
+    h->ev_notify = event_new(h->base, -1, 0, on_notify, h);
+    h->ev_int = evsignal_new(h->base, SIGINT, on_signal, h);
+    h->ev_term = evsignal_new(h->base, SIGTERM, on_signal, h);
+    event_add(h->ev_int, NULL);
+    event_add(h->ev_term, NULL);
+    evhttp_set_max_body_size(h->http, (ev_ssize_t)p->max_body);
+    evhttp_set_max_headers_size(h->http, (ev_ssize_t)p->max_headers);
+    evhttp_set_timeout(h->http, p->timeout_s);
+    evhttp_set_allowed_methods(h->http,
+                               EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_OPTIONS | EVHTTP_REQ_HEAD);
+    evhttp_set_gencb(h->http, on_request, h);
+    struct evhttp_bound_socket *bs = evhttp_bind_socket_with_handle(h->http, p->host, (uint16_t)p->port);
+    if (!bs) {
+        ft_err_set(err, "cannot listen on %s:%d (in use, or not an address of this machine)", p->host,
+                   p->port);
+        goto done;
+    }
+    // the port actually bound (port 0: the kernel's choice)
+    int port = p->port;
+    struct sockaddr_storage ss;
+    ev_socklen_t sl = sizeof(ss);
+    if (getsockname(evhttp_bound_socket_get_fd(bs), (struct sockaddr *)&ss, &sl) == 0) {
+        if (ss.ss_family == AF_INET)
+            port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+        else if (ss.ss_family == AF_INET6)
+            port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+    }
+    if (!(h->sched = srv_sched_init(m, v, p, sched_notify, h, err))) goto done;
+    h->n_ctx = srv_sched_n_ctx(h->sched);
+    // KV cache per sequence: K and V rows of n_head_kv * head_dim per layer and position
+    double row = (double)m->hp.n_head_kv * m->hp.head_dim * 2 * m->hp.n_layer;
+    double kv_mib = row * h->n_ctx * (p->engine.kv_type == FT_TYPE_Q8_0 ? 34.0 / 32 : 2.0) / (1 << 20);
+    FT_LOG_INFO("ft serve: model '%s'; %d sequences of %d tokens (KV about %.1f MiB each, %.1f MiB in all); "
+                "queue %d",
+                p->model_name, p->max_running, h->n_ctx, kv_mib, kv_mib * p->max_running, p->max_queue);
+    FT_LOG_INFO("ft serve: listening on http://%s:%d", p->host, port);
+    if (p->ready_file) {
+        FILE *f = fopen(p->ready_file, "w");
+        if (f) {
+            fprintf(f, "%d\n", port);
+            fclose(f);
+        }
+    }
+    event_base_dispatch(h->base);
+    ok = true;
+done:
+    srv_sched_free(h->sched);
+    h->sched = NULL;
+    if (h->ev_notify) on_notify(-1, 0, h);
+    if (h->http) evhttp_free(h->http);
+    if (h->ev_notify) event_free(h->ev_notify);
+    if (h->ev_int) event_free(h->ev_int);
+    if (h->ev_term) event_free(h->ev_term);
+    if (h->base) event_base_free(h->base);
+    srv_metrics_free(h->metrics);
+    free(h->ready);
+    pthread_mutex_destroy(&h->ready_mu);
+    free(h);
+    return ok;
+}

@@ -1,0 +1,231 @@
+// json.c: request-field readers with type checks, UTF-8-safe JSON strings, the byte buffer
+// and the <think> splitter shared by the API files.
+#include "srv_impl.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+void srv_buf_add(srv_buf *b, const char *s, size_t n) {
+    if (b->n + n + 1 > b->cap) {
+        b->cap = FT_MAX(b->n + n + 1, b->cap * 2 + 64);
+        b->p = ft_realloc(b->p, b->cap);
+    }
+    memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = 0;
+}
+
+void srv_buf_free(srv_buf *b) {
+    free(b->p);
+    *b = (srv_buf){0};
+}
+
+// Length of the valid UTF-8 character at s (1..4), or 0 if invalid.
+static int utf8_len(const unsigned char *s, size_t n) {
+    unsigned c = s[0];
+    int len;
+    unsigned lo = 0x80, hi = 0xBF;
+    if (c < 0x80) return c ? 1 : 1;
+    if (c >= 0xC2 && c <= 0xDF)
+        len = 2;
+    else if (c >= 0xE0 && c <= 0xEF) {
+        len = 3;
+        if (c == 0xE0) lo = 0xA0;
+        if (c == 0xED) hi = 0x9F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        len = 4;
+        if (c == 0xF0) lo = 0x90;
+        if (c == 0xF4) hi = 0x8F;
+    } else
+        return 0;
+    if ((size_t)len > n) return 0;
+    if (s[1] < lo || s[1] > hi) return 0;
+    for (int i = 2; i < len; i++)
+        if (s[i] < 0x80 || s[i] > 0xBF) return 0;
+    return len;
+}
+
+json_t *srv_json_str(const char *s, size_t n) {
+    json_t *r = json_stringn(s, n);
+    if (r) return r;
+    srv_buf b = {0};
+    srv_buf_add(&b, "", 0);
+    for (size_t i = 0; i < n;) {
+        int l = utf8_len((const unsigned char *)s + i, n - i);
+        if (l) {
+            srv_buf_add(&b, s + i, (size_t)l);
+            i += (size_t)l;
+        } else {
+            srv_buf_add(&b, "\xEF\xBF\xBD", 3);
+            i++;
+        }
+    }
+    r = json_stringn(b.p, b.n);
+    srv_buf_free(&b);
+    return r ? r : json_string("");
+}
+
+bool srv_get_num(json_t *o, const char *key, double lo, double hi, double *out, ft_err *err) {
+    json_t *x = json_object_get(o, key);
+    if (!x || json_is_null(x)) return true;
+    if (!json_is_number(x)) return ft_err_set(err, "'%s' must be a number", key);
+    double v = json_number_value(x);
+    if (!isfinite(v) || v < lo || v > hi) return ft_err_set(err, "'%s' must be in [%g, %g]", key, lo, hi);
+    *out = v;
+    return true;
+}
+
+bool srv_get_int(json_t *o, const char *key, int64_t lo, int64_t hi, int64_t *out, ft_err *err) {
+    json_t *x = json_object_get(o, key);
+    if (!x || json_is_null(x)) return true;
+    double v;
+    if (json_is_integer(x))
+        v = (double)json_integer_value(x);
+    else if (json_is_real(x) && json_real_value(x) == floor(json_real_value(x)))
+        v = json_real_value(x);
+    else
+        return ft_err_set(err, "'%s' must be an integer", key);
+    if (!(v >= (double)lo && v <= (double)hi))
+        return ft_err_set(err, "'%s' must be an integer in [%lld, %lld]", key, (long long)lo, (long long)hi);
+    *out = json_is_integer(x) ? json_integer_value(x) : (int64_t)v;
+    return true;
+}
+
+bool srv_get_bool(json_t *o, const char *key, bool *out, ft_err *err) {
+    json_t *x = json_object_get(o, key);
+    if (!x || json_is_null(x)) return true;
+    if (!json_is_boolean(x)) return ft_err_set(err, "'%s' must be a boolean", key);
+    *out = json_is_true(x);
+    return true;
+}
+
+bool srv_parse_sampling(json_t *body, srv_job *j, const char *stop_key, ft_err *err) {
+    ft_sampler_params sp = ft_sampler_default_params();
+    // OpenAI's defaults: temperature 1, top_p 1, no top-k / min-p
+    sp.temp = 1.0f;
+    sp.top_k = 0;
+    sp.top_p = 1.0f;
+    sp.min_p = 0.0f;
+    double d;
+    int64_t i;
+#define NUM(key, lo, hi, field)                                                                              \
+    d = sp.field;                                                                                            \
+    if (!srv_get_num(body, key, lo, hi, &d, err)) return false;                                              \
+    sp.field = (float)d;
+    NUM("temperature", 0, 100, temp)
+    NUM("top_p", 0, 1, top_p)
+    NUM("min_p", 0, 1, min_p)
+    NUM("presence_penalty", -2, 2, presence_penalty)
+    NUM("frequency_penalty", -2, 2, frequency_penalty)
+    NUM("repeat_penalty", 0, 100, repeat_penalty)
+#undef NUM
+    i = sp.top_k;
+    if (!srv_get_int(body, "top_k", -1, 1 << 30, &i, err)) return false;
+    sp.top_k = i < 0 ? 0 : (int)i;
+    i = -1;
+    if (!srv_get_int(body, "seed", INT64_MIN, INT64_MAX, &i, err)) return false;
+    sp.seed = i >= 0 ? (uint64_t)i : (uint64_t)(ft_time_s() * 1e6) ^ j->id;
+    j->sp = sp;
+
+    json_t *st = json_object_get(body, stop_key);
+    if (st && !json_is_null(st)) {
+        if (json_is_string(st)) {
+            if (json_string_length(st)) j->stops[j->n_stops++] = ft_strdup(json_string_value(st));
+        } else if (json_is_array(st)) {
+            if (json_array_size(st) > SRV_MAX_STOPS)
+                return ft_err_set(err, "'%s' has more than %d entries", stop_key, SRV_MAX_STOPS);
+            size_t k;
+            json_t *x;
+            json_array_foreach(st, k, x) {
+                if (!json_is_string(x))
+                    return ft_err_set(err, "'%s' must be a string or an array of strings", stop_key);
+                if (json_string_length(x)) j->stops[j->n_stops++] = ft_strdup(json_string_value(x));
+            }
+        } else
+            return ft_err_set(err, "'%s' must be a string or an array of strings", stop_key);
+    }
+    return true;
+}
+
+// ---------------------------------------------------------------------------------------------
+// <think> splitting
+
+static const char k_open[] = "<think>", k_close[] = "</think>";
+
+static void route(srv_think *t, const char *s, size_t n, srv_buf *content, srv_buf *reasoning) {
+    if (t->state == 1) {
+        srv_buf_add(reasoning, s, n);
+        return;
+    }
+    if (t->state == 3) { // drop the white space between </think> and the answer
+        while (n && (*s == '\n' || *s == ' ' || *s == '\r' || *s == '\t'))
+            s++, n--;
+        if (!n) return;
+        t->state = 2;
+    }
+    srv_buf_add(content, s, n);
+}
+
+void srv_think_feed(srv_think *t, const char *s, size_t n, srv_buf *content, srv_buf *reasoning) {
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (t->state == 2) {
+            srv_buf_add(content, s + i, n - i);
+            return;
+        }
+        if (t->state == 0) {
+            if (t->n_hold == 0 && (c == ' ' || c == '\n' || c == '\r' || c == '\t')) continue;
+            t->hold[t->n_hold++] = c;
+            if (memcmp(t->hold, k_open, t->n_hold) != 0) {
+                t->state = 2;
+                srv_buf_add(content, t->hold, t->n_hold);
+                t->n_hold = 0;
+            } else if (t->n_hold == sizeof(k_open) - 1) {
+                t->state = 1;
+                t->n_hold = 0;
+            }
+            continue;
+        }
+        // states 1 and 3: look for </think> while in think
+        if (t->state == 1) {
+            t->hold[t->n_hold++] = c;
+            if (memcmp(t->hold, k_close, t->n_hold) == 0) {
+                if (t->n_hold == sizeof(k_close) - 1) {
+                    t->state = 3;
+                    t->n_hold = 0;
+                }
+                continue;
+            }
+            // not a prefix any more: release the first byte, retry the rest
+            size_t h = t->n_hold;
+            char tmp[16];
+            memcpy(tmp, t->hold, h);
+            t->n_hold = 0;
+            srv_buf_add(reasoning, tmp, 1);
+            for (size_t k = 1; k < h; k++) {
+                if (t->n_hold == 0 && tmp[k] != '<') {
+                    srv_buf_add(reasoning, tmp + k, 1);
+                    continue;
+                }
+                t->hold[t->n_hold++] = tmp[k];
+                if (memcmp(t->hold, k_close, t->n_hold) != 0) {
+                    srv_buf_add(reasoning, t->hold, t->n_hold);
+                    t->n_hold = 0;
+                }
+            }
+            continue;
+        }
+        route(t, &c, 1, content, reasoning);
+    }
+}
+
+void srv_think_flush(srv_think *t, srv_buf *content, srv_buf *reasoning) {
+    if (t->n_hold) {
+        if (t->state == 1)
+            srv_buf_add(reasoning, t->hold, t->n_hold);
+        else
+            srv_buf_add(content, t->hold, t->n_hold);
+    }
+    t->n_hold = 0;
+}

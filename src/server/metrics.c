@@ -1,0 +1,139 @@
+// metrics.c: request counters and latency histograms, written as Prometheus text (/metrics)
+// and JSON (/v1/stats). Touched only by the HTTP thread; the scheduler's live figures
+// (running, queued, KV use) are passed in.
+#include "srv_impl.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define N_BUCKETS 12
+
+// Bucket upper bounds in seconds.
+static const double k_ttft_le[N_BUCKETS] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
+static const double k_tpot_le[N_BUCKETS] = {0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2.5, 5};
+
+typedef struct hist {
+    long count[N_BUCKETS + 1]; // the last: +Inf
+    long n;
+    double sum;
+} hist;
+
+struct srv_metrics {
+    long http_requests;
+    long requests[5]; // by finish reason (srv_finish)
+    long prompt_tokens, gen_tokens;
+    hist ttft, tpot;
+    double started;
+};
+
+srv_metrics *srv_metrics_init(void) {
+    srv_metrics *m = ft_calloc(1, sizeof(*m));
+    m->started = ft_time_s();
+    return m;
+}
+
+void srv_metrics_free(srv_metrics *m) {
+    free(m);
+}
+
+void srv_metrics_request(srv_metrics *m) {
+    m->http_requests++;
+}
+
+static void hist_add(hist *h, const double *le, double v) {
+    int i = 0;
+    while (i < N_BUCKETS && v > le[i])
+        i++;
+    h->count[i]++;
+    h->n++;
+    h->sum += v;
+}
+
+void srv_metrics_job(srv_metrics *m, const srv_job *j) {
+    m->requests[j->finish]++;
+    m->prompt_tokens += (long)j->prompt.n;
+    m->gen_tokens += j->n_gen;
+    if (j->t_first > 0) hist_add(&m->ttft, k_ttft_le, j->t_first - j->t_submit);
+    if (j->n_gen > 1 && j->t_end > j->t_first)
+        hist_add(&m->tpot, k_tpot_le, (j->t_end - j->t_first) / (j->n_gen - 1));
+}
+
+static void prom_hist(srv_buf *b, const char *name, const char *help, const hist *h, const double *le) {
+    char line[200];
+    int n = snprintf(line, sizeof(line), "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+    srv_buf_add(b, line, (size_t)n);
+    long cum = 0;
+    for (int i = 0; i <= N_BUCKETS; i++) {
+        cum += h->count[i];
+        if (i < N_BUCKETS)
+            n = snprintf(line, sizeof(line), "%s_bucket{le=\"%g\"} %ld\n", name, le[i], cum);
+        else
+            n = snprintf(line, sizeof(line), "%s_bucket{le=\"+Inf\"} %ld\n", name, cum);
+        srv_buf_add(b, line, (size_t)n);
+    }
+    n = snprintf(line, sizeof(line), "%s_sum %.6f\n%s_count %ld\n", name, h->sum, name, h->n);
+    srv_buf_add(b, line, (size_t)n);
+}
+
+static void prom_val(srv_buf *b, const char *name, const char *type, const char *help, double v) {
+    char line[300];
+    int n = snprintf(line, sizeof(line), "# HELP %s %s\n# TYPE %s %s\n%s %.17g\n", name, help, name, type,
+                     name, v);
+    srv_buf_add(b, line, (size_t)n);
+}
+
+static const char *k_finish[5] = {"none", "stop", "length", "cancelled", "error"};
+
+char *srv_metrics_prometheus(const srv_metrics *m, const srv_sched_stats *s) {
+    srv_buf b = {0};
+    prom_val(&b, "ft_http_requests_total", "counter", "HTTP requests received", (double)m->http_requests);
+    srv_buf_add(&b, "# HELP ft_requests_total Generation requests finished, by reason\n", 65);
+    srv_buf_add(&b, "# TYPE ft_requests_total counter\n", 33);
+    for (int i = 1; i < 5; i++) {
+        char line[100];
+        int n = snprintf(line, sizeof(line), "ft_requests_total{finish=\"%s\"} %ld\n", k_finish[i],
+                         m->requests[i]);
+        srv_buf_add(&b, line, (size_t)n);
+    }
+    prom_val(&b, "ft_prompt_tokens_total", "counter", "Prompt tokens processed", (double)m->prompt_tokens);
+    prom_val(&b, "ft_generation_tokens_total", "counter", "Tokens generated", (double)m->gen_tokens);
+    prom_hist(&b, "ft_time_to_first_token_seconds", "Time from arrival to the first generated token",
+              &m->ttft, k_ttft_le);
+    prom_hist(&b, "ft_time_per_output_token_seconds", "Decode time per generated token after the first",
+              &m->tpot, k_tpot_le);
+    prom_val(&b, "ft_requests_running", "gauge", "Sequences being decoded", s->running);
+    prom_val(&b, "ft_requests_waiting", "gauge", "Requests in the queue", s->queued);
+    prom_val(&b, "ft_kv_cache_used_tokens", "gauge", "KV cache positions in use", (double)s->kv_used);
+    prom_val(&b, "ft_kv_cache_capacity_tokens", "gauge", "KV cache positions over all sequences",
+             (double)s->kv_total);
+    prom_val(&b, "ft_kv_cache_usage_ratio", "gauge", "KV cache positions in use / capacity",
+             s->kv_total ? (double)s->kv_used / (double)s->kv_total : 0.0);
+    return b.p;
+}
+
+static json_t *hist_json(const hist *h, const double *le) {
+    json_t *buckets = json_array();
+    long cum = 0;
+    for (int i = 0; i <= N_BUCKETS; i++) {
+        cum += h->count[i];
+        json_array_append_new(buckets, json_pack("{s:o,s:i}", "le",
+                                                 i < N_BUCKETS ? json_real(le[i]) : json_string("+Inf"),
+                                                 "count", (json_int_t)cum));
+    }
+    return json_pack("{s:i,s:f,s:f,s:o}", "count", (json_int_t)h->n, "sum_s", h->sum, "mean_s",
+                     h->n ? h->sum / (double)h->n : 0.0, "buckets", buckets);
+}
+
+json_t *srv_metrics_json(const srv_metrics *m, const srv_sched_stats *s) {
+    json_t *fin = json_object();
+    for (int i = 1; i < 5; i++)
+        json_object_set_new(fin, k_finish[i], json_integer(m->requests[i]));
+    return json_pack("{s:f,s:i,s:o,s:i,s:i,s:o,s:o,s:i,s:i,s:{s:i,s:i}}", "uptime_s",
+                     ft_time_s() - m->started, "http_requests", (json_int_t)m->http_requests, "requests", fin,
+                     "prompt_tokens", (json_int_t)m->prompt_tokens, "generation_tokens",
+                     (json_int_t)m->gen_tokens, "ttft", hist_json(&m->ttft, k_ttft_le),
+                     "time_per_output_token", hist_json(&m->tpot, k_tpot_le), "running",
+                     (json_int_t)s->running, "queued", (json_int_t)s->queued, "kv_cache", "used_tokens",
+                     (json_int_t)s->kv_used, "capacity_tokens", (json_int_t)s->kv_total);
+}

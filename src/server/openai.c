@@ -1,0 +1,409 @@
+// openai.c: POST /v1/chat/completions and /v1/completions: request parsing into a job, and
+// the responses (one JSON object, or SSE chunks ending in `data: [DONE]`).
+#include "srv_impl.h"
+
+#include <event2/http.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void bad(struct evhttp_request *req, const char *msg) {
+    srv_reply_error(req, 400, "invalid_request_error", msg);
+}
+
+// Message content: a string, null, or an array of {"type":"text","text":...} parts.
+static bool content_text(json_t *c, srv_buf *out, ft_err *err) {
+    srv_buf_add(out, "", 0);
+    if (!c || json_is_null(c)) return true;
+    if (json_is_string(c)) {
+        srv_buf_add(out, json_string_value(c), json_string_length(c));
+        return true;
+    }
+    if (!json_is_array(c)) return ft_err_set(err, "message 'content' must be a string or an array of parts");
+    size_t i;
+    json_t *part;
+    json_array_foreach(c, i, part) {
+        json_t *type = json_object_get(part, "type"), *text = json_object_get(part, "text");
+        if (!json_is_string(type) || strcmp(json_string_value(type), "text") || !json_is_string(text))
+            return ft_err_set(
+                err, "content part %zu: only {\"type\": \"text\", \"text\": ...} parts are supported", i);
+        srv_buf_add(out, json_string_value(text), json_string_length(text));
+    }
+    return true;
+}
+
+// Renders messages with the server's template and tokenizes them into j->prompt. Used by the
+// Anthropic route too (system may be NULL).
+bool srv_chat_prompt(const srv_params *p, const tok_vocab *v, json_t *msgs, const char *system,
+                     bool enable_thinking, srv_job *j, ft_err *err) {
+    if (!p->has_chat_template)
+        return ft_err_set(
+            err, "the model has no chat template ft can render; start the server with --chat-template NAME");
+    if (!json_is_array(msgs) || json_array_size(msgs) == 0)
+        return ft_err_set(err, "'messages' must be a non-empty array");
+    size_t n = json_array_size(msgs) + (system ? 1 : 0);
+    if (n > 100000) return ft_err_set(err, "too many messages");
+    tok_chat_msg *cm = ft_calloc(n, sizeof(*cm));
+    srv_buf *texts = ft_calloc(2 * n, sizeof(srv_buf));
+    bool ok = false;
+    size_t k = 0;
+    if (system) cm[k++] = (tok_chat_msg){.role = "system", .content = system};
+    size_t i;
+    json_t *m;
+    json_array_foreach(msgs, i, m) {
+        json_t *role = json_object_get(m, "role");
+        if (!json_is_object(m) || !json_is_string(role)) {
+            ft_err_set(err, "messages[%zu] must be an object with a string 'role'", i);
+            goto out;
+        }
+        const char *r = json_string_value(role);
+        if (!strcmp(r, "developer")) r = "system";
+        if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant")) {
+            ft_err_set(err, "messages[%zu]: role '%.40s' is not supported (system, user, assistant)", i, r);
+            goto out;
+        }
+        if (!content_text(json_object_get(m, "content"), &texts[2 * k], err)) {
+            ft_err_prefix(err, "messages[%zu]", i);
+            goto out;
+        }
+        cm[k].role = r;
+        cm[k].content = texts[2 * k].p;
+        json_t *rc = json_object_get(m, "reasoning_content");
+        if (json_is_string(rc)) {
+            srv_buf_add(&texts[2 * k + 1], json_string_value(rc), json_string_length(rc));
+            cm[k].reasoning = texts[2 * k + 1].p;
+        }
+        k++;
+    }
+    tok_chat_params cp = tok_chat_default_params(v);
+    cp.enable_thinking = enable_thinking;
+    tok_chat_prompt rendered = {0};
+    if (!tok_chat_render(p->chat_template, cm, k, cp, &rendered, err)) goto out;
+    bool has_bos = cp.bos_text && *cp.bos_text && !strncmp(rendered.text, cp.bos_text, strlen(cp.bos_text));
+    tok_encode_segments(v, rendered.segs, rendered.n_segs, !has_bos, &j->prompt);
+    tok_chat_prompt_free(&rendered);
+    ok = true;
+out:
+    for (size_t q = 0; q < 2 * n; q++)
+        srv_buf_free(&texts[q]);
+    free(texts);
+    free(cm);
+    return ok;
+}
+
+static bool parse_max_tokens(json_t *body, srv_job *j, ft_err *err) {
+    int64_t mt = -1;
+    if (!srv_get_int(body, "max_tokens", 0, INT32_MAX, &mt, err)) return false;
+    if (!srv_get_int(body, "max_completion_tokens", 0, INT32_MAX, &mt, err)) return false;
+    if (!srv_get_int(body, "n_predict", -1, INT32_MAX, &mt, err)) return false;
+    j->n_predict = (int)mt;
+    return true;
+}
+
+static bool parse_stream(json_t *body, srv_job *j, ft_err *err) {
+    if (!srv_get_bool(body, "stream", &j->stream, err)) return false;
+    json_t *so = json_object_get(body, "stream_options");
+    if (so && !json_is_null(so)) {
+        if (!json_is_object(so)) return ft_err_set(err, "'stream_options' must be an object");
+        if (!srv_get_bool(so, "include_usage", &j->include_usage, err)) return false;
+    }
+    int64_t n = 1;
+    if (!srv_get_int(body, "n", INT64_MIN, INT64_MAX, &n, err)) return false;
+    if (n != 1) return ft_err_set(err, "'n' must be 1: ft generates one choice per request");
+    return true;
+}
+
+bool srv_openai_parse_chat(const srv_params *p, const tok_vocab *v, json_t *body, srv_job *j, ft_err *err) {
+    j->api = SRV_API_CHAT;
+    j->split_think = true;
+    bool logprobs = false, thinking = true;
+    int64_t top = 0;
+    json_t *kw = json_object_get(body, "chat_template_kwargs");
+    if (!parse_stream(body, j, err) || !parse_max_tokens(body, j, err) ||
+        !srv_parse_sampling(body, j, "stop", err) || !srv_get_bool(body, "logprobs", &logprobs, err) ||
+        !srv_get_int(body, "top_logprobs", 0, SRV_MAX_TOP_LOGPROBS, &top, err) ||
+        !srv_get_bool(body, "enable_thinking", &thinking, err) ||
+        (json_is_object(kw) && !srv_get_bool(kw, "enable_thinking", &thinking, err)) ||
+        !srv_chat_prompt(p, v, json_object_get(body, "messages"), NULL, thinking, j, err))
+        return false;
+    j->n_logprobs = logprobs ? (int)top : -1;
+    return true;
+}
+
+bool srv_openai_parse_completion(const srv_params *p, const tok_vocab *v, json_t *body, srv_job *j,
+                                 ft_err *err) {
+    j->api = SRV_API_COMPLETION;
+    int64_t lp = -1;
+    if (!parse_stream(body, j, err) || !parse_max_tokens(body, j, err) ||
+        !srv_parse_sampling(body, j, "stop", err) || !srv_get_bool(body, "echo", &j->echo, err) ||
+        !srv_get_int(body, "logprobs", 0, 5, &lp, err))
+        return false;
+    if (j->n_predict < 0) j->n_predict = 16; // OpenAI's default for completions
+    json_t *pr = json_object_get(body, "prompt");
+    if (json_is_array(pr) && json_array_size(pr) == 1 && json_is_string(json_array_get(pr, 0)))
+        pr = json_array_get(pr, 0);
+    if (json_is_string(pr)) {
+        tok_encode(v, json_string_value(pr), json_string_length(pr), true, true, &j->prompt);
+    } else if (json_is_array(pr) && json_array_size(pr) > 0) {
+        int32_t nv = tok_n_tokens(v);
+        size_t i;
+        json_t *x;
+        json_array_foreach(pr, i, x) {
+            if (!json_is_integer(x) || json_integer_value(x) < 0 || json_integer_value(x) >= nv)
+                return ft_err_set(err, "'prompt'[%zu] is not a token id in [0, %d)", i, nv);
+            if (j->prompt.n == j->prompt.cap) {
+                j->prompt.cap = j->prompt.cap ? 2 * j->prompt.cap : 64;
+                j->prompt.ids = ft_realloc(j->prompt.ids, j->prompt.cap * sizeof(tok_id));
+            }
+            j->prompt.ids[j->prompt.n++] = (tok_id)json_integer_value(x);
+        }
+    } else
+        return ft_err_set(err, "'prompt' must be a string, or a non-empty array of token ids");
+    j->n_logprobs = (int)lp;
+    return true;
+}
+
+static void handle(srv_http *h, struct evhttp_request *req, json_t *body, bool chat) {
+    srv_job *j = srv_job_new();
+    j->id = srv_http_next_id(h);
+    j->req = req;
+    snprintf(j->rid, sizeof(j->rid), "%s-ft%llu", chat ? "chatcmpl" : "cmpl", (unsigned long long)j->id);
+    ft_err err = {{0}};
+    bool ok = chat ? srv_openai_parse_chat(srv_http_params(h), srv_http_vocab(h), body, j, &err)
+                   : srv_openai_parse_completion(srv_http_params(h), srv_http_vocab(h), body, j, &err);
+    if (!ok) {
+        bad(req, err.msg);
+        srv_job_unref(j);
+        return;
+    }
+    if (!srv_http_submit(h, j, false)) srv_job_unref(j);
+}
+
+void srv_openai_chat(srv_http *h, struct evhttp_request *req, json_t *body) {
+    handle(h, req, body, true);
+}
+void srv_openai_completion(srv_http *h, struct evhttp_request *req, json_t *body) {
+    handle(h, req, body, false);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Output
+
+static const char *finish_reason(const srv_job *j) {
+    return j->finish == SRV_FINISH_LENGTH ? "length" : j->finish == SRV_FINISH_STOP ? "stop" : "abort";
+}
+
+static json_t *usage(const srv_job *j) {
+    return json_pack("{s:i,s:i,s:i}", "prompt_tokens", (json_int_t)j->prompt.n, "completion_tokens",
+                     (json_int_t)j->n_gen, "total_tokens", (json_int_t)(j->prompt.n + (size_t)j->n_gen));
+}
+
+static json_t *bytes_of(const char *p, size_t n) {
+    json_t *a = json_array();
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(a, json_integer((unsigned char)p[i]));
+    return a;
+}
+
+// Chat logprob entries ({"token","logprob","bytes","top_logprobs"}) appended to arr.
+static void chat_logprobs(const srv_job *j, const srv_tokinfo *t, int n, json_t *arr) {
+    const tok_vocab *v = srv_http_vocab(j->http);
+    for (int i = 0; i < n; i++) {
+        size_t len;
+        const char *p = tok_piece(v, t[i].id, false, &len);
+        json_t *top = json_array();
+        for (int k = 0; k < t[i].n_top; k++) {
+            size_t l2;
+            const char *p2 = tok_piece(v, t[i].top_id[k], false, &l2);
+            json_array_append_new(top, json_pack("{s:o,s:f,s:o}", "token", srv_json_str(p2, l2), "logprob",
+                                                 (double)t[i].top_lp[k], "bytes", bytes_of(p2, l2)));
+        }
+        json_array_append_new(arr, json_pack("{s:o,s:f,s:o,s:o}", "token", srv_json_str(p, len), "logprob",
+                                             (double)t[i].logprob, "bytes", bytes_of(p, len), "top_logprobs",
+                                             top));
+    }
+}
+
+// Legacy completion logprobs: {"tokens","token_logprobs","top_logprobs","text_offset"}.
+static json_t *completion_logprobs(srv_job *j, const srv_tokinfo *t, int n) {
+    const tok_vocab *v = srv_http_vocab(j->http);
+    json_t *toks = json_array(), *lps = json_array(), *tops = json_array(), *offs = json_array();
+    for (int i = 0; i < n; i++) {
+        size_t len;
+        const char *p = tok_piece(v, t[i].id, false, &len);
+        json_array_append_new(toks, srv_json_str(p, len));
+        json_array_append_new(lps, json_real(t[i].logprob));
+        json_t *top = json_object();
+        for (int k = 0; k < t[i].n_top; k++) {
+            size_t l2;
+            const char *p2 = tok_piece(v, t[i].top_id[k], false, &l2);
+            json_t *key = srv_json_str(p2, l2);
+            json_object_set_new(top, json_string_value(key), json_real(t[i].top_lp[k]));
+            json_decref(key);
+        }
+        json_array_append_new(tops, top);
+        json_array_append_new(offs, json_integer(j->text_offset));
+        j->text_offset += (int)len;
+    }
+    return json_pack("{s:o,s:o,s:o,s:o}", "tokens", toks, "token_logprobs", lps, "top_logprobs", tops,
+                     "text_offset", offs);
+}
+
+static void merge_completion_logprobs(json_t *acc, json_t *add) {
+    const char *keys[] = {"tokens", "token_logprobs", "top_logprobs", "text_offset"};
+    for (int i = 0; i < 4; i++)
+        json_array_extend(json_object_get(acc, keys[i]), json_object_get(add, keys[i]));
+    json_decref(add);
+}
+
+static json_t *chunk(const srv_job *j, const char *object) {
+    return json_pack("{s:s,s:s,s:i,s:s,s:s}", "id", j->rid, "object", object, "created",
+                     (json_int_t)j->created, "model", j->model_name, "system_fingerprint", "ft");
+}
+
+static void chat_output(srv_job *j, const char *text, size_t n, const srv_tokinfo *toks, int n_toks,
+                        bool done) {
+    srv_buf content = {0}, reasoning = {0};
+    srv_buf *c = j->stream ? &content : &j->content, *r = j->stream ? &reasoning : &j->reasoning;
+    srv_buf_add(c, "", 0);
+    srv_buf_add(r, "", 0);
+    srv_think_feed(&j->think, text, n, c, r);
+    if (done) srv_think_flush(&j->think, c, r);
+    if (j->stream) {
+        if (!j->head_sent) {
+            json_t *ch = chunk(j, "chat.completion.chunk");
+            json_object_set_new(ch, "choices",
+                                json_pack("[{s:i,s:{s:s,s:s},s:n,s:n}]", "index", 0, "delta", "role",
+                                          "assistant", "content", "", "logprobs", "finish_reason"));
+            srv_sse_send(j, NULL, ch);
+        }
+        if (content.n || reasoning.n || n_toks) {
+            json_t *delta = json_object();
+            if (reasoning.n)
+                json_object_set_new(delta, "reasoning_content", srv_json_str(reasoning.p, reasoning.n));
+            if (content.n || !reasoning.n)
+                json_object_set_new(delta, "content", srv_json_str(content.p, content.n));
+            json_t *ch = chunk(j, "chat.completion.chunk");
+            json_t *lp = json_null();
+            if (n_toks && j->n_logprobs >= 0) {
+                json_t *arr = json_array();
+                chat_logprobs(j, toks, n_toks, arr);
+                json_decref(lp);
+                lp = json_pack("{s:o}", "content", arr);
+            }
+            json_object_set_new(ch, "choices",
+                                json_pack("[{s:i,s:o,s:o,s:n}]", "index", 0, "delta", delta, "logprobs", lp,
+                                          "finish_reason"));
+            srv_sse_send(j, NULL, ch);
+        }
+        if (done) {
+            json_t *ch = chunk(j, "chat.completion.chunk");
+            json_object_set_new(ch, "choices",
+                                json_pack("[{s:i,s:{},s:n,s:s}]", "index", 0, "delta", "logprobs",
+                                          "finish_reason", finish_reason(j)));
+            srv_sse_send(j, NULL, ch);
+            if (j->include_usage) {
+                ch = chunk(j, "chat.completion.chunk");
+                json_object_set_new(ch, "choices", json_array());
+                json_object_set_new(ch, "usage", usage(j));
+                srv_sse_send(j, NULL, ch);
+            }
+            srv_sse_send_raw(j, "data: [DONE]\n\n");
+            srv_sse_end(j);
+        }
+        srv_buf_free(&content);
+        srv_buf_free(&reasoning);
+        return;
+    }
+    if (n_toks && j->n_logprobs >= 0) {
+        if (!j->logprobs) j->logprobs = json_array();
+        chat_logprobs(j, toks, n_toks, j->logprobs);
+    }
+    if (!done || !j->req) return;
+    json_t *msg =
+        json_pack("{s:s,s:o}", "role", "assistant", "content", srv_json_str(j->content.p, j->content.n));
+    if (j->reasoning.n)
+        json_object_set_new(msg, "reasoning_content", srv_json_str(j->reasoning.p, j->reasoning.n));
+    json_t *lp = j->n_logprobs >= 0 ? json_pack("{s:O}", "content", j->logprobs ? j->logprobs : json_array())
+                                    : json_null();
+    json_t *res = chunk(j, "chat.completion");
+    json_object_set_new(res, "choices",
+                        json_pack("[{s:i,s:o,s:o,s:s}]", "index", 0, "message", msg, "logprobs", lp,
+                                  "finish_reason", finish_reason(j)));
+    json_object_set_new(res, "usage", usage(j));
+    struct evhttp_request *req = srv_job_take_req(j);
+    if (j->finish == SRV_FINISH_ERROR) {
+        json_decref(res);
+        srv_reply_error(req, 500, "server_error", j->errmsg);
+    } else
+        srv_reply_json(req, 200, res);
+}
+
+static void completion_output(srv_job *j, const char *text, size_t n, const srv_tokinfo *toks, int n_toks,
+                              bool done) {
+    srv_buf echo = {0};
+    if (j->echo) { // the prompt's text leads the first output
+        j->echo = false;
+        size_t len;
+        char *s = tok_detokenize(srv_http_vocab(j->http), j->prompt.ids, j->prompt.n, false, false, &len);
+        srv_buf_add(&echo, s, len);
+        free(s);
+        j->text_offset = (int)len;
+    }
+    json_t *lp = NULL;
+    if (j->n_logprobs >= 0 && (n_toks || !j->logprobs)) lp = completion_logprobs(j, toks, n_toks);
+    if (j->stream) {
+        srv_buf_add(&echo, text, n);
+        if (!j->head_sent || echo.n || lp) {
+            json_t *ch = chunk(j, "text_completion");
+            json_object_set_new(ch, "choices",
+                                json_pack("[{s:i,s:o,s:o,s:n}]", "index", 0, "text",
+                                          srv_json_str(echo.p ? echo.p : "", echo.n), "logprobs",
+                                          lp ? lp : json_null(), "finish_reason"));
+            srv_sse_send(j, NULL, ch);
+        }
+        if (done) {
+            json_t *ch = chunk(j, "text_completion");
+            json_object_set_new(ch, "choices",
+                                json_pack("[{s:i,s:s,s:n,s:s}]", "index", 0, "text", "", "logprobs",
+                                          "finish_reason", finish_reason(j)));
+            if (j->include_usage) json_object_set_new(ch, "usage", usage(j));
+            srv_sse_send(j, NULL, ch);
+            srv_sse_send_raw(j, "data: [DONE]\n\n");
+            srv_sse_end(j);
+        }
+        srv_buf_free(&echo);
+        return;
+    }
+    if (echo.n) srv_buf_add(&j->content, echo.p, echo.n);
+    srv_buf_free(&echo);
+    srv_buf_add(&j->content, text, n);
+    if (lp) {
+        if (!j->logprobs)
+            j->logprobs = lp;
+        else
+            merge_completion_logprobs(j->logprobs, lp);
+    }
+    if (!done || !j->req) return;
+    json_t *res = chunk(j, "text_completion");
+    json_object_set_new(
+        res, "choices",
+        json_pack("[{s:i,s:o,s:O,s:s}]", "index", 0, "text", srv_json_str(j->content.p, j->content.n),
+                  "logprobs", j->logprobs ? j->logprobs : json_null(), "finish_reason", finish_reason(j)));
+    json_object_set_new(res, "usage", usage(j));
+    struct evhttp_request *req = srv_job_take_req(j);
+    if (j->finish == SRV_FINISH_ERROR) {
+        json_decref(res);
+        srv_reply_error(req, 500, "server_error", j->errmsg);
+    } else
+        srv_reply_json(req, 200, res);
+}
+
+void srv_openai_output(srv_job *j, const char *text, size_t n, const srv_tokinfo *toks, int n_toks,
+                       bool done) {
+    if (j->api == SRV_API_CHAT)
+        chat_output(j, text, n, toks, n_toks, done);
+    else
+        completion_output(j, text, n, toks, n_toks, done);
+}

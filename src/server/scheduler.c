@@ -1,0 +1,367 @@
+// scheduler.c: the inference thread. Jobs wait in a bounded FIFO; up to max_running of them
+// hold a slot (an ft_engine with its KV cache on the shared model, a sampler, a streaming
+// detokenizer and a stop-string matcher). Each turn visits every slot once: a slot still in
+// prefill evaluates one chunk of its prompt, a decoding slot samples one token and evaluates
+// it, so the streams interleave. A cancelled job leaves its slot at the next turn and the
+// slot's KV positions are released at once (ft_engine_reset).
+//
+// Replacing this with a batched step: keep srv_sched_* and the job protocol (append output
+// under job->mu, call notify); change only step_slot / the turn loop.
+#include "srv_impl.h"
+
+#include "../engine/stop.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+// Prompt tokens a sequence evaluates per turn, so a long prompt does not stall the others.
+#define PREFILL_CHUNK 64
+
+typedef struct slot {
+    ft_engine *e;
+    srv_job *job; // NULL: free
+    ft_sampler *smp;
+    ft_stop *stop;
+    tok_stream ts;
+    const float *logits;
+    int n_prefilled;
+} slot;
+
+struct srv_sched {
+    const ft_model *m;
+    const tok_vocab *v;
+    srv_params p;
+    srv_notify_fn notify;
+    void *notify_ctx;
+    slot *slots;
+    int n_slots, n_ctx;
+    int32_t *eog;
+    int n_eog;
+
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    srv_job **queue; // ring of q_cap
+    int q_head, q_len, q_cap;
+    bool quit;
+    int running;
+    atomic_long kv_used;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Jobs
+
+srv_job *srv_job_new(void) {
+    srv_job *j = ft_calloc(1, sizeof(*j));
+    atomic_init(&j->refs, 1);
+    atomic_init(&j->cancel, false);
+    pthread_mutex_init(&j->mu, NULL);
+    j->n_logprobs = -1;
+    return j;
+}
+
+void srv_job_ref(srv_job *j) {
+    atomic_fetch_add(&j->refs, 1);
+}
+
+void srv_job_unref(srv_job *j) {
+    if (!j || atomic_fetch_sub(&j->refs, 1) != 1) return;
+    tok_ids_free(&j->prompt);
+    for (int i = 0; i < j->n_stops; i++)
+        free(j->stops[i]);
+    srv_buf_free(&j->out);
+    srv_buf_free(&j->content);
+    srv_buf_free(&j->reasoning);
+    free(j->toks);
+    json_decref(j->logprobs);
+    pthread_mutex_destroy(&j->mu);
+    free(j);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Output of a slot
+
+static void emit_text(void *ctx, const char *text, size_t len) {
+    srv_job *j = ctx;
+    if (len) srv_buf_add(&j->out, text, len); // caller holds j->mu
+}
+
+static void notify(srv_sched *s, srv_job *j) {
+    s->notify(s->notify_ctx, j);
+}
+
+static void finish(srv_sched *s, slot *sl, enum srv_finish why, const char *msg) {
+    srv_job *j = sl->job;
+    pthread_mutex_lock(&j->mu);
+    if (why == SRV_FINISH_STOP || why == SRV_FINISH_LENGTH) {
+        // what the detokenizer and the stop matcher hold back comes out now
+        size_t len;
+        const char *tail = tok_stream_flush(&sl->ts, &len);
+        if (!ft_stop_feed(sl->stop, tail, len, emit_text, j)) ft_stop_flush(sl->stop, emit_text, j);
+    }
+    j->done = true;
+    j->finish = why;
+    if (msg) snprintf(j->errmsg, sizeof(j->errmsg), "%s", msg);
+    j->t_end = ft_time_s();
+    pthread_mutex_unlock(&j->mu);
+    notify(s, j);
+    tok_stream_free(&sl->ts);
+    ft_stop_free(sl->stop);
+    ft_sampler_free(sl->smp);
+    sl->stop = NULL;
+    sl->smp = NULL;
+    ft_engine_reset(sl->e); // the sequence's KV positions are free again
+    sl->job = NULL;
+    sl->logits = NULL;
+    srv_job_unref(j);
+    pthread_mutex_lock(&s->mu);
+    s->running--;
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void start(srv_sched *s, slot *sl, srv_job *j) {
+    sl->job = j;
+    sl->n_prefilled = 0;
+    sl->logits = NULL;
+    sl->smp = ft_sampler_init(&j->sp, s->m->hp.n_vocab);
+    sl->stop = ft_stop_init((const char *const *)j->stops, j->n_stops);
+    tok_stream_init(&sl->ts, s->v, false);
+    ft_engine_reset(sl->e);
+    j->t_start = ft_time_s();
+}
+
+static bool is_eog(const srv_sched *s, int32_t t) {
+    for (int i = 0; i < s->n_eog; i++)
+        if (s->eog[i] == t) return true;
+    return false;
+}
+
+static void logprobs_of(srv_sched *s, const float *logits, int32_t tok, int n_top, srv_tokinfo *ti) {
+    int n = s->m->hp.n_vocab;
+    float mx = -INFINITY;
+    for (int i = 0; i < n; i++)
+        mx = logits[i] > mx ? logits[i] : mx;
+    double sum = 0;
+    for (int i = 0; i < n; i++)
+        sum += exp((double)(logits[i] - mx));
+    float lse = mx + (float)log(sum);
+    ti->id = tok;
+    ti->logprob = logits[tok] - lse;
+    ti->n_top = 0;
+    // top-n by insertion (n_top <= 20)
+    for (int i = 0; i < n && n_top > 0; i++) {
+        float lp = logits[i] - lse;
+        int k = ti->n_top;
+        if (k == n_top && lp <= ti->top_lp[k - 1]) continue;
+        if (k < n_top)
+            ti->n_top++;
+        else
+            k--;
+        while (k > 0 && ti->top_lp[k - 1] < lp) {
+            ti->top_lp[k] = ti->top_lp[k - 1];
+            ti->top_id[k] = ti->top_id[k - 1];
+            k--;
+        }
+        ti->top_lp[k] = lp;
+        ti->top_id[k] = i;
+    }
+}
+
+// One turn of one slot: a prefill chunk, or one sampled token.
+static void step_slot(srv_sched *s, slot *sl) {
+    srv_job *j = sl->job;
+    ft_err err = {{0}};
+    if (atomic_load(&j->cancel)) {
+        finish(s, sl, SRV_FINISH_CANCEL, NULL);
+        return;
+    }
+    int n_prompt = (int)j->prompt.n;
+    if (sl->n_prefilled < n_prompt) {
+        int n = FT_MIN(PREFILL_CHUNK, n_prompt - sl->n_prefilled);
+        sl->logits = ft_engine_eval(sl->e, j->prompt.ids + sl->n_prefilled, n, &err);
+        if (!sl->logits) {
+            finish(s, sl, SRV_FINISH_ERROR, err.msg);
+            return;
+        }
+        for (int i = 0; i < n; i++)
+            ft_sampler_accept(sl->smp, j->prompt.ids[sl->n_prefilled + i]);
+        sl->n_prefilled += n;
+        if (sl->n_prefilled < n_prompt) return;
+        if (j->n_predict <= 0) {
+            finish(s, sl, SRV_FINISH_LENGTH, NULL);
+            return;
+        }
+        return; // the first token is sampled next turn
+    }
+    int32_t t = ft_sampler_sample(sl->smp, sl->logits);
+    ft_sampler_accept(sl->smp, t);
+    srv_tokinfo ti;
+    bool want_lp = j->n_logprobs >= 0;
+    if (want_lp) logprobs_of(s, sl->logits, t, j->n_logprobs, &ti);
+    if (is_eog(s, t)) {
+        finish(s, sl, SRV_FINISH_STOP, NULL);
+        return;
+    }
+    size_t len;
+    const char *text = tok_stream_push(&sl->ts, t, &len);
+    pthread_mutex_lock(&j->mu);
+    if (j->n_gen == 0) j->t_first = ft_time_s();
+    j->n_gen++;
+    bool stopped = ft_stop_feed(sl->stop, text, len, emit_text, j);
+    if (want_lp) {
+        if (j->n_toks == j->cap_toks) {
+            j->cap_toks = j->cap_toks ? 2 * j->cap_toks : 16;
+            j->toks = ft_realloc(j->toks, (size_t)j->cap_toks * sizeof(*j->toks));
+        }
+        j->toks[j->n_toks++] = ti;
+    }
+    int n_gen = j->n_gen;
+    pthread_mutex_unlock(&j->mu);
+    if (stopped) {
+        j->stop_string = true; // read by the HTTP side only after done
+        finish(s, sl, SRV_FINISH_STOP, NULL);
+        return;
+    }
+    if (n_gen >= j->n_predict || ft_engine_pos(sl->e) >= s->n_ctx) {
+        finish(s, sl, SRV_FINISH_LENGTH, NULL);
+        return;
+    }
+    notify(s, j);
+    sl->logits = ft_engine_eval(sl->e, &t, 1, &err);
+    if (!sl->logits) finish(s, sl, SRV_FINISH_ERROR, err.msg);
+}
+
+static void *thread_main(void *arg) {
+    srv_sched *s = arg;
+    for (;;) {
+        pthread_mutex_lock(&s->mu);
+        while (!s->quit && s->running == 0 && s->q_len == 0)
+            pthread_cond_wait(&s->cv, &s->mu);
+        bool quit = s->quit;
+        // admit waiting jobs into free slots
+        for (int i = 0; i < s->n_slots && s->q_len > 0 && !quit; i++) {
+            if (s->slots[i].job) continue;
+            srv_job *j = s->queue[s->q_head];
+            s->q_head = (s->q_head + 1) % s->q_cap;
+            s->q_len--;
+            s->running++;
+            start(s, &s->slots[i], j);
+        }
+        pthread_mutex_unlock(&s->mu);
+        if (quit) break;
+        for (int i = 0; i < s->n_slots; i++)
+            if (s->slots[i].job) step_slot(s, &s->slots[i]);
+        long used = 0;
+        for (int i = 0; i < s->n_slots; i++)
+            used += ft_engine_pos(s->slots[i].e);
+        atomic_store(&s->kv_used, used);
+    }
+    // shutting down: cancel what runs and what waits
+    for (int i = 0; i < s->n_slots; i++)
+        if (s->slots[i].job) finish(s, &s->slots[i], SRV_FINISH_CANCEL, NULL);
+    pthread_mutex_lock(&s->mu);
+    while (s->q_len > 0) {
+        srv_job *j = s->queue[s->q_head];
+        s->q_head = (s->q_head + 1) % s->q_cap;
+        s->q_len--;
+        pthread_mutex_lock(&j->mu);
+        j->done = true;
+        j->finish = SRV_FINISH_CANCEL;
+        j->t_end = ft_time_s();
+        pthread_mutex_unlock(&j->mu);
+        notify(s, j);
+        srv_job_unref(j);
+    }
+    pthread_mutex_unlock(&s->mu);
+    atomic_store(&s->kv_used, 0);
+    return NULL;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Interface
+
+srv_sched *srv_sched_init(const ft_model *m, const tok_vocab *v, const srv_params *p, srv_notify_fn fn,
+                          void *ctx, ft_err *err) {
+    srv_sched *s = ft_calloc(1, sizeof(*s));
+    s->m = m;
+    s->v = v;
+    s->p = *p;
+    s->notify = fn;
+    s->notify_ctx = ctx;
+    s->n_slots = p->max_running;
+    s->slots = ft_calloc((size_t)s->n_slots, sizeof(slot));
+    for (int i = 0; i < s->n_slots; i++) {
+        if (!(s->slots[i].e = ft_engine_init(m, &p->engine, err))) {
+            ft_err_prefix(err, "sequence %d", i);
+            srv_sched_free(s);
+            return NULL;
+        }
+    }
+    s->n_ctx = ft_engine_n_ctx(s->slots[0].e);
+    s->eog = ft_malloc((size_t)m->hp.n_vocab * sizeof(int32_t));
+    for (int32_t t = 0; t < m->hp.n_vocab && t < tok_n_tokens(v); t++)
+        if (tok_is_eog(v, t)) s->eog[s->n_eog++] = t;
+    s->q_cap = p->max_queue + p->max_running; // a job waits here until the thread admits it
+    s->queue = ft_calloc((size_t)s->q_cap, sizeof(srv_job *));
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    atomic_init(&s->kv_used, 0);
+    if (pthread_create(&s->thread, NULL, thread_main, s) != 0) {
+        ft_err_set(err, "cannot start the inference thread");
+        pthread_mutex_destroy(&s->mu);
+        pthread_cond_destroy(&s->cv);
+        free(s->queue);
+        s->queue = NULL;
+        srv_sched_free(s);
+        return NULL;
+    }
+    return s;
+}
+
+void srv_sched_free(srv_sched *s) {
+    if (!s) return;
+    if (s->queue) {
+        pthread_mutex_lock(&s->mu);
+        s->quit = true;
+        pthread_cond_signal(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+        pthread_join(s->thread, NULL);
+        pthread_mutex_destroy(&s->mu);
+        pthread_cond_destroy(&s->cv);
+    }
+    for (int i = 0; i < s->n_slots; i++)
+        ft_engine_free(s->slots[i].e);
+    free(s->slots);
+    free(s->eog);
+    free(s->queue);
+    free(s);
+}
+
+bool srv_sched_submit(srv_sched *s, srv_job *j) {
+    pthread_mutex_lock(&s->mu);
+    // room: free slots not yet claimed by waiting jobs, plus the queue itself
+    bool ok = !s->quit && s->running + s->q_len < s->n_slots + s->p.max_queue;
+    if (ok) {
+        srv_job_ref(j);
+        j->t_submit = ft_time_s();
+        s->queue[(s->q_head + s->q_len) % s->q_cap] = j;
+        s->q_len++;
+        pthread_cond_signal(&s->cv);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return ok;
+}
+
+void srv_sched_stats_get(srv_sched *s, srv_sched_stats *out) {
+    pthread_mutex_lock(&s->mu);
+    out->running = s->running;
+    out->queued = s->q_len;
+    pthread_mutex_unlock(&s->mu);
+    out->kv_used = atomic_load(&s->kv_used);
+    out->kv_total = (long)s->n_ctx * s->n_slots;
+}
+
+int srv_sched_n_ctx(const srv_sched *s) {
+    return s->n_ctx;
+}

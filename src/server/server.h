@@ -1,0 +1,44 @@
+// server: `ft serve`, an OpenAI- and Anthropic-compatible HTTP server over one loaded model.
+//
+// Threads: the caller's thread runs the HTTP side (libevent's evhttp: parsing, routes, JSON
+// with jansson, SSE); one inference thread runs the scheduler (scheduler.c), which owns up to
+// max_running engines on the shared model and serves them round-robin one token at a time.
+// The two sides meet only through the scheduler's queue (requests in) and a wake-up event
+// (output out); the HTTP thread never waits on inference.
+//
+// Memory: srv_run borrows the model and vocabulary for its whole run; the caller frees them
+// after it returns. Everything else the server allocates it frees before returning.
+#ifndef FT_SERVER_H
+#define FT_SERVER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "../engine/engine.h"
+#include "../tokenizer/tokenizer.h"
+
+typedef struct srv_params {
+    const char *host;       // address to bind (default 127.0.0.1)
+    int port;               // default 1919; 0 picks a free port (printed at start-up)
+    int max_running;        // sequences decoding at once (default 4)
+    int max_queue;          // requests waiting beyond those; one more is a 429 (default 64)
+    size_t max_body;        // request body limit in bytes (default 4 MiB)
+    size_t max_headers;     // request header limit in bytes (default 16 KiB)
+    int timeout_s;          // idle / stalled client timeout (default 600)
+    int default_max_tokens; // when a request names none (default: the room left in context)
+    const char *model_name; // served model id (required)
+    const char *api_key;    // NULL: no authentication
+    enum tok_chat_template chat_template;
+    bool has_chat_template;  // false: chat routes answer 400 (no template known)
+    ft_engine_params engine; // per sequence; engine.n_ctx must be set
+    const char *ready_file;  // if set, the bound port is written there once listening
+} srv_params;
+
+srv_params srv_default_params(void);
+
+// Serves until SIGINT or SIGTERM (running requests are cancelled, their clients get the end
+// of their stream). Returns false and sets *err when the server cannot start (the address is
+// in use, an engine does not fit); true after a clean shutdown.
+bool srv_run(const srv_params *p, const ft_model *m, const tok_vocab *v, ft_err *err);
+
+#endif

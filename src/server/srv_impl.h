@@ -1,0 +1,204 @@
+// srv_impl.h: what the files of src/server share (internal to the module).
+//
+// A srv_job is one generation request. The HTTP thread fills its request part, submits it to
+// the scheduler and keeps one reference; the scheduler keeps another until the job is done.
+// The inference thread appends output (text, per-token logprobs) under job->mu and calls the
+// notify hook; the HTTP thread drains it under the same lock. `cancel` is the one field both
+// sides write without the lock.
+#ifndef FT_SERVER_IMPL_H
+#define FT_SERVER_IMPL_H
+
+#include <jansson.h>
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "server.h"
+
+#define SRV_MAX_STOPS 8
+#define SRV_MAX_TOP_LOGPROBS 20
+
+struct evhttp_request;
+
+enum srv_api { SRV_API_CHAT, SRV_API_COMPLETION, SRV_API_MESSAGES };
+
+enum srv_finish {
+    SRV_FINISH_NONE = 0,
+    SRV_FINISH_STOP,   // end-of-generation token or stop string
+    SRV_FINISH_LENGTH, // max_tokens or the context is full
+    SRV_FINISH_CANCEL, // client gone or server shutting down
+    SRV_FINISH_ERROR,
+};
+
+// Log-probabilities of one generated token (raw distribution, before sampling filters).
+typedef struct srv_tokinfo {
+    int32_t id;
+    float logprob;
+    int n_top;
+    int32_t top_id[SRV_MAX_TOP_LOGPROBS];
+    float top_lp[SRV_MAX_TOP_LOGPROBS];
+} srv_tokinfo;
+
+typedef struct srv_buf {
+    char *p;
+    size_t n, cap;
+} srv_buf;
+void srv_buf_add(srv_buf *b, const char *s, size_t n);
+void srv_buf_free(srv_buf *b);
+
+// Think-tag splitter: text inside a leading <think>...</think> is reasoning.
+typedef struct srv_think {
+    int state; // 0 deciding, 1 in think, 2 content, 3 content after think (strip leading ws)
+    char hold[16];
+    size_t n_hold;
+} srv_think;
+void srv_think_feed(srv_think *t, const char *s, size_t n, srv_buf *content, srv_buf *reasoning);
+void srv_think_flush(srv_think *t, srv_buf *content, srv_buf *reasoning);
+
+typedef struct srv_job srv_job;
+struct srv_job {
+    // request (written by the HTTP thread before submit; read-only afterwards)
+    uint64_t id;
+    enum srv_api api;
+    tok_ids prompt;
+    int n_predict;
+    ft_sampler_params sp;
+    char *stops[SRV_MAX_STOPS];
+    int n_stops;
+    int n_logprobs; // -1: off; else top alternatives per token (0..20)
+    bool stream;
+
+    atomic_bool cancel;
+    atomic_int refs;
+
+    // output (inference thread appends, HTTP thread drains; under mu)
+    pthread_mutex_t mu;
+    srv_buf out;
+    srv_tokinfo *toks;
+    int n_toks, cap_toks;
+    bool done;
+    bool queued_notify; // already in the HTTP side's ready list
+    enum srv_finish finish;
+    bool stop_string; // finished on a stop string (else an end-of-generation token)
+    char errmsg[256];
+    int n_gen;
+    double t_submit, t_start, t_first, t_end; // wall clock (ft_time_s)
+
+    // HTTP side only
+    struct evhttp_request *req;
+    struct event *ev_watch; // the client's socket, watched for EOF while we compute
+    struct srv_http *http;
+    bool disconnected;
+    bool head_sent; // stream: headers / first events sent
+    bool include_usage;
+    bool echo;
+    bool split_think;
+    srv_think think;
+    srv_buf content, reasoning; // accumulated (non-streaming) or per-drain scratch
+    json_t *logprobs;           // accumulated logprob entries (non-streaming)
+    int text_offset;
+    char rid[48]; // response id: chatcmpl-..., cmpl-..., msg_...
+    long created;
+    const char *model_name;
+};
+
+srv_job *srv_job_new(void);
+void srv_job_ref(srv_job *j);
+void srv_job_unref(srv_job *j); // frees at zero
+
+// ---------------------------------------------------------------------------------------------
+// Scheduler: owns the inference thread. The first version runs up to max_running sequences
+// round-robin, one token (or one prefill chunk) each per turn; a batched step can replace it
+// behind the same functions.
+
+typedef struct srv_sched srv_sched;
+
+// Called on the inference thread when a job has new output or is done. Must not block.
+typedef void (*srv_notify_fn)(void *ctx, srv_job *j);
+
+typedef struct srv_sched_stats {
+    int running, queued;
+    long kv_used, kv_total; // positions in use / available over all sequences
+} srv_sched_stats;
+
+srv_sched *srv_sched_init(const ft_model *m, const tok_vocab *v, const srv_params *p, srv_notify_fn notify,
+                          void *ctx, ft_err *err);
+// Cancels everything, joins the thread, frees the engines. NULL is a no-op.
+void srv_sched_free(srv_sched *s);
+// Queues a job (takes a reference). Returns false when the queue is full.
+bool srv_sched_submit(srv_sched *s, srv_job *j);
+void srv_sched_stats_get(srv_sched *s, srv_sched_stats *out);
+// Room for a prompt: n_ctx of every sequence.
+int srv_sched_n_ctx(const srv_sched *s);
+
+// ---------------------------------------------------------------------------------------------
+// Metrics (HTTP thread only).
+
+typedef struct srv_metrics srv_metrics;
+srv_metrics *srv_metrics_init(void);
+void srv_metrics_free(srv_metrics *m);
+void srv_metrics_request(srv_metrics *m); // one HTTP request received
+void srv_metrics_job(srv_metrics *m, const srv_job *j);
+// Prometheus text and /v1/stats JSON (caller frees).
+char *srv_metrics_prometheus(const srv_metrics *m, const srv_sched_stats *s);
+json_t *srv_metrics_json(const srv_metrics *m, const srv_sched_stats *s);
+
+// ---------------------------------------------------------------------------------------------
+// JSON helpers (json.c)
+
+// A JSON string from bytes; invalid UTF-8 becomes U+FFFD. Never NULL.
+json_t *srv_json_str(const char *s, size_t n);
+// Reads optional fields with type checks. Each returns false and writes a message into err
+// when the field is present with a wrong type or out of [lo, hi].
+bool srv_get_num(json_t *o, const char *key, double lo, double hi, double *out, ft_err *err);
+bool srv_get_int(json_t *o, const char *key, int64_t lo, int64_t hi, int64_t *out, ft_err *err);
+bool srv_get_bool(json_t *o, const char *key, bool *out, ft_err *err);
+// Reads request sampling fields common to the APIs into j (temperature, top_p, top_k, min_p,
+// seed, stop, penalties, max_tokens and the given alias).
+bool srv_parse_sampling(json_t *body, srv_job *j, const char *stop_key, ft_err *err);
+
+// ---------------------------------------------------------------------------------------------
+// The HTTP side (http.c) as the API files see it.
+
+typedef struct srv_http srv_http;
+const srv_params *srv_http_params(const srv_http *h);
+const tok_vocab *srv_http_vocab(const srv_http *h);
+int srv_http_n_ctx(const srv_http *h);
+uint64_t srv_http_next_id(srv_http *h);
+
+// Replies with a JSON body (takes ownership of body).
+void srv_reply_json(struct evhttp_request *req, int status, json_t *body);
+// OpenAI error shape {"error":{"message","type","param","code"}}.
+void srv_reply_error(struct evhttp_request *req, int status, const char *type, const char *msg);
+// Anthropic error shape {"type":"error","error":{"type","message"}}.
+void srv_reply_error_anthropic(struct evhttp_request *req, int status, const char *type, const char *msg);
+// Takes the request out of the job for the final reply: stops watching the client.
+struct evhttp_request *srv_job_take_req(srv_job *j);
+// Starts an SSE response / sends one event (NULL event name: data only) / ends it.
+void srv_sse_begin(srv_job *j);
+void srv_sse_send(srv_job *j, const char *event, json_t *data); // takes ownership of data
+void srv_sse_send_raw(srv_job *j, const char *text);
+void srv_sse_end(srv_job *j);
+// Tokenizes, checks the context, submits. On failure replies with an error and returns false.
+bool srv_http_submit(srv_http *h, srv_job *j, bool anthropic);
+
+// Request parsing (no I/O: what the fuzz target drives). Each fills the job's request part
+// (prompt tokens, sampling, limits, stream flags) from a JSON object body, or returns false
+// with a message for a 400. srv_chat_prompt renders and tokenizes messages (system: an extra
+// leading system message, or NULL).
+bool srv_chat_prompt(const srv_params *p, const tok_vocab *v, json_t *msgs, const char *system,
+                     bool enable_thinking, srv_job *j, ft_err *err);
+bool srv_openai_parse_chat(const srv_params *p, const tok_vocab *v, json_t *body, srv_job *j, ft_err *err);
+bool srv_openai_parse_completion(const srv_params *p, const tok_vocab *v, json_t *body, srv_job *j,
+                                 ft_err *err);
+bool srv_anthropic_parse(const srv_params *p, const tok_vocab *v, json_t *body, srv_job *j, ft_err *err);
+
+// Route handlers: parse the body, build a job, submit it. Output arrives in *_output.
+void srv_openai_chat(srv_http *h, struct evhttp_request *req, json_t *body);
+void srv_openai_completion(srv_http *h, struct evhttp_request *req, json_t *body);
+void srv_anthropic_messages(srv_http *h, struct evhttp_request *req, json_t *body);
+// New output of a job (text, tokens drained into the arguments); done at the end.
+void srv_openai_output(srv_job *j, const char *text, size_t n, const srv_tokinfo *toks, int n_toks,
+                       bool done);
+void srv_anthropic_output(srv_job *j, const char *text, size_t n, bool done);
+
+#endif

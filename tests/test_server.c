@@ -1,0 +1,680 @@
+// test_server.c: drives a real `ft serve` over loopback with curl (and, where node_modules
+// has them, the official openai and @anthropic-ai/sdk clients: tests/server/*.mjs).
+//
+// Each test starts its own server on a free port (--port 0 --ready-file) with a small
+// synthetic model written by `ft synth`, and stops it with SIGTERM, which must exit 0.
+#include "test.h"
+
+#include <jansson.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef struct server {
+    pid_t pid;
+    int port;
+    char log[512];
+} server;
+
+static const char *model_path(void) {
+    static char path[512];
+    if (!path[0]) {
+        snprintf(path, sizeof(path), "%s", test_path("server-model.gguf"));
+        char cmd[1024];
+        snprintf(cmd, sizeof(cmd), "%s synth '%s' --name srv-test >/dev/null 2>&1", test_ft_bin(), path);
+        if (test_run(cmd, NULL, 0) != 0) path[0] = 0;
+    }
+    return path;
+}
+
+static void sleep_ms(int ms) {
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+// Starts `ft serve` with extra arguments (a space-separated list, no quoting). Returns false
+// if it did not come up within 20 s.
+static bool server_start(server *s, const char *extra) {
+    static int n_started;
+    memset(s, 0, sizeof(*s));
+    char ready[512];
+    snprintf(ready, sizeof(ready), "%s", test_path("server-ready"));
+    snprintf(s->log, sizeof(s->log), "%s/server-%d.log", test_tmpdir(), n_started++);
+    unlink(ready);
+    const char *model = model_path();
+    if (!model[0]) return false;
+    char args[2048];
+    snprintf(args, sizeof(args), "serve -m %s --port 0 --ready-file %s -t 1 --chat-template chatml %s", model,
+             ready, extra ? extra : "");
+    char *argv[64];
+    int argc = 0;
+    argv[argc++] = (char *)test_ft_bin();
+    for (char *tok = strtok(args, " "); tok && argc < 63; tok = strtok(NULL, " "))
+        argv[argc++] = tok;
+    argv[argc] = NULL;
+    pid_t pid = fork();
+    if (pid < 0) return false;
+    if (pid == 0) {
+        if (!freopen(s->log, "w", stderr) || !freopen("/dev/null", "w", stdout)) _exit(127);
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    s->pid = pid;
+    for (int i = 0; i < 400; i++) {
+        FILE *f = fopen(ready, "r");
+        if (f) {
+            int ok = fscanf(f, "%d", &s->port) == 1;
+            fclose(f);
+            if (ok && s->port > 0) return true;
+        }
+        int st;
+        if (waitpid(pid, &st, WNOHANG) == pid) {
+            s->pid = 0;
+            return false;
+        }
+        sleep_ms(50);
+    }
+    return false;
+}
+
+// SIGTERM; returns the exit status (-1: killed or did not stop within 10 s).
+static int server_stop(server *s) {
+    if (!s->pid) return -1;
+    kill(s->pid, SIGTERM);
+    for (int i = 0; i < 200; i++) {
+        int st;
+        if (waitpid(s->pid, &st, WNOHANG) == s->pid) {
+            s->pid = 0;
+            return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+        }
+        sleep_ms(50);
+    }
+    kill(s->pid, SIGKILL);
+    waitpid(s->pid, NULL, 0);
+    s->pid = 0;
+    return -1;
+}
+
+// curl: POST body (NULL: GET) to path; writes the body into out and returns the HTTP status.
+static int http(const server *s, const char *method, const char *path, const char *body, const char *headers,
+                char *out, size_t cap) {
+    char bodyfile[512], cmd[2048];
+    snprintf(bodyfile, sizeof(bodyfile), "%s", test_path("server-body"));
+    if (body) {
+        FILE *f = fopen(bodyfile, "wb");
+        if (!f) return -1;
+        fwrite(body, 1, strlen(body), f);
+        fclose(f);
+    }
+    snprintf(cmd, sizeof(cmd),
+             "curl -sS -N -m 30 -X %s %s %s%s%s -w '\\n%%{http_code}' http://127.0.0.1:%d%s", method,
+             headers ? headers : "", body ? "-H 'Content-Type: application/json' --data-binary @" : "",
+             body ? bodyfile : "", "", s->port, path);
+    static char buf[1 << 20];
+    if (test_run(cmd, buf, sizeof(buf)) != 0) return -1;
+    char *nl = strrchr(buf, '\n');
+    if (!nl) return -1;
+    int code = atoi(nl + 1);
+    *nl = 0;
+    if (out && cap) {
+        size_t l = strlen(buf) < cap - 1 ? strlen(buf) : cap - 1;
+        memcpy(out, buf, l);
+        out[l] = 0;
+    }
+    return code;
+}
+
+static json_t *get_json(const server *s, const char *path) {
+    static char buf[1 << 16];
+    if (http(s, "GET", path, NULL, NULL, buf, sizeof(buf)) != 200) return NULL;
+    return json_loads(buf, JSON_ALLOW_NUL, NULL);
+}
+
+static long stat_int(const server *s, const char *a, const char *b) {
+    json_t *st = get_json(s, "/v1/stats");
+    json_t *x = json_object_get(st, a);
+    if (b) x = json_object_get(x, b);
+    long v = json_is_integer(x) ? (long)json_integer_value(x) : -1;
+    json_decref(st);
+    return v;
+}
+
+static bool have_curl(void) {
+    return test_run("curl --version >/dev/null 2>&1", NULL, 0) == 0;
+}
+
+#define SERVER_OR_SKIP(s, extra)                                                                             \
+    if (!have_curl()) {                                                                                      \
+        test_skip("curl is not installed (scripts/install-deps.sh)");                                        \
+        return;                                                                                              \
+    }                                                                                                        \
+    server s;                                                                                                \
+    REQUIRE(server_start(&s, extra), "ft serve did not start (log: %s)", s.log);
+
+// ---------------------------------------------------------------------------------------------
+
+TEST(server_routes) {
+    SERVER_OR_SKIP(s, NULL);
+    static char out[1 << 16];
+    CHECK(http(&s, "GET", "/health", NULL, NULL, out, sizeof(out)) == 200);
+    json_t *m = get_json(&s, "/v1/models");
+    CHECK(m &&
+          !strcmp(json_string_value(json_object_get(json_array_get(json_object_get(m, "data"), 0), "id")),
+                  "srv-test"));
+    json_decref(m);
+    // tokenize / detokenize round trip
+    CHECK(http(&s, "POST", "/tokenize", "{\"content\":\"Hello world\"}", NULL, out, sizeof(out)) == 200, "%s",
+          out);
+    json_t *t = json_loads(out, JSON_ALLOW_NUL, NULL);
+    json_t *toks = json_object_get(t, "tokens");
+    CHECK(json_array_size(toks) >= 2);
+    char *dump = json_dumps(toks, JSON_COMPACT);
+    char body[4096];
+    snprintf(body, sizeof(body), "{\"tokens\":%s}", dump);
+    free(dump);
+    json_decref(t);
+    CHECK(http(&s, "POST", "/detokenize", body, NULL, out, sizeof(out)) == 200);
+    t = json_loads(out, JSON_ALLOW_NUL, NULL);
+    CHECK(t && !strcmp(json_string_value(json_object_get(t, "content")), "Hello world"), "%s", out);
+    json_decref(t);
+    CHECK(http(&s, "POST", "/tokenize", "{\"content\":\"Hi\",\"with_pieces\":true}", NULL, out,
+               sizeof(out)) == 200);
+    CHECK(strstr(out, "\"piece\"") != NULL, "%s", out);
+    // non-streaming responses of the three APIs
+    CHECK(http(&s, "POST", "/v1/chat/completions",
+               "{\"model\":\"gpt-4o\",\"messages\":[{\"role\":\"system\",\"content\":\"Be "
+               "brief.\"},{\"role\":\"user\","
+               "\"content\":\"Hello\"}],\"max_tokens\":5,\"temperature\":0,\"logprobs\":true,\"top_"
+               "logprobs\":3}",
+               NULL, out, sizeof(out)) == 200,
+          "%s", out);
+    json_t *r = json_loads(out, JSON_ALLOW_NUL, NULL);
+    json_t *ch = json_array_get(json_object_get(r, "choices"), 0);
+    CHECK(json_is_string(json_object_get(json_object_get(ch, "message"), "content")), "%s", out);
+    CHECK(json_integer_value(json_object_get(json_object_get(r, "usage"), "completion_tokens")) <= 5);
+    json_t *lp = json_object_get(json_object_get(ch, "logprobs"), "content");
+    CHECK(json_array_size(lp) ==
+          (size_t)json_integer_value(json_object_get(json_object_get(r, "usage"), "completion_tokens")));
+    CHECK(json_array_size(json_object_get(json_array_get(lp, 0), "top_logprobs")) == 3);
+    json_decref(r);
+    CHECK(http(&s, "POST", "/v1/messages",
+               "{\"model\":\"claude\",\"system\":\"Be "
+               "brief.\",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":"
+               "\"text\",\"text\":\"Hello\"}]}],\"max_tokens\":5}",
+               NULL, out, sizeof(out)) == 200,
+          "%s", out);
+    r = json_loads(out, JSON_ALLOW_NUL, NULL);
+    CHECK(!strcmp(json_string_value(json_object_get(r, "type")), "message"), "%s", out);
+    CHECK(json_integer_value(json_object_get(json_object_get(r, "usage"), "output_tokens")) <= 5);
+    json_decref(r);
+    CHECK(http(&s, "POST", "/v1/completions",
+               "{\"prompt\":\"Hello\",\"max_tokens\":3,\"echo\":true,\"logprobs\":2}", NULL, out,
+               sizeof(out)) == 200,
+          "%s", out);
+    r = json_loads(out, JSON_ALLOW_NUL, NULL);
+    ch = json_array_get(json_object_get(r, "choices"), 0);
+    CHECK(!strncmp(json_string_value(json_object_get(ch, "text")), "Hello", 5), "%s", out);
+    CHECK(json_array_size(json_object_get(json_object_get(ch, "logprobs"), "tokens")) ==
+          (size_t)json_integer_value(json_object_get(json_object_get(r, "usage"), "completion_tokens")));
+    json_decref(r);
+    CHECK(http(&s, "POST", "/v1/completions", "{\"prompt\":[72,101,108],\"max_tokens\":2}", NULL, out,
+               sizeof(out)) == 200,
+          "%s", out);
+    // metrics
+    CHECK(http(&s, "GET", "/metrics", NULL, NULL, out, sizeof(out)) == 200);
+    CHECK(strstr(out, "ft_time_to_first_token_seconds_bucket") && strstr(out, "ft_kv_cache_used_tokens"),
+          "%s", out);
+    CHECK(stat_int(&s, "generation_tokens", NULL) > 0);
+    CHECK(server_stop(&s) == 0, "log: %s", s.log);
+}
+
+// Checks an OpenAI SSE stream: events separated by blank lines, each `data: JSON`, the last
+// `data: [DONE]`. Appends the concatenated delta text (chat content or completion text) to
+// text. Returns false when malformed.
+static bool sse_openai(const char *body, char *text, size_t cap, size_t *text_len) {
+    size_t n = 0;
+    *text_len = 0;
+    text[0] = 0;
+    const char *p = body;
+    bool done = false;
+    int events = 0;
+    while (*p) {
+        const char *end = strstr(p, "\n\n");
+        if (!end || done) return false; // unterminated event, or anything after [DONE]
+        if (strncmp(p, "data: ", 6)) return false;
+        const char *d = p + 6;
+        size_t len = (size_t)(end - d);
+        events++;
+        if (len == 6 && !strncmp(d, "[DONE]", 6)) {
+            done = true;
+        } else {
+            json_t *j = json_loadb(d, len, JSON_ALLOW_NUL, NULL);
+            if (!j) return false;
+            json_t *ch = json_array_get(json_object_get(j, "choices"), 0);
+            json_t *t = json_object_get(json_object_get(ch, "delta"), "content");
+            if (!t) t = json_object_get(ch, "text");
+            if (json_is_string(t)) {
+                size_t l = json_string_length(t);
+                if (n + l < cap) memcpy(text + n, json_string_value(t), l), n += l, text[n] = 0;
+            }
+            json_decref(j);
+        }
+        p = end + 2;
+    }
+    *text_len = n;
+    return done && events >= 2;
+}
+
+// `ft run` greedy text for a prompt (special tokens parsed), without the trailing newline.
+static bool run_greedy(const char *prompt, int n, char *out, size_t cap, size_t *out_len) {
+    char pf[512], cmd[2048];
+    snprintf(pf, sizeof(pf), "%s", test_path("server-prompt"));
+    FILE *f = fopen(pf, "w");
+    if (!f) return false;
+    fputs(prompt, f);
+    fclose(f);
+    // (the x keeps the prompt's trailing newlines from $(...))
+    snprintf(cmd, sizeof(cmd),
+             "p=\"$(cat '%s'; printf x)\"; %s run -m '%s' -p \"${p%%x}\" -n %d --temp 0 -t 1 -c 4096 "
+             "2>/dev/null >'%s'",
+             pf, test_ft_bin(), model_path(), n, test_path("server-run-out"));
+    if (test_run(cmd, NULL, 0) != 0) return false;
+    f = fopen(test_path("server-run-out"), "rb");
+    if (!f) return false;
+    size_t l = fread(out, 1, cap - 1, f);
+    fclose(f);
+    if (l && out[l - 1] == '\n') l--; // ft run ends the text with a newline
+    out[l] = 0;
+    *out_len = l;
+    return true;
+}
+
+TEST(server_greedy_matches_run) {
+    SERVER_OR_SKIP(s, NULL);
+    static char out[1 << 16], want[1 << 16], got[1 << 16];
+    size_t want_n, got_n;
+    // completions: the same prompt text as `ft run -p`
+    REQUIRE(run_greedy("The quick brown fox", 24, want, sizeof(want), &want_n));
+    CHECK(http(&s, "POST", "/v1/completions",
+               "{\"prompt\":\"The quick brown fox\",\"max_tokens\":24,\"temperature\":0}", NULL, out,
+               sizeof(out)) == 200);
+    json_t *r = json_loads(out, JSON_ALLOW_NUL, NULL);
+    json_t *text = json_object_get(json_array_get(json_object_get(r, "choices"), 0), "text");
+    CHECK(json_is_string(text) && json_string_length(text) == want_n &&
+              !memcmp(json_string_value(text), want, want_n),
+          "server '%s' vs ft run '%s'", json_is_string(text) ? json_string_value(text) : out, want);
+    json_decref(r);
+    // chat, streamed: the chatml rendering of the conversation through `ft run`
+    REQUIRE(run_greedy("<|im_start|>user\nHello there<|im_end|>\n<|im_start|>assistant\n", 20, want,
+                       sizeof(want), &want_n));
+    CHECK(http(&s, "POST", "/v1/chat/completions",
+               "{\"messages\":[{\"role\":\"user\",\"content\":\"Hello "
+               "there\"}],\"max_tokens\":20,\"temperature\":0,"
+               "\"stream\":true,\"stream_options\":{\"include_usage\":true}}",
+               NULL, out, sizeof(out)) == 200);
+    CHECK(sse_openai(out, got, sizeof(got), &got_n), "malformed stream: %s", out);
+    CHECK(got_n == want_n && !memcmp(got, want, want_n), "server '%s' vs ft run '%s'", got, want);
+    CHECK(strstr(out, "\"usage\"") != NULL);
+    CHECK(server_stop(&s) == 0, "log: %s", s.log);
+}
+
+TEST(server_malformed_requests) {
+    SERVER_OR_SKIP(s, "--max-body-bytes 65536 -c 256");
+    static char out[1 << 16];
+    static const struct {
+        const char *path, *body;
+    } bad[] = {
+        {"/v1/chat/completions", "{"},
+        {"/v1/chat/completions", "[]"},
+        {"/v1/chat/completions", "null"},
+        {"/v1/chat/completions", ""},
+        {"/v1/chat/completions", "{\"messages\":\"hi\"}"},
+        {"/v1/chat/completions", "{\"messages\":[]}"},
+        {"/v1/chat/completions", "{}"},
+        {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\"}],\"max_tokens\":\"5\"}"},
+        {"/v1/chat/completions",
+         "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":1e300}"},
+        {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":-1}"},
+        {"/v1/chat/completions",
+         "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"temperature\":1e308}"},
+        {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"n\":2}"},
+        {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"stream\":\"yes\"}"},
+        {"/v1/chat/completions", "{\"messages\":[{\"role\":\"tool\",\"content\":\"x\"}]}"},
+        {"/v1/chat/completions", "{\"messages\":[{\"role\":7,\"content\":\"x\"}]}"},
+        {"/v1/chat/completions",
+         "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\"}]}]}"},
+        {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"stop\":[1,2]}"},
+        {"/v1/chat/completions",
+         "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"top_logprobs\":99}"},
+        {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"\xff\xfe\"}]}"},
+        {"/v1/chat/completions", "{\"a\":1,\"a\":2}"},
+        {"/v1/completions", "{\"prompt\":5}"},
+        {"/v1/completions", "{\"prompt\":[1,-5]}"},
+        {"/v1/completions", "{\"prompt\":[99999999999]}"},
+        {"/v1/completions", "{\"prompt\":\"x\",\"logprobs\":true}"},
+        {"/v1/messages", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}"},
+        {"/v1/messages", "{\"messages\":[{\"role\":\"system\",\"content\":\"x\"}],\"max_tokens\":5}"},
+        {"/v1/messages", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":0}"},
+        {"/v1/messages",
+         "{\"system\":5,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":5}"},
+        {"/tokenize", "{\"content\":5}"},
+        {"/detokenize", "{\"tokens\":[\"a\"]}"},
+        {"/detokenize", "{\"tokens\":[1e400]}"},
+        {"/nowhere", "{}"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        int code = http(&s, "POST", bad[i].path, bad[i].body, NULL, out, sizeof(out));
+        CHECK(code >= 400 && code < 500, "%s %s -> %d %s", bad[i].path, bad[i].body, code, out);
+        if (!strcmp(bad[i].path, "/v1/messages"))
+            CHECK(strstr(out, "\"type\":\"error\"") != NULL, "anthropic shape: %s", out);
+        else if (code != 413)
+            CHECK(strstr(out, "{\"error\":{") == out, "openai shape: %s", out);
+    }
+    // a prompt longer than the context: 400 naming the numbers
+    static char big[1 << 17];
+    int n = snprintf(big, sizeof(big), "{\"prompt\":\"");
+    for (int i = 0; i < 2000; i++)
+        n += snprintf(big + n, sizeof(big) - (size_t)n, "word%d ", i);
+    snprintf(big + n, sizeof(big) - (size_t)n, "\"}");
+    CHECK(http(&s, "POST", "/v1/completions", big, NULL, out, sizeof(out)) == 400);
+    CHECK(strstr(out, "256") != NULL, "%s", out);
+    // a body over the limit: 413
+    static char huge[100000];
+    memset(huge, ' ', sizeof(huge) - 1);
+    huge[0] = '{';
+    huge[sizeof(huge) - 2] = '}';
+    CHECK(http(&s, "POST", "/v1/completions", huge, NULL, out, sizeof(out)) == 413);
+    // wrong method
+    CHECK(http(&s, "GET", "/v1/chat/completions", NULL, NULL, out, sizeof(out)) == 405);
+    // still serving
+    CHECK(http(&s, "POST", "/v1/completions", "{\"prompt\":\"ok\",\"max_tokens\":2}", NULL, out,
+               sizeof(out)) == 200);
+    CHECK(server_stop(&s) == 0, "log: %s", s.log);
+}
+
+TEST(server_api_key) {
+    SERVER_OR_SKIP(s, "--api-key sekrit");
+    static char out[4096];
+    CHECK(http(&s, "GET", "/health", NULL, NULL, out, sizeof(out)) == 200);
+    CHECK(http(&s, "GET", "/v1/models", NULL, NULL, out, sizeof(out)) == 401);
+    CHECK(http(&s, "GET", "/v1/models", NULL, "-H 'Authorization: Bearer sekri'", out, sizeof(out)) == 401);
+    CHECK(http(&s, "GET", "/v1/models", NULL, "-H 'Authorization: Bearer sekrit2'", out, sizeof(out)) == 401);
+    CHECK(http(&s, "GET", "/v1/models", NULL, "-H 'Authorization: Bearer sekrit'", out, sizeof(out)) == 200);
+    CHECK(http(&s, "GET", "/v1/models", NULL, "-H 'x-api-key: sekrit'", out, sizeof(out)) == 200);
+    CHECK(http(&s, "POST", "/v1/messages", "{}", NULL, out, sizeof(out)) == 401);
+    CHECK(strstr(out, "authentication_error") != NULL, "%s", out);
+    CHECK(server_stop(&s) == 0, "log: %s", s.log);
+}
+
+// One running, one queued: a third request is refused with 429 in the OpenAI shape.
+TEST(server_queue_full) {
+    SERVER_OR_SKIP(s, "-c 4096 --max-running-requests 1 --max-queued-requests 1");
+    char cmd[1024];
+    snprintf(cmd, sizeof(cmd),
+             "for i in 1 2; do curl -sN -m 10 http://127.0.0.1:%d/v1/completions -d "
+             "'{\"prompt\":\"Go\",\"max_tokens\":4000,"
+             "\"temperature\":0,\"stream\":true}' >/dev/null 2>&1 & done",
+             s.port);
+    test_run(cmd, NULL, 0);
+    bool full = false;
+    for (int i = 0; i < 100 && !full; i++) {
+        full = stat_int(&s, "running", NULL) == 1 && stat_int(&s, "queued", NULL) == 1;
+        if (!full) sleep_ms(50);
+    }
+    REQUIRE(full, "the two long requests did not fill the server: running %ld, queued %ld, finished %ld/%ld/%ld",
+            stat_int(&s, "running", NULL), stat_int(&s, "queued", NULL), stat_int(&s, "requests", "stop"),
+            stat_int(&s, "requests", "length"), stat_int(&s, "requests", "cancelled"));
+    static char out[4096];
+    CHECK(http(&s, "POST", "/v1/completions", "{\"prompt\":\"x\",\"max_tokens\":1}", NULL, out,
+               sizeof(out)) == 429);
+    CHECK(strstr(out, "rate_limit_exceeded") != NULL, "%s", out);
+    CHECK(http(&s, "POST", "/v1/messages",
+               "{\"max_tokens\":1,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", NULL, out,
+               sizeof(out)) == 429);
+    CHECK(strstr(out, "rate_limit_error") != NULL, "%s", out);
+    CHECK(server_stop(&s) == 0, "log: %s", s.log); // SIGTERM with a stream running and one queued
+}
+
+// A client that goes away mid-stream: its sequence is cancelled and its KV freed.
+TEST(server_disconnect_frees_kv) {
+    SERVER_OR_SKIP(s, "-c 4096");
+    char cmd[1024];
+    snprintf(cmd, sizeof(cmd),
+             "curl -sN -m 0.5 http://127.0.0.1:%d/v1/completions -d '{\"prompt\":\"Go\",\"max_tokens\":4000,"
+             "\"stream\":true,\"temperature\":0}' >/dev/null 2>&1",
+             s.port);
+    for (int round = 1; round <= 2; round++) {
+        if (round == 2) // not streaming: nothing is written until the end, the socket is watched
+            snprintf(cmd, sizeof(cmd),
+                     "curl -s -m 0.5 http://127.0.0.1:%d/v1/chat/completions -d "
+                     "'{\"messages\":[{\"role\":\"user\","
+                     "\"content\":\"Go\"}],\"max_tokens\":4000,\"temperature\":0}' >/dev/null 2>&1",
+                     s.port);
+        test_run(cmd, NULL, 0); // times out after 0.5 s: the client disconnects
+        long used = -1, cancelled = -1;
+        for (int i = 0; i < 100; i++) { // up to 5 s
+            used = stat_int(&s, "kv_cache", "used_tokens");
+            cancelled = stat_int(&s, "requests", "cancelled");
+            if (used == 0 && cancelled == round) break;
+            sleep_ms(50);
+        }
+        CHECK(cancelled == round, "round %d: cancelled %ld", round, cancelled);
+        CHECK(used == 0, "round %d: KV positions still in use: %ld", round, used);
+    }
+    CHECK(stat_int(&s, "running", NULL) == 0);
+    CHECK(server_stop(&s) == 0, "log: %s", s.log);
+}
+
+// 8 concurrent streams (4 running, 4 queued): every stream well-formed, greedy text equal to
+// the same request alone.
+TEST(server_concurrent_streams) {
+    SERVER_OR_SKIP(s, "--max-running-requests 4");
+    static char out[1 << 16], alone[2][1 << 14], got[1 << 14];
+    size_t alone_n[2], got_n;
+    const char *prompts[2] = {"Once upon a time", "In the beginning"};
+    for (int k = 0; k < 2; k++) {
+        char body[512];
+        snprintf(body, sizeof(body),
+                 "{\"prompt\":\"%s\",\"max_tokens\":%d,\"temperature\":0,\"stream\":true}", prompts[k],
+                 24 + 8 * k);
+        REQUIRE(http(&s, "POST", "/v1/completions", body, NULL, out, sizeof(out)) == 200);
+        REQUIRE(sse_openai(out, alone[k], sizeof(alone[k]), &alone_n[k]), "%s", out);
+    }
+    char cmd[8192];
+    int n = 0;
+    for (int i = 0; i < 8; i++)
+        n += snprintf(
+            cmd + n, sizeof(cmd) - (size_t)n,
+            "(curl -sN -m 60 http://127.0.0.1:%d/v1/completions -d '{\"prompt\":\"%s\",\"max_tokens\":%d,"
+            "\"temperature\":0,\"stream\":true}' > '%s/conc-%d.sse') & ",
+            s.port, prompts[i % 2], 24 + 8 * (i % 2), test_tmpdir(), i);
+    snprintf(cmd + n, sizeof(cmd) - (size_t)n, "wait");
+    CHECK(test_run(cmd, NULL, 0) == 0);
+    for (int i = 0; i < 8; i++) {
+        char name[64];
+        snprintf(name, sizeof(name), "conc-%d.sse", i);
+        FILE *f = fopen(test_path(name), "rb");
+        REQUIRE(f);
+        size_t len = fread(out, 1, sizeof(out) - 1, f);
+        out[len] = 0;
+        fclose(f);
+        CHECK(sse_openai(out, got, sizeof(got), &got_n), "stream %d malformed: %s", i, out);
+        int k = i & 1;
+        CHECK(got_n == alone_n[k] && !memcmp(got, alone[k], got_n), "stream %d: '%s' vs alone '%s'", i, got,
+              alone[k]);
+    }
+    CHECK(stat_int(&s, "kv_cache", "used_tokens") == 0);
+    CHECK(server_stop(&s) == 0, "log: %s", s.log);
+}
+
+// SIGTERM while a stream runs: the stream ends, the server exits 0.
+TEST(server_sigterm_cancels) {
+    SERVER_OR_SKIP(s, "-c 4096");
+    char cmd[1024];
+    snprintf(cmd, sizeof(cmd),
+             "curl -sN -m 20 http://127.0.0.1:%d/v1/completions -d '{\"prompt\":\"Go\",\"max_tokens\":4000,"
+             "\"stream\":true}' > '%s' 2>/dev/null &",
+             s.port, test_path("sigterm.sse"));
+    test_run(cmd, NULL, 0);
+    for (int i = 0; i < 100 && stat_int(&s, "generation_tokens", NULL) == 0 && stat_int(&s, "running", NULL) < 1; i++)
+        sleep_ms(50);
+    sleep_ms(100); // some tokens streamed
+    CHECK(server_stop(&s) == 0, "log: %s", s.log);
+    sleep_ms(200);
+    static char out[1 << 20], got[1 << 16];
+    size_t got_n;
+    FILE *f = fopen(test_path("sigterm.sse"), "rb");
+    REQUIRE(f);
+    size_t len = fread(out, 1, sizeof(out) - 1, f);
+    out[len] = 0;
+    fclose(f);
+    CHECK(sse_openai(out, got, sizeof(got), &got_n), "stream not ended cleanly: ...%s",
+          len > 300 ? out + len - 300 : out);
+}
+
+// The official SDKs (node): tests/server/*.mjs, where node_modules has them.
+TEST(server_sdk_clients) {
+    struct stat st;
+    if (stat("node_modules/openai/package.json", &st) != 0 ||
+        stat("node_modules/@anthropic-ai/sdk/package.json", &st) != 0) {
+        test_skip("node_modules has no openai / @anthropic-ai/sdk (npm ci)");
+        return;
+    }
+    SERVER_OR_SKIP(s, NULL);
+    static char out[1 << 16];
+    char cmd[1024];
+    snprintf(cmd, sizeof(cmd), "node tests/server/openai.mjs %d 2>&1", s.port);
+    CHECK(test_run(cmd, out, sizeof(out)) == 0, "openai.mjs: %s", out);
+    snprintf(cmd, sizeof(cmd), "node tests/server/anthropic.mjs %d 2>&1", s.port);
+    CHECK(test_run(cmd, out, sizeof(out)) == 0, "anthropic.mjs: %s", out);
+    CHECK(server_stop(&s) == 0, "log: %s", s.log);
+}
+
+// A small load test (tests/server/load.mjs, plain fetch): concurrent streams, some cancelled;
+// outputs equal the requests alone; KV use back to zero; the server keeps serving.
+TEST(server_load) {
+    if (test_run("node --version >/dev/null 2>&1", NULL, 0) != 0) {
+        test_skip("node is not installed");
+        return;
+    }
+    SERVER_OR_SKIP(s, "-c 1024");
+    static char out[1 << 16];
+    char cmd[1024];
+    snprintf(cmd, sizeof(cmd), "node tests/server/load.mjs %d 8 40 0.15 2>&1", s.port);
+    CHECK(test_run(cmd, out, sizeof(out)) == 0, "load.mjs: %s", out);
+    fprintf(stderr, "  %s", out);
+    CHECK(server_stop(&s) == 0, "log: %s", s.log);
+}
+
+// Stop strings: the text ends before the first occurrence, finish_reason "stop".
+TEST(server_stop_strings) {
+    SERVER_OR_SKIP(s, NULL);
+    static char out[1 << 16];
+    const char *req = "{\"prompt\":\"The quick brown fox\",\"max_tokens\":32,\"temperature\":0}";
+    REQUIRE(http(&s, "POST", "/v1/completions", req, NULL, out, sizeof(out)) == 200);
+    json_t *r = json_loads(out, JSON_ALLOW_NUL, NULL);
+    const char *text =
+        json_string_value(json_object_get(json_array_get(json_object_get(r, "choices"), 0), "text"));
+    REQUIRE(text);
+    char stop[3] = {0};
+    size_t len = strlen(text);
+    for (size_t k = 3; k + 1 < len && !stop[0]; k++)
+        if (text[k] > ' ' && text[k] < 127 && text[k + 1] > ' ' && text[k + 1] < 127 && text[k] != '"' &&
+            text[k + 1] != '"' && text[k] != '\\' && text[k + 1] != '\\')
+            stop[0] = text[k], stop[1] = text[k + 1];
+    if (!stop[0]) {
+        json_decref(r);
+        test_skip("no ASCII pair in the greedy text to stop on");
+        server_stop(&s);
+        return;
+    }
+    size_t want = (size_t)(strstr(text, stop) - text);
+    char body[512];
+    snprintf(body, sizeof(body),
+             "{\"prompt\":\"The quick brown fox\",\"max_tokens\":32,\"temperature\":0,\"stop\":[\"%s\"]}",
+             stop);
+    REQUIRE(http(&s, "POST", "/v1/completions", body, NULL, out, sizeof(out)) == 200);
+    json_t *r2 = json_loads(out, JSON_ALLOW_NUL, NULL);
+    json_t *c2 = json_array_get(json_object_get(r2, "choices"), 0);
+    json_t *t2 = json_object_get(c2, "text");
+    CHECK(json_string_length(t2) == want && !memcmp(json_string_value(t2), text, want),
+          "stop '%s': '%s' of '%s'", stop, json_string_value(t2), text);
+    CHECK(!strcmp(json_string_value(json_object_get(c2, "finish_reason")), "stop"), "%s", out);
+    json_decref(r);
+    json_decref(r2);
+    CHECK(server_stop(&s) == 0, "log: %s", s.log);
+}
+
+// The <think> splitter, fed in pieces of every size.
+#include "../src/server/srv_impl.h"
+
+TEST(server_think_split) {
+    static const struct {
+        const char *in, *content, *reasoning;
+    } cases[] = {
+        {"<think>\nabc</think>\n\nanswer", "answer", "\nabc"},
+        {"\n<think>a<b</thi</think>x", "x", "a<b</thi"},
+        {"hello <think>x</think>", "hello <think>x</think>", ""},
+        {"<thin", "<thin", ""},
+        {"<think>unfinished</th", "", "unfinished</th"},
+        {"", "", ""},
+    };
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        size_t n = strlen(cases[c].in);
+        for (size_t step = 1; step <= n + 1; step++) {
+            srv_think t = {0};
+            srv_buf content = {0}, reasoning = {0};
+            srv_buf_add(&content, "", 0);
+            srv_buf_add(&reasoning, "", 0);
+            for (size_t i = 0; i < n; i += step)
+                srv_think_feed(&t, cases[c].in + i, n - i < step ? n - i : step, &content, &reasoning);
+            srv_think_flush(&t, &content, &reasoning);
+            CHECK(!strcmp(content.p, cases[c].content) && !strcmp(reasoning.p, cases[c].reasoning),
+                  "'%s' in pieces of %zu: content '%s' reasoning '%s'", cases[c].in, step, content.p,
+                  reasoning.p);
+            srv_buf_free(&content);
+            srv_buf_free(&reasoning);
+        }
+    }
+    // invalid UTF-8 becomes U+FFFD in JSON strings, valid text is kept
+    json_t *sj = srv_json_str("a\xff"
+                              "b\xe2\x82",
+                              5);
+    CHECK(!strcmp(json_string_value(sj), "a\xEF\xBF\xBD"
+                                         "b\xEF\xBF\xBD\xEF\xBF\xBD"),
+          "%s", json_string_value(sj));
+    json_decref(sj);
+}
+
+// A client that sends half a request and nothing more is dropped after --timeout; others are
+// served meanwhile.
+TEST(server_idle_timeout) {
+    if (test_run("bash -c 'exit 0' 2>/dev/null", NULL, 0) != 0) {
+        test_skip("bash is not installed");
+        return;
+    }
+    SERVER_OR_SKIP(s, "--timeout 1");
+    char cmd[1024];
+    snprintf(cmd, sizeof(cmd),
+             "bash -c 'exec 3<>/dev/tcp/127.0.0.1/%d; printf \"GET /health HTTP/1.1\\r\\n\" >&3; "
+             "timeout 6 cat <&3 >/dev/null; echo $?' > '%s' 2>/dev/null &",
+             s.port, test_path("idle.out"));
+    test_run(cmd, NULL, 0);
+    static char out[4096];
+    CHECK(http(&s, "GET", "/health", NULL, NULL, out, sizeof(out)) == 200); // not blocked by the idle one
+    char rc[16] = {0};
+    for (int i = 0; i < 80 && !rc[0]; i++) { // up to 4 s
+        sleep_ms(50);
+        FILE *f = fopen(test_path("idle.out"), "r");
+        if (f) {
+            if (!fgets(rc, sizeof(rc), f)) rc[0] = 0;
+            fclose(f);
+        }
+    }
+    CHECK(!strcmp(rc, "0\n"), "the idle connection was not closed by the server (cat: '%s')", rc);
+    CHECK(server_stop(&s) == 0, "log: %s", s.log);
+}
