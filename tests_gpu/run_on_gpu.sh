@@ -30,5 +30,27 @@ echo "build: $(( $(date +%s) - start )) s"
 build-gpu/ft --help >/dev/null 2>&1; echo "ft --help rc=$?"
 MK test-gpu T="$TESTS" 2>&1 | tee "$OUT/test_gpu.log"
 echo "tests done at $(( $(date +%s) - start )) s"
+# Whole-model timing on a synthetic Qwen3-30B-A3B-shaped slice (8 of 48 layers): prefill of a
+# long prompt and decode, on the GPU; the CPU and GPU next-token distributions side by side.
+if [ -z "$NO_TIMING" ]; then
+    M=/tmp/ft-slice.gguf
+    build-gpu/ft synth $M --layers 8 --embd 2048 --heads 32 --kv-heads 4 --head-dim 128 --experts 128 \
+        --top-k 8 --ff 768 --dense-type q8_0 --expert-types q4_K 2>&1 | tee "$OUT/timing.log"
+    P=$(for i in $(seq 1 17); do printf 'the quick brown fox jumps over the lazy dog. '; done)
+    for dev in cuda; do
+        for rep in 1 2; do
+            build-gpu/ft run -m $M -p "$P" -n 128 --temp 1 --seed $rep --device $dev -c 4096 2>&1 >/dev/null | tail -3 | tee -a "$OUT/timing.log"
+        done
+        build-gpu/ft run -m $M -p "hello" -n 256 --temp 1 --seed 3 --device $dev -c 4096 2>&1 >/dev/null | tail -2 | tee -a "$OUT/timing.log"
+    done
+    echo "cpu (16 cores) for reference:" | tee -a "$OUT/timing.log"
+    build-gpu/ft run -m $M -p "$P" -n 32 --temp 1 --seed 1 --device cpu -c 4096 2>&1 >/dev/null | tail -1 | tee -a "$OUT/timing.log"
+    S=$(for i in $(seq 1 8); do printf 'the quick brown fox jumps over the lazy dog. '; done)
+    for dev in cuda cpu; do
+        echo "probs $dev:" | tee -a "$OUT/timing.log"
+        build-gpu/ft probs -m $M -p "$S" --device $dev 2>>"$OUT/timing.log" | tee -a "$OUT/timing.log"
+    done
+    echo "timing done at $(( $(date +%s) - start )) s"
+fi
 [ -n "$NO_BENCH" ] || MK bench-cuda BENCH_ARGS="$BENCH_ARGS" 2>&1 | tee "$OUT/bench.log"
 echo "all done at $(( $(date +%s) - start )) s"

@@ -1,9 +1,10 @@
 // test_cuda_quantize_q8_1.c: ft_cuda_quantize_q8_1 (src/backend/cuda/quantize_q8_1.cu) against
-// the CPU reference ft_quantize_row_q8_1_ref: the bytes must be identical (same scale, same
-// rounding, same fp16 s), for 1, 3 and 8 rows of 32, 2048 and 4128 columns of normal floats
+// the CPU backend's activation quantizer (cpu_quantize_row, llama.cpp's x86 arithmetic): the
+// bytes must be identical (same scale, same rounding, same fp16 s), for 1, 3 and 8 rows of 32, 2048 and 4128 columns of normal floats
 // with outliers, an all-zero block and a block of tiny values.
 #include "gpu_test.h"
 
+#include "../src/backend/cpu/cpu_impl.h"
 #include "../src/quant/quant.h"
 #include "../src/util/rng.h"
 #include "../src/util/util.h"
@@ -33,7 +34,7 @@ TEST(test_cuda_quantize_q8_1_matches_ref) {
             const size_t qb = ft_cuda_q8_1_bytes(n, nt);
             uint8_t *ref = ft_malloc(qb), *got = ft_malloc(qb);
             for (int t = 0; t < nt; t++)
-                ft_quantize_row_q8_1_ref(x + (size_t)t * n, ref + (size_t)t * (qb / nt), n);
+                cpu_quantize_row(FT_TYPE_Q8_1, x + (size_t)t * n, ref + (size_t)t * (qb / nt), n);
             float *dx = ft_cuda_malloc(nx * sizeof(float));
             void *dq = ft_cuda_malloc(qb);
             REQUIRE(dx && dq);

@@ -4,6 +4,9 @@
 #ifndef FT_CLI_H
 #define FT_CLI_H
 
+#include <stdbool.h>
+#include <stddef.h>
+
 enum { FT_EXIT_OK = 0, FT_EXIT_INPUT = 1, FT_EXIT_USAGE = 2 };
 
 int cmd_inspect(int argc, char **argv);
@@ -12,5 +15,11 @@ int cmd_tokenize(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_probs(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
+
+// The built-in demo model (a small qwen3moe with random weights): its path in the cache
+// folder ($XDG_CACHE_HOME/ft or ~/.cache/ft), written by `ft synth` on first use. Returns false
+// and prints why (prefixed "ft <cmd>: ") on failure.
+bool cli_demo_model(const char *cmd, char *path, size_t cap);
 
 #endif

@@ -20,11 +20,12 @@ static void probs_usage(FILE *out) {
             "  --top K                    how many tokens (default 10)\n"
             "  -t, --threads N            CPU threads (default: physical cores)\n"
             "  -c, --ctx-size N           context length (default: the prompt's length)\n"
-            "  --kv-cache-dtype T         f16 (default) or q8_0\n");
+            "  --kv-cache-dtype T         f16 (default) or q8_0\n"
+            "  --device D                 cuda (default when a GPU is found) or cpu\n");
 }
 
 int cmd_probs(int argc, char **argv) {
-    const char *model_path = NULL, *prompt = NULL, *kv_name = "f16";
+    const char *model_path = NULL, *prompt = NULL, *kv_name = "f16", *device_name = NULL;
     int64_t top = 10, threads = 0, n_ctx = 0;
     bool bad = false;
     for (int i = 1; i < argc && !bad; i++) {
@@ -35,6 +36,7 @@ int cmd_probs(int argc, char **argv) {
         if (args_str(argc, argv, &i, "-m|--model", &model_path, &bad) ||
             args_str(argc, argv, &i, "-p|--prompt", &prompt, &bad) ||
             args_str(argc, argv, &i, "--kv-cache-dtype", &kv_name, &bad) ||
+            args_str(argc, argv, &i, "--device", &device_name, &bad) ||
             args_int(argc, argv, &i, "--top", 1, 1 << 20, &top, &bad) ||
             args_int(argc, argv, &i, "-t|--threads", 1, 1024, &threads, &bad) ||
             args_int(argc, argv, &i, "-c|--ctx-size", 1, 1 << 26, &n_ctx, &bad))
@@ -50,6 +52,11 @@ int cmd_probs(int argc, char **argv) {
     ft_engine_params ep = ft_engine_default_params();
     if (!ft_kv_type_from_name(kv_name, &ep.kv_type)) {
         fprintf(stderr, "ft probs: --kv-cache-dtype %s: expected f16 or q8_0\n", kv_name);
+        return FT_EXIT_USAGE;
+    }
+    ep.device = ft_engine_default_device();
+    if (device_name && !ft_engine_device_from_name(device_name, &ep.device)) {
+        fprintf(stderr, "ft probs: --device %s: expected cpu or cuda\n", device_name);
         return FT_EXIT_USAGE;
     }
     ft_err err = {{0}};
@@ -76,6 +83,10 @@ int cmd_probs(int argc, char **argv) {
     ep.n_ctx = n_ctx ? (int)n_ctx : (int)FT_MIN((size_t)m->hp.n_ctx_train, ids.n);
     if (ids.n > (size_t)ep.n_ctx) {
         fprintf(stderr, "ft probs: the prompt has %zu tokens, more than the context of %d (-c)\n", ids.n, ep.n_ctx);
+        goto done;
+    }
+    if (!ft_engine_place_model(m, &ep, &err)) {
+        fprintf(stderr, "ft probs: %s\n", err.msg);
         goto done;
     }
     if (!(e = ft_engine_init(m, &ep, &err))) {

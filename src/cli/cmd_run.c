@@ -39,51 +39,9 @@ static void run_usage(FILE *out) {
             "  --stop TEXT                stop before this text (up to %d times)\n"
             "  -t, --threads N            CPU threads (default: physical cores)\n"
             "  -c, --ctx-size N           context length (default: the model's, at most 4096)\n"
-            "  --kv-cache-dtype T         f16 (default) or q8_0\n",
+            "  --kv-cache-dtype T         f16 (default) or q8_0\n"
+            "  --device D                 cuda (default when a GPU is found) or cpu\n",
             MAX_STOPS);
-}
-
-// The demo model's path, written there on first use. Returns false and prints why on failure.
-static bool demo_model(char *path, size_t cap) {
-    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
-    char dir[900];
-    if (xdg && *xdg)
-        snprintf(dir, sizeof(dir), "%s/ft", xdg);
-    else if (home && *home)
-        snprintf(dir, sizeof(dir), "%s/.cache/ft", home);
-    else {
-        fprintf(stderr, "ft run: no -m and neither HOME nor XDG_CACHE_HOME is set for the demo model\n");
-        return false;
-    }
-    snprintf(path, cap, "%s/demo-qwen3moe.gguf", dir);
-    struct stat st;
-    if (stat(path, &st) == 0) {
-        fprintf(stderr, "ft run: using the demo model %s (random weights: its text is noise)\n", path);
-        return true;
-    }
-    char tmp[1100];
-    // mkdir -p: every prefix of dir, ignoring the ones that exist
-    for (char *s = dir + 1;; s++) {
-        if (*s != '/' && *s != 0) continue;
-        char c = *s;
-        *s = 0;
-        int rc = mkdir(dir, 0755);
-        *s = c;
-        if (rc != 0 && errno != EEXIST) {
-            fprintf(stderr, "ft run: cannot create %s: %s\n", dir, strerror(errno));
-            return false;
-        }
-        if (!c) break;
-    }
-    fprintf(stderr, "ft run: writing the demo model (a small qwen3moe with RANDOM weights) to %s\n", path);
-    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-    ft_synth_params sp = ft_synth_default_params();
-    ft_err err = {{0}};
-    if (!ft_synth_write(&sp, tmp, &err) || rename(tmp, path) != 0) {
-        fprintf(stderr, "ft run: writing the demo model: %s\n", err.msg[0] ? err.msg : strerror(errno));
-        return false;
-    }
-    return true;
 }
 
 typedef struct {
@@ -135,7 +93,7 @@ static bool tokenize_prompt(const ft_model *m, const tok_vocab *v, const char *p
 }
 
 int cmd_run(int argc, char **argv) {
-    const char *model_path = NULL, *prompt = NULL, *kv_name = "f16", *template_name = NULL;
+    const char *model_path = NULL, *prompt = NULL, *kv_name = "f16", *device_name = NULL, *template_name = NULL;
     const char *stops[MAX_STOPS];
     int n_stops = 0;
     int64_t n_predict = 128, threads = 0, n_ctx = 0, seed = -1, v64;
@@ -183,6 +141,7 @@ int cmd_run(int argc, char **argv) {
         if (args_str(argc, argv, &i, "-m|--model", &model_path, &bad) ||
             args_str(argc, argv, &i, "-p|--prompt", &prompt, &bad) ||
             args_str(argc, argv, &i, "--kv-cache-dtype", &kv_name, &bad) ||
+            args_str(argc, argv, &i, "--device", &device_name, &bad) ||
             args_str(argc, argv, &i, "--chat-template", &template_name, &bad) ||
             args_int(argc, argv, &i, "-n|--n-predict", 0, 1 << 26, &n_predict, &bad) ||
             args_int(argc, argv, &i, "--seed", 0, INT64_MAX, &seed, &bad) ||
@@ -202,9 +161,14 @@ int cmd_run(int argc, char **argv) {
         fprintf(stderr, "ft run: --kv-cache-dtype %s: expected f16 or q8_0\n", kv_name);
         return FT_EXIT_USAGE;
     }
+    ep.device = ft_engine_default_device();
+    if (device_name && !ft_engine_device_from_name(device_name, &ep.device)) {
+        fprintf(stderr, "ft run: --device %s: expected cpu or cuda\n", device_name);
+        return FT_EXIT_USAGE;
+    }
     char demo[1024];
     if (!model_path) {
-        if (!demo_model(demo, sizeof(demo))) return FT_EXIT_INPUT;
+        if (!cli_demo_model("run", demo, sizeof(demo))) return FT_EXIT_INPUT;
         model_path = demo;
     }
     sp.seed = seed >= 0 ? (uint64_t)seed : (uint64_t)time(NULL);
@@ -239,6 +203,10 @@ int cmd_run(int argc, char **argv) {
     }
     if (ids.n > (size_t)ep.n_ctx) {
         fprintf(stderr, "ft run: the prompt has %zu tokens, more than the context of %d (-c)\n", ids.n, ep.n_ctx);
+        goto done;
+    }
+    if (!ft_engine_place_model(m, &ep, &err)) {
+        fprintf(stderr, "ft run: %s\n", err.msg);
         goto done;
     }
     if (!(e = ft_engine_init(m, &ep, &err))) {

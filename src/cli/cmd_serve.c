@@ -33,55 +33,12 @@ static void serve_usage(FILE *out) {
         "                               (also from FT_API_KEY)\n"
         "  --chat-template NAME         chatml, qwen2, qwen2.5, qwen3, llama2, mistral, llama3, llama3.1\n"
         "                               (default: recognised from the GGUF)\n"
-        "  --device D                   cpu (the only device so far)\n"
+        "  --device D                   cpu (default) or cuda (experimental: one engine per sequence)\n"
         "  --timeout S                  drop clients idle or stalled this long (default 600)\n"
         "  --max-body-bytes N           request body limit (default 4194304)\n"
         "  --ready-file F               write the bound port to F once listening (for scripts)\n"
         "  --moe-backend B, --moe-cache-size N, --memory-ratio F\n"
         "                               accepted; not yet effective on the CPU\n");
-}
-
-// TEMPORARY: a copy of cmd_run.c's static demo_model() until it is exposed to the other
-// commands (asked the lead); keep the two in step until then.
-static bool serve_demo_model(char *path, size_t cap) {
-    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
-    char dir[900];
-    if (xdg && *xdg)
-        snprintf(dir, sizeof(dir), "%s/ft", xdg);
-    else if (home && *home)
-        snprintf(dir, sizeof(dir), "%s/.cache/ft", home);
-    else {
-        fprintf(stderr, "ft serve: no -m and neither HOME nor XDG_CACHE_HOME is set for the demo model\n");
-        return false;
-    }
-    snprintf(path, cap, "%s/demo-qwen3moe.gguf", dir);
-    struct stat st;
-    if (stat(path, &st) == 0) {
-        fprintf(stderr, "ft serve: using the demo model %s (random weights: its text is noise)\n", path);
-        return true;
-    }
-    for (char *s = dir + 1;; s++) {
-        if (*s != '/' && *s != 0) continue;
-        char c = *s;
-        *s = 0;
-        int rc = mkdir(dir, 0755);
-        *s = c;
-        if (rc != 0 && errno != EEXIST) {
-            fprintf(stderr, "ft serve: cannot create %s: %s\n", dir, strerror(errno));
-            return false;
-        }
-        if (!c) break;
-    }
-    fprintf(stderr, "ft serve: writing the demo model (a small qwen3moe with RANDOM weights) to %s\n", path);
-    char tmp[1100];
-    snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid());
-    ft_synth_params sp = ft_synth_default_params();
-    ft_err err = {{0}};
-    if (!ft_synth_write(&sp, tmp, &err) || rename(tmp, path) != 0) {
-        fprintf(stderr, "ft serve: writing the demo model: %s\n", err.msg[0] ? err.msg : strerror(errno));
-        return false;
-    }
-    return true;
 }
 
 int cmd_serve(int argc, char **argv) {
@@ -142,15 +99,14 @@ int cmd_serve(int argc, char **argv) {
         fprintf(stderr, "ft serve: --kv-cache-dtype %s: expected f16 or q8_0\n", kv_name);
         return FT_EXIT_USAGE;
     }
-    if (strcmp(device_name, "cpu") != 0) {
-        fprintf(stderr, "ft serve: --device %s: only cpu is available so far\n", device_name);
+    if (!ft_engine_device_from_name(device_name, &p.engine.device)) {
+        fprintf(stderr, "ft serve: --device %s: expected cpu or cuda\n", device_name);
         return FT_EXIT_USAGE;
     }
     if (p.api_key && !*p.api_key) p.api_key = NULL;
     char demo[1024];
-    if (!model_path && !tmpl_name) tmpl_name = "chatml"; // the demo vocabulary's template
     if (!model_path) {
-        if (!serve_demo_model(demo, sizeof(demo))) return FT_EXIT_INPUT;
+        if (!cli_demo_model("serve", demo, sizeof(demo))) return FT_EXIT_INPUT;
         model_path = demo;
     }
     ft_err err = {{0}};
@@ -191,6 +147,10 @@ int cmd_serve(int argc, char **argv) {
     if (p.engine.n_ctx > m->hp.n_ctx_train) {
         fprintf(stderr, "ft serve: -c %d exceeds the model's context of %d tokens\n", p.engine.n_ctx,
                 m->hp.n_ctx_train);
+        goto done;
+    }
+    if (!ft_engine_place_model(m, &p.engine, &err)) {
+        fprintf(stderr, "ft serve: %s\n", err.msg);
         goto done;
     }
     if (!srv_run(&p, m, v, &err)) {

@@ -19,9 +19,22 @@ typedef struct ft_engine_params {
     int n_batch;            // tokens per prefill step
     enum ft_type kv_type;   // FT_TYPE_F16 or FT_TYPE_Q8_0
     bool reference;         // every op on its scalar reference path (also FT_REFERENCE=1)
+    enum ft_placement device; // FT_PLACEMENT_CPU (default) or FT_PLACEMENT_CUDA (device 0)
 } ft_engine_params;
 
 ft_engine_params ft_engine_default_params(void);
+
+// The --device default: cuda when a CUDA device is found, else cpu.
+enum ft_placement ft_engine_default_device(void);
+// Parses "cpu" or "cuda". Returns false if neither.
+bool ft_engine_device_from_name(const char *name, enum ft_placement *out);
+
+// Prepares the model for engines with params p: for the CUDA device, prints the memory plan
+// (weights, KV cache, workspace against the device's free memory) on stderr, and when it fits
+// uploads the weights (ft_model_upload); for the CPU, nothing. Call once, before
+// ft_engine_init. Returns false and sets *err when the plan does not fit (nothing allocated)
+// or the upload fails.
+bool ft_engine_place_model(ft_model *m, const ft_engine_params *p, ft_err *err);
 
 // Returns NULL and sets *err when the parameters do not fit the model (context beyond the
 // model's limit, a KV type its head size cannot hold).

@@ -1,6 +1,7 @@
 // model.c: loading a model (see model.h): the architecture table, hyper-parameter readers and
 // tensor binding with their checks.
 #include "model_impl.h"
+#include "../backend/cuda/ft_cuda.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -285,8 +286,84 @@ ft_model *ft_model_load(const char *path, ft_err *err) {
     return m;
 }
 
+// ---------------------------------------------------------------------------------------------
+// Device placement
+
+// Calls fn on every tensor ft_model_upload moves (all but the embedding table).
+static void for_each_device_tensor(ft_model *m, void (*fn)(ft_tensor *t, void *ctx), void *ctx) {
+    fn(&m->output_norm, ctx);
+    fn(&m->output, ctx);
+    for (int l = 0; l < m->hp.n_layer; l++) {
+        ft_layer *L = &m->layers[l];
+        ft_tensor *ts[] = {&L->attn_norm, &L->wq, &L->wk, &L->wv, &L->bq, &L->bk, &L->bv, &L->wo,
+                           &L->q_norm, &L->k_norm, &L->attn_gate, &L->ffn_norm, &L->router, &L->sel_bias,
+                           &L->gate_exps, &L->up_exps, &L->down_exps, &L->gate_shexp, &L->up_shexp,
+                           &L->down_shexp, &L->gate_inp_shexp, &L->ffn_gate, &L->ffn_up, &L->ffn_down};
+        for (size_t i = 0; i < FT_ARRAY_LEN(ts); i++) fn(ts[i], ctx);
+    }
+}
+
+static size_t tensor_bytes(const ft_tensor *t) { return t->mat_bytes * (size_t)t->ne[2]; }
+
+static void add_bytes(ft_tensor *t, void *ctx) {
+    if (ft_tensor_present(t)) *(size_t *)ctx += (tensor_bytes(t) + 255) / 256 * 256;
+}
+
+size_t ft_model_upload_bytes(const ft_model *m) {
+    size_t n = 0;
+    for_each_device_tensor((ft_model *)m, add_bytes, &n);
+    return n;
+}
+
+typedef struct {
+    bool failed;
+    ft_err *err;
+} upload_ctx;
+
+static void upload_one(ft_tensor *t, void *ctx) {
+    upload_ctx *u = ctx;
+    if (u->failed || !ft_tensor_present(t) || t->placement == FT_PLACEMENT_CUDA) return;
+    if (!ft_cuda_matvec_supported(t->type)) {
+        ft_err_set(u->err, "tensor %s: type %s has no CUDA kernel", t->name, ft_type_name(t->type));
+        u->failed = true;
+        return;
+    }
+    void *d = ft_cuda_malloc(tensor_bytes(t));
+    if (!d) {
+        ft_err_set(u->err, "out of device memory uploading %s (%zu bytes)", t->name, tensor_bytes(t));
+        u->failed = true;
+        return;
+    }
+    ft_cuda_memcpy_h2d(d, t->data, tensor_bytes(t), NULL);
+    t->data = d;
+    t->placement = FT_PLACEMENT_CUDA;
+}
+
+// Frees a device copy and points the tensor back into the mapping (ctx is the model).
+static void free_one(ft_tensor *t, void *ctx) {
+    ft_model *m = ctx;
+    if (ft_tensor_present(t) && t->placement == FT_PLACEMENT_CUDA) {
+        ft_cuda_free(t->data);
+        const gguf_tensor *g = gguf_find_tensor(m->file, t->name);
+        t->data = g ? (void *)g->data : NULL;
+        t->placement = FT_PLACEMENT_CPU;
+    }
+}
+
+bool ft_model_upload(ft_model *m, ft_err *err) {
+    upload_ctx u = {false, err};
+    for_each_device_tensor(m, upload_one, &u);
+    if (u.failed) {
+        for_each_device_tensor(m, free_one, m);
+        return false;
+    }
+    ft_cuda_device_sync();
+    return true;
+}
+
 void ft_model_free(ft_model *m) {
     if (!m) return;
+    if (m->layers) for_each_device_tensor(m, free_one, m);
     gguf_close(m->file);
     free(m->layers);
     free(m->path);

@@ -104,6 +104,16 @@ struct ft_model {
 ft_model *ft_model_load(const char *path, ft_err *err);
 void ft_model_free(ft_model *m); // NULL is a no-op
 
+// Device placement (the CUDA backend). ft_model_upload copies every weight except the
+// token-embedding table (read row by row on the host by get_rows, as llama.cpp keeps it) to
+// CUDA device memory once: each tensor's data becomes a device pointer with placement
+// FT_PLACEMENT_CUDA, freed by ft_model_free. The model then serves only CUDA engines.
+// ft_model_upload_bytes is what it will allocate (for the memory plan, checked before).
+// Returns false and sets *err when an allocation fails (what was uploaded is given back and
+// the model stays on the host) or a weight type has no CUDA kernel.
+size_t ft_model_upload_bytes(const ft_model *m);
+bool ft_model_upload(ft_model *m, ft_err *err);
+
 // Widest activation row of any layer (for buffer sizes): max of n_embd, q width, FFN widths.
 int64_t ft_model_max_width(const ft_model *m);
 int ft_model_max_q_width(const ft_model *m);

@@ -70,10 +70,12 @@ static void list_push(str_list *l, char *s) {
     l->items[l->n++] = s;
 }
 
+// Qwen2's own chat template, byte for byte, so the tokenizer recognises it (as "qwen2").
 static const char g_chatml_template[] =
-    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + "
-    "message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}"
-    "{{ '<|im_start|>assistant\\n' }}{% endif %}";
+    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+    "{{ '<|im_start|>system\nYou are a helpful assistant<|im_end|>\n' }}{% endif %}"
+    "{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
 
 int64_t synth_vocab_write_builtin(gguf_writer *w) {
     str_list tokens = {0}, merges = {0};

@@ -55,7 +55,30 @@ __device__ __forceinline__ float ft_warp_max(float v) {
     return v;
 }
 
+// Sum (or max) of v over the whole CTA (blockDim.x a multiple of 32, at most 1024); every
+// thread gets the result. red is __shared__ float[32]. Contains __syncthreads.
+__device__ __forceinline__ float ft_block_sum(float v, float *red) {
+    const int lane = threadIdx.x % FT_WARP, warp = threadIdx.x / FT_WARP, nw = blockDim.x / FT_WARP;
+    v = ft_warp_sum(v);
+    __syncthreads(); // red may still be read by a previous call
+    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    v = lane < nw ? red[lane] : 0.0f;
+    return ft_warp_sum(v);
+}
+
+__device__ __forceinline__ float ft_block_max(float v, float *red) {
+    const int lane = threadIdx.x % FT_WARP, warp = threadIdx.x / FT_WARP, nw = blockDim.x / FT_WARP;
+    v = ft_warp_max(v);
+    __syncthreads();
+    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    v = lane < nw ? red[lane] : -INFINITY;
+    return ft_warp_max(v);
+}
+
 // Float-weight path of ft_cuda_matvec (matvec_f.cu).
-void ft_cuda_matvec_f(const ft_cuda_matvec_params *p, cudaStream_t stream);
+void ft_cuda_matvec_f(const ft_cuda_matvec_params *p, const ft_cuda_matvec_ids_params *ip,
+                      cudaStream_t stream);
 
 #endif

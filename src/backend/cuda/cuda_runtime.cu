@@ -125,6 +125,8 @@ extern "C" void ft_cuda_event_record(ft_cuda_event *e, ft_cuda_stream *s) {
     CUDA_CHECK(cudaEventRecord((cudaEvent_t)e, ft_cuda_stream_handle(s)));
 }
 
+extern "C" void ft_cuda_event_sync(ft_cuda_event *e) { CUDA_CHECK(cudaEventSynchronize((cudaEvent_t)e)); }
+
 extern "C" float ft_cuda_event_elapsed_ms(ft_cuda_event *start, ft_cuda_event *stop) {
     CUDA_CHECK(cudaEventSynchronize((cudaEvent_t)stop));
     float ms = 0;

@@ -34,6 +34,7 @@ void ft_cuda_stream_sync(ft_cuda_stream *s) { (void)s; FT_CUDA_STUB_ABORT(); }
 ft_cuda_event *ft_cuda_event_init(void) { FT_CUDA_STUB_ABORT(); }
 void ft_cuda_event_free(ft_cuda_event *e) { if (e) FT_CUDA_STUB_ABORT(); }
 void ft_cuda_event_record(ft_cuda_event *e, ft_cuda_stream *s) { (void)e; (void)s; FT_CUDA_STUB_ABORT(); }
+void ft_cuda_event_sync(ft_cuda_event *e) { (void)e; FT_CUDA_STUB_ABORT(); }
 float ft_cuda_event_elapsed_ms(ft_cuda_event *a, ft_cuda_event *b) { (void)a; (void)b; FT_CUDA_STUB_ABORT(); }
 
 size_t ft_cuda_q8_1_bytes(int64_t n_cols, int n_tok) {
@@ -48,4 +49,16 @@ void ft_cuda_quantize_q8_1(const float *x, void *y, int64_t n_cols, int n_tok, f
 bool ft_cuda_matvec_supported(uint32_t type) { (void)type; return false; }
 bool ft_cuda_matvec_wants_q8_1(uint32_t type) { (void)type; return false; }
 void ft_cuda_matvec(const ft_cuda_matvec_params *p, ft_cuda_stream *s) { (void)p; (void)s; FT_CUDA_STUB_ABORT(); }
+void ft_cuda_matvec_ids(const ft_cuda_matvec_ids_params *p, ft_cuda_stream *s) { (void)p; (void)s; FT_CUDA_STUB_ABORT(); }
 void ft_cuda_matvec_force_tpr(int tpr) { (void)tpr; }
+
+// The CUDA backend (cuda.h) in a build without nvcc.
+#include "cuda.h"
+
+ft_backend *ft_backend_cuda_init(int dev, ft_err *err) {
+    (void)dev;
+    ft_err_set(err, "this ft was built without CUDA (no nvcc at build time)");
+    return NULL;
+}
+
+size_t ft_backend_cuda_scratch_bytes(const ft_backend_limits *lim) { (void)lim; return 0; }

@@ -87,6 +87,8 @@ typedef struct ft_cuda_event ft_cuda_event;   // opaque, for timing
 ft_cuda_event *ft_cuda_event_init(void);
 void ft_cuda_event_free(ft_cuda_event *e);    // NULL: no-op
 void ft_cuda_event_record(ft_cuda_event *e, ft_cuda_stream *s);
+// Waits on the host until the work before the event's last record has run.
+void ft_cuda_event_sync(ft_cuda_event *e);
 // Milliseconds between two recorded events (waits for the second one).
 float ft_cuda_event_elapsed_ms(ft_cuda_event *start, ft_cuda_event *stop);
 
@@ -132,6 +134,24 @@ bool ft_cuda_matvec_wants_q8_1(uint32_t type);
 // products (dp4a) of the packed codes with the q8_1 activations; float types take float
 // activations. Aborts on an unsupported type or a bad shape (programmer errors).
 void ft_cuda_matvec(const ft_cuda_matvec_params *p, ft_cuda_stream *s);
+
+// The expert form (MoE): n_pairs matvecs of one token each in one launch. Pair p multiplies
+// matrix ids[p] of a 3-D weight (matrices mat_bytes apart) by activation row p / x_div and
+// writes y row p. The ids live in device memory (written by the router on the GPU), so the
+// host never learns which experts ran. 1 <= n_pairs <= 65535.
+typedef struct ft_cuda_matvec_ids_params {
+    uint32_t type;          // enum ft_type of the weights
+    const void *w;          // (n_matrices, n_rows, n_cols) device memory
+    size_t mat_bytes;       // bytes of one (n_rows, n_cols) matrix
+    int64_t n_rows, n_cols;
+    const void *x;          // (n_pairs / x_div rows, n_cols): q8_1 or floats as for ft_cuda_matvec
+    const int32_t *ids;     // (n_pairs) matrix of each pair, device memory
+    int x_div;              // >= 1
+    float *y;               // (n_pairs, n_rows)
+    int n_pairs;
+} ft_cuda_matvec_ids_params;
+
+void ft_cuda_matvec_ids(const ft_cuda_matvec_ids_params *p, ft_cuda_stream *s);
 
 // For tests and tuning only: forces the quantized kernels' threads per row group (32 or 128;
 // 0 restores the automatic choice by shape, see matvec_q.cu). Not thread-safe.

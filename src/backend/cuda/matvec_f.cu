@@ -54,6 +54,9 @@ typedef struct matvec_f_args {
     int n_rows;
     int n_cols;
     int n_tok;
+    const int32_t *ids; // expert mode, as in matvec_q.cu; NULL: off
+    size_t w_mat;       // bytes per matrix
+    int x_div, n_pairs;
 } matvec_f_args;
 
 template <int T, int NCOLS, int ROWS, bool VEC>
@@ -61,9 +64,18 @@ __global__ void __launch_bounds__(MVF_THREADS) matvec_f_kernel(const matvec_f_ar
     typedef fw<T> F;
     typedef typename F::elem elem;
     const int row0 = blockIdx.x * ROWS;
+    const elem *w = (const elem *)a.w;
+    const float *x = a.x;
+    float *y = a.y;
+    if (a.ids) {
+        const int pair = blockIdx.y;
+        w = (const elem *)((const uint8_t *)a.w + (size_t)a.ids[pair] * a.w_mat);
+        x += (size_t)(pair / a.x_div) * a.n_cols;
+        y += (size_t)pair * a.n_rows;
+    }
     const elem *wr[ROWS];
 #pragma unroll
-    for (int r = 0; r < ROWS; r++) wr[r] = (const elem *)a.w + (size_t)min(row0 + r, a.n_rows - 1) * a.n_cols;
+    for (int r = 0; r < ROWS; r++) wr[r] = w + (size_t)min(row0 + r, a.n_rows - 1) * a.n_cols;
 
     float acc[NCOLS][ROWS];
 #pragma unroll
@@ -79,7 +91,7 @@ __global__ void __launch_bounds__(MVF_THREADS) matvec_f_kernel(const matvec_f_ar
 #pragma unroll
             for (int c = 0; c < NCOLS; c++) {
                 if (c >= a.n_tok) break;
-                const float4 xv = *(const float4 *)(a.x + (size_t)c * a.n_cols + i);
+                const float4 xv = *(const float4 *)(x + (size_t)c * a.n_cols + i);
 #pragma unroll
                 for (int r = 0; r < ROWS; r++) {
                     float s = acc[c][r];
@@ -96,7 +108,7 @@ __global__ void __launch_bounds__(MVF_THREADS) matvec_f_kernel(const matvec_f_ar
 #pragma unroll
             for (int c = 0; c < NCOLS; c++) {
                 if (c >= a.n_tok) break;
-                const float xv = a.x[(size_t)c * a.n_cols + i];
+                const float xv = x[(size_t)c * a.n_cols + i];
 #pragma unroll
                 for (int r = 0; r < ROWS; r++) acc[c][r] = fmaf(F::one(wr[r] + i), xv, acc[c][r]);
             }
@@ -118,14 +130,14 @@ __global__ void __launch_bounds__(MVF_THREADS) matvec_f_kernel(const matvec_f_ar
         float v = 0.0f;
 #pragma unroll
         for (int k = 0; k < MVF_WARPS; k++) v += red[k][c][r];
-        if (c < a.n_tok && row0 + r < a.n_rows) a.y[(int64_t)c * a.n_rows + row0 + r] = v;
+        if (c < a.n_tok && row0 + r < a.n_rows) y[(int64_t)c * a.n_rows + row0 + r] = v;
     }
 }
 
 template <int T, int NCOLS>
 static void launch_ncols(const matvec_f_args &a, cudaStream_t s) {
     constexpr int ROWS = NCOLS == 1 ? 1 : 2;
-    const unsigned grid = (unsigned)((a.n_rows + ROWS - 1) / ROWS);
+    const dim3 grid((unsigned)((a.n_rows + ROWS - 1) / ROWS), a.ids ? (unsigned)a.n_pairs : 1u);
     // 4-element chunks need every row (and token) to start 16-byte / 8-byte aligned
     if (a.n_cols % 4 == 0) matvec_f_kernel<T, NCOLS, ROWS, true><<<grid, MVF_THREADS, 0, s>>>(a);
     else matvec_f_kernel<T, NCOLS, ROWS, false><<<grid, MVF_THREADS, 0, s>>>(a);
@@ -140,7 +152,7 @@ static void launch_type(const matvec_f_args &a, cudaStream_t s) {
     else launch_ncols<T, 8>(a, s);
 }
 
-void ft_cuda_matvec_f(const ft_cuda_matvec_params *p, cudaStream_t s) {
+void ft_cuda_matvec_f(const ft_cuda_matvec_params *p, const ft_cuda_matvec_ids_params *ip, cudaStream_t s) {
     FT_CUDA_ASSERT(p->n_rows >= 1 && p->n_rows <= INT32_MAX && p->n_cols <= INT32_MAX / 2);
     // vector loads assume 16-byte aligned bases (cudaMalloc gives 256)
     FT_CUDA_ASSERT(((uintptr_t)p->w % 16) == 0 && ((uintptr_t)p->x % 16) == 0);
@@ -151,6 +163,10 @@ void ft_cuda_matvec_f(const ft_cuda_matvec_params *p, cudaStream_t s) {
     a.n_rows = (int)p->n_rows;
     a.n_cols = (int)p->n_cols;
     a.n_tok = p->n_tok;
+    a.ids = ip ? ip->ids : NULL;
+    a.w_mat = ip ? ip->mat_bytes : 0;
+    a.x_div = ip ? ip->x_div : 1;
+    a.n_pairs = ip ? ip->n_pairs : 1;
     switch (p->type) {
     case FT_TYPE_F32: launch_type<FT_TYPE_F32>(a, s); break;
     case FT_TYPE_F16: launch_type<FT_TYPE_F16>(a, s); break;

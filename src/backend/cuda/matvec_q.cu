@@ -54,6 +54,12 @@ typedef struct matvec_q_args {
     int n_rows;
     int n_blocks;         // weight blocks per row
     int n_tok;
+    // expert mode (ft_cuda_matvec_ids): CTA row blockIdx.y is pair p, on matrix ids[p] (w_mat
+    // bytes apart), reading x row p / x_div and writing y row p; n_tok is 1. NULL: off.
+    const int32_t *ids;
+    size_t w_mat;
+    int x_div;
+    int n_pairs;
 } matvec_q_args;
 
 // A group of TPR threads (32: one warp; 128: the whole CTA) computes ROWS consecutive rows;
@@ -68,12 +74,21 @@ __global__ void __launch_bounds__(MV_THREADS) matvec_q_kernel(const matvec_q_arg
     const int row0 = (blockIdx.x * GROUPS + threadIdx.x / TPR) * ROWS;
     const int t = threadIdx.x % TPR;
     const size_t row_bytes = (size_t)a.n_blocks * Q::bytes;
+    const int64_t x_stride = (int64_t)a.n_blocks * YB; // q8_1 blocks per token
+    const uint8_t *w = a.w;
+    const block_q8_1 *x = a.x;
+    float *y = a.y;
+    if (a.ids) {
+        const int pair = blockIdx.y;
+        w += (size_t)a.ids[pair] * a.w_mat;
+        x += (int64_t)(pair / a.x_div) * x_stride;
+        y += (int64_t)pair * a.n_rows;
+    }
     // a row past the end computes on the last row and is not written (no early exit: the
     // CTA-wide reduction below needs every thread)
     const uint8_t *wr[ROWS];
 #pragma unroll
-    for (int r = 0; r < ROWS; r++) wr[r] = a.w + (size_t)min(row0 + r, a.n_rows - 1) * row_bytes;
-    const int64_t x_stride = (int64_t)a.n_blocks * YB; // q8_1 blocks per token
+    for (int r = 0; r < ROWS; r++) wr[r] = w + (size_t)min(row0 + r, a.n_rows - 1) * row_bytes;
 
     float acc[NCOLS][ROWS];
 #pragma unroll
@@ -91,7 +106,7 @@ __global__ void __launch_bounds__(MV_THREADS) matvec_q_kernel(const matvec_q_arg
 #pragma unroll
             for (int c = 0; c < NCOLS; c++) {
                 if (c >= a.n_tok) break;
-                const block_q8_1 *xb = a.x + c * x_stride + (int64_t)ib * YB;
+                const block_q8_1 *xb = x + c * x_stride + (int64_t)ib * YB;
 #pragma unroll
                 for (int r = 0; r < ROWS; r++) acc[c][r] += Q::dot(wr[r] + (size_t)ib * Q::bytes, xb, part);
             }
@@ -119,7 +134,7 @@ __global__ void __launch_bounds__(MV_THREADS) matvec_q_kernel(const matvec_q_arg
             float v = 0.0f;
 #pragma unroll
             for (int k = 0; k < WPG; k++) v += red[w0 + k][c][r];
-            if (c < a.n_tok && row0 + r < a.n_rows) a.y[(int64_t)c * a.n_rows + row0 + r] = v;
+            if (c < a.n_tok && row0 + r < a.n_rows) y[(int64_t)c * a.n_rows + row0 + r] = v;
         }
     } else if (t < NCOLS * ROWS) {
         // lane t writes (token t / ROWS, row t % ROWS); acc[][] is indexed by constants only,
@@ -131,7 +146,7 @@ __global__ void __launch_bounds__(MV_THREADS) matvec_q_kernel(const matvec_q_arg
             for (int r = 0; r < ROWS; r++)
                 if (t == c * ROWS + r) v = acc[c][r];
         const int c = t / ROWS, r = t % ROWS;
-        if (c < a.n_tok && row0 + r < a.n_rows) a.y[(int64_t)c * a.n_rows + row0 + r] = v;
+        if (c < a.n_tok && row0 + r < a.n_rows) y[(int64_t)c * a.n_rows + row0 + r] = v;
     }
 }
 
@@ -161,7 +176,7 @@ static int pick_tpr(int n_rows, int n_tok) {
 template <int T, int NCOLS, int ROWS, int TPR, int U>
 static void launch(const matvec_q_args &a, cudaStream_t s) {
     constexpr int rows_per_cta = MV_THREADS / TPR * ROWS;
-    const unsigned grid = (unsigned)((a.n_rows + rows_per_cta - 1) / rows_per_cta);
+    const dim3 grid((unsigned)((a.n_rows + rows_per_cta - 1) / rows_per_cta), a.ids ? (unsigned)a.n_pairs : 1u);
     matvec_q_kernel<T, NCOLS, ROWS, TPR, U><<<grid, MV_THREADS, 0, s>>>(a);
     CUDA_CHECK_LAUNCH();
 }
@@ -169,12 +184,14 @@ static void launch(const matvec_q_args &a, cudaStream_t s) {
 template <int T, int NCOLS>
 static void launch_ncols(const matvec_q_args &a, cudaStream_t s) {
     constexpr int ROWS = NCOLS == 1 ? 1 : 2;
-    if (pick_tpr(a.n_rows, a.n_tok) == FT_WARP) launch<T, NCOLS, ROWS, FT_WARP, 2>(a, s);
+    // the expert form has n_pairs CTAs per row group already: a warp per row keeps the CTA
+    // count (prefill: thousands of pairs) down
+    if ((a.ids && !g_tpr_forced) || pick_tpr(a.n_rows, a.n_tok) == FT_WARP) launch<T, NCOLS, ROWS, FT_WARP, 2>(a, s);
     else launch<T, NCOLS, ROWS, MV_THREADS, 1>(a, s);
 }
 
 template <int T>
-static void launch_type(const ft_cuda_matvec_params *p, cudaStream_t s) {
+static void launch_type(const ft_cuda_matvec_params *p, const ft_cuda_matvec_ids_params *ip, cudaStream_t s) {
     typedef qt<T> Q;
     FT_CUDA_ASSERT(p->n_cols % Q::qk == 0);
     FT_CUDA_ASSERT(p->n_rows >= 1 && p->n_rows <= INT32_MAX && p->n_cols / Q::qk <= INT32_MAX / Q::nparts);
@@ -186,6 +203,10 @@ static void launch_type(const ft_cuda_matvec_params *p, cudaStream_t s) {
     a.n_rows = (int)p->n_rows;
     a.n_blocks = (int)(p->n_cols / Q::qk);
     a.n_tok = p->n_tok;
+    a.ids = ip ? ip->ids : NULL;
+    a.w_mat = ip ? ip->mat_bytes : 0;
+    a.x_div = ip ? ip->x_div : 1;
+    a.n_pairs = ip ? ip->n_pairs : 1;
     if (p->n_tok == 1) launch_ncols<T, 1>(a, s);
     else if (p->n_tok == 2) launch_ncols<T, 2>(a, s);
     else if (p->n_tok <= 4) launch_ncols<T, 4>(a, s);
@@ -209,27 +230,38 @@ extern "C" bool ft_cuda_matvec_supported(uint32_t type) {
            type == FT_TYPE_BF16;
 }
 
-extern "C" void ft_cuda_matvec(const ft_cuda_matvec_params *p, ft_cuda_stream *stream) {
+static void matvec_any(const ft_cuda_matvec_params *p, const ft_cuda_matvec_ids_params *ip,
+                       ft_cuda_stream *stream) {
     FT_CUDA_ASSERT(p->n_tok >= 1 && p->n_tok <= FT_CUDA_MATVEC_MAX_TOK);
     FT_CUDA_ASSERT(p->n_cols > 0);
     const cudaStream_t s = ft_cuda_stream_handle(stream);
     switch (p->type) {
-    case FT_TYPE_Q4_0: launch_type<FT_TYPE_Q4_0>(p, s); break;
-    case FT_TYPE_Q4_1: launch_type<FT_TYPE_Q4_1>(p, s); break;
-    case FT_TYPE_Q5_0: launch_type<FT_TYPE_Q5_0>(p, s); break;
-    case FT_TYPE_Q5_1: launch_type<FT_TYPE_Q5_1>(p, s); break;
-    case FT_TYPE_Q8_0: launch_type<FT_TYPE_Q8_0>(p, s); break;
-    case FT_TYPE_Q2_K: launch_type<FT_TYPE_Q2_K>(p, s); break;
-    case FT_TYPE_Q3_K: launch_type<FT_TYPE_Q3_K>(p, s); break;
-    case FT_TYPE_Q4_K: launch_type<FT_TYPE_Q4_K>(p, s); break;
-    case FT_TYPE_Q5_K: launch_type<FT_TYPE_Q5_K>(p, s); break;
-    case FT_TYPE_Q6_K: launch_type<FT_TYPE_Q6_K>(p, s); break;
-    case FT_TYPE_IQ4_NL: launch_type<FT_TYPE_IQ4_NL>(p, s); break;
-    case FT_TYPE_IQ4_XS: launch_type<FT_TYPE_IQ4_XS>(p, s); break;
-    case FT_TYPE_MXFP4: launch_type<FT_TYPE_MXFP4>(p, s); break;
-    case FT_TYPE_F32: case FT_TYPE_F16: case FT_TYPE_BF16: ft_cuda_matvec_f(p, s); break;
+    case FT_TYPE_Q4_0: launch_type<FT_TYPE_Q4_0>(p, ip, s); break;
+    case FT_TYPE_Q4_1: launch_type<FT_TYPE_Q4_1>(p, ip, s); break;
+    case FT_TYPE_Q5_0: launch_type<FT_TYPE_Q5_0>(p, ip, s); break;
+    case FT_TYPE_Q5_1: launch_type<FT_TYPE_Q5_1>(p, ip, s); break;
+    case FT_TYPE_Q8_0: launch_type<FT_TYPE_Q8_0>(p, ip, s); break;
+    case FT_TYPE_Q2_K: launch_type<FT_TYPE_Q2_K>(p, ip, s); break;
+    case FT_TYPE_Q3_K: launch_type<FT_TYPE_Q3_K>(p, ip, s); break;
+    case FT_TYPE_Q4_K: launch_type<FT_TYPE_Q4_K>(p, ip, s); break;
+    case FT_TYPE_Q5_K: launch_type<FT_TYPE_Q5_K>(p, ip, s); break;
+    case FT_TYPE_Q6_K: launch_type<FT_TYPE_Q6_K>(p, ip, s); break;
+    case FT_TYPE_IQ4_NL: launch_type<FT_TYPE_IQ4_NL>(p, ip, s); break;
+    case FT_TYPE_IQ4_XS: launch_type<FT_TYPE_IQ4_XS>(p, ip, s); break;
+    case FT_TYPE_MXFP4: launch_type<FT_TYPE_MXFP4>(p, ip, s); break;
+    case FT_TYPE_F32: case FT_TYPE_F16: case FT_TYPE_BF16: ft_cuda_matvec_f(p, ip, s); break;
     default:
         fprintf(stderr, "ft_cuda_matvec: unsupported weight type %u\n", p->type);
         abort();
     }
+}
+
+extern "C" void ft_cuda_matvec(const ft_cuda_matvec_params *p, ft_cuda_stream *stream) {
+    matvec_any(p, NULL, stream);
+}
+
+extern "C" void ft_cuda_matvec_ids(const ft_cuda_matvec_ids_params *ip, ft_cuda_stream *stream) {
+    FT_CUDA_ASSERT(ip->n_pairs >= 1 && ip->n_pairs <= 65535 && ip->x_div >= 1 && ip->ids);
+    ft_cuda_matvec_params p = {ip->type, ip->w, ip->n_rows, ip->n_cols, ip->x, ip->y, 1};
+    matvec_any(&p, ip, stream);
 }

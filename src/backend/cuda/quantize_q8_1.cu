@@ -3,10 +3,11 @@
 //
 // Steps, one warp per 32-float block (lane i owns element i):
 //   1. load x[i] (one coalesced 128-byte read per warp);
-//   2. amax = warp max of |x|; d = amax / 127; id = 1 / d (0 for an all-zero block);
-//   3. q = roundf(x * id) narrowed to int8 exactly as the CPU reference does;
+//   2. amax = warp max of |x|; d = amax / 127; id = 127 / amax (0 for an all-zero block);
+//   3. q = x * id rounded half to even, as the CPU backend's quantizer (cpu_quant.c);
 //   4. sum = warp sum of q; lane 0 writes d and s = d * sum as fp16, every lane its code.
-// The result equals ft_quantize_row_q8_1_ref bit for bit.
+// The result equals the CPU backend's q8_1 rows (cpu_quantize_row) bit for bit; it differs
+// from the scalar ft_quantize_row_q8_1_ref (id = 1 / d, half away from zero) in rare codes.
 // Launch: 256 threads (8 warps, 8 blocks) per CTA, ceil(n_tok * n_cols / 32 / 8) CTAs.
 #include "cuda_common.cuh"
 
@@ -23,9 +24,12 @@ quantize_q8_1_kernel(const float *__restrict__ x, block_q8_1 *__restrict__ y, in
     const int lane = threadIdx.x % FT_WARP;
     const float v = x[b * QK8_1 + lane];
     const float amax = ft_warp_max(fabsf(v));
+    // the CPU backend's arithmetic (cpu_quant.c, llama.cpp's x86 quantizer): id = 127 / amax
+    // and round half to even, so both backends see the same codes (one code off by one moves
+    // a random test model's logits by about 1e-2)
     const float d = amax / 127.0f;
-    const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    const int8_t q = (int8_t)ft_trunc_int(roundf(v * id));
+    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    const int8_t q = (int8_t)__float2int_rn(v * id);
     const int sum = ft_warp_sum_int(q);
     y[b].qs[lane] = q;
     if (lane == 0) {

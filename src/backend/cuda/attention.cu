@@ -1,0 +1,212 @@
+// attention.cu: causal attention of n_tok queries over an f16 or q8_0 KV cache (decode and
+// prefill, sliding windows, grouped KV heads), with the scores computed as the CPU op does:
+// for an f16 cache the query is rounded to f16 and dotted in float; for a q8_0 cache the
+// query is quantized to q8_0 (the CPU's rounding) and dotted with integer sums per block.
+//
+// Steps, one 128-thread CTA per (head, token):
+//   1. the query (converted as above) goes to shared memory;
+//   2. keys kmin..qpos in chunks of 128: thread i scores key k0 + i; CTA max; p = e^(s - M)
+//      with the running max M; the running sum and the accumulators are rescaled when M grows
+//      (online softmax, float);
+//   3. warp w takes keys w, w + 4, ... of the chunk, lane l output dims l, l + 32, ... (V rows
+//      read coalesced); at the end the 4 warps' sums are added and divided by the softmax sum.
+// Batches of up to FT_CUDA_ATTN_SPLIT_MAX_TOK tokens (decode) split the keys into up to
+// FT_CUDA_ATTN_MAX_SPLIT ranges of whole chunks, one CTA each (grid.z), writing partial sums,
+// maxima and softmax sums that a second kernel merges (flash-decoding). Not yet the tiled
+// tensor-core flash attention for prefill: one CTA per (head, token) there.
+#include "cuda_common.cuh"
+#include "cuda_ops.h"
+
+#include "../../quant/fp16.h"
+#include "../../quant/quant.h"
+
+enum { AT_THREADS = 128, AT_MAX_HD = 256 };
+
+__device__ __forceinline__ float ld_kv(const uint8_t *row, uint32_t type, int d) {
+    if (type == FT_TYPE_F16) return ft_fp16_to_fp32(((const ft_half *)row)[d]);
+    const block_q8_0 *b = (const block_q8_0 *)row + d / 32;
+    return ft_fp16_to_fp32(b->d) * (float)b->qs[d % 32];
+}
+
+__global__ void __launch_bounds__(AT_THREADS) attention_kernel(const ft_cuda_attn_params p) {
+    __shared__ float qf[AT_MAX_HD];
+    __shared__ int8_t qq[AT_MAX_HD];
+    __shared__ float qd[AT_MAX_HD / 32];
+    __shared__ float pr[AT_THREADS];
+    __shared__ float red[32];
+    const int h = blockIdx.x, t = blockIdx.y, tid = threadIdx.x, hd = p.head_dim;
+    const int hk = h / (p.n_head / p.n_head_kv);
+    const int qpos = p.pos0 + t;
+    const int kmin = p.window > 0 ? max(0, qpos - p.window + 1) : 0;
+    // split z of the keys (flash-decoding): keys kbeg..kend, which may be none
+    const int kbeg = kmin + (int)blockIdx.z * p.keys_per_split;
+    const int kend = p.n_split > 1 ? min(qpos, kbeg + p.keys_per_split - 1) : qpos;
+    const float *q = p.q + ((int64_t)t * p.n_head + h) * hd;
+    const bool kq8 = p.k_type == FT_TYPE_Q8_0;
+    const size_t koff = (size_t)hk * (kq8 ? (size_t)hd / 32 * sizeof(block_q8_0) : (size_t)hd * 2);
+    const size_t voff = (size_t)hk * (p.v_type == FT_TYPE_Q8_0 ? (size_t)hd / 32 * sizeof(block_q8_0) : (size_t)hd * 2);
+
+    // 1. the query in the key's dot-product format
+    if (kq8) {
+        // a warp per block of 32: amax, d = amax / 127, codes round-half-even(x * 127 / amax)
+        const int lane = tid % FT_WARP;
+        for (int b = tid / FT_WARP; b < hd / 32; b += AT_THREADS / FT_WARP) {
+            const float v = q[b * 32 + lane];
+            const float amax = ft_warp_max(fabsf(v));
+            const float id = amax != 0.0f ? 127.f / amax : 0.0f;
+            qq[b * 32 + lane] = (int8_t)__float2int_rn(v * id);
+            if (lane == 0) qd[b] = ft_fp16_to_fp32(ft_fp32_to_fp16(amax / 127.f));
+        }
+    } else {
+        for (int d = tid; d < hd; d += AT_THREADS) qf[d] = ft_fp16_to_fp32(ft_fp32_to_fp16(q[d]));
+    }
+    __syncthreads();
+
+    // thread (warp w, lane l) accumulates dims l, l + 32, ... over the keys w, w + 4, ... of
+    // each chunk; the 4 warps' partial sums are added at the end
+    constexpr int DJ = AT_MAX_HD / FT_WARP, NW = AT_THREADS / FT_WARP;
+    const int lane = tid % FT_WARP, warp = tid / FT_WARP;
+    float acc[DJ];
+#pragma unroll
+    for (int j = 0; j < DJ; j++) acc[j] = 0.0f;
+    float M = -INFINITY, S = 0.0f;
+    const bool vec = !kq8 && hd % 8 == 0; // 16-byte loads of 8 f16 keys
+    for (int k0 = kbeg; k0 <= kend; k0 += AT_THREADS) {
+        // 2. scores of this chunk
+        const int k = k0 + tid;
+        float s = -INFINITY;
+        if (k <= kend) {
+            const uint8_t *kr = (const uint8_t *)p.k + (size_t)k * p.k_row_bytes + koff;
+            s = 0.0f;
+            if (kq8) {
+                for (int b = 0; b < hd / 32; b++) {
+                    const block_q8_0 *kb = (const block_q8_0 *)kr + b;
+                    int isum = 0;
+#pragma unroll 8
+                    for (int i = 0; i < 32; i++) isum += (int)kb->qs[i] * (int)qq[b * 32 + i];
+                    s += ft_fp16_to_fp32(kb->d) * qd[b] * (float)isum;
+                }
+            } else if (vec) {
+                const uint4 *k8 = (const uint4 *)kr;
+                for (int d8 = 0; d8 < hd / 8; d8++) {
+                    const uint4 u = k8[d8];
+                    const uint32_t w4[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+                    for (int i = 0; i < 4; i++) {
+                        s += ft_fp16_to_fp32((ft_half)(w4[i] & 0xFFFFu)) * qf[d8 * 8 + 2 * i];
+                        s += ft_fp16_to_fp32((ft_half)(w4[i] >> 16)) * qf[d8 * 8 + 2 * i + 1];
+                    }
+                }
+            } else {
+                const ft_half *kh = (const ft_half *)kr;
+                for (int d = 0; d < hd; d++) s += ft_fp16_to_fp32(kh[d]) * qf[d];
+            }
+            s *= p.scale;
+        }
+        const float m_chunk = ft_block_max(s, red);
+        const float M_new = fmaxf(M, m_chunk);
+        const float e = k <= kend ? expf(s - M_new) : 0.0f;
+        const float e_sum = ft_block_sum(e, red);
+        const float rescale = M == -INFINITY ? 0.0f : expf(M - M_new);
+        S = S * rescale + e_sum;
+        M = M_new;
+        pr[tid] = e;
+        __syncthreads();
+        // 3. values
+        const int n_k = min(AT_THREADS, kend - k0 + 1);
+#pragma unroll
+        for (int j = 0; j < DJ; j++) acc[j] *= rescale;
+        for (int kk = warp; kk < n_k; kk += NW) {
+            const float pk = pr[kk];
+            const uint8_t *vr = (const uint8_t *)p.v + (size_t)(k0 + kk) * p.v_row_bytes + voff;
+#pragma unroll
+            for (int j = 0; j < DJ; j++) {
+                const int d = lane + j * FT_WARP;
+                if (d < hd) acc[j] += pk * ld_kv(vr, p.v_type, d);
+            }
+        }
+        __syncthreads(); // pr is rewritten by the next chunk
+    }
+    // the warps' partial sums, through shared memory (reusing the query's buffer)
+    __shared__ float part[NW][AT_MAX_HD];
+#pragma unroll
+    for (int j = 0; j < DJ; j++) {
+        const int d = lane + j * FT_WARP;
+        if (d < hd) part[warp][d] = acc[j];
+    }
+    __syncthreads();
+    if (p.n_split > 1) {
+        // a partial result: the unnormalised sums, the running max and the softmax sum
+        float *o = p.part + (((int64_t)t * p.n_head + h) * p.n_split + blockIdx.z) * (hd + 2);
+        for (int d = tid; d < hd; d += AT_THREADS) {
+            float v = 0.0f;
+#pragma unroll
+            for (int w = 0; w < NW; w++) v += part[w][d];
+            o[d] = v;
+        }
+        if (tid == 0) {
+            o[hd] = M;
+            o[hd + 1] = S;
+        }
+        return;
+    }
+    const float inv = S == 0.0f ? 0.0f : 1.0f / S;
+    float *o = p.out + ((int64_t)t * p.n_head + h) * hd;
+    for (int d = tid; d < hd; d += AT_THREADS) {
+        float v = 0.0f;
+#pragma unroll
+        for (int w = 0; w < NW; w++) v += part[w][d];
+        o[d] = v * inv;
+    }
+}
+
+// The splits of one (head, token) merged: weights e^(M_z - M) for each split's sums.
+__global__ void __launch_bounds__(AT_THREADS) attention_merge_kernel(const ft_cuda_attn_params p) {
+    const int h = blockIdx.x, t = blockIdx.y, hd = p.head_dim;
+    const float *part = p.part + ((int64_t)t * p.n_head + h) * p.n_split * (hd + 2);
+    float M = -INFINITY;
+    for (int z = 0; z < p.n_split; z++) M = fmaxf(M, part[z * (hd + 2) + hd]);
+    float S = 0.0f;
+    for (int z = 0; z < p.n_split; z++) {
+        const float mz = part[z * (hd + 2) + hd];
+        if (mz != -INFINITY) S += part[z * (hd + 2) + hd + 1] * expf(mz - M);
+    }
+    const float inv = S == 0.0f ? 0.0f : 1.0f / S;
+    float *o = p.out + ((int64_t)t * p.n_head + h) * hd;
+    for (int d = threadIdx.x; d < hd; d += AT_THREADS) {
+        float v = 0.0f;
+        for (int z = 0; z < p.n_split; z++) {
+            const float mz = part[z * (hd + 2) + hd];
+            if (mz != -INFINITY) v += part[z * (hd + 2) + d] * expf(mz - M);
+        }
+        o[d] = v * inv;
+    }
+}
+
+extern "C" void ft_cuda_attention(const ft_cuda_attn_params *p, ft_cuda_stream *s) {
+    FT_CUDA_ASSERT(p->head_dim >= 1 && p->head_dim <= AT_MAX_HD && p->n_head % p->n_head_kv == 0);
+    FT_CUDA_ASSERT(p->k_type == FT_TYPE_F16 || (p->k_type == FT_TYPE_Q8_0 && p->head_dim % 32 == 0));
+    FT_CUDA_ASSERT(p->v_type == FT_TYPE_F16 || (p->v_type == FT_TYPE_Q8_0 && p->head_dim % 32 == 0));
+    FT_CUDA_ASSERT(p->n_tok >= 0 && p->n_tok <= 65535);
+    if (p->n_tok == 0) return;
+    ft_cuda_attn_params a = *p;
+    // small batches (decode) split the keys over several CTAs per (head, token) so that more
+    // than n_head CTAs share the cache reads; prefill has CTAs enough
+    int max_keys = p->pos0 + p->n_tok;
+    if (p->window > 0) max_keys = min(max_keys, p->window);
+    a.n_split = 1;
+    a.keys_per_split = max_keys;
+    if (p->part && p->n_tok <= FT_CUDA_ATTN_SPLIT_MAX_TOK && max_keys > AT_THREADS) {
+        a.n_split = min((max_keys + AT_THREADS - 1) / AT_THREADS, FT_CUDA_ATTN_MAX_SPLIT);
+        const int per = (max_keys + a.n_split - 1) / a.n_split;
+        a.keys_per_split = (per + AT_THREADS - 1) / AT_THREADS * AT_THREADS;
+        a.n_split = (max_keys + a.keys_per_split - 1) / a.keys_per_split;
+    }
+    const cudaStream_t st = ft_cuda_stream_handle(s);
+    attention_kernel<<<dim3((unsigned)p->n_head, (unsigned)p->n_tok, (unsigned)a.n_split), AT_THREADS, 0, st>>>(a);
+    CUDA_CHECK_LAUNCH();
+    if (a.n_split > 1) {
+        attention_merge_kernel<<<dim3((unsigned)p->n_head, (unsigned)p->n_tok), AT_THREADS, 0, st>>>(a);
+        CUDA_CHECK_LAUNCH();
+    }
+}

@@ -1,0 +1,385 @@
+// cuda_backend.c: the CUDA backend's host side (see cuda.h): life cycle, scratch, and each op
+// of ft_backend_ops as launches of the kernels in this folder (cuda_ops.h, ft_cuda.h).
+//
+// Matmuls quantize the activations once to q8_1 (quantized weights) or pass floats (f32, f16,
+// bf16 weights) and run the matvec kernels 8 tokens per launch; a larger batch takes several
+// launches over the same quantized activations (correct, not yet the tensor-core GEMM).
+// Consecutive matmuls of one input (wq/wk/wv, gate/up, router and experts) quantize it once.
+// moe_ffn routes on the device and runs the selected experts through the expert form of the
+// matvec (ft_cuda_matvec_ids), one (token, slot) pair per CTA row, so the host never waits;
+// prefill does not yet group tokens by expert (each pair reads its expert's rows), and there
+// is no tensor-core GEMM yet. Decode attention splits the keys over CTAs (flash-decoding).
+#include "cuda.h"
+#include "cuda_ops.h"
+#include "ft_cuda.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct cuda_backend {
+    ft_backend base;
+    int dev;
+    ft_cuda_stream *stream;
+    ft_backend_limits lim;
+    bool reserved;
+    void **bufs;               // activation buffers handed out by alloc
+    int n_bufs, cap_bufs;
+    // scratch (device), sized once by reserve; W = max_width rounded up to 32, P = max_tok * n_used
+    void *xq;                  // (P, W) q8_1 activations
+    float *h_gate, *h_up;      // (P, W)
+    float *h_out;              // (P, W)
+    float *logits;             // (max_tok, max(n_expert, 1))
+    int32_t *sel;              // (P) selected experts
+    float *sel_w;              // (P) their weights
+    float *gap;                // (1) smallest routing gap since the last read
+    float *attn_part;          // flash-decoding partials (see cuda_ops.h)
+    size_t attn_part_floats;
+    // host side
+    float *staging;            // pinned (max_tok, W): get_rows' dequantized rows
+    ft_cuda_event *staging_done;
+    bool staging_used;
+    float *host_gap;           // pinned (2): [0] = +inf (the reset value), [1] = read back
+    // what xq holds: the q8_1 form of (xq_tok, xq_cols) floats at xq_src, reused by the next
+    // quantized matmul of the same input while no other op ran (wq/wk/wv, gate/up, router and
+    // expert gate/up share one input); activation buffers change only through ops
+    const float *xq_src;
+    int64_t xq_cols;
+    int xq_tok;
+} cuda_backend;
+
+static cuda_backend *cuda_of(ft_backend *be) { return (cuda_backend *)be; }
+
+// Every op but matmul starts here: it may write any buffer, so xq no longer matches its source.
+static cuda_backend *cuda_op(ft_backend *be) {
+    cuda_backend *c = (cuda_backend *)be;
+    c->xq_src = NULL;
+    return c;
+}
+
+// xq = q8_1 of x (n_tok, n_cols), unless it already holds exactly that.
+static void quantize_x(cuda_backend *c, const float *x, int64_t n_cols, int n_tok) {
+    if (c->xq_src == x && c->xq_cols == n_cols && c->xq_tok == n_tok) return;
+    ft_cuda_quantize_q8_1(x, c->xq, n_cols, n_tok, c->stream);
+    c->xq_src = x;
+    c->xq_cols = n_cols;
+    c->xq_tok = n_tok;
+}
+
+static int64_t round32(int64_t n) { return (n + 31) / 32 * 32; }
+
+// Split partials: per (token, head, split) head_dim + 2 floats; n_head * (head_dim + 2) is at
+// most 3 * max_width (head_dim >= 1).
+static size_t attn_part_floats(const ft_backend_limits *lim) {
+    return (size_t)FT_CUDA_ATTN_SPLIT_MAX_TOK * FT_CUDA_ATTN_MAX_SPLIT * 3 * (size_t)lim->max_width;
+}
+
+size_t ft_backend_cuda_scratch_bytes(const ft_backend_limits *lim) {
+    size_t W = (size_t)round32(lim->max_width), T = (size_t)lim->max_tok;
+    size_t P = T * (size_t)FT_MAX(lim->n_expert_used, 1), E = (size_t)FT_MAX(lim->n_expert, 1);
+    return ft_cuda_q8_1_bytes((int64_t)W, (int)P) + 3 * P * W * sizeof(float) + T * E * sizeof(float) +
+           P * (sizeof(int32_t) + sizeof(float)) + attn_part_floats(lim) * sizeof(float) + 256 * 9;
+}
+
+static void *dev_alloc(size_t n, const char *what) {
+    void *p = ft_cuda_malloc(n);
+    if (!p) ft_abort(__FILE__, __LINE__, "cuda: out of device memory allocating %zu bytes for %s", n, what);
+    return p;
+}
+
+static void cuda_reserve(ft_backend *be, const ft_backend_limits *lim) {
+    cuda_backend *c = cuda_of(be);
+    FT_ASSERT(!c->reserved && lim->max_tok >= 1 && lim->max_width >= 1);
+    c->reserved = true;
+    c->lim = *lim;
+    size_t W = (size_t)round32(lim->max_width), T = (size_t)lim->max_tok;
+    size_t P = T * (size_t)FT_MAX(lim->n_expert_used, 1), E = (size_t)FT_MAX(lim->n_expert, 1);
+    c->xq = dev_alloc(ft_cuda_q8_1_bytes((int64_t)W, (int)P), "quantized activations");
+    c->h_gate = dev_alloc(P * W * sizeof(float), "ffn scratch");
+    c->h_up = dev_alloc(P * W * sizeof(float), "ffn scratch");
+    c->h_out = dev_alloc(P * W * sizeof(float), "ffn scratch");
+    c->logits = dev_alloc(T * E * sizeof(float), "router logits");
+    c->sel = dev_alloc(P * sizeof(int32_t), "routing");
+    c->sel_w = dev_alloc(P * sizeof(float), "routing");
+    c->gap = dev_alloc(sizeof(float), "routing gap");
+    c->attn_part_floats = attn_part_floats(lim);
+    c->attn_part = dev_alloc(c->attn_part_floats * sizeof(float), "attention partials");
+    c->staging = ft_cuda_host_alloc(T * W * sizeof(float));
+    c->host_gap = ft_cuda_host_alloc(2 * sizeof(float));
+    c->host_gap[0] = INFINITY;
+    ft_cuda_memcpy_h2d(c->gap, &c->host_gap[0], sizeof(float), c->stream);
+    c->staging_done = ft_cuda_event_init();
+}
+
+static float *cuda_alloc(ft_backend *be, size_t n) {
+    cuda_backend *c = cuda_of(be);
+    if (c->n_bufs == c->cap_bufs) {
+        c->cap_bufs = c->cap_bufs ? 2 * c->cap_bufs : 16;
+        c->bufs = ft_realloc(c->bufs, (size_t)c->cap_bufs * sizeof(*c->bufs));
+    }
+    size_t bytes = (n ? n : 1) * sizeof(float);
+    float *p = dev_alloc(bytes, "an activation buffer");
+    ft_cuda_memset(p, 0, bytes, c->stream);
+    c->bufs[c->n_bufs++] = p;
+    return p;
+}
+
+static void cuda_read(ft_backend *be, const float *src, float *dst, size_t n) {
+    cuda_backend *c = cuda_of(be);
+    ft_cuda_memcpy_d2h(dst, src, n * sizeof(float), c->stream);
+    if (c->reserved) {
+        ft_cuda_memcpy_d2h(&c->host_gap[1], c->gap, sizeof(float), c->stream);
+        ft_cuda_memcpy_h2d(c->gap, &c->host_gap[0], sizeof(float), c->stream);
+    }
+    ft_cuda_stream_sync(c->stream);
+    if (c->reserved) be->min_route_gap = FT_MIN(be->min_route_gap, c->host_gap[1]);
+}
+
+static void cuda_free(ft_backend *be) {
+    if (!be) return;
+    cuda_backend *c = cuda_of(be);
+    ft_cuda_stream_sync(c->stream);
+    for (int i = 0; i < c->n_bufs; i++) ft_cuda_free(c->bufs[i]);
+    free(c->bufs);
+    ft_cuda_free(c->xq);
+    ft_cuda_free(c->h_gate);
+    ft_cuda_free(c->h_up);
+    ft_cuda_free(c->h_out);
+    ft_cuda_free(c->logits);
+    ft_cuda_free(c->sel);
+    ft_cuda_free(c->sel_w);
+    ft_cuda_free(c->gap);
+    ft_cuda_free(c->attn_part);
+    ft_cuda_host_free(c->staging);
+    ft_cuda_host_free(c->host_gap);
+    ft_cuda_event_free(c->staging_done);
+    ft_cuda_stream_free(c->stream);
+    free(c);
+}
+
+static void check_on_device(const ft_tensor *t) {
+    if (t->placement != FT_PLACEMENT_CUDA)
+        ft_abort(__FILE__, __LINE__, "cuda backend: tensor %s is not on the device", t->name);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Matmul
+
+// y (n_tok, n_rows) = x · wᵀ for n_rows x n_cols weights at w (device) of type type.
+static void matmul_raw(cuda_backend *c, uint32_t type, const void *w, int64_t n_rows, int64_t n_cols,
+                       const float *x, float *y, int n_tok) {
+    FT_ASSERT(ft_cuda_matvec_supported(type));
+    bool q = ft_cuda_matvec_wants_q8_1(type);
+    if (q) quantize_x(c, x, n_cols, n_tok);
+    size_t xq_row = ft_cuda_q8_1_bytes(n_cols, 1);
+    for (int t0 = 0; t0 < n_tok; t0 += FT_CUDA_MATVEC_MAX_TOK) {
+        int nt = FT_MIN(FT_CUDA_MATVEC_MAX_TOK, n_tok - t0);
+        ft_cuda_matvec_params mp = {
+            .type = type, .w = w, .n_rows = n_rows, .n_cols = n_cols,
+            .x = q ? (const void *)((const uint8_t *)c->xq + (size_t)t0 * xq_row) : (const void *)(x + (size_t)t0 * n_cols),
+            .y = y + (size_t)t0 * n_rows, .n_tok = nt,
+        };
+        ft_cuda_matvec(&mp, c->stream);
+    }
+    if (y == x) c->xq_src = NULL; // (never done, but then xq would describe old data)
+}
+
+static void cuda_matmul(ft_backend *be, const ft_tensor *w, const float *x, float *y, int n_tok) {
+    cuda_backend *c = cuda_of(be);
+    FT_ASSERT(c->reserved && n_tok <= c->lim.max_tok && w->ne[2] == 1);
+    check_on_device(w);
+    if (n_tok == 0) return;
+    matmul_raw(c, w->type, w->data, w->ne[1], w->ne[0], x, y, n_tok);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Element-wise ops
+
+// Rows of the embedding table (host memory) dequantized on the host into pinned staging and
+// copied over; the event keeps the next call from overwriting staging before its copy ran.
+static void cuda_get_rows(ft_backend *be, const ft_tensor *t, const int32_t *ids, float *y, int n_tok) {
+    cuda_backend *c = cuda_op(be);
+    FT_ASSERT(c->reserved && n_tok <= c->lim.max_tok && t->ne[0] <= round32(c->lim.max_width));
+    if (t->placement != FT_PLACEMENT_CPU)
+        ft_abort(__FILE__, __LINE__, "cuda backend: get_rows wants the table %s in host memory", t->name);
+    const ft_quant_ops *q = ft_quant_ops_find(t->type);
+    if (c->staging_used) ft_cuda_event_sync(c->staging_done);
+    for (int i = 0; i < n_tok; i++) {
+        FT_ASSERT(ids[i] >= 0 && ids[i] < t->ne[1]);
+        q->to_float((const uint8_t *)t->data + (size_t)ids[i] * t->row_bytes, c->staging + (size_t)i * t->ne[0], t->ne[0]);
+    }
+    ft_cuda_memcpy_h2d(y, c->staging, (size_t)n_tok * (size_t)t->ne[0] * sizeof(float), c->stream);
+    ft_cuda_event_record(c->staging_done, c->stream);
+    c->staging_used = true;
+}
+
+static void cuda_rms_norm(ft_backend *be, const float *x, const ft_tensor *w, float *y, int n_rows, int n,
+                          float eps) {
+    FT_ASSERT(w->type == FT_TYPE_F32 && w->ne[0] == n);
+    check_on_device(w);
+    ft_cuda_rms_norm(x, w->data, y, n_rows, n, eps, cuda_op(be)->stream);
+}
+
+static void cuda_add(ft_backend *be, float *y, const float *x, size_t n) {
+    ft_cuda_add(y, x, n, cuda_op(be)->stream);
+}
+
+static void cuda_add_bias(ft_backend *be, float *y, const ft_tensor *b, int n_rows, int n) {
+    FT_ASSERT(b->type == FT_TYPE_F32 && b->ne[0] == n);
+    check_on_device(b);
+    ft_cuda_add_bias(y, b->data, n_rows, n, cuda_op(be)->stream);
+}
+
+// The CPU op's YaRN constants (cpu_attn.c), computed here on the host.
+static float yarn_corr_dim(int n_dims, int n_ctx_orig, float n_rot, float base) {
+    return n_dims * logf(n_ctx_orig / (n_rot * 2 * (float)M_PI)) / (2 * logf(base));
+}
+
+static void cuda_rope(ft_backend *be, float *x, int n_tok, int n_head, int head_dim, int pos0,
+                      const ft_rope_params *p) {
+    FT_ASSERT(p->n_rot % 2 == 0 && p->n_rot <= head_dim);
+    float lo = floorf(yarn_corr_dim(p->n_rot, p->n_ctx_orig, p->beta_fast, p->freq_base));
+    float hi = ceilf(yarn_corr_dim(p->n_rot, p->n_ctx_orig, p->beta_slow, p->freq_base));
+    ft_cuda_rope_params rp = {
+        .n_rot = p->n_rot, .neox = p->neox, .theta_scale = powf(p->freq_base, -2.0f / p->n_rot),
+        .freq_scale = p->freq_scale, .ext_factor = p->ext_factor, .attn_factor = p->attn_factor,
+        .corr0 = FT_MAX(0.0f, lo), .corr1 = FT_MIN((float)(p->n_rot - 1), hi),
+    };
+    ft_cuda_rope(x, n_tok, n_head, head_dim, pos0, &rp, cuda_op(be)->stream);
+}
+
+static void cuda_hadamard(ft_backend *be, float *x, int n_rows, int row_len, int n) {
+    FT_ASSERT(n > 0 && (n & (n - 1)) == 0 && row_len % n == 0);
+    ft_cuda_hadamard(x, (int64_t)n_rows * row_len / n, n, cuda_op(be)->stream);
+}
+
+static void cuda_set_rows(ft_backend *be, ft_tensor *cache, int row0, const float *x, int n_rows) {
+    FT_ASSERT(row0 >= 0 && row0 + n_rows <= cache->ne[1]);
+    check_on_device(cache);
+    ft_cuda_set_rows(cache->type, (uint8_t *)cache->data + (size_t)row0 * cache->row_bytes, cache->row_bytes, x,
+                     n_rows, cache->ne[0], cuda_op(be)->stream);
+}
+
+static void cuda_attention(ft_backend *be, const ft_attn_params *p) {
+    cuda_backend *c = cuda_op(be);
+    FT_ASSERT(p->head_dim <= c->lim.max_head_dim && p->pos0 + p->n_tok <= c->lim.max_ctx);
+    check_on_device(p->k_cache);
+    check_on_device(p->v_cache);
+    ft_cuda_attn_params ap = {
+        .q = p->q, .out = p->out, .k = p->k_cache->data, .v = p->v_cache->data,
+        .k_type = p->k_cache->type, .v_type = p->v_cache->type,
+        .k_row_bytes = p->k_cache->row_bytes, .v_row_bytes = p->v_cache->row_bytes,
+        .n_tok = p->n_tok, .pos0 = p->pos0, .n_head = p->n_head, .n_head_kv = p->n_head_kv,
+        .head_dim = p->head_dim, .window = p->window, .scale = p->scale,
+    };
+    size_t need = (size_t)FT_CUDA_ATTN_SPLIT_MAX_TOK * (size_t)p->n_head * FT_CUDA_ATTN_MAX_SPLIT * (size_t)(p->head_dim + 2);
+    ap.part = need <= c->attn_part_floats ? c->attn_part : NULL;
+    ft_cuda_attention(&ap, c->stream);
+}
+
+static void cuda_softplus_gate(ft_backend *be, float *x, const float *g, int n_tok, int n_head, int head_dim,
+                               int g_width) {
+    ft_cuda_softplus_gate(x, g, n_tok, n_head, head_dim, g_width, cuda_op(be)->stream);
+}
+
+// ---------------------------------------------------------------------------------------------
+// FFN ops
+
+static void cuda_ffn(ft_backend *be, const ft_tensor *gate, const ft_tensor *up, const ft_tensor *down,
+                     const float *x, float *y, int n_tok) {
+    cuda_backend *c = cuda_op(be);
+    int64_t n_ff = gate->ne[1];
+    FT_ASSERT(n_ff <= c->lim.max_width && up->ne[1] == n_ff && down->ne[0] == n_ff);
+    be->ops->matmul(be, gate, x, c->h_gate, n_tok);
+    be->ops->matmul(be, up, x, c->h_up, n_tok);
+    ft_cuda_swiglu(c->h_gate, c->h_up, (size_t)n_tok * (size_t)n_ff, c->stream);
+    c->xq_src = NULL;
+    be->ops->matmul(be, down, c->h_gate, y, n_tok);
+}
+
+// One bank of experts for every (token, slot) pair: y row p = W[sel[p]] · x row p / x_div.
+static void expert_matvec(cuda_backend *c, const ft_tensor *w, const float *x, int x_div, float *y, int n_pairs) {
+    check_on_device(w);
+    FT_ASSERT(ft_cuda_matvec_supported(w->type));
+    bool q = ft_cuda_matvec_wants_q8_1(w->type);
+    if (q) quantize_x(c, x, w->ne[0], n_pairs / x_div);
+    ft_cuda_matvec_ids_params ip = {
+        .type = w->type, .w = w->data, .mat_bytes = w->mat_bytes, .n_rows = w->ne[1], .n_cols = w->ne[0],
+        .x = q ? (const void *)c->xq : (const void *)x, .ids = c->sel, .x_div = x_div, .y = y, .n_pairs = n_pairs,
+    };
+    ft_cuda_matvec_ids(&ip, c->stream);
+}
+
+static void cuda_moe_ffn(ft_backend *be, const ft_moe_params *p, const float *x, float *y, int n_tok) {
+    cuda_backend *c = cuda_op(be);
+    int64_t n_embd = p->gate_exps->ne[0], n_ff = p->gate_exps->ne[1];
+    int k = p->n_expert_used;
+    FT_ASSERT(c->reserved && n_tok <= c->lim.max_tok && k <= c->lim.n_expert_used);
+    FT_ASSERT(p->n_expert <= c->lim.n_expert && n_ff <= c->lim.max_width && n_embd <= c->lim.max_width);
+    if (n_tok == 0) return;
+    const float *bias = NULL;
+    if (ft_tensor_present(p->sel_bias)) {
+        check_on_device(p->sel_bias);
+        FT_ASSERT(p->sel_bias->type == FT_TYPE_F32);
+        bias = p->sel_bias->data;
+    }
+    be->ops->matmul(be, p->router, x, c->logits, n_tok);
+    ft_cuda_route_params rp = {
+        .logits = c->logits, .bias = bias, .sel = c->sel, .w = c->sel_w, .gap = c->gap,
+        .n_tok = n_tok, .n_expert = p->n_expert, .k = k, .softmax = p->gating == FT_GATING_SOFTMAX,
+        .norm_w = p->norm_w, .w_scale = p->w_scale,
+    };
+    ft_cuda_moe_route(&rp, c->stream);
+    int n_pairs = n_tok * k;
+    // gate and up read token p / k; the quantized copy of x is made once when both want it
+    expert_matvec(c, p->gate_exps, x, k, c->h_gate, n_pairs);
+    expert_matvec(c, p->up_exps, x, k, c->h_up, n_pairs);
+    ft_cuda_swiglu(c->h_gate, c->h_up, (size_t)n_pairs * (size_t)n_ff, c->stream);
+    c->xq_src = NULL;
+    expert_matvec(c, p->down_exps, c->h_gate, 1, c->h_out, n_pairs);
+    ft_cuda_moe_combine(c->h_out, c->sel_w, y, n_tok, k, (int)n_embd, c->stream);
+}
+
+static void cuda_sigmoid_gate_add(ft_backend *be, const ft_tensor *gate_inp, const float *x, const float *s,
+                                  float *y, int n_tok, int n_embd) {
+    cuda_backend *c = cuda_op(be);
+    FT_ASSERT(gate_inp->ne[0] == n_embd && gate_inp->ne[1] == 1);
+    be->ops->matmul(be, gate_inp, x, c->logits, n_tok);
+    ft_cuda_sigmoid_scale_add(y, s, c->logits, n_tok, n_embd, c->stream);
+}
+
+static const ft_backend_ops g_cuda_ops = {
+    .name = "cuda",
+    .free = cuda_free,
+    .reserve = cuda_reserve,
+    .alloc = cuda_alloc,
+    .read = cuda_read,
+    .matmul = cuda_matmul,
+    .get_rows = cuda_get_rows,
+    .rms_norm = cuda_rms_norm,
+    .add = cuda_add,
+    .add_bias = cuda_add_bias,
+    .rope = cuda_rope,
+    .hadamard = cuda_hadamard,
+    .set_rows = cuda_set_rows,
+    .attention = cuda_attention,
+    .softplus_gate = cuda_softplus_gate,
+    .ffn = cuda_ffn,
+    .moe_ffn = cuda_moe_ffn,
+    .sigmoid_gate_add = cuda_sigmoid_gate_add,
+};
+
+ft_backend *ft_backend_cuda_init(int dev, ft_err *err) {
+    if (dev < 0 || dev >= ft_cuda_device_count()) {
+        ft_err_set(err, "cuda: no device %d (%d found)", dev, ft_cuda_device_count());
+        return NULL;
+    }
+    ft_cuda_set_device(dev);
+    cuda_backend *c = ft_calloc(1, sizeof(*c));
+    c->base.ops = &g_cuda_ops;
+    c->base.placement = FT_PLACEMENT_CUDA;
+    c->base.min_route_gap = INFINITY;
+    c->dev = dev;
+    c->stream = ft_cuda_stream_init();
+    return &c->base;
+}

@@ -1,0 +1,87 @@
+// cuda_ops.h: the kernels of the CUDA backend's ops, as plain C launchers (internal to
+// src/backend/cuda/; cuda_backend.c is the only caller). One op per .cu file.
+//
+// Every pointer is device memory unless said otherwise; every launcher enqueues on stream s
+// and returns at once (no host synchronisation); shapes are programmer errors and abort.
+#ifndef FT_CUDA_OPS_H
+#define FT_CUDA_OPS_H
+
+#include "ft_cuda.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// rms_norm.cu: y = x / rms(x) * w per row of n floats (y may be x).
+void ft_cuda_rms_norm(const float *x, const float *w, float *y, int n_rows, int n, float eps,
+                      ft_cuda_stream *s);
+
+// elementwise.cu
+void ft_cuda_add(float *y, const float *x, size_t n, ft_cuda_stream *s);          // y += x
+void ft_cuda_add_bias(float *y, const float *b, int n_rows, int n, ft_cuda_stream *s);
+// x (n_tok, n_head*head_dim) *= softplus(g); g (n_tok, g_width), g_width n_head or the width
+void ft_cuda_softplus_gate(float *x, const float *g, int n_tok, int n_head, int head_dim,
+                           int g_width, ft_cuda_stream *s);
+// g = silu(g) * u over n floats
+void ft_cuda_swiglu(float *g, const float *u, size_t n, ft_cuda_stream *s);
+// y[t] += s[t] * sigmoid(logit[t]) (sigmoid as silu(l) / l, as the CPU op)
+void ft_cuda_sigmoid_scale_add(float *y, const float *src, const float *logit, int n_tok,
+                               int n_embd, ft_cuda_stream *s);
+
+// rope.cu: the angles' host-side constants come precomputed so device and CPU agree.
+typedef struct ft_cuda_rope_params {
+    int n_rot;
+    int neox;
+    float theta_scale;     // freq_base^(-2/n_rot), computed on the host as the CPU op does
+    float freq_scale, ext_factor, attn_factor;
+    float corr0, corr1;    // YaRN correction dims
+} ft_cuda_rope_params;
+void ft_cuda_rope(float *x, int n_tok, int n_head, int head_dim, int pos0,
+                  const ft_cuda_rope_params *p, ft_cuda_stream *s);
+
+// hadamard.cu: each of n_chunks consecutive chunks of n floats (n a power of two <= 1024).
+void ft_cuda_hadamard(float *x, int64_t n_chunks, int n, ft_cuda_stream *s);
+
+// set_rows.cu: rows of n floats -> rows of type (FT_TYPE_F16 or FT_TYPE_Q8_0) row_bytes apart.
+void ft_cuda_set_rows(uint32_t type, void *dst, size_t row_bytes, const float *x, int n_rows,
+                      int64_t n, ft_cuda_stream *s);
+
+// attention.cu. Decode splits the keys over CTAs when part is given: part holds
+// FT_CUDA_ATTN_SPLIT_MAX_TOK * n_head * FT_CUDA_ATTN_MAX_SPLIT * (head_dim + 2) floats.
+#define FT_CUDA_ATTN_SPLIT_MAX_TOK 8
+#define FT_CUDA_ATTN_MAX_SPLIT 32
+typedef struct ft_cuda_attn_params {
+    const float *q;        // (n_tok, n_head * head_dim)
+    float *out;            // (n_tok, n_head * head_dim)
+    const void *k, *v;     // caches: row p = position p, KV heads one after another
+    uint32_t k_type, v_type;   // FT_TYPE_F16 or FT_TYPE_Q8_0
+    size_t k_row_bytes, v_row_bytes;
+    int n_tok, pos0, n_head, n_head_kv, head_dim, window;
+    float scale;
+    float *part;           // scratch for split partial results, or NULL: no split
+    int n_split, keys_per_split; // set by ft_cuda_attention
+} ft_cuda_attn_params;
+void ft_cuda_attention(const ft_cuda_attn_params *p, ft_cuda_stream *s);
+
+// moe_route.cu: routing of n_tok tokens and the weighted sum of their experts' outputs.
+typedef struct ft_cuda_route_params {
+    const float *logits;   // (n_tok, n_expert)
+    const float *bias;     // (n_expert) selection bias, or NULL
+    int32_t *sel;          // (n_tok, k) selected experts, best first
+    float *w;              // (n_tok, k) their weights
+    float *gap;            // one float: atomically lowered to the smallest routing gap
+    int n_tok, n_expert, k;
+    int softmax;           // else sigmoid
+    int norm_w;
+    float w_scale;         // 0 or 1: none
+} ft_cuda_route_params;
+void ft_cuda_moe_route(const ft_cuda_route_params *p, ft_cuda_stream *s);
+// y[t] = sum_j w[t][j] * h[t * k + j] over j in order; h (n_tok * k, n_embd)
+void ft_cuda_moe_combine(const float *h, const float *w, float *y, int n_tok, int k, int n_embd,
+                         ft_cuda_stream *s);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

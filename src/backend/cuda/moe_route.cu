@@ -1,0 +1,120 @@
+// moe_route.cu: MoE routing on the device (gating, top-k with selection bias, weights) and the
+// weighted sum of the selected experts' outputs; the host never learns which experts ran.
+//
+// Routing, one warp per token (lane i owns experts i, i + 32, ...), as the CPU op (cpu_moe.c):
+//   1. probs = softmax(logits) (max-subtracted, sum of exps, times 1/sum) or sigmoid(logits);
+//   2. k rounds of a warp arg-max over probs + bias among the experts not yet taken (ties to
+//      the lower index, as the CPU's scan); lane 0 records each winner;
+//   3. the routing gap (last selected score minus the best unselected one, >= 0) lowers *gap
+//      (an atomicMin on the float's bits, which order like ints for non-negative floats);
+//   4. weights = probs of the winners, renormalised (sum floored at 2^-14) and scaled.
+// Combine: one thread per output element, summing the token's k expert rows in slot order.
+#include "cuda_common.cuh"
+#include "cuda_ops.h"
+
+enum { ROUTE_MAX_EXPERTS = 1024, ROUTE_MAX_K = 64 };
+
+__global__ void __launch_bounds__(FT_WARP) moe_route_kernel(const ft_cuda_route_params p) {
+    __shared__ float probs[ROUTE_MAX_EXPERTS];
+    __shared__ unsigned char taken[ROUTE_MAX_EXPERTS];
+    __shared__ int sel[ROUTE_MAX_K];
+    const int t = blockIdx.x, lane = threadIdx.x, ne = p.n_expert, k = p.k;
+    const float *lg = p.logits + (int64_t)t * ne;
+    if (p.softmax) {
+        float mx = -INFINITY;
+        for (int i = lane; i < ne; i += FT_WARP) mx = fmaxf(mx, lg[i]);
+        mx = ft_warp_max(mx);
+        float sum = 0.0f;
+        for (int i = lane; i < ne; i += FT_WARP) {
+            const float e = expf(lg[i] - mx);
+            probs[i] = e;
+            sum += e;
+        }
+        sum = ft_warp_sum(sum);
+        const float inv = 1.0f / sum;
+        for (int i = lane; i < ne; i += FT_WARP) probs[i] *= inv;
+    } else {
+        for (int i = lane; i < ne; i += FT_WARP) probs[i] = 1.0f / (1.0f + expf(-lg[i]));
+    }
+    for (int i = lane; i < ne; i += FT_WARP) taken[i] = 0;
+    __syncwarp();
+    for (int j = 0; j <= k && j < ne; j++) {
+        float bv = -INFINITY;
+        int bi = ne;
+        for (int i = lane; i < ne; i += FT_WARP) {
+            const float v = probs[i] + (p.bias ? p.bias[i] : 0.0f);
+            if (!taken[i] && (bi == ne || v > bv)) {
+                bv = v;
+                bi = i;
+            }
+        }
+#pragma unroll
+        for (int o = FT_WARP / 2; o > 0; o >>= 1) {
+            const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+            const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+            if (oi != ne && (bi == ne || ov > bv || (ov == bv && oi < bi))) {
+                bv = ov;
+                bi = oi;
+            }
+        }
+        if (j == k) {
+            // the best unselected expert: the routing gap
+            if (lane == 0) {
+                const int last = sel[k - 1];
+                const float lv = probs[last] + (p.bias ? p.bias[last] : 0.0f);
+                const float gap = fmaxf(lv - bv, 0.0f);
+                atomicMin((int *)p.gap, __float_as_int(gap));
+            }
+            break;
+        }
+        if (lane == 0) {
+            sel[j] = bi;
+            taken[bi] = 1;
+        }
+        __syncwarp();
+    }
+    __syncwarp();
+    if (lane == 0) {
+        float w[ROUTE_MAX_K], sum = 0.0f;
+        for (int j = 0; j < k; j++) {
+            w[j] = probs[sel[j]];
+            sum += w[j];
+        }
+        if (p.norm_w) {
+            sum = fmaxf(sum, 6.103515625e-5f);
+            for (int j = 0; j < k; j++) w[j] /= sum;
+        }
+        if (p.w_scale != 0.0f && p.w_scale != 1.0f)
+            for (int j = 0; j < k; j++) w[j] *= p.w_scale;
+        for (int j = 0; j < k; j++) {
+            p.sel[(int64_t)t * k + j] = sel[j];
+            p.w[(int64_t)t * k + j] = w[j];
+        }
+    }
+}
+
+__global__ void moe_combine_kernel(const float *h, const float *w, float *y, int k, int n_embd, int64_t total) {
+    const int64_t i = (int64_t)blockIdx.x * 256 + threadIdx.x;
+    if (i >= total) return;
+    const int64_t t = i / n_embd;
+    const int c = (int)(i % n_embd);
+    float acc = h[(t * k) * n_embd + c] * w[t * k];
+    for (int j = 1; j < k; j++) acc += h[(t * k + j) * n_embd + c] * w[t * k + j];
+    y[i] = acc;
+}
+
+extern "C" void ft_cuda_moe_route(const ft_cuda_route_params *p, ft_cuda_stream *s) {
+    FT_CUDA_ASSERT(p->n_expert >= 1 && p->n_expert <= ROUTE_MAX_EXPERTS);
+    FT_CUDA_ASSERT(p->k >= 1 && p->k <= ROUTE_MAX_K && p->k <= p->n_expert && p->gap);
+    if (p->n_tok == 0) return;
+    moe_route_kernel<<<(unsigned)p->n_tok, FT_WARP, 0, ft_cuda_stream_handle(s)>>>(*p);
+    CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void ft_cuda_moe_combine(const float *h, const float *w, float *y, int n_tok, int k, int n_embd,
+                                    ft_cuda_stream *s) {
+    const int64_t total = (int64_t)n_tok * n_embd;
+    if (total == 0) return;
+    moe_combine_kernel<<<(unsigned)((total + 255) / 256), 256, 0, ft_cuda_stream_handle(s)>>>(h, w, y, k, n_embd, total);
+    CUDA_CHECK_LAUNCH();
+}

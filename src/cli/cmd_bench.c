@@ -1,0 +1,321 @@
+// cmd_bench.c: `ft bench [-m FILE.gguf] [-p 512] [-n 128] [-t N] [-r REPS] [--json]`: prompt and
+// decode speed of the engine, the median over REPS runs, against the memory roofline.
+//
+// Each run starts from an empty sequence, evaluates a prompt of p deterministic token ids in
+// one ft_engine_eval call (prefill, timed) and then n more ids one at a time (decode, timed).
+// No tokenizer and no sampling: the ids are a fixed function of the position, so ft and
+// llama.cpp (bench/llama_bench.mjs) can be fed the same ones. An untimed warm-up run first
+// faults the mapped weights in.
+//
+// The roofline: decode at batch 1 reads every dense weight and top-k experts per MoE layer once
+// per token, so bytes_per_token (from the tensors' sizes; the token-embedding table counts one
+// row, the KV cache is left out) over the machine's memory read bandwidth, measured in the same
+// run with a threaded read of a buffer far larger than the caches, bounds decode speed.
+#include "cli.h"
+#include "args.h"
+#include "../backend/cpu/cpu.h"
+#include "../engine/engine.h"
+
+#include <immintrin.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+
+#define BENCH_MAX_REPS 100
+
+static void bench_usage(FILE *out) {
+    fprintf(out,
+            "usage: ft bench [-m FILE.gguf] [options]\n"
+            "Measures prompt (prefill) and decode speed over several runs and prints the medians, the\n"
+            "model's bytes read per decoded token and the fraction of the measured memory bandwidth\n"
+            "that decode reaches. Token ids are deterministic (no tokenizer). Without -m, uses the\n"
+            "demo model (random weights) in ~/.cache/ft.\n\n"
+            "  -m, --model FILE           the model\n"
+            "  -p, --n-prompt N           prompt tokens (default 512)\n"
+            "  -n, --n-gen N              decoded tokens after the prompt (default 128)\n"
+            "  -t, --threads N            CPU threads (default: physical cores)\n"
+            "  -r, --reps N               timed runs; figures are their median (default 3)\n"
+            "  --kv-cache-dtype T         f16 (default) or q8_0\n"
+            "  --device D                 cpu (default) or cuda\n"
+            "  --json                     one JSON line on stdout instead of the table\n");
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(const double *v, int n) {
+    double s[BENCH_MAX_REPS];
+    memcpy(s, v, (size_t)n * sizeof(double));
+    qsort(s, (size_t)n, sizeof(double), cmp_double);
+    return n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
+}
+
+// The id of the token at position i: spread over the vocabulary, the same in llama_bench.mjs.
+static int32_t bench_token(int i, int n_vocab) {
+    int mod = n_vocab < 32000 ? n_vocab : 32000;
+    return (int32_t)(((int64_t)i * 7919 + 13) % mod);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bytes per decoded token
+
+static size_t tensor_bytes(const ft_tensor *t) {
+    if (!ft_tensor_present(t)) return 0;
+    return t->row_bytes * (size_t)t->ne[1] * (size_t)(t->ne[2] > 1 ? t->ne[2] : 1);
+}
+
+// A decoded token reads one row of the embedding table, every other dense weight, and for each
+// MoE layer n_expert_used of the n_expert matrices of gate, up and down.
+static size_t bytes_per_token(const ft_model *m) {
+    size_t b = m->tok_embd.row_bytes + tensor_bytes(&m->output_norm) + tensor_bytes(&m->output);
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        const ft_layer *l = &m->layers[il];
+        const ft_tensor *dense[] = {&l->attn_norm, &l->wq, &l->wk, &l->wv, &l->bq, &l->bk, &l->bv,
+                                    &l->wo, &l->q_norm, &l->k_norm, &l->attn_gate, &l->ffn_norm,
+                                    &l->router, &l->sel_bias, &l->gate_shexp, &l->up_shexp,
+                                    &l->down_shexp, &l->gate_inp_shexp, &l->ffn_gate, &l->ffn_up,
+                                    &l->ffn_down};
+        for (size_t i = 0; i < sizeof(dense) / sizeof(dense[0]); i++) b += tensor_bytes(dense[i]);
+        const ft_tensor *exps[] = {&l->gate_exps, &l->up_exps, &l->down_exps};
+        for (size_t i = 0; i < 3; i++)
+            if (ft_tensor_present(exps[i])) b += exps[i]->mat_bytes * (size_t)m->hp.n_expert_used;
+    }
+    return b;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Memory read bandwidth
+
+typedef struct {
+    const uint64_t *p;
+    size_t n;         // words
+    uint64_t sum;     // kept so the reads are not optimised away
+    pthread_barrier_t *bar;
+    double t0, t1;
+} bw_slice;
+
+// Sums n words with 256-bit loads: four independent accumulators keep enough loads in flight
+// for one core to approach its share of the bandwidth (a scalar loop stays far below it).
+__attribute__((target("avx2"))) static uint64_t bw_sum_avx2(const uint64_t *p, size_t n) {
+    __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        a0 = _mm256_add_epi64(a0, _mm256_loadu_si256((const __m256i *)(p + i)));
+        a1 = _mm256_add_epi64(a1, _mm256_loadu_si256((const __m256i *)(p + i + 4)));
+        a2 = _mm256_add_epi64(a2, _mm256_loadu_si256((const __m256i *)(p + i + 8)));
+        a3 = _mm256_add_epi64(a3, _mm256_loadu_si256((const __m256i *)(p + i + 12)));
+    }
+    uint64_t lanes[4], sum = 0;
+    _mm256_storeu_si256((__m256i *)lanes, _mm256_add_epi64(_mm256_add_epi64(a0, a1), _mm256_add_epi64(a2, a3)));
+    for (int k = 0; k < 4; k++) sum += lanes[k];
+    for (; i < n; i++) sum += p[i];
+    return sum;
+}
+
+static uint64_t bw_sum(const uint64_t *p, size_t n) {
+    uint64_t a[8] = {0};
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++) a[k] += p[i + k];
+    for (; i < n; i++) a[0] += p[i];
+    return a[0] + a[1] + a[2] + a[3] + a[4] + a[5] + a[6] + a[7];
+}
+
+static void *bw_read(void *arg) {
+    bw_slice *s = arg;
+    bool avx2 = __builtin_cpu_supports("avx2");
+    pthread_barrier_wait(s->bar);
+    s->t0 = now_s();
+    s->sum = avx2 ? bw_sum_avx2(s->p, s->n) : bw_sum(s->p, s->n);
+    s->t1 = now_s();
+    return NULL;
+}
+
+// The best of a few passes of n_threads threads reading disjoint slices of a 1 GiB buffer (far
+// beyond any cache), in GB/s (1e9 bytes). Returns 0 when the buffer cannot be had.
+static double measure_mem_bw(int n_threads) {
+    const size_t bytes = (size_t)1 << 30, words = bytes / sizeof(uint64_t);
+    uint64_t *buf = aligned_alloc((size_t)2 << 20, bytes);
+    if (!buf) return 0;
+    madvise(buf, bytes, MADV_HUGEPAGE); // fewer TLB misses; a hint, so its failure is harmless
+    for (size_t i = 0; i < words; i++) buf[i] = i; // fault every page in before timing
+    bw_slice s[64];
+    pthread_t th[64];
+    if (n_threads > 64) n_threads = 64;
+    double best = 0;
+    uint64_t sink = 0;
+    for (int pass = 0; pass < 4; pass++) {
+        pthread_barrier_t bar;
+        pthread_barrier_init(&bar, NULL, (unsigned)n_threads);
+        size_t per = words / (size_t)n_threads;
+        for (int t = 0; t < n_threads; t++) {
+            s[t] = (bw_slice){.p = buf + (size_t)t * per, .n = t + 1 == n_threads ? words - (size_t)t * per : per,
+                              .bar = &bar};
+            if (t > 0) pthread_create(&th[t], NULL, bw_read, &s[t]);
+        }
+        bw_read(&s[0]);
+        double t0 = s[0].t0, t1 = s[0].t1;
+        for (int t = 1; t < n_threads; t++) {
+            pthread_join(th[t], NULL);
+            if (s[t].t0 < t0) t0 = s[t].t0;
+            if (s[t].t1 > t1) t1 = s[t].t1;
+        }
+        for (int t = 0; t < n_threads; t++) sink += s[t].sum;
+        pthread_barrier_destroy(&bar);
+        double gbs = (double)bytes / (t1 - t0) / 1e9;
+        if (gbs > best) best = gbs;
+    }
+    free(buf);
+    if (sink == 42) fprintf(stderr, " "); // keeps the sums alive
+    return best;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The runs
+
+// One run: prefill n_prompt tokens, then decode n_gen one by one. Returns false and sets *err.
+static bool bench_once(ft_engine *e, const int32_t *ids, int n_prompt, int n_gen, double *prompt_s,
+                       double *gen_s, ft_err *err) {
+    ft_engine_reset(e);
+    double t0 = now_s();
+    if (n_prompt > 0 && !ft_engine_eval(e, ids, n_prompt, err)) return false;
+    double t1 = now_s();
+    for (int i = 0; i < n_gen; i++)
+        if (!ft_engine_eval(e, &ids[n_prompt + i], 1, err)) return false;
+    double t2 = now_s();
+    *prompt_s = t1 - t0;
+    *gen_s = t2 - t1;
+    return true;
+}
+
+int cmd_bench(int argc, char **argv) {
+    const char *model_path = NULL, *kv_name = "f16", *device_name = "cpu";
+    int64_t n_prompt = 512, n_gen = 128, threads = 0, reps = 3;
+    bool json = false, bad = false;
+    for (int i = 1; i < argc && !bad; i++) {
+        if (args_flag(argv, i, "-h|--help")) {
+            bench_usage(stdout);
+            return FT_EXIT_OK;
+        }
+        if (args_flag(argv, i, "--json")) {
+            json = true;
+            continue;
+        }
+        if (args_str(argc, argv, &i, "-m|--model", &model_path, &bad) ||
+            args_str(argc, argv, &i, "--kv-cache-dtype", &kv_name, &bad) ||
+            args_str(argc, argv, &i, "--device", &device_name, &bad) ||
+            args_int(argc, argv, &i, "-p|--n-prompt", 0, 1 << 20, &n_prompt, &bad) ||
+            args_int(argc, argv, &i, "-n|--n-gen", 0, 1 << 20, &n_gen, &bad) ||
+            args_int(argc, argv, &i, "-t|--threads", 1, 1024, &threads, &bad) ||
+            args_int(argc, argv, &i, "-r|--reps", 1, BENCH_MAX_REPS, &reps, &bad))
+            continue;
+        fprintf(stderr, "ft bench: unexpected argument '%s' (see ft bench --help)\n", argv[i]);
+        return FT_EXIT_USAGE;
+    }
+    if (bad) return FT_EXIT_USAGE;
+    if (n_prompt + n_gen == 0) {
+        fprintf(stderr, "ft bench: nothing to measure: -p and -n are both 0\n");
+        return FT_EXIT_USAGE;
+    }
+    ft_engine_params ep = ft_engine_default_params();
+    if (!ft_kv_type_from_name(kv_name, &ep.kv_type)) {
+        fprintf(stderr, "ft bench: --kv-cache-dtype %s: expected f16 or q8_0\n", kv_name);
+        return FT_EXIT_USAGE;
+    }
+    if (!ft_engine_device_from_name(device_name, &ep.device)) {
+        fprintf(stderr, "ft bench: --device %s: expected cpu or cuda\n", device_name);
+        return FT_EXIT_USAGE;
+    }
+    char demo[1024];
+    if (!model_path) {
+        if (!cli_demo_model("bench", demo, sizeof(demo))) return FT_EXIT_INPUT;
+        model_path = demo;
+    }
+    ft_err err = {{0}};
+    ft_model *m = ft_model_load(model_path, &err);
+    if (!m) {
+        fprintf(stderr, "ft bench: %s\n", err.msg);
+        return FT_EXIT_INPUT;
+    }
+    int rc = FT_EXIT_INPUT;
+    ft_engine *e = NULL;
+    int32_t *ids = NULL;
+    int n_tok = (int)(n_prompt + n_gen);
+    ep.n_threads = threads > 0 ? (int)threads : ft_cpu_physical_cores();
+    ep.n_ctx = n_tok;
+    if (ep.n_ctx > m->hp.n_ctx_train) {
+        fprintf(stderr, "ft bench: -p %d + -n %d exceeds the model's context of %d tokens\n", (int)n_prompt,
+                (int)n_gen, m->hp.n_ctx_train);
+        goto done;
+    }
+    if (!ft_engine_place_model(m, &ep, &err) || !(e = ft_engine_init(m, &ep, &err))) {
+        fprintf(stderr, "ft bench: %s\n", err.msg);
+        goto done;
+    }
+    ids = malloc((size_t)n_tok * sizeof(int32_t));
+    for (int i = 0; i < n_tok; i++) ids[i] = bench_token(i, m->hp.n_vocab);
+
+    // warm-up: fault the weights in (a short prefill routes to most experts) and wake the pool
+    double ps, gs, prompt_tps[BENCH_MAX_REPS], gen_tps[BENCH_MAX_REPS];
+    int wp = (int)(n_prompt < 64 ? n_prompt : 64), wg = (int)(n_gen < 4 ? n_gen : 4);
+    if (!bench_once(e, ids, wp, wg, &ps, &gs, &err)) goto eval_failed;
+    for (int r = 0; r < reps; r++) {
+        if (!bench_once(e, ids, (int)n_prompt, (int)n_gen, &ps, &gs, &err)) goto eval_failed;
+        prompt_tps[r] = ps > 0 ? (double)n_prompt / ps : 0;
+        gen_tps[r] = gs > 0 ? (double)n_gen / gs : 0;
+        if (!json)
+            fprintf(stderr, "run %d/%d: prompt %.2f tok/s, decode %.2f tok/s\n", r + 1, (int)reps, prompt_tps[r],
+                    gen_tps[r]);
+    }
+    double prompt_med = median(prompt_tps, (int)reps), gen_med = median(gen_tps, (int)reps);
+    size_t bpt = bytes_per_token(m);
+    double bw = ep.device == FT_PLACEMENT_CPU ? measure_mem_bw(ep.n_threads) : 0;
+    double roof_tps = bw > 0 ? bw * 1e9 / (double)bpt : 0;
+    double frac = roof_tps > 0 ? gen_med / roof_tps : 0;
+
+    if (json) {
+        printf("{\"model\":\"");
+        for (const char *c = model_path; *c; c++) // a path is plain text but may hold quotes
+            printf(*c == '"' || *c == '\\' ? "\\%c" : (unsigned char)*c < 0x20 ? "?" : "%c", *c);
+        printf("\",\"arch\":\"%s\",\"device\":\"%s\",\"threads\":%d,\"n_prompt\":%d,\"n_gen\":%d,\"reps\":%d,"
+               "\"n_vocab\":%d,\"prompt_tok_s\":%.3f,\"decode_tok_s\":%.3f,\"prompt_tok_s_runs\":[",
+               m->arch->name, device_name, ep.n_threads, (int)n_prompt, (int)n_gen, (int)reps, m->hp.n_vocab,
+               prompt_med, gen_med);
+        for (int r = 0; r < reps; r++) printf("%s%.3f", r ? "," : "", prompt_tps[r]);
+        printf("],\"decode_tok_s_runs\":[");
+        for (int r = 0; r < reps; r++) printf("%s%.3f", r ? "," : "", gen_tps[r]);
+        printf("],\"bytes_per_token\":%zu,\"mem_bw_gbs\":%.3f,\"roofline_tok_s\":%.3f,\"roofline_frac\":%.4f}\n",
+               bpt, bw, roof_tps, frac);
+    } else {
+        printf("model      %s (%s, %d layers, %d threads, %s)\n", model_path, m->arch->name, m->hp.n_layer,
+               ep.n_threads, device_name);
+        printf("prompt     %6d tokens  %9.2f tok/s  (median of %d)\n", (int)n_prompt, prompt_med, (int)reps);
+        printf("decode     %6d tokens  %9.2f tok/s  (median of %d)\n", (int)n_gen, gen_med, (int)reps);
+        printf("bytes/tok  %.1f MiB (dense weights + top-%d experts)\n", (double)bpt / (1 << 20),
+               m->hp.n_expert_used);
+        if (bw > 0)
+            printf("mem bw     %.2f GB/s (read, %d threads) -> roofline %.2f tok/s, decode at %.1f%%\n", bw,
+                   ep.n_threads, roof_tps, 100 * frac);
+    }
+    fflush(stdout);
+    rc = FT_EXIT_OK;
+    goto done;
+eval_failed:
+    fprintf(stderr, "ft bench: %s\n", err.msg);
+done:
+    free(ids);
+    ft_engine_free(e);
+    ft_model_free(m);
+    return rc;
+}
