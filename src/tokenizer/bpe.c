@@ -71,6 +71,21 @@ bool symbols_merge(tok_symbol *sym, tok_bigram b) {
     return true;
 }
 
+int32_t symbols_merge_all(const tok_vocab *v, tok_scratch *s, const char *w, size_t len,
+                          tok_pair_fn add_pair) {
+    int32_t n = symbols_split(s, w, len);
+    size_t n_heap = 0;
+    for (int32_t i = 1; i < n; i++) add_pair(v, s, w, &n_heap, i - 1, i);
+    while (n_heap) {
+        tok_bigram b = bigram_pop(s, &n_heap);
+        if (!symbols_merge(s->sym, b)) continue;
+        const tok_symbol *sym = s->sym;
+        add_pair(v, s, w, &n_heap, sym[b.left].prev, b.left);
+        add_pair(v, s, w, &n_heap, b.left, sym[b.left].next);
+    }
+    return n;
+}
+
 // ---------------------------------------------------------------------------------------------
 
 static void add_pair(const tok_vocab *v, tok_scratch *s, const char *w, size_t *n_heap,
@@ -92,16 +107,7 @@ static void encode_word(const tok_vocab *v, const char *w, size_t len, tok_scrat
             return;
         }
     }
-    int32_t n = symbols_split(s, w, len);
-    size_t n_heap = 0;
-    for (int32_t i = 1; i < n; i++) add_pair(v, s, w, &n_heap, i - 1, i);
-    while (n_heap) {
-        tok_bigram b = bigram_pop(s, &n_heap);
-        if (!symbols_merge(s->sym, b)) continue;
-        const tok_symbol *sym = s->sym;
-        add_pair(v, s, w, &n_heap, sym[b.left].prev, b.left);
-        add_pair(v, s, w, &n_heap, b.left, sym[b.left].next);
-    }
+    int32_t n = symbols_merge_all(v, s, w, len, add_pair);
     const tok_symbol *sym = s->sym;
     for (int32_t i = 0; i != -1 && n > 0; i = sym[i].next) {
         tok_id id = vocab_lookup(v, w + sym[i].off, sym[i].n);

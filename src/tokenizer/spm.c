@@ -38,17 +38,7 @@ void spm_encode_fragment(const tok_vocab *v, const char *text, size_t len, bool 
         }
     }
 
-    int32_t n_sym = symbols_split(s, w, n);
-    size_t n_heap = 0;
-    for (int32_t i = 1; i < n_sym; i++) add_pair(v, s, w, &n_heap, i - 1, i);
-    while (n_heap) {
-        tok_bigram b = bigram_pop(s, &n_heap);
-        if (!symbols_merge(s->sym, b)) continue;
-        const tok_symbol *sym = s->sym;
-        add_pair(v, s, w, &n_heap, sym[b.left].prev, b.left);
-        add_pair(v, s, w, &n_heap, b.left, sym[b.left].next);
-    }
-
+    int32_t n_sym = symbols_merge_all(v, s, w, n, add_pair);
     const tok_symbol *sym = s->sym;
     for (int32_t i = 0; i != -1 && n_sym > 0; i = sym[i].next) {
         tok_id id = vocab_lookup(v, w + sym[i].off, sym[i].n);

@@ -208,6 +208,15 @@ int32_t symbols_split(tok_scratch *s, const char *buf, size_t len);
 // Merges the pair of a popped bigram if it is still current; true if it did.
 bool symbols_merge(tok_symbol *sym, tok_bigram b);
 
+// Queues the pair (left, right) of word w if it may merge (BPE: it has a rank; SPM: it forms a
+// token); either index may be -1 (no neighbour).
+typedef void (*tok_pair_fn)(const tok_vocab *v, tok_scratch *s, const char *w, size_t *n_heap,
+                            int32_t left, int32_t right);
+// Splits w[0..len) into symbols and merges adjacent pairs, best queued first, until none is
+// left; the result is the linked list s->sym from index 0. Returns the number of symbols split.
+int32_t symbols_merge_all(const tok_vocab *v, tok_scratch *s, const char *w, size_t len,
+                          tok_pair_fn add_pair);
+
 // encode.c
 void tok_ids_push(tok_ids *t, tok_id id);
 
