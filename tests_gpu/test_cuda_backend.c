@@ -18,8 +18,13 @@
 // Whole models, after a 40-token prompt (prefill in batches of 16: more than 8 tokens per
 // matmul) and after each of 3 decoded tokens:
 //   - strict: q8_0 weights everywhere and a q8_0 KV cache, where the GPU's q8_1 activations
-//     carry the same codes as the CPU's q8_0 ones: the same arg-max (unless the CPU's two best
-//     are within 1e-3) and top-10 probabilities within 1e-3;
+//     carry the same codes as the CPU's q8_0 ones for the same input. Not for inputs that
+//     differ by float rounding: now and then a value lands on the other side of a rounding
+//     boundary, and these random-weight models amplify one such code step to ~0.1 in the
+//     logits (the CPU against itself, half its embedding values scaled by 1 +- 1e-7, does it
+//     too; qwen2moe happens to see none). Checked: the same arg-max unless the CPU's two best
+//     are within 3e-2, top-10 probabilities within 3e-2 (seen up to 1.8e-2). The tight check
+//     is per block, from the same input (test_cuda_layers.c: 5e-3);
 //   - realistic: q4_K experts and an f16 KV cache. Random-weight models amplify the ~1 %
 //     activation differences of q8_1 against q8_K (and the CPU's f16 value accumulator) and
 //     their routing has near ties, so these are checked only loosely: same arg-max unless the
@@ -501,7 +506,7 @@ static double compare_probs(const char *what, const float *lc, const float *lg, 
 
 static void model_case(const char *arch, bool strict, bool swa_yarn) {
     enum ft_type kv_type = strict ? FT_TYPE_Q8_0 : FT_TYPE_F16;
-    double tol = strict ? 1e-3 : 0.05;
+    double tol = strict ? 3e-2 : 0.05;
     char path[512];
     snprintf(path, sizeof(path), "%s", test_path(arch));
     ft_synth_params sp = ft_synth_default_params();
