@@ -69,22 +69,11 @@ static bool side_init(side *s, ft_backend *be, const ft_model *m, const ft_engin
                              .n_expert = hp->n_expert,
                              .n_expert_used = hp->n_expert_used};
     be->ops->reserve(be, &lim);
-    size_t B = (size_t)ep->n_batch, E = (size_t)hp->n_embd, Q = (size_t)ft_model_max_q_width(m),
-           KV = (size_t)hp->n_head_kv * (size_t)hp->head_dim;
     ft_forward *f = &s->f;
-    f->be = be;
+    ft_forward_alloc(f, m, be, ep->n_batch);
     f->kv = s->kv;
     s->place = moe_placement_cpu();
     f->place = &s->place;
-    f->x = be->ops->alloc(be, B * E);
-    f->xn = be->ops->alloc(be, B * E);
-    f->q = be->ops->alloc(be, B * Q);
-    f->k = be->ops->alloc(be, B * KV);
-    f->v = be->ops->alloc(be, B * KV);
-    f->attn = be->ops->alloc(be, B * Q);
-    f->gate = be->ops->alloc(be, B * Q);
-    f->out = be->ops->alloc(be, B * E);
-    f->out2 = be->ops->alloc(be, B * E);
     return true;
 }
 

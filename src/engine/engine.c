@@ -163,22 +163,11 @@ ft_engine *ft_engine_init(const ft_model *m, const ft_engine_params *params, ft_
     ft_backend_limits lim = engine_limits(m, &p);
     e->be->ops->reserve(e->be, &lim);
 
-    size_t B = (size_t)p.n_batch, E = (size_t)hp->n_embd, Q = (size_t)ft_model_max_q_width(m),
-           KV = (size_t)hp->n_head_kv * (size_t)hp->head_dim;
     ft_backend *be = e->be;
     ft_forward *f = &e->f;
-    f->be = be;
+    ft_forward_alloc(f, m, be, p.n_batch);
     f->kv = kv;
     f->place = &e->place;
-    f->x = be->ops->alloc(be, B * E);
-    f->xn = be->ops->alloc(be, B * E);
-    f->q = be->ops->alloc(be, B * Q);
-    f->k = be->ops->alloc(be, B * KV);
-    f->v = be->ops->alloc(be, B * KV);
-    f->attn = be->ops->alloc(be, B * Q);
-    f->gate = be->ops->alloc(be, B * Q);
-    f->out = be->ops->alloc(be, B * E);
-    f->out2 = be->ops->alloc(be, B * E);
     e->logits_dev = be->ops->alloc(be, (size_t)hp->n_vocab);
     e->logits = ft_malloc((size_t)hp->n_vocab * sizeof(float));
     return e;

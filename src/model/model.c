@@ -376,6 +376,22 @@ int ft_model_max_q_width(const ft_model *m) {
     return w;
 }
 
+void ft_forward_alloc(ft_forward *f, const ft_model *m, ft_backend *be, int n_batch) {
+    const ft_hparams *hp = &m->hp;
+    size_t B = (size_t)n_batch, E = (size_t)hp->n_embd, Q = (size_t)ft_model_max_q_width(m),
+           KV = (size_t)hp->n_head_kv * (size_t)hp->head_dim;
+    f->be = be;
+    f->x = be->ops->alloc(be, B * E);
+    f->xn = be->ops->alloc(be, B * E);
+    f->q = be->ops->alloc(be, B * Q);
+    f->k = be->ops->alloc(be, B * KV);
+    f->v = be->ops->alloc(be, B * KV);
+    f->attn = be->ops->alloc(be, B * Q);
+    f->gate = be->ops->alloc(be, B * Q);
+    f->out = be->ops->alloc(be, B * E);
+    f->out2 = be->ops->alloc(be, B * E);
+}
+
 int64_t ft_model_max_width(const ft_model *m) {
     const ft_hparams *hp = &m->hp;
     int64_t w = FT_MAX(hp->n_embd, ft_model_max_q_width(m));

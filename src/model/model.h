@@ -118,6 +118,10 @@ bool ft_model_upload(ft_model *m, ft_err *err);
 int64_t ft_model_max_width(const ft_model *m);
 int ft_model_max_q_width(const ft_model *m);
 
+// Allocates f's activation buffers on be, sized for batches of up to n_batch tokens, and sets
+// f->be (kv, place and the positions are the caller's).
+void ft_forward_alloc(ft_forward *f, const ft_model *m, ft_backend *be, int n_batch);
+
 // Architectures ft knows, and a comma-separated list of their names for messages.
 const ft_arch *ft_arch_find(const char *name);
 const char *ft_arch_names(void);
