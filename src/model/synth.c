@@ -108,24 +108,6 @@ static void plan_qwen3moe(const ft_synth_params *p, int64_t n_vocab, plan *out) 
     plan_add(out, p->dense_type, 3.0f * s_embd, 0, 2, E, n_vocab, 1, "output.weight");
 }
 
-static void write_hparams_qwen3moe(const ft_synth_params *p, gguf_writer *w) {
-    char key[128];
-#define KEY(suffix) (snprintf(key, sizeof(key), "%s." suffix, p->arch), key)
-    gguf_writer_set_u32(w, KEY("context_length"), (uint32_t)p->n_ctx_train);
-    gguf_writer_set_u32(w, KEY("embedding_length"), (uint32_t)p->n_embd);
-    gguf_writer_set_u32(w, KEY("block_count"), (uint32_t)p->n_layer);
-    gguf_writer_set_u32(w, KEY("feed_forward_length"), (uint32_t)(p->n_ff_exp * p->n_expert_used));
-    gguf_writer_set_u32(w, KEY("expert_feed_forward_length"), (uint32_t)p->n_ff_exp);
-    gguf_writer_set_u32(w, KEY("attention.head_count"), (uint32_t)p->n_head);
-    gguf_writer_set_u32(w, KEY("attention.head_count_kv"), (uint32_t)p->n_head_kv);
-    gguf_writer_set_u32(w, KEY("attention.key_length"), (uint32_t)p->head_dim);
-    gguf_writer_set_u32(w, KEY("attention.value_length"), (uint32_t)p->head_dim);
-    gguf_writer_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), p->rms_eps);
-    gguf_writer_set_f32(w, KEY("rope.freq_base"), p->rope_freq_base);
-    gguf_writer_set_u32(w, KEY("expert_count"), (uint32_t)p->n_expert);
-    gguf_writer_set_u32(w, KEY("expert_used_count"), (uint32_t)p->n_expert_used);
-#undef KEY
-}
 
 // The attention tensors every architecture here shares; q_norm adds qwen3-style Q/K norms.
 static void plan_attention(const ft_synth_params *p, plan *out, int l, int n_head, bool q_norm, bool bias) {
@@ -240,6 +222,12 @@ static void write_hparams_common(const ft_synth_params *p, gguf_writer *w, int n
     gguf_writer_set_u32(w, KEY("expert_used_count"), (uint32_t)p->n_expert_used);
     if (p->n_rot) gguf_writer_set_u32(w, KEY("rope.dimension_count"), (uint32_t)p->n_rot);
 #undef KEY
+}
+
+static void write_hparams_qwen3moe(const ft_synth_params *p, gguf_writer *w) {
+    write_hparams_common(p, w, p->n_ff_exp * p->n_expert_used);
+    gguf_writer_set_u32(w, "qwen3moe.attention.head_count", (uint32_t)p->n_head);
+    gguf_writer_set_u32(w, "qwen3moe.expert_feed_forward_length", (uint32_t)p->n_ff_exp);
 }
 
 static void write_hparams_qwen2moe(const ft_synth_params *p, gguf_writer *w) {

@@ -199,6 +199,17 @@ static json_t *usage(const srv_job *j) {
                      (json_int_t)j->n_gen, "total_tokens", (json_int_t)(j->prompt.n + (size_t)j->n_gen));
 }
 
+// Finishes a non-streamed response: adds the usage and sends it, or a 500 if the job failed.
+static void reply_result(srv_job *j, json_t *res) {
+    json_object_set_new(res, "usage", usage(j));
+    struct evhttp_request *req = srv_job_take_req(j);
+    if (j->finish == SRV_FINISH_ERROR) {
+        json_decref(res);
+        srv_reply_error(req, 500, "server_error", j->errmsg);
+    } else
+        srv_reply_json(req, 200, res);
+}
+
 static json_t *bytes_of(const char *p, size_t n) {
     json_t *a = json_array();
     for (size_t i = 0; i < n; i++)
@@ -331,13 +342,7 @@ static void chat_output(srv_job *j, const char *text, size_t n, const srv_tokinf
     json_object_set_new(res, "choices",
                         json_pack("[{s:i,s:o,s:o,s:s}]", "index", 0, "message", msg, "logprobs", lp,
                                   "finish_reason", finish_reason(j)));
-    json_object_set_new(res, "usage", usage(j));
-    struct evhttp_request *req = srv_job_take_req(j);
-    if (j->finish == SRV_FINISH_ERROR) {
-        json_decref(res);
-        srv_reply_error(req, 500, "server_error", j->errmsg);
-    } else
-        srv_reply_json(req, 200, res);
+    reply_result(j, res);
 }
 
 static void completion_output(srv_job *j, const char *text, size_t n, const srv_tokinfo *toks, int n_toks,
@@ -391,13 +396,7 @@ static void completion_output(srv_job *j, const char *text, size_t n, const srv_
         res, "choices",
         json_pack("[{s:i,s:o,s:O,s:s}]", "index", 0, "text", srv_json_str(j->content.p, j->content.n),
                   "logprobs", j->logprobs ? j->logprobs : json_null(), "finish_reason", finish_reason(j)));
-    json_object_set_new(res, "usage", usage(j));
-    struct evhttp_request *req = srv_job_take_req(j);
-    if (j->finish == SRV_FINISH_ERROR) {
-        json_decref(res);
-        srv_reply_error(req, 500, "server_error", j->errmsg);
-    } else
-        srv_reply_json(req, 200, res);
+    reply_result(j, res);
 }
 
 void srv_openai_output(srv_job *j, const char *text, size_t n, const srv_tokinfo *toks, int n_toks,
