@@ -211,6 +211,15 @@ TEST(server_routes) {
     CHECK(!strcmp(json_string_value(json_object_get(r, "type")), "message"), "%s", out);
     CHECK(json_integer_value(json_object_get(json_object_get(r, "usage"), "output_tokens")) <= 5);
     json_decref(r);
+    // thinking turned off, and an assistant turn carrying a thinking block (as Anthropic clients
+    // send back), are accepted
+    CHECK(http(&s, "POST", "/v1/messages",
+               "{\"model\":\"claude\",\"thinking\":{\"type\":\"disabled\"},\"messages\":["
+               "{\"role\":\"user\",\"content\":\"Hi\"},{\"role\":\"assistant\",\"content\":[{\"type\":"
+               "\"thinking\",\"thinking\":\"hmm\",\"signature\":\"\"},{\"type\":\"text\",\"text\":\"Hello\"}]},"
+               "{\"role\":\"user\",\"content\":\"More\"}],\"max_tokens\":3}",
+               NULL, out, sizeof(out)) == 200,
+          "%s", out);
     CHECK(http(&s, "POST", "/v1/completions",
                "{\"prompt\":\"Hello\",\"max_tokens\":3,\"echo\":true,\"logprobs\":2}", NULL, out,
                sizeof(out)) == 200,
@@ -361,6 +370,10 @@ TEST(server_malformed_requests) {
         {"/v1/messages", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":0}"},
         {"/v1/messages",
          "{\"system\":5,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":5}"},
+        {"/v1/messages",
+         "{\"thinking\":{\"type\":\"maybe\"},\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+         "\"max_tokens\":5}"},
+        {"/v1/messages", "{\"thinking\":true,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":5}"},
         {"/tokenize", "{\"content\":5}"},
         {"/detokenize", "{\"tokens\":[\"a\"]}"},
         {"/detokenize", "{\"tokens\":[1e400]}"},
@@ -388,6 +401,9 @@ TEST(server_malformed_requests) {
     huge[0] = '{';
     huge[sizeof(huge) - 2] = '}';
     CHECK(http(&s, "POST", "/v1/completions", huge, NULL, out, sizeof(out)) == 413);
+    CHECK(strstr(out, "{\"error\":{") == out, "openai shape: %s", out);
+    CHECK(http(&s, "POST", "/v1/messages", huge, NULL, out, sizeof(out)) == 413);
+    CHECK(strstr(out, "\"type\":\"error\"") != NULL, "anthropic shape: %s", out);
     // wrong method
     CHECK(http(&s, "GET", "/v1/chat/completions", NULL, NULL, out, sizeof(out)) == 405);
     // still serving
@@ -648,6 +664,83 @@ TEST(server_think_split) {
                                          "b\xEF\xBF\xBD\xEF\xBF\xBD"),
           "%s", json_string_value(sj));
     json_decref(sj);
+}
+
+// The Messages API stream: a <think> section becomes a thinking block before the text block,
+// whatever the pieces the text arrives in; the events follow Anthropic's order.
+typedef struct events {
+    char names[64][24];
+    json_t *data[64];
+    int n;
+} events;
+
+static void collect(void *ctx, srv_job *j, const char *event, json_t *data) {
+    (void)j;
+    events *e = ctx;
+    if (e->n == 64) {
+        json_decref(data);
+        return;
+    }
+    snprintf(e->names[e->n], sizeof(e->names[0]), "%s", event);
+    e->data[e->n++] = data;
+}
+
+TEST(server_messages_thinking_blocks) {
+    static const struct {
+        const char *in, *thinking, *text, *order;
+    } cases[] = {
+        {"<think>\nabc</think>\n\nanswer", "\nabc", "answer", "thinking,text"},
+        {"plain answer", "", "plain answer", "text"},
+        {"", "", "", "text"},
+        {"<think>only thoughts", "only thoughts", "", "thinking"},
+    };
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        size_t n = strlen(cases[c].in);
+        for (size_t step = 1; step <= n + 1; step++) {
+            srv_job *j = srv_job_new();
+            j->model_name = "m";
+            j->split_think = true;
+            events e = {0};
+            for (size_t i = 0; i < n; i += step)
+                srv_anthropic_stream(j, cases[c].in + i, n - i < step ? n - i : step, false, collect, &e);
+            srv_anthropic_stream(j, "", 0, true, collect, &e);
+            char thinking[256] = "", text[256] = "", order[64] = "";
+            int open = -1, next = 0;
+            bool ok = e.n >= 3 && !strcmp(e.names[0], "message_start") &&
+                      !strcmp(e.names[e.n - 2], "message_delta") && !strcmp(e.names[e.n - 1], "message_stop");
+            for (int k = 1; k < e.n - 2 && ok; k++) {
+                int idx = (int)json_integer_value(json_object_get(e.data[k], "index"));
+                if (!strcmp(e.names[k], "content_block_start")) {
+                    const char *type =
+                        json_string_value(json_object_get(json_object_get(e.data[k], "content_block"), "type"));
+                    ok = open < 0 && idx == next++ && type;
+                    if (ok) snprintf(order + strlen(order), sizeof(order) - strlen(order), "%s%s", *order ? "," : "", type);
+                    open = idx;
+                } else if (!strcmp(e.names[k], "content_block_delta")) {
+                    json_t *d = json_object_get(e.data[k], "delta");
+                    const char *type = json_string_value(json_object_get(d, "type"));
+                    ok = idx == open && type;
+                    if (ok && !strcmp(type, "thinking_delta"))
+                        strncat(thinking, json_string_value(json_object_get(d, "thinking")), 100);
+                    else if (ok && !strcmp(type, "text_delta"))
+                        strncat(text, json_string_value(json_object_get(d, "text")), 100);
+                    else
+                        ok = false;
+                } else {
+                    ok = !strcmp(e.names[k], "content_block_stop") && idx == open;
+                    open = -1;
+                }
+            }
+            CHECK(ok && open < 0, "'%s' in pieces of %zu: bad event sequence", cases[c].in, step);
+            CHECK(!strcmp(thinking, cases[c].thinking) && !strcmp(text, cases[c].text) &&
+                      !strcmp(order, cases[c].order),
+                  "'%s' in pieces of %zu: blocks %s, thinking '%s', text '%s'", cases[c].in, step, order,
+                  thinking, text);
+            for (int k = 0; k < e.n; k++)
+                json_decref(e.data[k]);
+            srv_job_unref(j);
+        }
+    }
 }
 
 // A client that sends half a request and nothing more is dropped after --timeout; others are

@@ -1,7 +1,9 @@
 // anthropic.c: POST /v1/messages, the Anthropic Messages API: request parsing (system,
-// messages, max_tokens, sampling, stop_sequences, stream) and the responses: one message
-// object, or the event sequence message_start, content_block_start, content_block_delta...,
-// content_block_stop, message_delta, message_stop. Errors use Anthropic's error shape.
+// messages, max_tokens, sampling, stop_sequences, thinking, stream) and the responses: one
+// message object, or the event sequence message_start, content_block_start,
+// content_block_delta..., content_block_stop, message_delta, message_stop. A thinking model's
+// <think>...</think> becomes a thinking block before the text block. Errors use Anthropic's
+// error shape.
 #include "srv_impl.h"
 
 #include <event2/http.h>
@@ -12,6 +14,7 @@
 
 bool srv_anthropic_parse(const srv_params *p, const tok_vocab *v, json_t *body, srv_job *j, ft_err *err) {
     j->api = SRV_API_MESSAGES;
+    j->split_think = true;
     int64_t mt = -1;
     srv_buf sys = {0};
     bool have_sys = false, ok = false;
@@ -24,6 +27,19 @@ bool srv_anthropic_parse(const srv_params *p, const tok_vocab *v, json_t *body, 
         !srv_get_bool(body, "stream", &j->stream, err) || !srv_parse_sampling(body, j, "stop_sequences", err))
         goto out;
     j->n_predict = (int)mt;
+    bool thinking = true; // absent: the chat template's default
+    json_t *th = json_object_get(body, "thinking");
+    if (th && !json_is_null(th)) {
+        json_t *type = json_object_get(th, "type");
+        if (!json_is_object(th) || !json_is_string(type) ||
+            (strcmp(json_string_value(type), "enabled") && strcmp(json_string_value(type), "disabled"))) {
+            ft_err_set(err, "'thinking' must be {\"type\": \"enabled\" or \"disabled\"}");
+            goto out;
+        }
+        int64_t budget = 0;
+        if (!srv_get_int(th, "budget_tokens", 0, INT32_MAX, &budget, err)) goto out;
+        thinking = !strcmp(json_string_value(type), "enabled");
+    }
     json_t *s = json_object_get(body, "system");
     if (json_is_string(s)) {
         srv_buf_add(&sys, json_string_value(s), json_string_length(s));
@@ -58,7 +74,7 @@ bool srv_anthropic_parse(const srv_params *p, const tok_vocab *v, json_t *body, 
             }
         }
     }
-    if (!srv_chat_prompt(p, v, msgs, have_sys ? sys.p : NULL, false, j, err)) goto out;
+    if (!srv_chat_prompt(p, v, msgs, have_sys ? sys.p : NULL, thinking, j, err)) goto out;
     ok = true;
 out:
     srv_buf_free(&sys);
@@ -92,37 +108,90 @@ static json_t *message(const srv_job *j, bool done, json_t *content) {
                      (json_int_t)(done ? j->n_gen : 0));
 }
 
-void srv_anthropic_output(srv_job *j, const char *text, size_t n, bool done) {
-    if (!j->stream) {
-        srv_buf_add(&j->content, text, n);
-        if (!done || !j->req) return;
-        struct evhttp_request *req = srv_job_take_req(j);
-        if (j->finish == SRV_FINISH_ERROR) {
-            srv_reply_error_anthropic(req, 500, "api_error", j->errmsg);
-            return;
-        }
-        json_t *content = json_pack("[{s:s,s:o}]", "type", "text", "text",
-                                    srv_json_str(j->content.p ? j->content.p : "", j->content.n));
-        srv_reply_json(req, 200, message(j, true, content));
+// Non-streamed reply: content is [thinking block,] text block.
+static void reply_message(srv_job *j) {
+    struct evhttp_request *req = srv_job_take_req(j);
+    if (j->finish == SRV_FINISH_ERROR) {
+        srv_reply_error_anthropic(req, 500, "api_error", j->errmsg);
         return;
     }
-    if (!j->head_sent) {
-        srv_sse_send(
-            j, "message_start",
-            json_pack("{s:s,s:o}", "type", "message_start", "message", message(j, false, json_array())));
-        srv_sse_send(j, "content_block_start",
-                     json_pack("{s:s,s:i,s:{s:s,s:s}}", "type", "content_block_start", "index", 0,
-                               "content_block", "type", "text", "text", ""));
+    json_t *content = json_array();
+    if (j->reasoning.n)
+        json_array_append_new(content, json_pack("{s:s,s:o,s:s}", "type", "thinking", "thinking",
+                                                 srv_json_str(j->reasoning.p, j->reasoning.n), "signature", ""));
+    json_array_append_new(content, json_pack("{s:s,s:o}", "type", "text", "text",
+                                             srv_json_str(j->content.p ? j->content.p : "", j->content.n)));
+    srv_reply_json(req, 200, message(j, true, content));
+}
+
+static void close_block(srv_job *j, srv_event_fn emit, void *ctx) {
+    if (j->msg_open == SRV_BLOCK_NONE) return;
+    emit(ctx, j, "content_block_stop",
+         json_pack("{s:s,s:i}", "type", "content_block_stop", "index", j->msg_blocks - 1));
+    j->msg_open = SRV_BLOCK_NONE;
+}
+
+// Sends text into a block of the given kind, closing the open one and starting a new one when
+// the kind changes.
+static void block_text(srv_job *j, bool thinking, const char *s, size_t n, srv_event_fn emit, void *ctx) {
+    if (!n) return;
+    int want = thinking ? SRV_BLOCK_THINKING : SRV_BLOCK_TEXT;
+    const char *kind = thinking ? "thinking" : "text";
+    if ((int)j->msg_open != want) {
+        close_block(j, emit, ctx);
+        emit(ctx, j, "content_block_start",
+             json_pack("{s:s,s:i,s:{s:s,s:s}}", "type", "content_block_start", "index", j->msg_blocks,
+                       "content_block", "type", kind, kind, ""));
+        j->msg_blocks++;
+        j->msg_open = want;
     }
-    if (n)
-        srv_sse_send(j, "content_block_delta",
-                     json_pack("{s:s,s:i,s:{s:s,s:o}}", "type", "content_block_delta", "index", 0, "delta",
-                               "type", "text_delta", "text", srv_json_str(text, n)));
+    emit(ctx, j, "content_block_delta",
+         json_pack("{s:s,s:i,s:{s:s,s:o}}", "type", "content_block_delta", "index", j->msg_blocks - 1, "delta",
+                   "type", thinking ? "thinking_delta" : "text_delta", kind, srv_json_str(s, n)));
+}
+
+void srv_anthropic_stream(srv_job *j, const char *text, size_t n, bool done, srv_event_fn emit, void *ctx) {
+    if (!j->msg_started) {
+        j->msg_started = true;
+        emit(ctx, j, "message_start",
+             json_pack("{s:s,s:o}", "type", "message_start", "message", message(j, false, json_array())));
+    }
+    srv_buf content = {0}, reasoning = {0};
+    srv_think_feed(&j->think, text, n, &content, &reasoning);
+    if (done) srv_think_flush(&j->think, &content, &reasoning);
+    // within one piece the reasoning comes first: it ends where the answer begins
+    block_text(j, true, reasoning.p, reasoning.n, emit, ctx);
+    block_text(j, false, content.p, content.n, emit, ctx);
+    srv_buf_free(&content);
+    srv_buf_free(&reasoning);
     if (!done) return;
-    srv_sse_send(j, "content_block_stop", json_pack("{s:s,s:i}", "type", "content_block_stop", "index", 0));
-    srv_sse_send(j, "message_delta",
-                 json_pack("{s:s,s:{s:s,s:n},s:{s:i}}", "type", "message_delta", "delta", "stop_reason",
-                           stop_reason(j), "stop_sequence", "usage", "output_tokens", (json_int_t)j->n_gen));
-    srv_sse_send(j, "message_stop", json_pack("{s:s}", "type", "message_stop"));
-    srv_sse_end(j);
+    if (j->msg_blocks == 0) { // an empty answer still has one (empty) text block
+        emit(ctx, j, "content_block_start",
+             json_pack("{s:s,s:i,s:{s:s,s:s}}", "type", "content_block_start", "index", 0, "content_block",
+                       "type", "text", "text", ""));
+        j->msg_blocks = 1;
+        j->msg_open = SRV_BLOCK_TEXT;
+    }
+    close_block(j, emit, ctx);
+    emit(ctx, j, "message_delta",
+         json_pack("{s:s,s:{s:s,s:n},s:{s:i}}", "type", "message_delta", "delta", "stop_reason", stop_reason(j),
+                   "stop_sequence", "usage", "output_tokens", (json_int_t)j->n_gen));
+    emit(ctx, j, "message_stop", json_pack("{s:s}", "type", "message_stop"));
+}
+
+static void emit_sse(void *ctx, srv_job *j, const char *event, json_t *data) {
+    (void)ctx;
+    srv_sse_send(j, event, data);
+}
+
+void srv_anthropic_output(srv_job *j, const char *text, size_t n, bool done) {
+    if (!j->stream) {
+        srv_think_feed(&j->think, text, n, &j->content, &j->reasoning);
+        if (!done || !j->req) return;
+        srv_think_flush(&j->think, &j->content, &j->reasoning);
+        reply_message(j);
+        return;
+    }
+    srv_anthropic_stream(j, text, n, done, emit_sse, NULL);
+    if (done) srv_sse_end(j);
 }

@@ -572,7 +572,11 @@ bool srv_run(const srv_params *p, const ft_model *m, const tok_vocab *v, ft_err 
     h->ev_term = evsignal_new(h->base, SIGTERM, on_signal, h);
     event_add(h->ev_int, NULL);
     event_add(h->ev_term, NULL);
-    evhttp_set_max_body_size(h->http, (ev_ssize_t)p->max_body);
+    // libevent answers a body over its own limit with an HTML page before we see the request;
+    // its limit sits above ours so that ordinary oversized requests reach on_request and get
+    // a 413 in the API's error shape. Only a body beyond 4x the limit (and 1 MiB more) gets
+    // libevent's page (still status 413).
+    evhttp_set_max_body_size(h->http, (ev_ssize_t)(4 * p->max_body + (1u << 20)));
     evhttp_set_max_headers_size(h->http, (ev_ssize_t)p->max_headers);
     evhttp_set_timeout(h->http, p->timeout_s);
     evhttp_set_allowed_methods(h->http,

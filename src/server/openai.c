@@ -12,8 +12,11 @@ static void bad(struct evhttp_request *req, const char *msg) {
     srv_reply_error(req, 400, "invalid_request_error", msg);
 }
 
-// Message content: a string, null, or an array of {"type":"text","text":...} parts.
-static bool content_text(json_t *c, srv_buf *out, ft_err *err) {
+// Message content: a string, null, or an array of {"type":"text","text":...} parts. An
+// assistant turn sent back by an Anthropic client may also hold {"type":"thinking",
+// "thinking":...} parts (its reasoning, rendered where the template puts reasoning) and
+// "redacted_thinking" parts (opaque to us: skipped).
+static bool content_text(json_t *c, srv_buf *out, srv_buf *reasoning, ft_err *err) {
     srv_buf_add(out, "", 0);
     if (!c || json_is_null(c)) return true;
     if (json_is_string(c)) {
@@ -24,11 +27,17 @@ static bool content_text(json_t *c, srv_buf *out, ft_err *err) {
     size_t i;
     json_t *part;
     json_array_foreach(c, i, part) {
-        json_t *type = json_object_get(part, "type"), *text = json_object_get(part, "text");
-        if (!json_is_string(type) || strcmp(json_string_value(type), "text") || !json_is_string(text))
+        json_t *type = json_object_get(part, "type");
+        const char *t = json_is_string(type) ? json_string_value(type) : "";
+        json_t *text = json_object_get(part, "text"), *thought = json_object_get(part, "thinking");
+        if (!strcmp(t, "text") && json_is_string(text)) {
+            srv_buf_add(out, json_string_value(text), json_string_length(text));
+        } else if (!strcmp(t, "thinking") && json_is_string(thought)) {
+            srv_buf_add(reasoning, json_string_value(thought), json_string_length(thought));
+        } else if (strcmp(t, "redacted_thinking")) {
             return ft_err_set(
                 err, "content part %zu: only {\"type\": \"text\", \"text\": ...} parts are supported", i);
-        srv_buf_add(out, json_string_value(text), json_string_length(text));
+        }
     }
     return true;
 }
@@ -63,17 +72,15 @@ bool srv_chat_prompt(const srv_params *p, const tok_vocab *v, json_t *msgs, cons
             ft_err_set(err, "messages[%zu]: role '%.40s' is not supported (system, user, assistant)", i, r);
             goto out;
         }
-        if (!content_text(json_object_get(m, "content"), &texts[2 * k], err)) {
+        if (!content_text(json_object_get(m, "content"), &texts[2 * k], &texts[2 * k + 1], err)) {
             ft_err_prefix(err, "messages[%zu]", i);
             goto out;
         }
         cm[k].role = r;
         cm[k].content = texts[2 * k].p;
         json_t *rc = json_object_get(m, "reasoning_content");
-        if (json_is_string(rc)) {
-            srv_buf_add(&texts[2 * k + 1], json_string_value(rc), json_string_length(rc));
-            cm[k].reasoning = texts[2 * k + 1].p;
-        }
+        if (json_is_string(rc)) srv_buf_add(&texts[2 * k + 1], json_string_value(rc), json_string_length(rc));
+        if (json_is_string(rc) || texts[2 * k + 1].n) cm[k].reasoning = texts[2 * k + 1].p;
         k++;
     }
     tok_chat_params cp = tok_chat_default_params(v);

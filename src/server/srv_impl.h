@@ -93,6 +93,10 @@ struct srv_job {
     bool echo;
     bool split_think;
     srv_think think;
+    // Messages API stream: message_start sent, content blocks started, the open one
+    bool msg_started;
+    int msg_blocks;
+    enum { SRV_BLOCK_NONE, SRV_BLOCK_THINKING, SRV_BLOCK_TEXT } msg_open;
     srv_buf content, reasoning; // accumulated (non-streaming) or per-drain scratch
     json_t *logprobs;           // accumulated logprob entries (non-streaming)
     int text_offset;
@@ -200,5 +204,10 @@ void srv_anthropic_messages(srv_http *h, struct evhttp_request *req, json_t *bod
 void srv_openai_output(srv_job *j, const char *text, size_t n, const srv_tokinfo *toks, int n_toks,
                        bool done);
 void srv_anthropic_output(srv_job *j, const char *text, size_t n, bool done);
+// The Messages API's stream events for new output of j (thinking and text blocks split at
+// <think>...</think>), each handed to emit (which takes ownership of data). The server's emit
+// sends SSE; tests collect the events.
+typedef void (*srv_event_fn)(void *ctx, srv_job *j, const char *event, json_t *data);
+void srv_anthropic_stream(srv_job *j, const char *text, size_t n, bool done, srv_event_fn emit, void *ctx);
 
 #endif
