@@ -205,6 +205,9 @@ int cmd_run(int argc, char **argv) {
         fprintf(stderr, "ft run: the prompt has %zu tokens, more than the context of %d (-c)\n", ids.n, ep.n_ctx);
         goto done;
     }
+    ft_progress bar = ft_progress_begin("uploading weights");
+    m->progress = ft_progress_report;
+    m->progress_ctx = &bar;
     if (!ft_engine_place_model(m, &ep, &err)) {
         fprintf(stderr, "ft run: %s\n", err.msg);
         goto done;

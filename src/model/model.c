@@ -318,6 +318,8 @@ size_t ft_model_upload_bytes(const ft_model *m) {
 typedef struct {
     bool failed;
     ft_err *err;
+    ft_model *m;
+    size_t done, total; // bytes, for the progress report
 } upload_ctx;
 
 static void upload_one(ft_tensor *t, void *ctx) {
@@ -337,6 +339,8 @@ static void upload_one(ft_tensor *t, void *ctx) {
     ft_cuda_memcpy_h2d(d, t->data, tensor_bytes(t), NULL);
     t->data = d;
     t->placement = FT_PLACEMENT_CUDA;
+    u->done += (tensor_bytes(t) + 255) / 256 * 256;
+    if (u->m->progress) u->m->progress(u->m->progress_ctx, u->done, u->total);
 }
 
 // Frees a device copy and points the tensor back into the mapping (ctx is the model).
@@ -351,7 +355,7 @@ static void free_one(ft_tensor *t, void *ctx) {
 }
 
 bool ft_model_upload(ft_model *m, ft_err *err) {
-    upload_ctx u = {false, err};
+    upload_ctx u = {.err = err, .m = m, .total = ft_model_upload_bytes(m)};
     for_each_device_tensor(m, upload_one, &u);
     if (u.failed) {
         for_each_device_tensor(m, free_one, m);
@@ -359,6 +363,27 @@ bool ft_model_upload(ft_model *m, ft_err *err) {
     }
     ft_cuda_device_sync();
     return true;
+}
+
+void ft_model_prefault(ft_model *m) {
+    const uint8_t *base = gguf_file_base(m->file);
+    size_t off = (size_t)gguf_data_offset(m->file), size = (size_t)gguf_file_size(m->file);
+    if (!base || off >= size) return;
+    size_t total = size - off, avail = ft_mem_available();
+    if (avail && total > avail)
+        FT_LOG_WARN("%s: the weights (%.1f GB) are larger than the available memory (%.1f GB): "
+                    "pages will be read from disk again while running",
+                    m->path, total / 1e9, avail / 1e9);
+    const size_t page = 4096, chunk = (size_t)64 << 20;
+    volatile uint8_t sink = 0;
+    for (size_t done = 0; done < total;) {
+        size_t n = FT_MIN(chunk, total - done);
+        for (size_t i = 0; i < n; i += page)
+            sink ^= base[off + done + i];
+        done += n;
+        if (m->progress) m->progress(m->progress_ctx, done, total);
+    }
+    (void)sink;
 }
 
 void ft_model_free(ft_model *m) {

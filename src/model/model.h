@@ -17,6 +17,7 @@
 #include "../gguf/gguf.h"
 #include "../kv/kv.h"
 #include "../moe/placement.h"
+#include "../util/progress.h"
 
 #define FT_MAX_EXPERTS 1024
 
@@ -98,6 +99,8 @@ struct ft_model {
     ft_tensor output_norm; // (n_embd)
     ft_tensor output;      // (n_embd, n_vocab); tok_embd when the file ties them
     ft_layer *layers;      // (n_layer)
+    ft_progress_fn progress; // long steps (prefault, upload) report here when set
+    void *progress_ctx;
 };
 
 // Loads a model. Returns NULL and sets *err ("path: what, where") on any problem.
@@ -113,6 +116,12 @@ void ft_model_free(ft_model *m); // NULL is a no-op
 // the model stays on the host) or a weight type has no CUDA kernel.
 size_t ft_model_upload_bytes(const ft_model *m);
 bool ft_model_upload(ft_model *m, ft_err *err);
+
+// Reads every page of the file's tensor data into memory now (the mapping is lazy: the first
+// requests would otherwise wait on the disk), reporting progress through m->progress. Warns
+// when the file is larger than the memory available. For CPU engines; CUDA engines read the
+// weights once while uploading them.
+void ft_model_prefault(ft_model *m);
 
 // Widest activation row of any layer (for buffer sizes): max of n_embd, q width, FFN widths.
 int64_t ft_model_max_width(const ft_model *m);

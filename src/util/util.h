@@ -63,5 +63,8 @@ static inline bool ft_add_u64(uint64_t a, uint64_t b, uint64_t *out) {
 
 // Wall-clock seconds from a monotonic clock.
 double ft_time_s(void);
+// Memory the kernel says is available for new allocations without swapping (MemAvailable of
+// /proc/meminfo), in bytes; 0 when unknown.
+size_t ft_mem_available(void);
 
 #endif

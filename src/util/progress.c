@@ -1,0 +1,28 @@
+// progress.c: the start-up progress bar (see progress.h).
+#include "progress.h"
+
+#include <stdio.h>
+#include <unistd.h>
+
+ft_progress ft_progress_begin(const char *what) {
+    return (ft_progress){.what = what, .tty = isatty(STDERR_FILENO) == 1, .last = -1};
+}
+
+void ft_progress_report(void *ctx, size_t done, size_t total) {
+    ft_progress *p = ctx;
+    int pct = total ? (int)(100.0 * (double)done / (double)total) : 100;
+    if (pct > 100) pct = 100;
+    int step = p->tty ? 1 : 10;
+    if (pct != 100 && p->last >= 0 && pct / step == p->last / step) return;
+    if (pct == p->last) return;
+    p->last = pct;
+    const double GB = 1e9;
+    enum { WIDTH = 40 };
+    char bar[WIDTH + 1];
+    for (int i = 0; i < WIDTH; i++)
+        bar[i] = i < pct * WIDTH / 100 ? '#' : '.';
+    bar[WIDTH] = 0;
+    fprintf(stderr, "%s%s [%s] %3d%% %.2f/%.2f GB%s", p->tty ? "\r" : "", p->what, bar, pct, (double)done / GB,
+            (double)total / GB, p->tty && pct < 100 ? "" : "\n");
+    fflush(stderr);
+}
