@@ -214,15 +214,17 @@ const float *ft_engine_eval(ft_engine *e, const int32_t *tokens, int n, ft_err *
         if (tokens[i] < 0 || tokens[i] >= m->hp.n_vocab)
             return ft_err_set(err, "token id %d at %d is outside the vocabulary of %d", tokens[i], i, m->hp.n_vocab),
                    NULL;
+    ft_backend *be = e->be;
+    if (be->ops->step_begin) be->ops->step_begin(be, n, e->pos);
     int last = 0;
     for (int i = 0; i < n; i += e->p.n_batch) {
         last = FT_MIN(e->p.n_batch, n - i);
         forward_batch(e, tokens + i, last);
     }
-    ft_backend *be = e->be;
     const float *xl = e->f.x + (size_t)(last - 1) * m->hp.n_embd;
     be->ops->rms_norm(be, xl, &m->output_norm, e->f.xn, 1, m->hp.n_embd, m->hp.rms_eps);
     be->ops->matmul(be, &m->output, e->f.xn, e->logits_dev, 1);
+    if (be->ops->step_end) be->ops->step_end(be);
     be->ops->read(be, e->logits_dev, e->logits, (size_t)m->hp.n_vocab);
     return e->logits;
 }

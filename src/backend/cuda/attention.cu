@@ -14,6 +14,10 @@
 // FT_CUDA_ATTN_MAX_SPLIT ranges of whole chunks, one CTA each (grid.z), writing partial sums,
 // maxima and softmax sums that a second kernel merges (flash-decoding). Not yet the tiled
 // tensor-core flash attention for prefill: one CTA per (head, token) there.
+// The split is a function of the key count alone (attn_split), computed by the kernels
+// themselves: with the position in device memory (a replayed CUDA graph) the grid has
+// FT_CUDA_ATTN_MAX_SPLIT CTAs per (head, token) and those past the split return at once, so a
+// graphed step computes exactly what the same step launched directly computes.
 #include "cuda_common.cuh"
 #include "cuda_ops.h"
 
@@ -28,6 +32,33 @@ __device__ __forceinline__ float ld_kv(const uint8_t *row, uint32_t type, int d)
     return ft_fp16_to_fp32(b->d) * (float)b->qs[d % 32];
 }
 
+// The split of max_keys keys: n_split ranges of per keys (whole chunks of AT_THREADS).
+struct attn_split_t {
+    int n_split, per;
+};
+
+__host__ __device__ static attn_split_t attn_split(int max_keys, bool allow) {
+    attn_split_t r = {1, max_keys};
+    if (!allow || max_keys <= AT_THREADS) return r;
+    int n = (max_keys + AT_THREADS - 1) / AT_THREADS;
+    n = n < FT_CUDA_ATTN_MAX_SPLIT ? n : FT_CUDA_ATTN_MAX_SPLIT;
+    const int per = (max_keys + n - 1) / n;
+    r.per = (per + AT_THREADS - 1) / AT_THREADS * AT_THREADS;
+    r.n_split = (max_keys + r.per - 1) / r.per;
+    return r;
+}
+
+// The first query's position, and the split of this launch.
+__device__ __forceinline__ int attn_pos0(const ft_cuda_attn_params &p) {
+    return p.pos0 + (p.pos_dev ? *p.pos_dev : 0);
+}
+
+__device__ __forceinline__ attn_split_t attn_split_of(const ft_cuda_attn_params &p, int pos0) {
+    int max_keys = pos0 + p.n_tok;
+    if (p.window > 0) max_keys = min(max_keys, p.window);
+    return attn_split(max_keys, p.part != NULL && p.n_tok <= FT_CUDA_ATTN_SPLIT_MAX_TOK);
+}
+
 __global__ void __launch_bounds__(AT_THREADS) attention_kernel(const ft_cuda_attn_params p) {
     __shared__ float qf[AT_MAX_HD];
     __shared__ int8_t qq[AT_MAX_HD];
@@ -36,11 +67,13 @@ __global__ void __launch_bounds__(AT_THREADS) attention_kernel(const ft_cuda_att
     __shared__ float red[32];
     const int h = blockIdx.x, t = blockIdx.y, tid = threadIdx.x, hd = p.head_dim;
     const int hk = h / (p.n_head / p.n_head_kv);
-    const int qpos = p.pos0 + t;
+    const int pos0 = attn_pos0(p), qpos = pos0 + t;
+    const attn_split_t sp = attn_split_of(p, pos0);
+    if ((int)blockIdx.z >= sp.n_split) return; // a graphed launch's spare CTAs
     const int kmin = p.window > 0 ? max(0, qpos - p.window + 1) : 0;
     // split z of the keys (flash-decoding): keys kbeg..kend, which may be none
-    const int kbeg = kmin + (int)blockIdx.z * p.keys_per_split;
-    const int kend = p.n_split > 1 ? min(qpos, kbeg + p.keys_per_split - 1) : qpos;
+    const int kbeg = kmin + (int)blockIdx.z * sp.per;
+    const int kend = sp.n_split > 1 ? min(qpos, kbeg + sp.per - 1) : qpos;
     const float *q = p.q + ((int64_t)t * p.n_head + h) * hd;
     const bool kq8 = p.k_type == FT_TYPE_Q8_0;
     const size_t koff = (size_t)hk * (kq8 ? (size_t)hd / 32 * sizeof(block_q8_0) : (size_t)hd * 2);
@@ -88,6 +121,8 @@ __global__ void __launch_bounds__(AT_THREADS) attention_kernel(const ft_cuda_att
                 }
             } else if (vec) {
                 const uint4 *k8 = (const uint4 *)kr;
+                // unrolled so that several 16-byte loads are in flight before the first use
+#pragma unroll 8
                 for (int d8 = 0; d8 < hd / 8; d8++) {
                     const uint4 u = k8[d8];
                     const uint32_t w4[4] = {u.x, u.y, u.z, u.w};
@@ -116,6 +151,8 @@ __global__ void __launch_bounds__(AT_THREADS) attention_kernel(const ft_cuda_att
         const int n_k = min(AT_THREADS, kend - k0 + 1);
 #pragma unroll
         for (int j = 0; j < DJ; j++) acc[j] *= rescale;
+        // unrolled: the value loads of several keys are issued before their sums need them
+#pragma unroll 8
         for (int kk = warp; kk < n_k; kk += NW) {
             const float pk = pr[kk];
             const uint8_t *vr = (const uint8_t *)p.v + (size_t)(k0 + kk) * p.v_row_bytes + voff;
@@ -135,9 +172,9 @@ __global__ void __launch_bounds__(AT_THREADS) attention_kernel(const ft_cuda_att
         if (d < hd) part[warp][d] = acc[j];
     }
     __syncthreads();
-    if (p.n_split > 1) {
+    if (sp.n_split > 1) {
         // a partial result: the unnormalised sums, the running max and the softmax sum
-        float *o = p.part + (((int64_t)t * p.n_head + h) * p.n_split + blockIdx.z) * (hd + 2);
+        float *o = p.part + (((int64_t)t * p.n_head + h) * FT_CUDA_ATTN_MAX_SPLIT + blockIdx.z) * (hd + 2);
         for (int d = tid; d < hd; d += AT_THREADS) {
             float v = 0.0f;
 #pragma unroll
@@ -163,11 +200,13 @@ __global__ void __launch_bounds__(AT_THREADS) attention_kernel(const ft_cuda_att
 // The splits of one (head, token) merged: weights e^(M_z - M) for each split's sums.
 __global__ void __launch_bounds__(AT_THREADS) attention_merge_kernel(const ft_cuda_attn_params p) {
     const int h = blockIdx.x, t = blockIdx.y, hd = p.head_dim;
-    const float *part = p.part + ((int64_t)t * p.n_head + h) * p.n_split * (hd + 2);
+    const int n_split = attn_split_of(p, attn_pos0(p)).n_split;
+    if (n_split == 1) return; // attention_kernel wrote the output (a graphed launch)
+    const float *part = p.part + ((int64_t)t * p.n_head + h) * FT_CUDA_ATTN_MAX_SPLIT * (hd + 2);
     float M = -INFINITY;
-    for (int z = 0; z < p.n_split; z++) M = fmaxf(M, part[z * (hd + 2) + hd]);
+    for (int z = 0; z < n_split; z++) M = fmaxf(M, part[z * (hd + 2) + hd]);
     float S = 0.0f;
-    for (int z = 0; z < p.n_split; z++) {
+    for (int z = 0; z < n_split; z++) {
         const float mz = part[z * (hd + 2) + hd];
         if (mz != -INFINITY) S += part[z * (hd + 2) + hd + 1] * expf(mz - M);
     }
@@ -175,7 +214,7 @@ __global__ void __launch_bounds__(AT_THREADS) attention_merge_kernel(const ft_cu
     float *o = p.out + ((int64_t)t * p.n_head + h) * hd;
     for (int d = threadIdx.x; d < hd; d += AT_THREADS) {
         float v = 0.0f;
-        for (int z = 0; z < p.n_split; z++) {
+        for (int z = 0; z < n_split; z++) {
             const float mz = part[z * (hd + 2) + hd];
             if (mz != -INFINITY) v += part[z * (hd + 2) + d] * expf(mz - M);
         }
@@ -189,24 +228,23 @@ extern "C" void ft_cuda_attention(const ft_cuda_attn_params *p, ft_cuda_stream *
     FT_CUDA_ASSERT(p->v_type == FT_TYPE_F16 || (p->v_type == FT_TYPE_Q8_0 && p->head_dim % 32 == 0));
     FT_CUDA_ASSERT(p->n_tok >= 0 && p->n_tok <= 65535);
     if (p->n_tok == 0) return;
-    ft_cuda_attn_params a = *p;
     // small batches (decode) split the keys over several CTAs per (head, token) so that more
-    // than n_head CTAs share the cache reads; prefill has CTAs enough
-    int max_keys = p->pos0 + p->n_tok;
-    if (p->window > 0) max_keys = min(max_keys, p->window);
-    a.n_split = 1;
-    a.keys_per_split = max_keys;
-    if (p->part && p->n_tok <= FT_CUDA_ATTN_SPLIT_MAX_TOK && max_keys > AT_THREADS) {
-        a.n_split = min((max_keys + AT_THREADS - 1) / AT_THREADS, FT_CUDA_ATTN_MAX_SPLIT);
-        const int per = (max_keys + a.n_split - 1) / a.n_split;
-        a.keys_per_split = (per + AT_THREADS - 1) / AT_THREADS * AT_THREADS;
-        a.n_split = (max_keys + a.keys_per_split - 1) / a.keys_per_split;
+    // than n_head CTAs share the cache reads; prefill has CTAs enough. With the position on the
+    // device the split is unknown here: launch the most CTAs, the spare ones return.
+    const bool allow = p->part && p->n_tok <= FT_CUDA_ATTN_SPLIT_MAX_TOK;
+    int n_split = FT_CUDA_ATTN_MAX_SPLIT;
+    if (!p->pos_dev) {
+        int max_keys = p->pos0 + p->n_tok;
+        if (p->window > 0) max_keys = min(max_keys, p->window);
+        n_split = attn_split(max_keys, allow).n_split;
+    } else if (!allow) {
+        n_split = 1;
     }
     const cudaStream_t st = ft_cuda_stream_handle(s);
-    attention_kernel<<<dim3((unsigned)p->n_head, (unsigned)p->n_tok, (unsigned)a.n_split), AT_THREADS, 0, st>>>(a);
+    attention_kernel<<<dim3((unsigned)p->n_head, (unsigned)p->n_tok, (unsigned)n_split), AT_THREADS, 0, st>>>(*p);
     CUDA_CHECK_LAUNCH();
-    if (a.n_split > 1) {
-        attention_merge_kernel<<<dim3((unsigned)p->n_head, (unsigned)p->n_tok), AT_THREADS, 0, st>>>(a);
+    if (n_split > 1) {
+        attention_merge_kernel<<<dim3((unsigned)p->n_head, (unsigned)p->n_tok), AT_THREADS, 0, st>>>(*p);
         CUDA_CHECK_LAUNCH();
     }
 }

@@ -9,6 +9,16 @@
 // matvec (ft_cuda_matvec_ids), one (token, slot) pair per CTA row, so the host never waits;
 // prefill does not yet group tokens by expert (each pair reads its expert's rows), and there
 // is no tensor-core GEMM yet. Decode attention splits the keys over CTAs (flash-decoding).
+//
+// CUDA graphs (step_begin/step_end): the first one-token step is captured into a graph, and
+// every later one-token step replays it: its ops then only note their arguments (a signature
+// checked against the capture's) and get_rows fills the pinned staging the graph copies from.
+// One graph serves every position because the position lives in device memory (pos_dev,
+// copied from pinned memory by the graph's first node): rope, set_rows and attention take it
+// from there, the ops' host positions become offsets from the step's first position, and the
+// attention split is chosen on the device. Chosen over re-capturing each token and updating
+// the executable graph: capture and update cost the host about as much as the launches they
+// replace, which is the time a decode step is short of. FT_CUDA_GRAPHS=0 turns graphs off.
 #include "cuda.h"
 #include "cuda_ops.h"
 #include "ft_cuda.h"
@@ -40,6 +50,15 @@ typedef struct cuda_backend {
     ft_cuda_event *staging_done;
     bool staging_used;
     float *host_gap;           // pinned (2): [0] = +inf (the reset value), [1] = read back
+    // CUDA graphs (see the top)
+    bool graphs;               // FT_CUDA_GRAPHS is not "0"
+    enum step_mode { STEP_DIRECT, STEP_CAPTURE, STEP_REPLAY } mode;
+    int step_pos0;             // first position of the step in progress
+    int32_t *pos_host;         // pinned (1): the step's first position, copied by the graph
+    int32_t *pos_dev;          // (1) device copy
+    ft_cuda_graph *graph;      // the one-token step, once captured
+    uint64_t graph_sig;        // signature of the captured step's ops
+    uint64_t step_sig;         // signature of the ops of the step in progress
     // what xq holds: the q8_1 form of (xq_tok, xq_cols) floats at xq_src, reused by the next
     // quantized matmul of the same input while no other op ran (wq/wk/wv, gate/up, router and
     // expert gate/up share one input); activation buffers change only through ops
@@ -56,6 +75,33 @@ static cuda_backend *cuda_op(ft_backend *be) {
     c->xq_src = NULL;
     return c;
 }
+
+enum op_id { OP_MATMUL = 1, OP_GET_ROWS, OP_RMS_NORM, OP_ADD, OP_ADD_BIAS, OP_ROPE, OP_HADAMARD, OP_SET_ROWS,
+             OP_ATTENTION, OP_SOFTPLUS_GATE, OP_FFN, OP_MOE_FFN, OP_SIGMOID_GATE_ADD };
+
+static uint64_t sig_mix(uint64_t h, uint64_t v) {
+    for (int i = 0; i < 8; i++) h = (h ^ ((v >> (8 * i)) & 0xFF)) * 1099511628211ull; // FNV-1a
+    return h;
+}
+
+// Notes an op and its arguments (buffers, sizes, position offsets; never absolute positions)
+// in the step's signature, and says whether the op enqueues its work now: not while a graph
+// replays the step.
+static bool op_runs(cuda_backend *c, enum op_id op, const void *a, const void *b, int64_t n0, int64_t n1) {
+    if (c->mode == STEP_DIRECT) return true;
+    uint64_t h = sig_mix(c->step_sig, (uint64_t)op);
+    h = sig_mix(h, (uint64_t)(uintptr_t)a);
+    h = sig_mix(h, (uint64_t)(uintptr_t)b);
+    h = sig_mix(h, (uint64_t)n0);
+    c->step_sig = sig_mix(h, (uint64_t)n1);
+    return c->mode == STEP_CAPTURE;
+}
+
+// The device position of a graph step, or NULL (positions are plain host values).
+static const int32_t *step_pos_dev(const cuda_backend *c) { return c->mode == STEP_DIRECT ? NULL : c->pos_dev; }
+
+// A host position as the kernels take it: relative to *step_pos_dev(c) in a graph step.
+static int step_rel(const cuda_backend *c, int pos) { return c->mode == STEP_DIRECT ? pos : pos - c->step_pos0; }
 
 // xq = q8_1 of x (n_tok, n_cols), unless it already holds exactly that.
 static void quantize_x(cuda_backend *c, const float *x, int64_t n_cols, int n_tok) {
@@ -109,6 +155,8 @@ static void cuda_reserve(ft_backend *be, const ft_backend_limits *lim) {
     c->host_gap[0] = INFINITY;
     ft_cuda_memcpy_h2d(c->gap, &c->host_gap[0], sizeof(float), c->stream);
     c->staging_done = ft_cuda_event_init();
+    c->pos_host = ft_cuda_host_alloc(sizeof(int32_t));
+    c->pos_dev = dev_alloc(sizeof(int32_t), "step position");
 }
 
 static float *cuda_alloc(ft_backend *be, size_t n) {
@@ -153,6 +201,9 @@ static void cuda_free(ft_backend *be) {
     ft_cuda_host_free(c->staging);
     ft_cuda_host_free(c->host_gap);
     ft_cuda_event_free(c->staging_done);
+    ft_cuda_host_free(c->pos_host);
+    ft_cuda_free(c->pos_dev);
+    ft_cuda_graph_free(c->graph);
     ft_cuda_stream_free(c->stream);
     free(c);
 }
@@ -184,12 +235,18 @@ static void matmul_raw(cuda_backend *c, uint32_t type, const void *w, int64_t n_
     if (y == x) c->xq_src = NULL; // (never done, but then xq would describe old data)
 }
 
-static void cuda_matmul(ft_backend *be, const ft_tensor *w, const float *x, float *y, int n_tok) {
-    cuda_backend *c = cuda_of(be);
+// The matmul op's work, for the ops built from it (they note themselves, not each matmul).
+static void matmul_tensor(cuda_backend *c, const ft_tensor *w, const float *x, float *y, int n_tok) {
     FT_ASSERT(c->reserved && n_tok <= c->lim.max_tok && w->ne[2] == 1);
     check_on_device(w);
     if (n_tok == 0) return;
     matmul_raw(c, w->type, w->data, w->ne[1], w->ne[0], x, y, n_tok);
+}
+
+static void cuda_matmul(ft_backend *be, const ft_tensor *w, const float *x, float *y, int n_tok) {
+    cuda_backend *c = cuda_of(be);
+    if (!op_runs(c, OP_MATMUL, w->data, x, (int64_t)(uintptr_t)y, n_tok)) return;
+    matmul_tensor(c, w, x, y, n_tok);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -203,12 +260,16 @@ static void cuda_get_rows(ft_backend *be, const ft_tensor *t, const int32_t *ids
     if (t->placement != FT_PLACEMENT_CPU)
         ft_abort(__FILE__, __LINE__, "cuda backend: get_rows wants the table %s in host memory", t->name);
     const ft_quant_ops *q = ft_quant_ops_find(t->type);
-    if (c->staging_used) ft_cuda_event_sync(c->staging_done);
+    // in a graph step, step_begin waited for staging and step_end records its event
+    bool enqueue = op_runs(c, OP_GET_ROWS, t->data, y, n_tok, t->ne[0]);
+    if (c->mode == STEP_DIRECT && c->staging_used) ft_cuda_event_sync(c->staging_done);
     for (int i = 0; i < n_tok; i++) {
         FT_ASSERT(ids[i] >= 0 && ids[i] < t->ne[1]);
         q->to_float((const uint8_t *)t->data + (size_t)ids[i] * t->row_bytes, c->staging + (size_t)i * t->ne[0], t->ne[0]);
     }
+    if (!enqueue) return;
     ft_cuda_memcpy_h2d(y, c->staging, (size_t)n_tok * (size_t)t->ne[0] * sizeof(float), c->stream);
+    if (c->mode != STEP_DIRECT) return;
     ft_cuda_event_record(c->staging_done, c->stream);
     c->staging_used = true;
 }
@@ -217,17 +278,31 @@ static void cuda_rms_norm(ft_backend *be, const float *x, const ft_tensor *w, fl
                           float eps) {
     FT_ASSERT(w->type == FT_TYPE_F32 && w->ne[0] == n);
     check_on_device(w);
-    ft_cuda_rms_norm(x, w->data, y, n_rows, n, eps, cuda_op(be)->stream);
+    cuda_backend *c = cuda_op(be);
+    if (!op_runs(c, OP_RMS_NORM, x, y, n_rows, n)) return;
+    // rows that fit xq are quantized in the same kernel, for the matmuls that read y next
+    bool fuse = c->reserved && n % 32 == 0 && n <= round32(c->lim.max_width) &&
+                n_rows <= c->lim.max_tok * FT_MAX(c->lim.n_expert_used, 1);
+    ft_cuda_rms_norm(x, w->data, y, fuse ? c->xq : NULL, n_rows, n, eps, c->stream);
+    if (fuse) {
+        c->xq_src = y;
+        c->xq_cols = n;
+        c->xq_tok = n_rows;
+    }
 }
 
 static void cuda_add(ft_backend *be, float *y, const float *x, size_t n) {
-    ft_cuda_add(y, x, n, cuda_op(be)->stream);
+    cuda_backend *c = cuda_op(be);
+    if (!op_runs(c, OP_ADD, y, x, (int64_t)n, 0)) return;
+    ft_cuda_add(y, x, n, c->stream);
 }
 
 static void cuda_add_bias(ft_backend *be, float *y, const ft_tensor *b, int n_rows, int n) {
     FT_ASSERT(b->type == FT_TYPE_F32 && b->ne[0] == n);
     check_on_device(b);
-    ft_cuda_add_bias(y, b->data, n_rows, n, cuda_op(be)->stream);
+    cuda_backend *c = cuda_op(be);
+    if (!op_runs(c, OP_ADD_BIAS, y, b->data, n_rows, n)) return;
+    ft_cuda_add_bias(y, b->data, n_rows, n, c->stream);
 }
 
 // The CPU op's YaRN constants (cpu_attn.c), computed here on the host.
@@ -238,26 +313,33 @@ static float yarn_corr_dim(int n_dims, int n_ctx_orig, float n_rot, float base) 
 static void cuda_rope(ft_backend *be, float *x, int n_tok, int n_head, int head_dim, int pos0,
                       const ft_rope_params *p) {
     FT_ASSERT(p->n_rot % 2 == 0 && p->n_rot <= head_dim);
+    cuda_backend *c = cuda_op(be);
+    if (!op_runs(c, OP_ROPE, x, p, ((int64_t)n_tok << 32) | (uint32_t)n_head, step_rel(c, pos0))) return;
     float lo = floorf(yarn_corr_dim(p->n_rot, p->n_ctx_orig, p->beta_fast, p->freq_base));
     float hi = ceilf(yarn_corr_dim(p->n_rot, p->n_ctx_orig, p->beta_slow, p->freq_base));
     ft_cuda_rope_params rp = {
         .n_rot = p->n_rot, .neox = p->neox, .theta_scale = powf(p->freq_base, -2.0f / p->n_rot),
         .freq_scale = p->freq_scale, .ext_factor = p->ext_factor, .attn_factor = p->attn_factor,
-        .corr0 = FT_MAX(0.0f, lo), .corr1 = FT_MIN((float)(p->n_rot - 1), hi),
+        .corr0 = FT_MAX(0.0f, lo), .corr1 = FT_MIN((float)(p->n_rot - 1), hi), .pos_dev = step_pos_dev(c),
     };
-    ft_cuda_rope(x, n_tok, n_head, head_dim, pos0, &rp, cuda_op(be)->stream);
+    ft_cuda_rope(x, n_tok, n_head, head_dim, step_rel(c, pos0), &rp, c->stream);
 }
 
 static void cuda_hadamard(ft_backend *be, float *x, int n_rows, int row_len, int n) {
     FT_ASSERT(n > 0 && (n & (n - 1)) == 0 && row_len % n == 0);
-    ft_cuda_hadamard(x, (int64_t)n_rows * row_len / n, n, cuda_op(be)->stream);
+    cuda_backend *c = cuda_op(be);
+    if (!op_runs(c, OP_HADAMARD, x, NULL, (int64_t)n_rows * row_len, n)) return;
+    ft_cuda_hadamard(x, (int64_t)n_rows * row_len / n, n, c->stream);
 }
 
 static void cuda_set_rows(ft_backend *be, ft_tensor *cache, int row0, const float *x, int n_rows) {
     FT_ASSERT(row0 >= 0 && row0 + n_rows <= cache->ne[1]);
     check_on_device(cache);
-    ft_cuda_set_rows(cache->type, (uint8_t *)cache->data + (size_t)row0 * cache->row_bytes, cache->row_bytes, x,
-                     n_rows, cache->ne[0], cuda_op(be)->stream);
+    cuda_backend *c = cuda_op(be);
+    int rel = step_rel(c, row0); // rows past *pos_dev in a graph step (may be negative)
+    if (!op_runs(c, OP_SET_ROWS, cache->data, x, n_rows, rel)) return;
+    ft_cuda_set_rows(cache->type, (uint8_t *)cache->data + (ptrdiff_t)rel * (ptrdiff_t)cache->row_bytes,
+                     cache->row_bytes, step_pos_dev(c), x, n_rows, cache->ne[0], c->stream);
 }
 
 static void cuda_attention(ft_backend *be, const ft_attn_params *p) {
@@ -265,11 +347,14 @@ static void cuda_attention(ft_backend *be, const ft_attn_params *p) {
     FT_ASSERT(p->head_dim <= c->lim.max_head_dim && p->pos0 + p->n_tok <= c->lim.max_ctx);
     check_on_device(p->k_cache);
     check_on_device(p->v_cache);
+    if (!op_runs(c, OP_ATTENTION, p->q, p->k_cache->data, ((int64_t)p->n_tok << 32) | (uint32_t)p->window,
+                 step_rel(c, p->pos0)))
+        return;
     ft_cuda_attn_params ap = {
         .q = p->q, .out = p->out, .k = p->k_cache->data, .v = p->v_cache->data,
         .k_type = p->k_cache->type, .v_type = p->v_cache->type,
         .k_row_bytes = p->k_cache->row_bytes, .v_row_bytes = p->v_cache->row_bytes,
-        .n_tok = p->n_tok, .pos0 = p->pos0, .n_head = p->n_head, .n_head_kv = p->n_head_kv,
+        .n_tok = p->n_tok, .pos0 = step_rel(c, p->pos0), .pos_dev = step_pos_dev(c), .n_head = p->n_head, .n_head_kv = p->n_head_kv,
         .head_dim = p->head_dim, .window = p->window, .scale = p->scale,
     };
     size_t need = (size_t)FT_CUDA_ATTN_SPLIT_MAX_TOK * (size_t)p->n_head * FT_CUDA_ATTN_MAX_SPLIT * (size_t)(p->head_dim + 2);
@@ -279,7 +364,9 @@ static void cuda_attention(ft_backend *be, const ft_attn_params *p) {
 
 static void cuda_softplus_gate(ft_backend *be, float *x, const float *g, int n_tok, int n_head, int head_dim,
                                int g_width) {
-    ft_cuda_softplus_gate(x, g, n_tok, n_head, head_dim, g_width, cuda_op(be)->stream);
+    cuda_backend *c = cuda_op(be);
+    if (!op_runs(c, OP_SOFTPLUS_GATE, x, g, n_tok, g_width)) return;
+    ft_cuda_softplus_gate(x, g, n_tok, n_head, head_dim, g_width, c->stream);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -290,15 +377,18 @@ static void cuda_ffn(ft_backend *be, const ft_tensor *gate, const ft_tensor *up,
     cuda_backend *c = cuda_op(be);
     int64_t n_ff = gate->ne[1];
     FT_ASSERT(n_ff <= c->lim.max_width && up->ne[1] == n_ff && down->ne[0] == n_ff);
-    be->ops->matmul(be, gate, x, c->h_gate, n_tok);
-    be->ops->matmul(be, up, x, c->h_up, n_tok);
+    if (!op_runs(c, OP_FFN, gate->data, x, (int64_t)(uintptr_t)y, n_tok)) return;
+    matmul_tensor(c, gate, x, c->h_gate, n_tok);
+    matmul_tensor(c, up, x, c->h_up, n_tok);
     ft_cuda_swiglu(c->h_gate, c->h_up, (size_t)n_tok * (size_t)n_ff, c->stream);
     c->xq_src = NULL;
-    be->ops->matmul(be, down, c->h_gate, y, n_tok);
+    matmul_tensor(c, down, c->h_gate, y, n_tok);
 }
 
-// One bank of experts for every (token, slot) pair: y row p = W[sel[p]] · x row p / x_div.
-static void expert_matvec(cuda_backend *c, const ft_tensor *w, const float *x, int x_div, float *y, int n_pairs) {
+// One bank of experts for every (token, slot) pair: y row p = W[sel[p]] · x row p / x_div; or a
+// fused form (ft_cuda_matvec_ids_params: w_up, sum_w) when fused is given.
+static void expert_matvec(cuda_backend *c, const ft_tensor *w, const float *x, int x_div, float *y, int n_pairs,
+                          const ft_cuda_matvec_ids_params *fused) {
     check_on_device(w);
     FT_ASSERT(ft_cuda_matvec_supported(w->type));
     bool q = ft_cuda_matvec_wants_q8_1(w->type);
@@ -307,6 +397,11 @@ static void expert_matvec(cuda_backend *c, const ft_tensor *w, const float *x, i
         .type = w->type, .w = w->data, .mat_bytes = w->mat_bytes, .n_rows = w->ne[1], .n_cols = w->ne[0],
         .x = q ? (const void *)c->xq : (const void *)x, .ids = c->sel, .x_div = x_div, .y = y, .n_pairs = n_pairs,
     };
+    if (fused) {
+        ip.w_up = fused->w_up;
+        ip.sum_w = fused->sum_w;
+        ip.k = fused->k;
+    }
     ft_cuda_matvec_ids(&ip, c->stream);
 }
 
@@ -316,14 +411,14 @@ static void cuda_moe_ffn(ft_backend *be, const ft_moe_params *p, const float *x,
     int k = p->n_expert_used;
     FT_ASSERT(c->reserved && n_tok <= c->lim.max_tok && k <= c->lim.n_expert_used);
     FT_ASSERT(p->n_expert <= c->lim.n_expert && n_ff <= c->lim.max_width && n_embd <= c->lim.max_width);
-    if (n_tok == 0) return;
+    if (!op_runs(c, OP_MOE_FFN, p->gate_exps->data, x, (int64_t)(uintptr_t)y, n_tok) || n_tok == 0) return;
     const float *bias = NULL;
     if (ft_tensor_present(p->sel_bias)) {
         check_on_device(p->sel_bias);
         FT_ASSERT(p->sel_bias->type == FT_TYPE_F32);
         bias = p->sel_bias->data;
     }
-    be->ops->matmul(be, p->router, x, c->logits, n_tok);
+    matmul_tensor(c, p->router, x, c->logits, n_tok);
     ft_cuda_route_params rp = {
         .logits = c->logits, .bias = bias, .sel = c->sel, .w = c->sel_w, .gap = c->gap,
         .n_tok = n_tok, .n_expert = p->n_expert, .k = k, .softmax = p->gating == FT_GATING_SOFTMAX,
@@ -331,21 +426,75 @@ static void cuda_moe_ffn(ft_backend *be, const ft_moe_params *p, const float *x,
     };
     ft_cuda_moe_route(&rp, c->stream);
     int n_pairs = n_tok * k;
-    // gate and up read token p / k; the quantized copy of x is made once when both want it
-    expert_matvec(c, p->gate_exps, x, k, c->h_gate, n_pairs);
-    expert_matvec(c, p->up_exps, x, k, c->h_up, n_pairs);
-    ft_cuda_swiglu(c->h_gate, c->h_up, (size_t)n_pairs * (size_t)n_ff, c->stream);
+    const ft_tensor *gate = p->gate_exps, *up = p->up_exps, *down = p->down_exps;
+    // gate and up read token p / k; the quantized copy of x is made once when both want it.
+    // Quantized banks of one type take the fused kernels: gate, up and SiLU in one launch, and
+    // down with the weighted sum in another.
+    if (ft_cuda_matvec_wants_q8_1(gate->type) && up->type == gate->type && up->mat_bytes == gate->mat_bytes) {
+        check_on_device(up);
+        ft_cuda_matvec_ids_params glu = {.w_up = up->data};
+        expert_matvec(c, gate, x, k, c->h_gate, n_pairs, &glu);
+    } else {
+        expert_matvec(c, gate, x, k, c->h_gate, n_pairs, NULL);
+        expert_matvec(c, up, x, k, c->h_up, n_pairs, NULL);
+        ft_cuda_swiglu(c->h_gate, c->h_up, (size_t)n_pairs * (size_t)n_ff, c->stream);
+    }
     c->xq_src = NULL;
-    expert_matvec(c, p->down_exps, c->h_gate, 1, c->h_out, n_pairs);
-    ft_cuda_moe_combine(c->h_out, c->sel_w, y, n_tok, k, (int)n_embd, c->stream);
+    if (ft_cuda_matvec_wants_q8_1(down->type)) {
+        ft_cuda_matvec_ids_params sum = {.sum_w = c->sel_w, .k = k};
+        expert_matvec(c, down, c->h_gate, 1, y, n_pairs, &sum);
+    } else {
+        expert_matvec(c, down, c->h_gate, 1, c->h_out, n_pairs, NULL);
+        ft_cuda_moe_combine(c->h_out, c->sel_w, y, n_tok, k, (int)n_embd, c->stream);
+    }
 }
 
 static void cuda_sigmoid_gate_add(ft_backend *be, const ft_tensor *gate_inp, const float *x, const float *s,
                                   float *y, int n_tok, int n_embd) {
     cuda_backend *c = cuda_op(be);
     FT_ASSERT(gate_inp->ne[0] == n_embd && gate_inp->ne[1] == 1);
-    be->ops->matmul(be, gate_inp, x, c->logits, n_tok);
+    if (!op_runs(c, OP_SIGMOID_GATE_ADD, gate_inp->data, s, (int64_t)(uintptr_t)y, n_tok)) return;
+    matmul_tensor(c, gate_inp, x, c->logits, n_tok);
     ft_cuda_sigmoid_scale_add(y, s, c->logits, n_tok, n_embd, c->stream);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Steps and graphs (see the top)
+
+static void cuda_step_begin(ft_backend *be, int n_tok, int pos0) {
+    cuda_backend *c = cuda_of(be);
+    FT_ASSERT(c->mode == STEP_DIRECT);
+    if (!c->graphs || !c->reserved || n_tok != 1) return;
+    // the pinned staging and position are rewritten below: the last copies from them ran
+    if (c->staging_used) ft_cuda_event_sync(c->staging_done);
+    c->step_pos0 = pos0;
+    c->step_sig = 14695981039346656037ull;
+    *c->pos_host = pos0;
+    c->xq_src = NULL;
+    if (c->graph) {
+        c->mode = STEP_REPLAY;
+        return;
+    }
+    c->mode = STEP_CAPTURE;
+    ft_cuda_capture_begin(c->stream);
+    ft_cuda_memcpy_h2d(c->pos_dev, c->pos_host, sizeof(int32_t), c->stream);
+}
+
+static void cuda_step_end(ft_backend *be) {
+    cuda_backend *c = cuda_of(be);
+    if (c->mode == STEP_DIRECT) return;
+    if (c->mode == STEP_CAPTURE) {
+        c->graph = ft_cuda_capture_end(c->stream);
+        c->graph_sig = c->step_sig;
+    } else if (c->step_sig != c->graph_sig) {
+        ft_abort(__FILE__, __LINE__, "cuda: this one-token step's ops differ from the captured graph's "
+                                     "(an op sequence that depends on the position?); FT_CUDA_GRAPHS=0 avoids graphs");
+    }
+    ft_cuda_graph_launch(c->graph, c->stream);
+    ft_cuda_event_record(c->staging_done, c->stream);
+    c->staging_used = true;
+    c->mode = STEP_DIRECT;
+    c->xq_src = NULL;
 }
 
 static const ft_backend_ops g_cuda_ops = {
@@ -367,6 +516,8 @@ static const ft_backend_ops g_cuda_ops = {
     .ffn = cuda_ffn,
     .moe_ffn = cuda_moe_ffn,
     .sigmoid_gate_add = cuda_sigmoid_gate_add,
+    .step_begin = cuda_step_begin,
+    .step_end = cuda_step_end,
 };
 
 ft_backend *ft_backend_cuda_init(int dev, ft_err *err) {
@@ -381,5 +532,7 @@ ft_backend *ft_backend_cuda_init(int dev, ft_err *err) {
     c->base.min_route_gap = INFINITY;
     c->dev = dev;
     c->stream = ft_cuda_stream_init();
+    const char *g = getenv("FT_CUDA_GRAPHS");
+    c->graphs = !(g && !strcmp(g, "0"));
     return &c->base;
 }

@@ -12,9 +12,10 @@
 extern "C" {
 #endif
 
-// rms_norm.cu: y = x / rms(x) * w per row of n floats (y may be x).
-void ft_cuda_rms_norm(const float *x, const float *w, float *y, int n_rows, int n, float eps,
-                      ft_cuda_stream *s);
+// rms_norm.cu: y = x / rms(x) * w per row of n floats (y may be x); when yq is not NULL, also
+// its q8_1 form (n_rows rows of n / 32 blocks, n % 32 == 0), equal to ft_cuda_quantize_q8_1(y).
+void ft_cuda_rms_norm(const float *x, const float *w, float *y, void *yq, int n_rows, int n,
+                      float eps, ft_cuda_stream *s);
 
 // elementwise.cu
 void ft_cuda_add(float *y, const float *x, size_t n, ft_cuda_stream *s);          // y += x
@@ -35,6 +36,7 @@ typedef struct ft_cuda_rope_params {
     float theta_scale;     // freq_base^(-2/n_rot), computed on the host as the CPU op does
     float freq_scale, ext_factor, attn_factor;
     float corr0, corr1;    // YaRN correction dims
+    const int32_t *pos_dev; // device memory: added to pos0, or NULL
 } ft_cuda_rope_params;
 void ft_cuda_rope(float *x, int n_tok, int n_head, int head_dim, int pos0,
                   const ft_cuda_rope_params *p, ft_cuda_stream *s);
@@ -42,9 +44,10 @@ void ft_cuda_rope(float *x, int n_tok, int n_head, int head_dim, int pos0,
 // hadamard.cu: each of n_chunks consecutive chunks of n floats (n a power of two <= 1024).
 void ft_cuda_hadamard(float *x, int64_t n_chunks, int n, ft_cuda_stream *s);
 
-// set_rows.cu: rows of n floats -> rows of type (FT_TYPE_F16 or FT_TYPE_Q8_0) row_bytes apart.
-void ft_cuda_set_rows(uint32_t type, void *dst, size_t row_bytes, const float *x, int n_rows,
-                      int64_t n, ft_cuda_stream *s);
+// set_rows.cu: rows of n floats -> rows of type (FT_TYPE_F16 or FT_TYPE_Q8_0) row_bytes apart,
+// starting at dst, moved *row_dev rows further when row_dev (device memory) is not NULL.
+void ft_cuda_set_rows(uint32_t type, void *dst, size_t row_bytes, const int32_t *row_dev,
+                      const float *x, int n_rows, int64_t n, ft_cuda_stream *s);
 
 // attention.cu. Decode splits the keys over CTAs when part is given: part holds
 // FT_CUDA_ATTN_SPLIT_MAX_TOK * n_head * FT_CUDA_ATTN_MAX_SPLIT * (head_dim + 2) floats.
@@ -58,8 +61,9 @@ typedef struct ft_cuda_attn_params {
     size_t k_row_bytes, v_row_bytes;
     int n_tok, pos0, n_head, n_head_kv, head_dim, window;
     float scale;
+    const int32_t *pos_dev; // device memory: added to pos0 (a CUDA graph replayed at any
+                           // position), or NULL
     float *part;           // scratch for split partial results, or NULL: no split
-    int n_split, keys_per_split; // set by ft_cuda_attention
 } ft_cuda_attn_params;
 void ft_cuda_attention(const ft_cuda_attn_params *p, ft_cuda_stream *s);
 

@@ -133,3 +133,24 @@ extern "C" float ft_cuda_event_elapsed_ms(ft_cuda_event *start, ft_cuda_event *s
     CUDA_CHECK(cudaEventElapsedTime(&ms, (cudaEvent_t)start, (cudaEvent_t)stop));
     return ms;
 }
+
+extern "C" void ft_cuda_capture_begin(ft_cuda_stream *s) {
+    CUDA_CHECK(cudaStreamBeginCapture(ft_cuda_stream_handle(s), cudaStreamCaptureModeThreadLocal));
+}
+
+extern "C" ft_cuda_graph *ft_cuda_capture_end(ft_cuda_stream *s) {
+    cudaGraph_t g;
+    CUDA_CHECK(cudaStreamEndCapture(ft_cuda_stream_handle(s), &g));
+    cudaGraphExec_t x;
+    CUDA_CHECK(cudaGraphInstantiate(&x, g, 0));
+    CUDA_CHECK(cudaGraphDestroy(g));
+    return (ft_cuda_graph *)x;
+}
+
+extern "C" void ft_cuda_graph_launch(ft_cuda_graph *g, ft_cuda_stream *s) {
+    CUDA_CHECK(cudaGraphLaunch((cudaGraphExec_t)g, ft_cuda_stream_handle(s)));
+}
+
+extern "C" void ft_cuda_graph_free(ft_cuda_graph *g) {
+    if (g) CUDA_CHECK(cudaGraphExecDestroy((cudaGraphExec_t)g));
+}

@@ -36,6 +36,10 @@ void ft_cuda_event_free(ft_cuda_event *e) { if (e) FT_CUDA_STUB_ABORT(); }
 void ft_cuda_event_record(ft_cuda_event *e, ft_cuda_stream *s) { (void)e; (void)s; FT_CUDA_STUB_ABORT(); }
 void ft_cuda_event_sync(ft_cuda_event *e) { (void)e; FT_CUDA_STUB_ABORT(); }
 float ft_cuda_event_elapsed_ms(ft_cuda_event *a, ft_cuda_event *b) { (void)a; (void)b; FT_CUDA_STUB_ABORT(); }
+void ft_cuda_capture_begin(ft_cuda_stream *s) { (void)s; FT_CUDA_STUB_ABORT(); }
+ft_cuda_graph *ft_cuda_capture_end(ft_cuda_stream *s) { (void)s; FT_CUDA_STUB_ABORT(); }
+void ft_cuda_graph_launch(ft_cuda_graph *g, ft_cuda_stream *s) { (void)g; (void)s; FT_CUDA_STUB_ABORT(); }
+void ft_cuda_graph_free(ft_cuda_graph *g) { if (g) FT_CUDA_STUB_ABORT(); }
 
 size_t ft_cuda_q8_1_bytes(int64_t n_cols, int n_tok) {
     return (size_t)(n_cols / QK8_1) * (size_t)n_tok * sizeof(block_q8_1);

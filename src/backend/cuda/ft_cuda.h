@@ -93,6 +93,19 @@ void ft_cuda_event_sync(ft_cuda_event *e);
 float ft_cuda_event_elapsed_ms(ft_cuda_event *start, ft_cuda_event *stop);
 
 // ---------------------------------------------------------------------------------------------
+// CUDA graphs: the work enqueued on a stream between capture_begin and capture_end is
+// recorded instead of run (thread-local capture mode), and the executable graph replays it.
+// Copies from pinned host memory in a graph read that memory when the graph runs.
+
+typedef struct ft_cuda_graph ft_cuda_graph;   // opaque: an executable graph
+void ft_cuda_capture_begin(ft_cuda_stream *s);
+// Ends the capture on s and returns the graph, instantiated. Aborts if capture failed (an
+// operation that cannot be captured was enqueued).
+ft_cuda_graph *ft_cuda_capture_end(ft_cuda_stream *s);
+void ft_cuda_graph_launch(ft_cuda_graph *g, ft_cuda_stream *s);
+void ft_cuda_graph_free(ft_cuda_graph *g);    // NULL: no-op
+
+// ---------------------------------------------------------------------------------------------
 // Activation quantization (quantize_q8_1.cu)
 
 // Most tokens one matvec launch takes; a larger batch belongs to the prefill GEMM (or is
@@ -147,8 +160,15 @@ typedef struct ft_cuda_matvec_ids_params {
     const void *x;          // (n_pairs / x_div rows, n_cols): q8_1 or floats as for ft_cuda_matvec
     const int32_t *ids;     // (n_pairs) matrix of each pair, device memory
     int x_div;              // >= 1
-    float *y;               // (n_pairs, n_rows)
+    float *y;               // (n_pairs, n_rows); (n_pairs / k, n_rows) with sum_w
     int n_pairs;
+    // Fused forms, quantized types only (ft_cuda_matvec_wants_q8_1); NULL: plain.
+    const void *w_up;       // GLU: y row p = silu(W[ids[p]] · x) * (W_up[ids[p]] · x), W_up
+                            // shaped and typed as w (the gate and up banks of an MoE layer)
+    const float *sum_w;     // weighted sum over each token's k consecutive pairs: y row t =
+                            // sum over j in order of sum_w[t k + j] * (W[ids[t k + j]] · x row
+                            // (t k + j) / x_div); (n_pairs) weights, device memory
+    int k;                  // pairs per token, with sum_w
 } ft_cuda_matvec_ids_params;
 
 void ft_cuda_matvec_ids(const ft_cuda_matvec_ids_params *p, ft_cuda_stream *s);

@@ -150,6 +150,129 @@ __global__ void __launch_bounds__(MV_THREADS) matvec_q_kernel(const matvec_q_arg
     }
 }
 
+// ---------------------------------------------------------------------------------------------
+// Fused expert kernels (ft_cuda_matvec_ids with w_up or sum_w): a warp per row, 4 rows per CTA,
+// each row's parts dealt to the lanes exactly as matvec_q_kernel<T, 1, 1, 32, 2> deals them,
+// so every dot product has the bits of the unfused kernel.
+//   GLU: grid (rows / 4, pairs); the warp computes the gate row and the up row of its pair's
+//        expert in one pass over the activations and writes silu(gate) * up (the swiglu
+//        kernel's expression), replacing two matvecs and an element-wise launch.
+//   SUM: grid (rows / 4, tokens); the warp computes its row for each of the token's k pairs in
+//        slot order and writes the weighted sum (moe_combine's order), replacing the down
+//        matvec and the combine launch and the (pairs, rows) intermediate.
+
+typedef struct matvec_q_fused_args {
+    const uint8_t *w, *w_up;  // (n_matrices, n_rows, n_blocks) blocks each; w_up: GLU only
+    size_t w_mat;
+    const block_q8_1 *x;      // (pairs / x_div, n_cols / 32)
+    const int32_t *ids;       // (pairs)
+    const float *sum_w;       // SUM: (pairs) weights
+    float *y;                 // GLU: (pairs, n_rows); SUM: (tokens, n_rows)
+    int n_rows, n_blocks, x_div, k;
+} matvec_q_fused_args;
+
+// Lane's share of row wr · x, then the warp's sum (the order of matvec_q_kernel<T,1,1,32,2>).
+template <int T, int NW>
+__device__ __forceinline__ void warp_rows_dot(const uint8_t *const (&wr)[NW], const block_q8_1 *x, int n_blocks,
+                                              int lane, float (&out)[NW]) {
+    typedef qt<T> Q;
+    constexpr int YB = Q::qk / QK8_1, U = 2;
+    const int n_items = n_blocks * Q::nparts;
+    float acc[NW];
+#pragma unroll
+    for (int r = 0; r < NW; r++) acc[r] = 0.0f;
+    for (int it0 = lane; it0 < n_items; it0 += FT_WARP * U) {
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int it = it0 + u * FT_WARP;
+            if (it >= n_items) break;
+            const int ib = it / Q::nparts, part = it % Q::nparts;
+#pragma unroll
+            for (int r = 0; r < NW; r++) acc[r] += Q::dot(wr[r] + (size_t)ib * Q::bytes, x + (int64_t)ib * YB, part);
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < NW; r++) out[r] = ft_warp_sum(acc[r]);
+}
+
+template <int T>
+__global__ void __launch_bounds__(MV_THREADS) matvec_q_glu_kernel(const matvec_q_fused_args a) {
+    const int row = blockIdx.x * MV_WARPS + threadIdx.x / FT_WARP, lane = threadIdx.x % FT_WARP;
+    if (row >= a.n_rows) return; // whole warps: no CTA-wide step follows
+    const int pair = blockIdx.y;
+    const size_t off = (size_t)a.ids[pair] * a.w_mat + (size_t)row * a.n_blocks * qt<T>::bytes;
+    const uint8_t *const wr[2] = {a.w + off, a.w_up + off};
+    float d[2];
+    warp_rows_dot<T, 2>(wr, a.x + (int64_t)(pair / a.x_div) * a.n_blocks * (qt<T>::qk / QK8_1), a.n_blocks, lane, d);
+    if (lane == 0) a.y[(int64_t)pair * a.n_rows + row] = d[0] / (1.0f + expf(-d[0])) * d[1];
+}
+
+template <int T>
+__global__ void __launch_bounds__(MV_THREADS) matvec_q_sum_kernel(const matvec_q_fused_args a) {
+    const int row = blockIdx.x * MV_WARPS + threadIdx.x / FT_WARP, lane = threadIdx.x % FT_WARP;
+    if (row >= a.n_rows) return;
+    const int tok = blockIdx.y;
+    const int64_t x_stride = (int64_t)a.n_blocks * (qt<T>::qk / QK8_1);
+    float sum = 0.0f;
+    for (int j = 0; j < a.k; j++) {
+        const int pair = tok * a.k + j;
+        const uint8_t *const wr[1] = {a.w + (size_t)a.ids[pair] * a.w_mat + (size_t)row * a.n_blocks * qt<T>::bytes};
+        float d[1];
+        warp_rows_dot<T, 1>(wr, a.x + (int64_t)(pair / a.x_div) * x_stride, a.n_blocks, lane, d);
+        sum = j == 0 ? d[0] * a.sum_w[pair] : sum + d[0] * a.sum_w[pair];
+    }
+    if (lane == 0) a.y[(int64_t)tok * a.n_rows + row] = sum;
+}
+
+template <int T>
+static void launch_fused(const ft_cuda_matvec_ids_params *ip, cudaStream_t s) {
+    typedef qt<T> Q;
+    FT_CUDA_ASSERT(ip->n_cols % Q::qk == 0 && ip->n_rows >= 1 && ip->n_rows <= INT32_MAX);
+    FT_CUDA_ASSERT((uintptr_t)ip->w % 16 == 0); // as the plain kernel: the bank is 16-byte aligned
+    matvec_q_fused_args a;
+    a.w = (const uint8_t *)ip->w;
+    a.w_up = (const uint8_t *)ip->w_up;
+    a.w_mat = ip->mat_bytes;
+    a.x = (const block_q8_1 *)ip->x;
+    a.ids = ip->ids;
+    a.sum_w = ip->sum_w;
+    a.y = ip->y;
+    a.n_rows = (int)ip->n_rows;
+    a.n_blocks = (int)(ip->n_cols / Q::qk);
+    a.x_div = ip->x_div;
+    a.k = ip->k;
+    const unsigned gx = (unsigned)((a.n_rows + MV_WARPS - 1) / MV_WARPS);
+    if (ip->w_up) {
+        FT_CUDA_ASSERT((uintptr_t)ip->w_up % 16 == 0);
+        matvec_q_glu_kernel<T><<<dim3(gx, (unsigned)ip->n_pairs), MV_THREADS, 0, s>>>(a);
+    } else {
+        FT_CUDA_ASSERT(ip->k >= 1 && ip->n_pairs % ip->k == 0);
+        matvec_q_sum_kernel<T><<<dim3(gx, (unsigned)(ip->n_pairs / ip->k)), MV_THREADS, 0, s>>>(a);
+    }
+    CUDA_CHECK_LAUNCH();
+}
+
+static void matvec_fused(const ft_cuda_matvec_ids_params *ip, cudaStream_t s) {
+    switch (ip->type) {
+    case FT_TYPE_Q4_0: launch_fused<FT_TYPE_Q4_0>(ip, s); break;
+    case FT_TYPE_Q4_1: launch_fused<FT_TYPE_Q4_1>(ip, s); break;
+    case FT_TYPE_Q5_0: launch_fused<FT_TYPE_Q5_0>(ip, s); break;
+    case FT_TYPE_Q5_1: launch_fused<FT_TYPE_Q5_1>(ip, s); break;
+    case FT_TYPE_Q8_0: launch_fused<FT_TYPE_Q8_0>(ip, s); break;
+    case FT_TYPE_Q2_K: launch_fused<FT_TYPE_Q2_K>(ip, s); break;
+    case FT_TYPE_Q3_K: launch_fused<FT_TYPE_Q3_K>(ip, s); break;
+    case FT_TYPE_Q4_K: launch_fused<FT_TYPE_Q4_K>(ip, s); break;
+    case FT_TYPE_Q5_K: launch_fused<FT_TYPE_Q5_K>(ip, s); break;
+    case FT_TYPE_Q6_K: launch_fused<FT_TYPE_Q6_K>(ip, s); break;
+    case FT_TYPE_IQ4_NL: launch_fused<FT_TYPE_IQ4_NL>(ip, s); break;
+    case FT_TYPE_IQ4_XS: launch_fused<FT_TYPE_IQ4_XS>(ip, s); break;
+    case FT_TYPE_MXFP4: launch_fused<FT_TYPE_MXFP4>(ip, s); break;
+    default:
+        fprintf(stderr, "ft_cuda_matvec_ids: no fused form for weight type %u\n", ip->type);
+        abort();
+    }
+}
+
 // Threads per row group forced by ft_cuda_matvec_force_tpr (0: automatic), and the SM count.
 static int g_tpr_forced = 0, g_sm_count = 0;
 
@@ -262,6 +385,11 @@ extern "C" void ft_cuda_matvec(const ft_cuda_matvec_params *p, ft_cuda_stream *s
 
 extern "C" void ft_cuda_matvec_ids(const ft_cuda_matvec_ids_params *ip, ft_cuda_stream *stream) {
     FT_CUDA_ASSERT(ip->n_pairs >= 1 && ip->n_pairs <= 65535 && ip->x_div >= 1 && ip->ids);
+    if (ip->w_up || ip->sum_w) {
+        FT_CUDA_ASSERT(!(ip->w_up && ip->sum_w) && ft_cuda_matvec_wants_q8_1(ip->type));
+        matvec_fused(ip, ft_cuda_stream_handle(stream));
+        return;
+    }
     ft_cuda_matvec_params p = {ip->type, ip->w, ip->n_rows, ip->n_cols, ip->x, ip->y, 1};
     matvec_any(&p, ip, stream);
 }

@@ -10,6 +10,7 @@
 // from the scalar ft_quantize_row_q8_1_ref (id = 1 / d, half away from zero) in rare codes.
 // Launch: 256 threads (8 warps, 8 blocks) per CTA, ceil(n_tok * n_cols / 32 / 8) CTAs.
 #include "cuda_common.cuh"
+#include "q8_1.cuh"
 
 #include <cuda_fp16.h>
 
@@ -22,20 +23,7 @@ quantize_q8_1_kernel(const float *__restrict__ x, block_q8_1 *__restrict__ y, in
     const int64_t b = (int64_t)blockIdx.x * Q8_1_WARPS + threadIdx.x / FT_WARP;
     if (b >= n_blocks) return; // whole warps leave together
     const int lane = threadIdx.x % FT_WARP;
-    const float v = x[b * QK8_1 + lane];
-    const float amax = ft_warp_max(fabsf(v));
-    // the CPU backend's arithmetic (cpu_quant.c, llama.cpp's x86 quantizer): id = 127 / amax
-    // and round half to even, so both backends see the same codes (one code off by one moves
-    // a random test model's logits by about 1e-2)
-    const float d = amax / 127.0f;
-    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-    const int8_t q = (int8_t)__float2int_rn(v * id);
-    const int sum = ft_warp_sum_int(q);
-    y[b].qs[lane] = q;
-    if (lane == 0) {
-        y[b].d = ft_fp32_to_fp16(d);
-        y[b].s = ft_fp32_to_fp16((float)sum * d);
-    }
+    ft_q8_1_warp_store(x[b * QK8_1 + lane], &y[b], lane);
 }
 
 extern "C" size_t ft_cuda_q8_1_bytes(int64_t n_cols, int n_tok) {

@@ -14,7 +14,7 @@ __global__ void rope_kernel(float *x, int n_head, int head_dim, int pos0, const 
     const int idx = blockIdx.x * ROPE_THREADS + threadIdx.x;
     if (idx >= n_head * half) return;
     const int h = idx / half, i = idx % half, i0 = 2 * i, t = blockIdx.y;
-    float theta_extrap = (float)(pos0 + t);
+    float theta_extrap = (float)(pos0 + (p.pos_dev ? *p.pos_dev : 0) + t);
     for (int k = 0; k < i; k++) theta_extrap *= p.theta_scale;
     float theta = p.freq_scale * theta_extrap, mscale = p.attn_factor;
     if (p.ext_factor != 0.0f) {

@@ -11,16 +11,19 @@
 
 enum { SR_WARPS = 8 };
 
-__global__ void set_rows_f16_kernel(uint8_t *dst, size_t row_bytes, const float *x, int64_t n, int64_t total) {
+__global__ void set_rows_f16_kernel(uint8_t *dst, size_t row_bytes, const int32_t *row_dev, const float *x, int64_t n,
+                                    int64_t total) {
     const int64_t i = (int64_t)blockIdx.x * 256 + threadIdx.x;
     if (i >= total) return;
+    if (row_dev) dst += (size_t)*row_dev * row_bytes;
     ((ft_half *)(dst + (size_t)(i / n) * row_bytes))[i % n] = ft_fp32_to_fp16(x[i]);
 }
 
 __global__ void __launch_bounds__(SR_WARPS * FT_WARP)
-set_rows_q8_0_kernel(uint8_t *dst, size_t row_bytes, const float *x, int64_t n, int64_t n_groups) {
+set_rows_q8_0_kernel(uint8_t *dst, size_t row_bytes, const int32_t *row_dev, const float *x, int64_t n, int64_t n_groups) {
     const int64_t g = (int64_t)blockIdx.x * SR_WARPS + threadIdx.x / FT_WARP;
     if (g >= n_groups) return; // whole warps leave together
+    if (row_dev) dst += (size_t)*row_dev * row_bytes;
     const int lane = threadIdx.x % FT_WARP;
     const int64_t per_row = n / 32, r = g / per_row, b = g % per_row;
     const float v = x[r * n + b * 32 + lane];
@@ -32,19 +35,19 @@ set_rows_q8_0_kernel(uint8_t *dst, size_t row_bytes, const float *x, int64_t n, 
     if (lane == 0) blk->d = ft_fp32_to_fp16(d);
 }
 
-extern "C" void ft_cuda_set_rows(uint32_t type, void *dst, size_t row_bytes, const float *x, int n_rows,
-                                 int64_t n, ft_cuda_stream *s) {
+extern "C" void ft_cuda_set_rows(uint32_t type, void *dst, size_t row_bytes, const int32_t *row_dev, const float *x,
+                                 int n_rows, int64_t n, ft_cuda_stream *s) {
     FT_CUDA_ASSERT(type == FT_TYPE_F16 || (type == FT_TYPE_Q8_0 && n % 32 == 0));
     if (type == FT_TYPE_F16) {
         const int64_t total = (int64_t)n_rows * n;
         if (total == 0) return;
-        set_rows_f16_kernel<<<(unsigned)((total + 255) / 256), 256, 0, ft_cuda_stream_handle(s)>>>((uint8_t *)dst, row_bytes, x, n, total);
+        set_rows_f16_kernel<<<(unsigned)((total + 255) / 256), 256, 0, ft_cuda_stream_handle(s)>>>((uint8_t *)dst, row_bytes, row_dev, x, n, total);
         CUDA_CHECK_LAUNCH();
         return;
     }
     const int64_t groups = (int64_t)n_rows * (n / 32);
     if (groups == 0) return;
     const unsigned grid = (unsigned)((groups + SR_WARPS - 1) / SR_WARPS);
-    set_rows_q8_0_kernel<<<grid, SR_WARPS * FT_WARP, 0, ft_cuda_stream_handle(s)>>>((uint8_t *)dst, row_bytes, x, n, groups);
+    set_rows_q8_0_kernel<<<grid, SR_WARPS * FT_WARP, 0, ft_cuda_stream_handle(s)>>>((uint8_t *)dst, row_bytes, row_dev, x, n, groups);
     CUDA_CHECK_LAUNCH();
 }

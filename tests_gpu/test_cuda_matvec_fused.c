@@ -1,0 +1,135 @@
+// test_cuda_matvec_fused.c: the fused expert kernels of ft_cuda_matvec_ids (matvec_q.cu) for
+// every quantized format: GLU (gate and up banks, silu(gate) * up) and SUM (the weighted sum
+// of each token's k experts), against the plain expert matvec (itself checked against a
+// double-precision reference in test_cuda_matvec.c) combined on the host.
+//
+// The fused kernels deal each row's parts to the lanes as the plain one does, so their dot
+// products have the same bits; what may differ is the device expf against the host's in the
+// SiLU (a few ulp) and nothing in the sum (same order, same products). Tolerance: 1e-5 of the
+// largest |value| of the case for GLU, 1e-6 of sum |w h| per element for SUM. Outputs start as
+// NaN. Shapes: 130 rows (not a multiple of the 4 rows of a CTA), 3 tokens, k = 3, 5 experts.
+#include "gpu_test.h"
+
+#include "../src/quant/quant.h"
+#include "../src/util/rng.h"
+#include "../src/util/util.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { N_MAT = 5, N_ROWS = 130, N_TOK = 3, K = 3, N_PAIRS = N_TOK * K };
+
+// A random bank of N_MAT (N_ROWS, n_cols) matrices on the device; returns its matrix bytes.
+static void *random_bank(enum ft_type t, int64_t n_cols, ft_rng *rng, size_t *mat_bytes) {
+    size_t rb = ft_row_bytes(t, n_cols);
+    *mat_bytes = rb * N_ROWS;
+    uint8_t *w = ft_malloc(*mat_bytes * N_MAT);
+    for (int64_t r = 0; r < (int64_t)N_ROWS * N_MAT; r++) ft_quant_random_row(t, rng, 0.05f, w + r * rb, n_cols);
+    void *d = ft_cuda_malloc(*mat_bytes * N_MAT);
+    FT_ASSERT(d);
+    ft_cuda_memcpy_h2d(d, w, *mat_bytes * N_MAT, NULL);
+    ft_cuda_device_sync();
+    free(w);
+    return d;
+}
+
+// q8_1 activations of n_rows random rows on the device.
+static void *random_q8_1(int64_t n_cols, int n_rows, ft_rng *rng) {
+    size_t n = (size_t)n_cols * (size_t)n_rows;
+    float *x = ft_malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) x[i] = ft_rng_normal(rng);
+    float *dx = ft_cuda_malloc(n * sizeof(float));
+    void *dq = ft_cuda_malloc(ft_cuda_q8_1_bytes(n_cols, n_rows));
+    FT_ASSERT(dx && dq);
+    ft_cuda_memcpy_h2d(dx, x, n * sizeof(float), NULL);
+    ft_cuda_quantize_q8_1(dx, dq, n_cols, n_rows, NULL);
+    ft_cuda_device_sync();
+    ft_cuda_free(dx);
+    free(x);
+    return dq;
+}
+
+// Runs p (y NaN-filled first) and returns y (n floats) on the host.
+static float *run_ids(const ft_cuda_matvec_ids_params *p, size_t n) {
+    ft_cuda_memset(p->y, 0xFF, n * sizeof(float), NULL);
+    ft_cuda_matvec_ids(p, NULL);
+    float *y = ft_malloc(n * sizeof(float));
+    ft_cuda_memcpy_d2h(y, p->y, n * sizeof(float), NULL);
+    ft_cuda_device_sync();
+    return y;
+}
+
+static void fused_case(enum ft_type t) {
+    int64_t n_cols = ft_type_traits_find(t)->block_elems == 256 ? 768 : 2080;
+    ft_rng rng = ft_rng_init(0xF05E + (uint64_t)t);
+    size_t mat_bytes;
+    void *gate = random_bank(t, n_cols, &rng, &mat_bytes), *up = random_bank(t, n_cols, &rng, &mat_bytes);
+    void *xq = random_q8_1(n_cols, N_TOK, &rng), *hq = random_q8_1(n_cols, N_PAIRS, &rng);
+    int32_t ids[N_PAIRS];
+    float w[N_PAIRS];
+    for (int i = 0; i < N_PAIRS; i++) {
+        ids[i] = (int32_t)(ft_rng_next(&rng) % N_MAT);
+        w[i] = ft_rng_uniform(&rng);
+    }
+    int32_t *d_ids = ft_cuda_malloc(sizeof(ids));
+    float *d_w = ft_cuda_malloc(sizeof(w)), *d_y = ft_cuda_malloc((size_t)N_PAIRS * N_ROWS * sizeof(float));
+    FT_ASSERT(d_ids && d_w && d_y);
+    ft_cuda_memcpy_h2d(d_ids, ids, sizeof(ids), NULL);
+    ft_cuda_memcpy_h2d(d_w, w, sizeof(w), NULL);
+    ft_cuda_device_sync();
+    const size_t ny = (size_t)N_PAIRS * N_ROWS;
+
+    // GLU against plain gate and up
+    ft_cuda_matvec_ids_params p = {.type = t, .w = gate, .mat_bytes = mat_bytes, .n_rows = N_ROWS, .n_cols = n_cols,
+                                   .x = xq, .ids = d_ids, .x_div = K, .y = d_y, .n_pairs = N_PAIRS};
+    float *g = run_ids(&p, ny);
+    p.w = up;
+    float *u = run_ids(&p, ny);
+    p.w = gate;
+    p.w_up = up;
+    float *f = run_ids(&p, ny);
+    double big = 0, worst = 0;
+    for (size_t i = 0; i < ny; i++) big = fmax(big, fabs(g[i] / (1.0f + expf(-g[i])) * u[i]));
+    int bad = 0;
+    for (size_t i = 0; i < ny; i++) {
+        double ref = g[i] / (1.0f + expf(-g[i])) * u[i], err = fabs(f[i] - ref) / big;
+        if (!(err <= 1e-5) && bad++ < 3) CHECK(err <= 1e-5, "%s glu pair %zu row %zu: %g vs %g", ft_type_name(t), i / N_ROWS, i % N_ROWS, f[i], ref);
+        if (!(err <= worst)) worst = err;
+    }
+
+    // SUM against the plain down matvec and the combine on the host
+    p = (ft_cuda_matvec_ids_params){.type = t, .w = gate, .mat_bytes = mat_bytes, .n_rows = N_ROWS, .n_cols = n_cols,
+                                    .x = hq, .ids = d_ids, .x_div = 1, .y = d_y, .n_pairs = N_PAIRS};
+    float *h = run_ids(&p, ny);
+    p.sum_w = d_w;
+    p.k = K;
+    float *s = run_ids(&p, (size_t)N_TOK * N_ROWS);
+    double worst_sum = 0;
+    for (int tk = 0; tk < N_TOK; tk++)
+        for (int r = 0; r < N_ROWS; r++) {
+            float ref = 0;
+            double mag = 0;
+            for (int j = 0; j < K; j++) {
+                float v = h[(size_t)(tk * K + j) * N_ROWS + r] * w[tk * K + j];
+                ref = j ? ref + v : v;
+                mag += fabs(v);
+            }
+            double err = fabs(s[tk * N_ROWS + r] - ref) / (mag > 0 ? mag : 1);
+            if (!(err <= 1e-6) && bad++ < 6)
+                CHECK(err <= 1e-6, "%s sum token %d row %d: %g vs %g", ft_type_name(t), tk, r, s[tk * N_ROWS + r], ref);
+            if (!(err <= worst_sum)) worst_sum = err;
+        }
+    fprintf(stderr, "    %-7s glu worst %.2g, sum worst %.2g\n", ft_type_name(t), worst, worst_sum);
+    free(g); free(u); free(f); free(h); free(s);
+    ft_cuda_free(gate); ft_cuda_free(up); ft_cuda_free(xq); ft_cuda_free(hq);
+    ft_cuda_free(d_ids); ft_cuda_free(d_w); ft_cuda_free(d_y);
+}
+
+TEST(test_cuda_matvec_ids_fused) {
+    GPU_TEST_REQUIRE_DEVICE();
+    const enum ft_type types[] = {FT_TYPE_Q4_0, FT_TYPE_Q4_1, FT_TYPE_Q5_0, FT_TYPE_Q5_1, FT_TYPE_Q8_0,
+                                  FT_TYPE_Q2_K, FT_TYPE_Q3_K, FT_TYPE_Q4_K, FT_TYPE_Q5_K, FT_TYPE_Q6_K,
+                                  FT_TYPE_IQ4_NL, FT_TYPE_IQ4_XS, FT_TYPE_MXFP4};
+    for (size_t i = 0; i < FT_ARRAY_LEN(types); i++) fused_case(types[i]);
+}
