@@ -292,9 +292,9 @@ static ft_tensor cache_tensor(enum ft_type t, int width, int n_ctx, bool dev) {
     return c;
 }
 
-TEST(cuda_op_set_rows_attention) {
-    GPU_TEST_REQUIRE_DEVICE();
-    const int nh = 8, nkv = 2, hd = 128, n_ctx = 400, W = nkv * hd;
+// set_rows and attention at head size hd (the decode kernel is built for 64, 128 and 256).
+static void set_rows_attention_case(int hd) {
+    const int nh = 8, nkv = 2, n_ctx = 400, W = nkv * hd;
     pair p;
     if (!pair_init(&p, 64, nh * hd, n_ctx, hd, 0, 0)) return;
     enum ft_type kts[2] = {FT_TYPE_F16, FT_TYPE_Q8_0};
@@ -336,7 +336,8 @@ TEST(cuda_op_set_rows_attention) {
         // decode at the end (keys split over CTAs), a small batch (split too), a prefill batch
         // from 0, a batch in the middle, and sliding windows (short, and long enough to split)
         struct { int n_tok, pos0, window; } cases[] = {{1, 359, 0}, {4, 300, 0}, {40, 0, 0}, {64, 296, 0},
-                                                       {1, 359, 16}, {30, 100, 7}, {1, 359, 200}};
+                                                       {1, 359, 16}, {30, 100, 7}, {1, 359, 200}, {1, 2, 0},
+                                                       {8, 352, 0}, {3, 126, 0}};
         for (size_t ci = 0; ci < FT_ARRAY_LEN(cases); ci++) {
             int n = cases[ci].n_tok;
             size_t QN = (size_t)n * nh * hd;
@@ -352,8 +353,8 @@ TEST(cuda_op_set_rows_attention) {
             ap.v_cache = &gv;
             p.gpu->ops->attention(p.gpu, &ap);
             char what[96];
-            snprintf(what, sizeof(what), "attention %s n_tok %d pos0 %d window %d", ft_type_name(kt), n, cases[ci].pos0,
-                     cases[ci].window);
+            snprintf(what, sizeof(what), "attention %s hd %d n_tok %d pos0 %d window %d", ft_type_name(kt), hd, n,
+                     cases[ci].pos0, cases[ci].window);
             compare(&p, what, go, co, QN, kt == FT_TYPE_F16 ? 2e-2 : 5e-3);
             free(q);
         }
@@ -365,6 +366,13 @@ TEST(cuda_op_set_rows_attention) {
         ft_cuda_free(gv.data);
     }
     pair_free(&p);
+}
+
+TEST(cuda_op_set_rows_attention) {
+    GPU_TEST_REQUIRE_DEVICE();
+    set_rows_attention_case(128);
+    set_rows_attention_case(64);
+    set_rows_attention_case(256);
 }
 
 TEST(cuda_op_ffn) {

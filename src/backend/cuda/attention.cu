@@ -20,6 +20,7 @@
 // graphed step computes exactly what the same step launched directly computes.
 #include "cuda_common.cuh"
 #include "cuda_ops.h"
+#include "q8_1.cuh"
 
 #include "../../quant/fp16.h"
 #include "../../quant/quant.h"
@@ -197,6 +198,190 @@ __global__ void __launch_bounds__(AT_THREADS) attention_kernel(const ft_cuda_att
     }
 }
 
+// ---------------------------------------------------------------------------------------------
+// Decode (n_tok <= FT_CUDA_ATTN_SPLIT_MAX_TOK, head_dim = 32 * EPL): a warp per key instead
+// of a thread per key, so that every load is a coalesced slice of a row and the keys a warp
+// walks are independent of one another.
+// Steps, one 128-thread CTA per (head, token, split), the split as attention_kernel's:
+//   1. lane l holds the query's dims l*EPL .. l*EPL+EPL-1 in registers, converted as the
+//      CPU op does (f16-rounded; or q8_0 codes with their block's scale, the block's amax
+//      taken over the 32/EPL lanes that share it);
+//   2. warp w takes keys kbeg + 4w + 16i .. +3 (4 keys per step, all their K and V slices
+//      loaded before the arithmetic): score = warp sum of the lanes' partial dots (q8_0:
+//      integer sums per block, scaled by both blocks' scales), online softmax per warp, V
+//      slices accumulated in registers;
+//   3. the 4 warps' (max, sum, accumulators) are merged through shared memory, and the CTA
+//      writes the output, or a partial result (unnormalised sums, max, softmax sum) for
+//      attention_merge_kernel when the keys are split.
+
+template <int EPL>
+__device__ __forceinline__ void ld_slice(const uint8_t *row, uint32_t type, int d0, float (&v)[EPL]) {
+    if (type == FT_TYPE_F16) {
+        const ft_half *hp = (const ft_half *)row + d0;
+        if (EPL == 8) {
+            const uint4 u = *(const uint4 *)hp;
+            const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+            for (int i = 0; i < 4 && 2 * i + 1 < EPL; i++) {
+                v[2 * i] = ft_fp16_to_fp32((ft_half)(w[i] & 0xFFFFu));
+                v[2 * i + 1] = ft_fp16_to_fp32((ft_half)(w[i] >> 16));
+            }
+        } else if (EPL == 4) {
+            const uint2 u = *(const uint2 *)hp;
+            v[0] = ft_fp16_to_fp32((ft_half)(u.x & 0xFFFFu));
+            v[1] = ft_fp16_to_fp32((ft_half)(u.x >> 16));
+            v[2 % EPL] = ft_fp16_to_fp32((ft_half)(u.y & 0xFFFFu));
+            v[3 % EPL] = ft_fp16_to_fp32((ft_half)(u.y >> 16));
+        } else {
+#pragma unroll
+            for (int i = 0; i < EPL; i++) v[i] = ft_fp16_to_fp32(hp[i]);
+        }
+    } else {
+        const block_q8_0 *b = (const block_q8_0 *)row + d0 / 32;
+        const float d = ft_fp16_to_fp32(b->d);
+#pragma unroll
+        for (int i = 0; i < EPL; i++) v[i] = d * (float)b->qs[d0 % 32 + i];
+    }
+}
+
+template <int EPL>
+__global__ void __launch_bounds__(AT_THREADS) attention_decode_kernel(const ft_cuda_attn_params p) {
+    constexpr int NW = AT_THREADS / FT_WARP, KPW = 4, G = 32 / EPL; // G lanes share a q8_0 block
+    __shared__ float wacc[NW][32 * EPL];
+    __shared__ float wm[NW], wl[NW];
+    const int h = blockIdx.x, t = blockIdx.y, lane = threadIdx.x % FT_WARP, warp = threadIdx.x / FT_WARP;
+    const int hd = 32 * EPL, d0 = lane * EPL;
+    const int hk = h / (p.n_head / p.n_head_kv);
+    const int pos0 = attn_pos0(p), qpos = pos0 + t;
+    const attn_split_t sp = attn_split_of(p, pos0);
+    if ((int)blockIdx.z >= sp.n_split) return;
+    const int kmin = p.window > 0 ? max(0, qpos - p.window + 1) : 0;
+    const int kbeg = kmin + (int)blockIdx.z * sp.per;
+    const int kend = sp.n_split > 1 ? min(qpos, kbeg + sp.per - 1) : qpos;
+    const bool kq8 = p.k_type == FT_TYPE_Q8_0;
+    const size_t koff = (size_t)hk * (kq8 ? (size_t)hd / 32 * sizeof(block_q8_0) : (size_t)hd * 2);
+    const size_t voff = (size_t)hk * (p.v_type == FT_TYPE_Q8_0 ? (size_t)hd / 32 * sizeof(block_q8_0) : (size_t)hd * 2);
+
+    // 1. the query slice
+    const float *q = p.q + ((int64_t)t * p.n_head + h) * hd + d0;
+    float qf[EPL];
+    int qq[EPL];
+    float qd = 0.0f;
+    if (kq8) {
+        float amax = 0.0f;
+#pragma unroll
+        for (int i = 0; i < EPL; i++) amax = fmaxf(amax, fabsf(q[i]));
+#pragma unroll
+        for (int o = G / 2; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+        const float id = amax != 0.0f ? 127.f / amax : 0.0f;
+#pragma unroll
+        for (int i = 0; i < EPL; i++) qq[i] = __float2int_rn(q[i] * id);
+        qd = ft_fp16_to_fp32(ft_fp32_to_fp16(amax / 127.f));
+    } else {
+#pragma unroll
+        for (int i = 0; i < EPL; i++) qf[i] = ft_fp16_to_fp32(ft_fp32_to_fp16(q[i]));
+    }
+
+    // 2. keys, 4 per warp per step
+    float m = -INFINITY, l = 0.0f, acc[EPL];
+#pragma unroll
+    for (int i = 0; i < EPL; i++) acc[i] = 0.0f;
+    for (int k0 = kbeg + warp * KPW; k0 <= kend; k0 += NW * KPW) {
+        float kv[KPW][EPL], vv[KPW][EPL], s[KPW];
+        float kd[KPW];
+        int8_t kc[KPW][EPL];
+#pragma unroll
+        for (int j = 0; j < KPW; j++) {
+            const int k = min(k0 + j, kend); // past the end: a valid row, masked below
+            const uint8_t *kr = (const uint8_t *)p.k + (size_t)k * p.k_row_bytes + koff;
+            if (kq8) {
+                const block_q8_0 *b = (const block_q8_0 *)kr + d0 / 32;
+                kd[j] = ft_fp16_to_fp32(b->d);
+#pragma unroll
+                for (int i = 0; i < EPL; i++) kc[j][i] = b->qs[d0 % 32 + i];
+            } else {
+                ld_slice<EPL>(kr, FT_TYPE_F16, d0, kv[j]);
+            }
+            ld_slice<EPL>((const uint8_t *)p.v + (size_t)k * p.v_row_bytes + voff, p.v_type, d0, vv[j]);
+        }
+#pragma unroll
+        for (int j = 0; j < KPW; j++) {
+            float part = 0.0f;
+            if (kq8) {
+                int isum = 0;
+#pragma unroll
+                for (int i = 0; i < EPL; i++) isum += qq[i] * (int)kc[j][i];
+#pragma unroll
+                for (int o = G / 2; o > 0; o >>= 1) isum += __shfl_xor_sync(0xffffffffu, isum, o);
+                part = lane % G == 0 ? kd[j] * qd * (float)isum : 0.0f;
+            } else {
+#pragma unroll
+                for (int i = 0; i < EPL; i++) part += qf[i] * kv[j][i];
+            }
+            s[j] = ft_warp_sum(part) * p.scale;
+        }
+        float mx = s[0]; // key k0 is valid
+#pragma unroll
+        for (int j = 1; j < KPW; j++)
+            if (k0 + j <= kend) mx = fmaxf(mx, s[j]);
+        const float m_new = fmaxf(m, mx);
+        const float corr = m == -INFINITY ? 0.0f : expf(m - m_new);
+        l *= corr;
+#pragma unroll
+        for (int i = 0; i < EPL; i++) acc[i] *= corr;
+#pragma unroll
+        for (int j = 0; j < KPW; j++) {
+            const float e = k0 + j <= kend ? expf(s[j] - m_new) : 0.0f;
+            l += e;
+#pragma unroll
+            for (int i = 0; i < EPL; i++) acc[i] += e * vv[j][i];
+        }
+        m = m_new;
+    }
+
+    // 3. the warps merged
+#pragma unroll
+    for (int i = 0; i < EPL; i++) wacc[warp][d0 + i] = acc[i];
+    if (lane == 0) {
+        wm[warp] = m;
+        wl[warp] = l;
+    }
+    __syncthreads();
+    float M = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < NW; w++) M = fmaxf(M, wm[w]);
+    float S = 0.0f, f[NW];
+#pragma unroll
+    for (int w = 0; w < NW; w++) {
+        f[w] = wm[w] == -INFINITY ? 0.0f : expf(wm[w] - M);
+        S += wl[w] * f[w];
+    }
+    if (sp.n_split > 1) {
+        float *o = p.part + (((int64_t)t * p.n_head + h) * FT_CUDA_ATTN_MAX_SPLIT + blockIdx.z) * (hd + 2);
+        for (int d = threadIdx.x; d < hd; d += AT_THREADS) {
+            float v = 0.0f;
+#pragma unroll
+            for (int w = 0; w < NW; w++) v += wacc[w][d] * f[w];
+            o[d] = v;
+        }
+        if (threadIdx.x == 0) {
+            o[hd] = M;
+            o[hd + 1] = S;
+        }
+        return;
+    }
+    const float inv = S == 0.0f ? 0.0f : 1.0f / S;
+    const int64_t o0 = ((int64_t)t * p.n_head + h) * hd;
+    for (int d = threadIdx.x; d < hd; d += AT_THREADS) {
+        float v = 0.0f;
+#pragma unroll
+        for (int w = 0; w < NW; w++) v += wacc[w][d] * f[w];
+        p.out[o0 + d] = v * inv;
+        // hd % 32 == 0: each warp holds one whole q8_1 block of the output row
+        if (p.out_q) ft_q8_1_warp_store(v * inv, (block_q8_1 *)p.out_q + (o0 + d) / QK8_1, lane);
+    }
+}
+
 // The splits of one (head, token) merged: weights e^(M_z - M) for each split's sums.
 __global__ void __launch_bounds__(AT_THREADS) attention_merge_kernel(const ft_cuda_attn_params p) {
     const int h = blockIdx.x, t = blockIdx.y, hd = p.head_dim;
@@ -211,18 +396,24 @@ __global__ void __launch_bounds__(AT_THREADS) attention_merge_kernel(const ft_cu
         if (mz != -INFINITY) S += part[z * (hd + 2) + hd + 1] * expf(mz - M);
     }
     const float inv = S == 0.0f ? 0.0f : 1.0f / S;
-    float *o = p.out + ((int64_t)t * p.n_head + h) * hd;
+    const int64_t o0 = ((int64_t)t * p.n_head + h) * hd;
     for (int d = threadIdx.x; d < hd; d += AT_THREADS) {
         float v = 0.0f;
         for (int z = 0; z < n_split; z++) {
             const float mz = part[z * (hd + 2) + hd];
             if (mz != -INFINITY) v += part[z * (hd + 2) + d] * expf(mz - M);
         }
-        o[d] = v * inv;
+        p.out[o0 + d] = v * inv;
+        if (p.out_q) ft_q8_1_warp_store(v * inv, (block_q8_1 *)p.out_q + (o0 + d) / QK8_1, threadIdx.x % FT_WARP);
     }
 }
 
+extern "C" bool ft_cuda_attention_quantizes(int n_tok, int head_dim) {
+    return n_tok <= FT_CUDA_ATTN_SPLIT_MAX_TOK && (head_dim == 64 || head_dim == 128 || head_dim == 256);
+}
+
 extern "C" void ft_cuda_attention(const ft_cuda_attn_params *p, ft_cuda_stream *s) {
+    FT_CUDA_ASSERT(!p->out_q || ft_cuda_attention_quantizes(p->n_tok, p->head_dim));
     FT_CUDA_ASSERT(p->head_dim >= 1 && p->head_dim <= AT_MAX_HD && p->n_head % p->n_head_kv == 0);
     FT_CUDA_ASSERT(p->k_type == FT_TYPE_F16 || (p->k_type == FT_TYPE_Q8_0 && p->head_dim % 32 == 0));
     FT_CUDA_ASSERT(p->v_type == FT_TYPE_F16 || (p->v_type == FT_TYPE_Q8_0 && p->head_dim % 32 == 0));
@@ -241,7 +432,13 @@ extern "C" void ft_cuda_attention(const ft_cuda_attn_params *p, ft_cuda_stream *
         n_split = 1;
     }
     const cudaStream_t st = ft_cuda_stream_handle(s);
-    attention_kernel<<<dim3((unsigned)p->n_head, (unsigned)p->n_tok, (unsigned)n_split), AT_THREADS, 0, st>>>(*p);
+    const dim3 grid((unsigned)p->n_head, (unsigned)p->n_tok, (unsigned)n_split);
+    // the warp-per-key kernel for decode batches of the head sizes it is built for
+    const bool decode = p->n_tok <= FT_CUDA_ATTN_SPLIT_MAX_TOK;
+    if (decode && p->head_dim == 64) attention_decode_kernel<2><<<grid, AT_THREADS, 0, st>>>(*p);
+    else if (decode && p->head_dim == 128) attention_decode_kernel<4><<<grid, AT_THREADS, 0, st>>>(*p);
+    else if (decode && p->head_dim == 256) attention_decode_kernel<8><<<grid, AT_THREADS, 0, st>>>(*p);
+    else attention_kernel<<<grid, AT_THREADS, 0, st>>>(*p);
     CUDA_CHECK_LAUNCH();
     if (n_split > 1) {
         attention_merge_kernel<<<dim3((unsigned)p->n_head, (unsigned)p->n_tok), AT_THREADS, 0, st>>>(*p);

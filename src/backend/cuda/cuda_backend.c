@@ -65,13 +65,29 @@ typedef struct cuda_backend {
     const float *xq_src;
     int64_t xq_cols;
     int xq_tok;
+    // a residual add (add_y += add_x over add_n floats) not yet launched: the next op, if it
+    // is the rms_norm of add_y, runs it in its own kernel; any other op launches it first
+    float *add_y;
+    const float *add_x;
+    size_t add_n;
 } cuda_backend;
 
-static cuda_backend *cuda_of(ft_backend *be) { return (cuda_backend *)be; }
+static void flush_add(cuda_backend *c) {
+    if (!c->add_y) return;
+    ft_cuda_add(c->add_y, c->add_x, c->add_n, c->stream);
+    c->add_y = NULL;
+}
+
+// Every entry point starts here or at cuda_op: the pending add goes first.
+static cuda_backend *cuda_of(ft_backend *be) {
+    cuda_backend *c = (cuda_backend *)be;
+    flush_add(c);
+    return c;
+}
 
 // Every op but matmul starts here: it may write any buffer, so xq no longer matches its source.
 static cuda_backend *cuda_op(ft_backend *be) {
-    cuda_backend *c = (cuda_backend *)be;
+    cuda_backend *c = cuda_of(be);
     c->xq_src = NULL;
     return c;
 }
@@ -278,12 +294,19 @@ static void cuda_rms_norm(ft_backend *be, const float *x, const ft_tensor *w, fl
                           float eps) {
     FT_ASSERT(w->type == FT_TYPE_F32 && w->ne[0] == n);
     check_on_device(w);
-    cuda_backend *c = cuda_op(be);
+    cuda_backend *c = (cuda_backend *)be;
+    // the residual add just before, on this very input, runs inside the norm's kernel
+    const float *d = NULL;
+    if (c->add_y == x && c->add_n == (size_t)n_rows * (size_t)n) {
+        d = c->add_x;
+        c->add_y = NULL;
+    }
+    cuda_op(be);
     if (!op_runs(c, OP_RMS_NORM, x, y, n_rows, n)) return;
     // rows that fit xq are quantized in the same kernel, for the matmuls that read y next
     bool fuse = c->reserved && n % 32 == 0 && n <= round32(c->lim.max_width) &&
                 n_rows <= c->lim.max_tok * FT_MAX(c->lim.n_expert_used, 1);
-    ft_cuda_rms_norm(x, w->data, y, fuse ? c->xq : NULL, n_rows, n, eps, c->stream);
+    ft_cuda_rms_norm((float *)x, d, w->data, y, fuse ? c->xq : NULL, n_rows, n, eps, c->stream);
     if (fuse) {
         c->xq_src = y;
         c->xq_cols = n;
@@ -294,7 +317,9 @@ static void cuda_rms_norm(ft_backend *be, const float *x, const ft_tensor *w, fl
 static void cuda_add(ft_backend *be, float *y, const float *x, size_t n) {
     cuda_backend *c = cuda_op(be);
     if (!op_runs(c, OP_ADD, y, x, (int64_t)n, 0)) return;
-    ft_cuda_add(y, x, n, c->stream);
+    c->add_y = y; // launched by the next op (see flush_add)
+    c->add_x = x;
+    c->add_n = n;
 }
 
 static void cuda_add_bias(ft_backend *be, float *y, const ft_tensor *b, int n_rows, int n) {
@@ -359,7 +384,17 @@ static void cuda_attention(ft_backend *be, const ft_attn_params *p) {
     };
     size_t need = (size_t)FT_CUDA_ATTN_SPLIT_MAX_TOK * (size_t)p->n_head * FT_CUDA_ATTN_MAX_SPLIT * (size_t)(p->head_dim + 2);
     ap.part = need <= c->attn_part_floats ? c->attn_part : NULL;
+    // decode writes the q8_1 form of its output too, for the output projection that follows
+    int64_t width = (int64_t)p->n_head * p->head_dim;
+    bool quantize = ft_cuda_attention_quantizes(p->n_tok, p->head_dim) && width <= round32(c->lim.max_width) &&
+                    p->n_tok <= c->lim.max_tok;
+    ap.out_q = quantize ? c->xq : NULL;
     ft_cuda_attention(&ap, c->stream);
+    if (quantize) {
+        c->xq_src = p->out;
+        c->xq_cols = width;
+        c->xq_tok = p->n_tok;
+    }
 }
 
 static void cuda_softplus_gate(ft_backend *be, float *x, const float *g, int n_tok, int n_head, int head_dim,
@@ -440,7 +475,7 @@ static void cuda_moe_ffn(ft_backend *be, const ft_moe_params *p, const float *x,
         ft_cuda_swiglu(c->h_gate, c->h_up, (size_t)n_pairs * (size_t)n_ff, c->stream);
     }
     c->xq_src = NULL;
-    if (ft_cuda_matvec_wants_q8_1(down->type)) {
+    if (ft_cuda_matvec_wants_q8_1(down->type) && k <= FT_CUDA_MATVEC_SUM_MAX_K) {
         ft_cuda_matvec_ids_params sum = {.sum_w = c->sel_w, .k = k};
         expert_matvec(c, down, c->h_gate, 1, y, n_pairs, &sum);
     } else {
@@ -481,7 +516,7 @@ static void cuda_step_begin(ft_backend *be, int n_tok, int pos0) {
 }
 
 static void cuda_step_end(ft_backend *be) {
-    cuda_backend *c = cuda_of(be);
+    cuda_backend *c = cuda_of(be); // (the pending add joins the capture)
     if (c->mode == STEP_DIRECT) return;
     if (c->mode == STEP_CAPTURE) {
         c->graph = ft_cuda_capture_end(c->stream);

@@ -14,8 +14,9 @@ extern "C" {
 
 // rms_norm.cu: y = x / rms(x) * w per row of n floats (y may be x); when yq is not NULL, also
 // its q8_1 form (n_rows rows of n / 32 blocks, n % 32 == 0), equal to ft_cuda_quantize_q8_1(y).
-void ft_cuda_rms_norm(const float *x, const float *w, float *y, void *yq, int n_rows, int n,
-                      float eps, ft_cuda_stream *s);
+// When d is not NULL, first x += d (as ft_cuda_add), written back; else x is only read.
+void ft_cuda_rms_norm(float *x, const float *d, const float *w, float *y, void *yq, int n_rows,
+                      int n, float eps, ft_cuda_stream *s);
 
 // elementwise.cu
 void ft_cuda_add(float *y, const float *x, size_t n, ft_cuda_stream *s);          // y += x
@@ -64,8 +65,13 @@ typedef struct ft_cuda_attn_params {
     const int32_t *pos_dev; // device memory: added to pos0 (a CUDA graph replayed at any
                            // position), or NULL
     float *part;           // scratch for split partial results, or NULL: no split
+    void *out_q;           // the q8_1 form of out as well (n_tok rows of n_head * head_dim / 32
+                           // blocks), or NULL; only where ft_cuda_attention_quantizes says so
 } ft_cuda_attn_params;
 void ft_cuda_attention(const ft_cuda_attn_params *p, ft_cuda_stream *s);
+// Can the launch for these shapes also write out_q (the decode kernels: n_tok <=
+// FT_CUDA_ATTN_SPLIT_MAX_TOK, head_dim 64, 128 or 256)?
+bool ft_cuda_attention_quantizes(int n_tok, int head_dim);
 
 // moe_route.cu: routing of n_tok tokens and the weighted sum of their experts' outputs.
 typedef struct ft_cuda_route_params {

@@ -168,8 +168,10 @@ typedef struct ft_cuda_matvec_ids_params {
     const float *sum_w;     // weighted sum over each token's k consecutive pairs: y row t =
                             // sum over j in order of sum_w[t k + j] * (W[ids[t k + j]] · x row
                             // (t k + j) / x_div); (n_pairs) weights, device memory
-    int k;                  // pairs per token, with sum_w
+    int k;                  // pairs per token, with sum_w: 1..FT_CUDA_MATVEC_SUM_MAX_K
 } ft_cuda_matvec_ids_params;
+
+#define FT_CUDA_MATVEC_SUM_MAX_K 32
 
 void ft_cuda_matvec_ids(const ft_cuda_matvec_ids_params *p, ft_cuda_stream *s);
 

@@ -157,9 +157,10 @@ __global__ void __launch_bounds__(MV_THREADS) matvec_q_kernel(const matvec_q_arg
 //   GLU: grid (rows / 4, pairs); the warp computes the gate row and the up row of its pair's
 //        expert in one pass over the activations and writes silu(gate) * up (the swiglu
 //        kernel's expression), replacing two matvecs and an element-wise launch.
-//   SUM: grid (rows / 4, tokens); the warp computes its row for each of the token's k pairs in
-//        slot order and writes the weighted sum (moe_combine's order), replacing the down
-//        matvec and the combine launch and the (pairs, rows) intermediate.
+//   SUM: grid (rows / 4, tokens), a warp per slot (k warps); each warp computes the 4 rows for
+//        its slot's expert, and the weighted sum over the slots is taken in slot order
+//        (moe_combine's), replacing the down matvec, the combine launch and the (pairs, rows)
+//        intermediate.
 
 typedef struct matvec_q_fused_args {
     const uint8_t *w, *w_up;  // (n_matrices, n_rows, n_blocks) blocks each; w_up: GLU only
@@ -207,21 +208,35 @@ __global__ void __launch_bounds__(MV_THREADS) matvec_q_glu_kernel(const matvec_q
     if (lane == 0) a.y[(int64_t)pair * a.n_rows + row] = d[0] / (1.0f + expf(-d[0])) * d[1];
 }
 
+enum { SUM_ROWS = 4, SUM_MAX_K = FT_CUDA_MATVEC_SUM_MAX_K };
+
+// SUM: CTA (SUM_ROWS rows, token) of k warps; warp j computes the rows for the token's slot j
+// (the k experts' reads overlap instead of following one another), and thread r then adds
+// the slots' products in slot order.
 template <int T>
-__global__ void __launch_bounds__(MV_THREADS) matvec_q_sum_kernel(const matvec_q_fused_args a) {
-    const int row = blockIdx.x * MV_WARPS + threadIdx.x / FT_WARP, lane = threadIdx.x % FT_WARP;
-    if (row >= a.n_rows) return;
-    const int tok = blockIdx.y;
-    const int64_t x_stride = (int64_t)a.n_blocks * (qt<T>::qk / QK8_1);
-    float sum = 0.0f;
-    for (int j = 0; j < a.k; j++) {
-        const int pair = tok * a.k + j;
-        const uint8_t *const wr[1] = {a.w + (size_t)a.ids[pair] * a.w_mat + (size_t)row * a.n_blocks * qt<T>::bytes};
-        float d[1];
-        warp_rows_dot<T, 1>(wr, a.x + (int64_t)(pair / a.x_div) * x_stride, a.n_blocks, lane, d);
-        sum = j == 0 ? d[0] * a.sum_w[pair] : sum + d[0] * a.sum_w[pair];
+__global__ void __launch_bounds__(SUM_MAX_K * FT_WARP) matvec_q_sum_kernel(const matvec_q_fused_args a) {
+    __shared__ float dots[SUM_MAX_K][SUM_ROWS];
+    const int row0 = blockIdx.x * SUM_ROWS, j = threadIdx.x / FT_WARP, lane = threadIdx.x % FT_WARP;
+    const int tok = blockIdx.y, pair = tok * a.k + j;
+    const size_t row_bytes = (size_t)a.n_blocks * qt<T>::bytes;
+    const uint8_t *w = a.w + (size_t)a.ids[pair] * a.w_mat;
+    const uint8_t *wr[SUM_ROWS];
+#pragma unroll
+    for (int r = 0; r < SUM_ROWS; r++) wr[r] = w + (size_t)min(row0 + r, a.n_rows - 1) * row_bytes;
+    float d[SUM_ROWS];
+    warp_rows_dot<T, SUM_ROWS>(wr, a.x + (int64_t)(pair / a.x_div) * a.n_blocks * (qt<T>::qk / QK8_1), a.n_blocks,
+                               lane, d);
+    if (lane == 0)
+#pragma unroll
+        for (int r = 0; r < SUM_ROWS; r++) dots[j][r] = d[r];
+    __syncthreads();
+    const int r = threadIdx.x;
+    if (r < SUM_ROWS && row0 + r < a.n_rows) {
+        const float *sw = a.sum_w + (int64_t)tok * a.k;
+        float sum = dots[0][r] * sw[0];
+        for (int jj = 1; jj < a.k; jj++) sum += dots[jj][r] * sw[jj];
+        a.y[(int64_t)tok * a.n_rows + row0 + r] = sum;
     }
-    if (lane == 0) a.y[(int64_t)tok * a.n_rows + row] = sum;
 }
 
 template <int T>
@@ -246,8 +261,9 @@ static void launch_fused(const ft_cuda_matvec_ids_params *ip, cudaStream_t s) {
         FT_CUDA_ASSERT((uintptr_t)ip->w_up % 16 == 0);
         matvec_q_glu_kernel<T><<<dim3(gx, (unsigned)ip->n_pairs), MV_THREADS, 0, s>>>(a);
     } else {
-        FT_CUDA_ASSERT(ip->k >= 1 && ip->n_pairs % ip->k == 0);
-        matvec_q_sum_kernel<T><<<dim3(gx, (unsigned)(ip->n_pairs / ip->k)), MV_THREADS, 0, s>>>(a);
+        FT_CUDA_ASSERT(ip->k >= 1 && ip->k <= SUM_MAX_K && ip->n_pairs % ip->k == 0);
+        const unsigned gs = (unsigned)((a.n_rows + SUM_ROWS - 1) / SUM_ROWS);
+        matvec_q_sum_kernel<T><<<dim3(gs, (unsigned)(ip->n_pairs / ip->k)), ip->k * FT_WARP, 0, s>>>(a);
     }
     CUDA_CHECK_LAUNCH();
 }

@@ -4,38 +4,78 @@
 // elements; 2. CTA reduction; 3. y = (x * scale) * w, the CPU op's order of products; fused:
 // 4. when yq is given, each warp also quantizes its 32 consecutive outputs to q8_1 (the input
 // format of the next quantized matmul, which then skips its own quantize launch).
+// Fused before step 1 when d is given: x += d (the residual add that precedes the norm in a
+// layer), written back to x, with the add kernel's arithmetic.
+// Rows of up to 256 * 16 floats keep their elements in registers (EPT per thread, all loads
+// issued at once: a decode row is latency-bound, one CTA on one SM); longer rows loop.
 #include "cuda_common.cuh"
 #include "cuda_ops.h"
 #include "q8_1.cuh"
 
 enum { RMS_THREADS = 256 };
 
+// EPT > 0: at most EPT elements per thread, held in registers; EPT == 0: any n, looped.
+template <int EPT>
 __global__ void __launch_bounds__(RMS_THREADS)
-rms_norm_kernel(const float *x, const float *w, float *y, block_q8_1 *yq, int n, float eps) {
+rms_norm_kernel(float *x, const float *d, const float *w, float *y, block_q8_1 *yq, int n, float eps) {
     __shared__ float red[32];
-    const float *xr = x + (int64_t)blockIdx.x * n;
+    float *xr = x + (int64_t)blockIdx.x * n;
+    const float *dr = d ? d + (int64_t)blockIdx.x * n : NULL;
     float *yr = y + (int64_t)blockIdx.x * n;
+    const int tid = threadIdx.x, lane = tid % FT_WARP;
+    block_q8_1 *qr = yq ? yq + (int64_t)blockIdx.x * (n / QK8_1) : NULL;
     float sum = 0.0f;
-    for (int i = threadIdx.x; i < n; i += RMS_THREADS) sum += xr[i] * xr[i];
-    sum = ft_block_sum(sum, red);
-    const float scale = 1.0f / sqrtf(sum / n + eps);
-    if (!yq) {
-        for (int i = threadIdx.x; i < n; i += RMS_THREADS) yr[i] = (xr[i] * scale) * w[i];
-        return;
-    }
-    // n % 32 == 0: a warp's 32 lanes hold the 32 elements of one q8_1 block at each step
-    block_q8_1 *qr = yq + (int64_t)blockIdx.x * (n / QK8_1);
-    for (int i = threadIdx.x; i < n; i += RMS_THREADS) {
-        const float v = (xr[i] * scale) * w[i];
-        yr[i] = v;
-        ft_q8_1_warp_store(v, &qr[i / QK8_1], threadIdx.x % FT_WARP);
+    if constexpr (EPT > 0) {
+        constexpr int E = EPT > 0 ? EPT : 1;
+        float v[E];
+#pragma unroll
+        for (int j = 0; j < E; j++) {
+            const int i = tid + j * RMS_THREADS;
+            v[j] = i < n ? xr[i] : 0.0f;
+            if (dr && i < n) {
+                v[j] += dr[i];
+                xr[i] = v[j];
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < E; j++) sum += v[j] * v[j]; // the looped order: j ascending
+        sum = ft_block_sum(sum, red);
+        const float scale = 1.0f / sqrtf(sum / n + eps);
+#pragma unroll
+        for (int j = 0; j < E; j++) {
+            const int i = tid + j * RMS_THREADS;
+            if (i >= n) break; // n % 32 == 0 with yq: whole warps stop together
+            const float o = (v[j] * scale) * w[i];
+            yr[i] = o;
+            if (qr) ft_q8_1_warp_store(o, &qr[i / QK8_1], lane);
+        }
+    } else {
+        if (dr) {
+            for (int i = tid; i < n; i += RMS_THREADS) xr[i] += dr[i];
+            __syncthreads(); // (each thread rereads only its own elements; kept for clarity)
+        }
+        for (int i = tid; i < n; i += RMS_THREADS) sum += xr[i] * xr[i];
+        sum = ft_block_sum(sum, red);
+        const float scale = 1.0f / sqrtf(sum / n + eps);
+        for (int i = tid; i < n; i += RMS_THREADS) {
+            const float o = (xr[i] * scale) * w[i];
+            yr[i] = o;
+            // n % 32 == 0: a warp's 32 lanes hold the 32 elements of one q8_1 block at each step
+            if (qr) ft_q8_1_warp_store(o, &qr[i / QK8_1], lane);
+        }
     }
 }
 
-extern "C" void ft_cuda_rms_norm(const float *x, const float *w, float *y, void *yq, int n_rows, int n,
-                                 float eps, ft_cuda_stream *s) {
+extern "C" void ft_cuda_rms_norm(float *x, const float *d, const float *w, float *y, void *yq, int n_rows,
+                                 int n, float eps, ft_cuda_stream *s) {
     FT_CUDA_ASSERT(n_rows >= 0 && n > 0 && (!yq || n % QK8_1 == 0));
     if (n_rows == 0) return;
-    rms_norm_kernel<<<n_rows, RMS_THREADS, 0, ft_cuda_stream_handle(s)>>>(x, w, y, (block_q8_1 *)yq, n, eps);
+    const cudaStream_t st = ft_cuda_stream_handle(s);
+    block_q8_1 *q = (block_q8_1 *)yq;
+    if (n <= RMS_THREADS) rms_norm_kernel<1><<<n_rows, RMS_THREADS, 0, st>>>(x, d, w, y, q, n, eps);
+    else if (n <= 4 * RMS_THREADS) rms_norm_kernel<4><<<n_rows, RMS_THREADS, 0, st>>>(x, d, w, y, q, n, eps);
+    else if (n <= 8 * RMS_THREADS) rms_norm_kernel<8><<<n_rows, RMS_THREADS, 0, st>>>(x, d, w, y, q, n, eps);
+    else if (n <= 16 * RMS_THREADS) rms_norm_kernel<16><<<n_rows, RMS_THREADS, 0, st>>>(x, d, w, y, q, n, eps);
+    else rms_norm_kernel<0><<<n_rows, RMS_THREADS, 0, st>>>(x, d, w, y, q, n, eps);
     CUDA_CHECK_LAUNCH();
 }
