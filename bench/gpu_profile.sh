@@ -15,8 +15,11 @@ for n in 8 2; do
         --head-dim 128 --experts 128 --top-k 8 --ff 768 --dense-type q8_0 --expert-types q4_K \
         --vocab-from "$vocab" >/dev/null 2>&1 || { echo "synth failed"; exit 1; }
 done
-for g in 0 1 0 1; do
-    echo "8 layers, FT_CUDA_GRAPHS=$g: $(FT_CUDA_GRAPHS=$g $FT bench -m /tmp/slice8.gguf --device cuda -p 512 -n 128 -r 3 2>/dev/null |
+# graphs off and on after a 512-token prompt; on after a 1-token prompt (the difference is
+# mostly attention over ~600 cached keys)
+for gp in 0:512 1:512 0:512 1:512 1:1; do
+    g=${gp%%:*} p=${gp##*:}
+    echo "8 layers, FT_CUDA_GRAPHS=$g: $(FT_CUDA_GRAPHS=$g $FT bench -m /tmp/slice8.gguf --device cuda -p $p -n 128 -r 3 2>/dev/null |
         grep -E 'prompt|decode' | tr -s ' ' | tr '\n' ' ')" | tee -a "$log"
 done
 [ -n "$NO_NCU" ] && exit 0

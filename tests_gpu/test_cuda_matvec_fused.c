@@ -133,3 +133,61 @@ TEST(test_cuda_matvec_ids_fused) {
                                   FT_TYPE_IQ4_NL, FT_TYPE_IQ4_XS, FT_TYPE_MXFP4};
     for (size_t i = 0; i < FT_ARRAY_LEN(types); i++) fused_case(types[i]);
 }
+
+// ft_cuda_matvec_multi: three matrices of one input in one launch give the bits of three
+// ft_cuda_matvec launches, for both kernel geometries (forced) and 1, 3 and 8 tokens; rows
+// 130, 7 and 64 leave CTAs of each segment partly filled. Outputs start as NaN.
+TEST(test_cuda_matvec_multi) {
+    GPU_TEST_REQUIRE_DEVICE();
+    const enum ft_type types[] = {FT_TYPE_Q4_0, FT_TYPE_Q8_0, FT_TYPE_Q4_K, FT_TYPE_Q6_K, FT_TYPE_IQ4_XS};
+    const int64_t rows[3] = {130, 7, 64};
+    const int toks[] = {1, 3, 8};
+    const int tprs[] = {32, 128};
+    for (size_t ti = 0; ti < FT_ARRAY_LEN(types); ti++) {
+        enum ft_type t = types[ti];
+        int64_t n_cols = ft_type_traits_find(t)->block_elems == 256 ? 768 : 2080;
+        ft_rng rng = ft_rng_init(0x3417 + (uint64_t)t);
+        void *w[3];
+        for (int i = 0; i < 3; i++) {
+            size_t rb = ft_row_bytes(t, n_cols), bytes = rb * (size_t)rows[i];
+            uint8_t *h = ft_malloc(bytes);
+            for (int64_t r = 0; r < rows[i]; r++) ft_quant_random_row(t, &rng, 0.05f, h + r * rb, n_cols);
+            w[i] = ft_cuda_malloc(bytes);
+            FT_ASSERT(w[i]);
+            ft_cuda_memcpy_h2d(w[i], h, bytes, NULL);
+            ft_cuda_device_sync();
+            free(h);
+        }
+        void *xq = random_q8_1(n_cols, 8, &rng);
+        float *dy = ft_cuda_malloc(2 * 8 * 201 * sizeof(float));
+        FT_ASSERT(dy);
+        for (size_t ki = 0; ki < FT_ARRAY_LEN(toks); ki++)
+            for (size_t gi = 0; gi < FT_ARRAY_LEN(tprs); gi++) {
+                int n_tok = toks[ki];
+                ft_cuda_matvec_force_tpr(tprs[gi]);
+                ft_cuda_matvec_params ps[3];
+                size_t off = 0;
+                for (int i = 0; i < 3; i++) {
+                    ps[i] = (ft_cuda_matvec_params){.type = t, .w = w[i], .n_rows = rows[i], .n_cols = n_cols, .x = xq,
+                                                    .y = dy + off, .n_tok = n_tok};
+                    off += (size_t)rows[i] * n_tok;
+                }
+                ft_cuda_memset(dy, 0xFF, 2 * off * sizeof(float), NULL);
+                for (int i = 0; i < 3; i++) ft_cuda_matvec(&ps[i], NULL);
+                for (int i = 0; i < 3; i++) ps[i].y += off; // the second half
+                ft_cuda_matvec_multi(ps, 3, NULL);
+                float *h = ft_malloc(2 * off * sizeof(float));
+                ft_cuda_memcpy_d2h(h, dy, 2 * off * sizeof(float), NULL);
+                ft_cuda_device_sync();
+                ft_cuda_matvec_force_tpr(0);
+                bool nan = false;
+                for (size_t i = 0; i < 2 * off; i++) nan |= h[i] != h[i];
+                CHECK(!nan && !memcmp(h, h + off, off * sizeof(float)), "%s n_tok %d tpr %d: multi differs from single%s",
+                      ft_type_name(t), n_tok, tprs[gi], nan ? " (NaN: unwritten)" : "");
+                free(h);
+            }
+        for (int i = 0; i < 3; i++) ft_cuda_free(w[i]);
+        ft_cuda_free(xq);
+        ft_cuda_free(dy);
+    }
+}

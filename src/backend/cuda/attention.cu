@@ -25,7 +25,7 @@
 #include "../../quant/fp16.h"
 #include "../../quant/quant.h"
 
-enum { AT_THREADS = 128, AT_MAX_HD = 256 };
+enum { AT_THREADS = 128, AT_MAX_HD = 256, DEC_CHUNK = 16 }; // DEC_CHUNK: attention_decode_kernel's keys per step (4 warps x 4)
 
 __device__ __forceinline__ float ld_kv(const uint8_t *row, uint32_t type, int d) {
     if (type == FT_TYPE_F16) return ft_fp16_to_fp32(((const ft_half *)row)[d]);
@@ -33,18 +33,24 @@ __device__ __forceinline__ float ld_kv(const uint8_t *row, uint32_t type, int d)
     return ft_fp16_to_fp32(b->d) * (float)b->qs[d % 32];
 }
 
-// The split of max_keys keys: n_split ranges of per keys (whole chunks of AT_THREADS).
+// The split of max_keys keys: n_split ranges of per keys (whole chunks of chunk keys: the
+// keys a CTA takes per step, AT_THREADS for attention_kernel, DEC_CHUNK for the decode kernel).
 struct attn_split_t {
     int n_split, per;
 };
 
-__host__ __device__ static attn_split_t attn_split(int max_keys, bool allow) {
+// Does this launch take attention_decode_kernel (n_tok small, head sizes it is built for)?
+__host__ __device__ static bool attn_decode(int n_tok, int head_dim) {
+    return n_tok <= FT_CUDA_ATTN_SPLIT_MAX_TOK && (head_dim == 64 || head_dim == 128 || head_dim == 256);
+}
+
+__host__ __device__ static attn_split_t attn_split(int max_keys, bool allow, int chunk) {
     attn_split_t r = {1, max_keys};
-    if (!allow || max_keys <= AT_THREADS) return r;
-    int n = (max_keys + AT_THREADS - 1) / AT_THREADS;
+    if (!allow || max_keys <= chunk) return r;
+    int n = (max_keys + chunk - 1) / chunk;
     n = n < FT_CUDA_ATTN_MAX_SPLIT ? n : FT_CUDA_ATTN_MAX_SPLIT;
     const int per = (max_keys + n - 1) / n;
-    r.per = (per + AT_THREADS - 1) / AT_THREADS * AT_THREADS;
+    r.per = (per + chunk - 1) / chunk * chunk;
     r.n_split = (max_keys + r.per - 1) / r.per;
     return r;
 }
@@ -57,7 +63,8 @@ __device__ __forceinline__ int attn_pos0(const ft_cuda_attn_params &p) {
 __device__ __forceinline__ attn_split_t attn_split_of(const ft_cuda_attn_params &p, int pos0) {
     int max_keys = pos0 + p.n_tok;
     if (p.window > 0) max_keys = min(max_keys, p.window);
-    return attn_split(max_keys, p.part != NULL && p.n_tok <= FT_CUDA_ATTN_SPLIT_MAX_TOK);
+    return attn_split(max_keys, p.part != NULL && p.n_tok <= FT_CUDA_ATTN_SPLIT_MAX_TOK,
+                      attn_decode(p.n_tok, p.head_dim) ? DEC_CHUNK : AT_THREADS);
 }
 
 __global__ void __launch_bounds__(AT_THREADS) attention_kernel(const ft_cuda_attn_params p) {
@@ -408,9 +415,7 @@ __global__ void __launch_bounds__(AT_THREADS) attention_merge_kernel(const ft_cu
     }
 }
 
-extern "C" bool ft_cuda_attention_quantizes(int n_tok, int head_dim) {
-    return n_tok <= FT_CUDA_ATTN_SPLIT_MAX_TOK && (head_dim == 64 || head_dim == 128 || head_dim == 256);
-}
+extern "C" bool ft_cuda_attention_quantizes(int n_tok, int head_dim) { return attn_decode(n_tok, head_dim); }
 
 extern "C" void ft_cuda_attention(const ft_cuda_attn_params *p, ft_cuda_stream *s) {
     FT_CUDA_ASSERT(!p->out_q || ft_cuda_attention_quantizes(p->n_tok, p->head_dim));
@@ -427,14 +432,14 @@ extern "C" void ft_cuda_attention(const ft_cuda_attn_params *p, ft_cuda_stream *
     if (!p->pos_dev) {
         int max_keys = p->pos0 + p->n_tok;
         if (p->window > 0) max_keys = min(max_keys, p->window);
-        n_split = attn_split(max_keys, allow).n_split;
+        n_split = attn_split(max_keys, allow, attn_decode(p->n_tok, p->head_dim) ? DEC_CHUNK : AT_THREADS).n_split;
     } else if (!allow) {
         n_split = 1;
     }
     const cudaStream_t st = ft_cuda_stream_handle(s);
     const dim3 grid((unsigned)p->n_head, (unsigned)p->n_tok, (unsigned)n_split);
     // the warp-per-key kernel for decode batches of the head sizes it is built for
-    const bool decode = p->n_tok <= FT_CUDA_ATTN_SPLIT_MAX_TOK;
+    const bool decode = attn_decode(p->n_tok, p->head_dim);
     if (decode && p->head_dim == 64) attention_decode_kernel<2><<<grid, AT_THREADS, 0, st>>>(*p);
     else if (decode && p->head_dim == 128) attention_decode_kernel<4><<<grid, AT_THREADS, 0, st>>>(*p);
     else if (decode && p->head_dim == 256) attention_decode_kernel<8><<<grid, AT_THREADS, 0, st>>>(*p);

@@ -70,6 +70,24 @@ typedef struct cuda_backend {
     float *add_y;
     const float *add_x;
     size_t add_n;
+    // per-head rms_norms in place not yet launched (q_norm, k_norm): a rope of the same
+    // buffer runs each inside its own kernel (norm_rope.cu); any other op launches them first
+    struct pending_norm {
+        float *x;
+        const float *w;
+        int n_rows, n;
+        float eps;
+    } norms[2];
+    int n_norms;
+    // quantized matmuls of one input not yet launched (wq, wk, wv): launched together, one
+    // kernel for all of them (ft_cuda_matvec_multi), by the first op that does not join them
+    struct pending_matmul {
+        const ft_tensor *w;
+        const float *x;
+        float *y;
+        int n_tok;
+    } mms[FT_CUDA_MATVEC_MAX_SEG];
+    int n_mms;
 } cuda_backend;
 
 static void flush_add(cuda_backend *c) {
@@ -78,10 +96,23 @@ static void flush_add(cuda_backend *c) {
     c->add_y = NULL;
 }
 
-// Every entry point starts here or at cuda_op: the pending add goes first.
+static void flush_norms(cuda_backend *c) {
+    for (int i = 0; i < c->n_norms; i++) {
+        struct pending_norm *q = &c->norms[i];
+        ft_cuda_rms_norm(q->x, NULL, q->w, q->x, NULL, q->n_rows, q->n, q->eps, c->stream);
+    }
+    c->n_norms = 0;
+}
+
+static void flush_matmuls(cuda_backend *c);
+
+// Every entry point starts here or at cuda_op: what is pending goes first (norms, an add and
+// matmuls are never pending together: each op that makes one pending flushes the others).
 static cuda_backend *cuda_of(ft_backend *be) {
     cuda_backend *c = (cuda_backend *)be;
+    flush_norms(c);
     flush_add(c);
+    flush_matmuls(c);
     return c;
 }
 
@@ -259,10 +290,37 @@ static void matmul_tensor(cuda_backend *c, const ft_tensor *w, const float *x, f
     matmul_raw(c, w->type, w->data, w->ne[1], w->ne[0], x, y, n_tok);
 }
 
+static void flush_matmuls(cuda_backend *c) {
+    int n = c->n_mms;
+    c->n_mms = 0;
+    if (n == 0) return;
+    const struct pending_matmul *m = c->mms;
+    if (n == 1) {
+        matmul_tensor(c, m->w, m->x, m->y, m->n_tok);
+        return;
+    }
+    quantize_x(c, m->x, m->w->ne[0], m->n_tok);
+    ft_cuda_matvec_params ps[FT_CUDA_MATVEC_MAX_SEG];
+    for (int i = 0; i < n; i++)
+        ps[i] = (ft_cuda_matvec_params){.type = m[i].w->type, .w = m[i].w->data, .n_rows = m[i].w->ne[1],
+                                        .n_cols = m[i].w->ne[0], .x = c->xq, .y = m[i].y, .n_tok = m[i].n_tok};
+    ft_cuda_matvec_multi(ps, n, c->stream);
+}
+
+// Decode-sized quantized matmuls wait (see mms) so that those of one input share a launch.
 static void cuda_matmul(ft_backend *be, const ft_tensor *w, const float *x, float *y, int n_tok) {
-    cuda_backend *c = cuda_of(be);
+    cuda_backend *c = (cuda_backend *)be;
+    FT_ASSERT(c->reserved && n_tok <= c->lim.max_tok && w->ne[2] == 1);
+    check_on_device(w);
+    const struct pending_matmul *m0 = &c->mms[0];
+    bool join = c->n_mms > 0 && c->n_mms < FT_CUDA_MATVEC_MAX_SEG && m0->x == x && m0->n_tok == n_tok &&
+                m0->w->type == w->type && m0->w->ne[0] == w->ne[0] && y != x;
+    if (!join) cuda_of(be);
     if (!op_runs(c, OP_MATMUL, w->data, x, (int64_t)(uintptr_t)y, n_tok)) return;
-    matmul_tensor(c, w, x, y, n_tok);
+    if (n_tok >= 1 && n_tok <= FT_CUDA_MATVEC_MAX_TOK && ft_cuda_matvec_wants_q8_1(w->type) && y != x)
+        c->mms[c->n_mms++] = (struct pending_matmul){w, x, y, n_tok};
+    else
+        matmul_tensor(c, w, x, y, n_tok);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -301,8 +359,22 @@ static void cuda_rms_norm(ft_backend *be, const float *x, const ft_tensor *w, fl
         d = c->add_x;
         c->add_y = NULL;
     }
-    cuda_op(be);
+    // a norm in place of short rows (a per-head norm) waits for the rope of its buffer (see
+    // norm_rope.cu); the norms already waiting are on other buffers and may wait on
+    bool defer = !d && x == y && n <= 256 && c->n_norms < 2;
+    for (int i = 0; i < c->n_norms; i++) defer = defer && c->norms[i].x != x;
+    if (defer) {
+        flush_add(c);
+        flush_matmuls(c); // (before xq is dropped: they may read it)
+        c->xq_src = NULL;
+    } else {
+        cuda_op(be);
+    }
     if (!op_runs(c, OP_RMS_NORM, x, y, n_rows, n)) return;
+    if (defer) {
+        c->norms[c->n_norms++] = (struct pending_norm){(float *)x, w->data, n_rows, n, eps};
+        return;
+    }
     // rows that fit xq are quantized in the same kernel, for the matmuls that read y next
     bool fuse = c->reserved && n % 32 == 0 && n <= round32(c->lim.max_width) &&
                 n_rows <= c->lim.max_tok * FT_MAX(c->lim.n_expert_used, 1);
@@ -338,7 +410,22 @@ static float yarn_corr_dim(int n_dims, int n_ctx_orig, float n_rot, float base) 
 static void cuda_rope(ft_backend *be, float *x, int n_tok, int n_head, int head_dim, int pos0,
                       const ft_rope_params *p) {
     FT_ASSERT(p->n_rot % 2 == 0 && p->n_rot <= head_dim);
-    cuda_backend *c = cuda_op(be);
+    cuda_backend *c = (cuda_backend *)be;
+    // the waiting norm of this buffer, if its rows are these heads, runs fused with the rope
+    struct pending_norm norm = {0};
+    for (int i = 0; i < c->n_norms; i++) {
+        if (c->norms[i].x != x) continue;
+        if (c->norms[i].n == head_dim && c->norms[i].n_rows == n_tok * n_head) {
+            norm = c->norms[i];
+            c->norms[i] = c->norms[--c->n_norms]; // the other one is on another buffer: order is free
+        } else {
+            flush_norms(c);
+        }
+        break;
+    }
+    flush_add(c);
+    flush_matmuls(c);
+    c->xq_src = NULL;
     if (!op_runs(c, OP_ROPE, x, p, ((int64_t)n_tok << 32) | (uint32_t)n_head, step_rel(c, pos0))) return;
     float lo = floorf(yarn_corr_dim(p->n_rot, p->n_ctx_orig, p->beta_fast, p->freq_base));
     float hi = ceilf(yarn_corr_dim(p->n_rot, p->n_ctx_orig, p->beta_slow, p->freq_base));
@@ -347,7 +434,8 @@ static void cuda_rope(ft_backend *be, float *x, int n_tok, int n_head, int head_
         .freq_scale = p->freq_scale, .ext_factor = p->ext_factor, .attn_factor = p->attn_factor,
         .corr0 = FT_MAX(0.0f, lo), .corr1 = FT_MIN((float)(p->n_rot - 1), hi), .pos_dev = step_pos_dev(c),
     };
-    ft_cuda_rope(x, n_tok, n_head, head_dim, step_rel(c, pos0), &rp, c->stream);
+    if (norm.x) ft_cuda_norm_rope(x, norm.w, n_tok, n_head, head_dim, norm.eps, step_rel(c, pos0), &rp, c->stream);
+    else ft_cuda_rope(x, n_tok, n_head, head_dim, step_rel(c, pos0), &rp, c->stream);
 }
 
 static void cuda_hadamard(ft_backend *be, float *x, int n_rows, int row_len, int n) {

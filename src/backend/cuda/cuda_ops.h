@@ -42,6 +42,11 @@ typedef struct ft_cuda_rope_params {
 void ft_cuda_rope(float *x, int n_tok, int n_head, int head_dim, int pos0,
                   const ft_cuda_rope_params *p, ft_cuda_stream *s);
 
+// norm_rope.cu: x (n_tok, n_head * head_dim) in place: each head RMS-normalised with w
+// (head_dim floats), then rotated as ft_cuda_rope; head_dim <= 256. Same bits as the two ops.
+void ft_cuda_norm_rope(float *x, const float *w, int n_tok, int n_head, int head_dim, float eps, int pos0,
+                       const ft_cuda_rope_params *p, ft_cuda_stream *s);
+
 // hadamard.cu: each of n_chunks consecutive chunks of n floats (n a power of two <= 1024).
 void ft_cuda_hadamard(float *x, int64_t n_chunks, int n, ft_cuda_stream *s);
 

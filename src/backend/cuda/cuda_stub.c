@@ -54,6 +54,7 @@ bool ft_cuda_matvec_supported(uint32_t type) { (void)type; return false; }
 bool ft_cuda_matvec_wants_q8_1(uint32_t type) { (void)type; return false; }
 void ft_cuda_matvec(const ft_cuda_matvec_params *p, ft_cuda_stream *s) { (void)p; (void)s; FT_CUDA_STUB_ABORT(); }
 void ft_cuda_matvec_ids(const ft_cuda_matvec_ids_params *p, ft_cuda_stream *s) { (void)p; (void)s; FT_CUDA_STUB_ABORT(); }
+void ft_cuda_matvec_multi(const ft_cuda_matvec_params *p, int n, ft_cuda_stream *s) { (void)p; (void)n; (void)s; FT_CUDA_STUB_ABORT(); }
 void ft_cuda_matvec_force_tpr(int tpr) { (void)tpr; }
 
 // The CUDA backend (cuda.h) in a build without nvcc.

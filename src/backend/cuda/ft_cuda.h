@@ -148,6 +148,12 @@ bool ft_cuda_matvec_wants_q8_1(uint32_t type);
 // activations. Aborts on an unsupported type or a bad shape (programmer errors).
 void ft_cuda_matvec(const ft_cuda_matvec_params *p, ft_cuda_stream *s);
 
+// Several matrices of one input in one launch (q, k and v of a layer): y_i = x · w_iᵀ for
+// p[0..n-1], which share type (a quantized one), n_cols, x and n_tok; 1 <= n <=
+// FT_CUDA_MATVEC_MAX_SEG. The kernel geometry is chosen for all their rows together.
+#define FT_CUDA_MATVEC_MAX_SEG 4
+void ft_cuda_matvec_multi(const ft_cuda_matvec_params *p, int n, ft_cuda_stream *s);
+
 // The expert form (MoE): n_pairs matvecs of one token each in one launch. Pair p multiplies
 // matrix ids[p] of a 3-D weight (matrices mat_bytes apart) by activation row p / x_div and
 // writes y row p. The ids live in device memory (written by the router on the GPU), so the

@@ -60,6 +60,14 @@ typedef struct matvec_q_args {
     size_t w_mat;
     int x_div;
     int n_pairs;
+    // several matrices of one input in one launch (ft_cuda_matvec_multi): segment s owns CTAs
+    // seg_cta[s] .. seg_cta[s + 1] - 1 and computes seg_w[s] (seg_rows[s] rows) into seg_y[s].
+    // n_seg 0: off (w, y, n_rows above)
+    int n_seg;
+    const uint8_t *seg_w[FT_CUDA_MATVEC_MAX_SEG];
+    float *seg_y[FT_CUDA_MATVEC_MAX_SEG];
+    int seg_rows[FT_CUDA_MATVEC_MAX_SEG];
+    int seg_cta[FT_CUDA_MATVEC_MAX_SEG + 1];
 } matvec_q_args;
 
 // A group of TPR threads (32: one warp; 128: the whole CTA) computes ROWS consecutive rows;
@@ -71,24 +79,33 @@ __global__ void __launch_bounds__(MV_THREADS) matvec_q_kernel(const matvec_q_arg
     typedef qt<T> Q;
     constexpr int YB = Q::qk / QK8_1; // q8_1 blocks per weight block
     constexpr int GROUPS = MV_THREADS / TPR;
-    const int row0 = (blockIdx.x * GROUPS + threadIdx.x / TPR) * ROWS;
+    const uint8_t *w = a.w;
+    float *y = a.y;
+    int n_rows = a.n_rows, bx = blockIdx.x;
+    if (a.n_seg) {
+        int sg = 0;
+        while (sg + 1 < a.n_seg && bx >= a.seg_cta[sg + 1]) sg++;
+        w = a.seg_w[sg];
+        y = a.seg_y[sg];
+        n_rows = a.seg_rows[sg];
+        bx -= a.seg_cta[sg];
+    }
+    const int row0 = (bx * GROUPS + threadIdx.x / TPR) * ROWS;
     const int t = threadIdx.x % TPR;
     const size_t row_bytes = (size_t)a.n_blocks * Q::bytes;
     const int64_t x_stride = (int64_t)a.n_blocks * YB; // q8_1 blocks per token
-    const uint8_t *w = a.w;
     const block_q8_1 *x = a.x;
-    float *y = a.y;
     if (a.ids) {
         const int pair = blockIdx.y;
         w += (size_t)a.ids[pair] * a.w_mat;
         x += (int64_t)(pair / a.x_div) * x_stride;
-        y += (int64_t)pair * a.n_rows;
+        y += (int64_t)pair * n_rows;
     }
     // a row past the end computes on the last row and is not written (no early exit: the
     // CTA-wide reduction below needs every thread)
     const uint8_t *wr[ROWS];
 #pragma unroll
-    for (int r = 0; r < ROWS; r++) wr[r] = w + (size_t)min(row0 + r, a.n_rows - 1) * row_bytes;
+    for (int r = 0; r < ROWS; r++) wr[r] = w + (size_t)min(row0 + r, n_rows - 1) * row_bytes;
 
     float acc[NCOLS][ROWS];
 #pragma unroll
@@ -134,7 +151,7 @@ __global__ void __launch_bounds__(MV_THREADS) matvec_q_kernel(const matvec_q_arg
             float v = 0.0f;
 #pragma unroll
             for (int k = 0; k < WPG; k++) v += red[w0 + k][c][r];
-            if (c < a.n_tok && row0 + r < a.n_rows) y[(int64_t)c * a.n_rows + row0 + r] = v;
+            if (c < a.n_tok && row0 + r < n_rows) y[(int64_t)c * n_rows + row0 + r] = v;
         }
     } else if (t < NCOLS * ROWS) {
         // lane t writes (token t / ROWS, row t % ROWS); acc[][] is indexed by constants only,
@@ -146,7 +163,7 @@ __global__ void __launch_bounds__(MV_THREADS) matvec_q_kernel(const matvec_q_arg
             for (int r = 0; r < ROWS; r++)
                 if (t == c * ROWS + r) v = acc[c][r];
         const int c = t / ROWS, r = t % ROWS;
-        if (c < a.n_tok && row0 + r < a.n_rows) y[(int64_t)c * a.n_rows + row0 + r] = v;
+        if (c < a.n_tok && row0 + r < n_rows) y[(int64_t)c * n_rows + row0 + r] = v;
     }
 }
 
@@ -313,9 +330,16 @@ static int pick_tpr(int n_rows, int n_tok) {
 }
 
 template <int T, int NCOLS, int ROWS, int TPR, int U>
-static void launch(const matvec_q_args &a, cudaStream_t s) {
+static void launch(const matvec_q_args &a0, cudaStream_t s) {
     constexpr int rows_per_cta = MV_THREADS / TPR * ROWS;
-    const dim3 grid((unsigned)((a.n_rows + rows_per_cta - 1) / rows_per_cta), a.ids ? (unsigned)a.n_pairs : 1u);
+    matvec_q_args a = a0;
+    int n_cta = (a.n_rows + rows_per_cta - 1) / rows_per_cta;
+    if (a.n_seg) {
+        a.seg_cta[0] = 0;
+        for (int i = 0; i < a.n_seg; i++) a.seg_cta[i + 1] = a.seg_cta[i] + (a.seg_rows[i] + rows_per_cta - 1) / rows_per_cta;
+        n_cta = a.seg_cta[a.n_seg];
+    }
+    const dim3 grid((unsigned)n_cta, a.ids ? (unsigned)a.n_pairs : 1u);
     matvec_q_kernel<T, NCOLS, ROWS, TPR, U><<<grid, MV_THREADS, 0, s>>>(a);
     CUDA_CHECK_LAUNCH();
 }
@@ -330,12 +354,24 @@ static void launch_ncols(const matvec_q_args &a, cudaStream_t s) {
 }
 
 template <int T>
-static void launch_type(const ft_cuda_matvec_params *p, const ft_cuda_matvec_ids_params *ip, cudaStream_t s) {
+static void launch_type(const ft_cuda_matvec_params *p, const ft_cuda_matvec_ids_params *ip, cudaStream_t s,
+                        int n_seg = 0) {
     typedef qt<T> Q;
     FT_CUDA_ASSERT(p->n_cols % Q::qk == 0);
     FT_CUDA_ASSERT(p->n_rows >= 1 && p->n_rows <= INT32_MAX && p->n_cols / Q::qk <= INT32_MAX / Q::nparts);
     FT_CUDA_ASSERT((uintptr_t)p->w % 16 == 0); // 16-byte loads of q4_K / q5_K codes
     matvec_q_args a;
+    a.n_seg = n_seg;
+    int64_t rows_all = 0;
+    for (int i = 0; i < n_seg; i++) {
+        FT_CUDA_ASSERT(p[i].type == p->type && p[i].n_cols == p->n_cols && p[i].x == p->x && p[i].n_tok == p->n_tok);
+        FT_CUDA_ASSERT(p[i].n_rows >= 1 && (uintptr_t)p[i].w % 16 == 0);
+        a.seg_w[i] = (const uint8_t *)p[i].w;
+        a.seg_y[i] = p[i].y;
+        a.seg_rows[i] = (int)p[i].n_rows;
+        rows_all += p[i].n_rows;
+    }
+    FT_CUDA_ASSERT(rows_all <= INT32_MAX);
     a.w = (const uint8_t *)p->w;
     a.x = (const block_q8_1 *)p->x;
     a.y = p->y;
@@ -346,6 +382,7 @@ static void launch_type(const ft_cuda_matvec_params *p, const ft_cuda_matvec_ids
     a.w_mat = ip ? ip->mat_bytes : 0;
     a.x_div = ip ? ip->x_div : 1;
     a.n_pairs = ip ? ip->n_pairs : 1;
+    if (n_seg) a.n_rows = (int)rows_all; // picks the geometry for all the rows together
     if (p->n_tok == 1) launch_ncols<T, 1>(a, s);
     else if (p->n_tok == 2) launch_ncols<T, 2>(a, s);
     else if (p->n_tok <= 4) launch_ncols<T, 4>(a, s);
@@ -397,6 +434,28 @@ static void matvec_any(const ft_cuda_matvec_params *p, const ft_cuda_matvec_ids_
 
 extern "C" void ft_cuda_matvec(const ft_cuda_matvec_params *p, ft_cuda_stream *stream) {
     matvec_any(p, NULL, stream);
+}
+
+extern "C" void ft_cuda_matvec_multi(const ft_cuda_matvec_params *p, int n, ft_cuda_stream *stream) {
+    FT_CUDA_ASSERT(n >= 1 && n <= FT_CUDA_MATVEC_MAX_SEG && ft_cuda_matvec_wants_q8_1(p->type));
+    FT_CUDA_ASSERT(p->n_tok >= 1 && p->n_tok <= FT_CUDA_MATVEC_MAX_TOK && p->n_cols > 0);
+    const cudaStream_t s = ft_cuda_stream_handle(stream);
+    switch (p->type) {
+    case FT_TYPE_Q4_0: launch_type<FT_TYPE_Q4_0>(p, NULL, s, n); break;
+    case FT_TYPE_Q4_1: launch_type<FT_TYPE_Q4_1>(p, NULL, s, n); break;
+    case FT_TYPE_Q5_0: launch_type<FT_TYPE_Q5_0>(p, NULL, s, n); break;
+    case FT_TYPE_Q5_1: launch_type<FT_TYPE_Q5_1>(p, NULL, s, n); break;
+    case FT_TYPE_Q8_0: launch_type<FT_TYPE_Q8_0>(p, NULL, s, n); break;
+    case FT_TYPE_Q2_K: launch_type<FT_TYPE_Q2_K>(p, NULL, s, n); break;
+    case FT_TYPE_Q3_K: launch_type<FT_TYPE_Q3_K>(p, NULL, s, n); break;
+    case FT_TYPE_Q4_K: launch_type<FT_TYPE_Q4_K>(p, NULL, s, n); break;
+    case FT_TYPE_Q5_K: launch_type<FT_TYPE_Q5_K>(p, NULL, s, n); break;
+    case FT_TYPE_Q6_K: launch_type<FT_TYPE_Q6_K>(p, NULL, s, n); break;
+    case FT_TYPE_IQ4_NL: launch_type<FT_TYPE_IQ4_NL>(p, NULL, s, n); break;
+    case FT_TYPE_IQ4_XS: launch_type<FT_TYPE_IQ4_XS>(p, NULL, s, n); break;
+    case FT_TYPE_MXFP4: launch_type<FT_TYPE_MXFP4>(p, NULL, s, n); break;
+    default: FT_CUDA_ASSERT(!"unreachable");
+    }
 }
 
 extern "C" void ft_cuda_matvec_ids(const ft_cuda_matvec_ids_params *ip, ft_cuda_stream *stream) {

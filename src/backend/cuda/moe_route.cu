@@ -93,6 +93,95 @@ __global__ void __launch_bounds__(FT_WARP) moe_route_kernel(const ft_cuda_route_
     }
 }
 
+// The same routing with each lane's experts in registers (PL per lane: n_expert <= 32 * PL)
+// and k <= 32 (lane j keeps slot j): no shared memory, no serial tail, which is where the
+// kernel above spends its time at decode. Same comparisons and the same float operations in
+// the same order (the weight sum is still taken slot by slot), so the same results.
+template <int PL>
+__global__ void __launch_bounds__(FT_WARP) moe_route_reg_kernel(const ft_cuda_route_params p) {
+    const int t = blockIdx.x, lane = threadIdx.x, ne = p.n_expert, k = p.k;
+    const float *lg = p.logits + (int64_t)t * ne;
+    float pr[PL], v[PL];
+    unsigned taken = 0; // bit i: expert lane + 32 i is selected (or does not exist)
+#pragma unroll
+    for (int i = 0; i < PL; i++) {
+        const int e = lane + FT_WARP * i;
+        pr[i] = e < ne ? lg[e] : -INFINITY;
+        if (e >= ne) taken |= 1u << i;
+    }
+    if (p.softmax) {
+        float mx = -INFINITY;
+#pragma unroll
+        for (int i = 0; i < PL; i++) mx = fmaxf(mx, pr[i]);
+        mx = ft_warp_max(mx);
+        float sum = 0.0f;
+#pragma unroll
+        for (int i = 0; i < PL; i++) {
+            const float e = lane + FT_WARP * i < ne ? expf(pr[i] - mx) : 0.0f;
+            pr[i] = e;
+            sum += e;
+        }
+        sum = ft_warp_sum(sum);
+        const float inv = 1.0f / sum;
+#pragma unroll
+        for (int i = 0; i < PL; i++) pr[i] *= inv;
+    } else {
+#pragma unroll
+        for (int i = 0; i < PL; i++) pr[i] = 1.0f / (1.0f + expf(-pr[i]));
+    }
+#pragma unroll
+    for (int i = 0; i < PL; i++) {
+        const int e = lane + FT_WARP * i;
+        v[i] = pr[i] + (p.bias && e < ne ? p.bias[e] : 0.0f);
+    }
+    int my_sel = 0;
+    float my_w = 0.0f, last_v = 0.0f;
+    for (int j = 0; j <= k && j < ne; j++) {
+        // the lane's best untaken expert (ascending index: ties keep the lower one), then the warp's
+        float bv = -INFINITY;
+        int bi = ne;
+#pragma unroll
+        for (int i = 0; i < PL; i++)
+            if (!(taken >> i & 1) && (bi == ne || v[i] > bv)) {
+                bv = v[i];
+                bi = lane + FT_WARP * i;
+            }
+#pragma unroll
+        for (int o = FT_WARP / 2; o > 0; o >>= 1) {
+            const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+            const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+            if (oi != ne && (bi == ne || ov > bv || (ov == bv && oi < bi))) {
+                bv = ov;
+                bi = oi;
+            }
+        }
+        if (j == k) {
+            if (lane == 0) atomicMin((int *)p.gap, __float_as_int(fmaxf(last_v - bv, 0.0f)));
+            break;
+        }
+        // the winner's probability, from the lane that holds it
+        float cand = 0.0f;
+#pragma unroll
+        for (int i = 0; i < PL; i++)
+            if (i == bi / FT_WARP) cand = pr[i];
+        const float pw = __shfl_sync(0xffffffffu, cand, bi % FT_WARP);
+        if (lane == bi % FT_WARP) taken |= 1u << (bi / FT_WARP);
+        if (lane == j) {
+            my_sel = bi;
+            my_w = pw;
+        }
+        last_v = bv;
+    }
+    float sum = 0.0f;
+    for (int j = 0; j < k; j++) sum += __shfl_sync(0xffffffffu, my_w, j);
+    if (p.norm_w) my_w /= fmaxf(sum, 6.103515625e-5f);
+    if (p.w_scale != 0.0f && p.w_scale != 1.0f) my_w *= p.w_scale;
+    if (lane < k) {
+        p.sel[(int64_t)t * k + lane] = my_sel;
+        p.w[(int64_t)t * k + lane] = my_w;
+    }
+}
+
 __global__ void moe_combine_kernel(const float *h, const float *w, float *y, int k, int n_embd, int64_t total) {
     const int64_t i = (int64_t)blockIdx.x * 256 + threadIdx.x;
     if (i >= total) return;
@@ -107,7 +196,10 @@ extern "C" void ft_cuda_moe_route(const ft_cuda_route_params *p, ft_cuda_stream 
     FT_CUDA_ASSERT(p->n_expert >= 1 && p->n_expert <= ROUTE_MAX_EXPERTS);
     FT_CUDA_ASSERT(p->k >= 1 && p->k <= ROUTE_MAX_K && p->k <= p->n_expert && p->gap);
     if (p->n_tok == 0) return;
-    moe_route_kernel<<<(unsigned)p->n_tok, FT_WARP, 0, ft_cuda_stream_handle(s)>>>(*p);
+    const cudaStream_t st = ft_cuda_stream_handle(s);
+    if (p->k <= FT_WARP && p->n_expert <= 4 * FT_WARP) moe_route_reg_kernel<4><<<(unsigned)p->n_tok, FT_WARP, 0, st>>>(*p);
+    else if (p->k <= FT_WARP && p->n_expert <= 8 * FT_WARP) moe_route_reg_kernel<8><<<(unsigned)p->n_tok, FT_WARP, 0, st>>>(*p);
+    else moe_route_kernel<<<(unsigned)p->n_tok, FT_WARP, 0, st>>>(*p);
     CUDA_CHECK_LAUNCH();
 }
 
