@@ -6,9 +6,19 @@
 // launches over the same quantized activations (correct, not yet the tensor-core GEMM).
 // Consecutive matmuls of one input (wq/wk/wv, gate/up, router and experts) quantize it once.
 // moe_ffn routes on the device and runs the selected experts through the expert form of the
-// matvec (ft_cuda_matvec_ids), one (token, slot) pair per CTA row, so the host never waits;
+// matvec (ft_cuda_matvec_ids), one (token, slot) pair per CTA row, so the host never waits:
+// gate, up and SiLU in one launch, down and the weighted sum in another (quantized banks);
 // prefill does not yet group tokens by expert (each pair reads its expert's rows), and there
 // is no tensor-core GEMM yet. Decode attention splits the keys over CTAs (flash-decoding).
+//
+// Fusion across ops: the ops come one at a time from the architecture code, so a few wait
+// until the next op shows whether they can share its kernel (each op's entry launches what
+// is waiting otherwise: cuda_of / cuda_op):
+//   - decode-sized quantized matmuls of one input (wq, wk, wv) run as one launch;
+//   - a residual add runs inside the next rms_norm when that normalises its result;
+//   - a per-head rms_norm in place (q_norm, k_norm) runs inside the rope of its buffer;
+// and some kernels write the q8_1 form of their output for the matmul that follows (rms_norm,
+// decode attention), which then skips its quantize launch (xq_src).
 //
 // CUDA graphs (step_begin/step_end): the first one-token step is captured into a graph, and
 // every later one-token step replays it: its ops then only note their arguments (a signature
