@@ -7,7 +7,8 @@
 // to_float) and sums the products in double. Outputs are NaN-filled before each launch.
 // Shapes: n_out 1, 63, 130 (one row tile partial, two, three with the last one partial);
 // n_in one block, a length whose last 128-element chunk is partial (32-element formats) and
-// a long one; n_tok 1, 17, 64 (one whole tile), 100 and 129 (a partial last tile).
+// a long one; n_tok 1, 17, 64 (one whole tile), 100 and 129 (a partial last tile); each with
+// both tile widths (32 and 64 tokens, ft_cuda_gemm_force_bn).
 // Tolerance: |y - ref| <= TOL * S, S = sum |w_i x_i| (plus 2 sum |min_i x_i| for the formats
 // with a min term, as in test_cuda_matvec.c). Inside a 32-element (or 16-element) sub-block
 // the GPU sums are exact integers; what remains is the float product of each sub-block sum
@@ -132,29 +133,37 @@ static void run_dense(enum ft_type t, int64_t n_out, int64_t n_in, int n_tok, ft
     float *dy = ft_cuda_malloc(ny * sizeof(float));
     FT_ASSERT(dw && dy);
     ft_cuda_memcpy_h2d(dw, w, wb, NULL);
-    ft_cuda_memset(dy, 0xFF, ny * sizeof(float), NULL); // all-ones bytes: NaN
-    ft_cuda_gemm_params p = {.type = t, .w = dw, .n_out = n_out, .n_in = n_in, .x = dq, .y = dy, .n_tok = n_tok};
-    ft_cuda_gemm(&p, NULL);
-    float *y = ft_malloc(ny * sizeof(float));
-    ft_cuda_memcpy_d2h(y, dy, ny * sizeof(float), NULL);
-    ft_cuda_device_sync();
-
     float *wf, *wm;
     dequant_rows(t, w, n_out, n_in, &wf, &wm);
-    int bad = 0;
+    double *ref = ft_malloc(ny * sizeof(double)), *sabs = ft_malloc(ny * sizeof(double));
     for (int tk = 0; tk < n_tok; tk++)
-        for (int64_t r = 0; r < n_out; r++) {
-            double ref, s;
-            ref_dot(wf + r * n_in, wm ? wm + r * n_in : NULL, xr + (size_t)tk * n_in, n_in, &ref, &s);
-            const float got = y[(size_t)tk * n_out + r];
-            const double err = fabs((double)got - ref), rel = s > 0 ? err / s : err;
+        for (int64_t r = 0; r < n_out; r++)
+            ref_dot(wf + r * n_in, wm ? wm + r * n_in : NULL, xr + (size_t)tk * n_in, n_in,
+                    &ref[(size_t)tk * n_out + r], &sabs[(size_t)tk * n_out + r]);
+
+    // both tile widths, whatever the automatic choice for this shape on this GPU
+    const int bns[] = {32, 64};
+    float *y = ft_malloc(ny * sizeof(float));
+    for (size_t b = 0; b < FT_ARRAY_LEN(bns); b++) {
+        ft_cuda_memset(dy, 0xFF, ny * sizeof(float), NULL); // all-ones bytes: NaN
+        ft_cuda_gemm_force_bn(bns[b]);
+        ft_cuda_gemm_params p = {.type = t, .w = dw, .n_out = n_out, .n_in = n_in, .x = dq, .y = dy, .n_tok = n_tok};
+        ft_cuda_gemm(&p, NULL);
+        ft_cuda_gemm_force_bn(0);
+        ft_cuda_memcpy_d2h(y, dy, ny * sizeof(float), NULL);
+        ft_cuda_device_sync();
+        int bad = 0;
+        for (size_t i = 0; i < ny; i++) {
+            const double err = fabs((double)y[i] - ref[i]), rel = sabs[i] > 0 ? err / sabs[i] : err;
             if (!(rel <= TOL) && bad++ < 3) // NaN fails too
-                CHECK(rel <= TOL, "%s n_out %lld n_in %lld n_tok %d: token %d row %lld: got %g ref %g (err/S %.3g)",
-                      ft_type_name(t), (long long)n_out, (long long)n_in, n_tok, tk, (long long)r, got, ref, rel);
+                CHECK(rel <= TOL, "%s n_out %lld n_in %lld n_tok %d bn %d: token %zu row %zu: got %g ref %g (err/S %.3g)",
+                      ft_type_name(t), (long long)n_out, (long long)n_in, n_tok, bns[b], i / (size_t)n_out,
+                      i % (size_t)n_out, y[i], ref[i], rel);
             if (rel > st->worst || rel != rel) st->worst = rel;
         }
+    }
     st->cases++;
-    free(w); free(x); free(xr); free(y); free(wf); free(wm);
+    free(w); free(x); free(xr); free(y); free(wf); free(wm); free(ref); free(sabs);
     ft_cuda_free(dw); ft_cuda_free(dy); ft_cuda_free(dq);
 }
 

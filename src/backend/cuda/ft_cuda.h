@@ -180,6 +180,10 @@ bool ft_cuda_gemm_supported(uint32_t type);
 // ft_cuda_matvec. Aborts on an unsupported type or a bad shape (programmer errors).
 void ft_cuda_gemm(const ft_cuda_gemm_params *p, ft_cuda_stream *s);
 
+// For tests and tuning only: forces ft_cuda_gemm's tokens per tile (32 or 64; 0 restores the
+// choice by shape). Not thread-safe.
+void ft_cuda_gemm_force_bn(int bn);
+
 // The MoE FFN of n_tok tokens with k experts each, grouped by expert: the (token, slot) pairs
 // are sorted by expert on the device (no host synchronisation), then each expert's gate and
 // up weights are read once per tile of up to 32 of its pairs, h = silu(x · gateᵀ) * (x · upᵀ)

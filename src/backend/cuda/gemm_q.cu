@@ -7,9 +7,9 @@
 //     same numbers as decode and as llama.cpp's MMQ, and the int32 sums inside a sub-block
 //     are exact. Dequantizing to f16 would round every weight (d * sc * q is not an f16 in
 //     general) and the activations to f16 (a relative 2^-11, coarser where x is large).
-//   - speed: mma.sync m16n8k32 s8 does twice the work of m16n8k16 f16 per instruction, and
-//     int8 tiles take half the shared memory of f16 tiles; the weight codes are int8-sized
-//     already (every format's codes, offsets removed, fit int8: gemm_q.cuh).
+//   - speed: int8 MMAs run at twice the f16 rate (m16n8k32 s8 against m16n8k16 f16 per
+//     instruction), int8 tiles take half the shared memory of f16 tiles, and the weight codes
+//     are int8-sized already (every format's codes, offsets removed, fit int8: gemm_q.cuh).
 //   The cost is one float scale product per output per 32-element k-block (and a min term
 //   for q4_K / q5_K / q4_1 / q5_1), on the CUDA cores next to the MMAs.
 //   mma.sync (sm_80+), not wgmma, so one kernel serves sm_80..sm_120.
@@ -25,9 +25,12 @@
 //         started at 0, then acc += int32 * (scale * d8) [- min * d8 * sum].
 //   2. Write y, or in the fused gate/up form silu(acc_gate) * acc_up.
 // Shared memory rows are 144 bytes (128 + 16 of padding): the MMA fragment loads (8 rows x
-// 4 words per warp) then touch 32 different banks.
+// 4 words per warp) then touch 32 different banks. Not done yet: double buffering of the
+// tiles (the loads of a chunk wait for the MMAs of the previous one; several CTAs per SM
+// hide part of that latency).
 //
-// Tiles: the dense form tiles the tokens in order (grid.y = ceil(n_tok / BN)). The grouped
+// Tiles: the dense form tiles the tokens in order (grid.y = ceil(n_tok / BN), BN = 64, or 32
+// when 64 would make fewer than two CTAs per SM). The grouped
 // form reads a tile table written on the device by the grouping (moe_gemm.cu): entry y is
 // (expert, first position, count) in the expert-sorted order of the (token, slot) pairs, or
 // expert -1 for an unused slot of the grid (grid.y is an upper bound, so the host never
@@ -324,6 +327,20 @@ static void check_common(uint32_t type, const gemm_q_args &a) {
     FT_CUDA_ASSERT(a.mat_bytes % 16 == 0 || qk == 32);
 }
 
+static int g_force_bn; // ft_cuda_gemm_force_bn
+
+// SMs of the current device (asked once: one device per process).
+static int sm_count(void) {
+    static int n;
+    if (!n) {
+        int dev, v;
+        CUDA_CHECK(cudaGetDevice(&dev));
+        CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev));
+        n = v;
+    }
+    return n;
+}
+
 extern "C" void ft_cuda_gemm(const ft_cuda_gemm_params *p, ft_cuda_stream *s) {
     FT_CUDA_ASSERT(p->n_tok >= 1 && p->n_out >= 1 && p->n_out <= INT32_MAX && p->n_in <= INT32_MAX);
     gemm_q_args a = {};
@@ -335,9 +352,19 @@ extern "C" void ft_cuda_gemm(const ft_cuda_gemm_params *p, ft_cuda_stream *s) {
     a.y = p->y;
     a.n_pos = p->n_tok;
     check_common(p->type, a);
-    const dim3 grid((unsigned)((p->n_out + GM_BM - 1) / GM_BM), (unsigned)((p->n_tok + GM_GEMM_BN - 1) / GM_GEMM_BN));
+    // tiles of 64 tokens, or 32 where 64 would leave SMs idle (k/v projections: 512 rows)
+    const int64_t row_tiles = (p->n_out + GM_BM - 1) / GM_BM;
+    int bn = row_tiles * ((p->n_tok + GM_GEMM_BN - 1) / GM_GEMM_BN) < 2 * (int64_t)sm_count() ? GM_GROUP_BN : GM_GEMM_BN;
+    if (g_force_bn) bn = g_force_bn;
+    const dim3 grid((unsigned)row_tiles, (unsigned)((p->n_tok + bn - 1) / bn));
     FT_CUDA_ASSERT(grid.y <= 65535);
-    launch<GM_GEMM_BN, 1>(p->type, a, grid, ft_cuda_stream_handle(s));
+    if (bn == GM_GEMM_BN) launch<GM_GEMM_BN, 1>(p->type, a, grid, ft_cuda_stream_handle(s));
+    else launch<GM_GROUP_BN, 1>(p->type, a, grid, ft_cuda_stream_handle(s));
+}
+
+extern "C" void ft_cuda_gemm_force_bn(int bn) {
+    FT_CUDA_ASSERT(bn == 0 || bn == GM_GEMM_BN || bn == GM_GROUP_BN);
+    g_force_bn = bn;
 }
 
 void ft_cuda_gemm_grouped(uint32_t type, const gemm_q_args *a, int max_tiles, cudaStream_t stream) {
