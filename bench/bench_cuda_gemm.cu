@@ -2,8 +2,9 @@
 // ft_cuda_moe_gemm) against the path the CUDA backend takes today (the decode matvec kernels,
 // 8 tokens per launch; ft_cuda_matvec_ids for the experts), at Qwen3-30B-A3B's prefill shapes.
 //
-// Dense (out x in, 512 tokens): attention q 4096 x 2048 q8_0, attention out 2048 x 4096 q8_0,
-// and one expert's matrices as plain GEMMs: gate/up 768 x 2048 q4_K, down 2048 x 768 q4_K.
+// Dense (out x in, 512 tokens): attention q 4096 x 2048, k and v 512 x 2048 and out
+// 2048 x 4096, all q8_0, and one expert's matrices as plain GEMMs: gate/up 768 x 2048 q4_K,
+// down 2048 x 768 q4_K.
 // MoE FFN (512 tokens, 128 experts, top-8, n_embd 2048, n_ff 768, q4_K): ft_cuda_moe_gemm
 // (grouping, fused gate/up, q8_1 of h, down, combine) against quantize + matvec_ids gate, up +
 // swiglu + quantize + matvec_ids down + combine; random routing (8 distinct experts per token).
@@ -11,7 +12,8 @@
 // The contenders alternate inside each repetition; times are medians of the repetitions of a
 // loop of launches; the activations' q8_1 form is made once outside the dense timings.
 //
-// Usage: bench_cuda_gemm [--quick] [--tok=N]   (--quick: 3 repetitions instead of 9)
+// Usage: bench_cuda_gemm [--quick] [--tok=N]   (--quick: 3 repetitions instead of 9; --tok:
+// tokens instead of 512, e.g. 16 or 32 to find where the GEMM overtakes the matvec path)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -121,6 +123,7 @@ int main(int argc, char **argv) {
     struct shape { const char *name; enum ft_type t; int64_t rows, cols; };
     const shape shapes[] = {
         {"attn q 2048->4096", FT_TYPE_Q8_0, 4096, 2048},
+        {"attn k/v 2048->512", FT_TYPE_Q8_0, 512, 2048},
         {"attn out 4096->2048", FT_TYPE_Q8_0, 2048, 4096},
         {"expert gate 2048->768", FT_TYPE_Q4_K, 768, 2048},
         {"expert down 768->2048", FT_TYPE_Q4_K, 2048, 768},
