@@ -60,10 +60,11 @@ enum {
     GM_LDW = (GM_KC + 16) / 4,  // words per shared-memory row (144 bytes)
 };
 
-// m16n8k32 and m16n8k16 int8 MMAs, d = a · b (c = 0).
+// m16n8k32 and m16n8k16 int8 MMAs, d = a · b (c = 0). Not volatile: the results are used, and
+// the compiler may then schedule them among the shared-memory loads.
 __device__ __forceinline__ void mma_k32(int d[4], const int a[4], const int b[2]) {
     d[0] = d[1] = d[2] = d[3] = 0;
-    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+    asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
                  "{%8, %9}, {%0, %1, %2, %3};"
                  : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
@@ -71,7 +72,7 @@ __device__ __forceinline__ void mma_k32(int d[4], const int a[4], const int b[2]
 
 __device__ __forceinline__ void mma_k16(int d[4], const int a[2], int b) {
     d[0] = d[1] = d[2] = d[3] = 0;
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5}, {%6}, "
+    asm("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5}, {%6}, "
                  "{%0, %1, %2, %3};"
                  : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
                  : "r"(a[0]), "r"(a[1]), "r"(b));
