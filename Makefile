@@ -4,7 +4,7 @@
 # make test       build and run the test suite (ends with "N passed, N failed")
 # make test-san   the suite under AddressSanitizer and UndefinedBehaviorSanitizer
 # make test-gpu   the GPU suite (on a machine with an NVIDIA GPU; CUDA_ARCHS=sm_90a there)
-# make bench-cuda the CUDA matvec benchmark (GPU machine)
+# make bench-cuda the CUDA matvec benchmark (GPU machine); bench-cuda-gemm the prefill GEMM one
 # make fuzz       build the libFuzzer targets (clang) into build-fuzz/; FUZZ_SECONDS=N runs them
 # make bench      build and run the micro-benchmarks
 # make deps       install the test oracle (llama.cpp via npm) into node_modules/
@@ -72,7 +72,7 @@ GPU_TEST_OBJ := $(BUILD)/tests/main.o $(patsubst %.c,$(BUILD)/%.o,$(wildcard tes
 # SIMD files are compiled for their instruction set and only entered after a run-time check.
 $(BUILD)/%_avx2.o: CFLAGS += -mavx2 -mfma -mf16c
 
-.PHONY: all test test-san test-gpu fuzz fuzz-build bench bench-cuda deps check clean help
+.PHONY: all test test-san test-gpu fuzz fuzz-build bench bench-cuda bench-cuda-gemm deps check clean help
 all: $(BUILD)/ft
 
 $(BUILD)/%.o: %.c
@@ -131,6 +131,13 @@ bench-cuda: $(BUILD)/bench_cuda_matvec
 	$(BUILD)/bench_cuda_matvec $(BENCH_ARGS)
 
 $(BUILD)/bench_cuda_matvec: $(BUILD)/bench/bench_cuda_matvec.o $(BUILD)/libft.a
+	$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS)
+
+# the prefill GEMM against the matvec path at 512 tokens; BENCH_ARGS: see bench/bench_cuda_gemm.cu
+bench-cuda-gemm: $(BUILD)/bench_cuda_gemm
+	$(BUILD)/bench_cuda_gemm $(BENCH_ARGS)
+
+$(BUILD)/bench_cuda_gemm: $(BUILD)/bench/bench_cuda_gemm.o $(BUILD)/libft.a
 	$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS)
 
 # llama.cpp's headers and test vocabularies, for the tests only: unpacked from the source

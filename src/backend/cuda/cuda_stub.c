@@ -67,3 +67,10 @@ ft_backend *ft_backend_cuda_init(int dev, ft_err *err) {
 }
 
 size_t ft_backend_cuda_scratch_bytes(const ft_backend_limits *lim) { (void)lim; return 0; }
+
+bool ft_cuda_gemm_supported(uint32_t type) { (void)type; return false; }
+void ft_cuda_gemm(const ft_cuda_gemm_params *p, ft_cuda_stream *s) { (void)p; (void)s; FT_CUDA_STUB_ABORT(); }
+void ft_cuda_gemm_force_bn(int bn) { (void)bn; }
+bool ft_cuda_moe_gemm_supported(uint32_t g, uint32_t u, uint32_t d) { (void)g; (void)u; (void)d; return false; }
+size_t ft_cuda_moe_gemm_work_bytes(int n_pairs, int n_expert) { (void)n_pairs; (void)n_expert; return 0; }
+void ft_cuda_moe_gemm(const ft_cuda_moe_gemm_params *p, ft_cuda_stream *s) { (void)p; (void)s; FT_CUDA_STUB_ABORT(); }

@@ -185,6 +185,65 @@ void ft_cuda_matvec_ids(const ft_cuda_matvec_ids_params *p, ft_cuda_stream *s);
 // 0 restores the automatic choice by shape, see matvec_q.cu). Not thread-safe.
 void ft_cuda_matvec_force_tpr(int tpr);
 
+// ---------------------------------------------------------------------------------------------
+// Prefill matmuls on tensor cores (gemm_q.cu) and the MoE FFN grouped by expert (moe_gemm.cu)
+
+typedef struct ft_cuda_gemm_params {
+    uint32_t type;      // enum ft_type of the weights (ft_cuda_gemm_supported)
+    const void *w;      // (n_out, n_in) weights in GGUF row-major blocks, device memory, 16-byte
+                        // aligned
+    int64_t n_out;      // output features
+    int64_t n_in;       // input features, a multiple of the type's block size
+    const void *x;      // (n_tok, n_in) block_q8_1 activations from ft_cuda_quantize_q8_1
+    float *y;           // (n_tok, n_out) floats, device memory
+    int n_tok;          // >= 1; any count (the last tile of 64 tokens may be partial)
+} ft_cuda_gemm_params;
+
+// Does ft_cuda_gemm compute with weights of this type? (The quantized types but q2_K; float
+// weights are not supported.)
+bool ft_cuda_gemm_supported(uint32_t type);
+
+// y = x · wᵀ on the tensor cores (int8 MMA on the weight codes and the q8_1 activations, one
+// launch on stream s). For prefill: worth it from a few dozen tokens; fewer belong to
+// ft_cuda_matvec. Aborts on an unsupported type or a bad shape (programmer errors).
+void ft_cuda_gemm(const ft_cuda_gemm_params *p, ft_cuda_stream *s);
+
+// For tests and tuning only: forces ft_cuda_gemm's tokens per tile (32 or 64; 0 restores the
+// choice by shape). Not thread-safe.
+void ft_cuda_gemm_force_bn(int bn);
+
+// The MoE FFN of n_tok tokens with k experts each, grouped by expert: the (token, slot) pairs
+// are sorted by expert on the device (no host synchronisation), then each expert's gate and
+// up weights are read once per tile of up to 32 of its pairs, h = silu(x · gateᵀ) * (x · upᵀ)
+// in one fused GEMM, h quantized to q8_1, the down GEMM writes each pair's row of out, and
+// y[t] = sum_j w[t][j] * out[t * k + j] (ft_cuda_moe_combine's order).
+typedef struct ft_cuda_moe_gemm_params {
+    uint32_t gate_type, down_type;  // enum ft_type; up has gate's type
+    const void *gate, *up;          // (n_expert, n_ff, n_embd) device memory, 16-byte aligned
+    const void *down;               // (n_expert, n_embd, n_ff)
+    size_t gate_mat_bytes, down_mat_bytes; // bytes of one expert's matrix (up as gate)
+    int64_t n_embd, n_ff;           // multiples of the types' block sizes
+    int n_expert, n_tok, k;         // n_tok * k <= 65535 * 32 / 2 (asserted)
+    const int32_t *sel;             // (n_tok, k) experts of each token (ft_cuda_moe_route)
+    const float *sel_w;             // (n_tok, k) their weights
+    const void *xq;                 // (n_tok, n_embd) q8_1 of the FFN input
+    void *work;                     // ft_cuda_moe_gemm_work_bytes(n_tok * k, n_expert) bytes
+    float *h;                       // (n_tok * k, n_ff) scratch
+    void *hq;                       // q8_1 of (n_tok * k, n_ff): scratch; may be xq's buffer
+                                    // (xq is no longer read when hq is written)
+    float *out;                     // (n_tok * k, n_embd) scratch: each pair's expert output
+    float *y;                       // (n_tok, n_embd) the result
+} ft_cuda_moe_gemm_params;
+
+// Can ft_cuda_moe_gemm compute with experts of these types?
+bool ft_cuda_moe_gemm_supported(uint32_t gate_type, uint32_t up_type, uint32_t down_type);
+
+// Bytes of the grouping workspace for n_pairs (token, slot) pairs over n_expert experts.
+size_t ft_cuda_moe_gemm_work_bytes(int n_pairs, int n_expert);
+
+// Enqueues the whole MoE FFN on stream s. Aborts on unsupported types or bad shapes.
+void ft_cuda_moe_gemm(const ft_cuda_moe_gemm_params *p, ft_cuda_stream *s);
+
 #ifdef __cplusplus
 }
 #endif
