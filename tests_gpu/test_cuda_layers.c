@@ -1,9 +1,10 @@
 // test_cuda_layers.c: every block of every architecture on the CUDA backend against the CPU
-// backend, from the same input. One synthetic model (q8_0 weights, q8_0 KV cache, a 40-token
-// prompt in batches of 16) runs its blocks (model_block_attention / _moe / _dense_ffn) on both
-// backends side by side; before each block the GPU's residual stream is overwritten with the
-// CPU's, so each error is the block's own and not inherited. After each block: q (normed and
-// roped), attn (attention output) and x (the residual after the block), each as
+// backend, from the same input. One synthetic model (q8_0 weights, q8_0 KV cache, a 72-token
+// prompt in batches of 48 and 24: the tensor-core GEMMs and the matvec kernels) runs its
+// blocks (model_block_attention / _moe / _dense_ffn) on both backends side by side; before
+// each block the GPU's residual stream is overwritten with the CPU's, so each error is the
+// block's own and not inherited. After each block: q (normed and roped), attn (attention
+// output) and x (the residual after the block), each as
 // max |gpu - cpu| / max |cpu|.
 //
 // Tolerance 5e-3. From the same input the blocks agree to float rounding (~1e-7), except
@@ -138,7 +139,7 @@ static void layers_case(const char *arch, int head_dim, bool swa) {
     ft_model *mc = ft_model_load(path, &err), *mg = ft_model_load(path, &err);
     ft_engine_params ep = ft_engine_default_params();
     ep.n_ctx = 128;
-    ep.n_batch = 16;
+    ep.n_batch = 48;
     ep.kv_type = FT_TYPE_Q8_0;
     ep.device = FT_PLACEMENT_CUDA;
     side c = {0}, g = {0};
@@ -158,13 +159,13 @@ static void layers_case(const char *arch, int head_dim, bool swa) {
     }
     const ft_hparams *hp = &mc->hp;
     ft_rng r = ft_rng_init(7);
-    int32_t prompt[40];
-    for (int i = 0; i < 40; i++)
+    int32_t prompt[72];
+    for (int i = 0; i < 72; i++)
         prompt[i] = (int32_t)(ft_rng_next(&r) % (uint64_t)hp->n_vocab);
     int pos = 0;
     double worst[3] = {0, 0, 0};
-    for (int b0 = 0; b0 < 40; b0 += 16) {
-        int n = FT_MIN(16, 40 - b0);
+    for (int b0 = 0; b0 < 72; b0 += 48) {
+        int n = FT_MIN(48, 72 - b0);
         side *ss[2] = {&c, &g};
         const ft_model *ms[2] = {mc, mg};
         for (int i = 0; i < 2; i++) {

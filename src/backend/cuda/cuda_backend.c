@@ -53,6 +53,7 @@ typedef struct cuda_backend {
     int32_t *sel;              // (P) selected experts
     float *sel_w;              // (P) their weights
     float *gap;                // (1) smallest routing gap since the last read
+    void *moe_work;            // ft_cuda_moe_gemm_work_bytes(P, n_expert): prefill expert grouping
     float *attn_part;          // flash-decoding partials (see cuda_ops.h)
     size_t attn_part_floats;
     // host side
@@ -181,7 +182,8 @@ size_t ft_backend_cuda_scratch_bytes(const ft_backend_limits *lim) {
     size_t W = (size_t)round32(lim->max_width), T = (size_t)lim->max_tok;
     size_t P = T * (size_t)FT_MAX(lim->n_expert_used, 1), E = (size_t)FT_MAX(lim->n_expert, 1);
     return ft_cuda_q8_1_bytes((int64_t)W, (int)P) + 3 * P * W * sizeof(float) + T * E * sizeof(float) +
-           P * (sizeof(int32_t) + sizeof(float)) + attn_part_floats(lim) * sizeof(float) + 256 * 9;
+           P * (sizeof(int32_t) + sizeof(float)) + attn_part_floats(lim) * sizeof(float) +
+           ft_cuda_moe_gemm_work_bytes((int)P, (int)E) + 256 * 10;
 }
 
 static void *dev_alloc(size_t n, const char *what) {
@@ -205,6 +207,7 @@ static void cuda_reserve(ft_backend *be, const ft_backend_limits *lim) {
     c->sel = dev_alloc(P * sizeof(int32_t), "routing");
     c->sel_w = dev_alloc(P * sizeof(float), "routing");
     c->gap = dev_alloc(sizeof(float), "routing gap");
+    c->moe_work = dev_alloc(ft_cuda_moe_gemm_work_bytes((int)P, (int)E), "expert grouping");
     c->attn_part_floats = attn_part_floats(lim);
     c->attn_part = dev_alloc(c->attn_part_floats * sizeof(float), "attention partials");
     c->staging = ft_cuda_host_alloc(T * W * sizeof(float));
@@ -254,6 +257,7 @@ static void cuda_free(ft_backend *be) {
     ft_cuda_free(c->sel);
     ft_cuda_free(c->sel_w);
     ft_cuda_free(c->gap);
+    ft_cuda_free(c->moe_work);
     ft_cuda_free(c->attn_part);
     ft_cuda_host_free(c->staging);
     ft_cuda_host_free(c->host_gap);
@@ -273,12 +277,23 @@ static void check_on_device(const ft_tensor *t) {
 // ---------------------------------------------------------------------------------------------
 // Matmul
 
+// From this many tokens the quantized matmuls and the MoE FFN take the tensor-core GEMMs
+// (gemm_q.cu, moe_gemm.cu) instead of the matvec kernels (bench/bench_cuda_gemm.cu --tok=N).
+#define GEMM_MIN_TOK 32
+
 // y (n_tok, n_rows) = x · wᵀ for n_rows x n_cols weights at w (device) of type type.
 static void matmul_raw(cuda_backend *c, uint32_t type, const void *w, int64_t n_rows, int64_t n_cols,
                        const float *x, float *y, int n_tok) {
     FT_ASSERT(ft_cuda_matvec_supported(type));
     bool q = ft_cuda_matvec_wants_q8_1(type);
     if (q) quantize_x(c, x, n_cols, n_tok);
+    if (q && n_tok >= GEMM_MIN_TOK && ft_cuda_gemm_supported(type)) {
+        ft_cuda_gemm_params gp = {.type = type, .w = w, .n_out = n_rows, .n_in = n_cols, .x = c->xq, .y = y,
+                                  .n_tok = n_tok};
+        ft_cuda_gemm(&gp, c->stream);
+        if (y == x) c->xq_src = NULL;
+        return;
+    }
     size_t xq_row = ft_cuda_q8_1_bytes(n_cols, 1);
     for (int t0 = 0; t0 < n_tok; t0 += FT_CUDA_MATVEC_MAX_TOK) {
         int nt = FT_MIN(FT_CUDA_MATVEC_MAX_TOK, n_tok - t0);
@@ -560,6 +575,23 @@ static void cuda_moe_ffn(ft_backend *be, const ft_moe_params *p, const float *x,
     ft_cuda_moe_route(&rp, c->stream);
     int n_pairs = n_tok * k;
     const ft_tensor *gate = p->gate_exps, *up = p->up_exps, *down = p->down_exps;
+    // prefill: tokens grouped by expert, each expert's weights read once per tile of its tokens
+    if (n_tok >= GEMM_MIN_TOK && ft_cuda_moe_gemm_supported(gate->type, up->type, down->type)) {
+        check_on_device(gate);
+        check_on_device(up);
+        check_on_device(down);
+        quantize_x(c, x, n_embd, n_tok);
+        ft_cuda_moe_gemm_params mp = {
+            .gate_type = gate->type, .down_type = down->type, .gate = gate->data, .up = up->data,
+            .down = down->data, .gate_mat_bytes = gate->mat_bytes, .down_mat_bytes = down->mat_bytes,
+            .n_embd = n_embd, .n_ff = n_ff, .n_expert = p->n_expert, .n_tok = n_tok, .k = k,
+            .sel = c->sel, .sel_w = c->sel_w, .xq = c->xq, .work = c->moe_work,
+            .h = c->h_gate, .hq = c->xq, .out = c->h_out, .y = y,
+        };
+        ft_cuda_moe_gemm(&mp, c->stream);
+        c->xq_src = NULL; // xq now holds h's q8_1
+        return;
+    }
     // gate and up read token p / k; the quantized copy of x is made once when both want it.
     // Quantized banks of one type take the fused kernels: gate, up and SiLU in one launch, and
     // down with the weighted sum in another.
