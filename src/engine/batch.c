@@ -12,14 +12,15 @@
 
 struct ft_batch {
     const ft_model *m;
-    ft_engine_params p;   // resolved; p.n_batch is the step's token budget
+    ft_engine_params p;   // resolved; p.n_batch is the prefill chunk
+    int max_tok;          // tokens per step: n_batch + n_seq - 1
     ft_backend *be;
     ft_kv_pool *pool;
     moe_placement place;
     ft_forward f;
     int *pos;             // (n_seq) positions evaluated; -1: the sequence is not open
     int n_open;
-    int32_t *tok;         // (n_batch) the step's tokens, host memory
+    int32_t *tok;         // (max_tok) the step's tokens, host memory
     ft_segment *seg;      // (n_seq) the step's segments
     int *out_row;         // (n_seq) row of each item's logits in logits, -1: none
     float *logits_dev;    // (n_seq, n_vocab) backend buffer
@@ -33,17 +34,19 @@ bool ft_engine_params_resolve(const ft_model *m, ft_engine_params *p, ft_err *er
         return ft_err_set(err, "context %d exceeds the model's limit of %d tokens", p->n_ctx, hp->n_ctx_train);
     if (p->n_seq <= 0) p->n_seq = 1;
     if (p->n_batch <= 0) p->n_batch = 256;
-    // a prefill chunk never needs more than the context; every open sequence decodes each step
-    p->n_batch = FT_MAX(FT_MIN(p->n_batch, p->n_ctx), p->n_seq);
+    p->n_batch = FT_MIN(p->n_batch, p->n_ctx); // a prefill chunk never needs more
     if (p->n_threads <= 0) p->n_threads = ft_cpu_physical_cores();
     const char *ref = getenv("FT_REFERENCE");
     if (ref && *ref && strcmp(ref, "0")) p->reference = true;
     return true;
 }
 
+// Tokens per step: one prefill chunk beside the decode tokens of every other sequence.
+static int step_tokens(const ft_engine_params *p) { return p->n_batch + p->n_seq - 1; }
+
 static ft_backend_limits batch_limits(const ft_model *m, const ft_engine_params *p) {
     ft_backend_limits lim = {
-        .max_tok = p->n_batch, .max_width = ft_model_max_width(m), .max_ctx = p->n_ctx,
+        .max_tok = step_tokens(p), .max_width = ft_model_max_width(m), .max_ctx = p->n_ctx,
         .max_head_dim = m->hp.head_dim, .n_expert = m->hp.n_expert, .n_expert_used = m->hp.n_expert_used,
     };
     return lim;
@@ -52,7 +55,7 @@ static ft_backend_limits batch_limits(const ft_model *m, const ft_engine_params 
 // Floats of the activation buffers ft_forward_alloc and ft_batch_init allocate.
 static size_t activation_floats(const ft_model *m, const ft_engine_params *p) {
     const ft_hparams *hp = &m->hp;
-    size_t B = (size_t)p->n_batch, E = (size_t)hp->n_embd, Q = (size_t)ft_model_max_q_width(m),
+    size_t B = (size_t)step_tokens(p), E = (size_t)hp->n_embd, Q = (size_t)ft_model_max_q_width(m),
            KV = (size_t)hp->n_head_kv * (size_t)hp->head_dim;
     return B * (4 * E + 3 * Q + 2 * KV) + (size_t)p->n_seq * (size_t)hp->n_vocab + 64 * 9;
 }
@@ -80,7 +83,7 @@ bool ft_engine_place_model(ft_model *m, const ft_engine_params *params, ft_err *
     fprintf(stderr, "cuda: %s (sm_%d%d), %.0f MiB free of %.0f: weights %.1f MiB, KV cache %.1f MiB (%d x %d positions, "
                     "%s), workspace %.1f MiB (batch %d)\n",
             info.name, info.cc_major, info.cc_minor, info.free_mem / MiB, info.total_mem / MiB, weights / MiB, kv / MiB,
-            p.n_seq, p.n_ctx, ft_type_name(p.kv_type), work / MiB, p.n_batch);
+            p.n_seq, p.n_ctx, ft_type_name(p.kv_type), work / MiB, step_tokens(&p));
     if (weights + kv + work + margin > info.free_mem)
         return ft_err_set(err, "the model does not fit on %s: it needs %.0f MiB (weights %.0f, KV %.0f, workspace %.0f, "
                                "reserve %.0f) and %.0f MiB are free; use a smaller -c, fewer sequences, or --device cpu",
@@ -116,14 +119,15 @@ ft_batch *ft_batch_init(const ft_model *m, const ft_engine_params *params, ft_er
     b->p = p;
     b->be = be;
     b->pool = pool;
+    b->max_tok = step_tokens(&p);
     b->place = moe_placement_cpu();
     ft_backend_limits lim = batch_limits(m, &p);
     be->ops->reserve(be, &lim);
-    ft_forward_alloc(&b->f, m, be, p.n_batch);
+    ft_forward_alloc(&b->f, m, be, b->max_tok);
     b->f.place = &b->place;
     b->pos = ft_malloc((size_t)p.n_seq * sizeof(int));
     for (int i = 0; i < p.n_seq; i++) b->pos[i] = -1;
-    b->tok = ft_malloc((size_t)p.n_batch * sizeof(int32_t));
+    b->tok = ft_malloc((size_t)b->max_tok * sizeof(int32_t));
     b->seg = ft_malloc((size_t)p.n_seq * sizeof(ft_segment));
     b->out_row = ft_malloc((size_t)p.n_seq * sizeof(int));
     for (int i = 0; i < p.n_seq; i++) b->out_row[i] = -1;
@@ -182,7 +186,7 @@ static bool check_items(const ft_batch *b, const ft_batch_item *items, int n_ite
                 return ft_err_set(err, "token id %d at %d is outside the vocabulary of %d", it->tokens[t], t,
                                   b->m->hp.n_vocab);
     }
-    FT_ASSERT(total <= b->p.n_batch);
+    FT_ASSERT(total <= b->max_tok);
     return true;
 }
 
@@ -232,7 +236,8 @@ const float *ft_batch_logits(const ft_batch *b, int i) {
     return b->logits + (size_t)b->out_row[i] * (size_t)b->m->hp.n_vocab;
 }
 
-int ft_batch_max_tokens(const ft_batch *b) { return b->p.n_batch; }
+int ft_batch_max_tokens(const ft_batch *b) { return b->max_tok; }
+int ft_batch_chunk(const ft_batch *b) { return b->p.n_batch; }
 int ft_batch_n_seq(const ft_batch *b) { return b->p.n_seq; }
 int ft_batch_n_ctx(const ft_batch *b) { return b->p.n_ctx; }
 int ft_batch_n_open(const ft_batch *b) { return b->n_open; }

@@ -38,7 +38,7 @@ ft_engine *ft_engine_init(const ft_model *m, const ft_engine_params *params, ft_
     ft_engine *e = ft_calloc(1, sizeof(*e));
     e->b = b;
     e->seq = ft_batch_seq_open(b);
-    e->n_batch = ft_batch_max_tokens(b);
+    e->n_batch = ft_batch_chunk(b);
     e->n_ctx = ft_batch_n_ctx(b);
     return e;
 }

@@ -16,7 +16,7 @@ typedef struct ft_engine ft_engine;
 typedef struct ft_engine_params {
     int n_threads;          // CPU threads (default: physical cores)
     int n_ctx;              // positions in the KV cache (0: the model's training context)
-    int n_batch;            // tokens per step (a prefill chunk; with n_seq > 1, every sequence's)
+    int n_batch;            // tokens per prefill step (a prompt is cut into chunks of n_batch)
     int n_seq;              // sequences with a KV cache at once (batch.h; ft_engine: 1)
     enum ft_type kv_type;   // FT_TYPE_F16 or FT_TYPE_Q8_0
     bool reference;         // every op on its scalar reference path (also FT_REFERENCE=1)

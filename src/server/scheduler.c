@@ -5,8 +5,8 @@
 //   1. admits waiting jobs into free slots (new requests join between steps);
 //   2. drops cancelled jobs (client gone): their sequence closes and its KV is free at once;
 //   3. builds one batch: every decoding slot's last sampled token first, then prefill chunks
-//      of the slots still reading their prompt, in turn, until the step's token budget
-//      (--batch-size) is spent, so a long prompt never stalls the decoders;
+//      (--batch-size tokens at most) of the slots still reading their prompt, in turn, while
+//      they fit in the step, so a long prompt never stalls the decoders;
 //   4. runs it (ft_batch_step: weights read once for all sequences);
 //   5. samples each slot that got logits with its own sampler, streams the text, and ends the
 //      job on an end-of-generation token, a stop string, max_tokens or a full context.
@@ -226,32 +226,36 @@ static void sample_slot(srv_sched *s, slot *sl, const float *logits) {
 }
 
 // Builds the next batch into s->items: each decoding slot's token, then prompt chunks from
-// the slots in prefill, starting at prefill_turn, while the token budget lasts. Returns the
-// number of items.
+// the slots in prefill, starting at prefill_turn, while they fit in the step. A prompt is
+// always cut at multiples of the engine's chunk from its start, whatever else runs, so its
+// arithmetic is the same as alone (or in `ft run`); a chunk that does not fit waits for the
+// next step. The step has room for one chunk beside every other sequence's decode token, so
+// the first prefill in turn always advances. Returns the number of items.
 static int build_step(srv_sched *s) {
-    int n_items = 0, budget = ft_batch_max_tokens(s->b);
+    int n_items = 0, room = ft_batch_max_tokens(s->b), chunk = ft_batch_chunk(s->b);
     for (int i = 0; i < s->n_slots; i++) {
         slot *sl = &s->slots[i];
         if (!sl->job || !sl->decoding) continue;
         s->items[n_items] = (ft_batch_item){.seq = sl->seq, .tokens = &sl->next, .n_tok = 1, .logits = true};
         s->item_slot[n_items++] = i;
-        budget--;
+        room--;
     }
     int first_prefill = -1;
-    for (int k = 0; k < s->n_slots && budget > 0; k++) {
+    for (int k = 0; k < s->n_slots; k++) {
         int i = (s->prefill_turn + k) % s->n_slots;
         slot *sl = &s->slots[i];
         if (!sl->job || sl->decoding) continue;
         const srv_job *j = sl->job;
-        int n = FT_MIN(budget, (int)j->prompt.n - sl->n_prefilled);
+        int n = FT_MIN(chunk, (int)j->prompt.n - sl->n_prefilled);
+        if (n > room) continue;
         bool last = sl->n_prefilled + n == (int)j->prompt.n;
         s->items[n_items] =
             (ft_batch_item){.seq = sl->seq, .tokens = j->prompt.ids + sl->n_prefilled, .n_tok = n, .logits = last};
         s->item_slot[n_items++] = i;
-        budget -= n;
+        room -= n;
         if (first_prefill < 0) first_prefill = i;
     }
-    // the next step's prompt budget starts after this one's first prefill: turns rotate
+    // the next step's first prefill is the one after this step's: turns rotate
     if (first_prefill >= 0) s->prefill_turn = (first_prefill + 1) % s->n_slots;
     return n_items;
 }
