@@ -260,22 +260,33 @@ static int build_step(srv_sched *s) {
     return n_items;
 }
 
+// Why a job's prompt cannot run (NULL: it can). The HTTP side checks all of this before it
+// submits; checking again here keeps one bad job from failing a whole step of others.
+static const char *prompt_problem(const srv_sched *s, const srv_job *j) {
+    if (j->prompt.n == 0) return "empty prompt";
+    if (j->prompt.n > (size_t)s->n_ctx) return "prompt longer than the context";
+    for (size_t i = 0; i < j->prompt.n; i++)
+        if (j->prompt.ids[i] < 0 || j->prompt.ids[i] >= s->m->hp.n_vocab) return "token id outside the vocabulary";
+    return NULL;
+}
+
 // One step of the loop (points 2 to 5 of the file comment).
 static void step(srv_sched *s) {
     for (int i = 0; i < s->n_slots; i++) {
         slot *sl = &s->slots[i];
         if (!sl->job) continue;
+        const char *problem = NULL;
         if (atomic_load(&sl->job->cancel))
             finish(s, sl, SRV_FINISH_CANCEL, NULL);
-        else if (sl->job->prompt.n == 0 && !sl->decoding) // the HTTP side never submits one
-            finish(s, sl, SRV_FINISH_ERROR, "empty prompt");
+        else if (sl->n_prefilled == 0 && !sl->decoding && (problem = prompt_problem(s, sl->job)))
+            finish(s, sl, SRV_FINISH_ERROR, problem);
     }
     int n_items = build_step(s);
     if (n_items == 0) return;
     ft_err err = {{0}};
     if (!ft_batch_step(s->b, s->items, n_items, &err)) {
-        // only input errors come back (a token id the vocabulary lacks, a prompt over the
-        // context): the HTTP side checks both, so this is a backstop; end all in the step
+        // unreachable after prompt_problem (a step fails only on ids and context); should it
+        // happen, no sequence of the step can be trusted to have advanced
         for (int k = 0; k < n_items; k++) finish(s, &s->slots[s->item_slot[k]], SRV_FINISH_ERROR, err.msg);
         return;
     }
