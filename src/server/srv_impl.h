@@ -88,6 +88,7 @@ struct srv_job {
     struct event *ev_watch; // the client's socket, watched for EOF while we compute
     struct srv_http *http;
     bool disconnected;
+    bool done_seen; // the end was delivered (a later wake-up of the job finds nothing new)
     bool head_sent; // stream: headers / first events sent
     bool include_usage;
     bool echo;
