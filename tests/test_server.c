@@ -570,17 +570,20 @@ TEST(server_sdk_clients) {
     CHECK(server_stop(&s) == 0, "log: %s", s.log);
 }
 
-// A small load test (tests/server/load.mjs, plain fetch): concurrent streams, some cancelled;
-// outputs equal the requests alone; KV use back to zero; the server keeps serving.
+// The load test (tests/server/load.mjs, plain fetch): 16 concurrent streaming clients, 200
+// requests of mixed lengths batched 8 at a time, some cancelled mid-stream; greedy outputs
+// equal the requests alone up to a near-tie; KV use back to zero; the server keeps serving.
+// Prefill chunks of 16 tokens (-b 16): the prompts (45 to 89 tokens) then join in
+// several steps beside the others' decode tokens.
 TEST(server_load) {
     if (test_run("node --version >/dev/null 2>&1", NULL, 0) != 0) {
         test_skip("node is not installed");
         return;
     }
-    SERVER_OR_SKIP(s, "-c 1024");
+    SERVER_OR_SKIP(s, "-c 1024 --max-running-requests 8 -b 16");
     static char out[1 << 16];
     char cmd[1024];
-    snprintf(cmd, sizeof(cmd), "node tests/server/load.mjs %d 8 40 0.15 2>&1", s.port);
+    snprintf(cmd, sizeof(cmd), "node tests/server/load.mjs %d 16 200 0.15 2>&1", s.port);
     CHECK(test_run(cmd, out, sizeof(out)) == 0, "load.mjs: %s", out);
     fprintf(stderr, "  %s", out);
     CHECK(server_stop(&s) == 0, "log: %s", s.log);

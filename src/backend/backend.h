@@ -150,10 +150,11 @@ typedef struct ft_backend_ops {
 
     // Optional (NULL on a backend with no use for them): the engine brackets each forward
     // step, every op from the embedding to the logits, with these (read comes after step_end).
-    // pos0 is the step's first position. A backend may record a step's ops once and replay
-    // the record on later steps of the same n_tok at other positions (CUDA graphs): ops
-    // between the two calls may then only be noted, and run at step_end.
-    void (*step_begin)(ft_backend *be, int n_tok, int pos0);
+    // pos0 is the step's first position; key names what else the ops depend on (the
+    // sequence's KV cache). A backend may record a step's ops once and replay the record on
+    // later steps of the same n_tok and key at other positions (CUDA graphs): ops between the
+    // two calls may then only be noted, and run at step_end.
+    void (*step_begin)(ft_backend *be, int n_tok, int pos0, const void *key);
     void (*step_end)(ft_backend *be);
 } ft_backend_ops;
 

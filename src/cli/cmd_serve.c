@@ -26,14 +26,17 @@ static void serve_usage(FILE *out) {
         "                               context per sequence (default: the model's, at most 4096)\n"
         "  -t, --threads N              CPU threads (default: physical cores)\n"
         "  --kv-cache-dtype T           f16 (default) or q8_0\n"
-        "  --max-running-requests N     sequences decoded at once (default 4; also -np, --parallel)\n"
+        "  --max-running-requests N     sequences decoded together in one batched step (default 4;\n"
+        "                               also -np, --parallel); each holds a KV cache of -c positions\n"
+        "  -b, --batch-size N           prefill chunk: a prompt joins the running sequences' steps in\n"
+        "                               chunks of N tokens (default 256)\n"
         "  --max-queued-requests N      requests waiting beyond those; more get 429 (default 64)\n"
         "  --served-model-name NAME     model id (default: the GGUF's general.name, else the file name)\n"
         "  --api-key KEY                require 'Authorization: Bearer KEY' or 'x-api-key: KEY'\n"
         "                               (also from FT_API_KEY)\n"
         "  --chat-template NAME         chatml, qwen2, qwen2.5, qwen3, llama2, mistral, llama3, llama3.1\n"
         "                               (default: recognised from the GGUF)\n"
-        "  --device D                   cpu (default) or cuda (experimental: one engine per sequence)\n"
+        "  --device D                   cpu (default) or cuda (experimental)\n"
         "  --timeout S                  drop clients idle or stalled this long (default 600)\n"
         "  --max-body-bytes N           request body limit (default 4194304)\n"
         "  --ready-file F               write the bound port to F once listening (for scripts)\n"
@@ -43,7 +46,7 @@ static void serve_usage(FILE *out) {
 
 int cmd_serve(int argc, char **argv) {
     const char *model_path = NULL, *kv_name = "f16", *tmpl_name = NULL, *ignored, *device_name = "cpu";
-    int64_t threads = 0, n_ctx = 0, v64;
+    int64_t threads = 0, n_ctx = 0, n_batch = 256, v64;
     double f;
     bool bad = false;
     srv_params p = srv_default_params();
@@ -89,6 +92,7 @@ int cmd_serve(int argc, char **argv) {
             args_str(argc, argv, &i, "--ready-file", &p.ready_file, &bad) ||
             args_str(argc, argv, &i, "--device", &device_name, &bad) ||
             args_int(argc, argv, &i, "-t|--threads", 1, 1024, &threads, &bad) ||
+            args_int(argc, argv, &i, "-b|--batch-size", 1, 1 << 16, &n_batch, &bad) ||
             args_int(argc, argv, &i, "-c|--ctx-size|--context-length", 1, 1 << 26, &n_ctx, &bad))
             continue;
         fprintf(stderr, "ft serve: unexpected argument '%s' (see ft serve --help)\n", argv[i]);
@@ -143,6 +147,8 @@ int cmd_serve(int argc, char **argv) {
         fprintf(stderr, "ft serve: %s; the chat routes will answer 400\n", err.msg);
     }
     p.engine.n_threads = (int)threads;
+    p.engine.n_seq = p.max_running;
+    p.engine.n_batch = (int)n_batch;
     p.engine.n_ctx = n_ctx ? (int)n_ctx : FT_MIN(m->hp.n_ctx_train, 4096);
     if (p.engine.n_ctx > m->hp.n_ctx_train) {
         fprintf(stderr, "ft serve: -c %d exceeds the model's context of %d tokens\n", p.engine.n_ctx,

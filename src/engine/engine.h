@@ -1,10 +1,10 @@
 // engine: the forward pass driver and generation loop over one sequence.
 //
-// An engine binds a loaded model to a backend, a KV cache and activation buffers sized once
-// for its batch (nothing is allocated per token). ft_engine_eval runs tokens through the
-// model at the sequence's current position: a prompt goes through every layer in batches of
-// up to n_batch tokens (prefill), a generated token alone (decode). Not thread-safe: one
-// caller per engine; several engines may share a model.
+// An engine is a batch engine (batch.h) with one sequence: a backend, a KV cache and
+// activation buffers sized once for its batch (nothing is allocated per token).
+// ft_engine_eval runs tokens through the model at the sequence's current position: a prompt
+// goes through every layer in batches of up to n_batch tokens (prefill), a generated token
+// alone (decode). Not thread-safe: one caller per engine; several engines may share a model.
 #ifndef FT_ENGINE_H
 #define FT_ENGINE_H
 
@@ -16,7 +16,8 @@ typedef struct ft_engine ft_engine;
 typedef struct ft_engine_params {
     int n_threads;          // CPU threads (default: physical cores)
     int n_ctx;              // positions in the KV cache (0: the model's training context)
-    int n_batch;            // tokens per prefill step
+    int n_batch;            // tokens per prefill step (a prompt is cut into chunks of n_batch)
+    int n_seq;              // sequences with a KV cache at once (batch.h; ft_engine: 1)
     enum ft_type kv_type;   // FT_TYPE_F16 or FT_TYPE_Q8_0
     bool reference;         // every op on its scalar reference path (also FT_REFERENCE=1)
     enum ft_placement device; // FT_PLACEMENT_CPU (default) or FT_PLACEMENT_CUDA (device 0)
@@ -28,6 +29,11 @@ ft_engine_params ft_engine_default_params(void);
 enum ft_placement ft_engine_default_device(void);
 // Parses "cpu" or "cuda". Returns false if neither.
 bool ft_engine_device_from_name(const char *name, enum ft_placement *out);
+
+// The parameters as an engine will use them: defaults filled in (n_ctx, n_batch, n_seq,
+// n_threads, FT_REFERENCE), the context checked against the model's. Returns false and sets
+// *err when the context exceeds the model's.
+bool ft_engine_params_resolve(const ft_model *m, ft_engine_params *p, ft_err *err);
 
 // Prepares the model for engines with params p: for the CUDA device, prints the memory plan
 // (weights, KV cache, workspace against the device's free memory) on stderr, and when it fits

@@ -4,13 +4,26 @@
 
 #include <math.h>
 
+// The batch's segments: f->seg, or the single sequence the shorthand fields describe.
+static const ft_segment *segments(const ft_forward *f, ft_segment *one, int *n_seg) {
+    if (f->n_seg > 0) {
+        *n_seg = f->n_seg;
+        return f->seg;
+    }
+    *one = (ft_segment){.kv = f->kv, .pos0 = f->pos0, .row0 = 0, .n_tok = f->n_tok};
+    *n_seg = 1;
+    return one;
+}
+
 void model_block_attention(const ft_model *m, ft_forward *f, int il, attn_opts o) {
     const ft_hparams *hp = &m->hp;
     const ft_layer *L = &m->layers[il];
     ft_backend *be = f->be;
     const ft_backend_ops *ops = be->ops;
     int n = f->n_tok, hd = hp->head_dim, nh = L->n_head, nkv = hp->n_head_kv;
+    size_t qw = (size_t)nh * hd, kvw = (size_t)nkv * hd;
 
+    // row-wise over the whole batch: projections, biases, Q/K norms
     ops->rms_norm(be, f->x, &L->attn_norm, f->xn, n, hp->n_embd, hp->rms_eps);
     ops->matmul(be, &L->wq, f->xn, f->q, n);
     ops->matmul(be, &L->wk, f->xn, f->k, n);
@@ -22,25 +35,37 @@ void model_block_attention(const ft_model *m, ft_forward *f, int il, attn_opts o
         ops->rms_norm(be, f->q, &L->q_norm, f->q, n * nh, hd, hp->rms_eps);
         ops->rms_norm(be, f->k, &L->k_norm, f->k, n * nkv, hd, hp->rms_eps);
     }
-    const ft_rope_params *rp = L->is_swa ? &hp->rope_swa : &hp->rope;
-    ops->rope(be, f->q, n, nh, hd, f->pos0, rp);
-    ops->rope(be, f->k, n, nkv, hd, f->pos0, rp);
-    int rot_k = ft_kv_rot_k(f->kv), rot_v = ft_kv_rot_v(f->kv);
-    if (rot_k) {
-        ops->hadamard(be, f->q, n, nh * hd, rot_k);
-        ops->hadamard(be, f->k, n, nkv * hd, rot_k);
-    }
-    if (rot_v) ops->hadamard(be, f->v, n, nkv * hd, rot_v);
-    ops->set_rows(be, ft_kv_k(f->kv, il), f->pos0, f->k, n);
-    ops->set_rows(be, ft_kv_v(f->kv, il), f->pos0, f->v, n);
 
-    ft_attn_params ap = {
-        .q = f->q, .out = f->attn, .k_cache = ft_kv_k(f->kv, il), .v_cache = ft_kv_v(f->kv, il),
-        .n_tok = n, .pos0 = f->pos0, .n_head = nh, .n_head_kv = nkv, .head_dim = hd,
-        .window = L->is_swa ? hp->n_swa : 0, .scale = 1.0f / sqrtf((float)hd),
-    };
-    ops->attention(be, &ap);
-    if (rot_v) ops->hadamard(be, f->attn, n, nh * hd, rot_v);
+    // per sequence: positions, its cache, attention over its own keys
+    const ft_rope_params *rp = L->is_swa ? &hp->rope_swa : &hp->rope;
+    ft_segment one;
+    int n_seg;
+    const ft_segment *seg = segments(f, &one, &n_seg);
+    for (int s = 0; s < n_seg; s++) {
+        const ft_segment *sg = &seg[s];
+        int ns = sg->n_tok;
+        float *q = f->q + (size_t)sg->row0 * qw, *k = f->k + (size_t)sg->row0 * kvw;
+        float *v = f->v + (size_t)sg->row0 * kvw, *attn = f->attn + (size_t)sg->row0 * qw;
+        ops->rope(be, q, ns, nh, hd, sg->pos0, rp);
+        ops->rope(be, k, ns, nkv, hd, sg->pos0, rp);
+        int rot_k = ft_kv_rot_k(sg->kv), rot_v = ft_kv_rot_v(sg->kv);
+        if (rot_k) {
+            ops->hadamard(be, q, ns, (int)qw, rot_k);
+            ops->hadamard(be, k, ns, (int)kvw, rot_k);
+        }
+        if (rot_v) ops->hadamard(be, v, ns, (int)kvw, rot_v);
+        ops->set_rows(be, ft_kv_k(sg->kv, il), sg->pos0, k, ns);
+        ops->set_rows(be, ft_kv_v(sg->kv, il), sg->pos0, v, ns);
+        ft_attn_params ap = {
+            .q = q, .out = attn, .k_cache = ft_kv_k(sg->kv, il), .v_cache = ft_kv_v(sg->kv, il),
+            .n_tok = ns, .pos0 = sg->pos0, .n_head = nh, .n_head_kv = nkv, .head_dim = hd,
+            .window = L->is_swa ? hp->n_swa : 0, .scale = 1.0f / sqrtf((float)hd),
+        };
+        ops->attention(be, &ap);
+        if (rot_v) ops->hadamard(be, attn, ns, (int)qw, rot_v);
+    }
+
+    // row-wise again: output gate, output projection, residual
     if (ft_tensor_present(&L->attn_gate)) {
         // laguna: the gate is projected from the block's normed input, not the attention output
         ops->matmul(be, &L->attn_gate, f->xn, f->gate, n);

@@ -406,6 +406,8 @@ void ft_forward_alloc(ft_forward *f, const ft_model *m, ft_backend *be, int n_ba
     size_t B = (size_t)n_batch, E = (size_t)hp->n_embd, Q = (size_t)ft_model_max_q_width(m),
            KV = (size_t)hp->n_head_kv * (size_t)hp->head_dim;
     f->be = be;
+    f->seg = NULL;
+    f->n_seg = 0;
     f->x = be->ops->alloc(be, B * E);
     f->xn = be->ops->alloc(be, B * E);
     f->q = be->ops->alloc(be, B * Q);

@@ -63,13 +63,30 @@ typedef struct ft_layer {
     ft_tensor ffn_down;            // (n_ff, n_embd)
 } ft_layer;
 
+// One sequence's tokens in a batch: rows row0..row0+n_tok-1 of the activation buffers hold
+// its positions pos0..pos0+n_tok-1, whose keys and values go to (and are read from) kv.
+typedef struct ft_segment {
+    ft_kv_cache *kv;
+    int pos0;
+    int row0;
+    int n_tok;
+} ft_segment;
+
 // The state of one forward pass over a batch: the buffers (backend activations, sized for the
 // engine's batch) and where the tokens sit. Filled by the engine, used by the layer code.
+//
+// A batch holds the tokens of one or more sequences, one segment each, their rows packed one
+// after another. Row-wise work (norms, projections, experts) runs once over all n_tok rows;
+// RoPE, the cache write and attention run per segment. With n_seg == 0 the batch is the one
+// sequence {kv, pos0, row 0, n_tok} (the shorthand single-sequence callers use).
 typedef struct ft_forward {
     ft_backend *be;
-    ft_kv_cache *kv;
     moe_placement *place;
-    int n_tok, pos0;
+    int n_tok;                // rows in the batch, over all segments
+    const ft_segment *seg;    // (n_seg) in row order, covering rows 0..n_tok-1
+    int n_seg;
+    ft_kv_cache *kv;          // n_seg == 0: the sequence's cache
+    int pos0;                 // n_seg == 0: the position of row 0
     float *x;        // (n_tok, n_embd) the residual stream
     float *xn;       // (n_tok, n_embd) normed input of a block
     float *q, *k, *v;// (n_tok, max q width), (n_tok, kv width) x2
@@ -128,7 +145,7 @@ int64_t ft_model_max_width(const ft_model *m);
 int ft_model_max_q_width(const ft_model *m);
 
 // Allocates f's activation buffers on be, sized for batches of up to n_batch tokens, and sets
-// f->be (kv, place and the positions are the caller's).
+// f->be (place, the segments or kv and pos0 are the caller's).
 void ft_forward_alloc(ft_forward *f, const ft_model *m, ft_backend *be, int n_batch);
 
 // Architectures ft knows, and a comma-separated list of their names for messages.

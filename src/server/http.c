@@ -240,6 +240,13 @@ static void on_notify(evutil_socket_t fd, short what, void *arg) {
             }
             bool done = j->done;
             pthread_mutex_unlock(&j->mu);
+            if (j->done_seen) { // queued again before its end was handled: that was the last
+                srv_buf_free(&text);
+                free(toks);
+                srv_job_unref(j); // the ready list's reference
+                continue;
+            }
+            j->done_seen = done;
             if (!j->disconnected || done) {
                 // after done, the job is never notified again: deliver exactly once
                 if (j->api == SRV_API_MESSAGES)

@@ -1,31 +1,34 @@
-// scheduler.c: the inference thread. Jobs wait in a bounded FIFO; up to max_running of them
-// hold a slot (an ft_engine with its KV cache on the shared model, a sampler, a streaming
-// detokenizer and a stop-string matcher). Each turn visits every slot once: a slot still in
-// prefill evaluates one chunk of its prompt, a decoding slot samples one token and evaluates
-// it, so the streams interleave. A cancelled job leaves its slot at the next turn and the
-// slot's KV positions are released at once (ft_engine_reset).
+// scheduler.c: the inference thread and its continuous batching. Jobs wait in a bounded FIFO;
+// up to max_running of them hold a slot (a sequence of the batch engine with its KV cache, a
+// sampler, a streaming detokenizer and a stop-string matcher). Each step of the loop:
 //
-// Replacing this with a batched step: keep srv_sched_* and the job protocol (append output
-// under job->mu, call notify); change only step_slot / the turn loop.
+//   1. admits waiting jobs into free slots (new requests join between steps);
+//   2. drops cancelled jobs (client gone): their sequence closes and its KV is free at once;
+//   3. builds one batch: every decoding slot's last sampled token first, then prefill chunks
+//      (--batch-size tokens at most) of the slots still reading their prompt, in turn, while
+//      they fit in the step, so a long prompt never stalls the decoders;
+//   4. runs it (ft_batch_step: weights read once for all sequences);
+//   5. samples each slot that got logits with its own sampler, streams the text, and ends the
+//      job on an end-of-generation token, a stop string, max_tokens or a full context.
+
 #include "srv_impl.h"
 
+#include "../engine/batch.h"
 #include "../engine/stop.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-// Prompt tokens a sequence evaluates per turn, so a long prompt does not stall the others.
-#define PREFILL_CHUNK 64
-
 typedef struct slot {
-    ft_engine *e;
-    srv_job *job; // NULL: free
+    srv_job *job;   // NULL: free
+    int seq;        // the batch engine's sequence while job is set
     ft_sampler *smp;
     ft_stop *stop;
     tok_stream ts;
-    const float *logits;
     int n_prefilled;
+    int32_t next;   // the sampled token the next step evaluates
+    bool decoding;  // the prompt is in; next is set
 } slot;
 
 struct srv_sched {
@@ -34,8 +37,12 @@ struct srv_sched {
     srv_params p;
     srv_notify_fn notify;
     void *notify_ctx;
+    ft_batch *b;
     slot *slots;
     int n_slots, n_ctx;
+    int prefill_turn;        // the slot whose prompt goes first in the next step's budget
+    ft_batch_item *items;    // (n_slots) the step being built
+    int *item_slot;          // (n_slots) the slot of each item
     int32_t *eog;
     int n_eog;
 
@@ -111,23 +118,27 @@ static void finish(srv_sched *s, slot *sl, enum srv_finish why, const char *msg)
     ft_sampler_free(sl->smp);
     sl->stop = NULL;
     sl->smp = NULL;
-    ft_engine_reset(sl->e); // the sequence's KV positions are free again
+    ft_batch_seq_close(s->b, sl->seq); // the sequence's KV cache is free again
     sl->job = NULL;
-    sl->logits = NULL;
+    sl->decoding = false;
+    atomic_store(&s->kv_used, ft_batch_positions_used(s->b));
     srv_job_unref(j);
     pthread_mutex_lock(&s->mu);
     s->running--;
     pthread_mutex_unlock(&s->mu);
 }
 
+// Admits j into the free slot sl (a free slot always finds a free sequence: both number
+// max_running).
 static void start(srv_sched *s, slot *sl, srv_job *j) {
     sl->job = j;
+    sl->seq = ft_batch_seq_open(s->b);
+    FT_ASSERT(sl->seq >= 0);
     sl->n_prefilled = 0;
-    sl->logits = NULL;
+    sl->decoding = false;
     sl->smp = ft_sampler_init(&j->sp, s->m->hp.n_vocab);
     sl->stop = ft_stop_init((const char *const *)j->stops, j->n_stops);
     tok_stream_init(&sl->ts, s->v, false);
-    ft_engine_reset(sl->e);
     j->t_start = ft_time_s();
 }
 
@@ -168,37 +179,19 @@ static void logprobs_of(srv_sched *s, const float *logits, int32_t tok, int n_to
     }
 }
 
-// One turn of one slot: a prefill chunk, or one sampled token.
-static void step_slot(srv_sched *s, slot *sl) {
+// After a step that gave sl logits: samples its next token with its own sampler, streams it,
+// and either ends the job or keeps the token for the next step.
+static void sample_slot(srv_sched *s, slot *sl, const float *logits) {
     srv_job *j = sl->job;
-    ft_err err = {{0}};
-    if (atomic_load(&j->cancel)) {
-        finish(s, sl, SRV_FINISH_CANCEL, NULL);
+    if (j->n_predict <= 0) {
+        finish(s, sl, SRV_FINISH_LENGTH, NULL);
         return;
     }
-    int n_prompt = (int)j->prompt.n;
-    if (sl->n_prefilled < n_prompt) {
-        int n = FT_MIN(PREFILL_CHUNK, n_prompt - sl->n_prefilled);
-        sl->logits = ft_engine_eval(sl->e, j->prompt.ids + sl->n_prefilled, n, &err);
-        if (!sl->logits) {
-            finish(s, sl, SRV_FINISH_ERROR, err.msg);
-            return;
-        }
-        for (int i = 0; i < n; i++)
-            ft_sampler_accept(sl->smp, j->prompt.ids[sl->n_prefilled + i]);
-        sl->n_prefilled += n;
-        if (sl->n_prefilled < n_prompt) return;
-        if (j->n_predict <= 0) {
-            finish(s, sl, SRV_FINISH_LENGTH, NULL);
-            return;
-        }
-        return; // the first token is sampled next turn
-    }
-    int32_t t = ft_sampler_sample(sl->smp, sl->logits);
+    int32_t t = ft_sampler_sample(sl->smp, logits);
     ft_sampler_accept(sl->smp, t);
     srv_tokinfo ti;
     bool want_lp = j->n_logprobs >= 0;
-    if (want_lp) logprobs_of(s, sl->logits, t, j->n_logprobs, &ti);
+    if (want_lp) logprobs_of(s, logits, t, j->n_logprobs, &ti);
     if (is_eog(s, t)) {
         finish(s, sl, SRV_FINISH_STOP, NULL);
         return;
@@ -223,13 +216,90 @@ static void step_slot(srv_sched *s, slot *sl) {
         finish(s, sl, SRV_FINISH_STOP, NULL);
         return;
     }
-    if (n_gen >= j->n_predict || ft_engine_pos(sl->e) >= s->n_ctx) {
+    if (n_gen >= j->n_predict || ft_batch_seq_pos(s->b, sl->seq) >= s->n_ctx) {
         finish(s, sl, SRV_FINISH_LENGTH, NULL);
         return;
     }
     notify(s, j);
-    sl->logits = ft_engine_eval(sl->e, &t, 1, &err);
-    if (!sl->logits) finish(s, sl, SRV_FINISH_ERROR, err.msg);
+    sl->next = t;
+    sl->decoding = true;
+}
+
+// Builds the next batch into s->items: each decoding slot's token, then prompt chunks from
+// the slots in prefill, starting at prefill_turn, while they fit in the step. A prompt is
+// always cut at multiples of the engine's chunk from its start, whatever else runs, so its
+// arithmetic is the same as alone (or in `ft run`); a chunk that does not fit waits for the
+// next step. The step has room for one chunk beside every other sequence's decode token, so
+// the first prefill in turn always advances. Returns the number of items.
+static int build_step(srv_sched *s) {
+    int n_items = 0, room = ft_batch_max_tokens(s->b), chunk = ft_batch_chunk(s->b);
+    for (int i = 0; i < s->n_slots; i++) {
+        slot *sl = &s->slots[i];
+        if (!sl->job || !sl->decoding) continue;
+        s->items[n_items] = (ft_batch_item){.seq = sl->seq, .tokens = &sl->next, .n_tok = 1, .logits = true};
+        s->item_slot[n_items++] = i;
+        room--;
+    }
+    int first_prefill = -1;
+    for (int k = 0; k < s->n_slots; k++) {
+        int i = (s->prefill_turn + k) % s->n_slots;
+        slot *sl = &s->slots[i];
+        if (!sl->job || sl->decoding) continue;
+        const srv_job *j = sl->job;
+        int n = FT_MIN(chunk, (int)j->prompt.n - sl->n_prefilled);
+        if (n > room) continue;
+        bool last = sl->n_prefilled + n == (int)j->prompt.n;
+        s->items[n_items] =
+            (ft_batch_item){.seq = sl->seq, .tokens = j->prompt.ids + sl->n_prefilled, .n_tok = n, .logits = last};
+        s->item_slot[n_items++] = i;
+        room -= n;
+        if (first_prefill < 0) first_prefill = i;
+    }
+    // the next step's first prefill is the one after this step's: turns rotate
+    if (first_prefill >= 0) s->prefill_turn = (first_prefill + 1) % s->n_slots;
+    return n_items;
+}
+
+// Why a job's prompt cannot run (NULL: it can). The HTTP side checks all of this before it
+// submits; checking again here keeps one bad job from failing a whole step of others.
+static const char *prompt_problem(const srv_sched *s, const srv_job *j) {
+    if (j->prompt.n == 0) return "empty prompt";
+    if (j->prompt.n > (size_t)s->n_ctx) return "prompt longer than the context";
+    for (size_t i = 0; i < j->prompt.n; i++)
+        if (j->prompt.ids[i] < 0 || j->prompt.ids[i] >= s->m->hp.n_vocab) return "token id outside the vocabulary";
+    return NULL;
+}
+
+// One step of the loop (points 2 to 5 of the file comment).
+static void step(srv_sched *s) {
+    for (int i = 0; i < s->n_slots; i++) {
+        slot *sl = &s->slots[i];
+        if (!sl->job) continue;
+        const char *problem = NULL;
+        if (atomic_load(&sl->job->cancel))
+            finish(s, sl, SRV_FINISH_CANCEL, NULL);
+        else if (sl->n_prefilled == 0 && !sl->decoding && (problem = prompt_problem(s, sl->job)))
+            finish(s, sl, SRV_FINISH_ERROR, problem);
+    }
+    int n_items = build_step(s);
+    if (n_items == 0) return;
+    ft_err err = {{0}};
+    if (!ft_batch_step(s->b, s->items, n_items, &err)) {
+        // unreachable after prompt_problem (a step fails only on ids and context); should it
+        // happen, no sequence of the step can be trusted to have advanced
+        for (int k = 0; k < n_items; k++) finish(s, &s->slots[s->item_slot[k]], SRV_FINISH_ERROR, err.msg);
+        return;
+    }
+    for (int k = 0; k < n_items; k++) {
+        slot *sl = &s->slots[s->item_slot[k]];
+        const ft_batch_item *it = &s->items[k];
+        if (!sl->decoding) {
+            for (int i = 0; i < it->n_tok; i++) ft_sampler_accept(sl->smp, it->tokens[i]);
+            sl->n_prefilled += it->n_tok;
+        }
+        if (it->logits) sample_slot(s, sl, ft_batch_logits(s->b, k));
+    }
+    atomic_store(&s->kv_used, ft_batch_positions_used(s->b));
 }
 
 static void *thread_main(void *arg) {
@@ -250,12 +320,7 @@ static void *thread_main(void *arg) {
         }
         pthread_mutex_unlock(&s->mu);
         if (quit) break;
-        for (int i = 0; i < s->n_slots; i++)
-            if (s->slots[i].job) step_slot(s, &s->slots[i]);
-        long used = 0;
-        for (int i = 0; i < s->n_slots; i++)
-            used += ft_engine_pos(s->slots[i].e);
-        atomic_store(&s->kv_used, used);
+        step(s);
     }
     // shutting down: cancel what runs and what waits
     for (int i = 0; i < s->n_slots; i++)
@@ -290,15 +355,16 @@ srv_sched *srv_sched_init(const ft_model *m, const tok_vocab *v, const srv_param
     s->notify = fn;
     s->notify_ctx = ctx;
     s->n_slots = p->max_running;
-    s->slots = ft_calloc((size_t)s->n_slots, sizeof(slot));
-    for (int i = 0; i < s->n_slots; i++) {
-        if (!(s->slots[i].e = ft_engine_init(m, &p->engine, err))) {
-            ft_err_prefix(err, "sequence %d", i);
-            srv_sched_free(s);
-            return NULL;
-        }
+    ft_engine_params ep = p->engine;
+    ep.n_seq = p->max_running;
+    if (!(s->b = ft_batch_init(m, &ep, err))) {
+        srv_sched_free(s);
+        return NULL;
     }
-    s->n_ctx = ft_engine_n_ctx(s->slots[0].e);
+    s->slots = ft_calloc((size_t)s->n_slots, sizeof(slot));
+    s->items = ft_calloc((size_t)s->n_slots, sizeof(ft_batch_item));
+    s->item_slot = ft_calloc((size_t)s->n_slots, sizeof(int));
+    s->n_ctx = ft_batch_n_ctx(s->b);
     s->eog = ft_malloc((size_t)m->hp.n_vocab * sizeof(int32_t));
     for (int32_t t = 0; t < m->hp.n_vocab && t < tok_n_tokens(v); t++)
         if (tok_is_eog(v, t)) s->eog[s->n_eog++] = t;
@@ -330,9 +396,10 @@ void srv_sched_free(srv_sched *s) {
         pthread_mutex_destroy(&s->mu);
         pthread_cond_destroy(&s->cv);
     }
-    for (int i = 0; i < s->n_slots; i++)
-        ft_engine_free(s->slots[i].e);
+    ft_batch_free(s->b);
     free(s->slots);
+    free(s->items);
+    free(s->item_slot);
     free(s->eog);
     free(s->queue);
     free(s);

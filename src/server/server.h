@@ -1,8 +1,8 @@
 // server: `ft serve`, an OpenAI- and Anthropic-compatible HTTP server over one loaded model.
 //
 // Threads: the caller's thread runs the HTTP side (libevent's evhttp: parsing, routes, JSON
-// with jansson, SSE); one inference thread runs the scheduler (scheduler.c), which owns up to
-// max_running engines on the shared model and serves them round-robin one token at a time.
+// with jansson, SSE); one inference thread runs the scheduler (scheduler.c), which decodes up
+// to max_running sequences together in batched steps (continuous batching) on the shared model.
 // The two sides meet only through the scheduler's queue (requests in) and a wake-up event
 // (output out); the HTTP thread never waits on inference.
 //
@@ -20,7 +20,7 @@
 typedef struct srv_params {
     const char *host;       // address to bind (default 127.0.0.1)
     int port;               // default 1919; 0 picks a free port (printed at start-up)
-    int max_running;        // sequences decoding at once (default 4)
+    int max_running;        // sequences decoding at once, batched (default 4)
     int max_queue;          // requests waiting beyond those; one more is a 429 (default 64)
     size_t max_body;        // request body limit in bytes (default 4 MiB)
     size_t max_headers;     // request header limit in bytes (default 16 KiB)

@@ -88,6 +88,7 @@ struct srv_job {
     struct event *ev_watch; // the client's socket, watched for EOF while we compute
     struct srv_http *http;
     bool disconnected;
+    bool done_seen; // the end was delivered (a later wake-up of the job finds nothing new)
     bool head_sent; // stream: headers / first events sent
     bool include_usage;
     bool echo;
@@ -110,9 +111,10 @@ void srv_job_ref(srv_job *j);
 void srv_job_unref(srv_job *j); // frees at zero
 
 // ---------------------------------------------------------------------------------------------
-// Scheduler: owns the inference thread. The first version runs up to max_running sequences
-// round-robin, one token (or one prefill chunk) each per turn; a batched step can replace it
-// behind the same functions.
+// Scheduler: owns the inference thread and one batch engine (src/engine/batch.h). Up to
+// max_running sequences run at once; each step evaluates the next token of every decoding
+// sequence together with prefill chunks of joining ones, up to engine.n_batch tokens
+// (continuous batching). The rest wait in the queue.
 
 typedef struct srv_sched srv_sched;
 
@@ -126,7 +128,7 @@ typedef struct srv_sched_stats {
 
 srv_sched *srv_sched_init(const ft_model *m, const tok_vocab *v, const srv_params *p, srv_notify_fn notify,
                           void *ctx, ft_err *err);
-// Cancels everything, joins the thread, frees the engines. NULL is a no-op.
+// Cancels everything, joins the thread, frees the batch engine. NULL is a no-op.
 void srv_sched_free(srv_sched *s);
 // Queues a job (takes a reference). Returns false when the queue is full.
 bool srv_sched_submit(srv_sched *s, srv_job *j);

@@ -20,9 +20,10 @@
 // and some kernels write the q8_1 form of their output for the matmul that follows (rms_norm,
 // decode attention), which then skips its quantize launch (xq_src).
 //
-// CUDA graphs (step_begin/step_end): the first one-token step is captured into a graph, and
-// every later one-token step replays it: its ops then only note their arguments (a signature
-// checked against the capture's) and get_rows fills the pinned staging the graph copies from.
+// CUDA graphs (step_begin/step_end): the first one-token step of a sequence (a key: its KV
+// cache) is captured into a graph, and every later one-token step of it replays that graph:
+// its ops then only note their arguments (a signature checked against the capture's) and
+// get_rows fills the pinned staging the graph copies from.
 // One graph serves every position because the position lives in device memory (pos_dev,
 // copied from pinned memory by the graph's first node): rope, set_rows and attention take it
 // from there, the ops' host positions become offsets from the step's first position, and the
@@ -67,8 +68,16 @@ typedef struct cuda_backend {
     int step_pos0;             // first position of the step in progress
     int32_t *pos_host;         // pinned (1): the step's first position, copied by the graph
     int32_t *pos_dev;          // (1) device copy
-    ft_cuda_graph *graph;      // the one-token step, once captured
-    uint64_t graph_sig;        // signature of the captured step's ops
+    // the one-token steps captured so far, one per key (a sequence's KV cache: its pointers
+    // are baked into the graph), the least recently used replaced when all are taken
+    struct step_graph {
+        const void *key;
+        ft_cuda_graph *graph;
+        uint64_t sig;          // signature of the captured step's ops
+        uint64_t last_used;
+    } step_graphs[16];
+    int cur_graph;             // the entry of the step in progress
+    uint64_t graph_clock;
     uint64_t step_sig;         // signature of the ops of the step in progress
     // what xq holds: the q8_1 form of (xq_tok, xq_cols) floats at xq_src, reused by the next
     // quantized matmul of the same input while no other op ran (wq/wk/wv, gate/up, router and
@@ -264,7 +273,7 @@ static void cuda_free(ft_backend *be) {
     ft_cuda_event_free(c->staging_done);
     ft_cuda_host_free(c->pos_host);
     ft_cuda_free(c->pos_dev);
-    ft_cuda_graph_free(c->graph);
+    for (int i = 0; i < (int)FT_ARRAY_LEN(c->step_graphs); i++) ft_cuda_graph_free(c->step_graphs[i].graph);
     ft_cuda_stream_free(c->stream);
     free(c);
 }
@@ -626,7 +635,7 @@ static void cuda_sigmoid_gate_add(ft_backend *be, const ft_tensor *gate_inp, con
 // ---------------------------------------------------------------------------------------------
 // Steps and graphs (see the top)
 
-static void cuda_step_begin(ft_backend *be, int n_tok, int pos0) {
+static void cuda_step_begin(ft_backend *be, int n_tok, int pos0, const void *key) {
     cuda_backend *c = cuda_of(be);
     FT_ASSERT(c->mode == STEP_DIRECT);
     if (!c->graphs || !c->reserved || n_tok != 1) return;
@@ -636,10 +645,25 @@ static void cuda_step_begin(ft_backend *be, int n_tok, int pos0) {
     c->step_sig = 14695981039346656037ull;
     *c->pos_host = pos0;
     c->xq_src = NULL;
-    if (c->graph) {
+    int slot = 0;
+    for (int i = 0; i < (int)FT_ARRAY_LEN(c->step_graphs); i++) {
+        struct step_graph *g = &c->step_graphs[i];
+        if (g->graph && g->key == key) {
+            slot = i;
+            break;
+        }
+        if (g->last_used < c->step_graphs[slot].last_used) slot = i; // free entries have 0
+    }
+    struct step_graph *g = &c->step_graphs[slot];
+    g->last_used = ++c->graph_clock;
+    c->cur_graph = slot;
+    if (g->graph && g->key == key) {
         c->mode = STEP_REPLAY;
         return;
     }
+    ft_cuda_graph_free(g->graph);
+    g->graph = NULL;
+    g->key = key;
     c->mode = STEP_CAPTURE;
     ft_cuda_capture_begin(c->stream);
     ft_cuda_memcpy_h2d(c->pos_dev, c->pos_host, sizeof(int32_t), c->stream);
@@ -648,14 +672,15 @@ static void cuda_step_begin(ft_backend *be, int n_tok, int pos0) {
 static void cuda_step_end(ft_backend *be) {
     cuda_backend *c = cuda_of(be); // (the pending add joins the capture)
     if (c->mode == STEP_DIRECT) return;
+    struct step_graph *g = &c->step_graphs[c->cur_graph];
     if (c->mode == STEP_CAPTURE) {
-        c->graph = ft_cuda_capture_end(c->stream);
-        c->graph_sig = c->step_sig;
-    } else if (c->step_sig != c->graph_sig) {
+        g->graph = ft_cuda_capture_end(c->stream);
+        g->sig = c->step_sig;
+    } else if (c->step_sig != g->sig) {
         ft_abort(__FILE__, __LINE__, "cuda: this one-token step's ops differ from the captured graph's "
                                      "(an op sequence that depends on the position?); FT_CUDA_GRAPHS=0 avoids graphs");
     }
-    ft_cuda_graph_launch(c->graph, c->stream);
+    ft_cuda_graph_launch(g->graph, c->stream);
     ft_cuda_event_record(c->staging_done, c->stream);
     c->staging_used = true;
     c->mode = STEP_DIRECT;

@@ -1,0 +1,255 @@
+// batch.c: the multi-sequence forward step (see batch.h), and the memory plan of the engines
+// built on it (ft_engine_place_model).
+#include "batch.h"
+#include "../backend/cpu/cpu.h"
+#include "../backend/cuda/cuda.h"
+#include "../backend/cuda/ft_cuda.h"
+#include "../kv/kv_pool.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct ft_batch {
+    const ft_model *m;
+    ft_engine_params p;   // resolved; p.n_batch is the prefill chunk
+    int max_tok;          // tokens per step: n_batch + n_seq - 1
+    ft_backend *be;
+    ft_kv_pool *pool;
+    moe_placement place;
+    ft_forward f;
+    int *pos;             // (n_seq) positions evaluated; -1: the sequence is not open
+    int n_open;
+    int32_t *tok;         // (max_tok) the step's tokens, host memory
+    ft_segment *seg;      // (n_seq) the step's segments
+    int *out_row;         // (n_seq) row of each item's logits in logits, -1: none
+    float *logits_dev;    // (n_seq, n_vocab) backend buffer
+    float *logits;        // (n_seq, n_vocab) host copy
+};
+
+bool ft_engine_params_resolve(const ft_model *m, ft_engine_params *p, ft_err *err) {
+    const ft_hparams *hp = &m->hp;
+    if (p->n_ctx <= 0) p->n_ctx = hp->n_ctx_train;
+    if (p->n_ctx > hp->n_ctx_train)
+        return ft_err_set(err, "context %d exceeds the model's limit of %d tokens", p->n_ctx, hp->n_ctx_train);
+    if (p->n_seq <= 0) p->n_seq = 1;
+    if (p->n_batch <= 0) p->n_batch = 256;
+    p->n_batch = FT_MIN(p->n_batch, p->n_ctx); // a prefill chunk never needs more
+    if (p->n_threads <= 0) p->n_threads = ft_cpu_physical_cores();
+    const char *ref = getenv("FT_REFERENCE");
+    if (ref && *ref && strcmp(ref, "0")) p->reference = true;
+    return true;
+}
+
+// Tokens per step: one prefill chunk beside the decode tokens of every other sequence.
+static int step_tokens(const ft_engine_params *p) { return p->n_batch + p->n_seq - 1; }
+
+static ft_backend_limits batch_limits(const ft_model *m, const ft_engine_params *p) {
+    ft_backend_limits lim = {
+        .max_tok = step_tokens(p), .max_width = ft_model_max_width(m), .max_ctx = p->n_ctx,
+        .max_head_dim = m->hp.head_dim, .n_expert = m->hp.n_expert, .n_expert_used = m->hp.n_expert_used,
+    };
+    return lim;
+}
+
+// Floats of the activation buffers ft_forward_alloc and ft_batch_init allocate.
+static size_t activation_floats(const ft_model *m, const ft_engine_params *p) {
+    const ft_hparams *hp = &m->hp;
+    size_t B = (size_t)step_tokens(p), E = (size_t)hp->n_embd, Q = (size_t)ft_model_max_q_width(m),
+           KV = (size_t)hp->n_head_kv * (size_t)hp->head_dim;
+    return B * (4 * E + 3 * Q + 2 * KV) + (size_t)p->n_seq * (size_t)hp->n_vocab + 64 * 9;
+}
+
+static ft_kv_params kv_params(const ft_model *m, const ft_engine_params *p, int64_t *widths) {
+    const ft_hparams *hp = &m->hp;
+    for (int l = 0; l < hp->n_layer; l++) widths[l] = (int64_t)hp->n_head_kv * hp->head_dim;
+    return (ft_kv_params){hp->n_layer, p->n_ctx, p->kv_type, widths, hp->head_dim};
+}
+
+bool ft_engine_place_model(ft_model *m, const ft_engine_params *params, ft_err *err) {
+    if (params->device != FT_PLACEMENT_CUDA) return true;
+    ft_engine_params p = *params;
+    if (!ft_engine_params_resolve(m, &p, err)) return false;
+    ft_cuda_device_info info;
+    if (!ft_cuda_device_get_info(0, &info)) return ft_err_set(err, "--device cuda: no CUDA device found");
+    const ft_hparams *hp = &m->hp;
+    size_t kv_row = ft_row_bytes(p.kv_type, (int64_t)hp->n_head_kv * hp->head_dim);
+    size_t weights = ft_model_upload_bytes(m);
+    size_t kv = 2 * (size_t)hp->n_layer * (size_t)p.n_ctx * kv_row * (size_t)p.n_seq;
+    ft_backend_limits lim = batch_limits(m, &p);
+    size_t work = ft_backend_cuda_scratch_bytes(&lim) + activation_floats(m, &p) * sizeof(float);
+    size_t margin = (size_t)256 << 20; // the CUDA context's own allocations, fragmentation
+    const double MiB = 1024.0 * 1024.0;
+    fprintf(stderr, "cuda: %s (sm_%d%d), %.0f MiB free of %.0f: weights %.1f MiB, KV cache %.1f MiB (%d x %d positions, "
+                    "%s), workspace %.1f MiB (batch %d)\n",
+            info.name, info.cc_major, info.cc_minor, info.free_mem / MiB, info.total_mem / MiB, weights / MiB, kv / MiB,
+            p.n_seq, p.n_ctx, ft_type_name(p.kv_type), work / MiB, step_tokens(&p));
+    if (weights + kv + work + margin > info.free_mem)
+        return ft_err_set(err, "the model does not fit on %s: it needs %.0f MiB (weights %.0f, KV %.0f, workspace %.0f, "
+                               "reserve %.0f) and %.0f MiB are free; use a smaller -c, fewer sequences, or --device cpu",
+                          info.name, (weights + kv + work + margin) / MiB, weights / MiB, kv / MiB, work / MiB,
+                          margin / MiB, info.free_mem / MiB);
+    return ft_model_upload(m, err);
+}
+
+ft_batch *ft_batch_init(const ft_model *m, const ft_engine_params *params, ft_err *err) {
+    const ft_hparams *hp = &m->hp;
+    ft_engine_params p = *params;
+    if (!ft_engine_params_resolve(m, &p, err)) return NULL;
+    bool cuda = p.device == FT_PLACEMENT_CUDA;
+    if (cuda && m->output.placement != FT_PLACEMENT_CUDA)
+        return ft_err_set(err, "--device cuda: the model's weights are not on the device (ft_engine_place_model)"), NULL;
+    if (!cuda && m->output.placement != FT_PLACEMENT_CPU)
+        return ft_err_set(err, "--device cpu: the model's weights were uploaded to the GPU"), NULL;
+    ft_backend *be = NULL;
+    if (cuda && !(be = ft_backend_cuda_init(0, err))) return NULL;
+
+    int64_t *widths = ft_malloc((size_t)hp->n_layer * sizeof(int64_t));
+    ft_kv_params kp = kv_params(m, &p, widths);
+    ft_kv_pool *pool = ft_kv_pool_init(&kp, p.n_seq, p.device, err);
+    free(widths);
+    if (!pool) {
+        if (be) be->ops->free(be);
+        return NULL;
+    }
+    if (!be) be = ft_backend_cpu_init(p.n_threads, p.reference);
+
+    ft_batch *b = ft_calloc(1, sizeof(*b));
+    b->m = m;
+    b->p = p;
+    b->be = be;
+    b->pool = pool;
+    b->max_tok = step_tokens(&p);
+    b->place = moe_placement_cpu();
+    ft_backend_limits lim = batch_limits(m, &p);
+    be->ops->reserve(be, &lim);
+    ft_forward_alloc(&b->f, m, be, b->max_tok);
+    b->f.place = &b->place;
+    b->pos = ft_malloc((size_t)p.n_seq * sizeof(int));
+    for (int i = 0; i < p.n_seq; i++) b->pos[i] = -1;
+    b->tok = ft_malloc((size_t)b->max_tok * sizeof(int32_t));
+    b->seg = ft_malloc((size_t)p.n_seq * sizeof(ft_segment));
+    b->out_row = ft_malloc((size_t)p.n_seq * sizeof(int));
+    for (int i = 0; i < p.n_seq; i++) b->out_row[i] = -1;
+    b->logits_dev = be->ops->alloc(be, (size_t)p.n_seq * (size_t)hp->n_vocab);
+    b->logits = ft_malloc((size_t)p.n_seq * (size_t)hp->n_vocab * sizeof(float));
+    return b;
+}
+
+void ft_batch_free(ft_batch *b) {
+    if (!b) return;
+    b->be->ops->free(b->be); // before the pool: the backend may still be using device caches
+    ft_kv_pool_free(b->pool);
+    free(b->pos);
+    free(b->tok);
+    free(b->seg);
+    free(b->out_row);
+    free(b->logits);
+    free(b);
+}
+
+int ft_batch_seq_open(ft_batch *b) {
+    int seq = ft_kv_pool_acquire(b->pool);
+    if (seq < 0) return -1;
+    b->pos[seq] = 0;
+    b->n_open++;
+    return seq;
+}
+
+void ft_batch_seq_close(ft_batch *b, int seq) {
+    FT_ASSERT(seq >= 0 && seq < b->p.n_seq && b->pos[seq] >= 0);
+    ft_kv_pool_release(b->pool, seq);
+    b->pos[seq] = -1;
+    b->n_open--;
+}
+
+int ft_batch_seq_pos(const ft_batch *b, int seq) {
+    FT_ASSERT(seq >= 0 && seq < b->p.n_seq && b->pos[seq] >= 0);
+    return b->pos[seq];
+}
+
+// Checks the items against the sequences' state; programmer errors (a closed sequence, a
+// sequence twice, too many tokens for the step) abort, the tokens themselves are input.
+static bool check_items(const ft_batch *b, const ft_batch_item *items, int n_items, ft_err *err) {
+    FT_ASSERT(n_items >= 1 && n_items <= b->p.n_seq);
+    int total = 0;
+    for (int i = 0; i < n_items; i++) {
+        const ft_batch_item *it = &items[i];
+        FT_ASSERT(it->seq >= 0 && it->seq < b->p.n_seq && b->pos[it->seq] >= 0 && it->n_tok >= 1);
+        for (int j = 0; j < i; j++) FT_ASSERT(items[j].seq != it->seq);
+        total += it->n_tok;
+        if (it->n_tok > b->p.n_ctx - b->pos[it->seq])
+            return ft_err_set(err, "%d tokens do not fit in the context: %d of %d positions used", it->n_tok,
+                              b->pos[it->seq], b->p.n_ctx);
+        for (int t = 0; t < it->n_tok; t++)
+            if (it->tokens[t] < 0 || it->tokens[t] >= b->m->hp.n_vocab)
+                return ft_err_set(err, "token id %d at %d is outside the vocabulary of %d", it->tokens[t], t,
+                                  b->m->hp.n_vocab);
+    }
+    FT_ASSERT(total <= b->max_tok);
+    return true;
+}
+
+bool ft_batch_step(ft_batch *b, const ft_batch_item *items, int n_items, ft_err *err) {
+    if (!check_items(b, items, n_items, err)) return false;
+    const ft_model *m = b->m;
+    const ft_hparams *hp = &m->hp;
+    ft_backend *be = b->be;
+    ft_forward *f = &b->f;
+
+    // pack the tokens, one segment per item
+    int rows = 0;
+    for (int i = 0; i < n_items; i++) {
+        const ft_batch_item *it = &items[i];
+        memcpy(b->tok + rows, it->tokens, (size_t)it->n_tok * sizeof(int32_t));
+        b->seg[i] = (ft_segment){.kv = ft_kv_pool_cache(b->pool, it->seq), .pos0 = b->pos[it->seq], .row0 = rows,
+                                 .n_tok = it->n_tok};
+        rows += it->n_tok;
+    }
+    f->n_tok = rows;
+    f->seg = b->seg;
+    f->n_seg = n_items;
+    // One sequence's one-token step may be recorded once and replayed (CUDA graphs): the
+    // backend keys its record by the sequence's cache, whose pointers the ops bake in.
+    bool bracket = be->ops->step_begin && n_items == 1;
+    if (bracket) be->ops->step_begin(be, rows, b->seg[0].pos0, b->seg[0].kv);
+    be->ops->get_rows(be, &m->tok_embd, b->tok, f->x, rows);
+    for (int il = 0; il < hp->n_layer; il++) m->arch->layer(m, f, il);
+    for (int i = 0; i < n_items; i++) b->pos[items[i].seq] += items[i].n_tok;
+
+    // logits: the last row of each item that wants them, normed into consecutive rows of xn
+    // (free once the layers are done), then one output projection over them
+    int n_out = 0;
+    for (int i = 0; i < b->p.n_seq; i++) b->out_row[i] = -1;
+    for (int i = 0; i < n_items; i++) {
+        if (!items[i].logits) continue;
+        const float *last = f->x + (size_t)(b->seg[i].row0 + items[i].n_tok - 1) * hp->n_embd;
+        be->ops->rms_norm(be, last, &m->output_norm, f->xn + (size_t)n_out * hp->n_embd, 1, hp->n_embd,
+                          hp->rms_eps);
+        b->out_row[i] = n_out++;
+    }
+    if (n_out > 0) be->ops->matmul(be, &m->output, f->xn, b->logits_dev, n_out);
+    if (bracket) be->ops->step_end(be);
+    if (n_out > 0) be->ops->read(be, b->logits_dev, b->logits, (size_t)n_out * (size_t)hp->n_vocab);
+    return true;
+}
+
+const float *ft_batch_logits(const ft_batch *b, int i) {
+    FT_ASSERT(i >= 0 && i < b->p.n_seq && b->out_row[i] >= 0);
+    return b->logits + (size_t)b->out_row[i] * (size_t)b->m->hp.n_vocab;
+}
+
+int ft_batch_max_tokens(const ft_batch *b) { return b->max_tok; }
+int ft_batch_chunk(const ft_batch *b) { return b->p.n_batch; }
+int ft_batch_n_seq(const ft_batch *b) { return b->p.n_seq; }
+int ft_batch_n_ctx(const ft_batch *b) { return b->p.n_ctx; }
+int ft_batch_n_open(const ft_batch *b) { return b->n_open; }
+const ft_model *ft_batch_model(const ft_batch *b) { return b->m; }
+ft_backend *ft_batch_backend(ft_batch *b) { return b->be; }
+
+long ft_batch_positions_used(const ft_batch *b) {
+    long used = 0;
+    for (int i = 0; i < b->p.n_seq; i++)
+        if (b->pos[i] > 0) used += b->pos[i];
+    return used;
+}

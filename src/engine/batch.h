@@ -1,0 +1,71 @@
+// batch: the multi-sequence forward step (continuous batching).
+//
+// A batch engine binds a model to one backend, one set of activation buffers sized for one
+// step, and a pool of n_seq per-sequence KV caches (kv_pool.h). Each step runs the tokens of
+// several sequences through the model together: a decoding sequence contributes its one new
+// token, a sequence in prefill a chunk of its prompt. A step holds up to n_batch + n_seq - 1
+// tokens: one whole prefill chunk of n_batch beside the decode tokens of all other sequences. Norms, projections, experts and
+// the FFN run once over every row of the step, so each weight is read once per step however
+// many sequences run; RoPE, the cache write and attention run per sequence (model.h's
+// segments). Logits are computed only for the items that ask for them (the last row of the
+// item), gathered and projected in one matmul.
+//
+// On the CPU every op computes each row on its own, so a sequence's logits are bit-identical
+// whether it runs alone or alongside others, as long as its prompt is cut into the same
+// chunks (attention may take another path for a longer chunk): callers that cut prompts at
+// multiples of ft_batch_chunk, as ft_engine_eval does, get the same bits batched or alone
+// (tests/test_batch.c checks it).
+//
+// Not thread-safe: one caller per batch engine; several may share a model. Nothing is
+// allocated per step.
+#ifndef FT_BATCH_H
+#define FT_BATCH_H
+
+#include "engine.h"
+
+typedef struct ft_batch ft_batch;
+
+// Returns NULL and sets *err when the parameters do not fit the model (see ft_engine_init) or
+// the caches cannot be allocated. p->n_seq sequences hold a cache at once; p->n_batch is the
+// prefill chunk.
+ft_batch *ft_batch_init(const ft_model *m, const ft_engine_params *p, ft_err *err);
+void ft_batch_free(ft_batch *b); // NULL is a no-op
+
+// Opens a sequence at position 0 on a free cache: returns its id (0 <= id < n_seq), or -1 when
+// all n_seq are open.
+int ft_batch_seq_open(ft_batch *b);
+// Ends a sequence: its cache is free for the next ft_batch_seq_open at once.
+void ft_batch_seq_close(ft_batch *b, int seq);
+// Positions the sequence has evaluated (its next token goes there).
+int ft_batch_seq_pos(const ft_batch *b, int seq);
+
+// One sequence's share of a step: n_tok tokens evaluated at its current position. With
+// logits, the step returns the next-token logits after its last token.
+typedef struct ft_batch_item {
+    int seq;
+    const int32_t *tokens;
+    int n_tok;
+    bool logits;
+} ft_batch_item;
+
+// Runs one step over n_items items (each an open sequence, at most once per step, n_tok >= 1,
+// together at most ft_batch_max_tokens tokens) and advances each sequence by its n_tok.
+// Returns false and sets *err, before evaluating anything, when an item does not fit its
+// sequence's remaining context or a token id is outside the vocabulary.
+bool ft_batch_step(ft_batch *b, const ft_batch_item *items, int n_items, ft_err *err);
+// The logits (n_vocab floats, host memory) of items[i] of the last step, which asked for them;
+// valid until the next step.
+const float *ft_batch_logits(const ft_batch *b, int i);
+
+int ft_batch_max_tokens(const ft_batch *b); // tokens per step: chunk + n_seq - 1
+int ft_batch_chunk(const ft_batch *b);      // n_batch: the longest prefill chunk
+int ft_batch_n_seq(const ft_batch *b);
+int ft_batch_n_ctx(const ft_batch *b);
+int ft_batch_n_open(const ft_batch *b);
+// Positions in use over all open sequences (what their caches hold).
+long ft_batch_positions_used(const ft_batch *b);
+const ft_model *ft_batch_model(const ft_batch *b);
+// The backend the steps run on (for its statistics, e.g. min_route_gap).
+ft_backend *ft_batch_backend(ft_batch *b);
+
+#endif

@@ -1,0 +1,282 @@
+// test_batch.c: the batch engine (src/engine/batch.c). Several sequences joining at different
+// steps, their prompts cut into prefill chunks that share steps with the others' decode
+// tokens, are decoded greedily in one batch engine and compared with each sequence alone on a
+// one-sequence engine (ft_engine, the path `ft run` takes) with the same chunk size: on the
+// CPU every op computes each row on its own, so the logits of every step must be
+// bit-identical, and so the greedy tokens (the near-tie rule of issue 6 then holds trivially;
+// tests/server/load.mjs checks that rule where bits may differ).
+//
+// Run on the demo model (q8_0 cache; and an f16 cache with prompts over 64 tokens, where
+// attention's path depends on the chunk length, so cutting prompts the same way matters) and
+// on synthetic models of the other architectures: qwen2moe's biases and gated shared expert;
+// laguna's sliding window, YaRN and dense lead layers, with a q8_0 cache whose Hadamard
+// rotation runs per segment.
+#include "test.h"
+#include "../src/engine/batch.h"
+#include "../src/kv/kv_pool.h"
+#include "../src/model/synth.h"
+#include "../src/util/rng.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+enum { N_SEQ = 3, N_REQ = 5, N_GEN = 10, MAX_PROMPT = 80, MAX_CHUNKS = 64 };
+
+// One request of the test schedule and what happened to it in the batch.
+typedef struct req {
+    int32_t prompt[MAX_PROMPT];
+    int n_prompt;
+    int join_step;            // opened at the first step >= this with a free sequence
+    int seq;                  // -1: not open (waiting or done)
+    int n_prefilled;
+    bool decoding, done;
+    int32_t next;
+    int chunks[MAX_CHUNKS];   // prefill chunk sizes it got
+    int n_chunks;
+    int32_t out[N_GEN];       // greedy tokens
+    float *logits;            // (N_GEN, n_vocab): the logits each token was picked from
+} req;
+
+static int32_t argmax(const float *x, int n) {
+    int32_t best = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
+}
+
+// Runs the requests through one batch engine of N_SEQ sequences with prefill chunks of chunk
+// tokens: each step takes the decoders' tokens, then whole prompt chunks in request order
+// while they fit (the server's scheduler does the same, in turns).
+static bool run_batched(const ft_model *m, req *rq, int n_req, int chunk, enum ft_type kv, ft_err *err) {
+    ft_engine_params ep = ft_engine_default_params();
+    ep.n_threads = 2;
+    ep.n_ctx = 128;
+    ep.n_seq = N_SEQ;
+    ep.n_batch = chunk;
+    ep.kv_type = kv;
+    ft_batch *b = ft_batch_init(m, &ep, err);
+    if (!b) return false;
+    int n_vocab = m->hp.n_vocab, n_done = 0;
+    ft_batch_item items[N_SEQ];
+    req *owner[N_SEQ];
+    for (int step = 0; n_done < n_req; step++) {
+        for (int r = 0; r < n_req; r++)
+            if (!rq[r].done && rq[r].seq < 0 && rq[r].join_step <= step) {
+                int seq = ft_batch_seq_open(b);
+                if (seq < 0) break;
+                CHECK(ft_batch_seq_pos(b, seq) == 0);
+                rq[r].seq = seq;
+            }
+        int n_items = 0, left = ft_batch_max_tokens(b);
+        for (int r = 0; r < n_req; r++)
+            if (rq[r].seq >= 0 && rq[r].decoding) {
+                items[n_items] = (ft_batch_item){rq[r].seq, &rq[r].next, 1, true};
+                owner[n_items++] = &rq[r];
+                left--;
+            }
+        for (int r = 0; r < n_req; r++)
+            if (rq[r].seq >= 0 && !rq[r].decoding) {
+                int n = FT_MIN(chunk, rq[r].n_prompt - rq[r].n_prefilled);
+                if (n > left) continue;
+                bool last = rq[r].n_prefilled + n == rq[r].n_prompt;
+                items[n_items] = (ft_batch_item){rq[r].seq, rq[r].prompt + rq[r].n_prefilled, n, last};
+                owner[n_items++] = &rq[r];
+                left -= n;
+            }
+        if (n_items == 0) continue; // waiting for a request's join step
+        if (!ft_batch_step(b, items, n_items, err)) {
+            ft_batch_free(b);
+            return false;
+        }
+        for (int k = 0; k < n_items; k++) {
+            req *q = owner[k];
+            if (!q->decoding) {
+                FT_ASSERT(q->n_chunks < MAX_CHUNKS);
+                q->chunks[q->n_chunks++] = items[k].n_tok;
+                q->n_prefilled += items[k].n_tok;
+            }
+            if (!items[k].logits) continue;
+            int g = 0;
+            while (q->out[g] >= 0) g++; // the next token to pick (done requests left the batch)
+            memcpy(q->logits + (size_t)g * n_vocab, ft_batch_logits(b, k), (size_t)n_vocab * sizeof(float));
+            q->out[g] = argmax(ft_batch_logits(b, k), n_vocab);
+            q->next = q->out[g];
+            q->decoding = true;
+            if (g + 1 == N_GEN) {
+                ft_batch_seq_close(b, q->seq);
+                q->seq = -1;
+                q->done = true;
+                n_done++;
+            }
+        }
+    }
+    CHECK(ft_batch_n_open(b) == 0 && ft_batch_positions_used(b) == 0, "every sequence closed: nothing in use");
+    ft_batch_free(b);
+    return true;
+}
+
+// The request alone on a one-sequence engine with the same chunk size (its prompt in one
+// ft_engine_eval), then decoding its own greedy tokens. Fills out and logits like run_batched.
+static bool run_alone(const ft_model *m, const req *q, int chunk, enum ft_type kv, int32_t *out, float *logits,
+                      ft_err *err) {
+    ft_engine_params ep = ft_engine_default_params();
+    ep.n_threads = 2;
+    ep.n_ctx = 128;
+    ep.n_batch = chunk;
+    ep.kv_type = kv;
+    ft_engine *e = ft_engine_init(m, &ep, err);
+    if (!e) return false;
+    int n_vocab = m->hp.n_vocab;
+    const float *lg = ft_engine_eval(e, q->prompt, q->n_prompt, err);
+    for (int g = 0; g < N_GEN && lg; g++) {
+        memcpy(logits + (size_t)g * n_vocab, lg, (size_t)n_vocab * sizeof(float));
+        out[g] = argmax(lg, n_vocab);
+        if (g + 1 < N_GEN) lg = ft_engine_eval(e, &out[g], 1, err);
+    }
+    ft_engine_free(e);
+    return lg != NULL;
+}
+
+// lens: the prompt lengths of the N_REQ requests.
+static void batch_case(const char *label, const ft_synth_params *sp, int chunk, enum ft_type kv, const int *lens) {
+    const char *path = test_path("batch.gguf");
+    ft_err err = {{0}};
+    REQUIRE(ft_synth_write(sp, path, &err), "synth: %s", err.msg);
+    ft_model *m = ft_model_load(path, &err);
+    REQUIRE(m, "%s", err.msg);
+    int n_vocab = m->hp.n_vocab;
+    // joins spread out so that prefill chunks share steps with decoders and a closed
+    // sequence's cache is reused
+    static const int joins[N_REQ] = {0, 0, 2, 3, 4};
+    req rq[N_REQ];
+    ft_rng rng = ft_rng_init(11);
+    for (int r = 0; r < N_REQ; r++) {
+        memset(&rq[r], 0, sizeof(rq[r]));
+        rq[r].n_prompt = lens[r];
+        rq[r].join_step = joins[r];
+        rq[r].seq = -1;
+        for (int i = 0; i < lens[r]; i++) rq[r].prompt[i] = (int32_t)(ft_rng_next(&rng) % (uint64_t)n_vocab);
+        for (int g = 0; g < N_GEN; g++) rq[r].out[g] = -1;
+        rq[r].logits = ft_malloc((size_t)N_GEN * n_vocab * sizeof(float));
+    }
+    float *alone = ft_malloc((size_t)N_GEN * n_vocab * sizeof(float));
+    int n_identical = 0, max_chunks = 0;
+    if (!run_batched(m, rq, N_REQ, chunk, kv, &err)) {
+        test_fail(__FILE__, __LINE__, "%s: batched run: %s", label, err.msg);
+        goto done;
+    }
+    for (int r = 0; r < N_REQ; r++) {
+        req *q = &rq[r];
+        max_chunks = FT_MAX(max_chunks, q->n_chunks);
+        int32_t out[N_GEN];
+        if (!run_alone(m, q, chunk, kv, out, alone, &err)) {
+            test_fail(__FILE__, __LINE__, "%s: alone: %s", label, err.msg);
+            goto done;
+        }
+        int g = 0;
+        while (g < N_GEN && !memcmp(alone + (size_t)g * n_vocab, q->logits + (size_t)g * n_vocab,
+                                    (size_t)n_vocab * sizeof(float)))
+            g++;
+        CHECK(g == N_GEN, "%s: request %d (prompt %d in %d chunks): logits of step %d differ from the request alone",
+              label, r, q->n_prompt, q->n_chunks, g);
+        CHECK(!memcmp(out, q->out, sizeof(out)), "%s: request %d: greedy tokens differ", label, r);
+        n_identical += g == N_GEN;
+    }
+    printf("    %s: %d requests on %d sequences, chunk %d (prompts in up to %d chunks): %d/%d bit-identical to the "
+           "request alone over %d steps\n",
+           label, N_REQ, N_SEQ, chunk, max_chunks, n_identical, N_REQ, N_GEN);
+done:
+    for (int r = 0; r < N_REQ; r++) free(rq[r].logits);
+    free(alone);
+    ft_model_free(m);
+}
+
+TEST(batch_matches_alone) {
+    // prompt lengths: several chunks, one token, in between
+    static const int lens[N_REQ] = {37, 1, 12, 48, 5};
+    ft_synth_params sp = ft_synth_default_params(); // the demo model
+    sp.n_ctx_train = 256;
+    batch_case("demo qwen3moe", &sp, 16, FT_TYPE_Q8_0, lens);
+    // an f16 cache: chunks of 64 queries or more take the tiled attention path (as llama.cpp)
+    static const int long_lens[N_REQ] = {70, 3, 66, 80, 9};
+    batch_case("demo qwen3moe f16 cache", &sp, 64, FT_TYPE_F16, long_lens);
+
+    sp = ft_synth_default_params();
+    sp.arch = "qwen2moe";
+    sp.n_layer = 2;
+    sp.n_ctx_train = 256;
+    sp.qkv_bias = true;
+    batch_case("qwen2moe", &sp, 8, FT_TYPE_Q8_0, lens);
+
+    sp = ft_synth_default_params();
+    sp.arch = "laguna";
+    sp.n_layer = 4;
+    sp.n_ctx_train = 256;
+    sp.head_dim = 64;
+    sp.n_dense_lead = 1;
+    sp.n_swa = 8;
+    sp.yarn_factor = 4;
+    batch_case("laguna swa", &sp, 12, FT_TYPE_Q8_0, lens);
+}
+
+// Errors come back before anything runs: the sequence keeps its position; closing frees it.
+TEST(batch_step_errors_and_reuse) {
+    ft_synth_params sp = ft_synth_default_params();
+    sp.n_layer = 1;
+    sp.n_ctx_train = 64;
+    const char *path = test_path("batch_err.gguf");
+    ft_err err = {{0}};
+    REQUIRE(ft_synth_write(&sp, path, &err), "%s", err.msg);
+    ft_model *m = ft_model_load(path, &err);
+    REQUIRE(m, "%s", err.msg);
+    ft_engine_params ep = ft_engine_default_params();
+    ep.n_threads = 1;
+    ep.n_ctx = 8;
+    ep.n_seq = 2;
+    ep.n_batch = 1; // a step: one chunk of 1 beside the other sequence's token
+    ft_batch *b = ft_batch_init(m, &ep, &err);
+    REQUIRE(b, "%s", err.msg);
+    CHECK(ft_batch_max_tokens(b) == 2 && ft_batch_chunk(b) == 1 && ft_batch_n_seq(b) == 2 && ft_batch_n_ctx(b) == 8);
+    int s0 = ft_batch_seq_open(b), s1 = ft_batch_seq_open(b);
+    CHECK(s0 == 0 && s1 == 1 && ft_batch_seq_open(b) == -1, "two sequences, then none: %d %d", s0, s1);
+    int32_t good[2] = {3, 4}, bad = m->hp.n_vocab;
+    ft_batch_item it[2] = {{s0, good, 2, true}, {s1, &bad, 1, true}};
+    CHECK(ft_batch_step(b, it, 1, &err), "two tokens fit the budget of 2: %s", err.msg);
+    CHECK(ft_batch_seq_pos(b, s0) == 2);
+    it[0].n_tok = 1;
+    CHECK(!ft_batch_step(b, it, 2, &err) && strstr(err.msg, "outside the vocabulary"), "bad id: %s", err.msg);
+    CHECK(ft_batch_seq_pos(b, s0) == 2 && ft_batch_seq_pos(b, s1) == 0, "nothing ran");
+    int32_t many[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    for (int i = 0; i < 3; i++) {
+        ft_batch_item one = {s0, many + 2 * i, 2, false};
+        CHECK(ft_batch_step(b, &one, 1, &err), "%s", err.msg);
+    }
+    ft_batch_item over = {s0, many, 1, true};
+    CHECK(!ft_batch_step(b, &over, 1, &err) && strstr(err.msg, "context"), "context full: %s", err.msg);
+    CHECK(ft_batch_positions_used(b) == 8);
+    ft_batch_seq_close(b, s0);
+    CHECK(ft_batch_positions_used(b) == 0 && ft_batch_n_open(b) == 1);
+    CHECK(ft_batch_seq_open(b) == 0, "the freed cache is taken again");
+    ft_batch_free(b);
+    ft_batch_free(NULL);
+    ft_model_free(m);
+}
+
+// The pool hands out the lowest free cache and takes them back.
+TEST(kv_pool_acquire_release) {
+    int64_t widths[2] = {64, 64};
+    ft_kv_params kp = {2, 16, FT_TYPE_F16, widths, 64};
+    ft_err err = {{0}};
+    ft_kv_pool *pool = ft_kv_pool_init(&kp, 3, FT_PLACEMENT_CPU, &err);
+    REQUIRE(pool, "%s", err.msg);
+    CHECK(ft_kv_pool_n_seq(pool) == 3 && ft_kv_pool_bytes(pool) == 3 * 2 * 2 * 16 * 64 * 2);
+    CHECK(ft_kv_pool_acquire(pool) == 0 && ft_kv_pool_acquire(pool) == 1 && ft_kv_pool_acquire(pool) == 2);
+    CHECK(ft_kv_pool_acquire(pool) == -1 && ft_kv_pool_n_used(pool) == 3);
+    CHECK(ft_kv_pool_cache(pool, 0) != ft_kv_pool_cache(pool, 1), "distinct caches");
+    ft_kv_pool_release(pool, 1);
+    CHECK(ft_kv_pool_n_used(pool) == 2 && ft_kv_pool_acquire(pool) == 1);
+    kp.type = FT_TYPE_Q4_K;
+    CHECK(!ft_kv_pool_init(&kp, 2, FT_PLACEMENT_CPU, &err) && strstr(err.msg, "q4_K"), "%s", err.msg);
+    ft_kv_pool_free(pool);
+    ft_kv_pool_free(NULL);
+}
