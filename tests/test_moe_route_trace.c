@@ -2,6 +2,7 @@
 // the reader's validation of every field, and the generator's calibration measured with the
 // expert cache's LRU (a fixed seed, independent of the seed the calibration used).
 #include "test.h"
+#include "../src/model/synth.h"
 #include "../src/moe/route_trace.h"
 
 #include <stdlib.h>
@@ -174,4 +175,28 @@ TEST(moe_trace_calibration_for_another_shape) {
     bad.reuse = 1.0;
     moe_route_trace t;
     CHECK(!moe_trace_generate(&bad, &t, &err) && strstr(err.msg, "reuse"));
+}
+
+// `ft trace-gen --model` takes the routing shape from the file and writes a trace that reads back.
+TEST(moe_trace_gen_cli_takes_the_shape_from_a_model) {
+    ft_synth_params sp = ft_synth_default_params();
+    sp.n_layer = 3;
+    sp.n_embd = 256;
+    sp.n_ff_exp = 256;
+    sp.n_expert = 16;
+    sp.n_expert_used = 2;
+    ft_err err = {{0}};
+    const char *model = test_path("trace_model.gguf");
+    REQUIRE(ft_synth_write(&sp, model, &err), "%s", err.msg);
+    const char *trace = test_path("cli.ftrt");
+    char cmd[1024], out[2048];
+    snprintf(cmd, sizeof(cmd), "%s trace-gen --model %s -o %s --steps 200 --seed 3", test_ft_bin(), model, trace);
+    REQUIRE(test_run(cmd, out, sizeof(out)) == 0, "%s", out);
+    CHECK(strstr(out, "3 layers, 16 experts, top-2") && strstr(out, "25.0"), "%s", out);
+    moe_route_trace t;
+    REQUIRE(moe_route_trace_read(trace, &t, &err), "%s", err.msg);
+    CHECK(t.n_layers == 3 && t.layers[2] == 2 && t.n_expert == 16 && t.top_k == 2 && t.n_steps == 200);
+    moe_route_trace_free(&t);
+    snprintf(cmd, sizeof(cmd), "%s trace-gen -o %s --experts 16 --top-k 3 2>&1", test_ft_bin(), trace);
+    CHECK(test_run(cmd, out, sizeof(out)) == 1 && strstr(out, "fewer than top-k"), "%s", out);
 }
