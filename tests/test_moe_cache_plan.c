@@ -2,6 +2,7 @@
 // figures of issue 8 recomputed from its geometry alone, and the plan's invariants (disjoint
 // views inside their arenas, floors, maximal fair share) on random mixed geometries.
 #include "test.h"
+#include "../src/model/synth.h"
 #include "../src/moe/cache_plan.h"
 #include "../src/util/rng.h"
 
@@ -235,4 +236,31 @@ TEST(moe_plan_sized_from_a_budget) {
     CHECK(plan.n_slots == 47 * 256 && plan.pools[0].n_slots == 39 * 256 && plan.pools[1].n_slots == 8 * 256);
     moe_cache_plan_free(&plan);
     moe_geometry_free(&g);
+}
+
+// `ft inspect --moe-cache-size` prints the plan of a real file (mixed Q4_K and BF16 layers).
+TEST(moe_plan_cli_prints_the_plan_of_a_file) {
+    ft_synth_params sp = ft_synth_default_params();
+    sp.n_layer = 5;
+    sp.n_embd = 256;
+    sp.n_ff_exp = 256;
+    sp.n_expert = 16;
+    sp.n_expert_used = 2;
+    sp.n_expert_types = 5;
+    for (int i = 0; i < 5; i++) sp.expert_types[i] = i < 3 ? FT_TYPE_Q4_K : FT_TYPE_BF16;
+    ft_err err = {{0}};
+    const char *model = test_path("plan_model.gguf");
+    REQUIRE(ft_synth_write(&sp, model, &err), "%s", err.msg);
+    char cmd[1024], out[16384];
+    snprintf(cmd, sizeof(cmd), "%s inspect %s --moe-cache-size 12 | grep -A8 'expert cache plan'", test_ft_bin(), model);
+    REQUIRE(test_run(cmd, out, sizeof(out)) == 0, "%s", out);
+    // BF16 256x256 is 128 KiB per bank; Q4_K 36 KiB: 12 slots = 4.5 MiB
+    CHECK(strstr(out, "12 slots priced at 0.38 MiB each") && strstr(out, "pool 0: layers 0-2 (3)") &&
+              strstr(out, "pool 1: layers 3-4 (2)") && strstr(out, "the uniform layout in the same bytes: 12 slots"),
+          "%s", out);
+    snprintf(cmd, sizeof(cmd), "%s inspect %s --moe-cache-size 12 --moe-pool-layout uniform --running 2 2>&1 >/dev/null",
+             test_ft_bin(), model);
+    CHECK(test_run(cmd, out, sizeof(out)) == 1 && strstr(out, "below its floor of 20"), "%s", out);
+    snprintf(cmd, sizeof(cmd), "%s inspect %s --moe-pool-layout diagonal 2>&1", test_ft_bin(), model);
+    CHECK(test_run(cmd, out, sizeof(out)) == 2, "%s", out);
 }
