@@ -264,3 +264,23 @@ TEST(moe_plan_cli_prints_the_plan_of_a_file) {
     snprintf(cmd, sizeof(cmd), "%s inspect %s --moe-pool-layout diagonal 2>&1", test_ft_bin(), model);
     CHECK(test_run(cmd, out, sizeof(out)) == 2, "%s", out);
 }
+
+// A model whose MoE layers all share one geometry has one pool in either layout, with the
+// same slots: the exact layout changes nothing there.
+TEST(moe_plan_uniform_geometry_is_one_pool) {
+    moe_layer_geometry ls[6];
+    for (int i = 0; i < 6; i++) ls[i] = (moe_layer_geometry){.layer = i, .n_expert = 128, .bytes = {1769472, 1769472, 2580480}};
+    moe_geometry g;
+    moe_geometry_from_layers(ls, 6, &g);
+    moe_cache_plan a, b;
+    moe_cache_plan_params p = laguna_params(100, MOE_POOL_LAYOUT_EXACT);
+    p.top_k = 8;
+    REQUIRE(moe_cache_plan_make(&g, &p, &a, NULL));
+    p.layout = MOE_POOL_LAYOUT_UNIFORM;
+    REQUIRE(moe_cache_plan_make(&g, &p, &b, NULL));
+    CHECK(a.n_pools == 1 && b.n_pools == 1 && a.pools[0].n_slots == 100 && b.pools[0].n_slots == 100);
+    CHECK(a.bytes == b.bytes && a.bytes_used == a.bytes && a.bytes == 100ull * (2 * 1769472 + 2580480));
+    moe_cache_plan_free(&a);
+    moe_cache_plan_free(&b);
+    moe_geometry_free(&g);
+}

@@ -4,6 +4,8 @@
 // against the textbook LRU criterion (hit iff fewer than C distinct other experts since the
 // last use).
 #include "test.h"
+#include "../src/gguf/gguf.h"
+#include "../src/model/synth.h"
 #include "../src/moe/expert_cache.h"
 #include "../src/util/rng.h"
 
@@ -294,6 +296,14 @@ TEST(moe_cache_invalidation_and_errors) {
             n_want += overlaps;
         }
     CHECK(n_gone == 3 && n_want == 3, "%d invalidated, %d overlap", n_gone, n_want);
+    // single bytes at the edges of a slot take exactly that slot
+    uint64_t s8 = plan.pools[0].offset[MOE_BANK_UP] + 8 * plan.pools[0].stride[MOE_BANK_UP];
+    int l8, e8;
+    CHECK(moe_expert_cache_invalidate_bytes(c, MOE_BANK_UP, s8, 1) == 1);
+    CHECK(!moe_expert_cache_slot(c, 0, 8, &l8, &e8) && moe_expert_cache_slot(c, 0, 7, &l8, &e8));
+    CHECK(moe_expert_cache_invalidate_bytes(c, MOE_BANK_UP, s8 + 2 * plan.pools[0].stride[MOE_BANK_UP] - 1, 1) == 1);
+    CHECK(!moe_expert_cache_slot(c, 0, 9, &l8, &e8) && moe_expert_cache_slot(c, 0, 10, &l8, &e8));
+    CHECK(moe_expert_cache_invalidate_bytes(c, MOE_BANK_UP, s8, 0) == 0);
     // the invalidated slots are the next victims, lowest index first
     int32_t ex = 15, slot;
     moe_cache_copy cp;
@@ -325,4 +335,145 @@ TEST(moe_cache_invalidation_and_errors) {
     moe_expert_cache_free(NULL);
     moe_cache_plan_free(&plan);
     moe_geometry_free(&g);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The copies on real expert bytes: host banks of a mixed-type model, arenas simulated in host
+// memory, copies applied with memcpy, prefill overlays scribbling over arena ranges.
+
+typedef struct {
+    moe_expert_cache *c;
+    uint8_t *arena[MOE_BANK_COUNT];
+    uint64_t arena_bytes[MOE_BANK_COUNT];
+} sim_cache;
+
+static void sim_init(sim_cache *s, const moe_cache_plan *plan, const moe_geometry *g) {
+    s->c = moe_expert_cache_init(plan, g);
+    for (int b = 0; b < MOE_BANK_COUNT; b++) {
+        s->arena_bytes[b] = plan->arena_bytes[b];
+        s->arena[b] = malloc(plan->arena_bytes[b]);
+        memset(s->arena[b], 0xAA, plan->arena_bytes[b]);
+    }
+}
+
+static void sim_free(sim_cache *s) {
+    moe_expert_cache_free(s->c);
+    for (int b = 0; b < MOE_BANK_COUNT; b++) free(s->arena[b]);
+}
+
+// Every slot that holds an expert holds exactly its host entry's bytes.
+static int sim_check_all(const sim_cache *s, const moe_cache_plan *plan, const moe_expert_banks *hb) {
+    int held = 0;
+    for (int k = 0; k < plan->n_pools; k++)
+        for (int slot = 0; slot < plan->pools[k].n_slots; slot++) {
+            moe_cache_copy cp = {.pool = k, .slot = slot};
+            if (!moe_expert_cache_slot(s->c, k, slot, &cp.layer, &cp.expert)) continue;
+            held++;
+            moe_copy_region r[MOE_BANK_COUNT];
+            moe_expert_cache_copy_regions(s->c, hb, &cp, r);
+            for (int b = 0; b < MOE_BANK_COUNT; b++)
+                CHECK(!memcmp(s->arena[b] + r[b].dst_offset, r[b].src, r[b].bytes),
+                      "pool %d slot %d (layer %d expert %d) bank %d differs from its host entry", k, slot, cp.layer,
+                      cp.expert, b);
+        }
+    return held;
+}
+
+static void run_sim(const moe_geometry *g, const moe_expert_banks *hb, enum moe_pool_layout layout, int n_slots,
+                    uint64_t seed) {
+    moe_cache_plan_params pp = moe_cache_plan_default_params();
+    pp.layout = layout;
+    pp.n_slots = n_slots;
+    pp.top_k = 2;
+    pp.n_running = 2;
+    moe_cache_plan plan;
+    ft_err err = {{0}};
+    REQUIRE(moe_cache_plan_make(g, &pp, &plan, &err), "%s", err.msg);
+    sim_cache s;
+    sim_init(&s, &plan, g);
+    ft_rng rng = ft_rng_init(seed);
+    int32_t ex[4], slots[4];
+    moe_cache_copy copies[4];
+    uint64_t n_copies_total = 0, n_invalidated = 0;
+    for (int step = 0; step < 3000 && !test_failed(); step++) {
+        int li = (int)(ft_rng_next(&rng) % (uint64_t)g->n_layers), layer = g->layers[li].layer;
+        for (int i = 0; i < 4; i++) ex[i] = draw_expert(&rng, g->layers[li].n_expert);
+        if (ex[1] == ex[0]) ex[1] = (ex[0] + 1) % g->layers[li].n_expert;
+        if (ex[3] == ex[2]) ex[3] = (ex[2] + 1) % g->layers[li].n_expert;
+        // the other pools' state must not move (each pool has its own LRU)
+        int pool = moe_expert_cache_pool_of(s.c, layer), other = (pool + 1) % plan.n_pools;
+        uint64_t other_stamp = moe_expert_cache_stamp(s.c, other, 0);
+        int k;
+        REQUIRE(moe_expert_cache_step(s.c, layer, ex, 4, slots, copies, &k, &err), "%s", err.msg);
+        if (other != pool) CHECK(moe_expert_cache_stamp(s.c, other, 0) == other_stamp);
+        for (int j = 0; j < k; j++) {
+            moe_copy_region r[MOE_BANK_COUNT];
+            moe_expert_cache_copy_regions(s.c, hb, &copies[j], r);
+            for (int b = 0; b < MOE_BANK_COUNT; b++) {
+                REQUIRE(r[b].dst_offset + r[b].bytes <= s.arena_bytes[b]);
+                memcpy(s.arena[b] + r[b].dst_offset, r[b].src, r[b].bytes);
+            }
+        }
+        n_copies_total += (uint64_t)k;
+        // what the kernels would read: every selection's slot holds its expert
+        for (int i = 0; i < 4; i++) {
+            moe_cache_copy cp = {pool, slots[i], layer, ex[i], -1, -1};
+            moe_copy_region r[MOE_BANK_COUNT];
+            moe_expert_cache_copy_regions(s.c, hb, &cp, r);
+            for (int b = 0; b < MOE_BANK_COUNT; b++)
+                CHECK(!memcmp(s.arena[b] + r[b].dst_offset, r[b].src, r[b].bytes), "step %d selection %d bank %d",
+                      step, i, b);
+        }
+        if (step % 250 == 249) { // a prefill overlay scribbles over a range of one bank's arena
+            int b = (int)(ft_rng_next(&rng) % MOE_BANK_COUNT);
+            uint64_t len = 1 + ft_rng_next(&rng) % (s.arena_bytes[b] / 3);
+            uint64_t off = ft_rng_next(&rng) % (s.arena_bytes[b] - len + 1);
+            n_invalidated += (uint64_t)moe_expert_cache_invalidate_bytes(s.c, (enum moe_bank)b, off, len);
+            memset(s.arena[b] + off, 0x5C, len);
+            sim_check_all(&s, &plan, hb);
+        }
+    }
+    int held = sim_check_all(&s, &plan, hb);
+    CHECK(n_copies_total > 500 && n_invalidated > 0 && held > 0, "%llu copies, %llu invalidated, %d held",
+          (unsigned long long)n_copies_total, (unsigned long long)n_invalidated, held);
+    sim_free(&s);
+    moe_cache_plan_free(&plan);
+}
+
+TEST(moe_cache_copies_keep_every_slot_byte_exact) {
+    ft_synth_params sp = ft_synth_default_params();
+    sp.n_layer = 4;
+    sp.n_embd = 256;
+    sp.n_ff_exp = 256;
+    sp.n_expert = 24;
+    sp.n_expert_used = 2;
+    sp.n_expert_types = 4;
+    const enum ft_type types[4] = {FT_TYPE_Q4_K, FT_TYPE_BF16, FT_TYPE_Q4_K, FT_TYPE_Q8_0};
+    memcpy(sp.expert_types, types, sizeof(types));
+    sp.n_expert_down_types = 4;
+    const enum ft_type down[4] = {FT_TYPE_Q6_K, FT_TYPE_BF16, FT_TYPE_Q6_K, FT_TYPE_Q8_0};
+    memcpy(sp.expert_down_types, down, sizeof(down));
+    ft_err err = {{0}};
+    const char *path = test_path("moe_cache_sim.gguf");
+    REQUIRE(ft_synth_write(&sp, path, &err), "%s", err.msg);
+    gguf_file *f = gguf_open(path, &err);
+    REQUIRE(f, "%s", err.msg);
+    moe_geometry g;
+    REQUIRE(moe_geometry_read(f, &g, &err), "%s", err.msg);
+    REQUIRE(g.n_groups == 3);
+    moe_expert_banks_params bp = moe_expert_banks_default_params();
+    moe_expert_banks *hb = moe_expert_banks_load(f, &g, &bp, &err);
+    REQUIRE(hb, "%s", err.msg);
+    uint64_t sum_before = 0;
+    for (uint64_t i = 0; i < hb->bytes; i += 97) sum_before = sum_before * 31 + ((uint8_t *)hb->block)[i];
+    run_sim(&g, hb, MOE_POOL_LAYOUT_EXACT, 14, 1);
+    // rebuild at another size and layout: the host banks are reused as they are
+    run_sim(&g, hb, MOE_POOL_LAYOUT_EXACT, 30, 2);
+    run_sim(&g, hb, MOE_POOL_LAYOUT_UNIFORM, 20, 3);
+    uint64_t sum_after = 0;
+    for (uint64_t i = 0; i < hb->bytes; i += 97) sum_after = sum_after * 31 + ((uint8_t *)hb->block)[i];
+    CHECK(sum_before == sum_after, "the host banks changed");
+    moe_expert_banks_free(hb);
+    moe_geometry_free(&g);
+    gguf_close(f);
 }

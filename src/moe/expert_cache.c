@@ -21,6 +21,7 @@ struct moe_expert_cache {
     int *pool_of_block;   // (n_blocks) -1: not a MoE layer
     int *n_expert;        // (n_blocks)
     int *map_base;        // (n_blocks) where the block's experts start in map
+    int *host_index;      // (n_blocks) the block's index in the geometry (and host banks)
     int32_t *map;         // (experts of all layers) slot or -1
     moe_cache_stats *layer_total, *layer_request; // (n_blocks)
     uint64_t *seen;       // (max experts of a layer) epoch marks to count distinct experts
@@ -33,6 +34,7 @@ moe_expert_cache *moe_expert_cache_init(const moe_cache_plan *plan, const moe_ge
     c->pool_of_block = ft_malloc((size_t)c->n_blocks * sizeof(int));
     c->n_expert = ft_calloc((size_t)c->n_blocks, sizeof(int));
     c->map_base = ft_calloc((size_t)c->n_blocks, sizeof(int));
+    c->host_index = ft_calloc((size_t)c->n_blocks, sizeof(int));
     memcpy(c->pool_of_block, plan->pool_of_block, (size_t)c->n_blocks * sizeof(int));
     int n_map = 0, max_expert = 1;
     for (int i = 0; i < g->n_layers; i++) {
@@ -40,6 +42,7 @@ moe_expert_cache *moe_expert_cache_init(const moe_cache_plan *plan, const moe_ge
         FT_ASSERT(L < c->n_blocks && c->pool_of_block[L] >= 0);
         c->n_expert[L] = g->layers[i].n_expert;
         c->map_base[L] = n_map;
+        c->host_index[L] = i;
         n_map += g->layers[i].n_expert;
         max_expert = FT_MAX(max_expert, g->layers[i].n_expert);
     }
@@ -77,6 +80,7 @@ void moe_expert_cache_free(moe_expert_cache *c) {
     free(c->pool_of_block);
     free(c->n_expert);
     free(c->map_base);
+    free(c->host_index);
     free(c->map);
     free(c->layer_total);
     free(c->layer_request);
@@ -174,6 +178,24 @@ bool moe_expert_cache_step(moe_expert_cache *c, int layer, const int32_t *expert
     add_stats(&c->layer_total[layer], (uint64_t)n, (uint64_t)k, bytes);
     add_stats(&c->layer_request[layer], (uint64_t)n, (uint64_t)k, bytes);
     return true;
+}
+
+uint64_t moe_expert_cache_slot_offset(const moe_expert_cache *c, int pool, int slot, enum moe_bank b) {
+    FT_ASSERT(pool >= 0 && pool < c->n_pools && slot >= 0 && slot < c->pools[pool].n_slots);
+    return c->pools[pool].offset[b] + (uint64_t)slot * c->pools[pool].stride[b];
+}
+
+void moe_expert_cache_copy_regions(const moe_expert_cache *c, const moe_expert_banks *hb, const moe_cache_copy *cp,
+                                   moe_copy_region out[MOE_BANK_COUNT]) {
+    FT_ASSERT(moe_expert_cache_pool_of(c, cp->layer) == cp->pool);
+    int li = c->host_index[cp->layer];
+    FT_ASSERT(li < hb->n_layers && hb->layers[li].layer == cp->layer);
+    for (int b = 0; b < MOE_BANK_COUNT; b++) {
+        uint64_t bytes = hb->layers[li].bank[b].expert_bytes; // below the stride in a uniform pool
+        FT_ASSERT(bytes <= c->pools[cp->pool].stride[b]);
+        out[b] = (moe_copy_region){moe_expert_banks_entry(hb, li, (enum moe_bank)b, cp->expert),
+                                   moe_expert_cache_slot_offset(c, cp->pool, cp->slot, (enum moe_bank)b), bytes};
+    }
 }
 
 static int invalidate_slot(moe_expert_cache *c, pool_state *ps, int s) {

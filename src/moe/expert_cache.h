@@ -34,6 +34,7 @@
 #define FT_MOE_EXPERT_CACHE_H
 
 #include "cache_plan.h"
+#include "expert_banks.h"
 
 typedef struct moe_cache_copy {
     int pool;
@@ -61,6 +62,21 @@ void moe_expert_cache_free(moe_expert_cache *c);
 // than its pool has slots.
 bool moe_expert_cache_step(moe_expert_cache *c, int layer, const int32_t *experts, int n, int32_t *slots,
                            moe_cache_copy *copies, int *n_copies, ft_err *err);
+
+// Where the bytes of one copy go, per bank: from the host entry to an offset in that bank's
+// arena (the pool's view start + slot x stride). A compact entry lands at the start of a
+// padded uniform slot.
+typedef struct moe_copy_region {
+    const uint8_t *src;      // the host entry (moe_expert_banks)
+    uint64_t dst_offset;     // in the bank's arena
+    uint64_t bytes;          // the entry's bytes: the pool's stride, or less in a uniform pool
+} moe_copy_region;
+
+// Fills out[b] for each bank. hb must be the banks of the geometry the cache was made from.
+void moe_expert_cache_copy_regions(const moe_expert_cache *c, const moe_expert_banks *hb, const moe_cache_copy *cp,
+                                   moe_copy_region out[MOE_BANK_COUNT]);
+// Offset of slot s of pool in bank b's arena.
+uint64_t moe_expert_cache_slot_offset(const moe_expert_cache *c, int pool, int slot, enum moe_bank b);
 
 // The slot holding (layer, expert), or -1. The pool serving a layer (-1: not a MoE layer).
 int moe_expert_cache_lookup(const moe_expert_cache *c, int layer, int expert);
