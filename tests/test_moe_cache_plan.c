@@ -4,6 +4,7 @@
 #include "test.h"
 #include "../src/model/synth.h"
 #include "../src/moe/cache_plan.h"
+#include "../src/moe/cache_replay.h"
 #include "../src/util/rng.h"
 
 #include <stdlib.h>
@@ -282,5 +283,48 @@ TEST(moe_plan_uniform_geometry_is_one_pool) {
     CHECK(a.bytes == b.bytes && a.bytes_used == a.bytes && a.bytes == 100ull * (2 * 1769472 + 2580480));
     moe_cache_plan_free(&a);
     moe_cache_plan_free(&b);
+    moe_geometry_free(&g);
+}
+
+// A calibrated trace replayed through Laguna-S's plans at 480 slots: exact pools, holding 2.5x
+// the slots per layer in the same bytes, hit more often and copy fewer bytes per step than the
+// uniform layout. Totals agree with the trace's size.
+TEST(moe_plan_replay_exact_against_uniform_on_laguna_s) {
+    moe_geometry g;
+    laguna_s(&g);
+    int blocks[47];
+    for (int i = 0; i < 47; i++) blocks[i] = 1 + i;
+    moe_trace_gen_params tp = moe_trace_gen_default_params(); // calibrated for 256 experts, top-10
+    tp.n_layers = 47;
+    tp.layers = blocks;
+    tp.n_steps = 300;
+    tp.seed = 9;
+    moe_route_trace t;
+    ft_err err = {{0}};
+    REQUIRE(moe_trace_generate(&tp, &t, &err), "%s", err.msg);
+    double rate[2], mib_per_step[2];
+    for (int lay = 0; lay < 2; lay++) {
+        moe_cache_plan plan;
+        moe_cache_plan_params p = laguna_params(480, lay ? MOE_POOL_LAYOUT_UNIFORM : MOE_POOL_LAYOUT_EXACT);
+        REQUIRE(moe_cache_plan_make(&g, &p, &plan, &err), "%s", err.msg);
+        moe_replay_result r;
+        REQUIRE(moe_cache_replay(&plan, &g, &t, 50, &r, &err), "%s", err.msg);
+        CHECK(r.steps == 250 && r.total.selections == 250ull * 47 * 10 && r.total.hits + r.total.misses == r.total.selections);
+        rate[lay] = (double)r.total.hits / (double)r.total.selections;
+        mib_per_step[lay] = (double)r.total.bytes_copied / 250 / MiB;
+        moe_replay_result_free(&r);
+        moe_cache_plan_free(&plan);
+    }
+    CHECK(rate[0] > rate[1] + 0.1 && mib_per_step[0] < mib_per_step[1], "exact %.3f (%.0f MiB/step), uniform %.3f (%.0f)",
+          rate[0], mib_per_step[0], rate[1], mib_per_step[1]);
+    // a trace that does not fit the model is refused
+    moe_cache_plan plan;
+    moe_cache_plan_params p = laguna_params(480, MOE_POOL_LAYOUT_EXACT);
+    REQUIRE(moe_cache_plan_make(&g, &p, &plan, &err));
+    moe_replay_result r;
+    t.layers[0] = 0; // block 0 is Laguna-S's dense layer
+    CHECK(!moe_cache_replay(&plan, &g, &t, 0, &r, &err) && strstr(err.msg, "block 0"), "%s", err.msg);
+    moe_cache_plan_free(&plan);
+    moe_route_trace_free(&t);
     moe_geometry_free(&g);
 }

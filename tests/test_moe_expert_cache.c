@@ -394,7 +394,7 @@ static void run_sim(const moe_geometry *g, const moe_expert_banks *hb, enum moe_
     ft_rng rng = ft_rng_init(seed);
     int32_t ex[4], slots[4];
     moe_cache_copy copies[4];
-    uint64_t n_copies_total = 0, n_invalidated = 0;
+    uint64_t n_copies_total = 0, n_invalidated = 0, bytes_moved = 0;
     for (int step = 0; step < 3000 && !test_failed(); step++) {
         int li = (int)(ft_rng_next(&rng) % (uint64_t)g->n_layers), layer = g->layers[li].layer;
         for (int i = 0; i < 4; i++) ex[i] = draw_expert(&rng, g->layers[li].n_expert);
@@ -415,6 +415,11 @@ static void run_sim(const moe_geometry *g, const moe_expert_banks *hb, enum moe_
             }
         }
         n_copies_total += (uint64_t)k;
+        for (int j = 0; j < k; j++) {
+            moe_copy_region r[MOE_BANK_COUNT];
+            moe_expert_cache_copy_regions(s.c, hb, &copies[j], r);
+            for (int b = 0; b < MOE_BANK_COUNT; b++) bytes_moved += r[b].bytes;
+        }
         // what the kernels would read: every selection's slot holds its expert
         for (int i = 0; i < 4; i++) {
             moe_cache_copy cp = {pool, slots[i], layer, ex[i], -1, -1};
@@ -434,6 +439,10 @@ static void run_sim(const moe_geometry *g, const moe_expert_banks *hb, enum moe_
         }
     }
     int held = sim_check_all(&s, &plan, hb);
+    uint64_t bytes_counted = 0;
+    for (int k = 0; k < plan.n_pools; k++) bytes_counted += moe_expert_cache_pool_stats(s.c, k, false).bytes_copied;
+    CHECK(bytes_counted == bytes_moved, "statistics count %llu bytes copied, the copies moved %llu",
+          (unsigned long long)bytes_counted, (unsigned long long)bytes_moved);
     CHECK(n_copies_total > 500 && n_invalidated > 0 && held > 0, "%llu copies, %llu invalidated, %d held",
           (unsigned long long)n_copies_total, (unsigned long long)n_invalidated, held);
     sim_free(&s);

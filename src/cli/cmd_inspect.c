@@ -10,6 +10,7 @@
 #include "args.h"
 #include "../gguf/gguf.h"
 #include "../moe/cache_plan.h"
+#include "../moe/cache_replay.h"
 #include "../moe/geometry.h"
 
 #include <jansson.h>
@@ -265,7 +266,28 @@ typedef struct {
     bool want;                    // a plan was asked for
     moe_cache_plan_params params;
     double gpu_gib;               // --gpu-memory: size the cache from this budget
+    const char *trace_path;       // --moe-route-trace: replay it through the plan
+    int64_t warmup;               // steps of the trace not counted (-1: a tenth)
 } plan_request;
+
+// Replays the trace through plan and prints hit rates and bytes copied per step.
+static void print_replay(const moe_cache_plan *plan, const moe_geometry *g, const moe_route_trace *t, int64_t warmup) {
+    moe_replay_result r;
+    ft_err err = {{0}};
+    const char *name = plan->layout == MOE_POOL_LAYOUT_EXACT ? "exact" : "uniform";
+    if (!moe_cache_replay(plan, g, t, warmup, &r, &err)) {
+        printf("    %-7s %s\n", name, err.msg);
+        return;
+    }
+    printf("    %-7s hit rate %.3f, %.1f misses and %.1f MiB copied per step", name,
+           r.total.selections ? (double)r.total.hits / (double)r.total.selections : 0.0,
+           (double)r.total.misses / (double)r.steps, (double)r.total.bytes_copied / (double)r.steps / 1048576.0);
+    for (int k = 0; k < r.n_pools && r.n_pools > 1; k++)
+        printf("%s pool %d %.3f", k ? "," : "; hit rate by pool:", k,
+               r.pools[k].selections ? (double)r.pools[k].hits / (double)r.pools[k].selections : 0.0);
+    printf("\n");
+    moe_replay_result_free(&r);
+}
 
 static bool arch_int(const gguf_file *f, const char *suffix, int64_t *out) {
     gguf_str arch = {"", 0};
@@ -301,6 +323,17 @@ static int print_plan(const gguf_file *f, const moe_geometry *g, plan_request *r
         return FT_EXIT_INPUT;
     }
     p->top_k = (int)k;
+    moe_route_trace trace = {0};
+    if (req->trace_path) {
+        ft_err terr = {{0}};
+        if (!moe_route_trace_read(req->trace_path, &trace, &terr)) {
+            fprintf(stderr, "ft inspect: %s\n", terr.msg);
+            return FT_EXIT_INPUT;
+        }
+        // one cache step serves every traced sequence: the floor must cover them
+        if (trace.n_seq > p->n_running) p->n_running = trace.n_seq;
+        if (trace.top_k > p->top_k) p->top_k = trace.top_k;
+    }
     if (req->gpu_gib > 0) {
         uint64_t dense = 0;
         for (int64_t i = 0; i < gguf_n_tensors(f); i++) dense += gguf_tensor_at(f, i)->bytes;
@@ -316,6 +349,7 @@ static int print_plan(const gguf_file *f, const moe_geometry *g, plan_request *r
     moe_cache_plan plan;
     if (!moe_cache_plan_make(g, p, &plan, &err)) {
         fprintf(stderr, "ft inspect: %s\n", err.msg);
+        moe_route_trace_free(&trace);
         return FT_EXIT_INPUT;
     }
     printf("\n");
@@ -324,26 +358,34 @@ static int print_plan(const gguf_file *f, const moe_geometry *g, plan_request *r
     moe_cache_plan_params q = *p;
     q.n_slots = plan.n_slots;
     q.layout = p->layout == MOE_POOL_LAYOUT_EXACT ? MOE_POOL_LAYOUT_UNIFORM : MOE_POOL_LAYOUT_EXACT;
-    moe_cache_plan other;
+    moe_cache_plan other = {0};
     if (moe_cache_plan_make(g, &q, &other, &err)) {
         int total = 0;
         for (int i = 0; i < other.n_pools; i++) total += other.pools[i].n_slots;
         printf("  the %s layout in the same bytes: %d slots in %d pool%s, %.1f per layer\n",
                q.layout == MOE_POOL_LAYOUT_EXACT ? "exact" : "uniform", total, other.n_pools,
                other.n_pools == 1 ? "" : "s", (double)total / g->n_layers);
-        moe_cache_plan_free(&other);
     } else {
         printf("  the %s layout in the same bytes: %s\n", q.layout == MOE_POOL_LAYOUT_EXACT ? "exact" : "uniform",
                err.msg);
     }
+    if (req->trace_path) {
+        int64_t warmup = req->warmup >= 0 ? req->warmup : trace.n_steps / 10;
+        printf("  replay of %s (%lld steps, %d sequence%s, top-%d; the first %lld not counted):\n", req->trace_path,
+               (long long)trace.n_steps, trace.n_seq, trace.n_seq == 1 ? "" : "s", trace.top_k, (long long)warmup);
+        print_replay(&plan, g, &trace, warmup);
+        if (other.n_pools) print_replay(&other, g, &trace, warmup);
+    }
+    moe_cache_plan_free(&other);
     moe_cache_plan_free(&plan);
+    moe_route_trace_free(&trace);
     return FT_EXIT_OK;
 }
 
 int cmd_inspect(int argc, char **argv) {
     const char *path = NULL, *layout = NULL;
     bool json = false, bad = false;
-    plan_request req = {false, moe_cache_plan_default_params(), 0};
+    plan_request req = {false, moe_cache_plan_default_params(), 0, NULL, -1};
     for (int i = 1; i < argc && !bad; i++) {
         int64_t v;
         if (args_flag(argv, i, "-h|--help")) {
@@ -357,7 +399,10 @@ int cmd_inspect(int argc, char **argv) {
                    "  --memory-ratio R        share of it ft may use (default 0.9)\n"
                    "  --kv-reserve-tokens T   KV floor reserved first (default 0)\n"
                    "  --moe-pool-layout L     exact (default: a pool per expert geometry) or uniform\n"
-                   "  --running R             sequences decoded together (default 1)\n");
+                   "  --running R             sequences decoded together (default 1)\n"
+                   "  --moe-route-trace F     replay a route trace (ft trace-gen) through both layouts:\n"
+                   "                          hit rates and bytes copied per step\n"
+                   "  --warmup N              trace steps not counted (default a tenth)\n");
             return FT_EXIT_OK;
         }
         if (args_flag(argv, i, "--json")) json = true;
@@ -368,6 +413,8 @@ int cmd_inspect(int argc, char **argv) {
         else if (args_int(argc, argv, &i, "--kv-reserve-tokens", 0, INT32_MAX, &v, &bad)) req.params.kv_reserve_tokens = v;
         else if (args_int(argc, argv, &i, "--running", 1, 4096, &v, &bad)) req.params.n_running = (int)v;
         else if (args_str(argc, argv, &i, "--moe-pool-layout", &layout, &bad)) {}
+        else if (args_str(argc, argv, &i, "--moe-route-trace", &req.trace_path, &bad)) {}
+        else if (args_int(argc, argv, &i, "--warmup", 0, INT64_MAX, &v, &bad)) req.warmup = v;
         else if (argv[i][0] == '-' || path) {
             fprintf(stderr, "ft inspect: unexpected argument '%s' (see ft inspect --help)\n", argv[i]);
             return FT_EXIT_USAGE;

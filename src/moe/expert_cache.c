@@ -6,7 +6,6 @@
 
 typedef struct pool_state {
     int n_slots;
-    uint64_t slot_bytes;
     uint64_t stride[MOE_BANK_COUNT], offset[MOE_BANK_COUNT];
     int32_t *slot_layer, *slot_expert; // (n_slots) block index and expert; -1 when empty
     uint64_t *stamp;                   // (n_slots)
@@ -22,6 +21,7 @@ struct moe_expert_cache {
     int *n_expert;        // (n_blocks)
     int *map_base;        // (n_blocks) where the block's experts start in map
     int *host_index;      // (n_blocks) the block's index in the geometry (and host banks)
+    uint64_t *copy_bytes; // (n_blocks) native bytes of one expert over the banks: what a copy moves
     int32_t *map;         // (experts of all layers) slot or -1
     moe_cache_stats *layer_total, *layer_request; // (n_blocks)
     uint64_t *seen;       // (max experts of a layer) epoch marks to count distinct experts
@@ -35,6 +35,7 @@ moe_expert_cache *moe_expert_cache_init(const moe_cache_plan *plan, const moe_ge
     c->n_expert = ft_calloc((size_t)c->n_blocks, sizeof(int));
     c->map_base = ft_calloc((size_t)c->n_blocks, sizeof(int));
     c->host_index = ft_calloc((size_t)c->n_blocks, sizeof(int));
+    c->copy_bytes = ft_calloc((size_t)c->n_blocks, sizeof(uint64_t));
     memcpy(c->pool_of_block, plan->pool_of_block, (size_t)c->n_blocks * sizeof(int));
     int n_map = 0, max_expert = 1;
     for (int i = 0; i < g->n_layers; i++) {
@@ -43,6 +44,7 @@ moe_expert_cache *moe_expert_cache_init(const moe_cache_plan *plan, const moe_ge
         c->n_expert[L] = g->layers[i].n_expert;
         c->map_base[L] = n_map;
         c->host_index[L] = i;
+        for (int b = 0; b < MOE_BANK_COUNT; b++) c->copy_bytes[L] += g->layers[i].bytes[b];
         n_map += g->layers[i].n_expert;
         max_expert = FT_MAX(max_expert, g->layers[i].n_expert);
     }
@@ -57,7 +59,6 @@ moe_expert_cache *moe_expert_cache_init(const moe_cache_plan *plan, const moe_ge
         pool_state *ps = &c->pools[k];
         const moe_pool_plan *pp = &plan->pools[k];
         ps->n_slots = pp->n_slots;
-        ps->slot_bytes = moe_pool_slot_bytes(pp);
         memcpy(ps->stride, pp->stride, sizeof(ps->stride));
         memcpy(ps->offset, pp->offset, sizeof(ps->offset));
         size_t n = (size_t)(pp->n_slots ? pp->n_slots : 1);
@@ -81,6 +82,7 @@ void moe_expert_cache_free(moe_expert_cache *c) {
     free(c->n_expert);
     free(c->map_base);
     free(c->host_index);
+    free(c->copy_bytes);
     free(c->map);
     free(c->layer_total);
     free(c->layer_request);
@@ -172,7 +174,7 @@ bool moe_expert_cache_step(moe_expert_cache *c, int layer, const int32_t *expert
         slots[i] = s;
     }
     *n_copies = k;
-    uint64_t bytes = (uint64_t)k * ps->slot_bytes;
+    uint64_t bytes = (uint64_t)k * c->copy_bytes[layer];
     add_stats(&ps->total, (uint64_t)n, (uint64_t)k, bytes);
     add_stats(&ps->request, (uint64_t)n, (uint64_t)k, bytes);
     add_stats(&c->layer_total[layer], (uint64_t)n, (uint64_t)k, bytes);

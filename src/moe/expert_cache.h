@@ -23,7 +23,9 @@
 //     A step with more distinct experts than the pool has slots is an error (the plan's floor
 //     prevents it).
 //   Statistics. selections += n; misses += k; hits += n - k (a repeat of a missed expert in the
-//     same step is a hit: it costs no copy); bytes_copied += k x the pool's slot bytes. Kept
+//     same step is a hit: it costs no copy); bytes_copied += k x the layer's native expert
+//     bytes over the banks (what the copies move: the pool's slot bytes in an exact pool, less
+//     than its padded stride in a uniform one). Kept
 //     per layer and per pool, cumulative and per request (moe_expert_cache_reset_request).
 //   Invalidation of slots (the prefill overlay overwrites their bytes) unmaps them and sets
 //     their stamps to 0; it does not touch the clock or the statistics.
