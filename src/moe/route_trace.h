@@ -30,7 +30,7 @@
 
 #define MOE_TRACE_MAX_LAYERS 4096
 #define MOE_TRACE_MAX_SEQ 4096
-#define MOE_TRACE_MAX_BYTES (4ull << 30)
+#define MOE_TRACE_MAX_BYTES (1ull << 30)
 #define MOE_TRACE_HEADER_BYTES 32
 
 // The generator's calibrated defaults (see moe_trace_gen_default_params).
