@@ -4,9 +4,13 @@
 // grouped by layer with type, shape and bytes, and for MoE models the expert geometry: the
 // bytes of one expert per bank and layer, the groups of layers that share a geometry, and the
 // expert bytes at native width against the bytes if every expert were padded to the widest.
+// With --moe-cache-size N (or --gpu-memory GIB to size it from a budget) it also prints the
+// GPU expert cache's plan for the file (src/moe/cache_plan.h).
 #include "cli.h"
 #include "args.h"
 #include "../gguf/gguf.h"
+#include "../moe/cache_plan.h"
+#include "../moe/cache_replay.h"
 #include "../moe/geometry.h"
 
 #include <jansson.h>
@@ -255,25 +259,180 @@ static void inspect_text(const char *path, const gguf_file *f, const moe_geometr
     printf(" (%+.1f%%)\n", g->bytes_native ? 100.0 * ((double)g->bytes_padded / (double)g->bytes_native - 1) : 0.0);
 }
 
+// ---------------------------------------------------------------------------------------------
+// Expert cache plan
+
+typedef struct {
+    bool want;                    // a plan was asked for
+    moe_cache_plan_params params;
+    double gpu_gib;               // --gpu-memory: size the cache from this budget
+    const char *trace_path;       // --moe-route-trace: replay it through the plan
+    int64_t warmup;               // steps of the trace not counted (-1: a tenth)
+} plan_request;
+
+// Replays the trace through plan and prints hit rates and bytes copied per step.
+static void print_replay(const moe_cache_plan *plan, const moe_geometry *g, const moe_route_trace *t, int64_t warmup) {
+    moe_replay_result r;
+    ft_err err = {{0}};
+    const char *name = plan->layout == MOE_POOL_LAYOUT_EXACT ? "exact" : "uniform";
+    if (!moe_cache_replay(plan, g, t, warmup, &r, &err)) {
+        printf("    %-7s %s\n", name, err.msg);
+        return;
+    }
+    printf("    %-7s hit rate %.3f, %.1f misses and %.1f MiB copied per step", name,
+           r.total.selections ? (double)r.total.hits / (double)r.total.selections : 0.0,
+           (double)r.total.misses / (double)r.steps, (double)r.total.bytes_copied / (double)r.steps / 1048576.0);
+    for (int k = 0; k < r.n_pools && r.n_pools > 1; k++)
+        printf("%s pool %d %.3f", k ? "," : "; hit rate by pool:", k,
+               r.pools[k].selections ? (double)r.pools[k].hits / (double)r.pools[k].selections : 0.0);
+    printf("\n");
+    moe_replay_result_free(&r);
+}
+
+static bool arch_int(const gguf_file *f, const char *suffix, int64_t *out) {
+    gguf_str arch = {"", 0};
+    gguf_get_str(f, "general.architecture", &arch);
+    char key[160];
+    snprintf(key, sizeof(key), "%.*s.%s", (int)(arch.len < 64 ? arch.len : 64), arch.ptr, suffix);
+    if (gguf_get_int(f, key, out)) return true;
+    enum gguf_value_type et;
+    uint64_t n;
+    if (!gguf_get_arr(f, key, &et, &n) || n == 0) return false;
+    *out = 0; // per-layer arrays: the largest entry
+    for (uint64_t i = 0; i < n; i++) *out = FT_MAX(*out, gguf_arr_int(f, key, i));
+    return true;
+}
+
+// KV bytes of one token at f16 over all layers, 0 when the keys are missing.
+static uint64_t kv_bytes_per_token(const gguf_file *f) {
+    int64_t n_layer, n_kv, head_dim, n_embd, n_head;
+    if (!arch_int(f, "block_count", &n_layer) || !arch_int(f, "attention.head_count_kv", &n_kv)) return 0;
+    if (!arch_int(f, "attention.key_length", &head_dim)) {
+        if (!arch_int(f, "embedding_length", &n_embd) || !arch_int(f, "attention.head_count", &n_head) || n_head <= 0)
+            return 0;
+        head_dim = n_embd / n_head;
+    }
+    return (uint64_t)(2 * n_layer * n_kv * head_dim * 2);
+}
+
+static int print_plan(const gguf_file *f, const moe_geometry *g, plan_request *req) {
+    moe_cache_plan_params *p = &req->params;
+    int64_t k;
+    if (!arch_int(f, "expert_used_count", &k) || k < 1) {
+        fprintf(stderr, "ft inspect: the file has no expert_used_count key: top-k unknown\n");
+        return FT_EXIT_INPUT;
+    }
+    p->top_k = (int)k;
+    moe_route_trace trace = {0};
+    if (req->trace_path) {
+        ft_err terr = {{0}};
+        if (!moe_route_trace_read(req->trace_path, &trace, &terr)) {
+            fprintf(stderr, "ft inspect: %s\n", terr.msg);
+            return FT_EXIT_INPUT;
+        }
+        // one cache step serves every traced sequence: the floor must cover them
+        if (trace.n_seq > p->n_running) p->n_running = trace.n_seq;
+        if (trace.top_k > p->top_k) p->top_k = trace.top_k;
+    }
+    if (req->gpu_gib > 0) {
+        uint64_t dense = 0;
+        for (int64_t i = 0; i < gguf_n_tensors(f); i++) dense += gguf_tensor_at(f, i)->bytes;
+        p->dense_bytes = dense - g->bytes_native;
+        p->vram_free = (uint64_t)(req->gpu_gib * 1073741824.0);
+        p->kv_bytes_per_token = kv_bytes_per_token(f);
+        printf("\nbudget: %.2f GiB x memory ratio %.2f, dense weights %.1f MiB, KV floor %lld tokens x %llu B "
+               "(f16), workspace not counted\n",
+               req->gpu_gib, p->memory_ratio, p->dense_bytes / 1048576.0, (long long)p->kv_reserve_tokens,
+               (unsigned long long)p->kv_bytes_per_token);
+    }
+    ft_err err = {{0}};
+    moe_cache_plan plan;
+    if (!moe_cache_plan_make(g, p, &plan, &err)) {
+        fprintf(stderr, "ft inspect: %s\n", err.msg);
+        moe_route_trace_free(&trace);
+        return FT_EXIT_INPUT;
+    }
+    printf("\n");
+    moe_cache_plan_print(&plan, stdout);
+    // the other layout at the same bytes, for comparison
+    moe_cache_plan_params q = *p;
+    q.n_slots = plan.n_slots;
+    q.layout = p->layout == MOE_POOL_LAYOUT_EXACT ? MOE_POOL_LAYOUT_UNIFORM : MOE_POOL_LAYOUT_EXACT;
+    moe_cache_plan other = {0};
+    if (moe_cache_plan_make(g, &q, &other, &err)) {
+        int total = 0;
+        for (int i = 0; i < other.n_pools; i++) total += other.pools[i].n_slots;
+        printf("  the %s layout in the same bytes: %d slots in %d pool%s, %.1f per layer\n",
+               q.layout == MOE_POOL_LAYOUT_EXACT ? "exact" : "uniform", total, other.n_pools,
+               other.n_pools == 1 ? "" : "s", (double)total / g->n_layers);
+    } else {
+        printf("  the %s layout in the same bytes: %s\n", q.layout == MOE_POOL_LAYOUT_EXACT ? "exact" : "uniform",
+               err.msg);
+    }
+    if (req->trace_path) {
+        int64_t warmup = req->warmup >= 0 ? req->warmup : trace.n_steps / 10;
+        printf("  replay of %s (%lld steps, %d sequence%s, top-%d; the first %lld not counted):\n", req->trace_path,
+               (long long)trace.n_steps, trace.n_seq, trace.n_seq == 1 ? "" : "s", trace.top_k, (long long)warmup);
+        print_replay(&plan, g, &trace, warmup);
+        if (other.n_pools) print_replay(&other, g, &trace, warmup);
+    }
+    moe_cache_plan_free(&other);
+    moe_cache_plan_free(&plan);
+    moe_route_trace_free(&trace);
+    return FT_EXIT_OK;
+}
+
 int cmd_inspect(int argc, char **argv) {
-    const char *path = NULL;
-    bool json = false;
-    for (int i = 1; i < argc; i++) {
+    const char *path = NULL, *layout = NULL;
+    bool json = false, bad = false;
+    plan_request req = {false, moe_cache_plan_default_params(), 0, NULL, -1};
+    for (int i = 1; i < argc && !bad; i++) {
+        int64_t v;
         if (args_flag(argv, i, "-h|--help")) {
-            printf("usage: ft inspect FILE.gguf [--json]\n"
+            printf("usage: ft inspect FILE.gguf [--json] [--moe-cache-size N | --gpu-memory GIB] [plan options]\n"
                    "Shows a GGUF file: architecture, hyper-parameters, tokenizer, tensors per layer,\n"
                    "and for MoE models the expert geometry of each layer and its groups.\n"
-                   "  --json   one JSON object on one line\n");
+                   "  --json                  one JSON object on one line\n"
+                   "GPU expert cache plan (README: \"Expert cache\"):\n"
+                   "  --moe-cache-size N      cache of N expert slots, each priced at the widest expert\n"
+                   "  --gpu-memory GIB        size the cache from this much free GPU memory instead\n"
+                   "  --memory-ratio R        share of it ft may use (default 0.9)\n"
+                   "  --kv-reserve-tokens T   KV floor reserved first (default 0)\n"
+                   "  --moe-pool-layout L     exact (default: a pool per expert geometry) or uniform\n"
+                   "  --running R             sequences decoded together (default 1)\n"
+                   "  --moe-route-trace F     replay a route trace (ft trace-gen) through both layouts:\n"
+                   "                          hit rates and bytes copied per step\n"
+                   "  --warmup N              trace steps not counted (default a tenth)\n");
             return FT_EXIT_OK;
         }
         if (args_flag(argv, i, "--json")) json = true;
+        else if (args_int(argc, argv, &i, "--moe-cache-size", 1, INT32_MAX, &v, &bad))
+            req.params.n_slots = (int)v, req.want = true;
+        else if (args_float(argc, argv, &i, "--gpu-memory", &req.gpu_gib, &bad)) req.want = true;
+        else if (args_float(argc, argv, &i, "--memory-ratio", &req.params.memory_ratio, &bad)) {}
+        else if (args_int(argc, argv, &i, "--kv-reserve-tokens", 0, INT32_MAX, &v, &bad)) req.params.kv_reserve_tokens = v;
+        else if (args_int(argc, argv, &i, "--running", 1, 4096, &v, &bad)) req.params.n_running = (int)v;
+        else if (args_str(argc, argv, &i, "--moe-pool-layout", &layout, &bad)) {}
+        else if (args_str(argc, argv, &i, "--moe-route-trace", &req.trace_path, &bad)) {}
+        else if (args_int(argc, argv, &i, "--warmup", 0, INT64_MAX, &v, &bad)) req.warmup = v;
         else if (argv[i][0] == '-' || path) {
             fprintf(stderr, "ft inspect: unexpected argument '%s' (see ft inspect --help)\n", argv[i]);
             return FT_EXIT_USAGE;
         } else path = argv[i];
     }
+    if (bad) return FT_EXIT_USAGE;
     if (!path) {
-        fprintf(stderr, "usage: ft inspect FILE.gguf [--json]\n");
+        fprintf(stderr, "usage: ft inspect FILE.gguf [--json] [--moe-cache-size N] (see ft inspect --help)\n");
+        return FT_EXIT_USAGE;
+    }
+    if (layout && strcmp(layout, "exact") && strcmp(layout, "uniform")) {
+        fprintf(stderr, "ft inspect: --moe-pool-layout is exact or uniform, not '%s'\n", layout);
+        return FT_EXIT_USAGE;
+    }
+    if (layout && !strcmp(layout, "uniform")) req.params.layout = MOE_POOL_LAYOUT_UNIFORM;
+    if (req.want && (json || (req.params.n_slots && req.gpu_gib > 0) || !(req.params.memory_ratio > 0 && req.params.memory_ratio <= 1))) {
+        fprintf(stderr, "ft inspect: a plan takes --moe-cache-size or --gpu-memory (not both), a memory ratio in "
+                        "(0, 1], and text output\n");
         return FT_EXIT_USAGE;
     }
     ft_err err = {{0}};
@@ -297,7 +456,14 @@ int cmd_inspect(int argc, char **argv) {
     } else {
         inspect_text(path, f, &g);
     }
+    int rc = FT_EXIT_OK;
+    if (req.want && g.n_layers == 0) {
+        fprintf(stderr, "ft inspect: %s has no routed experts: there is no expert cache to plan\n", path);
+        rc = FT_EXIT_INPUT;
+    } else if (req.want) {
+        rc = print_plan(f, &g, &req);
+    }
     moe_geometry_free(&g);
     gguf_close(f);
-    return FT_EXIT_OK;
+    return rc;
 }

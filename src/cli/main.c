@@ -20,6 +20,7 @@ static const command g_commands[] = {
     {"probs", cmd_probs, "print the next-token probabilities after a prompt as JSON"},
     {"bench", cmd_bench, "measure prompt and decode speed against the memory roofline"},
     {"serve", cmd_serve, "serve the model over HTTP (OpenAI- and Anthropic-compatible)"},
+    {"trace-gen", cmd_trace_gen, "write a route trace with realistic expert reuse (for benchmarks)"},
 };
 
 static void usage(FILE *out) {

@@ -105,6 +105,15 @@ bool moe_geometry_read(const gguf_file *f, moe_geometry *out, ft_err *err) {
     return true;
 }
 
+void moe_geometry_from_layers(const moe_layer_geometry *layers, int n_layers, moe_geometry *out) {
+    memset(out, 0, sizeof(*out));
+    out->n_layers = n_layers;
+    out->layers = ft_malloc((size_t)(n_layers ? n_layers : 1) * sizeof(*out->layers));
+    memcpy(out->layers, layers, (size_t)n_layers * sizeof(*layers));
+    qsort(out->layers, (size_t)n_layers, sizeof(*out->layers), cmp_layer);
+    build_groups(out);
+}
+
 void moe_geometry_free(moe_geometry *g) {
     if (!g) return;
     for (int i = 0; i < g->n_groups; i++) free(g->groups[i].layers);

@@ -1,0 +1,202 @@
+// test_moe_route_trace.c: route traces (src/moe/route_trace.c): the file format round trip,
+// the reader's validation of every field, and the generator's calibration measured with the
+// expert cache's LRU (a fixed seed, independent of the seed the calibration used).
+#include "test.h"
+#include "../src/model/synth.h"
+#include "../src/moe/route_trace.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static void put32(uint8_t *p, uint32_t v) {
+    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+
+// A valid trace image built by hand from the format description: 2 layers (blocks 3 and 7),
+// 6 experts, top-2, 2 sequences, 3 steps.
+static size_t hand_trace(uint8_t *buf) {
+    memcpy(buf, "FTRT", 4);
+    put32(buf + 4, 1);
+    put32(buf + 8, 2);
+    put32(buf + 12, 6);
+    put32(buf + 16, 2);
+    put32(buf + 20, 2);
+    put32(buf + 24, 3);
+    put32(buf + 28, 0);
+    put32(buf + 32, 3);
+    put32(buf + 36, 7);
+    uint8_t *ids = buf + 40;
+    for (int i = 0; i < 3 * 2 * 2 * 2; i++) {
+        // pairs (i % 6, (i + 1) % 6) are distinct within each sequence
+        int pair = i / 2, e = (pair + (i % 2)) % 6;
+        ids[2 * i] = (uint8_t)e;
+        ids[2 * i + 1] = 0;
+    }
+    return 40 + 2 * 24;
+}
+
+TEST(moe_trace_reads_a_hand_made_file_and_round_trips) {
+    uint8_t buf[256];
+    size_t n = hand_trace(buf);
+    moe_route_trace t;
+    ft_err err = {{0}};
+    REQUIRE(moe_route_trace_parse(buf, n, &t, &err), "%s", err.msg);
+    CHECK(t.n_layers == 2 && t.layers[0] == 3 && t.layers[1] == 7 && t.n_expert == 6 && t.top_k == 2 &&
+          t.n_seq == 2 && t.n_steps == 3);
+    // step 1, layer index 1, sequence 0 is pair number (1 x 2 + 1) x 2 + 0 = 6: experts 0 and 1
+    const uint16_t *sel = moe_route_trace_at(&t, 1, 1);
+    CHECK(sel[0] == 0 && sel[1] == 1 && sel[2] == 1 && sel[3] == 2, "%d %d %d %d", sel[0], sel[1], sel[2], sel[3]);
+    const char *path = test_path("hand.ftrt");
+    REQUIRE(moe_route_trace_write(&t, path, &err), "%s", err.msg);
+    FILE *f = fopen(path, "rb");
+    REQUIRE(f);
+    uint8_t back[256];
+    size_t m = fread(back, 1, sizeof(back), f);
+    fclose(f);
+    CHECK(m == n && !memcmp(back, buf, n), "written file differs from the hand-made one");
+    moe_route_trace r;
+    REQUIRE(moe_route_trace_read(path, &r, &err), "%s", err.msg);
+    CHECK(r.n_steps == 3 && !memcmp(r.experts, t.experts, 24 * sizeof(uint16_t)));
+    moe_route_trace_free(&r);
+    moe_route_trace_free(&t);
+    moe_route_trace_free(NULL);
+}
+
+// Writes a fuzz seed when FT_TRACE_SEED_DIR is set.
+TEST(moe_trace_rejects_every_malformed_field) {
+    uint8_t good[256], buf[256];
+    size_t n = hand_trace(good);
+    const char *seed_dir = getenv("FT_TRACE_SEED_DIR");
+    if (seed_dir) {
+        char p[512];
+        snprintf(p, sizeof(p), "%s/hand.ftrt", seed_dir);
+        FILE *f = fopen(p, "wb");
+        if (f) fwrite(good, 1, n, f), fclose(f);
+    }
+    struct {
+        size_t at;     // byte offset to patch (u32), or SIZE_MAX to change the length
+        uint32_t value;
+        size_t len;    // the length to parse
+        const char *msg;
+    } cases[] = {
+        {0, 0x54525446 ^ 1, 0, "bad magic"},
+        {4, 2, 0, "version 2"},
+        {8, 0, 0, "n_layers 0"},
+        {8, MOE_TRACE_MAX_LAYERS + 1, 0, "n_layers"},
+        {12, 0, 0, "n_expert 0"},
+        {12, 70000, 0, "n_expert 70000"},
+        {16, 0, 0, "top_k 0"},
+        {16, 7, 0, "top_k 7"},
+        {20, 0, 0, "n_seq 0"},
+        {24, 0, 0, "n_steps 0"},
+        {28, 0x40000000, 0, "larger than"},          // n_steps beyond the size limit
+        {28, 0xffffffff, 0, "larger than"},          // overflow of the id count
+        {24, 4, 0, "the header describes"},          // one step more than the bytes hold
+        {36, 3, 0, "must ascend"},                   // layers 3, 3
+        {40, 6, 0, "out of range"},                  // expert id 6 of 6
+        {40, 0x00010001, 0, "selected twice"},       // ids 1, 1 in one sequence
+        {SIZE_MAX, 0, 0, "shorter than"},            // empty
+        {SIZE_MAX, 0, 31, "shorter than"},           // header cut
+        {SIZE_MAX, 0, 39, "the header describes"},   // layer list cut
+        {SIZE_MAX, 0, 87, "the header describes"},   // one byte short
+        {SIZE_MAX, 0, 89, "the header describes"},   // one byte too many
+    };
+    for (size_t c = 0; c < FT_ARRAY_LEN(cases); c++) {
+        memcpy(buf, good, n);
+        buf[n] = 0;
+        size_t len = n;
+        if (cases[c].at == SIZE_MAX) len = cases[c].len;
+        else put32(buf + cases[c].at, cases[c].value);
+        moe_route_trace t;
+        ft_err err = {{0}};
+        CHECK(!moe_route_trace_parse(buf, len, &t, &err), "case %zu (%s) accepted", c, cases[c].msg);
+        CHECK(strstr(err.msg, cases[c].msg), "case %zu: '%s' lacks '%s'", c, err.msg, cases[c].msg);
+    }
+    // every truncation of a valid file is refused
+    for (size_t len = 0; len < n; len++) {
+        moe_route_trace t;
+        CHECK(!moe_route_trace_parse(good, len, &t, NULL), "accepted %zu of %zu bytes", len, n);
+    }
+    moe_route_trace t;
+    ft_err err = {{0}};
+    CHECK(!moe_route_trace_read(test_path("no-such.ftrt"), &t, &err) && strstr(err.msg, "cannot open"));
+}
+
+static void check_calibration(const moe_trace_gen_params *p, const char *what) {
+    moe_route_trace t;
+    ft_err err = {{0}};
+    REQUIRE(moe_trace_generate(p, &t, &err), "%s", err.msg);
+    double h8 = moe_route_trace_lru_hit_rate(&t, p->n_expert / 8, 100);
+    double h4 = moe_route_trace_lru_hit_rate(&t, p->n_expert / 4, 100);
+    // Tolerance: 3 points of hit rate, the spread seen between seeds is under 1.5.
+    CHECK(fabs(h8 - MOE_TRACE_TARGET_HIT_8TH) < 0.03 && fabs(h4 - MOE_TRACE_TARGET_HIT_4TH) < 0.03,
+          "%s: LRU at 12.5%% hits %.3f, at 25%% %.3f", what, h8, h4);
+    // and routing without the generator's structure would hit near the cached fraction
+    CHECK(h8 > 0.125 + 0.3 && h4 > h8 + 0.08, "%s: %.3f %.3f", what, h8, h4);
+    // each (step, layer, sequence) selects distinct experts: the trace writes and reads back
+    const char *path = test_path("gen.ftrt");
+    REQUIRE(moe_route_trace_write(&t, path, &err), "%s", err.msg);
+    moe_route_trace r;
+    CHECK(moe_route_trace_read(path, &r, &err), "%s", err.msg);
+    moe_route_trace_free(&r);
+    moe_route_trace_free(&t);
+}
+
+TEST(moe_trace_generator_defaults_hit_the_published_rates) {
+    moe_trace_gen_params p = moe_trace_gen_default_params(); // Laguna-like: 256 experts, top-10
+    p.seed = 2024;
+    p.n_layers = 12;
+    p.n_steps = 1500;
+    check_calibration(&p, "defaults (256 experts, top-10)");
+    // the generator is deterministic in its seed
+    moe_route_trace a, b;
+    p.n_steps = 50;
+    REQUIRE(moe_trace_generate(&p, &a, NULL) && moe_trace_generate(&p, &b, NULL));
+    CHECK(!memcmp(a.experts, b.experts, 50ull * 12 * 10 * sizeof(uint16_t)));
+    moe_route_trace_free(&a);
+    moe_route_trace_free(&b);
+}
+
+TEST(moe_trace_calibration_for_another_shape) {
+    moe_trace_gen_params p = moe_trace_gen_default_params();
+    p.n_expert = 128; // Qwen3-30B-A3B's shape
+    p.top_k = 8;
+    ft_err err = {{0}};
+    REQUIRE(moe_trace_gen_calibrate(&p, &err), "%s", err.msg);
+    p.seed = 77;
+    p.n_layers = 12;
+    p.n_steps = 1500;
+    check_calibration(&p, "calibrated (128 experts, top-8)");
+    moe_trace_gen_params bad = moe_trace_gen_default_params();
+    bad.n_expert = 64;
+    bad.top_k = 9;
+    CHECK(!moe_trace_gen_calibrate(&bad, &err) && strstr(err.msg, "fewer than top-k"));
+    bad = moe_trace_gen_default_params();
+    bad.reuse = 1.0;
+    moe_route_trace t;
+    CHECK(!moe_trace_generate(&bad, &t, &err) && strstr(err.msg, "reuse"));
+}
+
+// `ft trace-gen --model` takes the routing shape from the file and writes a trace that reads back.
+TEST(moe_trace_gen_cli_takes_the_shape_from_a_model) {
+    ft_synth_params sp = ft_synth_default_params();
+    sp.n_layer = 3;
+    sp.n_embd = 256;
+    sp.n_ff_exp = 256;
+    sp.n_expert = 16;
+    sp.n_expert_used = 2;
+    ft_err err = {{0}};
+    const char *model = test_path("trace_model.gguf");
+    REQUIRE(ft_synth_write(&sp, model, &err), "%s", err.msg);
+    const char *trace = test_path("cli.ftrt");
+    char cmd[1024], out[2048];
+    snprintf(cmd, sizeof(cmd), "%s trace-gen --model %s -o %s --steps 200 --seed 3", test_ft_bin(), model, trace);
+    REQUIRE(test_run(cmd, out, sizeof(out)) == 0, "%s", out);
+    CHECK(strstr(out, "3 layers, 16 experts, top-2") && strstr(out, "25.0"), "%s", out);
+    moe_route_trace t;
+    REQUIRE(moe_route_trace_read(trace, &t, &err), "%s", err.msg);
+    CHECK(t.n_layers == 3 && t.layers[2] == 2 && t.n_expert == 16 && t.top_k == 2 && t.n_steps == 200);
+    moe_route_trace_free(&t);
+    snprintf(cmd, sizeof(cmd), "%s trace-gen -o %s --experts 16 --top-k 3 2>&1", test_ft_bin(), trace);
+    CHECK(test_run(cmd, out, sizeof(out)) == 1 && strstr(out, "fewer than top-k"), "%s", out);
+}
