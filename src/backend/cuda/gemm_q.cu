@@ -324,8 +324,9 @@ static void check_common(uint32_t type, const gemm_q_args &a) {
     FT_CUDA_ASSERT(((uintptr_t)a.w0 & 15) == 0 && ((uintptr_t)a.w1 & 15) == 0 && ((uintptr_t)a.x & 3) == 0);
     // the 16-byte loads of q4_K / q5_K codes need 16-byte rows and matrices (144 and 176 are
     // multiples of 16); the other formats load at most 4 bytes at a time, at their alignment
-    FT_CUDA_ASSERT(a.row_bytes % 16 == 0 || qk == 32);
-    FT_CUDA_ASSERT(a.mat_bytes % 16 == 0 || qk == 32);
+    // (q3_K, q6_K and iq4_xs rows of an odd number of blocks are not 16-byte multiples)
+    const bool wide = type == FT_TYPE_Q4_K || type == FT_TYPE_Q5_K;
+    FT_CUDA_ASSERT(!wide || (a.row_bytes % 16 == 0 && a.mat_bytes % 16 == 0));
 }
 
 static int g_force_bn; // ft_cuda_gemm_force_bn
