@@ -36,16 +36,18 @@ static void serve_usage(FILE *out) {
         "                               (also from FT_API_KEY)\n"
         "  --chat-template NAME         chatml, qwen2, qwen2.5, qwen3, llama2, mistral, llama3, llama3.1\n"
         "                               (default: recognised from the GGUF)\n"
-        "  --device D                   cpu (default) or cuda (experimental)\n"
+        "  --device D                   cuda (default when a GPU is found) or cpu\n"
+        "  --memory-ratio F             share of the GPU's free memory for weights, KV cache and\n"
+        "                               workspace (default 0.9)\n"
         "  --timeout S                  drop clients idle or stalled this long (default 600)\n"
         "  --max-body-bytes N           request body limit (default 4194304)\n"
         "  --ready-file F               write the bound port to F once listening (for scripts)\n"
-        "  --moe-backend B, --moe-cache-size N, --memory-ratio F\n"
-        "                               accepted; not yet effective on the CPU\n");
+        "  --moe-backend B, --moe-cache-size N\n"
+        "                               accepted; not yet effective (the expert cache is to come)\n");
 }
 
 int cmd_serve(int argc, char **argv) {
-    const char *model_path = NULL, *kv_name = "f16", *tmpl_name = NULL, *ignored, *device_name = "cpu";
+    const char *model_path = NULL, *kv_name = "f16", *tmpl_name = NULL, *ignored, *device_name = NULL;
     int64_t threads = 0, n_ctx = 0, n_batch = 256, v64;
     double f;
     bool bad = false;
@@ -57,10 +59,16 @@ int cmd_serve(int argc, char **argv) {
             serve_usage(stdout);
             return FT_EXIT_OK;
         }
-        if (args_str(argc, argv, &i, "--moe-backend|--moe-cache-size", &ignored, &bad) ||
-            args_float(argc, argv, &i, "--memory-ratio", &f, &bad)) {
-            if (!bad)
-                fprintf(stderr, "ft serve: %s is accepted but not yet effective on the CPU\n", argv[i - 1]);
+        if (args_str(argc, argv, &i, "--moe-backend|--moe-cache-size", &ignored, &bad)) {
+            if (!bad) fprintf(stderr, "ft serve: %s is accepted but not yet effective\n", argv[i - 1]);
+            continue;
+        }
+        if (args_float(argc, argv, &i, "--memory-ratio", &f, &bad)) {
+            if (!bad && !(f > 0 && f <= 1)) {
+                fprintf(stderr, "ft serve: --memory-ratio %g: expected a share of free GPU memory in (0, 1]\n", f);
+                bad = true;
+            }
+            p.engine.memory_ratio = f;
             continue;
         }
         if (args_int(argc, argv, &i, "--port", 0, 65535, &v64, &bad)) {
@@ -103,7 +111,9 @@ int cmd_serve(int argc, char **argv) {
         fprintf(stderr, "ft serve: --kv-cache-dtype %s: expected f16 or q8_0\n", kv_name);
         return FT_EXIT_USAGE;
     }
-    if (!ft_engine_device_from_name(device_name, &p.engine.device)) {
+    if (!device_name) {
+        p.engine.device = ft_engine_default_device();
+    } else if (!ft_engine_device_from_name(device_name, &p.engine.device)) {
         fprintf(stderr, "ft serve: --device %s: expected cpu or cuda\n", device_name);
         return FT_EXIT_USAGE;
     }
@@ -155,10 +165,16 @@ int cmd_serve(int argc, char **argv) {
                 m->hp.n_ctx_train);
         goto done;
     }
+    ft_progress bar = ft_progress_begin(p.engine.device == FT_PLACEMENT_CUDA ? "uploading weights" : "reading weights");
+    m->progress = ft_progress_report;
+    m->progress_ctx = &bar;
     if (!ft_engine_place_model(m, &p.engine, &err)) {
         fprintf(stderr, "ft serve: %s\n", err.msg);
         goto done;
     }
+    // the mapping is lazy: read it now, so that the first requests do not wait on the disk
+    if (p.engine.device == FT_PLACEMENT_CPU) ft_model_prefault(m);
+    m->progress = NULL;
     if (!srv_run(&p, m, v, &err)) {
         fprintf(stderr, "ft serve: %s\n", err.msg);
         goto done;

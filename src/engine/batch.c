@@ -66,10 +66,27 @@ static ft_kv_params kv_params(const ft_model *m, const ft_engine_params *p, int6
     return (ft_kv_params){hp->n_layer, p->n_ctx, p->kv_type, widths, hp->head_dim};
 }
 
+// The CPU plan: weights stay in the file's mapping, the KV caches and buffers are allocated.
+static void print_cpu_plan(const ft_model *m, const ft_engine_params *p) {
+    const ft_hparams *hp = &m->hp;
+    size_t kv_row = ft_row_bytes(p->kv_type, (int64_t)hp->n_head_kv * hp->head_dim);
+    size_t kv = 2 * (size_t)hp->n_layer * (size_t)p->n_ctx * kv_row * (size_t)p->n_seq;
+    size_t weights = (size_t)(gguf_file_size(m->file) - gguf_data_offset(m->file));
+    size_t work = activation_floats(m, p) * sizeof(float);
+    const double MiB = 1024.0 * 1024.0;
+    fprintf(stderr, "cpu: weights %.1f MiB (mapped from the file), KV cache %.1f MiB (%d x %d positions, %s), "
+                    "buffers %.1f MiB; %.0f MiB of memory available\n",
+            weights / MiB, kv / MiB, p->n_seq, p->n_ctx, ft_type_name(p->kv_type), work / MiB,
+            ft_mem_available() / MiB);
+}
+
 bool ft_engine_place_model(ft_model *m, const ft_engine_params *params, ft_err *err) {
-    if (params->device != FT_PLACEMENT_CUDA) return true;
     ft_engine_params p = *params;
     if (!ft_engine_params_resolve(m, &p, err)) return false;
+    if (p.device != FT_PLACEMENT_CUDA) {
+        print_cpu_plan(m, &p);
+        return true;
+    }
     ft_cuda_device_info info;
     if (!ft_cuda_device_get_info(0, &info)) return ft_err_set(err, "--device cuda: no CUDA device found");
     const ft_hparams *hp = &m->hp;
@@ -79,16 +96,19 @@ bool ft_engine_place_model(ft_model *m, const ft_engine_params *params, ft_err *
     ft_backend_limits lim = batch_limits(m, &p);
     size_t work = ft_backend_cuda_scratch_bytes(&lim) + activation_floats(m, &p) * sizeof(float);
     size_t margin = (size_t)256 << 20; // the CUDA context's own allocations, fragmentation
+    double ratio = p.memory_ratio > 0 ? p.memory_ratio : 0.9;
+    size_t budget = (size_t)(ratio * (double)info.free_mem);
     const double MiB = 1024.0 * 1024.0;
-    fprintf(stderr, "cuda: %s (sm_%d%d), %.0f MiB free of %.0f: weights %.1f MiB, KV cache %.1f MiB (%d x %d positions, "
-                    "%s), workspace %.1f MiB (batch %d)\n",
-            info.name, info.cc_major, info.cc_minor, info.free_mem / MiB, info.total_mem / MiB, weights / MiB, kv / MiB,
-            p.n_seq, p.n_ctx, ft_type_name(p.kv_type), work / MiB, step_tokens(&p));
-    if (weights + kv + work + margin > info.free_mem)
+    fprintf(stderr, "cuda: %s (sm_%d%d), %.0f MiB free of %.0f, budget %.0f MiB (--memory-ratio %.2f): weights %.1f MiB, "
+                    "KV cache %.1f MiB (%d x %d positions, %s), workspace %.1f MiB (batch %d)\n",
+            info.name, info.cc_major, info.cc_minor, info.free_mem / MiB, info.total_mem / MiB, budget / MiB, ratio,
+            weights / MiB, kv / MiB, p.n_seq, p.n_ctx, ft_type_name(p.kv_type), work / MiB, step_tokens(&p));
+    if (weights + kv + work + margin > budget)
         return ft_err_set(err, "the model does not fit on %s: it needs %.0f MiB (weights %.0f, KV %.0f, workspace %.0f, "
-                               "reserve %.0f) and %.0f MiB are free; use a smaller -c, fewer sequences, or --device cpu",
+                               "reserve %.0f) and the budget is %.0f MiB (--memory-ratio %.2f of %.0f MiB free); use a "
+                               "smaller -c, fewer sequences, or --device cpu",
                           info.name, (weights + kv + work + margin) / MiB, weights / MiB, kv / MiB, work / MiB,
-                          margin / MiB, info.free_mem / MiB);
+                          margin / MiB, budget / MiB, ratio, info.free_mem / MiB);
     return ft_model_upload(m, err);
 }
 

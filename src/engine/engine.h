@@ -21,6 +21,7 @@ typedef struct ft_engine_params {
     enum ft_type kv_type;   // FT_TYPE_F16 or FT_TYPE_Q8_0
     bool reference;         // every op on its scalar reference path (also FT_REFERENCE=1)
     enum ft_placement device; // FT_PLACEMENT_CPU (default) or FT_PLACEMENT_CUDA (device 0)
+    double memory_ratio;    // CUDA: share of the device's free memory the plan may use (0: 0.9)
 } ft_engine_params;
 
 ft_engine_params ft_engine_default_params(void);

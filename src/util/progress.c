@@ -16,13 +16,14 @@ void ft_progress_report(void *ctx, size_t done, size_t total) {
     if (pct != 100 && p->last >= 0 && pct / step == p->last / step) return;
     if (pct == p->last) return;
     p->last = pct;
-    const double GB = 1e9;
+    bool gb = total >= 1000000000u; // small files in MB, so the numbers move
+    const double unit = gb ? 1e9 : 1e6;
     enum { WIDTH = 40 };
     char bar[WIDTH + 1];
     for (int i = 0; i < WIDTH; i++)
         bar[i] = i < pct * WIDTH / 100 ? '#' : '.';
     bar[WIDTH] = 0;
-    fprintf(stderr, "%s%s [%s] %3d%% %.2f/%.2f GB%s", p->tty ? "\r" : "", p->what, bar, pct, (double)done / GB,
-            (double)total / GB, p->tty && pct < 100 ? "" : "\n");
+    fprintf(stderr, "%s%s [%s] %3d%% %.2f/%.2f %s%s", p->tty ? "\r" : "", p->what, bar, pct, (double)done / unit,
+            (double)total / unit, gb ? "GB" : "MB", p->tty && pct < 100 ? "" : "\n");
     fflush(stderr);
 }
