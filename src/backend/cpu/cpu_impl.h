@@ -59,6 +59,13 @@ void cpu_matmul_q(cpu_backend *c, enum ft_type wtype, const uint8_t *w, size_t w
                   int64_t n_in, int64_t n_out, const uint8_t *xq, size_t xq_row, float *y,
                   int n_rows);
 
+// True where the AVX2 kernels (cpu_*_avx2.c, quant's _avx2 dots) may run on this CPU.
+static inline bool cpu_has_avx2(void) { return ft_quant_simd_name()[0] == 'a'; }
+
+// The fast attention (cpu_attn_avx2.c): false, having done nothing, for a case it does not
+// cover (then the reference path runs). tiled: llama.cpp's f32 path for large batches.
+bool cpu_attention_fast(cpu_backend *c, const ft_attn_params *p, bool tiled);
+
 // The op functions defined in cpu_attn.c and cpu_moe.c.
 void cpu_rope(ft_backend *be, float *x, int n_tok, int n_head, int head_dim, int pos0,
               const ft_rope_params *p);
