@@ -67,6 +67,18 @@ static void ops_init(void) {
     USE_AVX2(FT_TYPE_IQ4_XS, iq4_xs);
     USE_AVX2(FT_TYPE_MXFP4, mxfp4);
 #undef USE_AVX2
+#define USE_TILE(T, type) g_ops[T].vec_dot_tile = ft_vec_dot_tile_##type##_avx2
+    USE_TILE(FT_TYPE_Q4_0, q4_0);
+    USE_TILE(FT_TYPE_Q4_1, q4_1);
+    USE_TILE(FT_TYPE_Q5_0, q5_0);
+    USE_TILE(FT_TYPE_Q5_1, q5_1);
+    USE_TILE(FT_TYPE_Q8_0, q8_0);
+    USE_TILE(FT_TYPE_Q4_K, q4_K);
+    USE_TILE(FT_TYPE_Q5_K, q5_K);
+    USE_TILE(FT_TYPE_Q6_K, q6_K);
+    USE_TILE(FT_TYPE_IQ4_NL, iq4_nl);
+    USE_TILE(FT_TYPE_MXFP4, mxfp4);
+#undef USE_TILE
 }
 
 const ft_quant_ops *ft_quant_ops_find(enum ft_type type) {
