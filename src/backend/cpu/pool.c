@@ -2,7 +2,7 @@
 //
 // Decode at batch 1 posts a few hundred short jobs per token, so waking a worker must take
 // microseconds, not a trip through the scheduler: after each job a worker spins on the job
-// counter (with a pause hint) for up to POOL_SPIN_NS before it sleeps on the condition
+// counter (with a pause hint) for up to POOL_SPIN_NS (0.5 ms) before it sleeps on the condition
 // variable, and the caller spins until the workers are done. A job is posted under the mutex,
 // and a worker going to sleep re-checks the counter under it, so no wake-up is lost; the
 // broadcast is skipped while no worker sleeps.
@@ -18,7 +18,7 @@
 
 // How long an idle worker spins before sleeping: covers the gaps between the ops of a token
 // (single-threaded element-wise work of a few microseconds to a fraction of a millisecond).
-#define POOL_SPIN_NS 2000000
+#define POOL_SPIN_NS 500000
 
 struct ft_pool {
     int n_threads;
