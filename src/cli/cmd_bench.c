@@ -37,6 +37,7 @@ static void bench_usage(FILE *out) {
             "  -p, --n-prompt N           prompt tokens (default 512)\n"
             "  -n, --n-gen N              decoded tokens after the prompt (default 128)\n"
             "  -t, --threads N            CPU threads (default: physical cores)\n"
+            "  -b, --batch N              prompt tokens per forward pass (default 512, llama.cpp's)\n"
             "  -r, --reps N               timed runs; figures are their median (default 3)\n"
             "  --kv-cache-dtype T         f16 (default) or q8_0\n"
             "  --device D                 cpu (default) or cuda\n"
@@ -201,7 +202,7 @@ static bool bench_once(ft_engine *e, const int32_t *ids, int n_prompt, int n_gen
 
 int cmd_bench(int argc, char **argv) {
     const char *model_path = NULL, *kv_name = "f16", *device_name = "cpu";
-    int64_t n_prompt = 512, n_gen = 128, threads = 0, reps = 3;
+    int64_t n_prompt = 512, n_gen = 128, threads = 0, reps = 3, n_batch = 512;
     bool json = false, bad = false;
     for (int i = 1; i < argc && !bad; i++) {
         if (args_flag(argv, i, "-h|--help")) {
@@ -218,6 +219,7 @@ int cmd_bench(int argc, char **argv) {
             args_int(argc, argv, &i, "-p|--n-prompt", 0, 1 << 20, &n_prompt, &bad) ||
             args_int(argc, argv, &i, "-n|--n-gen", 0, 1 << 20, &n_gen, &bad) ||
             args_int(argc, argv, &i, "-t|--threads", 1, 1024, &threads, &bad) ||
+            args_int(argc, argv, &i, "-b|--batch", 1, 1 << 16, &n_batch, &bad) ||
             args_int(argc, argv, &i, "-r|--reps", 1, BENCH_MAX_REPS, &reps, &bad))
             continue;
         fprintf(stderr, "ft bench: unexpected argument '%s' (see ft bench --help)\n", argv[i]);
@@ -254,6 +256,7 @@ int cmd_bench(int argc, char **argv) {
     int n_tok = (int)(n_prompt + n_gen);
     ep.n_threads = threads > 0 ? (int)threads : ft_cpu_physical_cores();
     ep.n_ctx = n_tok;
+    ep.n_batch = (int)n_batch; // the engine caps it at n_ctx
     if (ep.n_ctx > m->hp.n_ctx_train) {
         fprintf(stderr, "ft bench: -p %d + -n %d exceeds the model's context of %d tokens\n", (int)n_prompt,
                 (int)n_gen, m->hp.n_ctx_train);
