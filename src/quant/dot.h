@@ -40,6 +40,9 @@ FT_DOT_DECL(mxfp4)
     void ft_vec_dot_tile_##type##_avx2(int64_t n, const void *x, size_t bx, int nr, const void *y,   \
                                        size_t by, int nc, float *s, size_t ls);
 
+FT_DOT_TILE_DECL(f32)
+FT_DOT_TILE_DECL(f16)
+FT_DOT_TILE_DECL(bf16)
 FT_DOT_TILE_DECL(q4_0)
 FT_DOT_TILE_DECL(q4_1)
 FT_DOT_TILE_DECL(q5_0)

@@ -114,44 +114,19 @@ static inline __m256 fma_sums(__m256 d, __m256i sums, __m256 acc) {
     return _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sums), acc);
 }
 
+// Row c of a tile's activations (rows by bytes apart).
+static inline const void *tile_col(const void *y, size_t by, int c) {
+    return (const uint8_t *)y + (size_t)c * by;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Float formats
 
-float ft_vec_dot_f32_avx2(int64_t n, const void *vx, const void *vy) {
-    const float *x = vx, *y = vy;
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    int64_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i), a0);
-        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8), _mm256_loadu_ps(y + i + 8), a1);
-        a2 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 16), _mm256_loadu_ps(y + i + 16), a2);
-        a3 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 24), _mm256_loadu_ps(y + i + 24), a3);
-    }
-    for (; i + 8 <= n; i += 8)
-        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i), a0);
-    float sum = hsum_ps(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-    for (; i < n; i++) sum += x[i] * y[i];
-    return sum;
-}
+// One kernel for the three: loads of 8 elements as floats, and a scalar element.
+enum float_kind { FLOAT_F32, FLOAT_F16, FLOAT_BF16 };
 
 static inline __m256 load_f16(const ft_half *p) {
     return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
-}
-
-float ft_vec_dot_f16_avx2(int64_t n, const void *vx, const void *vy) {
-    const ft_half *x = vx, *y = vy;
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    int64_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-        a0 = _mm256_fmadd_ps(load_f16(x + i), load_f16(y + i), a0);
-        a1 = _mm256_fmadd_ps(load_f16(x + i + 8), load_f16(y + i + 8), a1);
-        a2 = _mm256_fmadd_ps(load_f16(x + i + 16), load_f16(y + i + 16), a2);
-        a3 = _mm256_fmadd_ps(load_f16(x + i + 24), load_f16(y + i + 24), a3);
-    }
-    for (; i + 8 <= n; i += 8) a0 = _mm256_fmadd_ps(load_f16(x + i), load_f16(y + i), a0);
-    float sum = hsum_ps(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-    for (; i < n; i++) sum += half(x[i]) * half(y[i]);
-    return sum;
 }
 
 // bf16 is the top half of a float: widen to 32 bits and shift into place.
@@ -160,21 +135,82 @@ static inline __m256 load_bf16(const ft_bf16 *p) {
     return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
 }
 
-float ft_vec_dot_bf16_avx2(int64_t n, const void *vx, const void *vy) {
-    const ft_bf16 *x = vx, *y = vy;
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+static inline __m256 load8(enum float_kind k, const void *p, int64_t i) {
+    if (k == FLOAT_F32) return _mm256_loadu_ps((const float *)p + i);
+    if (k == FLOAT_F16) return load_f16((const ft_half *)p + i);
+    return load_bf16((const ft_bf16 *)p + i);
+}
+
+static inline float load1(enum float_kind k, const void *p, int64_t i) {
+    if (k == FLOAT_F32) return ((const float *)p)[i];
+    if (k == FLOAT_F16) return half(((const ft_half *)p)[i]);
+    return ft_bf16_to_fp32(((const ft_bf16 *)p)[i]);
+}
+
+// Float tiles take 2 columns at most: each column keeps 4 accumulators (the per-row order),
+// and 8 of them plus the 4 converted weight vectors fill the 16 registers.
+enum { TILE_NC_FLOAT = 2 };
+
+static inline __attribute__((always_inline)) void
+tile_float(enum float_kind k, int64_t n, const void *x, const void *vy, size_t by, int nc, float *out) {
+    __m256 a[TILE_NC_FLOAT][4];
+#pragma GCC unroll 2
+    for (int c = 0; c < nc; c++) a[c][0] = a[c][1] = a[c][2] = a[c][3] = _mm256_setzero_ps();
     int64_t i = 0;
     for (; i + 32 <= n; i += 32) {
-        a0 = _mm256_fmadd_ps(load_bf16(x + i), load_bf16(y + i), a0);
-        a1 = _mm256_fmadd_ps(load_bf16(x + i + 8), load_bf16(y + i + 8), a1);
-        a2 = _mm256_fmadd_ps(load_bf16(x + i + 16), load_bf16(y + i + 16), a2);
-        a3 = _mm256_fmadd_ps(load_bf16(x + i + 24), load_bf16(y + i + 24), a3);
+        __m256 x0 = load8(k, x, i), x1 = load8(k, x, i + 8), x2 = load8(k, x, i + 16), x3 = load8(k, x, i + 24);
+#pragma GCC unroll 2
+        for (int c = 0; c < nc; c++) {
+            const void *y = tile_col(vy, by, c);
+            a[c][0] = _mm256_fmadd_ps(x0, load8(k, y, i), a[c][0]);
+            a[c][1] = _mm256_fmadd_ps(x1, load8(k, y, i + 8), a[c][1]);
+            a[c][2] = _mm256_fmadd_ps(x2, load8(k, y, i + 16), a[c][2]);
+            a[c][3] = _mm256_fmadd_ps(x3, load8(k, y, i + 24), a[c][3]);
+        }
     }
-    for (; i + 8 <= n; i += 8) a0 = _mm256_fmadd_ps(load_bf16(x + i), load_bf16(y + i), a0);
-    float sum = hsum_ps(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-    for (; i < n; i++) sum += ft_bf16_to_fp32(x[i]) * ft_bf16_to_fp32(y[i]);
-    return sum;
+    for (; i + 8 <= n; i += 8) {
+        __m256 x0 = load8(k, x, i);
+#pragma GCC unroll 2
+        for (int c = 0; c < nc; c++) a[c][0] = _mm256_fmadd_ps(x0, load8(k, tile_col(vy, by, c), i), a[c][0]);
+    }
+#pragma GCC unroll 2
+    for (int c = 0; c < nc; c++) {
+        const void *y = tile_col(vy, by, c);
+        float sum = hsum_ps(_mm256_add_ps(_mm256_add_ps(a[c][0], a[c][1]), _mm256_add_ps(a[c][2], a[c][3])));
+        for (int64_t j = i; j < n; j++) sum += load1(k, x, j) * load1(k, y, j);
+        out[c] = sum;
+    }
 }
+
+// As TILE_KERNEL (below) for the float formats, in column groups of TILE_NC_FLOAT.
+#define TILE_KERNEL_FLOAT(type, KIND)                                                              \
+    float ft_vec_dot_##type##_avx2(int64_t n, const void *x, const void *y) {                      \
+        float out;                                                                                 \
+        tile_float(KIND, n, x, y, 0, 1, &out);                                                     \
+        return out;                                                                                \
+    }                                                                                              \
+    void ft_vec_dot_tile_##type##_avx2(int64_t n, const void *x, size_t bx, int nr, const void *y, \
+                                       size_t by, int nc, float *s, size_t ls) {                   \
+        for (int c0 = 0; c0 < nc; c0 += TILE_NC_FLOAT) {                                           \
+            const void *yc = tile_col(y, by, c0);                                                  \
+            for (int r = 0; r < nr; r++) {                                                         \
+                const void *xr = tile_col(x, bx, r);                                               \
+                float o[TILE_NC_FLOAT];                                                            \
+                if (nc - c0 >= 2) {                                                                \
+                    tile_float(KIND, n, xr, yc, by, 2, o);                                         \
+                    s[(size_t)c0 * ls + (size_t)r] = o[0];                                         \
+                    s[(size_t)(c0 + 1) * ls + (size_t)r] = o[1];                                   \
+                } else {                                                                           \
+                    tile_float(KIND, n, xr, yc, by, 1, o);                                         \
+                    s[(size_t)c0 * ls + (size_t)r] = o[0];                                         \
+                }                                                                                  \
+            }                                                                                      \
+        }                                                                                          \
+    }
+
+TILE_KERNEL_FLOAT(f32, FLOAT_F32)
+TILE_KERNEL_FLOAT(f16, FLOAT_F16)
+TILE_KERNEL_FLOAT(bf16, FLOAT_BF16)
 
 // ---------------------------------------------------------------------------------------------
 // 32-element block formats. Each format supplies a decoder of the codes of two blocks at a
@@ -204,10 +240,6 @@ static inline void unpack_nibbles2(const uint8_t *qs0, const uint8_t *qs1, __m25
 // that of the single dot product (nc = 1), in the same order, so a tile's results equal the
 // per-row dot products to the bit.
 enum { TILE_NC = 4 };
-
-static inline const void *tile_col(const void *y, size_t by, int c) {
-    return (const uint8_t *)y + (size_t)c * by;
-}
 
 // Sum over nb blocks of x (block_bytes apart) and each column y of
 // table[scale_index(x)] * fp16(y.d) * sums(codes(x), y.qs).

@@ -68,6 +68,9 @@ static void ops_init(void) {
     USE_AVX2(FT_TYPE_MXFP4, mxfp4);
 #undef USE_AVX2
 #define USE_TILE(T, type) g_ops[T].vec_dot_tile = ft_vec_dot_tile_##type##_avx2
+    USE_TILE(FT_TYPE_F32, f32);
+    USE_TILE(FT_TYPE_F16, f16);
+    USE_TILE(FT_TYPE_BF16, bf16);
     USE_TILE(FT_TYPE_Q4_0, q4_0);
     USE_TILE(FT_TYPE_Q4_1, q4_1);
     USE_TILE(FT_TYPE_Q5_0, q5_0);
