@@ -210,12 +210,17 @@ static uint64_t case_seed(const dot_case *c, int k) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The ops table hands out these functions: the ref always, AVX2 exactly when the CPU has it.
+// The ops table hands out these functions: the ref always, AVX2 exactly when the CPU has it;
+// the name says avx512 where AVX-512BW tiles are in use too.
 
 TEST(dot_ops_dispatch) {
     const char *force = getenv("FT_SIMD");
     bool avx2 = cpu_has_avx2() && !(force && strcmp(force, "scalar") == 0);
-    CHECK(strcmp(ft_quant_simd_name(), avx2 ? "avx2" : "scalar") == 0, "simd %s",
+    __builtin_cpu_init();
+    bool avx512 = avx2 && !(force && strcmp(force, "avx2") == 0) && __builtin_cpu_supports("avx512f") &&
+                  __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+                  __builtin_cpu_supports("avx512dq");
+    CHECK(strcmp(ft_quant_simd_name(), avx512 ? "avx512" : avx2 ? "avx2" : "scalar") == 0, "simd %s",
           ft_quant_simd_name());
     for (size_t i = 0; i < FT_ARRAY_LEN(g_cases); i++) {
         const dot_case *c = &g_cases[i];

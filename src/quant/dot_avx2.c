@@ -823,6 +823,96 @@ float ft_vec_dot_iq4_xs_avx2(int64_t n, const void *vx, const void *vy) {
     return hsum_ps(acc);
 }
 
+// ---------------------------------------------------------------------------------------------
+// AVX-512 (BW) tiles, chosen at run time where the CPU has AVX-512BW (ops.c). They reuse the
+// AVX2 helpers above and give bit-identical results: every integer sum is exact whatever the
+// vector width, and the 512-bit lanes are folded back onto the 256-bit kernel's 8 lanes before
+// the first float operation, which then runs in the same order.
+
+#define AVX512_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
+
+// q4_K, one 512-bit step per 64 weights: the low nibbles (elements 0..31 of the step) in the
+// low half and the high nibbles (32..63) in the high half match 64 consecutive activation
+// bytes; maddubs, then madd with [scale 2k x16 | scale 2k+1 x16], and lane l + lane l + 8 is
+// the 256-bit kernel's sum0 + sum1 lane l.
+static inline __attribute__((always_inline)) AVX512_TARGET void
+tile512_q4_K(int64_t n, const void *vx, const void *vy, size_t by, int nc, float *out) {
+    const block_q4_K *x = vx;
+    const __m256i m15 = _mm256_set1_epi8(0x0f);
+    tables_init();
+    __m256 acc[TILE_NC];
+    __m128 accm[TILE_NC];
+#pragma GCC unroll 4
+    for (int c = 0; c < nc; c++) {
+        acc[c] = _mm256_setzero_ps();
+        accm[c] = _mm_setzero_ps();
+    }
+    for (int64_t b = 0; b < n / QK_K; b++) {
+        const float dx = g_half_table[x[b].d];
+        const float dminx = g_half_table[x[b].dmin];
+        const __m128i sm = scales_mins_k4(x[b].scales);
+        const __m128i mins = _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8));
+        const __m512i sc16 = _mm512_castsi128_si512(_mm_cvtepu8_epi16(sm));
+        __m512i sum[TILE_NC];
+#pragma GCC unroll 4
+        for (int c = 0; c < nc; c++) {
+            const block_q8_K *y = (const block_q8_K *)tile_col(vy, by, c) + b;
+            const __m128i bs = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)y->bsums),
+                                              _mm_loadu_si128((const __m128i *)y->bsums + 1));
+            const __m128i msum = _mm_madd_epi16(mins, bs);
+            accm[c] = _mm_fmadd_ps(_mm_set1_ps(y->d * dminx), _mm_cvtepi32_ps(msum), accm[c]);
+            sum[c] = _mm512_setzero_si512();
+        }
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) {
+            const __m256i q4 = load256(x[b].qs + 32 * k);
+            const __m512i w = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(q4, m15)),
+                                                 _mm256_and_si256(_mm256_srli_epi16(q4, 4), m15), 1);
+            // int16 lanes 0..15: scale 2k; 16..31: scale 2k + 1
+            const __m512i idx = _mm512_inserti64x4(_mm512_set1_epi16((short)(2 * k)),
+                                                   _mm256_set1_epi16((short)(2 * k + 1)), 1);
+            const __m512i sc = _mm512_permutexvar_epi16(idx, sc16);
+#pragma GCC unroll 4
+            for (int c = 0; c < nc; c++) {
+                const int8_t *q8 = ((const block_q8_K *)tile_col(vy, by, c) + b)->qs;
+                __m512i p = _mm512_maddubs_epi16(w, _mm512_loadu_si512((const void *)(q8 + 64 * k)));
+                sum[c] = _mm512_add_epi32(sum[c], _mm512_madd_epi16(sc, p));
+            }
+        }
+#pragma GCC unroll 4
+        for (int c = 0; c < nc; c++) {
+            const float d = ((const block_q8_K *)tile_col(vy, by, c) + b)->d * dx;
+            const __m256i sumi = _mm256_add_epi32(_mm512_castsi512_si256(sum[c]), _mm512_extracti64x4_epi64(sum[c], 1));
+            acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc[c]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int c = 0; c < nc; c++) {
+        __m128 m = _mm_add_ps(accm[c], _mm_movehl_ps(accm[c], accm[c]));
+        m = _mm_add_ss(m, _mm_movehdup_ps(m));
+        out[c] = hsum_ps(acc[c]) - _mm_cvtss_f32(m);
+    }
+}
+
+AVX512_TARGET void ft_vec_dot_tile_q4_K_avx512(int64_t n, const void *x, size_t bx, int nr, const void *y,
+                                               size_t by, int nc, float *s, size_t ls) {
+    for (int c0 = 0; c0 < nc; c0 += TILE_NC) {
+        int m = nc - c0 < TILE_NC ? nc - c0 : TILE_NC;
+        const void *yc = tile_col(y, by, c0);
+        for (int r = 0; r < nr; r++) {
+            const void *xr = tile_col(x, bx, r);
+            float o[TILE_NC];
+            switch (m) {
+            case 4: tile512_q4_K(n, xr, yc, by, 4, o); break;
+            case 3: tile512_q4_K(n, xr, yc, by, 3, o); break;
+            case 2: tile512_q4_K(n, xr, yc, by, 2, o); break;
+            default: tile512_q4_K(n, xr, yc, by, 1, o); break;
+            }
+            for (int c = 0; c < m; c++) s[(size_t)(c0 + c) * ls + (size_t)r] = o[c];
+        }
+    }
+}
+
 #if defined(__clang__)
 #pragma clang attribute pop
 #endif

@@ -82,6 +82,13 @@ static void ops_init(void) {
     USE_TILE(FT_TYPE_IQ4_NL, iq4_nl);
     USE_TILE(FT_TYPE_MXFP4, mxfp4);
 #undef USE_TILE
+    // AVX-512BW tiles where the CPU and OS have them (FT_SIMD=avx2 keeps the AVX2 ones)
+    if (force && strcmp(force, "avx2") == 0) return;
+    if (!(__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")))
+        return;
+    g_simd = "avx512";
+    g_ops[FT_TYPE_Q4_K].vec_dot_tile = ft_vec_dot_tile_q4_K_avx512;
 }
 
 const ft_quant_ops *ft_quant_ops_find(enum ft_type type) {

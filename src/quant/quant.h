@@ -107,8 +107,9 @@ typedef struct ft_quant_ops {
 // The first call detects the CPU's features; thread-safe.
 const ft_quant_ops *ft_quant_ops_find(enum ft_type type);
 
-// Which SIMD level vec_dot uses on this CPU: "avx2" or "scalar". FT_SIMD=scalar in the
-// environment forces the scalar path (for tests and benchmarks).
+// Which SIMD level the kernels use on this CPU: "avx512" (AVX2 dot products and AVX-512BW
+// tiles where there is one), "avx2" or "scalar". FT_SIMD=scalar in the environment forces the
+// scalar path, FT_SIMD=avx2 the AVX2 one (for tests and benchmarks).
 const char *ft_quant_simd_name(void);
 
 // Fills dst with a row of n random but valid values of type t (n a multiple of the block size):
