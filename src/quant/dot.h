@@ -59,5 +59,7 @@ FT_DOT_TILE_DECL(mxfp4)
 // AVX-512BW tiles (same contract, bit-identical to the AVX2 ones), where the CPU has AVX-512BW.
 void ft_vec_dot_tile_q4_K_avx512(int64_t n, const void *x, size_t bx, int nr, const void *y, size_t by,
                                  int nc, float *s, size_t ls);
+void ft_vec_dot_tile_q8_0_avx512(int64_t n, const void *x, size_t bx, int nr, const void *y, size_t by,
+                                 int nc, float *s, size_t ls);
 
 #endif

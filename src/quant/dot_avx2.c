@@ -913,6 +913,72 @@ AVX512_TARGET void ft_vec_dot_tile_q4_K_avx512(int64_t n, const void *x, size_t 
     }
 }
 
+// q8_0, two blocks per 512-bit step: block b in the low half, b + 1 in the high half, so the
+// float accumulator's halves are the 256-bit kernel's acc0 and acc1. AVX-512 has no byte
+// sign instruction: |x| . (y negated where x < 0) is the same product (x = 0 contributes 0
+// either way).
+static inline __attribute__((always_inline)) AVX512_TARGET __m512i load2x256(const void *a, const void *b) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(load256(a)), load256(b), 1);
+}
+
+static inline __attribute__((always_inline)) AVX512_TARGET void
+tile512_q8_0(int64_t n, const void *vx, const void *vy, size_t by, int nc, float *out) {
+    const block_q8_0 *x = vx;
+    const int64_t nb = n / QK8_0;
+    const __m512i ones = _mm512_set1_epi16(1);
+    tables_init();
+    __m512 acc[TILE_NC];
+#pragma GCC unroll 4
+    for (int c = 0; c < nc; c++) acc[c] = _mm512_setzero_ps();
+    int64_t b = 0;
+    for (; b + 1 < nb; b += 2) {
+        const __m512i xq = load2x256(x[b].qs, x[b + 1].qs);
+        const __m512i ax = _mm512_abs_epi8(xq);
+        const __mmask64 neg = _mm512_movepi8_mask(xq);
+        const float dx0 = g_half_table[x[b].d], dx1 = g_half_table[x[b + 1].d];
+#pragma GCC unroll 4
+        for (int c = 0; c < nc; c++) {
+            const block_q8_0 *y = tile_col(vy, by, c);
+            __m512i yq = load2x256(y[b].qs, y[b + 1].qs);
+            yq = _mm512_mask_sub_epi8(yq, neg, _mm512_setzero_si512(), yq);
+            __m512i sums = _mm512_madd_epi16(_mm512_maddubs_epi16(ax, yq), ones);
+            __m512 d = _mm512_insertf32x8(_mm512_set1_ps(dx0 * g_half_table[y[b].d]),
+                                          _mm256_set1_ps(dx1 * g_half_table[y[b + 1].d]), 1);
+            acc[c] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(sums), acc[c]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int c = 0; c < nc; c++) {
+        __m256 acc0 = _mm512_castps512_ps256(acc[c]), acc1 = _mm512_extractf32x8_ps(acc[c], 1);
+        if (b < nb) {
+            const block_q8_0 *y = tile_col(vy, by, c);
+            const __m256i c0 = load256(x[b].qs);
+            __m256 d0 = scale_product(g_half_table + x[b].d, g_half_table + y[b].d);
+            acc0 = fma_sums(d0, sums_i8(c0, load256(y[b].qs)), acc0);
+        }
+        out[c] = hsum_ps(_mm256_add_ps(acc0, acc1));
+    }
+}
+
+AVX512_TARGET void ft_vec_dot_tile_q8_0_avx512(int64_t n, const void *x, size_t bx, int nr, const void *y,
+                                               size_t by, int nc, float *s, size_t ls) {
+    for (int c0 = 0; c0 < nc; c0 += TILE_NC) {
+        int m = nc - c0 < TILE_NC ? nc - c0 : TILE_NC;
+        const void *yc = tile_col(y, by, c0);
+        for (int r = 0; r < nr; r++) {
+            const void *xr = tile_col(x, bx, r);
+            float o[TILE_NC];
+            switch (m) {
+            case 4: tile512_q8_0(n, xr, yc, by, 4, o); break;
+            case 3: tile512_q8_0(n, xr, yc, by, 3, o); break;
+            case 2: tile512_q8_0(n, xr, yc, by, 2, o); break;
+            default: tile512_q8_0(n, xr, yc, by, 1, o); break;
+            }
+            for (int c = 0; c < m; c++) s[(size_t)(c0 + c) * ls + (size_t)r] = o[c];
+        }
+    }
+}
+
 #if defined(__clang__)
 #pragma clang attribute pop
 #endif
