@@ -93,6 +93,15 @@ static inline __m256i bits_to_bytes(const uint8_t *qh) {
 
 static inline __m256i load256(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
 
+// Weights stream from memory at batch 1, where one core's demand loads alone reach about half
+// of its share of the bandwidth: each step asks for the lines PREFETCH_AHEAD bytes on, covering
+// the bytes the step itself reads (measured on the 2-core machine: 1.3-1.6x for a q8_0 matvec
+// from DRAM; 2 KiB beat 0.5, 1 and 4 KiB).
+enum { PREFETCH_AHEAD = 2048 };
+static inline void prefetch_weights(const void *p, size_t bytes) {
+    for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)p + PREFETCH_AHEAD + o, _MM_HINT_T0);
+}
+
 // 8 int32 partial sums of x . y for unsigned codes x (< 128).
 static inline __m256i sums_u8(__m256i x, __m256i y) {
     return _mm256_madd_epi16(_mm256_maddubs_epi16(x, y), _mm256_set1_epi16(1));
@@ -157,7 +166,9 @@ tile_float(enum float_kind k, int64_t n, const void *x, const void *vy, size_t b
 #pragma GCC unroll 2
     for (int c = 0; c < nc; c++) a[c][0] = a[c][1] = a[c][2] = a[c][3] = _mm256_setzero_ps();
     int64_t i = 0;
+    const size_t elem = k == FLOAT_F32 ? 4 : 2;
     for (; i + 32 <= n; i += 32) {
+        prefetch_weights((const uint8_t *)x + (size_t)i * elem, 32 * elem);
         __m256 x0 = load8(k, x, i), x1 = load8(k, x, i + 8), x2 = load8(k, x, i + 16), x3 = load8(k, x, i + 24);
 #pragma GCC unroll 2
         for (int c = 0; c < nc; c++) {
@@ -255,6 +266,7 @@ tile_blocks_q8_0(int64_t nb, const uint8_t *x, size_t block_bytes, const void *v
     int64_t b = 0;
     for (; b + 1 < nb; b += 2) {
         const uint8_t *x0 = x + b * block_bytes, *x1 = x0 + block_bytes;
+        prefetch_weights(x0, 2 * block_bytes);
         codes(x0, x1, &c0, &c1);
         #pragma GCC unroll 4
         for (int c = 0; c < nc; c++) {
@@ -298,6 +310,7 @@ tile_blocks_q8_1(int64_t nb, const uint8_t *x, size_t block_bytes, const void *v
     int64_t b = 0;
     for (; b + 1 < nb; b += 2) {
         const uint8_t *x0 = x + b * block_bytes, *x1 = x0 + block_bytes;
+        prefetch_weights(x0, 2 * block_bytes);
         codes(x0, x1, &c0, &c1);
         #pragma GCC unroll 4
         for (int c = 0; c < nc; c++) {
@@ -648,6 +661,8 @@ tile_q45_K(int64_t n, const block_q4_K *x4, const block_q5_K *x5, const void *vy
         accm[c] = _mm_setzero_ps();
     }
     for (int64_t b = 0; b < n / QK_K; b++) {
+        if (x4) prefetch_weights(x4 + b, sizeof(block_q4_K));
+        else prefetch_weights(x5 + b, sizeof(block_q5_K));
         const float dx = g_half_table[x4 ? x4[b].d : x5[b].d];
         const float dminx = g_half_table[x4 ? x4[b].dmin : x5[b].dmin];
         const __m128i sm = scales_mins_k4(x4 ? x4[b].scales : x5[b].scales);
@@ -732,6 +747,7 @@ tile_q6_K(int64_t n, const void *vx, const void *vy, size_t by, int nc, float *o
     #pragma GCC unroll 4
     for (int c = 0; c < nc; c++) acc[c] = _mm256_setzero_ps();
     for (int64_t b = 0; b < n / QK_K; b++) {
+        prefetch_weights(x + b, sizeof(block_q6_K));
         const float dx = g_half_table[x[b].d];
         const __m128i sc8 = _mm_loadu_si128((const __m128i *)x[b].scales);
         const __m256i scales = scales16_even_odd(sc8);
@@ -848,6 +864,7 @@ tile512_q4_K(int64_t n, const void *vx, const void *vy, size_t by, int nc, float
         accm[c] = _mm_setzero_ps();
     }
     for (int64_t b = 0; b < n / QK_K; b++) {
+        prefetch_weights(x + b, sizeof(block_q4_K));
         const float dx = g_half_table[x[b].d];
         const float dminx = g_half_table[x[b].dmin];
         const __m128i sm = scales_mins_k4(x[b].scales);
@@ -932,6 +949,7 @@ tile512_q8_0(int64_t n, const void *vx, const void *vy, size_t by, int nc, float
     for (int c = 0; c < nc; c++) acc[c] = _mm512_setzero_ps();
     int64_t b = 0;
     for (; b + 1 < nb; b += 2) {
+        prefetch_weights(x + b, 2 * sizeof(block_q8_0));
         const __m512i xq = load2x256(x[b].qs, x[b + 1].qs);
         const __m512i ax = _mm512_abs_epi8(xq);
         const __mmask64 neg = _mm512_movepi8_mask(xq);
