@@ -256,7 +256,7 @@ int cmd_bench(int argc, char **argv) {
     int n_tok = (int)(n_prompt + n_gen);
     ep.n_threads = threads > 0 ? (int)threads : ft_cpu_physical_cores();
     ep.n_ctx = n_tok;
-    ep.n_batch = (int)n_batch; // the engine caps it at n_ctx
+    ep.n_batch = (int)FT_MIN(n_batch, (int64_t)n_tok);
     if (ep.n_ctx > m->hp.n_ctx_train) {
         fprintf(stderr, "ft bench: -p %d + -n %d exceeds the model's context of %d tokens\n", (int)n_prompt,
                 (int)n_gen, m->hp.n_ctx_train);
@@ -291,18 +291,19 @@ int cmd_bench(int argc, char **argv) {
         printf("{\"model\":\"");
         for (const char *c = model_path; *c; c++) // a path is plain text but may hold quotes
             printf(*c == '"' || *c == '\\' ? "\\%c" : (unsigned char)*c < 0x20 ? "?" : "%c", *c);
-        printf("\",\"arch\":\"%s\",\"device\":\"%s\",\"threads\":%d,\"n_prompt\":%d,\"n_gen\":%d,\"reps\":%d,"
-               "\"n_vocab\":%d,\"prompt_tok_s\":%.3f,\"decode_tok_s\":%.3f,\"prompt_tok_s_runs\":[",
-               m->arch->name, device_name, ep.n_threads, (int)n_prompt, (int)n_gen, (int)reps, m->hp.n_vocab,
-               prompt_med, gen_med);
+        printf("\",\"arch\":\"%s\",\"device\":\"%s\",\"simd\":\"%s\",\"threads\":%d,\"n_prompt\":%d,"
+               "\"n_gen\":%d,\"n_batch\":%d,\"reps\":%d,\"n_vocab\":%d,\"prompt_tok_s\":%.3f,\"decode_tok_s\":%.3f,"
+               "\"prompt_tok_s_runs\":[",
+               m->arch->name, device_name, ft_quant_simd_name(), ep.n_threads, (int)n_prompt, (int)n_gen,
+               ep.n_batch, (int)reps, m->hp.n_vocab, prompt_med, gen_med);
         for (int r = 0; r < reps; r++) printf("%s%.3f", r ? "," : "", prompt_tps[r]);
         printf("],\"decode_tok_s_runs\":[");
         for (int r = 0; r < reps; r++) printf("%s%.3f", r ? "," : "", gen_tps[r]);
         printf("],\"bytes_per_token\":%zu,\"mem_bw_gbs\":%.3f,\"roofline_tok_s\":%.3f,\"roofline_frac\":%.4f}\n",
                bpt, bw, roof_tps, frac);
     } else {
-        printf("model      %s (%s, %d layers, %d threads, %s)\n", model_path, m->arch->name, m->hp.n_layer,
-               ep.n_threads, device_name);
+        printf("model      %s (%s, %d layers, %d threads, %s, %s kernels, batch %d)\n", model_path, m->arch->name,
+               m->hp.n_layer, ep.n_threads, device_name, ft_quant_simd_name(), ep.n_batch);
         printf("prompt     %6d tokens  %9.2f tok/s  (median of %d)\n", (int)n_prompt, prompt_med, (int)reps);
         printf("decode     %6d tokens  %9.2f tok/s  (median of %d)\n", (int)n_gen, gen_med, (int)reps);
         printf("bytes/tok  %.1f MiB (dense weights + top-%d experts)\n", (double)bpt / (1 << 20),
