@@ -9,6 +9,8 @@
 // package, when it loads) and the ratio ft AVX2 / llama.cpp. A measurement, not a test: it
 // prints a table on stdout and asserts nothing.
 //
+// A second table times prefill's tiles (see bench_tiles).
+//
 // Usage: bench_dot [type-name-substring]. FT_LLAMA_LIB_DIR overrides the library folder.
 #include "../src/quant/dot.h"
 #include "../src/quant/quant.h"
@@ -138,6 +140,84 @@ static void measure(const kernel *k, int nk, const uint8_t *w, size_t row_bytes,
     }
 }
 
+// ---------------------------------------------------------------------------------------------
+// Tiles: prefill's matmul shape, TILE_ROWS weight rows x TILE_COLS activation rows (all in
+// cache), computed as a loop of per-row dot products (ft's AVX2 vec_dot, and llama.cpp's
+// vec_dot with one row, which is what its CPU backend runs for the K-quants on AVX2), and as
+// ft's tile kernel. Figures in G multiply-adds per second of one thread's CPU time.
+
+enum { TILE_ROWS = 32, TILE_COLS = 64 };
+
+typedef enum { TILE_BY_ROWS, TILE_LLAMA, TILE_KERNEL } tile_way;
+
+static double tile_run_once(tile_way way, const ft_quant_ops *ops, ggml_vec_dot_fn llama, const uint8_t *w,
+                            size_t bx, const uint8_t *y, size_t by, float *s) {
+    double t0 = now_seconds(), t;
+    int64_t passes = 0;
+    do {
+        if (way == TILE_KERNEL) {
+            ops->vec_dot_tile(ROW_ELEMS, w, bx, TILE_ROWS, y, by, TILE_COLS, s, TILE_ROWS);
+        } else {
+            for (int c = 0; c < TILE_COLS; c++)
+                for (int r = 0; r < TILE_ROWS; r++) {
+                    float *o = s + c * TILE_ROWS + r;
+                    if (way == TILE_BY_ROWS) *o = ops->vec_dot(ROW_ELEMS, w + r * bx, y + c * by);
+                    else llama(ROW_ELEMS, o, 0, w + r * bx, 0, y + c * by, 0, 1);
+                }
+        }
+        passes++;
+        t = now_seconds() - t0;
+    } while (t < MIN_RUN_SECONDS);
+    g_sink = s[0];
+    return (double)passes * TILE_ROWS * TILE_COLS * ROW_ELEMS / t * 1e-9;
+}
+
+static void bench_tiles(const char *filter, get_traits_fn llama) {
+    printf("\nprefill tiles, 1 thread (CPU time): %d weight rows x %d activation rows of %d elements, "
+           "G multiply-adds/s, median of %d runs\n",
+           TILE_ROWS, TILE_COLS, ROW_ELEMS, RUNS);
+    printf("%-7s %10s %10s %10s %9s %9s\n", "type", "rows GMAC", "llama GMAC", "tile GMAC", "tile/rows",
+           "tile/llama");
+    float *f = ft_malloc(ROW_ELEMS * sizeof(float)), *s = ft_malloc(TILE_ROWS * TILE_COLS * sizeof(float));
+    for (size_t c = 0; c < FT_ARRAY_LEN(g_cases); c++) {
+        const bench_case *bc = &g_cases[c];
+        if (filter && !strstr(ft_type_name(bc->type), filter)) continue;
+        const ft_quant_ops *ops = ft_quant_ops_find(bc->type);
+        if (!ops->vec_dot_tile) continue;
+        const ft_quant_ops *act_ops = ft_quant_ops_find(ops->vec_dot_type);
+        size_t bx = ft_row_bytes(bc->type, ROW_ELEMS), by = ft_row_bytes(ops->vec_dot_type, ROW_ELEMS);
+        uint8_t *w = ft_malloc(bx * TILE_ROWS), *y = ft_malloc(by * TILE_COLS);
+        ft_rng rng = ft_rng_init(7 + c);
+        for (int i = 0; i < TILE_ROWS; i++) {
+            for (int j = 0; j < ROW_ELEMS; j++) f[j] = ft_rng_normal(&rng);
+            ops->from_float_ref(f, w + i * bx, ROW_ELEMS);
+        }
+        for (int i = 0; i < TILE_COLS; i++) {
+            for (int j = 0; j < ROW_ELEMS; j++) f[j] = ft_rng_normal(&rng);
+            act_ops->from_float_ref(f, y + i * by, ROW_ELEMS);
+        }
+        const struct ggml_type_traits_cpu *tr = llama ? llama(bc->type) : NULL;
+        bool has_llama = tr && tr->vec_dot && tr->vec_dot_type == (int)ops->vec_dot_type;
+        double runs[3][RUNS], med[3] = {0, 0, 0};
+        for (int r = 0; r < RUNS; r++)
+            for (int way = 0; way < 3; way++)
+                runs[way][r] = way == TILE_LLAMA && !has_llama
+                                   ? 0
+                                   : tile_run_once((tile_way)way, ops, has_llama ? tr->vec_dot : NULL, w, bx, y, by, s);
+        for (int way = 0; way < 3; way++) {
+            qsort(runs[way], RUNS, sizeof(double), cmp_double);
+            med[way] = runs[way][RUNS / 2];
+        }
+        printf("%-7s %10.2f %10.2f %10.2f %9.2f %9.2f\n", ft_type_name(bc->type), med[0], med[1], med[2],
+               med[2] / med[0], med[1] > 0 ? med[2] / med[1] : 0.0);
+        fflush(stdout);
+        free(w);
+        free(y);
+    }
+    free(f);
+    free(s);
+}
+
 int main(int argc, char **argv) {
     const char *filter = argc > 1 ? argv[1] : NULL;
     get_traits_fn llama = load_llama();
@@ -194,5 +274,6 @@ int main(int argc, char **argv) {
         free(act);
     }
     free(f);
+    bench_tiles(filter, llama);
     return 0;
 }

@@ -210,12 +210,17 @@ static uint64_t case_seed(const dot_case *c, int k) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The ops table hands out these functions: the ref always, AVX2 exactly when the CPU has it.
+// The ops table hands out these functions: the ref always, AVX2 exactly when the CPU has it;
+// the name says avx512 where AVX-512BW tiles are in use too.
 
 TEST(dot_ops_dispatch) {
     const char *force = getenv("FT_SIMD");
     bool avx2 = cpu_has_avx2() && !(force && strcmp(force, "scalar") == 0);
-    CHECK(strcmp(ft_quant_simd_name(), avx2 ? "avx2" : "scalar") == 0, "simd %s",
+    __builtin_cpu_init();
+    bool avx512 = avx2 && !(force && strcmp(force, "avx2") == 0) && __builtin_cpu_supports("avx512f") &&
+                  __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+                  __builtin_cpu_supports("avx512dq");
+    CHECK(strcmp(ft_quant_simd_name(), avx512 ? "avx512" : avx2 ? "avx2" : "scalar") == 0, "simd %s",
           ft_quant_simd_name());
     for (size_t i = 0; i < FT_ARRAY_LEN(g_cases); i++) {
         const dot_case *c = &g_cases[i];
@@ -318,6 +323,60 @@ TEST(dot_avx2_vs_ref) {
             }
     }
     fprintf(stderr, "    worst |avx2 - ref| / S: %.3g (%s)\n", worst, worst_name);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 2b. Tiles (vec_dot_tile) against the per-row dot products: equal to vec_dot to the bit (the
+// same arithmetic per column) and so within the avx2-vs-ref tolerance of the reference, for
+// column counts on both sides of the kernels' group of 4 (tails of 1..3 columns), several
+// rows, and an output stride wider than the row count whose gaps must stay untouched.
+
+TEST(dot_tile_vs_rows) {
+    if (!cpu_has_avx2()) {
+        test_skip("the CPU has no AVX2");
+        return;
+    }
+    enum { NR = 5, MAX_NC = 9, LS = NR + 2 };
+    // the formats prefill reads most must have a tile kernel
+    const enum ft_type must[] = {FT_TYPE_Q4_0, FT_TYPE_Q8_0, FT_TYPE_Q4_K, FT_TYPE_Q5_K, FT_TYPE_Q6_K};
+    for (size_t i = 0; i < FT_ARRAY_LEN(must); i++)
+        CHECK(ft_quant_ops_find(must[i])->vec_dot_tile != NULL, "%s has no tile kernel", ft_type_name(must[i]));
+    for (size_t i = 0; i < FT_ARRAY_LEN(g_cases); i++) {
+        const dot_case *c = &g_cases[i];
+        const ft_quant_ops *q = ft_quant_ops_find(c->type);
+        if (!q->vec_dot_tile) continue;
+        for (int k = 1; k <= 6; k += 3) {
+            int64_t n = row_length(c->type, k);
+            size_t bx = ft_row_bytes(c->type, n), by = ft_row_bytes(c->act, n);
+            uint8_t *x = malloc(bx * NR), *y = malloc(by * MAX_NC);
+            float *tmp = malloc((size_t)n * sizeof(float)), s[MAX_NC * LS];
+            for (int r = 0; r < NR; r++) random_weights(c->type, case_seed(c, k) + 17 * (uint64_t)r, x + r * bx, n, false);
+            for (int col = 0; col < MAX_NC; col++)
+                random_activations(c->act, col % 3 == 2 ? ACT_SATURATED : ACT_NORMAL, case_seed(c, k) + 31 * (uint64_t)col,
+                                   y + col * by, tmp, n);
+            for (int nc = 1; nc <= MAX_NC; nc++) {
+                for (int e = 0; e < MAX_NC * LS; e++) s[e] = NAN;
+                q->vec_dot_tile(n, x, bx, NR, y, by, nc, s, LS);
+                for (int col = 0; col < MAX_NC; col++)
+                    for (int r = 0; r < LS; r++) {
+                        float got = s[col * LS + r];
+                        if (col >= nc || r >= NR) {
+                            CHECK(isnan(got), "%s nc=%d: wrote outside the tile at (%d, %d)", ft_type_name(c->type), nc, col, r);
+                            continue;
+                        }
+                        float row = q->vec_dot(n, x + r * bx, y + col * by);
+                        float ref = q->vec_dot_ref(n, x + r * bx, y + col * by);
+                        CHECK(got == row, "%s n=%lld nc=%d (%d, %d): tile %.9g, vec_dot %.9g", ft_type_name(c->type),
+                              (long long)n, nc, col, r, got, row);
+                        CHECK(fabsf(got - ref) <= 1e-3f * (fabsf(ref) + 1.0f), "%s n=%lld nc=%d: tile %.9g, ref %.9g",
+                              ft_type_name(c->type), (long long)n, nc, got, ref);
+                    }
+            }
+            free(x);
+            free(y);
+            free(tmp);
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -37,6 +37,7 @@ static void bench_usage(FILE *out) {
             "  -p, --n-prompt N           prompt tokens (default 512)\n"
             "  -n, --n-gen N              decoded tokens after the prompt (default 128)\n"
             "  -t, --threads N            CPU threads (default: physical cores)\n"
+            "  -b, --batch N              prompt tokens per forward pass (default 512, llama.cpp's)\n"
             "  -r, --reps N               timed runs; figures are their median (default 3)\n"
             "  --kv-cache-dtype T         f16 (default) or q8_0\n"
             "  --device D                 cpu (default) or cuda\n"
@@ -201,7 +202,7 @@ static bool bench_once(ft_engine *e, const int32_t *ids, int n_prompt, int n_gen
 
 int cmd_bench(int argc, char **argv) {
     const char *model_path = NULL, *kv_name = "f16", *device_name = "cpu";
-    int64_t n_prompt = 512, n_gen = 128, threads = 0, reps = 3;
+    int64_t n_prompt = 512, n_gen = 128, threads = 0, reps = 3, n_batch = 512;
     bool json = false, bad = false;
     for (int i = 1; i < argc && !bad; i++) {
         if (args_flag(argv, i, "-h|--help")) {
@@ -218,6 +219,7 @@ int cmd_bench(int argc, char **argv) {
             args_int(argc, argv, &i, "-p|--n-prompt", 0, 1 << 20, &n_prompt, &bad) ||
             args_int(argc, argv, &i, "-n|--n-gen", 0, 1 << 20, &n_gen, &bad) ||
             args_int(argc, argv, &i, "-t|--threads", 1, 1024, &threads, &bad) ||
+            args_int(argc, argv, &i, "-b|--batch", 1, 1 << 16, &n_batch, &bad) ||
             args_int(argc, argv, &i, "-r|--reps", 1, BENCH_MAX_REPS, &reps, &bad))
             continue;
         fprintf(stderr, "ft bench: unexpected argument '%s' (see ft bench --help)\n", argv[i]);
@@ -254,6 +256,7 @@ int cmd_bench(int argc, char **argv) {
     int n_tok = (int)(n_prompt + n_gen);
     ep.n_threads = threads > 0 ? (int)threads : ft_cpu_physical_cores();
     ep.n_ctx = n_tok;
+    ep.n_batch = (int)FT_MIN(n_batch, (int64_t)n_tok);
     if (ep.n_ctx > m->hp.n_ctx_train) {
         fprintf(stderr, "ft bench: -p %d + -n %d exceeds the model's context of %d tokens\n", (int)n_prompt,
                 (int)n_gen, m->hp.n_ctx_train);
@@ -288,18 +291,19 @@ int cmd_bench(int argc, char **argv) {
         printf("{\"model\":\"");
         for (const char *c = model_path; *c; c++) // a path is plain text but may hold quotes
             printf(*c == '"' || *c == '\\' ? "\\%c" : (unsigned char)*c < 0x20 ? "?" : "%c", *c);
-        printf("\",\"arch\":\"%s\",\"device\":\"%s\",\"threads\":%d,\"n_prompt\":%d,\"n_gen\":%d,\"reps\":%d,"
-               "\"n_vocab\":%d,\"prompt_tok_s\":%.3f,\"decode_tok_s\":%.3f,\"prompt_tok_s_runs\":[",
-               m->arch->name, device_name, ep.n_threads, (int)n_prompt, (int)n_gen, (int)reps, m->hp.n_vocab,
-               prompt_med, gen_med);
+        printf("\",\"arch\":\"%s\",\"device\":\"%s\",\"simd\":\"%s\",\"threads\":%d,\"n_prompt\":%d,"
+               "\"n_gen\":%d,\"n_batch\":%d,\"reps\":%d,\"n_vocab\":%d,\"prompt_tok_s\":%.3f,\"decode_tok_s\":%.3f,"
+               "\"prompt_tok_s_runs\":[",
+               m->arch->name, device_name, ft_quant_simd_name(), ep.n_threads, (int)n_prompt, (int)n_gen,
+               ep.n_batch, (int)reps, m->hp.n_vocab, prompt_med, gen_med);
         for (int r = 0; r < reps; r++) printf("%s%.3f", r ? "," : "", prompt_tps[r]);
         printf("],\"decode_tok_s_runs\":[");
         for (int r = 0; r < reps; r++) printf("%s%.3f", r ? "," : "", gen_tps[r]);
         printf("],\"bytes_per_token\":%zu,\"mem_bw_gbs\":%.3f,\"roofline_tok_s\":%.3f,\"roofline_frac\":%.4f}\n",
                bpt, bw, roof_tps, frac);
     } else {
-        printf("model      %s (%s, %d layers, %d threads, %s)\n", model_path, m->arch->name, m->hp.n_layer,
-               ep.n_threads, device_name);
+        printf("model      %s (%s, %d layers, %d threads, %s, %s kernels, batch %d)\n", model_path, m->arch->name,
+               m->hp.n_layer, ep.n_threads, device_name, ft_quant_simd_name(), ep.n_batch);
         printf("prompt     %6d tokens  %9.2f tok/s  (median of %d)\n", (int)n_prompt, prompt_med, (int)reps);
         printf("decode     %6d tokens  %9.2f tok/s  (median of %d)\n", (int)n_gen, gen_med, (int)reps);
         printf("bytes/tok  %.1f MiB (dense weights + top-%d experts)\n", (double)bpt / (1 << 20),

@@ -9,6 +9,7 @@
 #ifndef FT_QUANT_DOT_H
 #define FT_QUANT_DOT_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #define FT_DOT_DECL(type)                                                        \
@@ -33,5 +34,32 @@ FT_DOT_DECL(iq4_xs)
 FT_DOT_DECL(mxfp4)
 
 #undef FT_DOT_DECL
+
+// Tiles (see ft_vec_dot_tile_fn), for the types whose AVX2 kernel has a tile form.
+#define FT_DOT_TILE_DECL(type)                                                                       \
+    void ft_vec_dot_tile_##type##_avx2(int64_t n, const void *x, size_t bx, int nr, const void *y,   \
+                                       size_t by, int nc, float *s, size_t ls);
+
+FT_DOT_TILE_DECL(f32)
+FT_DOT_TILE_DECL(f16)
+FT_DOT_TILE_DECL(bf16)
+FT_DOT_TILE_DECL(q4_0)
+FT_DOT_TILE_DECL(q4_1)
+FT_DOT_TILE_DECL(q5_0)
+FT_DOT_TILE_DECL(q5_1)
+FT_DOT_TILE_DECL(q8_0)
+FT_DOT_TILE_DECL(q4_K)
+FT_DOT_TILE_DECL(q5_K)
+FT_DOT_TILE_DECL(q6_K)
+FT_DOT_TILE_DECL(iq4_nl)
+FT_DOT_TILE_DECL(mxfp4)
+
+#undef FT_DOT_TILE_DECL
+
+// AVX-512BW tiles (same contract, bit-identical to the AVX2 ones), where the CPU has AVX-512BW.
+void ft_vec_dot_tile_q4_K_avx512(int64_t n, const void *x, size_t bx, int nr, const void *y, size_t by,
+                                 int nc, float *s, size_t ls);
+void ft_vec_dot_tile_q8_0_avx512(int64_t n, const void *x, size_t bx, int nr, const void *y, size_t by,
+                                 int nc, float *s, size_t ls);
 
 #endif

@@ -67,6 +67,29 @@ static void ops_init(void) {
     USE_AVX2(FT_TYPE_IQ4_XS, iq4_xs);
     USE_AVX2(FT_TYPE_MXFP4, mxfp4);
 #undef USE_AVX2
+#define USE_TILE(T, type) g_ops[T].vec_dot_tile = ft_vec_dot_tile_##type##_avx2
+    USE_TILE(FT_TYPE_F32, f32);
+    USE_TILE(FT_TYPE_F16, f16);
+    USE_TILE(FT_TYPE_BF16, bf16);
+    USE_TILE(FT_TYPE_Q4_0, q4_0);
+    USE_TILE(FT_TYPE_Q4_1, q4_1);
+    USE_TILE(FT_TYPE_Q5_0, q5_0);
+    USE_TILE(FT_TYPE_Q5_1, q5_1);
+    USE_TILE(FT_TYPE_Q8_0, q8_0);
+    USE_TILE(FT_TYPE_Q4_K, q4_K);
+    USE_TILE(FT_TYPE_Q5_K, q5_K);
+    USE_TILE(FT_TYPE_Q6_K, q6_K);
+    USE_TILE(FT_TYPE_IQ4_NL, iq4_nl);
+    USE_TILE(FT_TYPE_MXFP4, mxfp4);
+#undef USE_TILE
+    // AVX-512BW tiles where the CPU and OS have them (FT_SIMD=avx2 keeps the AVX2 ones)
+    if (force && strcmp(force, "avx2") == 0) return;
+    if (!(__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")))
+        return;
+    g_simd = "avx512";
+    g_ops[FT_TYPE_Q4_K].vec_dot_tile = ft_vec_dot_tile_q4_K_avx512;
+    g_ops[FT_TYPE_Q8_0].vec_dot_tile = ft_vec_dot_tile_q8_0_avx512;
 }
 
 const ft_quant_ops *ft_quant_ops_find(enum ft_type type) {

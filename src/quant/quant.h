@@ -88,6 +88,11 @@ typedef void (*ft_from_float_fn)(const float *x, void *y, int64_t n);
 // Dot product of a weight row x (the type's format) with an activation row y (in the type's
 // vec_dot_type format), both n elements long.
 typedef float (*ft_vec_dot_fn)(int64_t n, const void *x, const void *y);
+// The same on a tile: nr weight rows x (bx bytes apart) with nc activation rows y (by bytes
+// apart), s[c * ls + r] = vec_dot(n, x row r, y row c), equal to vec_dot to the bit. Decodes
+// each weight block once for several activation rows (prefill's matmuls).
+typedef void (*ft_vec_dot_tile_fn)(int64_t n, const void *x, size_t bx, int nr, const void *y,
+                                   size_t by, int nc, float *s, size_t ls);
 
 typedef struct ft_quant_ops {
     ft_to_float_fn to_float;         // dequantize (reference; exact, so also the fast path)
@@ -95,14 +100,16 @@ typedef struct ft_quant_ops {
     ft_vec_dot_fn vec_dot_ref;       // scalar reference dot product
     ft_vec_dot_fn vec_dot;           // fastest dot product on this CPU
     enum ft_type vec_dot_type;       // format the activations are quantized to for vec_dot
+    ft_vec_dot_tile_fn vec_dot_tile; // vec_dot over a tile on this CPU; NULL: loop over vec_dot
 } ft_quant_ops;
 
 // The ops of a type ft computes with, or NULL for a type it does not (yet) support.
 // The first call detects the CPU's features; thread-safe.
 const ft_quant_ops *ft_quant_ops_find(enum ft_type type);
 
-// Which SIMD level vec_dot uses on this CPU: "avx2" or "scalar". FT_SIMD=scalar in the
-// environment forces the scalar path (for tests and benchmarks).
+// Which SIMD level the kernels use on this CPU: "avx512" (AVX2 dot products and AVX-512BW
+// tiles where there is one), "avx2" or "scalar". FT_SIMD=scalar in the environment forces the
+// scalar path, FT_SIMD=avx2 the AVX2 one (for tests and benchmarks).
 const char *ft_quant_simd_name(void);
 
 // Fills dst with a row of n random but valid values of type t (n a multiple of the block size):

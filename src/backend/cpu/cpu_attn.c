@@ -175,7 +175,9 @@ void cpu_attention(ft_backend *be, const ft_attn_params *p) {
     FT_ASSERT(p->n_head % p->n_head_kv == 0);
     // llama.cpp switches to a tiled kernel for batches of 64 queries or more over an f16
     // cache: q.k in f32 from the f16 keys, values accumulated in f32. We follow it.
-    attn_job j = {c, p, p->k_cache->type == FT_TYPE_F16 && p->n_tok >= 64};
+    bool tiled = p->k_cache->type == FT_TYPE_F16 && p->n_tok >= 64;
+    if (!c->base.reference && cpu_has_avx2() && cpu_attention_fast(c, p, tiled)) return;
+    attn_job j = {c, p, tiled};
     cpu_run(c, attn_worker, &j);
 }
 

@@ -20,6 +20,23 @@ ft_vec_dot_fn cpu_vec_dot(const cpu_backend *c, enum ft_type type) {
     return c->base.reference ? q->vec_dot_ref : q->vec_dot;
 }
 
+// Loops over vec_dot where the type has no tile kernel (and on the reference path).
+static void dot_tile_by_rows(ft_vec_dot_fn dot, int64_t n, const uint8_t *w, size_t w_row, int nr,
+                             const uint8_t *x, size_t x_row, int nc, float *y, size_t ldy) {
+    for (int c = 0; c < nc; c++)
+        for (int r = 0; r < nr; r++) y[(size_t)c * ldy + r] = dot(n, w + (size_t)r * w_row, x + (size_t)c * x_row);
+}
+
+void cpu_dot_tile(const cpu_backend *c, enum ft_type wtype, int64_t n, const uint8_t *w, size_t w_row,
+                  int nr, const uint8_t *x, size_t x_row, int nc, float *y, size_t ldy) {
+    const ft_quant_ops *q = ft_quant_ops_find(wtype);
+    FT_ASSERT(q && q->vec_dot);
+    if (!c->base.reference && q->vec_dot_tile)
+        q->vec_dot_tile(n, w, w_row, nr, x, x_row, nc, y, ldy);
+    else
+        dot_tile_by_rows(c->base.reference ? q->vec_dot_ref : q->vec_dot, n, w, w_row, nr, x, x_row, nc, y, ldy);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Scratch
 
@@ -50,9 +67,12 @@ static void cpu_reserve(ft_backend *be, const ft_backend_limits *lim) {
     c->xq_row = (size_t)lim->max_width * 4 + 64;
     c->xq = ft_malloc(rows * c->xq_row);
     c->xq2 = ft_malloc(rows * c->xq_row);
+    c->xq_tok = ft_malloc((size_t)lim->max_tok * c->xq_row);
     int nth = ft_pool_threads(c->pool);
     // q in the key's format, the V accumulator and one dequantized V row (also RoPE's angles)
-    c->attn_ws_per_thread = (size_t)lim->max_head_dim * 3 + 64;
+    // (the fast path: a GQA group's accumulators and converted queries, each at most the
+    // q width, which max_width covers)
+    c->attn_ws_per_thread = FT_MAX((size_t)lim->max_head_dim * 3, (size_t)lim->max_width * 2) + 64;
     c->attn_ws = ft_malloc((size_t)nth * c->attn_ws_per_thread * sizeof(float));
     int ne = FT_MAX(lim->n_expert, 1);
     c->logits = ft_malloc((size_t)lim->max_tok * (size_t)ne * sizeof(float));
@@ -75,6 +95,7 @@ static void cpu_free(ft_backend *be) {
     free(c->bufs);
     free(c->xq);
     free(c->xq2);
+    free(c->xq_tok);
     free(c->attn_ws);
     free(c->logits);
     free(c->sel);
@@ -119,7 +140,8 @@ void cpu_quantize_rows(cpu_backend *c, enum ft_type vdt, const float *x, int64_t
 }
 
 typedef struct {
-    ft_vec_dot_fn dot;
+    const cpu_backend *c;
+    enum ft_type wtype;
     const uint8_t *w;
     size_t w_row;
     int64_t n_in, n_out;
@@ -136,19 +158,16 @@ static void mm_worker(void *ctx, int ith, int nth) {
     // A block of weight rows stays in cache while every activation row passes over it.
     enum { BLOCK = 16 };
     for (int64_t ob = o0; ob < o1; ob += BLOCK) {
-        int64_t oe = FT_MIN(ob + BLOCK, o1);
-        for (int r = 0; r < j->n_rows; r++) {
-            const uint8_t *xr = j->xq + (size_t)r * j->xq_row;
-            float *yr = j->y + (size_t)r * (size_t)j->n_out;
-            for (int64_t o = ob; o < oe; o++) yr[o] = j->dot(j->n_in, j->w + (size_t)o * j->w_row, xr);
-        }
+        int nr = (int)FT_MIN(BLOCK, o1 - ob);
+        cpu_dot_tile(j->c, j->wtype, j->n_in, j->w + (size_t)ob * j->w_row, j->w_row, nr, j->xq, j->xq_row,
+                     j->n_rows, j->y + ob, (size_t)j->n_out);
     }
 }
 
 void cpu_matmul_q(cpu_backend *c, enum ft_type wtype, const uint8_t *w, size_t w_row,
                   int64_t n_in, int64_t n_out, const uint8_t *xq, size_t xq_row, float *y,
                   int n_rows) {
-    mm_job j = {cpu_vec_dot(c, wtype), w, w_row, n_in, n_out, xq, xq_row, y, n_rows};
+    mm_job j = {c, wtype, w, w_row, n_in, n_out, xq, xq_row, y, n_rows};
     cpu_run(c, mm_worker, &j);
 }
 

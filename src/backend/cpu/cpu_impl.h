@@ -19,6 +19,7 @@ typedef struct cpu_backend {
     uint8_t *xq;        // quantized activations: (max_tok * max(n_used, 1)) rows
     size_t xq_row;      // bytes per quantized row (enough for any vec_dot_type)
     uint8_t *xq2;       // a second quantized copy (gate and up of different types)
+    uint8_t *xq_tok;    // (max_tok) rows: MoE inputs quantized in token order before grouping
     float *attn_ws;     // per-thread attention workspace
     size_t attn_ws_per_thread;
     // MoE routing and grouping
@@ -46,6 +47,12 @@ void cpu_run(cpu_backend *c, ft_pool_fn fn, void *ctx);
 // The dot product to use for a weight type (reference or fastest).
 ft_vec_dot_fn cpu_vec_dot(const cpu_backend *c, enum ft_type type);
 
+// y[c * ldy + r] = dot(w row r, x row c) for r < nr weight rows (w_row bytes apart) and c < nc
+// activation rows (x_row bytes apart, in the weight type's vec_dot_type): the type's tile
+// kernel, or a loop over its dot product (always on the reference path).
+void cpu_dot_tile(const cpu_backend *c, enum ft_type wtype, int64_t n, const uint8_t *w, size_t w_row,
+                  int nr, const uint8_t *x, size_t x_row, int nc, float *y, size_t ldy);
+
 // Quantizes one activation row of n floats to vdt as llama.cpp's CPU backend does.
 void cpu_quantize_row(enum ft_type vdt, const float *x, void *y, int64_t n);
 
@@ -58,6 +65,13 @@ void cpu_quantize_rows(cpu_backend *c, enum ft_type vdt, const float *x, int64_t
 void cpu_matmul_q(cpu_backend *c, enum ft_type wtype, const uint8_t *w, size_t w_row,
                   int64_t n_in, int64_t n_out, const uint8_t *xq, size_t xq_row, float *y,
                   int n_rows);
+
+// True where the AVX2 kernels (cpu_*_avx2.c, quant's _avx2 dots) may run on this CPU.
+static inline bool cpu_has_avx2(void) { return ft_quant_simd_name()[0] == 'a'; }
+
+// The fast attention (cpu_attn_avx2.c): false, having done nothing, for a case it does not
+// cover (then the reference path runs). tiled: llama.cpp's f32 path for large batches.
+bool cpu_attention_fast(cpu_backend *c, const ft_attn_params *p, bool tiled);
 
 // The op functions defined in cpu_attn.c and cpu_moe.c.
 void cpu_rope(ft_backend *be, float *x, int n_tok, int n_head, int head_dim, int pos0,

@@ -7,7 +7,8 @@
 //   2. group the (token, slot) pairs by expert (a counting sort), so each expert's weights
 //      are read once for all its tokens and unselected experts are never touched;
 //   3. gate and up for every active expert's rows over the pool, SiLU(gate) * up,
-//      quantize to the down bank's vec_dot_type, down over the pool;
+//      quantize to the down bank's vec_dot_type, down over the pool; each expert's weights
+//      meet all its tokens in tiles (cpu_dot_tile), the work split by token-rows;
 //   4. per token, the weighted sum over its slots in slot order (as llama.cpp adds them).
 #include "cpu_impl.h"
 
@@ -106,32 +107,53 @@ typedef struct {
     cpu_backend *c;
     int n_active;
     int64_t n_out, n_in;
-    // up to two banks computed in the same pass (gate and up), each with its input rows
+    // up to two banks computed in the same pass (gate and up), each with its input rows in
+    // grouped order (row g of xq: grouped row g)
     const ft_tensor *w[2];
     const uint8_t *xq[2];
-    bool by_token;  // input row of grouped row g: token grp_tok[g] (else g itself)
     float *y[2];    // (grouped rows, n_out)
     int n_banks;
 } exp_job;
 
+// The work of the active experts' rows, (expert, row) in order, each row weighing its
+// expert's token count, is split into nth contiguous shares of about equal weight; thread
+// ith computes its share in blocks of rows, each block a tile over the expert's tokens.
 static void exp_worker(void *ctx, int ith, int nth) {
     exp_job *j = ctx;
     cpu_backend *c = j->c;
-    int64_t r0, r1;
-    ft_pool_split((int64_t)j->n_active * j->n_out, ith, nth, &r0, &r1);
-    for (int b = 0; b < j->n_banks; b++) {
-        ft_vec_dot_fn dot = cpu_vec_dot(c, j->w[b]->type);
-        for (int64_t r = r0; r < r1; r++) {
-            int e = c->active[r / j->n_out];
-            int64_t o = r % j->n_out;
-            const uint8_t *wr = (const uint8_t *)j->w[b]->data + (size_t)e * j->w[b]->mat_bytes +
-                                (size_t)o * j->w[b]->row_bytes;
-            for (int g = c->exp_off[e]; g < c->exp_off[e + 1]; g++) {
-                int xr = j->by_token ? c->grp_tok[g] : g;
-                j->y[b][(size_t)g * j->n_out + o] = dot(j->n_in, wr, j->xq[b] + (size_t)xr * c->xq_row);
+    int64_t total = (int64_t)c->exp_off[c->active[j->n_active - 1] + 1] * j->n_out; // token-rows
+    int64_t w0 = total * ith / nth, w1 = total * (ith + 1) / nth, seen = 0;
+    enum { BLOCK = 16 };
+    for (int a = 0; a < j->n_active && seen < w1; a++) {
+        int e = c->active[a], g0 = c->exp_off[e], cnt = c->exp_off[e + 1] - g0;
+        int64_t span = (int64_t)cnt * j->n_out;
+        if (seen + span > w0) {
+            // rows [o0, o1) of this expert: those whose weight falls in [w0, w1)
+            int64_t o0 = seen >= w0 ? 0 : (w0 - seen + cnt - 1) / cnt;
+            int64_t o1 = seen + span <= w1 ? j->n_out : (w1 - seen + cnt - 1) / cnt;
+            for (int b = 0; b < j->n_banks; b++) {
+                const ft_tensor *w = j->w[b];
+                const uint8_t *we = (const uint8_t *)w->data + (size_t)e * w->mat_bytes;
+                for (int64_t ob = o0; ob < o1; ob += BLOCK) {
+                    int nr = (int)FT_MIN(BLOCK, o1 - ob);
+                    cpu_dot_tile(c, w->type, j->n_in, we + (size_t)ob * w->row_bytes, w->row_bytes, nr,
+                                 j->xq[b] + (size_t)g0 * c->xq_row, c->xq_row, cnt,
+                                 j->y[b] + (size_t)g0 * j->n_out + ob, (size_t)j->n_out);
+                }
             }
         }
+        seen += span;
     }
+}
+
+// Quantizes x (n_tok rows of n) to vdt in token order into c->xq_tok, then copies row
+// grp_tok[g] to row g of dst for each of the rows grouped rows.
+static void quantize_grouped(cpu_backend *c, enum ft_type vdt, const float *x, int64_t n, int n_tok,
+                             int rows, uint8_t *dst) {
+    cpu_quantize_rows(c, vdt, x, n, n_tok, c->xq_tok, c->xq_row);
+    size_t bytes = ft_row_bytes(vdt, n);
+    for (int g = 0; g < rows; g++)
+        memcpy(dst + (size_t)g * c->xq_row, c->xq_tok + (size_t)c->grp_tok[g] * c->xq_row, bytes);
 }
 
 static enum ft_type vdt_of(enum ft_type t) { return ft_quant_ops_find(t)->vec_dot_type; }
@@ -153,17 +175,19 @@ void cpu_moe_ffn(ft_backend *be, const ft_moe_params *p, const float *x, float *
         FT_ASSERT(where == FT_PLACEMENT_CPU);
     }
 
+    // gate and up read each grouped row's token, quantized once per token and copied into
+    // grouped order so every expert's tokens are consecutive rows (a tile's columns)
+    int rows = n_tok * k;
     enum ft_type vg = vdt_of(p->gate_exps->type), vu = vdt_of(p->up_exps->type);
-    cpu_quantize_rows(c, vg, x, n_embd, n_tok, c->xq, c->xq_row);
-    if (vu != vg) cpu_quantize_rows(c, vu, x, n_embd, n_tok, c->xq2, c->xq_row);
+    quantize_grouped(c, vg, x, n_embd, n_tok, rows, c->xq);
+    if (vu != vg) quantize_grouped(c, vu, x, n_embd, n_tok, rows, c->xq2);
     exp_job gu = {c, n_active, n_ff, n_embd, {p->gate_exps, p->up_exps},
-                  {c->xq, vu != vg ? c->xq2 : c->xq}, true, {c->h_gate, c->h_up}, 2};
+                  {c->xq, vu != vg ? c->xq2 : c->xq}, {c->h_gate, c->h_up}, 2};
     cpu_run(c, exp_worker, &gu);
 
-    int rows = n_tok * k;
     for (size_t i = 0; i < (size_t)rows * (size_t)n_ff; i++) c->h_gate[i] = cpu_silu(c->h_gate[i]) * c->h_up[i];
     cpu_quantize_rows(c, vdt_of(p->down_exps->type), c->h_gate, n_ff, rows, c->xq, c->xq_row);
-    exp_job dn = {c, n_active, n_embd, n_ff, {p->down_exps, NULL}, {c->xq, NULL}, false, {c->h_out, NULL}, 1};
+    exp_job dn = {c, n_active, n_embd, n_ff, {p->down_exps, NULL}, {c->xq, NULL}, {c->h_out, NULL}, 1};
     cpu_run(c, exp_worker, &dn);
 
     for (int t = 0; t < n_tok; t++) {

@@ -1,0 +1,159 @@
+// cpu_attn_avx2.c: the fast path of the attention op (cpu_attn.c holds the reference).
+//
+// Same steps as the reference (see the comment above attn_worker in cpu_attn.c), reorganised:
+//   1. one work item is a (token, KV head) pair and computes every query head of that KV
+//      head's group, so each key and value row is read and converted once per group, not once
+//      per query head; items are dealt to threads round-robin in token order, which balances
+//      the causal triangle (later tokens see more keys);
+//   2. scores: the query of each head is converted once per item to the key type's
+//      vec_dot_type and scored with the same dot product as the reference (bit-identical),
+//      or, on llama.cpp's tiled path (f16 cache, 64 queries or more), in f32 against the f16
+//      key converted in registers (F16C), 8-lane FMAs (another summation order than the
+//      reference's sequential one);
+//   3. values: the row is converted in registers (F16C for f16, int8 times the block scale for
+//      q8_0) and added to each head's accumulator with a separate multiply and add, rounded
+//      to f16 after every key where the reference does (vcvtps2ph rounds to nearest even, as
+//      ft_fp32_to_fp16), so this step agrees with the reference to the bit.
+// No buffers per key: the per-thread workspace (sized in cpu_reserve) holds the group's
+// converted queries and accumulators.
+#include "cpu_impl.h"
+#include "../../quant/fp16.h"
+
+#include <immintrin.h>
+#include <string.h>
+
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
+#elif defined(__GNUC__)
+#pragma GCC target("avx2,fma,f16c")
+#endif
+
+typedef struct {
+    cpu_backend *c;
+    const ft_attn_params *p;
+    bool tiled;
+} attn_fast_job;
+
+// 8 values of a cache row starting at element d (a multiple of 8): f16, or q8_0 (code times
+// the block's scale, the product the reference's dequantization rounds once).
+static inline __m256 load_row8(const uint8_t *row, enum ft_type type, int d) {
+    if (type == FT_TYPE_F16) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(row + 2 * (size_t)d)));
+    const block_q8_0 *b = (const block_q8_0 *)row + d / 32;
+    __m256i q = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(b->qs + d % 32)));
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(q), _mm256_set1_ps(_cvtsh_ss(b->d)));
+}
+
+static inline __m256 round_f16(__m256 x) {
+    return _mm256_cvtph_ps(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+
+static inline float hsum8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+// f32 query . f16 key, in 8 lanes (hd a multiple of 8).
+static inline float dot_f32_f16(const float *q, const uint8_t *k, int hd) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    int d = 0;
+    for (; d + 16 <= hd; d += 16) {
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), load_row8(k, FT_TYPE_F16, d), a0);
+        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + d + 8), load_row8(k, FT_TYPE_F16, d + 8), a1);
+    }
+    if (d < hd) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), load_row8(k, FT_TYPE_F16, d), a0);
+    return hsum8(_mm256_add_ps(a0, a1));
+}
+
+enum { ATTN_MAX_GROUP = 64 };
+
+static void attn_fast_worker(void *ctx, int ith, int nth) {
+    attn_fast_job *j = ctx;
+    const ft_attn_params *p = j->p;
+    cpu_backend *c = j->c;
+    enum ft_type kt = p->k_cache->type, vt = p->v_cache->type;
+    enum ft_type kvdt = ft_quant_ops_find(kt)->vec_dot_type;
+    ft_vec_dot_fn dot = cpu_vec_dot(c, kt);
+    int hd = p->head_dim, group = p->n_head / p->n_head_kv;
+    bool v16 = vt == FT_TYPE_F16 && !j->tiled;
+    size_t q_bytes = ft_row_bytes(kvdt, hd);
+    float *acc = c->attn_ws + (size_t)ith * c->attn_ws_per_thread; // (group, hd)
+    uint8_t *qbuf = (uint8_t *)(acc + (size_t)group * hd);         // (group, q_bytes)
+    size_t krow = ft_row_bytes(kt, hd), vrow = ft_row_bytes(vt, hd);
+    float S[ATTN_MAX_GROUP], M[ATTN_MAX_GROUP], vs[ATTN_MAX_GROUP];
+
+    int64_t n_items = (int64_t)p->n_tok * p->n_head_kv;
+    for (int64_t it = ith; it < n_items; it += nth) {
+        int t = (int)(it / p->n_head_kv), hk = (int)(it % p->n_head_kv);
+        int qpos = p->pos0 + t;
+        int kmin = p->window > 0 ? FT_MAX(0, qpos - p->window + 1) : 0;
+        const float *q0 = p->q + ((size_t)t * p->n_head + (size_t)hk * group) * hd; // (group, hd)
+        if (!j->tiled)
+            for (int g = 0; g < group; g++) cpu_quantize_row(kvdt, q0 + (size_t)g * hd, qbuf + g * q_bytes, hd);
+        for (int g = 0; g < group; g++) {
+            S[g] = 0;
+            M[g] = -INFINITY;
+        }
+        memset(acc, 0, (size_t)group * hd * sizeof(float));
+        for (int k = kmin; k <= qpos; k++) {
+            const uint8_t *kr = (const uint8_t *)p->k_cache->data + (size_t)k * p->k_cache->row_bytes + hk * krow;
+            const uint8_t *vr = (const uint8_t *)p->v_cache->data + (size_t)k * p->v_cache->row_bytes + hk * vrow;
+            // the online softmax step of each head, as the reference; a new maximum rescales
+            // that head's accumulator first
+            for (int g = 0; g < group; g++) {
+                float s = j->tiled ? dot_f32_f16(q0 + (size_t)g * hd, kr, hd) * p->scale
+                                   : dot(hd, kr, qbuf + g * q_bytes) * p->scale;
+                float ms = 1.0f;
+                vs[g] = 1.0f;
+                if (s > M[g]) {
+                    float old = M[g];
+                    M[g] = s;
+                    ms = expf(old - s);
+                    float *a = acc + (size_t)g * hd;
+                    __m256 m8 = _mm256_set1_ps(ms);
+                    for (int d = 0; d < hd; d += 8) {
+                        __m256 x = _mm256_mul_ps(_mm256_loadu_ps(a + d), m8);
+                        _mm256_storeu_ps(a + d, v16 ? round_f16(x) : x);
+                    }
+                } else {
+                    vs[g] = expf(s - M[g]);
+                }
+                S[g] = S[g] * ms + vs[g];
+            }
+            // acc_g += v * vs_g, the value row converted once for the whole group
+            for (int d = 0; d < hd; d += 8) {
+                __m256 v = load_row8(vr, vt, d);
+                for (int g = 0; g < group; g++) {
+                    float *a = acc + (size_t)g * hd + d;
+                    __m256 x = _mm256_add_ps(_mm256_loadu_ps(a), _mm256_mul_ps(v, _mm256_set1_ps(vs[g])));
+                    _mm256_storeu_ps(a, v16 ? round_f16(x) : x);
+                }
+            }
+        }
+        for (int g = 0; g < group; g++) {
+            float inv = S[g] == 0.0f ? 0.0f : 1.0f / S[g];
+            const float *a = acc + (size_t)g * hd;
+            float *o = p->out + ((size_t)t * p->n_head + (size_t)hk * group + g) * hd;
+            for (int d = 0; d < hd; d++) o[d] = a[d] * inv;
+        }
+    }
+}
+
+bool cpu_attention_fast(cpu_backend *c, const ft_attn_params *p, bool tiled) {
+    int group = p->n_head / p->n_head_kv;
+    enum ft_type kt = p->k_cache->type, vt = p->v_cache->type;
+    bool types_ok = (kt == FT_TYPE_F16 || kt == FT_TYPE_Q8_0) && (vt == FT_TYPE_F16 || vt == FT_TYPE_Q8_0);
+    if (!types_ok || group > ATTN_MAX_GROUP || p->head_dim % 32 != 0) return false;
+    if (tiled && kt != FT_TYPE_F16) return false;
+    // the workspace holds the group's accumulators and converted queries
+    size_t need = (size_t)group * p->head_dim * 2 + 16;
+    if (need > c->attn_ws_per_thread) return false;
+    attn_fast_job j = {c, p, tiled};
+    cpu_run(c, attn_fast_worker, &j);
+    return true;
+}
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#endif

@@ -1,0 +1,47 @@
+// test_cmd_bench.c: `ft bench` through the process boundary: its usage errors, and that --json
+// reports the run it was asked for (lengths, batch, repetitions, per-run figures, bytes per
+// token of the model). Speeds are only checked to be positive: timings belong in benchmarks.
+#include "test.h"
+
+#include <jansson.h>
+#include <string.h>
+
+static int ft_bench(const char *args, char *out, size_t cap) {
+    char cmd[4096];
+    snprintf(cmd, sizeof(cmd), "%s bench %s", test_ft_bin(), args);
+    return test_run(cmd, out, cap);
+}
+
+TEST(cmd_bench_usage_errors) {
+    CHECK(ft_bench("-p 0 -n 0 2>/dev/null", NULL, 0) == 2);
+    CHECK(ft_bench("-b 0 2>/dev/null", NULL, 0) == 2);
+    CHECK(ft_bench("--bogus 2>/dev/null", NULL, 0) == 2);
+    CHECK(ft_bench("-m /nonexistent/model.gguf -p 4 -n 1 2>/dev/null", NULL, 0) == 1);
+}
+
+TEST(cmd_bench_json_reports_the_run) {
+    const char *path = test_path("bench_moe.gguf");
+    char cmd[2048], out[8192];
+    snprintf(cmd, sizeof(cmd), "%s synth '%s' --arch qwen3moe --layers 2 --experts 4 --top-k 2 2>/dev/null",
+             test_ft_bin(), path);
+    REQUIRE(test_run(cmd, NULL, 0) == 0);
+    snprintf(cmd, sizeof(cmd), "-m '%s' -p 9 -n 3 -b 4 -t 2 -r 2 --json 2>/dev/null", path);
+    REQUIRE(ft_bench(cmd, out, sizeof(out)) == 0, "%s", out);
+    json_error_t jerr;
+    json_t *j = json_loads(out, 0, &jerr);
+    REQUIRE(j != NULL, "not JSON (%s): %s", jerr.text, out);
+    CHECK(json_integer_value(json_object_get(j, "n_prompt")) == 9);
+    CHECK(json_integer_value(json_object_get(j, "n_gen")) == 3);
+    CHECK(json_integer_value(json_object_get(j, "n_batch")) == 4);
+    CHECK(json_integer_value(json_object_get(j, "reps")) == 2);
+    CHECK(json_integer_value(json_object_get(j, "threads")) == 2);
+    CHECK(json_number_value(json_object_get(j, "prompt_tok_s")) > 0);
+    CHECK(json_number_value(json_object_get(j, "decode_tok_s")) > 0);
+    CHECK(json_integer_value(json_object_get(j, "bytes_per_token")) > 0);
+    CHECK(json_array_size(json_object_get(j, "prompt_tok_s_runs")) == 2);
+    CHECK(json_array_size(json_object_get(j, "decode_tok_s_runs")) == 2);
+    const char *simd = json_string_value(json_object_get(j, "simd"));
+    CHECK(simd && (!strcmp(simd, "avx512") || !strcmp(simd, "avx2") || !strcmp(simd, "scalar")), "simd %s",
+          simd ? simd : "(missing)");
+    json_decref(j);
+}

@@ -1,0 +1,81 @@
+// test_cpu_attn.c: the CPU attention's fast path (cpu_attn_avx2.c) against its reference path
+// (cpu_attn.c on FT_REFERENCE's backend), over f16 and q8_0 caches, GQA groups of 1, 4 and 8
+// query heads, sliding windows, and batches on both sides of llama.cpp's tiled threshold
+// (64 queries). Outputs are filled with NaN first so an unwritten element fails.
+#include "test.h"
+#include "../src/backend/cpu/cpu.h"
+#include "../src/util/rng.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+enum { ATT_HD = 128, ATT_CTX = 80 };
+
+static ft_backend *attn_backend(bool reference) {
+    ft_backend *be = ft_backend_cpu_init(reference ? 1 : 3, reference);
+    ft_backend_limits lim = {.max_tok = 80, .max_width = 8 * ATT_HD * 2, .max_ctx = ATT_CTX,
+                             .max_head_dim = ATT_HD, .n_expert = 1, .n_expert_used = 1};
+    be->ops->reserve(be, &lim);
+    return be;
+}
+
+static ft_tensor cache_tensor(enum ft_type type, int width) {
+    ft_tensor t = {.name = "kv", .type = type, .ne = {width, ATT_CTX, 1}, .placement = FT_PLACEMENT_CPU};
+    t.row_bytes = ft_row_bytes(type, width);
+    t.data = ft_calloc(ATT_CTX, t.row_bytes);
+    return t;
+}
+
+// Both paths make the same roundings but the reference's dot products are scalar and the
+// fast path's are SIMD (another summation order), so a score may differ in its last bit; with
+// an f16 value accumulator (below 64 queries) that can move an f16 rounding of the running
+// sum: 4e-3 there (outputs are of order 1, f16's step at 1 is 1e-3), 1e-4 elsewhere.
+TEST(cpu_attention_fast_vs_reference) {
+    ft_rng r = ft_rng_init(5);
+    ft_backend *fast = attn_backend(false), *ref = attn_backend(true);
+    const enum ft_type types[2] = {FT_TYPE_F16, FT_TYPE_Q8_0};
+    const int groups[3][2] = {{4, 4}, {8, 2}, {16, 2}}; // (n_head, n_head_kv)
+    const int batches[3][2] = {{1, ATT_CTX - 1}, {7, 30}, {70, 5}}; // (n_tok, pos0)
+    size_t max_q = (size_t)80 * 16 * ATT_HD;
+    float *q = ft_malloc(max_q * sizeof(float)), *of = ft_malloc(max_q * sizeof(float)),
+          *orf = ft_malloc(max_q * sizeof(float));
+    float *kv = ft_malloc((size_t)ATT_CTX * 4 * ATT_HD * sizeof(float));
+    for (int ti = 0; ti < 2; ti++)
+        for (int gi = 0; gi < 3; gi++)
+            for (int bi = 0; bi < 3; bi++)
+                for (int window = 0; window <= 9; window += 9) {
+                    int nh = groups[gi][0], nkv = groups[gi][1], nt = batches[bi][0], pos0 = batches[bi][1];
+                    if (pos0 + nt > ATT_CTX) continue;
+                    ft_tensor kc = cache_tensor(types[ti], nkv * ATT_HD), vc = cache_tensor(types[ti], nkv * ATT_HD);
+                    for (int i = 0; i < ATT_CTX * nkv * ATT_HD; i++) kv[i] = ft_rng_normal(&r) * 2.0f;
+                    fast->ops->set_rows(fast, &kc, 0, kv, ATT_CTX);
+                    for (int i = 0; i < ATT_CTX * nkv * ATT_HD; i++) kv[i] = ft_rng_normal(&r);
+                    fast->ops->set_rows(fast, &vc, 0, kv, ATT_CTX);
+                    size_t nq = (size_t)nt * nh * ATT_HD;
+                    for (size_t i = 0; i < nq; i++) q[i] = ft_rng_normal(&r);
+                    for (size_t i = 0; i < nq; i++) of[i] = orf[i] = NAN;
+                    ft_attn_params ap = {.q = q, .out = of, .k_cache = &kc, .v_cache = &vc, .n_tok = nt,
+                                         .pos0 = pos0, .n_head = nh, .n_head_kv = nkv, .head_dim = ATT_HD,
+                                         .window = window, .scale = 0.0884f};
+                    fast->ops->attention(fast, &ap);
+                    ap.out = orf;
+                    ref->ops->attention(ref, &ap);
+                    bool v16 = types[ti] == FT_TYPE_F16 && nt < 64;
+                    float tol = v16 ? 4e-3f : 1e-4f;
+                    int bad = 0;
+                    for (size_t i = 0; i < nq && bad < 3; i++) {
+                        bool ok = fabsf(of[i] - orf[i]) <= tol;
+                        if (!ok) bad++;
+                        CHECK(ok, "%s heads %d/%d n_tok %d window %d: [%zu] fast %.9g ref %.9g",
+                              ft_type_name(types[ti]), nh, nkv, nt, window, i, of[i], orf[i]);
+                    }
+                    free(kc.data);
+                    free(vc.data);
+                }
+    free(q);
+    free(of);
+    free(orf);
+    free(kv);
+    fast->ops->free(fast);
+    ref->ops->free(ref);
+}
