@@ -461,16 +461,17 @@ TEST(server_disconnect_frees_kv) {
     char cmd[1024];
     snprintf(cmd, sizeof(cmd),
              "curl -sN -m 0.5 http://127.0.0.1:%d/v1/completions -d '{\"prompt\":\"Go\",\"max_tokens\":4000,"
-             "\"stream\":true,\"temperature\":0}' >/dev/null 2>&1",
+             "\"stream\":true,\"temperature\":0,\"ignore_eos\":true}' >/dev/null 2>&1",
              s.port);
     for (int round = 1; round <= 2; round++) {
-        // not streaming: nothing is written until the end, the socket is watched; the greedy
-        // reply ends (EOS) after about 0.4 s on a 2-core machine, so the client leaves at 0.2 s
+        // not streaming: nothing is written until the end, the socket is watched (4000 tokens
+        // with end-of-generation masked last far longer than the client's 0.5 s)
         if (round == 2)
             snprintf(cmd, sizeof(cmd),
-                     "curl -s -m 0.2 http://127.0.0.1:%d/v1/chat/completions -d "
+                     "curl -s -m 0.5 http://127.0.0.1:%d/v1/chat/completions -d "
                      "'{\"messages\":[{\"role\":\"user\","
-                     "\"content\":\"Go\"}],\"max_tokens\":4000,\"temperature\":0}' >/dev/null 2>&1",
+                     "\"content\":\"Go\"}],\"max_tokens\":4000,\"temperature\":0,\"ignore_eos\":true}' "
+                     ">/dev/null 2>&1",
                      s.port);
         test_run(cmd, NULL, 0); // times out (-m): the client disconnects
         long used = -1, cancelled = -1;

@@ -127,6 +127,7 @@ bool srv_parse_sampling(json_t *body, srv_job *j, const char *stop_key, ft_err *
     if (!srv_get_int(body, "seed", INT64_MIN, INT64_MAX, &i, err)) return false;
     sp.seed = i >= 0 ? (uint64_t)i : (uint64_t)(ft_time_s() * 1e6) ^ j->id;
     j->sp = sp;
+    if (!srv_get_bool(body, "ignore_eos", &j->ignore_eos, err)) return false;
 
     json_t *st = json_object_get(body, stop_key);
     if (st && !json_is_null(st)) {

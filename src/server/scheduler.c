@@ -45,6 +45,7 @@ struct srv_sched {
     int *item_slot;          // (n_slots) the slot of each item
     int32_t *eog;
     int n_eog;
+    float *masked;           // (n_vocab) logits with the end-of-generation ids at -inf (ignore_eos)
 
     pthread_t thread;
     pthread_mutex_t mu;
@@ -186,6 +187,12 @@ static void sample_slot(srv_sched *s, slot *sl, const float *logits) {
     if (j->n_predict <= 0) {
         finish(s, sl, SRV_FINISH_LENGTH, NULL);
         return;
+    }
+    if (j->ignore_eos) {
+        size_t n_vocab = (size_t)s->m->hp.n_vocab;
+        memcpy(s->masked, logits, n_vocab * sizeof(float));
+        for (int i = 0; i < s->n_eog; i++) s->masked[s->eog[i]] = -INFINITY;
+        logits = s->masked;
     }
     int32_t t = ft_sampler_sample(sl->smp, logits);
     ft_sampler_accept(sl->smp, t);
@@ -368,6 +375,7 @@ srv_sched *srv_sched_init(const ft_model *m, const tok_vocab *v, const srv_param
     s->eog = ft_malloc((size_t)m->hp.n_vocab * sizeof(int32_t));
     for (int32_t t = 0; t < m->hp.n_vocab && t < tok_n_tokens(v); t++)
         if (tok_is_eog(v, t)) s->eog[s->n_eog++] = t;
+    s->masked = ft_malloc((size_t)m->hp.n_vocab * sizeof(float));
     s->q_cap = p->max_queue + p->max_running; // a job waits here until the thread admits it
     s->queue = ft_calloc((size_t)s->q_cap, sizeof(srv_job *));
     pthread_mutex_init(&s->mu, NULL);
@@ -401,6 +409,7 @@ void srv_sched_free(srv_sched *s) {
     free(s->items);
     free(s->item_slot);
     free(s->eog);
+    free(s->masked);
     free(s->queue);
     free(s);
 }

@@ -65,6 +65,7 @@ struct srv_job {
     char *stops[SRV_MAX_STOPS];
     int n_stops;
     int n_logprobs; // -1: off; else top alternatives per token (0..20)
+    bool ignore_eos; // end-of-generation tokens are never sampled (llama-server's ignore_eos)
     bool stream;
 
     atomic_bool cancel;
