@@ -38,21 +38,9 @@ uint64_t moe_expert_banks_bytes(const moe_geometry *g) {
 }
 
 uint64_t moe_mem_available(ft_err *err) {
-    FILE *f = fopen("/proc/meminfo", "r");
-    if (!f) {
-        ft_err_set(err, "cannot open /proc/meminfo to check the available RAM");
-        return 0;
-    }
-    char line[256];
-    unsigned long long kib = 0;
-    bool found = false;
-    while (!found && fgets(line, sizeof(line), f)) found = sscanf(line, "MemAvailable: %llu kB", &kib) == 1;
-    fclose(f);
-    if (!found) {
-        ft_err_set(err, "/proc/meminfo has no MemAvailable line");
-        return 0;
-    }
-    return (uint64_t)kib * 1024;
+    size_t n = ft_mem_available();
+    if (!n) ft_err_set(err, "cannot read MemAvailable from /proc/meminfo to check the available RAM");
+    return n;
 }
 
 static double gib(uint64_t b) { return (double)b / 1073741824.0; }
