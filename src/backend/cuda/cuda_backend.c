@@ -511,7 +511,10 @@ static void cuda_attention(ft_backend *be, const ft_attn_params *p) {
     bool quantize = ft_cuda_attention_quantizes(p->n_tok, p->head_dim) && width <= round32(c->lim.max_width) &&
                     p->n_tok <= c->lim.max_tok;
     ap.out_q = quantize ? c->xq : NULL;
-    ft_cuda_attention(&ap, c->stream);
+    // prefill batches on tensor cores (flash_attn.cu) where it takes the shape; decode and the
+    // rest on attention.cu's kernels
+    if (ft_cuda_flash_attention_fits(&ap)) ft_cuda_flash_attention(&ap, c->stream);
+    else ft_cuda_attention(&ap, c->stream);
     if (quantize) {
         c->xq_src = p->out;
         c->xq_cols = width;

@@ -95,6 +95,15 @@ void ft_cuda_moe_route(const ft_cuda_route_params *p, ft_cuda_stream *s);
 void ft_cuda_moe_combine(const float *h, const float *w, float *y, int n_tok, int k, int n_embd,
                          ft_cuda_stream *s);
 
+// flash_attn.cu: prefill attention on tensor cores (tiled flash attention), for the launches
+// ft_cuda_flash_attention_fits accepts: n_tok >= FT_CUDA_FLASH_MIN_TOK, head_dim 64 or 128,
+// at most 64 query heads per KV head, no out_q. Same inputs and outputs as ft_cuda_attention
+// (part unused). Scores as the CPU op's (an f16 query over f16 keys, q8_0 integer sums over
+// q8_0 keys); values and softmax weights enter the MMAs as f16, sums are f32.
+#define FT_CUDA_FLASH_MIN_TOK 16
+bool ft_cuda_flash_attention_fits(const ft_cuda_attn_params *p);
+void ft_cuda_flash_attention(const ft_cuda_attn_params *p, ft_cuda_stream *s); // aborts if !fits
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,322 @@
+// flash_attn.cu: tiled causal attention for prefill batches on tensor cores (flash attention,
+// FA2's order of operations), over an f16 or q8_0 KV cache, with grouped KV heads and sliding
+// windows. attention.cu keeps decode and the shapes this kernel does not take.
+//
+// Numerics: scores as the CPU op computes them, up to float summation order: over an f16 cache
+// Q rounded to f16 times K (m16n8k16 f16 MMAs, f32 sums); over a q8_0 cache Q quantized to
+// q8_0 as the CPU does, integer sums per 32-element block (m16n8k32 s8 MMAs) scaled by both
+// blocks' scales. Values enter the MMAs as f16 (q8_0 rows dequantized on load) and so do the
+// softmax weights P; the online softmax and the output accumulate in f32.
+//
+// Launch: one 128-thread CTA per (KV head, tile of FA_BQ / group tokens), grid (n_head_kv,
+// tiles). Its FA_BQ = 64 rows are (token, query head) pairs of the heads sharing that KV head,
+// row r = token t0 + r / group, head hk * group + r % group, so each K/V tile read to shared
+// memory serves the whole group; rows past the tile's tokens compute on zeros, unwritten.
+// Steps:
+//   1. the rows' queries, rounded to f16 (or q8_0 codes and scales), staged in shared memory;
+//      each warp takes 16 rows and keeps them as MMA A fragments in registers;
+//   2. over the keys the tile's rows can see, FA_BK = 64 at a time: K and V rows to shared
+//      memory (f16 copied; q8_0 V dequantized to f16, q8_0 K kept as codes and scales; keys
+//      outside the range zero-filled);
+//      S = Q K^T (f32), scaled, masked (causal, window) to -inf;
+//      online softmax per row in f32 (running max m, sum l; O rescaled when m grows);
+//      O += P V with P rounded to f16, straight from S's accumulator registers;
+//   3. O / l written as f32.
+//
+// MMA fragments (PTX ISA, "Matrix Fragments for mma.m16n8k16" with .f16; lane = 4 g + t; each
+// 32-bit register holds two f16, the lower index in the low half):
+//   A (16 x 16, row): a0 = row g, k 2t, 2t+1; a1 = row g+8, k 2t..; a2 = row g, k 2t+8, 2t+9;
+//                     a3 = row g+8, k 2t+8..
+//   B (16 x 8, col):  b0 = k 2t, 2t+1 of column g; b1 = k 2t+8, 2t+9 of column g
+//   C (16 x 8, f32):  c0, c1 = row g, columns 2t, 2t+1; c2, c3 = row g+8, same columns
+// m16n8k32 with .s8 (gemm_q.cu's layouts): A a0 = row g, k 4t..4t+3; a1 = row g+8, k 4t..;
+// a2 = row g, k 16+4t..; a3 = row g+8, k 16+4t..; B b0 = k 4t..4t+3 of column g, b1 = k 16+4t..
+// of column g; C as above (s32); bytes in k order from the low one.
+// For S = Q K^T, k runs over head dims and the columns are keys: b0 is one aligned word of a
+// K row in shared memory (a q8_0 block is one m16n8k32 step). For O += P V, k runs over keys:
+// S's C fragments of key columns 16j..16j+7 and 16j+8..16j+15 are exactly P's A fragment for
+// keys 16j..16j+15, and b0 pairs two V rows' elements of one dim (two 16-bit loads).
+#include "cuda_common.cuh"
+#include "cuda_ops.h"
+
+#include <cuda_fp16.h>
+
+#include "../../quant/quant.h"
+
+enum {
+    FA_THREADS = 128,
+    FA_BQ = 64, // query rows per CTA: 4 warps x 16
+    FA_BK = 64, // keys per step
+    FA_PAD = 8, // f16 elements of padding per shared row: rows 16 bytes apart, fragment loads
+                // of the 8 rows x 4 words of a warp fall in 32 different banks
+    FA_PAD8 = 16, // the same for rows of int8 codes
+};
+
+__device__ __forceinline__ void mma_f16(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ void mma_s8(int c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+    c[0] = c[1] = c[2] = c[3] = 0;
+    asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};"
+        : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Two floats as f16 in one word, lo in the low half.
+__device__ __forceinline__ uint32_t pack_f16x2(float lo, float hi) {
+    return (uint32_t)__half_as_ushort(__float2half_rn(lo)) | ((uint32_t)__half_as_ushort(__float2half_rn(hi)) << 16);
+}
+
+__device__ __forceinline__ uint32_t ld_word(const __half *p) { return *(const uint32_t *)p; }
+
+// Two f16 of different rows as one word, lo in the low half.
+__device__ __forceinline__ uint32_t pair_word(const __half *lo, const __half *hi) {
+    return (uint32_t)__half_as_ushort(*lo) | ((uint32_t)__half_as_ushort(*hi) << 16);
+}
+
+// Rows kbeg..kend of one KV head (f16 or q8_0) to a shared tile of FA_BK rows starting at key
+// k0, as f16; rows outside kbeg..kend are zeros, so that P = 0 meets finite values.
+template <int D>
+__device__ __forceinline__ void load_kv_tile(__half (*dst)[D + FA_PAD], const uint8_t *base, size_t row_bytes,
+                                             uint32_t type, size_t head_off, int k0, int kbeg, int kend) {
+    constexpr int C8 = D / 8; // 8-element chunks per row
+    for (int i = threadIdx.x; i < FA_BK * C8; i += FA_THREADS) {
+        const int j = i / C8, c = i % C8 * 8, k = k0 + j;
+        __half *o = &dst[j][c];
+        if (k < kbeg || k > kend) {
+            *(uint4 *)o = make_uint4(0, 0, 0, 0);
+            continue;
+        }
+        const uint8_t *row = base + (size_t)k * row_bytes + head_off;
+        if (type == FT_TYPE_F16) {
+            *(uint4 *)o = *(const uint4 *)(row + (size_t)c * 2);
+        } else {
+            const block_q8_0 *b = (const block_q8_0 *)row + c / 32;
+            const float d = __half2float(__ushort_as_half(b->d));
+            uint32_t w[4];
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                w[e] = pack_f16x2(d * (float)b->qs[c % 32 + 2 * e], d * (float)b->qs[c % 32 + 2 * e + 1]);
+            *(uint4 *)o = make_uint4(w[0], w[1], w[2], w[3]);
+        }
+    }
+}
+
+// q8_0 key rows kbeg..kend of one KV head as codes and scales (as load_kv_tile; zeros outside).
+template <int D>
+__device__ __forceinline__ void load_k_q8_tile(int8_t (*codes)[D + FA_PAD8], float (*scales)[D / 32], const uint8_t *base,
+                                               size_t row_bytes, size_t head_off, int k0, int kbeg, int kend) {
+    for (int i = threadIdx.x; i < FA_BK * (D / 32); i += FA_THREADS) {
+        const int j = i / (D / 32), b = i % (D / 32), k = k0 + j;
+        uint32_t *o = (uint32_t *)&codes[j][b * 32];
+        if (k < kbeg || k > kend) {
+#pragma unroll
+            for (int w = 0; w < 8; w++) o[w] = 0;
+            scales[j][b] = 0.0f;
+            continue;
+        }
+        const block_q8_0 *blk = (const block_q8_0 *)(base + (size_t)k * row_bytes + head_off) + b;
+        const uint16_t *qs = (const uint16_t *)blk->qs; // 2-byte aligned: blocks are 34 bytes
+#pragma unroll
+        for (int w = 0; w < 8; w++) o[w] = (uint32_t)qs[2 * w] | ((uint32_t)qs[2 * w + 1] << 16);
+        scales[j][b] = __half2float(__ushort_as_half(blk->d));
+    }
+}
+
+template <int D, bool KQ8>
+__global__ void __launch_bounds__(FA_THREADS) flash_attn_kernel(const ft_cuda_attn_params p) {
+    constexpr int KD = KQ8 ? D / 32 : D / 16; // k-steps of S = Q K^T (q8_0: one block each)
+    constexpr int ND = D / 8;                 // n-tiles of O
+    constexpr int NK = FA_BK / 8;
+    constexpr int NB = KQ8 ? D / 32 : 1;      // q8_0 blocks per row
+    __shared__ __align__(16) __half ks[FA_BK][D + FA_PAD]; // K tile, and the query staging area
+    __shared__ __align__(16) __half vs[FA_BK][D + FA_PAD];
+    __shared__ float kd[KQ8 ? FA_BK : 1][NB]; // q8_0: the key blocks' scales
+    __shared__ float qd[KQ8 ? FA_BQ : 1][NB]; // q8_0: the query blocks' scales
+    static_assert(FA_BQ <= FA_BK && FA_PAD8 <= 2 * FA_PAD + D, "q8_0 codes fit in ks");
+    int8_t(*kc)[D + FA_PAD8] = (int8_t(*)[D + FA_PAD8])&ks[0][0]; // q8_0: codes in ks's place
+    const int lane = threadIdx.x % FT_WARP, warp = threadIdx.x / FT_WARP, g = lane / 4, t = lane % 4;
+    const int group = p.n_head / p.n_head_kv, tpt = FA_BQ / group; // tokens per tile
+    const int hk = blockIdx.x, t0 = blockIdx.y * tpt, t1 = min(t0 + tpt, p.n_tok) - 1;
+    const int pos0 = p.pos0 + (p.pos_dev ? *p.pos_dev : 0);
+    // the keys some row of the tile sees
+    const int kend = pos0 + t1;
+    const int kbeg = p.window > 0 ? max(0, pos0 + t0 - p.window + 1) : 0;
+
+    // 1. queries: row r = (token t0 + r / group, head hk * group + r % group)
+    if constexpr (KQ8) {
+        // a thread per (row, block): q8_0 as the CPU quantizes it (d = amax / 127 rounded to
+        // f16, codes round(x / d) half away from zero)
+        for (int i = threadIdx.x; i < FA_BQ * NB; i += FA_THREADS) {
+            const int r = i / NB, b = i % NB, tok = t0 + r / group;
+            const bool valid = r < tpt * group && tok <= t1;
+            const float *q = p.q + ((int64_t)(valid ? tok : 0) * p.n_head + hk * group + r % group) * D + b * 32;
+            float amax = 0.0f;
+            for (int j = 0; j < 32 && valid; j++) amax = fmaxf(amax, fabsf(q[j]));
+            const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+            for (int j = 0; j < 32; j++) kc[r][b * 32 + j] = valid ? (int8_t)(int)roundf(q[j] * id) : 0;
+            qd[r][b] = __half2float(__float2half_rn(d));
+        }
+    } else {
+        for (int i = threadIdx.x; i < FA_BQ * (D / 2); i += FA_THREADS) {
+            const int r = i / (D / 2), d = i % (D / 2) * 2, tok = t0 + r / group;
+            float x0 = 0.0f, x1 = 0.0f;
+            if (r < tpt * group && tok <= t1) {
+                const float *q = p.q + ((int64_t)tok * p.n_head + hk * group + r % group) * D + d;
+                x0 = q[0];
+                x1 = q[1];
+            }
+            *(uint32_t *)&ks[r][d] = pack_f16x2(x0, x1);
+        }
+    }
+    __syncthreads();
+    const int m0 = warp * 16;
+    uint32_t qa[KD][4];
+    float qs[2][NB]; // q8_0: the scales of this thread's two rows' blocks
+#pragma unroll
+    for (int kk = 0; kk < KD; kk++) {
+        if constexpr (KQ8) {
+            qa[kk][0] = *(const uint32_t *)&kc[m0 + g][kk * 32 + 4 * t];
+            qa[kk][1] = *(const uint32_t *)&kc[m0 + g + 8][kk * 32 + 4 * t];
+            qa[kk][2] = *(const uint32_t *)&kc[m0 + g][kk * 32 + 4 * t + 16];
+            qa[kk][3] = *(const uint32_t *)&kc[m0 + g + 8][kk * 32 + 4 * t + 16];
+            qs[0][kk] = qd[m0 + g][kk];
+            qs[1][kk] = qd[m0 + g + 8][kk];
+        } else {
+            qa[kk][0] = ld_word(&ks[m0 + g][kk * 16 + 2 * t]);
+            qa[kk][1] = ld_word(&ks[m0 + g + 8][kk * 16 + 2 * t]);
+            qa[kk][2] = ld_word(&ks[m0 + g][kk * 16 + 2 * t + 8]);
+            qa[kk][3] = ld_word(&ks[m0 + g + 8][kk * 16 + 2 * t + 8]);
+        }
+    }
+    // this thread's two rows (g and g + 8 of the warp's 16): their query positions
+    int qpos[2];
+#pragma unroll
+    for (int h = 0; h < 2; h++) qpos[h] = pos0 + min(t0 + (m0 + g + 8 * h) / group, t1);
+
+    // 2. keys kbeg..kend, FA_BK at a time
+    const bool vq8 = p.v_type == FT_TYPE_Q8_0;
+    const size_t koff = (size_t)hk * (KQ8 ? (size_t)D / 32 * sizeof(block_q8_0) : (size_t)D * 2);
+    const size_t voff = (size_t)hk * (vq8 ? (size_t)D / 32 * sizeof(block_q8_0) : (size_t)D * 2);
+    const float sl2 = p.scale * 1.44269504088896340736f; // scores in log2 units: exp2f below
+    float o[ND][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int n = 0; n < ND; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+    for (int k0 = kbeg; k0 <= kend; k0 += FA_BK) {
+        __syncthreads(); // the previous tile (or the query staging) is no longer read
+        if constexpr (KQ8) load_k_q8_tile<D>(kc, kd, (const uint8_t *)p.k, p.k_row_bytes, koff, k0, kbeg, kend);
+        else load_kv_tile<D>(ks, (const uint8_t *)p.k, p.k_row_bytes, FT_TYPE_F16, koff, k0, kbeg, kend);
+        load_kv_tile<D>(vs, (const uint8_t *)p.v, p.v_row_bytes, p.v_type, voff, k0, kbeg, kend);
+        __syncthreads();
+
+        // S = Q K^T: n-tile n holds keys k0 + 8n .. k0 + 8n + 7
+        float s[NK][4];
+#pragma unroll
+        for (int n = 0; n < NK; n++) {
+            s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+#pragma unroll
+            for (int kk = 0; kk < KD; kk++) {
+                if constexpr (KQ8) {
+                    // block kk's integer sums, times (key scale * query scale) as the CPU's dot
+                    int is[4];
+                    mma_s8(is, qa[kk], *(const uint32_t *)&kc[8 * n + g][kk * 32 + 4 * t],
+                           *(const uint32_t *)&kc[8 * n + g][kk * 32 + 4 * t + 16]);
+#pragma unroll
+                    for (int e = 0; e < 4; e++)
+                        s[n][e] += kd[8 * n + 2 * t + e % 2][kk] * qs[e / 2][kk] * (float)is[e];
+                } else {
+                    mma_f16(s[n], qa[kk], ld_word(&ks[8 * n + g][kk * 16 + 2 * t]),
+                            ld_word(&ks[8 * n + g][kk * 16 + 2 * t + 8]));
+                }
+            }
+        }
+        // scale and mask; element e of a tile: row g + 8 (e / 2), key column 2t + e % 2
+        float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int n = 0; n < NK; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int h = e / 2, k = k0 + 8 * n + 2 * t + e % 2;
+                const bool seen = k <= qpos[h] && (p.window <= 0 || qpos[h] - k < p.window);
+                s[n][e] = seen ? s[n][e] * sl2 : -INFINITY;
+                mx[h] = fmaxf(mx[h], s[n][e]);
+            }
+        // online softmax: the 4 lanes of a row (t = 0..3) share its max
+        float base[2];
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+            mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+            const float m_new = fmaxf(m[h], mx[h]);
+            base[h] = m_new == -INFINITY ? 0.0f : m_new; // nothing seen yet: e^-inf = 0, not NaN
+            const float corr = exp2f(m[h] - base[h]);
+            l[h] *= corr;
+#pragma unroll
+            for (int n = 0; n < ND; n++) {
+                o[n][2 * h] *= corr;
+                o[n][2 * h + 1] *= corr;
+            }
+            m[h] = m_new;
+        }
+#pragma unroll
+        for (int n = 0; n < NK; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                s[n][e] = exp2f(s[n][e] - base[e / 2]);
+                l[e / 2] += s[n][e];
+            }
+
+        // O += P V over keys 16j .. 16j + 15 of the tile
+#pragma unroll
+        for (int j = 0; j < FA_BK / 16; j++) {
+            const uint32_t pa[4] = {pack_f16x2(s[2 * j][0], s[2 * j][1]), pack_f16x2(s[2 * j][2], s[2 * j][3]),
+                                    pack_f16x2(s[2 * j + 1][0], s[2 * j + 1][1]),
+                                    pack_f16x2(s[2 * j + 1][2], s[2 * j + 1][3])};
+            const int kr = 16 * j + 2 * t;
+#pragma unroll
+            for (int n = 0; n < ND; n++) {
+                const int d = 8 * n + g;
+                mma_f16(o[n], pa, pair_word(&vs[kr][d], &vs[kr + 1][d]), pair_word(&vs[kr + 8][d], &vs[kr + 9][d]));
+            }
+        }
+    }
+
+    // 3. O / l for the rows this tile owns
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
+        l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+        const int r = m0 + g + 8 * h, tok = t0 + r / group;
+        if (r >= tpt * group || tok > t1) continue;
+        const float inv = l[h] > 0.0f ? 1.0f / l[h] : 0.0f;
+        float *out = p.out + ((int64_t)tok * p.n_head + hk * group + r % group) * D;
+#pragma unroll
+        for (int n = 0; n < ND; n++)
+            *(float2 *)&out[8 * n + 2 * t] = make_float2(o[n][2 * h] * inv, o[n][2 * h + 1] * inv);
+    }
+}
+
+extern "C" bool ft_cuda_flash_attention_fits(const ft_cuda_attn_params *p) {
+    return p->n_tok >= FT_CUDA_FLASH_MIN_TOK && (p->head_dim == 64 || p->head_dim == 128) && p->n_head_kv > 0 &&
+           p->n_head % p->n_head_kv == 0 && p->n_head / p->n_head_kv <= FA_BQ && !p->out_q;
+}
+
+extern "C" void ft_cuda_flash_attention(const ft_cuda_attn_params *p, ft_cuda_stream *s) {
+    FT_CUDA_ASSERT(ft_cuda_flash_attention_fits(p) && p->n_tok <= 65535 * (FA_BQ / (p->n_head / p->n_head_kv)));
+    FT_CUDA_ASSERT(p->k_type == FT_TYPE_F16 || p->k_type == FT_TYPE_Q8_0);
+    FT_CUDA_ASSERT(p->v_type == FT_TYPE_F16 || p->v_type == FT_TYPE_Q8_0);
+    const int tpt = FA_BQ / (p->n_head / p->n_head_kv);
+    const dim3 grid((unsigned)p->n_head_kv, (unsigned)((p->n_tok + tpt - 1) / tpt));
+    const cudaStream_t st = ft_cuda_stream_handle(s);
+    const bool kq8 = p->k_type == FT_TYPE_Q8_0;
+    if (p->head_dim == 64 && kq8) flash_attn_kernel<64, true><<<grid, FA_THREADS, 0, st>>>(*p);
+    else if (p->head_dim == 64) flash_attn_kernel<64, false><<<grid, FA_THREADS, 0, st>>>(*p);
+    else if (kq8) flash_attn_kernel<128, true><<<grid, FA_THREADS, 0, st>>>(*p);
+    else flash_attn_kernel<128, false><<<grid, FA_THREADS, 0, st>>>(*p);
+    CUDA_CHECK_LAUNCH();
+}
