@@ -12,8 +12,9 @@
 //      read coalesced); at the end the 4 warps' sums are added and divided by the softmax sum.
 // Batches of up to FT_CUDA_ATTN_SPLIT_MAX_TOK tokens (decode) split the keys into up to
 // FT_CUDA_ATTN_MAX_SPLIT ranges of whole chunks, one CTA each (grid.z), writing partial sums,
-// maxima and softmax sums that a second kernel merges (flash-decoding). Not yet the tiled
-// tensor-core flash attention for prefill: one CTA per (head, token) there.
+// maxima and softmax sums that a second kernel merges (flash-decoding). Prefill batches of the
+// shapes flash_attn.cu covers take its tiled tensor-core kernel; the rest run here, one CTA per
+// (head, token).
 // The split is a function of the key count alone (attn_split), computed by the kernels
 // themselves: with the position in device memory (a replayed CUDA graph) the grid has
 // FT_CUDA_ATTN_MAX_SPLIT CTAs per (head, token) and those past the split return at once, so a
