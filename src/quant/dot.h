@@ -62,4 +62,9 @@ void ft_vec_dot_tile_q4_K_avx512(int64_t n, const void *x, size_t bx, int nr, co
 void ft_vec_dot_tile_q8_0_avx512(int64_t n, const void *x, size_t bx, int nr, const void *y, size_t by,
                                  int nc, float *s, size_t ls);
 
+// The AVX-512 VNNI q8_0 tile (same contract, bit-identical to the AVX2 one), where the CPU has
+// AVX-512 VNNI: several weight rows per pass when the tile has one activation row.
+void ft_vec_dot_tile_q8_0_vnni(int64_t n, const void *x, size_t bx, int nr, const void *y, size_t by,
+                               int nc, float *s, size_t ls);
+
 #endif

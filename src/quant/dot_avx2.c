@@ -997,6 +997,78 @@ AVX512_TARGET void ft_vec_dot_tile_q8_0_avx512(int64_t n, const void *x, size_t 
     }
 }
 
+// ---------------------------------------------------------------------------------------------
+// q8_0 with AVX-512 VNNI, where the CPU has it (ops.c). A tile of one activation row (decode's
+// matrix-vector product) takes MV_ROWS weight rows per pass over the blocks, so each pair of
+// activation blocks is loaded and prepared once for all of them; wider tiles (prefill) are the
+// AVX-512BW kernel's.
+//
+// dpbusd multiplies unsigned by signed bytes and sums each 4 products into an int32 lane without
+// saturating. The signed weight codes become unsigned by flipping their top bit (x + 128); the
+// surplus 128 * (the lane's 4 activation codes), which depends on the activation only, is the
+// sum's starting value, negated. Each int32 lane is then exactly x . y over the same 4 elements
+// as the AVX2 kernel's lane, and the float steps are that kernel's, in its order, so the results
+// equal it to the bit.
+
+#define VNNI_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")))
+
+enum { MV_ROWS = 4 };
+
+// out[r] = x_r . y for the nr (1..MV_ROWS) weight rows x_r = x + r * bx.
+static inline __attribute__((always_inline)) VNNI_TARGET void
+matvec_vnni_q8_0(int64_t n, const uint8_t *x, size_t bx, int nr, const block_q8_0 *y, float *out) {
+    const int64_t nb = n / QK8_0;
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
+    tables_init();
+    __m512 acc[MV_ROWS];
+#pragma GCC unroll 4
+    for (int r = 0; r < nr; r++) acc[r] = _mm512_setzero_ps();
+    int64_t b = 0;
+    for (; b + 1 < nb; b += 2) {
+        const __m512i yq = load2x256(y[b].qs, y[b + 1].qs);
+        const __m512i start = _mm512_sub_epi32(_mm512_setzero_si512(),
+                                               _mm512_dpbusd_epi32(_mm512_setzero_si512(), flip, yq));
+        const __m512 dy = _mm512_insertf32x8(_mm512_set1_ps(g_half_table[y[b].d]),
+                                             _mm256_set1_ps(g_half_table[y[b + 1].d]), 1);
+#pragma GCC unroll 4
+        for (int r = 0; r < nr; r++) {
+            const block_q8_0 *xr = (const block_q8_0 *)(x + (size_t)r * bx);
+            prefetch_weights(xr + b, 2 * sizeof(block_q8_0));
+            const __m512i xq = _mm512_xor_si512(load2x256(xr[b].qs, xr[b + 1].qs), flip);
+            const __m512i sums = _mm512_dpbusd_epi32(start, xq, yq);
+            const __m512 dx = _mm512_insertf32x8(_mm512_set1_ps(g_half_table[xr[b].d]),
+                                                 _mm256_set1_ps(g_half_table[xr[b + 1].d]), 1);
+            acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(dx, dy), _mm512_cvtepi32_ps(sums), acc[r]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < nr; r++) {
+        const block_q8_0 *xr = (const block_q8_0 *)(x + (size_t)r * bx);
+        __m256 acc0 = _mm512_castps512_ps256(acc[r]), acc1 = _mm512_extractf32x8_ps(acc[r], 1);
+        if (b < nb) {
+            __m256 d0 = scale_product(g_half_table + xr[b].d, g_half_table + y[b].d);
+            acc0 = fma_sums(d0, sums_i8(load256(xr[b].qs), load256(y[b].qs)), acc0);
+        }
+        out[r] = hsum_ps(_mm256_add_ps(acc0, acc1));
+    }
+}
+
+VNNI_TARGET void ft_vec_dot_tile_q8_0_vnni(int64_t n, const void *x, size_t bx, int nr, const void *y,
+                                           size_t by, int nc, float *s, size_t ls) {
+    if (nc != 1) {
+        ft_vec_dot_tile_q8_0_avx512(n, x, bx, nr, y, by, nc, s, ls);
+        return;
+    }
+    int r = 0;
+    for (; r + MV_ROWS <= nr; r += MV_ROWS) matvec_vnni_q8_0(n, tile_col(x, bx, r), bx, MV_ROWS, y, s + r);
+    switch (nr - r) {
+    case 3: matvec_vnni_q8_0(n, tile_col(x, bx, r), bx, 3, y, s + r); break;
+    case 2: matvec_vnni_q8_0(n, tile_col(x, bx, r), bx, 2, y, s + r); break;
+    case 1: matvec_vnni_q8_0(n, tile_col(x, bx, r), bx, 1, y, s + r); break;
+    default: break;
+    }
+}
+
 #if defined(__clang__)
 #pragma clang attribute pop
 #endif
