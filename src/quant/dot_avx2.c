@@ -3,7 +3,8 @@
 // Compiled for AVX2 + FMA + F16C and entered only through ft_quant_ops_find() after the CPUID
 // check in ops.c; no other file calls them. Sections: the float formats; the 32-element block
 // formats (q8_0 / q8_1 activations); the K-quants and iq4_xs (q8_K activations, whose own
-// comment gives their steps).
+// comment gives their steps); AVX-512 tiles and decode's matrix-vector products for q4_K and
+// q8_0, chosen at run time where the CPU has AVX-512BW (and VNNI).
 //
 // 32-element block kernels, two blocks per iteration:
 //   1. decode the 32 weight codes of each block into a 256-bit vector of bytes in element
