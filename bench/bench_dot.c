@@ -9,7 +9,8 @@
 // package, when it loads) and the ratio ft AVX2 / llama.cpp. A measurement, not a test: it
 // prints a table on stdout and asserts nothing.
 //
-// A second table times prefill's tiles (see bench_tiles).
+// A second table times prefill's tiles (see bench_tiles), a third decode's matrix-vector
+// product through the tile kernels (see bench_matvec).
 //
 // Usage: bench_dot [type-name-substring]. FT_LLAMA_LIB_DIR overrides the library folder.
 #include "../src/quant/dot.h"
@@ -218,6 +219,103 @@ static void bench_tiles(const char *filter, get_traits_fn llama) {
     free(s);
 }
 
+// ---------------------------------------------------------------------------------------------
+// Decode's matrix-vector product: a weight matrix of MATVEC_BYTES (larger than this machine's 300 MiB L3,
+// as a model's weights are) of rows of MATVEC_ELEMS elements (Qwen3's embedding) against one
+// activation row, walked in blocks of 16 rows as the CPU backend's matmul does, through each
+// tile kernel this CPU runs, and through llama.cpp's per-row vec_dot. GB/s of weight bytes,
+// one thread (CPU time), median of RUNS rounds that alternate the kernels.
+
+enum { MATVEC_ELEMS = 2048, MATVEC_BYTES = 512 << 20, MATVEC_BLOCK = 16 };
+
+typedef struct {
+    const char *name;
+    ft_vec_dot_tile_fn tile; // NULL: llama.cpp's vec_dot per row
+} matvec_kernel;
+
+static double matvec_run_once(const matvec_kernel *k, ggml_vec_dot_fn llama, const uint8_t *w, size_t bx,
+                              int rows, const void *y, float *out) {
+    double t0 = now_seconds(), t;
+    int64_t passes = 0;
+    do {
+        for (int r = 0; r < rows; r += MATVEC_BLOCK) {
+            int nr = rows - r < MATVEC_BLOCK ? rows - r : MATVEC_BLOCK;
+            if (k->tile) k->tile(MATVEC_ELEMS, w + (size_t)r * bx, bx, nr, y, 0, 1, out + r, (size_t)rows);
+            else
+                for (int i = 0; i < nr; i++) llama(MATVEC_ELEMS, out + r + i, 0, w + (size_t)(r + i) * bx, 0, y, 0, 1);
+        }
+        passes++;
+        t = now_seconds() - t0;
+    } while (t < MIN_RUN_SECONDS);
+    g_sink = out[0];
+    return (double)passes * rows * bx / t * 1e-9;
+}
+
+static void bench_matvec(const char *filter, get_traits_fn llama) {
+    printf("\ndecode matvec, 1 thread (CPU time): rows of %d elements, %d MiB of weights, 1 activation row, "
+           "GB/s, median of %d runs\n", MATVEC_ELEMS, MATVEC_BYTES >> 20, RUNS);
+    const struct {
+        enum ft_type type;
+        matvec_kernel k[3];
+    } cases[] = {
+        {FT_TYPE_Q8_0, {{"avx2", ft_vec_dot_tile_q8_0_avx2}, {"avx512bw", ft_vec_dot_tile_q8_0_avx512},
+                        {"vnni", ft_vec_dot_tile_q8_0_vnni}}},
+        {FT_TYPE_Q4_K, {{"avx2", ft_vec_dot_tile_q4_K_avx2}, {"avx512bw", ft_vec_dot_tile_q4_K_avx512}}},
+    };
+    __builtin_cpu_init();
+    const bool has512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+    const bool has_vnni = has512 && __builtin_cpu_supports("avx512vnni");
+    float *f = ft_malloc(MATVEC_ELEMS * sizeof(float));
+    for (size_t c = 0; c < FT_ARRAY_LEN(cases); c++) {
+        const enum ft_type type = cases[c].type;
+        if (filter && !strstr(ft_type_name(type), filter)) continue;
+        const ft_quant_ops *ops = ft_quant_ops_find(type);
+        if (ops->vec_dot == ops->vec_dot_ref) continue; // no AVX2 here
+        const ft_quant_ops *act_ops = ft_quant_ops_find(ops->vec_dot_type);
+        const size_t bx = ft_row_bytes(type, MATVEC_ELEMS);
+        const int rows = (int)(MATVEC_BYTES / bx);
+        uint8_t *w = ft_malloc((size_t)rows * bx);
+        void *y = ft_malloc(ft_row_bytes(ops->vec_dot_type, MATVEC_ELEMS));
+        float *out = ft_malloc((size_t)rows * sizeof(float));
+        ft_rng rng = ft_rng_init(99 + c);
+        for (int i = 0; i < rows; i++) {
+            if (i < DISTINCT_ROWS) {
+                for (int j = 0; j < MATVEC_ELEMS; j++) f[j] = ft_rng_normal(&rng);
+                ops->from_float_ref(f, w + (size_t)i * bx, MATVEC_ELEMS);
+            } else {
+                memcpy(w + (size_t)i * bx, w + (size_t)(i % DISTINCT_ROWS) * bx, bx);
+            }
+        }
+        for (int j = 0; j < MATVEC_ELEMS; j++) f[j] = ft_rng_normal(&rng);
+        act_ops->from_float_ref(f, y, MATVEC_ELEMS);
+        const struct ggml_type_traits_cpu *tr = llama ? llama(type) : NULL;
+        matvec_kernel k[4];
+        int nk = 0;
+        for (int i = 0; i < 3; i++) {
+            const matvec_kernel *m = &cases[c].k[i];
+            if (!m->name || (strcmp(m->name, "avx512bw") == 0 && !has512) || (strcmp(m->name, "vnni") == 0 && !has_vnni))
+                continue;
+            k[nk++] = *m;
+        }
+        if (tr && tr->vec_dot && tr->vec_dot_type == (int)ops->vec_dot_type) k[nk++] = (matvec_kernel){"llama", NULL};
+        double runs[4][RUNS];
+        for (int r = 0; r < RUNS; r++)
+            for (int i = 0; i < nk; i++) runs[i][r] = matvec_run_once(&k[i], tr ? tr->vec_dot : NULL, w, bx, rows, y, out);
+        printf("%-7s", ft_type_name(type));
+        for (int i = 0; i < nk; i++) {
+            qsort(runs[i], RUNS, sizeof(double), cmp_double);
+            printf("  %s %.2f", k[i].name, runs[i][RUNS / 2]);
+        }
+        printf("\n");
+        fflush(stdout);
+        free(w);
+        free(y);
+        free(out);
+    }
+    free(f);
+}
+
 int main(int argc, char **argv) {
     const char *filter = argc > 1 ? argv[1] : NULL;
     get_traits_fn llama = load_llama();
@@ -275,5 +373,6 @@ int main(int argc, char **argv) {
     }
     free(f);
     bench_tiles(filter, llama);
+    bench_matvec(filter, llama);
     return 0;
 }

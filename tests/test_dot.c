@@ -222,6 +222,9 @@ TEST(dot_ops_dispatch) {
                   __builtin_cpu_supports("avx512dq");
     CHECK(strcmp(ft_quant_simd_name(), avx512 ? "avx512" : avx2 ? "avx2" : "scalar") == 0, "simd %s",
           ft_quant_simd_name());
+    // decode's q8_0 matvec: VNNI where the CPU has it, and never when FT_SIMD=avx2 forces AVX2
+    bool vnni = avx512 && __builtin_cpu_supports("avx512vnni");
+    CHECK((ft_quant_ops_find(FT_TYPE_Q8_0)->vec_dot_tile == ft_vec_dot_tile_q8_0_vnni) == vnni, "q8_0 tile");
     for (size_t i = 0; i < FT_ARRAY_LEN(g_cases); i++) {
         const dot_case *c = &g_cases[i];
         const ft_quant_ops *ops = ft_quant_ops_find(c->type);
@@ -371,6 +374,47 @@ TEST(dot_tile_vs_rows) {
                         CHECK(fabsf(got - ref) <= 1e-3f * (fabsf(ref) + 1.0f), "%s n=%lld nc=%d: tile %.9g, ref %.9g",
                               ft_type_name(c->type), (long long)n, nc, got, ref);
                     }
+            }
+            free(x);
+            free(y);
+            free(tmp);
+        }
+    }
+}
+
+// 2c. Decode's tiles: one activation row and 1..9 weight rows, so kernels that take several
+// rows per pass (q8_0 with AVX-512 VNNI takes 4) meet full groups and every tail; equal to
+// vec_dot to the bit, and the rows must land at their own places in the output.
+
+TEST(dot_tile_matvec_rows) {
+    if (!cpu_has_avx2()) {
+        test_skip("the CPU has no AVX2");
+        return;
+    }
+    enum { MAX_NR = 9 };
+    for (size_t i = 0; i < FT_ARRAY_LEN(g_cases); i++) {
+        const dot_case *c = &g_cases[i];
+        const ft_quant_ops *q = ft_quant_ops_find(c->type);
+        if (!q->vec_dot_tile) continue;
+        for (int k = 0; k < N_LENGTHS; k += 3) {
+            int64_t n = row_length(c->type, k);
+            size_t bx = ft_row_bytes(c->type, n), by = ft_row_bytes(c->act, n);
+            uint8_t *x = malloc(bx * MAX_NR), *y = malloc(by);
+            float *tmp = malloc((size_t)n * sizeof(float)), s[MAX_NR + 1];
+            for (int r = 0; r < MAX_NR; r++) random_weights(c->type, case_seed(c, k) + 13 * (uint64_t)r, x + r * bx, n, false);
+            random_activations(c->act, k % 2 ? ACT_SATURATED : ACT_NORMAL, case_seed(c, k) + 5, y, tmp, n);
+            for (int nr = 1; nr <= MAX_NR; nr++) {
+                for (int e = 0; e <= MAX_NR; e++) s[e] = NAN;
+                q->vec_dot_tile(n, x, bx, nr, y, by, 1, s, MAX_NR);
+                for (int r = 0; r <= MAX_NR; r++) {
+                    if (r >= nr) {
+                        CHECK(isnan(s[r]), "%s nr=%d: wrote row %d", ft_type_name(c->type), nr, r);
+                        continue;
+                    }
+                    float row = q->vec_dot(n, x + r * bx, y);
+                    CHECK(s[r] == row, "%s n=%lld nr=%d row %d: tile %.9g, vec_dot %.9g", ft_type_name(c->type),
+                          (long long)n, nr, r, s[r], row);
+                }
             }
             free(x);
             free(y);

@@ -56,10 +56,16 @@ FT_DOT_TILE_DECL(mxfp4)
 
 #undef FT_DOT_TILE_DECL
 
-// AVX-512BW tiles (same contract, bit-identical to the AVX2 ones), where the CPU has AVX-512BW.
+// AVX-512BW tiles (same contract, bit-identical to the AVX2 ones), where the CPU has AVX-512BW;
+// q4_K's takes several weight rows per pass when the tile has one activation row (decode).
 void ft_vec_dot_tile_q4_K_avx512(int64_t n, const void *x, size_t bx, int nr, const void *y, size_t by,
                                  int nc, float *s, size_t ls);
 void ft_vec_dot_tile_q8_0_avx512(int64_t n, const void *x, size_t bx, int nr, const void *y, size_t by,
                                  int nc, float *s, size_t ls);
+
+// The AVX-512 VNNI q8_0 tile (same contract, bit-identical to the AVX2 one), where the CPU has
+// AVX-512 VNNI: several weight rows per pass when the tile has one activation row.
+void ft_vec_dot_tile_q8_0_vnni(int64_t n, const void *x, size_t bx, int nr, const void *y, size_t by,
+                               int nc, float *s, size_t ls);
 
 #endif

@@ -90,6 +90,7 @@ static void ops_init(void) {
     g_simd = "avx512";
     g_ops[FT_TYPE_Q4_K].vec_dot_tile = ft_vec_dot_tile_q4_K_avx512;
     g_ops[FT_TYPE_Q8_0].vec_dot_tile = ft_vec_dot_tile_q8_0_avx512;
+    if (__builtin_cpu_supports("avx512vnni")) g_ops[FT_TYPE_Q8_0].vec_dot_tile = ft_vec_dot_tile_q8_0_vnni;
 }
 
 const ft_quant_ops *ft_quant_ops_find(enum ft_type type) {
