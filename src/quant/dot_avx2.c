@@ -341,10 +341,29 @@ tile_blocks_q8_1(int64_t nb, const uint8_t *x, size_t block_bytes, const void *v
     for (int c = 0; c < nc; c++) out[c] = hsum_ps(_mm256_add_ps(acc0[c], acc1[c])) + (min0[c] + min1[c]);
 }
 
-// Defines, from a tile kernel K(n, x, y, by, nc, out), the type's per-row dot product
-// ft_vec_dot_<type>_avx2 (one column) and its tile function ft_vec_dot_tile_<type>_avx2:
-// column groups of TILE_NC (a narrower last group), and within a group every weight row, so
-// the group's activation rows stay in L1 while the rows pass.
+// The body of a tile function (parameters n, x, bx, nr, y, by, nc, s, ls) around a tile
+// kernel K(n, x, y, by, nc, out): column groups of TILE_NC (a narrower last group), and within
+// a group every weight row, so the group's activation rows stay in L1 while the rows pass. The
+// switch hands K a constant column count, so the always-inline kernel unrolls for it.
+#define TILE_COLUMNS(K)                                                                            \
+    for (int c0 = 0; c0 < nc; c0 += TILE_NC) {                                                     \
+        int m = nc - c0 < TILE_NC ? nc - c0 : TILE_NC;                                             \
+        const void *yc = tile_col(y, by, c0);                                                      \
+        for (int r = 0; r < nr; r++) {                                                             \
+            const void *xr = tile_col(x, bx, r);                                                   \
+            float o[TILE_NC];                                                                      \
+            switch (m) {                                                                           \
+            case 4: K(n, xr, yc, by, 4, o); break;                                                 \
+            case 3: K(n, xr, yc, by, 3, o); break;                                                 \
+            case 2: K(n, xr, yc, by, 2, o); break;                                                 \
+            default: K(n, xr, yc, by, 1, o); break;                                                \
+            }                                                                                      \
+            for (int c = 0; c < m; c++) s[(size_t)(c0 + c) * ls + (size_t)r] = o[c];               \
+        }                                                                                          \
+    }
+
+// Defines, from a tile kernel K, the type's per-row dot product ft_vec_dot_<type>_avx2 (one
+// column) and its tile function ft_vec_dot_tile_<type>_avx2 (TILE_COLUMNS).
 #define TILE_KERNEL(type, K)                                                                       \
     float ft_vec_dot_##type##_avx2(int64_t n, const void *x, const void *y) {                      \
         float out;                                                                                 \
@@ -353,21 +372,7 @@ tile_blocks_q8_1(int64_t nb, const uint8_t *x, size_t block_bytes, const void *v
     }                                                                                              \
     void ft_vec_dot_tile_##type##_avx2(int64_t n, const void *x, size_t bx, int nr, const void *y, \
                                        size_t by, int nc, float *s, size_t ls) {                   \
-        for (int c0 = 0; c0 < nc; c0 += TILE_NC) {                                                 \
-            int m = nc - c0 < TILE_NC ? nc - c0 : TILE_NC;                                         \
-            const void *yc = tile_col(y, by, c0);                                                  \
-            for (int r = 0; r < nr; r++) {                                                         \
-                const void *xr = tile_col(x, bx, r);                                               \
-                float o[TILE_NC];                                                                  \
-                switch (m) {                                                                       \
-                case 4: K(n, xr, yc, by, 4, o); break;                                             \
-                case 3: K(n, xr, yc, by, 3, o); break;                                             \
-                case 2: K(n, xr, yc, by, 2, o); break;                                             \
-                default: K(n, xr, yc, by, 1, o); break;                                            \
-                }                                                                                  \
-                for (int c = 0; c < m; c++) s[(size_t)(c0 + c) * ls + (size_t)r] = o[c];           \
-            }                                                                                      \
-        }                                                                                          \
+        TILE_COLUMNS(K)                                                                            \
     }
 
 // q4_0: (q - 8) with q a nibble; q4_1: q, with the min term.
@@ -999,21 +1004,7 @@ AVX512_TARGET void ft_vec_dot_tile_q4_K_avx512(int64_t n, const void *x, size_t 
         }
         return;
     }
-    for (int c0 = 0; c0 < nc; c0 += TILE_NC) {
-        int m = nc - c0 < TILE_NC ? nc - c0 : TILE_NC;
-        const void *yc = tile_col(y, by, c0);
-        for (int r = 0; r < nr; r++) {
-            const void *xr = tile_col(x, bx, r);
-            float o[TILE_NC];
-            switch (m) {
-            case 4: tile512_q4_K(n, xr, yc, by, 4, o); break;
-            case 3: tile512_q4_K(n, xr, yc, by, 3, o); break;
-            case 2: tile512_q4_K(n, xr, yc, by, 2, o); break;
-            default: tile512_q4_K(n, xr, yc, by, 1, o); break;
-            }
-            for (int c = 0; c < m; c++) s[(size_t)(c0 + c) * ls + (size_t)r] = o[c];
-        }
-    }
+    TILE_COLUMNS(tile512_q4_K)
 }
 
 // q8_0, two blocks per 512-bit step: block b in the low half, b + 1 in the high half, so the
@@ -1066,21 +1057,7 @@ tile512_q8_0(int64_t n, const void *vx, const void *vy, size_t by, int nc, float
 
 AVX512_TARGET void ft_vec_dot_tile_q8_0_avx512(int64_t n, const void *x, size_t bx, int nr, const void *y,
                                                size_t by, int nc, float *s, size_t ls) {
-    for (int c0 = 0; c0 < nc; c0 += TILE_NC) {
-        int m = nc - c0 < TILE_NC ? nc - c0 : TILE_NC;
-        const void *yc = tile_col(y, by, c0);
-        for (int r = 0; r < nr; r++) {
-            const void *xr = tile_col(x, bx, r);
-            float o[TILE_NC];
-            switch (m) {
-            case 4: tile512_q8_0(n, xr, yc, by, 4, o); break;
-            case 3: tile512_q8_0(n, xr, yc, by, 3, o); break;
-            case 2: tile512_q8_0(n, xr, yc, by, 2, o); break;
-            default: tile512_q8_0(n, xr, yc, by, 1, o); break;
-            }
-            for (int c = 0; c < m; c++) s[(size_t)(c0 + c) * ls + (size_t)r] = o[c];
-        }
-    }
+    TILE_COLUMNS(tile512_q8_0)
 }
 
 // ---------------------------------------------------------------------------------------------
