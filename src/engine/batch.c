@@ -66,11 +66,16 @@ static ft_kv_params kv_params(const ft_model *m, const ft_engine_params *p, int6
     return (ft_kv_params){hp->n_layer, p->n_ctx, p->kv_type, widths, hp->head_dim};
 }
 
+// Bytes of the n_seq KV caches (K and V of every layer, n_ctx rows each).
+static size_t kv_bytes(const ft_model *m, const ft_engine_params *p) {
+    const ft_hparams *hp = &m->hp;
+    size_t row = ft_row_bytes(p->kv_type, (int64_t)hp->n_head_kv * hp->head_dim);
+    return 2 * (size_t)hp->n_layer * (size_t)p->n_ctx * row * (size_t)p->n_seq;
+}
+
 // The CPU plan: weights stay in the file's mapping, the KV caches and buffers are allocated.
 static void print_cpu_plan(const ft_model *m, const ft_engine_params *p) {
-    const ft_hparams *hp = &m->hp;
-    size_t kv_row = ft_row_bytes(p->kv_type, (int64_t)hp->n_head_kv * hp->head_dim);
-    size_t kv = 2 * (size_t)hp->n_layer * (size_t)p->n_ctx * kv_row * (size_t)p->n_seq;
+    size_t kv = kv_bytes(m, p);
     size_t weights = (size_t)(gguf_file_size(m->file) - gguf_data_offset(m->file));
     size_t work = activation_floats(m, p) * sizeof(float);
     const double MiB = 1024.0 * 1024.0;
@@ -89,10 +94,8 @@ bool ft_engine_place_model(ft_model *m, const ft_engine_params *params, ft_err *
     }
     ft_cuda_device_info info;
     if (!ft_cuda_device_get_info(0, &info)) return ft_err_set(err, "--device cuda: no CUDA device found");
-    const ft_hparams *hp = &m->hp;
-    size_t kv_row = ft_row_bytes(p.kv_type, (int64_t)hp->n_head_kv * hp->head_dim);
     size_t weights = ft_model_upload_bytes(m);
-    size_t kv = 2 * (size_t)hp->n_layer * (size_t)p.n_ctx * kv_row * (size_t)p.n_seq;
+    size_t kv = kv_bytes(m, &p);
     ft_backend_limits lim = batch_limits(m, &p);
     size_t work = ft_backend_cuda_scratch_bytes(&lim) + activation_floats(m, &p) * sizeof(float);
     size_t margin = (size_t)256 << 20; // the CUDA context's own allocations, fragmentation
