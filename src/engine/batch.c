@@ -85,6 +85,29 @@ static void print_cpu_plan(const ft_model *m, const ft_engine_params *p) {
             ft_mem_available() / MiB);
 }
 
+// --moe-backend fused (and what auto picks when the model fits): every weight on the device.
+static bool place_fused(ft_model *m, const ft_engine_params *p, const ft_cuda_device_info *info, ft_err *err) {
+    size_t weights = ft_model_upload_bytes(m, false);
+    size_t kv = kv_bytes(m, p);
+    ft_backend_limits lim = batch_limits(m, p);
+    size_t work = ft_backend_cuda_scratch_bytes(&lim) + activation_floats(m, p) * sizeof(float);
+    size_t margin = (size_t)256 << 20; // the CUDA context's own allocations, fragmentation
+    double ratio = p->memory_ratio > 0 ? p->memory_ratio : 0.9;
+    size_t budget = (size_t)(ratio * (double)info->free_mem);
+    const double MiB = 1024.0 * 1024.0;
+    fprintf(stderr, "cuda: %s (sm_%d%d), %.0f MiB free of %.0f, budget %.0f MiB (--memory-ratio %.2f): weights %.1f MiB, "
+                    "KV cache %.1f MiB (%d x %d positions, %s), workspace %.1f MiB (batch %d)\n",
+            info->name, info->cc_major, info->cc_minor, info->free_mem / MiB, info->total_mem / MiB, budget / MiB, ratio,
+            weights / MiB, kv / MiB, p->n_seq, p->n_ctx, ft_type_name(p->kv_type), work / MiB, step_tokens(p));
+    if (weights + kv + work + margin > budget)
+        return ft_err_set(err, "the model does not fit on %s: it needs %.0f MiB (weights %.0f, KV %.0f, workspace %.0f, "
+                               "reserve %.0f) and the budget is %.0f MiB (--memory-ratio %.2f of %.0f MiB free); use a "
+                               "smaller -c, fewer sequences, or --device cpu",
+                          info->name, (weights + kv + work + margin) / MiB, weights / MiB, kv / MiB, work / MiB,
+                          margin / MiB, budget / MiB, ratio, info->free_mem / MiB);
+    return ft_model_upload(m, false, err);
+}
+
 bool ft_engine_place_model(ft_model *m, const ft_engine_params *params, ft_err *err) {
     ft_engine_params p = *params;
     if (!ft_engine_params_resolve(m, &p, err)) return false;
@@ -94,25 +117,13 @@ bool ft_engine_place_model(ft_model *m, const ft_engine_params *params, ft_err *
     }
     ft_cuda_device_info info;
     if (!ft_cuda_device_get_info(0, &info)) return ft_err_set(err, "--device cuda: no CUDA device found");
-    size_t weights = ft_model_upload_bytes(m);
-    size_t kv = kv_bytes(m, &p);
-    ft_backend_limits lim = batch_limits(m, &p);
-    size_t work = ft_backend_cuda_scratch_bytes(&lim) + activation_floats(m, &p) * sizeof(float);
-    size_t margin = (size_t)256 << 20; // the CUDA context's own allocations, fragmentation
-    double ratio = p.memory_ratio > 0 ? p.memory_ratio : 0.9;
-    size_t budget = (size_t)(ratio * (double)info.free_mem);
-    const double MiB = 1024.0 * 1024.0;
-    fprintf(stderr, "cuda: %s (sm_%d%d), %.0f MiB free of %.0f, budget %.0f MiB (--memory-ratio %.2f): weights %.1f MiB, "
-                    "KV cache %.1f MiB (%d x %d positions, %s), workspace %.1f MiB (batch %d)\n",
-            info.name, info.cc_major, info.cc_minor, info.free_mem / MiB, info.total_mem / MiB, budget / MiB, ratio,
-            weights / MiB, kv / MiB, p.n_seq, p.n_ctx, ft_type_name(p.kv_type), work / MiB, step_tokens(&p));
-    if (weights + kv + work + margin > budget)
-        return ft_err_set(err, "the model does not fit on %s: it needs %.0f MiB (weights %.0f, KV %.0f, workspace %.0f, "
-                               "reserve %.0f) and the budget is %.0f MiB (--memory-ratio %.2f of %.0f MiB free); use a "
-                               "smaller -c, fewer sequences, or --device cpu",
-                          info.name, (weights + kv + work + margin) / MiB, weights / MiB, kv / MiB, work / MiB,
-                          margin / MiB, budget / MiB, ratio, info.free_mem / MiB);
-    return ft_model_upload(m, err);
+    switch (p.moe_backend) {
+    case FT_MOE_BACKEND_AUTO:
+    case FT_MOE_BACKEND_FUSED: return place_fused(m, &p, &info, err);
+    case FT_MOE_BACKEND_OFFLOAD:
+    case FT_MOE_BACKEND_CPU: break;
+    }
+    return ft_err_set(err, "--moe-backend %s: not available in this build", ft_moe_backend_name(p.moe_backend));
 }
 
 ft_batch *ft_batch_init(const ft_model *m, const ft_engine_params *params, ft_err *err) {

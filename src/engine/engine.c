@@ -14,7 +14,8 @@ struct ft_engine {
 };
 
 ft_engine_params ft_engine_default_params(void) {
-    ft_engine_params p = {.n_threads = 0, .n_ctx = 0, .n_batch = 256, .n_seq = 1, .kv_type = FT_TYPE_F16};
+    ft_engine_params p = {.n_threads = 0, .n_ctx = 0, .n_batch = 256, .n_seq = 1, .kv_type = FT_TYPE_F16,
+                          .cuda_graph_max_bs = -1};
     return p;
 }
 
@@ -27,6 +28,21 @@ bool ft_engine_device_from_name(const char *name, enum ft_placement *out) {
     else if (!strcmp(name, "cuda")) *out = FT_PLACEMENT_CUDA;
     else return false;
     return true;
+}
+
+static const char *const moe_backend_names[] = {"auto", "fused", "offload", "cpu"};
+
+bool ft_moe_backend_from_name(const char *name, enum ft_moe_backend *out) {
+    for (size_t i = 0; i < FT_ARRAY_LEN(moe_backend_names); i++)
+        if (!strcmp(name, moe_backend_names[i])) {
+            *out = (enum ft_moe_backend)i;
+            return true;
+        }
+    return false;
+}
+
+const char *ft_moe_backend_name(enum ft_moe_backend b) {
+    return (size_t)b < FT_ARRAY_LEN(moe_backend_names) ? moe_backend_names[b] : "?";
 }
 
 ft_engine *ft_engine_init(const ft_model *m, const ft_engine_params *params, ft_err *err) {

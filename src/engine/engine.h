@@ -13,6 +13,14 @@
 
 typedef struct ft_engine ft_engine;
 
+// Where the routed experts of a CUDA engine live and run (--moe-backend):
+//   fused:   every expert resident in device memory with the rest of the model;
+//   offload: experts in page-locked host banks, a GPU expert cache in front of them (src/moe/);
+//   cpu:     experts computed on the CPU from host memory, everything else on the GPU;
+//   auto:    fused when the whole model fits the memory budget, else offload.
+// The CPU device ignores it (everything runs on the CPU).
+enum ft_moe_backend { FT_MOE_BACKEND_AUTO, FT_MOE_BACKEND_FUSED, FT_MOE_BACKEND_OFFLOAD, FT_MOE_BACKEND_CPU };
+
 typedef struct ft_engine_params {
     int n_threads;          // CPU threads (default: physical cores)
     int n_ctx;              // positions in the KV cache (0: the model's training context)
@@ -22,9 +30,21 @@ typedef struct ft_engine_params {
     bool reference;         // every op on its scalar reference path (also FT_REFERENCE=1)
     enum ft_placement device; // FT_PLACEMENT_CPU (default) or FT_PLACEMENT_CUDA (device 0)
     double memory_ratio;    // CUDA: share of the device's free memory the plan may use (0: 0.9)
+    size_t gpu_memory_limit;  // CUDA: cap on everything ft allocates on the device, bytes (0: none)
+    enum ft_moe_backend moe_backend;
+    int moe_cache_size;       // offload: expert slots (0: sized from the budget)
+    int moe_pool_layout;      // offload: enum moe_pool_layout (exact or uniform)
+    int64_t kv_reserve_tokens;// offload: KV tokens reserved before the cache is sized (0: n_seq x n_ctx)
+    bool moe_prefill_serial;  // offload: prefill layers stream without double-buffering
+    int cuda_graph_max_bs;    // CUDA: largest step (tokens) captured in a graph; 0: none; -1: all
+    const char *moe_route_trace; // benchmarks: replay this route trace (route_trace.h) instead of routing
 } ft_engine_params;
 
 ft_engine_params ft_engine_default_params(void);
+
+// Parses "auto", "fused", "offload" or "cpu". Returns false if none.
+bool ft_moe_backend_from_name(const char *name, enum ft_moe_backend *out);
+const char *ft_moe_backend_name(enum ft_moe_backend b);
 
 // The --device default: cuda when a CUDA device is found, else cpu.
 enum ft_placement ft_engine_default_device(void);

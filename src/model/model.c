@@ -289,17 +289,23 @@ ft_model *ft_model_load(const char *path, ft_err *err) {
 // ---------------------------------------------------------------------------------------------
 // Device placement
 
-// Calls fn on every tensor ft_model_upload moves (all but the embedding table).
-static void for_each_device_tensor(ft_model *m, void (*fn)(ft_tensor *t, void *ctx), void *ctx) {
+// Calls fn on every tensor ft_model_upload moves (all but the embedding table, and the routed
+// experts when they stay on the host).
+static void for_each_device_tensor(ft_model *m, bool experts_on_host, void (*fn)(ft_tensor *t, void *ctx), void *ctx) {
     fn(&m->output_norm, ctx);
     fn(&m->output, ctx);
     for (int l = 0; l < m->hp.n_layer; l++) {
         ft_layer *L = &m->layers[l];
         ft_tensor *ts[] = {&L->attn_norm, &L->wq, &L->wk, &L->wv, &L->bq, &L->bk, &L->bv, &L->wo,
                            &L->q_norm, &L->k_norm, &L->attn_gate, &L->ffn_norm, &L->router, &L->sel_bias,
-                           &L->gate_exps, &L->up_exps, &L->down_exps, &L->gate_shexp, &L->up_shexp,
-                           &L->down_shexp, &L->gate_inp_shexp, &L->ffn_gate, &L->ffn_up, &L->ffn_down};
+                           &L->gate_shexp, &L->up_shexp, &L->down_shexp, &L->gate_inp_shexp, &L->ffn_gate,
+                           &L->ffn_up, &L->ffn_down};
         for (size_t i = 0; i < FT_ARRAY_LEN(ts); i++) fn(ts[i], ctx);
+        if (!experts_on_host) {
+            fn(&L->gate_exps, ctx);
+            fn(&L->up_exps, ctx);
+            fn(&L->down_exps, ctx);
+        }
     }
 }
 
@@ -309,9 +315,9 @@ static void add_bytes(ft_tensor *t, void *ctx) {
     if (ft_tensor_present(t)) *(size_t *)ctx += (tensor_bytes(t) + 255) / 256 * 256;
 }
 
-size_t ft_model_upload_bytes(const ft_model *m) {
+size_t ft_model_upload_bytes(const ft_model *m, bool experts_on_host) {
     size_t n = 0;
-    for_each_device_tensor((ft_model *)m, add_bytes, &n);
+    for_each_device_tensor((ft_model *)m, experts_on_host, add_bytes, &n);
     return n;
 }
 
@@ -354,11 +360,11 @@ static void free_one(ft_tensor *t, void *ctx) {
     }
 }
 
-bool ft_model_upload(ft_model *m, ft_err *err) {
-    upload_ctx u = {.err = err, .m = m, .total = ft_model_upload_bytes(m)};
-    for_each_device_tensor(m, upload_one, &u);
+bool ft_model_upload(ft_model *m, bool experts_on_host, ft_err *err) {
+    upload_ctx u = {.err = err, .m = m, .total = ft_model_upload_bytes(m, experts_on_host)};
+    for_each_device_tensor(m, experts_on_host, upload_one, &u);
     if (u.failed) {
-        for_each_device_tensor(m, free_one, m);
+        for_each_device_tensor(m, false, free_one, m);
         return false;
     }
     ft_cuda_device_sync();
@@ -388,7 +394,7 @@ void ft_model_prefault(ft_model *m) {
 
 void ft_model_free(ft_model *m) {
     if (!m) return;
-    if (m->layers) for_each_device_tensor(m, free_one, m);
+    if (m->layers) for_each_device_tensor(m, false, free_one, m);
     gguf_close(m->file);
     free(m->layers);
     free(m->path);

@@ -131,8 +131,10 @@ void ft_model_free(ft_model *m); // NULL is a no-op
 // ft_model_upload_bytes is what it will allocate (for the memory plan, checked before).
 // Returns false and sets *err when an allocation fails (what was uploaded is given back and
 // the model stays on the host) or a weight type has no CUDA kernel.
-size_t ft_model_upload_bytes(const ft_model *m);
-bool ft_model_upload(ft_model *m, ft_err *err);
+// With experts_on_host the routed experts (gate_exps, up_exps, down_exps) stay in the mapping
+// (placement CPU) for an expert cache or the CPU to serve (--moe-backend offload|cpu).
+size_t ft_model_upload_bytes(const ft_model *m, bool experts_on_host);
+bool ft_model_upload(ft_model *m, bool experts_on_host, ft_err *err);
 
 // Reads every page of the file's tensor data into memory now (the mapping is lazy: the first
 // requests would otherwise wait on the disk), reporting progress through m->progress. Warns
