@@ -641,7 +641,10 @@ static void cuda_sigmoid_gate_add(ft_backend *be, const ft_tensor *gate_inp, con
 static void cuda_step_begin(ft_backend *be, int n_tok, int pos0, const void *key) {
     cuda_backend *c = cuda_of(be);
     FT_ASSERT(c->mode == STEP_DIRECT);
-    if (!c->graphs || !c->reserved || n_tok != 1) return;
+    if (!c->graphs || !c->reserved || n_tok != 1) {
+        ft_cuda_profile_step_begin(c->stream, false);
+        return;
+    }
     // the pinned staging and position are rewritten below: the last copies from them ran
     if (c->staging_used) ft_cuda_event_sync(c->staging_done);
     c->step_pos0 = pos0;
@@ -669,21 +672,27 @@ static void cuda_step_begin(ft_backend *be, int n_tok, int pos0, const void *key
     g->key = key;
     c->mode = STEP_CAPTURE;
     ft_cuda_capture_begin(c->stream);
+    ft_cuda_profile_step_begin(c->stream, true);
     ft_cuda_memcpy_h2d(c->pos_dev, c->pos_host, sizeof(int32_t), c->stream);
 }
 
 static void cuda_step_end(ft_backend *be) {
     cuda_backend *c = cuda_of(be); // (the pending add joins the capture)
-    if (c->mode == STEP_DIRECT) return;
+    if (c->mode == STEP_DIRECT) {
+        ft_cuda_profile_step_end(NULL);
+        return;
+    }
     struct step_graph *g = &c->step_graphs[c->cur_graph];
     if (c->mode == STEP_CAPTURE) {
         g->graph = ft_cuda_capture_end(c->stream);
         g->sig = c->step_sig;
+        ft_cuda_profile_step_end(g->graph);
     } else if (c->step_sig != g->sig) {
         ft_abort(__FILE__, __LINE__, "cuda: this one-token step's ops differ from the captured graph's "
                                      "(an op sequence that depends on the position?); FT_CUDA_GRAPHS=0 avoids graphs");
     }
     ft_cuda_graph_launch(g->graph, c->stream);
+    ft_cuda_profile_replayed(g->graph);
     ft_cuda_event_record(c->staging_done, c->stream);
     c->staging_used = true;
     c->mode = STEP_DIRECT;

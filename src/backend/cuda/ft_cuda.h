@@ -105,6 +105,14 @@ ft_cuda_graph *ft_cuda_capture_end(ft_cuda_stream *s);
 void ft_cuda_graph_launch(ft_cuda_graph *g, ft_cuda_stream *s);
 void ft_cuda_graph_free(ft_cuda_graph *g);    // NULL: no-op
 
+// Launch profiling (launch_profile.cu), on when FT_CUDA_PROFILE is set and not "0"; else these
+// return at once. A step's launches on s between step_begin and step_end are timed (capture:
+// true when s is being captured; then step_end takes the graph and each replayed() call of that
+// graph, after its launch, adds its times); a table per launch site is printed at exit.
+void ft_cuda_profile_step_begin(ft_cuda_stream *s, bool capture);
+void ft_cuda_profile_step_end(const ft_cuda_graph *captured); // NULL for a direct step
+void ft_cuda_profile_replayed(const ft_cuda_graph *g);
+
 // ---------------------------------------------------------------------------------------------
 // Activation quantization (quantize_q8_1.cu)
 
