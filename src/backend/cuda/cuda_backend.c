@@ -2,8 +2,9 @@
 // of ft_backend_ops as launches of the kernels in this folder (cuda_ops.h, ft_cuda.h).
 //
 // Matmuls quantize the activations once to q8_1 (quantized weights) or pass floats (f32, f16,
-// bf16 weights) and run the matvec kernels 8 tokens per launch; a larger batch takes several
-// launches over the same quantized activations (correct, not yet the tensor-core GEMM).
+// bf16 weights) and run the matvec kernels 8 tokens per launch; batches from GEMM_MIN_TOK
+// tokens take the tensor-core GEMM (quantized weights), float weights past 8 tokens the tiled
+// float GEMM (gemm_f.cu).
 // Consecutive matmuls of one input (wq/wk/wv, gate/up, router and experts) quantize it once.
 // moe_ffn routes on the device and runs the selected experts through the expert form of the
 // matvec (ft_cuda_matvec_ids), one (token, slot) pair per CTA row, so the host never waits:
@@ -17,6 +18,7 @@
 //   - decode-sized quantized matmuls of one input (wq, wk, wv) run as one launch;
 //   - a residual add runs inside the next rms_norm when that normalises its result;
 //   - a per-head rms_norm in place (q_norm, k_norm) runs inside the rope of its buffer;
+//   - the cache rows of k and v (two set_rows of one shape) are written by one launch;
 // and some kernels write the q8_1 form of their output for the matmul that follows (rms_norm,
 // decode attention), which then skips its quantize launch (xq_src).
 //
@@ -56,6 +58,7 @@ typedef struct cuda_backend {
     float *gap;                // (1) smallest routing gap since the last read
     void *moe_work;            // ft_cuda_moe_gemm_work_bytes(P, n_expert): prefill expert grouping
     float *attn_part;          // flash-decoding partials (see cuda_ops.h)
+    int *attn_count;           // (FT_CUDA_ATTN_SPLIT_MAX_TOK * max_width) zeros: split_count
     size_t attn_part_floats;
     // host side
     float *staging;            // pinned (max_tok, W): get_rows' dequantized rows
@@ -108,11 +111,22 @@ typedef struct cuda_backend {
         int n_tok;
     } mms[FT_CUDA_MATVEC_MAX_SEG];
     int n_mms;
+    // cache rows not yet written (a layer's k): the next set_rows of the same shape (its v)
+    // joins them in one launch; any other op launches them first
+    struct pending_rows {
+        uint32_t type;
+        ft_cuda_set_rows_dst dst;
+        const int32_t *row_dev;
+        int n_rows;
+        int64_t n;
+    } rows;
+    bool rows_pending;
 } cuda_backend;
 
 static void flush_add(cuda_backend *c) {
     if (!c->add_y) return;
     ft_cuda_add(c->add_y, c->add_x, c->add_n, c->stream);
+    if (c->xq_src == c->add_y) c->xq_src = NULL;
     c->add_y = NULL;
 }
 
@@ -120,19 +134,29 @@ static void flush_norms(cuda_backend *c) {
     for (int i = 0; i < c->n_norms; i++) {
         struct pending_norm *q = &c->norms[i];
         ft_cuda_rms_norm(q->x, NULL, q->w, q->x, NULL, q->n_rows, q->n, q->eps, c->stream);
+        if (c->xq_src == q->x) c->xq_src = NULL;
     }
     c->n_norms = 0;
 }
 
+static void flush_rows(cuda_backend *c) {
+    if (!c->rows_pending) return;
+    struct pending_rows *r = &c->rows;
+    ft_cuda_set_rows(r->type, &r->dst, 1, r->row_dev, r->n_rows, r->n, c->stream);
+    c->rows_pending = false;
+}
+
 static void flush_matmuls(cuda_backend *c);
 
-// Every entry point starts here or at cuda_op: what is pending goes first (norms, an add and
-// matmuls are never pending together: each op that makes one pending flushes the others).
+// Every entry point starts here or at cuda_op: what is pending goes first (norms, an add,
+// matmuls and cache rows are never pending together: each op that makes one pending flushes
+// the others).
 static cuda_backend *cuda_of(ft_backend *be) {
     cuda_backend *c = (cuda_backend *)be;
     flush_norms(c);
     flush_add(c);
     flush_matmuls(c);
+    flush_rows(c);
     return c;
 }
 
@@ -192,6 +216,7 @@ size_t ft_backend_cuda_scratch_bytes(const ft_backend_limits *lim) {
     size_t P = T * (size_t)FT_MAX(lim->n_expert_used, 1), E = (size_t)FT_MAX(lim->n_expert, 1);
     return ft_cuda_q8_1_bytes((int64_t)W, (int)P) + 3 * P * W * sizeof(float) + T * E * sizeof(float) +
            P * (sizeof(int32_t) + sizeof(float)) + attn_part_floats(lim) * sizeof(float) +
+           (size_t)FT_CUDA_ATTN_SPLIT_MAX_TOK * (size_t)lim->max_width * sizeof(int) +
            ft_cuda_moe_gemm_work_bytes((int)P, (int)E) + 256 * 10;
 }
 
@@ -219,6 +244,9 @@ static void cuda_reserve(ft_backend *be, const ft_backend_limits *lim) {
     c->moe_work = dev_alloc(ft_cuda_moe_gemm_work_bytes((int)P, (int)E), "expert grouping");
     c->attn_part_floats = attn_part_floats(lim);
     c->attn_part = dev_alloc(c->attn_part_floats * sizeof(float), "attention partials");
+    size_t count_bytes = (size_t)FT_CUDA_ATTN_SPLIT_MAX_TOK * (size_t)lim->max_width * sizeof(int);
+    c->attn_count = dev_alloc(count_bytes, "attention split counts");
+    ft_cuda_memset(c->attn_count, 0, count_bytes, c->stream);
     c->staging = ft_cuda_host_alloc(T * W * sizeof(float));
     c->host_gap = ft_cuda_host_alloc(2 * sizeof(float));
     c->host_gap[0] = INFINITY;
@@ -268,6 +296,7 @@ static void cuda_free(ft_backend *be) {
     ft_cuda_free(c->gap);
     ft_cuda_free(c->moe_work);
     ft_cuda_free(c->attn_part);
+    ft_cuda_free(c->attn_count);
     ft_cuda_host_free(c->staging);
     ft_cuda_host_free(c->host_gap);
     ft_cuda_event_free(c->staging_done);
@@ -301,6 +330,13 @@ static void matmul_raw(cuda_backend *c, uint32_t type, const void *w, int64_t n_
                                   .n_tok = n_tok};
         ft_cuda_gemm(&gp, c->stream);
         if (y == x) c->xq_src = NULL;
+        return;
+    }
+    if (!q && n_tok > FT_CUDA_MATVEC_MAX_TOK) {
+        // float weights (a router) for a batch: one launch, each weight tile read per 32 tokens
+        ft_cuda_matvec_params mp = {.type = type, .w = w, .n_rows = n_rows, .n_cols = n_cols, .x = x, .y = y,
+                                    .n_tok = n_tok};
+        ft_cuda_gemm_f(&mp, c->stream);
         return;
     }
     size_t xq_row = ft_cuda_q8_1_bytes(n_cols, 1);
@@ -400,6 +436,7 @@ static void cuda_rms_norm(ft_backend *be, const float *x, const ft_tensor *w, fl
     if (defer) {
         flush_add(c);
         flush_matmuls(c); // (before xq is dropped: they may read it)
+        flush_rows(c);
         c->xq_src = NULL;
     } else {
         cuda_op(be);
@@ -459,6 +496,7 @@ static void cuda_rope(ft_backend *be, float *x, int n_tok, int n_head, int head_
     }
     flush_add(c);
     flush_matmuls(c);
+    flush_rows(c);
     c->xq_src = NULL;
     if (!op_runs(c, OP_ROPE, x, p, ((int64_t)n_tok << 32) | (uint32_t)n_head, step_rel(c, pos0))) return;
     float lo = floorf(yarn_corr_dim(p->n_rot, p->n_ctx_orig, p->beta_fast, p->freq_base));
@@ -482,11 +520,34 @@ static void cuda_hadamard(ft_backend *be, float *x, int n_rows, int row_len, int
 static void cuda_set_rows(ft_backend *be, ft_tensor *cache, int row0, const float *x, int n_rows) {
     FT_ASSERT(row0 >= 0 && row0 + n_rows <= cache->ne[1]);
     check_on_device(cache);
-    cuda_backend *c = cuda_op(be);
+    cuda_backend *c = (cuda_backend *)be;
     int rel = step_rel(c, row0); // rows past *pos_dev in a graph step (may be negative)
+    struct pending_rows r = {
+        .type = cache->type,
+        .dst = {(uint8_t *)cache->data + (ptrdiff_t)rel * (ptrdiff_t)cache->row_bytes, cache->row_bytes, x},
+        .row_dev = step_pos_dev(c), .n_rows = n_rows, .n = cache->ne[0],
+    };
+    // the rows waiting (k) and these (v) in one launch when they share type and shape
+    const struct pending_rows *w = &c->rows;
+    bool join = c->rows_pending && w->type == r.type && w->n_rows == r.n_rows && w->n == r.n &&
+                w->row_dev == r.row_dev && w->dst.dst != r.dst.dst;
+    if (join) {
+        flush_norms(c);
+        flush_add(c);
+        flush_matmuls(c);
+        c->xq_src = NULL;
+    } else {
+        cuda_op(be);
+    }
     if (!op_runs(c, OP_SET_ROWS, cache->data, x, n_rows, rel)) return;
-    ft_cuda_set_rows(cache->type, (uint8_t *)cache->data + (ptrdiff_t)rel * (ptrdiff_t)cache->row_bytes,
-                     cache->row_bytes, step_pos_dev(c), x, n_rows, cache->ne[0], c->stream);
+    if (join) {
+        ft_cuda_set_rows_dst d[2] = {w->dst, r.dst};
+        ft_cuda_set_rows(r.type, d, 2, r.row_dev, r.n_rows, r.n, c->stream);
+        c->rows_pending = false;
+        return;
+    }
+    c->rows = r; // launched with the next set_rows or by the next op (flush_rows)
+    c->rows_pending = true;
 }
 
 static void cuda_attention(ft_backend *be, const ft_attn_params *p) {
@@ -506,6 +567,7 @@ static void cuda_attention(ft_backend *be, const ft_attn_params *p) {
     };
     size_t need = (size_t)FT_CUDA_ATTN_SPLIT_MAX_TOK * (size_t)p->n_head * FT_CUDA_ATTN_MAX_SPLIT * (size_t)(p->head_dim + 2);
     ap.part = need <= c->attn_part_floats ? c->attn_part : NULL;
+    ap.split_count = ap.part && p->n_head <= c->lim.max_width ? c->attn_count : NULL; // its size
     // decode writes the q8_1 form of its output too, for the output projection that follows
     int64_t width = (int64_t)p->n_head * p->head_dim;
     bool quantize = ft_cuda_attention_quantizes(p->n_tok, p->head_dim) && width <= round32(c->lim.max_width) &&
@@ -566,7 +628,9 @@ static void expert_matvec(cuda_backend *c, const ft_tensor *w, const float *x, i
 }
 
 static void cuda_moe_ffn(ft_backend *be, const ft_moe_params *p, const float *x, float *y, int n_tok) {
-    cuda_backend *c = cuda_op(be);
+    // cuda_of, not cuda_op: x is only read, so the q8_1 copy of it that the norm before wrote
+    // (xq) still serves the expert matmuls; every launch below that writes xq says so
+    cuda_backend *c = cuda_of(be);
     int64_t n_embd = p->gate_exps->ne[0], n_ff = p->gate_exps->ne[1];
     int k = p->n_expert_used;
     FT_ASSERT(c->reserved && n_tok <= c->lim.max_tok && k <= c->lim.n_expert_used);

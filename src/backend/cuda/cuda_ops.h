@@ -50,10 +50,18 @@ void ft_cuda_norm_rope(float *x, const float *w, int n_tok, int n_head, int head
 // hadamard.cu: each of n_chunks consecutive chunks of n floats (n a power of two <= 1024).
 void ft_cuda_hadamard(float *x, int64_t n_chunks, int n, ft_cuda_stream *s);
 
-// set_rows.cu: rows of n floats -> rows of type (FT_TYPE_F16 or FT_TYPE_Q8_0) row_bytes apart,
-// starting at dst, moved *row_dev rows further when row_dev (device memory) is not NULL.
-void ft_cuda_set_rows(uint32_t type, void *dst, size_t row_bytes, const int32_t *row_dev,
-                      const float *x, int n_rows, int64_t n, ft_cuda_stream *s);
+// set_rows.cu: for each of n_dst destinations (1..FT_CUDA_SET_ROWS_MAX_DST, one launch: the k
+// and v rows of a layer), n_rows rows of n floats at x -> rows of type (FT_TYPE_F16 or
+// FT_TYPE_Q8_0) row_bytes apart, starting at dst, moved *row_dev rows further when row_dev
+// (device memory) is not NULL.
+#define FT_CUDA_SET_ROWS_MAX_DST 2
+typedef struct ft_cuda_set_rows_dst {
+    void *dst;
+    size_t row_bytes;
+    const float *x; // (n_rows, n)
+} ft_cuda_set_rows_dst;
+void ft_cuda_set_rows(uint32_t type, const ft_cuda_set_rows_dst *d, int n_dst, const int32_t *row_dev, int n_rows,
+                      int64_t n, ft_cuda_stream *s);
 
 // attention.cu. Decode splits the keys over CTAs when part is given: part holds
 // FT_CUDA_ATTN_SPLIT_MAX_TOK * n_head * FT_CUDA_ATTN_MAX_SPLIT * (head_dim + 2) floats.
@@ -70,6 +78,10 @@ typedef struct ft_cuda_attn_params {
     const int32_t *pos_dev; // device memory: added to pos0 (a CUDA graph replayed at any
                            // position), or NULL
     float *part;           // scratch for split partial results, or NULL: no split
+    int *split_count;      // (FT_CUDA_ATTN_SPLIT_MAX_TOK * n_head) zeros, or NULL: the decode
+                           // kernels' CTAs of one (head, token) count themselves done here and
+                           // the last one merges the splits (and resets its count to 0), which
+                           // saves the merge launch; NULL: a second kernel merges
     void *out_q;           // the q8_1 form of out as well (n_tok rows of n_head * head_dim / 32
                            // blocks), or NULL; only where ft_cuda_attention_quantizes says so
 } ft_cuda_attn_params;

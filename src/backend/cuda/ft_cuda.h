@@ -193,6 +193,12 @@ void ft_cuda_matvec_ids(const ft_cuda_matvec_ids_params *p, ft_cuda_stream *s);
 // 0 restores the automatic choice by shape, see matvec_q.cu). Not thread-safe.
 void ft_cuda_matvec_force_tpr(int tpr);
 
+// y = x · wᵀ for float weights (f32, f16, bf16) and any n_tok >= 1 rows of float activations,
+// one launch (gemm_f.cu): the prefill form of ft_cuda_matvec for float weights (an MoE router),
+// whose weight tiles serve 32 tokens each. p as for ft_cuda_matvec, but n_tok is not limited
+// to FT_CUDA_MATVEC_MAX_TOK. Float FMAs in ascending column order per output.
+void ft_cuda_gemm_f(const ft_cuda_matvec_params *p, ft_cuda_stream *s);
+
 // ---------------------------------------------------------------------------------------------
 // Prefill matmuls on tensor cores (gemm_q.cu) and the MoE FFN grouped by expert (moe_gemm.cu)
 

@@ -21,9 +21,10 @@ norm_rope_kernel(float *x, const float *w, int n_head, int head_dim, float eps, 
     const int row = blockIdx.x, t = row / n_head, d = threadIdx.x;
     float *xr = x + (int64_t)row * head_dim;
     const float v = d < head_dim ? xr[d] : 0.0f;
+    const float wd = d < head_dim ? w[d] : 0.0f; // loaded with x, not after the reduction
     const float sum = ft_block_sum(v * v, red);
     const float scale = 1.0f / sqrtf(sum / head_dim + eps);
-    if (d < head_dim) ys[d] = (v * scale) * w[d];
+    if (d < head_dim) ys[d] = (v * scale) * wd;
     __syncthreads();
     const int half = p.n_rot / 2;
     if (d < half) {
