@@ -254,43 +254,42 @@ __device__ __forceinline__ void ld_slice(const uint8_t *row, uint32_t type, int 
     }
 }
 
-// The splits of one (head, token) merged by a CTA of AT_THREADS threads: weights e^(M_z - M)
-// for each split's sums, taken in split order. Every split's max and sum, then every split's
-// value of the thread's dims, are loaded before they are used (one memory round trip each, not
-// one per split). The partials come from other CTAs: read through L2 (__ldcg), never from a
-// line an earlier launch left in this SM's L1.
+// The splits of one (head, token) merged by a CTA of AT_THREADS threads (all of them call it):
+// weights e^(M_z - M) for each split's sums, taken in split order. Thread z loads split z's
+// max and sum into shared memory, and each thread's loop over the splits' values is unrolled
+// so that its loads are in flight together: a few memory round trips, not one per split, in
+// few registers (the decode kernel inlines this: its occupancy must not drop). The partials
+// come from other CTAs: read through L2 (__ldcg), never from a line an earlier launch left in
+// this SM's L1.
 __device__ __forceinline__ void attn_merge(const ft_cuda_attn_params &p, int h, int t, int n_split) {
     constexpr int NS = FT_CUDA_ATTN_MAX_SPLIT;
-    const int hd = p.head_dim;
+    static_assert(NS <= AT_THREADS, "a thread per split");
+    __shared__ float m_s[NS], s_s[NS], f_s[NS];
+    const int hd = p.head_dim, tid = threadIdx.x;
     const float *part = p.part + ((int64_t)t * p.n_head + h) * NS * (hd + 2);
-    float mz[NS], sz[NS];
-#pragma unroll
-    for (int z = 0; z < NS; z++) {
-        mz[z] = z < n_split ? __ldcg(&part[z * (hd + 2) + hd]) : -INFINITY;
-        sz[z] = z < n_split ? __ldcg(&part[z * (hd + 2) + hd + 1]) : 0.0f;
+    if (tid < n_split) {
+        m_s[tid] = __ldcg(&part[tid * (hd + 2) + hd]);
+        s_s[tid] = __ldcg(&part[tid * (hd + 2) + hd + 1]);
     }
+    __syncthreads();
     float M = -INFINITY;
-#pragma unroll
-    for (int z = 0; z < NS; z++)
-        if (z < n_split) M = fmaxf(M, mz[z]);
-    float S = 0.0f, f[NS];
-#pragma unroll
-    for (int z = 0; z < NS; z++) {
-        f[z] = z < n_split && mz[z] != -INFINITY ? expf(mz[z] - M) : 0.0f;
-        if (z < n_split && mz[z] != -INFINITY) S += sz[z] * f[z];
-    }
+    for (int z = 0; z < n_split; z++) M = fmaxf(M, m_s[z]);
+    if (tid < n_split) f_s[tid] = m_s[tid] != -INFINITY ? expf(m_s[tid] - M) : 0.0f;
+    __syncthreads();
+    float S = 0.0f;
+    for (int z = 0; z < n_split; z++)
+        if (m_s[z] != -INFINITY) S += s_s[z] * f_s[z];
     const float inv = S == 0.0f ? 0.0f : 1.0f / S;
     const int64_t o0 = ((int64_t)t * p.n_head + h) * hd;
-    for (int d = threadIdx.x; d < hd; d += AT_THREADS) {
-        float pv[NS];
-#pragma unroll
-        for (int z = 0; z < NS; z++) pv[z] = z < n_split ? __ldcg(&part[z * (hd + 2) + d]) : 0.0f;
+    for (int d = tid; d < hd; d += AT_THREADS) {
         float v = 0.0f;
-#pragma unroll
-        for (int z = 0; z < NS; z++)
-            if (z < n_split && mz[z] != -INFINITY) v += pv[z] * f[z];
+#pragma unroll 8
+        for (int z = 0; z < n_split; z++) {
+            const float pv = __ldcg(&part[z * (hd + 2) + d]);
+            if (m_s[z] != -INFINITY) v += pv * f_s[z];
+        }
         p.out[o0 + d] = v * inv;
-        if (p.out_q) ft_q8_1_warp_store(v * inv, (block_q8_1 *)p.out_q + (o0 + d) / QK8_1, threadIdx.x % FT_WARP);
+        if (p.out_q) ft_q8_1_warp_store(v * inv, (block_q8_1 *)p.out_q + (o0 + d) / QK8_1, tid % FT_WARP);
     }
 }
 
