@@ -42,9 +42,15 @@ typedef struct ft_cuda_rope_params {
 void ft_cuda_rope(float *x, int n_tok, int n_head, int head_dim, int pos0,
                   const ft_cuda_rope_params *p, ft_cuda_stream *s);
 
-// norm_rope.cu: x (n_tok, n_head * head_dim) in place: each head RMS-normalised with w
-// (head_dim floats), then rotated as ft_cuda_rope; head_dim <= 256. Same bits as the two ops.
-void ft_cuda_norm_rope(float *x, const float *w, int n_tok, int n_head, int head_dim, float eps, int pos0,
+// norm_rope.cu: for n_buf (1 or 2: q and k in one launch) buffers x (n_tok, n_head * head_dim)
+// in place: each head RMS-normalised with its buffer's w (head_dim floats), then rotated as
+// ft_cuda_rope; head_dim <= 256. Same bits as the two ops.
+typedef struct ft_cuda_norm_rope_buf {
+    float *x;
+    const float *w;
+    int n_head;
+} ft_cuda_norm_rope_buf;
+void ft_cuda_norm_rope(const ft_cuda_norm_rope_buf *b, int n_buf, int n_tok, int head_dim, float eps, int pos0,
                        const ft_cuda_rope_params *p, ft_cuda_stream *s);
 
 // hadamard.cu: each of n_chunks consecutive chunks of n floats (n a power of two <= 1024).
@@ -103,6 +109,17 @@ typedef struct ft_cuda_route_params {
     float w_scale;         // 0 or 1: none
 } ft_cuda_route_params;
 void ft_cuda_moe_route(const ft_cuda_route_params *p, ft_cuda_stream *s);
+// The router's logits (p->logits = W x) and the routing above in one launch, where
+// ft_cuda_moe_router_fits (one token, float weights, n_expert <= 256, k <= 32).
+typedef struct ft_cuda_router_params {
+    uint32_t w_type;       // FT_TYPE_F32, F16 or BF16
+    const void *w;         // (n_expert, n_embd)
+    const float *x;        // (n_embd)
+    int64_t n_embd;
+    int *count;            // one int, 0 before the launch and after it (the kernel resets it)
+} ft_cuda_router_params;
+bool ft_cuda_moe_router_fits(uint32_t w_type, int n_tok, int n_expert, int k);
+void ft_cuda_moe_router(const ft_cuda_router_params *r, const ft_cuda_route_params *p, ft_cuda_stream *s);
 // y[t] = sum_j w[t][j] * h[t * k + j] over j in order; h (n_tok * k, n_embd)
 void ft_cuda_moe_combine(const float *h, const float *w, float *y, int n_tok, int k, int n_embd,
                          ft_cuda_stream *s);

@@ -183,6 +183,8 @@ typedef struct ft_cuda_matvec_ids_params {
                             // sum over j in order of sum_w[t k + j] * (W[ids[t k + j]] · x row
                             // (t k + j) / x_div); (n_pairs) weights, device memory
     int k;                  // pairs per token, with sum_w: 1..FT_CUDA_MATVEC_SUM_MAX_K
+    void *y_q;              // GLU only: y's q8_1 form as well ((n_pairs, n_rows) as
+                            // ft_cuda_quantize_q8_1 writes it), or NULL; n_rows % 32 == 0
 } ft_cuda_matvec_ids_params;
 
 #define FT_CUDA_MATVEC_SUM_MAX_K 32
