@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# gpu_vs_llama.sh: ft on the GPU (pp512 / tg128 by default) on a synthetic model of
+# gpu_vs_llama.sh: ft on the GPU (pp512 / tg128 by default, as llama-bench runs them: the
+# prompt alone, and decode from an empty context) on a synthetic model of
 # Qwen3-30B-A3B's full shape, next to llama.cpp's figures on the same shape and GPU.
 #
 # usage: bench/gpu_vs_llama.sh [-m FILE.gguf] [-p 512] [-n 128] [-r 3]
@@ -25,7 +26,7 @@ while [ $# -gt 0 ]; do
         -p) n_prompt="$2"; shift 2 ;;
         -n) n_gen="$2"; shift 2 ;;
         -r) reps="$2"; shift 2 ;;
-        -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "gpu_vs_llama: unexpected argument '$1' (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -53,19 +54,24 @@ if [ -z "$model" ]; then
 fi
 
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 || echo "unknown GPU")
+# llama-bench's two tests: pp (the prompt alone) and tg (decode from an empty context); the
+# decode after the prompt, over n_prompt cached keys, is printed too (slower: attention reads them)
 json=$("$FT" bench -m "$model" --device cuda -p "$n_prompt" -n "$n_gen" -r "$reps" --json)
-python3 - "$json" "$gpu" "$LLAMA_PP" "$LLAMA_TG" "$LLAMA_DATE" <<'EOF'
+json_tg=$("$FT" bench -m "$model" --device cuda -p 0 -n "$n_gen" -r "$reps" --json)
+python3 - "$json" "$json_tg" "$gpu" "$LLAMA_PP" "$LLAMA_TG" "$LLAMA_DATE" <<'EOF'
 import json, sys
-r = json.loads(sys.argv[1]); gpu = sys.argv[2]
-pp, tg, date = float(sys.argv[3]), float(sys.argv[4]), sys.argv[5]
-print(f"model: {r['model']} ({r['arch']}), {gpu}, -p {r['n_prompt']} -n {r['n_gen']}, median of {r['reps']}")
-print(f"{'':14} {'ft':>10} {'llama.cpp':>10} {'ft/llama':>9}")
-for name, key, ref in (("prompt tok/s", "prompt_tok_s", pp), ("decode tok/s", "decode_tok_s", tg)):
-    runs = " ".join(f"{v:.1f}" for v in r[key + "_runs"])
-    print(f"{name:14} {r[key]:10.1f} {ref:10.0f} {r[key] / ref:8.2f}x   ft runs [{runs}]")
+r, t = json.loads(sys.argv[1]), json.loads(sys.argv[2]); gpu = sys.argv[3]
+pp, tg, date = float(sys.argv[4]), float(sys.argv[5]), sys.argv[6]
+n_p, n_g = r['n_prompt'], r['n_gen']
+print(f"model: {r['model']} ({r['arch']}), {gpu}, pp{n_p} / tg{n_g}, median of {r['reps']}")
+print(f"{'':22} {'ft':>10} {'llama.cpp':>10} {'ft/llama':>9}")
+def runs(x, key): return " ".join(f"{v:.1f}" for v in x[key + "_runs"])
+print(f"{'pp' + str(n_p) + ' tok/s':22} {r['prompt_tok_s']:10.1f} {pp:10.0f} {r['prompt_tok_s'] / pp:8.2f}x   ft runs [{runs(r, 'prompt_tok_s')}]")
+print(f"{'tg' + str(n_g) + ' tok/s':22} {t['decode_tok_s']:10.1f} {tg:10.0f} {t['decode_tok_s'] / tg:8.2f}x   ft runs [{runs(t, 'decode_tok_s')}]")
+print(f"{'tg' + str(n_g) + ' after ' + str(n_p) + ' tok/s':22} {r['decode_tok_s']:10.1f} {'':>10} {'':>9}   ft runs [{runs(r, 'decode_tok_s')}]")
 bpt = r["bytes_per_token"]
 roof = 4.8e12 / bpt
 print(f"bytes/token {bpt / 2**30:.2f} GiB: the H200's 4.8 TB/s (datasheet) bounds decode at {roof:.0f} tok/s; "
-      f"ft at {100 * r['decode_tok_s'] / roof:.1f}%, llama.cpp at {100 * tg / roof:.1f}%")
+      f"ft's tg at {100 * t['decode_tok_s'] / roof:.1f}%, llama.cpp at {100 * tg / roof:.1f}%")
 print(f"(llama.cpp figures: measured on an H200 on {date}, quoted, not re-run)")
 EOF

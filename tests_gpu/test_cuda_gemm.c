@@ -1,5 +1,6 @@
-// test_cuda_gemm.c: the prefill GEMM (src/backend/cuda/gemm_q.cu) and the MoE FFN grouped by
-// expert (moe_gemm.cu) against independent CPU computations in double.
+// test_cuda_gemm.c: the prefill GEMM (src/backend/cuda/gemm_q.cu), its float-weight form
+// (gemm_f.cu) and the MoE FFN grouped by expert (moe_gemm.cu) against independent CPU
+// computations in double.
 //
 // Dense GEMM: as test_cuda_matvec.c. Weights are random valid rows (ft_quant_random_row),
 // activations normal floats with a few outliers, quantized to q8_1 on the GPU; the reference
@@ -204,6 +205,70 @@ TEST(test_cuda_gemm_supported_types) {
     CHECK(!ft_cuda_gemm_supported(FT_TYPE_F32) && !ft_cuda_gemm_supported(FT_TYPE_Q2_K));
     if (ft_cuda_device_count() > 0) CHECK(ft_cuda_gemm_supported(FT_TYPE_Q4_K) && ft_cuda_gemm_supported(FT_TYPE_Q8_0));
 }
+
+// ---------------------------------------------------------------------------------------------
+// Float-weight GEMM (gemm_f.cu): random f32 / f16 / bf16 weights and float activations; the
+// reference sums the same (exactly converted) values in double. Each output is one float FMA
+// chain of n_in terms, so |y - ref| <= n_in * 2^-24 * S (S = sum |w_i x_i|, the standard bound
+// for a recursive sum of products, first order), tested with a factor 1.1. Shapes: n_out 1,
+// 63, 130 (tiles of 32: partial, two, five with a partial one), n_in 1, 33 (a partial
+// 32-column chunk), 2048; n_tok 9 (just past the matvec's 8), 32 and 100.
+
+static void run_gemm_f(enum ft_type t, int64_t n_out, int64_t n_in, int n_tok, ft_rng *rng, double *worst) {
+    const size_t es = t == FT_TYPE_F32 ? 4 : 2, nw = (size_t)(n_out * n_in), nx = (size_t)n_in * n_tok,
+                 ny = (size_t)n_out * n_tok;
+    uint8_t *w = ft_malloc(nw * es);
+    float *wf = ft_malloc(nw * sizeof(float));
+    for (size_t i = 0; i < nw; i++) {
+        const float v = 0.05f * ft_rng_normal(rng);
+        if (t == FT_TYPE_F32) ((float *)w)[i] = wf[i] = v;
+        else if (t == FT_TYPE_F16) wf[i] = ft_fp16_to_fp32(((ft_half *)w)[i] = ft_fp32_to_fp16(v));
+        else wf[i] = ft_bf16_to_fp32(((ft_bf16 *)w)[i] = ft_fp32_to_bf16(v));
+    }
+    float *x = random_acts(rng, nx);
+    void *dw = ft_cuda_malloc(nw * es);
+    float *dx = ft_cuda_malloc(nx * sizeof(float)), *dy = ft_cuda_malloc(ny * sizeof(float));
+    FT_ASSERT(dw && dx && dy);
+    ft_cuda_memcpy_h2d(dw, w, nw * es, NULL);
+    ft_cuda_memcpy_h2d(dx, x, nx * sizeof(float), NULL);
+    ft_cuda_memset(dy, 0xFF, ny * sizeof(float), NULL); // NaN
+    ft_cuda_matvec_params p = {.type = t, .w = dw, .n_rows = n_out, .n_cols = n_in, .x = dx, .y = dy, .n_tok = n_tok};
+    ft_cuda_gemm_f(&p, NULL);
+    float *y = ft_malloc(ny * sizeof(float));
+    ft_cuda_memcpy_d2h(y, dy, ny * sizeof(float), NULL);
+    ft_cuda_device_sync();
+    int bad = 0;
+    for (int tk = 0; tk < n_tok; tk++)
+        for (int64_t r = 0; r < n_out; r++) {
+            double ref, sabs;
+            ref_dot(wf + r * n_in, NULL, x + (size_t)tk * n_in, n_in, &ref, &sabs);
+            const double got = y[(size_t)tk * n_out + r], err = fabs(got - ref);
+            const double bound = 1.1 * (double)n_in * 0x1p-24 * sabs + 1e-30;
+            if (!(err <= bound) && bad++ < 3) // NaN fails too
+                CHECK(err <= bound, "%s n_out %lld n_in %lld n_tok %d: token %d row %lld: got %g ref %g (err %.3g, bound %.3g)",
+                      ft_type_name(t), (long long)n_out, (long long)n_in, n_tok, tk, (long long)r, got, ref, err, bound);
+            const double rel = sabs > 0 ? err / sabs : err;
+            if (rel > *worst || rel != rel) *worst = rel;
+        }
+    free(w); free(wf); free(x); free(y);
+    ft_cuda_free(dw); ft_cuda_free(dx); ft_cuda_free(dy);
+}
+
+static void test_gemm_f(enum ft_type t) {
+    GPU_TEST_REQUIRE_DEVICE();
+    ft_rng rng = ft_rng_init(0x9e3f + (uint64_t)t);
+    const int64_t outs[] = {1, 63, 130}, ins[] = {1, 33, 2048};
+    const int toks[] = {9, 32, 100};
+    double worst = 0;
+    for (size_t o = 0; o < FT_ARRAY_LEN(outs); o++)
+        for (size_t i = 0; i < FT_ARRAY_LEN(ins); i++)
+            for (size_t k = 0; k < FT_ARRAY_LEN(toks); k++) run_gemm_f(t, outs[o], ins[i], toks[k], &rng, &worst);
+    fprintf(stderr, "    %-7s worst |err|/S = %.3g\n", ft_type_name(t), worst);
+}
+
+TEST(test_cuda_gemm_f_f32) { test_gemm_f(FT_TYPE_F32); }
+TEST(test_cuda_gemm_f_f16) { test_gemm_f(FT_TYPE_F16); }
+TEST(test_cuda_gemm_f_bf16) { test_gemm_f(FT_TYPE_BF16); }
 
 // ---------------------------------------------------------------------------------------------
 // MoE FFN grouped by expert

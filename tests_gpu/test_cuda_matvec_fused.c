@@ -1,7 +1,8 @@
 // test_cuda_matvec_fused.c: the fused expert kernels of ft_cuda_matvec_ids (matvec_q.cu) for
 // every quantized format: GLU (gate and up banks, silu(gate) * up) and SUM (the weighted sum
 // of each token's k experts), against the plain expert matvec (itself checked against a
-// double-precision reference in test_cuda_matvec.c) combined on the host.
+// double-precision reference in test_cuda_matvec.c) combined on the host; GLU with y_q (its
+// q8_1 output too) bit for bit against GLU then ft_cuda_quantize_q8_1.
 //
 // The fused kernels deal each row's parts to the lanes as the plain one does, so their dot
 // products have the same bits; what may differ is the device expf against the host's in the
@@ -96,6 +97,32 @@ static void fused_case(enum ft_type t) {
         double ref = g[i] / (1.0f + expf(-g[i])) * u[i], err = fabs(f[i] - ref) / big;
         if (!(err <= 1e-5) && bad++ < 3) CHECK(err <= 1e-5, "%s glu pair %zu row %zu: %g vs %g", ft_type_name(t), i / N_ROWS, i % N_ROWS, f[i], ref);
         if (!(err <= worst)) worst = err;
+    }
+
+    // GLU with y_q (rows a multiple of 32: the first 128 rows of each matrix): y has the bits
+    // of the GLU above, y_q those of ft_cuda_quantize_q8_1 of that y
+    {
+        enum { RQ = 128 };
+        const size_t nq = (size_t)N_PAIRS * RQ, qb = ft_cuda_q8_1_bytes(RQ, N_PAIRS);
+        uint8_t *d_yq = ft_cuda_malloc(qb), *d_ref = ft_cuda_malloc(qb);
+        FT_ASSERT(d_yq && d_ref);
+        p.n_rows = RQ;
+        p.y_q = NULL;
+        float *plain = run_ids(&p, nq);
+        ft_cuda_memset(d_yq, 0xFF, qb, NULL);
+        p.y_q = d_yq;
+        float *fq = run_ids(&p, nq);
+        ft_cuda_quantize_q8_1(d_y, d_ref, RQ, N_PAIRS, NULL);
+        uint8_t *q = ft_malloc(qb), *qref = ft_malloc(qb);
+        ft_cuda_memcpy_d2h(q, d_yq, qb, NULL);
+        ft_cuda_memcpy_d2h(qref, d_ref, qb, NULL);
+        ft_cuda_device_sync();
+        CHECK(memcmp(plain, fq, nq * sizeof(float)) == 0, "%s glu with y_q: y differs from the plain GLU's", ft_type_name(t));
+        CHECK(memcmp(q, qref, qb) == 0, "%s glu y_q differs from ft_cuda_quantize_q8_1 of y", ft_type_name(t));
+        p.n_rows = N_ROWS;
+        p.y_q = NULL;
+        free(plain); free(fq); free(q); free(qref);
+        ft_cuda_free(d_yq); ft_cuda_free(d_ref);
     }
 
     // SUM against the plain down matvec and the combine on the host

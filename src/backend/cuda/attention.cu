@@ -12,7 +12,8 @@
 //      read coalesced); at the end the 4 warps' sums are added and divided by the softmax sum.
 // Batches of up to FT_CUDA_ATTN_SPLIT_MAX_TOK tokens (decode) split the keys into up to
 // FT_CUDA_ATTN_MAX_SPLIT ranges of whole chunks, one CTA each (grid.z), writing partial sums,
-// maxima and softmax sums that a second kernel merges (flash-decoding). Prefill batches of the
+// maxima and softmax sums that are then merged (flash-decoding): by the decode kernel's last
+// CTA of each (head, token) when split_count is given, else by a second kernel. Prefill batches of the
 // shapes flash_attn.cu covers take its tiled tensor-core kernel; the rest run here, one CTA per
 // (head, token).
 // The split is a function of the key count alone (attn_split), computed by the kernels
@@ -219,8 +220,9 @@ __global__ void __launch_bounds__(AT_THREADS) attention_kernel(const ft_cuda_att
 //      integer sums per block, scaled by both blocks' scales), online softmax per warp, V
 //      slices accumulated in registers;
 //   3. the 4 warps' (max, sum, accumulators) are merged through shared memory, and the CTA
-//      writes the output, or a partial result (unnormalised sums, max, softmax sum) for
-//      attention_merge_kernel when the keys are split.
+//      writes the output, or a partial result (unnormalised sums, max, softmax sum) when the
+//      keys are split; with split_count the last CTA of the (head, token) then merges them
+//      (attn_merge, attention_merge_kernel's arithmetic), else attention_merge_kernel does.
 
 template <int EPL>
 __device__ __forceinline__ void ld_slice(const uint8_t *row, uint32_t type, int d0, float (&v)[EPL]) {
@@ -250,6 +252,51 @@ __device__ __forceinline__ void ld_slice(const uint8_t *row, uint32_t type, int 
 #pragma unroll
         for (int i = 0; i < EPL; i++) v[i] = d * (float)b->qs[d0 % 32 + i];
     }
+}
+
+// The splits of one (head, token) merged by a CTA of AT_THREADS threads (all of them call it):
+// weights e^(M_z - M) for each split's sums, taken in split order. Thread z loads split z's
+// max and sum into shared memory, and each thread's loop over the splits' values is unrolled
+// so that its loads are in flight together: a few memory round trips, not one per split, in
+// few registers (the decode kernel inlines this: its occupancy must not drop). The partials
+// come from other CTAs: read through L2 (__ldcg), never from a line an earlier launch left in
+// this SM's L1.
+__device__ __forceinline__ void attn_merge(const ft_cuda_attn_params &p, int h, int t, int n_split) {
+    constexpr int NS = FT_CUDA_ATTN_MAX_SPLIT;
+    static_assert(NS <= AT_THREADS, "a thread per split");
+    __shared__ float m_s[NS], s_s[NS], f_s[NS];
+    const int hd = p.head_dim, tid = threadIdx.x;
+    const float *part = p.part + ((int64_t)t * p.n_head + h) * NS * (hd + 2);
+    if (tid < n_split) {
+        m_s[tid] = __ldcg(&part[tid * (hd + 2) + hd]);
+        s_s[tid] = __ldcg(&part[tid * (hd + 2) + hd + 1]);
+    }
+    __syncthreads();
+    float M = -INFINITY;
+    for (int z = 0; z < n_split; z++) M = fmaxf(M, m_s[z]);
+    if (tid < n_split) f_s[tid] = m_s[tid] != -INFINITY ? expf(m_s[tid] - M) : 0.0f;
+    __syncthreads();
+    float S = 0.0f;
+    for (int z = 0; z < n_split; z++)
+        if (m_s[z] != -INFINITY) S += s_s[z] * f_s[z];
+    const float inv = S == 0.0f ? 0.0f : 1.0f / S;
+    const int64_t o0 = ((int64_t)t * p.n_head + h) * hd;
+    for (int d = tid; d < hd; d += AT_THREADS) {
+        float v = 0.0f;
+#pragma unroll 8
+        for (int z = 0; z < n_split; z++) {
+            const float pv = __ldcg(&part[z * (hd + 2) + d]);
+            if (m_s[z] != -INFINITY) v += pv * f_s[z];
+        }
+        p.out[o0 + d] = v * inv;
+        if (p.out_q) ft_q8_1_warp_store(v * inv, (block_q8_1 *)p.out_q + (o0 + d) / QK8_1, tid % FT_WARP);
+    }
+}
+
+__global__ void __launch_bounds__(AT_THREADS) attention_merge_kernel(const ft_cuda_attn_params p) {
+    const int n_split = attn_split_of(p, attn_pos0(p)).n_split;
+    if (n_split == 1) return; // attention_kernel wrote the output (a graphed launch)
+    attn_merge(p, blockIdx.x, blockIdx.y, n_split);
 }
 
 template <int EPL>
@@ -376,6 +423,22 @@ __global__ void __launch_bounds__(AT_THREADS) attention_decode_kernel(const ft_c
             o[hd] = M;
             o[hd + 1] = S;
         }
+        if (!p.split_count) return;
+        // the last CTA of this (head, token) to finish merges the splits: the partials are
+        // made visible before the count says so (threadfence), and read past L1 (attn_merge)
+        __shared__ bool last;
+        __threadfence();
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            int *cnt = p.split_count + (int64_t)t * p.n_head + h;
+            last = atomicAdd(cnt, 1) == sp.n_split - 1;
+            if (last) *cnt = 0; // every other CTA has counted: ready for the next launch
+        }
+        __syncthreads();
+        if (last) {
+            __threadfence();
+            attn_merge(p, h, t, sp.n_split);
+        }
         return;
     }
     const float inv = S == 0.0f ? 0.0f : 1.0f / S;
@@ -390,31 +453,6 @@ __global__ void __launch_bounds__(AT_THREADS) attention_decode_kernel(const ft_c
     }
 }
 
-// The splits of one (head, token) merged: weights e^(M_z - M) for each split's sums.
-__global__ void __launch_bounds__(AT_THREADS) attention_merge_kernel(const ft_cuda_attn_params p) {
-    const int h = blockIdx.x, t = blockIdx.y, hd = p.head_dim;
-    const int n_split = attn_split_of(p, attn_pos0(p)).n_split;
-    if (n_split == 1) return; // attention_kernel wrote the output (a graphed launch)
-    const float *part = p.part + ((int64_t)t * p.n_head + h) * FT_CUDA_ATTN_MAX_SPLIT * (hd + 2);
-    float M = -INFINITY;
-    for (int z = 0; z < n_split; z++) M = fmaxf(M, part[z * (hd + 2) + hd]);
-    float S = 0.0f;
-    for (int z = 0; z < n_split; z++) {
-        const float mz = part[z * (hd + 2) + hd];
-        if (mz != -INFINITY) S += part[z * (hd + 2) + hd + 1] * expf(mz - M);
-    }
-    const float inv = S == 0.0f ? 0.0f : 1.0f / S;
-    const int64_t o0 = ((int64_t)t * p.n_head + h) * hd;
-    for (int d = threadIdx.x; d < hd; d += AT_THREADS) {
-        float v = 0.0f;
-        for (int z = 0; z < n_split; z++) {
-            const float mz = part[z * (hd + 2) + hd];
-            if (mz != -INFINITY) v += part[z * (hd + 2) + d] * expf(mz - M);
-        }
-        p.out[o0 + d] = v * inv;
-        if (p.out_q) ft_q8_1_warp_store(v * inv, (block_q8_1 *)p.out_q + (o0 + d) / QK8_1, threadIdx.x % FT_WARP);
-    }
-}
 
 extern "C" bool ft_cuda_attention_quantizes(int n_tok, int head_dim) { return attn_decode(n_tok, head_dim); }
 
@@ -446,7 +484,7 @@ extern "C" void ft_cuda_attention(const ft_cuda_attn_params *p, ft_cuda_stream *
     else if (decode && p->head_dim == 256) attention_decode_kernel<8><<<grid, AT_THREADS, 0, st>>>(*p);
     else attention_kernel<<<grid, AT_THREADS, 0, st>>>(*p);
     CUDA_CHECK_LAUNCH();
-    if (n_split > 1) {
+    if (n_split > 1 && !(decode && p->split_count)) {
         attention_merge_kernel<<<dim3((unsigned)p->n_head, (unsigned)p->n_tok), AT_THREADS, 0, st>>>(*p);
         CUDA_CHECK_LAUNCH();
     }

@@ -2,8 +2,9 @@
 // of ft_backend_ops as launches of the kernels in this folder (cuda_ops.h, ft_cuda.h).
 //
 // Matmuls quantize the activations once to q8_1 (quantized weights) or pass floats (f32, f16,
-// bf16 weights) and run the matvec kernels 8 tokens per launch; a larger batch takes several
-// launches over the same quantized activations (correct, not yet the tensor-core GEMM).
+// bf16 weights) and run the matvec kernels 8 tokens per launch; batches from GEMM_MIN_TOK
+// tokens take the tensor-core GEMM (quantized weights), float weights past 8 tokens the tiled
+// float GEMM (gemm_f.cu).
 // Consecutive matmuls of one input (wq/wk/wv, gate/up, router and experts) quantize it once.
 // moe_ffn routes on the device and runs the selected experts through the expert form of the
 // matvec (ft_cuda_matvec_ids), one (token, slot) pair per CTA row, so the host never waits:
@@ -16,7 +17,9 @@
 // is waiting otherwise: cuda_of / cuda_op):
 //   - decode-sized quantized matmuls of one input (wq, wk, wv) run as one launch;
 //   - a residual add runs inside the next rms_norm when that normalises its result;
-//   - a per-head rms_norm in place (q_norm, k_norm) runs inside the rope of its buffer;
+//   - a per-head rms_norm in place (q_norm, k_norm) runs inside the rope of its buffer, and
+//     those of q and k in one launch;
+//   - the cache rows of k and v (two set_rows of one shape) are written by one launch;
 // and some kernels write the q8_1 form of their output for the matmul that follows (rms_norm,
 // decode attention), which then skips its quantize launch (xq_src).
 //
@@ -48,6 +51,7 @@ typedef struct cuda_backend {
     int n_bufs, cap_bufs;
     // scratch (device), sized once by reserve; W = max_width rounded up to 32, P = max_tok * n_used
     void *xq;                  // (P, W) q8_1 activations
+    void *hq;                  // (P, W) q8_1: the expert GLU's output, written by its kernel
     float *h_gate, *h_up;      // (P, W)
     float *h_out;              // (P, W)
     float *logits;             // (max_tok, max(n_expert, 1))
@@ -56,6 +60,8 @@ typedef struct cuda_backend {
     float *gap;                // (1) smallest routing gap since the last read
     void *moe_work;            // ft_cuda_moe_gemm_work_bytes(P, n_expert): prefill expert grouping
     float *attn_part;          // flash-decoding partials (see cuda_ops.h)
+    int *attn_count;           // (FT_CUDA_ATTN_SPLIT_MAX_TOK * max_width) zeros: split_count
+    int *route_count;          // (1) zero: the fused router's count (ft_cuda_router_params)
     size_t attn_part_floats;
     // host side
     float *staging;            // pinned (max_tok, W): get_rows' dequantized rows
@@ -108,11 +114,31 @@ typedef struct cuda_backend {
         int n_tok;
     } mms[FT_CUDA_MATVEC_MAX_SEG];
     int n_mms;
+    // cache rows not yet written (a layer's k): the next set_rows of the same shape (its v)
+    // joins them in one launch; any other op launches them first
+    struct pending_rows {
+        uint32_t type;
+        ft_cuda_set_rows_dst dst;
+        const int32_t *row_dev;
+        int n_rows;
+        int64_t n;
+    } rows;
+    bool rows_pending;
+    // a per-head norm and rope not yet launched (q's): the next one of the same shape and
+    // rotation (k's) joins it in one launch (norm_rope.cu); any other op launches it first
+    struct pending_rope {
+        ft_cuda_norm_rope_buf buf;
+        int n_tok, head_dim, pos;
+        float eps;
+        ft_cuda_rope_params rp;
+    } rope;
+    bool rope_pending;
 } cuda_backend;
 
 static void flush_add(cuda_backend *c) {
     if (!c->add_y) return;
     ft_cuda_add(c->add_y, c->add_x, c->add_n, c->stream);
+    if (c->xq_src == c->add_y) c->xq_src = NULL;
     c->add_y = NULL;
 }
 
@@ -120,19 +146,37 @@ static void flush_norms(cuda_backend *c) {
     for (int i = 0; i < c->n_norms; i++) {
         struct pending_norm *q = &c->norms[i];
         ft_cuda_rms_norm(q->x, NULL, q->w, q->x, NULL, q->n_rows, q->n, q->eps, c->stream);
+        if (c->xq_src == q->x) c->xq_src = NULL;
     }
     c->n_norms = 0;
 }
 
+static void flush_rows(cuda_backend *c) {
+    if (!c->rows_pending) return;
+    struct pending_rows *r = &c->rows;
+    ft_cuda_set_rows(r->type, &r->dst, 1, r->row_dev, r->n_rows, r->n, c->stream);
+    c->rows_pending = false;
+}
+
+static void flush_rope(cuda_backend *c) {
+    if (!c->rope_pending) return;
+    struct pending_rope *r = &c->rope;
+    ft_cuda_norm_rope(&r->buf, 1, r->n_tok, r->head_dim, r->eps, r->pos, &r->rp, c->stream);
+    c->rope_pending = false;
+}
+
 static void flush_matmuls(cuda_backend *c);
 
-// Every entry point starts here or at cuda_op: what is pending goes first (norms, an add and
-// matmuls are never pending together: each op that makes one pending flushes the others).
+// Every entry point starts here or at cuda_op: what is pending goes first (an add, matmuls,
+// cache rows and a norm+rope are never pending together: each op that makes one pending
+// flushes the others; the per-head norms wait beside a norm+rope, on other buffers).
 static cuda_backend *cuda_of(ft_backend *be) {
     cuda_backend *c = (cuda_backend *)be;
     flush_norms(c);
     flush_add(c);
     flush_matmuls(c);
+    flush_rows(c);
+    flush_rope(c);
     return c;
 }
 
@@ -190,8 +234,9 @@ static size_t attn_part_floats(const ft_backend_limits *lim) {
 size_t ft_backend_cuda_scratch_bytes(const ft_backend_limits *lim) {
     size_t W = (size_t)round32(lim->max_width), T = (size_t)lim->max_tok;
     size_t P = T * (size_t)FT_MAX(lim->n_expert_used, 1), E = (size_t)FT_MAX(lim->n_expert, 1);
-    return ft_cuda_q8_1_bytes((int64_t)W, (int)P) + 3 * P * W * sizeof(float) + T * E * sizeof(float) +
+    return 2 * ft_cuda_q8_1_bytes((int64_t)W, (int)P) + 3 * P * W * sizeof(float) + T * E * sizeof(float) +
            P * (sizeof(int32_t) + sizeof(float)) + attn_part_floats(lim) * sizeof(float) +
+           (size_t)FT_CUDA_ATTN_SPLIT_MAX_TOK * (size_t)lim->max_width * sizeof(int) +
            ft_cuda_moe_gemm_work_bytes((int)P, (int)E) + 256 * 10;
 }
 
@@ -209,6 +254,7 @@ static void cuda_reserve(ft_backend *be, const ft_backend_limits *lim) {
     size_t W = (size_t)round32(lim->max_width), T = (size_t)lim->max_tok;
     size_t P = T * (size_t)FT_MAX(lim->n_expert_used, 1), E = (size_t)FT_MAX(lim->n_expert, 1);
     c->xq = dev_alloc(ft_cuda_q8_1_bytes((int64_t)W, (int)P), "quantized activations");
+    c->hq = dev_alloc(ft_cuda_q8_1_bytes((int64_t)W, (int)P), "quantized expert activations");
     c->h_gate = dev_alloc(P * W * sizeof(float), "ffn scratch");
     c->h_up = dev_alloc(P * W * sizeof(float), "ffn scratch");
     c->h_out = dev_alloc(P * W * sizeof(float), "ffn scratch");
@@ -219,6 +265,11 @@ static void cuda_reserve(ft_backend *be, const ft_backend_limits *lim) {
     c->moe_work = dev_alloc(ft_cuda_moe_gemm_work_bytes((int)P, (int)E), "expert grouping");
     c->attn_part_floats = attn_part_floats(lim);
     c->attn_part = dev_alloc(c->attn_part_floats * sizeof(float), "attention partials");
+    size_t count_bytes = (size_t)FT_CUDA_ATTN_SPLIT_MAX_TOK * (size_t)lim->max_width * sizeof(int);
+    c->attn_count = dev_alloc(count_bytes, "attention split counts");
+    ft_cuda_memset(c->attn_count, 0, count_bytes, c->stream);
+    c->route_count = dev_alloc(sizeof(int), "router count");
+    ft_cuda_memset(c->route_count, 0, sizeof(int), c->stream);
     c->staging = ft_cuda_host_alloc(T * W * sizeof(float));
     c->host_gap = ft_cuda_host_alloc(2 * sizeof(float));
     c->host_gap[0] = INFINITY;
@@ -259,6 +310,7 @@ static void cuda_free(ft_backend *be) {
     for (int i = 0; i < c->n_bufs; i++) ft_cuda_free(c->bufs[i]);
     free(c->bufs);
     ft_cuda_free(c->xq);
+    ft_cuda_free(c->hq);
     ft_cuda_free(c->h_gate);
     ft_cuda_free(c->h_up);
     ft_cuda_free(c->h_out);
@@ -268,6 +320,8 @@ static void cuda_free(ft_backend *be) {
     ft_cuda_free(c->gap);
     ft_cuda_free(c->moe_work);
     ft_cuda_free(c->attn_part);
+    ft_cuda_free(c->attn_count);
+    ft_cuda_free(c->route_count);
     ft_cuda_host_free(c->staging);
     ft_cuda_host_free(c->host_gap);
     ft_cuda_event_free(c->staging_done);
@@ -300,7 +354,15 @@ static void matmul_raw(cuda_backend *c, uint32_t type, const void *w, int64_t n_
         ft_cuda_gemm_params gp = {.type = type, .w = w, .n_out = n_rows, .n_in = n_cols, .x = c->xq, .y = y,
                                   .n_tok = n_tok};
         ft_cuda_gemm(&gp, c->stream);
-        if (y == x) c->xq_src = NULL;
+        if (c->xq_src == y) c->xq_src = NULL;
+        return;
+    }
+    if (!q && n_tok > FT_CUDA_MATVEC_MAX_TOK) {
+        // float weights (a router) for a batch: one launch, each weight tile read per 32 tokens
+        ft_cuda_matvec_params mp = {.type = type, .w = w, .n_rows = n_rows, .n_cols = n_cols, .x = x, .y = y,
+                                    .n_tok = n_tok};
+        ft_cuda_gemm_f(&mp, c->stream);
+        if (c->xq_src == y) c->xq_src = NULL;
         return;
     }
     size_t xq_row = ft_cuda_q8_1_bytes(n_cols, 1);
@@ -313,7 +375,7 @@ static void matmul_raw(cuda_backend *c, uint32_t type, const void *w, int64_t n_
         };
         ft_cuda_matvec(&mp, c->stream);
     }
-    if (y == x) c->xq_src = NULL; // (never done, but then xq would describe old data)
+    if (c->xq_src == y) c->xq_src = NULL; // (never done, but then xq would describe old data)
 }
 
 // The matmul op's work, for the ops built from it (they note themselves, not each matmul).
@@ -400,6 +462,8 @@ static void cuda_rms_norm(ft_backend *be, const float *x, const ft_tensor *w, fl
     if (defer) {
         flush_add(c);
         flush_matmuls(c); // (before xq is dropped: they may read it)
+        flush_rows(c);
+        flush_rope(c);
         c->xq_src = NULL;
     } else {
         cuda_op(be);
@@ -441,6 +505,12 @@ static float yarn_corr_dim(int n_dims, int n_ctx_orig, float n_rot, float base) 
     return n_dims * logf(n_ctx_orig / (n_rot * 2 * (float)M_PI)) / (2 * logf(base));
 }
 
+static bool same_rope(const ft_cuda_rope_params *a, const ft_cuda_rope_params *b) {
+    return a->n_rot == b->n_rot && a->neox == b->neox && a->theta_scale == b->theta_scale &&
+           a->freq_scale == b->freq_scale && a->ext_factor == b->ext_factor && a->attn_factor == b->attn_factor &&
+           a->corr0 == b->corr0 && a->corr1 == b->corr1 && a->pos_dev == b->pos_dev;
+}
+
 static void cuda_rope(ft_backend *be, float *x, int n_tok, int n_head, int head_dim, int pos0,
                       const ft_rope_params *p) {
     FT_ASSERT(p->n_rot % 2 == 0 && p->n_rot <= head_dim);
@@ -459,8 +529,8 @@ static void cuda_rope(ft_backend *be, float *x, int n_tok, int n_head, int head_
     }
     flush_add(c);
     flush_matmuls(c);
+    flush_rows(c);
     c->xq_src = NULL;
-    if (!op_runs(c, OP_ROPE, x, p, ((int64_t)n_tok << 32) | (uint32_t)n_head, step_rel(c, pos0))) return;
     float lo = floorf(yarn_corr_dim(p->n_rot, p->n_ctx_orig, p->beta_fast, p->freq_base));
     float hi = ceilf(yarn_corr_dim(p->n_rot, p->n_ctx_orig, p->beta_slow, p->freq_base));
     ft_cuda_rope_params rp = {
@@ -468,8 +538,23 @@ static void cuda_rope(ft_backend *be, float *x, int n_tok, int n_head, int head_
         .freq_scale = p->freq_scale, .ext_factor = p->ext_factor, .attn_factor = p->attn_factor,
         .corr0 = FT_MAX(0.0f, lo), .corr1 = FT_MIN((float)(p->n_rot - 1), hi), .pos_dev = step_pos_dev(c),
     };
-    if (norm.x) ft_cuda_norm_rope(x, norm.w, n_tok, n_head, head_dim, norm.eps, step_rel(c, pos0), &rp, c->stream);
-    else ft_cuda_rope(x, n_tok, n_head, head_dim, step_rel(c, pos0), &rp, c->stream);
+    struct pending_rope r = {{x, norm.w, n_head}, n_tok, head_dim, step_rel(c, pos0), norm.eps, rp};
+    // q's norm+rope waits for k's (same shape and rotation, another buffer): one launch
+    const struct pending_rope *w = &c->rope;
+    bool join = norm.x && c->rope_pending && w->buf.x != x && w->n_tok == n_tok && w->head_dim == head_dim &&
+                w->pos == r.pos && w->eps == r.eps && same_rope(&w->rp, &rp);
+    if (!join) flush_rope(c);
+    if (!op_runs(c, OP_ROPE, x, p, ((int64_t)n_tok << 32) | (uint32_t)n_head, step_rel(c, pos0))) return;
+    if (join) {
+        ft_cuda_norm_rope_buf b[2] = {w->buf, r.buf};
+        ft_cuda_norm_rope(b, 2, n_tok, head_dim, r.eps, r.pos, &rp, c->stream);
+        c->rope_pending = false;
+    } else if (norm.x) {
+        c->rope = r; // launched with the next norm+rope or by the next op (flush_rope)
+        c->rope_pending = true;
+    } else {
+        ft_cuda_rope(x, n_tok, n_head, head_dim, step_rel(c, pos0), &rp, c->stream);
+    }
 }
 
 static void cuda_hadamard(ft_backend *be, float *x, int n_rows, int row_len, int n) {
@@ -482,11 +567,35 @@ static void cuda_hadamard(ft_backend *be, float *x, int n_rows, int row_len, int
 static void cuda_set_rows(ft_backend *be, ft_tensor *cache, int row0, const float *x, int n_rows) {
     FT_ASSERT(row0 >= 0 && row0 + n_rows <= cache->ne[1]);
     check_on_device(cache);
-    cuda_backend *c = cuda_op(be);
+    cuda_backend *c = (cuda_backend *)be;
     int rel = step_rel(c, row0); // rows past *pos_dev in a graph step (may be negative)
+    struct pending_rows r = {
+        .type = cache->type,
+        .dst = {(uint8_t *)cache->data + (ptrdiff_t)rel * (ptrdiff_t)cache->row_bytes, cache->row_bytes, x},
+        .row_dev = step_pos_dev(c), .n_rows = n_rows, .n = cache->ne[0],
+    };
+    // the rows waiting (k) and these (v) in one launch when they share type and shape
+    const struct pending_rows *w = &c->rows;
+    bool join = c->rows_pending && w->type == r.type && w->n_rows == r.n_rows && w->n == r.n &&
+                w->row_dev == r.row_dev && w->dst.dst != r.dst.dst;
+    if (join) {
+        flush_norms(c);
+        flush_add(c);
+        flush_matmuls(c);
+        flush_rope(c);
+        c->xq_src = NULL;
+    } else {
+        cuda_op(be);
+    }
     if (!op_runs(c, OP_SET_ROWS, cache->data, x, n_rows, rel)) return;
-    ft_cuda_set_rows(cache->type, (uint8_t *)cache->data + (ptrdiff_t)rel * (ptrdiff_t)cache->row_bytes,
-                     cache->row_bytes, step_pos_dev(c), x, n_rows, cache->ne[0], c->stream);
+    if (join) {
+        ft_cuda_set_rows_dst d[2] = {w->dst, r.dst};
+        ft_cuda_set_rows(r.type, d, 2, r.row_dev, r.n_rows, r.n, c->stream);
+        c->rows_pending = false;
+        return;
+    }
+    c->rows = r; // launched with the next set_rows or by the next op (flush_rows)
+    c->rows_pending = true;
 }
 
 static void cuda_attention(ft_backend *be, const ft_attn_params *p) {
@@ -506,6 +615,7 @@ static void cuda_attention(ft_backend *be, const ft_attn_params *p) {
     };
     size_t need = (size_t)FT_CUDA_ATTN_SPLIT_MAX_TOK * (size_t)p->n_head * FT_CUDA_ATTN_MAX_SPLIT * (size_t)(p->head_dim + 2);
     ap.part = need <= c->attn_part_floats ? c->attn_part : NULL;
+    ap.split_count = ap.part && p->n_head <= c->lim.max_width ? c->attn_count : NULL; // its size
     // decode writes the q8_1 form of its output too, for the output projection that follows
     int64_t width = (int64_t)p->n_head * p->head_dim;
     bool quantize = ft_cuda_attention_quantizes(p->n_tok, p->head_dim) && width <= round32(c->lim.max_width) &&
@@ -546,27 +656,33 @@ static void cuda_ffn(ft_backend *be, const ft_tensor *gate, const ft_tensor *up,
 }
 
 // One bank of experts for every (token, slot) pair: y row p = W[sel[p]] · x row p / x_div; or a
-// fused form (ft_cuda_matvec_ids_params: w_up, sum_w) when fused is given.
+// fused form (ft_cuda_matvec_ids_params: w_up, sum_w, y_q) when fused is given; fused->x, when
+// set, is x's q8_1 form already made (the GLU's y_q), else x is quantized here.
 static void expert_matvec(cuda_backend *c, const ft_tensor *w, const float *x, int x_div, float *y, int n_pairs,
                           const ft_cuda_matvec_ids_params *fused) {
     check_on_device(w);
     FT_ASSERT(ft_cuda_matvec_supported(w->type));
     bool q = ft_cuda_matvec_wants_q8_1(w->type);
-    if (q) quantize_x(c, x, w->ne[0], n_pairs / x_div);
+    const void *xin = q ? (const void *)c->xq : (const void *)x;
+    if (fused && fused->x) xin = fused->x;
+    else if (q) quantize_x(c, x, w->ne[0], n_pairs / x_div);
     ft_cuda_matvec_ids_params ip = {
         .type = w->type, .w = w->data, .mat_bytes = w->mat_bytes, .n_rows = w->ne[1], .n_cols = w->ne[0],
-        .x = q ? (const void *)c->xq : (const void *)x, .ids = c->sel, .x_div = x_div, .y = y, .n_pairs = n_pairs,
+        .x = xin, .ids = c->sel, .x_div = x_div, .y = y, .n_pairs = n_pairs,
     };
     if (fused) {
         ip.w_up = fused->w_up;
         ip.sum_w = fused->sum_w;
         ip.k = fused->k;
+        ip.y_q = fused->y_q;
     }
     ft_cuda_matvec_ids(&ip, c->stream);
 }
 
 static void cuda_moe_ffn(ft_backend *be, const ft_moe_params *p, const float *x, float *y, int n_tok) {
-    cuda_backend *c = cuda_op(be);
+    // cuda_of, not cuda_op: x is only read, so the q8_1 copy of it that the norm before wrote
+    // (xq) still serves the expert matmuls; every launch below that writes xq says so
+    cuda_backend *c = cuda_of(be);
     int64_t n_embd = p->gate_exps->ne[0], n_ff = p->gate_exps->ne[1];
     int k = p->n_expert_used;
     FT_ASSERT(c->reserved && n_tok <= c->lim.max_tok && k <= c->lim.n_expert_used);
@@ -578,13 +694,23 @@ static void cuda_moe_ffn(ft_backend *be, const ft_moe_params *p, const float *x,
         FT_ASSERT(p->sel_bias->type == FT_TYPE_F32);
         bias = p->sel_bias->data;
     }
-    matmul_tensor(c, p->router, x, c->logits, n_tok);
     ft_cuda_route_params rp = {
         .logits = c->logits, .bias = bias, .sel = c->sel, .w = c->sel_w, .gap = c->gap,
         .n_tok = n_tok, .n_expert = p->n_expert, .k = k, .softmax = p->gating == FT_GATING_SOFTMAX,
         .norm_w = p->norm_w, .w_scale = p->w_scale,
     };
-    ft_cuda_moe_route(&rp, c->stream);
+    const ft_tensor *router = p->router;
+    if (ft_cuda_moe_router_fits(router->type, n_tok, p->n_expert, k) && router->ne[2] == 1 &&
+        router->ne[1] == p->n_expert) {
+        // decode: router matvec and routing in one launch
+        check_on_device(router);
+        ft_cuda_router_params r = {.w_type = router->type, .w = router->data, .x = x, .n_embd = router->ne[0],
+                                   .count = c->route_count};
+        ft_cuda_moe_router(&r, &rp, c->stream);
+    } else {
+        matmul_tensor(c, router, x, c->logits, n_tok);
+        ft_cuda_moe_route(&rp, c->stream);
+    }
     int n_pairs = n_tok * k;
     const ft_tensor *gate = p->gate_exps, *up = p->up_exps, *down = p->down_exps;
     // prefill: tokens grouped by expert, each expert's weights read once per tile of its tokens
@@ -607,9 +733,14 @@ static void cuda_moe_ffn(ft_backend *be, const ft_moe_params *p, const float *x,
     // gate and up read token p / k; the quantized copy of x is made once when both want it.
     // Quantized banks of one type take the fused kernels: gate, up and SiLU in one launch, and
     // down with the weighted sum in another.
+    // With a fused down after it, the GLU kernel also writes h's q8_1 form (into hq: xq is its
+    // input), so no quantize launch runs between the two.
+    bool sum_fused = ft_cuda_matvec_wants_q8_1(down->type) && k <= FT_CUDA_MATVEC_SUM_MAX_K;
+    bool h_quantized = false;
     if (ft_cuda_matvec_wants_q8_1(gate->type) && up->type == gate->type && up->mat_bytes == gate->mat_bytes) {
         check_on_device(up);
-        ft_cuda_matvec_ids_params glu = {.w_up = up->data};
+        h_quantized = sum_fused && n_ff % 32 == 0;
+        ft_cuda_matvec_ids_params glu = {.w_up = up->data, .y_q = h_quantized ? c->hq : NULL};
         expert_matvec(c, gate, x, k, c->h_gate, n_pairs, &glu);
     } else {
         expert_matvec(c, gate, x, k, c->h_gate, n_pairs, NULL);
@@ -617,8 +748,8 @@ static void cuda_moe_ffn(ft_backend *be, const ft_moe_params *p, const float *x,
         ft_cuda_swiglu(c->h_gate, c->h_up, (size_t)n_pairs * (size_t)n_ff, c->stream);
     }
     c->xq_src = NULL;
-    if (ft_cuda_matvec_wants_q8_1(down->type) && k <= FT_CUDA_MATVEC_SUM_MAX_K) {
-        ft_cuda_matvec_ids_params sum = {.sum_w = c->sel_w, .k = k};
+    if (sum_fused) {
+        ft_cuda_matvec_ids_params sum = {.sum_w = c->sel_w, .k = k, .x = h_quantized ? c->hq : NULL};
         expert_matvec(c, down, c->h_gate, 1, y, n_pairs, &sum);
     } else {
         expert_matvec(c, down, c->h_gate, 1, c->h_out, n_pairs, NULL);
@@ -641,7 +772,10 @@ static void cuda_sigmoid_gate_add(ft_backend *be, const ft_tensor *gate_inp, con
 static void cuda_step_begin(ft_backend *be, int n_tok, int pos0, const void *key) {
     cuda_backend *c = cuda_of(be);
     FT_ASSERT(c->mode == STEP_DIRECT);
-    if (!c->graphs || !c->reserved || n_tok != 1) return;
+    if (!c->graphs || !c->reserved || n_tok != 1) {
+        ft_cuda_profile_step_begin(c->stream, false);
+        return;
+    }
     // the pinned staging and position are rewritten below: the last copies from them ran
     if (c->staging_used) ft_cuda_event_sync(c->staging_done);
     c->step_pos0 = pos0;
@@ -669,21 +803,27 @@ static void cuda_step_begin(ft_backend *be, int n_tok, int pos0, const void *key
     g->key = key;
     c->mode = STEP_CAPTURE;
     ft_cuda_capture_begin(c->stream);
+    ft_cuda_profile_step_begin(c->stream, true);
     ft_cuda_memcpy_h2d(c->pos_dev, c->pos_host, sizeof(int32_t), c->stream);
 }
 
 static void cuda_step_end(ft_backend *be) {
     cuda_backend *c = cuda_of(be); // (the pending add joins the capture)
-    if (c->mode == STEP_DIRECT) return;
+    if (c->mode == STEP_DIRECT) {
+        ft_cuda_profile_step_end(NULL);
+        return;
+    }
     struct step_graph *g = &c->step_graphs[c->cur_graph];
     if (c->mode == STEP_CAPTURE) {
         g->graph = ft_cuda_capture_end(c->stream);
         g->sig = c->step_sig;
+        ft_cuda_profile_step_end(g->graph);
     } else if (c->step_sig != g->sig) {
         ft_abort(__FILE__, __LINE__, "cuda: this one-token step's ops differ from the captured graph's "
                                      "(an op sequence that depends on the position?); FT_CUDA_GRAPHS=0 avoids graphs");
     }
     ft_cuda_graph_launch(g->graph, c->stream);
+    ft_cuda_profile_replayed(g->graph);
     ft_cuda_event_record(c->staging_done, c->stream);
     c->staging_used = true;
     c->mode = STEP_DIRECT;

@@ -1,7 +1,8 @@
 // cuda_common.cuh: what every .cu of the CUDA backend shares (internal to src/backend/cuda/).
 //
 // - CUDA_CHECK(call): aborts with the statement, file, line and CUDA's message on failure.
-// - CUDA_CHECK_LAUNCH(): checks the launch just made (bad geometry, missing kernel image).
+// - CUDA_CHECK_LAUNCH(): checks the launch just made (bad geometry, missing kernel image) and
+//   marks it for FT_CUDA_PROFILE.
 // - the block size of the decode kernels and a few warp reductions.
 #ifndef FT_CUDA_COMMON_CUH
 #define FT_CUDA_COMMON_CUH
@@ -22,7 +23,14 @@
         }                                                                                    \
     } while (0)
 
-#define CUDA_CHECK_LAUNCH() CUDA_CHECK(cudaGetLastError())
+#define CUDA_CHECK_LAUNCH()                                                                  \
+    do {                                                                                     \
+        CUDA_CHECK(cudaGetLastError());                                                      \
+        ft_cuda_profile_launch(__FILE__, __LINE__);                                          \
+    } while (0)
+
+// Marks a launch for FT_CUDA_PROFILE (launch_profile.cu); returns at once when it is off.
+void ft_cuda_profile_launch(const char *file, int line);
 
 // Programmer errors in the host code of the kernels (shapes, types).
 #define FT_CUDA_ASSERT(cond)                                                                 \

@@ -42,18 +42,32 @@ typedef struct ft_cuda_rope_params {
 void ft_cuda_rope(float *x, int n_tok, int n_head, int head_dim, int pos0,
                   const ft_cuda_rope_params *p, ft_cuda_stream *s);
 
-// norm_rope.cu: x (n_tok, n_head * head_dim) in place: each head RMS-normalised with w
-// (head_dim floats), then rotated as ft_cuda_rope; head_dim <= 256. Same bits as the two ops.
-void ft_cuda_norm_rope(float *x, const float *w, int n_tok, int n_head, int head_dim, float eps, int pos0,
+// norm_rope.cu: for n_buf (1 or 2: q and k in one launch) buffers x (n_tok, n_head * head_dim)
+// in place: each head RMS-normalised with its buffer's w (head_dim floats), then rotated as
+// ft_cuda_rope; head_dim <= 256. Same bits as the two ops.
+typedef struct ft_cuda_norm_rope_buf {
+    float *x;
+    const float *w;
+    int n_head;
+} ft_cuda_norm_rope_buf;
+void ft_cuda_norm_rope(const ft_cuda_norm_rope_buf *b, int n_buf, int n_tok, int head_dim, float eps, int pos0,
                        const ft_cuda_rope_params *p, ft_cuda_stream *s);
 
 // hadamard.cu: each of n_chunks consecutive chunks of n floats (n a power of two <= 1024).
 void ft_cuda_hadamard(float *x, int64_t n_chunks, int n, ft_cuda_stream *s);
 
-// set_rows.cu: rows of n floats -> rows of type (FT_TYPE_F16 or FT_TYPE_Q8_0) row_bytes apart,
-// starting at dst, moved *row_dev rows further when row_dev (device memory) is not NULL.
-void ft_cuda_set_rows(uint32_t type, void *dst, size_t row_bytes, const int32_t *row_dev,
-                      const float *x, int n_rows, int64_t n, ft_cuda_stream *s);
+// set_rows.cu: for each of n_dst destinations (1..FT_CUDA_SET_ROWS_MAX_DST, one launch: the k
+// and v rows of a layer), n_rows rows of n floats at x -> rows of type (FT_TYPE_F16 or
+// FT_TYPE_Q8_0) row_bytes apart, starting at dst, moved *row_dev rows further when row_dev
+// (device memory) is not NULL.
+#define FT_CUDA_SET_ROWS_MAX_DST 2
+typedef struct ft_cuda_set_rows_dst {
+    void *dst;
+    size_t row_bytes;
+    const float *x; // (n_rows, n)
+} ft_cuda_set_rows_dst;
+void ft_cuda_set_rows(uint32_t type, const ft_cuda_set_rows_dst *d, int n_dst, const int32_t *row_dev, int n_rows,
+                      int64_t n, ft_cuda_stream *s);
 
 // attention.cu. Decode splits the keys over CTAs when part is given: part holds
 // FT_CUDA_ATTN_SPLIT_MAX_TOK * n_head * FT_CUDA_ATTN_MAX_SPLIT * (head_dim + 2) floats.
@@ -70,6 +84,10 @@ typedef struct ft_cuda_attn_params {
     const int32_t *pos_dev; // device memory: added to pos0 (a CUDA graph replayed at any
                            // position), or NULL
     float *part;           // scratch for split partial results, or NULL: no split
+    int *split_count;      // (FT_CUDA_ATTN_SPLIT_MAX_TOK * n_head) zeros, or NULL: the decode
+                           // kernels' CTAs of one (head, token) count themselves done here and
+                           // the last one merges the splits (and resets its count to 0), which
+                           // saves the merge launch; NULL: a second kernel merges
     void *out_q;           // the q8_1 form of out as well (n_tok rows of n_head * head_dim / 32
                            // blocks), or NULL; only where ft_cuda_attention_quantizes says so
 } ft_cuda_attn_params;
@@ -91,6 +109,17 @@ typedef struct ft_cuda_route_params {
     float w_scale;         // 0 or 1: none
 } ft_cuda_route_params;
 void ft_cuda_moe_route(const ft_cuda_route_params *p, ft_cuda_stream *s);
+// The router's logits (p->logits = W x) and the routing above in one launch, where
+// ft_cuda_moe_router_fits (one token, float weights, n_expert <= 256, k <= 32).
+typedef struct ft_cuda_router_params {
+    uint32_t w_type;       // FT_TYPE_F32, F16 or BF16
+    const void *w;         // (n_expert, n_embd)
+    const float *x;        // (n_embd)
+    int64_t n_embd;
+    int *count;            // one int, 0 before the launch and after it (the kernel resets it)
+} ft_cuda_router_params;
+bool ft_cuda_moe_router_fits(uint32_t w_type, int n_tok, int n_expert, int k);
+void ft_cuda_moe_router(const ft_cuda_router_params *r, const ft_cuda_route_params *p, ft_cuda_stream *s);
 // y[t] = sum_j w[t][j] * h[t * k + j] over j in order; h (n_tok * k, n_embd)
 void ft_cuda_moe_combine(const float *h, const float *w, float *y, int n_tok, int k, int n_embd,
                          ft_cuda_stream *s);

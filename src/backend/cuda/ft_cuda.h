@@ -105,6 +105,14 @@ ft_cuda_graph *ft_cuda_capture_end(ft_cuda_stream *s);
 void ft_cuda_graph_launch(ft_cuda_graph *g, ft_cuda_stream *s);
 void ft_cuda_graph_free(ft_cuda_graph *g);    // NULL: no-op
 
+// Launch profiling (launch_profile.cu), on when FT_CUDA_PROFILE is set and not "0"; else these
+// return at once. A step's launches on s between step_begin and step_end are timed (capture:
+// true when s is being captured; then step_end takes the graph and each replayed() call of that
+// graph, after its launch, adds its times); a table per launch site is printed at exit.
+void ft_cuda_profile_step_begin(ft_cuda_stream *s, bool capture);
+void ft_cuda_profile_step_end(const ft_cuda_graph *captured); // NULL for a direct step
+void ft_cuda_profile_replayed(const ft_cuda_graph *g);
+
 // ---------------------------------------------------------------------------------------------
 // Activation quantization (quantize_q8_1.cu)
 
@@ -175,6 +183,8 @@ typedef struct ft_cuda_matvec_ids_params {
                             // sum over j in order of sum_w[t k + j] * (W[ids[t k + j]] · x row
                             // (t k + j) / x_div); (n_pairs) weights, device memory
     int k;                  // pairs per token, with sum_w: 1..FT_CUDA_MATVEC_SUM_MAX_K
+    void *y_q;              // GLU only: y's q8_1 form as well ((n_pairs, n_rows) as
+                            // ft_cuda_quantize_q8_1 writes it), or NULL; n_rows % 32 == 0
 } ft_cuda_matvec_ids_params;
 
 #define FT_CUDA_MATVEC_SUM_MAX_K 32
@@ -184,6 +194,12 @@ void ft_cuda_matvec_ids(const ft_cuda_matvec_ids_params *p, ft_cuda_stream *s);
 // For tests and tuning only: forces the quantized kernels' threads per row group (32 or 128;
 // 0 restores the automatic choice by shape, see matvec_q.cu). Not thread-safe.
 void ft_cuda_matvec_force_tpr(int tpr);
+
+// y = x · wᵀ for float weights (f32, f16, bf16) and any n_tok >= 1 rows of float activations,
+// one launch (gemm_f.cu): the prefill form of ft_cuda_matvec for float weights (an MoE router),
+// whose weight tiles serve 32 tokens each. p as for ft_cuda_matvec, but n_tok is not limited
+// to FT_CUDA_MATVEC_MAX_TOK. Float FMAs in ascending column order per output.
+void ft_cuda_gemm_f(const ft_cuda_matvec_params *p, ft_cuda_stream *s);
 
 // ---------------------------------------------------------------------------------------------
 // Prefill matmuls on tensor cores (gemm_q.cu) and the MoE FFN grouped by expert (moe_gemm.cu)

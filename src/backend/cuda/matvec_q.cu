@@ -19,6 +19,7 @@
 #include "cuda_common.cuh"
 
 #include "../../quant/quant.h"
+#include "q8_1.cuh"
 #include "vecdot_q.cuh"
 
 enum { MV_THREADS = 128, MV_WARPS = MV_THREADS / FT_WARP };
@@ -173,7 +174,8 @@ __global__ void __launch_bounds__(MV_THREADS) matvec_q_kernel(const matvec_q_arg
 // so every dot product has the bits of the unfused kernel.
 //   GLU: grid (rows / 4, pairs); the warp computes the gate row and the up row of its pair's
 //        expert in one pass over the activations and writes silu(gate) * up (the swiglu
-//        kernel's expression), replacing two matvecs and an element-wise launch.
+//        kernel's expression), replacing two matvecs and an element-wise launch; with y_q, a
+//        CTA of 16 warps takes 32 rows and writes their q8_1 block too (matvec_q_glu_q_kernel).
 //   SUM: grid (rows / 4, tokens), a warp per slot (k warps); each warp computes the 4 rows for
 //        its slot's expert, and the weighted sum over the slots is taken in slot order
 //        (moe_combine's), replacing the down matvec, the combine launch and the (pairs, rows)
@@ -186,6 +188,7 @@ typedef struct matvec_q_fused_args {
     const int32_t *ids;       // (pairs)
     const float *sum_w;       // SUM: (pairs) weights
     float *y;                 // GLU: (pairs, n_rows); SUM: (tokens, n_rows)
+    block_q8_1 *y_q;          // GLU: y's q8_1 form as well (pairs, n_rows / 32), or NULL
     int n_rows, n_blocks, x_div, k;
 } matvec_q_fused_args;
 
@@ -223,6 +226,39 @@ __global__ void __launch_bounds__(MV_THREADS) matvec_q_glu_kernel(const matvec_q
     float d[2];
     warp_rows_dot<T, 2>(wr, a.x + (int64_t)(pair / a.x_div) * a.n_blocks * (qt<T>::qk / QK8_1), a.n_blocks, lane, d);
     if (lane == 0) a.y[(int64_t)pair * a.n_rows + row] = d[0] / (1.0f + expf(-d[0])) * d[1];
+}
+
+// GLU with y_q: CTA (32 consecutive rows, pair) of GLUQ_WARPS = 16 warps; warp w computes rows
+// w and w + 16 (gate and up, in one pass: per row the bits of the kernel above), then warp 0
+// writes the 32 outputs and their q8_1 block (quantize_q8_1.cu's bits), which the down matvec
+// reads: no quantize launch between the two.
+enum { GLUQ_WARPS = 16, GLUQ_RPW = QK8_1 / GLUQ_WARPS };
+
+template <int T>
+__global__ void __launch_bounds__(GLUQ_WARPS * FT_WARP) matvec_q_glu_q_kernel(const matvec_q_fused_args a) {
+    __shared__ float hs[QK8_1];
+    const int warp = threadIdx.x / FT_WARP, lane = threadIdx.x % FT_WARP;
+    const int row0 = blockIdx.x * QK8_1, pair = blockIdx.y;
+    const size_t base = (size_t)a.ids[pair] * a.w_mat;
+    const uint8_t *wr[2 * GLUQ_RPW];
+#pragma unroll
+    for (int i = 0; i < GLUQ_RPW; i++) {
+        const size_t off = base + (size_t)(row0 + warp + GLUQ_WARPS * i) * a.n_blocks * qt<T>::bytes;
+        wr[2 * i] = a.w + off;
+        wr[2 * i + 1] = a.w_up + off;
+    }
+    float d[2 * GLUQ_RPW];
+    warp_rows_dot<T, 2 * GLUQ_RPW>(wr, a.x + (int64_t)(pair / a.x_div) * a.n_blocks * (qt<T>::qk / QK8_1), a.n_blocks,
+                                   lane, d);
+    if (lane == 0)
+#pragma unroll
+        for (int i = 0; i < GLUQ_RPW; i++) hs[warp + GLUQ_WARPS * i] = d[2 * i] / (1.0f + expf(-d[2 * i])) * d[2 * i + 1];
+    __syncthreads();
+    if (warp == 0) {
+        const float h = hs[lane];
+        a.y[(int64_t)pair * a.n_rows + row0 + lane] = h;
+        ft_q8_1_warp_store(h, a.y_q + (int64_t)pair * (a.n_rows / QK8_1) + blockIdx.x, lane);
+    }
 }
 
 enum { SUM_ROWS = 4, SUM_MAX_K = FT_CUDA_MATVEC_SUM_MAX_K };
@@ -269,12 +305,16 @@ static void launch_fused(const ft_cuda_matvec_ids_params *ip, cudaStream_t s) {
     a.ids = ip->ids;
     a.sum_w = ip->sum_w;
     a.y = ip->y;
+    a.y_q = (block_q8_1 *)ip->y_q;
     a.n_rows = (int)ip->n_rows;
     a.n_blocks = (int)(ip->n_cols / Q::qk);
     a.x_div = ip->x_div;
     a.k = ip->k;
     const unsigned gx = (unsigned)((a.n_rows + MV_WARPS - 1) / MV_WARPS);
-    if (ip->w_up) {
+    if (ip->w_up && ip->y_q) {
+        FT_CUDA_ASSERT((uintptr_t)ip->w_up % 16 == 0 && ip->n_rows % QK8_1 == 0);
+        matvec_q_glu_q_kernel<T><<<dim3((unsigned)(a.n_rows / QK8_1), (unsigned)ip->n_pairs), GLUQ_WARPS * FT_WARP, 0, s>>>(a);
+    } else if (ip->w_up) {
         FT_CUDA_ASSERT((uintptr_t)ip->w_up % 16 == 0);
         matvec_q_glu_kernel<T><<<dim3(gx, (unsigned)ip->n_pairs), MV_THREADS, 0, s>>>(a);
     } else {

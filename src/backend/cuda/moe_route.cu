@@ -9,8 +9,13 @@
 //      (an atomicMin on the float's bits, which order like ints for non-negative floats);
 //   4. weights = probs of the winners, renormalised (sum floored at 2^-14) and scaled.
 // Combine: one thread per output element, summing the token's k expert rows in slot order.
+// Decode (one token, float router weights) takes moe_router_kernel: the router's logits and
+// the routing in one launch.
 #include "cuda_common.cuh"
 #include "cuda_ops.h"
+
+#include "../../quant/fp16.h"
+#include "../../quant/quant.h"
 
 enum { ROUTE_MAX_EXPERTS = 1024, ROUTE_MAX_K = 64 };
 
@@ -97,16 +102,18 @@ __global__ void __launch_bounds__(FT_WARP) moe_route_kernel(const ft_cuda_route_
 // and k <= 32 (lane j keeps slot j): no shared memory, no serial tail, which is where the
 // kernel above spends its time at decode. Same comparisons and the same float operations in
 // the same order (the weight sum is still taken slot by slot), so the same results.
+// The logits are read through L2 (__ldcg): moe_router_kernel's last CTA routes the logits
+// the other CTAs wrote.
 template <int PL>
-__global__ void __launch_bounds__(FT_WARP) moe_route_reg_kernel(const ft_cuda_route_params p) {
-    const int t = blockIdx.x, lane = threadIdx.x, ne = p.n_expert, k = p.k;
+__device__ __forceinline__ void route_token(const ft_cuda_route_params &p, int t, int lane) {
+    const int ne = p.n_expert, k = p.k;
     const float *lg = p.logits + (int64_t)t * ne;
     float pr[PL], v[PL];
     unsigned taken = 0; // bit i: expert lane + 32 i is selected (or does not exist)
 #pragma unroll
     for (int i = 0; i < PL; i++) {
         const int e = lane + FT_WARP * i;
-        pr[i] = e < ne ? lg[e] : -INFINITY;
+        pr[i] = e < ne ? __ldcg(&lg[e]) : -INFINITY;
         if (e >= ne) taken |= 1u << i;
     }
     if (p.softmax) {
@@ -180,6 +187,81 @@ __global__ void __launch_bounds__(FT_WARP) moe_route_reg_kernel(const ft_cuda_ro
         p.sel[(int64_t)t * k + lane] = my_sel;
         p.w[(int64_t)t * k + lane] = my_w;
     }
+}
+
+template <int PL>
+__global__ void __launch_bounds__(FT_WARP) moe_route_reg_kernel(const ft_cuda_route_params p) {
+    route_token<PL>(p, blockIdx.x, threadIdx.x);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Router and routing in one launch, for one token (decode) and float router weights: a warp per
+// expert row computes its logit (lane l takes elements l, l + 32, ...; float FMAs, then the
+// warp's sum), ROUTER_WARPS rows per CTA; each CTA then counts itself done (after a
+// threadfence: its logits are visible first) and the last one routes with its first warp
+// (route_token), then resets the count for the next launch. Replaces the router matvec and the
+// routing launch.
+
+enum { ROUTER_WARPS = 4 };
+
+template <int T> __device__ __forceinline__ float router_w(const void *w, size_t i);
+template <> __device__ __forceinline__ float router_w<FT_TYPE_F32>(const void *w, size_t i) { return ((const float *)w)[i]; }
+template <> __device__ __forceinline__ float router_w<FT_TYPE_F16>(const void *w, size_t i) {
+    return ft_fp16_to_fp32(((const ft_half *)w)[i]);
+}
+template <> __device__ __forceinline__ float router_w<FT_TYPE_BF16>(const void *w, size_t i) {
+    return __uint_as_float((uint32_t)((const ft_bf16 *)w)[i] << 16);
+}
+
+template <int T, int PL>
+__global__ void __launch_bounds__(ROUTER_WARPS * FT_WARP) moe_router_kernel(const ft_cuda_router_params r,
+                                                                            const ft_cuda_route_params p) {
+    __shared__ bool last;
+    const int warp = threadIdx.x / FT_WARP, lane = threadIdx.x % FT_WARP;
+    const int e = blockIdx.x * ROUTER_WARPS + warp;
+    if (e < p.n_expert) {
+        const size_t row = (size_t)e * (size_t)r.n_embd;
+        float acc = 0.0f;
+#pragma unroll 8
+        for (int64_t i = lane; i < r.n_embd; i += FT_WARP) acc = fmaf(router_w<T>(r.w, row + i), r.x[i], acc);
+        acc = ft_warp_sum(acc);
+        if (lane == 0) const_cast<float *>(p.logits)[e] = acc; // (this kernel writes what it routes)
+    }
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        last = atomicAdd(r.count, 1) == (int)gridDim.x - 1;
+        if (last) *r.count = 0; // every other CTA has counted: ready for the next launch
+    }
+    __syncthreads();
+    if (last && warp == 0) {
+        __threadfence();
+        route_token<PL>(p, 0, lane);
+    }
+}
+
+extern "C" bool ft_cuda_moe_router_fits(uint32_t w_type, int n_tok, int n_expert, int k) {
+    return n_tok == 1 && (w_type == FT_TYPE_F32 || w_type == FT_TYPE_F16 || w_type == FT_TYPE_BF16) &&
+           n_expert >= 1 && n_expert <= 8 * FT_WARP && k >= 1 && k <= FT_WARP && k <= n_expert;
+}
+
+template <int T>
+static void launch_router(const ft_cuda_router_params *r, const ft_cuda_route_params *p, cudaStream_t st) {
+    const unsigned grid = (unsigned)((p->n_expert + ROUTER_WARPS - 1) / ROUTER_WARPS);
+    if (p->n_expert <= 4 * FT_WARP) moe_router_kernel<T, 4><<<grid, ROUTER_WARPS * FT_WARP, 0, st>>>(*r, *p);
+    else moe_router_kernel<T, 8><<<grid, ROUTER_WARPS * FT_WARP, 0, st>>>(*r, *p);
+}
+
+extern "C" void ft_cuda_moe_router(const ft_cuda_router_params *r, const ft_cuda_route_params *p, ft_cuda_stream *s) {
+    FT_CUDA_ASSERT(ft_cuda_moe_router_fits(r->w_type, p->n_tok, p->n_expert, p->k) && p->gap && r->count);
+    FT_CUDA_ASSERT(r->n_embd >= 1);
+    const cudaStream_t st = ft_cuda_stream_handle(s);
+    switch (r->w_type) {
+    case FT_TYPE_F32: launch_router<FT_TYPE_F32>(r, p, st); break;
+    case FT_TYPE_F16: launch_router<FT_TYPE_F16>(r, p, st); break;
+    default: launch_router<FT_TYPE_BF16>(r, p, st); break;
+    }
+    CUDA_CHECK_LAUNCH();
 }
 
 __global__ void moe_combine_kernel(const float *h, const float *w, float *y, int k, int n_embd, int64_t total) {

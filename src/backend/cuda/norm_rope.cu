@@ -1,7 +1,8 @@
 // norm_rope.cu: the per-head RMSNorm of Q or K followed by RoPE, in one launch (qwen3moe and
 // laguna normalise each head of q and k before rotating it: two launches each otherwise).
 //
-// Steps, one 256-thread CTA per (token, head) row of head_dim <= 256 floats:
+// Steps, one 256-thread CTA per (token, head) row of head_dim <= 256 floats, of one buffer or
+// of two (q and k: one launch instead of two; the CTAs of the first buffer's rows come first):
 //   1. thread d loads element d; the sum of squares is reduced over the CTA exactly as
 //      rms_norm_kernel<1> reduces it (same threads, same order), and y_d = (x_d * scale) * w_d
 //      goes to shared memory;
@@ -14,32 +15,58 @@
 
 enum { NR_THREADS = 256 };
 
-__global__ void __launch_bounds__(NR_THREADS)
-norm_rope_kernel(float *x, const float *w, int n_head, int head_dim, float eps, int pos0, const ft_cuda_rope_params p) {
+// One or two buffers (q and k of a layer) in one launch: rows 0 .. rows[0] - 1 are buffer 0's.
+typedef struct norm_rope_args {
+    float *x[2];
+    const float *w[2];
+    int n_head[2];
+    int rows0; // (token, head) rows of buffer 0
+    int head_dim;
+    float eps;
+    int pos0;
+} norm_rope_args;
+
+__global__ void __launch_bounds__(NR_THREADS) norm_rope_kernel(const norm_rope_args a, const ft_cuda_rope_params p) {
     __shared__ float red[32];
     __shared__ float ys[NR_THREADS];
-    const int row = blockIdx.x, t = row / n_head, d = threadIdx.x;
-    float *xr = x + (int64_t)row * head_dim;
+    const int j = (int)blockIdx.x >= a.rows0, row = blockIdx.x - (j ? a.rows0 : 0), d = threadIdx.x;
+    const int t = row / a.n_head[j], head_dim = a.head_dim;
+    float *xr = a.x[j] + (int64_t)row * head_dim;
     const float v = d < head_dim ? xr[d] : 0.0f;
+    const float wd = d < head_dim ? a.w[j][d] : 0.0f; // loaded with x, not after the reduction
     const float sum = ft_block_sum(v * v, red);
-    const float scale = 1.0f / sqrtf(sum / head_dim + eps);
-    if (d < head_dim) ys[d] = (v * scale) * w[d];
+    const float scale = 1.0f / sqrtf(sum / head_dim + a.eps);
+    if (d < head_dim) ys[d] = (v * scale) * wd;
     __syncthreads();
     const int half = p.n_rot / 2;
     if (d < half) {
-        const int a = p.neox ? d : 2 * d, b = p.neox ? d + half : 2 * d + 1;
-        ft_rope_pair(ys[a], ys[b], pos0 + (p.pos_dev ? *p.pos_dev : 0) + t, d, p, &xr[a], &xr[b]);
+        const int i0 = p.neox ? d : 2 * d, i1 = p.neox ? d + half : 2 * d + 1;
+        ft_rope_pair(ys[i0], ys[i1], a.pos0 + (p.pos_dev ? *p.pos_dev : 0) + t, d, p, &xr[i0], &xr[i1]);
     } else if (d >= p.n_rot && d < head_dim) {
         xr[d] = ys[d];
     }
 }
 
-extern "C" void ft_cuda_norm_rope(float *x, const float *w, int n_tok, int n_head, int head_dim, float eps, int pos0,
-                                  const ft_cuda_rope_params *p, ft_cuda_stream *s) {
+extern "C" void ft_cuda_norm_rope(const ft_cuda_norm_rope_buf *b, int n_buf, int n_tok, int head_dim, float eps,
+                                  int pos0, const ft_cuda_rope_params *p, ft_cuda_stream *s) {
     FT_CUDA_ASSERT(head_dim >= 1 && head_dim <= NR_THREADS && p->n_rot % 2 == 0 && p->n_rot <= head_dim);
-    const int64_t rows = (int64_t)n_tok * n_head;
+    FT_CUDA_ASSERT(n_buf == 1 || n_buf == 2);
+    norm_rope_args a;
+    int64_t rows = 0;
+    for (int j = 0; j < 2; j++) {
+        const ft_cuda_norm_rope_buf &bj = b[j < n_buf ? j : 0];
+        a.x[j] = bj.x;
+        a.w[j] = bj.w;
+        a.n_head[j] = bj.n_head;
+    }
+    a.rows0 = (int)((int64_t)n_tok * b[0].n_head);
+    for (int j = 0; j < n_buf; j++) rows += (int64_t)n_tok * b[j].n_head;
     FT_CUDA_ASSERT(rows <= INT32_MAX);
+    if (n_buf == 1) a.rows0 = (int)rows; // (buffer 1 unused)
+    a.head_dim = head_dim;
+    a.eps = eps;
+    a.pos0 = pos0;
     if (rows == 0) return;
-    norm_rope_kernel<<<(unsigned)rows, NR_THREADS, 0, ft_cuda_stream_handle(s)>>>(x, w, n_head, head_dim, eps, pos0, *p);
+    norm_rope_kernel<<<(unsigned)rows, NR_THREADS, 0, ft_cuda_stream_handle(s)>>>(a, *p);
     CUDA_CHECK_LAUNCH();
 }

@@ -27,14 +27,23 @@ rms_norm_kernel(float *x, const float *d, const float *w, float *y, block_q8_1 *
     float sum = 0.0f;
     if constexpr (EPT > 0) {
         constexpr int E = EPT > 0 ? EPT : 1;
-        float v[E];
+        // every load (x, d, w) is issued before the first store: a store to x or y may alias
+        // them for the compiler, which would otherwise wait for each load in turn (a decode
+        // row is one CTA: its time is the chain of memory round trips)
+        float v[E], dv[E], wv[E];
 #pragma unroll
         for (int j = 0; j < E; j++) {
             const int i = tid + j * RMS_THREADS;
             v[j] = i < n ? xr[i] : 0.0f;
-            if (dr && i < n) {
-                v[j] += dr[i];
-                xr[i] = v[j];
+            dv[j] = dr && i < n ? dr[i] : 0.0f;
+            wv[j] = i < n ? w[i] : 0.0f;
+        }
+        if (dr) {
+#pragma unroll
+            for (int j = 0; j < E; j++) {
+                const int i = tid + j * RMS_THREADS;
+                v[j] += dv[j];
+                if (i < n) xr[i] = v[j];
             }
         }
 #pragma unroll
@@ -45,7 +54,7 @@ rms_norm_kernel(float *x, const float *d, const float *w, float *y, block_q8_1 *
         for (int j = 0; j < E; j++) {
             const int i = tid + j * RMS_THREADS;
             if (i >= n) break; // n % 32 == 0 with yq: whole warps stop together
-            const float o = (v[j] * scale) * w[i];
+            const float o = (v[j] * scale) * wv[j];
             yr[i] = o;
             if (qr) ft_q8_1_warp_store(o, &qr[i / QK8_1], lane);
         }

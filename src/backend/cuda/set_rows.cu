@@ -2,7 +2,8 @@
 // arithmetic (cpu_quant.c): f16 round-to-nearest-even; q8_0 with d = amax / 127 stored as f16,
 // codes round-half-even(x * (127 / amax)), as llama.cpp's x86 quantizer.
 //
-// Launch: q8_0: one warp per block of 32, 8 warps per CTA; f16: a thread per element.
+// Launch: q8_0: one warp per block of 32, 8 warps per CTA; f16: a thread per element; grid.y
+// the destination (a layer's k and v rows in one launch).
 #include "cuda_common.cuh"
 #include "cuda_ops.h"
 
@@ -11,23 +12,34 @@
 
 enum { SR_WARPS = 8 };
 
-__global__ void set_rows_f16_kernel(uint8_t *dst, size_t row_bytes, const int32_t *row_dev, const float *x, int64_t n,
-                                    int64_t total) {
+// The destinations of one launch (blockIdx.y picks one).
+typedef struct set_rows_args {
+    uint8_t *dst[FT_CUDA_SET_ROWS_MAX_DST];
+    size_t row_bytes[FT_CUDA_SET_ROWS_MAX_DST];
+    const float *x[FT_CUDA_SET_ROWS_MAX_DST];
+    const int32_t *row_dev;
+    int64_t n;
+} set_rows_args;
+
+__global__ void set_rows_f16_kernel(const set_rows_args a, int64_t total) {
     const int64_t i = (int64_t)blockIdx.x * 256 + threadIdx.x;
     if (i >= total) return;
-    if (row_dev) dst += (size_t)*row_dev * row_bytes;
-    ((ft_half *)(dst + (size_t)(i / n) * row_bytes))[i % n] = ft_fp32_to_fp16(x[i]);
+    const int j = blockIdx.y;
+    uint8_t *dst = a.dst[j];
+    if (a.row_dev) dst += (size_t)*a.row_dev * a.row_bytes[j];
+    ((ft_half *)(dst + (size_t)(i / a.n) * a.row_bytes[j]))[i % a.n] = ft_fp32_to_fp16(a.x[j][i]);
 }
 
-__global__ void __launch_bounds__(SR_WARPS * FT_WARP)
-set_rows_q8_0_kernel(uint8_t *dst, size_t row_bytes, const int32_t *row_dev, const float *x, int64_t n, int64_t n_groups) {
+__global__ void __launch_bounds__(SR_WARPS * FT_WARP) set_rows_q8_0_kernel(const set_rows_args a, int64_t n_groups) {
     const int64_t g = (int64_t)blockIdx.x * SR_WARPS + threadIdx.x / FT_WARP;
     if (g >= n_groups) return; // whole warps leave together
-    if (row_dev) dst += (size_t)*row_dev * row_bytes;
+    const int j = blockIdx.y;
+    uint8_t *dst = a.dst[j];
+    if (a.row_dev) dst += (size_t)*a.row_dev * a.row_bytes[j];
     const int lane = threadIdx.x % FT_WARP;
-    const int64_t per_row = n / 32, r = g / per_row, b = g % per_row;
-    const float v = x[r * n + b * 32 + lane];
-    uint8_t *row = dst + (size_t)r * row_bytes;
+    const int64_t per_row = a.n / 32, r = g / per_row, b = g % per_row;
+    const float v = a.x[j][r * a.n + b * 32 + lane];
+    uint8_t *row = dst + (size_t)r * a.row_bytes[j];
     const float amax = ft_warp_max(fabsf(v));
     const float d = amax / 127.f, id = amax != 0.0f ? 127.f / amax : 0.0f;
     block_q8_0 *blk = (block_q8_0 *)row + b;
@@ -35,19 +47,29 @@ set_rows_q8_0_kernel(uint8_t *dst, size_t row_bytes, const int32_t *row_dev, con
     if (lane == 0) blk->d = ft_fp32_to_fp16(d);
 }
 
-extern "C" void ft_cuda_set_rows(uint32_t type, void *dst, size_t row_bytes, const int32_t *row_dev, const float *x,
+extern "C" void ft_cuda_set_rows(uint32_t type, const ft_cuda_set_rows_dst *d, int n_dst, const int32_t *row_dev,
                                  int n_rows, int64_t n, ft_cuda_stream *s) {
     FT_CUDA_ASSERT(type == FT_TYPE_F16 || (type == FT_TYPE_Q8_0 && n % 32 == 0));
+    FT_CUDA_ASSERT(n_dst >= 1 && n_dst <= FT_CUDA_SET_ROWS_MAX_DST);
+    set_rows_args a;
+    for (int j = 0; j < n_dst; j++) {
+        a.dst[j] = (uint8_t *)d[j].dst;
+        a.row_bytes[j] = d[j].row_bytes;
+        a.x[j] = d[j].x;
+    }
+    a.row_dev = row_dev;
+    a.n = n;
+    const cudaStream_t st = ft_cuda_stream_handle(s);
     if (type == FT_TYPE_F16) {
         const int64_t total = (int64_t)n_rows * n;
         if (total == 0) return;
-        set_rows_f16_kernel<<<(unsigned)((total + 255) / 256), 256, 0, ft_cuda_stream_handle(s)>>>((uint8_t *)dst, row_bytes, row_dev, x, n, total);
+        set_rows_f16_kernel<<<dim3((unsigned)((total + 255) / 256), (unsigned)n_dst), 256, 0, st>>>(a, total);
         CUDA_CHECK_LAUNCH();
         return;
     }
     const int64_t groups = (int64_t)n_rows * (n / 32);
     if (groups == 0) return;
     const unsigned grid = (unsigned)((groups + SR_WARPS - 1) / SR_WARPS);
-    set_rows_q8_0_kernel<<<grid, SR_WARPS * FT_WARP, 0, ft_cuda_stream_handle(s)>>>((uint8_t *)dst, row_bytes, row_dev, x, n, groups);
+    set_rows_q8_0_kernel<<<dim3(grid, (unsigned)n_dst), SR_WARPS * FT_WARP, 0, st>>>(a, groups);
     CUDA_CHECK_LAUNCH();
 }

@@ -1,0 +1,111 @@
+// test_cuda_moe_route.c: the fused router (ft_cuda_moe_router: one token's logits and routing
+// in one launch) against the two launches it replaces (ft_cuda_matvec with the float router
+// weights, then ft_cuda_moe_route), for f32 and bf16 weights, softmax and sigmoid gating with a
+// selection bias, 60 / 128 / 256 experts and k 1 / 4 / 8.
+//
+// The logits are float dot products summed in another order (lane-strided FMA chains and a
+// warp sum, against the matvec's 4-element chunks over 128 threads): they must agree within
+// 4 n_embd 2^-24 sum |w x|. The routing of equal logits is the same code, so with random
+// logits (no near ties: consecutive sorted probabilities of 256 experts are ~1e-3 apart, the
+// logit error ~1e-6) the selected experts must be equal and the weights within 1e-5 relative.
+// Each case runs twice, so a count left non-zero by the first launch (the last CTA resets it)
+// would fail the second. Outputs start as NaN.
+#include "gpu_test.h"
+#include "../src/backend/cuda/cuda_ops.h"
+
+#include "../src/quant/fp16.h"
+#include "../src/quant/quant.h"
+#include "../src/util/rng.h"
+#include "../src/util/util.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { N_EMBD = 2048 };
+
+static void router_case(enum ft_type t, int n_expert, int k, bool softmax, bool bias, ft_rng *rng) {
+    const size_t nw = (size_t)n_expert * N_EMBD, es = t == FT_TYPE_F32 ? 4 : 2;
+    uint8_t *w = ft_malloc(nw * es);
+    float *wf = ft_malloc(nw * sizeof(float)), *x = ft_malloc(N_EMBD * sizeof(float)), b[256];
+    for (size_t i = 0; i < nw; i++) {
+        float v = 0.05f * ft_rng_normal(rng);
+        if (t == FT_TYPE_F32) ((float *)w)[i] = wf[i] = v;
+        else wf[i] = ft_bf16_to_fp32(((ft_bf16 *)w)[i] = ft_fp32_to_bf16(v));
+    }
+    for (int i = 0; i < N_EMBD; i++) x[i] = ft_rng_normal(rng);
+    for (int i = 0; i < n_expert; i++) b[i] = 0.01f * ft_rng_normal(rng);
+    void *dw = ft_cuda_malloc(nw * es);
+    float *dx = ft_cuda_malloc(N_EMBD * sizeof(float)), *db = ft_cuda_malloc(256 * sizeof(float));
+    float *dlog = ft_cuda_malloc(2 * 256 * sizeof(float)), *dsw = ft_cuda_malloc(2 * 32 * sizeof(float));
+    float *dgap = ft_cuda_malloc(2 * sizeof(float));
+    int32_t *dsel = ft_cuda_malloc(2 * 32 * sizeof(int32_t));
+    int *dcount = ft_cuda_malloc(sizeof(int));
+    FT_ASSERT(dw && dx && db && dlog && dsw && dgap && dsel && dcount);
+    ft_cuda_memcpy_h2d(dw, w, nw * es, NULL);
+    ft_cuda_memcpy_h2d(dx, x, N_EMBD * sizeof(float), NULL);
+    ft_cuda_memcpy_h2d(db, b, 256 * sizeof(float), NULL);
+    ft_cuda_memset(dcount, 0, sizeof(int), NULL);
+    const float inf[2] = {INFINITY, INFINITY};
+
+    // [0]: the two launches; [1]: the fused one (twice)
+    float logits[2][256], sw[2][32], gap[2];
+    int32_t sel[2][32];
+    for (int run = 0; run < 3; run++) {
+        const int j = run == 0 ? 0 : 1;
+        ft_cuda_memset(dlog + j * 256, 0xFF, 256 * sizeof(float), NULL);
+        ft_cuda_memset(dsw + j * 32, 0xFF, 32 * sizeof(float), NULL);
+        ft_cuda_memset(dsel + j * 32, 0xFF, 32 * sizeof(int32_t), NULL);
+        ft_cuda_memcpy_h2d(dgap + j, inf, sizeof(float), NULL);
+        ft_cuda_route_params rp = {.logits = dlog + j * 256, .bias = bias ? db : NULL, .sel = dsel + j * 32,
+                                   .w = dsw + j * 32, .gap = dgap + j, .n_tok = 1, .n_expert = n_expert, .k = k,
+                                   .softmax = softmax, .norm_w = 1, .w_scale = 1.0f};
+        if (j == 0) {
+            ft_cuda_matvec_params mp = {.type = t, .w = dw, .n_rows = n_expert, .n_cols = N_EMBD, .x = dx,
+                                        .y = dlog, .n_tok = 1};
+            ft_cuda_matvec(&mp, NULL);
+            ft_cuda_moe_route(&rp, NULL);
+        } else {
+            CHECK(ft_cuda_moe_router_fits(t, 1, n_expert, k));
+            ft_cuda_router_params r = {.w_type = t, .w = dw, .x = dx, .n_embd = N_EMBD, .count = dcount};
+            ft_cuda_moe_router(&r, &rp, NULL);
+        }
+        ft_cuda_memcpy_d2h(logits[j], dlog + j * 256, (size_t)n_expert * sizeof(float), NULL);
+        ft_cuda_memcpy_d2h(sw[j], dsw + j * 32, (size_t)k * sizeof(float), NULL);
+        ft_cuda_memcpy_d2h(sel[j], dsel + j * 32, (size_t)k * sizeof(int32_t), NULL);
+        ft_cuda_memcpy_d2h(&gap[j], dgap + j, sizeof(float), NULL);
+        ft_cuda_device_sync();
+        if (j == 0) continue;
+        for (int e = 0; e < n_expert; e++) {
+            double s = 0;
+            for (int i = 0; i < N_EMBD; i++) s += fabs((double)wf[(size_t)e * N_EMBD + i] * x[i]);
+            double err = fabs((double)logits[1][e] - logits[0][e]), bound = 4.0 * N_EMBD * 0x1p-24 * s;
+            if (!(err <= bound)) {
+                CHECK(err <= bound, "%s %d experts run %d: logit %d %g vs %g", ft_type_name(t), n_expert, run, e,
+                      logits[1][e], logits[0][e]);
+                break;
+            }
+        }
+        for (int i = 0; i < k; i++) {
+            CHECK(sel[1][i] == sel[0][i], "%s %d experts k %d %s run %d: slot %d expert %d vs %d", ft_type_name(t),
+                  n_expert, k, softmax ? "softmax" : "sigmoid", run, i, sel[1][i], sel[0][i]);
+            CHECK(fabs(sw[1][i] - sw[0][i]) <= 1e-5 * fabs(sw[0][i]), "slot %d weight %g vs %g", i, sw[1][i], sw[0][i]);
+        }
+        CHECK(isfinite(gap[1]) && fabs(gap[1] - gap[0]) <= 1e-4, "gap %g vs %g", gap[1], gap[0]);
+    }
+    free(w); free(wf); free(x);
+    ft_cuda_free(dw); ft_cuda_free(dx); ft_cuda_free(db); ft_cuda_free(dlog); ft_cuda_free(dsw);
+    ft_cuda_free(dgap); ft_cuda_free(dsel); ft_cuda_free(dcount);
+}
+
+TEST(test_cuda_moe_router_fused) {
+    GPU_TEST_REQUIRE_DEVICE();
+    ft_rng rng = ft_rng_init(0x4047E);
+    const int experts[] = {60, 128, 256}, ks[] = {1, 4, 8};
+    for (size_t e = 0; e < FT_ARRAY_LEN(experts); e++)
+        for (size_t i = 0; i < FT_ARRAY_LEN(ks); i++) {
+            router_case(FT_TYPE_F32, experts[e], ks[i], true, false, &rng);
+            router_case(FT_TYPE_BF16, experts[e], ks[i], false, true, &rng);
+        }
+    CHECK(!ft_cuda_moe_router_fits(FT_TYPE_Q8_0, 1, 128, 8) && !ft_cuda_moe_router_fits(FT_TYPE_F32, 2, 128, 8));
+}
