@@ -17,9 +17,11 @@
 //   4. the expert kernels read the slots: w = the pool's view in the bank's arena,
 //      mat_bytes = the pool's stride, ids = the slot numbers.
 // A step with more selections than the layer's own slots, or a prefill that takes the grouped
-// GEMM, streams the whole layer instead into a max-stride overlay carved from the arenas
-// (or allocated beside them when they are too small), double-buffered on a copy stream
-// unless prefill_serial; the slots the overlay overwrites are invalidated first.
+// GEMM, streams the whole layer instead into an overlay carved from the end of the arenas (or
+// allocated beside them when they are too small), double-buffered on a copy stream unless
+// prefill_serial; the slots the overlay overwrites are invalidated first. An overlay buffer
+// is sized for the widest layer (its experts at the max stride of each bank) but a layer
+// lands at its own native stride: the grouped GEMM reads experts at exactly their size.
 //
 // Ownership: ft_offload owns the host banks, the arenas and the device tables. One engine
 // step at a time (the CUDA backend's stream order); statistics may be read between steps.
@@ -92,8 +94,8 @@ int ft_offload_pool_of_layer(const ft_offload *o, int i); // pool serving the i-
 void ft_offload_read_counts(ft_offload *o, ft_offload_counts *layers, ft_offload_counts *pools,
                             ft_offload_counts *total);
 
-// The measured host-to-device bandwidth of the decode copy kernel so far (bytes_copied /
-// copy_ns of the decode copies), GB/s; 0 before any copy.
+// The measured host-to-device bandwidth of the expert copies so far (bytes_copied / copy_ns
+// over decode copies and prefill stream-ins), GB/s; 0 before any copy.
 double ft_offload_copy_gbps(ft_offload *o);
 
 // Prints the plan and the offload's memory (host banks, arenas, overlay) to out.
@@ -121,12 +123,12 @@ bool ft_offload_uses_overlay(const ft_offload *o, int block, int n_tok, int n, b
 
 // Enqueues one MoE layer step on stream s: trace replay (sel is rewritten then), then the
 // lookup and the copies (cache path) or the overlay stream-in (overlay path), and fills *v for
-// the expert kernels that follow on s. sel (n) are the router's selections in device memory.
-// After the expert kernels the backend calls ft_offload_layer_done (overlay path: the buffer
-// may be reused). Aborts on a programmer error (not a MoE layer, n above the reserve).
+// the expert kernels that follow on s. sel (n_tok x k) are the router's selections in device
+// memory. The expert kernels of the step must be enqueued on s before the next call (an
+// overlay buffer is reused once the work enqueued before that call has run). Aborts on a
+// programmer error (not a MoE layer, more selections than the reserve).
 void ft_offload_layer_begin(ft_offload *o, int block, int32_t *sel, int n_tok, int k, bool overlay,
                             ft_cuda_stream *s, ft_offload_view *v);
-void ft_offload_layer_done(ft_offload *o, int block, ft_cuda_stream *s);
 
 // ---------------------------------------------------------------------------------------------
 // For tests: the device tables read back (waits for the device).
