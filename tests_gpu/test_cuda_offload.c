@@ -51,7 +51,8 @@ typedef struct rig {
     const moe_expert_banks *hb; // owned by o
 } rig;
 
-static bool rig_init(rig *r, const char *path, int n_slots, enum moe_pool_layout layout, int top_k, int n_running) {
+static bool rig_init_trace(rig *r, const char *path, int n_slots, enum moe_pool_layout layout, int top_k, int n_running,
+                           const moe_route_trace *trace) {
     memset(r, 0, sizeof(*r));
     ft_err err = {{0}};
     r->f = gguf_open(path, &err);
@@ -68,10 +69,15 @@ static bool rig_init(rig *r, const char *path, int n_slots, enum moe_pool_layout
     op.plan.layout = layout;
     op.plan.top_k = top_k;
     op.plan.n_running = n_running;
+    op.trace = trace;
     r->o = ft_offload_init(&r->g, hb, &op, &err);
     if (!r->o) return test_fail(__FILE__, __LINE__, "offload: %s", err.msg), false;
     r->ref = moe_expert_cache_init(ft_offload_plan(r->o), &r->g);
     return true;
+}
+
+static bool rig_init(rig *r, const char *path, int n_slots, enum moe_pool_layout layout, int top_k, int n_running) {
+    return rig_init_trace(r, path, n_slots, layout, top_k, n_running, NULL);
 }
 
 static void rig_free(rig *r) {
@@ -217,6 +223,65 @@ TEST(cuda_offload_decisions_equal_reference) {
     decisions_case(path, 4 * 48, MOE_POOL_LAYOUT_EXACT, 1000);
     decisions_case(path, min_uniform, MOE_POOL_LAYOUT_UNIFORM, 2000);
     decisions_case(path, min_uniform + 37, MOE_POOL_LAYOUT_UNIFORM, 2000);
+}
+
+// Route-trace replay: whatever the router selected, each layer step takes the trace's
+// selections at the step counter (device memory), which the last layer advances and wraps;
+// the decisions then equal the reference's on the trace.
+TEST(cuda_offload_trace_replay) {
+    GPU_TEST_REQUIRE_DEVICE();
+    enum { TOP_K = 4, SEQ = 2, STEPS = 37, RUN = 100 };
+    const char *path = test_path("offload_trace.gguf");
+    REQUIRE(write_mixed_model(path, 48, TOP_K, 256, 256));
+    int blocks[4] = {0, 1, 2, 3};
+    moe_trace_gen_params tp = moe_trace_gen_default_params();
+    tp.n_layers = 4;
+    tp.layers = blocks;
+    tp.n_expert = 48;
+    tp.top_k = TOP_K;
+    tp.n_seq = SEQ;
+    tp.n_steps = STEPS;
+    tp.seed = 4;
+    moe_route_trace t;
+    ft_err err = {{0}};
+    REQUIRE(moe_trace_generate(&tp, &t, &err), "%s", err.msg);
+    rig r;
+    if (!rig_init_trace(&r, path, 30, MOE_POOL_LAYOUT_EXACT, TOP_K, SEQ, &t)) {
+        moe_route_trace_free(&t);
+        return;
+    }
+    ft_offload_reserve(r.o, TOP_K * SEQ);
+    ft_cuda_stream *s = ft_cuda_stream_init();
+    int32_t *sel_dev = ft_cuda_malloc(TOP_K * SEQ * sizeof(int32_t));
+    int32_t ex[TOP_K * SEQ], got[TOP_K * SEQ], slots[TOP_K * SEQ], router[TOP_K * SEQ];
+    moe_cache_copy copies[TOP_K * SEQ];
+    int bad = 0;
+    for (int step = 0; step < RUN && !test_failed(); step++)
+        for (int li = 0; li < 4; li++) {
+            const uint16_t *at = moe_route_trace_at(&t, step % STEPS, li);
+            for (int i = 0; i < TOP_K * SEQ; i++) {
+                ex[i] = at[i];
+                router[i] = (step * 7 + i * 5) % 48; // what the router would have chosen
+            }
+            int nc;
+            REQUIRE(moe_expert_cache_step(r.ref, li, ex, TOP_K * SEQ, slots, copies, &nc, &err), "%s", err.msg);
+            ft_cuda_memcpy_h2d(sel_dev, router, sizeof(router), s);
+            ft_offload_view v;
+            ft_offload_layer_begin(r.o, li, sel_dev, SEQ, TOP_K, false, s, &v);
+            ft_cuda_memcpy_d2h(got, sel_dev, sizeof(got), s);
+            ft_offload_debug d;
+            ft_offload_debug_read(r.o, TOP_K * SEQ, &d);
+            bool ok = !memcmp(got, ex, sizeof(ex)) && d.n_copies == nc && !memcmp(d.slots, slots, sizeof(slots));
+            if (!ok && bad++ < 3) test_fail(__FILE__, __LINE__, "step %d layer %d: replay differs", step, li);
+            ft_offload_debug_free(&d);
+        }
+    CHECK(bad == 0, "%d layer steps differ", bad);
+    printf("    %d steps replayed over a %d-step trace (wrapping): selections and decisions as the reference's\n", RUN,
+           STEPS);
+    ft_cuda_free(sel_dev);
+    ft_cuda_stream_free(s);
+    rig_free(&r);
+    moe_route_trace_free(&t);
 }
 
 // ---------------------------------------------------------------------------------------------

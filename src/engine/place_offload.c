@@ -53,6 +53,17 @@ bool engine_place_offload(ft_model *m, const ft_engine_params *p, const ft_cuda_
                         "(%d x %d positions, %s), workspace %.1f MiB, expert cache %.1f MiB (%d slots)\n",
                 info->name, info->cc_major, info->cc_minor, info->free_mem / MiB, budget / MiB, dense / MiB, kv / MiB,
                 p->n_seq, p->n_ctx, ft_type_name(p->kv_type), work / MiB, plan.bytes / MiB, plan.n_slots);
+        // the prefill overlay (one layer's experts at the widest stride) is carved from the
+        // arenas when they hold it, else allocated beside them
+        int most = 0;
+        for (int i = 0; i < g.n_layers; i++) most = FT_MAX(most, g.layers[i].n_expert);
+        if (plan.n_slots < most) {
+            size_t ov = 0;
+            for (int b = 0; b < MOE_BANK_COUNT; b++) ov += (size_t)most * plan.max_stride[b];
+            fprintf(stderr, "offload: the prefill overlay (%.1f MiB) does not fit in the arenas: allocated beside them\n",
+                    ov / MiB);
+            work += ov;
+        }
         if (dense + kv + work + margin + plan.bytes > budget)
             ok = ft_err_set(err, "--moe-backend offload: %.0f MiB needed (dense %.0f, KV %.0f, workspace %.0f, reserve "
                                  "%.0f, expert cache %.0f for %d slots) but the budget is %.0f MiB; use a smaller "
