@@ -61,8 +61,20 @@ static int by_age(const void *a, const void *b) {
     return lx != ly ? (lx < ly ? -1 : 1) : x - y;
 }
 
-// One step; writes the victims (slot, in order of first appearance of the missed expert).
-static int model_step(model_pool *m, int layer, const int32_t *ex, int n, int *victims, int *missed) {
+// The layer's own slots, from the rule as the header states it: the pool's n slots split
+// evenly among its layers in order, the first n % n_layers one more.
+static void model_range(const moe_pool_plan *pool, int layer, int *first, int *n) {
+    int j = 0;
+    while (pool->layers[j] != layer) j++;
+    int q = pool->n_slots / pool->n_layers, r = pool->n_slots % pool->n_layers;
+    *first = j * q + (j < r ? j : r);
+    *n = q + (j < r);
+}
+
+// One step of a layer owning slots [first, first + n_own); writes the victims (slot, in order
+// of first appearance of the missed expert).
+static int model_step(model_pool *m, int first, int n_own, int layer, const int32_t *ex, int n, int *victims,
+                      int *missed) {
     long t = ++m->time;
     bool *used = calloc((size_t)m->n, 1);
     int k = 0;
@@ -77,7 +89,7 @@ static int model_step(model_pool *m, int layer, const int32_t *ex, int n, int *v
         if (!dup) missed[k++] = ex[i];
     }
     int *cand = malloc((size_t)m->n * sizeof(int)), nc = 0;
-    for (int s = 0; s < m->n; s++)
+    for (int s = first; s < first + n_own; s++)
         if (!used[s]) cand[nc++] = s;
     g_sort_pool = m;
     qsort(cand, (size_t)nc, sizeof(int), by_age);
@@ -141,7 +153,12 @@ TEST(moe_cache_matches_a_brute_force_lru_model) {
         int n_copies;
         ft_err err = {{0}};
         REQUIRE(moe_expert_cache_step(c, layer, ex, n, slots, copies, &n_copies, &err), "%s", err.msg);
-        int k = model_step(&model[pool], layer, ex, n, victims, missed);
+        int first, n_own;
+        model_range(&plan.pools[pool], layer, &first, &n_own);
+        int k = model_step(&model[pool], first, n_own, layer, ex, n, victims, missed);
+        for (int j = 0; j < k; j++)
+            CHECK(copies[j].slot >= first && copies[j].slot < first + n_own, "step %d: slot %d outside the layer's range",
+                  step, copies[j].slot);
         REQUIRE(n_copies == k, "step %d: %d copies, model %d", step, n_copies, k);
         for (int j = 0; j < k; j++) {
             CHECK(copies[j].slot == victims[j] && copies[j].expert == missed[j] && copies[j].layer == layer &&

@@ -78,6 +78,7 @@ ft_batch *ft_batch_init(const ft_model *m, const ft_engine_params *params, ft_er
     b->place = moe_placement_cpu();
     ft_backend_limits lim = engine_limits(m, &p);
     be->ops->reserve(be, &lim);
+    if (cuda && m->offload) ft_backend_cuda_attach_offload(be, m->offload);
     ft_forward_alloc(&b->f, m, be, b->max_tok);
     b->f.place = &b->place;
     b->pos = ft_malloc((size_t)p.n_seq * sizeof(int));

@@ -85,7 +85,7 @@ bool ft_engine_place_model(ft_model *m, const ft_engine_params *params, ft_err *
     switch (p.moe_backend) {
     case FT_MOE_BACKEND_AUTO:
     case FT_MOE_BACKEND_FUSED: return place_fused(m, &p, &info, err);
-    case FT_MOE_BACKEND_OFFLOAD:
+    case FT_MOE_BACKEND_OFFLOAD: return engine_place_offload(m, &p, &info, err);
     case FT_MOE_BACKEND_CPU: break;
     }
     return ft_err_set(err, "--moe-backend %s: not available in this build", ft_moe_backend_name(p.moe_backend));

@@ -20,4 +20,8 @@ size_t engine_kv_bytes(const ft_model *m, const ft_engine_params *p);
 // --gpu-memory-limit.
 size_t engine_cuda_budget(const ft_engine_params *p, const ft_cuda_device_info *info);
 
+// --moe-backend offload (place_offload.c): dense weights on the device, experts in host banks
+// behind the GPU expert cache (m->offload). Returns false and sets *err when it cannot.
+bool engine_place_offload(ft_model *m, const ft_engine_params *p, const ft_cuda_device_info *info, ft_err *err);
+
 #endif

@@ -2,6 +2,7 @@
 // tensor binding with their checks.
 #include "model_impl.h"
 #include "../backend/cuda/ft_cuda.h"
+#include "../backend/cuda/offload.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -394,6 +395,7 @@ void ft_model_prefault(ft_model *m) {
 
 void ft_model_free(ft_model *m) {
     if (!m) return;
+    ft_offload_free(m->offload);
     if (m->layers) for_each_device_tensor(m, false, free_one, m);
     gguf_close(m->file);
     free(m->layers);

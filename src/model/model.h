@@ -116,6 +116,7 @@ struct ft_model {
     ft_tensor output_norm; // (n_embd)
     ft_tensor output;      // (n_embd, n_vocab); tok_embd when the file ties them
     ft_layer *layers;      // (n_layer)
+    struct ft_offload *offload; // --moe-backend offload: the GPU expert cache (owned), or NULL
     ft_progress_fn progress; // long steps (prefault, upload) report here when set
     void *progress_ctx;
 };

@@ -22,7 +22,9 @@
 //      the lower pool index) as long as its views still fit; a pool that no longer fits, or
 //      is full, drops out.
 //   Floor: every layer must be able to hold the experts one decode step selects, top_k x
-//   n_running (at most its expert count), so pool p needs floor x n_layers(p) slots; a plan
+//   n_running (at most its expert count), so pool p needs floor x n_layers(p) slots (the
+//   cache splits a pool's slots evenly among its layers, expert_cache.h, so each layer's own
+//   range then holds at least the floor); a plan
 //   below it is an error that names the smallest N that meets it. The uniform layout has the
 //   same floor over all layers.
 //

@@ -21,6 +21,8 @@ struct moe_expert_cache {
     int *n_expert;        // (n_blocks)
     int *map_base;        // (n_blocks) where the block's experts start in map
     int *host_index;      // (n_blocks) the block's index in the geometry (and host banks)
+    int *range_first;     // (n_blocks) the layer's own slots in its pool: [first, first + n)
+    int *range_n;         // (n_blocks)
     uint64_t *copy_bytes; // (n_blocks) native bytes of one expert over the banks: what a copy moves
     int32_t *map;         // (experts of all layers) slot or -1
     moe_cache_stats *layer_total, *layer_request; // (n_blocks)
@@ -36,6 +38,8 @@ moe_expert_cache *moe_expert_cache_init(const moe_cache_plan *plan, const moe_ge
     c->map_base = ft_calloc((size_t)c->n_blocks, sizeof(int));
     c->host_index = ft_calloc((size_t)c->n_blocks, sizeof(int));
     c->copy_bytes = ft_calloc((size_t)c->n_blocks, sizeof(uint64_t));
+    c->range_first = ft_calloc((size_t)c->n_blocks, sizeof(int));
+    c->range_n = ft_calloc((size_t)c->n_blocks, sizeof(int));
     memcpy(c->pool_of_block, plan->pool_of_block, (size_t)c->n_blocks * sizeof(int));
     int n_map = 0, max_expert = 1;
     for (int i = 0; i < g->n_layers; i++) {
@@ -66,6 +70,15 @@ moe_expert_cache *moe_expert_cache_init(const moe_cache_plan *plan, const moe_ge
         ps->slot_expert = ft_malloc(n * sizeof(int32_t));
         ps->stamp = ft_calloc(n, sizeof(uint64_t));
         for (int s = 0; s < pp->n_slots; s++) ps->slot_layer[s] = ps->slot_expert[s] = -1;
+        // the pool's slots split evenly among its layers in layer order, the first
+        // n_slots % n_layers of them one more
+        int first = 0;
+        for (int j = 0; j < pp->n_layers; j++) {
+            int L = pp->layers[j], n_own = moe_cache_layer_slots(pp->n_slots, pp->n_layers, j);
+            c->range_first[L] = first;
+            c->range_n[L] = n_own;
+            first += n_own;
+        }
     }
     return c;
 }
@@ -83,6 +96,8 @@ void moe_expert_cache_free(moe_expert_cache *c) {
     free(c->map_base);
     free(c->host_index);
     free(c->copy_bytes);
+    free(c->range_first);
+    free(c->range_n);
     free(c->map);
     free(c->layer_total);
     free(c->layer_request);
@@ -111,10 +126,21 @@ uint64_t moe_expert_cache_stamp(const moe_expert_cache *c, int pool, int slot) {
     return c->pools[pool].stamp[slot];
 }
 
-// The slot with the smallest (stamp, index) among stamps below t; -1 if none.
-static int oldest_slot(const pool_state *ps, uint64_t t) {
+int moe_cache_layer_slots(int pool_slots, int pool_layers, int j) {
+    FT_ASSERT(pool_layers >= 1 && j >= 0 && j < pool_layers);
+    return pool_slots / pool_layers + (j < pool_slots % pool_layers);
+}
+
+void moe_expert_cache_layer_range(const moe_expert_cache *c, int layer, int *first, int *n) {
+    FT_ASSERT(moe_expert_cache_pool_of(c, layer) >= 0);
+    *first = c->range_first[layer];
+    *n = c->range_n[layer];
+}
+
+// The slot of [first, first + n) with the smallest (stamp, index) among stamps below t; -1 if none.
+static int oldest_slot(const pool_state *ps, int first, int n, uint64_t t) {
     int best = -1;
-    for (int s = 0; s < ps->n_slots; s++)
+    for (int s = first; s < first + n; s++)
         if (ps->stamp[s] < t && (best < 0 || ps->stamp[s] < ps->stamp[best])) best = s;
     return best;
 }
@@ -146,9 +172,9 @@ bool moe_expert_cache_step(moe_expert_cache *c, int layer, const int32_t *expert
             distinct++;
         }
     }
-    if (distinct > ps->n_slots)
-        return ft_err_set(err, "layer %d: the step selects %d distinct experts but pool %d has %d slots", layer,
-                          distinct, pool, ps->n_slots);
+    if (distinct > c->range_n[layer])
+        return ft_err_set(err, "layer %d: the step selects %d distinct experts but the layer has %d slots (pool %d)",
+                          layer, distinct, c->range_n[layer], pool);
     uint64_t t = ++ps->clock;
     for (int i = 0; i < n; i++) {
         int s = map[experts[i]];
@@ -161,7 +187,7 @@ bool moe_expert_cache_step(moe_expert_cache *c, int layer, const int32_t *expert
         int e = experts[i];
         int s = map[e];
         if (s < 0) { // first appearance of a missed expert: it takes the oldest slot
-            s = oldest_slot(ps, t);
+            s = oldest_slot(ps, c->range_first[layer], c->range_n[layer], t);
             FT_ASSERT(s >= 0);
             moe_cache_copy *cp = &copies[k++];
             *cp = (moe_cache_copy){pool, s, layer, e, ps->slot_layer[s], ps->slot_expert[s]};

@@ -1,26 +1,33 @@
 // expert_cache: the slot maps and LRU policy of the GPU expert cache, as the plain C reference.
 //
 // One pool per moe_cache_plan pool. A pool has n_slots slots; each holds one (layer, expert)
-// of the pool's layers or is empty. The pool keeps the map (layer, expert) -> slot, the reverse
+// of the pool's layers or is empty. Each layer of a pool owns a fixed, contiguous range of the
+// pool's slots: the slots split evenly among the pool's layers in layer order, the first
+// n_slots % n_layers layers one more (moe_cache_layer_slots); a layer's experts live only in its
+// own range, so its LRU is its own. (A pool-wide LRU shared by layers that decode in a fixed
+// cycle keeps whole rounds of selections and hits only the previous step's reuse unless the
+// pool holds two tokens' selections; README "Expert cache plan".) The pool keeps the map (layer, expert) -> slot, the reverse
 // map slot -> (layer, expert), an age stamp per slot and a clock. The CUDA implementation
 // makes the same decisions on the device; this one is what the CPU tests and the device's
 // checks run. The policy, exactly (so two implementations agree bit for bit):
 //
 //   Clock. Each pool has a 64-bit clock, 0 at init. A step of one of its layers first advances
 //     it: t = ++clock. Steps of different layers of one pool share the clock.
+//   Ranges. Layer L of the pool owns slots [first_L, first_L + n_L) (above); everything below
+//     concerns L's range only.
 //   Stamps. stamp[s] is 0 while slot s is empty (at init, after invalidation) and otherwise the
 //     clock of the last step that used it (a hit or a fill).
 //   A step (layer L, selections e_0 .. e_{n-1}, duplicates allowed, any order):
 //     1. Hits: for i = 0 .. n-1 in order, if (L, e_i) is mapped to slot s: result[i] = s and
 //        stamp[s] = t.
 //     2. Misses: the distinct unmapped experts in order of first appearance, m_0 .. m_{k-1}, take
-//        the victims v_0 .. v_{k-1}: the k slots with stamp < t ordered by (stamp, slot index)
+//        the victims v_0 .. v_{k-1}: the k slots of L's range with stamp < t ordered by (stamp, slot index)
 //        ascending, i.e. empty slots first (lowest index first), then the least recently used,
 //        ties to the lower slot index. A slot used by this step has stamp t and is never a
 //        victim. For each j: v_j's old (layer, expert), if any, is unmapped; (L, m_j) is mapped
 //        to v_j, stamp[v_j] = t, and a copy (host entry of (L, m_j) -> slot v_j) is emitted, in
 //        the order j. Every selection of m_j gets v_j.
-//     A step with more distinct experts than the pool has slots is an error (the plan's floor
+//     A step with more distinct experts than L's range has slots is an error (the plan's floor
 //     prevents it).
 //   Statistics. selections += n; misses += k; hits += n - k (a repeat of a missed expert in the
 //     same step is a hit: it costs no copy); bytes_copied += k x the layer's native expert
@@ -61,7 +68,7 @@ void moe_expert_cache_free(moe_expert_cache *c);
 // Writes slots[i] for every selection and the copies to make into copies (room for n), their
 // count into *n_copies. Returns false and sets *err (changing nothing) when layer is not a MoE
 // layer of the plan, an expert id is out of range, or the step selects more distinct experts
-// than its pool has slots.
+// than the layer's range has slots.
 bool moe_expert_cache_step(moe_expert_cache *c, int layer, const int32_t *experts, int n, int32_t *slots,
                            moe_cache_copy *copies, int *n_copies, ft_err *err);
 
@@ -79,6 +86,11 @@ void moe_expert_cache_copy_regions(const moe_expert_cache *c, const moe_expert_b
                                    moe_copy_region out[MOE_BANK_COUNT]);
 // Offset of slot s of pool in bank b's arena.
 uint64_t moe_expert_cache_slot_offset(const moe_expert_cache *c, int pool, int slot, enum moe_bank b);
+
+// Slots of the j-th of pool_layers layers of a pool of pool_slots slots (the range rule above).
+int moe_cache_layer_slots(int pool_slots, int pool_layers, int j);
+// The range of slots MoE layer `layer` (block index) owns in its pool.
+void moe_expert_cache_layer_range(const moe_expert_cache *c, int layer, int *first, int *n);
 
 // The slot holding (layer, expert), or -1. The pool serving a layer (-1: not a MoE layer).
 int moe_expert_cache_lookup(const moe_expert_cache *c, int layer, int expert);

@@ -19,6 +19,11 @@
 // the build has no CUDA. Free with be->ops->free(be).
 ft_backend *ft_backend_cuda_init(int dev, ft_err *err);
 
+// Serves the routed experts that stay in host memory (placement CPU) through the GPU expert
+// cache o (offload.h; not owned, outlives the backend). Call after reserve.
+struct ft_offload;
+void ft_backend_cuda_attach_offload(ft_backend *be, struct ft_offload *o);
+
 // Device bytes that reserve(lim) will allocate (scratch), for the memory plan.
 size_t ft_backend_cuda_scratch_bytes(const ft_backend_limits *lim);
 

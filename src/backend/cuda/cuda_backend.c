@@ -36,6 +36,7 @@
 #include "cuda.h"
 #include "cuda_ops.h"
 #include "ft_cuda.h"
+#include "offload.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -56,6 +57,9 @@ typedef struct cuda_backend {
     float *h_out;              // (P, W)
     float *logits;             // (max_tok, max(n_expert, 1))
     int32_t *sel;              // (P) selected experts
+    const int32_t *expert_ids; // what the expert kernels index by: sel, or the offload's slots
+    ft_offload *offload;       // --moe-backend offload: the GPU expert cache (not owned), or NULL
+    uint64_t offload_gen;      // its generation when the graphs were captured
     float *sel_w;              // (P) their weights
     float *gap;                // (1) smallest routing gap since the last read
     void *moe_work;            // ft_cuda_moe_gemm_work_bytes(P, n_expert): prefill expert grouping
@@ -668,7 +672,7 @@ static void expert_matvec(cuda_backend *c, const ft_tensor *w, const float *x, i
     else if (q) quantize_x(c, x, w->ne[0], n_pairs / x_div);
     ft_cuda_matvec_ids_params ip = {
         .type = w->type, .w = w->data, .mat_bytes = w->mat_bytes, .n_rows = w->ne[1], .n_cols = w->ne[0],
-        .x = xin, .ids = c->sel, .x_div = x_div, .y = y, .n_pairs = n_pairs,
+        .x = xin, .ids = c->expert_ids, .x_div = x_div, .y = y, .n_pairs = n_pairs,
     };
     if (fused) {
         ip.w_up = fused->w_up;
@@ -713,6 +717,23 @@ static void cuda_moe_ffn(ft_backend *be, const ft_moe_params *p, const float *x,
     }
     int n_pairs = n_tok * k;
     const ft_tensor *gate = p->gate_exps, *up = p->up_exps, *down = p->down_exps;
+    c->expert_ids = c->sel;
+    ft_tensor views[MOE_BANK_COUNT];
+    if (c->offload && gate->placement != FT_PLACEMENT_CUDA) { // experts in host banks: the cache serves them
+        bool gemm = ft_cuda_moe_gemm_supported(gate->type, up->type, down->type);
+        bool overlay = ft_offload_uses_overlay(c->offload, p->layer, n_tok, n_pairs, gemm, GEMM_MIN_TOK);
+        ft_offload_view v;
+        ft_offload_layer_begin(c->offload, p->layer, c->sel, n_tok, k, overlay, c->stream, &v);
+        const ft_tensor *banks[MOE_BANK_COUNT] = {gate, up, down};
+        for (int b = 0; b < MOE_BANK_COUNT; b++) {
+            views[b] = *banks[b];
+            views[b].data = (void *)v.w[b];
+            views[b].mat_bytes = v.mat_bytes[b];
+            views[b].placement = FT_PLACEMENT_CUDA;
+        }
+        gate = &views[MOE_BANK_GATE], up = &views[MOE_BANK_UP], down = &views[MOE_BANK_DOWN];
+        c->expert_ids = v.ids;
+    }
     // prefill: tokens grouped by expert, each expert's weights read once per tile of its tokens
     if (n_tok >= GEMM_MIN_TOK && ft_cuda_moe_gemm_supported(gate->type, up->type, down->type)) {
         check_on_device(gate);
@@ -772,6 +793,13 @@ static void cuda_sigmoid_gate_add(ft_backend *be, const ft_tensor *gate_inp, con
 static void cuda_step_begin(ft_backend *be, int n_tok, int pos0, const void *key) {
     cuda_backend *c = cuda_of(be);
     FT_ASSERT(c->mode == STEP_DIRECT);
+    if (c->offload && ft_offload_generation(c->offload) != c->offload_gen) { // the cache was rebuilt
+        for (int i = 0; i < (int)FT_ARRAY_LEN(c->step_graphs); i++) {
+            ft_cuda_graph_free(c->step_graphs[i].graph);
+            c->step_graphs[i] = (struct step_graph){0};
+        }
+        c->offload_gen = ft_offload_generation(c->offload);
+    }
     if (!c->graphs || !c->reserved || n_tok != 1) {
         ft_cuda_profile_step_begin(c->stream, false);
         return;
@@ -852,6 +880,14 @@ static const ft_backend_ops g_cuda_ops = {
     .step_begin = cuda_step_begin,
     .step_end = cuda_step_end,
 };
+
+void ft_backend_cuda_attach_offload(ft_backend *be, ft_offload *o) {
+    cuda_backend *c = cuda_of(be);
+    FT_ASSERT(c->reserved);
+    c->offload = o;
+    c->offload_gen = ft_offload_generation(o);
+    ft_offload_reserve(o, c->lim.max_tok * FT_MAX(c->lim.n_expert_used, 1));
+}
 
 ft_backend *ft_backend_cuda_init(int dev, ft_err *err) {
     if (dev < 0 || dev >= ft_cuda_device_count()) {

@@ -88,3 +88,35 @@ void ft_cuda_moe_router(const ft_cuda_router_params *r, const ft_cuda_route_para
     (void)r; (void)p; (void)s;
     FT_CUDA_STUB_ABORT();
 }
+
+// The GPU expert cache (offload.h) in a build without nvcc: init fails with a message.
+#include "offload.h"
+
+static void *stub_host_alloc(void *ctx, size_t n) { (void)ctx; (void)n; return NULL; }
+static void stub_host_free(void *ctx, void *p, size_t n) { (void)ctx; (void)p; (void)n; }
+moe_host_allocator ft_offload_host_allocator(void) { return (moe_host_allocator){stub_host_alloc, stub_host_free, NULL, "none (no CUDA)"}; }
+ft_offload *ft_offload_init(const moe_geometry *g, moe_expert_banks *hb, const ft_offload_params *p, ft_err *err) {
+    (void)g; (void)p;
+    moe_expert_banks_free(hb);
+    ft_err_set(err, "--moe-backend offload: this ft was built without CUDA (no nvcc at build time)");
+    return NULL;
+}
+void ft_offload_free(ft_offload *o) { if (o) FT_CUDA_STUB_ABORT(); }
+const moe_cache_plan *ft_offload_plan(const ft_offload *o) { (void)o; FT_CUDA_STUB_ABORT(); }
+uint64_t ft_offload_device_bytes(const ft_offload *o) { (void)o; FT_CUDA_STUB_ABORT(); }
+bool ft_offload_rebuild(ft_offload *o, int n, enum moe_pool_layout l, ft_err *err) { (void)o; (void)n; (void)l; (void)err; FT_CUDA_STUB_ABORT(); }
+uint64_t ft_offload_generation(const ft_offload *o) { (void)o; FT_CUDA_STUB_ABORT(); }
+int ft_offload_n_layers(const ft_offload *o) { (void)o; FT_CUDA_STUB_ABORT(); }
+int ft_offload_layer_block(const ft_offload *o, int i) { (void)o; (void)i; FT_CUDA_STUB_ABORT(); }
+int ft_offload_n_pools(const ft_offload *o) { (void)o; FT_CUDA_STUB_ABORT(); }
+int ft_offload_pool_of_layer(const ft_offload *o, int i) { (void)o; (void)i; FT_CUDA_STUB_ABORT(); }
+void ft_offload_read_counts(ft_offload *o, ft_offload_counts *l, ft_offload_counts *p, ft_offload_counts *t) { (void)o; (void)l; (void)p; (void)t; FT_CUDA_STUB_ABORT(); }
+double ft_offload_copy_gbps(ft_offload *o) { (void)o; FT_CUDA_STUB_ABORT(); }
+void ft_offload_print(const ft_offload *o, FILE *out) { (void)o; (void)out; FT_CUDA_STUB_ABORT(); }
+void ft_offload_reserve(ft_offload *o, int n) { (void)o; (void)n; FT_CUDA_STUB_ABORT(); }
+bool ft_offload_uses_overlay(const ft_offload *o, int b, int t, int n, bool g, int m) { (void)o; (void)b; (void)t; (void)n; (void)g; (void)m; FT_CUDA_STUB_ABORT(); }
+void ft_offload_layer_begin(ft_offload *o, int b, int32_t *s, int t, int k, bool ov, ft_cuda_stream *st, ft_offload_view *v) { (void)o; (void)b; (void)s; (void)t; (void)k; (void)ov; (void)st; (void)v; FT_CUDA_STUB_ABORT(); }
+void ft_offload_debug_read(ft_offload *o, int n, ft_offload_debug *d) { (void)o; (void)n; (void)d; FT_CUDA_STUB_ABORT(); }
+void ft_offload_debug_free(ft_offload_debug *d) { (void)d; FT_CUDA_STUB_ABORT(); }
+const void *ft_offload_arena(const ft_offload *o, enum moe_bank b) { (void)o; (void)b; FT_CUDA_STUB_ABORT(); }
+void ft_backend_cuda_attach_offload(ft_backend *be, struct ft_offload *o) { (void)be; (void)o; FT_CUDA_STUB_ABORT(); }

@@ -1,0 +1,294 @@
+// expert_cache.cu: the GPU expert cache's device side (see expert_cache_kernels.h): the
+// lookup that applies the C reference's LRU per layer (src/moe/expert_cache.h) on the device
+// tables, the copies of the missed experts from mapped host memory into their slots, slot
+// invalidation, route-trace replay, and the few runtime calls offload.c needs.
+#include "cuda_common.cuh"
+#include "expert_cache_kernels.h"
+
+__device__ __forceinline__ uint64_t device_clock_ns() {
+    uint64_t t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Lookup
+
+#define LOOKUP_THREADS 256
+#define LOOKUP_SMEM_MAX (48 * 1024)
+
+// One CTA, the C reference's step in its order:
+//   1. t = clock + 1; every selection looks its expert up; a hit stamps its slot with t;
+//   2. thread 0 lists the distinct missed experts in order of first appearance (a repeat
+//      gets the index of its first appearance);
+//   3. victim ranks: each slot of the range with stamp < t counts the slots of the range that
+//      come before it in (stamp, index) order; rank j < k makes it v_j (the k oldest, in
+//      order) - the same choice as the reference's repeated minimum;
+//   4. v_j's old expert is unmapped, then m_j mapped to v_j, stamped t, and listed as a copy;
+//   5. every selection gets its slot; thread 0 writes the clock, counts and statistics.
+// Stamps of the range are staged in shared memory when they fit.
+__global__ void cache_lookup_kernel(ft_cuda_cache_lookup_params p) {
+    extern __shared__ uint8_t smem[];
+    int *res = (int *)smem, *victim = res + p.n, *missed = victim + p.n;
+    uint64_t *st_sh = (uint64_t *)(((uintptr_t)(missed + p.n) + 7) & ~(uintptr_t)7);
+    bool staged = (size_t)((uint8_t *)(st_sh + p.n_own) - smem) <= LOOKUP_SMEM_MAX;
+    __shared__ uint64_t s_t;
+    __shared__ int s_k;
+    const int tid = threadIdx.x, nt = blockDim.x;
+    if (tid == 0) s_t = *p.clock + 1;
+    __syncthreads();
+    const uint64_t t = s_t;
+    for (int i = tid; i < p.n; i += nt) {
+        int s = p.map[p.sel[i]];
+        res[i] = s;
+        if (s >= 0) p.stamp[s] = t;
+    }
+    __syncthreads();
+    if (tid == 0) {
+        int k = 0;
+        for (int i = 0; i < p.n; i++) {
+            if (res[i] >= 0) continue;
+            int e = p.sel[i], j = 0;
+            while (j < k && missed[j] != e) j++;
+            if (j == k) missed[k++] = e;
+            res[i] = -2 - j;
+        }
+        s_k = k;
+    }
+    __syncthreads();
+    const int k = s_k;
+    if (k > 0) {
+        const uint64_t *st = p.stamp + p.first;
+        if (staged) {
+            for (int i = tid; i < p.n_own; i += nt) st_sh[i] = st[i];
+            __syncthreads();
+            st = st_sh;
+        }
+        for (int i = tid; i < p.n_own; i += nt) {
+            uint64_t a = st[i];
+            if (a >= t) continue;
+            int rank = 0;
+            for (int q = 0; q < p.n_own && rank < k; q++) {
+                uint64_t b = st[q];
+                rank += b < t && (b < a || (b == a && q < i));
+            }
+            if (rank < k) victim[rank] = p.first + i;
+        }
+        __syncthreads();
+        for (int j = tid; j < k; j += nt) {
+            int old = p.slot_expert[victim[j]];
+            if (old >= 0) p.map[old] = -1;
+        }
+        __syncthreads();
+        for (int j = tid; j < k; j += nt) {
+            int v = victim[j], e = missed[j];
+            p.slot_expert[v] = e;
+            p.stamp[v] = t;
+            p.map[e] = v;
+            p.copy_expert[j] = e;
+            p.copy_slot[j] = v;
+        }
+        __syncthreads();
+    }
+    for (int i = tid; i < p.n; i += nt) {
+        int r = res[i];
+        p.slots[i] = r >= 0 ? r : victim[-2 - r];
+    }
+    if (tid == 0) {
+        *p.clock = t;
+        *p.n_copies = k;
+        p.stats[FT_CACHE_STAT_SELECTIONS] += (uint64_t)p.n;
+        p.stats[FT_CACHE_STAT_HITS] += (uint64_t)(p.n - k);
+        p.stats[FT_CACHE_STAT_MISSES] += (uint64_t)k;
+        p.stats[FT_CACHE_STAT_BYTES] += (uint64_t)k * p.copy_bytes;
+        p.stats[FT_CACHE_STAT_COPY_BYTES_DECODE] += (uint64_t)k * p.copy_bytes;
+        p.stats[FT_CACHE_STAT_STEPS] += 1;
+        p.copy_span[0] = ~0ull;
+        p.copy_span[1] = 0;
+        p.copy_span[2] = 0;
+    }
+}
+
+static size_t lookup_smem(int n, int n_own) {
+    size_t base = ((size_t)3 * n * sizeof(int) + 7) & ~(size_t)7;
+    size_t with = base + (size_t)n_own * sizeof(uint64_t);
+    return with <= LOOKUP_SMEM_MAX ? with : base;
+}
+
+extern "C" void ft_cuda_cache_lookup(const ft_cuda_cache_lookup_params *p, ft_cuda_stream *s) {
+    FT_CUDA_ASSERT(p->n >= 1 && p->n <= p->n_own && p->first >= 0);
+    size_t smem = lookup_smem(p->n, p->n_own);
+    FT_CUDA_ASSERT(smem <= LOOKUP_SMEM_MAX);
+    cache_lookup_kernel<<<1, LOOKUP_THREADS, smem, ft_cuda_stream_handle(s)>>>(*p);
+    CUDA_CHECK_LAUNCH();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Copies
+
+#define COPY_THREADS 512
+#define COPY_UNROLL 4
+
+// A fixed grid over the step's copies (count read on the device): the payload of copy j is
+// its three banks' bytes one after another, cut in W-byte units; thread units are
+// COPY_UNROLL apart by blockDim so each thread has COPY_UNROLL loads in flight (PCIe reads of
+// mapped host memory have a long latency: throughput needs many outstanding loads). No
+// device temporary: each unit goes from its host row straight to its slot row.
+template <typename W>
+__global__ void __launch_bounds__(COPY_THREADS) cache_copy_kernel(ft_cuda_cache_copy_params p) {
+    __shared__ int s_k;
+    if (threadIdx.x == 0) {
+        atomicMin((unsigned long long *)&p.copy_span[0], (unsigned long long)device_clock_ns());
+        s_k = *p.n_copies;
+    }
+    __syncthreads();
+    const int k = s_k;
+    const uint64_t u0 = p.bytes[0] / sizeof(W), u1 = p.bytes[1] / sizeof(W), u2 = p.bytes[2] / sizeof(W);
+    const uint64_t U = u0 + u1 + u2, total = (uint64_t)k * U;
+    const uint64_t step = (uint64_t)gridDim.x * blockDim.x * COPY_UNROLL;
+    for (uint64_t base = (uint64_t)blockIdx.x * blockDim.x * COPY_UNROLL + threadIdx.x; base < total; base += step) {
+        W v[COPY_UNROLL];
+        W *dst[COPY_UNROLL];
+#pragma unroll
+        for (int r = 0; r < COPY_UNROLL; r++) {
+            uint64_t idx = base + (uint64_t)r * blockDim.x;
+            dst[r] = NULL;
+            if (idx >= total) continue;
+            uint64_t j = idx / U, u = idx - j * U;
+            int b = u < u0 ? 0 : u < u0 + u1 ? 1 : 2;
+            u -= b == 0 ? 0 : b == 1 ? u0 : u0 + u1;
+            const W *src = (const W *)(p.src[b] + (uint64_t)p.copy_expert[j] * p.bytes[b]) + u;
+            dst[r] = (W *)(p.dst[b] + (uint64_t)p.copy_slot[j] * p.stride[b]) + u;
+            v[r] = *src;
+        }
+#pragma unroll
+        for (int r = 0; r < COPY_UNROLL; r++)
+            if (dst[r]) *dst[r] = v[r];
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        atomicMax((unsigned long long *)&p.copy_span[1], (unsigned long long)device_clock_ns());
+        __threadfence();
+        unsigned long long done = atomicAdd((unsigned long long *)&p.copy_span[2], 1ull);
+        if (done == gridDim.x - 1 && k > 0) {
+            uint64_t a = atomicAdd((unsigned long long *)&p.copy_span[0], 0ull);
+            uint64_t b = atomicAdd((unsigned long long *)&p.copy_span[1], 0ull);
+            *p.copy_ns += b - a;
+        }
+    }
+}
+
+extern "C" void ft_cuda_cache_copy(const ft_cuda_cache_copy_params *p, int n_ctas, ft_cuda_stream *s) {
+    if (n_ctas <= 0) {
+        int dev = 0, sms = 0;
+        CUDA_CHECK(cudaGetDevice(&dev));
+        CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+        n_ctas = 2 * sms;
+    }
+    // 16-byte units where every address and size allows it, else bytes
+    bool wide = true;
+    for (int b = 0; b < 3; b++)
+        wide = wide && (uintptr_t)p->src[b] % 16 == 0 && (uintptr_t)p->dst[b] % 16 == 0 && p->bytes[b] % 16 == 0 &&
+               p->stride[b] % 16 == 0;
+    if (wide) cache_copy_kernel<uint4><<<n_ctas, COPY_THREADS, 0, ft_cuda_stream_handle(s)>>>(*p);
+    else cache_copy_kernel<uint8_t><<<n_ctas, COPY_THREADS, 0, ft_cuda_stream_handle(s)>>>(*p);
+    CUDA_CHECK_LAUNCH();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Invalidation, trace replay, timers
+
+__global__ void cache_invalidate_kernel(int32_t *slot_expert, uint64_t *stamp, const int32_t *slot_map_base,
+                                        int32_t *map, int first, int n) {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+        int s = first + i, e = slot_expert[s];
+        stamp[s] = 0;
+        if (e >= 0) {
+            map[slot_map_base[s] + e] = -1;
+            slot_expert[s] = -1;
+        }
+    }
+}
+
+extern "C" void ft_cuda_cache_invalidate(int32_t *slot_expert, uint64_t *stamp, const int32_t *slot_map_base,
+                                         int32_t *map, int first, int n, ft_cuda_stream *s) {
+    if (n <= 0) return;
+    int blocks = (n + 255) / 256;
+    cache_invalidate_kernel<<<blocks, 256, 0, ft_cuda_stream_handle(s)>>>(slot_expert, stamp, slot_map_base, map,
+                                                                          first, n);
+    CUDA_CHECK_LAUNCH();
+}
+
+__global__ void cache_trace_kernel(ft_cuda_cache_trace_params p) {
+    const int64_t step = *p.step;
+    const uint16_t *at = p.trace + ((uint64_t)step * p.n_layers + p.li) * (uint64_t)p.n_seq * p.k;
+    for (int i = threadIdx.x; i < p.n_tok * p.k; i += blockDim.x) {
+        int t = i / p.k, j = i - t * p.k;
+        p.sel[i] = at[(t % p.n_seq) * p.k + j];
+    }
+    __syncthreads();
+    if (threadIdx.x == 0 && p.last) *p.step = (step + 1) % p.n_steps;
+}
+
+extern "C" void ft_cuda_cache_trace(const ft_cuda_cache_trace_params *p, ft_cuda_stream *s) {
+    cache_trace_kernel<<<1, 256, 0, ft_cuda_stream_handle(s)>>>(*p);
+    CUDA_CHECK_LAUNCH();
+}
+
+__global__ void cache_timer_kernel(uint64_t *t0, const uint64_t *t0_in, uint64_t *acc, uint64_t add) {
+    uint64_t now = device_clock_ns();
+    if (t0) *t0 = now;
+    if (t0_in) *acc += now - *t0_in;
+    else if (acc) *acc += add;
+}
+
+extern "C" void ft_cuda_cache_timer_start(uint64_t *t0, ft_cuda_stream *s) {
+    cache_timer_kernel<<<1, 1, 0, ft_cuda_stream_handle(s)>>>(t0, NULL, NULL, 0);
+    CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void ft_cuda_cache_timer_stop(const uint64_t *t0, uint64_t *acc, ft_cuda_stream *s) {
+    cache_timer_kernel<<<1, 1, 0, ft_cuda_stream_handle(s)>>>(NULL, t0, acc, 0);
+    CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void ft_cuda_cache_add(uint64_t *acc, uint64_t v, ft_cuda_stream *s) {
+    cache_timer_kernel<<<1, 1, 0, ft_cuda_stream_handle(s)>>>(NULL, NULL, acc, v);
+    CUDA_CHECK_LAUNCH();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Runtime calls of offload.c
+
+extern "C" void *ft_cuda_host_alloc_mapped(size_t n, void **dev) {
+    void *p = NULL;
+    cudaError_t err = cudaHostAlloc(&p, n ? n : 1, cudaHostAllocMapped | cudaHostAllocPortable);
+    if (err != cudaSuccess) {
+        (void)cudaGetLastError();
+        return NULL;
+    }
+    CUDA_CHECK(cudaHostGetDevicePointer(dev, p, 0));
+    return p;
+}
+
+extern "C" void *ft_cuda_host_device_pointer(void *host) {
+    void *dev = NULL;
+    CUDA_CHECK(cudaHostGetDevicePointer(&dev, host, 0));
+    return dev;
+}
+
+extern "C" void ft_cuda_memcpy_2d_h2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                                      size_t height, ft_cuda_stream *s) {
+    CUDA_CHECK(cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, height, cudaMemcpyHostToDevice,
+                                 ft_cuda_stream_handle(s)));
+}
+
+extern "C" void ft_cuda_stream_wait_event(ft_cuda_stream *s, ft_cuda_event *e) {
+    CUDA_CHECK(cudaStreamWaitEvent(ft_cuda_stream_handle(s), (cudaEvent_t)e, 0));
+}
+
+extern "C" ft_cuda_event *ft_cuda_event_init_sync_only(void) {
+    cudaEvent_t e;
+    CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    return (ft_cuda_event *)e;
+}

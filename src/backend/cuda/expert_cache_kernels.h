@@ -1,0 +1,93 @@
+// expert_cache_kernels.h: the device side of the GPU expert cache (expert_cache.cu), as plain C
+// launchers for offload.c (internal to src/backend/cuda/). Every pointer is device memory
+// unless said otherwise; every launcher enqueues on stream s and returns at once.
+#ifndef FT_CUDA_EXPERT_CACHE_KERNELS_H
+#define FT_CUDA_EXPERT_CACHE_KERNELS_H
+
+#include "ft_cuda.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// Counters kept per MoE layer (u64 each), in this order.
+enum { FT_CACHE_STAT_SELECTIONS, FT_CACHE_STAT_HITS, FT_CACHE_STAT_MISSES, FT_CACHE_STAT_BYTES, FT_CACHE_STAT_COPY_NS,
+       FT_CACHE_STAT_STEPS, FT_CACHE_STAT_PREFILL_LAYERS, FT_CACHE_STAT_COPY_BYTES_DECODE, FT_CACHE_STAT_COUNT };
+
+// One layer step of the C reference (src/moe/expert_cache.h) on the device tables, in one CTA.
+typedef struct ft_cuda_cache_lookup_params {
+    const int32_t *sel;        // (n) the step's selections (expert ids), duplicates allowed
+    int n;                     // 1 .. the layer's own slots
+    int32_t *slots;            // (n) out: the slot of each selection
+    int32_t *map;              // (n_expert) the layer's map: expert -> slot in the pool, -1
+    int32_t *slot_expert;      // (pool slots) the expert a slot holds (of the range's layer), -1
+    uint64_t *stamp;           // (pool slots) age stamps
+    uint64_t *clock;           // (1) the pool's clock
+    int first, n_own;          // the layer's range of slots
+    int32_t *copy_expert;      // (n) out: the copies, in order
+    int32_t *copy_slot;        // (n)
+    int32_t *n_copies;         // (1) out
+    uint64_t *stats;           // (FT_CACHE_STAT_COUNT) the layer's counters
+    uint64_t copy_bytes;       // bytes one copy moves (the layer's native expert bytes)
+    uint64_t *copy_span;       // (3) reset here for the copy kernel's timing
+} ft_cuda_cache_lookup_params;
+void ft_cuda_cache_lookup(const ft_cuda_cache_lookup_params *p, ft_cuda_stream *s);
+
+// The copies of a lookup: bank b of copy j moves bytes[b] from src[b] + copy_expert[j] *
+// bytes[b] (mapped host memory) to dst[b] + copy_slot[j] * stride[b]. A fixed grid reads
+// *n_copies on the device; its span (device clock) is added to *copy_ns.
+typedef struct ft_cuda_cache_copy_params {
+    const int32_t *n_copies, *copy_expert, *copy_slot;
+    const uint8_t *src[3];     // device addresses of the layer's host bank arrays
+    uint64_t bytes[3];         // bytes of one expert in each bank
+    uint8_t *dst[3];           // the pool's view in each bank's arena
+    uint64_t stride[3];
+    uint64_t *copy_span;       // (3) start, end, blocks done
+    uint64_t *copy_ns;         // the layer's FT_CACHE_STAT_COPY_NS counter
+} ft_cuda_cache_copy_params;
+// CTAs of the copy kernel (0: 2 per SM).
+void ft_cuda_cache_copy(const ft_cuda_cache_copy_params *p, int n_ctas, ft_cuda_stream *s);
+
+// Unmaps slots [first, first + n) of a pool: stamps to 0, their experts' map entries (at
+// map[slot_map_base[s] + expert]) to -1.
+void ft_cuda_cache_invalidate(int32_t *slot_expert, uint64_t *stamp, const int32_t *slot_map_base, int32_t *map,
+                              int first, int n, ft_cuda_stream *s);
+
+// Route-trace replay: sel[t k + j] = the trace's selection j of sequence t % n_seq at step
+// *step, layer li; the last traced layer then advances *step (mod n_steps).
+typedef struct ft_cuda_cache_trace_params {
+    int32_t *sel;
+    int n_tok, k;
+    const uint16_t *trace;     // (n_steps, n_layers, n_seq, k)
+    int n_layers, li, n_seq;
+    int64_t n_steps;
+    int64_t *step;             // (1)
+    int last;
+} ft_cuda_cache_trace_params;
+void ft_cuda_cache_trace(const ft_cuda_cache_trace_params *p, ft_cuda_stream *s);
+
+// Device-clock timing of work on a stream: start writes the clock to *t0; stop adds the
+// time since *t0 to *acc.
+void ft_cuda_cache_timer_start(uint64_t *t0, ft_cuda_stream *s);
+void ft_cuda_cache_timer_stop(const uint64_t *t0, uint64_t *acc, ft_cuda_stream *s);
+// *acc += v (counters of the prefill path).
+void ft_cuda_cache_add(uint64_t *acc, uint64_t v, ft_cuda_stream *s);
+
+// Host memory the device reads through its mapping; NULL when it cannot be had. *dev: the
+// device address of the first byte.
+void *ft_cuda_host_alloc_mapped(size_t n, void **dev);
+// The device address of mapped host memory from ft_cuda_host_alloc_mapped.
+void *ft_cuda_host_device_pointer(void *host);
+// A 2-D host-to-device copy: height rows of width bytes, spitch / dpitch apart.
+void ft_cuda_memcpy_2d_h2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height,
+                           ft_cuda_stream *s);
+// Work enqueued on s after this waits for the last record of e.
+void ft_cuda_stream_wait_event(ft_cuda_stream *s, ft_cuda_event *e);
+// Events without timing, for ordering only.
+ft_cuda_event *ft_cuda_event_init_sync_only(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,599 @@
+// offload.c: the GPU expert cache's host side (see offload.h): the plan, the arenas and
+// pool views, the device tables the lookup kernel keeps (maps, stamps, clocks, counters), the
+// prefill overlay and its copy stream, telemetry and rebuild.
+#include "offload.h"
+#include "expert_cache_kernels.h"
+
+#include "../../moe/expert_cache.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+// Device tables of one pool (its slots' experts and stamps, which the lookup kernel updates).
+typedef struct pool_dev {
+    int32_t *slot_expert;    // (n_slots) -1: empty
+    uint64_t *stamp;         // (n_slots)
+    int32_t *slot_map_base;  // (n_slots) where the owning layer's experts start in map
+} pool_dev;
+
+struct ft_offload {
+    moe_geometry g;            // copy of the model's geometry
+    moe_expert_banks *hb;      // owned; in mapped page-locked memory
+    const uint8_t *hb_dev;     // device address of hb->block
+    ft_offload_params params;  // (trace pointer cleared: the trace lives on the device)
+    uint64_t generation;
+
+    // the cache: plan, C mirror (ranges, offsets, invalidation), arenas, device tables
+    moe_cache_plan plan;
+    moe_expert_cache *mirror;  // the C reference's ranges and offsets, and the overlay's
+                               // invalidations; the device's lookups are not mirrored
+    uint8_t *arena[MOE_BANK_COUNT];
+    int n_blocks;
+    int *layer_of_block;       // (n_blocks) index into g.layers, -1: not MoE
+    int *map_base;             // (n_blocks)
+    int n_map;
+    int32_t *map;              // (n_map) device: expert -> slot in its pool, -1
+    pool_dev *pools;           // (plan.n_pools)
+    uint64_t *clock;           // (plan.n_pools) device
+
+    // per-step outputs (ft_offload_reserve) and counters (kept across rebuilds)
+    int max_sel;
+    int32_t *slots, *copy_expert, *copy_slot, *n_copies; // device
+    uint64_t *stats;           // (g.n_layers, FT_CACHE_STAT_COUNT) device
+    uint64_t *span;            // (3) device: the copy kernel's timing
+    uint64_t *timer;           // (2) device: overlay copy start per buffer
+
+    // prefill overlay: n_buf buffers, each the most experts of a layer at max_stride per bank;
+    // a layer streams in at its own stride
+    int n_buf;
+    int ov_experts;
+    uint64_t ov_bytes[MOE_BANK_COUNT];   // one buffer in bank b
+    uint64_t ov_offset[MOE_BANK_COUNT];  // in the arena (when carved from it)
+    uint8_t *ov_own[MOE_BANK_COUNT];     // allocated beside the arenas when they are too small
+    uint8_t *ov[2][MOE_BANK_COUNT];
+    int ov_layer[2];                     // block held (or being copied), -1
+    bool ov_claimed;                     // the overlay's slots are invalidated since the last lookup
+    int ov_last;                         // buffer of the last overlay step, -1
+    bool ov_prefetch;                    // a prefetch may be in flight on the copy stream
+    ft_cuda_stream *copy_stream;
+    ft_cuda_event *ev_copied[2], *ev_done[2];
+
+    // route-trace replay
+    uint16_t *trace;           // device (n_steps, n_layers, n_seq, top_k)
+    int64_t *trace_step;       // device
+    int *trace_li;             // (n_blocks) the block's layer in the trace, -1
+    int trace_layers, trace_seq, trace_last;
+    int64_t trace_steps;
+};
+
+static void *dev_alloc(size_t n) { return ft_cuda_malloc(n ? n : 1); }
+
+// ---------------------------------------------------------------------------------------------
+// Host banks
+
+static void *mapped_alloc(void *ctx, size_t bytes) {
+    (void)ctx;
+    void *dev = NULL;
+    return ft_cuda_host_alloc_mapped(bytes, &dev);
+}
+
+static void mapped_free(void *ctx, void *p, size_t bytes) {
+    (void)ctx;
+    (void)bytes;
+    ft_cuda_host_free(p);
+}
+
+moe_host_allocator ft_offload_host_allocator(void) {
+    return (moe_host_allocator){mapped_alloc, mapped_free, NULL, "cudaHostAlloc (mapped, portable)"};
+}
+
+// ---------------------------------------------------------------------------------------------
+// The cache: built from a plan, torn down for a rebuild
+
+static void cache_teardown(ft_offload *o) {
+    if (o->copy_stream) ft_cuda_stream_sync(o->copy_stream);
+    ft_cuda_device_sync();
+    for (int k = 0; k < o->plan.n_pools && o->pools; k++) {
+        ft_cuda_free(o->pools[k].slot_expert);
+        ft_cuda_free(o->pools[k].stamp);
+        ft_cuda_free(o->pools[k].slot_map_base);
+    }
+    free(o->pools);
+    o->pools = NULL;
+    ft_cuda_free(o->clock);
+    o->clock = NULL;
+    for (int b = 0; b < MOE_BANK_COUNT; b++) {
+        ft_cuda_free(o->arena[b]);
+        ft_cuda_free(o->ov_own[b]);
+        o->arena[b] = o->ov_own[b] = NULL;
+    }
+    moe_expert_cache_free(o->mirror);
+    o->mirror = NULL;
+    moe_cache_plan_free(&o->plan);
+    memset(&o->plan, 0, sizeof(o->plan));
+}
+
+// Allocates the arenas, the overlay and the tables for plan (o->plan is set); false and *err
+// when the device is out of memory (everything allocated is given back).
+static bool cache_build(ft_offload *o, ft_err *err) {
+    const moe_cache_plan *pl = &o->plan;
+    const double MiB = 1048576.0;
+    for (int b = 0; b < MOE_BANK_COUNT; b++) {
+        if (!(o->arena[b] = dev_alloc(pl->arena_bytes[b]))) {
+            cache_teardown(o);
+            return ft_err_set(err, "offload: out of device memory for the expert cache's arenas (%.1f MiB)",
+                              pl->bytes / MiB);
+        }
+    }
+    // The overlay: two buffers at the end of the arenas when they hold them (one when serial,
+    // or when they hold only one), else one allocated beside them.
+    o->n_buf = 0;
+    for (int b = 0; b < MOE_BANK_COUNT; b++) o->ov_bytes[b] = (uint64_t)o->ov_experts * pl->max_stride[b];
+    int fit = 2;
+    for (int b = 0; b < MOE_BANK_COUNT; b++)
+        fit = (int)FT_MIN((uint64_t)fit, o->ov_bytes[b] ? pl->arena_bytes[b] / o->ov_bytes[b] : 2);
+    int want = o->params.prefill_serial ? 1 : 2;
+    o->n_buf = FT_MIN(fit, want);
+    for (int b = 0; b < MOE_BANK_COUNT; b++) {
+        if (o->n_buf >= 1) {
+            o->ov_offset[b] = pl->arena_bytes[b] - (uint64_t)o->n_buf * o->ov_bytes[b];
+            o->ov_offset[b] &= ~(uint64_t)255;
+            for (int i = 0; i < o->n_buf; i++) o->ov[i][b] = o->arena[b] + o->ov_offset[b] + i * o->ov_bytes[b];
+        } else {
+            if (!(o->ov_own[b] = dev_alloc(o->ov_bytes[b]))) {
+                cache_teardown(o);
+                return ft_err_set(err, "offload: out of device memory for the prefill overlay");
+            }
+            o->ov[0][b] = o->ov_own[b];
+        }
+    }
+    if (o->n_buf == 0) o->n_buf = -1; // one buffer, not in the arenas (nothing to invalidate)
+    o->ov_layer[0] = o->ov_layer[1] = -1;
+    o->ov_claimed = false;
+    o->ov_last = -1;
+    o->ov_prefetch = false;
+
+    o->mirror = moe_expert_cache_init(pl, &o->g);
+    o->pools = ft_calloc((size_t)pl->n_pools, sizeof(pool_dev));
+    o->clock = dev_alloc((size_t)pl->n_pools * sizeof(uint64_t));
+    ft_cuda_memset(o->clock, 0, (size_t)pl->n_pools * sizeof(uint64_t), NULL);
+    ft_cuda_memset(o->map, 0xFF, (size_t)o->n_map * sizeof(int32_t), NULL);
+    for (int k = 0; k < pl->n_pools; k++) {
+        const moe_pool_plan *pp = &pl->pools[k];
+        pool_dev *pd = &o->pools[k];
+        size_t n = (size_t)pp->n_slots;
+        pd->slot_expert = dev_alloc(n * sizeof(int32_t));
+        pd->stamp = dev_alloc(n * sizeof(uint64_t));
+        pd->slot_map_base = dev_alloc(n * sizeof(int32_t));
+        if (!pd->slot_expert || !pd->stamp || !pd->slot_map_base) {
+            cache_teardown(o);
+            return ft_err_set(err, "offload: out of device memory for the cache tables");
+        }
+        ft_cuda_memset(pd->slot_expert, 0xFF, n * sizeof(int32_t), NULL);
+        ft_cuda_memset(pd->stamp, 0, n * sizeof(uint64_t), NULL);
+        int32_t *base = ft_malloc(n * sizeof(int32_t) + 1);
+        for (int j = 0; j < pp->n_layers; j++) {
+            int first, n_own;
+            moe_expert_cache_layer_range(o->mirror, pp->layers[j], &first, &n_own);
+            for (int s = first; s < first + n_own; s++) base[s] = o->map_base[pp->layers[j]];
+        }
+        ft_cuda_memcpy_h2d(pd->slot_map_base, base, n * sizeof(int32_t), NULL);
+        ft_cuda_stream_sync(NULL);
+        free(base);
+    }
+    ft_cuda_device_sync();
+    return true;
+}
+
+static bool plan_and_build(ft_offload *o, const moe_cache_plan_params *pp, ft_err *err) {
+    if (!moe_cache_plan_make(&o->g, pp, &o->plan, err)) return false;
+    return cache_build(o, err);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Life cycle
+
+static bool load_trace(ft_offload *o, const moe_route_trace *t, ft_err *err) {
+    int top_k = o->params.plan.top_k;
+    if (t->n_expert != o->g.layers[0].n_expert || t->top_k != top_k)
+        return ft_err_set(err, "route trace: %d experts, top-%d; the model has %d experts, top-%d", t->n_expert,
+                          t->top_k, o->g.layers[0].n_expert, top_k);
+    o->trace_li = ft_malloc((size_t)o->n_blocks * sizeof(int));
+    for (int L = 0; L < o->n_blocks; L++) o->trace_li[L] = -1;
+    for (int li = 0; li < t->n_layers; li++) {
+        int L = t->layers[li];
+        if (L >= o->n_blocks || o->layer_of_block[L] < 0)
+            return ft_err_set(err, "route trace: layer %d (block %d) is not a MoE layer of the model", li, L);
+        o->trace_li[L] = li;
+    }
+    for (int i = 0; i < o->g.n_layers; i++)
+        if (o->trace_li[o->g.layers[i].layer] < 0)
+            return ft_err_set(err, "route trace: MoE block %d of the model is not traced", o->g.layers[i].layer);
+    size_t n = (size_t)t->n_steps * (size_t)t->n_layers * (size_t)t->n_seq * (size_t)t->top_k;
+    o->trace = dev_alloc(n * sizeof(uint16_t));
+    o->trace_step = dev_alloc(sizeof(int64_t));
+    if (!o->trace || !o->trace_step) return ft_err_set(err, "route trace: out of device memory");
+    ft_cuda_memcpy_h2d(o->trace, t->experts, n * sizeof(uint16_t), NULL);
+    ft_cuda_memset(o->trace_step, 0, sizeof(int64_t), NULL);
+    ft_cuda_stream_sync(NULL);
+    o->trace_layers = t->n_layers;
+    o->trace_seq = t->n_seq;
+    o->trace_steps = t->n_steps;
+    o->trace_last = t->layers[t->n_layers - 1];
+    return true;
+}
+
+ft_offload *ft_offload_init(const moe_geometry *g, moe_expert_banks *hb, const ft_offload_params *p, ft_err *err) {
+    FT_ASSERT(g->n_layers >= 1 && hb && hb->n_layers == g->n_layers);
+    ft_offload *o = ft_calloc(1, sizeof(*o));
+    moe_geometry_from_layers(g->layers, g->n_layers, &o->g);
+    o->hb = hb;
+    o->hb_dev = ft_cuda_host_device_pointer(hb->block);
+    o->params = *p;
+    o->params.trace = NULL;
+    o->generation = 1;
+    o->n_blocks = o->g.layers[o->g.n_layers - 1].layer + 1;
+    o->layer_of_block = ft_malloc((size_t)o->n_blocks * sizeof(int));
+    o->map_base = ft_calloc((size_t)o->n_blocks, sizeof(int));
+    for (int L = 0; L < o->n_blocks; L++) o->layer_of_block[L] = -1;
+    for (int i = 0; i < o->g.n_layers; i++) {
+        const moe_layer_geometry *lg = &o->g.layers[i];
+        o->layer_of_block[lg->layer] = i;
+        o->map_base[lg->layer] = o->n_map;
+        o->n_map += lg->n_expert;
+        o->ov_experts = FT_MAX(o->ov_experts, lg->n_expert);
+        FT_ASSERT(hb->layers[i].layer == lg->layer);
+    }
+    o->map = dev_alloc((size_t)o->n_map * sizeof(int32_t));
+    o->stats = dev_alloc((size_t)o->g.n_layers * FT_CACHE_STAT_COUNT * sizeof(uint64_t));
+    o->span = dev_alloc(3 * sizeof(uint64_t));
+    o->timer = dev_alloc(2 * sizeof(uint64_t));
+    if (!o->map || !o->stats || !o->span || !o->timer) {
+        ft_err_set(err, "offload: out of device memory for the cache tables");
+        ft_offload_free(o);
+        return NULL;
+    }
+    ft_cuda_memset(o->stats, 0, (size_t)o->g.n_layers * FT_CACHE_STAT_COUNT * sizeof(uint64_t), NULL);
+    o->copy_stream = ft_cuda_stream_init();
+    for (int i = 0; i < 2; i++) {
+        o->ev_copied[i] = ft_cuda_event_init_sync_only();
+        o->ev_done[i] = ft_cuda_event_init_sync_only();
+    }
+    if ((p->trace && !load_trace(o, p->trace, err)) || !plan_and_build(o, &o->params.plan, err)) {
+        ft_offload_free(o);
+        return NULL;
+    }
+    return o;
+}
+
+void ft_offload_free(ft_offload *o) {
+    if (!o) return;
+    cache_teardown(o);
+    for (int i = 0; i < 2; i++) {
+        ft_cuda_event_free(o->ev_copied[i]);
+        ft_cuda_event_free(o->ev_done[i]);
+    }
+    ft_cuda_stream_free(o->copy_stream);
+    ft_cuda_free(o->map);
+    ft_cuda_free(o->stats);
+    ft_cuda_free(o->span);
+    ft_cuda_free(o->timer);
+    ft_cuda_free(o->slots);
+    ft_cuda_free(o->copy_expert);
+    ft_cuda_free(o->copy_slot);
+    ft_cuda_free(o->n_copies);
+    ft_cuda_free(o->trace);
+    ft_cuda_free(o->trace_step);
+    free(o->trace_li);
+    free(o->layer_of_block);
+    free(o->map_base);
+    moe_expert_banks_free(o->hb);
+    moe_geometry_free(&o->g);
+    free(o);
+}
+
+const moe_cache_plan *ft_offload_plan(const ft_offload *o) { return &o->plan; }
+uint64_t ft_offload_generation(const ft_offload *o) { return o->generation; }
+const void *ft_offload_arena(const ft_offload *o, enum moe_bank b) { return o->arena[b]; }
+
+uint64_t ft_offload_device_bytes(const ft_offload *o) {
+    uint64_t n = o->plan.bytes + (uint64_t)o->n_map * 4 + (uint64_t)o->g.n_layers * FT_CACHE_STAT_COUNT * 8;
+    for (int b = 0; b < MOE_BANK_COUNT; b++)
+        if (o->ov_own[b]) n += o->ov_bytes[b];
+    for (int k = 0; k < o->plan.n_pools; k++) n += (uint64_t)o->plan.pools[k].n_slots * 16;
+    return n;
+}
+
+bool ft_offload_rebuild(ft_offload *o, int n_slots, enum moe_pool_layout layout, ft_err *err) {
+    moe_cache_plan_params pp = o->params.plan;
+    pp.n_slots = n_slots;
+    pp.layout = layout;
+    moe_cache_plan check;
+    if (!moe_cache_plan_make(&o->g, &pp, &check, err)) return false; // the old cache stays
+    moe_cache_plan_free(&check);
+    moe_cache_plan_params old = o->params.plan;
+    cache_teardown(o);
+    o->generation++;
+    if (!plan_and_build(o, &pp, err)) {
+        ft_err keep = err ? *err : (ft_err){{0}};
+        if (!plan_and_build(o, &old, NULL)) ft_abort(__FILE__, __LINE__, "offload: cannot restore the old cache");
+        if (err) *err = keep;
+        return false;
+    }
+    o->params.plan = pp;
+    return true;
+}
+
+void ft_offload_reserve(ft_offload *o, int max_sel) {
+    if (max_sel <= o->max_sel) return;
+    ft_cuda_device_sync();
+    ft_cuda_free(o->slots);
+    ft_cuda_free(o->copy_expert);
+    ft_cuda_free(o->copy_slot);
+    ft_cuda_free(o->n_copies);
+    o->max_sel = max_sel;
+    size_t n = (size_t)max_sel * sizeof(int32_t);
+    o->slots = dev_alloc(n);
+    o->copy_expert = dev_alloc(n);
+    o->copy_slot = dev_alloc(n);
+    o->n_copies = dev_alloc(sizeof(int32_t));
+    if (!o->slots || !o->copy_expert || !o->copy_slot || !o->n_copies)
+        ft_abort(__FILE__, __LINE__, "offload: out of device memory for %d selections", max_sel);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Layer steps
+
+bool ft_offload_uses_overlay(const ft_offload *o, int block, int n_tok, int n, bool gemm, int gemm_min_tok) {
+    int first, n_own;
+    moe_expert_cache_layer_range(o->mirror, block, &first, &n_own);
+    return n > n_own || (gemm && n_tok >= gemm_min_tok);
+}
+
+// Every slot the overlay's bytes overlap is invalidated, on the device and in the mirror.
+static void claim_overlay(ft_offload *o, ft_cuda_stream *s) {
+    if (o->ov_claimed) return;
+    o->ov_claimed = true;
+    // the copy stream starts writing only after what s has enqueued so far (decode experts
+    // that may still read slots there)
+    for (int i = 0; i < 2; i++) ft_cuda_event_record(o->ev_done[i], s);
+    if (o->n_buf < 1) return; // the overlay has memory of its own
+    for (int b = 0; b < MOE_BANK_COUNT; b++) {
+        uint64_t off = o->ov_offset[b], len = (uint64_t)o->n_buf * o->ov_bytes[b];
+        moe_expert_cache_invalidate_bytes(o->mirror, (enum moe_bank)b, off, len);
+        for (int k = 0; k < o->plan.n_pools; k++) {
+            const moe_pool_plan *pp = &o->plan.pools[k];
+            uint64_t stride = pp->stride[b], base = pp->offset[b];
+            if (!pp->n_slots || !stride || off + len <= base) continue;
+            uint64_t first = off <= base ? 0 : (off - base) / stride;
+            uint64_t last = (off + len - 1 - base) / stride;
+            if (first >= (uint64_t)pp->n_slots) continue;
+            last = FT_MIN(last, (uint64_t)pp->n_slots - 1);
+            ft_cuda_cache_invalidate(o->pools[k].slot_expert, o->pools[k].stamp, o->pools[k].slot_map_base, o->map,
+                                     (int)first, (int)(last - first + 1), s);
+        }
+    }
+}
+
+// Enqueues the stream-in of every expert of layer `block` into overlay buffer buf on the copy
+// stream, one copy per bank, timed. A buffer holds the widest layer's experts at the widest
+// stride, but a layer lands at its own stride (compact): the grouped GEMM (moe_gemm.cu) reads
+// an expert's matrices at exactly their native size.
+static void stream_in(ft_offload *o, int block, int buf) {
+    int li = o->layer_of_block[block];
+    const moe_host_layer *hl = &o->hb->layers[li];
+    ft_cuda_stream *cs = o->copy_stream;
+    ft_cuda_stream_wait_event(cs, o->ev_done[buf]);
+    ft_cuda_cache_timer_start(&o->timer[buf], cs);
+    uint64_t bytes = 0;
+    for (int b = 0; b < MOE_BANK_COUNT; b++) {
+        const moe_expert_bank *k = &hl->bank[b];
+        ft_cuda_memcpy_2d_h2d(o->ov[buf][b], k->expert_bytes, k->data, k->expert_bytes, k->expert_bytes,
+                              (size_t)hl->n_expert, cs);
+        bytes += k->expert_bytes * (uint64_t)hl->n_expert;
+    }
+    uint64_t *st = o->stats + (size_t)li * FT_CACHE_STAT_COUNT;
+    ft_cuda_cache_timer_stop(&o->timer[buf], &st[FT_CACHE_STAT_COPY_NS], cs);
+    ft_cuda_cache_add(&st[FT_CACHE_STAT_BYTES], bytes, cs);
+    ft_cuda_cache_add(&st[FT_CACHE_STAT_PREFILL_LAYERS], 1, cs);
+    ft_cuda_event_record(o->ev_copied[buf], cs);
+    o->ov_layer[buf] = block;
+}
+
+static void overlay_step(ft_offload *o, int block, const int32_t *sel, ft_cuda_stream *s, ft_offload_view *v) {
+    claim_overlay(o, s);
+    int nb = o->n_buf == 2 ? 2 : 1;
+    // the work enqueued on s so far includes the last overlay step's experts
+    if (o->ov_last >= 0) ft_cuda_event_record(o->ev_done[o->ov_last], s);
+    int buf = -1;
+    for (int i = 0; i < nb; i++)
+        if (o->ov_layer[i] == block) buf = i;
+    o->ov_prefetch = false; // a prefetch targets this layer: consumed (waited for) below
+    if (buf < 0) {
+        buf = nb == 2 && o->ov_last >= 0 ? 1 - o->ov_last : 0;
+        // the copy stream must not overwrite what s may still be reading: it waits ev_done
+        // (recorded above for the last step's buffer; a buffer never used has no record)
+        stream_in(o, block, buf);
+    }
+    ft_cuda_stream_wait_event(s, o->ev_copied[buf]);
+    // double buffering: the next MoE layer streams into the other buffer while this computes
+    if (nb == 2) {
+        int next = -1;
+        for (int L = block + 1; L < o->n_blocks && next < 0; L++)
+            if (o->layer_of_block[L] >= 0) next = L;
+        if (next >= 0 && o->ov_layer[1 - buf] != next) {
+            stream_in(o, next, 1 - buf);
+            o->ov_prefetch = true;
+        }
+    }
+    o->ov_last = buf;
+    const moe_layer_geometry *lg = &o->g.layers[o->layer_of_block[block]];
+    for (int b = 0; b < MOE_BANK_COUNT; b++) {
+        v->w[b] = o->ov[buf][b];
+        v->mat_bytes[b] = lg->bytes[b];
+    }
+    v->ids = sel;
+    v->overlay = true;
+}
+
+static void cache_step(ft_offload *o, int block, const int32_t *sel, int n, ft_cuda_stream *s, ft_offload_view *v) {
+    int li = o->layer_of_block[block];
+    // a prefetch still streaming into the overlay must land before slots there are refilled
+    if (o->ov_prefetch) {
+        for (int i = 0; i < 2; i++) ft_cuda_stream_wait_event(s, o->ev_copied[i]);
+        o->ov_prefetch = false;
+    }
+    if (o->n_buf >= 1) o->ov_layer[0] = o->ov_layer[1] = -1; // lookups may refill the overlay's slots
+    o->ov_claimed = false;
+    o->ov_last = -1;
+    int pool = moe_expert_cache_pool_of(o->mirror, block), first, n_own;
+    moe_expert_cache_layer_range(o->mirror, block, &first, &n_own);
+    const moe_pool_plan *pp = &o->plan.pools[pool];
+    uint64_t *st = o->stats + (size_t)li * FT_CACHE_STAT_COUNT;
+    uint64_t copy_bytes = 0;
+    for (int b = 0; b < MOE_BANK_COUNT; b++) copy_bytes += o->g.layers[li].bytes[b];
+    ft_cuda_cache_lookup_params lp = {
+        .sel = sel, .n = n, .slots = o->slots, .map = o->map + o->map_base[block],
+        .slot_expert = o->pools[pool].slot_expert, .stamp = o->pools[pool].stamp, .clock = o->clock + pool,
+        .first = first, .n_own = n_own, .copy_expert = o->copy_expert, .copy_slot = o->copy_slot,
+        .n_copies = o->n_copies, .stats = st, .copy_bytes = copy_bytes, .copy_span = o->span,
+    };
+    ft_cuda_cache_lookup(&lp, s);
+    ft_cuda_cache_copy_params cp = {
+        .n_copies = o->n_copies, .copy_expert = o->copy_expert, .copy_slot = o->copy_slot,
+        .copy_span = o->span, .copy_ns = &st[FT_CACHE_STAT_COPY_NS],
+    };
+    const moe_host_layer *hl = &o->hb->layers[li];
+    for (int b = 0; b < MOE_BANK_COUNT; b++) {
+        cp.src[b] = o->hb_dev + (hl->bank[b].data - (const uint8_t *)o->hb->block);
+        cp.bytes[b] = hl->bank[b].expert_bytes;
+        cp.dst[b] = o->arena[b] + pp->offset[b];
+        cp.stride[b] = pp->stride[b];
+        v->w[b] = cp.dst[b];
+        v->mat_bytes[b] = pp->stride[b];
+    }
+    ft_cuda_cache_copy(&cp, 0, s);
+    v->ids = o->slots;
+    v->overlay = false;
+}
+
+void ft_offload_layer_begin(ft_offload *o, int block, int32_t *sel, int n_tok, int k, bool overlay,
+                            ft_cuda_stream *s, ft_offload_view *v) {
+    FT_ASSERT(block >= 0 && block < o->n_blocks && o->layer_of_block[block] >= 0);
+    int n = n_tok * k;
+    FT_ASSERT(n >= 1 && (overlay || n <= o->max_sel));
+    if (o->trace) {
+        ft_cuda_cache_trace_params tp = {
+            .sel = sel, .n_tok = n_tok, .k = k, .trace = o->trace, .n_layers = o->trace_layers,
+            .li = o->trace_li[block], .n_seq = o->trace_seq, .n_steps = o->trace_steps, .step = o->trace_step,
+            .last = block == o->trace_last,
+        };
+        ft_cuda_cache_trace(&tp, s);
+    }
+    if (overlay) overlay_step(o, block, sel, s, v);
+    else cache_step(o, block, sel, n, s, v);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Telemetry
+
+int ft_offload_n_layers(const ft_offload *o) { return o->g.n_layers; }
+int ft_offload_layer_block(const ft_offload *o, int i) { return o->g.layers[i].layer; }
+int ft_offload_n_pools(const ft_offload *o) { return o->plan.n_pools; }
+int ft_offload_pool_of_layer(const ft_offload *o, int i) { return o->plan.pool_of_block[o->g.layers[i].layer]; }
+
+static void add_counts(ft_offload_counts *a, const ft_offload_counts *b) {
+    a->selections += b->selections;
+    a->hits += b->hits;
+    a->misses += b->misses;
+    a->bytes_copied += b->bytes_copied;
+    a->copy_ns += b->copy_ns;
+    a->steps += b->steps;
+    a->prefill_layers += b->prefill_layers;
+}
+
+void ft_offload_read_counts(ft_offload *o, ft_offload_counts *layers, ft_offload_counts *pools,
+                            ft_offload_counts *total) {
+    int n = o->g.n_layers;
+    uint64_t *h = ft_malloc((size_t)n * FT_CACHE_STAT_COUNT * sizeof(uint64_t));
+    ft_cuda_device_sync();
+    ft_cuda_memcpy_d2h(h, o->stats, (size_t)n * FT_CACHE_STAT_COUNT * sizeof(uint64_t), NULL);
+    ft_cuda_stream_sync(NULL);
+    if (pools) memset(pools, 0, (size_t)o->plan.n_pools * sizeof(*pools));
+    if (total) memset(total, 0, sizeof(*total));
+    for (int i = 0; i < n; i++) {
+        const uint64_t *r = h + (size_t)i * FT_CACHE_STAT_COUNT;
+        ft_offload_counts c = {
+            .selections = r[FT_CACHE_STAT_SELECTIONS], .hits = r[FT_CACHE_STAT_HITS], .misses = r[FT_CACHE_STAT_MISSES],
+            .bytes_copied = r[FT_CACHE_STAT_BYTES], .copy_ns = r[FT_CACHE_STAT_COPY_NS],
+            .steps = r[FT_CACHE_STAT_STEPS] + r[FT_CACHE_STAT_PREFILL_LAYERS],
+            .prefill_layers = r[FT_CACHE_STAT_PREFILL_LAYERS],
+        };
+        if (layers) layers[i] = c;
+        if (pools) add_counts(&pools[ft_offload_pool_of_layer(o, i)], &c);
+        if (total) add_counts(total, &c);
+    }
+    free(h);
+}
+
+double ft_offload_copy_gbps(ft_offload *o) {
+    ft_offload_counts t;
+    ft_offload_read_counts(o, NULL, NULL, &t);
+    return t.copy_ns ? (double)t.bytes_copied / (double)t.copy_ns : 0.0;
+}
+
+void ft_offload_print(const ft_offload *o, FILE *out) {
+    const double MiB = 1048576.0;
+    moe_cache_plan_print(&o->plan, out);
+    fprintf(out, "offload: host banks %.1f MiB (%s), arenas %.1f MiB, prefill overlay %s (%d buffer%s of %.1f MiB)%s\n",
+            o->hb->bytes / MiB, o->hb->alloc.name ? o->hb->alloc.name : "?", o->plan.bytes / MiB,
+            o->n_buf >= 1 ? "in the arenas" : "beside the arenas", o->n_buf == 2 ? 2 : 1, o->n_buf == 2 ? "s" : "",
+            (o->ov_bytes[0] + o->ov_bytes[1] + o->ov_bytes[2]) / MiB, o->trace ? ", replaying a route trace" : "");
+}
+
+// ---------------------------------------------------------------------------------------------
+// For tests
+
+void ft_offload_debug_read(ft_offload *o, int n, ft_offload_debug *d) {
+    memset(d, 0, sizeof(*d));
+    ft_cuda_device_sync();
+    int32_t nc = 0;
+    ft_cuda_memcpy_d2h(&nc, o->n_copies, sizeof(int32_t), NULL);
+    ft_cuda_stream_sync(NULL);
+    d->n_copies = nc;
+    d->copy_expert = ft_malloc((size_t)(nc + 1) * sizeof(int32_t));
+    d->copy_slot = ft_malloc((size_t)(nc + 1) * sizeof(int32_t));
+    d->slots = ft_malloc((size_t)(n + 1) * sizeof(int32_t));
+    ft_cuda_memcpy_d2h(d->copy_expert, o->copy_expert, (size_t)nc * sizeof(int32_t), NULL);
+    ft_cuda_memcpy_d2h(d->copy_slot, o->copy_slot, (size_t)nc * sizeof(int32_t), NULL);
+    ft_cuda_memcpy_d2h(d->slots, o->slots, (size_t)n * sizeof(int32_t), NULL);
+    d->n_pools = o->plan.n_pools;
+    d->n_slots = ft_malloc((size_t)d->n_pools * sizeof(int));
+    d->slot_expert = ft_malloc((size_t)d->n_pools * sizeof(int32_t *));
+    d->stamp = ft_malloc((size_t)d->n_pools * sizeof(uint64_t *));
+    d->clock = ft_malloc((size_t)d->n_pools * sizeof(uint64_t));
+    ft_cuda_memcpy_d2h(d->clock, o->clock, (size_t)d->n_pools * sizeof(uint64_t), NULL);
+    for (int k = 0; k < d->n_pools; k++) {
+        int ns = d->n_slots[k] = o->plan.pools[k].n_slots;
+        d->slot_expert[k] = ft_malloc((size_t)(ns + 1) * sizeof(int32_t));
+        d->stamp[k] = ft_malloc((size_t)(ns + 1) * sizeof(uint64_t));
+        ft_cuda_memcpy_d2h(d->slot_expert[k], o->pools[k].slot_expert, (size_t)ns * sizeof(int32_t), NULL);
+        ft_cuda_memcpy_d2h(d->stamp[k], o->pools[k].stamp, (size_t)ns * sizeof(uint64_t), NULL);
+    }
+    ft_cuda_stream_sync(NULL);
+}
+
+void ft_offload_debug_free(ft_offload_debug *d) {
+    free(d->copy_expert);
+    free(d->copy_slot);
+    free(d->slots);
+    for (int k = 0; k < d->n_pools; k++) {
+        free(d->slot_expert[k]);
+        free(d->stamp[k]);
+    }
+    free(d->n_slots);
+    free(d->slot_expert);
+    free(d->stamp);
+    free(d->clock);
+    memset(d, 0, sizeof(*d));
+}

@@ -1,0 +1,154 @@
+// offload: the GPU expert cache of `--moe-backend offload` (issue 8).
+//
+// The routed experts live in host banks (src/moe/expert_banks.h) in page-locked memory that
+// the device reads through its mapping; a cache of expert slots on the device serves the
+// expert kernels. Layout and policy are the plain C modules': the plan (src/moe/cache_plan.h:
+// arenas per bank, exact-width pools or the uniform layout) and the LRU per layer
+// (src/moe/expert_cache.h), which the device applies bit for bit.
+//
+// Per MoE layer step of the CUDA backend, all on its stream, no host synchronisation (so a
+// decode step can be captured in a CUDA graph):
+//   1. route-trace replay (benchmarks): the step's selections are replaced by the trace's,
+//      at a step counter kept in device memory;
+//   2. lookup (one CTA): the C reference's step on the device tables (maps, stamps, clock),
+//      writing each selection's slot, a copy list and the statistics counters;
+//   3. copy (a fixed grid): each missed expert's gate/up/down rows straight from the mapped
+//      host rows into its slot's rows, 16-byte loads, timed with the device clock;
+//   4. the expert kernels read the slots: w = the pool's view in the bank's arena,
+//      mat_bytes = the pool's stride, ids = the slot numbers.
+// A step with more selections than the layer's own slots, or a prefill that takes the grouped
+// GEMM, streams the whole layer instead into an overlay carved from the end of the arenas (or
+// allocated beside them when they are too small), double-buffered on a copy stream unless
+// prefill_serial; the slots the overlay overwrites are invalidated first. An overlay buffer
+// is sized for the widest layer (its experts at the max stride of each bank) but a layer
+// lands at its own native stride: the grouped GEMM reads experts at exactly their size.
+//
+// Ownership: ft_offload owns the host banks, the arenas and the device tables. One engine
+// step at a time (the CUDA backend's stream order); statistics may be read between steps.
+// Builds without nvcc get the same interface from cuda_stub.c: init fails with a message.
+#ifndef FT_CUDA_OFFLOAD_H
+#define FT_CUDA_OFFLOAD_H
+
+#include "../../moe/cache_plan.h"
+#include "../../moe/expert_banks.h"
+#include "../../moe/route_trace.h"
+#include "ft_cuda.h"
+
+typedef struct ft_offload ft_offload;
+
+// Page-locked host memory the device reads through its mapping (cudaHostAlloc with
+// cudaHostAllocMapped | cudaHostAllocPortable), for moe_expert_banks_load.
+moe_host_allocator ft_offload_host_allocator(void);
+
+typedef struct ft_offload_params {
+    moe_cache_plan_params plan;   // --moe-cache-size, --moe-pool-layout, top-k, running, budget
+    bool prefill_serial;          // --disable-moe-prefill-overlap: one overlay buffer, no overlap
+    const moe_route_trace *trace; // replay these selections (copied), or NULL: the router's
+} ft_offload_params;
+
+// The cache for geometry g over host banks hb (built from g with ft_offload_host_allocator;
+// the offload takes ownership of hb and of nothing else). Plans with p->plan, allocates the
+// arenas and tables on the current device. Returns NULL and sets *err (hb is then freed) when
+// the plan fails (below the floor, no budget), the arenas do not fit on the device, or the
+// trace does not match the model (layers, expert count, top-k).
+ft_offload *ft_offload_init(const moe_geometry *g, moe_expert_banks *hb, const ft_offload_params *p, ft_err *err);
+void ft_offload_free(ft_offload *o); // NULL: no-op
+
+// The plan in use (valid until the next rebuild).
+const moe_cache_plan *ft_offload_plan(const ft_offload *o);
+
+// Device bytes the offload holds now (arenas, separate overlay, tables).
+uint64_t ft_offload_device_bytes(const ft_offload *o);
+
+// Resizes the cache at run time: waits for the device, tears down the pool views and tables,
+// frees the arenas and plans again with n_slots (0: from the budget in the params given at
+// init) and layout; keeps the host banks, copies nothing (every slot starts empty). CUDA
+// graphs that read the old arenas become stale: attached backends drop theirs at their next
+// step (ft_offload_generation). Returns false and sets *err, keeping the old cache, when the
+// new plan fails or does not fit.
+bool ft_offload_rebuild(ft_offload *o, int n_slots, enum moe_pool_layout layout, ft_err *err);
+// Counts rebuilds (starts at 1).
+uint64_t ft_offload_generation(const ft_offload *o);
+
+// ---------------------------------------------------------------------------------------------
+// Telemetry: cumulative counters since init (a rebuild keeps them); a caller diffs two
+// snapshots for a request. Reading waits for the device (never call it inside a step).
+
+typedef struct ft_offload_counts {
+    uint64_t selections, hits, misses;
+    uint64_t bytes_copied;        // host-to-device bytes of the expert copies (decode and prefill)
+    uint64_t copy_ns;             // device time of those copies (decode copy kernels, prefill
+                                  // overlay copies)
+    uint64_t steps;               // layer steps (decode) / layers streamed (prefill)
+    uint64_t prefill_layers;      // of which through the overlay
+} ft_offload_counts;
+
+// The MoE layers (block indices, ascending) and pools the counters are kept for.
+int ft_offload_n_layers(const ft_offload *o);
+int ft_offload_layer_block(const ft_offload *o, int i);  // block index of the i-th MoE layer
+int ft_offload_n_pools(const ft_offload *o);
+int ft_offload_pool_of_layer(const ft_offload *o, int i); // pool serving the i-th MoE layer
+
+// Reads the counters: layers (n_layers entries, may be NULL), pools (n_pools, may be NULL),
+// total (may be NULL). Pool counters are the sums over their layers.
+void ft_offload_read_counts(ft_offload *o, ft_offload_counts *layers, ft_offload_counts *pools,
+                            ft_offload_counts *total);
+
+// The measured host-to-device bandwidth of the expert copies so far (bytes_copied / copy_ns
+// over decode copies and prefill stream-ins), GB/s; 0 before any copy.
+double ft_offload_copy_gbps(ft_offload *o);
+
+// Prints the plan and the offload's memory (host banks, arenas, overlay) to out.
+void ft_offload_print(const ft_offload *o, FILE *out);
+
+// ---------------------------------------------------------------------------------------------
+// The CUDA backend's side (cuda_backend.c)
+
+// What the expert kernels of one MoE layer step read: per bank the base of the matrices and
+// the bytes between consecutive ones, and the ids (slot numbers or expert ids) per selection.
+typedef struct ft_offload_view {
+    const void *w[MOE_BANK_COUNT];   // device memory
+    size_t mat_bytes[MOE_BANK_COUNT];
+    const int32_t *ids;              // (n) device memory
+    bool overlay;                    // the whole layer in the overlay (ids are the expert ids)
+} ft_offload_view;
+
+// Device memory for the per-step outputs of steps of up to max_sel selections (called by the
+// backend's reserve; keeps the largest).
+void ft_offload_reserve(ft_offload *o, int max_sel);
+
+// Does a step of n_tok tokens of MoE layer `block` with n selections go through the overlay
+// (more selections than the layer owns slots, or n_tok >= gemm_min_tok with gemm true)?
+bool ft_offload_uses_overlay(const ft_offload *o, int block, int n_tok, int n, bool gemm, int gemm_min_tok);
+
+// Enqueues one MoE layer step on stream s: trace replay (sel is rewritten then), then the
+// lookup and the copies (cache path) or the overlay stream-in (overlay path), and fills *v for
+// the expert kernels that follow on s. sel (n_tok x k) are the router's selections in device
+// memory. The expert kernels of the step must be enqueued on s before the next call (an
+// overlay buffer is reused once the work enqueued before that call has run). Aborts on a
+// programmer error (not a MoE layer, more selections than the reserve).
+void ft_offload_layer_begin(ft_offload *o, int block, int32_t *sel, int n_tok, int k, bool overlay,
+                            ft_cuda_stream *s, ft_offload_view *v);
+
+// ---------------------------------------------------------------------------------------------
+// For tests: the device tables read back (waits for the device).
+
+typedef struct ft_offload_debug {
+    int n_copies;               // of the last cache-path step
+    int32_t *copy_expert;       // (n_copies) in the order of the C reference's copies
+    int32_t *copy_slot;
+    int32_t *slots;             // (n of the last step) the slot of each selection
+    int n_pools;
+    int *n_slots;               // (n_pools)
+    int32_t **slot_expert;      // (n_pools)(n_slots) -1: empty
+    uint64_t **stamp;           // (n_pools)(n_slots)
+    uint64_t *clock;            // (n_pools)
+} ft_offload_debug;
+
+// Fills d (allocated; free with ft_offload_debug_free); n is the last step's selection count.
+void ft_offload_debug_read(ft_offload *o, int n, ft_offload_debug *d);
+void ft_offload_debug_free(ft_offload_debug *d);
+// The device base of bank b's arena (pool views at the plan's offsets; NULL before init).
+const void *ft_offload_arena(const ft_offload *o, enum moe_bank b);
+
+#endif

@@ -1,0 +1,459 @@
+// test_cuda_offload.c: the GPU expert cache (src/backend/cuda/offload.c, expert_cache.cu).
+//
+// - The device's decisions against the C reference (src/moe/expert_cache.c), bit for bit,
+//   over long random access sequences: the slot of every selection, the copy list, and now
+//   and then every stamp, slot and clock; then every held slot's bytes against its host entry
+//   (byte-exact: a fingerprint per (layer, expert)); exact pools of mixed geometry and the
+//   uniform layout, from the smallest cache to one that holds everything. Device memory is
+//   the same before and after copies of any size (no temporary as large as the payload).
+// - Logits in offload mode against fused, bit for bit (the same kernels on the same bytes),
+//   for a model with q4_K and bf16 expert layers: a prefill through the overlay (grouped
+//   GEMM and matvec layers), then a greedy decode, graphed and not, at several cache sizes
+//   down to the minimum, the uniform layout, serial prefill, and across a rebuild.
+// - The copy kernel's bandwidth next to cudaMemcpy's from the same pinned rows (printed).
+#include "gpu_test.h"
+
+#include "../src/backend/cuda/offload.h"
+#include "../src/engine/engine.h"
+#include "../src/model/model.h"
+#include "../src/model/synth.h"
+#include "../src/moe/expert_cache.h"
+#include "../src/util/rng.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+// Four layers: q4_K, q4_K, bf16, q4_K experts (two geometry pools in the exact layout).
+static bool write_mixed_model(const char *path, int n_expert, int top_k, int n_embd, int n_ff) {
+    ft_synth_params sp = ft_synth_default_params();
+    sp.n_layer = 4;
+    sp.n_expert = n_expert;
+    sp.n_expert_used = top_k;
+    sp.n_embd = n_embd;
+    sp.n_ff_exp = n_ff;
+    sp.n_ctx_train = 512;
+    sp.n_expert_types = 4;
+    sp.expert_types[0] = FT_TYPE_Q4_K;
+    sp.expert_types[1] = FT_TYPE_Q4_K;
+    sp.expert_types[2] = FT_TYPE_BF16;
+    sp.expert_types[3] = FT_TYPE_Q4_K;
+    ft_err err = {{0}};
+    bool ok = ft_synth_write(&sp, path, &err);
+    CHECK(ok, "synth: %s", err.msg);
+    return ok;
+}
+
+typedef struct rig {
+    gguf_file *f;
+    moe_geometry g;
+    ft_offload *o;
+    moe_expert_cache *ref;
+    const moe_expert_banks *hb; // owned by o
+} rig;
+
+static bool rig_init_trace(rig *r, const char *path, int n_slots, enum moe_pool_layout layout, int top_k, int n_running,
+                           const moe_route_trace *trace) {
+    memset(r, 0, sizeof(*r));
+    ft_err err = {{0}};
+    r->f = gguf_open(path, &err);
+    if (!r->f) return test_fail(__FILE__, __LINE__, "%s", err.msg), false;
+    if (!moe_geometry_read(r->f, &r->g, &err)) return test_fail(__FILE__, __LINE__, "%s", err.msg), false;
+    moe_expert_banks_params bp = moe_expert_banks_default_params();
+    bp.alloc = ft_offload_host_allocator();
+    moe_expert_banks *hb = moe_expert_banks_load(r->f, &r->g, &bp, &err);
+    if (!hb) return test_fail(__FILE__, __LINE__, "banks: %s", err.msg), false;
+    r->hb = hb;
+    ft_offload_params op = {0};
+    op.plan = moe_cache_plan_default_params();
+    op.plan.n_slots = n_slots;
+    op.plan.layout = layout;
+    op.plan.top_k = top_k;
+    op.plan.n_running = n_running;
+    op.trace = trace;
+    r->o = ft_offload_init(&r->g, hb, &op, &err);
+    if (!r->o) return test_fail(__FILE__, __LINE__, "offload: %s", err.msg), false;
+    r->ref = moe_expert_cache_init(ft_offload_plan(r->o), &r->g);
+    return true;
+}
+
+static bool rig_init(rig *r, const char *path, int n_slots, enum moe_pool_layout layout, int top_k, int n_running) {
+    return rig_init_trace(r, path, n_slots, layout, top_k, n_running, NULL);
+}
+
+static void rig_free(rig *r) {
+    moe_expert_cache_free(r->ref);
+    ft_offload_free(r->o);
+    moe_geometry_free(&r->g);
+    gguf_close(r->f);
+}
+
+// Every stamp, slot and clock of the device against the reference.
+static int compare_tables(rig *r, int n, ft_offload_debug *d) {
+    int bad = 0;
+    ft_offload_debug_read(r->o, n, d);
+    const moe_cache_plan *pl = ft_offload_plan(r->o);
+    for (int k = 0; k < pl->n_pools; k++)
+        for (int s = 0; s < pl->pools[k].n_slots; s++) {
+            int l, e;
+            bool held = moe_expert_cache_slot(r->ref, k, s, &l, &e);
+            if ((held ? e : -1) != d->slot_expert[k][s] || moe_expert_cache_stamp(r->ref, k, s) != d->stamp[k][s])
+                bad++;
+        }
+    return bad;
+}
+
+// The bytes of every held slot against its host entry.
+static int compare_slot_bytes(rig *r) {
+    const moe_cache_plan *pl = ft_offload_plan(r->o);
+    int bad = 0;
+    ft_cuda_device_sync();
+    for (int k = 0; k < pl->n_pools; k++)
+        for (int s = 0; s < pl->pools[k].n_slots; s++) {
+            int l, e;
+            if (!moe_expert_cache_slot(r->ref, k, s, &l, &e)) continue;
+            moe_cache_copy cp = {k, s, l, e, -1, -1};
+            moe_copy_region reg[MOE_BANK_COUNT];
+            moe_expert_cache_copy_regions(r->ref, r->hb, &cp, reg);
+            for (int b = 0; b < MOE_BANK_COUNT; b++) {
+                uint8_t *buf = malloc(reg[b].bytes);
+                ft_cuda_memcpy_d2h(buf, (const uint8_t *)ft_offload_arena(r->o, (enum moe_bank)b) + reg[b].dst_offset,
+                                   reg[b].bytes, NULL);
+                ft_cuda_stream_sync(NULL);
+                bad += memcmp(buf, reg[b].src, reg[b].bytes) != 0;
+                free(buf);
+            }
+        }
+    return bad;
+}
+
+// Random decode-like steps: layers in order, n_running sequences of top_k distinct experts
+// with a skewed popularity, checked against the reference at every step.
+static void decisions_case(const char *path, int n_slots, enum moe_pool_layout layout, int steps) {
+    enum { TOP_K = 4, RUNNING = 2 };
+    rig r;
+    if (!rig_init(&r, path, n_slots, layout, TOP_K, RUNNING)) return;
+    ft_offload_reserve(r.o, TOP_K * RUNNING);
+    ft_cuda_stream *s = ft_cuda_stream_init();
+    int32_t *sel_dev = ft_cuda_malloc(TOP_K * RUNNING * sizeof(int32_t));
+    ft_rng rng = ft_rng_init(3 + (uint64_t)n_slots);
+    int n_expert = r.g.layers[0].n_expert;
+    int32_t ex[TOP_K * RUNNING], slots[TOP_K * RUNNING];
+    moe_cache_copy copies[TOP_K * RUNNING];
+    int bad_steps = 0, bad_tables = 0, n_copies_total = 0;
+    size_t free_before = 0;
+    for (int step = 0; step < steps && !test_failed(); step++) {
+        int li = step % r.g.n_layers, L = r.g.layers[li].layer;
+        int n = 0;
+        for (int q = 0; q < RUNNING; q++)
+            for (int j = 0; j < TOP_K; j++) {
+                int32_t e;
+                bool dup;
+                do {
+                    uint64_t x = ft_rng_next(&rng);
+                    e = (int32_t)(x % 3 ? (x >> 8) % (uint64_t)(n_expert / 3) : (x >> 8) % (uint64_t)n_expert);
+                    dup = false;
+                    for (int p = q * TOP_K; p < n; p++) dup |= ex[p] == e;
+                } while (dup);
+                ex[n++] = e;
+            }
+        int nc;
+        ft_err err = {{0}};
+        REQUIRE(moe_expert_cache_step(r.ref, L, ex, n, slots, copies, &nc, &err), "%s", err.msg);
+        ft_cuda_memcpy_h2d(sel_dev, ex, sizeof(ex), s);
+        ft_offload_view v;
+        ft_offload_layer_begin(r.o, L, sel_dev, RUNNING, TOP_K, false, s, &v);
+        ft_offload_debug d;
+        ft_offload_debug_read(r.o, n, &d);
+        bool ok = d.n_copies == nc && !memcmp(d.slots, slots, sizeof(slots));
+        for (int j = 0; ok && j < nc; j++) ok = d.copy_expert[j] == copies[j].expert && d.copy_slot[j] == copies[j].slot;
+        if (!ok && bad_steps++ < 3)
+            test_fail(__FILE__, __LINE__, "N %d step %d layer %d: device %d copies, reference %d", n_slots, step, L,
+                      d.n_copies, nc);
+        ft_offload_debug_free(&d);
+        n_copies_total += nc;
+        if (step % 97 == 0 || step == steps - 1) {
+            bad_tables += compare_tables(&r, n, &d);
+            ft_offload_debug_free(&d);
+        }
+        if (step == 10) {
+            ft_cuda_device_info info;
+            ft_cuda_device_get_info(0, &info);
+            free_before = info.free_mem;
+        }
+    }
+    ft_cuda_device_info info;
+    ft_cuda_device_get_info(0, &info);
+    CHECK(info.free_mem == free_before, "device memory changed during copies: %zu -> %zu free", free_before, info.free_mem);
+    CHECK(bad_steps == 0 && bad_tables == 0, "N %d: %d steps and %d table entries differ", n_slots, bad_steps, bad_tables);
+    int bad_bytes = compare_slot_bytes(&r);
+    CHECK(bad_bytes == 0, "N %d: %d slot banks differ from their host entries", n_slots, bad_bytes);
+    ft_offload_counts t;
+    ft_offload_read_counts(r.o, NULL, NULL, &t);
+    CHECK(t.selections == (uint64_t)steps * TOP_K * RUNNING && t.misses == (uint64_t)n_copies_total &&
+          t.hits + t.misses == t.selections);
+    printf("    %s N %d: %d steps, hit rate %.3f, %d copies, device = reference\n",
+           layout == MOE_POOL_LAYOUT_UNIFORM ? "uniform" : "exact", n_slots, steps,
+           (double)t.hits / (double)t.selections, n_copies_total);
+    fflush(stdout);
+    ft_cuda_free(sel_dev);
+    ft_cuda_stream_free(s);
+    rig_free(&r);
+}
+
+TEST(cuda_offload_decisions_equal_reference) {
+    GPU_TEST_REQUIRE_DEVICE();
+    const char *path = test_path("offload_mixed.gguf");
+    REQUIRE(write_mixed_model(path, 48, 4, 256, 256));
+    ft_err err = {{0}};
+    gguf_file *f = gguf_open(path, &err);
+    REQUIRE(f, "%s", err.msg);
+    moe_geometry g;
+    REQUIRE(moe_geometry_read(f, &g, &err), "%s", err.msg);
+    moe_cache_plan_params pp = moe_cache_plan_default_params();
+    pp.top_k = 4;
+    pp.n_running = 2;
+    int min_exact = moe_cache_plan_min_slots(&g, &pp);
+    pp.layout = MOE_POOL_LAYOUT_UNIFORM;
+    int min_uniform = moe_cache_plan_min_slots(&g, &pp);
+    moe_geometry_free(&g);
+    gguf_close(f);
+    decisions_case(path, min_exact, MOE_POOL_LAYOUT_EXACT, 3000);
+    decisions_case(path, min_exact + 13, MOE_POOL_LAYOUT_EXACT, 3000);
+    decisions_case(path, 90, MOE_POOL_LAYOUT_EXACT, 2000);
+    decisions_case(path, 4 * 48, MOE_POOL_LAYOUT_EXACT, 1000);
+    decisions_case(path, min_uniform, MOE_POOL_LAYOUT_UNIFORM, 2000);
+    decisions_case(path, min_uniform + 37, MOE_POOL_LAYOUT_UNIFORM, 2000);
+}
+
+// Route-trace replay: whatever the router selected, each layer step takes the trace's
+// selections at the step counter (device memory), which the last layer advances and wraps;
+// the decisions then equal the reference's on the trace.
+TEST(cuda_offload_trace_replay) {
+    GPU_TEST_REQUIRE_DEVICE();
+    enum { TOP_K = 4, SEQ = 2, STEPS = 37, RUN = 100 };
+    const char *path = test_path("offload_trace.gguf");
+    REQUIRE(write_mixed_model(path, 48, TOP_K, 256, 256));
+    int blocks[4] = {0, 1, 2, 3};
+    moe_trace_gen_params tp = moe_trace_gen_default_params();
+    tp.n_layers = 4;
+    tp.layers = blocks;
+    tp.n_expert = 48;
+    tp.top_k = TOP_K;
+    tp.n_seq = SEQ;
+    tp.n_steps = STEPS;
+    tp.seed = 4;
+    moe_route_trace t;
+    ft_err err = {{0}};
+    REQUIRE(moe_trace_generate(&tp, &t, &err), "%s", err.msg);
+    rig r;
+    if (!rig_init_trace(&r, path, 30, MOE_POOL_LAYOUT_EXACT, TOP_K, SEQ, &t)) {
+        moe_route_trace_free(&t);
+        return;
+    }
+    ft_offload_reserve(r.o, TOP_K * SEQ);
+    ft_cuda_stream *s = ft_cuda_stream_init();
+    int32_t *sel_dev = ft_cuda_malloc(TOP_K * SEQ * sizeof(int32_t));
+    int32_t ex[TOP_K * SEQ], got[TOP_K * SEQ], slots[TOP_K * SEQ], router[TOP_K * SEQ];
+    moe_cache_copy copies[TOP_K * SEQ];
+    int bad = 0;
+    for (int step = 0; step < RUN && !test_failed(); step++)
+        for (int li = 0; li < 4; li++) {
+            const uint16_t *at = moe_route_trace_at(&t, step % STEPS, li);
+            for (int i = 0; i < TOP_K * SEQ; i++) {
+                ex[i] = at[i];
+                router[i] = (step * 7 + i * 5) % 48; // what the router would have chosen
+            }
+            int nc;
+            REQUIRE(moe_expert_cache_step(r.ref, li, ex, TOP_K * SEQ, slots, copies, &nc, &err), "%s", err.msg);
+            ft_cuda_memcpy_h2d(sel_dev, router, sizeof(router), s);
+            ft_offload_view v;
+            ft_offload_layer_begin(r.o, li, sel_dev, SEQ, TOP_K, false, s, &v);
+            ft_cuda_memcpy_d2h(got, sel_dev, sizeof(got), s);
+            ft_offload_debug d;
+            ft_offload_debug_read(r.o, TOP_K * SEQ, &d);
+            bool ok = !memcmp(got, ex, sizeof(ex)) && d.n_copies == nc && !memcmp(d.slots, slots, sizeof(slots));
+            if (!ok && bad++ < 3) test_fail(__FILE__, __LINE__, "step %d layer %d: replay differs", step, li);
+            ft_offload_debug_free(&d);
+        }
+    CHECK(bad == 0, "%d layer steps differ", bad);
+    printf("    %d steps replayed over a %d-step trace (wrapping): selections and decisions as the reference's\n", RUN,
+           STEPS);
+    ft_cuda_free(sel_dev);
+    ft_cuda_stream_free(s);
+    rig_free(&r);
+    moe_route_trace_free(&t);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Logits: offload against fused
+
+static ft_engine *engine_graphs(ft_model *m, const ft_engine_params *ep, bool graphs, ft_err *err) {
+    setenv("FT_CUDA_GRAPHS", graphs ? "1" : "0", 1);
+    ft_engine *e = ft_engine_init(m, ep, err);
+    unsetenv("FT_CUDA_GRAPHS");
+    return e;
+}
+
+// Runs the same prompt and greedy decode on a fused and an offload engine; returns the
+// number of evaluations whose logits differ (-1: an error).
+static int run_pair(ft_engine *ef, ft_engine *eo, const int32_t *prompt, int n_prompt, int n_decode, ft_err *err) {
+    int n_vocab = ft_engine_model(ef)->hp.n_vocab, n_diff = 0;
+    float *keep = malloc((size_t)n_vocab * sizeof(float));
+    const float *lf = ft_engine_eval(ef, prompt, n_prompt, err);
+    if (!lf) return free(keep), -1;
+    memcpy(keep, lf, (size_t)n_vocab * sizeof(float));
+    const float *lo = ft_engine_eval(eo, prompt, n_prompt, err);
+    if (!lo) return free(keep), -1;
+    n_diff += memcmp(keep, lo, (size_t)n_vocab * sizeof(float)) != 0;
+    for (int step = 0; step < n_decode; step++) {
+        int32_t t = 0;
+        for (int i = 1; i < n_vocab; i++)
+            if (keep[i] > keep[t]) t = i;
+        if (!(lf = ft_engine_eval(ef, &t, 1, err))) return free(keep), -1;
+        memcpy(keep, lf, (size_t)n_vocab * sizeof(float));
+        if (!(lo = ft_engine_eval(eo, &t, 1, err))) return free(keep), -1;
+        n_diff += memcmp(keep, lo, (size_t)n_vocab * sizeof(float)) != 0;
+    }
+    free(keep);
+    return n_diff;
+}
+
+TEST(cuda_offload_logits_equal_fused) {
+    GPU_TEST_REQUIRE_DEVICE();
+    enum { N_EXPERT = 16, TOP_K = 4 };
+    const char *path = test_path("offload_logits.gguf");
+    REQUIRE(write_mixed_model(path, N_EXPERT, TOP_K, 256, 256));
+    ft_err err = {{0}};
+    ft_model *mf = ft_model_load(path, &err);
+    REQUIRE(mf, "%s", err.msg);
+    ft_engine_params ep = ft_engine_default_params();
+    ep.n_ctx = 256;
+    ep.n_batch = 64;
+    ep.device = FT_PLACEMENT_CUDA;
+    REQUIRE(ft_engine_place_model(mf, &ep, &err), "%s", err.msg);
+    int n_vocab = mf->hp.n_vocab;
+    ft_rng rng = ft_rng_init(17);
+    int32_t prompt[48];
+    for (int i = 0; i < 48; i++) prompt[i] = (int32_t)(ft_rng_next(&rng) % (uint64_t)n_vocab);
+    gguf_file *f = gguf_open(path, &err);
+    REQUIRE(f, "%s", err.msg);
+    moe_geometry g;
+    REQUIRE(moe_geometry_read(f, &g, &err), "%s", err.msg);
+    moe_cache_plan_params pp = moe_cache_plan_default_params();
+    pp.top_k = TOP_K;
+    int min_exact = moe_cache_plan_min_slots(&g, &pp);
+    moe_geometry_free(&g);
+    gguf_close(f);
+    // the smallest cache: top-k slots per layer (exact: two pools; uniform: one)
+    struct {
+        int n_slots;
+        int layout;
+        bool serial;
+    } cases[] = {
+        {min_exact, MOE_POOL_LAYOUT_EXACT, false}, {min_exact + 5, MOE_POOL_LAYOUT_EXACT, true},
+        {40, MOE_POOL_LAYOUT_EXACT, false},       {4 * N_EXPERT, MOE_POOL_LAYOUT_EXACT, false},
+        {4 * TOP_K, MOE_POOL_LAYOUT_UNIFORM, false}, {30, MOE_POOL_LAYOUT_UNIFORM, false},
+    };
+    for (size_t c = 0; c < FT_ARRAY_LEN(cases) && !test_failed(); c++) {
+        ft_model *mo = ft_model_load(path, &err);
+        REQUIRE(mo, "%s", err.msg);
+        ft_engine_params eo_p = ep;
+        eo_p.moe_backend = FT_MOE_BACKEND_OFFLOAD;
+        eo_p.moe_cache_size = cases[c].n_slots;
+        eo_p.moe_pool_layout = cases[c].layout;
+        eo_p.moe_prefill_serial = cases[c].serial;
+        if (!ft_engine_place_model(mo, &eo_p, &err)) {
+            test_fail(__FILE__, __LINE__, "case %zu: %s", c, err.msg);
+            ft_model_free(mo);
+            break;
+        }
+        for (int graphs = 0; graphs < 2; graphs++) {
+            ft_engine *ef = engine_graphs(mf, &ep, graphs, &err), *eo = engine_graphs(mo, &eo_p, graphs, &err);
+            REQUIRE(ef && eo, "%s", err.msg);
+            // a long prompt (grouped GEMM / matvec through the overlay), a short one (5 tokens:
+            // overlay or cache by size), each followed by a greedy decode
+            int d1 = run_pair(ef, eo, prompt, 40, 24, &err);
+            ft_engine_reset(ef);
+            ft_engine_reset(eo);
+            int d2 = run_pair(ef, eo, prompt + 40, 5, 24, &err);
+            int d3 = 0;
+            if (c == 2 && graphs) { // a rebuild mid-sequence: graphs are re-captured, slots refilled
+                REQUIRE(ft_offload_rebuild(mo->offload, 24, MOE_POOL_LAYOUT_EXACT, &err), "%s", err.msg);
+                d3 = run_pair(ef, eo, prompt + 10, 1, 20, &err);
+            }
+            CHECK(d1 == 0 && d2 == 0 && d3 == 0, "case %zu (N %d, %s%s), graphs %d: %d, %d, %d evaluations differ (%s)", c,
+                  cases[c].n_slots, cases[c].layout ? "uniform" : "exact", cases[c].serial ? ", serial" : "", graphs, d1,
+                  d2, d3, err.msg);
+            ft_offload_counts t;
+            ft_offload_read_counts(mo->offload, NULL, NULL, &t);
+            printf("    N %d %s%s graphs %d: logits equal to fused: %s (hit rate %.3f over %llu selections, %llu "
+                   "prefill layers)\n",
+                   cases[c].n_slots, cases[c].layout ? "uniform" : "exact", cases[c].serial ? " serial" : "", graphs,
+                   d1 || d2 || d3 ? "no" : "yes", t.selections ? (double)t.hits / (double)t.selections : 0.0,
+                   (unsigned long long)t.selections, (unsigned long long)t.prefill_layers);
+            fflush(stdout);
+            ft_engine_free(ef);
+            ft_engine_free(eo);
+        }
+        ft_model_free(mo);
+    }
+    ft_model_free(mf);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bandwidth (printed, not asserted): every step misses all its experts.
+
+TEST(cuda_offload_copy_bandwidth) {
+    GPU_TEST_REQUIRE_DEVICE();
+    enum { N_EXPERT = 64, TOP_K = 8 };
+    const char *path = test_path("offload_bw.gguf");
+    // Qwen3-30B-A3B's expert shape (2048 x 768, q4_K): 2.53 MiB per expert
+    REQUIRE(write_mixed_model(path, N_EXPERT, TOP_K, 2048, 768));
+    rig r;
+    // uniform: 16 slots per layer, so a layer's experts from two steps back are gone
+    if (!rig_init(&r, path, 64, MOE_POOL_LAYOUT_UNIFORM, TOP_K, 1)) return;
+    ft_offload_reserve(r.o, TOP_K);
+    ft_cuda_stream *s = ft_cuda_stream_init();
+    int32_t *sel_dev = ft_cuda_malloc(TOP_K * sizeof(int32_t));
+    int32_t ex[TOP_K];
+    int next[4] = {0};
+    uint64_t q4_bytes = 0;
+    ft_offload_counts before[4], after[4];
+    ft_offload_read_counts(r.o, before, NULL, NULL);
+    for (int step = 0; step < 400; step++) {
+        int li = step % 4;
+        for (int j = 0; j < TOP_K; j++) ex[j] = (next[li] + j) % N_EXPERT; // never cached: 16 slots, 64 experts
+        next[li] = (next[li] + TOP_K) % N_EXPERT;
+        ft_cuda_memcpy_h2d(sel_dev, ex, sizeof(ex), s);
+        ft_offload_view v;
+        ft_offload_layer_begin(r.o, r.g.layers[li].layer, sel_dev, 1, TOP_K, false, s, &v);
+    }
+    ft_cuda_stream_sync(s);
+    ft_offload_read_counts(r.o, after, NULL, NULL);
+    for (int li = 0; li < 4; li++) {
+        uint64_t b = after[li].bytes_copied - before[li].bytes_copied, ns = after[li].copy_ns - before[li].copy_ns;
+        CHECK(after[li].misses - before[li].misses == 100 * TOP_K, "layer %d: every selection must miss", li);
+        printf("    layer %d (%s): %.1f MiB per step, copy kernel %.1f GB/s\n", li, li == 2 ? "bf16" : "q4_K",
+               b / 100.0 / 1048576.0, ns ? (double)b / (double)ns : 0.0);
+        if (li != 2) q4_bytes += b;
+    }
+    // cudaMemcpy of the same amount from the pinned banks, for comparison
+    const moe_host_layer *hl = &r.hb->layers[0];
+    size_t n = (size_t)hl->n_expert * hl->bank[0].expert_bytes;
+    void *dst = ft_cuda_malloc(n);
+    ft_cuda_event *e0 = ft_cuda_event_init(), *e1 = ft_cuda_event_init();
+    ft_cuda_event_record(e0, s);
+    for (int i = 0; i < 20; i++) ft_cuda_memcpy_h2d(dst, hl->bank[0].data, n, s);
+    ft_cuda_event_record(e1, s);
+    float ms = ft_cuda_event_elapsed_ms(e0, e1);
+    printf("    cudaMemcpyAsync from the same pinned banks: %.1f GB/s (%.1f MiB x 20)\n", 20.0 * n / (ms * 1e6),
+           n / 1048576.0);
+    fflush(stdout);
+    (void)q4_bytes;
+    ft_cuda_event_free(e0);
+    ft_cuda_event_free(e1);
+    ft_cuda_free(dst);
+    ft_cuda_free(sel_dev);
+    ft_cuda_stream_free(s);
+    rig_free(&r);
+}
