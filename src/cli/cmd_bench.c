@@ -13,6 +13,7 @@
 // run with a threaded read of a buffer far larger than the caches, bounds decode speed.
 #include "cli.h"
 #include "args.h"
+#include "engine_args.h"
 #include "../backend/cpu/cpu.h"
 #include "../engine/engine.h"
 
@@ -36,12 +37,10 @@ static void bench_usage(FILE *out) {
             "  -m, --model FILE           the model\n"
             "  -p, --n-prompt N           prompt tokens (default 512)\n"
             "  -n, --n-gen N              decoded tokens after the prompt (default 128)\n"
-            "  -t, --threads N            CPU threads (default: physical cores)\n"
-            "  -b, --batch N              prompt tokens per forward pass (default 512, llama.cpp's)\n"
             "  -r, --reps N               timed runs; figures are their median (default 3)\n"
-            "  --kv-cache-dtype T         f16 (default) or q8_0\n"
-            "  --device D                 cpu (default) or cuda\n"
             "  --json                     one JSON line on stdout instead of the table\n");
+    engine_args a = engine_args_init("bench", ENGINE_ARGS_ROUTE_TRACE);
+    engine_args_usage(out, &a);
 }
 
 static double now_s(void) {
@@ -201,9 +200,10 @@ static bool bench_once(ft_engine *e, const int32_t *ids, int n_prompt, int n_gen
 }
 
 int cmd_bench(int argc, char **argv) {
-    const char *model_path = NULL, *kv_name = "f16", *device_name = "cpu";
-    int64_t n_prompt = 512, n_gen = 128, threads = 0, reps = 3, n_batch = 512;
+    const char *model_path = NULL;
+    int64_t n_prompt = 512, n_gen = 128, reps = 3;
     bool json = false, bad = false;
+    engine_args ea = engine_args_init("bench", ENGINE_ARGS_ROUTE_TRACE);
     for (int i = 1; i < argc && !bad; i++) {
         if (args_flag(argv, i, "-h|--help")) {
             bench_usage(stdout);
@@ -213,13 +213,10 @@ int cmd_bench(int argc, char **argv) {
             json = true;
             continue;
         }
-        if (args_str(argc, argv, &i, "-m|--model", &model_path, &bad) ||
-            args_str(argc, argv, &i, "--kv-cache-dtype", &kv_name, &bad) ||
-            args_str(argc, argv, &i, "--device", &device_name, &bad) ||
+        if (engine_args_take(&ea, argc, argv, &i, &bad) ||
+            args_str(argc, argv, &i, "-m|--model", &model_path, &bad) ||
             args_int(argc, argv, &i, "-p|--n-prompt", 0, 1 << 20, &n_prompt, &bad) ||
             args_int(argc, argv, &i, "-n|--n-gen", 0, 1 << 20, &n_gen, &bad) ||
-            args_int(argc, argv, &i, "-t|--threads", 1, 1024, &threads, &bad) ||
-            args_int(argc, argv, &i, "-b|--batch", 1, 1 << 16, &n_batch, &bad) ||
             args_int(argc, argv, &i, "-r|--reps", 1, BENCH_MAX_REPS, &reps, &bad))
             continue;
         fprintf(stderr, "ft bench: unexpected argument '%s' (see ft bench --help)\n", argv[i]);
@@ -231,14 +228,8 @@ int cmd_bench(int argc, char **argv) {
         return FT_EXIT_USAGE;
     }
     ft_engine_params ep = ft_engine_default_params();
-    if (!ft_kv_type_from_name(kv_name, &ep.kv_type)) {
-        fprintf(stderr, "ft bench: --kv-cache-dtype %s: expected f16 or q8_0\n", kv_name);
-        return FT_EXIT_USAGE;
-    }
-    if (!ft_engine_device_from_name(device_name, &ep.device)) {
-        fprintf(stderr, "ft bench: --device %s: expected cpu or cuda\n", device_name);
-        return FT_EXIT_USAGE;
-    }
+    if (!engine_args_apply(&ea, &ep)) return FT_EXIT_USAGE;
+    const char *device_name = ep.device == FT_PLACEMENT_CUDA ? "cuda" : "cpu";
     char demo[1024];
     if (!model_path) {
         if (!cli_demo_model("bench", demo, sizeof(demo))) return FT_EXIT_INPUT;
@@ -254,9 +245,15 @@ int cmd_bench(int argc, char **argv) {
     ft_engine *e = NULL;
     int32_t *ids = NULL;
     int n_tok = (int)(n_prompt + n_gen);
-    ep.n_threads = threads > 0 ? (int)threads : ft_cpu_physical_cores();
-    ep.n_ctx = n_tok;
-    ep.n_batch = (int)FT_MIN(n_batch, (int64_t)n_tok);
+    if (ep.n_threads <= 0) ep.n_threads = ft_cpu_physical_cores();
+    ep.n_ctx = engine_args_n_ctx(&ea, n_tok, n_tok, 1);
+    ep.n_batch = FT_MIN(ep.n_batch, n_tok);
+    if (ep.n_ctx == 0) goto done;
+    if (ep.n_ctx < n_tok) {
+        fprintf(stderr, "ft bench: -p %d + -n %d needs %d positions; the context is %d (-c, --num-tokens)\n",
+                (int)n_prompt, (int)n_gen, n_tok, ep.n_ctx);
+        goto done;
+    }
     if (ep.n_ctx > m->hp.n_ctx_train) {
         fprintf(stderr, "ft bench: -p %d + -n %d exceeds the model's context of %d tokens\n", (int)n_prompt,
                 (int)n_gen, m->hp.n_ctx_train);

@@ -3,6 +3,7 @@
 // writing it to the cache folder on first use.
 #include "cli.h"
 #include "args.h"
+#include "engine_args.h"
 #include "../engine/engine.h"
 #include "../engine/stop.h"
 #include "../model/synth.h"
@@ -36,12 +37,10 @@ static void run_usage(FILE *out) {
             "  --frequency-penalty F      (default 0)\n"
             "  --repeat-last-n N          tokens the penalties look back over (default 64)\n"
             "  --seed S                   sampling seed (default: from the clock)\n"
-            "  --stop TEXT                stop before this text (up to %d times)\n"
-            "  -t, --threads N            CPU threads (default: physical cores)\n"
-            "  -c, --ctx-size N           context length (default: the model's, at most 4096)\n"
-            "  --kv-cache-dtype T         f16 (default) or q8_0\n"
-            "  --device D                 cuda (default when a GPU is found) or cpu\n",
+            "  --stop TEXT                stop before this text (up to %d times)\n",
             MAX_STOPS);
+    engine_args a = engine_args_init("run", 0);
+    engine_args_usage(out, &a);
 }
 
 typedef struct {
@@ -93,10 +92,11 @@ static bool tokenize_prompt(const ft_model *m, const tok_vocab *v, const char *p
 }
 
 int cmd_run(int argc, char **argv) {
-    const char *model_path = NULL, *prompt = NULL, *kv_name = "f16", *device_name = NULL, *template_name = NULL;
+    const char *model_path = NULL, *prompt = NULL, *template_name = NULL;
     const char *stops[MAX_STOPS];
     int n_stops = 0;
-    int64_t n_predict = 128, threads = 0, n_ctx = 0, seed = -1, v64;
+    int64_t n_predict = 128, seed = -1, v64;
+    engine_args ea = engine_args_init("run", 0);
     double f;
     bool chat = false, bad = false;
     ft_sampler_params sp = ft_sampler_default_params();
@@ -138,15 +138,12 @@ int cmd_run(int argc, char **argv) {
             sp.penalty_last_n = (int)v64;
             continue;
         }
-        if (args_str(argc, argv, &i, "-m|--model", &model_path, &bad) ||
+        if (engine_args_take(&ea, argc, argv, &i, &bad) ||
+            args_str(argc, argv, &i, "-m|--model", &model_path, &bad) ||
             args_str(argc, argv, &i, "-p|--prompt", &prompt, &bad) ||
-            args_str(argc, argv, &i, "--kv-cache-dtype", &kv_name, &bad) ||
-            args_str(argc, argv, &i, "--device", &device_name, &bad) ||
             args_str(argc, argv, &i, "--chat-template", &template_name, &bad) ||
             args_int(argc, argv, &i, "-n|--n-predict", 0, 1 << 26, &n_predict, &bad) ||
-            args_int(argc, argv, &i, "--seed", 0, INT64_MAX, &seed, &bad) ||
-            args_int(argc, argv, &i, "-t|--threads", 1, 1024, &threads, &bad) ||
-            args_int(argc, argv, &i, "-c|--ctx-size", 1, 1 << 26, &n_ctx, &bad))
+            args_int(argc, argv, &i, "--seed", 0, INT64_MAX, &seed, &bad))
             continue;
         fprintf(stderr, "ft run: unexpected argument '%s' (see ft run --help)\n", argv[i]);
         return FT_EXIT_USAGE;
@@ -157,15 +154,7 @@ int cmd_run(int argc, char **argv) {
         return FT_EXIT_USAGE;
     }
     ft_engine_params ep = ft_engine_default_params();
-    if (!ft_kv_type_from_name(kv_name, &ep.kv_type)) {
-        fprintf(stderr, "ft run: --kv-cache-dtype %s: expected f16 or q8_0\n", kv_name);
-        return FT_EXIT_USAGE;
-    }
-    ep.device = ft_engine_default_device();
-    if (device_name && !ft_engine_device_from_name(device_name, &ep.device)) {
-        fprintf(stderr, "ft run: --device %s: expected cpu or cuda\n", device_name);
-        return FT_EXIT_USAGE;
-    }
+    if (!engine_args_apply(&ea, &ep)) return FT_EXIT_USAGE;
     char demo[1024];
     if (!model_path) {
         if (!cli_demo_model("run", demo, sizeof(demo))) return FT_EXIT_INPUT;
@@ -195,8 +184,8 @@ int cmd_run(int argc, char **argv) {
         fprintf(stderr, "ft run: the prompt is empty after tokenization\n");
         goto done;
     }
-    ep.n_threads = (int)threads;
-    ep.n_ctx = n_ctx ? (int)n_ctx : FT_MIN(m->hp.n_ctx_train, 4096);
+    ep.n_ctx = engine_args_n_ctx(&ea, FT_MIN(m->hp.n_ctx_train, 4096), m->hp.n_ctx_train, 1);
+    if (ep.n_ctx == 0) goto done;
     if (ep.n_ctx > m->hp.n_ctx_train) {
         fprintf(stderr, "ft run: -c %d exceeds the model's context of %d tokens\n", ep.n_ctx, m->hp.n_ctx_train);
         goto done;
