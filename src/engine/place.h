@@ -20,4 +20,13 @@ size_t engine_kv_bytes(const ft_model *m, const ft_engine_params *p);
 // --gpu-memory-limit.
 size_t engine_cuda_budget(const ft_engine_params *p, const ft_cuda_device_info *info);
 
+// Would the whole model (every expert on the device), its KV caches and workspace fit the
+// budget? The fused plan's arithmetic, asked without uploading; need and budget (may be NULL)
+// get its bytes.
+bool engine_fused_fits(const ft_model *m, const ft_engine_params *p, const ft_cuda_device_info *info, size_t *need,
+                       size_t *budget);
+// Do the CUDA expert kernels take every routed expert type of the model? If not, why names
+// the first tensor that they do not (why may be NULL).
+bool engine_experts_run_on_cuda(const ft_model *m, char *why, size_t cap);
+
 #endif
