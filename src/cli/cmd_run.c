@@ -48,6 +48,9 @@ typedef struct {
     bool stream_live;
     ft_stop *stop;
     bool stopped;
+    const ft_model *m;
+    int n_tokens;             // tokens passed to on_token so far
+    ft_moe_stats moe_prefill; // the expert cache's counters when the prompt was in (offload)
 } run_out;
 
 static void emit(void *ctx, const char *text, size_t len) {
@@ -58,6 +61,8 @@ static void emit(void *ctx, const char *text, size_t len) {
 
 static bool on_token(void *ctx, int32_t token) {
     run_out *o = ctx;
+    // the first token comes right after the prompt's evaluation: the end of prefill
+    if (o->n_tokens++ == 0) ft_moe_stats_read(o->m, &o->moe_prefill);
     size_t len;
     const char *text = tok_stream_push(&o->stream, token, &len);
     if (ft_stop_feed(o->stop, text, len, emit, NULL)) o->stopped = true;
@@ -174,6 +179,7 @@ int cmd_run(int argc, char **argv) {
     ft_sampler *s = NULL;
     int32_t *eog = NULL;
     run_out out = {0};
+    ft_moe_stats moe_start = {0}, moe_end = {0}; // the expert cache's counters (offload)
     tok_vocab *v = tok_vocab_load(m->file, &err);
     if (!v) {
         fprintf(stderr, "ft run: %s\n", err.msg);
@@ -215,6 +221,8 @@ int cmd_run(int argc, char **argv) {
     out.stop = ft_stop_init(stops, n_stops);
     int room = ep.n_ctx - (int)ids.n;
     ft_generate_stats st;
+    out.m = m;
+    bool moe = ft_moe_stats_read(m, &moe_start);
     if (!ft_generate(e, s, ids.ids, (int)ids.n, (int)FT_MIN(n_predict, room), eog, n_eog, on_token, &out, &st, &err)) {
         fprintf(stderr, "\nft run: %s\n", err.msg);
         goto done;
@@ -228,8 +236,21 @@ int cmd_run(int argc, char **argv) {
     fflush(stdout);
     fprintf(stderr, "prompt: %d tokens, %.1f tok/s | decode: %d tokens, %.1f tok/s\n", st.n_prompt,
             st.prompt_s > 0 ? st.n_prompt / st.prompt_s : 0.0, st.n_gen, st.gen_s > 0 ? st.n_gen / st.gen_s : 0.0);
+    if (moe && out.moe_prefill.n_layers > 0 && ft_moe_stats_read(m, &moe_end)) {
+        // decode evaluated every generated token but the last
+        ft_moe_stats_sub(&moe_end, &out.moe_prefill);
+        ft_moe_stats_sub(&out.moe_prefill, &moe_start);
+        fprintf(stderr, "prompt, ");
+        ft_moe_stats_print(&out.moe_prefill, st.n_prompt, stderr);
+        fprintf(stderr, "decode, ");
+        ft_moe_stats_print(&moe_end, FT_MAX(st.n_gen - 1, 0), stderr);
+    }
+
     rc = FT_EXIT_OK;
 done:
+    ft_moe_stats_free(&out.moe_prefill);
+    ft_moe_stats_free(&moe_start);
+    ft_moe_stats_free(&moe_end);
     if (out.stream_live) tok_stream_free(&out.stream);
     ft_stop_free(out.stop);
     free(eog);
