@@ -149,33 +149,25 @@ static bool place_cpu(ft_model *m, const ft_engine_params *p, const ft_cuda_devi
     return check_cuda_plan(&c, p, info, "cpu", err) && ft_model_upload(m, true, err);
 }
 
-// --moe-backend offload, and auto when the model does not fit: the GPU expert cache's
-// placement (engine_place_offload, place_offload.c of the expert-cache branch). This is the
-// one call to connect when that branch is merged.
-static bool place_offload(ft_model *m, const ft_engine_params *p, const ft_cuda_device_info *info, ft_err *err) {
-    (void)m, (void)p, (void)info;
-    return ft_err_set(err, "--moe-backend offload: the GPU expert cache is not in this build");
-}
-
-// --moe-backend auto: fused when the whole model fits the budget, else offload; the CPU
-// computes the experts when their types have no CUDA kernel (neither fused nor offload could
-// run them). Says which and why.
-static bool place_auto(ft_model *m, const ft_engine_params *p, const ft_cuda_device_info *info, ft_err *err) {
+// --moe-backend auto: fused when the whole model fits the budget, else offload; cpu when the
+// expert types have no CUDA kernel (neither fused nor offload could run them). Says which and
+// why; ft_engine_place_model then places the model as that mode.
+static enum ft_moe_backend auto_pick(const ft_model *m, const ft_engine_params *p, const ft_cuda_device_info *info) {
     char why[200];
-    if (m->hp.n_expert == 0) return place_fused(m, p, info, err);
+    if (m->hp.n_expert == 0) return FT_MOE_BACKEND_FUSED;
     if (!engine_experts_run_on_cuda(m, why, sizeof(why))) {
         fprintf(stderr, "--moe-backend auto: cpu: the experts %s have no CUDA kernel, so the CPU computes them\n", why);
-        return place_cpu(m, p, info, err);
+        return FT_MOE_BACKEND_CPU;
     }
     size_t need, budget;
     if (engine_fused_fits(m, p, info, &need, &budget)) {
         fprintf(stderr, "--moe-backend auto: fused: the whole model fits the GPU budget (%.0f of %.0f MiB)\n",
                 need / MiB, budget / MiB);
-        return place_fused(m, p, info, err);
+        return FT_MOE_BACKEND_FUSED;
     }
     fprintf(stderr, "--moe-backend auto: offload: the whole model needs %.0f MiB, more than the GPU budget of %.0f "
                     "MiB; the experts stay in host memory behind a GPU expert cache\n", need / MiB, budget / MiB);
-    return place_offload(m, p, info, err);
+    return FT_MOE_BACKEND_OFFLOAD;
 }
 
 bool ft_engine_place_model(ft_model *m, const ft_engine_params *params, ft_err *err) {
@@ -187,11 +179,14 @@ bool ft_engine_place_model(ft_model *m, const ft_engine_params *params, ft_err *
     }
     ft_cuda_device_info info;
     if (!ft_cuda_device_get_info(0, &info)) return ft_err_set(err, "--device cuda: no CUDA device found");
+    if (p.moe_backend == FT_MOE_BACKEND_AUTO) p.moe_backend = auto_pick(m, &p, &info);
+    if (p.moe_backend == FT_MOE_BACKEND_CPU) return place_cpu(m, &p, &info, err);
     switch (p.moe_backend) {
-    case FT_MOE_BACKEND_AUTO: return place_auto(m, &p, &info, err);
+    case FT_MOE_BACKEND_AUTO:
     case FT_MOE_BACKEND_FUSED: return place_fused(m, &p, &info, err);
-    case FT_MOE_BACKEND_OFFLOAD: return place_offload(m, &p, &info, err);
-    case FT_MOE_BACKEND_CPU: return place_cpu(m, &p, &info, err);
+    case FT_MOE_BACKEND_OFFLOAD:
+    case FT_MOE_BACKEND_CPU: break;
     }
-    return ft_err_set(err, "--moe-backend %d: unknown", (int)p.moe_backend);
+    return ft_err_set(err, "--moe-backend %s: not available in this build", ft_moe_backend_name(p.moe_backend));
 }
+

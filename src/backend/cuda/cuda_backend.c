@@ -649,7 +649,8 @@ static void cuda_sigmoid_gate_add(ft_backend *be, const ft_tensor *gate_inp, con
 static void cuda_step_begin(ft_backend *be, int n_tok, int pos0, const void *key) {
     cuda_backend *c = cuda_of(be);
     FT_ASSERT(c->mode == STEP_DIRECT);
-    if (!c->graphs || !c->reserved || n_tok != 1 || (c->graph_max_tok >= 0 && n_tok > c->graph_max_tok)) return;
+    if (!c->graphs || !c->reserved || n_tok != 1) return;
+    if (c->graph_max_tok >= 0 && n_tok > c->graph_max_tok) return; // --cuda-graph-max-bs
     // the pinned staging and position are rewritten below: the last copies from them ran
     if (c->staging_used) ft_cuda_event_sync(c->staging_done);
     c->step_pos0 = pos0;
