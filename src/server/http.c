@@ -208,8 +208,13 @@ static void job_done(srv_http *h, srv_job *j) {
     double ttft = j->t_first > 0 ? (j->t_first - j->t_submit) * 1e3 : 0;
     double dec = j->t_first > 0 && j->n_gen > 1 ? (j->n_gen - 1) / (j->t_end - j->t_first) : 0;
     static const char *api[] = {"chat", "completion", "messages", "rebuild"};
-    FT_LOG_INFO("req %llu %s: prompt %zu tok, gen %d tok, ttft %.1f ms, %.1f tok/s, %s%s%s",
-                (unsigned long long)j->id, api[j->api], j->prompt.n, j->n_gen, ttft, dec,
+    char moe[160] = "";
+    if (j->has_moe)
+        snprintf(moe, sizeof(moe), ", expert cache hit %.1f%% (%llu misses, %.1f MiB H2D at %.1f GB/s)",
+                 100 * ft_moe_hit_rate(&j->moe), (unsigned long long)j->moe.misses,
+                 (double)j->moe.bytes_copied / 1048576.0, ft_moe_copy_gbps(&j->moe));
+    FT_LOG_INFO("req %llu %s: prompt %zu tok, gen %d tok, ttft %.1f ms, %.1f tok/s%s, %s%s%s",
+                (unsigned long long)j->id, api[j->api], j->prompt.n, j->n_gen, ttft, dec, moe,
                 finish_name(j->finish), j->errmsg[0] ? ": " : "", j->errmsg);
 }
 

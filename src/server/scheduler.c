@@ -29,6 +29,8 @@ typedef struct slot {
     int n_prefilled;
     int32_t next;   // the sampled token the next step evaluates
     bool decoding;  // the prompt is in; next is set
+    ft_moe_counts moe_start; // the expert cache's totals when the job started (offload)
+    bool moe_pending;        // started, moe_start not read yet
 } slot;
 
 struct srv_sched {
@@ -124,7 +126,20 @@ static void refresh_moe(srv_sched *s, bool force) {
 
 static void finish(srv_sched *s, slot *sl, enum srv_finish why, const char *msg) {
     srv_job *j = sl->job;
+    refresh_moe(s, true); // a client that sees its request end sees it in /v1/stats too
+    ft_moe_counts moe = {0};
+    if (s->has_moe) {
+        pthread_mutex_lock(&s->moe_mu);
+        moe = s->moe.total;
+        pthread_mutex_unlock(&s->moe_mu);
+    }
     pthread_mutex_lock(&j->mu);
+    if (s->has_moe) {
+        j->has_moe = true;
+        j->moe = (ft_moe_counts){moe.selections - sl->moe_start.selections, moe.hits - sl->moe_start.hits,
+                                 moe.misses - sl->moe_start.misses, moe.bytes_copied - sl->moe_start.bytes_copied,
+                                 moe.copy_ns - sl->moe_start.copy_ns};
+    }
     if (why == SRV_FINISH_STOP || why == SRV_FINISH_LENGTH) {
         // what the detokenizer and the stop matcher hold back comes out now
         size_t len;
@@ -136,7 +151,6 @@ static void finish(srv_sched *s, slot *sl, enum srv_finish why, const char *msg)
     if (msg) snprintf(j->errmsg, sizeof(j->errmsg), "%s", msg);
     j->t_end = ft_time_s();
     pthread_mutex_unlock(&j->mu);
-    refresh_moe(s, true); // a client that sees its request end sees it in /v1/stats too
     notify(s, j);
     tok_stream_free(&sl->ts);
     ft_stop_free(sl->stop);
@@ -162,6 +176,7 @@ static void start(srv_sched *s, slot *sl, srv_job *j) {
     sl->n_prefilled = 0;
     sl->decoding = false;
     sl->smp = ft_sampler_init(&j->sp, s->m->hp.n_vocab);
+    sl->moe_pending = s->has_moe; // (s->mu is held here: the counters are read after it)
     sl->stop = ft_stop_init((const char *const *)j->stops, j->n_stops);
     tok_stream_init(&sl->ts, s->v, false);
     j->t_start = ft_time_s();
@@ -333,6 +348,23 @@ static void step(srv_sched *s) {
     atomic_store(&s->kv_used, ft_batch_positions_used(s->b));
 }
 
+// The expert cache's totals at the start of the jobs just admitted (outside s->mu: the read
+// waits for the device).
+static void mark_moe_start(srv_sched *s) {
+    bool any = false;
+    for (int i = 0; i < s->n_slots; i++) any |= s->slots[i].job && s->slots[i].moe_pending;
+    if (!any) return;
+    refresh_moe(s, true);
+    pthread_mutex_lock(&s->moe_mu);
+    for (int i = 0; i < s->n_slots; i++) {
+        slot *sl = &s->slots[i];
+        if (!sl->job || !sl->moe_pending) continue;
+        sl->moe_start = s->moe.total;
+        sl->moe_pending = false;
+    }
+    pthread_mutex_unlock(&s->moe_mu);
+}
+
 // Ends a resize job: resized (STOP), refused (ERROR, with why) or cancelled.
 static void end_rebuild(srv_sched *s, srv_job *j, enum srv_finish why, const char *msg) {
     pthread_mutex_lock(&j->mu);
@@ -378,6 +410,7 @@ static void *thread_main(void *arg) {
         }
         pthread_mutex_unlock(&s->mu);
         if (quit) break;
+        mark_moe_start(s);
         if (rebuild) run_rebuild(s, rebuild);
         step(s);
         refresh_moe(s, false);

@@ -85,6 +85,10 @@ struct srv_job {
     char errmsg[512];
     int n_gen;
     double t_submit, t_start, t_first, t_end; // wall clock (ft_time_s)
+    // the expert cache's counters from its start to its end (offload; other sequences' steps in
+    // that time included: they share the cache), set before done
+    bool has_moe;
+    ft_moe_counts moe;
 
     // HTTP side only
     struct evhttp_request *req;
