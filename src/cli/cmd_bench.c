@@ -41,12 +41,12 @@ static void bench_usage(FILE *out) {
             "  --json                     one JSON line on stdout instead of the table\n"
             "  --resident-tok-s T         offload: decode speed of the model fully resident on the GPU, for\n"
             "                             the transfer bound (default: measured with --moe-backend fused and\n"
-            "                             no --gpu-memory-limit when the model fits the GPU whole)\n"
-            "With an expert cache (--moe-backend offload) it also prints the decode's hit rate, misses and\n"
-            "host-to-device bytes per pool, the copies' GB/s, and decode against the transfer bound\n"
-            "1 / (missed bytes per token / copy GB/s + time per token fully resident).\n");
+            "                             no --gpu-memory-limit when the model fits the GPU whole)\n");
     engine_args a = engine_args_init("bench", ENGINE_ARGS_ROUTE_TRACE);
     engine_args_usage(out, &a);
+    fprintf(out, "With an expert cache (--moe-backend offload) it also prints the decode's hit rate, misses and\n"
+                 "host-to-device bytes per pool, the copies' GB/s, and decode against the transfer bound\n"
+                 "1 / (missed bytes per token / copy GB/s + time per token fully resident).\n");
 }
 
 static double now_s(void) {
