@@ -149,10 +149,7 @@ static bool place_cpu(ft_model *m, const ft_engine_params *p, const ft_cuda_devi
     return check_cuda_plan(&c, p, info, "cpu", err) && ft_model_upload(m, true, err);
 }
 
-// --moe-backend auto: fused when the whole model fits the budget, else offload; cpu when the
-// expert types have no CUDA kernel (neither fused nor offload could run them). Says which and
-// why; ft_engine_place_model then places the model as that mode.
-static enum ft_moe_backend auto_pick(const ft_model *m, const ft_engine_params *p, const ft_cuda_device_info *info) {
+enum ft_moe_backend engine_auto_pick(const ft_model *m, const ft_engine_params *p, const ft_cuda_device_info *info) {
     char why[200];
     if (m->hp.n_expert == 0) return FT_MOE_BACKEND_FUSED;
     if (!engine_experts_run_on_cuda(m, why, sizeof(why))) {
@@ -179,7 +176,7 @@ bool ft_engine_place_model(ft_model *m, const ft_engine_params *params, ft_err *
     }
     ft_cuda_device_info info;
     if (!ft_cuda_device_get_info(0, &info)) return ft_err_set(err, "--device cuda: no CUDA device found");
-    if (p.moe_backend == FT_MOE_BACKEND_AUTO) p.moe_backend = auto_pick(m, &p, &info);
+    if (p.moe_backend == FT_MOE_BACKEND_AUTO) p.moe_backend = engine_auto_pick(m, &p, &info);
     if (p.moe_backend == FT_MOE_BACKEND_CPU) return place_cpu(m, &p, &info, err);
     switch (p.moe_backend) {
     case FT_MOE_BACKEND_AUTO:
