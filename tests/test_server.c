@@ -4,6 +4,7 @@
 // Each test starts its own server on a free port (--port 0 --ready-file) with a small
 // synthetic model written by `ft synth`, and stops it with SIGTERM, which must exit 0.
 #include "test.h"
+#include "../src/backend/cuda/ft_cuda.h"
 
 #include <jansson.h>
 #include <signal.h>
@@ -775,5 +776,88 @@ TEST(server_idle_timeout) {
         }
     }
     CHECK(!strcmp(rc, "0\n"), "the idle connection was not closed by the server (cat: '%s')", rc);
+    CHECK(server_stop(&s) == 0, "log: %s", s.log);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Expert cache flags and endpoints (issue 8) on a machine without a GPU
+
+static char *read_log(const server *s) {
+    static char buf[1 << 16];
+    buf[0] = 0;
+    FILE *f = fopen(s->log, "r");
+    if (!f) return buf;
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    buf[n] = 0;
+    fclose(f);
+    return buf;
+}
+
+// FreeToken's command line of the A/B, as written, with a GGUF path. Without a GPU the MoE
+// flags get one notice and the CPU serves; with one, the expert cache serves.
+TEST(server_freetoken_command_line) {
+    char extra[1024];
+    snprintf(extra, sizeof(extra),
+             "--model %s --tp-size 1 --attn triton --kv-cache-dtype q8_0 --num-tokens 8192 --kv-reserve-tokens 8192 "
+             "--max-running-requests 1 --cuda-graph-max-bs 0 --memory-ratio 0.95 --moe-backend offload "
+             "--moe-cache-size 480 --disable-moe-prefill-overlap",
+             model_path());
+    SERVER_OR_SKIP(s, extra);
+    static char out[1 << 16];
+    CHECK(http(&s, "POST", "/v1/completions", "{\"prompt\":\"hello\",\"max_tokens\":4,\"temperature\":0}", NULL, out,
+               sizeof(out)) == 200, "%s", out);
+    long cap = stat_int(&s, "kv_cache", "capacity_tokens");
+    CHECK(cap > 0 && cap <= 8192, "one sequence of at most --num-tokens positions: %ld", cap);
+    CHECK(server_stop(&s) == 0, "log: %s", s.log);
+    const char *log = read_log(&s);
+    CHECK(strstr(log, "--tp-size 1: ft runs the model on one GPU") != NULL, "%s", log);
+    CHECK(strstr(log, "--attn triton: ignored") != NULL, "%s", log);
+    if (ft_cuda_device_count() == 0) {
+        const char *phrase = "so the CPU runs the whole model", *notice = strstr(log, phrase);
+        CHECK(notice && !strstr(notice + strlen(phrase), phrase), "exactly one notice: %s", log);
+        CHECK(strstr(log, "no GPU was found") != NULL, "%s", log);
+        CHECK(strstr(log, "--moe-backend") && strstr(log, "--moe-cache-size") && strstr(log, "--kv-reserve-tokens"),
+              "the notice names the flags: %s", log);
+    }
+}
+
+// --num-tokens is the KV capacity over all sequences.
+TEST(server_num_tokens_shared_by_sequences) {
+    SERVER_OR_SKIP(s, "--num-tokens 200 --max-running-requests 2 --device cpu");
+    CHECK(stat_int(&s, "kv_cache", "capacity_tokens") == 200);
+    CHECK(server_stop(&s) == 0, "log: %s", s.log);
+}
+
+// Without an expert cache: /v1/stats says so, /metrics has no cache series, and a resize is
+// refused with an error in the OpenAI shape (bad bodies too), the server carrying on.
+TEST(server_cache_endpoints_without_a_cache) {
+    SERVER_OR_SKIP(s, "--device cpu --moe-backend offload");
+    json_t *st = get_json(&s, "/v1/stats");
+    REQUIRE(st, "/v1/stats is not JSON");
+    CHECK(json_is_null(json_object_get(st, "moe_cache")), "moe_cache must be null without a cache");
+    json_decref(st);
+    static char out[1 << 16];
+    REQUIRE(http(&s, "GET", "/metrics", NULL, NULL, out, sizeof(out)) == 200);
+    CHECK(strstr(out, "ft_kv_cache_capacity_tokens") && !strstr(out, "ft_moe_"), "%s", out);
+    static const struct {
+        const char *body, *msg;
+    } cases[] = {
+        {"{\"moe_cache_size\":64}", "no expert cache to resize"},
+        {"{}", "moe_cache_size (expert slots) is required"},
+        {"{\"moe_cache_size\":0}", "moe_cache_size"},
+        {"{\"moe_cache_size\":\"64\"}", "moe_cache_size"},
+        {"{\"moe_cache_size\":1.5}", "moe_cache_size"},
+        {"[64]", "JSON object"},
+    };
+    for (size_t i = 0; i < FT_ARRAY_LEN(cases); i++) {
+        int code = http(&s, "POST", "/v1/cache/rebuild", cases[i].body, NULL, out, sizeof(out));
+        CHECK(code == 400, "%s: %d %s", cases[i].body, code, out);
+        json_t *e = json_loads(out, 0, NULL);
+        const char *msg = json_string_value(json_object_get(json_object_get(e, "error"), "message"));
+        CHECK(msg && strstr(msg, cases[i].msg), "%s: %s", cases[i].body, out);
+        json_decref(e);
+    }
+    CHECK(http(&s, "GET", "/v1/cache/rebuild", NULL, NULL, out, sizeof(out)) == 405);
+    CHECK(http(&s, "GET", "/health", NULL, NULL, out, sizeof(out)) == 200 && strstr(out, "ok"));
     CHECK(server_stop(&s) == 0, "log: %s", s.log);
 }

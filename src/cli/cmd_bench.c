@@ -13,6 +13,7 @@
 // run with a threaded read of a buffer far larger than the caches, bounds decode speed.
 #include "cli.h"
 #include "args.h"
+#include "engine_args.h"
 #include "../backend/cpu/cpu.h"
 #include "../engine/engine.h"
 
@@ -36,12 +37,16 @@ static void bench_usage(FILE *out) {
             "  -m, --model FILE           the model\n"
             "  -p, --n-prompt N           prompt tokens (default 512)\n"
             "  -n, --n-gen N              decoded tokens after the prompt (default 128)\n"
-            "  -t, --threads N            CPU threads (default: physical cores)\n"
-            "  -b, --batch N              prompt tokens per forward pass (default 512, llama.cpp's)\n"
             "  -r, --reps N               timed runs; figures are their median (default 3)\n"
-            "  --kv-cache-dtype T         f16 (default) or q8_0\n"
-            "  --device D                 cpu (default) or cuda\n"
-            "  --json                     one JSON line on stdout instead of the table\n");
+            "  --json                     one JSON line on stdout instead of the table\n"
+            "  --resident-tok-s T         offload: decode speed of the model fully resident on the GPU, for\n"
+            "                             the transfer bound (default: measured with --moe-backend fused and\n"
+            "                             no --gpu-memory-limit when the model fits the GPU whole)\n");
+    engine_args a = engine_args_init("bench", ENGINE_ARGS_ROUTE_TRACE);
+    engine_args_usage(out, &a);
+    fprintf(out, "With an expert cache (--moe-backend offload) it also prints the decode's hit rate, misses and\n"
+                 "host-to-device bytes per pool, the copies' GB/s, and decode against the transfer bound\n"
+                 "1 / (missed bytes per token / copy GB/s + time per token fully resident).\n");
 }
 
 static double now_s(void) {
@@ -185,25 +190,69 @@ static double measure_mem_bw(int n_threads) {
 // ---------------------------------------------------------------------------------------------
 // The runs
 
-// One run: prefill n_prompt tokens, then decode n_gen one by one. Returns false and sets *err.
+// One run: prefill n_prompt tokens, then decode n_gen one by one. With an expert cache, adds
+// what its counters saw during the decode to *moe_dec (read outside the timed windows).
+// Returns false and sets *err.
 static bool bench_once(ft_engine *e, const int32_t *ids, int n_prompt, int n_gen, double *prompt_s,
-                       double *gen_s, ft_err *err) {
+                       double *gen_s, ft_moe_stats *moe_dec, ft_err *err) {
     ft_engine_reset(e);
     double t0 = now_s();
     if (n_prompt > 0 && !ft_engine_eval(e, ids, n_prompt, err)) return false;
     double t1 = now_s();
+    ft_moe_stats before = {0}, after = {0};
+    bool moe = moe_dec && ft_moe_stats_read(ft_engine_model(e), &before);
+    double t1b = now_s();
     for (int i = 0; i < n_gen; i++)
         if (!ft_engine_eval(e, &ids[n_prompt + i], 1, err)) return false;
     double t2 = now_s();
+    if (moe && ft_moe_stats_read(ft_engine_model(e), &after)) {
+        ft_moe_stats_sub(&after, &before);
+        if (moe_dec->n_layers == 0) ft_moe_stats_copy(moe_dec, &after);
+        else ft_moe_stats_add(moe_dec, &after);
+    }
+    ft_moe_stats_free(&before);
+    ft_moe_stats_free(&after);
     *prompt_s = t1 - t0;
-    *gen_s = t2 - t1;
+    *gen_s = t2 - t1b;
     return true;
 }
 
+// The decode speed of the same model fully resident on the GPU (--moe-backend fused, no
+// --gpu-memory-limit): the transfer bound's time per token. Returns 0 and says why on stderr
+// when the model does not fit the device whole.
+static double resident_decode_tok_s(const char *path, const ft_engine_params *ep, const int32_t *ids, int n_prompt,
+                                    int n_gen, int reps) {
+    ft_engine_params fp = *ep;
+    fp.moe_backend = FT_MOE_BACKEND_FUSED;
+    fp.gpu_memory_limit = 0;
+    fp.moe_route_trace = NULL;
+    ft_err err = {{0}};
+    ft_model *m = ft_model_load(path, &err);
+    ft_engine *e = NULL;
+    double tps[BENCH_MAX_REPS], ps, gs, med = 0;
+    fprintf(stderr, "bench: the resident reference (--moe-backend fused, no memory cap) for the transfer bound:\n");
+    if (!m || !ft_engine_place_model(m, &fp, &err) || !(e = ft_engine_init(m, &fp, &err))) goto out;
+    if (!bench_once(e, ids, n_prompt < 64 ? n_prompt : 64, n_gen < 4 ? n_gen : 4, &ps, &gs, NULL, &err)) goto out;
+    for (int r = 0; r < reps; r++) {
+        if (!bench_once(e, ids, n_prompt, n_gen, &ps, &gs, NULL, &err)) goto out;
+        tps[r] = gs > 0 ? (double)n_gen / gs : 0;
+    }
+    med = median(tps, reps);
+    fprintf(stderr, "bench: resident decode %.2f tok/s\n", med);
+out:
+    if (med == 0)
+        fprintf(stderr, "bench: no resident reference (%s); give its decode speed with --resident-tok-s\n", err.msg);
+    ft_engine_free(e);
+    ft_model_free(m);
+    return med;
+}
+
 int cmd_bench(int argc, char **argv) {
-    const char *model_path = NULL, *kv_name = "f16", *device_name = "cpu";
-    int64_t n_prompt = 512, n_gen = 128, threads = 0, reps = 3, n_batch = 512;
+    const char *model_path = NULL;
+    int64_t n_prompt = 512, n_gen = 128, reps = 3;
+    double resident_tps = 0;
     bool json = false, bad = false;
+    engine_args ea = engine_args_init("bench", ENGINE_ARGS_ROUTE_TRACE);
     for (int i = 1; i < argc && !bad; i++) {
         if (args_flag(argv, i, "-h|--help")) {
             bench_usage(stdout);
@@ -213,15 +262,19 @@ int cmd_bench(int argc, char **argv) {
             json = true;
             continue;
         }
-        if (args_str(argc, argv, &i, "-m|--model", &model_path, &bad) ||
-            args_str(argc, argv, &i, "--kv-cache-dtype", &kv_name, &bad) ||
-            args_str(argc, argv, &i, "--device", &device_name, &bad) ||
+        if (engine_args_take(&ea, argc, argv, &i, &bad) ||
+            args_str(argc, argv, &i, "-m|--model", &model_path, &bad) ||
             args_int(argc, argv, &i, "-p|--n-prompt", 0, 1 << 20, &n_prompt, &bad) ||
             args_int(argc, argv, &i, "-n|--n-gen", 0, 1 << 20, &n_gen, &bad) ||
-            args_int(argc, argv, &i, "-t|--threads", 1, 1024, &threads, &bad) ||
-            args_int(argc, argv, &i, "-b|--batch", 1, 1 << 16, &n_batch, &bad) ||
             args_int(argc, argv, &i, "-r|--reps", 1, BENCH_MAX_REPS, &reps, &bad))
             continue;
+        if (args_float(argc, argv, &i, "--resident-tok-s", &resident_tps, &bad)) {
+            if (!bad && !(resident_tps > 0)) {
+                fprintf(stderr, "ft bench: --resident-tok-s %g: expected tok/s > 0\n", resident_tps);
+                bad = true;
+            }
+            continue;
+        }
         fprintf(stderr, "ft bench: unexpected argument '%s' (see ft bench --help)\n", argv[i]);
         return FT_EXIT_USAGE;
     }
@@ -231,14 +284,8 @@ int cmd_bench(int argc, char **argv) {
         return FT_EXIT_USAGE;
     }
     ft_engine_params ep = ft_engine_default_params();
-    if (!ft_kv_type_from_name(kv_name, &ep.kv_type)) {
-        fprintf(stderr, "ft bench: --kv-cache-dtype %s: expected f16 or q8_0\n", kv_name);
-        return FT_EXIT_USAGE;
-    }
-    if (!ft_engine_device_from_name(device_name, &ep.device)) {
-        fprintf(stderr, "ft bench: --device %s: expected cpu or cuda\n", device_name);
-        return FT_EXIT_USAGE;
-    }
+    if (!engine_args_apply(&ea, &ep)) return FT_EXIT_USAGE;
+    const char *device_name = ep.device == FT_PLACEMENT_CUDA ? "cuda" : "cpu";
     char demo[1024];
     if (!model_path) {
         if (!cli_demo_model("bench", demo, sizeof(demo))) return FT_EXIT_INPUT;
@@ -253,28 +300,39 @@ int cmd_bench(int argc, char **argv) {
     int rc = FT_EXIT_INPUT;
     ft_engine *e = NULL;
     int32_t *ids = NULL;
+    ft_moe_stats moe_dec = {0}; // the expert cache's counters over the timed decodes
     int n_tok = (int)(n_prompt + n_gen);
-    ep.n_threads = threads > 0 ? (int)threads : ft_cpu_physical_cores();
-    ep.n_ctx = n_tok;
-    ep.n_batch = (int)FT_MIN(n_batch, (int64_t)n_tok);
+    if (ep.n_threads <= 0) ep.n_threads = ft_cpu_physical_cores();
+    ep.n_ctx = engine_args_n_ctx(&ea, n_tok, n_tok, 1);
+    ep.n_batch = FT_MIN(ep.n_batch, n_tok);
+    if (ep.n_ctx == 0) goto done;
+    if (ep.n_ctx < n_tok) {
+        fprintf(stderr, "ft bench: -p %d + -n %d needs %d positions; the context is %d (-c, --num-tokens)\n",
+                (int)n_prompt, (int)n_gen, n_tok, ep.n_ctx);
+        goto done;
+    }
     if (ep.n_ctx > m->hp.n_ctx_train) {
         fprintf(stderr, "ft bench: -p %d + -n %d exceeds the model's context of %d tokens\n", (int)n_prompt,
                 (int)n_gen, m->hp.n_ctx_train);
         goto done;
     }
+    ids = malloc((size_t)n_tok * sizeof(int32_t));
+    for (int i = 0; i < n_tok; i++) ids[i] = bench_token(i, m->hp.n_vocab);
+    // the resident reference runs first, on its own model, and gives its memory back
+    bool offload = ep.device == FT_PLACEMENT_CUDA && ep.moe_backend == FT_MOE_BACKEND_OFFLOAD;
+    if (offload && resident_tps == 0 && n_gen > 0)
+        resident_tps = resident_decode_tok_s(model_path, &ep, ids, (int)n_prompt, (int)n_gen, (int)reps);
     if (!ft_engine_place_model(m, &ep, &err) || !(e = ft_engine_init(m, &ep, &err))) {
         fprintf(stderr, "ft bench: %s\n", err.msg);
         goto done;
     }
-    ids = malloc((size_t)n_tok * sizeof(int32_t));
-    for (int i = 0; i < n_tok; i++) ids[i] = bench_token(i, m->hp.n_vocab);
 
     // warm-up: fault the weights in (a short prefill routes to most experts) and wake the pool
     double ps, gs, prompt_tps[BENCH_MAX_REPS], gen_tps[BENCH_MAX_REPS];
     int wp = (int)(n_prompt < 64 ? n_prompt : 64), wg = (int)(n_gen < 4 ? n_gen : 4);
-    if (!bench_once(e, ids, wp, wg, &ps, &gs, &err)) goto eval_failed;
+    if (!bench_once(e, ids, wp, wg, &ps, &gs, NULL, &err)) goto eval_failed;
     for (int r = 0; r < reps; r++) {
-        if (!bench_once(e, ids, (int)n_prompt, (int)n_gen, &ps, &gs, &err)) goto eval_failed;
+        if (!bench_once(e, ids, (int)n_prompt, (int)n_gen, &ps, &gs, &moe_dec, &err)) goto eval_failed;
         prompt_tps[r] = ps > 0 ? (double)n_prompt / ps : 0;
         gen_tps[r] = gs > 0 ? (double)n_gen / gs : 0;
         if (!json)
@@ -286,6 +344,15 @@ int cmd_bench(int argc, char **argv) {
     double bw = ep.device == FT_PLACEMENT_CPU ? measure_mem_bw(ep.n_threads) : 0;
     double roof_tps = bw > 0 ? bw * 1e9 / (double)bpt : 0;
     double frac = roof_tps > 0 ? gen_med / roof_tps : 0;
+    // the transfer bound of an expert cache: each token's missed bytes at the copies' measured
+    // bandwidth on top of the time per token fully resident
+    bool moe = moe_dec.n_layers > 0;
+    double dec_tokens = (double)reps * (double)n_gen;
+    double miss_bpt = moe && dec_tokens > 0 ? (double)moe_dec.total.bytes_copied / dec_tokens : 0;
+    double copy_gbps = moe ? ft_moe_copy_gbps(&moe_dec.total) : 0;
+    double bound_tps = 0;
+    if (moe && resident_tps > 0)
+        bound_tps = 1.0 / ((copy_gbps > 0 ? miss_bpt / (copy_gbps * 1e9) : 0) + 1.0 / resident_tps);
 
     if (json) {
         printf("{\"model\":\"");
@@ -299,8 +366,26 @@ int cmd_bench(int argc, char **argv) {
         for (int r = 0; r < reps; r++) printf("%s%.3f", r ? "," : "", prompt_tps[r]);
         printf("],\"decode_tok_s_runs\":[");
         for (int r = 0; r < reps; r++) printf("%s%.3f", r ? "," : "", gen_tps[r]);
-        printf("],\"bytes_per_token\":%zu,\"mem_bw_gbs\":%.3f,\"roofline_tok_s\":%.3f,\"roofline_frac\":%.4f}\n",
+        printf("],\"bytes_per_token\":%zu,\"mem_bw_gbs\":%.3f,\"roofline_tok_s\":%.3f,\"roofline_frac\":%.4f",
                bpt, bw, roof_tps, frac);
+        if (moe) {
+            const ft_moe_counts *t = &moe_dec.total;
+            printf(",\"moe_cache\":{\"slots\":%d,\"layout\":\"%s\",\"bytes\":%llu,\"decode_hit_rate\":%.4f,"
+                   "\"decode_misses_per_token\":%.2f,\"decode_h2d_bytes_per_token\":%.0f,\"copy_gbs\":%.3f,"
+                   "\"resident_tok_s\":%.3f,\"transfer_bound_tok_s\":%.3f,\"transfer_bound_frac\":%.4f,\"pools\":[",
+                   moe_dec.n_slots, moe_dec.uniform ? "uniform" : "exact", (unsigned long long)moe_dec.cache_bytes,
+                   ft_moe_hit_rate(t), dec_tokens > 0 ? (double)t->misses / dec_tokens : 0, miss_bpt, copy_gbps,
+                   resident_tps, bound_tps, bound_tps > 0 ? gen_med / bound_tps : 0);
+            for (int p = 0; p < moe_dec.n_pools; p++) {
+                const ft_moe_counts *c = &moe_dec.pools[p];
+                printf("%s{\"layers\":%d,\"slots\":%d,\"selections\":%llu,\"hits\":%llu,\"misses\":%llu,"
+                       "\"h2d_bytes\":%llu,\"copy_gbs\":%.3f}", p ? "," : "", moe_dec.pool_layers[p],
+                       moe_dec.pool_slots[p], (unsigned long long)c->selections, (unsigned long long)c->hits,
+                       (unsigned long long)c->misses, (unsigned long long)c->bytes_copied, ft_moe_copy_gbps(c));
+            }
+            printf("]}");
+        }
+        printf("}\n");
     } else {
         printf("model      %s (%s, %d layers, %d threads, %s, %s kernels, batch %d)\n", model_path, m->arch->name,
                m->hp.n_layer, ep.n_threads, device_name, ft_quant_simd_name(), ep.n_batch);
@@ -311,6 +396,16 @@ int cmd_bench(int argc, char **argv) {
         if (bw > 0)
             printf("mem bw     %.2f GB/s (read, %d threads) -> roofline %.2f tok/s, decode at %.1f%%\n", bw,
                    ep.n_threads, roof_tps, 100 * frac);
+        if (moe) {
+            printf("decode through the expert cache (%d timed runs):\n", (int)reps);
+            ft_moe_stats_print(&moe_dec, (int)dec_tokens, stdout);
+            if (bound_tps > 0)
+                printf("transfer bound 1 / (%.2f MiB/token / %.1f GB/s + 1 / %.2f tok/s resident) = %.2f tok/s, "
+                       "decode at %.1f%%\n", miss_bpt / 1048576.0, copy_gbps, resident_tps, bound_tps,
+                       100 * gen_med / bound_tps);
+            else
+                printf("transfer bound: no resident time per token (--resident-tok-s)\n");
+        }
     }
     fflush(stdout);
     rc = FT_EXIT_OK;
@@ -318,6 +413,7 @@ int cmd_bench(int argc, char **argv) {
 eval_failed:
     fprintf(stderr, "ft bench: %s\n", err.msg);
 done:
+    ft_moe_stats_free(&moe_dec);
     free(ids);
     ft_engine_free(e);
     ft_model_free(m);

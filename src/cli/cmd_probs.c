@@ -2,6 +2,7 @@
 // distribution after a prompt, as one JSON line (the conformance view of the engine).
 #include "cli.h"
 #include "args.h"
+#include "engine_args.h"
 #include "../engine/engine.h"
 #include "../tokenizer/tokenizer.h"
 
@@ -17,29 +18,25 @@ static void probs_usage(FILE *out) {
             "likely next tokens after the prompt (softmax at temperature 1 over the vocabulary).\n\n"
             "  -m, --model FILE           the model\n"
             "  -p, --prompt TEXT          the prompt (special tokens parsed; BOS as the model asks)\n"
-            "  --top K                    how many tokens (default 10)\n"
-            "  -t, --threads N            CPU threads (default: physical cores)\n"
-            "  -c, --ctx-size N           context length (default: the prompt's length)\n"
-            "  --kv-cache-dtype T         f16 (default) or q8_0\n"
-            "  --device D                 cuda (default when a GPU is found) or cpu\n");
+            "  --top K                    how many tokens (default 10)\n");
+    engine_args a = engine_args_init("probs", 0);
+    engine_args_usage(out, &a);
 }
 
 int cmd_probs(int argc, char **argv) {
-    const char *model_path = NULL, *prompt = NULL, *kv_name = "f16", *device_name = NULL;
-    int64_t top = 10, threads = 0, n_ctx = 0;
+    const char *model_path = NULL, *prompt = NULL;
+    int64_t top = 10;
+    engine_args ea = engine_args_init("probs", 0);
     bool bad = false;
     for (int i = 1; i < argc && !bad; i++) {
         if (args_flag(argv, i, "-h|--help")) {
             probs_usage(stdout);
             return FT_EXIT_OK;
         }
-        if (args_str(argc, argv, &i, "-m|--model", &model_path, &bad) ||
+        if (engine_args_take(&ea, argc, argv, &i, &bad) ||
+            args_str(argc, argv, &i, "-m|--model", &model_path, &bad) ||
             args_str(argc, argv, &i, "-p|--prompt", &prompt, &bad) ||
-            args_str(argc, argv, &i, "--kv-cache-dtype", &kv_name, &bad) ||
-            args_str(argc, argv, &i, "--device", &device_name, &bad) ||
-            args_int(argc, argv, &i, "--top", 1, 1 << 20, &top, &bad) ||
-            args_int(argc, argv, &i, "-t|--threads", 1, 1024, &threads, &bad) ||
-            args_int(argc, argv, &i, "-c|--ctx-size", 1, 1 << 26, &n_ctx, &bad))
+            args_int(argc, argv, &i, "--top", 1, 1 << 20, &top, &bad))
             continue;
         fprintf(stderr, "ft probs: unexpected argument '%s' (see ft probs --help)\n", argv[i]);
         return FT_EXIT_USAGE;
@@ -50,15 +47,7 @@ int cmd_probs(int argc, char **argv) {
         return FT_EXIT_USAGE;
     }
     ft_engine_params ep = ft_engine_default_params();
-    if (!ft_kv_type_from_name(kv_name, &ep.kv_type)) {
-        fprintf(stderr, "ft probs: --kv-cache-dtype %s: expected f16 or q8_0\n", kv_name);
-        return FT_EXIT_USAGE;
-    }
-    ep.device = ft_engine_default_device();
-    if (device_name && !ft_engine_device_from_name(device_name, &ep.device)) {
-        fprintf(stderr, "ft probs: --device %s: expected cpu or cuda\n", device_name);
-        return FT_EXIT_USAGE;
-    }
+    if (!engine_args_apply(&ea, &ep)) return FT_EXIT_USAGE;
     ft_err err = {{0}};
     ft_model *m = ft_model_load(model_path, &err);
     if (!m) {
@@ -79,8 +68,9 @@ int cmd_probs(int argc, char **argv) {
         fprintf(stderr, "ft probs: the prompt is empty after tokenization\n");
         goto done;
     }
-    ep.n_threads = (int)threads;
-    ep.n_ctx = n_ctx ? (int)n_ctx : (int)FT_MIN((size_t)m->hp.n_ctx_train, ids.n);
+    int need = (int)FT_MIN((size_t)m->hp.n_ctx_train, ids.n);
+    ep.n_ctx = engine_args_n_ctx(&ea, need, need, 1);
+    if (ep.n_ctx == 0) goto done;
     if (ids.n > (size_t)ep.n_ctx) {
         fprintf(stderr, "ft probs: the prompt has %zu tokens, more than the context of %d (-c)\n", ids.n, ep.n_ctx);
         goto done;

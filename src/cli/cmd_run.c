@@ -3,6 +3,7 @@
 // writing it to the cache folder on first use.
 #include "cli.h"
 #include "args.h"
+#include "engine_args.h"
 #include "../engine/engine.h"
 #include "../engine/stop.h"
 #include "../model/synth.h"
@@ -36,12 +37,10 @@ static void run_usage(FILE *out) {
             "  --frequency-penalty F      (default 0)\n"
             "  --repeat-last-n N          tokens the penalties look back over (default 64)\n"
             "  --seed S                   sampling seed (default: from the clock)\n"
-            "  --stop TEXT                stop before this text (up to %d times)\n"
-            "  -t, --threads N            CPU threads (default: physical cores)\n"
-            "  -c, --ctx-size N           context length (default: the model's, at most 4096)\n"
-            "  --kv-cache-dtype T         f16 (default) or q8_0\n"
-            "  --device D                 cuda (default when a GPU is found) or cpu\n",
+            "  --stop TEXT                stop before this text (up to %d times)\n",
             MAX_STOPS);
+    engine_args a = engine_args_init("run", 0);
+    engine_args_usage(out, &a);
 }
 
 typedef struct {
@@ -49,6 +48,9 @@ typedef struct {
     bool stream_live;
     ft_stop *stop;
     bool stopped;
+    const ft_model *m;
+    int n_tokens;             // tokens passed to on_token so far
+    ft_moe_stats moe_prefill; // the expert cache's counters when the prompt was in (offload)
 } run_out;
 
 static void emit(void *ctx, const char *text, size_t len) {
@@ -59,6 +61,8 @@ static void emit(void *ctx, const char *text, size_t len) {
 
 static bool on_token(void *ctx, int32_t token) {
     run_out *o = ctx;
+    // the first token comes right after the prompt's evaluation: the end of prefill
+    if (o->n_tokens++ == 0) ft_moe_stats_read(o->m, &o->moe_prefill);
     size_t len;
     const char *text = tok_stream_push(&o->stream, token, &len);
     if (ft_stop_feed(o->stop, text, len, emit, NULL)) o->stopped = true;
@@ -93,10 +97,11 @@ static bool tokenize_prompt(const ft_model *m, const tok_vocab *v, const char *p
 }
 
 int cmd_run(int argc, char **argv) {
-    const char *model_path = NULL, *prompt = NULL, *kv_name = "f16", *device_name = NULL, *template_name = NULL;
+    const char *model_path = NULL, *prompt = NULL, *template_name = NULL;
     const char *stops[MAX_STOPS];
     int n_stops = 0;
-    int64_t n_predict = 128, threads = 0, n_ctx = 0, seed = -1, v64;
+    int64_t n_predict = 128, seed = -1, v64;
+    engine_args ea = engine_args_init("run", 0);
     double f;
     bool chat = false, bad = false;
     ft_sampler_params sp = ft_sampler_default_params();
@@ -138,15 +143,12 @@ int cmd_run(int argc, char **argv) {
             sp.penalty_last_n = (int)v64;
             continue;
         }
-        if (args_str(argc, argv, &i, "-m|--model", &model_path, &bad) ||
+        if (engine_args_take(&ea, argc, argv, &i, &bad) ||
+            args_str(argc, argv, &i, "-m|--model", &model_path, &bad) ||
             args_str(argc, argv, &i, "-p|--prompt", &prompt, &bad) ||
-            args_str(argc, argv, &i, "--kv-cache-dtype", &kv_name, &bad) ||
-            args_str(argc, argv, &i, "--device", &device_name, &bad) ||
             args_str(argc, argv, &i, "--chat-template", &template_name, &bad) ||
             args_int(argc, argv, &i, "-n|--n-predict", 0, 1 << 26, &n_predict, &bad) ||
-            args_int(argc, argv, &i, "--seed", 0, INT64_MAX, &seed, &bad) ||
-            args_int(argc, argv, &i, "-t|--threads", 1, 1024, &threads, &bad) ||
-            args_int(argc, argv, &i, "-c|--ctx-size", 1, 1 << 26, &n_ctx, &bad))
+            args_int(argc, argv, &i, "--seed", 0, INT64_MAX, &seed, &bad))
             continue;
         fprintf(stderr, "ft run: unexpected argument '%s' (see ft run --help)\n", argv[i]);
         return FT_EXIT_USAGE;
@@ -157,15 +159,7 @@ int cmd_run(int argc, char **argv) {
         return FT_EXIT_USAGE;
     }
     ft_engine_params ep = ft_engine_default_params();
-    if (!ft_kv_type_from_name(kv_name, &ep.kv_type)) {
-        fprintf(stderr, "ft run: --kv-cache-dtype %s: expected f16 or q8_0\n", kv_name);
-        return FT_EXIT_USAGE;
-    }
-    ep.device = ft_engine_default_device();
-    if (device_name && !ft_engine_device_from_name(device_name, &ep.device)) {
-        fprintf(stderr, "ft run: --device %s: expected cpu or cuda\n", device_name);
-        return FT_EXIT_USAGE;
-    }
+    if (!engine_args_apply(&ea, &ep)) return FT_EXIT_USAGE;
     char demo[1024];
     if (!model_path) {
         if (!cli_demo_model("run", demo, sizeof(demo))) return FT_EXIT_INPUT;
@@ -185,6 +179,7 @@ int cmd_run(int argc, char **argv) {
     ft_sampler *s = NULL;
     int32_t *eog = NULL;
     run_out out = {0};
+    ft_moe_stats moe_start = {0}, moe_end = {0}; // the expert cache's counters (offload)
     tok_vocab *v = tok_vocab_load(m->file, &err);
     if (!v) {
         fprintf(stderr, "ft run: %s\n", err.msg);
@@ -195,8 +190,8 @@ int cmd_run(int argc, char **argv) {
         fprintf(stderr, "ft run: the prompt is empty after tokenization\n");
         goto done;
     }
-    ep.n_threads = (int)threads;
-    ep.n_ctx = n_ctx ? (int)n_ctx : FT_MIN(m->hp.n_ctx_train, 4096);
+    ep.n_ctx = engine_args_n_ctx(&ea, FT_MIN(m->hp.n_ctx_train, 4096), m->hp.n_ctx_train, 1);
+    if (ep.n_ctx == 0) goto done;
     if (ep.n_ctx > m->hp.n_ctx_train) {
         fprintf(stderr, "ft run: -c %d exceeds the model's context of %d tokens\n", ep.n_ctx, m->hp.n_ctx_train);
         goto done;
@@ -226,6 +221,8 @@ int cmd_run(int argc, char **argv) {
     out.stop = ft_stop_init(stops, n_stops);
     int room = ep.n_ctx - (int)ids.n;
     ft_generate_stats st;
+    out.m = m;
+    bool moe = ft_moe_stats_read(m, &moe_start);
     if (!ft_generate(e, s, ids.ids, (int)ids.n, (int)FT_MIN(n_predict, room), eog, n_eog, on_token, &out, &st, &err)) {
         fprintf(stderr, "\nft run: %s\n", err.msg);
         goto done;
@@ -239,8 +236,21 @@ int cmd_run(int argc, char **argv) {
     fflush(stdout);
     fprintf(stderr, "prompt: %d tokens, %.1f tok/s | decode: %d tokens, %.1f tok/s\n", st.n_prompt,
             st.prompt_s > 0 ? st.n_prompt / st.prompt_s : 0.0, st.n_gen, st.gen_s > 0 ? st.n_gen / st.gen_s : 0.0);
+    if (moe && out.moe_prefill.n_layers > 0 && ft_moe_stats_read(m, &moe_end)) {
+        // decode evaluated every generated token but the last
+        ft_moe_stats_sub(&moe_end, &out.moe_prefill);
+        ft_moe_stats_sub(&out.moe_prefill, &moe_start);
+        fprintf(stderr, "prompt, ");
+        ft_moe_stats_print(&out.moe_prefill, st.n_prompt, stderr);
+        fprintf(stderr, "decode, ");
+        ft_moe_stats_print(&moe_end, FT_MAX(st.n_gen - 1, 0), stderr);
+    }
+
     rc = FT_EXIT_OK;
 done:
+    ft_moe_stats_free(&out.moe_prefill);
+    ft_moe_stats_free(&moe_start);
+    ft_moe_stats_free(&moe_end);
     if (out.stream_live) tok_stream_free(&out.stream);
     ft_stop_free(out.stop);
     free(eog);

@@ -2,6 +2,7 @@
 // server (src/server). Without -m it serves the built-in demo model (random weights).
 #include "cli.h"
 #include "args.h"
+#include "engine_args.h"
 #include "../model/synth.h"
 #include "../server/server.h"
 
@@ -17,40 +18,33 @@ static void serve_usage(FILE *out) {
         out,
         "usage: ft serve [-m FILE.gguf] [options]\n"
         "Serves the model over HTTP: POST /v1/chat/completions, /v1/completions, /v1/messages\n"
-        "(Anthropic), /tokenize, /detokenize; GET /v1/models, /health, /metrics, /v1/stats.\n"
+        "(Anthropic), /tokenize, /detokenize, /v1/cache/rebuild {\"moe_cache_size\": N} (resizes the GPU\n"
+        "expert cache); GET /v1/models, /health, /metrics, /v1/stats.\n"
         "Without -m, serves the demo model (random weights) from ~/.cache/ft.\n\n"
         "  -m, --model FILE             the model\n"
         "  --host ADDR                  address to listen on (default 127.0.0.1)\n"
         "  --port N                     port (default 1919; 0: any free port)\n"
-        "  -c, --ctx-size, --context-length N\n"
-        "                               context per sequence (default: the model's, at most 4096)\n"
-        "  -t, --threads N              CPU threads (default: physical cores)\n"
-        "  --kv-cache-dtype T           f16 (default) or q8_0\n"
         "  --max-running-requests N     sequences decoded together in one batched step (default 4;\n"
         "                               also -np, --parallel); each holds a KV cache of -c positions\n"
-        "  -b, --batch-size N           prefill chunk: a prompt joins the running sequences' steps in\n"
-        "                               chunks of N tokens (default 256)\n"
         "  --max-queued-requests N      requests waiting beyond those; more get 429 (default 64)\n"
         "  --served-model-name NAME     model id (default: the GGUF's general.name, else the file name)\n"
         "  --api-key KEY                require 'Authorization: Bearer KEY' or 'x-api-key: KEY'\n"
         "                               (also from FT_API_KEY)\n"
         "  --chat-template NAME         chatml, qwen2, qwen2.5, qwen3, llama2, mistral, llama3, llama3.1\n"
         "                               (default: recognised from the GGUF)\n"
-        "  --device D                   cuda (default when a GPU is found) or cpu\n"
-        "  --memory-ratio F             share of the GPU's free memory for weights, KV cache and\n"
-        "                               workspace (default 0.9)\n"
         "  --timeout S                  drop clients idle or stalled this long (default 600)\n"
         "  --max-body-bytes N           request body limit (default 4194304)\n"
         "  --ready-file F               write the bound port to F once listening (for scripts)\n"
-        "  --moe-backend B, --moe-cache-size N\n"
-        "                               accepted; not yet effective (the expert cache is to come)\n");
+        "The engine (-b: the prefill chunk, a prompt joins the running sequences' steps in chunks):\n");
+    engine_args a = engine_args_init("serve", 0);
+    engine_args_usage(out, &a);
 }
 
 int cmd_serve(int argc, char **argv) {
-    const char *model_path = NULL, *kv_name = "f16", *tmpl_name = NULL, *ignored, *device_name = NULL;
-    int64_t threads = 0, n_ctx = 0, n_batch = 256, v64;
-    double f;
+    const char *model_path = NULL, *tmpl_name = NULL;
+    int64_t v64;
     bool bad = false;
+    engine_args ea = engine_args_init("serve", 0);
     srv_params p = srv_default_params();
     const char *env_key = getenv("FT_API_KEY");
     if (env_key && *env_key) p.api_key = env_key;
@@ -59,18 +53,7 @@ int cmd_serve(int argc, char **argv) {
             serve_usage(stdout);
             return FT_EXIT_OK;
         }
-        if (args_str(argc, argv, &i, "--moe-backend|--moe-cache-size", &ignored, &bad)) {
-            if (!bad) fprintf(stderr, "ft serve: %s is accepted but not yet effective\n", argv[i - 1]);
-            continue;
-        }
-        if (args_float(argc, argv, &i, "--memory-ratio", &f, &bad)) {
-            if (!bad && !(f > 0 && f <= 1)) {
-                fprintf(stderr, "ft serve: --memory-ratio %g: expected a share of free GPU memory in (0, 1]\n", f);
-                bad = true;
-            }
-            p.engine.memory_ratio = f;
-            continue;
-        }
+        if (engine_args_take(&ea, argc, argv, &i, &bad)) continue;
         if (args_int(argc, argv, &i, "--port", 0, 65535, &v64, &bad)) {
             p.port = (int)v64;
             continue;
@@ -93,30 +76,16 @@ int cmd_serve(int argc, char **argv) {
         }
         if (args_str(argc, argv, &i, "-m|--model", &model_path, &bad) ||
             args_str(argc, argv, &i, "--host", &p.host, &bad) ||
-            args_str(argc, argv, &i, "--kv-cache-dtype", &kv_name, &bad) ||
             args_str(argc, argv, &i, "--served-model-name", &p.model_name, &bad) ||
             args_str(argc, argv, &i, "--api-key", &p.api_key, &bad) ||
             args_str(argc, argv, &i, "--chat-template", &tmpl_name, &bad) ||
-            args_str(argc, argv, &i, "--ready-file", &p.ready_file, &bad) ||
-            args_str(argc, argv, &i, "--device", &device_name, &bad) ||
-            args_int(argc, argv, &i, "-t|--threads", 1, 1024, &threads, &bad) ||
-            args_int(argc, argv, &i, "-b|--batch-size", 1, 1 << 16, &n_batch, &bad) ||
-            args_int(argc, argv, &i, "-c|--ctx-size|--context-length", 1, 1 << 26, &n_ctx, &bad))
+            args_str(argc, argv, &i, "--ready-file", &p.ready_file, &bad))
             continue;
         fprintf(stderr, "ft serve: unexpected argument '%s' (see ft serve --help)\n", argv[i]);
         return FT_EXIT_USAGE;
     }
     if (bad) return FT_EXIT_USAGE;
-    if (!ft_kv_type_from_name(kv_name, &p.engine.kv_type)) {
-        fprintf(stderr, "ft serve: --kv-cache-dtype %s: expected f16 or q8_0\n", kv_name);
-        return FT_EXIT_USAGE;
-    }
-    if (!device_name) {
-        p.engine.device = ft_engine_default_device();
-    } else if (!ft_engine_device_from_name(device_name, &p.engine.device)) {
-        fprintf(stderr, "ft serve: --device %s: expected cpu or cuda\n", device_name);
-        return FT_EXIT_USAGE;
-    }
+    if (!engine_args_apply(&ea, &p.engine)) return FT_EXIT_USAGE;
     if (p.api_key && !*p.api_key) p.api_key = NULL;
     char demo[1024];
     if (!model_path) {
@@ -156,10 +125,9 @@ int cmd_serve(int argc, char **argv) {
     } else {
         fprintf(stderr, "ft serve: %s; the chat routes will answer 400\n", err.msg);
     }
-    p.engine.n_threads = (int)threads;
     p.engine.n_seq = p.max_running;
-    p.engine.n_batch = (int)n_batch;
-    p.engine.n_ctx = n_ctx ? (int)n_ctx : FT_MIN(m->hp.n_ctx_train, 4096);
+    p.engine.n_ctx = engine_args_n_ctx(&ea, FT_MIN(m->hp.n_ctx_train, 4096), m->hp.n_ctx_train, p.max_running);
+    if (p.engine.n_ctx == 0) goto done;
     if (p.engine.n_ctx > m->hp.n_ctx_train) {
         fprintf(stderr, "ft serve: -c %d exceeds the model's context of %d tokens\n", p.engine.n_ctx,
                 m->hp.n_ctx_train);
@@ -172,8 +140,9 @@ int cmd_serve(int argc, char **argv) {
         fprintf(stderr, "ft serve: %s\n", err.msg);
         goto done;
     }
-    // the mapping is lazy: read it now, so that the first requests do not wait on the disk
-    if (p.engine.device == FT_PLACEMENT_CPU) ft_model_prefault(m);
+    // the mapping is lazy: read it now, so that the first requests do not wait on the disk (the
+    // CPU's weights, or the experts that --moe-backend cpu computes on the CPU)
+    if (p.engine.device == FT_PLACEMENT_CPU || p.engine.moe_backend == FT_MOE_BACKEND_CPU) ft_model_prefault(m);
     m->progress = NULL;
     if (!srv_run(&p, m, v, &err)) {
         fprintf(stderr, "ft serve: %s\n", err.msg);

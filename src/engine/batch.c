@@ -47,6 +47,45 @@ static ft_kv_params kv_params(const ft_model *m, const ft_engine_params *p, int6
     return (ft_kv_params){hp->n_layer, p->n_ctx, p->kv_type, widths, hp->head_dim};
 }
 
+// Are the routed experts of a CUDA engine computed on the CPU (--moe-backend cpu, or auto for
+// types without CUDA kernels)? Then ft_engine_place_model left them in host memory with no
+// expert cache in front of them.
+static bool experts_computed_by_cpu(const ft_model *m, const ft_engine_params *p) {
+    if (p->moe_backend != FT_MOE_BACKEND_CPU && p->moe_backend != FT_MOE_BACKEND_AUTO) return false;
+    if (ft_moe_cache_present(m)) return false; // offload (or auto that picked it): the cache serves them
+    for (int il = 0; il < m->hp.n_layer; il++)
+        if (m->layers[il].is_moe) return m->layers[il].gate_exps.placement == FT_PLACEMENT_CPU;
+    return false;
+}
+
+// The CPU computes the experts from the host copies of the routers and selection biases, which
+// stay in the file's mapping after the upload (cuda_cpu_experts.h says why it routes there).
+static ft_tensor host_tensor(const ft_model *m, const ft_tensor *t) {
+    ft_tensor h = {0};
+    if (!ft_tensor_present(t)) return h;
+    const gguf_tensor *g = gguf_find_tensor(m->file, t->name);
+    FT_ASSERT(g);
+    h = *t;
+    h.data = (void *)g->data;
+    h.placement = FT_PLACEMENT_CPU;
+    return h;
+}
+
+static void attach_cpu_experts(ft_backend *be, const ft_model *m, const ft_engine_params *p) {
+    int n = m->hp.n_layer;
+    ft_tensor *routers = ft_calloc((size_t)n, sizeof(ft_tensor)), *bias = ft_calloc((size_t)n, sizeof(ft_tensor));
+    for (int il = 0; il < n; il++) {
+        if (!m->layers[il].is_moe) continue;
+        routers[il] = host_tensor(m, &m->layers[il].router);
+        bias[il] = host_tensor(m, &m->layers[il].sel_bias);
+    }
+    cuda_cpu_experts_params cp = {.n_layer = n, .routers = routers, .sel_bias = bias, .n_threads = p->n_threads,
+                                  .reference = p->reference, .route_gap = &be->min_route_gap};
+    ft_backend_cuda_attach_cpu_experts(be, &cp);
+    free(routers);
+    free(bias);
+}
+
 ft_batch *ft_batch_init(const ft_model *m, const ft_engine_params *params, ft_err *err) {
     const ft_hparams *hp = &m->hp;
     ft_engine_params p = *params;
@@ -81,6 +120,8 @@ ft_batch *ft_batch_init(const ft_model *m, const ft_engine_params *params, ft_er
     if (cuda && m->offload) ft_backend_cuda_attach_offload(be, m->offload);
     ft_forward_alloc(&b->f, m, be, b->max_tok);
     b->f.place = &b->place;
+    if (cuda) ft_backend_cuda_set_graph_max_tok(be, p.cuda_graph_max_bs);
+    if (cuda && experts_computed_by_cpu(m, &p)) attach_cpu_experts(be, m, &p);
     b->pos = ft_malloc((size_t)p.n_seq * sizeof(int));
     for (int i = 0; i < p.n_seq; i++) b->pos[i] = -1;
     b->tok = ft_malloc((size_t)b->max_tok * sizeof(int32_t));

@@ -11,6 +11,8 @@
 #include "../model/model.h"
 #include "sampler.h"
 
+#include <stdio.h>
+
 typedef struct ft_engine ft_engine;
 
 // Where the routed experts of a CUDA engine live and run (--moe-backend):
@@ -101,5 +103,56 @@ typedef struct ft_generate_stats {
 bool ft_generate(ft_engine *e, ft_sampler *s, const int32_t *prompt, int n_prompt, int n_predict,
                  const int32_t *eog, int n_eog, ft_token_fn on_token, void *ctx,
                  ft_generate_stats *stats, ft_err *err);
+
+// ---------------------------------------------------------------------------------------------
+// Expert-cache telemetry (--moe-backend offload; moe_stats.c)
+//
+// Cumulative counters of the GPU expert cache that ft_engine_place_model gave the model, per
+// MoE layer, per pool and in all; a rebuild keeps them. Two snapshots taken around a run give
+// the run's figures (ft_moe_stats_sub). Reading waits for the device: call between steps.
+
+typedef struct ft_moe_counts {
+    uint64_t selections, hits, misses;
+    uint64_t bytes_copied;   // host-to-device bytes of expert copies
+    uint64_t copy_ns;        // device time of those copies
+} ft_moe_counts;
+
+typedef struct ft_moe_stats {
+    int n_slots;             // --moe-cache-size in use
+    bool uniform;            // --moe-pool-layout uniform
+    uint64_t cache_bytes;    // the arenas
+    int n_layers;            // MoE layers
+    int *layer_block;        // (n_layers) block index
+    int *layer_pool;         // (n_layers) the pool serving it
+    ft_moe_counts *layers;   // (n_layers)
+    int n_pools;
+    int *pool_slots;         // (n_pools)
+    int *pool_layers;        // (n_pools) layers it serves
+    ft_moe_counts *pools;    // (n_pools)
+    ft_moe_counts total;
+} ft_moe_stats;
+
+// Does the model have an expert cache (placed with --moe-backend offload)?
+bool ft_moe_cache_present(const ft_model *m);
+// Reads the counters into *out (allocated; free with ft_moe_stats_free). Returns false, *out
+// zeroed, when the model has no expert cache.
+bool ft_moe_stats_read(const ft_model *m, ft_moe_stats *out);
+void ft_moe_stats_free(ft_moe_stats *s); // a zeroed one is a no-op
+// dst = a deep copy of src (dst's old arrays are freed).
+void ft_moe_stats_copy(ft_moe_stats *dst, const ft_moe_stats *src);
+// a's counters minus b's (an earlier snapshot of the same cache): what happened in between.
+void ft_moe_stats_sub(ft_moe_stats *a, const ft_moe_stats *b);
+// a's counters plus b's (two windows of the same cache).
+void ft_moe_stats_add(ft_moe_stats *a, const ft_moe_stats *b);
+// Hit rate of c (0 without selections) and the bandwidth of its copies in GB/s (0 without).
+double ft_moe_hit_rate(const ft_moe_counts *c);
+double ft_moe_copy_gbps(const ft_moe_counts *c);
+// Prints one line per pool and one in all: hit rate, misses, host-to-device bytes (and per
+// token when n_tokens > 0) and the copies' GB/s.
+void ft_moe_stats_print(const ft_moe_stats *s, int n_tokens, FILE *out);
+// Resizes the expert cache to n_slots (same layout), keeping the host banks; every slot starts
+// empty. Returns false and sets *err (the old cache stays) when there is no cache or the plan
+// fails (below the floor, does not fit). Not while a step runs.
+bool ft_moe_cache_rebuild(const ft_model *m, int n_slots, ft_err *err);
 
 #endif

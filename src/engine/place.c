@@ -5,6 +5,8 @@
 
 #include <stdio.h>
 
+static const double MiB = 1024.0 * 1024.0;
+
 // Tokens per step: one prefill chunk beside the decode tokens of every other sequence.
 int engine_step_tokens(const ft_engine_params *p) { return p->n_batch + p->n_seq - 1; }
 
@@ -36,7 +38,6 @@ static void print_cpu_plan(const ft_model *m, const ft_engine_params *p) {
     size_t kv = engine_kv_bytes(m, p);
     size_t weights = (size_t)(gguf_file_size(m->file) - gguf_data_offset(m->file));
     size_t work = engine_activation_floats(m, p) * sizeof(float);
-    const double MiB = 1024.0 * 1024.0;
     fprintf(stderr, "cpu: weights %.1f MiB (mapped from the file), KV cache %.1f MiB (%d x %d positions, %s), "
                     "buffers %.1f MiB; %.0f MiB of memory available\n",
             weights / MiB, kv / MiB, p->n_seq, p->n_ctx, ft_type_name(p->kv_type), work / MiB,
@@ -50,27 +51,120 @@ size_t engine_cuda_budget(const ft_engine_params *p, const ft_cuda_device_info *
     return budget;
 }
 
+// The device plan of a placement: what it allocates against what ft may use.
+typedef struct cuda_plan {
+    size_t weights, kv, work, margin, budget;
+} cuda_plan;
+
+static cuda_plan cuda_plan_of(const ft_model *m, const ft_engine_params *p, const ft_cuda_device_info *info,
+                              bool experts_on_host) {
+    ft_backend_limits lim = engine_limits(m, p);
+    cuda_plan c = {
+        .weights = ft_model_upload_bytes(m, experts_on_host), .kv = engine_kv_bytes(m, p),
+        .work = ft_backend_cuda_scratch_bytes(&lim) + engine_activation_floats(m, p) * sizeof(float),
+        .margin = (size_t)256 << 20, // the CUDA context's own allocations, fragmentation
+        .budget = engine_cuda_budget(p, info),
+    };
+    return c;
+}
+
+static size_t cuda_plan_need(const cuda_plan *c) { return c->weights + c->kv + c->work + c->margin; }
+
+static void print_cuda_plan(const cuda_plan *c, const ft_engine_params *p, const ft_cuda_device_info *info,
+                            const char *weights_what) {
+    double ratio = p->memory_ratio > 0 ? p->memory_ratio : 0.9;
+    fprintf(stderr, "cuda: %s (sm_%d%d), %.0f MiB free of %.0f, budget %.0f MiB (--memory-ratio %.2f%s): %s %.1f MiB, "
+                    "KV cache %.1f MiB (%d x %d positions, %s), workspace %.1f MiB (batch %d)\n",
+            info->name, info->cc_major, info->cc_minor, info->free_mem / MiB, info->total_mem / MiB, c->budget / MiB,
+            ratio, p->gpu_memory_limit ? ", --gpu-memory-limit" : "", weights_what, c->weights / MiB, c->kv / MiB,
+            p->n_seq, p->n_ctx, ft_type_name(p->kv_type), c->work / MiB, engine_step_tokens(p));
+}
+
+// Fails with the plan's numbers when it exceeds the budget.
+static bool check_cuda_plan(const cuda_plan *c, const ft_engine_params *p, const ft_cuda_device_info *info,
+                            const char *mode, ft_err *err) {
+    if (cuda_plan_need(c) <= c->budget) return true;
+    double ratio = p->memory_ratio > 0 ? p->memory_ratio : 0.9;
+    return ft_err_set(err, "--moe-backend %s: the model does not fit on %s: it needs %.0f MiB (weights %.0f, KV %.0f, "
+                           "workspace %.0f, reserve %.0f) and the budget is %.0f MiB (--memory-ratio %.2f of %.0f MiB "
+                           "free%s); use a smaller -c, fewer sequences, another --moe-backend, or --device cpu",
+                      mode, info->name, cuda_plan_need(c) / MiB, c->weights / MiB, c->kv / MiB, c->work / MiB, c->margin / MiB,
+                      c->budget / MiB, ratio, info->free_mem / MiB,
+                      p->gpu_memory_limit ? ", capped by --gpu-memory-limit" : "");
+}
+
+bool engine_fused_fits(const ft_model *m, const ft_engine_params *p, const ft_cuda_device_info *info, size_t *need,
+                       size_t *budget) {
+    cuda_plan c = cuda_plan_of(m, p, info, false);
+    if (need) *need = cuda_plan_need(&c);
+    if (budget) *budget = c.budget;
+    return cuda_plan_need(&c) <= c.budget;
+}
+
+bool engine_experts_run_on_cuda(const ft_model *m, char *why, size_t cap) {
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        const ft_layer *l = &m->layers[il];
+        const ft_tensor *banks[] = {&l->gate_exps, &l->up_exps, &l->down_exps};
+        for (size_t b = 0; b < FT_ARRAY_LEN(banks); b++)
+            if (ft_tensor_present(banks[b]) && !ft_cuda_matvec_supported(banks[b]->type)) {
+                if (why) snprintf(why, cap, "%s (%s)", banks[b]->name, ft_type_name(banks[b]->type));
+                return false;
+            }
+    }
+    return true;
+}
+
+// Bytes of the routed experts (what --moe-backend cpu and offload keep in host memory).
+static size_t expert_bytes(const ft_model *m) {
+    size_t n = 0;
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        const ft_layer *l = &m->layers[il];
+        const ft_tensor *banks[] = {&l->gate_exps, &l->up_exps, &l->down_exps};
+        for (size_t b = 0; b < FT_ARRAY_LEN(banks); b++)
+            if (ft_tensor_present(banks[b])) n += banks[b]->mat_bytes * (size_t)banks[b]->ne[2];
+    }
+    return n;
+}
+
 // --moe-backend fused (and what auto picks when the model fits): every weight on the device.
 static bool place_fused(ft_model *m, const ft_engine_params *p, const ft_cuda_device_info *info, ft_err *err) {
-    size_t weights = ft_model_upload_bytes(m, false);
-    size_t kv = engine_kv_bytes(m, p);
-    ft_backend_limits lim = engine_limits(m, p);
-    size_t work = ft_backend_cuda_scratch_bytes(&lim) + engine_activation_floats(m, p) * sizeof(float);
-    size_t margin = (size_t)256 << 20; // the CUDA context's own allocations, fragmentation
-    double ratio = p->memory_ratio > 0 ? p->memory_ratio : 0.9;
-    size_t budget = engine_cuda_budget(p, info);
-    const double MiB = 1024.0 * 1024.0;
-    fprintf(stderr, "cuda: %s (sm_%d%d), %.0f MiB free of %.0f, budget %.0f MiB (--memory-ratio %.2f): weights %.1f MiB, "
-                    "KV cache %.1f MiB (%d x %d positions, %s), workspace %.1f MiB (batch %d)\n",
-            info->name, info->cc_major, info->cc_minor, info->free_mem / MiB, info->total_mem / MiB, budget / MiB, ratio,
-            weights / MiB, kv / MiB, p->n_seq, p->n_ctx, ft_type_name(p->kv_type), work / MiB, engine_step_tokens(p));
-    if (weights + kv + work + margin > budget)
-        return ft_err_set(err, "the model does not fit on %s: it needs %.0f MiB (weights %.0f, KV %.0f, workspace %.0f, "
-                               "reserve %.0f) and the budget is %.0f MiB (--memory-ratio %.2f of %.0f MiB free); use a "
-                               "smaller -c, fewer sequences, or --device cpu",
-                          info->name, (weights + kv + work + margin) / MiB, weights / MiB, kv / MiB, work / MiB,
-                          margin / MiB, budget / MiB, ratio, info->free_mem / MiB);
-    return ft_model_upload(m, false, err);
+    cuda_plan c = cuda_plan_of(m, p, info, false);
+    print_cuda_plan(&c, p, info, "weights");
+    return check_cuda_plan(&c, p, info, "fused", err) && ft_model_upload(m, false, err);
+}
+
+// --moe-backend cpu: the routed experts stay in the file's mapping and the CPU computes them
+// (cuda_cpu_experts.h); every other weight on the device. Their pages must fit in RAM, or
+// every token would read them from the disk.
+static bool place_cpu(ft_model *m, const ft_engine_params *p, const ft_cuda_device_info *info, ft_err *err) {
+    if (m->hp.n_expert == 0) return ft_err_set(err, "--moe-backend cpu: the model has no routed experts");
+    cuda_plan c = cuda_plan_of(m, p, info, true);
+    size_t experts = expert_bytes(m), ram = ft_mem_available();
+    print_cuda_plan(&c, p, info, "weights but the routed experts");
+    fprintf(stderr, "cpu: routed experts %.1f MiB in host memory (mapped from the file; %.0f MiB available), "
+                    "computed by %d threads\n", experts / MiB, ram / MiB, p->n_threads);
+    if (experts > ram)
+        return ft_err_set(err, "--moe-backend cpu: the routed experts need %.0f MiB of host memory and %.0f MiB are "
+                               "available", experts / MiB, ram / MiB);
+    return check_cuda_plan(&c, p, info, "cpu", err) && ft_model_upload(m, true, err);
+}
+
+enum ft_moe_backend engine_auto_pick(const ft_model *m, const ft_engine_params *p, const ft_cuda_device_info *info) {
+    char why[200];
+    if (m->hp.n_expert == 0) return FT_MOE_BACKEND_FUSED;
+    if (!engine_experts_run_on_cuda(m, why, sizeof(why))) {
+        fprintf(stderr, "--moe-backend auto: cpu: the experts %s have no CUDA kernel, so the CPU computes them\n", why);
+        return FT_MOE_BACKEND_CPU;
+    }
+    size_t need, budget;
+    if (engine_fused_fits(m, p, info, &need, &budget)) {
+        fprintf(stderr, "--moe-backend auto: fused: the whole model fits the GPU budget (%.0f of %.0f MiB)\n",
+                need / MiB, budget / MiB);
+        return FT_MOE_BACKEND_FUSED;
+    }
+    fprintf(stderr, "--moe-backend auto: offload: the whole model needs %.0f MiB, more than the GPU budget of %.0f "
+                    "MiB; the experts stay in host memory behind a GPU expert cache\n", need / MiB, budget / MiB);
+    return FT_MOE_BACKEND_OFFLOAD;
 }
 
 bool ft_engine_place_model(ft_model *m, const ft_engine_params *params, ft_err *err) {
@@ -82,6 +176,8 @@ bool ft_engine_place_model(ft_model *m, const ft_engine_params *params, ft_err *
     }
     ft_cuda_device_info info;
     if (!ft_cuda_device_get_info(0, &info)) return ft_err_set(err, "--device cuda: no CUDA device found");
+    if (p.moe_backend == FT_MOE_BACKEND_AUTO) p.moe_backend = engine_auto_pick(m, &p, &info);
+    if (p.moe_backend == FT_MOE_BACKEND_CPU) return place_cpu(m, &p, &info, err);
     switch (p.moe_backend) {
     case FT_MOE_BACKEND_AUTO:
     case FT_MOE_BACKEND_FUSED: return place_fused(m, &p, &info, err);

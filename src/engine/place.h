@@ -16,6 +16,19 @@ ft_backend_limits engine_limits(const ft_model *m, const ft_engine_params *p);
 size_t engine_activation_floats(const ft_model *m, const ft_engine_params *p);
 // Bytes of the n_seq KV caches (K and V of every layer, n_ctx rows each).
 size_t engine_kv_bytes(const ft_model *m, const ft_engine_params *p);
+// Would the whole model (every expert on the device), its KV caches and workspace fit the
+// budget? The fused plan's arithmetic, asked without uploading; need and budget (may be NULL)
+// get its bytes.
+bool engine_fused_fits(const ft_model *m, const ft_engine_params *p, const ft_cuda_device_info *info, size_t *need,
+                       size_t *budget);
+// Do the CUDA expert kernels take every routed expert type of the model? If not, why names
+// the first tensor that they do not (why may be NULL).
+bool engine_experts_run_on_cuda(const ft_model *m, char *why, size_t cap);
+// --moe-backend auto's choice for params p (resolved) on the device info describes: fused when
+// the whole model fits the budget, else offload; cpu when the expert types have no CUDA kernel
+// (neither fused nor offload could run them); fused for a model without experts. Prints which
+// and why on stderr.
+enum ft_moe_backend engine_auto_pick(const ft_model *m, const ft_engine_params *p, const ft_cuda_device_info *info);
 // What ft may allocate on the device: --memory-ratio of its free memory, capped at
 // --gpu-memory-limit.
 size_t engine_cuda_budget(const ft_engine_params *p, const ft_cuda_device_info *info);

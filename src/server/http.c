@@ -196,6 +196,8 @@ static void sched_notify(void *ctx, srv_job *j) {
     event_active(h->ev_notify, EV_READ, 0);
 }
 
+static void route_cache_rebuild_done(srv_http *h, srv_job *j);
+
 static const char *finish_name(enum srv_finish f) {
     static const char *names[] = {"none", "stop", "length", "cancelled", "error"};
     return names[f];
@@ -205,9 +207,14 @@ static void job_done(srv_http *h, srv_job *j) {
     srv_metrics_job(h->metrics, j);
     double ttft = j->t_first > 0 ? (j->t_first - j->t_submit) * 1e3 : 0;
     double dec = j->t_first > 0 && j->n_gen > 1 ? (j->n_gen - 1) / (j->t_end - j->t_first) : 0;
-    static const char *api[] = {"chat", "completion", "messages"};
-    FT_LOG_INFO("req %llu %s: prompt %zu tok, gen %d tok, ttft %.1f ms, %.1f tok/s, %s%s%s",
-                (unsigned long long)j->id, api[j->api], j->prompt.n, j->n_gen, ttft, dec,
+    static const char *api[] = {"chat", "completion", "messages", "rebuild"};
+    char moe[160] = "";
+    if (j->has_moe)
+        snprintf(moe, sizeof(moe), ", expert cache hit %.1f%% (%llu misses, %.1f MiB H2D at %.1f GB/s)",
+                 100 * ft_moe_hit_rate(&j->moe), (unsigned long long)j->moe.misses,
+                 (double)j->moe.bytes_copied / 1048576.0, ft_moe_copy_gbps(&j->moe));
+    FT_LOG_INFO("req %llu %s: prompt %zu tok, gen %d tok, ttft %.1f ms, %.1f tok/s%s, %s%s%s",
+                (unsigned long long)j->id, api[j->api], j->prompt.n, j->n_gen, ttft, dec, moe,
                 finish_name(j->finish), j->errmsg[0] ? ": " : "", j->errmsg);
 }
 
@@ -247,6 +254,16 @@ static void on_notify(evutil_socket_t fd, short what, void *arg) {
                 continue;
             }
             j->done_seen = done;
+            if (j->api == SRV_API_REBUILD) { // no output but its end
+                if (done) {
+                    route_cache_rebuild_done(h, j);
+                    srv_job_unref(j); // the HTTP side's reference
+                }
+                srv_buf_free(&text);
+                free(toks);
+                srv_job_unref(j); // the ready list's reference
+                continue;
+            }
             if (!j->disconnected || done) {
                 // after done, the job is never notified again: deliver exactly once
                 if (j->api == SRV_API_MESSAGES)
@@ -344,6 +361,63 @@ bool srv_http_submit(srv_http *h, srv_job *j, bool anthropic) {
 
 // ---------------------------------------------------------------------------------------------
 // Small routes
+
+// POST /v1/cache/rebuild {"moe_cache_size": N}: resizes the GPU expert cache between two
+// steps of the inference thread; the reply (route_cache_rebuild_done) comes when it is done.
+static void route_cache_rebuild(srv_http *h, struct evhttp_request *req, json_t *body) {
+    ft_err err = {{0}};
+    int64_t n = 0;
+    if (!json_object_get(body, "moe_cache_size")) {
+        reply_err(req, false, 400, "moe_cache_size (expert slots) is required");
+        return;
+    }
+    if (!srv_get_int(body, "moe_cache_size", 1, 1 << 24, &n, &err)) {
+        reply_err(req, false, 400, err.msg);
+        return;
+    }
+    if (h->stopping || !h->sched) {
+        reply_err(req, false, 503, "the server is shutting down");
+        return;
+    }
+    if (!srv_sched_has_moe_cache(h->sched)) {
+        reply_err(req, false, 400, "no expert cache to resize: the server does not run --moe-backend offload");
+        return;
+    }
+    srv_job *j = srv_job_new();
+    j->api = SRV_API_REBUILD;
+    j->rebuild_slots = (int)n;
+    j->req = req;
+    j->http = h;
+    j->id = srv_http_next_id(h);
+    if (!srv_sched_rebuild(h->sched, j)) {
+        j->req = NULL;
+        srv_job_unref(j);
+        reply_err(req, false, 409, "a cache rebuild is already waiting; retry when it is done");
+        return;
+    }
+    struct evhttp_connection *c = evhttp_request_get_connection(req);
+    if (c) evhttp_connection_set_closecb(c, on_close, j);
+}
+
+// The reply to a finished resize: the cache as it is now, or why it stayed as it was.
+static void route_cache_rebuild_done(srv_http *h, srv_job *j) {
+    struct evhttp_request *req = srv_job_take_req(j);
+    FT_LOG_INFO("req %llu cache rebuild to %d slots: %s%s%s", (unsigned long long)j->id, j->rebuild_slots,
+                j->finish == SRV_FINISH_STOP ? "done" : finish_name(j->finish), j->errmsg[0] ? ": " : "", j->errmsg);
+    if (!req) return;
+    if (j->finish == SRV_FINISH_CANCEL) {
+        reply_err(req, false, 503, "the server is shutting down");
+        return;
+    }
+    if (j->finish != SRV_FINISH_STOP) {
+        reply_err(req, false, 400, j->errmsg[0] ? j->errmsg : "the cache could not be resized");
+        return;
+    }
+    ft_moe_stats moe = {0};
+    json_t *cache = srv_sched_moe_stats(h->sched, &moe) ? srv_metrics_moe_json(&moe) : json_null();
+    ft_moe_stats_free(&moe);
+    srv_reply_json(req, 200, json_pack("{s:i,s:o}", "moe_cache_size", j->rebuild_slots, "moe_cache", cache));
+}
 
 static void route_models(srv_http *h, struct evhttp_request *req) {
     json_t *m = json_pack("{s:s,s:s,s:i,s:s,s:{s:i,s:i}}", "id", h->p.model_name, "object", "model",
@@ -482,18 +556,24 @@ static void on_request(struct evhttp_request *req, void *arg) {
             return;
         }
         srv_sched_stats st = {0};
-        if (h->sched) srv_sched_stats_get(h->sched, &st);
+        ft_moe_stats moe = {0};
+        bool has_moe = false;
+        if (h->sched) {
+            srv_sched_stats_get(h->sched, &st);
+            has_moe = srv_sched_moe_stats(h->sched, &moe);
+        }
         if (path[1] == 'm') {
-            char *s = srv_metrics_prometheus(h->metrics, &st);
+            char *s = srv_metrics_prometheus(h->metrics, &st, has_moe ? &moe : NULL);
             reply_text(req, 200, "text/plain; version=0.0.4", s, strlen(s));
             free(s);
         } else
-            srv_reply_json(req, 200, srv_metrics_json(h->metrics, &st));
+            srv_reply_json(req, 200, srv_metrics_json(h->metrics, &st, has_moe ? &moe : NULL));
+        ft_moe_stats_free(&moe);
         return;
     }
     static const char *posts[] = {"/v1/chat/completions", "/chat/completions", "/v1/completions",
                                   "/completions",         "/v1/messages",      "/tokenize",
-                                  "/detokenize"};
+                                  "/detokenize",          "/v1/cache/rebuild"};
     int route = -1;
     for (int i = 0; i < (int)FT_ARRAY_LEN(posts); i++)
         if (!strcmp(path, posts[i])) route = i;
@@ -534,6 +614,7 @@ static void on_request(struct evhttp_request *req, void *arg) {
     case 4: srv_anthropic_messages(h, req, body); break;
     case 5: route_tokenize(h, req, body); break;
     case 6: route_detokenize(h, req, body); break;
+    case 7: route_cache_rebuild(h, req, body); break;
     }
     json_decref(body);
 }

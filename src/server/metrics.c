@@ -1,8 +1,10 @@
 // metrics.c: request counters and latency histograms, written as Prometheus text (/metrics)
 // and JSON (/v1/stats). Touched only by the HTTP thread; the scheduler's live figures
-// (running, queued, KV use) are passed in.
+// (running, queued, KV use) and the expert cache's counters (--moe-backend offload: per pool
+// and per MoE layer, cumulative since start-up) are passed in.
 #include "srv_impl.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -85,7 +87,45 @@ static void prom_val(srv_buf *b, const char *name, const char *type, const char 
 
 static const char *k_finish[5] = {"none", "stop", "length", "cancelled", "error"};
 
-char *srv_metrics_prometheus(const srv_metrics *m, const srv_sched_stats *s) {
+// The expert cache's counters: one series per pool and per MoE layer for each counter.
+static void prom_moe(srv_buf *b, const ft_moe_stats *moe) {
+    prom_val(b, "ft_moe_cache_slots", "gauge", "Expert slots of the GPU expert cache (--moe-cache-size)",
+             moe->n_slots);
+    prom_val(b, "ft_moe_cache_bytes", "gauge", "Device bytes of the expert cache's arenas", (double)moe->cache_bytes);
+    static const struct {
+        const char *name, *help;
+        size_t off;
+        double scale;
+    } k[] = {
+        {"selections_total", "Experts selected by the router", offsetof(ft_moe_counts, selections), 1},
+        {"hits_total", "Selections served from a slot", offsetof(ft_moe_counts, hits), 1},
+        {"misses_total", "Selections copied in from host memory", offsetof(ft_moe_counts, misses), 1},
+        {"h2d_bytes_total", "Host-to-device bytes of expert copies", offsetof(ft_moe_counts, bytes_copied), 1},
+        {"copy_seconds_total", "Device time of the expert copies", offsetof(ft_moe_counts, copy_ns), 1e-9},
+    };
+    char line[256];
+    for (size_t i = 0; i < FT_ARRAY_LEN(k); i++) {
+        for (int level = 0; level < 2; level++) { // per pool, then per layer
+            const char *what = level ? "layer" : "pool";
+            int n = snprintf(line, sizeof(line), "# HELP ft_moe_%s_%s %s, per %s\n# TYPE ft_moe_%s_%s counter\n", what,
+                             k[i].name, k[i].help, what, what, k[i].name);
+            srv_buf_add(b, line, (size_t)n);
+            int count = level ? moe->n_layers : moe->n_pools;
+            for (int j = 0; j < count; j++) {
+                const ft_moe_counts *c = level ? &moe->layers[j] : &moe->pools[j];
+                double v = (double)*(const uint64_t *)((const char *)c + k[i].off) * k[i].scale;
+                if (level)
+                    n = snprintf(line, sizeof(line), "ft_moe_layer_%s{layer=\"%d\",pool=\"%d\"} %.17g\n", k[i].name,
+                                 moe->layer_block[j], moe->layer_pool[j], v);
+                else
+                    n = snprintf(line, sizeof(line), "ft_moe_pool_%s{pool=\"%d\"} %.17g\n", k[i].name, j, v);
+                srv_buf_add(b, line, (size_t)n);
+            }
+        }
+    }
+}
+
+char *srv_metrics_prometheus(const srv_metrics *m, const srv_sched_stats *s, const ft_moe_stats *moe) {
     srv_buf b = {0};
     prom_val(&b, "ft_http_requests_total", "counter", "HTTP requests received", (double)m->http_requests);
     srv_buf_add(&b, "# HELP ft_requests_total Generation requests finished, by reason\n", 65);
@@ -109,6 +149,7 @@ char *srv_metrics_prometheus(const srv_metrics *m, const srv_sched_stats *s) {
              (double)s->kv_total);
     prom_val(&b, "ft_kv_cache_usage_ratio", "gauge", "KV cache positions in use / capacity",
              s->kv_total ? (double)s->kv_used / (double)s->kv_total : 0.0);
+    if (moe) prom_moe(&b, moe);
     return b.p;
 }
 
@@ -125,15 +166,43 @@ static json_t *hist_json(const hist *h, const double *le) {
                      h->n ? h->sum / (double)h->n : 0.0, "buckets", buckets);
 }
 
-json_t *srv_metrics_json(const srv_metrics *m, const srv_sched_stats *s) {
+static json_t *moe_counts_json(const ft_moe_counts *c) {
+    return json_pack("{s:I,s:I,s:I,s:f,s:I,s:f,s:f}", "selections", (json_int_t)c->selections, "hits",
+                     (json_int_t)c->hits, "misses", (json_int_t)c->misses, "hit_rate", ft_moe_hit_rate(c),
+                     "h2d_bytes", (json_int_t)c->bytes_copied, "copy_seconds", (double)c->copy_ns * 1e-9,
+                     "copy_gbs", ft_moe_copy_gbps(c));
+}
+
+json_t *srv_metrics_moe_json(const ft_moe_stats *moe) {
+    json_t *pools = json_array(), *layers = json_array();
+    for (int p = 0; p < moe->n_pools; p++) {
+        json_t *o = moe_counts_json(&moe->pools[p]);
+        json_object_set_new(o, "pool", json_integer(p));
+        json_object_set_new(o, "slots", json_integer(moe->pool_slots[p]));
+        json_object_set_new(o, "layers", json_integer(moe->pool_layers[p]));
+        json_array_append_new(pools, o);
+    }
+    for (int i = 0; i < moe->n_layers; i++) {
+        json_t *o = moe_counts_json(&moe->layers[i]);
+        json_object_set_new(o, "layer", json_integer(moe->layer_block[i]));
+        json_object_set_new(o, "pool", json_integer(moe->layer_pool[i]));
+        json_array_append_new(layers, o);
+    }
+    return json_pack("{s:i,s:s,s:I,s:o,s:o,s:o}", "slots", moe->n_slots, "layout", moe->uniform ? "uniform" : "exact",
+                     "bytes", (json_int_t)moe->cache_bytes, "total", moe_counts_json(&moe->total), "pools", pools,
+                     "layers", layers);
+}
+
+json_t *srv_metrics_json(const srv_metrics *m, const srv_sched_stats *s, const ft_moe_stats *moe) {
     json_t *fin = json_object();
     for (int i = 1; i < 5; i++)
         json_object_set_new(fin, k_finish[i], json_integer(m->requests[i]));
-    return json_pack("{s:f,s:i,s:o,s:i,s:i,s:o,s:o,s:i,s:i,s:{s:i,s:i}}", "uptime_s",
+    return json_pack("{s:f,s:i,s:o,s:i,s:i,s:o,s:o,s:i,s:i,s:{s:i,s:i},s:o}", "uptime_s",
                      ft_time_s() - m->started, "http_requests", (json_int_t)m->http_requests, "requests", fin,
                      "prompt_tokens", (json_int_t)m->prompt_tokens, "generation_tokens",
                      (json_int_t)m->gen_tokens, "ttft", hist_json(&m->ttft, k_ttft_le),
                      "time_per_output_token", hist_json(&m->tpot, k_tpot_le), "running",
                      (json_int_t)s->running, "queued", (json_int_t)s->queued, "kv_cache", "used_tokens",
-                     (json_int_t)s->kv_used, "capacity_tokens", (json_int_t)s->kv_total);
+                     (json_int_t)s->kv_used, "capacity_tokens", (json_int_t)s->kv_total, "moe_cache",
+                     moe ? srv_metrics_moe_json(moe) : json_null());
 }

@@ -29,6 +29,8 @@ typedef struct slot {
     int n_prefilled;
     int32_t next;   // the sampled token the next step evaluates
     bool decoding;  // the prompt is in; next is set
+    ft_moe_counts moe_start; // the expert cache's totals when the job started (offload)
+    bool moe_pending;        // started, moe_start not read yet
 } slot;
 
 struct srv_sched {
@@ -55,6 +57,13 @@ struct srv_sched {
     bool quit;
     int running;
     atomic_long kv_used;
+    srv_job *rebuild;        // a cache resize waiting for the next gap between steps (under mu)
+
+    // the expert cache's counters as last read on the inference thread (under moe_mu)
+    bool has_moe;
+    pthread_mutex_t moe_mu;
+    ft_moe_stats moe;
+    double moe_read_at;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -99,9 +108,38 @@ static void notify(srv_sched *s, srv_job *j) {
     s->notify(s->notify_ctx, j);
 }
 
+// Reads the expert cache's counters into the snapshot the HTTP side copies (inference thread,
+// between steps: the read waits for the device). force: now; else at most every 200 ms.
+static void refresh_moe(srv_sched *s, bool force) {
+    if (!s->has_moe) return;
+    double now = ft_time_s();
+    if (!force && now - s->moe_read_at < 0.2) return;
+    ft_moe_stats fresh;
+    if (!ft_moe_stats_read(s->m, &fresh)) return;
+    s->moe_read_at = now;
+    pthread_mutex_lock(&s->moe_mu);
+    ft_moe_stats old = s->moe;
+    s->moe = fresh;
+    pthread_mutex_unlock(&s->moe_mu);
+    ft_moe_stats_free(&old);
+}
+
 static void finish(srv_sched *s, slot *sl, enum srv_finish why, const char *msg) {
     srv_job *j = sl->job;
+    refresh_moe(s, true); // a client that sees its request end sees it in /v1/stats too
+    ft_moe_counts moe = {0};
+    if (s->has_moe) {
+        pthread_mutex_lock(&s->moe_mu);
+        moe = s->moe.total;
+        pthread_mutex_unlock(&s->moe_mu);
+    }
     pthread_mutex_lock(&j->mu);
+    if (s->has_moe) {
+        j->has_moe = true;
+        j->moe = (ft_moe_counts){moe.selections - sl->moe_start.selections, moe.hits - sl->moe_start.hits,
+                                 moe.misses - sl->moe_start.misses, moe.bytes_copied - sl->moe_start.bytes_copied,
+                                 moe.copy_ns - sl->moe_start.copy_ns};
+    }
     if (why == SRV_FINISH_STOP || why == SRV_FINISH_LENGTH) {
         // what the detokenizer and the stop matcher hold back comes out now
         size_t len;
@@ -138,6 +176,7 @@ static void start(srv_sched *s, slot *sl, srv_job *j) {
     sl->n_prefilled = 0;
     sl->decoding = false;
     sl->smp = ft_sampler_init(&j->sp, s->m->hp.n_vocab);
+    sl->moe_pending = s->has_moe; // (s->mu is held here: the counters are read after it)
     sl->stop = ft_stop_init((const char *const *)j->stops, j->n_stops);
     tok_stream_init(&sl->ts, s->v, false);
     j->t_start = ft_time_s();
@@ -309,13 +348,57 @@ static void step(srv_sched *s) {
     atomic_store(&s->kv_used, ft_batch_positions_used(s->b));
 }
 
+// The expert cache's totals at the start of the jobs just admitted (outside s->mu: the read
+// waits for the device).
+static void mark_moe_start(srv_sched *s) {
+    bool any = false;
+    for (int i = 0; i < s->n_slots; i++) any |= s->slots[i].job && s->slots[i].moe_pending;
+    if (!any) return;
+    refresh_moe(s, true);
+    pthread_mutex_lock(&s->moe_mu);
+    for (int i = 0; i < s->n_slots; i++) {
+        slot *sl = &s->slots[i];
+        if (!sl->job || !sl->moe_pending) continue;
+        sl->moe_start = s->moe.total;
+        sl->moe_pending = false;
+    }
+    pthread_mutex_unlock(&s->moe_mu);
+}
+
+// Ends a resize job: resized (STOP), refused (ERROR, with why) or cancelled.
+static void end_rebuild(srv_sched *s, srv_job *j, enum srv_finish why, const char *msg) {
+    pthread_mutex_lock(&j->mu);
+    j->done = true;
+    j->finish = why;
+    if (msg) snprintf(j->errmsg, sizeof(j->errmsg), "%s", msg);
+    j->t_end = ft_time_s();
+    pthread_mutex_unlock(&j->mu);
+    notify(s, j);
+    srv_job_unref(j);
+}
+
+// Resizes the expert cache between two steps: the running sequences go on with an empty cache.
+static void run_rebuild(srv_sched *s, srv_job *j) {
+    ft_err err = {{0}};
+    bool ok = ft_moe_cache_rebuild(s->m, j->rebuild_slots, &err);
+    refresh_moe(s, true);
+    end_rebuild(s, j, ok ? SRV_FINISH_STOP : SRV_FINISH_ERROR, ok ? NULL : err.msg);
+}
+
 static void *thread_main(void *arg) {
     srv_sched *s = arg;
     for (;;) {
         pthread_mutex_lock(&s->mu);
-        while (!s->quit && s->running == 0 && s->q_len == 0)
+        if (!s->quit && s->running == 0 && s->q_len == 0 && !s->rebuild) {
+            pthread_mutex_unlock(&s->mu);
+            refresh_moe(s, true); // going idle: the snapshot shows everything done so far
+            pthread_mutex_lock(&s->mu);
+        }
+        while (!s->quit && s->running == 0 && s->q_len == 0 && !s->rebuild)
             pthread_cond_wait(&s->cv, &s->mu);
         bool quit = s->quit;
+        srv_job *rebuild = quit ? NULL : s->rebuild;
+        if (rebuild) s->rebuild = NULL;
         // admit waiting jobs into free slots
         for (int i = 0; i < s->n_slots && s->q_len > 0 && !quit; i++) {
             if (s->slots[i].job) continue;
@@ -327,12 +410,19 @@ static void *thread_main(void *arg) {
         }
         pthread_mutex_unlock(&s->mu);
         if (quit) break;
+        mark_moe_start(s);
+        if (rebuild) run_rebuild(s, rebuild);
         step(s);
+        refresh_moe(s, false);
     }
     // shutting down: cancel what runs and what waits
     for (int i = 0; i < s->n_slots; i++)
         if (s->slots[i].job) finish(s, &s->slots[i], SRV_FINISH_CANCEL, NULL);
     pthread_mutex_lock(&s->mu);
+    if (s->rebuild) {
+        end_rebuild(s, s->rebuild, SRV_FINISH_CANCEL, NULL);
+        s->rebuild = NULL;
+    }
     while (s->q_len > 0) {
         srv_job *j = s->queue[s->q_head];
         s->q_head = (s->q_head + 1) % s->q_cap;
@@ -356,6 +446,7 @@ static void *thread_main(void *arg) {
 srv_sched *srv_sched_init(const ft_model *m, const tok_vocab *v, const srv_params *p, srv_notify_fn fn,
                           void *ctx, ft_err *err) {
     srv_sched *s = ft_calloc(1, sizeof(*s));
+    pthread_mutex_init(&s->moe_mu, NULL);
     s->m = m;
     s->v = v;
     s->p = *p;
@@ -381,6 +472,8 @@ srv_sched *srv_sched_init(const ft_model *m, const tok_vocab *v, const srv_param
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     atomic_init(&s->kv_used, 0);
+    s->has_moe = ft_moe_cache_present(m);
+    refresh_moe(s, true);
     if (pthread_create(&s->thread, NULL, thread_main, s) != 0) {
         ft_err_set(err, "cannot start the inference thread");
         pthread_mutex_destroy(&s->mu);
@@ -411,6 +504,8 @@ void srv_sched_free(srv_sched *s) {
     free(s->eog);
     free(s->masked);
     free(s->queue);
+    ft_moe_stats_free(&s->moe);
+    pthread_mutex_destroy(&s->moe_mu);
     free(s);
 }
 
@@ -440,4 +535,30 @@ void srv_sched_stats_get(srv_sched *s, srv_sched_stats *out) {
 
 int srv_sched_n_ctx(const srv_sched *s) {
     return s->n_ctx;
+}
+
+bool srv_sched_has_moe_cache(const srv_sched *s) {
+    return s->has_moe;
+}
+
+bool srv_sched_moe_stats(srv_sched *s, ft_moe_stats *out) {
+    memset(out, 0, sizeof(*out));
+    if (!s->has_moe) return false;
+    pthread_mutex_lock(&s->moe_mu);
+    ft_moe_stats_copy(out, &s->moe);
+    pthread_mutex_unlock(&s->moe_mu);
+    return true;
+}
+
+bool srv_sched_rebuild(srv_sched *s, srv_job *j) {
+    pthread_mutex_lock(&s->mu);
+    bool ok = !s->quit && !s->rebuild;
+    if (ok) {
+        srv_job_ref(j);
+        j->t_submit = ft_time_s();
+        s->rebuild = j;
+        pthread_cond_signal(&s->cv);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return ok;
 }

@@ -19,7 +19,8 @@
 
 struct evhttp_request;
 
-enum srv_api { SRV_API_CHAT, SRV_API_COMPLETION, SRV_API_MESSAGES };
+// SRV_API_REBUILD: POST /v1/cache/rebuild, run by the inference thread between steps.
+enum srv_api { SRV_API_CHAT, SRV_API_COMPLETION, SRV_API_MESSAGES, SRV_API_REBUILD };
 
 enum srv_finish {
     SRV_FINISH_NONE = 0,
@@ -67,6 +68,7 @@ struct srv_job {
     int n_logprobs; // -1: off; else top alternatives per token (0..20)
     bool ignore_eos; // end-of-generation tokens are never sampled (llama-server's ignore_eos)
     bool stream;
+    int rebuild_slots; // SRV_API_REBUILD: the new --moe-cache-size
 
     atomic_bool cancel;
     atomic_int refs;
@@ -80,9 +82,13 @@ struct srv_job {
     bool queued_notify; // already in the HTTP side's ready list
     enum srv_finish finish;
     bool stop_string; // finished on a stop string (else an end-of-generation token)
-    char errmsg[256];
+    char errmsg[512];
     int n_gen;
     double t_submit, t_start, t_first, t_end; // wall clock (ft_time_s)
+    // the expert cache's counters from its start to its end (offload; other sequences' steps in
+    // that time included: they share the cache), set before done
+    bool has_moe;
+    ft_moe_counts moe;
 
     // HTTP side only
     struct evhttp_request *req;
@@ -136,6 +142,16 @@ bool srv_sched_submit(srv_sched *s, srv_job *j);
 void srv_sched_stats_get(srv_sched *s, srv_sched_stats *out);
 // Room for a prompt: n_ctx of every sequence.
 int srv_sched_n_ctx(const srv_sched *s);
+// The expert cache (--moe-backend offload): is there one, and a copy of its counters as the
+// inference thread last read them (between steps: after each finished request, when it goes
+// idle, and at most every 200 ms while it runs). srv_sched_moe_stats returns false without a
+// cache; free *out with ft_moe_stats_free.
+bool srv_sched_has_moe_cache(const srv_sched *s);
+bool srv_sched_moe_stats(srv_sched *s, ft_moe_stats *out);
+// Queues a cache resize (j->api SRV_API_REBUILD, j->rebuild_slots; takes a reference), run
+// between two steps; j ends done with finish STOP (resized), ERROR (errmsg says why) or CANCEL
+// (shutting down). Returns false when a resize is already waiting.
+bool srv_sched_rebuild(srv_sched *s, srv_job *j);
 
 // ---------------------------------------------------------------------------------------------
 // Metrics (HTTP thread only).
@@ -145,9 +161,12 @@ srv_metrics *srv_metrics_init(void);
 void srv_metrics_free(srv_metrics *m);
 void srv_metrics_request(srv_metrics *m); // one HTTP request received
 void srv_metrics_job(srv_metrics *m, const srv_job *j);
-// Prometheus text and /v1/stats JSON (caller frees).
-char *srv_metrics_prometheus(const srv_metrics *m, const srv_sched_stats *s);
-json_t *srv_metrics_json(const srv_metrics *m, const srv_sched_stats *s);
+// Prometheus text and /v1/stats JSON (caller frees). moe: the expert cache's counters, per pool
+// and per layer, or NULL when there is no cache.
+char *srv_metrics_prometheus(const srv_metrics *m, const srv_sched_stats *s, const ft_moe_stats *moe);
+json_t *srv_metrics_json(const srv_metrics *m, const srv_sched_stats *s, const ft_moe_stats *moe);
+// The expert cache as JSON: slots, layout, bytes, totals, pools and layers (cumulative).
+json_t *srv_metrics_moe_json(const ft_moe_stats *moe);
 
 // ---------------------------------------------------------------------------------------------
 // JSON helpers (json.c)

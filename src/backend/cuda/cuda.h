@@ -8,12 +8,14 @@
 // reserve. Numerics follow the CPU backend with q8_1 activations for quantized weights (as
 // llama.cpp's CUDA path), float softmax sums, float attention accumulators.
 //
-// The expert placement hook of moe_ffn is not consulted: every expert runs on the device
-// (the GPU expert cache and hybrid placement come later in issue 7).
+// The expert placement hook of moe_ffn is not consulted. Routed experts run on the device,
+// except with --moe-backend cpu, where the layers whose experts stayed in host memory run
+// their MoE on the CPU (ft_backend_cuda_attach_cpu_experts, cuda_cpu_experts.h).
 #ifndef FT_BACKEND_CUDA_H
 #define FT_BACKEND_CUDA_H
 
 #include "../backend.h"
+#include "cuda_cpu_experts.h"
 
 // A backend on CUDA device dev. Returns NULL and sets *err when there is no such device or
 // the build has no CUDA. Free with be->ops->free(be).
@@ -26,5 +28,13 @@ void ft_backend_cuda_attach_offload(ft_backend *be, struct ft_offload *o);
 
 // Device bytes that reserve(lim) will allocate (scratch), for the memory plan.
 size_t ft_backend_cuda_scratch_bytes(const ft_backend_limits *lim);
+
+// Steps of up to n tokens may be recorded and replayed as CUDA graphs (--cuda-graph-max-bs);
+// 0: none; negative: every step the backend can graph (the default; one-token steps today).
+void ft_backend_cuda_set_graph_max_tok(ft_backend *be, int n);
+
+// --moe-backend cpu: MoE layers whose routed experts are in host memory are computed on the CPU
+// (cuda_cpu_experts.h). Call after reserve, once.
+void ft_backend_cuda_attach_cpu_experts(ft_backend *be, const cuda_cpu_experts_params *p);
 
 #endif

@@ -74,6 +74,7 @@ typedef struct cuda_backend {
     float *host_gap;           // pinned (2): [0] = +inf (the reset value), [1] = read back
     // CUDA graphs (see the top)
     bool graphs;               // FT_CUDA_GRAPHS is not "0"
+    int graph_max_tok;         // --cuda-graph-max-bs: steps of more tokens run directly; < 0: no cap
     enum step_mode { STEP_DIRECT, STEP_CAPTURE, STEP_REPLAY } mode;
     int step_pos0;             // first position of the step in progress
     int32_t *pos_host;         // pinned (1): the step's first position, copied by the graph
@@ -137,6 +138,7 @@ typedef struct cuda_backend {
         ft_cuda_rope_params rp;
     } rope;
     bool rope_pending;
+    cuda_cpu_experts *cpu_experts; // --moe-backend cpu (cuda_cpu_experts.h), or NULL
 } cuda_backend;
 
 static void flush_add(cuda_backend *c) {
@@ -332,6 +334,7 @@ static void cuda_free(ft_backend *be) {
     ft_cuda_host_free(c->pos_host);
     ft_cuda_free(c->pos_dev);
     for (int i = 0; i < (int)FT_ARRAY_LEN(c->step_graphs); i++) ft_cuda_graph_free(c->step_graphs[i].graph);
+    cuda_cpu_experts_free(c->cpu_experts);
     ft_cuda_stream_free(c->stream);
     free(c);
 }
@@ -692,6 +695,11 @@ static void cuda_moe_ffn(ft_backend *be, const ft_moe_params *p, const float *x,
     FT_ASSERT(c->reserved && n_tok <= c->lim.max_tok && k <= c->lim.n_expert_used);
     FT_ASSERT(p->n_expert <= c->lim.n_expert && n_ff <= c->lim.max_width && n_embd <= c->lim.max_width);
     if (!op_runs(c, OP_MOE_FFN, p->gate_exps->data, x, (int64_t)(uintptr_t)y, n_tok) || n_tok == 0) return;
+    // --moe-backend cpu: experts in host memory, no expert cache (offload never attaches this)
+    if (cuda_cpu_experts_serves(c->cpu_experts, p)) {
+        cuda_cpu_experts_moe_ffn(c->cpu_experts, p, x, y, n_tok, c->mode == STEP_CAPTURE, c->stream);
+        return;
+    }
     const float *bias = NULL;
     if (ft_tensor_present(p->sel_bias)) {
         check_on_device(p->sel_bias);
@@ -800,7 +808,8 @@ static void cuda_step_begin(ft_backend *be, int n_tok, int pos0, const void *key
         }
         c->offload_gen = ft_offload_generation(c->offload);
     }
-    if (!c->graphs || !c->reserved || n_tok != 1) {
+    // --cuda-graph-max-bs caps the steps captured (0: none)
+    if (!c->graphs || !c->reserved || n_tok != 1 || (c->graph_max_tok >= 0 && n_tok > c->graph_max_tok)) {
         ft_cuda_profile_step_begin(c->stream, false);
         return;
     }
@@ -903,5 +912,14 @@ ft_backend *ft_backend_cuda_init(int dev, ft_err *err) {
     c->stream = ft_cuda_stream_init();
     const char *g = getenv("FT_CUDA_GRAPHS");
     c->graphs = !(g && !strcmp(g, "0"));
+    c->graph_max_tok = -1;
     return &c->base;
+}
+
+void ft_backend_cuda_set_graph_max_tok(ft_backend *be, int n) { ((cuda_backend *)be)->graph_max_tok = n; }
+
+void ft_backend_cuda_attach_cpu_experts(ft_backend *be, const cuda_cpu_experts_params *p) {
+    cuda_backend *c = cuda_of(be);
+    FT_ASSERT(c->reserved && !c->cpu_experts);
+    c->cpu_experts = cuda_cpu_experts_init(p, &c->lim);
 }

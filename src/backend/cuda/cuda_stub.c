@@ -36,6 +36,7 @@ void ft_cuda_event_free(ft_cuda_event *e) { if (e) FT_CUDA_STUB_ABORT(); }
 void ft_cuda_event_record(ft_cuda_event *e, ft_cuda_stream *s) { (void)e; (void)s; FT_CUDA_STUB_ABORT(); }
 void ft_cuda_event_sync(ft_cuda_event *e) { (void)e; FT_CUDA_STUB_ABORT(); }
 float ft_cuda_event_elapsed_ms(ft_cuda_event *a, ft_cuda_event *b) { (void)a; (void)b; FT_CUDA_STUB_ABORT(); }
+void ft_cuda_launch_host_fn(ft_cuda_stream *s, void (*fn)(void *), void *arg) { (void)s; (void)fn; (void)arg; FT_CUDA_STUB_ABORT(); }
 void ft_cuda_capture_begin(ft_cuda_stream *s) { (void)s; FT_CUDA_STUB_ABORT(); }
 ft_cuda_graph *ft_cuda_capture_end(ft_cuda_stream *s) { (void)s; FT_CUDA_STUB_ABORT(); }
 void ft_cuda_graph_launch(ft_cuda_graph *g, ft_cuda_stream *s) { (void)g; (void)s; FT_CUDA_STUB_ABORT(); }
@@ -67,6 +68,8 @@ ft_backend *ft_backend_cuda_init(int dev, ft_err *err) {
 }
 
 size_t ft_backend_cuda_scratch_bytes(const ft_backend_limits *lim) { (void)lim; return 0; }
+void ft_backend_cuda_set_graph_max_tok(ft_backend *be, int n) { (void)be; (void)n; FT_CUDA_STUB_ABORT(); }
+void ft_backend_cuda_attach_cpu_experts(ft_backend *be, const cuda_cpu_experts_params *p) { (void)be; (void)p; FT_CUDA_STUB_ABORT(); }
 
 bool ft_cuda_gemm_supported(uint32_t type) { (void)type; return false; }
 void ft_cuda_gemm(const ft_cuda_gemm_params *p, ft_cuda_stream *s) { (void)p; (void)s; FT_CUDA_STUB_ABORT(); }

@@ -1,0 +1,182 @@
+// engine_args.c: the engine's command-line flags, shared by run, probs, bench and serve (see
+// engine_args.h).
+#include "engine_args.h"
+#include "args.h"
+#include "../kv/kv.h"
+#include "../moe/cache_plan.h"
+
+#include <string.h>
+
+engine_args engine_args_init(const char *cmd, unsigned extra) {
+    bool bench = !strcmp(cmd, "bench");
+    engine_args a = {
+        .cmd = cmd, .extra = extra, .device_cpu_default = bench, .batch_default = bench ? 512 : 256,
+        .ctx_help = bench ? "-p + -n" : !strcmp(cmd, "probs") ? "the prompt's length" : "the model's, at most 4096",
+        .cuda_graph_max_bs = -1, .memory_ratio = -1, .gpu_memory_limit_gib = -1,
+    };
+    return a;
+}
+
+// Notes a flag that only the GPU reads (for the notice on a machine without one).
+static void gpu_flag(engine_args *a, const char *flag) {
+    size_t n = strlen(a->gpu_flags);
+    if (strstr(a->gpu_flags, flag)) return;
+    snprintf(a->gpu_flags + n, sizeof(a->gpu_flags) - n, "%s%s", n ? ", " : "", flag);
+}
+
+bool engine_args_take(engine_args *a, int argc, char **argv, int *i, bool *bad) {
+    const char *flag = argv[*i];
+    if (args_flag(argv, *i, "--disable-moe-prefill-overlap")) {
+        a->prefill_serial = true;
+        gpu_flag(a, "--disable-moe-prefill-overlap");
+        return true;
+    }
+    if (args_str(argc, argv, i, "--kv-cache-dtype", &a->kv_type, bad) ||
+        args_str(argc, argv, i, "--device", &a->device, bad) ||
+        args_int(argc, argv, i, "-t|--threads", 1, 1024, &a->threads, bad) ||
+        args_int(argc, argv, i, "-c|--ctx-size|--context-length", 1, 1 << 26, &a->n_ctx, bad) ||
+        args_int(argc, argv, i, "-b|--batch-size|--batch", 1, 1 << 16, &a->n_batch, bad) ||
+        args_int(argc, argv, i, "--num-tokens", 1, (int64_t)1 << 40, &a->num_tokens, bad))
+        return true;
+    if (args_str(argc, argv, i, "--attn", &a->attn, bad)) {
+        a->attn_given = true;
+        return true;
+    }
+    int64_t tp;
+    if (args_int(argc, argv, i, "--tp-size", 1, 1 << 16, &tp, bad)) {
+        if (!*bad && tp != 1) {
+            fprintf(stderr, "ft %s: --tp-size %lld: ft runs a model on one GPU (no tensor parallelism); only 1 is "
+                            "accepted\n", a->cmd, (long long)tp);
+            *bad = true;
+        }
+        a->tp_size_given = true;
+        return true;
+    }
+    // the flags only a CUDA engine reads
+    if (args_str(argc, argv, i, "--moe-backend", &a->moe_backend, bad) ||
+        args_str(argc, argv, i, "--moe-pool-layout", &a->pool_layout, bad) ||
+        args_int(argc, argv, i, "--moe-cache-size", 1, 1 << 24, &a->moe_cache_size, bad) ||
+        args_int(argc, argv, i, "--kv-reserve-tokens", 0, (int64_t)1 << 40, &a->kv_reserve_tokens, bad) ||
+        args_int(argc, argv, i, "--cuda-graph-max-bs", 0, 1 << 16, &a->cuda_graph_max_bs, bad) ||
+        args_float(argc, argv, i, "--memory-ratio", &a->memory_ratio, bad) ||
+        args_float(argc, argv, i, "--gpu-memory-limit", &a->gpu_memory_limit_gib, bad)) {
+        gpu_flag(a, flag);
+        return true;
+    }
+    if (args_str(argc, argv, i, "--moe-route-trace", &a->route_trace, bad)) {
+        if (!(a->extra & ENGINE_ARGS_ROUTE_TRACE) && !*bad) {
+            fprintf(stderr, "ft %s: --moe-route-trace is for benchmarks only (ft bench)\n", a->cmd);
+            *bad = true;
+        }
+        gpu_flag(a, flag);
+        return true;
+    }
+    return false;
+}
+
+bool engine_args_apply(const engine_args *a, ft_engine_params *p) {
+    const char *cmd = a->cmd;
+    if (a->kv_type && !ft_kv_type_from_name(a->kv_type, &p->kv_type)) {
+        fprintf(stderr, "ft %s: --kv-cache-dtype %s: expected f16 or q8_0\n", cmd, a->kv_type);
+        return false;
+    }
+    if (a->device) {
+        if (!ft_engine_device_from_name(a->device, &p->device)) {
+            fprintf(stderr, "ft %s: --device %s: expected cpu or cuda\n", cmd, a->device);
+            return false;
+        }
+    } else {
+        p->device = a->device_cpu_default && !a->gpu_flags[0] ? FT_PLACEMENT_CPU : ft_engine_default_device();
+    }
+    if (a->moe_backend && !ft_moe_backend_from_name(a->moe_backend, &p->moe_backend)) {
+        fprintf(stderr, "ft %s: --moe-backend %s: expected fused, offload, cpu or auto\n", cmd, a->moe_backend);
+        return false;
+    }
+    if (a->pool_layout) {
+        if (!strcmp(a->pool_layout, "exact")) p->moe_pool_layout = MOE_POOL_LAYOUT_EXACT;
+        else if (!strcmp(a->pool_layout, "uniform")) p->moe_pool_layout = MOE_POOL_LAYOUT_UNIFORM;
+        else {
+            fprintf(stderr, "ft %s: --moe-pool-layout %s: expected exact or uniform\n", cmd, a->pool_layout);
+            return false;
+        }
+    }
+    if (a->memory_ratio != -1 && !(a->memory_ratio > 0 && a->memory_ratio <= 1)) {
+        fprintf(stderr, "ft %s: --memory-ratio %g: expected a share of free GPU memory in (0, 1]\n", cmd,
+                a->memory_ratio);
+        return false;
+    }
+    if (a->gpu_memory_limit_gib != -1 && !(a->gpu_memory_limit_gib > 0 && a->gpu_memory_limit_gib < 1 << 20)) {
+        fprintf(stderr, "ft %s: --gpu-memory-limit %g: expected GiB > 0\n", cmd, a->gpu_memory_limit_gib);
+        return false;
+    }
+    p->n_threads = (int)a->threads;
+    p->n_batch = a->n_batch > 0 ? (int)a->n_batch : a->batch_default;
+    if (a->memory_ratio > 0) p->memory_ratio = a->memory_ratio;
+    if (a->gpu_memory_limit_gib > 0) p->gpu_memory_limit = (size_t)(a->gpu_memory_limit_gib * (double)(1ull << 30));
+    p->moe_cache_size = (int)a->moe_cache_size;
+    p->kv_reserve_tokens = a->kv_reserve_tokens;
+    p->moe_prefill_serial = a->prefill_serial;
+    if (a->cuda_graph_max_bs >= 0) p->cuda_graph_max_bs = (int)a->cuda_graph_max_bs;
+    p->moe_route_trace = a->route_trace;
+
+    if (a->tp_size_given)
+        fprintf(stderr, "ft %s: --tp-size 1: ft runs the model on one GPU (no tensor parallelism)\n", cmd);
+    if (a->attn_given)
+        fprintf(stderr, "ft %s: --attn %s: ignored; ft uses its own attention kernels (tensor-core flash attention "
+                        "for prefill, split-key decode)\n", cmd, a->attn);
+    if (a->gpu_flags[0] && p->device == FT_PLACEMENT_CPU)
+        fprintf(stderr, "ft %s: %s, so the CPU runs the whole model; ignored (GPU only): %s\n", cmd,
+                a->device ? "--device cpu" : "no GPU was found", a->gpu_flags);
+    return true;
+}
+
+int engine_args_n_ctx(const engine_args *a, int default_ctx, int ctx_cap, int n_seq) {
+    int64_t n = a->n_ctx > 0 ? a->n_ctx : default_ctx;
+    if (a->num_tokens > 0) {
+        int64_t per = a->num_tokens / (n_seq > 0 ? n_seq : 1);
+        if (per < 1) {
+            fprintf(stderr, "ft %s: --num-tokens %lld leaves no position for each of %d sequences\n", a->cmd,
+                    (long long)a->num_tokens, n_seq);
+            return 0;
+        }
+        if (a->n_ctx <= 0) n = ctx_cap;
+        if (n > per) n = per;
+    }
+    return (int)FT_MIN(n, (int64_t)1 << 26);
+}
+
+void engine_args_usage(FILE *out, const engine_args *a) {
+    fprintf(out,
+            "  -t, --threads N            CPU threads (default: physical cores)\n"
+            "  -c, --ctx-size N           context per sequence (also --context-length)\n"
+            "                             (default: %s)\n"
+            "  -b, --batch-size N         prompt tokens per forward pass (also --batch; default %d)\n"
+            "  --num-tokens N             KV capacity in tokens over all sequences: caps -c at N / sequences\n"
+            "                             (without -c, the context is N / sequences up to the model's)\n"
+            "  --kv-cache-dtype T         f16 (default) or q8_0\n"
+            "  --device D                 cuda or cpu\n"
+            "                             (default: %s)\n"
+            "GPU memory and MoE experts (CUDA device only):\n"
+            "  --memory-ratio F           share of the GPU's free memory ft may use (default 0.9)\n"
+            "  --gpu-memory-limit GIB     cap on everything ft allocates on the GPU (to play a smaller card)\n"
+            "  --moe-backend B            where routed experts live: fused (all on the GPU), offload (host RAM\n"
+            "                             with a GPU expert cache), cpu (computed on the CPU from host RAM,\n"
+            "                             the rest on the GPU) or auto (default: fused when the model fits the\n"
+            "                             budget, else offload)\n"
+            "  --moe-cache-size N         offload: expert slots (one slot: gate, up and down of one expert);\n"
+            "                             default: sized from the budget after --kv-reserve-tokens\n"
+            "  --moe-pool-layout L        offload: exact (pools of equal geometry, default) or uniform\n"
+            "  --kv-reserve-tokens N      offload: KV tokens reserved before the expert cache is sized\n"
+            "                             (default: every sequence's whole context)\n"
+            "  --disable-moe-prefill-overlap\n"
+            "                             offload: prefill streams expert layers without double-buffering\n"
+            "  --cuda-graph-max-bs N      largest step (tokens) replayed as a CUDA graph; 0: none (default:\n"
+            "                             every step the backend can graph: one-token decode steps)\n"
+            "  --tp-size 1, --attn NAME   FreeToken's flags: accepted with a notice (one GPU; ft's attention)\n",
+            a->ctx_help, a->batch_default,
+            a->device_cpu_default ? "cpu; cuda when a GPU flag is given and a GPU is found"
+                                  : "cuda when a GPU is found, else cpu");
+    if (a->extra & ENGINE_ARGS_ROUTE_TRACE)
+        fprintf(out, "  --moe-route-trace FILE     offload: replay this route trace (ft trace-gen) instead of the\n"
+                     "                             model's routing, for cache benchmarks\n");
+}

@@ -1,0 +1,172 @@
+// moe_stats.c: the expert cache's telemetry and run-time resize as the engine's callers see
+// them (see engine.h), read from the GPU expert cache (src/backend/cuda/offload.h) the model
+// holds after `--moe-backend offload` placed it. A build whose tree has no expert cache has
+// no model with one: every reader then answers "no cache".
+#include "engine.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#if __has_include("../backend/cuda/offload.h")
+#include "../backend/cuda/offload.h"
+#define FT_HAVE_OFFLOAD 1
+#else
+#define FT_HAVE_OFFLOAD 0
+#endif
+
+#if FT_HAVE_OFFLOAD
+static ft_moe_counts counts_of(const ft_offload_counts *c) {
+    return (ft_moe_counts){.selections = c->selections, .hits = c->hits, .misses = c->misses,
+                           .bytes_copied = c->bytes_copied, .copy_ns = c->copy_ns};
+}
+#endif
+
+bool ft_moe_cache_present(const ft_model *m) {
+#if FT_HAVE_OFFLOAD
+    return m->offload != NULL;
+#else
+    (void)m;
+    return false;
+#endif
+}
+
+bool ft_moe_stats_read(const ft_model *m, ft_moe_stats *out) {
+    memset(out, 0, sizeof(*out));
+#if FT_HAVE_OFFLOAD
+    ft_offload *o = m->offload;
+    if (!o) return false;
+    const moe_cache_plan *plan = ft_offload_plan(o);
+    int nl = ft_offload_n_layers(o), np = ft_offload_n_pools(o);
+    out->n_slots = plan->n_slots;
+    out->uniform = plan->layout == MOE_POOL_LAYOUT_UNIFORM;
+    out->cache_bytes = plan->bytes;
+    out->n_layers = nl;
+    out->n_pools = np;
+    out->layer_block = ft_malloc((size_t)nl * sizeof(int));
+    out->layer_pool = ft_malloc((size_t)nl * sizeof(int));
+    out->layers = ft_malloc((size_t)nl * sizeof(ft_moe_counts));
+    out->pool_slots = ft_calloc((size_t)np, sizeof(int));
+    out->pool_layers = ft_calloc((size_t)np, sizeof(int));
+    out->pools = ft_malloc((size_t)np * sizeof(ft_moe_counts));
+    ft_offload_counts *lc = ft_malloc((size_t)nl * sizeof(*lc)), *pc = ft_malloc((size_t)np * sizeof(*pc)), tc;
+    ft_offload_read_counts(o, lc, pc, &tc);
+    for (int i = 0; i < nl; i++) {
+        out->layer_block[i] = ft_offload_layer_block(o, i);
+        out->layer_pool[i] = ft_offload_pool_of_layer(o, i);
+        out->layers[i] = counts_of(&lc[i]);
+        out->pool_layers[out->layer_pool[i]]++;
+    }
+    for (int p = 0; p < np; p++) {
+        out->pools[p] = counts_of(&pc[p]);
+        out->pool_slots[p] = p < plan->n_pools ? plan->pools[p].n_slots : 0;
+    }
+    out->total = counts_of(&tc);
+    free(lc);
+    free(pc);
+    return true;
+#else
+    (void)m;
+    return false;
+#endif
+}
+
+void ft_moe_stats_free(ft_moe_stats *s) {
+    free(s->layer_block);
+    free(s->layer_pool);
+    free(s->layers);
+    free(s->pool_slots);
+    free(s->pool_layers);
+    free(s->pools);
+    memset(s, 0, sizeof(*s));
+}
+
+static void *dup_array(const void *p, size_t n) {
+    if (!p || n == 0) return NULL;
+    void *q = ft_malloc(n);
+    memcpy(q, p, n);
+    return q;
+}
+
+void ft_moe_stats_copy(ft_moe_stats *dst, const ft_moe_stats *src) {
+    ft_moe_stats_free(dst);
+    *dst = *src;
+    size_t nl = (size_t)src->n_layers, np = (size_t)src->n_pools;
+    dst->layer_block = dup_array(src->layer_block, nl * sizeof(int));
+    dst->layer_pool = dup_array(src->layer_pool, nl * sizeof(int));
+    dst->layers = dup_array(src->layers, nl * sizeof(ft_moe_counts));
+    dst->pool_slots = dup_array(src->pool_slots, np * sizeof(int));
+    dst->pool_layers = dup_array(src->pool_layers, np * sizeof(int));
+    dst->pools = dup_array(src->pools, np * sizeof(ft_moe_counts));
+}
+
+static void counts_sub(ft_moe_counts *a, const ft_moe_counts *b) {
+    a->selections -= b->selections;
+    a->hits -= b->hits;
+    a->misses -= b->misses;
+    a->bytes_copied -= b->bytes_copied;
+    a->copy_ns -= b->copy_ns;
+}
+
+void ft_moe_stats_sub(ft_moe_stats *a, const ft_moe_stats *b) {
+    // a rebuild in between may change the pools (not the layers): then only layers and total
+    if (b->n_layers == a->n_layers)
+        for (int i = 0; i < a->n_layers; i++) counts_sub(&a->layers[i], &b->layers[i]);
+    if (b->n_pools == a->n_pools)
+        for (int i = 0; i < a->n_pools; i++) counts_sub(&a->pools[i], &b->pools[i]);
+    counts_sub(&a->total, &b->total);
+}
+
+static void counts_add(ft_moe_counts *a, const ft_moe_counts *b) {
+    a->selections += b->selections;
+    a->hits += b->hits;
+    a->misses += b->misses;
+    a->bytes_copied += b->bytes_copied;
+    a->copy_ns += b->copy_ns;
+}
+
+void ft_moe_stats_add(ft_moe_stats *a, const ft_moe_stats *b) {
+    if (b->n_layers == a->n_layers)
+        for (int i = 0; i < a->n_layers; i++) counts_add(&a->layers[i], &b->layers[i]);
+    if (b->n_pools == a->n_pools)
+        for (int i = 0; i < a->n_pools; i++) counts_add(&a->pools[i], &b->pools[i]);
+    counts_add(&a->total, &b->total);
+}
+
+double ft_moe_hit_rate(const ft_moe_counts *c) {
+    return c->selections ? (double)c->hits / (double)c->selections : 0.0;
+}
+
+double ft_moe_copy_gbps(const ft_moe_counts *c) {
+    return c->copy_ns ? (double)c->bytes_copied / (double)c->copy_ns : 0.0; // bytes per ns = GB/s
+}
+
+static void print_counts(FILE *out, const char *what, const ft_moe_counts *c, int n_tokens) {
+    fprintf(out, "%-24s hit %5.1f%%  misses %9llu  H2D %9.1f MiB", what, 100 * ft_moe_hit_rate(c),
+            (unsigned long long)c->misses, (double)c->bytes_copied / 1048576.0);
+    if (n_tokens > 0) fprintf(out, " (%.2f MiB/token)", (double)c->bytes_copied / 1048576.0 / n_tokens);
+    fprintf(out, "  %6.1f GB/s\n", ft_moe_copy_gbps(c));
+}
+
+void ft_moe_stats_print(const ft_moe_stats *s, int n_tokens, FILE *out) {
+    fprintf(out, "expert cache: %d slots (%s layout), %.1f MiB, %d pool%s over %d MoE layers\n", s->n_slots,
+            s->uniform ? "uniform" : "exact", (double)s->cache_bytes / 1048576.0, s->n_pools, s->n_pools == 1 ? "" : "s",
+            s->n_layers);
+    char what[64];
+    for (int p = 0; p < s->n_pools; p++) {
+        snprintf(what, sizeof(what), "  pool %d (%d layers, %d slots)", p, s->pool_layers[p], s->pool_slots[p]);
+        print_counts(out, what, &s->pools[p], n_tokens);
+    }
+    print_counts(out, "  all pools", &s->total, n_tokens);
+}
+
+bool ft_moe_cache_rebuild(const ft_model *m, int n_slots, ft_err *err) {
+#if FT_HAVE_OFFLOAD
+    if (!m->offload) return ft_err_set(err, "no expert cache: the model was not placed with --moe-backend offload");
+    if (n_slots < 1) return ft_err_set(err, "moe_cache_size %d: expected at least 1 slot", n_slots);
+    return ft_offload_rebuild(m->offload, n_slots, ft_offload_plan(m->offload)->layout, err);
+#else
+    (void)m;
+    (void)n_slots;
+    return ft_err_set(err, "no expert cache: this build has no --moe-backend offload");
+#endif
+}

@@ -1,0 +1,101 @@
+// test_cuda_moe_stats.c: the expert cache's telemetry and resize as ft bench, ft run and the
+// server read them (ft_moe_stats_read, ft_moe_cache_rebuild in src/engine/moe_stats.c), on a
+// real `--moe-backend offload` engine. Over a window of one-token decode steps the counters must
+// obey identities that hold whatever the cache decided:
+//   - every MoE layer selected top-k experts per token: selections = tokens x top-k;
+//   - each selection is a hit or a miss; each miss copied the layer's native expert bytes (gate,
+//     up and down of one expert);
+//   - a pool's counters are the sums of its layers', the total the sum of the pools'.
+// A resize keeps the counters, changes the slots, refuses a size below the floor (keeping the
+// cache) and the engine decodes on. Skipped in a build without the expert cache.
+#include "gpu_test.h"
+#include "../src/engine/engine.h"
+#include "../src/model/synth.h"
+#include "../src/util/rng.h"
+
+#include <string.h>
+
+static bool counts_equal(const ft_moe_counts *a, const ft_moe_counts *b) {
+    return a->selections == b->selections && a->hits == b->hits && a->misses == b->misses &&
+           a->bytes_copied == b->bytes_copied && a->copy_ns == b->copy_ns;
+}
+
+TEST(cuda_moe_stats_decode_window_and_rebuild) {
+    GPU_TEST_REQUIRE_DEVICE();
+    const char *path = test_path("moe_stats.gguf");
+    ft_synth_params sp = ft_synth_default_params(); // 4 MoE layers, 8 experts, top-2
+    sp.n_expert_types = 4;
+    sp.expert_types[0] = sp.expert_types[1] = FT_TYPE_Q4_K;
+    sp.expert_types[2] = sp.expert_types[3] = FT_TYPE_Q8_0; // two geometries: two pools
+    ft_err err = {{0}};
+    REQUIRE(ft_synth_write(&sp, path, &err), "%s", err.msg);
+    ft_model *m = ft_model_load(path, &err);
+    REQUIRE(m, "%s", err.msg);
+    ft_engine_params ep = ft_engine_default_params();
+    ep.n_ctx = 128;
+    ep.device = FT_PLACEMENT_CUDA;
+    ep.moe_backend = FT_MOE_BACKEND_OFFLOAD;
+    ep.moe_cache_size = 12;
+    if (!ft_engine_place_model(m, &ep, &err)) {
+        if (strstr(err.msg, "not available in this build")) test_skip("no expert cache in this build");
+        else test_fail(__FILE__, __LINE__, "%s", err.msg);
+        ft_model_free(m);
+        return;
+    }
+    CHECK(ft_moe_cache_present(m));
+    ft_engine *e = ft_engine_init(m, &ep, &err);
+    REQUIRE(e, "%s", err.msg);
+    int n_vocab = m->hp.n_vocab, k = m->hp.n_expert_used, n_dec = 16;
+    int32_t tok[64];
+    ft_rng r = ft_rng_init(3);
+    for (int i = 0; i < 64; i++) tok[i] = (int32_t)(ft_rng_next(&r) % (uint64_t)n_vocab);
+    REQUIRE(ft_engine_eval(e, tok, 20, &err), "%s", err.msg);
+    ft_moe_stats a = {0}, b = {0}, c = {0};
+    REQUIRE(ft_moe_stats_read(m, &a));
+    for (int i = 0; i < n_dec; i++) REQUIRE(ft_engine_eval(e, &tok[20 + i], 1, &err), "%s", err.msg);
+    REQUIRE(ft_moe_stats_read(m, &b));
+    ft_moe_stats_copy(&c, &b);
+    ft_moe_stats_sub(&c, &a);
+
+    CHECK(c.n_layers == 4 && c.n_pools == 2 && c.n_slots == 12, "layers %d pools %d slots %d", c.n_layers, c.n_pools,
+          c.n_slots);
+    ft_moe_counts pools[8] = {{0}}, total = {0};
+    for (int i = 0; i < c.n_layers && c.n_pools <= 8; i++) {
+        const ft_moe_counts *l = &c.layers[i];
+        const ft_layer *L = &m->layers[c.layer_block[i]];
+        uint64_t expert = L->gate_exps.mat_bytes + L->up_exps.mat_bytes + L->down_exps.mat_bytes;
+        CHECK(l->selections == (uint64_t)n_dec * (uint64_t)k, "layer %d: %llu selections", c.layer_block[i],
+              (unsigned long long)l->selections);
+        CHECK(l->hits + l->misses == l->selections, "layer %d", c.layer_block[i]);
+        CHECK(l->bytes_copied == l->misses * expert, "layer %d: %llu bytes for %llu misses of %llu", c.layer_block[i],
+              (unsigned long long)l->bytes_copied, (unsigned long long)l->misses, (unsigned long long)expert);
+        CHECK(l->misses == 0 || l->copy_ns > 0, "layer %d copied without time", c.layer_block[i]);
+        ft_moe_counts *p = &pools[c.layer_pool[i]];
+        p->selections += l->selections, p->hits += l->hits, p->misses += l->misses;
+        p->bytes_copied += l->bytes_copied, p->copy_ns += l->copy_ns;
+        total.selections += l->selections, total.hits += l->hits, total.misses += l->misses;
+        total.bytes_copied += l->bytes_copied, total.copy_ns += l->copy_ns;
+    }
+    for (int p = 0; p < c.n_pools && p < 8; p++) CHECK(counts_equal(&pools[p], &c.pools[p]), "pool %d", p);
+    CHECK(counts_equal(&total, &c.total));
+    printf("    decode window: %llu selections, hit rate %.3f, %.1f KiB copied at %.1f GB/s\n",
+           (unsigned long long)c.total.selections, ft_moe_hit_rate(&c.total), (double)c.total.bytes_copied / 1024,
+           ft_moe_copy_gbps(&c.total));
+
+    // resize: counters kept, slots changed, the engine goes on
+    REQUIRE(ft_moe_cache_rebuild(m, 20, &err), "%s", err.msg);
+    ft_moe_stats d = {0};
+    REQUIRE(ft_moe_stats_read(m, &d));
+    CHECK(d.n_slots == 20 && counts_equal(&d.total, &b.total), "slots %d", d.n_slots);
+    CHECK(!ft_moe_cache_rebuild(m, 1, &err) && err.msg[0], "one slot is below the floor of top-k per layer");
+    ft_moe_stats_free(&d);
+    REQUIRE(ft_moe_stats_read(m, &d));
+    CHECK(d.n_slots == 20, "a refused resize keeps the cache: %d", d.n_slots);
+    for (int i = 0; i < 4; i++) CHECK(ft_engine_eval(e, &tok[40 + i], 1, &err) != NULL, "%s", err.msg);
+    ft_moe_stats_free(&a);
+    ft_moe_stats_free(&b);
+    ft_moe_stats_free(&c);
+    ft_moe_stats_free(&d);
+    ft_engine_free(e);
+    ft_model_free(m);
+}
