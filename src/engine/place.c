@@ -177,13 +177,12 @@ bool ft_engine_place_model(ft_model *m, const ft_engine_params *params, ft_err *
     ft_cuda_device_info info;
     if (!ft_cuda_device_get_info(0, &info)) return ft_err_set(err, "--device cuda: no CUDA device found");
     if (p.moe_backend == FT_MOE_BACKEND_AUTO) p.moe_backend = engine_auto_pick(m, &p, &info);
-    if (p.moe_backend == FT_MOE_BACKEND_CPU) return place_cpu(m, &p, &info, err);
     switch (p.moe_backend) {
-    case FT_MOE_BACKEND_AUTO:
-    case FT_MOE_BACKEND_FUSED: return place_fused(m, &p, &info, err);
     case FT_MOE_BACKEND_OFFLOAD: return engine_place_offload(m, &p, &info, err);
-    case FT_MOE_BACKEND_CPU: break;
+    case FT_MOE_BACKEND_CPU: return place_cpu(m, &p, &info, err);
+    case FT_MOE_BACKEND_AUTO: // picked above
+    case FT_MOE_BACKEND_FUSED: break;
     }
-    return ft_err_set(err, "--moe-backend %s: not available in this build", ft_moe_backend_name(p.moe_backend));
+    return place_fused(m, &p, &info, err);
 }
 
