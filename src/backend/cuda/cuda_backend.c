@@ -697,7 +697,7 @@ static void cuda_moe_ffn(ft_backend *be, const ft_moe_params *p, const float *x,
     if (!op_runs(c, OP_MOE_FFN, p->gate_exps->data, x, (int64_t)(uintptr_t)y, n_tok) || n_tok == 0) return;
     // --moe-backend cpu: experts in host memory, no expert cache (offload never attaches this)
     if (cuda_cpu_experts_serves(c->cpu_experts, p)) {
-        cuda_cpu_experts_moe_ffn(c->cpu_experts, p, x, y, n_tok, c->mode == STEP_CAPTURE, c->stream);
+        cuda_cpu_experts_moe_ffn(c->cpu_experts, p, x, y, n_tok, c->stream);
         return;
     }
     const float *bias = NULL;
@@ -808,8 +808,10 @@ static void cuda_step_begin(ft_backend *be, int n_tok, int pos0, const void *key
         }
         c->offload_gen = ft_offload_generation(c->offload);
     }
-    // --cuda-graph-max-bs caps the steps captured (0: none)
-    if (!c->graphs || !c->reserved || n_tok != 1 || (c->graph_max_tok >= 0 && n_tok > c->graph_max_tok)) {
+    // --cuda-graph-max-bs caps the steps captured (0: none); CPU experts run directly (see
+    // cuda_cpu_experts.h)
+    if (!c->graphs || !c->reserved || n_tok != 1 || (c->graph_max_tok >= 0 && n_tok > c->graph_max_tok) ||
+        c->cpu_experts) {
         ft_cuda_profile_step_begin(c->stream, false);
         return;
     }

@@ -7,22 +7,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-// What a host node of a captured step computes: one layer's CPU op on the pinned buffers.
-typedef struct layer_call {
-    cuda_cpu_experts *ce;
-    ft_moe_params p;     // the layer's parameters with the host router and bias
-    int n_tok;
-    bool set;            // written at the layer's first capture, never after
-} layer_call;
-
 struct cuda_cpu_experts {
     ft_backend *cpu;
     int n_layer;
     ft_tensor *routers, *sel_bias;   // (n_layer) host descriptors
     float *x_host, *y_host;          // pinned (max_tok, max_width)
     size_t cap;                      // floats of each
-    ft_cuda_event *x_ready;          // after the copy of x, for a direct step
-    layer_call *calls;               // (n_layer)
+    ft_cuda_event *x_ready;          // after the copy of x
     float *route_gap;
 };
 
@@ -40,7 +31,6 @@ cuda_cpu_experts *cuda_cpu_experts_init(const cuda_cpu_experts_params *p, const 
     ce->x_host = ft_cuda_host_alloc(ce->cap * sizeof(float));
     ce->y_host = ft_cuda_host_alloc(ce->cap * sizeof(float));
     ce->x_ready = ft_cuda_event_init();
-    ce->calls = ft_calloc((size_t)p->n_layer, sizeof(layer_call));
     ce->route_gap = p->route_gap;
     return ce;
 }
@@ -53,7 +43,6 @@ void cuda_cpu_experts_free(cuda_cpu_experts *ce) {
     ft_cuda_event_free(ce->x_ready);
     free(ce->routers);
     free(ce->sel_bias);
-    free(ce->calls);
     free(ce);
 }
 
@@ -83,29 +72,16 @@ static void run_cpu(cuda_cpu_experts *ce, const ft_moe_params *h, int n_tok) {
     if (ce->route_gap && ce->cpu->min_route_gap < *ce->route_gap) *ce->route_gap = ce->cpu->min_route_gap;
 }
 
-static void host_node(void *arg) {
-    layer_call *c = arg;
-    run_cpu(c->ce, &c->p, c->n_tok);
-}
-
 void cuda_cpu_experts_moe_ffn(cuda_cpu_experts *ce, const ft_moe_params *p, const float *x, float *y, int n_tok,
-                              bool capture, ft_cuda_stream *s) {
+                              ft_cuda_stream *s) {
     FT_ASSERT(cuda_cpu_experts_serves(ce, p));
     int64_t n_embd = p->gate_exps->ne[0];
     size_t bytes = (size_t)n_tok * (size_t)n_embd * sizeof(float);
     FT_ASSERT((size_t)n_tok * (size_t)n_embd <= ce->cap);
     ft_cuda_memcpy_d2h(ce->x_host, x, bytes, s);
-    if (capture) {
-        layer_call *c = &ce->calls[p->layer];
-        if (!c->set) *c = (layer_call){.ce = ce, .p = host_params(ce, p), .n_tok = n_tok, .set = true};
-        // a graph already holds this record: it must describe the same op
-        FT_ASSERT(c->n_tok == n_tok && c->p.gate_exps == p->gate_exps && c->p.n_expert_used == p->n_expert_used);
-        ft_cuda_launch_host_fn(s, host_node, c);
-    } else {
-        ft_moe_params h = host_params(ce, p);
-        ft_cuda_event_record(ce->x_ready, s);
-        ft_cuda_event_sync(ce->x_ready);
-        run_cpu(ce, &h, n_tok);
-    }
+    ft_moe_params h = host_params(ce, p);
+    ft_cuda_event_record(ce->x_ready, s);
+    ft_cuda_event_sync(ce->x_ready);
+    run_cpu(ce, &h, n_tok);
     ft_cuda_memcpy_h2d(y, ce->y_host, bytes, s);
 }

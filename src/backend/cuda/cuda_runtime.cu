@@ -134,10 +134,6 @@ extern "C" float ft_cuda_event_elapsed_ms(ft_cuda_event *start, ft_cuda_event *s
     return ms;
 }
 
-extern "C" void ft_cuda_launch_host_fn(ft_cuda_stream *s, void (*fn)(void *arg), void *arg) {
-    CUDA_CHECK(cudaLaunchHostFunc(ft_cuda_stream_handle(s), fn, arg));
-}
-
 extern "C" void ft_cuda_capture_begin(ft_cuda_stream *s) {
     CUDA_CHECK(cudaStreamBeginCapture(ft_cuda_stream_handle(s), cudaStreamCaptureModeThreadLocal));
 }

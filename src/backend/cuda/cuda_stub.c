@@ -36,7 +36,6 @@ void ft_cuda_event_free(ft_cuda_event *e) { if (e) FT_CUDA_STUB_ABORT(); }
 void ft_cuda_event_record(ft_cuda_event *e, ft_cuda_stream *s) { (void)e; (void)s; FT_CUDA_STUB_ABORT(); }
 void ft_cuda_event_sync(ft_cuda_event *e) { (void)e; FT_CUDA_STUB_ABORT(); }
 float ft_cuda_event_elapsed_ms(ft_cuda_event *a, ft_cuda_event *b) { (void)a; (void)b; FT_CUDA_STUB_ABORT(); }
-void ft_cuda_launch_host_fn(ft_cuda_stream *s, void (*fn)(void *), void *arg) { (void)s; (void)fn; (void)arg; FT_CUDA_STUB_ABORT(); }
 void ft_cuda_capture_begin(ft_cuda_stream *s) { (void)s; FT_CUDA_STUB_ABORT(); }
 ft_cuda_graph *ft_cuda_capture_end(ft_cuda_stream *s) { (void)s; FT_CUDA_STUB_ABORT(); }
 void ft_cuda_graph_launch(ft_cuda_graph *g, ft_cuda_stream *s) { (void)g; (void)s; FT_CUDA_STUB_ABORT(); }

@@ -92,11 +92,6 @@ void ft_cuda_event_sync(ft_cuda_event *e);
 // Milliseconds between two recorded events (waits for the second one).
 float ft_cuda_event_elapsed_ms(ft_cuda_event *start, ft_cuda_event *stop);
 
-// Enqueues a call of fn(arg) on a runtime thread once the work before it on s has run; the
-// work after it waits for its return. fn must not call CUDA. Captured into a graph, it is a
-// host node (arg then must stay valid for as long as the graph may run).
-void ft_cuda_launch_host_fn(ft_cuda_stream *s, void (*fn)(void *arg), void *arg);
-
 // ---------------------------------------------------------------------------------------------
 // CUDA graphs: the work enqueued on a stream between capture_begin and capture_end is
 // recorded instead of run (thread-local capture mode), and the executable graph replays it.
