@@ -31,6 +31,7 @@
 //     CPU's two best are within 0.05 or the routing gap is under 2e-3, top-10 within 0.05
 //     likewise; the differences are printed.
 #include "gpu_test.h"
+#include "probs_compare.h"
 
 #include "../src/backend/cpu/cpu.h"
 #include "../src/backend/cuda/cuda.h"
@@ -469,49 +470,6 @@ TEST(cuda_op_moe_ffn) {
 // ---------------------------------------------------------------------------------------------
 // Whole models: the engine on --device cuda against --device cpu
 
-// Probabilities (softmax) of logits into out.
-static void softmax(const float *lg, double *out, int n) {
-    float mx = lg[0];
-    for (int i = 1; i < n; i++) mx = lg[i] > mx ? lg[i] : mx;
-    double s = 0;
-    for (int i = 0; i < n; i++) s += out[i] = exp((double)lg[i] - mx);
-    for (int i = 0; i < n; i++) out[i] /= s;
-}
-
-// Compares one step's distributions; returns the worst top-10 probability difference.
-static double compare_probs(const char *what, const float *lc, const float *lg, int n, double tol, bool check) {
-    double *pc = ft_malloc((size_t)n * sizeof(double)), *pg = ft_malloc((size_t)n * sizeof(double));
-    softmax(lc, pc, n);
-    softmax(lg, pg, n);
-    int top[10] = {0};
-    int k = FT_MIN(10, n);
-    for (int j = 0; j < k; j++) {
-        int best = -1;
-        for (int i = 0; i < n; i++) {
-            bool taken = false;
-            for (int m = 0; m < j; m++) taken |= top[m] == i;
-            if (!taken && (best < 0 || pc[i] > pc[best])) best = i;
-        }
-        top[j] = best;
-    }
-    int arg_g = 0;
-    for (int i = 1; i < n; i++) arg_g = pg[i] > pg[arg_g] ? i : arg_g;
-    double worst = 0;
-    for (int j = 0; j < k; j++) worst = fmax(worst, fabs(pc[top[j]] - pg[top[j]]));
-    bool near_tie = pc[top[0]] - pc[top[1]] < tol;
-    if (check) {
-        CHECK(arg_g == top[0] || near_tie, "%s: arg-max cpu %d (p %.4f) gpu %d (p %.4f)", what, top[0], pc[top[0]], arg_g,
-              pc[arg_g]);
-        CHECK(worst <= tol, "%s: top-10 probability difference %.4g", what, worst);
-    } else if (arg_g != top[0] && !near_tie) {
-        printf("    %s: arg-max differs (cpu %d p %.4f, gpu %d p %.4f), routing near a tie: not checked\n", what, top[0],
-               pc[top[0]], arg_g, pc[arg_g]);
-    }
-    free(pc);
-    free(pg);
-    return worst;
-}
-
 static void model_case(const char *arch, bool strict, bool swa_yarn) {
     enum ft_type kv_type = strict ? FT_TYPE_Q8_0 : FT_TYPE_F16;
     double tol = strict ? 3e-2 : 0.05;
@@ -569,7 +527,7 @@ static void model_case(const char *arch, bool strict, bool swa_yarn) {
         snprintf(what, sizeof(what), "%s %s%s prefill 40", arch, strict ? "strict" : "realistic", swa_yarn ? " swa+yarn" : "");
         // the realistic case is checked only away from routing near-ties (see the top)
         bool check = ft_engine_route_gap(ec) >= (strict ? 1e-5f : 2e-3f);
-        double worst = compare_probs(what, keep, lg, n_vocab, tol, check);
+        double worst = probs_compare(what, keep, lg, n_vocab, tol, check);
         int32_t t = prompt[5];
         for (int step = 0; step < 3; step++) {
             lc = ft_engine_eval(ec, &t, 1, &err);
@@ -577,7 +535,7 @@ static void model_case(const char *arch, bool strict, bool swa_yarn) {
             lg = ft_engine_eval(eg, &t, 1, &err);
             snprintf(what, sizeof(what), "%s %s decode %d", arch, strict ? "strict" : "realistic", step);
             check = ft_engine_route_gap(ec) >= (strict ? 1e-5f : 2e-3f);
-            worst = fmax(worst, compare_probs(what, keep, lg, n_vocab, tol, check));
+            worst = fmax(worst, probs_compare(what, keep, lg, n_vocab, tol, check));
             t = (t * 31 + 7) % n_vocab;
         }
         printf("    %s %-30s worst top-10 prob diff %.3g (tol %.3g%s), routing gap cpu %.3g gpu %.3g\n", arch,

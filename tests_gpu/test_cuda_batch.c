@@ -9,6 +9,7 @@
 // within 3e-2; and they split only where either run's two best are within 3e-2. The number
 // of bit-identical steps is printed.
 #include "gpu_test.h"
+#include "probs_compare.h"
 
 #include "../src/engine/batch.h"
 #include "../src/model/synth.h"
@@ -34,13 +35,6 @@ static int32_t argmax(const float *x, int n) {
     for (int i = 1; i < n; i++)
         if (x[i] > x[best]) best = i;
     return best;
-}
-
-static void softmax(const float *x, int n, double *p) {
-    float mx = x[argmax(x, n)];
-    double sum = 0;
-    for (int i = 0; i < n; i++) sum += p[i] = exp((double)x[i] - mx);
-    for (int i = 0; i < n; i++) p[i] /= sum;
 }
 
 static double top2_gap(const double *p, int n) {
@@ -156,8 +150,8 @@ TEST(cuda_batch_matches_alone) {
             const float *lb = rq[r].logits + (size_t)g * n_vocab, *la = alone + (size_t)g * n_vocab;
             n_same_bits += !memcmp(lb, la, (size_t)n_vocab * sizeof(float));
             n_cmp++;
-            softmax(lb, n_vocab, pb);
-            softmax(la, n_vocab, pa);
+            probs_softmax(lb, pb, n_vocab);
+            probs_softmax(la, pa, n_vocab);
             double d = 0;
             for (int i = 0; i < n_vocab; i++) d = fmax(d, fabs(pb[i] - pa[i]));
             worst = fmax(worst, d);

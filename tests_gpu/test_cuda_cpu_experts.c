@@ -11,51 +11,13 @@
 // Models: qwen3moe (softmax gating) and a mixed-type laguna (a dense lead layer, sigmoid
 // gating with a selection bias, Q4_K experts then a BF16 tail).
 #include "gpu_test.h"
+#include "probs_compare.h"
 #include "../src/engine/engine.h"
 #include "../src/model/synth.h"
 #include "../src/util/rng.h"
 
 #include <stdlib.h>
 #include <string.h>
-
-static void softmax(const float *lg, double *out, int n) {
-    float mx = lg[0];
-    for (int i = 1; i < n; i++) mx = lg[i] > mx ? lg[i] : mx;
-    double s = 0;
-    for (int i = 0; i < n; i++) s += out[i] = exp((double)lg[i] - mx);
-    for (int i = 0; i < n; i++) out[i] /= s;
-}
-
-// The worst top-10 probability difference of lg against the reference lr; checks it and the
-// arg-max when check.
-static double compare_probs(const char *what, const float *lr, const float *lg, int n, double tol, bool check) {
-    double *pr = ft_malloc((size_t)n * sizeof(double)), *pg = ft_malloc((size_t)n * sizeof(double));
-    softmax(lr, pr, n);
-    softmax(lg, pg, n);
-    int top[10] = {0}, k = FT_MIN(10, n);
-    for (int j = 0; j < k; j++) {
-        int best = -1;
-        for (int i = 0; i < n; i++) {
-            bool taken = false;
-            for (int m = 0; m < j; m++) taken |= top[m] == i;
-            if (!taken && (best < 0 || pr[i] > pr[best])) best = i;
-        }
-        top[j] = best;
-    }
-    int arg_g = 0;
-    for (int i = 1; i < n; i++) arg_g = pg[i] > pg[arg_g] ? i : arg_g;
-    double worst = 0;
-    for (int j = 0; j < k; j++) worst = fmax(worst, fabs(pr[top[j]] - pg[top[j]]));
-    bool near_tie = pr[top[0]] - pr[top[1]] < tol;
-    if (check) {
-        CHECK(arg_g == top[0] || near_tie, "%s: arg-max %d (p %.4f) against %d (p %.4f)", what, arg_g, pr[arg_g], top[0],
-              pr[top[0]]);
-        CHECK(worst <= tol, "%s: top-10 probability difference %.4g > %.4g", what, worst, tol);
-    }
-    free(pr);
-    free(pg);
-    return worst;
-}
 
 typedef struct arm {
     const char *name;
@@ -153,9 +115,9 @@ static void model_case(const char *arch, bool strict) {
             bool check = ft_engine_route_gap(cpu.e) >= min_gap && ft_engine_route_gap(cpumode.e) >= min_gap;
             char w[200];
             snprintf(w, sizeof(w), "%s vs cpu", what);
-            worst_cpu = fmax(worst_cpu, compare_probs(w, cpu.lg, cpumode.lg, n_vocab, tol, check));
+            worst_cpu = fmax(worst_cpu, probs_compare(w, cpu.lg, cpumode.lg, n_vocab, tol, check));
             snprintf(w, sizeof(w), "%s vs fused", what);
-            worst_fused = fmax(worst_fused, compare_probs(w, fused.lg, cpumode.lg, n_vocab, tol,
+            worst_fused = fmax(worst_fused, probs_compare(w, fused.lg, cpumode.lg, n_vocab, tol,
                                                           check && ft_engine_route_gap(fused.e) >= min_gap));
         }
         printf("    %s %-10s worst top-10 prob diff vs cpu %.3g, vs fused %.3g (tol %.3g); routing gap cpu %.3g, "
