@@ -423,6 +423,70 @@ TEST(dot_tile_matvec_rows) {
     }
 }
 
+// 2d. Prefill's GEMMs (AMX int8, where the CPU has it): equal to the reference dot products to
+// the bit (exact integer block sums, the reference's float steps in its order), for weight-row
+// and token counts on both sides of the 16 x 16 tile (tails of both), rows of 1 to 45 blocks,
+// saturated activations, and an output stride whose gaps must stay untouched.
+
+TEST(dot_gemm_vs_ref) {
+    const char *force = getenv("FT_SIMD");
+    bool forced_off = force && (!strcmp(force, "scalar") || !strcmp(force, "avx2") || !strcmp(force, "avx512"));
+    for (size_t i = 0; i < FT_ARRAY_LEN(g_cases); i++) {
+        const ft_quant_ops *q = ft_quant_ops_find(g_cases[i].type);
+        // only q8_0 and q4_K have one, and only with AMX, which FT_SIMD can turn off
+        bool want = ft_quant_amx() && (g_cases[i].type == FT_TYPE_Q8_0 || g_cases[i].type == FT_TYPE_Q4_K);
+        CHECK((q->gemm != NULL) == want, "%s gemm", ft_type_name(g_cases[i].type));
+    }
+    CHECK(!(forced_off && ft_quant_amx()), "FT_SIMD=%s leaves AMX on", force);
+    if (!ft_quant_amx()) {
+        test_skip("no AMX-INT8 on this CPU (or FT_SIMD turned it off)");
+        return;
+    }
+    enum { MAX_NR = 37, MAX_NC = 35, LS = MAX_NR + 3 };
+    const int nrs[] = {1, 5, 16, 17, MAX_NR}, ncs[] = {FT_GEMM_MIN_COLS, 7, 16, 19, MAX_NC};
+    float *s = malloc(sizeof(float) * MAX_NC * LS);
+    for (size_t i = 0; i < FT_ARRAY_LEN(g_cases); i++) {
+        const dot_case *c = &g_cases[i];
+        const ft_quant_ops *q = ft_quant_ops_find(c->type);
+        if (!q->gemm) continue;
+        for (int k = 0; k < 6; k += 2) {
+            int64_t n = row_length(c->type, k);
+            size_t bx = ft_row_bytes(c->type, n), by = ft_row_bytes(c->act, n);
+            uint8_t *x = malloc(bx * MAX_NR), *y = malloc(by * MAX_NC);
+            float *tmp = malloc((size_t)n * sizeof(float));
+            for (int r = 0; r < MAX_NR; r++) random_weights(c->type, case_seed(c, k) + 19 * (uint64_t)r, x + r * bx, n, false);
+            for (int col = 0; col < MAX_NC; col++)
+                random_activations(c->act, col % 4 == 3 ? ACT_SATURATED : ACT_NORMAL, case_seed(c, k) + 37 * (uint64_t)col,
+                                   y + col * by, tmp, n);
+            for (size_t a = 0; a < FT_ARRAY_LEN(nrs); a++)
+                for (size_t b = 0; b < FT_ARRAY_LEN(ncs); b++) {
+                    int nr = nrs[a], nc = ncs[b];
+                    for (int e = 0; e < MAX_NC * LS; e++) s[e] = NAN;
+                    q->gemm(n, x, bx, nr, y, by, nc, s, LS);
+                    int bad = 0;
+                    for (int col = 0; col < MAX_NC; col++)
+                        for (int r = 0; r < LS; r++) {
+                            float got = s[col * LS + r];
+                            if (col >= nc || r >= nr) {
+                                bad += !isnan(got);
+                                continue;
+                            }
+                            float ref = q->vec_dot_ref(n, x + r * bx, y + col * by);
+                            if (got != ref && bad++ < 3)
+                                CHECK(false, "%s n=%lld nr=%d nc=%d (%d, %d): gemm %.9g, ref %.9g", ft_type_name(c->type),
+                                      (long long)n, nr, nc, col, r, got, ref);
+                        }
+                    CHECK(bad == 0, "%s n=%lld nr=%d nc=%d: %d outputs wrong or outside the tile",
+                          ft_type_name(c->type), (long long)n, nr, nc, bad);
+                }
+            free(x);
+            free(y);
+            free(tmp);
+        }
+    }
+    free(s);
+}
+
 // ---------------------------------------------------------------------------------------------
 // 3. ref and avx2 vs llama.cpp's AVX2 kernels, reached through ggml_get_type_traits_cpu.
 

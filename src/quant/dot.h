@@ -9,6 +9,7 @@
 #ifndef FT_QUANT_DOT_H
 #define FT_QUANT_DOT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -67,5 +68,14 @@ void ft_vec_dot_tile_q8_0_avx512(int64_t n, const void *x, size_t bx, int nr, co
 // AVX-512 VNNI: several weight rows per pass when the tile has one activation row.
 void ft_vec_dot_tile_q8_0_vnni(int64_t n, const void *x, size_t bx, int nr, const void *y, size_t by,
                                int nc, float *s, size_t ls);
+
+// AMX int8 GEMMs (dot_amx.c; the gemm contract in quant.h: equal to the _ref dot products to
+// the bit), entered only after ft_amx_init() returned true. ft_amx_init checks the CPU and the
+// OS and asks Linux for the tile state (once per process).
+bool ft_amx_init(void);
+void ft_gemm_q8_0_amx(int64_t n, const void *x, size_t bx, int nr, const void *y, size_t by, int nc, float *s,
+                      size_t ls);
+void ft_gemm_q4_K_amx(int64_t n, const void *x, size_t bx, int nr, const void *y, size_t by, int nc, float *s,
+                      size_t ls);
 
 #endif
