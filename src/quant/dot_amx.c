@@ -133,6 +133,11 @@ static inline void pack_b(uint8_t *dst, const int8_t *const codes[TILE_N]) {
     }
 }
 
+// Asks for the cache lines of a weight row the next tile reads, while this tile computes.
+static inline void prefetch_row(const uint8_t *p, size_t bytes) {
+    for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)p + o, _MM_HINT_T0);
+}
+
 // Writes the valid part of a 16 x 16 result block (row m of acc: weight row r0 + m, its 16
 // tokens c0..c0 + 15) to s[c * ls + r].
 static inline AMX_TARGET void store_block(const __m512 acc[TILE_M], float *s, size_t ls, int r0, int nr, int c0, int nc) {
@@ -183,8 +188,10 @@ AMX_TARGET void ft_gemm_q8_0_amx(int64_t n, const void *x, size_t bx, int nr, co
     tiles_configure();
     for (int r0 = 0; r0 < nr; r0 += TILE_M) {
         const int mr = nr - r0 < TILE_M ? nr - r0 : TILE_M;
-        for (int64_t b = 0; b < nb; b++)
-            for (int m = 0; m < TILE_M; m++) {
+        // row by row (one stream through the tile's weights), fetching the next tile's row
+        for (int m = 0; m < TILE_M; m++) {
+            if (r0 + TILE_M + m < nr) prefetch_row((const uint8_t *)x + (size_t)(r0 + TILE_M + m) * bx, bx);
+            for (int64_t b = 0; b < nb; b++) {
                 uint8_t *dst = aq + ((size_t)b * TILE_M + m) * TILE_K;
                 if (m < mr) {
                     const block_q8_0 *xb = (const block_q8_0 *)((const uint8_t *)x + (size_t)(r0 + m) * bx) + b;
@@ -195,6 +202,7 @@ AMX_TARGET void ft_gemm_q8_0_amx(int64_t n, const void *x, size_t bx, int nr, co
                     ad[b * TILE_M + m] = 0.0f;
                 }
             }
+        }
         for (int t = 0; t < nt; t++) {
             __m512 acc[TILE_M];
             for (int m = 0; m < TILE_M; m++) acc[m] = _mm512_setzero_ps();
@@ -348,8 +356,10 @@ AMX_TARGET void ft_gemm_q4_K_amx(int64_t n, const void *x, size_t bx, int nr, co
     tiles_configure();
     for (int r0 = 0; r0 < nr; r0 += TILE_M) {
         const int mr = nr - r0 < TILE_M ? nr - r0 : TILE_M;
-        for (int64_t b = 0; b < nb; b++)
-            for (int m = 0; m < TILE_M; m++) {
+        // row by row (one stream through the tile's weights), fetching the next tile's row
+        for (int m = 0; m < TILE_M; m++) {
+            if (r0 + TILE_M + m < nr) prefetch_row((const uint8_t *)x + (size_t)(r0 + TILE_M + m) * bx, bx);
+            for (int64_t b = 0; b < nb; b++) {
                 uint8_t *dst = aq + ((size_t)b * TILE_M + m) * SUPER_K;
                 if (m >= mr) {
                     memset(dst, 0, SUPER_K);
@@ -369,6 +379,7 @@ AMX_TARGET void ft_gemm_q4_K_amx(int64_t n, const void *x, size_t bx, int nr, co
                 adx[b * TILE_M + m] = ft_fp16_to_fp32(xb->d);
                 admx[b * TILE_M + m] = ft_fp16_to_fp32(xb->dmin);
             }
+        }
         for (int t = 0; t < nt; t++) {
             __m512 acc[TILE_M];
             for (int m = 0; m < TILE_M; m++) acc[m] = _mm512_setzero_ps();
