@@ -363,20 +363,29 @@ static void bench_gemm(const char *filter) {
            GEMM_ELEMS, RUNS);
     printf("%-7s %-7s %6s %6s %10s %10s %9s\n", "type", "shape", "rows", "tokens", "tile GMAC", "gemm GMAC",
            "gemm/tile");
-    const enum ft_type types[] = {FT_TYPE_Q8_0, FT_TYPE_Q4_K};
+    const enum ft_type types[] = {FT_TYPE_Q8_0, FT_TYPE_Q4_K, FT_TYPE_BF16};
     for (size_t i = 0; i < FT_ARRAY_LEN(types); i++) {
         if (filter && !strstr(ft_type_name(types[i]), filter)) continue;
         const ft_quant_ops *ops = ft_quant_ops_find(types[i]);
+        if (!ops->gemm) continue;
         size_t bx = ft_row_bytes(types[i], GEMM_ELEMS), by = ft_row_bytes(ops->vec_dot_type, GEMM_ELEMS);
-        // random codes and scales in every byte (the kernels have no data-dependent branches)
+        // random codes and scales in every byte (the integer kernels have no data-dependent
+        // branches); bf16 rows of normal floats (random bytes would hold subnormals, which
+        // slow the AVX2 kernel's FMAs down)
         size_t total = (size_t)GEMM_BYTES / bx * bx;
         uint8_t *w = ft_malloc(total), *y = ft_malloc(by * 512);
-        ft_rng rng = ft_rng_init(11 + i);
-        for (size_t b = 0; b < total; b += 8) {
-            uint64_t v = ft_rng_next(&rng);
-            memcpy(w + b, &v, FT_MIN(8, total - b));
-        }
         float *f = ft_malloc(GEMM_ELEMS * sizeof(float)), *s = ft_malloc(2048 * 512 * sizeof(float));
+        ft_rng rng = ft_rng_init(11 + i);
+        if (types[i] == FT_TYPE_BF16) {
+            for (int j = 0; j < GEMM_ELEMS; j++) f[j] = ft_rng_normal(&rng);
+            ops->from_float_ref(f, w, GEMM_ELEMS);
+            for (size_t b = bx; b < total; b += bx) memcpy(w + b, w, bx);
+        } else {
+            for (size_t b = 0; b < total; b += 8) {
+                uint64_t v = ft_rng_next(&rng);
+                memcpy(w + b, &v, FT_MIN(8, total - b));
+            }
+        }
         for (int c = 0; c < 512; c++) {
             for (int j = 0; j < GEMM_ELEMS; j++) f[j] = ft_rng_normal(&rng);
             ft_quant_ops_find(ops->vec_dot_type)->from_float_ref(f, y + c * by, GEMM_ELEMS);

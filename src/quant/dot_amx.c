@@ -49,6 +49,11 @@ enum { TILE_M = 16, TILE_N = 16, TILE_K = 32, B_TILE_BYTES = TILE_K * TILE_N };
 #define ARCH_REQ_XCOMP_PERM 0x1023
 #define XFEATURE_XTILEDATA 18
 
+bool ft_amx_has_bf16(void) {
+    unsigned a, b, c, d;
+    return __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d & (1u << 22)); // AMX-BF16
+}
+
 bool ft_amx_init(void) {
     unsigned a, b, c, d;
     if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 27))) return false; // OSXSAVE
@@ -123,14 +128,18 @@ static AMX_TARGET void tiles_configure(void) {
     __asm__ volatile("ldtilecfg %0" : : "m"(cfg));
 }
 
-// The B tile of 16 activation rows: dst[4k + ... ] as described at the top; codes(r) gives
-// row r's 32 codes, NULL past the last token (zeros).
-static inline void pack_b(uint8_t *dst, const int8_t *const codes[TILE_N]) {
+// The B tile of 16 activation rows, as described at the top: row[r] points at token r's bytes
+// of this step (32 int8 codes, or 32 bf16 values in 64 bytes), NULL past the last token (zeros).
+static inline void pack_b_bytes(uint8_t *dst, const void *const row[TILE_N], int bytes) {
     for (int r = 0; r < TILE_N; r++) {
-        uint32_t w[TILE_K / 4] = {0};
-        if (codes[r]) memcpy(w, codes[r], TILE_K);
-        for (int k = 0; k < TILE_K / 4; k++) memcpy(dst + k * TILE_N * 4 + r * 4, &w[k], 4);
+        uint32_t w[16] = {0};
+        if (row[r]) memcpy(w, row[r], (size_t)bytes);
+        for (int k = 0; k < bytes / 4; k++) memcpy(dst + k * TILE_N * 4 + r * 4, &w[k], 4);
     }
+}
+
+static inline void pack_b(uint8_t *dst, const int8_t *const codes[TILE_N]) {
+    pack_b_bytes(dst, (const void *const *)codes, TILE_K);
 }
 
 // Asks for the cache lines of a weight row the next tile reads, while this tile computes.
@@ -395,5 +404,105 @@ AMX_TARGET void ft_gemm_q4_K_amx(int64_t n, const void *x, size_t bx, int nr, co
             store_block(acc, s, ls, r0, mr, t * TILE_N, mc);
         }
     }
+    _tile_release();
+}
+
+// ---------------------------------------------------------------------------------------------
+// bf16 x bf16
+//
+// No block scales: each C tile sums its 16 x 16 floats over the whole row (TDPBF16PS adds the
+// products of bf16 pairs into float32) and is stored once at the end. Tiles 0..3 are C for 2
+// weight tiles x 2 token tiles, 4..5 A, 6..7 B, all 16 rows of 64 bytes (32 elements a step).
+// The weight rows are read in place (a last partial pair of tiles from a zero-padded copy).
+// Loops: token blocks of BF16_TOKEN_TILES tiles (their packed activations stay in L2), pairs
+// of weight tiles, pairs of token tiles, steps.
+// Not the reference's double sum: float sums in AMX's order, one rounding per step (inputs
+// below FLT_MIN flushed to zero), as llama.cpp's vdpbf16ps path rounds; within
+// n * 2^-24 * sum |x_i y_i| of the reference.
+
+enum { BF16_K = 32, BF16_STEP_BYTES = BF16_K * 2, BF16_B_TILE = TILE_N * BF16_STEP_BYTES, BF16_TOKEN_TILES = 4 };
+
+#define AMX_BF16_TARGET __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")))
+
+static AMX_BF16_TARGET void tiles_configure_bf16(void) {
+    tile_config cfg;
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.palette = 1;
+    for (int t = 0; t < 8; t++) cfg.rows[t] = 16, cfg.colsb[t] = 64;
+    __asm__ volatile("ldtilecfg %0" : : "m"(cfg)); // see tiles_configure
+}
+
+// Writes C tile rows [0, mr) x tokens [0, mc) from c (16 x 16 floats) to s at (r0, c0).
+static inline void store_c_bf16(const float *c, float *s, size_t ls, int r0, int mr, int c0, int mc) {
+    for (int n = 0; n < mc; n++)
+        for (int m = 0; m < mr; m++) s[(size_t)(c0 + n) * ls + (size_t)(r0 + m)] = c[m * TILE_N + n];
+}
+
+static inline int clamp_tile(int v) { return v < 0 ? 0 : v > TILE_M ? TILE_M : v; }
+
+AMX_BF16_TARGET void ft_gemm_bf16_amx(int64_t n, const void *x, size_t bx, int nr, const void *y, size_t by,
+                                      int nc, float *s, size_t ls) {
+    if (n % BF16_K) { // steps of 32 elements only
+        ft_vec_dot_tile_bf16_avx2(n, x, bx, nr, y, by, nc, s, ls);
+        return;
+    }
+    const int64_t nk = n / BF16_K;
+    const int nt = ((nc + TILE_N - 1) / TILE_N + 1) & ~1; // token tiles, padded to pairs
+    const size_t row_bytes = (size_t)n * 2;
+    uint8_t *p = scratch_get((size_t)nt * nk * BF16_B_TILE + 2 * TILE_M * row_bytes + TILE_M * TILE_N * 4 + 3 * 64);
+    uint8_t *bq = carve(&p, (size_t)nt * nk * BF16_B_TILE); // (token tile, step): a B tile
+    uint8_t *apad = carve(&p, 2 * TILE_M * row_bytes);      // a last partial pair of weight tiles
+    float *cbuf = carve(&p, TILE_M * TILE_N * 4);
+
+    for (int t = 0; t < nt; t++)
+        for (int64_t k = 0; k < nk; k++) {
+            const void *row[TILE_N];
+            for (int r = 0; r < TILE_N; r++) {
+                int col = t * TILE_N + r;
+                row[r] = col < nc ? (const uint8_t *)y + (size_t)col * by + (size_t)k * BF16_STEP_BYTES : NULL;
+            }
+            pack_b_bytes(bq + ((size_t)t * nk + k) * BF16_B_TILE, row, BF16_STEP_BYTES);
+        }
+
+    tiles_configure_bf16();
+    for (int tb = 0; tb < nt; tb += BF16_TOKEN_TILES)
+        for (int r0 = 0; r0 < nr; r0 += 2 * TILE_M) {
+            const uint8_t *a0 = (const uint8_t *)x + (size_t)r0 * bx;
+            size_t sa = bx;
+            if (r0 + 2 * TILE_M > nr) {
+                memset(apad, 0, 2 * TILE_M * row_bytes);
+                for (int m = 0; m < nr - r0; m++) memcpy(apad + m * row_bytes, a0 + (size_t)m * bx, row_bytes);
+                a0 = apad;
+                sa = row_bytes;
+            }
+            const uint8_t *a1 = a0 + TILE_M * sa;
+            for (int t = tb; t < tb + BF16_TOKEN_TILES && t < nt; t += 2) {
+                const uint8_t *b0 = bq + (size_t)t * nk * BF16_B_TILE, *b1 = b0 + (size_t)nk * BF16_B_TILE;
+                _tile_zero(0);
+                _tile_zero(1);
+                _tile_zero(2);
+                _tile_zero(3);
+                for (int64_t k = 0; k < nk; k++) {
+                    _tile_loadd(4, a0 + (size_t)k * BF16_STEP_BYTES, sa);
+                    _tile_loadd(5, a1 + (size_t)k * BF16_STEP_BYTES, sa);
+                    _tile_loadd(6, b0 + (size_t)k * BF16_B_TILE, TILE_N * 4);
+                    _tile_loadd(7, b1 + (size_t)k * BF16_B_TILE, TILE_N * 4);
+                    _tile_dpbf16ps(0, 4, 6);
+                    _tile_dpbf16ps(1, 4, 7);
+                    _tile_dpbf16ps(2, 5, 6);
+                    _tile_dpbf16ps(3, 5, 7);
+                }
+                const int mr0 = clamp_tile(nr - r0), mr1 = clamp_tile(nr - r0 - TILE_M);
+                const int mc0 = clamp_tile(nc - t * TILE_N), mc1 = clamp_tile(nc - (t + 1) * TILE_N);
+                _tile_stored(0, cbuf, TILE_N * 4);
+                store_c_bf16(cbuf, s, ls, r0, mr0, t * TILE_N, mc0);
+                _tile_stored(1, cbuf, TILE_N * 4);
+                store_c_bf16(cbuf, s, ls, r0, mr0, (t + 1) * TILE_N, mc1);
+                _tile_stored(2, cbuf, TILE_N * 4);
+                store_c_bf16(cbuf, s, ls, r0 + TILE_M, mr1, t * TILE_N, mc0);
+                _tile_stored(3, cbuf, TILE_N * 4);
+                store_c_bf16(cbuf, s, ls, r0 + TILE_M, mr1, (t + 1) * TILE_N, mc1);
+            }
+        }
     _tile_release();
 }

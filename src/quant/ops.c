@@ -98,6 +98,7 @@ static void ops_init(void) {
     g_amx = true;
     g_ops[FT_TYPE_Q8_0].gemm = ft_gemm_q8_0_amx;
     g_ops[FT_TYPE_Q4_K].gemm = ft_gemm_q4_K_amx;
+    if (ft_amx_has_bf16()) g_ops[FT_TYPE_BF16].gemm = ft_gemm_bf16_amx;
 }
 
 const ft_quant_ops *ft_quant_ops_find(enum ft_type type) {

@@ -101,9 +101,10 @@ typedef struct ft_quant_ops {
     ft_vec_dot_fn vec_dot;           // fastest dot product on this CPU
     enum ft_type vec_dot_type;       // format the activations are quantized to for vec_dot
     ft_vec_dot_tile_fn vec_dot_tile; // vec_dot over a tile on this CPU; NULL: loop over vec_dot
-    // Prefill's GEMM on this CPU (AMX int8 tiles), the tile contract but equal to vec_dot_ref
-    // to the bit rather than to vec_dot; for FT_GEMM_MIN_COLS activation rows or more, and
-    // best given many weight rows per call (it packs the activations once per call). NULL:
+    // Prefill's GEMM on this CPU (AMX tiles), the tile contract but equal to vec_dot_ref to the
+    // bit rather than to vec_dot (integer formats; bf16 sums in float: within
+    // n * 2^-24 * sum |x_i y_i| of vec_dot_ref); for FT_GEMM_MIN_COLS activation rows or more,
+    // and best given many weight rows per call (it packs the activations once per call). NULL:
     // vec_dot_tile.
     ft_vec_dot_tile_fn gemm;
 } ft_quant_ops;
