@@ -333,7 +333,7 @@ typedef struct {
     int rows, tokens; // per matrix
 } gemm_shape;
 
-static double gemm_run_once(bool gemm, const ft_quant_ops *ops, const uint8_t *w, size_t bx, int rows,
+static double gemm_run_once(ft_vec_dot_tile_fn gemm, const ft_quant_ops *ops, const uint8_t *w, size_t bx, int rows,
                             int n_mat, const uint8_t *y, size_t by, int tokens, float *s) {
     double t0 = now_seconds(), t;
     int64_t done = 0;
@@ -341,7 +341,7 @@ static double gemm_run_once(bool gemm, const ft_quant_ops *ops, const uint8_t *w
     do {
         const uint8_t *wm = w + (size_t)m * rows * bx;
         if (gemm)
-            ops->gemm(GEMM_ELEMS, wm, bx, rows, y, by, tokens, s, rows);
+            gemm(GEMM_ELEMS, wm, bx, rows, y, by, tokens, s, rows);
         else
             for (int r = 0; r < rows; r += 16)
                 ops->vec_dot_tile(GEMM_ELEMS, wm + (size_t)r * bx, bx, FT_MIN(16, rows - r), y, by, tokens, s + r, rows);
@@ -367,7 +367,9 @@ static void bench_gemm(const char *filter) {
     for (size_t i = 0; i < FT_ARRAY_LEN(types); i++) {
         if (filter && !strstr(ft_type_name(types[i]), filter)) continue;
         const ft_quant_ops *ops = ft_quant_ops_find(types[i]);
-        if (!ops->gemm) continue;
+        // q8_0's GEMM is opt-in (ops.c): timed whether dispatched or not
+        ft_vec_dot_tile_fn gemm = types[i] == FT_TYPE_Q8_0 ? ft_gemm_q8_0_amx : ops->gemm;
+        if (!gemm) continue;
         size_t bx = ft_row_bytes(types[i], GEMM_ELEMS), by = ft_row_bytes(ops->vec_dot_type, GEMM_ELEMS);
         // random codes and scales in every byte (the integer kernels have no data-dependent
         // branches); bf16 rows of normal floats (random bytes would hold subnormals, which
@@ -396,7 +398,7 @@ static void bench_gemm(const char *filter) {
             double runs[2][RUNS];
             for (int r = 0; r < RUNS; r++)
                 for (int g = 0; g < 2; g++)
-                    runs[g][r] = gemm_run_once(g, ops, w, bx, sh->rows, n_mat, y, by, sh->tokens, s);
+                    runs[g][r] = gemm_run_once(g ? gemm : NULL, ops, w, bx, sh->rows, n_mat, y, by, sh->tokens, s);
             for (int g = 0; g < 2; g++) qsort(runs[g], RUNS, sizeof(double), cmp_double);
             printf("%-7s %-7s %6d %6d %10.2f %10.2f %9.2f\n", ft_type_name(types[i]), sh->name, sh->rows, sh->tokens,
                    runs[0][RUNS / 2], runs[1][RUNS / 2], runs[1][RUNS / 2] / runs[0][RUNS / 2]);

@@ -435,14 +435,16 @@ TEST(dot_tile_matvec_rows) {
 TEST(dot_gemm_vs_ref) {
     const char *force = getenv("FT_SIMD");
     bool forced_off = force && (!strcmp(force, "scalar") || !strcmp(force, "avx2") || !strcmp(force, "avx512"));
+    const char *q8 = getenv("FT_AMX_Q8_0");
+    bool want_q8 = q8 && !strcmp(q8, "1");
     for (size_t i = 0; i < FT_ARRAY_LEN(g_cases); i++) {
         const ft_quant_ops *q = ft_quant_ops_find(g_cases[i].type);
-        // only q8_0, q4_K and bf16 (with AMX-BF16) have one, and only with AMX, which FT_SIMD
-        // can turn off
-        __builtin_cpu_init();
-        bool want = ft_quant_amx() && (g_cases[i].type == FT_TYPE_Q8_0 || g_cases[i].type == FT_TYPE_Q4_K ||
-                                       (g_cases[i].type == FT_TYPE_BF16 && ft_amx_has_bf16()));
-        CHECK((q->gemm != NULL) == want, "%s gemm", ft_type_name(g_cases[i].type));
+        // only q4_K, bf16 (with AMX-BF16) and q8_0 (when asked) have one, and only with AMX,
+        // which FT_SIMD can turn off
+        enum ft_type t = g_cases[i].type;
+        bool want = ft_quant_amx() && (t == FT_TYPE_Q4_K || (t == FT_TYPE_Q8_0 && want_q8) ||
+                                       (t == FT_TYPE_BF16 && ft_amx_has_bf16()));
+        CHECK((q->gemm != NULL) == want, "%s gemm", ft_type_name(t));
     }
     CHECK(!(forced_off && ft_quant_amx()), "FT_SIMD=%s leaves AMX on", force);
     if (!ft_quant_amx()) {
@@ -455,7 +457,12 @@ TEST(dot_gemm_vs_ref) {
     for (size_t i = 0; i < FT_ARRAY_LEN(g_cases); i++) {
         const dot_case *c = &g_cases[i];
         const ft_quant_ops *q = ft_quant_ops_find(c->type);
-        if (!q->gemm) continue;
+        // every GEMM this CPU can run, dispatched or not (q8_0's is opt-in)
+        ft_vec_dot_tile_fn gemm = c->type == FT_TYPE_Q8_0 ? ft_gemm_q8_0_amx
+                                  : c->type == FT_TYPE_Q4_K ? ft_gemm_q4_K_amx
+                                  : c->type == FT_TYPE_BF16 && ft_amx_has_bf16() ? ft_gemm_bf16_amx
+                                                                                : NULL;
+        if (!gemm) continue;
         for (int k = 0; k < 7; k += 2) {
             // bf16's rows: 32 x the blocks (its block is 1 element), and 48 for the fallback
             bool bf16 = c->type == FT_TYPE_BF16;
@@ -471,7 +478,7 @@ TEST(dot_gemm_vs_ref) {
                 for (size_t b = 0; b < FT_ARRAY_LEN(ncs); b++) {
                     int nr = nrs[a], nc = ncs[b];
                     for (int e = 0; e < MAX_NC * LS; e++) s[e] = NAN;
-                    q->gemm(n, x, bx, nr, y, by, nc, s, LS);
+                    gemm(n, x, bx, nr, y, by, nc, s, LS);
                     int bad = 0;
                     for (int col = 0; col < MAX_NC; col++)
                         for (int r = 0; r < LS; r++) {

@@ -96,8 +96,14 @@ static void ops_init(void) {
     if (force && strcmp(force, "avx512") == 0) return;
     if (!ft_amx_init()) return;
     g_amx = true;
-    g_ops[FT_TYPE_Q8_0].gemm = ft_gemm_q8_0_amx;
     g_ops[FT_TYPE_Q4_K].gemm = ft_gemm_q4_K_amx;
+    // q8_0's only where asked (FT_AMX_Q8_0=1): it sums each block whole, in the scalar
+    // reference's order, where the AVX kernels keep llama.cpp's per-lane order, and on the
+    // conformance tests' small synthetic models that difference flips a near-tie (the scalar
+    // reference flips the same one): prefill 1.7x faster on the qwen3 bench slice, but off
+    // until the tests allow for it.
+    const char *q8 = getenv("FT_AMX_Q8_0");
+    if (q8 && strcmp(q8, "1") == 0) g_ops[FT_TYPE_Q8_0].gemm = ft_gemm_q8_0_amx;
     if (ft_amx_has_bf16()) g_ops[FT_TYPE_BF16].gemm = ft_gemm_bf16_amx;
 }
 
