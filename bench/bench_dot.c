@@ -354,8 +354,9 @@ static double gemm_run_once(ft_vec_dot_tile_fn gemm, const ft_quant_ops *ops, co
 }
 
 static void bench_gemm(const char *filter) {
-    if (!ft_quant_amx()) {
-        printf("\nprefill GEMMs: none on this CPU (no AMX-INT8, or FT_SIMD turned it off)\n");
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("avx512bw") || !ft_amx_init()) {
+        printf("\nprefill GEMMs: none on this CPU (no AMX-INT8 and AVX-512BW)\n");
         return;
     }
     static const gemm_shape shapes[] = {{"expert", 768, 32}, {"dense", 2048, 512}};
@@ -367,8 +368,11 @@ static void bench_gemm(const char *filter) {
     for (size_t i = 0; i < FT_ARRAY_LEN(types); i++) {
         if (filter && !strstr(ft_type_name(types[i]), filter)) continue;
         const ft_quant_ops *ops = ft_quant_ops_find(types[i]);
-        // q8_0's GEMM is opt-in (ops.c): timed whether dispatched or not
-        ft_vec_dot_tile_fn gemm = types[i] == FT_TYPE_Q8_0 ? ft_gemm_q8_0_amx : ops->gemm;
+        // the GEMMs are opt-in (ops.c): timed whether dispatched or not
+        ft_vec_dot_tile_fn gemm = types[i] == FT_TYPE_Q8_0   ? ft_gemm_q8_0_amx
+                                  : types[i] == FT_TYPE_Q4_K ? ft_gemm_q4_K_amx
+                                  : ft_amx_has_bf16()        ? ft_gemm_bf16_amx
+                                                             : NULL;
         if (!gemm) continue;
         size_t bx = ft_row_bytes(types[i], GEMM_ELEMS), by = ft_row_bytes(ops->vec_dot_type, GEMM_ELEMS);
         // random codes and scales in every byte (the integer kernels have no data-dependent

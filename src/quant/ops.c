@@ -92,19 +92,19 @@ static void ops_init(void) {
     g_ops[FT_TYPE_Q4_K].vec_dot_tile = ft_vec_dot_tile_q4_K_avx512;
     g_ops[FT_TYPE_Q8_0].vec_dot_tile = ft_vec_dot_tile_q8_0_avx512;
     if (__builtin_cpu_supports("avx512vnni")) g_ops[FT_TYPE_Q8_0].vec_dot_tile = ft_vec_dot_tile_q8_0_vnni;
-    // prefill's GEMMs on AMX tiles (FT_SIMD=avx512 keeps the AVX-512 tiles)
-    if (force && strcmp(force, "avx512") == 0) return;
+    // Prefill's GEMMs on AMX tiles, only where asked (FT_AMX=1; FT_SIMD=avx512 or avx2 also
+    // keep them off): they are not bit-identical to the AVX kernels that decode's single rows
+    // take (they sum in the scalar reference's order), so a sequence's results would depend on
+    // what it is batched with, and the server's batched-vs-alone test (server_load) sees a
+    // routing flip diverge. q8_0's also needs FT_AMX_Q8_0=1: its whole-block sums flip a
+    // near-tie in two kv_q8_0 conformance tests (the scalar reference flips one of them too).
+    const char *amx = getenv("FT_AMX"), *q8 = getenv("FT_AMX_Q8_0");
+    if (!(amx && strcmp(amx, "1") == 0) || (force && strcmp(force, "avx512") == 0)) return;
     if (!ft_amx_init()) return;
     g_amx = true;
     g_ops[FT_TYPE_Q4_K].gemm = ft_gemm_q4_K_amx;
-    // q8_0's only where asked (FT_AMX_Q8_0=1): it sums each block whole, in the scalar
-    // reference's order, where the AVX kernels keep llama.cpp's per-lane order, and on the
-    // conformance tests' small synthetic models that difference flips a near-tie (the scalar
-    // reference flips the same one): prefill 1.7x faster on the qwen3 bench slice, but off
-    // until the tests allow for it.
-    const char *q8 = getenv("FT_AMX_Q8_0");
-    if (q8 && strcmp(q8, "1") == 0) g_ops[FT_TYPE_Q8_0].gemm = ft_gemm_q8_0_amx;
     if (ft_amx_has_bf16()) g_ops[FT_TYPE_BF16].gemm = ft_gemm_bf16_amx;
+    if (q8 && strcmp(q8, "1") == 0) g_ops[FT_TYPE_Q8_0].gemm = ft_gemm_q8_0_amx;
 }
 
 const ft_quant_ops *ft_quant_ops_find(enum ft_type type) {

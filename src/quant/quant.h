@@ -120,8 +120,9 @@ const ft_quant_ops *ft_quant_ops_find(enum ft_type type);
 const char *ft_quant_simd_name(void);
 
 // True where prefill's GEMMs run on AMX tiles (ft_quant_ops.gemm: q4_K, bf16 with AMX-BF16,
-// q8_0 only with FT_AMX_Q8_0=1): the CPU has AMX-INT8 and AVX-512BW, the OS grants the tile
-// state, and FT_SIMD does not force avx2, avx512 or scalar.
+// q8_0 only with FT_AMX_Q8_0=1): FT_AMX=1 asks for them, the CPU has AMX-INT8 and AVX-512BW,
+// the OS grants the tile state, and FT_SIMD does not force avx2, avx512 or scalar. Off by
+// default: they are not bit-identical to decode's kernels, so results would depend on batching.
 bool ft_quant_amx(void);
 
 // Activation rows from which a type's gemm beats its vec_dot_tile.
