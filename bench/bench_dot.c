@@ -10,9 +10,10 @@
 // prints a table on stdout and asserts nothing.
 //
 // A second table times prefill's tiles (see bench_tiles), a third decode's matrix-vector
-// product through the tile kernels (see bench_matvec).
+// product through the tile kernels (see bench_matvec), a fourth prefill's GEMMs on the MoE and
+// dense shapes of the bench models (see bench_gemm).
 //
-// Usage: bench_dot [type-name-substring]. FT_LLAMA_LIB_DIR overrides the library folder.
+// Usage: bench_dot [type-name-substring [gemm]] (gemm: only the fourth table). FT_LLAMA_LIB_DIR overrides the library folder.
 #include "../src/quant/dot.h"
 #include "../src/quant/quant.h"
 #include "../src/util/rng.h"
@@ -316,8 +317,110 @@ static void bench_matvec(const char *filter, get_traits_fn llama) {
     free(f);
 }
 
+// ---------------------------------------------------------------------------------------------
+// Prefill's GEMMs (AMX where the CPU has it) against the tile kernels, on the shapes prefill
+// meets: an expert of the Qwen3 slice (768 rows of 2048) with the 32 tokens a 512-token batch
+// gives it on average (8 of 128 experts each), over GEMM_BYTES of distinct experts so the
+// weights come from memory as they do in prefill; and a dense projection (2048 x 2048) with 512
+// tokens. The tile kernels take 16 rows per call (the CPU backend's block), the GEMM all rows of
+// a matrix at once. G multiply-adds per second of one thread's CPU time, median of RUNS rounds
+// that alternate the two.
+
+enum { GEMM_ELEMS = 2048, GEMM_BYTES = 256 << 20 };
+
+typedef struct {
+    const char *name;
+    int rows, tokens; // per matrix
+} gemm_shape;
+
+static double gemm_run_once(ft_vec_dot_tile_fn gemm, const ft_quant_ops *ops, const uint8_t *w, size_t bx, int rows,
+                            int n_mat, const uint8_t *y, size_t by, int tokens, float *s) {
+    double t0 = now_seconds(), t;
+    int64_t done = 0;
+    int m = 0;
+    do {
+        const uint8_t *wm = w + (size_t)m * rows * bx;
+        if (gemm)
+            gemm(GEMM_ELEMS, wm, bx, rows, y, by, tokens, s, rows);
+        else
+            for (int r = 0; r < rows; r += 16)
+                ops->vec_dot_tile(GEMM_ELEMS, wm + (size_t)r * bx, bx, FT_MIN(16, rows - r), y, by, tokens, s + r, rows);
+        m = (m + 1) % n_mat;
+        done++;
+        t = now_seconds() - t0;
+    } while (t < MIN_RUN_SECONDS);
+    g_sink = s[0];
+    return (double)done * rows * tokens * GEMM_ELEMS / t * 1e-9;
+}
+
+static void bench_gemm(const char *filter) {
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("avx512bw") || !ft_amx_init()) {
+        printf("\nprefill GEMMs: none on this CPU (no AMX-INT8 and AVX-512BW)\n");
+        return;
+    }
+    static const gemm_shape shapes[] = {{"expert", 768, 32}, {"dense", 2048, 512}};
+    printf("\nprefill GEMMs, 1 thread (CPU time): rows of %d elements, G multiply-adds/s, median of %d runs\n",
+           GEMM_ELEMS, RUNS);
+    printf("%-7s %-7s %6s %6s %10s %10s %9s\n", "type", "shape", "rows", "tokens", "tile GMAC", "gemm GMAC",
+           "gemm/tile");
+    const enum ft_type types[] = {FT_TYPE_Q8_0, FT_TYPE_Q4_K, FT_TYPE_BF16};
+    for (size_t i = 0; i < FT_ARRAY_LEN(types); i++) {
+        if (filter && !strstr(ft_type_name(types[i]), filter)) continue;
+        const ft_quant_ops *ops = ft_quant_ops_find(types[i]);
+        // the GEMMs are opt-in (ops.c): timed whether dispatched or not
+        ft_vec_dot_tile_fn gemm = types[i] == FT_TYPE_Q8_0   ? ft_gemm_q8_0_amx
+                                  : types[i] == FT_TYPE_Q4_K ? ft_gemm_q4_K_amx
+                                  : ft_amx_has_bf16()        ? ft_gemm_bf16_amx
+                                                             : NULL;
+        if (!gemm) continue;
+        size_t bx = ft_row_bytes(types[i], GEMM_ELEMS), by = ft_row_bytes(ops->vec_dot_type, GEMM_ELEMS);
+        // random codes and scales in every byte (the integer kernels have no data-dependent
+        // branches); bf16 rows of normal floats (random bytes would hold subnormals, which
+        // slow the AVX2 kernel's FMAs down)
+        size_t total = (size_t)GEMM_BYTES / bx * bx;
+        uint8_t *w = ft_malloc(total), *y = ft_malloc(by * 512);
+        float *f = ft_malloc(GEMM_ELEMS * sizeof(float)), *s = ft_malloc(2048 * 512 * sizeof(float));
+        ft_rng rng = ft_rng_init(11 + i);
+        if (types[i] == FT_TYPE_BF16) {
+            for (int j = 0; j < GEMM_ELEMS; j++) f[j] = ft_rng_normal(&rng);
+            ops->from_float_ref(f, w, GEMM_ELEMS);
+            for (size_t b = bx; b < total; b += bx) memcpy(w + b, w, bx);
+        } else {
+            for (size_t b = 0; b < total; b += 8) {
+                uint64_t v = ft_rng_next(&rng);
+                memcpy(w + b, &v, FT_MIN(8, total - b));
+            }
+        }
+        for (int c = 0; c < 512; c++) {
+            for (int j = 0; j < GEMM_ELEMS; j++) f[j] = ft_rng_normal(&rng);
+            ft_quant_ops_find(ops->vec_dot_type)->from_float_ref(f, y + c * by, GEMM_ELEMS);
+        }
+        for (size_t k = 0; k < FT_ARRAY_LEN(shapes); k++) {
+            const gemm_shape *sh = &shapes[k];
+            int n_mat = (int)(total / bx / (size_t)sh->rows);
+            double runs[2][RUNS];
+            for (int r = 0; r < RUNS; r++)
+                for (int g = 0; g < 2; g++)
+                    runs[g][r] = gemm_run_once(g ? gemm : NULL, ops, w, bx, sh->rows, n_mat, y, by, sh->tokens, s);
+            for (int g = 0; g < 2; g++) qsort(runs[g], RUNS, sizeof(double), cmp_double);
+            printf("%-7s %-7s %6d %6d %10.2f %10.2f %9.2f\n", ft_type_name(types[i]), sh->name, sh->rows, sh->tokens,
+                   runs[0][RUNS / 2], runs[1][RUNS / 2], runs[1][RUNS / 2] / runs[0][RUNS / 2]);
+            fflush(stdout);
+        }
+        free(w);
+        free(y);
+        free(f);
+        free(s);
+    }
+}
+
 int main(int argc, char **argv) {
     const char *filter = argc > 1 ? argv[1] : NULL;
+    if (argc > 2 && strcmp(argv[2], "gemm") == 0) {
+        bench_gemm(filter);
+        return 0;
+    }
     get_traits_fn llama = load_llama();
     printf("vec_dot throughput, 1 thread (CPU time), rows of %d elements, ~%d MiB of weights, "
            "median of %d runs\n",
@@ -374,5 +477,6 @@ int main(int argc, char **argv) {
     free(f);
     bench_tiles(filter, llama);
     bench_matvec(filter, llama);
+    bench_gemm(filter);
     return 0;
 }

@@ -423,6 +423,96 @@ TEST(dot_tile_matvec_rows) {
     }
 }
 
+// 2d. Prefill's GEMMs (AMX, where the CPU has it): q8_0 and q4_K equal to the reference dot
+// products to the bit (exact integer block sums, the reference's float steps in its order);
+// bf16 within n * 2^-24 * S of the reference's double sum (S = sum |x_i y_i|: float sums, one
+// rounding per 32-element step, each within 2^-24 of a partial sum bounded by S, with a factor
+// 2 to spare). For weight-row and token counts on both sides of the 16 x 16 tile and of bf16's
+// pairs of tiles (tails of both), rows of 1 to 45 blocks (bf16: 32 to 1440 elements, and one
+// of 48 that is not a multiple of the 32-element step), saturated activations, and an output
+// stride whose gaps must stay untouched.
+
+TEST(dot_gemm_vs_ref) {
+    const char *force = getenv("FT_SIMD");
+    bool forced_off = force && (!strcmp(force, "scalar") || !strcmp(force, "avx2") || !strcmp(force, "avx512"));
+    const char *q8 = getenv("FT_AMX_Q8_0");
+    bool want_q8 = q8 && !strcmp(q8, "1");
+    for (size_t i = 0; i < FT_ARRAY_LEN(g_cases); i++) {
+        const ft_quant_ops *q = ft_quant_ops_find(g_cases[i].type);
+        // only q4_K, bf16 (with AMX-BF16) and q8_0 (when asked) have one, and only with AMX,
+        // which FT_SIMD can turn off
+        enum ft_type t = g_cases[i].type;
+        bool want = ft_quant_amx() && (t == FT_TYPE_Q4_K || (t == FT_TYPE_Q8_0 && want_q8) ||
+                                       (t == FT_TYPE_BF16 && ft_amx_has_bf16()));
+        CHECK((q->gemm != NULL) == want, "%s gemm", ft_type_name(t));
+    }
+    const char *amx = getenv("FT_AMX");
+    CHECK(!((forced_off || !(amx && !strcmp(amx, "1"))) && ft_quant_amx()), "FT_SIMD=%s FT_AMX=%s: AMX on", force, amx);
+    // the kernels are tested wherever the CPU runs them, dispatched or not (opt-in)
+    if (forced_off || !cpu_has_avx2() || !__builtin_cpu_supports("avx512bw") || !ft_amx_init()) {
+        test_skip("no AMX-INT8 and AVX-512BW on this CPU (or FT_SIMD turned them off)");
+        return;
+    }
+    enum { MAX_NR = 37, MAX_NC = 70, LS = MAX_NR + 3 };
+    const int nrs[] = {1, 5, 16, 17, MAX_NR}, ncs[] = {FT_GEMM_MIN_COLS, 7, 16, 19, 35, MAX_NC};
+    float *s = malloc(sizeof(float) * MAX_NC * LS);
+    for (size_t i = 0; i < FT_ARRAY_LEN(g_cases); i++) {
+        const dot_case *c = &g_cases[i];
+        const ft_quant_ops *q = ft_quant_ops_find(c->type);
+        // every GEMM this CPU can run, dispatched or not (q8_0's is opt-in)
+        ft_vec_dot_tile_fn gemm = c->type == FT_TYPE_Q8_0 ? ft_gemm_q8_0_amx
+                                  : c->type == FT_TYPE_Q4_K ? ft_gemm_q4_K_amx
+                                  : c->type == FT_TYPE_BF16 && ft_amx_has_bf16() ? ft_gemm_bf16_amx
+                                                                                : NULL;
+        if (!gemm) continue;
+        for (int k = 0; k < 7; k += 2) {
+            // bf16's rows: 32 x the blocks (its block is 1 element), and 48 for the fallback
+            bool bf16 = c->type == FT_TYPE_BF16;
+            int64_t n = k == 6 ? (bf16 ? 48 : row_length(c->type, 1)) : row_length(c->type, k) * (bf16 ? 32 : 1);
+            size_t bx = ft_row_bytes(c->type, n), by = ft_row_bytes(c->act, n);
+            uint8_t *x = malloc(bx * MAX_NR), *y = malloc(by * MAX_NC);
+            float *tmp = malloc((size_t)n * sizeof(float)), *fx = malloc((size_t)n * sizeof(float));
+            for (int r = 0; r < MAX_NR; r++) random_weights(c->type, case_seed(c, k) + 19 * (uint64_t)r, x + r * bx, n, false);
+            for (int col = 0; col < MAX_NC; col++)
+                random_activations(c->act, col % 4 == 3 ? ACT_SATURATED : ACT_NORMAL, case_seed(c, k) + 37 * (uint64_t)col,
+                                   y + col * by, tmp, n);
+            for (size_t a = 0; a < FT_ARRAY_LEN(nrs); a++)
+                for (size_t b = 0; b < FT_ARRAY_LEN(ncs); b++) {
+                    int nr = nrs[a], nc = ncs[b];
+                    for (int e = 0; e < MAX_NC * LS; e++) s[e] = NAN;
+                    gemm(n, x, bx, nr, y, by, nc, s, LS);
+                    int bad = 0;
+                    for (int col = 0; col < MAX_NC; col++)
+                        for (int r = 0; r < LS; r++) {
+                            float got = s[col * LS + r];
+                            if (col >= nc || r >= nr) {
+                                bad += !isnan(got);
+                                continue;
+                            }
+                            float ref = q->vec_dot_ref(n, x + r * bx, y + col * by);
+                            double tol = 0;
+                            if (bf16) {
+                                q->to_float(x + r * bx, fx, n);
+                                q->to_float(y + col * by, tmp, n);
+                                for (int64_t e = 0; e < n; e++) tol += fabs((double)fx[e] * tmp[e]);
+                                tol *= (double)n * 0x1p-24;
+                            }
+                            if (fabs((double)got - ref) > tol && bad++ < 3)
+                                CHECK(false, "%s n=%lld nr=%d nc=%d (%d, %d): gemm %.9g, ref %.9g, tol %.3g",
+                                      ft_type_name(c->type), (long long)n, nr, nc, col, r, got, ref, tol);
+                        }
+                    CHECK(bad == 0, "%s n=%lld nr=%d nc=%d: %d outputs wrong or outside the tile",
+                          ft_type_name(c->type), (long long)n, nr, nc, bad);
+                }
+            free(x);
+            free(y);
+            free(tmp);
+            free(fx);
+        }
+    }
+    free(s);
+}
+
 // ---------------------------------------------------------------------------------------------
 // 3. ref and avx2 vs llama.cpp's AVX2 kernels, reached through ggml_get_type_traits_cpu.
 

@@ -9,6 +9,7 @@
 #ifndef FT_QUANT_DOT_H
 #define FT_QUANT_DOT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -67,5 +68,19 @@ void ft_vec_dot_tile_q8_0_avx512(int64_t n, const void *x, size_t bx, int nr, co
 // AVX-512 VNNI: several weight rows per pass when the tile has one activation row.
 void ft_vec_dot_tile_q8_0_vnni(int64_t n, const void *x, size_t bx, int nr, const void *y, size_t by,
                                int nc, float *s, size_t ls);
+
+// AMX GEMMs (dot_amx.c; the gemm contract in quant.h: q8_0 and q4_K equal to the _ref dot
+// products to the bit), entered only after ft_amx_init() returned true. ft_amx_init checks the CPU and the
+// OS and asks Linux for the tile state (once per process).
+bool ft_amx_init(void);
+// True where the CPU has AMX-BF16 (ft_gemm_bf16_amx; ft_amx_init must also have succeeded).
+bool ft_amx_has_bf16(void);
+// bf16: float sums in AMX's order, not the reference's double sum (see dot_amx.c's bound).
+void ft_gemm_bf16_amx(int64_t n, const void *x, size_t bx, int nr, const void *y, size_t by, int nc, float *s,
+                      size_t ls);
+void ft_gemm_q8_0_amx(int64_t n, const void *x, size_t bx, int nr, const void *y, size_t by, int nc, float *s,
+                      size_t ls);
+void ft_gemm_q4_K_amx(int64_t n, const void *x, size_t bx, int nr, const void *y, size_t by, int nc, float *s,
+                      size_t ls);
 
 #endif

@@ -34,6 +34,7 @@ static ft_quant_ops g_ops[FT_TYPE_COUNT] = {
 };
 
 static const char *g_simd = "scalar";
+static bool g_amx;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
 // F16C is CPUID leaf 1, ECX bit 29 (clang 14's __builtin_cpu_supports does not know it; the
@@ -91,12 +92,30 @@ static void ops_init(void) {
     g_ops[FT_TYPE_Q4_K].vec_dot_tile = ft_vec_dot_tile_q4_K_avx512;
     g_ops[FT_TYPE_Q8_0].vec_dot_tile = ft_vec_dot_tile_q8_0_avx512;
     if (__builtin_cpu_supports("avx512vnni")) g_ops[FT_TYPE_Q8_0].vec_dot_tile = ft_vec_dot_tile_q8_0_vnni;
+    // Prefill's GEMMs on AMX tiles, only where asked (FT_AMX=1; FT_SIMD=avx512 or avx2 also
+    // keep them off): they are not bit-identical to the AVX kernels that decode's single rows
+    // take (they sum in the scalar reference's order), so a sequence's results would depend on
+    // what it is batched with, and the server's batched-vs-alone test (server_load) sees a
+    // routing flip diverge. q8_0's also needs FT_AMX_Q8_0=1: its whole-block sums flip a
+    // near-tie in two kv_q8_0 conformance tests (the scalar reference flips one of them too).
+    const char *amx = getenv("FT_AMX"), *q8 = getenv("FT_AMX_Q8_0");
+    if (!(amx && strcmp(amx, "1") == 0) || (force && strcmp(force, "avx512") == 0)) return;
+    if (!ft_amx_init()) return;
+    g_amx = true;
+    g_ops[FT_TYPE_Q4_K].gemm = ft_gemm_q4_K_amx;
+    if (ft_amx_has_bf16()) g_ops[FT_TYPE_BF16].gemm = ft_gemm_bf16_amx;
+    if (q8 && strcmp(q8, "1") == 0) g_ops[FT_TYPE_Q8_0].gemm = ft_gemm_q8_0_amx;
 }
 
 const ft_quant_ops *ft_quant_ops_find(enum ft_type type) {
     pthread_once(&g_once, ops_init);
     if ((unsigned)type >= FT_TYPE_COUNT || !g_ops[type].to_float) return NULL;
     return &g_ops[type];
+}
+
+bool ft_quant_amx(void) {
+    pthread_once(&g_once, ops_init);
+    return g_amx;
 }
 
 const char *ft_quant_simd_name(void) {

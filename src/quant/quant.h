@@ -101,6 +101,12 @@ typedef struct ft_quant_ops {
     ft_vec_dot_fn vec_dot;           // fastest dot product on this CPU
     enum ft_type vec_dot_type;       // format the activations are quantized to for vec_dot
     ft_vec_dot_tile_fn vec_dot_tile; // vec_dot over a tile on this CPU; NULL: loop over vec_dot
+    // Prefill's GEMM on this CPU (AMX tiles), the tile contract but equal to vec_dot_ref to the
+    // bit rather than to vec_dot (integer formats; bf16 sums in float: within
+    // n * 2^-24 * sum |x_i y_i| of vec_dot_ref); for FT_GEMM_MIN_COLS activation rows or more,
+    // and best given many weight rows per call (it packs the activations once per call). NULL:
+    // vec_dot_tile.
+    ft_vec_dot_tile_fn gemm;
 } ft_quant_ops;
 
 // The ops of a type ft computes with, or NULL for a type it does not (yet) support.
@@ -109,8 +115,18 @@ const ft_quant_ops *ft_quant_ops_find(enum ft_type type);
 
 // Which SIMD level the kernels use on this CPU: "avx512" (AVX2 dot products and AVX-512BW
 // tiles where there is one), "avx2" or "scalar". FT_SIMD=scalar in the environment forces the
-// scalar path, FT_SIMD=avx2 the AVX2 one (for tests and benchmarks).
+// scalar path, FT_SIMD=avx2 the AVX2 one, FT_SIMD=avx512 the AVX-512 tiles without AMX (for
+// tests and benchmarks).
 const char *ft_quant_simd_name(void);
+
+// True where prefill's GEMMs run on AMX tiles (ft_quant_ops.gemm: q4_K, bf16 with AMX-BF16,
+// q8_0 only with FT_AMX_Q8_0=1): FT_AMX=1 asks for them, the CPU has AMX-INT8 and AVX-512BW,
+// the OS grants the tile state, and FT_SIMD does not force avx2, avx512 or scalar. Off by
+// default: they are not bit-identical to decode's kernels, so results would depend on batching.
+bool ft_quant_amx(void);
+
+// Activation rows from which a type's gemm beats its vec_dot_tile.
+#define FT_GEMM_MIN_COLS 4
 
 // Fills dst with a row of n random but valid values of type t (n a multiple of the block size):
 // normal floats for f32/f16/bf16; for block types random codes and sub-scales with super-scales

@@ -27,11 +27,18 @@ static void dot_tile_by_rows(ft_vec_dot_fn dot, int64_t n, const uint8_t *w, siz
         for (int r = 0; r < nr; r++) y[(size_t)c * ldy + r] = dot(n, w + (size_t)r * w_row, x + (size_t)c * x_row);
 }
 
+bool cpu_dot_gemm(const cpu_backend *c, enum ft_type wtype, int nc) {
+    const ft_quant_ops *q = ft_quant_ops_find(wtype);
+    return !c->base.reference && q->gemm && nc >= FT_GEMM_MIN_COLS;
+}
+
 void cpu_dot_tile(const cpu_backend *c, enum ft_type wtype, int64_t n, const uint8_t *w, size_t w_row,
                   int nr, const uint8_t *x, size_t x_row, int nc, float *y, size_t ldy) {
     const ft_quant_ops *q = ft_quant_ops_find(wtype);
     FT_ASSERT(q && q->vec_dot);
-    if (!c->base.reference && q->vec_dot_tile)
+    if (cpu_dot_gemm(c, wtype, nc))
+        q->gemm(n, w, w_row, nr, x, x_row, nc, y, ldy);
+    else if (!c->base.reference && q->vec_dot_tile)
         q->vec_dot_tile(n, w, w_row, nr, x, x_row, nc, y, ldy);
     else
         dot_tile_by_rows(c->base.reference ? q->vec_dot_ref : q->vec_dot, n, w, w_row, nr, x, x_row, nc, y, ldy);
@@ -155,10 +162,11 @@ static void mm_worker(void *ctx, int ith, int nth) {
     mm_job *j = ctx;
     int64_t o0, o1;
     ft_pool_split(j->n_out, ith, nth, &o0, &o1);
-    // A block of weight rows stays in cache while every activation row passes over it.
-    enum { BLOCK = 16 };
-    for (int64_t ob = o0; ob < o1; ob += BLOCK) {
-        int nr = (int)FT_MIN(BLOCK, o1 - ob);
+    // A block of weight rows stays in cache while every activation row passes over it (the
+    // GEMM takes the whole share at once: it packs the activations once per call).
+    const int64_t block = cpu_dot_gemm(j->c, j->wtype, j->n_rows) ? o1 - o0 : 16;
+    for (int64_t ob = o0; ob < o1; ob += block) {
+        int nr = (int)FT_MIN(block, o1 - ob);
         cpu_dot_tile(j->c, j->wtype, j->n_in, j->w + (size_t)ob * j->w_row, j->w_row, nr, j->xq, j->xq_row,
                      j->n_rows, j->y + ob, (size_t)j->n_out);
     }

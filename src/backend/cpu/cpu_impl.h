@@ -47,9 +47,13 @@ void cpu_run(cpu_backend *c, ft_pool_fn fn, void *ctx);
 // The dot product to use for a weight type (reference or fastest).
 ft_vec_dot_fn cpu_vec_dot(const cpu_backend *c, enum ft_type type);
 
+// True where cpu_dot_tile takes the weight type's GEMM for nc activation rows: then a call
+// should carry as many weight rows as the caller has (the activations are packed per call).
+bool cpu_dot_gemm(const cpu_backend *c, enum ft_type wtype, int nc);
+
 // y[c * ldy + r] = dot(w row r, x row c) for r < nr weight rows (w_row bytes apart) and c < nc
-// activation rows (x_row bytes apart, in the weight type's vec_dot_type): the type's tile
-// kernel, or a loop over its dot product (always on the reference path).
+// activation rows (x_row bytes apart, in the weight type's vec_dot_type): the type's GEMM
+// (cpu_dot_gemm), its tile kernel, or a loop over its dot product (always on the reference path).
 void cpu_dot_tile(const cpu_backend *c, enum ft_type wtype, int64_t n, const uint8_t *w, size_t w_row,
                   int nr, const uint8_t *x, size_t x_row, int nc, float *y, size_t ldy);
 

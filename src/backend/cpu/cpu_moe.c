@@ -123,7 +123,6 @@ static void exp_worker(void *ctx, int ith, int nth) {
     cpu_backend *c = j->c;
     int64_t total = (int64_t)c->exp_off[c->active[j->n_active - 1] + 1] * j->n_out; // token-rows
     int64_t w0 = total * ith / nth, w1 = total * (ith + 1) / nth, seen = 0;
-    enum { BLOCK = 16 };
     for (int a = 0; a < j->n_active && seen < w1; a++) {
         int e = c->active[a], g0 = c->exp_off[e], cnt = c->exp_off[e + 1] - g0;
         int64_t span = (int64_t)cnt * j->n_out;
@@ -134,8 +133,10 @@ static void exp_worker(void *ctx, int ith, int nth) {
             for (int b = 0; b < j->n_banks; b++) {
                 const ft_tensor *w = j->w[b];
                 const uint8_t *we = (const uint8_t *)w->data + (size_t)e * w->mat_bytes;
-                for (int64_t ob = o0; ob < o1; ob += BLOCK) {
-                    int nr = (int)FT_MIN(BLOCK, o1 - ob);
+                // 16 rows per tile, or all of them for the GEMM (it packs the tokens per call)
+                const int64_t block = cpu_dot_gemm(c, w->type, cnt) ? o1 - o0 : 16;
+                for (int64_t ob = o0; ob < o1; ob += block) {
+                    int nr = (int)FT_MIN(block, o1 - ob);
                     cpu_dot_tile(c, w->type, j->n_in, we + (size_t)ob * w->row_bytes, w->row_bytes, nr,
                                  j->xq[b] + (size_t)g0 * c->xq_row, c->xq_row, cnt,
                                  j->y[b] + (size_t)g0 * j->n_out + ob, (size_t)j->n_out);
