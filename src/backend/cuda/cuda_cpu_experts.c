@@ -1,5 +1,5 @@
-// cuda_cpu_experts.c: the routed experts on the CPU for the CUDA backend (see
-// cuda_cpu_experts.h).
+// cuda_cpu_experts.c: the routed experts on the CPU for the CUDA backend, and the prefill
+// overlay that brings a layer's experts to the GPU for large steps (see cuda_cpu_experts.h).
 #include "cuda_cpu_experts.h"
 #include "../cpu/cpu.h"
 #include "expert_cache_kernels.h" // ft_cuda_stream_wait_event, ft_cuda_event_init_sync_only
