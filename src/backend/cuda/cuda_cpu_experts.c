@@ -2,7 +2,7 @@
 // overlay that brings a layer's experts to the GPU for large steps (see cuda_cpu_experts.h).
 #include "cuda_cpu_experts.h"
 #include "../cpu/cpu.h"
-#include "expert_cache_kernels.h" // ft_cuda_stream_wait_event, ft_cuda_event_init_sync_only
+#include "expert_cache_kernels.h" // stream waits, sync-only events, the device-clock timer
 
 #include <math.h>
 #include <stdio.h>
@@ -38,6 +38,8 @@ struct cuda_cpu_experts {
     ft_cuda_event *released[2];      // on the backend's stream, after the work reading a buffer
     host_range *pinned;              // registered ranges
     int n_pinned;
+    uint64_t *timer;                 // device (2): the copy stream's clock at a copy's start, and
+                                     // the nanoseconds of copies so far
     uint64_t layers_on_gpu, layers_copied, bytes_copied;
 };
 
@@ -130,6 +132,9 @@ static void overlay_init(cuda_cpu_experts *ce, const cuda_cpu_experts_params *p)
         ce->released[i] = ft_cuda_event_init_sync_only();
     }
     ce->copy_stream = ft_cuda_stream_init();
+    if (!(ce->timer = ft_cuda_malloc(2 * sizeof(uint64_t))))
+        ft_abort(__FILE__, __LINE__, "cpu experts: out of device memory");
+    ft_cuda_memset(ce->timer, 0, 2 * sizeof(uint64_t), ce->copy_stream);
     pin_expert_ranges(ce);
 }
 
@@ -154,11 +159,17 @@ cuda_cpu_experts *cuda_cpu_experts_init(const cuda_cpu_experts_params *p, const 
 
 void cuda_cpu_experts_free(cuda_cpu_experts *ce) {
     if (!ce) return;
-    if (ce->copy_stream) ft_cuda_stream_sync(ce->copy_stream);
+    uint64_t copy_ns = 0;
+    if (ce->copy_stream) {
+        ft_cuda_memcpy_d2h(&copy_ns, &ce->timer[1], sizeof(copy_ns), ce->copy_stream);
+        ft_cuda_stream_sync(ce->copy_stream);
+    }
     if (ce->layers_on_gpu)
         fprintf(stderr, "cpu experts: %llu MoE layer steps of prefill on the GPU, %llu layer copies (%.1f MiB) from %s "
-                        "host memory\n", (unsigned long long)ce->layers_on_gpu, (unsigned long long)ce->layers_copied,
-                ce->bytes_copied / 1048576.0, ce->n_pinned ? "page-locked" : "pageable");
+                        "host memory at %.1f GB/s\n", (unsigned long long)ce->layers_on_gpu,
+                (unsigned long long)ce->layers_copied, ce->bytes_copied / 1048576.0,
+                ce->n_pinned ? "page-locked" : "pageable", copy_ns ? (double)ce->bytes_copied / (double)copy_ns : 0.0);
+    ft_cuda_free(ce->timer);
     for (int i = 0; i < ce->n_pinned; i++) ft_cuda_host_unregister((void *)ce->pinned[i].start);
     free(ce->pinned);
     for (int i = 0; i < 2; i++) {
@@ -229,6 +240,7 @@ bool cuda_cpu_experts_overlay_serves(const cuda_cpu_experts *ce, const ft_moe_pa
 // read the buffer last (released[i]; a buffer never used has no record, so no wait).
 static void stream_in(cuda_cpu_experts *ce, int il, int i) {
     ft_cuda_stream_wait_event(ce->copy_stream, ce->released[i]);
+    ft_cuda_cache_timer_start(&ce->timer[0], ce->copy_stream);
     uint8_t *dst = ce->buf[i];
     for (int b = 0; b < N_BANK; b++) {
         const ft_tensor *t = &ce->banks[b][il];
@@ -236,6 +248,7 @@ static void stream_in(cuda_cpu_experts *ce, int il, int i) {
         ce->bytes_copied += bank_total(t);
         dst += ce->bank_bytes[b];
     }
+    ft_cuda_cache_timer_stop(&ce->timer[0], &ce->timer[1], ce->copy_stream);
     ft_cuda_event_record(ce->copied[i], ce->copy_stream);
     ce->buf_layer[i] = il;
     ce->layers_copied++;
