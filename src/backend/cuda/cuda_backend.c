@@ -695,17 +695,10 @@ static void cuda_moe_ffn(ft_backend *be, const ft_moe_params *p, const float *x,
     FT_ASSERT(c->reserved && n_tok <= c->lim.max_tok && k <= c->lim.n_expert_used);
     FT_ASSERT(p->n_expert <= c->lim.n_expert && n_ff <= c->lim.max_width && n_embd <= c->lim.max_width);
     if (!op_runs(c, OP_MOE_FFN, p->gate_exps->data, x, (int64_t)(uintptr_t)y, n_tok) || n_tok == 0) return;
-    // --moe-backend cpu: experts in host memory, no expert cache (offload never attaches this);
-    // a step for the grouped GEMM runs here, on the layer's experts copied into the overlay
-    ft_tensor views[MOE_BANK_COUNT];
-    bool cpu_overlay = false;
+    // --moe-backend cpu: experts in host memory, no expert cache (offload never attaches this)
     if (cuda_cpu_experts_serves(c->cpu_experts, p)) {
-        if (n_tok < GEMM_MIN_TOK || !cuda_cpu_experts_overlay_serves(c->cpu_experts, p)) {
-            cuda_cpu_experts_moe_ffn(c->cpu_experts, p, x, y, n_tok, c->stream);
-            return;
-        }
-        cuda_cpu_experts_overlay_begin(c->cpu_experts, p, c->stream, views);
-        cpu_overlay = true;
+        cuda_cpu_experts_moe_ffn(c->cpu_experts, p, x, y, n_tok, c->stream);
+        return;
     }
     const float *bias = NULL;
     if (ft_tensor_present(p->sel_bias)) {
@@ -733,7 +726,7 @@ static void cuda_moe_ffn(ft_backend *be, const ft_moe_params *p, const float *x,
     int n_pairs = n_tok * k;
     const ft_tensor *gate = p->gate_exps, *up = p->up_exps, *down = p->down_exps;
     c->expert_ids = c->sel;
-    if (cpu_overlay) gate = &views[MOE_BANK_GATE], up = &views[MOE_BANK_UP], down = &views[MOE_BANK_DOWN];
+    ft_tensor views[MOE_BANK_COUNT];
     if (c->offload && gate->placement != FT_PLACEMENT_CUDA) { // experts in host banks: the cache serves them
         bool gemm = ft_cuda_moe_gemm_supported(gate->type, up->type, down->type);
         bool overlay = ft_offload_uses_overlay(c->offload, p->layer, n_tok, n_pairs, gemm, GEMM_MIN_TOK);

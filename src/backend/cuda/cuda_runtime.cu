@@ -81,29 +81,6 @@ extern "C" void ft_cuda_host_free(void *p) {
     if (p) CUDA_CHECK(cudaFreeHost(p));
 }
 
-// cudaHostRegisterReadOnly (CUDA 11.1) lets the driver pin pages mapped without write access;
-// without it the driver asks for write access and a read-only mapping is refused.
-extern "C" bool ft_cuda_host_register(void *p, size_t n, const char **why) {
-    int dev = 0, ro = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    if (cudaDeviceGetAttribute(&ro, cudaDevAttrHostRegisterReadOnlySupported, dev) != cudaSuccess) {
-        (void)cudaGetLastError();
-        ro = 0;
-    }
-    unsigned flags = cudaHostRegisterPortable | (ro ? cudaHostRegisterReadOnly : 0);
-    cudaError_t err = cudaHostRegister(p, n, flags);
-    if (err != cudaSuccess) {
-        (void)cudaGetLastError();
-        if (why) *why = cudaGetErrorString(err);
-        return false;
-    }
-    return true;
-}
-
-extern "C" void ft_cuda_host_unregister(void *p) {
-    if (p) CUDA_CHECK(cudaHostUnregister(p));
-}
-
 extern "C" void ft_cuda_memcpy_h2d(void *dst, const void *src, size_t n, ft_cuda_stream *s) {
     CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, ft_cuda_stream_handle(s)));
 }

@@ -66,13 +66,6 @@ void ft_cuda_free(void *p);
 void *ft_cuda_host_alloc(size_t n);
 void ft_cuda_host_free(void *p);
 
-// Page-locks n bytes of host memory the process already maps, read only by the device (a
-// file's mapping), so copies from it run asynchronously at full speed; p and n are whole pages
-// (the caller widens its range). Returns false (no abort) when the driver refuses, with the
-// reason in *why. Ranges must not overlap one already registered.
-bool ft_cuda_host_register(void *p, size_t n, const char **why);
-void ft_cuda_host_unregister(void *p);
-
 typedef struct ft_cuda_stream ft_cuda_stream; // opaque; NULL is the default stream
 
 // Copies of n bytes, asynchronous with respect to the host on stream s (host memory that is
