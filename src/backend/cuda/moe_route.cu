@@ -19,6 +19,20 @@
 
 enum { ROUTE_MAX_EXPERTS = 1024, ROUTE_MAX_K = 64 };
 
+// The warp's best (bv, bi) from each lane's candidate: the higher score, ties to the lower
+// index; bi == ne marks a lane with none. Every lane ends with the winner.
+__device__ __forceinline__ void warp_argmax(float &bv, int &bi, int ne) {
+#pragma unroll
+    for (int o = FT_WARP / 2; o > 0; o >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+        const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        if (oi != ne && (bi == ne || ov > bv || (ov == bv && oi < bi))) {
+            bv = ov;
+            bi = oi;
+        }
+    }
+}
+
 __global__ void __launch_bounds__(FT_WARP) moe_route_kernel(const ft_cuda_route_params p) {
     __shared__ float probs[ROUTE_MAX_EXPERTS];
     __shared__ unsigned char taken[ROUTE_MAX_EXPERTS];
@@ -53,15 +67,7 @@ __global__ void __launch_bounds__(FT_WARP) moe_route_kernel(const ft_cuda_route_
                 bi = i;
             }
         }
-#pragma unroll
-        for (int o = FT_WARP / 2; o > 0; o >>= 1) {
-            const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-            const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-            if (oi != ne && (bi == ne || ov > bv || (ov == bv && oi < bi))) {
-                bv = ov;
-                bi = oi;
-            }
-        }
+        warp_argmax(bv, bi, ne);
         if (j == k) {
             // the best unselected expert: the routing gap
             if (lane == 0) {
@@ -153,15 +159,7 @@ __device__ __forceinline__ void route_token(const ft_cuda_route_params &p, int t
                 bv = v[i];
                 bi = lane + FT_WARP * i;
             }
-#pragma unroll
-        for (int o = FT_WARP / 2; o > 0; o >>= 1) {
-            const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-            const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-            if (oi != ne && (bi == ne || ov > bv || (ov == bv && oi < bi))) {
-                bv = ov;
-                bi = oi;
-            }
-        }
+        warp_argmax(bv, bi, ne);
         if (j == k) {
             if (lane == 0) atomicMin((int *)p.gap, __float_as_int(fmaxf(last_v - bv, 0.0f)));
             break;
