@@ -67,7 +67,7 @@ LIB_OBJ   := $(filter-out $(BUILD)/src/backend/cuda/%.o,$(LIB_OBJ)) $(BUILD)/src
 endif
 
 # The GPU suite: tests/main.c's runner with tests_gpu/*.c (it skips without a device).
-GPU_TEST_OBJ := $(BUILD)/tests/main.o $(patsubst %.c,$(BUILD)/%.o,$(wildcard tests_gpu/*.c))
+GPU_TEST_OBJ := $(BUILD)/tests/main.o $(BUILD)/tests/batch_sim.o $(patsubst %.c,$(BUILD)/%.o,$(wildcard tests_gpu/*.c))
 
 # SIMD files are compiled for their instruction set and only entered after a run-time check.
 $(BUILD)/%_avx2.o: CFLAGS += -mavx2 -mfma -mf16c

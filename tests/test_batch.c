@@ -12,6 +12,7 @@
 // laguna's sliding window, YaRN and dense lead layers, with a q8_0 cache whose Hadamard
 // rotation runs per segment.
 #include "test.h"
+#include "batch_sim.h"
 #include "../src/engine/batch.h"
 #include "../src/kv/kv_pool.h"
 #include "../src/model/synth.h"
@@ -20,34 +21,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { N_SEQ = 3, N_REQ = 5, N_GEN = 10, MAX_PROMPT = 80, MAX_CHUNKS = 64 };
-
-// One request of the test schedule and what happened to it in the batch.
-typedef struct req {
-    int32_t prompt[MAX_PROMPT];
-    int n_prompt;
-    int join_step;            // opened at the first step >= this with a free sequence
-    int seq;                  // -1: not open (waiting or done)
-    int n_prefilled;
-    bool decoding, done;
-    int32_t next;
-    int chunks[MAX_CHUNKS];   // prefill chunk sizes it got
-    int n_chunks;
-    int32_t out[N_GEN];       // greedy tokens
-    float *logits;            // (N_GEN, n_vocab): the logits each token was picked from
-} req;
-
-static int32_t argmax(const float *x, int n) {
-    int32_t best = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
-    return best;
-}
+enum { N_SEQ = 3, N_REQ = 5, N_GEN = 10 };
 
 // Runs the requests through one batch engine of N_SEQ sequences with prefill chunks of chunk
-// tokens: each step takes the decoders' tokens, then whole prompt chunks in request order
-// while they fit (the server's scheduler does the same, in turns).
-static bool run_batched(const ft_model *m, req *rq, int n_req, int chunk, enum ft_type kv, ft_err *err) {
+// tokens (batch_sim.h).
+static bool run_batched(const ft_model *m, batch_sim_req *rq, int n_req, int chunk, enum ft_type kv, ft_err *err) {
     ft_engine_params ep = ft_engine_default_params();
     ep.n_threads = 2;
     ep.n_ctx = 128;
@@ -56,68 +34,14 @@ static bool run_batched(const ft_model *m, req *rq, int n_req, int chunk, enum f
     ep.kv_type = kv;
     ft_batch *b = ft_batch_init(m, &ep, err);
     if (!b) return false;
-    int n_vocab = m->hp.n_vocab, n_done = 0;
-    ft_batch_item items[N_SEQ];
-    req *owner[N_SEQ];
-    for (int step = 0; n_done < n_req; step++) {
-        for (int r = 0; r < n_req; r++)
-            if (!rq[r].done && rq[r].seq < 0 && rq[r].join_step <= step) {
-                int seq = ft_batch_seq_open(b);
-                if (seq < 0) break;
-                CHECK(ft_batch_seq_pos(b, seq) == 0);
-                rq[r].seq = seq;
-            }
-        int n_items = 0, left = ft_batch_max_tokens(b);
-        for (int r = 0; r < n_req; r++)
-            if (rq[r].seq >= 0 && rq[r].decoding) {
-                items[n_items] = (ft_batch_item){rq[r].seq, &rq[r].next, 1, true};
-                owner[n_items++] = &rq[r];
-                left--;
-            }
-        for (int r = 0; r < n_req; r++)
-            if (rq[r].seq >= 0 && !rq[r].decoding) {
-                int n = FT_MIN(chunk, rq[r].n_prompt - rq[r].n_prefilled);
-                if (n > left) continue;
-                bool last = rq[r].n_prefilled + n == rq[r].n_prompt;
-                items[n_items] = (ft_batch_item){rq[r].seq, rq[r].prompt + rq[r].n_prefilled, n, last};
-                owner[n_items++] = &rq[r];
-                left -= n;
-            }
-        if (n_items == 0) continue; // waiting for a request's join step
-        if (!ft_batch_step(b, items, n_items, err)) {
-            ft_batch_free(b);
-            return false;
-        }
-        for (int k = 0; k < n_items; k++) {
-            req *q = owner[k];
-            if (!q->decoding) {
-                FT_ASSERT(q->n_chunks < MAX_CHUNKS);
-                q->chunks[q->n_chunks++] = items[k].n_tok;
-                q->n_prefilled += items[k].n_tok;
-            }
-            if (!items[k].logits) continue;
-            int g = 0;
-            while (q->out[g] >= 0) g++; // the next token to pick (done requests left the batch)
-            memcpy(q->logits + (size_t)g * n_vocab, ft_batch_logits(b, k), (size_t)n_vocab * sizeof(float));
-            q->out[g] = argmax(ft_batch_logits(b, k), n_vocab);
-            q->next = q->out[g];
-            q->decoding = true;
-            if (g + 1 == N_GEN) {
-                ft_batch_seq_close(b, q->seq);
-                q->seq = -1;
-                q->done = true;
-                n_done++;
-            }
-        }
-    }
-    CHECK(ft_batch_n_open(b) == 0 && ft_batch_positions_used(b) == 0, "every sequence closed: nothing in use");
+    bool ok = batch_sim_run(b, rq, n_req, chunk, N_GEN, m->hp.n_vocab, err);
     ft_batch_free(b);
-    return true;
+    return ok;
 }
 
 // The request alone on a one-sequence engine with the same chunk size (its prompt in one
 // ft_engine_eval), then decoding its own greedy tokens. Fills out and logits like run_batched.
-static bool run_alone(const ft_model *m, const req *q, int chunk, enum ft_type kv, int32_t *out, float *logits,
+static bool run_alone(const ft_model *m, const batch_sim_req *q, int chunk, enum ft_type kv, int32_t *out, float *logits,
                       ft_err *err) {
     ft_engine_params ep = ft_engine_default_params();
     ep.n_threads = 2;
@@ -130,7 +54,7 @@ static bool run_alone(const ft_model *m, const req *q, int chunk, enum ft_type k
     const float *lg = ft_engine_eval(e, q->prompt, q->n_prompt, err);
     for (int g = 0; g < N_GEN && lg; g++) {
         memcpy(logits + (size_t)g * n_vocab, lg, (size_t)n_vocab * sizeof(float));
-        out[g] = argmax(lg, n_vocab);
+        out[g] = batch_sim_argmax(lg, n_vocab);
         if (g + 1 < N_GEN) lg = ft_engine_eval(e, &out[g], 1, err);
     }
     ft_engine_free(e);
@@ -148,16 +72,12 @@ static void batch_case(const char *label, const ft_synth_params *sp, int chunk, 
     // joins spread out so that prefill chunks share steps with decoders and a closed
     // sequence's cache is reused
     static const int joins[N_REQ] = {0, 0, 2, 3, 4};
-    req rq[N_REQ];
+    batch_sim_req rq[N_REQ];
     ft_rng rng = ft_rng_init(11);
     for (int r = 0; r < N_REQ; r++) {
-        memset(&rq[r], 0, sizeof(rq[r]));
-        rq[r].n_prompt = lens[r];
-        rq[r].join_step = joins[r];
-        rq[r].seq = -1;
-        for (int i = 0; i < lens[r]; i++) rq[r].prompt[i] = (int32_t)(ft_rng_next(&rng) % (uint64_t)n_vocab);
-        for (int g = 0; g < N_GEN; g++) rq[r].out[g] = -1;
-        rq[r].logits = ft_malloc((size_t)N_GEN * n_vocab * sizeof(float));
+        int32_t prompt[BATCH_SIM_MAX_PROMPT];
+        for (int i = 0; i < lens[r]; i++) prompt[i] = (int32_t)(ft_rng_next(&rng) % (uint64_t)n_vocab);
+        batch_sim_req_init(&rq[r], prompt, lens[r], joins[r], ft_malloc((size_t)N_GEN * n_vocab * sizeof(float)));
     }
     float *alone = ft_malloc((size_t)N_GEN * n_vocab * sizeof(float));
     int n_identical = 0, max_chunks = 0;
@@ -166,7 +86,7 @@ static void batch_case(const char *label, const ft_synth_params *sp, int chunk, 
         goto done;
     }
     for (int r = 0; r < N_REQ; r++) {
-        req *q = &rq[r];
+        batch_sim_req *q = &rq[r];
         max_chunks = FT_MAX(max_chunks, q->n_chunks);
         int32_t out[N_GEN];
         if (!run_alone(m, q, chunk, kv, out, alone, &err)) {

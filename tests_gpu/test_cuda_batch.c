@@ -10,6 +10,7 @@
 // of bit-identical steps is printed.
 #include "gpu_test.h"
 #include "probs_compare.h"
+#include "../tests/batch_sim.h"
 
 #include "../src/engine/batch.h"
 #include "../src/model/synth.h"
@@ -21,21 +22,6 @@
 #include <string.h>
 
 enum { N_SEQ = 3, N_REQ = 4, N_GEN = 12, CHUNK = 16 };
-
-typedef struct req {
-    int32_t prompt[48];
-    int n_prompt, join_step, seq, n_prefilled, n_out;
-    bool decoding;
-    int32_t next, out[N_GEN];
-    float *logits; // (N_GEN, n_vocab)
-} req;
-
-static int32_t argmax(const float *x, int n) {
-    int32_t best = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
-    return best;
-}
 
 static double top2_gap(const double *p, int n) {
     double a = 0, b = 0;
@@ -70,66 +56,22 @@ TEST(cuda_batch_matches_alone) {
     REQUIRE(ft_engine_place_model(m, &ep, &err), "%s", err.msg);
     int n_vocab = m->hp.n_vocab;
     static const int lens[N_REQ] = {37, 1, 20, 9}, joins[N_REQ] = {0, 0, 2, 4};
-    req rq[N_REQ];
+    batch_sim_req rq[N_REQ];
     ft_rng rng = ft_rng_init(5);
     for (int r = 0; r < N_REQ; r++) {
-        memset(&rq[r], 0, sizeof(rq[r]));
-        rq[r].n_prompt = lens[r];
-        rq[r].join_step = joins[r];
-        rq[r].seq = -1;
-        for (int i = 0; i < lens[r]; i++) rq[r].prompt[i] = (int32_t)(ft_rng_next(&rng) % (uint64_t)n_vocab);
-        rq[r].logits = ft_malloc((size_t)N_GEN * n_vocab * sizeof(float));
+        int32_t prompt[BATCH_SIM_MAX_PROMPT];
+        for (int i = 0; i < lens[r]; i++) prompt[i] = (int32_t)(ft_rng_next(&rng) % (uint64_t)n_vocab);
+        batch_sim_req_init(&rq[r], prompt, lens[r], joins[r], ft_malloc((size_t)N_GEN * n_vocab * sizeof(float)));
     }
     float *alone = ft_malloc((size_t)N_GEN * n_vocab * sizeof(float));
     double *pb = ft_malloc((size_t)n_vocab * sizeof(double)), *pa = ft_malloc((size_t)n_vocab * sizeof(double));
 
-    // batched: decoders first, then whole prompt chunks while they fit
+    // batched: decoders first, then whole prompt chunks while they fit (batch_sim.h)
     ft_batch *b = ft_batch_init(m, &ep, &err);
     REQUIRE(b, "%s", err.msg);
-    ft_batch_item items[N_SEQ];
-    req *owner[N_SEQ];
-    int n_done = 0;
-    for (int step = 0; n_done < N_REQ; step++) {
-        for (int r = 0; r < N_REQ; r++)
-            if (rq[r].n_out < N_GEN && rq[r].seq < 0 && rq[r].join_step <= step) {
-                int seq = ft_batch_seq_open(b);
-                if (seq < 0) break;
-                rq[r].seq = seq;
-            }
-        int n_items = 0, left = ft_batch_max_tokens(b);
-        for (int r = 0; r < N_REQ; r++)
-            if (rq[r].seq >= 0 && rq[r].decoding) {
-                items[n_items] = (ft_batch_item){rq[r].seq, &rq[r].next, 1, true};
-                owner[n_items++] = &rq[r];
-                left--;
-            }
-        for (int r = 0; r < N_REQ; r++)
-            if (rq[r].seq >= 0 && !rq[r].decoding) {
-                int n = FT_MIN(CHUNK, rq[r].n_prompt - rq[r].n_prefilled);
-                if (n > left) continue;
-                items[n_items] = (ft_batch_item){rq[r].seq, rq[r].prompt + rq[r].n_prefilled, n,
-                                                 rq[r].n_prefilled + n == rq[r].n_prompt};
-                owner[n_items++] = &rq[r];
-                left -= n;
-            }
-        if (n_items == 0) continue;
-        REQUIRE(ft_batch_step(b, items, n_items, &err), "%s", err.msg);
-        for (int k = 0; k < n_items; k++) {
-            req *q = owner[k];
-            if (!q->decoding) q->n_prefilled += items[k].n_tok;
-            if (!items[k].logits) continue;
-            memcpy(q->logits + (size_t)q->n_out * n_vocab, ft_batch_logits(b, k), (size_t)n_vocab * sizeof(float));
-            q->next = q->out[q->n_out++] = argmax(ft_batch_logits(b, k), n_vocab);
-            q->decoding = true;
-            if (q->n_out == N_GEN) {
-                ft_batch_seq_close(b, q->seq);
-                q->seq = -1;
-                n_done++;
-            }
-        }
-    }
-    CHECK(ft_batch_positions_used(b) == 0);
+    bool ran = batch_sim_run(b, rq, N_REQ, CHUNK, N_GEN, n_vocab, &err);
     ft_batch_free(b);
+    REQUIRE(ran, "%s", err.msg);
 
     // each alone, the same chunks (ft_engine_eval cuts the prompt at multiples of n_batch)
     int n_same_bits = 0, n_cmp = 0, n_split = 0;
@@ -141,7 +83,7 @@ TEST(cuda_batch_matches_alone) {
         int32_t out[N_GEN];
         for (int g = 0; g < N_GEN && lg; g++) {
             memcpy(alone + (size_t)g * n_vocab, lg, (size_t)n_vocab * sizeof(float));
-            out[g] = argmax(lg, n_vocab);
+            out[g] = batch_sim_argmax(lg, n_vocab);
             if (g + 1 < N_GEN) lg = ft_engine_eval(e, &out[g], 1, &err);
         }
         REQUIRE(lg, "%s", err.msg);
