@@ -5,6 +5,8 @@
 
 #include <stdbool.h>
 
+#include "../src/engine/engine.h"
+
 // Probabilities (softmax, in double) of n logits into out.
 void probs_softmax(const float *logits, double *out, int n);
 
@@ -14,5 +16,35 @@ void probs_softmax(const float *logits, double *out, int n);
 // within tol of each other (a near-tie). When not check (routing near a tie), an arg-max
 // difference is only printed. what names the step in messages.
 double probs_compare(const char *what, const float *ref, const float *got, int n, double tol, bool check);
+
+// The CPU reference of a whole-model comparison, with its own sensitivity measured alongside.
+// Random-weight models are chaotic: the CPU against itself, with one weight in three of the
+// first layer's attention norm scaled by 1 + 1e-5 (an input change of the size of the GPU's
+// rounding differences), moves some steps' top-10 probabilities by 0.1 to 0.5 (a q8 code or a
+// routing choice flips and random experts amplify it); measured on qwen3moe and laguna in
+// 2026-11. So the reference runs PROBS_REF_PERTURBED perturbed copies (every third norm weight
+// from offset 0, 1, 2) next to the exact one, and a step is stable where all of them stay
+// within the tolerance of it: only stable steps can judge another implementation.
+enum { PROBS_REF_PERTURBED = 3 };
+
+typedef struct probs_reference {
+    ft_model *m[1 + PROBS_REF_PERTURBED];
+    ft_engine *e[1 + PROBS_REF_PERTURBED];
+    float *norm[1 + PROBS_REF_PERTURBED]; // the perturbed norm weights (the copies' own)
+    float *logits;                        // the exact run's last logits
+    int n_vocab;
+    int n_steps, n_stable;
+} probs_reference;
+
+// Loads the model at path 1 + PROBS_REF_PERTURBED times and starts CPU engines on it with ep
+// (its device is ignored). False with *err set on failure (r is then freed).
+bool probs_reference_init(probs_reference *r, const char *path, const ft_engine_params *ep, ft_err *err);
+
+// Evaluates n tokens on every run. Returns the exact run's logits (kept until the next call)
+// and sets *stable: every perturbed run's top-10 probabilities within tol of the exact run's.
+// NULL with *err set on failure.
+const float *probs_reference_eval(probs_reference *r, const int32_t *t, int n, double tol, bool *stable, ft_err *err);
+
+void probs_reference_free(probs_reference *r);
 
 #endif

@@ -38,6 +38,7 @@
 #include "ft_cuda.h"
 #include "offload.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,6 +75,10 @@ typedef struct cuda_backend {
     float *host_gap;           // pinned (2): [0] = +inf (the reset value), [1] = read back
     // CUDA graphs (see the top)
     bool graphs;               // FT_CUDA_GRAPHS is not "0"
+    // Diagnostics, to bisect a numerical difference: FT_CUDA_GEMM=0 keeps every matmul and
+    // MoE FFN on the matvec kernels, FT_CUDA_FLASH=0 every attention on attention.cu's.
+    int gemm_min_tok;          // GEMM_MIN_TOK, or INT_MAX with FT_CUDA_GEMM=0
+    bool flash;
     int graph_max_tok;         // --cuda-graph-max-bs: steps of more tokens run directly; < 0: no cap
     enum step_mode { STEP_DIRECT, STEP_CAPTURE, STEP_REPLAY } mode;
     int step_pos0;             // first position of the step in progress
@@ -357,7 +362,7 @@ static void matmul_raw(cuda_backend *c, uint32_t type, const void *w, int64_t n_
     FT_ASSERT(ft_cuda_matvec_supported(type));
     bool q = ft_cuda_matvec_wants_q8_1(type);
     if (q) quantize_x(c, x, n_cols, n_tok);
-    if (q && n_tok >= GEMM_MIN_TOK && ft_cuda_gemm_supported(type)) {
+    if (q && n_tok >= c->gemm_min_tok && ft_cuda_gemm_supported(type)) {
         ft_cuda_gemm_params gp = {.type = type, .w = w, .n_out = n_rows, .n_in = n_cols, .x = c->xq, .y = y,
                                   .n_tok = n_tok};
         ft_cuda_gemm(&gp, c->stream);
@@ -630,7 +635,7 @@ static void cuda_attention(ft_backend *be, const ft_attn_params *p) {
     ap.out_q = quantize ? c->xq : NULL;
     // prefill batches on tensor cores (flash_attn.cu) where it takes the shape; decode and the
     // rest on attention.cu's kernels
-    if (ft_cuda_flash_attention_fits(&ap)) ft_cuda_flash_attention(&ap, c->stream);
+    if (c->flash && ft_cuda_flash_attention_fits(&ap)) ft_cuda_flash_attention(&ap, c->stream);
     else ft_cuda_attention(&ap, c->stream);
     if (quantize) {
         c->xq_src = p->out;
@@ -729,7 +734,7 @@ static void cuda_moe_ffn(ft_backend *be, const ft_moe_params *p, const float *x,
     ft_tensor views[MOE_BANK_COUNT];
     if (c->offload && gate->placement != FT_PLACEMENT_CUDA) { // experts in host banks: the cache serves them
         bool gemm = ft_cuda_moe_gemm_supported(gate->type, up->type, down->type);
-        bool overlay = ft_offload_uses_overlay(c->offload, p->layer, n_tok, n_pairs, gemm, GEMM_MIN_TOK);
+        bool overlay = ft_offload_uses_overlay(c->offload, p->layer, n_tok, n_pairs, gemm, c->gemm_min_tok);
         ft_offload_view v;
         ft_offload_layer_begin(c->offload, p->layer, c->sel, n_tok, k, overlay, c->stream, &v);
         const ft_tensor *banks[MOE_BANK_COUNT] = {gate, up, down};
@@ -743,7 +748,7 @@ static void cuda_moe_ffn(ft_backend *be, const ft_moe_params *p, const float *x,
         c->expert_ids = v.ids;
     }
     // prefill: tokens grouped by expert, each expert's weights read once per tile of its tokens
-    if (n_tok >= GEMM_MIN_TOK && ft_cuda_moe_gemm_supported(gate->type, up->type, down->type)) {
+    if (n_tok >= c->gemm_min_tok && ft_cuda_moe_gemm_supported(gate->type, up->type, down->type)) {
         check_on_device(gate);
         check_on_device(up);
         check_on_device(down);
@@ -914,6 +919,9 @@ ft_backend *ft_backend_cuda_init(int dev, ft_err *err) {
     c->stream = ft_cuda_stream_init();
     const char *g = getenv("FT_CUDA_GRAPHS");
     c->graphs = !(g && !strcmp(g, "0"));
+    const char *gm = getenv("FT_CUDA_GEMM"), *fa = getenv("FT_CUDA_FLASH");
+    c->gemm_min_tok = gm && !strcmp(gm, "0") ? INT_MAX : GEMM_MIN_TOK;
+    c->flash = !(fa && !strcmp(fa, "0"));
     c->graph_max_tok = -1;
     return &c->base;
 }
