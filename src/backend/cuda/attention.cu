@@ -70,6 +70,7 @@ __device__ __forceinline__ attn_split_t attn_split_of(const ft_cuda_attn_params 
 }
 
 __global__ void __launch_bounds__(AT_THREADS) attention_kernel(const ft_cuda_attn_params p) {
+    ft_pdl_begin();
     __shared__ float qf[AT_MAX_HD];
     __shared__ int8_t qq[AT_MAX_HD];
     __shared__ float qd[AT_MAX_HD / 32];
@@ -294,6 +295,7 @@ __device__ __forceinline__ void attn_merge(const ft_cuda_attn_params &p, int h, 
 }
 
 __global__ void __launch_bounds__(AT_THREADS) attention_merge_kernel(const ft_cuda_attn_params p) {
+    ft_pdl_begin();
     const int n_split = attn_split_of(p, attn_pos0(p)).n_split;
     if (n_split == 1) return; // attention_kernel wrote the output (a graphed launch)
     attn_merge(p, blockIdx.x, blockIdx.y, n_split);
@@ -301,6 +303,7 @@ __global__ void __launch_bounds__(AT_THREADS) attention_merge_kernel(const ft_cu
 
 template <int EPL>
 __global__ void __launch_bounds__(AT_THREADS) attention_decode_kernel(const ft_cuda_attn_params p) {
+    ft_pdl_begin();
     constexpr int NW = AT_THREADS / FT_WARP, KPW = 4, G = 32 / EPL; // G lanes share a q8_0 block
     __shared__ float wacc[NW][32 * EPL];
     __shared__ float wm[NW], wl[NW];
@@ -479,13 +482,13 @@ extern "C" void ft_cuda_attention(const ft_cuda_attn_params *p, ft_cuda_stream *
     const dim3 grid((unsigned)p->n_head, (unsigned)p->n_tok, (unsigned)n_split);
     // the warp-per-key kernel for decode batches of the head sizes it is built for
     const bool decode = attn_decode(p->n_tok, p->head_dim);
-    if (decode && p->head_dim == 64) attention_decode_kernel<2><<<grid, AT_THREADS, 0, st>>>(*p);
-    else if (decode && p->head_dim == 128) attention_decode_kernel<4><<<grid, AT_THREADS, 0, st>>>(*p);
-    else if (decode && p->head_dim == 256) attention_decode_kernel<8><<<grid, AT_THREADS, 0, st>>>(*p);
-    else attention_kernel<<<grid, AT_THREADS, 0, st>>>(*p);
+    if (decode && p->head_dim == 64) ft_launch(attention_decode_kernel<2>, grid, AT_THREADS, 0, st, *p);
+    else if (decode && p->head_dim == 128) ft_launch(attention_decode_kernel<4>, grid, AT_THREADS, 0, st, *p);
+    else if (decode && p->head_dim == 256) ft_launch(attention_decode_kernel<8>, grid, AT_THREADS, 0, st, *p);
+    else ft_launch(attention_kernel, grid, AT_THREADS, 0, st, *p);
     CUDA_CHECK_LAUNCH();
     if (n_split > 1 && !(decode && p->split_count)) {
-        attention_merge_kernel<<<dim3((unsigned)p->n_head, (unsigned)p->n_tok), AT_THREADS, 0, st>>>(*p);
+        ft_launch(attention_merge_kernel, dim3((unsigned)p->n_head, (unsigned)p->n_tok), AT_THREADS, 0, st, *p);
         CUDA_CHECK_LAUNCH();
     }
 }

@@ -3,6 +3,7 @@
 // - CUDA_CHECK(call): aborts with the statement, file, line and CUDA's message on failure.
 // - CUDA_CHECK_LAUNCH(): checks the launch just made (bad geometry, missing kernel image) and
 //   marks it for FT_CUDA_PROFILE.
+// - ft_launch / ft_pdl_begin: launches with programmatic dependent launch (below).
 // - the block size of the decode kernels and a few warp reductions.
 #ifndef FT_CUDA_COMMON_CUH
 #define FT_CUDA_COMMON_CUH
@@ -10,6 +11,8 @@
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <stdlib.h>
+
+#include <utility>
 
 #include "ft_cuda.h"
 
@@ -42,6 +45,42 @@ void ft_cuda_profile_launch(const char *file, int line);
     } while (0)
 
 static inline cudaStream_t ft_cuda_stream_handle(ft_cuda_stream *s) { return (cudaStream_t)s; }
+
+// Programmatic dependent launch (sm_90 and later; FT_CUDA_PDL=0 turns it off). A decode step
+// is hundreds of short kernels, and each one's launch and CTA dispatch used to start only once
+// the kernel before it had drained (~1-2 us each inside a graph). A kernel launched with
+// ft_launch may be dispatched while its predecessor on the stream still runs; its first
+// statement must be ft_pdl_begin(), which waits until the predecessor has completed and its
+// writes are visible (griddepcontrol.wait: nothing of the kernel runs before, so no hazard is
+// new), then lets the next kernel be dispatched in turn (griddepcontrol.launch_dependents).
+// Without the launch attribute (older GPUs, FT_CUDA_PDL=0) both instructions are no-ops.
+__device__ __forceinline__ void ft_pdl_begin() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" :::);
+#endif
+}
+
+// Whether launches carry the programmatic-serialization attribute (cuda_runtime.cu): the
+// current device is sm_90 or later and FT_CUDA_PDL is not "0". Read once.
+bool ft_cuda_pdl_enabled(void);
+
+// kernel<<<grid, block, smem, stream>>>(args...), with the attribute where enabled.
+template <typename... Params, typename... Args>
+static inline void ft_launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                             Args &&...args) {
+    cudaLaunchAttribute attr;
+    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cfg.attrs = &attr;
+    cfg.numAttrs = ft_cuda_pdl_enabled() ? 1 : 0;
+    CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
+}
 
 #define FT_WARP 32
 

@@ -49,6 +49,19 @@ extern "C" bool ft_cuda_device_get_info(int dev, ft_cuda_device_info *out) {
     return true;
 }
 
+// Read at the first launch, for the device current then (ft uses one device per process).
+bool ft_cuda_pdl_enabled(void) {
+    static int enabled = -1;
+    if (enabled < 0) {
+        const char *e = getenv("FT_CUDA_PDL");
+        int dev = 0, major = 0;
+        CUDA_CHECK(cudaGetDevice(&dev));
+        CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+        enabled = major >= 9 && !(e && !strcmp(e, "0"));
+    }
+    return enabled;
+}
+
 extern "C" void ft_cuda_set_device(int dev) {
     FT_CUDA_ASSERT(dev >= 0 && dev < ft_cuda_device_count());
     CUDA_CHECK(cudaSetDevice(dev));

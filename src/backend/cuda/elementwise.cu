@@ -13,11 +13,13 @@ static unsigned ew_grid(int64_t n) {
 }
 
 __global__ void add_kernel(float *y, const float *x, int64_t n) {
+    ft_pdl_begin();
     const int64_t i = (int64_t)blockIdx.x * EW_THREADS + threadIdx.x;
     if (i < n) y[i] += x[i];
 }
 
 __global__ void add_bias_kernel(float *y, const float *b, int64_t n_total, int n) {
+    ft_pdl_begin();
     const int64_t i = (int64_t)blockIdx.x * EW_THREADS + threadIdx.x;
     if (i < n_total) y[i] += b[i % n];
 }
@@ -27,6 +29,7 @@ __device__ __forceinline__ float softplus_f(float x) { return x > 20.0f ? x : lo
 
 __global__ void softplus_gate_kernel(float *x, const float *g, int64_t n_total, int width,
                                      int head_dim, int g_width) {
+    ft_pdl_begin();
     const int64_t i = (int64_t)blockIdx.x * EW_THREADS + threadIdx.x;
     if (i >= n_total) return;
     const int64_t t = i / width;
@@ -38,12 +41,14 @@ __global__ void softplus_gate_kernel(float *x, const float *g, int64_t n_total, 
 __device__ __forceinline__ float silu_f(float x) { return x / (1.0f + expf(-x)); }
 
 __global__ void swiglu_kernel(float *g, const float *u, int64_t n) {
+    ft_pdl_begin();
     const int64_t i = (int64_t)blockIdx.x * EW_THREADS + threadIdx.x;
     if (i < n) g[i] = silu_f(g[i]) * u[i];
 }
 
 __global__ void sigmoid_scale_add_kernel(float *y, const float *src, const float *logit,
                                          int64_t n_total, int n_embd) {
+    ft_pdl_begin();
     const int64_t i = (int64_t)blockIdx.x * EW_THREADS + threadIdx.x;
     if (i >= n_total) return;
     const float l = logit[i / n_embd];
@@ -52,14 +57,14 @@ __global__ void sigmoid_scale_add_kernel(float *y, const float *src, const float
 
 extern "C" void ft_cuda_add(float *y, const float *x, size_t n, ft_cuda_stream *s) {
     if (!n) return;
-    add_kernel<<<ew_grid((int64_t)n), EW_THREADS, 0, ft_cuda_stream_handle(s)>>>(y, x, (int64_t)n);
+    ft_launch(add_kernel, ew_grid((int64_t)n), EW_THREADS, 0, ft_cuda_stream_handle(s), y, x, (int64_t)n);
     CUDA_CHECK_LAUNCH();
 }
 
 extern "C" void ft_cuda_add_bias(float *y, const float *b, int n_rows, int n, ft_cuda_stream *s) {
     const int64_t total = (int64_t)n_rows * n;
     if (!total) return;
-    add_bias_kernel<<<ew_grid(total), EW_THREADS, 0, ft_cuda_stream_handle(s)>>>(y, b, total, n);
+    ft_launch(add_bias_kernel, ew_grid(total), EW_THREADS, 0, ft_cuda_stream_handle(s), y, b, total, n);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -69,14 +74,14 @@ extern "C" void ft_cuda_softplus_gate(float *x, const float *g, int n_tok, int n
     FT_CUDA_ASSERT(g_width == n_head || g_width == width);
     const int64_t total = (int64_t)n_tok * width;
     if (!total) return;
-    softplus_gate_kernel<<<ew_grid(total), EW_THREADS, 0, ft_cuda_stream_handle(s)>>>(x, g, total, width,
+    ft_launch(softplus_gate_kernel, ew_grid(total), EW_THREADS, 0, ft_cuda_stream_handle(s), x, g, total, width,
                                                                                       head_dim, g_width);
     CUDA_CHECK_LAUNCH();
 }
 
 extern "C" void ft_cuda_swiglu(float *g, const float *u, size_t n, ft_cuda_stream *s) {
     if (!n) return;
-    swiglu_kernel<<<ew_grid((int64_t)n), EW_THREADS, 0, ft_cuda_stream_handle(s)>>>(g, u, (int64_t)n);
+    ft_launch(swiglu_kernel, ew_grid((int64_t)n), EW_THREADS, 0, ft_cuda_stream_handle(s), g, u, (int64_t)n);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -84,7 +89,7 @@ extern "C" void ft_cuda_sigmoid_scale_add(float *y, const float *src, const floa
                                           int n_embd, ft_cuda_stream *s) {
     const int64_t total = (int64_t)n_tok * n_embd;
     if (!total) return;
-    sigmoid_scale_add_kernel<<<ew_grid(total), EW_THREADS, 0, ft_cuda_stream_handle(s)>>>(y, src, logit, total,
+    ft_launch(sigmoid_scale_add_kernel, ew_grid(total), EW_THREADS, 0, ft_cuda_stream_handle(s), y, src, logit, total,
                                                                                           n_embd);
     CUDA_CHECK_LAUNCH();
 }

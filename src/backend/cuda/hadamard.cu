@@ -10,6 +10,7 @@
 enum { HAD_MAX = 1024 };
 
 __global__ void hadamard_kernel(float *x, int n, float scale) {
+    ft_pdl_begin();
     __shared__ float v[HAD_MAX];
     float *c = x + (int64_t)blockIdx.x * n;
     const int h = n / 2, i = threadIdx.x;
@@ -30,6 +31,6 @@ __global__ void hadamard_kernel(float *x, int n, float scale) {
 extern "C" void ft_cuda_hadamard(float *x, int64_t n_chunks, int n, ft_cuda_stream *s) {
     FT_CUDA_ASSERT(n >= 2 && n <= HAD_MAX && (n & (n - 1)) == 0 && n_chunks <= INT32_MAX);
     if (n_chunks == 0) return;
-    hadamard_kernel<<<(unsigned)n_chunks, n / 2, 0, ft_cuda_stream_handle(s)>>>(x, n, 1.0f / sqrtf((float)n));
+    ft_launch(hadamard_kernel, (unsigned)n_chunks, n / 2, 0, ft_cuda_stream_handle(s), x, n, 1.0f / sqrtf((float)n));
     CUDA_CHECK_LAUNCH();
 }

@@ -61,6 +61,7 @@ typedef struct matvec_f_args {
 
 template <int T, int NCOLS, int ROWS, bool VEC>
 __global__ void __launch_bounds__(MVF_THREADS) matvec_f_kernel(const matvec_f_args a) {
+    ft_pdl_begin();
     typedef fw<T> F;
     typedef typename F::elem elem;
     const int row0 = blockIdx.x * ROWS;
@@ -139,8 +140,8 @@ static void launch_ncols(const matvec_f_args &a, cudaStream_t s) {
     constexpr int ROWS = NCOLS == 1 ? 1 : 2;
     const dim3 grid((unsigned)((a.n_rows + ROWS - 1) / ROWS), a.ids ? (unsigned)a.n_pairs : 1u);
     // 4-element chunks need every row (and token) to start 16-byte / 8-byte aligned
-    if (a.n_cols % 4 == 0) matvec_f_kernel<T, NCOLS, ROWS, true><<<grid, MVF_THREADS, 0, s>>>(a);
-    else matvec_f_kernel<T, NCOLS, ROWS, false><<<grid, MVF_THREADS, 0, s>>>(a);
+    if (a.n_cols % 4 == 0) ft_launch(matvec_f_kernel<T, NCOLS, ROWS, true>, grid, MVF_THREADS, 0, s, a);
+    else ft_launch(matvec_f_kernel<T, NCOLS, ROWS, false>, grid, MVF_THREADS, 0, s, a);
     CUDA_CHECK_LAUNCH();
 }
 

@@ -77,6 +77,7 @@ typedef struct matvec_q_args {
 // activation words it loads serve each row).
 template <int T, int NCOLS, int ROWS, int TPR, int U>
 __global__ void __launch_bounds__(MV_THREADS) matvec_q_kernel(const matvec_q_args a) {
+    ft_pdl_begin();
     typedef qt<T> Q;
     constexpr int YB = Q::qk / QK8_1; // q8_1 blocks per weight block
     constexpr int GROUPS = MV_THREADS / TPR;
@@ -218,6 +219,7 @@ __device__ __forceinline__ void warp_rows_dot(const uint8_t *const (&wr)[NW], co
 
 template <int T>
 __global__ void __launch_bounds__(MV_THREADS) matvec_q_glu_kernel(const matvec_q_fused_args a) {
+    ft_pdl_begin();
     const int row = blockIdx.x * MV_WARPS + threadIdx.x / FT_WARP, lane = threadIdx.x % FT_WARP;
     if (row >= a.n_rows) return; // whole warps: no CTA-wide step follows
     const int pair = blockIdx.y;
@@ -236,6 +238,7 @@ enum { GLUQ_WARPS = 16, GLUQ_RPW = QK8_1 / GLUQ_WARPS };
 
 template <int T>
 __global__ void __launch_bounds__(GLUQ_WARPS * FT_WARP) matvec_q_glu_q_kernel(const matvec_q_fused_args a) {
+    ft_pdl_begin();
     __shared__ float hs[QK8_1];
     const int warp = threadIdx.x / FT_WARP, lane = threadIdx.x % FT_WARP;
     const int row0 = blockIdx.x * QK8_1, pair = blockIdx.y;
@@ -268,6 +271,7 @@ enum { SUM_ROWS = 4, SUM_MAX_K = FT_CUDA_MATVEC_SUM_MAX_K };
 // the slots' products in slot order.
 template <int T>
 __global__ void __launch_bounds__(SUM_MAX_K * FT_WARP) matvec_q_sum_kernel(const matvec_q_fused_args a) {
+    ft_pdl_begin();
     __shared__ float dots[SUM_MAX_K][SUM_ROWS];
     const int row0 = blockIdx.x * SUM_ROWS, j = threadIdx.x / FT_WARP, lane = threadIdx.x % FT_WARP;
     const int tok = blockIdx.y, pair = tok * a.k + j;
@@ -313,14 +317,14 @@ static void launch_fused(const ft_cuda_matvec_ids_params *ip, cudaStream_t s) {
     const unsigned gx = (unsigned)((a.n_rows + MV_WARPS - 1) / MV_WARPS);
     if (ip->w_up && ip->y_q) {
         FT_CUDA_ASSERT((uintptr_t)ip->w_up % 16 == 0 && ip->n_rows % QK8_1 == 0);
-        matvec_q_glu_q_kernel<T><<<dim3((unsigned)(a.n_rows / QK8_1), (unsigned)ip->n_pairs), GLUQ_WARPS * FT_WARP, 0, s>>>(a);
+        ft_launch(matvec_q_glu_q_kernel<T>, dim3((unsigned)(a.n_rows / QK8_1), (unsigned)ip->n_pairs), GLUQ_WARPS * FT_WARP, 0, s, a);
     } else if (ip->w_up) {
         FT_CUDA_ASSERT((uintptr_t)ip->w_up % 16 == 0);
-        matvec_q_glu_kernel<T><<<dim3(gx, (unsigned)ip->n_pairs), MV_THREADS, 0, s>>>(a);
+        ft_launch(matvec_q_glu_kernel<T>, dim3(gx, (unsigned)ip->n_pairs), MV_THREADS, 0, s, a);
     } else {
         FT_CUDA_ASSERT(ip->k >= 1 && ip->k <= SUM_MAX_K && ip->n_pairs % ip->k == 0);
         const unsigned gs = (unsigned)((a.n_rows + SUM_ROWS - 1) / SUM_ROWS);
-        matvec_q_sum_kernel<T><<<dim3(gs, (unsigned)(ip->n_pairs / ip->k)), ip->k * FT_WARP, 0, s>>>(a);
+        ft_launch(matvec_q_sum_kernel<T>, dim3(gs, (unsigned)(ip->n_pairs / ip->k)), ip->k * FT_WARP, 0, s, a);
     }
     CUDA_CHECK_LAUNCH();
 }
@@ -380,7 +384,7 @@ static void launch(const matvec_q_args &a0, cudaStream_t s) {
         n_cta = a.seg_cta[a.n_seg];
     }
     const dim3 grid((unsigned)n_cta, a.ids ? (unsigned)a.n_pairs : 1u);
-    matvec_q_kernel<T, NCOLS, ROWS, TPR, U><<<grid, MV_THREADS, 0, s>>>(a);
+    ft_launch(matvec_q_kernel<T, NCOLS, ROWS, TPR, U>, grid, MV_THREADS, 0, s, a);
     CUDA_CHECK_LAUNCH();
 }
 

@@ -34,6 +34,7 @@ __device__ __forceinline__ void warp_argmax(float &bv, int &bi, int ne) {
 }
 
 __global__ void __launch_bounds__(FT_WARP) moe_route_kernel(const ft_cuda_route_params p) {
+    ft_pdl_begin();
     __shared__ float probs[ROUTE_MAX_EXPERTS];
     __shared__ unsigned char taken[ROUTE_MAX_EXPERTS];
     __shared__ int sel[ROUTE_MAX_K];
@@ -189,6 +190,7 @@ __device__ __forceinline__ void route_token(const ft_cuda_route_params &p, int t
 
 template <int PL>
 __global__ void __launch_bounds__(FT_WARP) moe_route_reg_kernel(const ft_cuda_route_params p) {
+    ft_pdl_begin();
     route_token<PL>(p, blockIdx.x, threadIdx.x);
 }
 
@@ -214,6 +216,7 @@ template <> __device__ __forceinline__ float router_w<FT_TYPE_BF16>(const void *
 template <int T, int PL>
 __global__ void __launch_bounds__(ROUTER_WARPS * FT_WARP) moe_router_kernel(const ft_cuda_router_params r,
                                                                             const ft_cuda_route_params p) {
+    ft_pdl_begin();
     __shared__ bool last;
     const int warp = threadIdx.x / FT_WARP, lane = threadIdx.x % FT_WARP;
     const int e = blockIdx.x * ROUTER_WARPS + warp;
@@ -246,8 +249,8 @@ extern "C" bool ft_cuda_moe_router_fits(uint32_t w_type, int n_tok, int n_expert
 template <int T>
 static void launch_router(const ft_cuda_router_params *r, const ft_cuda_route_params *p, cudaStream_t st) {
     const unsigned grid = (unsigned)((p->n_expert + ROUTER_WARPS - 1) / ROUTER_WARPS);
-    if (p->n_expert <= 4 * FT_WARP) moe_router_kernel<T, 4><<<grid, ROUTER_WARPS * FT_WARP, 0, st>>>(*r, *p);
-    else moe_router_kernel<T, 8><<<grid, ROUTER_WARPS * FT_WARP, 0, st>>>(*r, *p);
+    if (p->n_expert <= 4 * FT_WARP) ft_launch(moe_router_kernel<T, 4>, grid, ROUTER_WARPS * FT_WARP, 0, st, *r, *p);
+    else ft_launch(moe_router_kernel<T, 8>, grid, ROUTER_WARPS * FT_WARP, 0, st, *r, *p);
 }
 
 extern "C" void ft_cuda_moe_router(const ft_cuda_router_params *r, const ft_cuda_route_params *p, ft_cuda_stream *s) {
@@ -263,6 +266,7 @@ extern "C" void ft_cuda_moe_router(const ft_cuda_router_params *r, const ft_cuda
 }
 
 __global__ void moe_combine_kernel(const float *h, const float *w, float *y, int k, int n_embd, int64_t total) {
+    ft_pdl_begin();
     const int64_t i = (int64_t)blockIdx.x * 256 + threadIdx.x;
     if (i >= total) return;
     const int64_t t = i / n_embd;
@@ -277,9 +281,9 @@ extern "C" void ft_cuda_moe_route(const ft_cuda_route_params *p, ft_cuda_stream 
     FT_CUDA_ASSERT(p->k >= 1 && p->k <= ROUTE_MAX_K && p->k <= p->n_expert && p->gap);
     if (p->n_tok == 0) return;
     const cudaStream_t st = ft_cuda_stream_handle(s);
-    if (p->k <= FT_WARP && p->n_expert <= 4 * FT_WARP) moe_route_reg_kernel<4><<<(unsigned)p->n_tok, FT_WARP, 0, st>>>(*p);
-    else if (p->k <= FT_WARP && p->n_expert <= 8 * FT_WARP) moe_route_reg_kernel<8><<<(unsigned)p->n_tok, FT_WARP, 0, st>>>(*p);
-    else moe_route_kernel<<<(unsigned)p->n_tok, FT_WARP, 0, st>>>(*p);
+    if (p->k <= FT_WARP && p->n_expert <= 4 * FT_WARP) ft_launch(moe_route_reg_kernel<4>, (unsigned)p->n_tok, FT_WARP, 0, st, *p);
+    else if (p->k <= FT_WARP && p->n_expert <= 8 * FT_WARP) ft_launch(moe_route_reg_kernel<8>, (unsigned)p->n_tok, FT_WARP, 0, st, *p);
+    else ft_launch(moe_route_kernel, (unsigned)p->n_tok, FT_WARP, 0, st, *p);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -287,6 +291,6 @@ extern "C" void ft_cuda_moe_combine(const float *h, const float *w, float *y, in
                                     ft_cuda_stream *s) {
     const int64_t total = (int64_t)n_tok * n_embd;
     if (total == 0) return;
-    moe_combine_kernel<<<(unsigned)((total + 255) / 256), 256, 0, ft_cuda_stream_handle(s)>>>(h, w, y, k, n_embd, total);
+    ft_launch(moe_combine_kernel, (unsigned)((total + 255) / 256), 256, 0, ft_cuda_stream_handle(s), h, w, y, k, n_embd, total);
     CUDA_CHECK_LAUNCH();
 }

@@ -27,6 +27,7 @@ typedef struct norm_rope_args {
 } norm_rope_args;
 
 __global__ void __launch_bounds__(NR_THREADS) norm_rope_kernel(const norm_rope_args a, const ft_cuda_rope_params p) {
+    ft_pdl_begin();
     __shared__ float red[32];
     __shared__ float ys[NR_THREADS];
     const int j = (int)blockIdx.x >= a.rows0, row = blockIdx.x - (j ? a.rows0 : 0), d = threadIdx.x;
@@ -67,6 +68,6 @@ extern "C" void ft_cuda_norm_rope(const ft_cuda_norm_rope_buf *b, int n_buf, int
     a.eps = eps;
     a.pos0 = pos0;
     if (rows == 0) return;
-    norm_rope_kernel<<<(unsigned)rows, NR_THREADS, 0, ft_cuda_stream_handle(s)>>>(a, *p);
+    ft_launch(norm_rope_kernel, (unsigned)rows, NR_THREADS, 0, ft_cuda_stream_handle(s), a, *p);
     CUDA_CHECK_LAUNCH();
 }

@@ -20,6 +20,7 @@ enum { Q8_1_WARPS = 8 };
 
 __global__ void __launch_bounds__(Q8_1_WARPS * FT_WARP)
 quantize_q8_1_kernel(const float *__restrict__ x, block_q8_1 *__restrict__ y, int64_t n_blocks) {
+    ft_pdl_begin();
     const int64_t b = (int64_t)blockIdx.x * Q8_1_WARPS + threadIdx.x / FT_WARP;
     if (b >= n_blocks) return; // whole warps leave together
     const int lane = threadIdx.x % FT_WARP;
@@ -36,7 +37,7 @@ extern "C" void ft_cuda_quantize_q8_1(const float *x, void *y, int64_t n_cols, i
     const int64_t n_blocks = n_cols / QK8_1 * n_tok;
     const int64_t grid = (n_blocks + Q8_1_WARPS - 1) / Q8_1_WARPS;
     FT_CUDA_ASSERT(grid <= INT32_MAX);
-    quantize_q8_1_kernel<<<(unsigned)grid, Q8_1_WARPS * FT_WARP, 0, ft_cuda_stream_handle(s)>>>(
+    ft_launch(quantize_q8_1_kernel, (unsigned)grid, Q8_1_WARPS * FT_WARP, 0, ft_cuda_stream_handle(s), 
         x, (block_q8_1 *)y, n_blocks);
     CUDA_CHECK_LAUNCH();
 }

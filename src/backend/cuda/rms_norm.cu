@@ -18,6 +18,7 @@ enum { RMS_THREADS = 256 };
 template <int EPT>
 __global__ void __launch_bounds__(RMS_THREADS)
 rms_norm_kernel(float *x, const float *d, const float *w, float *y, block_q8_1 *yq, int n, float eps) {
+    ft_pdl_begin();
     __shared__ float red[32];
     float *xr = x + (int64_t)blockIdx.x * n;
     const float *dr = d ? d + (int64_t)blockIdx.x * n : NULL;
@@ -81,10 +82,10 @@ extern "C" void ft_cuda_rms_norm(float *x, const float *d, const float *w, float
     if (n_rows == 0) return;
     const cudaStream_t st = ft_cuda_stream_handle(s);
     block_q8_1 *q = (block_q8_1 *)yq;
-    if (n <= RMS_THREADS) rms_norm_kernel<1><<<n_rows, RMS_THREADS, 0, st>>>(x, d, w, y, q, n, eps);
-    else if (n <= 4 * RMS_THREADS) rms_norm_kernel<4><<<n_rows, RMS_THREADS, 0, st>>>(x, d, w, y, q, n, eps);
-    else if (n <= 8 * RMS_THREADS) rms_norm_kernel<8><<<n_rows, RMS_THREADS, 0, st>>>(x, d, w, y, q, n, eps);
-    else if (n <= 16 * RMS_THREADS) rms_norm_kernel<16><<<n_rows, RMS_THREADS, 0, st>>>(x, d, w, y, q, n, eps);
-    else rms_norm_kernel<0><<<n_rows, RMS_THREADS, 0, st>>>(x, d, w, y, q, n, eps);
+    if (n <= RMS_THREADS) ft_launch(rms_norm_kernel<1>, n_rows, RMS_THREADS, 0, st, x, d, w, y, q, n, eps);
+    else if (n <= 4 * RMS_THREADS) ft_launch(rms_norm_kernel<4>, n_rows, RMS_THREADS, 0, st, x, d, w, y, q, n, eps);
+    else if (n <= 8 * RMS_THREADS) ft_launch(rms_norm_kernel<8>, n_rows, RMS_THREADS, 0, st, x, d, w, y, q, n, eps);
+    else if (n <= 16 * RMS_THREADS) ft_launch(rms_norm_kernel<16>, n_rows, RMS_THREADS, 0, st, x, d, w, y, q, n, eps);
+    else ft_launch(rms_norm_kernel<0>, n_rows, RMS_THREADS, 0, st, x, d, w, y, q, n, eps);
     CUDA_CHECK_LAUNCH();
 }

@@ -11,6 +11,7 @@
 enum { ROPE_THREADS = 128 };
 
 __global__ void rope_kernel(float *x, int n_head, int head_dim, int pos0, const ft_cuda_rope_params p) {
+    ft_pdl_begin();
     const int half = p.n_rot / 2;
     const int idx = blockIdx.x * ROPE_THREADS + threadIdx.x;
     if (idx >= n_head * half) return;
@@ -25,6 +26,6 @@ extern "C" void ft_cuda_rope(float *x, int n_tok, int n_head, int head_dim, int 
     FT_CUDA_ASSERT(p->n_rot % 2 == 0 && p->n_rot <= head_dim && n_tok <= 65535);
     if (n_tok == 0 || p->n_rot == 0) return;
     const dim3 grid((unsigned)((n_head * (p->n_rot / 2) + ROPE_THREADS - 1) / ROPE_THREADS), (unsigned)n_tok);
-    rope_kernel<<<grid, ROPE_THREADS, 0, ft_cuda_stream_handle(s)>>>(x, n_head, head_dim, pos0, *p);
+    ft_launch(rope_kernel, grid, ROPE_THREADS, 0, ft_cuda_stream_handle(s), x, n_head, head_dim, pos0, *p);
     CUDA_CHECK_LAUNCH();
 }

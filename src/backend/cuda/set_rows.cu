@@ -22,6 +22,7 @@ typedef struct set_rows_args {
 } set_rows_args;
 
 __global__ void set_rows_f16_kernel(const set_rows_args a, int64_t total) {
+    ft_pdl_begin();
     const int64_t i = (int64_t)blockIdx.x * 256 + threadIdx.x;
     if (i >= total) return;
     const int j = blockIdx.y;
@@ -31,6 +32,7 @@ __global__ void set_rows_f16_kernel(const set_rows_args a, int64_t total) {
 }
 
 __global__ void __launch_bounds__(SR_WARPS * FT_WARP) set_rows_q8_0_kernel(const set_rows_args a, int64_t n_groups) {
+    ft_pdl_begin();
     const int64_t g = (int64_t)blockIdx.x * SR_WARPS + threadIdx.x / FT_WARP;
     if (g >= n_groups) return; // whole warps leave together
     const int j = blockIdx.y;
@@ -63,13 +65,13 @@ extern "C" void ft_cuda_set_rows(uint32_t type, const ft_cuda_set_rows_dst *d, i
     if (type == FT_TYPE_F16) {
         const int64_t total = (int64_t)n_rows * n;
         if (total == 0) return;
-        set_rows_f16_kernel<<<dim3((unsigned)((total + 255) / 256), (unsigned)n_dst), 256, 0, st>>>(a, total);
+        ft_launch(set_rows_f16_kernel, dim3((unsigned)((total + 255) / 256), (unsigned)n_dst), 256, 0, st, a, total);
         CUDA_CHECK_LAUNCH();
         return;
     }
     const int64_t groups = (int64_t)n_rows * (n / 32);
     if (groups == 0) return;
     const unsigned grid = (unsigned)((groups + SR_WARPS - 1) / SR_WARPS);
-    set_rows_q8_0_kernel<<<dim3(grid, (unsigned)n_dst), SR_WARPS * FT_WARP, 0, st>>>(a, groups);
+    ft_launch(set_rows_q8_0_kernel, dim3(grid, (unsigned)n_dst), SR_WARPS * FT_WARP, 0, st, a, groups);
     CUDA_CHECK_LAUNCH();
 }
