@@ -50,7 +50,7 @@ static inline cudaStream_t ft_cuda_stream_handle(ft_cuda_stream *s) { return (cu
 // is hundreds of short kernels, and each one's launch and CTA dispatch used to start only once
 // the kernel before it had drained (~1-2 us each inside a graph). A kernel launched with
 // ft_launch may be dispatched while its predecessor on the stream still runs; its first
-// statement must be ft_pdl_begin(), which waits until the predecessor has completed and its
+// statement must be ft_pdl_begin() (only ft_prefetch_l2 of constant data may come before), which waits until the predecessor has completed and its
 // writes are visible (griddepcontrol.wait: nothing of the kernel runs before, so no hazard is
 // new), then lets the next kernel be dispatched in turn (griddepcontrol.launch_dependents).
 // Without the launch attribute (older GPUs, FT_CUDA_PDL=0) both instructions are no-ops.
@@ -59,6 +59,14 @@ __device__ __forceinline__ void ft_pdl_begin() {
     asm volatile("griddepcontrol.wait;" ::: "memory");
     asm volatile("griddepcontrol.launch_dependents;" :::);
 #endif
+}
+
+// Requests the 128-byte lines of [p, p + bytes) into L2, dealt over n threads (this is thread
+// i): for constant data (weights) a kernel reads, issued before its ft_pdl_begin() so that the
+// loads overlap the kernel before it.
+__device__ __forceinline__ void ft_prefetch_l2(const void *p, size_t bytes, int i, int n) {
+    for (size_t o = (size_t)i * 128; o < bytes; o += (size_t)n * 128)
+        asm volatile("prefetch.global.L2 [%0];" ::"l"((const char *)p + o));
 }
 
 // Whether launches carry the programmatic-serialization attribute (cuda_runtime.cu): the

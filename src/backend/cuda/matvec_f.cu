@@ -61,11 +61,16 @@ typedef struct matvec_f_args {
 
 template <int T, int NCOLS, int ROWS, bool VEC>
 __global__ void __launch_bounds__(MVF_THREADS) matvec_f_kernel(const matvec_f_args a) {
-    ft_pdl_begin();
     typedef fw<T> F;
     typedef typename F::elem elem;
     const int row0 = blockIdx.x * ROWS;
     const elem *w = (const elem *)a.w;
+    if (!a.ids) { // a dense matrix (constant): the CTA's rows are requested while the kernel before ends
+        const int end = min(row0 + ROWS, a.n_rows);
+        if (row0 < end)
+            ft_prefetch_l2(w + (size_t)row0 * a.n_cols, (size_t)(end - row0) * a.n_cols * sizeof(elem), threadIdx.x, MVF_THREADS);
+    }
+    ft_pdl_begin();
     const float *x = a.x;
     float *y = a.y;
     if (a.ids) {

@@ -77,7 +77,6 @@ typedef struct matvec_q_args {
 // activation words it loads serve each row).
 template <int T, int NCOLS, int ROWS, int TPR, int U>
 __global__ void __launch_bounds__(MV_THREADS) matvec_q_kernel(const matvec_q_args a) {
-    ft_pdl_begin();
     typedef qt<T> Q;
     constexpr int YB = Q::qk / QK8_1; // q8_1 blocks per weight block
     constexpr int GROUPS = MV_THREADS / TPR;
@@ -96,6 +95,11 @@ __global__ void __launch_bounds__(MV_THREADS) matvec_q_kernel(const matvec_q_arg
     const int t = threadIdx.x % TPR;
     const size_t row_bytes = (size_t)a.n_blocks * Q::bytes;
     const int64_t x_stride = (int64_t)a.n_blocks * YB; // q8_1 blocks per token
+    if (!a.ids) { // a dense matrix (constant): the CTA's rows are requested while the kernel before ends
+        const int first = bx * GROUPS * ROWS, end = min(first + GROUPS * ROWS, n_rows);
+        if (first < end) ft_prefetch_l2(w + (size_t)first * row_bytes, (size_t)(end - first) * row_bytes, threadIdx.x, MV_THREADS);
+    }
+    ft_pdl_begin();
     const block_q8_1 *x = a.x;
     if (a.ids) {
         const int pair = blockIdx.y;

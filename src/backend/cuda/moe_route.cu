@@ -216,10 +216,13 @@ template <> __device__ __forceinline__ float router_w<FT_TYPE_BF16>(const void *
 template <int T, int PL>
 __global__ void __launch_bounds__(ROUTER_WARPS * FT_WARP) moe_router_kernel(const ft_cuda_router_params r,
                                                                             const ft_cuda_route_params p) {
-    ft_pdl_begin();
     __shared__ bool last;
     const int warp = threadIdx.x / FT_WARP, lane = threadIdx.x % FT_WARP;
     const int e = blockIdx.x * ROUTER_WARPS + warp;
+    if (e < p.n_expert) // the router's rows (constant) are requested while the kernel before ends
+        ft_prefetch_l2((const uint8_t *)r.w + (size_t)e * (size_t)r.n_embd * (T == FT_TYPE_F32 ? 4 : 2),
+                       (size_t)r.n_embd * (T == FT_TYPE_F32 ? 4 : 2), lane, FT_WARP);
+    ft_pdl_begin();
     if (e < p.n_expert) {
         const size_t row = (size_t)e * (size_t)r.n_embd;
         float acc = 0.0f;
