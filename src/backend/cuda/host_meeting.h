@@ -1,0 +1,37 @@
+// host_meeting: the GPU's side of a meeting with a host thread in the middle of a stream
+// (internal to src/backend/cuda/; used by cuda_cpu_experts.c), without events, host
+// callbacks or copies the host must wait for.
+//
+// Both directions go through mapped pinned host memory (ft_cuda_host_alloc_mapped) and a
+// 32-bit sequence number in it:
+//   - export: a kernel copies n floats from device memory into the host buffer, fences them
+//     to the system, and its last CTA writes *flag = seq; a host thread spinning on the flag
+//     (an acquire load) then reads the buffer;
+//   - import: a kernel whose CTAs each spin on *flag until it reaches seq (the host writes the
+//     buffer, then the flag with a release store) and then copy their part of the n floats
+//     from the host buffer into device memory, bypassing the GPU's caches (the buffer is
+//     reused, so a cached line would be stale).
+// The stream waits inside the import kernel, so the host may enqueue the rest of the step
+// before it has computed anything. Sequence numbers compare modulo 2^32.
+//
+// Every pointer is the device's address (for host buffers: the mapped address); counter is
+// device memory holding 0, used by export to find its last CTA (left at 0 again).
+#ifndef FT_CUDA_HOST_MEETING_H
+#define FT_CUDA_HOST_MEETING_H
+
+#include "ft_cuda.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+void ft_cuda_meeting_export(const float *x, float *x_host, size_t n, uint32_t *flag, uint32_t seq,
+                            uint32_t *counter, ft_cuda_stream *s);
+void ft_cuda_meeting_import(const float *y_host, float *y, size_t n, const uint32_t *flag, uint32_t seq,
+                            ft_cuda_stream *s);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
