@@ -14,11 +14,12 @@
 // and, where every MoE layer of every step so far ran on the overlay (qwen3moe, the 64- and
 // 40-token steps), bit-identical to the fused engine's (the same kernels on the same bytes),
 // with the overlay double-buffered and copy-then-compute (--disable-moe-prefill-overlap).
-// A fourth engine in cpu mode uses the event meeting (FT_CPU_EXPERTS_MEETING=event: a copy,
-// an event the host waits on, the CPU op, a copy back, nothing deferred): every step's logits
-// must equal the flag meeting's bit for bit (the same CPU op on the same rows), which checks
-// that the flag meeting's kernels move every row (prompt steps take several CTAs) and that the
-// deferred CPU work runs before each read.
+// Two more engines in cpu mode use the event meeting (FT_CPU_EXPERTS_MEETING=event: a copy, an
+// event the host waits on, the CPU op, a copy back, nothing deferred) and the flag meeting with
+// a spinning import kernel (=spin; the default waits with cuStreamWaitValue32 where the driver
+// has it): every step's logits must equal the default's bit for bit (the same CPU op on the
+// same rows), which checks that the meeting's kernels move every row (prompt steps take
+// several CTAs) and that the deferred CPU work runs before each read.
 // Models: qwen3moe (softmax gating) and a mixed-type laguna (a dense lead layer, sigmoid
 // gating with a selection bias, Q4_K experts then a BF16 tail).
 #include "gpu_test.h"
@@ -106,7 +107,7 @@ static void model_case(const char *arch, bool strict, const schedule *sc) {
     ep.n_batch = sc->n_batch;
     ep.kv_type = strict ? FT_TYPE_Q8_0 : FT_TYPE_F16;
     ep.n_threads = 4;
-    arm cpu = {0}, fused = {0}, cpumode = {0}, event = {0};
+    arm cpu = {0}, fused = {0}, cpumode = {0}, event = {0}, spin = {0};
     bool ok = arm_init(&cpu, "cpu", path, &ep);
     ep.device = FT_PLACEMENT_CUDA;
     ep.moe_backend = FT_MOE_BACKEND_FUSED;
@@ -116,6 +117,8 @@ static void model_case(const char *arch, bool strict, const schedule *sc) {
     ok = ok && arm_init(&cpumode, "moe-backend cpu", path, &ep);
     setenv("FT_CPU_EXPERTS_MEETING", "event", 1); // read once, at the engine's init
     ok = ok && arm_init(&event, "moe-backend cpu, event meeting", path, &ep);
+    setenv("FT_CPU_EXPERTS_MEETING", "spin", 1);
+    ok = ok && arm_init(&spin, "moe-backend cpu, spinning import", path, &ep);
     unsetenv("FT_CPU_EXPERTS_MEETING");
     if (ok) {
         // where the weights went: experts in host memory, the rest (the router too) on the GPU
@@ -137,13 +140,15 @@ static void model_case(const char *arch, bool strict, const schedule *sc) {
             const int32_t *t = &prompt[at];
             at += n;
             if (!arm_eval(&cpu, t, n) || !arm_eval(&fused, t, n) || !arm_eval(&cpumode, t, n) ||
-                !arm_eval(&event, t, n))
+                !arm_eval(&event, t, n) || !arm_eval(&spin, t, n))
                 break;
             char what[160];
             snprintf(what, sizeof(what), "%s %s %s: %s %d tokens", arch, strict ? "strict" : "realistic", sc->name,
                      prefill ? "prefill" : "decode", n);
             CHECK(!memcmp(event.lg, cpumode.lg, (size_t)n_vocab * sizeof(float)),
                   "%s: the flag meeting's logits differ from the event meeting's", what);
+            CHECK(!memcmp(spin.lg, cpumode.lg, (size_t)n_vocab * sizeof(float)),
+                  "%s: the spinning import's logits differ from the stream wait's", what);
             if (step < sc->exact_chunks)
                 CHECK(!memcmp(fused.lg, cpumode.lg, (size_t)n_vocab * sizeof(float)),
                       "%s: the overlay's logits differ from fused's", what);
@@ -164,6 +169,7 @@ static void model_case(const char *arch, bool strict, const schedule *sc) {
     arm_free(&fused);
     arm_free(&cpumode);
     arm_free(&event);
+    arm_free(&spin);
 }
 
 // Every MoE layer on the CPU: steps below the grouped GEMM's 32 tokens.

@@ -31,6 +31,7 @@ typedef struct meet_profile {
     uint64_t between_ns;      // from one layer's end to the next's start in a step (the host's
                               // enqueueing of the ops between)
     uint64_t between_n;
+    uint64_t first_n, first_cpu_ns; // the first layer of a step (the pool may have slept)
     uint64_t last_end;        // 0: none in this step
 } meet_profile;
 
@@ -42,6 +43,8 @@ struct cuda_cpu_experts {
 
     // the meeting (host_meeting.h); x_host, y_host: mapped pinned (max_tok, max_width)
     bool event_meeting;              // FT_CPU_EXPERTS_MEETING=event: the previous meeting
+    bool stream_wait;                // the stream waits with cuStreamWaitValue32 (else the import
+                                     // kernel spins: FT_CPU_EXPERTS_MEETING=spin, or no driver support)
     float *x_host, *y_host, *x_dev, *y_dev; // host addresses and the device's for them
     uint32_t *flags, *flags_dev;     // mapped pinned: [0] x exported, [1] y ready
     uint32_t *counter;               // device (1): the export's CTA count
@@ -160,15 +163,17 @@ static void profile_meeting(cuda_cpu_experts *ce, size_t n) {
     ft_cuda_memset(a, 0, n * sizeof(float), s);
     ft_cuda_stream_sync(s);
     _Atomic uint32_t *fx = (_Atomic uint32_t *)&ce->flags[0], *fy = (_Atomic uint32_t *)&ce->flags[1];
-    double us[2];
-    for (int round = 0; round < 2; round++) {
+    double us[3] = {0, 0, 0};
+    bool have_wait = ft_cuda_meeting_stream_wait_available();
+    for (int round = 0; round < 3; round++) { // stream wait, spinning kernel, event
+        if (round == 0 && !have_wait) continue;
         uint64_t t0 = 0;
         for (int i = -10; i < ROUNDS; i++) { // 10 unmeasured
             if (i == 0) t0 = now_ns();
             uint32_t seq = ++ce->seq;
-            if (round == 0) {
+            if (round < 2) {
                 ft_cuda_meeting_export(a, ce->x_dev, n, ce->flags_dev, seq, ce->counter, s);
-                ft_cuda_meeting_import(ce->y_dev, b, n, ce->flags_dev + 1, seq, s);
+                ft_cuda_meeting_import(ce->y_dev, b, n, ce->flags_dev + 1, seq, round == 0, s);
                 while ((int32_t)(atomic_load_explicit(fx, memory_order_acquire) - seq) < 0) _mm_pause();
                 atomic_store_explicit(fy, seq, memory_order_release);
             } else {
@@ -181,8 +186,9 @@ static void profile_meeting(cuda_cpu_experts *ce, size_t n) {
         ft_cuda_stream_sync(s);
         us[round] = (double)(now_ns() - t0) / ROUNDS / 1e3;
     }
-    fprintf(stderr, "cpu experts profile: meeting round trip of %zu floats: flags %.1f us, event and copies %.1f us\n",
-            n, us[0], us[1]);
+    fprintf(stderr, "cpu experts profile: meeting round trip of %zu floats: flags with the stream wait %.1f us (%s), "
+                    "flags with a spinning kernel %.1f us, event and copies %.1f us\n",
+            n, us[0], have_wait ? "cuStreamWaitValue32" : "not available", us[1], us[2]);
     ft_cuda_free(a);
     ft_cuda_free(b);
     ft_cuda_stream_free(s);
@@ -192,10 +198,13 @@ static void profile_print(const cuda_cpu_experts *ce) {
     const meet_profile *q = &ce->prof;
     if (!q->on || q->layers == 0) return;
     double n = (double)q->layers;
+    const char *kind = ce->event_meeting ? "event" : ce->stream_wait ? "flags, stream wait" : "flags, spinning kernel";
     fprintf(stderr, "cpu experts profile: %llu decode layer steps (%s meeting), per layer: host waited for x %.1f us, "
-                    "CPU op %.1f us (%.1f GB/s of expert weights), host between layers %.1f us\n",
-            (unsigned long long)q->layers, ce->event_meeting ? "event" : "flag", q->wait_ns / n / 1e3,
-            q->cpu_ns / n / 1e3, q->cpu_ns ? (double)q->bytes / (double)q->cpu_ns : 0.0,
+                    "CPU op %.1f us (%.1f GB/s of expert weights; the first layer of a step %.1f us), host between "
+                    "layers %.1f us\n",
+            (unsigned long long)q->layers, kind, q->wait_ns / n / 1e3, q->cpu_ns / n / 1e3,
+            q->cpu_ns ? (double)q->bytes / (double)q->cpu_ns : 0.0,
+            q->first_n ? (double)q->first_cpu_ns / (double)q->first_n / 1e3 : 0.0,
             q->between_n ? (double)q->between_ns / (double)q->between_n / 1e3 : 0.0);
 }
 
@@ -259,6 +268,7 @@ cuda_cpu_experts *cuda_cpu_experts_init(const cuda_cpu_experts_params *p, const 
     ce->x_ready = ft_cuda_event_init();
     ce->route_gap = p->route_gap;
     ce->event_meeting = env_is("FT_CPU_EXPERTS_MEETING", "event");
+    ce->stream_wait = !env_is("FT_CPU_EXPERTS_MEETING", "spin") && ft_cuda_meeting_stream_wait_available();
     const char *prof = getenv("FT_CPU_EXPERTS_PROFILE");
     ce->prof.on = prof && strcmp(prof, "0") != 0;
     if (ce->prof.on) {
@@ -352,6 +362,9 @@ static void run_cpu_timed(cuda_cpu_experts *ce, const ft_moe_params *h, int n_to
     if (q->last_end) {
         q->between_ns += t_arrive - q->last_end;
         q->between_n++;
+    } else {
+        q->first_n++;
+        q->first_cpu_ns += t_end - t_start;
     }
     q->last_end = t_end;
 }
@@ -394,7 +407,7 @@ void cuda_cpu_experts_moe_ffn(cuda_cpu_experts *ce, const ft_moe_params *p, cons
     compute_pending(ce);
     uint32_t seq = ++ce->seq;
     ft_cuda_meeting_export(x, ce->x_dev, n, ce->flags_dev, seq, ce->counter, s);
-    ft_cuda_meeting_import(ce->y_dev, y, n, ce->flags_dev + 1, seq, s);
+    ft_cuda_meeting_import(ce->y_dev, y, n, ce->flags_dev + 1, seq, ce->stream_wait, s);
     ce->pending.on = true;
     ce->pending.h = h;
     ce->pending.n_tok = n_tok;

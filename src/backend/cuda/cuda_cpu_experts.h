@@ -4,8 +4,9 @@
 //
 // The meeting, per MoE layer (host_meeting.h): on the CUDA backend's stream an export kernel
 // copies the layer's input x (n_tok, n_embd) into mapped pinned memory and raises a flag
-// there; an import kernel behind it spins on a second flag and copies y back from mapped
-// pinned memory. moe_ffn only enqueues those two kernels and returns: the layer's CPU work is
+// there; behind it the stream waits for a second flag (cuStreamWaitValue32, or a spinning
+// kernel where the driver lacks it) and an import kernel copies y back from mapped pinned
+// memory. moe_ffn only enqueues those two kernels and returns: the layer's CPU work is
 // done by the calling thread later, when the next MoE layer's moe_ffn (or a flush: the step's
 // end, a read) comes, after the architecture code has enqueued the ops in between. So the
 // host's launches of layer L + 1's attention overlap the GPU's work, the GPU runs them as
@@ -16,7 +17,8 @@
 // file's mapping): then the layer is exactly the CPU backend's op, and the meeting moves one
 // row of n_embd floats each way instead of the row plus the selections.
 // FT_CPU_EXPERTS_MEETING=event selects the previous meeting for comparison: a copy of x, an
-// event the host waits on, the CPU op, a copy of y enqueued after it (nothing deferred).
+// event the host waits on, the CPU op, a copy of y enqueued after it (nothing deferred);
+// FT_CPU_EXPERTS_MEETING=spin makes the import kernel spin even where the stream wait exists.
 // FT_CPU_EXPERTS_PROFILE=1 times the host's side of decode layers (waiting for x, the CPU op,
 // the time between layers) and prints it at free, with a meeting round trip and the pool's
 // wake-up measured at init.

@@ -1,6 +1,10 @@
-// host_meeting.cu: export and import kernels of a host meeting (see host_meeting.h).
+// host_meeting.cu: export and import kernels of a host meeting, and the stream wait (see
+// host_meeting.h).
 #include "cuda_common.cuh"
 #include "host_meeting.h"
+
+#include <cuda.h> // the driver API's types only: cuStreamWaitValue32 comes through the runtime's
+                  // entry-point query, so nothing links libcuda
 
 #define MEETING_THREADS 256
 #define MEETING_MAX_CTAS 64
@@ -48,11 +52,12 @@ __global__ void __launch_bounds__(MEETING_THREADS)
     }
 }
 
-// Steps: 1. thread 0 of each CTA spins on the flag (acquire, system scope); 2. the CTA meets;
-// 3. it copies its share with cache-bypassing loads (__ldcv).
+// Steps: 1. thread 0 of each CTA spins on the flag (acquire, system scope), unless flag is
+// NULL (the stream already waited for it); 2. the CTA meets; 3. it copies its share with
+// cache-bypassing loads (__ldcv).
 __global__ void __launch_bounds__(MEETING_THREADS)
     meeting_import_kernel(const float *yh, float *y, size_t n, const uint32_t *flag, uint32_t seq) {
-    if (threadIdx.x == 0)
+    if (flag && threadIdx.x == 0)
         while ((int32_t)(load_acquire_sys(flag) - seq) < 0) {
         }
     __syncthreads();
@@ -73,8 +78,40 @@ extern "C" void ft_cuda_meeting_export(const float *x, float *x_host, size_t n, 
     CUDA_CHECK_LAUNCH();
 }
 
+typedef CUresult (*wait_value32_fn)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
+
+// cuStreamWaitValue32 of the driver (the V2 stream memory operations, on by default since
+// CUDA 11.7), or NULL where the driver does not give it; asked once.
+static wait_value32_fn wait_value32(void) {
+    static wait_value32_fn fn;
+    static bool asked;
+    if (!asked) {
+        asked = true;
+        void *p = NULL;
+        cudaDriverEntryPointQueryResult q;
+        if (cudaGetDriverEntryPointByVersion("cuStreamWaitValue32", &p, 12000, cudaEnableDefault, &q) == cudaSuccess &&
+            q == cudaDriverEntryPointSuccess)
+            fn = (wait_value32_fn)p;
+        else
+            (void)cudaGetLastError();
+    }
+    return fn;
+}
+
+extern "C" bool ft_cuda_meeting_stream_wait_available(void) { return wait_value32() != NULL; }
+
 extern "C" void ft_cuda_meeting_import(const float *y_host, float *y, size_t n, const uint32_t *flag, uint32_t seq,
-                                       ft_cuda_stream *s) {
+                                       bool stream_wait, ft_cuda_stream *s) {
+    if (stream_wait) {
+        wait_value32_fn wait = wait_value32();
+        FT_CUDA_ASSERT(wait);
+        CUresult r = wait((CUstream)ft_cuda_stream_handle(s), (CUdeviceptr)(uintptr_t)flag, seq, CU_STREAM_WAIT_VALUE_GEQ);
+        if (r != CUDA_SUCCESS) {
+            fprintf(stderr, "%s:%d: cuStreamWaitValue32 failed (CUresult %d)\n", __FILE__, __LINE__, (int)r);
+            abort();
+        }
+        flag = NULL;
+    }
     meeting_import_kernel<<<meeting_ctas(n), MEETING_THREADS, 0, ft_cuda_stream_handle(s)>>>(y_host, y, n, flag, seq);
     CUDA_CHECK_LAUNCH();
 }

@@ -7,12 +7,14 @@
 //   - export: a kernel copies n floats from device memory into the host buffer, fences them
 //     to the system, and its last CTA writes *flag = seq; a host thread spinning on the flag
 //     (an acquire load) then reads the buffer;
-//   - import: a kernel whose CTAs each spin on *flag until it reaches seq (the host writes the
-//     buffer, then the flag with a release store) and then copy their part of the n floats
-//     from the host buffer into device memory, bypassing the GPU's caches (the buffer is
-//     reused, so a cached line would be stale).
-// The stream waits inside the import kernel, so the host may enqueue the rest of the step
-// before it has computed anything. Sequence numbers compare modulo 2^32.
+//   - import: the stream waits until *flag reaches seq (the host writes the buffer, then the
+//     flag with a release store), then a kernel copies the n floats from the host buffer into
+//     device memory, bypassing the GPU's caches (the buffer is reused, so a cached line would
+//     be stale). The wait is the driver's stream memory operation (cuStreamWaitValue32: the
+//     GPU's front end polls, no SM is held) where the driver gives it (stream_wait), else the
+//     copy kernel's CTAs spin on the flag themselves.
+// The stream waits for the host there, so the host may enqueue the rest of the step before it
+// has computed anything. Sequence numbers compare modulo 2^32.
 //
 // Every pointer is the device's address (for host buffers: the mapped address); counter is
 // device memory holding 0, used by export to find its last CTA (left at 0 again).
@@ -28,7 +30,10 @@ extern "C" {
 void ft_cuda_meeting_export(const float *x, float *x_host, size_t n, uint32_t *flag, uint32_t seq,
                             uint32_t *counter, ft_cuda_stream *s);
 void ft_cuda_meeting_import(const float *y_host, float *y, size_t n, const uint32_t *flag, uint32_t seq,
-                            ft_cuda_stream *s);
+                            bool stream_wait, ft_cuda_stream *s);
+
+// Does the driver give the stream wait (cuStreamWaitValue32)?
+bool ft_cuda_meeting_stream_wait_available(void);
 
 #ifdef __cplusplus
 }
