@@ -4,9 +4,9 @@
 // Whole models through ft_engine, on two schedules of steps: a 40-token prompt in steps of 16
 // (every MoE layer on the CPU), and steps of 64 and 40 tokens (from the grouped GEMM's 32 on,
 // the layers whose expert types it takes run on the GPU from the prefill overlay, BF16 layers
-// on the CPU), then 6 (CPU again); each followed by 4 decoded tokens (one-token steps; never
-// graphed with CPU experts, see cuda_cpu_experts.h). The next-token distribution after each
-// step is compared with
+// on the CPU), then 6 (CPU again); each followed by 4 decoded tokens (one-token steps, through
+// CUDA graphs, see cuda_cpu_experts.h). The next-token distribution after each step is
+// compared with
 //   - the CPU engine (--device cpu) and the fused GPU engine (--moe-backend fused), under the
 //     whole-model tolerances of test_cuda_backend.c: strict (q8_0 weights and KV) 3e-2,
 //     realistic (K-quant experts, f16 KV) 0.05 on the top-10 probabilities, the same arg-max
@@ -14,12 +14,16 @@
 // and, where every MoE layer of every step so far ran on the overlay (qwen3moe, the 64- and
 // 40-token steps), bit-identical to the fused engine's (the same kernels on the same bytes),
 // with the overlay double-buffered and copy-then-compute (--disable-moe-prefill-overlap).
-// Two more engines in cpu mode use the event meeting (FT_CPU_EXPERTS_MEETING=event: a copy, an
-// event the host waits on, the CPU op, a copy back, nothing deferred) and the flag meeting with
-// a spinning import kernel (=spin; the default waits with cuStreamWaitValue32 where the driver
-// has it): every step's logits must equal the default's bit for bit (the same CPU op on the
-// same rows), which checks that the meeting's kernels move every row (prompt steps take
-// several CTAs) and that the deferred CPU work runs before each read.
+// Three more engines in cpu mode: the event meeting (FT_CPU_EXPERTS_MEETING=event: a copy, an
+// event the host waits on, the CPU op, a copy back, nothing deferred, never graphed), the flag
+// meeting without CUDA graphs (FT_CUDA_GRAPHS=0: decode steps direct, the stream waiting with
+// cuStreamWaitValue32 where the driver has it), and the flag meeting with a spinning import
+// kernel, without graphs (=spin). The default engine decodes through CUDA graphs (a captured
+// step, then replays, each layer's CPU work done after the graph's launch). Every step's logits
+// must equal the default's bit for bit (the same CPU op on the same rows; graphs replay the
+// direct kernels), which checks that the meeting's kernels move every row (prompt steps take
+// several CTAs), that the deferred and queued CPU work runs before each read, and the graphed
+// meeting's sequence numbers.
 // Models: qwen3moe (softmax gating) and a mixed-type laguna (a dense lead layer, sigmoid
 // gating with a selection bias, Q4_K experts then a BF16 tail).
 #include "gpu_test.h"
@@ -107,7 +111,7 @@ static void model_case(const char *arch, bool strict, const schedule *sc) {
     ep.n_batch = sc->n_batch;
     ep.kv_type = strict ? FT_TYPE_Q8_0 : FT_TYPE_F16;
     ep.n_threads = 4;
-    arm cpu = {0}, fused = {0}, cpumode = {0}, event = {0}, spin = {0};
+    arm cpu = {0}, fused = {0}, cpumode = {0}, event = {0}, spin = {0}, direct = {0};
     bool ok = arm_init(&cpu, "cpu", path, &ep);
     ep.device = FT_PLACEMENT_CUDA;
     ep.moe_backend = FT_MOE_BACKEND_FUSED;
@@ -117,9 +121,12 @@ static void model_case(const char *arch, bool strict, const schedule *sc) {
     ok = ok && arm_init(&cpumode, "moe-backend cpu", path, &ep);
     setenv("FT_CPU_EXPERTS_MEETING", "event", 1); // read once, at the engine's init
     ok = ok && arm_init(&event, "moe-backend cpu, event meeting", path, &ep);
+    setenv("FT_CUDA_GRAPHS", "0", 1);
     setenv("FT_CPU_EXPERTS_MEETING", "spin", 1);
-    ok = ok && arm_init(&spin, "moe-backend cpu, spinning import", path, &ep);
+    ok = ok && arm_init(&spin, "moe-backend cpu, spinning import, no graphs", path, &ep);
     unsetenv("FT_CPU_EXPERTS_MEETING");
+    ok = ok && arm_init(&direct, "moe-backend cpu, no graphs", path, &ep);
+    unsetenv("FT_CUDA_GRAPHS");
     if (ok) {
         // where the weights went: experts in host memory, the rest (the router too) on the GPU
         const ft_layer *l = &cpumode.m->layers[sp.n_dense_lead];
@@ -140,7 +147,7 @@ static void model_case(const char *arch, bool strict, const schedule *sc) {
             const int32_t *t = &prompt[at];
             at += n;
             if (!arm_eval(&cpu, t, n) || !arm_eval(&fused, t, n) || !arm_eval(&cpumode, t, n) ||
-                !arm_eval(&event, t, n) || !arm_eval(&spin, t, n))
+                !arm_eval(&event, t, n) || !arm_eval(&spin, t, n) || !arm_eval(&direct, t, n))
                 break;
             char what[160];
             snprintf(what, sizeof(what), "%s %s %s: %s %d tokens", arch, strict ? "strict" : "realistic", sc->name,
@@ -148,7 +155,9 @@ static void model_case(const char *arch, bool strict, const schedule *sc) {
             CHECK(!memcmp(event.lg, cpumode.lg, (size_t)n_vocab * sizeof(float)),
                   "%s: the flag meeting's logits differ from the event meeting's", what);
             CHECK(!memcmp(spin.lg, cpumode.lg, (size_t)n_vocab * sizeof(float)),
-                  "%s: the spinning import's logits differ from the stream wait's", what);
+                  "%s: the spinning import's logits (no graphs) differ from the default's", what);
+            CHECK(!memcmp(direct.lg, cpumode.lg, (size_t)n_vocab * sizeof(float)),
+                  "%s: the logits without graphs differ from the default's", what);
             if (step < sc->exact_chunks)
                 CHECK(!memcmp(fused.lg, cpumode.lg, (size_t)n_vocab * sizeof(float)),
                       "%s: the overlay's logits differ from fused's", what);
@@ -170,6 +179,7 @@ static void model_case(const char *arch, bool strict, const schedule *sc) {
     arm_free(&cpumode);
     arm_free(&event);
     arm_free(&spin);
+    arm_free(&direct);
 }
 
 // Every MoE layer on the CPU: steps below the grouped GEMM's 32 tokens.

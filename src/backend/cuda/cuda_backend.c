@@ -699,19 +699,23 @@ static void cuda_moe_ffn(ft_backend *be, const ft_moe_params *p, const float *x,
     int k = p->n_expert_used;
     FT_ASSERT(c->reserved && n_tok <= c->lim.max_tok && k <= c->lim.n_expert_used);
     FT_ASSERT(p->n_expert <= c->lim.n_expert && n_ff <= c->lim.max_width && n_embd <= c->lim.max_width);
-    if (!op_runs(c, OP_MOE_FFN, p->gate_exps->data, x, (int64_t)(uintptr_t)y, n_tok) || n_tok == 0) return;
+    bool run = op_runs(c, OP_MOE_FFN, p->gate_exps->data, x, (int64_t)(uintptr_t)y, n_tok);
+    if (n_tok == 0) return;
     // --moe-backend cpu: experts in host memory, no expert cache (offload never attaches this);
     // a step for the grouped GEMM runs here, on the layer's experts copied into the overlay
     ft_tensor views[MOE_BANK_COUNT];
     bool cpu_overlay = false;
     if (cuda_cpu_experts_serves(c->cpu_experts, p)) {
         if (n_tok < GEMM_MIN_TOK || !cuda_cpu_experts_overlay_serves(c->cpu_experts, p)) {
-            cuda_cpu_experts_moe_ffn(c->cpu_experts, p, x, y, n_tok, c->stream);
+            // a replayed graph step still queues the layer's CPU work (its graph holds the meeting)
+            cuda_cpu_experts_moe_ffn(c->cpu_experts, p, x, y, n_tok, c->mode != STEP_DIRECT, run ? c->stream : NULL);
             return;
         }
+        if (!run) return;
         cuda_cpu_experts_overlay_begin(c->cpu_experts, p, c->stream, views);
         cpu_overlay = true;
     }
+    if (!run) return;
     const float *bias = NULL;
     if (ft_tensor_present(p->sel_bias)) {
         check_on_device(p->sel_bias);
@@ -821,10 +825,10 @@ static void cuda_step_begin(ft_backend *be, int n_tok, int pos0, const void *key
         }
         c->offload_gen = ft_offload_generation(c->offload);
     }
-    // --cuda-graph-max-bs caps the steps captured (0: none); CPU experts run directly (see
-    // cuda_cpu_experts.h)
+    // --cuda-graph-max-bs caps the steps captured (0: none); CPU experts take graphs with their
+    // flag meeting only (cuda_cpu_experts.h)
     if (!c->graphs || !c->reserved || n_tok != 1 || (c->graph_max_tok >= 0 && n_tok > c->graph_max_tok) ||
-        c->cpu_experts) {
+        (c->cpu_experts && !cuda_cpu_experts_graphable(c->cpu_experts))) {
         ft_cuda_profile_step_begin(c->stream, false);
         return;
     }
@@ -876,6 +880,7 @@ static void cuda_step_end(ft_backend *be) {
                                      "(an op sequence that depends on the position?); FT_CUDA_GRAPHS=0 avoids graphs");
     }
     ft_cuda_graph_launch(g->graph, c->stream);
+    cuda_cpu_experts_flush(c->cpu_experts); // the graph waits for each layer's CPU work
     ft_cuda_profile_replayed(g->graph);
     ft_cuda_event_record(c->staging_done, c->stream);
     c->staging_used = true;

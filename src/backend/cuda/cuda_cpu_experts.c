@@ -47,16 +47,16 @@ struct cuda_cpu_experts {
                                      // kernel spins: FT_CPU_EXPERTS_MEETING=spin, or no driver support)
     float *x_host, *y_host, *x_dev, *y_dev; // host addresses and the device's for them
     uint32_t *flags, *flags_dev;     // mapped pinned: [0] x exported, [1] y ready
-    uint32_t *counter;               // device (1): the export's CTA count
-    uint32_t seq;
+    uint32_t *counter, *dev_seq;     // device: the export's CTA count; the meetings so far
+    uint32_t seq;                    // the meetings so far, as the host counts them
     size_t cap;                      // floats of x_host and y_host
     ft_cuda_event *x_ready;          // the event meeting: after the copy of x
-    struct {                         // the layer whose CPU work is not done yet
-        bool on;
-        ft_moe_params h;
+    struct pending_layer {           // layers whose CPU work is not done yet, in order: one in a
+        ft_moe_params h;             // direct step, every MoE layer of a graph step
         int n_tok;
         uint32_t seq;
-    } pending;
+    } *pending;
+    int n_pending;
     meet_profile prof;
 
     // the prefill overlay (see the header)
@@ -172,11 +172,12 @@ static void profile_meeting(cuda_cpu_experts *ce, size_t n) {
             if (i == 0) t0 = now_ns();
             uint32_t seq = ++ce->seq;
             if (round < 2) {
-                ft_cuda_meeting_export(a, ce->x_dev, n, ce->flags_dev, seq, ce->counter, s);
-                ft_cuda_meeting_import(ce->y_dev, b, n, ce->flags_dev + 1, seq, round == 0, s);
+                ft_cuda_meeting_export(a, ce->x_dev, n, ce->flags_dev, ce->dev_seq, ce->counter, s);
+                ft_cuda_meeting_import(ce->y_dev, b, n, ce->flags_dev + 1, ce->dev_seq, round == 0, seq, s);
                 while ((int32_t)(atomic_load_explicit(fx, memory_order_acquire) - seq) < 0) _mm_pause();
                 atomic_store_explicit(fy, seq, memory_order_release);
             } else {
+                --ce->seq; // (no meeting on the device's count)
                 ft_cuda_memcpy_d2h(ce->x_host, a, n * sizeof(float), s);
                 ft_cuda_event_record(ce->x_ready, s);
                 ft_cuda_event_sync(ce->x_ready);
@@ -262,8 +263,10 @@ cuda_cpu_experts *cuda_cpu_experts_init(const cuda_cpu_experts_params *p, const 
                  2.0 * (double)ce->cap * sizeof(float) / 1048576.0);
     ce->x_dev = xd, ce->y_dev = yd, ce->flags_dev = fd;
     ce->flags[0] = ce->flags[1] = 0;
-    if (!(ce->counter = ft_cuda_malloc(sizeof(uint32_t)))) ft_abort(__FILE__, __LINE__, "cpu experts: out of device memory");
-    ft_cuda_memset(ce->counter, 0, sizeof(uint32_t), NULL);
+    if (!(ce->counter = ft_cuda_malloc(2 * sizeof(uint32_t)))) ft_abort(__FILE__, __LINE__, "cpu experts: out of device memory");
+    ce->dev_seq = ce->counter + 1;
+    ft_cuda_memset(ce->counter, 0, 2 * sizeof(uint32_t), NULL);
+    ce->pending = ft_calloc((size_t)p->n_layer, sizeof(*ce->pending));
     ft_cuda_device_sync();
     ce->x_ready = ft_cuda_event_init();
     ce->route_gap = p->route_gap;
@@ -313,6 +316,7 @@ void cuda_cpu_experts_free(cuda_cpu_experts *ce) {
     ft_cuda_host_free(ce->flags);
     ft_cuda_free(ce->counter);
     ft_cuda_event_free(ce->x_ready);
+    free(ce->pending);
     free(ce->routers);
     free(ce->sel_bias);
     free(ce);
@@ -369,16 +373,18 @@ static void run_cpu_timed(cuda_cpu_experts *ce, const ft_moe_params *h, int n_to
     q->last_end = t_end;
 }
 
-// Computes the pending layer, if any: waits for its x flag, runs the CPU op, raises y's flag.
+// Computes the pending layers in order: for each, waits for its x flag, runs the CPU op, raises
+// y's flag.
 static void compute_pending(cuda_cpu_experts *ce) {
-    if (!ce->pending.on) return;
-    ce->pending.on = false;
-    uint64_t t_arrive = ce->prof.on ? now_ns() : 0;
     _Atomic uint32_t *fx = (_Atomic uint32_t *)&ce->flags[0], *fy = (_Atomic uint32_t *)&ce->flags[1];
-    uint32_t seq = ce->pending.seq;
-    while ((int32_t)(atomic_load_explicit(fx, memory_order_acquire) - seq) < 0) _mm_pause();
-    run_cpu_timed(ce, &ce->pending.h, ce->pending.n_tok, t_arrive, ce->prof.on ? now_ns() : 0);
-    atomic_store_explicit(fy, seq, memory_order_release);
+    for (int i = 0; i < ce->n_pending; i++) {
+        const struct pending_layer *l = &ce->pending[i];
+        uint64_t t_arrive = ce->prof.on ? now_ns() : 0;
+        while ((int32_t)(atomic_load_explicit(fx, memory_order_acquire) - l->seq) < 0) _mm_pause();
+        run_cpu_timed(ce, &l->h, l->n_tok, t_arrive, ce->prof.on ? now_ns() : 0);
+        atomic_store_explicit(fy, l->seq, memory_order_release);
+    }
+    ce->n_pending = 0;
 }
 
 void cuda_cpu_experts_flush(cuda_cpu_experts *ce) {
@@ -387,14 +393,17 @@ void cuda_cpu_experts_flush(cuda_cpu_experts *ce) {
     ce->prof.last_end = 0; // what comes before the next layer is not the host's enqueueing
 }
 
+bool cuda_cpu_experts_graphable(const cuda_cpu_experts *ce) { return ce && !ce->event_meeting; }
+
 void cuda_cpu_experts_moe_ffn(cuda_cpu_experts *ce, const ft_moe_params *p, const float *x, float *y, int n_tok,
-                              ft_cuda_stream *s) {
+                              bool graph_step, ft_cuda_stream *s) {
     FT_ASSERT(cuda_cpu_experts_serves(ce, p));
     int64_t n_embd = p->gate_exps->ne[0];
     size_t n = (size_t)n_tok * (size_t)n_embd;
     FT_ASSERT(n <= ce->cap);
     ft_moe_params h = host_params(ce, p);
     if (ce->event_meeting) {
+        FT_ASSERT(!graph_step && s);
         uint64_t t_arrive = ce->prof.on ? now_ns() : 0;
         ft_cuda_memcpy_d2h(ce->x_host, x, n * sizeof(float), s);
         ft_cuda_event_record(ce->x_ready, s);
@@ -403,15 +412,18 @@ void cuda_cpu_experts_moe_ffn(cuda_cpu_experts *ce, const ft_moe_params *p, cons
         ft_cuda_memcpy_h2d(y, ce->y_host, n * sizeof(float), s);
         return;
     }
-    // the last layer's CPU work first: the GPU waits for it, and this layer's x depends on it
-    compute_pending(ce);
+    // a direct step computes the last layer first (the GPU waits for it, and this layer's x
+    // depends on it); in a graph step nothing has run before the graph's launch, after which
+    // the backend flushes every layer
+    if (!graph_step) compute_pending(ce);
+    FT_ASSERT(ce->n_pending < ce->n_layer);
     uint32_t seq = ++ce->seq;
-    ft_cuda_meeting_export(x, ce->x_dev, n, ce->flags_dev, seq, ce->counter, s);
-    ft_cuda_meeting_import(ce->y_dev, y, n, ce->flags_dev + 1, seq, ce->stream_wait, s);
-    ce->pending.on = true;
-    ce->pending.h = h;
-    ce->pending.n_tok = n_tok;
-    ce->pending.seq = seq;
+    if (s) { // (a replayed graph step enqueues nothing: its graph holds these launches)
+        ft_cuda_meeting_export(x, ce->x_dev, n, ce->flags_dev, ce->dev_seq, ce->counter, s);
+        // the stream wait takes its number at enqueue: not for a graph's replays
+        ft_cuda_meeting_import(ce->y_dev, y, n, ce->flags_dev + 1, ce->dev_seq, ce->stream_wait && !graph_step, seq, s);
+    }
+    ce->pending[ce->n_pending++] = (struct pending_layer){.h = h, .n_tok = n_tok, .seq = seq};
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -28,9 +28,15 @@
 // computed: cuda_cpu_experts_flush (the backend calls it in read, step_end and free, and the
 // overlay below calls it itself).
 //
-// Steps with CPU experts are never captured in a CUDA graph: with the meeting as a host node
-// (cudaLaunchHostFunc) the Qwen3-30B-A3B shape decoded at 8.4 tok/s against 46.2 tok/s direct
-// on the H200 with 16 threads.
+// CUDA graphs: a one-token step with CPU experts is captured and replayed like any other
+// (cuda_backend.c) with the flag meeting: its export and import kernels are in the graph (the
+// import spins: the stream wait's number would be frozen at capture; the kernels take the
+// number from the device's own count), moe_ffn only queues each layer's CPU work, and after
+// the graph's launch the backend's flush computes the queued layers in order, each as soon as
+// its x flag rises. The host then does nothing else between layers, and the GPU runs each
+// layer's other ops back to back from the graph. (The earlier meeting as a graph host node,
+// cudaLaunchHostFunc, decoded the Qwen3-30B-A3B shape at 8.4 tok/s against 46.2 direct; the
+// event meeting is never graphed.)
 //
 // Prefill on the GPU: a step of many tokens makes the CPU compute-bound, while the copy of a
 // layer's experts over PCIe is cheap beside it (Qwen3-30B-A3B: 324 MiB, ~7 ms at 50 GB/s), so
@@ -91,13 +97,17 @@ void cuda_cpu_experts_free(cuda_cpu_experts *ce); // NULL: no-op (flushes first)
 bool cuda_cpu_experts_serves(const cuda_cpu_experts *ce, const ft_moe_params *p);
 
 // y (n_tok, n_embd), device memory = the routed experts' output for x (device memory), enqueued
-// on s as described at the top; the CPU work itself may be left pending until the next call or
-// flush. p's tensors must stay valid until then.
+// on s as described at the top; the CPU work itself is left pending until the next call (a
+// direct step) or the flush (a graph step: graph_step, with s the capturing stream, or NULL
+// when a replay enqueues nothing). p's tensors must stay valid until then.
 void cuda_cpu_experts_moe_ffn(cuda_cpu_experts *ce, const ft_moe_params *p, const float *x, float *y, int n_tok,
-                              ft_cuda_stream *s);
+                              bool graph_step, ft_cuda_stream *s);
 
-// Computes the pending layer, if any (waits for its input on the stream first). Call before
-// waiting on the host for the stream. NULL: no-op.
+// May steps with CPU experts be captured in CUDA graphs? (Not with the event meeting.)
+bool cuda_cpu_experts_graphable(const cuda_cpu_experts *ce);
+
+// Computes the pending layers, if any (each waits for its input on the stream first). Call
+// before waiting on the host for the stream, and after launching a graph step. NULL: no-op.
 void cuda_cpu_experts_flush(cuda_cpu_experts *ce);
 
 // Does layer p->layer run from the overlay (when its step is large enough for the grouped GEMM)?

@@ -29,9 +29,10 @@ __device__ __forceinline__ void store_release_sys(uint32_t *p, uint32_t v) {
 
 // Steps: 1. copy (float4 body, scalar tail by the first threads); 2. each thread fences its
 // writes to the system, the CTA meets, its thread 0 counts the CTA done; 3. the last CTA
-// resets the counter and publishes seq (a release store: the host sees the data first).
+// resets the counter, advances the sequence and publishes it (a release store: the host sees
+// the data first).
 __global__ void __launch_bounds__(MEETING_THREADS)
-    meeting_export_kernel(const float *x, float *xh, size_t n, uint32_t *flag, uint32_t seq, uint32_t *counter) {
+    meeting_export_kernel(const float *x, float *xh, size_t n, uint32_t *flag, uint32_t *seq, uint32_t *counter) {
     size_t n4 = n / 4, stride = (size_t)gridDim.x * blockDim.x, i0 = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     bool aligned = ((uintptr_t)x % 16 == 0) && ((uintptr_t)xh % 16 == 0);
     if (aligned) {
@@ -46,20 +47,24 @@ __global__ void __launch_bounds__(MEETING_THREADS)
         uint32_t done = atomicAdd(counter, 1u);
         if (done == gridDim.x - 1) {
             *counter = 0;
+            uint32_t next = *seq + 1;
+            *seq = next;
             __threadfence_system();
-            store_release_sys(flag, seq);
+            store_release_sys(flag, next);
         }
     }
 }
 
-// Steps: 1. thread 0 of each CTA spins on the flag (acquire, system scope), unless flag is
-// NULL (the stream already waited for it); 2. the CTA meets; 3. it copies its share with
-// cache-bypassing loads (__ldcv).
+// Steps: 1. thread 0 of each CTA spins on the flag (acquire, system scope) until it reaches the
+// sequence the export before it published, unless flag is NULL (the stream already waited);
+// 2. the CTA meets; 3. it copies its share with cache-bypassing loads (__ldcv).
 __global__ void __launch_bounds__(MEETING_THREADS)
-    meeting_import_kernel(const float *yh, float *y, size_t n, const uint32_t *flag, uint32_t seq) {
-    if (flag && threadIdx.x == 0)
-        while ((int32_t)(load_acquire_sys(flag) - seq) < 0) {
+    meeting_import_kernel(const float *yh, float *y, size_t n, const uint32_t *flag, const uint32_t *seq) {
+    if (flag && threadIdx.x == 0) {
+        const uint32_t want = *seq;
+        while ((int32_t)(load_acquire_sys(flag) - want) < 0) {
         }
+    }
     __syncthreads();
     size_t n4 = n / 4, stride = (size_t)gridDim.x * blockDim.x, i0 = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     bool aligned = ((uintptr_t)y % 16 == 0) && ((uintptr_t)yh % 16 == 0);
@@ -71,7 +76,7 @@ __global__ void __launch_bounds__(MEETING_THREADS)
     }
 }
 
-extern "C" void ft_cuda_meeting_export(const float *x, float *x_host, size_t n, uint32_t *flag, uint32_t seq,
+extern "C" void ft_cuda_meeting_export(const float *x, float *x_host, size_t n, uint32_t *flag, uint32_t *seq,
                                        uint32_t *counter, ft_cuda_stream *s) {
     meeting_export_kernel<<<meeting_ctas(n), MEETING_THREADS, 0, ft_cuda_stream_handle(s)>>>(x, x_host, n, flag, seq,
                                                                                              counter);
@@ -100,12 +105,13 @@ static wait_value32_fn wait_value32(void) {
 
 extern "C" bool ft_cuda_meeting_stream_wait_available(void) { return wait_value32() != NULL; }
 
-extern "C" void ft_cuda_meeting_import(const float *y_host, float *y, size_t n, const uint32_t *flag, uint32_t seq,
-                                       bool stream_wait, ft_cuda_stream *s) {
+extern "C" void ft_cuda_meeting_import(const float *y_host, float *y, size_t n, const uint32_t *flag,
+                                       const uint32_t *seq, bool stream_wait, uint32_t wait_seq, ft_cuda_stream *s) {
     if (stream_wait) {
         wait_value32_fn wait = wait_value32();
         FT_CUDA_ASSERT(wait);
-        CUresult r = wait((CUstream)ft_cuda_stream_handle(s), (CUdeviceptr)(uintptr_t)flag, seq, CU_STREAM_WAIT_VALUE_GEQ);
+        CUresult r = wait((CUstream)ft_cuda_stream_handle(s), (CUdeviceptr)(uintptr_t)flag, wait_seq,
+                          CU_STREAM_WAIT_VALUE_GEQ);
         if (r != CUDA_SUCCESS) {
             fprintf(stderr, "%s:%d: cuStreamWaitValue32 failed (CUresult %d)\n", __FILE__, __LINE__, (int)r);
             abort();

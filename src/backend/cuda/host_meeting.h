@@ -3,18 +3,21 @@
 // callbacks or copies the host must wait for.
 //
 // Both directions go through mapped pinned host memory (ft_cuda_host_alloc_mapped) and a
-// 32-bit sequence number in it:
+// 32-bit sequence number, counted on the device (*seq, device memory: one per meeting):
 //   - export: a kernel copies n floats from device memory into the host buffer, fences them
-//     to the system, and its last CTA writes *flag = seq; a host thread spinning on the flag
-//     (an acquire load) then reads the buffer;
-//   - import: the stream waits until *flag reaches seq (the host writes the buffer, then the
-//     flag with a release store), then a kernel copies the n floats from the host buffer into
-//     device memory, bypassing the GPU's caches (the buffer is reused, so a cached line would
-//     be stale). The wait is the driver's stream memory operation (cuStreamWaitValue32: the
-//     GPU's front end polls, no SM is held) where the driver gives it (stream_wait), else the
-//     copy kernel's CTAs spin on the flag themselves.
-// The stream waits for the host there, so the host may enqueue the rest of the step before it
-// has computed anything. Sequence numbers compare modulo 2^32.
+//     to the system, and its last CTA advances *seq and writes it to *flag; a host thread
+//     spinning on the flag (an acquire load) until it reaches the meeting's number (the host
+//     counts its meetings the same way) then reads the buffer;
+//   - import: the stream waits until the second flag reaches the meeting's number (the host
+//     writes the buffer, then the flag with a release store), then a kernel copies the n floats
+//     from the host buffer into device memory, bypassing the GPU's caches (the buffer is
+//     reused, so a cached line would be stale). The wait is the driver's stream memory
+//     operation (cuStreamWaitValue32: the GPU's front end polls, no SM is held) where the
+//     driver gives it and the caller knows the number (stream_wait, wait_seq), else the copy
+//     kernel's CTAs spin on the flag themselves, reading the number from *seq: then the same
+//     launches serve every replay of a CUDA graph.
+// The stream waits for the host there, so the host may enqueue the rest of the step (or launch
+// a graph of it) before it has computed anything. Numbers compare modulo 2^32.
 //
 // Every pointer is the device's address (for host buffers: the mapped address); counter is
 // device memory holding 0, used by export to find its last CTA (left at 0 again).
@@ -27,10 +30,10 @@
 extern "C" {
 #endif
 
-void ft_cuda_meeting_export(const float *x, float *x_host, size_t n, uint32_t *flag, uint32_t seq,
+void ft_cuda_meeting_export(const float *x, float *x_host, size_t n, uint32_t *flag, uint32_t *seq,
                             uint32_t *counter, ft_cuda_stream *s);
-void ft_cuda_meeting_import(const float *y_host, float *y, size_t n, const uint32_t *flag, uint32_t seq,
-                            bool stream_wait, ft_cuda_stream *s);
+void ft_cuda_meeting_import(const float *y_host, float *y, size_t n, const uint32_t *flag, const uint32_t *seq,
+                            bool stream_wait, uint32_t wait_seq, ft_cuda_stream *s);
 
 // Does the driver give the stream wait (cuStreamWaitValue32)?
 bool ft_cuda_meeting_stream_wait_available(void);
