@@ -32,6 +32,7 @@ typedef struct meet_profile {
                               // enqueueing of the ops between)
     uint64_t between_n;
     uint64_t first_n, first_cpu_ns; // the first layer of a step (the pool may have slept)
+    uint64_t graph_layers;    // decode layers queued by graph steps
     uint64_t last_end;        // 0: none in this step
 } meet_profile;
 
@@ -199,7 +200,10 @@ static void profile_print(const cuda_cpu_experts *ce) {
     const meet_profile *q = &ce->prof;
     if (!q->on || q->layers == 0) return;
     double n = (double)q->layers;
-    const char *kind = ce->event_meeting ? "event" : ce->stream_wait ? "flags, stream wait" : "flags, spinning kernel";
+    const char *kind = ce->event_meeting  ? "event"
+                       : q->graph_layers ? "flags, CUDA graphs with a spinning import"
+                       : ce->stream_wait ? "flags, stream wait"
+                                         : "flags, spinning import";
     fprintf(stderr, "cpu experts profile: %llu decode layer steps (%s meeting), per layer: host waited for x %.1f us, "
                     "CPU op %.1f us (%.1f GB/s of expert weights; the first layer of a step %.1f us), host between "
                     "layers %.1f us\n",
@@ -424,6 +428,7 @@ void cuda_cpu_experts_moe_ffn(cuda_cpu_experts *ce, const ft_moe_params *p, cons
         ft_cuda_meeting_import(ce->y_dev, y, n, ce->flags_dev + 1, ce->dev_seq, ce->stream_wait && !graph_step, seq, s);
     }
     ce->pending[ce->n_pending++] = (struct pending_layer){.h = h, .n_tok = n_tok, .seq = seq};
+    if (graph_step && n_tok == 1) ce->prof.graph_layers++;
 }
 
 // ---------------------------------------------------------------------------------------------
