@@ -19,9 +19,10 @@
 // FT_CPU_EXPERTS_MEETING=event selects the previous meeting for comparison: a copy of x, an
 // event the host waits on, the CPU op, a copy of y enqueued after it (nothing deferred);
 // FT_CPU_EXPERTS_MEETING=spin makes the import kernel spin even where the stream wait exists.
-// FT_CPU_EXPERTS_PROFILE=1 times the host's side of decode layers (waiting for x, the CPU op,
-// the time between layers) and prints it at free, with a meeting round trip and the pool's
-// wake-up measured at init.
+// FT_CPU_EXPERTS_PROFILE=1 times the host's side of decode layers (waiting for x: in graph
+// steps the GPU's whole part between two layers; the CPU op; the host's own time between
+// layers) and prints it at free, with the meetings' round trips and the pool's wake-up
+// measured at init.
 //
 // Deadlock rule: the stream may wait (in an import kernel) for a layer the host has not
 // computed yet, so before anything that waits on the host for the stream the pending layer is
@@ -51,9 +52,8 @@
 // pinned staging buffers, and the copy stream moves each piece to the device while the next
 // one is filled. Two device buffers (one with overlay_buffers 1): the next overlay layer is
 // staged as soon as the current one's work is enqueued (so the GPU computes while the host
-// stages); events keep a copy from overwriting a
-// buffer before the work that reads it has run, and the backend's stream from reading a buffer
-// before its copy landed. The buffers remember which layer they hold (the mapping never
+// stages); events keep a copy from overwriting a buffer before the work that reads it has run,
+// and the backend's stream from reading a buffer before its copy landed. The buffers remember which layer they hold (the mapping never
 // changes), so a layer still there from the last step is not copied again.
 //
 // Ownership: the backend that attached it frees it. One calling thread.
