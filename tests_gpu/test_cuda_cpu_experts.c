@@ -1,13 +1,29 @@
 // test_cuda_cpu_experts.c: `--moe-backend cpu` (src/backend/cuda/cuda_cpu_experts.c): the routed
 // experts computed on the CPU from host memory, everything else on the GPU.
 //
-// Whole models through ft_engine: the next-token distribution after a 40-token prompt (prefill
-// in batches of 16) and after each of 4 decoded tokens (one-token steps; never graphed with CPU
-// experts, see cuda_cpu_experts.h), compared with
+// Whole models through ft_engine, on two schedules of steps: a 40-token prompt in steps of 16
+// (every MoE layer on the CPU), and steps of 64 and 40 tokens (from the grouped GEMM's 32 on,
+// the layers whose expert types it takes run on the GPU from the prefill overlay, BF16 layers
+// on the CPU), then 6 (CPU again); each followed by 4 decoded tokens (one-token steps, through
+// CUDA graphs, see cuda_cpu_experts.h). The next-token distribution after each step is
+// compared with
 //   - the CPU engine (--device cpu) and the fused GPU engine (--moe-backend fused), under the
 //     whole-model tolerances of test_cuda_backend.c: strict (q8_0 weights and KV) 3e-2,
 //     realistic (K-quant experts, f16 KV) 0.05 on the top-10 probabilities, the same arg-max
 //     unless the reference's two best are that close, checked away from routing near-ties.
+// and, where every MoE layer of every step so far ran on the overlay (qwen3moe, the 64- and
+// 40-token steps), bit-identical to the fused engine's (the same kernels on the same bytes),
+// with the overlay double-buffered and copy-then-compute (--disable-moe-prefill-overlap).
+// Three more engines in cpu mode: the event meeting (FT_CPU_EXPERTS_MEETING=event: a copy, an
+// event the host waits on, the CPU op, a copy back, nothing deferred, never graphed), the flag
+// meeting without CUDA graphs (FT_CUDA_GRAPHS=0: decode steps direct, the stream waiting with
+// cuStreamWaitValue32 where the driver has it), and the flag meeting with a spinning import
+// kernel, without graphs (=spin). The default engine decodes through CUDA graphs (a captured
+// step, then replays, each layer's CPU work done after the graph's launch). Every step's logits
+// must equal the default's bit for bit (the same CPU op on the same rows; graphs replay the
+// direct kernels), which checks that the meeting's kernels move every row (prompt steps take
+// several CTAs), that the deferred and queued CPU work runs before each read, and the graphed
+// meeting's sequence numbers.
 // Models: qwen3moe (softmax gating) and a mixed-type laguna (a dense lead layer, sigmoid
 // gating with a selection bias, Q4_K experts then a BF16 tail).
 #include "gpu_test.h"
@@ -54,7 +70,17 @@ static bool arm_eval(arm *a, const int32_t *t, int n) {
     return true;
 }
 
-static void model_case(const char *arch, bool strict) {
+// Steps of a schedule: prompt chunks (one ft_engine_eval each, at most n_batch tokens), then
+// decoded tokens.
+typedef struct schedule {
+    const char *name;
+    int n_batch;
+    int chunks[4], n_chunks;
+    int exact_chunks;     // the first ones whose logits must equal fused's bit for bit (0: none)
+    bool serial;          // --disable-moe-prefill-overlap: one overlay buffer
+} schedule;
+
+static void model_case(const char *arch, bool strict, const schedule *sc) {
     double tol = strict ? 3e-2 : 0.05;
     float min_gap = strict ? 1e-5f : 2e-3f;
     char path[512];
@@ -82,16 +108,25 @@ static void model_case(const char *arch, bool strict) {
     }
     ft_engine_params ep = ft_engine_default_params();
     ep.n_ctx = 128;
-    ep.n_batch = 16;
+    ep.n_batch = sc->n_batch;
     ep.kv_type = strict ? FT_TYPE_Q8_0 : FT_TYPE_F16;
     ep.n_threads = 4;
-    arm cpu = {0}, fused = {0}, cpumode = {0};
+    arm cpu = {0}, fused = {0}, cpumode = {0}, event = {0}, spin = {0}, direct = {0};
     bool ok = arm_init(&cpu, "cpu", path, &ep);
     ep.device = FT_PLACEMENT_CUDA;
     ep.moe_backend = FT_MOE_BACKEND_FUSED;
     ok = ok && arm_init(&fused, "fused", path, &ep);
     ep.moe_backend = FT_MOE_BACKEND_CPU;
+    ep.moe_prefill_serial = sc->serial;
     ok = ok && arm_init(&cpumode, "moe-backend cpu", path, &ep);
+    setenv("FT_CPU_EXPERTS_MEETING", "event", 1); // read once, at the engine's init
+    ok = ok && arm_init(&event, "moe-backend cpu, event meeting", path, &ep);
+    setenv("FT_CUDA_GRAPHS", "0", 1);
+    setenv("FT_CPU_EXPERTS_MEETING", "spin", 1);
+    ok = ok && arm_init(&spin, "moe-backend cpu, spinning import, no graphs", path, &ep);
+    unsetenv("FT_CPU_EXPERTS_MEETING");
+    ok = ok && arm_init(&direct, "moe-backend cpu, no graphs", path, &ep);
+    unsetenv("FT_CUDA_GRAPHS");
     if (ok) {
         // where the weights went: experts in host memory, the rest (the router too) on the GPU
         const ft_layer *l = &cpumode.m->layers[sp.n_dense_lead];
@@ -100,18 +135,32 @@ static void model_case(const char *arch, bool strict) {
         CHECK(fused.m->layers[sp.n_dense_lead].gate_exps.placement == FT_PLACEMENT_CUDA);
 
         int n_vocab = cpu.m->hp.n_vocab;
-        int32_t prompt[40];
+        int32_t prompt[120];
         ft_rng r = ft_rng_init(11);
-        for (int i = 0; i < 40; i++) prompt[i] = (int32_t)(ft_rng_next(&r) % (uint64_t)n_vocab);
+        for (int i = 0; i < 120; i++) prompt[i] = (int32_t)(ft_rng_next(&r) % (uint64_t)n_vocab);
         double worst_cpu = 0, worst_fused = 0;
-        for (int step = -1; step < 4 && !test_failed(); step++) {
-            const int32_t *t = step < 0 ? prompt : &prompt[5 + step];
-            int n = step < 0 ? 40 : 1;
-            if (!arm_eval(&cpu, t, n) || !arm_eval(&fused, t, n) || !arm_eval(&cpumode, t, n))
+        int at = 0;
+        for (int step = 0; step < sc->n_chunks + 4 && !test_failed(); step++) {
+            bool prefill = step < sc->n_chunks;
+            int n = prefill ? sc->chunks[step] : 1;
+            FT_ASSERT(n <= sc->n_batch && at + n <= 120);
+            const int32_t *t = &prompt[at];
+            at += n;
+            if (!arm_eval(&cpu, t, n) || !arm_eval(&fused, t, n) || !arm_eval(&cpumode, t, n) ||
+                !arm_eval(&event, t, n) || !arm_eval(&spin, t, n) || !arm_eval(&direct, t, n))
                 break;
             char what[160];
-            snprintf(what, sizeof(what), "%s %s %s%d", arch, strict ? "strict" : "realistic", step < 0 ? "prefill " : "decode ",
-                     step < 0 ? 40 : step);
+            snprintf(what, sizeof(what), "%s %s %s: %s %d tokens", arch, strict ? "strict" : "realistic", sc->name,
+                     prefill ? "prefill" : "decode", n);
+            CHECK(!memcmp(event.lg, cpumode.lg, (size_t)n_vocab * sizeof(float)),
+                  "%s: the flag meeting's logits differ from the event meeting's", what);
+            CHECK(!memcmp(spin.lg, cpumode.lg, (size_t)n_vocab * sizeof(float)),
+                  "%s: the spinning import's logits (no graphs) differ from the default's", what);
+            CHECK(!memcmp(direct.lg, cpumode.lg, (size_t)n_vocab * sizeof(float)),
+                  "%s: the logits without graphs differ from the default's", what);
+            if (step < sc->exact_chunks)
+                CHECK(!memcmp(fused.lg, cpumode.lg, (size_t)n_vocab * sizeof(float)),
+                      "%s: the overlay's logits differ from fused's", what);
             bool check = ft_engine_route_gap(cpu.e) >= min_gap && ft_engine_route_gap(cpumode.e) >= min_gap;
             char w[200];
             snprintf(w, sizeof(w), "%s vs cpu", what);
@@ -120,26 +169,52 @@ static void model_case(const char *arch, bool strict) {
             worst_fused = fmax(worst_fused, probs_compare(w, fused.lg, cpumode.lg, n_vocab, tol,
                                                           check && ft_engine_route_gap(fused.e) >= min_gap));
         }
-        printf("    %s %-10s worst top-10 prob diff vs cpu %.3g, vs fused %.3g (tol %.3g); routing gap cpu %.3g, "
-               "cpu mode %.3g\n", arch, strict ? "strict" : "realistic", worst_cpu, worst_fused, tol,
+        printf("    %s %-10s %-22s worst top-10 prob diff vs cpu %.3g, vs fused %.3g (tol %.3g); routing gap cpu "
+               "%.3g, cpu mode %.3g\n", arch, strict ? "strict" : "realistic", sc->name, worst_cpu, worst_fused, tol,
                ft_engine_route_gap(cpu.e), ft_engine_route_gap(cpumode.e));
         fflush(stdout);
     }
     arm_free(&cpu);
     arm_free(&fused);
     arm_free(&cpumode);
+    arm_free(&event);
+    arm_free(&spin);
+    arm_free(&direct);
 }
+
+// Every MoE layer on the CPU: steps below the grouped GEMM's 32 tokens.
+static const schedule small_steps = {"steps of 16", 16, {16, 16, 8}, 3, 0, false};
+// The overlay: 64 then 40 tokens (the 40-token step finds its first layer prefetched at the end
+// of the 64-token one), then 6 on the CPU.
+static const schedule overlay_steps = {"steps of 64, 40, 6", 64, {64, 40, 6}, 3, 2, false};
+static const schedule overlay_serial = {"steps of 64, 40, serial", 64, {64, 40, 6}, 3, 2, true};
 
 TEST(cuda_cpu_experts_qwen3moe) {
     GPU_TEST_REQUIRE_DEVICE();
-    model_case("qwen3moe", true);
-    model_case("qwen3moe", false);
+    model_case("qwen3moe", true, &small_steps);
+    model_case("qwen3moe", false, &small_steps);
+}
+
+TEST(cuda_cpu_experts_qwen3moe_prefill_overlay) {
+    GPU_TEST_REQUIRE_DEVICE();
+    model_case("qwen3moe", true, &overlay_steps);
+    model_case("qwen3moe", false, &overlay_steps);
+    model_case("qwen3moe", true, &overlay_serial);
 }
 
 TEST(cuda_cpu_experts_laguna_mixed) {
     GPU_TEST_REQUIRE_DEVICE();
-    model_case("laguna", true);
-    model_case("laguna", false);
+    model_case("laguna", true, &small_steps);
+    model_case("laguna", false, &small_steps);
+}
+
+// The Q4_K / q8_0 layers from the overlay, the BF16 tail on the CPU (not bit-identical to fused).
+TEST(cuda_cpu_experts_laguna_mixed_prefill_overlay) {
+    GPU_TEST_REQUIRE_DEVICE();
+    schedule sc = overlay_steps;
+    sc.exact_chunks = 0;
+    model_case("laguna", true, &sc);
+    model_case("laguna", false, &sc);
 }
 
 // auto on a model that fits: fused, every expert on the device.

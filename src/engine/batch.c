@@ -74,16 +74,26 @@ static ft_tensor host_tensor(const ft_model *m, const ft_tensor *t) {
 static void attach_cpu_experts(ft_backend *be, const ft_model *m, const ft_engine_params *p) {
     int n = m->hp.n_layer;
     ft_tensor *routers = ft_calloc((size_t)n, sizeof(ft_tensor)), *bias = ft_calloc((size_t)n, sizeof(ft_tensor));
+    ft_tensor *banks[3];
+    for (int b = 0; b < 3; b++) banks[b] = ft_calloc((size_t)n, sizeof(ft_tensor));
     for (int il = 0; il < n; il++) {
-        if (!m->layers[il].is_moe) continue;
-        routers[il] = host_tensor(m, &m->layers[il].router);
-        bias[il] = host_tensor(m, &m->layers[il].sel_bias);
+        const ft_layer *l = &m->layers[il];
+        if (!l->is_moe) continue;
+        routers[il] = host_tensor(m, &l->router);
+        bias[il] = host_tensor(m, &l->sel_bias);
+        banks[0][il] = l->gate_exps;
+        banks[1][il] = l->up_exps;
+        banks[2][il] = l->down_exps;
     }
+    // the prefill overlay, as place_cpu counted it in the memory plan
     cuda_cpu_experts_params cp = {.n_layer = n, .routers = routers, .sel_bias = bias, .n_threads = p->n_threads,
-                                  .reference = p->reference, .route_gap = &be->min_route_gap};
+                                  .reference = p->reference, .route_gap = &be->min_route_gap,
+                                  .gate_exps = banks[0], .up_exps = banks[1], .down_exps = banks[2],
+                                  .overlay_buffers = engine_cpu_overlay_buffers(p)};
     ft_backend_cuda_attach_cpu_experts(be, &cp);
     free(routers);
     free(bias);
+    for (int b = 0; b < 3; b++) free(banks[b]);
 }
 
 ft_batch *ft_batch_init(const ft_model *m, const ft_engine_params *params, ft_err *err) {

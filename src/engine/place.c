@@ -4,6 +4,7 @@
 #include "../backend/cuda/cuda.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 
 static const double MiB = 1024.0 * 1024.0;
 
@@ -133,16 +134,47 @@ static bool place_fused(ft_model *m, const ft_engine_params *p, const ft_cuda_de
     return check_cuda_plan(&c, p, info, "fused", err) && ft_model_upload(m, false, err);
 }
 
+int engine_cpu_overlay_buffers(const ft_engine_params *p) { return p->moe_prefill_serial ? 1 : 2; }
+
+// Device bytes of one prefill overlay buffer: per bank, the largest MoE layer the overlay takes.
+static size_t cpu_overlay_buffer_bytes(const ft_model *m) {
+    int n = m->hp.n_layer;
+    ft_tensor *banks[3];
+    for (int b = 0; b < 3; b++) banks[b] = ft_calloc((size_t)n, sizeof(ft_tensor));
+    for (int il = 0; il < n; il++) {
+        const ft_layer *l = &m->layers[il];
+        if (!l->is_moe) continue;
+        banks[0][il] = l->gate_exps;
+        banks[1][il] = l->up_exps;
+        banks[2][il] = l->down_exps;
+        for (int b = 0; b < 3; b++) banks[b][il].placement = FT_PLACEMENT_CPU; // as they will stay
+    }
+    size_t bytes = cuda_cpu_experts_buffer_bytes(banks[0], banks[1], banks[2], n);
+    for (int b = 0; b < 3; b++) free(banks[b]);
+    return bytes;
+}
+
 // --moe-backend cpu: the routed experts stay in the file's mapping and the CPU computes them
 // (cuda_cpu_experts.h); every other weight on the device. Their pages must fit in RAM, or
-// every token would read them from the disk.
+// every token would read them from the disk. Prefill steps run the layers whose expert types
+// the grouped GEMM takes on the GPU, from a device overlay the plan counts in the workspace.
 static bool place_cpu(ft_model *m, const ft_engine_params *p, const ft_cuda_device_info *info, ft_err *err) {
     if (m->hp.n_expert == 0) return ft_err_set(err, "--moe-backend cpu: the model has no routed experts");
     cuda_plan c = cuda_plan_of(m, p, info, true);
     size_t experts = expert_bytes(m), ram = ft_mem_available();
+    size_t buffer = cpu_overlay_buffer_bytes(m);
+    int n_buf = engine_cpu_overlay_buffers(p);
+    c.work += (size_t)n_buf * buffer;
     print_cuda_plan(&c, p, info, "weights but the routed experts");
     fprintf(stderr, "cpu: routed experts %.1f MiB in host memory (mapped from the file; %.0f MiB available), "
                     "computed by %d threads\n", experts / MiB, ram / MiB, p->n_threads);
+    if (buffer)
+        fprintf(stderr, "cpu: prefill steps for the grouped GEMM run the experts on the GPU from an overlay of %d x "
+                        "%.1f MiB (in the workspace; %s), copied through %.0f MiB of pinned staging\n", n_buf,
+                buffer / MiB, n_buf == 2 ? "double-buffered" : "copy then compute",
+                cuda_cpu_experts_staging_bytes() / MiB);
+    else
+        fprintf(stderr, "cpu: no prefill overlay (the grouped GEMM takes none of the expert types)\n");
     if (experts > ram)
         return ft_err_set(err, "--moe-backend cpu: the routed experts need %.0f MiB of host memory and %.0f MiB are "
                                "available", experts / MiB, ram / MiB);

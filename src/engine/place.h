@@ -33,6 +33,10 @@ enum ft_moe_backend engine_auto_pick(const ft_model *m, const ft_engine_params *
 // --gpu-memory-limit.
 size_t engine_cuda_budget(const ft_engine_params *p, const ft_cuda_device_info *info);
 
+// --moe-backend cpu: buffers of the prefill overlay (cuda_cpu_experts.h): 2 (double-buffered),
+// 1 with --disable-moe-prefill-overlap.
+int engine_cpu_overlay_buffers(const ft_engine_params *p);
+
 // --moe-backend offload (place_offload.c): dense weights on the device, experts in host banks
 // behind the GPU expert cache (m->offload). Returns false and sets *err when it cannot.
 bool engine_place_offload(ft_model *m, const ft_engine_params *p, const ft_cuda_device_info *info, ft_err *err);

@@ -305,6 +305,7 @@ static float *cuda_alloc(ft_backend *be, size_t n) {
 
 static void cuda_read(ft_backend *be, const float *src, float *dst, size_t n) {
     cuda_backend *c = cuda_of(be);
+    cuda_cpu_experts_flush(c->cpu_experts); // the stream may wait for the host's pending layer
     ft_cuda_memcpy_d2h(dst, src, n * sizeof(float), c->stream);
     if (c->reserved) {
         ft_cuda_memcpy_d2h(&c->host_gap[1], c->gap, sizeof(float), c->stream);
@@ -317,6 +318,7 @@ static void cuda_read(ft_backend *be, const float *src, float *dst, size_t n) {
 static void cuda_free(ft_backend *be) {
     if (!be) return;
     cuda_backend *c = cuda_of(be);
+    cuda_cpu_experts_flush(c->cpu_experts);
     ft_cuda_stream_sync(c->stream);
     for (int i = 0; i < c->n_bufs; i++) ft_cuda_free(c->bufs[i]);
     free(c->bufs);
@@ -444,7 +446,10 @@ static void cuda_get_rows(ft_backend *be, const ft_tensor *t, const int32_t *ids
     const ft_quant_ops *q = ft_quant_ops_find(t->type);
     // in a graph step, step_begin waited for staging and step_end records its event
     bool enqueue = op_runs(c, OP_GET_ROWS, t->data, y, n_tok, t->ne[0]);
-    if (c->mode == STEP_DIRECT && c->staging_used) ft_cuda_event_sync(c->staging_done);
+    if (c->mode == STEP_DIRECT && c->staging_used) {
+        cuda_cpu_experts_flush(c->cpu_experts); // (never pending here in practice: steps flush)
+        ft_cuda_event_sync(c->staging_done);
+    }
     for (int i = 0; i < n_tok; i++) {
         FT_ASSERT(ids[i] >= 0 && ids[i] < t->ne[1]);
         q->to_float((const uint8_t *)t->data + (size_t)ids[i] * t->row_bytes, c->staging + (size_t)i * t->ne[0], t->ne[0]);
@@ -699,12 +704,23 @@ static void cuda_moe_ffn(ft_backend *be, const ft_moe_params *p, const float *x,
     int k = p->n_expert_used;
     FT_ASSERT(c->reserved && n_tok <= c->lim.max_tok && k <= c->lim.n_expert_used);
     FT_ASSERT(p->n_expert <= c->lim.n_expert && n_ff <= c->lim.max_width && n_embd <= c->lim.max_width);
-    if (!op_runs(c, OP_MOE_FFN, p->gate_exps->data, x, (int64_t)(uintptr_t)y, n_tok) || n_tok == 0) return;
-    // --moe-backend cpu: experts in host memory, no expert cache (offload never attaches this)
+    bool run = op_runs(c, OP_MOE_FFN, p->gate_exps->data, x, (int64_t)(uintptr_t)y, n_tok);
+    if (n_tok == 0) return;
+    // --moe-backend cpu: experts in host memory, no expert cache (offload never attaches this);
+    // a step for the grouped GEMM runs here, on the layer's experts copied into the overlay
+    ft_tensor views[MOE_BANK_COUNT];
+    bool cpu_overlay = false;
     if (cuda_cpu_experts_serves(c->cpu_experts, p)) {
-        cuda_cpu_experts_moe_ffn(c->cpu_experts, p, x, y, n_tok, c->stream);
-        return;
+        if (n_tok < GEMM_MIN_TOK || !cuda_cpu_experts_overlay_serves(c->cpu_experts, p)) {
+            // a replayed graph step still queues the layer's CPU work (its graph holds the meeting)
+            cuda_cpu_experts_moe_ffn(c->cpu_experts, p, x, y, n_tok, c->mode != STEP_DIRECT, run ? c->stream : NULL);
+            return;
+        }
+        if (!run) return;
+        cuda_cpu_experts_overlay_begin(c->cpu_experts, p, c->stream, views);
+        cpu_overlay = true;
     }
+    if (!run) return;
     const float *bias = NULL;
     if (ft_tensor_present(p->sel_bias)) {
         check_on_device(p->sel_bias);
@@ -731,7 +747,7 @@ static void cuda_moe_ffn(ft_backend *be, const ft_moe_params *p, const float *x,
     int n_pairs = n_tok * k;
     const ft_tensor *gate = p->gate_exps, *up = p->up_exps, *down = p->down_exps;
     c->expert_ids = c->sel;
-    ft_tensor views[MOE_BANK_COUNT];
+    if (cpu_overlay) gate = &views[MOE_BANK_GATE], up = &views[MOE_BANK_UP], down = &views[MOE_BANK_DOWN];
     if (c->offload && gate->placement != FT_PLACEMENT_CUDA) { // experts in host banks: the cache serves them
         bool gemm = ft_cuda_moe_gemm_supported(gate->type, up->type, down->type);
         bool overlay = ft_offload_uses_overlay(c->offload, p->layer, n_tok, n_pairs, gemm, c->gemm_min_tok);
@@ -762,6 +778,7 @@ static void cuda_moe_ffn(ft_backend *be, const ft_moe_params *p, const float *x,
         };
         ft_cuda_moe_gemm(&mp, c->stream);
         c->xq_src = NULL; // xq now holds h's q8_1
+        if (cpu_overlay) cuda_cpu_experts_overlay_end(c->cpu_experts);
         return;
     }
     // gate and up read token p / k; the quantized copy of x is made once when both want it.
@@ -813,10 +830,10 @@ static void cuda_step_begin(ft_backend *be, int n_tok, int pos0, const void *key
         }
         c->offload_gen = ft_offload_generation(c->offload);
     }
-    // --cuda-graph-max-bs caps the steps captured (0: none); CPU experts run directly (see
-    // cuda_cpu_experts.h)
+    // --cuda-graph-max-bs caps the steps captured (0: none); CPU experts take graphs with their
+    // flag meeting only (cuda_cpu_experts.h)
     if (!c->graphs || !c->reserved || n_tok != 1 || (c->graph_max_tok >= 0 && n_tok > c->graph_max_tok) ||
-        c->cpu_experts) {
+        (c->cpu_experts && !cuda_cpu_experts_graphable(c->cpu_experts))) {
         ft_cuda_profile_step_begin(c->stream, false);
         return;
     }
@@ -854,6 +871,7 @@ static void cuda_step_begin(ft_backend *be, int n_tok, int pos0, const void *key
 static void cuda_step_end(ft_backend *be) {
     cuda_backend *c = cuda_of(be); // (the pending add joins the capture)
     if (c->mode == STEP_DIRECT) {
+        cuda_cpu_experts_flush(c->cpu_experts); // the step's last MoE layer (cuda_cpu_experts.h)
         ft_cuda_profile_step_end(NULL);
         return;
     }
@@ -867,6 +885,7 @@ static void cuda_step_end(ft_backend *be) {
                                      "(an op sequence that depends on the position?); FT_CUDA_GRAPHS=0 avoids graphs");
     }
     ft_cuda_graph_launch(g->graph, c->stream);
+    cuda_cpu_experts_flush(c->cpu_experts); // the graph waits for each layer's CPU work
     ft_cuda_profile_replayed(g->graph);
     ft_cuda_event_record(c->staging_done, c->stream);
     c->staging_used = true;

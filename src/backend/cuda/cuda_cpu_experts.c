@@ -1,21 +1,251 @@
-// cuda_cpu_experts.c: the routed experts on the CPU for the CUDA backend (see
-// cuda_cpu_experts.h).
+// cuda_cpu_experts.c: the routed experts on the CPU for the CUDA backend, their meeting with
+// the stream, and the prefill overlay that brings a layer's experts to the GPU for large steps
+// (see cuda_cpu_experts.h).
 #include "cuda_cpu_experts.h"
 #include "../cpu/cpu.h"
+#include "../cpu/pool.h"
+#include "expert_cache_kernels.h" // mapped host memory, stream waits, sync-only events, timers
+#include "host_meeting.h"
 
+#include <immintrin.h>
 #include <math.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+enum { N_BANK = 3 }; // gate, up, down
+
+// The overlay's staging ring: pieces of a layer's banks go through these pinned buffers.
+#define STAGE_SLOTS 4
+#define STAGE_BYTES ((size_t)16 << 20)
+
+// FT_CPU_EXPERTS_PROFILE: decode layers' host times (ns), summed.
+typedef struct meet_profile {
+    bool on;
+    uint64_t layers, bytes;   // decode layers computed, expert bytes they read
+    uint64_t wait_ns;         // waiting for x (the GPU not there yet)
+    uint64_t cpu_ns;          // the CPU op
+    uint64_t between_ns;      // from one layer's end to the next's start in a step (the host's
+                              // enqueueing of the ops between)
+    uint64_t between_n;
+    uint64_t first_n, first_cpu_ns; // the first layer of a step (the pool may have slept)
+    uint64_t graph_layers;    // decode layers queued by graph steps
+    uint64_t last_end;        // 0: none in this step
+} meet_profile;
 
 struct cuda_cpu_experts {
     ft_backend *cpu;
     int n_layer;
     ft_tensor *routers, *sel_bias;   // (n_layer) host descriptors
-    float *x_host, *y_host;          // pinned (max_tok, max_width)
-    size_t cap;                      // floats of each
-    ft_cuda_event *x_ready;          // after the copy of x
     float *route_gap;
+
+    // the meeting (host_meeting.h); x_host, y_host: mapped pinned (max_tok, max_width)
+    bool event_meeting;              // FT_CPU_EXPERTS_MEETING=event: the previous meeting
+    bool stream_wait;                // the stream waits with cuStreamWaitValue32 (else the import
+                                     // kernel spins: FT_CPU_EXPERTS_MEETING=spin, or no driver support)
+    float *x_host, *y_host, *x_dev, *y_dev; // host addresses and the device's for them
+    uint32_t *flags, *flags_dev;     // mapped pinned: [0] x exported, [1] y ready
+    uint32_t *counter, *dev_seq;     // device: the export's CTA count; the meetings so far
+    uint32_t seq;                    // the meetings so far, as the host counts them
+    size_t cap;                      // floats of x_host and y_host
+    ft_cuda_event *x_ready;          // the event meeting: after the copy of x
+    struct pending_layer {           // layers whose CPU work is not done yet, in order: one in a
+        ft_moe_params h;             // direct step, every MoE layer of a graph step
+        int n_tok;
+        uint32_t seq;
+    } *pending;
+    int n_pending;
+    meet_profile prof;
+
+    // the prefill overlay (see the header)
+    ft_tensor *banks[N_BANK];        // (n_layer) host descriptors of gate, up, down
+    int n_buf;                       // 0, 1 or 2
+    size_t bank_bytes[N_BANK];       // one buffer's share of each bank (256-aligned)
+    uint8_t *buf[2];                 // device, bank_bytes summed each
+    int buf_layer[2];                // layer a buffer holds (or is being copied), -1
+    int last_buf;                    // buffer of the last overlay layer, -1
+    ft_cuda_stream *copy_stream;
+    ft_cuda_event *copied[2];        // on the copy stream, after a buffer's copy
+    ft_cuda_event *released[2];      // on the backend's stream, after the work reading a buffer
+    ft_pool *stage_pool;             // host threads that fill the staging ring
+    uint8_t *stage[STAGE_SLOTS];     // pinned
+    ft_cuda_event *stage_free[STAGE_SLOTS]; // on the copy stream, after the copy that read a slot
+    bool stage_used[STAGE_SLOTS];
+    int stage_next;
+    uint64_t *timer;                 // device (2): the copy stream's clock at a copy's start, and
+                                     // the nanoseconds of copies so far
+    uint64_t layers_on_gpu, layers_copied, bytes_copied;
+    double stage_s;                  // host seconds filling the staging ring
 };
+
+static uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static bool env_is(const char *name, const char *value) {
+    const char *v = getenv(name);
+    return v && !strcmp(v, value);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The overlay's sizes
+
+bool cuda_cpu_experts_overlay_takes(const ft_tensor *gate, const ft_tensor *up, const ft_tensor *down) {
+    return ft_tensor_present(gate) && ft_tensor_present(up) && ft_tensor_present(down) &&
+           gate->placement == FT_PLACEMENT_CPU && up->placement == FT_PLACEMENT_CPU &&
+           down->placement == FT_PLACEMENT_CPU && up->mat_bytes == gate->mat_bytes && up->ne[2] == gate->ne[2] &&
+           down->ne[2] == gate->ne[2] && ft_cuda_moe_gemm_supported(gate->type, up->type, down->type);
+}
+
+static size_t bank_total(const ft_tensor *t) { return t->mat_bytes * (size_t)t->ne[2]; }
+static size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
+
+static void max_bank_bytes(const ft_tensor *gate, const ft_tensor *up, const ft_tensor *down, int n_layer,
+                           size_t out[N_BANK]) {
+    for (int b = 0; b < N_BANK; b++) out[b] = 0;
+    for (int il = 0; il < n_layer; il++) {
+        if (!cuda_cpu_experts_overlay_takes(&gate[il], &up[il], &down[il])) continue;
+        const ft_tensor *t[N_BANK] = {&gate[il], &up[il], &down[il]};
+        for (int b = 0; b < N_BANK; b++) out[b] = FT_MAX(out[b], align256(bank_total(t[b])));
+    }
+}
+
+size_t cuda_cpu_experts_buffer_bytes(const ft_tensor *gate, const ft_tensor *up, const ft_tensor *down, int n_layer) {
+    size_t m[N_BANK];
+    max_bank_bytes(gate, up, down, n_layer, m);
+    return m[0] + m[1] + m[2];
+}
+
+size_t cuda_cpu_experts_staging_bytes(void) { return STAGE_SLOTS * STAGE_BYTES; }
+
+// ---------------------------------------------------------------------------------------------
+// FT_CPU_EXPERTS_PROFILE: what the meeting and the pool cost, measured once at init
+
+static void empty_job(void *ctx, int ith, int nth) {
+    (void)ctx;
+    (void)ith;
+    (void)nth;
+}
+
+// Microseconds per job of a pool of n threads: back to back (workers spinning), and after 2 ms
+// idle (workers asleep: a wake-up through the condition variable).
+static void profile_pool(int n_threads) {
+    ft_pool *pool = ft_pool_init(n_threads);
+    ft_pool_run(pool, empty_job, NULL);
+    enum { HOT = 2000, COLD = 50 };
+    uint64_t t0 = now_ns();
+    for (int i = 0; i < HOT; i++) ft_pool_run(pool, empty_job, NULL);
+    double hot = (double)(now_ns() - t0) / HOT / 1e3;
+    uint64_t cold_ns = 0;
+    for (int i = 0; i < COLD; i++) {
+        usleep(2000);
+        uint64_t a = now_ns();
+        ft_pool_run(pool, empty_job, NULL);
+        cold_ns += now_ns() - a;
+    }
+    ft_pool_free(pool);
+    fprintf(stderr, "cpu experts profile: pool of %d threads: an empty job takes %.2f us hot, %.1f us after 2 ms "
+                    "idle (workers asleep)\n", n_threads, hot, (double)cold_ns / COLD / 1e3);
+}
+
+// Round trips of n floats each way on a private stream, in microseconds: the flag meeting
+// (export, host sees the flag, host raises y's flag, import) and the event meeting (copy of
+// x, event record and host wait, copy of y).
+static void profile_meeting(cuda_cpu_experts *ce, size_t n) {
+    enum { ROUNDS = 500 };
+    ft_cuda_stream *s = ft_cuda_stream_init();
+    float *a = ft_cuda_malloc(n * sizeof(float)), *b = ft_cuda_malloc(n * sizeof(float));
+    FT_ASSERT(a && b);
+    ft_cuda_memset(a, 0, n * sizeof(float), s);
+    ft_cuda_stream_sync(s);
+    _Atomic uint32_t *fx = (_Atomic uint32_t *)&ce->flags[0], *fy = (_Atomic uint32_t *)&ce->flags[1];
+    double us[3] = {0, 0, 0};
+    bool have_wait = ft_cuda_meeting_stream_wait_available();
+    for (int round = 0; round < 3; round++) { // stream wait, spinning kernel, event
+        if (round == 0 && !have_wait) continue;
+        uint64_t t0 = 0;
+        for (int i = -10; i < ROUNDS; i++) { // 10 unmeasured
+            if (i == 0) t0 = now_ns();
+            uint32_t seq = ++ce->seq;
+            if (round < 2) {
+                ft_cuda_meeting_export(a, ce->x_dev, n, ce->flags_dev, ce->dev_seq, ce->counter, s);
+                ft_cuda_meeting_import(ce->y_dev, b, n, ce->flags_dev + 1, ce->dev_seq, round == 0, seq, s);
+                while ((int32_t)(atomic_load_explicit(fx, memory_order_acquire) - seq) < 0) _mm_pause();
+                atomic_store_explicit(fy, seq, memory_order_release);
+            } else {
+                --ce->seq; // (no meeting on the device's count)
+                ft_cuda_memcpy_d2h(ce->x_host, a, n * sizeof(float), s);
+                ft_cuda_event_record(ce->x_ready, s);
+                ft_cuda_event_sync(ce->x_ready);
+                ft_cuda_memcpy_h2d(b, ce->y_host, n * sizeof(float), s);
+            }
+        }
+        ft_cuda_stream_sync(s);
+        us[round] = (double)(now_ns() - t0) / ROUNDS / 1e3;
+    }
+    fprintf(stderr, "cpu experts profile: meeting round trip of %zu floats: flags with the stream wait %.1f us (%s), "
+                    "flags with a spinning kernel %.1f us, event and copies %.1f us\n",
+            n, us[0], have_wait ? "cuStreamWaitValue32" : "not available", us[1], us[2]);
+    ft_cuda_free(a);
+    ft_cuda_free(b);
+    ft_cuda_stream_free(s);
+}
+
+static void profile_print(const cuda_cpu_experts *ce) {
+    const meet_profile *q = &ce->prof;
+    if (!q->on || q->layers == 0) return;
+    double n = (double)q->layers;
+    const char *kind = ce->event_meeting  ? "event"
+                       : q->graph_layers ? "flags, CUDA graphs with a spinning import"
+                       : ce->stream_wait ? "flags, stream wait"
+                                         : "flags, spinning import";
+    fprintf(stderr, "cpu experts profile: %llu decode layer steps (%s meeting), per layer: host waited for x %.1f us, "
+                    "CPU op %.1f us (%.1f GB/s of expert weights; the first layer of a step %.1f us), host between "
+                    "layers %.1f us\n",
+            (unsigned long long)q->layers, kind, q->wait_ns / n / 1e3, q->cpu_ns / n / 1e3,
+            q->cpu_ns ? (double)q->bytes / (double)q->cpu_ns : 0.0,
+            q->first_n ? (double)q->first_cpu_ns / (double)q->first_n / 1e3 : 0.0,
+            q->between_n ? (double)q->between_ns / (double)q->between_n / 1e3 : 0.0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Init and free
+
+static void overlay_init(cuda_cpu_experts *ce, const cuda_cpu_experts_params *p) {
+    ce->last_buf = ce->buf_layer[0] = ce->buf_layer[1] = -1;
+    if (p->overlay_buffers <= 0 || !p->gate_exps) return;
+    FT_ASSERT(p->overlay_buffers <= 2 && p->up_exps && p->down_exps);
+    const ft_tensor *src[N_BANK] = {p->gate_exps, p->up_exps, p->down_exps};
+    for (int b = 0; b < N_BANK; b++) {
+        ce->banks[b] = ft_malloc((size_t)p->n_layer * sizeof(ft_tensor));
+        memcpy(ce->banks[b], src[b], (size_t)p->n_layer * sizeof(ft_tensor));
+    }
+    max_bank_bytes(ce->banks[0], ce->banks[1], ce->banks[2], ce->n_layer, ce->bank_bytes);
+    size_t bytes = ce->bank_bytes[0] + ce->bank_bytes[1] + ce->bank_bytes[2];
+    if (bytes == 0) return; // no layer's types are the grouped GEMM's
+    ce->n_buf = p->overlay_buffers;
+    for (int i = 0; i < ce->n_buf; i++) {
+        if (!(ce->buf[i] = ft_cuda_malloc(bytes)))
+            ft_abort(__FILE__, __LINE__, "cpu experts: out of device memory for the prefill overlay (%.1f MiB)",
+                     bytes / 1048576.0);
+        ce->copied[i] = ft_cuda_event_init_sync_only();
+        ce->released[i] = ft_cuda_event_init_sync_only();
+    }
+    ce->copy_stream = ft_cuda_stream_init();
+    if (!(ce->timer = ft_cuda_malloc(2 * sizeof(uint64_t))))
+        ft_abort(__FILE__, __LINE__, "cpu experts: out of device memory");
+    ft_cuda_memset(ce->timer, 0, 2 * sizeof(uint64_t), ce->copy_stream);
+    ce->stage_pool = ft_pool_init(p->reference ? 1 : p->n_threads);
+    for (int r = 0; r < STAGE_SLOTS; r++) {
+        ce->stage[r] = ft_cuda_host_alloc(STAGE_BYTES);
+        ce->stage_free[r] = ft_cuda_event_init_sync_only();
+    }
+}
 
 cuda_cpu_experts *cuda_cpu_experts_init(const cuda_cpu_experts_params *p, const ft_backend_limits *lim) {
     FT_ASSERT(p->n_layer >= 1 && p->routers && p->n_threads >= 1);
@@ -28,19 +258,69 @@ cuda_cpu_experts *cuda_cpu_experts_init(const cuda_cpu_experts_params *p, const 
     ce->cpu = ft_backend_cpu_init(p->n_threads, p->reference);
     ce->cpu->ops->reserve(ce->cpu, lim);
     ce->cap = (size_t)lim->max_tok * (size_t)lim->max_width;
-    ce->x_host = ft_cuda_host_alloc(ce->cap * sizeof(float));
-    ce->y_host = ft_cuda_host_alloc(ce->cap * sizeof(float));
+    void *xd, *yd, *fd;
+    ce->x_host = ft_cuda_host_alloc_mapped(ce->cap * sizeof(float), &xd);
+    ce->y_host = ft_cuda_host_alloc_mapped(ce->cap * sizeof(float), &yd);
+    ce->flags = ft_cuda_host_alloc_mapped(2 * sizeof(uint32_t), &fd);
+    if (!ce->x_host || !ce->y_host || !ce->flags)
+        ft_abort(__FILE__, __LINE__, "cpu experts: cannot allocate mapped pinned host memory (%.1f MiB)",
+                 2.0 * (double)ce->cap * sizeof(float) / 1048576.0);
+    ce->x_dev = xd, ce->y_dev = yd, ce->flags_dev = fd;
+    ce->flags[0] = ce->flags[1] = 0;
+    if (!(ce->counter = ft_cuda_malloc(2 * sizeof(uint32_t)))) ft_abort(__FILE__, __LINE__, "cpu experts: out of device memory");
+    ce->dev_seq = ce->counter + 1;
+    ft_cuda_memset(ce->counter, 0, 2 * sizeof(uint32_t), NULL);
+    ce->pending = ft_calloc((size_t)p->n_layer, sizeof(*ce->pending));
+    ft_cuda_device_sync();
     ce->x_ready = ft_cuda_event_init();
     ce->route_gap = p->route_gap;
+    ce->event_meeting = env_is("FT_CPU_EXPERTS_MEETING", "event");
+    ce->stream_wait = !env_is("FT_CPU_EXPERTS_MEETING", "spin") && ft_cuda_meeting_stream_wait_available();
+    const char *prof = getenv("FT_CPU_EXPERTS_PROFILE");
+    ce->prof.on = prof && strcmp(prof, "0") != 0;
+    if (ce->prof.on) {
+        profile_pool(p->reference ? 1 : p->n_threads);
+        profile_meeting(ce, (size_t)lim->max_width);
+    }
+    overlay_init(ce, p);
     return ce;
 }
 
 void cuda_cpu_experts_free(cuda_cpu_experts *ce) {
     if (!ce) return;
+    cuda_cpu_experts_flush(ce);
+    profile_print(ce);
+    uint64_t copy_ns = 0;
+    if (ce->copy_stream) {
+        ft_cuda_memcpy_d2h(&copy_ns, &ce->timer[1], sizeof(copy_ns), ce->copy_stream);
+        ft_cuda_stream_sync(ce->copy_stream);
+    }
+    if (ce->layers_on_gpu)
+        fprintf(stderr, "cpu experts: %llu MoE layer steps of prefill on the GPU, %llu layer copies (%.1f MiB) at "
+                        "%.1f GB/s on the copy stream, %.2f s of host time filling the pinned staging\n",
+                (unsigned long long)ce->layers_on_gpu, (unsigned long long)ce->layers_copied,
+                ce->bytes_copied / 1048576.0, copy_ns ? (double)ce->bytes_copied / (double)copy_ns : 0.0,
+                ce->stage_s);
+    ft_cuda_free(ce->timer);
+    for (int r = 0; r < STAGE_SLOTS; r++) {
+        ft_cuda_host_free(ce->stage[r]);
+        ft_cuda_event_free(ce->stage_free[r]);
+    }
+    ft_pool_free(ce->stage_pool);
+    for (int i = 0; i < 2; i++) {
+        ft_cuda_free(ce->buf[i]);
+        ft_cuda_event_free(ce->copied[i]);
+        ft_cuda_event_free(ce->released[i]);
+    }
+    ft_cuda_stream_free(ce->copy_stream);
+    for (int b = 0; b < N_BANK; b++) free(ce->banks[b]);
     ce->cpu->ops->free(ce->cpu);
     ft_cuda_host_free(ce->x_host);
     ft_cuda_host_free(ce->y_host);
+    ft_cuda_host_free(ce->flags);
+    ft_cuda_free(ce->counter);
     ft_cuda_event_free(ce->x_ready);
+    free(ce->pending);
     free(ce->routers);
     free(ce->sel_bias);
     free(ce);
@@ -50,6 +330,9 @@ bool cuda_cpu_experts_serves(const cuda_cpu_experts *ce, const ft_moe_params *p)
     return ce && p->layer >= 0 && p->layer < ce->n_layer && p->gate_exps->placement == FT_PLACEMENT_CPU &&
            ft_tensor_present(&ce->routers[p->layer]);
 }
+
+// ---------------------------------------------------------------------------------------------
+// The CPU path and its meeting
 
 // The layer's parameters as the CPU backend takes them: host router and bias, every expert on
 // the CPU.
@@ -72,16 +355,185 @@ static void run_cpu(cuda_cpu_experts *ce, const ft_moe_params *h, int n_tok) {
     if (ce->route_gap && ce->cpu->min_route_gap < *ce->route_gap) *ce->route_gap = ce->cpu->min_route_gap;
 }
 
+// Runs the CPU op of a decode layer with the profile's timing (t_arrive: when the host came
+// to it, t_start: when its input was there).
+static void run_cpu_timed(cuda_cpu_experts *ce, const ft_moe_params *h, int n_tok, uint64_t t_arrive,
+                          uint64_t t_start) {
+    run_cpu(ce, h, n_tok);
+    meet_profile *q = &ce->prof;
+    if (!q->on || n_tok != 1) return;
+    uint64_t t_end = now_ns();
+    q->layers++;
+    q->wait_ns += t_start - t_arrive;
+    q->cpu_ns += t_end - t_start;
+    q->bytes += (uint64_t)h->n_expert_used * (h->gate_exps->mat_bytes + h->up_exps->mat_bytes + h->down_exps->mat_bytes);
+    if (q->last_end) {
+        q->between_ns += t_arrive - q->last_end;
+        q->between_n++;
+    } else {
+        q->first_n++;
+        q->first_cpu_ns += t_end - t_start;
+    }
+    q->last_end = t_end;
+}
+
+// Computes the pending layers in order: for each, waits for its x flag, runs the CPU op, raises
+// y's flag.
+static void compute_pending(cuda_cpu_experts *ce) {
+    _Atomic uint32_t *fx = (_Atomic uint32_t *)&ce->flags[0], *fy = (_Atomic uint32_t *)&ce->flags[1];
+    for (int i = 0; i < ce->n_pending; i++) {
+        const struct pending_layer *l = &ce->pending[i];
+        uint64_t t_arrive = ce->prof.on ? now_ns() : 0;
+        while ((int32_t)(atomic_load_explicit(fx, memory_order_acquire) - l->seq) < 0) _mm_pause();
+        run_cpu_timed(ce, &l->h, l->n_tok, t_arrive, ce->prof.on ? now_ns() : 0);
+        atomic_store_explicit(fy, l->seq, memory_order_release);
+    }
+    ce->n_pending = 0;
+}
+
+void cuda_cpu_experts_flush(cuda_cpu_experts *ce) {
+    if (!ce) return;
+    compute_pending(ce);
+    ce->prof.last_end = 0; // what comes before the next layer is not the host's enqueueing
+}
+
+bool cuda_cpu_experts_graphable(const cuda_cpu_experts *ce) { return ce && !ce->event_meeting; }
+
 void cuda_cpu_experts_moe_ffn(cuda_cpu_experts *ce, const ft_moe_params *p, const float *x, float *y, int n_tok,
-                              ft_cuda_stream *s) {
+                              bool graph_step, ft_cuda_stream *s) {
     FT_ASSERT(cuda_cpu_experts_serves(ce, p));
     int64_t n_embd = p->gate_exps->ne[0];
-    size_t bytes = (size_t)n_tok * (size_t)n_embd * sizeof(float);
-    FT_ASSERT((size_t)n_tok * (size_t)n_embd <= ce->cap);
-    ft_cuda_memcpy_d2h(ce->x_host, x, bytes, s);
+    size_t n = (size_t)n_tok * (size_t)n_embd;
+    FT_ASSERT(n <= ce->cap);
     ft_moe_params h = host_params(ce, p);
-    ft_cuda_event_record(ce->x_ready, s);
-    ft_cuda_event_sync(ce->x_ready);
-    run_cpu(ce, &h, n_tok);
-    ft_cuda_memcpy_h2d(y, ce->y_host, bytes, s);
+    if (ce->event_meeting) {
+        FT_ASSERT(!graph_step && s);
+        uint64_t t_arrive = ce->prof.on ? now_ns() : 0;
+        ft_cuda_memcpy_d2h(ce->x_host, x, n * sizeof(float), s);
+        ft_cuda_event_record(ce->x_ready, s);
+        ft_cuda_event_sync(ce->x_ready);
+        run_cpu_timed(ce, &h, n_tok, t_arrive, ce->prof.on ? now_ns() : 0);
+        ft_cuda_memcpy_h2d(y, ce->y_host, n * sizeof(float), s);
+        return;
+    }
+    // a direct step computes the last layer first (the GPU waits for it, and this layer's x
+    // depends on it); in a graph step nothing has run before the graph's launch, after which
+    // the backend flushes every layer
+    if (!graph_step) compute_pending(ce);
+    FT_ASSERT(ce->n_pending < ce->n_layer);
+    uint32_t seq = ++ce->seq;
+    if (s) { // (a replayed graph step enqueues nothing: its graph holds these launches)
+        ft_cuda_meeting_export(x, ce->x_dev, n, ce->flags_dev, ce->dev_seq, ce->counter, s);
+        // the stream wait takes its number at enqueue: not for a graph's replays
+        ft_cuda_meeting_import(ce->y_dev, y, n, ce->flags_dev + 1, ce->dev_seq, ce->stream_wait && !graph_step, seq, s);
+    }
+    ce->pending[ce->n_pending++] = (struct pending_layer){.h = h, .n_tok = n_tok, .seq = seq};
+    if (graph_step && n_tok == 1) ce->prof.graph_layers++;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The prefill overlay
+
+bool cuda_cpu_experts_overlay_serves(const cuda_cpu_experts *ce, const ft_moe_params *p) {
+    return cuda_cpu_experts_serves(ce, p) && ce->n_buf > 0 &&
+           cuda_cpu_experts_overlay_takes(&ce->banks[0][p->layer], &ce->banks[1][p->layer], &ce->banks[2][p->layer]);
+}
+
+typedef struct stage_job {
+    uint8_t *dst;
+    const uint8_t *src;
+    size_t n;
+} stage_job;
+
+// Thread ith copies its share of the piece, in whole 4 KiB units.
+static void stage_worker(void *ctx, int ith, int nth) {
+    const stage_job *j = ctx;
+    int64_t units = (int64_t)((j->n + 4095) / 4096), u0, u1;
+    ft_pool_split(units, ith, nth, &u0, &u1);
+    size_t a = (size_t)u0 * 4096, b = FT_MIN((size_t)u1 * 4096, j->n);
+    if (a < b) memcpy(j->dst + a, j->src + a, b - a);
+}
+
+// Copies n bytes from the mapping at src to device memory at dst on the copy stream, piece by
+// piece through the staging ring: a slot is refilled once the copy that read it has run.
+static void stage_copy(cuda_cpu_experts *ce, uint8_t *dst, const uint8_t *src, size_t n) {
+    for (size_t off = 0; off < n; off += STAGE_BYTES) {
+        size_t piece = FT_MIN(STAGE_BYTES, n - off);
+        int r = ce->stage_next;
+        ce->stage_next = (r + 1) % STAGE_SLOTS;
+        if (ce->stage_used[r]) ft_cuda_event_sync(ce->stage_free[r]);
+        double t0 = ft_time_s();
+        stage_job j = {ce->stage[r], src + off, piece};
+        ft_pool_run(ce->stage_pool, stage_worker, &j);
+        ce->stage_s += ft_time_s() - t0;
+        ft_cuda_memcpy_h2d(dst + off, ce->stage[r], piece, ce->copy_stream);
+        ft_cuda_event_record(ce->stage_free[r], ce->copy_stream);
+        ce->stage_used[r] = true;
+    }
+}
+
+// Copies layer il's banks into buffer i on the copy stream, after the work that read the
+// buffer last (released[i]; a buffer never used has no record, so no wait).
+static void stream_in(cuda_cpu_experts *ce, int il, int i) {
+    ft_cuda_stream_wait_event(ce->copy_stream, ce->released[i]);
+    ft_cuda_cache_timer_start(&ce->timer[0], ce->copy_stream);
+    uint8_t *dst = ce->buf[i];
+    for (int b = 0; b < N_BANK; b++) {
+        const ft_tensor *t = &ce->banks[b][il];
+        stage_copy(ce, dst, t->data, bank_total(t));
+        ce->bytes_copied += bank_total(t);
+        dst += ce->bank_bytes[b];
+    }
+    ft_cuda_cache_timer_stop(&ce->timer[0], &ce->timer[1], ce->copy_stream);
+    ft_cuda_event_record(ce->copied[i], ce->copy_stream);
+    ce->buf_layer[i] = il;
+    ce->layers_copied++;
+}
+
+// The next layer after il that the overlay takes, wrapping around to the first (the next
+// step's); -1 if il is the only one.
+static int next_overlay_layer(const cuda_cpu_experts *ce, int il) {
+    for (int d = 1; d < ce->n_layer; d++) {
+        int j = (il + d) % ce->n_layer;
+        if (ft_tensor_present(&ce->routers[j]) &&
+            cuda_cpu_experts_overlay_takes(&ce->banks[0][j], &ce->banks[1][j], &ce->banks[2][j]))
+            return j;
+    }
+    return -1;
+}
+
+void cuda_cpu_experts_overlay_begin(cuda_cpu_experts *ce, const ft_moe_params *p, ft_cuda_stream *s,
+                                    ft_tensor views[3]) {
+    FT_ASSERT(cuda_cpu_experts_overlay_serves(ce, p));
+    // the staging below waits on the host for copies that wait for s
+    compute_pending(ce);
+    int il = p->layer;
+    // everything s enqueued so far includes the last overlay layer's experts: its buffer may
+    // be overwritten after that
+    if (ce->last_buf >= 0) ft_cuda_event_record(ce->released[ce->last_buf], s);
+    int i = -1;
+    for (int j = 0; j < ce->n_buf; j++)
+        if (ce->buf_layer[j] == il) i = j;
+    if (i < 0) {
+        i = ce->n_buf == 2 && ce->last_buf >= 0 ? 1 - ce->last_buf : 0;
+        stream_in(ce, il, i);
+    }
+    ft_cuda_stream_wait_event(s, ce->copied[i]);
+    ce->last_buf = i;
+    ce->layers_on_gpu++;
+    const ft_tensor *src[N_BANK] = {p->gate_exps, p->up_exps, p->down_exps};
+    uint8_t *at = ce->buf[i];
+    for (int b = 0; b < N_BANK; b++) {
+        FT_ASSERT(src[b]->type == ce->banks[b][il].type && src[b]->mat_bytes == ce->banks[b][il].mat_bytes);
+        views[b] = *src[b];
+        views[b].data = at;
+        views[b].placement = FT_PLACEMENT_CUDA;
+        at += ce->bank_bytes[b];
+    }
+}
+
+void cuda_cpu_experts_overlay_end(cuda_cpu_experts *ce) {
+    if (ce->n_buf != 2 || ce->last_buf < 0) return;
+    int i = ce->last_buf, next = next_overlay_layer(ce, ce->buf_layer[i]);
+    if (next >= 0 && ce->buf_layer[1 - i] != next) stream_in(ce, next, 1 - i);
 }

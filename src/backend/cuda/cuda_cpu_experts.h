@@ -2,23 +2,61 @@
 // layer are computed on the CPU from host memory (the model's mapping), everything else stays
 // on the GPU: what llama.cpp users do with `-ot exps=CPU`.
 //
-// Per MoE layer, on the CUDA backend's stream: the layer's input x (n_tok, n_embd) is copied
-// into a pinned host buffer, the CPU backend's moe_ffn (src/backend/cpu: routing and experts,
-// -t threads) writes y into another pinned buffer, and y is copied back. The router runs on
-// the CPU too, on the host copy of its weights (still in the file's mapping): then the layer
-// is exactly the CPU backend's op, and the meeting moves one row of n_embd floats each way
-// instead of the row plus the selections.
+// The meeting, per MoE layer (host_meeting.h): on the CUDA backend's stream an export kernel
+// copies the layer's input x (n_tok, n_embd) into mapped pinned memory and raises a flag
+// there; behind it the stream waits for a second flag (cuStreamWaitValue32, or a spinning
+// kernel where the driver lacks it) and an import kernel copies y back from mapped pinned
+// memory. moe_ffn only enqueues those two kernels and returns: the layer's CPU work is
+// done by the calling thread later, when the next MoE layer's moe_ffn (or a flush: the step's
+// end, a read) comes, after the architecture code has enqueued the ops in between. So the
+// host's launches of layer L + 1's attention overlap the GPU's work, the GPU runs them as
+// soon as y lands, and no event, callback or copy is waited for: the host spins on a flag in
+// its own memory and the GPU on one in mapped memory. The CPU work is the CPU backend's
+// moe_ffn (src/backend/cpu: routing and experts, -t threads, its pool kept hot between
+// layers). The router runs on the CPU too, on the host copy of its weights (still in the
+// file's mapping): then the layer is exactly the CPU backend's op, and the meeting moves one
+// row of n_embd floats each way instead of the row plus the selections.
+// FT_CPU_EXPERTS_MEETING=event selects the previous meeting for comparison: a copy of x, an
+// event the host waits on, the CPU op, a copy of y enqueued after it (nothing deferred);
+// FT_CPU_EXPERTS_MEETING=spin makes the import kernel spin even where the stream wait exists.
+// FT_CPU_EXPERTS_PROFILE=1 times the host's side of decode layers (waiting for x: in graph
+// steps the GPU's whole part between two layers; the CPU op; the host's own time between
+// layers) and prints it at free, with the meetings' round trips and the pool's wake-up
+// measured at init.
 //
-// The meeting costs no device-wide synchronisation: the calling thread waits on an event
-// recorded after x's copy (only this stream's work up to that point), computes, and enqueues
-// y's copy; the pinned buffers are reused in stream order (a layer's copy of x runs after the
-// previous layer's copy of y has read y's buffer). Steps with CPU experts are never captured
-// in a CUDA graph: with the meeting as a host node (cudaLaunchHostFunc) the Qwen3-30B-A3B
-// shape decoded at 8.4 tok/s against 46.2 tok/s direct on the H200 with 16 threads (likely the
-// driver's callback thread ran the CPU op while the pool's threads and the launching thread
-// competed for the cores), so the CUDA backend runs these steps directly.
+// Deadlock rule: the stream may wait (in an import kernel) for a layer the host has not
+// computed yet, so before anything that waits on the host for the stream the pending layer is
+// computed: cuda_cpu_experts_flush (the backend calls it in read, step_end and free, and the
+// overlay below calls it itself).
 //
-// Ownership: the backend that attached it frees it. Not thread-safe beyond the above.
+// CUDA graphs: a one-token step with CPU experts is captured and replayed like any other
+// (cuda_backend.c) with the flag meeting: its export and import kernels are in the graph (the
+// import spins: the stream wait's number would be frozen at capture; the kernels take the
+// number from the device's own count), moe_ffn only queues each layer's CPU work, and after
+// the graph's launch the backend's flush computes the queued layers in order, each as soon as
+// its x flag rises. The host then does nothing else between layers, and the GPU runs each
+// layer's other ops back to back from the graph. (The earlier meeting as a graph host node,
+// cudaLaunchHostFunc, decoded the Qwen3-30B-A3B shape at 8.4 tok/s against 46.2 direct; the
+// event meeting is never graphed.)
+//
+// Prefill on the GPU: a step of many tokens makes the CPU compute-bound, while the copy of a
+// layer's experts over PCIe is cheap beside it (Qwen3-30B-A3B: 324 MiB, ~7 ms at 50 GB/s), so
+// from the CUDA backend's grouped-GEMM threshold on (cuda_backend.c), a layer whose expert
+// types the grouped GEMM takes (cuda_cpu_experts_overlay_takes) runs on the GPU: its gate, up
+// and down tensors are copied whole from the mapping into a device overlay buffer, and the
+// backend's usual path (routing on the device, ft_cuda_moe_gemm) reads them there at their
+// native size, as for --moe-backend fused (bit-identical to it). Other layers (BF16 experts)
+// stay on the CPU path. The mapping is never page-locked (cudaHostRegister of the whole
+// Qwen3-30B file's 18 GB mapping made a benchmark time out): host threads (a pool of -t
+// threads of its own, asleep outside prefill) copy each piece of a layer into a ring of
+// pinned staging buffers, and the copy stream moves each piece to the device while the next
+// one is filled. Two device buffers (one with overlay_buffers 1): the next overlay layer is
+// staged as soon as the current one's work is enqueued (so the GPU computes while the host
+// stages); events keep a copy from overwriting a buffer before the work that reads it has run,
+// and the backend's stream from reading a buffer before its copy landed. The buffers remember which layer they hold (the mapping never
+// changes), so a layer still there from the last step is not copied again.
+//
+// Ownership: the backend that attached it frees it. One calling thread.
 #ifndef FT_CUDA_CPU_EXPERTS_H
 #define FT_CUDA_CPU_EXPERTS_H
 
@@ -34,19 +72,56 @@ typedef struct cuda_cpu_experts_params {
     int n_threads;               // CPU threads for the experts
     bool reference;              // the CPU's scalar reference path
     float *route_gap;            // the CUDA backend's min_route_gap: the CPU's routing gaps join it
+    // the prefill overlay: the expert banks' host descriptors (n_layer each, absent: not MoE)
+    const ft_tensor *gate_exps, *up_exps, *down_exps;
+    int overlay_buffers;         // 0: every layer on the CPU; 1: copy then compute; 2: double-buffered
 } cuda_cpu_experts_params;
 
-// A CPU backend reserved for lim (the CUDA backend's limits), and pinned buffers for one step's
-// input and output. Copies the router and bias descriptors (not their data).
+// Can a layer with these expert banks (host descriptors) run from the overlay? (Its types are
+// the grouped GEMM's, ft_cuda_moe_gemm_supported.)
+bool cuda_cpu_experts_overlay_takes(const ft_tensor *gate, const ft_tensor *up, const ft_tensor *down);
+
+// Device bytes of one overlay buffer for the layers described (n_layer each, as in the
+// params): per bank the largest layer it takes, 256-byte aligned. 0: it takes none.
+size_t cuda_cpu_experts_buffer_bytes(const ft_tensor *gate, const ft_tensor *up, const ft_tensor *down, int n_layer);
+
+// Pinned host bytes of the overlay's staging ring.
+size_t cuda_cpu_experts_staging_bytes(void);
+
+// A CPU backend reserved for lim (the CUDA backend's limits), mapped pinned buffers for one
+// step's input and output, and the overlay when asked. Copies the descriptors (not the data).
 cuda_cpu_experts *cuda_cpu_experts_init(const cuda_cpu_experts_params *p, const ft_backend_limits *lim);
-void cuda_cpu_experts_free(cuda_cpu_experts *ce); // NULL: no-op
+void cuda_cpu_experts_free(cuda_cpu_experts *ce); // NULL: no-op (flushes first)
 
 // Does it compute layer p->layer? (Its experts are in host memory and it has the layer's router.)
 bool cuda_cpu_experts_serves(const cuda_cpu_experts *ce, const ft_moe_params *p);
 
 // y (n_tok, n_embd), device memory = the routed experts' output for x (device memory), enqueued
-// on s as described at the top.
+// on s as described at the top; the CPU work itself is left pending until the next call (a
+// direct step) or the flush (a graph step: graph_step, with s the capturing stream, or NULL
+// when a replay enqueues nothing). p's tensors must stay valid until then.
 void cuda_cpu_experts_moe_ffn(cuda_cpu_experts *ce, const ft_moe_params *p, const float *x, float *y, int n_tok,
-                              ft_cuda_stream *s);
+                              bool graph_step, ft_cuda_stream *s);
+
+// May steps with CPU experts be captured in CUDA graphs? (Not with the event meeting.)
+bool cuda_cpu_experts_graphable(const cuda_cpu_experts *ce);
+
+// Computes the pending layers, if any (each waits for its input on the stream first). Call
+// before waiting on the host for the stream, and after launching a graph step. NULL: no-op.
+void cuda_cpu_experts_flush(cuda_cpu_experts *ce);
+
+// Does layer p->layer run from the overlay (when its step is large enough for the grouped GEMM)?
+bool cuda_cpu_experts_overlay_serves(const cuda_cpu_experts *ce, const ft_moe_params *p);
+
+// Brings layer p->layer's expert banks into an overlay buffer (unless it holds them) and makes
+// s wait for them; views[0], [1], [2] become device descriptors of p's gate, up and down there
+// (placement CUDA, native mat_bytes), valid for the work s enqueues until the next call.
+// Flushes first. Asserts cuda_cpu_experts_overlay_serves.
+void cuda_cpu_experts_overlay_begin(cuda_cpu_experts *ce, const ft_moe_params *p, ft_cuda_stream *s,
+                                    ft_tensor views[3]);
+
+// After the layer's work on the views is enqueued: stages the next overlay layer into the other
+// buffer (double-buffered only), so its copy overlaps this layer's work on the GPU.
+void cuda_cpu_experts_overlay_end(cuda_cpu_experts *ce);
 
 #endif

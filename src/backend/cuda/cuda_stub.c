@@ -69,6 +69,9 @@ ft_backend *ft_backend_cuda_init(int dev, ft_err *err) {
 size_t ft_backend_cuda_scratch_bytes(const ft_backend_limits *lim) { (void)lim; return 0; }
 void ft_backend_cuda_set_graph_max_tok(ft_backend *be, int n) { (void)be; (void)n; FT_CUDA_STUB_ABORT(); }
 void ft_backend_cuda_attach_cpu_experts(ft_backend *be, const cuda_cpu_experts_params *p) { (void)be; (void)p; FT_CUDA_STUB_ABORT(); }
+bool cuda_cpu_experts_overlay_takes(const ft_tensor *g, const ft_tensor *u, const ft_tensor *d) { (void)g; (void)u; (void)d; return false; }
+size_t cuda_cpu_experts_buffer_bytes(const ft_tensor *g, const ft_tensor *u, const ft_tensor *d, int n) { (void)g; (void)u; (void)d; (void)n; return 0; }
+size_t cuda_cpu_experts_staging_bytes(void) { return 0; }
 
 bool ft_cuda_gemm_supported(uint32_t type) { (void)type; return false; }
 void ft_cuda_gemm(const ft_cuda_gemm_params *p, ft_cuda_stream *s) { (void)p; (void)s; FT_CUDA_STUB_ABORT(); }

@@ -97,12 +97,14 @@ __global__ void cache_lookup_kernel(ft_cuda_cache_lookup_params p) {
     if (tid == 0) {
         *p.clock = t;
         *p.n_copies = k;
-        p.stats[FT_CACHE_STAT_SELECTIONS] += (uint64_t)p.n;
-        p.stats[FT_CACHE_STAT_HITS] += (uint64_t)(p.n - k);
-        p.stats[FT_CACHE_STAT_MISSES] += (uint64_t)k;
-        p.stats[FT_CACHE_STAT_BYTES] += (uint64_t)k * p.copy_bytes;
-        p.stats[FT_CACHE_STAT_COPY_BYTES_DECODE] += (uint64_t)k * p.copy_bytes;
-        p.stats[FT_CACHE_STAT_STEPS] += 1;
+        if (p.stats) { // NULL: telemetry off
+            p.stats[FT_CACHE_STAT_SELECTIONS] += (uint64_t)p.n;
+            p.stats[FT_CACHE_STAT_HITS] += (uint64_t)(p.n - k);
+            p.stats[FT_CACHE_STAT_MISSES] += (uint64_t)k;
+            p.stats[FT_CACHE_STAT_BYTES] += (uint64_t)k * p.copy_bytes;
+            p.stats[FT_CACHE_STAT_COPY_BYTES_DECODE] += (uint64_t)k * p.copy_bytes;
+            p.stats[FT_CACHE_STAT_STEPS] += 1;
+        }
         p.copy_span[0] = ~0ull;
         p.copy_span[1] = 0;
         p.copy_span[2] = 0;
@@ -138,7 +140,7 @@ template <typename W>
 __global__ void __launch_bounds__(COPY_THREADS) cache_copy_kernel(ft_cuda_cache_copy_params p) {
     __shared__ int s_k;
     if (threadIdx.x == 0) {
-        atomicMin((unsigned long long *)&p.copy_span[0], (unsigned long long)device_clock_ns());
+        if (p.copy_ns) atomicMin((unsigned long long *)&p.copy_span[0], (unsigned long long)device_clock_ns());
         s_k = *p.n_copies;
     }
     __syncthreads();
@@ -165,6 +167,7 @@ __global__ void __launch_bounds__(COPY_THREADS) cache_copy_kernel(ft_cuda_cache_
         for (int r = 0; r < COPY_UNROLL; r++)
             if (dst[r]) *dst[r] = v[r];
     }
+    if (!p.copy_ns) return; // telemetry off: no timing
     __syncthreads();
     if (threadIdx.x == 0) {
         atomicMax((unsigned long long *)&p.copy_span[1], (unsigned long long)device_clock_ns());

@@ -27,7 +27,7 @@ typedef struct ft_cuda_cache_lookup_params {
     int32_t *copy_expert;      // (n) out: the copies, in order
     int32_t *copy_slot;        // (n)
     int32_t *n_copies;         // (1) out
-    uint64_t *stats;           // (FT_CACHE_STAT_COUNT) the layer's counters
+    uint64_t *stats;           // (FT_CACHE_STAT_COUNT) the layer's counters, or NULL (telemetry off)
     uint64_t copy_bytes;       // bytes one copy moves (the layer's native expert bytes)
     uint64_t *copy_span;       // (3) reset here for the copy kernel's timing
 } ft_cuda_cache_lookup_params;
@@ -43,7 +43,7 @@ typedef struct ft_cuda_cache_copy_params {
     uint8_t *dst[3];           // the pool's view in each bank's arena
     uint64_t stride[3];
     uint64_t *copy_span;       // (3) start, end, blocks done
-    uint64_t *copy_ns;         // the layer's FT_CACHE_STAT_COPY_NS counter
+    uint64_t *copy_ns;         // the layer's FT_CACHE_STAT_COPY_NS counter, or NULL (not timed)
 } ft_cuda_cache_copy_params;
 // CTAs of the copy kernel (0: 2 per SM).
 void ft_cuda_cache_copy(const ft_cuda_cache_copy_params *p, int n_ctas, ft_cuda_stream *s);

@@ -17,6 +17,7 @@ typedef struct pool_dev {
 } pool_dev;
 
 struct ft_offload {
+    bool telemetry;            // FT_MOE_TELEMETRY is not "0": counters and copy timing kept
     moe_geometry g;            // copy of the model's geometry
     moe_expert_banks *hb;      // owned; in mapped page-locked memory
     const uint8_t *hb_dev;     // device address of hb->block
@@ -254,6 +255,10 @@ ft_offload *ft_offload_init(const moe_geometry *g, moe_expert_banks *hb, const f
         return NULL;
     }
     ft_cuda_memset(o->stats, 0, (size_t)o->g.n_layers * FT_CACHE_STAT_COUNT * sizeof(uint64_t), NULL);
+    const char *tel = getenv("FT_MOE_TELEMETRY");
+    o->telemetry = !(tel && !strcmp(tel, "0"));
+    if (!o->telemetry)
+        fprintf(stderr, "offload: telemetry off (FT_MOE_TELEMETRY=0): the cache's counters and copy times stay at 0\n");
     o->copy_stream = ft_cuda_stream_init();
     for (int i = 0; i < 2; i++) {
         o->ev_copied[i] = ft_cuda_event_init_sync_only();
@@ -384,7 +389,7 @@ static void stream_in(ft_offload *o, int block, int buf) {
     const moe_host_layer *hl = &o->hb->layers[li];
     ft_cuda_stream *cs = o->copy_stream;
     ft_cuda_stream_wait_event(cs, o->ev_done[buf]);
-    ft_cuda_cache_timer_start(&o->timer[buf], cs);
+    if (o->telemetry) ft_cuda_cache_timer_start(&o->timer[buf], cs);
     uint64_t bytes = 0;
     for (int b = 0; b < MOE_BANK_COUNT; b++) {
         const moe_expert_bank *k = &hl->bank[b];
@@ -393,9 +398,11 @@ static void stream_in(ft_offload *o, int block, int buf) {
         bytes += k->expert_bytes * (uint64_t)hl->n_expert;
     }
     uint64_t *st = o->stats + (size_t)li * FT_CACHE_STAT_COUNT;
-    ft_cuda_cache_timer_stop(&o->timer[buf], &st[FT_CACHE_STAT_COPY_NS], cs);
-    ft_cuda_cache_add(&st[FT_CACHE_STAT_BYTES], bytes, cs);
-    ft_cuda_cache_add(&st[FT_CACHE_STAT_PREFILL_LAYERS], 1, cs);
+    if (o->telemetry) {
+        ft_cuda_cache_timer_stop(&o->timer[buf], &st[FT_CACHE_STAT_COPY_NS], cs);
+        ft_cuda_cache_add(&st[FT_CACHE_STAT_BYTES], bytes, cs);
+        ft_cuda_cache_add(&st[FT_CACHE_STAT_PREFILL_LAYERS], 1, cs);
+    }
     ft_cuda_event_record(o->ev_copied[buf], cs);
     o->ov_layer[buf] = block;
 }
@@ -456,12 +463,12 @@ static void cache_step(ft_offload *o, int block, const int32_t *sel, int n, ft_c
         .sel = sel, .n = n, .slots = o->slots, .map = o->map + o->map_base[block],
         .slot_expert = o->pools[pool].slot_expert, .stamp = o->pools[pool].stamp, .clock = o->clock + pool,
         .first = first, .n_own = n_own, .copy_expert = o->copy_expert, .copy_slot = o->copy_slot,
-        .n_copies = o->n_copies, .stats = st, .copy_bytes = copy_bytes, .copy_span = o->span,
+        .n_copies = o->n_copies, .stats = o->telemetry ? st : NULL, .copy_bytes = copy_bytes, .copy_span = o->span,
     };
     ft_cuda_cache_lookup(&lp, s);
     ft_cuda_cache_copy_params cp = {
         .n_copies = o->n_copies, .copy_expert = o->copy_expert, .copy_slot = o->copy_slot,
-        .copy_span = o->span, .copy_ns = &st[FT_CACHE_STAT_COPY_NS],
+        .copy_span = o->span, .copy_ns = o->telemetry ? &st[FT_CACHE_STAT_COPY_NS] : NULL,
     };
     const moe_host_layer *hl = &o->hb->layers[li];
     for (int b = 0; b < MOE_BANK_COUNT; b++) {

@@ -73,6 +73,8 @@ uint64_t ft_offload_generation(const ft_offload *o);
 // ---------------------------------------------------------------------------------------------
 // Telemetry: cumulative counters since init (a rebuild keeps them); a caller diffs two
 // snapshots for a request. Reading waits for the device (never call it inside a step).
+// FT_MOE_TELEMETRY=0 (read at init) turns them off, to measure what they cost: the lookup
+// writes no counters, the copies are not timed, and every counter stays 0.
 
 typedef struct ft_offload_counts {
     uint64_t selections, hits, misses;

@@ -1,0 +1,123 @@
+// host_meeting.cu: export and import kernels of a host meeting, and the stream wait (see
+// host_meeting.h).
+#include "cuda_common.cuh"
+#include "host_meeting.h"
+
+#include <cuda.h> // the driver API's types only: cuStreamWaitValue32 comes through the runtime's
+                  // entry-point query, so nothing links libcuda
+
+#define MEETING_THREADS 256
+#define MEETING_MAX_CTAS 64
+
+// CTAs for n floats: one float4 per thread per pass, at most MEETING_MAX_CTAS (a decode row of
+// 2048 floats takes 2; large prefill steps loop).
+static int meeting_ctas(size_t n) {
+    size_t per = (size_t)MEETING_THREADS * 4;
+    size_t c = (n + per - 1) / per;
+    return c < 1 ? 1 : c > MEETING_MAX_CTAS ? MEETING_MAX_CTAS : (int)c;
+}
+
+__device__ __forceinline__ uint32_t load_acquire_sys(const uint32_t *p) {
+    uint32_t v;
+    asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+
+__device__ __forceinline__ void store_release_sys(uint32_t *p, uint32_t v) {
+    asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+// Steps: 1. copy (float4 body, scalar tail by the first threads); 2. each thread fences its
+// writes to the system, the CTA meets, its thread 0 counts the CTA done; 3. the last CTA
+// resets the counter, advances the sequence and publishes it (a release store: the host sees
+// the data first).
+__global__ void __launch_bounds__(MEETING_THREADS)
+    meeting_export_kernel(const float *x, float *xh, size_t n, uint32_t *flag, uint32_t *seq, uint32_t *counter) {
+    size_t n4 = n / 4, stride = (size_t)gridDim.x * blockDim.x, i0 = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    bool aligned = ((uintptr_t)x % 16 == 0) && ((uintptr_t)xh % 16 == 0);
+    if (aligned) {
+        for (size_t i = i0; i < n4; i += stride) ((float4 *)xh)[i] = ((const float4 *)x)[i];
+        for (size_t i = 4 * n4 + i0; i < n; i += stride) xh[i] = x[i];
+    } else {
+        for (size_t i = i0; i < n; i += stride) xh[i] = x[i];
+    }
+    __threadfence_system();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        uint32_t done = atomicAdd(counter, 1u);
+        if (done == gridDim.x - 1) {
+            *counter = 0;
+            uint32_t next = *seq + 1;
+            *seq = next;
+            __threadfence_system();
+            store_release_sys(flag, next);
+        }
+    }
+}
+
+// Steps: 1. thread 0 of each CTA spins on the flag (acquire, system scope) until it reaches the
+// sequence the export before it published, unless flag is NULL (the stream already waited);
+// 2. the CTA meets; 3. it copies its share with cache-bypassing loads (__ldcv).
+__global__ void __launch_bounds__(MEETING_THREADS)
+    meeting_import_kernel(const float *yh, float *y, size_t n, const uint32_t *flag, const uint32_t *seq) {
+    if (flag && threadIdx.x == 0) {
+        const uint32_t want = *seq;
+        while ((int32_t)(load_acquire_sys(flag) - want) < 0) {
+        }
+    }
+    __syncthreads();
+    size_t n4 = n / 4, stride = (size_t)gridDim.x * blockDim.x, i0 = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    bool aligned = ((uintptr_t)y % 16 == 0) && ((uintptr_t)yh % 16 == 0);
+    if (aligned) {
+        for (size_t i = i0; i < n4; i += stride) ((float4 *)y)[i] = __ldcv((const float4 *)yh + i);
+        for (size_t i = 4 * n4 + i0; i < n; i += stride) y[i] = __ldcv(yh + i);
+    } else {
+        for (size_t i = i0; i < n; i += stride) y[i] = __ldcv(yh + i);
+    }
+}
+
+extern "C" void ft_cuda_meeting_export(const float *x, float *x_host, size_t n, uint32_t *flag, uint32_t *seq,
+                                       uint32_t *counter, ft_cuda_stream *s) {
+    meeting_export_kernel<<<meeting_ctas(n), MEETING_THREADS, 0, ft_cuda_stream_handle(s)>>>(x, x_host, n, flag, seq,
+                                                                                             counter);
+    CUDA_CHECK_LAUNCH();
+}
+
+typedef CUresult (*wait_value32_fn)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
+
+// cuStreamWaitValue32 of the driver (the V2 stream memory operations, on by default since
+// CUDA 11.7), or NULL where the driver does not give it; asked once.
+static wait_value32_fn wait_value32(void) {
+    static wait_value32_fn fn;
+    static bool asked;
+    if (!asked) {
+        asked = true;
+        void *p = NULL;
+        cudaDriverEntryPointQueryResult q;
+        if (cudaGetDriverEntryPointByVersion("cuStreamWaitValue32", &p, 12000, cudaEnableDefault, &q) == cudaSuccess &&
+            q == cudaDriverEntryPointSuccess)
+            fn = (wait_value32_fn)p;
+        else
+            (void)cudaGetLastError();
+    }
+    return fn;
+}
+
+extern "C" bool ft_cuda_meeting_stream_wait_available(void) { return wait_value32() != NULL; }
+
+extern "C" void ft_cuda_meeting_import(const float *y_host, float *y, size_t n, const uint32_t *flag,
+                                       const uint32_t *seq, bool stream_wait, uint32_t wait_seq, ft_cuda_stream *s) {
+    if (stream_wait) {
+        wait_value32_fn wait = wait_value32();
+        FT_CUDA_ASSERT(wait);
+        CUresult r = wait((CUstream)ft_cuda_stream_handle(s), (CUdeviceptr)(uintptr_t)flag, wait_seq,
+                          CU_STREAM_WAIT_VALUE_GEQ);
+        if (r != CUDA_SUCCESS) {
+            fprintf(stderr, "%s:%d: cuStreamWaitValue32 failed (CUresult %d)\n", __FILE__, __LINE__, (int)r);
+            abort();
+        }
+        flag = NULL;
+    }
+    meeting_import_kernel<<<meeting_ctas(n), MEETING_THREADS, 0, ft_cuda_stream_handle(s)>>>(y_host, y, n, flag, seq);
+    CUDA_CHECK_LAUNCH();
+}
