@@ -9,10 +9,13 @@
 //     kernels, whose summation order differs from the prefill GEMM's), which must match within
 //     CONF_TOL, and the first evaluation must still be within 2 CONF_TOL;
 //   - the arg-max agrees unless the reference's two best are within CONF_TOL of each other, or
-//     ft's choice is within 2 CONF_TOL of the reference's best in the reference's own top 10;
+//     ft's choice is within 2 CONF_TOL of the reference's best in the reference's own top 10
+//     and ft's other order (the prompt one token per step) picks the reference's best;
 //   - greedy tokens agree step by step up to the first such near-tie (the probabilities along
 //     the way are reported but not bounded: they drift with sequence length, see the .c); a
-//     swap with the reference's second within 2 CONF_TOL ends the comparison like a near-tie.
+//     swap with the reference's second within 2 CONF_TOL, which ft's other order (the prompt
+//     one token per step, then the greedy tokens so far) does not make, ends the comparison
+//     like a near-tie.
 // Why order matters: both engines pick a dot product's summation order by the batch's shape
 // (ft: AMX GEMMs in the scalar reference's order for prefill chunks, AVX lanes per row;
 // llama.cpp: its own choices), and both requantize (q8_0/q8_K activations before each matmul,
@@ -21,7 +24,7 @@
 // qwen2moe_kv_q8_0's 9-token prompt (0.014 with the GEMM, 0.00000 row by row, and the opposite
 // way with an f16 cache on its 40-token prompt). Each probability within CONF_TOL allows two
 // tokens within 2 CONF_TOL of each other to swap; a difference larger than that, or one that
-// the other order does not explain, still fails. The worst difference returned is the first
+// ft's other order also shows (a bug common to both, not their order), still fails. The worst difference returned is the first
 // evaluation's.
 #ifndef FT_TEST_CONFORMANCE_H
 #define FT_TEST_CONFORMANCE_H
