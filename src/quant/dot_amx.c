@@ -174,6 +174,7 @@ enum { GEMM_TILE_MIN_TOKENS = 4, EXACT_PREFETCH = 2048 };
 
 // fp16 to float with F16C: exact, so equal to ft_fp16_to_fp32.
 static inline AVX2_TARGET float fp16_f16c(ft_half h) { return _cvtsh_ss(h); }
+#define AMX_TARGET_F16C __attribute__((target("amx-tile,amx-int8,avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
 
 // Sum of the 8 int32 lanes (exact).
 static inline AVX2_TARGET int32_t hsum_i32(__m256i v) {
@@ -214,7 +215,9 @@ static inline void k4_scales_mins(const uint8_t s[12], uint8_t sc[8], uint8_t mn
     memcpy(mn, w + 2, 8);
 }
 
-static AVX2_TARGET float dot_exact_q4_K(int64_t n, const block_q4_K *x, const block_q8_K *y) {
+// AVX-512BW: per 32 bytes of qs, a 512-bit vector of its low nibbles then its high ones, which
+// is sub-blocks 2c and 2c + 1 in element order, against 64 activation codes in one step.
+static AMX_TARGET_F16C float dot_exact_q4_K(int64_t n, const block_q4_K *x, const block_q8_K *y) {
     const __m256i m15 = _mm256_set1_epi8(0x0f);
     const __m128i dup = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
     float sum = 0;
@@ -223,23 +226,22 @@ static AVX2_TARGET float dot_exact_q4_K(int64_t n, const block_q4_K *x, const bl
             _mm_prefetch((const char *)(x + b) + EXACT_PREFETCH + o, _MM_HINT_T0);
         uint8_t sc[8], mn[8];
         k4_scales_mins(x[b].scales, sc, mn);
-        // sub-blocks 2c and 2c + 1: the low and high nibbles of qs[32c .. 32c + 31]; each pair
-        // sum of codes (at most 2 * 15 * 127) times its scale (at most 63), two to an int32
-        __m256i acc = _mm256_setzero_si256();
+        // each pair sum of codes (at most 2 * 15 * 127) times its scale (at most 63), two to an int32
+        __m512i acc = _mm512_setzero_si512();
         for (int c = 0; c < 4; c++) {
             __m256i q = _mm256_loadu_si256((const __m256i *)(x[b].qs + 32 * c));
-            __m256i lo = _mm256_and_si256(q, m15), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m15);
-            __m256i ylo = _mm256_loadu_si256((const __m256i *)(y[b].qs + 64 * c));
-            __m256i yhi = _mm256_loadu_si256((const __m256i *)(y[b].qs + 64 * c + 32));
-            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(lo, ylo), _mm256_set1_epi16(sc[2 * c])));
-            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(hi, yhi), _mm256_set1_epi16(sc[2 * c + 1])));
+            __m512i codes = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(q, m15)),
+                                               _mm256_and_si256(_mm256_srli_epi16(q, 4), m15), 1);
+            __m512i scale = _mm512_inserti64x4(_mm512_set1_epi16(sc[2 * c]), _mm256_set1_epi16(sc[2 * c + 1]), 1);
+            __m512i p = _mm512_maddubs_epi16(codes, _mm512_loadu_si512(y[b].qs + 64 * c));
+            acc = _mm512_add_epi32(acc, _mm512_madd_epi16(p, scale));
         }
         // the min term: min_j times the two code sums of sub-block j (each at most 16 * 127)
         __m128i m8;
         memcpy(&m8, mn, 8);
         __m256i mins16 = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(m8, dup));
         __m256i bs = _mm256_loadu_si256((const __m256i *)y[b].bsums);
-        int32_t isum = hsum_i32(acc), msum = hsum_i32(_mm256_madd_epi16(mins16, bs));
+        int32_t isum = _mm512_reduce_add_epi32(acc), msum = hsum_i32(_mm256_madd_epi16(mins16, bs));
         sum += (y[b].d * fp16_f16c(x[b].d)) * (float)isum - (y[b].d * fp16_f16c(x[b].dmin)) * (float)msum;
     }
     return sum;
