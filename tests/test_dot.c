@@ -459,7 +459,7 @@ TEST(dot_gemm_vs_ref) {
     for (size_t i = 0; i < FT_ARRAY_LEN(g_cases); i++) {
         const dot_case *c = &g_cases[i];
         const ft_quant_ops *q = ft_quant_ops_find(c->type);
-        // every GEMM this CPU can run, dispatched or not (q8_0's is opt-in)
+        // every GEMM this CPU can run, dispatched or not (FT_AMX=0)
         ft_vec_dot_tile_fn gemm = c->type == FT_TYPE_Q8_0 ? ft_gemm_q8_0_amx
                                   : c->type == FT_TYPE_Q4_K ? ft_gemm_q4_K_amx
                                   : c->type == FT_TYPE_BF16 && ft_amx_has_bf16() ? ft_gemm_bf16_amx
