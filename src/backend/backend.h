@@ -180,7 +180,9 @@ struct ft_backend {
     // row's result must depend only on its own sequence's chunk, never on how many rows the
     // call holds or which other rows share an expert; prompts cut at the same chunk boundaries
     // then give the same bits alone or batched (batch.h). For one sequence's step, NULL is the
-    // same rule. A backend whose kernels sum every row alike whatever the batch ignores it.
+    // same rule. The CUDA backend ignores it (its kernels choose by the call's shape, and
+    // batch.h promises bit-identity on the CPU only); so does the CPU backend it keeps for
+    // --moe-backend cpu experts, which is not handed the field.
     const bool *row_gemm;
 };
 
