@@ -368,7 +368,7 @@ static void bench_gemm(const char *filter) {
     for (size_t i = 0; i < FT_ARRAY_LEN(types); i++) {
         if (filter && !strstr(ft_type_name(types[i]), filter)) continue;
         const ft_quant_ops *ops = ft_quant_ops_find(types[i]);
-        // the GEMMs are opt-in (ops.c): timed whether dispatched or not
+        // FT_AMX=0 turns the GEMMs off (ops.c): timed whether dispatched or not
         ft_vec_dot_tile_fn gemm = types[i] == FT_TYPE_Q8_0   ? ft_gemm_q8_0_amx
                                   : types[i] == FT_TYPE_Q4_K ? ft_gemm_q4_K_amx
                                   : ft_amx_has_bf16()        ? ft_gemm_bf16_amx

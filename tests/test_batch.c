@@ -2,15 +2,18 @@
 // steps, their prompts cut into prefill chunks that share steps with the others' decode
 // tokens, are decoded greedily in one batch engine and compared with each sequence alone on a
 // one-sequence engine (ft_engine, the path `ft run` takes) with the same chunk size: on the
-// CPU every op computes each row on its own, so the logits of every step must be
-// bit-identical, and so the greedy tokens (the near-tie rule of issue 6 then holds trivially;
-// tests/server/load.mjs checks that rule where bits may differ).
+// CPU every op computes each row on its own, with the kernel its own chunk picks (prefill
+// chunks of FT_GEMM_MIN_COLS tokens or more the GEMM, AMX where the CPU has it; decode tokens
+// and shorter chunks the per-row kernels, whatever else shares the step or an expert), so the
+// logits of every step must be bit-identical, and so the greedy tokens (the near-tie rule of
+// issue 6 then holds trivially; tests/server/load.mjs checks that rule where bits may differ).
 //
 // Run on the demo model (q8_0 cache; and an f16 cache with prompts over 64 tokens, where
 // attention's path depends on the chunk length, so cutting prompts the same way matters) and
 // on synthetic models of the other architectures: qwen2moe's biases and gated shared expert;
 // laguna's sliding window, YaRN and dense lead layers, with a q8_0 cache whose Hadamard
-// rotation runs per segment.
+// rotation runs per segment; and laguna with bf16 experts (AMX-BF16's GEMM) and prompts whose
+// last chunk is shorter than FT_GEMM_MIN_COLS.
 #include "test.h"
 #include "batch_sim.h"
 #include "../src/engine/batch.h"
@@ -103,8 +106,8 @@ static void batch_case(const char *label, const ft_synth_params *sp, int chunk, 
         n_identical += g == N_GEN;
     }
     printf("    %s: %d requests on %d sequences, chunk %d (prompts in up to %d chunks): %d/%d bit-identical to the "
-           "request alone over %d steps\n",
-           label, N_REQ, N_SEQ, chunk, max_chunks, n_identical, N_REQ, N_GEN);
+           "request alone over %d steps (prefill GEMMs on AMX: %s)\n",
+           label, N_REQ, N_SEQ, chunk, max_chunks, n_identical, N_REQ, N_GEN, ft_quant_amx() ? "yes" : "no");
 done:
     for (int r = 0; r < N_REQ; r++) free(rq[r].logits);
     free(alone);
@@ -137,6 +140,13 @@ TEST(batch_matches_alone) {
     sp.n_swa = 8;
     sp.yarn_factor = 4;
     batch_case("laguna swa", &sp, 12, FT_TYPE_Q8_0, lens);
+
+    // q4_K experts in layer 1, bf16 in 2 and 3; last chunks of 2, 3, 2 and 1 tokens take the per-row kernels
+    static const int short_tail_lens[N_REQ] = {38, 2, 27, 50, 7};
+    sp.n_expert_types = 3; // (layer 0 is dense)
+    sp.expert_types[1] = FT_TYPE_Q4_K;
+    sp.expert_types[2] = FT_TYPE_BF16;
+    batch_case("laguna bf16 experts", &sp, 12, FT_TYPE_F16, short_tail_lens);
 }
 
 // Errors come back before anything runs: the sequence keeps its position; closing frees it.

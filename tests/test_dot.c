@@ -427,39 +427,39 @@ TEST(dot_tile_matvec_rows) {
 // products to the bit (exact integer block sums, the reference's float steps in its order);
 // bf16 within n * 2^-24 * S of the reference's double sum (S = sum |x_i y_i|: float sums, one
 // rounding per 32-element step, each within 2^-24 of a partial sum bounded by S, with a factor
-// 2 to spare). For weight-row and token counts on both sides of the 16 x 16 tile and of bf16's
-// pairs of tiles (tails of both), rows of 1 to 45 blocks (bf16: 32 to 1440 elements, and one
+// 2 to spare). Each output also equals, to the bit, the same output of the largest call: it
+// depends on its own rows only (a prefill chunk's token that its expert shares with none takes
+// the GEMM alone). For weight-row and token counts from 1, on both sides of the 16 x 16 tile
+// and of bf16's pairs of tiles (tails of both), rows of 1 to 45 blocks (bf16: 32 to 1440 elements, and one
 // of 48 that is not a multiple of the 32-element step), saturated activations, and an output
 // stride whose gaps must stay untouched.
 
 TEST(dot_gemm_vs_ref) {
     const char *force = getenv("FT_SIMD");
     bool forced_off = force && (!strcmp(force, "scalar") || !strcmp(force, "avx2") || !strcmp(force, "avx512"));
-    const char *q8 = getenv("FT_AMX_Q8_0");
-    bool want_q8 = q8 && !strcmp(q8, "1");
     for (size_t i = 0; i < FT_ARRAY_LEN(g_cases); i++) {
         const ft_quant_ops *q = ft_quant_ops_find(g_cases[i].type);
-        // only q4_K, bf16 (with AMX-BF16) and q8_0 (when asked) have one, and only with AMX,
-        // which FT_SIMD can turn off
+        // only q8_0, q4_K and bf16 (with AMX-BF16) have one, and only with AMX, which FT_AMX=0
+        // and FT_SIMD can turn off
         enum ft_type t = g_cases[i].type;
-        bool want = ft_quant_amx() && (t == FT_TYPE_Q4_K || (t == FT_TYPE_Q8_0 && want_q8) ||
-                                       (t == FT_TYPE_BF16 && ft_amx_has_bf16()));
+        bool want = ft_quant_amx() && (t == FT_TYPE_Q4_K || t == FT_TYPE_Q8_0 || (t == FT_TYPE_BF16 && ft_amx_has_bf16()));
         CHECK((q->gemm != NULL) == want, "%s gemm", ft_type_name(t));
     }
     const char *amx = getenv("FT_AMX");
-    CHECK(!((forced_off || !(amx && !strcmp(amx, "1"))) && ft_quant_amx()), "FT_SIMD=%s FT_AMX=%s: AMX on", force, amx);
-    // the kernels are tested wherever the CPU runs them, dispatched or not (opt-in)
+    bool amx_off = amx && !strcmp(amx, "0");
+    CHECK(!((forced_off || amx_off) && ft_quant_amx()), "FT_SIMD=%s FT_AMX=%s: AMX on", force, amx);
+    // the kernels are tested wherever the CPU runs them, dispatched or not (FT_AMX=0)
     if (forced_off || !cpu_has_avx2() || !__builtin_cpu_supports("avx512bw") || !ft_amx_init()) {
         test_skip("no AMX-INT8 and AVX-512BW on this CPU (or FT_SIMD turned them off)");
         return;
     }
     enum { MAX_NR = 37, MAX_NC = 70, LS = MAX_NR + 3 };
-    const int nrs[] = {1, 5, 16, 17, MAX_NR}, ncs[] = {FT_GEMM_MIN_COLS, 7, 16, 19, 35, MAX_NC};
-    float *s = malloc(sizeof(float) * MAX_NC * LS);
+    const int nrs[] = {MAX_NR, 1, 5, 16, 17}, ncs[] = {MAX_NC, 1, 2, 3, 7, 16, 19, 35};
+    float *s = malloc(sizeof(float) * MAX_NC * LS), *whole = malloc(sizeof(float) * MAX_NC * LS);
     for (size_t i = 0; i < FT_ARRAY_LEN(g_cases); i++) {
         const dot_case *c = &g_cases[i];
         const ft_quant_ops *q = ft_quant_ops_find(c->type);
-        // every GEMM this CPU can run, dispatched or not (q8_0's is opt-in)
+        // every GEMM this CPU can run, dispatched or not (FT_AMX=0)
         ft_vec_dot_tile_fn gemm = c->type == FT_TYPE_Q8_0 ? ft_gemm_q8_0_amx
                                   : c->type == FT_TYPE_Q4_K ? ft_gemm_q4_K_amx
                                   : c->type == FT_TYPE_BF16 && ft_amx_has_bf16() ? ft_gemm_bf16_amx
@@ -481,7 +481,10 @@ TEST(dot_gemm_vs_ref) {
                     int nr = nrs[a], nc = ncs[b];
                     for (int e = 0; e < MAX_NC * LS; e++) s[e] = NAN;
                     gemm(n, x, bx, nr, y, by, nc, s, LS);
-                    int bad = 0;
+                    // the first call (every row) is what each smaller one must repeat to the bit:
+                    // an output depends on its own rows only, not on the call's others
+                    if (a == 0 && b == 0) memcpy(whole, s, sizeof(float) * MAX_NC * LS);
+                    int bad = 0, moved = 0;
                     for (int col = 0; col < MAX_NC; col++)
                         for (int r = 0; r < LS; r++) {
                             float got = s[col * LS + r];
@@ -489,6 +492,7 @@ TEST(dot_gemm_vs_ref) {
                                 bad += !isnan(got);
                                 continue;
                             }
+                            moved += memcmp(&got, &whole[col * LS + r], sizeof(float)) != 0;
                             float ref = q->vec_dot_ref(n, x + r * bx, y + col * by);
                             double tol = 0;
                             if (bf16) {
@@ -503,6 +507,8 @@ TEST(dot_gemm_vs_ref) {
                         }
                     CHECK(bad == 0, "%s n=%lld nr=%d nc=%d: %d outputs wrong or outside the tile",
                           ft_type_name(c->type), (long long)n, nr, nc, bad);
+                    CHECK(moved == 0, "%s n=%lld nr=%d nc=%d: %d outputs differ from the same rows' in a call of %d x %d",
+                          ft_type_name(c->type), (long long)n, nr, nc, moved, MAX_NR, MAX_NC);
                 }
             free(x);
             free(y);
@@ -511,6 +517,7 @@ TEST(dot_gemm_vs_ref) {
         }
     }
     free(s);
+    free(whole);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -167,6 +167,28 @@ struct ft_backend {
     // since the caller last set it to INFINITY. A gap near 0 means the routing could go either
     // way under rounding: a diagnostic for comparisons with another implementation.
     float min_route_gap;
+    // Which kernel each row of the row-wise ops takes (matmul, ffn, moe_ffn, sigmoid_gate_add:
+    // row r of their n_tok rows), set by the caller before the ops it concerns (the batch
+    // engine: once per step, then again for the logits) and valid until it changes it.
+    // row_gemm[r] true: the row may take a GEMM kernel (the CPU's AMX tiles), false: it takes the
+    // per-row kernels (the CPU's vec_dot tile and matrix-vector kernels). NULL: every row of a
+    // call is classed by the call's own row count, n_tok >= FT_GEMM_MIN_COLS.
+    //   The rule callers follow: a row takes the GEMM exactly when it belongs to a sequence's
+    // chunk of FT_GEMM_MIN_COLS tokens or more in this step (a prefill chunk); a decode row,
+    // and a logits row (a sequence's last), never does. Why: a GEMM may sum in another order
+    // than the per-row kernels (AMX in the scalar reference's, the AVX kernels per lane), so a
+    // row's result must depend only on its own sequence's chunk, never on how many rows the
+    // call holds or which other rows share an expert; prompts cut at the same chunk boundaries
+    // then give the same bits alone or batched (batch.h). For one sequence's step, NULL is the
+    // same rule. The CUDA backend ignores it (its kernels choose by the call's shape, and
+    // batch.h promises bit-identity on the CPU only); so does the CPU backend it keeps for
+    // --moe-backend cpu experts, which is not handed the field.
+    const bool *row_gemm;
 };
+
+// Does row r of a row-wise op over n_tok rows take a GEMM kernel (see ft_backend.row_gemm)?
+static inline bool ft_backend_row_gemm(const ft_backend *be, int r, int n_tok) {
+    return be->row_gemm ? be->row_gemm[r] : n_tok >= FT_GEMM_MIN_COLS;
+}
 
 #endif

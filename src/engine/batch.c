@@ -22,6 +22,7 @@ struct ft_batch {
     int n_open;
     int32_t *tok;         // (max_tok) the step's tokens, host memory
     ft_segment *seg;      // (n_seq) the step's segments
+    bool *row_gemm;       // (max_tok) the kernel class of each row (ft_backend.row_gemm)
     int *out_row;         // (n_seq) row of each item's logits in logits, -1: none
     float *logits_dev;    // (n_seq, n_vocab) backend buffer
     float *logits;        // (n_seq, n_vocab) host copy
@@ -136,6 +137,7 @@ ft_batch *ft_batch_init(const ft_model *m, const ft_engine_params *params, ft_er
     for (int i = 0; i < p.n_seq; i++) b->pos[i] = -1;
     b->tok = ft_malloc((size_t)b->max_tok * sizeof(int32_t));
     b->seg = ft_malloc((size_t)p.n_seq * sizeof(ft_segment));
+    b->row_gemm = ft_malloc((size_t)b->max_tok * sizeof(bool));
     b->out_row = ft_malloc((size_t)p.n_seq * sizeof(int));
     for (int i = 0; i < p.n_seq; i++) b->out_row[i] = -1;
     b->logits_dev = be->ops->alloc(be, (size_t)p.n_seq * (size_t)hp->n_vocab);
@@ -150,6 +152,7 @@ void ft_batch_free(ft_batch *b) {
     free(b->pos);
     free(b->tok);
     free(b->seg);
+    free(b->row_gemm);
     free(b->out_row);
     free(b->logits);
     free(b);
@@ -211,8 +214,11 @@ bool ft_batch_step(ft_batch *b, const ft_batch_item *items, int n_items, ft_err 
         memcpy(b->tok + rows, it->tokens, (size_t)it->n_tok * sizeof(int32_t));
         b->seg[i] = (ft_segment){.kv = ft_kv_pool_cache(b->pool, it->seq), .pos0 = b->pos[it->seq], .row0 = rows,
                                  .n_tok = it->n_tok};
+        // a row's kernels follow its own chunk, not what else the step holds
+        for (int t = 0; t < it->n_tok; t++) b->row_gemm[rows + t] = it->n_tok >= FT_GEMM_MIN_COLS;
         rows += it->n_tok;
     }
+    be->row_gemm = b->row_gemm;
     f->n_tok = rows;
     f->seg = b->seg;
     f->n_seg = n_items;
@@ -235,8 +241,11 @@ bool ft_batch_step(ft_batch *b, const ft_batch_item *items, int n_items, ft_err 
                           hp->rms_eps);
         b->out_row[i] = n_out++;
     }
+    // each logits row is one sequence's last: the per-row kernels, as for a sequence alone
+    for (int r = 0; r < n_out; r++) b->row_gemm[r] = false;
     if (n_out > 0) be->ops->matmul(be, &m->output, f->xn, b->logits_dev, n_out);
     if (bracket) be->ops->step_end(be);
+    be->row_gemm = NULL;
     if (n_out > 0) be->ops->read(be, b->logits_dev, b->logits, (size_t)n_out * (size_t)hp->n_vocab);
     return true;
 }

@@ -10,9 +10,11 @@
 // segments). Logits are computed only for the items that ask for them (the last row of the
 // item), gathered and projected in one matmul.
 //
-// On the CPU every op computes each row on its own, so a sequence's logits are bit-identical
-// whether it runs alone or alongside others, as long as its prompt is cut into the same
-// chunks (attention may take another path for a longer chunk): callers that cut prompts at
+// On the CPU every op computes each row on its own, and a row's kernel (the GEMM or the per-row
+// kernels) follows the length of its own sequence's chunk in the step, never the step's row
+// count (ft_backend.row_gemm), so a sequence's logits are bit-identical whether it runs alone
+// or alongside others, as long as its prompt is cut into the same chunks (attention may also
+// take another path for a longer chunk): callers that cut prompts at
 // multiples of ft_batch_chunk, as ft_engine_eval does, get the same bits batched or alone
 // (tests/test_batch.c checks it).
 //

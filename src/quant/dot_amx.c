@@ -18,6 +18,7 @@
 //      reference's float steps in its order, sum += (dx * dy) * float(isum) (q4_K: minus the
 //      min term), 16 tokens to a 512-bit register and one register per weight row;
 //   4. the 16 x 16 sums written transposed into s (token-major), only the valid ones.
+// Fewer than GEMM_TILE_MIN_TOKENS tokens skip the tiles (see "Few tokens" below).
 // The integer sums are exact and the float steps are the reference's, so every output equals
 // ft_vec_dot_<type>_ref to the bit (not the AVX2 kernels, whose float order is per lane).
 //
@@ -157,6 +158,96 @@ static inline AMX_TARGET void store_block(const __m512 acc[TILE_M], float *s, si
 }
 
 // ---------------------------------------------------------------------------------------------
+// Few tokens: the reference's order without tiles
+//
+// A tile costs the same for 1 token as for 16 (the weights are copied or unpacked per 16 rows
+// whatever the token count), so for fewer than GEMM_TILE_MIN_TOKENS tokens the GEMM computes each
+// (weight row, token) on its own: the same exact integer sums per block with AVX2, then the
+// reference's float steps in its order, so the bits are the tiles' (and ft_vec_dot_<type>_ref's)
+// whatever the count. Prefill chunks give their experts any number of tokens, 1 included.
+
+// EXACT_PREFETCH: how far ahead the weight loads are asked for (bytes; as dot_avx2.c's kernels:
+// rows stream from memory, and the next row follows on from this one).
+enum { GEMM_TILE_MIN_TOKENS = 4, EXACT_PREFETCH = 2048 };
+
+#define AVX2_TARGET __attribute__((target("avx2,fma,f16c")))
+
+// fp16 to float with F16C: exact, so equal to ft_fp16_to_fp32.
+static inline AVX2_TARGET float fp16_f16c(ft_half h) { return _cvtsh_ss(h); }
+#define AMX_TARGET_F16C __attribute__((target("amx-tile,amx-int8,avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
+
+// Sum of the 8 int32 lanes (exact).
+static inline AVX2_TARGET int32_t hsum_i32(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+    return _mm_cvtsi128_si32(s);
+}
+
+// sum_k x[k] * y[k] over 32 signed codes (activations never hold -128: see dot_avx2.c).
+static inline AVX2_TARGET __m256i dot32_i8(const int8_t *x, const int8_t *y) {
+    __m256i vx = _mm256_loadu_si256((const __m256i *)x), vy = _mm256_loadu_si256((const __m256i *)y);
+    __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(vx, vx), _mm256_sign_epi8(vy, vx));
+    return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+}
+
+static AVX2_TARGET float dot_exact_q8_0(int64_t n, const block_q8_0 *x, const block_q8_0 *y) {
+    float sum = 0;
+    for (int64_t b = 0; b < n / QK8_0; b++) {
+        _mm_prefetch((const char *)(x + b) + EXACT_PREFETCH, _MM_HINT_T0);
+        int32_t isum = hsum_i32(dot32_i8(x[b].qs, y[b].qs));
+        sum += (fp16_f16c(x[b].d) * fp16_f16c(y[b].d)) * (float)isum;
+    }
+    return sum;
+}
+
+// The 8 scales (sc) and 8 mins (mn) of a q4_K super-block: ft_k4_scale_min for all sub-blocks
+// at once, four bytes to a 32-bit word (words a, b, c of the 12 bytes: sub-block j < 4 takes
+// the low 6 bits of a and b; j >= 4 the nibbles of c and the top 2 bits of a and b).
+static inline void k4_scales_mins(const uint8_t s[12], uint8_t sc[8], uint8_t mn[8]) {
+    uint32_t a, b, c;
+    memcpy(&a, s, 4);
+    memcpy(&b, s + 4, 4);
+    memcpy(&c, s + 8, 4);
+    uint32_t w[4] = {a & 0x3f3f3f3fu, (c & 0x0f0f0f0fu) | ((a >> 6) & 0x03030303u) << 4, b & 0x3f3f3f3fu,
+                     ((c >> 4) & 0x0f0f0f0fu) | ((b >> 6) & 0x03030303u) << 4};
+    memcpy(sc, w, 8);
+    memcpy(mn, w + 2, 8);
+}
+
+// AVX-512BW: per 32 bytes of qs, a 512-bit vector of its low nibbles then its high ones, which
+// is sub-blocks 2c and 2c + 1 in element order, against 64 activation codes in one step.
+static AMX_TARGET_F16C float dot_exact_q4_K(int64_t n, const block_q4_K *x, const block_q8_K *y) {
+    const __m256i m15 = _mm256_set1_epi8(0x0f);
+    const __m128i dup = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    float sum = 0;
+    for (int64_t b = 0; b < n / QK_K; b++) {
+        for (int o = 0; o < (int)sizeof(block_q4_K); o += 64)
+            _mm_prefetch((const char *)(x + b) + EXACT_PREFETCH + o, _MM_HINT_T0);
+        uint8_t sc[8], mn[8];
+        k4_scales_mins(x[b].scales, sc, mn);
+        // each pair sum of codes (at most 2 * 15 * 127) times its scale (at most 63), two to an int32
+        __m512i acc = _mm512_setzero_si512();
+        for (int c = 0; c < 4; c++) {
+            __m256i q = _mm256_loadu_si256((const __m256i *)(x[b].qs + 32 * c));
+            __m512i codes = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(q, m15)),
+                                               _mm256_and_si256(_mm256_srli_epi16(q, 4), m15), 1);
+            __m512i scale = _mm512_inserti64x4(_mm512_set1_epi16(sc[2 * c]), _mm256_set1_epi16(sc[2 * c + 1]), 1);
+            __m512i p = _mm512_maddubs_epi16(codes, _mm512_loadu_si512(y[b].qs + 64 * c));
+            acc = _mm512_add_epi32(acc, _mm512_madd_epi16(p, scale));
+        }
+        // the min term: min_j times the two code sums of sub-block j (each at most 16 * 127)
+        __m128i m8;
+        memcpy(&m8, mn, 8);
+        __m256i mins16 = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(m8, dup));
+        __m256i bs = _mm256_loadu_si256((const __m256i *)y[b].bsums);
+        int32_t isum = _mm512_reduce_add_epi32(acc), msum = hsum_i32(_mm256_madd_epi16(mins16, bs));
+        sum += (y[b].d * fp16_f16c(x[b].d)) * (float)isum - (y[b].d * fp16_f16c(x[b].dmin)) * (float)msum;
+    }
+    return sum;
+}
+
+// ---------------------------------------------------------------------------------------------
 // q8_0 x q8_0
 
 // acc[m] += (dx[m] * dy) * float(C[m]) for the 16 weight rows: the reference's steps, per token.
@@ -172,6 +263,13 @@ q8_0_block_sums(__m512 acc[TILE_M], const int32_t *c, const float *dx, __m512 dy
 
 AMX_TARGET void ft_gemm_q8_0_amx(int64_t n, const void *x, size_t bx, int nr, const void *y, size_t by,
                                  int nc, float *s, size_t ls) {
+    if (nc < GEMM_TILE_MIN_TOKENS) {
+        for (int r = 0; r < nr; r++) // each weight row read once, from cache for the next tokens
+            for (int c = 0; c < nc; c++)
+                s[(size_t)c * ls + r] = dot_exact_q8_0(n, (const block_q8_0 *)((const uint8_t *)x + (size_t)r * bx),
+                                                       (const block_q8_0 *)((const uint8_t *)y + (size_t)c * by));
+        return;
+    }
     const int64_t nb = n / QK8_0;
     const int nt = (nc + TILE_N - 1) / TILE_N;
     uint8_t *p = scratch_get((size_t)nt * nb * (B_TILE_BYTES + TILE_N * 4) + (size_t)nb * (TILE_M * TILE_K + TILE_M * 4) +
@@ -322,6 +420,13 @@ static inline AMX_TARGET void unpack_q4_K(uint8_t *dst, const uint8_t *qs) {
 
 AMX_TARGET void ft_gemm_q4_K_amx(int64_t n, const void *x, size_t bx, int nr, const void *y, size_t by,
                                  int nc, float *s, size_t ls) {
+    if (nc < GEMM_TILE_MIN_TOKENS) {
+        for (int r = 0; r < nr; r++) // each weight row read once, from cache for the next tokens
+            for (int c = 0; c < nc; c++)
+                s[(size_t)c * ls + r] = dot_exact_q4_K(n, (const block_q4_K *)((const uint8_t *)x + (size_t)r * bx),
+                                                       (const block_q8_K *)((const uint8_t *)y + (size_t)c * by));
+        return;
+    }
     const int64_t nb = n / QK_K;
     const int nt = (nc + TILE_N - 1) / TILE_N;
     const size_t b_super = SUB_BLOCKS * B_TILE_BYTES; // B tiles of one (token tile, super-block)

@@ -92,19 +92,18 @@ static void ops_init(void) {
     g_ops[FT_TYPE_Q4_K].vec_dot_tile = ft_vec_dot_tile_q4_K_avx512;
     g_ops[FT_TYPE_Q8_0].vec_dot_tile = ft_vec_dot_tile_q8_0_avx512;
     if (__builtin_cpu_supports("avx512vnni")) g_ops[FT_TYPE_Q8_0].vec_dot_tile = ft_vec_dot_tile_q8_0_vnni;
-    // Prefill's GEMMs on AMX tiles, only where asked (FT_AMX=1; FT_SIMD=avx512 or avx2 also
-    // keep them off): they are not bit-identical to the AVX kernels that decode's single rows
-    // take (they sum in the scalar reference's order), so a sequence's results would depend on
-    // what it is batched with, and the server's batched-vs-alone test (server_load) sees a
-    // routing flip diverge. q8_0's also needs FT_AMX_Q8_0=1: its whole-block sums flip a
-    // near-tie in two kv_q8_0 conformance tests (the scalar reference flips one of them too).
-    const char *amx = getenv("FT_AMX"), *q8 = getenv("FT_AMX_Q8_0");
-    if (!(amx && strcmp(amx, "1") == 0) || (force && strcmp(force, "avx512") == 0)) return;
+    // Prefill's GEMMs on AMX tiles where the CPU and OS have them (FT_AMX=0 keeps them off, as
+    // FT_SIMD=avx512 or avx2 do). They are not bit-identical to the AVX kernels (they sum in
+    // the scalar reference's order, those per lane), so which rows take them is a function of
+    // each row's own sequence chunk, never of a call's row count (backend.h, ft_backend.row_gemm):
+    // a sequence computes the same bits alone or batched.
+    const char *amx = getenv("FT_AMX");
+    if ((amx && strcmp(amx, "0") == 0) || (force && strcmp(force, "avx512") == 0)) return;
     if (!ft_amx_init()) return;
     g_amx = true;
     g_ops[FT_TYPE_Q4_K].gemm = ft_gemm_q4_K_amx;
     if (ft_amx_has_bf16()) g_ops[FT_TYPE_BF16].gemm = ft_gemm_bf16_amx;
-    if (q8 && strcmp(q8, "1") == 0) g_ops[FT_TYPE_Q8_0].gemm = ft_gemm_q8_0_amx;
+    g_ops[FT_TYPE_Q8_0].gemm = ft_gemm_q8_0_amx;
 }
 
 const ft_quant_ops *ft_quant_ops_find(enum ft_type type) {

@@ -103,9 +103,10 @@ typedef struct ft_quant_ops {
     ft_vec_dot_tile_fn vec_dot_tile; // vec_dot over a tile on this CPU; NULL: loop over vec_dot
     // Prefill's GEMM on this CPU (AMX tiles), the tile contract but equal to vec_dot_ref to the
     // bit rather than to vec_dot (integer formats; bf16 sums in float: within
-    // n * 2^-24 * sum |x_i y_i| of vec_dot_ref); for FT_GEMM_MIN_COLS activation rows or more,
-    // and best given many weight rows per call (it packs the activations once per call). NULL:
-    // vec_dot_tile.
+    // n * 2^-24 * sum |x_i y_i| of vec_dot_ref). Any nr, nc >= 1; each output depends only on
+    // its own weight and activation rows, never on the others of the call. For the rows of
+    // prefill chunks (see FT_GEMM_MIN_COLS), best given many weight rows per call (it packs
+    // the activations once per call). NULL: vec_dot_tile.
     ft_vec_dot_tile_fn gemm;
 } ft_quant_ops;
 
@@ -119,13 +120,15 @@ const ft_quant_ops *ft_quant_ops_find(enum ft_type type);
 // tests and benchmarks).
 const char *ft_quant_simd_name(void);
 
-// True where prefill's GEMMs run on AMX tiles (ft_quant_ops.gemm: q4_K, bf16 with AMX-BF16,
-// q8_0 only with FT_AMX_Q8_0=1): FT_AMX=1 asks for them, the CPU has AMX-INT8 and AVX-512BW,
-// the OS grants the tile state, and FT_SIMD does not force avx2, avx512 or scalar. Off by
-// default: they are not bit-identical to decode's kernels, so results would depend on batching.
+// True where prefill's GEMMs run on AMX tiles (ft_quant_ops.gemm: q8_0, q4_K, and bf16 with
+// AMX-BF16): the CPU has AMX-INT8 and AVX-512BW, the OS grants the tile state, FT_AMX=0 does
+// not turn them off and FT_SIMD does not force avx2, avx512 or scalar. They are not
+// bit-identical to the per-row kernels, so callers choose them per row by the row's own
+// sequence chunk (backend.h, ft_backend.row_gemm), never by a call's row count.
 bool ft_quant_amx(void);
 
-// Activation rows from which a type's gemm beats its vec_dot_tile.
+// A sequence's chunk of this many tokens or more takes its type's gemm (ft_backend.row_gemm):
+// from here it beats vec_dot_tile.
 #define FT_GEMM_MIN_COLS 4
 
 // Fills dst with a row of n random but valid values of type t (n a multiple of the block size):

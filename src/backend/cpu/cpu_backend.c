@@ -27,16 +27,15 @@ static void dot_tile_by_rows(ft_vec_dot_fn dot, int64_t n, const uint8_t *w, siz
         for (int r = 0; r < nr; r++) y[(size_t)c * ldy + r] = dot(n, w + (size_t)r * w_row, x + (size_t)c * x_row);
 }
 
-bool cpu_dot_gemm(const cpu_backend *c, enum ft_type wtype, int nc) {
-    const ft_quant_ops *q = ft_quant_ops_find(wtype);
-    return !c->base.reference && q->gemm && nc >= FT_GEMM_MIN_COLS;
+bool cpu_has_gemm(const cpu_backend *c, enum ft_type wtype) {
+    return !c->base.reference && ft_quant_ops_find(wtype)->gemm;
 }
 
-void cpu_dot_tile(const cpu_backend *c, enum ft_type wtype, int64_t n, const uint8_t *w, size_t w_row,
+void cpu_dot_tile(const cpu_backend *c, enum ft_type wtype, bool gemm, int64_t n, const uint8_t *w, size_t w_row,
                   int nr, const uint8_t *x, size_t x_row, int nc, float *y, size_t ldy) {
     const ft_quant_ops *q = ft_quant_ops_find(wtype);
     FT_ASSERT(q && q->vec_dot);
-    if (cpu_dot_gemm(c, wtype, nc))
+    if (gemm && cpu_has_gemm(c, wtype))
         q->gemm(n, w, w_row, nr, x, x_row, nc, y, ldy);
     else if (!c->base.reference && q->vec_dot_tile)
         q->vec_dot_tile(n, w, w_row, nr, x, x_row, nc, y, ldy);
@@ -88,6 +87,7 @@ static void cpu_reserve(ft_backend *be, const ft_backend_limits *lim) {
     c->grp_tok = ft_malloc(rows * sizeof(int32_t));
     c->grp_of = ft_malloc(rows * sizeof(int32_t));
     c->exp_off = ft_malloc(((size_t)ne + 1) * sizeof(int32_t));
+    c->exp_gemm = ft_malloc((size_t)ne * sizeof(int32_t));
     c->active = ft_malloc((size_t)ne * sizeof(int32_t));
     c->h_gate = ft_malloc(rows * (size_t)lim->max_width * sizeof(float));
     c->h_up = ft_malloc(rows * (size_t)lim->max_width * sizeof(float));
@@ -110,6 +110,7 @@ static void cpu_free(ft_backend *be) {
     free(c->grp_tok);
     free(c->grp_of);
     free(c->exp_off);
+    free(c->exp_gemm);
     free(c->active);
     free(c->h_gate);
     free(c->h_up);
@@ -149,6 +150,7 @@ void cpu_quantize_rows(cpu_backend *c, enum ft_type vdt, const float *x, int64_t
 typedef struct {
     const cpu_backend *c;
     enum ft_type wtype;
+    bool has_gemm;       // the weight type has a GEMM on this CPU
     const uint8_t *w;
     size_t w_row;
     int64_t n_in, n_out;
@@ -158,25 +160,46 @@ typedef struct {
     int n_rows;
 } mm_job;
 
+// Does activation row r take the GEMM (ft_backend.row_gemm's rule)?
+static bool mm_row_gemm(const mm_job *j, int r) {
+    return j->has_gemm && ft_backend_row_gemm(&j->c->base, r, j->n_rows);
+}
+
+// The end of the run of rows from r0 that take the same kernel as r0.
+static int mm_run_end(const mm_job *j, int r0) {
+    bool g = mm_row_gemm(j, r0);
+    int r1 = r0 + 1;
+    while (r1 < j->n_rows && mm_row_gemm(j, r1) == g) r1++;
+    return r1;
+}
+
+// Thread ith computes its share of the weight rows for every activation row: first each run of
+// GEMM rows with the whole share at once (the GEMM packs its activations once per call), then
+// the other rows in blocks of 16 weight rows that stay in cache while each such run passes
+// over them.
 static void mm_worker(void *ctx, int ith, int nth) {
     mm_job *j = ctx;
     int64_t o0, o1;
     ft_pool_split(j->n_out, ith, nth, &o0, &o1);
-    // A block of weight rows stays in cache while every activation row passes over it (the
-    // GEMM takes the whole share at once: it packs the activations once per call).
-    const int64_t block = cpu_dot_gemm(j->c, j->wtype, j->n_rows) ? o1 - o0 : 16;
-    for (int64_t ob = o0; ob < o1; ob += block) {
-        int nr = (int)FT_MIN(block, o1 - ob);
-        cpu_dot_tile(j->c, j->wtype, j->n_in, j->w + (size_t)ob * j->w_row, j->w_row, nr, j->xq, j->xq_row,
-                     j->n_rows, j->y + ob, (size_t)j->n_out);
+    if (o0 >= o1) return;
+    if (j->has_gemm)
+        for (int r0 = 0, r1; r0 < j->n_rows; r0 = r1) {
+            r1 = mm_run_end(j, r0);
+            if (mm_row_gemm(j, r0))
+                cpu_dot_tile(j->c, j->wtype, true, j->n_in, j->w + (size_t)o0 * j->w_row, j->w_row, (int)(o1 - o0),
+                             j->xq + (size_t)r0 * j->xq_row, j->xq_row, r1 - r0, j->y + (size_t)r0 * j->n_out + o0,
+                             (size_t)j->n_out);
+        }
+    for (int64_t ob = o0; ob < o1; ob += 16) {
+        int nr = (int)FT_MIN(16, o1 - ob);
+        for (int r0 = 0, r1; r0 < j->n_rows; r0 = r1) {
+            r1 = mm_run_end(j, r0);
+            if (!mm_row_gemm(j, r0))
+                cpu_dot_tile(j->c, j->wtype, false, j->n_in, j->w + (size_t)ob * j->w_row, j->w_row, nr,
+                             j->xq + (size_t)r0 * j->xq_row, j->xq_row, r1 - r0, j->y + (size_t)r0 * j->n_out + ob,
+                             (size_t)j->n_out);
+        }
     }
-}
-
-void cpu_matmul_q(cpu_backend *c, enum ft_type wtype, const uint8_t *w, size_t w_row,
-                  int64_t n_in, int64_t n_out, const uint8_t *xq, size_t xq_row, float *y,
-                  int n_rows) {
-    mm_job j = {c, wtype, w, w_row, n_in, n_out, xq, xq_row, y, n_rows};
-    cpu_run(c, mm_worker, &j);
 }
 
 static void cpu_matmul(ft_backend *be, const ft_tensor *w, const float *x, float *y, int n_tok) {
@@ -185,7 +208,9 @@ static void cpu_matmul(ft_backend *be, const ft_tensor *w, const float *x, float
     FT_ASSERT(w->placement == FT_PLACEMENT_CPU);
     enum ft_type vdt = ft_quant_ops_find(w->type)->vec_dot_type;
     cpu_quantize_rows(c, vdt, x, w->ne[0], n_tok, c->xq, c->xq_row);
-    cpu_matmul_q(c, w->type, w->data, w->row_bytes, w->ne[0], w->ne[1], c->xq, c->xq_row, y, n_tok);
+    mm_job j = {c, w->type, cpu_has_gemm(c, w->type), w->data, w->row_bytes, w->ne[0], w->ne[1], c->xq, c->xq_row,
+                y, n_tok};
+    cpu_run(c, mm_worker, &j);
 }
 
 // ---------------------------------------------------------------------------------------------

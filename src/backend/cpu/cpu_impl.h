@@ -29,6 +29,7 @@ typedef struct cpu_backend {
     int32_t *grp_tok;   // (max_tok * n_used) token of each grouped row
     int32_t *grp_of;    // (max_tok * n_used) grouped row of (token, slot)
     int32_t *exp_off;   // (n_expert + 1) first grouped row of each expert
+    int32_t *exp_gemm;  // (n_expert) grouped rows of each expert, from its first, that take the GEMM
     int32_t *active;    // (n_expert) experts with at least one token, ascending
     float *h_gate, *h_up; // (max_tok * n_used, max_width)
     float *h_out;       // (max_tok * n_used, max_width)
@@ -47,14 +48,17 @@ void cpu_run(cpu_backend *c, ft_pool_fn fn, void *ctx);
 // The dot product to use for a weight type (reference or fastest).
 ft_vec_dot_fn cpu_vec_dot(const cpu_backend *c, enum ft_type type);
 
-// True where cpu_dot_tile takes the weight type's GEMM for nc activation rows: then a call
-// should carry as many weight rows as the caller has (the activations are packed per call).
-bool cpu_dot_gemm(const cpu_backend *c, enum ft_type wtype, int nc);
+// True where the weight type has a GEMM on this CPU (quant.h's ft_quant_ops.gemm; never on the
+// reference path). Which rows take it is ft_backend.row_gemm's rule; a call should then carry
+// as many weight rows as the caller has (the GEMM packs its activations once per call).
+bool cpu_has_gemm(const cpu_backend *c, enum ft_type wtype);
 
 // y[c * ldy + r] = dot(w row r, x row c) for r < nr weight rows (w_row bytes apart) and c < nc
-// activation rows (x_row bytes apart, in the weight type's vec_dot_type): the type's GEMM
-// (cpu_dot_gemm), its tile kernel, or a loop over its dot product (always on the reference path).
-void cpu_dot_tile(const cpu_backend *c, enum ft_type wtype, int64_t n, const uint8_t *w, size_t w_row,
+// activation rows (x_row bytes apart, in the weight type's vec_dot_type): with gemm, the type's
+// GEMM where it has one (cpu_has_gemm); else its tile kernel, or a loop over its dot product
+// (always on the reference path). Each output depends only on its own weight and activation
+// rows and on gemm, never on nr or nc.
+void cpu_dot_tile(const cpu_backend *c, enum ft_type wtype, bool gemm, int64_t n, const uint8_t *w, size_t w_row,
                   int nr, const uint8_t *x, size_t x_row, int nc, float *y, size_t ldy);
 
 // Quantizes one activation row of n floats to vdt as llama.cpp's CPU backend does.
@@ -63,12 +67,6 @@ void cpu_quantize_row(enum ft_type vdt, const float *x, void *y, int64_t n);
 // Quantizes n_rows rows of n floats to type vdt (rows dst_stride bytes apart), in parallel.
 void cpu_quantize_rows(cpu_backend *c, enum ft_type vdt, const float *x, int64_t n, int n_rows,
                        uint8_t *dst, size_t dst_stride);
-
-// y[r][o] = dot(w row o, xq row r) for o in [0, n_out), r in [0, n_rows): the matmul core,
-// on already-quantized activations. Rows of w are w_row bytes apart.
-void cpu_matmul_q(cpu_backend *c, enum ft_type wtype, const uint8_t *w, size_t w_row,
-                  int64_t n_in, int64_t n_out, const uint8_t *xq, size_t xq_row, float *y,
-                  int n_rows);
 
 // True where the AVX2 kernels (cpu_*_avx2.c, quant's _avx2 dots) may run on this CPU.
 static inline bool cpu_has_avx2(void) { return ft_quant_simd_name()[0] == 'a'; }

@@ -8,7 +8,9 @@
 //      are read once for all its tokens and unselected experts are never touched;
 //   3. gate and up for every active expert's rows over the pool, SiLU(gate) * up,
 //      quantize to the down bank's vec_dot_type, down over the pool; each expert's weights
-//      meet all its tokens in tiles (cpu_dot_tile), the work split by token-rows;
+//      meet all its tokens in tiles (cpu_dot_tile), the work split by token-rows; the tokens
+//      of a prefill chunk take the GEMM and the others the tile kernels (ft_backend.row_gemm),
+//      so a token's result never depends on how many others its expert got;
 //   4. per token, the weighted sum over its slots in slot order (as llama.cpp adds them).
 #include "cpu_impl.h"
 
@@ -82,23 +84,30 @@ static void route(cpu_backend *c, const ft_moe_params *p, int n_tok) {
 }
 
 // Counting sort of (token, slot) pairs by expert into exp_off / grp_tok / grp_of / active.
+// Within an expert the tokens that take the GEMM (ft_backend.row_gemm) come first, exp_gemm[e]
+// of them, then the others, each part in token order.
 static int group(cpu_backend *c, const ft_moe_params *p, int n_tok) {
     int ne = p->n_expert, k = p->n_expert_used;
     memset(c->exp_off, 0, ((size_t)ne + 1) * sizeof(int32_t));
+    memset(c->exp_gemm, 0, (size_t)ne * sizeof(int32_t));
     for (int i = 0; i < n_tok * k; i++) c->exp_off[c->sel[i] + 1]++;
     for (int e = 0; e < ne; e++) c->exp_off[e + 1] += c->exp_off[e];
     int n_active = 0;
     for (int e = 0; e < ne; e++)
         if (c->exp_off[e + 1] > c->exp_off[e]) c->active[n_active++] = e;
-    // fill in token order so each expert's rows are ascending in token
     int32_t cursor[1024];
     FT_ASSERT(ne <= (int)FT_ARRAY_LEN(cursor));
     memcpy(cursor, c->exp_off, (size_t)ne * sizeof(int32_t));
-    for (int t = 0; t < n_tok; t++)
-        for (int j = 0; j < k; j++) {
-            int e = c->sel[t * k + j], g = cursor[e]++;
-            c->grp_tok[g] = t;
-            c->grp_of[t * k + j] = g;
+    for (int pass = 0; pass < 2; pass++) // the GEMM's tokens, then the others
+        for (int t = 0; t < n_tok; t++) {
+            bool gemm = ft_backend_row_gemm(&c->base, t, n_tok);
+            if (gemm != (pass == 0)) continue;
+            for (int j = 0; j < k; j++) {
+                int e = c->sel[t * k + j], g = cursor[e]++;
+                c->grp_tok[g] = t;
+                c->grp_of[t * k + j] = g;
+                c->exp_gemm[e] += gemm;
+            }
         }
     return n_active;
 }
@@ -117,7 +126,8 @@ typedef struct {
 
 // The work of the active experts' rows, (expert, row) in order, each row weighing its
 // expert's token count, is split into nth contiguous shares of about equal weight; thread
-// ith computes its share in blocks of rows, each block a tile over the expert's tokens.
+// ith computes its share: the expert's GEMM tokens (exp_gemm) over all of the share's rows in
+// one call, the others in blocks of rows, each block a tile over those tokens.
 static void exp_worker(void *ctx, int ith, int nth) {
     exp_job *j = ctx;
     cpu_backend *c = j->c;
@@ -133,14 +143,19 @@ static void exp_worker(void *ctx, int ith, int nth) {
             for (int b = 0; b < j->n_banks; b++) {
                 const ft_tensor *w = j->w[b];
                 const uint8_t *we = (const uint8_t *)w->data + (size_t)e * w->mat_bytes;
-                // 16 rows per tile, or all of them for the GEMM (it packs the tokens per call)
-                const int64_t block = cpu_dot_gemm(c, w->type, cnt) ? o1 - o0 : 16;
-                for (int64_t ob = o0; ob < o1; ob += block) {
-                    int nr = (int)FT_MIN(block, o1 - ob);
-                    cpu_dot_tile(c, w->type, j->n_in, we + (size_t)ob * w->row_bytes, w->row_bytes, nr,
-                                 j->xq[b] + (size_t)g0 * c->xq_row, c->xq_row, cnt,
-                                 j->y[b] + (size_t)g0 * j->n_out + ob, (size_t)j->n_out);
-                }
+                const uint8_t *xq = j->xq[b] + (size_t)g0 * c->xq_row;
+                float *y = j->y[b] + (size_t)g0 * j->n_out;
+                // the GEMM's tokens with all of the share's rows at once (it packs its tokens
+                // per call), whatever their count; the others in tiles of 16 rows
+                int ng = cpu_has_gemm(c, w->type) ? c->exp_gemm[e] : 0;
+                if (ng > 0 && o1 > o0)
+                    cpu_dot_tile(c, w->type, true, j->n_in, we + (size_t)o0 * w->row_bytes, w->row_bytes,
+                                 (int)(o1 - o0), xq, c->xq_row, ng, y + o0, (size_t)j->n_out);
+                if (ng < cnt)
+                    for (int64_t ob = o0; ob < o1; ob += 16)
+                        cpu_dot_tile(c, w->type, false, j->n_in, we + (size_t)ob * w->row_bytes, w->row_bytes,
+                                     (int)FT_MIN(16, o1 - ob), xq + (size_t)ng * c->xq_row, c->xq_row, cnt - ng,
+                                     y + (size_t)ng * j->n_out + ob, (size_t)j->n_out);
             }
         }
         seen += span;
