@@ -186,9 +186,10 @@ struct ft_backend {
     const bool *row_gemm;
 };
 
-// Does row r of a row-wise op over n_tok rows take a GEMM kernel (see ft_backend.row_gemm)?
-static inline bool ft_backend_row_gemm(const ft_backend *be, int r, int n_tok) {
-    return be->row_gemm ? be->row_gemm[r] : n_tok >= FT_GEMM_MIN_COLS;
+// Does row r of a row-wise op over n_tok rows take a GEMM kernel, given a backend's row_gemm
+// (see ft_backend.row_gemm; NULL: by the call's row count)?
+static inline bool ft_row_gemm(const bool *row_gemm, int r, int n_tok) {
+    return row_gemm ? row_gemm[r] : n_tok >= FT_GEMM_MIN_COLS;
 }
 
 #endif

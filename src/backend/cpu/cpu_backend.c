@@ -162,7 +162,7 @@ typedef struct {
 
 // Does activation row r take the GEMM (ft_backend.row_gemm's rule)?
 static bool mm_row_gemm(const mm_job *j, int r) {
-    return j->has_gemm && ft_backend_row_gemm(&j->c->base, r, j->n_rows);
+    return j->has_gemm && ft_row_gemm(j->c->base.row_gemm, r, j->n_rows);
 }
 
 // The end of the run of rows from r0 that take the same kernel as r0.

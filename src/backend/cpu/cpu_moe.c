@@ -100,7 +100,7 @@ static int group(cpu_backend *c, const ft_moe_params *p, int n_tok) {
     memcpy(cursor, c->exp_off, (size_t)ne * sizeof(int32_t));
     for (int pass = 0; pass < 2; pass++) // the GEMM's tokens, then the others
         for (int t = 0; t < n_tok; t++) {
-            bool gemm = ft_backend_row_gemm(&c->base, t, n_tok);
+            bool gemm = ft_row_gemm(c->base.row_gemm, t, n_tok);
             if (gemm != (pass == 0)) continue;
             for (int j = 0; j < k; j++) {
                 int e = c->sel[t * k + j], g = cursor[e]++;

@@ -713,7 +713,8 @@ static void cuda_moe_ffn(ft_backend *be, const ft_moe_params *p, const float *x,
     if (cuda_cpu_experts_serves(c->cpu_experts, p)) {
         if (n_tok < GEMM_MIN_TOK || !cuda_cpu_experts_overlay_serves(c->cpu_experts, p)) {
             // a replayed graph step still queues the layer's CPU work (its graph holds the meeting)
-            cuda_cpu_experts_moe_ffn(c->cpu_experts, p, x, y, n_tok, c->mode != STEP_DIRECT, run ? c->stream : NULL);
+            cuda_cpu_experts_moe_ffn(c->cpu_experts, p, x, y, n_tok, c->base.row_gemm, c->mode != STEP_DIRECT,
+                                      run ? c->stream : NULL);
             return;
         }
         if (!run) return;

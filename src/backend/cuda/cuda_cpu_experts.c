@@ -56,7 +56,10 @@ struct cuda_cpu_experts {
         ft_moe_params h;             // direct step, every MoE layer of a graph step
         int n_tok;
         uint32_t seq;
+        bool *row_gemm;              // (max_tok) the rows' kernel classes, copied at the call
     } *pending;
+    bool *row_gemm;                  // (n_layer, max_tok): the pending layers' row_gemm
+    int max_tok;
     int n_pending;
     meet_profile prof;
 
@@ -271,6 +274,9 @@ cuda_cpu_experts *cuda_cpu_experts_init(const cuda_cpu_experts_params *p, const 
     ce->dev_seq = ce->counter + 1;
     ft_cuda_memset(ce->counter, 0, 2 * sizeof(uint32_t), NULL);
     ce->pending = ft_calloc((size_t)p->n_layer, sizeof(*ce->pending));
+    ce->max_tok = lim->max_tok;
+    ce->row_gemm = ft_calloc((size_t)p->n_layer * (size_t)lim->max_tok, sizeof(bool));
+    for (int i = 0; i < p->n_layer; i++) ce->pending[i].row_gemm = ce->row_gemm + (size_t)i * (size_t)lim->max_tok;
     ft_cuda_device_sync();
     ce->x_ready = ft_cuda_event_init();
     ce->route_gap = p->route_gap;
@@ -321,6 +327,7 @@ void cuda_cpu_experts_free(cuda_cpu_experts *ce) {
     ft_cuda_free(ce->counter);
     ft_cuda_event_free(ce->x_ready);
     free(ce->pending);
+    free(ce->row_gemm);
     free(ce->routers);
     free(ce->sel_bias);
     free(ce);
@@ -348,18 +355,22 @@ static ft_moe_params host_params(const cuda_cpu_experts *ce, const ft_moe_params
     return h;
 }
 
-// The CPU op on the pinned buffers; its smallest routing gap joins the CUDA backend's.
-static void run_cpu(cuda_cpu_experts *ce, const ft_moe_params *h, int n_tok) {
+// The CPU op on the pinned buffers, each row on the kernel class the step gave it (see
+// ft_backend.row_gemm: decode rows batched with a prefill chunk stay off the GEMM, as alone);
+// its smallest routing gap joins the CUDA backend's.
+static void run_cpu(cuda_cpu_experts *ce, const ft_moe_params *h, int n_tok, const bool *row_gemm) {
     ce->cpu->min_route_gap = INFINITY;
+    ce->cpu->row_gemm = row_gemm;
     ce->cpu->ops->moe_ffn(ce->cpu, h, ce->x_host, ce->y_host, n_tok);
+    ce->cpu->row_gemm = NULL;
     if (ce->route_gap && ce->cpu->min_route_gap < *ce->route_gap) *ce->route_gap = ce->cpu->min_route_gap;
 }
 
 // Runs the CPU op of a decode layer with the profile's timing (t_arrive: when the host came
 // to it, t_start: when its input was there).
-static void run_cpu_timed(cuda_cpu_experts *ce, const ft_moe_params *h, int n_tok, uint64_t t_arrive,
-                          uint64_t t_start) {
-    run_cpu(ce, h, n_tok);
+static void run_cpu_timed(cuda_cpu_experts *ce, const ft_moe_params *h, int n_tok, const bool *row_gemm,
+                          uint64_t t_arrive, uint64_t t_start) {
+    run_cpu(ce, h, n_tok, row_gemm);
     meet_profile *q = &ce->prof;
     if (!q->on || n_tok != 1) return;
     uint64_t t_end = now_ns();
@@ -385,7 +396,7 @@ static void compute_pending(cuda_cpu_experts *ce) {
         const struct pending_layer *l = &ce->pending[i];
         uint64_t t_arrive = ce->prof.on ? now_ns() : 0;
         while ((int32_t)(atomic_load_explicit(fx, memory_order_acquire) - l->seq) < 0) _mm_pause();
-        run_cpu_timed(ce, &l->h, l->n_tok, t_arrive, ce->prof.on ? now_ns() : 0);
+        run_cpu_timed(ce, &l->h, l->n_tok, l->row_gemm, t_arrive, ce->prof.on ? now_ns() : 0);
         atomic_store_explicit(fy, l->seq, memory_order_release);
     }
     ce->n_pending = 0;
@@ -400,8 +411,8 @@ void cuda_cpu_experts_flush(cuda_cpu_experts *ce) {
 bool cuda_cpu_experts_graphable(const cuda_cpu_experts *ce) { return ce && !ce->event_meeting; }
 
 void cuda_cpu_experts_moe_ffn(cuda_cpu_experts *ce, const ft_moe_params *p, const float *x, float *y, int n_tok,
-                              bool graph_step, ft_cuda_stream *s) {
-    FT_ASSERT(cuda_cpu_experts_serves(ce, p));
+                              const bool *row_gemm, bool graph_step, ft_cuda_stream *s) {
+    FT_ASSERT(cuda_cpu_experts_serves(ce, p) && n_tok <= ce->max_tok);
     int64_t n_embd = p->gate_exps->ne[0];
     size_t n = (size_t)n_tok * (size_t)n_embd;
     FT_ASSERT(n <= ce->cap);
@@ -412,7 +423,7 @@ void cuda_cpu_experts_moe_ffn(cuda_cpu_experts *ce, const ft_moe_params *p, cons
         ft_cuda_memcpy_d2h(ce->x_host, x, n * sizeof(float), s);
         ft_cuda_event_record(ce->x_ready, s);
         ft_cuda_event_sync(ce->x_ready);
-        run_cpu_timed(ce, &h, n_tok, t_arrive, ce->prof.on ? now_ns() : 0);
+        run_cpu_timed(ce, &h, n_tok, row_gemm, t_arrive, ce->prof.on ? now_ns() : 0);
         ft_cuda_memcpy_h2d(y, ce->y_host, n * sizeof(float), s);
         return;
     }
@@ -427,7 +438,11 @@ void cuda_cpu_experts_moe_ffn(cuda_cpu_experts *ce, const ft_moe_params *p, cons
         // the stream wait takes its number at enqueue: not for a graph's replays
         ft_cuda_meeting_import(ce->y_dev, y, n, ce->flags_dev + 1, ce->dev_seq, ce->stream_wait && !graph_step, seq, s);
     }
-    ce->pending[ce->n_pending++] = (struct pending_layer){.h = h, .n_tok = n_tok, .seq = seq};
+    struct pending_layer *l = &ce->pending[ce->n_pending++];
+    l->h = h;
+    l->n_tok = n_tok;
+    l->seq = seq;
+    for (int r = 0; r < n_tok; r++) l->row_gemm[r] = ft_row_gemm(row_gemm, r, n_tok);
     if (graph_step && n_tok == 1) ce->prof.graph_layers++;
 }
 

@@ -99,9 +99,10 @@ bool cuda_cpu_experts_serves(const cuda_cpu_experts *ce, const ft_moe_params *p)
 // y (n_tok, n_embd), device memory = the routed experts' output for x (device memory), enqueued
 // on s as described at the top; the CPU work itself is left pending until the next call (a
 // direct step) or the flush (a graph step: graph_step, with s the capturing stream, or NULL
-// when a replay enqueues nothing). p's tensors must stay valid until then.
+// when a replay enqueues nothing). p's tensors must stay valid until then; row_gemm (the
+// calling backend's, see ft_backend.row_gemm; NULL: by n_tok) is copied.
 void cuda_cpu_experts_moe_ffn(cuda_cpu_experts *ce, const ft_moe_params *p, const float *x, float *y, int n_tok,
-                              bool graph_step, ft_cuda_stream *s);
+                              const bool *row_gemm, bool graph_step, ft_cuda_stream *s);
 
 // May steps with CPU experts be captured in CUDA graphs? (Not with the event meeting.)
 bool cuda_cpu_experts_graphable(const cuda_cpu_experts *ce);
