@@ -67,7 +67,7 @@ double probs_compare(const char *what, const float *ref, const float *got, int n
     return worst;
 }
 
-bool probs_reference_init(probs_reference *r, const char *path, const ft_engine_params *ep, ft_err *err) {
+bool probs_reference_init(probs_reference *r, const char *path, const ft_engine_params *ep, float eps, ft_err *err) {
     memset(r, 0, sizeof(*r));
     ft_engine_params cpu = *ep;
     cpu.device = FT_PLACEMENT_CPU;
@@ -79,7 +79,7 @@ bool probs_reference_init(probs_reference *r, const char *path, const ft_engine_
             FT_ASSERT(w->type == FT_TYPE_F32 && w->ne[1] == 1);
             r->norm[i] = ft_malloc((size_t)w->ne[0] * sizeof(float));
             memcpy(r->norm[i], w->data, (size_t)w->ne[0] * sizeof(float));
-            for (int64_t k = i - 1; k < w->ne[0]; k += 3) r->norm[i][k] *= 1.0f + 1e-5f;
+            for (int64_t k = i - 1; k < w->ne[0]; k += 3) r->norm[i][k] *= 1.0f + eps;
             w->data = r->norm[i];
         }
         r->e[i] = ft_engine_init(r->m[i], &cpu, err);

@@ -19,12 +19,14 @@ double probs_compare(const char *what, const float *ref, const float *got, int n
 
 // The CPU reference of a whole-model comparison, with its own sensitivity measured alongside.
 // Random-weight models are chaotic: the CPU against itself, with one weight in three of the
-// first layer's attention norm scaled by 1 + 1e-5 (an input change of the size of the GPU's
-// rounding differences), moves some steps' top-10 probabilities by 0.1 to 0.5 (a q8 code or a
-// routing choice flips and random experts amplify it); measured on qwen3moe and laguna in
-// 2026-11. So the reference runs PROBS_REF_PERTURBED perturbed copies (every third norm weight
-// from offset 0, 1, 2) next to the exact one, and a step is stable where all of them stay
-// within the tolerance of it: only stable steps can judge another implementation.
+// first layer's attention norm scaled by 1 + eps, moves some steps' top-10 probabilities by
+// 0.1 to 0.5 (a q8 code or a routing choice flips and random experts amplify it); measured on
+// qwen3moe and laguna in 2026-11. So the reference runs PROBS_REF_PERTURBED perturbed copies
+// (every third norm weight from offset 0, 1, 2) next to the exact one, and a step is stable
+// where all of them stay within the tolerance of it: only stable steps can judge another
+// implementation. eps is the size of the differences expected between the two: 1e-5 where
+// both quantize to the same codes and differ by float rounding (q8_0 weights and KV), 1e-2
+// where the activation quantization differs (q8_1 against q8_K: about 1 % per matmul input).
 enum { PROBS_REF_PERTURBED = 3 };
 
 typedef struct probs_reference {
@@ -37,8 +39,9 @@ typedef struct probs_reference {
 } probs_reference;
 
 // Loads the model at path 1 + PROBS_REF_PERTURBED times and starts CPU engines on it with ep
-// (its device is ignored). False with *err set on failure (r is then freed).
-bool probs_reference_init(probs_reference *r, const char *path, const ft_engine_params *ep, ft_err *err);
+// (its device is ignored), the copies perturbed by eps. False with *err set on failure (r is
+// then freed).
+bool probs_reference_init(probs_reference *r, const char *path, const ft_engine_params *ep, float eps, ft_err *err);
 
 // Evaluates n tokens on every run. Returns the exact run's logits (kept until the next call)
 // and sets *stable: every perturbed run's top-10 probabilities within tol of the exact run's.

@@ -24,8 +24,8 @@
 //     f16 value accumulator: ~1 % per matmul): 0.05 likewise.
 //   Random-weight models are chaotic (probs_compare.h: the CPU against itself moves by up to
 //   0.5 when one norm weight in three changes by 1e-5), so a step is judged only where the
-//   CPU reference is stable under such perturbations, and at least half the steps of each
-//   architecture's cases must be. The tight checks are per block, from the same input
+//   CPU reference is stable under perturbations of the size of the expected differences (1e-5
+//   strict, 1e-2 realistic), and at least half the steps of each architecture's cases must be. The tight checks are per block, from the same input
 //   (test_cuda_layers.c: 5e-3).
 #include "gpu_test.h"
 #include "probs_compare.h"
@@ -520,7 +520,7 @@ static void model_case(const model_opts *o) {
     ep.kv_type = kv_type;
     ep.n_threads = 4;
     probs_reference ref;
-    if (!probs_reference_init(&ref, path, &ep, &err)) {
+    if (!probs_reference_init(&ref, path, &ep, strict ? 1e-5f : 1e-2f, &err)) {
         test_fail(__FILE__, __LINE__, "cpu reference: %s", err.msg);
         return;
     }
