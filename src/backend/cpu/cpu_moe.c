@@ -6,8 +6,8 @@
 //      gating + selection bias, weights renormalised and scaled as the layer asks;
 //   2. group the (token, slot) pairs by expert (a counting sort), so each expert's weights
 //      are read once for all its tokens and unselected experts are never touched;
-//   3. gate and up for every active expert's rows over the pool, SiLU(gate) * up,
-//      quantize to the down bank's vec_dot_type, down over the pool; each expert's weights
+//   3. gate and up for every active expert's rows over the pool, SiLU(gate) * up in the same
+//      job, quantize to the down bank's vec_dot_type, down over the pool; each expert's weights
 //      meet all its tokens in tiles (cpu_dot_tile), the work split by token-rows; the tokens
 //      of a prefill chunk take the GEMM and the others the tile kernels (ft_backend.row_gemm),
 //      so a token's result never depends on how many others its expert got;
@@ -122,12 +122,15 @@ typedef struct {
     const uint8_t *xq[2];
     float *y[2];    // (grouped rows, n_out)
     int n_banks;
+    bool silu_gate; // y[0] = SiLU(y[0]) * y[1] over each share once both banks have it
 } exp_job;
 
 // The work of the active experts' rows, (expert, row) in order, each row weighing its
 // expert's token count, is split into nth contiguous shares of about equal weight; thread
 // ith computes its share: the expert's GEMM tokens (exp_gemm) over all of the share's rows in
-// one call, the others in blocks of rows, each block a tile over those tokens.
+// one call, the others in blocks of rows, each block a tile over those tokens. The thread
+// that computed a share of gate and up also applies SiLU(gate) * up to it, so no serial pass
+// over the hidden rows follows.
 static void exp_worker(void *ctx, int ith, int nth) {
     exp_job *j = ctx;
     cpu_backend *c = j->c;
@@ -157,6 +160,11 @@ static void exp_worker(void *ctx, int ith, int nth) {
                                      (int)FT_MIN(16, o1 - ob), xq + (size_t)ng * c->xq_row, c->xq_row, cnt - ng,
                                      y + (size_t)ng * j->n_out + ob, (size_t)j->n_out);
             }
+            if (j->silu_gate)
+                for (int g = g0; g < g0 + cnt; g++) {
+                    float *gate = j->y[0] + (size_t)g * j->n_out, *up = j->y[1] + (size_t)g * j->n_out;
+                    for (int64_t o = o0; o < o1; o++) gate[o] = cpu_silu(gate[o]) * up[o];
+                }
         }
         seen += span;
     }
@@ -198,12 +206,11 @@ void cpu_moe_ffn(ft_backend *be, const ft_moe_params *p, const float *x, float *
     quantize_grouped(c, vg, x, n_embd, n_tok, rows, c->xq);
     if (vu != vg) quantize_grouped(c, vu, x, n_embd, n_tok, rows, c->xq2);
     exp_job gu = {c, n_active, n_ff, n_embd, {p->gate_exps, p->up_exps},
-                  {c->xq, vu != vg ? c->xq2 : c->xq}, {c->h_gate, c->h_up}, 2};
+                  {c->xq, vu != vg ? c->xq2 : c->xq}, {c->h_gate, c->h_up}, 2, true};
     cpu_run(c, exp_worker, &gu);
 
-    for (size_t i = 0; i < (size_t)rows * (size_t)n_ff; i++) c->h_gate[i] = cpu_silu(c->h_gate[i]) * c->h_up[i];
     cpu_quantize_rows(c, vdt_of(p->down_exps->type), c->h_gate, n_ff, rows, c->xq, c->xq_row);
-    exp_job dn = {c, n_active, n_embd, n_ff, {p->down_exps, NULL}, {c->xq, NULL}, {c->h_out, NULL}, 1};
+    exp_job dn = {c, n_active, n_embd, n_ff, {p->down_exps, NULL}, {c->xq, NULL}, {c->h_out, NULL}, 1, false};
     cpu_run(c, exp_worker, &dn);
 
     for (int t = 0; t < n_tok; t++) {
