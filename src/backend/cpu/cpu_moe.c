@@ -8,12 +8,14 @@
 //      are read once for all its tokens and unselected experts are never touched;
 //   3. gate and up for every active expert's rows over the pool, SiLU(gate) * up in the same
 //      job, quantize to the down bank's vec_dot_type, down over the pool; each expert's weights
-//      meet all its tokens in tiles (cpu_dot_tile), the work split by token-rows; the tokens
-//      of a prefill chunk take the GEMM and the others the tile kernels (ft_backend.row_gemm),
-//      so a token's result never depends on how many others its expert got;
+//      meet all its tokens in tiles (cpu_dot_tile), the work split by token-rows (in static
+//      shares where the GEMM runs, else in chunks the threads claim); the tokens of a prefill
+//      chunk take the GEMM and the others the tile kernels (ft_backend.row_gemm), so a token's
+//      result never depends on how many others its expert got;
 //   4. per token, the weighted sum over its slots in slot order (as llama.cpp adds them).
 #include "cpu_impl.h"
 
+#include <stdatomic.h>
 #include <string.h>
 
 static void softmax_row(const float *x, float *y, int n) {
@@ -123,51 +125,101 @@ typedef struct {
     float *y[2];    // (grouped rows, n_out)
     int n_banks;
     bool silu_gate; // y[0] = SiLU(y[0]) * y[1] over each share once both banks have it
+    // Without GEMM tokens: the rows are claimed in chunks of chunk_rows, chunks_per_expert
+    // per active expert, next_chunk the first one not yet claimed. chunk_rows 0: static shares.
+    int chunk_rows, chunks_per_expert;
+    _Atomic int next_chunk;
 } exp_job;
 
-// The work of the active experts' rows, (expert, row) in order, each row weighing its
-// expert's token count, is split into nth contiguous shares of about equal weight; thread
-// ith computes its share: the expert's GEMM tokens (exp_gemm) over all of the share's rows in
-// one call, the others in blocks of rows, each block a tile over those tokens. The thread
-// that computed a share of gate and up also applies SiLU(gate) * up to it, so no serial pass
-// over the hidden rows follows.
+// Weight bytes of one chunk (over all banks of the job): large enough that a thread streams a
+// few pages from each bank, small enough that the last chunks even out the threads' finishing
+// times (measured on the H200's host, 16 threads: the slowest thread's busy time was 1.3-1.4x
+// the mean with static shares of equal work, in memory and in cache alike).
+enum { EXP_CHUNK_BYTES = 32 << 10 };
+
+// Rows [o0, o1) of active expert a, every bank: the expert's GEMM tokens (exp_gemm) over all
+// the rows in one call, the others in tiles of 16 rows over those tokens; then SiLU(gate) * up
+// over these rows where the job asks for it.
+static void exp_rows(const exp_job *j, int a, int64_t o0, int64_t o1) {
+    cpu_backend *c = j->c;
+    int e = c->active[a], g0 = c->exp_off[e], cnt = c->exp_off[e + 1] - g0;
+    for (int b = 0; b < j->n_banks; b++) {
+        const ft_tensor *w = j->w[b];
+        const uint8_t *we = (const uint8_t *)w->data + (size_t)e * w->mat_bytes;
+        const uint8_t *xq = j->xq[b] + (size_t)g0 * c->xq_row;
+        float *y = j->y[b] + (size_t)g0 * j->n_out;
+        // the GEMM packs its tokens per call: one call whatever their count
+        int ng = cpu_has_gemm(c, w->type) ? c->exp_gemm[e] : 0;
+        if (ng > 0 && o1 > o0)
+            cpu_dot_tile(c, w->type, true, j->n_in, we + (size_t)o0 * w->row_bytes, w->row_bytes, (int)(o1 - o0), xq,
+                         c->xq_row, ng, y + o0, (size_t)j->n_out);
+        if (ng < cnt)
+            for (int64_t ob = o0; ob < o1; ob += 16)
+                cpu_dot_tile(c, w->type, false, j->n_in, we + (size_t)ob * w->row_bytes, w->row_bytes,
+                             (int)FT_MIN(16, o1 - ob), xq + (size_t)ng * c->xq_row, c->xq_row, cnt - ng,
+                             y + (size_t)ng * j->n_out + ob, (size_t)j->n_out);
+    }
+    if (j->silu_gate)
+        for (int g = g0; g < g0 + cnt; g++) {
+            float *gate = j->y[0] + (size_t)g * j->n_out, *up = j->y[1] + (size_t)g * j->n_out;
+            for (int64_t o = o0; o < o1; o++) gate[o] = cpu_silu(gate[o]) * up[o];
+        }
+}
+
+// Thread ith's part of the active experts' rows. With GEMM tokens, the work, (expert, row) in
+// order, each row weighing its expert's token count, is split into nth contiguous shares of
+// about equal weight (a share's GEMM call packs its tokens once). Without, the threads claim
+// chunks of rows in (expert, row) order until none is left, so a thread that streams slower
+// than the others takes fewer. Every output is the same kernel's on the same rows either way
+// (cpu_dot_tile's outputs do not depend on the rows or tokens beside them), and the thread
+// that computed rows of gate and up applies SiLU(gate) * up to them, so no serial pass over
+// the hidden rows follows.
 static void exp_worker(void *ctx, int ith, int nth) {
     exp_job *j = ctx;
     cpu_backend *c = j->c;
+    if (j->chunk_rows > 0) {
+        int n_chunks = j->n_active * j->chunks_per_expert;
+        for (int k; (k = atomic_fetch_add_explicit(&j->next_chunk, 1, memory_order_relaxed)) < n_chunks;) {
+            int64_t o0 = (int64_t)(k % j->chunks_per_expert) * j->chunk_rows;
+            exp_rows(j, k / j->chunks_per_expert, o0, FT_MIN(o0 + j->chunk_rows, j->n_out));
+        }
+        return;
+    }
     int64_t total = (int64_t)c->exp_off[c->active[j->n_active - 1] + 1] * j->n_out; // token-rows
     int64_t w0 = total * ith / nth, w1 = total * (ith + 1) / nth, seen = 0;
     for (int a = 0; a < j->n_active && seen < w1; a++) {
-        int e = c->active[a], g0 = c->exp_off[e], cnt = c->exp_off[e + 1] - g0;
+        int e = c->active[a], cnt = c->exp_off[e + 1] - c->exp_off[e];
         int64_t span = (int64_t)cnt * j->n_out;
         if (seen + span > w0) {
             // rows [o0, o1) of this expert: those whose weight falls in [w0, w1)
             int64_t o0 = seen >= w0 ? 0 : (w0 - seen + cnt - 1) / cnt;
             int64_t o1 = seen + span <= w1 ? j->n_out : (w1 - seen + cnt - 1) / cnt;
-            for (int b = 0; b < j->n_banks; b++) {
-                const ft_tensor *w = j->w[b];
-                const uint8_t *we = (const uint8_t *)w->data + (size_t)e * w->mat_bytes;
-                const uint8_t *xq = j->xq[b] + (size_t)g0 * c->xq_row;
-                float *y = j->y[b] + (size_t)g0 * j->n_out;
-                // the GEMM's tokens with all of the share's rows at once (it packs its tokens
-                // per call), whatever their count; the others in tiles of 16 rows
-                int ng = cpu_has_gemm(c, w->type) ? c->exp_gemm[e] : 0;
-                if (ng > 0 && o1 > o0)
-                    cpu_dot_tile(c, w->type, true, j->n_in, we + (size_t)o0 * w->row_bytes, w->row_bytes,
-                                 (int)(o1 - o0), xq, c->xq_row, ng, y + o0, (size_t)j->n_out);
-                if (ng < cnt)
-                    for (int64_t ob = o0; ob < o1; ob += 16)
-                        cpu_dot_tile(c, w->type, false, j->n_in, we + (size_t)ob * w->row_bytes, w->row_bytes,
-                                     (int)FT_MIN(16, o1 - ob), xq + (size_t)ng * c->xq_row, c->xq_row, cnt - ng,
-                                     y + (size_t)ng * j->n_out + ob, (size_t)j->n_out);
-            }
-            if (j->silu_gate)
-                for (int g = g0; g < g0 + cnt; g++) {
-                    float *gate = j->y[0] + (size_t)g * j->n_out, *up = j->y[1] + (size_t)g * j->n_out;
-                    for (int64_t o = o0; o < o1; o++) gate[o] = cpu_silu(gate[o]) * up[o];
-                }
+            exp_rows(j, a, o0, o1);
         }
         seen += span;
     }
+}
+
+// Runs the job over the pool: in chunks when no active expert has GEMM tokens in its banks,
+// else in static shares.
+static void exp_run(exp_job *j) {
+    cpu_backend *c = j->c;
+    bool gemm = false;
+    size_t row_bytes = 0;
+    for (int b = 0; b < j->n_banks; b++) {
+        row_bytes += j->w[b]->row_bytes;
+        if (cpu_has_gemm(c, j->w[b]->type))
+            for (int a = 0; a < j->n_active; a++) gemm |= c->exp_gemm[c->active[a]] > 0;
+    }
+    j->chunk_rows = 0;
+    if (!gemm) {
+        // a multiple of the 16-row tile, the nearest to EXP_CHUNK_BYTES
+        int64_t rows = 16 * FT_MAX((int64_t)1, ((int64_t)EXP_CHUNK_BYTES / (int64_t)row_bytes + 8) / 16);
+        j->chunk_rows = (int)FT_MIN(rows, j->n_out);
+        j->chunks_per_expert = (int)((j->n_out + j->chunk_rows - 1) / j->chunk_rows);
+        atomic_init(&j->next_chunk, 0);
+    }
+    cpu_run(c, exp_worker, j);
 }
 
 // Quantizes x (n_tok rows of n) to vdt in token order into c->xq_tok, then copies row
@@ -205,13 +257,15 @@ void cpu_moe_ffn(ft_backend *be, const ft_moe_params *p, const float *x, float *
     enum ft_type vg = vdt_of(p->gate_exps->type), vu = vdt_of(p->up_exps->type);
     quantize_grouped(c, vg, x, n_embd, n_tok, rows, c->xq);
     if (vu != vg) quantize_grouped(c, vu, x, n_embd, n_tok, rows, c->xq2);
-    exp_job gu = {c, n_active, n_ff, n_embd, {p->gate_exps, p->up_exps},
-                  {c->xq, vu != vg ? c->xq2 : c->xq}, {c->h_gate, c->h_up}, 2, true};
-    cpu_run(c, exp_worker, &gu);
+    exp_job gu = {.c = c, .n_active = n_active, .n_out = n_ff, .n_in = n_embd, .w = {p->gate_exps, p->up_exps},
+                  .xq = {c->xq, vu != vg ? c->xq2 : c->xq}, .y = {c->h_gate, c->h_up}, .n_banks = 2,
+                  .silu_gate = true};
+    exp_run(&gu);
 
     cpu_quantize_rows(c, vdt_of(p->down_exps->type), c->h_gate, n_ff, rows, c->xq, c->xq_row);
-    exp_job dn = {c, n_active, n_embd, n_ff, {p->down_exps, NULL}, {c->xq, NULL}, {c->h_out, NULL}, 1, false};
-    cpu_run(c, exp_worker, &dn);
+    exp_job dn = {.c = c, .n_active = n_active, .n_out = n_embd, .n_in = n_ff, .w = {p->down_exps, NULL},
+                  .xq = {c->xq, NULL}, .y = {c->h_out, NULL}, .n_banks = 1};
+    exp_run(&dn);
 
     for (int t = 0; t < n_tok; t++) {
         float *yt = y + (size_t)t * n_embd;
