@@ -70,8 +70,9 @@ static uint8_t *random_experts(enum ft_type type, int64_t ne0, int64_t ne1, ft_r
 
 static bench_layer *make_layers(const bench_args *a) {
     ft_rng r = ft_rng_init(7);
-    uint8_t *tg = random_experts(FT_TYPE_Q4_K, a->embd, a->ff, &r), *tu = random_experts(FT_TYPE_Q4_K, a->embd, a->ff, &r),
-            *td = random_experts(FT_TYPE_Q4_K, a->ff, a->embd, &r);
+    uint8_t *tg = random_experts(FT_TYPE_Q4_K, a->embd, a->ff, &r);
+    uint8_t *tu = random_experts(FT_TYPE_Q4_K, a->embd, a->ff, &r);
+    uint8_t *td = random_experts(FT_TYPE_Q4_K, a->ff, a->embd, &r);
     bench_layer *ls = ft_calloc((size_t)a->layers, sizeof(*ls));
     for (int l = 0; l < a->layers; l++) {
         bench_layer *L = &ls[l];

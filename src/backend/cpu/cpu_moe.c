@@ -7,7 +7,8 @@
 //   2. group the (token, slot) pairs by expert (a counting sort), so each expert's weights
 //      are read once for all its tokens and unselected experts are never touched;
 //   3. gate and up for every active expert's rows over the pool, SiLU(gate) * up in the same
-//      job, quantize to the down bank's vec_dot_type, down over the pool; each expert's weights
+//      job, quantize to the down bank's vec_dot_type (in that job too, with chunks, below),
+//      down over the pool; each expert's weights
 //      meet all its tokens in tiles (cpu_dot_tile), the work split by token-rows (in static
 //      shares where the GEMM runs, else in chunks the threads claim); the tokens of a prefill
 //      chunk take the GEMM and the others the tile kernels (ft_backend.row_gemm), so a token's
@@ -129,6 +130,12 @@ typedef struct {
     // per active expert, next_chunk the first one not yet claimed. chunk_rows 0: static shares.
     int chunk_rows, chunks_per_expert;
     _Atomic int next_chunk;
+    // With chunks and y_vdt set: chunks_left[a] counts active expert a's chunks not yet done,
+    // and the thread that finishes the last one quantizes the expert's rows of y[0] to y_vdt
+    // into the same rows of y_xq (its input rows there, which no chunk reads any more).
+    enum ft_type y_vdt;
+    uint8_t *y_xq;
+    _Atomic int *chunks_left;
 } exp_job;
 
 // Weight bytes of one chunk (over all banks of the job): large enough that a thread streams a
@@ -180,8 +187,15 @@ static void exp_worker(void *ctx, int ith, int nth) {
     if (j->chunk_rows > 0) {
         int n_chunks = j->n_active * j->chunks_per_expert;
         for (int k; (k = atomic_fetch_add_explicit(&j->next_chunk, 1, memory_order_relaxed)) < n_chunks;) {
+            int a = k / j->chunks_per_expert;
             int64_t o0 = (int64_t)(k % j->chunks_per_expert) * j->chunk_rows;
-            exp_rows(j, k / j->chunks_per_expert, o0, FT_MIN(o0 + j->chunk_rows, j->n_out));
+            exp_rows(j, a, o0, FT_MIN(o0 + j->chunk_rows, j->n_out));
+            if (j->y_xq && atomic_fetch_sub_explicit(&j->chunks_left[a], 1, memory_order_acq_rel) == 1) {
+                int e = c->active[a];
+                for (int g = c->exp_off[e]; g < c->exp_off[e + 1]; g++)
+                    cpu_quantize_row(j->y_vdt, j->y[0] + (size_t)g * j->n_out, j->y_xq + (size_t)g * c->xq_row,
+                                     j->n_out);
+            }
         }
         return;
     }
@@ -201,8 +215,8 @@ static void exp_worker(void *ctx, int ith, int nth) {
 }
 
 // Runs the job over the pool: in chunks when no active expert has GEMM tokens in its banks,
-// else in static shares.
-static void exp_run(exp_job *j) {
+// else in static shares. Returns whether it quantized y[0] (y_xq; chunks only).
+static bool exp_run(exp_job *j) {
     cpu_backend *c = j->c;
     bool gemm = false;
     size_t row_bytes = 0;
@@ -218,8 +232,13 @@ static void exp_run(exp_job *j) {
         j->chunk_rows = (int)FT_MIN(rows, j->n_out);
         j->chunks_per_expert = (int)((j->n_out + j->chunk_rows - 1) / j->chunk_rows);
         atomic_init(&j->next_chunk, 0);
+        if (j->y_xq)
+            for (int a = 0; a < j->n_active; a++) atomic_init(&j->chunks_left[a], j->chunks_per_expert);
+    } else {
+        j->y_xq = NULL;
     }
     cpu_run(c, exp_worker, j);
+    return j->y_xq != NULL;
 }
 
 // Quantizes x (n_tok rows of n) to vdt in token order into c->xq_tok, then copies row
@@ -230,6 +249,29 @@ static void quantize_grouped(cpu_backend *c, enum ft_type vdt, const float *x, i
     size_t bytes = ft_row_bytes(vdt, n);
     for (int g = 0; g < rows; g++)
         memcpy(dst + (size_t)g * c->xq_row, c->xq_tok + (size_t)c->grp_tok[g] * c->xq_row, bytes);
+}
+
+// y (n floats) = the sum over slots j < k of w[j] * rows[j], each element's terms added in slot
+// order, a product then a sum (as llama.cpp adds them); four elements at a time in a vector
+// the compiler keeps in a register across the slots.
+static void weighted_sum(float *y, const float *const *rows, const float *w, int k, int64_t n) {
+    typedef float v4 __attribute__((vector_size(16)));
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        v4 o, acc;
+        memcpy(&o, rows[0] + i, sizeof(o));
+        acc = o * w[0];
+        for (int j = 1; j < k; j++) {
+            memcpy(&o, rows[j] + i, sizeof(o));
+            acc += o * w[j];
+        }
+        memcpy(y + i, &acc, sizeof(acc));
+    }
+    for (; i < n; i++) {
+        float s = rows[0][i] * w[0];
+        for (int j = 1; j < k; j++) s += rows[j][i] * w[j];
+        y[i] = s;
+    }
 }
 
 static enum ft_type vdt_of(enum ft_type t) { return ft_quant_ops_find(t)->vec_dot_type; }
@@ -257,26 +299,23 @@ void cpu_moe_ffn(ft_backend *be, const ft_moe_params *p, const float *x, float *
     enum ft_type vg = vdt_of(p->gate_exps->type), vu = vdt_of(p->up_exps->type);
     quantize_grouped(c, vg, x, n_embd, n_tok, rows, c->xq);
     if (vu != vg) quantize_grouped(c, vu, x, n_embd, n_tok, rows, c->xq2);
+    _Atomic int chunks_left[1024];
+    FT_ASSERT(n_active <= (int)FT_ARRAY_LEN(chunks_left));
     exp_job gu = {.c = c, .n_active = n_active, .n_out = n_ff, .n_in = n_embd, .w = {p->gate_exps, p->up_exps},
                   .xq = {c->xq, vu != vg ? c->xq2 : c->xq}, .y = {c->h_gate, c->h_up}, .n_banks = 2,
-                  .silu_gate = true};
-    exp_run(&gu);
-
-    cpu_quantize_rows(c, vdt_of(p->down_exps->type), c->h_gate, n_ff, rows, c->xq, c->xq_row);
+                  .silu_gate = true, .y_vdt = vdt_of(p->down_exps->type), .y_xq = c->xq,
+                  .chunks_left = chunks_left};
+    if (!exp_run(&gu)) // else the job quantized the hidden rows for down as it finished them
+        cpu_quantize_rows(c, vdt_of(p->down_exps->type), c->h_gate, n_ff, rows, c->xq, c->xq_row);
     exp_job dn = {.c = c, .n_active = n_active, .n_out = n_embd, .n_in = n_ff, .w = {p->down_exps, NULL},
                   .xq = {c->xq, NULL}, .y = {c->h_out, NULL}, .n_banks = 1};
     exp_run(&dn);
 
+    const float *slot_rows[256];
+    FT_ASSERT(k <= (int)FT_ARRAY_LEN(slot_rows));
     for (int t = 0; t < n_tok; t++) {
-        float *yt = y + (size_t)t * n_embd;
-        for (int j = 0; j < k; j++) {
-            const float *o = c->h_out + (size_t)c->grp_of[t * k + j] * n_embd;
-            float w = c->sel_w[t * k + j];
-            if (j == 0)
-                for (int64_t i = 0; i < n_embd; i++) yt[i] = o[i] * w;
-            else
-                for (int64_t i = 0; i < n_embd; i++) yt[i] += o[i] * w;
-        }
+        for (int j = 0; j < k; j++) slot_rows[j] = c->h_out + (size_t)c->grp_of[t * k + j] * n_embd;
+        weighted_sum(y + (size_t)t * n_embd, slot_rows, c->sel_w + (size_t)t * k, k, n_embd);
     }
 }
 
