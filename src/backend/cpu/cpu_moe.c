@@ -2,7 +2,8 @@
 // the sigmoid-gated shared expert.
 //
 // moe_ffn, in steps:
-//   1. router logits for all tokens (one matmul), gating (softmax or sigmoid), top-k on
+//   1. router logits for all tokens (one matmul; an f32 router's in a job that also quantizes
+//      the tokens for gate and up), gating (softmax or sigmoid), top-k on
 //      gating + selection bias, weights renormalised and scaled as the layer asks;
 //   2. group the (token, slot) pairs by expert (a counting sort), so each expert's weights
 //      are read once for all its tokens and unselected experts are never touched;
@@ -142,7 +143,12 @@ typedef struct {
 // few pages from each bank, small enough that the last chunks even out the threads' finishing
 // times (measured on the H200's host, 16 threads: the slowest thread's busy time was 1.3-1.4x
 // the mean with static shares of equal work, in memory and in cache alike).
+// -DFT_EXP_CHUNK_BYTES=N tries other sizes (bench/bench_cpu_moe.c).
+#ifdef FT_EXP_CHUNK_BYTES
+enum { EXP_CHUNK_BYTES = FT_EXP_CHUNK_BYTES };
+#else
 enum { EXP_CHUNK_BYTES = 32 << 10 };
+#endif
 
 // Rows [o0, o1) of active expert a, every bank: the expert's GEMM tokens (exp_gemm) over all
 // the rows in one call, the others in tiles of 16 rows over those tokens; then SiLU(gate) * up
@@ -241,14 +247,66 @@ static bool exp_run(exp_job *j) {
     return j->y_xq != NULL;
 }
 
-// Quantizes x (n_tok rows of n) to vdt in token order into c->xq_tok, then copies row
-// grp_tok[g] to row g of dst for each of the rows grouped rows.
-static void quantize_grouped(cpu_backend *c, enum ft_type vdt, const float *x, int64_t n, int n_tok,
-                             int rows, uint8_t *dst) {
-    cpu_quantize_rows(c, vdt, x, n, n_tok, c->xq_tok, c->xq_row);
+// Copies row grp_tok[g] of c->xq_tok (rows of n elements of vdt, in token order) to row g of
+// dst for each of the rows grouped rows.
+static void copy_grouped(cpu_backend *c, enum ft_type vdt, int64_t n, int rows, uint8_t *dst) {
     size_t bytes = ft_row_bytes(vdt, n);
     for (int g = 0; g < rows; g++)
         memcpy(dst + (size_t)g * c->xq_row, c->xq_tok + (size_t)c->grp_tok[g] * c->xq_row, bytes);
+}
+
+// Quantizes x (n_tok rows of n) to vdt in token order into c->xq_tok, then copies them into
+// grouped order into dst.
+static void quantize_grouped(cpu_backend *c, enum ft_type vdt, const float *x, int64_t n, int n_tok,
+                             int rows, uint8_t *dst) {
+    cpu_quantize_rows(c, vdt, x, n, n_tok, c->xq_tok, c->xq_row);
+    copy_grouped(c, vdt, n, rows, dst);
+}
+
+// An f32 router's logits and the quantization of x to vdt for gate and up (into c->xq_tok,
+// token order) in one job. The router reads x as it is (an f32 matmul's activations are x's
+// floats) and takes the matmul's tile kernel on the same rows, so the logits are the matmul's.
+typedef struct {
+    cpu_backend *c;
+    const ft_tensor *router;
+    const float *x;
+    int n_tok;
+    enum ft_type vdt;
+} router_job;
+
+// Quantizing one token costs about as much as this many router rows (both stream a row of
+// n_embd floats; 6 and 1.1 us at 2048 on the H200 host).
+enum { ROUTER_ROWS_PER_QUANT = 4 };
+
+// The first router row of thread i of nth when thread 0 also quantizes the token: the shares
+// of n_out + ROUTER_ROWS_PER_QUANT rows' work, thread 0's less the quantization.
+static int64_t router_row0(int64_t n_out, int i, int nth) {
+    if (i == 0) return 0;
+    if (i >= nth) return n_out;
+    int64_t per = (n_out + ROUTER_ROWS_PER_QUANT + nth - 1) / nth;
+    return FT_MIN(FT_MAX((int64_t)i * per - ROUTER_ROWS_PER_QUANT, (int64_t)0), n_out);
+}
+
+// One token: thread 0 quantizes it and takes fewer router rows than the others; more tokens:
+// each thread a share of both.
+static void router_worker(void *ctx, int ith, int nth) {
+    const router_job *j = ctx;
+    cpu_backend *c = j->c;
+    const ft_tensor *w = j->router;
+    int64_t n = w->ne[0], n_out = w->ne[1], t0 = 0, t1 = 0, o0, o1;
+    if (j->n_tok == 1) {
+        t1 = ith == 0;
+        o0 = router_row0(n_out, ith, nth);
+        o1 = router_row0(n_out, ith + 1, nth);
+    } else {
+        ft_pool_split(j->n_tok, ith, nth, &t0, &t1);
+        ft_pool_split(n_out, ith, nth, &o0, &o1);
+    }
+    for (int64_t t = t0; t < t1; t++) cpu_quantize_row(j->vdt, j->x + t * n, c->xq_tok + (size_t)t * c->xq_row, n);
+    for (int64_t ob = o0; ob < o1; ob += 16)
+        cpu_dot_tile(c, w->type, false, n, (const uint8_t *)w->data + (size_t)ob * w->row_bytes, w->row_bytes,
+                     (int)FT_MIN(16, o1 - ob), (const uint8_t *)j->x, (size_t)n * sizeof(float), j->n_tok,
+                     c->logits + ob, (size_t)n_out);
 }
 
 // y (n floats) = the sum over slots j < k of w[j] * rows[j], each element's terms added in slot
@@ -283,7 +341,16 @@ void cpu_moe_ffn(ft_backend *be, const ft_moe_params *p, const float *x, float *
     FT_ASSERT(c->reserved && n_tok <= c->lim.max_tok && k <= c->lim.n_expert_used);
     FT_ASSERT(p->n_expert <= c->lim.n_expert && n_ff <= c->lim.max_width);
 
-    be->ops->matmul(be, p->router, x, c->logits, n_tok);
+    // the router's logits, and where it is f32 (no GEMM) gate's input quantized in the same job
+    enum ft_type vg = vdt_of(p->gate_exps->type), vu = vdt_of(p->up_exps->type);
+    bool fused_router = p->router->type == FT_TYPE_F32 && !cpu_has_gemm(c, FT_TYPE_F32);
+    if (fused_router) {
+        FT_ASSERT(p->router->ne[0] == n_embd && p->router->ne[1] == p->n_expert);
+        router_job rj = {c, p->router, x, n_tok, vg};
+        cpu_run(c, router_worker, &rj);
+    } else {
+        be->ops->matmul(be, p->router, x, c->logits, n_tok);
+    }
     route(c, p, n_tok);
     int n_active = group(c, p, n_tok);
     for (int a = 0; a < n_active; a++) {
@@ -296,8 +363,10 @@ void cpu_moe_ffn(ft_backend *be, const ft_moe_params *p, const float *x, float *
     // gate and up read each grouped row's token, quantized once per token and copied into
     // grouped order so every expert's tokens are consecutive rows (a tile's columns)
     int rows = n_tok * k;
-    enum ft_type vg = vdt_of(p->gate_exps->type), vu = vdt_of(p->up_exps->type);
-    quantize_grouped(c, vg, x, n_embd, n_tok, rows, c->xq);
+    if (fused_router)
+        copy_grouped(c, vg, n_embd, rows, c->xq);
+    else
+        quantize_grouped(c, vg, x, n_embd, n_tok, rows, c->xq);
     if (vu != vg) quantize_grouped(c, vu, x, n_embd, n_tok, rows, c->xq2);
     _Atomic int chunks_left[1024];
     FT_ASSERT(n_active <= (int)FT_ARRAY_LEN(chunks_left));
