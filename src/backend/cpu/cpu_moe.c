@@ -8,10 +8,10 @@
 //   2. group the (token, slot) pairs by expert (a counting sort), so each expert's weights
 //      are read once for all its tokens and unselected experts are never touched;
 //   3. gate and up for every active expert's rows over the pool, SiLU(gate) * up in the same
-//      job, quantize to the down bank's vec_dot_type (in that job too, with chunks, below),
+//      job, quantize to the down bank's vec_dot_type (in that job too without GEMM tokens),
 //      down over the pool; each expert's weights
-//      meet all its tokens in tiles (cpu_dot_tile), the work split by token-rows (in static
-//      shares where the GEMM runs, else in chunks the threads claim); the tokens of a prefill
+//      meet all its tokens in tiles (cpu_dot_tile), the work split by token-rows (down without
+//      GEMM tokens in chunks the threads claim, else in static shares); the tokens of a prefill
 //      chunk take the GEMM and the others the tile kernels (ft_backend.row_gemm), so a token's
 //      result never depends on how many others its expert got;
 //   4. per token, the weighted sum over its slots in slot order (as llama.cpp adds them).
@@ -126,24 +126,28 @@ typedef struct {
     const uint8_t *xq[2];
     float *y[2];    // (grouped rows, n_out)
     int n_banks;
-    bool silu_gate; // y[0] = SiLU(y[0]) * y[1] over each share once both banks have it
-    // Without GEMM tokens: the rows are claimed in chunks of chunk_rows, chunks_per_expert
-    // per active expert, next_chunk the first one not yet claimed. chunk_rows 0: static shares.
+    bool silu_gate; // y[0] = SiLU(y[0]) * y[1] over each piece once both banks have it
+    // chunk_rows > 0: the rows are claimed in chunks of chunk_rows, chunks_per_expert per
+    // active expert, next_chunk the first one not yet claimed; 0: static shares (exp_worker).
     int chunk_rows, chunks_per_expert;
     _Atomic int next_chunk;
-    // With chunks and y_vdt set: chunks_left[a] counts active expert a's chunks not yet done,
-    // and the thread that finishes the last one quantizes the expert's rows of y[0] to y_vdt
-    // into the same rows of y_xq (its input rows there, which no chunk reads any more).
+    // With y_xq set: rows_left[a] counts active expert a's rows not yet done, and the thread
+    // that does the last ones quantizes the expert's rows of y[0] to y_vdt into the same rows
+    // of y_xq (the expert's input rows there, which nothing reads any more).
     enum ft_type y_vdt;
     uint8_t *y_xq;
-    _Atomic int *chunks_left;
+    _Atomic int64_t *rows_left;
 } exp_job;
 
-// Weight bytes of one chunk (over all banks of the job): large enough that a thread streams a
-// few pages from each bank, small enough that the last chunks even out the threads' finishing
-// times (measured on the H200's host, 16 threads: the slowest thread's busy time was 1.3-1.4x
-// the mean with static shares of equal work, in memory and in cache alike).
-// -DFT_EXP_CHUNK_BYTES=N tries other sizes (bench/bench_cpu_moe.c).
+// Weight bytes of one chunk of a one-bank job (down): a thread's stream runs long past the
+// rows the matvec reads cold (it prefetches 8 rows ahead, so a chunk's first 8 rows are
+// unprefetched), and the last chunks even out the threads' finishing times. Measured on the
+// H200's host, 16 threads (bench_cpu_moe): static shares of equal work left the slowest
+// thread's busy time 1.3-1.4x the mean; chunks of 80 rows of down (32 KiB) evened them at 1.07x
+// the mean busy time (76 -> 82 us; the job 100 -> 86 us). Gate and up keep static shares: a
+// piece of them starts two streams, and chunks of 16 rows of each raised the threads' mean busy
+// time 1.46x (the job 204 -> 228 us; at 1 and 2 threads here, 64 rows were still slower than
+// static shares). -DFT_EXP_CHUNK_BYTES=N tries other sizes.
 #ifdef FT_EXP_CHUNK_BYTES
 enum { EXP_CHUNK_BYTES = FT_EXP_CHUNK_BYTES };
 #else
@@ -152,9 +156,11 @@ enum { EXP_CHUNK_BYTES = 32 << 10 };
 
 // Rows [o0, o1) of active expert a, every bank: the expert's GEMM tokens (exp_gemm) over all
 // the rows in one call, the others in tiles of 16 rows over those tokens; then SiLU(gate) * up
-// over these rows where the job asks for it.
-static void exp_rows(const exp_job *j, int a, int64_t o0, int64_t o1) {
+// over these rows where the job asks for it, and the quantization of the expert's rows of y[0]
+// where these were its last (y_xq).
+static void exp_rows(exp_job *j, int a, int64_t o0, int64_t o1) {
     cpu_backend *c = j->c;
+    if (o1 <= o0) return;
     int e = c->active[a], g0 = c->exp_off[e], cnt = c->exp_off[e + 1] - g0;
     for (int b = 0; b < j->n_banks; b++) {
         const ft_tensor *w = j->w[b];
@@ -163,7 +169,7 @@ static void exp_rows(const exp_job *j, int a, int64_t o0, int64_t o1) {
         float *y = j->y[b] + (size_t)g0 * j->n_out;
         // the GEMM packs its tokens per call: one call whatever their count
         int ng = cpu_has_gemm(c, w->type) ? c->exp_gemm[e] : 0;
-        if (ng > 0 && o1 > o0)
+        if (ng > 0)
             cpu_dot_tile(c, w->type, true, j->n_in, we + (size_t)o0 * w->row_bytes, w->row_bytes, (int)(o1 - o0), xq,
                          c->xq_row, ng, y + o0, (size_t)j->n_out);
         if (ng < cnt)
@@ -177,31 +183,28 @@ static void exp_rows(const exp_job *j, int a, int64_t o0, int64_t o1) {
             float *gate = j->y[0] + (size_t)g * j->n_out, *up = j->y[1] + (size_t)g * j->n_out;
             for (int64_t o = o0; o < o1; o++) gate[o] = cpu_silu(gate[o]) * up[o];
         }
+    // acq_rel: the thread that sees the count reach zero sees every other thread's rows
+    if (j->y_xq && atomic_fetch_sub_explicit(&j->rows_left[a], o1 - o0, memory_order_acq_rel) == o1 - o0)
+        for (int g = g0; g < g0 + cnt; g++)
+            cpu_quantize_row(j->y_vdt, j->y[0] + (size_t)g * j->n_out, j->y_xq + (size_t)g * c->xq_row, j->n_out);
 }
 
-// Thread ith's part of the active experts' rows. With GEMM tokens, the work, (expert, row) in
+// Thread ith's part of the active experts' rows. In static shares: the work, (expert, row) in
 // order, each row weighing its expert's token count, is split into nth contiguous shares of
-// about equal weight (a share's GEMM call packs its tokens once). Without, the threads claim
-// chunks of rows in (expert, row) order until none is left, so a thread that streams slower
-// than the others takes fewer. Every output is the same kernel's on the same rows either way
-// (cpu_dot_tile's outputs do not depend on the rows or tokens beside them), and the thread
-// that computed rows of gate and up applies SiLU(gate) * up to them, so no serial pass over
-// the hidden rows follows.
+// about equal weight (a share's GEMM call packs its tokens once; a share streams each bank in
+// one run). In chunks: the threads claim chunks of rows in (expert, row) order until none is
+// left, so a thread that streams slower than the others takes fewer. Every output is the same
+// kernel's on the same rows either way (cpu_dot_tile's outputs do not depend on the rows or
+// tokens beside them), and the thread that computed rows of gate and up applies SiLU(gate) * up
+// to them, so no serial pass over the hidden rows follows.
 static void exp_worker(void *ctx, int ith, int nth) {
     exp_job *j = ctx;
     cpu_backend *c = j->c;
     if (j->chunk_rows > 0) {
         int n_chunks = j->n_active * j->chunks_per_expert;
         for (int k; (k = atomic_fetch_add_explicit(&j->next_chunk, 1, memory_order_relaxed)) < n_chunks;) {
-            int a = k / j->chunks_per_expert;
             int64_t o0 = (int64_t)(k % j->chunks_per_expert) * j->chunk_rows;
-            exp_rows(j, a, o0, FT_MIN(o0 + j->chunk_rows, j->n_out));
-            if (j->y_xq && atomic_fetch_sub_explicit(&j->chunks_left[a], 1, memory_order_acq_rel) == 1) {
-                int e = c->active[a];
-                for (int g = c->exp_off[e]; g < c->exp_off[e + 1]; g++)
-                    cpu_quantize_row(j->y_vdt, j->y[0] + (size_t)g * j->n_out, j->y_xq + (size_t)g * c->xq_row,
-                                     j->n_out);
-            }
+            exp_rows(j, k / j->chunks_per_expert, o0, FT_MIN(o0 + j->chunk_rows, j->n_out));
         }
         return;
     }
@@ -220,29 +223,27 @@ static void exp_worker(void *ctx, int ith, int nth) {
     }
 }
 
-// Runs the job over the pool: in chunks when no active expert has GEMM tokens in its banks,
-// else in static shares. Returns whether it quantized y[0] (y_xq; chunks only).
+// Runs the job over the pool: a one-bank job without GEMM tokens in chunks, else in static
+// shares. Where no active expert has GEMM tokens the job also quantizes y[0] for the next
+// (y_xq; else y_xq is cleared). Returns whether it did.
 static bool exp_run(exp_job *j) {
     cpu_backend *c = j->c;
     bool gemm = false;
-    size_t row_bytes = 0;
-    for (int b = 0; b < j->n_banks; b++) {
-        row_bytes += j->w[b]->row_bytes;
+    for (int b = 0; b < j->n_banks; b++)
         if (cpu_has_gemm(c, j->w[b]->type))
             for (int a = 0; a < j->n_active; a++) gemm |= c->exp_gemm[c->active[a]] > 0;
-    }
     j->chunk_rows = 0;
-    if (!gemm) {
+    if (!gemm && j->n_banks == 1) {
         // a multiple of the 16-row tile, the nearest to EXP_CHUNK_BYTES
-        int64_t rows = 16 * FT_MAX((int64_t)1, ((int64_t)EXP_CHUNK_BYTES / (int64_t)row_bytes + 8) / 16);
+        int64_t rows = 16 * FT_MAX((int64_t)1, ((int64_t)EXP_CHUNK_BYTES / (int64_t)j->w[0]->row_bytes + 8) / 16);
         j->chunk_rows = (int)FT_MIN(rows, j->n_out);
         j->chunks_per_expert = (int)((j->n_out + j->chunk_rows - 1) / j->chunk_rows);
         atomic_init(&j->next_chunk, 0);
-        if (j->y_xq)
-            for (int a = 0; a < j->n_active; a++) atomic_init(&j->chunks_left[a], j->chunks_per_expert);
-    } else {
-        j->y_xq = NULL;
     }
+    // with GEMM tokens (prefill) an expert's many rows would be quantized by one thread
+    if (gemm) j->y_xq = NULL;
+    if (j->y_xq)
+        for (int a = 0; a < j->n_active; a++) atomic_init(&j->rows_left[a], j->n_out);
     cpu_run(c, exp_worker, j);
     return j->y_xq != NULL;
 }
@@ -368,12 +369,12 @@ void cpu_moe_ffn(ft_backend *be, const ft_moe_params *p, const float *x, float *
     else
         quantize_grouped(c, vg, x, n_embd, n_tok, rows, c->xq);
     if (vu != vg) quantize_grouped(c, vu, x, n_embd, n_tok, rows, c->xq2);
-    _Atomic int chunks_left[1024];
-    FT_ASSERT(n_active <= (int)FT_ARRAY_LEN(chunks_left));
+    _Atomic int64_t rows_left[1024];
+    FT_ASSERT(n_active <= (int)FT_ARRAY_LEN(rows_left));
     exp_job gu = {.c = c, .n_active = n_active, .n_out = n_ff, .n_in = n_embd, .w = {p->gate_exps, p->up_exps},
                   .xq = {c->xq, vu != vg ? c->xq2 : c->xq}, .y = {c->h_gate, c->h_up}, .n_banks = 2,
                   .silu_gate = true, .y_vdt = vdt_of(p->down_exps->type), .y_xq = c->xq,
-                  .chunks_left = chunks_left};
+                  .rows_left = rows_left};
     if (!exp_run(&gu)) // else the job quantized the hidden rows for down as it finished them
         cpu_quantize_rows(c, vdt_of(p->down_exps->type), c->h_gate, n_ff, rows, c->xq, c->xq_row);
     exp_job dn = {.c = c, .n_active = n_active, .n_out = n_embd, .n_in = n_ff, .w = {p->down_exps, NULL},
