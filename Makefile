@@ -6,7 +6,7 @@
 # make test-gpu   the GPU suite (on a machine with an NVIDIA GPU; CUDA_ARCHS=sm_90a there)
 # make bench-cuda the CUDA matvec benchmark (GPU machine); bench-cuda-gemm the prefill GEMM one
 # make fuzz       build the libFuzzer targets (clang) into build-fuzz/; FUZZ_SECONDS=N runs them
-# make bench      build and run the micro-benchmarks
+# make bench      build and run the micro-benchmarks (bench-cpu-moe: the CPU MoE op at decode)
 # make deps       install the test oracle (llama.cpp via npm) into node_modules/
 # make check      deps + test + test-san: what CI runs
 
@@ -72,7 +72,7 @@ GPU_TEST_OBJ := $(BUILD)/tests/main.o $(BUILD)/tests/batch_sim.o $(patsubst %.c,
 # SIMD files are compiled for their instruction set and only entered after a run-time check.
 $(BUILD)/%_avx2.o: CFLAGS += -mavx2 -mfma -mf16c
 
-.PHONY: all test test-san test-gpu fuzz fuzz-build bench bench-cuda bench-cuda-gemm deps check clean help
+.PHONY: all test test-san test-gpu fuzz fuzz-build bench bench-cpu-moe bench-cuda bench-cuda-gemm deps check clean help
 all: $(BUILD)/ft
 
 $(BUILD)/%.o: %.c
@@ -124,6 +124,14 @@ bench: $(BUILD)/bench_dot
 	$(BUILD)/bench_dot
 
 $(BUILD)/bench_dot: $(BUILD)/bench/bench_dot.o $(LIB_OBJ)
+	$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS)
+
+# the CPU backend's moe_ffn at decode on Qwen3-30B-A3B-shaped layers (16 GB by default);
+# BENCH_ARGS: e.g. "-t 1,16 -l 8"; see bench/bench_cpu_moe.c
+bench-cpu-moe: $(BUILD)/bench_cpu_moe
+	$(BUILD)/bench_cpu_moe $(BENCH_ARGS)
+
+$(BUILD)/bench_cpu_moe: $(BUILD)/bench/bench_cpu_moe.o $(BUILD)/libft.a
 	$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS)
 
 # BENCH_ARGS: e.g. "--quick"; see bench/bench_cuda_matvec.cu

@@ -856,10 +856,18 @@ float ft_vec_dot_iq4_xs_avx2(int64_t n, const void *vx, const void *vy) {
 #define AVX512_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
 
 // Decode's matrix-vector products (tiles of one activation row) take MV_ROWS weight rows per
-// pass over the blocks, sharing each block's activation loads, and prefetch the next pass's rows.
+// pass over the blocks, sharing each block's activation loads, and prefetch the rows of a
+// later pass: q8_0 the next one's, q4_K the one after (Q4K_PREFETCH_PASSES; H200 host,
+// bench/bench_cpu_moe.c, MoE decode from memory: 8 threads 548 -> 439 us per layer, 16
+// threads 328 -> 318; 4 passes on was no better than 1; -DFT_Q4K_PREFETCH_PASSES=N tries others).
 enum { MV_ROWS = 4 };
+#ifdef FT_Q4K_PREFETCH_PASSES
+enum { Q4K_PREFETCH_PASSES = FT_Q4K_PREFETCH_PASSES };
+#else
+enum { Q4K_PREFETCH_PASSES = 2 };
+#endif
 
-// The cache lines of the bytes at p (a row's blocks of this step) one pass (ahead bytes) later.
+// The cache lines of the bytes at p (a row's blocks of this step) ahead bytes later.
 static inline __attribute__((always_inline)) void prefetch_next_pass(const void *p, size_t ahead, size_t bytes) {
     for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)p + ahead + o, _MM_HINT_T0);
 }
@@ -952,7 +960,7 @@ matvec512_q4_K(int64_t n, const uint8_t *x, size_t bx, int nr, const block_q8_K 
 #pragma GCC unroll 4
         for (int r = 0; r < nr; r++) {
             const block_q4_K *xb = (const block_q4_K *)(x + (size_t)r * bx) + b;
-            prefetch_next_pass(xb, MV_ROWS * bx, sizeof(block_q4_K));
+            prefetch_next_pass(xb, Q4K_PREFETCH_PASSES * MV_ROWS * bx, sizeof(block_q4_K));
             const __m128i sm = scales_mins_k4(xb->scales);
             const __m128i msum = _mm_madd_epi16(_mm_cvtepu8_epi16(_mm_srli_si128(sm, 8)), bs);
             accm[r] = _mm_fmadd_ps(_mm_set1_ps(yb->d * g_half_table[xb->dmin]), _mm_cvtepi32_ps(msum), accm[r]);

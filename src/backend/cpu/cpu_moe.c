@@ -2,18 +2,22 @@
 // the sigmoid-gated shared expert.
 //
 // moe_ffn, in steps:
-//   1. router logits for all tokens (one matmul), gating (softmax or sigmoid), top-k on
+//   1. router logits for all tokens (one matmul; an f32 router's in a job that also quantizes
+//      the tokens for gate and up), gating (softmax or sigmoid), top-k on
 //      gating + selection bias, weights renormalised and scaled as the layer asks;
 //   2. group the (token, slot) pairs by expert (a counting sort), so each expert's weights
 //      are read once for all its tokens and unselected experts are never touched;
-//   3. gate and up for every active expert's rows over the pool, SiLU(gate) * up,
-//      quantize to the down bank's vec_dot_type, down over the pool; each expert's weights
-//      meet all its tokens in tiles (cpu_dot_tile), the work split by token-rows; the tokens
-//      of a prefill chunk take the GEMM and the others the tile kernels (ft_backend.row_gemm),
-//      so a token's result never depends on how many others its expert got;
+//   3. gate and up for every active expert's rows over the pool, SiLU(gate) * up in the same
+//      job, quantize to the down bank's vec_dot_type (in that job too without GEMM tokens),
+//      down over the pool; each expert's weights
+//      meet all its tokens in tiles (cpu_dot_tile), the work split by token-rows (down without
+//      GEMM tokens in chunks the threads claim, else in static shares); the tokens of a prefill
+//      chunk take the GEMM and the others the tile kernels (ft_backend.row_gemm), so a token's
+//      result never depends on how many others its expert got;
 //   4. per token, the weighted sum over its slots in slot order (as llama.cpp adds them).
 #include "cpu_impl.h"
 
+#include <stdatomic.h>
 #include <string.h>
 
 static void softmax_row(const float *x, float *y, int n) {
@@ -122,54 +126,211 @@ typedef struct {
     const uint8_t *xq[2];
     float *y[2];    // (grouped rows, n_out)
     int n_banks;
+    bool silu_gate; // y[0] = SiLU(y[0]) * y[1] over each piece once both banks have it
+    // chunk_rows > 0: the rows are claimed in chunks of chunk_rows, chunks_per_expert per
+    // active expert, next_chunk the first one not yet claimed; 0: static shares (exp_worker).
+    int chunk_rows, chunks_per_expert;
+    _Atomic int next_chunk;
+    // With y_xq set: rows_left[a] counts active expert a's rows not yet done, and the thread
+    // that does the last ones quantizes the expert's rows of y[0] to y_vdt into the same rows
+    // of y_xq (the expert's input rows there, which nothing reads any more).
+    enum ft_type y_vdt;
+    uint8_t *y_xq;
+    _Atomic int64_t *rows_left;
 } exp_job;
 
-// The work of the active experts' rows, (expert, row) in order, each row weighing its
-// expert's token count, is split into nth contiguous shares of about equal weight; thread
-// ith computes its share: the expert's GEMM tokens (exp_gemm) over all of the share's rows in
-// one call, the others in blocks of rows, each block a tile over those tokens.
+// Weight bytes of one chunk of a one-bank job (down): a thread's stream runs long past the
+// rows the matvec reads cold (it prefetches 8 rows ahead, so a chunk's first 8 rows are
+// unprefetched), and the last chunks even out the threads' finishing times. Measured on the
+// H200's host, 16 threads (bench_cpu_moe): static shares of equal work left the slowest
+// thread's busy time 1.3-1.4x the mean; chunks of 80 rows of down (32 KiB) evened them at 1.07x
+// the mean busy time (76 -> 82 us; the job 100 -> 86 us). Gate and up keep static shares: a
+// piece of them starts two streams, and chunks of 16 rows of each raised the threads' mean busy
+// time 1.46x (the job 204 -> 228 us; at 1 and 2 threads here, 64 rows were still slower than
+// static shares). -DFT_EXP_CHUNK_BYTES=N tries other sizes.
+#ifdef FT_EXP_CHUNK_BYTES
+enum { EXP_CHUNK_BYTES = FT_EXP_CHUNK_BYTES };
+#else
+enum { EXP_CHUNK_BYTES = 32 << 10 };
+#endif
+
+// Rows [o0, o1) of active expert a, every bank: the expert's GEMM tokens (exp_gemm) over all
+// the rows in one call, the others in tiles of 16 rows over those tokens; then SiLU(gate) * up
+// over these rows where the job asks for it, and the quantization of the expert's rows of y[0]
+// where these were its last (y_xq).
+static void exp_rows(exp_job *j, int a, int64_t o0, int64_t o1) {
+    cpu_backend *c = j->c;
+    if (o1 <= o0) return;
+    int e = c->active[a], g0 = c->exp_off[e], cnt = c->exp_off[e + 1] - g0;
+    for (int b = 0; b < j->n_banks; b++) {
+        const ft_tensor *w = j->w[b];
+        const uint8_t *we = (const uint8_t *)w->data + (size_t)e * w->mat_bytes;
+        const uint8_t *xq = j->xq[b] + (size_t)g0 * c->xq_row;
+        float *y = j->y[b] + (size_t)g0 * j->n_out;
+        // the GEMM packs its tokens per call: one call whatever their count
+        int ng = cpu_has_gemm(c, w->type) ? c->exp_gemm[e] : 0;
+        if (ng > 0)
+            cpu_dot_tile(c, w->type, true, j->n_in, we + (size_t)o0 * w->row_bytes, w->row_bytes, (int)(o1 - o0), xq,
+                         c->xq_row, ng, y + o0, (size_t)j->n_out);
+        if (ng < cnt)
+            for (int64_t ob = o0; ob < o1; ob += 16)
+                cpu_dot_tile(c, w->type, false, j->n_in, we + (size_t)ob * w->row_bytes, w->row_bytes,
+                             (int)FT_MIN(16, o1 - ob), xq + (size_t)ng * c->xq_row, c->xq_row, cnt - ng,
+                             y + (size_t)ng * j->n_out + ob, (size_t)j->n_out);
+    }
+    if (j->silu_gate)
+        for (int g = g0; g < g0 + cnt; g++) {
+            float *gate = j->y[0] + (size_t)g * j->n_out, *up = j->y[1] + (size_t)g * j->n_out;
+            for (int64_t o = o0; o < o1; o++) gate[o] = cpu_silu(gate[o]) * up[o];
+        }
+    // acq_rel: the thread that sees the count reach zero sees every other thread's rows
+    if (j->y_xq && atomic_fetch_sub_explicit(&j->rows_left[a], o1 - o0, memory_order_acq_rel) == o1 - o0)
+        for (int g = g0; g < g0 + cnt; g++)
+            cpu_quantize_row(j->y_vdt, j->y[0] + (size_t)g * j->n_out, j->y_xq + (size_t)g * c->xq_row, j->n_out);
+}
+
+// Thread ith's part of the active experts' rows. In static shares: the work, (expert, row) in
+// order, each row weighing its expert's token count, is split into nth contiguous shares of
+// about equal weight (a share's GEMM call packs its tokens once; a share streams each bank in
+// one run). In chunks: the threads claim chunks of rows in (expert, row) order until none is
+// left, so a thread that streams slower than the others takes fewer. Every output is the same
+// kernel's on the same rows either way (cpu_dot_tile's outputs do not depend on the rows or
+// tokens beside them), and the thread that computed rows of gate and up applies SiLU(gate) * up
+// to them, so no serial pass over the hidden rows follows.
 static void exp_worker(void *ctx, int ith, int nth) {
     exp_job *j = ctx;
     cpu_backend *c = j->c;
+    if (j->chunk_rows > 0) {
+        int n_chunks = j->n_active * j->chunks_per_expert;
+        for (int k; (k = atomic_fetch_add_explicit(&j->next_chunk, 1, memory_order_relaxed)) < n_chunks;) {
+            int64_t o0 = (int64_t)(k % j->chunks_per_expert) * j->chunk_rows;
+            exp_rows(j, k / j->chunks_per_expert, o0, FT_MIN(o0 + j->chunk_rows, j->n_out));
+        }
+        return;
+    }
     int64_t total = (int64_t)c->exp_off[c->active[j->n_active - 1] + 1] * j->n_out; // token-rows
     int64_t w0 = total * ith / nth, w1 = total * (ith + 1) / nth, seen = 0;
     for (int a = 0; a < j->n_active && seen < w1; a++) {
-        int e = c->active[a], g0 = c->exp_off[e], cnt = c->exp_off[e + 1] - g0;
+        int e = c->active[a], cnt = c->exp_off[e + 1] - c->exp_off[e];
         int64_t span = (int64_t)cnt * j->n_out;
         if (seen + span > w0) {
             // rows [o0, o1) of this expert: those whose weight falls in [w0, w1)
             int64_t o0 = seen >= w0 ? 0 : (w0 - seen + cnt - 1) / cnt;
             int64_t o1 = seen + span <= w1 ? j->n_out : (w1 - seen + cnt - 1) / cnt;
-            for (int b = 0; b < j->n_banks; b++) {
-                const ft_tensor *w = j->w[b];
-                const uint8_t *we = (const uint8_t *)w->data + (size_t)e * w->mat_bytes;
-                const uint8_t *xq = j->xq[b] + (size_t)g0 * c->xq_row;
-                float *y = j->y[b] + (size_t)g0 * j->n_out;
-                // the GEMM's tokens with all of the share's rows at once (it packs its tokens
-                // per call), whatever their count; the others in tiles of 16 rows
-                int ng = cpu_has_gemm(c, w->type) ? c->exp_gemm[e] : 0;
-                if (ng > 0 && o1 > o0)
-                    cpu_dot_tile(c, w->type, true, j->n_in, we + (size_t)o0 * w->row_bytes, w->row_bytes,
-                                 (int)(o1 - o0), xq, c->xq_row, ng, y + o0, (size_t)j->n_out);
-                if (ng < cnt)
-                    for (int64_t ob = o0; ob < o1; ob += 16)
-                        cpu_dot_tile(c, w->type, false, j->n_in, we + (size_t)ob * w->row_bytes, w->row_bytes,
-                                     (int)FT_MIN(16, o1 - ob), xq + (size_t)ng * c->xq_row, c->xq_row, cnt - ng,
-                                     y + (size_t)ng * j->n_out + ob, (size_t)j->n_out);
-            }
+            exp_rows(j, a, o0, o1);
         }
         seen += span;
     }
 }
 
-// Quantizes x (n_tok rows of n) to vdt in token order into c->xq_tok, then copies row
-// grp_tok[g] to row g of dst for each of the rows grouped rows.
-static void quantize_grouped(cpu_backend *c, enum ft_type vdt, const float *x, int64_t n, int n_tok,
-                             int rows, uint8_t *dst) {
-    cpu_quantize_rows(c, vdt, x, n, n_tok, c->xq_tok, c->xq_row);
+// Runs the job over the pool: a one-bank job without GEMM tokens in chunks, else in static
+// shares. Where no active expert has GEMM tokens the job also quantizes y[0] for the next
+// (y_xq; else y_xq is cleared). Returns whether it did.
+static bool exp_run(exp_job *j) {
+    cpu_backend *c = j->c;
+    bool gemm = false;
+    for (int b = 0; b < j->n_banks; b++)
+        if (cpu_has_gemm(c, j->w[b]->type))
+            for (int a = 0; a < j->n_active; a++) gemm |= c->exp_gemm[c->active[a]] > 0;
+    j->chunk_rows = 0;
+    if (!gemm && j->n_banks == 1) {
+        // a multiple of the 16-row tile, the nearest to EXP_CHUNK_BYTES
+        int64_t rows = 16 * FT_MAX((int64_t)1, ((int64_t)EXP_CHUNK_BYTES / (int64_t)j->w[0]->row_bytes + 8) / 16);
+        j->chunk_rows = (int)FT_MIN(rows, j->n_out);
+        j->chunks_per_expert = (int)((j->n_out + j->chunk_rows - 1) / j->chunk_rows);
+        atomic_init(&j->next_chunk, 0);
+    }
+    // with GEMM tokens (prefill) an expert's many rows would be quantized by one thread
+    if (gemm) j->y_xq = NULL;
+    if (j->y_xq)
+        for (int a = 0; a < j->n_active; a++) atomic_init(&j->rows_left[a], j->n_out);
+    cpu_run(c, exp_worker, j);
+    return j->y_xq != NULL;
+}
+
+// Copies row grp_tok[g] of c->xq_tok (rows of n elements of vdt, in token order) to row g of
+// dst for each of the rows grouped rows.
+static void copy_grouped(cpu_backend *c, enum ft_type vdt, int64_t n, int rows, uint8_t *dst) {
     size_t bytes = ft_row_bytes(vdt, n);
     for (int g = 0; g < rows; g++)
         memcpy(dst + (size_t)g * c->xq_row, c->xq_tok + (size_t)c->grp_tok[g] * c->xq_row, bytes);
+}
+
+// Quantizes x (n_tok rows of n) to vdt in token order into c->xq_tok, then copies them into
+// grouped order into dst.
+static void quantize_grouped(cpu_backend *c, enum ft_type vdt, const float *x, int64_t n, int n_tok,
+                             int rows, uint8_t *dst) {
+    cpu_quantize_rows(c, vdt, x, n, n_tok, c->xq_tok, c->xq_row);
+    copy_grouped(c, vdt, n, rows, dst);
+}
+
+// An f32 router's logits and the quantization of x to vdt for gate and up (into c->xq_tok,
+// token order) in one job. The router reads x as it is (an f32 matmul's activations are x's
+// floats) and takes the matmul's tile kernel on the same rows, so the logits are the matmul's.
+typedef struct {
+    cpu_backend *c;
+    const ft_tensor *router;
+    const float *x;
+    int n_tok;
+    enum ft_type vdt;
+} router_job;
+
+// Quantizing one token costs about as much as this many router rows (both stream a row of
+// n_embd floats; 6 and 1.1 us at 2048 on the H200 host).
+enum { ROUTER_ROWS_PER_QUANT = 4 };
+
+// The first router row of thread i of nth when thread 0 also quantizes the token: the shares
+// of n_out + ROUTER_ROWS_PER_QUANT rows' work, thread 0's less the quantization.
+static int64_t router_row0(int64_t n_out, int i, int nth) {
+    if (i == 0) return 0;
+    if (i >= nth) return n_out;
+    int64_t per = (n_out + ROUTER_ROWS_PER_QUANT + nth - 1) / nth;
+    return FT_MIN(FT_MAX((int64_t)i * per - ROUTER_ROWS_PER_QUANT, (int64_t)0), n_out);
+}
+
+// One token: thread 0 quantizes it and takes fewer router rows than the others; more tokens:
+// each thread a share of both.
+static void router_worker(void *ctx, int ith, int nth) {
+    const router_job *j = ctx;
+    cpu_backend *c = j->c;
+    const ft_tensor *w = j->router;
+    int64_t n = w->ne[0], n_out = w->ne[1], t0 = 0, t1 = 0, o0, o1;
+    if (j->n_tok == 1) {
+        t1 = ith == 0;
+        o0 = router_row0(n_out, ith, nth);
+        o1 = router_row0(n_out, ith + 1, nth);
+    } else {
+        ft_pool_split(j->n_tok, ith, nth, &t0, &t1);
+        ft_pool_split(n_out, ith, nth, &o0, &o1);
+    }
+    for (int64_t t = t0; t < t1; t++) cpu_quantize_row(j->vdt, j->x + t * n, c->xq_tok + (size_t)t * c->xq_row, n);
+    for (int64_t ob = o0; ob < o1; ob += 16)
+        cpu_dot_tile(c, w->type, false, n, (const uint8_t *)w->data + (size_t)ob * w->row_bytes, w->row_bytes,
+                     (int)FT_MIN(16, o1 - ob), (const uint8_t *)j->x, (size_t)n * sizeof(float), j->n_tok,
+                     c->logits + ob, (size_t)n_out);
+}
+
+// y (n floats) = the sum over slots j < k of w[j] * rows[j], each element's terms added in slot
+// order, a product then a sum (as llama.cpp adds them); four elements at a time in a vector
+// the compiler keeps in a register across the slots.
+static void weighted_sum(float *y, const float *const *rows, const float *w, int k, int64_t n) {
+    typedef float v4 __attribute__((vector_size(16)));
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        v4 o, acc;
+        memcpy(&o, rows[0] + i, sizeof(o));
+        acc = o * w[0];
+        for (int j = 1; j < k; j++) {
+            memcpy(&o, rows[j] + i, sizeof(o));
+            acc += o * w[j];
+        }
+        memcpy(y + i, &acc, sizeof(acc));
+    }
+    for (; i < n; i++) {
+        float s = rows[0][i] * w[0];
+        for (int j = 1; j < k; j++) s += rows[j][i] * w[j];
+        y[i] = s;
+    }
 }
 
 static enum ft_type vdt_of(enum ft_type t) { return ft_quant_ops_find(t)->vec_dot_type; }
@@ -181,7 +342,16 @@ void cpu_moe_ffn(ft_backend *be, const ft_moe_params *p, const float *x, float *
     FT_ASSERT(c->reserved && n_tok <= c->lim.max_tok && k <= c->lim.n_expert_used);
     FT_ASSERT(p->n_expert <= c->lim.n_expert && n_ff <= c->lim.max_width);
 
-    be->ops->matmul(be, p->router, x, c->logits, n_tok);
+    // the router's logits, and where it is f32 (no GEMM) gate's input quantized in the same job
+    enum ft_type vg = vdt_of(p->gate_exps->type), vu = vdt_of(p->up_exps->type);
+    bool fused_router = p->router->type == FT_TYPE_F32 && !cpu_has_gemm(c, FT_TYPE_F32);
+    if (fused_router) {
+        FT_ASSERT(p->router->ne[0] == n_embd && p->router->ne[1] == p->n_expert);
+        router_job rj = {c, p->router, x, n_tok, vg};
+        cpu_run(c, router_worker, &rj);
+    } else {
+        be->ops->matmul(be, p->router, x, c->logits, n_tok);
+    }
     route(c, p, n_tok);
     int n_active = group(c, p, n_tok);
     for (int a = 0; a < n_active; a++) {
@@ -194,28 +364,28 @@ void cpu_moe_ffn(ft_backend *be, const ft_moe_params *p, const float *x, float *
     // gate and up read each grouped row's token, quantized once per token and copied into
     // grouped order so every expert's tokens are consecutive rows (a tile's columns)
     int rows = n_tok * k;
-    enum ft_type vg = vdt_of(p->gate_exps->type), vu = vdt_of(p->up_exps->type);
-    quantize_grouped(c, vg, x, n_embd, n_tok, rows, c->xq);
+    if (fused_router)
+        copy_grouped(c, vg, n_embd, rows, c->xq);
+    else
+        quantize_grouped(c, vg, x, n_embd, n_tok, rows, c->xq);
     if (vu != vg) quantize_grouped(c, vu, x, n_embd, n_tok, rows, c->xq2);
-    exp_job gu = {c, n_active, n_ff, n_embd, {p->gate_exps, p->up_exps},
-                  {c->xq, vu != vg ? c->xq2 : c->xq}, {c->h_gate, c->h_up}, 2};
-    cpu_run(c, exp_worker, &gu);
+    _Atomic int64_t rows_left[1024];
+    FT_ASSERT(n_active <= (int)FT_ARRAY_LEN(rows_left));
+    exp_job gu = {.c = c, .n_active = n_active, .n_out = n_ff, .n_in = n_embd, .w = {p->gate_exps, p->up_exps},
+                  .xq = {c->xq, vu != vg ? c->xq2 : c->xq}, .y = {c->h_gate, c->h_up}, .n_banks = 2,
+                  .silu_gate = true, .y_vdt = vdt_of(p->down_exps->type), .y_xq = c->xq,
+                  .rows_left = rows_left};
+    if (!exp_run(&gu)) // else the job quantized the hidden rows for down as it finished them
+        cpu_quantize_rows(c, vdt_of(p->down_exps->type), c->h_gate, n_ff, rows, c->xq, c->xq_row);
+    exp_job dn = {.c = c, .n_active = n_active, .n_out = n_embd, .n_in = n_ff, .w = {p->down_exps, NULL},
+                  .xq = {c->xq, NULL}, .y = {c->h_out, NULL}, .n_banks = 1};
+    exp_run(&dn);
 
-    for (size_t i = 0; i < (size_t)rows * (size_t)n_ff; i++) c->h_gate[i] = cpu_silu(c->h_gate[i]) * c->h_up[i];
-    cpu_quantize_rows(c, vdt_of(p->down_exps->type), c->h_gate, n_ff, rows, c->xq, c->xq_row);
-    exp_job dn = {c, n_active, n_embd, n_ff, {p->down_exps, NULL}, {c->xq, NULL}, {c->h_out, NULL}, 1};
-    cpu_run(c, exp_worker, &dn);
-
+    const float *slot_rows[256];
+    FT_ASSERT(k <= (int)FT_ARRAY_LEN(slot_rows));
     for (int t = 0; t < n_tok; t++) {
-        float *yt = y + (size_t)t * n_embd;
-        for (int j = 0; j < k; j++) {
-            const float *o = c->h_out + (size_t)c->grp_of[t * k + j] * n_embd;
-            float w = c->sel_w[t * k + j];
-            if (j == 0)
-                for (int64_t i = 0; i < n_embd; i++) yt[i] = o[i] * w;
-            else
-                for (int64_t i = 0; i < n_embd; i++) yt[i] += o[i] * w;
-        }
+        for (int j = 0; j < k; j++) slot_rows[j] = c->h_out + (size_t)c->grp_of[t * k + j] * n_embd;
+        weighted_sum(y + (size_t)t * n_embd, slot_rows, c->sel_w + (size_t)t * k, k, n_embd);
     }
 }
 

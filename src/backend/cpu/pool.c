@@ -31,6 +31,8 @@ struct ft_pool {
     _Atomic bool quit;
     ft_pool_fn fn; // the current job, written before generation is bumped
     void *ctx;
+    ft_pool_trace *trace;     // set by ft_pool_set_trace, or NULL
+    ft_pool_job_times *times; // the current job's record while tracing, else NULL
 };
 
 typedef struct {
@@ -38,7 +40,7 @@ typedef struct {
     int ith;
 } worker_arg;
 
-static uint64_t now_ns(void) {
+uint64_t ft_pool_now_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
@@ -46,12 +48,12 @@ static uint64_t now_ns(void) {
 
 // Waits until the generation differs from seen (or quit); returns the new generation.
 static uint64_t wait_for_job(ft_pool *p, uint64_t seen) {
-    uint64_t t0 = now_ns();
+    uint64_t t0 = ft_pool_now_ns();
     for (int i = 1;; i++) {
         uint64_t g = atomic_load_explicit(&p->generation, memory_order_acquire);
         if (g != seen || atomic_load_explicit(&p->quit, memory_order_relaxed)) return g;
         _mm_pause();
-        if (i % 256 == 0 && now_ns() - t0 > POOL_SPIN_NS) break;
+        if (i % 256 == 0 && ft_pool_now_ns() - t0 > POOL_SPIN_NS) break;
     }
     pthread_mutex_lock(&p->mu);
     atomic_fetch_add(&p->sleeping, 1);
@@ -62,6 +64,14 @@ static uint64_t wait_for_job(ft_pool *p, uint64_t seen) {
     return g;
 }
 
+// Runs thread ith's part of the job, timed while tracing.
+static void run_part(ft_pool *p, ft_pool_fn fn, void *ctx, int ith) {
+    ft_pool_job_times *t = p->times;
+    if (t) t->begin_ns[ith] = ft_pool_now_ns();
+    fn(ctx, ith, p->n_threads);
+    if (t) t->end_ns[ith] = ft_pool_now_ns();
+}
+
 static void *worker(void *arg) {
     worker_arg *w = arg;
     ft_pool *p = w->pool;
@@ -69,7 +79,7 @@ static void *worker(void *arg) {
     for (;;) {
         seen = wait_for_job(p, seen);
         if (atomic_load(&p->quit)) break;
-        p->fn(p->ctx, w->ith, p->n_threads);
+        run_part(p, p->fn, p->ctx, w->ith);
         atomic_fetch_sub_explicit(&p->pending, 1, memory_order_release);
     }
     free(w);
@@ -108,11 +118,8 @@ void ft_pool_free(ft_pool *p) {
 
 int ft_pool_threads(const ft_pool *p) { return p->n_threads; }
 
-void ft_pool_run(ft_pool *p, ft_pool_fn fn, void *ctx) {
-    if (p->n_threads == 1) {
-        fn(ctx, 0, 1);
-        return;
-    }
+// Posts the job to the workers, runs part 0 and waits for the others.
+static void run_shared(ft_pool *p, ft_pool_fn fn, void *ctx) {
     pthread_mutex_lock(&p->mu);
     p->fn = fn;
     p->ctx = ctx;
@@ -120,11 +127,31 @@ void ft_pool_run(ft_pool *p, ft_pool_fn fn, void *ctx) {
     atomic_fetch_add_explicit(&p->generation, 1, memory_order_release);
     if (atomic_load(&p->sleeping) > 0) pthread_cond_broadcast(&p->work_cv);
     pthread_mutex_unlock(&p->mu);
-    fn(ctx, 0, p->n_threads);
+    run_part(p, fn, ctx, 0);
     // the workers finish within the job's time; yield now and then in case one of them
     // is not running (a machine busier than its cores)
     for (int i = 1; atomic_load_explicit(&p->pending, memory_order_acquire) > 0; i++) {
         _mm_pause();
         if (i % 4096 == 0) sched_yield();
+    }
+}
+
+void ft_pool_set_trace(ft_pool *p, ft_pool_trace *t) {
+    FT_ASSERT(!t || p->n_threads <= FT_POOL_TRACE_THREADS);
+    p->trace = t;
+}
+
+void ft_pool_run(ft_pool *p, ft_pool_fn fn, void *ctx) {
+    ft_pool_trace *tr = p->trace;
+    p->times = tr && tr->n < tr->cap ? &tr->jobs[tr->n] : NULL;
+    if (p->times) p->times->post_ns = ft_pool_now_ns();
+    if (p->n_threads == 1)
+        run_part(p, fn, ctx, 0);
+    else
+        run_shared(p, fn, ctx);
+    if (p->times) {
+        p->times->done_ns = ft_pool_now_ns();
+        tr->n++;
+        p->times = NULL;
     }
 }
