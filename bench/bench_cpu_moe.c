@@ -121,8 +121,10 @@ static void add_job(job_sums *s, const ft_pool_job_times *t, int nth) {
 static const char *job_name(int n_jobs, int i) {
     static const char *four[] = {"router", "gate/up", "quant h", "down"};
     static const char *three[] = {"router", "gate/up", "down"};
+    static const char *two[] = {"router", "experts"}; // gate/up and down in one job
     if (n_jobs == 4) return four[i];
     if (n_jobs == 3) return three[i];
+    if (n_jobs == 2) return two[i];
     return "job";
 }
 

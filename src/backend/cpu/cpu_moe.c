@@ -11,13 +11,18 @@
 //      job, quantize to the down bank's vec_dot_type (in that job too without GEMM tokens),
 //      down over the pool; each expert's weights
 //      meet all its tokens in tiles (cpu_dot_tile), the work split by token-rows (down without
-//      GEMM tokens in chunks the threads claim, else in static shares); the tokens of a prefill
+//      GEMM tokens in chunks the threads claim, else in static shares; without GEMM tokens
+//      gate/up and down are one pool job, down's chunks of an expert taken as soon as its
+//      hidden rows are ready); the tokens of a prefill
 //      chunk take the GEMM and the others the tile kernels (ft_backend.row_gemm), so a token's
 //      result never depends on how many others its expert got;
 //   4. per token, the weighted sum over its slots in slot order (as llama.cpp adds them).
 #include "cpu_impl.h"
 
+#include <immintrin.h>
+#include <sched.h>
 #include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 
 static void softmax_row(const float *x, float *y, int n) {
@@ -128,15 +133,20 @@ typedef struct {
     int n_banks;
     bool silu_gate; // y[0] = SiLU(y[0]) * y[1] over each piece once both banks have it
     // chunk_rows > 0: the rows are claimed in chunks of chunk_rows, chunks_per_expert per
-    // active expert, next_chunk the first one not yet claimed; 0: static shares (exp_worker).
+    // active expert, next_chunk[a] expert a's first one not yet claimed; where ready is set, an
+    // expert's chunks wait for ready[a] (its input rows written by the job before, in the same
+    // pool job). 0: static shares (exp_worker).
     int chunk_rows, chunks_per_expert;
-    _Atomic int next_chunk;
+    _Atomic int *next_chunk;
+    const _Atomic int *ready;
     // With y_xq set: rows_left[a] counts active expert a's rows not yet done, and the thread
     // that does the last ones quantizes the expert's rows of y[0] to y_vdt into the same rows
-    // of y_xq (the expert's input rows there, which nothing reads any more).
+    // of y_xq (the expert's input rows there, which nothing reads any more), then sets
+    // y_ready[a].
     enum ft_type y_vdt;
     uint8_t *y_xq;
     _Atomic int64_t *rows_left;
+    _Atomic int *y_ready;
 } exp_job;
 
 // Weight bytes of one chunk of a one-bank job (down): a thread's stream runs long past the
@@ -184,9 +194,42 @@ static void exp_rows(exp_job *j, int a, int64_t o0, int64_t o1) {
             for (int64_t o = o0; o < o1; o++) gate[o] = cpu_silu(gate[o]) * up[o];
         }
     // acq_rel: the thread that sees the count reach zero sees every other thread's rows
-    if (j->y_xq && atomic_fetch_sub_explicit(&j->rows_left[a], o1 - o0, memory_order_acq_rel) == o1 - o0)
+    if (j->y_xq && atomic_fetch_sub_explicit(&j->rows_left[a], o1 - o0, memory_order_acq_rel) == o1 - o0) {
         for (int g = g0; g < g0 + cnt; g++)
             cpu_quantize_row(j->y_vdt, j->y[0] + (size_t)g * j->n_out, j->y_xq + (size_t)g * c->xq_row, j->n_out);
+        atomic_store_explicit(&j->y_ready[a], 1, memory_order_release);
+    }
+}
+
+// Claims the next chunk, looking from active expert `from` on, so a thread keeps streaming
+// one expert's rows while it has chunks: returns the expert and sets *k to the chunk's number
+// within it, or -1 when every chunk is claimed. While the only chunks left wait for their
+// expert's input (ready), it spins, yielding now and then in case the thread it waits for is
+// not running (a machine busier than its cores).
+static int claim_chunk(exp_job *j, int from, int *k) {
+    for (int spins = 1;; spins++) {
+        bool left = false;
+        for (int i = 0; i < j->n_active; i++) {
+            int a = (from + i) % j->n_active;
+            _Atomic int *next = &j->next_chunk[a];
+            if (atomic_load_explicit(next, memory_order_relaxed) >= j->chunks_per_expert) continue;
+            left = true;
+            // acquire: the rows the expert's input thread wrote before it set the flag
+            if (j->ready && !atomic_load_explicit(&j->ready[a], memory_order_acquire)) continue;
+            if ((*k = atomic_fetch_add_explicit(next, 1, memory_order_relaxed)) < j->chunks_per_expert) return a;
+        }
+        if (!left) return -1;
+        _mm_pause();
+        if (spins % 4096 == 0) sched_yield();
+    }
+}
+
+// Chunks claimed until none is left, from active expert `from` on.
+static void chunk_worker(exp_job *j, int from) {
+    for (int a = from, k; (a = claim_chunk(j, a, &k)) >= 0;) {
+        int64_t o0 = (int64_t)k * j->chunk_rows;
+        exp_rows(j, a, o0, FT_MIN(o0 + j->chunk_rows, j->n_out));
+    }
 }
 
 // Thread ith's part of the active experts' rows. In static shares: the work, (expert, row) in
@@ -197,19 +240,12 @@ static void exp_rows(exp_job *j, int a, int64_t o0, int64_t o1) {
 // kernel's on the same rows either way (cpu_dot_tile's outputs do not depend on the rows or
 // tokens beside them), and the thread that computed rows of gate and up applies SiLU(gate) * up
 // to them, so no serial pass over the hidden rows follows.
-static void exp_worker(void *ctx, int ith, int nth) {
-    exp_job *j = ctx;
+// Returns the last active expert of the thread's share (static shares).
+static int static_share(exp_job *j, int ith, int nth) {
     cpu_backend *c = j->c;
-    if (j->chunk_rows > 0) {
-        int n_chunks = j->n_active * j->chunks_per_expert;
-        for (int k; (k = atomic_fetch_add_explicit(&j->next_chunk, 1, memory_order_relaxed)) < n_chunks;) {
-            int64_t o0 = (int64_t)(k % j->chunks_per_expert) * j->chunk_rows;
-            exp_rows(j, k / j->chunks_per_expert, o0, FT_MIN(o0 + j->chunk_rows, j->n_out));
-        }
-        return;
-    }
     int64_t total = (int64_t)c->exp_off[c->active[j->n_active - 1] + 1] * j->n_out; // token-rows
     int64_t w0 = total * ith / nth, w1 = total * (ith + 1) / nth, seen = 0;
+    int last = 0;
     for (int a = 0; a < j->n_active && seen < w1; a++) {
         int e = c->active[a], cnt = c->exp_off[e + 1] - c->exp_off[e];
         int64_t span = (int64_t)cnt * j->n_out;
@@ -218,34 +254,93 @@ static void exp_worker(void *ctx, int ith, int nth) {
             int64_t o0 = seen >= w0 ? 0 : (w0 - seen + cnt - 1) / cnt;
             int64_t o1 = seen + span <= w1 ? j->n_out : (w1 - seen + cnt - 1) / cnt;
             exp_rows(j, a, o0, o1);
+            last = a;
         }
         seen += span;
     }
+    return last;
 }
 
-// Runs the job over the pool: a one-bank job without GEMM tokens in chunks, else in static
-// shares. Where no active expert has GEMM tokens the job also quantizes y[0] for the next
-// (y_xq; else y_xq is cleared). Returns whether it did.
-static bool exp_run(exp_job *j) {
-    cpu_backend *c = j->c;
+static void exp_worker(void *ctx, int ith, int nth) {
+    exp_job *j = ctx;
+    if (j->chunk_rows > 0)
+        chunk_worker(j, j->n_active * ith / nth);
+    else
+        static_share(j, ith, nth);
+}
+
+// Gate/up and down of a step without GEMM tokens in one pool job: a thread that finishes its
+// share of gate and up goes on to down's chunks of the experts whose hidden rows are ready,
+// starting from its own last expert, so the threads that stream faster take more of down and
+// no thread waits at a barrier between the two.
+typedef struct {
+    exp_job *gate_up, *down;
+} experts_job;
+
+static void experts_worker(void *ctx, int ith, int nth) {
+    experts_job *f = ctx;
+    chunk_worker(f->down, static_share(f->gate_up, ith, nth));
+}
+
+// True where some active expert's tokens take the GEMM in one of the job's banks.
+static bool exp_has_gemm(const exp_job *j) {
+    const cpu_backend *c = j->c;
     bool gemm = false;
     for (int b = 0; b < j->n_banks; b++)
         if (cpu_has_gemm(c, j->w[b]->type))
             for (int a = 0; a < j->n_active; a++) gemm |= c->exp_gemm[c->active[a]] > 0;
+    return gemm;
+}
+
+// Sets the job's split: a one-bank job without GEMM tokens in chunks, else in static shares;
+// a job that quantizes y[0] for the next (y_xq) only without GEMM tokens (else y_xq is
+// cleared: with them (prefill) an expert's many rows would be quantized by one thread).
+static void exp_prepare(exp_job *j) {
+    bool gemm = exp_has_gemm(j);
     j->chunk_rows = 0;
     if (!gemm && j->n_banks == 1) {
         // a multiple of the 16-row tile, the nearest to EXP_CHUNK_BYTES
         int64_t rows = 16 * FT_MAX((int64_t)1, ((int64_t)EXP_CHUNK_BYTES / (int64_t)j->w[0]->row_bytes + 8) / 16);
         j->chunk_rows = (int)FT_MIN(rows, j->n_out);
         j->chunks_per_expert = (int)((j->n_out + j->chunk_rows - 1) / j->chunk_rows);
-        atomic_init(&j->next_chunk, 0);
+        for (int a = 0; a < j->n_active; a++) atomic_init(&j->next_chunk[a], 0);
     }
-    // with GEMM tokens (prefill) an expert's many rows would be quantized by one thread
     if (gemm) j->y_xq = NULL;
     if (j->y_xq)
-        for (int a = 0; a < j->n_active; a++) atomic_init(&j->rows_left[a], j->n_out);
-    cpu_run(c, exp_worker, j);
-    return j->y_xq != NULL;
+        for (int a = 0; a < j->n_active; a++) {
+            atomic_init(&j->rows_left[a], j->n_out);
+            atomic_init(&j->y_ready[a], 0);
+        }
+}
+
+// FT_CPU_MOE_ONE_JOB=0 runs gate/up and down as two pool jobs even where one would do (for
+// the benchmark's comparison); read once.
+static bool one_job_enabled(void) {
+    static _Atomic int cached = -1;
+    int v = atomic_load_explicit(&cached, memory_order_relaxed);
+    if (v < 0) {
+        const char *e = getenv("FT_CPU_MOE_ONE_JOB");
+        v = !(e && !strcmp(e, "0"));
+        atomic_store_explicit(&cached, v, memory_order_relaxed);
+    }
+    return v;
+}
+
+// Gate/up (with SiLU) then down over the pool: in one job where gate/up quantizes the hidden
+// rows itself and down goes in chunks (no GEMM tokens: decode), else as two jobs with the
+// hidden rows quantized between them where gate/up could not.
+static void experts_run(cpu_backend *c, exp_job *gu, exp_job *dn, enum ft_type down_vdt, int rows) {
+    exp_prepare(gu);
+    exp_prepare(dn);
+    if (gu->y_xq && dn->chunk_rows > 0 && one_job_enabled()) {
+        dn->ready = gu->y_ready;
+        experts_job f = {gu, dn};
+        cpu_run(c, experts_worker, &f);
+        return;
+    }
+    cpu_run(c, exp_worker, gu);
+    if (!gu->y_xq) cpu_quantize_rows(c, down_vdt, gu->y[0], gu->n_out, rows, c->xq, c->xq_row);
+    cpu_run(c, exp_worker, dn);
 }
 
 // Copies row grp_tok[g] of c->xq_tok (rows of n elements of vdt, in token order) to row g of
@@ -370,16 +465,15 @@ void cpu_moe_ffn(ft_backend *be, const ft_moe_params *p, const float *x, float *
         quantize_grouped(c, vg, x, n_embd, n_tok, rows, c->xq);
     if (vu != vg) quantize_grouped(c, vu, x, n_embd, n_tok, rows, c->xq2);
     _Atomic int64_t rows_left[1024];
+    _Atomic int hidden_ready[1024], down_next[1024];
     FT_ASSERT(n_active <= (int)FT_ARRAY_LEN(rows_left));
+    enum ft_type vd = vdt_of(p->down_exps->type);
     exp_job gu = {.c = c, .n_active = n_active, .n_out = n_ff, .n_in = n_embd, .w = {p->gate_exps, p->up_exps},
                   .xq = {c->xq, vu != vg ? c->xq2 : c->xq}, .y = {c->h_gate, c->h_up}, .n_banks = 2,
-                  .silu_gate = true, .y_vdt = vdt_of(p->down_exps->type), .y_xq = c->xq,
-                  .rows_left = rows_left};
-    if (!exp_run(&gu)) // else the job quantized the hidden rows for down as it finished them
-        cpu_quantize_rows(c, vdt_of(p->down_exps->type), c->h_gate, n_ff, rows, c->xq, c->xq_row);
+                  .silu_gate = true, .y_vdt = vd, .y_xq = c->xq, .rows_left = rows_left, .y_ready = hidden_ready};
     exp_job dn = {.c = c, .n_active = n_active, .n_out = n_embd, .n_in = n_ff, .w = {p->down_exps, NULL},
-                  .xq = {c->xq, NULL}, .y = {c->h_out, NULL}, .n_banks = 1};
-    exp_run(&dn);
+                  .xq = {c->xq, NULL}, .y = {c->h_out, NULL}, .n_banks = 1, .next_chunk = down_next};
+    experts_run(c, &gu, &dn, vd, rows);
 
     const float *slot_rows[256];
     FT_ASSERT(k <= (int)FT_ARRAY_LEN(slot_rows));
