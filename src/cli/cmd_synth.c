@@ -21,6 +21,8 @@ static void synth_usage(FILE *out) {
             "  --top-k N                  experts used per token (default %d)\n"
             "  --ff N                     expert FFN width (default %d)\n"
             "  --ctx N                    training context length (default %d)\n"
+            "  --dense-lead N             laguna: leading layers with a dense FFN (default 0)\n"
+            "  --dense-ff N               laguna: their FFN width (default 2 x --ff)\n"
             "  --dense-type T             embedding/attention/output type (default %s)\n"
             "  --expert-types T[,T...]    gate/up expert type per layer; the last repeats (default %s)\n"
             "  --expert-down-types T[,...] down expert type per layer (default: as gate/up)\n"
@@ -58,6 +60,8 @@ int cmd_synth(int argc, char **argv) {
         INT_OPT("--top-k", n_expert_used, 1, 1 << 16)
         INT_OPT("--ff", n_ff_exp, 1, 1 << 20)
         INT_OPT("--ctx", n_ctx_train, 1, 1 << 24)
+        INT_OPT("--dense-lead", n_dense_lead, 0, FT_SYNTH_MAX_LAYERS)
+        INT_OPT("--dense-ff", n_ff_dense, 1, 1 << 20)
 #undef INT_OPT
         if (args_int(argc, argv, &i, "--seed", 0, INT64_MAX, &v, &bad)) {
             p.seed = (uint64_t)v;

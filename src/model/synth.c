@@ -294,6 +294,8 @@ static bool check_params(const ft_synth_params *p, ft_err *err) {
         return ft_err_set(err, "sliding-window heads %d are not a multiple of --kv-heads %d", p->n_head_swa, p->n_head_kv);
     if (p->n_dense_lead < 0 || p->n_dense_lead > p->n_layer)
         return ft_err_set(err, "leading dense layers must be 0..%d, got %d", p->n_layer, p->n_dense_lead);
+    if ((p->n_dense_lead || p->n_ff_dense) && strcmp(p->arch, "laguna"))
+        return ft_err_set(err, "--dense-lead and --dense-ff are laguna's (the %s writer has no dense layers)", p->arch);
     if ((p->n_rot && (p->n_rot % 2 || p->n_rot > p->head_dim)) || (p->n_rot_swa && (p->n_rot_swa % 2 || p->n_rot_swa > p->head_dim)))
         return ft_err_set(err, "rotary dims must be even and at most --head-dim %d", p->head_dim);
     if (!strcmp(p->arch, "qwen2moe") && p->n_head * p->head_dim != p->n_embd)

@@ -855,17 +855,28 @@ float ft_vec_dot_iq4_xs_avx2(int64_t n, const void *vx, const void *vy) {
 
 #define AVX512_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
 
-// Decode's matrix-vector products (tiles of one activation row) take MV_ROWS weight rows per
+// Decode's matrix-vector products (tiles of one activation row) take several weight rows per
 // pass over the blocks, sharing each block's activation loads, and prefetch the rows of a
-// later pass: q8_0 the next one's, q4_K the one after (Q4K_PREFETCH_PASSES; H200 host,
-// bench/bench_cpu_moe.c, MoE decode from memory: 8 threads 548 -> 439 us per layer, 16
-// threads 328 -> 318; 4 passes on was no better than 1; -DFT_Q4K_PREFETCH_PASSES=N tries others).
+// later pass. q8_0: MV_ROWS rows, prefetching the next pass. q4_K: Q4K_MV_ROWS rows,
+// prefetching Q4K_PREFETCH_ROWS rows on (H200 host, bench/bench_cpu_moe.c, MoE decode from
+// memory, 4 rows per pass: 8 rows on against 4 took 8 threads 548 -> 439 us per layer, 16
+// threads 328 -> 318; 16 was no better than 4). Two rows per pass rather than four, same
+// prefetch distance: 2-core development machine (AVX-512, 2026-12-01), bench_cpu_moe -l 12,
+// alternating builds, 2 threads 19.7-20.2 -> 20.5-21.7 GB/s of experts, 1 thread 9.0-10.2 ->
+// 10.7-11.1; one row per pass was between (20.3-20.4 at 2 threads). -DFT_Q4K_MV_ROWS and
+// -DFT_Q4K_PREFETCH_ROWS try others.
 enum { MV_ROWS = 4 };
-#ifdef FT_Q4K_PREFETCH_PASSES
-enum { Q4K_PREFETCH_PASSES = FT_Q4K_PREFETCH_PASSES };
+#ifdef FT_Q4K_MV_ROWS
+enum { Q4K_MV_ROWS = FT_Q4K_MV_ROWS };
 #else
-enum { Q4K_PREFETCH_PASSES = 2 };
+enum { Q4K_MV_ROWS = 2 };
 #endif
+#ifdef FT_Q4K_PREFETCH_ROWS
+enum { Q4K_PREFETCH_ROWS = FT_Q4K_PREFETCH_ROWS };
+#else
+enum { Q4K_PREFETCH_ROWS = 8 };
+#endif
+_Static_assert(Q4K_MV_ROWS >= 1 && (int)Q4K_MV_ROWS <= (int)MV_ROWS, "q4_K decode takes 1..MV_ROWS rows per pass");
 
 // The cache lines of the bytes at p (a row's blocks of this step) ahead bytes later.
 static inline __attribute__((always_inline)) void prefetch_next_pass(const void *p, size_t ahead, size_t bytes) {
@@ -936,11 +947,11 @@ tile512_q4_K(int64_t n, const void *vx, const void *vy, size_t by, int nc, float
     }
 }
 
-// q4_K decode matvec with AVX-512BW: MV_ROWS weight rows per pass, so each block's activation
+// q4_K decode matvec with AVX-512BW: Q4K_MV_ROWS weight rows per pass, so each block's activation
 // codes and sums are loaded once for all of them. Each row's arithmetic is tile512_q4_K's with
 // one column, in its order, so the results equal the AVX2 kernel's to the bit.
 
-// out[r] = x_r . y for the nr (1..MV_ROWS) weight rows x_r = x + r * bx.
+// out[r] = x_r . y for the nr (1..Q4K_MV_ROWS) weight rows x_r = x + r * bx.
 static inline __attribute__((always_inline)) AVX512_TARGET void
 matvec512_q4_K(int64_t n, const uint8_t *x, size_t bx, int nr, const block_q8_K *y, float *out) {
     const __m256i m15 = _mm256_set1_epi8(0x0f);
@@ -960,7 +971,7 @@ matvec512_q4_K(int64_t n, const uint8_t *x, size_t bx, int nr, const block_q8_K 
 #pragma GCC unroll 4
         for (int r = 0; r < nr; r++) {
             const block_q4_K *xb = (const block_q4_K *)(x + (size_t)r * bx) + b;
-            prefetch_next_pass(xb, Q4K_PREFETCH_PASSES * MV_ROWS * bx, sizeof(block_q4_K));
+            prefetch_next_pass(xb, Q4K_PREFETCH_ROWS * bx, sizeof(block_q4_K));
             const __m128i sm = scales_mins_k4(xb->scales);
             const __m128i msum = _mm_madd_epi16(_mm_cvtepu8_epi16(_mm_srli_si128(sm, 8)), bs);
             accm[r] = _mm_fmadd_ps(_mm_set1_ps(yb->d * g_half_table[xb->dmin]), _mm_cvtepi32_ps(msum), accm[r]);
@@ -1003,7 +1014,8 @@ AVX512_TARGET void ft_vec_dot_tile_q4_K_avx512(int64_t n, const void *x, size_t 
                                                size_t by, int nc, float *s, size_t ls) {
     if (nc == 1) { // decode: several rows per pass (below)
         int r = 0;
-        for (; r + MV_ROWS <= nr; r += MV_ROWS) matvec512_q4_K(n, tile_col(x, bx, r), bx, MV_ROWS, y, s + r);
+        for (; r + Q4K_MV_ROWS <= nr; r += Q4K_MV_ROWS)
+            matvec512_q4_K(n, tile_col(x, bx, r), bx, Q4K_MV_ROWS, y, s + r);
         switch (nr - r) {
         case 3: matvec512_q4_K(n, tile_col(x, bx, r), bx, 3, y, s + r); break;
         case 2: matvec512_q4_K(n, tile_col(x, bx, r), bx, 2, y, s + r); break;
