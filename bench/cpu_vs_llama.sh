@@ -14,9 +14,9 @@
 #            expert FFN 768, q4_K experts, q8_0 dense, the Qwen2 vocabulary (default)
 #   mixtral  4 layers of Mixtral-8x7B: embd 4096, 32/8 heads, 8 experts top-2, expert FFN 14336,
 #            q4_K experts, q8_0 dense, the llama SPM vocabulary (about 3.5 GB)
-#   laguna   approximately Laguna's shape: embd 3072, 64 experts top-10, expert FFN 1024,
-#            6 layers, the last one's experts bf16; every layer MoE (`ft synth` has no option for
-#            the dense first layer yet)
+#   laguna   Laguna's shape as issue 5 gives it: embd 3072, 24/8 heads of 128, 64 experts top-10,
+#            expert FFN 1024 and a shared expert of 1024, 6 layers: a dense first layer (FFN
+#            2048), four q4_K MoE layers, one bf16 MoE layer; q8_0 dense, the built-in vocabulary
 # FT (default build/ft, built if missing) is the ft binary. Needs node with node-llama-cpp
 # (`make deps`). A busy machine skews both engines; the load average is printed with the table.
 set -euo pipefail
@@ -47,7 +47,7 @@ synth_model() {
     case "$name" in
         qwen3)   path="$cache/qwen3-30b-a3b-slice.gguf" ;;
         mixtral) path="$cache/mixtral-8x7b-slice.gguf" ;;
-        laguna)  path="$cache/laguna-slice.gguf" ;;
+        laguna)  path="$cache/laguna-slice-dense1.gguf" ;;
         *) echo "cpu_vs_llama: unknown model set '$name' (qwen3, mixtral, laguna, all)" >&2; exit 2 ;;
     esac
     if [ ! -f "$path" ]; then
@@ -61,7 +61,7 @@ synth_model() {
                        --head-dim 128 --experts 8 --top-k 2 --ff 14336 --expert-types q4_K --dense-type q8_0 \
                        --vocab-from "$vocab_dir/ggml-vocab-llama-spm.gguf" --name bench-mixtral-slice >&2 ;;
             laguna) "$FT" synth "$path.tmp" --arch laguna --layers 6 --embd 3072 --heads 24 --kv-heads 8 \
-                       --head-dim 128 --experts 64 --top-k 10 --ff 1024 \
+                       --head-dim 128 --experts 64 --top-k 10 --ff 1024 --dense-lead 1 \
                        --expert-types q4_K,q4_K,q4_K,q4_K,q4_K,bf16 --dense-type q8_0 \
                        --name bench-laguna-slice >&2 ;;
         esac

@@ -22,6 +22,7 @@ TEST(cli_exit_status_for_usage_and_input_errors) {
     CHECK(ft("synth 2>/dev/null", NULL, 0) == 2);
     CHECK(ft("synth x.gguf --layers 0 2>/dev/null", NULL, 0) == 2);
     CHECK(ft("synth x.gguf --expert-types q4_K,nope 2>/dev/null", NULL, 0) == 2);
+    CHECK(ft("synth x.gguf --dense-lead 1 2>/dev/null", NULL, 0) == 2, "dense layers are laguna's");
     // bad input: the message names the file and says what is wrong, on stderr only
     CHECK(ft("inspect /nonexistent/model.gguf 2>&1", out, sizeof(out)) == 1);
     CHECK(strstr(out, "/nonexistent/model.gguf") != NULL, "message: %s", out);
@@ -38,6 +39,32 @@ TEST(cli_inspect_rejects_a_truncated_file) {
     snprintf(cmd, sizeof(cmd), "inspect '%s' 2>&1", cut);
     CHECK(ft(cmd, out, sizeof(out)) == 1, "truncated file must be exit 1: %s", out);
     CHECK(strstr(out, "cli_trunc_cut.gguf") != NULL, "message: %s", out);
+}
+
+TEST(cli_synth_writes_laguna_leading_dense_layers) {
+    const char *path = test_path("cli_laguna_dense.gguf");
+    char cmd[2048];
+    snprintf(cmd, sizeof(cmd),
+             "synth '%s' --arch laguna --layers 3 --embd 256 --heads 4 --kv-heads 2 --head-dim 64 --experts 4 "
+             "--top-k 2 --ff 256 --dense-lead 1 --dense-ff 512 --expert-types q8_0,q4_K,bf16 2>/dev/null", path);
+    REQUIRE(ft(cmd, NULL, 0) == 0);
+    ft_err err = {{0}};
+    gguf_file *f = gguf_open(path, &err);
+    REQUIRE(f, "%s", err.msg);
+    uint64_t lead = 0, ff = 0;
+    CHECK(gguf_get_uint(f, "laguna.leading_dense_block_count", &lead) && lead == 1);
+    CHECK(gguf_get_uint(f, "laguna.feed_forward_length", &ff) && ff == 512);
+    const gguf_tensor *dense_up = gguf_find_tensor(f, "blk.0.ffn_up.weight");
+    CHECK(dense_up && dense_up->ne[1] == 512, "layer 0's dense FFN, 512 wide");
+    CHECK(!gguf_find_tensor(f, "blk.0.ffn_up_exps.weight"), "layer 0 has no experts");
+    const gguf_tensor *e1 = gguf_find_tensor(f, "blk.1.ffn_up_exps.weight");
+    const gguf_tensor *e2 = gguf_find_tensor(f, "blk.2.ffn_up_exps.weight");
+    CHECK(e1 && e1->type == FT_TYPE_Q4_K, "--expert-types entry L is layer L's");
+    CHECK(e2 && e2->type == FT_TYPE_BF16);
+    gguf_close(f);
+    // and the engine runs it
+    snprintf(cmd, sizeof(cmd), "run -m '%s' -p hi -n 2 -t 1 >/dev/null 2>&1", path);
+    CHECK(ft(cmd, NULL, 0) == 0);
 }
 
 TEST(cli_inspect_json_matches_the_file) {

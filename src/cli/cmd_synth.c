@@ -11,7 +11,7 @@ static void synth_usage(FILE *out) {
     fprintf(out,
             "usage: ft synth OUT.gguf [options]\n"
             "Writes a model with random weights (for tests, benchmarks and the demo).\n\n"
-            "  --arch ARCH                architecture (default %s; known: qwen3moe)\n"
+            "  --arch ARCH                architecture (default %s; known: qwen3moe, qwen2moe, llama, laguna)\n"
             "  --layers N                 layers (default %d)\n"
             "  --embd N                   embedding width (default %d)\n"
             "  --heads N                  query heads (default %d)\n"
@@ -83,6 +83,10 @@ int cmd_synth(int argc, char **argv) {
     if (bad) return FT_EXIT_USAGE;
     if (!out) {
         synth_usage(stderr);
+        return FT_EXIT_USAGE;
+    }
+    if ((p.n_dense_lead || p.n_ff_dense) && strcmp(p.arch, "laguna")) {
+        fprintf(stderr, "ft synth: --dense-lead and --dense-ff are for --arch laguna\n");
         return FT_EXIT_USAGE;
     }
     if (dense && !ft_type_from_name(dense, &p.dense_type)) {
