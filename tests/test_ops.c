@@ -248,3 +248,43 @@ TEST(ops_moe_ffn_matches_direct) {
     free(up.data);
     free(down.data);
 }
+
+// moe_ffn at decode (few tokens, no GEMM rows), where gate/up and down run as one pool job and
+// a thread takes down's rows of an expert once another thread has flagged its hidden rows
+// ready: the same bits at every thread count, 1 to 8 on however many cores (more threads than
+// cores make the waits long), over many calls with new inputs, so a thread reading hidden rows
+// before they are written would show.
+TEST(ops_moe_ffn_decode_same_bits_at_any_thread_count) {
+    enum { E = 512, F = 768, NX = 16, K = 4, MAX_T = 3, CALLS = 12 };
+    ft_rng r = ft_rng_init(33);
+    ft_tensor router = make_weight(FT_TYPE_F32, E, NX, 1, &r);
+    ft_tensor gate = make_weight(FT_TYPE_Q4_K, E, F, NX, &r), up = make_weight(FT_TYPE_Q4_K, E, F, NX, &r),
+              down = make_weight(FT_TYPE_Q4_K, F, E, NX, &r);
+    static float x[CALLS][MAX_T * E], want[CALLS][MAX_T * E], y[MAX_T * E];
+    for (int c = 0; c < CALLS; c++) fill_normal(&r, x[c], MAX_T * E, 1.0f);
+    const int threads[] = {1, 2, 3, 5, 8};
+    for (size_t ti = 0; ti < FT_ARRAY_LEN(threads); ti++) {
+        ft_backend *be = ft_backend_cpu_init(threads[ti], false);
+        ft_backend_limits lim = {.max_tok = MAX_T, .max_width = F, .max_ctx = 16, .max_head_dim = 64,
+                                 .n_expert = NX, .n_expert_used = K};
+        be->ops->reserve(be, &lim);
+        ft_moe_params mp = {.router = &router, .gate_exps = &gate, .up_exps = &up, .down_exps = &down, .n_expert = NX,
+                            .n_expert_used = K, .gating = FT_GATING_SOFTMAX, .norm_w = true};
+        int bad = 0;
+        for (int c = 0; c < CALLS; c++) {
+            int n_tok = 1 + c % MAX_T;
+            float *out = threads[ti] == 1 ? want[c] : y;
+            fill_nan(out, MAX_T * E);
+            be->ops->moe_ffn(be, &mp, x[c], out, n_tok);
+            if (threads[ti] > 1) bad += memcmp(out, want[c], (size_t)n_tok * E * sizeof(float)) != 0;
+            else
+                for (int i = 0; i < n_tok * E; i++) REQUIRE(isfinite(out[i]), "call %d [%d] not written", c, i);
+        }
+        CHECK(bad == 0, "%d threads: %d of %d calls differ from 1 thread's bits", threads[ti], bad, CALLS);
+        be->ops->free(be);
+    }
+    free(router.data);
+    free(gate.data);
+    free(up.data);
+    free(down.data);
+}
