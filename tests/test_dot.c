@@ -225,6 +225,7 @@ TEST(dot_ops_dispatch) {
     // decode's q8_0 matvec: VNNI where the CPU has it, and never when FT_SIMD=avx2 forces AVX2
     bool vnni = avx512 && __builtin_cpu_supports("avx512vnni");
     CHECK((ft_quant_ops_find(FT_TYPE_Q8_0)->vec_dot_tile == ft_vec_dot_tile_q8_0_vnni) == vnni, "q8_0 tile");
+    CHECK((ft_quant_ops_find(FT_TYPE_Q4_K)->vec_dot_tile == ft_vec_dot_tile_q4_K_vnni) == vnni, "q4_K tile");
     for (size_t i = 0; i < FT_ARRAY_LEN(g_cases); i++) {
         const dot_case *c = &g_cases[i];
         const ft_quant_ops *ops = ft_quant_ops_find(c->type);
@@ -383,7 +384,7 @@ TEST(dot_tile_vs_rows) {
 }
 
 // 2c. Decode's tiles: one activation row and 1..9 weight rows, so kernels that take several
-// rows per pass (q8_0 with AVX-512 VNNI takes 4) meet full groups and every tail; equal to
+// rows per pass (with AVX-512 VNNI q8_0 takes 4, q4_K 2) meet full groups and every tail; equal to
 // vec_dot to the bit, and the rows must land at their own places in the output.
 
 TEST(dot_tile_matvec_rows) {

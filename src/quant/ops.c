@@ -91,7 +91,10 @@ static void ops_init(void) {
     g_simd = "avx512";
     g_ops[FT_TYPE_Q4_K].vec_dot_tile = ft_vec_dot_tile_q4_K_avx512;
     g_ops[FT_TYPE_Q8_0].vec_dot_tile = ft_vec_dot_tile_q8_0_avx512;
-    if (__builtin_cpu_supports("avx512vnni")) g_ops[FT_TYPE_Q8_0].vec_dot_tile = ft_vec_dot_tile_q8_0_vnni;
+    if (__builtin_cpu_supports("avx512vnni")) {
+        g_ops[FT_TYPE_Q8_0].vec_dot_tile = ft_vec_dot_tile_q8_0_vnni;
+        g_ops[FT_TYPE_Q4_K].vec_dot_tile = ft_vec_dot_tile_q4_K_vnni;
+    }
     // Prefill's GEMMs on AMX tiles where the CPU and OS have them (FT_AMX=0 keeps them off, as
     // FT_SIMD=avx512 or avx2 do). They are not bit-identical to the AVX kernels (they sum in
     // the scalar reference's order, those per lane), so which rows take them is a function of
