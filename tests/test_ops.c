@@ -2,7 +2,7 @@
 // fast path against the scalar reference path (FT_REFERENCE's backend). Outputs are filled
 // with NaN first so an element an op forgets to write fails.
 #include "test.h"
-#include "../src/backend/cpu/cpu.h"
+#include "../src/backend/cpu/cpu_impl.h"
 #include "../src/util/rng.h"
 
 #include <stdlib.h>
@@ -287,4 +287,41 @@ TEST(ops_moe_ffn_decode_same_bits_at_any_thread_count) {
     free(gate.data);
     free(up.data);
     free(down.data);
+}
+
+// Activations quantized to q8_K (every K-quant matvec's input; AVX2 where the CPU has it) equal
+// the reference byte for byte: random rows at several scales, rows whose codes fall on .5 ties,
+// two elements of equal magnitude and opposite sign (the first sets the sign), zero and -0 rows,
+// denormals, and rows holding an infinity or a NaN.
+TEST(ops_quantize_q8_K_matches_reference) {
+    enum { N = 2 * QK_K, ROWS = 40 };
+    ft_rng r = ft_rng_init(5);
+    static float x[N];
+    static block_q8_K want[N / QK_K], got[N / QK_K];
+    for (int row = 0; row < ROWS; row++) {
+        float scale = powf(10.0f, (float)(row % 9) - 4.0f);
+        fill_normal(&r, x, N, scale);
+        switch (row % 8) {
+        case 1: // iscale = 1: codes are the values, .5 ties among them
+            x[3] = -127.0f;
+            for (int i = 4; i < QK_K; i++) x[i] = (float)((i % 41) - 20) + 0.5f;
+            break;
+        case 2: x[10] = 3.0f * scale * 8, x[20] = -3.0f * scale * 8; break;
+        case 3: memset(x, 0, QK_K * sizeof(float)); x[QK_K + 7] = -0.0f; break;
+        case 4: for (int i = 0; i < QK_K; i++) x[i] = (i % 2 ? -1.0f : 1.0f) * 1e-40f * (float)(i + 1); break;
+        case 5: x[50] = INFINITY; break;
+        case 6: x[70] = NAN; break;
+        case 7: for (int i = 0; i < QK_K; i++) x[i] = -0.0f; break;
+        default: break;
+        }
+        memset(want, 0xab, sizeof(want));
+        memset(got, 0xcd, sizeof(got));
+        ft_quantize_row_q8_K_ref(x, want, N);
+        cpu_quantize_row(FT_TYPE_Q8_K, x, got, N);
+        for (int b = 0; b < N / QK_K; b++) {
+            CHECK(!memcmp(want[b].qs, got[b].qs, sizeof(want[b].qs)), "row %d block %d: codes differ", row, b);
+            CHECK(!memcmp(want[b].bsums, got[b].bsums, sizeof(want[b].bsums)), "row %d block %d: sums differ", row, b);
+            CHECK(!memcmp(&want[b].d, &got[b].d, sizeof(float)), "row %d block %d: d %g vs %g", row, b, want[b].d, got[b].d);
+        }
+    }
 }

@@ -37,28 +37,30 @@ static void softmax_row(const float *x, float *y, int n) {
     for (int i = 0; i < n; i++) y[i] *= inv;
 }
 
-// Indices of the k largest of x[0..n) (with bias b added when non-NULL), largest first.
-static void top_k(const float *x, const float *b, int n, int k, int32_t *out) {
-    for (int j = 0; j < k; j++) {
+// Indices of the k largest of v[0..n), largest first (the first index among equals), marking
+// them in taken (n flags, cleared by the caller). Returns the largest value left unselected
+// (-INFINITY when k = n).
+static float top_k(const float *v, int n, int k, bool *taken, int32_t *out) {
+    for (int j = 0; j <= k && j < n; j++) {
         int best = -1;
         float bv = -INFINITY;
-        for (int i = 0; i < n; i++) {
-            bool taken = false;
-            for (int m = 0; m < j; m++) taken |= out[m] == i;
-            float v = b ? x[i] + b[i] : x[i];
-            if (!taken && (best < 0 || v > bv)) {
+        for (int i = 0; i < n; i++)
+            if (!taken[i] && (best < 0 || v[i] > bv)) {
                 best = i;
-                bv = v;
+                bv = v[i];
             }
-        }
+        if (j == k) return bv;
         out[j] = best;
+        taken[best] = true;
     }
+    return -INFINITY;
 }
 
 static void route(cpu_backend *c, const ft_moe_params *p, int n_tok) {
     int ne = p->n_expert, k = p->n_expert_used;
     const float *bias = ft_tensor_present(p->sel_bias) ? p->sel_bias->data : NULL;
-    float probs[1024];
+    float probs[1024], score[1024]; // score: what selects (probs + the selection bias)
+    bool taken[1024];
     FT_ASSERT(ne <= (int)FT_ARRAY_LEN(probs));
     for (int t = 0; t < n_tok; t++) {
         float *lg = c->logits + (size_t)t * ne;
@@ -66,18 +68,12 @@ static void route(cpu_backend *c, const ft_moe_params *p, int n_tok) {
             softmax_row(lg, probs, ne);
         else
             for (int i = 0; i < ne; i++) probs[i] = 1.0f / (1.0f + expf(-lg[i]));
+        for (int i = 0; i < ne; i++) score[i] = bias ? probs[i] + bias[i] : probs[i];
         int32_t *sel = c->sel + (size_t)t * k;
         float *w = c->sel_w + (size_t)t * k;
-        top_k(probs, bias, ne, k, sel);
-        if (k < ne) {
-            float last = probs[sel[k - 1]] + (bias ? bias[sel[k - 1]] : 0), next = -INFINITY;
-            for (int i = 0; i < ne; i++) {
-                bool taken = false;
-                for (int j = 0; j < k; j++) taken |= sel[j] == i;
-                if (!taken) next = FT_MAX(next, probs[i] + (bias ? bias[i] : 0));
-            }
-            c->base.min_route_gap = FT_MIN(c->base.min_route_gap, last - next);
-        }
+        memset(taken, 0, sizeof(taken));
+        float next = top_k(score, ne, k, taken, sel);
+        if (k < ne) c->base.min_route_gap = FT_MIN(c->base.min_route_gap, score[sel[k - 1]] - next);
         float sum = 0;
         for (int j = 0; j < k; j++) {
             w[j] = probs[sel[j]];
@@ -371,8 +367,10 @@ typedef struct {
 } router_job;
 
 // Quantizing one token costs about as much as this many router rows (both stream a row of
-// n_embd floats; 6 and 1.1 us at 2048 on the H200 host).
-enum { ROUTER_ROWS_PER_QUANT = 4 };
+// n_embd floats). On the H200 host with the reference q8_K quantizer: 6 and 1.1 us at 2048
+// (then 4 rows); the AVX2 quantizer (cpu_quant.c) takes 0.75 us where the reference takes 4.3
+// on the 2-core development machine, so about one row (not measured on the H200 host).
+enum { ROUTER_ROWS_PER_QUANT = 1 };
 
 // The first router row of thread i of nth when thread 0 also quantizes the token: the shares
 // of n_out + ROUTER_ROWS_PER_QUANT rows' work, thread 0's less the quantization.

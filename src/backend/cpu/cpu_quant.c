@@ -5,11 +5,14 @@
 // 1 / (amax / 127), which differs in the last bit) and values round half to even (the
 // reference rounds half away from zero). One code in a block off by one moves logits by about
 // 1e-2 on our test models, so we reproduce that arithmetic here in plain C. Other formats
-// (q8_K, f16, bf16, f32) use the reference, as llama.cpp does.
+// (q8_K, f16, bf16, f32) use the reference arithmetic, as llama.cpp does; q8_K (every K-quant
+// matvec's input) in AVX2 where the CPU has it, equal to the reference byte for byte.
 #include "cpu_impl.h"
 #include "../../quant/fp16.h"
 
+#include <immintrin.h>
 #include <math.h>
+#include <string.h>
 
 static void quantize_q8(const float *x, void *vy, int64_t n, bool with_sum) {
     for (int64_t b = 0; b < n / 32; b++) {
@@ -36,11 +39,72 @@ static void quantize_q8(const float *x, void *vy, int64_t n, bool with_sum) {
     }
 }
 
+// ft_quantize_row_q8_K_ref's steps, 8 floats at a time: the first element of largest
+// magnitude sets iscale = -127 / it; each code is the low byte of min(127, nearest(iscale * x))
+// with the reference's own rounding (adding 1.5 * 2^23, ties to even) and cast (the low byte,
+// kept here by masking before the unsigned packs), so every input, NaN and infinities included,
+// gives the reference's bytes; the sums of 16 codes are added from the stored bytes.
+__attribute__((target("avx2,fma"))) static void quantize_q8_K_avx2(const float *x, block_q8_K *y, int64_t n) {
+    const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    const __m256i byte_mask = _mm256_set1_epi32(0xff), order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    for (int64_t b = 0; b < n / QK_K; b++, x += QK_K) {
+        // maxps keeps its second operand where one is NaN, as the reference skips NaN; four
+        // chains, so the loop is not one long dependency
+        __m256 mc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+        for (int j = 0; j < QK_K; j += 32)
+            for (int k = 0; k < 4; k++) mc[k] = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(x + j + 8 * k), abs_mask), mc[k]);
+        const __m256 m = _mm256_max_ps(_mm256_max_ps(mc[0], mc[1]), _mm256_max_ps(mc[2], mc[3]));
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+        const float amax = _mm_cvtss_f32(m4);
+        float max = 0.0f; // the first element of that magnitude (none for an all-NaN block)
+        const __m256 am = _mm256_set1_ps(amax);
+        for (int j = 0; j < QK_K; j += 8) {
+            int eq = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_and_ps(_mm256_loadu_ps(x + j), abs_mask), am, _CMP_EQ_OQ));
+            if (eq) {
+                max = x[j + __builtin_ctz((unsigned)eq)];
+                break;
+            }
+        }
+        if (max == 0.0f) {
+            memset(&y[b], 0, sizeof(y[b]));
+            continue;
+        }
+        const float iscale = -127.0f / max;
+        const __m256 s = _mm256_set1_ps(iscale), magic = _mm256_set1_ps(12582912.0f);
+        for (int j = 0; j < QK_K; j += 32) {
+            __m256i q[4], code[4];
+            for (int k = 0; k < 4; k++) {
+                __m256i bits = _mm256_castps_si256(_mm256_add_ps(_mm256_mul_ps(s, _mm256_loadu_ps(x + j + 8 * k)), magic));
+                bits = _mm256_sub_epi32(_mm256_and_si256(bits, _mm256_set1_epi32(0x007fffff)), _mm256_set1_epi32(0x00400000));
+                bits = _mm256_min_epi32(bits, _mm256_set1_epi32(127));
+                q[k] = _mm256_and_si256(bits, byte_mask);
+                code[k] = _mm256_srai_epi32(_mm256_slli_epi32(bits, 24), 24); // the stored int8, widened
+            }
+            // unsigned packs of values 0..255 saturate nothing; the 32-bit groups come out as
+            // q0 q1 q2 q3 (low halves) then the high halves, put back in order
+            __m256i p = _mm256_packus_epi16(_mm256_packus_epi32(q[0], q[1]), _mm256_packus_epi32(q[2], q[3]));
+            _mm256_storeu_si256((__m256i *)(y[b].qs + j), _mm256_permutevar8x32_epi32(p, order));
+            // the sums of codes j..j+15 and j+16..j+31
+            __m256i s01 = _mm256_hadd_epi32(_mm256_add_epi32(code[0], code[1]), _mm256_add_epi32(code[2], code[3]));
+            s01 = _mm256_hadd_epi32(s01, s01); // per 128-bit lane: [g0 part, g1 part, ...]
+            __m128i g = _mm_add_epi32(_mm256_castsi256_si128(s01), _mm256_extracti128_si256(s01, 1));
+            y[b].bsums[j / 16] = (int16_t)_mm_cvtsi128_si32(g);
+            y[b].bsums[j / 16 + 1] = (int16_t)_mm_extract_epi32(g, 1);
+        }
+        y[b].d = 1.0f / iscale;
+    }
+}
+
 void cpu_quantize_row(enum ft_type vdt, const float *x, void *y, int64_t n) {
     if (vdt == FT_TYPE_Q8_0)
         quantize_q8(x, y, n, false);
     else if (vdt == FT_TYPE_Q8_1)
         quantize_q8(x, y, n, true);
-    else
+    else if (vdt == FT_TYPE_Q8_K && cpu_has_avx2()) {
+        FT_ASSERT(n % QK_K == 0);
+        quantize_q8_K_avx2(x, y, n);
+    } else
         ft_quant_ops_find(vdt)->from_float_ref(x, y, n);
 }
