@@ -1153,10 +1153,11 @@ VNNI_TARGET void ft_vec_dot_tile_q8_0_vnni(int64_t n, const void *x, size_t bx, 
 }
 
 // ---------------------------------------------------------------------------------------------
-// q4_K with AVX-512 VNNI for decode (one activation row), two weight rows per pass. The
-// AVX-512BW matvec is bound by its vector instructions, not by memory (1 thread on the 2-core
-// development machine: 10.5 GB/s with the experts in the L3, 11.1 from memory), and while
-// 512-bit instructions run only two ports take vector instructions, so this form issues fewer:
+// q4_K with AVX-512 VNNI for decode (one activation row), two weight rows per pass (four were
+// slower: bench_dot q4_K 0.93-0.97x the AVX-512BW form against 1.02-1.06x). While 512-bit
+// instructions run only two ports take vector instructions, and the AVX-512BW matvec is bound
+// by them where its weights come from the cache (2-core development machine, 1 thread, one
+// layer's experts in the L3: 15.5 GB/s; this form 18.6), so this form issues about 40% fewer:
 //   1. one 512-bit load per 128 weights: its low nibbles are weights [0,32) and [64,96) of
 //      them, its high nibbles [32,64) and [96,128); the activation bytes are paired to match
 //      once per block for both rows (a shuffle of two loads per pair);
