@@ -228,15 +228,13 @@ static void chunk_worker(exp_job *j, int from) {
     }
 }
 
-// Thread ith's part of the active experts' rows. In static shares: the work, (expert, row) in
-// order, each row weighing its expert's token count, is split into nth contiguous shares of
-// about equal weight (a share's GEMM call packs its tokens once; a share streams each bank in
-// one run). In chunks: the threads claim chunks of rows in (expert, row) order until none is
-// left, so a thread that streams slower than the others takes fewer. Every output is the same
-// kernel's on the same rows either way (cpu_dot_tile's outputs do not depend on the rows or
-// tokens beside them), and the thread that computed rows of gate and up applies SiLU(gate) * up
-// to them, so no serial pass over the hidden rows follows.
-// Returns the last active expert of the thread's share (static shares).
+// Thread ith's static share of the active experts' rows: the work, (expert, row) in order, each
+// row weighing its expert's token count, is split into nth contiguous shares of about equal
+// weight (a share's GEMM call packs its tokens once; a share streams each bank in one run).
+// Returns the last active expert of the share. Every output is the same kernel's on the same
+// rows in a share or in a chunk (cpu_dot_tile's outputs do not depend on the rows or tokens
+// beside them), and the thread that computed rows of gate and up applies SiLU(gate) * up to
+// them, so no serial pass over the hidden rows follows.
 static int static_share(exp_job *j, int ith, int nth) {
     cpu_backend *c = j->c;
     int64_t total = (int64_t)c->exp_off[c->active[j->n_active - 1] + 1] * j->n_out; // token-rows
@@ -324,8 +322,8 @@ static bool one_job_enabled(void) {
 
 // Gate/up (with SiLU) then down over the pool: in one job where gate/up quantizes the hidden
 // rows itself and down goes in chunks (no GEMM tokens: decode), else as two jobs with the
-// hidden rows quantized between them where gate/up could not.
-static void experts_run(cpu_backend *c, exp_job *gu, exp_job *dn, enum ft_type down_vdt, int rows) {
+// hidden rows (rows grouped rows) quantized between them where gate/up could not.
+static void experts_run(cpu_backend *c, exp_job *gu, exp_job *dn, int rows) {
     exp_prepare(gu);
     exp_prepare(dn);
     if (gu->y_xq && dn->chunk_rows > 0 && one_job_enabled()) {
@@ -335,7 +333,7 @@ static void experts_run(cpu_backend *c, exp_job *gu, exp_job *dn, enum ft_type d
         return;
     }
     cpu_run(c, exp_worker, gu);
-    if (!gu->y_xq) cpu_quantize_rows(c, down_vdt, gu->y[0], gu->n_out, rows, c->xq, c->xq_row);
+    if (!gu->y_xq) cpu_quantize_rows(c, gu->y_vdt, gu->y[0], gu->n_out, rows, c->xq, c->xq_row);
     cpu_run(c, exp_worker, dn);
 }
 
@@ -465,13 +463,13 @@ void cpu_moe_ffn(ft_backend *be, const ft_moe_params *p, const float *x, float *
     _Atomic int64_t rows_left[1024];
     _Atomic int hidden_ready[1024], down_next[1024];
     FT_ASSERT(n_active <= (int)FT_ARRAY_LEN(rows_left));
-    enum ft_type vd = vdt_of(p->down_exps->type);
     exp_job gu = {.c = c, .n_active = n_active, .n_out = n_ff, .n_in = n_embd, .w = {p->gate_exps, p->up_exps},
                   .xq = {c->xq, vu != vg ? c->xq2 : c->xq}, .y = {c->h_gate, c->h_up}, .n_banks = 2,
-                  .silu_gate = true, .y_vdt = vd, .y_xq = c->xq, .rows_left = rows_left, .y_ready = hidden_ready};
+                  .silu_gate = true, .y_vdt = vdt_of(p->down_exps->type), .y_xq = c->xq, .rows_left = rows_left,
+                  .y_ready = hidden_ready};
     exp_job dn = {.c = c, .n_active = n_active, .n_out = n_embd, .n_in = n_ff, .w = {p->down_exps, NULL},
                   .xq = {c->xq, NULL}, .y = {c->h_out, NULL}, .n_banks = 1, .next_chunk = down_next};
-    experts_run(c, &gu, &dn, vd, rows);
+    experts_run(c, &gu, &dn, rows);
 
     const float *slot_rows[256];
     FT_ASSERT(k <= (int)FT_ARRAY_LEN(slot_rows));

@@ -43,7 +43,7 @@ static void quantize_q8(const float *x, void *vy, int64_t n, bool with_sum) {
 // magnitude sets iscale = -127 / it; each code is the low byte of min(127, nearest(iscale * x))
 // with the reference's own rounding (adding 1.5 * 2^23, ties to even) and cast (the low byte,
 // kept here by masking before the unsigned packs), so every input, NaN and infinities included,
-// gives the reference's bytes; the sums of 16 codes are added from the stored bytes.
+// gives the reference's bytes; the sums of 16 codes add those bytes sign-extended back to int32.
 __attribute__((target("avx2,fma"))) static void quantize_q8_K_avx2(const float *x, block_q8_K *y, int64_t n) {
     const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
     const __m256i byte_mask = _mm256_set1_epi32(0xff), order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
