@@ -16,8 +16,12 @@
 // bit; --pin pins pool thread i to CPU i. A measurement, not a test: it asserts nothing about
 // speed.
 //
+// --given-routing hands the op its routing (random distinct experts and weights, as
+// --moe-backend cpu hands it the GPU's), so it runs no router.
+//
 // Usage: bench_cpu_moe [-t 1,2,4,8,12,15,16] [-l layers] [-s steps] [-w warm-up steps]
 //                      [--embd N] [--ff N] [--experts N] [--top-k N] [--check] [--pin]
+//                      [--given-routing]
 #include "../src/backend/cpu/cpu_impl.h"
 #include "../src/quant/quant.h"
 #include "../src/util/rng.h"
@@ -37,7 +41,7 @@ typedef struct {
     int layers, steps, warmup;
     int64_t embd, ff;
     int experts, top_k;
-    bool check, pin;
+    bool check, pin, given;
 } bench_args;
 
 typedef struct {
@@ -125,7 +129,7 @@ static const char *job_name(int n_jobs, int i) {
     if (n_jobs == 4) return four[i];
     if (n_jobs == 3) return three[i];
     if (n_jobs == 2) return two[i];
-    return "job";
+    return n_jobs == 1 ? "experts" : "job"; // the routing given: no router job
 }
 
 typedef struct {
@@ -206,6 +210,8 @@ static void bench_threads(const bench_args *a, const bench_layer *ls, int nth) {
     int n_jobs = -1;
     double expert_bytes = 0, serial_us = 0; // serial: the op's time less its jobs'
     uint64_t hash = 0xcbf29ce484222325ull;
+    int32_t *perm = ft_malloc((size_t)a->experts * sizeof(int32_t)), *sel = ft_malloc((size_t)a->top_k * sizeof(int32_t));
+    float *sel_w = ft_malloc((size_t)a->top_k * sizeof(float));
     for (int s = -a->warmup; s < a->steps; s++)
         for (int l = 0; l < a->layers; l++) {
             const bench_layer *L = &ls[l];
@@ -213,6 +219,21 @@ static void bench_threads(const bench_args *a, const bench_layer *ls, int nth) {
             ft_moe_params mp = {.router = &L->router, .gate_exps = &L->gate, .up_exps = &L->up,
                                 .down_exps = &L->down, .n_expert = a->experts, .n_expert_used = a->top_k,
                                 .gating = FT_GATING_SOFTMAX, .norm_w = true, .layer = l};
+            if (a->given) { // top_k distinct experts (a partial shuffle), weights summing to 1
+                for (int e = 0; e < a->experts; e++) perm[e] = e;
+                float wsum = 0;
+                for (int j = 0; j < a->top_k; j++) {
+                    int pick = j + (int)(ft_rng_next(&r) % (uint64_t)(a->experts - j)), e = perm[pick];
+                    perm[pick] = perm[j];
+                    perm[j] = e;
+                    sel[j] = e;
+                    sel_w[j] = 0.5f + (float)(ft_rng_next(&r) % 1000) / 1000.0f;
+                    wsum += sel_w[j];
+                }
+                for (int j = 0; j < a->top_k; j++) sel_w[j] /= wsum;
+                mp.sel = sel;
+                mp.sel_w = sel_w;
+            }
             ft_pool_trace tr = {jobs, MAX_JOBS, 0};
             ft_pool_set_trace(c->pool, &tr);
             uint64_t t0 = ft_pool_now_ns();
@@ -254,6 +275,9 @@ static void bench_threads(const bench_args *a, const bench_layer *ls, int nth) {
     fflush(stdout);
     free(x);
     free(y);
+    free(perm);
+    free(sel);
+    free(sel_w);
     free(op_us);
     free(jobs);
     be->ops->free(be);
@@ -286,9 +310,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--top-k")) a.top_k = atoi(v), i++;
         else if (!strcmp(argv[i], "--check")) a.check = true;
         else if (!strcmp(argv[i], "--pin")) a.pin = true;
+        else if (!strcmp(argv[i], "--given-routing")) a.given = true;
         else {
             fprintf(stderr, "usage: bench_cpu_moe [-t 1,2,4] [-l layers] [-s steps] [-w warm-up] [--embd N] "
-                            "[--ff N] [--experts N] [--top-k N] [--check] [--pin]\n");
+                            "[--ff N] [--experts N] [--top-k N] [--check] [--pin] [--given-routing]\n");
             return 2;
         }
     }

@@ -289,6 +289,53 @@ TEST(ops_moe_ffn_decode_same_bits_at_any_thread_count) {
     free(down.data);
 }
 
+// moe_ffn with the routing given (ft_moe_params.sel, as --moe-backend cpu gives the GPU's) equals
+// the op routing for itself, bit for bit, with the router then never read (NaN weights here):
+// one token, a few (decode: down in chunks, the weighted sums by the chunks' last threads), and
+// a prefill batch, at 1 and 4 threads.
+TEST(ops_moe_ffn_given_routing_equals_own) {
+    enum { E = 512, F = 256, NX = 16, K = 4, NT = 40 };
+    ft_rng r = ft_rng_init(44);
+    ft_tensor router = make_weight(FT_TYPE_F32, E, NX, 1, &r), nan_router = router;
+    nan_router.data = ft_malloc(router.mat_bytes);
+    fill_nan(nan_router.data, (size_t)E * NX);
+    ft_tensor gate = make_weight(FT_TYPE_Q4_K, E, F, NX, &r), up = make_weight(FT_TYPE_Q4_K, E, F, NX, &r),
+              down = make_weight(FT_TYPE_Q6_K, F, E, NX, &r);
+    static float x[NT * E], want[NT * E], got[NT * E];
+    static int32_t sel[NT * K];
+    static float sel_w[NT * K];
+    fill_normal(&r, x, FT_ARRAY_LEN(x), 1.0f);
+    const int threads[] = {1, 4}, toks[] = {1, 3, NT};
+    for (size_t ti = 0; ti < FT_ARRAY_LEN(threads); ti++)
+        for (size_t ni = 0; ni < FT_ARRAY_LEN(toks); ni++) {
+            int n_tok = toks[ni];
+            ft_backend *be = ft_backend_cpu_init(threads[ti], false);
+            ft_backend_limits lim = {.max_tok = NT, .max_width = E, .max_ctx = 16, .max_head_dim = 64,
+                                     .n_expert = NX, .n_expert_used = K};
+            be->ops->reserve(be, &lim);
+            ft_moe_params mp = {.router = &router, .gate_exps = &gate, .up_exps = &up, .down_exps = &down,
+                                .n_expert = NX, .n_expert_used = K, .gating = FT_GATING_SOFTMAX, .norm_w = true};
+            fill_nan(want, FT_ARRAY_LEN(want));
+            be->ops->moe_ffn(be, &mp, x, want, n_tok);
+            memcpy(sel, cpu_of(be)->sel, (size_t)n_tok * K * sizeof(int32_t));
+            memcpy(sel_w, cpu_of(be)->sel_w, (size_t)n_tok * K * sizeof(float));
+            mp.router = &nan_router;
+            mp.sel = sel;
+            mp.sel_w = sel_w;
+            fill_nan(got, FT_ARRAY_LEN(got));
+            be->ops->moe_ffn(be, &mp, x, got, n_tok);
+            for (int i = 0; i < n_tok * E; i++) REQUIRE(isfinite(want[i]), "%d tokens: [%d] not written", n_tok, i);
+            CHECK(!memcmp(want, got, (size_t)n_tok * E * sizeof(float)), "%d threads, %d tokens: given routing differs",
+                  threads[ti], n_tok);
+            be->ops->free(be);
+        }
+    free(router.data);
+    free(nan_router.data);
+    free(gate.data);
+    free(up.data);
+    free(down.data);
+}
+
 // Activations quantized to q8_K (every K-quant matvec's input; AVX2 where the CPU has it) equal
 // the reference byte for byte: random rows at several scales, rows whose codes fall on .5 ties,
 // two elements of equal magnitude and opposite sign (the first sets the sign), zero and -0 rows,

@@ -87,6 +87,11 @@ typedef struct ft_moe_params {
     float w_scale;                  // 0 or 1: no scaling
     ft_expert_place_fn place;       // NULL: everything on this backend
     void *place_ctx;
+    // The routing, where another device computed it (--moe-backend cpu: the GPU routes, the
+    // CPU computes the experts): host memory, (n_tok, n_expert_used) experts best first and
+    // their final weights; the backend then neither runs the router nor routes. NULL: it does.
+    const int32_t *sel;
+    const float *sel_w;
 } ft_moe_params;
 
 typedef struct ft_backend ft_backend;

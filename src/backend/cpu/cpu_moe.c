@@ -4,7 +4,8 @@
 // moe_ffn, in steps:
 //   1. router logits for all tokens (one matmul; an f32 router's in a job that also quantizes
 //      the tokens for gate and up), gating (softmax or sigmoid), top-k on
-//      gating + selection bias, weights renormalised and scaled as the layer asks;
+//      gating + selection bias, weights renormalised and scaled as the layer asks; or the
+//      routing as the caller gives it (ft_moe_params.sel: the GPU's, in --moe-backend cpu);
 //   2. group the (token, slot) pairs by expert (a counting sort), so each expert's weights
 //      are read once for all its tokens and unselected experts are never touched;
 //   3. gate and up for every active expert's rows over the pool, SiLU(gate) * up in the same
@@ -16,7 +17,9 @@
 //      hidden rows are ready); the tokens of a prefill
 //      chunk take the GEMM and the others the tile kernels (ft_backend.row_gemm), so a token's
 //      result never depends on how many others its expert got;
-//   4. per token, the weighted sum over its slots in slot order (as llama.cpp adds them).
+//   4. per token, the weighted sum over its slots in slot order (as llama.cpp adds them): where
+//      down goes in chunks, by the thread that finishes a chunk's rows last over the experts,
+//      so no serial pass over the k rows (written by other cores) follows the job.
 #include "cpu_impl.h"
 
 #include <immintrin.h>
@@ -143,6 +146,12 @@ typedef struct {
     uint8_t *y_xq;
     _Atomic int64_t *rows_left;
     _Atomic int *y_ready;
+    // With sum_y set (chunks only: down at decode): sum_left[r] counts the active experts whose
+    // chunk r is not done yet, and the thread that does the last of them writes rows [o0, o1)
+    // of chunk r of the op's output, each token's weighted sum over its slots (sum_rows).
+    float *sum_y;
+    _Atomic int *sum_left;
+    int n_tok, k;
 } exp_job;
 
 // Weight bytes of one chunk of a one-bank job (down): a thread's stream runs long past the
@@ -159,6 +168,8 @@ enum { EXP_CHUNK_BYTES = FT_EXP_CHUNK_BYTES };
 #else
 enum { EXP_CHUNK_BYTES = 32 << 10 };
 #endif
+
+static void sum_rows(const cpu_backend *c, float *y, int n_tok, int k, int64_t n_embd, int64_t o0, int64_t o1);
 
 // Rows [o0, o1) of active expert a, every bank: the expert's GEMM tokens (exp_gemm) over all
 // the rows in one call, the others in tiles of 16 rows over those tokens; then SiLU(gate) * up
@@ -195,6 +206,10 @@ static void exp_rows(exp_job *j, int a, int64_t o0, int64_t o1) {
             cpu_quantize_row(j->y_vdt, j->y[0] + (size_t)g * j->n_out, j->y_xq + (size_t)g * c->xq_row, j->n_out);
         atomic_store_explicit(&j->y_ready[a], 1, memory_order_release);
     }
+    // acq_rel again: the thread that finishes chunk o0 / chunk_rows last sees every expert's rows
+    if (j->sum_y &&
+        atomic_fetch_sub_explicit(&j->sum_left[o0 / j->chunk_rows], 1, memory_order_acq_rel) == 1)
+        sum_rows(c, j->sum_y, j->n_tok, j->k, j->n_out, o0, o1);
 }
 
 // Claims the next chunk, looking from active expert `from` on, so a thread keeps streaming
@@ -299,6 +314,9 @@ static void exp_prepare(exp_job *j) {
         j->chunks_per_expert = (int)((j->n_out + j->chunk_rows - 1) / j->chunk_rows);
         for (int a = 0; a < j->n_active; a++) atomic_init(&j->next_chunk[a], 0);
     }
+    if (j->chunk_rows == 0) j->sum_y = NULL;
+    if (j->sum_y)
+        for (int r = 0; r < j->chunks_per_expert; r++) atomic_init(&j->sum_left[r], j->n_active);
     if (gemm) j->y_xq = NULL;
     if (j->y_xq)
         for (int a = 0; a < j->n_active; a++) {
@@ -424,6 +442,16 @@ static void weighted_sum(float *y, const float *const *rows, const float *w, int
     }
 }
 
+// Rows [o0, o1) of each token's output: the weighted sum over its slots' rows of h_out.
+static void sum_rows(const cpu_backend *c, float *y, int n_tok, int k, int64_t n_embd, int64_t o0, int64_t o1) {
+    const float *slot_rows[256];
+    FT_ASSERT(k <= (int)FT_ARRAY_LEN(slot_rows));
+    for (int t = 0; t < n_tok; t++) {
+        for (int j = 0; j < k; j++) slot_rows[j] = c->h_out + (size_t)c->grp_of[t * k + j] * n_embd + o0;
+        weighted_sum(y + (size_t)t * n_embd + o0, slot_rows, c->sel_w + (size_t)t * k, k, o1 - o0);
+    }
+}
+
 static enum ft_type vdt_of(enum ft_type t) { return ft_quant_ops_find(t)->vec_dot_type; }
 
 void cpu_moe_ffn(ft_backend *be, const ft_moe_params *p, const float *x, float *y, int n_tok) {
@@ -433,17 +461,28 @@ void cpu_moe_ffn(ft_backend *be, const ft_moe_params *p, const float *x, float *
     FT_ASSERT(c->reserved && n_tok <= c->lim.max_tok && k <= c->lim.n_expert_used);
     FT_ASSERT(p->n_expert <= c->lim.n_expert && n_ff <= c->lim.max_width);
 
-    // the router's logits, and where it is f32 (no GEMM) gate's input quantized in the same job
+    // the routing: given (then gate's input is quantized here), or the router's logits (where
+    // it is f32 without a GEMM, in one job with the quantization of gate's input) and route()
     enum ft_type vg = vdt_of(p->gate_exps->type), vu = vdt_of(p->up_exps->type);
-    bool fused_router = p->router->type == FT_TYPE_F32 && !cpu_has_gemm(c, FT_TYPE_F32);
-    if (fused_router) {
-        FT_ASSERT(p->router->ne[0] == n_embd && p->router->ne[1] == p->n_expert);
-        router_job rj = {c, p->router, x, n_tok, vg};
-        cpu_run(c, router_worker, &rj);
+    bool x_quantized = false;
+    if (p->sel) {
+        FT_ASSERT(p->sel_w);
+        memcpy(c->sel, p->sel, (size_t)n_tok * (size_t)k * sizeof(int32_t));
+        memcpy(c->sel_w, p->sel_w, (size_t)n_tok * (size_t)k * sizeof(float));
+        for (int i = 0; i < n_tok * k; i++) FT_ASSERT(c->sel[i] >= 0 && c->sel[i] < p->n_expert);
+        cpu_quantize_rows(c, vg, x, n_embd, n_tok, c->xq_tok, c->xq_row);
+        x_quantized = true;
     } else {
-        be->ops->matmul(be, p->router, x, c->logits, n_tok);
+        if (p->router->type == FT_TYPE_F32 && !cpu_has_gemm(c, FT_TYPE_F32)) {
+            FT_ASSERT(p->router->ne[0] == n_embd && p->router->ne[1] == p->n_expert);
+            router_job rj = {c, p->router, x, n_tok, vg};
+            cpu_run(c, router_worker, &rj);
+            x_quantized = true;
+        } else {
+            be->ops->matmul(be, p->router, x, c->logits, n_tok);
+        }
+        route(c, p, n_tok);
     }
-    route(c, p, n_tok);
     int n_active = group(c, p, n_tok);
     for (int a = 0; a < n_active; a++) {
         // The placement hook: src/moe/ decides where each selected expert runs. This backend
@@ -455,28 +494,25 @@ void cpu_moe_ffn(ft_backend *be, const ft_moe_params *p, const float *x, float *
     // gate and up read each grouped row's token, quantized once per token and copied into
     // grouped order so every expert's tokens are consecutive rows (a tile's columns)
     int rows = n_tok * k;
-    if (fused_router)
+    if (x_quantized)
         copy_grouped(c, vg, n_embd, rows, c->xq);
     else
         quantize_grouped(c, vg, x, n_embd, n_tok, rows, c->xq);
     if (vu != vg) quantize_grouped(c, vu, x, n_embd, n_tok, rows, c->xq2);
     _Atomic int64_t rows_left[1024];
-    _Atomic int hidden_ready[1024], down_next[1024];
+    _Atomic int hidden_ready[1024], down_next[1024], sum_left[1024];
     FT_ASSERT(n_active <= (int)FT_ARRAY_LEN(rows_left));
     exp_job gu = {.c = c, .n_active = n_active, .n_out = n_ff, .n_in = n_embd, .w = {p->gate_exps, p->up_exps},
                   .xq = {c->xq, vu != vg ? c->xq2 : c->xq}, .y = {c->h_gate, c->h_up}, .n_banks = 2,
                   .silu_gate = true, .y_vdt = vdt_of(p->down_exps->type), .y_xq = c->xq, .rows_left = rows_left,
                   .y_ready = hidden_ready};
     exp_job dn = {.c = c, .n_active = n_active, .n_out = n_embd, .n_in = n_ff, .w = {p->down_exps, NULL},
-                  .xq = {c->xq, NULL}, .y = {c->h_out, NULL}, .n_banks = 1, .next_chunk = down_next};
+                  .xq = {c->xq, NULL}, .y = {c->h_out, NULL}, .n_banks = 1, .next_chunk = down_next,
+                  .sum_y = y, .sum_left = sum_left, .n_tok = n_tok, .k = k};
+    FT_ASSERT((n_embd + 15) / 16 <= (int64_t)FT_ARRAY_LEN(sum_left)); // down's chunks per expert
     experts_run(c, &gu, &dn, rows);
-
-    const float *slot_rows[256];
-    FT_ASSERT(k <= (int)FT_ARRAY_LEN(slot_rows));
-    for (int t = 0; t < n_tok; t++) {
-        for (int j = 0; j < k; j++) slot_rows[j] = c->h_out + (size_t)c->grp_of[t * k + j] * n_embd;
-        weighted_sum(y + (size_t)t * n_embd, slot_rows, c->sel_w + (size_t)t * k, k, n_embd);
-    }
+    // the weighted sums, unless down's chunks did them
+    if (!dn.sum_y) sum_rows(c, y, n_tok, k, n_embd, 0, n_embd);
 }
 
 void cpu_ffn(ft_backend *be, const ft_tensor *gate, const ft_tensor *up, const ft_tensor *down,

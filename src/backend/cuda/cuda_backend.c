@@ -696,32 +696,9 @@ static void expert_matvec(cuda_backend *c, const ft_tensor *w, const float *x, i
     ft_cuda_matvec_ids(&ip, c->stream);
 }
 
-static void cuda_moe_ffn(ft_backend *be, const ft_moe_params *p, const float *x, float *y, int n_tok) {
-    // cuda_of, not cuda_op: x is only read, so the q8_1 copy of it that the norm before wrote
-    // (xq) still serves the expert matmuls; every launch below that writes xq says so
-    cuda_backend *c = cuda_of(be);
-    int64_t n_embd = p->gate_exps->ne[0], n_ff = p->gate_exps->ne[1];
+// The layer's routing on the device: c->sel and c->sel_w (n_tok, k), the smallest gap into c->gap.
+static void route_on_device(cuda_backend *c, const ft_moe_params *p, const float *x, int n_tok) {
     int k = p->n_expert_used;
-    FT_ASSERT(c->reserved && n_tok <= c->lim.max_tok && k <= c->lim.n_expert_used);
-    FT_ASSERT(p->n_expert <= c->lim.n_expert && n_ff <= c->lim.max_width && n_embd <= c->lim.max_width);
-    bool run = op_runs(c, OP_MOE_FFN, p->gate_exps->data, x, (int64_t)(uintptr_t)y, n_tok);
-    if (n_tok == 0) return;
-    // --moe-backend cpu: experts in host memory, no expert cache (offload never attaches this);
-    // a step for the grouped GEMM runs here, on the layer's experts copied into the overlay
-    ft_tensor views[MOE_BANK_COUNT];
-    bool cpu_overlay = false;
-    if (cuda_cpu_experts_serves(c->cpu_experts, p)) {
-        if (n_tok < GEMM_MIN_TOK || !cuda_cpu_experts_overlay_serves(c->cpu_experts, p)) {
-            // a replayed graph step still queues the layer's CPU work (its graph holds the meeting)
-            cuda_cpu_experts_moe_ffn(c->cpu_experts, p, x, y, n_tok, c->base.row_gemm, c->mode != STEP_DIRECT,
-                                      run ? c->stream : NULL);
-            return;
-        }
-        if (!run) return;
-        cuda_cpu_experts_overlay_begin(c->cpu_experts, p, c->stream, views);
-        cpu_overlay = true;
-    }
-    if (!run) return;
     const float *bias = NULL;
     if (ft_tensor_present(p->sel_bias)) {
         check_on_device(p->sel_bias);
@@ -745,6 +722,38 @@ static void cuda_moe_ffn(ft_backend *be, const ft_moe_params *p, const float *x,
         matmul_tensor(c, router, x, c->logits, n_tok);
         ft_cuda_moe_route(&rp, c->stream);
     }
+}
+
+static void cuda_moe_ffn(ft_backend *be, const ft_moe_params *p, const float *x, float *y, int n_tok) {
+    // cuda_of, not cuda_op: x is only read, so the q8_1 copy of it that the norm before wrote
+    // (xq) still serves the expert matmuls; every launch below that writes xq says so
+    cuda_backend *c = cuda_of(be);
+    int64_t n_embd = p->gate_exps->ne[0], n_ff = p->gate_exps->ne[1];
+    int k = p->n_expert_used;
+    FT_ASSERT(c->reserved && n_tok <= c->lim.max_tok && k <= c->lim.n_expert_used);
+    FT_ASSERT(p->n_expert <= c->lim.n_expert && n_ff <= c->lim.max_width && n_embd <= c->lim.max_width);
+    bool run = op_runs(c, OP_MOE_FFN, p->gate_exps->data, x, (int64_t)(uintptr_t)y, n_tok);
+    if (n_tok == 0) return;
+    // --moe-backend cpu: experts in host memory, no expert cache (offload never attaches this);
+    // a step for the grouped GEMM runs here, on the layer's experts copied into the overlay
+    ft_tensor views[MOE_BANK_COUNT];
+    bool cpu_overlay = false;
+    if (cuda_cpu_experts_serves(c->cpu_experts, p)) {
+        if (n_tok < GEMM_MIN_TOK || !cuda_cpu_experts_overlay_serves(c->cpu_experts, p)) {
+            // the GPU routes and the selections travel with x; a replayed graph step still
+            // queues the layer's CPU work (its graph holds the routing and the meeting)
+            bool gpu_route = cuda_cpu_experts_routes_on_gpu(c->cpu_experts);
+            if (run && gpu_route) route_on_device(c, p, x, n_tok);
+            cuda_cpu_experts_moe_ffn(c->cpu_experts, p, x, gpu_route ? c->sel : NULL, gpu_route ? c->sel_w : NULL, y,
+                                     n_tok, c->base.row_gemm, c->mode != STEP_DIRECT, run ? c->stream : NULL);
+            return;
+        }
+        if (!run) return;
+        cuda_cpu_experts_overlay_begin(c->cpu_experts, p, c->stream, views);
+        cpu_overlay = true;
+    }
+    if (!run) return;
+    route_on_device(c, p, x, n_tok);
     int n_pairs = n_tok * k;
     const ft_tensor *gate = p->gate_exps, *up = p->up_exps, *down = p->down_exps;
     c->expert_ids = c->sel;

@@ -44,9 +44,14 @@ struct cuda_cpu_experts {
 
     // the meeting (host_meeting.h); x_host, y_host: mapped pinned (max_tok, max_width)
     bool event_meeting;              // FT_CPU_EXPERTS_MEETING=event: the previous meeting
+    bool host_route;                 // FT_CPU_EXPERTS_ROUTE=host: the CPU runs the router
     bool stream_wait;                // the stream waits with cuStreamWaitValue32 (else the import
                                      // kernel spins: FT_CPU_EXPERTS_MEETING=spin, or no driver support)
     float *x_host, *y_host, *x_dev, *y_dev; // host addresses and the device's for them
+    int32_t *sel_host;               // mapped pinned (max_tok, n_expert_used): the GPU's routing
+    float *w_host;
+    void *sel_dev, *w_dev;           // the device's addresses for them
+    size_t sel_cap;                  // entries of sel_host and w_host
     uint32_t *flags, *flags_dev;     // mapped pinned: [0] x exported, [1] y ready
     uint32_t *counter, *dev_seq;     // device: the export's CTA count; the meetings so far
     uint32_t seq;                    // the meetings so far, as the host counts them
@@ -176,7 +181,8 @@ static void profile_meeting(cuda_cpu_experts *ce, size_t n) {
             if (i == 0) t0 = now_ns();
             uint32_t seq = ++ce->seq;
             if (round < 2) {
-                ft_cuda_meeting_export(a, ce->x_dev, n, ce->flags_dev, ce->dev_seq, ce->counter, s);
+                ft_cuda_meeting_piece piece = {a, ce->x_dev, n};
+                ft_cuda_meeting_export(&piece, 1, ce->flags_dev, ce->dev_seq, ce->counter, s);
                 ft_cuda_meeting_import(ce->y_dev, b, n, ce->flags_dev + 1, ce->dev_seq, round == 0, seq, s);
                 while ((int32_t)(atomic_load_explicit(fx, memory_order_acquire) - seq) < 0) _mm_pause();
                 atomic_store_explicit(fy, seq, memory_order_release);
@@ -261,11 +267,14 @@ cuda_cpu_experts *cuda_cpu_experts_init(const cuda_cpu_experts_params *p, const 
     ce->cpu = ft_backend_cpu_init(p->n_threads, p->reference);
     ce->cpu->ops->reserve(ce->cpu, lim);
     ce->cap = (size_t)lim->max_tok * (size_t)lim->max_width;
+    ce->sel_cap = (size_t)lim->max_tok * (size_t)FT_MAX(lim->n_expert_used, 1);
     void *xd, *yd, *fd;
     ce->x_host = ft_cuda_host_alloc_mapped(ce->cap * sizeof(float), &xd);
     ce->y_host = ft_cuda_host_alloc_mapped(ce->cap * sizeof(float), &yd);
     ce->flags = ft_cuda_host_alloc_mapped(2 * sizeof(uint32_t), &fd);
-    if (!ce->x_host || !ce->y_host || !ce->flags)
+    ce->sel_host = ft_cuda_host_alloc_mapped(ce->sel_cap * sizeof(int32_t), &ce->sel_dev);
+    ce->w_host = ft_cuda_host_alloc_mapped(ce->sel_cap * sizeof(float), &ce->w_dev);
+    if (!ce->x_host || !ce->y_host || !ce->flags || !ce->sel_host || !ce->w_host)
         ft_abort(__FILE__, __LINE__, "cpu experts: cannot allocate mapped pinned host memory (%.1f MiB)",
                  2.0 * (double)ce->cap * sizeof(float) / 1048576.0);
     ce->x_dev = xd, ce->y_dev = yd, ce->flags_dev = fd;
@@ -281,6 +290,7 @@ cuda_cpu_experts *cuda_cpu_experts_init(const cuda_cpu_experts_params *p, const 
     ce->x_ready = ft_cuda_event_init();
     ce->route_gap = p->route_gap;
     ce->event_meeting = env_is("FT_CPU_EXPERTS_MEETING", "event");
+    ce->host_route = env_is("FT_CPU_EXPERTS_ROUTE", "host");
     ce->stream_wait = !env_is("FT_CPU_EXPERTS_MEETING", "spin") && ft_cuda_meeting_stream_wait_available();
     const char *prof = getenv("FT_CPU_EXPERTS_PROFILE");
     ce->prof.on = prof && strcmp(prof, "0") != 0;
@@ -324,6 +334,8 @@ void cuda_cpu_experts_free(cuda_cpu_experts *ce) {
     ft_cuda_host_free(ce->x_host);
     ft_cuda_host_free(ce->y_host);
     ft_cuda_host_free(ce->flags);
+    ft_cuda_host_free(ce->sel_host);
+    ft_cuda_host_free(ce->w_host);
     ft_cuda_free(ce->counter);
     ft_cuda_event_free(ce->x_ready);
     free(ce->pending);
@@ -333,6 +345,8 @@ void cuda_cpu_experts_free(cuda_cpu_experts *ce) {
     free(ce);
 }
 
+bool cuda_cpu_experts_routes_on_gpu(const cuda_cpu_experts *ce) { return !ce->host_route; }
+
 bool cuda_cpu_experts_serves(const cuda_cpu_experts *ce, const ft_moe_params *p) {
     return ce && p->layer >= 0 && p->layer < ce->n_layer && p->gate_exps->placement == FT_PLACEMENT_CPU &&
            ft_tensor_present(&ce->routers[p->layer]);
@@ -341,14 +355,16 @@ bool cuda_cpu_experts_serves(const cuda_cpu_experts *ce, const ft_moe_params *p)
 // ---------------------------------------------------------------------------------------------
 // The CPU path and its meeting
 
-// The layer's parameters as the CPU backend takes them: host router and bias, every expert on
-// the CPU.
+// The layer's parameters as the CPU backend takes them: host router and bias (or the GPU's
+// routing, in the pinned buffers), every expert on the CPU.
 static ft_moe_params host_params(const cuda_cpu_experts *ce, const ft_moe_params *p) {
     ft_moe_params h = *p;
     h.router = &ce->routers[p->layer];
     h.sel_bias = &ce->sel_bias[p->layer];
     h.place = NULL;
     h.place_ctx = NULL;
+    h.sel = ce->host_route ? NULL : ce->sel_host;
+    h.sel_w = ce->host_route ? NULL : ce->w_host;
     FT_ASSERT(h.router->placement == FT_PLACEMENT_CPU && p->up_exps->placement == FT_PLACEMENT_CPU &&
               p->down_exps->placement == FT_PLACEMENT_CPU);
     FT_ASSERT(ft_tensor_present(h.sel_bias) == ft_tensor_present(p->sel_bias));
@@ -410,16 +426,22 @@ void cuda_cpu_experts_flush(cuda_cpu_experts *ce) {
 
 bool cuda_cpu_experts_graphable(const cuda_cpu_experts *ce) { return ce && !ce->event_meeting; }
 
-void cuda_cpu_experts_moe_ffn(cuda_cpu_experts *ce, const ft_moe_params *p, const float *x, float *y, int n_tok,
-                              const bool *row_gemm, bool graph_step, ft_cuda_stream *s) {
+void cuda_cpu_experts_moe_ffn(cuda_cpu_experts *ce, const ft_moe_params *p, const float *x, const int32_t *sel,
+                              const float *sel_w, float *y, int n_tok, const bool *row_gemm, bool graph_step,
+                              ft_cuda_stream *s) {
     FT_ASSERT(cuda_cpu_experts_serves(ce, p) && n_tok <= ce->max_tok);
+    FT_ASSERT(ce->host_route == (sel == NULL) && ce->host_route == (sel_w == NULL));
     int64_t n_embd = p->gate_exps->ne[0];
-    size_t n = (size_t)n_tok * (size_t)n_embd;
-    FT_ASSERT(n <= ce->cap);
+    size_t n = (size_t)n_tok * (size_t)n_embd, n_sel = (size_t)n_tok * (size_t)p->n_expert_used;
+    FT_ASSERT(n <= ce->cap && n_sel <= ce->sel_cap);
     ft_moe_params h = host_params(ce, p);
     if (ce->event_meeting) {
         FT_ASSERT(!graph_step && s);
         uint64_t t_arrive = ce->prof.on ? now_ns() : 0;
+        if (sel) {
+            ft_cuda_memcpy_d2h(ce->sel_host, sel, n_sel * sizeof(int32_t), s);
+            ft_cuda_memcpy_d2h(ce->w_host, sel_w, n_sel * sizeof(float), s);
+        }
         ft_cuda_memcpy_d2h(ce->x_host, x, n * sizeof(float), s);
         ft_cuda_event_record(ce->x_ready, s);
         ft_cuda_event_sync(ce->x_ready);
@@ -434,7 +456,8 @@ void cuda_cpu_experts_moe_ffn(cuda_cpu_experts *ce, const ft_moe_params *p, cons
     FT_ASSERT(ce->n_pending < ce->n_layer);
     uint32_t seq = ++ce->seq;
     if (s) { // (a replayed graph step enqueues nothing: its graph holds these launches)
-        ft_cuda_meeting_export(x, ce->x_dev, n, ce->flags_dev, ce->dev_seq, ce->counter, s);
+        ft_cuda_meeting_piece pieces[3] = {{x, ce->x_dev, n}, {sel, ce->sel_dev, n_sel}, {sel_w, ce->w_dev, n_sel}};
+        ft_cuda_meeting_export(pieces, sel ? 3 : 1, ce->flags_dev, ce->dev_seq, ce->counter, s);
         // the stream wait takes its number at enqueue: not for a graph's replays
         ft_cuda_meeting_import(ce->y_dev, y, n, ce->flags_dev + 1, ce->dev_seq, ce->stream_wait && !graph_step, seq, s);
     }

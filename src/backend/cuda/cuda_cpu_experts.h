@@ -12,10 +12,13 @@
 // host's launches of layer L + 1's attention overlap the GPU's work, the GPU runs them as
 // soon as y lands, and no event, callback or copy is waited for: the host spins on a flag in
 // its own memory and the GPU on one in mapped memory. The CPU work is the CPU backend's
-// moe_ffn (src/backend/cpu: routing and experts, -t threads, its pool kept hot between
-// layers). The router runs on the CPU too, on the host copy of its weights (still in the
-// file's mapping): then the layer is exactly the CPU backend's op, and the meeting moves one
-// row of n_embd floats each way instead of the row plus the selections.
+// moe_ffn (src/backend/cpu: the experts, -t threads, its pool kept hot between layers). The
+// GPU routes (its router kernels, as in --moe-backend fused) and the selections and weights
+// travel with x (ft_moe_params.sel): the router's weights (an f32 router of Qwen3-30B-A3B: 1
+// MiB per layer) cost the GPU about a microsecond and the CPU's 16 threads 14 us of the layer's
+// ~350 on the H200's host. FT_CPU_EXPERTS_ROUTE=host keeps the earlier split for comparison:
+// the router on the CPU, on the host copy of its weights (the file's mapping), so the layer is
+// exactly the CPU backend's op.
 // FT_CPU_EXPERTS_MEETING=event selects the previous meeting for comparison: a copy of x, an
 // event the host waits on, the CPU op, a copy of y enqueued after it (nothing deferred);
 // FT_CPU_EXPERTS_MEETING=spin makes the import kernel spin even where the stream wait exists.
@@ -96,13 +99,20 @@ void cuda_cpu_experts_free(cuda_cpu_experts *ce); // NULL: no-op (flushes first)
 // Does it compute layer p->layer? (Its experts are in host memory and it has the layer's router.)
 bool cuda_cpu_experts_serves(const cuda_cpu_experts *ce, const ft_moe_params *p);
 
+// Does the GPU route (the caller passes its selections to moe_ffn)? Else the CPU runs the router
+// on its host copy (FT_CPU_EXPERTS_ROUTE=host, for comparison).
+bool cuda_cpu_experts_routes_on_gpu(const cuda_cpu_experts *ce);
+
 // y (n_tok, n_embd), device memory = the routed experts' output for x (device memory), enqueued
 // on s as described at the top; the CPU work itself is left pending until the next call (a
 // direct step) or the flush (a graph step: graph_step, with s the capturing stream, or NULL
-// when a replay enqueues nothing). p's tensors must stay valid until then; row_gemm (the
-// calling backend's, see ft_backend.row_gemm; NULL: by n_tok) is copied.
-void cuda_cpu_experts_moe_ffn(cuda_cpu_experts *ce, const ft_moe_params *p, const float *x, float *y, int n_tok,
-                              const bool *row_gemm, bool graph_step, ft_cuda_stream *s);
+// when a replay enqueues nothing). sel and sel_w (device, (n_tok, n_expert_used)): the GPU's
+// routing, as ft_moe_params.sel describes it, where cuda_cpu_experts_routes_on_gpu, else NULL;
+// they travel with x. p's tensors must stay valid until then; row_gemm (the calling backend's,
+// see ft_backend.row_gemm; NULL: by n_tok) is copied.
+void cuda_cpu_experts_moe_ffn(cuda_cpu_experts *ce, const ft_moe_params *p, const float *x, const int32_t *sel,
+                              const float *sel_w, float *y, int n_tok, const bool *row_gemm, bool graph_step,
+                              ft_cuda_stream *s);
 
 // May steps with CPU experts be captured in CUDA graphs? (Not with the event meeting.)
 bool cuda_cpu_experts_graphable(const cuda_cpu_experts *ce);

@@ -27,19 +27,29 @@ __device__ __forceinline__ void store_release_sys(uint32_t *p, uint32_t v) {
     asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
 
-// Steps: 1. copy (float4 body, scalar tail by the first threads); 2. each thread fences its
-// writes to the system, the CTA meets, its thread 0 counts the CTA done; 3. the last CTA
+struct meeting_pieces {
+    ft_cuda_meeting_piece p[FT_CUDA_MEETING_MAX_PIECES];
+    int n;
+};
+
+// Steps: 1. copy each piece (16-byte body where aligned, words after); 2. each thread fences
+// its writes to the system, the CTA meets, its thread 0 counts the CTA done; 3. the last CTA
 // resets the counter, advances the sequence and publishes it (a release store: the host sees
 // the data first).
 __global__ void __launch_bounds__(MEETING_THREADS)
-    meeting_export_kernel(const float *x, float *xh, size_t n, uint32_t *flag, uint32_t *seq, uint32_t *counter) {
-    size_t n4 = n / 4, stride = (size_t)gridDim.x * blockDim.x, i0 = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    bool aligned = ((uintptr_t)x % 16 == 0) && ((uintptr_t)xh % 16 == 0);
-    if (aligned) {
-        for (size_t i = i0; i < n4; i += stride) ((float4 *)xh)[i] = ((const float4 *)x)[i];
-        for (size_t i = 4 * n4 + i0; i < n; i += stride) xh[i] = x[i];
-    } else {
-        for (size_t i = i0; i < n; i += stride) xh[i] = x[i];
+    meeting_export_kernel(meeting_pieces pc, uint32_t *flag, uint32_t *seq, uint32_t *counter) {
+    size_t stride = (size_t)gridDim.x * blockDim.x, i0 = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    for (int k = 0; k < pc.n; k++) {
+        const uint32_t *x = (const uint32_t *)pc.p[k].src;
+        uint32_t *xh = (uint32_t *)pc.p[k].dst;
+        size_t n = pc.p[k].n, n4 = n / 4;
+        bool aligned = ((uintptr_t)x % 16 == 0) && ((uintptr_t)xh % 16 == 0);
+        if (aligned) {
+            for (size_t i = i0; i < n4; i += stride) ((uint4 *)xh)[i] = ((const uint4 *)x)[i];
+            for (size_t i = 4 * n4 + i0; i < n; i += stride) xh[i] = x[i];
+        } else {
+            for (size_t i = i0; i < n; i += stride) xh[i] = x[i];
+        }
     }
     __threadfence_system();
     __syncthreads();
@@ -76,10 +86,18 @@ __global__ void __launch_bounds__(MEETING_THREADS)
     }
 }
 
-extern "C" void ft_cuda_meeting_export(const float *x, float *x_host, size_t n, uint32_t *flag, uint32_t *seq,
-                                       uint32_t *counter, ft_cuda_stream *s) {
-    meeting_export_kernel<<<meeting_ctas(n), MEETING_THREADS, 0, ft_cuda_stream_handle(s)>>>(x, x_host, n, flag, seq,
-                                                                                             counter);
+extern "C" void ft_cuda_meeting_export(const ft_cuda_meeting_piece *pieces, int n_pieces, uint32_t *flag,
+                                       uint32_t *seq, uint32_t *counter, ft_cuda_stream *s) {
+    FT_CUDA_ASSERT(n_pieces >= 1 && n_pieces <= FT_CUDA_MEETING_MAX_PIECES);
+    meeting_pieces pc;
+    size_t most = 0;
+    pc.n = n_pieces;
+    for (int k = 0; k < n_pieces; k++) {
+        pc.p[k] = pieces[k];
+        most = pieces[k].n > most ? pieces[k].n : most;
+    }
+    meeting_export_kernel<<<meeting_ctas(most), MEETING_THREADS, 0, ft_cuda_stream_handle(s)>>>(pc, flag, seq,
+                                                                                                counter);
     CUDA_CHECK_LAUNCH();
 }
 

@@ -4,8 +4,10 @@
 //
 // Both directions go through mapped pinned host memory (ft_cuda_host_alloc_mapped) and a
 // 32-bit sequence number, counted on the device (*seq, device memory: one per meeting):
-//   - export: a kernel copies n floats from device memory into the host buffer, fences them
-//     to the system, and its last CTA advances *seq and writes it to *flag; a host thread
+//   - export: a kernel copies up to FT_CUDA_MEETING_MAX_PIECES pieces of 32-bit words (the
+//     layer's input, and the routing where the GPU routes) from device memory into host
+//     buffers, fences them to the system, and its last CTA advances *seq and writes it to
+//     *flag; a host thread
 //     spinning on the flag (an acquire load) until it reaches the meeting's number (the host
 //     counts its meetings the same way) then reads the buffer;
 //   - import: the stream waits until the second flag reaches the meeting's number (the host
@@ -30,7 +32,14 @@
 extern "C" {
 #endif
 
-void ft_cuda_meeting_export(const float *x, float *x_host, size_t n, uint32_t *flag, uint32_t *seq,
+enum { FT_CUDA_MEETING_MAX_PIECES = 3 };
+typedef struct ft_cuda_meeting_piece {
+    const void *src; // device memory
+    void *dst;       // the mapped host buffer (the device's address)
+    size_t n;        // 32-bit words
+} ft_cuda_meeting_piece;
+
+void ft_cuda_meeting_export(const ft_cuda_meeting_piece *pieces, int n_pieces, uint32_t *flag, uint32_t *seq,
                             uint32_t *counter, ft_cuda_stream *s);
 void ft_cuda_meeting_import(const float *y_host, float *y, size_t n, const uint32_t *flag, const uint32_t *seq,
                             bool stream_wait, uint32_t wait_seq, ft_cuda_stream *s);
