@@ -25,7 +25,9 @@
 // must equal the default's bit for bit (the same CPU op on the same rows; graphs replay the
 // direct kernels), which checks that the meeting's kernels move every row (prompt steps take
 // several CTAs), that the deferred and queued CPU work runs before each read, and the graphed
-// meeting's sequence numbers.
+// meeting's sequence numbers (the default and the spinning import take the routing and x from
+// the decode router's own export, the event meeting from copies). A last engine routes on the
+// CPU (FT_CPU_EXPERTS_ROUTE=host), judged against the CPU reference like the default.
 // Models: qwen3moe (softmax gating) and a mixed-type laguna (a dense lead layer, sigmoid
 // gating with a selection bias, Q4_K experts then a BF16 tail).
 #include "gpu_test.h"
@@ -120,7 +122,7 @@ static void model_case(const char *arch, bool strict, const schedule *sc) {
     ep.n_batch = sc->n_batch;
     ep.kv_type = strict ? FT_TYPE_Q8_0 : FT_TYPE_F16;
     ep.n_threads = 4;
-    arm fused = {0}, cpumode = {0}, event = {0}, spin = {0}, direct = {0};
+    arm fused = {0}, cpumode = {0}, event = {0}, spin = {0}, direct = {0}, hostroute = {0};
     probs_reference cpu;
     bool ok = probs_reference_init(&cpu, path, &ep, strict ? 1e-5f : 1e-2f, &err);
     if (!ok) test_fail(__FILE__, __LINE__, "cpu reference: %s", err.msg);
@@ -138,6 +140,9 @@ static void model_case(const char *arch, bool strict, const schedule *sc) {
     unsetenv("FT_CPU_EXPERTS_MEETING");
     ok = ok && arm_init(&direct, "moe-backend cpu, no graphs", path, &ep);
     unsetenv("FT_CUDA_GRAPHS");
+    setenv("FT_CPU_EXPERTS_ROUTE", "host", 1);
+    ok = ok && arm_init(&hostroute, "moe-backend cpu, routing on the CPU", path, &ep);
+    unsetenv("FT_CPU_EXPERTS_ROUTE");
     if (ok) {
         // where the weights went: experts in host memory, the rest (the router too) on the GPU
         const ft_layer *l = &cpumode.m->layers[sp.n_dense_lead];
@@ -164,7 +169,7 @@ static void model_case(const char *arch, bool strict, const schedule *sc) {
                 break;
             }
             if (!arm_eval(&fused, t, n) || !arm_eval(&cpumode, t, n) || !arm_eval(&event, t, n) ||
-                !arm_eval(&spin, t, n) || !arm_eval(&direct, t, n))
+                !arm_eval(&spin, t, n) || !arm_eval(&direct, t, n) || !arm_eval(&hostroute, t, n))
                 break;
             char what[160];
             snprintf(what, sizeof(what), "%s %s %s: %s %d tokens", arch, strict ? "strict" : "realistic", sc->name,
@@ -183,6 +188,8 @@ static void model_case(const char *arch, bool strict, const schedule *sc) {
             double d = probs_compare(w, ref, cpumode.lg, n_vocab, tol, stable);
             snprintf(w, sizeof(w), "%s vs fused", what);
             double df = probs_compare(w, fused.lg, cpumode.lg, n_vocab, tol, stable);
+            snprintf(w, sizeof(w), "%s, routing on the CPU, vs cpu", what);
+            d = fmax(d, probs_compare(w, ref, hostroute.lg, n_vocab, tol, stable));
             if (stable) {
                 worst_cpu = fmax(worst_cpu, d);
                 worst_fused = fmax(worst_fused, df);
@@ -202,6 +209,7 @@ static void model_case(const char *arch, bool strict, const schedule *sc) {
     arm_free(&event);
     arm_free(&spin);
     arm_free(&direct);
+    arm_free(&hostroute);
 }
 
 // Every MoE layer on the CPU: steps below the grouped GEMM's 32 tokens.

@@ -59,8 +59,9 @@ static bool experts_computed_by_cpu(const ft_model *m, const ft_engine_params *p
     return false;
 }
 
-// The CPU computes the experts from the host copies of the routers and selection biases, which
-// stay in the file's mapping after the upload (cuda_cpu_experts.h says why it routes there).
+// Host copies of the routers and selection biases (in the file's mapping after the upload):
+// they mark the layers the CPU serves, and with FT_CPU_EXPERTS_ROUTE=host the CPU routes with
+// them (by default the GPU routes: cuda_cpu_experts.h says why).
 static ft_tensor host_tensor(const ft_model *m, const ft_tensor *t) {
     ft_tensor h = {0};
     if (!ft_tensor_present(t)) return h;

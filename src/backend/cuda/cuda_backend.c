@@ -697,7 +697,9 @@ static void expert_matvec(cuda_backend *c, const ft_tensor *w, const float *x, i
 }
 
 // The layer's routing on the device: c->sel and c->sel_w (n_tok, k), the smallest gap into c->gap.
-static void route_on_device(cuda_backend *c, const ft_moe_params *p, const float *x, int n_tok) {
+// With to_cpu (--moe-backend cpu) the decode router's launch also exports x and the routing to
+// the CPU experts where it can: returns whether it did.
+static bool route_on_device(cuda_backend *c, const ft_moe_params *p, const float *x, int n_tok, bool to_cpu) {
     int k = p->n_expert_used;
     const float *bias = NULL;
     if (ft_tensor_present(p->sel_bias)) {
@@ -717,11 +719,13 @@ static void route_on_device(cuda_backend *c, const ft_moe_params *p, const float
         check_on_device(router);
         ft_cuda_router_params r = {.w_type = router->type, .w = router->data, .x = x, .n_embd = router->ne[0],
                                    .count = c->route_count};
+        bool exported = to_cpu && cuda_cpu_experts_router_export(c->cpu_experts, &r);
         ft_cuda_moe_router(&r, &rp, c->stream);
-    } else {
-        matmul_tensor(c, router, x, c->logits, n_tok);
-        ft_cuda_moe_route(&rp, c->stream);
+        return exported;
     }
+    matmul_tensor(c, router, x, c->logits, n_tok);
+    ft_cuda_moe_route(&rp, c->stream);
+    return false;
 }
 
 static void cuda_moe_ffn(ft_backend *be, const ft_moe_params *p, const float *x, float *y, int n_tok) {
@@ -743,9 +747,10 @@ static void cuda_moe_ffn(ft_backend *be, const ft_moe_params *p, const float *x,
             // the GPU routes and the selections travel with x; a replayed graph step still
             // queues the layer's CPU work (its graph holds the routing and the meeting)
             bool gpu_route = cuda_cpu_experts_routes_on_gpu(c->cpu_experts);
-            if (run && gpu_route) route_on_device(c, p, x, n_tok);
-            cuda_cpu_experts_moe_ffn(c->cpu_experts, p, x, gpu_route ? c->sel : NULL, gpu_route ? c->sel_w : NULL, y,
-                                     n_tok, c->base.row_gemm, c->mode != STEP_DIRECT, run ? c->stream : NULL);
+            bool exported = run && gpu_route && route_on_device(c, p, x, n_tok, true);
+            cuda_cpu_experts_moe_ffn(c->cpu_experts, p, x, gpu_route ? c->sel : NULL, gpu_route ? c->sel_w : NULL,
+                                     exported, y, n_tok, c->base.row_gemm, c->mode != STEP_DIRECT,
+                                     run ? c->stream : NULL);
             return;
         }
         if (!run) return;
@@ -753,7 +758,7 @@ static void cuda_moe_ffn(ft_backend *be, const ft_moe_params *p, const float *x,
         cpu_overlay = true;
     }
     if (!run) return;
-    route_on_device(c, p, x, n_tok);
+    route_on_device(c, p, x, n_tok, false);
     int n_pairs = n_tok * k;
     const ft_tensor *gate = p->gate_exps, *up = p->up_exps, *down = p->down_exps;
     c->expert_ids = c->sel;

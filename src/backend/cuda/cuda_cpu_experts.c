@@ -347,6 +347,16 @@ void cuda_cpu_experts_free(cuda_cpu_experts *ce) {
 
 bool cuda_cpu_experts_routes_on_gpu(const cuda_cpu_experts *ce) { return !ce->host_route; }
 
+bool cuda_cpu_experts_router_export(const cuda_cpu_experts *ce, ft_cuda_router_params *r) {
+    if (ce->host_route || ce->event_meeting) return false;
+    r->export_x = ce->x_dev;
+    r->export_sel = ce->sel_dev;
+    r->export_w = ce->w_dev;
+    r->export_flag = ce->flags_dev;
+    r->export_seq = ce->dev_seq;
+    return true;
+}
+
 bool cuda_cpu_experts_serves(const cuda_cpu_experts *ce, const ft_moe_params *p) {
     return ce && p->layer >= 0 && p->layer < ce->n_layer && p->gate_exps->placement == FT_PLACEMENT_CPU &&
            ft_tensor_present(&ce->routers[p->layer]);
@@ -427,10 +437,11 @@ void cuda_cpu_experts_flush(cuda_cpu_experts *ce) {
 bool cuda_cpu_experts_graphable(const cuda_cpu_experts *ce) { return ce && !ce->event_meeting; }
 
 void cuda_cpu_experts_moe_ffn(cuda_cpu_experts *ce, const ft_moe_params *p, const float *x, const int32_t *sel,
-                              const float *sel_w, float *y, int n_tok, const bool *row_gemm, bool graph_step,
-                              ft_cuda_stream *s) {
+                              const float *sel_w, bool exported, float *y, int n_tok, const bool *row_gemm,
+                              bool graph_step, ft_cuda_stream *s) {
     FT_ASSERT(cuda_cpu_experts_serves(ce, p) && n_tok <= ce->max_tok);
     FT_ASSERT(ce->host_route == (sel == NULL) && ce->host_route == (sel_w == NULL));
+    FT_ASSERT(!exported || (sel && !ce->event_meeting));
     int64_t n_embd = p->gate_exps->ne[0];
     size_t n = (size_t)n_tok * (size_t)n_embd, n_sel = (size_t)n_tok * (size_t)p->n_expert_used;
     FT_ASSERT(n <= ce->cap && n_sel <= ce->sel_cap);
@@ -457,7 +468,7 @@ void cuda_cpu_experts_moe_ffn(cuda_cpu_experts *ce, const ft_moe_params *p, cons
     uint32_t seq = ++ce->seq;
     if (s) { // (a replayed graph step enqueues nothing: its graph holds these launches)
         ft_cuda_meeting_piece pieces[3] = {{x, ce->x_dev, n}, {sel, ce->sel_dev, n_sel}, {sel_w, ce->w_dev, n_sel}};
-        ft_cuda_meeting_export(pieces, sel ? 3 : 1, ce->flags_dev, ce->dev_seq, ce->counter, s);
+        if (!exported) ft_cuda_meeting_export(pieces, sel ? 3 : 1, ce->flags_dev, ce->dev_seq, ce->counter, s);
         // the stream wait takes its number at enqueue: not for a graph's replays
         ft_cuda_meeting_import(ce->y_dev, y, n, ce->flags_dev + 1, ce->dev_seq, ce->stream_wait && !graph_step, seq, s);
     }

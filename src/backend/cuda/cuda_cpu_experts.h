@@ -64,6 +64,7 @@
 #define FT_CUDA_CPU_EXPERTS_H
 
 #include "../backend.h"
+#include "cuda_ops.h"
 #include "ft_cuda.h"
 
 typedef struct cuda_cpu_experts cuda_cpu_experts;
@@ -103,16 +104,22 @@ bool cuda_cpu_experts_serves(const cuda_cpu_experts *ce, const ft_moe_params *p)
 // on its host copy (FT_CPU_EXPERTS_ROUTE=host, for comparison).
 bool cuda_cpu_experts_routes_on_gpu(const cuda_cpu_experts *ce);
 
+// Sets r's export fields so that the decode router's launch is also the next meeting's export
+// (ft_cuda_router_params), where the meeting allows it (the GPU routes, the flag meeting);
+// returns whether it did. The caller then passes exported = true to moe_ffn.
+bool cuda_cpu_experts_router_export(const cuda_cpu_experts *ce, ft_cuda_router_params *r);
+
 // y (n_tok, n_embd), device memory = the routed experts' output for x (device memory), enqueued
 // on s as described at the top; the CPU work itself is left pending until the next call (a
 // direct step) or the flush (a graph step: graph_step, with s the capturing stream, or NULL
 // when a replay enqueues nothing). sel and sel_w (device, (n_tok, n_expert_used)): the GPU's
 // routing, as ft_moe_params.sel describes it, where cuda_cpu_experts_routes_on_gpu, else NULL;
-// they travel with x. p's tensors must stay valid until then; row_gemm (the calling backend's,
-// see ft_backend.row_gemm; NULL: by n_tok) is copied.
+// they travel with x, by an export kernel unless exported (the router's launch before did it:
+// cuda_cpu_experts_router_export). p's tensors must stay valid until then; row_gemm (the calling
+// backend's, see ft_backend.row_gemm; NULL: by n_tok) is copied.
 void cuda_cpu_experts_moe_ffn(cuda_cpu_experts *ce, const ft_moe_params *p, const float *x, const int32_t *sel,
-                              const float *sel_w, float *y, int n_tok, const bool *row_gemm, bool graph_step,
-                              ft_cuda_stream *s);
+                              const float *sel_w, bool exported, float *y, int n_tok, const bool *row_gemm,
+                              bool graph_step, ft_cuda_stream *s);
 
 // May steps with CPU experts be captured in CUDA graphs? (Not with the event meeting.)
 bool cuda_cpu_experts_graphable(const cuda_cpu_experts *ce);

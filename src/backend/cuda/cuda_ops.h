@@ -117,6 +117,14 @@ typedef struct ft_cuda_router_params {
     const float *x;        // (n_embd)
     int64_t n_embd;
     int *count;            // one int, 0 before the launch and after it (the kernel resets it)
+    // Where export_x is set (--moe-backend cpu, host_meeting.h): the launch is also the host
+    // meeting's export: x (n_embd floats) and the routing (k entries each) into these mapped
+    // host buffers (device addresses), then the meeting count *export_seq advanced and
+    // published to *export_flag. Saves the export kernel's launch.
+    float *export_x;
+    int32_t *export_sel;
+    float *export_w;
+    uint32_t *export_flag, *export_seq;
 } ft_cuda_router_params;
 bool ft_cuda_moe_router_fits(uint32_t w_type, int n_tok, int n_expert, int k);
 void ft_cuda_moe_router(const ft_cuda_router_params *r, const ft_cuda_route_params *p, ft_cuda_stream *s);

@@ -1,6 +1,7 @@
 // host_meeting.cu: export and import kernels of a host meeting, and the stream wait (see
 // host_meeting.h).
 #include "cuda_common.cuh"
+#include "host_meeting.cuh"
 #include "host_meeting.h"
 
 #include <cuda.h> // the driver API's types only: cuStreamWaitValue32 comes through the runtime's
@@ -15,16 +16,6 @@ static int meeting_ctas(size_t n) {
     size_t per = (size_t)MEETING_THREADS * 4;
     size_t c = (n + per - 1) / per;
     return c < 1 ? 1 : c > MEETING_MAX_CTAS ? MEETING_MAX_CTAS : (int)c;
-}
-
-__device__ __forceinline__ uint32_t load_acquire_sys(const uint32_t *p) {
-    uint32_t v;
-    asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-    return v;
-}
-
-__device__ __forceinline__ void store_release_sys(uint32_t *p, uint32_t v) {
-    asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
 
 struct meeting_pieces {
@@ -57,10 +48,7 @@ __global__ void __launch_bounds__(MEETING_THREADS)
         uint32_t done = atomicAdd(counter, 1u);
         if (done == gridDim.x - 1) {
             *counter = 0;
-            uint32_t next = *seq + 1;
-            *seq = next;
-            __threadfence_system();
-            store_release_sys(flag, next);
+            ft_meeting_publish(flag, seq);
         }
     }
 }
@@ -72,7 +60,7 @@ __global__ void __launch_bounds__(MEETING_THREADS)
     meeting_import_kernel(const float *yh, float *y, size_t n, const uint32_t *flag, const uint32_t *seq) {
     if (flag && threadIdx.x == 0) {
         const uint32_t want = *seq;
-        while ((int32_t)(load_acquire_sys(flag) - want) < 0) {
+        while ((int32_t)(ft_meeting_load_acquire_sys(flag) - want) < 0) {
         }
     }
     __syncthreads();

@@ -13,6 +13,7 @@
 // the routing in one launch.
 #include "cuda_common.cuh"
 #include "cuda_ops.h"
+#include "host_meeting.cuh"
 
 #include "../../quant/fp16.h"
 #include "../../quant/quant.h"
@@ -111,8 +112,10 @@ __global__ void __launch_bounds__(FT_WARP) moe_route_kernel(const ft_cuda_route_
 // the same order (the weight sum is still taken slot by slot), so the same results.
 // The logits are read through L2 (__ldcg): moe_router_kernel's last CTA routes the logits
 // the other CTAs wrote.
+// Lane j < k also returns slot j's expert and weight in *out_sel, *out_w.
 template <int PL>
-__device__ __forceinline__ void route_token(const ft_cuda_route_params &p, int t, int lane) {
+__device__ __forceinline__ void route_token(const ft_cuda_route_params &p, int t, int lane, int *out_sel,
+                                            float *out_w) {
     const int ne = p.n_expert, k = p.k;
     const float *lg = p.logits + (int64_t)t * ne;
     float pr[PL], v[PL];
@@ -186,12 +189,16 @@ __device__ __forceinline__ void route_token(const ft_cuda_route_params &p, int t
         p.sel[(int64_t)t * k + lane] = my_sel;
         p.w[(int64_t)t * k + lane] = my_w;
     }
+    *out_sel = my_sel;
+    *out_w = my_w;
 }
 
 template <int PL>
 __global__ void __launch_bounds__(FT_WARP) moe_route_reg_kernel(const ft_cuda_route_params p) {
     ft_pdl_begin();
-    route_token<PL>(p, blockIdx.x, threadIdx.x);
+    int sel;
+    float w;
+    route_token<PL>(p, blockIdx.x, threadIdx.x, &sel, &w);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -200,7 +207,9 @@ __global__ void __launch_bounds__(FT_WARP) moe_route_reg_kernel(const ft_cuda_ro
 // warp's sum), ROUTER_WARPS rows per CTA; each CTA then counts itself done (after a
 // threadfence: its logits are visible first) and the last one routes with its first warp
 // (route_token), then resets the count for the next launch. Replaces the router matvec and the
-// routing launch.
+// routing launch. With the export (ft_cuda_router_params.export_x) each CTA also copies its
+// slice of x to the host and fences it to the system before counting itself done, and the last
+// CTA's routing warp writes the routing there too, fences, and publishes the meeting.
 
 enum { ROUTER_WARPS = 4 };
 
@@ -223,6 +232,10 @@ __global__ void __launch_bounds__(ROUTER_WARPS * FT_WARP) moe_router_kernel(cons
         ft_prefetch_l2((const uint8_t *)r.w + (size_t)e * (size_t)r.n_embd * (T == FT_TYPE_F32 ? 4 : 2),
                        (size_t)r.n_embd * (T == FT_TYPE_F32 ? 4 : 2), lane, FT_WARP);
     ft_pdl_begin();
+    if (r.export_x)
+        for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < r.n_embd;
+             i += (int64_t)gridDim.x * blockDim.x)
+            r.export_x[i] = r.x[i];
     if (e < p.n_expert) {
         const size_t row = (size_t)e * (size_t)r.n_embd;
         float acc = 0.0f;
@@ -231,7 +244,8 @@ __global__ void __launch_bounds__(ROUTER_WARPS * FT_WARP) moe_router_kernel(cons
         acc = ft_warp_sum(acc);
         if (lane == 0) const_cast<float *>(p.logits)[e] = acc; // (this kernel writes what it routes)
     }
-    __threadfence();
+    if (r.export_x) __threadfence_system();
+    else __threadfence();
     __syncthreads();
     if (threadIdx.x == 0) {
         last = atomicAdd(r.count, 1) == (int)gridDim.x - 1;
@@ -240,7 +254,18 @@ __global__ void __launch_bounds__(ROUTER_WARPS * FT_WARP) moe_router_kernel(cons
     __syncthreads();
     if (last && warp == 0) {
         __threadfence();
-        route_token<PL>(p, 0, lane);
+        int sel;
+        float w;
+        route_token<PL>(p, 0, lane, &sel, &w);
+        if (r.export_x) {
+            if (lane < p.k) {
+                r.export_sel[lane] = sel;
+                r.export_w[lane] = w;
+            }
+            __threadfence_system();
+            __syncwarp();
+            if (lane == 0) ft_meeting_publish(r.export_flag, r.export_seq);
+        }
     }
 }
 
