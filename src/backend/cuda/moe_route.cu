@@ -211,7 +211,7 @@ __global__ void __launch_bounds__(FT_WARP) moe_route_reg_kernel(const ft_cuda_ro
 // slice of x to the host and fences it to the system before counting itself done, and the last
 // CTA's routing warp writes the routing there too, fences, and publishes the meeting.
 
-enum { ROUTER_WARPS = 4, ROUTER_BATCH = 32 };
+enum { ROUTER_WARPS = 4 };
 
 template <int T> __device__ __forceinline__ float router_w(const void *w, size_t i);
 template <> __device__ __forceinline__ float router_w<FT_TYPE_F32>(const void *w, size_t i) { return ((const float *)w)[i]; }
@@ -238,22 +238,9 @@ __global__ void __launch_bounds__(ROUTER_WARPS * FT_WARP) moe_router_kernel(cons
             r.export_x[i] = r.x[i];
     if (e < p.n_expert) {
         const size_t row = (size_t)e * (size_t)r.n_embd;
-        // lane l's elements l, l + 32, ... in batches whose loads all issue before their FMAs
-        // (one memory round trip per batch of 32: two for a row of 2048, where a loop of
-        // dependent FMAs unrolled 8 wide took eight); the FMAs in the loop's order
         float acc = 0.0f;
-        for (int64_t i0 = lane; i0 < r.n_embd; i0 += ROUTER_BATCH * FT_WARP) {
-            float wv[ROUTER_BATCH], xv[ROUTER_BATCH];
-#pragma unroll
-            for (int b = 0; b < ROUTER_BATCH; b++) {
-                const int64_t i = i0 + (int64_t)b * FT_WARP;
-                wv[b] = i < r.n_embd ? router_w<T>(r.w, row + i) : 0.0f;
-                xv[b] = i < r.n_embd ? r.x[i] : 0.0f;
-            }
-#pragma unroll
-            for (int b = 0; b < ROUTER_BATCH; b++)
-                if (i0 + (int64_t)b * FT_WARP < r.n_embd) acc = fmaf(wv[b], xv[b], acc);
-        }
+#pragma unroll 8
+        for (int64_t i = lane; i < r.n_embd; i += FT_WARP) acc = fmaf(router_w<T>(r.w, row + i), r.x[i], acc);
         acc = ft_warp_sum(acc);
         if (lane == 0) const_cast<float *>(p.logits)[e] = acc; // (this kernel writes what it routes)
     }
