@@ -222,27 +222,72 @@ template <> __device__ __forceinline__ float router_w<FT_TYPE_BF16>(const void *
     return __uint_as_float((uint32_t)((const ft_bf16 *)w)[i] << 16);
 }
 
-template <int T, int PL>
+// The logit of row e: a warp's lane-strided FMA chain, then the warp's sum (lane 0 has it).
+template <int T>
+__device__ __forceinline__ float router_dot_warp(const ft_cuda_router_params &r, int e, int lane) {
+    const size_t row = (size_t)e * (size_t)r.n_embd;
+    float acc = 0.0f;
+#pragma unroll 8
+    for (int64_t i = lane; i < r.n_embd; i += FT_WARP) acc = fmaf(router_w<T>(r.w, row + i), r.x[i], acc);
+    return ft_warp_sum(acc);
+}
+
+// The logit of row e by the whole CTA (f32, n_embd a multiple of 4 * 4 * the CTA's threads,
+// 16-byte aligned rows and x): thread t reads float4 number t + 128 j of the row and of x, four
+// of each issued before their FMAs, then the warps' sums meet in shared memory (thread 0 has it).
+__device__ __forceinline__ float router_dot_cta(const ft_cuda_router_params &r, int e, float *part) {
+    const float4 *w4 = (const float4 *)((const float *)r.w + (size_t)e * (size_t)r.n_embd);
+    const float4 *x4 = (const float4 *)r.x;
+    const int n4 = (int)(r.n_embd / 4), nt = blockDim.x;
+    float acc = 0.0f;
+    for (int j0 = threadIdx.x; j0 < n4; j0 += 4 * nt) {
+        float4 wv[4], xv[4];
+#pragma unroll
+        for (int b = 0; b < 4; b++) {
+            wv[b] = w4[j0 + b * nt];
+            xv[b] = x4[j0 + b * nt];
+        }
+#pragma unroll
+        for (int b = 0; b < 4; b++) {
+            acc = fmaf(wv[b].x, xv[b].x, acc);
+            acc = fmaf(wv[b].y, xv[b].y, acc);
+            acc = fmaf(wv[b].z, xv[b].z, acc);
+            acc = fmaf(wv[b].w, xv[b].w, acc);
+        }
+    }
+    acc = ft_warp_sum(acc);
+    if (threadIdx.x % FT_WARP == 0) part[threadIdx.x / FT_WARP] = acc;
+    __syncthreads();
+    float sum = 0.0f;
+    if (threadIdx.x == 0)
+        for (int w = 0; w < ROUTER_WARPS; w++) sum += part[w];
+    return sum;
+}
+
+// ROW_CTA: a CTA per expert row (router_dot_cta; FT_CUDA_ROUTER_VEC=1, an experiment), else a
+// warp per row, ROUTER_WARPS rows per CTA.
+template <int T, int PL, bool ROW_CTA>
 __global__ void __launch_bounds__(ROUTER_WARPS * FT_WARP) moe_router_kernel(const ft_cuda_router_params r,
                                                                             const ft_cuda_route_params p) {
     __shared__ bool last;
+    __shared__ float part[ROUTER_WARPS];
     const int warp = threadIdx.x / FT_WARP, lane = threadIdx.x % FT_WARP;
-    const int e = blockIdx.x * ROUTER_WARPS + warp;
+    const int e = ROW_CTA ? blockIdx.x : blockIdx.x * ROUTER_WARPS + warp;
+    const size_t row_bytes = (size_t)r.n_embd * (T == FT_TYPE_F32 ? 4 : 2);
     if (e < p.n_expert) // the router's rows (constant) are requested while the kernel before ends
-        ft_prefetch_l2((const uint8_t *)r.w + (size_t)e * (size_t)r.n_embd * (T == FT_TYPE_F32 ? 4 : 2),
-                       (size_t)r.n_embd * (T == FT_TYPE_F32 ? 4 : 2), lane, FT_WARP);
+        ft_prefetch_l2((const uint8_t *)r.w + (size_t)e * row_bytes, row_bytes, ROW_CTA ? threadIdx.x : lane,
+                       ROW_CTA ? blockDim.x : FT_WARP);
     ft_pdl_begin();
     if (r.export_x)
         for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < r.n_embd;
              i += (int64_t)gridDim.x * blockDim.x)
             r.export_x[i] = r.x[i];
-    if (e < p.n_expert) {
-        const size_t row = (size_t)e * (size_t)r.n_embd;
-        float acc = 0.0f;
-#pragma unroll 8
-        for (int64_t i = lane; i < r.n_embd; i += FT_WARP) acc = fmaf(router_w<T>(r.w, row + i), r.x[i], acc);
-        acc = ft_warp_sum(acc);
-        if (lane == 0) const_cast<float *>(p.logits)[e] = acc; // (this kernel writes what it routes)
+    if constexpr (ROW_CTA) {
+        const float logit = router_dot_cta(r, e, part);
+        if (threadIdx.x == 0) const_cast<float *>(p.logits)[e] = logit;
+    } else if (e < p.n_expert) {
+        const float logit = router_dot_warp<T>(r, e, lane);
+        if (lane == 0) const_cast<float *>(p.logits)[e] = logit; // (this kernel writes what it routes)
     }
     if (r.export_x) __threadfence_system();
     else __threadfence();
@@ -274,11 +319,23 @@ extern "C" bool ft_cuda_moe_router_fits(uint32_t w_type, int n_tok, int n_expert
            n_expert >= 1 && n_expert <= 8 * FT_WARP && k >= 1 && k <= FT_WARP && k <= n_expert;
 }
 
-template <int T>
+// FT_CUDA_ROUTER_VEC=1: a CTA per row with float4 loads where it applies (an experiment; read once).
+static bool router_vec_enabled(void) {
+    static int enabled = -1;
+    if (enabled < 0) {
+        const char *e = getenv("FT_CUDA_ROUTER_VEC");
+        enabled = e && !strcmp(e, "1");
+    }
+    return enabled;
+}
+
+template <int T, bool ROW_CTA>
 static void launch_router(const ft_cuda_router_params *r, const ft_cuda_route_params *p, cudaStream_t st) {
-    const unsigned grid = (unsigned)((p->n_expert + ROUTER_WARPS - 1) / ROUTER_WARPS);
-    if (p->n_expert <= 4 * FT_WARP) ft_launch(moe_router_kernel<T, 4>, grid, ROUTER_WARPS * FT_WARP, 0, st, *r, *p);
-    else ft_launch(moe_router_kernel<T, 8>, grid, ROUTER_WARPS * FT_WARP, 0, st, *r, *p);
+    const unsigned grid = (unsigned)(ROW_CTA ? p->n_expert : (p->n_expert + ROUTER_WARPS - 1) / ROUTER_WARPS);
+    if (p->n_expert <= 4 * FT_WARP)
+        ft_launch(moe_router_kernel<T, 4, ROW_CTA>, grid, ROUTER_WARPS * FT_WARP, 0, st, *r, *p);
+    else
+        ft_launch(moe_router_kernel<T, 8, ROW_CTA>, grid, ROUTER_WARPS * FT_WARP, 0, st, *r, *p);
 }
 
 extern "C" void ft_cuda_moe_router(const ft_cuda_router_params *r, const ft_cuda_route_params *p, ft_cuda_stream *s) {
@@ -286,9 +343,15 @@ extern "C" void ft_cuda_moe_router(const ft_cuda_router_params *r, const ft_cuda
     FT_CUDA_ASSERT(r->n_embd >= 1);
     const cudaStream_t st = ft_cuda_stream_handle(s);
     switch (r->w_type) {
-    case FT_TYPE_F32: launch_router<FT_TYPE_F32>(r, p, st); break;
-    case FT_TYPE_F16: launch_router<FT_TYPE_F16>(r, p, st); break;
-    default: launch_router<FT_TYPE_BF16>(r, p, st); break;
+    case FT_TYPE_F32:
+        if (router_vec_enabled() && r->n_embd % (16 * ROUTER_WARPS * FT_WARP) == 0 && (uintptr_t)r->w % 16 == 0 &&
+            (uintptr_t)r->x % 16 == 0)
+            launch_router<FT_TYPE_F32, true>(r, p, st);
+        else
+            launch_router<FT_TYPE_F32, false>(r, p, st);
+        break;
+    case FT_TYPE_F16: launch_router<FT_TYPE_F16, false>(r, p, st); break;
+    default: launch_router<FT_TYPE_BF16, false>(r, p, st); break;
     }
     CUDA_CHECK_LAUNCH();
 }
