@@ -4,8 +4,9 @@
 # profiled (FT_CPU_EXPERTS_PROFILE=1: per-layer host times, the meetings' round trips, the
 # pool's wake-up), then twice in turn the flag meeting decoding through CUDA graphs (the
 # default), without graphs (FT_CUDA_GRAPHS=0: the stream waits with cuStreamWaitValue32), the
-# event meeting (FT_CPU_EXPERTS_MEETING=event) and the CPU op's gate/up and down as two pool
-# jobs (FT_CPU_MOE_ONE_JOB=0), then with one thread fewer; prefill through
+# event meeting (FT_CPU_EXPERTS_MEETING=event), the CPU op's gate/up and down as two pool
+# jobs (FT_CPU_MOE_ONE_JOB=0) and the routing on the CPU (FT_CPU_EXPERTS_ROUTE=host), then with
+# one thread fewer; prefill through
 # the overlay (double-buffered, and serial with --disable-moe-prefill-overlap), and the CPU
 # engine's decode on the same model for reference.
 #
@@ -47,6 +48,7 @@ for round in 1 2; do
     cpu_bench "no graphs, stream wait" FT_CUDA_GRAPHS=0 -- -p 512 -n "$n_gen" -r 3
     cpu_bench "event" FT_CPU_EXPERTS_MEETING=event -- -p 512 -n "$n_gen" -r 3
     cpu_bench "graphs, two CPU jobs" FT_CPU_MOE_ONE_JOB=0 -- -p 512 -n "$n_gen" -r 3
+    cpu_bench "graphs, routing on the CPU" FT_CPU_EXPERTS_ROUTE=host -- -p 512 -n "$n_gen" -r 3
 done
 cpu_bench "graphs, -t $((threads - 1))" FT_CUDA_GRAPHS=1 -- -p 512 -n "$n_gen" -r 3 -t $((threads - 1))
 cpu_bench "graphs, serial overlay" FT_CUDA_GRAPHS=1 -- -p 512 -n 16 --disable-moe-prefill-overlap
