@@ -414,6 +414,25 @@ static void run_cpu_timed(cuda_cpu_experts *ce, const ft_moe_params *h, int n_to
     q->last_end = t_end;
 }
 
+// Spins until the x flag reaches seq. A layer's input comes within milliseconds, so a wait of
+// WAIT_REPORT_S says the stream is stuck or starved: it is reported on stderr (the meeting
+// numbers on both sides), every WAIT_REPORT_S, and the wait goes on.
+enum { WAIT_REPORT_S = 10 };
+static void wait_for_x(const cuda_cpu_experts *ce, const _Atomic uint32_t *fx, uint32_t seq, int layer) {
+    uint64_t t0 = 0, next = 0;
+    for (uint64_t spins = 1; (int32_t)(atomic_load_explicit(fx, memory_order_acquire) - seq) < 0; spins++) {
+        _mm_pause();
+        if (spins % (1u << 20)) continue;
+        uint64_t t = now_ns();
+        if (!t0) t0 = t, next = t + (uint64_t)WAIT_REPORT_S * 1000000000u;
+        if (t < next) continue;
+        fprintf(stderr, "cpu experts: still waiting for layer %d's input after %.0f s (meeting %u; the GPU has "
+                        "published %u, the host %u)\n", layer, (double)(t - t0) / 1e9, seq,
+                atomic_load_explicit(fx, memory_order_relaxed), ce->flags[1]);
+        next = t + (uint64_t)WAIT_REPORT_S * 1000000000u;
+    }
+}
+
 // Computes the pending layers in order: for each, waits for its x flag, runs the CPU op, raises
 // y's flag.
 static void compute_pending(cuda_cpu_experts *ce) {
@@ -421,7 +440,7 @@ static void compute_pending(cuda_cpu_experts *ce) {
     for (int i = 0; i < ce->n_pending; i++) {
         const struct pending_layer *l = &ce->pending[i];
         uint64_t t_arrive = ce->prof.on ? now_ns() : 0;
-        while ((int32_t)(atomic_load_explicit(fx, memory_order_acquire) - l->seq) < 0) _mm_pause();
+        wait_for_x(ce, fx, l->seq, l->h.layer);
         run_cpu_timed(ce, &l->h, l->n_tok, l->row_gemm, t_arrive, ce->prof.on ? now_ns() : 0);
         atomic_store_explicit(fy, l->seq, memory_order_release);
     }
