@@ -3,8 +3,7 @@
 # bench/gpu_vs_llama.sh, written when missing) at 16 GiB of GPU memory, -t threads: once
 # profiled (FT_CPU_EXPERTS_PROFILE=1: per-layer host times, the meetings' round trips, the
 # pool's wake-up), then twice in turn the flag meeting decoding through CUDA graphs (the
-# default), without graphs (FT_CUDA_GRAPHS=0: direct steps, the import kernel spinning; and
-# with FT_CPU_EXPERTS_MEETING=wait, the stream waiting with cuStreamWaitValue32), the
+# default), without graphs (FT_CUDA_GRAPHS=0: the stream waits with cuStreamWaitValue32), the
 # event meeting (FT_CPU_EXPERTS_MEETING=event), the CPU op's gate/up and down as two pool
 # jobs (FT_CPU_MOE_ONE_JOB=0) and the routing on the CPU (FT_CPU_EXPERTS_ROUTE=host), then with
 # one thread fewer; prefill through
@@ -46,8 +45,7 @@ cpu_bench "graphs, profiled" FT_CPU_EXPERTS_PROFILE=1 -- -p 512 -n "$n_gen"
 [ "$quick" = 1 ] && exit 0
 for round in 1 2; do
     cpu_bench "graphs" FT_CUDA_GRAPHS=1 -- -p 512 -n "$n_gen" -r 3
-    cpu_bench "no graphs" FT_CUDA_GRAPHS=0 -- -p 512 -n "$n_gen" -r 3
-    cpu_bench "no graphs, stream wait" FT_CUDA_GRAPHS=0 FT_CPU_EXPERTS_MEETING=wait -- -p 512 -n "$n_gen" -r 3
+    cpu_bench "no graphs, stream wait" FT_CUDA_GRAPHS=0 -- -p 512 -n "$n_gen" -r 3
     cpu_bench "event" FT_CPU_EXPERTS_MEETING=event -- -p 512 -n "$n_gen" -r 3
     cpu_bench "graphs, two CPU jobs" FT_CPU_MOE_ONE_JOB=0 -- -p 512 -n "$n_gen" -r 3
     cpu_bench "graphs, routing on the CPU" FT_CPU_EXPERTS_ROUTE=host -- -p 512 -n "$n_gen" -r 3

@@ -18,15 +18,15 @@
 // with the overlay double-buffered and copy-then-compute (--disable-moe-prefill-overlap).
 // Three more engines in cpu mode: the event meeting (FT_CPU_EXPERTS_MEETING=event: a copy, an
 // event the host waits on, the CPU op, a copy back, nothing deferred, never graphed), the flag
-// meeting without CUDA graphs (FT_CUDA_GRAPHS=0: decode steps direct, the import kernel
-// spinning), and the same with the stream waiting by cuStreamWaitValue32 where the driver has
-// it (=wait). The default engine decodes through CUDA graphs (a captured
+// meeting without CUDA graphs (FT_CUDA_GRAPHS=0: decode steps direct, the stream waiting with
+// cuStreamWaitValue32 where the driver has it), and the flag meeting with a spinning import
+// kernel, without graphs (=spin). The default engine decodes through CUDA graphs (a captured
 // step, then replays, each layer's CPU work done after the graph's launch). Every step's logits
 // must equal the default's bit for bit (the same CPU op on the same rows; graphs replay the
 // direct kernels), which checks that the meeting's kernels move every row (prompt steps take
 // several CTAs), that the deferred and queued CPU work runs before each read, and the graphed
-// meeting's sequence numbers (decode steps take the routing and x from the decode router's own
-// export, except with the event meeting: copies). A last engine routes on the
+// meeting's sequence numbers (the default and the spinning import take the routing and x from
+// the decode router's own export, the event meeting from copies). A last engine routes on the
 // CPU (FT_CPU_EXPERTS_ROUTE=host), judged against the CPU reference like the default.
 // Models: qwen3moe (softmax gating) and a mixed-type laguna (a dense lead layer, sigmoid
 // gating with a selection bias, Q4_K experts then a BF16 tail).
@@ -122,7 +122,7 @@ static void model_case(const char *arch, bool strict, const schedule *sc) {
     ep.n_batch = sc->n_batch;
     ep.kv_type = strict ? FT_TYPE_Q8_0 : FT_TYPE_F16;
     ep.n_threads = 4;
-    arm fused = {0}, cpumode = {0}, event = {0}, waiting = {0}, direct = {0}, hostroute = {0};
+    arm fused = {0}, cpumode = {0}, event = {0}, spin = {0}, direct = {0}, hostroute = {0};
     probs_reference cpu;
     bool ok = probs_reference_init(&cpu, path, &ep, strict ? 1e-5f : 1e-2f, &err);
     if (!ok) test_fail(__FILE__, __LINE__, "cpu reference: %s", err.msg);
@@ -135,8 +135,8 @@ static void model_case(const char *arch, bool strict, const schedule *sc) {
     setenv("FT_CPU_EXPERTS_MEETING", "event", 1); // read once, at the engine's init
     ok = ok && arm_init(&event, "moe-backend cpu, event meeting", path, &ep);
     setenv("FT_CUDA_GRAPHS", "0", 1);
-    setenv("FT_CPU_EXPERTS_MEETING", "wait", 1);
-    ok = ok && arm_init(&waiting, "moe-backend cpu, stream wait, no graphs", path, &ep);
+    setenv("FT_CPU_EXPERTS_MEETING", "spin", 1);
+    ok = ok && arm_init(&spin, "moe-backend cpu, spinning import, no graphs", path, &ep);
     unsetenv("FT_CPU_EXPERTS_MEETING");
     ok = ok && arm_init(&direct, "moe-backend cpu, no graphs", path, &ep);
     unsetenv("FT_CUDA_GRAPHS");
@@ -169,15 +169,15 @@ static void model_case(const char *arch, bool strict, const schedule *sc) {
                 break;
             }
             if (!arm_eval(&fused, t, n) || !arm_eval(&cpumode, t, n) || !arm_eval(&event, t, n) ||
-                !arm_eval(&waiting, t, n) || !arm_eval(&direct, t, n) || !arm_eval(&hostroute, t, n))
+                !arm_eval(&spin, t, n) || !arm_eval(&direct, t, n) || !arm_eval(&hostroute, t, n))
                 break;
             char what[160];
             snprintf(what, sizeof(what), "%s %s %s: %s %d tokens", arch, strict ? "strict" : "realistic", sc->name,
                      prefill ? "prefill" : "decode", n);
             CHECK(!memcmp(event.lg, cpumode.lg, (size_t)n_vocab * sizeof(float)),
                   "%s: the flag meeting's logits differ from the event meeting's", what);
-            CHECK(!memcmp(waiting.lg, cpumode.lg, (size_t)n_vocab * sizeof(float)),
-                  "%s: the stream wait's logits (no graphs) differ from the default's", what);
+            CHECK(!memcmp(spin.lg, cpumode.lg, (size_t)n_vocab * sizeof(float)),
+                  "%s: the spinning import's logits (no graphs) differ from the default's", what);
             CHECK(!memcmp(direct.lg, cpumode.lg, (size_t)n_vocab * sizeof(float)),
                   "%s: the logits without graphs differ from the default's", what);
             if (step < sc->exact_chunks)
@@ -207,7 +207,7 @@ static void model_case(const char *arch, bool strict, const schedule *sc) {
     arm_free(&fused);
     arm_free(&cpumode);
     arm_free(&event);
-    arm_free(&waiting);
+    arm_free(&spin);
     arm_free(&direct);
     arm_free(&hostroute);
 }

@@ -45,8 +45,8 @@ struct cuda_cpu_experts {
     // the meeting (host_meeting.h); x_host, y_host: mapped pinned (max_tok, max_width)
     bool event_meeting;              // FT_CPU_EXPERTS_MEETING=event: the previous meeting
     bool host_route;                 // FT_CPU_EXPERTS_ROUTE=host: the CPU runs the router
-    bool stream_wait;                // FT_CPU_EXPERTS_MEETING=wait: a direct step's stream waits with
-                                     // cuStreamWaitValue32 (else the import kernel spins)
+    bool stream_wait;                // the stream waits with cuStreamWaitValue32 (else the import
+                                     // kernel spins: FT_CPU_EXPERTS_MEETING=spin, or no driver support)
     float *x_host, *y_host, *x_dev, *y_dev; // host addresses and the device's for them
     int32_t *sel_host;               // mapped pinned (max_tok, n_expert_used): the GPU's routing
     float *w_host;
@@ -291,7 +291,7 @@ cuda_cpu_experts *cuda_cpu_experts_init(const cuda_cpu_experts_params *p, const 
     ce->route_gap = p->route_gap;
     ce->event_meeting = env_is("FT_CPU_EXPERTS_MEETING", "event");
     ce->host_route = env_is("FT_CPU_EXPERTS_ROUTE", "host");
-    ce->stream_wait = env_is("FT_CPU_EXPERTS_MEETING", "wait") && ft_cuda_meeting_stream_wait_available();
+    ce->stream_wait = !env_is("FT_CPU_EXPERTS_MEETING", "spin") && ft_cuda_meeting_stream_wait_available();
     const char *prof = getenv("FT_CPU_EXPERTS_PROFILE");
     ce->prof.on = prof && strcmp(prof, "0") != 0;
     if (ce->prof.on) {

@@ -4,8 +4,9 @@
 //
 // The meeting, per MoE layer (host_meeting.h): on the CUDA backend's stream an export kernel
 // copies the layer's input x (n_tok, n_embd) into mapped pinned memory and raises a flag
-// there; behind it an import kernel, its CTAs spinning on a second flag, copies y back from
-// mapped pinned memory. moe_ffn only enqueues those two kernels and returns: the layer's CPU work is
+// there; behind it the stream waits for a second flag (cuStreamWaitValue32, or a spinning
+// kernel where the driver lacks it) and an import kernel copies y back from mapped pinned
+// memory. moe_ffn only enqueues those two kernels and returns: the layer's CPU work is
 // done by the calling thread later, when the next MoE layer's moe_ffn (or a flush: the step's
 // end, a read) comes, after the architecture code has enqueued the ops in between. So the
 // host's launches of layer L + 1's attention overlap the GPU's work, the GPU runs them as
@@ -20,11 +21,7 @@
 // exactly the CPU backend's op.
 // FT_CPU_EXPERTS_MEETING=event selects the previous meeting for comparison: a copy of x, an
 // event the host waits on, the CPU op, a copy of y enqueued after it (nothing deferred);
-// FT_CPU_EXPERTS_MEETING=wait makes a direct step's stream wait for y's flag with
-// cuStreamWaitValue32 before a plain import (the front end polls, no SM is held): the default
-// until 2026-12-01, when on the H200 every big-model run with direct-step meetings at 16 threads
-// gave no result (README), and CUDA's documentation warns that a stream memory operation's
-// ordering is invisible to its scheduler and may deadlock; the spinning import has none.
+// FT_CPU_EXPERTS_MEETING=spin makes the import kernel spin even where the stream wait exists.
 // FT_CPU_EXPERTS_PROFILE=1 times the host's side of decode layers (waiting for x: in graph
 // steps the GPU's whole part between two layers; the CPU op; the host's own time between
 // layers) and prints it at free, with the meetings' round trips and the pool's wake-up
