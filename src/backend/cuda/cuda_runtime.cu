@@ -5,11 +5,22 @@
 // report 0 devices, with the reason at debug level only, so the CPU path takes over quietly.
 #include "cuda_common.cuh"
 
+#include <stdlib.h>
 #include <string.h>
 
 // util.h is C11 (_Noreturn); declare the one function used here. Levels as in util.h.
 extern "C" void ft_log(int level, const char *fmt, ...);
 enum { FT_CUDA_LOG_DEBUG = 3 };
+
+// Every kernel is loaded when the CUDA context is created (CUDA_MODULE_LOADING=EAGER), not at
+// its first launch (lazy: the default since CUDA 12.2), unless the environment already says
+// which. Loading a kernel may make the context synchronize (CUDA programming guide, Lazy
+// Loading, possible issues), and --moe-backend cpu launches kernels while the stream waits
+// for the launching thread: a direct step's layer is computed on the CPU only once the next
+// layer's ops are enqueued (cuda_cpu_experts.h), so the first launch of a kernel there (the
+// output head after the last MoE layer, in a process's first direct step) would wait for a
+// stream that waits for it. Set before main, so before the runtime initializes.
+__attribute__((constructor)) static void eager_module_loading(void) { setenv("CUDA_MODULE_LOADING", "EAGER", 0); }
 
 static int g_device_count = -1;
 
