@@ -103,8 +103,8 @@ $(BUILD)/libft.a: $(LIB_OBJ)
 $(BUILD)/ft_tests_gpu: $(GPU_TEST_OBJ) $(BUILD)/libft.a
 	$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS)
 
-test-gpu: $(BUILD)/ft_tests_gpu
-	$(BUILD)/ft_tests_gpu $(T)
+test-gpu: $(BUILD)/ft_tests_gpu $(BUILD)/ft
+	FT_BIN=$(BUILD)/ft $(BUILD)/ft_tests_gpu $(T)
 
 FUZZ_SECONDS ?= 0
 FUZZ_TARGETS := $(patsubst fuzz/%.c,build-fuzz/%,$(wildcard fuzz/fuzz_*.c))

@@ -38,6 +38,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef struct arm {
     const char *name;
@@ -268,4 +269,32 @@ TEST(cuda_moe_backend_auto_picks_fused_when_it_fits) {
     CHECK(ft_engine_place_model(m, &ep, &err), "%s", err.msg);
     CHECK(m->layers[0].gate_exps.placement == FT_PLACEMENT_CUDA);
     ft_model_free(m);
+}
+
+// A fresh process whose first GPU work is cpu mode's direct steps: `ft run` with a short prompt
+// (a step below the grouped GEMM's 32 tokens: every MoE layer on the CPU) and decode without
+// graphs (direct one-token steps). In such a step the host computes a MoE layer only once the
+// next layer's ops are enqueued, so the stream waits for the host while it launches them; a
+// kernel loaded lazily at its first launch there could wait for that stream in turn (the
+// suite's own process never shows it: its earlier engines launched every kernel first). Each
+// run must end within the time limit and print the same greedy text as the run with graphs.
+TEST(cuda_cpu_experts_direct_steps_in_a_fresh_process) {
+    GPU_TEST_REQUIRE_DEVICE();
+    const char *bin = test_ft_bin(), *path = test_path("cpu_experts_fresh.gguf");
+    REQUIRE(access(bin, X_OK) == 0, "no ft binary at %s (make test-gpu sets FT_BIN)", bin);
+    ft_synth_params sp = ft_synth_default_params();
+    sp.arch = "qwen3moe";
+    sp.n_layer = 3;
+    ft_err err = {{0}};
+    REQUIRE(ft_synth_write(&sp, path, &err), "synth: %s", err.msg);
+    char cmd[2048], with_graphs[4096], without[4096];
+    const char *run = "run -m '%s' --device cuda --moe-backend cpu -p 'hello there' -n 8 --temp 0 2>/dev/null";
+    char args[1024];
+    snprintf(args, sizeof(args), run, path);
+    snprintf(cmd, sizeof(cmd), "timeout 120 %s %s", bin, args);
+    CHECK(test_run(cmd, with_graphs, sizeof(with_graphs)) == 0, "with graphs: %s", cmd);
+    snprintf(cmd, sizeof(cmd), "FT_CUDA_GRAPHS=0 timeout 120 %s %s", bin, args);
+    CHECK(test_run(cmd, without, sizeof(without)) == 0, "without graphs (exit 124: it ran out of time): %s", cmd);
+    CHECK(with_graphs[0] != 0 && !strcmp(with_graphs, without), "greedy text with graphs '%s', without '%s'",
+          with_graphs, without);
 }
