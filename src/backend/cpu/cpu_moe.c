@@ -461,8 +461,8 @@ void cpu_moe_ffn(ft_backend *be, const ft_moe_params *p, const float *x, float *
     FT_ASSERT(c->reserved && n_tok <= c->lim.max_tok && k <= c->lim.n_expert_used);
     FT_ASSERT(p->n_expert <= c->lim.n_expert && n_ff <= c->lim.max_width);
 
-    // the routing: given (then gate's input is quantized here), or the router's logits (where
-    // it is f32 without a GEMM, in one job with the quantization of gate's input) and route()
+    // the routing: given, or the router's logits (where it is f32 without a GEMM, in one job
+    // with the quantization of gate's input) and route()
     enum ft_type vg = vdt_of(p->gate_exps->type), vu = vdt_of(p->up_exps->type);
     bool x_quantized = false;
     if (p->sel) {
@@ -470,8 +470,6 @@ void cpu_moe_ffn(ft_backend *be, const ft_moe_params *p, const float *x, float *
         memcpy(c->sel, p->sel, (size_t)n_tok * (size_t)k * sizeof(int32_t));
         memcpy(c->sel_w, p->sel_w, (size_t)n_tok * (size_t)k * sizeof(float));
         for (int i = 0; i < n_tok * k; i++) FT_ASSERT(c->sel[i] >= 0 && c->sel[i] < p->n_expert);
-        cpu_quantize_rows(c, vg, x, n_embd, n_tok, c->xq_tok, c->xq_row);
-        x_quantized = true;
     } else {
         if (p->router->type == FT_TYPE_F32 && !cpu_has_gemm(c, FT_TYPE_F32)) {
             FT_ASSERT(p->router->ne[0] == n_embd && p->router->ne[1] == p->n_expert);

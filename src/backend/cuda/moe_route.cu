@@ -112,10 +112,8 @@ __global__ void __launch_bounds__(FT_WARP) moe_route_kernel(const ft_cuda_route_
 // the same order (the weight sum is still taken slot by slot), so the same results.
 // The logits are read through L2 (__ldcg): moe_router_kernel's last CTA routes the logits
 // the other CTAs wrote.
-// Lane j < k also returns slot j's expert and weight in *out_sel, *out_w.
 template <int PL>
-__device__ __forceinline__ void route_token(const ft_cuda_route_params &p, int t, int lane, int *out_sel,
-                                            float *out_w) {
+__device__ __forceinline__ void route_token(const ft_cuda_route_params &p, int t, int lane) {
     const int ne = p.n_expert, k = p.k;
     const float *lg = p.logits + (int64_t)t * ne;
     float pr[PL], v[PL];
@@ -189,16 +187,12 @@ __device__ __forceinline__ void route_token(const ft_cuda_route_params &p, int t
         p.sel[(int64_t)t * k + lane] = my_sel;
         p.w[(int64_t)t * k + lane] = my_w;
     }
-    *out_sel = my_sel;
-    *out_w = my_w;
 }
 
 template <int PL>
 __global__ void __launch_bounds__(FT_WARP) moe_route_reg_kernel(const ft_cuda_route_params p) {
     ft_pdl_begin();
-    int sel;
-    float w;
-    route_token<PL>(p, blockIdx.x, threadIdx.x, &sel, &w);
+    route_token<PL>(p, blockIdx.x, threadIdx.x);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -299,13 +293,11 @@ __global__ void __launch_bounds__(ROUTER_WARPS * FT_WARP) moe_router_kernel(cons
     __syncthreads();
     if (last && warp == 0) {
         __threadfence();
-        int sel;
-        float w;
-        route_token<PL>(p, 0, lane, &sel, &w);
+        route_token<PL>(p, 0, lane);
         if (r.export_x) {
-            if (lane < p.k) {
-                r.export_sel[lane] = sel;
-                r.export_w[lane] = w;
+            if (lane < p.k) { // (each lane reads back the slot it wrote)
+                r.export_sel[lane] = p.sel[lane];
+                r.export_w[lane] = p.w[lane];
             }
             __threadfence_system();
             __syncwarp();
