@@ -276,8 +276,10 @@ TEST(cuda_moe_backend_auto_picks_fused_when_it_fits) {
 // graphs (direct one-token steps). In such a step the host computes a MoE layer only once the
 // next layer's ops are enqueued, so the stream waits for the host while it launches them; a
 // kernel loaded lazily at its first launch there could wait for that stream in turn (the
-// suite's own process never shows it: its earlier engines launched every kernel first). Each
-// run must end within the time limit and print the same greedy text as the run with graphs.
+// suite's own process never shows it: its earlier engines launched every kernel first). So ft
+// loads kernels eagerly, and where the environment asks for lazy loading, cpu mode meets
+// through events (a third run). Each run must end within the time limit and print the same
+// greedy text as the run with graphs.
 TEST(cuda_cpu_experts_direct_steps_in_a_fresh_process) {
     GPU_TEST_REQUIRE_DEVICE();
     const char *bin = test_ft_bin(), *path = test_path("cpu_experts_fresh.gguf");
@@ -287,7 +289,7 @@ TEST(cuda_cpu_experts_direct_steps_in_a_fresh_process) {
     sp.n_layer = 3;
     ft_err err = {{0}};
     REQUIRE(ft_synth_write(&sp, path, &err), "synth: %s", err.msg);
-    char cmd[2048], with_graphs[4096], without[4096];
+    char cmd[2048], with_graphs[4096], without[4096], lazy[4096];
     const char *run = "run -m '%s' --device cuda --moe-backend cpu -p 'hello there' -n 8 --temp 0 2>/dev/null";
     char args[1024];
     snprintf(args, sizeof(args), run, path);
@@ -295,6 +297,9 @@ TEST(cuda_cpu_experts_direct_steps_in_a_fresh_process) {
     CHECK(test_run(cmd, with_graphs, sizeof(with_graphs)) == 0, "with graphs: %s", cmd);
     snprintf(cmd, sizeof(cmd), "FT_CUDA_GRAPHS=0 timeout 120 %s %s", bin, args);
     CHECK(test_run(cmd, without, sizeof(without)) == 0, "without graphs (exit 124: it ran out of time): %s", cmd);
+    snprintf(cmd, sizeof(cmd), "CUDA_MODULE_LOADING=LAZY timeout 120 %s %s", bin, args);
+    CHECK(test_run(cmd, lazy, sizeof(lazy)) == 0, "lazy loading (exit 124: it ran out of time): %s", cmd);
     CHECK(with_graphs[0] != 0 && !strcmp(with_graphs, without), "greedy text with graphs '%s', without '%s'",
           with_graphs, without);
+    CHECK(!strcmp(with_graphs, lazy), "greedy text with graphs '%s', with lazy loading '%s'", with_graphs, lazy);
 }

@@ -1,7 +1,9 @@
 // test_cuda_moe_route.c: the fused router (ft_cuda_moe_router: one token's logits and routing
 // in one launch) against the two launches it replaces (ft_cuda_matvec with the float router
 // weights, then ft_cuda_moe_route), for f32 and bf16 weights, softmax and sigmoid gating with a
-// selection bias, 60 / 128 / 256 experts and k 1 / 4 / 8.
+// selection bias, 60 / 128 / 256 experts and k 1 / 4 / 8, rows of 2048 floats (f32: a CTA per
+// row, whole float4 rounds), 260 (a CTA per row, a partial round) and 258 (not whole float4s: a
+// warp per row).
 //
 // The logits are float dot products summed in another order (lane-strided FMA chains and a
 // warp sum, against the matvec's 4-element chunks over 128 threads): they must agree within
@@ -22,28 +24,26 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { N_EMBD = 2048 };
-
-static void router_case(enum ft_type t, int n_expert, int k, bool softmax, bool bias, ft_rng *rng) {
-    const size_t nw = (size_t)n_expert * N_EMBD, es = t == FT_TYPE_F32 ? 4 : 2;
+static void router_case(enum ft_type t, int n_embd, int n_expert, int k, bool softmax, bool bias, ft_rng *rng) {
+    const size_t nw = (size_t)n_expert * n_embd, es = t == FT_TYPE_F32 ? 4 : 2;
     uint8_t *w = ft_malloc(nw * es);
-    float *wf = ft_malloc(nw * sizeof(float)), *x = ft_malloc(N_EMBD * sizeof(float)), b[256];
+    float *wf = ft_malloc(nw * sizeof(float)), *x = ft_malloc(n_embd * sizeof(float)), b[256];
     for (size_t i = 0; i < nw; i++) {
         float v = 0.05f * ft_rng_normal(rng);
         if (t == FT_TYPE_F32) ((float *)w)[i] = wf[i] = v;
         else wf[i] = ft_bf16_to_fp32(((ft_bf16 *)w)[i] = ft_fp32_to_bf16(v));
     }
-    for (int i = 0; i < N_EMBD; i++) x[i] = ft_rng_normal(rng);
+    for (int i = 0; i < n_embd; i++) x[i] = ft_rng_normal(rng);
     for (int i = 0; i < n_expert; i++) b[i] = 0.01f * ft_rng_normal(rng);
     void *dw = ft_cuda_malloc(nw * es);
-    float *dx = ft_cuda_malloc(N_EMBD * sizeof(float)), *db = ft_cuda_malloc(256 * sizeof(float));
+    float *dx = ft_cuda_malloc(n_embd * sizeof(float)), *db = ft_cuda_malloc(256 * sizeof(float));
     float *dlog = ft_cuda_malloc(2 * 256 * sizeof(float)), *dsw = ft_cuda_malloc(2 * 32 * sizeof(float));
     float *dgap = ft_cuda_malloc(2 * sizeof(float));
     int32_t *dsel = ft_cuda_malloc(2 * 32 * sizeof(int32_t));
     int *dcount = ft_cuda_malloc(sizeof(int));
     FT_ASSERT(dw && dx && db && dlog && dsw && dgap && dsel && dcount);
     ft_cuda_memcpy_h2d(dw, w, nw * es, NULL);
-    ft_cuda_memcpy_h2d(dx, x, N_EMBD * sizeof(float), NULL);
+    ft_cuda_memcpy_h2d(dx, x, n_embd * sizeof(float), NULL);
     ft_cuda_memcpy_h2d(db, b, 256 * sizeof(float), NULL);
     ft_cuda_memset(dcount, 0, sizeof(int), NULL);
     const float inf[2] = {INFINITY, INFINITY};
@@ -61,13 +61,13 @@ static void router_case(enum ft_type t, int n_expert, int k, bool softmax, bool 
                                    .w = dsw + j * 32, .gap = dgap + j, .n_tok = 1, .n_expert = n_expert, .k = k,
                                    .softmax = softmax, .norm_w = 1, .w_scale = 1.0f};
         if (j == 0) {
-            ft_cuda_matvec_params mp = {.type = t, .w = dw, .n_rows = n_expert, .n_cols = N_EMBD, .x = dx,
+            ft_cuda_matvec_params mp = {.type = t, .w = dw, .n_rows = n_expert, .n_cols = n_embd, .x = dx,
                                         .y = dlog, .n_tok = 1};
             ft_cuda_matvec(&mp, NULL);
             ft_cuda_moe_route(&rp, NULL);
         } else {
             CHECK(ft_cuda_moe_router_fits(t, 1, n_expert, k));
-            ft_cuda_router_params r = {.w_type = t, .w = dw, .x = dx, .n_embd = N_EMBD, .count = dcount};
+            ft_cuda_router_params r = {.w_type = t, .w = dw, .x = dx, .n_embd = n_embd, .count = dcount};
             ft_cuda_moe_router(&r, &rp, NULL);
         }
         ft_cuda_memcpy_d2h(logits[j], dlog + j * 256, (size_t)n_expert * sizeof(float), NULL);
@@ -78,17 +78,17 @@ static void router_case(enum ft_type t, int n_expert, int k, bool softmax, bool 
         if (j == 0) continue;
         for (int e = 0; e < n_expert; e++) {
             double s = 0;
-            for (int i = 0; i < N_EMBD; i++) s += fabs((double)wf[(size_t)e * N_EMBD + i] * x[i]);
-            double err = fabs((double)logits[1][e] - logits[0][e]), bound = 4.0 * N_EMBD * 0x1p-24 * s;
+            for (int i = 0; i < n_embd; i++) s += fabs((double)wf[(size_t)e * n_embd + i] * x[i]);
+            double err = fabs((double)logits[1][e] - logits[0][e]), bound = 4.0 * n_embd * 0x1p-24 * s;
             if (!(err <= bound)) {
-                CHECK(err <= bound, "%s %d experts run %d: logit %d %g vs %g", ft_type_name(t), n_expert, run, e,
-                      logits[1][e], logits[0][e]);
+                CHECK(err <= bound, "%s width %d, %d experts run %d: logit %d %g vs %g", ft_type_name(t), n_embd,
+                      n_expert, run, e, logits[1][e], logits[0][e]);
                 break;
             }
         }
         for (int i = 0; i < k; i++) {
-            CHECK(sel[1][i] == sel[0][i], "%s %d experts k %d %s run %d: slot %d expert %d vs %d", ft_type_name(t),
-                  n_expert, k, softmax ? "softmax" : "sigmoid", run, i, sel[1][i], sel[0][i]);
+            CHECK(sel[1][i] == sel[0][i], "%s width %d, %d experts k %d %s run %d: slot %d expert %d vs %d",
+                  ft_type_name(t), n_embd, n_expert, k, softmax ? "softmax" : "sigmoid", run, i, sel[1][i], sel[0][i]);
             CHECK(fabs(sw[1][i] - sw[0][i]) <= 1e-5 * fabs(sw[0][i]), "slot %d weight %g vs %g", i, sw[1][i], sw[0][i]);
         }
         CHECK(isfinite(gap[1]) && fabs(gap[1] - gap[0]) <= 1e-4, "gap %g vs %g", gap[1], gap[0]);
@@ -101,11 +101,12 @@ static void router_case(enum ft_type t, int n_expert, int k, bool softmax, bool 
 TEST(test_cuda_moe_router_fused) {
     GPU_TEST_REQUIRE_DEVICE();
     ft_rng rng = ft_rng_init(0x4047E);
-    const int experts[] = {60, 128, 256}, ks[] = {1, 4, 8};
-    for (size_t e = 0; e < FT_ARRAY_LEN(experts); e++)
-        for (size_t i = 0; i < FT_ARRAY_LEN(ks); i++) {
-            router_case(FT_TYPE_F32, experts[e], ks[i], true, false, &rng);
-            router_case(FT_TYPE_BF16, experts[e], ks[i], false, true, &rng);
-        }
+    const int widths[] = {2048, 260, 258}, experts[] = {60, 128, 256}, ks[] = {1, 4, 8};
+    for (size_t n = 0; n < FT_ARRAY_LEN(widths); n++)
+        for (size_t e = 0; e < FT_ARRAY_LEN(experts); e++)
+            for (size_t i = 0; i < FT_ARRAY_LEN(ks); i++) {
+                router_case(FT_TYPE_F32, widths[n], experts[e], ks[i], true, false, &rng);
+                router_case(FT_TYPE_BF16, widths[n], experts[e], ks[i], false, true, &rng);
+            }
     CHECK(!ft_cuda_moe_router_fits(FT_TYPE_Q8_0, 1, 128, 8) && !ft_cuda_moe_router_fits(FT_TYPE_F32, 2, 128, 8));
 }

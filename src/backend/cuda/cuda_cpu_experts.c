@@ -43,7 +43,7 @@ struct cuda_cpu_experts {
     float *route_gap;
 
     // the meeting (host_meeting.h); x_host, y_host: mapped pinned (max_tok, max_width)
-    bool event_meeting;              // FT_CPU_EXPERTS_MEETING=event: the previous meeting
+    bool event_meeting;              // FT_CPU_EXPERTS_MEETING=event or lazy kernel loading: the previous meeting
     bool host_route;                 // FT_CPU_EXPERTS_ROUTE=host: the CPU runs the router
     bool stream_wait;                // the stream waits with cuStreamWaitValue32 (else the import
                                      // kernel spins: FT_CPU_EXPERTS_MEETING=spin, or no driver support)
@@ -290,6 +290,14 @@ cuda_cpu_experts *cuda_cpu_experts_init(const cuda_cpu_experts_params *p, const 
     ce->x_ready = ft_cuda_event_init();
     ce->route_gap = p->route_gap;
     ce->event_meeting = env_is("FT_CPU_EXPERTS_MEETING", "event");
+    if (!ce->event_meeting && ft_cuda_modules_load_lazily()) {
+        // the other meetings enqueue the next layer's launches while the stream waits for the
+        // host: a kernel's lazy first load there would wait for that stream (a deadlock seen
+        // on the H200 with CUDA_MODULE_LOADING=LAZY)
+        FT_LOG_WARN("cpu experts: CUDA loads kernels lazily (CUDA_MODULE_LOADING=LAZY), so the host and GPU meet "
+                    "through events, without CUDA graphs (slower); unset CUDA_MODULE_LOADING for the fast meeting");
+        ce->event_meeting = true;
+    }
     ce->host_route = env_is("FT_CPU_EXPERTS_ROUTE", "host");
     ce->stream_wait = !env_is("FT_CPU_EXPERTS_MEETING", "spin") && ft_cuda_meeting_stream_wait_available();
     const char *prof = getenv("FT_CPU_EXPERTS_PROFILE");

@@ -5,6 +5,8 @@
 // report 0 devices, with the reason at debug level only, so the CPU path takes over quietly.
 #include "cuda_common.cuh"
 
+#include <cuda.h> // the driver API's types only: cuModuleGetLoadingMode comes through the runtime's
+                  // entry point query (no link to libcuda)
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,6 +23,27 @@ enum { FT_CUDA_LOG_DEBUG = 3 };
 // output head after the last MoE layer, in a process's first direct step) would wait for a
 // stream that waits for it. Set before main, so before the runtime initializes.
 __attribute__((constructor)) static void eager_module_loading(void) { setenv("CUDA_MODULE_LOADING", "EAGER", 0); }
+
+typedef CUresult (*loading_mode_fn)(CUmoduleLoadingMode *);
+
+extern "C" bool ft_cuda_modules_load_lazily(void) {
+    static int lazy = -1;
+    if (lazy >= 0) return lazy;
+    void *p = NULL;
+    cudaDriverEntryPointQueryResult q;
+    CUmoduleLoadingMode mode = CU_MODULE_EAGER_LOADING;
+    if (cudaGetDriverEntryPointByVersion("cuModuleGetLoadingMode", &p, 11070, cudaEnableDefault, &q) == cudaSuccess &&
+        q == cudaDriverEntryPointSuccess) {
+        if (((loading_mode_fn)p)(&mode) != CUDA_SUCCESS) mode = CU_MODULE_EAGER_LOADING;
+    } else {
+        (void)cudaGetLastError();
+        // a driver without the query predates lazy loading's default; only the environment asks for it
+        const char *e = getenv("CUDA_MODULE_LOADING");
+        mode = e && !strcmp(e, "LAZY") ? CU_MODULE_LAZY_LOADING : CU_MODULE_EAGER_LOADING;
+    }
+    lazy = mode == CU_MODULE_LAZY_LOADING;
+    return lazy;
+}
 
 static int g_device_count = -1;
 

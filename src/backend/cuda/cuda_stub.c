@@ -20,6 +20,7 @@ bool ft_cuda_device_get_info(int dev, ft_cuda_device_info *out) {
 
 void ft_cuda_set_device(int dev) { (void)dev; FT_CUDA_STUB_ABORT(); }
 void ft_cuda_device_sync(void) { FT_CUDA_STUB_ABORT(); }
+bool ft_cuda_modules_load_lazily(void) { return false; }
 void *ft_cuda_malloc(size_t n) { (void)n; return NULL; }
 void ft_cuda_free(void *p) { if (p) FT_CUDA_STUB_ABORT(); }
 void *ft_cuda_host_alloc(size_t n) { (void)n; FT_CUDA_STUB_ABORT(); }

@@ -54,6 +54,10 @@ void ft_cuda_set_device(int dev);
 // Waits for all work on the current device.
 void ft_cuda_device_sync(void);
 
+// Does CUDA load kernels at their first launch (CUDA_MODULE_LOADING=LAZY in the environment;
+// ft asks for eager loading otherwise)? Such a launch may wait for the context's streams.
+bool ft_cuda_modules_load_lazily(void);
+
 // ---------------------------------------------------------------------------------------------
 // Memory
 

@@ -226,9 +226,10 @@ __device__ __forceinline__ float router_dot_warp(const ft_cuda_router_params &r,
     return ft_warp_sum(acc);
 }
 
-// The logit of row e by the whole CTA (f32, n_embd a multiple of 4 * 4 * the CTA's threads,
-// 16-byte aligned rows and x): thread t reads float4 number t + 128 j of the row and of x, four
-// of each issued before their FMAs, then the warps' sums meet in shared memory (thread 0 has it).
+// The logit of row e by the whole CTA (f32, n_embd a multiple of 4, 16-byte aligned rows and
+// x): thread t reads float4 number t + 128 j of the row and of x, four of each issued before
+// their FMAs (past the row's end, zeros: they add nothing), then the warps' sums meet in shared
+// memory (thread 0 has it).
 __device__ __forceinline__ float router_dot_cta(const ft_cuda_router_params &r, int e, float *part) {
     const float4 *w4 = (const float4 *)((const float *)r.w + (size_t)e * (size_t)r.n_embd);
     const float4 *x4 = (const float4 *)r.x;
@@ -238,8 +239,9 @@ __device__ __forceinline__ float router_dot_cta(const ft_cuda_router_params &r, 
         float4 wv[4], xv[4];
 #pragma unroll
         for (int b = 0; b < 4; b++) {
-            wv[b] = w4[j0 + b * nt];
-            xv[b] = x4[j0 + b * nt];
+            const bool in = j0 + b * nt < n4;
+            wv[b] = in ? w4[j0 + b * nt] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            xv[b] = in ? x4[j0 + b * nt] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         }
 #pragma unroll
         for (int b = 0; b < 4; b++) {
@@ -258,8 +260,8 @@ __device__ __forceinline__ float router_dot_cta(const ft_cuda_router_params &r, 
     return sum;
 }
 
-// ROW_CTA: a CTA per expert row (router_dot_cta; FT_CUDA_ROUTER_VEC=1, an experiment), else a
-// warp per row, ROUTER_WARPS rows per CTA.
+// ROW_CTA: a CTA per expert row (router_dot_cta: f32 rows whose width and addresses take float4
+// loads), else a warp per row, ROUTER_WARPS rows per CTA (FT_CUDA_ROUTER_VEC=0 asks for it).
 template <int T, int PL, bool ROW_CTA>
 __global__ void __launch_bounds__(ROUTER_WARPS * FT_WARP) moe_router_kernel(const ft_cuda_router_params r,
                                                                             const ft_cuda_route_params p) {
@@ -311,12 +313,13 @@ extern "C" bool ft_cuda_moe_router_fits(uint32_t w_type, int n_tok, int n_expert
            n_expert >= 1 && n_expert <= 8 * FT_WARP && k >= 1 && k <= FT_WARP && k <= n_expert;
 }
 
-// FT_CUDA_ROUTER_VEC=1: a CTA per row with float4 loads where it applies (an experiment; read once).
+// A CTA per row with float4 loads where it applies (+4% fused decode on the H200 against a warp
+// per row, bench/gpu_notes.md); FT_CUDA_ROUTER_VEC=0 keeps a warp per row, for A/B. Read once.
 static bool router_vec_enabled(void) {
     static int enabled = -1;
     if (enabled < 0) {
         const char *e = getenv("FT_CUDA_ROUTER_VEC");
-        enabled = e && !strcmp(e, "1");
+        enabled = !(e && !strcmp(e, "0"));
     }
     return enabled;
 }
@@ -336,7 +339,7 @@ extern "C" void ft_cuda_moe_router(const ft_cuda_router_params *r, const ft_cuda
     const cudaStream_t st = ft_cuda_stream_handle(s);
     switch (r->w_type) {
     case FT_TYPE_F32:
-        if (router_vec_enabled() && r->n_embd % (16 * ROUTER_WARPS * FT_WARP) == 0 && (uintptr_t)r->w % 16 == 0 &&
+        if (router_vec_enabled() && r->n_embd % 4 == 0 && (uintptr_t)r->w % 16 == 0 &&
             (uintptr_t)r->x % 16 == 0)
             launch_router<FT_TYPE_F32, true>(r, p, st);
         else
