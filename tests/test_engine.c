@@ -1,6 +1,7 @@
 // test_engine.c: the forward-pass driver: prefill and decode agree, FT_REFERENCE's scalar path
 // agrees with the fast one, the KV cache limits, and model loading names what is wrong.
 #include "test.h"
+#include "../src/backend/cpu/cpu.h"
 #include "../src/engine/engine.h"
 #include "../src/model/synth.h"
 #include "../src/quant/fp16.h"
@@ -131,6 +132,32 @@ TEST(engine_context_limits) {
     CHECK(!ft_engine_eval(e, &bad, 1, &err));
     CHECK(strstr(err.msg, "vocabulary"), "message: %s", err.msg);
     ft_engine_free(e);
+    ft_model_free(m);
+}
+
+// Threads when none are asked for: the physical cores on the CPU, one fewer (at least one) on a
+// CUDA engine, whose threads compute cpu mode's experts beside the thread driving the GPU; a
+// count asked for stays.
+TEST(engine_default_threads_leave_a_core_beside_the_gpu) {
+    const char *path = small_model("engine_threads.gguf", "qwen3moe");
+    REQUIRE(path);
+    ft_err err = {{0}};
+    ft_model *m = ft_model_load(path, &err);
+    REQUIRE(m, "%s", err.msg);
+    int cores = ft_cpu_physical_cores();
+    ft_engine_params ep = ft_engine_default_params();
+    ep.device = FT_PLACEMENT_CPU;
+    REQUIRE(ft_engine_params_resolve(m, &ep, &err), "%s", err.msg);
+    CHECK(ep.n_threads == cores, "cpu: %d threads, %d cores", ep.n_threads, cores);
+    ep = ft_engine_default_params();
+    ep.device = FT_PLACEMENT_CUDA;
+    REQUIRE(ft_engine_params_resolve(m, &ep, &err), "%s", err.msg);
+    CHECK(ep.n_threads == (cores > 1 ? cores - 1 : 1), "cuda: %d threads, %d cores", ep.n_threads, cores);
+    ep = ft_engine_default_params();
+    ep.device = FT_PLACEMENT_CUDA;
+    ep.n_threads = cores + 3;
+    REQUIRE(ft_engine_params_resolve(m, &ep, &err), "%s", err.msg);
+    CHECK(ep.n_threads == cores + 3);
     ft_model_free(m);
 }
 

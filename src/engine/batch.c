@@ -28,6 +28,11 @@ struct ft_batch {
     float *logits;        // (n_seq, n_vocab) host copy
 };
 
+int ft_engine_default_threads(enum ft_placement device) {
+    int cores = ft_cpu_physical_cores();
+    return device == FT_PLACEMENT_CUDA ? FT_MAX(1, cores - 1) : cores;
+}
+
 bool ft_engine_params_resolve(const ft_model *m, ft_engine_params *p, ft_err *err) {
     const ft_hparams *hp = &m->hp;
     if (p->n_ctx <= 0) p->n_ctx = hp->n_ctx_train;
@@ -36,7 +41,7 @@ bool ft_engine_params_resolve(const ft_model *m, ft_engine_params *p, ft_err *er
     if (p->n_seq <= 0) p->n_seq = 1;
     if (p->n_batch <= 0) p->n_batch = 256;
     p->n_batch = FT_MIN(p->n_batch, p->n_ctx); // a prefill chunk never needs more
-    if (p->n_threads <= 0) p->n_threads = ft_cpu_physical_cores();
+    if (p->n_threads <= 0) p->n_threads = ft_engine_default_threads(p->device);
     const char *ref = getenv("FT_REFERENCE");
     if (ref && *ref && strcmp(ref, "0")) p->reference = true;
     return true;

@@ -24,7 +24,7 @@ typedef struct ft_engine ft_engine;
 enum ft_moe_backend { FT_MOE_BACKEND_AUTO, FT_MOE_BACKEND_FUSED, FT_MOE_BACKEND_OFFLOAD, FT_MOE_BACKEND_CPU };
 
 typedef struct ft_engine_params {
-    int n_threads;          // CPU threads (default: physical cores)
+    int n_threads;          // CPU threads (default: ft_engine_default_threads)
     int n_ctx;              // positions in the KV cache (0: the model's training context)
     int n_batch;            // tokens per prefill step (a prompt is cut into chunks of n_batch)
     int n_seq;              // sequences with a KV cache at once (batch.h; ft_engine: 1)
@@ -52,6 +52,13 @@ const char *ft_moe_backend_name(enum ft_moe_backend b);
 enum ft_placement ft_engine_default_device(void);
 // Parses "cpu" or "cuda". Returns false if neither.
 bool ft_engine_device_from_name(const char *name, enum ft_placement *out);
+
+// CPU threads when none are asked for: the physical cores on the CPU device. A CUDA engine's
+// threads compute only the experts of --moe-backend cpu, and while they do, the thread driving
+// the GPU, the driver's and the system's need a core too: its pool's threads spin, so one that
+// is preempted stalls the layer (on the H200 host, 16 threads on its 16 cores decoded 22-79
+// tok/s with other work on the machine, 15 threads 57-75), so one core is left to them.
+int ft_engine_default_threads(enum ft_placement device);
 
 // The parameters as an engine will use them: defaults filled in (n_ctx, n_batch, n_seq,
 // n_threads, FT_REFERENCE), the context checked against the model's. Returns false and sets
