@@ -1,9 +1,9 @@
-// cuda_cpu_experts.c: the routed experts on the CPU for the CUDA backend, their meeting with
-// the stream, and the prefill overlay that brings a layer's experts to the GPU for large steps
-// (see cuda_cpu_experts.h).
+// cuda_cpu_experts.c: the routed experts on the CPU for the CUDA backend and their meeting with
+// the stream (see cuda_cpu_experts.h); the prefill overlay is cpu_experts_overlay.c.
 #include "cuda_cpu_experts.h"
 #include "../cpu/cpu.h"
 #include "../cpu/pool.h"
+#include "cpu_experts_overlay.h"
 #include "expert_cache_kernels.h" // mapped host memory, stream waits, sync-only events, timers
 #include "host_meeting.h"
 
@@ -15,12 +15,6 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-
-enum { N_BANK = 3 }; // gate, up, down
-
-// The overlay's staging ring: pieces of a layer's banks go through these pinned buffers.
-#define STAGE_SLOTS 4
-#define STAGE_BYTES ((size_t)16 << 20)
 
 // FT_CPU_EXPERTS_PROFILE: decode layers' host times (ns), summed.
 typedef struct meet_profile {
@@ -68,25 +62,7 @@ struct cuda_cpu_experts {
     int n_pending;
     meet_profile prof;
 
-    // the prefill overlay (see the header)
-    ft_tensor *banks[N_BANK];        // (n_layer) host descriptors of gate, up, down
-    int n_buf;                       // 0, 1 or 2
-    size_t bank_bytes[N_BANK];       // one buffer's share of each bank (256-aligned)
-    uint8_t *buf[2];                 // device, bank_bytes summed each
-    int buf_layer[2];                // layer a buffer holds (or is being copied), -1
-    int last_buf;                    // buffer of the last overlay layer, -1
-    ft_cuda_stream *copy_stream;
-    ft_cuda_event *copied[2];        // on the copy stream, after a buffer's copy
-    ft_cuda_event *released[2];      // on the backend's stream, after the work reading a buffer
-    ft_pool *stage_pool;             // host threads that fill the staging ring
-    uint8_t *stage[STAGE_SLOTS];     // pinned
-    ft_cuda_event *stage_free[STAGE_SLOTS]; // on the copy stream, after the copy that read a slot
-    bool stage_used[STAGE_SLOTS];
-    int stage_next;
-    uint64_t *timer;                 // device (2): the copy stream's clock at a copy's start, and
-                                     // the nanoseconds of copies so far
-    uint64_t layers_on_gpu, layers_copied, bytes_copied;
-    double stage_s;                  // host seconds filling the staging ring
+    cpu_experts_overlay *overlay;    // NULL: every layer on the CPU
 };
 
 static uint64_t now_ns(void) {
@@ -99,37 +75,6 @@ static bool env_is(const char *name, const char *value) {
     const char *v = getenv(name);
     return v && !strcmp(v, value);
 }
-
-// ---------------------------------------------------------------------------------------------
-// The overlay's sizes
-
-bool cuda_cpu_experts_overlay_takes(const ft_tensor *gate, const ft_tensor *up, const ft_tensor *down) {
-    return ft_tensor_present(gate) && ft_tensor_present(up) && ft_tensor_present(down) &&
-           gate->placement == FT_PLACEMENT_CPU && up->placement == FT_PLACEMENT_CPU &&
-           down->placement == FT_PLACEMENT_CPU && up->mat_bytes == gate->mat_bytes && up->ne[2] == gate->ne[2] &&
-           down->ne[2] == gate->ne[2] && ft_cuda_moe_gemm_supported(gate->type, up->type, down->type);
-}
-
-static size_t bank_total(const ft_tensor *t) { return t->mat_bytes * (size_t)t->ne[2]; }
-static size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
-
-static void max_bank_bytes(const ft_tensor *gate, const ft_tensor *up, const ft_tensor *down, int n_layer,
-                           size_t out[N_BANK]) {
-    for (int b = 0; b < N_BANK; b++) out[b] = 0;
-    for (int il = 0; il < n_layer; il++) {
-        if (!cuda_cpu_experts_overlay_takes(&gate[il], &up[il], &down[il])) continue;
-        const ft_tensor *t[N_BANK] = {&gate[il], &up[il], &down[il]};
-        for (int b = 0; b < N_BANK; b++) out[b] = FT_MAX(out[b], align256(bank_total(t[b])));
-    }
-}
-
-size_t cuda_cpu_experts_buffer_bytes(const ft_tensor *gate, const ft_tensor *up, const ft_tensor *down, int n_layer) {
-    size_t m[N_BANK];
-    max_bank_bytes(gate, up, down, n_layer, m);
-    return m[0] + m[1] + m[2];
-}
-
-size_t cuda_cpu_experts_staging_bytes(void) { return STAGE_SLOTS * STAGE_BYTES; }
 
 // ---------------------------------------------------------------------------------------------
 // FT_CPU_EXPERTS_PROFILE: what the meeting and the pool cost, measured once at init
@@ -225,37 +170,6 @@ static void profile_print(const cuda_cpu_experts *ce) {
 // ---------------------------------------------------------------------------------------------
 // Init and free
 
-static void overlay_init(cuda_cpu_experts *ce, const cuda_cpu_experts_params *p) {
-    ce->last_buf = ce->buf_layer[0] = ce->buf_layer[1] = -1;
-    if (p->overlay_buffers <= 0 || !p->gate_exps) return;
-    FT_ASSERT(p->overlay_buffers <= 2 && p->up_exps && p->down_exps);
-    const ft_tensor *src[N_BANK] = {p->gate_exps, p->up_exps, p->down_exps};
-    for (int b = 0; b < N_BANK; b++) {
-        ce->banks[b] = ft_malloc((size_t)p->n_layer * sizeof(ft_tensor));
-        memcpy(ce->banks[b], src[b], (size_t)p->n_layer * sizeof(ft_tensor));
-    }
-    max_bank_bytes(ce->banks[0], ce->banks[1], ce->banks[2], ce->n_layer, ce->bank_bytes);
-    size_t bytes = ce->bank_bytes[0] + ce->bank_bytes[1] + ce->bank_bytes[2];
-    if (bytes == 0) return; // no layer's types are the grouped GEMM's
-    ce->n_buf = p->overlay_buffers;
-    for (int i = 0; i < ce->n_buf; i++) {
-        if (!(ce->buf[i] = ft_cuda_malloc(bytes)))
-            ft_abort(__FILE__, __LINE__, "cpu experts: out of device memory for the prefill overlay (%.1f MiB)",
-                     bytes / 1048576.0);
-        ce->copied[i] = ft_cuda_event_init_sync_only();
-        ce->released[i] = ft_cuda_event_init_sync_only();
-    }
-    ce->copy_stream = ft_cuda_stream_init();
-    if (!(ce->timer = ft_cuda_malloc(2 * sizeof(uint64_t))))
-        ft_abort(__FILE__, __LINE__, "cpu experts: out of device memory");
-    ft_cuda_memset(ce->timer, 0, 2 * sizeof(uint64_t), ce->copy_stream);
-    ce->stage_pool = ft_pool_init(p->reference ? 1 : p->n_threads);
-    for (int r = 0; r < STAGE_SLOTS; r++) {
-        ce->stage[r] = ft_cuda_host_alloc(STAGE_BYTES);
-        ce->stage_free[r] = ft_cuda_event_init_sync_only();
-    }
-}
-
 cuda_cpu_experts *cuda_cpu_experts_init(const cuda_cpu_experts_params *p, const ft_backend_limits *lim) {
     FT_ASSERT(p->n_layer >= 1 && p->routers && p->n_threads >= 1);
     cuda_cpu_experts *ce = ft_calloc(1, sizeof(*ce));
@@ -306,7 +220,7 @@ cuda_cpu_experts *cuda_cpu_experts_init(const cuda_cpu_experts_params *p, const 
         profile_pool(p->reference ? 1 : p->n_threads);
         profile_meeting(ce, (size_t)lim->max_width);
     }
-    overlay_init(ce, p);
+    ce->overlay = cpu_experts_overlay_init(p);
     return ce;
 }
 
@@ -314,30 +228,7 @@ void cuda_cpu_experts_free(cuda_cpu_experts *ce) {
     if (!ce) return;
     cuda_cpu_experts_flush(ce);
     profile_print(ce);
-    uint64_t copy_ns = 0;
-    if (ce->copy_stream) {
-        ft_cuda_memcpy_d2h(&copy_ns, &ce->timer[1], sizeof(copy_ns), ce->copy_stream);
-        ft_cuda_stream_sync(ce->copy_stream);
-    }
-    if (ce->layers_on_gpu)
-        fprintf(stderr, "cpu experts: %llu MoE layer steps of prefill on the GPU, %llu layer copies (%.1f MiB) at "
-                        "%.1f GB/s on the copy stream, %.2f s of host time filling the pinned staging\n",
-                (unsigned long long)ce->layers_on_gpu, (unsigned long long)ce->layers_copied,
-                ce->bytes_copied / 1048576.0, copy_ns ? (double)ce->bytes_copied / (double)copy_ns : 0.0,
-                ce->stage_s);
-    ft_cuda_free(ce->timer);
-    for (int r = 0; r < STAGE_SLOTS; r++) {
-        ft_cuda_host_free(ce->stage[r]);
-        ft_cuda_event_free(ce->stage_free[r]);
-    }
-    ft_pool_free(ce->stage_pool);
-    for (int i = 0; i < 2; i++) {
-        ft_cuda_free(ce->buf[i]);
-        ft_cuda_event_free(ce->copied[i]);
-        ft_cuda_event_free(ce->released[i]);
-    }
-    ft_cuda_stream_free(ce->copy_stream);
-    for (int b = 0; b < N_BANK; b++) free(ce->banks[b]);
+    cpu_experts_overlay_free(ce->overlay);
     ce->cpu->ops->free(ce->cpu);
     ft_cuda_host_free(ce->x_host);
     ft_cuda_host_free(ce->y_host);
@@ -508,108 +399,18 @@ void cuda_cpu_experts_moe_ffn(cuda_cpu_experts *ce, const ft_moe_params *p, cons
 }
 
 // ---------------------------------------------------------------------------------------------
-// The prefill overlay
+// The prefill overlay (cpu_experts_overlay.h)
 
 bool cuda_cpu_experts_overlay_serves(const cuda_cpu_experts *ce, const ft_moe_params *p) {
-    return cuda_cpu_experts_serves(ce, p) && ce->n_buf > 0 &&
-           cuda_cpu_experts_overlay_takes(&ce->banks[0][p->layer], &ce->banks[1][p->layer], &ce->banks[2][p->layer]);
-}
-
-typedef struct stage_job {
-    uint8_t *dst;
-    const uint8_t *src;
-    size_t n;
-} stage_job;
-
-// Thread ith copies its share of the piece, in whole 4 KiB units.
-static void stage_worker(void *ctx, int ith, int nth) {
-    const stage_job *j = ctx;
-    int64_t units = (int64_t)((j->n + 4095) / 4096), u0, u1;
-    ft_pool_split(units, ith, nth, &u0, &u1);
-    size_t a = (size_t)u0 * 4096, b = FT_MIN((size_t)u1 * 4096, j->n);
-    if (a < b) memcpy(j->dst + a, j->src + a, b - a);
-}
-
-// Copies n bytes from the mapping at src to device memory at dst on the copy stream, piece by
-// piece through the staging ring: a slot is refilled once the copy that read it has run.
-static void stage_copy(cuda_cpu_experts *ce, uint8_t *dst, const uint8_t *src, size_t n) {
-    for (size_t off = 0; off < n; off += STAGE_BYTES) {
-        size_t piece = FT_MIN(STAGE_BYTES, n - off);
-        int r = ce->stage_next;
-        ce->stage_next = (r + 1) % STAGE_SLOTS;
-        if (ce->stage_used[r]) ft_cuda_event_sync(ce->stage_free[r]);
-        double t0 = ft_time_s();
-        stage_job j = {ce->stage[r], src + off, piece};
-        ft_pool_run(ce->stage_pool, stage_worker, &j);
-        ce->stage_s += ft_time_s() - t0;
-        ft_cuda_memcpy_h2d(dst + off, ce->stage[r], piece, ce->copy_stream);
-        ft_cuda_event_record(ce->stage_free[r], ce->copy_stream);
-        ce->stage_used[r] = true;
-    }
-}
-
-// Copies layer il's banks into buffer i on the copy stream, after the work that read the
-// buffer last (released[i]; a buffer never used has no record, so no wait).
-static void stream_in(cuda_cpu_experts *ce, int il, int i) {
-    ft_cuda_stream_wait_event(ce->copy_stream, ce->released[i]);
-    ft_cuda_cache_timer_start(&ce->timer[0], ce->copy_stream);
-    uint8_t *dst = ce->buf[i];
-    for (int b = 0; b < N_BANK; b++) {
-        const ft_tensor *t = &ce->banks[b][il];
-        stage_copy(ce, dst, t->data, bank_total(t));
-        ce->bytes_copied += bank_total(t);
-        dst += ce->bank_bytes[b];
-    }
-    ft_cuda_cache_timer_stop(&ce->timer[0], &ce->timer[1], ce->copy_stream);
-    ft_cuda_event_record(ce->copied[i], ce->copy_stream);
-    ce->buf_layer[i] = il;
-    ce->layers_copied++;
-}
-
-// The next layer after il that the overlay takes, wrapping around to the first (the next
-// step's); -1 if il is the only one.
-static int next_overlay_layer(const cuda_cpu_experts *ce, int il) {
-    for (int d = 1; d < ce->n_layer; d++) {
-        int j = (il + d) % ce->n_layer;
-        if (ft_tensor_present(&ce->routers[j]) &&
-            cuda_cpu_experts_overlay_takes(&ce->banks[0][j], &ce->banks[1][j], &ce->banks[2][j]))
-            return j;
-    }
-    return -1;
+    return cuda_cpu_experts_serves(ce, p) && cpu_experts_overlay_takes_layer(ce->overlay, p->layer);
 }
 
 void cuda_cpu_experts_overlay_begin(cuda_cpu_experts *ce, const ft_moe_params *p, ft_cuda_stream *s,
                                     ft_tensor views[3]) {
     FT_ASSERT(cuda_cpu_experts_overlay_serves(ce, p));
-    // the staging below waits on the host for copies that wait for s
+    // the staging waits on the host for copies that wait for s
     compute_pending(ce);
-    int il = p->layer;
-    // everything s enqueued so far includes the last overlay layer's experts: its buffer may
-    // be overwritten after that
-    if (ce->last_buf >= 0) ft_cuda_event_record(ce->released[ce->last_buf], s);
-    int i = -1;
-    for (int j = 0; j < ce->n_buf; j++)
-        if (ce->buf_layer[j] == il) i = j;
-    if (i < 0) {
-        i = ce->n_buf == 2 && ce->last_buf >= 0 ? 1 - ce->last_buf : 0;
-        stream_in(ce, il, i);
-    }
-    ft_cuda_stream_wait_event(s, ce->copied[i]);
-    ce->last_buf = i;
-    ce->layers_on_gpu++;
-    const ft_tensor *src[N_BANK] = {p->gate_exps, p->up_exps, p->down_exps};
-    uint8_t *at = ce->buf[i];
-    for (int b = 0; b < N_BANK; b++) {
-        FT_ASSERT(src[b]->type == ce->banks[b][il].type && src[b]->mat_bytes == ce->banks[b][il].mat_bytes);
-        views[b] = *src[b];
-        views[b].data = at;
-        views[b].placement = FT_PLACEMENT_CUDA;
-        at += ce->bank_bytes[b];
-    }
+    cpu_experts_overlay_begin(ce->overlay, p, s, views);
 }
 
-void cuda_cpu_experts_overlay_end(cuda_cpu_experts *ce) {
-    if (ce->n_buf != 2 || ce->last_buf < 0) return;
-    int i = ce->last_buf, next = next_overlay_layer(ce, ce->buf_layer[i]);
-    if (next >= 0 && ce->buf_layer[1 - i] != next) stream_in(ce, next, 1 - i);
-}
+void cuda_cpu_experts_overlay_end(cuda_cpu_experts *ce) { cpu_experts_overlay_end(ce->overlay); }

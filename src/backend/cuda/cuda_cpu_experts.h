@@ -42,22 +42,9 @@
 // cudaLaunchHostFunc, decoded the Qwen3-30B-A3B shape at 8.4 tok/s against 46.2 direct; the
 // event meeting is never graphed.)
 //
-// Prefill on the GPU: a step of many tokens makes the CPU compute-bound, while the copy of a
-// layer's experts over PCIe is cheap beside it (Qwen3-30B-A3B: 324 MiB, ~7 ms at 50 GB/s), so
-// from the CUDA backend's grouped-GEMM threshold on (cuda_backend.c), a layer whose expert
-// types the grouped GEMM takes (cuda_cpu_experts_overlay_takes) runs on the GPU: its gate, up
-// and down tensors are copied whole from the mapping into a device overlay buffer, and the
-// backend's usual path (routing on the device, ft_cuda_moe_gemm) reads them there at their
-// native size, as for --moe-backend fused (bit-identical to it). Other layers (BF16 experts)
-// stay on the CPU path. The mapping is never page-locked (cudaHostRegister of the whole
-// Qwen3-30B file's 18 GB mapping made a benchmark time out): host threads (a pool of -t
-// threads of its own, asleep outside prefill) copy each piece of a layer into a ring of
-// pinned staging buffers, and the copy stream moves each piece to the device while the next
-// one is filled. Two device buffers (one with overlay_buffers 1): the next overlay layer is
-// staged as soon as the current one's work is enqueued (so the GPU computes while the host
-// stages); events keep a copy from overwriting a buffer before the work that reads it has run,
-// and the backend's stream from reading a buffer before its copy landed. The buffers remember which layer they hold (the mapping never
-// changes), so a layer still there from the last step is not copied again.
+// Prefill on the GPU: from the CUDA backend's grouped-GEMM threshold on, a layer whose expert
+// types the grouped GEMM takes runs on the GPU from a device overlay its banks are copied into
+// (cpu_experts_overlay.h).
 //
 // Ownership: the backend that attached it frees it. One calling thread.
 #ifndef FT_CUDA_CPU_EXPERTS_H
