@@ -6,6 +6,7 @@
 #include "../src/model/synth.h"
 #include "../src/quant/fp16.h"
 
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -159,6 +160,25 @@ TEST(engine_default_threads_leave_a_core_beside_the_gpu) {
     REQUIRE(ft_engine_params_resolve(m, &ep, &err), "%s", err.msg);
     CHECK(ep.n_threads == cores + 3);
     ft_model_free(m);
+}
+
+// The cores counted are those the thread may run on: pinned to one CPU (as taskset or a
+// container's cpuset would), one core, so the default threads do not crowd it.
+TEST(engine_default_threads_follow_the_affinity_mask) {
+    cpu_set_t saved, one;
+    REQUIRE(sched_getaffinity(0, sizeof(saved), &saved) == 0);
+    int first = 0;
+    while (first < CPU_SETSIZE && !CPU_ISSET(first, &saved)) first++;
+    REQUIRE(first < CPU_SETSIZE);
+    CPU_ZERO(&one);
+    CPU_SET(first, &one);
+    REQUIRE(sched_setaffinity(0, sizeof(one), &one) == 0);
+    int cores = ft_cpu_physical_cores(), cuda = ft_engine_default_threads(FT_PLACEMENT_CUDA);
+    REQUIRE(sched_setaffinity(0, sizeof(saved), &saved) == 0);
+    CHECK(cores == 1, "pinned to CPU %d: %d cores", first, cores);
+    CHECK(cuda == 1, "pinned to CPU %d: %d threads on cuda", first, cuda);
+    CHECK(ft_cpu_physical_cores() <= CPU_COUNT(&saved), "%d cores, %d CPUs allowed", ft_cpu_physical_cores(),
+          CPU_COUNT(&saved));
 }
 
 // Loading a file whose tensor or key is wrong fails with a message naming it.

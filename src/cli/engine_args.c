@@ -147,8 +147,9 @@ int engine_args_n_ctx(const engine_args *a, int default_ctx, int ctx_cap, int n_
 
 void engine_args_usage(FILE *out, const engine_args *a) {
     fprintf(out,
-            "  -t, --threads N            CPU threads (default: physical cores; one fewer with\n"
-            "                             --device cuda, where they compute cpu mode's experts)\n"
+            "  -t, --threads N            CPU threads (default: the physical cores ft may run on;\n"
+            "                             one fewer with --device cuda, where they compute cpu\n"
+            "                             mode's experts)\n"
             "  -c, --ctx-size N           context per sequence (also --context-length)\n"
             "                             (default: %s)\n"
             "  -b, --batch-size N         prompt tokens per forward pass (also --batch; default %d)\n"

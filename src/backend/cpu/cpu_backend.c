@@ -2,6 +2,7 @@
 #include "cpu_impl.h"
 
 #include <math.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -286,14 +287,21 @@ ft_backend *ft_backend_cpu_init(int n_threads, bool reference) {
 }
 
 int ft_cpu_physical_cores(void) {
-    // Count distinct (package, core) pairs; fall back to the online CPU count.
+    // Distinct (package, core) pairs among the CPUs this thread may run on (taskset, a
+    // container's cpuset): threads beyond them would share cores, and the pool's spinning
+    // threads stall a job when one waits for its core. Else the CPUs it may run on, else the
+    // online ones.
+    cpu_set_t allowed;
+    bool masked = sched_getaffinity(0, sizeof(allowed), &allowed) == 0;
+    long n_conf = sysconf(_SC_NPROCESSORS_CONF);
     int n = 0;
     char seen[4096] = {0};
-    for (int cpu = 0; cpu < 4096; cpu++) {
+    for (int cpu = 0; cpu < CPU_SETSIZE && cpu < n_conf; cpu++) {
+        if (masked && !CPU_ISSET(cpu, &allowed)) continue;
         char path[128];
         snprintf(path, sizeof(path), "/sys/devices/system/cpu/cpu%d/topology/core_id", cpu);
         FILE *f = fopen(path, "r");
-        if (!f) break;
+        if (!f) continue; // offline, or no topology
         int core = -1, pkg = 0;
         if (fscanf(f, "%d", &core) != 1) core = -1;
         fclose(f);
@@ -309,6 +317,7 @@ int ft_cpu_physical_cores(void) {
             n++;
         }
     }
+    if (n < 1 && masked) n = CPU_COUNT(&allowed);
     if (n < 1) {
         long online = sysconf(_SC_NPROCESSORS_ONLN);
         n = online > 0 ? (int)online : 1;
