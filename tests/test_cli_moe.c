@@ -6,6 +6,7 @@
 #include "../src/cli/engine_args.h"
 #include "../src/moe/cache_plan.h"
 
+#include <sched.h>
 #include <string.h>
 
 // Parses a space-separated flag list as a command would; returns false on a usage error
@@ -180,6 +181,25 @@ TEST(cli_moe_notices_on_the_cpu) {
     snprintf(cmd, sizeof(cmd), "%s run -m '%s' -p hello -n 1 --device cpu 2>&1", test_ft_bin(), m);
     REQUIRE(test_run(cmd, out, sizeof(out)) == 0);
     CHECK(!strstr(out, "GPU only"), "%s", out);
+}
+
+// -t beyond the CPUs ft may run on: a notice (threads sharing a CPU hold each other up), and
+// the run goes on; none within them.
+TEST(cli_threads_beyond_the_cpus_get_a_notice) {
+    const char *m = small_model();
+    REQUIRE(m[0], "ft synth failed");
+    cpu_set_t allowed;
+    REQUIRE(sched_getaffinity(0, sizeof(allowed), &allowed) == 0);
+    int cpus = CPU_COUNT(&allowed);
+    char cmd[2048];
+    static char out[1 << 16];
+    snprintf(cmd, sizeof(cmd), "%s run -m '%s' -p hello -n 1 --device cpu -t %d 2>&1", test_ft_bin(), m, cpus + 1);
+    REQUIRE(test_run(cmd, out, sizeof(out)) == 0, "%s", out);
+    CHECK(count(out, "more threads than the ") == 1, "%s", out);
+    CHECK(strstr(out, "decode: ") != NULL, "the run finished: %s", out);
+    snprintf(cmd, sizeof(cmd), "%s run -m '%s' -p hello -n 1 --device cpu -t %d 2>&1", test_ft_bin(), m, cpus);
+    REQUIRE(test_run(cmd, out, sizeof(out)) == 0, "%s", out);
+    CHECK(!strstr(out, "more threads than"), "%s", out);
 }
 
 TEST(cli_moe_errors_name_the_flag) {

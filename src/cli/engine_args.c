@@ -5,6 +5,7 @@
 #include "../kv/kv.h"
 #include "../moe/cache_plan.h"
 
+#include <sched.h>
 #include <string.h>
 
 engine_args engine_args_init(const char *cmd, unsigned extra) {
@@ -119,6 +120,11 @@ bool engine_args_apply(const engine_args *a, ft_engine_params *p) {
     if (a->cuda_graph_max_bs >= 0) p->cuda_graph_max_bs = (int)a->cuda_graph_max_bs;
     p->moe_route_trace = a->route_trace;
 
+    cpu_set_t allowed;
+    if (a->threads > 0 && sched_getaffinity(0, sizeof(allowed), &allowed) == 0 && a->threads > CPU_COUNT(&allowed))
+        fprintf(stderr, "ft %s: -t %lld: more threads than the %d CPUs ft may run on; they will share them, and a "
+                        "thread waiting for its CPU holds the others up\n", cmd, (long long)a->threads,
+                CPU_COUNT(&allowed));
     if (a->tp_size_given)
         fprintf(stderr, "ft %s: --tp-size 1: ft runs the model on one GPU (no tensor parallelism)\n", cmd);
     if (a->attn_given)
