@@ -3,6 +3,11 @@
 #include "../src/engine/sampler.h"
 #include "../src/engine/stop.h"
 
+#include "../src/util/rng.h"
+#include "../src/util/util.h"
+
+#include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 TEST(sampler_greedy_and_penalties) {
@@ -90,6 +95,127 @@ TEST(sampler_filters_and_frequencies) {
     CHECK(same);
     ft_sampler_free(a);
     ft_sampler_free(b);
+}
+
+// The chain as written first (every candidate sorted with qsort, then cut), the reference the
+// selection of the first k (a heap) and the full sort (a radix sort) must match draw for draw.
+typedef struct {
+    int32_t id;
+    float logit, p;
+} ref_cand;
+
+static int ref_desc(const void *a, const void *b) {
+    float x = ((const ref_cand *)a)->logit, y = ((const ref_cand *)b)->logit;
+    return x < y ? 1 : x > y ? -1 : (((const ref_cand *)a)->id - ((const ref_cand *)b)->id);
+}
+
+static void ref_softmax(ref_cand *c, int n) {
+    float mx = c[0].logit;
+    double sum = 0;
+    for (int i = 0; i < n; i++) sum += c[i].p = expf(c[i].logit - mx);
+    for (int i = 0; i < n; i++) c[i].p = (float)(c[i].p / sum);
+}
+
+static int32_t ref_sample(const ft_sampler_params *p, ft_rng *rng, const int32_t *hist, int n_hist,
+                          const float *logits, int n, ref_cand *c) {
+    for (int i = 0; i < n; i++) c[i] = (ref_cand){i, logits[i], 0};
+    bool pen = p->repeat_penalty != 1.0f || p->presence_penalty != 0 || p->frequency_penalty != 0;
+    for (int i = 0; pen && i < n_hist; i++) {
+        bool first = true;
+        int count = 0;
+        for (int j = 0; j < n_hist; j++) {
+            count += hist[j] == hist[i];
+            if (j < i && hist[j] == hist[i]) first = false;
+        }
+        if (!first) continue;
+        float *l = &c[hist[i]].logit;
+        *l = *l <= 0 ? *l * p->repeat_penalty : *l / p->repeat_penalty;
+        *l -= (float)count * p->frequency_penalty + p->presence_penalty;
+    }
+    if (p->temp <= 0) {
+        int best = 0;
+        for (int i = 1; i < n; i++)
+            if (c[i].logit > c[best].logit) best = i;
+        return best;
+    }
+    qsort(c, (size_t)n, sizeof(ref_cand), ref_desc);
+    if (p->top_k > 0 && p->top_k < n) n = p->top_k;
+    ref_softmax(c, n);
+    if (p->top_p < 1.0f) {
+        double cum = 0;
+        for (int i = 0; i < n; i++)
+            if ((cum += c[i].p) >= p->top_p) {
+                n = i + 1;
+                break;
+            }
+    }
+    if (p->min_p > 0) {
+        int keep = 1;
+        while (keep < n && c[keep].p >= c[0].p * p->min_p) keep++;
+        n = keep;
+    }
+    for (int i = 0; i < n; i++) c[i].logit /= p->temp;
+    ref_softmax(c, n);
+    float r = ft_rng_uniform(rng);
+    double cum = 0;
+    for (int i = 0; i < n; i++)
+        if (r < (cum += c[i].p)) return c[i].id;
+    return c[n - 1].id;
+}
+
+// Random logits with many ties (values on a coarse grid, and -0 beside +0), every filter
+// setting and penalties on and off: the sampler draws exactly what the reference draws.
+TEST(sampler_matches_the_sorting_reference) {
+    const int vocabs[] = {1, 7, 300, 4099};
+    const int top_ks[] = {0, 1, 5, 40, 298, 300, 1000};
+    const float top_ps[] = {1.0f, 0.9f, 0.3f}, min_ps[] = {0, 0.05f, 0.5f}, temps[] = {0, 0.7f, 1.5f};
+    ft_rng data = ft_rng_init(0x5A3);
+    int cases = 0, mismatches = 0;
+    for (size_t vi = 0; vi < FT_ARRAY_LEN(vocabs); vi++) {
+        int n = vocabs[vi];
+        float *lg = malloc((size_t)n * sizeof(float));
+        ref_cand *c = malloc((size_t)n * sizeof(ref_cand));
+        for (size_t ki = 0; ki < FT_ARRAY_LEN(top_ks); ki++)
+            for (size_t pi = 0; pi < FT_ARRAY_LEN(top_ps); pi++)
+                for (size_t mi = 0; mi < FT_ARRAY_LEN(min_ps); mi++)
+                    for (size_t ti = 0; ti < FT_ARRAY_LEN(temps); ti++)
+                        for (int pen = 0; pen < 2; pen++) {
+                            ft_sampler_params p = ft_sampler_default_params();
+                            p.top_k = top_ks[ki];
+                            p.top_p = top_ps[pi];
+                            p.min_p = min_ps[mi];
+                            p.temp = temps[ti];
+                            p.repeat_penalty = pen ? 1.3f : 1.0f;
+                            p.frequency_penalty = pen ? 0.25f : 0;
+                            p.penalty_last_n = 8;
+                            p.seed = (uint64_t)cases;
+                            ft_sampler *s = ft_sampler_init(&p, n);
+                            ft_rng rng = ft_rng_init(p.seed);
+                            int32_t hist[8];
+                            int n_hist = 0, at = 0;
+                            for (int step = 0; step < 12; step++) {
+                                for (int i = 0; i < n; i++) {
+                                    float x = ft_rng_normal(&data);
+                                    lg[i] = step % 2 ? roundf(x * 4) / 4 : x; // ties on odd steps
+                                    if (lg[i] == 0 && (i & 1)) lg[i] = -0.0f;
+                                }
+                                int32_t got = ft_sampler_sample(s, lg);
+                                int32_t want = ref_sample(&p, &rng, hist, n_hist, lg, n, c);
+                                if (got != want && mismatches++ < 5)
+                                    CHECK(got == want, "vocab %d top-k %d top-p %g min-p %g temp %g pen %d step %d: %d, "
+                                          "reference %d", n, p.top_k, p.top_p, p.min_p, p.temp, pen, step, got, want);
+                                ft_sampler_accept(s, want);
+                                hist[at] = want;
+                                at = (at + 1) % 8;
+                                n_hist = n_hist < 8 ? n_hist + 1 : 8;
+                            }
+                            ft_sampler_free(s);
+                            cases++;
+                        }
+        free(lg);
+        free(c);
+    }
+    CHECK(mismatches == 0, "%d draws differ over %d cases", mismatches, cases);
 }
 
 typedef struct {
