@@ -6,7 +6,8 @@
 # make test-gpu   the GPU suite (on a machine with an NVIDIA GPU; CUDA_ARCHS=sm_90a there)
 # make bench-cuda the CUDA matvec benchmark (GPU machine); bench-cuda-gemm the prefill GEMM one
 # make fuzz       build the libFuzzer targets (clang) into build-fuzz/; FUZZ_SECONDS=N runs them
-# make bench      build and run the micro-benchmarks (bench-cpu-moe: the CPU MoE op at decode)
+# make bench      build and run the micro-benchmarks (bench-cpu-moe: the CPU MoE op at decode;
+#                 bench-sampler: the sampler against llama.cpp's)
 # make deps       install the test oracle (llama.cpp via npm) into node_modules/
 # make check      deps + test + test-san: what CI runs
 
@@ -72,7 +73,7 @@ GPU_TEST_OBJ := $(BUILD)/tests/main.o $(BUILD)/tests/batch_sim.o $(patsubst %.c,
 # SIMD files are compiled for their instruction set and only entered after a run-time check.
 $(BUILD)/%_avx2.o: CFLAGS += -mavx2 -mfma -mf16c
 
-.PHONY: all test test-san test-gpu fuzz fuzz-build bench bench-cpu-moe bench-cuda bench-cuda-gemm deps check clean help
+.PHONY: all test test-san test-gpu fuzz fuzz-build bench bench-cpu-moe bench-sampler bench-cuda bench-cuda-gemm deps check clean help
 all: $(BUILD)/ft
 
 $(BUILD)/%.o: %.c
@@ -163,6 +164,15 @@ $(BUILD)/tests/oracle.o: CFLAGS += -I$(LLAMA_SRC)/include -I$(LLAMA_SRC)/ggml/in
 $(BUILD)/tests/oracle.o: | $(LLAMA_SRC)/include/llama.h
 endif
 
+# ft's sampler against llama.cpp's sampler chain on a 151,936-token vocabulary
+bench-sampler: $(BUILD)/bench_sampler
+	$(BUILD)/bench_sampler $(BENCH_ARGS)
+
+$(BUILD)/bench/bench_sampler.o: CFLAGS += -I$(LLAMA_SRC)/include -I$(LLAMA_SRC)/ggml/include
+$(BUILD)/bench/bench_sampler.o: | $(LLAMA_SRC)/include/llama.h
+$(BUILD)/bench_sampler: $(BUILD)/bench/bench_sampler.o $(BUILD)/libft.a
+	$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS) -ldl
+
 deps: node_modules/.package-lock.json
 
 node_modules/.package-lock.json: package.json package-lock.json
@@ -176,6 +186,6 @@ clean:
 	rm -rf build build-san build-fuzz
 
 help:
-	@sed -n '3,12p' Makefile
+	@sed -n '3,13p' Makefile
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

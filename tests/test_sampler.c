@@ -218,6 +218,38 @@ TEST(sampler_matches_the_sorting_reference) {
     CHECK(mismatches == 0, "%d draws differ over %d cases", mismatches, cases);
 }
 
+// Greedy is the first index of the largest logit, NaNs skipped, as the plain loop has it: at
+// lengths around the vector width, with the maximum anywhere (the tail too), ties, -0 beside
+// +0, infinities and NaNs (first, or among the rest).
+TEST(sampler_greedy_is_the_first_maximum) {
+    ft_sampler_params p = ft_sampler_default_params();
+    p.temp = 0;
+    ft_rng rng = ft_rng_init(0x6EED);
+    enum { MAX_N = 300 };
+    float v[MAX_N];
+    int cases = 0, wrong = 0;
+    for (int n = 1; n <= MAX_N; n += n < 40 ? 1 : 37)
+        for (int kind = 0; kind < 6; kind++) {
+            for (int i = 0; i < n; i++) v[i] = roundf(ft_rng_normal(&rng) * 2) / 2; // ties
+            int at = (int)(ft_rng_next(&rng) % (uint64_t)n);
+            if (kind == 1) v[at] = 1e30f;
+            if (kind == 2) v[at] = INFINITY, v[n - 1] = INFINITY;
+            if (kind == 3) v[at] = NAN;
+            if (kind == 4) v[0] = NAN;
+            if (kind == 5)
+                for (int i = 0; i < n; i++) v[i] = i % 3 ? -0.0f : 0.0f; // all zeros, both signs
+            int want = 0;
+            for (int i = 1; i < n; i++)
+                if (v[i] > v[want]) want = i;
+            ft_sampler *s = ft_sampler_init(&p, n);
+            int got = ft_sampler_sample(s, v);
+            ft_sampler_free(s);
+            if (got != want && wrong++ < 5) CHECK(got == want, "n %d kind %d: %d, want %d", n, kind, got, want);
+            cases++;
+        }
+    CHECK(wrong == 0, "%d of %d wrong", wrong, cases);
+}
+
 typedef struct {
     char buf[256];
     size_t n;
