@@ -25,6 +25,16 @@ static const char *small_model(const char *name, const char *arch) {
     return path;
 }
 
+// small_model's file, loaded (NULL after a reported failure).
+static ft_model *small_model_loaded(const char *name, const char *arch) {
+    const char *path = small_model(name, arch);
+    if (!path) return NULL;
+    ft_err err = {{0}};
+    ft_model *m = ft_model_load(path, &err);
+    if (!m) test_fail(__FILE__, __LINE__, "load: %s", err.msg);
+    return m;
+}
+
 static double max_prob_diff(const float *a, const float *b, int n) {
     float ma = a[0], mb = b[0];
     for (int i = 1; i < n; i++) {
@@ -110,11 +120,9 @@ TEST(engine_reference_path_agrees) {
 }
 
 TEST(engine_context_limits) {
-    const char *path = small_model("engine_ctx.gguf", "qwen3moe");
-    REQUIRE(path);
+    ft_model *m = small_model_loaded("engine_ctx.gguf", "qwen3moe");
+    REQUIRE(m);
     ft_err err = {{0}};
-    ft_model *m = ft_model_load(path, &err);
-    REQUIRE(m, "%s", err.msg);
     ft_engine_params ep = ft_engine_default_params();
     ep.n_threads = 1;
     ep.n_ctx = 512; // beyond the model's 256
@@ -140,11 +148,9 @@ TEST(engine_context_limits) {
 // CUDA engine, whose threads compute cpu mode's experts beside the thread driving the GPU; a
 // count asked for stays.
 TEST(engine_default_threads_leave_a_core_beside_the_gpu) {
-    const char *path = small_model("engine_threads.gguf", "qwen3moe");
-    REQUIRE(path);
+    ft_model *m = small_model_loaded("engine_threads.gguf", "qwen3moe");
+    REQUIRE(m);
     ft_err err = {{0}};
-    ft_model *m = ft_model_load(path, &err);
-    REQUIRE(m, "%s", err.msg);
     int cores = ft_cpu_physical_cores();
     ft_engine_params ep = ft_engine_default_params();
     ep.device = FT_PLACEMENT_CPU;
