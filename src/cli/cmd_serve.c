@@ -141,8 +141,13 @@ int cmd_serve(int argc, char **argv) {
         goto done;
     }
     // the mapping is lazy: read it now, so that the first requests do not wait on the disk (the
-    // CPU's weights, or the experts that --moe-backend cpu computes on the CPU)
-    if (p.engine.device == FT_PLACEMENT_CPU || p.engine.moe_backend == FT_MOE_BACKEND_CPU) ft_model_prefault(m);
+    // CPU's weights, or the experts that --moe-backend cpu, or auto for types without CUDA
+    // kernels, computes on the CPU)
+    if (p.engine.device == FT_PLACEMENT_CPU || ft_engine_experts_on_cpu(m)) {
+        ft_progress reading = ft_progress_begin("reading weights into memory");
+        m->progress_ctx = &reading;
+        ft_model_prefault(m);
+    }
     m->progress = NULL;
     if (!srv_run(&p, m, v, &err)) {
         fprintf(stderr, "ft serve: %s\n", err.msg);

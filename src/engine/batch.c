@@ -53,12 +53,8 @@ static ft_kv_params kv_params(const ft_model *m, const ft_engine_params *p, int6
     return (ft_kv_params){hp->n_layer, p->n_ctx, p->kv_type, widths, hp->head_dim};
 }
 
-// Are the routed experts of a CUDA engine computed on the CPU (--moe-backend cpu, or auto for
-// types without CUDA kernels)? Then ft_engine_place_model left them in host memory with no
-// expert cache in front of them.
-static bool experts_computed_by_cpu(const ft_model *m, const ft_engine_params *p) {
-    if (p->moe_backend != FT_MOE_BACKEND_CPU && p->moe_backend != FT_MOE_BACKEND_AUTO) return false;
-    if (ft_moe_cache_present(m)) return false; // offload (or auto that picked it): the cache serves them
+bool ft_engine_experts_on_cpu(const ft_model *m) {
+    if (m->output.placement != FT_PLACEMENT_CUDA || ft_moe_cache_present(m)) return false; // the cache serves them
     for (int il = 0; il < m->hp.n_layer; il++)
         if (m->layers[il].is_moe) return m->layers[il].gate_exps.placement == FT_PLACEMENT_CPU;
     return false;
@@ -138,7 +134,7 @@ ft_batch *ft_batch_init(const ft_model *m, const ft_engine_params *params, ft_er
     ft_forward_alloc(&b->f, m, be, b->max_tok);
     b->f.place = &b->place;
     if (cuda) ft_backend_cuda_set_graph_max_tok(be, p.cuda_graph_max_bs);
-    if (cuda && experts_computed_by_cpu(m, &p)) attach_cpu_experts(be, m, &p);
+    if (cuda && ft_engine_experts_on_cpu(m)) attach_cpu_experts(be, m, &p);
     b->pos = ft_malloc((size_t)p.n_seq * sizeof(int));
     for (int i = 0; i < p.n_seq; i++) b->pos[i] = -1;
     b->tok = ft_malloc((size_t)b->max_tok * sizeof(int32_t));

@@ -141,6 +141,9 @@ typedef struct ft_moe_stats {
 
 // Does the model have an expert cache (placed with --moe-backend offload)?
 bool ft_moe_cache_present(const ft_model *m);
+// After ft_engine_place_model for the CUDA device: are the routed experts left in the file's
+// mapping for the CPU to compute (--moe-backend cpu, or auto for types without CUDA kernels)?
+bool ft_engine_experts_on_cpu(const ft_model *m);
 // Reads the counters into *out (allocated; free with ft_moe_stats_free). Returns false, *out
 // zeroed, when the model has no expert cache.
 bool ft_moe_stats_read(const ft_model *m, ft_moe_stats *out);
