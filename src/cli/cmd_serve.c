@@ -133,7 +133,7 @@ int cmd_serve(int argc, char **argv) {
                 m->hp.n_ctx_train);
         goto done;
     }
-    ft_progress bar = ft_progress_begin(p.engine.device == FT_PLACEMENT_CUDA ? "uploading weights" : "reading weights");
+    ft_progress bar = ft_progress_begin("uploading weights"); // (the CUDA device's upload; the CPU's reads below)
     m->progress = ft_progress_report;
     m->progress_ctx = &bar;
     if (!ft_engine_place_model(m, &p.engine, &err)) {
