@@ -15,7 +15,10 @@
 //     the way are reported but not bounded: they drift with sequence length, see the .c); a
 //     swap with the reference's second within 2 CONF_TOL, which ft's other order (the prompt
 //     one token per step, then the greedy tokens so far) does not make, ends the comparison
-//     like a near-tie.
+//     like a near-tie;
+//   - a check that fails is not judged when the step is chaotic: ft's own result moves by more
+//     than CONF_TOL when one weight in three of the first attention norm is scaled by 1 + 1e-5
+//     (the GPU suite's test of its CPU reference). One prompt per model may be left so.
 // Why order matters: both engines pick a dot product's summation order by the batch's shape
 // (ft: AMX GEMMs in the scalar reference's order for prefill chunks, AVX lanes per row;
 // llama.cpp: its own choices), and both requantize (q8_0/q8_K activations before each matmul,
