@@ -92,8 +92,11 @@ test: $(BUILD)/ft $(BUILD)/ft_tests
 test-san:
 	$(MAKE) --no-print-directory SAN=1 test
 
-# `make test` also builds the GPU suite, so CI compiles it (and the .cu files) without a GPU.
+# `make test` also builds the GPU suite, so CI compiles it (and the .cu files) without a GPU;
+# a build without nvcc has only the CUDA constructor's stub, and no GPU suite to build.
+ifneq ($(strip $(NVCC)),)
 test: $(BUILD)/ft_tests_gpu
+endif
 
 # The GPU binaries link the library objects from an archive, so only what they use comes in.
 # (Whole-object linking also brought src/model/model.c's global `bind`, which the executable

@@ -16,6 +16,7 @@
 // last chunk is shorter than FT_GEMM_MIN_COLS.
 #include "test.h"
 #include "batch_sim.h"
+#include "../src/backend/cpu/cpu.h"
 #include "../src/engine/batch.h"
 #include "../src/kv/kv_pool.h"
 #include "../src/model/synth.h"
@@ -197,7 +198,8 @@ TEST(kv_pool_acquire_release) {
     int64_t widths[2] = {64, 64};
     ft_kv_params kp = {2, 16, FT_TYPE_F16, widths, 64};
     ft_err err = {{0}};
-    ft_kv_pool *pool = ft_kv_pool_init(&kp, 3, FT_PLACEMENT_CPU, &err);
+    ft_backend *be = ft_backend_cpu_init(1, false);
+    ft_kv_pool *pool = ft_kv_pool_init(&kp, 3, be, &err);
     REQUIRE(pool, "%s", err.msg);
     CHECK(ft_kv_pool_n_seq(pool) == 3 && ft_kv_pool_bytes(pool) == 3 * 2 * 2 * 16 * 64 * 2);
     CHECK(ft_kv_pool_acquire(pool) == 0 && ft_kv_pool_acquire(pool) == 1 && ft_kv_pool_acquire(pool) == 2);
@@ -206,7 +208,8 @@ TEST(kv_pool_acquire_release) {
     ft_kv_pool_release(pool, 1);
     CHECK(ft_kv_pool_n_used(pool) == 2 && ft_kv_pool_acquire(pool) == 1);
     kp.type = FT_TYPE_Q4_K;
-    CHECK(!ft_kv_pool_init(&kp, 2, FT_PLACEMENT_CPU, &err) && strstr(err.msg, "q4_K"), "%s", err.msg);
+    CHECK(!ft_kv_pool_init(&kp, 2, be, &err) && strstr(err.msg, "q4_K"), "%s", err.msg);
     ft_kv_pool_free(pool);
     ft_kv_pool_free(NULL);
+    be->ops->free(be);
 }

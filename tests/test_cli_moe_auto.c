@@ -1,34 +1,46 @@
-// test_cli_moe_auto.c: `--moe-backend auto`'s choice (engine_auto_pick in src/engine/place.c)
-// on described devices, no GPU needed: fused when the whole model fits the budget (the fused
-// plan's bytes, asked without uploading), offload when it does not (a smaller card, or
-// --gpu-memory-limit), and never a mode whose kernels cannot run the expert types (the CPU
-// computes them then; in a build without CUDA kernels every type is such a type).
+// test_cli_moe_auto.c: `--moe-backend auto`'s choice (moe_placement_auto, from the facts
+// engine_auto_facts measures on a backend) on described devices, no GPU needed: fused when the
+// whole model fits the budget (the fused plan's bytes, asked without allocating), offload when
+// it does not (a smaller card, or --gpu-memory-limit), and never a mode whose kernels cannot
+// run the expert types (the CPU computes them then).
 #include "test.h"
-#include "../src/backend/cuda/ft_cuda.h"
 #include "../src/engine/place.h"
 #include "../src/model/synth.h"
 
 #include <stdio.h>
 #include <string.h>
 
-static ft_cuda_device_info card(size_t free_bytes) {
-    ft_cuda_device_info info;
-    memset(&info, 0, sizeof(info));
-    snprintf(info.name, sizeof(info.name), "described card");
-    info.cc_major = 9;
-    info.free_mem = info.total_mem = free_bytes;
-    return info;
+// A described device: a backend whose memory ops answer from these, and no compute ops.
+static size_t g_free;
+static bool g_takes_bf16;
+
+static void described_info(ft_backend *be, ft_device_info *out) {
+    (void)be;
+    memset(out, 0, sizeof(*out));
+    snprintf(out->name, sizeof(out->name), "described card");
+    out->cc_major = 9;
+    out->free_mem = out->total_mem = g_free;
 }
 
-static enum ft_moe_backend pick_quietly(const ft_model *m, const ft_engine_params *p, const ft_cuda_device_info *info) {
-    FILE *saved = stderr, *null = fopen("/dev/null", "w");
-    if (null) stderr = null;
-    enum ft_moe_backend b = engine_auto_pick(m, p, info);
-    if (null) {
-        stderr = saved;
-        fclose(null);
-    }
-    return b;
+static bool described_supports(ft_backend *be, enum ft_type t) {
+    (void)be;
+    return t != FT_TYPE_BF16 || g_takes_bf16;
+}
+
+static size_t described_scratch(ft_backend *be, const ft_backend_limits *lim) {
+    (void)be;
+    return (size_t)lim->max_tok << 20;
+}
+
+static const ft_backend_ops g_described = {
+    .name = "described", .device_info = described_info, .supports_type = described_supports,
+    .scratch_bytes = described_scratch,
+};
+
+static enum ft_moe_backend pick(const ft_model *m, const ft_engine_params *p, ft_backend *be, size_t free_bytes) {
+    g_free = free_bytes;
+    moe_auto_facts f = engine_auto_facts(m, p, be, NULL, 0);
+    return moe_placement_auto(&f);
 }
 
 TEST(cli_moe_auto_picks_by_budget_and_types) {
@@ -45,35 +57,47 @@ TEST(cli_moe_auto_picks_by_budget_and_types) {
     p.n_ctx = 256;
     p.device = FT_PLACEMENT_CUDA;
     REQUIRE(ft_engine_params_resolve(m, &p, &err), "%s", err.msg);
+    ft_backend dev = {.ops = &g_described, .placement = FT_PLACEMENT_CUDA};
 
-    // what the whole model needs: at least its weights and KV caches
-    ft_cuda_device_info big = card((size_t)64 << 30);
-    size_t need = 0, budget = 0;
-    CHECK(engine_fused_fits(m, &p, &big, &need, &budget));
-    CHECK(need >= ft_model_upload_bytes(m, false) + engine_kv_bytes(m, &p), "need %zu", need);
-    CHECK(budget == (size_t)(0.9 * (double)big.free_mem), "--memory-ratio 0.9 of the free memory");
-    bool kernels = ft_cuda_matvec_supported(FT_TYPE_Q4_K) && ft_cuda_matvec_supported(FT_TYPE_BF16);
+    // what the whole model needs: at least its weights, KV caches and the backend's scratch
+    g_takes_bf16 = true;
+    g_free = (size_t)64 << 30;
     char why[200] = "";
-    CHECK(engine_experts_run_on_cuda(m, why, sizeof(why)) == kernels, "%s", why);
-    enum ft_moe_backend fits = kernels ? FT_MOE_BACKEND_FUSED : FT_MOE_BACKEND_CPU;
-    enum ft_moe_backend short_of = kernels ? FT_MOE_BACKEND_OFFLOAD : FT_MOE_BACKEND_CPU;
-    CHECK(pick_quietly(m, &p, &big) == fits);
+    moe_auto_facts f = engine_auto_facts(m, &p, &dev, why, sizeof(why));
+    ft_backend_limits lim = engine_limits(m, &p);
+    size_t need = f.fused_need;
+    CHECK(need >= ft_weights_place_bytes(m, false) + engine_kv_bytes(m, &p) + described_scratch(&dev, &lim),
+          "need %zu", need);
+    CHECK(ft_weights_place_bytes(m, true) < ft_weights_place_bytes(m, false), "experts are most of the weights");
+    CHECK(f.budget == (size_t)(0.9 * (double)g_free), "--memory-ratio 0.9 of the free memory");
+    CHECK(f.device_takes_types && f.n_expert == sp.n_expert);
+    CHECK(pick(m, &p, &dev, g_free) == FT_MOE_BACKEND_FUSED);
 
     // a card just too small for the whole model, and one just large enough
-    ft_cuda_device_info tight = card((size_t)((double)(need - 1) / 0.9));
-    CHECK(!engine_fused_fits(m, &p, &tight, NULL, NULL));
-    CHECK(pick_quietly(m, &p, &tight) == short_of);
-    ft_cuda_device_info enough = card((size_t)((double)need / 0.9) + 4096);
-    CHECK(engine_fused_fits(m, &p, &enough, NULL, NULL));
-    CHECK(pick_quietly(m, &p, &enough) == fits);
+    CHECK(pick(m, &p, &dev, (size_t)((double)(need - 1) / 0.9)) == FT_MOE_BACKEND_OFFLOAD);
+    CHECK(pick(m, &p, &dev, (size_t)((double)need / 0.9) + 4096) == FT_MOE_BACKEND_FUSED);
 
     // the big card capped below the need (playing a smaller card), or a smaller share of it
+    size_t big = (size_t)64 << 30;
     p.gpu_memory_limit = need - 1;
-    CHECK(pick_quietly(m, &p, &big) == short_of);
+    CHECK(pick(m, &p, &dev, big) == FT_MOE_BACKEND_OFFLOAD);
     p.gpu_memory_limit = need;
-    CHECK(pick_quietly(m, &p, &big) == fits);
+    CHECK(pick(m, &p, &dev, big) == FT_MOE_BACKEND_FUSED);
     p.gpu_memory_limit = 0;
-    p.memory_ratio = (double)(need - 4096) / (double)big.free_mem;
-    CHECK(pick_quietly(m, &p, &big) == short_of);
+    p.memory_ratio = (double)(need - 4096) / (double)big;
+    CHECK(pick(m, &p, &dev, big) == FT_MOE_BACKEND_OFFLOAD);
+    p.memory_ratio = 0;
+
+    // a device whose kernels do not take a layer's bf16 experts: the CPU computes them, fits or not
+    g_takes_bf16 = false;
+    g_free = big;
+    f = engine_auto_facts(m, &p, &dev, why, sizeof(why));
+    CHECK(!f.device_takes_types && strstr(why, "blk.1.") && strstr(why, "bf16"), "why: %s", why);
+    CHECK(pick(m, &p, &dev, big) == FT_MOE_BACKEND_CPU);
+    CHECK(pick(m, &p, &dev, need / 2) == FT_MOE_BACKEND_CPU);
+
+    // a model without experts is fused whatever the budget
+    moe_auto_facts dense = {.n_expert = 0, .device_takes_types = false, .fused_need = 2, .budget = 1};
+    CHECK(moe_placement_auto(&dense) == FT_MOE_BACKEND_FUSED);
     ft_model_free(m);
 }

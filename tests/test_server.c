@@ -4,7 +4,7 @@
 // Each test starts its own server on a free port (--port 0 --ready-file) with a small
 // synthetic model written by `ft synth`, and stops it with SIGTERM, which must exit 0.
 #include "test.h"
-#include "../src/backend/cuda/ft_cuda.h"
+#include "../src/backend/backend.h"
 
 #include <jansson.h>
 #include <signal.h>
@@ -812,7 +812,7 @@ TEST(server_freetoken_command_line) {
     const char *log = read_log(&s);
     CHECK(strstr(log, "--tp-size 1: ft runs the model on one GPU") != NULL, "%s", log);
     CHECK(strstr(log, "--attn triton: ignored") != NULL, "%s", log);
-    if (ft_cuda_device_count() == 0) {
+    if (ft_backend_device_count(FT_PLACEMENT_CUDA) == 0) {
         const char *phrase = "so the CPU runs the whole model", *notice = strstr(log, phrase);
         CHECK(notice && !strstr(notice + strlen(phrase), phrase), "exactly one notice: %s", log);
         CHECK(strstr(log, "no GPU was found") != NULL, "%s", log);

@@ -1,19 +1,18 @@
-// backend: the ops interface every architecture is written against, and the tensors it
-// computes on.
+// backend: the ops interface every architecture is written against, the memory it computes
+// from, and the constructor of each backend.
 //
 // A backend is a struct of function pointers (ft_backend_ops) plus its private state. Model
 // code calls only these ops; it never loops over activations itself, so the same
-// architecture file runs on the CPU today and on a CUDA backend later (src/backend/cuda/
-// implements the same table). Each weight carries a placement (where its bytes live); an op
-// runs on the backend that holds its operands.
+// architecture file runs on every backend (src/backend/cpu/, src/backend/cuda/). Each tensor
+// carries a placement (where its bytes live); an op runs on the backend that holds its
+// operands.
 //
-// Activations are float arrays the backend allocated (ft_backend_ops.alloc), row-major: a
-// "(n_tok, n)" buffer holds n_tok rows of n floats. On the CPU they are host memory; on a GPU
-// backend they would be device memory, so callers touch them only through ops (and `read`).
-//
-// Memory: weights point into the mmap'd GGUF and are owned by the model; activation buffers
-// and scratch are owned by the backend. Ops are called from one thread at a time; the CPU
-// backend spreads each op over its own thread pool.
+// Activations are float arrays the backend allocated (ops.alloc), row-major: a "(n_tok, n)"
+// buffer holds n_tok rows of n floats; callers touch them only through ops (and `read`).
+// Memory: the backend owns its activations and scratch (freed with it) and the buffers it
+// hands out (buffer_alloc, until buffer_free): the weights placed on it (model.h,
+// ft_weights_place), KV caches, and the expert cache it keeps. Ops are called from one thread
+// at a time; the CPU backend spreads each op over its own thread pool.
 #ifndef FT_BACKEND_H
 #define FT_BACKEND_H
 
@@ -21,10 +20,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../moe/cache_plan.h"
+#include "../moe/cache_stats.h"
+#include "../moe/expert_banks.h"
+#include "../moe/placement.h"
+#include "../moe/route_trace.h"
 #include "../quant/quant.h"
 #include "../util/util.h"
-
-enum ft_placement { FT_PLACEMENT_CPU, FT_PLACEMENT_CUDA };
 
 // A weight (or cache) tensor: up to 3 dims in GGUF order, ne[0] the row length.
 typedef struct ft_tensor {
@@ -105,9 +107,53 @@ typedef struct ft_backend_limits {
     int n_expert, n_expert_used;
 } ft_backend_limits;
 
+// The device a backend's buffers live on, for the memory plan.
+typedef struct ft_device_info {
+    char name[256];
+    int cc_major, cc_minor;  // CUDA compute capability (0 on the CPU)
+    size_t free_mem;         // bytes free now (the CPU: memory available)
+    size_t total_mem;
+} ft_device_info;
+
+// --moe-backend offload: the GPU expert cache in front of host banks.
+typedef struct ft_expert_cache_params {
+    const moe_geometry *geometry; // the model's experts (moe_geometry_read)
+    moe_cache_plan_params plan;   // --moe-cache-size, --moe-pool-layout, top-k, running, budget
+    bool prefill_serial;          // --disable-moe-prefill-overlap: one overlay buffer, no overlap
+    const moe_route_trace *trace; // replay these selections (copied), or NULL: the router's
+} ft_expert_cache_params;
+
+// --moe-backend cpu: MoE layers whose routed experts stay in host memory compute them on the
+// CPU; the descriptors are copied, the data must outlive the backend.
+typedef struct ft_host_experts_params {
+    int n_layer;                 // blocks of the model
+    const ft_tensor *routers;    // (n_layer) host copies of each block's router (absent: not MoE)
+    const ft_tensor *sel_bias;   // (n_layer) host copies of the selection biases, or NULL
+    const ft_tensor *gate_exps, *up_exps, *down_exps; // (n_layer) the banks in host memory
+    int n_threads;               // CPU threads for the experts
+    bool reference;              // the CPU's scalar reference path
+    int overlay_buffers;         // prefill on the device: 0 none, 1 copy then compute, 2 double-buffered
+} ft_host_experts_params;
+
 typedef struct ft_backend_ops {
     const char *name;
     void (*free)(ft_backend *be);
+
+    // ---- Memory: each backend places the weights and caches it computes from
+
+    // The device its buffers live on (the CPU: the host).
+    void (*device_info)(ft_backend *be, ft_device_info *out);
+    // Do the ops compute with weights of this type here?
+    bool (*supports_type)(ft_backend *be, enum ft_type type);
+    // Device bytes reserve(lim) will allocate (scratch), for the memory plan.
+    size_t (*scratch_bytes)(ft_backend *be, const ft_backend_limits *lim);
+    // A zeroed buffer of n bytes where the backend computes (device memory on a GPU), or NULL
+    // when there is not enough memory. It lives until buffer_free, which the caller must call
+    // before freeing the backend.
+    void *(*buffer_alloc)(ft_backend *be, size_t n);
+    void (*buffer_free)(ft_backend *be, void *p); // NULL: no-op
+    // Copies n bytes of host memory into a buffer (dst points into one); done on return.
+    void (*buffer_write)(ft_backend *be, void *dst, const void *src, size_t n);
 
     // Sizes the scratch every op needs (see ft_backend_limits). Called once, before any op;
     // ops never allocate afterwards.
@@ -161,6 +207,29 @@ typedef struct ft_backend_ops {
     // two calls may then only be noted, and run at step_end.
     void (*step_begin)(ft_backend *be, int n_tok, int pos0, const void *key);
     void (*step_end)(ft_backend *be);
+
+    // ---- Routed experts kept in host memory. Optional: NULL on a backend that computes every
+    // expert from its own memory (the CPU). Each is set up once, after reserve.
+
+    // Memory for host expert banks that the device reads directly (page-locked, mapped).
+    moe_host_allocator (*expert_host_allocator)(ft_backend *be);
+    // --moe-backend offload: a cache of expert slots on the device in front of the banks hb
+    // (taken over; freed on failure), which moe_ffn then serves the host-placed experts from.
+    // Prints its plan and memory on stderr. Returns false and sets *err when the plan fails
+    // (below the floor, no budget) or the arenas do not fit.
+    bool (*expert_cache_init)(ft_backend *be, moe_expert_banks *hb, const ft_expert_cache_params *p, ft_err *err);
+    // The cache's cumulative counters into *out (allocated; ft_moe_stats_free). Waits for the
+    // device. Returns false, *out zeroed, when there is no cache.
+    bool (*expert_cache_stats)(ft_backend *be, ft_moe_stats *out);
+    // Resizes the cache to n_slots (same layout), keeping the host banks; every slot starts
+    // empty. Not while a step runs. Returns false and sets *err (the old cache stays) when
+    // there is no cache or the plan fails.
+    bool (*expert_cache_rebuild)(ft_backend *be, int n_slots, ft_err *err);
+    // --moe-backend cpu: the host-placed experts of moe_ffn are computed on the CPU.
+    void (*host_experts_init)(ft_backend *be, const ft_host_experts_params *p);
+    // Device bytes host_experts_init(p) will allocate (the prefill overlay); *staging gets the
+    // pinned host bytes of its copies.
+    size_t (*host_experts_device_bytes)(ft_backend *be, const ft_host_experts_params *p, size_t *staging);
 } ft_backend_ops;
 
 struct ft_backend {
@@ -190,6 +259,24 @@ struct ft_backend {
     // --moe-backend cpu experts, which is not handed the field.
     const bool *row_gemm;
 };
+
+// ---------------------------------------------------------------------------------------------
+// Constructors
+
+typedef struct ft_backend_params {
+    enum ft_placement device;  // FT_PLACEMENT_CPU or FT_PLACEMENT_CUDA (device 0)
+    int n_threads;             // CPU threads: the CPU backend's pool (>= 1)
+    bool reference;            // every op on its scalar reference path
+    int graph_max_tok;         // CUDA: largest step (tokens) captured in a graph; 0: none; -1: all
+} ft_backend_params;
+
+// A backend for p->device. Returns NULL and sets *err when there is no such device or this ft
+// was built without its backend. Free with be->ops->free(be), after the buffers it handed out.
+ft_backend *ft_backend_init(const ft_backend_params *p, ft_err *err);
+
+// Devices of this kind on the machine (the CPU: 1; CUDA: 0 when there is none or the build
+// has no CUDA).
+int ft_backend_device_count(enum ft_placement device);
 
 // Does row r of a row-wise op over n_tok rows take a GEMM kernel, given a backend's row_gemm
 // (see ft_backend.row_gemm; NULL: by the call's row count)?

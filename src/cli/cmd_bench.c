@@ -13,7 +13,7 @@
 // run with a threaded read of a buffer far larger than the caches, bounds decode speed.
 #include "cli.h"
 #include "args.h"
-#include "engine_args.h"
+#include "cli_model.h"
 #include "../backend/cpu/cpu.h"
 #include "../engine/engine.h"
 
@@ -200,12 +200,12 @@ static bool bench_once(ft_engine *e, const int32_t *ids, int n_prompt, int n_gen
     if (n_prompt > 0 && !ft_engine_eval(e, ids, n_prompt, err)) return false;
     double t1 = now_s();
     ft_moe_stats before = {0}, after = {0};
-    bool moe = moe_dec && ft_moe_stats_read(ft_engine_model(e), &before);
+    bool moe = moe_dec && ft_engine_moe_stats(e, &before);
     double t1b = now_s();
     for (int i = 0; i < n_gen; i++)
         if (!ft_engine_eval(e, &ids[n_prompt + i], 1, err)) return false;
     double t2 = now_s();
-    if (moe && ft_moe_stats_read(ft_engine_model(e), &after)) {
+    if (moe && ft_engine_moe_stats(e, &after)) {
         ft_moe_stats_sub(&after, &before);
         if (moe_dec->n_layers == 0) ft_moe_stats_copy(moe_dec, &after);
         else ft_moe_stats_add(moe_dec, &after);
@@ -220,18 +220,17 @@ static bool bench_once(ft_engine *e, const int32_t *ids, int n_prompt, int n_gen
 // The decode speed of the same model fully resident on the GPU (--moe-backend fused, no
 // --gpu-memory-limit): the transfer bound's time per token. Returns 0 and says why on stderr
 // when the model does not fit the device whole.
-static double resident_decode_tok_s(const char *path, const ft_engine_params *ep, const int32_t *ids, int n_prompt,
+static double resident_decode_tok_s(const ft_model *m, const ft_engine_params *ep, const int32_t *ids, int n_prompt,
                                     int n_gen, int reps) {
     ft_engine_params fp = *ep;
     fp.moe_backend = FT_MOE_BACKEND_FUSED;
     fp.gpu_memory_limit = 0;
     fp.moe_route_trace = NULL;
     ft_err err = {{0}};
-    ft_model *m = ft_model_load(path, &err);
     ft_engine *e = NULL;
     double tps[BENCH_MAX_REPS], ps, gs, med = 0;
     fprintf(stderr, "bench: the resident reference (--moe-backend fused, no memory cap) for the transfer bound:\n");
-    if (!m || !ft_engine_place_model(m, &fp, &err) || !(e = ft_engine_init(m, &fp, &err))) goto out;
+    if (!(e = ft_engine_init(m, &fp, &err))) goto out;
     if (!bench_once(e, ids, n_prompt < 64 ? n_prompt : 64, n_gen < 4 ? n_gen : 4, &ps, &gs, NULL, &err)) goto out;
     for (int r = 0; r < reps; r++) {
         if (!bench_once(e, ids, n_prompt, n_gen, &ps, &gs, NULL, &err)) goto out;
@@ -243,7 +242,6 @@ out:
     if (med == 0)
         fprintf(stderr, "bench: no resident reference (%s); give its decode speed with --resident-tok-s\n", err.msg);
     ft_engine_free(e);
-    ft_model_free(m);
     return med;
 }
 
@@ -286,17 +284,11 @@ int cmd_bench(int argc, char **argv) {
     ft_engine_params ep = ft_engine_default_params();
     if (!engine_args_apply(&ea, &ep)) return FT_EXIT_USAGE;
     const char *device_name = ep.device == FT_PLACEMENT_CUDA ? "cuda" : "cpu";
-    char demo[1024];
-    if (!model_path) {
-        if (!cli_demo_model("bench", demo, sizeof(demo))) return FT_EXIT_INPUT;
-        model_path = demo;
-    }
+    cli_model cm;
+    if (!cli_model_open("bench", model_path, false, &cm)) return FT_EXIT_INPUT;
+    if (!model_path) model_path = cm.demo;
+    const ft_model *m = cm.m;
     ft_err err = {{0}};
-    ft_model *m = ft_model_load(model_path, &err);
-    if (!m) {
-        fprintf(stderr, "ft bench: %s\n", err.msg);
-        return FT_EXIT_INPUT;
-    }
     int rc = FT_EXIT_INPUT;
     ft_engine *e = NULL;
     int32_t *ids = NULL;
@@ -318,11 +310,12 @@ int cmd_bench(int argc, char **argv) {
     }
     ids = malloc((size_t)n_tok * sizeof(int32_t));
     for (int i = 0; i < n_tok; i++) ids[i] = bench_token(i, m->hp.n_vocab);
-    // the resident reference runs first, on its own model, and gives its memory back
+    // the resident reference runs first, on its own engine, and gives its memory back
     bool offload = ep.device == FT_PLACEMENT_CUDA && ep.moe_backend == FT_MOE_BACKEND_OFFLOAD;
     if (offload && resident_tps == 0 && n_gen > 0)
-        resident_tps = resident_decode_tok_s(model_path, &ep, ids, (int)n_prompt, (int)n_gen, (int)reps);
-    if (!ft_engine_place_model(m, &ep, &err) || !(e = ft_engine_init(m, &ep, &err))) {
+        resident_tps = resident_decode_tok_s(m, &ep, ids, (int)n_prompt, (int)n_gen, (int)reps);
+    cli_show_startup(&ep, NULL);
+    if (!(e = ft_engine_init(m, &ep, &err))) {
         fprintf(stderr, "ft bench: %s\n", err.msg);
         goto done;
     }
@@ -416,6 +409,6 @@ done:
     ft_moe_stats_free(&moe_dec);
     free(ids);
     ft_engine_free(e);
-    ft_model_free(m);
+    cli_model_close(&cm);
     return rc;
 }

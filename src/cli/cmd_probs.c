@@ -2,7 +2,7 @@
 // distribution after a prompt, as one JSON line (the conformance view of the engine).
 #include "cli.h"
 #include "args.h"
-#include "engine_args.h"
+#include "cli_model.h"
 #include "../engine/engine.h"
 #include "../tokenizer/tokenizer.h"
 
@@ -48,22 +48,15 @@ int cmd_probs(int argc, char **argv) {
     }
     ft_engine_params ep = ft_engine_default_params();
     if (!engine_args_apply(&ea, &ep)) return FT_EXIT_USAGE;
+    cli_model cm;
+    if (!cli_model_open("probs", model_path, true, &cm)) return FT_EXIT_INPUT;
+    const ft_model *m = cm.m;
     ft_err err = {{0}};
-    ft_model *m = ft_model_load(model_path, &err);
-    if (!m) {
-        fprintf(stderr, "ft probs: %s\n", err.msg);
-        return FT_EXIT_INPUT;
-    }
     int rc = FT_EXIT_INPUT;
     tok_ids ids = {0};
     ft_engine *e = NULL;
     double *p = NULL;
-    tok_vocab *v = tok_vocab_load(m->file, &err);
-    if (!v) {
-        fprintf(stderr, "ft probs: %s\n", err.msg);
-        goto done;
-    }
-    tok_encode(v, prompt, strlen(prompt), true, true, &ids);
+    tok_encode(cm.v, prompt, strlen(prompt), true, true, &ids);
     if (ids.n == 0) {
         fprintf(stderr, "ft probs: the prompt is empty after tokenization\n");
         goto done;
@@ -75,10 +68,7 @@ int cmd_probs(int argc, char **argv) {
         fprintf(stderr, "ft probs: the prompt has %zu tokens, more than the context of %d (-c)\n", ids.n, ep.n_ctx);
         goto done;
     }
-    if (!ft_engine_place_model(m, &ep, &err)) {
-        fprintf(stderr, "ft probs: %s\n", err.msg);
-        goto done;
-    }
+    cli_show_startup(&ep, NULL);
     if (!(e = ft_engine_init(m, &ep, &err))) {
         fprintf(stderr, "ft probs: %s\n", err.msg);
         goto done;
@@ -112,7 +102,6 @@ done:
     free(p);
     ft_engine_free(e);
     tok_ids_free(&ids);
-    tok_vocab_free(v);
-    ft_model_free(m);
+    cli_model_close(&cm);
     return rc;
 }

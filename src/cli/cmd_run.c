@@ -3,7 +3,7 @@
 // writing it to the cache folder on first use.
 #include "cli.h"
 #include "args.h"
-#include "engine_args.h"
+#include "cli_model.h"
 #include "../engine/engine.h"
 #include "../engine/stop.h"
 #include "../model/synth.h"
@@ -48,7 +48,7 @@ typedef struct {
     bool stream_live;
     ft_stop *stop;
     bool stopped;
-    const ft_model *m;
+    ft_engine *e;
     int n_tokens;             // tokens passed to on_token so far
     ft_moe_stats moe_prefill; // the expert cache's counters when the prompt was in (offload)
 } run_out;
@@ -62,7 +62,7 @@ static void emit(void *ctx, const char *text, size_t len) {
 static bool on_token(void *ctx, int32_t token) {
     run_out *o = ctx;
     // the first token comes right after the prompt's evaluation: the end of prefill
-    if (o->n_tokens++ == 0) ft_moe_stats_read(o->m, &o->moe_prefill);
+    if (o->n_tokens++ == 0) ft_engine_moe_stats(o->e, &o->moe_prefill);
     size_t len;
     const char *text = tok_stream_push(&o->stream, token, &len);
     if (ft_stop_feed(o->stop, text, len, emit, NULL)) o->stopped = true;
@@ -160,19 +160,13 @@ int cmd_run(int argc, char **argv) {
     }
     ft_engine_params ep = ft_engine_default_params();
     if (!engine_args_apply(&ea, &ep)) return FT_EXIT_USAGE;
-    char demo[1024];
-    if (!model_path) {
-        if (!cli_demo_model("run", demo, sizeof(demo))) return FT_EXIT_INPUT;
-        model_path = demo;
-    }
     sp.seed = seed >= 0 ? (uint64_t)seed : (uint64_t)time(NULL);
 
+    cli_model cm;
+    if (!cli_model_open("run", model_path, true, &cm)) return FT_EXIT_INPUT;
+    const ft_model *m = cm.m;
+    const tok_vocab *v = cm.v;
     ft_err err = {{0}};
-    ft_model *m = ft_model_load(model_path, &err);
-    if (!m) {
-        fprintf(stderr, "ft run: %s\n", err.msg);
-        return FT_EXIT_INPUT;
-    }
     int rc = FT_EXIT_INPUT;
     tok_ids ids = {0};
     ft_engine *e = NULL;
@@ -180,33 +174,18 @@ int cmd_run(int argc, char **argv) {
     int32_t *eog = NULL;
     run_out out = {0};
     ft_moe_stats moe_start = {0}, moe_end = {0}; // the expert cache's counters (offload)
-    tok_vocab *v = tok_vocab_load(m->file, &err);
-    if (!v) {
-        fprintf(stderr, "ft run: %s\n", err.msg);
-        goto done;
-    }
+    ft_progress bar;
     if (!tokenize_prompt(m, v, prompt, chat, template_name, &ids)) goto done;
     if (ids.n == 0) {
         fprintf(stderr, "ft run: the prompt is empty after tokenization\n");
         goto done;
     }
-    ep.n_ctx = engine_args_n_ctx(&ea, FT_MIN(m->hp.n_ctx_train, 4096), m->hp.n_ctx_train, 1);
-    if (ep.n_ctx == 0) goto done;
-    if (ep.n_ctx > m->hp.n_ctx_train) {
-        fprintf(stderr, "ft run: -c %d exceeds the model's context of %d tokens\n", ep.n_ctx, m->hp.n_ctx_train);
-        goto done;
-    }
+    if (!cli_model_context(&ea, &cm, 4096, 1, &ep)) goto done;
     if (ids.n > (size_t)ep.n_ctx) {
         fprintf(stderr, "ft run: the prompt has %zu tokens, more than the context of %d (-c)\n", ids.n, ep.n_ctx);
         goto done;
     }
-    ft_progress bar = ft_progress_begin("uploading weights");
-    m->progress = ft_progress_report;
-    m->progress_ctx = &bar;
-    if (!ft_engine_place_model(m, &ep, &err)) {
-        fprintf(stderr, "ft run: %s\n", err.msg);
-        goto done;
-    }
+    cli_show_startup(&ep, &bar);
     if (!(e = ft_engine_init(m, &ep, &err))) {
         fprintf(stderr, "ft run: %s\n", err.msg);
         goto done;
@@ -221,8 +200,8 @@ int cmd_run(int argc, char **argv) {
     out.stop = ft_stop_init(stops, n_stops);
     int room = ep.n_ctx - (int)ids.n;
     ft_generate_stats st;
-    out.m = m;
-    bool moe = ft_moe_stats_read(m, &moe_start);
+    out.e = e;
+    bool moe = ft_engine_moe_stats(e, &moe_start);
     if (!ft_generate(e, s, ids.ids, (int)ids.n, (int)FT_MIN(n_predict, room), eog, n_eog, on_token, &out, &st, &err)) {
         fprintf(stderr, "\nft run: %s\n", err.msg);
         goto done;
@@ -236,7 +215,7 @@ int cmd_run(int argc, char **argv) {
     fflush(stdout);
     fprintf(stderr, "prompt: %d tokens, %.1f tok/s | decode: %d tokens, %.1f tok/s\n", st.n_prompt,
             st.prompt_s > 0 ? st.n_prompt / st.prompt_s : 0.0, st.n_gen, st.gen_s > 0 ? st.n_gen / st.gen_s : 0.0);
-    if (moe && out.moe_prefill.n_layers > 0 && ft_moe_stats_read(m, &moe_end)) {
+    if (moe && out.moe_prefill.n_layers > 0 && ft_engine_moe_stats(e, &moe_end)) {
         // decode evaluated every generated token but the last
         ft_moe_stats_sub(&moe_end, &out.moe_prefill);
         ft_moe_stats_sub(&out.moe_prefill, &moe_start);
@@ -257,7 +236,6 @@ done:
     ft_sampler_free(s);
     ft_engine_free(e);
     tok_ids_free(&ids);
-    tok_vocab_free(v);
-    ft_model_free(m);
+    cli_model_close(&cm);
     return rc;
 }

@@ -2,7 +2,7 @@
 // server (src/server). Without -m it serves the built-in demo model (random weights).
 #include "cli.h"
 #include "args.h"
-#include "engine_args.h"
+#include "cli_model.h"
 #include "../model/synth.h"
 #include "../server/server.h"
 
@@ -87,24 +87,14 @@ int cmd_serve(int argc, char **argv) {
     if (bad) return FT_EXIT_USAGE;
     if (!engine_args_apply(&ea, &p.engine)) return FT_EXIT_USAGE;
     if (p.api_key && !*p.api_key) p.api_key = NULL;
-    char demo[1024];
-    if (!model_path) {
-        if (!cli_demo_model("serve", demo, sizeof(demo))) return FT_EXIT_INPUT;
-        model_path = demo;
-    }
+    cli_model cm;
+    if (!cli_model_open("serve", model_path, true, &cm)) return FT_EXIT_INPUT;
+    if (!model_path) model_path = cm.demo;
+    const ft_model *m = cm.m;
+    const tok_vocab *v = cm.v;
     ft_err err = {{0}};
-    ft_model *m = ft_model_load(model_path, &err);
-    if (!m) {
-        fprintf(stderr, "ft serve: %s\n", err.msg);
-        return FT_EXIT_INPUT;
-    }
     int rc = FT_EXIT_INPUT;
     char name[256];
-    tok_vocab *v = tok_vocab_load(m->file, &err);
-    if (!v) {
-        fprintf(stderr, "ft serve: %s\n", err.msg);
-        goto done;
-    }
     if (!p.model_name) {
         gguf_str gn;
         if (gguf_get_str(m->file, "general.name", &gn) && gn.len > 0) {
@@ -126,36 +116,18 @@ int cmd_serve(int argc, char **argv) {
         fprintf(stderr, "ft serve: %s; the chat routes will answer 400\n", err.msg);
     }
     p.engine.n_seq = p.max_running;
-    p.engine.n_ctx = engine_args_n_ctx(&ea, FT_MIN(m->hp.n_ctx_train, 4096), m->hp.n_ctx_train, p.max_running);
-    if (p.engine.n_ctx == 0) goto done;
-    if (p.engine.n_ctx > m->hp.n_ctx_train) {
-        fprintf(stderr, "ft serve: -c %d exceeds the model's context of %d tokens\n", p.engine.n_ctx,
-                m->hp.n_ctx_train);
-        goto done;
-    }
-    ft_progress bar = ft_progress_begin("uploading weights"); // (the CUDA device's upload; the CPU's reads below)
-    m->progress = ft_progress_report;
-    m->progress_ctx = &bar;
-    if (!ft_engine_place_model(m, &p.engine, &err)) {
-        fprintf(stderr, "ft serve: %s\n", err.msg);
-        goto done;
-    }
-    // the mapping is lazy: read it now, so that the first requests do not wait on the disk (the
-    // CPU's weights, or the experts that --moe-backend cpu, or auto for types without CUDA
-    // kernels, computes on the CPU)
-    if (p.engine.device == FT_PLACEMENT_CPU || ft_engine_experts_on_cpu(m)) {
-        ft_progress reading = ft_progress_begin("reading weights into memory");
-        m->progress_ctx = &reading;
-        ft_model_prefault(m);
-    }
-    m->progress = NULL;
+    if (!cli_model_context(&ea, &cm, 4096, p.max_running, &p.engine)) goto done;
+    // the mapping is lazy: the engine reads it into memory where the CPU computes from it (the
+    // CPU device, or the experts --moe-backend cpu computes), so the first requests do not wait
+    ft_progress bar;
+    cli_show_startup(&p.engine, &bar);
+    p.engine.prefault = true;
     if (!srv_run(&p, m, v, &err)) {
         fprintf(stderr, "ft serve: %s\n", err.msg);
         goto done;
     }
     rc = FT_EXIT_OK;
 done:
-    tok_vocab_free(v);
-    ft_model_free(m);
+    cli_model_close(&cm);
     return rc;
 }

@@ -69,5 +69,13 @@ long ft_batch_positions_used(const ft_batch *b);
 const ft_model *ft_batch_model(const ft_batch *b);
 // The backend the steps run on (for its statistics, e.g. min_route_gap).
 ft_backend *ft_batch_backend(ft_batch *b);
+// The --moe-backend the batch runs (auto resolved; fused on the CPU device).
+enum ft_moe_backend ft_batch_moe_backend(const ft_batch *b);
+// The expert cache's counters (see ft_engine_moe_stats); false without a cache.
+bool ft_batch_moe_stats(ft_batch *b, ft_moe_stats *out);
+// Resizes the expert cache to n_slots (same layout), keeping the host banks; every slot starts
+// empty. Returns false and sets *err (the old cache stays) when there is no cache or the plan
+// fails (below the floor, does not fit). Not while a step runs.
+bool ft_batch_moe_rebuild(ft_batch *b, int n_slots, ft_err *err);
 
 #endif

@@ -1,7 +1,6 @@
 // engine.c: one sequence on a batch engine (see engine.h), and the generation loop.
 #include "engine.h"
 #include "batch.h"
-#include "../backend/cuda/ft_cuda.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -12,38 +11,6 @@ struct ft_engine {
     int seq;          // the batch engine's one sequence
     int n_batch, n_ctx;
 };
-
-ft_engine_params ft_engine_default_params(void) {
-    ft_engine_params p = {.n_threads = 0, .n_ctx = 0, .n_batch = 256, .n_seq = 1, .kv_type = FT_TYPE_F16,
-                          .cuda_graph_max_bs = -1};
-    return p;
-}
-
-enum ft_placement ft_engine_default_device(void) {
-    return ft_cuda_device_count() > 0 ? FT_PLACEMENT_CUDA : FT_PLACEMENT_CPU;
-}
-
-bool ft_engine_device_from_name(const char *name, enum ft_placement *out) {
-    if (!strcmp(name, "cpu")) *out = FT_PLACEMENT_CPU;
-    else if (!strcmp(name, "cuda")) *out = FT_PLACEMENT_CUDA;
-    else return false;
-    return true;
-}
-
-static const char *const moe_backend_names[] = {"auto", "fused", "offload", "cpu"};
-
-bool ft_moe_backend_from_name(const char *name, enum ft_moe_backend *out) {
-    for (size_t i = 0; i < FT_ARRAY_LEN(moe_backend_names); i++)
-        if (!strcmp(name, moe_backend_names[i])) {
-            *out = (enum ft_moe_backend)i;
-            return true;
-        }
-    return false;
-}
-
-const char *ft_moe_backend_name(enum ft_moe_backend b) {
-    return (size_t)b < FT_ARRAY_LEN(moe_backend_names) ? moe_backend_names[b] : "?";
-}
 
 ft_engine *ft_engine_init(const ft_model *m, const ft_engine_params *params, ft_err *err) {
     ft_engine_params p = *params;
@@ -74,6 +41,8 @@ void ft_engine_reset(ft_engine *e) {
 float ft_engine_route_gap(const ft_engine *e) { return ft_batch_backend(e->b)->min_route_gap; }
 int ft_engine_pos(const ft_engine *e) { return ft_batch_seq_pos(e->b, e->seq); }
 int ft_engine_n_ctx(const ft_engine *e) { return e->n_ctx; }
+bool ft_engine_moe_stats(ft_engine *e, ft_moe_stats *out) { return ft_batch_moe_stats(e->b, out); }
+enum ft_moe_backend ft_engine_moe_backend(const ft_engine *e) { return ft_batch_moe_backend(e->b); }
 const ft_model *ft_engine_model(const ft_engine *e) { return ft_batch_model(e->b); }
 
 const float *ft_engine_eval(ft_engine *e, const int32_t *tokens, int n, ft_err *err) {

@@ -15,14 +15,6 @@
 
 typedef struct ft_engine ft_engine;
 
-// Where the routed experts of a CUDA engine live and run (--moe-backend):
-//   fused:   every expert resident in device memory with the rest of the model;
-//   offload: experts in page-locked host banks, a GPU expert cache in front of them (src/moe/);
-//   cpu:     experts computed on the CPU from host memory, everything else on the GPU;
-//   auto:    fused when the whole model fits the memory budget, else offload.
-// The CPU device ignores it (everything runs on the CPU).
-enum ft_moe_backend { FT_MOE_BACKEND_AUTO, FT_MOE_BACKEND_FUSED, FT_MOE_BACKEND_OFFLOAD, FT_MOE_BACKEND_CPU };
-
 typedef struct ft_engine_params {
     int n_threads;          // CPU threads (default: ft_engine_default_threads)
     int n_ctx;              // positions in the KV cache (0: the model's training context)
@@ -40,24 +32,23 @@ typedef struct ft_engine_params {
     bool moe_prefill_serial;  // offload: prefill layers stream without double-buffering
     int cuda_graph_max_bs;    // CUDA: largest step (tokens) captured in a graph; 0: none; -1: all
     const char *moe_route_trace; // benchmarks: replay this route trace (route_trace.h) instead of routing
+    bool print_plan;          // print the memory plan on stderr when placing the model
+    bool prefault;            // read the mapping into memory where the CPU computes from it
+    ft_progress_fn progress;  // long start-up steps (upload, prefault) report here when set
+    void *progress_ctx;
 } ft_engine_params;
 
 ft_engine_params ft_engine_default_params(void);
-
-// Parses "auto", "fused", "offload" or "cpu". Returns false if none.
-bool ft_moe_backend_from_name(const char *name, enum ft_moe_backend *out);
-const char *ft_moe_backend_name(enum ft_moe_backend b);
 
 // The --device default: cuda when a CUDA device is found, else cpu.
 enum ft_placement ft_engine_default_device(void);
 // Parses "cpu" or "cuda". Returns false if neither.
 bool ft_engine_device_from_name(const char *name, enum ft_placement *out);
 
-// CPU threads when none are asked for: the physical cores on the CPU device. A CUDA engine's
-// threads compute only the experts of --moe-backend cpu, and while they do, the thread driving
-// the GPU, the driver's and the system's need a core too: its pool's threads spin, so one that
-// is preempted stalls the layer (on the H200 host's 16 cores with one kept busy, 16 threads
-// decoded 19-20 tok/s, 15 threads 68-84; quiet, both about 81), so one core is left to them.
+// CPU threads when none are asked for: the physical cores on the CPU device, one fewer on a
+// CUDA engine, whose threads compute only --moe-backend cpu's experts: the thread driving the
+// GPU, the driver's and the system's need a core too, and a preempted pool thread stalls the
+// layer.
 int ft_engine_default_threads(enum ft_placement device);
 
 // The parameters as an engine will use them: defaults filled in (n_ctx, n_batch, n_seq,
@@ -65,15 +56,11 @@ int ft_engine_default_threads(enum ft_placement device);
 // *err when the context exceeds the model's.
 bool ft_engine_params_resolve(const ft_model *m, ft_engine_params *p, ft_err *err);
 
-// Prepares the model for engines with params p: for the CUDA device, prints the memory plan
-// (weights, KV cache, workspace against the device's free memory) on stderr, and when it fits
-// uploads the weights (ft_model_upload); for the CPU, nothing. Call once, before
-// ft_engine_init. Returns false and sets *err when the plan does not fit (nothing allocated)
-// or the upload fails.
-bool ft_engine_place_model(ft_model *m, const ft_engine_params *p, ft_err *err);
-
-// Returns NULL and sets *err when the parameters do not fit the model (context beyond the
-// model's limit, a KV type its head size cannot hold).
+// An engine for m on p->device: the backend, the weights placed on it (for a GPU, the memory
+// plan checked first: printed with print_plan, nothing allocated when it does not fit), the
+// KV cache and the buffers. Returns NULL and sets *err when the parameters do not fit the
+// model (context beyond the model's limit, a KV type its head size cannot hold), the device
+// is missing, or the plan does not fit.
 ft_engine *ft_engine_init(const ft_model *m, const ft_engine_params *p, ft_err *err);
 void ft_engine_free(ft_engine *e); // NULL is a no-op
 
@@ -112,57 +99,14 @@ bool ft_generate(ft_engine *e, ft_sampler *s, const int32_t *prompt, int n_promp
                  ft_generate_stats *stats, ft_err *err);
 
 // ---------------------------------------------------------------------------------------------
-// Expert-cache telemetry (--moe-backend offload; moe_stats.c)
-//
-// Cumulative counters of the GPU expert cache that ft_engine_place_model gave the model, per
-// MoE layer, per pool and in all; a rebuild keeps them. Two snapshots taken around a run give
-// the run's figures (ft_moe_stats_sub). Reading waits for the device: call between steps.
+// Expert-cache telemetry (--moe-backend offload): the counters of the GPU expert cache the
+// engine's backend holds (cache_stats.h); a rebuild keeps them. Reading waits for the device:
+// call between steps.
 
-typedef struct ft_moe_counts {
-    uint64_t selections, hits, misses;
-    uint64_t bytes_copied;   // host-to-device bytes of expert copies
-    uint64_t copy_ns;        // device time of those copies
-} ft_moe_counts;
-
-typedef struct ft_moe_stats {
-    int n_slots;             // --moe-cache-size in use
-    bool uniform;            // --moe-pool-layout uniform
-    uint64_t cache_bytes;    // the arenas
-    int n_layers;            // MoE layers
-    int *layer_block;        // (n_layers) block index
-    int *layer_pool;         // (n_layers) the pool serving it
-    ft_moe_counts *layers;   // (n_layers)
-    int n_pools;
-    int *pool_slots;         // (n_pools)
-    int *pool_layers;        // (n_pools) layers it serves
-    ft_moe_counts *pools;    // (n_pools)
-    ft_moe_counts total;
-} ft_moe_stats;
-
-// Does the model have an expert cache (placed with --moe-backend offload)?
-bool ft_moe_cache_present(const ft_model *m);
-// After ft_engine_place_model for the CUDA device: are the routed experts left in the file's
-// mapping for the CPU to compute (--moe-backend cpu, or auto for types without CUDA kernels)?
-bool ft_engine_experts_on_cpu(const ft_model *m);
 // Reads the counters into *out (allocated; free with ft_moe_stats_free). Returns false, *out
-// zeroed, when the model has no expert cache.
-bool ft_moe_stats_read(const ft_model *m, ft_moe_stats *out);
-void ft_moe_stats_free(ft_moe_stats *s); // a zeroed one is a no-op
-// dst = a deep copy of src (dst's old arrays are freed).
-void ft_moe_stats_copy(ft_moe_stats *dst, const ft_moe_stats *src);
-// a's counters minus b's (an earlier snapshot of the same cache): what happened in between.
-void ft_moe_stats_sub(ft_moe_stats *a, const ft_moe_stats *b);
-// a's counters plus b's (two windows of the same cache).
-void ft_moe_stats_add(ft_moe_stats *a, const ft_moe_stats *b);
-// Hit rate of c (0 without selections) and the bandwidth of its copies in GB/s (0 without).
-double ft_moe_hit_rate(const ft_moe_counts *c);
-double ft_moe_copy_gbps(const ft_moe_counts *c);
-// Prints one line per pool and one in all: hit rate, misses, host-to-device bytes (and per
-// token when n_tokens > 0) and the copies' GB/s.
-void ft_moe_stats_print(const ft_moe_stats *s, int n_tokens, FILE *out);
-// Resizes the expert cache to n_slots (same layout), keeping the host banks; every slot starts
-// empty. Returns false and sets *err (the old cache stays) when there is no cache or the plan
-// fails (below the floor, does not fit). Not while a step runs.
-bool ft_moe_cache_rebuild(const ft_model *m, int n_slots, ft_err *err);
+// zeroed, when the engine has no expert cache.
+bool ft_engine_moe_stats(ft_engine *e, ft_moe_stats *out);
+// The --moe-backend the engine runs (auto resolved; fused on the CPU device).
+enum ft_moe_backend ft_engine_moe_backend(const ft_engine *e);
 
 #endif

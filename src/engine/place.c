@@ -1,14 +1,19 @@
-// place.c: the memory plan of an engine's device and where the model's weights go (see
-// place.h and ft_engine_place_model in engine.h).
+// place.c: the memory plan of an engine's device and where the model's weights and experts go
+// (see place.h).
 #include "place.h"
-#include "../backend/cuda/cuda.h"
+#include "../moe/expert_banks.h"
+#include "../moe/geometry.h"
+#include "../moe/route_trace.h"
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static const double MiB = 1024.0 * 1024.0;
 
-// Tokens per step: one prefill chunk beside the decode tokens of every other sequence.
+// The CUDA context's own allocations and fragmentation, beside what the plan counts.
+#define DEVICE_MARGIN ((size_t)256 << 20)
+
 int engine_step_tokens(const ft_engine_params *p) { return p->n_batch + p->n_seq - 1; }
 
 ft_backend_limits engine_limits(const ft_model *m, const ft_engine_params *p) {
@@ -19,7 +24,6 @@ ft_backend_limits engine_limits(const ft_model *m, const ft_engine_params *p) {
     return lim;
 }
 
-// Floats of the activation buffers ft_forward_alloc and ft_batch_init allocate.
 size_t engine_activation_floats(const ft_model *m, const ft_engine_params *p) {
     const ft_hparams *hp = &m->hp;
     size_t B = (size_t)engine_step_tokens(p), E = (size_t)hp->n_embd, Q = (size_t)ft_model_max_q_width(m),
@@ -27,12 +31,21 @@ size_t engine_activation_floats(const ft_model *m, const ft_engine_params *p) {
     return B * (4 * E + 3 * Q + 2 * KV) + (size_t)p->n_seq * (size_t)hp->n_vocab + 64 * 9;
 }
 
-// Bytes of the n_seq KV caches (K and V of every layer, n_ctx rows each).
 size_t engine_kv_bytes(const ft_model *m, const ft_engine_params *p) {
     const ft_hparams *hp = &m->hp;
     size_t row = ft_row_bytes(p->kv_type, (int64_t)hp->n_head_kv * hp->head_dim);
     return 2 * (size_t)hp->n_layer * (size_t)p->n_ctx * row * (size_t)p->n_seq;
 }
+
+size_t engine_device_budget(const ft_engine_params *p, const ft_device_info *info) {
+    double ratio = p->memory_ratio > 0 ? p->memory_ratio : 0.9;
+    size_t budget = (size_t)(ratio * (double)info->free_mem);
+    if (p->gpu_memory_limit && p->gpu_memory_limit < budget) budget = p->gpu_memory_limit;
+    return budget;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The plan
 
 // The CPU plan: weights stay in the file's mapping, the KV caches and buffers are allocated.
 static void print_cpu_plan(const ft_model *m, const ft_engine_params *p) {
@@ -45,74 +58,83 @@ static void print_cpu_plan(const ft_model *m, const ft_engine_params *p) {
             ft_mem_available() / MiB);
 }
 
-size_t engine_cuda_budget(const ft_engine_params *p, const ft_cuda_device_info *info) {
-    double ratio = p->memory_ratio > 0 ? p->memory_ratio : 0.9;
-    size_t budget = (size_t)(ratio * (double)info->free_mem);
-    if (p->gpu_memory_limit && p->gpu_memory_limit < budget) budget = p->gpu_memory_limit;
-    return budget;
-}
-
 // The device plan of a placement: what it allocates against what ft may use.
-typedef struct cuda_plan {
+typedef struct device_plan {
     size_t weights, kv, work, margin, budget;
-} cuda_plan;
+} device_plan;
 
-static cuda_plan cuda_plan_of(const ft_model *m, const ft_engine_params *p, const ft_cuda_device_info *info,
-                              bool experts_on_host) {
+static device_plan device_plan_of(const ft_model *m, const ft_engine_params *p, ft_backend *be,
+                                  const ft_device_info *info, bool experts_on_host) {
     ft_backend_limits lim = engine_limits(m, p);
-    cuda_plan c = {
-        .weights = ft_model_upload_bytes(m, experts_on_host), .kv = engine_kv_bytes(m, p),
-        .work = ft_backend_cuda_scratch_bytes(&lim) + engine_activation_floats(m, p) * sizeof(float),
-        .margin = (size_t)256 << 20, // the CUDA context's own allocations, fragmentation
-        .budget = engine_cuda_budget(p, info),
+    device_plan c = {
+        .weights = ft_weights_place_bytes(m, experts_on_host), .kv = engine_kv_bytes(m, p),
+        .work = be->ops->scratch_bytes(be, &lim) + engine_activation_floats(m, p) * sizeof(float),
+        .margin = DEVICE_MARGIN, .budget = engine_device_budget(p, info),
     };
     return c;
 }
 
-static size_t cuda_plan_need(const cuda_plan *c) { return c->weights + c->kv + c->work + c->margin; }
+static size_t device_plan_need(const device_plan *c) { return c->weights + c->kv + c->work + c->margin; }
 
-static void print_cuda_plan(const cuda_plan *c, const ft_engine_params *p, const ft_cuda_device_info *info,
-                            const char *weights_what) {
+static void print_device_plan(const device_plan *c, const ft_engine_params *p, const ft_device_info *info,
+                              const char *be_name, const char *weights_what) {
     double ratio = p->memory_ratio > 0 ? p->memory_ratio : 0.9;
-    fprintf(stderr, "cuda: %s (sm_%d%d), %.0f MiB free of %.0f, budget %.0f MiB (--memory-ratio %.2f%s): %s %.1f MiB, "
+    fprintf(stderr, "%s: %s (sm_%d%d), %.0f MiB free of %.0f, budget %.0f MiB (--memory-ratio %.2f%s): %s %.1f MiB, "
                     "KV cache %.1f MiB (%d x %d positions, %s), workspace %.1f MiB (batch %d)\n",
-            info->name, info->cc_major, info->cc_minor, info->free_mem / MiB, info->total_mem / MiB, c->budget / MiB,
-            ratio, p->gpu_memory_limit ? ", --gpu-memory-limit" : "", weights_what, c->weights / MiB, c->kv / MiB,
-            p->n_seq, p->n_ctx, ft_type_name(p->kv_type), c->work / MiB, engine_step_tokens(p));
+            be_name, info->name, info->cc_major, info->cc_minor, info->free_mem / MiB, info->total_mem / MiB,
+            c->budget / MiB, ratio, p->gpu_memory_limit ? ", --gpu-memory-limit" : "", weights_what, c->weights / MiB,
+            c->kv / MiB, p->n_seq, p->n_ctx, ft_type_name(p->kv_type), c->work / MiB, engine_step_tokens(p));
 }
 
 // Fails with the plan's numbers when it exceeds the budget.
-static bool check_cuda_plan(const cuda_plan *c, const ft_engine_params *p, const ft_cuda_device_info *info,
-                            const char *mode, ft_err *err) {
-    if (cuda_plan_need(c) <= c->budget) return true;
+static bool check_device_plan(const device_plan *c, const ft_engine_params *p, const ft_device_info *info,
+                              const char *mode, ft_err *err) {
+    if (device_plan_need(c) <= c->budget) return true;
     double ratio = p->memory_ratio > 0 ? p->memory_ratio : 0.9;
     return ft_err_set(err, "--moe-backend %s: the model does not fit on %s: it needs %.0f MiB (weights %.0f, KV %.0f, "
                            "workspace %.0f, reserve %.0f) and the budget is %.0f MiB (--memory-ratio %.2f of %.0f MiB "
                            "free%s); use a smaller -c, fewer sequences, another --moe-backend, or --device cpu",
-                      mode, info->name, cuda_plan_need(c) / MiB, c->weights / MiB, c->kv / MiB, c->work / MiB, c->margin / MiB,
-                      c->budget / MiB, ratio, info->free_mem / MiB,
+                      mode, info->name, device_plan_need(c) / MiB, c->weights / MiB, c->kv / MiB, c->work / MiB,
+                      c->margin / MiB, c->budget / MiB, ratio, info->free_mem / MiB,
                       p->gpu_memory_limit ? ", capped by --gpu-memory-limit" : "");
 }
 
-bool engine_fused_fits(const ft_model *m, const ft_engine_params *p, const ft_cuda_device_info *info, size_t *need,
-                       size_t *budget) {
-    cuda_plan c = cuda_plan_of(m, p, info, false);
-    if (need) *need = cuda_plan_need(&c);
-    if (budget) *budget = c.budget;
-    return cuda_plan_need(&c) <= c.budget;
-}
-
-bool engine_experts_run_on_cuda(const ft_model *m, char *why, size_t cap) {
-    for (int il = 0; il < m->hp.n_layer; il++) {
+moe_auto_facts engine_auto_facts(const ft_model *m, const ft_engine_params *p, ft_backend *be, char *why,
+                                 size_t cap) {
+    ft_device_info info;
+    be->ops->device_info(be, &info);
+    device_plan c = device_plan_of(m, p, be, &info, false);
+    moe_auto_facts f = {.n_expert = m->hp.n_expert, .device_takes_types = true, .fused_need = device_plan_need(&c),
+                        .budget = c.budget};
+    for (int il = 0; il < m->hp.n_layer && f.device_takes_types; il++) {
         const ft_layer *l = &m->layers[il];
         const ft_tensor *banks[] = {&l->gate_exps, &l->up_exps, &l->down_exps};
         for (size_t b = 0; b < FT_ARRAY_LEN(banks); b++)
-            if (ft_tensor_present(banks[b]) && !ft_cuda_matvec_supported(banks[b]->type)) {
+            if (ft_tensor_present(banks[b]) && !be->ops->supports_type(be, banks[b]->type)) {
                 if (why) snprintf(why, cap, "%s (%s)", banks[b]->name, ft_type_name(banks[b]->type));
-                return false;
+                f.device_takes_types = false;
+                break;
             }
     }
-    return true;
+    return f;
+}
+
+// --moe-backend auto's choice, and why, on stderr.
+static enum ft_moe_backend auto_pick(const ft_model *m, const ft_engine_params *p, ft_backend *be) {
+    char why[200] = "";
+    moe_auto_facts f = engine_auto_facts(m, p, be, why, sizeof(why));
+    enum ft_moe_backend b = moe_placement_auto(&f);
+    if (f.n_expert == 0) return b;
+    if (!f.device_takes_types)
+        fprintf(stderr, "--moe-backend auto: cpu: the experts %s have no CUDA kernel, so the CPU computes them\n", why);
+    else if (b == FT_MOE_BACKEND_FUSED)
+        fprintf(stderr, "--moe-backend auto: fused: the whole model fits the GPU budget (%.0f of %.0f MiB)\n",
+                f.fused_need / MiB, f.budget / MiB);
+    else
+        fprintf(stderr, "--moe-backend auto: offload: the whole model needs %.0f MiB, more than the GPU budget of %.0f "
+                        "MiB; the experts stay in host memory behind a GPU expert cache\n", f.fused_need / MiB,
+                f.budget / MiB);
+    return b;
 }
 
 // Bytes of the routed experts (what --moe-backend cpu and offload keep in host memory).
@@ -127,94 +149,196 @@ static size_t expert_bytes(const ft_model *m) {
     return n;
 }
 
-// --moe-backend fused (and what auto picks when the model fits): every weight on the device.
-static bool place_fused(ft_model *m, const ft_engine_params *p, const ft_cuda_device_info *info, ft_err *err) {
-    cuda_plan c = cuda_plan_of(m, p, info, false);
-    print_cuda_plan(&c, p, info, "weights");
-    return check_cuda_plan(&c, p, info, "fused", err) && ft_model_upload(m, false, err);
-}
+static int host_overlay_buffers(const ft_engine_params *p) { return p->moe_prefill_serial ? 1 : 2; }
 
-int engine_cpu_overlay_buffers(const ft_engine_params *p) { return p->moe_prefill_serial ? 1 : 2; }
-
-// Device bytes of one prefill overlay buffer: per bank, the largest MoE layer the overlay takes.
-static size_t cpu_overlay_buffer_bytes(const ft_model *m) {
+// The CPU experts of --moe-backend cpu: descriptors into the model's mapping (arrays of n_layer,
+// absent where a block is not MoE). Free with host_experts_free.
+static ft_host_experts_params host_experts_of(const ft_model *m, const ft_engine_params *p) {
     int n = m->hp.n_layer;
-    ft_tensor *banks[3];
-    for (int b = 0; b < 3; b++) banks[b] = ft_calloc((size_t)n, sizeof(ft_tensor));
+    ft_tensor *t = ft_calloc(5 * (size_t)n, sizeof(ft_tensor));
+    ft_host_experts_params h = {.n_layer = n, .routers = t, .sel_bias = t + n, .gate_exps = t + 2 * n,
+                                .up_exps = t + 3 * n, .down_exps = t + 4 * n, .n_threads = p->n_threads,
+                                .reference = p->reference, .overlay_buffers = host_overlay_buffers(p)};
     for (int il = 0; il < n; il++) {
         const ft_layer *l = &m->layers[il];
         if (!l->is_moe) continue;
-        banks[0][il] = l->gate_exps;
-        banks[1][il] = l->up_exps;
-        banks[2][il] = l->down_exps;
-        for (int b = 0; b < 3; b++) banks[b][il].placement = FT_PLACEMENT_CPU; // as they will stay
+        t[il] = l->router;
+        t[n + il] = l->sel_bias;
+        t[2 * n + il] = l->gate_exps;
+        t[3 * n + il] = l->up_exps;
+        t[4 * n + il] = l->down_exps;
     }
-    size_t bytes = cuda_cpu_experts_buffer_bytes(banks[0], banks[1], banks[2], n);
-    for (int b = 0; b < 3; b++) free(banks[b]);
-    return bytes;
+    return h;
 }
 
-// --moe-backend cpu: the routed experts stay in the file's mapping and the CPU computes them
-// (cuda_cpu_experts.h); every other weight on the device. Their pages must fit in RAM, or
-// every token would read them from the disk. Prefill steps run the layers whose expert types
-// the grouped GEMM takes on the GPU, from a device overlay the plan counts in the workspace.
-static bool place_cpu(ft_model *m, const ft_engine_params *p, const ft_cuda_device_info *info, ft_err *err) {
+static void host_experts_free(ft_host_experts_params *h) { free((void *)h->routers); }
+
+// --moe-backend cpu: the routed experts stay in the file's mapping and the CPU computes them;
+// every other weight on the device. Their pages must fit in RAM, or every token would read
+// them from the disk. Prefill steps run the layers whose expert types the grouped GEMM takes on
+// the GPU, from a device overlay the plan counts in the workspace.
+static bool plan_host_experts(const ft_model *m, ft_backend *be, const ft_engine_params *p, const ft_device_info *info,
+                              ft_err *err) {
     if (m->hp.n_expert == 0) return ft_err_set(err, "--moe-backend cpu: the model has no routed experts");
-    cuda_plan c = cuda_plan_of(m, p, info, true);
-    size_t experts = expert_bytes(m), ram = ft_mem_available();
-    size_t buffer = cpu_overlay_buffer_bytes(m);
-    int n_buf = engine_cpu_overlay_buffers(p);
-    c.work += (size_t)n_buf * buffer;
-    print_cuda_plan(&c, p, info, "weights but the routed experts");
-    fprintf(stderr, "cpu: routed experts %.1f MiB in host memory (mapped from the file; %.0f MiB available), "
-                    "computed by %d threads\n", experts / MiB, ram / MiB, p->n_threads);
-    if (buffer)
-        fprintf(stderr, "cpu: prefill steps for the grouped GEMM run the experts on the GPU from an overlay of %d x "
-                        "%.1f MiB (in the workspace; %s), copied through %.0f MiB of pinned staging\n", n_buf,
-                buffer / MiB, n_buf == 2 ? "double-buffered" : "copy then compute",
-                cuda_cpu_experts_staging_bytes() / MiB);
-    else
-        fprintf(stderr, "cpu: no prefill overlay (the grouped GEMM takes none of the expert types)\n");
+    device_plan c = device_plan_of(m, p, be, info, true);
+    size_t experts = expert_bytes(m), ram = ft_mem_available(), staging = 0;
+    ft_host_experts_params h = host_experts_of(m, p);
+    size_t overlay = be->ops->host_experts_device_bytes(be, &h, &staging);
+    host_experts_free(&h);
+    int n_buf = host_overlay_buffers(p);
+    c.work += overlay;
+    if (p->print_plan) {
+        print_device_plan(&c, p, info, be->ops->name, "weights but the routed experts");
+        fprintf(stderr, "cpu: routed experts %.1f MiB in host memory (mapped from the file; %.0f MiB available), "
+                        "computed by %d threads\n", experts / MiB, ram / MiB, p->n_threads);
+        if (overlay)
+            fprintf(stderr, "cpu: prefill steps for the grouped GEMM run the experts on the GPU from an overlay of %d x "
+                            "%.1f MiB (in the workspace; %s), copied through %.0f MiB of pinned staging\n", n_buf,
+                    overlay / n_buf / MiB, n_buf == 2 ? "double-buffered" : "copy then compute", staging / MiB);
+        else
+            fprintf(stderr, "cpu: no prefill overlay (the grouped GEMM takes none of the expert types)\n");
+    }
     if (experts > ram)
         return ft_err_set(err, "--moe-backend cpu: the routed experts need %.0f MiB of host memory and %.0f MiB are "
                                "available", experts / MiB, ram / MiB);
-    return check_cuda_plan(&c, p, info, "cpu", err) && ft_model_upload(m, true, err);
+    return check_device_plan(&c, p, info, "cpu", err);
 }
 
-enum ft_moe_backend engine_auto_pick(const ft_model *m, const ft_engine_params *p, const ft_cuda_device_info *info) {
-    char why[200];
-    if (m->hp.n_expert == 0) return FT_MOE_BACKEND_FUSED;
-    if (!engine_experts_run_on_cuda(m, why, sizeof(why))) {
-        fprintf(stderr, "--moe-backend auto: cpu: the experts %s have no CUDA kernel, so the CPU computes them\n", why);
-        return FT_MOE_BACKEND_CPU;
+// --moe-backend offload: every weight but the routed experts on the device, the experts in
+// page-locked host banks read once from the GGUF, and the GPU expert cache in front of them.
+// The cache's own plan is made here too, so a cache below the floor or a budget that leaves
+// nothing fails before anything is allocated.
+static bool plan_offload(const ft_model *m, ft_backend *be, const ft_engine_params *p, const ft_device_info *info,
+                         engine_placement *pl, ft_err *err) {
+    moe_geometry *g = &pl->geometry;
+    if (!moe_geometry_read(m->file, g, err)) return false;
+    if (g->n_layers == 0) return ft_err_set(err, "--moe-backend offload: the model has no routed experts");
+    size_t dense = ft_weights_place_bytes(m, true);
+    size_t kv = engine_kv_bytes(m, p);
+    ft_backend_limits lim = engine_limits(m, p);
+    size_t work = be->ops->scratch_bytes(be, &lim) + engine_activation_floats(m, p) * sizeof(float);
+    size_t budget = engine_device_budget(p, info);
+    int64_t kv_tokens = (int64_t)p->n_seq * p->n_ctx;
+
+    ft_expert_cache_params *cp = &pl->cache;
+    cp->geometry = g;
+    cp->plan = moe_cache_plan_default_params();
+    cp->plan.n_slots = p->moe_cache_size;
+    cp->plan.layout = p->moe_pool_layout == MOE_POOL_LAYOUT_UNIFORM ? MOE_POOL_LAYOUT_UNIFORM : MOE_POOL_LAYOUT_EXACT;
+    cp->plan.top_k = m->hp.n_expert_used;
+    cp->plan.n_running = p->n_seq;
+    cp->plan.vram_free = budget; // already the share ft may use (--memory-ratio, --gpu-memory-limit)
+    cp->plan.memory_ratio = 1.0;
+    cp->plan.dense_bytes = dense;
+    cp->plan.workspace_bytes = work + DEVICE_MARGIN;
+    cp->plan.kv_bytes_per_token = kv_tokens > 0 ? kv / (size_t)kv_tokens : 0;
+    cp->plan.kv_reserve_tokens = p->kv_reserve_tokens > 0 ? p->kv_reserve_tokens : kv_tokens;
+    cp->prefill_serial = p->moe_prefill_serial;
+
+    moe_cache_plan plan;
+    if (!moe_cache_plan_make(g, &cp->plan, &plan, err)) return false;
+    if (p->print_plan)
+        fprintf(stderr, "%s: %s (sm_%d%d), %.0f MiB free, budget %.0f MiB: dense weights %.1f MiB, KV cache %.1f MiB "
+                        "(%d x %d positions, %s), workspace %.1f MiB, expert cache %.1f MiB (%d slots)\n",
+                be->ops->name, info->name, info->cc_major, info->cc_minor, info->free_mem / MiB, budget / MiB,
+                dense / MiB, kv / MiB, p->n_seq, p->n_ctx, ft_type_name(p->kv_type), work / MiB, plan.bytes / MiB,
+                plan.n_slots);
+    // the prefill overlay (one layer's experts at the widest stride) is carved from the
+    // arenas when they hold it, else allocated beside them
+    int most = 0;
+    for (int i = 0; i < g->n_layers; i++) most = FT_MAX(most, g->layers[i].n_expert);
+    if (plan.n_slots < most) {
+        size_t ov = 0;
+        for (int b = 0; b < MOE_BANK_COUNT; b++) ov += (size_t)most * plan.max_stride[b];
+        if (p->print_plan)
+            fprintf(stderr, "offload: the prefill overlay (%.1f MiB) does not fit in the arenas: allocated beside them\n",
+                    ov / MiB);
+        work += ov;
     }
-    size_t need, budget;
-    if (engine_fused_fits(m, p, info, &need, &budget)) {
-        fprintf(stderr, "--moe-backend auto: fused: the whole model fits the GPU budget (%.0f of %.0f MiB)\n",
-                need / MiB, budget / MiB);
-        return FT_MOE_BACKEND_FUSED;
+    bool ok = true;
+    if (dense + kv + work + DEVICE_MARGIN + plan.bytes > budget)
+        ok = ft_err_set(err, "--moe-backend offload: %.0f MiB needed (dense %.0f, KV %.0f, workspace %.0f, reserve "
+                             "%.0f, expert cache %.0f for %d slots) but the budget is %.0f MiB; use a smaller "
+                             "--moe-cache-size, -c or fewer sequences",
+                        (dense + kv + work + DEVICE_MARGIN + plan.bytes) / MiB, dense / MiB, kv / MiB, work / MiB,
+                        DEVICE_MARGIN / MiB, plan.bytes / MiB, plan.n_slots, budget / MiB);
+    moe_cache_plan_free(&plan);
+    if (ok && p->moe_route_trace) {
+        ok = moe_route_trace_read(p->moe_route_trace, &pl->trace, err);
+        cp->trace = ok ? &pl->trace : NULL;
     }
-    fprintf(stderr, "--moe-backend auto: offload: the whole model needs %.0f MiB, more than the GPU budget of %.0f "
-                    "MiB; the experts stay in host memory behind a GPU expert cache\n", need / MiB, budget / MiB);
-    return FT_MOE_BACKEND_OFFLOAD;
+    return ok;
 }
 
-bool ft_engine_place_model(ft_model *m, const ft_engine_params *params, ft_err *err) {
-    ft_engine_params p = *params;
-    if (!ft_engine_params_resolve(m, &p, err)) return false;
-    if (p.device != FT_PLACEMENT_CUDA) {
-        print_cpu_plan(m, &p);
+bool engine_plan(const ft_model *m, ft_backend *be, const ft_engine_params *p, engine_placement *out, ft_err *err) {
+    memset(out, 0, sizeof(*out));
+    out->mode = FT_MOE_BACKEND_FUSED;
+    if (be->placement == FT_PLACEMENT_CPU) {
+        if (p->print_plan) print_cpu_plan(m, p);
         return true;
     }
-    ft_cuda_device_info info;
-    if (!ft_cuda_device_get_info(0, &info)) return ft_err_set(err, "--device cuda: no CUDA device found");
-    if (p.moe_backend == FT_MOE_BACKEND_AUTO) p.moe_backend = engine_auto_pick(m, &p, &info);
-    switch (p.moe_backend) {
-    case FT_MOE_BACKEND_OFFLOAD: return engine_place_offload(m, &p, &info, err);
-    case FT_MOE_BACKEND_CPU: return place_cpu(m, &p, &info, err);
-    case FT_MOE_BACKEND_AUTO: // picked above
-    case FT_MOE_BACKEND_FUSED: break;
+    bool ok;
+    ft_device_info info;
+    be->ops->device_info(be, &info);
+    out->mode = p->moe_backend == FT_MOE_BACKEND_AUTO ? auto_pick(m, p, be) : p->moe_backend;
+    switch (out->mode) {
+    case FT_MOE_BACKEND_OFFLOAD:
+        out->experts_on_host = true;
+        ok = plan_offload(m, be, p, &info, out, err);
+        break;
+    case FT_MOE_BACKEND_CPU:
+        out->experts_on_host = true;
+        ok = plan_host_experts(m, be, p, &info, err);
+        break;
+    default: {
+        device_plan c = device_plan_of(m, p, be, &info, false);
+        if (p->print_plan) print_device_plan(&c, p, &info, be->ops->name, "weights");
+        ok = check_device_plan(&c, p, &info, "fused", err);
     }
-    return place_fused(m, &p, &info, err);
+    }
+    if (!ok) engine_placement_free(out);
+    return ok;
 }
 
+// ---------------------------------------------------------------------------------------------
+// Carrying it out
+
+// The offload's host banks, read from the file once (the long step), for the cache.
+static moe_expert_banks *load_host_banks(const ft_model *m, ft_backend *be, const engine_placement *pl, ft_err *err) {
+    moe_expert_banks_params bp = moe_expert_banks_default_params();
+    bp.alloc = be->ops->expert_host_allocator(be);
+    fprintf(stderr, "offload: reading %.1f MiB of experts into host banks\n",
+            moe_expert_banks_bytes(&pl->geometry) / MiB);
+    return moe_expert_banks_load(m->file, &pl->geometry, &bp, err);
+}
+
+ft_weights *engine_place(const ft_model *m, ft_backend *be, const ft_engine_params *p, engine_placement *pl,
+                         ft_err *err) {
+    moe_expert_banks *hb = NULL;
+    if (pl->mode == FT_MOE_BACKEND_OFFLOAD && !(hb = load_host_banks(m, be, pl, err))) return NULL;
+    ft_weights *w = ft_weights_place(m, be, pl->experts_on_host, p->progress, p->progress_ctx, err);
+    if (!w) {
+        moe_expert_banks_free(hb);
+        return NULL;
+    }
+    if (pl->mode == FT_MOE_BACKEND_OFFLOAD && !be->ops->expert_cache_init(be, hb, &pl->cache, err)) {
+        ft_weights_free(w); // (the cache freed hb)
+        return NULL;
+    }
+    if (pl->mode == FT_MOE_BACKEND_CPU) {
+        ft_host_experts_params h = host_experts_of(m, p);
+        be->ops->host_experts_init(be, &h);
+        host_experts_free(&h);
+    }
+    // the mapping is lazy: read it now where the CPU computes from it, so that the first
+    // tokens do not wait on the disk
+    if (p->prefault && (be->placement == FT_PLACEMENT_CPU || pl->mode == FT_MOE_BACKEND_CPU))
+        ft_model_prefault(m, p->progress, p->progress_ctx);
+    return w;
+}
+
+void engine_placement_free(engine_placement *pl) {
+    moe_geometry_free(&pl->geometry);
+    moe_route_trace_free(&pl->trace);
+    memset(pl, 0, sizeof(*pl));
+}

@@ -1,12 +1,15 @@
-// place: the memory plan of an engine's device and where the model's weights go
-// (ft_engine_place_model), and the sizes the plan and the batch engine agree on.
+// place: an engine's memory plan and where the model's weights and experts go on its backend.
+//
+// Two steps around the backend's reserve: engine_plan decides (--moe-backend auto through
+// moe_placement_auto), prints the plan and checks it against the device's budget, allocating
+// nothing; engine_place then carries it out: the weights copied onto the backend, and the
+// routed experts left in host memory handed to the expert cache or the CPU experts.
 //
 // Internal to src/engine/.
 #ifndef FT_ENGINE_PLACE_H
 #define FT_ENGINE_PLACE_H
 
 #include "engine.h"
-#include "../backend/cuda/ft_cuda.h"
 
 // Tokens per step: one prefill chunk beside the decode tokens of every other sequence.
 int engine_step_tokens(const ft_engine_params *p);
@@ -16,29 +19,32 @@ ft_backend_limits engine_limits(const ft_model *m, const ft_engine_params *p);
 size_t engine_activation_floats(const ft_model *m, const ft_engine_params *p);
 // Bytes of the n_seq KV caches (K and V of every layer, n_ctx rows each).
 size_t engine_kv_bytes(const ft_model *m, const ft_engine_params *p);
-// Would the whole model (every expert on the device), its KV caches and workspace fit the
-// budget? The fused plan's arithmetic, asked without uploading; need and budget (may be NULL)
-// get its bytes.
-bool engine_fused_fits(const ft_model *m, const ft_engine_params *p, const ft_cuda_device_info *info, size_t *need,
-                       size_t *budget);
-// Do the CUDA expert kernels take every routed expert type of the model? If not, why names
-// the first tensor that they do not (why may be NULL).
-bool engine_experts_run_on_cuda(const ft_model *m, char *why, size_t cap);
-// --moe-backend auto's choice for params p (resolved) on the device info describes: fused when
-// the whole model fits the budget, else offload; cpu when the expert types have no CUDA kernel
-// (neither fused nor offload could run them); fused for a model without experts. Prints which
-// and why on stderr.
-enum ft_moe_backend engine_auto_pick(const ft_model *m, const ft_engine_params *p, const ft_cuda_device_info *info);
 // What ft may allocate on the device: --memory-ratio of its free memory, capped at
 // --gpu-memory-limit.
-size_t engine_cuda_budget(const ft_engine_params *p, const ft_cuda_device_info *info);
+size_t engine_device_budget(const ft_engine_params *p, const ft_device_info *info);
 
-// --moe-backend cpu: buffers of the prefill overlay (cuda_cpu_experts.h): 2 (double-buffered),
-// 1 with --disable-moe-prefill-overlap.
-int engine_cpu_overlay_buffers(const ft_engine_params *p);
+// What --moe-backend auto decides from, measured on be: the device bytes of the whole model
+// resident against the budget, and whether be's kernels take every routed expert type (if
+// not, why names the first tensor they do not; why may be NULL).
+moe_auto_facts engine_auto_facts(const ft_model *m, const ft_engine_params *p, ft_backend *be, char *why,
+                                 size_t cap);
 
-// --moe-backend offload (place_offload.c): dense weights on the device, experts in host banks
-// behind the GPU expert cache (m->offload). Returns false and sets *err when it cannot.
-bool engine_place_offload(ft_model *m, const ft_engine_params *p, const ft_cuda_device_info *info, ft_err *err);
+// An engine's placement, from engine_plan to engine_place.
+typedef struct engine_placement {
+    enum ft_moe_backend mode;    // never auto; fused on the CPU device
+    bool experts_on_host;        // offload and cpu: the routed experts stay in the mapping
+    moe_geometry geometry;       // offload: the model's experts
+    moe_route_trace trace;       // offload with --moe-route-trace
+    ft_expert_cache_params cache; // offload: what the expert cache is built with
+} engine_placement;
+
+// Decides and checks the placement of m on be (p resolved) and prints the plan when p asks.
+// Returns false and sets *err when it does not fit (nothing allocated).
+bool engine_plan(const ft_model *m, ft_backend *be, const ft_engine_params *p, engine_placement *out, ft_err *err);
+// Carries pl out on be (after its reserve): returns the weights on be, the host experts set up
+// (reading the prefault when p asks). Returns NULL and sets *err on failure.
+ft_weights *engine_place(const ft_model *m, ft_backend *be, const ft_engine_params *p, engine_placement *pl,
+                         ft_err *err);
+void engine_placement_free(engine_placement *pl);
 
 #endif

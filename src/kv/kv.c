@@ -6,25 +6,27 @@
 #include <string.h>
 
 struct ft_kv_cache {
+    ft_backend *be;     // where the rows live (its buffers)
     int n_layer, n_ctx;
     ft_tensor *k, *v;   // (n_layer)
     size_t bytes;
     int rot_k, rot_v;
 };
 
-ft_kv_cache *ft_kv_init(const ft_kv_params *p, ft_err *err) {
+ft_kv_cache *ft_kv_init(const ft_kv_params *p, ft_backend *be, ft_err *err) {
     if (p->type != FT_TYPE_F16 && p->type != FT_TYPE_Q8_0) {
         ft_err_set(err, "KV cache type %s: only f16 and q8_0 are supported", ft_type_name(p->type));
         return NULL;
     }
-    int be = ft_type_traits_find(p->type)->block_elems;
+    int block = ft_type_traits_find(p->type)->block_elems;
     for (int l = 0; l < p->n_layer; l++)
-        if (p->width[l] <= 0 || p->width[l] % be) {
+        if (p->width[l] <= 0 || p->width[l] % block) {
             ft_err_set(err, "KV cache type %s: layer %d's row of %lld values is not a multiple of %d",
-                       ft_type_name(p->type), l, (long long)p->width[l], be);
+                       ft_type_name(p->type), l, (long long)p->width[l], block);
             return NULL;
         }
     ft_kv_cache *kv = ft_calloc(1, sizeof(*kv));
+    kv->be = be;
     kv->n_layer = p->n_layer;
     kv->n_ctx = p->n_ctx;
     if (p->type != FT_TYPE_F16 && p->head_dim > 0 && p->head_dim % 64 == 0) {
@@ -46,8 +48,14 @@ ft_kv_cache *ft_kv_init(const ft_kv_params *p, ft_err *err) {
             t->ne[2] = 1;
             t->row_bytes = ft_row_bytes(p->type, p->width[l]);
             t->mat_bytes = t->row_bytes * (size_t)p->n_ctx;
-            t->data = ft_calloc(1, t->mat_bytes);
-            t->placement = FT_PLACEMENT_CPU;
+            t->data = be->ops->buffer_alloc(be, t->mat_bytes);
+            t->placement = be->placement;
+            if (!t->data) {
+                ft_err_set(err, "out of %s memory for the KV cache (%s, %zu bytes)", be->ops->name, t->name,
+                           t->mat_bytes);
+                ft_kv_free(kv);
+                return NULL;
+            }
             kv->bytes += t->mat_bytes;
         }
     }
@@ -57,8 +65,8 @@ ft_kv_cache *ft_kv_init(const ft_kv_params *p, ft_err *err) {
 void ft_kv_free(ft_kv_cache *kv) {
     if (!kv) return;
     for (int l = 0; l < kv->n_layer; l++) {
-        free(kv->k[l].data);
-        free(kv->v[l].data);
+        kv->be->ops->buffer_free(kv->be, kv->k[l].data);
+        kv->be->ops->buffer_free(kv->be, kv->v[l].data);
     }
     free(kv->k);
     free(kv->v);

@@ -2,8 +2,9 @@
 //
 // Per layer one K and one V tensor of n_ctx rows; row p holds the keys (values) of position
 // p for all KV heads, head after head. Rows are written by the backend's set_rows op and read
-// by its attention op, so the cache is a pair of ft_tensors with a placement, like weights.
-// The cache owns its memory. Not thread-safe: one sequence, one writer.
+// by its attention op, so the cache is a pair of ft_tensors with a placement, like weights,
+// in buffers of that backend. The cache owns them (free it before the backend). Not
+// thread-safe: one sequence, one writer.
 #ifndef FT_KV_H
 #define FT_KV_H
 
@@ -19,9 +20,9 @@ typedef struct ft_kv_params {
     int head_dim;           // largest head size (K and V)
 } ft_kv_params;
 
-// Allocates the cache. Returns NULL and sets *err on an unsupported type or a row width the
-// type cannot hold (q8_0 needs multiples of 32).
-ft_kv_cache *ft_kv_init(const ft_kv_params *p, ft_err *err);
+// Allocates the cache, zeroed, in be's buffers. Returns NULL and sets *err on an unsupported
+// type, a row width the type cannot hold (q8_0 needs multiples of 32) or too little memory.
+ft_kv_cache *ft_kv_init(const ft_kv_params *p, ft_backend *be, ft_err *err);
 void ft_kv_free(ft_kv_cache *kv); // NULL is a no-op
 
 ft_tensor *ft_kv_k(ft_kv_cache *kv, int layer);

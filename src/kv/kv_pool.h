@@ -1,7 +1,7 @@
 // kv_pool: the key/value caches of the sequences a batch engine runs at once.
 //
 // A pool holds n_seq caches (kv.h), each of n_ctx positions, allocated once when the pool is
-// made (on the host or, for the CUDA backend, in device memory), so admitting a sequence never
+// made (in the backend's buffers), so admitting a sequence never
 // allocates and a full pool is known at start-up. A sequence takes a cache with
 // ft_kv_pool_acquire and gives it back with ft_kv_pool_release the moment it ends; its rows are
 // simply overwritten by the next owner (attention reads only positions below the sequence's
@@ -19,10 +19,10 @@
 
 typedef struct ft_kv_pool ft_kv_pool;
 
-// Allocates n_seq caches of shape p where the backend computes (FT_PLACEMENT_CPU: host memory;
-// FT_PLACEMENT_CUDA: zeroed device memory). Returns NULL and sets *err when ft_kv_init refuses
-// the parameters or device memory runs out (nothing stays allocated).
-ft_kv_pool *ft_kv_pool_init(const ft_kv_params *p, int n_seq, enum ft_placement where, ft_err *err);
+// Allocates n_seq caches of shape p, zeroed, in be's buffers (host memory on the CPU, device
+// memory on a GPU). Returns NULL and sets *err when ft_kv_init refuses the parameters or memory
+// runs out (nothing stays allocated). Free the pool before the backend.
+ft_kv_pool *ft_kv_pool_init(const ft_kv_params *p, int n_seq, ft_backend *be, ft_err *err);
 void ft_kv_pool_free(ft_kv_pool *pool); // NULL is a no-op
 
 // Takes a free cache: returns its index (0 <= i < n_seq), or -1 when every cache is in use.

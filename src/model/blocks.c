@@ -17,7 +17,7 @@ static const ft_segment *segments(const ft_forward *f, ft_segment *one, int *n_s
 
 void model_block_attention(const ft_model *m, ft_forward *f, int il, attn_opts o) {
     const ft_hparams *hp = &m->hp;
-    const ft_layer *L = &m->layers[il];
+    const ft_layer *L = &f->w->layers[il];
     ft_backend *be = f->be;
     const ft_backend_ops *ops = be->ops;
     int n = f->n_tok, hd = hp->head_dim, nh = L->n_head, nkv = hp->n_head_kv;
@@ -77,7 +77,7 @@ void model_block_attention(const ft_model *m, ft_forward *f, int il, attn_opts o
 
 void model_block_moe(const ft_model *m, ft_forward *f, int il) {
     const ft_hparams *hp = &m->hp;
-    const ft_layer *L = &m->layers[il];
+    const ft_layer *L = &f->w->layers[il];
     ft_backend *be = f->be;
     const ft_backend_ops *ops = be->ops;
     int n = f->n_tok;
@@ -102,7 +102,7 @@ void model_block_moe(const ft_model *m, ft_forward *f, int il) {
 
 void model_block_dense_ffn(const ft_model *m, ft_forward *f, int il) {
     const ft_hparams *hp = &m->hp;
-    const ft_layer *L = &m->layers[il];
+    const ft_layer *L = &f->w->layers[il];
     ft_backend *be = f->be;
     be->ops->rms_norm(be, f->x, &L->ffn_norm, f->xn, f->n_tok, hp->n_embd, hp->rms_eps);
     be->ops->ffn(be, &L->ffn_gate, &L->ffn_up, &L->ffn_down, f->xn, f->out, f->n_tok);

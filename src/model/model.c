@@ -1,8 +1,6 @@
 // model.c: loading a model (see model.h): the architecture table, hyper-parameter readers and
 // tensor binding with their checks.
 #include "model_impl.h"
-#include "../backend/cuda/ft_cuda.h"
-#include "../backend/cuda/offload.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -288,15 +286,16 @@ ft_model *ft_model_load(const char *path, ft_err *err) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Device placement
+// Placement on a backend
 
-// Calls fn on every tensor ft_model_upload moves (all but the embedding table, and the routed
-// experts when they stay on the host).
-static void for_each_device_tensor(ft_model *m, bool experts_on_host, void (*fn)(ft_tensor *t, void *ctx), void *ctx) {
-    fn(&m->output_norm, ctx);
-    fn(&m->output, ctx);
-    for (int l = 0; l < m->hp.n_layer; l++) {
-        ft_layer *L = &m->layers[l];
+// Calls fn on every tensor of w that a device placement copies (all but the embedding table,
+// and the routed experts when they stay on the host).
+static void for_each_placed_tensor(ft_weights *w, bool experts_on_host, void (*fn)(ft_tensor *t, void *ctx),
+                                   void *ctx) {
+    fn(&w->output_norm, ctx);
+    fn(&w->output, ctx);
+    for (int l = 0; l < w->n_layer; l++) {
+        ft_layer *L = &w->layers[l];
         ft_tensor *ts[] = {&L->attn_norm, &L->wq, &L->wk, &L->wv, &L->bq, &L->bk, &L->bv, &L->wo,
                            &L->q_norm, &L->k_norm, &L->attn_gate, &L->ffn_norm, &L->router, &L->sel_bias,
                            &L->gate_shexp, &L->up_shexp, &L->down_shexp, &L->gate_inp_shexp, &L->ffn_gate,
@@ -311,68 +310,94 @@ static void for_each_device_tensor(ft_model *m, bool experts_on_host, void (*fn)
 }
 
 static size_t tensor_bytes(const ft_tensor *t) { return t->mat_bytes * (size_t)t->ne[2]; }
+static size_t placed_bytes(const ft_tensor *t) { return (tensor_bytes(t) + 255) / 256 * 256; }
 
 static void add_bytes(ft_tensor *t, void *ctx) {
-    if (ft_tensor_present(t)) *(size_t *)ctx += (tensor_bytes(t) + 255) / 256 * 256;
+    if (ft_tensor_present(t)) *(size_t *)ctx += placed_bytes(t);
 }
 
-size_t ft_model_upload_bytes(const ft_model *m, bool experts_on_host) {
+// The model's own tensors as a view (the layers array copied, the data still the mapping's).
+static ft_weights *weights_view(const ft_model *m) {
+    ft_weights *w = ft_calloc(1, sizeof(*w));
+    w->tok_embd = m->tok_embd;
+    w->output_norm = m->output_norm;
+    w->output = m->output;
+    w->n_layer = m->hp.n_layer;
+    w->layers = ft_malloc((size_t)w->n_layer * sizeof(ft_layer));
+    memcpy(w->layers, m->layers, (size_t)w->n_layer * sizeof(ft_layer));
+    return w;
+}
+
+size_t ft_weights_place_bytes(const ft_model *m, bool experts_on_host) {
+    ft_weights *w = weights_view(m);
     size_t n = 0;
-    for_each_device_tensor((ft_model *)m, experts_on_host, add_bytes, &n);
+    for_each_placed_tensor(w, experts_on_host, add_bytes, &n);
+    free(w->layers);
+    free(w);
     return n;
 }
 
 typedef struct {
+    ft_weights *w;
     bool failed;
     ft_err *err;
-    ft_model *m;
+    ft_progress_fn progress;
+    void *progress_ctx;
     size_t done, total; // bytes, for the progress report
-} upload_ctx;
+} place_ctx;
 
-static void upload_one(ft_tensor *t, void *ctx) {
-    upload_ctx *u = ctx;
-    if (u->failed || !ft_tensor_present(t) || t->placement == FT_PLACEMENT_CUDA) return;
-    if (!ft_cuda_matvec_supported(t->type)) {
-        ft_err_set(u->err, "tensor %s: type %s has no CUDA kernel", t->name, ft_type_name(t->type));
+static void place_one(ft_tensor *t, void *ctx) {
+    place_ctx *u = ctx;
+    ft_backend *be = u->w->be;
+    if (u->failed || !ft_tensor_present(t)) return;
+    if (!be->ops->supports_type(be, t->type)) {
+        ft_err_set(u->err, "tensor %s: type %s has no %s kernel", t->name, ft_type_name(t->type), be->ops->name);
         u->failed = true;
         return;
     }
-    void *d = ft_cuda_malloc(tensor_bytes(t));
+    void *d = be->ops->buffer_alloc(be, tensor_bytes(t));
     if (!d) {
-        ft_err_set(u->err, "out of device memory uploading %s (%zu bytes)", t->name, tensor_bytes(t));
+        ft_err_set(u->err, "out of %s memory placing %s (%zu bytes)", be->ops->name, t->name, tensor_bytes(t));
         u->failed = true;
         return;
     }
-    ft_cuda_memcpy_h2d(d, t->data, tensor_bytes(t), NULL);
+    be->ops->buffer_write(be, d, t->data, tensor_bytes(t));
     t->data = d;
-    t->placement = FT_PLACEMENT_CUDA;
-    u->done += (tensor_bytes(t) + 255) / 256 * 256;
-    if (u->m->progress) u->m->progress(u->m->progress_ctx, u->done, u->total);
+    t->placement = be->placement;
+    u->done += placed_bytes(t);
+    if (u->progress) u->progress(u->progress_ctx, "uploading weights", u->done, u->total);
 }
 
-// Frees a device copy and points the tensor back into the mapping (ctx is the model).
+// Gives a copy back to its backend (ctx is the weights).
 static void free_one(ft_tensor *t, void *ctx) {
-    ft_model *m = ctx;
-    if (ft_tensor_present(t) && t->placement == FT_PLACEMENT_CUDA) {
-        ft_cuda_free(t->data);
-        const gguf_tensor *g = gguf_find_tensor(m->file, t->name);
-        t->data = g ? (void *)g->data : NULL;
-        t->placement = FT_PLACEMENT_CPU;
-    }
+    ft_weights *w = ctx;
+    if (ft_tensor_present(t) && t->placement == w->be->placement) w->be->ops->buffer_free(w->be, t->data);
 }
 
-bool ft_model_upload(ft_model *m, bool experts_on_host, ft_err *err) {
-    upload_ctx u = {.err = err, .m = m, .total = ft_model_upload_bytes(m, experts_on_host)};
-    for_each_device_tensor(m, experts_on_host, upload_one, &u);
+ft_weights *ft_weights_place(const ft_model *m, ft_backend *be, bool experts_on_host, ft_progress_fn progress,
+                             void *progress_ctx, ft_err *err) {
+    ft_weights *w = weights_view(m);
+    w->experts_on_host = experts_on_host;
+    if (be->placement == FT_PLACEMENT_CPU) return w; // the CPU computes from the mapping
+    w->be = be;
+    place_ctx u = {.w = w, .err = err, .progress = progress, .progress_ctx = progress_ctx,
+                   .total = ft_weights_place_bytes(m, experts_on_host)};
+    for_each_placed_tensor(w, experts_on_host, place_one, &u);
     if (u.failed) {
-        for_each_device_tensor(m, false, free_one, m);
-        return false;
+        ft_weights_free(w);
+        return NULL;
     }
-    ft_cuda_device_sync();
-    return true;
+    return w;
 }
 
-void ft_model_prefault(ft_model *m) {
+void ft_weights_free(ft_weights *w) {
+    if (!w) return;
+    if (w->be) for_each_placed_tensor(w, w->experts_on_host, free_one, w);
+    free(w->layers);
+    free(w);
+}
+
+void ft_model_prefault(const ft_model *m, ft_progress_fn progress, void *progress_ctx) {
     const uint8_t *base = gguf_file_base(m->file);
     size_t off = (size_t)gguf_data_offset(m->file), size = (size_t)gguf_file_size(m->file);
     if (!base || off >= size) return;
@@ -388,15 +413,13 @@ void ft_model_prefault(ft_model *m) {
         for (size_t i = 0; i < n; i += page)
             sink ^= base[off + done + i];
         done += n;
-        if (m->progress) m->progress(m->progress_ctx, done, total);
+        if (progress) progress(progress_ctx, "reading weights into memory", done, total);
     }
     (void)sink;
 }
 
 void ft_model_free(ft_model *m) {
     if (!m) return;
-    ft_offload_free(m->offload);
-    if (m->layers) for_each_device_tensor(m, false, free_one, m);
     gguf_close(m->file);
     free(m->layers);
     free(m->path);
@@ -409,11 +432,12 @@ int ft_model_max_q_width(const ft_model *m) {
     return w;
 }
 
-void ft_forward_alloc(ft_forward *f, const ft_model *m, ft_backend *be, int n_batch) {
+void ft_forward_alloc(ft_forward *f, const ft_model *m, const ft_weights *w, ft_backend *be, int n_batch) {
     const ft_hparams *hp = &m->hp;
     size_t B = (size_t)n_batch, E = (size_t)hp->n_embd, Q = (size_t)ft_model_max_q_width(m),
            KV = (size_t)hp->n_head_kv * (size_t)hp->head_dim;
     f->be = be;
+    f->w = w;
     f->seg = NULL;
     f->n_seg = 0;
     f->x = be->ops->alloc(be, B * E);

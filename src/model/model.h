@@ -5,7 +5,7 @@
 // and validates its hyper-parameters and binds every weight, checking presence, type and shape
 // with a message that names the key or tensor that is wrong. Weights point into the mapping;
 // the model owns the mapping and its arrays. A loaded model is read-only: several engines
-// may share it.
+// may share it, each placing the weights on its own backend (ft_weights_place).
 //
 // Each architecture is one file (qwen3moe.c, qwen2moe.c, llama.c, laguna.c) with three parts:
 // its hyper-parameters, its tensors, and `layer`, the forward pass of one block for a batch of
@@ -16,7 +16,6 @@
 #include "../backend/backend.h"
 #include "../gguf/gguf.h"
 #include "../kv/kv.h"
-#include "../moe/placement.h"
 #include "../util/progress.h"
 
 #define FT_MAX_EXPERTS 1024
@@ -63,6 +62,17 @@ typedef struct ft_layer {
     ft_tensor ffn_down;            // (n_ff, n_embd)
 } ft_layer;
 
+// The tensors a forward pass reads, where one backend keeps them: the model's own (in the
+// file's mapping) for a CPU backend, else copies in the backend's buffers, the routed experts
+// possibly left in the mapping (ft_weights_place). Shapes and names as the model's.
+typedef struct ft_weights {
+    ft_tensor tok_embd, output_norm, output;
+    ft_layer *layers;       // (n_layer)
+    int n_layer;
+    ft_backend *be;         // whose buffers hold the copies (NULL: none were made)
+    bool experts_on_host;   // the routed experts stayed in the mapping
+} ft_weights;
+
 // One sequence's tokens in a batch: rows row0..row0+n_tok-1 of the activation buffers hold
 // its positions pos0..pos0+n_tok-1, whose keys and values go to (and are read from) kv.
 typedef struct ft_segment {
@@ -81,6 +91,7 @@ typedef struct ft_segment {
 // sequence {kv, pos0, row 0, n_tok} (the shorthand single-sequence callers use).
 typedef struct ft_forward {
     ft_backend *be;
+    const ft_weights *w;      // the weights on be
     moe_placement *place;
     int n_tok;                // rows in the batch, over all segments
     const ft_segment *seg;    // (n_seg) in row order, covering rows 0..n_tok-1
@@ -116,40 +127,37 @@ struct ft_model {
     ft_tensor output_norm; // (n_embd)
     ft_tensor output;      // (n_embd, n_vocab); tok_embd when the file ties them
     ft_layer *layers;      // (n_layer)
-    struct ft_offload *offload; // --moe-backend offload: the GPU expert cache (owned), or NULL
-    ft_progress_fn progress; // long steps (prefault, upload) report here when set
-    void *progress_ctx;
 };
 
 // Loads a model. Returns NULL and sets *err ("path: what, where") on any problem.
 ft_model *ft_model_load(const char *path, ft_err *err);
 void ft_model_free(ft_model *m); // NULL is a no-op
 
-// Device placement (the CUDA backend). ft_model_upload copies every weight except the
-// token-embedding table (read row by row on the host by get_rows, as llama.cpp keeps it) to
-// CUDA device memory once: each tensor's data becomes a device pointer with placement
-// FT_PLACEMENT_CUDA, freed by ft_model_free. The model then serves only CUDA engines.
-// ft_model_upload_bytes is what it will allocate (for the memory plan, checked before).
-// Returns false and sets *err when an allocation fails (what was uploaded is given back and
-// the model stays on the host) or a weight type has no CUDA kernel.
-// With experts_on_host the routed experts (gate_exps, up_exps, down_exps) stay in the mapping
-// (placement CPU) for an expert cache or the CPU to serve (--moe-backend offload|cpu).
-size_t ft_model_upload_bytes(const ft_model *m, bool experts_on_host);
-bool ft_model_upload(ft_model *m, bool experts_on_host, ft_err *err);
+// Places the weights on backend be for its forward passes. On a CPU backend nothing is copied
+// (the view points into the mapping). On a device, every tensor but the token-embedding table
+// (read row by row on the host by get_rows, as llama.cpp keeps it) is copied into be's
+// buffers, and with experts_on_host the routed experts (gate_exps, up_exps, down_exps) stay
+// in the mapping (placement CPU) for an expert cache or the CPU to serve (--moe-backend
+// offload|cpu). progress, when set, is told of the bytes copied. Returns NULL and sets *err
+// when a type has no kernel on be or its memory runs out (nothing stays allocated).
+// ft_weights_place_bytes is what a device placement allocates (for the memory plan).
+ft_weights *ft_weights_place(const ft_model *m, ft_backend *be, bool experts_on_host, ft_progress_fn progress,
+                             void *progress_ctx, ft_err *err);
+void ft_weights_free(ft_weights *w); // gives the copies back to their backend; NULL is a no-op
+size_t ft_weights_place_bytes(const ft_model *m, bool experts_on_host);
 
 // Reads every page of the file's tensor data into memory now (the mapping is lazy: the first
-// requests would otherwise wait on the disk), reporting progress through m->progress. Warns
-// when the file is larger than the memory available. For CPU engines; CUDA engines read the
-// weights once while uploading them.
-void ft_model_prefault(ft_model *m);
+// requests would otherwise wait on the disk), reporting progress when set. Warns when the file
+// is larger than the memory available. For weights the CPU computes from the mapping.
+void ft_model_prefault(const ft_model *m, ft_progress_fn progress, void *progress_ctx);
 
 // Widest activation row of any layer (for buffer sizes): max of n_embd, q width, FFN widths.
 int64_t ft_model_max_width(const ft_model *m);
 int ft_model_max_q_width(const ft_model *m);
 
 // Allocates f's activation buffers on be, sized for batches of up to n_batch tokens, and sets
-// f->be (place, the segments or kv and pos0 are the caller's).
-void ft_forward_alloc(ft_forward *f, const ft_model *m, ft_backend *be, int n_batch);
+// f->be and f->w (place, the segments or kv and pos0 are the caller's).
+void ft_forward_alloc(ft_forward *f, const ft_model *m, const ft_weights *w, ft_backend *be, int n_batch);
 
 // Architectures ft knows, and a comma-separated list of their names for messages.
 const ft_arch *ft_arch_find(const char *name);

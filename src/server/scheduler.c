@@ -115,7 +115,7 @@ static void refresh_moe(srv_sched *s, bool force) {
     double now = ft_time_s();
     if (!force && now - s->moe_read_at < 0.2) return;
     ft_moe_stats fresh;
-    if (!ft_moe_stats_read(s->m, &fresh)) return;
+    if (!ft_batch_moe_stats(s->b, &fresh)) return;
     s->moe_read_at = now;
     pthread_mutex_lock(&s->moe_mu);
     ft_moe_stats old = s->moe;
@@ -380,7 +380,7 @@ static void end_rebuild(srv_sched *s, srv_job *j, enum srv_finish why, const cha
 // Resizes the expert cache between two steps: the running sequences go on with an empty cache.
 static void run_rebuild(srv_sched *s, srv_job *j) {
     ft_err err = {{0}};
-    bool ok = ft_moe_cache_rebuild(s->m, j->rebuild_slots, &err);
+    bool ok = ft_batch_moe_rebuild(s->b, j->rebuild_slots, &err);
     refresh_moe(s, true);
     end_rebuild(s, j, ok ? SRV_FINISH_STOP : SRV_FINISH_ERROR, ok ? NULL : err.msg);
 }
@@ -472,7 +472,7 @@ srv_sched *srv_sched_init(const ft_model *m, const tok_vocab *v, const srv_param
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     atomic_init(&s->kv_used, 0);
-    s->has_moe = ft_moe_cache_present(m);
+    s->has_moe = ft_batch_moe_backend(s->b) == FT_MOE_BACKEND_OFFLOAD;
     refresh_moe(s, true);
     if (pthread_create(&s->thread, NULL, thread_main, s) != 0) {
         ft_err_set(err, "cannot start the inference thread");

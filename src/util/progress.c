@@ -2,14 +2,19 @@
 #include "progress.h"
 
 #include <stdio.h>
+#include <string.h>
 #include <unistd.h>
 
 ft_progress ft_progress_begin(const char *what) {
     return (ft_progress){.what = what, .tty = isatty(STDERR_FILENO) == 1, .last = -1};
 }
 
-void ft_progress_report(void *ctx, size_t done, size_t total) {
+void ft_progress_report(void *ctx, const char *what, size_t done, size_t total) {
     ft_progress *p = ctx;
+    if (what && (!p->what || strcmp(what, p->what))) {
+        p->what = what;
+        p->last = -1;
+    }
     int pct = total ? (int)(100.0 * (double)done / (double)total) : 100;
     if (pct > 100) pct = 100;
     int step = p->tty ? 1 : 10;

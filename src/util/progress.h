@@ -9,8 +9,9 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-// Reports that done of total bytes are finished; ctx is what the caller registered.
-typedef void (*ft_progress_fn)(void *ctx, size_t done, size_t total);
+// Reports that done of total bytes of the step `what` ("uploading weights", ...) are finished;
+// ctx is what the caller registered.
+typedef void (*ft_progress_fn)(void *ctx, const char *what, size_t done, size_t total);
 
 typedef struct ft_progress {
     const char *what;  // "loading", "uploading", ... (printed before the bar)
@@ -18,9 +19,10 @@ typedef struct ft_progress {
     int last;          // last percentage printed (-1: none yet)
 } ft_progress;
 
-// Starts a bar labelled what.
+// Starts a bar labelled what (NULL: by the first report's step).
 ft_progress ft_progress_begin(const char *what);
-// The ft_progress_fn that draws ctx (an ft_progress); the line ends when done == total.
-void ft_progress_report(void *ctx, size_t done, size_t total);
+// The ft_progress_fn that draws ctx (an ft_progress); the line ends when done == total, and a
+// report of another step starts a new bar.
+void ft_progress_report(void *ctx, const char *what, size_t done, size_t total);
 
 #endif

@@ -255,9 +255,53 @@ static void cpu_add_bias(ft_backend *be, float *y, const ft_tensor *b, int n_row
         for (int i = 0; i < n; i++) y[(size_t)r * n + i] += bd[i];
 }
 
+// ---------------------------------------------------------------------------------------------
+// Memory: host memory; weights stay in the model's mapping (ft_weights_place copies nothing
+// for this backend), caches come from buffer_alloc.
+
+static void cpu_device_info(ft_backend *be, ft_device_info *out) {
+    (void)be;
+    memset(out, 0, sizeof(*out));
+    snprintf(out->name, sizeof(out->name), "cpu");
+    out->free_mem = out->total_mem = ft_mem_available();
+}
+
+static bool cpu_supports_type(ft_backend *be, enum ft_type type) {
+    (void)be;
+    const ft_quant_ops *q = ft_quant_ops_find(type);
+    return q && q->vec_dot;
+}
+
+static size_t cpu_scratch_bytes(ft_backend *be, const ft_backend_limits *lim) {
+    (void)be;
+    (void)lim;
+    return 0; // host scratch is not part of a device plan
+}
+
+static void *cpu_buffer_alloc(ft_backend *be, size_t n) {
+    (void)be;
+    return calloc(1, n ? n : 1);
+}
+
+static void cpu_buffer_free(ft_backend *be, void *p) {
+    (void)be;
+    free(p);
+}
+
+static void cpu_buffer_write(ft_backend *be, void *dst, const void *src, size_t n) {
+    (void)be;
+    memcpy(dst, src, n);
+}
+
 static const ft_backend_ops g_cpu_ops = {
     .name = "cpu",
     .free = cpu_free,
+    .device_info = cpu_device_info,
+    .supports_type = cpu_supports_type,
+    .scratch_bytes = cpu_scratch_bytes,
+    .buffer_alloc = cpu_buffer_alloc,
+    .buffer_free = cpu_buffer_free,
+    .buffer_write = cpu_buffer_write,
     .reserve = cpu_reserve,
     .alloc = cpu_alloc,
     .read = cpu_read,

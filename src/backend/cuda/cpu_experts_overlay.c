@@ -64,7 +64,7 @@ size_t cuda_cpu_experts_buffer_bytes(const ft_tensor *gate, const ft_tensor *up,
 
 size_t cuda_cpu_experts_staging_bytes(void) { return STAGE_SLOTS * STAGE_BYTES; }
 
-cpu_experts_overlay *cpu_experts_overlay_init(const cuda_cpu_experts_params *p) {
+cpu_experts_overlay *cpu_experts_overlay_init(const ft_host_experts_params *p) {
     if (p->overlay_buffers <= 0 || !p->gate_exps) return NULL;
     FT_ASSERT(p->overlay_buffers <= 2 && p->up_exps && p->down_exps);
     size_t bank_bytes[N_BANK];

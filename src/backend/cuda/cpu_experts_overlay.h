@@ -31,7 +31,7 @@ typedef struct cpu_experts_overlay cpu_experts_overlay;
 // The overlay p asks for (p->overlay_buffers device buffers sized for its largest layer, the
 // staging ring, the copy stream), or NULL when it asks for none or no layer's types are the
 // grouped GEMM's. Copies the descriptors (not the data).
-cpu_experts_overlay *cpu_experts_overlay_init(const cuda_cpu_experts_params *p);
+cpu_experts_overlay *cpu_experts_overlay_init(const ft_host_experts_params *p);
 // Prints what it copied (when it did) and frees it. NULL: no-op.
 void cpu_experts_overlay_free(cpu_experts_overlay *o);
 

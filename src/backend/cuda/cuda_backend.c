@@ -34,11 +34,13 @@
 // the executable graph: capture and update cost the host about as much as the launches they
 // replace, which is the time a decode step is short of. FT_CUDA_GRAPHS=0 turns graphs off.
 #include "cuda.h"
+#include "cuda_cpu_experts.h"
 #include "cuda_ops.h"
 #include "ft_cuda.h"
 #include "offload.h"
 
 #include <limits.h>
+#include <stdio.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,7 +61,7 @@ typedef struct cuda_backend {
     float *logits;             // (max_tok, max(n_expert, 1))
     int32_t *sel;              // (P) selected experts
     const int32_t *expert_ids; // what the expert kernels index by: sel, or the offload's slots
-    ft_offload *offload;       // --moe-backend offload: the GPU expert cache (not owned), or NULL
+    ft_offload *offload;       // --moe-backend offload: the GPU expert cache (owned), or NULL
     uint64_t offload_gen;      // its generation when the graphs were captured
     float *sel_w;              // (P) their weights
     float *gap;                // (1) smallest routing gap since the last read
@@ -242,7 +244,8 @@ static size_t attn_part_floats(const ft_backend_limits *lim) {
     return (size_t)FT_CUDA_ATTN_SPLIT_MAX_TOK * FT_CUDA_ATTN_MAX_SPLIT * 3 * (size_t)lim->max_width;
 }
 
-size_t ft_backend_cuda_scratch_bytes(const ft_backend_limits *lim) {
+static size_t cuda_scratch_bytes(ft_backend *be, const ft_backend_limits *lim) {
+    (void)be;
     size_t W = (size_t)round32(lim->max_width), T = (size_t)lim->max_tok;
     size_t P = T * (size_t)FT_MAX(lim->n_expert_used, 1), E = (size_t)FT_MAX(lim->n_expert, 1);
     return 2 * ft_cuda_q8_1_bytes((int64_t)W, (int)P) + 3 * P * W * sizeof(float) + T * E * sizeof(float) +
@@ -342,6 +345,7 @@ static void cuda_free(ft_backend *be) {
     ft_cuda_free(c->pos_dev);
     for (int i = 0; i < (int)FT_ARRAY_LEN(c->step_graphs); i++) ft_cuda_graph_free(c->step_graphs[i].graph);
     cuda_cpu_experts_free(c->cpu_experts);
+    ft_offload_free(c->offload);
     ft_cuda_stream_free(c->stream);
     free(c);
 }
@@ -743,7 +747,7 @@ static void cuda_moe_ffn(ft_backend *be, const ft_moe_params *p, const float *x,
     ft_tensor views[MOE_BANK_COUNT];
     bool cpu_overlay = false;
     if (cuda_cpu_experts_serves(c->cpu_experts, p)) {
-        if (n_tok < GEMM_MIN_TOK || !cuda_cpu_experts_overlay_serves(c->cpu_experts, p)) {
+        if (!moe_placement_host_overlay(cuda_cpu_experts_overlay_serves(c->cpu_experts, p), n_tok, GEMM_MIN_TOK)) {
             // the GPU routes and the selections travel with x; a replayed graph step still
             // queues the layer's CPU work (its graph holds the routing and the meeting)
             bool gpu_route = cuda_cpu_experts_routes_on_gpu(c->cpu_experts);
@@ -908,9 +912,111 @@ static void cuda_step_end(ft_backend *be) {
     c->xq_src = NULL;
 }
 
+// ---------------------------------------------------------------------------------------------
+// Memory and the experts kept in host memory
+
+static void cuda_device_info(ft_backend *be, ft_device_info *out) {
+    ft_cuda_device_info info;
+    memset(out, 0, sizeof(*out));
+    if (!ft_cuda_device_get_info(((cuda_backend *)be)->dev, &info)) return;
+    snprintf(out->name, sizeof(out->name), "%s", info.name);
+    out->cc_major = info.cc_major;
+    out->cc_minor = info.cc_minor;
+    out->free_mem = info.free_mem;
+    out->total_mem = info.total_mem;
+}
+
+static bool cuda_supports_type(ft_backend *be, enum ft_type type) {
+    (void)be;
+    return ft_cuda_matvec_supported(type);
+}
+
+static void *cuda_buffer_alloc(ft_backend *be, size_t n) {
+    cuda_backend *c = cuda_of(be);
+    void *p = ft_cuda_malloc(n ? n : 1);
+    if (p) {
+        ft_cuda_memset(p, 0, n, c->stream);
+        ft_cuda_stream_sync(c->stream);
+    }
+    return p;
+}
+
+static void cuda_buffer_free(ft_backend *be, void *p) {
+    if (!p) return;
+    cuda_backend *c = cuda_of(be);
+    cuda_cpu_experts_flush(c->cpu_experts);
+    ft_cuda_stream_sync(c->stream); // no work in flight may still read it
+    ft_cuda_free(p);
+}
+
+static void cuda_buffer_write(ft_backend *be, void *dst, const void *src, size_t n) {
+    (void)be;
+    ft_cuda_memcpy_h2d(dst, src, n, NULL);
+    ft_cuda_device_sync();
+}
+
+static moe_host_allocator cuda_expert_host_allocator(ft_backend *be) {
+    (void)be;
+    return ft_offload_host_allocator();
+}
+
+static bool cuda_expert_cache_init(ft_backend *be, moe_expert_banks *hb, const ft_expert_cache_params *p,
+                                   ft_err *err) {
+    cuda_backend *c = cuda_of(be);
+    FT_ASSERT(c->reserved && !c->offload && !c->cpu_experts);
+    ft_offload_params op = {.plan = p->plan, .prefill_serial = p->prefill_serial, .trace = p->trace};
+    ft_offload *o = ft_offload_init(p->geometry, hb, &op, err); // owns hb from here, or freed it
+    if (!o) return false;
+    ft_offload_print(o, stderr);
+    c->offload = o;
+    c->offload_gen = ft_offload_generation(o);
+    ft_offload_reserve(o, c->lim.max_tok * FT_MAX(c->lim.n_expert_used, 1));
+    return true;
+}
+
+static bool cuda_expert_cache_stats(ft_backend *be, ft_moe_stats *out) {
+    cuda_backend *c = cuda_of(be);
+    memset(out, 0, sizeof(*out));
+    if (!c->offload) return false;
+    ft_offload_stats(c->offload, out);
+    return true;
+}
+
+static bool cuda_expert_cache_rebuild(ft_backend *be, int n_slots, ft_err *err) {
+    cuda_backend *c = cuda_of(be);
+    if (!c->offload) return ft_err_set(err, "no expert cache: the model was not placed with --moe-backend offload");
+    if (n_slots < 1) return ft_err_set(err, "moe_cache_size %d: expected at least 1 slot", n_slots);
+    return ft_offload_rebuild(c->offload, n_slots, ft_offload_plan(c->offload)->layout, err);
+}
+
+static void cuda_host_experts_init(ft_backend *be, const ft_host_experts_params *p) {
+    cuda_backend *c = cuda_of(be);
+    FT_ASSERT(c->reserved && !c->cpu_experts && !c->offload);
+    c->cpu_experts = cuda_cpu_experts_init(p, &c->base.min_route_gap, &c->lim);
+}
+
+static size_t cuda_host_experts_device_bytes(ft_backend *be, const ft_host_experts_params *p, size_t *staging) {
+    (void)be;
+    size_t buffer = cuda_cpu_experts_buffer_bytes(p->gate_exps, p->up_exps, p->down_exps, p->n_layer);
+    *staging = buffer && p->overlay_buffers > 0 ? cuda_cpu_experts_staging_bytes() : 0;
+    return (size_t)p->overlay_buffers * buffer;
+}
+
 static const ft_backend_ops g_cuda_ops = {
     .name = "cuda",
     .free = cuda_free,
+    .device_info = cuda_device_info,
+    .supports_type = cuda_supports_type,
+    .scratch_bytes = cuda_scratch_bytes,
+    .buffer_alloc = cuda_buffer_alloc,
+    .buffer_free = cuda_buffer_free,
+    .buffer_write = cuda_buffer_write,
+    .expert_host_allocator = cuda_expert_host_allocator,
+    .expert_cache_init = cuda_expert_cache_init,
+    .expert_cache_stats = cuda_expert_cache_stats,
+    .expert_cache_rebuild = cuda_expert_cache_rebuild,
+    .host_experts_init = cuda_host_experts_init,
+    .host_experts_device_bytes = cuda_host_experts_device_bytes,
     .reserve = cuda_reserve,
     .alloc = cuda_alloc,
     .read = cuda_read,
@@ -931,17 +1037,12 @@ static const ft_backend_ops g_cuda_ops = {
     .step_end = cuda_step_end,
 };
 
-void ft_backend_cuda_attach_offload(ft_backend *be, ft_offload *o) {
-    cuda_backend *c = cuda_of(be);
-    FT_ASSERT(c->reserved);
-    c->offload = o;
-    c->offload_gen = ft_offload_generation(o);
-    ft_offload_reserve(o, c->lim.max_tok * FT_MAX(c->lim.n_expert_used, 1));
-}
+int ft_backend_cuda_device_count(void) { return ft_cuda_device_count(); }
 
-ft_backend *ft_backend_cuda_init(int dev, ft_err *err) {
-    if (dev < 0 || dev >= ft_cuda_device_count()) {
-        ft_err_set(err, "cuda: no device %d (%d found)", dev, ft_cuda_device_count());
+ft_backend *ft_backend_cuda_init(const ft_backend_params *p, ft_err *err) {
+    int dev = 0;
+    if (ft_cuda_device_count() <= dev) {
+        ft_err_set(err, "--device cuda: no CUDA device found");
         return NULL;
     }
     ft_cuda_set_device(dev);
@@ -956,14 +1057,6 @@ ft_backend *ft_backend_cuda_init(int dev, ft_err *err) {
     const char *gm = getenv("FT_CUDA_GEMM"), *fa = getenv("FT_CUDA_FLASH");
     c->gemm_min_tok = gm && !strcmp(gm, "0") ? INT_MAX : GEMM_MIN_TOK;
     c->flash = !(fa && !strcmp(fa, "0"));
-    c->graph_max_tok = -1;
+    c->graph_max_tok = p->graph_max_tok;
     return &c->base;
-}
-
-void ft_backend_cuda_set_graph_max_tok(ft_backend *be, int n) { ((cuda_backend *)be)->graph_max_tok = n; }
-
-void ft_backend_cuda_attach_cpu_experts(ft_backend *be, const cuda_cpu_experts_params *p) {
-    cuda_backend *c = cuda_of(be);
-    FT_ASSERT(c->reserved && !c->cpu_experts);
-    c->cpu_experts = cuda_cpu_experts_init(p, &c->lim);
 }

@@ -170,7 +170,7 @@ static void profile_print(const cuda_cpu_experts *ce) {
 // ---------------------------------------------------------------------------------------------
 // Init and free
 
-cuda_cpu_experts *cuda_cpu_experts_init(const cuda_cpu_experts_params *p, const ft_backend_limits *lim) {
+cuda_cpu_experts *cuda_cpu_experts_init(const ft_host_experts_params *p, float *route_gap, const ft_backend_limits *lim) {
     FT_ASSERT(p->n_layer >= 1 && p->routers && p->n_threads >= 1);
     cuda_cpu_experts *ce = ft_calloc(1, sizeof(*ce));
     ce->n_layer = p->n_layer;
@@ -202,7 +202,7 @@ cuda_cpu_experts *cuda_cpu_experts_init(const cuda_cpu_experts_params *p, const 
     for (int i = 0; i < p->n_layer; i++) ce->pending[i].row_gemm = ce->row_gemm + (size_t)i * (size_t)lim->max_tok;
     ft_cuda_device_sync();
     ce->x_ready = ft_cuda_event_init();
-    ce->route_gap = p->route_gap;
+    ce->route_gap = route_gap;
     ce->event_meeting = env_is("FT_CPU_EXPERTS_MEETING", "event");
     if (!ce->event_meeting && ft_cuda_modules_load_lazily()) {
         // the other meetings enqueue the next layer's launches while the stream waits for the

@@ -56,17 +56,8 @@
 
 typedef struct cuda_cpu_experts cuda_cpu_experts;
 
-typedef struct cuda_cpu_experts_params {
-    int n_layer;                 // blocks of the model
-    const ft_tensor *routers;    // (n_layer) host copies of each block's router (absent: not MoE)
-    const ft_tensor *sel_bias;   // (n_layer) host copies of the selection biases, or NULL
-    int n_threads;               // CPU threads for the experts
-    bool reference;              // the CPU's scalar reference path
-    float *route_gap;            // the CUDA backend's min_route_gap: the CPU's routing gaps join it
-    // the prefill overlay: the expert banks' host descriptors (n_layer each, absent: not MoE)
-    const ft_tensor *gate_exps, *up_exps, *down_exps;
-    int overlay_buffers;         // 0: every layer on the CPU; 1: copy then compute; 2: double-buffered
-} cuda_cpu_experts_params;
+// The parameters: ft_host_experts_params (backend.h), the descriptors of the experts the CPU
+// computes and of the routers it may route with.
 
 // Can a layer with these expert banks (host descriptors) run from the overlay? (Its types are
 // the grouped GEMM's, ft_cuda_moe_gemm_supported.)
@@ -81,7 +72,8 @@ size_t cuda_cpu_experts_staging_bytes(void);
 
 // A CPU backend reserved for lim (the CUDA backend's limits), mapped pinned buffers for one
 // step's input and output, and the overlay when asked. Copies the descriptors (not the data).
-cuda_cpu_experts *cuda_cpu_experts_init(const cuda_cpu_experts_params *p, const ft_backend_limits *lim);
+// route_gap is the CUDA backend's min_route_gap: the CPU's routing gaps join it.
+cuda_cpu_experts *cuda_cpu_experts_init(const ft_host_experts_params *p, float *route_gap, const ft_backend_limits *lim);
 void cuda_cpu_experts_free(cuda_cpu_experts *ce); // NULL: no-op (flushes first)
 
 // Does it compute layer p->layer? (Its experts are in host memory and it has the layer's router.)

@@ -352,7 +352,7 @@ void ft_offload_reserve(ft_offload *o, int max_sel) {
 bool ft_offload_uses_overlay(const ft_offload *o, int block, int n_tok, int n, bool gemm, int gemm_min_tok) {
     int first, n_own;
     moe_expert_cache_layer_range(o->mirror, block, &first, &n_own);
-    return n > n_own || (gemm && n_tok >= gemm_min_tok);
+    return moe_placement_offload_overlay(n, n_own, n_tok, gemm, gemm_min_tok);
 }
 
 // Every slot the overlay's bytes overlap is invalidated, on the device and in the mirror.
@@ -541,6 +541,43 @@ void ft_offload_read_counts(ft_offload *o, ft_offload_counts *layers, ft_offload
         if (total) add_counts(total, &c);
     }
     free(h);
+}
+
+static ft_moe_counts moe_counts_of(const ft_offload_counts *c) {
+    return (ft_moe_counts){.selections = c->selections, .hits = c->hits, .misses = c->misses,
+                           .bytes_copied = c->bytes_copied, .copy_ns = c->copy_ns};
+}
+
+void ft_offload_stats(ft_offload *o, ft_moe_stats *out) {
+    memset(out, 0, sizeof(*out));
+    const moe_cache_plan *plan = &o->plan;
+    int nl = ft_offload_n_layers(o), np = ft_offload_n_pools(o);
+    out->n_slots = plan->n_slots;
+    out->uniform = plan->layout == MOE_POOL_LAYOUT_UNIFORM;
+    out->cache_bytes = plan->bytes;
+    out->n_layers = nl;
+    out->n_pools = np;
+    out->layer_block = ft_malloc((size_t)nl * sizeof(int));
+    out->layer_pool = ft_malloc((size_t)nl * sizeof(int));
+    out->layers = ft_malloc((size_t)nl * sizeof(ft_moe_counts));
+    out->pool_slots = ft_calloc((size_t)np, sizeof(int));
+    out->pool_layers = ft_calloc((size_t)np, sizeof(int));
+    out->pools = ft_malloc((size_t)np * sizeof(ft_moe_counts));
+    ft_offload_counts *lc = ft_malloc((size_t)nl * sizeof(*lc)), *pc = ft_malloc((size_t)np * sizeof(*pc)), tc;
+    ft_offload_read_counts(o, lc, pc, &tc);
+    for (int i = 0; i < nl; i++) {
+        out->layer_block[i] = ft_offload_layer_block(o, i);
+        out->layer_pool[i] = ft_offload_pool_of_layer(o, i);
+        out->layers[i] = moe_counts_of(&lc[i]);
+        out->pool_layers[out->layer_pool[i]]++;
+    }
+    for (int p = 0; p < np; p++) {
+        out->pools[p] = moe_counts_of(&pc[p]);
+        out->pool_slots[p] = p < plan->n_pools ? plan->pools[p].n_slots : 0;
+    }
+    out->total = moe_counts_of(&tc);
+    free(lc);
+    free(pc);
 }
 
 double ft_offload_copy_gbps(ft_offload *o) {

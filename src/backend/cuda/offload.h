@@ -30,7 +30,9 @@
 #define FT_CUDA_OFFLOAD_H
 
 #include "../../moe/cache_plan.h"
+#include "../../moe/cache_stats.h"
 #include "../../moe/expert_banks.h"
+#include "../../moe/placement.h"
 #include "../../moe/route_trace.h"
 #include "ft_cuda.h"
 
@@ -95,6 +97,9 @@ int ft_offload_pool_of_layer(const ft_offload *o, int i); // pool serving the i-
 // total (may be NULL). Pool counters are the sums over their layers.
 void ft_offload_read_counts(ft_offload *o, ft_offload_counts *layers, ft_offload_counts *pools,
                             ft_offload_counts *total);
+
+// The counters as the engine's callers read them (cache_stats.h): *out allocated.
+void ft_offload_stats(ft_offload *o, ft_moe_stats *out);
 
 // The measured host-to-device bandwidth of the expert copies so far (bytes_copied / copy_ns
 // over decode copies and prefill stream-ins), GB/s; 0 before any copy.

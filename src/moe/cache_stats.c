@@ -1,74 +1,9 @@
-// moe_stats.c: the expert cache's telemetry and run-time resize as the engine's callers see
-// them (see engine.h), read from the GPU expert cache (src/backend/cuda/offload.h) the model
-// holds after `--moe-backend offload` placed it. A build whose tree has no expert cache has
-// no model with one: every reader then answers "no cache".
-#include "engine.h"
+// cache_stats.c: the expert cache's counters and their arithmetic (see cache_stats.h).
+#include "cache_stats.h"
+#include "../util/util.h"
 
 #include <stdlib.h>
 #include <string.h>
-
-#if __has_include("../backend/cuda/offload.h")
-#include "../backend/cuda/offload.h"
-#define FT_HAVE_OFFLOAD 1
-#else
-#define FT_HAVE_OFFLOAD 0
-#endif
-
-#if FT_HAVE_OFFLOAD
-static ft_moe_counts counts_of(const ft_offload_counts *c) {
-    return (ft_moe_counts){.selections = c->selections, .hits = c->hits, .misses = c->misses,
-                           .bytes_copied = c->bytes_copied, .copy_ns = c->copy_ns};
-}
-#endif
-
-bool ft_moe_cache_present(const ft_model *m) {
-#if FT_HAVE_OFFLOAD
-    return m->offload != NULL;
-#else
-    (void)m;
-    return false;
-#endif
-}
-
-bool ft_moe_stats_read(const ft_model *m, ft_moe_stats *out) {
-    memset(out, 0, sizeof(*out));
-#if FT_HAVE_OFFLOAD
-    ft_offload *o = m->offload;
-    if (!o) return false;
-    const moe_cache_plan *plan = ft_offload_plan(o);
-    int nl = ft_offload_n_layers(o), np = ft_offload_n_pools(o);
-    out->n_slots = plan->n_slots;
-    out->uniform = plan->layout == MOE_POOL_LAYOUT_UNIFORM;
-    out->cache_bytes = plan->bytes;
-    out->n_layers = nl;
-    out->n_pools = np;
-    out->layer_block = ft_malloc((size_t)nl * sizeof(int));
-    out->layer_pool = ft_malloc((size_t)nl * sizeof(int));
-    out->layers = ft_malloc((size_t)nl * sizeof(ft_moe_counts));
-    out->pool_slots = ft_calloc((size_t)np, sizeof(int));
-    out->pool_layers = ft_calloc((size_t)np, sizeof(int));
-    out->pools = ft_malloc((size_t)np * sizeof(ft_moe_counts));
-    ft_offload_counts *lc = ft_malloc((size_t)nl * sizeof(*lc)), *pc = ft_malloc((size_t)np * sizeof(*pc)), tc;
-    ft_offload_read_counts(o, lc, pc, &tc);
-    for (int i = 0; i < nl; i++) {
-        out->layer_block[i] = ft_offload_layer_block(o, i);
-        out->layer_pool[i] = ft_offload_pool_of_layer(o, i);
-        out->layers[i] = counts_of(&lc[i]);
-        out->pool_layers[out->layer_pool[i]]++;
-    }
-    for (int p = 0; p < np; p++) {
-        out->pools[p] = counts_of(&pc[p]);
-        out->pool_slots[p] = p < plan->n_pools ? plan->pools[p].n_slots : 0;
-    }
-    out->total = counts_of(&tc);
-    free(lc);
-    free(pc);
-    return true;
-#else
-    (void)m;
-    return false;
-#endif
-}
 
 void ft_moe_stats_free(ft_moe_stats *s) {
     free(s->layer_block);
@@ -157,16 +92,4 @@ void ft_moe_stats_print(const ft_moe_stats *s, int n_tokens, FILE *out) {
         print_counts(out, what, &s->pools[p], n_tokens);
     }
     print_counts(out, "  all pools", &s->total, n_tokens);
-}
-
-bool ft_moe_cache_rebuild(const ft_model *m, int n_slots, ft_err *err) {
-#if FT_HAVE_OFFLOAD
-    if (!m->offload) return ft_err_set(err, "no expert cache: the model was not placed with --moe-backend offload");
-    if (n_slots < 1) return ft_err_set(err, "moe_cache_size %d: expected at least 1 slot", n_slots);
-    return ft_offload_rebuild(m->offload, n_slots, ft_offload_plan(m->offload)->layout, err);
-#else
-    (void)m;
-    (void)n_slots;
-    return ft_err_set(err, "no expert cache: this build has no --moe-backend offload");
-#endif
 }
