@@ -54,7 +54,7 @@ typedef struct {
 static bool pair_init(pair *p, int max_tok, int64_t max_width, int max_ctx, int hd, int ne, int k) {
     ft_err err = {{0}};
     p->cpu = ft_backend_cpu_init(2, false);
-    p->gpu = ft_backend_cuda_init(0, &err);
+    p->gpu = ft_backend_init(&(ft_backend_params){.device = FT_PLACEMENT_CUDA, .graph_max_tok = -1}, &err);
     if (!p->gpu) {
         test_fail(__FILE__, __LINE__, "cuda init: %s", err.msg);
         p->cpu->ops->free(p->cpu);
@@ -527,7 +527,7 @@ static void model_case(const model_opts *o) {
     ep.device = FT_PLACEMENT_CUDA;
     ft_model *mg = ft_model_load(path, &err);
     ft_engine *eg = NULL;
-    if (mg && ft_engine_place_model(mg, &ep, &err)) eg = ft_engine_init(mg, &ep, &err);
+    if (mg) eg = ft_engine_init(mg, &ep, &err);
     if (!eg) {
         test_fail(__FILE__, __LINE__, "engine: %s", err.msg);
     } else {

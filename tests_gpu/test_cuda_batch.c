@@ -53,7 +53,6 @@ TEST(cuda_batch_matches_alone) {
     ep.n_seq = N_SEQ;
     ep.kv_type = FT_TYPE_Q8_0;
     ep.device = FT_PLACEMENT_CUDA;
-    REQUIRE(ft_engine_place_model(m, &ep, &err), "%s", err.msg);
     int n_vocab = m->hp.n_vocab;
     static const int lens[N_REQ] = {37, 1, 20, 9}, joins[N_REQ] = {0, 0, 2, 4};
     batch_sim_req rq[N_REQ];

@@ -217,7 +217,7 @@ static void flash_case(ft_backend *cpu, ft_backend *gpu, ft_rng *rng, enum ft_ty
 TEST(cuda_flash_attn) {
     GPU_TEST_REQUIRE_DEVICE();
     ft_err err = {{0}};
-    ft_backend *cpu = ft_backend_cpu_init(2, false), *gpu = ft_backend_cuda_init(0, &err);
+    ft_backend *cpu = ft_backend_cpu_init(2, false), *gpu = ft_backend_init(&(ft_backend_params){.device = FT_PLACEMENT_CUDA, .graph_max_tok = -1}, &err);
     if (!gpu) {
         test_fail(__FILE__, __LINE__, "cuda init: %s", err.msg);
         cpu->ops->free(cpu);

@@ -46,10 +46,8 @@ static void graph_case(const char *arch, enum ft_type kv_type, int n_swa) {
     ep.kv_type = kv_type;
     ep.device = FT_PLACEMENT_CUDA;
     ft_engine *ed = NULL, *eg = NULL;
-    if (ft_engine_place_model(m, &ep, &err)) {
-        ed = engine_with_graphs(m, &ep, false, &err);
-        if (ed) eg = engine_with_graphs(m, &ep, true, &err);
-    }
+    ed = engine_with_graphs(m, &ep, false, &err);
+    if (ed) eg = engine_with_graphs(m, &ep, true, &err);
     if (!ed || !eg) {
         test_fail(__FILE__, __LINE__, "engine: %s", err.msg);
     } else {
@@ -128,10 +126,8 @@ TEST(cuda_graph_per_sequence) {
     ep.n_seq = 3;
     ep.device = FT_PLACEMENT_CUDA;
     ft_batch *bd = NULL, *bg = NULL;
-    if (ft_engine_place_model(m, &ep, &err)) {
-        bd = batch_with_graphs(m, &ep, false, &err);
-        if (bd) bg = batch_with_graphs(m, &ep, true, &err);
-    }
+    bd = batch_with_graphs(m, &ep, false, &err);
+    if (bd) bg = batch_with_graphs(m, &ep, true, &err);
     if (!bd || !bg) {
         test_fail(__FILE__, __LINE__, "batch: %s", err.msg);
     } else {

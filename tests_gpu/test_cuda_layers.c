@@ -20,8 +20,6 @@
 #include "gpu_test.h"
 
 #include "../src/backend/cpu/cpu.h"
-#include "../src/backend/cuda/cuda.h"
-#include "../src/backend/cuda/ft_cuda.h"
 #include "../src/engine/engine.h"
 #include "../src/kv/kv.h"
 #include "../src/model/model_impl.h"
@@ -37,32 +35,26 @@
 
 typedef struct side {
     ft_backend *be;
+    ft_weights *w;
     ft_kv_cache *kv;
     ft_forward f;
     moe_placement place;
 } side;
 
+// One backend's side of the comparison: the model's weights placed on be, a KV cache in its
+// memory, buffers. Takes be (freed by side_free).
 static bool side_init(side *s, ft_backend *be, const ft_model *m, const ft_engine_params *ep, ft_err *err) {
     const ft_hparams *hp = &m->hp;
     memset(s, 0, sizeof(*s));
     s->be = be;
+    if (!(s->w = ft_weights_place(m, be, false, NULL, NULL, err))) return false;
     int64_t *widths = ft_malloc((size_t)hp->n_layer * sizeof(int64_t));
     for (int l = 0; l < hp->n_layer; l++)
         widths[l] = (int64_t)hp->n_head_kv * hp->head_dim;
     ft_kv_params kp = {hp->n_layer, ep->n_ctx, ep->kv_type, widths, hp->head_dim};
-    s->kv = ft_kv_init(&kp, err);
+    s->kv = ft_kv_init(&kp, be, err);
     free(widths);
     if (!s->kv) return false;
-    if (be->placement == FT_PLACEMENT_CUDA)
-        for (int l = 0; l < hp->n_layer; l++)
-            for (int i = 0; i < 2; i++) {
-                ft_tensor *t = i ? ft_kv_v(s->kv, l) : ft_kv_k(s->kv, l);
-                free(t->data);
-                t->data = ft_cuda_malloc(t->mat_bytes);
-                ft_cuda_memset(t->data, 0, t->mat_bytes, NULL);
-                t->placement = FT_PLACEMENT_CUDA;
-            }
-    ft_cuda_device_sync();
     ft_backend_limits lim = {.max_tok = ep->n_batch,
                              .max_width = ft_model_max_width(m),
                              .max_ctx = ep->n_ctx,
@@ -71,21 +63,16 @@ static bool side_init(side *s, ft_backend *be, const ft_model *m, const ft_engin
                              .n_expert_used = hp->n_expert_used};
     be->ops->reserve(be, &lim);
     ft_forward *f = &s->f;
-    ft_forward_alloc(f, m, be, ep->n_batch);
+    ft_forward_alloc(f, m, s->w, be, ep->n_batch);
     f->kv = s->kv;
     s->place = moe_placement_cpu();
     f->place = &s->place;
     return true;
 }
 
-static void side_free(side *s, int n_layer) {
-    if (s->kv && s->be->placement == FT_PLACEMENT_CUDA)
-        for (int l = 0; l < n_layer; l++) {
-            ft_cuda_free(ft_kv_k(s->kv, l)->data);
-            ft_cuda_free(ft_kv_v(s->kv, l)->data);
-            ft_kv_k(s->kv, l)->data = ft_kv_v(s->kv, l)->data = NULL;
-        }
+static void side_free(side *s) {
     ft_kv_free(s->kv);
+    ft_weights_free(s->w);
     if (s->be) s->be->ops->free(s->be);
 }
 
@@ -108,9 +95,7 @@ static double buf_err(side *c, const float *cb, side *g, const float *gb, size_t
 static void sync_x(side *c, side *g, size_t n) {
     float *h = ft_malloc(n * sizeof(float));
     c->be->ops->read(c->be, c->f.x, h, n);
-    ft_cuda_device_sync();
-    ft_cuda_memcpy_h2d(g->f.x, h, n * sizeof(float), NULL);
-    ft_cuda_device_sync();
+    g->be->ops->buffer_write(g->be, g->f.x, h, n * sizeof(float));
     free(h);
 }
 
@@ -136,27 +121,29 @@ static void layers_case(const char *arch, int head_dim, bool swa) {
         test_fail(__FILE__, __LINE__, "synth: %s", err.msg);
         return;
     }
-    ft_model *mc = ft_model_load(path, &err), *mg = ft_model_load(path, &err);
+    ft_model *m = ft_model_load(path, &err);
     ft_engine_params ep = ft_engine_default_params();
     ep.n_ctx = 128;
     ep.n_batch = 48;
     ep.kv_type = FT_TYPE_Q8_0;
     ep.device = FT_PLACEMENT_CUDA;
     side c = {0}, g = {0};
-    if (!mc || !mg || !ft_engine_place_model(mg, &ep, &err)) {
+    if (!m) {
         test_fail(__FILE__, __LINE__, "load: %s", err.msg);
         goto done;
     }
-    if (!side_init(&c, ft_backend_cpu_init(2, false), mc, &ep, &err)) {
+    if (!side_init(&c, ft_backend_cpu_init(2, false), m, &ep, &err)) {
         test_fail(__FILE__, __LINE__, "init: %s", err.msg);
         goto done;
     }
-    ft_backend *gbe = ft_backend_cuda_init(0, &err);
-    if (!gbe || !side_init(&g, gbe, mg, &ep, &err)) {
+    ft_backend_params bp = {.device = FT_PLACEMENT_CUDA, .graph_max_tok = -1};
+    ft_backend *gbe = ft_backend_init(&bp, &err);
+    if (!gbe || !side_init(&g, gbe, m, &ep, &err)) {
         g.be = gbe;
         test_fail(__FILE__, __LINE__, "init: %s", err.msg);
         goto done;
     }
+    const ft_model *mc = m, *mg = m;
     const ft_hparams *hp = &mc->hp;
     ft_rng r = ft_rng_init(7);
     int32_t prompt[72];
@@ -167,11 +154,10 @@ static void layers_case(const char *arch, int head_dim, bool swa) {
     for (int b0 = 0; b0 < 72; b0 += 48) {
         int n = FT_MIN(48, 72 - b0);
         side *ss[2] = {&c, &g};
-        const ft_model *ms[2] = {mc, mg};
         for (int i = 0; i < 2; i++) {
             ss[i]->f.n_tok = n;
             ss[i]->f.pos0 = pos;
-            ss[i]->be->ops->get_rows(ss[i]->be, &ms[i]->tok_embd, prompt + b0, ss[i]->f.x, n);
+            ss[i]->be->ops->get_rows(ss[i]->be, &ss[i]->w->tok_embd, prompt + b0, ss[i]->f.x, n);
         }
         size_t NE = (size_t)n * hp->n_embd;
         for (int il = 0; il < hp->n_layer; il++) {
@@ -205,10 +191,9 @@ static void layers_case(const char *arch, int head_dim, bool swa) {
     printf("    %s head_dim %d%s: worst error of a block's own output: q %.3g attn %.3g x %.3g (tol 5e-3)\n",
            arch, head_dim, swa ? " swa+yarn" : "", worst[0], worst[1], worst[2]);
 done:
-    side_free(&c, sp.n_layer);
-    side_free(&g, sp.n_layer);
-    ft_model_free(mc);
-    ft_model_free(mg);
+    side_free(&c);
+    side_free(&g);
+    ft_model_free(m);
 }
 
 TEST(cuda_layers) {

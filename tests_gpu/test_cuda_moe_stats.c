@@ -1,5 +1,5 @@
 // test_cuda_moe_stats.c: the expert cache's telemetry and resize as ft bench, ft run and the
-// server read them (ft_moe_stats_read, ft_moe_cache_rebuild in src/engine/moe_stats.c), on a
+// server read them (ft_engine_moe_stats, ft_engine_moe_rebuild: the backend's expert cache), on a
 // real `--moe-backend offload` engine. Over a window of one-token decode steps the counters must
 // obey identities that hold whatever the cache decided:
 //   - every MoE layer selected top-k experts per token: selections = tokens x top-k;
@@ -7,7 +7,7 @@
 //     up and down of one expert);
 //   - a pool's counters are the sums of its layers', the total the sum of the pools'.
 // A resize keeps the counters, changes the slots, refuses a size below the floor (keeping the
-// cache) and the engine decodes on. Skipped in a build without the expert cache.
+// cache) and the engine decodes on.
 #include "gpu_test.h"
 #include "../src/engine/engine.h"
 #include "../src/model/synth.h"
@@ -36,24 +36,18 @@ TEST(cuda_moe_stats_decode_window_and_rebuild) {
     ep.device = FT_PLACEMENT_CUDA;
     ep.moe_backend = FT_MOE_BACKEND_OFFLOAD;
     ep.moe_cache_size = 12;
-    if (!ft_engine_place_model(m, &ep, &err)) {
-        if (strstr(err.msg, "not available in this build")) test_skip("no expert cache in this build");
-        else test_fail(__FILE__, __LINE__, "%s", err.msg);
-        ft_model_free(m);
-        return;
-    }
-    CHECK(ft_moe_cache_present(m));
     ft_engine *e = ft_engine_init(m, &ep, &err);
     REQUIRE(e, "%s", err.msg);
+    CHECK(ft_engine_moe_backend(e) == FT_MOE_BACKEND_OFFLOAD);
     int n_vocab = m->hp.n_vocab, k = m->hp.n_expert_used, n_dec = 16;
     int32_t tok[64];
     ft_rng r = ft_rng_init(3);
     for (int i = 0; i < 64; i++) tok[i] = (int32_t)(ft_rng_next(&r) % (uint64_t)n_vocab);
     REQUIRE(ft_engine_eval(e, tok, 20, &err), "%s", err.msg);
     ft_moe_stats a = {0}, b = {0}, c = {0};
-    REQUIRE(ft_moe_stats_read(m, &a));
+    REQUIRE(ft_engine_moe_stats(e, &a));
     for (int i = 0; i < n_dec; i++) REQUIRE(ft_engine_eval(e, &tok[20 + i], 1, &err), "%s", err.msg);
-    REQUIRE(ft_moe_stats_read(m, &b));
+    REQUIRE(ft_engine_moe_stats(e, &b));
     ft_moe_stats_copy(&c, &b);
     ft_moe_stats_sub(&c, &a);
 
@@ -83,13 +77,13 @@ TEST(cuda_moe_stats_decode_window_and_rebuild) {
            ft_moe_copy_gbps(&c.total));
 
     // resize: counters kept, slots changed, the engine goes on
-    REQUIRE(ft_moe_cache_rebuild(m, 20, &err), "%s", err.msg);
+    REQUIRE(ft_engine_moe_rebuild(e, 20, &err), "%s", err.msg);
     ft_moe_stats d = {0};
-    REQUIRE(ft_moe_stats_read(m, &d));
+    REQUIRE(ft_engine_moe_stats(e, &d));
     CHECK(d.n_slots == 20 && counts_equal(&d.total, &b.total), "slots %d", d.n_slots);
-    CHECK(!ft_moe_cache_rebuild(m, 1, &err) && err.msg[0], "one slot is below the floor of top-k per layer");
+    CHECK(!ft_engine_moe_rebuild(e, 1, &err) && err.msg[0], "one slot is below the floor of top-k per layer");
     ft_moe_stats_free(&d);
-    REQUIRE(ft_moe_stats_read(m, &d));
+    REQUIRE(ft_engine_moe_stats(e, &d));
     CHECK(d.n_slots == 20, "a refused resize keeps the cache: %d", d.n_slots);
     for (int i = 0; i < 4; i++) CHECK(ft_engine_eval(e, &tok[40 + i], 1, &err) != NULL, "%s", err.msg);
     ft_moe_stats_free(&a);

@@ -330,7 +330,6 @@ TEST(cuda_offload_logits_equal_fused) {
     ep.n_ctx = 256;
     ep.n_batch = 64;
     ep.device = FT_PLACEMENT_CUDA;
-    REQUIRE(ft_engine_place_model(mf, &ep, &err), "%s", err.msg);
     int n_vocab = mf->hp.n_vocab;
     ft_rng rng = ft_rng_init(17);
     int32_t prompt[48];
@@ -355,21 +354,20 @@ TEST(cuda_offload_logits_equal_fused) {
         {4 * TOP_K, MOE_POOL_LAYOUT_UNIFORM, false}, {30, MOE_POOL_LAYOUT_UNIFORM, false},
     };
     for (size_t c = 0; c < FT_ARRAY_LEN(cases) && !test_failed(); c++) {
-        ft_model *mo = ft_model_load(path, &err);
-        REQUIRE(mo, "%s", err.msg);
         ft_engine_params eo_p = ep;
         eo_p.moe_backend = FT_MOE_BACKEND_OFFLOAD;
         eo_p.moe_cache_size = cases[c].n_slots;
         eo_p.moe_pool_layout = cases[c].layout;
         eo_p.moe_prefill_serial = cases[c].serial;
-        if (!ft_engine_place_model(mo, &eo_p, &err)) {
-            test_fail(__FILE__, __LINE__, "case %zu: %s", c, err.msg);
-            ft_model_free(mo);
-            break;
-        }
         for (int graphs = 0; graphs < 2; graphs++) {
-            ft_engine *ef = engine_graphs(mf, &ep, graphs, &err), *eo = engine_graphs(mo, &eo_p, graphs, &err);
-            REQUIRE(ef && eo, "%s", err.msg);
+            // both engines on the one model: each places its own copy (fused: every weight;
+            // offload: the dense weights, the experts in its backend's host banks and cache)
+            ft_engine *ef = engine_graphs(mf, &ep, graphs, &err), *eo = ef ? engine_graphs(mf, &eo_p, graphs, &err) : NULL;
+            if (!ef || !eo) {
+                test_fail(__FILE__, __LINE__, "case %zu: %s", c, err.msg);
+                ft_engine_free(ef);
+                break;
+            }
             // a long prompt (grouped GEMM / matvec through the overlay), a short one (5 tokens:
             // overlay or cache by size), each followed by a greedy decode
             int d1 = run_pair(ef, eo, prompt, 40, 24, &err);
@@ -378,24 +376,22 @@ TEST(cuda_offload_logits_equal_fused) {
             int d2 = run_pair(ef, eo, prompt + 40, 5, 24, &err);
             int d3 = 0;
             if (c == 2 && graphs) { // a rebuild mid-sequence: graphs are re-captured, slots refilled
-                REQUIRE(ft_offload_rebuild(mo->offload, 24, MOE_POOL_LAYOUT_EXACT, &err), "%s", err.msg);
+                REQUIRE(ft_engine_moe_rebuild(eo, 24, &err), "%s", err.msg);
                 d3 = run_pair(ef, eo, prompt + 10, 1, 20, &err);
             }
             CHECK(d1 == 0 && d2 == 0 && d3 == 0, "case %zu (N %d, %s%s), graphs %d: %d, %d, %d evaluations differ (%s)", c,
                   cases[c].n_slots, cases[c].layout ? "uniform" : "exact", cases[c].serial ? ", serial" : "", graphs, d1,
                   d2, d3, err.msg);
-            ft_offload_counts t;
-            ft_offload_read_counts(mo->offload, NULL, NULL, &t);
-            printf("    N %d %s%s graphs %d: logits equal to fused: %s (hit rate %.3f over %llu selections, %llu "
-                   "prefill layers)\n",
+            ft_moe_stats st = {0};
+            CHECK(ft_engine_moe_stats(eo, &st), "the offload engine has an expert cache");
+            printf("    N %d %s%s graphs %d: logits equal to fused: %s (hit rate %.3f over %llu selections)\n",
                    cases[c].n_slots, cases[c].layout ? "uniform" : "exact", cases[c].serial ? " serial" : "", graphs,
-                   d1 || d2 || d3 ? "no" : "yes", t.selections ? (double)t.hits / (double)t.selections : 0.0,
-                   (unsigned long long)t.selections, (unsigned long long)t.prefill_layers);
+                   d1 || d2 || d3 ? "no" : "yes", ft_moe_hit_rate(&st.total), (unsigned long long)st.total.selections);
             fflush(stdout);
+            ft_moe_stats_free(&st);
             ft_engine_free(ef);
             ft_engine_free(eo);
         }
-        ft_model_free(mo);
     }
     ft_model_free(mf);
 }

@@ -106,6 +106,10 @@ bool ft_generate(ft_engine *e, ft_sampler *s, const int32_t *prompt, int n_promp
 // Reads the counters into *out (allocated; free with ft_moe_stats_free). Returns false, *out
 // zeroed, when the engine has no expert cache.
 bool ft_engine_moe_stats(ft_engine *e, ft_moe_stats *out);
+// Resizes the expert cache to n_slots (same layout), keeping the host banks; every slot starts
+// empty. Returns false and sets *err (the old cache stays) when there is no cache or the plan
+// fails (below the floor, does not fit).
+bool ft_engine_moe_rebuild(ft_engine *e, int n_slots, ft_err *err);
 // The --moe-backend the engine runs (auto resolved; fused on the CPU device).
 enum ft_moe_backend ft_engine_moe_backend(const ft_engine *e);
 
