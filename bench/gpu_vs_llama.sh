@@ -1,39 +1,42 @@
 #!/usr/bin/env bash
-# gpu_vs_llama.sh: ft on the GPU (pp512 / tg128 by default, as llama-bench runs them: the
-# prompt alone, and decode from an empty context) on a synthetic model of
-# Qwen3-30B-A3B's full shape, next to llama.cpp's figures on the same shape and GPU.
+# gpu_vs_llama.sh: ft and llama.cpp side by side on the GPU, in the same call, runs
+# alternating: pp (the prompt alone) and tg (decode) at each depth, as llama-bench runs them,
+# on a synthetic model of Qwen3-30B-A3B's full shape. Prints the medians over the rounds and
+# their ratio.
 #
-# usage: bench/gpu_vs_llama.sh [-m FILE.gguf] [-p 512] [-n 128] [-r 3]
+# usage: bench/gpu_vs_llama.sh [-m FILE.gguf] [-p 512] [-n 128] [-d 0,4096] [-r 3]
+#                              [--llama-bench PATH]
 #
 # Without -m the model is written with `ft synth` when missing: 48 layers, embedding 2048,
 # 32/4 heads of 128, 128 experts top-8, expert FFN 768, q4_K experts, q8_0 attention,
 # embedding and output, the Qwen2 vocabulary (18.0 GB), at $FT_BENCH_DIR (default
 # ${XDG_CACHE_HOME:-~/.cache}/ft/bench)/qwen3-30b-a3b-full.gguf. The vocabulary comes from
 # $VOCAB (default ../shared/vocab/ggml-vocab-qwen2.gguf, else .gpuvocab/ in the checkout).
-#
-# llama.cpp is not rebuilt here: its figures are the ones measured on an NVIDIA H200 on
-# 2026-11-29 (issue 7: llama-bench from node-llama-cpp@3.21.1's source, CUDA, sm_90a, same
-# model shape): tg128 283 tok/s, pp512 about 7,700 tok/s (noisy). The ratios are against
-# those, so they mean something only on an H200.
-# FT (default build/ft) is the ft binary, built with CUDA.
+# llama-bench: --llama-bench, else $LLAMA_BENCH, else /tmp/llama.cpp/b/bin/llama-bench (what
+# ../shared/tools/llama-bench-build.sh builds); $LLAMA_ARGS adds flags (default -fa 1).
+# Without it only ft's figures are printed. FT (default build/ft) is ft, built with CUDA;
+# FT_ARGS adds flags to each ft bench.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-model="" n_prompt=512 n_gen=128 reps=3
+model="" n_prompt=512 n_gen=128 depths=0 rounds=3
+llama="${LLAMA_BENCH:-/tmp/llama.cpp/b/bin/llama-bench}"
 while [ $# -gt 0 ]; do
     case "$1" in
         -m) model="$2"; shift 2 ;;
         -p) n_prompt="$2"; shift 2 ;;
         -n) n_gen="$2"; shift 2 ;;
-        -r) reps="$2"; shift 2 ;;
-        -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -d) depths="$2"; shift 2 ;;
+        -r) rounds="$2"; shift 2 ;;
+        --llama-bench) llama="$2"; shift 2 ;;
+        -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "gpu_vs_llama: unexpected argument '$1' (see --help)" >&2; exit 2 ;;
     esac
 done
 
-LLAMA_TG=283 LLAMA_PP=7700 LLAMA_DATE=2026-11-29
 FT="${FT:-build/ft}"
 [ -x "$FT" ] || { echo "gpu_vs_llama: $FT missing (make, with nvcc)" >&2; exit 1; }
+[ -x "$llama" ] || { echo "gpu_vs_llama: no llama-bench at $llama: ft's figures only" >&2; llama=""; }
 
 if [ -z "$model" ]; then
     dir="${FT_BENCH_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/ft/bench}"
@@ -46,7 +49,7 @@ if [ -z "$model" ]; then
         echo "gpu_vs_llama: writing $model" >&2
         start=$(date +%s)
         "$FT" synth "$model.tmp" --arch qwen3moe --layers 48 --embd 2048 --heads 32 --kv-heads 4 \
-            --head-dim 128 --experts 128 --top-k 8 --ff 768 --ctx 4096 --expert-types q4_K --dense-type q8_0 \
+            --head-dim 128 --experts 128 --top-k 8 --ff 768 --ctx 40960 --expert-types q4_K --dense-type q8_0 \
             --vocab-from "$vocab" --name bench-qwen3-30b-a3b-full >&2
         mv "$model.tmp" "$model"
         echo "gpu_vs_llama: written in $(($(date +%s) - start)) s" >&2
@@ -54,24 +57,51 @@ if [ -z "$model" ]; then
 fi
 
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 || echo "unknown GPU")
-# llama-bench's two tests: pp (the prompt alone) and tg (decode from an empty context); the
-# decode after the prompt, over n_prompt cached keys, is printed too (slower: attention reads them)
-json=$("$FT" bench -m "$model" --device cuda -p "$n_prompt" -n "$n_gen" -r "$reps" --json)
-json_tg=$("$FT" bench -m "$model" --device cuda -p 0 -n "$n_gen" -r "$reps" --json)
-python3 - "$json" "$json_tg" "$gpu" "$LLAMA_PP" "$LLAMA_TG" "$LLAMA_DATE" <<'EOF'
-import json, sys
-r, t = json.loads(sys.argv[1]), json.loads(sys.argv[2]); gpu = sys.argv[3]
-pp, tg, date = float(sys.argv[4]), float(sys.argv[5]), sys.argv[6]
-n_p, n_g = r['n_prompt'], r['n_gen']
-print(f"model: {r['model']} ({r['arch']}), {gpu}, pp{n_p} / tg{n_g}, median of {r['reps']}")
-print(f"{'':22} {'ft':>10} {'llama.cpp':>10} {'ft/llama':>9}")
-def runs(x, key): return " ".join(f"{v:.1f}" for v in x[key + "_runs"])
-print(f"{'pp' + str(n_p) + ' tok/s':22} {r['prompt_tok_s']:10.1f} {pp:10.0f} {r['prompt_tok_s'] / pp:8.2f}x   ft runs [{runs(r, 'prompt_tok_s')}]")
-print(f"{'tg' + str(n_g) + ' tok/s':22} {t['decode_tok_s']:10.1f} {tg:10.0f} {t['decode_tok_s'] / tg:8.2f}x   ft runs [{runs(t, 'decode_tok_s')}]")
-print(f"{'tg' + str(n_g) + ' after ' + str(n_p) + ' tok/s':22} {r['decode_tok_s']:10.1f} {'':>10} {'':>9}   ft runs [{runs(r, 'decode_tok_s')}]")
-bpt = r["bytes_per_token"]
-roof = 4.8e12 / bpt
-print(f"bytes/token {bpt / 2**30:.2f} GiB: the H200's 4.8 TB/s (datasheet) bounds decode at {roof:.0f} tok/s; "
-      f"ft's tg at {100 * t['decode_tok_s'] / roof:.1f}%, llama.cpp at {100 * tg / roof:.1f}%")
-print(f"(llama.cpp figures: measured on an H200 on {date}, quoted, not re-run)")
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+# One round: ft's pp (the prompt alone) and tg from an empty context and llama-bench's two at
+# depth 0; at a depth D > 0 only tg: ft bench -p D -n N decodes after D prompt tokens,
+# llama-bench -d D after D cached ones.
+for r in $(seq 1 "$rounds"); do
+    for d in ${depths//,/ }; do
+        p=0
+        if [ "$d" = 0 ]; then
+            p=$n_prompt
+            # shellcheck disable=SC2086
+            "$FT" bench -m "$model" --device cuda -p "$n_prompt" -n 0 -r 1 --json ${FT_ARGS:-} > "$out/ft.pp.$d.$r"
+        fi
+        # shellcheck disable=SC2086
+        "$FT" bench -m "$model" --device cuda -p "$d" -n "$n_gen" -r 1 --json ${FT_ARGS:-} > "$out/ft.tg.$d.$r"
+        if [ -n "$llama" ]; then
+            # shellcheck disable=SC2086
+            "$llama" -m "$model" -ngl 99 -p "$p" -n "$n_gen" -d "$d" -r 1 -o json ${LLAMA_ARGS:--fa 1} \
+                > "$out/ll.$d.$r" 2>"$out/ll.$d.$r.err" || { cat "$out/ll.$d.$r.err" >&2; exit 1; }
+        fi
+    done
+done
+python3 - "$out" "$gpu" "$model" "$depths" "$rounds" "$n_prompt" "$n_gen" "${llama:-}" <<'EOF'
+import json, statistics, sys, os
+out, gpu, model, depths, rounds, n_p, n_g, llama = sys.argv[1:9]
+rounds, depths = int(rounds), [int(d) for d in depths.split(",")]
+def load(p): return json.load(open(p))
+print(f"model: {model}, {gpu}, medians of {rounds} rounds (ft and llama.cpp alternating)")
+print(f"{'test':18} {'ft tok/s':>10} {'llama.cpp':>10} {'ratio':>7}   rounds ft; llama.cpp")
+for d in depths:
+    for test in (("pp", "tg") if d == 0 else ("tg",)):
+        ft = []
+        for r in range(1, rounds + 1):
+            j = load(f"{out}/ft.{test}.{d}.{r}")
+            ft.append(j["prompt_tok_s"] if test == "pp" else j["decode_tok_s"])
+        ll = []
+        if llama:
+            for r in range(1, rounds + 1):
+                for e in load(f"{out}/ll.{d}.{r}"):
+                    if (test == "pp" and e["n_prompt"] > 0) or (test == "tg" and e["n_gen"] > 0):
+                        ll.append(e["avg_ts"])
+        name = (f"pp{n_p}" if test == "pp" else f"tg{n_g}") + (f" @ d{d}" if d else "")
+        f = statistics.median(ft)
+        l = statistics.median(ll) if ll else None
+        ratio = f"{f / l:6.2f}x" if l else "      -"
+        lt = f"{l:10.1f}" if l else f"{'-':>10}"
+        print(f"{name:18} {f:10.1f} {lt} {ratio}   {' '.join(f'{v:.1f}' for v in ft)}; {' '.join(f'{v:.1f}' for v in ll)}")
 EOF

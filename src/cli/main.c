@@ -16,7 +16,7 @@ static const command g_commands[] = {
     {"inspect", cmd_inspect, "show a GGUF file: metadata, tensors, expert geometry"},
     {"synth", cmd_synth, "write a synthetic model with random weights"},
     {"tokenize", cmd_tokenize, "print the token ids of a text (the model's tokenizer)"},
-    {"run", cmd_run, "generate text from a prompt (CPU)"},
+    {"run", cmd_run, "generate text from a prompt, streamed to stdout"},
     {"probs", cmd_probs, "print the next-token probabilities after a prompt as JSON"},
     {"bench", cmd_bench, "measure prompt and decode speed against the memory roofline"},
     {"serve", cmd_serve, "serve the model over HTTP (OpenAI- and Anthropic-compatible)"},

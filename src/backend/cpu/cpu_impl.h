@@ -3,7 +3,7 @@
 #define FT_CPU_IMPL_H
 
 #include "cpu.h"
-#include "pool.h"
+#include "../../util/pool.h"
 
 #include <math.h>
 

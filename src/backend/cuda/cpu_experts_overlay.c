@@ -1,7 +1,7 @@
 // cpu_experts_overlay.c: the prefill overlay of --moe-backend cpu: a layer's expert banks
 // staged from the mapping through pinned buffers into device buffers (cpu_experts_overlay.h).
 #include "cpu_experts_overlay.h"
-#include "../cpu/pool.h"
+#include "../../util/pool.h"
 #include "expert_cache_kernels.h" // sync-only events, the copy stream's timers
 
 #include <stdio.h>

@@ -2,7 +2,7 @@
 // the stream (see cuda_cpu_experts.h); the prefill overlay is cpu_experts_overlay.c.
 #include "cuda_cpu_experts.h"
 #include "../cpu/cpu.h"
-#include "../cpu/pool.h"
+#include "../../util/pool.h"
 #include "cpu_experts_overlay.h"
 #include "expert_cache_kernels.h" // mapped host memory, stream waits, sync-only events, timers
 #include "host_meeting.h"

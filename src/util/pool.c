@@ -7,7 +7,7 @@
 // and a worker going to sleep re-checks the counter under it, so no wake-up is lost; the
 // broadcast is skipped while no worker sleeps.
 #include "pool.h"
-#include "../../util/util.h"
+#include "util.h"
 
 #include <immintrin.h>
 #include <pthread.h>

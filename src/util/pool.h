@@ -1,15 +1,15 @@
 // pool: a fixed pool of worker threads that runs one parallel job at a time.
 //
-// Created once with the backend and reused by every op, so no thread is started on the
-// per-token path. ft_pool_run(pool, fn, ctx) calls fn(ctx, i, n) for i in 0..n-1 (n = the
+// Created once by its owner (the CPU backend, cpu mode's overlay) and reused by every job,
+// so no thread is started on the per-token path. ft_pool_run(pool, fn, ctx) calls fn(ctx, i, n) for i in 0..n-1 (n = the
 // pool's thread count, the caller being thread 0) and returns when all have finished.
 // Not reentrant: one job at a time, from one caller thread.
 //
 // For benchmarks, a trace (ft_pool_set_trace) records the times of each job: when the caller
 // posted it and saw it done, and when each thread began and ended its part. It costs one
 // branch per job while unset.
-#ifndef FT_CPU_POOL_H
-#define FT_CPU_POOL_H
+#ifndef FT_UTIL_POOL_H
+#define FT_UTIL_POOL_H
 
 #include <stdint.h>
 
