@@ -4,6 +4,7 @@
 #include "../backend/cuda/cuda.h"
 #include "../backend/cuda/ft_cuda.h"
 #include "../kv/kv_pool.h"
+#include "../util/env.h"
 #include "place.h"
 
 #include <stdio.h>
@@ -42,8 +43,7 @@ bool ft_engine_params_resolve(const ft_model *m, ft_engine_params *p, ft_err *er
     if (p->n_batch <= 0) p->n_batch = 256;
     p->n_batch = FT_MIN(p->n_batch, p->n_ctx); // a prefill chunk never needs more
     if (p->n_threads <= 0) p->n_threads = ft_engine_default_threads(p->device);
-    const char *ref = getenv("FT_REFERENCE");
-    if (ref && *ref && strcmp(ref, "0")) p->reference = true;
+    if (ft_env_flag(FT_ENV_REFERENCE)) p->reference = true;
     return true;
 }
 

@@ -21,6 +21,7 @@
 //      down goes in chunks, by the thread that finishes a chunk's rows last over the experts,
 //      so no serial pass over the k rows (written by other cores) follows the job.
 #include "cpu_impl.h"
+#include "../../util/env.h"
 
 #include <immintrin.h>
 #include <sched.h>
@@ -331,8 +332,7 @@ static bool one_job_enabled(void) {
     static _Atomic int cached = -1;
     int v = atomic_load_explicit(&cached, memory_order_relaxed);
     if (v < 0) {
-        const char *e = getenv("FT_CPU_MOE_ONE_JOB");
-        v = !(e && !strcmp(e, "0"));
+        v = ft_env_flag(FT_ENV_CPU_MOE_ONE_JOB);
         atomic_store_explicit(&cached, v, memory_order_relaxed);
     }
     return v;

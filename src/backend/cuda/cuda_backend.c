@@ -37,6 +37,7 @@
 #include "cuda_ops.h"
 #include "ft_cuda.h"
 #include "offload.h"
+#include "../../util/env.h"
 
 #include <limits.h>
 #include <math.h>
@@ -951,11 +952,9 @@ ft_backend *ft_backend_cuda_init(int dev, ft_err *err) {
     c->base.min_route_gap = INFINITY;
     c->dev = dev;
     c->stream = ft_cuda_stream_init();
-    const char *g = getenv("FT_CUDA_GRAPHS");
-    c->graphs = !(g && !strcmp(g, "0"));
-    const char *gm = getenv("FT_CUDA_GEMM"), *fa = getenv("FT_CUDA_FLASH");
-    c->gemm_min_tok = gm && !strcmp(gm, "0") ? INT_MAX : GEMM_MIN_TOK;
-    c->flash = !(fa && !strcmp(fa, "0"));
+    c->graphs = ft_env_flag(FT_ENV_CUDA_GRAPHS);
+    c->gemm_min_tok = ft_env_flag(FT_ENV_CUDA_GEMM) ? GEMM_MIN_TOK : INT_MAX;
+    c->flash = ft_env_flag(FT_ENV_CUDA_FLASH);
     c->graph_max_tok = -1;
     return &c->base;
 }
