@@ -56,8 +56,7 @@ bool ft_engine_device_from_name(const char *name, enum ft_placement *out);
 // CPU threads when none are asked for: the physical cores on the CPU device. A CUDA engine's
 // threads compute only the experts of --moe-backend cpu, and while they do, the thread driving
 // the GPU, the driver's and the system's need a core too: its pool's threads spin, so one that
-// is preempted stalls the layer (on the H200 host's 16 cores with one kept busy, 16 threads
-// decoded 19-20 tok/s, 15 threads 68-84; quiet, both about 81), so one core is left to them.
+// is preempted stalls the layer; one core is left to them (docs/performance.md, cpu mode threads).
 int ft_engine_default_threads(enum ft_placement device);
 
 // The parameters as an engine will use them: defaults filled in (n_ctx, n_batch, n_seq,

@@ -1,9 +1,9 @@
 // placement: where each selected expert of a MoE layer is computed.
 //
-// The backends execute, src/moe/ decides: moe_ffn asks moe_placement_expert for every
-// selected (layer, expert). With the CPU backend alone every expert runs on the CPU from its
-// host entry; the GPU expert cache (issue 7) will answer with its slots, misses and hybrid
-// policy here. Read-only after init: safe to call from any thread.
+// The backends execute, src/moe/ decides: the CPU backend's moe_ffn asks moe_placement_expert
+// for every selected (layer, expert), and today it always answers the CPU. The CUDA modes'
+// policies (offload's cache, cpu mode) are still decided in src/backend/cuda/; they and the
+// hybrid split belong here. Read-only after init: safe to call from any thread.
 #ifndef FT_MOE_PLACEMENT_H
 #define FT_MOE_PLACEMENT_H
 

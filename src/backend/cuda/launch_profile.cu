@@ -3,7 +3,7 @@
 // table at exit. A measuring tool: off, it costs one branch per launch.
 //
 // Why not a profiler: Nsight Compute serializes the launches, and between them the clocks drop,
-// so the small kernels of decode read 2-5x longer than in a graph replay (bench/gpu_notes.md).
+// so the small kernels of decode read longer than in a graph replay (docs/performance.md).
 //
 // How: between ft_cuda_profile_step_begin and _end, every checked launch (CUDA_CHECK_LAUNCH)
 // records a timing event on the step's stream right after its kernel; in a graph capture the
