@@ -99,8 +99,9 @@ test: $(BUILD)/ft_tests_gpu
 endif
 
 # The GPU binaries link the library objects from an archive, so only what they use comes in.
-# (Whole-object linking also brought src/model/model.c's global `bind`, which the executable
-# then exports over libc's bind(2): the CUDA driver's socket calls landed in it and crashed.)
+# (A library global that shares a libc function's name, as model.c's `bind` once did bind(2),
+# would be exported over libc's, and the CUDA driver's calls would land in it: keep globals
+# prefixed.)
 $(BUILD)/libft.a: $(LIB_OBJ)
 	rm -f $@ && ar rcs $@ $^
 

@@ -11,7 +11,7 @@
 //       one configuration: pp (tok/s), tg (tok/s: random tokens, one at a time) and the
 //       cache's figures over the decode;
 //       with --resident-tps (the fused tg of the same model) also the transfer bound.
-// Built by hand on the GPU machine (see the README's expert-cache section).
+// Built by hand on the GPU machine by bench/offload_bench.sh (docs/development.md).
 #include "../src/backend/cuda/offload.h"
 #include "../src/engine/engine.h"
 #include "../src/model/synth.h"

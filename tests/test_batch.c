@@ -5,8 +5,8 @@
 // CPU every op computes each row on its own, with the kernel its own chunk picks (prefill
 // chunks of FT_GEMM_MIN_COLS tokens or more the GEMM, AMX where the CPU has it; decode tokens
 // and shorter chunks the per-row kernels, whatever else shares the step or an expert), so the
-// logits of every step must be bit-identical, and so the greedy tokens (the near-tie rule of
-// issue 6 then holds trivially; tests/server/load.mjs checks that rule where bits may differ).
+// logits of every step must be bit-identical, and so the greedy tokens (the near-tie rule for
+// batched output then holds trivially; tests/server/load.mjs checks it where bits may differ).
 //
 // Run on the demo model (q8_0 cache; and an f16 cache with prompts over 64 tokens, where
 // attention's path depends on the chunk length, so cutting prompts the same way matters) and

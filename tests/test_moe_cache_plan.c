@@ -1,5 +1,5 @@
 // test_moe_cache_plan.c: the GPU expert cache's plan (src/moe/cache_plan.c): the Laguna-S
-// figures of issue 8 recomputed from its geometry alone, and the plan's invariants (disjoint
+// figures (docs/expert-cache.md) recomputed from its geometry alone, and the plan's invariants (disjoint
 // views inside their arenas, floors, maximal fair share) on random mixed geometries.
 #include "test.h"
 #include "../src/model/synth.h"
@@ -41,7 +41,7 @@ static moe_cache_plan_params laguna_params(int n_slots, enum moe_pool_layout lay
 TEST(moe_plan_laguna_s_figures_from_geometry) {
     moe_geometry g;
     laguna_s(&g);
-    // per-expert sizes the issue quotes, and the host copy native against padded
+    // the per-expert sizes, and the host copy native against padded
     CHECK(fabs(3 * Q4K_MAT / MiB - 5.06) < 0.005 && 3 * BF16_MAT / MiB == 18.0);
     CHECK(g.n_groups == 2 && g.groups[0].n_layers == 39 && g.groups[1].n_layers == 8);
     CHECK(fabs(g.bytes_native / GiB - 85.4) < 0.05, "native %.2f GiB", g.bytes_native / GiB);

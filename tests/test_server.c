@@ -780,7 +780,7 @@ TEST(server_idle_timeout) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Expert cache flags and endpoints (issue 8) on a machine without a GPU
+// Expert cache flags and endpoints on a machine without a GPU
 
 static char *read_log(const server *s) {
     static char buf[1 << 16];

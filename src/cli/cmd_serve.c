@@ -5,6 +5,7 @@
 #include "cli_model.h"
 #include "../model/synth.h"
 #include "../server/server.h"
+#include "../util/env.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -46,7 +47,7 @@ int cmd_serve(int argc, char **argv) {
     bool bad = false;
     engine_args ea = engine_args_init("serve", 0);
     srv_params p = srv_default_params();
-    const char *env_key = getenv("FT_API_KEY");
+    const char *env_key = ft_env_str(FT_ENV_API_KEY);
     if (env_key && *env_key) p.api_key = env_key;
     for (int i = 1; i < argc && !bad; i++) {
         if (args_flag(argv, i, "-h|--help")) {

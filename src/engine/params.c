@@ -1,6 +1,7 @@
 // params.c: engine parameters, their defaults and how they resolve (see engine.h).
 #include "engine.h"
 #include "../backend/cpu/cpu.h"
+#include "../util/env.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -36,7 +37,6 @@ bool ft_engine_params_resolve(const ft_model *m, ft_engine_params *p, ft_err *er
     if (p->n_batch <= 0) p->n_batch = 256;
     p->n_batch = FT_MIN(p->n_batch, p->n_ctx); // a prefill chunk never needs more
     if (p->n_threads <= 0) p->n_threads = ft_engine_default_threads(p->device);
-    const char *ref = getenv("FT_REFERENCE");
-    if (ref && *ref && strcmp(ref, "0")) p->reference = true;
+    if (ft_env_flag(FT_ENV_REFERENCE)) p->reference = true;
     return true;
 }

@@ -105,7 +105,7 @@ static inline bool before(float va, int32_t ia, float vb, int32_t ib) { return v
 // s->c[0..k) = the k first tokens of v in the chain's order, in order: a heap of the best k so
 // far (its root the last of them), one pass over v, then a sort of the k. The same tokens in
 // the same order as sorting all of v and cutting at k, for O(n_vocab) instead of O(n log n)
-// (152k tokens: sorting them all took ~24 ms a token on a 2-core machine).
+// (a sort of a 152k vocabulary per token capped generation speed: docs/performance.md).
 static void select_top_k(ft_sampler *s, const float *v, int k) {
     cand *h = s->c;
     int n = 0;
@@ -149,7 +149,7 @@ static int argmax_scalar(const float *v, int n) {
 #if defined(__x86_64__)
 // The same in two AVX2 passes: the largest value (maxps keeps its second operand where one is
 // NaN, so NaNs drop out; -0 and +0 compare equal below either way), then the first index
-// equal to it. ~5x the scalar loop over 152k logits.
+// equal to it.
 __attribute__((target("avx2"))) static int argmax_avx2(const float *v, int n) {
     if (isnan(v[0]) || n < 16) return argmax_scalar(v, n);
     __m256 m0 = _mm256_set1_ps(v[0]), m1 = m0;

@@ -4,33 +4,8 @@
 // Unit of price. `--moe-cache-size N` counts expert slots (one slot = gate, up and down of one
 // (layer, expert)). Bank b's arena is N x (the largest expert of bank b over all layers), so N
 // buys the same bytes whatever the layout: the cost of N slots if every slot had to hold the
-// widest expert.
-//
-// Layouts.
-// - exact: layers with the same tuple of per-bank expert bytes (a geometry group) form one
-//   pool. A pool's slots are exact-width: its view in bank b's arena is n_slots x stride[b]
-//   bytes, slot s at offset[b] + s x stride[b]. Views are disjoint, start on view_align
-//   boundaries, and lie inside their arenas. A narrow pool therefore holds more slots per byte.
-// - uniform: one pool for all layers at the widest stride of each bank (n_slots = N), the
-//   layout that pads every slot, kept for comparison.
-//
-// Capacity rule (exact layout), "a fair share per layer":
-//   1. Every MoE layer gets the same number of slots s: pool p gets s x n_layers(p), capped at
-//      the experts its layers have (a pool that holds all its experts stops growing). s is the
-//      largest value whose views fit in every arena.
-//   2. Bytes left over go one slot at a time to the pool with the fewest slots per layer (ties:
-//      the lower pool index) as long as its views still fit; a pool that no longer fits, or
-//      is full, drops out.
-//   Floor: every layer must be able to hold the experts one decode step selects, top_k x
-//   n_running (at most its expert count), so pool p needs floor x n_layers(p) slots (the
-//   cache splits a pool's slots evenly among its layers, expert_cache.h, so each layer's own
-//   range then holds at least the floor); a plan
-//   below it is an error that names the smallest N that meets it. The uniform layout has the
-//   same floor over all layers.
-//
-// Sizing from a budget (n_slots == 0): budget = vram_free x memory_ratio - dense_bytes -
-// workspace_bytes - kv_bytes_per_token x kv_reserve_tokens, and N = budget / (sum over banks
-// of the widest expert), capped at the model's expert count.
+// widest expert. The layouts (exact pools per geometry, or uniform), the capacity rule, the
+// floor and the sizing from a budget: above moe_cache_plan_make; docs/expert-cache.md.
 //
 // A plan is plain data, owned by the caller (moe_cache_plan_free); thread-safe to read.
 #ifndef FT_MOE_CACHE_PLAN_H
@@ -86,6 +61,31 @@ typedef struct moe_cache_plan {
     int *pool_of_block;                    // (n_blocks) pool serving block L, -1: not MoE
 } moe_cache_plan;
 
+// Layouts.
+// - exact: layers with the same tuple of per-bank expert bytes (a geometry group) form one
+//   pool. A pool's slots are exact-width: its view in bank b's arena is n_slots x stride[b]
+//   bytes, slot s at offset[b] + s x stride[b]. Views are disjoint, start on view_align
+//   boundaries, and lie inside their arenas. A narrow pool therefore holds more slots per byte.
+// - uniform: one pool for all layers at the widest stride of each bank (n_slots = N), the
+//   layout that pads every slot, kept for comparison.
+//
+// Capacity rule (exact layout), "a fair share per layer":
+//   1. Every MoE layer gets the same number of slots s: pool p gets s x n_layers(p), capped at
+//      the experts its layers have (a pool that holds all its experts stops growing). s is the
+//      largest value whose views fit in every arena.
+//   2. Bytes left over go one slot at a time to the pool with the fewest slots per layer (ties:
+//      the lower pool index) as long as its views still fit; a pool that no longer fits, or
+//      is full, drops out.
+//   Floor: every layer must be able to hold the experts one decode step selects, top_k x
+//   n_running (at most its expert count), so pool p needs floor x n_layers(p) slots (the
+//   cache splits a pool's slots evenly among its layers, expert_cache.h, so each layer's own
+//   range then holds at least the floor); a plan below it is an error that names the smallest
+//   N that meets it. The uniform layout has the same floor over all layers.
+//
+// Sizing from a budget (n_slots == 0): budget = vram_free x memory_ratio - dense_bytes -
+// workspace_bytes - kv_bytes_per_token x kv_reserve_tokens, and N = budget / (sum over banks
+// of the widest expert), capped at the model's expert count.
+//
 // Plans the cache for geometry g. Returns false and sets *err when the model has no experts,
 // the budget leaves nothing for the cache, or the cache is below the floor (the message gives
 // the numbers and the smallest N that would do). Free with moe_cache_plan_free.

@@ -4,38 +4,11 @@
 // of the pool's layers or is empty. Each layer of a pool owns a fixed, contiguous range of the
 // pool's slots: the slots split evenly among the pool's layers in layer order, the first
 // n_slots % n_layers layers one more (moe_cache_layer_slots); a layer's experts live only in its
-// own range, so its LRU is its own. (A pool-wide LRU shared by layers that decode in a fixed
-// cycle keeps whole rounds of selections and hits only the previous step's reuse unless the
-// pool holds two tokens' selections; README "Expert cache plan".) The pool keeps the map (layer, expert) -> slot, the reverse
-// map slot -> (layer, expert), an age stamp per slot and a clock. The CUDA implementation
-// makes the same decisions on the device; this one is what the CPU tests and the device's
-// checks run. The policy, exactly (so two implementations agree bit for bit):
-//
-//   Clock. Each pool has a 64-bit clock, 0 at init. A step of one of its layers first advances
-//     it: t = ++clock. Steps of different layers of one pool share the clock.
-//   Ranges. Layer L of the pool owns slots [first_L, first_L + n_L) (above); everything below
-//     concerns L's range only.
-//   Stamps. stamp[s] is 0 while slot s is empty (at init, after invalidation) and otherwise the
-//     clock of the last step that used it (a hit or a fill).
-//   A step (layer L, selections e_0 .. e_{n-1}, duplicates allowed, any order):
-//     1. Hits: for i = 0 .. n-1 in order, if (L, e_i) is mapped to slot s: result[i] = s and
-//        stamp[s] = t.
-//     2. Misses: the distinct unmapped experts in order of first appearance, m_0 .. m_{k-1}, take
-//        the victims v_0 .. v_{k-1}: the k slots of L's range with stamp < t ordered by (stamp, slot index)
-//        ascending, i.e. empty slots first (lowest index first), then the least recently used,
-//        ties to the lower slot index. A slot used by this step has stamp t and is never a
-//        victim. For each j: v_j's old (layer, expert), if any, is unmapped; (L, m_j) is mapped
-//        to v_j, stamp[v_j] = t, and a copy (host entry of (L, m_j) -> slot v_j) is emitted, in
-//        the order j. Every selection of m_j gets v_j.
-//     A step with more distinct experts than L's range has slots is an error (the plan's floor
-//     prevents it).
-//   Statistics. selections += n; misses += k; hits += n - k (a repeat of a missed expert in the
-//     same step is a hit: it costs no copy); bytes_copied += k x the layer's native expert
-//     bytes over the banks (what the copies move: the pool's slot bytes in an exact pool, less
-//     than its padded stride in a uniform one). Kept
-//     per layer and per pool, cumulative and per request (moe_expert_cache_reset_request).
-//   Invalidation of slots (the prefill overlay overwrites their bytes) unmaps them and sets
-//     their stamps to 0; it does not touch the clock or the statistics.
+// own range, so its LRU is its own (a pool-wide LRU over layers that decode in a fixed cycle
+// keeps only the previous step's reuse: docs/expert-cache.md). The pool keeps the map
+// (layer, expert) -> slot, the reverse map, an age stamp per slot and a clock. The CUDA
+// implementation makes the same decisions on the device; this one is what the CPU tests and
+// the device's checks run. The policy, exactly: above moe_expert_cache_step.
 //
 // Not thread-safe: one caller at a time per cache (a decode step's layers run in order).
 // Nothing is allocated after init.
@@ -64,6 +37,35 @@ typedef struct moe_expert_cache moe_expert_cache;
 moe_expert_cache *moe_expert_cache_init(const moe_cache_plan *plan, const moe_geometry *g);
 void moe_expert_cache_free(moe_expert_cache *c);
 
+// The policy, exactly (so two implementations agree bit for bit):
+//
+//   Clock. Each pool has a 64-bit clock, 0 at init. A step of one of its layers first advances
+//     it: t = ++clock. Steps of different layers of one pool share the clock.
+//   Ranges. Layer L of the pool owns slots [first_L, first_L + n_L) (above); everything below
+//     concerns L's range only.
+//   Stamps. stamp[s] is 0 while slot s is empty (at init, after invalidation) and otherwise the
+//     clock of the last step that used it (a hit or a fill).
+//   A step (layer L, selections e_0 .. e_{n-1}, duplicates allowed, any order):
+//     1. Hits: for i = 0 .. n-1 in order, if (L, e_i) is mapped to slot s: result[i] = s and
+//        stamp[s] = t.
+//     2. Misses: the distinct unmapped experts in order of first appearance, m_0 .. m_{k-1}, take
+//        the victims v_0 .. v_{k-1}: the k slots of L's range with stamp < t ordered by (stamp, slot index)
+//        ascending, i.e. empty slots first (lowest index first), then the least recently used,
+//        ties to the lower slot index. A slot used by this step has stamp t and is never a
+//        victim. For each j: v_j's old (layer, expert), if any, is unmapped; (L, m_j) is mapped
+//        to v_j, stamp[v_j] = t, and a copy (host entry of (L, m_j) -> slot v_j) is emitted, in
+//        the order j. Every selection of m_j gets v_j.
+//     A step with more distinct experts than L's range has slots is an error (the plan's floor
+//     prevents it).
+//   Statistics. selections += n; misses += k; hits += n - k (a repeat of a missed expert in the
+//     same step is a hit: it costs no copy); bytes_copied += k x the layer's native expert
+//     bytes over the banks (what the copies move: the pool's slot bytes in an exact pool, less
+//     than its padded stride in a uniform one). Kept
+//     per layer and per pool, cumulative and per request (moe_expert_cache_reset_request).
+//   Invalidation of slots (the prefill overlay overwrites their bytes) unmaps them and sets
+//     their stamps to 0; it does not touch the clock or the statistics.
+//
+//
 // One step of MoE layer `layer` (block index): the n selected experts of every running sequence.
 // Writes slots[i] for every selection and the copies to make into copies (room for n), their
 // count into *n_copies. Returns false and sets *err (changing nothing) when layer is not a MoE

@@ -1,29 +1,12 @@
-// dot_amx.c: prefill GEMMs on AMX int8 tiles for q8_0 and q4_K weights (see dot.h).
+// dot_amx.c: prefill GEMMs on AMX tiles for q8_0, q4_K (int8) and bf16 weights (see dot.h).
 //
 // Entered only through ft_quant_ops_find() after ft_amx_init() has seen the CPU and the OS
 // allow AMX-INT8 (and ops.c has seen AVX-512BW, which the float steps use). The functions
 // carry their own target attributes, so the file builds with the project's plain flags.
-//
-// A tile of 16 weight rows is AMX's A operand: one row per weight row, the 32 codes of one
-// block (q8_0) or sub-block (q4_K, unpacked from nibbles to bytes). A tile of 16 activation
-// rows (tokens) is B in AMX's packed form: 8 rows of 64 bytes, row k holding each token's
-// codes 4k..4k+3 in turn. TDPBSSD / TDPBUSD then give C, the 16 x 16 exact int32 sums of the
-// block per (weight row, token). Steps of a call:
-//   1. pack every activation row of the call into B tiles, one per (16 tokens, 32 codes),
-//      with the scales as floats (q8_K: also the pair sums of the sub-block sums, for the min
-//      term), into per-thread scratch;
-//   2. per 16 weight rows: copy (q8_0) or unpack (q4_K) their codes into a contiguous buffer,
-//      zero rows past the end, the block scales as floats (q4_K: sub-block scales as int32);
-//   3. per 16 tokens: per block, the tile products into C, C stored, and the scalar
-//      reference's float steps in its order, sum += (dx * dy) * float(isum) (q4_K: minus the
-//      min term), 16 tokens to a 512-bit register and one register per weight row;
-//   4. the 16 x 16 sums written transposed into s (token-major), only the valid ones.
-// Fewer than GEMM_TILE_MIN_TOKENS tokens skip the tiles (see "Few tokens" below).
-// The integer sums are exact and the float steps are the reference's, so every output equals
-// ft_vec_dot_<type>_ref to the bit (not the AVX2 kernels, whose float order is per lane).
-//
-// Tile registers: 0..3 C, 4..5 A, 6..7 B. The tile state is loaded at the start of each call
-// and released at its end (a thread holding tile data makes every context switch save 8 KiB).
+// The integer sums are exact and the float steps are the reference's, so every q8_0 and q4_K
+// output equals ft_vec_dot_<type>_ref to the bit (not the AVX2 kernels, whose float order is
+// per lane). Thread-safe: each thread packs into its own scratch and holds the tile state only
+// inside a call ("Tiles" below gives the steps).
 #include "dot.h"
 #include "quant.h"
 #include "codec.h"
@@ -110,6 +93,25 @@ static void *carve(uint8_t **p, size_t n) {
 
 // ---------------------------------------------------------------------------------------------
 // Tiles
+//
+// A tile of 16 weight rows is AMX's A operand: one row per weight row, the 32 codes of one
+// block (q8_0) or sub-block (q4_K, unpacked from nibbles to bytes). A tile of 16 activation
+// rows (tokens) is B in AMX's packed form: 8 rows of 64 bytes, row k holding each token's
+// codes 4k..4k+3 in turn. TDPBSSD / TDPBUSD then give C, the 16 x 16 exact int32 sums of the
+// block per (weight row, token). Steps of a call:
+//   1. pack every activation row of the call into B tiles, one per (16 tokens, 32 codes),
+//      with the scales as floats (q8_K: also the pair sums of the sub-block sums, for the min
+//      term), into per-thread scratch;
+//   2. per 16 weight rows: copy (q8_0) or unpack (q4_K) their codes into a contiguous buffer,
+//      zero rows past the end, the block scales as floats (q4_K: sub-block scales as int32);
+//   3. per 16 tokens: per block, the tile products into C, C stored, and the scalar
+//      reference's float steps in its order, sum += (dx * dy) * float(isum) (q4_K: minus the
+//      min term), 16 tokens to a 512-bit register and one register per weight row;
+//   4. the 16 x 16 sums written transposed into s (token-major), only the valid ones.
+// Fewer than GEMM_TILE_MIN_TOKENS tokens skip the tiles (see "Few tokens" below).
+//
+// Tile registers: 0..3 C, 4..5 A, 6..7 B. The tile state is loaded at the start of each call
+// and released at its end (a thread holding tile data makes every context switch save 8 KiB).
 
 typedef struct {
     uint8_t palette, start_row, reserved[14];

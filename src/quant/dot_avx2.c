@@ -4,25 +4,8 @@
 // check in ops.c; no other file calls them. Sections: the float formats; the 32-element block
 // formats (q8_0 / q8_1 activations); the K-quants and iq4_xs (q8_K activations, whose own
 // comment gives their steps); AVX-512 tiles and decode's matrix-vector products for q4_K and
-// q8_0, chosen at run time where the CPU has AVX-512BW (and VNNI).
-//
-// 32-element block kernels, two blocks per iteration:
-//   1. decode the 32 weight codes of each block into a 256-bit vector of bytes in element
-//      order (the nibbles of both blocks unpack in one register);
-//   2. multiply them with the 32 int8 activation codes into 16 int16 pair sums
-//      (_mm256_maddubs_epi16, unsigned x signed bytes) and widen to 8 int32 sums;
-//   3. acc += (d_x * d_y) * float(sums), one 8-lane float accumulator per block of the pair
-//      to hide the FMA latency; an odd last block takes the same path, paired with itself.
-// Unsigned codes with an offset (q4_0's q - 8, q5_0's q - 16, mxfp4's code book + 12) use
-// maddubs(q, y) - maddubs(offset, y), one instruction fewer than the sign trick that signed
-// codes (q8_0, iq4_nl) need: |x| . (y * sign(x)). No pair sum can saturate: the largest is
-// 2 * 128 * 127 = 32512 < 32767 (activations never hold -128; a weight may).
-// The block scales are fp16: converting them is a large share of the work per block, so they
-// are read from a 256 KiB table of all 65,536 values (filled on first use) and broadcast
-// straight from it.
-//
-// The float formats keep four 8-lane FMA accumulators over 32 elements per iteration, then
-// 8-lane steps and a scalar tail, so any n works.
+// q8_0, chosen at run time where the CPU has AVX-512BW (and VNNI). Each section's banner gives
+// its kernels' steps. Pure functions, thread-safe (the fp16 table is filled once).
 #include "dot.h"
 #include "quant.h"
 #include "codec.h"
@@ -96,8 +79,7 @@ static inline __m256i load256(const void *p) { return _mm256_loadu_si256((const 
 
 // Weights stream from memory at batch 1, where one core's demand loads alone reach about half
 // of its share of the bandwidth: each step asks for the lines PREFETCH_AHEAD bytes on, covering
-// the bytes the step itself reads (measured on the 2-core machine: 1.3-1.6x for a q8_0 matvec
-// from DRAM; 2 KiB beat 0.5, 1 and 4 KiB).
+// the bytes the step itself reads (2 KiB beat 0.5, 1 and 4 KiB: docs/performance.md).
 enum { PREFETCH_AHEAD = 2048 };
 // always_inline: GCC counts a prefetch as no side effect, so it deletes the call of a prefetch
 // helper that it has not inlined early (GCC 12 left no prefetch in this file without it).
@@ -132,7 +114,8 @@ static inline const void *tile_col(const void *y, size_t by, int c) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Float formats
+// Float formats: four 8-lane FMA accumulators over 32 elements per iteration, then 8-lane steps
+// and a scalar tail, so any n works.
 
 // One kernel for the three: loads of 8 elements as floats, and a scalar element.
 enum float_kind { FLOAT_F32, FLOAT_F16, FLOAT_BF16 };
@@ -231,6 +214,21 @@ TILE_KERNEL_FLOAT(bf16, FLOAT_BF16)
 // time (two blocks' nibbles unpack in one 256-bit register) and where its scale is (an index
 // into a table of floats); one loop per activation format, inlined with them, walks the
 // blocks. An odd last block is decoded as a pair with itself.
+//
+// The kernels, two blocks per iteration:
+//   1. decode the 32 weight codes of each block into a 256-bit vector of bytes in element
+//      order (the nibbles of both blocks unpack in one register);
+//   2. multiply them with the 32 int8 activation codes into 16 int16 pair sums
+//      (_mm256_maddubs_epi16, unsigned x signed bytes) and widen to 8 int32 sums;
+//   3. acc += (d_x * d_y) * float(sums), one 8-lane float accumulator per block of the pair
+//      to hide the FMA latency; an odd last block takes the same path, paired with itself.
+// Unsigned codes with an offset (q4_0's q - 8, q5_0's q - 16, mxfp4's code book + 12) use
+// maddubs(q, y) - maddubs(offset, y), one instruction fewer than the sign trick that signed
+// codes (q8_0, iq4_nl) need: |x| . (y * sign(x)). No pair sum can saturate: the largest is
+// 2 * 128 * 127 = 32512 < 32767 (activations never hold -128; a weight may).
+// The block scales are fp16: converting them is a large share of the work per block, so they
+// are read from a 256 KiB table of all 65,536 values (filled on first use) and broadcast
+// straight from it.
 
 typedef void (*block_codes_fn)(const void *x0, const void *x1, __m256i *c0, __m256i *c1);
 typedef __m256i (*block_sums_fn)(__m256i codes, __m256i y);
@@ -858,13 +856,8 @@ float ft_vec_dot_iq4_xs_avx2(int64_t n, const void *vx, const void *vy) {
 // Decode's matrix-vector products (tiles of one activation row) take several weight rows per
 // pass over the blocks, sharing each block's activation loads, and prefetch the rows of a
 // later pass. q8_0: MV_ROWS rows, prefetching the next pass. q4_K: Q4K_MV_ROWS rows,
-// prefetching Q4K_PREFETCH_ROWS rows on (H200 host, bench/bench_cpu_moe.c, MoE decode from
-// memory, 4 rows per pass: 8 rows on against 4 took 8 threads 548 -> 439 us per layer, 16
-// threads 328 -> 318; 16 was no better than 4). Two rows per pass rather than four, same
-// prefetch distance: 2-core development machine (AVX-512, 2026-12-01), bench_cpu_moe -l 12,
-// alternating builds, 2 threads 19.7-20.2 -> 20.5-21.7 GB/s of experts, 1 thread 9.0-10.2 ->
-// 10.7-11.1; one row per pass was between (20.3-20.4 at 2 threads). -DFT_Q4K_MV_ROWS and
-// -DFT_Q4K_PREFETCH_ROWS try others.
+// prefetching Q4K_PREFETCH_ROWS rows on: the pair that bench_cpu_moe found fastest
+// (docs/performance.md); -DFT_Q4K_MV_ROWS and -DFT_Q4K_PREFETCH_ROWS try others.
 enum { MV_ROWS = 4 };
 #ifdef FT_Q4K_MV_ROWS
 enum { Q4K_MV_ROWS = FT_Q4K_MV_ROWS };
@@ -1114,8 +1107,8 @@ matvec_vnni_q8_0(int64_t n, const uint8_t *x, size_t bx, int nr, const block_q8_
 #pragma GCC unroll 4
         for (int r = 0; r < nr; r++) {
             const block_q8_0 *xr = (const block_q8_0 *)(x + (size_t)r * bx);
-            // the same place in the next pass's rows (measured, 1 thread, 512 MiB of q8_0: 15.5
-            // GB/s; 2 KiB on in the same row, as the per-row kernels do: 8.9)
+            // the same place in the next pass's rows (faster here than 2 KiB on in the same
+            // row, as the per-row kernels do: docs/performance.md)
             prefetch_next_pass(xr + b, MV_ROWS * bx, 2 * sizeof(block_q8_0));
             const __m512i xq = _mm512_xor_si512(load2x256(xr[b].qs, xr[b + 1].qs), flip);
             const __m512i sums = _mm512_dpbusd_epi32(start, xq, yq);
@@ -1154,10 +1147,9 @@ VNNI_TARGET void ft_vec_dot_tile_q8_0_vnni(int64_t n, const void *x, size_t bx, 
 
 // ---------------------------------------------------------------------------------------------
 // q4_K with AVX-512 VNNI for decode (one activation row), two weight rows per pass (four were
-// slower: bench_dot q4_K 0.93-0.97x the AVX-512BW form against 1.02-1.06x). While 512-bit
-// instructions run only two ports take vector instructions, and the AVX-512BW matvec is bound
-// by them where its weights come from the cache (2-core development machine, 1 thread, one
-// layer's experts in the L3: 15.5 GB/s; this form 18.6), so this form issues about 40% fewer:
+// slower). While 512-bit instructions run only two ports take vector instructions, and the
+// AVX-512BW matvec is bound by them where its weights come from the cache, so this form issues
+// about 40% fewer (docs/performance.md has the figures):
 //   1. one 512-bit load per 128 weights: its low nibbles are weights [0,32) and [64,96) of
 //      them, its high nibbles [32,64) and [96,128); the activation bytes are paired to match
 //      once per block for both rows (a shuffle of two loads per pair);

@@ -1,6 +1,7 @@
 // ops.c: the table of row operations per type, and the run-time choice of SIMD level.
 #include "quant.h"
 #include "dot.h"
+#include "../util/env.h"
 
 #include <cpuid.h>
 #include <pthread.h>
@@ -45,7 +46,7 @@ static bool cpu_has_f16c(void) {
 }
 
 static void ops_init(void) {
-    const char *force = getenv("FT_SIMD");
+    const char *force = ft_env_str(FT_ENV_SIMD);
     if (force && strcmp(force, "scalar") == 0) return;
     __builtin_cpu_init();
     if (!(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c())) return;
@@ -100,8 +101,7 @@ static void ops_init(void) {
     // the scalar reference's order, those per lane), so which rows take them is a function of
     // each row's own sequence chunk, never of a call's row count (backend.h, ft_backend.row_gemm):
     // a sequence computes the same bits alone or batched.
-    const char *amx = getenv("FT_AMX");
-    if ((amx && strcmp(amx, "0") == 0) || (force && strcmp(force, "avx512") == 0)) return;
+    if (!ft_env_flag(FT_ENV_AMX) || (force && strcmp(force, "avx512") == 0)) return;
     if (!ft_amx_init()) return;
     g_amx = true;
     g_ops[FT_TYPE_Q4_K].gemm = ft_gemm_q4_K_amx;

@@ -1,26 +1,8 @@
 // cpu_moe.c: the FFN ops on the CPU: routed experts (moe_ffn), the dense SiLU-gated FFN and
-// the sigmoid-gated shared expert.
-//
-// moe_ffn, in steps:
-//   1. router logits for all tokens (one matmul; an f32 router's in a job that also quantizes
-//      the tokens for gate and up), gating (softmax or sigmoid), top-k on
-//      gating + selection bias, weights renormalised and scaled as the layer asks; or the
-//      routing as the caller gives it (ft_moe_params.sel: the GPU's, in --moe-backend cpu);
-//   2. group the (token, slot) pairs by expert (a counting sort), so each expert's weights
-//      are read once for all its tokens and unselected experts are never touched;
-//   3. gate and up for every active expert's rows over the pool, SiLU(gate) * up in the same
-//      job, quantize to the down bank's vec_dot_type (in that job too without GEMM tokens),
-//      down over the pool; each expert's weights
-//      meet all its tokens in tiles (cpu_dot_tile), the work split by token-rows (down without
-//      GEMM tokens in chunks the threads claim, else in static shares; without GEMM tokens
-//      gate/up and down are one pool job, down's chunks of an expert taken as soon as its
-//      hidden rows are ready); the tokens of a prefill
-//      chunk take the GEMM and the others the tile kernels (ft_backend.row_gemm), so a token's
-//      result never depends on how many others its expert got;
-//   4. per token, the weighted sum over its slots in slot order (as llama.cpp adds them): where
-//      down goes in chunks, by the thread that finishes a chunk's rows last over the experts,
-//      so no serial pass over the k rows (written by other cores) follows the job.
+// the sigmoid-gated shared expert. They run on the backend's pool and use its scratch: one
+// calling thread per backend. moe_ffn's steps are above cpu_moe_ffn.
 #include "cpu_impl.h"
+#include "../../util/env.h"
 
 #include <immintrin.h>
 #include <sched.h>
@@ -156,13 +138,9 @@ typedef struct {
 
 // Weight bytes of one chunk of a one-bank job (down): a thread's stream runs long past the
 // rows the matvec reads cold (it prefetches 8 rows ahead, so a chunk's first 8 rows are
-// unprefetched), and the last chunks even out the threads' finishing times. Measured on the
-// H200's host, 16 threads (bench_cpu_moe): static shares of equal work left the slowest
-// thread's busy time 1.3-1.4x the mean; chunks of 80 rows of down (32 KiB) evened them at 1.07x
-// the mean busy time (76 -> 82 us; the job 100 -> 86 us). Gate and up keep static shares: a
-// piece of them starts two streams, and chunks of 16 rows of each raised the threads' mean busy
-// time 1.46x (the job 204 -> 228 us; at 1 and 2 threads here, 64 rows were still slower than
-// static shares). -DFT_EXP_CHUNK_BYTES=N tries other sizes.
+// unprefetched), and the last chunks even out the threads' finishing times. Gate and up keep
+// static shares: a piece of them starts two streams, and chunks of them were slower
+// (bench_cpu_moe's figures: docs/performance.md). -DFT_EXP_CHUNK_BYTES=N tries other sizes.
 #ifdef FT_EXP_CHUNK_BYTES
 enum { EXP_CHUNK_BYTES = FT_EXP_CHUNK_BYTES };
 #else
@@ -331,8 +309,7 @@ static bool one_job_enabled(void) {
     static _Atomic int cached = -1;
     int v = atomic_load_explicit(&cached, memory_order_relaxed);
     if (v < 0) {
-        const char *e = getenv("FT_CPU_MOE_ONE_JOB");
-        v = !(e && !strcmp(e, "0"));
+        v = ft_env_flag(FT_ENV_CPU_MOE_ONE_JOB);
         atomic_store_explicit(&cached, v, memory_order_relaxed);
     }
     return v;
@@ -383,9 +360,7 @@ typedef struct {
 } router_job;
 
 // Quantizing one token costs about as much as this many router rows (both stream a row of
-// n_embd floats). On the H200 host with the reference q8_K quantizer: 6 and 1.1 us at 2048
-// (then 4 rows); the AVX2 quantizer (cpu_quant.c) takes 0.75 us where the reference takes 4.3
-// on the 2-core development machine, so about one row (not measured on the H200 host).
+// n_embd floats; with the AVX2 quantizer of cpu_quant.c, about one: docs/performance.md).
 enum { ROUTER_ROWS_PER_QUANT = 1 };
 
 // The first router row of thread i of nth when thread 0 also quantizes the token: the shares
@@ -454,6 +429,25 @@ static void sum_rows(const cpu_backend *c, float *y, int n_tok, int k, int64_t n
 
 static enum ft_type vdt_of(enum ft_type t) { return ft_quant_ops_find(t)->vec_dot_type; }
 
+// moe_ffn, in steps:
+//   1. router logits for all tokens (one matmul; an f32 router's in a job that also quantizes
+//      the tokens for gate and up), gating (softmax or sigmoid), top-k on
+//      gating + selection bias, weights renormalised and scaled as the layer asks; or the
+//      routing as the caller gives it (ft_moe_params.sel: the GPU's, in --moe-backend cpu);
+//   2. group the (token, slot) pairs by expert (a counting sort), so each expert's weights
+//      are read once for all its tokens and unselected experts are never touched;
+//   3. gate and up for every active expert's rows over the pool, SiLU(gate) * up in the same
+//      job, quantize to the down bank's vec_dot_type (in that job too without GEMM tokens),
+//      down over the pool; each expert's weights
+//      meet all its tokens in tiles (cpu_dot_tile), the work split by token-rows (down without
+//      GEMM tokens in chunks the threads claim, else in static shares; without GEMM tokens
+//      gate/up and down are one pool job, down's chunks of an expert taken as soon as its
+//      hidden rows are ready); the tokens of a prefill
+//      chunk take the GEMM and the others the tile kernels (ft_backend.row_gemm), so a token's
+//      result never depends on how many others its expert got;
+//   4. per token, the weighted sum over its slots in slot order (as llama.cpp adds them): where
+//      down goes in chunks, by the thread that finishes a chunk's rows last over the experts,
+//      so no serial pass over the k rows (written by other cores) follows the job.
 void cpu_moe_ffn(ft_backend *be, const ft_moe_params *p, const float *x, float *y, int n_tok) {
     cpu_backend *c = cpu_of(be);
     int64_t n_embd = p->gate_exps->ne[0], n_ff = p->gate_exps->ne[1];
@@ -484,7 +478,7 @@ void cpu_moe_ffn(ft_backend *be, const ft_moe_params *p, const float *x, float *
     int n_active = group(c, p, n_tok);
     for (int a = 0; a < n_active; a++) {
         // The placement hook: src/moe/ decides where each selected expert runs. This backend
-        // computes the ones placed on the CPU, which is all of them until the CUDA backend.
+        // computes the ones placed on the CPU, which today is every one it is asked about.
         enum ft_placement where = p->place ? p->place(p->place_ctx, p->layer, c->active[a]) : FT_PLACEMENT_CPU;
         FT_ASSERT(where == FT_PLACEMENT_CPU);
     }

@@ -3,23 +3,8 @@
 // for an f16 cache the query is rounded to f16 and dotted in float; for a q8_0 cache the
 // query is quantized to q8_0 (the CPU's rounding) and dotted with integer sums per block.
 //
-// Steps, one 128-thread CTA per (head, token):
-//   1. the query (converted as above) goes to shared memory;
-//   2. keys kmin..qpos in chunks of 128: thread i scores key k0 + i; CTA max; p = e^(s - M)
-//      with the running max M; the running sum and the accumulators are rescaled when M grows
-//      (online softmax, float);
-//   3. warp w takes keys w, w + 4, ... of the chunk, lane l output dims l, l + 32, ... (V rows
-//      read coalesced); at the end the 4 warps' sums are added and divided by the softmax sum.
-// Batches of up to FT_CUDA_ATTN_SPLIT_MAX_TOK tokens (decode) split the keys into up to
-// FT_CUDA_ATTN_MAX_SPLIT ranges of whole chunks, one CTA each (grid.z), writing partial sums,
-// maxima and softmax sums that are then merged (flash-decoding): by the decode kernel's last
-// CTA of each (head, token) when split_count is given, else by a second kernel. Prefill batches of the
-// shapes flash_attn.cu covers take its tiled tensor-core kernel; the rest run here, one CTA per
-// (head, token).
-// The split is a function of the key count alone (attn_split), computed by the kernels
-// themselves: with the position in device memory (a replayed CUDA graph) the grid has
-// FT_CUDA_ATTN_MAX_SPLIT CTAs per (head, token) and those past the split return at once, so a
-// graphed step computes exactly what the same step launched directly computes.
+// The steps, the split of the keys (flash-decoding) and the launch geometry: above
+// attention_kernel.
 #include "cuda_common.cuh"
 #include "cuda_ops.h"
 #include "q8_1.cuh"
@@ -69,6 +54,23 @@ __device__ __forceinline__ attn_split_t attn_split_of(const ft_cuda_attn_params 
                       attn_decode(p.n_tok, p.head_dim) ? DEC_CHUNK : AT_THREADS);
 }
 
+// Steps, one 128-thread CTA per (head, token):
+//   1. the query (converted as above) goes to shared memory;
+//   2. keys kmin..qpos in chunks of 128: thread i scores key k0 + i; CTA max; p = e^(s - M)
+//      with the running max M; the running sum and the accumulators are rescaled when M grows
+//      (online softmax, float);
+//   3. warp w takes keys w, w + 4, ... of the chunk, lane l output dims l, l + 32, ... (V rows
+//      read coalesced); at the end the 4 warps' sums are added and divided by the softmax sum.
+// Batches of up to FT_CUDA_ATTN_SPLIT_MAX_TOK tokens (decode) split the keys into up to
+// FT_CUDA_ATTN_MAX_SPLIT ranges of whole chunks, one CTA each (grid.z), writing partial sums,
+// maxima and softmax sums that are then merged (flash-decoding): by the decode kernel's last
+// CTA of each (head, token) when split_count is given, else by a second kernel. Prefill batches of the
+// shapes flash_attn.cu covers take its tiled tensor-core kernel; the rest run here, one CTA per
+// (head, token).
+// The split is a function of the key count alone (attn_split), computed by the kernels
+// themselves: with the position in device memory (a replayed CUDA graph) the grid has
+// FT_CUDA_ATTN_MAX_SPLIT CTAs per (head, token) and those past the split return at once, so a
+// graphed step computes exactly what the same step launched directly computes.
 __global__ void __launch_bounds__(AT_THREADS) attention_kernel(const ft_cuda_attn_params p) {
     ft_pdl_begin();
     __shared__ float qf[AT_MAX_HD];

@@ -1,23 +1,13 @@
 // cpu_experts_overlay: the prefill overlay of --moe-backend cpu (cuda_cpu_experts.h), which
 // brings a layer's expert banks from host memory to the GPU for steps of many tokens.
 //
-// Prefill on the GPU: a step of many tokens makes the CPU compute-bound, while the copy of a
-// layer's experts over PCIe is cheap beside it (Qwen3-30B-A3B: 324 MiB, ~7 ms at 50 GB/s), so
-// from the CUDA backend's grouped-GEMM threshold on (cuda_backend.c), a layer whose expert
-// types the grouped GEMM takes (cuda_cpu_experts_overlay_takes) runs on the GPU: its gate, up
-// and down tensors are copied whole from the mapping into a device overlay buffer, and the
-// backend's usual path (routing on the device, ft_cuda_moe_gemm) reads them there at their
-// native size, as for --moe-backend fused (bit-identical to it). Other layers (BF16 experts)
-// stay on the CPU path. The mapping is never page-locked (cudaHostRegister of the whole
-// Qwen3-30B file's 18 GB mapping made a benchmark time out): host threads (a pool of -t
-// threads of its own, asleep outside prefill) copy each piece of a layer into a ring of
-// pinned staging buffers, and the copy stream moves each piece to the device while the next
-// one is filled. Two device buffers (one with overlay_buffers 1): the next overlay layer is
-// staged as soon as the current one's work is enqueued (so the GPU computes while the host
-// stages); events keep a copy from overwriting a buffer before the work that reads it has run,
-// and the backend's stream from reading a buffer before its copy landed. The buffers remember
-// which layer they hold (the mapping never changes), so a layer still there from the last step
-// is not copied again.
+// From the CUDA backend's grouped-GEMM threshold on, a layer whose expert types the grouped
+// GEMM takes (cuda_cpu_experts_overlay_takes) runs on the GPU, as in --moe-backend fused and
+// bit-identical to it: a step of many tokens makes the CPU compute-bound, while a copy of the
+// layer's experts over PCIe is cheap beside it. The mapping is never page-locked: host threads
+// (a pool of its own) copy each piece into a ring of pinned staging buffers and the copy stream
+// moves it on. One or two device buffers (double-buffered: the next layer staged while this one
+// computes); each remembers the layer it holds. docs/expert-cache.md ("cpu mode") has more.
 //
 // One calling thread: cuda_cpu_experts owns it and computes its pending layers before each
 // cpu_experts_overlay_begin (the staging waits on the host for copies that wait for the stream).

@@ -2,42 +2,21 @@
 // of ft_backend_ops as launches of the kernels in this folder (cuda_ops.h, ft_cuda.h).
 //
 // Matmuls quantize the activations once to q8_1 (quantized weights) or pass floats (f32, f16,
-// bf16 weights) and run the matvec kernels 8 tokens per launch; batches from GEMM_MIN_TOK
-// tokens take the tensor-core GEMM (quantized weights), float weights past 8 tokens the tiled
-// float GEMM (gemm_f.cu).
-// Consecutive matmuls of one input (wq/wk/wv, gate/up, router and experts) quantize it once.
-// moe_ffn routes on the device and runs the selected experts through the expert form of the
-// matvec (ft_cuda_matvec_ids), one (token, slot) pair per CTA row, so the host never waits:
-// gate, up and SiLU in one launch, down and the weighted sum in another (quantized banks);
-// prefill does not yet group tokens by expert (each pair reads its expert's rows), and there
-// is no tensor-core GEMM yet. Decode attention splits the keys over CTAs (flash-decoding).
-//
-// Fusion across ops: the ops come one at a time from the architecture code, so a few wait
-// until the next op shows whether they can share its kernel (each op's entry launches what
-// is waiting otherwise: cuda_of / cuda_op):
-//   - decode-sized quantized matmuls of one input (wq, wk, wv) run as one launch;
-//   - a residual add runs inside the next rms_norm when that normalises its result;
-//   - a per-head rms_norm in place (q_norm, k_norm) runs inside the rope of its buffer, and
-//     those of q and k in one launch;
-//   - the cache rows of k and v (two set_rows of one shape) are written by one launch;
-// and some kernels write the q8_1 form of their output for the matmul that follows (rms_norm,
-// decode attention), which then skips its quantize launch (xq_src).
-//
-// CUDA graphs (step_begin/step_end): the first one-token step of a sequence (a key: its KV
-// cache) is captured into a graph, and every later one-token step of it replays that graph:
-// its ops then only note their arguments (a signature checked against the capture's) and
-// get_rows fills the pinned staging the graph copies from.
-// One graph serves every position because the position lives in device memory (pos_dev,
-// copied from pinned memory by the graph's first node): rope, set_rows and attention take it
-// from there, the ops' host positions become offsets from the step's first position, and the
-// attention split is chosen on the device. Chosen over re-capturing each token and updating
-// the executable graph: capture and update cost the host about as much as the launches they
-// replace, which is the time a decode step is short of. FT_CUDA_GRAPHS=0 turns graphs off.
+// bf16 weights) and run the matvec kernels 8 tokens per launch; from GEMM_MIN_TOK tokens the
+// quantized matmuls take the tensor-core GEMM (gemm_q.cu), float weights past 8 tokens the
+// tiled float GEMM (gemm_f.cu). moe_ffn routes on the device, so the host never waits: decode
+// runs the selected experts through the expert form of the matvec (gate, up and SiLU in one
+// launch, down and the weighted sum in another); prefill from GEMM_MIN_TOK groups the tokens by
+// expert for the grouped GEMM (moe_gemm.cu). Prefill attention is the tensor-core flash kernel
+// (flash_attn.cu), decode attention splits the keys over CTAs (attention.cu). Some ops wait to
+// fuse with the next one (above cuda_of); one-token steps replay CUDA graphs ("Steps and
+// graphs" below). One calling thread per backend.
 #include "cuda.h"
 #include "cuda_cpu_experts.h"
 #include "cuda_ops.h"
 #include "ft_cuda.h"
 #include "offload.h"
+#include "../../util/env.h"
 
 #include <limits.h>
 #include <stdio.h>
@@ -180,6 +159,17 @@ static void flush_rope(cuda_backend *c) {
 
 static void flush_matmuls(cuda_backend *c);
 
+// Fusion across ops: the ops come one at a time from the architecture code, so a few wait
+// until the next op shows whether they can share its kernel (each op's entry launches what
+// is waiting otherwise: cuda_of / cuda_op):
+//   - decode-sized quantized matmuls of one input (wq, wk, wv) run as one launch;
+//   - a residual add runs inside the next rms_norm when that normalises its result;
+//   - a per-head rms_norm in place (q_norm, k_norm) runs inside the rope of its buffer, and
+//     those of q and k in one launch;
+//   - the cache rows of k and v (two set_rows of one shape) are written by one launch;
+// and some kernels write the q8_1 form of their output for the matmul that follows (rms_norm,
+// decode attention), which then skips its quantize launch (xq_src).
+//
 // Every entry point starts here or at cuda_op: what is pending goes first (an add, matmuls,
 // cache rows and a norm+rope are never pending together: each op that makes one pending
 // flushes the others; the per-head norms wait beside a norm+rope, on other buffers).
@@ -837,7 +827,18 @@ static void cuda_sigmoid_gate_add(ft_backend *be, const ft_tensor *gate_inp, con
 }
 
 // ---------------------------------------------------------------------------------------------
-// Steps and graphs (see the top)
+// Steps and graphs
+//
+// CUDA graphs (step_begin/step_end): the first one-token step of a sequence (a key: its KV
+// cache) is captured into a graph, and every later one-token step of it replays that graph:
+// its ops then only note their arguments (a signature checked against the capture's) and
+// get_rows fills the pinned staging the graph copies from.
+// One graph serves every position because the position lives in device memory (pos_dev,
+// copied from pinned memory by the graph's first node): rope, set_rows and attention take it
+// from there, the ops' host positions become offsets from the step's first position, and the
+// attention split is chosen on the device. Chosen over re-capturing each token and updating
+// the executable graph: capture and update cost the host about as much as the launches they
+// replace, which is the time a decode step is short of. FT_CUDA_GRAPHS=0 turns graphs off.
 
 static void cuda_step_begin(ft_backend *be, int n_tok, int pos0, const void *key) {
     cuda_backend *c = cuda_of(be);
@@ -1052,11 +1053,9 @@ ft_backend *ft_backend_cuda_init(const ft_backend_params *p, ft_err *err) {
     c->base.min_route_gap = INFINITY;
     c->dev = dev;
     c->stream = ft_cuda_stream_init();
-    const char *g = getenv("FT_CUDA_GRAPHS");
-    c->graphs = !(g && !strcmp(g, "0"));
-    const char *gm = getenv("FT_CUDA_GEMM"), *fa = getenv("FT_CUDA_FLASH");
-    c->gemm_min_tok = gm && !strcmp(gm, "0") ? INT_MAX : GEMM_MIN_TOK;
-    c->flash = !(fa && !strcmp(fa, "0"));
+    c->graphs = ft_env_flag(FT_ENV_CUDA_GRAPHS);
+    c->gemm_min_tok = ft_env_flag(FT_ENV_CUDA_GEMM) ? GEMM_MIN_TOK : INT_MAX;
+    c->flash = ft_env_flag(FT_ENV_CUDA_FLASH);
     c->graph_max_tok = p->graph_max_tok;
     return &c->base;
 }

@@ -48,7 +48,7 @@ static inline cudaStream_t ft_cuda_stream_handle(ft_cuda_stream *s) { return (cu
 
 // Programmatic dependent launch (sm_90 and later; FT_CUDA_PDL=0 turns it off). A decode step
 // is hundreds of short kernels, and each one's launch and CTA dispatch used to start only once
-// the kernel before it had drained (~1-2 us each inside a graph). A kernel launched with
+// the kernel before it had drained. A kernel launched with
 // ft_launch may be dispatched while its predecessor on the stream still runs; its first
 // statement must be ft_pdl_begin() (only ft_prefetch_l2 of constant data may come before), which waits until the predecessor has completed and its
 // writes are visible (griddepcontrol.wait: nothing of the kernel runs before, so no hazard is

@@ -6,6 +6,7 @@
 #include "cpu_experts_overlay.h"
 #include "expert_cache_kernels.h" // mapped host memory, stream waits, sync-only events, timers
 #include "host_meeting.h"
+#include "../../util/env.h"
 
 #include <immintrin.h>
 #include <math.h>
@@ -69,11 +70,6 @@ static uint64_t now_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-static bool env_is(const char *name, const char *value) {
-    const char *v = getenv(name);
-    return v && !strcmp(v, value);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -203,7 +199,7 @@ cuda_cpu_experts *cuda_cpu_experts_init(const ft_host_experts_params *p, float *
     ft_cuda_device_sync();
     ce->x_ready = ft_cuda_event_init();
     ce->route_gap = route_gap;
-    ce->event_meeting = env_is("FT_CPU_EXPERTS_MEETING", "event");
+    ce->event_meeting = ft_env_is(FT_ENV_CPU_EXPERTS_MEETING, "event");
     if (!ce->event_meeting && ft_cuda_modules_load_lazily()) {
         // the other meetings enqueue the next layer's launches while the stream waits for the
         // host: a kernel's lazy first load there would wait for that stream (a deadlock seen
@@ -212,9 +208,9 @@ cuda_cpu_experts *cuda_cpu_experts_init(const ft_host_experts_params *p, float *
                     "through events, without CUDA graphs (slower); unset CUDA_MODULE_LOADING for the fast meeting");
         ce->event_meeting = true;
     }
-    ce->host_route = env_is("FT_CPU_EXPERTS_ROUTE", "host");
-    ce->stream_wait = !env_is("FT_CPU_EXPERTS_MEETING", "spin") && ft_cuda_meeting_stream_wait_available();
-    const char *prof = getenv("FT_CPU_EXPERTS_PROFILE");
+    ce->host_route = ft_env_is(FT_ENV_CPU_EXPERTS_ROUTE, "host");
+    ce->stream_wait = !ft_env_is(FT_ENV_CPU_EXPERTS_MEETING, "spin") && ft_cuda_meeting_stream_wait_available();
+    const char *prof = ft_env_str(FT_ENV_CPU_EXPERTS_PROFILE);
     ce->prof.on = prof && strcmp(prof, "0") != 0;
     if (ce->prof.on) {
         profile_pool(p->reference ? 1 : p->n_threads);

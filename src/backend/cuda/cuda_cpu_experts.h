@@ -1,50 +1,17 @@
 // cuda_cpu_experts: `--moe-backend cpu` inside the CUDA backend. The routed experts of a MoE
-// layer are computed on the CPU from host memory (the model's mapping), everything else stays
-// on the GPU: what llama.cpp users do with `-ot exps=CPU`.
-//
-// The meeting, per MoE layer (host_meeting.h): on the CUDA backend's stream an export kernel
-// copies the layer's input x (n_tok, n_embd) into mapped pinned memory and raises a flag
-// there; behind it the stream waits for a second flag (cuStreamWaitValue32, or a spinning
-// kernel where the driver lacks it) and an import kernel copies y back from mapped pinned
-// memory. moe_ffn only enqueues those two kernels and returns: the layer's CPU work is
-// done by the calling thread later, when the next MoE layer's moe_ffn (or a flush: the step's
-// end, a read) comes, after the architecture code has enqueued the ops in between. So the
-// host's launches of layer L + 1's attention overlap the GPU's work, the GPU runs them as
-// soon as y lands, and no event, callback or copy is waited for: the host spins on a flag in
-// its own memory and the GPU on one in mapped memory. The CPU work is the CPU backend's
-// moe_ffn (src/backend/cpu: the experts, -t threads, its pool kept hot between layers). The
-// GPU routes (its router kernels, as in --moe-backend fused) and the selections and weights
-// travel with x (ft_moe_params.sel): the router's weights (an f32 router of Qwen3-30B-A3B: 1
-// MiB per layer) cost the GPU about a microsecond and the CPU's 16 threads 14 us of the layer's
-// ~350 on the H200's host. FT_CPU_EXPERTS_ROUTE=host keeps the earlier split for comparison:
-// the router on the CPU, on the host copy of its weights (the file's mapping), so the layer is
-// exactly the CPU backend's op.
-// FT_CPU_EXPERTS_MEETING=event selects the previous meeting for comparison: a copy of x, an
-// event the host waits on, the CPU op, a copy of y enqueued after it (nothing deferred);
-// FT_CPU_EXPERTS_MEETING=spin makes the import kernel spin even where the stream wait exists.
-// FT_CPU_EXPERTS_PROFILE=1 times the host's side of decode layers (waiting for x: in graph
-// steps the GPU's whole part between two layers; the CPU op; the host's own time between
-// layers) and prints it at free, with the meetings' round trips and the pool's wake-up
-// measured at init.
-//
-// Deadlock rule: the stream may wait (in an import kernel) for a layer the host has not
-// computed yet, so before anything that waits on the host for the stream the pending layer is
-// computed: cuda_cpu_experts_flush (the backend calls it in read, step_end and free, and the
-// overlay below calls it itself).
-//
-// CUDA graphs: a one-token step with CPU experts is captured and replayed like any other
-// (cuda_backend.c) with the flag meeting: its export and import kernels are in the graph (the
-// import spins: the stream wait's number would be frozen at capture; the kernels take the
-// number from the device's own count), moe_ffn only queues each layer's CPU work, and after
-// the graph's launch the backend's flush computes the queued layers in order, each as soon as
-// its x flag rises. The host then does nothing else between layers, and the GPU runs each
-// layer's other ops back to back from the graph. (The earlier meeting as a graph host node,
-// cudaLaunchHostFunc, decoded the Qwen3-30B-A3B shape at 8.4 tok/s against 46.2 direct; the
-// event meeting is never graphed.)
-//
-// Prefill on the GPU: from the CUDA backend's grouped-GEMM threshold on, a layer whose expert
-// types the grouped GEMM takes runs on the GPU from a device overlay its banks are copied into
+// layer are computed on the CPU from host memory (the model's mapping) by the CPU backend's
+// moe_ffn (-t threads); everything else, the routing included, stays on the GPU: what
+// llama.cpp users do with `-ot exps=CPU`. Per MoE layer the GPU and a host thread meet through
+// flags in mapped pinned memory (host_meeting.h): moe_ffn only enqueues the meeting's kernels,
+// and the layer's CPU work is done later, at the next MoE layer or a flush, so the host's
+// launches overlap the GPU's work. One-token steps are captured in CUDA graphs (the meeting's
+// kernels in the graph, the CPU work after the launch). docs/expert-cache.md ("cpu mode")
+// describes the meetings, the FT_CPU_EXPERTS_* switches and the prefill overlay
 // (cpu_experts_overlay.h).
+//
+// Deadlock rule: the stream may wait for a layer the host has not computed yet, so before
+// anything that waits on the host for the stream the pending layer is computed
+// (cuda_cpu_experts_flush: the backend calls it in read, step_end and free; the overlay too).
 //
 // Ownership: the backend that attached it frees it. One calling thread.
 #ifndef FT_CUDA_CPU_EXPERTS_H

@@ -4,6 +4,7 @@
 // NVIDIA driver that call fails (cudaErrorInsufficientDriver / cudaErrorNoDevice) and we
 // report 0 devices, with the reason at debug level only, so the CPU path takes over quietly.
 #include "cuda_common.cuh"
+#include "../../util/env.h"
 
 #include <cuda.h> // the driver API's types only: cuModuleGetLoadingMode comes through the runtime's
                   // entry point query (no link to libcuda)
@@ -87,11 +88,10 @@ extern "C" bool ft_cuda_device_get_info(int dev, ft_cuda_device_info *out) {
 bool ft_cuda_pdl_enabled(void) {
     static int enabled = -1;
     if (enabled < 0) {
-        const char *e = getenv("FT_CUDA_PDL");
         int dev = 0, major = 0;
         CUDA_CHECK(cudaGetDevice(&dev));
         CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-        enabled = major >= 9 && !(e && !strcmp(e, "0"));
+        enabled = major >= 9 && ft_env_flag(FT_ENV_CUDA_PDL);
     }
     return enabled;
 }

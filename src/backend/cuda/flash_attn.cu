@@ -8,34 +8,7 @@
 // blocks' scales. Values enter the MMAs as f16 (q8_0 rows dequantized on load) and so do the
 // softmax weights P; the online softmax and the output accumulate in f32.
 //
-// Launch: one 128-thread CTA per (KV head, tile of FA_BQ / group tokens), grid (n_head_kv,
-// tiles). Its FA_BQ = 64 rows are (token, query head) pairs of the heads sharing that KV head,
-// row r = token t0 + r / group, head hk * group + r % group, so each K/V tile read to shared
-// memory serves the whole group; rows past the tile's tokens compute on zeros, unwritten.
-// Steps:
-//   1. the rows' queries, rounded to f16 (or q8_0 codes and scales), staged in shared memory;
-//      each warp takes 16 rows and keeps them as MMA A fragments in registers;
-//   2. over the keys the tile's rows can see, FA_BK = 64 at a time: K and V rows to shared
-//      memory (f16 copied; q8_0 V dequantized to f16, q8_0 K kept as codes and scales; keys
-//      outside the range zero-filled);
-//      S = Q K^T (f32), scaled, masked (causal, window) to -inf;
-//      online softmax per row in f32 (running max m, sum l; O rescaled when m grows);
-//      O += P V with P rounded to f16, straight from S's accumulator registers;
-//   3. O / l written as f32.
-//
-// MMA fragments (PTX ISA, "Matrix Fragments for mma.m16n8k16" with .f16; lane = 4 g + t; each
-// 32-bit register holds two f16, the lower index in the low half):
-//   A (16 x 16, row): a0 = row g, k 2t, 2t+1; a1 = row g+8, k 2t..; a2 = row g, k 2t+8, 2t+9;
-//                     a3 = row g+8, k 2t+8..
-//   B (16 x 8, col):  b0 = k 2t, 2t+1 of column g; b1 = k 2t+8, 2t+9 of column g
-//   C (16 x 8, f32):  c0, c1 = row g, columns 2t, 2t+1; c2, c3 = row g+8, same columns
-// m16n8k32 with .s8 (gemm_q.cu's layouts): A a0 = row g, k 4t..4t+3; a1 = row g+8, k 4t..;
-// a2 = row g, k 16+4t..; a3 = row g+8, k 16+4t..; B b0 = k 4t..4t+3 of column g, b1 = k 16+4t..
-// of column g; C as above (s32); bytes in k order from the low one.
-// For S = Q K^T, k runs over head dims and the columns are keys: b0 is one aligned word of a
-// K row in shared memory (a q8_0 block is one m16n8k32 step). For O += P V, k runs over keys:
-// S's C fragments of key columns 16j..16j+7 and 16j+8..16j+15 are exactly P's A fragment for
-// keys 16j..16j+15, and b0 pairs two V rows' elements of one dim (two 16-bit loads).
+// The launch geometry, the steps and the MMA fragment layouts are above flash_attn_kernel.
 #include "cuda_common.cuh"
 #include "cuda_ops.h"
 
@@ -128,6 +101,34 @@ __device__ __forceinline__ void load_k_q8_tile(int8_t (*codes)[D + FA_PAD8], flo
     }
 }
 
+// Launch: one 128-thread CTA per (KV head, tile of FA_BQ / group tokens), grid (n_head_kv,
+// tiles). Its FA_BQ = 64 rows are (token, query head) pairs of the heads sharing that KV head,
+// row r = token t0 + r / group, head hk * group + r % group, so each K/V tile read to shared
+// memory serves the whole group; rows past the tile's tokens compute on zeros, unwritten.
+// Steps:
+//   1. the rows' queries, rounded to f16 (or q8_0 codes and scales), staged in shared memory;
+//      each warp takes 16 rows and keeps them as MMA A fragments in registers;
+//   2. over the keys the tile's rows can see, FA_BK = 64 at a time: K and V rows to shared
+//      memory (f16 copied; q8_0 V dequantized to f16, q8_0 K kept as codes and scales; keys
+//      outside the range zero-filled);
+//      S = Q K^T (f32), scaled, masked (causal, window) to -inf;
+//      online softmax per row in f32 (running max m, sum l; O rescaled when m grows);
+//      O += P V with P rounded to f16, straight from S's accumulator registers;
+//   3. O / l written as f32.
+//
+// MMA fragments (PTX ISA, "Matrix Fragments for mma.m16n8k16" with .f16; lane = 4 g + t; each
+// 32-bit register holds two f16, the lower index in the low half):
+//   A (16 x 16, row): a0 = row g, k 2t, 2t+1; a1 = row g+8, k 2t..; a2 = row g, k 2t+8, 2t+9;
+//                     a3 = row g+8, k 2t+8..
+//   B (16 x 8, col):  b0 = k 2t, 2t+1 of column g; b1 = k 2t+8, 2t+9 of column g
+//   C (16 x 8, f32):  c0, c1 = row g, columns 2t, 2t+1; c2, c3 = row g+8, same columns
+// m16n8k32 with .s8 (gemm_q.cu's layouts): A a0 = row g, k 4t..4t+3; a1 = row g+8, k 4t..;
+// a2 = row g, k 16+4t..; a3 = row g+8, k 16+4t..; B b0 = k 4t..4t+3 of column g, b1 = k 16+4t..
+// of column g; C as above (s32); bytes in k order from the low one.
+// For S = Q K^T, k runs over head dims and the columns are keys: b0 is one aligned word of a
+// K row in shared memory (a q8_0 block is one m16n8k32 step). For O += P V, k runs over keys:
+// S's C fragments of key columns 16j..16j+7 and 16j+8..16j+15 are exactly P's A fragment for
+// keys 16j..16j+15, and b0 pairs two V rows' elements of one dim (two 16-bit loads).
 template <int D, bool KQ8>
 __global__ void __launch_bounds__(FA_THREADS) flash_attn_kernel(const ft_cuda_attn_params p) {
     constexpr int KD = KQ8 ? D / 32 : D / 16; // k-steps of S = Q K^T (q8_0: one block each)

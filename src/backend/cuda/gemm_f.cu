@@ -1,7 +1,7 @@
 // gemm_f.cu: y = x · wᵀ for float weights w (n_out, n_in) in f32, f16 or bf16 and any number of
 // float activation rows x (n_tok, n_in): the prefill form of matvec_f.cu, for the small float
 // matrices of a model (an MoE router: 128 x 2048 f32), which the matvec kernel would read once
-// per 8 tokens in 64-CTA launches (512 tokens: 64 launches, ~11 us each on an H200).
+// per 8 tokens in 64-CTA launches (512 tokens: 64 launches).
 //
 // Steps, one 256-thread CTA per tile of 32 tokens x 32 outputs:
 //   1. the tile's x and w rows are read GF_BK columns at a time (coalesced along the row,

@@ -1,6 +1,27 @@
 // gemm_q.cu: the prefill GEMM for quantized weights on tensor cores, y = x · wᵀ for many
 // tokens (llama.cpp calls this MMQ), dense and grouped by expert (the MoE form).
 //
+// int8 mma.sync (sm_80+, so one kernel serves sm_80..sm_120) on q8_1 activations, with the
+// weight codes decoded into shared memory (gemm_q.cuh): prefill gets the numbers decode and
+// llama.cpp's MMQ get. Why int8 and the MMA fragment layout: above mma_k32; the kernel's steps
+// and tiles: above gemm_q_kernel. Launches only: no state, thread-safe per stream.
+#include "cuda_common.cuh"
+
+extern "C" {
+#include "../../quant/quant.h" // ft_row_bytes
+}
+#include "gemm_q.cuh"
+
+enum {
+    GM_THREADS = 128,
+    GM_BM = 64,                 // weight rows per CTA
+    GM_KC = 128,                // input elements per chunk
+    GM_KB = GM_KC / 32,         // k-blocks per chunk
+    GM_LDW = (GM_KC + 16) / 4,  // words per shared-memory row (144 bytes)
+};
+
+// m16n8k32 and m16n8k16 int8 MMAs, d = a · b (c = 0). Not volatile: the results are used, and
+// the compiler may then schedule them among the shared-memory loads.
 // Why int8 MMA on q8_1 activations, not weights dequantized to f16:
 //   - accuracy: the decode kernels (matvec_q.cu) already quantize activations to q8_1 and
 //     take exact integer dot products per sub-block; doing the same here gives prefill the
@@ -14,6 +35,32 @@
 //   for q4_K / q5_K / q4_1 / q5_1), on the CUDA cores next to the MMAs.
 //   mma.sync (sm_80+), not wgmma, so one kernel serves sm_80..sm_120.
 //
+// MMA fragments (PTX ISA, "Matrix Fragments for mma.m16n8k32", .s8; lane = 4 g + t):
+//   A (16 x 32, row): a0 = row g, k 4t..4t+3; a1 = row g+8, k 4t..; a2 = row g, k 16+4t..;
+//                     a3 = row g+8, k 16+4t..
+//   B (32 x 8, col):  b0 = k 4t..4t+3 of column g; b1 = k 16+4t.. of column g
+//   C (16 x 8):       c0, c1 = row g, columns 2t, 2t+1; c2, c3 = row g+8, same columns
+//   m16n8k16: A a0 = row g, k 4t..; a1 = row g+8, k 4t..; B b0 = k 4t.. of column g; C as above.
+// Weights are A (rows = output features), activations B (columns = tokens); both tiles are
+// stored k-contiguous per row, so each fragment register is one aligned 32-bit word.
+__device__ __forceinline__ void mma_k32(int d[4], const int a[4], const int b[2]) {
+    d[0] = d[1] = d[2] = d[3] = 0;
+    asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+                 "{%8, %9}, {%0, %1, %2, %3};"
+                 : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+__device__ __forceinline__ void mma_k16(int d[4], const int a[2], int b) {
+    d[0] = d[1] = d[2] = d[3] = 0;
+    asm("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5}, {%6}, "
+                 "{%0, %1, %2, %3};"
+                 : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(b));
+}
+
+__device__ __forceinline__ float gm_silu(float x) { return x / (1.0f + expf(-x)); }
+
 // Steps, per CTA (128 threads = 4 warps) on a tile of BM = 64 weight rows x BN tokens:
 //   1. For each chunk of KC = 128 input elements (4 k-blocks of 32):
 //      a. decode the weight tile (64 rows x 4 units, gemm_q.cuh) into shared memory: int8
@@ -37,49 +84,6 @@
 // learns the counts). Each tile reads its expert's weight rows once for up to BN tokens.
 // Rows past n_out and tokens past the tile's count compute on zeros and are not written.
 //
-// MMA fragments (PTX ISA, "Matrix Fragments for mma.m16n8k32", .s8; lane = 4 g + t):
-//   A (16 x 32, row): a0 = row g, k 4t..4t+3; a1 = row g+8, k 4t..; a2 = row g, k 16+4t..;
-//                     a3 = row g+8, k 16+4t..
-//   B (32 x 8, col):  b0 = k 4t..4t+3 of column g; b1 = k 16+4t.. of column g
-//   C (16 x 8):       c0, c1 = row g, columns 2t, 2t+1; c2, c3 = row g+8, same columns
-//   m16n8k16: A a0 = row g, k 4t..; a1 = row g+8, k 4t..; B b0 = k 4t.. of column g; C as above.
-// Weights are A (rows = output features), activations B (columns = tokens); both tiles are
-// stored k-contiguous per row, so each fragment register is one aligned 32-bit word.
-#include "cuda_common.cuh"
-
-extern "C" {
-#include "../../quant/quant.h" // ft_row_bytes
-}
-#include "gemm_q.cuh"
-
-enum {
-    GM_THREADS = 128,
-    GM_BM = 64,                 // weight rows per CTA
-    GM_KC = 128,                // input elements per chunk
-    GM_KB = GM_KC / 32,         // k-blocks per chunk
-    GM_LDW = (GM_KC + 16) / 4,  // words per shared-memory row (144 bytes)
-};
-
-// m16n8k32 and m16n8k16 int8 MMAs, d = a · b (c = 0). Not volatile: the results are used, and
-// the compiler may then schedule them among the shared-memory loads.
-__device__ __forceinline__ void mma_k32(int d[4], const int a[4], const int b[2]) {
-    d[0] = d[1] = d[2] = d[3] = 0;
-    asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-                 "{%8, %9}, {%0, %1, %2, %3};"
-                 : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
-__device__ __forceinline__ void mma_k16(int d[4], const int a[2], int b) {
-    d[0] = d[1] = d[2] = d[3] = 0;
-    asm("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5}, {%6}, "
-                 "{%0, %1, %2, %3};"
-                 : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(b));
-}
-
-__device__ __forceinline__ float gm_silu(float x) { return x / (1.0f + expf(-x)); }
-
 // NW = 2: fused gate/up (w0 = gate, w1 = up, y = silu(gate) * up); 1: y = x · w0ᵀ.
 template <int T, int BN, int NW>
 __global__ void __launch_bounds__(GM_THREADS) gemm_q_kernel(const gemm_q_args a) {

@@ -2,6 +2,24 @@
 // (internal to src/backend/cuda/; used by cuda_cpu_experts.c), without events, host
 // callbacks or copies the host must wait for.
 //
+// The protocol, each side's steps and the numbering are the contract above
+// ft_cuda_meeting_export. Launches on the caller's stream only; no state of its own.
+#ifndef FT_CUDA_HOST_MEETING_H
+#define FT_CUDA_HOST_MEETING_H
+
+#include "ft_cuda.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum { FT_CUDA_MEETING_MAX_PIECES = 3 };
+typedef struct ft_cuda_meeting_piece {
+    const void *src; // device memory
+    void *dst;       // the mapped host buffer (the device's address)
+    size_t n;        // 32-bit words
+} ft_cuda_meeting_piece;
+
 // Both directions go through mapped pinned host memory (ft_cuda_host_alloc_mapped) and a
 // 32-bit sequence number, counted on the device (*seq, device memory: one per meeting):
 //   - export: a kernel copies up to FT_CUDA_MEETING_MAX_PIECES pieces of 32-bit words (the
@@ -23,22 +41,6 @@
 //
 // Every pointer is the device's address (for host buffers: the mapped address); counter is
 // device memory holding 0, used by export to find its last CTA (left at 0 again).
-#ifndef FT_CUDA_HOST_MEETING_H
-#define FT_CUDA_HOST_MEETING_H
-
-#include "ft_cuda.h"
-
-#ifdef __cplusplus
-extern "C" {
-#endif
-
-enum { FT_CUDA_MEETING_MAX_PIECES = 3 };
-typedef struct ft_cuda_meeting_piece {
-    const void *src; // device memory
-    void *dst;       // the mapped host buffer (the device's address)
-    size_t n;        // 32-bit words
-} ft_cuda_meeting_piece;
-
 void ft_cuda_meeting_export(const ft_cuda_meeting_piece *pieces, int n_pieces, uint32_t *flag, uint32_t *seq,
                             uint32_t *counter, ft_cuda_stream *s);
 void ft_cuda_meeting_import(const float *y_host, float *y, size_t n, const uint32_t *flag, const uint32_t *seq,

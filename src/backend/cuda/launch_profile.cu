@@ -3,7 +3,7 @@
 // table at exit. A measuring tool: off, it costs one branch per launch.
 //
 // Why not a profiler: Nsight Compute serializes the launches, and between them the clocks drop,
-// so the small kernels of decode read 2-5x longer than in a graph replay (bench/gpu_notes.md).
+// so the small kernels of decode read longer than in a graph replay (docs/performance.md).
 //
 // How: between ft_cuda_profile_step_begin and _end, every checked launch (CUDA_CHECK_LAUNCH)
 // records a timing event on the step's stream right after its kernel; in a graph capture the
@@ -12,6 +12,7 @@
 // graph's launch latency of that node and any copy node before it), summed per launch site
 // (file:line) over all steps of the kind (graph replays, direct steps).
 #include "cuda_common.cuh"
+#include "../../util/env.h"
 
 #include <string.h>
 
@@ -73,8 +74,7 @@ static void prof_report(void) {
 
 static bool prof_on(void) {
     if (g_prof_enabled < 0) {
-        const char *e = getenv("FT_CUDA_PROFILE");
-        g_prof_enabled = e && *e && strcmp(e, "0") != 0;
+        g_prof_enabled = ft_env_flag(FT_ENV_CUDA_PROFILE);
         if (g_prof_enabled) {
             for (int i = 0; i < PROF_MAX_EVENTS; i++) CUDA_CHECK(cudaEventCreate(&g_prof.ev[i]));
             atexit(prof_report);

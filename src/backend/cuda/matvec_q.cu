@@ -364,8 +364,8 @@ extern "C" void ft_cuda_matvec_force_tpr(int tpr) {
 
 // One token: a warp per row when there are enough rows to give every SM ~1024 threads, else
 // the whole CTA per row (short, few rows: more threads in flight). Several tokens: 2 rows per
-// 128-thread CTA (measured faster at every decode shape on an H200: the activation words a
-// thread loads serve both rows).
+// 128-thread CTA (faster at every decode shape measured: the activation words a thread loads
+// serve both rows).
 static int pick_tpr(int n_rows, int n_tok) {
     if (g_tpr_forced) return g_tpr_forced;
     if (!g_sm_count) {

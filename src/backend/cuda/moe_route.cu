@@ -17,6 +17,7 @@
 
 #include "../../quant/fp16.h"
 #include "../../quant/quant.h"
+#include "../../util/env.h"
 
 enum { ROUTE_MAX_EXPERTS = 1024, ROUTE_MAX_K = 64 };
 
@@ -313,14 +314,11 @@ extern "C" bool ft_cuda_moe_router_fits(uint32_t w_type, int n_tok, int n_expert
            n_expert >= 1 && n_expert <= 8 * FT_WARP && k >= 1 && k <= FT_WARP && k <= n_expert;
 }
 
-// A CTA per row with float4 loads where it applies (+4% fused decode on the H200 against a warp
-// per row, bench/gpu_notes.md); FT_CUDA_ROUTER_VEC=0 keeps a warp per row, for A/B. Read once.
+// A CTA per row with float4 loads where it applies (faster fused decode than a warp per row:
+// docs/performance.md); FT_CUDA_ROUTER_VEC=0 keeps a warp per row, for A/B. Read once.
 static bool router_vec_enabled(void) {
     static int enabled = -1;
-    if (enabled < 0) {
-        const char *e = getenv("FT_CUDA_ROUTER_VEC");
-        enabled = !(e && !strcmp(e, "0"));
-    }
+    if (enabled < 0) enabled = ft_env_flag(FT_ENV_CUDA_ROUTER_VEC);
     return enabled;
 }
 

@@ -5,6 +5,7 @@
 #include "expert_cache_kernels.h"
 
 #include "../../moe/expert_cache.h"
+#include "../../util/env.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -255,8 +256,7 @@ ft_offload *ft_offload_init(const moe_geometry *g, moe_expert_banks *hb, const f
         return NULL;
     }
     ft_cuda_memset(o->stats, 0, (size_t)o->g.n_layers * FT_CACHE_STAT_COUNT * sizeof(uint64_t), NULL);
-    const char *tel = getenv("FT_MOE_TELEMETRY");
-    o->telemetry = !(tel && !strcmp(tel, "0"));
+    o->telemetry = ft_env_flag(FT_ENV_MOE_TELEMETRY);
     if (!o->telemetry)
         fprintf(stderr, "offload: telemetry off (FT_MOE_TELEMETRY=0): the cache's counters and copy times stay at 0\n");
     o->copy_stream = ft_cuda_stream_init();

@@ -1,27 +1,12 @@
-// offload: the GPU expert cache of `--moe-backend offload` (issue 8).
+// offload: the GPU expert cache of `--moe-backend offload`.
 //
 // The routed experts live in host banks (src/moe/expert_banks.h) in page-locked memory that
 // the device reads through its mapping; a cache of expert slots on the device serves the
-// expert kernels. Layout and policy are the plain C modules': the plan (src/moe/cache_plan.h:
-// arenas per bank, exact-width pools or the uniform layout) and the LRU per layer
-// (src/moe/expert_cache.h), which the device applies bit for bit.
-//
-// Per MoE layer step of the CUDA backend, all on its stream, no host synchronisation (so a
-// decode step can be captured in a CUDA graph):
-//   1. route-trace replay (benchmarks): the step's selections are replaced by the trace's,
-//      at a step counter kept in device memory;
-//   2. lookup (one CTA): the C reference's step on the device tables (maps, stamps, clock),
-//      writing each selection's slot, a copy list and the statistics counters;
-//   3. copy (a fixed grid): each missed expert's gate/up/down rows straight from the mapped
-//      host rows into its slot's rows, 16-byte loads, timed with the device clock;
-//   4. the expert kernels read the slots: w = the pool's view in the bank's arena,
-//      mat_bytes = the pool's stride, ids = the slot numbers.
-// A step with more selections than the layer's own slots, or a prefill that takes the grouped
-// GEMM, streams the whole layer instead into an overlay carved from the end of the arenas (or
-// allocated beside them when they are too small), double-buffered on a copy stream unless
-// prefill_serial; the slots the overlay overwrites are invalidated first. An overlay buffer
-// is sized for the widest layer (its experts at the max stride of each bank) but a layer
-// lands at its own native stride: the grouped GEMM reads experts at exactly their size.
+// expert kernels. Layout and policy are the plain C modules': the plan (src/moe/cache_plan.h)
+// and the LRU per layer (src/moe/expert_cache.h), which the device applies bit for bit. Per
+// MoE layer a lookup kernel and a copy kernel run on the backend's stream with no host
+// synchronisation (so decode is graphed); big steps stream the whole layer into an overlay.
+// docs/expert-cache.md describes the steps, the overlay and the telemetry.
 //
 // Ownership: ft_offload owns the host banks, the arenas and the device tables. One engine
 // step at a time (the CUDA backend's stream order); statistics may be read between steps.

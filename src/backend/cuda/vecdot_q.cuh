@@ -326,8 +326,8 @@ __device__ __forceinline__ float vd_q3_K(const uint8_t *blk, const block_q8_1 *y
 
 // q4_K and q5_K: each 64-element chunk c (0..3) has 32 code bytes; byte l holds element
 // 64c + l (low nibble, sub-block 2c) and 64c + 32 + l (high nibble, sub-block 2c + 1). A part
-// is K4W code words (K4W = 4: 16 bytes, one 16-byte load; 2 was measured slower at 1 token
-// on large matrices), so NPART_K4 = 32 / K4W parts per block: part p = (8 / K4W) c + k covers
+// is K4W code words (K4W = 4: 16 bytes, one 16-byte load; 2 was slower at 1 token on large
+// matrices), so NPART_K4 = 32 / K4W parts per block: part p = (8 / K4W) c + k covers
 // code words 8c + K4W k.. (low nibbles: q8_1 block 2c, words K4W k..; high nibbles: block
 // 2c + 1, same words).
 enum { K4W = 4, NPART_K4 = 32 / K4W };

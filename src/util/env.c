@@ -1,0 +1,52 @@
+// env.c: the table of FT_* environment variables (see env.h). docs/development.md says more
+// about each; keep the two in step (tests/test_env.c checks the names).
+#include "env.h"
+#include "util.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define FLAG_ON(name, doc) [FT_ENV_##name] = {"FT_" #name, FT_ENV_KIND_FLAG, true, doc}
+#define FLAG_OFF(name, doc) [FT_ENV_##name] = {"FT_" #name, FT_ENV_KIND_FLAG, false, doc}
+#define STR(name, doc) [FT_ENV_##name] = {"FT_" #name, FT_ENV_KIND_STR, false, doc}
+
+static const ft_env_var g_env[FT_ENV_COUNT] = {
+    STR(API_KEY, "ft serve: the API key when --api-key is not given (ignored when empty)"),
+    FLAG_OFF(REFERENCE, "run every op on its scalar reference path (slow; for checking)"),
+    STR(SIMD, "CPU kernels: scalar (no SIMD), avx2 (no AVX-512, no AMX) or avx512 (no AMX); "
+              "unset or another value: the best the CPU has"),
+    FLAG_ON(AMX, "0: prefill's q8_0, q4_K and bf16 GEMMs stay off the AMX tiles"),
+    FLAG_ON(CPU_MOE_ONE_JOB, "0: the CPU MoE op runs gate/up and down as two pool jobs at decode"),
+    FLAG_ON(CUDA_GRAPHS, "0: no CUDA graphs (every step launched directly)"),
+    FLAG_ON(CUDA_GEMM, "0: every matmul and MoE FFN on the matvec kernels (no tensor-core GEMM)"),
+    FLAG_ON(CUDA_FLASH, "0: prefill attention on the non-tensor-core kernels (no flash attention)"),
+    FLAG_ON(CUDA_PDL, "0: no programmatic dependent launch (sm_90 and later use it); read once"),
+    FLAG_ON(CUDA_ROUTER_VEC, "0: the decode router keeps a warp per expert row; read once"),
+    FLAG_OFF(CUDA_PROFILE, "time every CUDA kernel launch site and print a table at exit; read once"),
+    FLAG_ON(MOE_TELEMETRY, "0: the expert cache keeps no counters or copy times (all read 0)"),
+    STR(CPU_EXPERTS_ROUTE, "cpu mode: host routes on the CPU (the router's host copy) instead of the GPU"),
+    STR(CPU_EXPERTS_MEETING, "cpu mode: event meets through events (never graphed); spin: the GPU "
+                             "spins instead of the stream waiting"),
+    STR(CPU_EXPERTS_PROFILE, "cpu mode: set to any value but 0 (an empty one too): time the host's "
+                             "side of decode layers and print it at exit"),
+};
+
+const ft_env_var *ft_env_info(enum ft_env v) {
+    FT_ASSERT((unsigned)v < FT_ENV_COUNT);
+    return &g_env[v];
+}
+
+const char *ft_env_str(enum ft_env v) { return getenv(ft_env_info(v)->name); }
+
+bool ft_env_is(enum ft_env v, const char *value) {
+    const char *e = ft_env_str(v);
+    return e && !strcmp(e, value);
+}
+
+bool ft_env_flag(enum ft_env v) {
+    const ft_env_var *d = ft_env_info(v);
+    FT_ASSERT(d->kind == FT_ENV_KIND_FLAG);
+    const char *e = getenv(d->name);
+    if (!e || !*e) return d->flag_default;
+    return strcmp(e, "0") != 0;
+}
