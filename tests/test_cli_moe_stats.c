@@ -1,5 +1,5 @@
 // test_cli_moe_stats.c: the expert cache's telemetry as ft bench, ft run and the server show it
-// (src/engine/moe_stats.c, src/server/metrics.c), fed with known counters: snapshot arithmetic,
+// (src/moe/cache_stats.c, src/server/metrics.c), fed with known counters: snapshot arithmetic,
 // the per-pool table, and the /metrics and /v1/stats series per pool and per layer. The counters
 // themselves come from the GPU (tests_gpu); these need none.
 #include "test.h"

@@ -3,8 +3,9 @@
 //
 // One binary serves machines with and without a GPU: the CUDA runtime is linked statically,
 // and ft_cuda_device_count() returns 0 (never aborts, logs why only at debug level) when there
-// is no driver or no device, so callers fall back to the CPU. Without nvcc at build time the
-// same interface comes from cuda_stub.c, which reports no device.
+// is no driver or no device, so callers fall back to the CPU. Only src/backend/cuda/ (and the GPU
+// tests) include it; without nvcc at build time this folder is replaced by cuda_stub.c, the
+// backend's constructor reporting no device.
 //
 // Memory: pointers returned by ft_cuda_malloc are device memory, owned by the caller and freed
 // with ft_cuda_free. Nothing here allocates on the per-token path: the kernels write into

@@ -10,7 +10,7 @@
 //
 // Ownership: ft_offload owns the host banks, the arenas and the device tables. One engine
 // step at a time (the CUDA backend's stream order); statistics may be read between steps.
-// Builds without nvcc get the same interface from cuda_stub.c: init fails with a message.
+// Only the CUDA backend includes it; a build without nvcc has no expert cache (cuda_stub.c).
 #ifndef FT_CUDA_OFFLOAD_H
 #define FT_CUDA_OFFLOAD_H
 
