@@ -3,7 +3,7 @@
 // plan's bytes, asked without uploading), offload when it does not (a smaller card, or
 // --gpu-memory-limit), and never a mode whose kernels cannot run the expert types (the CPU
 // computes them then; in a build without CUDA kernels every type is such a type).
-#include "test.h"
+#include "fixtures.h"
 #include "../src/backend/cuda/ft_cuda.h"
 #include "../src/engine/place.h"
 #include "../src/model/synth.h"
@@ -21,26 +21,18 @@ static ft_cuda_device_info card(size_t free_bytes) {
 }
 
 static enum ft_moe_backend pick_quietly(const ft_model *m, const ft_engine_params *p, const ft_cuda_device_info *info) {
-    FILE *saved = stderr, *null = fopen("/dev/null", "w");
-    if (null) stderr = null;
+    fixture_stderr_mute();
     enum ft_moe_backend b = engine_auto_pick(m, p, info);
-    if (null) {
-        stderr = saved;
-        fclose(null);
-    }
+    fixture_stderr_restore();
     return b;
 }
 
 TEST(cli_moe_auto_picks_by_budget_and_types) {
-    const char *path = test_path("auto_pick.gguf");
     ft_synth_params sp = ft_synth_default_params();
-    sp.n_expert_types = 2;
-    sp.expert_types[0] = FT_TYPE_Q4_K;
-    sp.expert_types[1] = FT_TYPE_BF16;
+    fixture_expert_types(&sp, "q4_K,bf16", NULL);
+    ft_model *m = fixture_model(&sp, "auto_pick.gguf");
+    REQUIRE(m);
     ft_err err = {{0}};
-    REQUIRE(ft_synth_write(&sp, path, &err), "%s", err.msg);
-    ft_model *m = ft_model_load(path, &err);
-    REQUIRE(m, "%s", err.msg);
     ft_engine_params p = ft_engine_default_params();
     p.n_ctx = 256;
     p.device = FT_PLACEMENT_CUDA;

@@ -3,7 +3,7 @@
 //
 // Each test starts its own server on a free port (--port 0 --ready-file) with a small
 // synthetic model written by `ft synth`, and stops it with SIGTERM, which must exit 0.
-#include "test.h"
+#include "fixtures.h"
 #include "../src/backend/cuda/ft_cuda.h"
 
 #include <jansson.h>
@@ -21,15 +21,10 @@ typedef struct server {
     char log[512];
 } server;
 
+// The server tests' model (written once per run; "" when ft synth failed, which is recorded).
 static const char *model_path(void) {
-    static char path[512];
-    if (!path[0]) {
-        snprintf(path, sizeof(path), "%s", test_path("server-model.gguf"));
-        char cmd[1024];
-        snprintf(cmd, sizeof(cmd), "%s synth '%s' --name srv-test >/dev/null 2>&1", test_ft_bin(), path);
-        if (test_run(cmd, NULL, 0) != 0) path[0] = 0;
-    }
-    return path;
+    const char *path = fixture_cli_model("server-model.gguf", "--name srv-test");
+    return path ? path : "";
 }
 
 static void sleep_ms(int ms) {
