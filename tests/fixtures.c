@@ -71,6 +71,16 @@ const char *fixture_cli_model(const char *name, const char *synth_args) {
     return path;
 }
 
+bool fixture_open_moe(const char *path, gguf_file **f, moe_geometry *g) {
+    ft_err err = {{0}};
+    *f = gguf_open(path, &err);
+    if (*f && moe_geometry_read(*f, g, &err)) return true;
+    test_fail(__FILE__, __LINE__, "%s: %s", path, err.msg);
+    gguf_close(*f);
+    *f = NULL;
+    return false;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Files
 

@@ -12,6 +12,7 @@
 #include "test.h"
 #include "../src/model/model.h"
 #include "../src/model/synth.h"
+#include "../src/moe/geometry.h"
 #include "../src/tokenizer/tokenizer.h"
 
 #include <stdint.h>
@@ -40,6 +41,10 @@ ft_model *fixture_model(const ft_synth_params *p, const char *name);
 // later calls with that name return the file already written (whatever their arguments).
 // Returns the path, or NULL after a recorded failure.
 const char *fixture_cli_model(const char *name, const char *synth_args);
+
+// Opens the GGUF at path and reads its expert geometry (free both with moe_geometry_free and
+// gguf_close). Returns false after a recorded failure, with nothing left open.
+bool fixture_open_moe(const char *path, gguf_file **f, moe_geometry *g);
 
 // ---------------------------------------------------------------------------------------------
 // Files

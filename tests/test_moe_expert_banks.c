@@ -37,13 +37,11 @@ static void counting_free(void *ctx, void *p, size_t bytes) {
 }
 
 TEST(moe_banks_entries_equal_the_files_expert_slices) {
-    ft_err err = {{0}};
     const char *path = write_mixed_model();
-    REQUIRE(path);
-    gguf_file *f = gguf_open(path, &err);
-    REQUIRE(f, "%s", err.msg);
+    gguf_file *f;
     moe_geometry g;
-    REQUIRE(moe_geometry_read(f, &g, &err), "%s", err.msg);
+    REQUIRE(path && fixture_open_moe(path, &f, &g));
+    ft_err err = {{0}};
     REQUIRE(g.n_layers == 3);
     counting_ctx cc = {0};
     moe_expert_banks_params p = moe_expert_banks_default_params();
@@ -94,13 +92,11 @@ TEST(moe_banks_entries_equal_the_files_expert_slices) {
 }
 
 TEST(moe_banks_refuse_when_ram_is_short_and_name_both_numbers) {
-    ft_err err = {{0}};
     const char *path = write_mixed_model();
-    REQUIRE(path);
-    gguf_file *f = gguf_open(path, &err);
-    REQUIRE(f, "%s", err.msg);
+    gguf_file *f;
     moe_geometry g;
-    REQUIRE(moe_geometry_read(f, &g, &err), "%s", err.msg);
+    REQUIRE(path && fixture_open_moe(path, &f, &g));
+    ft_err err = {{0}};
     counting_ctx cc = {0};
     moe_expert_banks_params p = moe_expert_banks_default_params();
     p.alloc = (moe_host_allocator){counting_alloc, counting_free, &cc, "counting malloc"};

@@ -470,12 +470,10 @@ TEST(moe_cache_copies_keep_every_slot_byte_exact) {
     ft_synth_params sp = fixture_moe_params(4, 24);
     fixture_expert_types(&sp, "q4_K,bf16,q4_K,q8_0", "q6_K,bf16,q6_K,q8_0");
     const char *path = fixture_write(&sp, "moe_cache_sim.gguf");
-    REQUIRE(path);
-    ft_err err = {{0}};
-    gguf_file *f = gguf_open(path, &err);
-    REQUIRE(f, "%s", err.msg);
+    gguf_file *f;
     moe_geometry g;
-    REQUIRE(moe_geometry_read(f, &g, &err), "%s", err.msg);
+    REQUIRE(path && fixture_open_moe(path, &f, &g));
+    ft_err err = {{0}};
     REQUIRE(g.n_groups == 3);
     moe_expert_banks_params bp = moe_expert_banks_default_params();
     moe_expert_banks *hb = moe_expert_banks_load(f, &g, &bp, &err);

@@ -28,6 +28,7 @@
 //   strict, 1e-2 realistic), and at least half the steps of each architecture's cases must be. The tight checks are per block, from the same input
 //   (test_cuda_layers.c: 5e-3).
 #include "gpu_test.h"
+#include "../tests/fixtures.h"
 #include "probs_compare.h"
 
 #include "../src/backend/cpu/cpu.h"
@@ -485,8 +486,6 @@ static void model_case(const model_opts *o) {
     bool strict = o->strict;
     enum ft_type kv_type = strict ? FT_TYPE_Q8_0 : FT_TYPE_F16;
     double tol = strict ? 3e-2 : 0.05;
-    char path[512];
-    snprintf(path, sizeof(path), "%s", test_path(arch));
     ft_synth_params sp = ft_synth_default_params();
     sp.arch = arch;
     sp.n_layer = 3;
@@ -504,16 +503,12 @@ static void model_case(const model_opts *o) {
         }
         if (o->bf16_tail) {
             sp.n_layer = 4;
-            sp.n_expert_types = 4;
-            for (int l = 0; l < 3; l++) sp.expert_types[l] = strict ? FT_TYPE_Q8_0 : FT_TYPE_Q4_K;
-            sp.expert_types[3] = FT_TYPE_BF16;
+            fixture_expert_types(&sp, strict ? "q8_0,q8_0,q8_0,bf16" : "q4_K,q4_K,q4_K,bf16", NULL);
         }
     }
+    const char *path = fixture_write(&sp, arch);
+    if (!path) return;
     ft_err err = {{0}};
-    if (!ft_synth_write(&sp, path, &err)) {
-        test_fail(__FILE__, __LINE__, "synth: %s", err.msg);
-        return;
-    }
     ft_engine_params ep = ft_engine_default_params();
     ep.n_ctx = 128;
     ep.n_batch = o->n_batch;
