@@ -30,6 +30,25 @@ void fixture_expert_types(ft_synth_params *p, const char *gate_up, const char *d
     }
 }
 
+ft_synth_params fixture_compare_params(const char *arch, int head_dim, bool strict) {
+    ft_synth_params p = ft_synth_default_params();
+    p.arch = arch;
+    p.n_layer = 3;
+    p.n_ctx_train = 256;
+    p.head_dim = head_dim;
+    if (strict) {
+        p.dense_type = FT_TYPE_Q8_0;
+        fixture_expert_types(&p, "q8_0", NULL);
+    }
+    if (!strcmp(arch, "laguna")) p.n_dense_lead = 1;
+    return p;
+}
+
+void fixture_bf16_tail(ft_synth_params *p, bool strict) {
+    p->n_layer = 4;
+    fixture_expert_types(p, strict ? "q8_0,q8_0,q8_0,bf16" : "q4_K,q4_K,q4_K,bf16", NULL);
+}
+
 // One of 8 rotating copies of path.
 static const char *keep_path(const char *path) {
     static char bufs[8][512];

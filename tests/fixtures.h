@@ -30,6 +30,13 @@ ft_synth_params fixture_moe_params(int n_layer, int n_expert);
 // banks' (NULL: as gate/up). Aborts on a bad list (a mistake in the test).
 void fixture_expert_types(ft_synth_params *p, const char *gate_up, const char *down);
 
+// The models the GPU suite runs beside the CPU reference: 3 layers of arch, a context of 256,
+// the given head_dim; strict: q8_0 for the dense and the expert weights (CPU and GPU then
+// agree closely); laguna: one leading dense layer.
+ft_synth_params fixture_compare_params(const char *arch, int head_dim, bool strict);
+// Makes p 4 layers whose last one has bf16 experts, the others q4_K (strict: q8_0).
+void fixture_bf16_tail(ft_synth_params *p, bool strict);
+
 // Writes p as test_path(name). Returns the path, or NULL after a recorded failure.
 const char *fixture_write(const ft_synth_params *p, const char *name);
 

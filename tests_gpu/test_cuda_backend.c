@@ -486,25 +486,14 @@ static void model_case(const model_opts *o) {
     bool strict = o->strict;
     enum ft_type kv_type = strict ? FT_TYPE_Q8_0 : FT_TYPE_F16;
     double tol = strict ? 3e-2 : 0.05;
-    ft_synth_params sp = ft_synth_default_params();
-    sp.arch = arch;
-    sp.n_layer = 3;
-    sp.n_ctx_train = 256;
-    sp.head_dim = strcmp(arch, "qwen2moe") ? 128 : 64; // the q8_0 KV rotation needs 64 | head_dim
-    if (strict) {
-        sp.dense_type = FT_TYPE_Q8_0;
-        sp.expert_types[0] = FT_TYPE_Q8_0;
-    }
+    // the q8_0 KV rotation needs 64 | head_dim
+    ft_synth_params sp = fixture_compare_params(arch, strcmp(arch, "qwen2moe") ? 128 : 64, strict);
     if (!strcmp(arch, "laguna")) {
-        sp.n_dense_lead = 1;
         if (o->swa_yarn) {
             sp.n_swa = 8;
             sp.yarn_factor = 4;
         }
-        if (o->bf16_tail) {
-            sp.n_layer = 4;
-            fixture_expert_types(&sp, strict ? "q8_0,q8_0,q8_0,bf16" : "q4_K,q4_K,q4_K,bf16", NULL);
-        }
+        if (o->bf16_tail) fixture_bf16_tail(&sp, strict);
     }
     const char *path = fixture_write(&sp, arch);
     if (!path) return;

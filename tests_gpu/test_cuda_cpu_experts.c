@@ -96,20 +96,9 @@ static void check_stable_share(const char *test) {
 
 static void model_case(const char *arch, bool strict, const schedule *sc) {
     double tol = strict ? 3e-2 : 0.05;
-    ft_synth_params sp = ft_synth_default_params();
-    sp.arch = arch;
-    sp.n_layer = 3;
-    sp.n_ctx_train = 256;
-    sp.head_dim = 128;
-    if (strict) {
-        sp.dense_type = FT_TYPE_Q8_0;
-        sp.expert_types[0] = FT_TYPE_Q8_0;
-    }
-    if (!strcmp(arch, "laguna")) { // mixed: a dense lead layer, then Q4_K (or q8_0) experts and a BF16 tail
-        sp.n_layer = 4;
-        sp.n_dense_lead = 1;
-        fixture_expert_types(&sp, strict ? "q8_0,q8_0,q8_0,bf16" : "q4_K,q4_K,q4_K,bf16", NULL);
-    }
+    ft_synth_params sp = fixture_compare_params(arch, 128, strict);
+    // laguna mixed: a dense lead layer, then Q4_K (or q8_0) experts and a BF16 tail
+    if (!strcmp(arch, "laguna")) fixture_bf16_tail(&sp, strict);
     const char *path = fixture_write(&sp, arch);
     if (!path) return;
     ft_err err = {{0}};

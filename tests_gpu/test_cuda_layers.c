@@ -116,19 +116,10 @@ static void sync_x(side *c, side *g, size_t n) {
 }
 
 static void layers_case(const char *arch, int head_dim, bool swa) {
-    ft_synth_params sp = ft_synth_default_params();
-    sp.arch = arch;
-    sp.n_layer = 3;
-    sp.n_ctx_train = 256;
-    sp.head_dim = head_dim;
-    sp.dense_type = FT_TYPE_Q8_0;
-    sp.expert_types[0] = FT_TYPE_Q8_0;
-    if (!strcmp(arch, "laguna")) {
-        sp.n_dense_lead = 1;
-        if (swa) {
-            sp.n_swa = 8;
-            sp.yarn_factor = 4;
-        }
+    ft_synth_params sp = fixture_compare_params(arch, head_dim, true);
+    if (!strcmp(arch, "laguna") && swa) {
+        sp.n_swa = 8;
+        sp.yarn_factor = 4;
     }
     const char *path = fixture_write(&sp, arch);
     if (!path) return;
