@@ -101,6 +101,17 @@ bool fixture_open_moe(const char *path, gguf_file **f, moe_geometry *g) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Tensors
+
+ft_tensor fixture_kv_cache(enum ft_type t, int width, int n_ctx) {
+    ft_tensor c = {.name = "cache", .type = t, .ne = {width, n_ctx, 1}, .placement = FT_PLACEMENT_CPU};
+    c.row_bytes = ft_row_bytes(t, width);
+    c.mat_bytes = c.row_bytes * (size_t)n_ctx;
+    c.data = ft_calloc(1, c.mat_bytes);
+    return c;
+}
+
+// ---------------------------------------------------------------------------------------------
 // Files
 
 char *fixture_read_file(const char *path, size_t *len) {

@@ -54,6 +54,13 @@ const char *fixture_cli_model(const char *name, const char *synth_args);
 bool fixture_open_moe(const char *path, gguf_file **f, moe_geometry *g);
 
 // ---------------------------------------------------------------------------------------------
+// Tensors
+
+// A KV-cache tensor of type t: n_ctx rows of width values, zeroed, in host memory (free its
+// data with free).
+ft_tensor fixture_kv_cache(enum ft_type t, int width, int n_ctx);
+
+// ---------------------------------------------------------------------------------------------
 // Files
 
 // The whole file, NUL-terminated (malloc'd; *len, when len is not NULL, its size without the

@@ -271,22 +271,13 @@ TEST(cuda_op_get_rows) {
 
 // A KV-cache tensor of type t with n_ctx rows of width floats, on the host or the device.
 static ft_tensor cache_tensor(enum ft_type t, int width, int n_ctx, bool dev) {
-    ft_tensor c = {0};
-    snprintf(c.name, sizeof(c.name), "cache");
-    c.type = t;
-    c.ne[0] = width;
-    c.ne[1] = n_ctx;
-    c.ne[2] = 1;
-    c.row_bytes = ft_row_bytes(t, width);
-    c.mat_bytes = c.row_bytes * (size_t)n_ctx;
+    ft_tensor c = fixture_kv_cache(t, width, n_ctx);
     if (dev) {
+        free(c.data);
         c.data = ft_cuda_malloc(c.mat_bytes);
         ft_cuda_memset(c.data, 0, c.mat_bytes, NULL);
         ft_cuda_device_sync();
         c.placement = FT_PLACEMENT_CUDA;
-    } else {
-        c.data = ft_calloc(1, c.mat_bytes);
-        c.placement = FT_PLACEMENT_CPU;
     }
     return c;
 }
