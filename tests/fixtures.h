@@ -1,7 +1,8 @@
 // fixtures.h: what several test files share. Synthetic models written to the suite's scratch
-// directory (in the process, or once per run through `ft synth`), loaded or not; a file read
-// whole; a vocabulary from a GGUF; stderr silenced around code whose notices would clutter the
-// log; a growable byte buffer for files written by hand.
+// directory (in the process, or once per run through `ft synth`), loaded or not, among them
+// the MoE cache tests' geometry and the models the GPU suite runs beside the CPU; a GGUF with
+// its expert geometry; a host KV-cache tensor; a file read whole; a vocabulary from a GGUF;
+// stderr silenced around notices; a growable byte buffer for files written by hand.
 //
 // A fixture that can fail records the failure in the running test (test_fail, naming what
 // failed and why) and returns NULL or false, so a caller stops with a bare REQUIRE(x).
