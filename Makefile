@@ -67,8 +67,8 @@ else
 LIB_OBJ   := $(filter-out $(BUILD)/src/backend/cuda/%.o,$(LIB_OBJ)) $(BUILD)/src/backend/cuda/cuda_stub.o
 endif
 
-# The GPU suite: tests/main.c's runner with tests_gpu/*.c (it skips without a device).
-GPU_TEST_OBJ := $(BUILD)/tests/main.o $(BUILD)/tests/batch_sim.o $(patsubst %.c,$(BUILD)/%.o,$(wildcard tests_gpu/*.c))
+# The GPU suite: tests/main.c's runner and fixtures with tests_gpu/*.c (it skips without a device).
+GPU_TEST_OBJ := $(BUILD)/tests/main.o $(BUILD)/tests/batch_sim.o $(BUILD)/tests/fixtures.o $(patsubst %.c,$(BUILD)/%.o,$(wildcard tests_gpu/*.c))
 
 # SIMD files are compiled for their instruction set and only entered after a run-time check.
 $(BUILD)/%_avx2.o: CFLAGS += -mavx2 -mfma -mf16c

@@ -14,7 +14,7 @@
 // laguna's sliding window, YaRN and dense lead layers, with a q8_0 cache whose Hadamard
 // rotation runs per segment; and laguna with bf16 experts (AMX-BF16's GEMM) and prompts whose
 // last chunk is shorter than FT_GEMM_MIN_COLS.
-#include "test.h"
+#include "fixtures.h"
 #include "batch_sim.h"
 #include "../src/backend/cpu/cpu.h"
 #include "../src/engine/batch.h"
@@ -67,11 +67,9 @@ static bool run_alone(const ft_model *m, const batch_sim_req *q, int chunk, enum
 
 // lens: the prompt lengths of the N_REQ requests.
 static void batch_case(const char *label, const ft_synth_params *sp, int chunk, enum ft_type kv, const int *lens) {
-    const char *path = test_path("batch.gguf");
+    ft_model *m = fixture_model(sp, "batch.gguf");
+    REQUIRE(m);
     ft_err err = {{0}};
-    REQUIRE(ft_synth_write(sp, path, &err), "synth: %s", err.msg);
-    ft_model *m = ft_model_load(path, &err);
-    REQUIRE(m, "%s", err.msg);
     int n_vocab = m->hp.n_vocab;
     // joins spread out so that prefill chunks share steps with decoders and a closed
     // sequence's cache is reused
@@ -144,9 +142,7 @@ TEST(batch_matches_alone) {
 
     // q4_K experts in layer 1, bf16 in 2 and 3; last chunks of 2, 3, 2 and 1 tokens take the per-row kernels
     static const int short_tail_lens[N_REQ] = {38, 2, 27, 50, 7};
-    sp.n_expert_types = 3; // (layer 0 is dense)
-    sp.expert_types[1] = FT_TYPE_Q4_K;
-    sp.expert_types[2] = FT_TYPE_BF16;
+    fixture_expert_types(&sp, "q4_K,q4_K,bf16", NULL); // (layer 0 is dense)
     batch_case("laguna bf16 experts", &sp, 12, FT_TYPE_F16, short_tail_lens);
 }
 
@@ -155,11 +151,9 @@ TEST(batch_step_errors_and_reuse) {
     ft_synth_params sp = ft_synth_default_params();
     sp.n_layer = 1;
     sp.n_ctx_train = 64;
-    const char *path = test_path("batch_err.gguf");
+    ft_model *m = fixture_model(&sp, "batch_err.gguf");
+    REQUIRE(m);
     ft_err err = {{0}};
-    REQUIRE(ft_synth_write(&sp, path, &err), "%s", err.msg);
-    ft_model *m = ft_model_load(path, &err);
-    REQUIRE(m, "%s", err.msg);
     ft_engine_params ep = ft_engine_default_params();
     ep.n_threads = 1;
     ep.n_ctx = 8;

@@ -3,7 +3,7 @@
 // randomized conversations rendered from the real template texts by llama.cpp's Jinja engine
 // (through node-llama-cpp).
 #include "oracle.h"
-#include "test.h"
+#include "fixtures.h"
 #include "../src/gguf/gguf.h"
 #include "../src/tokenizer/tokenizer.h"
 #include "../src/util/rng.h"
@@ -203,19 +203,6 @@ static const char g_render_js[] =
     "  try { return {text: r.render(c)}; } catch (e) { return {error: String(e.message || e)}; }\n"
     "})));\n";
 
-static char *read_all(const char *path) {
-    FILE *fp = fopen(path, "rb");
-    if (!fp) return NULL;
-    fseek(fp, 0, SEEK_END);
-    long n = ftell(fp);
-    fseek(fp, 0, SEEK_SET);
-    char *s = malloc((size_t)n + 1);
-    size_t got = fread(s, 1, (size_t)n, fp);
-    s[got] = 0;
-    fclose(fp);
-    return s;
-}
-
 static const char *const g_contents[] = {
     "Hello", "  padded  ", "", "\n\nnewlines\n\n", "multi\nline\ncontent", "ünïcödé 你好 🦙",
     "<think>\nreasoning\n</think>\n\nanswer", "pre</think>post", "<think>a</think>b</think>c",
@@ -277,7 +264,7 @@ static void against_jinja(enum tok_chat_template t, const char *jinja, uint64_t 
     char cmd[2048];
     snprintf(cmd, sizeof(cmd), "FT_JOB='%s' node '%s' > '%s'", job_path, js_path, out_path);
     REQUIRE(test_run(cmd, NULL, 0) == 0, "%s", cmd);
-    char *text = read_all(out_path);
+    char *text = fixture_read_file(out_path, NULL);
     json_error_t jerr;
     json_t *res = json_loads(text, 0, &jerr);
     free(text);
@@ -291,13 +278,16 @@ static void against_jinja(enum tok_chat_template t, const char *jinja, uint64_t 
         n_rendered += want != NULL;
         if (!same && ++n_diff <= 3) {
             fprintf(stderr, "    %s conversation %d differs:\n", tok_chat_name(t), i);
-            json_t *c = json_array_get(json_object_get(json_loads(read_all(job_path), 0, &jerr), "cases"), (size_t)i);
+            char *job_text = fixture_read_file(job_path, NULL);
+            json_t *all = job_text ? json_loads(job_text, 0, &jerr) : NULL;
+            json_t *c = json_array_get(json_object_get(all, "cases"), (size_t)i);
             char *cs = json_dumps(c, JSON_COMPACT);
             json_t *w = json_string(want ? want : "(error)"), *g = json_string(got ? got : "(error)");
             char *ws = json_dumps(w, JSON_ENCODE_ANY), *gs = json_dumps(g, JSON_ENCODE_ANY);
             fprintf(stderr, "      case:  %s\n      jinja: %s\n      ft:    %s\n", cs, ws, gs);
             free(cs), free(ws), free(gs);
-            json_decref(w), json_decref(g);
+            json_decref(w), json_decref(g), json_decref(all);
+            free(job_text);
         }
         free(got);
     }
@@ -312,7 +302,7 @@ static void jinja_file(enum tok_chat_template t, const char *file) {
     if (!src) return;
     char path[1024];
     snprintf(path, sizeof(path), "%s/models/templates/%s", src, file);
-    char *jinja = read_all(path);
+    char *jinja = fixture_read_file(path, NULL);
     REQUIRE(jinja, "cannot read %s", path);
     enum tok_chat_template got;
     ft_err err = {{0}};

@@ -2,7 +2,7 @@
 // what each flag sets in ft_engine_params, the context that --num-tokens leaves, the errors for
 // bad values, and through the process boundary the notices (FreeToken's flags, GPU flags on a
 // machine that runs on the CPU). No GPU needed.
-#include "test.h"
+#include "fixtures.h"
 #include "../src/cli/engine_args.h"
 #include "../src/moe/cache_plan.h"
 
@@ -27,14 +27,9 @@ static bool parse(const char *cmd, unsigned extra, const char *line, engine_args
         if (!engine_args_take(a, argc, argv, &i, &bad)) (*rest)++;
     if (bad) return false;
     // the notices of apply go to stderr: keep the test log quiet
-    FILE *saved = stderr;
-    FILE *null = fopen("/dev/null", "w");
-    if (null) stderr = null;
+    fixture_stderr_mute();
     bool ok = engine_args_apply(a, p);
-    if (null) {
-        stderr = saved;
-        fclose(null);
-    }
+    fixture_stderr_restore();
     return ok;
 }
 
@@ -95,14 +90,10 @@ TEST(cli_moe_bad_values_are_usage_errors) {
     engine_args a;
     ft_engine_params p;
     int rest;
-    FILE *saved = stderr, *null = fopen("/dev/null", "w");
-    if (null) stderr = null;
+    fixture_stderr_mute();
     bool parsed[FT_ARRAY_LEN(bad)];
     for (size_t i = 0; i < FT_ARRAY_LEN(bad); i++) parsed[i] = parse("serve", 0, bad[i], &a, &p, &rest);
-    if (null) {
-        stderr = saved;
-        fclose(null);
-    }
+    fixture_stderr_restore();
     for (size_t i = 0; i < FT_ARRAY_LEN(bad); i++) CHECK(!parsed[i], "'%s' must be refused", bad[i]);
 }
 
@@ -124,28 +115,18 @@ TEST(cli_moe_num_tokens_is_shared_by_the_sequences) {
     CHECK(engine_args_n_ctx(&a, 4096, 32768, 16) == 512);
     // no room for one position per sequence
     REQUIRE(parse("serve", 0, "--num-tokens 3", &a, &p, &rest));
-    FILE *saved = stderr, *null = fopen("/dev/null", "w");
-    if (null) stderr = null;
+    fixture_stderr_mute();
     int n = engine_args_n_ctx(&a, 4096, 32768, 4);
-    if (null) {
-        stderr = saved;
-        fclose(null);
-    }
+    fixture_stderr_restore();
     CHECK(n == 0);
 }
 
 // ---------------------------------------------------------------------------------------------
 // Through the process: notices and messages
 
-static const char *small_model(void) {
-    static char path[512];
-    if (!path[0]) {
-        snprintf(path, sizeof(path), "%s", test_path("cli_moe.gguf"));
-        char cmd[1024];
-        snprintf(cmd, sizeof(cmd), "%s synth '%s' --layers 2 >/dev/null 2>&1", test_ft_bin(), path);
-        if (test_run(cmd, NULL, 0) != 0) path[0] = 0;
-    }
-    return path;
+// The model these tests run (written once per run).
+static const char *cli_model(void) {
+    return fixture_cli_model("cli_moe.gguf", "--layers 2");
 }
 
 static int count(const char *hay, const char *needle) {
@@ -155,8 +136,8 @@ static int count(const char *hay, const char *needle) {
 }
 
 TEST(cli_moe_notices_on_the_cpu) {
-    const char *m = small_model();
-    REQUIRE(m[0], "ft synth failed");
+    const char *m = cli_model();
+    REQUIRE(m);
     char cmd[2048];
     static char out[1 << 16];
     // GPU flags with --device cpu: one notice naming them all, and the CPU runs
@@ -186,8 +167,8 @@ TEST(cli_moe_notices_on_the_cpu) {
 // -t beyond the CPUs ft may run on: a notice (threads sharing a CPU hold each other up), and
 // the run goes on; none within them.
 TEST(cli_threads_beyond_the_cpus_get_a_notice) {
-    const char *m = small_model();
-    REQUIRE(m[0], "ft synth failed");
+    const char *m = cli_model();
+    REQUIRE(m);
     cpu_set_t allowed;
     REQUIRE(sched_getaffinity(0, sizeof(allowed), &allowed) == 0);
     int cpus = CPU_COUNT(&allowed);
@@ -203,8 +184,8 @@ TEST(cli_threads_beyond_the_cpus_get_a_notice) {
 }
 
 TEST(cli_moe_errors_name_the_flag) {
-    const char *m = small_model();
-    REQUIRE(m[0], "ft synth failed");
+    const char *m = cli_model();
+    REQUIRE(m);
     char cmd[2048];
     static char out[1 << 14];
     struct {

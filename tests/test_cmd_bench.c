@@ -1,7 +1,7 @@
 // test_cmd_bench.c: `ft bench` through the process boundary: its usage errors, and that --json
 // reports the run it was asked for (lengths, batch, repetitions, per-run figures, bytes per
 // token of the model). Speeds are only checked to be positive: timings belong in benchmarks.
-#include "test.h"
+#include "fixtures.h"
 
 #include <jansson.h>
 #include <string.h>
@@ -20,11 +20,9 @@ TEST(cmd_bench_usage_errors) {
 }
 
 TEST(cmd_bench_json_reports_the_run) {
-    const char *path = test_path("bench_moe.gguf");
+    const char *path = fixture_cli_model("bench_moe.gguf", "--arch qwen3moe --layers 2 --experts 4 --top-k 2");
+    REQUIRE(path);
     char cmd[2048], out[8192];
-    snprintf(cmd, sizeof(cmd), "%s synth '%s' --arch qwen3moe --layers 2 --experts 4 --top-k 2 2>/dev/null",
-             test_ft_bin(), path);
-    REQUIRE(test_run(cmd, NULL, 0) == 0);
     snprintf(cmd, sizeof(cmd), "-m '%s' -p 9 -n 3 -b 4 -t 2 -r 2 --json 2>/dev/null", path);
     REQUIRE(ft_bench(cmd, out, sizeof(out)) == 0, "%s", out);
     json_error_t jerr;

@@ -2,7 +2,7 @@
 // (cpu_attn.c on FT_REFERENCE's backend), over f16 and q8_0 caches, GQA groups of 1, 4 and 8
 // query heads, sliding windows, and batches on both sides of llama.cpp's tiled threshold
 // (64 queries). Outputs are filled with NaN first so an unwritten element fails.
-#include "test.h"
+#include "fixtures.h"
 #include "../src/backend/cpu/cpu.h"
 #include "../src/util/rng.h"
 
@@ -17,13 +17,6 @@ static ft_backend *attn_backend(bool reference) {
                              .max_head_dim = ATT_HD, .n_expert = 1, .n_expert_used = 1};
     be->ops->reserve(be, &lim);
     return be;
-}
-
-static ft_tensor cache_tensor(enum ft_type type, int width) {
-    ft_tensor t = {.name = "kv", .type = type, .ne = {width, ATT_CTX, 1}, .placement = FT_PLACEMENT_CPU};
-    t.row_bytes = ft_row_bytes(type, width);
-    t.data = ft_calloc(ATT_CTX, t.row_bytes);
-    return t;
 }
 
 // Both paths make the same roundings but the reference's dot products are scalar and the
@@ -46,7 +39,8 @@ TEST(cpu_attention_fast_vs_reference) {
                 for (int window = 0; window <= 9; window += 9) {
                     int nh = groups[gi][0], nkv = groups[gi][1], nt = batches[bi][0], pos0 = batches[bi][1];
                     if (pos0 + nt > ATT_CTX) continue;
-                    ft_tensor kc = cache_tensor(types[ti], nkv * ATT_HD), vc = cache_tensor(types[ti], nkv * ATT_HD);
+                    ft_tensor kc = fixture_kv_cache(types[ti], nkv * ATT_HD, ATT_CTX),
+                              vc = fixture_kv_cache(types[ti], nkv * ATT_HD, ATT_CTX);
                     for (int i = 0; i < ATT_CTX * nkv * ATT_HD; i++) kv[i] = ft_rng_normal(&r) * 2.0f;
                     fast->ops->set_rows(fast, &kc, 0, kv, ATT_CTX);
                     for (int i = 0; i < ATT_CTX * nkv * ATT_HD; i++) kv[i] = ft_rng_normal(&r);

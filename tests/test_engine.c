@@ -1,6 +1,6 @@
 // test_engine.c: the forward-pass driver: prefill and decode agree, FT_REFERENCE's scalar path
 // agrees with the fast one, the KV cache limits, and model loading names what is wrong.
-#include "test.h"
+#include "fixtures.h"
 #include "../src/backend/cpu/cpu.h"
 #include "../src/engine/engine.h"
 #include "../src/model/synth.h"
@@ -10,29 +10,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *small_model(const char *name, const char *arch) {
-    static char path[512];
-    snprintf(path, sizeof(path), "%s", test_path(name));
+// The tests' model: 2 layers of arch, a context of 256 (NULL after a recorded failure).
+static ft_model *small_model(const char *name, const char *arch) {
     ft_synth_params p = ft_synth_default_params();
     p.arch = arch;
     p.n_layer = 2;
     p.n_ctx_train = 256;
-    ft_err err = {{0}};
-    if (!ft_synth_write(&p, path, &err)) {
-        test_fail(__FILE__, __LINE__, "synth: %s", err.msg);
-        return NULL;
-    }
-    return path;
-}
-
-// small_model's file, loaded (NULL after a reported failure).
-static ft_model *small_model_loaded(const char *name, const char *arch) {
-    const char *path = small_model(name, arch);
-    if (!path) return NULL;
-    ft_err err = {{0}};
-    ft_model *m = ft_model_load(path, &err);
-    if (!m) test_fail(__FILE__, __LINE__, "load: %s", err.msg);
-    return m;
+    return fixture_model(&p, name);
 }
 
 static double max_prob_diff(const float *a, const float *b, int n) {
@@ -56,11 +40,9 @@ TEST(engine_prefill_equals_decode) {
     const char *archs[] = {"qwen3moe", "qwen2moe", "llama"};
     int32_t toks[11] = {5, 17, 99, 3, 250, 31, 7, 400, 12, 64, 128};
     for (size_t a = 0; a < FT_ARRAY_LEN(archs); a++) {
-        const char *path = small_model("engine.gguf", archs[a]);
-        REQUIRE(path);
+        ft_model *m = small_model("engine.gguf", archs[a]);
+        REQUIRE(m);
         ft_err err = {{0}};
-        ft_model *m = ft_model_load(path, &err);
-        REQUIRE(m, "%s", err.msg);
         int n = m->hp.n_vocab;
         float *full = ft_malloc((size_t)n * sizeof(float));
         ft_engine_params ep = ft_engine_default_params();
@@ -90,11 +72,9 @@ TEST(engine_prefill_equals_decode) {
 
 // FT_REFERENCE's path (scalar dot products, one thread) against the fast path.
 TEST(engine_reference_path_agrees) {
-    const char *path = small_model("engine_ref.gguf", "qwen3moe");
-    REQUIRE(path);
+    ft_model *m = small_model("engine_ref.gguf", "qwen3moe");
+    REQUIRE(m);
     ft_err err = {{0}};
-    ft_model *m = ft_model_load(path, &err);
-    REQUIRE(m, "%s", err.msg);
     int n = m->hp.n_vocab;
     int32_t toks[6] = {1, 2, 3, 200, 300, 400};
     for (int kv = 0; kv < 2; kv++) {
@@ -120,7 +100,7 @@ TEST(engine_reference_path_agrees) {
 }
 
 TEST(engine_context_limits) {
-    ft_model *m = small_model_loaded("engine_ctx.gguf", "qwen3moe");
+    ft_model *m = small_model("engine_ctx.gguf", "qwen3moe");
     REQUIRE(m);
     ft_err err = {{0}};
     ft_engine_params ep = ft_engine_default_params();
@@ -148,7 +128,7 @@ TEST(engine_context_limits) {
 // CUDA engine, whose threads compute cpu mode's experts beside the thread driving the GPU; a
 // count asked for stays.
 TEST(engine_default_threads_leave_a_core_beside_the_gpu) {
-    ft_model *m = small_model_loaded("engine_threads.gguf", "qwen3moe");
+    ft_model *m = small_model("engine_threads.gguf", "qwen3moe");
     REQUIRE(m);
     ft_err err = {{0}};
     int cores = ft_cpu_physical_cores();
@@ -194,8 +174,8 @@ TEST(engine_load_names_bad_tensor) {
     ft_err err = {{0}};
     // wrong architecture name
     p.arch = "qwen3moe";
-    const char *path = test_path("bad.gguf");
-    REQUIRE(ft_synth_write(&p, path, &err), "%s", err.msg);
+    const char *path = fixture_write(&p, "bad.gguf");
+    REQUIRE(path);
     gguf_file *f = gguf_open(path, &err);
     REQUIRE(f);
     // rewrite the file with one tensor missing and one key out of range

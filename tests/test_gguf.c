@@ -2,7 +2,7 @@
 // vocabulary files and llama.cpp's own GGUF reader and writer (loaded from libggml-base).
 #include "../src/gguf/gguf.h"
 #include "oracle.h"
-#include "test.h"
+#include "fixtures.h"
 
 #include <dirent.h>
 #include <stdlib.h>
@@ -11,18 +11,6 @@
 
 // ---------------------------------------------------------------------------------------------
 // Helpers
-
-static uint8_t *read_whole(const char *path, size_t *size) {
-    FILE *fp = fopen(path, "rb");
-    if (!fp) return NULL;
-    fseek(fp, 0, SEEK_END);
-    long n = ftell(fp);
-    fseek(fp, 0, SEEK_SET);
-    uint8_t *p = malloc(n > 0 ? (size_t)n : 1);
-    *size = fread(p, 1, (size_t)n, fp);
-    fclose(fp);
-    return p;
-}
 
 static bool write_whole(const char *path, const void *data, size_t size) {
     FILE *fp = fopen(path, "wb");
@@ -245,7 +233,7 @@ TEST(gguf_round_trip) {
 
     // The same bytes through a caller's buffer.
     size_t size;
-    uint8_t *buf = read_whole(path, &size);
+    uint8_t *buf = (uint8_t *)fixture_read_file(path, &size);
     f = gguf_open_buffer(buf, size, &err);
     REQUIRE(f, "%s", err.msg);
     CHECK(gguf_file_base(f) == buf && gguf_file_size(f) == size);
@@ -310,53 +298,33 @@ TEST(gguf_getters_convert) {
 // ---------------------------------------------------------------------------------------------
 // Version 2, written by hand: the same 64-bit layout as v3.
 
-typedef struct bb {
-    uint8_t p[1024];
-    size_t n;
-} bb;
-
-static void bb_mem(bb *b, const void *d, size_t n) {
-    memcpy(b->p + b->n, d, n);
-    b->n += n;
-}
-static void bb_u32(bb *b, uint32_t v) {
-    bb_mem(b, &v, 4);
-}
-static void bb_u64(bb *b, uint64_t v) {
-    bb_mem(b, &v, 8);
-}
-static void bb_str(bb *b, const char *s) {
-    bb_u64(b, strlen(s));
-    bb_mem(b, s, strlen(s));
-}
-
 TEST(gguf_v2_by_hand) {
-    bb b = {.n = 0};
-    bb_mem(&b, "GGUF", 4);
-    bb_u32(&b, 2);
-    bb_u64(&b, 1); // n_tensors
-    bb_u64(&b, 2); // n_kv
-    bb_str(&b, "general.name");
-    bb_u32(&b, GGUF_VALUE_TYPE_STRING);
-    bb_str(&b, "v2 model");
-    bb_str(&b, "x.ids");
-    bb_u32(&b, GGUF_VALUE_TYPE_ARRAY);
-    bb_u32(&b, GGUF_VALUE_TYPE_INT32);
-    bb_u64(&b, 2);
-    bb_u32(&b, 5);
-    bb_u32(&b, (uint32_t)-6);
-    bb_str(&b, "w");
-    bb_u32(&b, 2); // n_dims
-    bb_u64(&b, 2);
-    bb_u64(&b, 3);
-    bb_u32(&b, FT_TYPE_F32);
-    bb_u64(&b, 0); // offset
+    fixture_buf b = {0};
+    fixture_buf_put(&b, "GGUF", 4);
+    fixture_buf_u32(&b, 2);
+    fixture_buf_u64(&b, 1); // n_tensors
+    fixture_buf_u64(&b, 2); // n_kv
+    fixture_buf_str(&b, "general.name");
+    fixture_buf_u32(&b, GGUF_VALUE_TYPE_STRING);
+    fixture_buf_str(&b, "v2 model");
+    fixture_buf_str(&b, "x.ids");
+    fixture_buf_u32(&b, GGUF_VALUE_TYPE_ARRAY);
+    fixture_buf_u32(&b, GGUF_VALUE_TYPE_INT32);
+    fixture_buf_u64(&b, 2);
+    fixture_buf_u32(&b, 5);
+    fixture_buf_u32(&b, (uint32_t)-6);
+    fixture_buf_str(&b, "w");
+    fixture_buf_u32(&b, 2); // n_dims
+    fixture_buf_u64(&b, 2);
+    fixture_buf_u64(&b, 3);
+    fixture_buf_u32(&b, FT_TYPE_F32);
+    fixture_buf_u64(&b, 0); // offset
     size_t data_at = (b.n + 31) / 32 * 32;
     while (b.n < data_at)
-        b.p[b.n++] = 0;
+        fixture_buf_u8(&b, 0);
     for (int i = 0; i < 6; i++) {
         float v = (float)i + 0.5f;
-        bb_mem(&b, &v, 4);
+        fixture_buf_put(&b, &v, 4);
     }
     ft_err err = {{0}};
     gguf_file *f = gguf_open_buffer(b.p, b.n, &err);
@@ -373,6 +341,7 @@ TEST(gguf_v2_by_hand) {
     memcpy(&v, (const uint8_t *)t->data + 20, 4);
     CHECK(v == 5.5f);
     gguf_close(f);
+    fixture_buf_free(&b);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1028,7 +997,7 @@ static void check_seed_dir(const char *dir, int want_at_least) {
         char path[1024];
         snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
         size_t size;
-        uint8_t *buf = read_whole(path, &size);
+        uint8_t *buf = (uint8_t *)fixture_read_file(path, &size);
         REQUIRE(buf, "%s", path);
         ft_err err = {{0}};
         gguf_file *f = gguf_open_buffer(buf, size, &err);

@@ -2,40 +2,13 @@
 // changing one thing. Each must be refused with a message that names its problem: from a
 // buffer, from a file (mmap), and through `ft inspect` in a child process (no crash).
 #include "../src/gguf/gguf.h"
-#include "test.h"
+#include "fixtures.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 // ---------------------------------------------------------------------------------------------
 // Building files
-
-typedef struct buf {
-    uint8_t *p;
-    size_t n, cap;
-} buf;
-
-static void put(buf *b, const void *d, size_t n) {
-    if (b->n + n > b->cap) {
-        b->cap = (b->n + n) * 2;
-        b->p = realloc(b->p, b->cap);
-    }
-    memcpy(b->p + b->n, d, n);
-    b->n += n;
-}
-static void put_u8(buf *b, uint8_t v) {
-    put(b, &v, 1);
-}
-static void put_u32(buf *b, uint32_t v) {
-    put(b, &v, 4);
-}
-static void put_u64(buf *b, uint64_t v) {
-    put(b, &v, 8);
-}
-static void put_str(buf *b, const char *s) {
-    put_u64(b, strlen(s));
-    put(b, s, strlen(s));
-}
 
 // Which key/values the file holds: the valid set, or the valid set with one defect.
 enum kvs {
@@ -87,98 +60,98 @@ static spec valid_spec(void) {
     };
 }
 
-static uint64_t put_kvs(buf *b, enum kvs v) {
-    put_str(b, v == KVS_EMPTY_KEY ? "" : "general.architecture");
-    put_u32(b, GGUF_VALUE_TYPE_STRING);
+static uint64_t put_kvs(fixture_buf *b, enum kvs v) {
+    fixture_buf_str(b, v == KVS_EMPTY_KEY ? "" : "general.architecture");
+    fixture_buf_u32(b, GGUF_VALUE_TYPE_STRING);
     if (v == KVS_HUGE_STR_LEN) {
-        put_u64(b, 1ull << 60);
-        put(b, "llama", 5);
+        fixture_buf_u64(b, 1ull << 60);
+        fixture_buf_put(b, "llama", 5);
     } else {
-        put_str(b, "llama");
+        fixture_buf_str(b, "llama");
     }
     if (v == KVS_HUGE_KEY_LEN) {
-        put_u64(b, 1ull << 60);
-        put(b, "general.alignment", 17);
+        fixture_buf_u64(b, 1ull << 60);
+        fixture_buf_put(b, "general.alignment", 17);
     } else {
-        put_str(b, "general.alignment");
+        fixture_buf_str(b, "general.alignment");
     }
-    put_u32(b, v == KVS_ALIGN_I32 ? GGUF_VALUE_TYPE_INT32 : GGUF_VALUE_TYPE_UINT32);
-    put_u32(b, v == KVS_ALIGN_0 ? 0 : v == KVS_ALIGN_3 ? 3 : 32);
-    put_str(b, "tokenizer.ggml.tokens");
-    put_u32(b, GGUF_VALUE_TYPE_ARRAY);
-    put_u32(b, GGUF_VALUE_TYPE_STRING);
-    put_u64(b, v == KVS_HUGE_STR_ARRAY ? 1ull << 40 : 2);
-    put_str(b, "a");
-    put_str(b, "bc");
-    put_str(b, "x.flags");
-    put_u32(b, GGUF_VALUE_TYPE_ARRAY);
-    put_u32(b, GGUF_VALUE_TYPE_BOOL);
-    put_u64(b, 2);
-    put_u8(b, 0);
-    put_u8(b, v == KVS_BOOL_ARRAY_2 ? 2 : 1);
+    fixture_buf_u32(b, v == KVS_ALIGN_I32 ? GGUF_VALUE_TYPE_INT32 : GGUF_VALUE_TYPE_UINT32);
+    fixture_buf_u32(b, v == KVS_ALIGN_0 ? 0 : v == KVS_ALIGN_3 ? 3 : 32);
+    fixture_buf_str(b, "tokenizer.ggml.tokens");
+    fixture_buf_u32(b, GGUF_VALUE_TYPE_ARRAY);
+    fixture_buf_u32(b, GGUF_VALUE_TYPE_STRING);
+    fixture_buf_u64(b, v == KVS_HUGE_STR_ARRAY ? 1ull << 40 : 2);
+    fixture_buf_str(b, "a");
+    fixture_buf_str(b, "bc");
+    fixture_buf_str(b, "x.flags");
+    fixture_buf_u32(b, GGUF_VALUE_TYPE_ARRAY);
+    fixture_buf_u32(b, GGUF_VALUE_TYPE_BOOL);
+    fixture_buf_u64(b, 2);
+    fixture_buf_u8(b, 0);
+    fixture_buf_u8(b, v == KVS_BOOL_ARRAY_2 ? 2 : 1);
     switch (v) { // a fifth key/value for the defects that need one
     case KVS_DUP_KEY:
-        put_str(b, "general.architecture");
-        put_u32(b, GGUF_VALUE_TYPE_UINT32);
-        put_u32(b, 1);
+        fixture_buf_str(b, "general.architecture");
+        fixture_buf_u32(b, GGUF_VALUE_TYPE_UINT32);
+        fixture_buf_u32(b, 1);
         return 5;
     case KVS_ARRAY_OF_ARRAYS:
-        put_str(b, "x.nested");
-        put_u32(b, GGUF_VALUE_TYPE_ARRAY);
-        put_u32(b, GGUF_VALUE_TYPE_ARRAY);
-        put_u64(b, 1);
-        put_u32(b, GGUF_VALUE_TYPE_UINT8);
-        put_u64(b, 1);
-        put_u8(b, 0);
+        fixture_buf_str(b, "x.nested");
+        fixture_buf_u32(b, GGUF_VALUE_TYPE_ARRAY);
+        fixture_buf_u32(b, GGUF_VALUE_TYPE_ARRAY);
+        fixture_buf_u64(b, 1);
+        fixture_buf_u32(b, GGUF_VALUE_TYPE_UINT8);
+        fixture_buf_u64(b, 1);
+        fixture_buf_u8(b, 0);
         return 5;
     case KVS_UNKNOWN_TYPE:
     case KVS_UNKNOWN_ELEM:
-        put_str(b, "x.odd");
-        if (v == KVS_UNKNOWN_ELEM) put_u32(b, GGUF_VALUE_TYPE_ARRAY);
-        put_u32(b, v == KVS_UNKNOWN_TYPE ? 13 : 99);
-        put_u64(b, 1);
+        fixture_buf_str(b, "x.odd");
+        if (v == KVS_UNKNOWN_ELEM) fixture_buf_u32(b, GGUF_VALUE_TYPE_ARRAY);
+        fixture_buf_u32(b, v == KVS_UNKNOWN_TYPE ? 13 : 99);
+        fixture_buf_u64(b, 1);
         return 5;
     case KVS_BOOL_2:
-        put_str(b, "x.flag");
-        put_u32(b, GGUF_VALUE_TYPE_BOOL);
-        put_u8(b, 2);
+        fixture_buf_str(b, "x.flag");
+        fixture_buf_u32(b, GGUF_VALUE_TYPE_BOOL);
+        fixture_buf_u8(b, 2);
         return 5;
     case KVS_HUGE_ARRAY:
-        put_str(b, "x.many");
-        put_u32(b, GGUF_VALUE_TYPE_ARRAY);
-        put_u32(b, GGUF_VALUE_TYPE_UINT32);
-        put_u64(b, 1ull << 61);
-        put_u32(b, 7);
+        fixture_buf_str(b, "x.many");
+        fixture_buf_u32(b, GGUF_VALUE_TYPE_ARRAY);
+        fixture_buf_u32(b, GGUF_VALUE_TYPE_UINT32);
+        fixture_buf_u64(b, 1ull << 61);
+        fixture_buf_u32(b, 7);
         return 5;
     default: return 4;
     }
 }
 
-static buf build(const spec *s) {
-    buf b = {0};
-    put(&b, s->magic, 4);
-    put_u32(&b, s->version);
+static fixture_buf build(const spec *s) {
+    fixture_buf b = {0};
+    fixture_buf_put(&b, s->magic, 4);
+    fixture_buf_u32(&b, s->version);
     size_t counts_at = b.n;
-    put_u64(&b, 0);
-    put_u64(&b, 0);
+    fixture_buf_u64(&b, 0);
+    fixture_buf_u64(&b, 0);
     uint64_t n_kv = put_kvs(&b, s->kvs);
     for (int i = 0; i < 2; i++) {
         const tinfo *t = &s->t[i];
-        put_str(&b, t->name);
-        put_u32(&b, t->n_dims);
+        fixture_buf_str(&b, t->name);
+        fixture_buf_u32(&b, t->n_dims);
         for (uint32_t d = 0; d < t->n_dims; d++)
-            put_u64(&b, t->ne[d]);
-        put_u32(&b, t->type);
-        put_u64(&b, t->offset);
+            fixture_buf_u64(&b, t->ne[d]);
+        fixture_buf_u32(&b, t->type);
+        fixture_buf_u64(&b, t->offset);
     }
     uint64_t n_tensors = s->n_tensors == UINT64_MAX ? 2 : s->n_tensors;
     n_kv = s->n_kv == UINT64_MAX ? n_kv : s->n_kv;
     memcpy(b.p + counts_at, &n_tensors, 8);
     memcpy(b.p + counts_at + 8, &n_kv, 8);
     while (b.n % 32)
-        put_u8(&b, 0);
+        fixture_buf_u8(&b, 0);
     for (uint64_t i = 0; i < s->data_bytes; i++)
-        put_u8(&b, (uint8_t)(i * 7 + 1));
+        fixture_buf_u8(&b, (uint8_t)(i * 7 + 1));
     return b;
 }
 
@@ -193,7 +166,7 @@ static bool has(const char *msg, const char *expect, const char *also) {
 
 // A file that must be refused with a message containing `expect` (and `also`, if not NULL).
 static void expect_bad2(const spec *s, const char *label, const char *expect, const char *also) {
-    buf b = build(s);
+    fixture_buf b = build(s);
     ft_err err = {{0}};
     gguf_file *f = gguf_open_buffer(b.p, b.n, &err);
     CHECK(!f, "%s: opened", label);
@@ -229,7 +202,7 @@ static void expect_bad(const spec *s, const char *label, const char *expect) {
 
 TEST(gguf_bad_valid_base) {
     spec s = valid_spec();
-    buf b = build(&s);
+    fixture_buf b = build(&s);
     ft_err err = {{0}};
     gguf_file *f = gguf_open_buffer(b.p, b.n, &err);
     REQUIRE(f, "%s", err.msg);
@@ -243,7 +216,7 @@ TEST(gguf_bad_valid_base) {
 // Every prefix of the valid file is refused cleanly (with ASan watching the reads).
 TEST(gguf_bad_truncated_everywhere) {
     spec s = valid_spec();
-    buf b = build(&s);
+    fixture_buf b = build(&s);
     int opened = 0, silent = 0;
     for (size_t n = 0; n < b.n; n++) {
         // A copy of exactly n bytes, so that ASan sees any read past the end.
@@ -396,7 +369,7 @@ TEST(gguf_bad_data_layout) {
     s.t[0].offset = 96; // swapped places: still valid
     s.t[1].offset = 0;
     s.data_bytes = 96 + 68;
-    buf b = build(&s);
+    fixture_buf b = build(&s);
     ft_err err = {{0}};
     gguf_file *f = gguf_open_buffer(b.p, b.n, &err);
     CHECK(f, "%s", err.msg);

@@ -1,7 +1,7 @@
 // test_moe_cache_plan.c: the GPU expert cache's plan (src/moe/cache_plan.c): the Laguna-S
 // figures (docs/expert-cache.md) recomputed from its geometry alone, and the plan's invariants (disjoint
 // views inside their arenas, floors, maximal fair share) on random mixed geometries.
-#include "test.h"
+#include "fixtures.h"
 #include "../src/model/synth.h"
 #include "../src/moe/cache_plan.h"
 #include "../src/moe/cache_replay.h"
@@ -241,17 +241,10 @@ TEST(moe_plan_sized_from_a_budget) {
 
 // `ft inspect --moe-cache-size` prints the plan of a real file (mixed Q4_K and BF16 layers).
 TEST(moe_plan_cli_prints_the_plan_of_a_file) {
-    ft_synth_params sp = ft_synth_default_params();
-    sp.n_layer = 5;
-    sp.n_embd = 256;
-    sp.n_ff_exp = 256;
-    sp.n_expert = 16;
-    sp.n_expert_used = 2;
-    sp.n_expert_types = 5;
-    for (int i = 0; i < 5; i++) sp.expert_types[i] = i < 3 ? FT_TYPE_Q4_K : FT_TYPE_BF16;
-    ft_err err = {{0}};
-    const char *model = test_path("plan_model.gguf");
-    REQUIRE(ft_synth_write(&sp, model, &err), "%s", err.msg);
+    ft_synth_params sp = fixture_moe_params(5, 16);
+    fixture_expert_types(&sp, "q4_K,q4_K,q4_K,bf16", NULL);
+    const char *model = fixture_write(&sp, "plan_model.gguf");
+    REQUIRE(model);
     char cmd[1024], out[16384];
     snprintf(cmd, sizeof(cmd), "%s inspect %s --moe-cache-size 12 | grep -A8 'expert cache plan'", test_ft_bin(), model);
     REQUIRE(test_run(cmd, out, sizeof(out)) == 0, "%s", out);

@@ -1,6 +1,6 @@
 // test_moe_expert_banks.c: host expert banks (src/moe/expert_banks.c) against the file's bytes,
 // read with stdio at the offsets the GGUF header gives, independently of the mapping.
-#include "test.h"
+#include "fixtures.h"
 #include "../src/gguf/gguf.h"
 #include "../src/model/synth.h"
 #include "../src/moe/expert_banks.h"
@@ -11,23 +11,10 @@
 static const char *const g_banks[MOE_BANK_COUNT] = {"gate", "up", "down"};
 
 // Three MoE layers of different types, and a down bank typed differently from gate/up.
-static const char *write_mixed_model(ft_err *err) {
-    ft_synth_params p = ft_synth_default_params();
-    p.n_layer = 3;
-    p.n_embd = 256;
-    p.n_ff_exp = 256;
-    p.n_expert = 6;
-    p.n_expert_used = 2;
-    p.n_expert_types = 3;
-    p.expert_types[0] = FT_TYPE_Q4_K;
-    p.expert_types[1] = FT_TYPE_BF16;
-    p.expert_types[2] = FT_TYPE_Q8_0;
-    p.n_expert_down_types = 3;
-    p.expert_down_types[0] = FT_TYPE_Q6_K;
-    p.expert_down_types[1] = FT_TYPE_BF16;
-    p.expert_down_types[2] = FT_TYPE_Q4_0;
-    const char *path = test_path("moe_banks_mixed.gguf");
-    return ft_synth_write(&p, path, err) ? path : NULL;
+static const char *write_mixed_model(void) {
+    ft_synth_params p = fixture_moe_params(3, 6);
+    fixture_expert_types(&p, "q4_K,bf16,q8_0", "q6_K,bf16,q4_0");
+    return fixture_write(&p, "moe_banks_mixed.gguf");
 }
 
 typedef struct {
@@ -50,13 +37,11 @@ static void counting_free(void *ctx, void *p, size_t bytes) {
 }
 
 TEST(moe_banks_entries_equal_the_files_expert_slices) {
-    ft_err err = {{0}};
-    const char *path = write_mixed_model(&err);
-    REQUIRE(path, "%s", err.msg);
-    gguf_file *f = gguf_open(path, &err);
-    REQUIRE(f, "%s", err.msg);
+    const char *path = write_mixed_model();
+    gguf_file *f;
     moe_geometry g;
-    REQUIRE(moe_geometry_read(f, &g, &err), "%s", err.msg);
+    REQUIRE(path && fixture_open_moe(path, &f, &g));
+    ft_err err = {{0}};
     REQUIRE(g.n_layers == 3);
     counting_ctx cc = {0};
     moe_expert_banks_params p = moe_expert_banks_default_params();
@@ -107,13 +92,11 @@ TEST(moe_banks_entries_equal_the_files_expert_slices) {
 }
 
 TEST(moe_banks_refuse_when_ram_is_short_and_name_both_numbers) {
-    ft_err err = {{0}};
-    const char *path = write_mixed_model(&err);
-    REQUIRE(path, "%s", err.msg);
-    gguf_file *f = gguf_open(path, &err);
-    REQUIRE(f, "%s", err.msg);
+    const char *path = write_mixed_model();
+    gguf_file *f;
     moe_geometry g;
-    REQUIRE(moe_geometry_read(f, &g, &err), "%s", err.msg);
+    REQUIRE(path && fixture_open_moe(path, &f, &g));
+    ft_err err = {{0}};
     counting_ctx cc = {0};
     moe_expert_banks_params p = moe_expert_banks_default_params();
     p.alloc = (moe_host_allocator){counting_alloc, counting_free, &cc, "counting malloc"};

@@ -3,7 +3,7 @@
 // found by linear search, victims by sorting the candidates) and, for one selection per step,
 // against the textbook LRU criterion (hit iff fewer than C distinct other experts since the
 // last use).
-#include "test.h"
+#include "fixtures.h"
 #include "../src/gguf/gguf.h"
 #include "../src/model/synth.h"
 #include "../src/moe/expert_cache.h"
@@ -467,25 +467,13 @@ static void run_sim(const moe_geometry *g, const moe_expert_banks *hb, enum moe_
 }
 
 TEST(moe_cache_copies_keep_every_slot_byte_exact) {
-    ft_synth_params sp = ft_synth_default_params();
-    sp.n_layer = 4;
-    sp.n_embd = 256;
-    sp.n_ff_exp = 256;
-    sp.n_expert = 24;
-    sp.n_expert_used = 2;
-    sp.n_expert_types = 4;
-    const enum ft_type types[4] = {FT_TYPE_Q4_K, FT_TYPE_BF16, FT_TYPE_Q4_K, FT_TYPE_Q8_0};
-    memcpy(sp.expert_types, types, sizeof(types));
-    sp.n_expert_down_types = 4;
-    const enum ft_type down[4] = {FT_TYPE_Q6_K, FT_TYPE_BF16, FT_TYPE_Q6_K, FT_TYPE_Q8_0};
-    memcpy(sp.expert_down_types, down, sizeof(down));
-    ft_err err = {{0}};
-    const char *path = test_path("moe_cache_sim.gguf");
-    REQUIRE(ft_synth_write(&sp, path, &err), "%s", err.msg);
-    gguf_file *f = gguf_open(path, &err);
-    REQUIRE(f, "%s", err.msg);
+    ft_synth_params sp = fixture_moe_params(4, 24);
+    fixture_expert_types(&sp, "q4_K,bf16,q4_K,q8_0", "q6_K,bf16,q6_K,q8_0");
+    const char *path = fixture_write(&sp, "moe_cache_sim.gguf");
+    gguf_file *f;
     moe_geometry g;
-    REQUIRE(moe_geometry_read(f, &g, &err), "%s", err.msg);
+    REQUIRE(path && fixture_open_moe(path, &f, &g));
+    ft_err err = {{0}};
     REQUIRE(g.n_groups == 3);
     moe_expert_banks_params bp = moe_expert_banks_default_params();
     moe_expert_banks *hb = moe_expert_banks_load(f, &g, &bp, &err);

@@ -1,7 +1,7 @@
 // test_moe_route_trace.c: route traces (src/moe/route_trace.c): the file format round trip,
 // the reader's validation of every field, and the generator's calibration measured with the
 // expert cache's LRU (a fixed seed, independent of the seed the calibration used).
-#include "test.h"
+#include "fixtures.h"
 #include "../src/model/synth.h"
 #include "../src/moe/route_trace.h"
 
@@ -179,15 +179,10 @@ TEST(moe_trace_calibration_for_another_shape) {
 
 // `ft trace-gen --model` takes the routing shape from the file and writes a trace that reads back.
 TEST(moe_trace_gen_cli_takes_the_shape_from_a_model) {
-    ft_synth_params sp = ft_synth_default_params();
-    sp.n_layer = 3;
-    sp.n_embd = 256;
-    sp.n_ff_exp = 256;
-    sp.n_expert = 16;
-    sp.n_expert_used = 2;
+    ft_synth_params sp = fixture_moe_params(3, 16);
+    const char *model = fixture_write(&sp, "trace_model.gguf");
+    REQUIRE(model);
     ft_err err = {{0}};
-    const char *model = test_path("trace_model.gguf");
-    REQUIRE(ft_synth_write(&sp, model, &err), "%s", err.msg);
     const char *trace = test_path("cli.ftrt");
     char cmd[1024], out[2048];
     snprintf(cmd, sizeof(cmd), "%s trace-gen --model %s -o %s --steps 200 --seed 3", test_ft_bin(), model, trace);

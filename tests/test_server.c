@@ -3,7 +3,7 @@
 //
 // Each test starts its own server on a free port (--port 0 --ready-file) with a small
 // synthetic model written by `ft synth`, and stops it with SIGTERM, which must exit 0.
-#include "test.h"
+#include "fixtures.h"
 #include "../src/backend/backend.h"
 
 #include <jansson.h>
@@ -21,15 +21,10 @@ typedef struct server {
     char log[512];
 } server;
 
+// The server tests' model (written once per run; "" when ft synth failed, which is recorded).
 static const char *model_path(void) {
-    static char path[512];
-    if (!path[0]) {
-        snprintf(path, sizeof(path), "%s", test_path("server-model.gguf"));
-        char cmd[1024];
-        snprintf(cmd, sizeof(cmd), "%s synth '%s' --name srv-test >/dev/null 2>&1", test_ft_bin(), path);
-        if (test_run(cmd, NULL, 0) != 0) path[0] = 0;
-    }
-    return path;
+    const char *path = fixture_cli_model("server-model.gguf", "--name srv-test");
+    return path ? path : "";
 }
 
 static void sleep_ms(int ms) {
@@ -424,6 +419,71 @@ TEST(server_api_key) {
     CHECK(http(&s, "GET", "/v1/models", NULL, "-H 'x-api-key: sekrit'", out, sizeof(out)) == 200);
     CHECK(http(&s, "POST", "/v1/messages", "{}", NULL, out, sizeof(out)) == 401);
     CHECK(strstr(out, "authentication_error") != NULL, "%s", out);
+    CHECK(server_stop(&s) == 0, "log: %s", s.log);
+}
+
+// The routing answers, to the byte: /health is open and checks its method first; every other
+// path checks the key, then whether it exists (404), then the method (405); errors of
+// /v1/messages take the Anthropic shape. Written down from the server before its route table.
+TEST(server_route_errors) {
+    SERVER_OR_SKIP(s, "--api-key sekrit");
+    static char out[4096];
+    const char *key = "-H 'x-api-key: sekrit'";
+#define OAI_ERR(msg, type, code) "{\"error\":{\"message\":\"" msg "\",\"type\":\"" type "\",\"param\":null,\"code\":" #code "}}"
+#define ANT_ERR(msg, type) "{\"type\":\"error\",\"error\":{\"type\":\"" type "\",\"message\":\"" msg "\"}}"
+    const char *e401 = OAI_ERR("invalid or missing API key", "authentication_error", 401);
+    const char *e404 = OAI_ERR("no such route", "not_found_error", 404);
+    const char *get405 = OAI_ERR("use GET", "invalid_request_error", 405);
+    const char *post405 = OAI_ERR("use POST", "invalid_request_error", 405);
+    static const struct {
+        const char *method, *path;
+        bool with_key;
+        int code;
+        const char *body; // exact; NULL: not compared
+    } cases[] = {
+        {"OPTIONS", "/nowhere", false, 204, ""},
+        {"GET", "/health", false, 200, "{\"status\":\"ok\"}"},
+        {"POST", "/health", false, 405, NULL},
+        {"GET", "/nowhere", false, 401, NULL},
+        {"GET", "/nowhere", true, 404, NULL},
+        {"POST", "/nowhere", true, 404, NULL},
+        {"GET", "/v1/models/", true, 404, NULL},
+        {"POST", "/v1/models", false, 401, NULL},
+        {"POST", "/v1/models", true, 405, NULL},
+        {"POST", "/models", true, 405, NULL},
+        {"POST", "/metrics", true, 405, NULL},
+        {"POST", "/v1/stats", true, 405, NULL},
+        {"GET", "/v1/chat/completions", true, 405, NULL},
+        {"GET", "/chat/completions", true, 405, NULL},
+        {"GET", "/v1/completions", true, 405, NULL},
+        {"GET", "/completions", true, 405, NULL},
+        {"GET", "/tokenize", true, 405, NULL},
+        {"GET", "/detokenize", true, 405, NULL},
+        {"GET", "/v1/cache/rebuild", true, 405, NULL},
+        {"GET", "/v1/messages", false, 401, ANT_ERR("invalid or missing API key", "authentication_error")},
+        {"GET", "/v1/messages", true, 405, ANT_ERR("use POST", "invalid_request_error")},
+        {"POST", "/v1/messages", true, 400,
+         ANT_ERR("invalid JSON body: '[' or '{' expected near end of file (line 1, column 0)",
+                 "invalid_request_error")},
+    };
+#undef OAI_ERR
+#undef ANT_ERR
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        const char *want = cases[i].body;
+        if (!want && cases[i].code == 401) want = e401;
+        if (!want && cases[i].code == 404) want = e404;
+        if (!want && cases[i].code == 405) want = !strcmp(cases[i].method, "GET") ? post405 : get405;
+        int code = http(&s, cases[i].method, cases[i].path, NULL, cases[i].with_key ? key : NULL, out, sizeof(out));
+        CHECK(code == cases[i].code && !strcmp(out, want), "%s %s%s: %d %s (want %d %s)", cases[i].method,
+              cases[i].path, cases[i].with_key ? " with the key" : "", code, out, cases[i].code, want);
+    }
+    // HEAD is let through by libevent and refused by the route
+    CHECK(http(&s, "HEAD", "/health", NULL, "-I", out, sizeof(out)) == 405, "%s", out);
+    // the two metrics routes answer in their own types, with the key only
+    CHECK(http(&s, "GET", "/metrics", NULL, NULL, out, sizeof(out)) == 401);
+    CHECK(http(&s, "GET", "/metrics", NULL, key, out, sizeof(out)) == 200 && strstr(out, "# TYPE "), "%s", out);
+    CHECK(http(&s, "GET", "/v1/stats", NULL, key, out, sizeof(out)) == 200 && out[0] == '{', "%s", out);
+    CHECK(http(&s, "GET", "/models", NULL, key, out, sizeof(out)) == 200 && strstr(out, "\"srv-test\""), "%s", out);
     CHECK(server_stop(&s) == 0, "log: %s", s.log);
 }
 

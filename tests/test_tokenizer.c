@@ -1,40 +1,13 @@
 // test_tokenizer.c: the tokenizer against llama.cpp's test vectors and against properties
 // that need no oracle (round trips, segments, streaming UTF-8, errors).
 #include "oracle.h"
-#include "test.h"
+#include "fixtures.h"
 #include "../src/gguf/gguf.h"
 #include "../src/tokenizer/tokenizer.h"
 
 #include <dirent.h>
 #include <stdlib.h>
 #include <string.h>
-
-static char *slurp(const char *path, size_t *len) {
-    FILE *fp = fopen(path, "rb");
-    if (!fp) return NULL;
-    fseek(fp, 0, SEEK_END);
-    long n = ftell(fp);
-    fseek(fp, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    if (fread(buf, 1, (size_t)n, fp) != (size_t)n) {
-        free(buf);
-        fclose(fp);
-        return NULL;
-    }
-    fclose(fp);
-    buf[n] = 0;
-    *len = (size_t)n;
-    return buf;
-}
-
-static tok_vocab *load_vocab(const char *path) {
-    ft_err err = {{0}};
-    gguf_file *f = gguf_open(path, &err);
-    tok_vocab *v = f ? tok_vocab_load(f, &err) : NULL;
-    gguf_close(f);
-    if (!v) test_fail(__FILE__, __LINE__, "%s: %s", path, err.msg);
-    return v;
-}
 
 static bool ids_equal(const tok_ids *a, const int32_t *b, size_t nb) {
     if (a->n != nb) return false;
@@ -56,9 +29,9 @@ static int run_vectors(const tok_vocab *v, const char *gguf_path, int *n_fail) {
     char path[1200];
     size_t inp_len, out_len;
     snprintf(path, sizeof(path), "%s.inp", gguf_path);
-    char *inp = slurp(path, &inp_len);
+    char *inp = fixture_read_file(path, &inp_len);
     snprintf(path, sizeof(path), "%s.out", gguf_path);
-    char *out = slurp(path, &out_len);
+    char *out = fixture_read_file(path, &out_len);
     if (!inp || !out) {
         free(inp);
         free(out);
@@ -100,7 +73,7 @@ static int run_vectors(const tok_vocab *v, const char *gguf_path, int *n_fail) {
 static void shared_vectors(const char *name) {
     char path[1024];
     snprintf(path, sizeof(path), "%s/vocab/ggml-vocab-%s.gguf", test_shared_dir(), name);
-    tok_vocab *v = load_vocab(path);
+    tok_vocab *v = fixture_vocab(path);
     REQUIRE(v);
     int n_fail = 0;
     int n = run_vectors(v, path, &n_fail);
@@ -175,7 +148,7 @@ TEST(tokenizer_vectors_llama_repo) {
 static tok_vocab *shared(const char *name) {
     char path[1024];
     snprintf(path, sizeof(path), "%s/vocab/ggml-vocab-%s.gguf", test_shared_dir(), name);
-    return load_vocab(path);
+    return fixture_vocab(path);
 }
 
 static char *pieces_of(const tok_vocab *v, const tok_ids *ids, size_t *len) {
@@ -646,7 +619,7 @@ TEST(tokenizer_tiny_vocabs) {
     const char *bpe = test_path("tiny-bpe.gguf"), *spm = test_path("tiny-spm.gguf");
     write_tiny_bpe(bpe, "qwen2");
     write_tiny_spm(spm);
-    tok_vocab *v = load_vocab(bpe);
+    tok_vocab *v = fixture_vocab(bpe);
     REQUIRE(v);
     tok_ids ids = {0};
     tok_encode(v, "hello world", 11, false, false, &ids);
@@ -655,7 +628,7 @@ TEST(tokenizer_tiny_vocabs) {
           "%zu ids", ids.n);
     tok_ids_free(&ids);
     tok_vocab_free(v);
-    v = load_vocab(spm);
+    v = fixture_vocab(spm);
     REQUIRE(v);
     tok_encode(v, "hello w", 7, true, false, &ids);
     // BOS, "▁hello", "▁" + "w"
@@ -706,7 +679,7 @@ TEST(tokenizer_fuzz_seeds) {
     write_tiny_spm(test_path(files[1]));
     for (int i = 0; i < 2; i++) {
         size_t len;
-        char *data = slurp(test_path(files[i]), &len);
+        char *data = fixture_read_file(test_path(files[i]), &len);
         REQUIRE(data);
         snprintf(name, sizeof(name), "vocab-%s", files[i]);
         write_seed(dir, name, 0x80, data, len);

@@ -2,7 +2,7 @@
 // from node-llama-cpp): code point classes, llama.cpp's own vocabulary vectors, and a few
 // thousand generated strings per vocabulary, invalid UTF-8 included.
 #include "oracle.h"
-#include "test.h"
+#include "fixtures.h"
 #include "../src/gguf/gguf.h"
 #include "../src/tokenizer/tokenizer.h"
 #include "../src/tokenizer/tok_impl.h"
@@ -164,15 +164,6 @@ static bool valid_utf8(const char *p, size_t n) {
     return true;
 }
 
-static tok_vocab *ft_load(const char *path) {
-    ft_err err = {{0}};
-    gguf_file *f = gguf_open(path, &err);
-    tok_vocab *v = f ? tok_vocab_load(f, &err) : NULL;
-    gguf_close(f);
-    if (!v) test_fail(__FILE__, __LINE__, "%s: %s", path, err.msg);
-    return v;
-}
-
 static void show_bytes(const char *what, const char *s, size_t n) {
     fprintf(stderr, "      %s: \"", what);
     for (size_t i = 0; i < n && i < 160; i++) {
@@ -241,7 +232,7 @@ static int conformance(const char *path, uint64_t seed, int n_strings, bool whol
     *n_mismatch = *n_invalid = 0;
     oracle_vocab *o = oracle_vocab_load(path);
     if (!o) return 0;
-    tok_vocab *v = ft_load(path);
+    tok_vocab *v = fixture_vocab(path);
     if (!v) {
         oracle_vocab_free(o);
         return 0;

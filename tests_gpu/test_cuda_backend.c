@@ -28,6 +28,7 @@
 //   strict, 1e-2 realistic), and at least half the steps of each architecture's cases must be. The tight checks are per block, from the same input
 //   (test_cuda_layers.c: 5e-3).
 #include "gpu_test.h"
+#include "../tests/fixtures.h"
 #include "probs_compare.h"
 
 #include "../src/backend/cpu/cpu.h"
@@ -270,22 +271,13 @@ TEST(cuda_op_get_rows) {
 
 // A KV-cache tensor of type t with n_ctx rows of width floats, on the host or the device.
 static ft_tensor cache_tensor(enum ft_type t, int width, int n_ctx, bool dev) {
-    ft_tensor c = {0};
-    snprintf(c.name, sizeof(c.name), "cache");
-    c.type = t;
-    c.ne[0] = width;
-    c.ne[1] = n_ctx;
-    c.ne[2] = 1;
-    c.row_bytes = ft_row_bytes(t, width);
-    c.mat_bytes = c.row_bytes * (size_t)n_ctx;
+    ft_tensor c = fixture_kv_cache(t, width, n_ctx);
     if (dev) {
+        free(c.data);
         c.data = ft_cuda_malloc(c.mat_bytes);
         ft_cuda_memset(c.data, 0, c.mat_bytes, NULL);
         ft_cuda_device_sync();
         c.placement = FT_PLACEMENT_CUDA;
-    } else {
-        c.data = ft_calloc(1, c.mat_bytes);
-        c.placement = FT_PLACEMENT_CPU;
     }
     return c;
 }
@@ -485,35 +477,18 @@ static void model_case(const model_opts *o) {
     bool strict = o->strict;
     enum ft_type kv_type = strict ? FT_TYPE_Q8_0 : FT_TYPE_F16;
     double tol = strict ? 3e-2 : 0.05;
-    char path[512];
-    snprintf(path, sizeof(path), "%s", test_path(arch));
-    ft_synth_params sp = ft_synth_default_params();
-    sp.arch = arch;
-    sp.n_layer = 3;
-    sp.n_ctx_train = 256;
-    sp.head_dim = strcmp(arch, "qwen2moe") ? 128 : 64; // the q8_0 KV rotation needs 64 | head_dim
-    if (strict) {
-        sp.dense_type = FT_TYPE_Q8_0;
-        sp.expert_types[0] = FT_TYPE_Q8_0;
-    }
+    // the q8_0 KV rotation needs 64 | head_dim
+    ft_synth_params sp = fixture_compare_params(arch, strcmp(arch, "qwen2moe") ? 128 : 64, strict);
     if (!strcmp(arch, "laguna")) {
-        sp.n_dense_lead = 1;
         if (o->swa_yarn) {
             sp.n_swa = 8;
             sp.yarn_factor = 4;
         }
-        if (o->bf16_tail) {
-            sp.n_layer = 4;
-            sp.n_expert_types = 4;
-            for (int l = 0; l < 3; l++) sp.expert_types[l] = strict ? FT_TYPE_Q8_0 : FT_TYPE_Q4_K;
-            sp.expert_types[3] = FT_TYPE_BF16;
-        }
+        if (o->bf16_tail) fixture_bf16_tail(&sp, strict);
     }
+    const char *path = fixture_write(&sp, arch);
+    if (!path) return;
     ft_err err = {{0}};
-    if (!ft_synth_write(&sp, path, &err)) {
-        test_fail(__FILE__, __LINE__, "synth: %s", err.msg);
-        return;
-    }
     ft_engine_params ep = ft_engine_default_params();
     ep.n_ctx = 128;
     ep.n_batch = o->n_batch;

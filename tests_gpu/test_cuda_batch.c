@@ -9,6 +9,7 @@
 // within 3e-2; and they split only where either run's two best are within 3e-2. The number
 // of bit-identical steps is printed.
 #include "gpu_test.h"
+#include "../tests/fixtures.h"
 #include "probs_compare.h"
 #include "../tests/batch_sim.h"
 
@@ -42,11 +43,9 @@ TEST(cuda_batch_matches_alone) {
     sp.n_ctx_train = 256;
     sp.dense_type = FT_TYPE_Q8_0;
     sp.expert_types[0] = FT_TYPE_Q8_0;
-    const char *path = test_path("cuda_batch.gguf");
+    ft_model *m = fixture_model(&sp, "cuda_batch.gguf");
+    REQUIRE(m);
     ft_err err = {{0}};
-    REQUIRE(ft_synth_write(&sp, path, &err), "synth: %s", err.msg);
-    ft_model *m = ft_model_load(path, &err);
-    REQUIRE(m, "%s", err.msg);
     ft_engine_params ep = ft_engine_default_params();
     ep.n_ctx = 128;
     ep.n_batch = CHUNK;

@@ -31,6 +31,7 @@
 // Models: qwen3moe (softmax gating) and a mixed-type laguna (a dense lead layer, sigmoid
 // gating with a selection bias, Q4_K experts then a BF16 tail).
 #include "gpu_test.h"
+#include "../tests/fixtures.h"
 #include "probs_compare.h"
 #include "../src/engine/engine.h"
 #include "../src/model/synth.h"
@@ -94,29 +95,12 @@ static void check_stable_share(const char *test) {
 
 static void model_case(const char *arch, bool strict, const schedule *sc) {
     double tol = strict ? 3e-2 : 0.05;
-    char path[512];
-    snprintf(path, sizeof(path), "%s", test_path(arch));
-    ft_synth_params sp = ft_synth_default_params();
-    sp.arch = arch;
-    sp.n_layer = 3;
-    sp.n_ctx_train = 256;
-    sp.head_dim = 128;
-    if (strict) {
-        sp.dense_type = FT_TYPE_Q8_0;
-        sp.expert_types[0] = FT_TYPE_Q8_0;
-    }
-    if (!strcmp(arch, "laguna")) { // mixed: a dense lead layer, then Q4_K (or q8_0) experts and a BF16 tail
-        sp.n_layer = 4;
-        sp.n_dense_lead = 1;
-        sp.n_expert_types = 4;
-        for (int l = 0; l < 3; l++) sp.expert_types[l] = strict ? FT_TYPE_Q8_0 : FT_TYPE_Q4_K;
-        sp.expert_types[3] = FT_TYPE_BF16;
-    }
+    ft_synth_params sp = fixture_compare_params(arch, 128, strict);
+    // laguna mixed: a dense lead layer, then Q4_K (or q8_0) experts and a BF16 tail
+    if (!strcmp(arch, "laguna")) fixture_bf16_tail(&sp, strict);
+    const char *path = fixture_write(&sp, arch);
+    if (!path) return;
     ft_err err = {{0}};
-    if (!ft_synth_write(&sp, path, &err)) {
-        test_fail(__FILE__, __LINE__, "synth: %s", err.msg);
-        return;
-    }
     ft_engine_params ep = ft_engine_default_params();
     ep.n_ctx = 128;
     ep.n_batch = sc->n_batch;
@@ -254,13 +238,11 @@ TEST(cuda_cpu_experts_laguna_mixed_prefill_overlay) {
 // auto on a model that fits: fused, every expert on the device.
 TEST(cuda_moe_backend_auto_picks_fused_when_it_fits) {
     GPU_TEST_REQUIRE_DEVICE();
-    const char *path = test_path("auto_fits.gguf");
     ft_synth_params sp = ft_synth_default_params();
     sp.n_layer = 2;
+    ft_model *m = fixture_model(&sp, "auto_fits.gguf");
+    REQUIRE(m);
     ft_err err = {{0}};
-    REQUIRE(ft_synth_write(&sp, path, &err), "%s", err.msg);
-    ft_model *m = ft_model_load(path, &err);
-    REQUIRE(m, "%s", err.msg);
     ft_engine_params ep = ft_engine_default_params();
     ep.n_ctx = 64;
     ep.device = FT_PLACEMENT_CUDA;
@@ -283,13 +265,13 @@ TEST(cuda_moe_backend_auto_picks_fused_when_it_fits) {
 // greedy text as the run with graphs.
 TEST(cuda_cpu_experts_direct_steps_in_a_fresh_process) {
     GPU_TEST_REQUIRE_DEVICE();
-    const char *bin = test_ft_bin(), *path = test_path("cpu_experts_fresh.gguf");
+    const char *bin = test_ft_bin();
     REQUIRE(access(bin, X_OK) == 0, "no ft binary at %s (make test-gpu sets FT_BIN)", bin);
     ft_synth_params sp = ft_synth_default_params();
     sp.arch = "qwen3moe";
     sp.n_layer = 3;
-    ft_err err = {{0}};
-    REQUIRE(ft_synth_write(&sp, path, &err), "synth: %s", err.msg);
+    const char *path = fixture_write(&sp, "cpu_experts_fresh.gguf");
+    REQUIRE(path);
     char cmd[2048], with_graphs[4096], without[4096], lazy[4096];
     const char *run = "run -m '%s' --device cuda --moe-backend cpu -p 'hello there' -n 8 --temp 0 2>/dev/null";
     char args[1024];

@@ -25,6 +25,7 @@
 //   - against the CPU op as test_cuda_backend.c's attention: 2e-2 over an f16 cache (the CPU
 //     keeps its value accumulator in f16 for batches under 64), 5e-3 over q8_0.
 #include "gpu_test.h"
+#include "../tests/fixtures.h"
 
 #include "../src/backend/cpu/cpu.h"
 #include "../src/backend/cuda/cuda.h"
@@ -43,21 +44,6 @@
 #pragma weak ft_cuda_flash_attention_fits
 
 enum { N_KV = 2, N_CTX = 320 };
-
-// A KV cache of type t, N_CTX rows of width floats, in host memory.
-static ft_tensor host_cache(enum ft_type t, int width) {
-    ft_tensor c = {0};
-    snprintf(c.name, sizeof(c.name), "cache");
-    c.type = t;
-    c.ne[0] = width;
-    c.ne[1] = N_CTX;
-    c.ne[2] = 1;
-    c.row_bytes = ft_row_bytes(t, width);
-    c.mat_bytes = c.row_bytes * N_CTX;
-    c.data = ft_calloc(1, c.mat_bytes);
-    c.placement = FT_PLACEMENT_CPU;
-    return c;
-}
 
 // The same bytes in device memory.
 static ft_tensor dev_copy(const ft_tensor *h) {
@@ -120,7 +106,7 @@ static double rel_err(const float *a, const float *ref, size_t n) {
 static void flash_case(ft_backend *cpu, ft_backend *gpu, ft_rng *rng, enum ft_type type, int hd) {
     const int W = N_KV * hd;
     // the cache: positions 0..N_CTX-1 written by the CPU op; the GPU gets the same bytes
-    ft_tensor ck = host_cache(type, W), cv = host_cache(type, W);
+    ft_tensor ck = fixture_kv_cache(type, W, N_CTX), cv = fixture_kv_cache(type, W, N_CTX);
     float *kf = ft_malloc((size_t)N_CTX * W * sizeof(float)), *vf = ft_malloc((size_t)N_CTX * W * sizeof(float));
     float *x = cpu->ops->alloc(cpu, (size_t)N_CTX * W);
     for (size_t i = 0; i < (size_t)N_CTX * W; i++) x[i] = ft_rng_normal(rng);

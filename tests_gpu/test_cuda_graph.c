@@ -9,6 +9,7 @@
 // of attention splits changes many times, and the models cover a sliding window (laguna)
 // and both KV cache types.
 #include "gpu_test.h"
+#include "../tests/fixtures.h"
 
 #include "../src/engine/batch.h"
 #include "../src/engine/engine.h"
@@ -34,12 +35,9 @@ static void graph_case(const char *arch, enum ft_type kv_type, int n_swa) {
         sp.n_dense_lead = 1;
         sp.n_swa = n_swa;
     }
-    char path[512];
-    snprintf(path, sizeof(path), "%s", test_path(arch));
+    ft_model *m = fixture_model(&sp, arch);
+    REQUIRE(m);
     ft_err err = {{0}};
-    REQUIRE(ft_synth_write(&sp, path, &err), "synth: %s", err.msg);
-    ft_model *m = ft_model_load(path, &err);
-    REQUIRE(m, "load: %s", err.msg);
     ft_engine_params ep = ft_engine_default_params();
     ep.n_ctx = 400;
     ep.n_batch = 64;
@@ -114,12 +112,9 @@ TEST(cuda_graph_per_sequence) {
     ft_synth_params sp = ft_synth_default_params();
     sp.n_layer = 2;
     sp.n_ctx_train = 512;
-    char path[512];
-    snprintf(path, sizeof(path), "%s", test_path("graph-seq"));
+    ft_model *m = fixture_model(&sp, "graph-seq");
+    REQUIRE(m);
     ft_err err = {{0}};
-    REQUIRE(ft_synth_write(&sp, path, &err), "synth: %s", err.msg);
-    ft_model *m = ft_model_load(path, &err);
-    REQUIRE(m, "load: %s", err.msg);
     ft_engine_params ep = ft_engine_default_params();
     ep.n_ctx = 256;
     ep.n_batch = 16;

@@ -18,6 +18,7 @@
 // (the CPU against itself, with half its embedding values scaled by 1 +- 1e-7, does the same
 // at times), so there the flips that happen to reach the last token decide the difference.
 #include "gpu_test.h"
+#include "../tests/fixtures.h"
 
 #include "../src/backend/cpu/cpu.h"
 #include "../src/engine/engine.h"
@@ -100,27 +101,14 @@ static void sync_x(side *c, side *g, size_t n) {
 }
 
 static void layers_case(const char *arch, int head_dim, bool swa) {
-    char path[512];
-    snprintf(path, sizeof(path), "%s", test_path(arch));
-    ft_synth_params sp = ft_synth_default_params();
-    sp.arch = arch;
-    sp.n_layer = 3;
-    sp.n_ctx_train = 256;
-    sp.head_dim = head_dim;
-    sp.dense_type = FT_TYPE_Q8_0;
-    sp.expert_types[0] = FT_TYPE_Q8_0;
-    if (!strcmp(arch, "laguna")) {
-        sp.n_dense_lead = 1;
-        if (swa) {
-            sp.n_swa = 8;
-            sp.yarn_factor = 4;
-        }
+    ft_synth_params sp = fixture_compare_params(arch, head_dim, true);
+    if (!strcmp(arch, "laguna") && swa) {
+        sp.n_swa = 8;
+        sp.yarn_factor = 4;
     }
+    const char *path = fixture_write(&sp, arch);
+    if (!path) return;
     ft_err err = {{0}};
-    if (!ft_synth_write(&sp, path, &err)) {
-        test_fail(__FILE__, __LINE__, "synth: %s", err.msg);
-        return;
-    }
     ft_model *m = ft_model_load(path, &err);
     ft_engine_params ep = ft_engine_default_params();
     ep.n_ctx = 128;

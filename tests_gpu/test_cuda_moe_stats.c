@@ -9,6 +9,7 @@
 // A resize keeps the counters, changes the slots, refuses a size below the floor (keeping the
 // cache) and the engine decodes on.
 #include "gpu_test.h"
+#include "../tests/fixtures.h"
 #include "../src/engine/engine.h"
 #include "../src/model/synth.h"
 #include "../src/util/rng.h"
@@ -22,15 +23,11 @@ static bool counts_equal(const ft_moe_counts *a, const ft_moe_counts *b) {
 
 TEST(cuda_moe_stats_decode_window_and_rebuild) {
     GPU_TEST_REQUIRE_DEVICE();
-    const char *path = test_path("moe_stats.gguf");
     ft_synth_params sp = ft_synth_default_params(); // 4 MoE layers, 8 experts, top-2
-    sp.n_expert_types = 4;
-    sp.expert_types[0] = sp.expert_types[1] = FT_TYPE_Q4_K;
-    sp.expert_types[2] = sp.expert_types[3] = FT_TYPE_Q8_0; // two geometries: two pools
+    fixture_expert_types(&sp, "q4_K,q4_K,q8_0,q8_0", NULL); // two geometries: two pools
+    ft_model *m = fixture_model(&sp, "moe_stats.gguf");
+    REQUIRE(m);
     ft_err err = {{0}};
-    REQUIRE(ft_synth_write(&sp, path, &err), "%s", err.msg);
-    ft_model *m = ft_model_load(path, &err);
-    REQUIRE(m, "%s", err.msg);
     ft_engine_params ep = ft_engine_default_params();
     ep.n_ctx = 128;
     ep.device = FT_PLACEMENT_CUDA;

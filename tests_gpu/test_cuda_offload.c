@@ -12,6 +12,7 @@
 //   down to the minimum, the uniform layout, serial prefill, and across a rebuild.
 // - The copy kernel's bandwidth next to cudaMemcpy's from the same pinned rows (printed).
 #include "gpu_test.h"
+#include "../tests/fixtures.h"
 
 #include "../src/backend/cuda/offload.h"
 #include "../src/engine/engine.h"
@@ -24,7 +25,8 @@
 #include <string.h>
 
 // Four layers: q4_K, q4_K, bf16, q4_K experts (two geometry pools in the exact layout).
-static bool write_mixed_model(const char *path, int n_expert, int top_k, int n_embd, int n_ff) {
+// Returns the path, or NULL after a recorded failure.
+static const char *write_mixed_model(const char *name, int n_expert, int top_k, int n_embd, int n_ff) {
     ft_synth_params sp = ft_synth_default_params();
     sp.n_layer = 4;
     sp.n_expert = n_expert;
@@ -32,15 +34,8 @@ static bool write_mixed_model(const char *path, int n_expert, int top_k, int n_e
     sp.n_embd = n_embd;
     sp.n_ff_exp = n_ff;
     sp.n_ctx_train = 512;
-    sp.n_expert_types = 4;
-    sp.expert_types[0] = FT_TYPE_Q4_K;
-    sp.expert_types[1] = FT_TYPE_Q4_K;
-    sp.expert_types[2] = FT_TYPE_BF16;
-    sp.expert_types[3] = FT_TYPE_Q4_K;
-    ft_err err = {{0}};
-    bool ok = ft_synth_write(&sp, path, &err);
-    CHECK(ok, "synth: %s", err.msg);
-    return ok;
+    fixture_expert_types(&sp, "q4_K,q4_K,bf16,q4_K", NULL);
+    return fixture_write(&sp, name);
 }
 
 typedef struct rig {
@@ -54,10 +49,8 @@ typedef struct rig {
 static bool rig_init_trace(rig *r, const char *path, int n_slots, enum moe_pool_layout layout, int top_k, int n_running,
                            const moe_route_trace *trace) {
     memset(r, 0, sizeof(*r));
+    if (!fixture_open_moe(path, &r->f, &r->g)) return false;
     ft_err err = {{0}};
-    r->f = gguf_open(path, &err);
-    if (!r->f) return test_fail(__FILE__, __LINE__, "%s", err.msg), false;
-    if (!moe_geometry_read(r->f, &r->g, &err)) return test_fail(__FILE__, __LINE__, "%s", err.msg), false;
     moe_expert_banks_params bp = moe_expert_banks_default_params();
     bp.alloc = ft_offload_host_allocator();
     moe_expert_banks *hb = moe_expert_banks_load(r->f, &r->g, &bp, &err);
@@ -202,13 +195,11 @@ static void decisions_case(const char *path, int n_slots, enum moe_pool_layout l
 
 TEST(cuda_offload_decisions_equal_reference) {
     GPU_TEST_REQUIRE_DEVICE();
-    const char *path = test_path("offload_mixed.gguf");
-    REQUIRE(write_mixed_model(path, 48, 4, 256, 256));
-    ft_err err = {{0}};
-    gguf_file *f = gguf_open(path, &err);
-    REQUIRE(f, "%s", err.msg);
+    const char *path = write_mixed_model("offload_mixed.gguf", 48, 4, 256, 256);
+    REQUIRE(path);
+    gguf_file *f;
     moe_geometry g;
-    REQUIRE(moe_geometry_read(f, &g, &err), "%s", err.msg);
+    REQUIRE(fixture_open_moe(path, &f, &g));
     moe_cache_plan_params pp = moe_cache_plan_default_params();
     pp.top_k = 4;
     pp.n_running = 2;
@@ -231,8 +222,8 @@ TEST(cuda_offload_decisions_equal_reference) {
 TEST(cuda_offload_trace_replay) {
     GPU_TEST_REQUIRE_DEVICE();
     enum { TOP_K = 4, SEQ = 2, STEPS = 37, RUN = 100 };
-    const char *path = test_path("offload_trace.gguf");
-    REQUIRE(write_mixed_model(path, 48, TOP_K, 256, 256));
+    const char *path = write_mixed_model("offload_trace.gguf", 48, TOP_K, 256, 256);
+    REQUIRE(path);
     int blocks[4] = {0, 1, 2, 3};
     moe_trace_gen_params tp = moe_trace_gen_default_params();
     tp.n_layers = 4;
@@ -321,8 +312,8 @@ static int run_pair(ft_engine *ef, ft_engine *eo, const int32_t *prompt, int n_p
 TEST(cuda_offload_logits_equal_fused) {
     GPU_TEST_REQUIRE_DEVICE();
     enum { N_EXPERT = 16, TOP_K = 4 };
-    const char *path = test_path("offload_logits.gguf");
-    REQUIRE(write_mixed_model(path, N_EXPERT, TOP_K, 256, 256));
+    const char *path = write_mixed_model("offload_logits.gguf", N_EXPERT, TOP_K, 256, 256);
+    REQUIRE(path);
     ft_err err = {{0}};
     ft_model *mf = ft_model_load(path, &err);
     REQUIRE(mf, "%s", err.msg);
@@ -334,10 +325,9 @@ TEST(cuda_offload_logits_equal_fused) {
     ft_rng rng = ft_rng_init(17);
     int32_t prompt[48];
     for (int i = 0; i < 48; i++) prompt[i] = (int32_t)(ft_rng_next(&rng) % (uint64_t)n_vocab);
-    gguf_file *f = gguf_open(path, &err);
-    REQUIRE(f, "%s", err.msg);
+    gguf_file *f;
     moe_geometry g;
-    REQUIRE(moe_geometry_read(f, &g, &err), "%s", err.msg);
+    REQUIRE(fixture_open_moe(path, &f, &g));
     moe_cache_plan_params pp = moe_cache_plan_default_params();
     pp.top_k = TOP_K;
     int min_exact = moe_cache_plan_min_slots(&g, &pp);
@@ -402,9 +392,9 @@ TEST(cuda_offload_logits_equal_fused) {
 TEST(cuda_offload_copy_bandwidth) {
     GPU_TEST_REQUIRE_DEVICE();
     enum { N_EXPERT = 64, TOP_K = 8 };
-    const char *path = test_path("offload_bw.gguf");
     // Qwen3-30B-A3B's expert shape (2048 x 768, q4_K): 2.53 MiB per expert
-    REQUIRE(write_mixed_model(path, N_EXPERT, TOP_K, 2048, 768));
+    const char *path = write_mixed_model("offload_bw.gguf", N_EXPERT, TOP_K, 2048, 768);
+    REQUIRE(path);
     rig r;
     // uniform: 16 slots per layer, so a layer's experts from two steps back are gone
     if (!rig_init(&r, path, 64, MOE_POOL_LAYOUT_UNIFORM, TOP_K, 1)) return;

@@ -1,9 +1,10 @@
 // http.c: the HTTP side. evhttp parses requests (with body, header and idle-time limits);
-// this file routes them, checks the API key, answers the small routes (/health, /v1/models,
-// /metrics, /v1/stats, /tokenize, /detokenize), hands generation requests to the API files,
-// and delivers what the inference thread produces: the scheduler's notify hook puts a job on
-// a ready list and activates an event; the event's callback (on this thread) drains the job
-// and writes SSE events or the final response.
+// this file routes them through one table (method, path, handler, whether the API key is
+// needed), answers the small routes (/health, /v1/models, /metrics, /v1/stats, /tokenize,
+// /detokenize, /v1/cache/rebuild), hands generation requests to the API files, and delivers
+// what the inference thread produces: the scheduler's notify hook puts a job on a ready list
+// and activates an event; the event's callback (on this thread) drains the job and writes SSE
+// events or the final response.
 #include "srv_impl.h"
 
 #include <event2/buffer.h>
@@ -419,11 +420,41 @@ static void route_cache_rebuild_done(srv_http *h, srv_job *j) {
     srv_reply_json(req, 200, json_pack("{s:i,s:o}", "moe_cache_size", j->rebuild_slots, "moe_cache", cache));
 }
 
-static void route_models(srv_http *h, struct evhttp_request *req) {
+static void route_health(srv_http *h, struct evhttp_request *req, json_t *body) {
+    srv_reply_json(req, 200, json_pack("{s:s}", "status", h->stopping ? "stopping" : "ok"));
+}
+
+static void route_models(srv_http *h, struct evhttp_request *req, json_t *body) {
     json_t *m = json_pack("{s:s,s:s,s:i,s:s,s:{s:i,s:i}}", "id", h->p.model_name, "object", "model",
                           "created", (json_int_t)time(NULL), "owned_by", "ft", "meta", "n_ctx", h->n_ctx,
                           "n_vocab", h->m->hp.n_vocab);
     srv_reply_json(req, 200, json_pack("{s:s,s:[o]}", "object", "list", "data", m));
+}
+
+// GET /metrics (Prometheus text) and GET /v1/stats (JSON): the same counters.
+static void reply_stats(srv_http *h, struct evhttp_request *req, bool prometheus) {
+    srv_sched_stats st = {0};
+    ft_moe_stats moe = {0};
+    bool has_moe = false;
+    if (h->sched) {
+        srv_sched_stats_get(h->sched, &st);
+        has_moe = srv_sched_moe_stats(h->sched, &moe);
+    }
+    if (prometheus) {
+        char *s = srv_metrics_prometheus(h->metrics, &st, has_moe ? &moe : NULL);
+        reply_text(req, 200, "text/plain; version=0.0.4", s, strlen(s));
+        free(s);
+    } else
+        srv_reply_json(req, 200, srv_metrics_json(h->metrics, &st, has_moe ? &moe : NULL));
+    ft_moe_stats_free(&moe);
+}
+
+static void route_metrics(srv_http *h, struct evhttp_request *req, json_t *body) {
+    reply_stats(h, req, true);
+}
+
+static void route_stats(srv_http *h, struct evhttp_request *req, json_t *body) {
+    reply_stats(h, req, false);
 }
 
 static void route_tokenize(srv_http *h, struct evhttp_request *req, json_t *body) {
@@ -510,87 +541,47 @@ static bool authorized(srv_http *h, struct evhttp_request *req) {
     return false;
 }
 
-static void on_request(struct evhttp_request *req, void *arg) {
-    srv_http *h = arg;
-    const char *uri = evhttp_request_get_uri(req);
-    const struct evhttp_uri *eu = evhttp_request_get_evhttp_uri(req);
-    const char *path = eu ? evhttp_uri_get_path(eu) : NULL;
-    if (!path || !*path) path = uri ? uri : "/";
-    enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
-    bool anthropic = !strcmp(path, "/v1/messages");
-    srv_metrics_request(h->metrics);
+// The routes. A POST handler gets the body parsed as a JSON object; a GET handler gets NULL.
+// Flags: ROUTE_OPEN, answered without the API key (every other route needs it when the server
+// has one); ROUTE_ANTHROPIC, errors in the Anthropic shape (else the OpenAI one).
+enum { ROUTE_OPEN = 1, ROUTE_ANTHROPIC = 2 };
+typedef void (*route_fn)(srv_http *h, struct evhttp_request *req, json_t *body);
+typedef struct route {
+    enum evhttp_cmd_type method;
+    const char *path;
+    route_fn fn;
+    unsigned flags;
+} route;
 
-    if (cmd == EVHTTP_REQ_OPTIONS) { // CORS preflight of browser chat UIs
-        struct evkeyvalq *hd = evhttp_request_get_output_headers(req);
-        evhttp_add_header(hd, "Access-Control-Allow-Origin", "*");
-        evhttp_add_header(hd, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
-        evhttp_add_header(hd, "Access-Control-Allow-Headers", "*");
-        evhttp_send_reply(req, 204, "No Content", NULL);
-        return;
-    }
-    if (!strcmp(path, "/health")) {
-        if (cmd != EVHTTP_REQ_GET) {
-            reply_err(req, false, 405, "use GET");
-            return;
-        }
-        srv_reply_json(req, 200, json_pack("{s:s}", "status", h->stopping ? "stopping" : "ok"));
-        return;
-    }
-    if (!authorized(h, req)) {
-        reply_err(req, anthropic, 401, "invalid or missing API key");
-        return;
-    }
+static const route routes[] = {
+    {EVHTTP_REQ_GET, "/health", route_health, ROUTE_OPEN},
+    {EVHTTP_REQ_GET, "/v1/models", route_models, 0},
+    {EVHTTP_REQ_GET, "/models", route_models, 0},
+    {EVHTTP_REQ_GET, "/metrics", route_metrics, 0},
+    {EVHTTP_REQ_GET, "/v1/stats", route_stats, 0},
+    {EVHTTP_REQ_POST, "/v1/chat/completions", srv_openai_chat, 0},
+    {EVHTTP_REQ_POST, "/chat/completions", srv_openai_chat, 0},
+    {EVHTTP_REQ_POST, "/v1/completions", srv_openai_completion, 0},
+    {EVHTTP_REQ_POST, "/completions", srv_openai_completion, 0},
+    {EVHTTP_REQ_POST, "/v1/messages", srv_anthropic_messages, ROUTE_ANTHROPIC},
+    {EVHTTP_REQ_POST, "/tokenize", route_tokenize, 0},
+    {EVHTTP_REQ_POST, "/detokenize", route_detokenize, 0},
+    {EVHTTP_REQ_POST, "/v1/cache/rebuild", route_cache_rebuild, 0},
+};
 
-    bool get = cmd == EVHTTP_REQ_GET;
-    if (!strcmp(path, "/v1/models") || !strcmp(path, "/models")) {
-        if (!get) {
-            reply_err(req, false, 405, "use GET");
-            return;
-        }
-        route_models(h, req);
-        return;
-    }
-    if (!strcmp(path, "/metrics") || !strcmp(path, "/v1/stats")) {
-        if (!get) {
-            reply_err(req, false, 405, "use GET");
-            return;
-        }
-        srv_sched_stats st = {0};
-        ft_moe_stats moe = {0};
-        bool has_moe = false;
-        if (h->sched) {
-            srv_sched_stats_get(h->sched, &st);
-            has_moe = srv_sched_moe_stats(h->sched, &moe);
-        }
-        if (path[1] == 'm') {
-            char *s = srv_metrics_prometheus(h->metrics, &st, has_moe ? &moe : NULL);
-            reply_text(req, 200, "text/plain; version=0.0.4", s, strlen(s));
-            free(s);
-        } else
-            srv_reply_json(req, 200, srv_metrics_json(h->metrics, &st, has_moe ? &moe : NULL));
-        ft_moe_stats_free(&moe);
-        return;
-    }
-    static const char *posts[] = {"/v1/chat/completions", "/chat/completions", "/v1/completions",
-                                  "/completions",         "/v1/messages",      "/tokenize",
-                                  "/detokenize",          "/v1/cache/rebuild"};
-    int route = -1;
-    for (int i = 0; i < (int)FT_ARRAY_LEN(posts); i++)
-        if (!strcmp(path, posts[i])) route = i;
-    if (route < 0) {
-        reply_err(req, anthropic, 404, "no such route");
-        return;
-    }
-    if (cmd != EVHTTP_REQ_POST) {
-        reply_err(req, anthropic, 405, "use POST");
-        return;
-    }
+static const route *route_find(const char *path) {
+    for (size_t i = 0; i < FT_ARRAY_LEN(routes); i++)
+        if (!strcmp(path, routes[i].path)) return &routes[i];
+    return NULL;
+}
 
+// The body of a POST as a JSON object, or NULL after replying 413 or 400.
+static json_t *read_body(srv_http *h, struct evhttp_request *req, bool anthropic) {
     struct evbuffer *in = evhttp_request_get_input_buffer(req);
     size_t n = evbuffer_get_length(in);
     if (n > h->p.max_body) {
         reply_err(req, anthropic, 413, "request body too large");
-        return;
+        return NULL;
     }
     const char *data = n ? (const char *)evbuffer_pullup(in, (ev_ssize_t)n) : "";
     json_error_t je;
@@ -604,18 +595,51 @@ static void on_request(struct evhttp_request *req, void *arg) {
             snprintf(msg, sizeof(msg), "the request body must be a JSON object");
         json_decref(body);
         reply_err(req, anthropic, 400, msg);
+        return NULL;
+    }
+    return body;
+}
+
+// In this order: OPTIONS (CORS preflight, any path) 204; the API key 401 (open routes skip it);
+// an unknown path 404; another method than the route's 405; then the route.
+static void on_request(struct evhttp_request *req, void *arg) {
+    srv_http *h = arg;
+    const char *uri = evhttp_request_get_uri(req);
+    const struct evhttp_uri *eu = evhttp_request_get_evhttp_uri(req);
+    const char *path = eu ? evhttp_uri_get_path(eu) : NULL;
+    if (!path || !*path) path = uri ? uri : "/";
+    enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
+    const route *r = route_find(path);
+    bool anthropic = r && (r->flags & ROUTE_ANTHROPIC);
+    srv_metrics_request(h->metrics);
+
+    if (cmd == EVHTTP_REQ_OPTIONS) { // CORS preflight of browser chat UIs
+        struct evkeyvalq *hd = evhttp_request_get_output_headers(req);
+        evhttp_add_header(hd, "Access-Control-Allow-Origin", "*");
+        evhttp_add_header(hd, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+        evhttp_add_header(hd, "Access-Control-Allow-Headers", "*");
+        evhttp_send_reply(req, 204, "No Content", NULL);
         return;
     }
-    switch (route) {
-    case 0:
-    case 1: srv_openai_chat(h, req, body); break;
-    case 2:
-    case 3: srv_openai_completion(h, req, body); break;
-    case 4: srv_anthropic_messages(h, req, body); break;
-    case 5: route_tokenize(h, req, body); break;
-    case 6: route_detokenize(h, req, body); break;
-    case 7: route_cache_rebuild(h, req, body); break;
+    if (!(r && (r->flags & ROUTE_OPEN)) && !authorized(h, req)) {
+        reply_err(req, anthropic, 401, "invalid or missing API key");
+        return;
     }
+    if (!r) {
+        reply_err(req, anthropic, 404, "no such route");
+        return;
+    }
+    if (cmd != r->method) {
+        reply_err(req, anthropic, 405, r->method == EVHTTP_REQ_GET ? "use GET" : "use POST");
+        return;
+    }
+    if (r->method != EVHTTP_REQ_POST) {
+        r->fn(h, req, NULL);
+        return;
+    }
+    json_t *body = read_body(h, req, anthropic);
+    if (!body) return;
+    r->fn(h, req, body);
     json_decref(body);
 }
 

@@ -207,12 +207,22 @@ void srv_sse_end(srv_job *j);
 // Tokenizes, checks the context, submits. On failure replies with an error and returns false.
 bool srv_http_submit(srv_http *h, srv_job *j, bool anthropic);
 
-// Request parsing (no I/O: what the fuzz target drives). Each fills the job's request part
-// (prompt tokens, sampling, limits, stream flags) from a JSON object body, or returns false
-// with a message for a 400. srv_chat_prompt renders and tokenizes messages (system: an extra
-// leading system message, or NULL).
+// ---------------------------------------------------------------------------------------------
+// The chat prompt (chat_prompt.c), shared by both APIs.
+
+// Renders messages (an array of {"role", "content", "reasoning_content"}; content a string,
+// null or text/thinking parts) through p's chat template and tokenizes them into j->prompt.
+// system: an extra leading system message, or NULL. Returns false with a message for a 400
+// (no template, a bad message, a template that fails to render).
 bool srv_chat_prompt(const srv_params *p, const tok_vocab *v, json_t *msgs, const char *system,
                      bool enable_thinking, srv_job *j, ft_err *err);
+
+// ---------------------------------------------------------------------------------------------
+// The APIs (openai.c, anthropic.c).
+
+// Request parsing (no I/O: what the fuzz target drives). Each fills the job's request part
+// (prompt tokens, sampling, limits, stream flags) from a JSON object body, or returns false
+// with a message for a 400.
 bool srv_openai_parse_chat(const srv_params *p, const tok_vocab *v, json_t *body, srv_job *j, ft_err *err);
 bool srv_openai_parse_completion(const srv_params *p, const tok_vocab *v, json_t *body, srv_job *j,
                                  ft_err *err);

@@ -1,0 +1,93 @@
+// chat_prompt.c: the prompt of a chat request, shared by the OpenAI chat route and the
+// Anthropic Messages route: their messages (role and content parts, reasoning of earlier
+// assistant turns) rendered through the server's chat template and tokenized into the job.
+#include "srv_impl.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+// Message content: a string, null, or an array of {"type":"text","text":...} parts. An
+// assistant turn sent back by an Anthropic client may also hold {"type":"thinking",
+// "thinking":...} parts (its reasoning, rendered where the template puts reasoning) and
+// "redacted_thinking" parts (opaque to us: skipped).
+static bool content_text(json_t *c, srv_buf *out, srv_buf *reasoning, ft_err *err) {
+    srv_buf_add(out, "", 0);
+    if (!c || json_is_null(c)) return true;
+    if (json_is_string(c)) {
+        srv_buf_add(out, json_string_value(c), json_string_length(c));
+        return true;
+    }
+    if (!json_is_array(c)) return ft_err_set(err, "message 'content' must be a string or an array of parts");
+    size_t i;
+    json_t *part;
+    json_array_foreach(c, i, part) {
+        json_t *type = json_object_get(part, "type");
+        const char *t = json_is_string(type) ? json_string_value(type) : "";
+        json_t *text = json_object_get(part, "text"), *thought = json_object_get(part, "thinking");
+        if (!strcmp(t, "text") && json_is_string(text)) {
+            srv_buf_add(out, json_string_value(text), json_string_length(text));
+        } else if (!strcmp(t, "thinking") && json_is_string(thought)) {
+            srv_buf_add(reasoning, json_string_value(thought), json_string_length(thought));
+        } else if (strcmp(t, "redacted_thinking")) {
+            return ft_err_set(
+                err, "content part %zu: only {\"type\": \"text\", \"text\": ...} parts are supported", i);
+        }
+    }
+    return true;
+}
+
+// Renders messages with the server's template and tokenizes them into j->prompt.
+bool srv_chat_prompt(const srv_params *p, const tok_vocab *v, json_t *msgs, const char *system,
+                     bool enable_thinking, srv_job *j, ft_err *err) {
+    if (!p->has_chat_template)
+        return ft_err_set(
+            err, "the model has no chat template ft can render; start the server with --chat-template NAME");
+    if (!json_is_array(msgs) || json_array_size(msgs) == 0)
+        return ft_err_set(err, "'messages' must be a non-empty array");
+    size_t n = json_array_size(msgs) + (system ? 1 : 0);
+    if (n > 100000) return ft_err_set(err, "too many messages");
+    tok_chat_msg *cm = ft_calloc(n, sizeof(*cm));
+    srv_buf *texts = ft_calloc(2 * n, sizeof(srv_buf));
+    bool ok = false;
+    size_t k = 0;
+    if (system) cm[k++] = (tok_chat_msg){.role = "system", .content = system};
+    size_t i;
+    json_t *m;
+    json_array_foreach(msgs, i, m) {
+        json_t *role = json_object_get(m, "role");
+        if (!json_is_object(m) || !json_is_string(role)) {
+            ft_err_set(err, "messages[%zu] must be an object with a string 'role'", i);
+            goto out;
+        }
+        const char *r = json_string_value(role);
+        if (!strcmp(r, "developer")) r = "system";
+        if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant")) {
+            ft_err_set(err, "messages[%zu]: role '%.40s' is not supported (system, user, assistant)", i, r);
+            goto out;
+        }
+        if (!content_text(json_object_get(m, "content"), &texts[2 * k], &texts[2 * k + 1], err)) {
+            ft_err_prefix(err, "messages[%zu]", i);
+            goto out;
+        }
+        cm[k].role = r;
+        cm[k].content = texts[2 * k].p;
+        json_t *rc = json_object_get(m, "reasoning_content");
+        if (json_is_string(rc)) srv_buf_add(&texts[2 * k + 1], json_string_value(rc), json_string_length(rc));
+        if (json_is_string(rc) || texts[2 * k + 1].n) cm[k].reasoning = texts[2 * k + 1].p;
+        k++;
+    }
+    tok_chat_params cp = tok_chat_default_params(v);
+    cp.enable_thinking = enable_thinking;
+    tok_chat_prompt rendered = {0};
+    if (!tok_chat_render(p->chat_template, cm, k, cp, &rendered, err)) goto out;
+    bool has_bos = cp.bos_text && *cp.bos_text && !strncmp(rendered.text, cp.bos_text, strlen(cp.bos_text));
+    tok_encode_segments(v, rendered.segs, rendered.n_segs, !has_bos, &j->prompt);
+    tok_chat_prompt_free(&rendered);
+    ok = true;
+out:
+    for (size_t q = 0; q < 2 * n; q++)
+        srv_buf_free(&texts[q]);
+    free(texts);
+    free(cm);
+    return ok;
+}

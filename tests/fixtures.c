@@ -1,0 +1,200 @@
+// fixtures.c: see fixtures.h.
+#include "fixtures.h"
+#include "../src/gguf/gguf.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+// ---------------------------------------------------------------------------------------------
+// Synthetic models
+
+ft_synth_params fixture_moe_params(int n_layer, int n_expert) {
+    ft_synth_params p = ft_synth_default_params();
+    p.n_layer = n_layer;
+    p.n_embd = 256;
+    p.n_ff_exp = 256;
+    p.n_expert = n_expert;
+    p.n_expert_used = 2;
+    return p;
+}
+
+void fixture_expert_types(ft_synth_params *p, const char *gate_up, const char *down) {
+    ft_err err = {{0}};
+    p->n_expert_types = ft_synth_parse_types(gate_up, p->expert_types, FT_SYNTH_MAX_LAYERS, &err);
+    FT_ASSERT(p->n_expert_types > 0 && "fixture_expert_types: a bad gate/up list");
+    p->n_expert_down_types = 0;
+    if (down) {
+        p->n_expert_down_types = ft_synth_parse_types(down, p->expert_down_types, FT_SYNTH_MAX_LAYERS, &err);
+        FT_ASSERT(p->n_expert_down_types > 0 && "fixture_expert_types: a bad down list");
+    }
+}
+
+ft_synth_params fixture_compare_params(const char *arch, int head_dim, bool strict) {
+    ft_synth_params p = ft_synth_default_params();
+    p.arch = arch;
+    p.n_layer = 3;
+    p.n_ctx_train = 256;
+    p.head_dim = head_dim;
+    if (strict) {
+        p.dense_type = FT_TYPE_Q8_0;
+        fixture_expert_types(&p, "q8_0", NULL);
+    }
+    if (!strcmp(arch, "laguna")) p.n_dense_lead = 1;
+    return p;
+}
+
+void fixture_bf16_tail(ft_synth_params *p, bool strict) {
+    p->n_layer = 4;
+    fixture_expert_types(p, strict ? "q8_0,q8_0,q8_0,bf16" : "q4_K,q4_K,q4_K,bf16", NULL);
+}
+
+// One of 8 rotating copies of path.
+static const char *keep_path(const char *path) {
+    static char bufs[8][512];
+    static int next;
+    char *b = bufs[next++ % 8];
+    snprintf(b, sizeof(bufs[0]), "%s", path);
+    return b;
+}
+
+const char *fixture_write(const ft_synth_params *p, const char *name) {
+    const char *path = keep_path(test_path(name));
+    ft_err err = {{0}};
+    if (!ft_synth_write(p, path, &err)) {
+        test_fail(__FILE__, __LINE__, "synth %s: %s", name, err.msg);
+        return NULL;
+    }
+    return path;
+}
+
+ft_model *fixture_model(const ft_synth_params *p, const char *name) {
+    const char *path = fixture_write(p, name);
+    if (!path) return NULL;
+    ft_err err = {{0}};
+    ft_model *m = ft_model_load(path, &err);
+    if (!m) test_fail(__FILE__, __LINE__, "load %s: %s", name, err.msg);
+    return m;
+}
+
+const char *fixture_cli_model(const char *name, const char *synth_args) {
+    const char *path = keep_path(test_path(name));
+    if (access(path, R_OK) == 0) return path;
+    char cmd[2048], out[4096];
+    snprintf(cmd, sizeof(cmd), "%s synth '%s' %s 2>&1", test_ft_bin(), path, synth_args);
+    if (test_run(cmd, out, sizeof(out)) != 0) {
+        unlink(path); // a later call must not take a partial file for the model
+        test_fail(__FILE__, __LINE__, "ft synth %s %s: %s", name, synth_args, out);
+        return NULL;
+    }
+    return path;
+}
+
+bool fixture_open_moe(const char *path, gguf_file **f, moe_geometry *g) {
+    ft_err err = {{0}};
+    *f = gguf_open(path, &err);
+    if (*f && moe_geometry_read(*f, g, &err)) return true;
+    test_fail(__FILE__, __LINE__, "%s: %s", path, err.msg);
+    gguf_close(*f);
+    *f = NULL;
+    return false;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tensors
+
+ft_tensor fixture_kv_cache(enum ft_type t, int width, int n_ctx) {
+    ft_tensor c = {.name = "cache", .type = t, .ne = {width, n_ctx, 1}, .placement = FT_PLACEMENT_CPU};
+    c.row_bytes = ft_row_bytes(t, width);
+    c.mat_bytes = c.row_bytes * (size_t)n_ctx;
+    c.data = ft_calloc(1, c.mat_bytes);
+    return c;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Files
+
+char *fixture_read_file(const char *path, size_t *len) {
+    FILE *fp = fopen(path, "rb");
+    if (!fp) return NULL;
+    char *buf = NULL;
+    long n = fseek(fp, 0, SEEK_END) == 0 ? ftell(fp) : -1;
+    if (n >= 0 && fseek(fp, 0, SEEK_SET) == 0) {
+        buf = malloc((size_t)n + 1);
+        if (fread(buf, 1, (size_t)n, fp) == (size_t)n) {
+            buf[n] = 0;
+            if (len) *len = (size_t)n;
+        } else {
+            free(buf);
+            buf = NULL;
+        }
+    }
+    fclose(fp);
+    return buf;
+}
+
+tok_vocab *fixture_vocab(const char *path) {
+    ft_err err = {{0}};
+    gguf_file *f = gguf_open(path, &err);
+    tok_vocab *v = f ? tok_vocab_load(f, &err) : NULL;
+    gguf_close(f);
+    if (!v) test_fail(__FILE__, __LINE__, "%s: %s", path, err.msg);
+    return v;
+}
+
+// ---------------------------------------------------------------------------------------------
+// stderr
+
+static FILE *g_saved_stderr, *g_null;
+static int g_mute_depth;
+
+void fixture_stderr_mute(void) {
+    if (g_mute_depth++ > 0) return;
+    g_saved_stderr = stderr;
+    g_null = fopen("/dev/null", "w");
+    if (g_null) stderr = g_null;
+}
+
+void fixture_stderr_restore(void) {
+    FT_ASSERT(g_mute_depth > 0);
+    if (--g_mute_depth > 0) return;
+    if (g_null) {
+        stderr = g_saved_stderr;
+        fclose(g_null);
+        g_null = NULL;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bytes written by hand
+
+void fixture_buf_put(fixture_buf *b, const void *d, size_t n) {
+    if (b->n + n > b->cap) {
+        b->cap = (b->n + n) * 2;
+        b->p = realloc(b->p, b->cap);
+    }
+    memcpy(b->p + b->n, d, n);
+    b->n += n;
+}
+
+void fixture_buf_u8(fixture_buf *b, uint8_t v) {
+    fixture_buf_put(b, &v, 1);
+}
+
+void fixture_buf_u32(fixture_buf *b, uint32_t v) {
+    fixture_buf_put(b, &v, 4);
+}
+
+void fixture_buf_u64(fixture_buf *b, uint64_t v) {
+    fixture_buf_put(b, &v, 8);
+}
+
+void fixture_buf_str(fixture_buf *b, const char *s) {
+    fixture_buf_u64(b, strlen(s));
+    fixture_buf_put(b, s, strlen(s));
+}
+
+void fixture_buf_free(fixture_buf *b) {
+    free(b->p);
+    *b = (fixture_buf){0};
+}
