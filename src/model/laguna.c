@@ -58,10 +58,10 @@ static const ft_arch_key keys[] = {
     {"attention.sliding_window", FT_KEY_TYPE_U32, 0, 0, 1 << 26, HP(n_swa), 0,
      FT_SYNTH(n_swa, .when = synth_swa)},
     // RoPE of the sliding-window layers; defaults: the full layers'
-    {"rope.freq_base_swa", FT_KEY_TYPE_F32, 0, 0, 0, FT_KEY_NO_FIELD, 0,
+    {"rope.freq_base_swa", FT_KEY_TYPE_F32, FT_KEY_DERIVED, 0, 0, FT_KEY_NO_FIELD, 0,
      FT_SYNTH(rope_freq_base_swa, .value = 10000, .when = synth_swa)},
-    {"rope.dimension_count_swa", FT_KEY_TYPE_U32, FT_KEY_HI_HEAD_DIM, 2, 0, FT_KEY_NO_FIELD, 0,
-     FT_SYNTH_OR(n_rot_swa, head_dim, .when = synth_swa)},
+    {"rope.dimension_count_swa", FT_KEY_TYPE_U32, FT_KEY_HI_HEAD_DIM | FT_KEY_DERIVED, 2, 0, FT_KEY_NO_FIELD,
+     0, FT_SYNTH_OR(n_rot_swa, head_dim, .when = synth_swa)},
     MODEL_KEY_ROPE_SCALING_TYPE(FT_SYNTH_STR("yarn", .when = synth_yarn)),
     MODEL_KEY_ROPE_SCALING_FACTOR(FT_SYNTH(yarn_factor, .when = synth_yarn)),
     MODEL_KEY_ROPE_SCALING_ORIG_CTX(FT_SYNTH_FN(synth_yarn_orig_ctx, .when = synth_yarn)),

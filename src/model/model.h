@@ -116,6 +116,7 @@ enum {
     FT_KEY_UNIFORM = 1 << 1,     // a per-layer array whose entries must all agree (one ft_hparams field)
     FT_KEY_HI_LAYERS = 1 << 2,   // at most block_count (instead of hi)
     FT_KEY_HI_HEAD_DIM = 1 << 3, // at most the head size (instead of hi), checked once that is known
+    FT_KEY_DERIVED = 1 << 4,     // its default comes from other keys (def is unused)
 };
 
 #define FT_KEY_NO_FIELD ((size_t)-1)

@@ -46,14 +46,15 @@
     {"attention.head_count", FT_KEY_TYPE_U32_LAYERS, FT_KEY_REQUIRED, 1, 65536, LAYER(n_head), 0, __VA_ARGS__}
 // default: the first layer's head count
 #define MODEL_KEY_HEAD_COUNT_KV                                                                             \
-    {"attention.head_count_kv", FT_KEY_TYPE_U32_LAYERS, FT_KEY_UNIFORM, 1, 65536, HP(n_head_kv), 0,         \
-     FT_SYNTH(n_head_kv)}
+    {"attention.head_count_kv", FT_KEY_TYPE_U32_LAYERS, FT_KEY_UNIFORM | FT_KEY_DERIVED, 1, 65536,          \
+     HP(n_head_kv), 0, FT_SYNTH(n_head_kv)}
 // default: embedding_length / the first layer's head count
 #define MODEL_KEY_KEY_LENGTH                                                                                \
-    {"attention.key_length", FT_KEY_TYPE_U32, 0, 2, 4096, HP(head_dim), 0, FT_SYNTH(head_dim)}
+    {"attention.key_length", FT_KEY_TYPE_U32, FT_KEY_DERIVED, 2, 4096, HP(head_dim), 0, FT_SYNTH(head_dim)}
 // must equal key_length
 #define MODEL_KEY_VALUE_LENGTH                                                                              \
-    {"attention.value_length", FT_KEY_TYPE_U32, 0, 2, 4096, FT_KEY_NO_FIELD, 0, FT_SYNTH(head_dim)}
+    {"attention.value_length", FT_KEY_TYPE_U32, FT_KEY_DERIVED, 2, 4096, FT_KEY_NO_FIELD, 0,                \
+     FT_SYNTH(head_dim)}
 #define MODEL_KEY_RMS_EPS                                                                                   \
     {"attention.layer_norm_rms_epsilon", FT_KEY_TYPE_F32, FT_KEY_REQUIRED, 0, 0, HP(rms_eps), 0,            \
      FT_SYNTH(rms_eps)}
@@ -61,17 +62,20 @@
     {"rope.freq_base", FT_KEY_TYPE_F32, 0, 0, 0, HP(rope.freq_base), 10000, FT_SYNTH(rope_freq_base)}
 // default: the head size
 #define MODEL_KEY_ROPE_DIMENSION_COUNT                                                                      \
-    {"rope.dimension_count", FT_KEY_TYPE_U32, FT_KEY_HI_HEAD_DIM, 2, 0, HP(rope.n_rot), 0,                  \
+    {"rope.dimension_count", FT_KEY_TYPE_U32, FT_KEY_HI_HEAD_DIM | FT_KEY_DERIVED, 2, 0, HP(rope.n_rot), 0, \
      FT_SYNTH(n_rot, .when = synth_has_n_rot)}
 #define MODEL_KEY_EXPERT_COUNT                                                                              \
     {"expert_count", FT_KEY_TYPE_U32, 0, 0, FT_MAX_EXPERTS, HP(n_expert), 0, FT_SYNTH(n_expert)}
 #define MODEL_KEY_EXPERT_USED_COUNT                                                                         \
     {"expert_used_count", FT_KEY_TYPE_U32, 0, 0, FT_MAX_EXPERTS, HP(n_expert_used), 0,                      \
      FT_SYNTH(n_expert_used)}
+// default: the architecture's hook derives one from feed_forward_length
 #define MODEL_KEY_EXPERT_FEED_FORWARD_LENGTH                                                                \
-    {"expert_feed_forward_length", FT_KEY_TYPE_U32, 0, 0, 1 << 20, HP(n_ff_exp), 0, FT_SYNTH(n_ff_exp)}
+    {"expert_feed_forward_length", FT_KEY_TYPE_U32, FT_KEY_DERIVED, 0, 1 << 20, HP(n_ff_exp), 0,            \
+     FT_SYNTH(n_ff_exp)}
+// default: the architecture's hook derives one
 #define MODEL_KEY_EXPERT_SHARED_FEED_FORWARD_LENGTH                                                         \
-    {"expert_shared_feed_forward_length", FT_KEY_TYPE_U32, 0, 0, 1 << 20, HP(n_ff_shexp), 0,                \
+    {"expert_shared_feed_forward_length", FT_KEY_TYPE_U32, FT_KEY_DERIVED, 0, 1 << 20, HP(n_ff_shexp), 0,   \
      FT_SYNTH_OR(n_ff_shexp, n_ff_exp)}
 #define MODEL_KEY_EXPERT_WEIGHTS_SCALE(...)                                                                 \
     {"expert_weights_scale", FT_KEY_TYPE_F32, 0, 0, 0, HP(w_scale), 0, __VA_ARGS__}
@@ -87,7 +91,8 @@
     {"rope.scale_linear", FT_KEY_TYPE_F32, 0, 0, 0, FT_KEY_NO_FIELD, 0, FT_NO_SYNTH}
 // default: context_length
 #define MODEL_KEY_ROPE_SCALING_ORIG_CTX(...)                                                                \
-    {"rope.scaling.original_context_length", FT_KEY_TYPE_U32, 0, 1, 1 << 26, HP(rope.n_ctx_orig), 0,        \
+    {"rope.scaling.original_context_length", FT_KEY_TYPE_U32, FT_KEY_DERIVED, 1, 1 << 26,                   \
+     HP(rope.n_ctx_orig), 0,                                                                                \
      __VA_ARGS__}
 
 // ft synth writes rope.dimension_count only when asked for partial rotary
