@@ -619,12 +619,16 @@ int cmd_inspect(int argc, char **argv) {
         return FT_EXIT_INPUT;
     }
     moe_geometry g;
-    if (!moe_geometry_read(f, &g, &err)) {
+    bool geometry_ok = moe_geometry_read(f, &g, &err);
+    if (!geometry_ok && req.want) {
         fprintf(stderr, "ft inspect: %s: %s\n", path, err.msg);
         gguf_close(f);
         return FT_EXIT_INPUT;
     }
     arch_view view = view_read(path, f);
+    // the file is still shown, without its expert geometry; the description's check already
+    // names the tensors behind it where it found any
+    if (!geometry_ok && (!view.m || json_array_size(view.problems) == 0)) add_problem(&view, err.msg);
     if (json) {
         json_t *o = inspect_json(path, f, &g, &view);
         char *s = json_dumps(o, JSON_COMPACT);
