@@ -80,8 +80,8 @@ static bool present(const ft_model *m, const char *suffix) {
     return find_key(m->arch, suffix) && gguf_find_key(m->file, key_name(m, suffix, key, sizeof(key))) >= 0;
 }
 
-bool model_key_range_err(const ft_model *m, const char *suffix, int64_t v, int64_t lo, int64_t hi,
-                         ft_err *err) {
+// An out-of-range message in the key reader's form, for a range that depends on other keys.
+static bool key_range_err(const ft_model *m, const char *suffix, int64_t v, int64_t lo, int64_t hi, ft_err *err) {
     char key[160];
     return ft_err_set(err, "key %s = %lld: out of range [%lld, %lld]", key_name(m, suffix, key, sizeof(key)),
                       (long long)v, (long long)lo, (long long)hi);
@@ -272,7 +272,7 @@ static bool derive_common(ft_model *m, ft_err *err) {
         int64_t v;
         if ((k->flags & FT_KEY_HI_HEAD_DIM) && present(m, k->suffix) && model_key_int(m, k->suffix, &v) &&
             (v < k->lo || v > hp->head_dim))
-            return model_key_range_err(m, k->suffix, v, k->lo, hp->head_dim, err);
+            return key_range_err(m, k->suffix, v, k->lo, hp->head_dim, err);
     }
     if (!(hp->rms_eps >= 0)) return ft_err_set(err, "key %s.attention.layer_norm_rms_epsilon: negative", an);
 
@@ -291,7 +291,8 @@ static bool derive_common(ft_model *m, ft_err *err) {
                           hp->n_expert);
     if (hp->n_expert > 0 && hp->n_expert_used < 1)
         return ft_err_set(err, "key %s.expert_used_count: missing or 0 with %d experts", an, hp->n_expert);
-    if (hp->n_expert < 1) return ft_err_set(err, "key %s.expert_count: missing or 0 (ft runs %s files with experts only)", an, an);
+    if (hp->n_expert < 1)
+        return ft_err_set(err, "key %s.expert_count: missing or 0 (ft runs %s files with experts only)", an, an);
     return true;
 }
 
@@ -310,7 +311,9 @@ bool model_read_hparams(ft_model *m, ft_err *err) {
     }
     if (!m->layers) m->layers = ft_calloc((size_t)hp->n_layer, sizeof(ft_layer));
     if (!derive_common(m, err) || (a->hparams && !a->hparams(m, err))) return false;
-    if (hp->n_dense_lead > 0 && hp->n_ff < 1) return ft_err_set(err, "key %s.feed_forward_length: missing or 0", a->name);
+    // n_ff is the width of the dense layers, 0 in a model without
+    if (hp->n_dense_lead > 0 && hp->n_ff < 1)
+        return ft_err_set(err, "key %s.feed_forward_length: missing or 0", a->name);
     if (hp->n_dense_lead == 0) hp->n_ff = 0;
     for (int l = 0; l < hp->n_layer; l++) m->layers[l].is_moe = l >= hp->n_dense_lead;
     return true;
@@ -400,7 +403,7 @@ static ft_tensor *tensor_of(ft_model *m, const ft_arch_tensor *t, int il) {
 
 // Binds row t of layer il after checking the file's tensor exists, has the row's dims and a
 // type ft can compute with (f32 where the row says so).
-static bool bind(ft_model *m, const ft_arch_tensor *t, int il, ft_err *err) {
+static bool bind_tensor(ft_model *m, const ft_arch_tensor *t, int il, ft_err *err) {
     char name[128];
     model_tensor_name(t, il, name, sizeof(name));
     ft_tensor *dst = tensor_of(m, t, il);
@@ -448,7 +451,7 @@ typedef struct {
 
 static bool bind_row(void *ctx, const ft_arch_tensor *t, int il) {
     bind_ctx *c = ctx;
-    if (bind(c->m, t, il, c->err)) return true;
+    if (bind_tensor(c->m, t, il, c->err)) return true;
     if (!c->problem) return false;
     c->problem(c->problem_ctx, c->err->msg);
     return true;

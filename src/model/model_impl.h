@@ -110,10 +110,6 @@ bool model_key_int(const ft_model *m, const char *suffix, int64_t *out);
 bool model_key_float(const ft_model *m, const char *suffix, float *out);
 bool model_key_str(const ft_model *m, const char *suffix, gguf_str *out);
 
-// An out-of-range message in the form the key reader gives, for ranges that depend on other keys.
-bool model_key_range_err(const ft_model *m, const char *suffix, int64_t v, int64_t lo, int64_t hi,
-                         ft_err *err);
-
 // Reads the keys of m->file that m->arch lists into m->hp and m->layers (allocating them),
 // derives what every architecture derives, then runs the architecture's hparams hook: all of
 // ft_model_load but the vocabulary and the tensors (m->arch and m->file set). ft synth reads
