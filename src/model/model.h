@@ -139,8 +139,8 @@ typedef struct ft_key_synth {
 // A hyper-parameter key "<arch>.<suffix>". ft_model_load reads every key of the description
 // (a key it does not list is not read), checks its type and range, and stores it into
 // `field` (offsetof(ft_hparams, x); for a per-layer key without FT_KEY_UNIFORM,
-// offsetof(ft_layer, x)), or def when the file lacks it. Defaults that depend on other keys,
-// ranges that do, and keys with no field are the business of the code that reads them
+// offsetof(ft_layer, x)), or def when the file lacks it. Defaults that depend on other keys
+// (FT_KEY_DERIVED) and keys with no field are the business of the code that reads them
 // (model.c for the keys all architectures share, the architecture's hparams hook).
 typedef struct ft_arch_key {
     const char *suffix;
