@@ -1,14 +1,17 @@
 // cmd_inspect.c: `ft inspect FILE.gguf [--json]`: what a GGUF file holds.
 //
-// Architecture and hyper-parameters (the "<arch>.*" keys), a tokenizer summary, every tensor
-// grouped by layer with type, shape and bytes, and for MoE models the expert geometry: the
-// bytes of one expert per bank and layer, the groups of layers that share a geometry, and the
-// expert bytes at native width against the bytes if every expert were padded to the widest.
-// With --moe-cache-size N (or --gpu-memory GIB to size it from a budget) it also prints the
-// GPU expert cache's plan for the file (src/moe/cache_plan.h).
+// Architecture and hyper-parameters (the "<arch>.*" keys, next to the values the
+// architecture's description reads from them), a tokenizer summary, every tensor grouped by
+// layer with type, shape and bytes (marking the ones the architecture does not use), what
+// keeps ft from loading the file, and for MoE models the expert geometry: the bytes of one
+// expert per bank and layer, the groups of layers that share a geometry, and the expert bytes
+// at native width against the bytes if every expert were padded to the widest. With
+// --moe-cache-size N (or --gpu-memory GIB to size it from a budget) it also prints the GPU
+// expert cache's plan for the file (src/moe/cache_plan.h).
 #include "cli.h"
 #include "args.h"
 #include "../gguf/gguf.h"
+#include "../model/model.h"
 #include "../moe/cache_plan.h"
 #include "../moe/cache_replay.h"
 #include "../moe/geometry.h"
@@ -78,6 +81,117 @@ static model_id read_id(const gguf_file *f) {
     return id;
 }
 
+// ---------------------------------------------------------------------------------------------
+// The file against its architecture's description
+
+typedef struct {
+    const ft_arch *arch; // NULL: ft does not run the file's architecture
+    ft_model *m;         // the file as ft reads it, tensors with a problem unbound; NULL: its keys do not load
+    json_t *problems;    // messages: what keeps ft_model_load from loading the file
+    char **used;         // the tensors the architecture binds, sorted
+    int n_used, cap_used;
+} arch_view;
+
+static void add_problem(void *ctx, const char *msg) {
+    json_array_append_new(((arch_view *)ctx)->problems, json_string(msg));
+}
+
+static void add_used(void *ctx, const ft_tensor *t) {
+    arch_view *v = ctx;
+    if (v->n_used == v->cap_used) {
+        v->cap_used = v->cap_used ? 2 * v->cap_used : 256;
+        v->used = ft_realloc(v->used, (size_t)v->cap_used * sizeof(*v->used));
+    }
+    v->used[v->n_used++] = ft_strdup(t->name);
+}
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+static arch_view view_read(const char *path, const gguf_file *f) {
+    arch_view v = {.problems = json_array()};
+    model_id id = read_id(f);
+    char name[80];
+    snprintf(name, sizeof(name), "%.*s", (int)(id.arch.len < 64 ? id.arch.len : 64), id.arch.ptr);
+    v.arch = ft_arch_find(name);
+    ft_err err = {{0}};
+    if (!v.arch) {
+        ft_err_set(&err, "architecture '%s' is not supported (ft runs: %s)", name, ft_arch_names());
+        add_problem(&v, err.msg);
+        return v;
+    }
+    v.m = ft_model_load_checked(path, add_problem, &v, &err);
+    if (!v.m) {
+        size_t n = strlen(path);
+        add_problem(&v, !strncmp(err.msg, path, n) && !strncmp(err.msg + n, ": ", 2) ? err.msg + n + 2 : err.msg);
+        return v;
+    }
+    ft_model_for_each_tensor(v.m, add_used, &v);
+    qsort(v.used, (size_t)v.n_used, sizeof(*v.used), cmp_str);
+    return v;
+}
+
+static void view_free(arch_view *v) {
+    for (int i = 0; i < v->n_used; i++) free(v->used[i]);
+    free(v->used);
+    ft_model_free(v->m);
+    json_decref(v->problems);
+}
+
+static bool view_uses(const arch_view *v, gguf_str name) {
+    char buf[256];
+    snprintf(buf, sizeof(buf), "%.*s", (int)(name.len < 255 ? name.len : 255), name.ptr);
+    const char *key = buf;
+    return v->n_used && bsearch(&key, v->used, (size_t)v->n_used, sizeof(*v->used), cmp_str);
+}
+
+// The row of the description for a file key "<arch>.<suffix>" (prefix_len: of "<arch>."), or NULL.
+static const ft_arch_key *view_key(const arch_view *v, gguf_str key, size_t prefix_len) {
+    for (int i = 0; v->arch && i < v->arch->n_keys; i++) {
+        const char *s = v->arch->keys[i].suffix;
+        if (strlen(s) == key.len - prefix_len && !memcmp(s, key.ptr + prefix_len, key.len - prefix_len))
+            return &v->arch->keys[i];
+    }
+    return NULL;
+}
+
+// Key k's value as the architecture reads it, with its default where the file lacks it; null
+// where the value is worked out where it is used (a string's, or a default from other keys
+// that lands in no field).
+static json_t *key_value_json(const arch_view *v, const gguf_file *f, const ft_arch_key *k) {
+    const ft_model *m = v->m;
+    if (k->field != FT_KEY_NO_FIELD) {
+        const char *hp = (const char *)&m->hp;
+        switch (k->type) {
+        case FT_KEY_TYPE_U32: return json_integer(*(const int *)(hp + k->field));
+        case FT_KEY_TYPE_U32_LAYERS: {
+            if (k->flags & FT_KEY_UNIFORM) return json_integer(*(const int *)(hp + k->field));
+            json_t *a = json_array();
+            int first = *(const int *)((const char *)&m->layers[0] + k->field);
+            bool same = true;
+            for (int l = 0; l < m->hp.n_layer; l++) {
+                int x = *(const int *)((const char *)&m->layers[l] + k->field);
+                same = same && x == first;
+                json_array_append_new(a, json_integer(x));
+            }
+            if (!same) return a;
+            json_decref(a);
+            return json_integer(first);
+        }
+        case FT_KEY_TYPE_F32: return json_real(*(const float *)(hp + k->field));
+        case FT_KEY_TYPE_BOOL: return json_boolean(*(const bool *)(hp + k->field));
+        case FT_KEY_TYPE_STR: break;
+        }
+    }
+    char key[160];
+    snprintf(key, sizeof(key), "%s.%s", m->arch->name, k->suffix);
+    int64_t i = gguf_find_key(f, key);
+    if (i >= 0) return kv_to_json(f, i, 1024);
+    if (k->type == FT_KEY_TYPE_STR || (k->flags & FT_KEY_DERIVED)) return json_null();
+    if (k->type == FT_KEY_TYPE_F32) return json_real(k->def);
+    if (k->type == FT_KEY_TYPE_BOOL) return json_boolean(k->def != 0);
+    return json_integer((json_int_t)k->def);
+}
+
 static json_t *tokenizer_json(const gguf_file *f) {
     json_t *t = json_object();
     gguf_str s;
@@ -100,7 +214,7 @@ static json_t *shape_json(const gguf_tensor *t) {
     return a;
 }
 
-static json_t *inspect_json(const char *path, const gguf_file *f, const moe_geometry *g) {
+static json_t *inspect_json(const char *path, const gguf_file *f, const moe_geometry *g, const arch_view *v) {
     model_id id = read_id(f);
     json_t *o = json_object();
     json_object_set_new(o, "file", json_string(path));
@@ -108,7 +222,7 @@ static json_t *inspect_json(const char *path, const gguf_file *f, const moe_geom
     json_object_set_new(o, "file_bytes", json_integer((json_int_t)gguf_file_size(f)));
     json_object_set_new(o, "arch", json_strn(id.arch));
     if (id.has_name) json_object_set_new(o, "name", json_strn(id.name));
-    json_t *hp = json_object();
+    json_t *hp = json_object(), *unread = json_array();
     char prefix[80];
     snprintf(prefix, sizeof(prefix), "%.*s.", (int)(id.arch.len < 64 ? id.arch.len : 64), id.arch.ptr);
     for (int64_t i = 0; i < gguf_n_kv(f); i++) {
@@ -118,16 +232,28 @@ static json_t *inspect_json(const char *path, const gguf_file *f, const moe_geom
         snprintf(key, sizeof(key), "%.*s", (int)(k.len - strlen(prefix) < 255 ? k.len - strlen(prefix) : 255),
                  k.ptr + strlen(prefix));
         json_object_set_new(hp, key, kv_to_json(f, i, 1024));
+        if (v->arch && !view_key(v, k, strlen(prefix))) json_array_append_new(unread, json_string(key));
     }
     json_object_set_new(o, "hparams", hp);
+    if (v->arch) json_object_set_new(o, "hparams_unread", unread);
+    else json_decref(unread);
+    if (v->m) {
+        json_t *read = json_object();
+        for (int i = 0; i < v->arch->n_keys; i++)
+            json_object_set_new(read, v->arch->keys[i].suffix, key_value_json(v, f, &v->arch->keys[i]));
+        json_object_set_new(o, "hparams_read", read);
+    }
+    json_object_set_new(o, "loads", json_boolean(json_array_size(v->problems) == 0));
+    json_object_set_new(o, "problems", json_deep_copy(v->problems));
     json_object_set_new(o, "tokenizer", tokenizer_json(f));
     json_t *ts = json_array();
     uint64_t total = 0;
     for (int64_t i = 0; i < gguf_n_tensors(f); i++) {
         const gguf_tensor *t = gguf_tensor_at(f, i);
-        json_array_append_new(ts, json_pack("{s:o, s:s, s:o, s:I}", "name", json_strn(t->name), "type",
-                                            ft_type_name(t->type), "shape", shape_json(t), "bytes",
-                                            (json_int_t)t->bytes));
+        json_t *tj = json_pack("{s:o, s:s, s:o, s:I}", "name", json_strn(t->name), "type", ft_type_name(t->type),
+                               "shape", shape_json(t), "bytes", (json_int_t)t->bytes);
+        if (v->m) json_object_set_new(tj, "used", json_boolean(view_uses(v, t->name)));
+        json_array_append_new(ts, tj);
         total += t->bytes;
     }
     json_object_set_new(o, "tensors", ts);
@@ -176,7 +302,7 @@ static int tensor_layer(gguf_str name) {
     return l;
 }
 
-static void print_tensor(const gguf_tensor *t, int indent) {
+static void print_tensor(const gguf_tensor *t, int indent, const arch_view *v) {
     char shape[96];
     int n = snprintf(shape, sizeof(shape), "[");
     for (uint32_t d = 0; d < t->n_dims; d++)
@@ -184,34 +310,69 @@ static void print_tensor(const gguf_tensor *t, int indent) {
     snprintf(shape + n, sizeof(shape) - (size_t)n, "]");
     printf("%*s%-*.*s %-7s %-22s ", indent, "", 40 - indent, (int)t->name.len, t->name.ptr, ft_type_name(t->type), shape);
     print_bytes(stdout, t->bytes);
+    if (v->m && !view_uses(v, t->name)) printf("  (not used by %s)", v->arch->name);
     printf("\n");
 }
 
-static void inspect_text(const char *path, const gguf_file *f, const moe_geometry *g) {
+// A value key_value_json gave, for humans (and freed).
+static void print_key_value(json_t *j, const ft_arch_key *k) {
+    if (json_is_null(j)) {
+        printf(k->flags & FT_KEY_DERIVED ? "(from other keys)" : "(ft's default)");
+    } else {
+        char *s = json_dumps(j, JSON_ENCODE_ANY | JSON_COMPACT | JSON_REAL_PRECISION(7));
+        printf("%s", s ? s : "?");
+        free(s);
+    }
+    json_decref(j);
+}
+
+static void inspect_text(const char *path, const gguf_file *f, const moe_geometry *g, const arch_view *v) {
     model_id id = read_id(f);
     printf("%s: GGUF v%u, ", path, gguf_version(f));
     print_bytes(stdout, gguf_file_size(f));
     printf(", %lld keys, %lld tensors, alignment %u\n", (long long)gguf_n_kv(f), (long long)gguf_n_tensors(f),
            gguf_alignment(f));
-    printf("architecture: %.*s\n", (int)id.arch.len, id.arch.ptr);
+    printf("architecture: %.*s (%s)\n", (int)id.arch.len, id.arch.ptr,
+           json_array_size(v->problems) == 0 ? "ft loads it"
+           : v->arch                         ? "ft cannot load it: see the problems below"
+                                             : "ft does not run it");
     if (id.has_name) printf("name: %.*s\n", (int)id.name.len, id.name.ptr);
 
     char prefix[80], val[256];
     snprintf(prefix, sizeof(prefix), "%.*s.", (int)(id.arch.len < 64 ? id.arch.len : 64), id.arch.ptr);
-    printf("\nhyper-parameters:\n");
+    if (v->m) printf("\nhyper-parameters:%38s%-24s as %s reads it\n", "", "in the file", v->arch->name);
+    else printf("\nhyper-parameters:\n");
     for (int64_t i = 0; i < gguf_n_kv(f); i++) {
         gguf_str k = gguf_kv_key(f, i);
         if (!has_prefix(k, prefix)) continue;
         gguf_kv_format(f, i, val, sizeof(val));
-        printf("  %-44.*s %s\n", (int)k.len, k.ptr, val);
+        const ft_arch_key *row = view_key(v, k, strlen(prefix));
+        if (!v->arch) {
+            printf("  %-52.*s %s\n", (int)k.len, k.ptr, val);
+            continue;
+        }
+        printf("  %-52.*s %-23s ", (int)k.len, k.ptr, val);
+        if (!row) printf("(not read by ft)");
+        else if (v->m) print_key_value(key_value_json(v, f, row), row);
+        printf("\n");
+    }
+    // the keys the architecture reads that the file leaves out, at their defaults
+    for (int i = 0; v->m && i < v->arch->n_keys; i++) {
+        const ft_arch_key *row = &v->arch->keys[i];
+        char key[160];
+        snprintf(key, sizeof(key), "%s.%s", v->arch->name, row->suffix);
+        if (gguf_find_key(f, key) >= 0) continue;
+        printf("  %-52s %-23s ", key, "-");
+        print_key_value(key_value_json(v, f, row), row);
+        printf("\n");
     }
 
     printf("\ntokenizer:");
     json_t *tj = tokenizer_json(f);
     const char *key;
-    json_t *v;
-    json_object_foreach(tj, key, v) {
-        char *s = json_dumps(v, JSON_ENCODE_ANY);
+    json_t *tv;
+    json_object_foreach(tj, key, tv) {
+        char *s = json_dumps(tv, JSON_ENCODE_ANY);
         printf(" %s=%s", key, s);
         free(s);
     }
@@ -223,7 +384,12 @@ static void inspect_text(const char *path, const gguf_file *f, const moe_geometr
         int l = tensor_layer(t->name);
         if (l >= 0 && l != last_layer) printf("  layer %d:\n", l);
         last_layer = l;
-        print_tensor(t, l >= 0 ? 4 : 2);
+        print_tensor(t, l >= 0 ? 4 : 2, v);
+    }
+    if (json_array_size(v->problems)) {
+        printf("\nproblems (what keeps ft from loading the file):\n");
+        for (size_t i = 0; i < json_array_size(v->problems); i++)
+            printf("  %s\n", json_string_value(json_array_get(v->problems, i)));
     }
     if (g->n_layers == 0) return;
 
@@ -391,8 +557,19 @@ int cmd_inspect(int argc, char **argv) {
         if (args_flag(argv, i, "-h|--help")) {
             printf("usage: ft inspect FILE.gguf [--json] [--moe-cache-size N | --gpu-memory GIB] [plan options]\n"
                    "Shows a GGUF file: architecture, hyper-parameters, tokenizer, tensors per layer,\n"
-                   "and for MoE models the expert geometry of each layer and its groups.\n"
-                   "  --json                  one JSON object on one line\n"
+                   "and for MoE models the expert geometry of each layer and its groups. Where ft runs\n"
+                   "the architecture, the file is read against its description: next to each key the\n"
+                   "value the architecture reads (its default where the file leaves the key out),\n"
+                   "the keys and tensors it does not use, and what keeps ft from loading the file.\n"
+                   "  --json                  one JSON object on one line; besides the file's contents:\n"
+                   "                          loads (ft would load it), problems (what keeps it from\n"
+                   "                          loading: messages), hparams_read (each key the\n"
+                   "                          architecture reads: the value it uses, null where that\n"
+                   "                          comes from other keys or is a string default),\n"
+                   "                          hparams_unread (file keys it does not read) and, per\n"
+                   "                          tensor, used (bound by the architecture);\n"
+                   "                          hparams_unread only where ft runs the architecture,\n"
+                   "                          hparams_read and used where its keys load too\n"
                    "GPU expert cache plan (README: \"Expert cache\"):\n"
                    "  --moe-cache-size N      cache of N expert slots, each priced at the widest expert\n"
                    "  --gpu-memory GIB        size the cache from this much free GPU memory instead\n"
@@ -442,20 +619,26 @@ int cmd_inspect(int argc, char **argv) {
         return FT_EXIT_INPUT;
     }
     moe_geometry g;
-    if (!moe_geometry_read(f, &g, &err)) {
+    bool geometry_ok = moe_geometry_read(f, &g, &err);
+    if (!geometry_ok && req.want) {
         fprintf(stderr, "ft inspect: %s: %s\n", path, err.msg);
         gguf_close(f);
         return FT_EXIT_INPUT;
     }
+    arch_view view = view_read(path, f);
+    // the file is still shown, without its expert geometry; the description's check already
+    // names the tensors behind it where it found any
+    if (!geometry_ok && (!view.m || json_array_size(view.problems) == 0)) add_problem(&view, err.msg);
     if (json) {
-        json_t *o = inspect_json(path, f, &g);
+        json_t *o = inspect_json(path, f, &g, &view);
         char *s = json_dumps(o, JSON_COMPACT);
         printf("%s\n", s);
         free(s);
         json_decref(o);
     } else {
-        inspect_text(path, f, &g);
+        inspect_text(path, f, &g, &view);
     }
+    view_free(&view);
     int rc = FT_EXIT_OK;
     if (req.want && g.n_layers == 0) {
         fprintf(stderr, "ft inspect: %s has no routed experts: there is no expert cache to plan\n", path);

@@ -1,6 +1,7 @@
 // cmd_synth.c: `ft synth OUT.gguf --arch ARCH [...]`, a model with random weights.
 #include "cli.h"
 #include "args.h"
+#include "../model/model.h"
 #include "../model/synth.h"
 
 #include <stdio.h>
@@ -11,7 +12,8 @@ static void synth_usage(FILE *out) {
     fprintf(out,
             "usage: ft synth OUT.gguf [options]\n"
             "Writes a model with random weights (for tests, benchmarks and the demo).\n\n"
-            "  --arch ARCH                architecture (default %s; known: qwen3moe, qwen2moe, llama, laguna)\n"
+            "  --arch ARCH                architecture (default %s)\n"
+            "                             known: %s\n"
             "  --layers N                 layers (default %d)\n"
             "  --embd N                   embedding width (default %d)\n"
             "  --heads N                  query heads (default %d)\n"
@@ -21,15 +23,16 @@ static void synth_usage(FILE *out) {
             "  --top-k N                  experts used per token (default %d)\n"
             "  --ff N                     expert FFN width (default %d)\n"
             "  --ctx N                    training context length (default %d)\n"
-            "  --dense-lead N             laguna: leading layers with a dense FFN (default 0)\n"
-            "  --dense-ff N               laguna: their FFN width (default 2 x --ff)\n"
+            "  --dense-lead N             leading layers with a dense FFN (default 0), for the\n"
+            "                             architectures that have them (laguna)\n"
+            "  --dense-ff N               their FFN width (default 2 x --ff)\n"
             "  --dense-type T             embedding/attention/output type (default %s)\n"
             "  --expert-types T[,T...]    gate/up expert type per layer; the last repeats (default %s)\n"
             "  --expert-down-types T[,...] down expert type per layer (default: as gate/up)\n"
             "  --vocab-from FILE.gguf     copy the tokenizer of FILE (default: built-in vocabulary)\n"
             "  --name NAME                general.name\n"
             "  --seed S                   random seed (default %llu)\n",
-            d.arch, d.n_layer, d.n_embd, d.n_head, d.n_head_kv, d.head_dim, d.n_expert,
+            d.arch, ft_arch_names(), d.n_layer, d.n_embd, d.n_head, d.n_head_kv, d.head_dim, d.n_expert,
             d.n_expert_used, d.n_ff_exp, d.n_ctx_train, ft_type_name(d.dense_type),
             ft_type_name(d.expert_types[0]), (unsigned long long)d.seed);
 }
@@ -85,8 +88,9 @@ int cmd_synth(int argc, char **argv) {
         synth_usage(stderr);
         return FT_EXIT_USAGE;
     }
-    if ((p.n_dense_lead || p.n_ff_dense) && strcmp(p.arch, "laguna")) {
-        fprintf(stderr, "ft synth: --dense-lead and --dense-ff are for --arch laguna\n");
+    if ((p.n_dense_lead || p.n_ff_dense) && !ft_synth_has_dense_layers(p.arch)) {
+        fprintf(stderr, "ft synth: --dense-lead and --dense-ff are for architectures with dense layers (%s has none)\n",
+                p.arch);
         return FT_EXIT_USAGE;
     }
     if (dense && !ft_type_from_name(dense, &p.dense_type)) {

@@ -162,6 +162,10 @@ void gguf_writer_set_arr_str(gguf_writer *w, const char *key, const char *const 
 // Copies key i of an open file (any type, arrays included) into the writer.
 void gguf_writer_copy_kv(gguf_writer *w, const gguf_file *f, int64_t i);
 
+// The key/values set so far as a GGUF image without tensors, for reading them back with
+// gguf_open_buffer (ft synth reads the keys it writes as the loader will). Caller frees it.
+void *gguf_writer_kv_image(const gguf_writer *w, size_t *size);
+
 // Declares a tensor (data comes later, in declaration order). ne as in gguf_tensor; the row
 // length must be a multiple of the type's block size (FT_ASSERT). Returns its index.
 int64_t gguf_writer_add_tensor(gguf_writer *w, const char *name, enum ft_type type,

@@ -323,6 +323,22 @@ static bool write_header(gguf_writer *w, ft_err *err) {
     return ok && pad(w, err);
 }
 
+void *gguf_writer_kv_image(const gguf_writer *w, size_t *size) {
+    bytebuf h = {0};
+    buf_put(&h, GGUF_MAGIC, 4);
+    buf_u32(&h, GGUF_WRITE_VERSION);
+    buf_u64(&h, 0);
+    buf_u64(&h, (uint64_t)w->n_kv);
+    for (int64_t i = 0; i < w->n_kv; i++) {
+        buf_str(&h, w->kv[i].key, w->kv[i].key_len);
+        buf_put(&h, w->kv[i].raw.p, w->kv[i].raw.len);
+    }
+    static const uint8_t zero;
+    for (uint32_t a = chosen_alignment(w); h.len % a;) buf_put(&h, &zero, 1);
+    *size = h.len;
+    return h.p;
+}
+
 bool gguf_writer_begin(gguf_writer *w, const char *path, ft_err *err) {
     FT_ASSERT(w->state == WRITER_STATE_COLLECTING);
     w->alignment = chosen_alignment(w);

@@ -10,32 +10,150 @@
 // scaled, plus an always-on shared expert.
 #include "model_impl.h"
 
-#include <stdio.h>
+enum { SWA_PATTERN = 4 }; // attention.sliding_window_pattern's default
 
-static bool load(ft_model *m, ft_err *err) {
+// With a sliding window, layer il is a full-attention one every pattern layers from layer 0.
+static bool swa_layer(int n_swa, int64_t pattern, int il) { return n_swa > 0 && il % pattern != 0; }
+
+static bool synth_swa(const ft_synth_params *p) { return p->n_swa > 0; }
+static bool synth_yarn(const ft_synth_params *p) { return p->yarn_factor > 0; }
+
+static int64_t synth_heads(const ft_synth_params *p, int il) {
+    return swa_layer(p->n_swa, SWA_PATTERN, il) && p->n_head_swa ? p->n_head_swa : p->n_head;
+}
+
+static int64_t synth_dense_ff(const ft_synth_params *p, int il) {
+    return p->n_ff_dense ? p->n_ff_dense : 2 * p->n_ff_exp;
+}
+
+static int64_t synth_yarn_orig_ctx(const ft_synth_params *p, int il) {
+    return (int64_t)(p->n_ctx_train / p->yarn_factor);
+}
+
+static const ft_arch_key keys[] = {
+    MODEL_KEY_CONTEXT_LENGTH,
+    MODEL_KEY_EMBEDDING_LENGTH,
+    MODEL_KEY_BLOCK_COUNT,
+    MODEL_KEY_FEED_FORWARD_LENGTH(FT_SYNTH_FN(synth_dense_ff)),
+    MODEL_KEY_HEAD_COUNT_KV,
+    MODEL_KEY_KEY_LENGTH,
+    MODEL_KEY_VALUE_LENGTH,
+    MODEL_KEY_RMS_EPS,
+    MODEL_KEY_ROPE_FREQ_BASE,
+    MODEL_KEY_EXPERT_COUNT,
+    MODEL_KEY_EXPERT_USED_COUNT,
+    MODEL_KEY_ROPE_DIMENSION_COUNT,
+    MODEL_KEY_HEAD_COUNT(FT_SYNTH_FN(synth_heads, .per_layer = true)),
+    {"expert_feed_forward_length", FT_KEY_TYPE_U32, FT_KEY_REQUIRED, 1, 1 << 20, HP(n_ff_exp), 0,
+     FT_SYNTH(n_ff_exp)},
+    // default: expert_feed_forward_length
+    MODEL_KEY_EXPERT_SHARED_FEED_FORWARD_LENGTH,
+    {"leading_dense_block_count", FT_KEY_TYPE_U32, FT_KEY_REQUIRED | FT_KEY_HI_LAYERS, 0, 0, HP(n_dense_lead),
+     0, FT_SYNTH(n_dense_lead)},
+    // 1 softmax, 2 (or 0) sigmoid
+    {"expert_gating_func", FT_KEY_TYPE_U32, 0, 0, 4, FT_KEY_NO_FIELD, 2, FT_SYNTH_VALUE(2)},
+    {"expert_weights_norm", FT_KEY_TYPE_BOOL, 0, 0, 0, HP(norm_w), 0, FT_SYNTH_VALUE(1)},
+    MODEL_KEY_EXPERT_WEIGHTS_SCALE(FT_SYNTH(expert_weights_scale, .value = 2.5)),
+    // 0: every layer attends to all positions
+    {"attention.sliding_window", FT_KEY_TYPE_U32, 0, 0, 1 << 26, HP(n_swa), 0,
+     FT_SYNTH(n_swa, .when = synth_swa)},
+    // RoPE of the sliding-window layers; defaults: the full layers'
+    {"rope.freq_base_swa", FT_KEY_TYPE_F32, FT_KEY_DERIVED, 0, 0, FT_KEY_NO_FIELD, 0,
+     FT_SYNTH(rope_freq_base_swa, .value = 10000, .when = synth_swa)},
+    {"rope.dimension_count_swa", FT_KEY_TYPE_U32, FT_KEY_HI_HEAD_DIM | FT_KEY_DERIVED, 2, 0, FT_KEY_NO_FIELD,
+     0, FT_SYNTH_OR(n_rot_swa, head_dim, .when = synth_swa)},
+    MODEL_KEY_ROPE_SCALING_TYPE(FT_SYNTH_STR("yarn", .when = synth_yarn)),
+    MODEL_KEY_ROPE_SCALING_FACTOR(FT_SYNTH(yarn_factor, .when = synth_yarn)),
+    MODEL_KEY_ROPE_SCALING_ORIG_CTX(FT_SYNTH_FN(synth_yarn_orig_ctx, .when = synth_yarn)),
+    {"attention.sliding_window_pattern", FT_KEY_TYPE_U32, 0, 1, 4096, FT_KEY_NO_FIELD, SWA_PATTERN,
+     FT_NO_SYNTH},
+    MODEL_KEY_ROPE_SCALING_ATTN_FACTOR,
+    MODEL_KEY_ROPE_SCALE_LINEAR,
+};
+
+static const ft_arch_tensor tensors[] = {
+    {"token_embd.weight", FT_LAYERS_NONE, {FT_DIM_EMBD, FT_DIM_VOCAB},
+     FT_WTYPE_ANY, 0, MODEL(tok_embd), FT_STD(1.0f)},
+    {"blk.%d.attn_norm.weight", FT_LAYERS_ALL, {FT_DIM_EMBD},
+     FT_WTYPE_F32, 0, LAYER(attn_norm), FT_NORM},
+    {"blk.%d.attn_q.weight", FT_LAYERS_ALL, {FT_DIM_EMBD, FT_DIM_Q},
+     FT_WTYPE_ANY, 0, LAYER(wq), FT_FAN(1.0f)},
+    {"blk.%d.attn_k.weight", FT_LAYERS_ALL, {FT_DIM_EMBD, FT_DIM_KV},
+     FT_WTYPE_ANY, 0, LAYER(wk), FT_FAN(1.0f)},
+    {"blk.%d.attn_v.weight", FT_LAYERS_ALL, {FT_DIM_EMBD, FT_DIM_KV},
+     FT_WTYPE_ANY, 0, LAYER(wv), FT_FAN(1.0f)},
+    // Laguna has no attention biases; a file that brings them gets them applied
+    {"blk.%d.attn_q.bias", FT_LAYERS_ALL, {FT_DIM_Q},
+     FT_WTYPE_F32, FT_TENSOR_OPTIONAL | FT_TENSOR_NO_SYNTH, LAYER(bq), FT_STD(0.1f)},
+    {"blk.%d.attn_k.bias", FT_LAYERS_ALL, {FT_DIM_KV},
+     FT_WTYPE_F32, FT_TENSOR_OPTIONAL | FT_TENSOR_NO_SYNTH, LAYER(bk), FT_STD(0.1f)},
+    {"blk.%d.attn_v.bias", FT_LAYERS_ALL, {FT_DIM_KV},
+     FT_WTYPE_F32, FT_TENSOR_OPTIONAL | FT_TENSOR_NO_SYNTH, LAYER(bv), FT_STD(0.1f)},
+    {"blk.%d.attn_output.weight", FT_LAYERS_ALL, {FT_DIM_Q, FT_DIM_EMBD},
+     FT_WTYPE_ANY, 0, LAYER(wo), FT_FAN(1.0f)},
+    {"blk.%d.attn_q_norm.weight", FT_LAYERS_ALL, {FT_DIM_HEAD},
+     FT_WTYPE_F32, 0, LAYER(q_norm), FT_NORM},
+    {"blk.%d.attn_k_norm.weight", FT_LAYERS_ALL, {FT_DIM_HEAD},
+     FT_WTYPE_F32, 0, LAYER(k_norm), FT_NORM},
+    // per head or per element: see gate_width
+    {"blk.%d.attn_gate.weight", FT_LAYERS_ALL, {FT_DIM_EMBD, FT_DIM_ARCH},
+     FT_WTYPE_ANY, 0, LAYER(attn_gate), FT_FAN(1.0f)},
+    {"blk.%d.ffn_norm.weight", FT_LAYERS_ALL, {FT_DIM_EMBD},
+     FT_WTYPE_F32, 0, LAYER(ffn_norm), FT_NORM},
+    {"blk.%d.ffn_gate.weight", FT_LAYERS_DENSE, {FT_DIM_EMBD, FT_DIM_FF},
+     FT_WTYPE_ANY, 0, LAYER(ffn_gate), FT_FAN(1.0f)},
+    {"blk.%d.ffn_up.weight", FT_LAYERS_DENSE, {FT_DIM_EMBD, FT_DIM_FF},
+     FT_WTYPE_ANY, 0, LAYER(ffn_up), FT_FAN(1.0f)},
+    {"blk.%d.ffn_down.weight", FT_LAYERS_DENSE, {FT_DIM_FF, FT_DIM_EMBD},
+     FT_WTYPE_ANY, 0, LAYER(ffn_down), FT_FAN(1.0f)},
+    {"blk.%d.ffn_gate_inp.weight", FT_LAYERS_MOE, {FT_DIM_EMBD, FT_DIM_EXPERT},
+     FT_WTYPE_ANY_F32, 0, LAYER(router), FT_FAN(1.5f)},
+    {"blk.%d.ffn_gate_exps.weight", FT_LAYERS_MOE, {FT_DIM_EMBD, FT_DIM_FF_EXP, FT_DIM_EXPERT},
+     FT_WTYPE_EXPERT, 0, LAYER(gate_exps), FT_FAN(1.0f)},
+    {"blk.%d.ffn_up_exps.weight", FT_LAYERS_MOE, {FT_DIM_EMBD, FT_DIM_FF_EXP, FT_DIM_EXPERT},
+     FT_WTYPE_EXPERT, 0, LAYER(up_exps), FT_FAN(1.0f)},
+    {"blk.%d.ffn_down_exps.weight", FT_LAYERS_MOE, {FT_DIM_FF_EXP, FT_DIM_EMBD, FT_DIM_EXPERT},
+     FT_WTYPE_EXPERT_DOWN, 0, LAYER(down_exps), FT_FAN(1.0f)},
+    {"blk.%d.exp_probs_b.bias", FT_LAYERS_MOE, {FT_DIM_EXPERT},
+     FT_WTYPE_F32, 0, LAYER(sel_bias), FT_STD(0.2f)},
+    {"blk.%d.ffn_gate_shexp.weight", FT_LAYERS_MOE, {FT_DIM_EMBD, FT_DIM_FF_SHEXP},
+     FT_WTYPE_ANY, 0, LAYER(gate_shexp), FT_FAN(1.0f)},
+    {"blk.%d.ffn_up_shexp.weight", FT_LAYERS_MOE, {FT_DIM_EMBD, FT_DIM_FF_SHEXP},
+     FT_WTYPE_ANY, 0, LAYER(up_shexp), FT_FAN(1.0f)},
+    {"blk.%d.ffn_down_shexp.weight", FT_LAYERS_MOE, {FT_DIM_FF_SHEXP, FT_DIM_EMBD},
+     FT_WTYPE_ANY, 0, LAYER(down_shexp), FT_FAN(1.0f)},
+    {"output_norm.weight", FT_LAYERS_NONE, {FT_DIM_EMBD},
+     FT_WTYPE_F32, 0, MODEL(output_norm), FT_NORM},
+    {"output.weight", FT_LAYERS_NONE, {FT_DIM_EMBD, FT_DIM_VOCAB},
+     FT_WTYPE_ANY, FT_TENSOR_OPTIONAL, MODEL(output), FT_FAN_DIV(3.0f)},
+};
+
+// The output gate's width: one value per head or one per element of the attention output.
+// A file says which by the tensor's width, ft synth by gate_per_element.
+static int64_t gate_width(const ft_model *m, const ft_arch_tensor *t, int il, const gguf_tensor *g,
+                          const ft_synth_params *p, ft_err *err) {
+    int64_t per_head = m->layers[il].n_head, per_elem = per_head * m->hp.head_dim;
+    if (p) return p->gate_per_element ? per_elem : per_head;
+    if (g->ne[1] == per_head || g->ne[1] == per_elem) return g->ne[1];
+    char name[128];
+    model_tensor_name(t, il, name, sizeof(name));
+    ft_err_set(err, "tensor %s: %lld outputs, expected %lld (per head) or %lld (per element)", name,
+               (long long)g->ne[1], (long long)per_head, (long long)per_elem);
+    return -1;
+}
+
+// The gating function, the shared expert's default width, and the sliding-window layers with
+// their own RoPE: plain (no YaRN) with its own base and rotary dims.
+static bool hparams(ft_model *m, ft_err *err) {
     ft_hparams *hp = &m->hp;
-    if (!model_hp_common(m, err)) return false;
-    hp->rope.neox = true;
-    if (hp->n_expert < 1) return ft_err_set(err, "key laguna.expert_count: missing or 0");
-    if (!model_hp_int(m, "leading_dense_block_count", &hp->n_dense_lead, true, 0, hp->n_layer, err) ||
-        !model_hp_int(m, "expert_feed_forward_length", &hp->n_ff_exp, true, 1, 1 << 20, err))
-        return false;
-    int gating = 2;
-    if (!model_hp_int(m, "expert_gating_func", &gating, false, 0, 4, err)) return false;
+    int64_t gating, pattern;
+    model_key_int(m, "expert_gating_func", &gating);
     if (gating != 0 && gating != 1 && gating != 2)
-        return ft_err_set(err, "key laguna.expert_gating_func = %d: only softmax (1) and sigmoid (2) are supported", gating);
+        return ft_err_set(err, "key laguna.expert_gating_func = %d: only softmax (1) and sigmoid (2) are supported",
+                          (int)gating);
     hp->gating = gating == 1 ? FT_GATING_SOFTMAX : FT_GATING_SIGMOID;
-    hp->norm_w = false;
-    if (!model_hp_bool(m, "expert_weights_norm", &hp->norm_w, err)) return false;
     if (hp->n_ff_shexp == 0) hp->n_ff_shexp = hp->n_ff_exp;
-    if (hp->n_dense_lead > 0 && hp->n_ff < 1) return ft_err_set(err, "key laguna.feed_forward_length: missing or 0");
 
-    // sliding window: optional; with it, layer il is full when il % pattern == 0
-    hp->n_swa = 0;
-    int pattern = 4;
-    if (!model_hp_int(m, "attention.sliding_window", &hp->n_swa, false, 0, 1 << 26, err) ||
-        !model_hp_int(m, "attention.sliding_window_pattern", &pattern, false, 1, 4096, err))
-        return false;
     ft_rope_params *rs = &hp->rope_swa;
     *rs = hp->rope;
     rs->freq_scale = 1.0f;
@@ -44,46 +162,15 @@ static bool load(ft_model *m, ft_err *err) {
     rs->beta_fast = rs->beta_slow = 0.0f;
     rs->n_ctx_orig = hp->n_ctx_train;
     if (hp->n_swa > 0) {
-        if (!model_hp_float(m, "rope.freq_base_swa", &rs->freq_base, false, err) ||
-            !model_hp_int(m, "rope.dimension_count_swa", &rs->n_rot, false, 2, hp->head_dim, err))
-            return false;
+        float base;
+        int64_t n_rot;
+        if (model_key_float(m, "rope.freq_base_swa", &base)) rs->freq_base = base;
+        if (model_key_int(m, "rope.dimension_count_swa", &n_rot)) rs->n_rot = (int)n_rot;
         if (rs->n_rot % 2) return ft_err_set(err, "key laguna.rope.dimension_count_swa %d: must be even", rs->n_rot);
         if (!(rs->freq_base > 0)) return ft_err_set(err, "key laguna.rope.freq_base_swa: must be positive");
     }
-
-    if (!model_bind_embd_output(m, err)) return false;
-    int64_t E = hp->n_embd;
-    for (int il = 0; il < hp->n_layer; il++) {
-        ft_layer *L = &m->layers[il];
-        L->is_swa = hp->n_swa > 0 && il % pattern != 0;
-        if (!model_bind_attention(m, il, true, err)) return false;
-        // the gate's width says per head or per element
-        char name[64];
-        snprintf(name, sizeof(name), "blk.%d.attn_gate.weight", il);
-        const gguf_tensor *g = gguf_find_tensor(m->file, name);
-        if (!g) return ft_err_set(err, "tensor %s: missing", name);
-        int64_t per_head = L->n_head, per_elem = (int64_t)L->n_head * hp->head_dim;
-        if (g->ne[1] != per_head && g->ne[1] != per_elem)
-            return ft_err_set(err, "tensor %s: %lld outputs, expected %lld (per head) or %lld (per element)", name,
-                              (long long)g->ne[1], (long long)per_head, (long long)per_elem);
-        if (!model_bind(m, &L->attn_gate, 0, 2, E, g->ne[1], 0, err, "%s", name)) return false;
-        if (il < hp->n_dense_lead) {
-            if (!model_bind(m, &L->ffn_norm, BIND_F32, 1, E, 0, 0, err, "blk.%d.ffn_norm.weight", il) ||
-                !model_bind(m, &L->ffn_gate, 0, 2, E, hp->n_ff, 0, err, "blk.%d.ffn_gate.weight", il) ||
-                !model_bind(m, &L->ffn_up, 0, 2, E, hp->n_ff, 0, err, "blk.%d.ffn_up.weight", il) ||
-                !model_bind(m, &L->ffn_down, 0, 2, hp->n_ff, E, 0, err, "blk.%d.ffn_down.weight", il))
-                return false;
-        } else {
-            int64_t S = hp->n_ff_shexp;
-            if (!model_bind_experts(m, il, hp->n_ff_exp, err) ||
-                !model_bind(m, &L->sel_bias, BIND_F32, 1, hp->n_expert, 0, 0, err, "blk.%d.exp_probs_b.bias", il) ||
-                !model_bind(m, &L->gate_shexp, 0, 2, E, S, 0, err, "blk.%d.ffn_gate_shexp.weight", il) ||
-                !model_bind(m, &L->up_shexp, 0, 2, E, S, 0, err, "blk.%d.ffn_up_shexp.weight", il) ||
-                !model_bind(m, &L->down_shexp, 0, 2, S, E, 0, err, "blk.%d.ffn_down_shexp.weight", il))
-                return false;
-        }
-    }
-    if (hp->n_dense_lead == 0) hp->n_ff = 0;
+    model_key_int(m, "attention.sliding_window_pattern", &pattern);
+    for (int il = 0; il < hp->n_layer; il++) m->layers[il].is_swa = swa_layer(hp->n_swa, pattern, il);
     return true;
 }
 
@@ -95,4 +182,14 @@ static void layer(const ft_model *m, ft_forward *f, int il) {
         model_block_dense_ffn(m, f, il);
 }
 
-const ft_arch ft_arch_laguna = {"laguna", load, layer};
+const ft_arch ft_arch_laguna = {
+    .name = "laguna",
+    .keys = keys,
+    .n_keys = FT_ARRAY_LEN(keys),
+    .tensors = tensors,
+    .n_tensors = FT_ARRAY_LEN(tensors),
+    .fixed = {.rope.neox = true},
+    .hparams = hparams,
+    .dim = gate_width,
+    .layer = layer,
+};

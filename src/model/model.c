@@ -1,17 +1,33 @@
-// model.c: loading a model (see model.h): the architecture table, hyper-parameter readers and
-// tensor binding with their checks.
+// model.c: the table of architectures, and loading a model from an architecture's description
+// (see model.h): reading its keys, deriving what every architecture derives, binding its
+// tensors, each with a check that names what is wrong.
 #include "model_impl.h"
 
 #include <math.h>
+#include <stddef.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-extern const ft_arch ft_arch_qwen3moe, ft_arch_qwen2moe, ft_arch_llama, ft_arch_laguna;
+// The architectures ft runs. NAME.c defines `const ft_arch ft_arch_NAME`; a new architecture
+// is that file and one line here.
+#define FT_ARCHS(X)                                                                               \
+    X(qwen3moe)                                                                                   \
+    X(qwen2moe)                                                                                   \
+    X(llama)                                                                                      \
+    X(laguna)
 
-static const ft_arch *const g_archs[] = {&ft_arch_qwen3moe, &ft_arch_qwen2moe, &ft_arch_llama,
-                                         &ft_arch_laguna};
+#define X(name) extern const ft_arch ft_arch_##name;
+FT_ARCHS(X)
+#undef X
+
+static const ft_arch *const g_archs[] = {
+#define X(name) &ft_arch_##name,
+    FT_ARCHS(X)
+#undef X
+};
 
 const ft_arch *ft_arch_find(const char *name) {
     for (size_t i = 0; i < FT_ARRAY_LEN(g_archs); i++)
@@ -19,103 +35,209 @@ const ft_arch *ft_arch_find(const char *name) {
     return NULL;
 }
 
-const char *ft_arch_names(void) { return "qwen3moe, qwen2moe, llama (with experts), laguna"; }
+int ft_arch_count(void) { return (int)FT_ARRAY_LEN(g_archs); }
+
+const ft_arch *ft_arch_at(int i) {
+    FT_ASSERT(i >= 0 && i < ft_arch_count());
+    return g_archs[i];
+}
+
+static char g_arch_names[512];
+static pthread_once_t g_arch_names_once = PTHREAD_ONCE_INIT;
+
+static void list_arch_names(void) {
+    size_t n = 0;
+    for (size_t i = 0; i < FT_ARRAY_LEN(g_archs); i++) {
+        const ft_arch *a = g_archs[i];
+        n += (size_t)snprintf(g_arch_names + n, sizeof(g_arch_names) - n, "%s%s%s%s%s", i ? ", " : "",
+                              a->name, a->note ? " (" : "", a->note ? a->note : "", a->note ? ")" : "");
+        FT_ASSERT(n < sizeof(g_arch_names));
+    }
+}
+
+const char *ft_arch_names(void) {
+    pthread_once(&g_arch_names_once, list_arch_names);
+    return g_arch_names;
+}
 
 // ---------------------------------------------------------------------------------------------
-// Hyper-parameters
+// Keys
 
-static const char *key_of(const ft_model *m, const char *suffix, char *buf, size_t cap) {
+static const char *key_name(const ft_model *m, const char *suffix, char *buf, size_t cap) {
     snprintf(buf, cap, "%s.%s", m->arch->name, suffix);
     return buf;
 }
 
-bool model_hp_int(const ft_model *m, const char *suffix, int *out, bool required, int64_t lo,
-            int64_t hi, ft_err *err) {
+static const ft_arch_key *find_key(const ft_arch *a, const char *suffix) {
+    for (int i = 0; i < a->n_keys; i++)
+        if (!strcmp(a->keys[i].suffix, suffix)) return &a->keys[i];
+    return NULL;
+}
+
+static bool present(const ft_model *m, const char *suffix) {
     char key[160];
-    key_of(m, suffix, key, sizeof(key));
-    int64_t v;
-    if (gguf_find_key(m->file, key) < 0) return required ? ft_err_set(err, "missing key %s", key) : true;
-    if (!gguf_get_int(m->file, key, &v)) return ft_err_set(err, "key %s: not an integer", key);
-    if (v < lo || v > hi)
-        return ft_err_set(err, "key %s = %lld: out of range [%lld, %lld]", key, (long long)v, (long long)lo,
-                          (long long)hi);
-    *out = (int)v;
+    return find_key(m->arch, suffix) && gguf_find_key(m->file, key_name(m, suffix, key, sizeof(key))) >= 0;
+}
+
+// An out-of-range message in the key reader's form, for a range that depends on other keys.
+static bool key_range_err(const ft_model *m, const char *suffix, int64_t v, int64_t lo, int64_t hi, ft_err *err) {
+    char key[160];
+    return ft_err_set(err, "key %s = %lld: out of range [%lld, %lld]", key_name(m, suffix, key, sizeof(key)),
+                      (long long)v, (long long)lo, (long long)hi);
+}
+
+// The upper bound of an integer key's values. A key bounded by the head size is checked once
+// that is known (derive_common), so not here.
+static int64_t key_hi(const ft_model *m, const ft_arch_key *k) {
+    return k->flags & FT_KEY_HI_LAYERS ? m->hp.n_layer : k->hi;
+}
+
+static bool in_range(const ft_model *m, const ft_arch_key *k, int64_t v) {
+    return (k->flags & FT_KEY_HI_HEAD_DIM) || (v >= k->lo && v <= key_hi(m, k));
+}
+
+static void *field_of(void *base, size_t off) { return (char *)base + off; }
+
+// Stores the integer v of key k (into every layer for a per-layer key given once).
+static void store_int(ft_model *m, const ft_arch_key *k, int64_t v) {
+    if (k->field == FT_KEY_NO_FIELD) return;
+    v = FT_MAX(FT_MIN(v, INT32_MAX), INT32_MIN); // a key not range-checked yet (FT_KEY_HI_HEAD_DIM)
+    if (k->type == FT_KEY_TYPE_U32_LAYERS && !(k->flags & FT_KEY_UNIFORM)) {
+        for (int l = 0; l < m->hp.n_layer; l++) *(int *)field_of(&m->layers[l], k->field) = (int)v;
+        return;
+    }
+    *(int *)field_of(&m->hp, k->field) = (int)v;
+}
+
+// A per-layer key given as an array: each entry in range, and with FT_KEY_UNIFORM all equal.
+static bool read_layer_array(ft_model *m, const ft_arch_key *k, const char *key, enum gguf_value_type et,
+                             uint64_t count, ft_err *err) {
+    int n = m->hp.n_layer;
+    int64_t hi = key_hi(m, k);
+    if (et == GGUF_VALUE_TYPE_FLOAT32 || et == GGUF_VALUE_TYPE_FLOAT64 || et == GGUF_VALUE_TYPE_STRING ||
+        et == GGUF_VALUE_TYPE_BOOL)
+        return ft_err_set(err, "key %s: not an integer array", key);
+    if (count != (uint64_t)n)
+        return ft_err_set(err, "key %s: %llu entries for %d layers", key, (unsigned long long)count, n);
+    int64_t first = 0;
+    for (int i = 0; i < n; i++) {
+        int64_t v = gguf_arr_int(m->file, key, (uint64_t)i);
+        if (!in_range(m, k, v))
+            return ft_err_set(err, "key %s[%d] = %lld: out of range [%lld, %lld]", key, i, (long long)v,
+                              (long long)k->lo, (long long)hi);
+        if (i == 0) first = v;
+        if (k->flags & FT_KEY_UNIFORM) continue;
+        if (k->field != FT_KEY_NO_FIELD) *(int *)field_of(&m->layers[i], k->field) = (int)v;
+    }
+    if (k->flags & FT_KEY_UNIFORM) {
+        for (int i = 1; i < n; i++)
+            if (gguf_arr_int(m->file, key, (uint64_t)i) != first)
+                return ft_err_set(err, "key %s: differs between layers", key);
+        store_int(m, k, first);
+    }
     return true;
 }
 
-bool model_hp_float(const ft_model *m, const char *suffix, float *out, bool required, ft_err *err) {
+// Reads key k of the file into its field, its default when the file lacks it.
+static bool read_key(ft_model *m, const ft_arch_key *k, ft_err *err) {
     char key[160];
-    key_of(m, suffix, key, sizeof(key));
+    key_name(m, k->suffix, key, sizeof(key));
+    bool has_field = k->field != FT_KEY_NO_FIELD;
+    if (gguf_find_key(m->file, key) < 0) {
+        if (k->flags & FT_KEY_REQUIRED) return ft_err_set(err, "missing key %s", key);
+        if (!has_field) return true;
+        switch (k->type) {
+        case FT_KEY_TYPE_U32:
+        case FT_KEY_TYPE_U32_LAYERS: store_int(m, k, (int64_t)k->def); break;
+        case FT_KEY_TYPE_F32: *(float *)field_of(&m->hp, k->field) = (float)k->def; break;
+        case FT_KEY_TYPE_BOOL: *(bool *)field_of(&m->hp, k->field) = k->def != 0; break;
+        case FT_KEY_TYPE_STR: break;
+        }
+        return true;
+    }
+    enum gguf_value_type et;
+    uint64_t count;
+    if (k->type == FT_KEY_TYPE_U32_LAYERS && gguf_get_arr(m->file, key, &et, &count))
+        return read_layer_array(m, k, key, et, count, err);
+    switch (k->type) {
+    case FT_KEY_TYPE_U32_LAYERS: // one integer for all layers
+    case FT_KEY_TYPE_U32: {
+        int64_t v, hi = key_hi(m, k);
+        if (!gguf_get_int(m->file, key, &v)) return ft_err_set(err, "key %s: not an integer", key);
+        if (!in_range(m, k, v))
+            return ft_err_set(err, "key %s = %lld: out of range [%lld, %lld]", key, (long long)v, (long long)k->lo,
+                              (long long)hi);
+        store_int(m, k, v);
+        return true;
+    }
+    case FT_KEY_TYPE_F32: {
+        double v;
+        if (!gguf_get_float(m->file, key, &v)) return ft_err_set(err, "key %s: not a number", key);
+        if (!isfinite(v)) return ft_err_set(err, "key %s: not finite", key);
+        if (has_field) *(float *)field_of(&m->hp, k->field) = (float)v;
+        return true;
+    }
+    case FT_KEY_TYPE_BOOL: {
+        bool b;
+        if (!gguf_get_bool(m->file, key, &b)) return ft_err_set(err, "key %s: not a bool", key);
+        if (has_field) *(bool *)field_of(&m->hp, k->field) = b;
+        return true;
+    }
+    case FT_KEY_TYPE_STR: {
+        gguf_str s;
+        if (!gguf_get_str(m->file, key, &s)) return ft_err_set(err, "key %s: not a string", key);
+        return true;
+    }
+    }
+    return true;
+}
+
+static const ft_arch_key *key_row(const ft_model *m, const char *suffix, enum ft_key_type type) {
+    const ft_arch_key *k = find_key(m->arch, suffix);
+    FT_ASSERT(k && (k->type == type || (type == FT_KEY_TYPE_U32 && k->type == FT_KEY_TYPE_U32_LAYERS)));
+    return k;
+}
+
+bool model_key_int(const ft_model *m, const char *suffix, int64_t *out) {
+    const ft_arch_key *k = key_row(m, suffix, FT_KEY_TYPE_U32);
+    char key[160];
+    *out = (int64_t)k->def;
+    return gguf_get_int(m->file, key_name(m, suffix, key, sizeof(key)), out);
+}
+
+bool model_key_float(const ft_model *m, const char *suffix, float *out) {
+    const ft_arch_key *k = key_row(m, suffix, FT_KEY_TYPE_F32);
+    char key[160];
     double v;
-    if (gguf_find_key(m->file, key) < 0) return required ? ft_err_set(err, "missing key %s", key) : true;
-    if (!gguf_get_float(m->file, key, &v)) return ft_err_set(err, "key %s: not a number", key);
-    if (!isfinite(v)) return ft_err_set(err, "key %s: not finite", key);
+    *out = (float)k->def;
+    if (!gguf_get_float(m->file, key_name(m, suffix, key, sizeof(key)), &v)) return false;
     *out = (float)v;
     return true;
 }
 
-bool model_hp_bool(const ft_model *m, const char *suffix, bool *out, ft_err *err) {
+bool model_key_str(const ft_model *m, const char *suffix, gguf_str *out) {
+    key_row(m, suffix, FT_KEY_TYPE_STR);
     char key[160];
-    key_of(m, suffix, key, sizeof(key));
-    if (gguf_find_key(m->file, key) < 0) return true;
-    if (!gguf_get_bool(m->file, key, out)) return ft_err_set(err, "key %s: not a bool", key);
-    return true;
-}
-
-bool model_hp_per_layer(const ft_model *m, const char *suffix, int *out, bool required, int64_t lo,
-                  int64_t hi, ft_err *err) {
-    char key[160];
-    key_of(m, suffix, key, sizeof(key));
-    enum gguf_value_type et;
-    uint64_t count;
-    int n = m->hp.n_layer;
-    if (gguf_get_arr(m->file, key, &et, &count)) {
-        if (et == GGUF_VALUE_TYPE_FLOAT32 || et == GGUF_VALUE_TYPE_FLOAT64 || et == GGUF_VALUE_TYPE_STRING ||
-            et == GGUF_VALUE_TYPE_BOOL)
-            return ft_err_set(err, "key %s: not an integer array", key);
-        if (count != (uint64_t)n)
-            return ft_err_set(err, "key %s: %llu entries for %d layers", key, (unsigned long long)count, n);
-        for (int i = 0; i < n; i++) {
-            int64_t v = gguf_arr_int(m->file, key, (uint64_t)i);
-            if (v < lo || v > hi)
-                return ft_err_set(err, "key %s[%d] = %lld: out of range [%lld, %lld]", key, i, (long long)v,
-                                  (long long)lo, (long long)hi);
-            out[i] = (int)v;
-        }
-        return true;
-    }
-    int v = out[0];
-    if (!model_hp_int(m, suffix, &v, required, lo, hi, err)) return false;
-    for (int i = 0; i < n; i++) out[i] = v;
-    return true;
-}
-
-static int32_t token_id(const ft_model *m, const char *key) {
-    int64_t v;
-    if (!gguf_get_int(m->file, key, &v) || v < 0 || v >= m->hp.n_vocab) return -1;
-    return (int32_t)v;
+    return gguf_get_str(m->file, key_name(m, suffix, key, sizeof(key)), out);
 }
 
 // Context extension (rope.scaling.*), with llama.cpp's defaults and its YaRN magnitude
 // arithmetic: the attention factor is pre-divided by the 1 + 0.1 ln(factor) that the rope
 // op multiplies back in, then scaled by rope.scaling.attn_factor.
-static bool model_hp_rope_scaling(const ft_model *m, ft_rope_params *r, ft_err *err) {
+static bool rope_scaling(const ft_model *m, ft_rope_params *r, ft_err *err) {
     char key[160];
     gguf_str type = {"linear", 6};
-    snprintf(key, sizeof(key), "%s.rope.scaling.type", m->arch->name);
-    if (gguf_find_key(m->file, key) >= 0 && !gguf_get_str(m->file, key, &type))
-        return ft_err_set(err, "key %s: not a string", key);
+    model_key_str(m, "rope.scaling.type", &type);
     bool none = gguf_str_eq(type, "none"), yarn = gguf_str_eq(type, "yarn");
     if (!none && !yarn && !gguf_str_eq(type, "linear"))
-        return ft_err_set(err, "key %s = '%.*s': only none, linear and yarn are supported", key, (int)FT_MIN(type.len, 32),
-                          type.ptr);
-    float factor = 0, attn = 1.0f;
-    if (!model_hp_float(m, "rope.scaling.factor", &factor, false, err) || !model_hp_float(m, "rope.scaling.attn_factor", &attn, false, err))
-        return false;
-    if (factor == 0 && !model_hp_float(m, "rope.scale_linear", &factor, false, err)) return false;
+        return ft_err_set(err, "key %s = '%.*s': only none, linear and yarn are supported",
+                          key_name(m, "rope.scaling.type", key, sizeof(key)), (int)FT_MIN(type.len, 32), type.ptr);
+    float factor, attn;
+    model_key_float(m, "rope.scaling.factor", &factor);
+    model_key_float(m, "rope.scaling.attn_factor", &attn);
+    if (factor == 0) model_key_float(m, "rope.scale_linear", &factor);
     if (factor < 0) return ft_err_set(err, "key %s.rope.scaling.factor: negative", m->arch->name);
     r->freq_scale = none || factor == 0 ? 1.0f : 1.0f / factor;
-    if (!model_hp_int(m, "rope.scaling.original_context_length", &r->n_ctx_orig, false, 1, 1 << 26, err)) return false;
     r->ext_factor = yarn ? 1.0f : 0.0f;
     r->attn_factor = 1.0f;
     if (yarn) {
@@ -127,68 +249,84 @@ static bool model_hp_rope_scaling(const ft_model *m, ft_rope_params *r, ft_err *
     return true;
 }
 
-bool model_hp_common(ft_model *m, ft_err *err) {
+// What every architecture derives from the keys and checks across them: the defaults that
+// depend on other keys, the head size, RoPE and the expert counts.
+static bool derive_common(ft_model *m, ft_err *err) {
     ft_hparams *hp = &m->hp;
-    const int BIG = 1 << 20;
-    if (!model_hp_int(m, "context_length", &hp->n_ctx_train, true, 1, 1 << 26, err) ||
-        !model_hp_int(m, "embedding_length", &hp->n_embd, true, 1, BIG, err) ||
-        !model_hp_int(m, "block_count", &hp->n_layer, true, 1, 4096, err))
-        return false;
-    m->layers = ft_calloc((size_t)hp->n_layer, sizeof(ft_layer));
-    int *heads = ft_calloc((size_t)hp->n_layer, sizeof(int));
-    bool ok = model_hp_per_layer(m, "attention.head_count", heads, true, 1, 65536, err);
-    for (int l = 0; ok && l < hp->n_layer; l++) m->layers[l].n_head = heads[l];
-    hp->n_head_kv = heads[0];
-    ok = ok && model_hp_per_layer(m, "attention.head_count_kv", heads, false, 1, 65536, err);
-    for (int l = 0; ok && l < hp->n_layer; l++)
-        if (heads[l] != heads[0]) ok = ft_err_set(err, "key %s.attention.head_count_kv: differs between layers", m->arch->name);
-    if (ok) hp->n_head_kv = heads[0];
-    free(heads);
-    if (!ok) return false;
+    const char *an = m->arch->name;
+    if (!present(m, "attention.head_count_kv")) hp->n_head_kv = m->layers[0].n_head;
     for (int l = 0; l < hp->n_layer; l++)
         if (m->layers[l].n_head % hp->n_head_kv)
             return ft_err_set(err, "key %s.attention.head_count: layer %d has %d heads, not a multiple of %d KV heads",
-                              m->arch->name, l, m->layers[l].n_head, hp->n_head_kv);
-    hp->head_dim = hp->n_embd / m->layers[0].n_head;
-    int v_dim = hp->head_dim;
-    if (!model_hp_int(m, "attention.key_length", &hp->head_dim, false, 2, 4096, err) ||
-        !model_hp_int(m, "attention.value_length", &v_dim, false, 2, 4096, err))
-        return false;
+                              an, l, m->layers[l].n_head, hp->n_head_kv);
+    if (!present(m, "attention.key_length")) hp->head_dim = hp->n_embd / m->layers[0].n_head;
+    int64_t v_dim = hp->head_dim;
+    if (present(m, "attention.value_length")) model_key_int(m, "attention.value_length", &v_dim);
     if (v_dim != hp->head_dim)
-        return ft_err_set(err, "key %s.attention.value_length %d differs from key_length %d", m->arch->name, v_dim, hp->head_dim);
+        return ft_err_set(err, "key %s.attention.value_length %lld differs from key_length %d", an, (long long)v_dim,
+                          hp->head_dim);
     if (hp->head_dim < 2 || hp->head_dim % 2) return ft_err_set(err, "head size %d must be even", hp->head_dim);
-    hp->rms_eps = 1e-5f;
-    if (!model_hp_float(m, "attention.layer_norm_rms_epsilon", &hp->rms_eps, true, err)) return false;
-    if (!(hp->rms_eps >= 0)) return ft_err_set(err, "key %s.attention.layer_norm_rms_epsilon: negative", m->arch->name);
+    for (int i = 0; i < m->arch->n_keys; i++) {
+        const ft_arch_key *k = &m->arch->keys[i];
+        int64_t v;
+        if ((k->flags & FT_KEY_HI_HEAD_DIM) && present(m, k->suffix) && model_key_int(m, k->suffix, &v) &&
+            (v < k->lo || v > hp->head_dim))
+            return key_range_err(m, k->suffix, v, k->lo, hp->head_dim, err);
+    }
+    if (!(hp->rms_eps >= 0)) return ft_err_set(err, "key %s.attention.layer_norm_rms_epsilon: negative", an);
 
     ft_rope_params *r = &hp->rope;
-    *r = (ft_rope_params){.n_rot = hp->head_dim, .freq_base = 10000.0f, .freq_scale = 1.0f, .attn_factor = 1.0f,
-                          .beta_fast = 32.0f, .beta_slow = 1.0f, .n_ctx_orig = hp->n_ctx_train};
-    if (!model_hp_float(m, "rope.freq_base", &r->freq_base, false, err) ||
-        !model_hp_int(m, "rope.dimension_count", &r->n_rot, false, 2, hp->head_dim, err))
-        return false;
-    if (r->n_rot % 2) return ft_err_set(err, "key %s.rope.dimension_count %d: must be even", m->arch->name, r->n_rot);
-    if (!(r->freq_base > 0)) return ft_err_set(err, "key %s.rope.freq_base: must be positive", m->arch->name);
-    if (!model_hp_rope_scaling(m, r, err)) return false;
+    if (!present(m, "rope.dimension_count")) r->n_rot = hp->head_dim;
+    if (r->n_rot % 2) return ft_err_set(err, "key %s.rope.dimension_count %d: must be even", an, r->n_rot);
+    if (!(r->freq_base > 0)) return ft_err_set(err, "key %s.rope.freq_base: must be positive", an);
+    r->beta_fast = 32.0f;
+    r->beta_slow = 1.0f;
+    if (!present(m, "rope.scaling.original_context_length")) r->n_ctx_orig = hp->n_ctx_train;
+    if (!rope_scaling(m, r, err)) return false;
     hp->rope_swa = *r;
 
-    if (!model_hp_int(m, "expert_count", &hp->n_expert, false, 0, FT_MAX_EXPERTS, err) ||
-        !model_hp_int(m, "expert_used_count", &hp->n_expert_used, false, 0, FT_MAX_EXPERTS, err) ||
-        !model_hp_int(m, "feed_forward_length", &hp->n_ff, false, 0, BIG, err) ||
-        !model_hp_int(m, "expert_feed_forward_length", &hp->n_ff_exp, false, 0, BIG, err) ||
-        !model_hp_int(m, "expert_shared_feed_forward_length", &hp->n_ff_shexp, false, 0, BIG, err))
-        return false;
     if (hp->n_expert_used > hp->n_expert)
-        return ft_err_set(err, "key %s.expert_used_count %d exceeds expert_count %d", m->arch->name, hp->n_expert_used,
+        return ft_err_set(err, "key %s.expert_used_count %d exceeds expert_count %d", an, hp->n_expert_used,
                           hp->n_expert);
     if (hp->n_expert > 0 && hp->n_expert_used < 1)
-        return ft_err_set(err, "key %s.expert_used_count: missing or 0 with %d experts", m->arch->name, hp->n_expert);
-    hp->gating = FT_GATING_SOFTMAX;
-    hp->norm_w = false;
-    hp->w_scale = 0.0f;
-    if (!model_hp_float(m, "expert_weights_scale", &hp->w_scale, false, err)) return false;
+        return ft_err_set(err, "key %s.expert_used_count: missing or 0 with %d experts", an, hp->n_expert);
+    if (hp->n_expert < 1)
+        return ft_err_set(err, "key %s.expert_count: missing or 0 (ft runs %s files with experts only)", an, an);
+    return true;
+}
 
-    // the vocabulary size is the embedding's row count (checked against the tokenizer's list)
+bool model_read_hparams(ft_model *m, ft_err *err) {
+    const ft_arch *a = m->arch;
+    ft_hparams *hp = &m->hp;
+    *hp = a->fixed;
+    for (int i = 0; i < a->n_keys; i++) {
+        const ft_arch_key *k = &a->keys[i];
+        // the per-layer keys come after block_count, which sizes the layers
+        if (k->type == FT_KEY_TYPE_U32_LAYERS && !m->layers) {
+            FT_ASSERT(hp->n_layer > 0);
+            m->layers = ft_calloc((size_t)hp->n_layer, sizeof(ft_layer));
+        }
+        if (!read_key(m, k, err)) return false;
+    }
+    if (!m->layers) m->layers = ft_calloc((size_t)hp->n_layer, sizeof(ft_layer));
+    if (!derive_common(m, err) || (a->hparams && !a->hparams(m, err))) return false;
+    // n_ff is the width of the dense layers, 0 in a model without
+    if (hp->n_dense_lead > 0 && hp->n_ff < 1)
+        return ft_err_set(err, "key %s.feed_forward_length: missing or 0", a->name);
+    if (hp->n_dense_lead == 0) hp->n_ff = 0;
+    for (int l = 0; l < hp->n_layer; l++) m->layers[l].is_moe = l >= hp->n_dense_lead;
+    return true;
+}
+
+static int32_t token_id(const ft_model *m, const char *key) {
+    int64_t v;
+    if (!gguf_get_int(m->file, key, &v) || v < 0 || v >= m->hp.n_vocab) return -1;
+    return (int32_t)v;
+}
+
+// The vocabulary size is the embedding's row count (checked against the tokenizer's list).
+static bool read_vocab(ft_model *m, ft_err *err) {
+    ft_hparams *hp = &m->hp;
     const gguf_tensor *te = gguf_find_tensor(m->file, "token_embd.weight");
     if (!te || te->n_dims != 2) return ft_err_set(err, "tensor token_embd.weight: missing or not 2-D");
     hp->n_vocab = (int)FT_MIN(te->ne[1], (int64_t)1 << 30);
@@ -207,17 +345,77 @@ bool model_hp_common(ft_model *m, ft_err *err) {
 // ---------------------------------------------------------------------------------------------
 // Tensors
 
-bool model_bind(ft_model *m, ft_tensor *t, unsigned flags, int n_dims, int64_t ne0, int64_t ne1,
-          int64_t ne2, ft_err *err, const char *fmt, ...) {
+bool model_layer_has(const ft_model *m, const ft_arch_tensor *t, int il) {
+    switch (t->layers) {
+    case FT_LAYERS_NONE: return il < 0;
+    case FT_LAYERS_ALL: return il >= 0;
+    case FT_LAYERS_MOE: return il >= 0 && m->layers[il].is_moe;
+    case FT_LAYERS_DENSE: return il >= 0 && !m->layers[il].is_moe;
+    }
+    return false;
+}
+
+int64_t model_dim(const ft_model *m, int il, enum ft_dim d) {
+    const ft_hparams *hp = &m->hp;
+    switch (d) {
+    case FT_DIM_NONE: return 1;
+    case FT_DIM_EMBD: return hp->n_embd;
+    case FT_DIM_VOCAB: return hp->n_vocab;
+    case FT_DIM_HEAD: return hp->head_dim;
+    case FT_DIM_Q: return (int64_t)m->layers[il].n_head * hp->head_dim;
+    case FT_DIM_KV: return (int64_t)hp->n_head_kv * hp->head_dim;
+    case FT_DIM_EXPERT: return hp->n_expert;
+    case FT_DIM_FF: return hp->n_ff;
+    case FT_DIM_FF_EXP: return hp->n_ff_exp;
+    case FT_DIM_FF_SHEXP: return hp->n_ff_shexp;
+    case FT_DIM_ARCH: break;
+    }
+    FT_ASSERT(!"an FT_DIM_ARCH size comes from the architecture's dim hook");
+    return -1;
+}
+
+bool model_for_each_row(const ft_model *m, bool (*fn)(void *ctx, const ft_arch_tensor *t, int il), void *ctx) {
+    const ft_arch *a = m->arch;
+    for (int i = 0; i < a->n_tensors;) {
+        if (a->tensors[i].layers == FT_LAYERS_NONE) {
+            if (!fn(ctx, &a->tensors[i++], -1)) return false;
+            continue;
+        }
+        int end = i;
+        while (end < a->n_tensors && a->tensors[end].layers != FT_LAYERS_NONE) end++;
+        for (int il = 0; il < m->hp.n_layer; il++)
+            for (int k = i; k < end; k++)
+                if (model_layer_has(m, &a->tensors[k], il) && !fn(ctx, &a->tensors[k], il)) return false;
+        i = end;
+    }
+    return true;
+}
+
+void model_tensor_name(const ft_arch_tensor *t, int il, char *buf, size_t cap) {
+    if (il < 0) snprintf(buf, cap, "%s", t->name);
+    else snprintf(buf, cap, t->name, il);
+}
+
+static ft_tensor *tensor_of(ft_model *m, const ft_arch_tensor *t, int il) {
+    return field_of(il < 0 ? (void *)m : (void *)&m->layers[il], t->field);
+}
+
+// Binds row t of layer il after checking the file's tensor exists, has the row's dims and a
+// type ft can compute with (f32 where the row says so).
+static bool bind_tensor(ft_model *m, const ft_arch_tensor *t, int il, ft_err *err) {
     char name[128];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(name, sizeof(name), fmt, ap);
-    va_end(ap);
-    memset(t, 0, sizeof(*t));
+    model_tensor_name(t, il, name, sizeof(name));
+    ft_tensor *dst = tensor_of(m, t, il);
+    memset(dst, 0, sizeof(*dst));
     const gguf_tensor *g = gguf_find_tensor(m->file, name);
-    if (!g) return (flags & BIND_OPTIONAL) ? true : ft_err_set(err, "tensor %s: missing", name);
-    int64_t want[3] = {ne0, n_dims >= 2 ? ne1 : 1, n_dims >= 3 ? ne2 : 1};
+    if (!g) return (t->flags & FT_TENSOR_OPTIONAL) ? true : ft_err_set(err, "tensor %s: missing", name);
+    int n_dims = 0;
+    int64_t want[3] = {1, 1, 1};
+    for (; n_dims < 3 && t->ne[n_dims] != FT_DIM_NONE; n_dims++) {
+        want[n_dims] = t->ne[n_dims] == FT_DIM_ARCH ? m->arch->dim(m, t, il, g, NULL, err)
+                                                     : model_dim(m, il, t->ne[n_dims]);
+        if (want[n_dims] < 0) return false;
+    }
     // GGUF may store trailing dims of 1 explicitly or not: compare the dims that matter
     bool shape_ok = (int)g->n_dims <= FT_MAX(n_dims, 1) || g->ne[3] == 1;
     for (int i = 0; i < 3; i++) shape_ok = shape_ok && g->ne[i] == want[i];
@@ -226,37 +424,63 @@ bool model_bind(ft_model *m, ft_tensor *t, unsigned flags, int n_dims, int64_t n
         return ft_err_set(err, "tensor %s: shape [%lld, %lld, %lld, %lld], expected [%lld, %lld, %lld]", name,
                           (long long)g->ne[0], (long long)g->ne[1], (long long)g->ne[2], (long long)g->ne[3],
                           (long long)want[0], (long long)want[1], (long long)want[2]);
-    if ((flags & BIND_F32) && g->type != FT_TYPE_F32)
+    if (t->type == FT_WTYPE_F32 && g->type != FT_TYPE_F32)
         return ft_err_set(err, "tensor %s: type %s, expected f32", name, ft_type_name(g->type));
     const ft_quant_ops *q = ft_quant_ops_find(g->type);
     if (!q || !q->vec_dot)
         return ft_err_set(err, "tensor %s: type %s is not supported for weights", name, ft_type_name(g->type));
-    snprintf(t->name, sizeof(t->name), "%s", name);
-    t->type = g->type;
-    t->ne[0] = want[0];
-    t->ne[1] = want[1];
-    t->ne[2] = want[2];
-    t->row_bytes = ft_row_bytes(g->type, want[0]);
-    t->mat_bytes = t->row_bytes * (size_t)want[1];
-    t->data = (void *)g->data;
-    t->placement = FT_PLACEMENT_CPU;
+    snprintf(dst->name, sizeof(dst->name), "%s", name);
+    dst->type = g->type;
+    dst->ne[0] = want[0];
+    dst->ne[1] = want[1];
+    dst->ne[2] = want[2];
+    dst->row_bytes = ft_row_bytes(g->type, want[0]);
+    dst->mat_bytes = dst->row_bytes * (size_t)want[1];
+    dst->data = (void *)g->data;
+    dst->placement = FT_PLACEMENT_CPU;
     return true;
 }
 
-bool model_bind_embd_output(ft_model *m, ft_err *err) {
-    const ft_hparams *hp = &m->hp;
-    if (!model_bind(m, &m->tok_embd, 0, 2, hp->n_embd, hp->n_vocab, 0, err, "token_embd.weight") ||
-        !model_bind(m, &m->output_norm, BIND_F32, 1, hp->n_embd, 0, 0, err, "output_norm.weight") ||
-        !model_bind(m, &m->output, BIND_OPTIONAL, 2, hp->n_embd, hp->n_vocab, 0, err, "output.weight"))
-        return false;
-    if (!ft_tensor_present(&m->output)) m->output = m->tok_embd;
+typedef struct {
+    ft_model *m;
+    ft_err *err;
+    void (*problem)(void *ctx, const char *msg); // NULL: the first problem stops the binding
+    void *problem_ctx;
+} bind_ctx;
+
+static bool bind_row(void *ctx, const ft_arch_tensor *t, int il) {
+    bind_ctx *c = ctx;
+    if (bind_tensor(c->m, t, il, c->err)) return true;
+    if (!c->problem) return false;
+    c->problem(c->problem_ctx, c->err->msg);
     return true;
+}
+
+typedef struct {
+    const ft_model *m;
+    void (*fn)(void *ctx, const ft_tensor *t);
+    void *ctx;
+} each_ctx;
+
+static bool each_row(void *ctx, const ft_arch_tensor *t, int il) {
+    each_ctx *c = ctx;
+    char name[128];
+    model_tensor_name(t, il, name, sizeof(name));
+    const ft_tensor *bound = tensor_of((ft_model *)c->m, t, il);
+    if (ft_tensor_present(bound) && !strcmp(bound->name, name)) c->fn(c->ctx, bound);
+    return true;
+}
+
+void ft_model_for_each_tensor(const ft_model *m, void (*fn)(void *ctx, const ft_tensor *t), void *ctx) {
+    each_ctx c = {m, fn, ctx};
+    model_for_each_row(m, each_row, &c);
 }
 
 // ---------------------------------------------------------------------------------------------
 // Loading
 
-ft_model *ft_model_load(const char *path, ft_err *err) {
+static ft_model *load(const char *path, void (*problem)(void *ctx, const char *msg), void *problem_ctx,
+                      ft_err *err) {
     gguf_file *f = gguf_open(path, err);
     if (!f) return NULL;
     gguf_str an;
@@ -277,36 +501,55 @@ ft_model *ft_model_load(const char *path, ft_err *err) {
     m->arch = arch;
     m->file = f;
     m->path = ft_strdup(path);
-    if (!arch->load(m, err)) {
+    bind_ctx bc = {m, err, problem, problem_ctx};
+    if (!model_read_hparams(m, err) || !read_vocab(m, err) || !model_for_each_row(m, bind_row, &bc)) {
         ft_err_prefix(err, "%s", path);
         ft_model_free(m);
         return NULL;
     }
+    if (!ft_tensor_present(&m->output)) m->output = m->tok_embd;
     return m;
+}
+
+ft_model *ft_model_load(const char *path, ft_err *err) { return load(path, NULL, NULL, err); }
+
+ft_model *ft_model_load_checked(const char *path, void (*problem)(void *ctx, const char *msg), void *ctx,
+                                ft_err *err) {
+    return load(path, problem, ctx, err);
 }
 
 // ---------------------------------------------------------------------------------------------
 // Placement on a backend
 
-// Calls fn on every tensor of w that a device placement copies (all but the embedding table,
-// and the routed experts when they stay on the host).
+typedef struct {
+    ft_weights *w;
+    bool experts_on_host;
+    void (*fn)(ft_tensor *t, void *ctx);
+    void *ctx;
+} placed_each;
+
+// w's copy of one of the model's layer tensors (the same field of the same layer).
+static void placed_one(void *ctx, const ft_tensor *t) {
+    placed_each *e = ctx;
+    const ft_model *m = e->w->m;
+    const char *base = (const char *)m->layers;
+    if ((const char *)t < base || (const char *)t >= base + (size_t)m->hp.n_layer * sizeof(ft_layer)) return;
+    size_t off = (size_t)((const char *)t - base), in_layer = off % sizeof(ft_layer);
+    if (e->experts_on_host && (in_layer == offsetof(ft_layer, gate_exps) || in_layer == offsetof(ft_layer, up_exps) ||
+                               in_layer == offsetof(ft_layer, down_exps)))
+        return;
+    e->fn((ft_tensor *)((char *)e->w->layers + off), e->ctx);
+}
+
+// Calls fn on every tensor of w that a device placement copies: every tensor the description
+// bound but the embedding table, the output (also when tied to the embedding), and not the
+// routed experts when they stay on the host.
 static void for_each_placed_tensor(ft_weights *w, bool experts_on_host, void (*fn)(ft_tensor *t, void *ctx),
                                    void *ctx) {
     fn(&w->output_norm, ctx);
     fn(&w->output, ctx);
-    for (int l = 0; l < w->n_layer; l++) {
-        ft_layer *L = &w->layers[l];
-        ft_tensor *ts[] = {&L->attn_norm, &L->wq, &L->wk, &L->wv, &L->bq, &L->bk, &L->bv, &L->wo,
-                           &L->q_norm, &L->k_norm, &L->attn_gate, &L->ffn_norm, &L->router, &L->sel_bias,
-                           &L->gate_shexp, &L->up_shexp, &L->down_shexp, &L->gate_inp_shexp, &L->ffn_gate,
-                           &L->ffn_up, &L->ffn_down};
-        for (size_t i = 0; i < FT_ARRAY_LEN(ts); i++) fn(ts[i], ctx);
-        if (!experts_on_host) {
-            fn(&L->gate_exps, ctx);
-            fn(&L->up_exps, ctx);
-            fn(&L->down_exps, ctx);
-        }
-    }
+    placed_each e = {w, experts_on_host, fn, ctx};
+    ft_model_for_each_tensor(w->m, placed_one, &e);
 }
 
 static size_t tensor_bytes(const ft_tensor *t) { return t->mat_bytes * (size_t)t->ne[2]; }
@@ -323,6 +566,7 @@ static ft_weights *weights_view(const ft_model *m) {
     w->output_norm = m->output_norm;
     w->output = m->output;
     w->n_layer = m->hp.n_layer;
+    w->m = m;
     w->layers = ft_malloc((size_t)w->n_layer * sizeof(ft_layer));
     memcpy(w->layers, m->layers, (size_t)w->n_layer * sizeof(ft_layer));
     return w;
@@ -458,33 +702,4 @@ int64_t ft_model_max_width(const ft_model *m) {
     w = FT_MAX(w, hp->n_ff_exp);
     w = FT_MAX(w, hp->n_ff_shexp);
     return w;
-}
-
-bool model_bind_attention(ft_model *m, int il, bool qk_norm, ft_err *err) {
-    const ft_hparams *hp = &m->hp;
-    ft_layer *L = &m->layers[il];
-    int64_t E = hp->n_embd, Q = (int64_t)L->n_head * hp->head_dim, KV = (int64_t)hp->n_head_kv * hp->head_dim;
-    const unsigned BIAS = BIND_OPTIONAL | BIND_F32;
-    return model_bind(m, &L->attn_norm, BIND_F32, 1, E, 0, 0, err, "blk.%d.attn_norm.weight", il) &&
-           model_bind(m, &L->wq, 0, 2, E, Q, 0, err, "blk.%d.attn_q.weight", il) &&
-           model_bind(m, &L->wk, 0, 2, E, KV, 0, err, "blk.%d.attn_k.weight", il) &&
-           model_bind(m, &L->wv, 0, 2, E, KV, 0, err, "blk.%d.attn_v.weight", il) &&
-           model_bind(m, &L->wo, 0, 2, Q, E, 0, err, "blk.%d.attn_output.weight", il) &&
-           model_bind(m, &L->bq, BIAS, 1, Q, 0, 0, err, "blk.%d.attn_q.bias", il) &&
-           model_bind(m, &L->bk, BIAS, 1, KV, 0, 0, err, "blk.%d.attn_k.bias", il) &&
-           model_bind(m, &L->bv, BIAS, 1, KV, 0, 0, err, "blk.%d.attn_v.bias", il) &&
-           (!qk_norm || (model_bind(m, &L->q_norm, BIND_F32, 1, hp->head_dim, 0, 0, err, "blk.%d.attn_q_norm.weight", il) &&
-                         model_bind(m, &L->k_norm, BIND_F32, 1, hp->head_dim, 0, 0, err, "blk.%d.attn_k_norm.weight", il)));
-}
-
-bool model_bind_experts(ft_model *m, int il, int n_ff, ft_err *err) {
-    const ft_hparams *hp = &m->hp;
-    ft_layer *L = &m->layers[il];
-    int64_t E = hp->n_embd, X = hp->n_expert;
-    L->is_moe = true;
-    return model_bind(m, &L->ffn_norm, BIND_F32, 1, E, 0, 0, err, "blk.%d.ffn_norm.weight", il) &&
-           model_bind(m, &L->router, 0, 2, E, X, 0, err, "blk.%d.ffn_gate_inp.weight", il) &&
-           model_bind(m, &L->gate_exps, 0, 3, E, n_ff, X, err, "blk.%d.ffn_gate_exps.weight", il) &&
-           model_bind(m, &L->up_exps, 0, 3, E, n_ff, X, err, "blk.%d.ffn_up_exps.weight", il) &&
-           model_bind(m, &L->down_exps, 0, 3, n_ff, E, X, err, "blk.%d.ffn_down_exps.weight", il);
 }

@@ -1,15 +1,17 @@
-// model: hyper-parameters and weight binding per architecture, and the layer code written
-// once against the backend ops (backend.h).
+// model: the architectures ft runs, each one const description (ft_arch) that loading, ft
+// synth and ft inspect all read, and the layer code written once against the backend ops.
 //
 // ft_model_load opens a GGUF (mmap), picks the architecture from general.architecture, reads
-// and validates its hyper-parameters and binds every weight, checking presence, type and shape
-// with a message that names the key or tensor that is wrong. Weights point into the mapping;
-// the model owns the mapping and its arrays. A loaded model is read-only: several engines
-// may share it, each placing the weights on its own backend (ft_weights_place).
+// and validates the hyper-parameter keys its description lists and binds every tensor it
+// lists, checking presence, type and shape with a message that names the key or tensor that
+// is wrong. Weights point into the mapping; the model owns the mapping and its arrays. A
+// loaded model is read-only: several engines may share it, each placing the weights on its
+// own backend (ft_weights_place).
 //
-// Each architecture is one file (qwen3moe.c, qwen2moe.c, llama.c, laguna.c) with three parts:
-// its hyper-parameters, its tensors, and `layer`, the forward pass of one block for a batch of
-// tokens, made of ops and the shared blocks of blocks.c (attention, routed experts).
+// Each architecture is one file (qwen3moe.c, qwen2moe.c, llama.c, laguna.c, listed once in
+// model.c) holding its keys, its tensors, a few hooks where a rule does not fit a table, and
+// `layer`, the forward pass of one block for a batch of tokens, made of ops and the shared
+// blocks of blocks.c (attention, routed experts).
 #ifndef FT_MODEL_H
 #define FT_MODEL_H
 
@@ -69,6 +71,7 @@ typedef struct ft_weights {
     ft_tensor tok_embd, output_norm, output;
     ft_layer *layers;       // (n_layer)
     int n_layer;
+    const struct ft_model *m; // the model they are of (which outlives them)
     ft_backend *be;         // whose buffers hold the copies (NULL: none were made)
     bool experts_on_host;   // the routed experts stayed in the mapping
 } ft_weights;
@@ -108,12 +111,143 @@ typedef struct ft_forward {
 } ft_forward;
 
 typedef struct ft_model ft_model;
+typedef struct ft_synth_params ft_synth_params; // synth.h
+
+// ---------------------------------------------------------------------------------------------
+// Architectures as descriptions
+
+enum ft_key_type {
+    FT_KEY_TYPE_U32,        // an integer (any integer type in the file; ft synth writes u32)
+    FT_KEY_TYPE_U32_LAYERS, // one integer for all layers, or an array of one per layer
+    FT_KEY_TYPE_F32,        // a number
+    FT_KEY_TYPE_BOOL,
+    FT_KEY_TYPE_STR,
+};
+
+enum {
+    FT_KEY_REQUIRED = 1 << 0,    // a file without it is refused
+    FT_KEY_UNIFORM = 1 << 1,     // a per-layer array whose entries must all agree (one ft_hparams field)
+    FT_KEY_HI_LAYERS = 1 << 2,   // at most block_count (instead of hi)
+    FT_KEY_HI_HEAD_DIM = 1 << 3, // at most the head size (instead of hi), checked once that is known
+    FT_KEY_DERIVED = 1 << 4,     // its default comes from other keys (def is unused)
+};
+
+#define FT_KEY_NO_FIELD ((size_t)-1)
+
+// How ft synth writes a key (rows say it with model_impl.h's FT_SYNTH_* macros; a row without
+// one is not written). Offsets are into ft_synth_params, 0 (its `arch` string) standing for
+// none. The value: fn(p, il) where a formula decides (il: the layer, when per_layer writes an
+// entry per layer); else the int field `field` (a float one for an F32 key) or, when that is
+// 0, the field `or_field`, or else `value`; str for a string. Not written when `when` says no.
+typedef struct ft_key_synth {
+    size_t field, or_field;
+    double value;
+    int64_t (*fn)(const ft_synth_params *p, int il);
+    bool per_layer;
+    bool (*when)(const ft_synth_params *p);
+    const char *str;
+    bool write; // ft synth writes the key
+} ft_key_synth;
+
+// A hyper-parameter key "<arch>.<suffix>". ft_model_load reads every key of the description
+// (a key it does not list is not read), checks its type and range, and stores it into
+// `field` (offsetof(ft_hparams, x); for a per-layer key without FT_KEY_UNIFORM,
+// offsetof(ft_layer, x)), or def when the file lacks it. Defaults that depend on other keys
+// (FT_KEY_DERIVED) and keys with no field are the business of the code that reads them
+// (model.c for the keys all architectures share, the architecture's hparams hook).
+typedef struct ft_arch_key {
+    const char *suffix;
+    enum ft_key_type type;
+    unsigned flags;
+    int64_t lo, hi;      // the range of an integer (each entry of an array)
+    size_t field;        // or FT_KEY_NO_FIELD
+    double def;
+    ft_key_synth synth;  // ft synth writes the keys in table order
+} ft_arch_key;
+
+// A size in a tensor's shape, in terms of the hyper-parameters.
+enum ft_dim {
+    FT_DIM_NONE,     // past the last dim
+    FT_DIM_EMBD,     // n_embd
+    FT_DIM_VOCAB,    // n_vocab
+    FT_DIM_HEAD,     // head_dim
+    FT_DIM_Q,        // the layer's n_head * head_dim
+    FT_DIM_KV,       // n_head_kv * head_dim
+    FT_DIM_EXPERT,   // n_expert
+    FT_DIM_FF,       // n_ff, dense layers
+    FT_DIM_FF_EXP,   // n_ff_exp
+    FT_DIM_FF_SHEXP, // n_ff_shexp
+    FT_DIM_ARCH,     // the architecture's dim hook says
+};
+
+// Which layers have a tensor.
+enum ft_layers {
+    FT_LAYERS_NONE,  // a model tensor, outside the layers
+    FT_LAYERS_ALL,
+    FT_LAYERS_MOE,   // layers with routed experts (from n_dense_lead on)
+    FT_LAYERS_DENSE, // the n_dense_lead leading layers with a dense FFN
+};
+
+// The types a tensor may have, and the one ft synth writes it in.
+enum ft_wtype {
+    FT_WTYPE_F32,         // f32 only (norm weights, biases)
+    FT_WTYPE_ANY,         // any weight type ft computes with; ft synth: its dense type
+    FT_WTYPE_ANY_F32,     // any weight type; ft synth: f32 (routers and gates, small and touchy)
+    FT_WTYPE_EXPERT,      // any weight type; ft synth: the layer's gate/up expert type
+    FT_WTYPE_EXPERT_DOWN, // any weight type; ft synth: the layer's down expert type
+};
+
+enum {
+    FT_TENSOR_OPTIONAL = 1 << 0, // absent is fine (data stays NULL)
+    FT_TENSOR_NO_SYNTH = 1 << 1, // ft synth never writes it (an optional tensor some files have)
+};
+
+// How ft synth writes a tensor: values normal with standard deviation std, divided by the
+// square root of the row length (the fan-in) with FT_FAN_IN, so activations keep their scale,
+// then mean added (norm weights sit around 1). FT_FAN_IN multiplies by the reciprocal square
+// root and FT_FAN_IN_DIV divides by the square root: the same scale rounded two ways, both
+// kept because the files (and the conformance models) depend on every bit. An optional
+// tensor is written when `when` says so (NULL: always).
+enum ft_fan { FT_FAN_NONE, FT_FAN_IN, FT_FAN_IN_DIV };
+
+typedef struct ft_tensor_synth {
+    float std, mean;
+    enum ft_fan fan;
+    bool (*when)(const ft_synth_params *p);
+} ft_tensor_synth;
+
+// A tensor. In a file (and for ft synth) the tensors come in table order: a model tensor where
+// its row stands, each run of layer rows once per layer (the rows a layer does not have left
+// out), so "token_embd, the layer rows, output_norm, output" gives llama.cpp's order.
+typedef struct ft_arch_tensor {
+    const char *name;       // the GGUF name; "%d" in a layer tensor's is the layer
+    enum ft_layers layers;
+    enum ft_dim ne[3];      // the shape in GGUF order; FT_DIM_NONE past the last dim
+    enum ft_wtype type;
+    unsigned flags;         // FT_TENSOR_*
+    size_t field;           // offsetof(ft_layer, x), or offsetof(ft_model, x) for a model tensor
+    ft_tensor_synth synth;
+} ft_arch_tensor;
 
 typedef struct ft_arch {
-    const char *name; // general.architecture
-    // Reads the hyper-parameters and binds the tensors into m (whose file, arch name and
-    // common fields are set). Returns false and sets *err naming the bad key or tensor.
-    bool (*load)(ft_model *m, ft_err *err);
+    const char *name;              // general.architecture
+    const char *note;              // said after the name in the list of architectures, or NULL
+    const ft_arch_key *keys;
+    int n_keys;
+    const ft_arch_tensor *tensors;
+    int n_tensors;
+    ft_hparams fixed;              // what the architecture fixes before any key is read (RoPE pairs, gating)
+    // After the keys: values derived and checks made where a rule does not fit the table
+    // (NULL: none). Returns false and sets *err naming the key.
+    bool (*hparams)(ft_model *m, ft_err *err);
+    // The size of an FT_DIM_ARCH dim of tensor t in layer il: from the file's tensor g when
+    // binding (p NULL), from p for ft synth (g NULL). Returns -1 and sets *err when g fits
+    // none of the architecture's choices.
+    int64_t (*dim)(const ft_model *m, const ft_arch_tensor *t, int il, const gguf_tensor *g,
+                   const ft_synth_params *p, ft_err *err);
+    // ft synth: parameters the architecture cannot write although the tables accept them
+    // (NULL: none). Returns false and sets *err saying which.
+    bool (*synth_check)(const ft_synth_params *p, ft_err *err);
     // One block for f->n_tok tokens: reads and updates f->x.
     void (*layer)(const ft_model *m, ft_forward *f, int il);
 } ft_arch;
@@ -159,8 +293,22 @@ int ft_model_max_q_width(const ft_model *m);
 // f->be and f->w (place, the segments or kv and pos0 are the caller's).
 void ft_forward_alloc(ft_forward *f, const ft_model *m, const ft_weights *w, ft_backend *be, int n_batch);
 
-// Architectures ft knows, and a comma-separated list of their names for messages.
+// Architectures ft knows: by name (NULL when unknown), by index (0 .. ft_arch_count() - 1),
+// and a comma-separated list of their names with their notes, for messages.
 const ft_arch *ft_arch_find(const char *name);
+int ft_arch_count(void);
+const ft_arch *ft_arch_at(int i);
 const char *ft_arch_names(void);
+
+// Calls fn with each tensor m bound (present ones, the tied output once as the embedding), in
+// file order (for ft inspect: which tensors of a file the architecture uses).
+void ft_model_for_each_tensor(const ft_model *m, void (*fn)(void *ctx, const ft_tensor *t), void *ctx);
+
+// For ft inspect: loads path as ft_model_load does but goes on past each tensor that is
+// missing or wrong, calling problem(ctx, message) for it; those stay unbound, so a model that
+// had a problem is for looking at, never for running. Returns NULL and sets *err when the
+// file, its architecture or its hyper-parameters cannot be read.
+ft_model *ft_model_load_checked(const char *path, void (*problem)(void *ctx, const char *msg), void *ctx,
+                                ft_err *err);
 
 #endif

@@ -1,44 +1,133 @@
-// model_impl.h: helpers the architecture files share (internal to src/model/).
+// model_impl.h: what the architecture files share (internal to src/model/): the pieces of
+// their tables, the keys every architecture reads, key lookups for the hooks, and the blocks.
 #ifndef FT_MODEL_IMPL_H
 #define FT_MODEL_IMPL_H
 
 #include "model.h"
+#include "synth.h"
 
-// ---- hyper-parameters: keys are "<arch>.<suffix>"; each check names the key on failure.
+#include <stddef.h>
 
-// An unsigned integer in [lo, hi]. When absent: an error if required, else *out is kept.
-bool model_hp_int(const ft_model *m, const char *suffix, int *out, bool required, int64_t lo,
-            int64_t hi, ft_err *err);
-bool model_hp_float(const ft_model *m, const char *suffix, float *out, bool required, ft_err *err);
-bool model_hp_bool(const ft_model *m, const char *suffix, bool *out, ft_err *err);
-// A value per layer: one integer for all layers, or an array of n_layer integers.
-bool model_hp_per_layer(const ft_model *m, const char *suffix, int *out, bool required, int64_t lo,
-                  int64_t hi, ft_err *err);
+// ---- table rows
 
-// The keys every architecture shares: sizes, heads (per layer into layers[].n_head), norm
-// epsilon, RoPE base and dims, expert counts, FFN widths, special tokens. rope.neox is set
-// by the caller.
-bool model_hp_common(ft_model *m, ft_err *err);
+#define HP(f) offsetof(ft_hparams, f)
+#define LAYER(f) offsetof(ft_layer, f)
+#define MODEL(f) offsetof(ft_model, f)
+#define SP(f) offsetof(ft_synth_params, f)
+
+// ft synth's value of a key (see ft_key_synth); the extra arguments add .when, .per_layer, ...
+#define FT_NO_SYNTH {.write = false}
+#define FT_SYNTH(f, ...) {.write = true, .field = SP(f), __VA_ARGS__}
+#define FT_SYNTH_OR(f, g, ...) {.write = true, .field = SP(f), .or_field = SP(g), __VA_ARGS__}
+#define FT_SYNTH_VALUE(v, ...) {.write = true, .value = (v), __VA_ARGS__}
+#define FT_SYNTH_FN(fn_, ...) {.write = true, .fn = (fn_), __VA_ARGS__}
+#define FT_SYNTH_STR(s, ...) {.write = true, .str = (s), __VA_ARGS__}
+
+// ft synth's values of a tensor (see ft_tensor_synth); the extra arguments add .when
+#define FT_STD(s, ...) {.std = (s), .fan = FT_FAN_NONE, __VA_ARGS__}
+#define FT_NORM {.std = 0.05f, .mean = 1.0f, .fan = FT_FAN_NONE}
+#define FT_FAN(s, ...) {.std = (s), .fan = FT_FAN_IN, __VA_ARGS__}
+#define FT_FAN_DIV(s, ...) {.std = (s), .fan = FT_FAN_IN_DIV, __VA_ARGS__}
+
+// The keys every architecture reads, as rows for its table (ft synth writes them in the
+// order the table lists them). The ones taking arguments are written differently (or not at
+// all) by the architectures: the argument is the row's ft synth value (FT_NO_SYNTH: none).
+#define MODEL_KEY_CONTEXT_LENGTH                                                                            \
+    {"context_length", FT_KEY_TYPE_U32, FT_KEY_REQUIRED, 1, 1 << 26, HP(n_ctx_train), 0,                    \
+     FT_SYNTH(n_ctx_train)}
+#define MODEL_KEY_EMBEDDING_LENGTH                                                                          \
+    {"embedding_length", FT_KEY_TYPE_U32, FT_KEY_REQUIRED, 1, 1 << 20, HP(n_embd), 0, FT_SYNTH(n_embd)}
+#define MODEL_KEY_BLOCK_COUNT                                                                               \
+    {"block_count", FT_KEY_TYPE_U32, FT_KEY_REQUIRED, 1, 4096, HP(n_layer), 0, FT_SYNTH(n_layer)}
+#define MODEL_KEY_FEED_FORWARD_LENGTH(...)                                                                  \
+    {"feed_forward_length", FT_KEY_TYPE_U32, 0, 0, 1 << 20, HP(n_ff), 0, __VA_ARGS__}
+// heads per layer into ft_layer.n_head
+#define MODEL_KEY_HEAD_COUNT(...)                                                                           \
+    {"attention.head_count", FT_KEY_TYPE_U32_LAYERS, FT_KEY_REQUIRED, 1, 65536, LAYER(n_head), 0, __VA_ARGS__}
+// default: the first layer's head count
+#define MODEL_KEY_HEAD_COUNT_KV                                                                             \
+    {"attention.head_count_kv", FT_KEY_TYPE_U32_LAYERS, FT_KEY_UNIFORM | FT_KEY_DERIVED, 1, 65536,          \
+     HP(n_head_kv), 0, FT_SYNTH(n_head_kv)}
+// default: embedding_length / the first layer's head count
+#define MODEL_KEY_KEY_LENGTH                                                                                \
+    {"attention.key_length", FT_KEY_TYPE_U32, FT_KEY_DERIVED, 2, 4096, HP(head_dim), 0, FT_SYNTH(head_dim)}
+// must equal key_length
+#define MODEL_KEY_VALUE_LENGTH                                                                              \
+    {"attention.value_length", FT_KEY_TYPE_U32, FT_KEY_DERIVED, 2, 4096, FT_KEY_NO_FIELD, 0,                \
+     FT_SYNTH(head_dim)}
+#define MODEL_KEY_RMS_EPS                                                                                   \
+    {"attention.layer_norm_rms_epsilon", FT_KEY_TYPE_F32, FT_KEY_REQUIRED, 0, 0, HP(rms_eps), 0,            \
+     FT_SYNTH(rms_eps)}
+#define MODEL_KEY_ROPE_FREQ_BASE                                                                            \
+    {"rope.freq_base", FT_KEY_TYPE_F32, 0, 0, 0, HP(rope.freq_base), 10000, FT_SYNTH(rope_freq_base)}
+// default: the head size
+#define MODEL_KEY_ROPE_DIMENSION_COUNT                                                                      \
+    {"rope.dimension_count", FT_KEY_TYPE_U32, FT_KEY_HI_HEAD_DIM | FT_KEY_DERIVED, 2, 0, HP(rope.n_rot), 0, \
+     FT_SYNTH(n_rot, .when = synth_has_n_rot)}
+#define MODEL_KEY_EXPERT_COUNT                                                                              \
+    {"expert_count", FT_KEY_TYPE_U32, 0, 0, FT_MAX_EXPERTS, HP(n_expert), 0, FT_SYNTH(n_expert)}
+#define MODEL_KEY_EXPERT_USED_COUNT                                                                         \
+    {"expert_used_count", FT_KEY_TYPE_U32, 0, 0, FT_MAX_EXPERTS, HP(n_expert_used), 0,                      \
+     FT_SYNTH(n_expert_used)}
+// default: the architecture's hook derives one from feed_forward_length
+#define MODEL_KEY_EXPERT_FEED_FORWARD_LENGTH                                                                \
+    {"expert_feed_forward_length", FT_KEY_TYPE_U32, FT_KEY_DERIVED, 0, 1 << 20, HP(n_ff_exp), 0,            \
+     FT_SYNTH(n_ff_exp)}
+// default: the architecture's hook derives one
+#define MODEL_KEY_EXPERT_SHARED_FEED_FORWARD_LENGTH                                                         \
+    {"expert_shared_feed_forward_length", FT_KEY_TYPE_U32, FT_KEY_DERIVED, 0, 1 << 20, HP(n_ff_shexp), 0,   \
+     FT_SYNTH_OR(n_ff_shexp, n_ff_exp)}
+#define MODEL_KEY_EXPERT_WEIGHTS_SCALE(...)                                                                 \
+    {"expert_weights_scale", FT_KEY_TYPE_F32, 0, 0, 0, HP(w_scale), 0, __VA_ARGS__}
+// context extension: none, linear (the default) or yarn
+#define MODEL_KEY_ROPE_SCALING_TYPE(...)                                                                    \
+    {"rope.scaling.type", FT_KEY_TYPE_STR, 0, 0, 0, FT_KEY_NO_FIELD, 0, __VA_ARGS__}
+#define MODEL_KEY_ROPE_SCALING_FACTOR(...)                                                                  \
+    {"rope.scaling.factor", FT_KEY_TYPE_F32, 0, 0, 0, FT_KEY_NO_FIELD, 0, __VA_ARGS__}
+#define MODEL_KEY_ROPE_SCALING_ATTN_FACTOR                                                                  \
+    {"rope.scaling.attn_factor", FT_KEY_TYPE_F32, 0, 0, 0, FT_KEY_NO_FIELD, 1, FT_NO_SYNTH}
+// the older spelling of rope.scaling.factor
+#define MODEL_KEY_ROPE_SCALE_LINEAR                                                                         \
+    {"rope.scale_linear", FT_KEY_TYPE_F32, 0, 0, 0, FT_KEY_NO_FIELD, 0, FT_NO_SYNTH}
+// default: context_length
+#define MODEL_KEY_ROPE_SCALING_ORIG_CTX(...)                                                                \
+    {"rope.scaling.original_context_length", FT_KEY_TYPE_U32, FT_KEY_DERIVED, 1, 1 << 26,                   \
+     HP(rope.n_ctx_orig), 0,                                                                                \
+     __VA_ARGS__}
+
+// ft synth writes rope.dimension_count only when asked for partial rotary
+bool synth_has_n_rot(const ft_synth_params *p);
+// feed_forward_length as all the experts a token uses (Qwen's files say it so)
+int64_t synth_ff_used_experts(const ft_synth_params *p, int il);
+
+// ---- hyper-parameters
+
+// The value of the key "<arch>.suffix" that m's description lists: the file's (already checked
+// against its row when the keys were read), or the row's default when the file lacks it, and
+// then returns false. Asking for a key the description does not list, or as another type, is
+// a programmer error (FT_ASSERT).
+bool model_key_int(const ft_model *m, const char *suffix, int64_t *out);
+bool model_key_float(const ft_model *m, const char *suffix, float *out);
+bool model_key_str(const ft_model *m, const char *suffix, gguf_str *out);
+
+// Reads the keys of m->file that m->arch lists into m->hp and m->layers (allocating them),
+// derives what every architecture derives, then runs the architecture's hparams hook: all of
+// ft_model_load but the vocabulary and the tensors (m->arch and m->file set). ft synth reads
+// the keys it wrote with it, so its tensors have the shapes the loader will expect.
+bool model_read_hparams(ft_model *m, ft_err *err);
 
 // ---- tensors
 
-enum {
-    BIND_OPTIONAL = 1 << 0, // absent is fine (data stays NULL)
-    BIND_F32 = 1 << 1,      // must be f32 (norm weights, biases)
-};
+// Whether layer il of m has tensor t (il -1: a model tensor), and the size of its dim d.
+bool model_layer_has(const ft_model *m, const ft_arch_tensor *t, int il);
+int64_t model_dim(const ft_model *m, int il, enum ft_dim d);
 
-// Binds the tensor named by fmt into t after checking it exists, has n_dims dims of the
-// given sizes (ne2 ignored for 2-D, ne1 and ne2 for 1-D) and a type ft can compute with.
-bool model_bind(ft_model *m, ft_tensor *t, unsigned flags, int n_dims, int64_t ne0, int64_t ne1,
-          int64_t ne2, ft_err *err, const char *fmt, ...) __attribute__((format(printf, 9, 10)));
+// Calls fn for each tensor row of m's description and layer (-1 for a model tensor) in file
+// order, the layers that do not have a row left out, until fn returns false.
+bool model_for_each_row(const ft_model *m, bool (*fn)(void *ctx, const ft_arch_tensor *t, int il), void *ctx);
 
-// token_embd, output_norm and output (tied to token_embd when absent).
-bool model_bind_embd_output(ft_model *m, ft_err *err);
-
-// attn_norm, wq/wk/wv/wo with optional biases and, with qk_norm, attn_q_norm/attn_k_norm.
-bool model_bind_attention(ft_model *m, int il, bool qk_norm, ft_err *err);
-// ffn_norm, router, the three expert banks of n_ff wide experts; sets is_moe.
-bool model_bind_experts(ft_model *m, int il, int n_ff, ft_err *err);
+// The name of row t in layer il.
+void model_tensor_name(const ft_arch_tensor *t, int il, char *buf, size_t cap);
 
 // ---- blocks: the pieces of a layer, written against the backend ops.
 

@@ -5,29 +5,92 @@
 // output is scaled by a sigmoid gate computed from the same input.
 #include "model_impl.h"
 
-static bool load(ft_model *m, ft_err *err) {
+static const ft_arch_key keys[] = {
+    MODEL_KEY_CONTEXT_LENGTH,
+    MODEL_KEY_EMBEDDING_LENGTH,
+    MODEL_KEY_BLOCK_COUNT,
+    MODEL_KEY_FEED_FORWARD_LENGTH(FT_SYNTH_FN(synth_ff_used_experts)),
+    MODEL_KEY_HEAD_COUNT_KV,
+    MODEL_KEY_KEY_LENGTH,
+    MODEL_KEY_VALUE_LENGTH,
+    MODEL_KEY_RMS_EPS,
+    MODEL_KEY_ROPE_FREQ_BASE,
+    MODEL_KEY_EXPERT_COUNT,
+    MODEL_KEY_EXPERT_USED_COUNT,
+    MODEL_KEY_ROPE_DIMENSION_COUNT,
+    MODEL_KEY_HEAD_COUNT(FT_SYNTH(n_head)),
+    MODEL_KEY_EXPERT_FEED_FORWARD_LENGTH,
+    MODEL_KEY_EXPERT_SHARED_FEED_FORWARD_LENGTH,
+    MODEL_KEY_EXPERT_WEIGHTS_SCALE(FT_NO_SYNTH),
+    MODEL_KEY_ROPE_SCALING_TYPE(FT_NO_SYNTH),
+    MODEL_KEY_ROPE_SCALING_FACTOR(FT_NO_SYNTH),
+    MODEL_KEY_ROPE_SCALING_ATTN_FACTOR,
+    MODEL_KEY_ROPE_SCALE_LINEAR,
+    MODEL_KEY_ROPE_SCALING_ORIG_CTX(FT_NO_SYNTH),
+};
+
+static bool synth_bias(const ft_synth_params *p) { return p->qkv_bias; }
+
+static const ft_arch_tensor tensors[] = {
+    {"token_embd.weight", FT_LAYERS_NONE, {FT_DIM_EMBD, FT_DIM_VOCAB},
+     FT_WTYPE_ANY, 0, MODEL(tok_embd), FT_STD(1.0f)},
+    {"blk.%d.attn_norm.weight", FT_LAYERS_ALL, {FT_DIM_EMBD},
+     FT_WTYPE_F32, 0, LAYER(attn_norm), FT_NORM},
+    {"blk.%d.attn_q.weight", FT_LAYERS_ALL, {FT_DIM_EMBD, FT_DIM_Q},
+     FT_WTYPE_ANY, 0, LAYER(wq), FT_FAN(1.0f)},
+    {"blk.%d.attn_k.weight", FT_LAYERS_ALL, {FT_DIM_EMBD, FT_DIM_KV},
+     FT_WTYPE_ANY, 0, LAYER(wk), FT_FAN(1.0f)},
+    {"blk.%d.attn_v.weight", FT_LAYERS_ALL, {FT_DIM_EMBD, FT_DIM_KV},
+     FT_WTYPE_ANY, 0, LAYER(wv), FT_FAN(1.0f)},
+    {"blk.%d.attn_q.bias", FT_LAYERS_ALL, {FT_DIM_Q},
+     FT_WTYPE_F32, FT_TENSOR_OPTIONAL, LAYER(bq), FT_STD(0.1f, .when = synth_bias)},
+    {"blk.%d.attn_k.bias", FT_LAYERS_ALL, {FT_DIM_KV},
+     FT_WTYPE_F32, FT_TENSOR_OPTIONAL, LAYER(bk), FT_STD(0.1f, .when = synth_bias)},
+    {"blk.%d.attn_v.bias", FT_LAYERS_ALL, {FT_DIM_KV},
+     FT_WTYPE_F32, FT_TENSOR_OPTIONAL, LAYER(bv), FT_STD(0.1f, .when = synth_bias)},
+    {"blk.%d.attn_output.weight", FT_LAYERS_ALL, {FT_DIM_Q, FT_DIM_EMBD},
+     FT_WTYPE_ANY, 0, LAYER(wo), FT_FAN(1.0f)},
+    {"blk.%d.ffn_norm.weight", FT_LAYERS_ALL, {FT_DIM_EMBD},
+     FT_WTYPE_F32, 0, LAYER(ffn_norm), FT_NORM},
+    {"blk.%d.ffn_gate_inp.weight", FT_LAYERS_MOE, {FT_DIM_EMBD, FT_DIM_EXPERT},
+     FT_WTYPE_ANY_F32, 0, LAYER(router), FT_FAN(1.5f)},
+    {"blk.%d.ffn_gate_exps.weight", FT_LAYERS_MOE, {FT_DIM_EMBD, FT_DIM_FF_EXP, FT_DIM_EXPERT},
+     FT_WTYPE_EXPERT, 0, LAYER(gate_exps), FT_FAN(1.0f)},
+    {"blk.%d.ffn_up_exps.weight", FT_LAYERS_MOE, {FT_DIM_EMBD, FT_DIM_FF_EXP, FT_DIM_EXPERT},
+     FT_WTYPE_EXPERT, 0, LAYER(up_exps), FT_FAN(1.0f)},
+    {"blk.%d.ffn_down_exps.weight", FT_LAYERS_MOE, {FT_DIM_FF_EXP, FT_DIM_EMBD, FT_DIM_EXPERT},
+     FT_WTYPE_EXPERT_DOWN, 0, LAYER(down_exps), FT_FAN(1.0f)},
+    {"blk.%d.ffn_gate_inp_shexp.weight", FT_LAYERS_MOE, {FT_DIM_EMBD},
+     FT_WTYPE_ANY_F32, 0, LAYER(gate_inp_shexp), FT_FAN(1.0f)},
+    {"blk.%d.ffn_gate_shexp.weight", FT_LAYERS_MOE, {FT_DIM_EMBD, FT_DIM_FF_SHEXP},
+     FT_WTYPE_ANY, 0, LAYER(gate_shexp), FT_FAN(1.0f)},
+    {"blk.%d.ffn_up_shexp.weight", FT_LAYERS_MOE, {FT_DIM_EMBD, FT_DIM_FF_SHEXP},
+     FT_WTYPE_ANY, 0, LAYER(up_shexp), FT_FAN(1.0f)},
+    {"blk.%d.ffn_down_shexp.weight", FT_LAYERS_MOE, {FT_DIM_FF_SHEXP, FT_DIM_EMBD},
+     FT_WTYPE_ANY, 0, LAYER(down_shexp), FT_FAN(1.0f)},
+    {"output_norm.weight", FT_LAYERS_NONE, {FT_DIM_EMBD},
+     FT_WTYPE_F32, 0, MODEL(output_norm), FT_NORM},
+    {"output.weight", FT_LAYERS_NONE, {FT_DIM_EMBD, FT_DIM_VOCAB},
+     FT_WTYPE_ANY, FT_TENSOR_OPTIONAL, MODEL(output), FT_FAN_DIV(3.0f)},
+};
+
+// Expert widths left out of the file: feed_forward_length over the experts used for the
+// routed ones, feed_forward_length itself for the shared one.
+static bool hparams(ft_model *m, ft_err *err) {
     ft_hparams *hp = &m->hp;
-    if (!model_hp_common(m, err)) return false;
-    hp->rope.neox = hp->rope_swa.neox = true;
-    if (hp->n_expert < 1) return ft_err_set(err, "key qwen2moe.expert_count: missing or 0");
     if (hp->n_ff_exp == 0) hp->n_ff_exp = hp->n_ff / hp->n_expert_used;
     if (hp->n_ff_exp < 1) return ft_err_set(err, "key qwen2moe.expert_feed_forward_length: missing or 0");
     if (hp->n_ff_shexp == 0) hp->n_ff_shexp = hp->n_ff;
     if (hp->n_ff_shexp < 1) return ft_err_set(err, "key qwen2moe.expert_shared_feed_forward_length: missing or 0");
-    hp->n_ff = 0;
-    hp->gating = FT_GATING_SOFTMAX;
-    hp->norm_w = false;
-    if (!model_bind_embd_output(m, err)) return false;
-    int64_t E = hp->n_embd, S = hp->n_ff_shexp;
-    for (int il = 0; il < hp->n_layer; il++) {
-        ft_layer *L = &m->layers[il];
-        if (!model_bind_attention(m, il, false, err) || !model_bind_experts(m, il, hp->n_ff_exp, err) ||
-            !model_bind(m, &L->gate_inp_shexp, 0, 1, E, 0, 0, err, "blk.%d.ffn_gate_inp_shexp.weight", il) ||
-            !model_bind(m, &L->gate_shexp, 0, 2, E, S, 0, err, "blk.%d.ffn_gate_shexp.weight", il) ||
-            !model_bind(m, &L->up_shexp, 0, 2, E, S, 0, err, "blk.%d.ffn_up_shexp.weight", il) ||
-            !model_bind(m, &L->down_shexp, 0, 2, S, E, 0, err, "blk.%d.ffn_down_shexp.weight", il))
-            return false;
-    }
+    return true;
+}
+
+// llama.cpp's qwen2moe expects attn_q and attn_output as wide as the embedding, whatever the
+// heads and key_length say.
+static bool synth_check(const ft_synth_params *p, ft_err *err) {
+    if (p->n_head * p->head_dim != p->n_embd)
+        return ft_err_set(err, "qwen2moe needs --heads x --head-dim (%d) = --embd (%d)", p->n_head * p->head_dim,
+                          p->n_embd);
     return true;
 }
 
@@ -36,4 +99,14 @@ static void layer(const ft_model *m, ft_forward *f, int il) {
     model_block_moe(m, f, il);
 }
 
-const ft_arch ft_arch_qwen2moe = {"qwen2moe", load, layer};
+const ft_arch ft_arch_qwen2moe = {
+    .name = "qwen2moe",
+    .keys = keys,
+    .n_keys = FT_ARRAY_LEN(keys),
+    .tensors = tensors,
+    .n_tensors = FT_ARRAY_LEN(tensors),
+    .fixed = {.rope.neox = true, .gating = FT_GATING_SOFTMAX, .norm_w = false},
+    .hparams = hparams,
+    .synth_check = synth_check,
+    .layer = layer,
+};

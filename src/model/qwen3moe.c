@@ -4,19 +4,77 @@
 // experts: softmax router, top-k, weights renormalised to sum to 1. No shared expert.
 #include "model_impl.h"
 
-static bool load(ft_model *m, ft_err *err) {
+static const ft_arch_key keys[] = {
+    MODEL_KEY_CONTEXT_LENGTH,
+    MODEL_KEY_EMBEDDING_LENGTH,
+    MODEL_KEY_BLOCK_COUNT,
+    MODEL_KEY_FEED_FORWARD_LENGTH(FT_SYNTH_FN(synth_ff_used_experts)),
+    MODEL_KEY_HEAD_COUNT_KV,
+    MODEL_KEY_KEY_LENGTH,
+    MODEL_KEY_VALUE_LENGTH,
+    MODEL_KEY_RMS_EPS,
+    MODEL_KEY_ROPE_FREQ_BASE,
+    MODEL_KEY_EXPERT_COUNT,
+    MODEL_KEY_EXPERT_USED_COUNT,
+    MODEL_KEY_ROPE_DIMENSION_COUNT,
+    MODEL_KEY_HEAD_COUNT(FT_SYNTH(n_head)),
+    MODEL_KEY_EXPERT_FEED_FORWARD_LENGTH,
+    MODEL_KEY_EXPERT_WEIGHTS_SCALE(FT_NO_SYNTH),
+    MODEL_KEY_ROPE_SCALING_TYPE(FT_NO_SYNTH),
+    MODEL_KEY_ROPE_SCALING_FACTOR(FT_NO_SYNTH),
+    MODEL_KEY_ROPE_SCALING_ATTN_FACTOR,
+    MODEL_KEY_ROPE_SCALE_LINEAR,
+    MODEL_KEY_ROPE_SCALING_ORIG_CTX(FT_NO_SYNTH),
+};
+
+static const ft_arch_tensor tensors[] = {
+    {"token_embd.weight", FT_LAYERS_NONE, {FT_DIM_EMBD, FT_DIM_VOCAB},
+     FT_WTYPE_ANY, 0, MODEL(tok_embd), FT_STD(1.0f)},
+    {"blk.%d.attn_norm.weight", FT_LAYERS_ALL, {FT_DIM_EMBD},
+     FT_WTYPE_F32, 0, LAYER(attn_norm), FT_NORM},
+    {"blk.%d.attn_q.weight", FT_LAYERS_ALL, {FT_DIM_EMBD, FT_DIM_Q},
+     FT_WTYPE_ANY, 0, LAYER(wq), FT_FAN(1.0f)},
+    {"blk.%d.attn_k.weight", FT_LAYERS_ALL, {FT_DIM_EMBD, FT_DIM_KV},
+     FT_WTYPE_ANY, 0, LAYER(wk), FT_FAN(1.0f)},
+    {"blk.%d.attn_v.weight", FT_LAYERS_ALL, {FT_DIM_EMBD, FT_DIM_KV},
+     FT_WTYPE_ANY, 0, LAYER(wv), FT_FAN(1.0f)},
+    // Qwen3 has no attention biases; a file that brings them gets them applied
+    {"blk.%d.attn_q.bias", FT_LAYERS_ALL, {FT_DIM_Q},
+     FT_WTYPE_F32, FT_TENSOR_OPTIONAL | FT_TENSOR_NO_SYNTH, LAYER(bq), FT_STD(0.1f)},
+    {"blk.%d.attn_k.bias", FT_LAYERS_ALL, {FT_DIM_KV},
+     FT_WTYPE_F32, FT_TENSOR_OPTIONAL | FT_TENSOR_NO_SYNTH, LAYER(bk), FT_STD(0.1f)},
+    {"blk.%d.attn_v.bias", FT_LAYERS_ALL, {FT_DIM_KV},
+     FT_WTYPE_F32, FT_TENSOR_OPTIONAL | FT_TENSOR_NO_SYNTH, LAYER(bv), FT_STD(0.1f)},
+    {"blk.%d.attn_output.weight", FT_LAYERS_ALL, {FT_DIM_Q, FT_DIM_EMBD},
+     FT_WTYPE_ANY, 0, LAYER(wo), FT_FAN(1.0f)},
+    {"blk.%d.attn_q_norm.weight", FT_LAYERS_ALL, {FT_DIM_HEAD},
+     FT_WTYPE_F32, 0, LAYER(q_norm), FT_NORM},
+    {"blk.%d.attn_k_norm.weight", FT_LAYERS_ALL, {FT_DIM_HEAD},
+     FT_WTYPE_F32, 0, LAYER(k_norm), FT_NORM},
+    {"blk.%d.ffn_norm.weight", FT_LAYERS_ALL, {FT_DIM_EMBD},
+     FT_WTYPE_F32, 0, LAYER(ffn_norm), FT_NORM},
+    // router logits of a few units: some experts clearly preferred, not one always
+    {"blk.%d.ffn_gate_inp.weight", FT_LAYERS_MOE, {FT_DIM_EMBD, FT_DIM_EXPERT},
+     FT_WTYPE_ANY_F32, 0, LAYER(router), FT_FAN(1.5f)},
+    {"blk.%d.ffn_gate_exps.weight", FT_LAYERS_MOE, {FT_DIM_EMBD, FT_DIM_FF_EXP, FT_DIM_EXPERT},
+     FT_WTYPE_EXPERT, 0, LAYER(gate_exps), FT_FAN(1.0f)},
+    {"blk.%d.ffn_up_exps.weight", FT_LAYERS_MOE, {FT_DIM_EMBD, FT_DIM_FF_EXP, FT_DIM_EXPERT},
+     FT_WTYPE_EXPERT, 0, LAYER(up_exps), FT_FAN(1.0f)},
+    {"blk.%d.ffn_down_exps.weight", FT_LAYERS_MOE, {FT_DIM_FF_EXP, FT_DIM_EMBD, FT_DIM_EXPERT},
+     FT_WTYPE_EXPERT_DOWN, 0, LAYER(down_exps), FT_FAN(1.0f)},
+    {"output_norm.weight", FT_LAYERS_NONE, {FT_DIM_EMBD},
+     FT_WTYPE_F32, 0, MODEL(output_norm), FT_NORM},
+    // logits with a spread of a few units over the vocabulary; absent: tied to token_embd
+    {"output.weight", FT_LAYERS_NONE, {FT_DIM_EMBD, FT_DIM_VOCAB},
+     FT_WTYPE_ANY, FT_TENSOR_OPTIONAL, MODEL(output), FT_FAN(3.0f)},
+};
+
+// The expert width: expert_feed_forward_length, or feed_forward_length (all the experts a
+// token uses) over the experts used when the file leaves it out.
+static bool hparams(ft_model *m, ft_err *err) {
     ft_hparams *hp = &m->hp;
-    if (!model_hp_common(m, err)) return false;
-    hp->rope.neox = hp->rope_swa.neox = true;
-    if (hp->n_expert < 1) return ft_err_set(err, "key qwen3moe.expert_count: missing or 0");
     if (hp->n_ff_exp == 0) hp->n_ff_exp = hp->n_ff / hp->n_expert_used;
     if (hp->n_ff_exp < 1) return ft_err_set(err, "key qwen3moe.expert_feed_forward_length: missing or 0");
-    hp->n_ff = 0;
-    hp->gating = FT_GATING_SOFTMAX;
-    hp->norm_w = true;
-    if (!model_bind_embd_output(m, err)) return false;
-    for (int il = 0; il < hp->n_layer; il++)
-        if (!model_bind_attention(m, il, true, err) || !model_bind_experts(m, il, hp->n_ff_exp, err)) return false;
     return true;
 }
 
@@ -25,4 +83,13 @@ static void layer(const ft_model *m, ft_forward *f, int il) {
     model_block_moe(m, f, il);
 }
 
-const ft_arch ft_arch_qwen3moe = {"qwen3moe", load, layer};
+const ft_arch ft_arch_qwen3moe = {
+    .name = "qwen3moe",
+    .keys = keys,
+    .n_keys = FT_ARRAY_LEN(keys),
+    .tensors = tensors,
+    .n_tensors = FT_ARRAY_LEN(tensors),
+    .fixed = {.rope.neox = true, .gating = FT_GATING_SOFTMAX, .norm_w = true},
+    .hparams = hparams,
+    .layer = layer,
+};

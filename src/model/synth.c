@@ -1,9 +1,11 @@
-// synth.c: writing synthetic models (see synth.h).
+// synth.c: writing synthetic models (see synth.h) from an architecture's description.
 //
-// A model is planned as a list of tensors (name, type, shape, value scale), the plan is
-// checked (block divisibility) before anything is written, then the header goes out and each
-// tensor's data is generated row by row and streamed, so memory use is one tensor at most.
-#include "synth.h"
+// The keys go out as the description's rows say, and are read back the way the loader reads
+// them; the tensors are then planned from the rows (name, type, shape from those keys, value
+// scale) and the plan is checked (block divisibility) before anything is written. The header
+// goes out, then each tensor's data is generated row by row and streamed, so memory use is
+// one tensor at most.
+#include "model_impl.h"
 #include "synth_vocab.h"
 #include "../gguf/gguf.h"
 
@@ -77,210 +79,112 @@ static enum ft_type layer_type(const enum ft_type *types, int n, int layer) {
     return types[layer < n ? layer : n - 1];
 }
 
-// qwen3moe: GQA with per-head Q/K RMSNorm, NeoX RoPE, softmax router, all layers MoE.
-static void plan_qwen3moe(const ft_synth_params *p, int64_t n_vocab, plan *out) {
-    int64_t E = p->n_embd, Dq = (int64_t)p->n_head * p->head_dim,
-            Dkv = (int64_t)p->n_head_kv * p->head_dim, F = p->n_ff_exp;
-    float s_embd = 1.0f / sqrtf((float)E);
-    plan_add(out, p->dense_type, 1.0f, 0, 2, E, n_vocab, 1, "token_embd.weight");
-    for (int l = 0; l < p->n_layer; l++) {
-        enum ft_type et = layer_type(p->expert_types, p->n_expert_types, l);
-        enum ft_type dt = p->n_expert_down_types
-                              ? layer_type(p->expert_down_types, p->n_expert_down_types, l)
-                              : et;
-        plan_add(out, FT_TYPE_F32, 0.05f, 1.0f, 1, E, 1, 1, "blk.%d.attn_norm.weight", l);
-        plan_add(out, p->dense_type, s_embd, 0, 2, E, Dq, 1, "blk.%d.attn_q.weight", l);
-        plan_add(out, p->dense_type, s_embd, 0, 2, E, Dkv, 1, "blk.%d.attn_k.weight", l);
-        plan_add(out, p->dense_type, s_embd, 0, 2, E, Dkv, 1, "blk.%d.attn_v.weight", l);
-        plan_add(out, p->dense_type, 1.0f / sqrtf((float)Dq), 0, 2, Dq, E, 1,
-                 "blk.%d.attn_output.weight", l);
-        plan_add(out, FT_TYPE_F32, 0.05f, 1.0f, 1, p->head_dim, 1, 1, "blk.%d.attn_q_norm.weight", l);
-        plan_add(out, FT_TYPE_F32, 0.05f, 1.0f, 1, p->head_dim, 1, 1, "blk.%d.attn_k_norm.weight", l);
-        plan_add(out, FT_TYPE_F32, 0.05f, 1.0f, 1, E, 1, 1, "blk.%d.ffn_norm.weight", l);
-        // router logits of a few units: some experts clearly preferred, not one always
-        plan_add(out, FT_TYPE_F32, 1.5f * s_embd, 0, 2, E, p->n_expert, 1, "blk.%d.ffn_gate_inp.weight", l);
-        plan_add(out, et, s_embd, 0, 3, E, F, p->n_expert, "blk.%d.ffn_gate_exps.weight", l);
-        plan_add(out, et, s_embd, 0, 3, E, F, p->n_expert, "blk.%d.ffn_up_exps.weight", l);
-        plan_add(out, dt, 1.0f / sqrtf((float)F), 0, 3, F, E, p->n_expert, "blk.%d.ffn_down_exps.weight", l);
-    }
-    plan_add(out, FT_TYPE_F32, 0.05f, 1.0f, 1, E, 1, 1, "output_norm.weight");
-    // logits with a spread of a few units over the vocabulary
-    plan_add(out, p->dense_type, 3.0f * s_embd, 0, 2, E, n_vocab, 1, "output.weight");
+bool synth_has_n_rot(const ft_synth_params *p) { return p->n_rot != 0; }
+
+int64_t synth_ff_used_experts(const ft_synth_params *p, int il) {
+    return (int64_t)p->n_ff_exp * p->n_expert_used;
 }
 
+// ---------------------------------------------------------------------------------------------
+// Keys
 
-// The attention tensors every architecture here shares; q_norm adds qwen3-style Q/K norms.
-static void plan_attention(const ft_synth_params *p, plan *out, int l, int n_head, bool q_norm, bool bias) {
-    int64_t E = p->n_embd, Dq = (int64_t)n_head * p->head_dim, Dkv = (int64_t)p->n_head_kv * p->head_dim;
-    float s_embd = 1.0f / sqrtf((float)E);
-    plan_add(out, FT_TYPE_F32, 0.05f, 1.0f, 1, E, 1, 1, "blk.%d.attn_norm.weight", l);
-    plan_add(out, p->dense_type, s_embd, 0, 2, E, Dq, 1, "blk.%d.attn_q.weight", l);
-    plan_add(out, p->dense_type, s_embd, 0, 2, E, Dkv, 1, "blk.%d.attn_k.weight", l);
-    plan_add(out, p->dense_type, s_embd, 0, 2, E, Dkv, 1, "blk.%d.attn_v.weight", l);
-    if (bias) {
-        plan_add(out, FT_TYPE_F32, 0.1f, 0, 1, Dq, 1, 1, "blk.%d.attn_q.bias", l);
-        plan_add(out, FT_TYPE_F32, 0.1f, 0, 1, Dkv, 1, 1, "blk.%d.attn_k.bias", l);
-        plan_add(out, FT_TYPE_F32, 0.1f, 0, 1, Dkv, 1, 1, "blk.%d.attn_v.bias", l);
-    }
-    plan_add(out, p->dense_type, 1.0f / sqrtf((float)Dq), 0, 2, Dq, E, 1, "blk.%d.attn_output.weight", l);
-    if (q_norm) {
-        plan_add(out, FT_TYPE_F32, 0.05f, 1.0f, 1, p->head_dim, 1, 1, "blk.%d.attn_q_norm.weight", l);
-        plan_add(out, FT_TYPE_F32, 0.05f, 1.0f, 1, p->head_dim, 1, 1, "blk.%d.attn_k_norm.weight", l);
-    }
+_Static_assert(offsetof(ft_synth_params, arch) == 0, "ft_key_synth takes offset 0 for no field");
+
+static int64_t synth_int(const ft_synth_params *p, const ft_key_synth *s, int il) {
+    if (s->fn) return s->fn(p, il);
+    const char *base = (const char *)p;
+    int v = s->field ? *(const int *)(base + s->field) : 0;
+    if (v == 0) return s->or_field ? *(const int *)(base + s->or_field) : (int64_t)s->value;
+    return v;
 }
 
-// ffn_norm, router and the three banks of layer l with its per-layer types.
-static void plan_experts(const ft_synth_params *p, plan *out, int l) {
-    int64_t E = p->n_embd, F = p->n_ff_exp;
-    float s_embd = 1.0f / sqrtf((float)E);
-    enum ft_type et = layer_type(p->expert_types, p->n_expert_types, l);
-    enum ft_type dt = p->n_expert_down_types ? layer_type(p->expert_down_types, p->n_expert_down_types, l) : et;
-    plan_add(out, FT_TYPE_F32, 0.05f, 1.0f, 1, E, 1, 1, "blk.%d.ffn_norm.weight", l);
-    plan_add(out, FT_TYPE_F32, 1.5f * s_embd, 0, 2, E, p->n_expert, 1, "blk.%d.ffn_gate_inp.weight", l);
-    plan_add(out, et, s_embd, 0, 3, E, F, p->n_expert, "blk.%d.ffn_gate_exps.weight", l);
-    plan_add(out, et, s_embd, 0, 3, E, F, p->n_expert, "blk.%d.ffn_up_exps.weight", l);
-    plan_add(out, dt, 1.0f / sqrtf((float)F), 0, 3, F, E, p->n_expert, "blk.%d.ffn_down_exps.weight", l);
+static float synth_float(const ft_synth_params *p, const ft_key_synth *s) {
+    const char *base = (const char *)p;
+    float v = s->field ? *(const float *)(base + s->field) : 0.0f;
+    if (v == 0) return s->or_field ? *(const float *)(base + s->or_field) : (float)s->value;
+    return v;
 }
 
-// A SiLU-gated FFN of width F named blk.l.ffn_{gate,up,down}<suffix>.weight, dense-typed.
-static void plan_ffn(const ft_synth_params *p, plan *out, int l, int64_t F, const char *suffix) {
-    int64_t E = p->n_embd;
-    float s_embd = 1.0f / sqrtf((float)E);
-    plan_add(out, p->dense_type, s_embd, 0, 2, E, F, 1, "blk.%d.ffn_gate%s.weight", l, suffix);
-    plan_add(out, p->dense_type, s_embd, 0, 2, E, F, 1, "blk.%d.ffn_up%s.weight", l, suffix);
-    plan_add(out, p->dense_type, 1.0f / sqrtf((float)F), 0, 2, F, E, 1, "blk.%d.ffn_down%s.weight", l, suffix);
-}
-
-static void plan_output(const ft_synth_params *p, int64_t n_vocab, plan *out) {
-    int64_t E = p->n_embd;
-    plan_add(out, FT_TYPE_F32, 0.05f, 1.0f, 1, E, 1, 1, "output_norm.weight");
-    plan_add(out, p->dense_type, 3.0f / sqrtf((float)E), 0, 2, E, n_vocab, 1, "output.weight");
-}
-
-static int shexp_width(const ft_synth_params *p) { return p->n_ff_shexp ? p->n_ff_shexp : p->n_ff_exp; }
-
-// qwen2moe: no Q/K norm, optional Q/K/V biases, a shared expert with a sigmoid gate.
-static void plan_qwen2moe(const ft_synth_params *p, int64_t n_vocab, plan *out) {
-    int64_t E = p->n_embd;
-    plan_add(out, p->dense_type, 1.0f, 0, 2, E, n_vocab, 1, "token_embd.weight");
-    for (int l = 0; l < p->n_layer; l++) {
-        plan_attention(p, out, l, p->n_head, false, p->qkv_bias);
-        plan_experts(p, out, l);
-        plan_add(out, FT_TYPE_F32, 1.0f / sqrtf((float)E), 0, 1, E, 1, 1, "blk.%d.ffn_gate_inp_shexp.weight", l);
-        plan_ffn(p, out, l, shexp_width(p), "_shexp");
-    }
-    plan_output(p, n_vocab, out);
-}
-
-// llama with experts (Mixtral): plain attention, experts feed_forward_length wide.
-static void plan_llama(const ft_synth_params *p, int64_t n_vocab, plan *out) {
-    plan_add(out, p->dense_type, 1.0f, 0, 2, p->n_embd, n_vocab, 1, "token_embd.weight");
-    for (int l = 0; l < p->n_layer; l++) {
-        plan_attention(p, out, l, p->n_head, false, false);
-        plan_experts(p, out, l);
-    }
-    plan_output(p, n_vocab, out);
-}
-
-static bool laguna_is_swa(const ft_synth_params *p, int l) { return p->n_swa > 0 && l % 4 != 0; }
-
-// laguna: leading dense layers, a softplus output gate, a sigmoid router with a selection
-// bias, a shared expert; sliding-window layers (3 of 4) with their own head count.
-static void plan_laguna(const ft_synth_params *p, int64_t n_vocab, plan *out) {
-    int64_t E = p->n_embd;
-    plan_add(out, p->dense_type, 1.0f, 0, 2, E, n_vocab, 1, "token_embd.weight");
-    for (int l = 0; l < p->n_layer; l++) {
-        int heads = laguna_is_swa(p, l) && p->n_head_swa ? p->n_head_swa : p->n_head;
-        plan_attention(p, out, l, heads, true, false);
-        int64_t G = p->gate_per_element ? (int64_t)heads * p->head_dim : heads;
-        plan_add(out, p->dense_type, 1.0f / sqrtf((float)E), 0, 2, E, G, 1, "blk.%d.attn_gate.weight", l);
-        if (l < p->n_dense_lead) {
-            plan_add(out, FT_TYPE_F32, 0.05f, 1.0f, 1, E, 1, 1, "blk.%d.ffn_norm.weight", l);
-            plan_ffn(p, out, l, p->n_ff_dense ? p->n_ff_dense : 2 * p->n_ff_exp, "");
-        } else {
-            plan_experts(p, out, l);
-            plan_add(out, FT_TYPE_F32, 0.2f, 0, 1, p->n_expert, 1, 1, "blk.%d.exp_probs_b.bias", l);
-            plan_ffn(p, out, l, shexp_width(p), "_shexp");
+// The architecture's keys, in its table's order, as its rows say ft synth writes them.
+static void write_keys(const ft_synth_params *p, const ft_arch *a, gguf_writer *w) {
+    for (int i = 0; i < a->n_keys; i++) {
+        const ft_arch_key *k = &a->keys[i];
+        const ft_key_synth *s = &k->synth;
+        if (!s->write || (s->when && !s->when(p))) continue;
+        char key[160];
+        snprintf(key, sizeof(key), "%s.%s", a->name, k->suffix);
+        switch (k->type) {
+        case FT_KEY_TYPE_STR: gguf_writer_set_str(w, key, s->str); break;
+        case FT_KEY_TYPE_BOOL: gguf_writer_set_bool(w, key, synth_int(p, s, -1) != 0); break;
+        case FT_KEY_TYPE_F32: gguf_writer_set_f32(w, key, synth_float(p, s)); break;
+        case FT_KEY_TYPE_U32: gguf_writer_set_u32(w, key, (uint32_t)synth_int(p, s, -1)); break;
+        case FT_KEY_TYPE_U32_LAYERS:
+            if (s->per_layer) {
+                uint32_t v[FT_SYNTH_MAX_LAYERS];
+                for (int l = 0; l < p->n_layer; l++) v[l] = (uint32_t)synth_int(p, s, l);
+                gguf_writer_set_arr(w, key, GGUF_VALUE_TYPE_UINT32, v, (uint64_t)p->n_layer);
+            } else {
+                gguf_writer_set_u32(w, key, (uint32_t)synth_int(p, s, -1));
+            }
+            break;
         }
     }
-    plan_output(p, n_vocab, out);
 }
 
-static void write_hparams_common(const ft_synth_params *p, gguf_writer *w, int n_ff) {
-    char key[128];
-#define KEY(suffix) (snprintf(key, sizeof(key), "%s." suffix, p->arch), key)
-    gguf_writer_set_u32(w, KEY("context_length"), (uint32_t)p->n_ctx_train);
-    gguf_writer_set_u32(w, KEY("embedding_length"), (uint32_t)p->n_embd);
-    gguf_writer_set_u32(w, KEY("block_count"), (uint32_t)p->n_layer);
-    gguf_writer_set_u32(w, KEY("feed_forward_length"), (uint32_t)n_ff);
-    gguf_writer_set_u32(w, KEY("attention.head_count_kv"), (uint32_t)p->n_head_kv);
-    gguf_writer_set_u32(w, KEY("attention.key_length"), (uint32_t)p->head_dim);
-    gguf_writer_set_u32(w, KEY("attention.value_length"), (uint32_t)p->head_dim);
-    gguf_writer_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), p->rms_eps);
-    gguf_writer_set_f32(w, KEY("rope.freq_base"), p->rope_freq_base);
-    gguf_writer_set_u32(w, KEY("expert_count"), (uint32_t)p->n_expert);
-    gguf_writer_set_u32(w, KEY("expert_used_count"), (uint32_t)p->n_expert_used);
-    if (p->n_rot) gguf_writer_set_u32(w, KEY("rope.dimension_count"), (uint32_t)p->n_rot);
-#undef KEY
-}
-
-static void write_hparams_qwen3moe(const ft_synth_params *p, gguf_writer *w) {
-    write_hparams_common(p, w, p->n_ff_exp * p->n_expert_used);
-    gguf_writer_set_u32(w, "qwen3moe.attention.head_count", (uint32_t)p->n_head);
-    gguf_writer_set_u32(w, "qwen3moe.expert_feed_forward_length", (uint32_t)p->n_ff_exp);
-}
-
-static void write_hparams_qwen2moe(const ft_synth_params *p, gguf_writer *w) {
-    write_hparams_common(p, w, p->n_ff_exp * p->n_expert_used);
-    gguf_writer_set_u32(w, "qwen2moe.attention.head_count", (uint32_t)p->n_head);
-    gguf_writer_set_u32(w, "qwen2moe.expert_feed_forward_length", (uint32_t)p->n_ff_exp);
-    gguf_writer_set_u32(w, "qwen2moe.expert_shared_feed_forward_length", (uint32_t)shexp_width(p));
-}
-
-static void write_hparams_llama(const ft_synth_params *p, gguf_writer *w) {
-    write_hparams_common(p, w, p->n_ff_exp);
-    gguf_writer_set_u32(w, "llama.attention.head_count", (uint32_t)p->n_head);
-}
-
-static void write_hparams_laguna(const ft_synth_params *p, gguf_writer *w) {
-    write_hparams_common(p, w, p->n_ff_dense ? p->n_ff_dense : 2 * p->n_ff_exp);
-    uint32_t heads[FT_SYNTH_MAX_LAYERS];
-    for (int l = 0; l < p->n_layer; l++)
-        heads[l] = (uint32_t)(laguna_is_swa(p, l) && p->n_head_swa ? p->n_head_swa : p->n_head);
-    gguf_writer_set_arr(w, "laguna.attention.head_count", GGUF_VALUE_TYPE_UINT32, heads, (uint64_t)p->n_layer);
-    gguf_writer_set_u32(w, "laguna.expert_feed_forward_length", (uint32_t)p->n_ff_exp);
-    gguf_writer_set_u32(w, "laguna.expert_shared_feed_forward_length", (uint32_t)shexp_width(p));
-    gguf_writer_set_u32(w, "laguna.leading_dense_block_count", (uint32_t)p->n_dense_lead);
-    gguf_writer_set_u32(w, "laguna.expert_gating_func", 2); // sigmoid
-    gguf_writer_set_bool(w, "laguna.expert_weights_norm", true);
-    gguf_writer_set_f32(w, "laguna.expert_weights_scale", p->expert_weights_scale ? p->expert_weights_scale : 2.5f);
-    if (p->n_swa > 0) {
-        gguf_writer_set_u32(w, "laguna.attention.sliding_window", (uint32_t)p->n_swa);
-        gguf_writer_set_f32(w, "laguna.rope.freq_base_swa", p->rope_freq_base_swa ? p->rope_freq_base_swa : 10000.0f);
-        gguf_writer_set_u32(w, "laguna.rope.dimension_count_swa", (uint32_t)(p->n_rot_swa ? p->n_rot_swa : p->head_dim));
-    }
-    if (p->yarn_factor > 0) {
-        gguf_writer_set_str(w, "laguna.rope.scaling.type", "yarn");
-        gguf_writer_set_f32(w, "laguna.rope.scaling.factor", p->yarn_factor);
-        gguf_writer_set_u32(w, "laguna.rope.scaling.original_context_length",
-                            (uint32_t)(p->n_ctx_train / p->yarn_factor));
-    }
-}
+// ---------------------------------------------------------------------------------------------
+// Tensors
 
 typedef struct {
-    const char *name;
-    void (*plan)(const ft_synth_params *p, int64_t n_vocab, plan *out);
-    void (*write_hparams)(const ft_synth_params *p, gguf_writer *w);
-} synth_arch;
+    const ft_synth_params *p;
+    const ft_model *m; // the keys written, read back as the loader reads them
+    plan *out;
+    ft_err *err;
+} plan_ctx;
 
-static const synth_arch g_archs[] = {
-    {"qwen3moe", plan_qwen3moe, write_hparams_qwen3moe},
-    {"qwen2moe", plan_qwen2moe, write_hparams_qwen2moe},
-    {"llama", plan_llama, write_hparams_llama},
-    {"laguna", plan_laguna, write_hparams_laguna},
-};
+static bool plan_row(void *ctx, const ft_arch_tensor *t, int il) {
+    plan_ctx *c = ctx;
+    const ft_synth_params *p = c->p;
+    const ft_tensor_synth *s = &t->synth;
+    if ((t->flags & FT_TENSOR_NO_SYNTH) || (s->when && !s->when(p))) return true;
+    enum ft_type et = layer_type(p->expert_types, p->n_expert_types, il < 0 ? 0 : il);
+    enum ft_type type = FT_TYPE_F32;
+    switch (t->type) {
+    case FT_WTYPE_F32:
+    case FT_WTYPE_ANY_F32: type = FT_TYPE_F32; break;
+    case FT_WTYPE_ANY: type = p->dense_type; break;
+    case FT_WTYPE_EXPERT: type = et; break;
+    case FT_WTYPE_EXPERT_DOWN:
+        type = p->n_expert_down_types ? layer_type(p->expert_down_types, p->n_expert_down_types, il) : et;
+        break;
+    }
+    uint32_t n_dims = 0;
+    int64_t ne[3] = {1, 1, 1};
+    for (; n_dims < 3 && t->ne[n_dims] != FT_DIM_NONE; n_dims++) {
+        ne[n_dims] = t->ne[n_dims] == FT_DIM_ARCH ? c->m->arch->dim(c->m, t, il, NULL, p, c->err)
+                                                  : model_dim(c->m, il, t->ne[n_dims]);
+        if (ne[n_dims] < 0) return false;
+    }
+    float std = s->std;
+    if (s->fan == FT_FAN_IN) std = s->std * (1.0f / sqrtf((float)ne[0]));
+    if (s->fan == FT_FAN_IN_DIV) std = s->std / sqrtf((float)ne[0]);
+    char name[96];
+    model_tensor_name(t, il, name, sizeof(name));
+    plan_add(c->out, type, std, s->mean, n_dims, ne[0], ne[1], ne[2], "%s", name);
+    return true;
+}
 
-static bool check_params(const ft_synth_params *p, ft_err *err) {
+static bool has_dense_layers(const ft_arch *a) {
+    for (int i = 0; i < a->n_tensors; i++)
+        if (a->tensors[i].layers == FT_LAYERS_DENSE) return true;
+    return false;
+}
+
+bool ft_synth_has_dense_layers(const char *arch) {
+    const ft_arch *a = ft_arch_find(arch);
+    return a && has_dense_layers(a);
+}
+
+static bool check_params(const ft_synth_params *p, const ft_arch *a, ft_err *err) {
     if (p->n_layer < 1 || p->n_layer > FT_SYNTH_MAX_LAYERS)
         return ft_err_set(err, "--layers must be 1..%d, got %d", FT_SYNTH_MAX_LAYERS, p->n_layer);
     if (p->n_embd < 1 || p->n_head < 1 || p->n_head_kv < 1 || p->head_dim < 1 || p->n_ff_exp < 1)
@@ -294,13 +198,12 @@ static bool check_params(const ft_synth_params *p, ft_err *err) {
         return ft_err_set(err, "sliding-window heads %d are not a multiple of --kv-heads %d", p->n_head_swa, p->n_head_kv);
     if (p->n_dense_lead < 0 || p->n_dense_lead > p->n_layer)
         return ft_err_set(err, "leading dense layers must be 0..%d, got %d", p->n_layer, p->n_dense_lead);
-    if ((p->n_dense_lead || p->n_ff_dense) && strcmp(p->arch, "laguna"))
-        return ft_err_set(err, "--dense-lead and --dense-ff are laguna's (the %s writer has no dense layers)", p->arch);
+    if ((p->n_dense_lead || p->n_ff_dense) && !has_dense_layers(a))
+        return ft_err_set(err, "--dense-lead and --dense-ff are for architectures with dense layers (%s has none)",
+                          p->arch);
     if ((p->n_rot && (p->n_rot % 2 || p->n_rot > p->head_dim)) || (p->n_rot_swa && (p->n_rot_swa % 2 || p->n_rot_swa > p->head_dim)))
         return ft_err_set(err, "rotary dims must be even and at most --head-dim %d", p->head_dim);
-    if (!strcmp(p->arch, "qwen2moe") && p->n_head * p->head_dim != p->n_embd)
-        return ft_err_set(err, "qwen2moe needs --heads x --head-dim (%d) = --embd (%d)", p->n_head * p->head_dim, p->n_embd);
-    return true;
+    return !a->synth_check || a->synth_check(p, err);
 }
 
 static bool check_plan(const plan *pl, ft_err *err) {
@@ -337,25 +240,48 @@ static int64_t copy_vocab(const char *path, gguf_writer *w, ft_err *err) {
     return (int64_t)n_tokens;
 }
 
+// The model the loader makes of the keys written so far: ft synth takes every shape from it,
+// so the tensors it writes have the shapes ft expects. image holds the model's file.
+static ft_model *read_back(const ft_arch *a, const gguf_writer *w, void **image, ft_err *err) {
+    size_t size;
+    *image = gguf_writer_kv_image(w, &size);
+    gguf_file *f = gguf_open_buffer(*image, size, err);
+    if (!f) return NULL;
+    ft_model *m = ft_calloc(1, sizeof(*m));
+    m->arch = a;
+    m->file = f;
+    if (!model_read_hparams(m, err)) {
+        ft_err_prefix(err, "ft would not load the file");
+        ft_model_free(m);
+        return NULL;
+    }
+    return m;
+}
+
 bool ft_synth_write(const ft_synth_params *p, const char *path, ft_err *err) {
-    const synth_arch *arch = NULL;
-    for (size_t i = 0; i < FT_ARRAY_LEN(g_archs); i++)
-        if (!strcmp(g_archs[i].name, p->arch)) arch = &g_archs[i];
-    if (!arch) return ft_err_set(err, "--arch %s: unknown (ft synth knows: qwen3moe, qwen2moe, llama, laguna)", p->arch);
-    if (!check_params(p, err)) return false;
+    const ft_arch *arch = ft_arch_find(p->arch);
+    if (!arch) return ft_err_set(err, "--arch %s: unknown (ft synth knows: %s)", p->arch, ft_arch_names());
+    if (!check_params(p, arch, err)) return false;
 
     gguf_writer *w = gguf_writer_init();
     gguf_writer_set_str(w, "general.architecture", p->arch);
     gguf_writer_set_str(w, "general.name", p->name);
     gguf_writer_set_u32(w, "general.alignment", GGUF_DEFAULT_ALIGNMENT);
-    arch->write_hparams(p, w);
-    int64_t n_vocab = p->vocab_from ? copy_vocab(p->vocab_from, w, err) : synth_vocab_write_builtin(w);
+    write_keys(p, arch, w);
+    void *image = NULL;
+    ft_model *m = read_back(arch, w, &image, err);
+    int64_t n_vocab = !m               ? -1
+                      : p->vocab_from ? copy_vocab(p->vocab_from, w, err)
+                                      : synth_vocab_write_builtin(w);
     plan pl = {0};
     bool ok = n_vocab > 0;
     if (ok) {
-        arch->plan(p, n_vocab, &pl);
-        ok = check_plan(&pl, err);
+        m->hp.n_vocab = (int)n_vocab;
+        plan_ctx c = {p, m, &pl, err};
+        ok = model_for_each_row(m, plan_row, &c) && check_plan(&pl, err);
     }
+    ft_model_free(m);
+    free(image);
     for (int i = 0; ok && i < pl.n; i++)
         gguf_writer_add_tensor(w, pl.items[i].name, pl.items[i].type, pl.items[i].n_dims, pl.items[i].ne);
     ok = ok && gguf_writer_begin(w, path, err);

@@ -14,7 +14,7 @@
 #define FT_SYNTH_MAX_LAYERS 256
 
 typedef struct ft_synth_params {
-    const char *arch;         // GGUF architecture name: qwen3moe, qwen2moe, llama, laguna
+    const char *arch;         // an architecture ft runs (ft_arch_names); first: offset 0 is "no field"
     const char *name;         // general.name
     int n_layer;
     int n_embd;
@@ -58,6 +58,10 @@ ft_synth_params ft_synth_default_params(void);
 // length not divisible by a type's block size, an unknown architecture, a vocabulary file
 // without a tokenizer) or an I/O error. Progress goes to the log.
 bool ft_synth_write(const ft_synth_params *p, const char *path, ft_err *err);
+
+// Whether the architecture has leading dense layers (n_dense_lead, n_ff_dense apply); false
+// for an unknown one.
+bool ft_synth_has_dense_layers(const char *arch);
 
 // Parses a comma-separated type list ("q4_K,q4_K,bf16") into types (at most max). Returns the
 // count, or -1 and sets *err naming the bad entry.

@@ -1,0 +1,372 @@
+// test_model.c: the architecture descriptions (src/model/*.c, read by src/model/model.c and
+// synth.c): every architecture of the table synthesizes, loads and runs; what ft synth writes
+// is exactly what binding binds, checked through every tensor field of the model rather than
+// through the description; and the tables hold together.
+#include "test.h"
+#include "../src/engine/engine.h"
+#include "../src/model/model.h"
+#include "../src/model/synth.h"
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+// Every weight a model can hold, listed from the structs (not from any description).
+static const size_t g_model_fields[] = {offsetof(ft_model, tok_embd), offsetof(ft_model, output_norm),
+                                        offsetof(ft_model, output)};
+static const size_t g_layer_fields[] = {
+    offsetof(ft_layer, attn_norm),  offsetof(ft_layer, wq),         offsetof(ft_layer, wk),
+    offsetof(ft_layer, wv),         offsetof(ft_layer, bq),         offsetof(ft_layer, bk),
+    offsetof(ft_layer, bv),         offsetof(ft_layer, wo),         offsetof(ft_layer, q_norm),
+    offsetof(ft_layer, k_norm),     offsetof(ft_layer, attn_gate),  offsetof(ft_layer, ffn_norm),
+    offsetof(ft_layer, router),     offsetof(ft_layer, sel_bias),   offsetof(ft_layer, gate_exps),
+    offsetof(ft_layer, up_exps),    offsetof(ft_layer, down_exps),  offsetof(ft_layer, gate_shexp),
+    offsetof(ft_layer, up_shexp),   offsetof(ft_layer, down_shexp), offsetof(ft_layer, gate_inp_shexp),
+    offsetof(ft_layer, ffn_gate),   offsetof(ft_layer, ffn_up),     offsetof(ft_layer, ffn_down),
+};
+
+static const ft_tensor *field_tensor(const void *base, size_t off) {
+    return (const ft_tensor *)((const char *)base + off);
+}
+
+// How many ways the file's tensors and the model's bound weights disagree: a file tensor no
+// field binds, or two fields bind (the output tied to the embedding aside), or one bound with
+// another type, shape or data; a bound weight the file does not have. The first goes to why.
+static int binding_mismatches(const ft_model *m, const gguf_file *f, char *why, size_t cap) {
+    int64_t n = gguf_n_tensors(f);
+    int *bound = calloc((size_t)n, sizeof(int));
+    int bad = 0;
+    why[0] = 0;
+#define MISMATCH(...) (bad++ ? 0 : snprintf(why, cap, __VA_ARGS__))
+    for (int l = -1; l < m->hp.n_layer; l++) {
+        const void *base = l < 0 ? (const void *)m : (const void *)&m->layers[l];
+        size_t n_fields = l < 0 ? FT_ARRAY_LEN(g_model_fields) : FT_ARRAY_LEN(g_layer_fields);
+        for (size_t i = 0; i < n_fields; i++) {
+            const ft_tensor *t = field_tensor(base, l < 0 ? g_model_fields[i] : g_layer_fields[i]);
+            if (!ft_tensor_present(t)) continue;
+            if (t == &m->output && t->data == m->tok_embd.data && !gguf_find_tensor(f, "output.weight")) continue;
+            const gguf_tensor *g = gguf_find_tensor(f, t->name);
+            if (!g) {
+                MISMATCH("bound %s, which the file lacks", t->name);
+                continue;
+            }
+            bound[g - gguf_tensor_at(f, 0)]++;
+            bool same = g->type == t->type && g->data == t->data;
+            for (uint32_t d = 0; d < 3; d++) same = same && g->ne[d] == t->ne[d];
+            if (!same)
+                MISMATCH("%s bound as %s [%lld, %lld, %lld]", t->name, ft_type_name(t->type), (long long)t->ne[0],
+                         (long long)t->ne[1], (long long)t->ne[2]);
+        }
+    }
+    for (int64_t i = 0; i < n; i++) {
+        if (bound[i] == 1) continue;
+        const gguf_tensor *g = gguf_tensor_at(f, i);
+        MISMATCH("file tensor %.*s bound %d times", (int)g->name.len, g->name.ptr, bound[i]);
+    }
+#undef MISMATCH
+    free(bound);
+    return bad;
+}
+
+// Every option ft synth has, set, where the architecture takes it.
+static ft_synth_params all_options(const char *arch) {
+    ft_synth_params p = ft_synth_default_params();
+    p.arch = arch;
+    p.n_layer = 5;
+    p.n_expert_types = 2;
+    p.expert_types[0] = FT_TYPE_Q4_K;
+    p.expert_types[1] = FT_TYPE_Q8_0;
+    p.n_expert_down_types = 1;
+    p.expert_down_types[0] = FT_TYPE_Q6_K;
+    p.n_ff_shexp = 128;
+    p.qkv_bias = true;
+    if (ft_synth_has_dense_layers(arch)) p.n_dense_lead = 2, p.n_ff_dense = 384;
+    p.n_swa = 16;
+    p.n_head_swa = 8;
+    p.n_rot_swa = 32;
+    p.rope_freq_base_swa = 5000.0f;
+    p.yarn_factor = 4.0f;
+    p.gate_per_element = true;
+    p.expert_weights_scale = 2.0f;
+    return p;
+}
+
+// The hyper-parameters ft reads back are the ones ft synth was given.
+static void check_hparams(const char *label, const ft_model *m, const ft_synth_params *p) {
+    const ft_hparams *hp = &m->hp;
+    CHECK(hp->n_layer == p->n_layer && hp->n_embd == p->n_embd && hp->n_ctx_train == p->n_ctx_train, "%s", label);
+    CHECK(hp->head_dim == p->head_dim && hp->n_head_kv == p->n_head_kv, "%s", label);
+    CHECK(hp->n_expert == p->n_expert && hp->n_expert_used == p->n_expert_used, "%s", label);
+    CHECK(hp->n_ff_exp == p->n_ff_exp, "%s: experts %d wide, not %d", label, hp->n_ff_exp, p->n_ff_exp);
+    CHECK(hp->rms_eps == p->rms_eps && hp->rope.freq_base == p->rope_freq_base, "%s", label);
+    CHECK(hp->n_dense_lead == p->n_dense_lead, "%s: %d dense layers", label, hp->n_dense_lead);
+    for (int l = 0; l < hp->n_layer; l++) {
+        CHECK(m->layers[l].is_moe == (l >= p->n_dense_lead), "%s: layer %d", label, l);
+        CHECK(m->layers[l].n_head == p->n_head || m->layers[l].n_head == p->n_head_swa, "%s: layer %d", label, l);
+    }
+}
+
+// A few tokens through the engine: the layer code of the architecture runs on what was bound.
+static void check_runs(const char *label, ft_model *m) {
+    ft_engine_params ep = ft_engine_default_params();
+    ep.n_threads = 1;
+    ep.n_ctx = 16;
+    ft_err err = {{0}};
+    ft_engine *e = ft_engine_init(m, &ep, &err);
+    REQUIRE(e, "%s: %s", label, err.msg);
+    int32_t toks[4] = {3, 100, 7, 42};
+    const float *logits = ft_engine_eval(e, toks, 4, &err);
+    CHECK(logits, "%s: %s", label, err.msg);
+    bool finite = logits != NULL, varied = false;
+    for (int i = 0; logits && i < m->hp.n_vocab; i++) {
+        finite = finite && isfinite(logits[i]);
+        varied = varied || logits[i] != logits[0];
+    }
+    CHECK(finite && varied, "%s: logits finite %d, varied %d", label, finite, varied);
+    ft_engine_free(e);
+}
+
+// Each architecture of the table, with its defaults and with every option: ft synth writes
+// it, ft loads it with the hyper-parameters it was given, binds each tensor of the file once
+// into the field it belongs to, and runs it.
+TEST(model_every_arch_synthesizes_loads_and_runs) {
+    REQUIRE(ft_arch_count() >= 4);
+    for (int a = 0; a < ft_arch_count(); a++) {
+        const char *arch = ft_arch_at(a)->name;
+        for (int variant = 0; variant < 2; variant++) {
+            ft_synth_params p = variant ? all_options(arch) : ft_synth_default_params();
+            p.arch = arch;
+            char label[96];
+            snprintf(label, sizeof(label), "%s, %s", arch, variant ? "every option" : "defaults");
+            const char *path = test_path("arch_round_trip.gguf");
+            ft_err err = {{0}};
+            REQUIRE(ft_synth_write(&p, path, &err), "%s: synth: %s", label, err.msg);
+            ft_model *m = ft_model_load(path, &err);
+            REQUIRE(m, "%s: load: %s", label, err.msg);
+            CHECK(m->arch == ft_arch_at(a), "%s", label);
+            check_hparams(label, m, &p);
+            char why[256];
+            CHECK(binding_mismatches(m, m->file, why, sizeof(why)) == 0, "%s: %s", label, why);
+            check_runs(label, m);
+            ft_model_free(m);
+        }
+    }
+}
+
+// Copies the model src to dst without the tensors named in drop (NULL-terminated), with the
+// key `key` set to the u32 key_value, and with extra_tensor (f32, n_extra zeros), when given.
+static bool rewrite(const char *src, const char *dst, const char *const *drop, const char *key,
+                    uint32_t key_value, const char *extra_tensor, int64_t n_extra) {
+    ft_err err = {{0}};
+    gguf_file *f = gguf_open(src, &err);
+    if (!f) return test_fail(__FILE__, __LINE__, "%s", err.msg), false;
+    gguf_writer *w = gguf_writer_init();
+    for (int64_t i = 0; i < gguf_n_kv(f); i++) gguf_writer_copy_kv(w, f, i);
+    if (key) gguf_writer_set_u32(w, key, key_value);
+    bool *keep = calloc((size_t)gguf_n_tensors(f), sizeof(bool));
+    for (int64_t i = 0; i < gguf_n_tensors(f); i++) {
+        const gguf_tensor *t = gguf_tensor_at(f, i);
+        char name[128];
+        snprintf(name, sizeof(name), "%.*s", (int)t->name.len, t->name.ptr);
+        keep[i] = true;
+        for (int d = 0; drop && drop[d]; d++) keep[i] = keep[i] && strcmp(drop[d], name);
+        if (keep[i]) gguf_writer_add_tensor(w, name, t->type, t->n_dims, t->ne);
+    }
+    const int64_t ne[4] = {n_extra, 1, 1, 1};
+    if (extra_tensor) gguf_writer_add_tensor(w, extra_tensor, FT_TYPE_F32, 1, ne);
+    bool ok = gguf_writer_begin(w, dst, &err);
+    for (int64_t i = 0; ok && i < gguf_n_tensors(f); i++)
+        if (keep[i]) ok = gguf_writer_tensor_data(w, gguf_tensor_at(f, i)->data, gguf_tensor_at(f, i)->bytes, &err);
+    float *zeros = calloc((size_t)n_extra + 1, sizeof(float));
+    if (ok && extra_tensor) ok = gguf_writer_tensor_data(w, zeros, (uint64_t)n_extra * sizeof(float), &err);
+    ok = ok && gguf_writer_finish(w, &err);
+    if (!ok) test_fail(__FILE__, __LINE__, "%s", err.msg);
+    free(zeros);
+    free(keep);
+    gguf_writer_free(w);
+    gguf_close(f);
+    return ok;
+}
+
+// The check above fails where synth and binding disagree: here a file with a tensor its
+// architecture has no place for, next to one it binds where a file has it.
+TEST(model_synth_binding_check_can_fail) {
+    ft_synth_params p = ft_synth_default_params();
+    p.n_layer = 2;
+    ft_err err = {{0}};
+    const char *path = test_path("arch_extra_src.gguf"), *out = test_path("arch_extra.gguf");
+    REQUIRE(ft_synth_write(&p, path, &err), "%s", err.msg);
+    REQUIRE(rewrite(path, out, NULL, NULL, 0, "blk.0.attn_sinks.weight", 4));
+    const char *bias = test_path("arch_bias.gguf");
+    REQUIRE(rewrite(out, bias, NULL, NULL, 0, "blk.0.attn_q.bias", p.n_head * p.head_dim));
+    ft_model *m = ft_model_load(bias, &err);
+    REQUIRE(m, "%s", err.msg);
+    CHECK(ft_tensor_present(&m->layers[0].bq), "qwen3moe binds Q biases a file has");
+    char why[256];
+    CHECK(binding_mismatches(m, m->file, why, sizeof(why)) == 1, "wanted the one unbound tensor: %s", why);
+    CHECK(strstr(why, "blk.0.attn_sinks.weight") && strstr(why, "bound 0 times"), "%s", why);
+    ft_model_free(m);
+}
+
+// `ft inspect` reads a file against its architecture's description: it marks the tensor and
+// the key the architecture does not use, shows the defaults it applies, and lists every
+// tensor that keeps the file from loading (ft_model_load names only the first).
+TEST(model_inspect_shows_the_file_against_its_description) {
+    ft_synth_params p = ft_synth_default_params();
+    p.n_layer = 2;
+    ft_err err = {{0}};
+    const char *src = test_path("inspect_src.gguf");
+    REQUIRE(ft_synth_write(&p, src, &err), "%s", err.msg);
+    char extra[512], missing[512], cmd[2048];
+    snprintf(extra, sizeof(extra), "%s", test_path("inspect_extra.gguf"));
+    snprintf(missing, sizeof(missing), "%s", test_path("inspect_missing.gguf"));
+    REQUIRE(rewrite(src, extra, NULL, "qwen3moe.attention.sliding_window", 8, "blk.1.attn_sinks.weight", 4));
+    const char *drop[] = {"blk.0.ffn_up_exps.weight", "output_norm.weight", NULL};
+    REQUIRE(rewrite(src, missing, drop, NULL, 0, NULL, 0));
+
+    static char out[1 << 20];
+    snprintf(cmd, sizeof(cmd), "%s inspect --json '%s'", test_ft_bin(), extra);
+    REQUIRE(test_run(cmd, out, sizeof(out)) == 0, "%s", out);
+    json_error_t je;
+    json_t *o = json_loads(out, 0, &je);
+    REQUIRE(o, "not JSON: %s", je.text);
+    CHECK(json_is_true(json_object_get(o, "loads")));
+    json_t *unread = json_object_get(o, "hparams_unread");
+    CHECK(json_array_size(unread) == 1 && !strcmp(json_string_value(json_array_get(unread, 0)), "attention.sliding_window"));
+    json_t *read = json_object_get(o, "hparams_read");
+    CHECK(json_integer_value(json_object_get(read, "rope.dimension_count")) == p.head_dim, "the default: the head size");
+    CHECK(json_integer_value(json_object_get(read, "attention.head_count")) == p.n_head);
+    json_t *ts = json_object_get(o, "tensors");
+    int unused = 0;
+    for (size_t i = 0; i < json_array_size(ts); i++) {
+        json_t *t = json_array_get(ts, i);
+        if (json_is_true(json_object_get(t, "used"))) continue;
+        unused++;
+        CHECK(!strcmp(json_string_value(json_object_get(t, "name")), "blk.1.attn_sinks.weight"));
+    }
+    CHECK(unused == 1, "%d unused tensors", unused);
+    json_decref(o);
+    snprintf(cmd, sizeof(cmd), "%s inspect '%s'", test_ft_bin(), extra);
+    REQUIRE(test_run(cmd, out, sizeof(out)) == 0, "%s", out);
+    CHECK(strstr(out, "(ft loads it)") && strstr(out, "(not used by qwen3moe)") && strstr(out, "(not read by ft)"),
+          "%s", out);
+
+    snprintf(cmd, sizeof(cmd), "%s inspect --json '%s'", test_ft_bin(), missing);
+    REQUIRE(test_run(cmd, out, sizeof(out)) == 0, "a file ft cannot load is still shown: %s", out);
+    o = json_loads(out, 0, &je);
+    REQUIRE(o, "not JSON: %s", je.text);
+    CHECK(json_is_false(json_object_get(o, "loads")));
+    json_t *problems = json_object_get(o, "problems");
+    CHECK(json_array_size(problems) == 2, "%zu problems", json_array_size(problems));
+    CHECK(strstr(json_string_value(json_array_get(problems, 0)), "blk.0.ffn_up_exps.weight: missing"));
+    CHECK(strstr(json_string_value(json_array_get(problems, 1)), "output_norm.weight: missing"));
+    json_decref(o);
+    ft_model *m = ft_model_load(missing, &err);
+    CHECK(!m && strstr(err.msg, "tensor blk.0.ffn_up_exps.weight: missing"), "%s", err.msg);
+}
+
+// A key out of its row's range, or out of a range set by other keys, or failing a rule of the
+// architecture's hook, is refused with a message that names the key and what it should be.
+TEST(model_load_names_the_bad_key) {
+    static const struct {
+        const char *arch, *key;
+        uint32_t value;
+        const char *msg;
+    } cases[] = {
+        {"qwen3moe", "qwen3moe.rope.dimension_count", 66, "key qwen3moe.rope.dimension_count = 66: out of range [2, 64]"},
+        {"qwen3moe", "qwen3moe.rope.dimension_count", 7, "key qwen3moe.rope.dimension_count 7: must be even"},
+        {"qwen3moe", "qwen3moe.attention.head_count_kv", 3, "layer 0 has 4 heads, not a multiple of 3 KV heads"},
+        {"qwen3moe", "qwen3moe.expert_used_count", 9, "key qwen3moe.expert_used_count 9 exceeds expert_count 8"},
+        {"qwen3moe", "qwen3moe.block_count", 0, "key qwen3moe.block_count = 0: out of range [1, 4096]"},
+        {"qwen2moe", "qwen2moe.attention.value_length", 32, "key qwen2moe.attention.value_length 32 differs from key_length 64"},
+        {"llama", "llama.rope.dimension_count", 32, "key llama.rope.dimension_count 32: must equal the head size 64"},
+        {"laguna", "laguna.leading_dense_block_count", 5, "key laguna.leading_dense_block_count = 5: out of range [0, 4]"},
+        {"laguna", "laguna.expert_gating_func", 3, "key laguna.expert_gating_func = 3: only softmax (1) and sigmoid (2)"},
+        {"laguna", "laguna.attention.sliding_window_pattern", 0,
+         "key laguna.attention.sliding_window_pattern = 0: out of range [1, 4096]"},
+    };
+    for (size_t i = 0; i < FT_ARRAY_LEN(cases); i++) {
+        ft_synth_params p = ft_synth_default_params();
+        p.arch = cases[i].arch;
+        ft_err err = {{0}};
+        const char *src = test_path("bad_key_src.gguf"), *dst = test_path("bad_key.gguf");
+        REQUIRE(ft_synth_write(&p, src, &err), "%s", err.msg);
+        REQUIRE(rewrite(src, dst, NULL, cases[i].key, cases[i].value, NULL, 0));
+        ft_model *m = ft_model_load(dst, &err);
+        CHECK(!m && strstr(err.msg, cases[i].msg), "%s = %u: %s", cases[i].key, cases[i].value, m ? "loads" : err.msg);
+        ft_model_free(m);
+    }
+    // and a key the file lacks
+    const char *src = test_path("bad_key_src.gguf"), *dst = test_path("bad_key.gguf");
+    ft_synth_params p = ft_synth_default_params();
+    p.arch = "laguna";
+    ft_err err = {{0}};
+    REQUIRE(ft_synth_write(&p, src, &err), "%s", err.msg);
+    gguf_file *f = gguf_open(src, &err);
+    REQUIRE(f, "%s", err.msg);
+    gguf_writer *w = gguf_writer_init();
+    for (int64_t i = 0; i < gguf_n_kv(f); i++)
+        if (!gguf_str_eq(gguf_kv_key(f, i), "laguna.leading_dense_block_count")) gguf_writer_copy_kv(w, f, i);
+    REQUIRE(gguf_writer_begin(w, dst, &err) && gguf_writer_finish(w, &err), "%s", err.msg);
+    gguf_writer_free(w);
+    gguf_close(f);
+    ft_model *m = ft_model_load(dst, &err);
+    CHECK(!m && strstr(err.msg, "missing key laguna.leading_dense_block_count"), "%s", m ? "loads" : err.msg);
+    ft_model_free(m);
+}
+
+static bool layers_overlap(enum ft_layers a, enum ft_layers b) {
+    if (a == FT_LAYERS_NONE || b == FT_LAYERS_NONE) return a == b;
+    return a == FT_LAYERS_ALL || b == FT_LAYERS_ALL || a == b;
+}
+
+// The tables of every architecture hold together: names and fields where the loader and ft
+// synth expect them, no two rows filling one field of one layer, and each architecture in the
+// list of names.
+TEST(model_descriptions_hold_together) {
+    for (int a = 0; a < ft_arch_count(); a++) {
+        const ft_arch *arch = ft_arch_at(a);
+        CHECK(strstr(ft_arch_names(), arch->name) && arch->layer, "%s", arch->name);
+        bool seen_block_count = false;
+        for (int i = 0; i < arch->n_keys; i++) {
+            const ft_arch_key *k = &arch->keys[i];
+            seen_block_count = seen_block_count || !strcmp(k->suffix, "block_count");
+            for (int j = 0; j < i; j++) CHECK(strcmp(k->suffix, arch->keys[j].suffix), "%s.%s twice", arch->name, k->suffix);
+            bool per_layer = k->type == FT_KEY_TYPE_U32_LAYERS && !(k->flags & FT_KEY_UNIFORM);
+            if (k->type == FT_KEY_TYPE_U32_LAYERS) CHECK(seen_block_count, "%s.%s before block_count", arch->name, k->suffix);
+            if (k->field != FT_KEY_NO_FIELD)
+                CHECK(k->field + sizeof(int) <= (per_layer ? sizeof(ft_layer) : sizeof(ft_hparams)), "%s.%s", arch->name,
+                      k->suffix);
+            CHECK(k->type != FT_KEY_TYPE_STR || k->field == FT_KEY_NO_FIELD, "%s.%s", arch->name, k->suffix);
+            CHECK(!k->synth.per_layer || k->type == FT_KEY_TYPE_U32_LAYERS, "%s.%s", arch->name, k->suffix);
+            CHECK(!k->synth.write || k->type != FT_KEY_TYPE_STR || k->synth.str, "%s.%s", arch->name, k->suffix);
+        }
+        for (int i = 0; i < arch->n_tensors; i++) {
+            const ft_arch_tensor *t = &arch->tensors[i];
+            const char *pct = strchr(t->name, '%');
+            if (t->layers == FT_LAYERS_NONE) {
+                CHECK(!pct, "%s: %s", arch->name, t->name);
+                CHECK(t->field + sizeof(ft_tensor) <= sizeof(ft_model), "%s: %s", arch->name, t->name);
+            } else {
+                bool one_layer_slot = pct && pct[1] == 'd' && !strchr(pct + 1, pct[0]);
+                CHECK(one_layer_slot, "%s: %s", arch->name, t->name);
+                CHECK(t->field + sizeof(ft_tensor) <= sizeof(ft_layer), "%s: %s", arch->name, t->name);
+            }
+            bool aligned = t->field % _Alignof(ft_tensor) == 0;
+            CHECK(aligned, "%s: %s", arch->name, t->name);
+            CHECK(t->ne[0] != FT_DIM_NONE, "%s: %s has no shape", arch->name, t->name);
+            for (int d = 1; d < 3; d++)
+                CHECK(t->ne[d - 1] != FT_DIM_NONE || t->ne[d] == FT_DIM_NONE, "%s: %s", arch->name, t->name);
+            for (int d = 0; d < 3; d++) CHECK(t->ne[d] != FT_DIM_ARCH || arch->dim, "%s: %s", arch->name, t->name);
+            for (int j = 0; j < i; j++) {
+                const ft_arch_tensor *u = &arch->tensors[j];
+                CHECK(strcmp(t->name, u->name), "%s: %s twice", arch->name, t->name);
+                CHECK(t->field != u->field || !layers_overlap(t->layers, u->layers), "%s: %s and %s fill one field",
+                      arch->name, u->name, t->name);
+            }
+        }
+    }
+    CHECK(ft_synth_has_dense_layers("laguna") && !ft_synth_has_dense_layers("qwen3moe") &&
+          !ft_synth_has_dense_layers("nosucharch"));
+}
