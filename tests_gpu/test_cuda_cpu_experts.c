@@ -129,10 +129,13 @@ static void model_case(const char *arch, bool strict, const schedule *sc) {
     unsetenv("FT_CPU_EXPERTS_ROUTE");
     if (ok) {
         // where the weights went: experts in host memory, the rest (the router too) on the GPU
-        const ft_layer *l = &cpumode.m->layers[sp.n_dense_lead];
+        // (the engines' copies: the model itself stays in the mapping, on the host)
+        const ft_layer *l = &ft_engine_weights(cpumode.e)->layers[sp.n_dense_lead];
         CHECK(l->is_moe && l->gate_exps.placement == FT_PLACEMENT_CPU && l->down_exps.placement == FT_PLACEMENT_CPU);
         CHECK(l->router.placement == FT_PLACEMENT_CUDA && l->wq.placement == FT_PLACEMENT_CUDA);
-        CHECK(fused.m->layers[sp.n_dense_lead].gate_exps.placement == FT_PLACEMENT_CUDA);
+        CHECK(ft_engine_weights(fused.e)->layers[sp.n_dense_lead].gate_exps.placement == FT_PLACEMENT_CUDA);
+        CHECK(cpumode.m->layers[sp.n_dense_lead].wq.placement == FT_PLACEMENT_CPU, "the model is never changed");
+        CHECK(ft_engine_moe_backend(cpumode.e) == FT_MOE_BACKEND_CPU && ft_engine_moe_backend(fused.e) == FT_MOE_BACKEND_FUSED);
 
         int n_vocab = cpu.n_vocab;
         int32_t prompt[120];

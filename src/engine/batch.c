@@ -204,6 +204,7 @@ int ft_batch_n_open(const ft_batch *b) { return b->n_open; }
 const ft_model *ft_batch_model(const ft_batch *b) { return b->m; }
 ft_backend *ft_batch_backend(ft_batch *b) { return b->be; }
 enum ft_moe_backend ft_batch_moe_backend(const ft_batch *b) { return b->moe_backend; }
+const ft_weights *ft_batch_weights(const ft_batch *b) { return b->w; }
 
 bool ft_batch_moe_stats(ft_batch *b, ft_moe_stats *out) {
     if (!b->be->ops->expert_cache_stats) {

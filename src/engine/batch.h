@@ -69,6 +69,8 @@ long ft_batch_positions_used(const ft_batch *b);
 const ft_model *ft_batch_model(const ft_batch *b);
 // The backend the steps run on (for its statistics, e.g. min_route_gap).
 ft_backend *ft_batch_backend(ft_batch *b);
+// The model's weights as the batch's backend holds them (where each tensor was placed).
+const ft_weights *ft_batch_weights(const ft_batch *b);
 // The --moe-backend the batch runs (auto resolved; fused on the CPU device).
 enum ft_moe_backend ft_batch_moe_backend(const ft_batch *b);
 // The expert cache's counters (see ft_engine_moe_stats); false without a cache.

@@ -77,6 +77,8 @@ float ft_engine_route_gap(const ft_engine *e);
 void ft_engine_reset(ft_engine *e);
 int ft_engine_pos(const ft_engine *e);
 int ft_engine_n_ctx(const ft_engine *e);
+// The model's weights as the engine's backend holds them (where each tensor was placed).
+const ft_weights *ft_engine_weights(const ft_engine *e);
 const ft_model *ft_engine_model(const ft_engine *e);
 
 // ---------------------------------------------------------------------------------------------
