@@ -29,6 +29,83 @@
 #define FT_FAN(s, ...) {.std = (s), .fan = FT_FAN_IN, __VA_ARGS__}
 #define FT_FAN_DIV(s, ...) {.std = (s), .fan = FT_FAN_IN_DIV, __VA_ARGS__}
 
+// The tensors most architectures share, as rows for their tables (ft synth writes a file's
+// tensors in the order its table lists them).
+
+// the token embedding table (the output too when output.weight is absent)
+#define MODEL_TENSOR_TOKEN_EMBD                                                                     \
+    {"token_embd.weight", FT_LAYERS_NONE, {FT_DIM_EMBD, FT_DIM_VOCAB},                              \
+     FT_WTYPE_ANY, 0, MODEL(tok_embd), FT_STD(1.0f)}
+
+// the attention block's input norm and the Q, K, V projections
+#define MODEL_TENSORS_ATTENTION_QKV                                                                 \
+    {"blk.%d.attn_norm.weight", FT_LAYERS_ALL, {FT_DIM_EMBD},                                       \
+     FT_WTYPE_F32, 0, LAYER(attn_norm), FT_NORM},                                                   \
+    {"blk.%d.attn_q.weight", FT_LAYERS_ALL, {FT_DIM_EMBD, FT_DIM_Q},                                \
+     FT_WTYPE_ANY, 0, LAYER(wq), FT_FAN(1.0f)},                                                     \
+    {"blk.%d.attn_k.weight", FT_LAYERS_ALL, {FT_DIM_EMBD, FT_DIM_KV},                               \
+     FT_WTYPE_ANY, 0, LAYER(wk), FT_FAN(1.0f)},                                                     \
+    {"blk.%d.attn_v.weight", FT_LAYERS_ALL, {FT_DIM_EMBD, FT_DIM_KV},                               \
+     FT_WTYPE_ANY, 0, LAYER(wv), FT_FAN(1.0f)}
+
+// Q/K/V biases where the file has them (ft synth writes none)
+#define MODEL_TENSORS_QKV_BIAS_OPTIONAL                                                             \
+    {"blk.%d.attn_q.bias", FT_LAYERS_ALL, {FT_DIM_Q},                                               \
+     FT_WTYPE_F32, FT_TENSOR_OPTIONAL | FT_TENSOR_NO_SYNTH, LAYER(bq), FT_STD(0.1f)},               \
+    {"blk.%d.attn_k.bias", FT_LAYERS_ALL, {FT_DIM_KV},                                              \
+     FT_WTYPE_F32, FT_TENSOR_OPTIONAL | FT_TENSOR_NO_SYNTH, LAYER(bk), FT_STD(0.1f)},               \
+    {"blk.%d.attn_v.bias", FT_LAYERS_ALL, {FT_DIM_KV},                                              \
+     FT_WTYPE_F32, FT_TENSOR_OPTIONAL | FT_TENSOR_NO_SYNTH, LAYER(bv), FT_STD(0.1f)}
+
+// the attention output projection
+#define MODEL_TENSOR_ATTN_OUTPUT                                                                    \
+    {"blk.%d.attn_output.weight", FT_LAYERS_ALL, {FT_DIM_Q, FT_DIM_EMBD},                           \
+     FT_WTYPE_ANY, 0, LAYER(wo), FT_FAN(1.0f)}
+
+// per-head RMSNorm weights of Q and K
+#define MODEL_TENSORS_QK_NORM                                                                       \
+    {"blk.%d.attn_q_norm.weight", FT_LAYERS_ALL, {FT_DIM_HEAD},                                     \
+     FT_WTYPE_F32, 0, LAYER(q_norm), FT_NORM},                                                      \
+    {"blk.%d.attn_k_norm.weight", FT_LAYERS_ALL, {FT_DIM_HEAD},                                     \
+     FT_WTYPE_F32, 0, LAYER(k_norm), FT_NORM}
+
+// the FFN block's input norm
+#define MODEL_TENSOR_FFN_NORM                                                                       \
+    {"blk.%d.ffn_norm.weight", FT_LAYERS_ALL, {FT_DIM_EMBD},                                        \
+     FT_WTYPE_F32, 0, LAYER(ffn_norm), FT_NORM}
+
+// the router (ft synth: logits of a few units, some experts clearly preferred, not one always)
+// and the three expert banks of MoE layers
+#define MODEL_TENSORS_ROUTED_EXPERTS                                                                \
+    {"blk.%d.ffn_gate_inp.weight", FT_LAYERS_MOE, {FT_DIM_EMBD, FT_DIM_EXPERT},                     \
+     FT_WTYPE_ANY_F32, 0, LAYER(router), FT_FAN(1.5f)},                                             \
+    {"blk.%d.ffn_gate_exps.weight", FT_LAYERS_MOE, {FT_DIM_EMBD, FT_DIM_FF_EXP, FT_DIM_EXPERT},     \
+     FT_WTYPE_EXPERT, 0, LAYER(gate_exps), FT_FAN(1.0f)},                                           \
+    {"blk.%d.ffn_up_exps.weight", FT_LAYERS_MOE, {FT_DIM_EMBD, FT_DIM_FF_EXP, FT_DIM_EXPERT},       \
+     FT_WTYPE_EXPERT, 0, LAYER(up_exps), FT_FAN(1.0f)},                                             \
+    {"blk.%d.ffn_down_exps.weight", FT_LAYERS_MOE, {FT_DIM_FF_EXP, FT_DIM_EMBD, FT_DIM_EXPERT},     \
+     FT_WTYPE_EXPERT_DOWN, 0, LAYER(down_exps), FT_FAN(1.0f)}
+
+// the shared expert of MoE layers
+#define MODEL_TENSORS_SHARED_EXPERT                                                                 \
+    {"blk.%d.ffn_gate_shexp.weight", FT_LAYERS_MOE, {FT_DIM_EMBD, FT_DIM_FF_SHEXP},                 \
+     FT_WTYPE_ANY, 0, LAYER(gate_shexp), FT_FAN(1.0f)},                                             \
+    {"blk.%d.ffn_up_shexp.weight", FT_LAYERS_MOE, {FT_DIM_EMBD, FT_DIM_FF_SHEXP},                   \
+     FT_WTYPE_ANY, 0, LAYER(up_shexp), FT_FAN(1.0f)},                                               \
+    {"blk.%d.ffn_down_shexp.weight", FT_LAYERS_MOE, {FT_DIM_FF_SHEXP, FT_DIM_EMBD},                 \
+     FT_WTYPE_ANY, 0, LAYER(down_shexp), FT_FAN(1.0f)}
+
+// the final norm
+#define MODEL_TENSOR_OUTPUT_NORM                                                                    \
+    {"output_norm.weight", FT_LAYERS_NONE, {FT_DIM_EMBD},                                           \
+     FT_WTYPE_F32, 0, MODEL(output_norm), FT_NORM}
+
+// the output projection, absent where the file ties it to token_embd; the argument is ft synth's
+// value scale (logits with a spread of a few units over the vocabulary)
+#define MODEL_TENSOR_OUTPUT(...)                                                                    \
+    {"output.weight", FT_LAYERS_NONE, {FT_DIM_EMBD, FT_DIM_VOCAB},                                  \
+     FT_WTYPE_ANY, FT_TENSOR_OPTIONAL, MODEL(output), __VA_ARGS__}
+
 // The keys every architecture reads, as rows for its table (ft synth writes them in the
 // order the table lists them). The ones taking arguments are written differently (or not at
 // all) by the architectures: the argument is the row's ft synth value (FT_NO_SYNTH: none).
@@ -99,6 +176,18 @@
 bool synth_has_n_rot(const ft_synth_params *p);
 // feed_forward_length as all the experts a token uses (Qwen's files say it so)
 int64_t synth_ff_used_experts(const ft_synth_params *p, int il);
+
+
+// Runs of the rows above that every architecture lists together, in this order.
+#define MODEL_KEYS_SIZES MODEL_KEY_CONTEXT_LENGTH, MODEL_KEY_EMBEDDING_LENGTH, MODEL_KEY_BLOCK_COUNT
+// after feed_forward_length: the attention's shape, the norm, RoPE's base and the expert counts
+#define MODEL_KEYS_ATTENTION_EXPERTS                                                                        \
+    MODEL_KEY_HEAD_COUNT_KV, MODEL_KEY_KEY_LENGTH, MODEL_KEY_VALUE_LENGTH, MODEL_KEY_RMS_EPS,               \
+    MODEL_KEY_ROPE_FREQ_BASE, MODEL_KEY_EXPERT_COUNT, MODEL_KEY_EXPERT_USED_COUNT, MODEL_KEY_ROPE_DIMENSION_COUNT
+// context extension as the file says; ft synth writes none of it
+#define MODEL_KEYS_ROPE_SCALING_READ_ONLY                                                                   \
+    MODEL_KEY_ROPE_SCALING_TYPE(FT_NO_SYNTH), MODEL_KEY_ROPE_SCALING_FACTOR(FT_NO_SYNTH),                   \
+    MODEL_KEY_ROPE_SCALING_ATTN_FACTOR, MODEL_KEY_ROPE_SCALE_LINEAR, MODEL_KEY_ROPE_SCALING_ORIG_CTX(FT_NO_SYNTH)
 
 // ---- hyper-parameters
 
