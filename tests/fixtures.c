@@ -2,8 +2,10 @@
 #include "fixtures.h"
 #include "../src/gguf/gguf.h"
 
+#include <dirent.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 // ---------------------------------------------------------------------------------------------
@@ -197,4 +199,28 @@ void fixture_buf_str(fixture_buf *b, const char *s) {
 void fixture_buf_free(fixture_buf *b) {
     free(b->p);
     *b = (fixture_buf){0};
+}
+
+int fixture_for_each_source(const char *dir, void (*fn)(void *ctx, const char *path), void *ctx) {
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.') continue;
+        char path[1024];
+        snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+        struct stat st;
+        if (stat(path, &st) != 0) continue;
+        if (S_ISDIR(st.st_mode)) {
+            n += fixture_for_each_source(path, fn, ctx);
+            continue;
+        }
+        const char *dot = strrchr(e->d_name, '.');
+        if (!dot || (strcmp(dot, ".c") && strcmp(dot, ".h") && strcmp(dot, ".cu") && strcmp(dot, ".cuh"))) continue;
+        fn(ctx, path);
+        n++;
+    }
+    closedir(d);
+    return n;
 }

@@ -68,6 +68,10 @@ ft_tensor fixture_kv_cache(enum ft_type t, int width, int n_ctx);
 // NUL). Returns NULL when it cannot be opened or read whole; records no failure.
 char *fixture_read_file(const char *path, size_t *len);
 
+// Calls fn with the path of every C, CUDA and header file (.c .h .cu .cuh) under dir, in its
+// subfolders too (hidden entries skipped); returns how many.
+int fixture_for_each_source(const char *dir, void (*fn)(void *ctx, const char *path), void *ctx);
+
 // The tokenizer of a GGUF file. Returns NULL after a recorded failure (naming the path).
 tok_vocab *fixture_vocab(const char *path);
 

@@ -1,10 +1,9 @@
 // test_env.c: the FT_* environment table (src/util/env.h): its accessors' rules, its list
 // against docs/development.md, and that no file under src/ reads an FT_* variable beside it.
-#include "test.h"
+#include "fixtures.h"
 #include "../src/util/env.h"
 #include "../src/util/util.h"
 
-#include <dirent.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -100,38 +99,21 @@ TEST(env_flag_rules) {
     env_pop(s);
 }
 
-// Counts the getenv("FT_ calls in the C, CUDA and header files under dir (recursively), naming
-// each file that has one; src/util/env.c itself reads by name, not by literal.
-static int ft_getenv_calls(const char *dir) {
-    DIR *d = opendir(dir);
-    if (!d) return 0;
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        if (e->d_name[0] == '.') continue;
-        char path[1024];
-        snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
-        const char *dot = strrchr(e->d_name, '.');
-        if (!dot) {
-            n += ft_getenv_calls(path);
-            continue;
-        }
-        if (strcmp(dot, ".c") && strcmp(dot, ".h") && strcmp(dot, ".cu") && strcmp(dot, ".cuh")) continue;
-        char *s = read_text(path);
-        if (!s) continue;
-        for (const char *p = s; (p = strstr(p, "getenv(\"FT_")); p++) {
-            test_fail(__FILE__, __LINE__, "%s reads an FT_ variable with getenv: add it to src/util/env.c", path);
-            n++;
-        }
-        free(s);
+// Fails for each getenv("FT_ call in a source file (ctx counts them); src/util/env.c itself
+// reads by name, not by literal.
+static void ft_getenv_calls(void *ctx, const char *path) {
+    char *s = read_text(path);
+    if (!s) return;
+    for (const char *p = s; (p = strstr(p, "getenv(\"FT_")); p++) {
+        test_fail(__FILE__, __LINE__, "%s reads an FT_ variable with getenv: add it to src/util/env.c", path);
+        ++*(int *)ctx;
     }
-    closedir(d);
-    return n;
+    free(s);
 }
 
 TEST(env_no_ft_getenv_outside_the_table) {
-    DIR *d = opendir("src");
-    REQUIRE(d, "src/: not found (the tests run from the repository root)");
-    closedir(d);
-    CHECK(ft_getenv_calls("src") == 0);
+    int calls = 0;
+    REQUIRE(fixture_for_each_source("src", ft_getenv_calls, &calls) > 100,
+            "src/: not found (the tests run from the repository root)");
+    CHECK(calls == 0);
 }

@@ -3,13 +3,11 @@
 // a file under src/M/ names a file of M or of a module below M (tokenizer and kv are on one
 // level and include neither each other), and only src/backend/ includes src/backend/cuda/:
 // the rest of the engine sees backend.h and its constructor.
-#include "test.h"
+#include "fixtures.h"
 
-#include <dirent.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 static const struct {
     const char *name;
@@ -86,25 +84,14 @@ static void check_file(const char *path) {
     fclose(f);
 }
 
-static void walk(const char *dir) {
-    DIR *d = opendir(dir);
-    if (!d) return;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        if (e->d_name[0] == '.') continue;
-        char p[PATH_MAX];
-        snprintf(p, sizeof(p), "%s/%s", dir, e->d_name);
-        struct stat st;
-        if (stat(p, &st) != 0) continue;
-        if (S_ISDIR(st.st_mode)) walk(p);
-        else if (strstr(e->d_name, ".c") || strstr(e->d_name, ".h") || strstr(e->d_name, ".cu")) check_file(p);
-    }
-    closedir(d);
+static void check_source(void *ctx, const char *path) {
+    (void)ctx;
+    check_file(path);
 }
 
 TEST(layering_follows_the_module_order) {
     g_files = g_includes = 0;
-    walk("src");
+    fixture_for_each_source("src", check_source, NULL);
     REQUIRE(g_files > 100 && g_includes > 200, "scanned %d files, %d includes: run from the repository root", g_files,
             g_includes);
     printf("    %d files, %d includes between modules of src/\n", g_files, g_includes);
