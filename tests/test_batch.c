@@ -190,7 +190,7 @@ TEST(batch_step_errors_and_reuse) {
 // The pool hands out the lowest free cache and takes them back.
 TEST(kv_pool_acquire_release) {
     int64_t widths[2] = {64, 64};
-    ft_kv_params kp = {2, 16, FT_TYPE_F16, widths, 64};
+    ft_kv_params kp = {2, 16, FT_TYPE_F16, widths, 64, NULL, NULL};
     ft_err err = {{0}};
     ft_backend *be = ft_backend_cpu_init(1, false);
     ft_kv_pool *pool = ft_kv_pool_init(&kp, 3, be, &err);

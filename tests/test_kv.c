@@ -10,7 +10,7 @@ TEST(kv_types_and_rotation) {
     int64_t widths[2] = {128, 128};
     ft_err err = {{0}};
     ft_backend *be = ft_backend_cpu_init(1, false);
-    ft_kv_params p = {2, 16, FT_TYPE_F16, widths, 64};
+    ft_kv_params p = {2, 16, FT_TYPE_F16, widths, 64, NULL, NULL};
     ft_kv_cache *kv = ft_kv_init(&p, be, &err);
     REQUIRE(kv, "%s", err.msg);
     CHECK(ft_kv_rot_k(kv) == 0 && ft_kv_rot_v(kv) == 0, "f16 is not rotated");
@@ -43,7 +43,7 @@ TEST(kv_rows_round_trip) {
                              .n_expert_used = 1};
     be->ops->reserve(be, &lim);
     for (int q = 0; q < 2; q++) {
-        ft_kv_params p = {1, 8, q ? FT_TYPE_Q8_0 : FT_TYPE_F16, widths, 64};
+        ft_kv_params p = {1, 8, q ? FT_TYPE_Q8_0 : FT_TYPE_F16, widths, 64, NULL, NULL};
         ft_kv_cache *kv = ft_kv_init(&p, be, &err);
         REQUIRE(kv, "%s", err.msg);
         float x[2 * 64], y[64];

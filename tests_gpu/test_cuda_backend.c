@@ -61,7 +61,7 @@ static bool pair_init(pair *p, int max_tok, int64_t max_width, int max_ctx, int 
         p->cpu->ops->free(p->cpu);
         return false;
     }
-    ft_backend_limits lim = {max_tok, max_width, max_ctx, hd, ne, k};
+    ft_backend_limits lim = {max_tok, max_width, max_ctx, hd, ne, k, 0};
     p->cpu->ops->reserve(p->cpu, &lim);
     p->gpu->ops->reserve(p->gpu, &lim);
     p->rng = ft_rng_init(1234);
@@ -237,15 +237,19 @@ TEST(cuda_op_elementwise) {
         compare(&p, hs[i] == 64 ? "hadamard 64" : "hadamard 128", g1, c1, N, 1e-6);
     }
 
-    // softplus gate, per head and per element
+    // gates: softplus, sigmoid and SiLU, each per head and per element
     int gws[2] = {nh, W};
-    for (int i = 0; i < 2; i++) {
-        float *c1 = cpu_buf(&p, x, N), *g1 = gpu_buf(&p, x, N);
-        float *cg = cpu_buf(&p, x2, (size_t)n_tok * gws[i]), *gg = gpu_buf(&p, x2, (size_t)n_tok * gws[i]);
-        p.cpu->ops->softplus_gate(p.cpu, c1, cg, n_tok, nh, hd, gws[i]);
-        p.gpu->ops->softplus_gate(p.gpu, g1, gg, n_tok, nh, hd, gws[i]);
-        compare(&p, i ? "softplus_gate per element" : "softplus_gate per head", g1, c1, N, 1e-5);
-    }
+    const char *acts[3] = {"softplus", "sigmoid", "silu"};
+    for (int a = 0; a < 3; a++)
+        for (int i = 0; i < 2; i++) {
+            float *c1 = cpu_buf(&p, x, N), *g1 = gpu_buf(&p, x, N);
+            float *cg = cpu_buf(&p, x2, (size_t)n_tok * gws[i]), *gg = gpu_buf(&p, x2, (size_t)n_tok * gws[i]);
+            p.cpu->ops->gate_mul(p.cpu, c1, cg, n_tok, nh, hd, gws[i], (enum ft_act)a);
+            p.gpu->ops->gate_mul(p.gpu, g1, gg, n_tok, nh, hd, gws[i], (enum ft_act)a);
+            char what[64];
+            snprintf(what, sizeof(what), "gate_mul %s per %s", acts[a], i ? "element" : "head");
+            compare(&p, what, g1, c1, N, 1e-5);
+        }
     free(x);
     free(x2);
     free(wn.data);

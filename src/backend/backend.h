@@ -51,6 +51,11 @@ typedef struct ft_rope_params {
     float attn_factor;   // magnitude scale
     float beta_fast, beta_slow;
     int n_ctx_orig;      // training context, for YaRN's correction dims
+    // Interleaved multi-axis RoPE (imrope, qwen35moe) for text: with every axis at the token's
+    // position, pair i keeps its angle when i % (sections summed) falls in a t/h/w section's
+    // interleaved slots, and turns by 0 otherwise (the fourth axis is at position 0).
+    bool imrope;
+    int sections[4];
 } ft_rope_params;
 
 // Causal attention of n_tok new queries (positions pos0..pos0+n_tok-1) over the cached keys
@@ -67,6 +72,32 @@ typedef struct ft_attn_params {
 } ft_attn_params;
 
 enum ft_gating { FT_GATING_SOFTMAX, FT_GATING_SIGMOID };
+
+// The activation of a multiplicative gate (gate_mul).
+enum ft_act { FT_ACT_SOFTPLUS, FT_ACT_SIGMOID, FT_ACT_SILU };
+
+// Gated DeltaNet, the linear attention of qwen35moe, for one sequence's n_tok tokens, as
+// llama.cpp's CPU runs it. With K = n_k_heads x head_dim and V = n_v_heads x head_dim:
+//   1. per channel of qkv (2K + V: q, k, v), a causal conv over its d_conv last inputs (the
+//      conv state's d_conv - 1, then the new ones), then SiLU;
+//   2. q and k L2-normalised per head: x / max(|x|, eps);
+//   3. per V head h, which reads K head h % n_k_heads, per token in order, on the head's state
+//      matrix S (head_dim x head_dim): S *= exp(g) with g = softplus(alpha + dt) * a;
+//      d = (v - Sᵀk) * sigmoid(beta); S += k dᵀ; out = Sᵀq / sqrt(head_dim).
+// Both states are updated in place to follow the last token.
+typedef struct ft_delta_params {
+    const float *qkv;          // (n_tok, 2K + V) the projection before the conv
+    const float *alpha, *beta; // (n_tok, n_v_heads) each: the raw decay and write-strength projections
+    const ft_tensor *conv_w;   // (d_conv, 2K + V) f32: each channel's taps, oldest input first
+    const ft_tensor *dt, *a;   // (n_v_heads) f32
+    ft_tensor *conv_state;     // f32, (d_conv - 1) rows of 2K + V: the last inputs, oldest first
+    ft_tensor *state;          // f32, n_v_heads matrices; row j of a head's holds column j of S
+    float *out;                // (n_tok, V)
+    int n_tok;
+    bool fresh;                // the sequence starts here: both states read as zeros
+    int n_k_heads, n_v_heads, head_dim, d_conv;
+    float eps;                 // the L2 norm's
+} ft_delta_params;
 
 // Where an expert's computation runs: asked by moe_ffn for every selected (layer, expert).
 // Supplied by src/moe/ (the backend does not include it: this callback breaks the loop).
@@ -105,6 +136,7 @@ typedef struct ft_backend_limits {
     int max_ctx;         // cached positions per sequence
     int max_head_dim;
     int n_expert, n_expert_used;
+    int ssm_n_v_heads;   // V heads of recurrent layers (0: the model has none)
 } ft_backend_limits;
 
 // The device a backend's buffers live on, for the memory plan.
@@ -185,10 +217,16 @@ typedef struct ft_backend_ops {
     // Writes rows row0.. of a cache tensor from x (n_rows, cache->ne[0]), converting types.
     void (*set_rows)(ft_backend *be, ft_tensor *cache, int row0, const float *x, int n_rows);
     void (*attention)(ft_backend *be, const ft_attn_params *p);
-    // x (n_tok, n_head*head_dim) *= softplus(g): g is (n_tok, n_head) per head, or
+    // x (n_tok, n_head*head_dim) *= act(g): g is (n_tok, n_head) per head, or
     // (n_tok, n_head*head_dim) per element (g_width says which).
-    void (*softplus_gate)(ft_backend *be, float *x, const float *g, int n_tok, int n_head,
-                          int head_dim, int g_width);
+    void (*gate_mul)(ft_backend *be, float *x, const float *g, int n_tok, int n_head, int head_dim,
+                     int g_width, enum ft_act act);
+    // Splits each row of x (n_rows, n_head * 2 * head_dim) head by head: head h's first head_dim
+    // values go to a, its next head_dim to b ((n_rows, n_head * head_dim) each). Optional.
+    void (*split_heads)(ft_backend *be, const float *x, float *a, float *b, int n_rows, int n_head,
+                        int head_dim);
+    // Gated DeltaNet linear attention (see ft_delta_params). Optional.
+    void (*delta_net)(ft_backend *be, const ft_delta_params *p);
     // Dense SiLU-gated FFN: y = down(silu(gate(x)) * up(x)), x (n_tok, n_embd).
     void (*ffn)(ft_backend *be, const ft_tensor *gate, const ft_tensor *up,
                 const ft_tensor *down, const float *x, float *y, int n_tok);

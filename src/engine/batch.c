@@ -27,12 +27,6 @@ struct ft_batch {
     float *logits;        // (n_seq, n_vocab) host copy
 };
 
-static ft_kv_params kv_params(const ft_model *m, const ft_engine_params *p, int64_t *widths) {
-    const ft_hparams *hp = &m->hp;
-    for (int l = 0; l < hp->n_layer; l++) widths[l] = (int64_t)hp->n_head_kv * hp->head_dim;
-    return (ft_kv_params){hp->n_layer, p->n_ctx, p->kv_type, widths, hp->head_dim};
-}
-
 // The backend, the plan checked before anything is allocated on it, then the placement and the
 // KV caches. Returns false (what was made is freed by ft_batch_free) on failure.
 static bool batch_setup(ft_batch *b, ft_err *err) {
@@ -49,10 +43,10 @@ static bool batch_setup(ft_batch *b, ft_err *err) {
     b->w = engine_place(m, b->be, p, &pl, err);
     engine_placement_free(&pl);
     if (!b->w) return false;
-    int64_t *widths = ft_malloc((size_t)m->hp.n_layer * sizeof(int64_t));
-    ft_kv_params kp = kv_params(m, p, widths);
+    int64_t *arrays = ft_malloc(3 * (size_t)m->hp.n_layer * sizeof(int64_t));
+    ft_kv_params kp = engine_kv_params(m, p, arrays);
     b->pool = ft_kv_pool_init(&kp, p->n_seq, b->be, err);
-    free(widths);
+    free(arrays);
     return b->pool != NULL;
 }
 

@@ -19,7 +19,8 @@ int engine_step_tokens(const ft_engine_params *p) { return p->n_batch + p->n_seq
 ft_backend_limits engine_limits(const ft_model *m, const ft_engine_params *p) {
     ft_backend_limits lim = {
         .max_tok = engine_step_tokens(p), .max_width = ft_model_max_width(m), .max_ctx = p->n_ctx,
-        .max_head_dim = m->hp.head_dim, .n_expert = m->hp.n_expert, .n_expert_used = m->hp.n_expert_used,
+        .max_head_dim = FT_MAX(m->hp.head_dim, m->hp.ssm_head_dim), .n_expert = m->hp.n_expert, .n_expert_used = m->hp.n_expert_used,
+        .ssm_n_v_heads = ft_model_recurrent_heads(m),
     };
     return lim;
 }
@@ -28,13 +29,34 @@ size_t engine_activation_floats(const ft_model *m, const ft_engine_params *p) {
     const ft_hparams *hp = &m->hp;
     size_t B = (size_t)engine_step_tokens(p), E = (size_t)hp->n_embd, Q = (size_t)ft_model_max_q_width(m),
            KV = (size_t)hp->n_head_kv * (size_t)hp->head_dim;
-    return B * (4 * E + 3 * Q + 2 * KV) + (size_t)p->n_seq * (size_t)hp->n_vocab + 64 * 9;
+    size_t extra = B * ((size_t)ft_model_wide_width(m) + 2 * (size_t)ft_model_recurrent_heads(m));
+    return B * (4 * E + 3 * Q + 2 * KV) + extra + (size_t)p->n_seq * (size_t)hp->n_vocab + 64 * 9;
+}
+
+ft_kv_params engine_kv_params(const ft_model *m, const ft_engine_params *p, int64_t *arrays) {
+    const ft_hparams *hp = &m->hp;
+    int n = hp->n_layer;
+    int64_t *width = arrays, *conv = arrays + n, *state = arrays + 2 * n;
+    // a recurrent layer's conv sees q, k and v of every head; its state is a matrix per V head
+    int64_t channels = (2 * (int64_t)hp->ssm_n_k_heads + hp->ssm_n_v_heads) * hp->ssm_head_dim;
+    for (int l = 0; l < n; l++) {
+        bool rec = m->layers[l].is_recurrent;
+        width[l] = rec ? 0 : (int64_t)hp->n_head_kv * hp->head_dim;
+        conv[l] = rec ? (int64_t)(hp->ssm_d_conv - 1) * channels : 0;
+        state[l] = rec ? (int64_t)hp->ssm_n_v_heads * hp->ssm_head_dim * hp->ssm_head_dim : 0;
+    }
+    return (ft_kv_params){n, p->n_ctx, p->kv_type, width, hp->head_dim, conv, state};
 }
 
 size_t engine_kv_bytes(const ft_model *m, const ft_engine_params *p) {
-    const ft_hparams *hp = &m->hp;
-    size_t row = ft_row_bytes(p->kv_type, (int64_t)hp->n_head_kv * hp->head_dim);
-    return 2 * (size_t)hp->n_layer * (size_t)p->n_ctx * row * (size_t)p->n_seq;
+    int64_t *arrays = ft_malloc(3 * (size_t)m->hp.n_layer * sizeof(int64_t));
+    ft_kv_params kp = engine_kv_params(m, p, arrays);
+    size_t bytes = 0;
+    for (int l = 0; l < kp.n_layer; l++)
+        bytes += 2 * (size_t)p->n_ctx * ft_row_bytes(p->kv_type, kp.width[l]) +
+                 (size_t)(kp.conv_floats[l] + kp.state_floats[l]) * sizeof(float);
+    free(arrays);
+    return bytes * (size_t)p->n_seq;
 }
 
 size_t engine_device_budget(const ft_engine_params *p, const ft_device_info *info) {

@@ -9,6 +9,7 @@ struct ft_kv_cache {
     ft_backend *be;     // where the rows live (its buffers)
     int n_layer, n_ctx;
     ft_tensor *k, *v;   // (n_layer)
+    ft_tensor *conv, *state; // (n_layer) recurrent layers' state
     size_t bytes;
     int rot_k, rot_v;
 };
@@ -20,7 +21,7 @@ ft_kv_cache *ft_kv_init(const ft_kv_params *p, ft_backend *be, ft_err *err) {
     }
     int block = ft_type_traits_find(p->type)->block_elems;
     for (int l = 0; l < p->n_layer; l++)
-        if (p->width[l] <= 0 || p->width[l] % block) {
+        if (p->width[l] < 0 || p->width[l] % block) {
             ft_err_set(err, "KV cache type %s: layer %d's row of %lld values is not a multiple of %d",
                        ft_type_name(p->type), l, (long long)p->width[l], block);
             return NULL;
@@ -37,17 +38,24 @@ ft_kv_cache *ft_kv_init(const ft_kv_params *p, ft_backend *be, ft_err *err) {
     }
     kv->k = ft_calloc((size_t)p->n_layer, sizeof(ft_tensor));
     kv->v = ft_calloc((size_t)p->n_layer, sizeof(ft_tensor));
+    kv->conv = ft_calloc((size_t)p->n_layer, sizeof(ft_tensor));
+    kv->state = ft_calloc((size_t)p->n_layer, sizeof(ft_tensor));
     for (int l = 0; l < p->n_layer; l++) {
-        ft_tensor *ts[2] = {&kv->k[l], &kv->v[l]};
-        for (int i = 0; i < 2; i++) {
+        ft_tensor *ts[4] = {&kv->k[l], &kv->v[l], &kv->conv[l], &kv->state[l]};
+        int64_t rows[4] = {p->n_ctx, p->n_ctx, 1, 1};
+        int64_t width[4] = {p->width[l], p->width[l], p->conv_floats ? p->conv_floats[l] : 0,
+                            p->state_floats ? p->state_floats[l] : 0};
+        static const char *const names[4] = {"cache_k", "cache_v", "conv_state", "ssm_state"};
+        for (int i = 0; i < 4; i++) {
+            if (width[i] <= 0) continue;
             ft_tensor *t = ts[i];
-            snprintf(t->name, sizeof(t->name), "cache_%c.%d", i ? 'v' : 'k', l);
-            t->type = p->type;
-            t->ne[0] = p->width[l];
-            t->ne[1] = p->n_ctx;
+            snprintf(t->name, sizeof(t->name), "%s.%d", names[i], l);
+            t->type = i < 2 ? p->type : FT_TYPE_F32;
+            t->ne[0] = width[i];
+            t->ne[1] = rows[i];
             t->ne[2] = 1;
-            t->row_bytes = ft_row_bytes(p->type, p->width[l]);
-            t->mat_bytes = t->row_bytes * (size_t)p->n_ctx;
+            t->row_bytes = ft_row_bytes(t->type, width[i]);
+            t->mat_bytes = t->row_bytes * (size_t)rows[i];
             t->data = be->ops->buffer_alloc(be, t->mat_bytes);
             t->placement = be->placement;
             if (!t->data) {
@@ -67,9 +75,13 @@ void ft_kv_free(ft_kv_cache *kv) {
     for (int l = 0; l < kv->n_layer; l++) {
         kv->be->ops->buffer_free(kv->be, kv->k[l].data);
         kv->be->ops->buffer_free(kv->be, kv->v[l].data);
+        kv->be->ops->buffer_free(kv->be, kv->conv[l].data);
+        kv->be->ops->buffer_free(kv->be, kv->state[l].data);
     }
     free(kv->k);
     free(kv->v);
+    free(kv->conv);
+    free(kv->state);
     free(kv);
 }
 
@@ -81,6 +93,16 @@ ft_tensor *ft_kv_k(ft_kv_cache *kv, int layer) {
 ft_tensor *ft_kv_v(ft_kv_cache *kv, int layer) {
     FT_ASSERT(layer >= 0 && layer < kv->n_layer);
     return &kv->v[layer];
+}
+
+ft_tensor *ft_kv_conv(ft_kv_cache *kv, int layer) {
+    FT_ASSERT(layer >= 0 && layer < kv->n_layer);
+    return &kv->conv[layer];
+}
+
+ft_tensor *ft_kv_state(ft_kv_cache *kv, int layer) {
+    FT_ASSERT(layer >= 0 && layer < kv->n_layer);
+    return &kv->state[layer];
 }
 
 int ft_kv_rot_k(const ft_kv_cache *kv) { return kv->rot_k; }

@@ -69,7 +69,7 @@ void model_block_attention(const ft_model *m, ft_forward *f, int il, attn_opts o
     if (ft_tensor_present(&L->attn_gate)) {
         // laguna: the gate is projected from the block's normed input, not the attention output
         ops->matmul(be, &L->attn_gate, f->xn, f->gate, n);
-        ops->softplus_gate(be, f->attn, f->gate, n, nh, hd, (int)L->attn_gate.ne[1]);
+        ops->gate_mul(be, f->attn, f->gate, n, nh, hd, (int)L->attn_gate.ne[1], FT_ACT_SOFTPLUS);
     }
     ops->matmul(be, &L->wo, f->attn, f->out, n);
     ops->add(be, f->x, f->out, (size_t)n * hp->n_embd);

@@ -671,9 +671,27 @@ void ft_model_free(ft_model *m) {
 }
 
 int ft_model_max_q_width(const ft_model *m) {
+    const ft_hparams *hp = &m->hp;
     int w = 0;
-    for (int l = 0; l < m->hp.n_layer; l++) w = FT_MAX(w, m->layers[l].n_head * m->hp.head_dim);
+    for (int l = 0; l < hp->n_layer; l++)
+        w = FT_MAX(w, m->layers[l].is_recurrent ? hp->ssm_n_v_heads * hp->ssm_head_dim : m->layers[l].n_head * hp->head_dim);
     return w;
+}
+
+int64_t ft_model_wide_width(const ft_model *m) {
+    int64_t w = 0;
+    for (int l = 0; l < m->hp.n_layer; l++) {
+        const ft_layer *L = &m->layers[l];
+        if (ft_tensor_present(&L->wq) && L->wq.ne[1] > (int64_t)L->n_head * m->hp.head_dim) w = FT_MAX(w, L->wq.ne[1]);
+        if (ft_tensor_present(&L->lin_qkv)) w = FT_MAX(w, L->lin_qkv.ne[1]);
+    }
+    return w;
+}
+
+int ft_model_recurrent_heads(const ft_model *m) {
+    for (int l = 0; l < m->hp.n_layer; l++)
+        if (m->layers[l].is_recurrent) return m->hp.ssm_n_v_heads;
+    return 0;
 }
 
 void ft_forward_alloc(ft_forward *f, const ft_model *m, const ft_weights *w, ft_backend *be, int n_batch) {
@@ -693,11 +711,15 @@ void ft_forward_alloc(ft_forward *f, const ft_model *m, const ft_weights *w, ft_
     f->gate = be->ops->alloc(be, B * Q);
     f->out = be->ops->alloc(be, B * E);
     f->out2 = be->ops->alloc(be, B * E);
+    size_t W = (size_t)ft_model_wide_width(m), H = (size_t)ft_model_recurrent_heads(m);
+    f->wide = W ? be->ops->alloc(be, B * W) : NULL;
+    f->ab = H ? be->ops->alloc(be, 2 * B * H) : NULL;
 }
 
 int64_t ft_model_max_width(const ft_model *m) {
     const ft_hparams *hp = &m->hp;
     int64_t w = FT_MAX(hp->n_embd, ft_model_max_q_width(m));
+    w = FT_MAX(w, ft_model_wide_width(m));
     w = FT_MAX(w, hp->n_ff);
     w = FT_MAX(w, hp->n_ff_exp);
     w = FT_MAX(w, hp->n_ff_shexp);

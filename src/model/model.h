@@ -37,6 +37,9 @@ typedef struct ft_hparams {
     enum ft_gating gating;
     bool norm_w;                   // renormalise the top-k weights
     float w_scale;                 // scale of the expert weights (0 or 1: none)
+    // gated DeltaNet layers (qwen35moe): d_conv taps of the causal conv; per layer n_k_heads
+    // key heads and n_v_heads value heads of ssm_head_dim (K and V alike, the state's size)
+    int ssm_d_conv, ssm_n_k_heads, ssm_n_v_heads, ssm_head_dim;
     int32_t bos, eos;              // -1 when absent
     bool add_bos;
 } ft_hparams;
@@ -46,6 +49,7 @@ typedef struct ft_layer {
     int n_head;                    // query heads of this layer
     bool is_swa;                   // sliding-window attention
     bool is_moe;                   // routed experts (else a dense FFN)
+    bool is_recurrent;             // gated DeltaNet linear attention (else softmax attention)
     ft_tensor attn_norm;           // (n_embd)
     ft_tensor wq, wk, wv;          // (n_embd, n_head * head_dim), (n_embd, n_head_kv * head_dim) x2
     ft_tensor bq, bk, bv;          // optional biases
@@ -62,6 +66,15 @@ typedef struct ft_layer {
     ft_tensor gate_inp_shexp;      // (n_embd), qwen2moe's shared-expert gate
     ft_tensor ffn_gate, ffn_up;    // (n_embd, n_ff), dense layers
     ft_tensor ffn_down;            // (n_ff, n_embd)
+    // gated DeltaNet (qwen35moe); with K = n_k_heads * ssm_head_dim, V = n_v_heads * ssm_head_dim
+    ft_tensor lin_qkv;             // (n_embd, 2K + V): q, k and v before the conv
+    ft_tensor lin_z;               // (n_embd, V): the output gate
+    ft_tensor ssm_conv1d;          // (d_conv, 2K + V) f32: the depthwise conv's taps
+    ft_tensor ssm_dt;              // (n_v_heads) f32: the decay's bias
+    ft_tensor ssm_a;               // (n_v_heads) f32: -exp(A_log), the decay's rate
+    ft_tensor ssm_beta, ssm_alpha; // (n_embd, n_v_heads): the write strength, the decay
+    ft_tensor ssm_norm;            // (ssm_head_dim) f32: the gated RMSNorm
+    ft_tensor ssm_out;             // (V, n_embd)
 } ft_layer;
 
 // The tensors a forward pass reads, where one backend keeps them: the model's own (in the
@@ -105,9 +118,13 @@ typedef struct ft_forward {
     float *xn;       // (n_tok, n_embd) normed input of a block
     float *q, *k, *v;// (n_tok, max q width), (n_tok, kv width) x2
     float *attn;     // (n_tok, max q width)
-    float *gate;     // (n_tok, max q width) laguna's output gate
+    float *gate;     // (n_tok, max q width) an attention output gate
     float *out;      // (n_tok, n_embd) a block's output
     float *out2;     // (n_tok, n_embd) the shared expert's output
+    float *wide;     // (n_tok, ft_model_wide_width) a doubled Q projection (q and its gate) or a
+                     // recurrent layer's q, k and v; NULL when no layer has one
+    float *ab;       // (n_tok, 2 x n_v_heads) a recurrent layer's decay and write-strength
+                     // projections (alpha, then beta); NULL without recurrent layers
 } ft_forward;
 
 typedef struct ft_model ft_model;
@@ -287,7 +304,11 @@ void ft_model_prefault(const ft_model *m, ft_progress_fn progress, void *progres
 
 // Widest activation row of any layer (for buffer sizes): max of n_embd, q width, FFN widths.
 int64_t ft_model_max_width(const ft_model *m);
-int ft_model_max_q_width(const ft_model *m);
+int ft_model_max_q_width(const ft_model *m); // attention's q, or a recurrent layer's V
+// The widest doubled Q projection or recurrent q, k and v (0: none) and a recurrent layer's
+// V heads (0: no recurrent layer): the extra buffers ft_forward_alloc makes for them.
+int64_t ft_model_wide_width(const ft_model *m);
+int ft_model_recurrent_heads(const ft_model *m);
 
 // Allocates f's activation buffers on be, sized for batches of up to n_batch tokens, and sets
 // f->be and f->w (place, the segments or kv and pos0 are the caller's).

@@ -22,12 +22,22 @@ static void rope_angles(const ft_rope_params *p, int pos, float *cos_sin) {
     float hi = ceilf(yarn_corr_dim(p->n_rot, p->n_ctx_orig, p->beta_slow, p->freq_base));
     float corr0 = FT_MAX(0.0f, lo), corr1 = FT_MIN((float)(p->n_rot - 1), hi);
     float theta_extrap = (float)pos;
+    int sect_dims = p->sections[0] + p->sections[1] + p->sections[2] + p->sections[3];
     for (int i0 = 0; i0 < p->n_rot; i0 += 2) {
-        float theta = p->freq_scale * theta_extrap, mscale = p->attn_factor;
+        // imrope for text: the t, h and w axes all sit at pos, the fourth at 0
+        float extrap = theta_extrap;
+        if (p->imrope && sect_dims > 0) {
+            int sector = (i0 / 2) % sect_dims;
+            bool at_pos = (sector % 3 == 0 && sector < 3 * p->sections[0]) ||
+                          (sector % 3 == 1 && sector < 3 * p->sections[1]) ||
+                          (sector % 3 == 2 && sector < 3 * p->sections[2]);
+            if (!at_pos) extrap = 0.0f;
+        }
+        float theta = p->freq_scale * extrap, mscale = p->attn_factor;
         if (p->ext_factor != 0.0f) {
             float y = (i0 / 2 - corr0) / FT_MAX(0.001f, corr1 - corr0);
             float ramp_mix = (1 - FT_MIN(1.0f, FT_MAX(0.0f, y))) * p->ext_factor;
-            theta = theta * (1 - ramp_mix) + theta_extrap * ramp_mix;
+            theta = theta * (1 - ramp_mix) + extrap * ramp_mix;
             mscale *= 1.0f + 0.1f * logf(1.0f / p->freq_scale);
         }
         cos_sin[i0] = cosf(theta) * mscale;
@@ -182,18 +192,39 @@ void cpu_attention(ft_backend *be, const ft_attn_params *p) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Softplus output gate (laguna)
+// Gates: attention outputs times an activation of a projection (laguna's softplus per head or
+// element, qwen35moe's sigmoid of its doubled Q and the SiLU of its DeltaNet gate)
 
 static float softplus(float x) { return x > 20.0f ? x : logf(1.0f + expf(x)); }
 
-void cpu_softplus_gate(ft_backend *be, float *x, const float *g, int n_tok, int n_head,
-                       int head_dim, int g_width) {
+static float act(enum ft_act a, float x) {
+    switch (a) {
+    case FT_ACT_SOFTPLUS: return softplus(x);
+    case FT_ACT_SIGMOID: return 1.0f / (1.0f + expf(-x));
+    case FT_ACT_SILU: return cpu_silu(x);
+    }
+    return x;
+}
+
+void cpu_gate_mul(ft_backend *be, float *x, const float *g, int n_tok, int n_head, int head_dim, int g_width,
+                  enum ft_act a) {
     (void)be;
     int width = n_head * head_dim;
     FT_ASSERT(g_width == n_head || g_width == width);
     for (int t = 0; t < n_tok; t++)
         for (int i = 0; i < width; i++) {
-            float gv = g_width == n_head ? g[(size_t)t * g_width + i / head_dim] : g[(size_t)t * g_width + i];
-            x[(size_t)t * width + i] *= softplus(gv);
+            float gv = g_width == width ? g[(size_t)t * g_width + i] : g[(size_t)t * g_width + i / head_dim];
+            x[(size_t)t * width + i] *= act(a, gv);
+        }
+}
+
+void cpu_split_heads(ft_backend *be, const float *x, float *a, float *b, int n_rows, int n_head, int head_dim) {
+    (void)be;
+    size_t hd = (size_t)head_dim;
+    for (int r = 0; r < n_rows; r++)
+        for (int h = 0; h < n_head; h++) {
+            const float *src = x + ((size_t)r * n_head + h) * 2 * hd;
+            memcpy(a + ((size_t)r * n_head + h) * hd, src, hd * sizeof(float));
+            memcpy(b + ((size_t)r * n_head + h) * hd, src + hd, hd * sizeof(float));
         }
 }

@@ -75,14 +75,16 @@ static inline bool cpu_has_avx2(void) { return ft_quant_simd_name()[0] == 'a'; }
 // cover (then the reference path runs). tiled: llama.cpp's f32 path for large batches.
 bool cpu_attention_fast(cpu_backend *c, const ft_attn_params *p, bool tiled);
 
-// The op functions defined in cpu_attn.c and cpu_moe.c.
+// The op functions defined in cpu_attn.c, cpu_delta.c and cpu_moe.c.
 void cpu_rope(ft_backend *be, float *x, int n_tok, int n_head, int head_dim, int pos0,
               const ft_rope_params *p);
 void cpu_hadamard(ft_backend *be, float *x, int n_rows, int row_len, int n);
 void cpu_set_rows(ft_backend *be, ft_tensor *cache, int row0, const float *x, int n_rows);
 void cpu_attention(ft_backend *be, const ft_attn_params *p);
-void cpu_softplus_gate(ft_backend *be, float *x, const float *g, int n_tok, int n_head,
-                       int head_dim, int g_width);
+void cpu_gate_mul(ft_backend *be, float *x, const float *g, int n_tok, int n_head, int head_dim, int g_width,
+                  enum ft_act a);
+void cpu_split_heads(ft_backend *be, const float *x, float *a, float *b, int n_rows, int n_head, int head_dim);
+void cpu_delta_net(ft_backend *be, const ft_delta_params *p);
 void cpu_ffn(ft_backend *be, const ft_tensor *gate, const ft_tensor *up, const ft_tensor *down,
              const float *x, float *y, int n_tok);
 void cpu_moe_ffn(ft_backend *be, const ft_moe_params *p, const float *x, float *y, int n_tok);

@@ -191,7 +191,7 @@ static cuda_backend *cuda_op(ft_backend *be) {
 }
 
 enum op_id { OP_MATMUL = 1, OP_GET_ROWS, OP_RMS_NORM, OP_ADD, OP_ADD_BIAS, OP_ROPE, OP_HADAMARD, OP_SET_ROWS,
-             OP_ATTENTION, OP_SOFTPLUS_GATE, OP_FFN, OP_MOE_FFN, OP_SIGMOID_GATE_ADD };
+             OP_ATTENTION, OP_GATE_MUL, OP_FFN, OP_MOE_FFN, OP_SIGMOID_GATE_ADD };
 
 static uint64_t sig_mix(uint64_t h, uint64_t v) {
     for (int i = 0; i < 8; i++) h = (h ^ ((v >> (8 * i)) & 0xFF)) * 1099511628211ull; // FNV-1a
@@ -643,11 +643,11 @@ static void cuda_attention(ft_backend *be, const ft_attn_params *p) {
     }
 }
 
-static void cuda_softplus_gate(ft_backend *be, float *x, const float *g, int n_tok, int n_head, int head_dim,
-                               int g_width) {
+static void cuda_gate_mul(ft_backend *be, float *x, const float *g, int n_tok, int n_head, int head_dim, int g_width,
+                          enum ft_act act) {
     cuda_backend *c = cuda_op(be);
-    if (!op_runs(c, OP_SOFTPLUS_GATE, x, g, n_tok, g_width)) return;
-    ft_cuda_softplus_gate(x, g, n_tok, n_head, head_dim, g_width, c->stream);
+    if (!op_runs(c, OP_GATE_MUL, x, g, n_tok, (int64_t)g_width * 4 + act)) return;
+    ft_cuda_gate_mul(x, g, n_tok, n_head, head_dim, g_width, (int)act, c->stream);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1030,7 +1030,7 @@ static const ft_backend_ops g_cuda_ops = {
     .hadamard = cuda_hadamard,
     .set_rows = cuda_set_rows,
     .attention = cuda_attention,
-    .softplus_gate = cuda_softplus_gate,
+    .gate_mul = cuda_gate_mul,
     .ffn = cuda_ffn,
     .moe_ffn = cuda_moe_ffn,
     .sigmoid_gate_add = cuda_sigmoid_gate_add,

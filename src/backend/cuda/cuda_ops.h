@@ -21,9 +21,10 @@ void ft_cuda_rms_norm(float *x, const float *d, const float *w, float *y, void *
 // elementwise.cu
 void ft_cuda_add(float *y, const float *x, size_t n, ft_cuda_stream *s);          // y += x
 void ft_cuda_add_bias(float *y, const float *b, int n_rows, int n, ft_cuda_stream *s);
-// x (n_tok, n_head*head_dim) *= softplus(g); g (n_tok, g_width), g_width n_head or the width
-void ft_cuda_softplus_gate(float *x, const float *g, int n_tok, int n_head, int head_dim,
-                           int g_width, ft_cuda_stream *s);
+// x (n_tok, n_head*head_dim) *= act(g); g (n_tok, g_width), g_width n_head or the width; act
+// an enum ft_act (backend.h)
+void ft_cuda_gate_mul(float *x, const float *g, int n_tok, int n_head, int head_dim, int g_width, int act,
+                      ft_cuda_stream *s);
 // g = silu(g) * u over n floats
 void ft_cuda_swiglu(float *g, const float *u, size_t n, ft_cuda_stream *s);
 // y[t] += s[t] * sigmoid(logit[t]) (sigmoid as silu(l) / l, as the CPU op)

@@ -27,18 +27,19 @@ __global__ void add_bias_kernel(float *y, const float *b, int64_t n_total, int n
 // softplus as the CPU op: x for x > 20, else log(1 + e^x)
 __device__ __forceinline__ float softplus_f(float x) { return x > 20.0f ? x : logf(1.0f + expf(x)); }
 
-__global__ void softplus_gate_kernel(float *x, const float *g, int64_t n_total, int width,
-                                     int head_dim, int g_width) {
+__device__ __forceinline__ float silu_f(float x) { return x / (1.0f + expf(-x)); }
+
+// x *= act(g), g per element or per head; act as enum ft_act (backend.h), as the CPU op
+__global__ void gate_mul_kernel(float *x, const float *g, int64_t n_total, int width, int head_dim, int g_width,
+                                int act) {
     ft_pdl_begin();
     const int64_t i = (int64_t)blockIdx.x * EW_THREADS + threadIdx.x;
     if (i >= n_total) return;
     const int64_t t = i / width;
     const int c = (int)(i % width);
     const float gv = g_width == width ? g[t * g_width + c] : g[t * g_width + c / head_dim];
-    x[i] *= softplus_f(gv);
+    x[i] *= act == 0 ? softplus_f(gv) : act == 1 ? 1.0f / (1.0f + expf(-gv)) : silu_f(gv);
 }
-
-__device__ __forceinline__ float silu_f(float x) { return x / (1.0f + expf(-x)); }
 
 __global__ void swiglu_kernel(float *g, const float *u, int64_t n) {
     ft_pdl_begin();
@@ -68,14 +69,14 @@ extern "C" void ft_cuda_add_bias(float *y, const float *b, int n_rows, int n, ft
     CUDA_CHECK_LAUNCH();
 }
 
-extern "C" void ft_cuda_softplus_gate(float *x, const float *g, int n_tok, int n_head, int head_dim,
-                                      int g_width, ft_cuda_stream *s) {
+extern "C" void ft_cuda_gate_mul(float *x, const float *g, int n_tok, int n_head, int head_dim, int g_width,
+                                 int act, ft_cuda_stream *s) {
     const int width = n_head * head_dim;
     FT_CUDA_ASSERT(g_width == n_head || g_width == width);
     const int64_t total = (int64_t)n_tok * width;
     if (!total) return;
-    ft_launch(softplus_gate_kernel, ew_grid(total), EW_THREADS, 0, ft_cuda_stream_handle(s), x, g, total, width,
-                                                                                      head_dim, g_width);
+    ft_launch(gate_mul_kernel, ew_grid(total), EW_THREADS, 0, ft_cuda_stream_handle(s), x, g, total, width, head_dim,
+              g_width, act);
     CUDA_CHECK_LAUNCH();
 }
 
