@@ -51,10 +51,12 @@ bool oracle_node_available(void) {
 }
 
 bool oracle_llama_eval(const char *args, char *out, size_t cap) {
-    char cmd[4096];
-    snprintf(cmd, sizeof(cmd), "node tests/oracle/llama_eval.mjs %s", args);
+    size_t n = strlen(args) + 64;
+    char *cmd = malloc(n);
+    snprintf(cmd, n, "node tests/oracle/llama_eval.mjs %s", args);
     int rc = test_run(cmd, out, cap);
-    if (rc != 0) test_fail(__FILE__, __LINE__, "`%s` exited with %d", cmd, rc);
+    if (rc != 0) test_fail(__FILE__, __LINE__, "`%.300s...` exited with %d", cmd, rc);
+    free(cmd);
     return rc == 0;
 }
 

@@ -144,6 +144,14 @@ TEST(batch_matches_alone) {
     static const int short_tail_lens[N_REQ] = {38, 2, 27, 50, 7};
     fixture_expert_types(&sp, "q4_K,q4_K,bf16", NULL); // (layer 0 is dense)
     batch_case("laguna bf16 experts", &sp, 12, FT_TYPE_F16, short_tail_lens);
+
+    // recurrent layers: each sequence's conv and delta-rule state, carried across its chunks
+    // and steps, started afresh when a closed sequence's cache is reused
+    sp = ft_synth_default_params();
+    sp.arch = "qwen35moe";
+    sp.n_layer = 4;
+    sp.n_ctx_train = 256;
+    batch_case("qwen35moe", &sp, 16, FT_TYPE_Q8_0, lens);
 }
 
 // Errors come back before anything runs: the sequence keeps its position; closing frees it.

@@ -35,6 +35,7 @@
 #include "../src/model/synth.h"
 
 #define CONF_TOL 0.01
+#define CONF_MAX_PROMPT 1024 // tokens of one prompt
 
 typedef struct conf_opts {
     enum ft_type kv_type;  // FT_TYPE_F16 (default when 0 is passed? no: set it) or FT_TYPE_Q8_0

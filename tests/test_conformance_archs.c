@@ -1,4 +1,4 @@
-// test_conformance_archs.c: qwen2moe and llama (Mixtral) against llama.cpp.
+// test_conformance_archs.c: qwen2moe, llama (Mixtral), laguna and qwen35moe against llama.cpp.
 #include "test_conformance.h"
 #include "test.h"
 
@@ -78,4 +78,53 @@ TEST(conformance_laguna_gate_per_element_kv_q8_0) {
     conf_opts o = conf_default_opts();
     o.kv_type = FT_TYPE_Q8_0;
     conf_check("laguna_gate_elem_kv_q8_0", &p, &o);
+}
+
+// qwen35moe: 4 layers, three gated DeltaNet ones and one with softmax attention, a shared
+// expert; the experts q4_K, q6_K, bf16 and mxfp4 by layer. Prompts of 1, 40, 300 and 1,000
+// tokens: the last two cross the prefill chunk (256), and the recurrent state carries between
+// chunks.
+static ft_synth_params qwen35_params(void) {
+    ft_synth_params p = conf_small_params("qwen35moe");
+    p.n_layer = 4;
+    p.n_ctx_train = 2048;
+    p.n_ff_shexp = 128;
+    p.n_expert_types = 4;
+    p.expert_types[0] = FT_TYPE_Q4_K;
+    p.expert_types[1] = FT_TYPE_Q6_K;
+    p.expert_types[2] = FT_TYPE_BF16;
+    p.expert_types[3] = FT_TYPE_MXFP4;
+    return p;
+}
+
+static conf_opts qwen35_opts(void) {
+    conf_opts o = conf_default_opts();
+    o.n_prompts = 4;
+    o.prompt_len[0] = 1;
+    o.prompt_len[1] = 40;
+    o.prompt_len[2] = 300;
+    o.prompt_len[3] = 1000;
+    return o;
+}
+
+TEST(conformance_qwen35moe_mixed_experts) {
+    ft_synth_params p = qwen35_params();
+    conf_opts o = qwen35_opts();
+    conf_check("qwen35moe_mixed", &p, &o);
+}
+
+// Twice the value heads of key heads (V head h reads K head h % 2), a conv of 3 taps, the
+// softmax layers rotating 16 of 64 dims, where the sections leave the last pair unturned (imrope),
+// and a q8_0 cache.
+TEST(conformance_qwen35moe_heads_partial_rotary_kv_q8_0) {
+    ft_synth_params p = qwen35_params();
+    p.n_layer = 2;
+    p.full_attn_interval = 2;
+    p.ssm_n_k_heads = 2;
+    p.ssm_n_v_heads = 4;
+    p.ssm_d_conv = 3;
+    p.n_rot = 16;
+    conf_opts o = qwen35_opts();
+    o.kv_type = FT_TYPE_Q8_0;
+    conf_check("qwen35moe_heads_q8_0", &p, &o);
 }

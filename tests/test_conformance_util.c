@@ -243,19 +243,22 @@ double conf_check(const char *label, const ft_synth_params *sp, const conf_opts 
 
     // prompts: random ids, fixed by the seed
     ft_rng rng = ft_rng_init(o->seed);
-    int32_t prompts[8][512];
-    char *arg = ft_malloc(32768);
+    static int32_t prompts[8][CONF_MAX_PROMPT];
+    char *arg = ft_malloc(65536);
     size_t len = 0;
     for (int pi = 0; pi < o->n_prompts; pi++) {
-        FT_ASSERT(o->prompt_len[pi] <= 512);
+        FT_ASSERT(o->prompt_len[pi] <= CONF_MAX_PROMPT);
         for (int i = 0; i < o->prompt_len[pi]; i++) {
             prompts[pi][i] = (int32_t)(ft_rng_next(&rng) % (uint64_t)n_vocab);
-            len += (size_t)snprintf(arg + len, 32768 - len, "%s%d", i ? "," : (pi ? ";" : ""), prompts[pi][i]);
+            len += (size_t)snprintf(arg + len, 65536 - len, "%s%d", i ? "," : (pi ? ";" : ""), prompts[pi][i]);
         }
     }
-    char *cmd = ft_malloc(40000), *out = ft_malloc(1 << 20);
-    snprintf(cmd, 40000, "'%s' --prompts '%s' --gen %d --top 10 --threads 2 --kv-type %s --ctx 1024", path, arg,
-             o->n_gen, ft_type_name(o->kv_type));
+    // the context: the longest prompt and the greedy tokens, at least the 1,024 of the others
+    int n_ctx = 1024;
+    for (int pi = 0; pi < o->n_prompts; pi++) n_ctx = FT_MAX(n_ctx, o->prompt_len[pi] + o->n_gen + 8);
+    char *cmd = ft_malloc(80000), *out = ft_malloc(1 << 20);
+    snprintf(cmd, 80000, "'%s' --prompts '%s' --gen %d --top 10 --threads 2 --kv-type %s --ctx %d", path, arg,
+             o->n_gen, ft_type_name(o->kv_type), n_ctx);
     free(arg);
     double worst = 0;
     if (getenv("FT_CONF_VERBOSE")) fprintf(stderr, "    oracle: %s\n", cmd);
@@ -263,7 +266,7 @@ double conf_check(const char *label, const ft_synth_params *sp, const conf_opts 
 
     ft_engine_params ep = ft_engine_default_params();
     ep.n_threads = 2;
-    ep.n_ctx = 1024;
+    ep.n_ctx = n_ctx;
     ep.kv_type = o->kv_type;
     if (o->n_batch) ep.n_batch = o->n_batch;
     ft_engine *e = ft_engine_init(m, &ep, &err);

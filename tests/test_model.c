@@ -24,6 +24,9 @@ static const size_t g_layer_fields[] = {
     offsetof(ft_layer, up_exps),    offsetof(ft_layer, down_exps),  offsetof(ft_layer, gate_shexp),
     offsetof(ft_layer, up_shexp),   offsetof(ft_layer, down_shexp), offsetof(ft_layer, gate_inp_shexp),
     offsetof(ft_layer, ffn_gate),   offsetof(ft_layer, ffn_up),     offsetof(ft_layer, ffn_down),
+    offsetof(ft_layer, lin_qkv),    offsetof(ft_layer, lin_z),      offsetof(ft_layer, ssm_conv1d),
+    offsetof(ft_layer, ssm_dt),     offsetof(ft_layer, ssm_a),      offsetof(ft_layer, ssm_beta),
+    offsetof(ft_layer, ssm_alpha),  offsetof(ft_layer, ssm_norm),   offsetof(ft_layer, ssm_out),
 };
 
 static const ft_tensor *field_tensor(const void *base, size_t off) {
@@ -89,6 +92,11 @@ static ft_synth_params all_options(const char *arch) {
     p.yarn_factor = 4.0f;
     p.gate_per_element = true;
     p.expert_weights_scale = 2.0f;
+    p.ssm_d_conv = 3;
+    p.ssm_n_k_heads = 2;
+    p.ssm_n_v_heads = 6;
+    p.ssm_head_dim = 32;
+    p.full_attn_interval = 2;
     return p;
 }
 

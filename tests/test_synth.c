@@ -115,6 +115,16 @@ TEST(synth_rejects_bad_shapes) {
     p = small_params();
     p.n_expert_used = 9;
     CHECK(!ft_synth_write(&p, test_path("bad.gguf"), &err));
+    p = small_params(); // linear-attention shapes on an architecture without such layers
+    p.ssm_n_v_heads = 4;
+    CHECK(!ft_synth_write(&p, test_path("bad.gguf"), &err));
+    CHECK(strstr(err.msg, "linear-attention") != NULL, "message: %s", err.msg);
+    p = small_params();
+    p.arch = "qwen35moe";
+    p.ssm_n_k_heads = 2;
+    p.ssm_n_v_heads = 3; // not a multiple of the key heads
+    CHECK(!ft_synth_write(&p, test_path("bad.gguf"), &err));
+    CHECK(strstr(err.msg, "not a multiple") != NULL, "message: %s", err.msg);
     enum ft_type types[4];
     CHECK(ft_synth_parse_types("q4_K,bogus", types, 4, &err) < 0 && strstr(err.msg, "bogus"));
     CHECK(ft_synth_parse_types("q4_K,BF16,q6_k", types, 4, &err) == 3 && types[1] == FT_TYPE_BF16 &&

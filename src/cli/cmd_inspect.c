@@ -180,6 +180,11 @@ static json_t *key_value_json(const arch_view *v, const gguf_file *f, const ft_a
         case FT_KEY_TYPE_F32: return json_real(*(const float *)(hp + k->field));
         case FT_KEY_TYPE_BOOL: return json_boolean(*(const bool *)(hp + k->field));
         case FT_KEY_TYPE_STR: break;
+        case FT_KEY_TYPE_U32_4: {
+            json_t *a = json_array();
+            for (int i = 0; i < 4; i++) json_array_append_new(a, json_integer(((const int *)(hp + k->field))[i]));
+            return a;
+        }
         }
     }
     char key[160];

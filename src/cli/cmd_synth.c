@@ -26,6 +26,12 @@ static void synth_usage(FILE *out) {
             "  --dense-lead N             leading layers with a dense FFN (default 0), for the\n"
             "                             architectures that have them (laguna)\n"
             "  --dense-ff N               their FFN width (default 2 x --ff)\n"
+            "  --full-attn-interval N     every N-th layer has softmax attention, the others linear\n"
+            "                             attention (default 4), for qwen35moe; with its\n"
+            "  --ssm-k-heads N            key heads of the linear attention (default 2)\n"
+            "  --ssm-v-heads N            value heads, a multiple of the key heads (default 4)\n"
+            "  --ssm-head-dim N           their size (default --head-dim)\n"
+            "  --ssm-conv N               taps of its convolution (default 4)\n"
             "  --dense-type T             embedding/attention/output type (default %s)\n"
             "  --expert-types T[,T...]    gate/up expert type per layer; the last repeats (default %s)\n"
             "  --expert-down-types T[,...] down expert type per layer (default: as gate/up)\n"
@@ -65,6 +71,11 @@ int cmd_synth(int argc, char **argv) {
         INT_OPT("--ctx", n_ctx_train, 1, 1 << 24)
         INT_OPT("--dense-lead", n_dense_lead, 0, FT_SYNTH_MAX_LAYERS)
         INT_OPT("--dense-ff", n_ff_dense, 1, 1 << 20)
+        INT_OPT("--full-attn-interval", full_attn_interval, 1, FT_SYNTH_MAX_LAYERS)
+        INT_OPT("--ssm-k-heads", ssm_n_k_heads, 1, 4096)
+        INT_OPT("--ssm-v-heads", ssm_n_v_heads, 1, 4096)
+        INT_OPT("--ssm-head-dim", ssm_head_dim, 2, 4096)
+        INT_OPT("--ssm-conv", ssm_d_conv, 1, 64)
 #undef INT_OPT
         if (args_int(argc, argv, &i, "--seed", 0, INT64_MAX, &v, &bad)) {
             p.seed = (uint64_t)v;

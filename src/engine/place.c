@@ -295,6 +295,10 @@ static bool plan_offload(const ft_model *m, ft_backend *be, const ft_engine_para
 bool engine_plan(const ft_model *m, ft_backend *be, const ft_engine_params *p, engine_placement *out, ft_err *err) {
     memset(out, 0, sizeof(*out));
     out->mode = FT_MOE_BACKEND_FUSED;
+    // the ops some layers need beyond every backend's set
+    if ((ft_model_recurrent_heads(m) && !be->ops->delta_net) || (ft_model_wide_width(m) && !be->ops->split_heads))
+        return ft_err_set(err, "--device %s: %s's linear-attention layers have no %s kernels yet (use --device cpu)",
+                          be->ops->name, m->arch->name, be->ops->name);
     if (be->placement == FT_PLACEMENT_CPU) {
         if (p->print_plan) print_cpu_plan(m, p);
         return true;

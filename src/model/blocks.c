@@ -25,7 +25,12 @@ void model_block_attention(const ft_model *m, ft_forward *f, int il, attn_opts o
 
     // row-wise over the whole batch: projections, biases, Q/K norms
     ops->rms_norm(be, f->x, &L->attn_norm, f->xn, n, hp->n_embd, hp->rms_eps);
-    ops->matmul(be, &L->wq, f->xn, f->q, n);
+    if (o.q_gated) {
+        ops->matmul(be, &L->wq, f->xn, f->wide, n);
+        ops->split_heads(be, f->wide, f->q, f->gate, n, nh, hd);
+    } else {
+        ops->matmul(be, &L->wq, f->xn, f->q, n);
+    }
     ops->matmul(be, &L->wk, f->xn, f->k, n);
     ops->matmul(be, &L->wv, f->xn, f->v, n);
     if (ft_tensor_present(&L->bq)) ops->add_bias(be, f->q, &L->bq, n, nh * hd);
@@ -66,12 +71,54 @@ void model_block_attention(const ft_model *m, ft_forward *f, int il, attn_opts o
     }
 
     // row-wise again: output gate, output projection, residual
-    if (ft_tensor_present(&L->attn_gate)) {
+    if (o.q_gated) {
+        ops->gate_mul(be, f->attn, f->gate, n, nh, hd, (int)qw, FT_ACT_SIGMOID);
+    } else if (ft_tensor_present(&L->attn_gate)) {
         // laguna: the gate is projected from the block's normed input, not the attention output
         ops->matmul(be, &L->attn_gate, f->xn, f->gate, n);
         ops->gate_mul(be, f->attn, f->gate, n, nh, hd, (int)L->attn_gate.ne[1], FT_ACT_SOFTPLUS);
     }
     ops->matmul(be, &L->wo, f->attn, f->out, n);
+    ops->add(be, f->x, f->out, (size_t)n * hp->n_embd);
+}
+
+void model_block_delta_net(const ft_model *m, ft_forward *f, int il) {
+    const ft_hparams *hp = &m->hp;
+    const ft_layer *L = &f->w->layers[il];
+    ft_backend *be = f->be;
+    const ft_backend_ops *ops = be->ops;
+    int n = f->n_tok, hd = hp->ssm_head_dim, H = hp->ssm_n_v_heads;
+    size_t C = (size_t)L->lin_qkv.ne[1], V = (size_t)H * hd;
+    float *alpha = f->ab, *beta = f->ab + (size_t)n * H;
+
+    // row-wise: the projections
+    ops->rms_norm(be, f->x, &L->attn_norm, f->xn, n, hp->n_embd, hp->rms_eps);
+    ops->matmul(be, &L->lin_qkv, f->xn, f->wide, n);
+    ops->matmul(be, &L->lin_z, f->xn, f->gate, n);
+    ops->matmul(be, &L->ssm_alpha, f->xn, alpha, n);
+    ops->matmul(be, &L->ssm_beta, f->xn, beta, n);
+
+    // per sequence: the conv and the delta rule on its own state
+    ft_segment one;
+    int n_seg;
+    const ft_segment *seg = segments(f, &one, &n_seg);
+    for (int s = 0; s < n_seg; s++) {
+        const ft_segment *sg = &seg[s];
+        ft_delta_params dp = {
+            .qkv = f->wide + (size_t)sg->row0 * C, .alpha = alpha + (size_t)sg->row0 * H,
+            .beta = beta + (size_t)sg->row0 * H, .conv_w = &L->ssm_conv1d, .dt = &L->ssm_dt, .a = &L->ssm_a,
+            .conv_state = ft_kv_conv(sg->kv, il), .state = ft_kv_state(sg->kv, il),
+            .out = f->attn + (size_t)sg->row0 * V, .n_tok = sg->n_tok, .fresh = sg->pos0 == 0,
+            .n_k_heads = hp->ssm_n_k_heads, .n_v_heads = H, .head_dim = hd, .d_conv = hp->ssm_d_conv,
+            .eps = hp->rms_eps,
+        };
+        ops->delta_net(be, &dp);
+    }
+
+    // row-wise: the gated norm per head, the output projection, the residual
+    ops->rms_norm(be, f->attn, &L->ssm_norm, f->attn, n * H, hd, hp->rms_eps);
+    ops->gate_mul(be, f->attn, f->gate, n, H, hd, (int)V, FT_ACT_SILU);
+    ops->matmul(be, &L->ssm_out, f->attn, f->out, n);
     ops->add(be, f->x, f->out, (size_t)n * hp->n_embd);
 }
 

@@ -17,7 +17,8 @@
     X(qwen3moe)                                                                                   \
     X(qwen2moe)                                                                                   \
     X(llama)                                                                                      \
-    X(laguna)
+    X(laguna)                                                                                     \
+    X(qwen35moe)
 
 #define X(name) extern const ft_arch ft_arch_##name;
 FT_ARCHS(X)
@@ -138,6 +139,31 @@ static bool read_layer_array(ft_model *m, const ft_arch_key *k, const char *key,
     return true;
 }
 
+// A key of 4 integers: an array of exactly 4, or one integer for all; each in range.
+static bool read_fixed_array(ft_model *m, const ft_arch_key *k, const char *key, ft_err *err) {
+    enum gguf_value_type et;
+    uint64_t count;
+    int64_t v[4], hi = key_hi(m, k);
+    if (gguf_get_arr(m->file, key, &et, &count)) {
+        if (et == GGUF_VALUE_TYPE_FLOAT32 || et == GGUF_VALUE_TYPE_FLOAT64 || et == GGUF_VALUE_TYPE_STRING ||
+            et == GGUF_VALUE_TYPE_BOOL)
+            return ft_err_set(err, "key %s: not an integer array", key);
+        if (count != (uint64_t)4)
+            return ft_err_set(err, "key %s: %llu entries, expected %d", key, (unsigned long long)count, 4);
+        for (int i = 0; i < 4; i++) v[i] = gguf_arr_int(m->file, key, (uint64_t)i);
+    } else {
+        if (!gguf_get_int(m->file, key, &v[0])) return ft_err_set(err, "key %s: not an integer", key);
+        for (int i = 1; i < 4; i++) v[i] = v[0];
+    }
+    for (int i = 0; i < 4; i++) {
+        if (!in_range(m, k, v[i]))
+            return ft_err_set(err, "key %s[%d] = %lld: out of range [%lld, %lld]", key, i, (long long)v[i],
+                              (long long)k->lo, (long long)hi);
+        if (k->field != FT_KEY_NO_FIELD) ((int *)field_of(&m->hp, k->field))[i] = (int)v[i];
+    }
+    return true;
+}
+
 // Reads key k of the file into its field, its default when the file lacks it.
 static bool read_key(ft_model *m, const ft_arch_key *k, ft_err *err) {
     char key[160];
@@ -152,9 +178,13 @@ static bool read_key(ft_model *m, const ft_arch_key *k, ft_err *err) {
         case FT_KEY_TYPE_F32: *(float *)field_of(&m->hp, k->field) = (float)k->def; break;
         case FT_KEY_TYPE_BOOL: *(bool *)field_of(&m->hp, k->field) = k->def != 0; break;
         case FT_KEY_TYPE_STR: break;
+        case FT_KEY_TYPE_U32_4:
+            for (int i = 0; i < 4; i++) ((int *)field_of(&m->hp, k->field))[i] = (int)k->def;
+            break;
         }
         return true;
     }
+    if (k->type == FT_KEY_TYPE_U32_4) return read_fixed_array(m, k, key, err);
     enum gguf_value_type et;
     uint64_t count;
     if (k->type == FT_KEY_TYPE_U32_LAYERS && gguf_get_arr(m->file, key, &et, &count))
@@ -188,6 +218,7 @@ static bool read_key(ft_model *m, const ft_arch_key *k, ft_err *err) {
         if (!gguf_get_str(m->file, key, &s)) return ft_err_set(err, "key %s: not a string", key);
         return true;
     }
+    case FT_KEY_TYPE_U32_4: break; // read above
     }
     return true;
 }
@@ -351,6 +382,8 @@ bool model_layer_has(const ft_model *m, const ft_arch_tensor *t, int il) {
     case FT_LAYERS_ALL: return il >= 0;
     case FT_LAYERS_MOE: return il >= 0 && m->layers[il].is_moe;
     case FT_LAYERS_DENSE: return il >= 0 && !m->layers[il].is_moe;
+    case FT_LAYERS_ATTN: return il >= 0 && !m->layers[il].is_recurrent;
+    case FT_LAYERS_RECURRENT: return il >= 0 && m->layers[il].is_recurrent;
     }
     return false;
 }
@@ -368,6 +401,12 @@ int64_t model_dim(const ft_model *m, int il, enum ft_dim d) {
     case FT_DIM_FF: return hp->n_ff;
     case FT_DIM_FF_EXP: return hp->n_ff_exp;
     case FT_DIM_FF_SHEXP: return hp->n_ff_shexp;
+    case FT_DIM_Q_GATED: return 2 * (int64_t)m->layers[il].n_head * hp->head_dim;
+    case FT_DIM_LIN_QKV: return (2 * (int64_t)hp->ssm_n_k_heads + hp->ssm_n_v_heads) * hp->ssm_head_dim;
+    case FT_DIM_LIN_V: return (int64_t)hp->ssm_n_v_heads * hp->ssm_head_dim;
+    case FT_DIM_SSM_HEADS: return hp->ssm_n_v_heads;
+    case FT_DIM_SSM_HEAD: return hp->ssm_head_dim;
+    case FT_DIM_SSM_CONV: return hp->ssm_d_conv;
     case FT_DIM_ARCH: break;
     }
     FT_ASSERT(!"an FT_DIM_ARCH size comes from the architecture's dim hook");

@@ -139,6 +139,7 @@ enum ft_key_type {
     FT_KEY_TYPE_F32,        // a number
     FT_KEY_TYPE_BOOL,
     FT_KEY_TYPE_STR,
+    FT_KEY_TYPE_U32_4,      // 4 integers (one given alone fills them) into an int[4] field: RoPE's sections
 };
 
 enum {
@@ -179,7 +180,7 @@ typedef struct ft_arch_key {
     int64_t lo, hi;      // the range of an integer (each entry of an array)
     size_t field;        // or FT_KEY_NO_FIELD
     double def;
-    ft_key_synth synth;  // ft synth writes the keys in table order
+    ft_key_synth synth;  // ft synth writes the keys in table order (FT_KEY_TYPE_U32_4: fn(p, i) for i < 4)
 } ft_arch_key;
 
 // A size in a tensor's shape, in terms of the hyper-parameters.
@@ -194,6 +195,12 @@ enum ft_dim {
     FT_DIM_FF,       // n_ff, dense layers
     FT_DIM_FF_EXP,   // n_ff_exp
     FT_DIM_FF_SHEXP, // n_ff_shexp
+    FT_DIM_Q_GATED,  // 2 x the layer's n_head * head_dim: q and its output gate (qwen35moe)
+    FT_DIM_LIN_QKV,  // (2 x ssm_n_k_heads + ssm_n_v_heads) x ssm_head_dim: a recurrent layer's q, k, v
+    FT_DIM_LIN_V,    // ssm_n_v_heads x ssm_head_dim
+    FT_DIM_SSM_HEADS,// ssm_n_v_heads
+    FT_DIM_SSM_HEAD, // ssm_head_dim
+    FT_DIM_SSM_CONV, // ssm_d_conv
     FT_DIM_ARCH,     // the architecture's dim hook says
 };
 
@@ -203,6 +210,8 @@ enum ft_layers {
     FT_LAYERS_ALL,
     FT_LAYERS_MOE,   // layers with routed experts (from n_dense_lead on)
     FT_LAYERS_DENSE, // the n_dense_lead leading layers with a dense FFN
+    FT_LAYERS_ATTN,  // layers with softmax attention (all but the recurrent ones)
+    FT_LAYERS_RECURRENT, // gated DeltaNet layers (ft_layer.is_recurrent, set by the hparams hook)
 };
 
 // The types a tensor may have, and the one ft synth writes it in.

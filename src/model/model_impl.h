@@ -222,11 +222,17 @@ void model_tensor_name(const ft_arch_tensor *t, int il, char *buf, size_t cap);
 
 typedef struct attn_opts {
     bool qk_norm;     // per-head RMSNorm of Q and K before RoPE (qwen3moe, laguna)
+    bool q_gated;     // wq doubles each head: q, then an output gate the attention is
+                      // multiplied by through a sigmoid (qwen35moe)
 } attn_opts;
 
 // x += attention(norm(x)): Q/K/V (+ biases), optional Q/K norm, RoPE, cache write,
 // attention (sliding when the layer is), optional softplus gate, output projection.
 void model_block_attention(const ft_model *m, ft_forward *f, int il, attn_opts o);
+// x += gated DeltaNet(norm(x)) (qwen35moe's recurrent layers): the q, k, v and gate
+// projections, the decay and write strength, the conv and delta rule on the sequence's state
+// (ft_delta_params), a per-head RMSNorm gated by SiLU(z), the output projection.
+void model_block_delta_net(const ft_model *m, ft_forward *f, int il);
 // x += experts(norm(x)) [+ shared expert, sigmoid-gated when the layer has a gate]
 void model_block_moe(const ft_model *m, ft_forward *f, int il);
 // x += ffn(norm(x)), a dense SiLU-gated FFN

@@ -118,6 +118,12 @@ static void write_keys(const ft_synth_params *p, const ft_arch *a, gguf_writer *
         case FT_KEY_TYPE_BOOL: gguf_writer_set_bool(w, key, synth_int(p, s, -1) != 0); break;
         case FT_KEY_TYPE_F32: gguf_writer_set_f32(w, key, synth_float(p, s)); break;
         case FT_KEY_TYPE_U32: gguf_writer_set_u32(w, key, (uint32_t)synth_int(p, s, -1)); break;
+        case FT_KEY_TYPE_U32_4: {
+            uint32_t v[4];
+            for (int e = 0; e < 4; e++) v[e] = (uint32_t)synth_int(p, s, e);
+            gguf_writer_set_arr(w, key, GGUF_VALUE_TYPE_UINT32, v, 4);
+            break;
+        }
         case FT_KEY_TYPE_U32_LAYERS:
             if (s->per_layer) {
                 uint32_t v[FT_SYNTH_MAX_LAYERS];
@@ -173,11 +179,13 @@ static bool plan_row(void *ctx, const ft_arch_tensor *t, int il) {
     return true;
 }
 
-static bool has_dense_layers(const ft_arch *a) {
+static bool has_layers(const ft_arch *a, enum ft_layers layers) {
     for (int i = 0; i < a->n_tensors; i++)
-        if (a->tensors[i].layers == FT_LAYERS_DENSE) return true;
+        if (a->tensors[i].layers == layers) return true;
     return false;
 }
+
+static bool has_dense_layers(const ft_arch *a) { return has_layers(a, FT_LAYERS_DENSE); }
 
 bool ft_synth_has_dense_layers(const char *arch) {
     const ft_arch *a = ft_arch_find(arch);
@@ -201,6 +209,10 @@ static bool check_params(const ft_synth_params *p, const ft_arch *a, ft_err *err
     if ((p->n_dense_lead || p->n_ff_dense) && !has_dense_layers(a))
         return ft_err_set(err, "--dense-lead and --dense-ff are for architectures with dense layers (%s has none)",
                           p->arch);
+    if ((p->full_attn_interval || p->ssm_n_k_heads || p->ssm_n_v_heads || p->ssm_head_dim || p->ssm_d_conv) &&
+        !has_layers(a, FT_LAYERS_RECURRENT))
+        return ft_err_set(err, "--full-attn-interval and --ssm-* are for architectures with linear-attention layers "
+                               "(%s has none)", p->arch);
     if ((p->n_rot && (p->n_rot % 2 || p->n_rot > p->head_dim)) || (p->n_rot_swa && (p->n_rot_swa % 2 || p->n_rot_swa > p->head_dim)))
         return ft_err_set(err, "rotary dims must be even and at most --head-dim %d", p->head_dim);
     return !a->synth_check || a->synth_check(p, err);

@@ -46,6 +46,12 @@ typedef struct ft_synth_params {
     float yarn_factor;        // laguna: YaRN context-extension factor on full layers (0: none)
     bool gate_per_element;    // laguna: output gate per element (else per head)
     float expert_weights_scale; // laguna: routed weights scale (default 2.5)
+    // qwen35moe's gated DeltaNet layers (0: the defaults in brackets)
+    int ssm_d_conv;           // the conv's taps [4]
+    int ssm_n_k_heads;        // key heads [2]
+    int ssm_n_v_heads;        // value heads, a multiple of the key heads [4]
+    int ssm_head_dim;         // their size, the state's [head_dim]
+    int full_attn_interval;   // every this many layers one has softmax attention [4]
     const char *vocab_from;   // GGUF whose tokenizer.* keys are copied, or NULL: built-in vocab
     uint64_t seed;
 } ft_synth_params;
