@@ -92,11 +92,13 @@ static ft_synth_params all_options(const char *arch) {
     p.yarn_factor = 4.0f;
     p.gate_per_element = true;
     p.expert_weights_scale = 2.0f;
-    p.ssm_d_conv = 3;
-    p.ssm_n_k_heads = 2;
-    p.ssm_n_v_heads = 6;
-    p.ssm_head_dim = 32;
-    p.full_attn_interval = 2;
+    if (ft_synth_has_linear_attention(arch)) {
+        p.ssm_d_conv = 3;
+        p.ssm_n_k_heads = 2;
+        p.ssm_n_v_heads = 6;
+        p.ssm_head_dim = 32;
+        p.full_attn_interval = 2;
+    }
     return p;
 }
 

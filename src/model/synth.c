@@ -192,6 +192,11 @@ bool ft_synth_has_dense_layers(const char *arch) {
     return a && has_dense_layers(a);
 }
 
+bool ft_synth_has_linear_attention(const char *arch) {
+    const ft_arch *a = ft_arch_find(arch);
+    return a && has_layers(a, FT_LAYERS_RECURRENT);
+}
+
 static bool check_params(const ft_synth_params *p, const ft_arch *a, ft_err *err) {
     if (p->n_layer < 1 || p->n_layer > FT_SYNTH_MAX_LAYERS)
         return ft_err_set(err, "--layers must be 1..%d, got %d", FT_SYNTH_MAX_LAYERS, p->n_layer);

@@ -69,6 +69,10 @@ bool ft_synth_write(const ft_synth_params *p, const char *path, ft_err *err);
 // for an unknown one.
 bool ft_synth_has_dense_layers(const char *arch);
 
+// Whether the architecture has linear-attention layers (full_attn_interval and ssm_* apply);
+// false for an unknown one.
+bool ft_synth_has_linear_attention(const char *arch);
+
 // Parses a comma-separated type list ("q4_K,q4_K,bf16") into types (at most max). Returns the
 // count, or -1 and sets *err naming the bad entry.
 int ft_synth_parse_types(const char *list, enum ft_type *types, int max, ft_err *err);
