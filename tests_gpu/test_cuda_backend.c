@@ -369,6 +369,118 @@ TEST(cuda_op_set_rows_attention) {
     set_rows_attention_case(256);
 }
 
+// Causal attention of n queries from pos0 over the cache rows k, v (the values the cache holds),
+// the query rounded to f16 as the f16 dot product takes it, in double.
+static float *attention_exact(const float *q, const float *k, const float *v, int n, int pos0, int nh, int nkv,
+                              int hd, int window) {
+    float *out = ft_malloc((size_t)n * nh * hd * sizeof(float));
+    double *s = ft_malloc((size_t)(pos0 + n) * sizeof(double)), *o = ft_malloc((size_t)hd * sizeof(double));
+    const int W = nkv * hd;
+    for (int t = 0; t < n; t++)
+        for (int h = 0; h < nh; h++) {
+            const float *qh = q + ((size_t)t * nh + h) * hd;
+            const int hk = h / (nh / nkv), qpos = pos0 + t, kmin = window > 0 ? FT_MAX(0, qpos - window + 1) : 0;
+            double m = -INFINITY, l = 0;
+            for (int j = kmin; j <= qpos; j++) {
+                double d = 0;
+                for (int i = 0; i < hd; i++)
+                    d += (double)ft_fp16_to_fp32(ft_fp32_to_fp16(qh[i])) * k[(size_t)j * W + hk * hd + i];
+                s[j] = d / sqrt((double)hd);
+                m = fmax(m, s[j]);
+            }
+            for (int i = 0; i < hd; i++) o[i] = 0;
+            for (int j = kmin; j <= qpos; j++) {
+                const double e = exp(s[j] - m);
+                l += e;
+                for (int i = 0; i < hd; i++) o[i] += e * v[(size_t)j * W + hk * hd + i];
+            }
+            for (int i = 0; i < hd; i++) out[((size_t)t * nh + h) * hd + i] = (float)(o[i] / l);
+        }
+    free(s);
+    free(o);
+    return out;
+}
+
+// Decode attention at depth: the keys split over many CTAs, each KV head's query heads in one
+// CTA (or several: more than 16 of them), f16 and q8_0 caches; against the CPU op.
+static void attention_depth_case(int hd, int nh, int nkv, enum ft_type kt) {
+    const int n_ctx = 5200, filled = 5000, W = nkv * hd;
+    pair p;
+    if (!pair_init(&p, 8, nh * hd, n_ctx, hd, 0, 0)) return;
+    ft_tensor ck = cache_tensor(kt, W, n_ctx, false), cv = cache_tensor(kt, W, n_ctx, false);
+    ft_tensor gk = cache_tensor(kt, W, n_ctx, true), gv = cache_tensor(kt, W, n_ctx, true);
+    const int chunk = 500;
+    float *k = randn(&p.rng, (size_t)filled * W, 1.0f), *v = randn(&p.rng, (size_t)filled * W, 1.0f);
+    for (int r0 = 0; r0 < filled; r0 += chunk) {
+        const float *kc = k + (size_t)r0 * W, *vc = v + (size_t)r0 * W;
+        p.cpu->ops->set_rows(p.cpu, &ck, r0, cpu_buf(&p, kc, (size_t)chunk * W), chunk);
+        p.cpu->ops->set_rows(p.cpu, &cv, r0, cpu_buf(&p, vc, (size_t)chunk * W), chunk);
+        p.gpu->ops->set_rows(p.gpu, &gk, r0, gpu_buf(&p, kc, (size_t)chunk * W), chunk);
+        p.gpu->ops->set_rows(p.gpu, &gv, r0, gpu_buf(&p, vc, (size_t)chunk * W), chunk);
+    }
+    if (kt == FT_TYPE_F16) // what the cache holds
+        for (size_t i = 0; i < (size_t)filled * W; i++) {
+            k[i] = ft_fp16_to_fp32(ft_fp32_to_fp16(k[i]));
+            v[i] = ft_fp16_to_fp32(ft_fp32_to_fp16(v[i]));
+        }
+    // one token deep in the cache, at a split boundary's neighbourhood, several tokens, a
+    // window, a context short enough not to split
+    struct { int n_tok, pos0, window; } cases[] = {{1, 4999, 0}, {1, 4095, 0}, {3, 4990, 0}, {8, 4992, 0},
+                                                   {1, 4999, 1000}, {1, 40, 0}, {2, 700, 0}};
+    for (size_t ci = 0; ci < FT_ARRAY_LEN(cases); ci++) {
+        int n = cases[ci].n_tok;
+        size_t QN = (size_t)n * nh * hd;
+        float *q = randn(&p.rng, QN, 1.0f);
+        float *cq = cpu_buf(&p, q, QN), *co = cpu_buf(&p, NULL, QN), *gq = gpu_buf(&p, q, QN), *go = gpu_buf(&p, NULL, QN);
+        ft_attn_params ap = {.q = cq, .out = co, .k_cache = &ck, .v_cache = &cv, .n_tok = n, .pos0 = cases[ci].pos0,
+                             .n_head = nh, .n_head_kv = nkv, .head_dim = hd, .window = cases[ci].window,
+                             .scale = 1.0f / sqrtf((float)hd)};
+        p.cpu->ops->attention(p.cpu, &ap);
+        ap.q = gq;
+        ap.out = go;
+        ap.k_cache = &gk;
+        ap.v_cache = &gv;
+        p.gpu->ops->attention(p.gpu, &ap);
+        char what[128];
+        snprintf(what, sizeof(what), "attention %s hd %d heads %d/%d n_tok %d pos0 %d window %d", ft_type_name(kt), hd,
+                 nh, nkv, n, cases[ci].pos0, cases[ci].window);
+        // the CPU op keeps an f16 cache's running sum of values in f16, as llama.cpp does; the
+        // GPU sums in float: against it within that rounding, and against the exact attention
+        // of the cache's values (q f16-rounded, in double) within float's
+        compare(&p, what, go, co, QN, kt == FT_TYPE_F16 ? 4e-2 : 1e-4);
+        if (kt == FT_TYPE_F16) {
+            float *exact = attention_exact(q, k, v, n, cases[ci].pos0, nh, nkv, hd, cases[ci].window);
+            float *h = gpu_read(&p, go, QN);
+            double e = rel_err(h, exact, QN);
+            printf("    %-40s err %.3g against the exact attention (tol 1e-4)\n", what, e);
+            CHECK(e <= 1e-4, "%s: error %.3g against the exact attention", what, e);
+            free(h);
+            free(exact);
+        }
+        free(q);
+    }
+    free(k);
+    free(v);
+    free(ck.data);
+    free(cv.data);
+    ft_cuda_free(gk.data);
+    ft_cuda_free(gv.data);
+    pair_free(&p);
+}
+
+TEST(cuda_op_attention_depth) {
+    GPU_TEST_REQUIRE_DEVICE();
+    enum ft_type kts[2] = {FT_TYPE_F16, FT_TYPE_Q8_0};
+    for (int ki = 0; ki < 2; ki++) {
+        attention_depth_case(128, 32, 4, kts[ki]);  // Qwen3-30B-A3B: 8 query heads per KV head
+        attention_depth_case(128, 16, 1, kts[ki]);  // 16 per KV head
+        attention_depth_case(128, 48, 2, kts[ki]);  // 24: two CTAs of 12
+        attention_depth_case(64, 8, 8, kts[ki]);    // one
+        attention_depth_case(256, 16, 2, kts[ki]);  // head 256
+        attention_depth_case(64, 12, 4, kts[ki]);   // 3
+    }
+}
+
 TEST(cuda_op_ffn) {
     GPU_TEST_REQUIRE_DEVICE();
     const int E = 256, F = 512;

@@ -228,10 +228,9 @@ static void quantize_x(cuda_backend *c, const float *x, int64_t n_cols, int n_to
 
 static int64_t round32(int64_t n) { return (n + 31) / 32 * 32; }
 
-// Split partials: per (token, head, split) head_dim + 2 floats; n_head * (head_dim + 2) is at
-// most 3 * max_width (head_dim >= 1).
+// Split partials of attention (cuda_ops.h).
 static size_t attn_part_floats(const ft_backend_limits *lim) {
-    return (size_t)FT_CUDA_ATTN_SPLIT_MAX_TOK * FT_CUDA_ATTN_MAX_SPLIT * 3 * (size_t)lim->max_width;
+    return ft_cuda_attention_part_bound(lim->max_width, lim->max_head_dim);
 }
 
 static size_t cuda_scratch_bytes(ft_backend *be, const ft_backend_limits *lim) {
@@ -624,7 +623,7 @@ static void cuda_attention(ft_backend *be, const ft_attn_params *p) {
         .n_tok = p->n_tok, .pos0 = step_rel(c, p->pos0), .pos_dev = step_pos_dev(c), .n_head = p->n_head, .n_head_kv = p->n_head_kv,
         .head_dim = p->head_dim, .window = p->window, .scale = p->scale,
     };
-    size_t need = (size_t)FT_CUDA_ATTN_SPLIT_MAX_TOK * (size_t)p->n_head * FT_CUDA_ATTN_MAX_SPLIT * (size_t)(p->head_dim + 2);
+    size_t need = ft_cuda_attention_part_floats(p->n_tok, p->n_head, p->n_head_kv, p->head_dim);
     ap.part = need <= c->attn_part_floats ? c->attn_part : NULL;
     ap.split_count = ap.part && p->n_head <= c->lim.max_width ? c->attn_count : NULL; // its size
     // decode writes the q8_1 form of its output too, for the output projection that follows

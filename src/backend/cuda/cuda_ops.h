@@ -70,8 +70,8 @@ typedef struct ft_cuda_set_rows_dst {
 void ft_cuda_set_rows(uint32_t type, const ft_cuda_set_rows_dst *d, int n_dst, const int32_t *row_dev, int n_rows,
                       int64_t n, ft_cuda_stream *s);
 
-// attention.cu. Decode splits the keys over CTAs when part is given: part holds
-// FT_CUDA_ATTN_SPLIT_MAX_TOK * n_head * FT_CUDA_ATTN_MAX_SPLIT * (head_dim + 2) floats.
+// attention.cu. Small batches split the keys over CTAs when part is given: part holds
+// ft_cuda_attention_part_floats(n_tok, n_head, n_head_kv, head_dim) floats.
 #define FT_CUDA_ATTN_SPLIT_MAX_TOK 8
 #define FT_CUDA_ATTN_MAX_SPLIT 32
 typedef struct ft_cuda_attn_params {
@@ -86,7 +86,7 @@ typedef struct ft_cuda_attn_params {
                            // position), or NULL
     float *part;           // scratch for split partial results, or NULL: no split
     int *split_count;      // (FT_CUDA_ATTN_SPLIT_MAX_TOK * n_head) zeros, or NULL: the decode
-                           // kernels' CTAs of one (head, token) count themselves done here and
+                           // kernel's CTAs of one (head group, token) count themselves done here and
                            // the last one merges the splits (and resets its count to 0), which
                            // saves the merge launch; NULL: a second kernel merges
     void *out_q;           // the q8_1 form of out as well (n_tok rows of n_head * head_dim / 32
@@ -96,6 +96,10 @@ void ft_cuda_attention(const ft_cuda_attn_params *p, ft_cuda_stream *s);
 // Can the launch for these shapes also write out_q (the decode kernels: n_tok <=
 // FT_CUDA_ATTN_SPLIT_MAX_TOK, head_dim 64, 128 or 256)?
 bool ft_cuda_attention_quantizes(int n_tok, int head_dim);
+// The floats of split partials a launch of these shapes needs, and the most any launch needs
+// within a backend's limits (the longest activation row, the largest head).
+size_t ft_cuda_attention_part_floats(int n_tok, int n_head, int n_head_kv, int head_dim);
+size_t ft_cuda_attention_part_bound(int64_t max_width, int max_head_dim);
 
 // moe_route.cu: routing of n_tok tokens and the weighted sum of their experts' outputs.
 typedef struct ft_cuda_route_params {

@@ -1,0 +1,137 @@
+// attention_split.cuh: how attention.cu's kernels split the keys of a launch over CTAs
+// (flash-decoding) and how the splits' partial results are merged; internal to attention.cu
+// and attention_decode.cu.
+//
+// The split is a function of the launch's shapes and key count alone, computed by the kernels
+// themselves: with the position in device memory (a replayed CUDA graph) the grid has the most
+// splits the shapes can take and those past the split return at once, so a graphed step
+// computes exactly what the same step launched directly computes.
+//
+// Partial results: per (token t, query head h, split z) head_dim unnormalised sums, the running
+// max and the softmax sum, at ((t * n_head + h) * stride + z) * (head_dim + 2) floats.
+#ifndef FT_CUDA_ATTENTION_SPLIT_CUH
+#define FT_CUDA_ATTENTION_SPLIT_CUH
+
+#include "cuda_common.cuh"
+#include "cuda_ops.h"
+#include "q8_1.cuh"
+
+enum {
+    AT_THREADS = 128,   // the CTA of every attention kernel
+    AT_MAX_HD = 256,
+    DEC_MAX_HEADS = 16, // query heads of one KV head that a decode CTA takes (more: several CTAs)
+    DEC_MAX_SPLIT = 128,
+    // a decode launch aims at this many CTAs (several per SM on any GPU, so that the cache
+    // reads of all of them are in flight together), each split holding DEC_MIN_KEYS keys or more
+    DEC_TARGET_CTAS = 256,
+    DEC_MIN_KEYS = 64,
+};
+
+struct attn_split_t {
+    int n_split, per, stride; // per: keys of each split; stride: splits between (t, h) rows
+};
+
+// Does this launch take attention_decode.cu's kernel (a small batch, head sizes it is built for)?
+__host__ __device__ inline bool attn_decode(int n_tok, int head_dim) {
+    return n_tok <= FT_CUDA_ATTN_SPLIT_MAX_TOK && (head_dim == 64 || head_dim == 128 || head_dim == 256);
+}
+
+// The decode kernel's keys per tile (its K and V tiles share 48 KB of shared memory).
+__host__ __device__ constexpr inline int dec_tile_keys(int head_dim) { return head_dim <= 128 ? 32 : 16; }
+
+// CTAs per KV head: its query heads, DEC_MAX_HEADS or fewer per CTA.
+__host__ __device__ inline int dec_groups(int n_head, int n_head_kv) {
+    return (n_head / n_head_kv + DEC_MAX_HEADS - 1) / DEC_MAX_HEADS;
+}
+
+// The most splits a decode launch of these shapes takes (its grid's z with a device position).
+__host__ __device__ inline int dec_max_split(int n_tok, int n_head, int n_head_kv) {
+    const int ctas = n_head_kv * dec_groups(n_head, n_head_kv) * n_tok;
+    const int want = (DEC_TARGET_CTAS + ctas - 1) / ctas;
+    return want < DEC_MAX_SPLIT ? want : DEC_MAX_SPLIT;
+}
+
+// max_keys keys in up to max_split ranges of at least min_keys, each whole chunks of chunk keys.
+__host__ __device__ inline attn_split_t attn_split_keys(int max_keys, int max_split, int min_keys, int chunk) {
+    attn_split_t r = {1, max_keys, 1};
+    int n = (max_keys + min_keys - 1) / min_keys;
+    n = n < max_split ? n : max_split;
+    if (n <= 1) return r;
+    const int per = (max_keys + n - 1) / n;
+    r.per = (per + chunk - 1) / chunk * chunk;
+    r.n_split = (max_keys + r.per - 1) / r.per;
+    return r;
+}
+
+// The split of a launch whose first query is at pos0: the decode kernel's (stride: its splits),
+// or attention_kernel's (chunks of AT_THREADS keys, small batches only; stride
+// FT_CUDA_ATTN_MAX_SPLIT).
+__host__ __device__ inline attn_split_t attn_split_of(const ft_cuda_attn_params &p, int pos0) {
+    int max_keys = pos0 + p.n_tok;
+    if (p.window > 0) max_keys = max_keys < p.window ? max_keys : p.window;
+    attn_split_t r = {1, max_keys, 1};
+    if (!p.part) return r;
+    if (attn_decode(p.n_tok, p.head_dim)) {
+        const int tk = dec_tile_keys(p.head_dim);
+        r = attn_split_keys(max_keys, dec_max_split(p.n_tok, p.n_head, p.n_head_kv), DEC_MIN_KEYS, tk);
+        r.stride = r.n_split;
+        return r;
+    }
+    if (p.n_tok > FT_CUDA_ATTN_SPLIT_MAX_TOK) return r;
+    r = attn_split_keys(max_keys, FT_CUDA_ATTN_MAX_SPLIT, AT_THREADS, AT_THREADS);
+    r.stride = FT_CUDA_ATTN_MAX_SPLIT;
+    return r;
+}
+
+// The first query's position.
+__device__ __forceinline__ int attn_pos0(const ft_cuda_attn_params &p) {
+    return p.pos0 + (p.pos_dev ? *p.pos_dev : 0);
+}
+
+__device__ __forceinline__ float *attn_part_row(const ft_cuda_attn_params &p, int t, int h, int z, int stride) {
+    return p.part + (((int64_t)t * p.n_head + h) * stride + z) * (p.head_dim + 2);
+}
+
+// The splits of one (head, token) merged by a CTA of AT_THREADS threads (all of them call it):
+// weights e^(M_z - M) for each split's sums, taken in split order. Thread z loads split z's
+// max and sum into shared memory, and each thread's loop over the splits' values is unrolled
+// so that its loads are in flight together: a few memory round trips, not one per split. The
+// partials come from other CTAs: read through L2 (__ldcg), never from a line an earlier launch
+// left in this SM's L1. Ends with a barrier, so that it may be called again at once.
+__device__ __forceinline__ void attn_merge(const ft_cuda_attn_params &p, int h, int t, const attn_split_t &sp) {
+    constexpr int NS = DEC_MAX_SPLIT;
+    static_assert(NS <= AT_THREADS && FT_CUDA_ATTN_MAX_SPLIT <= NS, "a thread per split");
+    __shared__ float m_s[NS], s_s[NS], f_s[NS];
+    const int hd = p.head_dim, tid = threadIdx.x, n_split = sp.n_split;
+    const float *part = attn_part_row(p, t, h, 0, sp.stride);
+    if (tid < n_split) {
+        m_s[tid] = __ldcg(&part[tid * (hd + 2) + hd]);
+        s_s[tid] = __ldcg(&part[tid * (hd + 2) + hd + 1]);
+    }
+    __syncthreads();
+    float M = -INFINITY;
+    for (int z = 0; z < n_split; z++) M = fmaxf(M, m_s[z]);
+    if (tid < n_split) f_s[tid] = m_s[tid] != -INFINITY ? expf(m_s[tid] - M) : 0.0f;
+    __syncthreads();
+    float S = 0.0f;
+    for (int z = 0; z < n_split; z++)
+        if (m_s[z] != -INFINITY) S += s_s[z] * f_s[z];
+    const float inv = S == 0.0f ? 0.0f : 1.0f / S;
+    const int64_t o0 = ((int64_t)t * p.n_head + h) * hd;
+    for (int d = tid; d < hd; d += AT_THREADS) {
+        float v = 0.0f;
+#pragma unroll 8
+        for (int z = 0; z < n_split; z++) {
+            const float pv = __ldcg(&part[z * (hd + 2) + d]);
+            if (m_s[z] != -INFINITY) v += pv * f_s[z];
+        }
+        p.out[o0 + d] = v * inv;
+        if (p.out_q) ft_q8_1_warp_store(v * inv, (block_q8_1 *)p.out_q + (o0 + d) / QK8_1, tid % FT_WARP);
+    }
+    __syncthreads();
+}
+
+// attention_decode.cu: launches its kernel on grid (n_head_kv * dec_groups, n_tok, n_split).
+void attn_decode_launch(const ft_cuda_attn_params &p, int n_split, cudaStream_t st);
+
+#endif
