@@ -83,6 +83,10 @@ TEST(chat_template_expected_strings) {
          "<|im_start|>system\nYou are a helpful assistant<|im_end|>\n<|im_start|>user\nHello<|im_end|>\n"
          "<|im_start|>assistant\nHi there<|im_end|>\n<|im_start|>user\nWho are you<|im_end|>\n"
          "<|im_start|>assistant\n"},
+        {TOK_CHAT_QWEN35, 0,
+         "<|im_start|>system\nYou are a helpful assistant<|im_end|>\n<|im_start|>user\nHello<|im_end|>\n"
+         "<|im_start|>assistant\nHi there<|im_end|>\n<|im_start|>user\nWho are you<|im_end|>\n"
+         "<|im_start|>assistant\n<think>\n"},
         {TOK_CHAT_LLAMA2, 0,
          "<s>[INST] <<SYS>>\nYou are a helpful assistant\n<</SYS>>\n\nHello [/INST] Hi there </s>"
          "<s>[INST] Who are you [/INST]"},
@@ -316,6 +320,9 @@ TEST(chat_template_jinja_qwen25) {
 }
 TEST(chat_template_jinja_qwen3) {
     if (oracle_node_available()) jinja_file(TOK_CHAT_QWEN3, "Qwen-Qwen3-0.6B.jinja");
+}
+TEST(chat_template_jinja_qwen35) {
+    if (oracle_node_available()) jinja_file(TOK_CHAT_QWEN35, "Qwen3.5-4B.jinja");
 }
 TEST(chat_template_jinja_llama31) {
     if (oracle_node_available()) jinja_file(TOK_CHAT_LLAMA31, "meta-llama-Llama-3.1-8B-Instruct.jinja");

@@ -692,24 +692,28 @@ TEST(server_stop_strings) {
     CHECK(server_stop(&s) == 0, "log: %s", s.log);
 }
 
-// The <think> splitter, fed in pieces of every size.
+// The <think> splitter, fed in pieces of every size; started inside the reasoning (state 1)
+// where the prompt opened <think> (Qwen3.5).
 #include "../src/server/srv_impl.h"
 
 TEST(server_think_split) {
     static const struct {
         const char *in, *content, *reasoning;
+        int start;
     } cases[] = {
-        {"<think>\nabc</think>\n\nanswer", "answer", "\nabc"},
-        {"\n<think>a<b</thi</think>x", "x", "a<b</thi"},
-        {"hello <think>x</think>", "hello <think>x</think>", ""},
-        {"<thin", "<thin", ""},
-        {"<think>unfinished</th", "", "unfinished</th"},
-        {"", "", ""},
+        {"<think>\nabc</think>\n\nanswer", "answer", "\nabc", 0},
+        {"\n<think>a<b</thi</think>x", "x", "a<b</thi", 0},
+        {"hello <think>x</think>", "hello <think>x</think>", "", 0},
+        {"<thin", "<thin", "", 0},
+        {"<think>unfinished</th", "", "unfinished</th", 0},
+        {"", "", "", 0},
+        {"reason\n</think>\n\nanswer", "answer", "reason\n", 1},
+        {"no end <think>", "", "no end <think>", 1},
     };
     for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
         size_t n = strlen(cases[c].in);
         for (size_t step = 1; step <= n + 1; step++) {
-            srv_think t = {0};
+            srv_think t = {.state = cases[c].start};
             srv_buf content = {0}, reasoning = {0};
             srv_buf_add(&content, "", 0);
             srv_buf_add(&reasoning, "", 0);

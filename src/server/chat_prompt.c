@@ -36,6 +36,12 @@ static bool content_text(json_t *c, srv_buf *out, srv_buf *reasoning, ft_err *er
     return true;
 }
 
+// Whether text ends with "<think>" and white space only after it.
+static bool ends_in_open_think(const char *text, size_t n) {
+    while (n && (text[n - 1] == '\n' || text[n - 1] == ' ' || text[n - 1] == '\r' || text[n - 1] == '\t')) n--;
+    return n >= 7 && !memcmp(text + n - 7, "<think>", 7);
+}
+
 // Renders messages with the server's template and tokenizes them into j->prompt.
 bool srv_chat_prompt(const srv_params *p, const tok_vocab *v, json_t *msgs, const char *system,
                      bool enable_thinking, srv_job *j, ft_err *err) {
@@ -80,6 +86,8 @@ bool srv_chat_prompt(const srv_params *p, const tok_vocab *v, json_t *msgs, cons
     cp.enable_thinking = enable_thinking;
     tok_chat_prompt rendered = {0};
     if (!tok_chat_render(p->chat_template, cm, k, cp, &rendered, err)) goto out;
+    // a generation prompt that opens <think> (Qwen3.5) leaves the reply inside the reasoning
+    if (j->split_think && ends_in_open_think(rendered.text, rendered.len)) j->think.state = 1;
     bool has_bos = cp.bos_text && *cp.bos_text && !strncmp(rendered.text, cp.bos_text, strlen(cp.bos_text));
     tok_encode_segments(v, rendered.segs, rendered.n_segs, !has_bos, &j->prompt);
     tok_chat_prompt_free(&rendered);

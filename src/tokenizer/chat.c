@@ -21,7 +21,7 @@
 static const char *const g_names[TOK_CHAT_COUNT] = {
     [TOK_CHAT_CHATML] = "chatml",   [TOK_CHAT_QWEN2] = "qwen2",   [TOK_CHAT_QWEN25] = "qwen2.5",
     [TOK_CHAT_QWEN3] = "qwen3",     [TOK_CHAT_LLAMA2] = "llama2", [TOK_CHAT_MISTRAL] = "mistral",
-    [TOK_CHAT_LLAMA3] = "llama3",   [TOK_CHAT_LLAMA31] = "llama3.1",
+    [TOK_CHAT_LLAMA3] = "llama3",   [TOK_CHAT_LLAMA31] = "llama3.1", [TOK_CHAT_QWEN35] = "qwen3.5",
 };
 
 static const struct {
@@ -36,6 +36,7 @@ static const struct {
     {0x8c734b90b4f8d84dull, TOK_CHAT_MISTRAL, "Mistral 7B Instruct v0.1/v0.2, Mixtral 8x7B Instruct"},
     {0x0e60067a5537498eull, TOK_CHAT_LLAMA3, "Llama 3 Instruct"},
     {0xcc0368e1ffb6b958ull, TOK_CHAT_LLAMA31, "Llama 3.1 / 3.3 Instruct"},
+    {0xf07c510f47fbaca0ull, TOK_CHAT_QWEN35, "Qwen3.5 (llama.cpp models/templates/Qwen3.5-4B.jinja)"},
 };
 
 const char *tok_chat_name(enum tok_chat_template t) {
@@ -223,6 +224,18 @@ static bool render_chatml(builder *b, enum tok_chat_template t, const tok_chat_m
     return true;
 }
 
+// The reasoning and the answer of an assistant turn whose text holds "</think>": the text
+// before the first "</think>", after the last "<think>" in it, and the text after the last
+// "</think>" (Jinja's split(...)[0] and [-1]), with newlines stripped where the templates do.
+static void split_think(str body, str *reasoning, str *answer) {
+    const char *first_end = find(body, "</think>", false), *last_end = find(body, "</think>", true);
+    str before = rstrip_nl((str){body.s, (size_t)(first_end - body.s)});
+    const char *open = find(before, "<think>", true);
+    if (open) before = (str){open + 7, (size_t)(before.s + before.n - open - 7)};
+    *reasoning = lstrip_nl(before);
+    *answer = lstrip_nl((str){last_end + 8, (size_t)(body.s + body.n - last_end - 8)});
+}
+
 // Qwen3: reasoning of assistant turns after the last user query is kept in <think> blocks,
 // earlier reasoning is dropped; enable_thinking = false closes an empty <think> in the prompt.
 static bool render_qwen3(builder *b, const tok_chat_msg *m, size_t n, ft_err *err) {
@@ -254,14 +267,7 @@ static bool render_qwen3(builder *b, const tok_chat_msg *m, size_t n, ft_err *er
             if (m[i].reasoning) {
                 reasoning = S(m[i].reasoning);
             } else if (find(body, "</think>", false)) {
-                const char *first_end = find(body, "</think>", false);
-                const char *last_end = find(body, "</think>", true);
-                str before = {body.s, (size_t)(first_end - body.s)};
-                before = rstrip_nl(before);
-                const char *open = find(before, "<think>", true);
-                if (open) before = (str){open + 7, (size_t)(before.s + before.n - open - 7)};
-                reasoning = lstrip_nl(before);
-                body = lstrip_nl((str){last_end + 8, (size_t)(body.s + body.n - last_end - 8)});
+                split_think(body, &reasoning, &body);
             }
             markup(b, "<|im_start|>assistant\n");
             if (i > last_query && (i == n - 1 || reasoning.n)) {
@@ -279,6 +285,58 @@ static bool render_qwen3(builder *b, const tok_chat_msg *m, size_t n, ft_err *er
     if (b->p->add_generation_prompt) {
         markup(b, "<|im_start|>assistant\n");
         if (!b->p->enable_thinking) markup(b, "<think>\n\n</think>\n\n");
+    }
+    return true;
+}
+
+// Qwen3.5 / Qwen3.6: every message's text trimmed; each assistant turn after the last user
+// query carries its (trimmed, possibly empty) reasoning in a <think> block, earlier ones do
+// not; the generation prompt opens <think> (closes an empty one when thinking is off).
+static bool render_qwen35(builder *b, const tok_chat_msg *m, size_t n, ft_err *err) {
+    if (!no_tools(m, n, err)) return false;
+    if (!n) return ft_err_set(err, "chat template: no messages provided");
+    if (role_is(&m[0], "system")) {
+        markup(b, "<|im_start|>system\n");
+        content(b, strip_ws(S(m[0].content)));
+        markup(b, "<|im_end|>\n");
+    }
+    // the last user message that is not a wrapped tool response
+    size_t last_query = n;
+    for (size_t k = n; k-- > 0;) {
+        str c = strip_ws(S(m[k].content));
+        if (role_is(&m[k], "user") && !(starts_with(c, "<tool_response>") && ends_with(c, "</tool_response>"))) {
+            last_query = k;
+            break;
+        }
+    }
+    if (last_query == n) return ft_err_set(err, "chat template: no user query found in messages");
+    for (size_t i = 0; i < n; i++) {
+        str body = strip_ws(S(m[i].content));
+        if (role_is(&m[i], "system")) {
+            if (i) return ft_err_set(err, "chat template: the system message must be at the beginning");
+        } else if (role_is(&m[i], "user")) {
+            markup(b, "<|im_start|>user\n");
+            content(b, body);
+            markup(b, "<|im_end|>\n");
+        } else if (role_is(&m[i], "assistant")) {
+            str reasoning = {"", 0};
+            if (m[i].reasoning) reasoning = S(m[i].reasoning);
+            else if (find(body, "</think>", false)) split_think(body, &reasoning, &body);
+            markup(b, "<|im_start|>assistant\n");
+            if (i > last_query) {
+                markup(b, "<think>\n");
+                content(b, strip_ws(reasoning));
+                markup(b, "\n</think>\n\n");
+            }
+            content(b, body);
+            markup(b, "<|im_end|>\n");
+        } else {
+            return ft_err_set(err, "chat template: unexpected message role '%s'", m[i].role);
+        }
+    }
+    if (b->p->add_generation_prompt) {
+        markup(b, "<|im_start|>assistant\n");
+        markup(b, b->p->enable_thinking ? "<think>\n" : "<think>\n\n</think>\n\n");
     }
     return true;
 }
@@ -407,6 +465,7 @@ bool tok_chat_render(enum tok_chat_template t, const tok_chat_msg *msgs, size_t 
     bool ok;
     switch (t) {
     case TOK_CHAT_QWEN3: ok = render_qwen3(&b, msgs, n_msgs, err); break;
+    case TOK_CHAT_QWEN35: ok = render_qwen35(&b, msgs, n_msgs, err); break;
     case TOK_CHAT_LLAMA2: ok = render_llama2(&b, msgs, n_msgs, err); break;
     case TOK_CHAT_MISTRAL: ok = render_mistral(&b, msgs, n_msgs, err); break;
     case TOK_CHAT_LLAMA3:

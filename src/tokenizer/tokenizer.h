@@ -170,6 +170,7 @@ enum tok_chat_template {
     TOK_CHAT_MISTRAL,     // <s>[INST] ... [/INST]...</s> (Mistral 7B v0.1/v0.2, Mixtral 8x7B)
     TOK_CHAT_LLAMA3,      // <|start_header_id|>role<|end_header_id|>\n\n...<|eot_id|> (Llama 3)
     TOK_CHAT_LLAMA31,     // Llama 3 with the knowledge-date system preamble (Llama 3.1 / 3.3)
+    TOK_CHAT_QWEN35,      // ChatML, trimmed text, <think> opened by the prompt (Qwen3.5 / 3.6)
     TOK_CHAT_COUNT
 };
 
