@@ -152,6 +152,10 @@ TEST(batch_matches_alone) {
     sp.n_layer = 4;
     sp.n_ctx_train = 256;
     batch_case("qwen35moe", &sp, 16, FT_TYPE_Q8_0, lens);
+    sp.arch = "qwen3next";
+    sp.ssm_n_k_heads = 2;
+    sp.ssm_n_v_heads = 6;
+    batch_case("qwen3next", &sp, 16, FT_TYPE_Q8_0, lens);
 }
 
 // Errors come back before anything runs: the sequence keeps its position; closing frees it.

@@ -84,8 +84,8 @@ TEST(conformance_laguna_gate_per_element_kv_q8_0) {
 // expert; the experts q4_K, q6_K, bf16 and mxfp4 by layer. Prompts of 1, 40, 300 and 1,000
 // tokens: the last two cross the prefill chunk (256), and the recurrent state carries between
 // chunks.
-static ft_synth_params qwen35_params(void) {
-    ft_synth_params p = conf_small_params("qwen35moe");
+static ft_synth_params qwen35_params_of(const char *arch) {
+    ft_synth_params p = conf_small_params(arch);
     p.n_layer = 4;
     p.n_ctx_train = 2048;
     p.n_ff_shexp = 128;
@@ -96,6 +96,8 @@ static ft_synth_params qwen35_params(void) {
     p.expert_types[3] = FT_TYPE_MXFP4;
     return p;
 }
+
+static ft_synth_params qwen35_params(void) { return qwen35_params_of("qwen35moe"); }
 
 static conf_opts qwen35_opts(void) {
     conf_opts o = conf_default_opts();
@@ -127,4 +129,15 @@ TEST(conformance_qwen35moe_heads_partial_rotary_kv_q8_0) {
     conf_opts o = qwen35_opts();
     o.kv_type = FT_TYPE_Q8_0;
     conf_check("qwen35moe_heads_q8_0", &p, &o);
+}
+
+// qwen3next: the same layers, with plain partial NeoX RoPE, beta and alpha in one projection
+// (ssm_ba, per key head) and V head h reading K head h / 2 (three V heads per K head here).
+TEST(conformance_qwen3next_mixed_experts) {
+    ft_synth_params p = qwen35_params_of("qwen3next");
+    p.ssm_n_k_heads = 2;
+    p.ssm_n_v_heads = 6;
+    p.n_rot = 32;
+    conf_opts o = qwen35_opts();
+    conf_check("qwen3next_mixed", &p, &o);
 }

@@ -26,7 +26,8 @@ static const size_t g_layer_fields[] = {
     offsetof(ft_layer, ffn_gate),   offsetof(ft_layer, ffn_up),     offsetof(ft_layer, ffn_down),
     offsetof(ft_layer, lin_qkv),    offsetof(ft_layer, lin_z),      offsetof(ft_layer, ssm_conv1d),
     offsetof(ft_layer, ssm_dt),     offsetof(ft_layer, ssm_a),      offsetof(ft_layer, ssm_beta),
-    offsetof(ft_layer, ssm_alpha),  offsetof(ft_layer, ssm_norm),   offsetof(ft_layer, ssm_out),
+    offsetof(ft_layer, ssm_alpha),  offsetof(ft_layer, ssm_ba),     offsetof(ft_layer, ssm_norm),
+    offsetof(ft_layer, ssm_out),
 };
 
 static const ft_tensor *field_tensor(const void *base, size_t off) {

@@ -220,11 +220,16 @@ TEST(cuda_op_elementwise) {
         {.n_rot = 64, .neox = false, .freq_base = 1e4f, .freq_scale = 1, .attn_factor = 1, .beta_fast = 32, .beta_slow = 1, .n_ctx_orig = 4096},
         {.n_rot = 128, .neox = true, .freq_base = 1e6f, .freq_scale = 0.25f, .ext_factor = 1, .attn_factor = 1, .beta_fast = 32, .beta_slow = 1, .n_ctx_orig = 4096},
     };
-    const char *rnames[3] = {"rope neox", "rope normal n_rot 64", "rope yarn"};
-    for (int i = 0; i < 3; i++) {
+    // and imrope for text (qwen35moe: sections [11, 11, 10, 0] of 32 pairs, partial rotation)
+    ft_rope_params rp_imrope = {.n_rot = 64, .neox = true, .freq_base = 1e7f, .freq_scale = 1, .attn_factor = 1,
+                                .beta_fast = 32, .beta_slow = 1, .n_ctx_orig = 4096, .imrope = true,
+                                .sections = {11, 11, 10, 0}};
+    const ft_rope_params *rpp[4] = {&rps[0], &rps[1], &rps[2], &rp_imrope};
+    const char *rnames[4] = {"rope neox", "rope normal n_rot 64", "rope yarn", "rope imrope n_rot 64"};
+    for (int i = 0; i < 4; i++) {
         float *c1 = cpu_buf(&p, x, N), *g1 = gpu_buf(&p, x, N);
-        p.cpu->ops->rope(p.cpu, c1, n_tok, nh, hd, 3000, &rps[i]);
-        p.gpu->ops->rope(p.gpu, g1, n_tok, nh, hd, 3000, &rps[i]);
+        p.cpu->ops->rope(p.cpu, c1, n_tok, nh, hd, 3000, rpp[i]);
+        p.gpu->ops->rope(p.gpu, g1, n_tok, nh, hd, 3000, rpp[i]);
         compare(&p, rnames[i], g1, c1, N, i == 2 ? 1e-4 : 1e-5); // YaRN: cosf/sinf/logf ulps at ~3000 rad
     }
 
@@ -250,6 +255,17 @@ TEST(cuda_op_elementwise) {
             snprintf(what, sizeof(what), "gate_mul %s per %s", acts[a], i ? "element" : "head");
             compare(&p, what, g1, c1, N, 1e-5);
         }
+    // split_heads: the doubled Q projection of q-gated attention (x read as 2 heads of 2 * 128)
+    {
+        int sh = nh / 2, sd = hd, half = n_tok * sh * sd;
+        float *ca = cpu_buf(&p, NULL, (size_t)half), *cb = cpu_buf(&p, NULL, (size_t)half);
+        float *ga = gpu_buf(&p, NULL, (size_t)half), *gb = gpu_buf(&p, NULL, (size_t)half);
+        float *c1 = cpu_buf(&p, x, N), *g1 = gpu_buf(&p, x, N);
+        p.cpu->ops->split_heads(p.cpu, c1, ca, cb, n_tok, sh, sd);
+        p.gpu->ops->split_heads(p.gpu, g1, ga, gb, n_tok, sh, sd);
+        compare(&p, "split_heads first halves", ga, ca, (size_t)half, 0);
+        compare(&p, "split_heads second halves", gb, cb, (size_t)half, 0);
+    }
     free(x);
     free(x2);
     free(wn.data);
@@ -257,6 +273,80 @@ TEST(cuda_op_elementwise) {
     ft_cuda_free(dwn.data);
     ft_cuda_free(dwh.data);
     pair_free(&p);
+}
+
+// An f32 tensor of n floats at data (placement as given), shaped (ne0, ne1).
+static ft_tensor f32_tensor(void *data, int64_t ne0, int64_t ne1, enum ft_placement where) {
+    ft_tensor t = {0};
+    snprintf(t.name, sizeof(t.name), "test_f32");
+    t.type = FT_TYPE_F32;
+    t.ne[0] = ne0;
+    t.ne[1] = ne1;
+    t.ne[2] = 1;
+    t.row_bytes = ft_row_bytes(FT_TYPE_F32, ne0);
+    t.mat_bytes = t.row_bytes * (size_t)ne1;
+    t.data = data;
+    t.placement = where;
+    return t;
+}
+
+// Gated DeltaNet: a sequence started fresh, then continued from its states in steps of
+// several sizes (one token: decode; more: a prompt chunk), each step's output and both states
+// against the CPU op. Float sums in another order, carried through the state: 1e-4.
+TEST(cuda_op_delta_net) {
+    GPU_TEST_REQUIRE_DEVICE();
+    static const struct { int hk, hv, hd, d_conv; bool grouped; } shapes[] = {
+        {2, 4, 128, 4, false}, {2, 4, 128, 4, true}, {1, 2, 64, 3, false}, {2, 6, 32, 2, true},
+        {1, 2, 256, 4, false}, {2, 2, 128, 1, false},
+    };
+    static const int steps[] = {5, 1, 1, 70, 2, 1};
+    for (size_t sh = 0; sh < FT_ARRAY_LEN(shapes); sh++) {
+        int Hk = shapes[sh].hk, H = shapes[sh].hv, hd = shapes[sh].hd, K = shapes[sh].d_conv;
+        int C = (2 * Hk + H) * hd, V = H * hd;
+        pair p;
+        if (!pair_init(&p, 80, C, 16, hd, 0, 0)) return;
+        float *w = randn(&p.rng, (size_t)K * C, 0.3f), *dt = randn(&p.rng, (size_t)H, 0.5f);
+        float *a = randn(&p.rng, (size_t)H, 0.5f);
+        for (int i = 0; i < K * C; i++) w[i] += 0.25f;
+        for (int i = 0; i < H; i++) a[i] = -expf(a[i]);
+        size_t n_conv = (size_t)(K - 1) * C, n_state = (size_t)H * hd * hd;
+        float *c_conv = cpu_buf(&p, NULL, n_conv ? n_conv : 1), *c_state = cpu_buf(&p, NULL, n_state);
+        float *g_conv = gpu_buf(&p, NULL, n_conv ? n_conv : 1), *g_state = gpu_buf(&p, NULL, n_state);
+        ft_tensor hw = f32_tensor(w, K, C, FT_PLACEMENT_CPU), hdt = f32_tensor(dt, H, 1, FT_PLACEMENT_CPU);
+        ft_tensor ha = f32_tensor(a, H, 1, FT_PLACEMENT_CPU);
+        ft_tensor dw = dev_tensor(&hw), ddt = dev_tensor(&hdt), da = dev_tensor(&ha);
+        ft_tensor cc = f32_tensor(c_conv, C, K - 1, FT_PLACEMENT_CPU), cs = f32_tensor(c_state, n_state, 1, FT_PLACEMENT_CPU);
+        ft_tensor gc = f32_tensor(g_conv, C, K - 1, FT_PLACEMENT_CUDA), gs = f32_tensor(g_state, n_state, 1, FT_PLACEMENT_CUDA);
+        int pos = 0;
+        for (size_t st = 0; st < FT_ARRAY_LEN(steps) && !test_failed(); st++) {
+            int n = steps[st];
+            float *qkv = randn(&p.rng, (size_t)n * C, 1.0f), *ab = randn(&p.rng, (size_t)2 * n * H, 1.0f);
+            float *cq = cpu_buf(&p, qkv, (size_t)n * C), *cab = cpu_buf(&p, ab, (size_t)2 * n * H);
+            float *gq = gpu_buf(&p, qkv, (size_t)n * C), *gab = gpu_buf(&p, ab, (size_t)2 * n * H);
+            float *co = cpu_buf(&p, NULL, (size_t)n * V), *go = gpu_buf(&p, NULL, (size_t)n * V);
+            ft_delta_params dp = {
+                .qkv = cq, .alpha = cab, .beta = cab + (size_t)n * H, .conv_w = &hw, .dt = &hdt, .a = &ha,
+                .conv_state = &cc, .state = &cs, .out = co, .n_tok = n, .pos0 = pos, .n_k_heads = Hk,
+                .n_v_heads = H, .head_dim = hd, .d_conv = K, .k_grouped = shapes[sh].grouped, .eps = 1e-6f,
+            };
+            p.cpu->ops->delta_net(p.cpu, &dp);
+            dp.qkv = gq, dp.alpha = gab, dp.beta = gab + (size_t)n * H, dp.conv_w = &dw, dp.dt = &ddt, dp.a = &da;
+            dp.conv_state = &gc, dp.state = &gs, dp.out = go;
+            p.gpu->ops->delta_net(p.gpu, &dp);
+            char what[96];
+            snprintf(what, sizeof(what), "delta_net %d/%d heads of %d%s, conv %d: %d at %d", Hk, H, hd,
+                     shapes[sh].grouped ? " grouped" : "", K, n, pos);
+            compare(&p, what, go, co, (size_t)n * V, 1e-4);
+            compare(&p, "  its delta-rule state", g_state, c_state, n_state, 1e-4);
+            if (n_conv) compare(&p, "  its conv state", g_conv, c_conv, n_conv, 0);
+            pos += n;
+            free(qkv);
+            free(ab);
+        }
+        free(w); free(dt); free(a);
+        ft_cuda_free(dw.data); ft_cuda_free(ddt.data); ft_cuda_free(da.data);
+        pair_free(&p);
+    }
 }
 
 TEST(cuda_op_get_rows) {
@@ -595,6 +685,8 @@ static void model_case(const model_opts *o) {
     double tol = strict ? 3e-2 : 0.05;
     // the q8_0 KV rotation needs 64 | head_dim
     ft_synth_params sp = fixture_compare_params(arch, strcmp(arch, "qwen2moe") ? 128 : 64, strict);
+    if (!strcmp(arch, "qwen35moe") || !strcmp(arch, "qwen3next"))
+        sp.full_attn_interval = 2; // layers 0 and 2 linear, 1 attention
     if (!strcmp(arch, "laguna")) {
         if (o->swa_yarn) {
             sp.n_swa = 8;
@@ -679,6 +771,8 @@ static void arch_cases(const char *arch, bool swa_yarn, bool bf16_tail) {
 
 TEST(cuda_model_qwen3moe) { GPU_TEST_REQUIRE_DEVICE(); arch_cases("qwen3moe", false, false); }
 TEST(cuda_model_qwen2moe) { GPU_TEST_REQUIRE_DEVICE(); arch_cases("qwen2moe", false, false); }
+TEST(cuda_model_qwen35moe) { GPU_TEST_REQUIRE_DEVICE(); arch_cases("qwen35moe", false, false); }
+TEST(cuda_model_qwen3next) { GPU_TEST_REQUIRE_DEVICE(); arch_cases("qwen3next", false, false); }
 TEST(cuda_model_llama) { GPU_TEST_REQUIRE_DEVICE(); arch_cases("llama", false, false); }
 TEST(cuda_model_laguna) {
     GPU_TEST_REQUIRE_DEVICE();

@@ -37,13 +37,18 @@ static double top2_gap(const double *p, int n) {
     return a - b;
 }
 
-TEST(cuda_batch_matches_alone) {
-    GPU_TEST_REQUIRE_DEVICE();
+// arch's model (qwen35moe: linear-attention layers, whose recurrent state each sequence
+// carries, beside attention layers).
+static void batch_case(const char *arch) {
     ft_synth_params sp = ft_synth_default_params();
+    sp.arch = arch;
+    if (!strcmp(arch, "qwen35moe")) sp.full_attn_interval = 2;
     sp.n_ctx_train = 256;
     sp.dense_type = FT_TYPE_Q8_0;
     sp.expert_types[0] = FT_TYPE_Q8_0;
-    ft_model *m = fixture_model(&sp, "cuda_batch.gguf");
+    char name[64];
+    snprintf(name, sizeof(name), "cuda_batch_%s.gguf", arch);
+    ft_model *m = fixture_model(&sp, name);
     REQUIRE(m);
     ft_err err = {{0}};
     ft_engine_params ep = ft_engine_default_params();
@@ -105,12 +110,18 @@ TEST(cuda_batch_matches_alone) {
             }
         }
     }
-    printf("    %d requests on %d sequences, chunk %d: %d/%d steps bit-identical to alone, max prob diff %.3g, "
+    printf("    %s: %d requests on %d sequences, chunk %d: %d/%d steps bit-identical to alone, max prob diff %.3g, "
            "%d split at a near-tie\n",
-           N_REQ, N_SEQ, CHUNK, n_same_bits, n_cmp, worst, n_split);
+           arch, N_REQ, N_SEQ, CHUNK, n_same_bits, n_cmp, worst, n_split);
     for (int r = 0; r < N_REQ; r++) free(rq[r].logits);
     free(alone);
     free(pa);
     free(pb);
     ft_model_free(m);
+}
+
+TEST(cuda_batch_matches_alone) {
+    GPU_TEST_REQUIRE_DEVICE();
+    batch_case("qwen3moe");
+    batch_case("qwen35moe");
 }

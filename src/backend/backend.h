@@ -86,7 +86,7 @@ enum ft_act { FT_ACT_SOFTPLUS, FT_ACT_SIGMOID, FT_ACT_SILU };
 //      d = (v - Sᵀk) * sigmoid(beta); S += k dᵀ; out = Sᵀq / sqrt(head_dim).
 // Both states are updated in place to follow the last token.
 typedef struct ft_delta_params {
-    const float *qkv;          // (n_tok, 2K + V) the projection before the conv
+    float *qkv;                // (n_tok, 2K + V) the projection before the conv; the op may overwrite it
     const float *alpha, *beta; // (n_tok, n_v_heads) each: the raw decay and write-strength projections
     const ft_tensor *conv_w;   // (d_conv, 2K + V) f32: each channel's taps, oldest input first
     const ft_tensor *dt, *a;   // (n_v_heads) f32
@@ -94,8 +94,9 @@ typedef struct ft_delta_params {
     ft_tensor *state;          // f32, n_v_heads matrices; row j of a head's holds column j of S
     float *out;                // (n_tok, V)
     int n_tok;
-    bool fresh;                // the sequence starts here: both states read as zeros
+    int pos0;                  // the first token's position: at 0 both states read as zeros
     int n_k_heads, n_v_heads, head_dim, d_conv;
+    bool k_grouped;            // V head h reads K head h / (n_v / n_k); else h % n_k
     float eps;                 // the L2 norm's
 } ft_delta_params;
 

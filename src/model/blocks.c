@@ -95,8 +95,15 @@ void model_block_delta_net(const ft_model *m, ft_forward *f, int il) {
     ops->rms_norm(be, f->x, &L->attn_norm, f->xn, n, hp->n_embd, hp->rms_eps);
     ops->matmul(be, &L->lin_qkv, f->xn, f->wide, n);
     ops->matmul(be, &L->lin_z, f->xn, f->gate, n);
-    ops->matmul(be, &L->ssm_alpha, f->xn, alpha, n);
-    ops->matmul(be, &L->ssm_beta, f->xn, beta, n);
+    if (ft_tensor_present(&L->ssm_ba)) {
+        // qwen3next: per key head, its V heads' betas, then their alphas
+        float *ba = f->ab + (size_t)2 * n * H;
+        ops->matmul(be, &L->ssm_ba, f->xn, ba, n);
+        ops->split_heads(be, ba, beta, alpha, n, hp->ssm_n_k_heads, H / hp->ssm_n_k_heads);
+    } else {
+        ops->matmul(be, &L->ssm_alpha, f->xn, alpha, n);
+        ops->matmul(be, &L->ssm_beta, f->xn, beta, n);
+    }
 
     // per sequence: the conv and the delta rule on its own state
     ft_segment one;
@@ -108,9 +115,9 @@ void model_block_delta_net(const ft_model *m, ft_forward *f, int il) {
             .qkv = f->wide + (size_t)sg->row0 * C, .alpha = alpha + (size_t)sg->row0 * H,
             .beta = beta + (size_t)sg->row0 * H, .conv_w = &L->ssm_conv1d, .dt = &L->ssm_dt, .a = &L->ssm_a,
             .conv_state = ft_kv_conv(sg->kv, il), .state = ft_kv_state(sg->kv, il),
-            .out = f->attn + (size_t)sg->row0 * V, .n_tok = sg->n_tok, .fresh = sg->pos0 == 0,
+            .out = f->attn + (size_t)sg->row0 * V, .n_tok = sg->n_tok, .pos0 = sg->pos0,
             .n_k_heads = hp->ssm_n_k_heads, .n_v_heads = H, .head_dim = hd, .d_conv = hp->ssm_d_conv,
-            .eps = hp->rms_eps,
+            .k_grouped = hp->ssm_k_grouped, .eps = hp->rms_eps,
         };
         ops->delta_net(be, &dp);
     }
@@ -154,4 +161,12 @@ void model_block_dense_ffn(const ft_model *m, ft_forward *f, int il) {
     be->ops->rms_norm(be, f->x, &L->ffn_norm, f->xn, f->n_tok, hp->n_embd, hp->rms_eps);
     be->ops->ffn(be, &L->ffn_gate, &L->ffn_up, &L->ffn_down, f->xn, f->out, f->n_tok);
     be->ops->add(be, f->x, f->out, (size_t)f->n_tok * hp->n_embd);
+}
+
+void model_layer_hybrid_qwen(const ft_model *m, ft_forward *f, int il) {
+    if (m->layers[il].is_recurrent)
+        model_block_delta_net(m, f, il);
+    else
+        model_block_attention(m, f, il, (attn_opts){.qk_norm = true, .q_gated = true});
+    model_block_moe(m, f, il);
 }

@@ -18,7 +18,8 @@
     X(qwen2moe)                                                                                   \
     X(llama)                                                                                      \
     X(laguna)                                                                                     \
-    X(qwen35moe)
+    X(qwen35moe)                                                                                  \
+    X(qwen3next)
 
 #define X(name) extern const ft_arch ft_arch_##name;
 FT_ARCHS(X)
@@ -326,6 +327,30 @@ static bool derive_common(ft_model *m, ft_err *err) {
     return true;
 }
 
+bool model_linear_attention_hparams(ft_model *m, ft_err *err) {
+    ft_hparams *hp = &m->hp;
+    const char *an = m->arch->name;
+    int64_t nextn = 0, interval = 4, inner = 0;
+    model_key_int(m, "nextn_predict_layers", &nextn);
+    model_key_int(m, "full_attention_interval", &interval);
+    model_key_int(m, "ssm.inner_size", &inner);
+    // the trunk: the MTP blocks come after it and stay unbound (not run, not read)
+    if (nextn >= hp->n_layer)
+        return ft_err_set(err, "key %s.nextn_predict_layers %lld: no layers left", an, (long long)nextn);
+    hp->n_layer -= (int)nextn;
+    if (hp->n_ff_exp == 0) hp->n_ff_exp = hp->n_ff / hp->n_expert_used;
+    if (hp->n_ff_exp < 1) return ft_err_set(err, "key %s.expert_feed_forward_length: missing or 0", an);
+    if (hp->n_ff_shexp == 0) hp->n_ff_shexp = hp->n_ff;
+    if (hp->ssm_n_v_heads % hp->ssm_n_k_heads)
+        return ft_err_set(err, "key %s.ssm.time_step_rank %d: not a multiple of ssm.group_count %d", an,
+                          hp->ssm_n_v_heads, hp->ssm_n_k_heads);
+    if (inner != (int64_t)hp->ssm_n_v_heads * hp->ssm_head_dim)
+        return ft_err_set(err, "key %s.ssm.inner_size %lld: expected time_step_rank x state_size = %d", an,
+                          (long long)inner, hp->ssm_n_v_heads * hp->ssm_head_dim);
+    for (int l = 0; l < hp->n_layer; l++) m->layers[l].is_recurrent = (l + 1) % interval != 0;
+    return true;
+}
+
 bool model_read_hparams(ft_model *m, ft_err *err) {
     const ft_arch *a = m->arch;
     ft_hparams *hp = &m->hp;
@@ -405,6 +430,7 @@ int64_t model_dim(const ft_model *m, int il, enum ft_dim d) {
     case FT_DIM_LIN_QKV: return (2 * (int64_t)hp->ssm_n_k_heads + hp->ssm_n_v_heads) * hp->ssm_head_dim;
     case FT_DIM_LIN_V: return (int64_t)hp->ssm_n_v_heads * hp->ssm_head_dim;
     case FT_DIM_SSM_HEADS: return hp->ssm_n_v_heads;
+    case FT_DIM_SSM_BA: return 2 * (int64_t)hp->ssm_n_v_heads;
     case FT_DIM_SSM_HEAD: return hp->ssm_head_dim;
     case FT_DIM_SSM_CONV: return hp->ssm_d_conv;
     case FT_DIM_ARCH: break;
@@ -752,7 +778,7 @@ void ft_forward_alloc(ft_forward *f, const ft_model *m, const ft_weights *w, ft_
     f->out2 = be->ops->alloc(be, B * E);
     size_t W = (size_t)ft_model_wide_width(m), H = (size_t)ft_model_recurrent_heads(m);
     f->wide = W ? be->ops->alloc(be, B * W) : NULL;
-    f->ab = H ? be->ops->alloc(be, 2 * B * H) : NULL;
+    f->ab = H ? be->ops->alloc(be, 4 * B * H) : NULL; // alpha, beta, and their fused projection
 }
 
 int64_t ft_model_max_width(const ft_model *m) {

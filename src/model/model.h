@@ -40,6 +40,7 @@ typedef struct ft_hparams {
     // gated DeltaNet layers (qwen35moe): d_conv taps of the causal conv; per layer n_k_heads
     // key heads and n_v_heads value heads of ssm_head_dim (K and V alike, the state's size)
     int ssm_d_conv, ssm_n_k_heads, ssm_n_v_heads, ssm_head_dim;
+    bool ssm_k_grouped;            // V head h reads K head h / (n_v / n_k) (qwen3next), else h % n_k
     int32_t bos, eos;              // -1 when absent
     bool add_bos;
 } ft_hparams;
@@ -73,6 +74,7 @@ typedef struct ft_layer {
     ft_tensor ssm_dt;              // (n_v_heads) f32: the decay's bias
     ft_tensor ssm_a;               // (n_v_heads) f32: -exp(A_log), the decay's rate
     ft_tensor ssm_beta, ssm_alpha; // (n_embd, n_v_heads): the write strength, the decay
+    ft_tensor ssm_ba;              // (n_embd, 2 n_v_heads): both, per key head's group (qwen3next)
     ft_tensor ssm_norm;            // (ssm_head_dim) f32: the gated RMSNorm
     ft_tensor ssm_out;             // (V, n_embd)
 } ft_layer;
@@ -123,8 +125,9 @@ typedef struct ft_forward {
     float *out2;     // (n_tok, n_embd) the shared expert's output
     float *wide;     // (n_tok, ft_model_wide_width) a doubled Q projection (q and its gate) or a
                      // recurrent layer's q, k and v; NULL when no layer has one
-    float *ab;       // (n_tok, 2 x n_v_heads) a recurrent layer's decay and write-strength
-                     // projections (alpha, then beta); NULL without recurrent layers
+    float *ab;       // (n_tok, 4 x n_v_heads) a recurrent layer's decay and write-strength
+                     // projections (alpha, then beta), then room for the two fused (ssm_ba);
+                     // NULL without recurrent layers
 } ft_forward;
 
 typedef struct ft_model ft_model;
@@ -199,6 +202,7 @@ enum ft_dim {
     FT_DIM_LIN_QKV,  // (2 x ssm_n_k_heads + ssm_n_v_heads) x ssm_head_dim: a recurrent layer's q, k, v
     FT_DIM_LIN_V,    // ssm_n_v_heads x ssm_head_dim
     FT_DIM_SSM_HEADS,// ssm_n_v_heads
+    FT_DIM_SSM_BA,   // 2 x ssm_n_v_heads: beta and alpha in one projection (qwen3next)
     FT_DIM_SSM_HEAD, // ssm_head_dim
     FT_DIM_SSM_CONV, // ssm_d_conv
     FT_DIM_ARCH,     // the architecture's dim hook says

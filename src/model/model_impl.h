@@ -95,6 +95,49 @@
     {"blk.%d.ffn_down_shexp.weight", FT_LAYERS_MOE, {FT_DIM_FF_SHEXP, FT_DIM_EMBD},                 \
      FT_WTYPE_ANY, 0, LAYER(down_shexp), FT_FAN(1.0f)}
 
+// the shared expert's sigmoid gate (qwen2moe, qwen35moe, qwen3next)
+#define MODEL_TENSOR_SHARED_EXPERT_GATE                                                             \
+    {"blk.%d.ffn_gate_inp_shexp.weight", FT_LAYERS_MOE, {FT_DIM_EMBD}, FT_WTYPE_ANY_F32, 0,         \
+     LAYER(gate_inp_shexp), FT_FAN(1.0f)}
+
+// softmax attention of the hybrid Qwen models: a doubled Q projection (q and its output gate
+// per head), Q/K RMSNorm
+#define MODEL_TENSORS_GATED_ATTENTION                                                               \
+    {"blk.%d.attn_q.weight", FT_LAYERS_ATTN, {FT_DIM_EMBD, FT_DIM_Q_GATED}, FT_WTYPE_ANY, 0,         \
+     LAYER(wq), FT_FAN(1.0f)},                                                                      \
+    {"blk.%d.attn_k.weight", FT_LAYERS_ATTN, {FT_DIM_EMBD, FT_DIM_KV}, FT_WTYPE_ANY, 0, LAYER(wk),  \
+     FT_FAN(1.0f)},                                                                                 \
+    {"blk.%d.attn_v.weight", FT_LAYERS_ATTN, {FT_DIM_EMBD, FT_DIM_KV}, FT_WTYPE_ANY, 0, LAYER(wv),  \
+     FT_FAN(1.0f)},                                                                                 \
+    {"blk.%d.attn_output.weight", FT_LAYERS_ATTN, {FT_DIM_Q, FT_DIM_EMBD}, FT_WTYPE_ANY, 0,         \
+     LAYER(wo), FT_FAN(1.0f)},                                                                      \
+    {"blk.%d.attn_q_norm.weight", FT_LAYERS_ATTN, {FT_DIM_HEAD}, FT_WTYPE_F32, 0, LAYER(q_norm),    \
+     FT_NORM},                                                                                      \
+    {"blk.%d.attn_k_norm.weight", FT_LAYERS_ATTN, {FT_DIM_HEAD}, FT_WTYPE_F32, 0, LAYER(k_norm),    \
+     FT_NORM}
+
+// a gated DeltaNet layer's q, k, v and z projections, its conv taps (a few tenths: each output
+// mixes its inputs, keeping their scale), the decay's bias and rate (-exp(A_log): negative, so
+// the state decays)
+#define MODEL_TENSORS_DELTA_NET_IN                                                                  \
+    {"blk.%d.attn_qkv.weight", FT_LAYERS_RECURRENT, {FT_DIM_EMBD, FT_DIM_LIN_QKV}, FT_WTYPE_ANY, 0, \
+     LAYER(lin_qkv), FT_FAN(1.0f)},                                                                 \
+    {"blk.%d.attn_gate.weight", FT_LAYERS_RECURRENT, {FT_DIM_EMBD, FT_DIM_LIN_V}, FT_WTYPE_ANY, 0,  \
+     LAYER(lin_z), FT_FAN(1.0f)},                                                                   \
+    {"blk.%d.ssm_conv1d.weight", FT_LAYERS_RECURRENT, {FT_DIM_SSM_CONV, FT_DIM_LIN_QKV},            \
+     FT_WTYPE_F32, 0, LAYER(ssm_conv1d), FT_STD(0.3f, .mean = 0.25f)},                              \
+    {"blk.%d.ssm_dt.bias", FT_LAYERS_RECURRENT, {FT_DIM_SSM_HEADS}, FT_WTYPE_F32, 0, LAYER(ssm_dt), \
+     FT_STD(0.5f)},                                                                                 \
+    {"blk.%d.ssm_a", FT_LAYERS_RECURRENT, {FT_DIM_SSM_HEADS}, FT_WTYPE_F32, 0, LAYER(ssm_a),        \
+     FT_STD(0.1f, .mean = -0.5f)}
+
+// its gated RMSNorm and output projection
+#define MODEL_TENSORS_DELTA_NET_OUT                                                                 \
+    {"blk.%d.ssm_norm.weight", FT_LAYERS_RECURRENT, {FT_DIM_SSM_HEAD}, FT_WTYPE_F32, 0,             \
+     LAYER(ssm_norm), FT_NORM},                                                                     \
+    {"blk.%d.ssm_out.weight", FT_LAYERS_RECURRENT, {FT_DIM_LIN_V, FT_DIM_EMBD}, FT_WTYPE_ANY, 0,    \
+     LAYER(ssm_out), FT_FAN(1.0f)}
+
 // the final norm
 #define MODEL_TENSOR_OUTPUT_NORM                                                                    \
     {"output_norm.weight", FT_LAYERS_NONE, {FT_DIM_EMBD},                                           \
@@ -176,6 +219,10 @@
 bool synth_has_n_rot(const ft_synth_params *p);
 // feed_forward_length as all the experts a token uses (Qwen's files say it so)
 int64_t synth_ff_used_experts(const ft_synth_params *p, int il);
+// ssm.state_size and ssm.inner_size of linear-attention layers: ssm_head_dim (else head_dim),
+// ssm_n_v_heads (else 4) of them
+int64_t synth_ssm_head_dim(const ft_synth_params *p, int il);
+int64_t synth_ssm_inner(const ft_synth_params *p, int il);
 
 
 // Runs of the rows above that every architecture lists together, in this order.
@@ -185,6 +232,22 @@ int64_t synth_ff_used_experts(const ft_synth_params *p, int il);
     MODEL_KEY_HEAD_COUNT_KV, MODEL_KEY_KEY_LENGTH, MODEL_KEY_VALUE_LENGTH, MODEL_KEY_RMS_EPS,               \
     MODEL_KEY_ROPE_FREQ_BASE, MODEL_KEY_EXPERT_COUNT, MODEL_KEY_EXPERT_USED_COUNT, MODEL_KEY_ROPE_DIMENSION_COUNT
 // context extension as the file says; ft synth writes none of it
+// the gated DeltaNet layers' shapes and where they sit (qwen35moe, qwen3next); checked by
+// model_linear_attention_hparams
+#define MODEL_KEYS_LINEAR_ATTENTION                                                                         \
+    {"ssm.conv_kernel", FT_KEY_TYPE_U32, FT_KEY_REQUIRED, 1, 64, HP(ssm_d_conv), 0,                         \
+     FT_SYNTH(ssm_d_conv, .value = 4)},                                                                     \
+    {"ssm.state_size", FT_KEY_TYPE_U32, FT_KEY_REQUIRED, 2, 4096, HP(ssm_head_dim), 0,                      \
+     FT_SYNTH_FN(synth_ssm_head_dim)},                                                                      \
+    {"ssm.group_count", FT_KEY_TYPE_U32, FT_KEY_REQUIRED, 1, 4096, HP(ssm_n_k_heads), 0,                    \
+     FT_SYNTH(ssm_n_k_heads, .value = 2)},                                                                  \
+    {"ssm.time_step_rank", FT_KEY_TYPE_U32, FT_KEY_REQUIRED, 1, 4096, HP(ssm_n_v_heads), 0,                 \
+     FT_SYNTH(ssm_n_v_heads, .value = 4)},                                                                  \
+    {"ssm.inner_size", FT_KEY_TYPE_U32, FT_KEY_REQUIRED, 1, 1 << 24, FT_KEY_NO_FIELD, 0,                    \
+     FT_SYNTH_FN(synth_ssm_inner)},                                                                         \
+    {"full_attention_interval", FT_KEY_TYPE_U32, 0, 1, 4096, FT_KEY_NO_FIELD, 4,                            \
+     FT_SYNTH(full_attn_interval, .value = 4)},                                                             \
+    {"nextn_predict_layers", FT_KEY_TYPE_U32, 0, 0, 64, FT_KEY_NO_FIELD, 0, FT_NO_SYNTH}
 #define MODEL_KEYS_ROPE_SCALING_READ_ONLY                                                                   \
     MODEL_KEY_ROPE_SCALING_TYPE(FT_NO_SYNTH), MODEL_KEY_ROPE_SCALING_FACTOR(FT_NO_SYNTH),                   \
     MODEL_KEY_ROPE_SCALING_ATTN_FACTOR, MODEL_KEY_ROPE_SCALE_LINEAR, MODEL_KEY_ROPE_SCALING_ORIG_CTX(FT_NO_SYNTH)
@@ -218,6 +281,12 @@ bool model_for_each_row(const ft_model *m, bool (*fn)(void *ctx, const ft_arch_t
 // The name of row t in layer il.
 void model_tensor_name(const ft_arch_tensor *t, int il, char *buf, size_t cap);
 
+// The checks and derived values of MODEL_KEYS_LINEAR_ATTENTION and of the experts of a hybrid
+// Qwen model: the MTP blocks (nextn_predict_layers, after the trunk) left out of n_layer, the
+// experts' widths, the heads' and inner size's agreement, is_recurrent for every layer but
+// each full_attention_interval-th.
+bool model_linear_attention_hparams(ft_model *m, ft_err *err);
+
 // ---- blocks: the pieces of a layer, written against the backend ops.
 
 typedef struct attn_opts {
@@ -233,6 +302,9 @@ void model_block_attention(const ft_model *m, ft_forward *f, int il, attn_opts o
 // projections, the decay and write strength, the conv and delta rule on the sequence's state
 // (ft_delta_params), a per-head RMSNorm gated by SiLU(z), the output projection.
 void model_block_delta_net(const ft_model *m, ft_forward *f, int il);
+// The layer of the hybrid Qwen models (qwen35moe, qwen3next): gated DeltaNet or gated
+// softmax attention (Q/K norms), then the routed and shared experts.
+void model_layer_hybrid_qwen(const ft_model *m, ft_forward *f, int il);
 // x += experts(norm(x)) [+ shared expert, sigmoid-gated when the layer has a gate]
 void model_block_moe(const ft_model *m, ft_forward *f, int il);
 // x += ffn(norm(x)), a dense SiLU-gated FFN

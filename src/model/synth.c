@@ -85,6 +85,15 @@ int64_t synth_ff_used_experts(const ft_synth_params *p, int il) {
     return (int64_t)p->n_ff_exp * p->n_expert_used;
 }
 
+int64_t synth_ssm_head_dim(const ft_synth_params *p, int il) {
+    (void)il;
+    return p->ssm_head_dim ? p->ssm_head_dim : p->head_dim;
+}
+
+int64_t synth_ssm_inner(const ft_synth_params *p, int il) {
+    return (p->ssm_n_v_heads ? p->ssm_n_v_heads : 4) * synth_ssm_head_dim(p, il);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Keys
 

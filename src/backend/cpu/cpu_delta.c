@@ -22,6 +22,7 @@ static void conv_worker(void *ctx, int ith, int nth) {
     int64_t g0, g1;
     ft_pool_split(n_groups, ith, nth, &g0, &g1);
     const float *w = p->conv_w->data, *hist = p->conv_state->data;
+    const bool fresh = p->pos0 == 0;
     for (int64_t c = g0 * hd; c < g1 * hd; c++) {
         const float *wc = w + (size_t)c * K;
         for (int t = 0; t < n; t++) {
@@ -29,7 +30,7 @@ static void conv_worker(void *ctx, int ith, int nth) {
             float sum = 0.0f;
             for (int i = 0; i < K; i++) {
                 int row = t + i; // in concat(state (K - 1 rows), qkv)
-                float x = row < K - 1 ? (p->fresh ? 0.0f : hist[(size_t)row * C + c])
+                float x = row < K - 1 ? (fresh ? 0.0f : hist[(size_t)row * C + c])
                                       : p->qkv[(size_t)(row - (K - 1)) * C + c];
                 sum += x * wc[i];
             }
@@ -55,7 +56,7 @@ static void conv_state_update(const ft_delta_params *p, int C) {
         memcpy(hist, p->qkv + (size_t)(n - keep) * C, (size_t)keep * C * sizeof(float));
         return;
     }
-    if (p->fresh) memset(hist, 0, (size_t)keep * C * sizeof(float));
+    if (p->pos0 == 0) memset(hist, 0, (size_t)keep * C * sizeof(float));
     memmove(hist, hist + (size_t)n * C, (size_t)(keep - n) * C * sizeof(float));
     memcpy(hist + (size_t)(keep - n) * C, p->qkv, (size_t)n * C * sizeof(float));
 }
@@ -73,10 +74,11 @@ static void delta_worker(void *ctx, int ith, int nth) {
     float *delta = j->c->attn_ws + (size_t)ith * j->c->attn_ws_per_thread; // (head_dim)
     const float scale = 1.0f / sqrtf((float)hd);
     const float *dt = p->dt->data, *a = p->a->data;
+    const bool fresh = p->pos0 == 0;
     for (int64_t h = h0; h < h1; h++) {
         float *S = (float *)p->state->data + (size_t)h * hd * hd; // row r: column r of the state
-        if (p->fresh) memset(S, 0, (size_t)hd * hd * sizeof(float));
-        int hk = (int)(h % Hk);
+        if (fresh) memset(S, 0, (size_t)hd * hd * sizeof(float));
+        int hk = p->k_grouped ? (int)(h / (H / Hk)) : (int)(h % Hk);
         for (int t = 0; t < p->n_tok; t++) {
             const float *row = j->conv + (size_t)t * C;
             const float *q = row + (size_t)hk * hd, *k = row + Kw + (size_t)hk * hd;

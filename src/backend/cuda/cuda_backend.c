@@ -191,7 +191,7 @@ static cuda_backend *cuda_op(ft_backend *be) {
 }
 
 enum op_id { OP_MATMUL = 1, OP_GET_ROWS, OP_RMS_NORM, OP_ADD, OP_ADD_BIAS, OP_ROPE, OP_HADAMARD, OP_SET_ROWS,
-             OP_ATTENTION, OP_GATE_MUL, OP_FFN, OP_MOE_FFN, OP_SIGMOID_GATE_ADD };
+             OP_ATTENTION, OP_GATE_MUL, OP_FFN, OP_MOE_FFN, OP_SIGMOID_GATE_ADD, OP_SPLIT_HEADS, OP_DELTA_NET };
 
 static uint64_t sig_mix(uint64_t h, uint64_t v) {
     for (int i = 0; i < 8; i++) h = (h ^ ((v >> (8 * i)) & 0xFF)) * 1099511628211ull; // FNV-1a
@@ -518,7 +518,8 @@ static float yarn_corr_dim(int n_dims, int n_ctx_orig, float n_rot, float base) 
 static bool same_rope(const ft_cuda_rope_params *a, const ft_cuda_rope_params *b) {
     return a->n_rot == b->n_rot && a->neox == b->neox && a->theta_scale == b->theta_scale &&
            a->freq_scale == b->freq_scale && a->ext_factor == b->ext_factor && a->attn_factor == b->attn_factor &&
-           a->corr0 == b->corr0 && a->corr1 == b->corr1 && a->pos_dev == b->pos_dev;
+           a->corr0 == b->corr0 && a->corr1 == b->corr1 && a->pos_dev == b->pos_dev && a->sect_dims == b->sect_dims &&
+           !memcmp(a->sections, b->sections, sizeof(a->sections));
 }
 
 static void cuda_rope(ft_backend *be, float *x, int n_tok, int n_head, int head_dim, int pos0,
@@ -547,6 +548,8 @@ static void cuda_rope(ft_backend *be, float *x, int n_tok, int n_head, int head_
         .n_rot = p->n_rot, .neox = p->neox, .theta_scale = powf(p->freq_base, -2.0f / p->n_rot),
         .freq_scale = p->freq_scale, .ext_factor = p->ext_factor, .attn_factor = p->attn_factor,
         .corr0 = FT_MAX(0.0f, lo), .corr1 = FT_MIN((float)(p->n_rot - 1), hi), .pos_dev = step_pos_dev(c),
+        .sect_dims = p->imrope ? p->sections[0] + p->sections[1] + p->sections[2] + p->sections[3] : 0,
+        .sections = {p->sections[0], p->sections[1], p->sections[2]},
     };
     struct pending_rope r = {{x, norm.w, n_head}, n_tok, head_dim, step_rel(c, pos0), norm.eps, rp};
     // q's norm+rope waits for k's (same shape and rotation, another buffer): one launch
@@ -647,6 +650,34 @@ static void cuda_gate_mul(ft_backend *be, float *x, const float *g, int n_tok, i
     cuda_backend *c = cuda_op(be);
     if (!op_runs(c, OP_GATE_MUL, x, g, n_tok, (int64_t)g_width * 4 + act)) return;
     ft_cuda_gate_mul(x, g, n_tok, n_head, head_dim, g_width, (int)act, c->stream);
+}
+
+static void cuda_split_heads(ft_backend *be, const float *x, float *a, float *b, int n_rows, int n_head,
+                             int head_dim) {
+    cuda_backend *c = cuda_op(be);
+    if (!op_runs(c, OP_SPLIT_HEADS, x, a, (int64_t)(uintptr_t)b, ((int64_t)n_rows << 32) | (uint32_t)head_dim)) return;
+    ft_cuda_split_heads(x, a, b, n_rows, n_head, head_dim, c->stream);
+}
+
+static void cuda_delta_net(ft_backend *be, const ft_delta_params *p) {
+    cuda_backend *c = cuda_op(be);
+    int C = (2 * p->n_k_heads + p->n_v_heads) * p->head_dim;
+    FT_ASSERT(p->n_tok <= c->lim.max_tok && p->d_conv >= 1 && p->d_conv <= FT_CUDA_DELTA_MAX_CONV);
+    FT_ASSERT(p->conv_w->type == FT_TYPE_F32 && p->conv_w->ne[0] == p->d_conv && p->conv_w->ne[1] == C &&
+              p->dt->type == FT_TYPE_F32 && p->a->type == FT_TYPE_F32);
+    FT_ASSERT(p->conv_state->ne[0] * p->conv_state->ne[1] == (int64_t)(p->d_conv - 1) * C);
+    FT_ASSERT(p->state->ne[0] == (int64_t)p->n_v_heads * p->head_dim * p->head_dim);
+    check_on_device(p->conv_w);
+    check_on_device(p->state);
+    if (!op_runs(c, OP_DELTA_NET, p->qkv, p->state->data, p->n_tok, step_rel(c, p->pos0))) return;
+    ft_cuda_delta_params dp = {
+        .qkv = p->qkv, .alpha = p->alpha, .beta = p->beta, .conv_w = p->conv_w->data, .dt = p->dt->data,
+        .a = p->a->data, .conv_state = p->conv_state->data, .state = p->state->data, .out = p->out,
+        .n_tok = p->n_tok, .pos0 = step_rel(c, p->pos0), .pos_dev = step_pos_dev(c), .n_k_heads = p->n_k_heads,
+        .n_v_heads = p->n_v_heads, .head_dim = p->head_dim, .d_conv = p->d_conv, .k_grouped = p->k_grouped,
+        .eps = p->eps,
+    };
+    ft_cuda_delta_net(&dp, c->stream);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1030,6 +1061,8 @@ static const ft_backend_ops g_cuda_ops = {
     .set_rows = cuda_set_rows,
     .attention = cuda_attention,
     .gate_mul = cuda_gate_mul,
+    .split_heads = cuda_split_heads,
+    .delta_net = cuda_delta_net,
     .ffn = cuda_ffn,
     .moe_ffn = cuda_moe_ffn,
     .sigmoid_gate_add = cuda_sigmoid_gate_add,

@@ -30,6 +30,28 @@ void ft_cuda_swiglu(float *g, const float *u, size_t n, ft_cuda_stream *s);
 // y[t] += s[t] * sigmoid(logit[t]) (sigmoid as silu(l) / l, as the CPU op)
 void ft_cuda_sigmoid_scale_add(float *y, const float *src, const float *logit, int n_tok,
                                int n_embd, ft_cuda_stream *s);
+// x (n_rows, n_head * 2 * head_dim) split head by head: the first head_dim values of each head
+// to a, the next to b ((n_rows, n_head * head_dim) each)
+void ft_cuda_split_heads(const float *x, float *a, float *b, int n_rows, int n_head, int head_dim,
+                         ft_cuda_stream *s);
+
+// delta_net.cu: gated DeltaNet linear attention as backend.h's ft_delta_params says, for one
+// sequence; qkv is overwritten (the conv's output). head_dim 32, 64, 128 or 256.
+#define FT_CUDA_DELTA_MAX_CONV 8
+typedef struct ft_cuda_delta_params {
+    float *qkv;                  // (n_tok, 2K + V)
+    const float *alpha, *beta;   // (n_tok, n_v_heads)
+    const float *conv_w;         // (2K + V) channels of d_conv taps
+    const float *dt, *a;         // (n_v_heads)
+    float *conv_state, *state;   // as ft_delta_params
+    float *out;                  // (n_tok, V)
+    int n_tok, pos0;             // pos0 + *pos_dev (when not NULL) == 0: both states start at 0
+    const int32_t *pos_dev;
+    int n_k_heads, n_v_heads, head_dim, d_conv;
+    int k_grouped;               // V head h reads K head h / (n_v / n_k); else h % n_k
+    float eps;
+} ft_cuda_delta_params;
+void ft_cuda_delta_net(const ft_cuda_delta_params *p, ft_cuda_stream *s);
 
 // rope.cu: the angles' host-side constants come precomputed so device and CPU agree.
 typedef struct ft_cuda_rope_params {
@@ -39,6 +61,8 @@ typedef struct ft_cuda_rope_params {
     float freq_scale, ext_factor, attn_factor;
     float corr0, corr1;    // YaRN correction dims
     const int32_t *pos_dev; // device memory: added to pos0, or NULL
+    int sect_dims;          // imrope for text (backend.h): the sections summed, 0 for none
+    int sections[3];        // the t, h and w sections
 } ft_cuda_rope_params;
 void ft_cuda_rope(float *x, int n_tok, int n_head, int head_dim, int pos0,
                   const ft_cuda_rope_params *p, ft_cuda_stream *s);

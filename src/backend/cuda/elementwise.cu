@@ -41,6 +41,17 @@ __global__ void gate_mul_kernel(float *x, const float *g, int64_t n_total, int w
     x[i] *= act == 0 ? softplus_f(gv) : act == 1 ? 1.0f / (1.0f + expf(-gv)) : silu_f(gv);
 }
 
+__global__ void split_heads_kernel(const float *x, float *a, float *b, int64_t n_total, int width, int head_dim) {
+    ft_pdl_begin();
+    const int64_t i = (int64_t)blockIdx.x * EW_THREADS + threadIdx.x;
+    if (i >= n_total) return;
+    const int64_t row = i / width;
+    const int c = (int)(i % width), h = c / head_dim, d = c % head_dim;
+    const float *src = x + row * 2 * width + (int64_t)h * 2 * head_dim + d;
+    a[i] = src[0];
+    b[i] = src[head_dim];
+}
+
 __global__ void swiglu_kernel(float *g, const float *u, int64_t n) {
     ft_pdl_begin();
     const int64_t i = (int64_t)blockIdx.x * EW_THREADS + threadIdx.x;
@@ -77,6 +88,16 @@ extern "C" void ft_cuda_gate_mul(float *x, const float *g, int n_tok, int n_head
     if (!total) return;
     ft_launch(gate_mul_kernel, ew_grid(total), EW_THREADS, 0, ft_cuda_stream_handle(s), x, g, total, width, head_dim,
               g_width, act);
+    CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void ft_cuda_split_heads(const float *x, float *a, float *b, int n_rows, int n_head, int head_dim,
+                                    ft_cuda_stream *s) {
+    const int width = n_head * head_dim;
+    const int64_t total = (int64_t)n_rows * width;
+    if (!total) return;
+    ft_launch(split_heads_kernel, ew_grid(total), EW_THREADS, 0, ft_cuda_stream_handle(s), x, a, b, total, width,
+              head_dim);
     CUDA_CHECK_LAUNCH();
 }
 

@@ -13,6 +13,14 @@ __device__ __forceinline__ void ft_rope_pair(float x0, float x1, int pos, int i,
     const int i0 = 2 * i;
     float theta_extrap = (float)pos;
     for (int k = 0; k < i; k++) theta_extrap *= p.theta_scale;
+    if (p.sect_dims > 0) {
+        // imrope for text: pairs outside the t, h and w sections' slots sit at position 0
+        const int sector = i % p.sect_dims;
+        const bool at_pos = (sector % 3 == 0 && sector < 3 * p.sections[0]) ||
+                            (sector % 3 == 1 && sector < 3 * p.sections[1]) ||
+                            (sector % 3 == 2 && sector < 3 * p.sections[2]);
+        if (!at_pos) theta_extrap = 0.0f;
+    }
     float theta = p.freq_scale * theta_extrap, mscale = p.attn_factor;
     if (p.ext_factor != 0.0f) {
         const float y = (i0 / 2 - p.corr0) / fmaxf(0.001f, p.corr1 - p.corr0);
