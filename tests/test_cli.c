@@ -23,6 +23,14 @@ TEST(cli_exit_status_for_usage_and_input_errors) {
     CHECK(ft("synth x.gguf --layers 0 2>/dev/null", NULL, 0) == 2);
     CHECK(ft("synth x.gguf --expert-types q4_K,nope 2>/dev/null", NULL, 0) == 2);
     CHECK(ft("synth x.gguf --dense-lead 1 2>/dev/null", NULL, 0) == 2, "dense layers are laguna's");
+    // an empty API key would serve without one: refused before the model loads
+    CHECK(ft("serve --api-key '' -m /nonexistent.gguf 2>&1", out, sizeof(out)) == 2 && strstr(out, "--api-key"),
+          "%s", out);
+    char cmd[256];
+    snprintf(cmd, sizeof(cmd), "%s serve -m /nonexistent.gguf 2>&1", test_ft_bin());
+    char env_cmd[512];
+    snprintf(env_cmd, sizeof(env_cmd), "FT_API_KEY= %s", cmd);
+    CHECK(test_run(env_cmd, out, sizeof(out)) == 2 && strstr(out, "FT_API_KEY"), "%s", out);
     // bad input: the message names the file and says what is wrong, on stderr only
     CHECK(ft("inspect /nonexistent/model.gguf 2>&1", out, sizeof(out)) == 1);
     CHECK(strstr(out, "/nonexistent/model.gguf") != NULL, "message: %s", out);

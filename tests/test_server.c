@@ -422,6 +422,17 @@ TEST(server_api_key) {
     CHECK(server_stop(&s) == 0, "log: %s", s.log);
 }
 
+// Beyond loopback without a key: it serves, and says so in the log once.
+TEST(server_warns_when_exposed_without_a_key) {
+    SERVER_OR_SKIP(s, "--host 0.0.0.0");
+    static char out[4096];
+    CHECK(http(&s, "GET", "/health", NULL, NULL, out, sizeof(out)) == 200);
+    CHECK(server_stop(&s) == 0, "log: %s", s.log);
+    char *log = fixture_read_file(s.log, NULL);
+    CHECK(log && strstr(log, "without --api-key"), "log: %s", log ? log : "(none)");
+    free(log);
+}
+
 // The routing answers, to the byte: /health is open and checks its method first; every other
 // path checks the key, then whether it exists (404), then the method (405); errors of
 // /v1/messages take the Anthropic shape. Written down from the server before its route table.

@@ -41,14 +41,24 @@ static void serve_usage(FILE *out) {
     engine_args_usage(out, &a);
 }
 
+// The loopback addresses (and names for them): only this machine reaches them.
+static bool host_is_loopback(const char *host) {
+    return !strcmp(host, "localhost") || !strcmp(host, "::1") || !strncmp(host, "127.", 4);
+}
+
 int cmd_serve(int argc, char **argv) {
     const char *model_path = NULL, *tmpl_name = NULL;
     int64_t v64;
     bool bad = false;
     engine_args ea = engine_args_init("serve", 0);
     srv_params p = srv_default_params();
+    // an empty key would switch authentication off (as --api-key "$KEY" gives with KEY unset)
     const char *env_key = ft_env_str(FT_ENV_API_KEY);
-    if (env_key && *env_key) p.api_key = env_key;
+    if (env_key && !*env_key) {
+        fprintf(stderr, "ft serve: FT_API_KEY is set but empty; unset it, or give a key\n");
+        return FT_EXIT_USAGE;
+    }
+    p.api_key = env_key;
     for (int i = 1; i < argc && !bad; i++) {
         if (args_flag(argv, i, "-h|--help")) {
             serve_usage(stdout);
@@ -87,7 +97,13 @@ int cmd_serve(int argc, char **argv) {
     }
     if (bad) return FT_EXIT_USAGE;
     if (!engine_args_apply(&ea, &p.engine)) return FT_EXIT_USAGE;
-    if (p.api_key && !*p.api_key) p.api_key = NULL;
+    if (p.api_key && !*p.api_key) {
+        fprintf(stderr, "ft serve: --api-key is empty (that would serve without a key); give a key or leave it out\n");
+        return FT_EXIT_USAGE;
+    }
+    if (!p.api_key && !host_is_loopback(p.host))
+        fprintf(stderr, "ft serve: warning: listening on %s without --api-key: whoever reaches the port can use "
+                        "the model\n", p.host);
     cli_model cm;
     if (!cli_model_open("serve", model_path, true, &cm)) return FT_EXIT_INPUT;
     if (!model_path) model_path = cm.demo;

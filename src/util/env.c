@@ -11,7 +11,7 @@
 #define STR(name, doc) [FT_ENV_##name] = {"FT_" #name, FT_ENV_KIND_STR, false, doc}
 
 static const ft_env_var g_env[FT_ENV_COUNT] = {
-    STR(API_KEY, "ft serve: the API key when --api-key is not given (ignored when empty)"),
+    STR(API_KEY, "ft serve: the API key when --api-key is not given (set but empty: refused)"),
     FLAG_OFF(REFERENCE, "run every op on its scalar reference path (slow; for checking)"),
     STR(SIMD, "CPU kernels: scalar (no SIMD), avx2 (no AVX-512, no AMX) or avx512 (no AMX); "
               "unset or another value: the best the CPU has"),
