@@ -100,11 +100,17 @@ int test_run(const char *cmd, char *out, size_t cap) {
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
+// Whether a test runs: no filters given, or its name contains one of them.
+static bool selected(const char *name, int n_filters, char **filters) {
+    for (int k = 0; k < n_filters; k++)
+        if (strstr(name, filters[k])) return true;
+    return n_filters == 0;
+}
+
 int main(int argc, char **argv) {
-    const char *filter = argc > 1 ? argv[1] : NULL;
     int passed = 0, failed = 0, skipped = 0;
     for (int i = 0; i < g_n_tests; i++) {
-        if (filter && !strstr(g_tests[i].name, filter)) continue;
+        if (!selected(g_tests[i].name, argc - 1, argv + 1)) continue;
         g_failed = g_skipped = false;
         g_fail_lines = 0;
         fprintf(stderr, "%s\n", g_tests[i].name);
