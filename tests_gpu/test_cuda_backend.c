@@ -376,6 +376,24 @@ static ft_tensor cache_tensor(enum ft_type t, int width, int n_ctx, bool dev) {
     return c;
 }
 
+// The attention op on both backends for queries q (n tokens from pos0): caches[0..1] are the
+// CPU's K and V, caches[2..3] the GPU's; *co and *go receive the outputs (backend buffers).
+static void attention_both(pair *p, const ft_tensor *const caches[4], const float *q, int n, int pos0, int nh,
+                           int nkv, int hd, int window, float **co, float **go) {
+    size_t QN = (size_t)n * nh * hd;
+    *co = cpu_buf(p, NULL, QN);
+    *go = gpu_buf(p, NULL, QN);
+    ft_attn_params ap = {.q = cpu_buf(p, q, QN), .out = *co, .k_cache = caches[0], .v_cache = caches[1], .n_tok = n,
+                         .pos0 = pos0, .n_head = nh, .n_head_kv = nkv, .head_dim = hd, .window = window,
+                         .scale = 1.0f / sqrtf((float)hd)};
+    p->cpu->ops->attention(p->cpu, &ap);
+    ap.q = gpu_buf(p, q, QN);
+    ap.out = *go;
+    ap.k_cache = caches[2];
+    ap.v_cache = caches[3];
+    p->gpu->ops->attention(p->gpu, &ap);
+}
+
 // set_rows and attention at head size hd (the decode kernel is built for 64, 128 and 256).
 static void set_rows_attention_case(int hd) {
     const int nh = 8, nkv = 2, n_ctx = 400, W = nkv * hd;
@@ -425,17 +443,9 @@ static void set_rows_attention_case(int hd) {
         for (size_t ci = 0; ci < FT_ARRAY_LEN(cases); ci++) {
             int n = cases[ci].n_tok;
             size_t QN = (size_t)n * nh * hd;
-            float *q = randn(&p.rng, QN, 1.0f);
-            float *cq = cpu_buf(&p, q, QN), *co = cpu_buf(&p, NULL, QN), *gq = gpu_buf(&p, q, QN), *go = gpu_buf(&p, NULL, QN);
-            ft_attn_params ap = {.q = cq, .out = co, .k_cache = &ck, .v_cache = &cv, .n_tok = n, .pos0 = cases[ci].pos0,
-                                 .n_head = nh, .n_head_kv = nkv, .head_dim = hd, .window = cases[ci].window,
-                                 .scale = 1.0f / sqrtf((float)hd)};
-            p.cpu->ops->attention(p.cpu, &ap);
-            ap.q = gq;
-            ap.out = go;
-            ap.k_cache = &gk;
-            ap.v_cache = &gv;
-            p.gpu->ops->attention(p.gpu, &ap);
+            float *q = randn(&p.rng, QN, 1.0f), *co, *go;
+            attention_both(&p, (const ft_tensor *[4]){&ck, &cv, &gk, &gv}, q, n, cases[ci].pos0, nh, nkv, hd,
+                           cases[ci].window, &co, &go);
             char what[96];
             snprintf(what, sizeof(what), "attention %s hd %d n_tok %d pos0 %d window %d", ft_type_name(kt), hd, n,
                      cases[ci].pos0, cases[ci].window);
@@ -520,17 +530,9 @@ static void attention_depth_case(int hd, int nh, int nkv, enum ft_type kt) {
     for (size_t ci = 0; ci < FT_ARRAY_LEN(cases); ci++) {
         int n = cases[ci].n_tok;
         size_t QN = (size_t)n * nh * hd;
-        float *q = randn(&p.rng, QN, 1.0f);
-        float *cq = cpu_buf(&p, q, QN), *co = cpu_buf(&p, NULL, QN), *gq = gpu_buf(&p, q, QN), *go = gpu_buf(&p, NULL, QN);
-        ft_attn_params ap = {.q = cq, .out = co, .k_cache = &ck, .v_cache = &cv, .n_tok = n, .pos0 = cases[ci].pos0,
-                             .n_head = nh, .n_head_kv = nkv, .head_dim = hd, .window = cases[ci].window,
-                             .scale = 1.0f / sqrtf((float)hd)};
-        p.cpu->ops->attention(p.cpu, &ap);
-        ap.q = gq;
-        ap.out = go;
-        ap.k_cache = &gk;
-        ap.v_cache = &gv;
-        p.gpu->ops->attention(p.gpu, &ap);
+        float *q = randn(&p.rng, QN, 1.0f), *co, *go;
+        attention_both(&p, (const ft_tensor *[4]){&ck, &cv, &gk, &gv}, q, n, cases[ci].pos0, nh, nkv, hd,
+                       cases[ci].window, &co, &go);
         char what[128];
         snprintf(what, sizeof(what), "attention %s hd %d heads %d/%d n_tok %d pos0 %d window %d", ft_type_name(kt), hd,
                  nh, nkv, n, cases[ci].pos0, cases[ci].window);

@@ -248,6 +248,24 @@ int64_t synth_ssm_inner(const ft_synth_params *p, int il);
     {"full_attention_interval", FT_KEY_TYPE_U32, 0, 1, 4096, FT_KEY_NO_FIELD, 4,                            \
      FT_SYNTH(full_attn_interval, .value = 4)},                                                             \
     {"nextn_predict_layers", FT_KEY_TYPE_U32, 0, 0, 64, FT_KEY_NO_FIELD, 0, FT_NO_SYNTH}
+// The hybrid Qwen models' (qwen35moe, qwen3next) rows before and after their own: keys up to
+// the RoPE and linear-attention ones; tensors up to and after the decay's projections.
+#define MODEL_KEYS_HYBRID_QWEN                                                                              \
+    MODEL_KEYS_SIZES, MODEL_KEY_FEED_FORWARD_LENGTH(FT_SYNTH_FN(synth_ff_used_experts)),                   \
+    MODEL_KEYS_ATTENTION_EXPERTS, MODEL_KEY_HEAD_COUNT(FT_SYNTH(n_head)),                                  \
+    MODEL_KEY_EXPERT_FEED_FORWARD_LENGTH, MODEL_KEY_EXPERT_SHARED_FEED_FORWARD_LENGTH,                     \
+    MODEL_KEY_EXPERT_WEIGHTS_SCALE(FT_NO_SYNTH)
+// (post_attention_norm is the FFN block's input norm)
+#define MODEL_TENSORS_HYBRID_QWEN_LEAD                                                                      \
+    MODEL_TENSOR_TOKEN_EMBD,                                                                                \
+    {"blk.%d.attn_norm.weight", FT_LAYERS_ALL, {FT_DIM_EMBD}, FT_WTYPE_F32, 0, LAYER(attn_norm), FT_NORM},  \
+    {"blk.%d.post_attention_norm.weight", FT_LAYERS_ALL, {FT_DIM_EMBD}, FT_WTYPE_F32, 0, LAYER(ffn_norm),   \
+     FT_NORM},                                                                                              \
+    MODEL_TENSORS_GATED_ATTENTION, MODEL_TENSORS_DELTA_NET_IN
+#define MODEL_TENSORS_HYBRID_QWEN_TAIL                                                                      \
+    MODEL_TENSORS_DELTA_NET_OUT, MODEL_TENSORS_ROUTED_EXPERTS, MODEL_TENSOR_SHARED_EXPERT_GATE,            \
+    MODEL_TENSORS_SHARED_EXPERT, MODEL_TENSOR_OUTPUT_NORM, MODEL_TENSOR_OUTPUT(FT_FAN_DIV(3.0f))
+
 #define MODEL_KEYS_ROPE_SCALING_READ_ONLY                                                                   \
     MODEL_KEY_ROPE_SCALING_TYPE(FT_NO_SYNTH), MODEL_KEY_ROPE_SCALING_FACTOR(FT_NO_SYNTH),                   \
     MODEL_KEY_ROPE_SCALING_ATTN_FACTOR, MODEL_KEY_ROPE_SCALE_LINEAR, MODEL_KEY_ROPE_SCALING_ORIG_CTX(FT_NO_SYNTH)

@@ -17,13 +17,7 @@ static int64_t synth_sections(const ft_synth_params *p, int i) {
 }
 
 static const ft_arch_key keys[] = {
-    MODEL_KEYS_SIZES,
-    MODEL_KEY_FEED_FORWARD_LENGTH(FT_SYNTH_FN(synth_ff_used_experts)),
-    MODEL_KEYS_ATTENTION_EXPERTS,
-    MODEL_KEY_HEAD_COUNT(FT_SYNTH(n_head)),
-    MODEL_KEY_EXPERT_FEED_FORWARD_LENGTH,
-    MODEL_KEY_EXPERT_SHARED_FEED_FORWARD_LENGTH,
-    MODEL_KEY_EXPERT_WEIGHTS_SCALE(FT_NO_SYNTH),
+    MODEL_KEYS_HYBRID_QWEN,
     {"rope.dimension_sections", FT_KEY_TYPE_U32_4, FT_KEY_REQUIRED, 0, 1 << 16, HP(rope.sections), 0,
      FT_SYNTH_FN(synth_sections)},
     MODEL_KEYS_LINEAR_ATTENTION,
@@ -31,22 +25,12 @@ static const ft_arch_key keys[] = {
 };
 
 static const ft_arch_tensor tensors[] = {
-    MODEL_TENSOR_TOKEN_EMBD,
-    {"blk.%d.attn_norm.weight", FT_LAYERS_ALL, {FT_DIM_EMBD}, FT_WTYPE_F32, 0, LAYER(attn_norm), FT_NORM},
-    // the FFN block's input norm
-    {"blk.%d.post_attention_norm.weight", FT_LAYERS_ALL, {FT_DIM_EMBD}, FT_WTYPE_F32, 0, LAYER(ffn_norm), FT_NORM},
-    MODEL_TENSORS_GATED_ATTENTION,
-    MODEL_TENSORS_DELTA_NET_IN,
+    MODEL_TENSORS_HYBRID_QWEN_LEAD,
     {"blk.%d.ssm_beta.weight", FT_LAYERS_RECURRENT, {FT_DIM_EMBD, FT_DIM_SSM_HEADS}, FT_WTYPE_ANY_F32, 0,
      LAYER(ssm_beta), FT_FAN(1.0f)},
     {"blk.%d.ssm_alpha.weight", FT_LAYERS_RECURRENT, {FT_DIM_EMBD, FT_DIM_SSM_HEADS}, FT_WTYPE_ANY_F32, 0,
      LAYER(ssm_alpha), FT_FAN(1.0f)},
-    MODEL_TENSORS_DELTA_NET_OUT,
-    MODEL_TENSORS_ROUTED_EXPERTS,
-    MODEL_TENSOR_SHARED_EXPERT_GATE,
-    MODEL_TENSORS_SHARED_EXPERT,
-    MODEL_TENSOR_OUTPUT_NORM,
-    MODEL_TENSOR_OUTPUT(FT_FAN_DIV(3.0f)),
+    MODEL_TENSORS_HYBRID_QWEN_TAIL,
 };
 
 static bool hparams(ft_model *m, ft_err *err) {
