@@ -19,7 +19,7 @@
 enum {
     AT_THREADS = 128,   // the CTA of every attention kernel
     AT_MAX_HD = 256,
-    DEC_MAX_HEADS = 16, // query heads of one KV head that a decode CTA takes (more: several CTAs)
+    DEC_MAX_HEADS = 4,  // query heads of one KV head that a decode CTA takes (more: several CTAs)
     DEC_MAX_SPLIT = 128,
     // a decode launch aims at this many CTAs (several per SM on any GPU, so that the cache
     // reads of all of them are in flight together), each split holding DEC_MIN_KEYS keys or more
