@@ -38,13 +38,6 @@ bool cli_model_context(const engine_args *ea, const cli_model *cm, int default_c
     return true;
 }
 
-void cli_model_pick_device(const engine_args *ea, const cli_model *cm, ft_engine_params *ep) {
-    if (ea->device || ep->device != FT_PLACEMENT_CUDA || !ft_model_recurrent_heads(cm->m)) return;
-    fprintf(stderr, "ft %s: %s's linear-attention layers have no CUDA kernels yet: running on the CPU (--device cpu)\n",
-            ea->cmd, cm->m->arch->name);
-    ep->device = FT_PLACEMENT_CPU;
-}
-
 void cli_show_startup(ft_engine_params *ep, ft_progress *bar) {
     ep->print_plan = true;
     if (!bar) return;

@@ -21,10 +21,6 @@ void cli_model_close(cli_model *cm); // a zeroed one is a no-op
 // sequences), within the model's training context. Returns false after printing why.
 bool cli_model_context(const engine_args *ea, const cli_model *cm, int default_ctx, int n_seq, ft_engine_params *ep);
 
-// Without --device, a model whose layers need ops the GPU backend lacks yet (qwen35moe's linear
-// attention) runs on the CPU, with a notice, instead of failing on the GPU picked by default.
-void cli_model_pick_device(const engine_args *ea, const cli_model *cm, ft_engine_params *ep);
-
 // For a command a person watches start: the memory plan printed and, with bar, progress bars
 // for the long steps (uploading the weights, reading them into memory) drawn by bar, which
 // must outlive the engines made with ep.

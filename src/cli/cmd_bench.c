@@ -290,7 +290,6 @@ int cmd_bench(int argc, char **argv) {
     const ft_model *m = cm.m;
     ft_err err = {{0}};
     int rc = FT_EXIT_INPUT;
-    cli_model_pick_device(&ea, &cm, &ep);
     ft_engine *e = NULL;
     int32_t *ids = NULL;
     ft_moe_stats moe_dec = {0}; // the expert cache's counters over the timed decodes

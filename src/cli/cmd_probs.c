@@ -61,7 +61,6 @@ int cmd_probs(int argc, char **argv) {
         fprintf(stderr, "ft probs: the prompt is empty after tokenization\n");
         goto done;
     }
-    cli_model_pick_device(&ea, &cm, &ep);
     int need = (int)FT_MIN((size_t)m->hp.n_ctx_train, ids.n);
     ep.n_ctx = engine_args_n_ctx(&ea, need, need, 1);
     if (ep.n_ctx == 0) goto done;

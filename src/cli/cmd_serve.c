@@ -132,7 +132,6 @@ int cmd_serve(int argc, char **argv) {
     } else {
         fprintf(stderr, "ft serve: %s; the chat routes will answer 400\n", err.msg);
     }
-    cli_model_pick_device(&ea, &cm, &p.engine);
     p.engine.n_seq = p.max_running;
     if (!cli_model_context(&ea, &cm, 4096, p.max_running, &p.engine)) goto done;
     // the mapping is lazy: the engine reads it into memory where the CPU computes from it (the
