@@ -10,6 +10,7 @@
 #                 bench-sampler: the sampler against llama.cpp's)
 # make deps       install the test oracle (llama.cpp via npm) into node_modules/
 # make check      deps + test + test-san: what CI runs
+# make install    build/ft to $(DESTDIR)$(PREFIX)/bin (PREFIX=/usr/local); make uninstall removes it
 
 CC      ?= cc
 CFLAGS  ?= -O2 -g
@@ -73,7 +74,7 @@ GPU_TEST_OBJ := $(BUILD)/tests/main.o $(BUILD)/tests/batch_sim.o $(BUILD)/tests/
 # SIMD files are compiled for their instruction set and only entered after a run-time check.
 $(BUILD)/%_avx2.o: CFLAGS += -mavx2 -mfma -mf16c
 
-.PHONY: all test test-san test-gpu fuzz fuzz-build bench bench-cpu-moe bench-sampler bench-cuda bench-cuda-gemm deps check clean help
+.PHONY: all test test-san test-gpu fuzz fuzz-build bench bench-cpu-moe bench-sampler bench-cuda bench-cuda-gemm deps check install uninstall clean help
 all: $(BUILD)/ft
 
 $(BUILD)/%.o: %.c
@@ -186,10 +187,19 @@ check: deps
 	$(MAKE) --no-print-directory test
 	$(MAKE) --no-print-directory test-san
 
+PREFIX ?= /usr/local
+
+install: $(BUILD)/ft
+	install -d $(DESTDIR)$(PREFIX)/bin
+	install -m 755 $(BUILD)/ft $(DESTDIR)$(PREFIX)/bin/ft
+
+uninstall:
+	rm -f $(DESTDIR)$(PREFIX)/bin/ft
+
 clean:
 	rm -rf build build-san build-fuzz
 
 help:
-	@sed -n '3,13p' Makefile
+	@sed -n '3,14p' Makefile
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

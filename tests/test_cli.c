@@ -127,3 +127,19 @@ TEST(cli_inspect_json_matches_the_file) {
     CHECK(strstr(out, "group 1: 2 layers [2-3]") != NULL, "text output:\n%s", out);
     CHECK(strstr(out, "expert bytes: native") != NULL);
 }
+
+// make install puts the binary the suite runs under DESTDIR/PREFIX/bin, where it runs.
+TEST(cli_make_install) {
+    char bin[1024], cmd[4096], out[4096];
+    snprintf(bin, sizeof(bin), "%s", test_ft_bin());
+    char *slash = strrchr(bin, '/');
+    REQUIRE(slash, "FT_BIN %s has no directory", bin);
+    *slash = 0; // the build directory
+    const char *dest = test_path("install-root");
+    snprintf(cmd, sizeof(cmd), "make -s --no-print-directory install BUILD='%s' DESTDIR='%s' PREFIX=/opt/ft 2>&1", bin,
+             dest);
+    CHECK(test_run(cmd, out, sizeof(out)) == 0, "%s: %s", cmd, out);
+    snprintf(cmd, sizeof(cmd), "'%s/opt/ft/bin/ft' --help", dest);
+    CHECK(test_run(cmd, out, sizeof(out)) == 0 && strstr(out, "serve"), "installed ft: %s", out);
+}
+

@@ -422,6 +422,21 @@ TEST(server_api_key) {
     CHECK(server_stop(&s) == 0, "log: %s", s.log);
 }
 
+// A browser's preflight with a key set: answered without the key, naming Authorization (which
+// the "*" wildcard does not cover); the request itself still needs the key.
+TEST(server_cors_preflight_names_authorization) {
+    SERVER_OR_SKIP(s, "--api-key sekrit");
+    char cmd[1024], out[4096];
+    snprintf(cmd, sizeof(cmd),
+             "curl -sS -i -m 10 -X OPTIONS -H 'Origin: http://localhost:3000' "
+             "-H 'Access-Control-Request-Headers: authorization' http://127.0.0.1:%d/v1/chat/completions",
+             s.port);
+    CHECK(test_run(cmd, out, sizeof(out)) == 0 && strstr(out, " 204") && strstr(out, "Authorization"), "%s", out);
+    static char body[4096];
+    CHECK(http(&s, "GET", "/v1/models", NULL, NULL, body, sizeof(body)) == 401);
+    CHECK(server_stop(&s) == 0, "log: %s", s.log);
+}
+
 // Beyond loopback without a key: it serves, and says so in the log once.
 TEST(server_warns_when_exposed_without_a_key) {
     SERVER_OR_SKIP(s, "--host 0.0.0.0");

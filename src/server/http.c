@@ -617,7 +617,9 @@ static void on_request(struct evhttp_request *req, void *arg) {
         struct evkeyvalq *hd = evhttp_request_get_output_headers(req);
         evhttp_add_header(hd, "Access-Control-Allow-Origin", "*");
         evhttp_add_header(hd, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
-        evhttp_add_header(hd, "Access-Control-Allow-Headers", "*");
+        // named: the "*" wildcard does not cover Authorization
+        evhttp_add_header(hd, "Access-Control-Allow-Headers",
+                          "Authorization, Content-Type, x-api-key, anthropic-version, anthropic-beta");
         evhttp_send_reply(req, 204, "No Content", NULL);
         return;
     }
