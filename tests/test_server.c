@@ -459,6 +459,7 @@ TEST(server_route_errors) {
 #define ANT_ERR(msg, type) "{\"type\":\"error\",\"error\":{\"type\":\"" type "\",\"message\":\"" msg "\"}}"
     const char *e401 = OAI_ERR("invalid or missing API key", "authentication_error", 401);
     const char *e404 = OAI_ERR("no such route", "not_found_error", 404);
+#define E403 OAI_ERR("admin routes are off: start ft serve with --admin-key KEY", "permission_error", 403)
     const char *get405 = OAI_ERR("use GET", "invalid_request_error", 405);
     const char *post405 = OAI_ERR("use POST", "invalid_request_error", 405);
     static const struct {
@@ -485,13 +486,15 @@ TEST(server_route_errors) {
         {"GET", "/completions", true, 405, NULL},
         {"GET", "/tokenize", true, 405, NULL},
         {"GET", "/detokenize", true, 405, NULL},
-        {"GET", "/v1/cache/rebuild", true, 405, NULL},
+        {"GET", "/v1/cache/rebuild", true, 403, E403},
+        {"POST", "/v1/cache/rebuild", false, 403, E403},
         {"GET", "/v1/messages", false, 401, ANT_ERR("invalid or missing API key", "authentication_error")},
         {"GET", "/v1/messages", true, 405, ANT_ERR("use POST", "invalid_request_error")},
         {"POST", "/v1/messages", true, 400,
          ANT_ERR("invalid JSON body: '[' or '{' expected near end of file (line 1, column 0)",
                  "invalid_request_error")},
     };
+#undef E403
 #undef OAI_ERR
 #undef ANT_ERR
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -921,14 +924,18 @@ TEST(server_num_tokens_shared_by_sequences) {
 // Without an expert cache: /v1/stats says so, /metrics has no cache series, and a resize is
 // refused with an error in the OpenAI shape (bad bodies too), the server carrying on.
 TEST(server_cache_endpoints_without_a_cache) {
-    SERVER_OR_SKIP(s, "--device cpu --moe-backend offload");
-    json_t *st = get_json(&s, "/v1/stats");
+    SERVER_OR_SKIP(s, "--device cpu --moe-backend offload --api-key sekrit --admin-key adm");
+    const char *admin = "-H 'Authorization: Bearer adm'";
+    static char out[1 << 16];
+    REQUIRE(http(&s, "GET", "/v1/stats", NULL, "-H 'x-api-key: sekrit'", out, sizeof(out)) == 200);
+    json_t *st = json_loads(out, 0, NULL);
     REQUIRE(st, "/v1/stats is not JSON");
     CHECK(json_is_null(json_object_get(st, "moe_cache")), "moe_cache must be null without a cache");
     json_decref(st);
-    static char out[1 << 16];
-    REQUIRE(http(&s, "GET", "/metrics", NULL, NULL, out, sizeof(out)) == 200);
+    REQUIRE(http(&s, "GET", "/metrics", NULL, "-H 'x-api-key: sekrit'", out, sizeof(out)) == 200);
     CHECK(strstr(out, "ft_kv_cache_capacity_tokens") && !strstr(out, "ft_moe_"), "%s", out);
+    // the admin route takes the admin key, not the API key
+    CHECK(http(&s, "POST", "/v1/cache/rebuild", "{}", "-H 'x-api-key: sekrit'", out, sizeof(out)) == 401, "%s", out);
     static const struct {
         const char *body, *msg;
     } cases[] = {
@@ -940,14 +947,14 @@ TEST(server_cache_endpoints_without_a_cache) {
         {"[64]", "JSON object"},
     };
     for (size_t i = 0; i < FT_ARRAY_LEN(cases); i++) {
-        int code = http(&s, "POST", "/v1/cache/rebuild", cases[i].body, NULL, out, sizeof(out));
+        int code = http(&s, "POST", "/v1/cache/rebuild", cases[i].body, admin, out, sizeof(out));
         CHECK(code == 400, "%s: %d %s", cases[i].body, code, out);
         json_t *e = json_loads(out, 0, NULL);
         const char *msg = json_string_value(json_object_get(json_object_get(e, "error"), "message"));
         CHECK(msg && strstr(msg, cases[i].msg), "%s: %s", cases[i].body, out);
         json_decref(e);
     }
-    CHECK(http(&s, "GET", "/v1/cache/rebuild", NULL, NULL, out, sizeof(out)) == 405);
+    CHECK(http(&s, "GET", "/v1/cache/rebuild", NULL, admin, out, sizeof(out)) == 405);
     CHECK(http(&s, "GET", "/health", NULL, NULL, out, sizeof(out)) == 200 && strstr(out, "ok"));
     CHECK(server_stop(&s) == 0, "log: %s", s.log);
 }

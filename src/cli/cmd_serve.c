@@ -31,6 +31,7 @@ static void serve_usage(FILE *out) {
         "  --served-model-name NAME     model id (default: the GGUF's general.name, else the file name)\n"
         "  --api-key KEY                require 'Authorization: Bearer KEY' or 'x-api-key: KEY'\n"
         "                               (also from FT_API_KEY)\n"
+        "  --admin-key KEY              enable the admin routes (/v1/cache/rebuild) with this key\n"
         "  --chat-template NAME         chatml, qwen2, qwen2.5, qwen3, llama2, mistral, llama3, llama3.1\n"
         "                               (default: recognised from the GGUF)\n"
         "  --timeout S                  drop clients idle or stalled this long (default 600)\n"
@@ -89,6 +90,7 @@ int cmd_serve(int argc, char **argv) {
             args_str(argc, argv, &i, "--host", &p.host, &bad) ||
             args_str(argc, argv, &i, "--served-model-name", &p.model_name, &bad) ||
             args_str(argc, argv, &i, "--api-key", &p.api_key, &bad) ||
+            args_str(argc, argv, &i, "--admin-key", &p.admin_key, &bad) ||
             args_str(argc, argv, &i, "--chat-template", &tmpl_name, &bad) ||
             args_str(argc, argv, &i, "--ready-file", &p.ready_file, &bad))
             continue;
@@ -99,6 +101,10 @@ int cmd_serve(int argc, char **argv) {
     if (!engine_args_apply(&ea, &p.engine)) return FT_EXIT_USAGE;
     if (p.api_key && !*p.api_key) {
         fprintf(stderr, "ft serve: --api-key is empty (that would serve without a key); give a key or leave it out\n");
+        return FT_EXIT_USAGE;
+    }
+    if (p.admin_key && !*p.admin_key) {
+        fprintf(stderr, "ft serve: --admin-key is empty; give a key or leave it out (admin routes off)\n");
         return FT_EXIT_USAGE;
     }
     if (!p.api_key && !host_is_loopback(p.host))

@@ -104,6 +104,7 @@ void srv_reply_error_anthropic(struct evhttp_request *req, int status, const cha
 
 static void reply_err(struct evhttp_request *req, bool anthropic, int status, const char *msg) {
     const char *type = status == 401   ? "authentication_error"
+                       : status == 403 ? "permission_error"
                        : status == 404 ? "not_found_error"
                        : status == 413 ? "request_too_large"
                        : status == 429 ? "rate_limit_error"
@@ -531,20 +532,22 @@ static bool key_ok(const char *given, const char *want) {
     return diff == 0;
 }
 
-static bool authorized(srv_http *h, struct evhttp_request *req) {
-    if (!h->p.api_key) return true;
+// Whether the request carries key (NULL: none is needed) as a bearer token or x-api-key.
+static bool carries_key(struct evhttp_request *req, const char *key) {
+    if (!key) return true;
     struct evkeyvalq *hd = evhttp_request_get_input_headers(req);
     const char *a = evhttp_find_header(hd, "Authorization");
-    if (a && !strncasecmp(a, "Bearer ", 7)) return key_ok(a + 7, h->p.api_key);
+    if (a && !strncasecmp(a, "Bearer ", 7)) return key_ok(a + 7, key);
     const char *x = evhttp_find_header(hd, "x-api-key");
-    if (x) return key_ok(x, h->p.api_key);
+    if (x) return key_ok(x, key);
     return false;
 }
 
 // The routes. A POST handler gets the body parsed as a JSON object; a GET handler gets NULL.
 // Flags: ROUTE_OPEN, answered without the API key (every other route needs it when the server
-// has one); ROUTE_ANTHROPIC, errors in the Anthropic shape (else the OpenAI one).
-enum { ROUTE_OPEN = 1, ROUTE_ANTHROPIC = 2 };
+// has one); ROUTE_ANTHROPIC, errors in the Anthropic shape (else the OpenAI one); ROUTE_ADMIN,
+// an action on the whole server: off without --admin-key, else that key in place of the API key.
+enum { ROUTE_OPEN = 1, ROUTE_ANTHROPIC = 2, ROUTE_ADMIN = 4 };
 typedef void (*route_fn)(srv_http *h, struct evhttp_request *req, json_t *body);
 typedef struct route {
     enum evhttp_cmd_type method;
@@ -566,7 +569,7 @@ static const route routes[] = {
     {EVHTTP_REQ_POST, "/v1/messages", srv_anthropic_messages, ROUTE_ANTHROPIC},
     {EVHTTP_REQ_POST, "/tokenize", route_tokenize, 0},
     {EVHTTP_REQ_POST, "/detokenize", route_detokenize, 0},
-    {EVHTTP_REQ_POST, "/v1/cache/rebuild", route_cache_rebuild, 0},
+    {EVHTTP_REQ_POST, "/v1/cache/rebuild", route_cache_rebuild, ROUTE_ADMIN},
 };
 
 static const route *route_find(const char *path) {
@@ -600,7 +603,8 @@ static json_t *read_body(srv_http *h, struct evhttp_request *req, bool anthropic
     return body;
 }
 
-// In this order: OPTIONS (CORS preflight, any path) 204; the API key 401 (open routes skip it);
+// In this order: OPTIONS (CORS preflight, any path) 204; an admin route's 403 (off) or its key's
+// 401; the API key 401 (open and admin routes skip it);
 // an unknown path 404; another method than the route's 405; then the route.
 static void on_request(struct evhttp_request *req, void *arg) {
     srv_http *h = arg;
@@ -623,7 +627,16 @@ static void on_request(struct evhttp_request *req, void *arg) {
         evhttp_send_reply(req, 204, "No Content", NULL);
         return;
     }
-    if (!(r && (r->flags & ROUTE_OPEN)) && !authorized(h, req)) {
+    if (r && (r->flags & ROUTE_ADMIN)) {
+        if (!h->p.admin_key) {
+            reply_err(req, anthropic, 403, "admin routes are off: start ft serve with --admin-key KEY");
+            return;
+        }
+        if (!carries_key(req, h->p.admin_key)) {
+            reply_err(req, anthropic, 401, "invalid or missing admin key");
+            return;
+        }
+    } else if (!(r && (r->flags & ROUTE_OPEN)) && !carries_key(req, h->p.api_key)) {
         reply_err(req, anthropic, 401, "invalid or missing API key");
         return;
     }

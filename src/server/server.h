@@ -28,6 +28,7 @@ typedef struct srv_params {
     int default_max_tokens; // when a request names none (default: the room left in context)
     const char *model_name; // served model id (required)
     const char *api_key;    // NULL: no authentication
+    const char *admin_key;  // the admin routes' key (/v1/cache/rebuild); NULL: those routes are off
     enum tok_chat_template chat_template;
     bool has_chat_template;  // false: chat routes answer 400 (no template known)
     ft_engine_params engine; // per sequence; engine.n_ctx must be set
