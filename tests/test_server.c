@@ -620,16 +620,22 @@ TEST(server_concurrent_streams) {
     CHECK(server_stop(&s) == 0, "log: %s", s.log);
 }
 
-// SIGTERM while a stream runs: the stream ends, the server exits 0.
+// SIGTERM while streams run: each ends with an error in its API's terms (OpenAI: an error object,
+// then [DONE]; Anthropic: an error event, no stop_reason), the server exits 0.
 TEST(server_sigterm_cancels) {
-    SERVER_OR_SKIP(s, "-c 4096");
+    SERVER_OR_SKIP(s, "-c 4096 --max-running-requests 2");
     char cmd[1024];
     snprintf(cmd, sizeof(cmd),
              "curl -sN -m 20 http://127.0.0.1:%d/v1/completions -d '{\"prompt\":\"Go\",\"max_tokens\":4000,"
-             "\"stream\":true}' > '%s' 2>/dev/null &",
+             "\"stream\":true,\"ignore_eos\":true}' > '%s' 2>/dev/null &",
              s.port, test_path("sigterm.sse"));
     test_run(cmd, NULL, 0);
-    for (int i = 0; i < 100 && stat_int(&s, "generation_tokens", NULL) == 0 && stat_int(&s, "running", NULL) < 1; i++)
+    snprintf(cmd, sizeof(cmd),
+             "curl -sN -m 20 http://127.0.0.1:%d/v1/messages -d '{\"max_tokens\":4000,\"stream\":true,"
+             "\"ignore_eos\":true,\"messages\":[{\"role\":\"user\",\"content\":\"Go\"}]}' > '%s' 2>/dev/null &",
+             s.port, test_path("sigterm-anthropic.sse"));
+    test_run(cmd, NULL, 0);
+    for (int i = 0; i < 100 && stat_int(&s, "running", NULL) < 2; i++)
         sleep_ms(50);
     sleep_ms(100); // some tokens streamed
     CHECK(server_stop(&s) == 0, "log: %s", s.log);
@@ -643,6 +649,16 @@ TEST(server_sigterm_cancels) {
     fclose(f);
     CHECK(sse_openai(out, got, sizeof(got), &got_n), "stream not ended cleanly: ...%s",
           len > 300 ? out + len - 300 : out);
+    CHECK(strstr(out, "{\"error\":{\"message\":\"the server is shutting down") && !strstr(out, "abort"),
+          "no error at the end: ...%s", len > 300 ? out + len - 300 : out);
+    f = fopen(test_path("sigterm-anthropic.sse"), "rb");
+    REQUIRE(f);
+    len = fread(out, 1, sizeof(out) - 1, f);
+    out[len] = 0;
+    fclose(f);
+    CHECK(strstr(out, "event: error") && strstr(out, "shutting down") && !strstr(out, "end_turn") &&
+              !strstr(out, "message_stop"),
+          "no error event at the end: ...%s", len > 300 ? out + len - 300 : out);
 }
 
 // The official SDKs (node): tests/server/*.mjs, where node_modules has them.

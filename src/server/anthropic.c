@@ -100,6 +100,14 @@ static const char *stop_reason(const srv_job *j) {
     return j->stop_string ? "stop_sequence" : "end_turn";
 }
 
+// A job that ended before its answer did (the server's shutdown, a failure): no stop_reason
+// fits; an error, api_error with 503 or 500.
+static bool cut_short(const srv_job *j) { return j->finish == SRV_FINISH_CANCEL || j->finish == SRV_FINISH_ERROR; }
+static const char *cut_message(const srv_job *j) {
+    if (j->finish == SRV_FINISH_CANCEL) return "the server is shutting down: the request was cancelled";
+    return j->errmsg[0] ? j->errmsg : "generation failed";
+}
+
 static json_t *message(const srv_job *j, bool done, json_t *content) {
     return json_pack("{s:s,s:s,s:s,s:s,s:o,s:o,s:n,s:{s:i,s:i}}", "id", j->rid, "type", "message", "role",
                      "assistant", "model", j->model_name, "content", content, "stop_reason",
@@ -111,8 +119,8 @@ static json_t *message(const srv_job *j, bool done, json_t *content) {
 // Non-streamed reply: content is [thinking block,] text block.
 static void reply_message(srv_job *j) {
     struct evhttp_request *req = srv_job_take_req(j);
-    if (j->finish == SRV_FINISH_ERROR) {
-        srv_reply_error_anthropic(req, 500, "api_error", j->errmsg);
+    if (cut_short(j)) {
+        srv_reply_error_anthropic(req, j->finish == SRV_FINISH_CANCEL ? 503 : 500, "api_error", cut_message(j));
         return;
     }
     json_t *content = json_array();
@@ -165,6 +173,11 @@ void srv_anthropic_stream(srv_job *j, const char *text, size_t n, bool done, srv
     srv_buf_free(&content);
     srv_buf_free(&reasoning);
     if (!done) return;
+    if (cut_short(j)) { // Anthropic's error event ends the stream: no message_delta or message_stop
+        emit(ctx, j, "error",
+             json_pack("{s:s,s:{s:s,s:s}}", "type", "error", "error", "type", "api_error", "message", cut_message(j)));
+        return;
+    }
     if (j->msg_blocks == 0) { // an empty answer still has one (empty) text block
         emit(ctx, j, "content_block_start",
              json_pack("{s:s,s:i,s:{s:s,s:s}}", "type", "content_block_start", "index", 0, "content_block",
