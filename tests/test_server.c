@@ -383,6 +383,17 @@ TEST(server_malformed_requests) {
         else if (code != 413)
             CHECK(strstr(out, "{\"error\":{") == out, "openai shape: %s", out);
     }
+    // Anthropic's tool_result and image blocks: 400 naming the block type
+    static const char *const blocks[] = {"tool_result", "image"};
+    for (size_t i = 0; i < 2; i++) {
+        char body[512];
+        snprintf(body, sizeof(body),
+                 "{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"%s\"}]}]}",
+                 blocks[i]);
+        CHECK(http(&s, "POST", "/v1/messages", body, NULL, out, sizeof(out)) == 400 && strstr(out, blocks[i]) &&
+                  strstr(out, "not supported"),
+              "%s", out);
+    }
     // a prompt longer than the context: 400 naming the numbers
     static char big[1 << 17];
     int n = snprintf(big, sizeof(big), "{\"prompt\":\"");
@@ -734,6 +745,32 @@ TEST(server_stop_strings) {
     CHECK(!strcmp(json_string_value(json_object_get(c2, "finish_reason")), "stop"), "%s", out);
     json_decref(r);
     json_decref(r2);
+    // Anthropic names the stop sequence that matched (of two), in the reply and in the stream
+    const char *msg = "{\"max_tokens\":32,\"temperature\":0,\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}]";
+    snprintf(body, sizeof(body), "%s}", msg);
+    REQUIRE(http(&s, "POST", "/v1/messages", body, NULL, out, sizeof(out)) == 200);
+    r = json_loads(out, JSON_ALLOW_NUL, NULL);
+    text = json_string_value(json_object_get(json_array_get(json_object_get(r, "content"), 0), "text"));
+    REQUIRE(text, "%s", out);
+    stop[0] = 0;
+    len = strlen(text);
+    for (size_t k = 2; k + 1 < len && !stop[0]; k++)
+        if (text[k] > ' ' && text[k] < 127 && text[k + 1] > ' ' && text[k + 1] < 127 && text[k] != '"' &&
+            text[k + 1] != '"' && text[k] != '\\' && text[k + 1] != '\\')
+            stop[0] = text[k], stop[1] = text[k + 1];
+    CHECK(stop[0], "no ASCII pair to stop on in '%s'", text);
+    json_decref(r);
+    if (stop[0]) {
+        for (int stream = 0; stream < 2; stream++) {
+            snprintf(body, sizeof(body), "%s,\"stream\":%s,\"stop_sequences\":[\"zq-never\",\"%s\"]}", msg,
+                     stream ? "true" : "false", stop);
+            REQUIRE(http(&s, "POST", "/v1/messages", body, NULL, out, sizeof(out)) == 200);
+            char want_seq[64];
+            snprintf(want_seq, sizeof(want_seq), "\"stop_sequence\":\"%s\"", stop);
+            CHECK(strstr(out, "\"stop_reason\":\"stop_sequence\"") && strstr(out, want_seq), "stop '%s': %s", stop,
+                  out);
+        }
+    }
     CHECK(server_stop(&s) == 0, "log: %s", s.log);
 }
 

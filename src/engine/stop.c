@@ -12,6 +12,7 @@ struct ft_stop {
     size_t max_len;
     char *held;   // (max_len) text that may still start a stop string
     size_t n_held;
+    const char *matched; // the stop string that completed, or NULL
 };
 
 ft_stop *ft_stop_init(const char *const *stops, int n) {
@@ -63,6 +64,7 @@ bool ft_stop_feed(ft_stop *s, const char *text, size_t len, ft_emit_fn emit, voi
             if (s->n_held >= s->lens[k] && !memcmp(s->held + s->n_held - s->lens[k], s->stops[k], s->lens[k])) {
                 if (s->n_held > s->lens[k]) emit(ctx, s->held, s->n_held - s->lens[k]);
                 s->n_held = 0;
+                s->matched = s->stops[k];
                 return true;
             }
         size_t keep = partial_suffix(s, s->held, s->n_held);
@@ -74,6 +76,8 @@ bool ft_stop_feed(ft_stop *s, const char *text, size_t len, ft_emit_fn emit, voi
     }
     return false;
 }
+
+const char *ft_stop_matched(const ft_stop *s) { return s->matched; }
 
 void ft_stop_flush(ft_stop *s, ft_emit_fn emit, void *ctx) {
     if (s->n_held) emit(ctx, s->held, s->n_held);

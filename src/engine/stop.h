@@ -22,6 +22,8 @@ void ft_stop_free(ft_stop *s); // NULL is a no-op
 // Feeds text. Emits what can no longer be part of a stop string and returns true when a stop
 // string has completed (its text and what follows are dropped).
 bool ft_stop_feed(ft_stop *s, const char *text, size_t len, ft_emit_fn emit, void *ctx);
+// The stop string that completed (the matcher's copy, alive until ft_stop_free), or NULL.
+const char *ft_stop_matched(const ft_stop *s);
 // End of generation: emits what is held back.
 void ft_stop_flush(ft_stop *s, ft_emit_fn emit, void *ctx);
 

@@ -108,11 +108,16 @@ static const char *cut_message(const srv_job *j) {
     return j->errmsg[0] ? j->errmsg : "generation failed";
 }
 
+// The stop sequence that ended the message, or null.
+static json_t *stop_sequence(const srv_job *j, bool done) {
+    return done && j->stop_matched ? json_string(j->stop_matched) : json_null();
+}
+
 static json_t *message(const srv_job *j, bool done, json_t *content) {
-    return json_pack("{s:s,s:s,s:s,s:s,s:o,s:o,s:n,s:{s:i,s:i}}", "id", j->rid, "type", "message", "role",
+    return json_pack("{s:s,s:s,s:s,s:s,s:o,s:o,s:o,s:{s:i,s:i}}", "id", j->rid, "type", "message", "role",
                      "assistant", "model", j->model_name, "content", content, "stop_reason",
-                     done ? json_string(stop_reason(j)) : json_null(), "stop_sequence", "usage",
-                     "input_tokens", (json_int_t)j->prompt.n, "output_tokens",
+                     done ? json_string(stop_reason(j)) : json_null(), "stop_sequence", stop_sequence(j, done),
+                     "usage", "input_tokens", (json_int_t)j->prompt.n, "output_tokens",
                      (json_int_t)(done ? j->n_gen : 0));
 }
 
@@ -187,8 +192,8 @@ void srv_anthropic_stream(srv_job *j, const char *text, size_t n, bool done, srv
     }
     close_block(j, emit, ctx);
     emit(ctx, j, "message_delta",
-         json_pack("{s:s,s:{s:s,s:n},s:{s:i}}", "type", "message_delta", "delta", "stop_reason", stop_reason(j),
-                   "stop_sequence", "usage", "output_tokens", (json_int_t)j->n_gen));
+         json_pack("{s:s,s:{s:s,s:o},s:{s:i}}", "type", "message_delta", "delta", "stop_reason", stop_reason(j),
+                   "stop_sequence", stop_sequence(j, true), "usage", "output_tokens", (json_int_t)j->n_gen));
     emit(ctx, j, "message_stop", json_pack("{s:s}", "type", "message_stop"));
 }
 

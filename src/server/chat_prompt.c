@@ -28,9 +28,12 @@ static bool content_text(json_t *c, srv_buf *out, srv_buf *reasoning, ft_err *er
             srv_buf_add(out, json_string_value(text), json_string_length(text));
         } else if (!strcmp(t, "thinking") && json_is_string(thought)) {
             srv_buf_add(reasoning, json_string_value(thought), json_string_length(thought));
+        } else if (!*t) {
+            return ft_err_set(err, "content part %zu: no \"type\"", i);
         } else if (strcmp(t, "redacted_thinking")) {
-            return ft_err_set(
-                err, "content part %zu: only {\"type\": \"text\", \"text\": ...} parts are supported", i);
+            // named, so a client sending tool results or images learns what ft lacks
+            return ft_err_set(err, "content part %zu: '%.40s' parts are not supported yet (text and thinking are)", i,
+                              t);
         }
     }
     return true;

@@ -87,6 +87,7 @@ void srv_job_unref(srv_job *j) {
     tok_ids_free(&j->prompt);
     for (int i = 0; i < j->n_stops; i++)
         free(j->stops[i]);
+    free(j->stop_matched);
     srv_buf_free(&j->out);
     srv_buf_free(&j->content);
     srv_buf_free(&j->reasoning);
@@ -259,6 +260,7 @@ static void sample_slot(srv_sched *s, slot *sl, const float *logits) {
     pthread_mutex_unlock(&j->mu);
     if (stopped) {
         j->stop_string = true; // read by the HTTP side only after done
+        j->stop_matched = ft_strdup(ft_stop_matched(sl->stop));
         finish(s, sl, SRV_FINISH_STOP, NULL);
         return;
     }

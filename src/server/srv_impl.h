@@ -82,6 +82,7 @@ struct srv_job {
     bool queued_notify; // already in the HTTP side's ready list
     enum srv_finish finish;
     bool stop_string; // finished on a stop string (else an end-of-generation token)
+    char *stop_matched; // that stop string (owned), for Anthropic's stop_sequence
     char errmsg[512];
     int n_gen;
     double t_submit, t_start, t_first, t_end; // wall clock (ft_time_s)
