@@ -433,6 +433,30 @@ TEST(server_api_key) {
     CHECK(server_stop(&s) == 0, "log: %s", s.log);
 }
 
+// count_tokens: the prompt's tokens as /v1/messages counts them (its usage.input_tokens).
+TEST(server_anthropic_count_tokens) {
+    SERVER_OR_SKIP(s, NULL);
+    static char out[1 << 16];
+    const char *msgs = "\"system\":\"Be brief.\",\"messages\":[{\"role\":\"user\",\"content\":\"Count these words\"}]";
+    char body[512];
+    snprintf(body, sizeof(body), "{%s}", msgs);
+    REQUIRE(http(&s, "POST", "/v1/messages/count_tokens", body, NULL, out, sizeof(out)) == 200, "%s", out);
+    json_t *c = json_loads(out, 0, NULL);
+    json_int_t counted = json_integer_value(json_object_get(c, "input_tokens"));
+    json_decref(c);
+    snprintf(body, sizeof(body), "{%s,\"max_tokens\":1}", msgs);
+    REQUIRE(http(&s, "POST", "/v1/messages", body, NULL, out, sizeof(out)) == 200, "%s", out);
+    json_t *m = json_loads(out, 0, NULL);
+    json_int_t used = json_integer_value(json_object_get(json_object_get(m, "usage"), "input_tokens"));
+    json_decref(m);
+    CHECK(counted > 5 && counted == used, "count_tokens %lld, the message used %lld", (long long)counted,
+          (long long)used);
+    CHECK(http(&s, "POST", "/v1/messages/count_tokens", "{\"messages\":[]}", NULL, out, sizeof(out)) == 400 &&
+              strstr(out, "\"type\":\"error\""),
+          "%s", out);
+    CHECK(server_stop(&s) == 0, "log: %s", s.log);
+}
+
 // A browser's preflight with a key set: answered without the key, naming Authorization (which
 // the "*" wildcard does not cover); the request itself still needs the key.
 TEST(server_cors_preflight_names_authorization) {

@@ -19,8 +19,9 @@ static void serve_usage(FILE *out) {
         out,
         "usage: ft serve [-m FILE.gguf] [options]\n"
         "Serves the model over HTTP: POST /v1/chat/completions, /v1/completions, /v1/messages\n"
-        "(Anthropic), /tokenize, /detokenize, /v1/cache/rebuild {\"moe_cache_size\": N} (resizes the GPU\n"
-        "expert cache); GET /v1/models, /health, /metrics, /v1/stats.\n"
+        "and /v1/messages/count_tokens (Anthropic), /tokenize, /detokenize, /v1/cache/rebuild\n"
+        "{\"moe_cache_size\": N} (resizes the GPU expert cache; with --admin-key); GET /v1/models,\n"
+        "/health, /metrics, /v1/stats.\n"
         "Without -m, serves the demo model (random weights) from ~/.cache/ft.\n\n"
         "  -m, --model FILE             the model\n"
         "  --host ADDR                  address to listen on (default 127.0.0.1)\n"

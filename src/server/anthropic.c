@@ -12,14 +12,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-bool srv_anthropic_parse(const srv_params *p, const tok_vocab *v, json_t *body, srv_job *j, ft_err *err) {
+// The request's prompt and settings; max_tokens required for a generation (not for counting).
+static bool parse_request(const srv_params *p, const tok_vocab *v, json_t *body, srv_job *j, bool generate,
+                          ft_err *err) {
     j->api = SRV_API_MESSAGES;
     j->split_think = true;
     int64_t mt = -1;
     srv_buf sys = {0};
     bool have_sys = false, ok = false;
     json_t *msgs = json_object_get(body, "messages");
-    if (!json_object_get(body, "max_tokens")) {
+    if (generate && !json_object_get(body, "max_tokens")) {
         ft_err_set(err, "'max_tokens' is required");
         goto out;
     }
@@ -79,6 +81,21 @@ bool srv_anthropic_parse(const srv_params *p, const tok_vocab *v, json_t *body, 
 out:
     srv_buf_free(&sys);
     return ok;
+}
+
+bool srv_anthropic_parse(const srv_params *p, const tok_vocab *v, json_t *body, srv_job *j, ft_err *err) {
+    return parse_request(p, v, body, j, true, err);
+}
+
+// POST /v1/messages/count_tokens: the prompt's tokens as /v1/messages would render them.
+void srv_anthropic_count_tokens(srv_http *h, struct evhttp_request *req, json_t *body) {
+    srv_job *j = srv_job_new();
+    ft_err err = {{0}};
+    if (parse_request(srv_http_params(h), srv_http_vocab(h), body, j, false, &err))
+        srv_reply_json(req, 200, json_pack("{s:i}", "input_tokens", (json_int_t)j->prompt.n));
+    else
+        srv_reply_error_anthropic(req, 400, "invalid_request_error", err.msg);
+    srv_job_unref(j);
 }
 
 void srv_anthropic_messages(srv_http *h, struct evhttp_request *req, json_t *body) {

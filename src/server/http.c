@@ -567,6 +567,7 @@ static const route routes[] = {
     {EVHTTP_REQ_POST, "/v1/completions", srv_openai_completion, 0},
     {EVHTTP_REQ_POST, "/completions", srv_openai_completion, 0},
     {EVHTTP_REQ_POST, "/v1/messages", srv_anthropic_messages, ROUTE_ANTHROPIC},
+    {EVHTTP_REQ_POST, "/v1/messages/count_tokens", srv_anthropic_count_tokens, ROUTE_ANTHROPIC},
     {EVHTTP_REQ_POST, "/tokenize", route_tokenize, 0},
     {EVHTTP_REQ_POST, "/detokenize", route_detokenize, 0},
     {EVHTTP_REQ_POST, "/v1/cache/rebuild", route_cache_rebuild, ROUTE_ADMIN},

@@ -233,6 +233,7 @@ bool srv_anthropic_parse(const srv_params *p, const tok_vocab *v, json_t *body, 
 void srv_openai_chat(srv_http *h, struct evhttp_request *req, json_t *body);
 void srv_openai_completion(srv_http *h, struct evhttp_request *req, json_t *body);
 void srv_anthropic_messages(srv_http *h, struct evhttp_request *req, json_t *body);
+void srv_anthropic_count_tokens(srv_http *h, struct evhttp_request *req, json_t *body); // answers at once
 // New output of a job (text, tokens drained into the arguments); done at the end.
 void srv_openai_output(srv_job *j, const char *text, size_t n, const srv_tokinfo *toks, int n_toks,
                        bool done);
