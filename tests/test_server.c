@@ -324,6 +324,25 @@ TEST(server_greedy_matches_run) {
     CHECK(sse_openai(out, got, sizeof(got), &got_n), "malformed stream: %s", out);
     CHECK(got_n == want_n && !memcmp(got, want, want_n), "server '%s' vs ft run '%s'", got, want);
     CHECK(strstr(out, "\"usage\"") != NULL);
+    // a conversation ending with the assistant's words is continued from them (both APIs)
+    REQUIRE(run_greedy("<|im_start|>user\nHello there<|im_end|>\n<|im_start|>assistant\nSure, here", 12, want,
+                       sizeof(want), &want_n));
+    const char *conv = "\"messages\":[{\"role\":\"user\",\"content\":\"Hello there\"},"
+                       "{\"role\":\"assistant\",\"content\":\"Sure, here\"}],\"max_tokens\":12,\"temperature\":0";
+    char body[512];
+    snprintf(body, sizeof(body), "{%s}", conv);
+    CHECK(http(&s, "POST", "/v1/chat/completions", body, NULL, out, sizeof(out)) == 200);
+    r = json_loads(out, JSON_ALLOW_NUL, NULL);
+    text = json_object_get(json_object_get(json_array_get(json_object_get(r, "choices"), 0), "message"), "content");
+    CHECK(json_is_string(text) && json_string_length(text) == want_n && !memcmp(json_string_value(text), want, want_n),
+          "openai prefill: server '%s' vs ft run '%s'", json_is_string(text) ? json_string_value(text) : out, want);
+    json_decref(r);
+    CHECK(http(&s, "POST", "/v1/messages", body, NULL, out, sizeof(out)) == 200);
+    r = json_loads(out, JSON_ALLOW_NUL, NULL);
+    text = json_object_get(json_array_get(json_object_get(r, "content"), 0), "text");
+    CHECK(json_is_string(text) && json_string_length(text) == want_n && !memcmp(json_string_value(text), want, want_n),
+          "anthropic prefill: server '%s' vs ft run '%s'", json_is_string(text) ? json_string_value(text) : out, want);
+    json_decref(r);
     CHECK(server_stop(&s) == 0, "log: %s", s.log);
 }
 

@@ -39,6 +39,30 @@ static bool content_text(json_t *c, srv_buf *out, srv_buf *reasoning, ft_err *er
     return true;
 }
 
+static bool blank(const char *s) {
+    for (; s && *s; s++)
+        if (*s != ' ' && *s != '\n' && *s != '\r' && *s != '\t') return false;
+    return true;
+}
+
+// Drops what the template put after the last message text (its end-of-turn markup).
+static void cut_after_last_text(tok_chat_prompt *r) {
+    size_t n = r->n_segs;
+    while (n && r->segs[n - 1].parse_special) n--;
+    if (!n) return;
+    r->n_segs = n;
+    r->len = (size_t)(r->segs[n - 1].text + r->segs[n - 1].len - r->text);
+    r->text[r->len] = 0;
+}
+
+// Whether the last "<think>" in text comes after the last "</think>".
+static bool inside_think(const char *text) {
+    const char *open = NULL, *close = NULL;
+    for (const char *q = strstr(text, "<think>"); q; q = strstr(q + 1, "<think>")) open = q;
+    for (const char *q = strstr(text, "</think>"); q; q = strstr(q + 1, "</think>")) close = q;
+    return open && (!close || open > close);
+}
+
 // Whether text ends with "<think>" and white space only after it.
 static bool ends_in_open_think(const char *text, size_t n) {
     while (n && (text[n - 1] == '\n' || text[n - 1] == ' ' || text[n - 1] == '\r' || text[n - 1] == '\t')) n--;
@@ -87,10 +111,17 @@ bool srv_chat_prompt(const srv_params *p, const tok_vocab *v, json_t *msgs, cons
     }
     tok_chat_params cp = tok_chat_default_params(v);
     cp.enable_thinking = enable_thinking;
+    // a conversation that ends with the assistant's words (a prefill) is continued from them:
+    // rendered without a generation prompt and cut where that text ends
+    bool prefill = !strcmp(cm[k - 1].role, "assistant") && !blank(cm[k - 1].content);
+    cp.add_generation_prompt = !prefill;
     tok_chat_prompt rendered = {0};
     if (!tok_chat_render(p->chat_template, cm, k, cp, &rendered, err)) goto out;
-    // a generation prompt that opens <think> (Qwen3.5) leaves the reply inside the reasoning
-    if (j->split_think && ends_in_open_think(rendered.text, rendered.len)) j->think.state = 1;
+    if (prefill) cut_after_last_text(&rendered);
+    // a generation prompt that opens <think> (Qwen3.5) leaves the reply inside the reasoning; a
+    // prefill continues its own text (reasoning where it left a <think> open), white space and all
+    if (j->split_think && prefill) j->think.state = inside_think(rendered.text) ? 1 : 2;
+    else if (j->split_think && ends_in_open_think(rendered.text, rendered.len)) j->think.state = 1;
     bool has_bos = cp.bos_text && *cp.bos_text && !strncmp(rendered.text, cp.bos_text, strlen(cp.bos_text));
     tok_encode_segments(v, rendered.segs, rendered.n_segs, !has_bos, &j->prompt);
     tok_chat_prompt_free(&rendered);
