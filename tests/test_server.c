@@ -833,6 +833,9 @@ TEST(server_think_split) {
         {"<think>unfinished</th", "", "unfinished</th", 0},
         {"", "", "", 0},
         {"reason\n</think>\n\nanswer", "answer", "reason\n", 1},
+        {"  hello", "  hello", "", 0},
+        {"\n", "\n", "", 0},
+        {" <b>", " <b>", "", 0},
         {"no end <think>", "", "no end <think>", 1},
     };
     for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {

@@ -176,15 +176,23 @@ void srv_think_feed(srv_think *t, const char *s, size_t n, srv_buf *content, srv
             return;
         }
         if (t->state == 0) {
-            if (t->n_hold == 0 && (c == ' ' || c == '\n' || c == '\r' || c == '\t')) continue;
-            t->hold[t->n_hold++] = c;
+            if (t->n_hold == 0 && (c == ' ' || c == '\n' || c == '\r' || c == '\t')) {
+                if (t->n_ws < sizeof(t->ws)) {
+                    t->ws[t->n_ws++] = c;
+                    continue;
+                }
+                t->hold[t->n_hold++] = c; // too much white space for a <think> to follow
+            } else {
+                t->hold[t->n_hold++] = c;
+            }
             if (memcmp(t->hold, k_open, t->n_hold) != 0) {
-                t->state = 2;
+                t->state = 2; // no <think>: the white space before it was content
+                srv_buf_add(content, t->ws, t->n_ws);
                 srv_buf_add(content, t->hold, t->n_hold);
-                t->n_hold = 0;
+                t->n_hold = t->n_ws = 0;
             } else if (t->n_hold == sizeof(k_open) - 1) {
                 t->state = 1;
-                t->n_hold = 0;
+                t->n_hold = t->n_ws = 0;
             }
             continue;
         }
@@ -222,6 +230,8 @@ void srv_think_feed(srv_think *t, const char *s, size_t n, srv_buf *content, srv
 }
 
 void srv_think_flush(srv_think *t, srv_buf *content, srv_buf *reasoning) {
+    if (t->state == 0) srv_buf_add(content, t->ws, t->n_ws);
+    t->n_ws = 0;
     if (t->n_hold) {
         if (t->state == 1)
             srv_buf_add(reasoning, t->hold, t->n_hold);

@@ -51,6 +51,8 @@ typedef struct srv_think {
     int state; // 0 deciding, 1 in think, 2 content, 3 content after think (strip leading ws)
     char hold[16];
     size_t n_hold;
+    char ws[64]; // state 0: white space before a possible <think>, content if none follows
+    size_t n_ws;
 } srv_think;
 void srv_think_feed(srv_think *t, const char *s, size_t n, srv_buf *content, srv_buf *reasoning);
 void srv_think_flush(srv_think *t, srv_buf *content, srv_buf *reasoning);
