@@ -562,6 +562,14 @@ TEST(server_route_errors) {
     }
     // HEAD is let through by libevent and refused by the route
     CHECK(http(&s, "HEAD", "/health", NULL, "-I", out, sizeof(out)) == 405, "%s", out);
+    // models.retrieve: the served model by its id, 404 for another; 401 says how to authenticate;
+    // a full queue says when to retry (server_queue_full)
+    CHECK(http(&s, "GET", "/v1/models/srv-test", NULL, key, out, sizeof(out)) == 200 && strstr(out, "\"id\":\"srv-test\""),
+          "%s", out);
+    CHECK(http(&s, "GET", "/v1/models/other", NULL, key, out, sizeof(out)) == 404, "%s", out);
+    char cmd[512];
+    snprintf(cmd, sizeof(cmd), "curl -sS -i -m 10 http://127.0.0.1:%d/v1/models", s.port);
+    CHECK(test_run(cmd, out, sizeof(out)) == 0 && strstr(out, "WWW-Authenticate: Bearer"), "%s", out);
     // the two metrics routes answer in their own types, with the key only
     CHECK(http(&s, "GET", "/metrics", NULL, NULL, out, sizeof(out)) == 401);
     CHECK(http(&s, "GET", "/metrics", NULL, key, out, sizeof(out)) == 200 && strstr(out, "# TYPE "), "%s", out);
@@ -592,6 +600,9 @@ TEST(server_queue_full) {
     CHECK(http(&s, "POST", "/v1/completions", "{\"prompt\":\"x\",\"max_tokens\":1}", NULL, out,
                sizeof(out)) == 429);
     CHECK(strstr(out, "rate_limit_exceeded") != NULL, "%s", out);
+    snprintf(cmd, sizeof(cmd), "curl -sS -i -m 10 http://127.0.0.1:%d/v1/completions -d '{\"prompt\":\"x\",\"max_tokens\":1}'",
+             s.port);
+    CHECK(test_run(cmd, out, sizeof(out)) == 0 && strstr(out, "Retry-After: 1"), "%s", out);
     CHECK(http(&s, "POST", "/v1/messages",
                "{\"max_tokens\":1,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", NULL, out,
                sizeof(out)) == 429);

@@ -103,6 +103,9 @@ void srv_reply_error_anthropic(struct evhttp_request *req, int status, const cha
 }
 
 static void reply_err(struct evhttp_request *req, bool anthropic, int status, const char *msg) {
+    struct evkeyvalq *hd = evhttp_request_get_output_headers(req);
+    if (status == 401) evhttp_add_header(hd, "WWW-Authenticate", "Bearer");
+    if (status == 429) evhttp_add_header(hd, "Retry-After", "1"); // a sequence frees within seconds
     const char *type = status == 401   ? "authentication_error"
                        : status == 403 ? "permission_error"
                        : status == 404 ? "not_found_error"
@@ -425,11 +428,24 @@ static void route_health(srv_http *h, struct evhttp_request *req, json_t *body) 
     srv_reply_json(req, 200, json_pack("{s:s}", "status", h->stopping ? "stopping" : "ok"));
 }
 
+static json_t *model_object(srv_http *h) {
+    return json_pack("{s:s,s:s,s:i,s:s,s:{s:i,s:i}}", "id", h->p.model_name, "object", "model", "created",
+                     (json_int_t)time(NULL), "owned_by", "ft", "meta", "n_ctx", h->n_ctx, "n_vocab",
+                     h->m->hp.n_vocab);
+}
+
 static void route_models(srv_http *h, struct evhttp_request *req, json_t *body) {
-    json_t *m = json_pack("{s:s,s:s,s:i,s:s,s:{s:i,s:i}}", "id", h->p.model_name, "object", "model",
-                          "created", (json_int_t)time(NULL), "owned_by", "ft", "meta", "n_ctx", h->n_ctx,
-                          "n_vocab", h->m->hp.n_vocab);
-    srv_reply_json(req, 200, json_pack("{s:s,s:[o]}", "object", "list", "data", m));
+    srv_reply_json(req, 200, json_pack("{s:s,s:[o]}", "object", "list", "data", model_object(h)));
+}
+
+// GET /v1/models/{id} (the OpenAI SDKs' models.retrieve): the served model, or 404.
+static void route_model(srv_http *h, struct evhttp_request *req, json_t *body) {
+    const struct evhttp_uri *eu = evhttp_request_get_evhttp_uri(req);
+    const char *path = eu ? evhttp_uri_get_path(eu) : "";
+    char *id = evhttp_uridecode(path + strlen("/v1/models/"), 0, NULL);
+    if (id && !strcmp(id, h->p.model_name)) srv_reply_json(req, 200, model_object(h));
+    else reply_err(req, false, 404, "no such model (GET /v1/models lists the one served)");
+    free(id);
 }
 
 // GET /metrics (Prometheus text) and GET /v1/stats (JSON): the same counters.
@@ -546,8 +562,9 @@ static bool carries_key(struct evhttp_request *req, const char *key) {
 // The routes. A POST handler gets the body parsed as a JSON object; a GET handler gets NULL.
 // Flags: ROUTE_OPEN, answered without the API key (every other route needs it when the server
 // has one); ROUTE_ANTHROPIC, errors in the Anthropic shape (else the OpenAI one); ROUTE_ADMIN,
-// an action on the whole server: off without --admin-key, else that key in place of the API key.
-enum { ROUTE_OPEN = 1, ROUTE_ANTHROPIC = 2, ROUTE_ADMIN = 4 };
+// an action on the whole server: off without --admin-key, else that key in place of the API key;
+// ROUTE_PREFIX, the path ends in "/" and takes one more segment (an id), not empty.
+enum { ROUTE_OPEN = 1, ROUTE_ANTHROPIC = 2, ROUTE_ADMIN = 4, ROUTE_PREFIX = 8 };
 typedef void (*route_fn)(srv_http *h, struct evhttp_request *req, json_t *body);
 typedef struct route {
     enum evhttp_cmd_type method;
@@ -559,6 +576,7 @@ typedef struct route {
 static const route routes[] = {
     {EVHTTP_REQ_GET, "/health", route_health, ROUTE_OPEN},
     {EVHTTP_REQ_GET, "/v1/models", route_models, 0},
+    {EVHTTP_REQ_GET, "/v1/models/", route_model, ROUTE_PREFIX},
     {EVHTTP_REQ_GET, "/models", route_models, 0},
     {EVHTTP_REQ_GET, "/metrics", route_metrics, 0},
     {EVHTTP_REQ_GET, "/v1/stats", route_stats, 0},
@@ -574,8 +592,11 @@ static const route routes[] = {
 };
 
 static const route *route_find(const char *path) {
-    for (size_t i = 0; i < FT_ARRAY_LEN(routes); i++)
-        if (!strcmp(path, routes[i].path)) return &routes[i];
+    for (size_t i = 0; i < FT_ARRAY_LEN(routes); i++) {
+        size_t n = strlen(routes[i].path);
+        if ((routes[i].flags & ROUTE_PREFIX) ? !strncmp(path, routes[i].path, n) && path[n] : !strcmp(path, routes[i].path))
+            return &routes[i];
+    }
     return NULL;
 }
 
