@@ -666,6 +666,7 @@ static void on_request(struct evhttp_request *req, void *arg) {
         reply_err(req, anthropic, 404, "no such route");
         return;
     }
+    if (cmd == EVHTTP_REQ_HEAD && r->method == EVHTTP_REQ_GET) cmd = EVHTTP_REQ_GET; // libevent sends no body
     if (cmd != r->method) {
         reply_err(req, anthropic, 405, r->method == EVHTTP_REQ_GET ? "use GET" : "use POST");
         return;
