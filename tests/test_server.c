@@ -568,6 +568,9 @@ TEST(server_route_errors) {
     CHECK(http(&s, "GET", "/v1/models/srv-test", NULL, key, out, sizeof(out)) == 200 && strstr(out, "\"id\":\"srv-test\""),
           "%s", out);
     CHECK(http(&s, "GET", "/v1/models/other", NULL, key, out, sizeof(out)) == 404, "%s", out);
+    CHECK(http(&s, "POST", "/v1/embeddings", "{\"input\":\"x\"}", key, out, sizeof(out)) == 400 &&
+              strstr(out, "embeddings are not supported"),
+          "%s", out);
     char cmd[512];
     snprintf(cmd, sizeof(cmd), "curl -sS -i -m 10 http://127.0.0.1:%d/v1/models", s.port);
     CHECK(test_run(cmd, out, sizeof(out)) == 0 && strstr(out, "WWW-Authenticate: Bearer"), "%s", out);

@@ -438,6 +438,11 @@ static void route_models(srv_http *h, struct evhttp_request *req, json_t *body) 
     srv_reply_json(req, 200, json_pack("{s:s,s:[o]}", "object", "list", "data", model_object(h)));
 }
 
+// POST /v1/embeddings: a clear refusal (clients probe it), not a 404.
+static void route_embeddings(srv_http *h, struct evhttp_request *req, json_t *body) {
+    reply_err(req, false, 400, "embeddings are not supported: ft serves text generation only");
+}
+
 // GET /v1/models/{id} (the OpenAI SDKs' models.retrieve): the served model, or 404.
 static void route_model(srv_http *h, struct evhttp_request *req, json_t *body) {
     const struct evhttp_uri *eu = evhttp_request_get_evhttp_uri(req);
@@ -586,6 +591,7 @@ static const route routes[] = {
     {EVHTTP_REQ_POST, "/completions", srv_openai_completion, 0},
     {EVHTTP_REQ_POST, "/v1/messages", srv_anthropic_messages, ROUTE_ANTHROPIC},
     {EVHTTP_REQ_POST, "/v1/messages/count_tokens", srv_anthropic_count_tokens, ROUTE_ANTHROPIC},
+    {EVHTTP_REQ_POST, "/v1/embeddings", route_embeddings, 0},
     {EVHTTP_REQ_POST, "/tokenize", route_tokenize, 0},
     {EVHTTP_REQ_POST, "/detokenize", route_detokenize, 0},
     {EVHTTP_REQ_POST, "/v1/cache/rebuild", route_cache_rebuild, ROUTE_ADMIN},
