@@ -491,6 +491,15 @@ TEST(server_cors_preflight_names_authorization) {
     CHECK(server_stop(&s) == 0, "log: %s", s.log);
 }
 
+// A port in use: a second server says so and exits before it loads anything onto a device.
+TEST(server_busy_port_fails_early) {
+    SERVER_OR_SKIP(s, NULL);
+    char cmd[2048], out[4096];
+    snprintf(cmd, sizeof(cmd), "%s serve -m '%s' --port %d -t 1 --device cpu 2>&1", test_ft_bin(), model_path(), s.port);
+    CHECK(test_run(cmd, out, sizeof(out)) != 0 && strstr(out, "cannot listen") && !strstr(out, "KV cache"), "%s", out);
+    CHECK(server_stop(&s) == 0, "log: %s", s.log);
+}
+
 // Beyond loopback without a key: it serves, and says so in the log once.
 TEST(server_warns_when_exposed_without_a_key) {
     SERVER_OR_SKIP(s, "--host 0.0.0.0");
