@@ -402,6 +402,10 @@ TEST(server_malformed_requests) {
         else if (code != 413)
             CHECK(strstr(out, "{\"error\":{") == out, "openai shape: %s", out);
     }
+    // several prompts in one request: refused, saying so
+    CHECK(http(&s, "POST", "/v1/completions", "{\"prompt\":[\"a\",\"b\"]}", NULL, out, sizeof(out)) == 400 &&
+              strstr(out, "2 prompts"),
+          "%s", out);
     // Anthropic's tool_result and image blocks: 400 naming the block type
     static const char *const blocks[] = {"tool_result", "image"};
     for (size_t i = 0; i < 2; i++) {

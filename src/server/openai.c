@@ -70,6 +70,10 @@ bool srv_openai_parse_completion(const srv_params *p, const tok_vocab *v, json_t
         size_t i;
         json_t *x;
         json_array_foreach(pr, i, x) {
+            if (json_is_string(x) || json_is_array(x))
+                return ft_err_set(err, "'prompt' holds %zu prompts: ft answers one prompt per request (send "
+                                       "them as separate requests; they run concurrently)",
+                                  json_array_size(pr));
             if (!json_is_integer(x) || json_integer_value(x) < 0 || json_integer_value(x) >= nv)
                 return ft_err_set(err, "'prompt'[%zu] is not a token id in [0, %d)", i, nv);
             if (j->prompt.n == j->prompt.cap) {
