@@ -402,6 +402,27 @@ TEST(server_malformed_requests) {
         else if (code != 413)
             CHECK(strstr(out, "{\"error\":{") == out, "openai shape: %s", out);
     }
+    // fields ft does not implement yet: refused by name, not ignored (the defaults pass)
+    static const struct {
+        const char *path, *body, *field;
+    } unimpl[] = {
+        {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\"}]}", "tools"},
+        {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"json_object\"}}", "response_format"},
+        {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logit_bias\":{\"5\":-100}}", "logit_bias"},
+        {"/v1/completions", "{\"prompt\":\"x\",\"suffix\":\"y\"}", "suffix"},
+        {"/v1/messages", "{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"name\":\"t\"}]}", "tools"},
+    };
+    for (size_t i = 0; i < FT_ARRAY_LEN(unimpl); i++) {
+        char want[64];
+        snprintf(want, sizeof(want), "'%s' is not supported yet", unimpl[i].field);
+        CHECK(http(&s, "POST", unimpl[i].path, unimpl[i].body, NULL, out, sizeof(out)) == 400 && strstr(out, want),
+              "%s %s: %s", unimpl[i].path, unimpl[i].body, out);
+    }
+    CHECK(http(&s, "POST", "/v1/chat/completions",
+               "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":1,\"tools\":[],"
+               "\"response_format\":{\"type\":\"text\"},\"logit_bias\":{}}",
+               NULL, out, sizeof(out)) == 200,
+          "defaults must pass: %s", out);
     // several prompts in one request: refused, saying so
     CHECK(http(&s, "POST", "/v1/completions", "{\"prompt\":[\"a\",\"b\"]}", NULL, out, sizeof(out)) == 400 &&
               strstr(out, "2 prompts"),
@@ -493,6 +514,21 @@ TEST(server_cors_preflight_names_authorization) {
     static char body[4096];
     CHECK(http(&s, "GET", "/v1/models", NULL, NULL, body, sizeof(body)) == 401);
     CHECK(server_stop(&s) == 0, "log: %s", s.log);
+}
+
+// --lenient: the fields ft does not implement are ignored (and logged) instead of refused.
+TEST(server_lenient_ignores_unimplemented_fields) {
+    SERVER_OR_SKIP(s, "--lenient");
+    static char out[1 << 16];
+    CHECK(http(&s, "POST", "/v1/chat/completions",
+               "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":1,"
+               "\"tools\":[{\"type\":\"function\"}]}",
+               NULL, out, sizeof(out)) == 200,
+          "%s", out);
+    CHECK(server_stop(&s) == 0, "log: %s", s.log);
+    char *log = fixture_read_file(s.log, NULL);
+    CHECK(log && strstr(log, "ignoring the request's 'tools'"), "log: %s", log ? log : "(none)");
+    free(log);
 }
 
 // A port in use: a second server says so and exits before it loads anything onto a device.

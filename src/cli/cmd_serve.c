@@ -33,7 +33,10 @@ static void serve_usage(FILE *out) {
         "  --api-key KEY                require 'Authorization: Bearer KEY' or 'x-api-key: KEY'\n"
         "                               (also from FT_API_KEY)\n"
         "  --admin-key KEY              enable the admin routes (/v1/cache/rebuild) with this key\n"
-        "  --chat-template NAME         chatml, qwen2, qwen2.5, qwen3, llama2, mistral, llama3, llama3.1\n"
+        "  --lenient                    ignore request fields ft does not implement yet (tools,\n"
+        "                               response_format, logit_bias, ...) instead of refusing them\n"
+        "  --chat-template NAME         chatml, qwen2, qwen2.5, qwen3, llama2, mistral, llama3, llama3.1,\n"
+        "                               qwen3.5\n"
         "                               (default: recognised from the GGUF)\n"
         "  --timeout S                  drop clients idle or stalled this long (default 600)\n"
         "  --max-body-bytes N           request body limit (default 4194304)\n"
@@ -67,6 +70,10 @@ int cmd_serve(int argc, char **argv) {
             return FT_EXIT_OK;
         }
         if (engine_args_take(&ea, argc, argv, &i, &bad)) continue;
+        if (args_flag(argv, i, "--lenient")) {
+            p.lenient = true;
+            continue;
+        }
         if (args_int(argc, argv, &i, "--port", 0, 65535, &v64, &bad)) {
             p.port = (int)v64;
             continue;

@@ -29,7 +29,7 @@ static const char g_usage[] =
     "                     (and the assistant prompt), then tokenize; only the template's own\n"
     "                     markers become control tokens, and BOS comes from the template\n"
     "  --chat-template NAME  the template to use instead of the model's (chatml, qwen2,\n"
-    "                     qwen2.5, qwen3, llama2, mistral, llama3, llama3.1)\n";
+    "                     qwen2.5, qwen3, llama2, mistral, llama3, llama3.1, qwen3.5)\n";
 
 static char *read_file(const char *path, size_t *len) {
     FILE *fp = fopen(path, "rb");

@@ -15,8 +15,10 @@
 // The request's prompt and settings; max_tokens required for a generation (not for counting).
 static bool parse_request(const srv_params *p, const tok_vocab *v, json_t *body, srv_job *j, bool generate,
                           ft_err *err) {
+    static const char *const unimplemented[] = {"tools", NULL};
     j->api = SRV_API_MESSAGES;
     j->split_think = true;
+    if (!srv_refuse_unimplemented(p, body, unimplemented, err)) return false;
     int64_t mt = -1;
     srv_buf sys = {0};
     bool have_sys = false, ok = false;

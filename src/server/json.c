@@ -149,6 +149,23 @@ bool srv_parse_sampling(json_t *body, srv_job *j, const char *stop_key, ft_err *
     return true;
 }
 
+static bool unset(const char *field, json_t *v) {
+    if (!v || json_is_null(v) || (json_is_array(v) && !json_array_size(v)) || (json_is_object(v) && !json_object_size(v)))
+        return true;
+    json_t *type = json_object_get(v, "type"); // response_format's default
+    return !strcmp(field, "response_format") && json_is_string(type) && !strcmp(json_string_value(type), "text");
+}
+
+bool srv_refuse_unimplemented(const srv_params *p, json_t *body, const char *const *fields, ft_err *err) {
+    for (; *fields; fields++) {
+        if (unset(*fields, json_object_get(body, *fields))) continue;
+        if (!p->lenient)
+            return ft_err_set(err, "'%s' is not supported yet (ft serve --lenient ignores such fields)", *fields);
+        FT_LOG_INFO("ignoring the request's '%s' (--lenient)", *fields);
+    }
+    return true;
+}
+
 // ---------------------------------------------------------------------------------------------
 // <think> splitting
 

@@ -34,8 +34,14 @@ static bool parse_stream(json_t *body, srv_job *j, ft_err *err) {
     return true;
 }
 
+// Fields of each route ft does not implement yet (srv_refuse_unimplemented).
+static const char *const k_chat_unimplemented[] = {"tools", "functions", "response_format", "logit_bias",
+                                                    "audio", "prediction", NULL};
+static const char *const k_completion_unimplemented[] = {"logit_bias", "suffix", NULL};
+
 bool srv_openai_parse_chat(const srv_params *p, const tok_vocab *v, json_t *body, srv_job *j, ft_err *err) {
     j->api = SRV_API_CHAT;
+    if (!srv_refuse_unimplemented(p, body, k_chat_unimplemented, err)) return false;
     j->split_think = true;
     bool logprobs = false, thinking = true;
     int64_t top = 0;
@@ -54,6 +60,7 @@ bool srv_openai_parse_chat(const srv_params *p, const tok_vocab *v, json_t *body
 bool srv_openai_parse_completion(const srv_params *p, const tok_vocab *v, json_t *body, srv_job *j,
                                  ft_err *err) {
     j->api = SRV_API_COMPLETION;
+    if (!srv_refuse_unimplemented(p, body, k_completion_unimplemented, err)) return false;
     int64_t lp = -1;
     if (!parse_stream(body, j, err) || !parse_max_tokens(body, j, err) ||
         !srv_parse_sampling(body, j, "stop", err) || !srv_get_bool(body, "echo", &j->echo, err) ||

@@ -29,6 +29,7 @@ typedef struct srv_params {
     const char *model_name; // served model id (required)
     const char *api_key;    // NULL: no authentication
     const char *admin_key;  // the admin routes' key (/v1/cache/rebuild); NULL: those routes are off
+    bool lenient;           // request fields ft does not implement are ignored (logged), not refused
     enum tok_chat_template chat_template;
     bool has_chat_template;  // false: chat routes answer 400 (no template known)
     ft_engine_params engine; // per sequence; engine.n_ctx must be set

@@ -184,6 +184,10 @@ bool srv_get_bool(json_t *o, const char *key, bool *out, ft_err *err);
 // Reads request sampling fields common to the APIs into j (temperature, top_p, top_k, min_p,
 // seed, stop, penalties, max_tokens and the given alias).
 bool srv_parse_sampling(json_t *body, srv_job *j, const char *stop_key, ft_err *err);
+// Refuses a request that sets one of fields (NULL-terminated), which ft does not implement yet,
+// naming it; with p->lenient it is ignored, with a log line. null, [] and {} count as unset, and
+// response_format {"type": "text"} (the default) too.
+bool srv_refuse_unimplemented(const srv_params *p, json_t *body, const char *const *fields, ft_err *err);
 
 // ---------------------------------------------------------------------------------------------
 // The HTTP side (http.c) as the API files see it.
