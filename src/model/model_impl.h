@@ -231,7 +231,6 @@ int64_t synth_ssm_inner(const ft_synth_params *p, int il);
 #define MODEL_KEYS_ATTENTION_EXPERTS                                                                        \
     MODEL_KEY_HEAD_COUNT_KV, MODEL_KEY_KEY_LENGTH, MODEL_KEY_VALUE_LENGTH, MODEL_KEY_RMS_EPS,               \
     MODEL_KEY_ROPE_FREQ_BASE, MODEL_KEY_EXPERT_COUNT, MODEL_KEY_EXPERT_USED_COUNT, MODEL_KEY_ROPE_DIMENSION_COUNT
-// context extension as the file says; ft synth writes none of it
 // the gated DeltaNet layers' shapes and where they sit (qwen35moe, qwen3next); checked by
 // model_linear_attention_hparams
 #define MODEL_KEYS_LINEAR_ATTENTION                                                                         \
@@ -265,7 +264,7 @@ int64_t synth_ssm_inner(const ft_synth_params *p, int il);
 #define MODEL_TENSORS_HYBRID_QWEN_TAIL                                                                      \
     MODEL_TENSORS_DELTA_NET_OUT, MODEL_TENSORS_ROUTED_EXPERTS, MODEL_TENSOR_SHARED_EXPERT_GATE,            \
     MODEL_TENSORS_SHARED_EXPERT, MODEL_TENSOR_OUTPUT_NORM, MODEL_TENSOR_OUTPUT(FT_FAN_DIV(3.0f))
-
+// context extension as the file says; ft synth writes none of it
 #define MODEL_KEYS_ROPE_SCALING_READ_ONLY                                                                   \
     MODEL_KEY_ROPE_SCALING_TYPE(FT_NO_SYNTH), MODEL_KEY_ROPE_SCALING_FACTOR(FT_NO_SYNTH),                   \
     MODEL_KEY_ROPE_SCALING_ATTN_FACTOR, MODEL_KEY_ROPE_SCALE_LINEAR, MODEL_KEY_ROPE_SCALING_ORIG_CTX(FT_NO_SYNTH)

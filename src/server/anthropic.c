@@ -116,15 +116,7 @@ void srv_anthropic_messages(srv_http *h, struct evhttp_request *req, json_t *bod
 
 static const char *stop_reason(const srv_job *j) {
     if (j->finish == SRV_FINISH_LENGTH) return "max_tokens";
-    return j->stop_string ? "stop_sequence" : "end_turn";
-}
-
-// A job that ended before its answer did (the server's shutdown, a failure): no stop_reason
-// fits; an error, api_error with 503 or 500.
-static bool cut_short(const srv_job *j) { return j->finish == SRV_FINISH_CANCEL || j->finish == SRV_FINISH_ERROR; }
-static const char *cut_message(const srv_job *j) {
-    if (j->finish == SRV_FINISH_CANCEL) return "the server is shutting down: the request was cancelled";
-    return j->errmsg[0] ? j->errmsg : "generation failed";
+    return j->stop_matched ? "stop_sequence" : "end_turn";
 }
 
 // The stop sequence that ended the message, or null.
@@ -143,8 +135,8 @@ static json_t *message(const srv_job *j, bool done, json_t *content) {
 // Non-streamed reply: content is [thinking block,] text block.
 static void reply_message(srv_job *j) {
     struct evhttp_request *req = srv_job_take_req(j);
-    if (cut_short(j)) {
-        srv_reply_error_anthropic(req, j->finish == SRV_FINISH_CANCEL ? 503 : 500, "api_error", cut_message(j));
+    if (srv_job_cut_short(j)) {
+        srv_reply_error_anthropic(req, j->finish == SRV_FINISH_CANCEL ? 503 : 500, "api_error", srv_job_cut_message(j));
         return;
     }
     json_t *content = json_array();
@@ -197,9 +189,9 @@ void srv_anthropic_stream(srv_job *j, const char *text, size_t n, bool done, srv
     srv_buf_free(&content);
     srv_buf_free(&reasoning);
     if (!done) return;
-    if (cut_short(j)) { // Anthropic's error event ends the stream: no message_delta or message_stop
+    if (srv_job_cut_short(j)) { // Anthropic's error event ends the stream: no message_delta or message_stop
         emit(ctx, j, "error",
-             json_pack("{s:s,s:{s:s,s:s}}", "type", "error", "error", "type", "api_error", "message", cut_message(j)));
+             json_pack("{s:s,s:{s:s,s:s}}", "type", "error", "error", "type", "api_error", "message", srv_job_cut_message(j)));
         return;
     }
     if (j->msg_blocks == 0) { // an empty answer still has one (empty) text block

@@ -149,6 +149,13 @@ bool srv_parse_sampling(json_t *body, srv_job *j, const char *stop_key, ft_err *
     return true;
 }
 
+bool srv_job_cut_short(const srv_job *j) { return j->finish == SRV_FINISH_CANCEL || j->finish == SRV_FINISH_ERROR; }
+
+const char *srv_job_cut_message(const srv_job *j) {
+    if (j->finish == SRV_FINISH_CANCEL) return "the server is shutting down: the request was cancelled";
+    return j->errmsg[0] ? j->errmsg : "generation failed";
+}
+
 static bool unset(const char *field, json_t *v) {
     if (!v || json_is_null(v) || (json_is_array(v) && !json_array_size(v)) || (json_is_object(v) && !json_object_size(v)))
         return true;

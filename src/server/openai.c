@@ -123,20 +123,14 @@ void srv_openai_completion(srv_http *h, struct evhttp_request *req, json_t *body
 
 static const char *finish_reason(const srv_job *j) { return j->finish == SRV_FINISH_LENGTH ? "length" : "stop"; }
 
-// A job that ended before its answer did: cancelled by the server's shutdown (a client that left
-// gets nothing), or failed. OpenAI has no finish_reason for either: an error, 503 or 500.
-static bool cut_short(const srv_job *j) { return j->finish == SRV_FINISH_CANCEL || j->finish == SRV_FINISH_ERROR; }
+// A job cut short (srv_job_cut_short) answers an error: 503 after a shutdown, 500 on a failure.
 static int cut_status(const srv_job *j) { return j->finish == SRV_FINISH_CANCEL ? 503 : 500; }
-static const char *cut_message(const srv_job *j) {
-    if (j->finish == SRV_FINISH_CANCEL) return "the server is shutting down: the request was cancelled";
-    return j->errmsg[0] ? j->errmsg : "generation failed";
-}
 
 // The end of a cut-short stream: an error in the API's shape ({"error": {...}}, which the SDKs
 // raise), then [DONE].
 static void stream_cut(srv_job *j) {
     srv_sse_send(j, NULL,
-                 json_pack("{s:{s:s,s:s,s:n,s:i}}", "error", "message", cut_message(j), "type", "server_error",
+                 json_pack("{s:{s:s,s:s,s:n,s:i}}", "error", "message", srv_job_cut_message(j), "type", "server_error",
                            "param", "code", cut_status(j)));
     srv_sse_send_raw(j, "data: [DONE]\n\n");
     srv_sse_end(j);
@@ -151,9 +145,9 @@ static json_t *usage(const srv_job *j) {
 static void reply_result(srv_job *j, json_t *res) {
     json_object_set_new(res, "usage", usage(j));
     struct evhttp_request *req = srv_job_take_req(j);
-    if (cut_short(j)) {
+    if (srv_job_cut_short(j)) {
         json_decref(res);
-        srv_reply_error(req, cut_status(j), "server_error", cut_message(j));
+        srv_reply_error(req, cut_status(j), "server_error", srv_job_cut_message(j));
     } else
         srv_reply_json(req, 200, res);
 }
@@ -256,7 +250,7 @@ static void chat_output(srv_job *j, const char *text, size_t n, const srv_tokinf
                                           "finish_reason"));
             srv_sse_send(j, NULL, ch);
         }
-        if (done && cut_short(j)) {
+        if (done && srv_job_cut_short(j)) {
             stream_cut(j);
         } else if (done) {
             json_t *ch = chunk(j, "chat.completion.chunk");
@@ -318,7 +312,7 @@ static void completion_output(srv_job *j, const char *text, size_t n, const srv_
                                           lp ? lp : json_null(), "finish_reason"));
             srv_sse_send(j, NULL, ch);
         }
-        if (done && cut_short(j)) {
+        if (done && srv_job_cut_short(j)) {
             stream_cut(j);
         } else if (done) {
             json_t *ch = chunk(j, "text_completion");

@@ -259,8 +259,7 @@ static void sample_slot(srv_sched *s, slot *sl, const float *logits) {
     int n_gen = j->n_gen;
     pthread_mutex_unlock(&j->mu);
     if (stopped) {
-        j->stop_string = true; // read by the HTTP side only after done
-        j->stop_matched = ft_strdup(ft_stop_matched(sl->stop));
+        j->stop_matched = ft_strdup(ft_stop_matched(sl->stop)); // read by the HTTP side only after done
         finish(s, sl, SRV_FINISH_STOP, NULL);
         return;
     }

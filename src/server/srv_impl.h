@@ -83,8 +83,7 @@ struct srv_job {
     bool done;
     bool queued_notify; // already in the HTTP side's ready list
     enum srv_finish finish;
-    bool stop_string; // finished on a stop string (else an end-of-generation token)
-    char *stop_matched; // that stop string (owned), for Anthropic's stop_sequence
+    char *stop_matched; // the stop string it finished on (owned), else NULL (an end-of-generation token)
     char errmsg[512];
     int n_gen;
     double t_submit, t_start, t_first, t_end; // wall clock (ft_time_s)
@@ -184,6 +183,10 @@ bool srv_get_bool(json_t *o, const char *key, bool *out, ft_err *err);
 // Reads request sampling fields common to the APIs into j (temperature, top_p, top_k, min_p,
 // seed, stop, penalties, max_tokens and the given alias).
 bool srv_parse_sampling(json_t *body, srv_job *j, const char *stop_key, ft_err *err);
+// Whether a finished job ended before its answer did (cancelled by the server's shutdown, or
+// failed), which neither API has a stop reason for, and what to tell its client.
+bool srv_job_cut_short(const srv_job *j);
+const char *srv_job_cut_message(const srv_job *j);
 // Refuses a request that sets one of fields (NULL-terminated), which ft does not implement yet,
 // naming it; with p->lenient it is ignored, with a log line. null, [] and {} count as unset, and
 // response_format {"type": "text"} (the default) too.
