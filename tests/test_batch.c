@@ -199,23 +199,3 @@ TEST(batch_step_errors_and_reuse) {
     ft_model_free(m);
 }
 
-// The pool hands out the lowest free cache and takes them back.
-TEST(kv_pool_acquire_release) {
-    int64_t widths[2] = {64, 64};
-    ft_kv_params kp = {2, 16, FT_TYPE_F16, widths, 64, NULL, NULL};
-    ft_err err = {{0}};
-    ft_backend *be = ft_backend_cpu_init(1, false);
-    ft_kv_pool *pool = ft_kv_pool_init(&kp, 3, be, &err);
-    REQUIRE(pool, "%s", err.msg);
-    CHECK(ft_kv_pool_n_seq(pool) == 3 && ft_kv_pool_bytes(pool) == 3 * 2 * 2 * 16 * 64 * 2);
-    CHECK(ft_kv_pool_acquire(pool) == 0 && ft_kv_pool_acquire(pool) == 1 && ft_kv_pool_acquire(pool) == 2);
-    CHECK(ft_kv_pool_acquire(pool) == -1 && ft_kv_pool_n_used(pool) == 3);
-    CHECK(ft_kv_pool_cache(pool, 0) != ft_kv_pool_cache(pool, 1), "distinct caches");
-    ft_kv_pool_release(pool, 1);
-    CHECK(ft_kv_pool_n_used(pool) == 2 && ft_kv_pool_acquire(pool) == 1);
-    kp.type = FT_TYPE_Q4_K;
-    CHECK(!ft_kv_pool_init(&kp, 2, be, &err) && strstr(err.msg, "q4_K"), "%s", err.msg);
-    ft_kv_pool_free(pool);
-    ft_kv_pool_free(NULL);
-    be->ops->free(be);
-}

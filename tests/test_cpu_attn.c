@@ -42,9 +42,9 @@ TEST(cpu_attention_fast_vs_reference) {
                     ft_tensor kc = fixture_kv_cache(types[ti], nkv * ATT_HD, ATT_CTX),
                               vc = fixture_kv_cache(types[ti], nkv * ATT_HD, ATT_CTX);
                     for (int i = 0; i < ATT_CTX * nkv * ATT_HD; i++) kv[i] = ft_rng_normal(&r) * 2.0f;
-                    fast->ops->set_rows(fast, &kc, 0, kv, ATT_CTX);
+                    fast->ops->set_rows(fast, &kc, NULL, 0, kv, ATT_CTX);
                     for (int i = 0; i < ATT_CTX * nkv * ATT_HD; i++) kv[i] = ft_rng_normal(&r);
-                    fast->ops->set_rows(fast, &vc, 0, kv, ATT_CTX);
+                    fast->ops->set_rows(fast, &vc, NULL, 0, kv, ATT_CTX);
                     size_t nq = (size_t)nt * nh * ATT_HD;
                     for (size_t i = 0; i < nq; i++) q[i] = ft_rng_normal(&r);
                     for (size_t i = 0; i < nq; i++) of[i] = orf[i] = NAN;

@@ -148,8 +148,8 @@ TEST(ops_attention) {
             fill_normal(&r, kv, FT_ARRAY_LEN(kv), 1.0f);
             fill_normal(&r, vv, FT_ARRAY_LEN(vv), 1.0f);
             fill_normal(&r, q, FT_ARRAY_LEN(q), 1.0f);
-            be->ops->set_rows(be, &kc, 0, kv, CTX);
-            be->ops->set_rows(be, &vc, 0, vv, CTX);
+            be->ops->set_rows(be, &kc, NULL, 0, kv, CTX);
+            be->ops->set_rows(be, &vc, NULL, 0, vv, CTX);
             fill_nan(out, FT_ARRAY_LEN(out));
             int pos0 = CTX - NT;
             ft_attn_params ap = {.q = q, .out = out, .k_cache = &kc, .v_cache = &vc, .n_tok = NT, .pos0 = pos0,

@@ -410,10 +410,10 @@ static void set_rows_attention_case(int hd) {
         for (int r0 = 0; r0 < filled; r0 += 60) {
             float *ckb = cpu_buf(&p, k + (size_t)r0 * W, 60 * (size_t)W), *cvb = cpu_buf(&p, v + (size_t)r0 * W, 60 * (size_t)W);
             float *gkb = gpu_buf(&p, k + (size_t)r0 * W, 60 * (size_t)W), *gvb = gpu_buf(&p, v + (size_t)r0 * W, 60 * (size_t)W);
-            p.cpu->ops->set_rows(p.cpu, &ck, r0, ckb, 60);
-            p.cpu->ops->set_rows(p.cpu, &cv, r0, cvb, 60);
-            p.gpu->ops->set_rows(p.gpu, &gk, r0, gkb, 60);
-            p.gpu->ops->set_rows(p.gpu, &gv, r0, gvb, 60);
+            p.cpu->ops->set_rows(p.cpu, &ck, NULL, r0, ckb, 60);
+            p.cpu->ops->set_rows(p.cpu, &cv, NULL, r0, cvb, 60);
+            p.gpu->ops->set_rows(p.gpu, &gk, NULL, r0, gkb, 60);
+            p.gpu->ops->set_rows(p.gpu, &gv, NULL, r0, gvb, 60);
         }
         // the cache bytes: f16 identical; q8_0 scales identical and codes within 1
         uint8_t *hk = ft_malloc(ck.mat_bytes);
@@ -513,10 +513,10 @@ static void attention_depth_case(int hd, int nh, int nkv, enum ft_type kt) {
     float *k = randn(&p.rng, (size_t)filled * W, 1.0f), *v = randn(&p.rng, (size_t)filled * W, 1.0f);
     for (int r0 = 0; r0 < filled; r0 += chunk) {
         const float *kc = k + (size_t)r0 * W, *vc = v + (size_t)r0 * W;
-        p.cpu->ops->set_rows(p.cpu, &ck, r0, cpu_buf(&p, kc, (size_t)chunk * W), chunk);
-        p.cpu->ops->set_rows(p.cpu, &cv, r0, cpu_buf(&p, vc, (size_t)chunk * W), chunk);
-        p.gpu->ops->set_rows(p.gpu, &gk, r0, gpu_buf(&p, kc, (size_t)chunk * W), chunk);
-        p.gpu->ops->set_rows(p.gpu, &gv, r0, gpu_buf(&p, vc, (size_t)chunk * W), chunk);
+        p.cpu->ops->set_rows(p.cpu, &ck, NULL, r0, cpu_buf(&p, kc, (size_t)chunk * W), chunk);
+        p.cpu->ops->set_rows(p.cpu, &cv, NULL, r0, cpu_buf(&p, vc, (size_t)chunk * W), chunk);
+        p.gpu->ops->set_rows(p.gpu, &gk, NULL, r0, gpu_buf(&p, kc, (size_t)chunk * W), chunk);
+        p.gpu->ops->set_rows(p.gpu, &gv, NULL, r0, gpu_buf(&p, vc, (size_t)chunk * W), chunk);
     }
     if (kt == FT_TYPE_F16) // what the cache holds
         for (size_t i = 0; i < (size_t)filled * W; i++) {

@@ -110,9 +110,9 @@ static void flash_case(ft_backend *cpu, ft_backend *gpu, ft_rng *rng, enum ft_ty
     float *kf = ft_malloc((size_t)N_CTX * W * sizeof(float)), *vf = ft_malloc((size_t)N_CTX * W * sizeof(float));
     float *x = cpu->ops->alloc(cpu, (size_t)N_CTX * W);
     for (size_t i = 0; i < (size_t)N_CTX * W; i++) x[i] = ft_rng_normal(rng);
-    cpu->ops->set_rows(cpu, &ck, 0, x, N_CTX);
+    cpu->ops->set_rows(cpu, &ck, NULL, 0, x, N_CTX);
     for (size_t i = 0; i < (size_t)N_CTX * W; i++) x[i] = ft_rng_normal(rng);
-    cpu->ops->set_rows(cpu, &cv, 0, x, N_CTX);
+    cpu->ops->set_rows(cpu, &cv, NULL, 0, x, N_CTX);
     const ft_quant_ops *qo = ft_quant_ops_find(type);
     for (int r = 0; r < N_CTX; r++) {
         qo->to_float((const uint8_t *)ck.data + (size_t)r * ck.row_bytes, kf + (size_t)r * W, W);

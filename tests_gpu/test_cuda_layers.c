@@ -22,7 +22,7 @@
 
 #include "../src/backend/cpu/cpu.h"
 #include "../src/engine/engine.h"
-#include "../src/kv/kv.h"
+#include "../src/kv/kv_pool.h"
 #include "../src/model/model_impl.h"
 #include "../src/model/synth.h"
 #include "../src/moe/placement.h"
@@ -37,6 +37,7 @@
 typedef struct side {
     ft_backend *be;
     ft_weights *w;
+    ft_kv_pool *pool;
     ft_kv_cache *kv;
     ft_forward f;
     moe_placement place;
@@ -52,10 +53,13 @@ static bool side_init(side *s, ft_backend *be, const ft_model *m, const ft_engin
     int64_t *widths = ft_malloc((size_t)hp->n_layer * sizeof(int64_t));
     for (int l = 0; l < hp->n_layer; l++)
         widths[l] = (int64_t)hp->n_head_kv * hp->head_dim;
-    ft_kv_params kp = {hp->n_layer, ep->n_ctx, ep->kv_type, widths, hp->head_dim, NULL, NULL};
-    s->kv = ft_kv_init(&kp, be, err);
+    ft_kv_params kp = {hp->n_layer, ep->n_ctx, ep->kv_type, widths, hp->head_dim, NULL, NULL, 0};
+    s->pool = ft_kv_pool_init(&kp, 1, be, err);
     free(widths);
-    if (!s->kv) return false;
+    if (!s->pool) return false;
+    s->kv = ft_kv_pool_cache(s->pool, ft_kv_pool_acquire(s->pool));
+    FT_ASSERT(ft_kv_pool_grow(s->pool, 0, ep->n_ctx));
+    ft_kv_sync(s->kv);
     ft_backend_limits lim = {.max_tok = ep->n_batch,
                              .max_width = ft_model_max_width(m),
                              .max_ctx = ep->n_ctx,
@@ -72,7 +76,7 @@ static bool side_init(side *s, ft_backend *be, const ft_model *m, const ft_engin
 }
 
 static void side_free(side *s) {
-    ft_kv_free(s->kv);
+    ft_kv_pool_free(s->pool);
     ft_weights_free(s->w);
     if (s->be) s->be->ops->free(s->be);
 }

@@ -27,6 +27,7 @@
 #include "../moe/route_trace.h"
 #include "../quant/quant.h"
 #include "../util/util.h"
+#include "kv_block.h"
 
 // A weight (or cache) tensor: up to 3 dims in GGUF order, ne[0] the row length.
 typedef struct ft_tensor {
@@ -58,13 +59,19 @@ typedef struct ft_rope_params {
     int sections[4];
 } ft_rope_params;
 
+// The CPU's attention takes a tiled path (f32 scores and sums) for chunks of this many queries
+// over an f16 cache, as llama.cpp's does: it changes the bits (batch.c keeps it in mind).
+#define FT_ATTN_TILED_MIN_TOK 64
+
 // Causal attention of n_tok new queries (positions pos0..pos0+n_tok-1) over the cached keys
 // 0..pos0+n_tok-1 of one sequence.
 typedef struct ft_attn_params {
     const float *q;            // (n_tok, n_head * head_dim), already roped
     float *out;                // (n_tok, n_head * head_dim)
-    const ft_tensor *k_cache;  // (n_ctx, n_head_kv * head_dim) rows, f16 or q8_0
+    const ft_tensor *k_cache;  // rows of n_head_kv * head_dim, f16 or q8_0
     const ft_tensor *v_cache;  // same shape and type family as k_cache
+    const int32_t *blocks;     // the sequence's block table (kv_block.h) in memory the backend
+                               // reads (device memory on a GPU), or NULL: row p is position p
     int n_tok, pos0;
     int n_head, n_head_kv, head_dim;
     int window;                // sliding window: key visible when q_pos - k_pos < window; 0: all
@@ -215,8 +222,10 @@ typedef struct ft_backend_ops {
     // orthonormal Walsh-Hadamard matrix of size n (a power of two). Applied twice it is the
     // identity. Used around quantized KV caches (see kv.h).
     void (*hadamard)(ft_backend *be, float *x, int n_rows, int row_len, int n);
-    // Writes rows row0.. of a cache tensor from x (n_rows, cache->ne[0]), converting types.
-    void (*set_rows)(ft_backend *be, ft_tensor *cache, int row0, const float *x, int n_rows);
+    // Writes the rows of positions pos0..pos0+n_rows-1 of a cache tensor from x (n_rows,
+    // cache->ne[0]), converting types; blocks: the sequence's block table (as ft_attn_params).
+    void (*set_rows)(ft_backend *be, ft_tensor *cache, const int32_t *blocks, int pos0, const float *x,
+                     int n_rows);
     void (*attention)(ft_backend *be, const ft_attn_params *p);
     // x (n_tok, n_head*head_dim) *= act(g): g is (n_tok, n_head) per head, or
     // (n_tok, n_head*head_dim) per element (g_width says which).

@@ -1,6 +1,7 @@
 // batch.c: the multi-sequence forward step (see batch.h).
 #include "batch.h"
 #include "../kv/kv_pool.h"
+#include "../kv/prefix_cache.h"
 #include "place.h"
 
 #include <stdio.h>
@@ -15,6 +16,15 @@ struct ft_batch {
     enum ft_moe_backend moe_backend; // as placed
     ft_weights *w;        // the model's weights on be
     ft_kv_pool *pool;
+    ft_prefix_cache *pc;  // NULL: no prefix cache
+    // with a prefix cache, per sequence: the tokens evaluated (n_ctx each), whether each block's
+    // rows all came from chunks of the class a prompt's whole chunk takes (only those are kept:
+    // see chunk_class), and the leading blocks already handed to the cache
+    int32_t *seq_tok;
+    bool *block_exact;    // (n_seq, max_blocks)
+    int *n_kept;
+    int max_blocks;       // blocks of one context
+    int32_t *match;       // (max_blocks) scratch of ft_batch_seq_reuse
     moe_placement place;
     ft_forward f;
     int *pos;             // (n_seq) positions evaluated; -1: the sequence is not open
@@ -47,7 +57,16 @@ static bool batch_setup(ft_batch *b, ft_err *err) {
     ft_kv_params kp = engine_kv_params(m, p, arrays);
     b->pool = ft_kv_pool_init(&kp, p->n_seq, b->be, err);
     free(arrays);
-    return b->pool != NULL;
+    if (!b->pool) return false;
+    // a recurrent layer's state follows the whole sequence, not a block: no prefix to share
+    if (p->prefix_cache && !ft_model_recurrent_heads(m)) {
+        b->pc = ft_prefix_cache_init(b->pool);
+        b->seq_tok = ft_malloc((size_t)p->n_seq * (size_t)p->n_ctx * sizeof(int32_t));
+        b->block_exact = ft_malloc((size_t)p->n_seq * (size_t)b->max_blocks * sizeof(bool));
+        b->n_kept = ft_calloc((size_t)p->n_seq, sizeof(int));
+        b->match = ft_malloc((size_t)b->max_blocks * sizeof(int32_t));
+    }
+    return true;
 }
 
 ft_batch *ft_batch_init(const ft_model *m, const ft_engine_params *params, ft_err *err) {
@@ -58,6 +77,7 @@ ft_batch *ft_batch_init(const ft_model *m, const ft_engine_params *params, ft_er
     b->m = m;
     b->p = p;
     b->max_tok = engine_step_tokens(&p);
+    b->max_blocks = ft_kv_blocks_for(p.n_ctx);
     if (!batch_setup(b, err)) {
         ft_batch_free(b);
         return NULL;
@@ -81,6 +101,7 @@ ft_batch *ft_batch_init(const ft_model *m, const ft_engine_params *params, ft_er
 void ft_batch_free(ft_batch *b) {
     if (!b) return;
     // the buffers first, each given back to the backend once no work reads it
+    ft_prefix_cache_free(b->pc);
     ft_kv_pool_free(b->pool);
     ft_weights_free(b->w);
     if (b->be) b->be->ops->free(b->be);
@@ -90,6 +111,10 @@ void ft_batch_free(ft_batch *b) {
     free(b->row_gemm);
     free(b->out_row);
     free(b->logits);
+    free(b->seq_tok);
+    free(b->block_exact);
+    free(b->n_kept);
+    free(b->match);
     free(b);
 }
 
@@ -98,6 +123,7 @@ int ft_batch_seq_open(ft_batch *b) {
     if (seq < 0) return -1;
     b->pos[seq] = 0;
     b->n_open++;
+    if (b->pc) b->n_kept[seq] = 0;
     return seq;
 }
 
@@ -113,9 +139,59 @@ int ft_batch_seq_pos(const ft_batch *b, int seq) {
     return b->pos[seq];
 }
 
+int ft_batch_seq_reuse(ft_batch *b, int seq, const int32_t *tokens, int n) {
+    FT_ASSERT(seq >= 0 && seq < b->p.n_seq && b->pos[seq] == 0);
+    if (!b->pc || n < 2) return 0;
+    // whole blocks, below the block of the last token: the prompt's last token is evaluated
+    // (its logits start the reply) and its row written, which a shared block must not see
+    int most = FT_MIN((n - 1) / FT_KV_BLOCK, b->max_blocks);
+    int got = ft_prefix_cache_match(b->pc, tokens, FT_MIN(n, b->p.n_ctx), b->match, most);
+    for (int i = 0; i < got; i++) ft_kv_pool_share(b->pool, seq, b->match[i]);
+    int reused = got * FT_KV_BLOCK;
+    memcpy(b->seq_tok + (size_t)seq * b->p.n_ctx, tokens, (size_t)reused * sizeof(int32_t));
+    for (int i = 0; i < got; i++) b->block_exact[(size_t)seq * b->max_blocks + i] = true;
+    b->n_kept[seq] = got;
+    b->pos[seq] = reused;
+    return reused;
+}
+
+bool ft_batch_seq_reserve(ft_batch *b, int seq, int n_tok) {
+    FT_ASSERT(seq >= 0 && seq < b->p.n_seq && b->pos[seq] >= 0 && n_tok >= 0);
+    int want = b->pos[seq] + n_tok;
+    if (want > b->p.n_ctx) return false;
+    return ft_kv_pool_grow(b->pool, seq, want);
+}
+
+// The kernel class the CPU's ops give the rows of a chunk of n tokens: the GEMM from
+// FT_GEMM_MIN_COLS rows (backend.h's row_gemm), the tiled attention from FT_ATTN_TILED_MIN_TOK.
+// A block whose rows took the class of a whole prompt chunk holds the bits any later prompt
+// through it computes; the prefix cache keeps only such blocks, so a reused prefix gives the
+// same logits as computing it (when -b is a multiple or a divisor of FT_KV_BLOCK, a
+// continuation's chunks take the classes a whole prompt's would).
+static int chunk_class(int n) { return (n >= FT_GEMM_MIN_COLS) + 2 * (n >= FT_ATTN_TILED_MIN_TOK); }
+
+// After a step: marks the blocks the item's rows went to, and hands the sequence's leading
+// whole blocks that kept the prompt class to the prefix cache.
+static void keep_blocks(ft_batch *b, const ft_batch_item *it, int pos0) {
+    int seq = it->seq;
+    memcpy(b->seq_tok + (size_t)seq * b->p.n_ctx + pos0, it->tokens, (size_t)it->n_tok * sizeof(int32_t));
+    bool *exact = b->block_exact + (size_t)seq * b->max_blocks;
+    bool same = chunk_class(it->n_tok) == chunk_class(b->p.n_batch);
+    for (int blk = pos0 / FT_KV_BLOCK; blk <= (pos0 + it->n_tok - 1) / FT_KV_BLOCK; blk++) {
+        if (blk * FT_KV_BLOCK >= pos0) exact[blk] = true; // the block's first rows
+        exact[blk] &= same;
+    }
+    int full = b->pos[seq] / FT_KV_BLOCK, keep = b->n_kept[seq];
+    while (keep < full && exact[keep]) keep++;
+    if (keep == b->n_kept[seq]) return;
+    ft_kv_cache *kv = ft_kv_pool_cache(b->pool, seq);
+    ft_prefix_cache_insert(b->pc, b->seq_tok + (size_t)seq * b->p.n_ctx, ft_kv_block_ids(kv), keep);
+    b->n_kept[seq] = keep;
+}
+
 // Checks the items against the sequences' state; programmer errors (a closed sequence, a
 // sequence twice, too many tokens for the step) abort, the tokens themselves are input.
-static bool check_items(const ft_batch *b, const ft_batch_item *items, int n_items, ft_err *err) {
+static bool check_items(ft_batch *b, const ft_batch_item *items, int n_items, ft_err *err) {
     FT_ASSERT(n_items >= 1 && n_items <= b->p.n_seq);
     int total = 0;
     for (int i = 0; i < n_items; i++) {
@@ -132,6 +208,10 @@ static bool check_items(const ft_batch *b, const ft_batch_item *items, int n_ite
                                   b->m->hp.n_vocab);
     }
     FT_ASSERT(total <= b->max_tok);
+    // the blocks for every item's rows, before anything runs (what one item gets stays its own)
+    for (int i = 0; i < n_items; i++)
+        if (!ft_batch_seq_reserve(b, items[i].seq, items[i].n_tok))
+            return ft_err_set(err, "out of KV cache: %lld positions are all in use", (long long)ft_batch_kv_positions(b));
     return true;
 }
 
@@ -160,10 +240,14 @@ bool ft_batch_step(ft_batch *b, const ft_batch_item *items, int n_items, ft_err 
     // One sequence's one-token step may be recorded once and replayed (CUDA graphs): the
     // backend keys its record by the sequence's cache, whose pointers the ops bake in.
     bool bracket = be->ops->step_begin && n_items == 1;
+    for (int i = 0; i < n_items; i++) ft_kv_sync(b->seg[i].kv); // new blocks in the tables
     if (bracket) be->ops->step_begin(be, rows, b->seg[0].pos0, b->seg[0].kv);
     be->ops->get_rows(be, &b->w->tok_embd, b->tok, f->x, rows);
     for (int il = 0; il < hp->n_layer; il++) m->arch->layer(m, f, il);
-    for (int i = 0; i < n_items; i++) b->pos[items[i].seq] += items[i].n_tok;
+    for (int i = 0; i < n_items; i++) {
+        b->pos[items[i].seq] += items[i].n_tok;
+        if (b->pc) keep_blocks(b, &items[i], b->seg[i].pos0);
+    }
 
     // logits: the last row of each item that wants them, normed into consecutive rows of xn
     // (free once the layers are done), then one output projection over them
@@ -212,6 +296,32 @@ bool ft_batch_moe_rebuild(ft_batch *b, int n_slots, ft_err *err) {
     if (!b->be->ops->expert_cache_rebuild)
         return ft_err_set(err, "no expert cache: the model was not placed with --moe-backend offload");
     return b->be->ops->expert_cache_rebuild(b->be, n_slots, err);
+}
+
+int64_t ft_batch_kv_positions(const ft_batch *b) { return ft_kv_pool_n_blocks(b->pool) * FT_KV_BLOCK; }
+
+void ft_batch_kv_info(const ft_batch *b, ft_batch_kv *out) {
+    *out = (ft_batch_kv){
+        .blocks = ft_kv_pool_n_blocks(b->pool), .free = ft_kv_pool_n_free(b->pool), .prefix_cache = b->pc != NULL,
+        .cached = b->pc ? ft_prefix_cache_n_blocks(b->pc) : 0,
+        .evictable = b->pc ? ft_prefix_cache_n_evictable(b->pc) : 0,
+    };
+}
+
+bool ft_batch_kv_check(const ft_batch *b, ft_err *err) {
+    int64_t n = ft_kv_pool_n_blocks(b->pool);
+    int32_t *held = ft_calloc((size_t)n, sizeof(int32_t));
+    if (b->pc) ft_prefix_cache_count_refs(b->pc, held);
+    bool ok = ft_kv_pool_check(b->pool, held, err);
+    for (int s = 0; s < b->p.n_seq && ok; s++) {
+        if (b->pos[s] < 0) continue;
+        int have = ft_kv_n_blocks(ft_kv_pool_cache(b->pool, s)), need = ft_kv_blocks_for(b->pos[s]);
+        // a sequence holds the blocks of its positions, and at most those of one step more
+        if (have < need || have > ft_kv_blocks_for(b->pos[s] + b->max_tok))
+            ok = ft_err_set(err, "sequence %d at position %d holds %d blocks", s, b->pos[s], have);
+    }
+    free(held);
+    return ok;
 }
 
 long ft_batch_positions_used(const ft_batch *b) {

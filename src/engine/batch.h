@@ -1,7 +1,7 @@
 // batch: the multi-sequence forward step (continuous batching).
 //
 // A batch engine binds a model to one backend, one set of activation buffers sized for one
-// step, and a pool of n_seq per-sequence KV caches (kv_pool.h). Each step runs the tokens of
+// step, and a pool of KV blocks its n_seq sequences share (kv_pool.h), with a prefix cache. Each step runs the tokens of
 // several sequences through the model together: a decoding sequence contributes its one new
 // token, a sequence in prefill a chunk of its prompt. A step holds up to n_batch + n_seq - 1
 // tokens: one whole prefill chunk of n_batch beside the decode tokens of all other sequences. Norms, projections, experts and
@@ -33,13 +33,28 @@ typedef struct ft_batch ft_batch;
 ft_batch *ft_batch_init(const ft_model *m, const ft_engine_params *p, ft_err *err);
 void ft_batch_free(ft_batch *b); // NULL is a no-op
 
-// Opens a sequence at position 0 on a free cache: returns its id (0 <= id < n_seq), or -1 when
-// all n_seq are open.
+// Opens a sequence at position 0, holding no KV blocks yet: returns its id (0 <= id < n_seq),
+// or -1 when all n_seq are open.
 int ft_batch_seq_open(ft_batch *b);
-// Ends a sequence: its cache is free for the next ft_batch_seq_open at once.
+// Ends a sequence: its blocks go back to the pool at once (those the prefix cache keeps stay
+// there for later prompts).
 void ft_batch_seq_close(ft_batch *b, int seq);
 // Positions the sequence has evaluated (its next token goes there).
 int ft_batch_seq_pos(const ft_batch *b, int seq);
+// With a prefix cache (ft_engine_params.prefix_cache), for a sequence just opened that will
+// evaluate the n tokens of a prompt: takes the cached blocks of the longest prefix of them it
+// can (whole blocks, always leaving the last token to evaluate), moves the sequence past them
+// and returns how many tokens that is; the caller evaluates only tokens[returned..]. Without a
+// prefix cache (or on a model with recurrent layers, whose state no block holds) returns 0.
+//   Blocks are kept only where every row was computed by a chunk of the class a whole prompt
+// chunk takes, so on the CPU a reused prefix gives the logits computing it would when the
+// prompt is cut at multiples of n_batch from its start and n_batch is a multiple or a divisor
+// of FT_KV_BLOCK (the default 256 is).
+int ft_batch_seq_reuse(ft_batch *b, int seq, const int32_t *tokens, int n);
+// Makes sure the sequence holds the KV blocks for its next n_tok positions, taking free blocks
+// (the prefix cache gives back its least recently used ones when none is free). Returns false,
+// taking nothing, when there are not enough or the context would overflow.
+bool ft_batch_seq_reserve(ft_batch *b, int seq, int n_tok);
 
 // One sequence's share of a step: n_tok tokens evaluated at its current position. With
 // logits, the step returns the next-token logits after its last token.
@@ -53,7 +68,8 @@ typedef struct ft_batch_item {
 // Runs one step over n_items items (each an open sequence, at most once per step, n_tok >= 1,
 // together at most ft_batch_max_tokens tokens) and advances each sequence by its n_tok.
 // Returns false and sets *err, before evaluating anything, when an item does not fit its
-// sequence's remaining context or a token id is outside the vocabulary.
+// sequence's remaining context, a token id is outside the vocabulary, or the KV blocks for
+// the items' rows cannot be had (ft_batch_seq_reserve first tells which item fits).
 bool ft_batch_step(ft_batch *b, const ft_batch_item *items, int n_items, ft_err *err);
 // The logits (n_vocab floats, host memory) of items[i] of the last step, which asked for them;
 // valid until the next step.
@@ -66,6 +82,18 @@ int ft_batch_n_ctx(const ft_batch *b);
 int ft_batch_n_open(const ft_batch *b);
 // Positions in use over all open sequences (what their caches hold).
 long ft_batch_positions_used(const ft_batch *b);
+// Positions of the KV pool, shared by all sequences.
+int64_t ft_batch_kv_positions(const ft_batch *b);
+// The pool's blocks (FT_KV_BLOCK positions each): all, free, kept by the prefix cache, and
+// of those the ones no sequence lists (the cache would give them back under pressure).
+typedef struct ft_batch_kv {
+    int64_t blocks, free, cached, evictable;
+    bool prefix_cache;
+} ft_batch_kv;
+void ft_batch_kv_info(const ft_batch *b, ft_batch_kv *out);
+// Checks the block accounting (kv_pool.h's reference counts against the sequences' tables and
+// the prefix cache; every open sequence holding its positions' blocks). For tests.
+bool ft_batch_kv_check(const ft_batch *b, ft_err *err);
 const ft_model *ft_batch_model(const ft_batch *b);
 // The backend the steps run on (for its statistics, e.g. min_route_gap).
 ft_backend *ft_batch_backend(ft_batch *b);

@@ -17,9 +17,11 @@ typedef struct ft_engine ft_engine;
 
 typedef struct ft_engine_params {
     int n_threads;          // CPU threads (default: ft_engine_default_threads)
-    int n_ctx;              // positions in the KV cache (0: the model's training context)
+    int n_ctx;              // positions of one sequence at most (0: the model's training context)
     int n_batch;            // tokens per prefill step (a prompt is cut into chunks of n_batch)
-    int n_seq;              // sequences with a KV cache at once (batch.h; ft_engine: 1)
+    int n_seq;              // sequences open at once (batch.h; ft_engine: 1)
+    int64_t num_tokens;     // KV positions all sequences share (0: n_seq x n_ctx; at least n_ctx)
+    bool prefix_cache;      // keep finished prompts' KV blocks for later prompts (batch.h)
     enum ft_type kv_type;   // FT_TYPE_F16 or FT_TYPE_Q8_0
     bool reference;         // every op on its scalar reference path (also FT_REFERENCE=1)
     enum ft_placement device; // FT_PLACEMENT_CPU (default) or FT_PLACEMENT_CUDA (device 0)

@@ -1,6 +1,7 @@
 // place.c: the memory plan of an engine's device and where the model's weights and experts go
 // (see place.h).
 #include "place.h"
+#include "../kv/kv_pool.h"
 #include "../moe/expert_banks.h"
 #include "../moe/geometry.h"
 #include "../moe/route_trace.h"
@@ -45,18 +46,20 @@ ft_kv_params engine_kv_params(const ft_model *m, const ft_engine_params *p, int6
         conv[l] = rec ? (int64_t)(hp->ssm_d_conv - 1) * channels : 0;
         state[l] = rec ? (int64_t)hp->ssm_n_v_heads * hp->ssm_head_dim * hp->ssm_head_dim : 0;
     }
-    return (ft_kv_params){n, p->n_ctx, p->kv_type, width, hp->head_dim, conv, state};
+    return (ft_kv_params){n, p->n_ctx, p->kv_type, width, hp->head_dim, conv, state, engine_kv_blocks(p)};
+}
+
+int64_t engine_kv_blocks(const ft_engine_params *p) {
+    int64_t tokens = p->num_tokens > 0 ? p->num_tokens : (int64_t)p->n_seq * p->n_ctx;
+    return ft_kv_blocks_for(FT_MAX(tokens, (int64_t)p->n_ctx));
 }
 
 size_t engine_kv_bytes(const ft_model *m, const ft_engine_params *p) {
     int64_t *arrays = ft_malloc(3 * (size_t)m->hp.n_layer * sizeof(int64_t));
     ft_kv_params kp = engine_kv_params(m, p, arrays);
-    size_t bytes = 0;
-    for (int l = 0; l < kp.n_layer; l++)
-        bytes += 2 * (size_t)p->n_ctx * ft_row_bytes(p->kv_type, kp.width[l]) +
-                 (size_t)(kp.conv_floats[l] + kp.state_floats[l]) * sizeof(float);
+    size_t bytes = ft_kv_pool_bytes_for(&kp, p->n_seq);
     free(arrays);
-    return bytes * (size_t)p->n_seq;
+    return bytes;
 }
 
 size_t engine_device_budget(const ft_engine_params *p, const ft_device_info *info) {
@@ -102,10 +105,11 @@ static void print_device_plan(const device_plan *c, const ft_engine_params *p, c
                               const char *be_name, const char *weights_what) {
     double ratio = p->memory_ratio > 0 ? p->memory_ratio : 0.9;
     fprintf(stderr, "%s: %s (sm_%d%d), %.0f MiB free of %.0f, budget %.0f MiB (--memory-ratio %.2f%s): %s %.1f MiB, "
-                    "KV cache %.1f MiB (%d x %d positions, %s), workspace %.1f MiB (batch %d)\n",
+                    "KV cache %.1f MiB (%lld positions, %d sequences of up to %d, %s), workspace %.1f MiB (batch %d)\n",
             be_name, info->name, info->cc_major, info->cc_minor, info->free_mem / MiB, info->total_mem / MiB,
             c->budget / MiB, ratio, p->gpu_memory_limit ? ", --gpu-memory-limit" : "", weights_what, c->weights / MiB,
-            c->kv / MiB, p->n_seq, p->n_ctx, ft_type_name(p->kv_type), c->work / MiB, engine_step_tokens(p));
+            c->kv / MiB, (long long)engine_kv_blocks(p) * FT_KV_BLOCK, p->n_seq, p->n_ctx, ft_type_name(p->kv_type),
+            c->work / MiB, engine_step_tokens(p));
 }
 
 // Fails with the plan's numbers when it exceeds the budget.
@@ -240,7 +244,7 @@ static bool plan_offload(const ft_model *m, ft_backend *be, const ft_engine_para
     ft_backend_limits lim = engine_limits(m, p);
     size_t work = be->ops->scratch_bytes(be, &lim) + engine_activation_floats(m, p) * sizeof(float);
     size_t budget = engine_device_budget(p, info);
-    int64_t kv_tokens = (int64_t)p->n_seq * p->n_ctx;
+    int64_t kv_tokens = engine_kv_blocks(p) * FT_KV_BLOCK;
 
     ft_expert_cache_params *cp = &pl->cache;
     cp->geometry = g;
@@ -261,9 +265,10 @@ static bool plan_offload(const ft_model *m, ft_backend *be, const ft_engine_para
     if (!moe_cache_plan_make(g, &cp->plan, &plan, err)) return false;
     if (p->print_plan)
         fprintf(stderr, "%s: %s (sm_%d%d), %.0f MiB free, budget %.0f MiB: dense weights %.1f MiB, KV cache %.1f MiB "
-                        "(%d x %d positions, %s), workspace %.1f MiB, expert cache %.1f MiB (%d slots)\n",
+                        "(%lld positions, %d sequences of up to %d, %s), workspace %.1f MiB, expert cache %.1f MiB (%d slots)\n",
                 be->ops->name, info->name, info->cc_major, info->cc_minor, info->free_mem / MiB, budget / MiB,
-                dense / MiB, kv / MiB, p->n_seq, p->n_ctx, ft_type_name(p->kv_type), work / MiB, plan.bytes / MiB,
+                dense / MiB, kv / MiB, (long long)kv_tokens, p->n_seq, p->n_ctx, ft_type_name(p->kv_type),
+                work / MiB, plan.bytes / MiB,
                 plan.n_slots);
     // the prefill overlay (one layer's experts at the widest stride) is carved from the
     // arenas when they hold it, else allocated beside them

@@ -17,11 +17,12 @@ int engine_step_tokens(const ft_engine_params *p);
 ft_backend_limits engine_limits(const ft_model *m, const ft_engine_params *p);
 // Floats of the activation buffers ft_forward_alloc and ft_batch_init allocate.
 size_t engine_activation_floats(const ft_model *m, const ft_engine_params *p);
-// The shape of one sequence's cache: K and V rows of the attention layers, the recurrent
-// layers' states; arrays holds 3 x n_layer entries for it.
+// The shape of the KV pool: K and V rows of the attention layers in engine_kv_blocks blocks,
+// the recurrent layers' states; arrays holds 3 x n_layer entries for it.
 ft_kv_params engine_kv_params(const ft_model *m, const ft_engine_params *p, int64_t *arrays);
-// Bytes of the n_seq caches (K and V of every attention layer, n_ctx rows each, and the
-// recurrent layers' states).
+// Blocks of the pool: num_tokens positions (0: n_seq x n_ctx), at least one whole context.
+int64_t engine_kv_blocks(const ft_engine_params *p);
+// Bytes of the pool (kv_pool.h): its blocks, and each sequence's table and recurrent state.
 size_t engine_kv_bytes(const ft_model *m, const ft_engine_params *p);
 // What ft may allocate on the device: --memory-ratio of its free memory, capped at
 // --gpu-memory-limit.

@@ -1,114 +1,196 @@
-// kv.c: the key/value cache (see kv.h).
+// kv.c: the paged key/value cache (see kv.h).
 #include "kv.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-struct ft_kv_cache {
-    ft_backend *be;     // where the rows live (its buffers)
-    int n_layer, n_ctx;
-    ft_tensor *k, *v;   // (n_layer)
-    ft_tensor *conv, *state; // (n_layer) recurrent layers' state
+struct ft_kv_store {
+    ft_backend *be;
+    int n_layer;
+    int64_t n_blocks;
+    ft_tensor *k, *v; // (n_layer) n_blocks * FT_KV_BLOCK rows each; absent for recurrent layers
     size_t bytes;
     int rot_k, rot_v;
 };
 
-ft_kv_cache *ft_kv_init(const ft_kv_params *p, ft_backend *be, ft_err *err) {
-    if (p->type != FT_TYPE_F16 && p->type != FT_TYPE_Q8_0) {
-        ft_err_set(err, "KV cache type %s: only f16 and q8_0 are supported", ft_type_name(p->type));
-        return NULL;
-    }
+struct ft_kv_cache {
+    ft_kv_store *st;
+    ft_backend *be;
+    int n_ctx;
+    int32_t *table;       // (max_blocks) host copy
+    int n_blocks, max_blocks;
+    int32_t *table_dev;   // (max_blocks) the backend's copy
+    int synced;           // leading entries of table_dev equal to table's
+    ft_tensor *conv, *state; // (n_layer) recurrent layers' state
+};
+
+static bool check_params(const ft_kv_params *p, ft_err *err) {
+    if (p->type != FT_TYPE_F16 && p->type != FT_TYPE_Q8_0)
+        return ft_err_set(err, "KV cache type %s: only f16 and q8_0 are supported", ft_type_name(p->type));
     int block = ft_type_traits_find(p->type)->block_elems;
     for (int l = 0; l < p->n_layer; l++)
-        if (p->width[l] < 0 || p->width[l] % block) {
-            ft_err_set(err, "KV cache type %s: layer %d's row of %lld values is not a multiple of %d",
-                       ft_type_name(p->type), l, (long long)p->width[l], block);
-            return NULL;
-        }
-    ft_kv_cache *kv = ft_calloc(1, sizeof(*kv));
-    kv->be = be;
-    kv->n_layer = p->n_layer;
-    kv->n_ctx = p->n_ctx;
+        if (p->width[l] < 0 || p->width[l] % block)
+            return ft_err_set(err, "KV cache type %s: layer %d's row of %lld values is not a multiple of %d",
+                              ft_type_name(p->type), l, (long long)p->width[l], block);
+    return true;
+}
+
+// One f32 or cache tensor of rows x width in be's buffers (width 0: left absent).
+static bool tensor_alloc(ft_tensor *t, ft_backend *be, const char *name, int layer, enum ft_type type,
+                         int64_t width, int64_t rows, ft_err *err) {
+    if (width <= 0) return true;
+    snprintf(t->name, sizeof(t->name), "%s.%d", name, layer);
+    t->type = type;
+    t->ne[0] = width;
+    t->ne[1] = rows;
+    t->ne[2] = 1;
+    t->row_bytes = ft_row_bytes(type, width);
+    t->mat_bytes = t->row_bytes * (size_t)rows;
+    t->placement = be->placement;
+    if ((t->data = be->ops->buffer_alloc(be, t->mat_bytes))) return true;
+    return ft_err_set(err, "out of %s memory for the KV cache (%s, %zu bytes)", be->ops->name, t->name, t->mat_bytes);
+}
+
+static void tensors_free(ft_backend *be, ft_tensor *ts, int n) {
+    if (!ts) return;
+    for (int l = 0; l < n; l++) be->ops->buffer_free(be, ts[l].data);
+    free(ts);
+}
+
+static int64_t store_blocks(const ft_kv_params *p) {
+    return p->n_blocks > 0 ? p->n_blocks : ft_kv_blocks_for(p->n_ctx);
+}
+
+ft_kv_store *ft_kv_store_init(const ft_kv_params *p, ft_backend *be, ft_err *err) {
+    if (!check_params(p, err)) return NULL;
+    ft_kv_store *st = ft_calloc(1, sizeof(*st));
+    st->be = be;
+    st->n_layer = p->n_layer;
+    st->n_blocks = store_blocks(p);
     if (p->type != FT_TYPE_F16 && p->head_dim > 0 && p->head_dim % 64 == 0) {
         // K: the largest power of two (from 64) dividing the head size; V: always 64
-        kv->rot_k = 64;
-        while (p->head_dim % (kv->rot_k * 2) == 0) kv->rot_k *= 2;
-        kv->rot_v = 64;
+        st->rot_k = 64;
+        while (p->head_dim % (st->rot_k * 2) == 0) st->rot_k *= 2;
+        st->rot_v = 64;
     }
-    kv->k = ft_calloc((size_t)p->n_layer, sizeof(ft_tensor));
-    kv->v = ft_calloc((size_t)p->n_layer, sizeof(ft_tensor));
+    st->k = ft_calloc((size_t)p->n_layer, sizeof(ft_tensor));
+    st->v = ft_calloc((size_t)p->n_layer, sizeof(ft_tensor));
+    int64_t rows = st->n_blocks * FT_KV_BLOCK;
+    for (int l = 0; l < p->n_layer; l++) {
+        if (!tensor_alloc(&st->k[l], be, "cache_k", l, p->type, p->width[l], rows, err) ||
+            !tensor_alloc(&st->v[l], be, "cache_v", l, p->type, p->width[l], rows, err)) {
+            ft_kv_store_free(st);
+            return NULL;
+        }
+        st->bytes += st->k[l].mat_bytes + st->v[l].mat_bytes;
+    }
+    return st;
+}
+
+void ft_kv_store_free(ft_kv_store *st) {
+    if (!st) return;
+    tensors_free(st->be, st->k, st->n_layer);
+    tensors_free(st->be, st->v, st->n_layer);
+    free(st);
+}
+
+int64_t ft_kv_store_n_blocks(const ft_kv_store *st) { return st->n_blocks; }
+size_t ft_kv_store_bytes(const ft_kv_store *st) { return st->bytes; }
+
+size_t ft_kv_block_bytes(const ft_kv_params *p) {
+    size_t bytes = 0;
+    for (int l = 0; l < p->n_layer; l++)
+        if (p->width[l] > 0) bytes += 2 * FT_KV_BLOCK * ft_row_bytes(p->type, p->width[l]);
+    return bytes;
+}
+
+size_t ft_kv_seq_bytes(const ft_kv_params *p) {
+    size_t bytes = (size_t)ft_kv_blocks_for(p->n_ctx) * sizeof(int32_t);
+    for (int l = 0; l < p->n_layer; l++)
+        bytes += (size_t)((p->conv_floats ? p->conv_floats[l] : 0) + (p->state_floats ? p->state_floats[l] : 0)) *
+                 sizeof(float);
+    return bytes;
+}
+
+ft_kv_cache *ft_kv_init(ft_kv_store *st, const ft_kv_params *p, ft_backend *be, ft_err *err) {
+    FT_ASSERT(st->n_layer == p->n_layer && st->be == be);
+    ft_kv_cache *kv = ft_calloc(1, sizeof(*kv));
+    kv->st = st;
+    kv->be = be;
+    kv->n_ctx = p->n_ctx;
+    kv->max_blocks = ft_kv_blocks_for(p->n_ctx);
+    kv->table = ft_calloc((size_t)kv->max_blocks, sizeof(int32_t));
     kv->conv = ft_calloc((size_t)p->n_layer, sizeof(ft_tensor));
     kv->state = ft_calloc((size_t)p->n_layer, sizeof(ft_tensor));
-    for (int l = 0; l < p->n_layer; l++) {
-        ft_tensor *ts[4] = {&kv->k[l], &kv->v[l], &kv->conv[l], &kv->state[l]};
-        int64_t rows[4] = {p->n_ctx, p->n_ctx, 1, 1};
-        int64_t width[4] = {p->width[l], p->width[l], p->conv_floats ? p->conv_floats[l] : 0,
-                            p->state_floats ? p->state_floats[l] : 0};
-        static const char *const names[4] = {"cache_k", "cache_v", "conv_state", "ssm_state"};
-        for (int i = 0; i < 4; i++) {
-            if (width[i] <= 0) continue;
-            ft_tensor *t = ts[i];
-            snprintf(t->name, sizeof(t->name), "%s.%d", names[i], l);
-            t->type = i < 2 ? p->type : FT_TYPE_F32;
-            t->ne[0] = width[i];
-            t->ne[1] = rows[i];
-            t->ne[2] = 1;
-            t->row_bytes = ft_row_bytes(t->type, width[i]);
-            t->mat_bytes = t->row_bytes * (size_t)rows[i];
-            t->data = be->ops->buffer_alloc(be, t->mat_bytes);
-            t->placement = be->placement;
-            if (!t->data) {
-                ft_err_set(err, "out of %s memory for the KV cache (%s, %zu bytes)", be->ops->name, t->name,
-                           t->mat_bytes);
-                ft_kv_free(kv);
-                return NULL;
-            }
-            kv->bytes += t->mat_bytes;
-        }
+    bool ok = (kv->table_dev = be->ops->buffer_alloc(be, (size_t)kv->max_blocks * sizeof(int32_t))) != NULL;
+    if (!ok) ft_err_set(err, "out of %s memory for a block table", be->ops->name);
+    for (int l = 0; l < p->n_layer && ok; l++)
+        ok = tensor_alloc(&kv->conv[l], be, "conv_state", l, FT_TYPE_F32, p->conv_floats ? p->conv_floats[l] : 0, 1,
+                          err) &&
+             tensor_alloc(&kv->state[l], be, "ssm_state", l, FT_TYPE_F32, p->state_floats ? p->state_floats[l] : 0,
+                          1, err);
+    if (!ok) {
+        ft_kv_free(kv);
+        return NULL;
     }
     return kv;
 }
 
 void ft_kv_free(ft_kv_cache *kv) {
     if (!kv) return;
-    for (int l = 0; l < kv->n_layer; l++) {
-        kv->be->ops->buffer_free(kv->be, kv->k[l].data);
-        kv->be->ops->buffer_free(kv->be, kv->v[l].data);
-        kv->be->ops->buffer_free(kv->be, kv->conv[l].data);
-        kv->be->ops->buffer_free(kv->be, kv->state[l].data);
-    }
-    free(kv->k);
-    free(kv->v);
-    free(kv->conv);
-    free(kv->state);
+    tensors_free(kv->be, kv->conv, kv->st->n_layer);
+    tensors_free(kv->be, kv->state, kv->st->n_layer);
+    kv->be->ops->buffer_free(kv->be, kv->table_dev);
+    free(kv->table);
     free(kv);
 }
 
+int ft_kv_n_blocks(const ft_kv_cache *kv) { return kv->n_blocks; }
+const int32_t *ft_kv_block_ids(const ft_kv_cache *kv) { return kv->table; }
+
+void ft_kv_push_block(ft_kv_cache *kv, int32_t block) {
+    FT_ASSERT(kv->n_blocks < kv->max_blocks && block >= 0 && block < kv->st->n_blocks);
+    kv->table[kv->n_blocks++] = block;
+}
+
+void ft_kv_clear(ft_kv_cache *kv) {
+    kv->n_blocks = 0;
+    kv->synced = 0;
+}
+
+void ft_kv_sync(ft_kv_cache *kv) {
+    if (kv->synced >= kv->n_blocks) return;
+    kv->be->ops->buffer_write(kv->be, kv->table_dev + kv->synced, kv->table + kv->synced,
+                              (size_t)(kv->n_blocks - kv->synced) * sizeof(int32_t));
+    kv->synced = kv->n_blocks;
+}
+
+const int32_t *ft_kv_blocks(const ft_kv_cache *kv) { return kv->table_dev; }
+
 ft_tensor *ft_kv_k(ft_kv_cache *kv, int layer) {
-    FT_ASSERT(layer >= 0 && layer < kv->n_layer);
-    return &kv->k[layer];
+    FT_ASSERT(layer >= 0 && layer < kv->st->n_layer);
+    return &kv->st->k[layer];
 }
 
 ft_tensor *ft_kv_v(ft_kv_cache *kv, int layer) {
-    FT_ASSERT(layer >= 0 && layer < kv->n_layer);
-    return &kv->v[layer];
+    FT_ASSERT(layer >= 0 && layer < kv->st->n_layer);
+    return &kv->st->v[layer];
 }
 
 ft_tensor *ft_kv_conv(ft_kv_cache *kv, int layer) {
-    FT_ASSERT(layer >= 0 && layer < kv->n_layer);
+    FT_ASSERT(layer >= 0 && layer < kv->st->n_layer);
     return &kv->conv[layer];
 }
 
 ft_tensor *ft_kv_state(ft_kv_cache *kv, int layer) {
-    FT_ASSERT(layer >= 0 && layer < kv->n_layer);
+    FT_ASSERT(layer >= 0 && layer < kv->st->n_layer);
     return &kv->state[layer];
 }
 
-int ft_kv_rot_k(const ft_kv_cache *kv) { return kv->rot_k; }
-int ft_kv_rot_v(const ft_kv_cache *kv) { return kv->rot_v; }
+int ft_kv_rot_k(const ft_kv_cache *kv) { return kv->st->rot_k; }
+int ft_kv_rot_v(const ft_kv_cache *kv) { return kv->st->rot_v; }
 int ft_kv_n_ctx(const ft_kv_cache *kv) { return kv->n_ctx; }
-size_t ft_kv_bytes(const ft_kv_cache *kv) { return kv->bytes; }
 
 bool ft_kv_type_from_name(const char *name, enum ft_type *out) {
     if (!strcmp(name, "f16")) *out = FT_TYPE_F16;

@@ -1,21 +1,26 @@
-// kv: the key/value cache of one sequence, f16 or q8_0.
+// kv: the key/value cache, paged: a store of blocks and the sequences that read through it.
 //
-// Per layer one K and one V tensor of n_ctx rows; row p holds the keys (values) of position
-// p for all KV heads, head after head. A recurrent layer has its state instead (ft_kv_conv,
-// ft_kv_state). Rows are written by the backend's set_rows op and read
-// by its attention op, so the cache is a pair of ft_tensors with a placement, like weights,
-// in buffers of that backend. The cache owns them (free it before the backend). Not
-// thread-safe: one sequence, one writer.
+// The store holds, per attention layer, one K and one V tensor of n_blocks x FT_KV_BLOCK rows
+// (f16 or q8_0); a row holds the keys (values) of one position for all KV heads, head after
+// head. A sequence (ft_kv_cache) owns no rows: it lists the store's blocks that hold its
+// positions, in order (its block table, kv_block.h), and the ops read and write through that
+// table. Which blocks a sequence gets, and which sequences share one, is kv_pool.h's business.
+// A recurrent layer (gated DeltaNet) keeps a state instead, per sequence and whatever the
+// position (ft_kv_conv, ft_kv_state).
+//
+// Everything lives in buffers of one backend, like weights; the store and the sequences are
+// freed before it. Not thread-safe: one writer.
 #ifndef FT_KV_H
 #define FT_KV_H
 
 #include "../backend/backend.h"
 
+typedef struct ft_kv_store ft_kv_store;
 typedef struct ft_kv_cache ft_kv_cache;
 
 typedef struct ft_kv_params {
     int n_layer;
-    int n_ctx;              // positions
+    int n_ctx;              // positions of one sequence at most
     enum ft_type type;      // FT_TYPE_F16 or FT_TYPE_Q8_0
     const int64_t *width;   // (n_layer) floats per K/V row: n_head_kv * head_dim; 0: no KV (a recurrent layer)
     int head_dim;           // largest head size (K and V)
@@ -23,12 +28,36 @@ typedef struct ft_kv_params {
     // (n_layer) each, or NULL for none; 0 for a layer without
     const int64_t *conv_floats;  // the causal conv's last inputs: (d_conv - 1) x channels
     const int64_t *state_floats; // the delta rule's matrices: n_v_heads x head_dim x head_dim
+    int64_t n_blocks;       // blocks of FT_KV_BLOCK rows in the store; 0: one sequence's n_ctx
 } ft_kv_params;
 
-// Allocates the cache, zeroed, in be's buffers. Returns NULL and sets *err on an unsupported
+// Allocates the store, zeroed, in be's buffers. Returns NULL and sets *err on an unsupported
 // type, a row width the type cannot hold (q8_0 needs multiples of 32) or too little memory.
-ft_kv_cache *ft_kv_init(const ft_kv_params *p, ft_backend *be, ft_err *err);
+ft_kv_store *ft_kv_store_init(const ft_kv_params *p, ft_backend *be, ft_err *err);
+void ft_kv_store_free(ft_kv_store *st); // NULL is a no-op
+int64_t ft_kv_store_n_blocks(const ft_kv_store *st);
+size_t ft_kv_store_bytes(const ft_kv_store *st);
+// Bytes of the K and V rows of one block over all layers.
+size_t ft_kv_block_bytes(const ft_kv_params *p);
+
+// A sequence on the store st (same p), with an empty block table and its recurrent state in
+// be's buffers. Returns NULL and sets *err when memory runs out.
+ft_kv_cache *ft_kv_init(ft_kv_store *st, const ft_kv_params *p, ft_backend *be, ft_err *err);
 void ft_kv_free(ft_kv_cache *kv); // NULL is a no-op
+// Bytes the sequence itself holds (its table and recurrent state), and their sum over a params.
+size_t ft_kv_seq_bytes(const ft_kv_params *p);
+
+// The block table: n blocks, which hold positions 0 .. n * FT_KV_BLOCK - 1.
+int ft_kv_n_blocks(const ft_kv_cache *kv);
+const int32_t *ft_kv_block_ids(const ft_kv_cache *kv); // host memory
+// Appends a block of the store; aborts past ft_kv_blocks_for(n_ctx) blocks.
+void ft_kv_push_block(ft_kv_cache *kv, int32_t block);
+void ft_kv_clear(ft_kv_cache *kv); // empties the table
+// Copies the table to the backend's memory where it changed since the last sync. Call before
+// ops that read it (not inside a backend's step bracket: the copy waits for the device).
+void ft_kv_sync(ft_kv_cache *kv);
+// The table as the ops take it (ft_attn_params.blocks, set_rows): in the backend's memory.
+const int32_t *ft_kv_blocks(const ft_kv_cache *kv);
 
 ft_tensor *ft_kv_k(ft_kv_cache *kv, int layer);
 ft_tensor *ft_kv_v(ft_kv_cache *kv, int layer);
@@ -37,7 +66,6 @@ ft_tensor *ft_kv_v(ft_kv_cache *kv, int layer);
 ft_tensor *ft_kv_conv(ft_kv_cache *kv, int layer);
 ft_tensor *ft_kv_state(ft_kv_cache *kv, int layer);
 int ft_kv_n_ctx(const ft_kv_cache *kv);
-size_t ft_kv_bytes(const ft_kv_cache *kv);
 
 // A quantized cache loses less when Q, K and V are first rotated by a Walsh-Hadamard
 // matrix (the dot products are unchanged; the attention output is rotated back). llama.cpp

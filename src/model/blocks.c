@@ -59,10 +59,11 @@ void model_block_attention(const ft_model *m, ft_forward *f, int il, attn_opts o
             ops->hadamard(be, k, ns, (int)kvw, rot_k);
         }
         if (rot_v) ops->hadamard(be, v, ns, (int)kvw, rot_v);
-        ops->set_rows(be, ft_kv_k(sg->kv, il), sg->pos0, k, ns);
-        ops->set_rows(be, ft_kv_v(sg->kv, il), sg->pos0, v, ns);
+        const int32_t *blocks = ft_kv_blocks(sg->kv);
+        ops->set_rows(be, ft_kv_k(sg->kv, il), blocks, sg->pos0, k, ns);
+        ops->set_rows(be, ft_kv_v(sg->kv, il), blocks, sg->pos0, v, ns);
         ft_attn_params ap = {
-            .q = q, .out = attn, .k_cache = ft_kv_k(sg->kv, il), .v_cache = ft_kv_v(sg->kv, il),
+            .q = q, .out = attn, .k_cache = ft_kv_k(sg->kv, il), .v_cache = ft_kv_v(sg->kv, il), .blocks = blocks,
             .n_tok = ns, .pos0 = sg->pos0, .n_head = nh, .n_head_kv = nkv, .head_dim = hd,
             .window = L->is_swa ? hp->n_swa : 0, .scale = 1.0f / sqrtf((float)hd),
         };

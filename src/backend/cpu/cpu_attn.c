@@ -91,12 +91,15 @@ void cpu_hadamard(ft_backend *be, float *x, int n_rows, int row_len, int n) {
 // ---------------------------------------------------------------------------------------------
 // KV cache writes
 
-void cpu_set_rows(ft_backend *be, ft_tensor *cache, int row0, const float *x, int n_rows) {
+void cpu_set_rows(ft_backend *be, ft_tensor *cache, const int32_t *blocks, int pos0, const float *x, int n_rows) {
     (void)be;
-    FT_ASSERT(row0 >= 0 && row0 + n_rows <= cache->ne[1]);
-    for (int r = 0; r < n_rows; r++)
+    FT_ASSERT(pos0 >= 0);
+    for (int r = 0; r < n_rows; r++) {
+        int64_t row = ft_kv_row(blocks, pos0 + r);
+        FT_ASSERT(row >= 0 && row < cache->ne[1]);
         cpu_quantize_row(cache->type, x + (size_t)r * cache->ne[0],
-                          (uint8_t *)cache->data + (size_t)(row0 + r) * cache->row_bytes, cache->ne[0]);
+                         (uint8_t *)cache->data + (size_t)row * cache->row_bytes, cache->ne[0]);
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -145,7 +148,8 @@ static void attn_worker(void *ctx, int ith, int nth) {
         float S = 0, M = -INFINITY;
         memset(acc, 0, (size_t)hd * sizeof(float));
         for (int k = kmin; k <= qpos; k++) {
-            const uint8_t *kr = (const uint8_t *)p->k_cache->data + (size_t)k * p->k_cache->row_bytes + koff;
+            size_t row = (size_t)ft_kv_row(p->blocks, k);
+            const uint8_t *kr = (const uint8_t *)p->k_cache->data + row * p->k_cache->row_bytes + koff;
             float s;
             if (j->tiled) {
                 kq->to_float(kr, vrow, hd);
@@ -165,7 +169,7 @@ static void attn_worker(void *ctx, int ith, int nth) {
             } else {
                 vs = expf(s - M);
             }
-            const uint8_t *vr = (const uint8_t *)p->v_cache->data + (size_t)k * p->v_cache->row_bytes + voff;
+            const uint8_t *vr = (const uint8_t *)p->v_cache->data + row * p->v_cache->row_bytes + voff;
             vq->to_float(vr, vrow, hd);
             // a separate multiply and add (not fused): this agrees with llama.cpp to the bit
             // on q8_0 caches, where a fused one does not
@@ -185,7 +189,7 @@ void cpu_attention(ft_backend *be, const ft_attn_params *p) {
     FT_ASSERT(p->n_head % p->n_head_kv == 0);
     // llama.cpp switches to a tiled kernel for batches of 64 queries or more over an f16
     // cache: q.k in f32 from the f16 keys, values accumulated in f32. We follow it.
-    bool tiled = p->k_cache->type == FT_TYPE_F16 && p->n_tok >= 64;
+    bool tiled = p->k_cache->type == FT_TYPE_F16 && p->n_tok >= FT_ATTN_TILED_MIN_TOK;
     if (!c->base.reference && cpu_has_avx2() && cpu_attention_fast(c, p, tiled)) return;
     attn_job j = {c, p, tiled};
     cpu_run(c, attn_worker, &j);

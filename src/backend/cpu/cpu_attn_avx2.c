@@ -97,8 +97,9 @@ static void attn_fast_worker(void *ctx, int ith, int nth) {
         }
         memset(acc, 0, (size_t)group * hd * sizeof(float));
         for (int k = kmin; k <= qpos; k++) {
-            const uint8_t *kr = (const uint8_t *)p->k_cache->data + (size_t)k * p->k_cache->row_bytes + hk * krow;
-            const uint8_t *vr = (const uint8_t *)p->v_cache->data + (size_t)k * p->v_cache->row_bytes + hk * vrow;
+            size_t row = (size_t)ft_kv_row(p->blocks, k);
+            const uint8_t *kr = (const uint8_t *)p->k_cache->data + row * p->k_cache->row_bytes + hk * krow;
+            const uint8_t *vr = (const uint8_t *)p->v_cache->data + row * p->v_cache->row_bytes + hk * vrow;
             // the online softmax step of each head, as the reference; a new maximum rescales
             // that head's accumulator first
             for (int g = 0; g < group; g++) {

@@ -78,7 +78,7 @@ __global__ void __launch_bounds__(AT_THREADS) attention_kernel(const ft_cuda_att
         const int k = k0 + tid;
         float s = -INFINITY;
         if (k <= kend) {
-            const uint8_t *kr = (const uint8_t *)p.k + (size_t)k * p.k_row_bytes + koff;
+            const uint8_t *kr = (const uint8_t *)p.k + (size_t)ft_kv_row(p.blocks, k) * p.k_row_bytes + koff;
             s = 0.0f;
             if (kq8) {
                 for (int b = 0; b < hd / 32; b++) {
@@ -124,7 +124,7 @@ __global__ void __launch_bounds__(AT_THREADS) attention_kernel(const ft_cuda_att
 #pragma unroll 8
         for (int kk = warp; kk < n_k; kk += NW) {
             const float pk = pr[kk];
-            const uint8_t *vr = (const uint8_t *)p.v + (size_t)(k0 + kk) * p.v_row_bytes + voff;
+            const uint8_t *vr = (const uint8_t *)p.v + (size_t)ft_kv_row(p.blocks, k0 + kk) * p.v_row_bytes + voff;
 #pragma unroll
             for (int j = 0; j < DJ; j++) {
                 const int d = lane + j * FT_WARP;

@@ -103,23 +103,23 @@ __global__ void __launch_bounds__(AT_THREADS) attention_decode_kernel(const ft_c
         if (kq8) {
             for (int e = tid; e < TK * (S::Q8_ROW / 4); e += AT_THREADS) {
                 const int r = e / (S::Q8_ROW / 4), c = e % (S::Q8_ROW / 4);
-                cp_async4(kbuf[b] + r * kstride + c * 4, kg + (size_t)min(k0 + r, kend) * p.k_row_bytes + c * 4);
+                cp_async4(kbuf[b] + r * kstride + c * 4, kg + (size_t)ft_kv_row(p.blocks, min(k0 + r, kend)) * p.k_row_bytes + c * 4);
             }
         } else {
             for (int e = tid; e < TK * (HD / 8); e += AT_THREADS) {
                 const int r = e / (HD / 8), c = e % (HD / 8);
-                cp_async16(kbuf[b] + r * kstride + c * 16, kg + (size_t)min(k0 + r, kend) * p.k_row_bytes + c * 16);
+                cp_async16(kbuf[b] + r * kstride + c * 16, kg + (size_t)ft_kv_row(p.blocks, min(k0 + r, kend)) * p.k_row_bytes + c * 16);
             }
         }
         if (vq8) {
             for (int e = tid; e < TK * (S::Q8_ROW / 4); e += AT_THREADS) {
                 const int r = e / (S::Q8_ROW / 4), c = e % (S::Q8_ROW / 4);
-                cp_async4(vbuf[b] + r * vrow + c * 4, vg + (size_t)min(k0 + r, kend) * p.v_row_bytes + c * 4);
+                cp_async4(vbuf[b] + r * vrow + c * 4, vg + (size_t)ft_kv_row(p.blocks, min(k0 + r, kend)) * p.v_row_bytes + c * 4);
             }
         } else {
             for (int e = tid; e < TK * (HD / 8); e += AT_THREADS) {
                 const int r = e / (HD / 8), c = e % (HD / 8);
-                cp_async16(vbuf[b] + r * vrow + c * 16, vg + (size_t)min(k0 + r, kend) * p.v_row_bytes + c * 16);
+                cp_async16(vbuf[b] + r * vrow + c * 16, vg + (size_t)ft_kv_row(p.blocks, min(k0 + r, kend)) * p.v_row_bytes + c * 16);
             }
         }
         cp_async_commit();

@@ -110,8 +110,8 @@ typedef struct cuda_backend {
     struct pending_rows {
         uint32_t type;
         ft_cuda_set_rows_dst dst;
-        const int32_t *row_dev;
-        int n_rows;
+        const int32_t *blocks, *pos_dev;
+        int pos, n_rows;
         int64_t n;
     } rows;
     bool rows_pending;
@@ -146,7 +146,7 @@ static void flush_norms(cuda_backend *c) {
 static void flush_rows(cuda_backend *c) {
     if (!c->rows_pending) return;
     struct pending_rows *r = &c->rows;
-    ft_cuda_set_rows(r->type, &r->dst, 1, r->row_dev, r->n_rows, r->n, c->stream);
+    ft_cuda_set_rows(r->type, &r->dst, 1, r->blocks, r->pos_dev, r->pos, r->n_rows, r->n, c->stream);
     c->rows_pending = false;
 }
 
@@ -577,20 +577,20 @@ static void cuda_hadamard(ft_backend *be, float *x, int n_rows, int row_len, int
     ft_cuda_hadamard(x, (int64_t)n_rows * row_len / n, n, c->stream);
 }
 
-static void cuda_set_rows(ft_backend *be, ft_tensor *cache, int row0, const float *x, int n_rows) {
-    FT_ASSERT(row0 >= 0 && row0 + n_rows <= cache->ne[1]);
+static void cuda_set_rows(ft_backend *be, ft_tensor *cache, const int32_t *blocks, int pos0, const float *x,
+                          int n_rows) {
+    FT_ASSERT(pos0 >= 0 && (blocks || pos0 + n_rows <= cache->ne[1]));
     check_on_device(cache);
     cuda_backend *c = (cuda_backend *)be;
-    int rel = step_rel(c, row0); // rows past *pos_dev in a graph step (may be negative)
+    int rel = step_rel(c, pos0); // positions past *pos_dev in a graph step (may be negative)
     struct pending_rows r = {
-        .type = cache->type,
-        .dst = {(uint8_t *)cache->data + (ptrdiff_t)rel * (ptrdiff_t)cache->row_bytes, cache->row_bytes, x},
-        .row_dev = step_pos_dev(c), .n_rows = n_rows, .n = cache->ne[0],
+        .type = cache->type, .dst = {cache->data, cache->row_bytes, x}, .blocks = blocks,
+        .pos_dev = step_pos_dev(c), .pos = rel, .n_rows = n_rows, .n = cache->ne[0],
     };
     // the rows waiting (k) and these (v) in one launch when they share type and shape
     const struct pending_rows *w = &c->rows;
     bool join = c->rows_pending && w->type == r.type && w->n_rows == r.n_rows && w->n == r.n &&
-                w->row_dev == r.row_dev && w->dst.dst != r.dst.dst;
+                w->blocks == r.blocks && w->pos_dev == r.pos_dev && w->pos == r.pos && w->dst.dst != r.dst.dst;
     if (join) {
         flush_norms(c);
         flush_add(c);
@@ -603,7 +603,7 @@ static void cuda_set_rows(ft_backend *be, ft_tensor *cache, int row0, const floa
     if (!op_runs(c, OP_SET_ROWS, cache->data, x, n_rows, rel)) return;
     if (join) {
         ft_cuda_set_rows_dst d[2] = {w->dst, r.dst};
-        ft_cuda_set_rows(r.type, d, 2, r.row_dev, r.n_rows, r.n, c->stream);
+        ft_cuda_set_rows(r.type, d, 2, r.blocks, r.pos_dev, r.pos, r.n_rows, r.n, c->stream);
         c->rows_pending = false;
         return;
     }
@@ -620,7 +620,7 @@ static void cuda_attention(ft_backend *be, const ft_attn_params *p) {
                  step_rel(c, p->pos0)))
         return;
     ft_cuda_attn_params ap = {
-        .q = p->q, .out = p->out, .k = p->k_cache->data, .v = p->v_cache->data,
+        .q = p->q, .out = p->out, .k = p->k_cache->data, .v = p->v_cache->data, .blocks = p->blocks,
         .k_type = p->k_cache->type, .v_type = p->v_cache->type,
         .k_row_bytes = p->k_cache->row_bytes, .v_row_bytes = p->v_cache->row_bytes,
         .n_tok = p->n_tok, .pos0 = step_rel(c, p->pos0), .pos_dev = step_pos_dev(c), .n_head = p->n_head, .n_head_kv = p->n_head_kv,

@@ -7,6 +7,7 @@
 #define FT_CUDA_OPS_H
 
 #include "ft_cuda.h"
+#include "../kv_block.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -82,17 +83,18 @@ void ft_cuda_norm_rope(const ft_cuda_norm_rope_buf *b, int n_buf, int n_tok, int
 void ft_cuda_hadamard(float *x, int64_t n_chunks, int n, ft_cuda_stream *s);
 
 // set_rows.cu: for each of n_dst destinations (1..FT_CUDA_SET_ROWS_MAX_DST, one launch: the k
-// and v rows of a layer), n_rows rows of n floats at x -> rows of type (FT_TYPE_F16 or
-// FT_TYPE_Q8_0) row_bytes apart, starting at dst, moved *row_dev rows further when row_dev
-// (device memory) is not NULL.
+// and v rows of a layer), n_rows rows of n floats at x -> the cache rows (FT_TYPE_F16 or
+// FT_TYPE_Q8_0, row_bytes apart from dst) of positions pos.. of a sequence, pos moved *pos_dev
+// further when pos_dev (device memory) is not NULL; blocks: the sequence's block table (device
+// memory, kv_block.h), or NULL: row p is position p.
 #define FT_CUDA_SET_ROWS_MAX_DST 2
 typedef struct ft_cuda_set_rows_dst {
     void *dst;
     size_t row_bytes;
     const float *x; // (n_rows, n)
 } ft_cuda_set_rows_dst;
-void ft_cuda_set_rows(uint32_t type, const ft_cuda_set_rows_dst *d, int n_dst, const int32_t *row_dev, int n_rows,
-                      int64_t n, ft_cuda_stream *s);
+void ft_cuda_set_rows(uint32_t type, const ft_cuda_set_rows_dst *d, int n_dst, const int32_t *blocks,
+                      const int32_t *pos_dev, int pos, int n_rows, int64_t n, ft_cuda_stream *s);
 
 // attention.cu. Small batches split the keys over CTAs when part is given: part holds
 // ft_cuda_attention_part_floats(n_tok, n_head, n_head_kv, head_dim) floats.
@@ -101,7 +103,8 @@ void ft_cuda_set_rows(uint32_t type, const ft_cuda_set_rows_dst *d, int n_dst, c
 typedef struct ft_cuda_attn_params {
     const float *q;        // (n_tok, n_head * head_dim)
     float *out;            // (n_tok, n_head * head_dim)
-    const void *k, *v;     // caches: row p = position p, KV heads one after another
+    const void *k, *v;     // caches: rows of KV heads one after another
+    const int32_t *blocks; // the sequence's block table (kv_block.h), or NULL: row p = position p
     uint32_t k_type, v_type;   // FT_TYPE_F16 or FT_TYPE_Q8_0
     size_t k_row_bytes, v_row_bytes;
     int n_tok, pos0, n_head, n_head_kv, head_dim, window;

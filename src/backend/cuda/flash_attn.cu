@@ -55,8 +55,9 @@ __device__ __forceinline__ uint32_t pair_word(const __half *lo, const __half *hi
 // Rows kbeg..kend of one KV head (f16 or q8_0) to a shared tile of FA_BK rows starting at key
 // k0, as f16; rows outside kbeg..kend are zeros, so that P = 0 meets finite values.
 template <int D>
-__device__ __forceinline__ void load_kv_tile(__half (*dst)[D + FA_PAD], const uint8_t *base, size_t row_bytes,
-                                             uint32_t type, size_t head_off, int k0, int kbeg, int kend) {
+__device__ __forceinline__ void load_kv_tile(__half (*dst)[D + FA_PAD], const uint8_t *base, const int32_t *blocks,
+                                             size_t row_bytes, uint32_t type, size_t head_off, int k0, int kbeg,
+                                             int kend) {
     constexpr int C8 = D / 8; // 8-element chunks per row
     for (int i = threadIdx.x; i < FA_BK * C8; i += FA_THREADS) {
         const int j = i / C8, c = i % C8 * 8, k = k0 + j;
@@ -65,7 +66,7 @@ __device__ __forceinline__ void load_kv_tile(__half (*dst)[D + FA_PAD], const ui
             *(uint4 *)o = make_uint4(0, 0, 0, 0);
             continue;
         }
-        const uint8_t *row = base + (size_t)k * row_bytes + head_off;
+        const uint8_t *row = base + (size_t)ft_kv_row(blocks, k) * row_bytes + head_off;
         if (type == FT_TYPE_F16) {
             *(uint4 *)o = *(const uint4 *)(row + (size_t)c * 2);
         } else {
@@ -83,7 +84,8 @@ __device__ __forceinline__ void load_kv_tile(__half (*dst)[D + FA_PAD], const ui
 // q8_0 key rows kbeg..kend of one KV head as codes and scales (as load_kv_tile; zeros outside).
 template <int D>
 __device__ __forceinline__ void load_k_q8_tile(int8_t (*codes)[D + FA_PAD8], float (*scales)[D / 32], const uint8_t *base,
-                                               size_t row_bytes, size_t head_off, int k0, int kbeg, int kend) {
+                                               const int32_t *blocks, size_t row_bytes, size_t head_off, int k0,
+                                               int kbeg, int kend) {
     for (int i = threadIdx.x; i < FA_BK * (D / 32); i += FA_THREADS) {
         const int j = i / (D / 32), b = i % (D / 32), k = k0 + j;
         uint32_t *o = (uint32_t *)&codes[j][b * 32];
@@ -93,7 +95,7 @@ __device__ __forceinline__ void load_k_q8_tile(int8_t (*codes)[D + FA_PAD8], flo
             scales[j][b] = 0.0f;
             continue;
         }
-        const block_q8_0 *blk = (const block_q8_0 *)(base + (size_t)k * row_bytes + head_off) + b;
+        const block_q8_0 *blk = (const block_q8_0 *)(base + (size_t)ft_kv_row(blocks, k) * row_bytes + head_off) + b;
         const uint16_t *qs = (const uint16_t *)blk->qs; // 2-byte aligned: blocks are 34 bytes
 #pragma unroll
         for (int w = 0; w < 8; w++) o[w] = (uint32_t)qs[2 * w] | ((uint32_t)qs[2 * w + 1] << 16);
@@ -210,9 +212,9 @@ __global__ void __launch_bounds__(FA_THREADS) flash_attn_kernel(const ft_cuda_at
     for (int n = 0; n < ND; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
     for (int k0 = kbeg; k0 <= kend; k0 += FA_BK) {
         __syncthreads(); // the previous tile (or the query staging) is no longer read
-        if constexpr (KQ8) load_k_q8_tile<D>(kc, kd, (const uint8_t *)p.k, p.k_row_bytes, koff, k0, kbeg, kend);
-        else load_kv_tile<D>(ks, (const uint8_t *)p.k, p.k_row_bytes, FT_TYPE_F16, koff, k0, kbeg, kend);
-        load_kv_tile<D>(vs, (const uint8_t *)p.v, p.v_row_bytes, p.v_type, voff, k0, kbeg, kend);
+        if constexpr (KQ8) load_k_q8_tile<D>(kc, kd, (const uint8_t *)p.k, p.blocks, p.k_row_bytes, koff, k0, kbeg, kend);
+        else load_kv_tile<D>(ks, (const uint8_t *)p.k, p.blocks, p.k_row_bytes, FT_TYPE_F16, koff, k0, kbeg, kend);
+        load_kv_tile<D>(vs, (const uint8_t *)p.v, p.blocks, p.v_row_bytes, p.v_type, voff, k0, kbeg, kend);
         __syncthreads();
 
         // S = Q K^T: n-tile n holds keys k0 + 8n .. k0 + 8n + 7

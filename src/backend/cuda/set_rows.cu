@@ -17,18 +17,23 @@ typedef struct set_rows_args {
     uint8_t *dst[FT_CUDA_SET_ROWS_MAX_DST];
     size_t row_bytes[FT_CUDA_SET_ROWS_MAX_DST];
     const float *x[FT_CUDA_SET_ROWS_MAX_DST];
-    const int32_t *row_dev;
+    const int32_t *blocks, *pos_dev;
+    int pos;
     int64_t n;
 } set_rows_args;
+
+// The cache row of the launch's row r.
+__device__ __forceinline__ int64_t set_rows_row(const set_rows_args &a, int64_t r) {
+    return ft_kv_row(a.blocks, (a.pos_dev ? *a.pos_dev : 0) + a.pos + r);
+}
 
 __global__ void set_rows_f16_kernel(const set_rows_args a, int64_t total) {
     ft_pdl_begin();
     const int64_t i = (int64_t)blockIdx.x * 256 + threadIdx.x;
     if (i >= total) return;
     const int j = blockIdx.y;
-    uint8_t *dst = a.dst[j];
-    if (a.row_dev) dst += (size_t)*a.row_dev * a.row_bytes[j];
-    ((ft_half *)(dst + (size_t)(i / a.n) * a.row_bytes[j]))[i % a.n] = ft_fp32_to_fp16(a.x[j][i]);
+    uint8_t *dst = a.dst[j] + (size_t)set_rows_row(a, i / a.n) * a.row_bytes[j];
+    ((ft_half *)dst)[i % a.n] = ft_fp32_to_fp16(a.x[j][i]);
 }
 
 __global__ void __launch_bounds__(SR_WARPS * FT_WARP) set_rows_q8_0_kernel(const set_rows_args a, int64_t n_groups) {
@@ -36,12 +41,10 @@ __global__ void __launch_bounds__(SR_WARPS * FT_WARP) set_rows_q8_0_kernel(const
     const int64_t g = (int64_t)blockIdx.x * SR_WARPS + threadIdx.x / FT_WARP;
     if (g >= n_groups) return; // whole warps leave together
     const int j = blockIdx.y;
-    uint8_t *dst = a.dst[j];
-    if (a.row_dev) dst += (size_t)*a.row_dev * a.row_bytes[j];
     const int lane = threadIdx.x % FT_WARP;
     const int64_t per_row = a.n / 32, r = g / per_row, b = g % per_row;
     const float v = a.x[j][r * a.n + b * 32 + lane];
-    uint8_t *row = dst + (size_t)r * a.row_bytes[j];
+    uint8_t *row = a.dst[j] + (size_t)set_rows_row(a, r) * a.row_bytes[j];
     const float amax = ft_warp_max(fabsf(v));
     const float d = amax / 127.f, id = amax != 0.0f ? 127.f / amax : 0.0f;
     block_q8_0 *blk = (block_q8_0 *)row + b;
@@ -49,8 +52,8 @@ __global__ void __launch_bounds__(SR_WARPS * FT_WARP) set_rows_q8_0_kernel(const
     if (lane == 0) blk->d = ft_fp32_to_fp16(d);
 }
 
-extern "C" void ft_cuda_set_rows(uint32_t type, const ft_cuda_set_rows_dst *d, int n_dst, const int32_t *row_dev,
-                                 int n_rows, int64_t n, ft_cuda_stream *s) {
+extern "C" void ft_cuda_set_rows(uint32_t type, const ft_cuda_set_rows_dst *d, int n_dst, const int32_t *blocks,
+                                 const int32_t *pos_dev, int pos, int n_rows, int64_t n, ft_cuda_stream *s) {
     FT_CUDA_ASSERT(type == FT_TYPE_F16 || (type == FT_TYPE_Q8_0 && n % 32 == 0));
     FT_CUDA_ASSERT(n_dst >= 1 && n_dst <= FT_CUDA_SET_ROWS_MAX_DST);
     set_rows_args a;
@@ -59,7 +62,9 @@ extern "C" void ft_cuda_set_rows(uint32_t type, const ft_cuda_set_rows_dst *d, i
         a.row_bytes[j] = d[j].row_bytes;
         a.x[j] = d[j].x;
     }
-    a.row_dev = row_dev;
+    a.blocks = blocks;
+    a.pos_dev = pos_dev;
+    a.pos = pos;
     a.n = n;
     const cudaStream_t st = ft_cuda_stream_handle(s);
     if (type == FT_TYPE_F16) {

@@ -1,0 +1,42 @@
+// prefix_cache: KV blocks kept after their sequences end, found again by the tokens they hold.
+//
+// A radix tree over whole blocks: a node is one block of FT_KV_BLOCK tokens, its children the
+// blocks that followed it in some sequence, so the path from the root spells a cached prefix
+// and the nodes on it are the blocks that hold its keys and values. The rows of a position
+// depend only on the tokens up to it, so any sequence whose prompt starts with that path can
+// list the same blocks instead of computing them (kv_pool.h: shared blocks are only read).
+//
+// The cache holds a reference to each block it keeps (kv_pool.h). Under memory pressure the
+// pool asks it for blocks back: the least recently used leaves whose only reference is the
+// cache's go first, so a block some sequence still lists is never dropped, nor a prefix before
+// its continuations.
+//
+// Not thread-safe: the scheduler thread, like the pool.
+#ifndef FT_PREFIX_CACHE_H
+#define FT_PREFIX_CACHE_H
+
+#include "kv_pool.h"
+
+typedef struct ft_prefix_cache ft_prefix_cache;
+
+// A cache for pool's blocks; becomes the pool's reclaimer. Free it before the pool.
+ft_prefix_cache *ft_prefix_cache_init(ft_kv_pool *pool);
+void ft_prefix_cache_free(ft_prefix_cache *pc); // drops its references; NULL is a no-op
+
+// The blocks holding the longest cached prefix of tokens (n of them) in whole blocks, at most
+// max_blocks: written to blocks, their count returned. They count as used now (LRU order).
+int ft_prefix_cache_match(ft_prefix_cache *pc, const int32_t *tokens, int n, int32_t *blocks, int max_blocks);
+// Keeps the n_blocks blocks holding tokens[0 .. n_blocks * FT_KV_BLOCK - 1] of a sequence. A
+// prefix already cached under other blocks stays as it is (the sequence's own copies are
+// freed with it); the rest is added with a reference each.
+void ft_prefix_cache_insert(ft_prefix_cache *pc, const int32_t *tokens, const int32_t *blocks, int n_blocks);
+// Drops up to n blocks (see above); returns how many it dropped, which are free now.
+int ft_prefix_cache_evict(ft_prefix_cache *pc, int n);
+
+int ft_prefix_cache_n_blocks(const ft_prefix_cache *pc); // blocks kept
+// Blocks kept that only the cache references: what evict could free.
+int ft_prefix_cache_n_evictable(const ft_prefix_cache *pc);
+// Adds 1 to held[block] for each block kept (for ft_kv_pool_check).
+void ft_prefix_cache_count_refs(const ft_prefix_cache *pc, int32_t *held);
+
+#endif

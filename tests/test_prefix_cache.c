@@ -1,0 +1,307 @@
+// test_prefix_cache.c: prompts that reuse cached KV blocks (batch.h's prefix cache) give the
+// bits computing them gives, on the CPU: a prompt diverging in the middle of a block, one that
+// extends an earlier prompt, 32 sequences sharing a system prompt at once (the block accounting
+// checked after every step), eviction while a sequence waits for blocks, a sequence closed in
+// the middle of its prompt; and a model with recurrent layers reuses nothing.
+#include "fixtures.h"
+#include "../src/engine/batch.h"
+#include "../src/model/synth.h"
+#include "../src/util/rng.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+enum { CHUNK = 64, N_GEN = 4, MAX_SEQ = 32 };
+
+static ft_model *prefix_model(const char *arch, const char *name) {
+    ft_synth_params sp = ft_synth_default_params(); // the demo model's shape
+    sp.n_ctx_train = 1024;
+    if (arch) {
+        sp.arch = arch;
+        sp.n_layer = 4;
+    }
+    return fixture_model(&sp, name);
+}
+
+static ft_batch *prefix_batch(const ft_model *m, int n_seq, int64_t num_tokens, enum ft_type kv, bool cache) {
+    ft_engine_params ep = ft_engine_default_params();
+    ep.n_threads = 2;
+    ep.n_ctx = 512;
+    ep.n_seq = n_seq;
+    ep.n_batch = CHUNK;
+    ep.kv_type = kv;
+    ep.num_tokens = num_tokens;
+    ep.prefix_cache = cache;
+    ft_err err = {{0}};
+    ft_batch *b = ft_batch_init(m, &ep, &err);
+    if (!b) test_fail(__FILE__, __LINE__, "batch: %s", err.msg);
+    return b;
+}
+
+// One sequence of the driver below: a prompt, then greedy tokens; logits of every sampled one.
+typedef struct run {
+    const int32_t *prompt;
+    int n_prompt, seq, done_prompt, n_out, reused;
+    int32_t next;
+    float *logits; // (N_GEN, n_vocab)
+} run;
+
+static int32_t argmax(const float *x, int n) {
+    int32_t best = 0;
+    for (int i = 1; i < n; i++) best = x[i] > x[best] ? i : best;
+    return best;
+}
+
+static bool kv_ok(const ft_batch *b) {
+    ft_err err = {{0}};
+    if (ft_batch_kv_check(b, &err)) return true;
+    test_fail(__FILE__, __LINE__, "block accounting: %s", err.msg);
+    return false;
+}
+
+// Runs the n runs together on b, as the server's scheduler cuts them (chunks to multiples of
+// CHUNK from the prompt's start, a reused prefix skipped), checking the blocks after every step;
+// closes each after N_GEN tokens. close_at >= 0: run 0 is closed after that many prefill steps.
+static bool drive(ft_batch *b, run *rs, int n, int n_vocab, int close_at) {
+    ft_err err = {{0}};
+    for (int r = 0; r < n; r++) {
+        rs[r].seq = ft_batch_seq_open(b);
+        if (rs[r].seq < 0) return false;
+        rs[r].reused = ft_batch_seq_reuse(b, rs[r].seq, rs[r].prompt, rs[r].n_prompt);
+        rs[r].done_prompt = rs[r].reused;
+        rs[r].n_out = 0;
+    }
+    ft_batch_item items[MAX_SEQ];
+    int idx[MAX_SEQ], steps = 0;
+    for (;;) {
+        int n_items = 0, room = ft_batch_max_tokens(b) - n; // a decode token for each of the others
+        for (int r = 0; r < n; r++) {
+            run *q = &rs[r];
+            if (q->seq < 0) continue;
+            if (q->done_prompt < q->n_prompt) {
+                int len = FT_MIN(CHUNK - q->done_prompt % CHUNK, q->n_prompt - q->done_prompt);
+                if (len > room + 1 || !ft_batch_seq_reserve(b, q->seq, len)) continue;
+                room -= len - 1;
+                items[n_items] = (ft_batch_item){q->seq, q->prompt + q->done_prompt, len, q->done_prompt + len == q->n_prompt};
+            } else {
+                if (!ft_batch_seq_reserve(b, q->seq, 1)) continue;
+                items[n_items] = (ft_batch_item){q->seq, &q->next, 1, true};
+            }
+            idx[n_items++] = r;
+        }
+        if (n_items == 0) break;
+        if (!ft_batch_step(b, items, n_items, &err)) {
+            test_fail(__FILE__, __LINE__, "step: %s", err.msg);
+            return false;
+        }
+        steps++;
+        for (int k = 0; k < n_items; k++) {
+            run *q = &rs[idx[k]];
+            if (q->done_prompt < q->n_prompt) q->done_prompt += items[k].n_tok;
+            if (!items[k].logits) continue;
+            const float *lg = ft_batch_logits(b, k);
+            memcpy(q->logits + (size_t)q->n_out * n_vocab, lg, (size_t)n_vocab * sizeof(float));
+            q->next = argmax(lg, n_vocab);
+            if (++q->n_out == N_GEN) {
+                ft_batch_seq_close(b, q->seq);
+                q->seq = -1;
+            }
+        }
+        if (close_at >= 0 && steps == close_at && rs[0].seq >= 0) {
+            ft_batch_seq_close(b, rs[0].seq);
+            rs[0].seq = -1;
+        }
+        if (!kv_ok(b)) return false;
+    }
+    for (int r = 0; r < n; r++)
+        if (rs[r].seq >= 0) return false;
+    return true;
+}
+
+// The logits of prompt alone on a fresh engine without a prefix cache.
+static bool fresh_logits(const ft_model *m, enum ft_type kv, const int32_t *prompt, int n_prompt, float *logits) {
+    ft_batch *b = prefix_batch(m, 1, 0, kv, false);
+    if (!b) return false;
+    run q = {.prompt = prompt, .n_prompt = n_prompt, .logits = logits};
+    bool ok = drive(b, &q, 1, m->hp.n_vocab, -1) && q.reused == 0;
+    ft_batch_free(b);
+    return ok;
+}
+
+static void random_tokens(ft_rng *r, int32_t *t, int n, int n_vocab) {
+    for (int i = 0; i < n; i++) t[i] = (int32_t)(ft_rng_next(r) % (uint64_t)n_vocab);
+}
+
+static bool same(const float *a, const float *b, int n_vocab) {
+    return !memcmp(a, b, (size_t)N_GEN * n_vocab * sizeof(float));
+}
+
+// A prompt sharing 200 tokens with an earlier one reuses its 3 whole blocks (the 4th diverges
+// inside); one extending an earlier prompt reuses all its whole blocks but the last token's.
+static void reuse_case(const ft_model *m, enum ft_type kv) {
+    int n_vocab = m->hp.n_vocab;
+    ft_rng r = ft_rng_init(3);
+    int32_t a[300], c[300], d[400], e[400];
+    random_tokens(&r, a, 300, n_vocab);
+    random_tokens(&r, e, 400, n_vocab);
+    memcpy(c, a, 200 * sizeof(int32_t));
+    random_tokens(&r, c + 200, 100, n_vocab);
+    memcpy(d, a, 300 * sizeof(int32_t));
+    random_tokens(&r, d + 300, 100, n_vocab);
+    float *got = ft_malloc((size_t)5 * N_GEN * n_vocab * sizeof(float));
+    float *want = ft_malloc((size_t)N_GEN * n_vocab * sizeof(float));
+    ft_batch *b = prefix_batch(m, 2, 0, kv, true);
+    REQUIRE(b);
+    run ra = {.prompt = a, .n_prompt = 300, .logits = got};
+    REQUIRE(drive(b, &ra, 1, n_vocab, -1));
+    CHECK(ra.reused == 0, "nothing cached yet");
+    run rc = {.prompt = c, .n_prompt = 300, .logits = got + (size_t)N_GEN * n_vocab};
+    run rd = {.prompt = d, .n_prompt = 400, .logits = got + (size_t)2 * N_GEN * n_vocab};
+    REQUIRE(drive(b, &rc, 1, n_vocab, -1));
+    REQUIRE(drive(b, &rd, 1, n_vocab, -1));
+    CHECK(rc.reused == 3 * FT_KV_BLOCK, "%s: c reused %d tokens", ft_type_name(kv), rc.reused);
+    // a's blocks hold 0..255 (its tail chunk of 44 and its decoded tokens are not kept)
+    CHECK(rd.reused == 4 * FT_KV_BLOCK, "%s: d reused %d tokens", ft_type_name(kv), rd.reused);
+    // e's first 254 tokens and its 2 decoded ones fill block 3 with rows of other kernel
+    // classes than a whole chunk's (a tail chunk of 62, two decode steps), so that block is not
+    // kept for f, which reads e and those two tokens on
+    run re = {.prompt = e, .n_prompt = 254, .logits = got + (size_t)3 * N_GEN * n_vocab};
+    REQUIRE(drive(b, &re, 1, n_vocab, -1));
+    for (int g = 0; g < 2; g++) e[254 + g] = argmax(re.logits + (size_t)g * n_vocab, n_vocab);
+    run rf = {.prompt = e, .n_prompt = 400, .logits = got + (size_t)4 * N_GEN * n_vocab};
+    REQUIRE(drive(b, &rf, 1, n_vocab, -1));
+    CHECK(rf.reused == 3 * FT_KV_BLOCK, "%s: f reused %d tokens", ft_type_name(kv), rf.reused);
+    const run *rs[5] = {&ra, &rc, &rd, &re, &rf};
+    for (int i = 0; i < 5; i++) {
+        REQUIRE(fresh_logits(m, kv, rs[i]->prompt, rs[i]->n_prompt, want));
+        CHECK(same(rs[i]->logits, want, n_vocab), "%s: prompt %d with %d tokens reused: logits differ from computing it",
+              ft_type_name(kv), i, rs[i]->reused);
+    }
+    ft_batch_kv info;
+    ft_batch_kv_info(b, &info);
+    CHECK(info.prefix_cache && info.cached > 0 && info.evictable == info.cached && info.free + info.cached == info.blocks,
+          "after: %lld blocks, %lld free, %lld cached, %lld evictable", (long long)info.blocks, (long long)info.free,
+          (long long)info.cached, (long long)info.evictable);
+    ft_batch_free(b);
+    free(got);
+    free(want);
+}
+
+TEST(prefix_reuse_is_bit_identical) {
+    ft_model *m = prefix_model(NULL, "prefix.gguf");
+    REQUIRE(m);
+    reuse_case(m, FT_TYPE_F16);
+    reuse_case(m, FT_TYPE_Q8_0);
+    ft_model_free(m);
+}
+
+// 32 sequences whose prompts share a 150-token system prompt run at once after one of them
+// cached it: each reuses its 2 whole blocks, every step's block accounting holds, and each
+// gives the bits of its prompt computed alone.
+TEST(prefix_cache_shared_by_32_sequences) {
+    ft_model *m = prefix_model(NULL, "prefix32.gguf");
+    REQUIRE(m);
+    int n_vocab = m->hp.n_vocab;
+    ft_rng r = ft_rng_init(9);
+    enum { SYS = 150 };
+    int32_t prompts[MAX_SEQ][SYS + 40];
+    random_tokens(&r, prompts[0], SYS, n_vocab);
+    for (int s = 0; s < MAX_SEQ; s++) {
+        memcpy(prompts[s], prompts[0], SYS * sizeof(int32_t));
+        random_tokens(&r, prompts[s] + SYS, 40, n_vocab);
+    }
+    float *logits = ft_malloc((size_t)MAX_SEQ * N_GEN * n_vocab * sizeof(float));
+    float *want = ft_malloc((size_t)N_GEN * n_vocab * sizeof(float));
+    // the positions of 32 prompts of 190 + 4, each 4 blocks; 2 of them shared: 66 blocks
+    ft_batch *b = prefix_batch(m, MAX_SEQ, 70 * FT_KV_BLOCK, FT_TYPE_Q8_0, true);
+    REQUIRE(b);
+    run first = {.prompt = prompts[0], .n_prompt = SYS + 40, .logits = logits};
+    REQUIRE(drive(b, &first, 1, n_vocab, -1));
+    run rs[MAX_SEQ];
+    for (int s = 0; s < MAX_SEQ; s++)
+        rs[s] = (run){.prompt = prompts[s], .n_prompt = SYS + 40, .logits = logits + (size_t)s * N_GEN * n_vocab};
+    REQUIRE(drive(b, rs, MAX_SEQ, n_vocab, -1));
+    int n_same = 0;
+    for (int s = 0; s < MAX_SEQ; s++) {
+        CHECK(rs[s].reused == 2 * FT_KV_BLOCK, "sequence %d reused %d", s, rs[s].reused);
+        REQUIRE(fresh_logits(m, FT_TYPE_Q8_0, prompts[s], SYS + 40, want));
+        n_same += same(rs[s].logits, want, n_vocab);
+    }
+    CHECK(n_same == MAX_SEQ, "%d of %d sequences match their prompt computed alone", n_same, MAX_SEQ);
+    ft_batch_free(b);
+    free(logits);
+    free(want);
+    ft_model_free(m);
+}
+
+// A pool of 10 blocks: after two 4-block prompts are cached, a third needs blocks the cache
+// gives back (least recently used first), while a running sequence's blocks stay; a sequence
+// closed in the middle of its prompt gives back its blocks but the whole ones it finished.
+TEST(prefix_cache_evicts_and_cancels) {
+    ft_model *m = prefix_model(NULL, "prefix_evict.gguf");
+    REQUIRE(m);
+    int n_vocab = m->hp.n_vocab;
+    ft_rng r = ft_rng_init(17);
+    int32_t p[3][4 * FT_KV_BLOCK + 1];
+    for (int i = 0; i < 3; i++) random_tokens(&r, p[i], 4 * FT_KV_BLOCK + 1, n_vocab);
+    float *logits = ft_malloc((size_t)2 * N_GEN * n_vocab * sizeof(float));
+    float *want = ft_malloc((size_t)N_GEN * n_vocab * sizeof(float));
+    ft_batch *b = prefix_batch(m, 2, 10 * FT_KV_BLOCK, FT_TYPE_Q8_0, true);
+    REQUIRE(b);
+    for (int i = 0; i < 2; i++) {
+        run q = {.prompt = p[i], .n_prompt = 4 * FT_KV_BLOCK + 1, .logits = logits};
+        REQUIRE(drive(b, &q, 1, n_vocab, -1));
+    }
+    ft_batch_kv info;
+    ft_batch_kv_info(b, &info);
+    CHECK(info.cached == 8 && info.free == 2, "two prompts of 4 whole blocks kept: %lld cached, %lld free",
+          (long long)info.cached, (long long)info.free);
+    // prompt 1 runs again (its blocks in use) beside prompt 2, which needs 5 blocks: prompt
+    // 0's go, prompt 1's stay
+    run two[2] = {{.prompt = p[1], .n_prompt = 4 * FT_KV_BLOCK + 1, .logits = logits},
+                  {.prompt = p[2], .n_prompt = 4 * FT_KV_BLOCK + 1, .logits = logits + (size_t)N_GEN * n_vocab}};
+    REQUIRE(drive(b, two, 2, n_vocab, -1));
+    CHECK(two[0].reused == 4 * FT_KV_BLOCK && two[1].reused == 0, "reused %d and %d", two[0].reused, two[1].reused);
+    for (int i = 0; i < 2; i++) {
+        REQUIRE(fresh_logits(m, FT_TYPE_Q8_0, two[i].prompt, two[i].n_prompt, want));
+        CHECK(same(two[i].logits, want, n_vocab), "prompt %d beside an eviction: logits differ", i + 1);
+    }
+    run again = {.prompt = p[0], .n_prompt = 4 * FT_KV_BLOCK + 1, .logits = logits};
+    REQUIRE(drive(b, &again, 1, n_vocab, -1));
+    CHECK(again.reused < 4 * FT_KV_BLOCK, "prompt 0 was evicted: reused %d", again.reused);
+    // a fresh prompt closed after its second chunk: its two whole blocks stay
+    int32_t fresh[4 * FT_KV_BLOCK + 1];
+    random_tokens(&r, fresh, 4 * FT_KV_BLOCK + 1, n_vocab);
+    run cut = {.prompt = fresh, .n_prompt = 4 * FT_KV_BLOCK + 1, .logits = logits};
+    REQUIRE(drive(b, &cut, 1, n_vocab, 2));
+    run after = {.prompt = fresh, .n_prompt = 4 * FT_KV_BLOCK + 1, .logits = logits};
+    REQUIRE(drive(b, &after, 1, n_vocab, -1));
+    CHECK(after.reused == 2 * FT_KV_BLOCK, "the cut prompt's two finished blocks were kept: %d", after.reused);
+    ft_batch_free(b);
+    free(logits);
+    free(want);
+    ft_model_free(m);
+}
+
+// Recurrent layers keep a state no block holds: such a model reuses nothing.
+TEST(prefix_cache_off_for_recurrent_models) {
+    ft_model *m = prefix_model("qwen35moe", "prefix_rec.gguf");
+    REQUIRE(m);
+    int32_t p[200];
+    ft_rng r = ft_rng_init(1);
+    random_tokens(&r, p, 200, m->hp.n_vocab);
+    float *logits = ft_malloc((size_t)N_GEN * m->hp.n_vocab * sizeof(float));
+    ft_batch *b = prefix_batch(m, 1, 0, FT_TYPE_Q8_0, true);
+    REQUIRE(b);
+    for (int i = 0; i < 2; i++) {
+        run q = {.prompt = p, .n_prompt = 200, .logits = logits};
+        REQUIRE(drive(b, &q, 1, m->hp.n_vocab, -1));
+        CHECK(q.reused == 0);
+    }
+    ft_batch_kv info;
+    ft_batch_kv_info(b, &info);
+    CHECK(!info.prefix_cache && info.cached == 0);
+    ft_batch_free(b);
+    free(logits);
+    ft_model_free(m);
+}
