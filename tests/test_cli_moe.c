@@ -103,22 +103,17 @@ TEST(cli_moe_num_tokens_is_shared_by_the_sequences) {
     int rest;
     // run: no --num-tokens, the command's default
     REQUIRE(parse("run", 0, "", &a, &p, &rest));
-    CHECK(engine_args_n_ctx(&a, 4096, 32768, 1) == 4096);
-    // serve: N / sequences, up to the model's context when -c is absent
+    CHECK(engine_args_n_ctx(&a, 4096, 32768) == 4096 && p.num_tokens == 0);
+    // serve: the sequences share N positions; one of them may take them all, up to the
+    // model's context when -c is absent
     REQUIRE(parse("serve", 0, "--num-tokens 8192", &a, &p, &rest));
-    CHECK(engine_args_n_ctx(&a, 4096, 32768, 1) == 8192);
-    CHECK(engine_args_n_ctx(&a, 4096, 32768, 4) == 2048);
-    CHECK(engine_args_n_ctx(&a, 4096, 4096, 1) == 4096, "never beyond the cap");
+    CHECK(engine_args_n_ctx(&a, 4096, 32768) == 8192 && p.num_tokens == 8192);
+    CHECK(engine_args_n_ctx(&a, 4096, 4096) == 4096, "never beyond the cap");
     // -c caps one sequence, --num-tokens all of them
     REQUIRE(parse("serve", 0, "-c 1000 --num-tokens 8192", &a, &p, &rest));
-    CHECK(engine_args_n_ctx(&a, 4096, 32768, 4) == 1000);
-    CHECK(engine_args_n_ctx(&a, 4096, 32768, 16) == 512);
-    // no room for one position per sequence
-    REQUIRE(parse("serve", 0, "--num-tokens 3", &a, &p, &rest));
-    fixture_stderr_mute();
-    int n = engine_args_n_ctx(&a, 4096, 32768, 4);
-    fixture_stderr_restore();
-    CHECK(n == 0);
+    CHECK(engine_args_n_ctx(&a, 4096, 32768) == 1000);
+    REQUIRE(parse("serve", 0, "-c 10000 --num-tokens 8192", &a, &p, &rest));
+    CHECK(engine_args_n_ctx(&a, 4096, 32768) == 8192, "a sequence holds at most all the positions");
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -27,10 +27,9 @@ void cli_model_close(cli_model *cm) {
     cm->m = NULL;
 }
 
-bool cli_model_context(const engine_args *ea, const cli_model *cm, int default_ctx, int n_seq, ft_engine_params *ep) {
+bool cli_model_context(const engine_args *ea, const cli_model *cm, int default_ctx, ft_engine_params *ep) {
     int train = cm->m->hp.n_ctx_train;
-    ep->n_ctx = engine_args_n_ctx(ea, FT_MIN(default_ctx, train), train, n_seq);
-    if (ep->n_ctx == 0) return false;
+    ep->n_ctx = engine_args_n_ctx(ea, FT_MIN(default_ctx, train), train);
     if (ep->n_ctx > train) {
         fprintf(stderr, "ft %s: -c %d exceeds the model's context of %d tokens\n", ea->cmd, ep->n_ctx, train);
         return false;

@@ -17,9 +17,9 @@ typedef struct cli_model {
 bool cli_model_open(const char *cmd, const char *path, bool vocab, cli_model *cm);
 void cli_model_close(cli_model *cm); // a zeroed one is a no-op
 
-// Sets ep->n_ctx from -c / --num-tokens (engine_args_n_ctx: default_ctx without -c, for n_seq
-// sequences), within the model's training context. Returns false after printing why.
-bool cli_model_context(const engine_args *ea, const cli_model *cm, int default_ctx, int n_seq, ft_engine_params *ep);
+// Sets ep->n_ctx from -c / --num-tokens (engine_args_n_ctx: default_ctx without -c), within
+// the model's training context. Returns false after printing why.
+bool cli_model_context(const engine_args *ea, const cli_model *cm, int default_ctx, ft_engine_params *ep);
 
 // For a command a person watches start: the memory plan printed and, with bar, progress bars
 // for the long steps (uploading the weights, reading them into memory) drawn by bar, which

@@ -295,7 +295,7 @@ int cmd_bench(int argc, char **argv) {
     ft_moe_stats moe_dec = {0}; // the expert cache's counters over the timed decodes
     int n_tok = (int)(n_prompt + n_gen);
     if (ep.n_threads <= 0) ep.n_threads = ft_engine_default_threads(ep.device);
-    ep.n_ctx = engine_args_n_ctx(&ea, n_tok, n_tok, 1);
+    ep.n_ctx = engine_args_n_ctx(&ea, n_tok, n_tok);
     ep.n_batch = FT_MIN(ep.n_batch, n_tok);
     if (ep.n_ctx == 0) goto done;
     if (ep.n_ctx < n_tok) {

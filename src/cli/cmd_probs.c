@@ -62,7 +62,7 @@ int cmd_probs(int argc, char **argv) {
         goto done;
     }
     int need = (int)FT_MIN((size_t)m->hp.n_ctx_train, ids.n);
-    ep.n_ctx = engine_args_n_ctx(&ea, need, need, 1);
+    ep.n_ctx = engine_args_n_ctx(&ea, need, need);
     if (ep.n_ctx == 0) goto done;
     if (ids.n > (size_t)ep.n_ctx) {
         fprintf(stderr, "ft probs: the prompt has %zu tokens, more than the context of %d (-c)\n", ids.n, ep.n_ctx);

@@ -27,12 +27,15 @@ static void serve_usage(FILE *out) {
         "  --host ADDR                  address to listen on (default 127.0.0.1)\n"
         "  --port N                     port (default 1919; 0: any free port)\n"
         "  --max-running-requests N     sequences decoded together in one batched step (default 4;\n"
-        "                               also -np, --parallel); each holds a KV cache of -c positions\n"
+        "                               also -np, --parallel); they share --num-tokens KV positions,\n"
+        "                               each up to -c\n"
         "  --max-queued-requests N      requests waiting beyond those; more get 429 (default 64)\n"
         "  --served-model-name NAME     model id (default: the GGUF's general.name, else the file name)\n"
         "  --api-key KEY                require 'Authorization: Bearer KEY' or 'x-api-key: KEY'\n"
         "                               (also from FT_API_KEY)\n"
         "  --admin-key KEY              enable the admin routes (/v1/cache/rebuild) with this key\n"
+        "  --no-prefix-cache            compute every prompt whole (default: a prompt that starts like\n"
+        "                               an earlier one reuses its KV blocks)\n"
         "  --lenient                    ignore request fields ft does not implement yet (tools,\n"
         "                               response_format, logit_bias, ...) instead of refusing them\n"
         "  --chat-template NAME         chatml, qwen2, qwen2.5, qwen3, llama2, mistral, llama3, llama3.1,\n"
@@ -54,7 +57,7 @@ static bool host_is_loopback(const char *host) {
 int cmd_serve(int argc, char **argv) {
     const char *model_path = NULL, *tmpl_name = NULL;
     int64_t v64;
-    bool bad = false;
+    bool bad = false, no_prefix_cache = false;
     engine_args ea = engine_args_init("serve", 0);
     srv_params p = srv_default_params();
     // an empty key would switch authentication off (as --api-key "$KEY" gives with KEY unset)
@@ -72,6 +75,10 @@ int cmd_serve(int argc, char **argv) {
         if (engine_args_take(&ea, argc, argv, &i, &bad)) continue;
         if (args_flag(argv, i, "--lenient")) {
             p.lenient = true;
+            continue;
+        }
+        if (args_flag(argv, i, "--no-prefix-cache")) {
+            no_prefix_cache = true;
             continue;
         }
         if (args_int(argc, argv, &i, "--port", 0, 65535, &v64, &bad)) {
@@ -107,6 +114,7 @@ int cmd_serve(int argc, char **argv) {
     }
     if (bad) return FT_EXIT_USAGE;
     if (!engine_args_apply(&ea, &p.engine)) return FT_EXIT_USAGE;
+    p.engine.prefix_cache = !no_prefix_cache;
     if (p.api_key && !*p.api_key) {
         fprintf(stderr, "ft serve: --api-key is empty (that would serve without a key); give a key or leave it out\n");
         return FT_EXIT_USAGE;
@@ -147,7 +155,7 @@ int cmd_serve(int argc, char **argv) {
         fprintf(stderr, "ft serve: %s; the chat routes will answer 400\n", err.msg);
     }
     p.engine.n_seq = p.max_running;
-    if (!cli_model_context(&ea, &cm, 4096, p.max_running, &p.engine)) goto done;
+    if (!cli_model_context(&ea, &cm, 4096, &p.engine)) goto done;
     // the mapping is lazy: the engine reads it into memory where the CPU computes from it (the
     // CPU device, or the experts --moe-backend cpu computes), so the first requests do not wait
     ft_progress bar;

@@ -116,6 +116,7 @@ bool engine_args_apply(const engine_args *a, ft_engine_params *p) {
     if (a->gpu_memory_limit_gib > 0) p->gpu_memory_limit = (size_t)(a->gpu_memory_limit_gib * (double)(1ull << 30));
     p->moe_cache_size = (int)a->moe_cache_size;
     p->kv_reserve_tokens = a->kv_reserve_tokens;
+    p->num_tokens = a->num_tokens;
     p->moe_prefill_serial = a->prefill_serial;
     if (a->cuda_graph_max_bs >= 0) p->cuda_graph_max_bs = (int)a->cuda_graph_max_bs;
     p->moe_route_trace = a->route_trace;
@@ -136,17 +137,12 @@ bool engine_args_apply(const engine_args *a, ft_engine_params *p) {
     return true;
 }
 
-int engine_args_n_ctx(const engine_args *a, int default_ctx, int ctx_cap, int n_seq) {
+int engine_args_n_ctx(const engine_args *a, int default_ctx, int ctx_cap) {
     int64_t n = a->n_ctx > 0 ? a->n_ctx : default_ctx;
     if (a->num_tokens > 0) {
-        int64_t per = a->num_tokens / (n_seq > 0 ? n_seq : 1);
-        if (per < 1) {
-            fprintf(stderr, "ft %s: --num-tokens %lld leaves no position for each of %d sequences\n", a->cmd,
-                    (long long)a->num_tokens, n_seq);
-            return 0;
-        }
+        // the sequences share the positions: one of them may take them all
         if (a->n_ctx <= 0) n = ctx_cap;
-        if (n > per) n = per;
+        if (n > a->num_tokens) n = a->num_tokens;
     }
     return (int)FT_MIN(n, (int64_t)1 << 26);
 }
@@ -159,8 +155,8 @@ void engine_args_usage(FILE *out, const engine_args *a) {
             "  -c, --ctx-size N           context per sequence (also --context-length)\n"
             "                             (default: %s)\n"
             "  -b, --batch-size N         prompt tokens per forward pass (also --batch; default %d)\n"
-            "  --num-tokens N             KV capacity in tokens over all sequences: caps -c at N / sequences\n"
-            "                             (without -c, the context is N / sequences up to the model's)\n"
+            "  --num-tokens N             KV positions all sequences share (default: sequences x -c); caps\n"
+            "                             -c at N (without -c, the context is N up to the model's)\n"
             "  --kv-cache-dtype T         f16 (default) or q8_0\n"
             "  --device D                 cuda or cpu\n"
             "                             (default: %s)\n"

@@ -55,11 +55,10 @@ bool engine_args_take(engine_args *a, int argc, char **argv, int *i, bool *bad);
 // 1, a ratio outside (0, 1]): a usage error.
 bool engine_args_apply(const engine_args *a, ft_engine_params *p);
 
-// The context per sequence: -c when given, else default_ctx, then at most --num-tokens /
-// n_seq (the KV capacity shared by n_seq sequences), and without -c at most the model's
-// training context when --num-tokens sets it. Returns 0 after printing the error when
-// --num-tokens leaves no room for one sequence.
-int engine_args_n_ctx(const engine_args *a, int default_ctx, int n_ctx_train, int n_seq);
+// The context per sequence: -c when given, else default_ctx, then at most --num-tokens (the
+// KV positions all sequences share), and without -c the model's training context up to
+// --num-tokens when that is given.
+int engine_args_n_ctx(const engine_args *a, int default_ctx, int n_ctx_train);
 
 // The help lines of the common flags (and of the extras the command accepts).
 void engine_args_usage(FILE *out, const engine_args *a);

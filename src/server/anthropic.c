@@ -125,11 +125,12 @@ static json_t *stop_sequence(const srv_job *j, bool done) {
 }
 
 static json_t *message(const srv_job *j, bool done, json_t *content) {
-    return json_pack("{s:s,s:s,s:s,s:s,s:o,s:o,s:o,s:{s:i,s:i}}", "id", j->rid, "type", "message", "role",
+    // as Anthropic counts: input_tokens are those not read from the cache
+    return json_pack("{s:s,s:s,s:s,s:s,s:o,s:o,s:o,s:{s:i,s:i,s:i}}", "id", j->rid, "type", "message", "role",
                      "assistant", "model", j->model_name, "content", content, "stop_reason",
                      done ? json_string(stop_reason(j)) : json_null(), "stop_sequence", stop_sequence(j, done),
-                     "usage", "input_tokens", (json_int_t)j->prompt.n, "output_tokens",
-                     (json_int_t)(done ? j->n_gen : 0));
+                     "usage", "input_tokens", (json_int_t)j->prompt.n - j->n_cached, "cache_read_input_tokens",
+                     (json_int_t)j->n_cached, "output_tokens", (json_int_t)(done ? j->n_gen : 0));
 }
 
 // Non-streamed reply: content is [thinking block,] text block.

@@ -60,6 +60,7 @@ srv_params srv_default_params(void) {
         .timeout_s = 600,
         .engine = ft_engine_default_params(),
     };
+    p.engine.prefix_cache = true;
     return p;
 }
 

@@ -24,7 +24,7 @@ typedef struct hist {
 struct srv_metrics {
     long http_requests;
     long requests[5]; // by finish reason (srv_finish)
-    long prompt_tokens, gen_tokens;
+    long prompt_tokens, prompt_cached, gen_tokens;
     hist ttft, tpot;
     double started;
 };
@@ -55,6 +55,7 @@ static void hist_add(hist *h, const double *le, double v) {
 void srv_metrics_job(srv_metrics *m, const srv_job *j) {
     m->requests[j->finish]++;
     m->prompt_tokens += (long)j->prompt.n;
+    m->prompt_cached += j->n_cached;
     m->gen_tokens += j->n_gen;
     if (j->t_first > 0) hist_add(&m->ttft, k_ttft_le, j->t_first - j->t_submit);
     if (j->n_gen > 1 && j->t_end > j->t_first)
@@ -137,6 +138,10 @@ char *srv_metrics_prometheus(const srv_metrics *m, const srv_sched_stats *s, con
         srv_buf_add(&b, line, (size_t)n);
     }
     prom_val(&b, "ft_prompt_tokens_total", "counter", "Prompt tokens processed", (double)m->prompt_tokens);
+    prom_val(&b, "ft_prompt_tokens_cached_total", "counter", "Prompt tokens whose KV the prefix cache had",
+             (double)m->prompt_cached);
+    prom_val(&b, "ft_prompt_tokens_computed_total", "counter", "Prompt tokens computed",
+             (double)(m->prompt_tokens - m->prompt_cached));
     prom_val(&b, "ft_generation_tokens_total", "counter", "Tokens generated", (double)m->gen_tokens);
     prom_hist(&b, "ft_time_to_first_token_seconds", "Time from arrival to the first generated token",
               &m->ttft, k_ttft_le);
@@ -144,9 +149,11 @@ char *srv_metrics_prometheus(const srv_metrics *m, const srv_sched_stats *s, con
               &m->tpot, k_tpot_le);
     prom_val(&b, "ft_requests_running", "gauge", "Sequences being decoded", s->running);
     prom_val(&b, "ft_requests_waiting", "gauge", "Requests in the queue", s->queued);
-    prom_val(&b, "ft_kv_cache_used_tokens", "gauge", "KV cache positions in use", (double)s->kv_used);
-    prom_val(&b, "ft_kv_cache_capacity_tokens", "gauge", "KV cache positions over all sequences",
+    prom_val(&b, "ft_kv_cache_used_tokens", "gauge", "KV cache positions held by sequences", (double)s->kv_used);
+    prom_val(&b, "ft_kv_cache_capacity_tokens", "gauge", "KV cache positions all sequences share",
              (double)s->kv_total);
+    prom_val(&b, "ft_prefix_cache_tokens", "gauge", "KV cache positions the prefix cache keeps",
+             (double)s->kv_cached);
     prom_val(&b, "ft_kv_cache_usage_ratio", "gauge", "KV cache positions in use / capacity",
              s->kv_total ? (double)s->kv_used / (double)s->kv_total : 0.0);
     if (moe) prom_moe(&b, moe);
@@ -197,12 +204,15 @@ json_t *srv_metrics_json(const srv_metrics *m, const srv_sched_stats *s, const f
     json_t *fin = json_object();
     for (int i = 1; i < 5; i++)
         json_object_set_new(fin, k_finish[i], json_integer(m->requests[i]));
-    return json_pack("{s:f,s:i,s:o,s:i,s:i,s:o,s:o,s:i,s:i,s:{s:i,s:i},s:o}", "uptime_s",
+    return json_pack("{s:f,s:i,s:o,s:i,s:i,s:i,s:i,s:o,s:o,s:i,s:i,s:{s:i,s:i,s:b,s:i},s:o}", "uptime_s",
                      ft_time_s() - m->started, "http_requests", (json_int_t)m->http_requests, "requests", fin,
-                     "prompt_tokens", (json_int_t)m->prompt_tokens, "generation_tokens",
+                     "prompt_tokens", (json_int_t)m->prompt_tokens, "prompt_tokens_cached",
+                     (json_int_t)m->prompt_cached, "prompt_tokens_computed",
+                     (json_int_t)(m->prompt_tokens - m->prompt_cached), "generation_tokens",
                      (json_int_t)m->gen_tokens, "ttft", hist_json(&m->ttft, k_ttft_le),
                      "time_per_output_token", hist_json(&m->tpot, k_tpot_le), "running",
                      (json_int_t)s->running, "queued", (json_int_t)s->queued, "kv_cache", "used_tokens",
-                     (json_int_t)s->kv_used, "capacity_tokens", (json_int_t)s->kv_total, "moe_cache",
+                     (json_int_t)s->kv_used, "capacity_tokens", (json_int_t)s->kv_total, "prefix_cache",
+                     s->prefix_cache, "prefix_cache_tokens", (json_int_t)s->kv_cached, "moe_cache",
                      moe ? srv_metrics_moe_json(moe) : json_null());
 }

@@ -137,8 +137,9 @@ static void stream_cut(srv_job *j) {
 }
 
 static json_t *usage(const srv_job *j) {
-    return json_pack("{s:i,s:i,s:i}", "prompt_tokens", (json_int_t)j->prompt.n, "completion_tokens",
-                     (json_int_t)j->n_gen, "total_tokens", (json_int_t)(j->prompt.n + (size_t)j->n_gen));
+    return json_pack("{s:i,s:i,s:i,s:{s:i}}", "prompt_tokens", (json_int_t)j->prompt.n, "completion_tokens",
+                     (json_int_t)j->n_gen, "total_tokens", (json_int_t)(j->prompt.n + (size_t)j->n_gen),
+                     "prompt_tokens_details", "cached_tokens", (json_int_t)j->n_cached);
 }
 
 // Finishes a non-streamed response: adds the usage and sends it, or a 500 if the job failed.

@@ -2,11 +2,15 @@
 // up to max_running of them hold a slot (a sequence of the batch engine with its KV cache, a
 // sampler, a streaming detokenizer and a stop-string matcher). Each step of the loop:
 //
-//   1. admits waiting jobs into free slots (new requests join between steps);
+//   1. admits waiting jobs into free slots (new requests join between steps); a prompt that
+//      starts like an earlier one takes the KV blocks the prefix cache kept of it (batch.h);
 //   2. drops cancelled jobs (client gone): their sequence closes and its KV is free at once;
 //   3. builds one batch: every decoding slot's last sampled token first, then prefill chunks
 //      (--batch-size tokens at most) of the slots still reading their prompt, in turn, while
-//      they fit in the step, so a long prompt never stalls the decoders;
+//      they fit in the step, so a long prompt never stalls the decoders. All sequences draw
+//      KV blocks from one pool: a chunk that finds none waits; a decoder that finds none sends
+//      the youngest prompt still in prefill back to the queue (it has sent nothing yet, and
+//      its finished blocks stay cached), and ends with "length" only when there is none;
 //   4. runs it (ft_batch_step: weights read once for all sequences);
 //   5. samples each slot that got logits with its own sampler, streams the text, and ends the
 //      job on an end-of-generation token, a stop string, max_tokens or a full context.
@@ -27,6 +31,7 @@ typedef struct slot {
     ft_stop *stop;
     tok_stream ts;
     int n_prefilled;
+    bool fresh;     // the prompt is not checked yet (prompt_problem)
     int32_t next;   // the sampled token the next step evaluates
     bool decoding;  // the prompt is in; next is set
     ft_moe_counts moe_start; // the expert cache's totals when the job started (offload)
@@ -43,6 +48,7 @@ struct srv_sched {
     slot *slots;
     int n_slots, n_ctx;
     int prefill_turn;        // the slot whose prompt goes first in the next step's budget
+    bool starved;            // the last step left a sequence without KV blocks: admit no one
     ft_batch_item *items;    // (n_slots) the step being built
     int *item_slot;          // (n_slots) the slot of each item
     int32_t *eog;
@@ -56,7 +62,7 @@ struct srv_sched {
     int q_head, q_len, q_cap;
     bool quit;
     int running;
-    atomic_long kv_used;
+    atomic_long kv_used, kv_cached;
     srv_job *rebuild;        // a cache resize waiting for the next gap between steps (under mu)
 
     // the expert cache's counters as last read on the inference thread (under moe_mu)
@@ -125,6 +131,14 @@ static void refresh_moe(srv_sched *s, bool force) {
     ft_moe_stats_free(&old);
 }
 
+// The KV figures the HTTP side reads: positions held by sequences and kept by the cache.
+static void kv_stats_update(srv_sched *s) {
+    ft_batch_kv kv;
+    ft_batch_kv_info(s->b, &kv);
+    atomic_store(&s->kv_used, (long)(kv.blocks - kv.free - kv.evictable) * FT_KV_BLOCK);
+    atomic_store(&s->kv_cached, (long)kv.cached * FT_KV_BLOCK);
+}
+
 static void finish(srv_sched *s, slot *sl, enum srv_finish why, const char *msg) {
     srv_job *j = sl->job;
     refresh_moe(s, true); // a client that sees its request end sees it in /v1/stats too
@@ -161,26 +175,73 @@ static void finish(srv_sched *s, slot *sl, enum srv_finish why, const char *msg)
     ft_batch_seq_close(s->b, sl->seq); // the sequence's KV cache is free again
     sl->job = NULL;
     sl->decoding = false;
-    atomic_store(&s->kv_used, ft_batch_positions_used(s->b));
+    kv_stats_update(s);
     srv_job_unref(j);
     pthread_mutex_lock(&s->mu);
     s->running--;
     pthread_mutex_unlock(&s->mu);
 }
 
+// Why a job's prompt cannot run (NULL: it can). The HTTP side checks all of this before it
+// submits; checking again here keeps one bad job from failing a whole step of others.
+static const char *prompt_problem(const srv_sched *s, const srv_job *j) {
+    if (j->prompt.n == 0) return "empty prompt";
+    if (j->prompt.n > (size_t)s->n_ctx) return "prompt longer than the context";
+    for (size_t i = 0; i < j->prompt.n; i++)
+        if (j->prompt.ids[i] < 0 || j->prompt.ids[i] >= s->m->hp.n_vocab) return "token id outside the vocabulary";
+    return NULL;
+}
+
 // Admits j into the free slot sl (a free slot always finds a free sequence: both number
-// max_running).
+// max_running), on the cached blocks of its prompt's longest cached prefix.
 static void start(srv_sched *s, slot *sl, srv_job *j) {
     sl->job = j;
     sl->seq = ft_batch_seq_open(s->b);
     FT_ASSERT(sl->seq >= 0);
-    sl->n_prefilled = 0;
     sl->decoding = false;
+    sl->fresh = true;
     sl->smp = ft_sampler_init(&j->sp, s->m->hp.n_vocab);
     sl->moe_pending = s->has_moe; // (s->mu is held here: the counters are read after it)
     sl->stop = ft_stop_init((const char *const *)j->stops, j->n_stops);
     tok_stream_init(&sl->ts, s->v, false);
+    int reused = prompt_problem(s, j) ? 0 : ft_batch_seq_reuse(s->b, sl->seq, j->prompt.ids, (int)j->prompt.n);
+    for (int i = 0; i < reused; i++) ft_sampler_accept(sl->smp, j->prompt.ids[i]);
+    sl->n_prefilled = reused;
+    pthread_mutex_lock(&j->mu);
+    j->n_cached = reused;
+    pthread_mutex_unlock(&j->mu);
     j->t_start = ft_time_s();
+}
+
+// Takes sl's job back to the head of the queue (it is still in prefill: nothing was sent),
+// freeing its sequence; it starts again when a slot and blocks are free.
+static void requeue(srv_sched *s, slot *sl) {
+    srv_job *j = sl->job;
+    FT_ASSERT(j && !sl->decoding);
+    tok_stream_free(&sl->ts);
+    ft_stop_free(sl->stop);
+    ft_sampler_free(sl->smp);
+    sl->stop = NULL;
+    sl->smp = NULL;
+    ft_batch_seq_close(s->b, sl->seq);
+    sl->job = NULL;
+    pthread_mutex_lock(&s->mu);
+    s->q_head = (s->q_head + s->q_cap - 1) % s->q_cap;
+    s->queue[s->q_head] = j;
+    s->q_len++;
+    s->running--;
+    pthread_mutex_unlock(&s->mu);
+}
+
+// The slot in prefill that started last, other than keep (-1: none), or NULL.
+static slot *youngest_prefill(srv_sched *s, int keep) {
+    slot *best = NULL;
+    for (int i = 0; i < s->n_slots; i++) {
+        slot *sl = &s->slots[i];
+        if (i == keep || !sl->job || sl->decoding) continue;
+        if (!best || sl->job->t_start > best->job->t_start) best = sl;
+    }
+    return best;
 }
 
 static bool is_eog(const srv_sched *s, int32_t t) {
@@ -277,24 +338,44 @@ static void sample_slot(srv_sched *s, slot *sl, const float *logits) {
 // always cut at multiples of the engine's chunk from its start, whatever else runs, so its
 // arithmetic is the same as alone (or in `ft run`); a chunk that does not fit waits for the
 // next step. The step has room for one chunk beside every other sequence's decode token, so
-// the first prefill in turn always advances. Returns the number of items.
+// the first prefill in turn always advances unless the KV blocks run out (see the file
+// comment). Returns the number of items.
 static int build_step(srv_sched *s) {
     int n_items = 0, room = ft_batch_max_tokens(s->b), chunk = ft_batch_chunk(s->b);
+    s->starved = false;
     for (int i = 0; i < s->n_slots; i++) {
         slot *sl = &s->slots[i];
         if (!sl->job || !sl->decoding) continue;
+        bool fits = ft_batch_seq_reserve(s->b, sl->seq, 1);
+        for (slot *v; !fits && (v = youngest_prefill(s, -1));) {
+            requeue(s, v);
+            s->starved = true;
+            fits = ft_batch_seq_reserve(s->b, sl->seq, 1);
+        }
+        if (!fits) {
+            fprintf(stderr, "ft serve: KV cache full (%lld positions): request %llu ends at %d tokens\n",
+                    (long long)ft_batch_kv_positions(s->b), (unsigned long long)sl->job->id, sl->job->n_gen);
+            finish(s, sl, SRV_FINISH_LENGTH, NULL);
+            continue;
+        }
         s->items[n_items] = (ft_batch_item){.seq = sl->seq, .tokens = &sl->next, .n_tok = 1, .logits = true};
         s->item_slot[n_items++] = i;
         room--;
     }
-    int first_prefill = -1;
+    int first_prefill = -1, n_starved = 0;
+    bool preempted = s->starved;
     for (int k = 0; k < s->n_slots; k++) {
         int i = (s->prefill_turn + k) % s->n_slots;
         slot *sl = &s->slots[i];
         if (!sl->job || sl->decoding) continue;
         const srv_job *j = sl->job;
-        int n = FT_MIN(chunk, (int)j->prompt.n - sl->n_prefilled);
+        // the chunk ends at the next multiple of the engine's chunk (after a reused prefix too)
+        int n = FT_MIN(chunk - sl->n_prefilled % chunk, (int)j->prompt.n - sl->n_prefilled);
         if (n > room) continue;
+        if (!ft_batch_seq_reserve(s->b, sl->seq, n)) {
+            n_starved++;
+            continue;
+        }
         bool last = sl->n_prefilled + n == (int)j->prompt.n;
         s->items[n_items] =
             (ft_batch_item){.seq = sl->seq, .tokens = j->prompt.ids + sl->n_prefilled, .n_tok = n, .logits = last};
@@ -302,19 +383,18 @@ static int build_step(srv_sched *s) {
         room -= n;
         if (first_prefill < 0) first_prefill = i;
     }
+    // prompts that hold blocks the others wait for: the youngest goes back to the queue, and
+    // the oldest goes on in the next step; while some wait, no one new is admitted (a job sent
+    // back would take its cached blocks again at once)
+    s->starved = preempted || n_starved > 0;
+    if (n_items == 0 && n_starved > 1) requeue(s, youngest_prefill(s, -1));
+    else if (n_items == 0 && n_starved == 1) {
+        slot *lone = youngest_prefill(s, -1); // nothing else holds a block: cannot happen
+        finish(s, lone, SRV_FINISH_ERROR, "the KV cache cannot hold this prompt");
+    }
     // the next step's first prefill is the one after this step's: turns rotate
     if (first_prefill >= 0) s->prefill_turn = (first_prefill + 1) % s->n_slots;
     return n_items;
-}
-
-// Why a job's prompt cannot run (NULL: it can). The HTTP side checks all of this before it
-// submits; checking again here keeps one bad job from failing a whole step of others.
-static const char *prompt_problem(const srv_sched *s, const srv_job *j) {
-    if (j->prompt.n == 0) return "empty prompt";
-    if (j->prompt.n > (size_t)s->n_ctx) return "prompt longer than the context";
-    for (size_t i = 0; i < j->prompt.n; i++)
-        if (j->prompt.ids[i] < 0 || j->prompt.ids[i] >= s->m->hp.n_vocab) return "token id outside the vocabulary";
-    return NULL;
 }
 
 // One step of the loop (points 2 to 5 of the file comment).
@@ -325,8 +405,10 @@ static void step(srv_sched *s) {
         const char *problem = NULL;
         if (atomic_load(&sl->job->cancel))
             finish(s, sl, SRV_FINISH_CANCEL, NULL);
-        else if (sl->n_prefilled == 0 && !sl->decoding && (problem = prompt_problem(s, sl->job)))
+        else if (sl->fresh && (problem = prompt_problem(s, sl->job)))
             finish(s, sl, SRV_FINISH_ERROR, problem);
+        else
+            sl->fresh = false;
     }
     int n_items = build_step(s);
     if (n_items == 0) return;
@@ -346,7 +428,7 @@ static void step(srv_sched *s) {
         }
         if (it->logits) sample_slot(s, sl, ft_batch_logits(s->b, k));
     }
-    atomic_store(&s->kv_used, ft_batch_positions_used(s->b));
+    kv_stats_update(s);
 }
 
 // The expert cache's totals at the start of the jobs just admitted (outside s->mu: the read
@@ -401,7 +483,7 @@ static void *thread_main(void *arg) {
         srv_job *rebuild = quit ? NULL : s->rebuild;
         if (rebuild) s->rebuild = NULL;
         // admit waiting jobs into free slots
-        for (int i = 0; i < s->n_slots && s->q_len > 0 && !quit; i++) {
+        for (int i = 0; i < s->n_slots && s->q_len > 0 && !quit && !s->starved; i++) {
             if (s->slots[i].job) continue;
             srv_job *j = s->queue[s->q_head];
             s->q_head = (s->q_head + 1) % s->q_cap;
@@ -473,6 +555,7 @@ srv_sched *srv_sched_init(const ft_model *m, const tok_vocab *v, const srv_param
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     atomic_init(&s->kv_used, 0);
+    atomic_init(&s->kv_cached, 0);
     s->has_moe = ft_batch_moe_backend(s->b) == FT_MOE_BACKEND_OFFLOAD;
     refresh_moe(s, true);
     if (pthread_create(&s->thread, NULL, thread_main, s) != 0) {
@@ -531,7 +614,9 @@ void srv_sched_stats_get(srv_sched *s, srv_sched_stats *out) {
     out->queued = s->q_len;
     pthread_mutex_unlock(&s->mu);
     out->kv_used = atomic_load(&s->kv_used);
-    out->kv_total = (long)s->n_ctx * s->n_slots;
+    out->kv_cached = atomic_load(&s->kv_cached);
+    out->kv_total = (long)ft_batch_kv_positions(s->b);
+    out->prefix_cache = s->p.engine.prefix_cache;
 }
 
 int srv_sched_n_ctx(const srv_sched *s) {

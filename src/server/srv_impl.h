@@ -86,6 +86,7 @@ struct srv_job {
     char *stop_matched; // the stop string it finished on (owned), else NULL (an end-of-generation token)
     char errmsg[512];
     int n_gen;
+    int n_cached; // prompt tokens whose KV came from the prefix cache (set at start, under mu)
     double t_submit, t_start, t_first, t_end; // wall clock (ft_time_s)
     // the expert cache's counters from its start to its end (offload; other sequences' steps in
     // that time included: they share the cache), set before done
@@ -132,7 +133,9 @@ typedef void (*srv_notify_fn)(void *ctx, srv_job *j);
 
 typedef struct srv_sched_stats {
     int running, queued;
-    long kv_used, kv_total; // positions in use / available over all sequences
+    long kv_used, kv_total; // positions held by sequences / in the pool they share
+    long kv_cached;         // positions the prefix cache keeps (some also held by sequences)
+    bool prefix_cache;
 } srv_sched_stats;
 
 srv_sched *srv_sched_init(const ft_model *m, const tok_vocab *v, const srv_params *p, srv_notify_fn notify,
