@@ -1121,3 +1121,73 @@ TEST(server_cache_endpoints_without_a_cache) {
     CHECK(http(&s, "GET", "/health", NULL, NULL, out, sizeof(out)) == 200 && strstr(out, "ok"));
     CHECK(server_stop(&s) == 0, "log: %s", s.log);
 }
+
+// A prompt that starts like an earlier one reuses its KV blocks: usage says how many tokens
+// came from the cache (both APIs), /v1/stats and /metrics count them, and the reply is the one
+// a server without the cache gives (greedy: the CPU's bits are the same).
+static void long_prompt(char *p, size_t cap, const char *tail) {
+    size_t n = 0;
+    for (int i = 0; i < 40 && n + 64 < cap; i++)
+        n += (size_t)snprintf(p + n, cap - n, "Line %d of the system prompt says the tool is ready. ", i);
+    snprintf(p + n, cap - n, "%s", tail);
+}
+
+static long usage_int(const char *body, const char *a, const char *b) {
+    json_t *o = json_loads(body, 0, NULL);
+    json_t *x = json_object_get(json_object_get(o, "usage"), a);
+    if (b) x = json_object_get(x, b);
+    long v = json_is_integer(x) ? (long)json_integer_value(x) : -1;
+    json_decref(o);
+    return v;
+}
+
+TEST(server_prefix_cache_reuses_prompts) {
+    static char p1[8192], p2[8192], body[16384], out[1 << 16], plain[1 << 16];
+    long_prompt(p1, sizeof(p1), "First question: what is one plus one?");
+    long_prompt(p2, sizeof(p2), "Second question: name a colour.");
+    SERVER_OR_SKIP(s, "--device cpu -c 2048");
+    snprintf(body, sizeof(body), "{\"prompt\":\"%s\",\"max_tokens\":8,\"temperature\":0}", p1);
+    REQUIRE(http(&s, "POST", "/v1/completions", body, NULL, out, sizeof(out)) == 200, "%s", out);
+    CHECK(usage_int(out, "prompt_tokens_details", "cached_tokens") == 0, "nothing cached yet: %s", out);
+    snprintf(body, sizeof(body), "{\"prompt\":\"%s\",\"max_tokens\":8,\"temperature\":0}", p2);
+    REQUIRE(http(&s, "POST", "/v1/completions", body, NULL, out, sizeof(out)) == 200, "%s", out);
+    long prompt = usage_int(out, "prompt_tokens", NULL), cached = usage_int(out, "prompt_tokens_details", "cached_tokens");
+    bool whole_blocks = cached % 64 == 0;
+    CHECK(cached >= 256 && whole_blocks && cached < prompt, "%ld of %ld prompt tokens cached", cached, prompt);
+    CHECK(stat_int(&s, "prompt_tokens_cached", NULL) == cached, "/v1/stats");
+    CHECK(stat_int(&s, "kv_cache", "prefix_cache_tokens") > 0 && stat_int(&s, "kv_cache", "used_tokens") == 0);
+    static char metrics[1 << 16];
+    REQUIRE(http(&s, "GET", "/metrics", NULL, NULL, metrics, sizeof(metrics)) == 200);
+    char line[128];
+    snprintf(line, sizeof(line), "ft_prompt_tokens_cached_total %ld\n", cached);
+    CHECK(strstr(metrics, line) != NULL, "%s", metrics);
+    // the Messages API counts input_tokens without the cached ones, as Anthropic does
+    snprintf(body, sizeof(body),
+             "{\"model\":\"m\",\"max_tokens\":4,\"temperature\":0,\"messages\":[{\"role\":\"user\",\"content\":\"%s\"}]}",
+             p2);
+    REQUIRE(http(&s, "POST", "/v1/messages", body, NULL, out, sizeof(out)) == 200, "%s", out);
+    REQUIRE(http(&s, "POST", "/v1/messages", body, NULL, out, sizeof(out)) == 200, "%s", out);
+    long read = usage_int(out, "cache_read_input_tokens", NULL), input = usage_int(out, "input_tokens", NULL);
+    CHECK(read >= 256 && input > 0, "the same message again: %ld read from the cache, %ld input", read, input);
+    CHECK(server_stop(&s) == 0, "log: %s", s.log);
+
+    // the same second prompt on a server without the cache: the same reply
+    snprintf(body, sizeof(body), "{\"prompt\":\"%s\",\"max_tokens\":8,\"temperature\":0}", p2);
+    SERVER_OR_SKIP(t, "--device cpu -c 2048 --no-prefix-cache");
+    REQUIRE(http(&t, "POST", "/v1/completions", body, NULL, plain, sizeof(plain)) == 200, "%s", plain);
+    CHECK(usage_int(plain, "prompt_tokens_details", "cached_tokens") == 0);
+    CHECK(stat_int(&t, "kv_cache", "prefix_cache_tokens") == 0);
+    CHECK(server_stop(&t) == 0, "log: %s", t.log);
+    snprintf(body, sizeof(body), "{\"prompt\":\"%s\",\"max_tokens\":8,\"temperature\":0}", p1);
+    SERVER_OR_SKIP(u, "--device cpu -c 2048");
+    REQUIRE(http(&u, "POST", "/v1/completions", body, NULL, out, sizeof(out)) == 200, "%s", out);
+    snprintf(body, sizeof(body), "{\"prompt\":\"%s\",\"max_tokens\":8,\"temperature\":0}", p2);
+    REQUIRE(http(&u, "POST", "/v1/completions", body, NULL, out, sizeof(out)) == 200, "%s", out);
+    json_t *a = json_loads(out, 0, NULL), *b = json_loads(plain, 0, NULL);
+    const char *ta = json_string_value(json_object_get(json_array_get(json_object_get(a, "choices"), 0), "text"));
+    const char *tb = json_string_value(json_object_get(json_array_get(json_object_get(b, "choices"), 0), "text"));
+    CHECK(ta && tb && !strcmp(ta, tb), "with the cache '%s', without '%s'", ta ? ta : "?", tb ? tb : "?");
+    json_decref(a);
+    json_decref(b);
+    CHECK(server_stop(&u) == 0, "log: %s", u.log);
+}

@@ -469,6 +469,73 @@ TEST(cuda_op_set_rows_attention) {
     set_rows_attention_case(256);
 }
 
+// Through a block table (kv_block.h): a sequence's rows written into a shuffled set of blocks
+// of a larger store give the bits the same rows in an unpaged cache give, on every kernel the
+// op picks (decode split over CTAs, small batches, the flash prefill, windows).
+static void paged_attention_case(int hd, enum ft_type kt) {
+    const int nh = 8, nkv = 2, W = nkv * hd, n_blk = 6, n_ctx = n_blk * FT_KV_BLOCK, store = 10 * FT_KV_BLOCK;
+    pair p;
+    if (!pair_init(&p, 128, nh * hd, n_ctx, hd, 0, 0)) return;
+    ft_tensor flat_k = cache_tensor(kt, W, n_ctx, true), flat_v = cache_tensor(kt, W, n_ctx, true);
+    ft_tensor pk = cache_tensor(kt, W, store, true), pv = cache_tensor(kt, W, store, true);
+    const int32_t table[6] = {7, 2, 9, 0, 5, 3};
+    int32_t *table_dev = ft_cuda_malloc(sizeof(table));
+    ft_cuda_memcpy_h2d(table_dev, table, sizeof(table), NULL);
+    ft_cuda_device_sync();
+    const int filled = 370, chunk = 37; // chunks across block boundaries
+    float *k = randn(&p.rng, (size_t)filled * W, 1.0f), *v = randn(&p.rng, (size_t)filled * W, 1.0f);
+    for (int r0 = 0; r0 < filled; r0 += chunk) {
+        float *kb = gpu_buf(&p, k + (size_t)r0 * W, (size_t)chunk * W), *vb = gpu_buf(&p, v + (size_t)r0 * W, (size_t)chunk * W);
+        p.gpu->ops->set_rows(p.gpu, &flat_k, NULL, r0, kb, chunk);
+        p.gpu->ops->set_rows(p.gpu, &flat_v, NULL, r0, vb, chunk);
+        p.gpu->ops->set_rows(p.gpu, &pk, table_dev, r0, kb, chunk);
+        p.gpu->ops->set_rows(p.gpu, &pv, table_dev, r0, vb, chunk);
+    }
+    struct { int n_tok, pos0, window; } cases[] = {{1, 369, 0}, {4, 300, 0}, {100, 0, 0}, {128, 242, 0},
+                                                   {1, 369, 70}, {33, 200, 7}, {8, 362, 0}};
+    int n_same = 0;
+    for (size_t ci = 0; ci < FT_ARRAY_LEN(cases); ci++) {
+        int n = cases[ci].n_tok;
+        size_t QN = (size_t)n * nh * hd;
+        float *q = randn(&p.rng, QN, 1.0f);
+        float *qd = gpu_buf(&p, q, QN), *of = gpu_buf(&p, NULL, QN), *op = gpu_buf(&p, NULL, QN);
+        ft_attn_params ap = {.q = qd, .out = of, .k_cache = &flat_k, .v_cache = &flat_v, .n_tok = n,
+                             .pos0 = cases[ci].pos0, .n_head = nh, .n_head_kv = nkv, .head_dim = hd,
+                             .window = cases[ci].window, .scale = 1.0f / sqrtf((float)hd)};
+        p.gpu->ops->attention(p.gpu, &ap);
+        ap.out = op;
+        ap.k_cache = &pk;
+        ap.v_cache = &pv;
+        ap.blocks = table_dev;
+        p.gpu->ops->attention(p.gpu, &ap);
+        float *hf = gpu_read(&p, of, QN), *hp = gpu_read(&p, op, QN);
+        bool eq = !memcmp(hf, hp, QN * sizeof(float));
+        CHECK(eq, "paged attention %s hd %d n_tok %d pos0 %d window %d differs from the flat cache", ft_type_name(kt), hd,
+              n, cases[ci].pos0, cases[ci].window);
+        n_same += eq;
+        free(q);
+        free(hf);
+        free(hp);
+    }
+    printf("    paged %s hd %d: %d/%zu shapes bit-identical to the flat cache\n", ft_type_name(kt), hd, n_same,
+           FT_ARRAY_LEN(cases));
+    free(k);
+    free(v);
+    ft_cuda_free(table_dev);
+    ft_cuda_free(flat_k.data);
+    ft_cuda_free(flat_v.data);
+    ft_cuda_free(pk.data);
+    ft_cuda_free(pv.data);
+    pair_free(&p);
+}
+
+TEST(cuda_op_paged_attention) {
+    GPU_TEST_REQUIRE_DEVICE();
+    paged_attention_case(128, FT_TYPE_F16);
+    paged_attention_case(128, FT_TYPE_Q8_0);
+    paged_attention_case(64, FT_TYPE_F16);
+}
+
 // Causal attention of n queries from pos0 over the cache rows k, v (the values the cache holds),
 // the query rounded to f16 as the f16 dot product takes it, in double.
 static float *attention_exact(const float *q, const float *k, const float *v, int n, int pos0, int nh, int nkv,
