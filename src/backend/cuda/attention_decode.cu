@@ -97,29 +97,37 @@ __global__ void __launch_bounds__(AT_THREADS) attention_decode_kernel(const ft_c
     const uint8_t *kg = (const uint8_t *)p.k + (size_t)hk * krow, *vg = (const uint8_t *)p.v + (size_t)hk * vrow;
     const int kstride = kq8 ? S::K8_STRIDE : S::K16_STRIDE;
 
-    // tile i's K and V rows to buffer b (rows past kend repeat row kend: valid data, masked)
+    // tile i's K and V rows to buffer b (rows past kend repeat row kend: valid data, masked).
+    // The tile's keys lie in at most two blocks of the table (TK <= FT_KV_BLOCK): two lookups a
+    // tile, the same for every thread, then rows run on as in an unpaged cache
+    static_assert(TK <= FT_KV_BLOCK, "a decode tile spans at most two KV blocks");
     auto load_tile = [&](int i, int b) {
-        const int k0 = kbeg + i * TK;
+        const int k0 = kbeg + i * TK, edge = (k0 / FT_KV_BLOCK + 1) * FT_KV_BLOCK;
+        const int64_t r0 = ft_kv_row(p.blocks, k0), r1 = min(k0 + TK - 1, kend) >= edge ? ft_kv_row(p.blocks, edge) : 0;
+        auto row = [&](int r) -> size_t {
+            const int k = min(k0 + r, kend);
+            return (size_t)(k < edge ? r0 + (k - k0) : r1 + (k - edge));
+        };
         if (kq8) {
             for (int e = tid; e < TK * (S::Q8_ROW / 4); e += AT_THREADS) {
                 const int r = e / (S::Q8_ROW / 4), c = e % (S::Q8_ROW / 4);
-                cp_async4(kbuf[b] + r * kstride + c * 4, kg + (size_t)ft_kv_row(p.blocks, min(k0 + r, kend)) * p.k_row_bytes + c * 4);
+                cp_async4(kbuf[b] + r * kstride + c * 4, kg + row(r) * p.k_row_bytes + c * 4);
             }
         } else {
             for (int e = tid; e < TK * (HD / 8); e += AT_THREADS) {
                 const int r = e / (HD / 8), c = e % (HD / 8);
-                cp_async16(kbuf[b] + r * kstride + c * 16, kg + (size_t)ft_kv_row(p.blocks, min(k0 + r, kend)) * p.k_row_bytes + c * 16);
+                cp_async16(kbuf[b] + r * kstride + c * 16, kg + row(r) * p.k_row_bytes + c * 16);
             }
         }
         if (vq8) {
             for (int e = tid; e < TK * (S::Q8_ROW / 4); e += AT_THREADS) {
                 const int r = e / (S::Q8_ROW / 4), c = e % (S::Q8_ROW / 4);
-                cp_async4(vbuf[b] + r * vrow + c * 4, vg + (size_t)ft_kv_row(p.blocks, min(k0 + r, kend)) * p.v_row_bytes + c * 4);
+                cp_async4(vbuf[b] + r * vrow + c * 4, vg + row(r) * p.v_row_bytes + c * 4);
             }
         } else {
             for (int e = tid; e < TK * (HD / 8); e += AT_THREADS) {
                 const int r = e / (HD / 8), c = e % (HD / 8);
-                cp_async16(vbuf[b] + r * vrow + c * 16, vg + (size_t)ft_kv_row(p.blocks, min(k0 + r, kend)) * p.v_row_bytes + c * 16);
+                cp_async16(vbuf[b] + r * vrow + c * 16, vg + row(r) * p.v_row_bytes + c * 16);
             }
         }
         cp_async_commit();

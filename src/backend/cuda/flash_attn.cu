@@ -52,21 +52,38 @@ __device__ __forceinline__ uint32_t pair_word(const __half *lo, const __half *hi
     return (uint32_t)__half_as_ushort(*lo) | ((uint32_t)__half_as_ushort(*hi) << 16);
 }
 
+// Where the keys of a tile of FA_BK from k0 lie in the cache: in at most two blocks of the
+// block table (FA_BK <= FT_KV_BLOCK), key k < edge at row r0 + (k - k0), the others at
+// r1 + (k - edge). Two lookups a tile, the same for every thread.
+typedef struct tile_rows {
+    int k0, edge;
+    int64_t r0, r1;
+} tile_rows;
+
+__device__ __forceinline__ tile_rows tile_rows_of(const int32_t *blocks, int k0, int kend) {
+    static_assert(FA_BK <= FT_KV_BLOCK, "a tile spans at most two KV blocks");
+    const int edge = (k0 / FT_KV_BLOCK + 1) * FT_KV_BLOCK;
+    return {k0, edge, ft_kv_row(blocks, k0), min(k0 + FA_BK - 1, kend) >= edge ? ft_kv_row(blocks, edge) : 0};
+}
+
+__device__ __forceinline__ size_t tile_row(const tile_rows &t, int k) {
+    return (size_t)(k < t.edge ? t.r0 + (k - t.k0) : t.r1 + (k - t.edge));
+}
+
 // Rows kbeg..kend of one KV head (f16 or q8_0) to a shared tile of FA_BK rows starting at key
-// k0, as f16; rows outside kbeg..kend are zeros, so that P = 0 meets finite values.
+// tr.k0, as f16; rows outside kbeg..kend are zeros, so that P = 0 meets finite values.
 template <int D>
-__device__ __forceinline__ void load_kv_tile(__half (*dst)[D + FA_PAD], const uint8_t *base, const int32_t *blocks,
-                                             size_t row_bytes, uint32_t type, size_t head_off, int k0, int kbeg,
-                                             int kend) {
+__device__ __forceinline__ void load_kv_tile(__half (*dst)[D + FA_PAD], const uint8_t *base, const tile_rows &tr,
+                                             size_t row_bytes, uint32_t type, size_t head_off, int kbeg, int kend) {
     constexpr int C8 = D / 8; // 8-element chunks per row
     for (int i = threadIdx.x; i < FA_BK * C8; i += FA_THREADS) {
-        const int j = i / C8, c = i % C8 * 8, k = k0 + j;
+        const int j = i / C8, c = i % C8 * 8, k = tr.k0 + j;
         __half *o = &dst[j][c];
         if (k < kbeg || k > kend) {
             *(uint4 *)o = make_uint4(0, 0, 0, 0);
             continue;
         }
-        const uint8_t *row = base + (size_t)ft_kv_row(blocks, k) * row_bytes + head_off;
+        const uint8_t *row = base + tile_row(tr, k) * row_bytes + head_off;
         if (type == FT_TYPE_F16) {
             *(uint4 *)o = *(const uint4 *)(row + (size_t)c * 2);
         } else {
@@ -84,10 +101,10 @@ __device__ __forceinline__ void load_kv_tile(__half (*dst)[D + FA_PAD], const ui
 // q8_0 key rows kbeg..kend of one KV head as codes and scales (as load_kv_tile; zeros outside).
 template <int D>
 __device__ __forceinline__ void load_k_q8_tile(int8_t (*codes)[D + FA_PAD8], float (*scales)[D / 32], const uint8_t *base,
-                                               const int32_t *blocks, size_t row_bytes, size_t head_off, int k0,
-                                               int kbeg, int kend) {
+                                               const tile_rows &tr, size_t row_bytes, size_t head_off, int kbeg,
+                                               int kend) {
     for (int i = threadIdx.x; i < FA_BK * (D / 32); i += FA_THREADS) {
-        const int j = i / (D / 32), b = i % (D / 32), k = k0 + j;
+        const int j = i / (D / 32), b = i % (D / 32), k = tr.k0 + j;
         uint32_t *o = (uint32_t *)&codes[j][b * 32];
         if (k < kbeg || k > kend) {
 #pragma unroll
@@ -95,7 +112,7 @@ __device__ __forceinline__ void load_k_q8_tile(int8_t (*codes)[D + FA_PAD8], flo
             scales[j][b] = 0.0f;
             continue;
         }
-        const block_q8_0 *blk = (const block_q8_0 *)(base + (size_t)ft_kv_row(blocks, k) * row_bytes + head_off) + b;
+        const block_q8_0 *blk = (const block_q8_0 *)(base + tile_row(tr, k) * row_bytes + head_off) + b;
         const uint16_t *qs = (const uint16_t *)blk->qs; // 2-byte aligned: blocks are 34 bytes
 #pragma unroll
         for (int w = 0; w < 8; w++) o[w] = (uint32_t)qs[2 * w] | ((uint32_t)qs[2 * w + 1] << 16);
@@ -212,9 +229,10 @@ __global__ void __launch_bounds__(FA_THREADS) flash_attn_kernel(const ft_cuda_at
     for (int n = 0; n < ND; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
     for (int k0 = kbeg; k0 <= kend; k0 += FA_BK) {
         __syncthreads(); // the previous tile (or the query staging) is no longer read
-        if constexpr (KQ8) load_k_q8_tile<D>(kc, kd, (const uint8_t *)p.k, p.blocks, p.k_row_bytes, koff, k0, kbeg, kend);
-        else load_kv_tile<D>(ks, (const uint8_t *)p.k, p.blocks, p.k_row_bytes, FT_TYPE_F16, koff, k0, kbeg, kend);
-        load_kv_tile<D>(vs, (const uint8_t *)p.v, p.blocks, p.v_row_bytes, p.v_type, voff, k0, kbeg, kend);
+        const tile_rows tr = tile_rows_of(p.blocks, k0, kend);
+        if constexpr (KQ8) load_k_q8_tile<D>(kc, kd, (const uint8_t *)p.k, tr, p.k_row_bytes, koff, kbeg, kend);
+        else load_kv_tile<D>(ks, (const uint8_t *)p.k, tr, p.k_row_bytes, FT_TYPE_F16, koff, kbeg, kend);
+        load_kv_tile<D>(vs, (const uint8_t *)p.v, tr, p.v_row_bytes, p.v_type, voff, kbeg, kend);
         __syncthreads();
 
         // S = Q K^T: n-tile n holds keys k0 + 8n .. k0 + 8n + 7
