@@ -3,6 +3,7 @@
 #include "fixtures.h"
 #include "../src/backend/cpu/cpu.h"
 #include "../src/engine/engine.h"
+#include "../src/engine/place.h"
 #include "../src/model/synth.h"
 #include "../src/quant/fp16.h"
 
@@ -121,6 +122,42 @@ TEST(engine_context_limits) {
     CHECK(!ft_engine_eval(e, &bad, 1, &err));
     CHECK(strstr(err.msg, "vocabulary"), "message: %s", err.msg);
     ft_engine_free(e);
+    ft_model_free(m);
+}
+
+// The default context (serve's) halves until the KV pool takes at most a quarter of the memory,
+// never below 4096; a context the user set that does not fit the CPU's memory is an error.
+TEST(engine_context_fits_memory) {
+    ft_synth_params sp = ft_synth_default_params();
+    sp.n_layer = 2;
+    sp.n_ctx_train = 1 << 20;
+    ft_model *m = fixture_model(&sp, "engine_fit.gguf");
+    REQUIRE(m);
+    ft_err err = {{0}};
+    ft_engine_params ep = ft_engine_default_params();
+    ep.n_ctx = 1 << 20;
+    ep.n_seq = 4;
+    ep.n_ctx_default = true;
+    // 2 layers x 2 KV heads x 64 x (K, V) x f16: 1 KiB a position
+    size_t mem = (size_t)128 << 20;
+    fixture_stderr_mute();
+    bool ok = engine_fit_context_to(m, &ep, mem, true, &err);
+    fixture_stderr_restore();
+    CHECK(ok, "%s", err.msg);
+    CHECK(ep.n_ctx == 16384, "128 MiB: a quarter holds 32768 positions, 16384 + 3 x 4096 of them: %d", ep.n_ctx);
+    CHECK(engine_kv_bytes(m, &ep) <= mem / 4);
+    ep.n_ctx = 1 << 20;
+    fixture_stderr_mute();
+    ok = engine_fit_context_to(m, &ep, (size_t)4 << 20, false, &err);
+    fixture_stderr_restore();
+    CHECK(ok && ep.n_ctx == 4096, "never below 4096: %d", ep.n_ctx);
+    ep.n_ctx = 1 << 16;
+    CHECK(engine_fit_context_to(m, &ep, (size_t)1 << 40, true, &err) && ep.n_ctx == 1 << 16, "what fits stays");
+    ep.n_ctx_default = false;
+    ep.n_ctx = 1 << 20;
+    CHECK(!engine_fit_context_to(m, &ep, mem, true, &err) && strstr(err.msg, "does not fit") && strstr(err.msg, "-c"),
+          "-c too large for the CPU's memory: %s", err.msg);
+    CHECK(engine_fit_context_to(m, &ep, mem, false, &err), "a GPU's plan checks its own budget");
     ft_model_free(m);
 }
 

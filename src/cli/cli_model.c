@@ -30,6 +30,8 @@ void cli_model_close(cli_model *cm) {
 bool cli_model_context(const engine_args *ea, const cli_model *cm, int default_ctx, ft_engine_params *ep) {
     int train = cm->m->hp.n_ctx_train;
     ep->n_ctx = engine_args_n_ctx(ea, FT_MIN(default_ctx, train), train);
+    // no -c and no --num-tokens: the engine shrinks a default as large as the model's to fit
+    ep->n_ctx_default = ea->n_ctx <= 0 && ea->num_tokens <= 0 && default_ctx >= train;
     if (ep->n_ctx > train) {
         fprintf(stderr, "ft %s: -c %d exceeds the model's context of %d tokens\n", ea->cmd, ep->n_ctx, train);
         return false;

@@ -155,7 +155,8 @@ int cmd_serve(int argc, char **argv) {
         fprintf(stderr, "ft serve: %s; the chat routes will answer 400\n", err.msg);
     }
     p.engine.n_seq = p.max_running;
-    if (!cli_model_context(&ea, &cm, 4096, &p.engine)) goto done;
+    // the model's context by default, as far as memory holds it (the engine says when not)
+    if (!cli_model_context(&ea, &cm, INT32_MAX, &p.engine)) goto done;
     // the mapping is lazy: the engine reads it into memory where the CPU computes from it (the
     // CPU device, or the experts --moe-backend cpu computes), so the first requests do not wait
     ft_progress bar;

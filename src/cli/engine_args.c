@@ -12,7 +12,11 @@ engine_args engine_args_init(const char *cmd, unsigned extra) {
     bool bench = !strcmp(cmd, "bench");
     engine_args a = {
         .cmd = cmd, .extra = extra, .device_cpu_default = bench, .batch_default = bench ? 512 : 256,
-        .ctx_help = bench ? "-p + -n" : !strcmp(cmd, "probs") ? "the prompt's length" : "the model's, at most 4096",
+        .ctx_help = bench                     ? "-p + -n"
+                    : !strcmp(cmd, "probs") ? "the prompt's length"
+                    : !strcmp(cmd, "serve") ? "the model's, halved until its KV cache takes at most a quarter of\n"
+                                              "                             the memory"
+                                            : "the model's, at most 4096",
         .cuda_graph_max_bs = -1, .memory_ratio = -1, .gpu_memory_limit_gib = -1,
     };
     return a;

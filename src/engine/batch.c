@@ -45,6 +45,9 @@ static bool batch_setup(ft_batch *b, ft_err *err) {
     ft_backend_params bp = {.device = p->device, .n_threads = p->n_threads, .reference = p->reference,
                             .graph_max_tok = p->cuda_graph_max_bs};
     if (!(b->be = ft_backend_init(&bp, err))) return false;
+    if (!engine_fit_context(m, b->be, &b->p, err)) return false;
+    b->max_tok = engine_step_tokens(p);
+    b->max_blocks = ft_kv_blocks_for(p->n_ctx);
     engine_placement pl;
     if (!engine_plan(m, b->be, p, &pl, err)) return false;
     b->moe_backend = pl.mode;
@@ -76,13 +79,12 @@ ft_batch *ft_batch_init(const ft_model *m, const ft_engine_params *params, ft_er
     ft_batch *b = ft_calloc(1, sizeof(*b));
     b->m = m;
     b->p = p;
-    b->max_tok = engine_step_tokens(&p);
-    b->max_blocks = ft_kv_blocks_for(p.n_ctx);
     if (!batch_setup(b, err)) {
         ft_batch_free(b);
         return NULL;
     }
     ft_backend *be = b->be;
+    p = b->p; // the context as fitted to memory
     b->place = moe_placement_cpu();
     ft_forward_alloc(&b->f, m, b->w, be, b->max_tok);
     b->f.place = &b->place;

@@ -20,7 +20,8 @@ typedef struct ft_engine_params {
     int n_ctx;              // positions of one sequence at most (0: the model's training context)
     int n_batch;            // tokens per prefill step (a prompt is cut into chunks of n_batch)
     int n_seq;              // sequences open at once (batch.h; ft_engine: 1)
-    int64_t num_tokens;     // KV positions all sequences share (0: n_seq x n_ctx; at least n_ctx)
+    bool n_ctx_default;     // n_ctx is the model's context by default: shrunk to what memory holds
+    int64_t num_tokens;     // KV positions all sequences share (0: engine_kv_blocks's default)
     bool prefix_cache;      // keep finished prompts' KV blocks for later prompts (batch.h)
     enum ft_type kv_type;   // FT_TYPE_F16 or FT_TYPE_Q8_0
     bool reference;         // every op on its scalar reference path (also FT_REFERENCE=1)

@@ -37,8 +37,7 @@ bool ft_engine_params_resolve(const ft_model *m, ft_engine_params *p, ft_err *er
     if (p->n_batch <= 0) p->n_batch = 256;
     p->n_batch = FT_MIN(p->n_batch, p->n_ctx); // a prefill chunk never needs more
     // one sequence may always grow to the whole context
-    if (p->num_tokens <= 0) p->num_tokens = (int64_t)p->n_seq * p->n_ctx;
-    p->num_tokens = FT_MAX(p->num_tokens, (int64_t)p->n_ctx);
+    if (p->num_tokens > 0) p->num_tokens = FT_MAX(p->num_tokens, (int64_t)p->n_ctx);
     if (p->n_threads <= 0) p->n_threads = ft_engine_default_threads(p->device);
     if (ft_env_flag(FT_ENV_REFERENCE)) p->reference = true;
     return true;

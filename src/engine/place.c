@@ -12,6 +12,10 @@
 
 static const double MiB = 1024.0 * 1024.0;
 
+// Sequences beside the longest get this much context in the default KV pool, and the default
+// context never shrinks below it.
+#define ENGINE_SHORT_CTX 4096
+
 // The CUDA context's own allocations and fragmentation, beside what the plan counts.
 #define DEVICE_MARGIN ((size_t)256 << 20)
 
@@ -50,8 +54,39 @@ ft_kv_params engine_kv_params(const ft_model *m, const ft_engine_params *p, int6
 }
 
 int64_t engine_kv_blocks(const ft_engine_params *p) {
-    int64_t tokens = p->num_tokens > 0 ? p->num_tokens : (int64_t)p->n_seq * p->n_ctx;
+    // by default one sequence of the whole context beside the others at up to 4096 each
+    int64_t tokens = p->num_tokens > 0 ? p->num_tokens
+                                       : p->n_ctx + (int64_t)(p->n_seq - 1) * FT_MIN(p->n_ctx, ENGINE_SHORT_CTX);
     return ft_kv_blocks_for(FT_MAX(tokens, (int64_t)p->n_ctx));
+}
+
+bool engine_fit_context(const ft_model *m, ft_backend *be, ft_engine_params *p, ft_err *err) {
+    if (be->placement == FT_PLACEMENT_CPU) return engine_fit_context_to(m, p, ft_mem_available(), true, err);
+    ft_device_info info;
+    be->ops->device_info(be, &info);
+    return engine_fit_context_to(m, p, engine_device_budget(p, &info), false, err);
+}
+
+bool engine_fit_context_to(const ft_model *m, ft_engine_params *p, size_t mem, bool cpu, ft_err *err) {
+    const char *what = cpu ? "of memory available" : "of GPU budget";
+    size_t kv = engine_kv_bytes(m, p);
+    if (!p->n_ctx_default) {
+        // the device plan checks its own budget; the CPU's KV is checked here, before the
+        // weights are read into memory
+        if (!cpu || kv <= mem) return true;
+        return ft_err_set(err, "a KV cache of %.0f MiB (%lld positions, -c %d) does not fit the %.0f MiB %s; "
+                               "lower -c or --num-tokens, or use --kv-cache-dtype q8_0",
+                          kv / MiB, (long long)engine_kv_blocks(p) * FT_KV_BLOCK, p->n_ctx, mem / MiB, what);
+    }
+    // the default context: the KV cache takes at most a quarter of it
+    int train = p->n_ctx;
+    while (p->n_ctx > ENGINE_SHORT_CTX && engine_kv_bytes(m, p) > mem / 4)
+        p->n_ctx = FT_MAX(ENGINE_SHORT_CTX, p->n_ctx / 2);
+    if (p->n_ctx < train)
+        fprintf(stderr, "context %d: the model's %d would take more than a quarter of the %.0f MiB %s for the KV cache "
+                        "(-c sets it)\n", p->n_ctx, train, mem / MiB, what);
+    p->n_batch = FT_MIN(p->n_batch, p->n_ctx);
+    return true;
 }
 
 size_t engine_kv_bytes(const ft_model *m, const ft_engine_params *p) {

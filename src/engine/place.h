@@ -20,8 +20,16 @@ size_t engine_activation_floats(const ft_model *m, const ft_engine_params *p);
 // The shape of the KV pool: K and V rows of the attention layers in engine_kv_blocks blocks,
 // the recurrent layers' states; arrays holds 3 x n_layer entries for it.
 ft_kv_params engine_kv_params(const ft_model *m, const ft_engine_params *p, int64_t *arrays);
-// Blocks of the pool: num_tokens positions (0: n_seq x n_ctx), at least one whole context.
+// Blocks of the pool: num_tokens positions (0: one sequence of n_ctx and the others at up to
+// 4096 each), at least one whole context.
 int64_t engine_kv_blocks(const ft_engine_params *p);
+// Before the plan: a default context (n_ctx_default) shrinks, halving down to 4096, until the KV
+// pool takes at most a quarter of the memory (the device budget, or the CPU's available memory),
+// printed; a context the user set whose KV pool exceeds the CPU's available memory is an error
+// (the device plan checks a GPU's). Returns false and sets *err then.
+bool engine_fit_context(const ft_model *m, ft_backend *be, ft_engine_params *p, ft_err *err);
+// The same against mem bytes (cpu: the CPU's available memory, else a device budget).
+bool engine_fit_context_to(const ft_model *m, ft_engine_params *p, size_t mem, bool cpu, ft_err *err);
 // Bytes of the pool (kv_pool.h): its blocks, and each sequence's table and recurrent state.
 size_t engine_kv_bytes(const ft_model *m, const ft_engine_params *p);
 // What ft may allocate on the device: --memory-ratio of its free memory, capped at
