@@ -159,6 +159,29 @@ TEST(engine_context_fits_memory) {
           "-c too large for the CPU's memory: %s", err.msg);
     CHECK(engine_fit_context_to(m, &ep, mem, false, &err), "a GPU's plan checks its own budget");
     ft_model_free(m);
+
+    // Qwen3-30B-A3B's attention (48 layers, 4 KV heads of 128, 40960 positions; experts
+    // shrunk: they do not count) on a 24 GiB budget keeps its whole context
+    sp = ft_synth_default_params();
+    sp.n_layer = 48;
+    sp.n_embd = 512;
+    sp.n_head = 32;
+    sp.n_head_kv = 4;
+    sp.head_dim = 128;
+    sp.n_expert = 2;
+    sp.n_expert_used = 1;
+    sp.n_ff_exp = 256;
+    sp.n_ctx_train = 40960;
+    m = fixture_model(&sp, "engine_fit_30b.gguf");
+    REQUIRE(m);
+    ep = ft_engine_default_params();
+    ep.n_ctx = 40960;
+    ep.n_seq = 4;
+    ep.n_ctx_default = true;
+    CHECK(engine_fit_context_to(m, &ep, (size_t)24 << 30, false, &err) && ep.n_ctx == 40960, "24 GiB: %d", ep.n_ctx);
+    printf("    Qwen3-30B-A3B's KV shape on a 24 GiB budget: context %d, pool %lld positions, %.0f MiB\n", ep.n_ctx,
+           (long long)engine_kv_blocks(&ep) * FT_KV_BLOCK, engine_kv_bytes(m, &ep) / 1048576.0);
+    ft_model_free(m);
 }
 
 // Threads when none are asked for: the physical cores on the CPU, one fewer (at least one) on a

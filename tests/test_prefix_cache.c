@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { CHUNK = 64, N_GEN = 4, MAX_SEQ = 32 };
+enum { CHUNK = 64, N_GEN = 4, MAX_SEQ = 64 };
 
 static ft_model *prefix_model(const char *arch, const char *name) {
     ft_synth_params sp = ft_synth_default_params(); // the demo model's shape
@@ -195,6 +195,51 @@ TEST(prefix_reuse_is_bit_identical) {
     ft_model_free(m);
 }
 
+// 64 sequences of mixed lengths (1 to 300 tokens, half of them after one of two shared
+// prefixes) at once on one pool: the block accounting holds after every step, and each gives
+// the bits of its prompt computed alone.
+TEST(prefix_cache_64_mixed_sequences) {
+    ft_model *m = prefix_model(NULL, "prefix64.gguf");
+    REQUIRE(m);
+    int n_vocab = m->hp.n_vocab;
+    ft_rng r = ft_rng_init(21);
+    static int32_t prompts[64][300], shared[2][200];
+    random_tokens(&r, shared[0], 200, n_vocab);
+    random_tokens(&r, shared[1], 200, n_vocab);
+    run rs[64];
+    float *logits = ft_malloc((size_t)64 * N_GEN * n_vocab * sizeof(float));
+    float *want = ft_malloc((size_t)N_GEN * n_vocab * sizeof(float));
+    for (int s = 0; s < 64; s++) {
+        int n = 1 + (int)(ft_rng_next(&r) % 300);
+        random_tokens(&r, prompts[s], n, n_vocab);
+        if (s % 2) memcpy(prompts[s], shared[s / 2 % 2], (size_t)FT_MIN(n, 200) * sizeof(int32_t));
+        rs[s] = (run){.prompt = prompts[s], .n_prompt = n, .logits = logits + (size_t)s * N_GEN * n_vocab};
+    }
+    // each holds at most 5 blocks (300 + 3 positions)
+    ft_batch *b = prefix_batch(m, 64, 64 * 5 * FT_KV_BLOCK, FT_TYPE_Q8_0, true);
+    REQUIRE(b);
+    // the two shared prefixes cached first
+    for (int k = 0; k < 2; k++) {
+        run q = {.prompt = shared[k], .n_prompt = 200, .logits = logits};
+        REQUIRE(drive(b, &q, 1, n_vocab, -1));
+    }
+    REQUIRE(drive(b, rs, 64, n_vocab, -1));
+    int n_same = 0, n_reused = 0;
+    for (int s = 0; s < 64; s++) {
+        n_reused += rs[s].reused > 0;
+        REQUIRE(fresh_logits(m, FT_TYPE_Q8_0, prompts[s], rs[s].n_prompt, want));
+        n_same += same(rs[s].logits, want, n_vocab);
+    }
+    CHECK(n_same == 64, "%d of 64 sequences match their prompt computed alone", n_same);
+    CHECK(n_reused >= 16, "%d sequences reused a cached prefix", n_reused);
+    printf("    64 sequences, prompts of 1 to 300 tokens: %d reused a prefix, %d/64 bit-identical to alone\n",
+           n_reused, n_same);
+    ft_batch_free(b);
+    free(logits);
+    free(want);
+    ft_model_free(m);
+}
+
 // 32 sequences whose prompts share a 150-token system prompt run at once after one of them
 // cached it: each reuses its 2 whole blocks, every step's block accounting holds, and each
 // gives the bits of its prompt computed alone.
@@ -203,31 +248,31 @@ TEST(prefix_cache_shared_by_32_sequences) {
     REQUIRE(m);
     int n_vocab = m->hp.n_vocab;
     ft_rng r = ft_rng_init(9);
-    enum { SYS = 150 };
-    int32_t prompts[MAX_SEQ][SYS + 40];
+    enum { SYS = 150, N32 = 32 };
+    int32_t prompts[N32][SYS + 40];
     random_tokens(&r, prompts[0], SYS, n_vocab);
-    for (int s = 0; s < MAX_SEQ; s++) {
+    for (int s = 0; s < N32; s++) {
         memcpy(prompts[s], prompts[0], SYS * sizeof(int32_t));
         random_tokens(&r, prompts[s] + SYS, 40, n_vocab);
     }
-    float *logits = ft_malloc((size_t)MAX_SEQ * N_GEN * n_vocab * sizeof(float));
+    float *logits = ft_malloc((size_t)N32 * N_GEN * n_vocab * sizeof(float));
     float *want = ft_malloc((size_t)N_GEN * n_vocab * sizeof(float));
     // the positions of 32 prompts of 190 + 4, each 4 blocks; 2 of them shared: 66 blocks
-    ft_batch *b = prefix_batch(m, MAX_SEQ, 70 * FT_KV_BLOCK, FT_TYPE_Q8_0, true);
+    ft_batch *b = prefix_batch(m, N32, 70 * FT_KV_BLOCK, FT_TYPE_Q8_0, true);
     REQUIRE(b);
     run first = {.prompt = prompts[0], .n_prompt = SYS + 40, .logits = logits};
     REQUIRE(drive(b, &first, 1, n_vocab, -1));
-    run rs[MAX_SEQ];
-    for (int s = 0; s < MAX_SEQ; s++)
+    run rs[N32];
+    for (int s = 0; s < N32; s++)
         rs[s] = (run){.prompt = prompts[s], .n_prompt = SYS + 40, .logits = logits + (size_t)s * N_GEN * n_vocab};
-    REQUIRE(drive(b, rs, MAX_SEQ, n_vocab, -1));
+    REQUIRE(drive(b, rs, N32, n_vocab, -1));
     int n_same = 0;
-    for (int s = 0; s < MAX_SEQ; s++) {
+    for (int s = 0; s < N32; s++) {
         CHECK(rs[s].reused == 2 * FT_KV_BLOCK, "sequence %d reused %d", s, rs[s].reused);
         REQUIRE(fresh_logits(m, FT_TYPE_Q8_0, prompts[s], SYS + 40, want));
         n_same += same(rs[s].logits, want, n_vocab);
     }
-    CHECK(n_same == MAX_SEQ, "%d of %d sequences match their prompt computed alone", n_same, MAX_SEQ);
+    CHECK(n_same == N32, "%d of %d sequences match their prompt computed alone", n_same, N32);
     ft_batch_free(b);
     free(logits);
     free(want);

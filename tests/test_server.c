@@ -1191,3 +1191,36 @@ TEST(server_prefix_cache_reuses_prompts) {
     json_decref(b);
     CHECK(server_stop(&u) == 0, "log: %s", u.log);
 }
+
+// Two requests that together need more KV blocks than the pool has (--num-tokens 256: 4
+// blocks; each prompt of ~160 tokens grows to 4 of them): in chunks of 64 both prompts take
+// blocks until neither can go on, the younger goes back to the queue, and again when the other
+// decodes past its blocks; both finish with their whole reply and the blocks are all back.
+TEST(server_kv_pool_shared_under_pressure) {
+    static char p[4096];
+    size_t n = 0;
+    for (int i = 0; i < 12; i++) n += (size_t)snprintf(p + n, sizeof(p) - n, "Item %d of the list is here. ", i);
+    SERVER_OR_SKIP(s, "--device cpu -c 256 --num-tokens 256 -b 64 --max-running-requests 2 --no-prefix-cache");
+    char cmd[8192];
+    for (int k = 0; k < 2; k++) {
+        snprintf(cmd, sizeof(cmd),
+                 "curl -s -m 60 http://127.0.0.1:%d/v1/completions -d '{\"prompt\":\"%s %d\",\"max_tokens\":60,"
+                 "\"temperature\":0,\"ignore_eos\":true}' > %s &",
+                 s.port, p, k, test_path(k ? "pressure-1" : "pressure-0"));
+        CHECK(test_run(cmd, NULL, 0) == 0);
+    }
+    test_run("sleep 0.2; wait", NULL, 0);
+    for (int i = 0; i < 600 && stat_int(&s, "requests", "length") < 2; i++) sleep_ms(50);
+    for (int k = 0; k < 2; k++) {
+        static char out[1 << 16];
+        FILE *f = fopen(test_path(k ? "pressure-1" : "pressure-0"), "r");
+        REQUIRE(f);
+        size_t got = fread(out, 1, sizeof(out) - 1, f);
+        out[got] = 0;
+        fclose(f);
+        CHECK(usage_int(out, "completion_tokens", NULL) == 60, "request %d: %s", k, out);
+    }
+    CHECK(stat_int(&s, "requests", "length") == 2 && stat_int(&s, "requests", "error") == 0);
+    CHECK(stat_int(&s, "kv_cache", "used_tokens") == 0, "all blocks back");
+    CHECK(server_stop(&s) == 0, "log: %s", s.log);
+}

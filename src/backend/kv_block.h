@@ -26,6 +26,17 @@ FT_KV_BLOCK_FN int64_t ft_kv_row(const int32_t *blocks, int64_t pos) {
     return blocks ? (int64_t)blocks[pos / FT_KV_BLOCK] * FT_KV_BLOCK + pos % FT_KV_BLOCK : pos;
 }
 
+// The row of pos in a walk over increasing positions: *off (the row's offset from the
+// position) holds for positions up to *last, so a walk looks the table up once a block. Start
+// with *last = -1.
+FT_KV_BLOCK_FN int64_t ft_kv_row_walk(const int32_t *blocks, int64_t pos, int64_t *off, int64_t *last) {
+    if (pos > *last) {
+        *off = ft_kv_row(blocks, pos) - pos;
+        *last = blocks ? (pos / FT_KV_BLOCK + 1) * FT_KV_BLOCK - 1 : INT64_MAX;
+    }
+    return *off + pos;
+}
+
 // Blocks that hold n positions.
 FT_KV_BLOCK_FN int ft_kv_blocks_for(int64_t n) { return (int)((n + FT_KV_BLOCK - 1) / FT_KV_BLOCK); }
 

@@ -147,8 +147,9 @@ static void attn_worker(void *ctx, int ith, int nth) {
         bool v16 = p->v_cache->type == FT_TYPE_F16 && !j->tiled;
         float S = 0, M = -INFINITY;
         memset(acc, 0, (size_t)hd * sizeof(float));
+        int64_t off = 0, last = -1;
         for (int k = kmin; k <= qpos; k++) {
-            size_t row = (size_t)ft_kv_row(p->blocks, k);
+            size_t row = (size_t)ft_kv_row_walk(p->blocks, k, &off, &last);
             const uint8_t *kr = (const uint8_t *)p->k_cache->data + row * p->k_cache->row_bytes + koff;
             float s;
             if (j->tiled) {

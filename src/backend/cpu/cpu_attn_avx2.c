@@ -96,8 +96,9 @@ static void attn_fast_worker(void *ctx, int ith, int nth) {
             M[g] = -INFINITY;
         }
         memset(acc, 0, (size_t)group * hd * sizeof(float));
+        int64_t off = 0, last = -1;
         for (int k = kmin; k <= qpos; k++) {
-            size_t row = (size_t)ft_kv_row(p->blocks, k);
+            size_t row = (size_t)ft_kv_row_walk(p->blocks, k, &off, &last);
             const uint8_t *kr = (const uint8_t *)p->k_cache->data + row * p->k_cache->row_bytes + hk * krow;
             const uint8_t *vr = (const uint8_t *)p->v_cache->data + row * p->v_cache->row_bytes + hk * vrow;
             // the online softmax step of each head, as the reference; a new maximum rescales
