@@ -52,6 +52,7 @@ static bool server_start(server *s, const char *extra) {
     for (char *tok = strtok(args, " "); tok && argc < 63; tok = strtok(NULL, " "))
         argv[argc++] = tok;
     argv[argc] = NULL;
+    fflush(NULL); // else the child's freopen writes the suite's buffered output a second time
     pid_t pid = fork();
     if (pid < 0) return false;
     if (pid == 0) {
