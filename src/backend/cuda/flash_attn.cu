@@ -11,6 +11,7 @@
 // The launch geometry, the steps and the MMA fragment layouts are above flash_attn_kernel.
 #include "cuda_common.cuh"
 #include "cuda_ops.h"
+#include "mma.cuh"
 
 #include <cuda_fp16.h>
 
@@ -24,26 +25,6 @@ enum {
                 // of the 8 rows x 4 words of a warp fall in 32 different banks
     FA_PAD8 = 16, // the same for rows of int8 codes
 };
-
-__device__ __forceinline__ void mma_f16(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-        "{%8, %9}, {%0, %1, %2, %3};"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ void mma_s8(int c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
-    c[0] = c[1] = c[2] = c[3] = 0;
-    asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-        "{%8, %9}, {%0, %1, %2, %3};"
-        : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// Two floats as f16 in one word, lo in the low half.
-__device__ __forceinline__ uint32_t pack_f16x2(float lo, float hi) {
-    return (uint32_t)__half_as_ushort(__float2half_rn(lo)) | ((uint32_t)__half_as_ushort(__float2half_rn(hi)) << 16);
-}
 
 __device__ __forceinline__ uint32_t ld_word(const __half *p) { return *(const uint32_t *)p; }
 
@@ -135,15 +116,7 @@ __device__ __forceinline__ void load_k_q8_tile(int8_t (*codes)[D + FA_PAD8], flo
 //      O += P V with P rounded to f16, straight from S's accumulator registers;
 //   3. O / l written as f32.
 //
-// MMA fragments (PTX ISA, "Matrix Fragments for mma.m16n8k16" with .f16; lane = 4 g + t; each
-// 32-bit register holds two f16, the lower index in the low half):
-//   A (16 x 16, row): a0 = row g, k 2t, 2t+1; a1 = row g+8, k 2t..; a2 = row g, k 2t+8, 2t+9;
-//                     a3 = row g+8, k 2t+8..
-//   B (16 x 8, col):  b0 = k 2t, 2t+1 of column g; b1 = k 2t+8, 2t+9 of column g
-//   C (16 x 8, f32):  c0, c1 = row g, columns 2t, 2t+1; c2, c3 = row g+8, same columns
-// m16n8k32 with .s8 (gemm_q.cu's layouts): A a0 = row g, k 4t..4t+3; a1 = row g+8, k 4t..;
-// a2 = row g, k 16+4t..; a3 = row g+8, k 16+4t..; B b0 = k 4t..4t+3 of column g, b1 = k 16+4t..
-// of column g; C as above (s32); bytes in k order from the low one.
+// MMA fragments: mma.cuh.
 // For S = Q K^T, k runs over head dims and the columns are keys: b0 is one aligned word of a
 // K row in shared memory (a q8_0 block is one m16n8k32 step). For O += P V, k runs over keys:
 // S's C fragments of key columns 16j..16j+7 and 16j+8..16j+15 are exactly P's A fragment for
