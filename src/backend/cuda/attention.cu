@@ -183,11 +183,11 @@ extern "C" size_t ft_cuda_attention_part_floats(int n_tok, int n_head, int n_hea
 
 extern "C" size_t ft_cuda_attention_part_bound(int64_t max_width, int max_head_dim) {
     // attention_kernel: FT_CUDA_ATTN_SPLIT_MAX_TOK tokens of FT_CUDA_ATTN_MAX_SPLIT splits of
-    // n_head * (head_dim + 2) <= 3 * max_width floats (head_dim >= 1); the decode kernel: its
-    // n_tok * n_split is at most DEC_TARGET_CTAS / (n_head_kv * groups) + n_tok, and a group has
-    // DEC_MAX_HEADS heads or fewer
+    // n_head * (head_dim + 2) <= 3 * max_width floats (head_dim >= 1). The decode kernel: its
+    // n_tok * n_head rows are at most DEC_ROWS * ctas (ctas = n_head_kv * row groups), each of
+    // n_split <= DEC_TARGET_CTAS / ctas + 1 partials of head_dim + 2 floats
     const size_t general = (size_t)FT_CUDA_ATTN_SPLIT_MAX_TOK * FT_CUDA_ATTN_MAX_SPLIT * 3 * (size_t)max_width;
-    const size_t decode = (size_t)DEC_MAX_HEADS * DEC_TARGET_CTAS * (size_t)(max_head_dim + 2) +
+    const size_t decode = (size_t)DEC_ROWS * DEC_TARGET_CTAS * (size_t)(max_head_dim + 2) +
                           (size_t)FT_CUDA_ATTN_SPLIT_MAX_TOK * 3 * (size_t)max_width;
     return general > decode ? general : decode;
 }

@@ -1,354 +1,443 @@
 // attention_decode.cu: attention of a small batch of queries (decode: n_tok <=
-// FT_CUDA_ATTN_SPLIT_MAX_TOK, head_dim 64, 128 or 256) over an f16 or q8_0 KV cache, with the
-// scores computed as the CPU op does (attention.cu's top says how).
+// FT_CUDA_ATTN_SPLIT_MAX_TOK, head_dim 64, 128 or 256) over an f16 or q8_0 KV cache, on tensor
+// cores.
 //
-// Decode reads the whole cache for a few queries, so it is bound by the cache's bytes: each CTA
-// takes one KV head and all its query heads (up to DEC_MAX_HEADS; more: several CTAs), so a K
-// or V row is read once for all of them, and the keys are split over enough CTAs to fill the
-// GPU (attention_split.cuh), each walking its keys in tiles that are copied to shared memory
-// asynchronously, the next tile while the current one is computed.
+// Decode reads the whole cache for a few queries: it is bound by the cache's bytes, and the
+// kernel's work is to keep enough of them in flight. A CTA takes one KV head and DEC_ROWS = 16
+// query rows that share it ((token, query head) pairs in token order, so one token's 4-16
+// heads of a KV head are one CTA), so a K or V row is read once for all of them and the
+// products are MMA tiles; the keys are split over enough CTAs to fill the GPU
+// (attention_split.cuh), and each CTA streams its keys through a ring of stages of DEC_TK
+// keys, filled by asynchronous copies stages - 1 tiles ahead (dec_shape).
 //
-// Steps, one 128-thread CTA per (KV head and query-head group, token, split):
-//   1. the group's queries go to shared memory, f16-rounded (or as q8_0 codes and scales);
-//   2. per tile of TK keys: thread (key j, head group) scores key j for its heads from the
-//      shared tile (float dots, or integer sums per q8_0 block); a warp per head takes the
-//      tile's max, rescales its running sum (online softmax, float) and writes the tile's
-//      e^(s - M); thread (8 output dims, head group) accumulates the V rows in registers;
-//   3. the CTA writes the output, or a partial result when the keys are split; with
-//      split_count the last CTA of its (group, token) merges the splits (attn_merge), else
-//      attention_merge_kernel does.
+// Numerics: the CPU op's, up to float summation order.
+//   - scores: over an f16 cache Q rounded to f16 times K (m16n8k16 f16 MMAs with f32 sums: the
+//     products are exact); over q8_0 Q quantized to q8_0 as the CPU does, integer sums per
+//     32-element block (m16n8k32 s8 MMAs) times both blocks' scales;
+//   - values: a softmax weight p enters the f16 MMAs as two parts, hi = f16(p) and
+//     lo = f16(p - hi), so it keeps about 22 bits, not f16's 11; a q8_0 V enters as its codes
+//     (exact in f16), the weights scaled by the key's block scale, a block of 32 dims at a time;
+//   - the online softmax and every sum: f32.
+//
+// Steps, one CTA of 4 warps per (KV head, row group, split):
+//   1. the rows' queries to shared memory: f16, or q8_0 codes and scales;
+//   2. per tile, warp w takes keys 16w .. 16w + 15: S = Q K^T, scaled and masked (causal per
+//      row, window) to -inf, its own online softmax (running max and sum per row), O += P V
+//      with P straight from S's accumulators (MMA layouts: mma.cuh);
+//   3. the 4 warps' (max, sum, O) merged through shared memory into the output (and its q8_1
+//      form), or into the split's partials, after which the last CTA of the row group to finish
+//      merges all the splits (split_count), or attention_merge_kernel does.
 #include "attention_split.cuh"
-
-#include <cuda_fp16.h>
+#include "mma.cuh"
 
 #include "../../quant/fp16.h"
 #include "../../quant/quant.h"
 
-// Asynchronous copies global -> shared (sm_80 and later): 16 bytes (through L2 only) or 4.
-__device__ __forceinline__ void cp_async16(void *dst, const void *src) {
-    const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(src) : "memory");
-}
-__device__ __forceinline__ void cp_async4(void *dst, const void *src) {
-    const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(s), "l"(src) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
-
-// 8 f16 values (16 bytes) as floats; the conversion is exact, so the hardware's equals ft's.
-__device__ __forceinline__ void f16x8(const uint4 u, float (&f)[8]) {
-    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        __half2 h;
-        memcpy(&h, &w[i], 4);
-        const float2 v = __half22float2(h);
-        f[2 * i] = v.x;
-        f[2 * i + 1] = v.y;
-    }
-}
-
 // 4 bytes of shared memory at a 2-byte aligned address (q8_0 codes follow a 2-byte scale).
-__device__ __forceinline__ int ld_s32_a2(const uint8_t *p) {
+__device__ __forceinline__ uint32_t ld_u32_a2(const uint8_t *p) {
     const uint16_t *h = (const uint16_t *)p;
-    return (int)((uint32_t)h[0] | (uint32_t)h[1] << 16);
+    return (uint32_t)h[0] | (uint32_t)h[1] << 16;
+}
+
+__device__ __forceinline__ float ld_f16(const uint8_t *p) { return __half2float(__ushort_as_half(*(const uint16_t *)p)); }
+
+// An s8 code pair as two f16 (exact) in one word, lo in the low half.
+__device__ __forceinline__ uint32_t codes_f16x2(int8_t lo, int8_t hi) {
+    return (uint32_t)__half_as_ushort(__int2half_rn(lo)) | ((uint32_t)__half_as_ushort(__int2half_rn(hi)) << 16);
+}
+
+// p as hi + lo, each f16, lo in the low half of each word.
+__device__ __forceinline__ void split_f16x2(float a, float b, uint32_t &hi, uint32_t &lo) {
+    const __half ha = __float2half_rn(a), hb = __float2half_rn(b);
+    hi = (uint32_t)__half_as_ushort(ha) | ((uint32_t)__half_as_ushort(hb) << 16);
+    lo = pack_f16x2(a - __half2float(ha), b - __half2float(hb));
 }
 
 template <int HD>
 struct dec_shape {
-    static constexpr int TK = dec_tile_keys(HD);
-    static constexpr int Q8_ROW = HD / 32 * (int)sizeof(block_q8_0); // one head's q8_0 row
-    // padded shared rows of K, so that the 16-byte (f16) or 2-byte (q8_0) loads of a warp's 32
-    // keys at one offset fall in distinct banks: f16 rows 16 bytes longer, q8_0 rows an odd
-    // number of words
-    static constexpr int K16_STRIDE = HD * 2 + 16;
-    static constexpr int K8_STRIDE = (Q8_ROW / 4) % 2 ? Q8_ROW : Q8_ROW + 4;
-    static constexpr int KBUF = TK * (K16_STRIDE > K8_STRIDE ? K16_STRIDE : K8_STRIDE);
-    static constexpr int VBUF = TK * HD * 2;
+    static constexpr int NB = HD / 32;                          // q8_0 blocks per head row
+    static constexpr int Q8_ROW = NB * (int)sizeof(block_q8_0); // one head's q8_0 row
+    // shared rows: f16 rows 16 bytes longer than the data, so that the 8 row addresses of an
+    // ldmatrix fall in distinct banks; q8_0 rows an odd number of words, so that the 8 keys' words
+    // of a fragment load do
+    static constexpr int F16_ROW = HD * 2 + 16;
+    static constexpr int Q8_STRIDE = (Q8_ROW / 4) % 2 ? Q8_ROW : Q8_ROW + 4;
+    static constexpr int ROW = F16_ROW > Q8_STRIDE ? F16_ROW : Q8_STRIDE;
+    static constexpr int QC_ROW = HD + 16; // q8_0 query codes: a fragment's 8 rows in distinct banks
+    // stages: as many as keep the CTA within the 99 KB a consumer GPU's (sm_86, sm_89, sm_120) CTA
+    // may take; one stage (HD 256) loads each tile after the last one is computed, while the
+    // SM's other CTAs keep the memory busy
+    static constexpr int STAGES = HD <= 64 ? 3 : HD <= 128 ? 2 : 1;
+    static constexpr int STAGE = 2 * DEC_TK * ROW; // the K tile, then the V tile
+    static constexpr int QBUF = DEC_ROWS * F16_ROW;
+    static constexpr int SMEM = STAGES * STAGE + QBUF + DEC_ROWS * NB * (int)sizeof(float);
+    // after the keys, the stages hold the warps' results, then the splits' maxima and sums
+    static_assert(SMEM <= 99 * 1024, "a consumer GPU's CTA holds it");
+    static_assert((4 * DEC_ROWS * (HD + 2)) * (int)sizeof(float) <= STAGES * STAGE, "the warps' results fit");
+    static_assert(3 * DEC_ROWS * DEC_MAX_SPLIT * (int)sizeof(float) <= STAGES * STAGE, "the split merge fits");
 };
 
-template <int HD, int GP>
+template <int HD, bool KQ8, bool VQ8>
 __global__ void __launch_bounds__(AT_THREADS) attention_decode_kernel(const ft_cuda_attn_params p) {
     ft_pdl_begin();
     using S = dec_shape<HD>;
-    constexpr int TK = S::TK, NB = HD / 32;
-    __shared__ __align__(16) uint8_t kbuf[2][S::KBUF];
-    __shared__ __align__(16) uint8_t vbuf[2][S::VBUF];
-    __shared__ __align__(16) uint8_t qbuf[GP * HD * 2]; // f16 queries, or q8_0 codes then scales
-    __shared__ float prob[GP][TK];                       // the tile's scores, then e^(s - M)
-    __shared__ float run_m[GP], run_l[GP], run_c[GP];    // running max, sum, the tile's rescale
+    constexpr int NB = S::NB, ND = HD / 8, NW = AT_THREADS / FT_WARP;
+    extern __shared__ __align__(16) uint8_t smem[];
+    uint8_t *qbuf = smem + S::STAGES * S::STAGE;
+    float *qscale = (float *)(qbuf + S::QBUF); // (DEC_ROWS, NB): q8_0 query scales
 
-    const int tid = threadIdx.x, lane = tid % FT_WARP, warp = tid / FT_WARP;
-    const int G = p.n_head / p.n_head_kv, n_grp = dec_groups(p.n_head, p.n_head_kv);
-    const int hc = (G + n_grp - 1) / n_grp; // query heads per CTA, <= GP
-    const int hk = (int)blockIdx.x / n_grp, grp = (int)blockIdx.x % n_grp, t = blockIdx.y;
-    const int h0 = hk * G + grp * hc, nh = min(hc, G - grp * hc); // this CTA's heads h0 .. h0 + nh - 1
-    const int pos0 = attn_pos0(p), qpos = pos0 + t;
+    const int tid = threadIdx.x, lane = tid % FT_WARP, warp = tid / FT_WARP, g = lane / 4, t4 = lane % 4;
+    const int G = p.n_head / p.n_head_kv, n_rg = dec_row_groups(p.n_tok, p.n_head, p.n_head_kv);
+    const int hk = (int)blockIdx.x / n_rg, r0 = (int)blockIdx.x % n_rg * DEC_ROWS; // rows r0 .. r0 + n_rows - 1
+    const int n_rows = min(DEC_ROWS, p.n_tok * G - r0);
+    const int pos0 = attn_pos0(p);
     const attn_split_t sp = attn_split_of(p, pos0);
     if ((int)blockIdx.z >= sp.n_split) return; // a graphed launch's spare CTAs
-    const int kmin = p.window > 0 ? max(0, qpos - p.window + 1) : 0;
+    const int t_first = r0 / G, t_last = (r0 + n_rows - 1) / G;
+    const int kmin = p.window > 0 ? max(0, pos0 + t_first - p.window + 1) : 0;
     const int kbeg = kmin + (int)blockIdx.z * sp.per; // keys kbeg..kend, which may be none
-    const int kend = sp.n_split > 1 ? min(qpos, kbeg + sp.per - 1) : qpos;
-    const int n_tiles = kend >= kbeg ? (kend - kbeg + TK) / TK : 0;
-    const bool kq8 = p.k_type == FT_TYPE_Q8_0, vq8 = p.v_type == FT_TYPE_Q8_0;
-    const int krow = kq8 ? S::Q8_ROW : HD * 2, vrow = vq8 ? S::Q8_ROW : HD * 2;
+    const int kend = sp.n_split > 1 ? min(pos0 + t_last, kbeg + sp.per - 1) : pos0 + t_last;
+    const int n_tiles = kend >= kbeg ? (kend - kbeg + DEC_TK) / DEC_TK : 0;
+    const int krow = KQ8 ? S::Q8_ROW : HD * 2, vrow = VQ8 ? S::Q8_ROW : HD * 2;
     const uint8_t *kg = (const uint8_t *)p.k + (size_t)hk * krow, *vg = (const uint8_t *)p.v + (size_t)hk * vrow;
-    const int kstride = kq8 ? S::K8_STRIDE : S::K16_STRIDE;
 
-    // tile i's K and V rows to buffer b (rows past kend repeat row kend: valid data, masked).
-    // The tile's keys lie in at most two blocks of the table (TK <= FT_KV_BLOCK): two lookups a
-    // tile, the same for every thread, then rows run on as in an unpaged cache
-    static_assert(TK <= FT_KV_BLOCK, "a decode tile spans at most two KV blocks");
-    auto load_tile = [&](int i, int b) {
-        const int k0 = kbeg + i * TK, edge = (k0 / FT_KV_BLOCK + 1) * FT_KV_BLOCK;
-        const int64_t r0 = ft_kv_row(p.blocks, k0), r1 = min(k0 + TK - 1, kend) >= edge ? ft_kv_row(p.blocks, edge) : 0;
+    // tile i's K and V rows to its stage (rows past kend repeat row kend: valid data, masked).
+    // The tile's keys lie in at most two blocks of the table (DEC_TK <= FT_KV_BLOCK): two lookups
+    // a tile, the same for every thread, then rows run on as in an unpaged cache
+    static_assert(DEC_TK <= FT_KV_BLOCK, "a decode tile spans at most two KV blocks");
+    auto load_tile = [&](int i) {
+        uint8_t *kt = smem + i % S::STAGES * S::STAGE, *vt = kt + DEC_TK * S::ROW;
+        const int k0 = kbeg + i * DEC_TK, edge = (k0 / FT_KV_BLOCK + 1) * FT_KV_BLOCK;
+        const int64_t b0 = ft_kv_row(p.blocks, k0);
+        const int64_t b1 = min(k0 + DEC_TK - 1, kend) >= edge ? ft_kv_row(p.blocks, edge) : 0;
         auto row = [&](int r) -> size_t {
             const int k = min(k0 + r, kend);
-            return (size_t)(k < edge ? r0 + (k - k0) : r1 + (k - edge));
+            return (size_t)(k < edge ? b0 + (k - k0) : b1 + (k - edge));
         };
-        if (kq8) {
-            for (int e = tid; e < TK * (S::Q8_ROW / 4); e += AT_THREADS) {
-                const int r = e / (S::Q8_ROW / 4), c = e % (S::Q8_ROW / 4);
-                cp_async4(kbuf[b] + r * kstride + c * 4, kg + row(r) * p.k_row_bytes + c * 4);
-            }
-        } else {
-            for (int e = tid; e < TK * (HD / 8); e += AT_THREADS) {
-                const int r = e / (HD / 8), c = e % (HD / 8);
-                cp_async16(kbuf[b] + r * kstride + c * 16, kg + row(r) * p.k_row_bytes + c * 16);
-            }
-        }
-        if (vq8) {
-            for (int e = tid; e < TK * (S::Q8_ROW / 4); e += AT_THREADS) {
-                const int r = e / (S::Q8_ROW / 4), c = e % (S::Q8_ROW / 4);
-                cp_async4(vbuf[b] + r * vrow + c * 4, vg + row(r) * p.v_row_bytes + c * 4);
-            }
-        } else {
-            for (int e = tid; e < TK * (HD / 8); e += AT_THREADS) {
-                const int r = e / (HD / 8), c = e % (HD / 8);
-                cp_async16(vbuf[b] + r * vrow + c * 16, vg + row(r) * p.v_row_bytes + c * 16);
-            }
-        }
-        cp_async_commit();
-    };
-    if (n_tiles > 0) load_tile(0, 0);
-
-    // 1. the queries in the key's dot-product format (heads past nh: zeros, never used)
-    const float *q = p.q + ((int64_t)t * p.n_head + h0) * HD;
-    if (kq8) {
-        int8_t *qc = (int8_t *)qbuf;
-        float *qs = (float *)(qbuf + GP * HD);
-        // a warp per block of 32: amax, d = amax / 127, codes round-half-even(x * 127 / amax)
-        for (int b = warp; b < GP * NB; b += AT_THREADS / FT_WARP) {
-            const float v = b / NB < nh ? q[b * 32 + lane] : 0.0f;
-            const float amax = ft_warp_max(fabsf(v));
-            const float id = amax != 0.0f ? 127.f / amax : 0.0f;
-            qc[b * 32 + lane] = (int8_t)__float2int_rn(v * id);
-            if (lane == 0) qs[b] = ft_fp16_to_fp32(ft_fp32_to_fp16(amax / 127.f));
-        }
-    } else {
-        ft_half *qh = (ft_half *)qbuf;
-        for (int i = tid; i < GP * HD; i += AT_THREADS) qh[i] = ft_fp32_to_fp16(i / HD < nh ? q[i] : 0.0f);
-    }
-    if (tid < GP) {
-        run_m[tid] = -INFINITY;
-        run_l[tid] = 0.0f;
-    }
-
-    // thread roles: scores (key j, heads gs, gs + NGS, ...), values (dims 8c..8c+7, heads gv,
-    // gv + NGV, ...)
-    constexpr int NGS = AT_THREADS / TK, SPT = (GP + NGS - 1) / NGS;
-    constexpr int NGV = AT_THREADS / (HD / 8), HPT = (GP + NGV - 1) / NGV;
-    const int j = tid % TK, gs = tid / TK, c = tid % (HD / 8), gv = tid / (HD / 8);
-    float acc[HPT][8];
-#pragma unroll
-    for (int a = 0; a < HPT; a++)
-#pragma unroll
-        for (int i = 0; i < 8; i++) acc[a][i] = 0.0f;
-
-    for (int it = 0; it < n_tiles; it++) {
-        const int b = it & 1, k0 = kbeg + it * TK;
-        if (it + 1 < n_tiles) {
-            load_tile(it + 1, b ^ 1);
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
-        }
-        __syncthreads(); // the tile (and, the first time, the queries) visible to all
-
-        // 2a. scores
-        float s[SPT];
-#pragma unroll
-        for (int a = 0; a < SPT; a++) s[a] = 0.0f;
-        const uint8_t *kr = kbuf[b] + j * kstride;
-        if (kq8) {
-            const int8_t *qc = (const int8_t *)qbuf;
-            const float *qs = (const float *)(qbuf + GP * HD);
-#pragma unroll
-            for (int blk = 0; blk < NB; blk++) {
-                const uint8_t *kb = kr + blk * sizeof(block_q8_0);
-                const float dk = __half2float(__ushort_as_half(*(const uint16_t *)kb));
-                int kw[8];
-#pragma unroll
-                for (int w = 0; w < 8; w++) kw[w] = ld_s32_a2(kb + 2 + 4 * w);
-#pragma unroll
-                for (int a = 0; a < SPT; a++) {
-                    const int g = gs + a * NGS;
-                    if (GP % NGS == 0 || g < GP) {
-                        const int *qw = (const int *)(qc + (g * NB + blk) * 32);
-                        int isum = 0;
-#pragma unroll
-                        for (int w = 0; w < 8; w++) isum = __dp4a(kw[w], qw[w], isum);
-                        s[a] += dk * qs[g * NB + blk] * (float)isum;
-                    }
-                }
-            }
-        } else {
-            const ft_half *qh = (const ft_half *)qbuf;
-#pragma unroll 4
-            for (int c8 = 0; c8 < HD / 8; c8++) {
-                float kf[8];
-                f16x8(*(const uint4 *)(kr + c8 * 16), kf);
-#pragma unroll
-                for (int a = 0; a < SPT; a++) {
-                    const int g = gs + a * NGS;
-                    if (GP % NGS == 0 || g < GP) {
-                        float qf[8];
-                        f16x8(*(const uint4 *)(qh + g * HD + c8 * 8), qf);
-#pragma unroll
-                        for (int i = 0; i < 8; i++) s[a] += qf[i] * kf[i];
-                    }
-                }
-            }
-        }
-#pragma unroll
-        for (int a = 0; a < SPT; a++) {
-            const int g = gs + a * NGS;
-            if (GP % NGS == 0 || g < GP) prob[g][j] = k0 + j <= kend ? s[a] * p.scale : -INFINITY;
-        }
-        __syncthreads();
-
-        // 2b. online softmax, a warp per head (each tile holds key k0: its max is finite)
-        for (int g = warp; g < nh; g += AT_THREADS / FT_WARP) {
-            const float x = lane < TK ? prob[g][lane] : -INFINITY;
-            const float m_old = run_m[g], m_new = fmaxf(m_old, ft_warp_max(x));
-            const float e = x == -INFINITY ? 0.0f : expf(x - m_new);
-            const float corr = m_old == -INFINITY ? 0.0f : expf(m_old - m_new);
-            const float sum = ft_warp_sum(e);
-            if (lane < TK) prob[g][lane] = e;
-            if (lane == 0) {
-                run_l[g] = run_l[g] * corr + sum;
-                run_m[g] = m_new;
-                run_c[g] = corr;
-            }
-        }
-        __syncthreads();
-
-        // 2c. values
-        const int n_k = min(TK, kend - k0 + 1);
-#pragma unroll
-        for (int a = 0; a < HPT; a++) {
-            const int g = gv + a * NGV;
-            if (g < nh) {
-                const float corr = run_c[g];
-#pragma unroll
-                for (int i = 0; i < 8; i++) acc[a][i] *= corr;
-            }
-        }
-#pragma unroll 4
-        for (int kk = 0; kk < n_k; kk++) {
-            float vf[8];
-            const uint8_t *vr = vbuf[b] + kk * vrow;
-            if (vq8) {
-                const uint8_t *vb = vr + (c / 4) * sizeof(block_q8_0);
-                const float dv = __half2float(__ushort_as_half(*(const uint16_t *)vb));
-                const int w0 = ld_s32_a2(vb + 2 + (c % 4) * 8), w1 = ld_s32_a2(vb + 2 + (c % 4) * 8 + 4);
-#pragma unroll
-                for (int i = 0; i < 4; i++) {
-                    vf[i] = dv * (float)(int8_t)(w0 >> (8 * i));
-                    vf[4 + i] = dv * (float)(int8_t)(w1 >> (8 * i));
+        auto copy = [&](uint8_t *dst, const uint8_t *src, size_t row_bytes, bool q8) {
+            if (q8) {
+                for (int e = tid; e < DEC_TK * (S::Q8_ROW / 4); e += AT_THREADS) {
+                    const int r = e / (S::Q8_ROW / 4), c = e % (S::Q8_ROW / 4);
+                    cp_async4(dst + r * S::ROW + c * 4, src + row(r) * row_bytes + c * 4);
                 }
             } else {
-                f16x8(*(const uint4 *)(vr + c * 16), vf);
+                for (int e = tid; e < DEC_TK * (HD / 8); e += AT_THREADS) {
+                    const int r = e / (HD / 8), c = e % (HD / 8);
+                    cp_async16(dst + r * S::ROW + c * 16, src + row(r) * row_bytes + c * 16);
+                }
             }
+        };
+        copy(kt, kg, p.k_row_bytes, KQ8);
+        copy(vt, vg, p.v_row_bytes, VQ8);
+    };
 #pragma unroll
-            for (int a = 0; a < HPT; a++) {
-                const int g = gv + a * NGV;
-                if (g < nh) {
-                    const float pk = prob[g][kk];
+    for (int i = 0; i < S::STAGES - 1; i++) {
+        if (i < n_tiles) load_tile(i);
+        cp_async_commit();
+    }
+
+    // 1. the queries in the key's dot-product format (rows past n_rows: zeros, never written)
+    auto q_row = [&](int i) { // row r0 + i's query
+        const int r = r0 + i;
+        return p.q + ((int64_t)(r / G) * p.n_head + hk * G + r % G) * HD;
+    };
+    if constexpr (KQ8) {
+        // a warp per block of 32: amax, d = amax / 127, codes round-half-even(x * 127 / amax)
+        for (int b = warp; b < DEC_ROWS * NB; b += NW) {
+            const int i = b / NB, blk = b % NB;
+            const float v = i < n_rows ? q_row(i)[blk * 32 + lane] : 0.0f;
+            const float amax = ft_warp_max(fabsf(v));
+            const float id = amax != 0.0f ? 127.f / amax : 0.0f;
+            ((int8_t *)qbuf)[i * S::QC_ROW + blk * 32 + lane] = (int8_t)__float2int_rn(v * id);
+            if (lane == 0) qscale[i * NB + blk] = ft_fp16_to_fp32(ft_fp32_to_fp16(amax / 127.f));
+        }
+    } else {
+        for (int e = tid; e < DEC_ROWS * (HD / 2); e += AT_THREADS) {
+            const int i = e / (HD / 2), d = e % (HD / 2) * 2;
+            const float *q = q_row(i);
+            *(uint32_t *)(qbuf + i * S::F16_ROW + d * 2) = i < n_rows ? pack_f16x2(q[d], q[d + 1]) : 0u;
+        }
+    }
+    // this thread's two rows (g and g + 8): their query positions (rows past n_rows see all)
+    int qpos[2];
 #pragma unroll
-                    for (int i = 0; i < 8; i++) acc[a][i] += pk * vf[i];
+    for (int h = 0; h < 2; h++) qpos[h] = pos0 + min(r0 + g + 8 * h, r0 + n_rows - 1) / G;
+
+    // 2. the keys, a tile at a time; warp w's are k0 + 16w .. k0 + 16w + 15
+    float o[ND][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int n = 0; n < ND; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+    const int kw = 16 * warp;
+    for (int it = 0; it < n_tiles; it++) {
+        if constexpr (S::STAGES == 1) {
+            __syncthreads(); // the stage is no longer read
+            load_tile(it);
+            cp_async_commit();
+            cp_async_wait<0>();
+            __syncthreads();
+        } else {
+            cp_async_wait<S::STAGES - 2>();
+            __syncthreads(); // tile it landed for all; the stage tile it - 1 used is free again
+            if (it + S::STAGES - 1 < n_tiles) load_tile(it + S::STAGES - 1);
+            cp_async_commit();
+        }
+        const int k0 = kbeg + it * DEC_TK;
+        if (k0 + kw > kend) continue; // none of this warp's keys (the last tile)
+        const uint8_t *kt = smem + it % S::STAGES * S::STAGE, *vt = kt + DEC_TK * S::ROW;
+
+        // S = Q K^T: n-tile n holds keys kw + 8n .. kw + 8n + 7
+        float s[2][4] = {};
+        if constexpr (KQ8) {
+            const int8_t *qc = (const int8_t *)qbuf;
+#pragma unroll
+            for (int blk = 0; blk < NB; blk++) {
+                const uint32_t a[4] = {*(const uint32_t *)(qc + g * S::QC_ROW + blk * 32 + 4 * t4),
+                                       *(const uint32_t *)(qc + (g + 8) * S::QC_ROW + blk * 32 + 4 * t4),
+                                       *(const uint32_t *)(qc + g * S::QC_ROW + blk * 32 + 16 + 4 * t4),
+                                       *(const uint32_t *)(qc + (g + 8) * S::QC_ROW + blk * 32 + 16 + 4 * t4)};
+                const float dq[2] = {qscale[g * NB + blk], qscale[(g + 8) * NB + blk]};
+#pragma unroll
+                for (int n = 0; n < 2; n++) {
+                    const uint8_t *kb = kt + (kw + 8 * n + g) * S::ROW + blk * (int)sizeof(block_q8_0);
+                    int is[4];
+                    mma_s8(is, a, ld_u32_a2(kb + 2 + 4 * t4), ld_u32_a2(kb + 2 + 16 + 4 * t4));
+                    // element e: row g + 8 (e / 2), key kw + 8n + 2 t4 + e % 2
+                    const uint8_t *kc = kt + (kw + 8 * n + 2 * t4) * S::ROW + blk * (int)sizeof(block_q8_0);
+                    const float dk[2] = {ld_f16(kc), ld_f16(kc + S::ROW)};
+#pragma unroll
+                    for (int e = 0; e < 4; e++) s[n][e] += dk[e % 2] * dq[e / 2] * (float)is[e];
+                }
+            }
+        } else {
+#pragma unroll
+            for (int kk = 0; kk < HD / 16; kk++) {
+                uint32_t a[4], b[4];
+                ldsm_x4(a, qbuf + (lane & 15) * S::F16_ROW + (kk * 16 + (lane >> 4) * 8) * 2);
+                ldsm_x4(b, kt + (kw + (lane >> 4) * 8 + (lane & 7)) * S::ROW + (kk * 16 + (lane >> 3 & 1) * 8) * 2);
+                mma_f16(s[0], a, b[0], b[1]);
+                mma_f16(s[1], a, b[2], b[3]);
+            }
+        }
+
+        // scale and mask, then the online softmax: the 4 lanes of a row (t4 = 0..3) share its max
+        float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int n = 0; n < 2; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int h = e / 2, k = k0 + kw + 8 * n + 2 * t4 + e % 2;
+                const bool seen = k <= kend && k <= qpos[h] && (p.window <= 0 || qpos[h] - k < p.window);
+                s[n][e] = seen ? s[n][e] * p.scale : -INFINITY;
+                mx[h] = fmaxf(mx[h], s[n][e]);
+            }
+        float base[2];
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+            mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+            const float m_new = fmaxf(m[h], mx[h]);
+            base[h] = m_new == -INFINITY ? 0.0f : m_new; // nothing seen yet: e^-inf = 0, not NaN
+            const float corr = expf(m[h] - base[h]);
+            l[h] *= corr;
+#pragma unroll
+            for (int n = 0; n < ND; n++) {
+                o[n][2 * h] *= corr;
+                o[n][2 * h + 1] *= corr;
+            }
+            m[h] = m_new;
+        }
+#pragma unroll
+        for (int n = 0; n < 2; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                s[n][e] = expf(s[n][e] - base[e / 2]);
+                l[e / 2] += s[n][e];
+            }
+
+        // O += P V: S's n-tiles 0 and 1 are P's A fragment for the warp's 16 keys
+        if constexpr (!VQ8) {
+            uint32_t ph[4], pl[4];
+            split_f16x2(s[0][0], s[0][1], ph[0], pl[0]);
+            split_f16x2(s[0][2], s[0][3], ph[1], pl[1]);
+            split_f16x2(s[1][0], s[1][1], ph[2], pl[2]);
+            split_f16x2(s[1][2], s[1][3], ph[3], pl[3]);
+#pragma unroll
+            for (int j = 0; j < HD / 16; j++) { // dims 16j .. 16j + 15: n-tiles 2j, 2j + 1
+                uint32_t b[4];
+                ldsm_x4_t(b, vt + (kw + (lane >> 3 & 1) * 8 + (lane & 7)) * S::ROW + (16 * j + (lane >> 4) * 8) * 2);
+                mma_f16(o[2 * j], ph, b[0], b[1]);
+                mma_f16(o[2 * j], pl, b[0], b[1]);
+                mma_f16(o[2 * j + 1], ph, b[2], b[3]);
+                mma_f16(o[2 * j + 1], pl, b[2], b[3]);
+            }
+        } else {
+            // this lane's keys kw + 2 t4, + 1, + 8, + 9; per block the weights times its scales
+            const uint8_t *vr[4] = {vt + (kw + 2 * t4) * S::ROW, vt + (kw + 2 * t4 + 1) * S::ROW,
+                                    vt + (kw + 2 * t4 + 8) * S::ROW, vt + (kw + 2 * t4 + 9) * S::ROW};
+#pragma unroll
+            for (int blk = 0; blk < NB; blk++) {
+                const int bo = blk * (int)sizeof(block_q8_0);
+                const float dv[4] = {ld_f16(vr[0] + bo), ld_f16(vr[1] + bo), ld_f16(vr[2] + bo), ld_f16(vr[3] + bo)};
+                uint32_t ph[4], pl[4];
+                split_f16x2(s[0][0] * dv[0], s[0][1] * dv[1], ph[0], pl[0]);
+                split_f16x2(s[0][2] * dv[0], s[0][3] * dv[1], ph[1], pl[1]);
+                split_f16x2(s[1][0] * dv[2], s[1][1] * dv[3], ph[2], pl[2]);
+                split_f16x2(s[1][2] * dv[2], s[1][3] * dv[3], ph[3], pl[3]);
+#pragma unroll
+                for (int n4 = 0; n4 < 4; n4++) { // n-tile 4 blk + n4: dims 32 blk + 8 n4 .. + 7
+                    const int c = bo + 2 + 8 * n4 + g;
+                    const int8_t *v0 = (const int8_t *)vr[0], *v1 = (const int8_t *)vr[1];
+                    const int8_t *v2 = (const int8_t *)vr[2], *v3 = (const int8_t *)vr[3];
+                    const uint32_t b0 = codes_f16x2(v0[c], v1[c]), b1 = codes_f16x2(v2[c], v3[c]);
+                    mma_f16(o[4 * blk + n4], ph, b0, b1);
+                    mma_f16(o[4 * blk + n4], pl, b0, b1);
                 }
             }
         }
-        __syncthreads(); // buffer b and prob are rewritten next
     }
 
-    // 3. the group's sums through shared memory (the K buffers: every copy has landed), then
-    // the output or the partial results
-    float *sums = (float *)&kbuf[0][0]; // (GP, HD)
-    static_assert(sizeof(float) * GP * HD <= sizeof(kbuf), "the sums fit the K buffers");
+    // 3. the warps' results through shared memory (the stages: every copy has landed): per row
+    // the largest max M, sums and O rescaled to it, added in warp order
+    cp_async_wait<0>();
+    __syncthreads();
+    float *wm = (float *)smem, *wl = wm + NW * DEC_ROWS, *wo = wl + NW * DEC_ROWS; // wo: (NW, DEC_ROWS, HD)
 #pragma unroll
-    for (int a = 0; a < HPT; a++) {
-        const int g = gv + a * NGV;
-        if (g < nh)
+    for (int h = 0; h < 2; h++) {
+        l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
+        l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+        if (t4 == 0) {
+            wm[warp * DEC_ROWS + g + 8 * h] = m[h];
+            wl[warp * DEC_ROWS + g + 8 * h] = l[h];
+        }
+    }
 #pragma unroll
-            for (int i = 0; i < 8; i++) sums[g * HD + c * 8 + i] = acc[a][i];
+    for (int n = 0; n < ND; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) wo[(warp * DEC_ROWS + g + 8 * (e / 2)) * HD + 8 * n + 2 * t4 + e % 2] = o[n][e];
+    __syncthreads();
+    const bool split = sp.n_split > 1;
+    // rows lie whole in a warp's 32-element steps (HD is a multiple of 32): row tests are warp-uniform
+    for (int e = tid; e < n_rows * HD; e += AT_THREADS) {
+        const int i = e / HD, d = e % HD, r = r0 + i, tok = r / G, h = hk * G + r % G;
+        float M = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < NW; w++) M = fmaxf(M, wm[w * DEC_ROWS + i]);
+        float v = 0.0f, L = 0.0f;
+#pragma unroll
+        for (int w = 0; w < NW; w++) {
+            const float f = wm[w * DEC_ROWS + i] == -INFINITY ? 0.0f : expf(wm[w * DEC_ROWS + i] - M);
+            v += wo[(w * DEC_ROWS + i) * HD + d] * f;
+            L += wl[w * DEC_ROWS + i] * f;
+        }
+        if (split) {
+            float *part = attn_part_row(p, tok, h, blockIdx.z, sp.stride);
+            part[d] = v;
+            if (d == 0) {
+                part[HD] = M;
+                part[HD + 1] = L;
+            }
+            continue;
+        }
+        const float x = L == 0.0f ? 0.0f : v / L;
+        const int64_t oi = ((int64_t)tok * p.n_head + h) * HD + d;
+        p.out[oi] = x;
+        if (p.out_q) ft_q8_1_warp_store(x, (block_q8_1 *)p.out_q + oi / QK8_1, lane);
+    }
+    if (!split || !p.split_count) return;
+
+    // the last CTA of this row group to finish merges the splits: the partials are made visible
+    // before the count says so (threadfence), and read past L1 (__ldcg). The arithmetic is
+    // attn_merge's: weights e^(M_z - M), the splits taken in order.
+    __shared__ bool last;
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) {
+        int *cnt = p.split_count + blockIdx.x;
+        last = atomicAdd(cnt, 1) == sp.n_split - 1;
+        if (last) *cnt = 0; // every other CTA has counted: ready for the next launch
     }
     __syncthreads();
-    if (sp.n_split > 1) {
-        for (int e = tid; e < nh * HD; e += AT_THREADS)
-            attn_part_row(p, t, h0 + e / HD, blockIdx.z, sp.stride)[e % HD] = sums[e];
-        if (tid < nh) {
-            float *o = attn_part_row(p, t, h0 + tid, blockIdx.z, sp.stride);
-            o[HD] = run_m[tid];
-            o[HD + 1] = run_l[tid];
-        }
-        if (!p.split_count) return;
-        // the last CTA of this (group, token) to finish merges the splits: the partials are
-        // made visible before the count says so (threadfence), and read past L1 (attn_merge)
-        __shared__ bool last;
-        __threadfence();
-        __syncthreads();
-        if (tid == 0) {
-            int *cnt = p.split_count + (int64_t)t * p.n_head + blockIdx.x;
-            last = atomicAdd(cnt, 1) == sp.n_split - 1;
-            if (last) *cnt = 0; // every other CTA has counted: ready for the next launch
-        }
-        __syncthreads();
-        if (last) {
-            __threadfence();
-            for (int g = 0; g < nh; g++) attn_merge(p, h0 + g, t, sp);
-        }
-        return;
+    if (!last) return;
+    __threadfence();
+    const int ns = sp.n_split;
+    float *zm = (float *)smem, *zs = zm + DEC_ROWS * DEC_MAX_SPLIT, *zf = zs + DEC_ROWS * DEC_MAX_SPLIT;
+    auto part_of = [&](int i, int z) {
+        const int r = r0 + i;
+        return attn_part_row(p, r / G, hk * G + r % G, z, sp.stride);
+    };
+    for (int e = tid; e < n_rows * ns; e += AT_THREADS) {
+        const int i = e / ns, z = e % ns;
+        const float *pr = part_of(i, z);
+        zm[i * DEC_MAX_SPLIT + z] = __ldcg(&pr[HD]);
+        zs[i * DEC_MAX_SPLIT + z] = __ldcg(&pr[HD + 1]);
     }
-    // nh * HD is a multiple of 32: each warp holds one whole q8_1 block of an output row
-    for (int e = tid; e < nh * HD; e += AT_THREADS) {
-        const int g = e / HD;
-        const float l = run_l[g], v = l == 0.0f ? 0.0f : sums[e] / l;
-        const int64_t o = ((int64_t)t * p.n_head + h0) * HD + e;
-        p.out[o] = v;
-        if (p.out_q) ft_q8_1_warp_store(v, (block_q8_1 *)p.out_q + o / QK8_1, lane);
+    __syncthreads();
+    __shared__ float inv_s[DEC_ROWS];
+    if (tid < n_rows) {
+        const float *mz = zm + tid * DEC_MAX_SPLIT, *sz = zs + tid * DEC_MAX_SPLIT;
+        float *fz = zf + tid * DEC_MAX_SPLIT;
+        float M = -INFINITY;
+        for (int z = 0; z < ns; z++) M = fmaxf(M, mz[z]);
+        float L = 0.0f;
+        for (int z = 0; z < ns; z++) {
+            fz[z] = mz[z] != -INFINITY ? expf(mz[z] - M) : 0.0f;
+            if (mz[z] != -INFINITY) L += sz[z] * fz[z];
+        }
+        inv_s[tid] = L == 0.0f ? 0.0f : 1.0f / L;
     }
+    __syncthreads();
+    for (int e = tid; e < n_rows * HD; e += AT_THREADS) {
+        const int i = e / HD, d = e % HD, r = r0 + i;
+        const float *pr = part_of(i, 0), *mz = zm + i * DEC_MAX_SPLIT, *fz = zf + i * DEC_MAX_SPLIT;
+        float v = 0.0f;
+#pragma unroll 8
+        for (int z = 0; z < ns; z++) {
+            const float pv = __ldcg(&pr[z * (HD + 2) + d]);
+            if (mz[z] != -INFINITY) v += pv * fz[z];
+        }
+        const float x = v * inv_s[i];
+        const int64_t oi = ((int64_t)(r / G) * p.n_head + hk * G + r % G) * HD + d;
+        p.out[oi] = x;
+        if (p.out_q) ft_q8_1_warp_store(x, (block_q8_1 *)p.out_q + oi / QK8_1, lane);
+    }
+}
+
+template <int HD, bool KQ8, bool VQ8>
+static void launch_types(const ft_cuda_attn_params &p, dim3 grid, cudaStream_t st) {
+    ft_launch(attention_decode_kernel<HD, KQ8, VQ8>, grid, AT_THREADS, (size_t)dec_shape<HD>::SMEM, st, p);
 }
 
 template <int HD>
 static void launch_hd(const ft_cuda_attn_params &p, dim3 grid, cudaStream_t st) {
-    const int G = p.n_head / p.n_head_kv, n_grp = dec_groups(p.n_head, p.n_head_kv);
-    const int hc = (G + n_grp - 1) / n_grp;
-    if (hc <= 1) ft_launch(attention_decode_kernel<HD, 1>, grid, AT_THREADS, 0, st, p);
-    else if (hc <= 2) ft_launch(attention_decode_kernel<HD, 2>, grid, AT_THREADS, 0, st, p);
-    else if (hc <= 4) ft_launch(attention_decode_kernel<HD, 4>, grid, AT_THREADS, 0, st, p);
-    else if (hc <= 8) ft_launch(attention_decode_kernel<HD, 8>, grid, AT_THREADS, 0, st, p);
-    else ft_launch(attention_decode_kernel<HD, 16>, grid, AT_THREADS, 0, st, p);
+    const bool kq8 = p.k_type == FT_TYPE_Q8_0, vq8 = p.v_type == FT_TYPE_Q8_0;
+    if (kq8 && vq8) launch_types<HD, true, true>(p, grid, st);
+    else if (kq8) launch_types<HD, true, false>(p, grid, st);
+    else if (vq8) launch_types<HD, false, true>(p, grid, st);
+    else launch_types<HD, false, false>(p, grid, st);
+}
+
+template <int HD>
+static void allow_smem() {
+    const int bytes = dec_shape<HD>::SMEM;
+    CUDA_CHECK(cudaFuncSetAttribute(attention_decode_kernel<HD, true, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    CUDA_CHECK(cudaFuncSetAttribute(attention_decode_kernel<HD, true, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    CUDA_CHECK(cudaFuncSetAttribute(attention_decode_kernel<HD, false, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    CUDA_CHECK(cudaFuncSetAttribute(attention_decode_kernel<HD, false, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+}
+
+extern "C" void ft_cuda_attention_init(void) {
+    // the stages exceed the 48 KB a kernel gets without asking (set once, before any capture)
+    allow_smem<64>();
+    allow_smem<128>();
+    allow_smem<256>();
 }
 
 void attn_decode_launch(const ft_cuda_attn_params &p, int n_split, cudaStream_t st) {
     // the asynchronous copies move 16 bytes (f16 rows) or 4 (q8_0) at a time
     FT_CUDA_ASSERT(((uintptr_t)p.k | p.k_row_bytes) % (p.k_type == FT_TYPE_F16 ? 16 : 4) == 0);
     FT_CUDA_ASSERT(((uintptr_t)p.v | p.v_row_bytes) % (p.v_type == FT_TYPE_F16 ? 16 : 4) == 0);
-    const dim3 grid((unsigned)(p.n_head_kv * dec_groups(p.n_head, p.n_head_kv)), (unsigned)p.n_tok, (unsigned)n_split);
+    const int n_rg = dec_row_groups(p.n_tok, p.n_head, p.n_head_kv);
+    const dim3 grid((unsigned)(p.n_head_kv * n_rg), 1, (unsigned)n_split);
     if (p.head_dim == 64) launch_hd<64>(p, grid, st);
     else if (p.head_dim == 128) launch_hd<128>(p, grid, st);
     else launch_hd<256>(p, grid, st);

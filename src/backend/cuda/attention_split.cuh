@@ -19,12 +19,14 @@
 enum {
     AT_THREADS = 128,   // the CTA of every attention kernel
     AT_MAX_HD = 256,
-    DEC_MAX_HEADS = 4,  // query heads of one KV head that a decode CTA takes (more: several CTAs)
+    DEC_ROWS = 16,      // query rows ((token, head) pairs of one KV head) of a decode CTA: one MMA tile
+    DEC_TK = 64,        // keys of a decode tile: 16 per warp
     DEC_MAX_SPLIT = 128,
-    // a decode launch aims at this many CTAs (several per SM on any GPU, so that the cache
+    // a decode launch aims at this many CTAs (two per SM on the largest GPUs, so that the cache
     // reads of all of them are in flight together), each split holding DEC_MIN_KEYS keys or more
+    // (fewer splits, less to merge, where the context is short)
     DEC_TARGET_CTAS = 256,
-    DEC_MIN_KEYS = 64,
+    DEC_MIN_KEYS = 128,
 };
 
 struct attn_split_t {
@@ -36,17 +38,20 @@ __host__ __device__ inline bool attn_decode(int n_tok, int head_dim) {
     return n_tok <= FT_CUDA_ATTN_SPLIT_MAX_TOK && (head_dim == 64 || head_dim == 128 || head_dim == 256);
 }
 
-// The decode kernel's keys per tile (its K and V tiles share 48 KB of shared memory).
-__host__ __device__ constexpr inline int dec_tile_keys(int head_dim) { return head_dim <= 128 ? 32 : 16; }
+// Decode CTAs per KV head: its n_tok * group query rows, DEC_ROWS a CTA.
+__host__ __device__ inline int dec_row_groups(int n_tok, int n_head, int n_head_kv) {
+    return (n_tok * (n_head / n_head_kv) + DEC_ROWS - 1) / DEC_ROWS;
+}
 
-// CTAs per KV head: its query heads, DEC_MAX_HEADS or fewer per CTA.
-__host__ __device__ inline int dec_groups(int n_head, int n_head_kv) {
-    return (n_head / n_head_kv + DEC_MAX_HEADS - 1) / DEC_MAX_HEADS;
+// The most tokens the DEC_ROWS rows of one decode CTA belong to.
+__host__ __device__ inline int dec_tok_span(int n_tok, int n_head, int n_head_kv) {
+    const int span = (DEC_ROWS - 1) / (n_head / n_head_kv) + 2;
+    return span < n_tok ? span : n_tok;
 }
 
 // The most splits a decode launch of these shapes takes (its grid's z with a device position).
 __host__ __device__ inline int dec_max_split(int n_tok, int n_head, int n_head_kv) {
-    const int ctas = n_head_kv * dec_groups(n_head, n_head_kv) * n_tok;
+    const int ctas = n_head_kv * dec_row_groups(n_tok, n_head, n_head_kv);
     const int want = (DEC_TARGET_CTAS + ctas - 1) / ctas;
     return want < DEC_MAX_SPLIT ? want : DEC_MAX_SPLIT;
 }
@@ -67,13 +72,17 @@ __host__ __device__ inline attn_split_t attn_split_keys(int max_keys, int max_sp
 // or attention_kernel's (chunks of AT_THREADS keys, small batches only; stride
 // FT_CUDA_ATTN_MAX_SPLIT).
 __host__ __device__ inline attn_split_t attn_split_of(const ft_cuda_attn_params &p, int pos0) {
+    const bool decode = attn_decode(p.n_tok, p.head_dim);
     int max_keys = pos0 + p.n_tok;
-    if (p.window > 0) max_keys = max_keys < p.window ? max_keys : p.window;
+    if (p.window > 0) {
+        // a decode CTA's rows may belong to several tokens, each with its own window
+        const int w = p.window + (decode ? dec_tok_span(p.n_tok, p.n_head, p.n_head_kv) - 1 : 0);
+        max_keys = max_keys < w ? max_keys : w;
+    }
     attn_split_t r = {1, max_keys, 1};
     if (!p.part) return r;
-    if (attn_decode(p.n_tok, p.head_dim)) {
-        const int tk = dec_tile_keys(p.head_dim);
-        r = attn_split_keys(max_keys, dec_max_split(p.n_tok, p.n_head, p.n_head_kv), DEC_MIN_KEYS, tk);
+    if (decode) {
+        r = attn_split_keys(max_keys, dec_max_split(p.n_tok, p.n_head, p.n_head_kv), DEC_MIN_KEYS, DEC_TK);
         r.stride = r.n_split;
         return r;
     }
@@ -131,7 +140,7 @@ __device__ __forceinline__ void attn_merge(const ft_cuda_attn_params &p, int h, 
     __syncthreads();
 }
 
-// attention_decode.cu: launches its kernel on grid (n_head_kv * dec_groups, n_tok, n_split).
+// attention_decode.cu: launches its kernel on grid (n_head_kv * dec_row_groups, 1, n_split).
 void attn_decode_launch(const ft_cuda_attn_params &p, int n_split, cudaStream_t st);
 
 #endif

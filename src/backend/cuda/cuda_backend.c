@@ -1079,6 +1079,7 @@ ft_backend *ft_backend_cuda_init(const ft_backend_params *p, ft_err *err) {
         return NULL;
     }
     ft_cuda_set_device(dev);
+    ft_cuda_attention_init();
     cuda_backend *c = ft_calloc(1, sizeof(*c));
     c->base.ops = &g_cuda_ops;
     c->base.placement = FT_PLACEMENT_CUDA;

@@ -120,6 +120,9 @@ typedef struct ft_cuda_attn_params {
                            // blocks), or NULL; only where ft_cuda_attention_quantizes says so
 } ft_cuda_attn_params;
 void ft_cuda_attention(const ft_cuda_attn_params *p, ft_cuda_stream *s);
+// Once per process before the first attention (and before any graph capture): the kernels'
+// shared-memory limits.
+void ft_cuda_attention_init(void);
 // Can the launch for these shapes also write out_q (the decode kernels: n_tok <=
 // FT_CUDA_ATTN_SPLIT_MAX_TOK, head_dim 64, 128 or 256)?
 bool ft_cuda_attention_quantizes(int n_tok, int head_dim);
