@@ -194,6 +194,10 @@ typedef struct ft_backend_ops {
     void (*buffer_free)(ft_backend *be, void *p); // NULL: no-op
     // Copies n bytes of host memory into a buffer (dst points into one); done on return.
     void (*buffer_write)(ft_backend *be, void *dst, const void *src, size_t n);
+    // The same, in order with the ops: the ops called after it see the bytes, those before it
+    // do not; src may be reused on return. For small, frequent writes between steps (block
+    // tables), which must not wait for the device. Optional: NULL, buffer_write serves.
+    void (*buffer_write_ordered)(ft_backend *be, void *dst, const void *src, size_t n);
 
     // Sizes the scratch every op needs (see ft_backend_limits). Called once, before any op;
     // ops never allocate afterwards.

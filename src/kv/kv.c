@@ -161,8 +161,9 @@ void ft_kv_clear(ft_kv_cache *kv) {
 
 void ft_kv_sync(ft_kv_cache *kv) {
     if (kv->synced >= kv->n_blocks) return;
-    kv->be->ops->buffer_write(kv->be, kv->table_dev + kv->synced, kv->table + kv->synced,
-                              (size_t)(kv->n_blocks - kv->synced) * sizeof(int32_t));
+    const ft_backend_ops *ops = kv->be->ops;
+    (ops->buffer_write_ordered ? ops->buffer_write_ordered : ops->buffer_write)(
+        kv->be, kv->table_dev + kv->synced, kv->table + kv->synced, (size_t)(kv->n_blocks - kv->synced) * sizeof(int32_t));
     kv->synced = kv->n_blocks;
 }
 

@@ -53,8 +53,9 @@ const int32_t *ft_kv_block_ids(const ft_kv_cache *kv); // host memory
 // Appends a block of the store; aborts past ft_kv_blocks_for(n_ctx) blocks.
 void ft_kv_push_block(ft_kv_cache *kv, int32_t block);
 void ft_kv_clear(ft_kv_cache *kv); // empties the table
-// Copies the table to the backend's memory where it changed since the last sync. Call before
-// ops that read it (not inside a backend's step bracket: the copy waits for the device).
+// Copies the table to the backend's memory where it changed since the last sync, in order with
+// the ops (buffer_write_ordered: the device is not waited for). Call before the ops that read
+// it, outside a backend's step bracket (a recorded step would not repeat the copy).
 void ft_kv_sync(ft_kv_cache *kv);
 // The table as the ops take it (ft_attn_params.blocks, set_rows): in the backend's memory.
 const int32_t *ft_kv_blocks(const ft_kv_cache *kv);

@@ -986,6 +986,12 @@ static void cuda_buffer_write(ft_backend *be, void *dst, const void *src, size_t
     ft_cuda_device_sync();
 }
 
+// From pageable memory the runtime stages src before returning and copies it in stream order.
+static void cuda_buffer_write_ordered(ft_backend *be, void *dst, const void *src, size_t n) {
+    cuda_backend *c = cuda_op(be); // the pending ops before it
+    ft_cuda_memcpy_h2d(dst, src, n, c->stream);
+}
+
 static moe_host_allocator cuda_expert_host_allocator(ft_backend *be) {
     (void)be;
     return ft_offload_host_allocator();
@@ -1042,6 +1048,7 @@ static const ft_backend_ops g_cuda_ops = {
     .buffer_alloc = cuda_buffer_alloc,
     .buffer_free = cuda_buffer_free,
     .buffer_write = cuda_buffer_write,
+    .buffer_write_ordered = cuda_buffer_write_ordered,
     .expert_host_allocator = cuda_expert_host_allocator,
     .expert_cache_init = cuda_expert_cache_init,
     .expert_cache_stats = cuda_expert_cache_stats,
