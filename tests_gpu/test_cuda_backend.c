@@ -439,7 +439,7 @@ static void set_rows_attention_case(int hd) {
         // from 0, a batch in the middle, and sliding windows (short, and long enough to split)
         struct { int n_tok, pos0, window; } cases[] = {{1, 359, 0}, {4, 300, 0}, {40, 0, 0}, {64, 296, 0},
                                                        {1, 359, 16}, {30, 100, 7}, {1, 359, 200}, {1, 2, 0},
-                                                       {8, 352, 0}, {3, 126, 0}};
+                                                       {8, 352, 0}, {3, 126, 0}, {6, 350, 40}};
         for (size_t ci = 0; ci < FT_ARRAY_LEN(cases); ci++) {
             int n = cases[ci].n_tok;
             size_t QN = (size_t)n * nh * hd;
@@ -568,8 +568,8 @@ static float *attention_exact(const float *q, const float *k, const float *v, in
     return out;
 }
 
-// Decode attention at depth: the keys split over many CTAs, each KV head's query heads in one
-// CTA (or several: more than 16 of them), f16 and q8_0 caches; against the CPU op.
+// Decode attention at depth: the keys split over many CTAs, each KV head's query rows in CTAs of
+// 16 (one token's heads, or the heads of several tokens), f16 and q8_0 caches; against the CPU op.
 static void attention_depth_case(int hd, int nh, int nkv, enum ft_type kt) {
     const int n_ctx = 5200, filled = 5000, W = nkv * hd;
     pair p;
@@ -591,9 +591,10 @@ static void attention_depth_case(int hd, int nh, int nkv, enum ft_type kt) {
             v[i] = ft_fp16_to_fp32(ft_fp32_to_fp16(v[i]));
         }
     // one token deep in the cache, at a split boundary's neighbourhood, several tokens, a
-    // window, a context short enough not to split
+    // window (one token, and several whose rows share a CTA), a context short enough not to split
     struct { int n_tok, pos0, window; } cases[] = {{1, 4999, 0}, {1, 4095, 0}, {3, 4990, 0}, {8, 4992, 0},
-                                                   {1, 4999, 1000}, {1, 40, 0}, {2, 700, 0}};
+                                                   {1, 4999, 1000}, {5, 4990, 1000}, {8, 32, 8}, {8, 4992, 8},
+                                                   {1, 40, 0}, {2, 700, 0}};
     for (size_t ci = 0; ci < FT_ARRAY_LEN(cases); ci++) {
         int n = cases[ci].n_tok;
         size_t QN = (size_t)n * nh * hd;
@@ -633,10 +634,11 @@ TEST(cuda_op_attention_depth) {
     for (int ki = 0; ki < 2; ki++) {
         attention_depth_case(128, 32, 4, kts[ki]);  // Qwen3-30B-A3B: 8 query heads per KV head
         attention_depth_case(128, 16, 1, kts[ki]);  // 16 per KV head
-        attention_depth_case(128, 48, 2, kts[ki]);  // 24: two CTAs of 12
-        attention_depth_case(64, 8, 8, kts[ki]);    // one
+        attention_depth_case(128, 48, 2, kts[ki]);  // 24: rows of 16 across heads
+        attention_depth_case(64, 8, 8, kts[ki]);    // one: a CTA's rows are tokens
         attention_depth_case(256, 16, 2, kts[ki]);  // head 256
         attention_depth_case(64, 12, 4, kts[ki]);   // 3
+        attention_depth_case(128, 4, 2, kts[ki]);   // 2 (laguna's test shape): 8 tokens a CTA
     }
 }
 
