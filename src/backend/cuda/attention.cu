@@ -211,7 +211,7 @@ extern "C" void ft_cuda_attention(const ft_cuda_attn_params *p, ft_cuda_stream *
     if (decode) attn_decode_launch(*p, n_split, st);
     else ft_launch(attention_kernel, dim3((unsigned)p->n_head, (unsigned)p->n_tok, (unsigned)n_split), AT_THREADS, 0, st, *p);
     CUDA_CHECK_LAUNCH();
-    if (n_split > 1 && !(decode && p->split_count)) {
+    if (n_split > 1) {
         ft_launch(attention_merge_kernel, dim3((unsigned)p->n_head, (unsigned)p->n_tok), AT_THREADS, 0, st, *p);
         CUDA_CHECK_LAUNCH();
     }

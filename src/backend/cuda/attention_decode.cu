@@ -25,8 +25,9 @@
 //      row, window) to -inf, its own online softmax (running max and sum per row), O += P V
 //      with P straight from S's accumulators (MMA layouts: mma.cuh);
 //   3. the 4 warps' (max, sum, O) merged through shared memory into the output (and its q8_1
-//      form), or into the split's partials, after which the last CTA of the row group to finish
-//      merges all the splits (split_count), or attention_merge_kernel does.
+//      form), or into the split's partials, which attention_merge_kernel merges: a CTA per
+//      (token, head), not the last CTA of a row group, which alone would read all the partials
+//      of its rows while the rest of the GPU waits.
 #include "attention_split.cuh"
 #include "mma.cuh"
 
@@ -71,10 +72,9 @@ struct dec_shape {
     static constexpr int STAGE = 2 * DEC_TK * ROW; // the K tile, then the V tile
     static constexpr int QBUF = DEC_ROWS * F16_ROW;
     static constexpr int SMEM = STAGES * STAGE + QBUF + DEC_ROWS * NB * (int)sizeof(float);
-    // after the keys, the stages hold the warps' results, then the splits' maxima and sums
+    // after the keys, the stages hold the warps' results
     static_assert(SMEM <= 99 * 1024, "a consumer GPU's CTA holds it");
     static_assert((4 * DEC_ROWS * (HD + 2)) * (int)sizeof(float) <= STAGES * STAGE, "the warps' results fit");
-    static_assert(3 * DEC_ROWS * DEC_MAX_SPLIT * (int)sizeof(float) <= STAGES * STAGE, "the split merge fits");
 };
 
 template <int HD, bool KQ8, bool VQ8>
@@ -141,22 +141,38 @@ __global__ void __launch_bounds__(AT_THREADS) attention_decode_kernel(const ft_c
         const int r = r0 + i;
         return p.q + ((int64_t)(r / G) * p.n_head + hk * G + r % G) * HD;
     };
+    // Every load is issued before the first is used (the rows' tests are warp-uniform): one round
+    // trip, not one per row, at the head of every CTA's critical path.
     if constexpr (KQ8) {
         // a warp per block of 32: amax, d = amax / 127, codes round-half-even(x * 127 / amax)
-        for (int b = warp; b < DEC_ROWS * NB; b += NW) {
-            const int i = b / NB, blk = b % NB;
-            const float v = i < n_rows ? q_row(i)[blk * 32 + lane] : 0.0f;
-            const float amax = ft_warp_max(fabsf(v));
+        constexpr int NQ = DEC_ROWS * NB / NW;
+        float v[NQ];
+#pragma unroll
+        for (int j = 0; j < NQ; j++) {
+            const int b = warp + j * NW, i = b / NB, blk = b % NB;
+            v[j] = i < n_rows ? q_row(i)[blk * 32 + lane] : 0.0f;
+        }
+#pragma unroll
+        for (int j = 0; j < NQ; j++) {
+            const int b = warp + j * NW, i = b / NB, blk = b % NB;
+            const float amax = ft_warp_max(fabsf(v[j]));
             const float id = amax != 0.0f ? 127.f / amax : 0.0f;
-            ((int8_t *)qbuf)[i * S::QC_ROW + blk * 32 + lane] = (int8_t)__float2int_rn(v * id);
+            ((int8_t *)qbuf)[i * S::QC_ROW + blk * 32 + lane] = (int8_t)__float2int_rn(v[j] * id);
             if (lane == 0) qscale[i * NB + blk] = ft_fp16_to_fp32(ft_fp32_to_fp16(amax / 127.f));
         }
     } else {
-        for (int e = tid; e < DEC_ROWS * (HD / 2); e += AT_THREADS) {
-            const int i = e / (HD / 2), d = e % (HD / 2) * 2;
-            const float *q = q_row(i);
-            *(uint32_t *)(qbuf + i * S::F16_ROW + d * 2) = i < n_rows ? pack_f16x2(q[d], q[d + 1]) : 0u;
+        constexpr int NQ = DEC_ROWS * (HD / 2) / AT_THREADS;
+        const int64_t row_step = (int64_t)(AT_THREADS / (HD / 2)); // rows between a thread's pairs
+        const int i0 = tid / (HD / 2), d = tid % (HD / 2) * 2;
+        float2 v[NQ];
+#pragma unroll
+        for (int j = 0; j < NQ; j++) {
+            const int i = i0 + j * (int)row_step;
+            v[j] = i < n_rows ? *(const float2 *)(q_row(i) + d) : make_float2(0.0f, 0.0f);
         }
+#pragma unroll
+        for (int j = 0; j < NQ; j++)
+            *(uint32_t *)(qbuf + (i0 + j * row_step) * S::F16_ROW + d * 2) = pack_f16x2(v[j].x, v[j].y);
     }
     // this thread's two rows (g and g + 8): their query positions (rows past n_rows see all)
     int qpos[2];
@@ -340,63 +356,6 @@ __global__ void __launch_bounds__(AT_THREADS) attention_decode_kernel(const ft_c
         }
         const float x = L == 0.0f ? 0.0f : v / L;
         const int64_t oi = ((int64_t)tok * p.n_head + h) * HD + d;
-        p.out[oi] = x;
-        if (p.out_q) ft_q8_1_warp_store(x, (block_q8_1 *)p.out_q + oi / QK8_1, lane);
-    }
-    if (!split || !p.split_count) return;
-
-    // the last CTA of this row group to finish merges the splits: the partials are made visible
-    // before the count says so (threadfence), and read past L1 (__ldcg). The arithmetic is
-    // attn_merge's: weights e^(M_z - M), the splits taken in order.
-    __shared__ bool last;
-    __threadfence();
-    __syncthreads();
-    if (tid == 0) {
-        int *cnt = p.split_count + blockIdx.x;
-        last = atomicAdd(cnt, 1) == sp.n_split - 1;
-        if (last) *cnt = 0; // every other CTA has counted: ready for the next launch
-    }
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    const int ns = sp.n_split;
-    float *zm = (float *)smem, *zs = zm + DEC_ROWS * DEC_MAX_SPLIT, *zf = zs + DEC_ROWS * DEC_MAX_SPLIT;
-    auto part_of = [&](int i, int z) {
-        const int r = r0 + i;
-        return attn_part_row(p, r / G, hk * G + r % G, z, sp.stride);
-    };
-    for (int e = tid; e < n_rows * ns; e += AT_THREADS) {
-        const int i = e / ns, z = e % ns;
-        const float *pr = part_of(i, z);
-        zm[i * DEC_MAX_SPLIT + z] = __ldcg(&pr[HD]);
-        zs[i * DEC_MAX_SPLIT + z] = __ldcg(&pr[HD + 1]);
-    }
-    __syncthreads();
-    __shared__ float inv_s[DEC_ROWS];
-    if (tid < n_rows) {
-        const float *mz = zm + tid * DEC_MAX_SPLIT, *sz = zs + tid * DEC_MAX_SPLIT;
-        float *fz = zf + tid * DEC_MAX_SPLIT;
-        float M = -INFINITY;
-        for (int z = 0; z < ns; z++) M = fmaxf(M, mz[z]);
-        float L = 0.0f;
-        for (int z = 0; z < ns; z++) {
-            fz[z] = mz[z] != -INFINITY ? expf(mz[z] - M) : 0.0f;
-            if (mz[z] != -INFINITY) L += sz[z] * fz[z];
-        }
-        inv_s[tid] = L == 0.0f ? 0.0f : 1.0f / L;
-    }
-    __syncthreads();
-    for (int e = tid; e < n_rows * HD; e += AT_THREADS) {
-        const int i = e / HD, d = e % HD, r = r0 + i;
-        const float *pr = part_of(i, 0), *mz = zm + i * DEC_MAX_SPLIT, *fz = zf + i * DEC_MAX_SPLIT;
-        float v = 0.0f;
-#pragma unroll 8
-        for (int z = 0; z < ns; z++) {
-            const float pv = __ldcg(&pr[z * (HD + 2) + d]);
-            if (mz[z] != -INFINITY) v += pv * fz[z];
-        }
-        const float x = v * inv_s[i];
-        const int64_t oi = ((int64_t)(r / G) * p.n_head + hk * G + r % G) * HD + d;
         p.out[oi] = x;
         if (p.out_q) ft_q8_1_warp_store(x, (block_q8_1 *)p.out_q + oi / QK8_1, lane);
     }

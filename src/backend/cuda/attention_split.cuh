@@ -129,10 +129,15 @@ __device__ __forceinline__ void attn_merge(const ft_cuda_attn_params &p, int h, 
     const int64_t o0 = ((int64_t)t * p.n_head + h) * hd;
     for (int d = tid; d < hd; d += AT_THREADS) {
         float v = 0.0f;
-#pragma unroll 8
-        for (int z = 0; z < n_split; z++) {
-            const float pv = __ldcg(&part[z * (hd + 2) + d]);
-            if (m_s[z] != -INFINITY) v += pv * f_s[z];
+        // MZ splits' loads issued before the first is used: a round trip per MZ splits
+        constexpr int MZ = 32;
+        for (int z0 = 0; z0 < n_split; z0 += MZ) {
+            float pv[MZ];
+#pragma unroll
+            for (int u = 0; u < MZ; u++) pv[u] = z0 + u < n_split ? __ldcg(&part[(z0 + u) * (hd + 2) + d]) : 0.0f;
+#pragma unroll
+            for (int u = 0; u < MZ; u++)
+                if (z0 + u < n_split && m_s[z0 + u] != -INFINITY) v += pv[u] * f_s[z0 + u];
         }
         p.out[o0 + d] = v * inv;
         if (p.out_q) ft_q8_1_warp_store(v * inv, (block_q8_1 *)p.out_q + (o0 + d) / QK8_1, tid % FT_WARP);

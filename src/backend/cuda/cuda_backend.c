@@ -46,7 +46,6 @@ typedef struct cuda_backend {
     float *gap;                // (1) smallest routing gap since the last read
     void *moe_work;            // ft_cuda_moe_gemm_work_bytes(P, n_expert): prefill expert grouping
     float *attn_part;          // flash-decoding partials (see cuda_ops.h)
-    int *attn_count;           // (FT_CUDA_ATTN_SPLIT_MAX_TOK * max_width) zeros: split_count
     int *route_count;          // (1) zero: the fused router's count (ft_cuda_router_params)
     size_t attn_part_floats;
     // host side
@@ -239,7 +238,6 @@ static size_t cuda_scratch_bytes(ft_backend *be, const ft_backend_limits *lim) {
     size_t P = T * (size_t)FT_MAX(lim->n_expert_used, 1), E = (size_t)FT_MAX(lim->n_expert, 1);
     return 2 * ft_cuda_q8_1_bytes((int64_t)W, (int)P) + 3 * P * W * sizeof(float) + T * E * sizeof(float) +
            P * (sizeof(int32_t) + sizeof(float)) + attn_part_floats(lim) * sizeof(float) +
-           (size_t)FT_CUDA_ATTN_SPLIT_MAX_TOK * (size_t)lim->max_width * sizeof(int) +
            ft_cuda_moe_gemm_work_bytes((int)P, (int)E) + 256 * 10;
 }
 
@@ -268,9 +266,6 @@ static void cuda_reserve(ft_backend *be, const ft_backend_limits *lim) {
     c->moe_work = dev_alloc(ft_cuda_moe_gemm_work_bytes((int)P, (int)E), "expert grouping");
     c->attn_part_floats = attn_part_floats(lim);
     c->attn_part = dev_alloc(c->attn_part_floats * sizeof(float), "attention partials");
-    size_t count_bytes = (size_t)FT_CUDA_ATTN_SPLIT_MAX_TOK * (size_t)lim->max_width * sizeof(int);
-    c->attn_count = dev_alloc(count_bytes, "attention split counts");
-    ft_cuda_memset(c->attn_count, 0, count_bytes, c->stream);
     c->route_count = dev_alloc(sizeof(int), "router count");
     ft_cuda_memset(c->route_count, 0, sizeof(int), c->stream);
     c->staging = ft_cuda_host_alloc(T * W * sizeof(float));
@@ -325,7 +320,6 @@ static void cuda_free(ft_backend *be) {
     ft_cuda_free(c->gap);
     ft_cuda_free(c->moe_work);
     ft_cuda_free(c->attn_part);
-    ft_cuda_free(c->attn_count);
     ft_cuda_free(c->route_count);
     ft_cuda_host_free(c->staging);
     ft_cuda_host_free(c->host_gap);
@@ -628,7 +622,6 @@ static void cuda_attention(ft_backend *be, const ft_attn_params *p) {
     };
     size_t need = ft_cuda_attention_part_floats(p->n_tok, p->n_head, p->n_head_kv, p->head_dim);
     ap.part = need <= c->attn_part_floats ? c->attn_part : NULL;
-    ap.split_count = ap.part && p->n_head <= c->lim.max_width ? c->attn_count : NULL; // its size
     // decode writes the q8_1 form of its output too, for the output projection that follows
     int64_t width = (int64_t)p->n_head * p->head_dim;
     bool quantize = ft_cuda_attention_quantizes(p->n_tok, p->head_dim) && width <= round32(c->lim.max_width) &&

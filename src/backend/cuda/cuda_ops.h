@@ -112,10 +112,6 @@ typedef struct ft_cuda_attn_params {
     const int32_t *pos_dev; // device memory: added to pos0 (a CUDA graph replayed at any
                            // position), or NULL
     float *part;           // scratch for split partial results, or NULL: no split
-    int *split_count;      // (FT_CUDA_ATTN_SPLIT_MAX_TOK * n_head) zeros, or NULL: the decode
-                           // kernel's CTAs of one (head group, token) count themselves done here and
-                           // the last one merges the splits (and resets its count to 0), which
-                           // saves the merge launch; NULL: a second kernel merges
     void *out_q;           // the q8_1 form of out as well (n_tok rows of n_head * head_dim / 32
                            // blocks), or NULL; only where ft_cuda_attention_quantizes says so
 } ft_cuda_attn_params;
