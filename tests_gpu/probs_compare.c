@@ -97,15 +97,18 @@ const float *probs_reference_eval(probs_reference *r, const int32_t *t, int n, d
     const float *lg = ft_engine_eval(r->e[0], t, n, err);
     if (!lg) return NULL;
     memcpy(r->logits, lg, (size_t)r->n_vocab * sizeof(float));
-    *stable = true;
+    r->spread = 0;
     for (int i = 1; i <= PROBS_REF_PERTURBED; i++) {
         if (!(lg = ft_engine_eval(r->e[i], t, n, err))) return NULL;
-        *stable &= top10_diff(r->logits, lg, r->n_vocab) <= tol;
+        r->spread = fmax(r->spread, top10_diff(r->logits, lg, r->n_vocab));
     }
+    *stable = r->spread <= tol;
     r->n_steps++;
     r->n_stable += *stable;
     return r->logits;
 }
+
+double probs_step_tol(const probs_reference *r, double tol) { return r->spread <= tol / 2 ? tol : 2 * tol; }
 
 void probs_reference_free(probs_reference *r) {
     for (int i = 0; i <= PROBS_REF_PERTURBED; i++) {

@@ -809,7 +809,7 @@ static void model_case(const model_opts *o) {
             char what[160];
             if (step) snprintf(what, sizeof(what), "%s: decode %d", name, step - 1);
             else snprintf(what, sizeof(what), "%s: prefill %d", name, o->n_prompt);
-            double d = probs_compare(what, lc, lg, n_vocab, tol, stable);
+            double d = probs_compare(what, lc, lg, n_vocab, probs_step_tol(&ref, tol), stable);
             if (stable) worst = fmax(worst, d);
             else worst_unstable = fmax(worst_unstable, d);
             if (step) t = (t * 31 + 7) % n_vocab;

@@ -171,12 +171,13 @@ static void model_case(const char *arch, bool strict, const schedule *sc) {
                 CHECK(!memcmp(fused.lg, cpumode.lg, (size_t)n_vocab * sizeof(float)),
                       "%s: the overlay's logits differ from fused's", what);
             char w[200];
+            const double step_tol = probs_step_tol(&cpu, tol);
             snprintf(w, sizeof(w), "%s vs cpu", what);
-            double d = probs_compare(w, ref, cpumode.lg, n_vocab, tol, stable);
+            double d = probs_compare(w, ref, cpumode.lg, n_vocab, step_tol, stable);
             snprintf(w, sizeof(w), "%s vs fused", what);
-            double df = probs_compare(w, fused.lg, cpumode.lg, n_vocab, tol, stable);
+            double df = probs_compare(w, fused.lg, cpumode.lg, n_vocab, step_tol, stable);
             snprintf(w, sizeof(w), "%s, routing on the CPU, vs cpu", what);
-            d = fmax(d, probs_compare(w, ref, hostroute.lg, n_vocab, tol, stable));
+            d = fmax(d, probs_compare(w, ref, hostroute.lg, n_vocab, step_tol, stable));
             if (stable) {
                 worst_cpu = fmax(worst_cpu, d);
                 worst_fused = fmax(worst_fused, df);
