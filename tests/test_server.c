@@ -6,10 +6,14 @@
 #include "fixtures.h"
 #include "../src/backend/backend.h"
 
+#include <arpa/inet.h>
 #include <jansson.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -31,6 +35,9 @@ static void sleep_ms(int ms) {
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
     nanosleep(&ts, NULL);
 }
+
+// The open-file limit of the next server started (0: inherited).
+static int g_server_nofile;
 
 // Starts `ft serve` with extra arguments (a space-separated list, no quoting). Returns false
 // if it did not come up within 20 s.
@@ -57,6 +64,8 @@ static bool server_start(server *s, const char *extra) {
     if (pid < 0) return false;
     if (pid == 0) {
         if (!freopen(s->log, "w", stderr) || !freopen("/dev/null", "w", stdout)) _exit(127);
+        struct rlimit rl = {(rlim_t)g_server_nofile, (rlim_t)g_server_nofile};
+        if (g_server_nofile && setrlimit(RLIMIT_NOFILE, &rl) != 0) _exit(127);
         execv(argv[0], argv);
         _exit(127);
     }
@@ -1036,9 +1045,6 @@ TEST(server_idle_timeout) {
     CHECK(server_stop(&s) == 0, "log: %s", s.log);
 }
 
-// ---------------------------------------------------------------------------------------------
-// Expert cache flags and endpoints on a machine without a GPU
-
 static char *read_log(const server *s) {
     static char buf[1 << 16];
     buf[0] = 0;
@@ -1049,6 +1055,62 @@ static char *read_log(const server *s) {
     fclose(f);
     return buf;
 }
+
+// CPU seconds a process has used (user and system), from /proc; -1 where unreadable.
+static double cpu_seconds(pid_t pid) {
+    char path[64], buf[1024];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    const char *p = strrchr(buf, ')'); // the command name may hold spaces
+    unsigned long ut, st;
+    if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2) return -1;
+    return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+// Past the open-file limit accepting pauses, instead of spinning on the queued connection and
+// logging every failed accept, and serving resumes once connections close (issue 18, item 3).
+TEST(server_fd_exhaustion_pauses_accepts) {
+    if (access("/proc/self/stat", R_OK) != 0) {
+        test_skip("no /proc");
+        return;
+    }
+    g_server_nofile = 64;
+    SERVER_OR_SKIP(s, "");
+    g_server_nofile = 0;
+    enum { N_CONN = 100 };
+    int fds[N_CONN], n = 0;
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)s.port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    for (; n < N_CONN; n++) { // connections beyond the limit wait in the listen queue
+        fds[n] = socket(AF_INET, SOCK_STREAM, 0);
+        if (fds[n] < 0 || connect(fds[n], (struct sockaddr *)&a, sizeof(a)) != 0) break;
+    }
+    CHECK(n == N_CONN, "only %d connections opened", n);
+    double c0 = cpu_seconds(s.pid);
+    sleep_ms(2000);
+    double c1 = cpu_seconds(s.pid);
+    struct stat st = {0};
+    stat(s.log, &st);
+    CHECK(c0 >= 0 && c1 - c0 < 0.25, "the server spent %.2f s of CPU in 2 s with %d idle connections", c1 - c0, n);
+    CHECK(st.st_size < 4096, "the log grew to %ld bytes", (long)st.st_size);
+    CHECK(strstr(read_log(&s), "pausing accepts"), "no log line says accepting paused (%s)", s.log);
+    for (int i = 0; i < n; i++) close(fds[i]);
+    static char out[4096];
+    int status = 0;
+    for (int i = 0; i < 30 && status != 200; i++) { // the pause is at most 1 s
+        status = http(&s, "GET", "/health", NULL, NULL, out, sizeof(out));
+        if (status != 200) sleep_ms(100);
+    }
+    CHECK(status == 200, "/health after the connections closed: %d", status);
+    CHECK(server_stop(&s) == 0, "log: %s", s.log);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Expert cache flags and endpoints on a machine without a GPU
 
 // FreeToken's command line of the A/B, as written, with a GGUF path. Without a GPU the MoE
 // flags get one notice and the CPU serves; with one, the expert cache serves.

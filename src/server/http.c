@@ -12,6 +12,7 @@
 #include <event2/event.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
+#include <event2/listener.h>
 #include <event2/thread.h>
 
 #include <errno.h>
@@ -31,6 +32,9 @@ struct srv_http {
     struct event_base *base;
     struct evhttp *http;
     struct event *ev_notify, *ev_int, *ev_term;
+    struct evconnlistener *listener;
+    struct event *ev_accept_resume; // re-enables the listener after an accept error
+    int accept_pause_ms;            // the current pause; 0: accepting normally
     pthread_mutex_t ready_mu;
     srv_job **ready;
     int n_ready, cap_ready;
@@ -635,6 +639,34 @@ static json_t *read_body(srv_http *h, struct evhttp_request *req, bool anthropic
 // In this order: OPTIONS (CORS preflight, any path) 204; an admin route's 403 (off) or its key's
 // 401; the API key 401 (open and admin routes skip it);
 // an unknown path 404; another method than the route's 405; then the route.
+// An accept that fails for want of file descriptors (EMFILE, ENFILE) or memory leaves the
+// connection queued, so the listener would fire again at once, spinning a core and logging each
+// failure. Instead accepting pauses, 50 ms doubling up to 1 s while the errors last, with one
+// log line when it starts and one when a request arrives again.
+// libevent calls the error callback with the argument evhttp gave its listener (the evhttp),
+// so the process's one listening server is found here.
+static srv_http *g_listening;
+
+static void on_accept_error(struct evconnlistener *lev, void *arg) {
+    (void)arg;
+    srv_http *h = g_listening;
+    int e = EVUTIL_SOCKET_ERROR();
+    evconnlistener_disable(lev);
+    if (!h->accept_pause_ms)
+        FT_LOG_WARN("ft serve: cannot accept connections (%s): pausing accepts while it lasts",
+                    evutil_socket_error_to_string(e));
+    h->accept_pause_ms = h->accept_pause_ms ? FT_MIN(2 * h->accept_pause_ms, 1000) : 50;
+    struct timeval tv = {h->accept_pause_ms / 1000, (h->accept_pause_ms % 1000) * 1000};
+    event_add(h->ev_accept_resume, &tv);
+}
+
+static void on_accept_resume(evutil_socket_t fd, short what, void *arg) {
+    (void)fd;
+    (void)what;
+    srv_http *h = arg;
+    if (!h->stopping) evconnlistener_enable(h->listener);
+}
+
 static void on_request(struct evhttp_request *req, void *arg) {
     srv_http *h = arg;
     const char *uri = evhttp_request_get_uri(req);
@@ -645,6 +677,10 @@ static void on_request(struct evhttp_request *req, void *arg) {
     const route *r = route_find(path);
     bool anthropic = r && (r->flags & ROUTE_ANTHROPIC);
     srv_metrics_request(h->metrics);
+    if (h->accept_pause_ms) {
+        FT_LOG_INFO("ft serve: accepting connections again");
+        h->accept_pause_ms = 0;
+    }
 
     if (cmd == EVHTTP_REQ_OPTIONS) { // CORS preflight of browser chat UIs
         struct evkeyvalq *hd = evhttp_request_get_output_headers(req);
@@ -745,6 +781,14 @@ bool srv_run(const srv_params *p, const ft_model *m, const tok_vocab *v, ft_err 
                    p->port);
         goto done;
     }
+    h->listener = evhttp_bound_socket_get_listener(bs);
+    h->ev_accept_resume = evtimer_new(h->base, on_accept_resume, h);
+    if (!h->ev_accept_resume) {
+        ft_err_set(err, "cannot create the HTTP server");
+        goto done;
+    }
+    g_listening = h;
+    evconnlistener_set_error_cb(h->listener, on_accept_error);
     // the port actually bound (port 0: the kernel's choice)
     int port = p->port;
     struct sockaddr_storage ss;
@@ -774,6 +818,7 @@ bool srv_run(const srv_params *p, const ft_model *m, const tok_vocab *v, ft_err 
     event_base_dispatch(h->base);
     ok = true;
 done:
+    if (g_listening == h) g_listening = NULL;
     srv_sched_free(h->sched);
     h->sched = NULL;
     if (h->ev_notify) on_notify(-1, 0, h);
@@ -781,6 +826,7 @@ done:
     if (h->ev_notify) event_free(h->ev_notify);
     if (h->ev_int) event_free(h->ev_int);
     if (h->ev_term) event_free(h->ev_term);
+    if (h->ev_accept_resume) event_free(h->ev_accept_resume);
     if (h->base) event_base_free(h->base);
     srv_metrics_free(h->metrics);
     free(h->ready);
