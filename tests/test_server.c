@@ -484,6 +484,30 @@ TEST(server_api_key) {
     CHECK(http(&s, "GET", "/v1/models", NULL, "-H 'x-api-key: sekrit'", out, sizeof(out)) == 200);
     CHECK(http(&s, "POST", "/v1/messages", "{}", NULL, out, sizeof(out)) == 401);
     CHECK(strstr(out, "authentication_error") != NULL, "%s", out);
+    CHECK(http(&s, "GET", "/props", NULL, NULL, out, sizeof(out)) == 401);
+    CHECK(server_stop(&s) == 0, "log: %s", s.log);
+}
+
+// GET /props as llama-server answers it (its web UI and scripts read it): the context and
+// slots the server runs, the model file, and the defaults a request gets.
+TEST(server_props_like_llama_server) {
+    SERVER_OR_SKIP(s, "--parallel 3");
+    json_t *pr = get_json(&s, "/props"), *m = get_json(&s, "/v1/models");
+    json_t *gs = json_object_get(pr, "default_generation_settings"), *params = json_object_get(gs, "params");
+    json_t *meta = json_object_get(json_array_get(json_object_get(m, "data"), 0), "meta");
+    CHECK(json_integer_value(json_object_get(pr, "total_slots")) == 3, "total_slots");
+    CHECK(json_integer_value(json_object_get(gs, "n_ctx")) == json_integer_value(json_object_get(meta, "n_ctx")) &&
+              json_integer_value(json_object_get(gs, "n_ctx")) > 0,
+          "n_ctx");
+    const char *path = json_string_value(json_object_get(pr, "model_path"));
+    CHECK(path && !strcmp(path, model_path()), "model_path %s", path ? path : "(none)");
+    CHECK(json_real_value(json_object_get(params, "temperature")) == 1.0 &&
+              json_integer_value(json_object_get(params, "n_predict")) == -1,
+          "the defaults of a request");
+    CHECK(json_is_false(json_object_get(json_object_get(pr, "modalities"), "vision")), "modalities");
+    CHECK(json_string_value(json_object_get(pr, "build_info")) != NULL, "build_info");
+    json_decref(pr);
+    json_decref(m);
     CHECK(server_stop(&s) == 0, "log: %s", s.log);
 }
 

@@ -129,6 +129,7 @@ int cmd_serve(int argc, char **argv) {
     cli_model cm;
     if (!cli_model_open("serve", model_path, true, &cm)) return FT_EXIT_INPUT;
     if (!model_path) model_path = cm.demo;
+    p.model_path = model_path;
     const ft_model *m = cm.m;
     const tok_vocab *v = cm.v;
     ft_err err = {{0}};

@@ -1,10 +1,9 @@
 // main.c: the `ft` command: dispatch to a subcommand.
 #include "cli.h"
+#include "../util/util.h"
 
 #include <stdio.h>
 #include <string.h>
-
-#define FT_VERSION "0.1.0"
 
 typedef struct {
     const char *name;

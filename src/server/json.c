@@ -100,13 +100,18 @@ bool srv_get_bool(json_t *o, const char *key, bool *out, ft_err *err) {
     return true;
 }
 
-bool srv_parse_sampling(json_t *body, srv_job *j, const char *stop_key, ft_err *err) {
+ft_sampler_params srv_default_sampling(void) {
     ft_sampler_params sp = ft_sampler_default_params();
     // OpenAI's defaults: temperature 1, top_p 1, no top-k / min-p
     sp.temp = 1.0f;
     sp.top_k = 0;
     sp.top_p = 1.0f;
     sp.min_p = 0.0f;
+    return sp;
+}
+
+bool srv_parse_sampling(json_t *body, srv_job *j, const char *stop_key, ft_err *err) {
+    ft_sampler_params sp = srv_default_sampling();
     double d;
     int64_t i;
 #define NUM(key, lo, hi, field)                                                                              \

@@ -27,6 +27,7 @@ typedef struct srv_params {
     int timeout_s;          // idle / stalled client timeout (default 600)
     int default_max_tokens; // when a request names none (default: the room left in context)
     const char *model_name; // served model id (required)
+    const char *model_path; // the GGUF served (GET /props), or NULL
     const char *api_key;    // NULL: no authentication
     const char *admin_key;  // the admin routes' key (/v1/cache/rebuild); NULL: those routes are off
     bool lenient;           // request fields ft does not implement are ignored (logged), not refused

@@ -185,6 +185,8 @@ bool srv_get_int(json_t *o, const char *key, int64_t lo, int64_t hi, int64_t *ou
 bool srv_get_bool(json_t *o, const char *key, bool *out, ft_err *err);
 // Reads request sampling fields common to the APIs into j (temperature, top_p, top_k, min_p,
 // seed, stop, penalties, max_tokens and the given alias).
+// The sampling a request gets for the fields it leaves out (OpenAI's defaults).
+ft_sampler_params srv_default_sampling(void);
 bool srv_parse_sampling(json_t *body, srv_job *j, const char *stop_key, ft_err *err);
 // Whether a finished job ended before its answer did (cancelled by the server's shutdown, or
 // failed), which neither API has a stop reason for, and what to tell its client.

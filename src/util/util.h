@@ -14,6 +14,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#define FT_VERSION "0.1.0" // `ft --version`, and the server's build_info
+
 typedef struct ft_err {
     char msg[512];
 } ft_err;
