@@ -59,6 +59,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 abort(); // a refusal always says why
             srv_job_unref(j);
         }
+        srv_job *j = srv_job_new(); // llama-server's /completion also takes the context size
+        ft_err err = {{0}};
+        if (srv_llama_parse_completion(&p, g_vocab, 4096, body, j, &err))
+            check_job(j);
+        else if (!err.msg[0])
+            abort();
+        srv_job_unref(j);
     }
     json_decref(body);
 

@@ -488,8 +488,61 @@ TEST(server_api_key) {
     CHECK(server_stop(&s) == 0, "log: %s", s.log);
 }
 
+// llama-server's POST /completion: the text /v1/completions gives for the same greedy request,
+// streamed as {"content", "stop"} events ending with the totals; a sampler ft lacks is refused
+// unless it is switched off.
+TEST(server_llama_completion) {
+    SERVER_OR_SKIP(s, NULL);
+    static char out[1 << 16], ref[1 << 16];
+    CHECK(http(&s, "POST", "/v1/completions", "{\"prompt\": \"hello world\", \"max_tokens\": 8, \"temperature\": 0}",
+               NULL, out, sizeof(out)) == 200);
+    json_t *o = json_loads(out, 0, NULL);
+    snprintf(ref, sizeof(ref), "%s",
+             json_string_value(json_object_get(json_array_get(json_object_get(o, "choices"), 0), "text")) ?: "");
+    long prompt_tokens = (long)json_integer_value(json_object_get(json_object_get(o, "usage"), "prompt_tokens"));
+    json_decref(o);
+    CHECK(ref[0], "no reference text");
+    CHECK(http(&s, "POST", "/completion", "{\"prompt\": \"hello world\", \"n_predict\": 8, \"temperature\": 0}", NULL,
+               out, sizeof(out)) == 200,
+          "%s", out);
+    o = json_loads(out, 0, NULL);
+    const char *c = json_string_value(json_object_get(o, "content"));
+    CHECK(c && !strcmp(c, ref), "content '%s' against /v1/completions' '%s'", c ? c : "(none)", ref);
+    CHECK(json_is_true(json_object_get(o, "stop")) &&
+              !strcmp(json_string_value(json_object_get(o, "stop_type")) ?: "", "limit") &&
+              json_integer_value(json_object_get(o, "tokens_predicted")) == 8 &&
+              json_integer_value(json_object_get(o, "tokens_evaluated")) == prompt_tokens,
+          "%s", out);
+    json_decref(o);
+    // streamed: the events' contents join to the same text, the last says stop
+    CHECK(http(&s, "POST", "/completion",
+               "{\"prompt\": \"hello world\", \"n_predict\": 8, \"temperature\": 0, \"stream\": true}", NULL, out,
+               sizeof(out)) == 200);
+    static char joined[1 << 16];
+    size_t jn = 0;
+    int n_stop = 0;
+    for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
+        if (strncmp(line, "data: ", 6)) continue;
+        json_t *e = json_loads(line + 6, 0, NULL);
+        const char *t = json_string_value(json_object_get(e, "content"));
+        if (t) jn += (size_t)snprintf(joined + jn, sizeof(joined) - jn, "%s", t);
+        n_stop += json_is_true(json_object_get(e, "stop"));
+        json_decref(e);
+    }
+    CHECK(!strcmp(joined, ref) && n_stop == 1, "streamed '%s' (%d stop events) against '%s'", joined, n_stop, ref);
+    CHECK(http(&s, "POST", "/completion", "{\"prompt\": \"hi\", \"mirostat\": 2}", NULL, out, sizeof(out)) == 400 &&
+              strstr(out, "mirostat"),
+          "%s", out);
+    CHECK(http(&s, "POST", "/completion",
+               "{\"prompt\": \"hi\", \"n_predict\": 2, \"mirostat\": 0, \"typical_p\": 1, \"grammar\": \"\", "
+               "\"cache_prompt\": true}",
+               NULL, out, sizeof(out)) == 200,
+          "%s", out);
+    CHECK(server_stop(&s) == 0, "log: %s", s.log);
+}
+
 // GET /props as llama-server answers it (its web UI and scripts read it): the context and
-// slots the server runs, the model file, and the defaults a request gets.
+// slots the server runs, the model file, and the defaults of POST /completion.
 TEST(server_props_like_llama_server) {
     SERVER_OR_SKIP(s, "--parallel 3");
     json_t *pr = get_json(&s, "/props"), *m = get_json(&s, "/v1/models");
@@ -501,9 +554,10 @@ TEST(server_props_like_llama_server) {
           "n_ctx");
     const char *path = json_string_value(json_object_get(pr, "model_path"));
     CHECK(path && !strcmp(path, model_path()), "model_path %s", path ? path : "(none)");
-    CHECK(json_real_value(json_object_get(params, "temperature")) == 1.0 &&
+    CHECK(json_real_value(json_object_get(params, "temperature")) == (double)0.8f &&
+              json_integer_value(json_object_get(params, "top_k")) == 40 &&
               json_integer_value(json_object_get(params, "n_predict")) == -1,
-          "the defaults of a request");
+          "the defaults of POST /completion (llama-server's)");
     CHECK(json_is_false(json_object_get(json_object_get(pr, "modalities"), "vision")), "modalities");
     CHECK(json_string_value(json_object_get(pr, "build_info")) != NULL, "build_info");
     json_decref(pr);

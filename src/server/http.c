@@ -278,6 +278,8 @@ static void on_notify(evutil_socket_t fd, short what, void *arg) {
                 // after done, the job is never notified again: deliver exactly once
                 if (j->api == SRV_API_MESSAGES)
                     srv_anthropic_output(j, text.p ? text.p : "", text.n, done);
+                else if (j->api == SRV_API_LLAMA_COMPLETION)
+                    srv_llama_output(j, text.p ? text.p : "", text.n, done);
                 else
                     srv_openai_output(j, text.p ? text.p : "", text.n, toks, n_toks, done);
             }
@@ -444,15 +446,15 @@ static void route_models(srv_http *h, struct evhttp_request *req, json_t *body) 
 }
 
 // GET /props: llama-server's description of itself, which its web UI and scripts read: the
-// context, the slots, the model file, and the defaults a request gets (those ft implements).
+// context, the slots, the model file, and the defaults of POST /completion (those ft implements).
 static void route_props(srv_http *h, struct evhttp_request *req, json_t *body) {
-    const ft_sampler_params sp = srv_default_sampling();
-    json_t *params = json_pack("{s:i,s:f,s:i,s:f,s:f,s:f,s:f,s:f,s:[],s:b}", "n_predict",
+    const ft_sampler_params sp = ft_sampler_default_params();
+    json_t *params = json_pack("{s:i,s:f,s:i,s:f,s:f,s:f,s:f,s:f,s:i,s:[],s:b}", "n_predict",
                                h->p.default_max_tokens > 0 ? h->p.default_max_tokens : -1, "temperature",
                                (double)sp.temp, "top_k", sp.top_k, "top_p", (double)sp.top_p, "min_p",
                                (double)sp.min_p, "presence_penalty", (double)sp.presence_penalty,
                                "frequency_penalty", (double)sp.frequency_penalty, "repeat_penalty",
-                               (double)sp.repeat_penalty, "stop", "ignore_eos", 0);
+                               (double)sp.repeat_penalty, "repeat_last_n", sp.penalty_last_n, "stop", "ignore_eos", 0);
     json_t *props = json_pack("{s:{s:i,s:o},s:i,s:s,s:{s:b},s:s,s:b}", "default_generation_settings", "n_ctx",
                               h->n_ctx, "params", params, "total_slots", h->p.max_running, "model_path",
                               h->p.model_path ? h->p.model_path : "", "modalities", "vision", 0, "build_info",
@@ -608,6 +610,7 @@ static const route routes[] = {
     {EVHTTP_REQ_GET, "/metrics", route_metrics, 0},
     {EVHTTP_REQ_GET, "/v1/stats", route_stats, 0},
     {EVHTTP_REQ_GET, "/props", route_props, 0},
+    {EVHTTP_REQ_POST, "/completion", srv_llama_completion, 0},
     {EVHTTP_REQ_POST, "/v1/chat/completions", srv_openai_chat, 0},
     {EVHTTP_REQ_POST, "/chat/completions", srv_openai_chat, 0},
     {EVHTTP_REQ_POST, "/v1/completions", srv_openai_completion, 0},

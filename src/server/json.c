@@ -111,7 +111,10 @@ ft_sampler_params srv_default_sampling(void) {
 }
 
 bool srv_parse_sampling(json_t *body, srv_job *j, const char *stop_key, ft_err *err) {
-    ft_sampler_params sp = srv_default_sampling();
+    return srv_parse_sampling_from(body, j, stop_key, srv_default_sampling(), err);
+}
+
+bool srv_parse_sampling_from(json_t *body, srv_job *j, const char *stop_key, ft_sampler_params sp, ft_err *err) {
     double d;
     int64_t i;
 #define NUM(key, lo, hi, field)                                                                              \

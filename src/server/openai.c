@@ -57,17 +57,7 @@ bool srv_openai_parse_chat(const srv_params *p, const tok_vocab *v, json_t *body
     return true;
 }
 
-bool srv_openai_parse_completion(const srv_params *p, const tok_vocab *v, json_t *body, srv_job *j,
-                                 ft_err *err) {
-    j->api = SRV_API_COMPLETION;
-    if (!srv_refuse_unimplemented(p, body, k_completion_unimplemented, err)) return false;
-    int64_t lp = -1;
-    if (!parse_stream(body, j, err) || !parse_max_tokens(body, j, err) ||
-        !srv_parse_sampling(body, j, "stop", err) || !srv_get_bool(body, "echo", &j->echo, err) ||
-        !srv_get_int(body, "logprobs", 0, 5, &lp, err))
-        return false;
-    if (j->n_predict < 0) j->n_predict = 16; // OpenAI's default for completions
-    json_t *pr = json_object_get(body, "prompt");
+bool srv_parse_completion_prompt(const tok_vocab *v, json_t *pr, srv_job *j, ft_err *err) {
     if (json_is_array(pr) && json_array_size(pr) == 1 && json_is_string(json_array_get(pr, 0)))
         pr = json_array_get(pr, 0);
     if (json_is_string(pr)) {
@@ -91,6 +81,20 @@ bool srv_openai_parse_completion(const srv_params *p, const tok_vocab *v, json_t
         }
     } else
         return ft_err_set(err, "'prompt' must be a string, or a non-empty array of token ids");
+    return true;
+}
+
+bool srv_openai_parse_completion(const srv_params *p, const tok_vocab *v, json_t *body, srv_job *j,
+                                 ft_err *err) {
+    j->api = SRV_API_COMPLETION;
+    if (!srv_refuse_unimplemented(p, body, k_completion_unimplemented, err)) return false;
+    int64_t lp = -1;
+    if (!parse_stream(body, j, err) || !parse_max_tokens(body, j, err) ||
+        !srv_parse_sampling(body, j, "stop", err) || !srv_get_bool(body, "echo", &j->echo, err) ||
+        !srv_get_int(body, "logprobs", 0, 5, &lp, err))
+        return false;
+    if (j->n_predict < 0) j->n_predict = 16; // OpenAI's default for completions
+    if (!srv_parse_completion_prompt(v, json_object_get(body, "prompt"), j, err)) return false;
     j->n_logprobs = (int)lp;
     return true;
 }

@@ -20,7 +20,7 @@
 struct evhttp_request;
 
 // SRV_API_REBUILD: POST /v1/cache/rebuild, run by the inference thread between steps.
-enum srv_api { SRV_API_CHAT, SRV_API_COMPLETION, SRV_API_MESSAGES, SRV_API_REBUILD };
+enum srv_api { SRV_API_CHAT, SRV_API_COMPLETION, SRV_API_MESSAGES, SRV_API_LLAMA_COMPLETION, SRV_API_REBUILD };
 
 enum srv_finish {
     SRV_FINISH_NONE = 0,
@@ -188,6 +188,8 @@ bool srv_get_bool(json_t *o, const char *key, bool *out, ft_err *err);
 // The sampling a request gets for the fields it leaves out (OpenAI's defaults).
 ft_sampler_params srv_default_sampling(void);
 bool srv_parse_sampling(json_t *body, srv_job *j, const char *stop_key, ft_err *err);
+// The same from other defaults (llama-server's /completion: ft_sampler_default_params).
+bool srv_parse_sampling_from(json_t *body, srv_job *j, const char *stop_key, ft_sampler_params base, ft_err *err);
 // Whether a finished job ended before its answer did (cancelled by the server's shutdown, or
 // failed), which neither API has a stop reason for, and what to tell its client.
 bool srv_job_cut_short(const srv_job *j);
@@ -233,7 +235,7 @@ bool srv_chat_prompt(const srv_params *p, const tok_vocab *v, json_t *msgs, cons
                      bool enable_thinking, srv_job *j, ft_err *err);
 
 // ---------------------------------------------------------------------------------------------
-// The APIs (openai.c, anthropic.c).
+// The APIs (openai.c, anthropic.c, llama_api.c).
 
 // Request parsing (no I/O: what the fuzz target drives). Each fills the job's request part
 // (prompt tokens, sampling, limits, stream flags) from a JSON object body, or returns false
@@ -242,16 +244,23 @@ bool srv_openai_parse_chat(const srv_params *p, const tok_vocab *v, json_t *body
 bool srv_openai_parse_completion(const srv_params *p, const tok_vocab *v, json_t *body, srv_job *j,
                                  ft_err *err);
 bool srv_anthropic_parse(const srv_params *p, const tok_vocab *v, json_t *body, srv_job *j, ft_err *err);
+// llama-server's POST /completion (llama_api.c); n_ctx: the context a sequence gets.
+bool srv_llama_parse_completion(const srv_params *p, const tok_vocab *v, int n_ctx, json_t *body, srv_job *j,
+                                ft_err *err);
+// A completion's prompt: a string (tokenized with the model's special tokens) or token ids.
+bool srv_parse_completion_prompt(const tok_vocab *v, json_t *pr, srv_job *j, ft_err *err);
 
 // Route handlers: parse the body, build a job, submit it. Output arrives in *_output.
 void srv_openai_chat(srv_http *h, struct evhttp_request *req, json_t *body);
 void srv_openai_completion(srv_http *h, struct evhttp_request *req, json_t *body);
 void srv_anthropic_messages(srv_http *h, struct evhttp_request *req, json_t *body);
 void srv_anthropic_count_tokens(srv_http *h, struct evhttp_request *req, json_t *body); // answers at once
+void srv_llama_completion(srv_http *h, struct evhttp_request *req, json_t *body);
 // New output of a job (text, tokens drained into the arguments); done at the end.
 void srv_openai_output(srv_job *j, const char *text, size_t n, const srv_tokinfo *toks, int n_toks,
                        bool done);
 void srv_anthropic_output(srv_job *j, const char *text, size_t n, bool done);
+void srv_llama_output(srv_job *j, const char *text, size_t n, bool done);
 // The Messages API's stream events for new output of j (thinking and text blocks split at
 // <think>...</think>), each handed to emit (which takes ownership of data). The server's emit
 // sends SSE; tests collect the events.
