@@ -533,11 +533,9 @@ TEST(server_llama_completion) {
     CHECK(http(&s, "POST", "/completion", "{\"prompt\": \"hi\", \"mirostat\": 2}", NULL, out, sizeof(out)) == 400 &&
               strstr(out, "mirostat"),
           "%s", out);
-    CHECK(http(&s, "POST", "/completion",
-               "{\"prompt\": \"hi\", \"n_predict\": 2, \"mirostat\": 0, \"typical_p\": 1, \"grammar\": \"\", "
-               "\"cache_prompt\": true}",
-               NULL, out, sizeof(out)) == 200,
-          "%s", out);
+    const char *switched_off = "{\"prompt\": \"hi\", \"n_predict\": 2, \"mirostat\": 0, \"typical_p\": 1, "
+                               "\"grammar\": \"\", \"cache_prompt\": true}";
+    CHECK(http(&s, "POST", "/completion", switched_off, NULL, out, sizeof(out)) == 200, "%s", out);
     CHECK(server_stop(&s) == 0, "log: %s", s.log);
 }
 

@@ -101,10 +101,7 @@ void srv_anthropic_count_tokens(srv_http *h, struct evhttp_request *req, json_t 
 }
 
 void srv_anthropic_messages(srv_http *h, struct evhttp_request *req, json_t *body) {
-    srv_job *j = srv_job_new();
-    j->id = srv_http_next_id(h);
-    j->req = req;
-    snprintf(j->rid, sizeof(j->rid), "msg_ft%llu", (unsigned long long)j->id);
+    srv_job *j = srv_http_new_job(h, req, "msg_ft");
     ft_err err = {{0}};
     if (!srv_anthropic_parse(srv_http_params(h), srv_http_vocab(h), body, j, &err)) {
         srv_reply_error_anthropic(req, 400, "invalid_request_error", err.msg);

@@ -749,6 +749,14 @@ uint64_t srv_http_next_id(srv_http *h) {
     return ++h->next_id;
 }
 
+srv_job *srv_http_new_job(srv_http *h, struct evhttp_request *req, const char *rid_prefix) {
+    srv_job *j = srv_job_new();
+    j->id = srv_http_next_id(h);
+    j->req = req;
+    snprintf(j->rid, sizeof(j->rid), "%s%llu", rid_prefix, (unsigned long long)j->id);
+    return j;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Start and stop
 

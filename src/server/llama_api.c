@@ -69,10 +69,7 @@ bool srv_llama_parse_completion(const srv_params *p, const tok_vocab *v, int n_c
 }
 
 void srv_llama_completion(srv_http *h, struct evhttp_request *req, json_t *body) {
-    srv_job *j = srv_job_new();
-    j->id = srv_http_next_id(h);
-    j->req = req;
-    snprintf(j->rid, sizeof(j->rid), "cmpl-ft%llu", (unsigned long long)j->id);
+    srv_job *j = srv_http_new_job(h, req, "cmpl-ft");
     ft_err err = {{0}};
     if (!srv_llama_parse_completion(srv_http_params(h), srv_http_vocab(h), srv_http_n_ctx(h), body, j,
                                     &err)) {

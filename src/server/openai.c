@@ -100,10 +100,7 @@ bool srv_openai_parse_completion(const srv_params *p, const tok_vocab *v, json_t
 }
 
 static void handle(srv_http *h, struct evhttp_request *req, json_t *body, bool chat) {
-    srv_job *j = srv_job_new();
-    j->id = srv_http_next_id(h);
-    j->req = req;
-    snprintf(j->rid, sizeof(j->rid), "%s-ft%llu", chat ? "chatcmpl" : "cmpl", (unsigned long long)j->id);
+    srv_job *j = srv_http_new_job(h, req, chat ? "chatcmpl-ft" : "cmpl-ft");
     ft_err err = {{0}};
     bool ok = chat ? srv_openai_parse_chat(srv_http_params(h), srv_http_vocab(h), body, j, &err)
                    : srv_openai_parse_completion(srv_http_params(h), srv_http_vocab(h), body, j, &err);

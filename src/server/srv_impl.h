@@ -207,6 +207,8 @@ const srv_params *srv_http_params(const srv_http *h);
 const tok_vocab *srv_http_vocab(const srv_http *h);
 int srv_http_n_ctx(const srv_http *h);
 uint64_t srv_http_next_id(srv_http *h);
+// A job for the request req, its id the next one and its response id rid_prefix followed by it.
+srv_job *srv_http_new_job(srv_http *h, struct evhttp_request *req, const char *rid_prefix);
 
 // Replies with a JSON body (takes ownership of body).
 void srv_reply_json(struct evhttp_request *req, int status, json_t *body);
