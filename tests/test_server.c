@@ -494,16 +494,20 @@ TEST(server_api_key) {
 TEST(server_llama_completion) {
     SERVER_OR_SKIP(s, NULL);
     static char out[1 << 16], ref[1 << 16];
-    CHECK(http(&s, "POST", "/v1/completions", "{\"prompt\": \"hello world\", \"max_tokens\": 8, \"temperature\": 0}",
-               NULL, out, sizeof(out)) == 200);
+    CHECK(http(&s, "POST", "/v1/completions",
+               "{\"prompt\": \"hello world\", \"max_tokens\": 8, \"temperature\": 0}", NULL, out,
+               sizeof(out)) == 200);
     json_t *o = json_loads(out, 0, NULL);
     snprintf(ref, sizeof(ref), "%s",
-             json_string_value(json_object_get(json_array_get(json_object_get(o, "choices"), 0), "text")) ?: "");
-    long prompt_tokens = (long)json_integer_value(json_object_get(json_object_get(o, "usage"), "prompt_tokens"));
+             json_string_value(json_object_get(json_array_get(json_object_get(o, "choices"), 0), "text"))
+                 ?: "");
+    long prompt_tokens =
+        (long)json_integer_value(json_object_get(json_object_get(o, "usage"), "prompt_tokens"));
     json_decref(o);
     CHECK(ref[0], "no reference text");
-    CHECK(http(&s, "POST", "/completion", "{\"prompt\": \"hello world\", \"n_predict\": 8, \"temperature\": 0}", NULL,
-               out, sizeof(out)) == 200,
+    CHECK(http(&s, "POST", "/completion",
+               "{\"prompt\": \"hello world\", \"n_predict\": 8, \"temperature\": 0}", NULL, out,
+               sizeof(out)) == 200,
           "%s", out);
     o = json_loads(out, 0, NULL);
     const char *c = json_string_value(json_object_get(o, "content"));
@@ -516,8 +520,8 @@ TEST(server_llama_completion) {
     json_decref(o);
     // streamed: the events' contents join to the same text, the last says stop
     CHECK(http(&s, "POST", "/completion",
-               "{\"prompt\": \"hello world\", \"n_predict\": 8, \"temperature\": 0, \"stream\": true}", NULL, out,
-               sizeof(out)) == 200);
+               "{\"prompt\": \"hello world\", \"n_predict\": 8, \"temperature\": 0, \"stream\": true}", NULL,
+               out, sizeof(out)) == 200);
     static char joined[1 << 16];
     size_t jn = 0;
     int n_stop = 0;
@@ -529,8 +533,10 @@ TEST(server_llama_completion) {
         n_stop += json_is_true(json_object_get(e, "stop"));
         json_decref(e);
     }
-    CHECK(!strcmp(joined, ref) && n_stop == 1, "streamed '%s' (%d stop events) against '%s'", joined, n_stop, ref);
-    CHECK(http(&s, "POST", "/completion", "{\"prompt\": \"hi\", \"mirostat\": 2}", NULL, out, sizeof(out)) == 400 &&
+    CHECK(!strcmp(joined, ref) && n_stop == 1, "streamed '%s' (%d stop events) against '%s'", joined, n_stop,
+          ref);
+    CHECK(http(&s, "POST", "/completion", "{\"prompt\": \"hi\", \"mirostat\": 2}", NULL, out, sizeof(out)) ==
+                  400 &&
               strstr(out, "mirostat"),
           "%s", out);
     const char *switched_off = "{\"prompt\": \"hi\", \"n_predict\": 2, \"mirostat\": 0, \"typical_p\": 1, "
@@ -547,7 +553,8 @@ TEST(server_props_like_llama_server) {
     json_t *gs = json_object_get(pr, "default_generation_settings"), *params = json_object_get(gs, "params");
     json_t *meta = json_object_get(json_array_get(json_object_get(m, "data"), 0), "meta");
     CHECK(json_integer_value(json_object_get(pr, "total_slots")) == 3, "total_slots");
-    CHECK(json_integer_value(json_object_get(gs, "n_ctx")) == json_integer_value(json_object_get(meta, "n_ctx")) &&
+    CHECK(json_integer_value(json_object_get(gs, "n_ctx")) ==
+                  json_integer_value(json_object_get(meta, "n_ctx")) &&
               json_integer_value(json_object_get(gs, "n_ctx")) > 0,
           "n_ctx");
     const char *path = json_string_value(json_object_get(pr, "model_path"));
@@ -1171,10 +1178,12 @@ TEST(server_fd_exhaustion_pauses_accepts) {
     double c1 = cpu_seconds(s.pid);
     struct stat st = {0};
     stat(s.log, &st);
-    CHECK(c0 >= 0 && c1 - c0 < 0.25, "the server spent %.2f s of CPU in 2 s with %d idle connections", c1 - c0, n);
+    CHECK(c0 >= 0 && c1 - c0 < 0.25, "the server spent %.2f s of CPU in 2 s with %d idle connections",
+          c1 - c0, n);
     CHECK(st.st_size < 4096, "the log grew to %ld bytes", (long)st.st_size);
     CHECK(strstr(read_log(&s), "pausing accepts"), "no log line says accepting paused (%s)", s.log);
-    for (int i = 0; i < n; i++) close(fds[i]);
+    for (int i = 0; i < n; i++)
+        close(fds[i]);
     static char out[4096];
     int status = 0;
     for (int i = 0; i < 30 && status != 200; i++) { // the pause is at most 1 s

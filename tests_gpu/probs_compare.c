@@ -108,7 +108,9 @@ const float *probs_reference_eval(probs_reference *r, const int32_t *t, int n, d
     return r->logits;
 }
 
-double probs_step_tol(const probs_reference *r, double tol) { return r->spread <= tol / 2 ? tol : 2 * tol; }
+double probs_step_tol(const probs_reference *r, double tol) {
+    return r->spread <= tol / 2 ? tol : 2 * tol;
+}
 
 void probs_reference_free(probs_reference *r) {
     for (int i = 0; i <= PROBS_REF_PERTURBED; i++) {

@@ -27,9 +27,10 @@ double probs_compare(const char *what, const float *ref, const float *got, int n
 // implementation. Even there three copies sample a step's sensitivity thinly: on laguna with
 // windows of 8 one step's copies moved by 0.017 (tolerance 0.03), the same step moved by 0.01 to
 // 0.028 with eps from 1e-5 to 1e-3 (a flip, not rounding) and the GPU's by 0.037. So a step
-// whose copies move by more than half the tolerance is held to twice it. eps is the size of the differences expected between the two: 1e-5 where
-// both quantize to the same codes and differ by float rounding (q8_0 weights and KV), 1e-2
-// where the activation quantization differs (q8_1 against q8_K: about 1 % per matmul input).
+// whose copies move by more than half the tolerance is held to twice it. eps is the size of the differences
+// expected between the two: 1e-5 where both quantize to the same codes and differ by float rounding (q8_0
+// weights and KV), 1e-2 where the activation quantization differs (q8_1 against q8_K: about 1 % per matmul
+// input).
 enum { PROBS_REF_PERTURBED = 3 };
 
 typedef struct probs_reference {
@@ -38,7 +39,7 @@ typedef struct probs_reference {
     float *norm[1 + PROBS_REF_PERTURBED]; // the perturbed norm weights (the copies' own)
     float *logits;                        // the exact run's last logits
     int n_vocab;
-    double spread;                        // the last step's: the copies' largest top-10 difference
+    double spread; // the last step's: the copies' largest top-10 difference
     int n_steps, n_stable;
 } probs_reference;
 

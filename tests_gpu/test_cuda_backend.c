@@ -437,9 +437,9 @@ static void set_rows_attention_case(int hd) {
 
         // decode at the end (keys split over CTAs), a small batch (split too), a prefill batch
         // from 0, a batch in the middle, and sliding windows (short, and long enough to split)
-        struct { int n_tok, pos0, window; } cases[] = {{1, 359, 0}, {4, 300, 0}, {40, 0, 0}, {64, 296, 0},
-                                                       {1, 359, 16}, {30, 100, 7}, {1, 359, 200}, {1, 2, 0},
-                                                       {8, 352, 0}, {3, 126, 0}, {6, 350, 40}};
+        struct { int n_tok, pos0, window;
+        } cases[] = {{1, 359, 0},   {4, 300, 0}, {40, 0, 0},  {64, 296, 0}, {1, 359, 16}, {30, 100, 7},
+                     {1, 359, 200}, {1, 2, 0},   {8, 352, 0}, {3, 126, 0},  {6, 350, 40}};
         for (size_t ci = 0; ci < FT_ARRAY_LEN(cases); ci++) {
             int n = cases[ci].n_tok;
             size_t QN = (size_t)n * nh * hd;
@@ -592,9 +592,9 @@ static void attention_depth_case(int hd, int nh, int nkv, enum ft_type kt) {
         }
     // one token deep in the cache, at a split boundary's neighbourhood, several tokens, a
     // window (one token, and several whose rows share a CTA), a context short enough not to split
-    struct { int n_tok, pos0, window; } cases[] = {{1, 4999, 0}, {1, 4095, 0}, {3, 4990, 0}, {8, 4992, 0},
-                                                   {1, 4999, 1000}, {5, 4990, 1000}, {8, 32, 8}, {8, 4992, 8},
-                                                   {1, 40, 0}, {2, 700, 0}};
+    struct { int n_tok, pos0, window;
+    } cases[] = {{1, 4999, 0},    {1, 4095, 0}, {3, 4990, 0}, {8, 4992, 0}, {1, 4999, 1000},
+                 {5, 4990, 1000}, {8, 32, 8},   {8, 4992, 8}, {1, 40, 0},   {2, 700, 0}};
     for (size_t ci = 0; ci < FT_ARRAY_LEN(cases); ci++) {
         int n = cases[ci].n_tok;
         size_t QN = (size_t)n * nh * hd;

@@ -163,7 +163,8 @@ void ft_kv_sync(ft_kv_cache *kv) {
     if (kv->synced >= kv->n_blocks) return;
     const ft_backend_ops *ops = kv->be->ops;
     (ops->buffer_write_ordered ? ops->buffer_write_ordered : ops->buffer_write)(
-        kv->be, kv->table_dev + kv->synced, kv->table + kv->synced, (size_t)(kv->n_blocks - kv->synced) * sizeof(int32_t));
+        kv->be, kv->table_dev + kv->synced, kv->table + kv->synced,
+        (size_t)(kv->n_blocks - kv->synced) * sizeof(int32_t));
     kv->synced = kv->n_blocks;
 }
 

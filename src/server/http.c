@@ -449,12 +449,12 @@ static void route_models(srv_http *h, struct evhttp_request *req, json_t *body) 
 // context, the slots, the model file, and the defaults of POST /completion (those ft implements).
 static void route_props(srv_http *h, struct evhttp_request *req, json_t *body) {
     const ft_sampler_params sp = ft_sampler_default_params();
-    json_t *params = json_pack("{s:i,s:f,s:i,s:f,s:f,s:f,s:f,s:f,s:i,s:[],s:b}", "n_predict",
-                               h->p.default_max_tokens > 0 ? h->p.default_max_tokens : -1, "temperature",
-                               (double)sp.temp, "top_k", sp.top_k, "top_p", (double)sp.top_p, "min_p",
-                               (double)sp.min_p, "presence_penalty", (double)sp.presence_penalty,
-                               "frequency_penalty", (double)sp.frequency_penalty, "repeat_penalty",
-                               (double)sp.repeat_penalty, "repeat_last_n", sp.penalty_last_n, "stop", "ignore_eos", 0);
+    json_t *params = json_pack(
+        "{s:i,s:f,s:i,s:f,s:f,s:f,s:f,s:f,s:i,s:[],s:b}", "n_predict",
+        h->p.default_max_tokens > 0 ? h->p.default_max_tokens : -1, "temperature", (double)sp.temp, "top_k",
+        sp.top_k, "top_p", (double)sp.top_p, "min_p", (double)sp.min_p, "presence_penalty",
+        (double)sp.presence_penalty, "frequency_penalty", (double)sp.frequency_penalty, "repeat_penalty",
+        (double)sp.repeat_penalty, "repeat_last_n", sp.penalty_last_n, "stop", "ignore_eos", 0);
     json_t *props = json_pack("{s:{s:i,s:o},s:i,s:s,s:{s:b},s:s,s:b}", "default_generation_settings", "n_ctx",
                               h->n_ctx, "params", params, "total_slots", h->p.max_running, "model_path",
                               h->p.model_path ? h->p.model_path : "", "modalities", "vision", 0, "build_info",
@@ -657,9 +657,6 @@ static json_t *read_body(srv_http *h, struct evhttp_request *req, bool anthropic
     return body;
 }
 
-// In this order: OPTIONS (CORS preflight, any path) 204; an admin route's 403 (off) or its key's
-// 401; the API key 401 (open and admin routes skip it);
-// an unknown path 404; another method than the route's 405; then the route.
 // An accept that fails for want of file descriptors (EMFILE, ENFILE) or memory leaves the
 // connection queued, so the listener would fire again at once, spinning a core and logging each
 // failure. Instead accepting pauses, 50 ms doubling up to 1 s while the errors last, with one
@@ -688,6 +685,9 @@ static void on_accept_resume(evutil_socket_t fd, short what, void *arg) {
     if (!h->stopping) evconnlistener_enable(h->listener);
 }
 
+// In this order: OPTIONS (CORS preflight, any path) 204; an admin route's 403 (off) or its key's
+// 401; the API key 401 (open and admin routes skip it);
+// an unknown path 404; another method than the route's 405; then the route.
 static void on_request(struct evhttp_request *req, void *arg) {
     srv_http *h = arg;
     const char *uri = evhttp_request_get_uri(req);

@@ -100,7 +100,7 @@ bool srv_get_bool(json_t *o, const char *key, bool *out, ft_err *err) {
     return true;
 }
 
-ft_sampler_params srv_default_sampling(void) {
+static ft_sampler_params openai_sampling(void) {
     ft_sampler_params sp = ft_sampler_default_params();
     // OpenAI's defaults: temperature 1, top_p 1, no top-k / min-p
     sp.temp = 1.0f;
@@ -111,10 +111,11 @@ ft_sampler_params srv_default_sampling(void) {
 }
 
 bool srv_parse_sampling(json_t *body, srv_job *j, const char *stop_key, ft_err *err) {
-    return srv_parse_sampling_from(body, j, stop_key, srv_default_sampling(), err);
+    return srv_parse_sampling_from(body, j, stop_key, openai_sampling(), err);
 }
 
-bool srv_parse_sampling_from(json_t *body, srv_job *j, const char *stop_key, ft_sampler_params sp, ft_err *err) {
+bool srv_parse_sampling_from(json_t *body, srv_job *j, const char *stop_key, ft_sampler_params sp,
+                             ft_err *err) {
     double d;
     int64_t i;
 #define NUM(key, lo, hi, field)                                                                              \

@@ -105,17 +105,23 @@ static void add_totals(const srv_job *j, json_t *o) {
                   gen_ms > 0 ? (double)(j->n_gen > 1 ? j->n_gen - 1 : 0) / (gen_ms / 1e3) : 0.0));
 }
 
+// A job cut short: 503 after a shutdown, 500 on a failure.
+static int cut_status(const srv_job *j) {
+    return j->finish == SRV_FINISH_CANCEL ? 503 : 500;
+}
+static const char *cut_type(const srv_job *j) {
+    return cut_status(j) == 503 ? "unavailable_error" : "server_error";
+}
+
 void srv_llama_output(srv_job *j, const char *text, size_t n, bool done) {
     if (j->stream) {
         if (n || !j->head_sent)
             srv_sse_send(j, NULL,
                          json_pack("{s:i,s:o,s:b}", "index", 0, "content", srv_json_str(text, n), "stop", 0));
         if (done && srv_job_cut_short(j)) {
-            const int status = j->finish == SRV_FINISH_CANCEL ? 503 : 500;
             srv_sse_send(j, NULL,
-                         json_pack("{s:{s:i,s:s,s:s}}", "error", "code", status, "message",
-                                   srv_job_cut_message(j), "type",
-                                   status == 503 ? "unavailable_error" : "server_error"));
+                         json_pack("{s:{s:i,s:s,s:s}}", "error", "code", cut_status(j), "message",
+                                   srv_job_cut_message(j), "type", cut_type(j)));
             srv_sse_end(j);
         } else if (done) {
             json_t *last = json_pack("{s:i,s:s}", "index", 0, "content", "");
@@ -129,9 +135,7 @@ void srv_llama_output(srv_job *j, const char *text, size_t n, bool done) {
     if (!done || !j->req) return;
     struct evhttp_request *req = srv_job_take_req(j);
     if (srv_job_cut_short(j)) {
-        const int status = j->finish == SRV_FINISH_CANCEL ? 503 : 500;
-        srv_reply_error(req, status, status == 503 ? "unavailable_error" : "server_error",
-                        srv_job_cut_message(j));
+        srv_reply_error(req, cut_status(j), cut_type(j), srv_job_cut_message(j));
         return;
     }
     json_t *res = json_pack("{s:i,s:o}", "index", 0, "content",

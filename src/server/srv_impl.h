@@ -20,7 +20,13 @@
 struct evhttp_request;
 
 // SRV_API_REBUILD: POST /v1/cache/rebuild, run by the inference thread between steps.
-enum srv_api { SRV_API_CHAT, SRV_API_COMPLETION, SRV_API_MESSAGES, SRV_API_LLAMA_COMPLETION, SRV_API_REBUILD };
+enum srv_api {
+    SRV_API_CHAT,
+    SRV_API_COMPLETION,
+    SRV_API_MESSAGES,
+    SRV_API_LLAMA_COMPLETION,
+    SRV_API_REBUILD
+};
 
 enum srv_finish {
     SRV_FINISH_NONE = 0,
@@ -185,11 +191,10 @@ bool srv_get_int(json_t *o, const char *key, int64_t lo, int64_t hi, int64_t *ou
 bool srv_get_bool(json_t *o, const char *key, bool *out, ft_err *err);
 // Reads request sampling fields common to the APIs into j (temperature, top_p, top_k, min_p,
 // seed, stop, penalties, max_tokens and the given alias).
-// The sampling a request gets for the fields it leaves out (OpenAI's defaults).
-ft_sampler_params srv_default_sampling(void);
 bool srv_parse_sampling(json_t *body, srv_job *j, const char *stop_key, ft_err *err);
-// The same from other defaults (llama-server's /completion: ft_sampler_default_params).
-bool srv_parse_sampling_from(json_t *body, srv_job *j, const char *stop_key, ft_sampler_params base, ft_err *err);
+// The same from other defaults than OpenAI's (llama-server's /completion: ft_sampler_default_params).
+bool srv_parse_sampling_from(json_t *body, srv_job *j, const char *stop_key, ft_sampler_params base,
+                             ft_err *err);
 // Whether a finished job ended before its answer did (cancelled by the server's shutdown, or
 // failed), which neither API has a stop reason for, and what to tell its client.
 bool srv_job_cut_short(const srv_job *j);

@@ -40,11 +40,14 @@ __device__ __forceinline__ uint32_t ld_u32_a2(const uint8_t *p) {
     return (uint32_t)h[0] | (uint32_t)h[1] << 16;
 }
 
-__device__ __forceinline__ float ld_f16(const uint8_t *p) { return __half2float(__ushort_as_half(*(const uint16_t *)p)); }
+__device__ __forceinline__ float ld_f16(const uint8_t *p) {
+    return __half2float(__ushort_as_half(*(const uint16_t *)p));
+}
 
 // An s8 code pair as two f16 (exact) in one word, lo in the low half.
 __device__ __forceinline__ uint32_t codes_f16x2(int8_t lo, int8_t hi) {
-    return (uint32_t)__half_as_ushort(__int2half_rn(lo)) | ((uint32_t)__half_as_ushort(__int2half_rn(hi)) << 16);
+    return (uint32_t)__half_as_ushort(__int2half_rn(lo)) |
+           ((uint32_t)__half_as_ushort(__int2half_rn(hi)) << 16);
 }
 
 // p as hi + lo, each f16, lo in the low half of each word.
@@ -88,7 +91,8 @@ __global__ void __launch_bounds__(AT_THREADS) attention_decode_kernel(const ft_c
 
     const int tid = threadIdx.x, lane = tid % FT_WARP, warp = tid / FT_WARP, g = lane / 4, t4 = lane % 4;
     const int G = p.n_head / p.n_head_kv, n_rg = dec_row_groups(p.n_tok, p.n_head, p.n_head_kv);
-    const int hk = (int)blockIdx.x / n_rg, r0 = (int)blockIdx.x % n_rg * DEC_ROWS; // rows r0 .. r0 + n_rows - 1
+    const int hk = (int)blockIdx.x / n_rg,
+              r0 = (int)blockIdx.x % n_rg * DEC_ROWS; // rows r0 .. r0 + n_rows - 1
     const int n_rows = min(DEC_ROWS, p.n_tok * G - r0);
     const int pos0 = attn_pos0(p);
     const attn_split_t sp = attn_split_of(p, pos0);
@@ -99,7 +103,8 @@ __global__ void __launch_bounds__(AT_THREADS) attention_decode_kernel(const ft_c
     const int kend = sp.n_split > 1 ? min(pos0 + t_last, kbeg + sp.per - 1) : pos0 + t_last;
     const int n_tiles = kend >= kbeg ? (kend - kbeg + DEC_TK) / DEC_TK : 0;
     const int krow = KQ8 ? S::Q8_ROW : HD * 2, vrow = VQ8 ? S::Q8_ROW : HD * 2;
-    const uint8_t *kg = (const uint8_t *)p.k + (size_t)hk * krow, *vg = (const uint8_t *)p.v + (size_t)hk * vrow;
+    const uint8_t *kg = (const uint8_t *)p.k + (size_t)hk * krow,
+                  *vg = (const uint8_t *)p.v + (size_t)hk * vrow;
 
     // tile i's K and V rows to its stage (rows past kend repeat row kend: valid data, masked).
     // The tile's keys lie in at most two blocks of the table (DEC_TK <= FT_KV_BLOCK): two lookups
@@ -177,12 +182,14 @@ __global__ void __launch_bounds__(AT_THREADS) attention_decode_kernel(const ft_c
     // this thread's two rows (g and g + 8): their query positions (rows past n_rows see all)
     int qpos[2];
 #pragma unroll
-    for (int h = 0; h < 2; h++) qpos[h] = pos0 + min(r0 + g + 8 * h, r0 + n_rows - 1) / G;
+    for (int h = 0; h < 2; h++)
+        qpos[h] = pos0 + min(r0 + g + 8 * h, r0 + n_rows - 1) / G;
 
     // 2. the keys, a tile at a time; warp w's are k0 + 16w .. k0 + 16w + 15
     float o[ND][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
 #pragma unroll
-    for (int n = 0; n < ND; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+    for (int n = 0; n < ND; n++)
+        o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
     const int kw = 16 * warp;
     for (int it = 0; it < n_tiles; it++) {
         if constexpr (S::STAGES == 1) {
@@ -207,10 +214,11 @@ __global__ void __launch_bounds__(AT_THREADS) attention_decode_kernel(const ft_c
             const int8_t *qc = (const int8_t *)qbuf;
 #pragma unroll
             for (int blk = 0; blk < NB; blk++) {
-                const uint32_t a[4] = {*(const uint32_t *)(qc + g * S::QC_ROW + blk * 32 + 4 * t4),
-                                       *(const uint32_t *)(qc + (g + 8) * S::QC_ROW + blk * 32 + 4 * t4),
-                                       *(const uint32_t *)(qc + g * S::QC_ROW + blk * 32 + 16 + 4 * t4),
-                                       *(const uint32_t *)(qc + (g + 8) * S::QC_ROW + blk * 32 + 16 + 4 * t4)};
+                const uint32_t a[4] = {
+                    *(const uint32_t *)(qc + g * S::QC_ROW + blk * 32 + 4 * t4),
+                    *(const uint32_t *)(qc + (g + 8) * S::QC_ROW + blk * 32 + 4 * t4),
+                    *(const uint32_t *)(qc + g * S::QC_ROW + blk * 32 + 16 + 4 * t4),
+                    *(const uint32_t *)(qc + (g + 8) * S::QC_ROW + blk * 32 + 16 + 4 * t4)};
                 const float dq[2] = {qscale[g * NB + blk], qscale[(g + 8) * NB + blk]};
 #pragma unroll
                 for (int n = 0; n < 2; n++) {
@@ -221,7 +229,8 @@ __global__ void __launch_bounds__(AT_THREADS) attention_decode_kernel(const ft_c
                     const uint8_t *kc = kt + (kw + 8 * n + 2 * t4) * S::ROW + blk * (int)sizeof(block_q8_0);
                     const float dk[2] = {ld_f16(kc), ld_f16(kc + S::ROW)};
 #pragma unroll
-                    for (int e = 0; e < 4; e++) s[n][e] += dk[e % 2] * dq[e / 2] * (float)is[e];
+                    for (int e = 0; e < 4; e++)
+                        s[n][e] += dk[e % 2] * dq[e / 2] * (float)is[e];
                 }
             }
         } else {
@@ -229,7 +238,8 @@ __global__ void __launch_bounds__(AT_THREADS) attention_decode_kernel(const ft_c
             for (int kk = 0; kk < HD / 16; kk++) {
                 uint32_t a[4], b[4];
                 ldsm_x4(a, qbuf + (lane & 15) * S::F16_ROW + (kk * 16 + (lane >> 4) * 8) * 2);
-                ldsm_x4(b, kt + (kw + (lane >> 4) * 8 + (lane & 7)) * S::ROW + (kk * 16 + (lane >> 3 & 1) * 8) * 2);
+                ldsm_x4(b, kt + (kw + (lane >> 4) * 8 + (lane & 7)) * S::ROW +
+                               (kk * 16 + (lane >> 3 & 1) * 8) * 2);
                 mma_f16(s[0], a, b[0], b[1]);
                 mma_f16(s[1], a, b[2], b[3]);
             }
@@ -278,7 +288,8 @@ __global__ void __launch_bounds__(AT_THREADS) attention_decode_kernel(const ft_c
 #pragma unroll
             for (int j = 0; j < HD / 16; j++) { // dims 16j .. 16j + 15: n-tiles 2j, 2j + 1
                 uint32_t b[4];
-                ldsm_x4_t(b, vt + (kw + (lane >> 3 & 1) * 8 + (lane & 7)) * S::ROW + (16 * j + (lane >> 4) * 8) * 2);
+                ldsm_x4_t(b, vt + (kw + (lane >> 3 & 1) * 8 + (lane & 7)) * S::ROW +
+                                 (16 * j + (lane >> 4) * 8) * 2);
                 mma_f16(o[2 * j], ph, b[0], b[1]);
                 mma_f16(o[2 * j], pl, b[0], b[1]);
                 mma_f16(o[2 * j + 1], ph, b[2], b[3]);
@@ -291,7 +302,8 @@ __global__ void __launch_bounds__(AT_THREADS) attention_decode_kernel(const ft_c
 #pragma unroll
             for (int blk = 0; blk < NB; blk++) {
                 const int bo = blk * (int)sizeof(block_q8_0);
-                const float dv[4] = {ld_f16(vr[0] + bo), ld_f16(vr[1] + bo), ld_f16(vr[2] + bo), ld_f16(vr[3] + bo)};
+                const float dv[4] = {ld_f16(vr[0] + bo), ld_f16(vr[1] + bo), ld_f16(vr[2] + bo),
+                                     ld_f16(vr[3] + bo)};
                 uint32_t ph[4], pl[4];
                 split_f16x2(s[0][0] * dv[0], s[0][1] * dv[1], ph[0], pl[0]);
                 split_f16x2(s[0][2] * dv[0], s[0][3] * dv[1], ph[1], pl[1]);
@@ -317,8 +329,7 @@ __global__ void __launch_bounds__(AT_THREADS) attention_decode_kernel(const ft_c
     float *wm = (float *)smem, *wl = wm + NW * DEC_ROWS, *wo = wl + NW * DEC_ROWS; // wo: (NW, DEC_ROWS, HD)
 #pragma unroll
     for (int h = 0; h < 2; h++) {
-        l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
-        l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+        l[h] = mma_row_sum(l[h]);
         if (t4 == 0) {
             wm[warp * DEC_ROWS + g + 8 * h] = m[h];
             wl[warp * DEC_ROWS + g + 8 * h] = l[h];
@@ -327,7 +338,8 @@ __global__ void __launch_bounds__(AT_THREADS) attention_decode_kernel(const ft_c
 #pragma unroll
     for (int n = 0; n < ND; n++)
 #pragma unroll
-        for (int e = 0; e < 4; e++) wo[(warp * DEC_ROWS + g + 8 * (e / 2)) * HD + 8 * n + 2 * t4 + e % 2] = o[n][e];
+        for (int e = 0; e < 4; e++)
+            wo[(warp * DEC_ROWS + g + 8 * (e / 2)) * HD + 8 * n + 2 * t4 + e % 2] = o[n][e];
     __syncthreads();
     const bool split = sp.n_split > 1;
     // rows lie whole in a warp's 32-element steps (HD is a multiple of 32): row tests are warp-uniform
@@ -335,7 +347,8 @@ __global__ void __launch_bounds__(AT_THREADS) attention_decode_kernel(const ft_c
         const int i = e / HD, d = e % HD, r = r0 + i, tok = r / G, h = hk * G + r % G;
         float M = -INFINITY;
 #pragma unroll
-        for (int w = 0; w < NW; w++) M = fmaxf(M, wm[w * DEC_ROWS + i]);
+        for (int w = 0; w < NW; w++)
+            M = fmaxf(M, wm[w * DEC_ROWS + i]);
         float v = 0.0f, L = 0.0f;
 #pragma unroll
         for (int w = 0; w < NW; w++) {
@@ -367,19 +380,26 @@ static void launch_types(const ft_cuda_attn_params &p, dim3 grid, cudaStream_t s
 template <int HD>
 static void launch_hd(const ft_cuda_attn_params &p, dim3 grid, cudaStream_t st) {
     const bool kq8 = p.k_type == FT_TYPE_Q8_0, vq8 = p.v_type == FT_TYPE_Q8_0;
-    if (kq8 && vq8) launch_types<HD, true, true>(p, grid, st);
-    else if (kq8) launch_types<HD, true, false>(p, grid, st);
-    else if (vq8) launch_types<HD, false, true>(p, grid, st);
-    else launch_types<HD, false, false>(p, grid, st);
+    if (kq8 && vq8)
+        launch_types<HD, true, true>(p, grid, st);
+    else if (kq8)
+        launch_types<HD, true, false>(p, grid, st);
+    else if (vq8)
+        launch_types<HD, false, true>(p, grid, st);
+    else
+        launch_types<HD, false, false>(p, grid, st);
 }
 
-template <int HD>
-static void allow_smem() {
+template <int HD> static void allow_smem() {
     const int bytes = dec_shape<HD>::SMEM;
-    CUDA_CHECK(cudaFuncSetAttribute(attention_decode_kernel<HD, true, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-    CUDA_CHECK(cudaFuncSetAttribute(attention_decode_kernel<HD, true, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-    CUDA_CHECK(cudaFuncSetAttribute(attention_decode_kernel<HD, false, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-    CUDA_CHECK(cudaFuncSetAttribute(attention_decode_kernel<HD, false, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    CUDA_CHECK(cudaFuncSetAttribute(attention_decode_kernel<HD, true, true>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    CUDA_CHECK(cudaFuncSetAttribute(attention_decode_kernel<HD, true, false>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    CUDA_CHECK(cudaFuncSetAttribute(attention_decode_kernel<HD, false, true>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    CUDA_CHECK(cudaFuncSetAttribute(attention_decode_kernel<HD, false, false>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
 }
 
 extern "C" void ft_cuda_attention_init(void) {

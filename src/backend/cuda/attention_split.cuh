@@ -17,10 +17,10 @@
 #include "q8_1.cuh"
 
 enum {
-    AT_THREADS = 128,   // the CTA of every attention kernel
+    AT_THREADS = 128, // the CTA of every attention kernel
     AT_MAX_HD = 256,
-    DEC_ROWS = 16,      // query rows ((token, head) pairs of one KV head) of a decode CTA: one MMA tile
-    DEC_TK = 64,        // keys of a decode tile: 16 per warp
+    DEC_ROWS = 16, // query rows ((token, head) pairs of one KV head) of a decode CTA: one MMA tile
+    DEC_TK = 64,   // keys of a decode tile: 16 per warp
     DEC_MAX_SPLIT = 128,
     // a decode launch aims at this many CTAs (two per SM on the largest GPUs, so that the cache
     // reads of all of them are in flight together), each split holding DEC_MIN_KEYS keys or more
@@ -134,7 +134,8 @@ __device__ __forceinline__ void attn_merge(const ft_cuda_attn_params &p, int h, 
         for (int z0 = 0; z0 < n_split; z0 += MZ) {
             float pv[MZ];
 #pragma unroll
-            for (int u = 0; u < MZ; u++) pv[u] = z0 + u < n_split ? __ldcg(&part[(z0 + u) * (hd + 2) + d]) : 0.0f;
+            for (int u = 0; u < MZ; u++)
+                pv[u] = z0 + u < n_split ? __ldcg(&part[(z0 + u) * (hd + 2) + d]) : 0.0f;
 #pragma unroll
             for (int u = 0; u < MZ; u++)
                 if (z0 + u < n_split && m_s[z0 + u] != -INFINITY) v += pv[u] * f_s[z0 + u];

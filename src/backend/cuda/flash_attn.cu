@@ -281,8 +281,7 @@ __global__ void __launch_bounds__(FA_THREADS) flash_attn_kernel(const ft_cuda_at
     // 3. O / l for the rows this tile owns
 #pragma unroll
     for (int h = 0; h < 2; h++) {
-        l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
-        l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+        l[h] = mma_row_sum(l[h]);
         const int r = m0 + g + 8 * h, tok = t0 + r / group;
         if (r >= tpt * group || tok > t1) continue;
         const float inv = l[h] > 0.0f ? 1.0f / l[h] : 0.0f;

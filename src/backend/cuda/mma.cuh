@@ -51,7 +51,8 @@ __device__ __forceinline__ void ldsm_x4_t(uint32_t r[4], const void *p) {
 
 // Two floats as f16 in one word, lo in the low half.
 __device__ __forceinline__ uint32_t pack_f16x2(float lo, float hi) {
-    return (uint32_t)__half_as_ushort(__float2half_rn(lo)) | ((uint32_t)__half_as_ushort(__float2half_rn(hi)) << 16);
+    return (uint32_t)__half_as_ushort(__float2half_rn(lo)) |
+           ((uint32_t)__half_as_ushort(__float2half_rn(hi)) << 16);
 }
 
 // Asynchronous copies global -> shared: 16 bytes (through L2 only) or 4.
@@ -63,15 +64,24 @@ __device__ __forceinline__ void cp_async4(void *dst, const void *src) {
     const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(s), "l"(src) : "memory");
 }
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+__device__ __forceinline__ void cp_async_commit() {
+    asm volatile("cp.async.commit_group;" ::: "memory");
+}
 // Waits until at most N of this thread's committed groups are still in flight.
-template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
+template <int N> __device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
 
 // The max of x over the 4 lanes holding one row of an MMA C fragment (lanes 4g .. 4g + 3).
 __device__ __forceinline__ float mma_row_max(float x) {
     x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
     return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+
+// The sum of x over those 4 lanes.
+__device__ __forceinline__ float mma_row_sum(float x) {
+    x += __shfl_xor_sync(0xffffffffu, x, 1);
+    return x + __shfl_xor_sync(0xffffffffu, x, 2);
 }
 
 #endif
