@@ -22,6 +22,9 @@ static void synth_usage(FILE *out) {
             "  --experts N                experts per layer (default %d)\n"
             "  --top-k N                  experts used per token (default %d)\n"
             "  --ff N                     expert FFN width (default %d)\n"
+            "  --shared-ff N              shared-expert FFN width, for the architectures that have\n"
+            "                             one (default --ff)\n"
+            "  --rot N                    rotary dims of each attention head (default --head-dim)\n"
             "  --ctx N                    training context length (default %d)\n"
             "  --dense-lead N             leading layers with a dense FFN (default 0), for the\n"
             "                             architectures that have them (laguna)\n"
@@ -68,6 +71,8 @@ int cmd_synth(int argc, char **argv) {
         INT_OPT("--experts", n_expert, 1, 1 << 16)
         INT_OPT("--top-k", n_expert_used, 1, 1 << 16)
         INT_OPT("--ff", n_ff_exp, 1, 1 << 20)
+        INT_OPT("--shared-ff", n_ff_shexp, 1, 1 << 20)
+        INT_OPT("--rot", n_rot, 2, 4096)
         INT_OPT("--ctx", n_ctx_train, 1, 1 << 24)
         INT_OPT("--dense-lead", n_dense_lead, 0, FT_SYNTH_MAX_LAYERS)
         INT_OPT("--dense-ff", n_ff_dense, 1, 1 << 20)
