@@ -98,6 +98,7 @@ static void model_case(const char *arch, bool strict, const schedule *sc) {
     ft_synth_params sp = fixture_compare_params(arch, 128, strict);
     // laguna mixed: a dense lead layer, then Q4_K (or q8_0) experts and a BF16 tail
     if (!strcmp(arch, "laguna")) fixture_bf16_tail(&sp, strict);
+    if (!strcmp(arch, "qwen35moe")) sp.n_layer = 4; // three DeltaNet layers, then softmax attention
     const char *path = fixture_write(&sp, arch);
     if (!path) return;
     ft_err err = {{0}};
@@ -132,9 +133,9 @@ static void model_case(const char *arch, bool strict, const schedule *sc) {
         // (the engines' copies: the model itself stays in the mapping, on the host)
         const ft_layer *l = &ft_engine_weights(cpumode.e)->layers[sp.n_dense_lead];
         CHECK(l->is_moe && l->gate_exps.placement == FT_PLACEMENT_CPU && l->down_exps.placement == FT_PLACEMENT_CPU);
-        CHECK(l->router.placement == FT_PLACEMENT_CUDA && l->wq.placement == FT_PLACEMENT_CUDA);
+        CHECK(l->router.placement == FT_PLACEMENT_CUDA && l->attn_norm.placement == FT_PLACEMENT_CUDA);
         CHECK(ft_engine_weights(fused.e)->layers[sp.n_dense_lead].gate_exps.placement == FT_PLACEMENT_CUDA);
-        CHECK(cpumode.m->layers[sp.n_dense_lead].wq.placement == FT_PLACEMENT_CPU, "the model is never changed");
+        CHECK(cpumode.m->layers[sp.n_dense_lead].attn_norm.placement == FT_PLACEMENT_CPU, "the model is never changed");
         CHECK(ft_engine_moe_backend(cpumode.e) == FT_MOE_BACKEND_CPU && ft_engine_moe_backend(fused.e) == FT_MOE_BACKEND_FUSED);
 
         int n_vocab = cpu.n_vocab;
@@ -220,6 +221,14 @@ TEST(cuda_cpu_experts_qwen3moe_prefill_overlay) {
     model_case("qwen3moe", false, &overlay_steps);
     model_case("qwen3moe", true, &overlay_serial);
     check_stable_share("cuda_cpu_experts_qwen3moe_prefill_overlay");
+}
+
+// Gated DeltaNet layers (three of four) with every MoE layer's experts on the CPU.
+TEST(cuda_cpu_experts_qwen35moe) {
+    GPU_TEST_REQUIRE_DEVICE();
+    model_case("qwen35moe", true, &small_steps);
+    model_case("qwen35moe", false, &small_steps);
+    check_stable_share("cuda_cpu_experts_qwen35moe");
 }
 
 TEST(cuda_cpu_experts_laguna_mixed) {

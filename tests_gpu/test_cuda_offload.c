@@ -26,8 +26,10 @@
 
 // Four layers: q4_K, q4_K, bf16, q4_K experts (two geometry pools in the exact layout).
 // Returns the path, or NULL after a recorded failure.
-static const char *write_mixed_model(const char *name, int n_expert, int top_k, int n_embd, int n_ff) {
+static const char *write_arch_model(const char *arch, const char *name, int n_expert, int top_k, int n_embd,
+                                    int n_ff) {
     ft_synth_params sp = ft_synth_default_params();
+    sp.arch = arch;
     sp.n_layer = 4;
     sp.n_expert = n_expert;
     sp.n_expert_used = top_k;
@@ -36,6 +38,10 @@ static const char *write_mixed_model(const char *name, int n_expert, int top_k, 
     sp.n_ctx_train = 512;
     fixture_expert_types(&sp, "q4_K,q4_K,bf16,q4_K", NULL);
     return fixture_write(&sp, name);
+}
+
+static const char *write_mixed_model(const char *name, int n_expert, int top_k, int n_embd, int n_ff) {
+    return write_arch_model("qwen3moe", name, n_expert, top_k, n_embd, n_ff);
 }
 
 typedef struct rig {
@@ -309,10 +315,15 @@ static int run_pair(ft_engine *ef, ft_engine *eo, const int32_t *prompt, int n_p
     return n_diff;
 }
 
-TEST(cuda_offload_logits_equal_fused) {
-    GPU_TEST_REQUIRE_DEVICE();
-    enum { N_EXPERT = 16, TOP_K = 4 };
-    const char *path = write_mixed_model("offload_logits.gguf", N_EXPERT, TOP_K, 256, 256);
+enum { OFFLOAD_N_EXPERT = 16, OFFLOAD_TOP_K = 4 };
+
+// Fused and offload engines on one model of arch, every case (or the first n_cases) of cache
+// size, pool layout and prefill order, with graphs and without: logits equal to the bit.
+static void offload_equal_fused(const char *arch, size_t n_cases) {
+    enum { N_EXPERT = OFFLOAD_N_EXPERT, TOP_K = OFFLOAD_TOP_K };
+    char name[64];
+    snprintf(name, sizeof(name), "offload_logits_%s.gguf", arch);
+    const char *path = write_arch_model(arch, name, N_EXPERT, TOP_K, 256, 256);
     REQUIRE(path);
     ft_err err = {{0}};
     ft_model *mf = ft_model_load(path, &err);
@@ -343,7 +354,7 @@ TEST(cuda_offload_logits_equal_fused) {
         {40, MOE_POOL_LAYOUT_EXACT, false},       {4 * N_EXPERT, MOE_POOL_LAYOUT_EXACT, false},
         {4 * TOP_K, MOE_POOL_LAYOUT_UNIFORM, false}, {30, MOE_POOL_LAYOUT_UNIFORM, false},
     };
-    for (size_t c = 0; c < FT_ARRAY_LEN(cases) && !test_failed(); c++) {
+    for (size_t c = 0; c < FT_ARRAY_LEN(cases) && c < n_cases && !test_failed(); c++) {
         ft_engine_params eo_p = ep;
         eo_p.moe_backend = FT_MOE_BACKEND_OFFLOAD;
         eo_p.moe_cache_size = cases[c].n_slots;
@@ -374,8 +385,8 @@ TEST(cuda_offload_logits_equal_fused) {
                   d2, d3, err.msg);
             ft_moe_stats st = {0};
             CHECK(ft_engine_moe_stats(eo, &st), "the offload engine has an expert cache");
-            printf("    N %d %s%s graphs %d: logits equal to fused: %s (hit rate %.3f over %llu selections)\n",
-                   cases[c].n_slots, cases[c].layout ? "uniform" : "exact", cases[c].serial ? " serial" : "", graphs,
+            printf("    %s N %d %s%s graphs %d: logits equal to fused: %s (hit rate %.3f over %llu selections)\n",
+                   arch, cases[c].n_slots, cases[c].layout ? "uniform" : "exact", cases[c].serial ? " serial" : "", graphs,
                    d1 || d2 || d3 ? "no" : "yes", ft_moe_hit_rate(&st.total), (unsigned long long)st.total.selections);
             fflush(stdout);
             ft_moe_stats_free(&st);
@@ -384,6 +395,18 @@ TEST(cuda_offload_logits_equal_fused) {
         }
     }
     ft_model_free(mf);
+}
+
+TEST(cuda_offload_logits_equal_fused) {
+    GPU_TEST_REQUIRE_DEVICE();
+    offload_equal_fused("qwen3moe", SIZE_MAX);
+}
+
+// Gated DeltaNet layers (their recurrent state beside the cache) with offloaded experts: the
+// smallest exact cache, a serial prefill, and the mid-sequence rebuild of the third case.
+TEST(cuda_offload_logits_equal_fused_qwen35moe) {
+    GPU_TEST_REQUIRE_DEVICE();
+    offload_equal_fused("qwen35moe", 3);
 }
 
 // ---------------------------------------------------------------------------------------------
