@@ -2,7 +2,8 @@
 // bits computing them gives, on the CPU: a prompt diverging in the middle of a block, one that
 // extends an earlier prompt, 32 sequences sharing a system prompt at once (the block accounting
 // checked after every step), eviction while a sequence waits for blocks, a sequence closed in
-// the middle of its prompt; and a model with recurrent layers reuses nothing.
+// the middle of its prompt; and a model with recurrent layers reuses prefixes up to its state's
+// snapshots.
 #include "fixtures.h"
 #include "../src/engine/batch.h"
 #include "../src/model/synth.h"
@@ -323,25 +324,60 @@ TEST(prefix_cache_evicts_and_cancels) {
     ft_model_free(m);
 }
 
-// Recurrent layers keep a state no block holds: such a model reuses nothing.
-TEST(prefix_cache_off_for_recurrent_models) {
+// Recurrent layers keep a state no block holds: a prefix is reused up to the deepest snapshot
+// of that state (taken after whole chunks ending on a block boundary), with the bits computing
+// it gives; a snapshot dropped for the cap (ctx_checkpoints) is not reused; with no snapshots
+// allowed such a model reuses nothing.
+TEST(prefix_cache_recurrent_snapshots) {
     ft_model *m = prefix_model("qwen35moe", "prefix_rec.gguf");
     REQUIRE(m);
-    int32_t p[200];
+    int n_vocab = m->hp.n_vocab;
+    int32_t a[200], c[200], d[300], g[120];
     ft_rng r = ft_rng_init(1);
-    random_tokens(&r, p, 200, m->hp.n_vocab);
-    float *logits = ft_malloc((size_t)N_GEN * m->hp.n_vocab * sizeof(float));
-    ft_batch *b = prefix_batch(m, 1, 0, FT_TYPE_Q8_0, true);
-    REQUIRE(b);
-    for (int i = 0; i < 2; i++) {
-        run q = {.prompt = p, .n_prompt = 200, .logits = logits};
-        REQUIRE(drive(b, &q, 1, m->hp.n_vocab, -1));
-        CHECK(q.reused == 0);
+    random_tokens(&r, a, 200, n_vocab);
+    memcpy(c, a, 150 * sizeof(int32_t));
+    random_tokens(&r, c + 150, 50, n_vocab);
+    memcpy(d, a, 200 * sizeof(int32_t));
+    random_tokens(&r, d + 200, 100, n_vocab);
+    memcpy(g, a, 100 * sizeof(int32_t));
+    random_tokens(&r, g + 100, 20, n_vocab);
+    float *got = ft_malloc((size_t)N_GEN * n_vocab * sizeof(float)), *want = ft_malloc((size_t)N_GEN * n_vocab * sizeof(float));
+    const struct {
+        int checkpoints;
+        const int32_t *prompt;
+        int n, reused;
+    } cases[] = {
+        // a's chunks of 64 end at 64, 128, 192: three snapshots; c diverges inside block 2
+        {32, c, 200, 2 * CHUNK}, {32, d, 300, 3 * CHUNK}, {32, g, 120, CHUNK},
+        // two snapshots at most: the one at 64 went first, so g (one whole block of a) reuses none
+        {2, c, 200, 2 * CHUNK}, {2, g, 120, 0},
+        {0, c, 200, 0},
+    };
+    for (size_t i = 0; i < FT_ARRAY_LEN(cases) && !test_failed(); i++) {
+        ft_engine_params ep = ft_engine_default_params();
+        ep.n_threads = 2;
+        ep.n_ctx = 512;
+        ep.n_batch = CHUNK;
+        ep.kv_type = FT_TYPE_Q8_0;
+        ep.prefix_cache = true;
+        ep.ctx_checkpoints = cases[i].checkpoints;
+        ft_err err = {{0}};
+        ft_batch *b = ft_batch_init(m, &ep, &err);
+        REQUIRE(b, "%s", err.msg);
+        run ra = {.prompt = a, .n_prompt = 200, .logits = got};
+        REQUIRE(drive(b, &ra, 1, n_vocab, -1));
+        run q = {.prompt = cases[i].prompt, .n_prompt = cases[i].n, .logits = got};
+        REQUIRE(drive(b, &q, 1, n_vocab, -1));
+        CHECK(q.reused == cases[i].reused, "case %zu: reused %d tokens, want %d", i, q.reused, cases[i].reused);
+        REQUIRE(fresh_logits(m, FT_TYPE_Q8_0, q.prompt, q.n_prompt, want));
+        CHECK(same(got, want, n_vocab), "case %zu: %d tokens reused: logits differ from computing the prompt", i,
+              q.reused);
+        ft_batch_kv info;
+        ft_batch_kv_info(b, &info);
+        CHECK(info.prefix_cache == (cases[i].checkpoints > 0), "case %zu", i);
+        ft_batch_free(b);
     }
-    ft_batch_kv info;
-    ft_batch_kv_info(b, &info);
-    CHECK(!info.prefix_cache && info.cached == 0);
-    ft_batch_free(b);
-    free(logits);
+    free(got);
+    free(want);
     ft_model_free(m);
 }

@@ -36,6 +36,9 @@ static void serve_usage(FILE *out) {
         "  --admin-key KEY              enable the admin routes (/v1/cache/rebuild) with this key\n"
         "  --no-prefix-cache            compute every prompt whole (default: a prompt that starts like\n"
         "                               an earlier one reuses its KV blocks)\n"
+        "  --ctx-checkpoints N          models with recurrent layers (qwen35moe, qwen3next): snapshots of\n"
+        "                               their state the prefix cache keeps in host memory, over all\n"
+        "                               sequences (default 32; 0: such models reuse no prefix)\n"
         "  --lenient                    ignore request fields ft does not implement yet (tools,\n"
         "                               response_format, logit_bias, ...) instead of refusing them\n"
         "  --chat-template NAME         chatml, qwen2, qwen2.5, qwen3, llama2, mistral, llama3, llama3.1,\n"
@@ -58,6 +61,7 @@ int cmd_serve(int argc, char **argv) {
     const char *model_path = NULL, *tmpl_name = NULL;
     int64_t v64;
     bool bad = false, no_prefix_cache = false;
+    int ctx_checkpoints = -1;
     engine_args ea = engine_args_init("serve", 0);
     srv_params p = srv_default_params();
     // an empty key would switch authentication off (as --api-key "$KEY" gives with KEY unset)
@@ -79,6 +83,10 @@ int cmd_serve(int argc, char **argv) {
         }
         if (args_flag(argv, i, "--no-prefix-cache")) {
             no_prefix_cache = true;
+            continue;
+        }
+        if (args_int(argc, argv, &i, "--ctx-checkpoints|-ctxcp", 0, 4096, &v64, &bad)) {
+            ctx_checkpoints = (int)v64;
             continue;
         }
         if (args_int(argc, argv, &i, "--port", 0, 65535, &v64, &bad)) {
@@ -115,6 +123,7 @@ int cmd_serve(int argc, char **argv) {
     if (bad) return FT_EXIT_USAGE;
     if (!engine_args_apply(&ea, &p.engine)) return FT_EXIT_USAGE;
     p.engine.prefix_cache = !no_prefix_cache;
+    if (ctx_checkpoints >= 0) p.engine.ctx_checkpoints = ctx_checkpoints;
     if (p.api_key && !*p.api_key) {
         fprintf(stderr, "ft serve: --api-key is empty (that would serve without a key); give a key or leave it out\n");
         return FT_EXIT_USAGE;

@@ -25,6 +25,7 @@ struct ft_batch {
     int *n_kept;
     int max_blocks;       // blocks of one context
     int32_t *match;       // (max_blocks) scratch of ft_batch_seq_reuse
+    bool snapshots;       // recurrent layers: a prefix is reused with the state snapshot after it
     moe_placement place;
     ft_forward f;
     int *pos;             // (n_seq) positions evaluated; -1: the sequence is not open
@@ -36,6 +37,38 @@ struct ft_batch {
     float *logits_dev;    // (n_seq, n_vocab) backend buffer
     float *logits;        // (n_seq, n_vocab) host copy
 };
+
+// Floats of one sequence's recurrent state over all layers (conv, then delta-rule state, per
+// layer in order): the size of a snapshot.
+static size_t state_floats(const ft_batch *b) {
+    ft_kv_cache *kv = ft_kv_pool_cache(b->pool, 0);
+    size_t n = 0;
+    for (int l = 0; l < b->m->hp.n_layer; l++) {
+        const ft_tensor *c = ft_kv_conv(kv, l), *s = ft_kv_state(kv, l);
+        if (c->data) n += c->mat_bytes / sizeof(float);
+        if (s->data) n += s->mat_bytes / sizeof(float);
+    }
+    return n;
+}
+
+// Copies a sequence's recurrent state into a snapshot (save) or back (restore).
+static void state_copy(ft_batch *b, int seq, float *snap, bool save) {
+    ft_kv_cache *kv = ft_kv_pool_cache(b->pool, seq);
+    ft_backend *be = b->be;
+    size_t off = 0;
+    for (int l = 0; l < b->m->hp.n_layer; l++) {
+        ft_tensor *ts[2] = {ft_kv_conv(kv, l), ft_kv_state(kv, l)};
+        for (int i = 0; i < 2; i++) {
+            if (!ts[i]->data) continue;
+            size_t n = ts[i]->mat_bytes / sizeof(float);
+            if (save) be->ops->read(be, ts[i]->data, snap + off, n);
+            else if (be->ops->buffer_write_ordered) // in order with the steps, no device-wide wait
+                be->ops->buffer_write_ordered(be, ts[i]->data, snap + off, n * sizeof(float));
+            else be->ops->buffer_write(be, ts[i]->data, snap + off, n * sizeof(float));
+            off += n;
+        }
+    }
+}
 
 // The backend, the plan checked before anything is allocated on it, then the placement and the
 // KV caches. Returns false (what was made is freed by ft_batch_free) on failure.
@@ -61,9 +94,18 @@ static bool batch_setup(ft_batch *b, ft_err *err) {
     b->pool = ft_kv_pool_init(&kp, p->n_seq, b->be, err);
     free(arrays);
     if (!b->pool) return false;
-    // a recurrent layer's state follows the whole sequence, not a block: no prefix to share
-    if (p->prefix_cache && !ft_model_recurrent_heads(m)) {
+    // a recurrent layer's state follows the whole sequence, not a block: such a model shares a
+    // prefix only where a snapshot of that state was kept
+    bool recurrent = ft_model_recurrent_heads(m) > 0;
+    if (p->prefix_cache && (!recurrent || p->ctx_checkpoints > 0)) {
         b->pc = ft_prefix_cache_init(b->pool);
+        if (recurrent) {
+            size_t floats = state_floats(b);
+            ft_prefix_cache_set_snapshots(b->pc, p->ctx_checkpoints, floats);
+            b->snapshots = true;
+            FT_LOG_INFO("prefix cache: up to %d snapshots of the recurrent layers' state, %.1f MiB each, in host memory",
+                        p->ctx_checkpoints, (double)floats * sizeof(float) / (1 << 20));
+        }
         b->seq_tok = ft_malloc((size_t)p->n_seq * (size_t)p->n_ctx * sizeof(int32_t));
         b->block_exact = ft_malloc((size_t)p->n_seq * (size_t)b->max_blocks * sizeof(bool));
         b->n_kept = ft_calloc((size_t)p->n_seq, sizeof(int));
@@ -147,7 +189,14 @@ int ft_batch_seq_reuse(ft_batch *b, int seq, const int32_t *tokens, int n) {
     // whole blocks, below the block of the last token: the prompt's last token is evaluated
     // (its logits start the reply) and its row written, which a shared block must not see
     int most = FT_MIN((n - 1) / FT_KV_BLOCK, b->max_blocks);
-    int got = ft_prefix_cache_match(b->pc, tokens, FT_MIN(n, b->p.n_ctx), b->match, most);
+    int got;
+    if (b->snapshots) {
+        const float *snap;
+        got = ft_prefix_cache_match_snapshot(b->pc, tokens, FT_MIN(n, b->p.n_ctx), b->match, most, &snap);
+        if (got) state_copy(b, seq, (float *)snap, false);
+    } else {
+        got = ft_prefix_cache_match(b->pc, tokens, FT_MIN(n, b->p.n_ctx), b->match, most);
+    }
     for (int i = 0; i < got; i++) ft_kv_pool_share(b->pool, seq, b->match[i]);
     int reused = got * FT_KV_BLOCK;
     memcpy(b->seq_tok + (size_t)seq * b->p.n_ctx, tokens, (size_t)reused * sizeof(int32_t));
@@ -187,8 +236,16 @@ static void keep_blocks(ft_batch *b, const ft_batch_item *it, int pos0) {
     while (keep < full && exact[keep]) keep++;
     if (keep == b->n_kept[seq]) return;
     ft_kv_cache *kv = ft_kv_pool_cache(b->pool, seq);
-    ft_prefix_cache_insert(b->pc, b->seq_tok + (size_t)seq * b->p.n_ctx, ft_kv_block_ids(kv), keep);
+    const int32_t *tokens = b->seq_tok + (size_t)seq * b->p.n_ctx;
+    ft_prefix_cache_insert(b->pc, tokens, ft_kv_block_ids(kv), keep);
     b->n_kept[seq] = keep;
+    // the state after a whole prompt chunk ending on a block boundary, every block before it
+    // kept: the point a later prompt's chunks (cut at multiples of the chunk) pass through too
+    if (b->snapshots && it->n_tok == b->p.n_batch && keep * FT_KV_BLOCK == b->pos[seq] &&
+        b->pos[seq] % b->p.n_batch == 0) {
+        float *snap = ft_prefix_cache_snapshot_slot(b->pc, tokens, keep);
+        if (snap) state_copy(b, seq, snap, true);
+    }
 }
 
 // Checks the items against the sequences' state; programmer errors (a closed sequence, a

@@ -23,6 +23,7 @@ typedef struct ft_engine_params {
     bool n_ctx_default;     // n_ctx is the model's context by default: shrunk to what memory holds
     int64_t num_tokens;     // KV positions all sequences share (0: engine_kv_blocks's default)
     bool prefix_cache;      // keep finished prompts' KV blocks for later prompts (batch.h)
+    int ctx_checkpoints;    // with recurrent layers: state snapshots the prefix cache keeps (batch.h)
     enum ft_type kv_type;   // FT_TYPE_F16 or FT_TYPE_Q8_0
     bool reference;         // every op on its scalar reference path (also FT_REFERENCE=1)
     enum ft_placement device; // FT_PLACEMENT_CPU (default) or FT_PLACEMENT_CUDA (device 0)

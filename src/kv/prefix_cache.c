@@ -18,9 +18,17 @@ typedef struct pc_node {
     int32_t child, prev, next;      // first child; siblings (next also chains free nodes)
     uint64_t hash;                  // of the block's tokens
     uint64_t used;                  // clock of the last match or insert
+    int32_t snap;                   // its snapshot (an index into snaps), NONE: none
     bool live;                      // in the tree (else on the free chain)
     bool pinned;                    // scratch of n_evictable
 } pc_node;
+
+// A recurrent-state snapshot: the state after the tokens on the path to node.
+typedef struct pc_snap {
+    float *data;   // (snap_floats); NULL: the slot is free
+    int32_t node;
+    uint64_t used; // clock of the last match or store
+} pc_snap;
 
 struct ft_prefix_cache {
     ft_kv_pool *pool;
@@ -28,6 +36,9 @@ struct ft_prefix_cache {
     int32_t *tokens;     // (cap, FT_KV_BLOCK) each node's tokens
     int32_t cap, n, free_head, root;
     uint64_t clock;
+    pc_snap *snaps;      // (max_snaps)
+    int max_snaps, n_snaps;
+    size_t snap_floats;
 };
 
 static uint64_t hash_tokens(const int32_t *t) {
@@ -58,6 +69,8 @@ void ft_prefix_cache_free(ft_prefix_cache *pc) {
     if (!pc) return;
     for (int32_t i = 0; i < pc->cap; i++)
         if (pc->nodes[i].live) ft_kv_pool_unref(pc->pool, pc->nodes[i].block);
+    for (int i = 0; i < pc->max_snaps; i++) free(pc->snaps[i].data);
+    free(pc->snaps);
     ft_kv_pool_set_reclaimer(pc->pool, NULL, NULL);
     free(pc->nodes);
     free(pc->tokens);
@@ -102,7 +115,7 @@ void ft_prefix_cache_insert(ft_prefix_cache *pc, const int32_t *tokens, const in
             pc->free_head = nd->next;
             int32_t *head = at == NONE ? &pc->root : &pc->nodes[at].child;
             *nd = (pc_node){.block = blocks[d], .parent = at, .child = NONE, .prev = NONE, .next = *head, .hash = h,
-                              .live = true};
+                              .snap = NONE, .live = true};
             if (*head != NONE) pc->nodes[*head].prev = c;
             *head = c;
             memcpy(pc->tokens + (size_t)c * FT_KV_BLOCK, t, FT_KV_BLOCK * sizeof(int32_t));
@@ -118,8 +131,17 @@ static bool evictable(const ft_prefix_cache *pc, const pc_node *nd) {
     return nd->child == NONE && ft_kv_pool_refs(pc->pool, nd->block) == 1;
 }
 
+static void drop_snap(ft_prefix_cache *pc, int32_t s) {
+    pc_snap *sn = &pc->snaps[s];
+    pc->nodes[sn->node].snap = NONE;
+    free(sn->data);
+    *sn = (pc_snap){.node = NONE};
+    pc->n_snaps--;
+}
+
 static void remove_node(ft_prefix_cache *pc, int32_t i) {
     pc_node *nd = &pc->nodes[i];
+    if (nd->snap != NONE) drop_snap(pc, nd->snap);
     if (nd->prev != NONE) pc->nodes[nd->prev].next = nd->next;
     else if (nd->parent == NONE) pc->root = nd->next;
     else pc->nodes[nd->parent].child = nd->next;
@@ -165,3 +187,70 @@ void ft_prefix_cache_count_refs(const ft_prefix_cache *pc, int32_t *held) {
     for (int32_t i = 0; i < pc->cap; i++)
         if (pc->nodes[i].live) held[pc->nodes[i].block]++;
 }
+
+// ---------------------------------------------------------------------------------------------
+// Recurrent-state snapshots
+
+void ft_prefix_cache_set_snapshots(ft_prefix_cache *pc, int max_snaps, size_t snap_floats) {
+    FT_ASSERT(!pc->snaps && max_snaps > 0 && snap_floats > 0);
+    pc->snaps = ft_malloc((size_t)max_snaps * sizeof(pc_snap));
+    for (int i = 0; i < max_snaps; i++) pc->snaps[i] = (pc_snap){.node = NONE};
+    pc->max_snaps = max_snaps;
+    pc->snap_floats = snap_floats;
+}
+
+// The node at depth n_blocks on the path tokens spells, or NONE.
+static int32_t find_path(const ft_prefix_cache *pc, const int32_t *tokens, int n_blocks) {
+    int32_t at = NONE;
+    for (int d = 0; d < n_blocks; d++) {
+        const int32_t *t = tokens + (size_t)d * FT_KV_BLOCK;
+        if ((at = find_child(pc, at, t, hash_tokens(t))) == NONE) return NONE;
+    }
+    return at;
+}
+
+float *ft_prefix_cache_snapshot_slot(ft_prefix_cache *pc, const int32_t *tokens, int n_blocks) {
+    if (!pc->snaps || n_blocks < 1) return NULL;
+    int32_t node = find_path(pc, tokens, n_blocks);
+    if (node == NONE) return NULL;
+    pc->clock++;
+    if (pc->nodes[node].snap != NONE) { // the same tokens give the same state: keep the one held
+        pc->snaps[pc->nodes[node].snap].used = pc->clock;
+        return NULL;
+    }
+    int32_t s = NONE;
+    for (int i = 0; i < pc->max_snaps && s == NONE; i++)
+        if (!pc->snaps[i].data) s = i;
+    if (s == NONE) { // all held: the least recently used goes
+        s = 0;
+        for (int i = 1; i < pc->max_snaps; i++)
+            if (pc->snaps[i].used < pc->snaps[s].used) s = i;
+        drop_snap(pc, s);
+    }
+    pc->snaps[s] = (pc_snap){.data = ft_malloc(pc->snap_floats * sizeof(float)), .node = node, .used = pc->clock};
+    pc->nodes[node].snap = s;
+    pc->n_snaps++;
+    return pc->snaps[s].data;
+}
+
+int ft_prefix_cache_match_snapshot(ft_prefix_cache *pc, const int32_t *tokens, int n, int32_t *blocks, int max_blocks,
+                                   const float **snap) {
+    *snap = NULL;
+    int got = ft_prefix_cache_match(pc, tokens, n, blocks, max_blocks);
+    if (!pc->snaps) return 0;
+    // the deepest node on the matched path holding a snapshot
+    int32_t at = NONE;
+    int best = 0;
+    for (int d = 0; d < got; d++) {
+        const int32_t *t = tokens + (size_t)d * FT_KV_BLOCK;
+        at = find_child(pc, at, t, hash_tokens(t));
+        if (pc->nodes[at].snap != NONE) {
+            best = d + 1;
+            *snap = pc->snaps[pc->nodes[at].snap].data;
+            pc->snaps[pc->nodes[at].snap].used = pc->clock;
+        }
+    }
+    return best;
+}
+
+int ft_prefix_cache_n_snapshots(const ft_prefix_cache *pc) { return pc->n_snaps; }

@@ -33,6 +33,22 @@ void ft_prefix_cache_insert(ft_prefix_cache *pc, const int32_t *tokens, const in
 // Drops up to n blocks (see above); returns how many it dropped, which are free now.
 int ft_prefix_cache_evict(ft_prefix_cache *pc, int n);
 
+// Recurrent-state snapshots. A model with recurrent layers (gated DeltaNet) computes a state
+// that no block holds, so a cached prefix is usable only where the state after it was kept
+// too: a snapshot of snap_floats floats (every recurrent layer's state, in host memory) on the
+// node that ends the prefix. At most max_snaps are held; storing one more drops the least
+// recently used, and a node's snapshot goes with the node. Call once, before the first store.
+void ft_prefix_cache_set_snapshots(ft_prefix_cache *pc, int max_snaps, size_t snap_floats);
+// The buffer to fill with the state after tokens[0 .. n_blocks * FT_KV_BLOCK - 1], whose blocks
+// must be cached (insert first); NULL when they are not, or when that node has a snapshot
+// already (the same tokens give the same state), or without snapshots.
+float *ft_prefix_cache_snapshot_slot(ft_prefix_cache *pc, const int32_t *tokens, int n_blocks);
+// As match, but the prefix ends at the deepest matched node with a snapshot: returns its depth
+// in blocks (0: none) and sets *snap to the snapshot (NULL with 0).
+int ft_prefix_cache_match_snapshot(ft_prefix_cache *pc, const int32_t *tokens, int n, int32_t *blocks, int max_blocks,
+                                   const float **snap);
+int ft_prefix_cache_n_snapshots(const ft_prefix_cache *pc);
+
 int ft_prefix_cache_n_blocks(const ft_prefix_cache *pc); // blocks kept
 // Blocks kept that only the cache references: what evict could free.
 int ft_prefix_cache_n_evictable(const ft_prefix_cache *pc);
