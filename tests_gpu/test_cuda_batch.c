@@ -151,13 +151,18 @@ static int run_prompt(ft_batch *b, const int32_t *prompt, int n, int n_gen, int 
 
 // A prompt whose first two blocks come from the prefix cache, on the GPU, against the same
 // prompt computed whole: the probabilities of every step within the batch test's tolerance.
-TEST(cuda_batch_prefix_reuse) {
-    GPU_TEST_REQUIRE_DEVICE();
+// With recurrent layers the state comes from the snapshot taken after the earlier prompt's
+// second chunk (the blocks end there too).
+static void prefix_reuse_case(const char *arch) {
     ft_synth_params sp = ft_synth_default_params();
+    sp.arch = arch;
+    if (!strcmp(arch, "qwen35moe")) sp.n_layer = 4; // three DeltaNet layers, then attention
     sp.n_ctx_train = 512;
     sp.dense_type = FT_TYPE_Q8_0;
     sp.expert_types[0] = FT_TYPE_Q8_0;
-    ft_model *m = fixture_model(&sp, "cuda_prefix.gguf");
+    char name[64];
+    snprintf(name, sizeof(name), "cuda_prefix_%s.gguf", arch);
+    ft_model *m = fixture_model(&sp, name);
     REQUIRE(m);
     ft_err err = {{0}};
     ft_engine_params ep = ft_engine_default_params();
@@ -200,11 +205,21 @@ TEST(cuda_batch_prefix_reuse) {
         CHECK(d <= 3e-2, "step %d: probabilities differ by %g", g, d);
         if (batch_sim_argmax(lr, n_vocab) != batch_sim_argmax(lw, n_vocab)) break; // the paths split
     }
-    printf("    prefix reuse on the GPU: %d positions reused, %d/%d steps bit-identical, max prob diff %.3g\n",
-           n_reused, n_same, N_GEN, worst);
+    printf("    %s prefix reuse on the GPU: %d positions reused, %d/%d steps bit-identical, max prob diff %.3g\n",
+           arch, n_reused, n_same, N_GEN, worst);
     free(reused);
     free(whole);
     free(pr);
     free(pw);
     ft_model_free(m);
+}
+
+TEST(cuda_batch_prefix_reuse) {
+    GPU_TEST_REQUIRE_DEVICE();
+    prefix_reuse_case("qwen3moe");
+}
+
+TEST(cuda_batch_prefix_reuse_qwen35moe) {
+    GPU_TEST_REQUIRE_DEVICE();
+    prefix_reuse_case("qwen35moe");
 }

@@ -1,10 +1,10 @@
 // test_cuda_flash_attn.c: the CUDA backend's prefill attention (flash_attn.cu, taken by
-// cuda_attention for batches of FT_CUDA_FLASH_MIN_TOK tokens or more at head dims 64 and 128)
+// cuda_attention for batches of FT_CUDA_FLASH_MIN_TOK tokens or more at head dims 64, 128 and 256)
 // against an exact attention in double precision over the same cache bytes, and against the
 // CPU backend's op; each case through the backend's op (its dispatch) and through the launcher
 // with the position in device memory (a replayed CUDA graph's way).
 //
-// Cases: f16 and q8_0 caches; 1, 4 and 8 query heads per KV head; head dims 64 and 128;
+// Cases: f16 and q8_0 caches; 1, 4 and 8 query heads per KV head; head dims 64, 128 and 256 (K in halves);
 // batches from position 0 and after cached tokens (pos0 > 0); sliding windows shorter than the
 // batch; token counts that are not multiples of the kernel's tile (64 / group tokens). GPU
 // outputs start as NaN, so an unwritten element fails.
@@ -209,11 +209,11 @@ TEST(cuda_flash_attn) {
         cpu->ops->free(cpu);
         return;
     }
-    ft_backend_limits lim = {160, (int64_t)8 * N_KV * 128, N_CTX, 128, 0, 0, 0};
+    ft_backend_limits lim = {160, (int64_t)8 * N_KV * 256, N_CTX, 256, 0, 0, 0};
     cpu->ops->reserve(cpu, &lim);
     gpu->ops->reserve(gpu, &lim);
     ft_rng rng = ft_rng_init(77);
-    for (int hd = 64; hd <= 128; hd *= 2) {
+    for (int hd = 64; hd <= 256; hd *= 2) { // 256: K in halves, two CTAs per output
         flash_case(cpu, gpu, &rng, FT_TYPE_F16, hd);
         flash_case(cpu, gpu, &rng, FT_TYPE_Q8_0, hd);
     }

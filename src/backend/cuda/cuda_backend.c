@@ -664,7 +664,7 @@ static void cuda_delta_net(ft_backend *be, const ft_delta_params *p) {
     check_on_device(p->state);
     if (!op_runs(c, OP_DELTA_NET, p->qkv, p->state->data, p->n_tok, step_rel(c, p->pos0))) return;
     ft_cuda_delta_params dp = {
-        .qkv = p->qkv, .alpha = p->alpha, .beta = p->beta, .conv_w = p->conv_w->data, .dt = p->dt->data,
+        .qkv = p->qkv, .scratch = c->h_up, .alpha = p->alpha, .beta = p->beta, .conv_w = p->conv_w->data, .dt = p->dt->data,
         .a = p->a->data, .conv_state = p->conv_state->data, .state = p->state->data, .out = p->out,
         .n_tok = p->n_tok, .pos0 = step_rel(c, p->pos0), .pos_dev = step_pos_dev(c), .n_k_heads = p->n_k_heads,
         .n_v_heads = p->n_v_heads, .head_dim = p->head_dim, .d_conv = p->d_conv, .k_grouped = p->k_grouped,

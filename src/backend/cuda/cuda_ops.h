@@ -37,10 +37,13 @@ void ft_cuda_split_heads(const float *x, float *a, float *b, int n_rows, int n_h
                          ft_cuda_stream *s);
 
 // delta_net.cu: gated DeltaNet linear attention as backend.h's ft_delta_params says, for one
-// sequence; qkv is overwritten (the conv's output). head_dim 32, 64, 128 or 256.
+// sequence; qkv is overwritten (the conv's output), or left as it is when the conv writes to
+// scratch (n_tok x (2K + V) floats; NULL: none), which lets it run over the tokens in parallel.
+// head_dim 32, 64, 128 or 256.
 #define FT_CUDA_DELTA_MAX_CONV 8
 typedef struct ft_cuda_delta_params {
     float *qkv;                  // (n_tok, 2K + V)
+    float *scratch;              // (n_tok, 2K + V) or NULL
     const float *alpha, *beta;   // (n_tok, n_v_heads)
     const float *conv_w;         // (2K + V) channels of d_conv taps
     const float *dt, *a;         // (n_v_heads)
@@ -164,7 +167,7 @@ void ft_cuda_moe_combine(const float *h, const float *w, float *y, int n_tok, in
                          ft_cuda_stream *s);
 
 // flash_attn.cu: prefill attention on tensor cores (tiled flash attention), for the launches
-// ft_cuda_flash_attention_fits accepts: n_tok >= FT_CUDA_FLASH_MIN_TOK, head_dim 64 or 128,
+// ft_cuda_flash_attention_fits accepts: n_tok >= FT_CUDA_FLASH_MIN_TOK, head_dim 64, 128 or 256,
 // at most 64 query heads per KV head, no out_q. Same inputs and outputs as ft_cuda_attention
 // (part unused). Scores as the CPU op's (an f16 query over f16 keys, q8_0 integer sums over
 // q8_0 keys); values and softmax weights enter the MMAs as f16, sums are f32.

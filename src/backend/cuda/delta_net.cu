@@ -1,6 +1,8 @@
 // delta_net.cu: gated DeltaNet linear attention (ft_cuda_delta_net), the CPU op's steps
 // (cpu_delta.c) in three kernels: the causal conv with SiLU per channel, the L2 norm of q's and
-// k's heads, and the delta rule.
+// k's heads, and the delta rule. A prefill batch's conv runs a thread per (channel, run of
+// DN_CONV_RUN tokens) into scratch instead, the state written by a kernel after it; both convs
+// make the same sums in the same order, so either gives the same bits.
 //
 // The delta rule updates each row of a head's state matrix on its own (row r of the stored,
 // transposed state needs only q, k, v[r] and the gates of each token), so a warp owns a row for
@@ -9,7 +11,7 @@
 #include "cuda_common.cuh"
 #include "cuda_ops.h"
 
-enum { DN_THREADS = 128, DN_WARPS = DN_THREADS / FT_WARP };
+enum { DN_THREADS = 128, DN_WARPS = DN_THREADS / FT_WARP, DN_CONV_RUN = 16 };
 
 __device__ __forceinline__ float dn_silu(float x) { return x / (1.0f + expf(-x)); }
 __device__ __forceinline__ float dn_softplus(float x) { return x > 20.0f ? x : logf(1.0f + expf(x)); }
@@ -51,6 +53,52 @@ __global__ void __launch_bounds__(DN_THREADS) dn_conv_kernel(ft_cuda_delta_param
 #pragma unroll
     for (int i = 0; i < MK - 1; i++)
         if (i < K - 1) p.conv_state[(size_t)i * C + c] = win[i];
+}
+
+// One thread per (channel, run of DN_CONV_RUN tokens): the window of the d_conv - 1 inputs
+// before the run (from the state before the first token, zeros when fresh) in registers, then
+// the run's outputs, SiLU applied, to dst; src is left as it is.
+__global__ void __launch_bounds__(DN_THREADS) dn_conv_run_kernel(ft_cuda_delta_params p, int C, const float *src,
+                                                                  float *dst) {
+    ft_pdl_begin();
+    const int c = blockIdx.x * DN_THREADS + threadIdx.x, t0 = blockIdx.y * DN_CONV_RUN;
+    if (c >= C) return;
+    constexpr int MK = FT_CUDA_DELTA_MAX_CONV;
+    const int K = p.d_conv;
+    const bool fresh = dn_fresh(p);
+    float win[MK - 1], w[MK];
+#pragma unroll
+    for (int i = 0; i < MK - 1; i++) {
+        const int j = t0 - (K - 1) + i; // the input's token; below 0: state row K - 1 + j
+        win[i] = i >= K - 1 ? 0.0f : j >= 0 ? src[(size_t)j * C + c] : fresh ? 0.0f : p.conv_state[(size_t)(K - 1 + j) * C + c];
+    }
+#pragma unroll
+    for (int i = 0; i < MK; i++) w[i] = i < K ? p.conv_w[(size_t)c * K + i] : 0.0f;
+    const int t1 = min(t0 + DN_CONV_RUN, p.n_tok);
+    for (int t = t0; t < t1; t++) {
+        const float x = src[(size_t)t * C + c];
+        float sum = 0.0f;
+#pragma unroll
+        for (int i = 0; i < MK; i++) {
+            if (i < K - 1) sum += win[i] * w[i];
+            else if (i == K - 1) sum += x * w[i];
+        }
+#pragma unroll
+        for (int i = 0; i < MK - 1; i++) {
+            if (i < K - 2) win[i] = win[i + 1];
+            else if (i == K - 2) win[i] = x;
+        }
+        dst[(size_t)t * C + c] = dn_silu(sum);
+    }
+}
+
+// The conv state after a batch of at least d_conv - 1 tokens: their last inputs.
+__global__ void __launch_bounds__(DN_THREADS) dn_conv_state_kernel(ft_cuda_delta_params p, int C, const float *src) {
+    ft_pdl_begin();
+    const int c = blockIdx.x * DN_THREADS + threadIdx.x;
+    if (c >= C) return;
+    for (int i = 0; i < p.d_conv - 1; i++)
+        p.conv_state[(size_t)i * C + c] = src[(size_t)(p.n_tok - (p.d_conv - 1) + i) * C + c];
 }
 
 // A warp per (token, q or k head): the head scaled to unit L2 norm (at most 1 / eps).
@@ -128,17 +176,30 @@ extern "C" void ft_cuda_delta_net(const ft_cuda_delta_params *p, ft_cuda_stream 
     FT_CUDA_ASSERT(hd == 32 || hd == 64 || hd == 128 || hd == 256);
     if (p->n_tok <= 0) return;
     cudaStream_t st = ft_cuda_stream_handle(s);
-    ft_launch(dn_conv_kernel, dim3((C + DN_THREADS - 1) / DN_THREADS), DN_THREADS, 0, st, *p, C);
-    CUDA_CHECK_LAUNCH();
+    const unsigned c_blocks = (C + DN_THREADS - 1) / DN_THREADS;
+    ft_cuda_delta_params q = *p; // the kernels after the conv read its output at q.qkv
+    // a run of tokens per thread fills the machine where one thread per channel walking every
+    // token would not; decode keeps the one kernel (no scratch, one launch fewer)
+    if (p->scratch && p->n_tok >= DN_CONV_RUN && p->n_tok >= p->d_conv - 1) {
+        ft_launch(dn_conv_run_kernel, dim3(c_blocks, (p->n_tok + DN_CONV_RUN - 1) / DN_CONV_RUN), DN_THREADS, 0, st,
+                  *p, C, (const float *)p->qkv, p->scratch);
+        CUDA_CHECK_LAUNCH();
+        ft_launch(dn_conv_state_kernel, dim3(c_blocks), DN_THREADS, 0, st, *p, C, (const float *)p->qkv);
+        CUDA_CHECK_LAUNCH();
+        q.qkv = p->scratch;
+    } else {
+        ft_launch(dn_conv_kernel, dim3(c_blocks), DN_THREADS, 0, st, *p, C);
+        CUDA_CHECK_LAUNCH();
+    }
     const int rows = p->n_tok * 2 * p->n_k_heads;
-    ft_launch(dn_l2_kernel, dim3((rows + DN_WARPS - 1) / DN_WARPS), DN_THREADS, 0, st, *p, C);
+    ft_launch(dn_l2_kernel, dim3((rows + DN_WARPS - 1) / DN_WARPS), DN_THREADS, 0, st, q, C);
     CUDA_CHECK_LAUNCH();
     const dim3 grid(hd / DN_WARPS, p->n_v_heads);
     switch (hd) {
-    case 32: ft_launch(dn_rule_kernel<1>, grid, DN_THREADS, 0, st, *p, C); break;
-    case 64: ft_launch(dn_rule_kernel<2>, grid, DN_THREADS, 0, st, *p, C); break;
-    case 128: ft_launch(dn_rule_kernel<4>, grid, DN_THREADS, 0, st, *p, C); break;
-    default: ft_launch(dn_rule_kernel<8>, grid, DN_THREADS, 0, st, *p, C); break;
+    case 32: ft_launch(dn_rule_kernel<1>, grid, DN_THREADS, 0, st, q, C); break;
+    case 64: ft_launch(dn_rule_kernel<2>, grid, DN_THREADS, 0, st, q, C); break;
+    case 128: ft_launch(dn_rule_kernel<4>, grid, DN_THREADS, 0, st, q, C); break;
+    default: ft_launch(dn_rule_kernel<8>, grid, DN_THREADS, 0, st, q, C); break;
     }
     CUDA_CHECK_LAUNCH();
 }

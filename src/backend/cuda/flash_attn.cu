@@ -123,68 +123,80 @@ __device__ __forceinline__ void load_k_q8_tile(int8_t (*codes)[D + FA_PAD8], flo
 // keys 16j..16j+15, and b0 pairs two V rows' elements of one dim (two 16-bit loads).
 template <int D, bool KQ8>
 __global__ void __launch_bounds__(FA_THREADS) flash_attn_kernel(const ft_cuda_attn_params p) {
-    constexpr int KD = KQ8 ? D / 32 : D / 16; // k-steps of S = Q K^T (q8_0: one block each)
-    constexpr int ND = D / 8;                 // n-tiles of O
+    // Head size 256 takes its K rows (and queries) in halves of 128 through shared memory, and a
+    // CTA writes one half of the output (grid.z): the tiles of 64 rows then fit 48 KB and the
+    // fragments the registers, at the price of computing S once per output half.
+    constexpr int DH = D > 128 ? 128 : D;       // head dims of K (and Q) staged at a time
+    constexpr int NH = D / DH;                  // halves of K per key tile
+    constexpr int DV = DH;                      // output dims of this CTA: dv0 .. dv0 + DV - 1
+    constexpr int KD = KQ8 ? DH / 32 : DH / 16; // k-steps of S = Q K^T per half (q8_0: one block each)
+    constexpr int ND = DV / 8;                  // n-tiles of O
     constexpr int NK = FA_BK / 8;
-    constexpr int NB = KQ8 ? D / 32 : 1;      // q8_0 blocks per row
-    __shared__ __align__(16) __half ks[FA_BK][D + FA_PAD]; // K tile, and the query staging area
-    __shared__ __align__(16) __half vs[FA_BK][D + FA_PAD];
-    __shared__ float kd[KQ8 ? FA_BK : 1][NB]; // q8_0: the key blocks' scales
-    __shared__ float qd[KQ8 ? FA_BQ : 1][NB]; // q8_0: the query blocks' scales
-    static_assert(FA_BQ <= FA_BK && FA_PAD8 <= 2 * FA_PAD + D, "q8_0 codes fit in ks");
-    int8_t(*kc)[D + FA_PAD8] = (int8_t(*)[D + FA_PAD8])&ks[0][0]; // q8_0: codes in ks's place
+    constexpr int NBH = KQ8 ? DH / 32 : 1;      // q8_0 blocks per half row
+    constexpr int NB = KQ8 ? D / 32 : 1;        // q8_0 blocks per row
+    __shared__ __align__(16) __half ks[FA_BK][DH + FA_PAD]; // K tile, and the query staging area
+    __shared__ __align__(16) __half vs[FA_BK][DV + FA_PAD];
+    __shared__ float kd[KQ8 ? FA_BK : 1][NBH]; // q8_0: the key blocks' scales
+    __shared__ float qd[KQ8 ? FA_BQ : 1][NB];  // q8_0: the query blocks' scales
+    static_assert(FA_BQ <= FA_BK && FA_PAD8 <= 2 * FA_PAD + DH, "q8_0 codes fit in ks");
+    int8_t(*kc)[DH + FA_PAD8] = (int8_t(*)[DH + FA_PAD8])&ks[0][0]; // q8_0: codes in ks's place
     const int lane = threadIdx.x % FT_WARP, warp = threadIdx.x / FT_WARP, g = lane / 4, t = lane % 4;
     const int group = p.n_head / p.n_head_kv, tpt = FA_BQ / group; // tokens per tile
-    const int hk = blockIdx.x, t0 = blockIdx.y * tpt, t1 = min(t0 + tpt, p.n_tok) - 1;
+    const int hk = blockIdx.x, t0 = blockIdx.y * tpt, t1 = min(t0 + tpt, p.n_tok) - 1, dv0 = blockIdx.z * DV;
     const int pos0 = p.pos0 + (p.pos_dev ? *p.pos_dev : 0);
     // the keys some row of the tile sees
     const int kend = pos0 + t1;
     const int kbeg = p.window > 0 ? max(0, pos0 + t0 - p.window + 1) : 0;
 
-    // 1. queries: row r = (token t0 + r / group, head hk * group + r % group)
-    if constexpr (KQ8) {
-        // a thread per (row, block): q8_0 as the CPU quantizes it (d = amax / 127 rounded to
-        // f16, codes round(x / d) half away from zero)
-        for (int i = threadIdx.x; i < FA_BQ * NB; i += FA_THREADS) {
-            const int r = i / NB, b = i % NB, tok = t0 + r / group;
-            const bool valid = r < tpt * group && tok <= t1;
-            const float *q = p.q + ((int64_t)(valid ? tok : 0) * p.n_head + hk * group + r % group) * D + b * 32;
-            float amax = 0.0f;
-            for (int j = 0; j < 32 && valid; j++) amax = fmaxf(amax, fabsf(q[j]));
-            const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
-            for (int j = 0; j < 32; j++) kc[r][b * 32 + j] = valid ? (int8_t)(int)roundf(q[j] * id) : 0;
-            qd[r][b] = __half2float(__float2half_rn(d));
-        }
-    } else {
-        for (int i = threadIdx.x; i < FA_BQ * (D / 2); i += FA_THREADS) {
-            const int r = i / (D / 2), d = i % (D / 2) * 2, tok = t0 + r / group;
-            float x0 = 0.0f, x1 = 0.0f;
-            if (r < tpt * group && tok <= t1) {
-                const float *q = p.q + ((int64_t)tok * p.n_head + hk * group + r % group) * D + d;
-                x0 = q[0];
-                x1 = q[1];
-            }
-            *(uint32_t *)&ks[r][d] = pack_f16x2(x0, x1);
-        }
-    }
-    __syncthreads();
+    // 1. queries, half by half: row r = (token t0 + r / group, head hk * group + r % group)
     const int m0 = warp * 16;
-    uint32_t qa[KD][4];
+    uint32_t qa[NH][KD][4];
     float qs[2][NB]; // q8_0: the scales of this thread's two rows' blocks
 #pragma unroll
-    for (int kk = 0; kk < KD; kk++) {
+    for (int hh = 0; hh < NH; hh++) {
+        if (hh) __syncthreads(); // the previous half's fragments are in registers
         if constexpr (KQ8) {
-            qa[kk][0] = *(const uint32_t *)&kc[m0 + g][kk * 32 + 4 * t];
-            qa[kk][1] = *(const uint32_t *)&kc[m0 + g + 8][kk * 32 + 4 * t];
-            qa[kk][2] = *(const uint32_t *)&kc[m0 + g][kk * 32 + 4 * t + 16];
-            qa[kk][3] = *(const uint32_t *)&kc[m0 + g + 8][kk * 32 + 4 * t + 16];
-            qs[0][kk] = qd[m0 + g][kk];
-            qs[1][kk] = qd[m0 + g + 8][kk];
+            // a thread per (row, block): q8_0 as the CPU quantizes it (d = amax / 127 rounded to
+            // f16, codes round(x / d) half away from zero)
+            for (int i = threadIdx.x; i < FA_BQ * NBH; i += FA_THREADS) {
+                const int r = i / NBH, b = i % NBH, tok = t0 + r / group;
+                const bool valid = r < tpt * group && tok <= t1;
+                const float *q = p.q + ((int64_t)(valid ? tok : 0) * p.n_head + hk * group + r % group) * D +
+                                 (hh * NBH + b) * 32;
+                float amax = 0.0f;
+                for (int j = 0; j < 32 && valid; j++) amax = fmaxf(amax, fabsf(q[j]));
+                const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+                for (int j = 0; j < 32; j++) kc[r][b * 32 + j] = valid ? (int8_t)(int)roundf(q[j] * id) : 0;
+                qd[r][hh * NBH + b] = __half2float(__float2half_rn(d));
+            }
         } else {
-            qa[kk][0] = ld_word(&ks[m0 + g][kk * 16 + 2 * t]);
-            qa[kk][1] = ld_word(&ks[m0 + g + 8][kk * 16 + 2 * t]);
-            qa[kk][2] = ld_word(&ks[m0 + g][kk * 16 + 2 * t + 8]);
-            qa[kk][3] = ld_word(&ks[m0 + g + 8][kk * 16 + 2 * t + 8]);
+            for (int i = threadIdx.x; i < FA_BQ * (DH / 2); i += FA_THREADS) {
+                const int r = i / (DH / 2), d = i % (DH / 2) * 2, tok = t0 + r / group;
+                float x0 = 0.0f, x1 = 0.0f;
+                if (r < tpt * group && tok <= t1) {
+                    const float *q = p.q + ((int64_t)tok * p.n_head + hk * group + r % group) * D + hh * DH + d;
+                    x0 = q[0];
+                    x1 = q[1];
+                }
+                *(uint32_t *)&ks[r][d] = pack_f16x2(x0, x1);
+            }
+        }
+        __syncthreads();
+#pragma unroll
+        for (int kk = 0; kk < KD; kk++) {
+            if constexpr (KQ8) {
+                qa[hh][kk][0] = *(const uint32_t *)&kc[m0 + g][kk * 32 + 4 * t];
+                qa[hh][kk][1] = *(const uint32_t *)&kc[m0 + g + 8][kk * 32 + 4 * t];
+                qa[hh][kk][2] = *(const uint32_t *)&kc[m0 + g][kk * 32 + 4 * t + 16];
+                qa[hh][kk][3] = *(const uint32_t *)&kc[m0 + g + 8][kk * 32 + 4 * t + 16];
+                qs[0][hh * KD + kk] = qd[m0 + g][hh * KD + kk];
+                qs[1][hh * KD + kk] = qd[m0 + g + 8][hh * KD + kk];
+            } else {
+                qa[hh][kk][0] = ld_word(&ks[m0 + g][kk * 16 + 2 * t]);
+                qa[hh][kk][1] = ld_word(&ks[m0 + g + 8][kk * 16 + 2 * t]);
+                qa[hh][kk][2] = ld_word(&ks[m0 + g][kk * 16 + 2 * t + 8]);
+                qa[hh][kk][3] = ld_word(&ks[m0 + g + 8][kk * 16 + 2 * t + 8]);
+            }
         }
     }
     // this thread's two rows (g and g + 8 of the warp's 16): their query positions
@@ -194,8 +206,11 @@ __global__ void __launch_bounds__(FA_THREADS) flash_attn_kernel(const ft_cuda_at
 
     // 2. keys kbeg..kend, FA_BK at a time
     const bool vq8 = p.v_type == FT_TYPE_Q8_0;
-    const size_t koff = (size_t)hk * (KQ8 ? (size_t)D / 32 * sizeof(block_q8_0) : (size_t)D * 2);
-    const size_t voff = (size_t)hk * (vq8 ? (size_t)D / 32 * sizeof(block_q8_0) : (size_t)D * 2);
+    const size_t q8_row = (size_t)D / 32 * sizeof(block_q8_0);
+    const size_t koff = (size_t)hk * (KQ8 ? q8_row : (size_t)D * 2);
+    const size_t koff_half = KQ8 ? (size_t)DH / 32 * sizeof(block_q8_0) : (size_t)DH * 2;
+    const size_t voff = (size_t)hk * (vq8 ? q8_row : (size_t)D * 2) +
+                        (vq8 ? (size_t)dv0 / 32 * sizeof(block_q8_0) : (size_t)dv0 * 2);
     const float sl2 = p.scale * 1.44269504088896340736f; // scores in log2 units: exp2f below
     float o[ND][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
 #pragma unroll
@@ -203,29 +218,36 @@ __global__ void __launch_bounds__(FA_THREADS) flash_attn_kernel(const ft_cuda_at
     for (int k0 = kbeg; k0 <= kend; k0 += FA_BK) {
         __syncthreads(); // the previous tile (or the query staging) is no longer read
         const tile_rows tr = tile_rows_of(p.blocks, k0, kend);
-        if constexpr (KQ8) load_k_q8_tile<D>(kc, kd, (const uint8_t *)p.k, tr, p.k_row_bytes, koff, kbeg, kend);
-        else load_kv_tile<D>(ks, (const uint8_t *)p.k, tr, p.k_row_bytes, FT_TYPE_F16, koff, kbeg, kend);
-        load_kv_tile<D>(vs, (const uint8_t *)p.v, tr, p.v_row_bytes, p.v_type, voff, kbeg, kend);
-        __syncthreads();
-
         // S = Q K^T: n-tile n holds keys k0 + 8n .. k0 + 8n + 7
         float s[NK][4];
 #pragma unroll
-        for (int n = 0; n < NK; n++) {
-            s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+        for (int n = 0; n < NK; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
 #pragma unroll
-            for (int kk = 0; kk < KD; kk++) {
-                if constexpr (KQ8) {
-                    // block kk's integer sums, times (key scale * query scale) as the CPU's dot
-                    int is[4];
-                    mma_s8(is, qa[kk], *(const uint32_t *)&kc[8 * n + g][kk * 32 + 4 * t],
-                           *(const uint32_t *)&kc[8 * n + g][kk * 32 + 4 * t + 16]);
+        for (int hh = 0; hh < NH; hh++) {
+            if (hh) __syncthreads(); // the previous half of K is no longer read
+            if constexpr (KQ8)
+                load_k_q8_tile<DH>(kc, kd, (const uint8_t *)p.k, tr, p.k_row_bytes, koff + hh * koff_half, kbeg, kend);
+            else
+                load_kv_tile<DH>(ks, (const uint8_t *)p.k, tr, p.k_row_bytes, FT_TYPE_F16, koff + hh * koff_half, kbeg,
+                                 kend);
+            if (hh == 0) load_kv_tile<DV>(vs, (const uint8_t *)p.v, tr, p.v_row_bytes, p.v_type, voff, kbeg, kend);
+            __syncthreads();
 #pragma unroll
-                    for (int e = 0; e < 4; e++)
-                        s[n][e] += kd[8 * n + 2 * t + e % 2][kk] * qs[e / 2][kk] * (float)is[e];
-                } else {
-                    mma_f16(s[n], qa[kk], ld_word(&ks[8 * n + g][kk * 16 + 2 * t]),
-                            ld_word(&ks[8 * n + g][kk * 16 + 2 * t + 8]));
+            for (int n = 0; n < NK; n++) {
+#pragma unroll
+                for (int kk = 0; kk < KD; kk++) {
+                    if constexpr (KQ8) {
+                        // block kk's integer sums, times (key scale * query scale) as the CPU's dot
+                        int is[4];
+                        mma_s8(is, qa[hh][kk], *(const uint32_t *)&kc[8 * n + g][kk * 32 + 4 * t],
+                               *(const uint32_t *)&kc[8 * n + g][kk * 32 + 4 * t + 16]);
+#pragma unroll
+                        for (int e = 0; e < 4; e++)
+                            s[n][e] += kd[8 * n + 2 * t + e % 2][kk] * qs[e / 2][hh * KD + kk] * (float)is[e];
+                    } else {
+                        mma_f16(s[n], qa[hh][kk], ld_word(&ks[8 * n + g][kk * 16 + 2 * t]),
+                                ld_word(&ks[8 * n + g][kk * 16 + 2 * t + 8]));
+                    }
                 }
             }
         }
@@ -285,7 +307,7 @@ __global__ void __launch_bounds__(FA_THREADS) flash_attn_kernel(const ft_cuda_at
         const int r = m0 + g + 8 * h, tok = t0 + r / group;
         if (r >= tpt * group || tok > t1) continue;
         const float inv = l[h] > 0.0f ? 1.0f / l[h] : 0.0f;
-        float *out = p.out + ((int64_t)tok * p.n_head + hk * group + r % group) * D;
+        float *out = p.out + ((int64_t)tok * p.n_head + hk * group + r % group) * D + dv0;
 #pragma unroll
         for (int n = 0; n < ND; n++)
             *(float2 *)&out[8 * n + 2 * t] = make_float2(o[n][2 * h] * inv, o[n][2 * h + 1] * inv);
@@ -293,7 +315,8 @@ __global__ void __launch_bounds__(FA_THREADS) flash_attn_kernel(const ft_cuda_at
 }
 
 extern "C" bool ft_cuda_flash_attention_fits(const ft_cuda_attn_params *p) {
-    return p->n_tok >= FT_CUDA_FLASH_MIN_TOK && (p->head_dim == 64 || p->head_dim == 128) && p->n_head_kv > 0 &&
+    return p->n_tok >= FT_CUDA_FLASH_MIN_TOK && (p->head_dim == 64 || p->head_dim == 128 || p->head_dim == 256) &&
+           p->n_head_kv > 0 &&
            p->n_head % p->n_head_kv == 0 && p->n_head / p->n_head_kv <= FA_BQ && !p->out_q;
 }
 
@@ -302,12 +325,14 @@ extern "C" void ft_cuda_flash_attention(const ft_cuda_attn_params *p, ft_cuda_st
     FT_CUDA_ASSERT(p->k_type == FT_TYPE_F16 || p->k_type == FT_TYPE_Q8_0);
     FT_CUDA_ASSERT(p->v_type == FT_TYPE_F16 || p->v_type == FT_TYPE_Q8_0);
     const int tpt = FA_BQ / (p->n_head / p->n_head_kv);
-    const dim3 grid((unsigned)p->n_head_kv, (unsigned)((p->n_tok + tpt - 1) / tpt));
+    const dim3 grid((unsigned)p->n_head_kv, (unsigned)((p->n_tok + tpt - 1) / tpt), p->head_dim > 128 ? 2u : 1u);
     const cudaStream_t st = ft_cuda_stream_handle(s);
     const bool kq8 = p->k_type == FT_TYPE_Q8_0;
     if (p->head_dim == 64 && kq8) flash_attn_kernel<64, true><<<grid, FA_THREADS, 0, st>>>(*p);
     else if (p->head_dim == 64) flash_attn_kernel<64, false><<<grid, FA_THREADS, 0, st>>>(*p);
-    else if (kq8) flash_attn_kernel<128, true><<<grid, FA_THREADS, 0, st>>>(*p);
-    else flash_attn_kernel<128, false><<<grid, FA_THREADS, 0, st>>>(*p);
+    else if (p->head_dim == 128 && kq8) flash_attn_kernel<128, true><<<grid, FA_THREADS, 0, st>>>(*p);
+    else if (p->head_dim == 128) flash_attn_kernel<128, false><<<grid, FA_THREADS, 0, st>>>(*p);
+    else if (kq8) flash_attn_kernel<256, true><<<grid, FA_THREADS, 0, st>>>(*p);
+    else flash_attn_kernel<256, false><<<grid, FA_THREADS, 0, st>>>(*p);
     CUDA_CHECK_LAUNCH();
 }
