@@ -1372,3 +1372,45 @@ TEST(server_kv_pool_shared_under_pressure) {
     CHECK(stat_int(&s, "kv_cache", "used_tokens") == 0, "all blocks back");
     CHECK(server_stop(&s) == 0, "log: %s", s.log);
 }
+
+// /tokenize runs on the prep threads: four large contents at once, each answered whole (the
+// same token count: 140,000, a digit each in the demo vocabulary); with pieces, a content over
+// the cap (TOKENIZE_MAX_PIECES, 131072) is a 400 naming the field, and the server goes on.
+TEST(server_tokenize_large_and_capped) {
+    SERVER_OR_SKIP(s, NULL);
+    enum { N_DIGITS = 140000 };
+    char *body = ft_malloc(N_DIGITS + 64);
+    int n = snprintf(body, 64, "{\"content\":\"");
+    memset(body + n, '7', N_DIGITS);
+    snprintf(body + n + N_DIGITS, 64, "\"}");
+    FILE *f = fopen(test_path("tok-big.json"), "wb");
+    REQUIRE(f);
+    fputs(body, f);
+    fclose(f);
+    char cmd[4096];
+    int k = 0;
+    for (int i = 0; i < 4; i++)
+        k += snprintf(cmd + k, sizeof(cmd) - (size_t)k,
+                      "(curl -s -m 60 http://127.0.0.1:%d/tokenize --data-binary @'%s' > '%s/tok-%d.json') & ", s.port,
+                      test_path("tok-big.json"), test_tmpdir(), i);
+    snprintf(cmd + k, sizeof(cmd) - (size_t)k, "wait");
+    CHECK(test_run(cmd, NULL, 0) == 0);
+    size_t counts[4];
+    for (int i = 0; i < 4; i++) {
+        char name[64];
+        snprintf(name, sizeof(name), "tok-%d.json", i);
+        json_t *t = json_load_file(test_path(name), 0, NULL);
+        counts[i] = json_array_size(json_object_get(t, "tokens"));
+        json_decref(t);
+        CHECK(counts[i] > 0 && counts[i] == counts[0], "reply %d: %zu tokens (first: %zu)", i, counts[i], counts[0]);
+    }
+    // the same content with pieces: over the cap when it has more tokens than that
+    snprintf(body + n + N_DIGITS, 64, "\",\"with_pieces\":true}");
+    static char out[1 << 16];
+    int code = http(&s, "POST", "/tokenize", body, NULL, out, sizeof(out));
+    CHECK(counts[0] > (1 << 17), "the demo vocabulary cuts digits one by one: %zu tokens", counts[0]);
+    CHECK(code == 400 && strstr(out, "with_pieces"), "%d: %.300s", code, out);
+    CHECK(http(&s, "GET", "/health", NULL, NULL, out, sizeof(out)) == 200);
+    free(body);
+    CHECK(server_stop(&s) == 0, "log: %s", s.log);
+}

@@ -89,26 +89,23 @@ bool srv_anthropic_parse(const srv_params *p, const tok_vocab *v, json_t *body, 
     return parse_request(p, v, body, j, true, err);
 }
 
+static bool parse_count(srv_http *h, json_t *body, srv_job *j, ft_err *err) {
+    return parse_request(srv_http_params(h), srv_http_vocab(h), body, j, false, err);
+}
+
 // POST /v1/messages/count_tokens: the prompt's tokens as /v1/messages would render them.
 void srv_anthropic_count_tokens(srv_http *h, struct evhttp_request *req, json_t *body) {
     srv_job *j = srv_job_new();
-    ft_err err = {{0}};
-    if (parse_request(srv_http_params(h), srv_http_vocab(h), body, j, false, &err))
-        srv_reply_json(req, 200, json_pack("{s:i}", "input_tokens", (json_int_t)j->prompt.n));
-    else
-        srv_reply_error_anthropic(req, 400, "invalid_request_error", err.msg);
-    srv_job_unref(j);
+    j->req = req;
+    srv_http_prepare_count(h, j, body, parse_count);
+}
+
+static bool parse_messages(srv_http *h, json_t *body, srv_job *j, ft_err *err) {
+    return srv_anthropic_parse(srv_http_params(h), srv_http_vocab(h), body, j, err);
 }
 
 void srv_anthropic_messages(srv_http *h, struct evhttp_request *req, json_t *body) {
-    srv_job *j = srv_http_new_job(h, req, "msg_ft");
-    ft_err err = {{0}};
-    if (!srv_anthropic_parse(srv_http_params(h), srv_http_vocab(h), body, j, &err)) {
-        srv_reply_error_anthropic(req, 400, "invalid_request_error", err.msg);
-        srv_job_unref(j);
-        return;
-    }
-    if (!srv_http_submit(h, j, true)) srv_job_unref(j);
+    srv_http_prepare(h, srv_http_new_job(h, req, "msg_ft"), body, parse_messages, true);
 }
 
 static const char *stop_reason(const srv_job *j) {

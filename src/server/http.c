@@ -6,6 +6,7 @@
 // and activates an event; the event's callback (on this thread) drains the job and writes SSE
 // events or the final response.
 #include "srv_impl.h"
+#include "prep.h"
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
@@ -32,6 +33,7 @@ struct srv_http {
     struct event_base *base;
     struct evhttp *http;
     struct event *ev_notify, *ev_int, *ev_term;
+    srv_prep *prep;                 // prompt templating and tokenizing, off the loop
     struct evconnlistener *listener;
     struct event *ev_accept_resume; // re-enables the listener after an accept error
     int accept_pause_ms;            // the current pause; 0: accepting normally
@@ -328,6 +330,50 @@ static void on_readable(evutil_socket_t fd, short what, void *arg) {
     event_del(j->ev_watch);
 }
 
+// A request's parse (templating, tokenizing) on a prep thread, then back on the loop.
+typedef struct prep_req {
+    srv_http *h;
+    srv_job *j;
+    json_t *body;
+    srv_parse_fn parse;
+    bool anthropic, count, ok; // count: answer the prompt's token count, run nothing
+    ft_err err;
+} prep_req;
+
+static void prep_parse(void *ctx) {
+    prep_req *r = ctx;
+    r->ok = r->parse(r->h, r->body, r->j, &r->err);
+}
+
+static void prep_parsed(void *ctx) {
+    prep_req *r = ctx;
+    json_decref(r->body);
+    if (!r->ok) {
+        reply_err(r->j->req, r->anthropic, 400, r->err.msg);
+        srv_job_unref(r->j);
+    } else if (r->count) {
+        srv_reply_json(r->j->req, 200, json_pack("{s:i}", "input_tokens", (json_int_t)r->j->prompt.n));
+        srv_job_unref(r->j);
+    } else if (!srv_http_submit(r->h, r->j, r->anthropic)) {
+        srv_job_unref(r->j);
+    }
+    free(r);
+}
+
+static void prepare(srv_http *h, srv_job *j, json_t *body, srv_parse_fn parse, bool anthropic, bool count) {
+    prep_req *r = ft_malloc(sizeof(*r));
+    *r = (prep_req){.h = h, .j = j, .body = json_incref(body), .parse = parse, .anthropic = anthropic, .count = count};
+    srv_prep_submit(h->prep, prep_parse, prep_parsed, r);
+}
+
+void srv_http_prepare(srv_http *h, srv_job *j, json_t *body, srv_parse_fn parse, bool anthropic) {
+    prepare(h, j, body, parse, anthropic, false);
+}
+
+void srv_http_prepare_count(srv_http *h, srv_job *j, json_t *body, srv_parse_fn parse) {
+    prepare(h, j, body, parse, true, true);
+}
+
 bool srv_http_submit(srv_http *h, srv_job *j, bool anthropic) {
     struct evhttp_request *req = j->req;
     if (j->prompt.n == 0) {
@@ -503,21 +549,37 @@ static void route_stats(srv_http *h, struct evhttp_request *req, json_t *body) {
     reply_stats(h, req, false);
 }
 
-static void route_tokenize(srv_http *h, struct evhttp_request *req, json_t *body) {
-    json_t *c = json_object_get(body, "content");
-    if (!json_is_string(c)) {
-        reply_err(req, false, 400, "'content' must be a string");
-        return;
-    }
+// /tokenize with pieces answers at most this many tokens: a piece costs a JSON object, and a
+// 4 MiB body of digits would otherwise build gigabytes of them.
+enum { TOKENIZE_MAX_PIECES = 1 << 17 };
+
+typedef struct tokenize_req {
+    srv_http *h;
+    struct evhttp_request *req;
+    json_t *body, *reply; // reply NULL: err holds the 400's message
+    ft_err err;
+} tokenize_req;
+
+static void tokenize_work(void *ctx) {
+    tokenize_req *t = ctx;
+    json_t *c = json_object_get(t->body, "content");
     bool add_special = false, pieces = false;
-    ft_err err = {{0}};
-    if (!srv_get_bool(body, "add_special", &add_special, &err) ||
-        !srv_get_bool(body, "with_pieces", &pieces, &err)) {
-        reply_err(req, false, 400, err.msg);
+    if (!json_is_string(c)) {
+        ft_err_set(&t->err, "'content' must be a string");
         return;
     }
+    if (!srv_get_bool(t->body, "add_special", &add_special, &t->err) ||
+        !srv_get_bool(t->body, "with_pieces", &pieces, &t->err))
+        return;
+    const tok_vocab *v = t->h->v;
     tok_ids ids = {0};
-    tok_encode(h->v, json_string_value(c), json_string_length(c), add_special, true, &ids);
+    tok_encode(v, json_string_value(c), json_string_length(c), add_special, true, &ids);
+    if (pieces && ids.n > TOKENIZE_MAX_PIECES) {
+        ft_err_set(&t->err, "'with_pieces' answers at most %d tokens and this content has %zu; ask without it",
+                   TOKENIZE_MAX_PIECES, ids.n);
+        tok_ids_free(&ids);
+        return;
+    }
     json_t *arr = json_array();
     for (size_t i = 0; i < ids.n; i++) {
         if (!pieces) {
@@ -525,7 +587,7 @@ static void route_tokenize(srv_http *h, struct evhttp_request *req, json_t *body
             continue;
         }
         size_t len;
-        const char *p = tok_piece(h->v, ids.ids[i], true, &len);
+        const char *p = tok_piece(v, ids.ids[i], true, &len);
         json_t *piece = json_stringn(p, len);
         if (!piece) { // not valid UTF-8 alone: the bytes, as llama-server does
             piece = json_array();
@@ -535,7 +597,22 @@ static void route_tokenize(srv_http *h, struct evhttp_request *req, json_t *body
         json_array_append_new(arr, json_pack("{s:i,s:o}", "id", (json_int_t)ids.ids[i], "piece", piece));
     }
     tok_ids_free(&ids);
-    srv_reply_json(req, 200, json_pack("{s:o}", "tokens", arr));
+    t->reply = json_pack("{s:o}", "tokens", arr);
+}
+
+static void tokenize_done(void *ctx) {
+    tokenize_req *t = ctx;
+    json_decref(t->body);
+    if (t->reply) srv_reply_json(t->req, 200, t->reply);
+    else reply_err(t->req, false, 400, t->err.msg);
+    free(t);
+}
+
+// POST /tokenize: tokenized on a prep thread (a large content takes seconds).
+static void route_tokenize(srv_http *h, struct evhttp_request *req, json_t *body) {
+    tokenize_req *t = ft_calloc(1, sizeof(*t));
+    *t = (tokenize_req){.h = h, .req = req, .body = json_incref(body)};
+    srv_prep_submit(h->prep, tokenize_work, tokenize_done, t);
 }
 
 static void route_detokenize(srv_http *h, struct evhttp_request *req, json_t *body) {
@@ -790,6 +867,7 @@ bool srv_run(const srv_params *p, const ft_model *m, const tok_vocab *v, ft_err 
         goto done;
     }
     h->ev_notify = event_new(h->base, -1, 0, on_notify, h);
+    if (!(h->prep = srv_prep_init(h->base, 2, err))) goto done;
     h->ev_int = evsignal_new(h->base, SIGINT, on_signal, h);
     h->ev_term = evsignal_new(h->base, SIGTERM, on_signal, h);
     event_add(h->ev_int, NULL);
@@ -848,6 +926,8 @@ bool srv_run(const srv_params *p, const ft_model *m, const tok_vocab *v, ft_err 
     ok = true;
 done:
     if (g_listening == h) g_listening = NULL;
+    h->stopping = true;
+    srv_prep_free(h->prep); // requests still in preparation are answered 503
     srv_sched_free(h->sched);
     h->sched = NULL;
     if (h->ev_notify) on_notify(-1, 0, h);

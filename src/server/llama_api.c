@@ -68,16 +68,12 @@ bool srv_llama_parse_completion(const srv_params *p, const tok_vocab *v, int n_c
     return srv_parse_completion_prompt(v, json_object_get(body, "prompt"), j, err);
 }
 
+static bool parse_completion(srv_http *h, json_t *body, srv_job *j, ft_err *err) {
+    return srv_llama_parse_completion(srv_http_params(h), srv_http_vocab(h), srv_http_n_ctx(h), body, j, err);
+}
+
 void srv_llama_completion(srv_http *h, struct evhttp_request *req, json_t *body) {
-    srv_job *j = srv_http_new_job(h, req, "cmpl-ft");
-    ft_err err = {{0}};
-    if (!srv_llama_parse_completion(srv_http_params(h), srv_http_vocab(h), srv_http_n_ctx(h), body, j,
-                                    &err)) {
-        srv_reply_error(req, 400, "invalid_request_error", err.msg);
-        srv_job_unref(j);
-        return;
-    }
-    if (!srv_http_submit(h, j, false)) srv_job_unref(j);
+    srv_http_prepare(h, srv_http_new_job(h, req, "cmpl-ft"), body, parse_completion, false);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -8,10 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void bad(struct evhttp_request *req, const char *msg) {
-    srv_reply_error(req, 400, "invalid_request_error", msg);
-}
-
 static bool parse_max_tokens(json_t *body, srv_job *j, ft_err *err) {
     int64_t mt = -1;
     if (!srv_get_int(body, "max_tokens", 0, INT32_MAX, &mt, err)) return false;
@@ -99,24 +95,19 @@ bool srv_openai_parse_completion(const srv_params *p, const tok_vocab *v, json_t
     return true;
 }
 
-static void handle(srv_http *h, struct evhttp_request *req, json_t *body, bool chat) {
-    srv_job *j = srv_http_new_job(h, req, chat ? "chatcmpl-ft" : "cmpl-ft");
-    ft_err err = {{0}};
-    bool ok = chat ? srv_openai_parse_chat(srv_http_params(h), srv_http_vocab(h), body, j, &err)
-                   : srv_openai_parse_completion(srv_http_params(h), srv_http_vocab(h), body, j, &err);
-    if (!ok) {
-        bad(req, err.msg);
-        srv_job_unref(j);
-        return;
-    }
-    if (!srv_http_submit(h, j, false)) srv_job_unref(j);
+static bool parse_chat(srv_http *h, json_t *body, srv_job *j, ft_err *err) {
+    return srv_openai_parse_chat(srv_http_params(h), srv_http_vocab(h), body, j, err);
+}
+
+static bool parse_completion(srv_http *h, json_t *body, srv_job *j, ft_err *err) {
+    return srv_openai_parse_completion(srv_http_params(h), srv_http_vocab(h), body, j, err);
 }
 
 void srv_openai_chat(srv_http *h, struct evhttp_request *req, json_t *body) {
-    handle(h, req, body, true);
+    srv_http_prepare(h, srv_http_new_job(h, req, "chatcmpl-ft"), body, parse_chat, false);
 }
 void srv_openai_completion(srv_http *h, struct evhttp_request *req, json_t *body) {
-    handle(h, req, body, false);
+    srv_http_prepare(h, srv_http_new_job(h, req, "cmpl-ft"), body, parse_completion, false);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -257,6 +257,16 @@ bool srv_llama_parse_completion(const srv_params *p, const tok_vocab *v, int n_c
 // A completion's prompt: a string (tokenized with the model's special tokens) or token ids.
 bool srv_parse_completion_prompt(const tok_vocab *v, json_t *pr, srv_job *j, ft_err *err);
 
+// Parses a request's body into its job (templating and tokenizing: the slow part of a request
+// before it runs). Called on a prep thread: reads only the server's parameters and vocabulary.
+typedef bool (*srv_parse_fn)(srv_http *h, json_t *body, srv_job *j, ft_err *err);
+// Runs parse on a prep thread, then on the loop answers its error with a 400 (in the Anthropic
+// shape when anthropic) or submits the job (srv_http_submit). Takes the HTTP side's reference
+// to j; body is kept until then.
+void srv_http_prepare(srv_http *h, srv_job *j, json_t *body, srv_parse_fn parse, bool anthropic);
+// The same, answering {"input_tokens": N} (Anthropic's count_tokens) instead of submitting.
+void srv_http_prepare_count(srv_http *h, srv_job *j, json_t *body, srv_parse_fn parse);
+
 // Route handlers: parse the body, build a job, submit it. Output arrives in *_output.
 void srv_openai_chat(srv_http *h, struct evhttp_request *req, json_t *body);
 void srv_openai_completion(srv_http *h, struct evhttp_request *req, json_t *body);
