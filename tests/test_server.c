@@ -570,6 +570,50 @@ TEST(server_props_like_llama_server) {
     CHECK(server_stop(&s) == 0, "log: %s", s.log);
 }
 
+// GET /slots as llama-server answers it: one entry per sequence, idle at first; after a greedy
+// request, the slot that ran it shows its task id, prompt and decoded counts and parameters.
+// --no-slots turns it off (501).
+TEST(server_slots_like_llama_server) {
+    SERVER_OR_SKIP(s, "--parallel 2");
+    json_t *sl = get_json(&s, "/slots");
+    CHECK(json_array_size(sl) == 2, "two slots");
+    for (size_t i = 0; i < json_array_size(sl); i++) {
+        json_t *o = json_array_get(sl, i);
+        CHECK(json_integer_value(json_object_get(o, "id")) == (json_int_t)i &&
+                  json_is_false(json_object_get(o, "is_processing")) && !json_object_get(o, "id_task") &&
+                  json_integer_value(json_object_get(o, "n_ctx")) > 0,
+              "slot %zu idle before any request", i);
+    }
+    json_decref(sl);
+    static char out[1 << 16];
+    CHECK(http(&s, "POST", "/completion", "{\"prompt\":\"Hello there\",\"n_predict\":5,\"temperature\":0.5,"
+               "\"ignore_eos\":true}", NULL, out, sizeof(out)) == 200, "%s", out);
+    json_t *done = json_loads(out, 0, NULL);
+    json_int_t n_prompt = json_integer_value(json_object_get(done, "tokens_evaluated"));
+    json_decref(done);
+    sl = get_json(&s, "/slots");
+    int ran = 0;
+    for (size_t i = 0; i < json_array_size(sl); i++) {
+        json_t *o = json_array_get(sl, i), *params = json_object_get(o, "params");
+        if (!json_object_get(o, "id_task")) continue;
+        ran++;
+        json_t *next = json_array_get(json_object_get(o, "next_token"), 0);
+        CHECK(json_is_false(json_object_get(o, "is_processing")) &&
+                  json_integer_value(json_object_get(o, "n_prompt_tokens")) == n_prompt && n_prompt > 0 &&
+                  json_integer_value(json_object_get(next, "n_decoded")) == 5 &&
+                  json_integer_value(json_object_get(params, "n_predict")) == 5 &&
+                  json_real_value(json_object_get(params, "temperature")) == (double)0.5f,
+              "the slot that ran it: %s", json_dumps(o, JSON_COMPACT));
+    }
+    CHECK(ran == 1, "%d slots show the request", ran);
+    json_decref(sl);
+    CHECK(server_stop(&s) == 0, "log: %s", s.log);
+    server off;
+    REQUIRE(server_start(&off, "--no-slots"), "log: %s", off.log);
+    CHECK(http(&off, "GET", "/slots", NULL, NULL, out, sizeof(out)) == 501, "%s", out);
+    CHECK(server_stop(&off) == 0, "log: %s", off.log);
+}
+
 // count_tokens: the prompt's tokens as /v1/messages counts them (its usage.input_tokens).
 TEST(server_anthropic_count_tokens) {
     SERVER_OR_SKIP(s, NULL);

@@ -39,6 +39,8 @@ static void serve_usage(FILE *out) {
         "  --ctx-checkpoints N          models with recurrent layers (qwen35moe, qwen3next): snapshots of\n"
         "                               their state the prefix cache keeps in host memory, over all\n"
         "                               sequences (default 32; 0: such models reuse no prefix)\n"
+        "  --no-slots                   turn GET /slots off (llama-server's flag; it lists the sequences,\n"
+        "                               their progress and sampling parameters)\n"
         "  --lenient                    ignore request fields ft does not implement yet (tools,\n"
         "                               response_format, logit_bias, ...) instead of refusing them\n"
         "  --chat-template NAME         chatml, qwen2, qwen2.5, qwen3, llama2, mistral, llama3, llama3.1,\n"
@@ -79,6 +81,10 @@ int cmd_serve(int argc, char **argv) {
         if (engine_args_take(&ea, argc, argv, &i, &bad)) continue;
         if (args_flag(argv, i, "--lenient")) {
             p.lenient = true;
+            continue;
+        }
+        if (args_flag(argv, i, "--no-slots")) {
+            p.no_slots = true;
             continue;
         }
         if (args_flag(argv, i, "--no-prefix-cache")) {

@@ -493,6 +493,45 @@ static void route_models(srv_http *h, struct evhttp_request *req, json_t *body) 
 
 // GET /props: llama-server's description of itself, which its web UI and scripts read: the
 // context, the slots, the model file, and the defaults of POST /completion (those ft implements).
+// GET /slots: llama-server's view of its slots (ft's sequences), as the inference thread last
+// published them: the job running (or that ran last), its prompt and cache counts, its
+// progress and sampling parameters. Off with --no-slots (501, as llama-server).
+static void route_slots(srv_http *h, struct evhttp_request *req, json_t *body) {
+    if (h->p.no_slots) {
+        reply_err(req, false, 501, "the slots endpoint is off (ft serve --no-slots)");
+        return;
+    }
+    int n = srv_sched_n_slots(h->sched);
+    srv_slot_info *info = ft_malloc((size_t)n * sizeof(*info));
+    srv_sched_slots_get(h->sched, info);
+    json_t *arr = json_array();
+    for (int i = 0; i < n; i++) {
+        const srv_slot_info *in = &info[i];
+        json_t *o = json_pack("{s:i,s:i,s:b,s:b}", "id", i, "n_ctx", h->n_ctx, "speculative", 0, "is_processing",
+                              in->busy);
+        if (in->id) {
+            const ft_sampler_params *sp = &in->sp;
+            json_object_set_new(o, "id_task", json_integer((json_int_t)in->id));
+            json_object_set_new(o, "n_prompt_tokens", json_integer(in->n_prompt));
+            json_object_set_new(o, "n_prompt_tokens_processed", json_integer(in->n_prefilled - in->n_cached));
+            json_object_set_new(o, "n_prompt_tokens_cache", json_integer(in->n_cached));
+            json_object_set_new(
+                o, "params",
+                json_pack("{s:i,s:f,s:i,s:f,s:f,s:f,s:f,s:f,s:i,s:I}", "n_predict", in->n_predict, "temperature",
+                          (double)sp->temp, "top_k", sp->top_k, "top_p", (double)sp->top_p, "min_p",
+                          (double)sp->min_p, "presence_penalty", (double)sp->presence_penalty, "frequency_penalty",
+                          (double)sp->frequency_penalty, "repeat_penalty", (double)sp->repeat_penalty,
+                          "repeat_last_n", sp->penalty_last_n, "seed", (json_int_t)sp->seed));
+            json_object_set_new(o, "next_token",
+                                json_pack("[{s:b,s:i,s:i}]", "has_next_token", in->busy, "n_remain",
+                                          in->busy ? in->n_predict - in->n_decoded : 0, "n_decoded", in->n_decoded));
+        }
+        json_array_append_new(arr, o);
+    }
+    free(info);
+    srv_reply_json(req, 200, arr);
+}
+
 static void route_props(srv_http *h, struct evhttp_request *req, json_t *body) {
     const ft_sampler_params sp = ft_sampler_default_params();
     json_t *params = json_pack(
@@ -687,6 +726,7 @@ static const route routes[] = {
     {EVHTTP_REQ_GET, "/metrics", route_metrics, 0},
     {EVHTTP_REQ_GET, "/v1/stats", route_stats, 0},
     {EVHTTP_REQ_GET, "/props", route_props, 0},
+    {EVHTTP_REQ_GET, "/slots", route_slots, 0},
     {EVHTTP_REQ_POST, "/completion", srv_llama_completion, 0},
     {EVHTTP_REQ_POST, "/v1/chat/completions", srv_openai_chat, 0},
     {EVHTTP_REQ_POST, "/chat/completions", srv_openai_chat, 0},

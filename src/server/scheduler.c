@@ -65,6 +65,9 @@ struct srv_sched {
     atomic_long kv_used, kv_cached;
     srv_job *rebuild;        // a cache resize waiting for the next gap between steps (under mu)
 
+    pthread_mutex_t info_mu; // guards info
+    srv_slot_info *info;     // (n_slots) as published after each step
+
     // the expert cache's counters as last read on the inference thread (under moe_mu)
     bool has_moe;
     pthread_mutex_t moe_mu;
@@ -139,6 +142,24 @@ static void kv_stats_update(srv_sched *s) {
     atomic_store(&s->kv_cached, (long)kv.cached * FT_KV_BLOCK);
 }
 
+// What GET /slots shows of a slot (its job's figures; busy while the job runs).
+static srv_slot_info slot_info_of(const slot *sl, bool busy) {
+    const srv_job *j = sl->job;
+    return (srv_slot_info){.busy = busy, .id = j->id, .n_prompt = (int)j->prompt.n, .n_cached = j->n_cached,
+                           .n_prefilled = sl->n_prefilled, .n_decoded = j->n_gen, .n_predict = j->n_predict,
+                           .sp = j->sp};
+}
+
+// Copies each running slot's state where GET /slots reads it (finish publishes a job's end).
+static void publish_slots(srv_sched *s) {
+    pthread_mutex_lock(&s->info_mu);
+    for (int i = 0; i < s->n_slots; i++) {
+        if (s->slots[i].job) s->info[i] = slot_info_of(&s->slots[i], true);
+        else s->info[i].busy = false; // sent back to the queue
+    }
+    pthread_mutex_unlock(&s->info_mu);
+}
+
 static void finish(srv_sched *s, slot *sl, enum srv_finish why, const char *msg) {
     srv_job *j = sl->job;
     refresh_moe(s, true); // a client that sees its request end sees it in /v1/stats too
@@ -166,6 +187,9 @@ static void finish(srv_sched *s, slot *sl, enum srv_finish why, const char *msg)
     if (msg) snprintf(j->errmsg, sizeof(j->errmsg), "%s", msg);
     j->t_end = ft_time_s();
     pthread_mutex_unlock(&j->mu);
+    pthread_mutex_lock(&s->info_mu);
+    s->info[sl - s->slots] = slot_info_of(sl, false);
+    pthread_mutex_unlock(&s->info_mu);
     notify(s, j);
     tok_stream_free(&sl->ts);
     ft_stop_free(sl->stop);
@@ -496,6 +520,7 @@ static void *thread_main(void *arg) {
         mark_moe_start(s);
         if (rebuild) run_rebuild(s, rebuild);
         step(s);
+        publish_slots(s);
         refresh_moe(s, false);
     }
     // shutting down: cancel what runs and what waits
@@ -530,6 +555,7 @@ srv_sched *srv_sched_init(const ft_model *m, const tok_vocab *v, const srv_param
                           void *ctx, ft_err *err) {
     srv_sched *s = ft_calloc(1, sizeof(*s));
     pthread_mutex_init(&s->moe_mu, NULL);
+    pthread_mutex_init(&s->info_mu, NULL);
     s->m = m;
     s->v = v;
     s->p = *p;
@@ -543,6 +569,7 @@ srv_sched *srv_sched_init(const ft_model *m, const tok_vocab *v, const srv_param
         return NULL;
     }
     s->slots = ft_calloc((size_t)s->n_slots, sizeof(slot));
+    s->info = ft_calloc((size_t)s->n_slots, sizeof(srv_slot_info));
     s->items = ft_calloc((size_t)s->n_slots, sizeof(ft_batch_item));
     s->item_slot = ft_calloc((size_t)s->n_slots, sizeof(int));
     s->n_ctx = ft_batch_n_ctx(s->b);
@@ -590,6 +617,8 @@ void srv_sched_free(srv_sched *s) {
     free(s->queue);
     ft_moe_stats_free(&s->moe);
     pthread_mutex_destroy(&s->moe_mu);
+    pthread_mutex_destroy(&s->info_mu);
+    free(s->info);
     free(s);
 }
 
@@ -617,6 +646,16 @@ void srv_sched_stats_get(srv_sched *s, srv_sched_stats *out) {
     out->kv_cached = atomic_load(&s->kv_cached);
     out->kv_total = (long)ft_batch_kv_positions(s->b);
     out->prefix_cache = s->p.engine.prefix_cache;
+}
+
+int srv_sched_n_slots(const srv_sched *s) {
+    return s->n_slots;
+}
+
+void srv_sched_slots_get(srv_sched *s, srv_slot_info *out) {
+    pthread_mutex_lock(&s->info_mu);
+    memcpy(out, s->info, (size_t)s->n_slots * sizeof(*out));
+    pthread_mutex_unlock(&s->info_mu);
 }
 
 int srv_sched_n_ctx(const srv_sched *s) {

@@ -151,6 +151,18 @@ void srv_sched_free(srv_sched *s);
 // Queues a job (takes a reference). Returns false when the queue is full.
 bool srv_sched_submit(srv_sched *s, srv_job *j);
 void srv_sched_stats_get(srv_sched *s, srv_sched_stats *out);
+// One sequence slot as the inference thread last published it (after every step): its job now,
+// else the last it ran (id 0: none yet). For llama-server's GET /slots.
+typedef struct srv_slot_info {
+    bool busy;
+    uint64_t id;                // the job's id
+    int n_prompt, n_cached;     // prompt tokens, and of those from the prefix cache
+    int n_prefilled;            // prompt tokens evaluated so far (the cached ones included)
+    int n_decoded, n_predict;   // tokens generated, and the most it may generate
+    ft_sampler_params sp;
+} srv_slot_info;
+int srv_sched_n_slots(const srv_sched *s);
+void srv_sched_slots_get(srv_sched *s, srv_slot_info *out); // (srv_sched_n_slots) entries
 // Room for a prompt: n_ctx of every sequence.
 int srv_sched_n_ctx(const srv_sched *s);
 // The expert cache (--moe-backend offload): is there one, and a copy of its counters as the
