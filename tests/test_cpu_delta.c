@@ -14,14 +14,19 @@ enum { DN_MAX_TOK = 70 };
 
 static ft_backend *delta_backend(bool reference, int width, int hd) {
     ft_backend *be = ft_backend_cpu_init(reference ? 1 : 3, reference);
-    ft_backend_limits lim = {.max_tok = DN_MAX_TOK, .max_width = width, .max_ctx = 16, .max_head_dim = hd,
-                             .n_expert = 1, .n_expert_used = 1};
+    ft_backend_limits lim = {.max_tok = DN_MAX_TOK,
+                             .max_width = width,
+                             .max_ctx = 16,
+                             .max_head_dim = hd,
+                             .n_expert = 1,
+                             .n_expert_used = 1};
     be->ops->reserve(be, &lim);
     return be;
 }
 
 static void fill(ft_rng *r, float *x, size_t n, float scale) {
-    for (size_t i = 0; i < n; i++) x[i] = ft_rng_normal(r) * scale;
+    for (size_t i = 0; i < n; i++)
+        x[i] = ft_rng_normal(r) * scale;
 }
 
 // Worst |a - b| over n values relative to max(1, |b|); NaN counts as infinitely far.
@@ -40,18 +45,20 @@ static float worst_diff(const float *a, const float *b, size_t n) {
 // formula or a 0.1 % scale error.
 TEST(cpu_delta_net_fast_vs_reference) {
     ft_rng r = ft_rng_init(11);
-    const int shapes[4][4] = {{128, 2, 8, 0}, {128, 2, 2, 1}, {16, 3, 12, 1}, {12, 2, 4, 0}}; // hd, n_k, n_v, grouped
+    const int shapes[4][4] = {
+        {128, 2, 8, 0}, {128, 2, 2, 1}, {16, 3, 12, 1}, {12, 2, 4, 0}}; // hd, n_k, n_v, grouped
     const int launches[3] = {DN_MAX_TOK, 1, 9}; // fresh prompt, then a decode step, then a chunk
     const int d_conv = 4;
     for (int si = 0; si < 4; si++) {
         int hd = shapes[si][0], nk = shapes[si][1], nv = shapes[si][2];
         int C = (2 * nk + nv) * hd;
         ft_backend *fast = delta_backend(false, C, hd), *ref = delta_backend(true, C, hd);
-        ft_tensor conv_w = fixture_kv_cache(FT_TYPE_F32, d_conv, C), dt = fixture_kv_cache(FT_TYPE_F32, nv, 1),
-                  a = fixture_kv_cache(FT_TYPE_F32, nv, 1);
+        ft_tensor conv_w = fixture_kv_cache(FT_TYPE_F32, d_conv, C),
+                  dt = fixture_kv_cache(FT_TYPE_F32, nv, 1), a = fixture_kv_cache(FT_TYPE_F32, nv, 1);
         fill(&r, conv_w.data, (size_t)d_conv * C, 0.5f);
         fill(&r, dt.data, (size_t)nv, 0.5f);
-        for (int h = 0; h < nv; h++) ((float *)a.data)[h] = -expf(ft_rng_normal(&r) * 0.5f);
+        for (int h = 0; h < nv; h++)
+            ((float *)a.data)[h] = -expf(ft_rng_normal(&r) * 0.5f);
         ft_tensor cs[2], st[2];
         for (int b = 0; b < 2; b++) {
             cs[b] = fixture_kv_cache(FT_TYPE_F32, C, d_conv - 1);
@@ -69,11 +76,25 @@ TEST(cpu_delta_net_fast_vs_reference) {
             fill(&r, beta, (size_t)n * nv, 1.0f);
             for (int b = 0; b < 2; b++) {
                 memcpy(qkv2, qkv, (size_t)n * C * sizeof(float)); // the op may overwrite it
-                for (size_t i = 0; i < no; i++) out[b][i] = NAN;
-                ft_delta_params p = {.qkv = qkv2, .alpha = alpha, .beta = beta, .conv_w = &conv_w, .dt = &dt,
-                                     .a = &a, .conv_state = &cs[b], .state = &st[b], .out = out[b], .n_tok = n,
-                                     .pos0 = pos, .n_k_heads = nk, .n_v_heads = nv, .head_dim = hd,
-                                     .d_conv = d_conv, .k_grouped = shapes[si][3], .eps = 1e-6f};
+                for (size_t i = 0; i < no; i++)
+                    out[b][i] = NAN;
+                ft_delta_params p = {.qkv = qkv2,
+                                     .alpha = alpha,
+                                     .beta = beta,
+                                     .conv_w = &conv_w,
+                                     .dt = &dt,
+                                     .a = &a,
+                                     .conv_state = &cs[b],
+                                     .state = &st[b],
+                                     .out = out[b],
+                                     .n_tok = n,
+                                     .pos0 = pos,
+                                     .n_k_heads = nk,
+                                     .n_v_heads = nv,
+                                     .head_dim = hd,
+                                     .d_conv = d_conv,
+                                     .k_grouped = shapes[si][3],
+                                     .eps = 1e-6f};
                 ft_backend *be = b ? ref : fast;
                 be->ops->delta_net(be, &p);
             }
@@ -81,8 +102,8 @@ TEST(cpu_delta_net_fast_vs_reference) {
             float d_state = worst_diff(st[0].data, st[1].data, (size_t)nv * hd * hd);
             float d_conv_state = worst_diff(cs[0].data, cs[1].data, (size_t)(d_conv - 1) * C);
             CHECK(d_out <= 1e-5f && d_state <= 1e-5f && d_conv_state == 0.0f,
-                  "hd %d heads %d/%d launch %d (%d tokens at %d): out %g state %g conv state %g", hd, nk, nv, li,
-                  n, pos, d_out, d_state, d_conv_state);
+                  "hd %d heads %d/%d launch %d (%d tokens at %d): out %g state %g conv state %g", hd, nk, nv,
+                  li, n, pos, d_out, d_state, d_conv_state);
             pos += n;
         }
         free(qkv);

@@ -341,16 +341,20 @@ TEST(prefix_cache_recurrent_snapshots) {
     random_tokens(&r, d + 200, 100, n_vocab);
     memcpy(g, a, 100 * sizeof(int32_t));
     random_tokens(&r, g + 100, 20, n_vocab);
-    float *got = ft_malloc((size_t)N_GEN * n_vocab * sizeof(float)), *want = ft_malloc((size_t)N_GEN * n_vocab * sizeof(float));
+    float *got = ft_malloc((size_t)N_GEN * n_vocab * sizeof(float)),
+          *want = ft_malloc((size_t)N_GEN * n_vocab * sizeof(float));
     const struct {
         int checkpoints;
         const int32_t *prompt;
         int n, reused;
     } cases[] = {
         // a's chunks of 64 end at 64, 128, 192: three snapshots; c diverges inside block 2
-        {32, c, 200, 2 * CHUNK}, {32, d, 300, 3 * CHUNK}, {32, g, 120, CHUNK},
+        {32, c, 200, 2 * CHUNK},
+        {32, d, 300, 3 * CHUNK},
+        {32, g, 120, CHUNK},
         // two snapshots at most: the one at 64 went first, so g (one whole block of a) reuses none
-        {2, c, 200, 2 * CHUNK}, {2, g, 120, 0},
+        {2, c, 200, 2 * CHUNK},
+        {2, g, 120, 0},
         {0, c, 200, 0},
     };
     for (size_t i = 0; i < FT_ARRAY_LEN(cases) && !test_failed(); i++) {
@@ -368,10 +372,11 @@ TEST(prefix_cache_recurrent_snapshots) {
         REQUIRE(drive(b, &ra, 1, n_vocab, -1));
         run q = {.prompt = cases[i].prompt, .n_prompt = cases[i].n, .logits = got};
         REQUIRE(drive(b, &q, 1, n_vocab, -1));
-        CHECK(q.reused == cases[i].reused, "case %zu: reused %d tokens, want %d", i, q.reused, cases[i].reused);
+        CHECK(q.reused == cases[i].reused, "case %zu: reused %d tokens, want %d", i, q.reused,
+              cases[i].reused);
         REQUIRE(fresh_logits(m, FT_TYPE_Q8_0, q.prompt, q.n_prompt, want));
-        CHECK(same(got, want, n_vocab), "case %zu: %d tokens reused: logits differ from computing the prompt", i,
-              q.reused);
+        CHECK(same(got, want, n_vocab), "case %zu: %d tokens reused: logits differ from computing the prompt",
+              i, q.reused);
         ft_batch_kv info;
         ft_batch_kv_info(b, &info);
         CHECK(info.prefix_cache == (cases[i].checkpoints > 0), "case %zu", i);

@@ -586,8 +586,11 @@ TEST(server_slots_like_llama_server) {
     }
     json_decref(sl);
     static char out[1 << 16];
-    CHECK(http(&s, "POST", "/completion", "{\"prompt\":\"Hello there\",\"n_predict\":5,\"temperature\":0.5,"
-               "\"ignore_eos\":true}", NULL, out, sizeof(out)) == 200, "%s", out);
+    CHECK(http(&s, "POST", "/completion",
+               "{\"prompt\":\"Hello there\",\"n_predict\":5,\"temperature\":0.5,"
+               "\"ignore_eos\":true}",
+               NULL, out, sizeof(out)) == 200,
+          "%s", out);
     json_t *done = json_loads(out, 0, NULL);
     json_int_t n_prompt = json_integer_value(json_object_get(done, "tokens_evaluated"));
     json_decref(done);
@@ -1434,9 +1437,10 @@ TEST(server_tokenize_large_and_capped) {
     char cmd[4096];
     int k = 0;
     for (int i = 0; i < 4; i++)
-        k += snprintf(cmd + k, sizeof(cmd) - (size_t)k,
-                      "(curl -s -m 60 http://127.0.0.1:%d/tokenize --data-binary @'%s' > '%s/tok-%d.json') & ", s.port,
-                      test_path("tok-big.json"), test_tmpdir(), i);
+        k +=
+            snprintf(cmd + k, sizeof(cmd) - (size_t)k,
+                     "(curl -s -m 60 http://127.0.0.1:%d/tokenize --data-binary @'%s' > '%s/tok-%d.json') & ",
+                     s.port, test_path("tok-big.json"), test_tmpdir(), i);
     snprintf(cmd + k, sizeof(cmd) - (size_t)k, "wait");
     CHECK(test_run(cmd, NULL, 0) == 0);
     size_t counts[4];
@@ -1446,7 +1450,8 @@ TEST(server_tokenize_large_and_capped) {
         json_t *t = json_load_file(test_path(name), 0, NULL);
         counts[i] = json_array_size(json_object_get(t, "tokens"));
         json_decref(t);
-        CHECK(counts[i] > 0 && counts[i] == counts[0], "reply %d: %zu tokens (first: %zu)", i, counts[i], counts[0]);
+        CHECK(counts[i] > 0 && counts[i] == counts[0], "reply %d: %zu tokens (first: %zu)", i, counts[i],
+              counts[0]);
     }
     // the same content with pieces: over the cap when it has more tokens than that
     snprintf(body + n + N_DIGITS, 64, "\",\"with_pieces\":true}");

@@ -205,7 +205,8 @@ static void prefix_reuse_case(const char *arch) {
         CHECK(d <= 3e-2, "step %d: probabilities differ by %g", g, d);
         if (batch_sim_argmax(lr, n_vocab) != batch_sim_argmax(lw, n_vocab)) break; // the paths split
     }
-    printf("    %s prefix reuse on the GPU: %d positions reused, %d/%d steps bit-identical, max prob diff %.3g\n",
+    printf("    %s prefix reuse on the GPU: %d positions reused, %d/%d steps bit-identical, max prob diff "
+           "%.3g\n",
            arch, n_reused, n_same, N_GEN, worst);
     free(reused);
     free(whole);

@@ -135,7 +135,8 @@ static void model_case(const char *arch, bool strict, const schedule *sc) {
         CHECK(l->is_moe && l->gate_exps.placement == FT_PLACEMENT_CPU && l->down_exps.placement == FT_PLACEMENT_CPU);
         CHECK(l->router.placement == FT_PLACEMENT_CUDA && l->attn_norm.placement == FT_PLACEMENT_CUDA);
         CHECK(ft_engine_weights(fused.e)->layers[sp.n_dense_lead].gate_exps.placement == FT_PLACEMENT_CUDA);
-        CHECK(cpumode.m->layers[sp.n_dense_lead].attn_norm.placement == FT_PLACEMENT_CPU, "the model is never changed");
+        CHECK(cpumode.m->layers[sp.n_dense_lead].attn_norm.placement == FT_PLACEMENT_CPU,
+              "the model is never changed");
         CHECK(ft_engine_moe_backend(cpumode.e) == FT_MOE_BACKEND_CPU && ft_engine_moe_backend(fused.e) == FT_MOE_BACKEND_FUSED);
 
         int n_vocab = cpu.n_vocab;

@@ -385,9 +385,11 @@ static void offload_equal_fused(const char *arch, size_t n_cases) {
                   d2, d3, err.msg);
             ft_moe_stats st = {0};
             CHECK(ft_engine_moe_stats(eo, &st), "the offload engine has an expert cache");
-            printf("    %s N %d %s%s graphs %d: logits equal to fused: %s (hit rate %.3f over %llu selections)\n",
-                   arch, cases[c].n_slots, cases[c].layout ? "uniform" : "exact", cases[c].serial ? " serial" : "", graphs,
-                   d1 || d2 || d3 ? "no" : "yes", ft_moe_hit_rate(&st.total), (unsigned long long)st.total.selections);
+            printf("    %s N %d %s%s graphs %d: logits equal to fused: %s (hit rate %.3f over %llu "
+                   "selections)\n",
+                   arch, cases[c].n_slots, cases[c].layout ? "uniform" : "exact",
+                   cases[c].serial ? " serial" : "", graphs, d1 || d2 || d3 ? "no" : "yes",
+                   ft_moe_hit_rate(&st.total), (unsigned long long)st.total.selections);
             fflush(stdout);
             ft_moe_stats_free(&st);
             ft_engine_free(ef);

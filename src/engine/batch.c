@@ -61,10 +61,12 @@ static void state_copy(ft_batch *b, int seq, float *snap, bool save) {
         for (int i = 0; i < 2; i++) {
             if (!ts[i]->data) continue;
             size_t n = ts[i]->mat_bytes / sizeof(float);
-            if (save) be->ops->read(be, ts[i]->data, snap + off, n);
+            if (save)
+                be->ops->read(be, ts[i]->data, snap + off, n);
             else if (be->ops->buffer_write_ordered) // in order with the steps, no device-wide wait
                 be->ops->buffer_write_ordered(be, ts[i]->data, snap + off, n * sizeof(float));
-            else be->ops->buffer_write(be, ts[i]->data, snap + off, n * sizeof(float));
+            else
+                be->ops->buffer_write(be, ts[i]->data, snap + off, n * sizeof(float));
             off += n;
         }
     }
@@ -103,7 +105,8 @@ static bool batch_setup(ft_batch *b, ft_err *err) {
             size_t floats = state_floats(b);
             ft_prefix_cache_set_snapshots(b->pc, p->ctx_checkpoints, floats);
             b->snapshots = true;
-            FT_LOG_INFO("prefix cache: up to %d snapshots of the recurrent layers' state, %.1f MiB each, in host memory",
+            FT_LOG_INFO("prefix cache: up to %d snapshots of the recurrent layers' state, %.1f MiB each, in "
+                        "host memory",
                         p->ctx_checkpoints, (double)floats * sizeof(float) / (1 << 20));
         }
         b->seq_tok = ft_malloc((size_t)p->n_seq * (size_t)p->n_ctx * sizeof(int32_t));

@@ -7,8 +7,13 @@
 #include <string.h>
 
 ft_engine_params ft_engine_default_params(void) {
-    ft_engine_params p = {.n_threads = 0, .n_ctx = 0, .n_batch = 256, .n_seq = 1, .kv_type = FT_TYPE_F16,
-                          .ctx_checkpoints = 32, .cuda_graph_max_bs = -1};
+    ft_engine_params p = {.n_threads = 0,
+                          .n_ctx = 0,
+                          .n_batch = 256,
+                          .n_seq = 1,
+                          .kv_type = FT_TYPE_F16,
+                          .ctx_checkpoints = 32,
+                          .cuda_graph_max_bs = -1};
     return p;
 }
 

@@ -25,7 +25,7 @@ typedef struct pc_node {
 
 // A recurrent-state snapshot: the state after the tokens on the path to node.
 typedef struct pc_snap {
-    float *data;   // (snap_floats); NULL: the slot is free
+    float *data; // (snap_floats); NULL: the slot is free
     int32_t node;
     uint64_t used; // clock of the last match or store
 } pc_snap;
@@ -36,7 +36,7 @@ struct ft_prefix_cache {
     int32_t *tokens;     // (cap, FT_KV_BLOCK) each node's tokens
     int32_t cap, n, free_head, root;
     uint64_t clock;
-    pc_snap *snaps;      // (max_snaps)
+    pc_snap *snaps; // (max_snaps)
     int max_snaps, n_snaps;
     size_t snap_floats;
 };
@@ -69,7 +69,8 @@ void ft_prefix_cache_free(ft_prefix_cache *pc) {
     if (!pc) return;
     for (int32_t i = 0; i < pc->cap; i++)
         if (pc->nodes[i].live) ft_kv_pool_unref(pc->pool, pc->nodes[i].block);
-    for (int i = 0; i < pc->max_snaps; i++) free(pc->snaps[i].data);
+    for (int i = 0; i < pc->max_snaps; i++)
+        free(pc->snaps[i].data);
     free(pc->snaps);
     ft_kv_pool_set_reclaimer(pc->pool, NULL, NULL);
     free(pc->nodes);
@@ -114,8 +115,14 @@ void ft_prefix_cache_insert(ft_prefix_cache *pc, const int32_t *tokens, const in
             pc_node *nd = &pc->nodes[c];
             pc->free_head = nd->next;
             int32_t *head = at == NONE ? &pc->root : &pc->nodes[at].child;
-            *nd = (pc_node){.block = blocks[d], .parent = at, .child = NONE, .prev = NONE, .next = *head, .hash = h,
-                              .snap = NONE, .live = true};
+            *nd = (pc_node){.block = blocks[d],
+                            .parent = at,
+                            .child = NONE,
+                            .prev = NONE,
+                            .next = *head,
+                            .hash = h,
+                            .snap = NONE,
+                            .live = true};
             if (*head != NONE) pc->nodes[*head].prev = c;
             *head = c;
             memcpy(pc->tokens + (size_t)c * FT_KV_BLOCK, t, FT_KV_BLOCK * sizeof(int32_t));
@@ -194,7 +201,8 @@ void ft_prefix_cache_count_refs(const ft_prefix_cache *pc, int32_t *held) {
 void ft_prefix_cache_set_snapshots(ft_prefix_cache *pc, int max_snaps, size_t snap_floats) {
     FT_ASSERT(!pc->snaps && max_snaps > 0 && snap_floats > 0);
     pc->snaps = ft_malloc((size_t)max_snaps * sizeof(pc_snap));
-    for (int i = 0; i < max_snaps; i++) pc->snaps[i] = (pc_snap){.node = NONE};
+    for (int i = 0; i < max_snaps; i++)
+        pc->snaps[i] = (pc_snap){.node = NONE};
     pc->max_snaps = max_snaps;
     pc->snap_floats = snap_floats;
 }
@@ -227,14 +235,15 @@ float *ft_prefix_cache_snapshot_slot(ft_prefix_cache *pc, const int32_t *tokens,
             if (pc->snaps[i].used < pc->snaps[s].used) s = i;
         drop_snap(pc, s);
     }
-    pc->snaps[s] = (pc_snap){.data = ft_malloc(pc->snap_floats * sizeof(float)), .node = node, .used = pc->clock};
+    pc->snaps[s] =
+        (pc_snap){.data = ft_malloc(pc->snap_floats * sizeof(float)), .node = node, .used = pc->clock};
     pc->nodes[node].snap = s;
     pc->n_snaps++;
     return pc->snaps[s].data;
 }
 
-int ft_prefix_cache_match_snapshot(ft_prefix_cache *pc, const int32_t *tokens, int n, int32_t *blocks, int max_blocks,
-                                   const float **snap) {
+int ft_prefix_cache_match_snapshot(ft_prefix_cache *pc, const int32_t *tokens, int n, int32_t *blocks,
+                                   int max_blocks, const float **snap) {
     *snap = NULL;
     int got = ft_prefix_cache_match(pc, tokens, n, blocks, max_blocks);
     if (!pc->snaps) return 0;
@@ -253,4 +262,6 @@ int ft_prefix_cache_match_snapshot(ft_prefix_cache *pc, const int32_t *tokens, i
     return best;
 }
 
-int ft_prefix_cache_n_snapshots(const ft_prefix_cache *pc) { return pc->n_snaps; }
+int ft_prefix_cache_n_snapshots(const ft_prefix_cache *pc) {
+    return pc->n_snaps;
+}

@@ -45,8 +45,8 @@ void ft_prefix_cache_set_snapshots(ft_prefix_cache *pc, int max_snaps, size_t sn
 float *ft_prefix_cache_snapshot_slot(ft_prefix_cache *pc, const int32_t *tokens, int n_blocks);
 // As match, but the prefix ends at the deepest matched node with a snapshot: returns its depth
 // in blocks (0: none) and sets *snap to the snapshot (NULL with 0).
-int ft_prefix_cache_match_snapshot(ft_prefix_cache *pc, const int32_t *tokens, int n, int32_t *blocks, int max_blocks,
-                                   const float **snap);
+int ft_prefix_cache_match_snapshot(ft_prefix_cache *pc, const int32_t *tokens, int n, int32_t *blocks,
+                                   int max_blocks, const float **snap);
 int ft_prefix_cache_n_snapshots(const ft_prefix_cache *pc);
 
 int ft_prefix_cache_n_blocks(const ft_prefix_cache *pc); // blocks kept

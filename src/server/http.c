@@ -33,7 +33,7 @@ struct srv_http {
     struct event_base *base;
     struct evhttp *http;
     struct event *ev_notify, *ev_int, *ev_term;
-    srv_prep *prep;                 // prompt templating and tokenizing, off the loop
+    srv_prep *prep; // prompt templating and tokenizing, off the loop
     struct evconnlistener *listener;
     struct event *ev_accept_resume; // re-enables the listener after an accept error
     int accept_pause_ms;            // the current pause; 0: accepting normally
@@ -362,7 +362,8 @@ static void prep_parsed(void *ctx) {
 
 static void prepare(srv_http *h, srv_job *j, json_t *body, srv_parse_fn parse, bool anthropic, bool count) {
     prep_req *r = ft_malloc(sizeof(*r));
-    *r = (prep_req){.h = h, .j = j, .body = json_incref(body), .parse = parse, .anthropic = anthropic, .count = count};
+    *r = (prep_req){
+        .h = h, .j = j, .body = json_incref(body), .parse = parse, .anthropic = anthropic, .count = count};
     srv_prep_submit(h->prep, prep_parse, prep_parsed, r);
 }
 
@@ -507,24 +508,26 @@ static void route_slots(srv_http *h, struct evhttp_request *req, json_t *body) {
     json_t *arr = json_array();
     for (int i = 0; i < n; i++) {
         const srv_slot_info *in = &info[i];
-        json_t *o = json_pack("{s:i,s:i,s:b,s:b}", "id", i, "n_ctx", h->n_ctx, "speculative", 0, "is_processing",
-                              in->busy);
+        json_t *o = json_pack("{s:i,s:i,s:b,s:b}", "id", i, "n_ctx", h->n_ctx, "speculative", 0,
+                              "is_processing", in->busy);
         if (in->id) {
             const ft_sampler_params *sp = &in->sp;
             json_object_set_new(o, "id_task", json_integer((json_int_t)in->id));
             json_object_set_new(o, "n_prompt_tokens", json_integer(in->n_prompt));
             json_object_set_new(o, "n_prompt_tokens_processed", json_integer(in->n_prefilled - in->n_cached));
             json_object_set_new(o, "n_prompt_tokens_cache", json_integer(in->n_cached));
-            json_object_set_new(
-                o, "params",
-                json_pack("{s:i,s:f,s:i,s:f,s:f,s:f,s:f,s:f,s:i,s:I}", "n_predict", in->n_predict, "temperature",
-                          (double)sp->temp, "top_k", sp->top_k, "top_p", (double)sp->top_p, "min_p",
-                          (double)sp->min_p, "presence_penalty", (double)sp->presence_penalty, "frequency_penalty",
-                          (double)sp->frequency_penalty, "repeat_penalty", (double)sp->repeat_penalty,
-                          "repeat_last_n", sp->penalty_last_n, "seed", (json_int_t)sp->seed));
+            json_object_set_new(o, "params",
+                                json_pack("{s:i,s:f,s:i,s:f,s:f,s:f,s:f,s:f,s:i,s:I}", "n_predict",
+                                          in->n_predict, "temperature", (double)sp->temp, "top_k", sp->top_k,
+                                          "top_p", (double)sp->top_p, "min_p", (double)sp->min_p,
+                                          "presence_penalty", (double)sp->presence_penalty,
+                                          "frequency_penalty", (double)sp->frequency_penalty,
+                                          "repeat_penalty", (double)sp->repeat_penalty, "repeat_last_n",
+                                          sp->penalty_last_n, "seed", (json_int_t)sp->seed));
             json_object_set_new(o, "next_token",
                                 json_pack("[{s:b,s:i,s:i}]", "has_next_token", in->busy, "n_remain",
-                                          in->busy ? in->n_predict - in->n_decoded : 0, "n_decoded", in->n_decoded));
+                                          in->busy ? in->n_predict - in->n_decoded : 0, "n_decoded",
+                                          in->n_decoded));
         }
         json_array_append_new(arr, o);
     }
@@ -614,7 +617,8 @@ static void tokenize_work(void *ctx) {
     tok_ids ids = {0};
     tok_encode(v, json_string_value(c), json_string_length(c), add_special, true, &ids);
     if (pieces && ids.n > TOKENIZE_MAX_PIECES) {
-        ft_err_set(&t->err, "'with_pieces' answers at most %d tokens and this content has %zu; ask without it",
+        ft_err_set(&t->err,
+                   "'with_pieces' answers at most %d tokens and this content has %zu; ask without it",
                    TOKENIZE_MAX_PIECES, ids.n);
         tok_ids_free(&ids);
         return;
@@ -642,8 +646,10 @@ static void tokenize_work(void *ctx) {
 static void tokenize_done(void *ctx) {
     tokenize_req *t = ctx;
     json_decref(t->body);
-    if (t->reply) srv_reply_json(t->req, 200, t->reply);
-    else reply_err(t->req, false, 400, t->err.msg);
+    if (t->reply)
+        srv_reply_json(t->req, 200, t->reply);
+    else
+        reply_err(t->req, false, 400, t->err.msg);
     free(t);
 }
 

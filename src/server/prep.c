@@ -28,7 +28,8 @@ static void *prep_thread(void *arg) {
     srv_prep *p = arg;
     pthread_mutex_lock(&p->mu);
     for (;;) {
-        while (!p->todo && !p->stop) pthread_cond_wait(&p->cv, &p->mu);
+        while (!p->todo && !p->stop)
+            pthread_cond_wait(&p->cv, &p->mu);
         task *t = p->todo;
         if (!t) break; // stopping with nothing left
         p->todo = t->next;
@@ -88,8 +89,10 @@ void srv_prep_submit(srv_prep *p, srv_prep_fn work, srv_prep_fn done, void *ctx)
     task *t = ft_malloc(sizeof(*t));
     *t = (task){work, done, ctx, NULL};
     pthread_mutex_lock(&p->mu);
-    if (p->todo_tail) p->todo_tail->next = t;
-    else p->todo = t;
+    if (p->todo_tail)
+        p->todo_tail->next = t;
+    else
+        p->todo = t;
     p->todo_tail = t;
     p->pending++;
     pthread_cond_signal(&p->cv);
@@ -109,7 +112,8 @@ void srv_prep_free(srv_prep *p) {
     p->stop = true;
     pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&p->mu);
-    for (int i = 0; i < p->n_threads; i++) pthread_join(p->threads[i], NULL);
+    for (int i = 0; i < p->n_threads; i++)
+        pthread_join(p->threads[i], NULL);
     run_finished(p);
     if (p->ev_done) event_free(p->ev_done);
     pthread_cond_destroy(&p->cv);

@@ -145,8 +145,13 @@ static void kv_stats_update(srv_sched *s) {
 // What GET /slots shows of a slot (its job's figures; busy while the job runs).
 static srv_slot_info slot_info_of(const slot *sl, bool busy) {
     const srv_job *j = sl->job;
-    return (srv_slot_info){.busy = busy, .id = j->id, .n_prompt = (int)j->prompt.n, .n_cached = j->n_cached,
-                           .n_prefilled = sl->n_prefilled, .n_decoded = j->n_gen, .n_predict = j->n_predict,
+    return (srv_slot_info){.busy = busy,
+                           .id = j->id,
+                           .n_prompt = (int)j->prompt.n,
+                           .n_cached = j->n_cached,
+                           .n_prefilled = sl->n_prefilled,
+                           .n_decoded = j->n_gen,
+                           .n_predict = j->n_predict,
                            .sp = j->sp};
 }
 
@@ -154,8 +159,10 @@ static srv_slot_info slot_info_of(const slot *sl, bool busy) {
 static void publish_slots(srv_sched *s) {
     pthread_mutex_lock(&s->info_mu);
     for (int i = 0; i < s->n_slots; i++) {
-        if (s->slots[i].job) s->info[i] = slot_info_of(&s->slots[i], true);
-        else s->info[i].busy = false; // sent back to the queue
+        if (s->slots[i].job)
+            s->info[i] = slot_info_of(&s->slots[i], true);
+        else
+            s->info[i].busy = false; // sent back to the queue
     }
     pthread_mutex_unlock(&s->info_mu);
 }

@@ -155,10 +155,10 @@ void srv_sched_stats_get(srv_sched *s, srv_sched_stats *out);
 // else the last it ran (id 0: none yet). For llama-server's GET /slots.
 typedef struct srv_slot_info {
     bool busy;
-    uint64_t id;                // the job's id
-    int n_prompt, n_cached;     // prompt tokens, and of those from the prefix cache
-    int n_prefilled;            // prompt tokens evaluated so far (the cached ones included)
-    int n_decoded, n_predict;   // tokens generated, and the most it may generate
+    uint64_t id;              // the job's id
+    int n_prompt, n_cached;   // prompt tokens, and of those from the prefix cache
+    int n_prefilled;          // prompt tokens evaluated so far (the cached ones included)
+    int n_decoded, n_predict; // tokens generated, and the most it may generate
     ft_sampler_params sp;
 } srv_slot_info;
 int srv_sched_n_slots(const srv_sched *s);

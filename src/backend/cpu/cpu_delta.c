@@ -15,7 +15,7 @@ typedef struct {
     const ft_delta_params *p;
     float *conv;   // (n_tok, channels) the conv's output, SiLU applied, then q and k normalised
     int channels;
-    bool fast;     // the AVX2 path (cpu_delta_avx2.c)
+    bool fast; // the AVX2 path (cpu_delta_avx2.c)
 } delta_job;
 
 // Steps 1 and 2 for the channels of thread ith: the causal conv and SiLU, then (once every
@@ -32,7 +32,8 @@ static void conv_worker(void *ctx, int ith, int nth) {
     if (j->fast) {
         cpu_delta_conv_avx2(p->qkv, hist, fresh, w, C, K, n, (int)(g0 * hd), (int)(g1 * hd), j->conv);
         for (int64_t g = g0; g < g1 && g < 2 * p->n_k_heads; g++)
-            for (int t = 0; t < n; t++) cpu_delta_l2norm_avx2(j->conv + (size_t)t * C + (size_t)g * hd, hd, p->eps);
+            for (int t = 0; t < n; t++)
+                cpu_delta_l2norm_avx2(j->conv + (size_t)t * C + (size_t)g * hd, hd, p->eps);
         return;
     }
     for (int64_t c = g0 * hd; c < g1 * hd; c++) {

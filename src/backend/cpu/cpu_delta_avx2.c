@@ -32,26 +32,28 @@ bool cpu_delta_fast_fits(int head_dim, int d_conv) {
     return head_dim % 8 == 0 && d_conv >= 1 && d_conv <= CPU_DELTA_MAX_CONV;
 }
 
-void cpu_delta_conv_avx2(const float *qkv, const float *hist, bool fresh, const float *w, int C, int K, int n_tok,
-                         int c0, int c1, float *out) {
+void cpu_delta_conv_avx2(const float *qkv, const float *hist, bool fresh, const float *w, int C, int K,
+                         int n_tok, int c0, int c1, float *out) {
     for (int c = c0; c < c1; c += 8) {
         __m256 taps[CPU_DELTA_MAX_CONV];
         for (int i = 0; i < K; i++)
-            taps[i] = _mm256_setr_ps(w[(size_t)c * K + i], w[(size_t)(c + 1) * K + i], w[(size_t)(c + 2) * K + i],
-                                     w[(size_t)(c + 3) * K + i], w[(size_t)(c + 4) * K + i],
-                                     w[(size_t)(c + 5) * K + i], w[(size_t)(c + 6) * K + i],
-                                     w[(size_t)(c + 7) * K + i]);
+            taps[i] = _mm256_setr_ps(w[(size_t)c * K + i], w[(size_t)(c + 1) * K + i],
+                                     w[(size_t)(c + 2) * K + i], w[(size_t)(c + 3) * K + i],
+                                     w[(size_t)(c + 4) * K + i], w[(size_t)(c + 5) * K + i],
+                                     w[(size_t)(c + 6) * K + i], w[(size_t)(c + 7) * K + i]);
         for (int t = 0; t < n_tok; t++) {
             __m256 sum = _mm256_setzero_ps();
             for (int i = 0; i < K; i++) {
                 int row = t + i; // in concat(state (K - 1 rows), qkv), as the reference
-                __m256 x = row < K - 1 ? (fresh ? _mm256_setzero_ps() : _mm256_loadu_ps(hist + (size_t)row * C + c))
-                                       : _mm256_loadu_ps(qkv + (size_t)(row - (K - 1)) * C + c);
+                __m256 x = row < K - 1
+                               ? (fresh ? _mm256_setzero_ps() : _mm256_loadu_ps(hist + (size_t)row * C + c))
+                               : _mm256_loadu_ps(qkv + (size_t)(row - (K - 1)) * C + c);
                 sum = _mm256_fmadd_ps(x, taps[i], sum);
             }
             float s[8], *o = out + (size_t)t * C + c;
             _mm256_storeu_ps(s, sum);
-            for (int l = 0; l < 8; l++) o[l] = cpu_silu(s[l]);
+            for (int l = 0; l < 8; l++)
+                o[l] = cpu_silu(s[l]);
         }
     }
 }
@@ -63,11 +65,12 @@ void cpu_delta_l2norm_avx2(float *x, int hd, float eps) {
         ss = _mm256_fmadd_ps(v, v, ss);
     }
     __m256 scale = _mm256_set1_ps(1.0f / fmaxf(sqrtf(hsum8(ss)), eps));
-    for (int i = 0; i < hd; i += 8) _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), scale));
+    for (int i = 0; i < hd; i += 8)
+        _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), scale));
 }
 
-void cpu_delta_rule_avx2(float *S, int hd, const float *q, const float *k, const float *v, float decay, float b,
-                         float *o, float scale) {
+void cpu_delta_rule_avx2(float *S, int hd, const float *q, const float *k, const float *v, float decay,
+                         float b, float *o, float scale) {
     const __m256 dv = _mm256_set1_ps(decay);
     for (int r = 0; r < hd; r += 4) {
         float *s0 = S + (size_t)r * hd, *s1 = s0 + hd, *s2 = s1 + hd, *s3 = s2 + hd;
@@ -80,7 +83,8 @@ void cpu_delta_rule_avx2(float *S, int hd, const float *q, const float *k, const
             a3 = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_loadu_ps(s3 + j), dv), kj, a3);
         }
         __m256 d0 = _mm256_set1_ps((v[r] - hsum8(a0)) * b), d1 = _mm256_set1_ps((v[r + 1] - hsum8(a1)) * b),
-               d2 = _mm256_set1_ps((v[r + 2] - hsum8(a2)) * b), d3 = _mm256_set1_ps((v[r + 3] - hsum8(a3)) * b);
+               d2 = _mm256_set1_ps((v[r + 2] - hsum8(a2)) * b),
+               d3 = _mm256_set1_ps((v[r + 3] - hsum8(a3)) * b);
         a0 = a1 = a2 = a3 = _mm256_setzero_ps();
         for (int j = 0; j < hd; j += 8) {
             __m256 kj = _mm256_loadu_ps(k + j), qj = _mm256_loadu_ps(q + j);

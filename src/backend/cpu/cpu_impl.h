@@ -82,11 +82,11 @@ bool cpu_attention_fast(cpu_backend *c, const ft_attn_params *p, bool tiled);
 // b, writing the head's output o.
 enum { CPU_DELTA_MAX_CONV = 8 };
 bool cpu_delta_fast_fits(int head_dim, int d_conv);
-void cpu_delta_conv_avx2(const float *qkv, const float *hist, bool fresh, const float *w, int C, int K, int n_tok,
-                         int c0, int c1, float *out);
+void cpu_delta_conv_avx2(const float *qkv, const float *hist, bool fresh, const float *w, int C, int K,
+                         int n_tok, int c0, int c1, float *out);
 void cpu_delta_l2norm_avx2(float *x, int hd, float eps);
-void cpu_delta_rule_avx2(float *S, int hd, const float *q, const float *k, const float *v, float decay, float b,
-                         float *o, float scale);
+void cpu_delta_rule_avx2(float *S, int hd, const float *q, const float *k, const float *v, float decay,
+                         float b, float *o, float scale);
 
 // The op functions defined in cpu_attn.c, cpu_delta.c and cpu_moe.c.
 void cpu_rope(ft_backend *be, float *x, int n_tok, int n_head, int head_dim, int pos0,
