@@ -20,6 +20,25 @@ __device__ __forceinline__ bool dn_fresh(const ft_cuda_delta_params &p) {
     return p.pos0 + (p.pos_dev ? *p.pos_dev : 0) == 0;
 }
 
+// One step of a channel's conv: the window (the last K - 1 inputs, oldest first) and the new
+// input x times the taps, summed oldest first as the CPU sums; x then joins the window.
+__device__ __forceinline__ float dn_conv_step(float (&win)[FT_CUDA_DELTA_MAX_CONV - 1],
+                                              const float (&w)[FT_CUDA_DELTA_MAX_CONV], float x, int K) {
+    constexpr int MK = FT_CUDA_DELTA_MAX_CONV;
+    float sum = 0.0f;
+#pragma unroll
+    for (int i = 0; i < MK; i++) {
+        if (i < K - 1) sum += win[i] * w[i];
+        else if (i == K - 1) sum += x * w[i];
+    }
+#pragma unroll
+    for (int i = 0; i < MK - 1; i++) {
+        if (i < K - 2) win[i] = win[i + 1];
+        else if (i == K - 2) win[i] = x;
+    }
+    return sum;
+}
+
 // One thread per channel: the window of its last d_conv - 1 inputs in registers (oldest first,
 // as the CPU sums), the conv's output written over its input, the window back to the state.
 __global__ void __launch_bounds__(DN_THREADS) dn_conv_kernel(ft_cuda_delta_params p, int C) {
@@ -37,17 +56,7 @@ __global__ void __launch_bounds__(DN_THREADS) dn_conv_kernel(ft_cuda_delta_param
     for (int t = 0; t < p.n_tok; t++) {
         float *xp = p.qkv + (size_t)t * C + c;
         const float x = *xp;
-        float sum = 0.0f;
-#pragma unroll
-        for (int i = 0; i < MK; i++) {
-            if (i < K - 1) sum += win[i] * w[i];
-            else if (i == K - 1) sum += x * w[i];
-        }
-#pragma unroll
-        for (int i = 0; i < MK - 1; i++) {
-            if (i < K - 2) win[i] = win[i + 1];
-            else if (i == K - 2) win[i] = x;
-        }
+        const float sum = dn_conv_step(win, w, x, K);
         *xp = dn_silu(sum);
     }
 #pragma unroll
@@ -77,17 +86,7 @@ __global__ void __launch_bounds__(DN_THREADS) dn_conv_run_kernel(ft_cuda_delta_p
     const int t1 = min(t0 + DN_CONV_RUN, p.n_tok);
     for (int t = t0; t < t1; t++) {
         const float x = src[(size_t)t * C + c];
-        float sum = 0.0f;
-#pragma unroll
-        for (int i = 0; i < MK; i++) {
-            if (i < K - 1) sum += win[i] * w[i];
-            else if (i == K - 1) sum += x * w[i];
-        }
-#pragma unroll
-        for (int i = 0; i < MK - 1; i++) {
-            if (i < K - 2) win[i] = win[i + 1];
-            else if (i == K - 2) win[i] = x;
-        }
+        const float sum = dn_conv_step(win, w, x, K);
         dst[(size_t)t * C + c] = dn_silu(sum);
     }
 }
