@@ -24,8 +24,12 @@ static ft_model *prefix_model(const char *arch, const char *name) {
     return fixture_model(&sp, name);
 }
 
-static ft_batch *prefix_batch(const ft_model *m, int n_seq, int64_t num_tokens, enum ft_type kv, bool cache) {
+// A batch engine of n_seq sequences with prefill chunks of CHUNK; checkpoints: the recurrent-state
+// snapshots its prefix cache may keep (ft_engine_params.ctx_checkpoints).
+static ft_batch *prefix_batch_with(const ft_model *m, int n_seq, int64_t num_tokens, enum ft_type kv, bool cache,
+                                   int checkpoints) {
     ft_engine_params ep = ft_engine_default_params();
+    ep.ctx_checkpoints = checkpoints;
     ep.n_threads = 2;
     ep.n_ctx = 512;
     ep.n_seq = n_seq;
@@ -37,6 +41,10 @@ static ft_batch *prefix_batch(const ft_model *m, int n_seq, int64_t num_tokens, 
     ft_batch *b = ft_batch_init(m, &ep, &err);
     if (!b) test_fail(__FILE__, __LINE__, "batch: %s", err.msg);
     return b;
+}
+
+static ft_batch *prefix_batch(const ft_model *m, int n_seq, int64_t num_tokens, enum ft_type kv, bool cache) {
+    return prefix_batch_with(m, n_seq, num_tokens, kv, cache, ft_engine_default_params().ctx_checkpoints);
 }
 
 // One sequence of the driver below: a prompt, then greedy tokens; logits of every sampled one.
@@ -358,16 +366,8 @@ TEST(prefix_cache_recurrent_snapshots) {
         {0, c, 200, 0},
     };
     for (size_t i = 0; i < FT_ARRAY_LEN(cases) && !test_failed(); i++) {
-        ft_engine_params ep = ft_engine_default_params();
-        ep.n_threads = 2;
-        ep.n_ctx = 512;
-        ep.n_batch = CHUNK;
-        ep.kv_type = FT_TYPE_Q8_0;
-        ep.prefix_cache = true;
-        ep.ctx_checkpoints = cases[i].checkpoints;
-        ft_err err = {{0}};
-        ft_batch *b = ft_batch_init(m, &ep, &err);
-        REQUIRE(b, "%s", err.msg);
+        ft_batch *b = prefix_batch_with(m, 1, 0, FT_TYPE_Q8_0, true, cases[i].checkpoints);
+        REQUIRE(b);
         run ra = {.prompt = a, .n_prompt = 200, .logits = got};
         REQUIRE(drive(b, &ra, 1, n_vocab, -1));
         run q = {.prompt = cases[i].prompt, .n_prompt = cases[i].n, .logits = got};
