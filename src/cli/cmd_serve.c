@@ -47,6 +47,8 @@ static void serve_usage(FILE *out) {
         "                               qwen3.5\n"
         "                               (default: recognised from the GGUF)\n"
         "  --timeout S                  drop clients idle or stalled this long (default 600)\n"
+        "  --max-connections N          client connections open at once; more wait to be accepted\n"
+        "                               (default: what the open-file limit leaves)\n"
         "  --max-body-bytes N           request body limit (default 4194304)\n"
         "  --ready-file F               write the bound port to F once listening (for scripts)\n"
         "The engine (-b: the prefill chunk, a prompt joins the running sequences' steps in chunks):\n");
@@ -105,6 +107,10 @@ int cmd_serve(int argc, char **argv) {
         }
         if (args_int(argc, argv, &i, "--max-queued-requests", 1, 1 << 20, &v64, &bad)) {
             p.max_queue = (int)v64;
+            continue;
+        }
+        if (args_int(argc, argv, &i, "--max-connections", 1, 1 << 20, &v64, &bad)) {
+            p.max_connections = (int)v64;
             continue;
         }
         if (args_int(argc, argv, &i, "--timeout", 1, 1 << 20, &v64, &bad)) {

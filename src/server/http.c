@@ -18,6 +18,8 @@
 
 #include <errno.h>
 #include <signal.h>
+#include <dirent.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,6 +39,9 @@ struct srv_http {
     struct evconnlistener *listener;
     struct event *ev_accept_resume; // re-enables the listener after an accept error
     int accept_pause_ms;            // the current pause; 0: accepting normally
+    int max_conn;                   // client connections at most (srv_params.max_connections)
+    int base_fds;                   // descriptors open before any client connected
+    bool at_max_conn;               // accepting is paused at max_conn (logged once per episode)
     pthread_mutex_t ready_mu;
     srv_job **ready;
     int n_ready, cap_ready;
@@ -801,11 +806,51 @@ static void on_accept_error(struct evconnlistener *lev, void *arg) {
     event_add(h->ev_accept_resume, &tv);
 }
 
+// Descriptors this process has open (the directory's own one not counted).
+static int open_fds(void) {
+    DIR *d = opendir("/proc/self/fd");
+    if (!d) return -1;
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));) n += e->d_name[0] != '.';
+    closedir(d);
+    return n - 1;
+}
+
+// Client connections open now: each holds one descriptor beyond those open at start.
+static int open_connections(const srv_http *h) {
+    int n = open_fds();
+    return n < 0 ? 0 : n - h->base_fds;
+}
+
+// evhttp's connection constructor, as its default, after counting: at max_conn connections the
+// listener pauses (new clients wait in the kernel's queue) until one closes.
+static struct bufferevent *on_new_connection(struct event_base *base, void *arg) {
+    srv_http *h = arg;
+    if (open_connections(h) >= h->max_conn && !h->at_max_conn) {
+        h->at_max_conn = true;
+        evconnlistener_disable(h->listener);
+        FT_LOG_WARN("ft serve: %d client connections open (--max-connections): new ones wait until one closes",
+                    h->max_conn);
+        struct timeval tv = {0, 50000};
+        event_add(h->ev_accept_resume, &tv);
+    }
+    return bufferevent_socket_new(base, -1, BEV_OPT_CLOSE_ON_FREE);
+}
+
 static void on_accept_resume(evutil_socket_t fd, short what, void *arg) {
     (void)fd;
     (void)what;
     srv_http *h = arg;
-    if (!h->stopping) evconnlistener_enable(h->listener);
+    if (h->stopping) return;
+    if (h->at_max_conn) {
+        if (open_connections(h) >= h->max_conn) { // still full: look again soon
+            struct timeval tv = {0, 50000};
+            event_add(h->ev_accept_resume, &tv);
+            return;
+        }
+        h->at_max_conn = false;
+    }
+    evconnlistener_enable(h->listener);
 }
 
 // In this order: OPTIONS (CORS preflight, any path) 204; an admin route's 403 (off) or its key's
@@ -942,6 +987,15 @@ bool srv_run(const srv_params *p, const ft_model *m, const tok_vocab *v, ft_err 
     }
     g_listening = h;
     evconnlistener_set_error_cb(h->listener, on_accept_error);
+    // the connection cap: by default what the open-file limit leaves beside the descriptors open
+    // now and a margin for the process's own (the model's file, logs, the ready file)
+    h->base_fds = open_fds();
+    struct rlimit rl;
+    int room = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY
+                   ? (int)FT_MIN((rlim_t)INT32_MAX, rl.rlim_cur) - h->base_fds - 32
+                   : INT32_MAX;
+    h->max_conn = p->max_connections > 0 ? p->max_connections : FT_MAX(room, 1);
+    evhttp_set_bevcb(h->http, on_new_connection, h);
     // the port actually bound (port 0: the kernel's choice)
     int port = p->port;
     struct sockaddr_storage ss;

@@ -25,6 +25,7 @@ typedef struct srv_params {
     size_t max_body;        // request body limit in bytes (default 4 MiB)
     size_t max_headers;     // request header limit in bytes (default 16 KiB)
     int timeout_s;          // idle / stalled client timeout (default 600)
+    int max_connections;    // open client connections at most; 0: from the open-file limit
     int default_max_tokens; // when a request names none (default: the room left in context)
     const char *model_name; // served model id (required)
     const char *model_path; // the GGUF served (GET /props), or NULL
