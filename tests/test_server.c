@@ -823,11 +823,13 @@ TEST(server_disconnect_frees_kv) {
                      ">/dev/null 2>&1",
                      s.port);
         test_run(cmd, NULL, 0); // times out (-m): the client disconnects
-        long used = -1, cancelled = -1;
-        for (int i = 0; i < 100; i++) { // up to 5 s
+        long used = -1, cancelled = -1, running = -1;
+        for (int i = 0; i < 100; i++) { // up to 5 s; the request's end is reported before its
+                                        // slot is counted free, so wait for all three
             used = stat_int(&s, "kv_cache", "used_tokens");
             cancelled = stat_int(&s, "requests", "cancelled");
-            if (used == 0 && cancelled == round) break;
+            running = stat_int(&s, "running", NULL);
+            if (used == 0 && cancelled == round && running == 0) break;
             sleep_ms(50);
         }
         CHECK(cancelled == round, "round %d: cancelled %ld", round, cancelled);
