@@ -51,8 +51,9 @@ static size_t state_floats(const ft_batch *b) {
     return n;
 }
 
-// Copies a sequence's recurrent state into a snapshot (save) or back (restore).
-static void state_copy(ft_batch *b, int seq, float *snap, bool save) {
+// Copies a sequence's recurrent state into a snapshot (to) or back from one (from): one of the
+// two is set.
+static void state_copy(ft_batch *b, int seq, float *to, const float *from) {
     ft_kv_cache *kv = ft_kv_pool_cache(b->pool, seq);
     ft_backend *be = b->be;
     size_t off = 0;
@@ -61,12 +62,12 @@ static void state_copy(ft_batch *b, int seq, float *snap, bool save) {
         for (int i = 0; i < 2; i++) {
             if (!ts[i]->data) continue;
             size_t n = ts[i]->mat_bytes / sizeof(float);
-            if (save)
-                be->ops->read(be, ts[i]->data, snap + off, n);
+            if (to)
+                be->ops->read(be, ts[i]->data, to + off, n);
             else if (be->ops->buffer_write_ordered) // in order with the steps, no device-wide wait
-                be->ops->buffer_write_ordered(be, ts[i]->data, snap + off, n * sizeof(float));
+                be->ops->buffer_write_ordered(be, ts[i]->data, from + off, n * sizeof(float));
             else
-                be->ops->buffer_write(be, ts[i]->data, snap + off, n * sizeof(float));
+                be->ops->buffer_write(be, ts[i]->data, from + off, n * sizeof(float));
             off += n;
         }
     }
@@ -196,7 +197,7 @@ int ft_batch_seq_reuse(ft_batch *b, int seq, const int32_t *tokens, int n) {
     if (b->snapshots) {
         const float *snap;
         got = ft_prefix_cache_match_snapshot(b->pc, tokens, FT_MIN(n, b->p.n_ctx), b->match, most, &snap);
-        if (got) state_copy(b, seq, (float *)snap, false);
+        if (got) state_copy(b, seq, NULL, snap);
     } else {
         got = ft_prefix_cache_match(b->pc, tokens, FT_MIN(n, b->p.n_ctx), b->match, most);
     }
@@ -247,7 +248,7 @@ static void keep_blocks(ft_batch *b, const ft_batch_item *it, int pos0) {
     if (b->snapshots && it->n_tok == b->p.n_batch && keep * FT_KV_BLOCK == b->pos[seq] &&
         b->pos[seq] % b->p.n_batch == 0) {
         float *snap = ft_prefix_cache_snapshot_slot(b->pc, tokens, keep);
-        if (snap) state_copy(b, seq, snap, true);
+        if (snap) state_copy(b, seq, snap, NULL);
     }
 }
 

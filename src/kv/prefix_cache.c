@@ -87,7 +87,10 @@ static int32_t find_child(const ft_prefix_cache *pc, int32_t parent, const int32
     return NONE;
 }
 
-int ft_prefix_cache_match(ft_prefix_cache *pc, const int32_t *tokens, int n, int32_t *blocks, int max_blocks) {
+// The matched path's blocks, as match; *deepest_snap (when not NULL) gets the depth of the
+// deepest node on it holding a snapshot (0: none) and that node's snapshot index.
+static int match_path(ft_prefix_cache *pc, const int32_t *tokens, int n, int32_t *blocks, int max_blocks,
+                      int *deepest_snap, int32_t *snap) {
     int32_t at = NONE;
     int d = 0;
     pc->clock++;
@@ -97,9 +100,17 @@ int ft_prefix_cache_match(ft_prefix_cache *pc, const int32_t *tokens, int n, int
         if (c == NONE) break;
         pc->nodes[c].used = pc->clock;
         blocks[d] = pc->nodes[c].block;
+        if (deepest_snap && pc->nodes[c].snap != NONE) {
+            *deepest_snap = d + 1;
+            *snap = pc->nodes[c].snap;
+        }
         at = c;
     }
     return d;
+}
+
+int ft_prefix_cache_match(ft_prefix_cache *pc, const int32_t *tokens, int n, int32_t *blocks, int max_blocks) {
+    return match_path(pc, tokens, n, blocks, max_blocks, NULL, NULL);
 }
 
 void ft_prefix_cache_insert(ft_prefix_cache *pc, const int32_t *tokens, const int32_t *blocks, int n_blocks) {
@@ -245,20 +256,12 @@ float *ft_prefix_cache_snapshot_slot(ft_prefix_cache *pc, const int32_t *tokens,
 int ft_prefix_cache_match_snapshot(ft_prefix_cache *pc, const int32_t *tokens, int n, int32_t *blocks,
                                    int max_blocks, const float **snap) {
     *snap = NULL;
-    int got = ft_prefix_cache_match(pc, tokens, n, blocks, max_blocks);
-    if (!pc->snaps) return 0;
-    // the deepest node on the matched path holding a snapshot
-    int32_t at = NONE;
     int best = 0;
-    for (int d = 0; d < got; d++) {
-        const int32_t *t = tokens + (size_t)d * FT_KV_BLOCK;
-        at = find_child(pc, at, t, hash_tokens(t));
-        if (pc->nodes[at].snap != NONE) {
-            best = d + 1;
-            *snap = pc->snaps[pc->nodes[at].snap].data;
-            pc->snaps[pc->nodes[at].snap].used = pc->clock;
-        }
-    }
+    int32_t s = NONE;
+    match_path(pc, tokens, n, blocks, max_blocks, &best, &s);
+    if (best == 0) return 0;
+    pc->snaps[s].used = pc->clock;
+    *snap = pc->snaps[s].data;
     return best;
 }
 

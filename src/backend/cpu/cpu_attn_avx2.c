@@ -28,6 +28,8 @@
 #pragma GCC target("avx2,fma,f16c")
 #endif
 
+#include "cpu_avx2.h"
+
 typedef struct {
     cpu_backend *c;
     const ft_attn_params *p;
@@ -45,13 +47,6 @@ static inline __m256 load_row8(const uint8_t *row, enum ft_type type, int d) {
 
 static inline __m256 round_f16(__m256 x) {
     return _mm256_cvtph_ps(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-}
-
-static inline float hsum8(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
 }
 
 // f32 query . f16 key, in 8 lanes (hd a multiple of 8).

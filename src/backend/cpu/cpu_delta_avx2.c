@@ -21,12 +21,7 @@
 #pragma GCC target("avx2,fma")
 #endif
 
-static inline float hsum8(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
+#include "cpu_avx2.h"
 
 bool cpu_delta_fast_fits(int head_dim, int d_conv) {
     return head_dim % 8 == 0 && d_conv >= 1 && d_conv <= CPU_DELTA_MAX_CONV;

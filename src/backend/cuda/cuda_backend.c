@@ -655,7 +655,9 @@ static void cuda_split_heads(ft_backend *be, const float *x, float *a, float *b,
 static void cuda_delta_net(ft_backend *be, const ft_delta_params *p) {
     cuda_backend *c = cuda_op(be);
     int C = (2 * p->n_k_heads + p->n_v_heads) * p->head_dim;
-    FT_ASSERT(p->n_tok <= c->lim.max_tok && p->d_conv >= 1 && p->d_conv <= FT_CUDA_DELTA_MAX_CONV);
+    // C <= max_width: the conv's scratch, h_up, holds n_tok rows of C
+    FT_ASSERT(p->n_tok <= c->lim.max_tok && C <= c->lim.max_width && p->d_conv >= 1 &&
+              p->d_conv <= FT_CUDA_DELTA_MAX_CONV);
     FT_ASSERT(p->conv_w->type == FT_TYPE_F32 && p->conv_w->ne[0] == p->d_conv && p->conv_w->ne[1] == C &&
               p->dt->type == FT_TYPE_F32 && p->a->type == FT_TYPE_F32);
     FT_ASSERT(p->conv_state->ne[0] * p->conv_state->ne[1] == (int64_t)(p->d_conv - 1) * C);

@@ -39,6 +39,12 @@ __device__ __forceinline__ float dn_conv_step(float (&win)[FT_CUDA_DELTA_MAX_CON
     return sum;
 }
 
+// Channel c's d_conv taps, zeros past them.
+__device__ __forceinline__ void dn_conv_taps(const ft_cuda_delta_params &p, int c, float (&w)[FT_CUDA_DELTA_MAX_CONV]) {
+#pragma unroll
+    for (int i = 0; i < FT_CUDA_DELTA_MAX_CONV; i++) w[i] = i < p.d_conv ? p.conv_w[(size_t)c * p.d_conv + i] : 0.0f;
+}
+
 // One thread per channel: the window of its last d_conv - 1 inputs in registers (oldest first,
 // as the CPU sums), the conv's output written over its input, the window back to the state.
 __global__ void __launch_bounds__(DN_THREADS) dn_conv_kernel(ft_cuda_delta_params p, int C) {
@@ -51,8 +57,7 @@ __global__ void __launch_bounds__(DN_THREADS) dn_conv_kernel(ft_cuda_delta_param
     float win[MK - 1], w[MK];
 #pragma unroll
     for (int i = 0; i < MK - 1; i++) win[i] = i < K - 1 && !fresh ? p.conv_state[(size_t)i * C + c] : 0.0f;
-#pragma unroll
-    for (int i = 0; i < MK; i++) w[i] = i < K ? p.conv_w[(size_t)c * K + i] : 0.0f;
+    dn_conv_taps(p, c, w);
     for (int t = 0; t < p.n_tok; t++) {
         float *xp = p.qkv + (size_t)t * C + c;
         const float x = *xp;
@@ -81,8 +86,7 @@ __global__ void __launch_bounds__(DN_THREADS) dn_conv_run_kernel(ft_cuda_delta_p
         const int j = t0 - (K - 1) + i; // the input's token; below 0: state row K - 1 + j
         win[i] = i >= K - 1 ? 0.0f : j >= 0 ? src[(size_t)j * C + c] : fresh ? 0.0f : p.conv_state[(size_t)(K - 1 + j) * C + c];
     }
-#pragma unroll
-    for (int i = 0; i < MK; i++) w[i] = i < K ? p.conv_w[(size_t)c * K + i] : 0.0f;
+    dn_conv_taps(p, c, w);
     const int t1 = min(t0 + DN_CONV_RUN, p.n_tok);
     for (int t = t0; t < t1; t++) {
         const float x = src[(size_t)t * C + c];
