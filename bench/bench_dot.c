@@ -356,24 +356,30 @@ static double gemm_run_once(ft_vec_dot_tile_fn gemm, const ft_quant_ops *ops, co
 
 static void bench_gemm(const char *filter) {
     __builtin_cpu_init();
-    if (!__builtin_cpu_supports("avx512bw") || !ft_amx_init()) {
-        printf("\nprefill GEMMs: none on this CPU (no AMX-INT8 and AVX-512BW)\n");
+    bool amx = __builtin_cpu_supports("avx512bw") && ft_amx_init(), vnni = ft_gemm_vnni_supported();
+    if (!amx && !vnni) {
+        printf("\nprefill GEMMs: none on this CPU (no AMX-INT8 and AVX-512BW, no AVX-512 VNNI)\n");
         return;
     }
     static const gemm_shape shapes[] = {{"expert", 768, 32}, {"dense", 2048, 512}};
-    printf("\nprefill GEMMs, 1 thread (CPU time): rows of %d elements, G multiply-adds/s, median of %d runs\n",
-           GEMM_ELEMS, RUNS);
+    printf("\nprefill GEMMs (%s), 1 thread (CPU time): rows of %d elements, G multiply-adds/s, median of %d runs\n",
+           amx ? "AMX" : "AVX-512 VNNI", GEMM_ELEMS, RUNS);
     printf("%-7s %-7s %6s %6s %10s %10s %9s\n", "type", "shape", "rows", "tokens", "tile GMAC", "gemm GMAC",
            "gemm/tile");
     const enum ft_type types[] = {FT_TYPE_Q8_0, FT_TYPE_Q4_K, FT_TYPE_BF16};
     for (size_t i = 0; i < FT_ARRAY_LEN(types); i++) {
         if (filter && !strstr(ft_type_name(types[i]), filter)) continue;
         const ft_quant_ops *ops = ft_quant_ops_find(types[i]);
-        // FT_AMX=0 turns the GEMMs off (ops.c): timed whether dispatched or not
-        ft_vec_dot_tile_fn gemm = types[i] == FT_TYPE_Q8_0   ? ft_gemm_q8_0_amx
-                                  : types[i] == FT_TYPE_Q4_K ? ft_gemm_q4_K_amx
-                                  : ft_amx_has_bf16()        ? ft_gemm_bf16_amx
-                                                             : NULL;
+        // FT_AMX=0 turns the AMX GEMMs off (ops.c): timed whether dispatched or not; the VNNI
+        // ones where there is no AMX
+        ft_vec_dot_tile_fn gemm = NULL;
+        if (amx)
+            gemm = types[i] == FT_TYPE_Q8_0   ? ft_gemm_q8_0_amx
+                   : types[i] == FT_TYPE_Q4_K ? ft_gemm_q4_K_amx
+                   : ft_amx_has_bf16()        ? ft_gemm_bf16_amx
+                                              : NULL;
+        else
+            gemm = types[i] == FT_TYPE_Q8_0 ? ft_gemm_q8_0_vnni : types[i] == FT_TYPE_Q4_K ? ft_gemm_q4_K_vnni : NULL;
         if (!gemm) continue;
         size_t bx = ft_row_bytes(types[i], GEMM_ELEMS), by = ft_row_bytes(ops->vec_dot_type, GEMM_ELEMS);
         // random codes and scales in every byte (the integer kernels have no data-dependent

@@ -424,97 +424,123 @@ TEST(dot_tile_matvec_rows) {
     }
 }
 
-// 2d. Prefill's GEMMs (AMX, where the CPU has it): q8_0 and q4_K equal to the reference dot
-// products to the bit (exact integer block sums, the reference's float steps in its order);
-// bf16 within n * 2^-24 * S of the reference's double sum (S = sum |x_i y_i|: float sums, one
-// rounding per 32-element step, each within 2^-24 of a partial sum bounded by S, with a factor
-// 2 to spare). Each output also equals, to the bit, the same output of the largest call: it
-// depends on its own rows only (a prefill chunk's token that its expert shares with none takes
-// the GEMM alone). For weight-row and token counts from 1, on both sides of the 16 x 16 tile
-// and of bf16's pairs of tiles (tails of both), rows of 1 to 45 blocks (bf16: 32 to 1440 elements, and one
-// of 48 that is not a multiple of the 32-element step), saturated activations, and an output
-// stride whose gaps must stay untouched.
+// 2d. Prefill's GEMMs (AMX, or AVX-512 VNNI where the CPU has no AMX): q8_0 and q4_K equal to
+// the reference dot products to the bit (exact integer block sums, the reference's float steps in
+// its order); bf16 (AMX only) within n * 2^-24 * S of the reference's double sum (S = sum
+// |x_i y_i|: float sums, one rounding per 32-element step, each within 2^-24 of a partial sum
+// bounded by S, with a factor 2 to spare). Each output also equals, to the bit, the same output
+// of the largest call: it depends on its own rows only (a prefill chunk's token that its expert
+// shares with none takes the GEMM alone). For weight-row and token counts from 1, on both sides
+// of the 16 x 16 tile, of the VNNI GEMMs' 8-row passes and 16-token vectors, and of bf16's pairs
+// of tiles (tails of both), rows of 1 to 45 blocks (bf16: 32 to 1440 elements, and one of 48
+// that is not a multiple of the 32-element step), saturated activations, and an output stride
+// whose gaps must stay untouched.
+
+// The GEMM of kind `vnni` (else AMX) for type t, where this CPU can run it (dispatched or not).
+static ft_vec_dot_tile_fn gemm_kernel(enum ft_type t, bool vnni) {
+    if (vnni) {
+        if (!ft_gemm_vnni_supported() || !cpu_has_avx2()) return NULL;
+        return t == FT_TYPE_Q8_0 ? ft_gemm_q8_0_vnni : t == FT_TYPE_Q4_K ? ft_gemm_q4_K_vnni : NULL;
+    }
+    if (!cpu_has_avx2() || !__builtin_cpu_supports("avx512bw") || !ft_amx_init()) return NULL;
+    return t == FT_TYPE_Q8_0                        ? ft_gemm_q8_0_amx
+           : t == FT_TYPE_Q4_K                      ? ft_gemm_q4_K_amx
+           : t == FT_TYPE_BF16 && ft_amx_has_bf16() ? ft_gemm_bf16_amx
+                                                    : NULL;
+}
 
 TEST(dot_gemm_vs_ref) {
     const char *force = getenv("FT_SIMD");
-    bool forced_off = force && (!strcmp(force, "scalar") || !strcmp(force, "avx2") || !strcmp(force, "avx512"));
+    bool forced_off =
+        force && (!strcmp(force, "scalar") || !strcmp(force, "avx2") || !strcmp(force, "avx512"));
+    bool no_gemm = force && (!strcmp(force, "scalar") || !strcmp(force, "avx2"));
+    const char *kind = ft_quant_gemm_name();
     for (size_t i = 0; i < FT_ARRAY_LEN(g_cases); i++) {
         const ft_quant_ops *q = ft_quant_ops_find(g_cases[i].type);
-        // only q8_0, q4_K and bf16 (with AMX-BF16) have one, and only with AMX, which FT_AMX=0
-        // and FT_SIMD can turn off
+        // AMX: q8_0, q4_K and bf16 (with AMX-BF16); VNNI: q8_0 and q4_K
         enum ft_type t = g_cases[i].type;
-        bool want = ft_quant_amx() && (t == FT_TYPE_Q4_K || t == FT_TYPE_Q8_0 || (t == FT_TYPE_BF16 && ft_amx_has_bf16()));
-        CHECK((q->gemm != NULL) == want, "%s gemm", ft_type_name(t));
+        bool int8 = t == FT_TYPE_Q4_K || t == FT_TYPE_Q8_0;
+        bool want =
+            ft_quant_amx() ? int8 || (t == FT_TYPE_BF16 && ft_amx_has_bf16()) : !strcmp(kind, "vnni") && int8;
+        CHECK((q->gemm != NULL) == want, "%s gemm (%s)", ft_type_name(t), kind);
     }
     const char *amx = getenv("FT_AMX");
     bool amx_off = amx && !strcmp(amx, "0");
     CHECK(!((forced_off || amx_off) && ft_quant_amx()), "FT_SIMD=%s FT_AMX=%s: AMX on", force, amx);
-    // the kernels are tested wherever the CPU runs them, dispatched or not (FT_AMX=0)
-    if (forced_off || !cpu_has_avx2() || !__builtin_cpu_supports("avx512bw") || !ft_amx_init()) {
-        test_skip("no AMX-INT8 and AVX-512BW on this CPU (or FT_SIMD turned them off)");
+    CHECK(!(no_gemm && strcmp(kind, "none")), "FT_SIMD=%s: gemm %s", force, kind);
+    CHECK(!strcmp(kind, "none") || !strcmp(kind, ft_quant_amx() ? "amx" : "vnni"), "gemm %s", kind);
+    // the kernels are tested wherever the CPU runs them, dispatched or not (FT_AMX=0, FT_SIMD)
+    if (!gemm_kernel(FT_TYPE_Q8_0, false) && !gemm_kernel(FT_TYPE_Q8_0, true)) {
+        test_skip("no AMX-INT8 or AVX-512 VNNI on this CPU");
         return;
     }
     enum { MAX_NR = 37, MAX_NC = 70, LS = MAX_NR + 3 };
-    const int nrs[] = {MAX_NR, 1, 5, 16, 17}, ncs[] = {MAX_NC, 1, 2, 3, 7, 16, 19, 35};
+    const int nrs[] = {MAX_NR, 1, 5, 8, 16, 17}, ncs[] = {MAX_NC, 1, 2, 3, 7, 16, 19, 35};
     float *s = malloc(sizeof(float) * MAX_NC * LS), *whole = malloc(sizeof(float) * MAX_NC * LS);
     for (size_t i = 0; i < FT_ARRAY_LEN(g_cases); i++) {
-        const dot_case *c = &g_cases[i];
-        const ft_quant_ops *q = ft_quant_ops_find(c->type);
-        // every GEMM this CPU can run, dispatched or not (FT_AMX=0)
-        ft_vec_dot_tile_fn gemm = c->type == FT_TYPE_Q8_0 ? ft_gemm_q8_0_amx
-                                  : c->type == FT_TYPE_Q4_K ? ft_gemm_q4_K_amx
-                                  : c->type == FT_TYPE_BF16 && ft_amx_has_bf16() ? ft_gemm_bf16_amx
-                                                                                : NULL;
-        if (!gemm) continue;
-        for (int k = 0; k < 7; k += 2) {
-            // bf16's rows: 32 x the blocks (its block is 1 element), and 48 for the fallback
-            bool bf16 = c->type == FT_TYPE_BF16;
-            int64_t n = k == 6 ? (bf16 ? 48 : row_length(c->type, 1)) : row_length(c->type, k) * (bf16 ? 32 : 1);
-            size_t bx = ft_row_bytes(c->type, n), by = ft_row_bytes(c->act, n);
-            uint8_t *x = malloc(bx * MAX_NR), *y = malloc(by * MAX_NC);
-            float *tmp = malloc((size_t)n * sizeof(float)), *fx = malloc((size_t)n * sizeof(float));
-            for (int r = 0; r < MAX_NR; r++) random_weights(c->type, case_seed(c, k) + 19 * (uint64_t)r, x + r * bx, n, false);
-            for (int col = 0; col < MAX_NC; col++)
-                random_activations(c->act, col % 4 == 3 ? ACT_SATURATED : ACT_NORMAL, case_seed(c, k) + 37 * (uint64_t)col,
-                                   y + col * by, tmp, n);
-            for (size_t a = 0; a < FT_ARRAY_LEN(nrs); a++)
-                for (size_t b = 0; b < FT_ARRAY_LEN(ncs); b++) {
-                    int nr = nrs[a], nc = ncs[b];
-                    for (int e = 0; e < MAX_NC * LS; e++) s[e] = NAN;
-                    gemm(n, x, bx, nr, y, by, nc, s, LS);
-                    // the first call (every row) is what each smaller one must repeat to the bit:
-                    // an output depends on its own rows only, not on the call's others
-                    if (a == 0 && b == 0) memcpy(whole, s, sizeof(float) * MAX_NC * LS);
-                    int bad = 0, moved = 0;
-                    for (int col = 0; col < MAX_NC; col++)
-                        for (int r = 0; r < LS; r++) {
-                            float got = s[col * LS + r];
-                            if (col >= nc || r >= nr) {
-                                bad += !isnan(got);
-                                continue;
+        for (int vnni = 0; vnni < 2; vnni++) {
+            const dot_case *c = &g_cases[i];
+            const ft_quant_ops *q = ft_quant_ops_find(c->type);
+            ft_vec_dot_tile_fn gemm = gemm_kernel(c->type, vnni);
+            if (!gemm) continue;
+            for (int k = 0; k < 7; k += 2) {
+                // bf16's rows: 32 x the blocks (its block is 1 element), and 48 for the fallback
+                bool bf16 = c->type == FT_TYPE_BF16;
+                int64_t n =
+                    k == 6 ? (bf16 ? 48 : row_length(c->type, 1)) : row_length(c->type, k) * (bf16 ? 32 : 1);
+                size_t bx = ft_row_bytes(c->type, n), by = ft_row_bytes(c->act, n);
+                uint8_t *x = malloc(bx * MAX_NR), *y = malloc(by * MAX_NC);
+                float *tmp = malloc((size_t)n * sizeof(float)), *fx = malloc((size_t)n * sizeof(float));
+                for (int r = 0; r < MAX_NR; r++)
+                    random_weights(c->type, case_seed(c, k) + 19 * (uint64_t)r, x + r * bx, n, false);
+                for (int col = 0; col < MAX_NC; col++)
+                    random_activations(c->act, col % 4 == 3 ? ACT_SATURATED : ACT_NORMAL,
+                                       case_seed(c, k) + 37 * (uint64_t)col, y + col * by, tmp, n);
+                for (size_t a = 0; a < FT_ARRAY_LEN(nrs); a++)
+                    for (size_t b = 0; b < FT_ARRAY_LEN(ncs); b++) {
+                        int nr = nrs[a], nc = ncs[b];
+                        for (int e = 0; e < MAX_NC * LS; e++)
+                            s[e] = NAN;
+                        gemm(n, x, bx, nr, y, by, nc, s, LS);
+                        // the first call (every row) is what each smaller one must repeat to the bit:
+                        // an output depends on its own rows only, not on the call's others
+                        if (a == 0 && b == 0) memcpy(whole, s, sizeof(float) * MAX_NC * LS);
+                        int bad = 0, moved = 0;
+                        for (int col = 0; col < MAX_NC; col++)
+                            for (int r = 0; r < LS; r++) {
+                                float got = s[col * LS + r];
+                                if (col >= nc || r >= nr) {
+                                    bad += !isnan(got);
+                                    continue;
+                                }
+                                moved += memcmp(&got, &whole[col * LS + r], sizeof(float)) != 0;
+                                float ref = q->vec_dot_ref(n, x + r * bx, y + col * by);
+                                double tol = 0;
+                                if (bf16) {
+                                    q->to_float(x + r * bx, fx, n);
+                                    q->to_float(y + col * by, tmp, n);
+                                    for (int64_t e = 0; e < n; e++)
+                                        tol += fabs((double)fx[e] * tmp[e]);
+                                    tol *= (double)n * 0x1p-24;
+                                }
+                                if (fabs((double)got - ref) > tol && bad++ < 3)
+                                    CHECK(false,
+                                          "%s %s n=%lld nr=%d nc=%d (%d, %d): gemm %.9g, ref %.9g, tol %.3g",
+                                          vnni ? "vnni" : "amx", ft_type_name(c->type), (long long)n, nr, nc,
+                                          col, r, got, ref, tol);
                             }
-                            moved += memcmp(&got, &whole[col * LS + r], sizeof(float)) != 0;
-                            float ref = q->vec_dot_ref(n, x + r * bx, y + col * by);
-                            double tol = 0;
-                            if (bf16) {
-                                q->to_float(x + r * bx, fx, n);
-                                q->to_float(y + col * by, tmp, n);
-                                for (int64_t e = 0; e < n; e++) tol += fabs((double)fx[e] * tmp[e]);
-                                tol *= (double)n * 0x1p-24;
-                            }
-                            if (fabs((double)got - ref) > tol && bad++ < 3)
-                                CHECK(false, "%s n=%lld nr=%d nc=%d (%d, %d): gemm %.9g, ref %.9g, tol %.3g",
-                                      ft_type_name(c->type), (long long)n, nr, nc, col, r, got, ref, tol);
-                        }
-                    CHECK(bad == 0, "%s n=%lld nr=%d nc=%d: %d outputs wrong or outside the tile",
-                          ft_type_name(c->type), (long long)n, nr, nc, bad);
-                    CHECK(moved == 0, "%s n=%lld nr=%d nc=%d: %d outputs differ from the same rows' in a call of %d x %d",
-                          ft_type_name(c->type), (long long)n, nr, nc, moved, MAX_NR, MAX_NC);
-                }
-            free(x);
-            free(y);
-            free(tmp);
-            free(fx);
+                        CHECK(bad == 0, "%s %s n=%lld nr=%d nc=%d: %d outputs wrong or outside the tile",
+                              vnni ? "vnni" : "amx", ft_type_name(c->type), (long long)n, nr, nc, bad);
+                        CHECK(moved == 0,
+                              "%s n=%lld nr=%d nc=%d: %d outputs differ from the same rows' in a call of %d "
+                              "x %d",
+                              ft_type_name(c->type), (long long)n, nr, nc, moved, MAX_NR, MAX_NC);
+                    }
+                free(x);
+                free(y);
+                free(tmp);
+                free(fx);
+            }
         }
     }
     free(s);

@@ -73,6 +73,15 @@ void ft_vec_dot_tile_q8_0_vnni(int64_t n, const void *x, size_t bx, int nr, cons
 void ft_vec_dot_tile_q4_K_vnni(int64_t n, const void *x, size_t bx, int nr, const void *y, size_t by,
                                int nc, float *s, size_t ls);
 
+// AVX-512 VNNI GEMMs (gemm_vnni.c; the gemm contract in quant.h: q8_0 and q4_K equal to the
+// _ref dot products to the bit, as the AMX ones), for CPUs without AMX; entered only where
+// ft_gemm_vnni_supported() (AVX-512 F, BW, VL, DQ and VNNI; F16C comes with AVX2's check).
+bool ft_gemm_vnni_supported(void);
+void ft_gemm_q8_0_vnni(int64_t n, const void *x, size_t bx, int nr, const void *y, size_t by, int nc, float *s,
+                       size_t ls);
+void ft_gemm_q4_K_vnni(int64_t n, const void *x, size_t bx, int nr, const void *y, size_t by, int nc, float *s,
+                       size_t ls);
+
 // AMX GEMMs (dot_amx.c; the gemm contract in quant.h: q8_0 and q4_K equal to the _ref dot
 // products to the bit), entered only after ft_amx_init() returned true. ft_amx_init checks the CPU and the
 // OS and asks Linux for the tile state (once per process).

@@ -8,6 +8,7 @@
 // per lane). Thread-safe: each thread packs into its own scratch and holds the tile state only
 // inside a call ("Tiles" below gives the steps).
 #include "dot.h"
+#include "gemm_shared.h"
 #include "quant.h"
 #include "codec.h"
 #include "fp16.h"
@@ -15,7 +16,6 @@
 
 #include <cpuid.h>
 #include <immintrin.h>
-#include <pthread.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,7 +24,7 @@
 
 #define AMX_TARGET __attribute__((target("amx-tile,amx-int8,avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")))
 
-enum { TILE_M = 16, TILE_N = 16, TILE_K = 32, B_TILE_BYTES = TILE_K * TILE_N };
+enum { TILE_M = 16, TILE_N = 16, TILE_K = 32, B_TILE_BYTES = TILE_K * TILE_N, GEMM_TILE_MIN_TOKENS = 4 };
 
 // ---------------------------------------------------------------------------------------------
 // Availability
@@ -50,48 +50,6 @@ bool ft_amx_init(void) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Per-thread scratch, grown to the largest call and freed when the thread exits
-
-typedef struct {
-    uint8_t *p;
-    size_t cap;
-} amx_scratch;
-
-static pthread_key_t g_scratch_key;
-static pthread_once_t g_scratch_once = PTHREAD_ONCE_INIT;
-
-static void scratch_free(void *v) {
-    amx_scratch *s = v;
-    free(s->p);
-    free(s);
-}
-
-static void scratch_key_init(void) { FT_ASSERT(pthread_key_create(&g_scratch_key, scratch_free) == 0); }
-
-static uint8_t *scratch_get(size_t bytes) {
-    pthread_once(&g_scratch_once, scratch_key_init);
-    amx_scratch *s = pthread_getspecific(g_scratch_key);
-    if (!s) {
-        s = calloc(1, sizeof(*s));
-        FT_ASSERT(s && pthread_setspecific(g_scratch_key, s) == 0);
-    }
-    if (s->cap < bytes) {
-        free(s->p);
-        s->cap = (bytes + 4095) & ~(size_t)4095;
-        s->p = aligned_alloc(64, s->cap);
-        FT_ASSERT(s->p);
-    }
-    return s->p;
-}
-
-// Carves n bytes (64-aligned) from *p.
-static void *carve(uint8_t **p, size_t n) {
-    void *r = *p;
-    *p += (n + 63) & ~(size_t)63;
-    return r;
-}
-
-// ---------------------------------------------------------------------------------------------
 // Tiles
 //
 // A tile of 16 weight rows is AMX's A operand: one row per weight row, the 32 codes of one
@@ -108,7 +66,8 @@ static void *carve(uint8_t **p, size_t n) {
 //      reference's float steps in its order, sum += (dx * dy) * float(isum) (q4_K: minus the
 //      min term), 16 tokens to a 512-bit register and one register per weight row;
 //   4. the 16 x 16 sums written transposed into s (token-major), only the valid ones.
-// Fewer than GEMM_TILE_MIN_TOKENS tokens skip the tiles (see "Few tokens" below).
+// Fewer than GEMM_TILE_MIN_TOKENS tokens skip the tiles: a tile costs the same for 1 token as
+// for 16, so they take gemm_shared.c's per-(row, token) path, which gives the same bits.
 //
 // Tile registers: 0..3 C, 4..5 A, 6..7 B. The tile state is loaded at the start of each call
 // and released at its end (a thread holding tile data makes every context switch save 8 KiB).
@@ -160,96 +119,6 @@ static inline AMX_TARGET void store_block(const __m512 acc[TILE_M], float *s, si
 }
 
 // ---------------------------------------------------------------------------------------------
-// Few tokens: the reference's order without tiles
-//
-// A tile costs the same for 1 token as for 16 (the weights are copied or unpacked per 16 rows
-// whatever the token count), so for fewer than GEMM_TILE_MIN_TOKENS tokens the GEMM computes each
-// (weight row, token) on its own: the same exact integer sums per block with AVX2, then the
-// reference's float steps in its order, so the bits are the tiles' (and ft_vec_dot_<type>_ref's)
-// whatever the count. Prefill chunks give their experts any number of tokens, 1 included.
-
-// EXACT_PREFETCH: how far ahead the weight loads are asked for (bytes; as dot_avx2.c's kernels:
-// rows stream from memory, and the next row follows on from this one).
-enum { GEMM_TILE_MIN_TOKENS = 4, EXACT_PREFETCH = 2048 };
-
-#define AVX2_TARGET __attribute__((target("avx2,fma,f16c")))
-
-// fp16 to float with F16C: exact, so equal to ft_fp16_to_fp32.
-static inline AVX2_TARGET float fp16_f16c(ft_half h) { return _cvtsh_ss(h); }
-#define AMX_TARGET_F16C __attribute__((target("amx-tile,amx-int8,avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
-
-// Sum of the 8 int32 lanes (exact).
-static inline AVX2_TARGET int32_t hsum_i32(__m256i v) {
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
-    return _mm_cvtsi128_si32(s);
-}
-
-// sum_k x[k] * y[k] over 32 signed codes (activations never hold -128: see dot_avx2.c).
-static inline AVX2_TARGET __m256i dot32_i8(const int8_t *x, const int8_t *y) {
-    __m256i vx = _mm256_loadu_si256((const __m256i *)x), vy = _mm256_loadu_si256((const __m256i *)y);
-    __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(vx, vx), _mm256_sign_epi8(vy, vx));
-    return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
-}
-
-static AVX2_TARGET float dot_exact_q8_0(int64_t n, const block_q8_0 *x, const block_q8_0 *y) {
-    float sum = 0;
-    for (int64_t b = 0; b < n / QK8_0; b++) {
-        _mm_prefetch((const char *)(x + b) + EXACT_PREFETCH, _MM_HINT_T0);
-        int32_t isum = hsum_i32(dot32_i8(x[b].qs, y[b].qs));
-        sum += (fp16_f16c(x[b].d) * fp16_f16c(y[b].d)) * (float)isum;
-    }
-    return sum;
-}
-
-// The 8 scales (sc) and 8 mins (mn) of a q4_K super-block: ft_k4_scale_min for all sub-blocks
-// at once, four bytes to a 32-bit word (words a, b, c of the 12 bytes: sub-block j < 4 takes
-// the low 6 bits of a and b; j >= 4 the nibbles of c and the top 2 bits of a and b).
-static inline void k4_scales_mins(const uint8_t s[12], uint8_t sc[8], uint8_t mn[8]) {
-    uint32_t a, b, c;
-    memcpy(&a, s, 4);
-    memcpy(&b, s + 4, 4);
-    memcpy(&c, s + 8, 4);
-    uint32_t w[4] = {a & 0x3f3f3f3fu, (c & 0x0f0f0f0fu) | ((a >> 6) & 0x03030303u) << 4, b & 0x3f3f3f3fu,
-                     ((c >> 4) & 0x0f0f0f0fu) | ((b >> 6) & 0x03030303u) << 4};
-    memcpy(sc, w, 8);
-    memcpy(mn, w + 2, 8);
-}
-
-// AVX-512BW: per 32 bytes of qs, a 512-bit vector of its low nibbles then its high ones, which
-// is sub-blocks 2c and 2c + 1 in element order, against 64 activation codes in one step.
-static AMX_TARGET_F16C float dot_exact_q4_K(int64_t n, const block_q4_K *x, const block_q8_K *y) {
-    const __m256i m15 = _mm256_set1_epi8(0x0f);
-    const __m128i dup = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
-    float sum = 0;
-    for (int64_t b = 0; b < n / QK_K; b++) {
-        for (int o = 0; o < (int)sizeof(block_q4_K); o += 64)
-            _mm_prefetch((const char *)(x + b) + EXACT_PREFETCH + o, _MM_HINT_T0);
-        uint8_t sc[8], mn[8];
-        k4_scales_mins(x[b].scales, sc, mn);
-        // each pair sum of codes (at most 2 * 15 * 127) times its scale (at most 63), two to an int32
-        __m512i acc = _mm512_setzero_si512();
-        for (int c = 0; c < 4; c++) {
-            __m256i q = _mm256_loadu_si256((const __m256i *)(x[b].qs + 32 * c));
-            __m512i codes = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(q, m15)),
-                                               _mm256_and_si256(_mm256_srli_epi16(q, 4), m15), 1);
-            __m512i scale = _mm512_inserti64x4(_mm512_set1_epi16(sc[2 * c]), _mm256_set1_epi16(sc[2 * c + 1]), 1);
-            __m512i p = _mm512_maddubs_epi16(codes, _mm512_loadu_si512(y[b].qs + 64 * c));
-            acc = _mm512_add_epi32(acc, _mm512_madd_epi16(p, scale));
-        }
-        // the min term: min_j times the two code sums of sub-block j (each at most 16 * 127)
-        __m128i m8;
-        memcpy(&m8, mn, 8);
-        __m256i mins16 = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(m8, dup));
-        __m256i bs = _mm256_loadu_si256((const __m256i *)y[b].bsums);
-        int32_t isum = _mm512_reduce_add_epi32(acc), msum = hsum_i32(_mm256_madd_epi16(mins16, bs));
-        sum += (y[b].d * fp16_f16c(x[b].d)) * (float)isum - (y[b].d * fp16_f16c(x[b].dmin)) * (float)msum;
-    }
-    return sum;
-}
-
-// ---------------------------------------------------------------------------------------------
 // q8_0 x q8_0
 
 // acc[m] += (dx[m] * dy) * float(C[m]) for the 16 weight rows: the reference's steps, per token.
@@ -266,21 +135,18 @@ q8_0_block_sums(__m512 acc[TILE_M], const int32_t *c, const float *dx, __m512 dy
 AMX_TARGET void ft_gemm_q8_0_amx(int64_t n, const void *x, size_t bx, int nr, const void *y, size_t by,
                                  int nc, float *s, size_t ls) {
     if (nc < GEMM_TILE_MIN_TOKENS) {
-        for (int r = 0; r < nr; r++) // each weight row read once, from cache for the next tokens
-            for (int c = 0; c < nc; c++)
-                s[(size_t)c * ls + r] = dot_exact_q8_0(n, (const block_q8_0 *)((const uint8_t *)x + (size_t)r * bx),
-                                                       (const block_q8_0 *)((const uint8_t *)y + (size_t)c * by));
+        ft_gemm_few_q8_0(n, x, bx, nr, y, by, nc, s, ls);
         return;
     }
     const int64_t nb = n / QK8_0;
     const int nt = (nc + TILE_N - 1) / TILE_N;
-    uint8_t *p = scratch_get((size_t)nt * nb * (B_TILE_BYTES + TILE_N * 4) + (size_t)nb * (TILE_M * TILE_K + TILE_M * 4) +
+    uint8_t *p = ft_gemm_scratch((size_t)nt * nb * (B_TILE_BYTES + TILE_N * 4) + (size_t)nb * (TILE_M * TILE_K + TILE_M * 4) +
                              2 * TILE_M * TILE_N * 4 + 6 * 64);
-    uint8_t *bq = carve(&p, (size_t)nt * nb * B_TILE_BYTES); // (token tile, block): a B tile
-    float *bd = carve(&p, (size_t)nt * nb * TILE_N * 4);      // (token tile, block, token): scale
-    uint8_t *aq = carve(&p, (size_t)nb * TILE_M * TILE_K);    // (block, weight row): 32 codes
-    float *ad = carve(&p, (size_t)nb * TILE_M * 4);           // (block, weight row): scale
-    int32_t *c0 = carve(&p, TILE_M * TILE_N * 4), *c1 = carve(&p, TILE_M * TILE_N * 4);
+    uint8_t *bq = ft_gemm_carve(&p, (size_t)nt * nb * B_TILE_BYTES); // (token tile, block): a B tile
+    float *bd = ft_gemm_carve(&p, (size_t)nt * nb * TILE_N * 4);      // (token tile, block, token): scale
+    uint8_t *aq = ft_gemm_carve(&p, (size_t)nb * TILE_M * TILE_K);    // (block, weight row): 32 codes
+    float *ad = ft_gemm_carve(&p, (size_t)nb * TILE_M * 4);           // (block, weight row): scale
+    int32_t *c0 = ft_gemm_carve(&p, TILE_M * TILE_N * 4), *c1 = ft_gemm_carve(&p, TILE_M * TILE_N * 4);
 
     for (int t = 0; t < nt; t++)
         for (int64_t b = 0; b < nb; b++) {
@@ -423,27 +289,24 @@ static inline AMX_TARGET void unpack_q4_K(uint8_t *dst, const uint8_t *qs) {
 AMX_TARGET void ft_gemm_q4_K_amx(int64_t n, const void *x, size_t bx, int nr, const void *y, size_t by,
                                  int nc, float *s, size_t ls) {
     if (nc < GEMM_TILE_MIN_TOKENS) {
-        for (int r = 0; r < nr; r++) // each weight row read once, from cache for the next tokens
-            for (int c = 0; c < nc; c++)
-                s[(size_t)c * ls + r] = dot_exact_q4_K(n, (const block_q4_K *)((const uint8_t *)x + (size_t)r * bx),
-                                                       (const block_q8_K *)((const uint8_t *)y + (size_t)c * by));
+        ft_gemm_few_q4_K(n, x, bx, nr, y, by, nc, s, ls);
         return;
     }
     const int64_t nb = n / QK_K;
     const int nt = (nc + TILE_N - 1) / TILE_N;
     const size_t b_super = SUB_BLOCKS * B_TILE_BYTES; // B tiles of one (token tile, super-block)
-    uint8_t *p = scratch_get((size_t)nt * nb * (b_super + TILE_N * 4 + 4 * TILE_N * 4) +
+    uint8_t *p = ft_gemm_scratch((size_t)nt * nb * (b_super + TILE_N * 4 + 4 * TILE_N * 4) +
                              (size_t)nb * (TILE_M * SUPER_K + SUB_BLOCKS * TILE_M * 4 + 4 * TILE_M * 4 + 2 * TILE_M * 4) +
                              SUB_BLOCKS * TILE_M * TILE_N * 4 + 10 * 64);
-    uint8_t *bq = carve(&p, (size_t)nt * nb * b_super);                   // (token tile, super, sub): B tile
-    float *bd = carve(&p, (size_t)nt * nb * TILE_N * 4);                  // (token tile, super, token): d
-    uint32_t *bsum = carve(&p, (size_t)nt * nb * 4 * TILE_N * 4);         // (token tile, super, pair, token)
-    uint8_t *aq = carve(&p, (size_t)nb * TILE_M * SUPER_K);               // (super, weight row): 256 codes
-    int32_t *asc = carve(&p, (size_t)nb * SUB_BLOCKS * TILE_M * 4);       // (super, sub, weight row): scale
-    uint32_t *amin = carve(&p, (size_t)nb * 4 * TILE_M * 4);              // (super, pair, weight row): mins
-    float *adx = carve(&p, (size_t)nb * TILE_M * 4);                      // (super, weight row): d
-    float *admx = carve(&p, (size_t)nb * TILE_M * 4);                     // (super, weight row): dmin
-    int32_t *cs = carve(&p, SUB_BLOCKS * TILE_M * TILE_N * 4);            // (sub, weight row, token): C
+    uint8_t *bq = ft_gemm_carve(&p, (size_t)nt * nb * b_super);                   // (token tile, super, sub): B tile
+    float *bd = ft_gemm_carve(&p, (size_t)nt * nb * TILE_N * 4);                  // (token tile, super, token): d
+    uint32_t *bsum = ft_gemm_carve(&p, (size_t)nt * nb * 4 * TILE_N * 4);         // (token tile, super, pair, token)
+    uint8_t *aq = ft_gemm_carve(&p, (size_t)nb * TILE_M * SUPER_K);               // (super, weight row): 256 codes
+    int32_t *asc = ft_gemm_carve(&p, (size_t)nb * SUB_BLOCKS * TILE_M * 4);       // (super, sub, weight row): scale
+    uint32_t *amin = ft_gemm_carve(&p, (size_t)nb * 4 * TILE_M * 4);              // (super, pair, weight row): mins
+    float *adx = ft_gemm_carve(&p, (size_t)nb * TILE_M * 4);                      // (super, weight row): d
+    float *admx = ft_gemm_carve(&p, (size_t)nb * TILE_M * 4);                     // (super, weight row): dmin
+    int32_t *cs = ft_gemm_carve(&p, SUB_BLOCKS * TILE_M * TILE_N * 4);            // (sub, weight row, token): C
 
     for (int t = 0; t < nt; t++)
         for (int64_t b = 0; b < nb; b++) {
@@ -556,10 +419,10 @@ AMX_BF16_TARGET void ft_gemm_bf16_amx(int64_t n, const void *x, size_t bx, int n
     const int64_t nk = n / BF16_K;
     const int nt = ((nc + TILE_N - 1) / TILE_N + 1) & ~1; // token tiles, padded to pairs
     const size_t row_bytes = (size_t)n * 2;
-    uint8_t *p = scratch_get((size_t)nt * nk * BF16_B_TILE + 2 * TILE_M * row_bytes + TILE_M * TILE_N * 4 + 3 * 64);
-    uint8_t *bq = carve(&p, (size_t)nt * nk * BF16_B_TILE); // (token tile, step): a B tile
-    uint8_t *apad = carve(&p, 2 * TILE_M * row_bytes);      // a last partial pair of weight tiles
-    float *cbuf = carve(&p, TILE_M * TILE_N * 4);
+    uint8_t *p = ft_gemm_scratch((size_t)nt * nk * BF16_B_TILE + 2 * TILE_M * row_bytes + TILE_M * TILE_N * 4 + 3 * 64);
+    uint8_t *bq = ft_gemm_carve(&p, (size_t)nt * nk * BF16_B_TILE); // (token tile, step): a B tile
+    uint8_t *apad = ft_gemm_carve(&p, 2 * TILE_M * row_bytes);      // a last partial pair of weight tiles
+    float *cbuf = ft_gemm_carve(&p, TILE_M * TILE_N * 4);
 
     for (int t = 0; t < nt; t++)
         for (int64_t k = 0; k < nk; k++) {

@@ -36,6 +36,7 @@ static ft_quant_ops g_ops[FT_TYPE_COUNT] = {
 
 static const char *g_simd = "scalar";
 static bool g_amx;
+static const char *g_gemm = "none";
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
 // F16C is CPUID leaf 1, ECX bit 29 (clang 14's __builtin_cpu_supports does not know it; the
@@ -101,12 +102,20 @@ static void ops_init(void) {
     // the scalar reference's order, those per lane), so which rows take them is a function of
     // each row's own sequence chunk, never of a call's row count (backend.h, ft_backend.row_gemm):
     // a sequence computes the same bits alone or batched.
-    if (!ft_env_flag(FT_ENV_AMX) || (force && strcmp(force, "avx512") == 0)) return;
-    if (!ft_amx_init()) return;
-    g_amx = true;
-    g_ops[FT_TYPE_Q4_K].gemm = ft_gemm_q4_K_amx;
-    if (ft_amx_has_bf16()) g_ops[FT_TYPE_BF16].gemm = ft_gemm_bf16_amx;
-    g_ops[FT_TYPE_Q8_0].gemm = ft_gemm_q8_0_amx;
+    if (ft_env_flag(FT_ENV_AMX) && !(force && strcmp(force, "avx512") == 0) && ft_amx_init()) {
+        g_amx = true;
+        g_gemm = "amx";
+        g_ops[FT_TYPE_Q4_K].gemm = ft_gemm_q4_K_amx;
+        if (ft_amx_has_bf16()) g_ops[FT_TYPE_BF16].gemm = ft_gemm_bf16_amx;
+        g_ops[FT_TYPE_Q8_0].gemm = ft_gemm_q8_0_amx;
+        return;
+    }
+    // Without AMX (or with it turned off), the VNNI GEMMs: the same bits as AMX's, by the same
+    // per-row rule.
+    if (!ft_gemm_vnni_supported()) return;
+    g_gemm = "vnni";
+    g_ops[FT_TYPE_Q4_K].gemm = ft_gemm_q4_K_vnni;
+    g_ops[FT_TYPE_Q8_0].gemm = ft_gemm_q8_0_vnni;
 }
 
 const ft_quant_ops *ft_quant_ops_find(enum ft_type type) {
@@ -118,6 +127,11 @@ const ft_quant_ops *ft_quant_ops_find(enum ft_type type) {
 bool ft_quant_amx(void) {
     pthread_once(&g_once, ops_init);
     return g_amx;
+}
+
+const char *ft_quant_gemm_name(void) {
+    pthread_once(&g_once, ops_init);
+    return g_gemm;
 }
 
 const char *ft_quant_simd_name(void) {

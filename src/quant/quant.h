@@ -101,7 +101,7 @@ typedef struct ft_quant_ops {
     ft_vec_dot_fn vec_dot;           // fastest dot product on this CPU
     enum ft_type vec_dot_type;       // format the activations are quantized to for vec_dot
     ft_vec_dot_tile_fn vec_dot_tile; // vec_dot over a tile on this CPU; NULL: loop over vec_dot
-    // Prefill's GEMM on this CPU (AMX tiles), the tile contract but equal to vec_dot_ref to the
+    // Prefill's GEMM on this CPU (AMX tiles or AVX-512 VNNI), the tile contract but equal to vec_dot_ref to the
     // bit rather than to vec_dot (integer formats; bf16 sums in float: within
     // n * 2^-24 * sum |x_i y_i| of vec_dot_ref). Any nr, nc >= 1; each output depends only on
     // its own weight and activation rows, never on the others of the call. For the rows of
@@ -126,6 +126,11 @@ const char *ft_quant_simd_name(void);
 // bit-identical to the per-row kernels, so callers choose them per row by the row's own
 // sequence chunk (backend.h, ft_backend.row_gemm), never by a call's row count.
 bool ft_quant_amx(void);
+
+// Which GEMMs prefill's rows take (ft_quant_ops.gemm): "amx" (as ft_quant_amx), "vnni" (AVX-512
+// VNNI, q8_0 and q4_K, on CPUs without AMX or with FT_AMX=0; FT_SIMD=avx2 or scalar turns them
+// off) or "none".
+const char *ft_quant_gemm_name(void);
 
 // A sequence's chunk of this many tokens or more takes its type's gemm (ft_backend.row_gemm):
 // from here it beats vec_dot_tile.

@@ -1,0 +1,346 @@
+// gemm_vnni.c: prefill GEMMs with AVX-512 VNNI for q8_0 and q4_K weights, for CPUs without
+// AMX (see dot.h).
+//
+// Entered only through ft_quant_ops_find() after ops.c has seen the CPU support AVX-512 VNNI
+// (with F, BW, VL, DQ and F16C). Like the AMX GEMMs the integer sums are exact and the float
+// steps are the scalar reference's in its order, so every output equals ft_vec_dot_<type>_ref
+// to the bit (and the AMX GEMM's): a prefill computes the same logits on either kind of CPU.
+//
+// Layout: the 16 int32 lanes of a vector are 16 tokens. Per call the activations are packed
+// once, per 16 tokens and per 4 codes ("group"): 64 bytes holding each token's 4 codes in turn,
+// so one VPDPBUSD adds a weight row's 4 codes (broadcast) times 16 tokens' 4 codes. The
+// weights are read in place, ROWS rows at a time, into a small buffer of unsigned codes (q4_K:
+// its nibbles unpacked; q8_0: its codes plus 128, since VPDPBUSD's first operand is unsigned,
+// the 128 * (sum of the token's codes) then subtracted from each block's sum). Per block the
+// ROWS x 16 exact sums take the reference's float steps, 16 tokens to a register.
+// Thread-safe: each thread packs into its own scratch.
+#include "dot.h"
+#include "gemm_shared.h"
+#include "quant.h"
+#include "codec.h"
+#include "fp16.h"
+#include "../util/util.h"
+
+#include <immintrin.h>
+#include <string.h>
+
+#define VNNI_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")))
+
+// LANES tokens per vector; ROWS weight rows per pass over a vector's packed codes (the sums of
+// ROWS x 1 vectors stay in registers); below MIN_TOKENS tokens the per-(row, token) path is
+// faster than packing; a block of token vectors is packed to at most TOKEN_BLOCK_BYTES, so the
+// rows' passes over them hit the L2.
+enum { LANES = 16, ROWS = 8, GROUP = 4, MIN_TOKENS = 4, TOKEN_BLOCK_BYTES = 256 << 10 };
+
+bool ft_gemm_vnni_supported(void) {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+           __builtin_cpu_supports("avx512vnni");
+}
+
+// Row r's 4 codes at byte offset o of the row buffer, in every lane.
+static inline VNNI_TARGET __m512i bcast4(const uint8_t *p) {
+    int32_t v;
+    memcpy(&v, p, sizeof(v));
+    return _mm512_set1_epi32(v);
+}
+
+// Writes lanes [0, valid) of v (tokens c0.., one weight row r) to s[(c0 + l) * ls + r].
+static inline VNNI_TARGET void store_lanes(__m512 v, float *s, size_t ls, int r, int c0, int valid) {
+    float t[LANES];
+    _mm512_storeu_ps(t, v);
+    for (int l = 0; l < valid; l++)
+        s[(size_t)(c0 + l) * ls + (size_t)r] = t[l];
+}
+
+// Token vectors per block of the packing (at least 1).
+static int token_block(size_t vector_bytes) {
+    size_t v = TOKEN_BLOCK_BYTES / vector_bytes;
+    return v < 1 ? 1 : (int)v;
+}
+
+// ---------------------------------------------------------------------------------------------
+// q8_0 x q8_0
+//
+// Packed per (token vector, block): 8 groups of 64 bytes, then -128 * (each token's code sum)
+// as int32 (the start of the block's sums), then each token's scale as float.
+
+enum { Q8_GROUPS = QK8_0 / GROUP, Q8_PACKED = Q8_GROUPS * 64 + 2 * LANES * 4 };
+
+static VNNI_TARGET void pack_q8_0(uint8_t *dst, const void *y, size_t by, int c0, int nc, int64_t nb) {
+    for (int64_t b = 0; b < nb; b++) {
+        uint8_t *p = dst + (size_t)b * Q8_PACKED;
+        int32_t *start = (int32_t *)(p + Q8_GROUPS * 64);
+        float *d = (float *)(start + LANES);
+        for (int l = 0; l < LANES; l++) {
+            const int c = c0 + l;
+            if (c >= nc) {
+                for (int g = 0; g < Q8_GROUPS; g++)
+                    memset(p + g * 64 + l * GROUP, 0, GROUP);
+                start[l] = 0;
+                d[l] = 0.0f;
+                continue;
+            }
+            const block_q8_0 *yb = (const block_q8_0 *)((const uint8_t *)y + (size_t)c * by) + b;
+            int sum = 0;
+            for (int k = 0; k < QK8_0; k++)
+                sum += yb->qs[k];
+            for (int g = 0; g < Q8_GROUPS; g++)
+                memcpy(p + g * 64 + l * GROUP, yb->qs + g * GROUP, GROUP);
+            start[l] = -128 * sum;
+            d[l] = ft_fp16_to_fp32(yb->d);
+        }
+    }
+}
+
+// ROWS weight rows from x (rows past nr: zero codes and scales) as codes + 128 and float scales.
+static VNNI_TARGET void rows_q8_0(uint8_t *wq, float *wd, const uint8_t *x, size_t bx, int nr, int64_t nb) {
+    const __m256i flip = _mm256_set1_epi8((char)0x80);
+    for (int r = 0; r < ROWS; r++) {
+        uint8_t *q = wq + (size_t)r * nb * QK8_0;
+        if (r >= nr) {
+            memset(q, 0, (size_t)nb * QK8_0);
+            for (int64_t b = 0; b < nb; b++)
+                wd[b * ROWS + r] = 0.0f;
+            continue;
+        }
+        const block_q8_0 *xb = (const block_q8_0 *)(x + (size_t)r * bx);
+        for (int64_t b = 0; b < nb; b++) {
+            __m256i v = _mm256_loadu_si256((const __m256i *)xb[b].qs);
+            _mm256_storeu_si256((__m256i *)(q + b * QK8_0), _mm256_xor_si256(v, flip));
+            wd[b * ROWS + r] = _cvtsh_ss(xb[b].d);
+        }
+    }
+}
+
+// The ROWS rows against one token vector: per block the exact sums, then the reference's
+// sum += (dx * dy) * float(isum) per (row, token).
+static inline VNNI_TARGET void kernel_q8_0(const uint8_t *wq, const float *wd, const uint8_t *act, int64_t nb,
+                                           __m512 acc[ROWS]) {
+    for (int r = 0; r < ROWS; r++)
+        acc[r] = _mm512_setzero_ps();
+    const size_t row = (size_t)nb * QK8_0;
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *p = act + (size_t)b * Q8_PACKED;
+        const __m512i start = _mm512_loadu_si512((const void *)(p + Q8_GROUPS * 64));
+        const __m512 dy = _mm512_loadu_ps((const float *)(p + Q8_GROUPS * 64) + LANES);
+        __m512i sum[ROWS];
+#pragma GCC unroll 8
+        for (int r = 0; r < ROWS; r++)
+            sum[r] = start;
+#pragma GCC unroll 8
+        for (int g = 0; g < Q8_GROUPS; g++) {
+            const __m512i a = _mm512_loadu_si512((const void *)(p + g * 64));
+#pragma GCC unroll 8
+            for (int r = 0; r < ROWS; r++)
+                sum[r] = _mm512_dpbusd_epi32(sum[r], bcast4(wq + r * row + (size_t)b * QK8_0 + g * GROUP), a);
+        }
+#pragma GCC unroll 8
+        for (int r = 0; r < ROWS; r++) {
+            const __m512 d = _mm512_mul_ps(_mm512_set1_ps(wd[b * ROWS + r]), dy);
+            const __m512 t = _mm512_mul_ps(d, _mm512_cvtepi32_ps(sum[r]));
+            acc[r] = _mm512_add_ps(acc[r], t);
+        }
+    }
+}
+
+VNNI_TARGET void ft_gemm_q8_0_vnni(int64_t n, const void *x, size_t bx, int nr, const void *y, size_t by,
+                                   int nc, float *s, size_t ls) {
+    if (nc < MIN_TOKENS) {
+        ft_gemm_few_q8_0(n, x, bx, nr, y, by, nc, s, ls);
+        return;
+    }
+    const int64_t nb = n / QK8_0;
+    const int nv = (nc + LANES - 1) / LANES;
+    const size_t vbytes = (size_t)nb * Q8_PACKED;
+    const int tb = token_block(vbytes);
+    const int nvb = nv < tb ? nv : tb;
+    uint8_t *p = ft_gemm_scratch((size_t)nvb * vbytes + (size_t)ROWS * nb * (QK8_0 + 4) + 3 * 64);
+    uint8_t *act = ft_gemm_carve(&p, (size_t)nvb * vbytes);     // (vector, block): packed
+    uint8_t *wq = ft_gemm_carve(&p, (size_t)ROWS * nb * QK8_0); // (row, element): code + 128
+    float *wd = ft_gemm_carve(&p, (size_t)ROWS * nb * 4);       // (block, row): scale
+    for (int v0 = 0; v0 < nv; v0 += nvb) {
+        const int v1 = v0 + nvb < nv ? v0 + nvb : nv;
+        for (int v = v0; v < v1; v++)
+            pack_q8_0(act + (size_t)(v - v0) * vbytes, y, by, v * LANES, nc, nb);
+        for (int r0 = 0; r0 < nr; r0 += ROWS) {
+            const int mr = nr - r0 < ROWS ? nr - r0 : ROWS;
+            rows_q8_0(wq, wd, (const uint8_t *)x + (size_t)r0 * bx, bx, mr, nb);
+            for (int v = v0; v < v1; v++) {
+                __m512 acc[ROWS];
+                kernel_q8_0(wq, wd, act + (size_t)(v - v0) * vbytes, nb, acc);
+                const int valid = nc - v * LANES < LANES ? nc - v * LANES : LANES;
+                for (int r = 0; r < mr; r++)
+                    store_lanes(acc[r], s, ls, r0 + r, v * LANES, valid);
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// q4_K x q8_K
+//
+// Per super-block of 256 and per (weight row, token): isum = sum over the 8 sub-blocks of
+// scale_j * (its exact code products), msum = sum of min_j * (the token's codes of sub-block j
+// summed), and the reference's sum += (dy * dx) * float(isum) - (dy * dmin) * float(msum).
+// Packed per (token vector, super-block): 64 groups of 64 bytes, each token's scale as float,
+// then 4 words per token of its sub-block code sums in pairs (2i, 2i + 1) as int16 (at most
+// 32 * 127), which _mm512_madd_epi16 takes against the row's (min_2i, min_2i+1).
+
+enum { K_GROUPS = QK_K / GROUP, SUBS = QK_K / 32, K_PACKED = K_GROUPS * 64 + LANES * 4 + 4 * LANES * 4 };
+
+static VNNI_TARGET void pack_q8_K(uint8_t *dst, const void *y, size_t by, int c0, int nc, int64_t nb) {
+    for (int64_t b = 0; b < nb; b++) {
+        uint8_t *p = dst + (size_t)b * K_PACKED;
+        float *d = (float *)(p + K_GROUPS * 64);
+        uint32_t *bsum = (uint32_t *)(d + LANES);
+        for (int l = 0; l < LANES; l++) {
+            const int c = c0 + l;
+            if (c >= nc) {
+                for (int g = 0; g < K_GROUPS; g++)
+                    memset(p + g * 64 + l * GROUP, 0, GROUP);
+                d[l] = 0.0f;
+                for (int i = 0; i < 4; i++)
+                    bsum[i * LANES + l] = 0;
+                continue;
+            }
+            const block_q8_K *yb = (const block_q8_K *)((const uint8_t *)y + (size_t)c * by) + b;
+            for (int g = 0; g < K_GROUPS; g++)
+                memcpy(p + g * 64 + l * GROUP, yb->qs + g * GROUP, GROUP);
+            d[l] = yb->d;
+            for (int i = 0; i < 4; i++) {
+                const int16_t *bs = yb->bsums + 4 * i;
+                bsum[i * LANES + l] =
+                    (uint16_t)(int16_t)(bs[0] + bs[1]) | (uint32_t)(uint16_t)(int16_t)(bs[2] + bs[3]) << 16;
+            }
+        }
+    }
+}
+
+// Per (super-block, row) of the buffered rows: the 8 sub-block scales (int32, for the
+// multiply), the mins in pairs (as pack_q8_K's sums), d and dmin.
+typedef struct {
+    int32_t sc[SUBS];
+    uint32_t mn[4];
+    float d, dmin;
+} q4_K_row_scales;
+
+// ROWS weight rows from x (rows past nr: zero codes and scales) as one code per byte in element
+// order, with their scales.
+static VNNI_TARGET void rows_q4_K(uint8_t *wq, q4_K_row_scales *ws, const uint8_t *x, size_t bx, int nr,
+                                  int64_t nb) {
+    const __m256i m15 = _mm256_set1_epi8(0x0f);
+    for (int r = 0; r < ROWS; r++) {
+        uint8_t *q = wq + (size_t)r * nb * QK_K;
+        if (r >= nr) {
+            memset(q, 0, (size_t)nb * QK_K);
+            for (int64_t b = 0; b < nb; b++)
+                memset(&ws[b * ROWS + r], 0, sizeof(ws[0]));
+            continue;
+        }
+        const block_q4_K *xb = (const block_q4_K *)(x + (size_t)r * bx);
+        for (int64_t b = 0; b < nb; b++) {
+            for (int k = 0; k < 4; k++) {
+                __m256i v = _mm256_loadu_si256((const __m256i *)(xb[b].qs + 32 * k));
+                _mm256_storeu_si256((__m256i *)(q + b * QK_K + 64 * k), _mm256_and_si256(v, m15));
+                _mm256_storeu_si256((__m256i *)(q + b * QK_K + 64 * k + 32),
+                                    _mm256_and_si256(_mm256_srli_epi16(v, 4), m15));
+            }
+            q4_K_row_scales *w = &ws[b * ROWS + r];
+            uint8_t sc[SUBS], mn[SUBS];
+            for (int j = 0; j < SUBS; j++) {
+                ft_k4_scale_min(j, xb[b].scales, &sc[j], &mn[j]);
+                w->sc[j] = sc[j];
+            }
+            for (int i = 0; i < 4; i++)
+                w->mn[i] = mn[2 * i] | (uint32_t)mn[2 * i + 1] << 16;
+            w->d = _cvtsh_ss(xb[b].d);
+            w->dmin = _cvtsh_ss(xb[b].dmin);
+        }
+    }
+}
+
+static inline VNNI_TARGET void kernel_q4_K(const uint8_t *wq, const q4_K_row_scales *ws, const uint8_t *act,
+                                           int64_t nb, __m512 acc[ROWS]) {
+    for (int r = 0; r < ROWS; r++)
+        acc[r] = _mm512_setzero_ps();
+    const size_t row = (size_t)nb * QK_K;
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *p = act + (size_t)b * K_PACKED;
+        const q4_K_row_scales *w = ws + b * ROWS;
+        __m512i isum[ROWS];
+#pragma GCC unroll 8
+        for (int r = 0; r < ROWS; r++)
+            isum[r] = _mm512_setzero_si512();
+        for (int j = 0; j < SUBS; j++) {
+            __m512i sum[ROWS];
+#pragma GCC unroll 8
+            for (int r = 0; r < ROWS; r++)
+                sum[r] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+            for (int g = 0; g < 32 / GROUP; g++) {
+                const int k = j * (32 / GROUP) + g;
+                const __m512i a = _mm512_loadu_si512((const void *)(p + k * 64));
+#pragma GCC unroll 8
+                for (int r = 0; r < ROWS; r++)
+                    sum[r] =
+                        _mm512_dpbusd_epi32(sum[r], bcast4(wq + r * row + (size_t)b * QK_K + k * GROUP), a);
+            }
+#pragma GCC unroll 8
+            for (int r = 0; r < ROWS; r++)
+                isum[r] =
+                    _mm512_add_epi32(isum[r], _mm512_mullo_epi32(sum[r], _mm512_set1_epi32(w[r].sc[j])));
+        }
+        const __m512 dy = _mm512_loadu_ps((const float *)(p + K_GROUPS * 64));
+        const __m512i *bs = (const __m512i *)(p + K_GROUPS * 64 + LANES * 4);
+        const __m512i bs0 = _mm512_loadu_si512(bs), bs1 = _mm512_loadu_si512(bs + 1);
+        const __m512i bs2 = _mm512_loadu_si512(bs + 2), bs3 = _mm512_loadu_si512(bs + 3);
+#pragma GCC unroll 8
+        for (int r = 0; r < ROWS; r++) {
+            __m512i msum = _mm512_madd_epi16(_mm512_set1_epi32((int)w[r].mn[0]), bs0);
+            msum = _mm512_add_epi32(msum, _mm512_madd_epi16(_mm512_set1_epi32((int)w[r].mn[1]), bs1));
+            msum = _mm512_add_epi32(msum, _mm512_madd_epi16(_mm512_set1_epi32((int)w[r].mn[2]), bs2));
+            msum = _mm512_add_epi32(msum, _mm512_madd_epi16(_mm512_set1_epi32((int)w[r].mn[3]), bs3));
+            const __m512 t1 =
+                _mm512_mul_ps(_mm512_mul_ps(dy, _mm512_set1_ps(w[r].d)), _mm512_cvtepi32_ps(isum[r]));
+            const __m512 t2 =
+                _mm512_mul_ps(_mm512_mul_ps(dy, _mm512_set1_ps(w[r].dmin)), _mm512_cvtepi32_ps(msum));
+            acc[r] = _mm512_add_ps(acc[r], _mm512_sub_ps(t1, t2));
+        }
+    }
+}
+
+VNNI_TARGET void ft_gemm_q4_K_vnni(int64_t n, const void *x, size_t bx, int nr, const void *y, size_t by,
+                                   int nc, float *s, size_t ls) {
+    if (nc < MIN_TOKENS) {
+        ft_gemm_few_q4_K(n, x, bx, nr, y, by, nc, s, ls);
+        return;
+    }
+    const int64_t nb = n / QK_K;
+    const int nv = (nc + LANES - 1) / LANES;
+    const size_t vbytes = (size_t)nb * K_PACKED;
+    const int tb = token_block(vbytes);
+    const int nvb = nv < tb ? nv : tb;
+    uint8_t *p =
+        ft_gemm_scratch((size_t)nvb * vbytes + (size_t)ROWS * nb * (QK_K + sizeof(q4_K_row_scales)) + 3 * 64);
+    uint8_t *act = ft_gemm_carve(&p, (size_t)nvb * vbytes);                               // (vector, super)
+    uint8_t *wq = ft_gemm_carve(&p, (size_t)ROWS * nb * QK_K);                            // (row, element)
+    q4_K_row_scales *ws = ft_gemm_carve(&p, (size_t)ROWS * nb * sizeof(q4_K_row_scales)); // (super, row)
+    for (int v0 = 0; v0 < nv; v0 += nvb) {
+        const int v1 = v0 + nvb < nv ? v0 + nvb : nv;
+        for (int v = v0; v < v1; v++)
+            pack_q8_K(act + (size_t)(v - v0) * vbytes, y, by, v * LANES, nc, nb);
+        for (int r0 = 0; r0 < nr; r0 += ROWS) {
+            const int mr = nr - r0 < ROWS ? nr - r0 : ROWS;
+            rows_q4_K(wq, ws, (const uint8_t *)x + (size_t)r0 * bx, bx, mr, nb);
+            for (int v = v0; v < v1; v++) {
+                __m512 acc[ROWS];
+                kernel_q4_K(wq, ws, act + (size_t)(v - v0) * vbytes, nb, acc);
+                const int valid = nc - v * LANES < LANES ? nc - v * LANES : LANES;
+                for (int r = 0; r < mr; r++)
+                    store_lanes(acc[r], s, ls, r0 + r, v * LANES, valid);
+            }
+        }
+    }
+}
