@@ -363,7 +363,7 @@ static void bench_gemm(const char *filter) {
     }
     static const gemm_shape shapes[] = {{"expert", 768, 32}, {"dense", 2048, 512}};
     printf("\nprefill GEMMs (%s), 1 thread (CPU time): rows of %d elements, G multiply-adds/s, median of %d runs\n",
-           amx ? "AMX" : "AVX-512 VNNI", GEMM_ELEMS, RUNS);
+           amx ? "AMX" : "AVX-512 VNNI and BF16", GEMM_ELEMS, RUNS);
     printf("%-7s %-7s %6s %6s %10s %10s %9s\n", "type", "shape", "rows", "tokens", "tile GMAC", "gemm GMAC",
            "gemm/tile");
     const enum ft_type types[] = {FT_TYPE_Q8_0, FT_TYPE_Q4_K, FT_TYPE_BF16};
@@ -379,7 +379,10 @@ static void bench_gemm(const char *filter) {
                    : ft_amx_has_bf16()        ? ft_gemm_bf16_amx
                                               : NULL;
         else
-            gemm = types[i] == FT_TYPE_Q8_0 ? ft_gemm_q8_0_vnni : types[i] == FT_TYPE_Q4_K ? ft_gemm_q4_K_vnni : NULL;
+            gemm = types[i] == FT_TYPE_Q8_0          ? ft_gemm_q8_0_vnni
+                   : types[i] == FT_TYPE_Q4_K        ? ft_gemm_q4_K_vnni
+                   : ft_gemm_bf16_avx512_supported() ? ft_gemm_bf16_avx512
+                                                     : NULL;
         if (!gemm) continue;
         size_t bx = ft_row_bytes(types[i], GEMM_ELEMS), by = ft_row_bytes(ops->vec_dot_type, GEMM_ELEMS);
         // random codes and scales in every byte (the integer kernels have no data-dependent

@@ -82,6 +82,12 @@ void ft_gemm_q8_0_vnni(int64_t n, const void *x, size_t bx, int nr, const void *
 void ft_gemm_q4_K_vnni(int64_t n, const void *x, size_t bx, int nr, const void *y, size_t by, int nc, float *s,
                        size_t ls);
 
+// The AVX-512 BF16 GEMM (gemm_bf16.c; bf16 within n * 2^-24 * sum |x_i y_i| of the reference,
+// as the AMX one), for CPUs without AMX-BF16; entered only where ft_gemm_bf16_avx512_supported().
+bool ft_gemm_bf16_avx512_supported(void);
+void ft_gemm_bf16_avx512(int64_t n, const void *x, size_t bx, int nr, const void *y, size_t by, int nc, float *s,
+                         size_t ls);
+
 // AMX GEMMs (dot_amx.c; the gemm contract in quant.h: q8_0 and q4_K equal to the _ref dot
 // products to the bit), entered only after ft_amx_init() returned true. ft_amx_init checks the CPU and the
 // OS and asks Linux for the tile state (once per process).

@@ -111,11 +111,12 @@ static void ops_init(void) {
         return;
     }
     // Without AMX (or with it turned off), the VNNI GEMMs: the same bits as AMX's, by the same
-    // per-row rule.
+    // per-row rule; bf16 with AVX-512 BF16 (float sums in another order than AMX's).
     if (!ft_gemm_vnni_supported()) return;
     g_gemm = "vnni";
     g_ops[FT_TYPE_Q4_K].gemm = ft_gemm_q4_K_vnni;
     g_ops[FT_TYPE_Q8_0].gemm = ft_gemm_q8_0_vnni;
+    if (ft_gemm_bf16_avx512_supported()) g_ops[FT_TYPE_BF16].gemm = ft_gemm_bf16_avx512;
 }
 
 const ft_quant_ops *ft_quant_ops_find(enum ft_type type) {

@@ -128,8 +128,8 @@ const char *ft_quant_simd_name(void);
 bool ft_quant_amx(void);
 
 // Which GEMMs prefill's rows take (ft_quant_ops.gemm): "amx" (as ft_quant_amx), "vnni" (AVX-512
-// VNNI, q8_0 and q4_K, on CPUs without AMX or with FT_AMX=0; FT_SIMD=avx2 or scalar turns them
-// off) or "none".
+// VNNI for q8_0 and q4_K, and AVX-512 BF16 for bf16 where the CPU has it, on CPUs without AMX
+// or with FT_AMX=0; FT_SIMD=avx2 or scalar turns them off) or "none".
 const char *ft_quant_gemm_name(void);
 
 // A sequence's chunk of this many tokens or more takes its type's gemm (ft_backend.row_gemm):

@@ -191,6 +191,7 @@ void cpu_attention(ft_backend *be, const ft_attn_params *p) {
     // llama.cpp switches to a tiled kernel for batches of 64 queries or more over an f16
     // cache: q.k in f32 from the f16 keys, values accumulated in f32. We follow it.
     bool tiled = p->k_cache->type == FT_TYPE_F16 && p->n_tok >= FT_ATTN_TILED_MIN_TOK;
+    if (!c->base.reference && cpu_has_avx2() && tiled && cpu_attention_tiled(c, p)) return;
     if (!c->base.reference && cpu_has_avx2() && cpu_attention_fast(c, p, tiled)) return;
     attn_job j = {c, p, tiled};
     cpu_run(c, attn_worker, &j);

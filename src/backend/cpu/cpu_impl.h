@@ -74,6 +74,11 @@ static inline bool cpu_has_avx2(void) { return ft_quant_simd_name()[0] == 'a'; }
 // The fast attention (cpu_attn_avx2.c): false, having done nothing, for a case it does not
 // cover (then the reference path runs). tiled: llama.cpp's f32 path for large batches.
 bool cpu_attention_fast(cpu_backend *c, const ft_attn_params *p, bool tiled);
+// cpu_attn_tiled_avx2.c: the tiled path (f16 cache, FT_ATTN_TILED_MIN_TOK queries or more) in
+// blocks of keys; false where it does not apply. Needs AVX2 and cpu_attn_tiled_ws_floats of the
+// per-thread workspace.
+bool cpu_attention_tiled(cpu_backend *c, const ft_attn_params *p);
+size_t cpu_attn_tiled_ws_floats(int head_dim);
 
 // The fast gated DeltaNet pieces (cpu_delta_avx2.c), for head_dim % 8 == 0 and at most
 // CPU_DELTA_MAX_CONV taps (cpu_delta_fast_fits): the conv and SiLU of channels c0..c1 (a

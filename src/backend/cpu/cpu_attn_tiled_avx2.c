@@ -1,0 +1,241 @@
+// cpu_attn_tiled_avx2.c: prefill attention over an f16 cache in blocks, for batches of
+// FT_ATTN_TILED_MIN_TOK queries or more (llama.cpp's tiled path: scores and sums in f32).
+//
+// One work item is a tile of query tokens and one KV head: its rows are every query head of
+// that head's group for each token of the tile (at most ROWS). Per block of KEYS keys (gathered
+// through the block table and converted to f32 once for all rows):
+//   1. scores S = q . k times the scale, 4 rows x 4 keys per step in 8-lane FMAs, masked to
+//      -inf past a row's own position and before its window;
+//   2. per row, the block's maximum; a new maximum rescales the row's sum of values and its
+//      softmax denominator (as llama.cpp's tiled kernel does per block), then P = exp(S - max)
+//      in 8-lane exponentials and the denominator grows by the sum of P;
+//   3. the rows' sums of values += P V, 4 rows x 16 elements per step.
+// Items go to threads round-robin in token order, which balances the causal triangle.
+#include "cpu_impl.h"
+#include "../../quant/fp16.h"
+
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
+#elif defined(__GNUC__)
+#pragma GCC target("avx2,fma,f16c")
+#endif
+
+#include "cpu_avx2.h"
+
+enum { ROWS = 64, KEYS = 64 };
+
+size_t cpu_attn_tiled_ws_floats(int head_dim) {
+    return (size_t)ROWS * head_dim * 2 + (size_t)KEYS * head_dim * 2 + (size_t)ROWS * KEYS + 3 * ROWS + 64;
+}
+
+// e^x for x <= 0 (and -inf) in 8 lanes: x = n ln 2 + r with |r| <= ln 2 / 2, e^r by Cephes'
+// polynomial (about 1 ulp), times 2^n from the exponent bits; below -87 (where e^x leaves the
+// normal floats) 0.
+static inline __m256 exp8_nonpositive(__m256 x) {
+    const __m256 lo = _mm256_set1_ps(-87.0f);
+    const __m256 zero_mask = _mm256_cmp_ps(x, lo, _CMP_GE_OQ); // false for -inf, NaN and tiny
+    x = _mm256_max_ps(x, lo);
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_and_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(e)), zero_mask);
+}
+
+// Four sums of 8 lanes each, as one vector of 4.
+static inline __m128 hsum4x8(__m256 a, __m256 b, __m256 c, __m256 d) {
+    __m256 ab = _mm256_hadd_ps(a, b), cd = _mm256_hadd_ps(c, d);
+    __m256 s = _mm256_hadd_ps(ab, cd); // a0+a1+a2+a3 b.. c.. d.. | the high halves
+    return _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+}
+
+// S[r][k] = scale * q_r . k_k for rows [0, nr) (a multiple of 4, padded) and keys [0, nk)
+// (a multiple of 4, padded), q row-major (ROWS, hd), kb row-major (KEYS, hd).
+static void scores(const float *q, const float *kb, int nr, int nk, int hd, float scale, float *S) {
+    const __m128 sc = _mm_set1_ps(scale);
+    for (int r = 0; r < nr; r += 4)
+        for (int k = 0; k < nk; k += 4) {
+            __m256 a[4][4];
+            for (int i = 0; i < 4; i++)
+                for (int j = 0; j < 4; j++)
+                    a[i][j] = _mm256_setzero_ps();
+            for (int d = 0; d < hd; d += 8) {
+                __m256 kv[4], qv[4];
+                for (int j = 0; j < 4; j++)
+                    kv[j] = _mm256_loadu_ps(kb + (size_t)(k + j) * hd + d);
+                for (int i = 0; i < 4; i++)
+                    qv[i] = _mm256_loadu_ps(q + (size_t)(r + i) * hd + d);
+                for (int i = 0; i < 4; i++)
+                    for (int j = 0; j < 4; j++)
+                        a[i][j] = _mm256_fmadd_ps(qv[i], kv[j], a[i][j]);
+            }
+            for (int i = 0; i < 4; i++)
+                _mm_storeu_ps(S + (size_t)(r + i) * KEYS + k,
+                              _mm_mul_ps(hsum4x8(a[i][0], a[i][1], a[i][2], a[i][3]), sc));
+        }
+}
+
+// acc[r] += sum_k P[r][k] v_k for rows [0, nr) (a multiple of 4) over keys [0, nk).
+static void add_values(const float *P, const float *vb, int nr, int nk, int hd, float *acc) {
+    for (int r = 0; r < nr; r += 4)
+        for (int d = 0; d < hd; d += 16) {
+            __m256 a[4][2];
+            for (int i = 0; i < 4; i++)
+                for (int h = 0; h < 2; h++)
+                    a[i][h] = _mm256_loadu_ps(acc + (size_t)(r + i) * hd + d + 8 * h);
+            for (int k = 0; k < nk; k++) {
+                __m256 v0 = _mm256_loadu_ps(vb + (size_t)k * hd + d),
+                       v1 = _mm256_loadu_ps(vb + (size_t)k * hd + d + 8);
+                for (int i = 0; i < 4; i++) {
+                    __m256 p = _mm256_broadcast_ss(P + (size_t)(r + i) * KEYS + k);
+                    a[i][0] = _mm256_fmadd_ps(p, v0, a[i][0]);
+                    a[i][1] = _mm256_fmadd_ps(p, v1, a[i][1]);
+                }
+            }
+            for (int i = 0; i < 4; i++)
+                for (int h = 0; h < 2; h++)
+                    _mm256_storeu_ps(acc + (size_t)(r + i) * hd + d + 8 * h, a[i][h]);
+        }
+}
+
+// An f16 row of hd (a multiple of 8) to f32.
+static inline void row_to_f32(const uint8_t *src, float *dst, int hd) {
+    for (int d = 0; d < hd; d += 8)
+        _mm256_storeu_ps(dst + d, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + 2 * (size_t)d))));
+}
+
+typedef struct {
+    cpu_backend *c;
+    const ft_attn_params *p;
+    int tile_tok; // query tokens per item
+} tiled_job;
+
+static void tiled_worker(void *ctx, int ith, int nth) {
+    tiled_job *j = ctx;
+    const ft_attn_params *p = j->p;
+    const int hd = p->head_dim, group = p->n_head / p->n_head_kv, tt = j->tile_tok;
+    float *q = j->c->attn_ws + (size_t)ith * j->c->attn_ws_per_thread; // (ROWS, hd)
+    float *acc = q + (size_t)ROWS * hd;                                // (ROWS, hd)
+    float *kb = acc + (size_t)ROWS * hd;                               // (KEYS, hd)
+    float *vb = kb + (size_t)KEYS * hd;                                // (KEYS, hd)
+    float *S = vb + (size_t)KEYS * hd;                                 // (ROWS, KEYS): scores, then P
+    float *M = S + (size_t)ROWS * KEYS, *L = M + ROWS;
+    int *qpos = (int *)(L + ROWS);
+    const size_t krow = ft_row_bytes(p->k_cache->type, hd), vrow = ft_row_bytes(p->v_cache->type, hd);
+
+    const int n_tiles = (p->n_tok + tt - 1) / tt;
+    for (int64_t it = ith; it < (int64_t)n_tiles * p->n_head_kv; it += nth) {
+        const int t0 = (int)(it / p->n_head_kv) * tt, hk = (int)(it % p->n_head_kv);
+        const int nt = FT_MIN(tt, p->n_tok - t0), nr = nt * group, nr4 = (nr + 3) & ~3;
+        // row tl * group + g: token t0 + tl, query head hk * group + g; rows past nr are zero
+        for (int tl = 0; tl < nt; tl++)
+            memcpy(q + (size_t)tl * group * hd,
+                   p->q + ((size_t)(t0 + tl) * p->n_head + (size_t)hk * group) * hd,
+                   (size_t)group * hd * sizeof(float));
+        memset(q + (size_t)nr * hd, 0, (size_t)(nr4 - nr) * hd * sizeof(float));
+        memset(acc, 0, (size_t)nr4 * hd * sizeof(float));
+        for (int r = 0; r < nr4; r++) {
+            M[r] = -INFINITY;
+            L[r] = 0.0f;
+            qpos[r] = r < nr ? p->pos0 + t0 + r / group : -1;
+        }
+        const int first = p->pos0 + t0, last = p->pos0 + t0 + nt - 1;
+        const int kmin = p->window > 0 ? FT_MAX(0, first - p->window + 1) : 0;
+        int64_t off = 0, walked = -1;
+        for (int k0 = kmin; k0 <= last; k0 += KEYS) {
+            const int nk = FT_MIN(KEYS, last - k0 + 1), nk4 = (nk + 3) & ~3;
+            for (int i = 0; i < nk; i++) {
+                size_t row = (size_t)ft_kv_row_walk(p->blocks, k0 + i, &off, &walked);
+                row_to_f32((const uint8_t *)p->k_cache->data + row * p->k_cache->row_bytes + hk * krow,
+                           kb + (size_t)i * hd, hd);
+                row_to_f32((const uint8_t *)p->v_cache->data + row * p->v_cache->row_bytes + hk * vrow,
+                           vb + (size_t)i * hd, hd);
+            }
+            memset(kb + (size_t)nk * hd, 0, (size_t)(nk4 - nk) * hd * sizeof(float));
+            memset(vb + (size_t)nk * hd, 0, (size_t)(nk4 - nk) * hd * sizeof(float));
+            scores(q, kb, nr4, nk4, hd, p->scale, S);
+            // the keys each row sees: [its window's start, its own position]
+            const bool all_visible = k0 + nk - 1 <= first && (p->window <= 0 || k0 >= last - p->window + 1);
+            for (int r = 0; r < nr; r++) {
+                float *s = S + (size_t)r * KEYS;
+                if (!all_visible) {
+                    const int lo = p->window > 0 ? qpos[r] - p->window + 1 : 0;
+                    for (int k = 0; k < nk; k++)
+                        if (k0 + k > qpos[r] || k0 + k < lo) s[k] = -INFINITY;
+                }
+                for (int k = nk; k < nk4; k++)
+                    s[k] = -INFINITY;
+                __m256 m8 = _mm256_set1_ps(-INFINITY);
+                int k = 0;
+                for (; k + 8 <= nk4; k += 8)
+                    m8 = _mm256_max_ps(m8, _mm256_loadu_ps(s + k));
+                __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m8), _mm256_extractf128_ps(m8, 1));
+                if (k < nk4) m4 = _mm_max_ps(m4, _mm_loadu_ps(s + k));
+                m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+                const float bmax = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
+                if (bmax == -INFINITY) { // nothing visible in this block
+                    memset(s, 0, (size_t)nk4 * sizeof(float));
+                    continue;
+                }
+                if (bmax > M[r]) {
+                    const float ms = expf(M[r] - bmax);
+                    M[r] = bmax;
+                    L[r] *= ms;
+                    float *a = acc + (size_t)r * hd;
+                    const __m256 f = _mm256_set1_ps(ms);
+                    for (int d = 0; d < hd; d += 8)
+                        _mm256_storeu_ps(a + d, _mm256_mul_ps(_mm256_loadu_ps(a + d), f));
+                }
+                const __m256 mx = _mm256_set1_ps(M[r]);
+                __m256 sum8 = _mm256_setzero_ps();
+                for (k = 0; k + 8 <= nk4; k += 8) {
+                    __m256 e = exp8_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(s + k), mx));
+                    _mm256_storeu_ps(s + k, e);
+                    sum8 = _mm256_add_ps(sum8, e);
+                }
+                float sum = hsum8(sum8);
+                for (; k < nk4; k++) { // a last 4 keys
+                    s[k] = s[k] == -INFINITY ? 0.0f : expf(s[k] - M[r]);
+                    sum += s[k];
+                }
+                L[r] += sum;
+            }
+            for (int r = nr; r < nr4; r++)
+                memset(S + (size_t)r * KEYS, 0, (size_t)nk4 * sizeof(float));
+            add_values(S, vb, nr4, nk, hd, acc);
+        }
+        for (int r = 0; r < nr; r++) {
+            const float inv = L[r] == 0.0f ? 0.0f : 1.0f / L[r];
+            const float *a = acc + (size_t)r * hd;
+            float *o = p->out + ((size_t)(t0 + r / group) * p->n_head + (size_t)hk * group + r % group) * hd;
+            for (int d = 0; d < hd; d++)
+                o[d] = a[d] * inv;
+        }
+    }
+}
+
+bool cpu_attention_tiled(cpu_backend *c, const ft_attn_params *p) {
+    const int group = p->n_head / p->n_head_kv;
+    if (p->k_cache->type != FT_TYPE_F16 || p->v_cache->type != FT_TYPE_F16) return false;
+    if (group > ROWS || p->head_dim % 16 != 0) return false;
+    if (cpu_attn_tiled_ws_floats(p->head_dim) > c->attn_ws_per_thread) return false;
+    tiled_job j = {c, p, ROWS / group};
+    cpu_run(c, tiled_worker, &j);
+    return true;
+}
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#endif
