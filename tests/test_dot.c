@@ -211,7 +211,7 @@ static uint64_t case_seed(const dot_case *c, int k) {
 
 // ---------------------------------------------------------------------------------------------
 // The ops table hands out these functions: the ref always, AVX2 exactly when the CPU has it;
-// the name says avx512 where AVX-512BW tiles are in use too.
+// the name says avx512 where the CPU has AVX-512BW (its tiles are in use too, except on Zen 4).
 
 TEST(dot_ops_dispatch) {
     const char *force = getenv("FT_SIMD");
@@ -222,10 +222,16 @@ TEST(dot_ops_dispatch) {
                   __builtin_cpu_supports("avx512dq");
     CHECK(strcmp(ft_quant_simd_name(), avx512 ? "avx512" : avx2 ? "avx2" : "scalar") == 0, "simd %s",
           ft_quant_simd_name());
-    // decode's q8_0 matvec: VNNI where the CPU has it, and never when FT_SIMD=avx2 forces AVX2
-    bool vnni = avx512 && __builtin_cpu_supports("avx512vnni");
+    // decode's q8_0 matvec: VNNI where the CPU has it, and never when FT_SIMD=avx2 forces AVX2;
+    // Zen 4 keeps the AVX2 tiles unless FT_SIMD=avx512
+    bool tiles512 = avx512 && (!ft_quant_zen4() || (force && strcmp(force, "avx512") == 0));
+    bool vnni = tiles512 && __builtin_cpu_supports("avx512vnni");
     CHECK((ft_quant_ops_find(FT_TYPE_Q8_0)->vec_dot_tile == ft_vec_dot_tile_q8_0_vnni) == vnni, "q8_0 tile");
     CHECK((ft_quant_ops_find(FT_TYPE_Q4_K)->vec_dot_tile == ft_vec_dot_tile_q4_K_vnni) == vnni, "q4_K tile");
+    if (avx2 && !tiles512)
+        CHECK(ft_quant_ops_find(FT_TYPE_Q8_0)->vec_dot_tile == ft_vec_dot_tile_q8_0_avx2 &&
+                  ft_quant_ops_find(FT_TYPE_Q4_K)->vec_dot_tile == ft_vec_dot_tile_q4_K_avx2,
+              "AVX2 tiles (zen4 %d)", ft_quant_zen4());
     for (size_t i = 0; i < FT_ARRAY_LEN(g_cases); i++) {
         const dot_case *c = &g_cases[i];
         const ft_quant_ops *ops = ft_quant_ops_find(c->type);

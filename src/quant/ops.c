@@ -46,6 +46,14 @@ static bool cpu_has_f16c(void) {
     return __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29));
 }
 
+bool ft_quant_zen4(void) {
+    unsigned a, b, c, d;
+    if (!__get_cpuid(0, &a, &b, &c, &d) || b != 0x68747541u) return false; // "Auth"enticAMD
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return false;
+    unsigned family = (a >> 8 & 0xf) + (a >> 20 & 0xff);
+    return family == 0x19 && __builtin_cpu_supports("avx512f"); // Zen 3 is 0x19 too, without AVX-512
+}
+
 static void ops_init(void) {
     const char *force = ft_env_str(FT_ENV_SIMD);
     if (force && strcmp(force, "scalar") == 0) return;
@@ -91,11 +99,16 @@ static void ops_init(void) {
           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")))
         return;
     g_simd = "avx512";
-    g_ops[FT_TYPE_Q4_K].vec_dot_tile = ft_vec_dot_tile_q4_K_avx512;
-    g_ops[FT_TYPE_Q8_0].vec_dot_tile = ft_vec_dot_tile_q8_0_avx512;
-    if (__builtin_cpu_supports("avx512vnni")) {
-        g_ops[FT_TYPE_Q8_0].vec_dot_tile = ft_vec_dot_tile_q8_0_vnni;
-        g_ops[FT_TYPE_Q4_K].vec_dot_tile = ft_vec_dot_tile_q4_K_vnni;
+    // Zen 4 runs 512-bit instructions as two 256-bit halves: there the AVX2 tiles are as fast
+    // from the cache and nearly twice as fast streaming weights from memory (decode), so it
+    // keeps them unless FT_SIMD=avx512 asks (docs/performance.md); its GEMMs stay AVX-512.
+    if (!ft_quant_zen4() || (force && strcmp(force, "avx512") == 0)) {
+        g_ops[FT_TYPE_Q4_K].vec_dot_tile = ft_vec_dot_tile_q4_K_avx512;
+        g_ops[FT_TYPE_Q8_0].vec_dot_tile = ft_vec_dot_tile_q8_0_avx512;
+        if (__builtin_cpu_supports("avx512vnni")) {
+            g_ops[FT_TYPE_Q8_0].vec_dot_tile = ft_vec_dot_tile_q8_0_vnni;
+            g_ops[FT_TYPE_Q4_K].vec_dot_tile = ft_vec_dot_tile_q4_K_vnni;
+        }
     }
     // Prefill's GEMMs on AMX tiles where the CPU and OS have them (FT_AMX=0 keeps them off, as
     // FT_SIMD=avx512 or avx2 do). They are not bit-identical to the AVX kernels (they sum in

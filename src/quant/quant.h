@@ -120,6 +120,9 @@ const ft_quant_ops *ft_quant_ops_find(enum ft_type type);
 // tests and benchmarks).
 const char *ft_quant_simd_name(void);
 
+// True on AMD Zen 4 (family 19h with AVX-512), which keeps the AVX2 tile kernels (ops.c).
+bool ft_quant_zen4(void);
+
 // True where prefill's GEMMs run on AMX tiles (ft_quant_ops.gemm: q8_0, q4_K, and bf16 with
 // AMX-BF16): the CPU has AMX-INT8 and AVX-512BW, the OS grants the tile state, FT_AMX=0 does
 // not turn them off and FT_SIMD does not force avx2, avx512 or scalar. They are not
