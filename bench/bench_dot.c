@@ -366,14 +366,16 @@ static void bench_gemm(const char *filter) {
            amx ? "AMX" : "AVX-512 VNNI and BF16", GEMM_ELEMS, RUNS);
     printf("%-7s %-7s %6s %6s %10s %10s %9s\n", "type", "shape", "rows", "tokens", "tile GMAC", "gemm GMAC",
            "gemm/tile");
-    const enum ft_type types[] = {FT_TYPE_Q8_0, FT_TYPE_Q4_K, FT_TYPE_BF16};
+    const enum ft_type types[] = {FT_TYPE_Q8_0, FT_TYPE_Q4_K, FT_TYPE_Q5_K, FT_TYPE_Q6_K, FT_TYPE_BF16};
     for (size_t i = 0; i < FT_ARRAY_LEN(types); i++) {
         if (filter && !strstr(ft_type_name(types[i]), filter)) continue;
         const ft_quant_ops *ops = ft_quant_ops_find(types[i]);
         // FT_AMX=0 turns the AMX GEMMs off (ops.c): timed whether dispatched or not; the VNNI
         // ones where there is no AMX
         ft_vec_dot_tile_fn gemm = NULL;
-        if (amx)
+        if (types[i] == FT_TYPE_Q5_K || types[i] == FT_TYPE_Q6_K) // VNNI's on either kind
+            gemm = !vnni ? NULL : types[i] == FT_TYPE_Q5_K ? ft_gemm_q5_K_vnni : ft_gemm_q6_K_vnni;
+        else if (amx)
             gemm = types[i] == FT_TYPE_Q8_0   ? ft_gemm_q8_0_amx
                    : types[i] == FT_TYPE_Q4_K ? ft_gemm_q4_K_amx
                    : ft_amx_has_bf16()        ? ft_gemm_bf16_amx

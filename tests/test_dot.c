@@ -430,8 +430,8 @@ TEST(dot_tile_matvec_rows) {
     }
 }
 
-// 2d. Prefill's GEMMs (AMX, or AVX-512 VNNI and BF16 where the CPU has no AMX): q8_0 and q4_K
-// equal to the reference dot products to the bit (exact integer block sums, the reference's float
+// 2d. Prefill's GEMMs (AMX, or AVX-512 VNNI and BF16 where the CPU has no AMX): q8_0, q4_K, q5_K
+// and q6_K equal to the reference dot products to the bit (exact integer block sums, the reference's float
 // steps in its order); bf16 within n * 2^-24 * S of the reference's double sum (S = sum |x_i y_i|:
 // float sums with at most one rounding per element, each within 2^-24 of a partial sum bounded
 // by S; AMX rounds once per 32-element step, VDPBF16PS at most once per product). Each output also equals, to the bit, the same output
@@ -448,6 +448,8 @@ static ft_vec_dot_tile_fn gemm_kernel(enum ft_type t, bool vnni) {
         if (!ft_gemm_vnni_supported() || !cpu_has_avx2()) return NULL;
         return t == FT_TYPE_Q8_0   ? ft_gemm_q8_0_vnni
                : t == FT_TYPE_Q4_K ? ft_gemm_q4_K_vnni
+               : t == FT_TYPE_Q5_K ? ft_gemm_q5_K_vnni
+               : t == FT_TYPE_Q6_K ? ft_gemm_q6_K_vnni
                : t == FT_TYPE_BF16 && ft_gemm_bf16_avx512_supported() ? ft_gemm_bf16_avx512
                                                                       : NULL;
     }
@@ -466,12 +468,13 @@ TEST(dot_gemm_vs_ref) {
     const char *kind = ft_quant_gemm_name();
     for (size_t i = 0; i < FT_ARRAY_LEN(g_cases); i++) {
         const ft_quant_ops *q = ft_quant_ops_find(g_cases[i].type);
-        // AMX: q8_0, q4_K and bf16 (with AMX-BF16); VNNI: q8_0, q4_K and bf16 (with AVX-512 BF16)
+        // AMX: q8_0, q4_K and bf16 (with AMX-BF16), and VNNI's q5_K and q6_K; VNNI: q8_0, q4_K,
+        // q5_K, q6_K and bf16 (with AVX-512 BF16)
         enum ft_type t = g_cases[i].type;
         bool int8 = t == FT_TYPE_Q4_K || t == FT_TYPE_Q8_0;
-        bool bf16 = t == FT_TYPE_BF16;
-        bool want = ft_quant_amx() ? int8 || (bf16 && ft_amx_has_bf16())
-                                   : !strcmp(kind, "vnni") && (int8 || (bf16 && ft_gemm_bf16_avx512_supported()));
+        bool bf16 = t == FT_TYPE_BF16, k56 = t == FT_TYPE_Q5_K || t == FT_TYPE_Q6_K;
+        bool want = ft_quant_amx() ? int8 || (bf16 && ft_amx_has_bf16()) || (k56 && ft_gemm_vnni_supported())
+                                   : !strcmp(kind, "vnni") && (int8 || k56 || (bf16 && ft_gemm_bf16_avx512_supported()));
         CHECK((q->gemm != NULL) == want, "%s gemm (%s)", ft_type_name(t), kind);
     }
     const char *amx = getenv("FT_AMX");

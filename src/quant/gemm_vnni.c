@@ -1,5 +1,5 @@
-// gemm_vnni.c: prefill GEMMs with AVX-512 VNNI for q8_0 and q4_K weights, for CPUs without
-// AMX (see dot.h).
+// gemm_vnni.c: prefill GEMMs with AVX-512 VNNI for q8_0, q4_K, q5_K and q6_K weights, for CPUs
+// without AMX (see dot.h); q5_K and q6_K also where there is AMX, which has no GEMM for them.
 //
 // Entered only through ft_quant_ops_find() after ops.c has seen the CPU support AVX-512 VNNI
 // (with F, BW, VL, DQ and F16C). Like the AMX GEMMs the integer sums are exact and the float
@@ -179,21 +179,25 @@ VNNI_TARGET void ft_gemm_q8_0_vnni(int64_t n, const void *x, size_t bx, int nr, 
 }
 
 // ---------------------------------------------------------------------------------------------
-// q4_K x q8_K
+// K-quants x q8_K
 //
-// Per super-block of 256 and per (weight row, token): isum = sum over the 8 sub-blocks of
-// scale_j * (its exact code products), msum = sum of min_j * (the token's codes of sub-block j
-// summed), and the reference's sum += (dy * dx) * float(isum) - (dy * dmin) * float(msum).
-// Packed per (token vector, super-block): 64 groups of 64 bytes, each token's scale as float,
-// then 4 words per token of its sub-block code sums in pairs (2i, 2i + 1) as int16 (at most
-// 32 * 127), which _mm512_madd_epi16 takes against the row's (min_2i, min_2i+1).
+// Activations, per (token vector, super-block of 256): 64 groups of 64 bytes, each token's scale
+// as float, then words of the token's code sums in int16 pairs, which _mm512_madd_epi16 takes
+// against a row's int16 pairs of mins or scales: q4_K and q5_K 4 words of sub-block sums of 32
+// (2i, 2i + 1; at most 32 * 127 each), q6_K 8 words of the sums of 16 (bsums 2i, 2i + 1).
 
-enum { K_GROUPS = QK_K / GROUP, SUBS = QK_K / 32, K_PACKED = K_GROUPS * 64 + LANES * 4 + 4 * LANES * 4 };
+enum { K_GROUPS = QK_K / GROUP, K_CODES = K_GROUPS * 64 };
 
-static VNNI_TARGET void pack_q8_K(uint8_t *dst, const void *y, size_t by, int c0, int nc, int64_t nb) {
+static size_t k_packed(int pairs) {
+    return K_CODES + LANES * 4 + (size_t)pairs * LANES * 4;
+}
+
+static VNNI_TARGET void pack_q8_K(uint8_t *dst, const void *y, size_t by, int c0, int nc, int64_t nb,
+                                  int pairs) {
+    const size_t stride = k_packed(pairs);
     for (int64_t b = 0; b < nb; b++) {
-        uint8_t *p = dst + (size_t)b * K_PACKED;
-        float *d = (float *)(p + K_GROUPS * 64);
+        uint8_t *p = dst + (size_t)b * stride;
+        float *d = (float *)(p + K_CODES);
         uint32_t *bsum = (uint32_t *)(d + LANES);
         for (int l = 0; l < LANES; l++) {
             const int c = c0 + l;
@@ -201,7 +205,7 @@ static VNNI_TARGET void pack_q8_K(uint8_t *dst, const void *y, size_t by, int c0
                 for (int g = 0; g < K_GROUPS; g++)
                     memset(p + g * 64 + l * GROUP, 0, GROUP);
                 d[l] = 0.0f;
-                for (int i = 0; i < 4; i++)
+                for (int i = 0; i < pairs; i++)
                     bsum[i * LANES + l] = 0;
                 continue;
             }
@@ -209,28 +213,92 @@ static VNNI_TARGET void pack_q8_K(uint8_t *dst, const void *y, size_t by, int c0
             for (int g = 0; g < K_GROUPS; g++)
                 memcpy(p + g * 64 + l * GROUP, yb->qs + g * GROUP, GROUP);
             d[l] = yb->d;
-            for (int i = 0; i < 4; i++) {
-                const int16_t *bs = yb->bsums + 4 * i;
-                bsum[i * LANES + l] =
-                    (uint16_t)(int16_t)(bs[0] + bs[1]) | (uint32_t)(uint16_t)(int16_t)(bs[2] + bs[3]) << 16;
+            const int per = 16 / pairs / 2; // bsums of 16 per half of a word
+            for (int i = 0; i < pairs; i++) {
+                int lo = 0, hi = 0;
+                for (int k = 0; k < per; k++) {
+                    lo += yb->bsums[2 * per * i + k];
+                    hi += yb->bsums[2 * per * i + per + k];
+                }
+                bsum[i * LANES + l] = (uint16_t)(int16_t)lo | (uint32_t)(uint16_t)(int16_t)hi << 16;
             }
         }
     }
 }
 
+// The rows' codes, one per byte in element order, ROWS rows of n: 4 per group broadcast to the
+// 16 tokens of a vector against its packed group; the exact sum of one sub-block of `groups`
+// groups, per row, into sum[r].
+static inline __attribute__((always_inline)) VNNI_TARGET void sub_block_sums(const uint8_t *wq, size_t row,
+                                                                             size_t at, const uint8_t *p,
+                                                                             int g0, int groups,
+                                                                             __m512i sum[ROWS]) {
+#pragma GCC unroll 8
+    for (int r = 0; r < ROWS; r++)
+        sum[r] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+    for (int g = g0; g < g0 + groups; g++) {
+        const __m512i a = _mm512_loadu_si512((const void *)(p + g * 64));
+#pragma GCC unroll 8
+        for (int r = 0; r < ROWS; r++)
+            sum[r] = _mm512_dpbusd_epi32(sum[r], bcast4(wq + r * row + at + g * GROUP), a);
+    }
+}
+
+// Token vectors [v0, v1) of y packed into act, the call's rows in passes of ROWS: rows_fn
+// unpacks a pass into the row buffers, kernel computes it against one vector.
+#define K_GEMM_LOOP(pairs, rows_fn, kernel)                                                                  \
+    do {                                                                                                     \
+        const int64_t nb = n / QK_K;                                                                         \
+        const int nv = (nc + LANES - 1) / LANES;                                                             \
+        const size_t vbytes = (size_t)nb * k_packed(pairs);                                                  \
+        const int tb = token_block(vbytes);                                                                  \
+        const int nvb = nv < tb ? nv : tb;                                                                   \
+        uint8_t *p =                                                                                         \
+            ft_gemm_scratch((size_t)nvb * vbytes + (size_t)ROWS * nb * (QK_K + sizeof(*ws)) + 3 * 64);       \
+        uint8_t *act = ft_gemm_carve(&p, (size_t)nvb * vbytes);                                              \
+        uint8_t *wq = ft_gemm_carve(&p, (size_t)ROWS * nb * QK_K);                                           \
+        ws = ft_gemm_carve(&p, (size_t)ROWS * nb * sizeof(*ws));                                             \
+        for (int v0 = 0; v0 < nv; v0 += nvb) {                                                               \
+            const int v1 = v0 + nvb < nv ? v0 + nvb : nv;                                                    \
+            for (int v = v0; v < v1; v++)                                                                    \
+                pack_q8_K(act + (size_t)(v - v0) * vbytes, y, by, v * LANES, nc, nb, pairs);                 \
+            for (int r0 = 0; r0 < nr; r0 += ROWS) {                                                          \
+                const int mr = nr - r0 < ROWS ? nr - r0 : ROWS;                                              \
+                rows_fn(wq, ws, (const uint8_t *)x + (size_t)r0 * bx, bx, mr, nb);                           \
+                for (int v = v0; v < v1; v++) {                                                              \
+                    __m512 acc[ROWS];                                                                        \
+                    kernel(wq, ws, act + (size_t)(v - v0) * vbytes, nb, acc);                                \
+                    const int valid = nc - v * LANES < LANES ? nc - v * LANES : LANES;                       \
+                    for (int r = 0; r < mr; r++)                                                             \
+                        store_lanes(acc[r], s, ls, r0 + r, v * LANES, valid);                                \
+                }                                                                                            \
+            }                                                                                                \
+        }                                                                                                    \
+    } while (0)
+
+// ---------------------------------------------------------------------------------------------
+// q4_K and q5_K x q8_K
+//
+// Per super-block and per (weight row, token): isum = sum over the 8 sub-blocks of scale_j *
+// (its exact code products), msum = sum of min_j * (the token's codes of sub-block j summed), and
+// the reference's sum += (dy * dx) * float(isum) - (dy * dmin) * float(msum). q5_K's codes take
+// their fifth bit from qh (bit 2c of qh[l] for element 64c + l, bit 2c + 1 for 64c + 32 + l).
+
+enum { SUBS = QK_K / 32 };
+
 // Per (super-block, row) of the buffered rows: the 8 sub-block scales (int32, for the
-// multiply), the mins in pairs (as pack_q8_K's sums), d and dmin.
+// multiply), the mins in int16 pairs, d and dmin.
 typedef struct {
     int32_t sc[SUBS];
     uint32_t mn[4];
     float d, dmin;
-} q4_K_row_scales;
+} q45_K_row_scales;
 
-// ROWS weight rows from x (rows past nr: zero codes and scales) as one code per byte in element
-// order, with their scales.
-static VNNI_TARGET void rows_q4_K(uint8_t *wq, q4_K_row_scales *ws, const uint8_t *x, size_t bx, int nr,
-                                  int64_t nb) {
-    const __m256i m15 = _mm256_set1_epi8(0x0f);
+// ROWS weight rows from x (rows past nr: zero codes and scales), q4_K (x5 false) or q5_K.
+static inline __attribute__((always_inline)) VNNI_TARGET void
+rows_q45_K(uint8_t *wq, q45_K_row_scales *ws, const uint8_t *x, size_t bx, int nr, int64_t nb, bool x5) {
+    const __m256i m15 = _mm256_set1_epi8(0x0f), one = _mm256_set1_epi8(1);
     for (int r = 0; r < ROWS; r++) {
         uint8_t *q = wq + (size_t)r * nb * QK_K;
         if (r >= nr) {
@@ -239,61 +307,69 @@ static VNNI_TARGET void rows_q4_K(uint8_t *wq, q4_K_row_scales *ws, const uint8_
                 memset(&ws[b * ROWS + r], 0, sizeof(ws[0]));
             continue;
         }
-        const block_q4_K *xb = (const block_q4_K *)(x + (size_t)r * bx);
         for (int64_t b = 0; b < nb; b++) {
-            for (int k = 0; k < 4; k++) {
-                __m256i v = _mm256_loadu_si256((const __m256i *)(xb[b].qs + 32 * k));
-                _mm256_storeu_si256((__m256i *)(q + b * QK_K + 64 * k), _mm256_and_si256(v, m15));
-                _mm256_storeu_si256((__m256i *)(q + b * QK_K + 64 * k + 32),
-                                    _mm256_and_si256(_mm256_srli_epi16(v, 4), m15));
+            const block_q4_K *b4 = (const block_q4_K *)(x + (size_t)r * bx) + b;
+            const block_q5_K *b5 = (const block_q5_K *)(x + (size_t)r * bx) + b;
+            const uint8_t *qs = x5 ? b5->qs : b4->qs, *scales = x5 ? b5->scales : b4->scales;
+            const __m256i qh = x5 ? _mm256_loadu_si256((const __m256i *)b5->qh) : _mm256_setzero_si256();
+            for (int c = 0; c < 4; c++) {
+                __m256i v = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));
+                __m256i lo = _mm256_and_si256(v, m15), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m15);
+                if (x5) {
+                    __m256i h0 = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * c), one);
+                    __m256i h1 = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * c + 1), one);
+                    lo = _mm256_or_si256(lo, _mm256_slli_epi16(h0, 4));
+                    hi = _mm256_or_si256(hi, _mm256_slli_epi16(h1, 4));
+                }
+                _mm256_storeu_si256((__m256i *)(q + b * QK_K + 64 * c), lo);
+                _mm256_storeu_si256((__m256i *)(q + b * QK_K + 64 * c + 32), hi);
             }
-            q4_K_row_scales *w = &ws[b * ROWS + r];
+            q45_K_row_scales *w = &ws[b * ROWS + r];
             uint8_t sc[SUBS], mn[SUBS];
             for (int j = 0; j < SUBS; j++) {
-                ft_k4_scale_min(j, xb[b].scales, &sc[j], &mn[j]);
+                ft_k4_scale_min(j, scales, &sc[j], &mn[j]);
                 w->sc[j] = sc[j];
             }
             for (int i = 0; i < 4; i++)
                 w->mn[i] = mn[2 * i] | (uint32_t)mn[2 * i + 1] << 16;
-            w->d = _cvtsh_ss(xb[b].d);
-            w->dmin = _cvtsh_ss(xb[b].dmin);
+            w->d = _cvtsh_ss(x5 ? b5->d : b4->d);
+            w->dmin = _cvtsh_ss(x5 ? b5->dmin : b4->dmin);
         }
     }
 }
 
-static inline VNNI_TARGET void kernel_q4_K(const uint8_t *wq, const q4_K_row_scales *ws, const uint8_t *act,
-                                           int64_t nb, __m512 acc[ROWS]) {
+static VNNI_TARGET void rows_q4_K(uint8_t *wq, q45_K_row_scales *ws, const uint8_t *x, size_t bx, int nr,
+                                  int64_t nb) {
+    rows_q45_K(wq, ws, x, bx, nr, nb, false);
+}
+
+static VNNI_TARGET void rows_q5_K(uint8_t *wq, q45_K_row_scales *ws, const uint8_t *x, size_t bx, int nr,
+                                  int64_t nb) {
+    rows_q45_K(wq, ws, x, bx, nr, nb, true);
+}
+
+static VNNI_TARGET void kernel_q45_K(const uint8_t *wq, const q45_K_row_scales *ws, const uint8_t *act,
+                                     int64_t nb, __m512 acc[ROWS]) {
     for (int r = 0; r < ROWS; r++)
         acc[r] = _mm512_setzero_ps();
-    const size_t row = (size_t)nb * QK_K;
+    const size_t row = (size_t)nb * QK_K, stride = k_packed(4);
     for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *p = act + (size_t)b * K_PACKED;
-        const q4_K_row_scales *w = ws + b * ROWS;
+        const uint8_t *p = act + (size_t)b * stride;
+        const q45_K_row_scales *w = ws + b * ROWS;
         __m512i isum[ROWS];
 #pragma GCC unroll 8
         for (int r = 0; r < ROWS; r++)
             isum[r] = _mm512_setzero_si512();
         for (int j = 0; j < SUBS; j++) {
             __m512i sum[ROWS];
-#pragma GCC unroll 8
-            for (int r = 0; r < ROWS; r++)
-                sum[r] = _mm512_setzero_si512();
-#pragma GCC unroll 8
-            for (int g = 0; g < 32 / GROUP; g++) {
-                const int k = j * (32 / GROUP) + g;
-                const __m512i a = _mm512_loadu_si512((const void *)(p + k * 64));
-#pragma GCC unroll 8
-                for (int r = 0; r < ROWS; r++)
-                    sum[r] =
-                        _mm512_dpbusd_epi32(sum[r], bcast4(wq + r * row + (size_t)b * QK_K + k * GROUP), a);
-            }
+            sub_block_sums(wq, row, (size_t)b * QK_K, p, j * 8, 8, sum);
 #pragma GCC unroll 8
             for (int r = 0; r < ROWS; r++)
                 isum[r] =
                     _mm512_add_epi32(isum[r], _mm512_mullo_epi32(sum[r], _mm512_set1_epi32(w[r].sc[j])));
         }
-        const __m512 dy = _mm512_loadu_ps((const float *)(p + K_GROUPS * 64));
-        const __m512i *bs = (const __m512i *)(p + K_GROUPS * 64 + LANES * 4);
+        const __m512 dy = _mm512_loadu_ps((const float *)(p + K_CODES));
+        const __m512i *bs = (const __m512i *)(p + K_CODES + LANES * 4);
         const __m512i bs0 = _mm512_loadu_si512(bs), bs1 = _mm512_loadu_si512(bs + 1);
         const __m512i bs2 = _mm512_loadu_si512(bs + 2), bs3 = _mm512_loadu_si512(bs + 3);
 #pragma GCC unroll 8
@@ -317,30 +393,114 @@ VNNI_TARGET void ft_gemm_q4_K_vnni(int64_t n, const void *x, size_t bx, int nr, 
         ft_gemm_few_q4_K(n, x, bx, nr, y, by, nc, s, ls);
         return;
     }
-    const int64_t nb = n / QK_K;
-    const int nv = (nc + LANES - 1) / LANES;
-    const size_t vbytes = (size_t)nb * K_PACKED;
-    const int tb = token_block(vbytes);
-    const int nvb = nv < tb ? nv : tb;
-    uint8_t *p =
-        ft_gemm_scratch((size_t)nvb * vbytes + (size_t)ROWS * nb * (QK_K + sizeof(q4_K_row_scales)) + 3 * 64);
-    uint8_t *act = ft_gemm_carve(&p, (size_t)nvb * vbytes);                               // (vector, super)
-    uint8_t *wq = ft_gemm_carve(&p, (size_t)ROWS * nb * QK_K);                            // (row, element)
-    q4_K_row_scales *ws = ft_gemm_carve(&p, (size_t)ROWS * nb * sizeof(q4_K_row_scales)); // (super, row)
-    for (int v0 = 0; v0 < nv; v0 += nvb) {
-        const int v1 = v0 + nvb < nv ? v0 + nvb : nv;
-        for (int v = v0; v < v1; v++)
-            pack_q8_K(act + (size_t)(v - v0) * vbytes, y, by, v * LANES, nc, nb);
-        for (int r0 = 0; r0 < nr; r0 += ROWS) {
-            const int mr = nr - r0 < ROWS ? nr - r0 : ROWS;
-            rows_q4_K(wq, ws, (const uint8_t *)x + (size_t)r0 * bx, bx, mr, nb);
-            for (int v = v0; v < v1; v++) {
-                __m512 acc[ROWS];
-                kernel_q4_K(wq, ws, act + (size_t)(v - v0) * vbytes, nb, acc);
-                const int valid = nc - v * LANES < LANES ? nc - v * LANES : LANES;
-                for (int r = 0; r < mr; r++)
-                    store_lanes(acc[r], s, ls, r0 + r, v * LANES, valid);
+    q45_K_row_scales *ws;
+    K_GEMM_LOOP(4, rows_q4_K, kernel_q45_K);
+}
+
+// q5_K has no per-(row, token) path: any token count takes the vectors, so the bits never
+// depend on the call's count.
+VNNI_TARGET void ft_gemm_q5_K_vnni(int64_t n, const void *x, size_t bx, int nr, const void *y, size_t by,
+                                   int nc, float *s, size_t ls) {
+    q45_K_row_scales *ws;
+    K_GEMM_LOOP(4, rows_q5_K, kernel_q45_K);
+}
+
+// ---------------------------------------------------------------------------------------------
+// q6_K x q8_K
+//
+// Codes 0..63 (the value plus 32) and int8 scales per 16: isum = sum over the 16 sub-blocks of
+// scale_j * (its exact code products) - 32 * sum of scale_j * (the token's sum of sub-block j),
+// then the reference's sum += (dy * dx) * float(isum). Element 128h + 32k + l takes its low
+// four bits from ql[64h + 32(k % 2) + l] (low nibble for k < 2) and its top two from bits
+// 2k..2k+1 of qh[32h + l].
+
+enum { SUBS6 = QK_K / 16 };
+
+typedef struct {
+    int32_t sc[SUBS6];
+    uint32_t sc_pair[SUBS6 / 2]; // (scale 2i, scale 2i + 1) as int16
+    float d;
+} q6_K_row_scales;
+
+static VNNI_TARGET void rows_q6_K(uint8_t *wq, q6_K_row_scales *ws, const uint8_t *x, size_t bx, int nr,
+                                  int64_t nb) {
+    const __m256i m15 = _mm256_set1_epi8(0x0f), m48 = _mm256_set1_epi8(0x30);
+    for (int r = 0; r < ROWS; r++) {
+        uint8_t *q = wq + (size_t)r * nb * QK_K;
+        if (r >= nr) {
+            memset(q, 0, (size_t)nb * QK_K);
+            for (int64_t b = 0; b < nb; b++)
+                memset(&ws[b * ROWS + r], 0, sizeof(ws[0]));
+            continue;
+        }
+        const block_q6_K *xb = (const block_q6_K *)(x + (size_t)r * bx);
+        for (int64_t b = 0; b < nb; b++) {
+            for (int h = 0; h < 2; h++) {
+                const __m256i l1 = _mm256_loadu_si256((const __m256i *)(xb[b].ql + 64 * h));
+                const __m256i l2 = _mm256_loadu_si256((const __m256i *)(xb[b].ql + 64 * h + 32));
+                const __m256i qh = _mm256_loadu_si256((const __m256i *)(xb[b].qh + 32 * h));
+                __m256i code[4];
+                code[0] = _mm256_or_si256(_mm256_and_si256(l1, m15),
+                                          _mm256_and_si256(_mm256_slli_epi16(qh, 4), m48));
+                code[1] = _mm256_or_si256(_mm256_and_si256(l2, m15),
+                                          _mm256_and_si256(_mm256_slli_epi16(qh, 2), m48));
+                code[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m15),
+                                          _mm256_and_si256(qh, m48));
+                code[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l2, 4), m15),
+                                          _mm256_and_si256(_mm256_srli_epi16(qh, 2), m48));
+                for (int k = 0; k < 4; k++)
+                    _mm256_storeu_si256((__m256i *)(q + b * QK_K + 128 * h + 32 * k), code[k]);
             }
+            q6_K_row_scales *w = &ws[b * ROWS + r];
+            for (int j = 0; j < SUBS6; j++)
+                w->sc[j] = xb[b].scales[j];
+            for (int i = 0; i < SUBS6 / 2; i++)
+                w->sc_pair[i] = (uint16_t)(int16_t)xb[b].scales[2 * i] |
+                                (uint32_t)(uint16_t)(int16_t)xb[b].scales[2 * i + 1] << 16;
+            w->d = _cvtsh_ss(xb[b].d);
         }
     }
+}
+
+static VNNI_TARGET void kernel_q6_K(const uint8_t *wq, const q6_K_row_scales *ws, const uint8_t *act,
+                                    int64_t nb, __m512 acc[ROWS]) {
+    for (int r = 0; r < ROWS; r++)
+        acc[r] = _mm512_setzero_ps();
+    const size_t row = (size_t)nb * QK_K, stride = k_packed(SUBS6 / 2);
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *p = act + (size_t)b * stride;
+        const q6_K_row_scales *w = ws + b * ROWS;
+        __m512i isum[ROWS];
+#pragma GCC unroll 8
+        for (int r = 0; r < ROWS; r++)
+            isum[r] = _mm512_setzero_si512();
+        for (int j = 0; j < SUBS6; j++) {
+            __m512i sum[ROWS];
+            sub_block_sums(wq, row, (size_t)b * QK_K, p, j * 4, 4, sum);
+#pragma GCC unroll 8
+            for (int r = 0; r < ROWS; r++)
+                isum[r] =
+                    _mm512_add_epi32(isum[r], _mm512_mullo_epi32(sum[r], _mm512_set1_epi32(w[r].sc[j])));
+        }
+        const __m512 dy = _mm512_loadu_ps((const float *)(p + K_CODES));
+        const __m512i *bs = (const __m512i *)(p + K_CODES + LANES * 4);
+#pragma GCC unroll 8
+        for (int r = 0; r < ROWS; r++) {
+            __m512i osum = _mm512_setzero_si512();
+            for (int i = 0; i < SUBS6 / 2; i++)
+                osum = _mm512_add_epi32(osum, _mm512_madd_epi16(_mm512_set1_epi32((int)w[r].sc_pair[i]),
+                                                                _mm512_loadu_si512(bs + i)));
+            const __m512i sumi = _mm512_sub_epi32(isum[r], _mm512_slli_epi32(osum, 5));
+            const __m512 t =
+                _mm512_mul_ps(_mm512_mul_ps(dy, _mm512_set1_ps(w[r].d)), _mm512_cvtepi32_ps(sumi));
+            acc[r] = _mm512_add_ps(acc[r], t);
+        }
+    }
+}
+
+// As q5_K, any token count takes the vectors.
+VNNI_TARGET void ft_gemm_q6_K_vnni(int64_t n, const void *x, size_t bx, int nr, const void *y, size_t by,
+                                   int nc, float *s, size_t ls) {
+    q6_K_row_scales *ws;
+    K_GEMM_LOOP(SUBS6 / 2, rows_q6_K, kernel_q6_K);
 }

@@ -121,6 +121,10 @@ static void ops_init(void) {
         g_ops[FT_TYPE_Q4_K].gemm = ft_gemm_q4_K_amx;
         if (ft_amx_has_bf16()) g_ops[FT_TYPE_BF16].gemm = ft_gemm_bf16_amx;
         g_ops[FT_TYPE_Q8_0].gemm = ft_gemm_q8_0_amx;
+        if (ft_gemm_vnni_supported()) { // AMX has no tiles for these; the same bits either way
+            g_ops[FT_TYPE_Q5_K].gemm = ft_gemm_q5_K_vnni;
+            g_ops[FT_TYPE_Q6_K].gemm = ft_gemm_q6_K_vnni;
+        }
         return;
     }
     // Without AMX (or with it turned off), the VNNI GEMMs: the same bits as AMX's, by the same
@@ -129,6 +133,8 @@ static void ops_init(void) {
     g_gemm = "vnni";
     g_ops[FT_TYPE_Q4_K].gemm = ft_gemm_q4_K_vnni;
     g_ops[FT_TYPE_Q8_0].gemm = ft_gemm_q8_0_vnni;
+    g_ops[FT_TYPE_Q5_K].gemm = ft_gemm_q5_K_vnni;
+    g_ops[FT_TYPE_Q6_K].gemm = ft_gemm_q6_K_vnni;
     if (ft_gemm_bf16_avx512_supported()) g_ops[FT_TYPE_BF16].gemm = ft_gemm_bf16_avx512;
 }
 

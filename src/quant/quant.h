@@ -130,9 +130,10 @@ bool ft_quant_zen4(void);
 // sequence chunk (backend.h, ft_backend.row_gemm), never by a call's row count.
 bool ft_quant_amx(void);
 
-// Which GEMMs prefill's rows take (ft_quant_ops.gemm): "amx" (as ft_quant_amx), "vnni" (AVX-512
-// VNNI for q8_0 and q4_K, and AVX-512 BF16 for bf16 where the CPU has it, on CPUs without AMX
-// or with FT_AMX=0; FT_SIMD=avx2 or scalar turns them off) or "none".
+// Which GEMMs prefill's rows take (ft_quant_ops.gemm): "amx" (as ft_quant_amx; q5_K and q6_K
+// with AVX-512 VNNI), "vnni" (AVX-512 VNNI for q8_0, q4_K, q5_K, q6_K, and AVX-512 BF16 for bf16
+// where the CPU has it, on CPUs without AMX or with FT_AMX=0; FT_SIMD=avx2 or scalar turns them
+// off) or "none".
 const char *ft_quant_gemm_name(void);
 
 // A sequence's chunk of this many tokens or more takes its type's gemm (ft_backend.row_gemm):
