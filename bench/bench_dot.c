@@ -356,7 +356,10 @@ static double gemm_run_once(ft_vec_dot_tile_fn gemm, const ft_quant_ops *ops, co
 
 static void bench_gemm(const char *filter) {
     __builtin_cpu_init();
-    bool amx = __builtin_cpu_supports("avx512bw") && ft_amx_init(), vnni = ft_gemm_vnni_supported();
+    // FT_AMX=0 times the VNNI GEMMs on an AMX machine (the path of a CPU without AMX)
+    const char *amx_env = getenv("FT_AMX");
+    bool amx = __builtin_cpu_supports("avx512bw") && ft_amx_init() && !(amx_env && !strcmp(amx_env, "0"));
+    bool vnni = ft_gemm_vnni_supported();
     if (!amx && !vnni) {
         printf("\nprefill GEMMs: none on this CPU (no AMX-INT8 and AVX-512BW, no AVX-512 VNNI)\n");
         return;
@@ -370,10 +373,9 @@ static void bench_gemm(const char *filter) {
     for (size_t i = 0; i < FT_ARRAY_LEN(types); i++) {
         if (filter && !strstr(ft_type_name(types[i]), filter)) continue;
         const ft_quant_ops *ops = ft_quant_ops_find(types[i]);
-        // FT_AMX=0 turns the AMX GEMMs off (ops.c): timed whether dispatched or not; the VNNI
-        // ones where there is no AMX
+        // AMX's where it runs, else VNNI's (q5_K and q6_K: VNNI's on either kind)
         ft_vec_dot_tile_fn gemm = NULL;
-        if (types[i] == FT_TYPE_Q5_K || types[i] == FT_TYPE_Q6_K) // VNNI's on either kind
+        if (types[i] == FT_TYPE_Q5_K || types[i] == FT_TYPE_Q6_K)
             gemm = !vnni ? NULL : types[i] == FT_TYPE_Q5_K ? ft_gemm_q5_K_vnni : ft_gemm_q6_K_vnni;
         else if (amx)
             gemm = types[i] == FT_TYPE_Q8_0   ? ft_gemm_q8_0_amx

@@ -1270,6 +1270,93 @@ TEST(server_fd_exhaustion_pauses_accepts) {
     fd_flood_case("--max-connections 10000", "pausing accepts");
 }
 
+static double mono_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+// A loopback connection to the server, or -1.
+static int connect_server(const server *s) {
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)s->port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+// Sends req a few bytes every step_ms until the server closes the connection or all is sent;
+// returns the seconds from the first byte to the close (-1: never closed, the reply read into
+// out).
+static double trickle(const server *s, const char *req, int chunk, int step_ms, char *out, size_t cap) {
+    int fd = connect_server(s);
+    if (fd < 0) return -2;
+    struct timeval tv = {0, 20000};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    double t0 = mono_s(), closed = -1;
+    size_t len = strlen(req), sent = 0, got = 0;
+    out[0] = 0;
+    while (closed < 0) {
+        if (sent < len) {
+            size_t n = FT_MIN((size_t)chunk, len - sent);
+            if (send(fd, req + sent, n, MSG_NOSIGNAL) != (ssize_t)n) closed = mono_s() - t0;
+            sent += n;
+        }
+        ssize_t r = recv(fd, out + got, cap - 1 - got, 0);
+        if (r == 0) closed = mono_s() - t0;
+        if (r > 0) got += (size_t)r, out[got] = 0;
+        if (sent == len && strstr(out, "\r\n\r\n") && strstr(out, "}")) break; // a whole reply
+        if (mono_s() - t0 > 10) break;
+        sleep_ms(step_ms);
+    }
+    close(fd);
+    return closed;
+}
+
+// A client that trickles its request is closed at --timeout (evhttp's own timeout restarts with
+// every byte), while others are served meanwhile and a slow but whole request within the deadline
+// is answered (issue 18, item 3).
+TEST(server_trickled_request_closed_at_timeout) {
+    SERVER_OR_SKIP(s, "--timeout 2");
+    static char out[8192], other[4096];
+    const char *body = "{\"prompt\":\"hi\",\"max_tokens\":1,\"temperature\":0}";
+    char req[512];
+    snprintf(req, sizeof(req), "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+             "Content-Length: %zu\r\n\r\n%s", strlen(body), body);
+    // headers: a byte every 200 ms would take 30 s
+    double t = trickle(&s, req, 1, 200, out, sizeof(out));
+    CHECK(t >= 1.5 && t < 4.5, "trickled headers: closed after %.2f s (--timeout 2)", t);
+    // the body: headers at once, then a byte every 200 ms
+    size_t head = (size_t)(strstr(req, "\r\n\r\n") - req) + 4;
+    int fd = connect_server(&s);
+    REQUIRE(fd >= 0, "connect");
+    CHECK(send(fd, req, head, MSG_NOSIGNAL) == (ssize_t)head, "send");
+    double t0 = mono_s(), closed = -1;
+    struct timeval tv = {0, 20000};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    for (size_t i = head; closed < 0 && mono_s() - t0 < 10; i++) {
+        if (i < strlen(req)) send(fd, req + i, 1, MSG_NOSIGNAL);
+        char c;
+        if (recv(fd, &c, 1, 0) == 0) closed = mono_s() - t0;
+        // meanwhile another client is served at once
+        if (i == head + 3) CHECK(http(&s, "GET", "/health", NULL, NULL, other, sizeof(other)) == 200, "%s", other);
+        sleep_ms(200);
+    }
+    close(fd);
+    CHECK(closed >= 1.5 && closed < 4.5, "trickled body: closed after %.2f s (--timeout 2)", closed);
+    // a whole request in pieces over about a second is answered
+    t = trickle(&s, req, 40, 150, out, sizeof(out));
+    CHECK(t < 0 && strstr(out, " 200 ") && strstr(out, "\"choices\""), "slow request within the deadline: %.2f s, %.200s",
+          t, out);
+    CHECK(server_stop(&s) == 0, "log: %s", s.log);
+    const char *log = read_log(&s), *line = "sent no whole request within --timeout 2 s";
+    const char *at = strstr(log, line);
+    CHECK(at && !strstr(at + strlen(line), line), "one log line for both closes: %s", log);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Expert cache flags and endpoints on a machine without a GPU
 

@@ -6,6 +6,7 @@
 // and activates an event; the event's callback (on this thread) drains the job and writes SSE
 // events or the final response.
 #include "srv_impl.h"
+#include "deadline.h"
 #include "prep.h"
 
 #include <event2/buffer.h>
@@ -36,6 +37,7 @@ struct srv_http {
     struct evhttp *http;
     struct event *ev_notify, *ev_int, *ev_term;
     srv_prep *prep; // prompt templating and tokenizing, off the loop
+    srv_deadlines *deadlines; // each request's deadline to arrive whole (--timeout)
     struct evconnlistener *listener;
     struct event *ev_accept_resume; // re-enables the listener after an accept error
     int accept_pause_ms;            // the current pause; 0: accepting normally
@@ -834,7 +836,7 @@ static struct bufferevent *on_new_connection(struct event_base *base, void *arg)
         struct timeval tv = {0, 50000};
         event_add(h->ev_accept_resume, &tv);
     }
-    return bufferevent_socket_new(base, -1, BEV_OPT_CLOSE_ON_FREE);
+    return srv_deadlines_watch(h->deadlines, bufferevent_socket_new(base, -1, BEV_OPT_CLOSE_ON_FREE));
 }
 
 static void on_accept_resume(evutil_socket_t fd, short what, void *arg) {
@@ -866,6 +868,7 @@ static void on_request(struct evhttp_request *req, void *arg) {
     const route *r = route_find(path);
     bool anthropic = r && (r->flags & ROUTE_ANTHROPIC);
     srv_metrics_request(h->metrics);
+    srv_deadlines_request(h->deadlines, req);
     if (h->accept_pause_ms) {
         FT_LOG_INFO("ft serve: accepting connections again");
         h->accept_pause_ms = 0;
@@ -970,6 +973,7 @@ bool srv_run(const srv_params *p, const ft_model *m, const tok_vocab *v, ft_err 
     evhttp_set_max_body_size(h->http, (ev_ssize_t)(4 * p->max_body + (1u << 20)));
     evhttp_set_max_headers_size(h->http, (ev_ssize_t)p->max_headers);
     evhttp_set_timeout(h->http, p->timeout_s);
+    h->deadlines = srv_deadlines_init(h->base, p->timeout_s);
     evhttp_set_allowed_methods(h->http,
                                EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_OPTIONS | EVHTTP_REQ_HEAD);
     evhttp_set_gencb(h->http, on_request, h);
@@ -1032,6 +1036,7 @@ done:
     h->sched = NULL;
     if (h->ev_notify) on_notify(-1, 0, h);
     if (h->http) evhttp_free(h->http);
+    srv_deadlines_free(h->deadlines); // after evhttp_free: it holds a reference on each connection
     if (h->ev_notify) event_free(h->ev_notify);
     if (h->ev_int) event_free(h->ev_int);
     if (h->ev_term) event_free(h->ev_term);
