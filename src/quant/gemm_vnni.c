@@ -60,6 +60,14 @@ static int token_block(size_t vector_bytes) {
     return v < 1 ? 1 : (int)v;
 }
 
+// A pass's row r past the call's rows: zero codes (row_bytes) and zero scales (scale_bytes per
+// block, at (b * ROWS + r) in the pass's scales).
+static void zero_row(uint8_t *q, size_t row_bytes, void *scales, size_t scale_bytes, int r, int64_t nb) {
+    memset(q, 0, row_bytes);
+    for (int64_t b = 0; b < nb; b++)
+        memset((uint8_t *)scales + (size_t)(b * ROWS + r) * scale_bytes, 0, scale_bytes);
+}
+
 // ---------------------------------------------------------------------------------------------
 // q8_0 x q8_0
 //
@@ -100,9 +108,7 @@ static VNNI_TARGET void rows_q8_0(uint8_t *wq, float *wd, const uint8_t *x, size
     for (int r = 0; r < ROWS; r++) {
         uint8_t *q = wq + (size_t)r * nb * QK8_0;
         if (r >= nr) {
-            memset(q, 0, (size_t)nb * QK8_0);
-            for (int64_t b = 0; b < nb; b++)
-                wd[b * ROWS + r] = 0.0f;
+            zero_row(q, (size_t)nb * QK8_0, wd, sizeof(wd[0]), r, nb);
             continue;
         }
         const block_q8_0 *xb = (const block_q8_0 *)(x + (size_t)r * bx);
@@ -245,6 +251,24 @@ static inline __attribute__((always_inline)) VNNI_TARGET void sub_block_sums(con
     }
 }
 
+// isum[r] = the sum over a super-block's `subs` sub-blocks (of `groups` groups each) of row r's
+// scale times the sub-block's exact sum; row r's scales at sc + r * sc_stride (int32).
+static inline __attribute__((always_inline)) VNNI_TARGET void
+scaled_sums(const uint8_t *wq, size_t row, int64_t b, const uint8_t *p, int subs, int groups,
+            const int32_t *sc, size_t sc_stride, __m512i isum[ROWS]) {
+#pragma GCC unroll 8
+    for (int r = 0; r < ROWS; r++)
+        isum[r] = _mm512_setzero_si512();
+    for (int j = 0; j < subs; j++) {
+        __m512i sum[ROWS];
+        sub_block_sums(wq, row, (size_t)b * QK_K, p, j * groups, groups, sum);
+#pragma GCC unroll 8
+        for (int r = 0; r < ROWS; r++)
+            isum[r] = _mm512_add_epi32(isum[r],
+                                       _mm512_mullo_epi32(sum[r], _mm512_set1_epi32(sc[r * sc_stride + j])));
+    }
+}
+
 // Token vectors [v0, v1) of y packed into act, the call's rows in passes of ROWS: rows_fn
 // unpacks a pass into the row buffers, kernel computes it against one vector.
 #define K_GEMM_LOOP(pairs, rows_fn, kernel)                                                                  \
@@ -294,6 +318,7 @@ typedef struct {
     uint32_t mn[4];
     float d, dmin;
 } q45_K_row_scales;
+_Static_assert(sizeof(q45_K_row_scales) % sizeof(int32_t) == 0, "scales as int32 strides");
 
 // ROWS weight rows from x (rows past nr: zero codes and scales), q4_K (x5 false) or q5_K.
 static inline __attribute__((always_inline)) VNNI_TARGET void
@@ -302,9 +327,7 @@ rows_q45_K(uint8_t *wq, q45_K_row_scales *ws, const uint8_t *x, size_t bx, int n
     for (int r = 0; r < ROWS; r++) {
         uint8_t *q = wq + (size_t)r * nb * QK_K;
         if (r >= nr) {
-            memset(q, 0, (size_t)nb * QK_K);
-            for (int64_t b = 0; b < nb; b++)
-                memset(&ws[b * ROWS + r], 0, sizeof(ws[0]));
+            zero_row(q, (size_t)nb * QK_K, ws, sizeof(ws[0]), r, nb);
             continue;
         }
         for (int64_t b = 0; b < nb; b++) {
@@ -357,17 +380,7 @@ static VNNI_TARGET void kernel_q45_K(const uint8_t *wq, const q45_K_row_scales *
         const uint8_t *p = act + (size_t)b * stride;
         const q45_K_row_scales *w = ws + b * ROWS;
         __m512i isum[ROWS];
-#pragma GCC unroll 8
-        for (int r = 0; r < ROWS; r++)
-            isum[r] = _mm512_setzero_si512();
-        for (int j = 0; j < SUBS; j++) {
-            __m512i sum[ROWS];
-            sub_block_sums(wq, row, (size_t)b * QK_K, p, j * 8, 8, sum);
-#pragma GCC unroll 8
-            for (int r = 0; r < ROWS; r++)
-                isum[r] =
-                    _mm512_add_epi32(isum[r], _mm512_mullo_epi32(sum[r], _mm512_set1_epi32(w[r].sc[j])));
-        }
+        scaled_sums(wq, row, b, p, SUBS, 8, w->sc, sizeof(*w) / sizeof(int32_t), isum);
         const __m512 dy = _mm512_loadu_ps((const float *)(p + K_CODES));
         const __m512i *bs = (const __m512i *)(p + K_CODES + LANES * 4);
         const __m512i bs0 = _mm512_loadu_si512(bs), bs1 = _mm512_loadu_si512(bs + 1);
@@ -421,6 +434,7 @@ typedef struct {
     uint32_t sc_pair[SUBS6 / 2]; // (scale 2i, scale 2i + 1) as int16
     float d;
 } q6_K_row_scales;
+_Static_assert(sizeof(q6_K_row_scales) % sizeof(int32_t) == 0, "scales as int32 strides");
 
 static VNNI_TARGET void rows_q6_K(uint8_t *wq, q6_K_row_scales *ws, const uint8_t *x, size_t bx, int nr,
                                   int64_t nb) {
@@ -428,9 +442,7 @@ static VNNI_TARGET void rows_q6_K(uint8_t *wq, q6_K_row_scales *ws, const uint8_
     for (int r = 0; r < ROWS; r++) {
         uint8_t *q = wq + (size_t)r * nb * QK_K;
         if (r >= nr) {
-            memset(q, 0, (size_t)nb * QK_K);
-            for (int64_t b = 0; b < nb; b++)
-                memset(&ws[b * ROWS + r], 0, sizeof(ws[0]));
+            zero_row(q, (size_t)nb * QK_K, ws, sizeof(ws[0]), r, nb);
             continue;
         }
         const block_q6_K *xb = (const block_q6_K *)(x + (size_t)r * bx);
@@ -471,17 +483,7 @@ static VNNI_TARGET void kernel_q6_K(const uint8_t *wq, const q6_K_row_scales *ws
         const uint8_t *p = act + (size_t)b * stride;
         const q6_K_row_scales *w = ws + b * ROWS;
         __m512i isum[ROWS];
-#pragma GCC unroll 8
-        for (int r = 0; r < ROWS; r++)
-            isum[r] = _mm512_setzero_si512();
-        for (int j = 0; j < SUBS6; j++) {
-            __m512i sum[ROWS];
-            sub_block_sums(wq, row, (size_t)b * QK_K, p, j * 4, 4, sum);
-#pragma GCC unroll 8
-            for (int r = 0; r < ROWS; r++)
-                isum[r] =
-                    _mm512_add_epi32(isum[r], _mm512_mullo_epi32(sum[r], _mm512_set1_epi32(w[r].sc[j])));
-        }
+        scaled_sums(wq, row, b, p, SUBS6, 4, w->sc, sizeof(*w) / sizeof(int32_t), isum);
         const __m512 dy = _mm512_loadu_ps((const float *)(p + K_CODES));
         const __m512i *bs = (const __m512i *)(p + K_CODES + LANES * 4);
 #pragma GCC unroll 8
