@@ -336,6 +336,45 @@ TEST(ops_moe_ffn_given_routing_equals_own) {
     free(down.data);
 }
 
+// Activations quantized to q8_0 and q8_1 (the q8_0 and q4_0-family matmuls' input; AVX2 where
+// the CPU has it) equal the scalar form of llama.cpp's arithmetic byte for byte: random rows at
+// several scales, rows whose codes fall on .5 ties (round half to even), two elements of equal
+// magnitude and opposite sign, zero and -0 rows, denormals.
+TEST(ops_quantize_q8_0_q8_1_match_scalar) {
+    enum { N = 4 * 32, ROWS = 36 };
+    ft_rng r = ft_rng_init(9);
+    static float x[N];
+    static block_q8_0 want0[N / 32], got0[N / 32];
+    static block_q8_1 want1[N / 32], got1[N / 32];
+    for (int row = 0; row < ROWS; row++) {
+        float scale = powf(10.0f, (float)(row % 9) - 4.0f);
+        fill_normal(&r, x, N, scale);
+        switch (row % 6) {
+        case 1: // amax 127: codes are the values, .5 ties among them
+            x[3] = -127.0f;
+            for (int i = 4; i < 32; i++) x[i] = (float)((i % 41) - 20) + 0.5f;
+            break;
+        case 2: x[10] = 3.0f * scale * 8, x[20] = -3.0f * scale * 8; break;
+        case 3: for (int i = 0; i < 32; i++) x[i] = 0.0f;
+            x[32 + 7] = -0.0f;
+            break;
+        case 4: for (int i = 0; i < 32; i++) x[i] = (i % 2 ? -1.0f : 1.0f) * 1e-40f * (float)(i + 1); break;
+        case 5: for (int i = 0; i < 32; i++) x[i] = -0.0f; break;
+        default: break;
+        }
+        memset(want0, 0xab, sizeof(want0));
+        memset(got0, 0xcd, sizeof(got0));
+        memset(want1, 0xab, sizeof(want1));
+        memset(got1, 0xcd, sizeof(got1));
+        cpu_quantize_q8_scalar(x, want0, N, false);
+        cpu_quantize_row(FT_TYPE_Q8_0, x, got0, N);
+        cpu_quantize_q8_scalar(x, want1, N, true);
+        cpu_quantize_row(FT_TYPE_Q8_1, x, got1, N);
+        CHECK(!memcmp(want0, got0, sizeof(want0)), "row %d: q8_0 differs", row);
+        CHECK(!memcmp(want1, got1, sizeof(want1)), "row %d: q8_1 differs", row);
+    }
+}
+
 // Activations quantized to q8_K (every K-quant matvec's input; AVX2 where the CPU has it) equal
 // the reference byte for byte: random rows at several scales, rows whose codes fall on .5 ties,
 // two elements of equal magnitude and opposite sign (the first sets the sign), zero and -0 rows,

@@ -63,6 +63,9 @@ void cpu_dot_tile(const cpu_backend *c, enum ft_type wtype, bool gemm, int64_t n
 
 // Quantizes one activation row of n floats to vdt as llama.cpp's CPU backend does.
 void cpu_quantize_row(enum ft_type vdt, const float *x, void *y, int64_t n);
+// q8_0 (with_sum false) or q8_1 in llama.cpp's x86 arithmetic, in plain C: what the AVX2 form
+// that cpu_quantize_row takes must equal byte for byte (finite inputs).
+void cpu_quantize_q8_scalar(const float *x, void *y, int64_t n, bool with_sum);
 
 // Quantizes n_rows rows of n floats to type vdt (rows dst_stride bytes apart), in parallel.
 void cpu_quantize_rows(cpu_backend *c, enum ft_type vdt, const float *x, int64_t n, int n_rows,

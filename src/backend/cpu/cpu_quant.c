@@ -14,7 +14,7 @@
 #include <math.h>
 #include <string.h>
 
-static void quantize_q8(const float *x, void *vy, int64_t n, bool with_sum) {
+void cpu_quantize_q8_scalar(const float *x, void *vy, int64_t n, bool with_sum) {
     for (int64_t b = 0; b < n / 32; b++) {
         const float *xb = x + b * 32;
         float amax = 0;
@@ -32,10 +32,58 @@ static void quantize_q8(const float *x, void *vy, int64_t n, bool with_sum) {
         }
         int sum = 0;
         for (int i = 0; i < 32; i++) {
-            qs[i] = (int8_t)nearbyintf(xb[i] * id); // round half to even, as _mm256_round_ps
+            // round half to even, as _mm256_round_ps; what _mm256_cvtps_epi32 and the saturating
+            // packs give beyond int8 (an all-denormal block makes 127 / amax infinite): -128 for
+            // NaN and anything past int32, else the value clamped
+            float v = nearbyintf(xb[i] * id);
+            int c = v >= -2147483648.0f && v < 2147483648.0f ? (int)v : INT32_MIN;
+            qs[i] = (int8_t)FT_MAX(-128, FT_MIN(127, c));
             sum += qs[i];
         }
         if (with_sum) ((block_q8_1 *)vy + b)->s = ft_fp32_to_fp16(d * (float)sum);
+    }
+}
+
+// cpu_quantize_q8_scalar's steps, 8 floats at a time: the same amax (max of |x|), the same
+// scalar d and 127 / amax, the same products rounded half to even, the codes packed in order.
+__attribute__((target("avx2,fma"))) static void quantize_q8_avx2(const float *x, void *vy, int64_t n, bool with_sum) {
+    const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    for (int64_t b = 0; b < n / 32; b++) {
+        const float *xb = x + b * 32;
+        __m256 v[4];
+        for (int k = 0; k < 4; k++) v[k] = _mm256_loadu_ps(xb + 8 * k);
+        // maxps keeps its second operand where one is NaN, as fmaxf skips NaN
+        __m256 m = _mm256_setzero_ps();
+        for (int k = 0; k < 4; k++) m = _mm256_max_ps(_mm256_and_ps(v[k], abs_mask), m);
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        const float amax = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
+        const float d = amax / 127.f, id = amax != 0.0f ? 127.f / amax : 0.0f;
+        const __m256 s = _mm256_set1_ps(id);
+        __m256i q[4];
+        for (int k = 0; k < 4; k++) { // clamped as the packs saturate, so the sum is the codes'
+            q[k] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v[k], s), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+            q[k] = _mm256_max_epi32(_mm256_min_epi32(q[k], _mm256_set1_epi32(127)), _mm256_set1_epi32(-128));
+        }
+        __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+        p = _mm256_permutevar8x32_epi32(p, order);
+        int8_t *qs;
+        if (with_sum) {
+            block_q8_1 *y = (block_q8_1 *)vy + b;
+            y->d = ft_fp32_to_fp16(d);
+            qs = y->qs;
+            __m256i t = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+            __m128i t4 = _mm_add_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
+            t4 = _mm_add_epi32(t4, _mm_shuffle_epi32(t4, 0x4e));
+            t4 = _mm_add_epi32(t4, _mm_shuffle_epi32(t4, 0xb1));
+            y->s = ft_fp32_to_fp16(d * (float)_mm_cvtsi128_si32(t4));
+        } else {
+            block_q8_0 *y = (block_q8_0 *)vy + b;
+            y->d = ft_fp32_to_fp16(d);
+            qs = y->qs;
+        }
+        _mm256_storeu_si256((__m256i *)qs, p);
     }
 }
 
@@ -98,10 +146,12 @@ __attribute__((target("avx2,fma"))) static void quantize_q8_K_avx2(const float *
 }
 
 void cpu_quantize_row(enum ft_type vdt, const float *x, void *y, int64_t n) {
-    if (vdt == FT_TYPE_Q8_0)
-        quantize_q8(x, y, n, false);
-    else if (vdt == FT_TYPE_Q8_1)
-        quantize_q8(x, y, n, true);
+    if (vdt == FT_TYPE_Q8_0 || vdt == FT_TYPE_Q8_1) {
+        if (cpu_has_avx2())
+            quantize_q8_avx2(x, y, n, vdt == FT_TYPE_Q8_1);
+        else
+            cpu_quantize_q8_scalar(x, y, n, vdt == FT_TYPE_Q8_1);
+    }
     else if (vdt == FT_TYPE_Q8_K && cpu_has_avx2()) {
         FT_ASSERT(n % QK_K == 0);
         quantize_q8_K_avx2(x, y, n);
