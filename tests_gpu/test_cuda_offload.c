@@ -414,6 +414,52 @@ TEST(cuda_offload_logits_equal_fused_qwen35moe) {
 // ---------------------------------------------------------------------------------------------
 // Bandwidth (printed, not asserted): every step misses all its experts.
 
+// Offload's prefill chunk: with the command's default (n_batch_auto) it grows to 2048 tokens
+// (bounded by the context, and by a tenth of the budget for its workspace, far off here), since
+// each prefill step streams every expert whatever its token count; a -b the user gave stays, and
+// fused keeps the default.
+TEST(cuda_offload_prefill_chunk_default) {
+    GPU_TEST_REQUIRE_DEVICE();
+    ft_synth_params sp = ft_synth_default_params();
+    sp.arch = "qwen3moe";
+    sp.n_layer = 2;
+    sp.n_expert = OFFLOAD_N_EXPERT;
+    sp.n_expert_used = OFFLOAD_TOP_K;
+    sp.n_embd = 256;
+    sp.n_ff_exp = 256;
+    sp.n_ctx_train = 4096;
+    fixture_expert_types(&sp, "q4_K,q4_K", NULL);
+    const char *path = fixture_write(&sp, "offload_chunk.gguf");
+    REQUIRE(path);
+    ft_err err = {{0}};
+    ft_model *m = ft_model_load(path, &err);
+    REQUIRE(m, "%s", err.msg);
+    const struct {
+        enum ft_moe_backend mode;
+        bool auto_batch;
+        int n_ctx, want;
+    } cases[] = {
+        {FT_MOE_BACKEND_OFFLOAD, true, 4096, 2048}, {FT_MOE_BACKEND_OFFLOAD, true, 1000, 1000},
+        {FT_MOE_BACKEND_OFFLOAD, false, 4096, 256}, {FT_MOE_BACKEND_FUSED, true, 4096, 256},
+    };
+    for (size_t c = 0; c < FT_ARRAY_LEN(cases); c++) {
+        ft_engine_params ep = ft_engine_default_params();
+        ep.device = FT_PLACEMENT_CUDA;
+        ep.n_ctx = cases[c].n_ctx;
+        ep.n_batch = 256;
+        ep.n_batch_auto = cases[c].auto_batch;
+        ep.moe_backend = cases[c].mode;
+        ft_engine *e = ft_engine_init(m, &ep, &err);
+        REQUIRE(e, "case %zu: %s", c, err.msg);
+        int got = ft_engine_n_batch(e);
+        CHECK(got == cases[c].want, "case %zu (%s, auto %d, ctx %d): chunk %d, want %d", c,
+              cases[c].mode == FT_MOE_BACKEND_OFFLOAD ? "offload" : "fused", cases[c].auto_batch, cases[c].n_ctx, got,
+              cases[c].want);
+        ft_engine_free(e);
+    }
+    ft_model_free(m);
+}
+
 TEST(cuda_offload_copy_bandwidth) {
     GPU_TEST_REQUIRE_DEVICE();
     enum { N_EXPERT = 64, TOP_K = 8 };

@@ -355,7 +355,7 @@ int cmd_bench(int argc, char **argv) {
                "\"n_gen\":%d,\"n_batch\":%d,\"reps\":%d,\"n_vocab\":%d,\"prompt_tok_s\":%.3f,\"decode_tok_s\":%.3f,"
                "\"prompt_tok_s_runs\":[",
                m->arch->name, device_name, ft_quant_simd_name(), ep.n_threads, (int)n_prompt, (int)n_gen,
-               ep.n_batch, (int)reps, m->hp.n_vocab, prompt_med, gen_med);
+               ft_engine_n_batch(e), (int)reps, m->hp.n_vocab, prompt_med, gen_med);
         for (int r = 0; r < reps; r++) printf("%s%.3f", r ? "," : "", prompt_tps[r]);
         printf("],\"decode_tok_s_runs\":[");
         for (int r = 0; r < reps; r++) printf("%s%.3f", r ? "," : "", gen_tps[r]);
@@ -381,7 +381,7 @@ int cmd_bench(int argc, char **argv) {
         printf("}\n");
     } else {
         printf("model      %s (%s, %d layers, %d threads, %s, %s kernels, batch %d)\n", model_path, m->arch->name,
-               m->hp.n_layer, ep.n_threads, device_name, ft_quant_simd_name(), ep.n_batch);
+               m->hp.n_layer, ep.n_threads, device_name, ft_quant_simd_name(), ft_engine_n_batch(e));
         printf("prompt     %6d tokens  %9.2f tok/s  (median of %d)\n", (int)n_prompt, prompt_med, (int)reps);
         printf("decode     %6d tokens  %9.2f tok/s  (median of %d)\n", (int)n_gen, gen_med, (int)reps);
         printf("bytes/tok  %.1f MiB (dense weights + top-%d experts)\n", (double)bpt / (1 << 20),

@@ -116,6 +116,7 @@ bool engine_args_apply(const engine_args *a, ft_engine_params *p) {
     }
     p->n_threads = (int)a->threads;
     p->n_batch = a->n_batch > 0 ? (int)a->n_batch : a->batch_default;
+    p->n_batch_auto = a->n_batch <= 0;
     if (a->memory_ratio > 0) p->memory_ratio = a->memory_ratio;
     if (a->gpu_memory_limit_gib > 0) p->gpu_memory_limit = (size_t)(a->gpu_memory_limit_gib * (double)(1ull << 30));
     p->moe_cache_size = (int)a->moe_cache_size;

@@ -41,6 +41,7 @@ void ft_engine_reset(ft_engine *e) {
 float ft_engine_route_gap(const ft_engine *e) { return ft_batch_backend(e->b)->min_route_gap; }
 int ft_engine_pos(const ft_engine *e) { return ft_batch_seq_pos(e->b, e->seq); }
 int ft_engine_n_ctx(const ft_engine *e) { return e->n_ctx; }
+int ft_engine_n_batch(const ft_engine *e) { return e->n_batch; }
 const ft_weights *ft_engine_weights(const ft_engine *e) { return ft_batch_weights(e->b); }
 bool ft_engine_moe_stats(ft_engine *e, ft_moe_stats *out) { return ft_batch_moe_stats(e->b, out); }
 bool ft_engine_moe_rebuild(ft_engine *e, int n_slots, ft_err *err) { return ft_batch_moe_rebuild(e->b, n_slots, err); }

@@ -181,6 +181,29 @@ moe_auto_facts engine_auto_facts(const ft_model *m, const ft_engine_params *p, f
 }
 
 // --moe-backend auto's choice, and why, on stderr.
+enum { OFFLOAD_BATCH = 2048 };
+
+int engine_offload_batch(const ft_model *m, ft_backend *be, const ft_engine_params *p) {
+    if (!p->n_batch_auto || be->placement == FT_PLACEMENT_CPU || m->hp.n_expert == 0) return p->n_batch;
+    enum ft_moe_backend mode = p->moe_backend;
+    if (mode == FT_MOE_BACKEND_AUTO) {
+        moe_auto_facts f = engine_auto_facts(m, p, be, NULL, 0);
+        mode = moe_placement_auto(&f);
+    }
+    if (mode != FT_MOE_BACKEND_OFFLOAD) return p->n_batch;
+    ft_device_info info;
+    be->ops->device_info(be, &info);
+    size_t budget = engine_device_budget(p, &info);
+    ft_engine_params q = *p;
+    for (int nb = FT_MIN(OFFLOAD_BATCH, p->n_ctx); nb > p->n_batch; nb /= 2) {
+        q.n_batch = nb;
+        ft_backend_limits lim = engine_limits(m, &q);
+        size_t work = be->ops->scratch_bytes(be, &lim) + engine_activation_floats(m, &q) * sizeof(float);
+        if (work <= budget / 10) return nb;
+    }
+    return p->n_batch;
+}
+
 static enum ft_moe_backend auto_pick(const ft_model *m, const ft_engine_params *p, ft_backend *be) {
     char why[200] = "";
     moe_auto_facts f = engine_auto_facts(m, p, be, why, sizeof(why));
@@ -300,10 +323,11 @@ static bool plan_offload(const ft_model *m, ft_backend *be, const ft_engine_para
     if (!moe_cache_plan_make(g, &cp->plan, &plan, err)) return false;
     if (p->print_plan)
         fprintf(stderr, "%s: %s (sm_%d%d), %.0f MiB free, budget %.0f MiB: dense weights %.1f MiB, KV cache %.1f MiB "
-                        "(%lld positions, %d sequences of up to %d, %s), workspace %.1f MiB, expert cache %.1f MiB (%d slots)\n",
+                        "(%lld positions, %d sequences of up to %d, %s), workspace %.1f MiB (prefill chunks of %d), "
+                        "expert cache %.1f MiB (%d slots)\n",
                 be->ops->name, info->name, info->cc_major, info->cc_minor, info->free_mem / MiB, budget / MiB,
                 dense / MiB, kv / MiB, (long long)kv_tokens, p->n_seq, p->n_ctx, ft_type_name(p->kv_type),
-                work / MiB, plan.bytes / MiB,
+                work / MiB, p->n_batch, plan.bytes / MiB,
                 plan.n_slots);
     // the prefill overlay (one layer's experts at the widest stride) is carved from the
     // arenas when they hold it, else allocated beside them
