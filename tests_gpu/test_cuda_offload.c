@@ -414,7 +414,7 @@ TEST(cuda_offload_logits_equal_fused_qwen35moe) {
 // ---------------------------------------------------------------------------------------------
 // Bandwidth (printed, not asserted): every step misses all its experts.
 
-// Offload's prefill chunk: with the command's default (n_batch_auto) it grows to 2048 tokens
+// Offload's and cpu mode's prefill chunk: with the command's default (n_batch_auto) it grows to 2048 tokens
 // (bounded by the context, and by a tenth of the budget for its workspace, far off here), since
 // each prefill step streams every expert whatever its token count; a -b the user gave stays, and
 // fused keeps the default.
@@ -441,6 +441,7 @@ TEST(cuda_offload_prefill_chunk_default) {
     } cases[] = {
         {FT_MOE_BACKEND_OFFLOAD, true, 4096, 2048}, {FT_MOE_BACKEND_OFFLOAD, true, 1000, 1000},
         {FT_MOE_BACKEND_OFFLOAD, false, 4096, 256}, {FT_MOE_BACKEND_FUSED, true, 4096, 256},
+        {FT_MOE_BACKEND_CPU, true, 4096, 2048},
     };
     for (size_t c = 0; c < FT_ARRAY_LEN(cases); c++) {
         ft_engine_params ep = ft_engine_default_params();
@@ -453,7 +454,8 @@ TEST(cuda_offload_prefill_chunk_default) {
         REQUIRE(e, "case %zu: %s", c, err.msg);
         int got = ft_engine_n_batch(e);
         CHECK(got == cases[c].want, "case %zu (%s, auto %d, ctx %d): chunk %d, want %d", c,
-              cases[c].mode == FT_MOE_BACKEND_OFFLOAD ? "offload" : "fused", cases[c].auto_batch, cases[c].n_ctx, got,
+              cases[c].mode == FT_MOE_BACKEND_OFFLOAD ? "offload" : cases[c].mode == FT_MOE_BACKEND_CPU ? "cpu" : "fused",
+              cases[c].auto_batch, cases[c].n_ctx, got,
               cases[c].want);
         ft_engine_free(e);
     }

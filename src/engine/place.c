@@ -190,7 +190,7 @@ int engine_offload_batch(const ft_model *m, ft_backend *be, const ft_engine_para
         moe_auto_facts f = engine_auto_facts(m, p, be, NULL, 0);
         mode = moe_placement_auto(&f);
     }
-    if (mode != FT_MOE_BACKEND_OFFLOAD) return p->n_batch;
+    if (mode != FT_MOE_BACKEND_OFFLOAD && mode != FT_MOE_BACKEND_CPU) return p->n_batch;
     ft_device_info info;
     be->ops->device_info(be, &info);
     size_t budget = engine_device_budget(p, &info);
