@@ -1347,6 +1347,43 @@ TEST(server_trickled_request_closed_at_timeout) {
     }
     close(fd);
     CHECK(closed >= 1.5 && closed < 4.5, "trickled body: closed after %.2f s (--timeout 2)", closed);
+    // keep-alive: after a stream that outlasts the watch's sweeps, the connection's next request
+    // has its deadline too
+    const char *sbody = "{\"prompt\":\"Go\",\"max_tokens\":3000,\"temperature\":0,\"stream\":true,\"ignore_eos\":true}";
+    char sreq[512];
+    snprintf(sreq, sizeof(sreq), "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+             "Content-Length: %zu\r\n\r\n%s", strlen(sbody), sbody);
+    fd = connect_server(&s);
+    REQUIRE(fd >= 0, "connect");
+    CHECK(send(fd, sreq, strlen(sreq), MSG_NOSIGNAL) == (ssize_t)strlen(sreq), "send");
+    double ts = mono_s();
+    size_t got = 0;
+    out[0] = 0;
+    while (!strstr(out, "data: [DONE]") || !strstr(strstr(out, "data: [DONE]"), "\r\n0\r\n\r\n")) {
+        if (mono_s() - ts > 20) break;
+        if (got > sizeof(out) - 512) { // keep the tail only
+            memmove(out, out + got - 64, 64);
+            got = 64;
+            out[got] = 0;
+        }
+        ssize_t r = recv(fd, out + got, sizeof(out) - 1 - got, 0);
+        if (r == 0) break;
+        if (r > 0) got += (size_t)r, out[got] = 0;
+    }
+    double stream_s = mono_s() - ts;
+    CHECK(strstr(out, "data: [DONE]") != NULL, "the stream ended (%.2f s)", stream_s);
+    t0 = mono_s();
+    closed = -1;
+    for (size_t i = 0; closed < 0 && mono_s() - t0 < 10; i++) {
+        if (i < strlen(req)) send(fd, req + i, 1, MSG_NOSIGNAL);
+        char c;
+        if (recv(fd, &c, 1, 0) == 0) closed = mono_s() - t0;
+        sleep_ms(200);
+    }
+    close(fd);
+    CHECK(stream_s > 0.5, "the stream took %.2f s: too short to cross a sweep", stream_s);
+    CHECK(closed >= 1.5 && closed < 4.5, "keep-alive, trickled after a %.2f s stream: closed after %.2f s", stream_s,
+          closed);
     // a whole request in pieces over about a second is answered
     t = trickle(&s, req, 40, 150, out, sizeof(out));
     CHECK(t < 0 && strstr(out, " 200 ") && strstr(out, "\"choices\""), "slow request within the deadline: %.2f s, %.200s",

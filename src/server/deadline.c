@@ -52,9 +52,11 @@ static void on_sweep(evutil_socket_t fd, short what, void *arg) {
     int64_t now = now_ms();
     int late = 0;
     for (int i = 0; i < d->n;) {
-        bufferevent_data_cb readcb = NULL;
-        bufferevent_getcb(d->w[i].bev, &readcb, NULL, NULL, NULL);
-        if (!readcb) { // evhttp has freed the connection
+        // evhttp keeps its event callback on a connection's bufferevent from start to free (its
+        // read callback is off while it writes a reply); bufferevent_free clears them all
+        bufferevent_event_cb eventcb = NULL;
+        bufferevent_getcb(d->w[i].bev, NULL, NULL, &eventcb, NULL);
+        if (!eventcb) { // evhttp has freed the connection
             unwatch(d, i);
             continue;
         }
