@@ -27,9 +27,10 @@
 #define VNNI_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")))
 
 // LANES tokens per vector; ROWS weight rows per pass over a vector's packed codes (the sums of
-// ROWS x 1 vectors stay in registers); below MIN_TOKENS tokens the per-(row, token) path is
-// faster than packing; a block of token vectors is packed to at most TOKEN_BLOCK_BYTES, so the
-// rows' passes over them hit the L2.
+// ROWS x 1 vectors stay in registers); below MIN_TOKENS tokens q8_0 and q4_K take the shared
+// per-(row, token) path (the AMX GEMMs' threshold; the same bits, and the vectors were no faster
+// there); a block of token vectors is packed to at most TOKEN_BLOCK_BYTES, so the rows' passes
+// over them hit the L2.
 enum { LANES = 16, ROWS = 8, GROUP = 4, MIN_TOKENS = 4, TOKEN_BLOCK_BYTES = 256 << 10 };
 
 bool ft_gemm_vnni_supported(void) {
@@ -39,7 +40,7 @@ bool ft_gemm_vnni_supported(void) {
            __builtin_cpu_supports("avx512vnni");
 }
 
-// Row r's 4 codes at byte offset o of the row buffer, in every lane.
+// The 4 codes at p, in every lane.
 static inline VNNI_TARGET __m512i bcast4(const uint8_t *p) {
     int32_t v;
     memcpy(&v, p, sizeof(v));
@@ -68,6 +69,40 @@ static void zero_row(uint8_t *q, size_t row_bytes, void *scales, size_t scale_by
         memset((uint8_t *)scales + (size_t)(b * ROWS + r) * scale_bytes, 0, scale_bytes);
 }
 
+// The call's token vectors, a block of them packed at a time (PACK(dst, c0): the vector of
+// tokens from c0, VBYTES bytes), and its weight rows in passes of ROWS against each vector:
+// ROWS_FN unpacks a pass into the row buffers (BLOCK codes a block; the scales at ws, which the
+// caller declares), KERNEL computes it against one vector.
+#define GEMM_LOOP(BLOCK, VBYTES, PACK, ROWS_FN, KERNEL)                                                      \
+    do {                                                                                                     \
+        const int64_t nb = n / (BLOCK);                                                                      \
+        const int nv = (nc + LANES - 1) / LANES;                                                             \
+        const size_t vbytes = (VBYTES);                                                                      \
+        const int tb = token_block(vbytes);                                                                  \
+        const int nvb = nv < tb ? nv : tb;                                                                   \
+        uint8_t *p =                                                                                         \
+            ft_gemm_scratch((size_t)nvb * vbytes + (size_t)ROWS * nb * ((BLOCK) + sizeof(*ws)) + 3 * 64);    \
+        uint8_t *act = ft_gemm_carve(&p, (size_t)nvb * vbytes);                                              \
+        uint8_t *wq = ft_gemm_carve(&p, (size_t)ROWS * nb * (BLOCK));                                        \
+        ws = ft_gemm_carve(&p, (size_t)ROWS * nb * sizeof(*ws));                                             \
+        for (int v0 = 0; v0 < nv; v0 += nvb) {                                                               \
+            const int v1 = v0 + nvb < nv ? v0 + nvb : nv;                                                    \
+            for (int v = v0; v < v1; v++)                                                                    \
+                PACK(act + (size_t)(v - v0) * vbytes, v * LANES);                                            \
+            for (int r0 = 0; r0 < nr; r0 += ROWS) {                                                          \
+                const int mr = nr - r0 < ROWS ? nr - r0 : ROWS;                                              \
+                ROWS_FN(wq, ws, (const uint8_t *)x + (size_t)r0 * bx, bx, mr, nb);                           \
+                for (int v = v0; v < v1; v++) {                                                              \
+                    __m512 acc[ROWS];                                                                        \
+                    KERNEL(wq, ws, act + (size_t)(v - v0) * vbytes, nb, acc);                                \
+                    const int valid = nc - v * LANES < LANES ? nc - v * LANES : LANES;                       \
+                    for (int r = 0; r < mr; r++)                                                             \
+                        store_lanes(acc[r], s, ls, r0 + r, v * LANES, valid);                                \
+                }                                                                                            \
+            }                                                                                                \
+        }                                                                                                    \
+    } while (0)
+
 // ---------------------------------------------------------------------------------------------
 // q8_0 x q8_0
 //
@@ -77,19 +112,13 @@ static void zero_row(uint8_t *q, size_t row_bytes, void *scales, size_t scale_by
 enum { Q8_GROUPS = QK8_0 / GROUP, Q8_PACKED = Q8_GROUPS * 64 + 2 * LANES * 4 };
 
 static VNNI_TARGET void pack_q8_0(uint8_t *dst, const void *y, size_t by, int c0, int nc, int64_t nb) {
+    if (c0 + LANES > nc) memset(dst, 0, (size_t)nb * Q8_PACKED); // lanes past the last token
     for (int64_t b = 0; b < nb; b++) {
         uint8_t *p = dst + (size_t)b * Q8_PACKED;
         int32_t *start = (int32_t *)(p + Q8_GROUPS * 64);
         float *d = (float *)(start + LANES);
-        for (int l = 0; l < LANES; l++) {
+        for (int l = 0; l < LANES && c0 + l < nc; l++) {
             const int c = c0 + l;
-            if (c >= nc) {
-                for (int g = 0; g < Q8_GROUPS; g++)
-                    memset(p + g * 64 + l * GROUP, 0, GROUP);
-                start[l] = 0;
-                d[l] = 0.0f;
-                continue;
-            }
             const block_q8_0 *yb = (const block_q8_0 *)((const uint8_t *)y + (size_t)c * by) + b;
             int sum = 0;
             for (int k = 0; k < QK8_0; k++)
@@ -157,31 +186,10 @@ VNNI_TARGET void ft_gemm_q8_0_vnni(int64_t n, const void *x, size_t bx, int nr, 
         ft_gemm_few_q8_0(n, x, bx, nr, y, by, nc, s, ls);
         return;
     }
-    const int64_t nb = n / QK8_0;
-    const int nv = (nc + LANES - 1) / LANES;
-    const size_t vbytes = (size_t)nb * Q8_PACKED;
-    const int tb = token_block(vbytes);
-    const int nvb = nv < tb ? nv : tb;
-    uint8_t *p = ft_gemm_scratch((size_t)nvb * vbytes + (size_t)ROWS * nb * (QK8_0 + 4) + 3 * 64);
-    uint8_t *act = ft_gemm_carve(&p, (size_t)nvb * vbytes);     // (vector, block): packed
-    uint8_t *wq = ft_gemm_carve(&p, (size_t)ROWS * nb * QK8_0); // (row, element): code + 128
-    float *wd = ft_gemm_carve(&p, (size_t)ROWS * nb * 4);       // (block, row): scale
-    for (int v0 = 0; v0 < nv; v0 += nvb) {
-        const int v1 = v0 + nvb < nv ? v0 + nvb : nv;
-        for (int v = v0; v < v1; v++)
-            pack_q8_0(act + (size_t)(v - v0) * vbytes, y, by, v * LANES, nc, nb);
-        for (int r0 = 0; r0 < nr; r0 += ROWS) {
-            const int mr = nr - r0 < ROWS ? nr - r0 : ROWS;
-            rows_q8_0(wq, wd, (const uint8_t *)x + (size_t)r0 * bx, bx, mr, nb);
-            for (int v = v0; v < v1; v++) {
-                __m512 acc[ROWS];
-                kernel_q8_0(wq, wd, act + (size_t)(v - v0) * vbytes, nb, acc);
-                const int valid = nc - v * LANES < LANES ? nc - v * LANES : LANES;
-                for (int r = 0; r < mr; r++)
-                    store_lanes(acc[r], s, ls, r0 + r, v * LANES, valid);
-            }
-        }
-    }
+    float *ws;
+#define PACK_Q8_0(dst, c0) pack_q8_0(dst, y, by, c0, nc, nb)
+    GEMM_LOOP(QK8_0, (size_t)nb * Q8_PACKED, PACK_Q8_0, rows_q8_0, kernel_q8_0);
+#undef PACK_Q8_0
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -201,20 +209,13 @@ static size_t k_packed(int pairs) {
 static VNNI_TARGET void pack_q8_K(uint8_t *dst, const void *y, size_t by, int c0, int nc, int64_t nb,
                                   int pairs) {
     const size_t stride = k_packed(pairs);
+    if (c0 + LANES > nc) memset(dst, 0, (size_t)nb * stride); // lanes past the last token
     for (int64_t b = 0; b < nb; b++) {
         uint8_t *p = dst + (size_t)b * stride;
         float *d = (float *)(p + K_CODES);
         uint32_t *bsum = (uint32_t *)(d + LANES);
-        for (int l = 0; l < LANES; l++) {
+        for (int l = 0; l < LANES && c0 + l < nc; l++) {
             const int c = c0 + l;
-            if (c >= nc) {
-                for (int g = 0; g < K_GROUPS; g++)
-                    memset(p + g * 64 + l * GROUP, 0, GROUP);
-                d[l] = 0.0f;
-                for (int i = 0; i < pairs; i++)
-                    bsum[i * LANES + l] = 0;
-                continue;
-            }
             const block_q8_K *yb = (const block_q8_K *)((const uint8_t *)y + (size_t)c * by) + b;
             for (int g = 0; g < K_GROUPS; g++)
                 memcpy(p + g * 64 + l * GROUP, yb->qs + g * GROUP, GROUP);
@@ -231,6 +232,10 @@ static VNNI_TARGET void pack_q8_K(uint8_t *dst, const void *y, size_t by, int c0
         }
     }
 }
+
+// GEMM_LOOP's PACK for the K-quants: the code sums of 32 (q4_K, q5_K) or of 16 (q6_K).
+#define PACK_Q8_K4(dst, c0) pack_q8_K(dst, y, by, c0, nc, nb, 4)
+#define PACK_Q8_K8(dst, c0) pack_q8_K(dst, y, by, c0, nc, nb, SUBS6 / 2)
 
 // The rows' codes, one per byte in element order, ROWS rows of n: 4 per group broadcast to the
 // 16 tokens of a vector against its packed group; the exact sum of one sub-block of `groups`
@@ -268,38 +273,6 @@ scaled_sums(const uint8_t *wq, size_t row, int64_t b, const uint8_t *p, int subs
                                        _mm512_mullo_epi32(sum[r], _mm512_set1_epi32(sc[r * sc_stride + j])));
     }
 }
-
-// Token vectors [v0, v1) of y packed into act, the call's rows in passes of ROWS: rows_fn
-// unpacks a pass into the row buffers, kernel computes it against one vector.
-#define K_GEMM_LOOP(pairs, rows_fn, kernel)                                                                  \
-    do {                                                                                                     \
-        const int64_t nb = n / QK_K;                                                                         \
-        const int nv = (nc + LANES - 1) / LANES;                                                             \
-        const size_t vbytes = (size_t)nb * k_packed(pairs);                                                  \
-        const int tb = token_block(vbytes);                                                                  \
-        const int nvb = nv < tb ? nv : tb;                                                                   \
-        uint8_t *p =                                                                                         \
-            ft_gemm_scratch((size_t)nvb * vbytes + (size_t)ROWS * nb * (QK_K + sizeof(*ws)) + 3 * 64);       \
-        uint8_t *act = ft_gemm_carve(&p, (size_t)nvb * vbytes);                                              \
-        uint8_t *wq = ft_gemm_carve(&p, (size_t)ROWS * nb * QK_K);                                           \
-        ws = ft_gemm_carve(&p, (size_t)ROWS * nb * sizeof(*ws));                                             \
-        for (int v0 = 0; v0 < nv; v0 += nvb) {                                                               \
-            const int v1 = v0 + nvb < nv ? v0 + nvb : nv;                                                    \
-            for (int v = v0; v < v1; v++)                                                                    \
-                pack_q8_K(act + (size_t)(v - v0) * vbytes, y, by, v * LANES, nc, nb, pairs);                 \
-            for (int r0 = 0; r0 < nr; r0 += ROWS) {                                                          \
-                const int mr = nr - r0 < ROWS ? nr - r0 : ROWS;                                              \
-                rows_fn(wq, ws, (const uint8_t *)x + (size_t)r0 * bx, bx, mr, nb);                           \
-                for (int v = v0; v < v1; v++) {                                                              \
-                    __m512 acc[ROWS];                                                                        \
-                    kernel(wq, ws, act + (size_t)(v - v0) * vbytes, nb, acc);                                \
-                    const int valid = nc - v * LANES < LANES ? nc - v * LANES : LANES;                       \
-                    for (int r = 0; r < mr; r++)                                                             \
-                        store_lanes(acc[r], s, ls, r0 + r, v * LANES, valid);                                \
-                }                                                                                            \
-            }                                                                                                \
-        }                                                                                                    \
-    } while (0)
 
 // ---------------------------------------------------------------------------------------------
 // q4_K and q5_K x q8_K
@@ -407,7 +380,7 @@ VNNI_TARGET void ft_gemm_q4_K_vnni(int64_t n, const void *x, size_t bx, int nr, 
         return;
     }
     q45_K_row_scales *ws;
-    K_GEMM_LOOP(4, rows_q4_K, kernel_q45_K);
+    GEMM_LOOP(QK_K, (size_t)nb * k_packed(4), PACK_Q8_K4, rows_q4_K, kernel_q45_K);
 }
 
 // q5_K has no per-(row, token) path: any token count takes the vectors, so the bits never
@@ -415,7 +388,7 @@ VNNI_TARGET void ft_gemm_q4_K_vnni(int64_t n, const void *x, size_t bx, int nr, 
 VNNI_TARGET void ft_gemm_q5_K_vnni(int64_t n, const void *x, size_t bx, int nr, const void *y, size_t by,
                                    int nc, float *s, size_t ls) {
     q45_K_row_scales *ws;
-    K_GEMM_LOOP(4, rows_q5_K, kernel_q45_K);
+    GEMM_LOOP(QK_K, (size_t)nb * k_packed(4), PACK_Q8_K4, rows_q5_K, kernel_q45_K);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -504,5 +477,5 @@ static VNNI_TARGET void kernel_q6_K(const uint8_t *wq, const q6_K_row_scales *ws
 VNNI_TARGET void ft_gemm_q6_K_vnni(int64_t n, const void *x, size_t bx, int nr, const void *y, size_t by,
                                    int nc, float *s, size_t ls) {
     q6_K_row_scales *ws;
-    K_GEMM_LOOP(SUBS6 / 2, rows_q6_K, kernel_q6_K);
+    GEMM_LOOP(QK_K, (size_t)nb * k_packed(SUBS6 / 2), PACK_Q8_K8, rows_q6_K, kernel_q6_K);
 }
