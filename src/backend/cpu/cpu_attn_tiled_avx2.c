@@ -27,9 +27,10 @@
 #include "cpu_avx2.h"
 
 enum { ROWS = 64, KEYS = 64 };
+_Static_assert(KEYS % 8 == 0, "the softmax runs in vectors of 8 keys");
 
 size_t cpu_attn_tiled_ws_floats(int head_dim) {
-    return (size_t)ROWS * head_dim * 2 + (size_t)KEYS * head_dim * 2 + (size_t)ROWS * KEYS + 3 * ROWS + 64;
+    return (size_t)ROWS * head_dim * 2 + (size_t)KEYS * head_dim * 2 + (size_t)ROWS * KEYS + 64;
 }
 
 // e^x for x <= 0 (and -inf) in 8 lanes: x = n ln 2 + r with |r| <= ln 2 / 2, e^r by Cephes'
@@ -131,8 +132,8 @@ static void tiled_worker(void *ctx, int ith, int nth) {
     float *kb = acc + (size_t)ROWS * hd;                               // (KEYS, hd)
     float *vb = kb + (size_t)KEYS * hd;                                // (KEYS, hd)
     float *S = vb + (size_t)KEYS * hd;                                 // (ROWS, KEYS): scores, then P
-    float *M = S + (size_t)ROWS * KEYS, *L = M + ROWS;
-    int *qpos = (int *)(L + ROWS);
+    float M[ROWS], L[ROWS]; // per row: the running maximum and softmax denominator
+    int qpos[ROWS];         // per row: its token's position
     const size_t krow = ft_row_bytes(p->k_cache->type, hd), vrow = ft_row_bytes(p->v_cache->type, hd);
 
     const int n_tiles = (p->n_tok + tt - 1) / tt;
@@ -155,7 +156,8 @@ static void tiled_worker(void *ctx, int ith, int nth) {
         const int kmin = p->window > 0 ? FT_MAX(0, first - p->window + 1) : 0;
         int64_t off = 0, walked = -1;
         for (int k0 = kmin; k0 <= last; k0 += KEYS) {
-            const int nk = FT_MIN(KEYS, last - k0 + 1), nk4 = (nk + 3) & ~3;
+            // scores in steps of 4 keys, the softmax in vectors of 8 (KEYS is a multiple of both)
+            const int nk = FT_MIN(KEYS, last - k0 + 1), nk4 = (nk + 3) & ~3, nk8 = (nk + 7) & ~7;
             for (int i = 0; i < nk; i++) {
                 size_t row = (size_t)ft_kv_row_walk(p->blocks, k0 + i, &off, &walked);
                 row_to_f32((const uint8_t *)p->k_cache->data + row * p->k_cache->row_bytes + hk * krow,
@@ -175,18 +177,14 @@ static void tiled_worker(void *ctx, int ith, int nth) {
                     for (int k = 0; k < nk; k++)
                         if (k0 + k > qpos[r] || k0 + k < lo) s[k] = -INFINITY;
                 }
-                for (int k = nk; k < nk4; k++)
+                for (int k = nk; k < nk8; k++) // keys past the block's end, to whole vectors
                     s[k] = -INFINITY;
                 __m256 m8 = _mm256_set1_ps(-INFINITY);
-                int k = 0;
-                for (; k + 8 <= nk4; k += 8)
+                for (int k = 0; k < nk8; k += 8)
                     m8 = _mm256_max_ps(m8, _mm256_loadu_ps(s + k));
-                __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m8), _mm256_extractf128_ps(m8, 1));
-                if (k < nk4) m4 = _mm_max_ps(m4, _mm_loadu_ps(s + k));
-                m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-                const float bmax = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
+                const float bmax = hmax8(m8);
                 if (bmax == -INFINITY) { // nothing visible in this block
-                    memset(s, 0, (size_t)nk4 * sizeof(float));
+                    memset(s, 0, (size_t)nk8 * sizeof(float));
                     continue;
                 }
                 if (bmax > M[r]) {
@@ -200,17 +198,12 @@ static void tiled_worker(void *ctx, int ith, int nth) {
                 }
                 const __m256 mx = _mm256_set1_ps(M[r]);
                 __m256 sum8 = _mm256_setzero_ps();
-                for (k = 0; k + 8 <= nk4; k += 8) {
+                for (int k = 0; k < nk8; k += 8) {
                     __m256 e = exp8_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(s + k), mx));
                     _mm256_storeu_ps(s + k, e);
                     sum8 = _mm256_add_ps(sum8, e);
                 }
-                float sum = hsum8(sum8);
-                for (; k < nk4; k++) { // a last 4 keys
-                    s[k] = s[k] == -INFINITY ? 0.0f : expf(s[k] - M[r]);
-                    sum += s[k];
-                }
-                L[r] += sum;
+                L[r] += hsum8(sum8);
             }
             for (int r = nr; r < nr4; r++)
                 memset(S + (size_t)r * KEYS, 0, (size_t)nk4 * sizeof(float));

@@ -14,6 +14,19 @@
 #include <math.h>
 #include <string.h>
 
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
+#elif defined(__GNUC__)
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+#endif
+#include "cpu_avx2.h"
+#if defined(__clang__)
+#pragma clang attribute pop
+#elif defined(__GNUC__)
+#pragma GCC pop_options
+#endif
+
 void cpu_quantize_q8_scalar(const float *x, void *vy, int64_t n, bool with_sum) {
     for (int64_t b = 0; b < n / 32; b++) {
         const float *xb = x + b * 32;
@@ -56,9 +69,7 @@ __attribute__((target("avx2,fma"))) static void quantize_q8_avx2(const float *x,
         // maxps keeps its second operand where one is NaN, as fmaxf skips NaN
         __m256 m = _mm256_setzero_ps();
         for (int k = 0; k < 4; k++) m = _mm256_max_ps(_mm256_and_ps(v[k], abs_mask), m);
-        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
-        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-        const float amax = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
+        const float amax = hmax8(m);
         const float d = amax / 127.f, id = amax != 0.0f ? 127.f / amax : 0.0f;
         const __m256 s = _mm256_set1_ps(id);
         __m256i q[4];
@@ -102,10 +113,7 @@ __attribute__((target("avx2,fma"))) static void quantize_q8_K_avx2(const float *
         for (int j = 0; j < QK_K; j += 32)
             for (int k = 0; k < 4; k++) mc[k] = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(x + j + 8 * k), abs_mask), mc[k]);
         const __m256 m = _mm256_max_ps(_mm256_max_ps(mc[0], mc[1]), _mm256_max_ps(mc[2], mc[3]));
-        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
-        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-        m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-        const float amax = _mm_cvtss_f32(m4);
+        const float amax = hmax8(m);
         float max = 0.0f; // the first element of that magnitude (none for an all-NaN block)
         const __m256 am = _mm256_set1_ps(amax);
         for (int j = 0; j < QK_K; j += 8) {
