@@ -123,12 +123,17 @@ typedef struct device_plan {
     size_t weights, kv, work, margin, budget;
 } device_plan;
 
+// The device workspace of p's steps: the backend's scratch and the activations.
+static size_t workspace_bytes(const ft_model *m, const ft_engine_params *p, ft_backend *be) {
+    ft_backend_limits lim = engine_limits(m, p);
+    return be->ops->scratch_bytes(be, &lim) + engine_activation_floats(m, p) * sizeof(float);
+}
+
 static device_plan device_plan_of(const ft_model *m, const ft_engine_params *p, ft_backend *be,
                                   const ft_device_info *info, bool experts_on_host) {
-    ft_backend_limits lim = engine_limits(m, p);
     device_plan c = {
         .weights = ft_weights_place_bytes(m, experts_on_host), .kv = engine_kv_bytes(m, p),
-        .work = be->ops->scratch_bytes(be, &lim) + engine_activation_floats(m, p) * sizeof(float),
+        .work = workspace_bytes(m, p, be),
         .margin = DEVICE_MARGIN, .budget = engine_device_budget(p, info),
     };
     return c;
@@ -197,9 +202,7 @@ int engine_offload_batch(const ft_model *m, ft_backend *be, const ft_engine_para
     ft_engine_params q = *p;
     for (int nb = FT_MIN(OFFLOAD_BATCH, p->n_ctx); nb > p->n_batch; nb /= 2) {
         q.n_batch = nb;
-        ft_backend_limits lim = engine_limits(m, &q);
-        size_t work = be->ops->scratch_bytes(be, &lim) + engine_activation_floats(m, &q) * sizeof(float);
-        if (work <= budget / 10) return nb;
+        if (workspace_bytes(m, &q, be) <= budget / 10) return nb;
     }
     return p->n_batch;
 }
@@ -299,8 +302,7 @@ static bool plan_offload(const ft_model *m, ft_backend *be, const ft_engine_para
     if (g->n_layers == 0) return ft_err_set(err, "--moe-backend offload: the model has no routed experts");
     size_t dense = ft_weights_place_bytes(m, true);
     size_t kv = engine_kv_bytes(m, p);
-    ft_backend_limits lim = engine_limits(m, p);
-    size_t work = be->ops->scratch_bytes(be, &lim) + engine_activation_floats(m, p) * sizeof(float);
+    size_t work = workspace_bytes(m, p, be);
     size_t budget = engine_device_budget(p, info);
     int64_t kv_tokens = engine_kv_blocks(p) * FT_KV_BLOCK;
 
