@@ -92,6 +92,69 @@ const char *fixture_cli_model(const char *name, const char *synth_args) {
     return path;
 }
 
+// "blk.L.ffn_gate_up_exps.weight": the names of its split halves into gate and up.
+static bool fused_gate_up_name(gguf_str name, char gate[128], char up[128]) {
+    char buf[128];
+    int l, n = 0;
+    if (name.len >= sizeof(buf)) return false;
+    memcpy(buf, name.ptr, name.len);
+    buf[name.len] = 0;
+    if (sscanf(buf, "blk.%d.ffn_gate_up_exps.weight%n", &l, &n) != 1 || n == 0 || buf[n]) return false;
+    snprintf(gate, 128, "blk.%d.ffn_gate_exps.weight", l);
+    snprintf(up, 128, "blk.%d.ffn_up_exps.weight", l);
+    return true;
+}
+
+const char *fixture_split_gate_up(const char *src, const char *name) {
+    const char *path = keep_path(test_path(name));
+    ft_err err = {{0}};
+    gguf_file *f = gguf_open(src, &err);
+    if (!f) {
+        test_fail(__FILE__, __LINE__, "%s", err.msg);
+        return NULL;
+    }
+    gguf_writer *w = gguf_writer_init();
+    for (int64_t i = 0; i < gguf_n_kv(f); i++) gguf_writer_copy_kv(w, f, i);
+    int n_fused = 0;
+    for (int64_t i = 0; i < gguf_n_tensors(f); i++) {
+        const gguf_tensor *t = gguf_tensor_at(f, i);
+        char gate[128], up[128], own[128];
+        if (fused_gate_up_name(t->name, gate, up)) {
+            const int64_t ne[4] = {t->ne[0], t->ne[1] / 2, t->ne[2], t->ne[3]};
+            gguf_writer_add_tensor(w, gate, t->type, t->n_dims, ne);
+            gguf_writer_add_tensor(w, up, t->type, t->n_dims, ne);
+            n_fused++;
+        } else {
+            snprintf(own, sizeof(own), "%.*s", (int)t->name.len, t->name.ptr);
+            gguf_writer_add_tensor(w, own, t->type, t->n_dims, t->ne);
+        }
+    }
+    bool ok = gguf_writer_begin(w, path, &err);
+    for (int64_t i = 0; ok && i < gguf_n_tensors(f); i++) {
+        const gguf_tensor *t = gguf_tensor_at(f, i);
+        char gate[128], up[128];
+        if (!fused_gate_up_name(t->name, gate, up)) {
+            ok = gguf_writer_tensor_data(w, t->data, t->bytes, &err);
+            continue;
+        }
+        // expert e of the fused tensor: gate's rows, then up's, half its bytes each
+        uint64_t half = t->bytes / (uint64_t)t->ne[2] / 2;
+        uint8_t *bank = ft_malloc((size_t)(t->bytes / 2));
+        for (int h = 0; ok && h < 2; h++) {
+            for (int64_t e = 0; e < t->ne[2]; e++)
+                memcpy(bank + e * half, (const uint8_t *)t->data + (2 * (uint64_t)e + (uint64_t)h) * half, half);
+            ok = gguf_writer_tensor_data(w, bank, t->bytes / 2, &err);
+        }
+        free(bank);
+    }
+    ok = ok && gguf_writer_finish(w, &err);
+    gguf_writer_free(w);
+    gguf_close(f);
+    if (!ok) test_fail(__FILE__, __LINE__, "%s: %s", name, err.msg);
+    else if (!n_fused) test_fail(__FILE__, __LINE__, "%s: %s has no fused gate/up experts to split", name, src);
+    return ok && n_fused ? path : NULL;
+}
+
 bool fixture_open_moe(const char *path, gguf_file **f, moe_geometry *g) {
     ft_err err = {{0}};
     *f = gguf_open(path, &err);

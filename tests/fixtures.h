@@ -1,8 +1,9 @@
 // fixtures.h: what several test files share. Synthetic models written to the suite's scratch
-// directory (in the process, or once per run through `ft synth`), loaded or not, among them
-// the MoE cache tests' geometry and the models the GPU suite runs beside the CPU; a GGUF with
-// its expert geometry; a host KV-cache tensor; a file read whole; a vocabulary from a GGUF;
-// stderr silenced around notices; a growable byte buffer for files written by hand.
+// directory (in the process, or once per run through `ft synth`), loaded or not, among them the
+// MoE cache tests' geometry and the models the GPU suite runs beside the CPU, and the split
+// twin of a model with fused gate/up experts; a GGUF with its expert geometry; a host KV-cache
+// tensor; a file read whole; a vocabulary from a GGUF; stderr silenced around notices; a
+// growable byte buffer for files written by hand.
 //
 // A fixture that can fail records the failure in the running test (test_fail, naming what
 // failed and why) and returns NULL or false, so a caller stops with a bare REQUIRE(x).
@@ -49,6 +50,13 @@ ft_model *fixture_model(const ft_synth_params *p, const char *name);
 // later calls with that name return the file already written (whatever their arguments).
 // Returns the path, or NULL after a recorded failure.
 const char *fixture_cli_model(const char *name, const char *synth_args);
+
+// A twin of the model at src with each layer's fused gate/up experts (ffn_gate_up_exps) split
+// into ffn_gate_exps and ffn_up_exps (each expert's first and second half), written as
+// test_path(name): the same weights in the split layout, so every engine must give both the
+// same logits bit for bit. Returns the path, or NULL after a recorded failure (also when src
+// has no fused tensor).
+const char *fixture_split_gate_up(const char *src, const char *name);
 
 // Opens the GGUF at path and reads its expert geometry (free both with moe_geometry_free and
 // gguf_close). Returns false after a recorded failure, with nothing left open.

@@ -23,6 +23,7 @@ TEST(cli_exit_status_for_usage_and_input_errors) {
     CHECK(ft("synth x.gguf --layers 0 2>/dev/null", NULL, 0) == 2);
     CHECK(ft("synth x.gguf --expert-types q4_K,nope 2>/dev/null", NULL, 0) == 2);
     CHECK(ft("synth x.gguf --dense-lead 1 2>/dev/null", NULL, 0) == 2, "dense layers are laguna's");
+    CHECK(ft("synth x.gguf --fused-gate-up 2>/dev/null", NULL, 0) == 2, "qwen3moe's experts are never fused");
     // an empty API key would serve without one: refused before the model loads
     CHECK(ft("serve --api-key '' -m /nonexistent.gguf 2>&1", out, sizeof(out)) == 2 && strstr(out, "--api-key"),
           "%s", out);
@@ -71,6 +72,33 @@ TEST(cli_synth_writes_laguna_leading_dense_layers) {
     CHECK(e2 && e2->type == FT_TYPE_BF16);
     gguf_close(f);
     // and the engine runs it
+    snprintf(cmd, sizeof(cmd), "run -m '%s' -p hi -n 2 -t 1 >/dev/null 2>&1", path);
+    CHECK(ft(cmd, NULL, 0) == 0);
+}
+
+// --fused-gate-up: each layer's gate and up experts in one ffn_gate_up_exps tensor, with the
+// types --expert-types gives; the engine runs it.
+TEST(cli_synth_writes_fused_gate_up_experts) {
+    const char *path = test_path("cli_fused.gguf");
+    char cmd[2048];
+    snprintf(cmd, sizeof(cmd), "synth '%s' --arch qwen3next --layers 2 --experts 4 --ff 256 --fused-gate-up "
+             "--expert-types q4_K,bf16 2>/dev/null", path);
+    REQUIRE(ft(cmd, NULL, 0) == 0);
+    ft_err err = {{0}};
+    gguf_file *f = gguf_open(path, &err);
+    REQUIRE(f, "%s", err.msg);
+    for (int l = 0; l < 2; l++) {
+        char name[64];
+        snprintf(name, sizeof(name), "blk.%d.ffn_gate_up_exps.weight", l);
+        const gguf_tensor *t = gguf_find_tensor(f, name);
+        CHECK(t && t->ne[0] == 256 && t->ne[1] == 512 && t->ne[2] == 4, "%s: [n_embd, 2 x ff, experts]", name);
+        CHECK(t && t->type == (l ? FT_TYPE_BF16 : FT_TYPE_Q4_K), "%s", name);
+        snprintf(name, sizeof(name), "blk.%d.ffn_gate_exps.weight", l);
+        CHECK(!gguf_find_tensor(f, name), "%s", name);
+        snprintf(name, sizeof(name), "blk.%d.ffn_up_exps.weight", l);
+        CHECK(!gguf_find_tensor(f, name), "%s", name);
+    }
+    gguf_close(f);
     snprintf(cmd, sizeof(cmd), "run -m '%s' -p hi -n 2 -t 1 >/dev/null 2>&1", path);
     CHECK(ft(cmd, NULL, 0) == 0);
 }

@@ -1,4 +1,4 @@
-// test_conformance_archs.c: qwen2moe, llama (Mixtral), laguna and qwen35moe against llama.cpp.
+// test_conformance_archs.c: qwen2moe, llama (Mixtral), laguna, qwen35moe and qwen3next against llama.cpp.
 #include "test_conformance.h"
 #include "test.h"
 
@@ -140,4 +140,24 @@ TEST(conformance_qwen3next_mixed_experts) {
     p.n_rot = 32;
     conf_opts o = qwen35_opts();
     conf_check("qwen3next_mixed", &p, &o);
+}
+
+// The same models with each layer's gate and up experts fused in one ffn_gate_up_exps tensor
+// (llama.cpp's converter with --fuse-gate-up-exps): q4_K, q6_K, bf16 and mxfp4 by layer.
+TEST(conformance_qwen35moe_fused_gate_up_mixed_experts) {
+    ft_synth_params p = qwen35_params();
+    p.fused_gate_up = true;
+    conf_opts o = qwen35_opts();
+    conf_check("qwen35moe_fused_gate_up", &p, &o);
+}
+
+TEST(conformance_qwen3next_fused_gate_up_mixed_experts) {
+    ft_synth_params p = qwen35_params_of("qwen3next");
+    p.ssm_n_k_heads = 2;
+    p.ssm_n_v_heads = 6;
+    p.n_rot = 32;
+    p.fused_gate_up = true;
+    p.seed = 43; // 42's model has two chaotic steps (test_conformance.h)
+    conf_opts o = qwen35_opts();
+    conf_check("qwen3next_fused_gate_up", &p, &o);
 }

@@ -1,7 +1,9 @@
 // test_model.c: the architecture descriptions (src/model/*.c, read by src/model/model.c and
 // synth.c): every architecture of the table synthesizes, loads and runs; what ft synth writes
 // is exactly what binding binds, checked through every tensor field of the model rather than
-// through the description; and the tables hold together.
+// through the description; the tables hold together; fused gate/up experts bind as views and
+// run as their split twin does.
+#include "fixtures.h"
 #include "test.h"
 #include "../src/engine/engine.h"
 #include "../src/model/model.h"
@@ -27,7 +29,7 @@ static const size_t g_layer_fields[] = {
     offsetof(ft_layer, lin_qkv),    offsetof(ft_layer, lin_z),      offsetof(ft_layer, ssm_conv1d),
     offsetof(ft_layer, ssm_dt),     offsetof(ft_layer, ssm_a),      offsetof(ft_layer, ssm_beta),
     offsetof(ft_layer, ssm_alpha),  offsetof(ft_layer, ssm_ba),     offsetof(ft_layer, ssm_norm),
-    offsetof(ft_layer, ssm_out),
+    offsetof(ft_layer, ssm_out),    offsetof(ft_layer, gate_up_exps),
 };
 
 static const ft_tensor *field_tensor(const void *base, size_t off) {
@@ -36,7 +38,9 @@ static const ft_tensor *field_tensor(const void *base, size_t off) {
 
 // How many ways the file's tensors and the model's bound weights disagree: a file tensor no
 // field binds, or two fields bind (the output tied to the embedding aside), or one bound with
-// another type, shape or data; a bound weight the file does not have. The first goes to why.
+// another type, shape or data; a bound weight the file does not have; a strided view (gate or
+// up of fused experts) that is not one half of each matrix of the file tensor it names. The
+// first goes to why.
 static int binding_mismatches(const ft_model *m, const gguf_file *f, char *why, size_t cap) {
     int64_t n = gguf_n_tensors(f);
     int *bound = calloc((size_t)n, sizeof(int));
@@ -53,6 +57,15 @@ static int binding_mismatches(const ft_model *m, const gguf_file *f, char *why, 
             const gguf_tensor *g = gguf_find_tensor(f, t->name);
             if (!g) {
                 MISMATCH("bound %s, which the file lacks", t->name);
+                continue;
+            }
+            if (t->mat_stride) {
+                const uint8_t *base0 = g->data;
+                size_t at = (size_t)((const uint8_t *)t->data - base0);
+                bool half = g->type == t->type && g->ne[0] == t->ne[0] && g->ne[1] == 2 * t->ne[1] &&
+                            g->ne[2] == t->ne[2] && t->mat_stride == 2 * t->mat_bytes &&
+                            (at == 0 || at == t->mat_bytes) && t->mat_bytes * 2 * (size_t)t->ne[2] == g->bytes;
+                if (!half) MISMATCH("%s: a view of another shape", t->name);
                 continue;
             }
             bound[g - gguf_tensor_at(f, 0)]++;
@@ -93,6 +106,7 @@ static ft_synth_params all_options(const char *arch) {
     p.yarn_factor = 4.0f;
     p.gate_per_element = true;
     p.expert_weights_scale = 2.0f;
+    p.fused_gate_up = ft_synth_has_fused_gate_up(arch);
     if (ft_synth_has_linear_attention(arch)) {
         p.ssm_d_conv = 3;
         p.ssm_n_k_heads = 2;
@@ -370,6 +384,18 @@ TEST(model_descriptions_hold_together) {
             for (int d = 1; d < 3; d++)
                 CHECK(t->ne[d - 1] != FT_DIM_NONE || t->ne[d] == FT_DIM_NONE, "%s: %s", arch->name, t->name);
             for (int d = 0; d < 3; d++) CHECK(t->ne[d] != FT_DIM_ARCH || arch->dim, "%s: %s", arch->name, t->name);
+            // a half of fused gate/up experts: gate's or up's field, after the fused row (bound first)
+            if (t->flags & (FT_TENSOR_FUSED_GATE | FT_TENSOR_FUSED_UP)) {
+                bool gate = t->flags & FT_TENSOR_FUSED_GATE;
+                CHECK(t->field == (gate ? offsetof(ft_layer, gate_exps) : offsetof(ft_layer, up_exps)) &&
+                          !(t->flags & FT_TENSOR_FUSED_UP && gate), "%s: %s", arch->name, t->name);
+                bool after_fused = false;
+                for (int j = 0; j < i; j++)
+                    after_fused = after_fused || (arch->tensors[j].field == offsetof(ft_layer, gate_up_exps) &&
+                                                  arch->tensors[j].layers == t->layers &&
+                                                  arch->tensors[j].ne[1] == FT_DIM_FF_EXP_2);
+                CHECK(after_fused, "%s: %s before its fused row", arch->name, t->name);
+            }
             for (int j = 0; j < i; j++) {
                 const ft_arch_tensor *u = &arch->tensors[j];
                 CHECK(strcmp(t->name, u->name), "%s: %s twice", arch->name, t->name);
@@ -380,4 +406,142 @@ TEST(model_descriptions_hold_together) {
     }
     CHECK(ft_synth_has_dense_layers("laguna") && !ft_synth_has_dense_layers("qwen3moe") &&
           !ft_synth_has_dense_layers("nosucharch"));
+    // fused gate/up experts where llama.cpp loads them (its qwen35moe.cpp, qwen3next.cpp), and
+    // nowhere else (its qwen3moe, qwen2moe, llama and laguna read split ones only)
+    CHECK(ft_synth_has_fused_gate_up("qwen35moe") && ft_synth_has_fused_gate_up("qwen3next"));
+    CHECK(!ft_synth_has_fused_gate_up("qwen3moe") && !ft_synth_has_fused_gate_up("qwen2moe") &&
+          !ft_synth_has_fused_gate_up("llama") && !ft_synth_has_fused_gate_up("laguna"));
+}
+
+// Fused gate/up experts (ffn_gate_up_exps): gate_exps and up_exps are views of each expert's
+// first and second half there, ft inspect shows the fused tensor as used; a layer with both
+// layouts, or neither, is refused naming the tensor (ft inspect lists it as the problem); the
+// split layout is refused where the architecture has no fused row.
+TEST(model_fused_gate_up_binds_halves_and_refuses_both_or_neither) {
+    ft_synth_params p = ft_synth_default_params();
+    p.arch = "qwen35moe";
+    p.n_layer = 2;
+    p.fused_gate_up = true;
+    ft_err err = {{0}};
+    const char *src = test_path("fused_src.gguf");
+    REQUIRE(ft_synth_write(&p, src, &err), "%s", err.msg);
+    ft_model *m = ft_model_load(src, &err);
+    REQUIRE(m, "%s", err.msg);
+    for (int l = 0; l < 2; l++) {
+        const ft_layer *L = &m->layers[l];
+        const ft_tensor *gu = &L->gate_up_exps;
+        REQUIRE(ft_tensor_present(gu) && gu->ne[1] == 2 * p.n_ff_exp, "layer %d", l);
+        size_t half = gu->row_bytes * (size_t)p.n_ff_exp;
+        CHECK(L->gate_exps.data == gu->data && (uint8_t *)L->up_exps.data == (uint8_t *)gu->data + half, "layer %d", l);
+        CHECK(L->gate_exps.ne[1] == p.n_ff_exp && L->up_exps.ne[1] == p.n_ff_exp && L->gate_exps.ne[2] == p.n_expert);
+        CHECK(L->gate_exps.mat_bytes == half && ft_tensor_mat_stride(&L->up_exps) == 2 * half);
+        CHECK(ft_tensor_mat(&L->up_exps, 3) == (uint8_t *)gu->data + 7 * half, "expert 3's up: the 8th half");
+        CHECK(!ft_tensor_packed(&L->gate_exps) && ft_tensor_packed(&L->down_exps));
+    }
+    ft_model_free(m);
+    static char out[1 << 20];
+    char cmd[2048];
+    snprintf(cmd, sizeof(cmd), "%s inspect --json '%s'", test_ft_bin(), src);
+    REQUIRE(test_run(cmd, out, sizeof(out)) == 0, "%s", out);
+    json_error_t je;
+    json_t *o = json_loads(out, 0, &je);
+    REQUIRE(o, "not JSON: %s", je.text);
+    CHECK(json_is_true(json_object_get(o, "loads")));
+    json_t *ts = json_object_get(o, "tensors");
+    int fused_used = 0;
+    for (size_t i = 0; i < json_array_size(ts); i++) {
+        json_t *t = json_array_get(ts, i);
+        const char *name = json_string_value(json_object_get(t, "name"));
+        CHECK(json_is_true(json_object_get(t, "used")), "%s not used", name);
+        fused_used += strstr(name, "ffn_gate_up_exps") != NULL;
+    }
+    CHECK(fused_used == 2, "%d fused tensors", fused_used);
+    json_t *eg = json_object_get(o, "expert_geometry");
+    CHECK(json_array_size(eg) == 2 && json_is_true(json_object_get(json_array_get(eg, 1), "gate_up_fused")));
+    json_decref(o);
+
+    // both layouts in layer 1 (the split tensor's shape does not matter: its name is enough)
+    const char *both = test_path("fused_both.gguf");
+    REQUIRE(rewrite(src, both, NULL, NULL, 0, "blk.1.ffn_up_exps.weight", 4));
+    m = ft_model_load(both, &err);
+    CHECK(!m && strstr(err.msg, "tensor blk.1.ffn_up_exps.weight: the layer has blk.1.ffn_gate_up_exps.weight too"),
+          "%s", m ? "loads" : err.msg);
+    ft_model_free(m);
+    // neither
+    const char *drop[] = {"blk.1.ffn_gate_up_exps.weight", NULL};
+    const char *neither = test_path("fused_neither.gguf");
+    REQUIRE(rewrite(src, neither, drop, NULL, 0, NULL, 0));
+    m = ft_model_load(neither, &err);
+    CHECK(!m && strstr(err.msg, "tensor blk.1.ffn_gate_exps.weight: missing (nor are the layer's gate and up experts "
+                                "fused in blk.1.ffn_gate_up_exps.weight)"), "%s", m ? "loads" : err.msg);
+    ft_model_free(m);
+    snprintf(cmd, sizeof(cmd), "%s inspect --json '%s'", test_ft_bin(), neither);
+    REQUIRE(test_run(cmd, out, sizeof(out)) == 0, "%s", out);
+    o = json_loads(out, 0, &je);
+    REQUIRE(o, "not JSON: %s", je.text);
+    json_t *problems = json_object_get(o, "problems");
+    CHECK(json_is_false(json_object_get(o, "loads")) && json_array_size(problems) == 2, "%zu problems",
+          json_array_size(problems));
+    CHECK(strstr(json_string_value(json_array_get(problems, 0)), "blk.1.ffn_gate_exps.weight: missing"));
+    CHECK(strstr(json_string_value(json_array_get(problems, 1)), "blk.1.ffn_up_exps.weight: missing"));
+    json_decref(o);
+    // qwen3moe has no fused row: its fused tensor is unused and its split ones missing
+    p.arch = "qwen3moe";
+    p.fused_gate_up = false;
+    const char *q3 = test_path("fused_qwen3moe_src.gguf"), *q3f = test_path("fused_qwen3moe.gguf");
+    REQUIRE(ft_synth_write(&p, q3, &err), "%s", err.msg);
+    const char *drop_gate[] = {"blk.0.ffn_gate_exps.weight", NULL};
+    REQUIRE(rewrite(q3, q3f, drop_gate, NULL, 0, "blk.0.ffn_gate_up_exps.weight", 4));
+    m = ft_model_load(q3f, &err);
+    CHECK(!m && strstr(err.msg, "tensor blk.0.ffn_gate_exps.weight: missing"), "%s", m ? "loads" : err.msg);
+    ft_model_free(m);
+    p.fused_gate_up = true;
+    CHECK(!ft_synth_write(&p, q3f, &err) && strstr(err.msg, "--fused-gate-up"), "%s", err.msg);
+}
+
+// A fused model and its split twin (the same weights: fixtures.h) give the same logits bit for
+// bit on the CPU, over prompts in prefill chunks (GEMM rows) and decode steps.
+TEST(model_fused_gate_up_equals_its_split_twin) {
+    ft_synth_params p = ft_synth_default_params();
+    p.arch = "qwen3next";
+    p.n_layer = 4;
+    p.fused_gate_up = true;
+    p.n_expert_types = 2;
+    p.expert_types[0] = FT_TYPE_Q4_K;
+    p.expert_types[1] = FT_TYPE_BF16;
+    const char *fused = fixture_write(&p, "twin_fused.gguf");
+    REQUIRE(fused);
+    const char *split = fixture_split_gate_up(fused, "twin_split.gguf");
+    REQUIRE(split);
+    ft_err err = {{0}};
+    ft_model *mf = ft_model_load(fused, &err), *ms = mf ? ft_model_load(split, &err) : NULL;
+    REQUIRE(mf && ms, "%s", err.msg);
+    CHECK(ft_tensor_present(&mf->layers[0].gate_up_exps) && !ft_tensor_present(&ms->layers[0].gate_up_exps));
+    ft_engine_params ep = ft_engine_default_params();
+    ep.n_threads = 2;
+    ep.n_ctx = 128;
+    ep.n_batch = 32;
+    ft_engine *ef = ft_engine_init(mf, &ep, &err), *es = ef ? ft_engine_init(ms, &ep, &err) : NULL;
+    REQUIRE(ef && es, "%s", err.msg);
+    int32_t toks[70];
+    for (int i = 0; i < 70; i++) toks[i] = (int32_t)((i * 7919 + 13) % mf->hp.n_vocab);
+    size_t n = (size_t)mf->hp.n_vocab * sizeof(float);
+    float *want = malloc(n);
+    int steps = 0, differ = 0;
+    for (int at = 0; at < 70; steps++) {
+        int len = at < 60 ? 30 : 1; // two prefill chunks, then decode steps
+        const float *lf = ft_engine_eval(ef, toks + at, len, &err);
+        REQUIRE(lf, "%s", err.msg);
+        memcpy(want, lf, n);
+        const float *ls = ft_engine_eval(es, toks + at, len, &err);
+        REQUIRE(ls, "%s", err.msg);
+        differ += memcmp(want, ls, n) != 0;
+        at += len;
+    }
+    CHECK(differ == 0, "%d of %d steps differ", differ, steps);
+    free(want);
+    ft_engine_free(ef);
+    ft_engine_free(es);
+    ft_model_free(mf);
+    ft_model_free(ms);
 }

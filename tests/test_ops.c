@@ -336,6 +336,59 @@ TEST(ops_moe_ffn_given_routing_equals_own) {
     free(down.data);
 }
 
+// moe_ffn on gate and up as views into one fused tensor (each expert's gate rows, then its up
+// rows: ffn_gate_up_exps, the matrices 2 x mat_bytes apart) equals it on packed copies of the
+// same matrices, bit for bit: decode (one and three tokens) and a prefill batch (GEMM rows),
+// fast and reference, for expert types of the GEMM, the tile kernels and bf16.
+TEST(ops_moe_ffn_fused_gate_up_view_equals_packed) {
+    enum { E = 256, F = 256, NX = 8, K = 2, NT = 40 };
+    static const enum ft_type types[] = {FT_TYPE_Q4_K, FT_TYPE_Q6_K, FT_TYPE_BF16, FT_TYPE_MXFP4};
+    ft_rng r = ft_rng_init(55);
+    static float x[NT * E], want[NT * E], got[NT * E];
+    fill_normal(&r, x, FT_ARRAY_LEN(x), 1.0f);
+    ft_tensor router = make_weight(FT_TYPE_F32, E, NX, 1, &r);
+    for (size_t ti = 0; ti < FT_ARRAY_LEN(types); ti++) {
+        ft_tensor gate = make_weight(types[ti], E, F, NX, &r), up = make_weight(types[ti], E, F, NX, &r),
+                  down = make_weight(FT_TYPE_Q6_K, F, E, NX, &r);
+        size_t mb = gate.mat_bytes;
+        uint8_t *fused = ft_malloc(2 * mb * NX);
+        for (int e = 0; e < NX; e++) {
+            memcpy(fused + 2 * mb * e, (uint8_t *)gate.data + mb * e, mb);
+            memcpy(fused + 2 * mb * e + mb, (uint8_t *)up.data + mb * e, mb);
+        }
+        ft_tensor gv = gate, uv = up;
+        gv.data = fused;
+        uv.data = fused + mb;
+        gv.mat_stride = uv.mat_stride = 2 * mb;
+        const int toks[] = {1, 3, NT};
+        for (int reference = 0; reference < 2; reference++)
+            for (size_t ni = 0; ni < FT_ARRAY_LEN(toks); ni++) {
+                int n_tok = toks[ni];
+                ft_backend *be = ft_backend_cpu_init(reference ? 1 : 3, reference);
+                ft_backend_limits lim = {.max_tok = NT, .max_width = E, .max_ctx = 16, .max_head_dim = 64,
+                                         .n_expert = NX, .n_expert_used = K};
+                be->ops->reserve(be, &lim);
+                ft_moe_params mp = {.router = &router, .gate_exps = &gate, .up_exps = &up, .down_exps = &down,
+                                    .n_expert = NX, .n_expert_used = K, .gating = FT_GATING_SOFTMAX, .norm_w = true};
+                fill_nan(want, FT_ARRAY_LEN(want));
+                be->ops->moe_ffn(be, &mp, x, want, n_tok);
+                mp.gate_exps = &gv;
+                mp.up_exps = &uv;
+                fill_nan(got, FT_ARRAY_LEN(got));
+                be->ops->moe_ffn(be, &mp, x, got, n_tok);
+                for (int i = 0; i < n_tok * E; i++) REQUIRE(isfinite(want[i]), "%d tokens: [%d] not written", n_tok, i);
+                CHECK(!memcmp(want, got, (size_t)n_tok * E * sizeof(float)), "%s, %s, %d tokens: the fused view differs",
+                      ft_type_name(types[ti]), reference ? "reference" : "fast", n_tok);
+                be->ops->free(be);
+            }
+        free(fused);
+        free(gate.data);
+        free(up.data);
+        free(down.data);
+    }
+    free(router.data);
+}
+
 // Activations quantized to q8_0 and q8_1 (the q8_0 and q4_0-family matmuls' input; AVX2 where
 // the CPU has it) equal the scalar form of llama.cpp's arithmetic byte for byte: random rows at
 // several scales, rows whose codes fall on .5 ties (round half to even), two elements of equal

@@ -29,7 +29,8 @@
 // the decode router's own export, the event meeting from copies). A last engine routes on the
 // CPU (FT_CPU_EXPERTS_ROUTE=host), judged against the CPU reference like the default.
 // Models: qwen3moe (softmax gating) and a mixed-type laguna (a dense lead layer, sigmoid
-// gating with a selection bias, Q4_K experts then a BF16 tail).
+// gating with a selection bias, Q4_K experts then a BF16 tail). A qwen35moe with fused gate/up
+// experts equals its split twin bit for bit (the overlay's strided staging, the CPU's views).
 #include "gpu_test.h"
 #include "../tests/fixtures.h"
 #include "probs_compare.h"
@@ -247,6 +248,52 @@ TEST(cuda_cpu_experts_laguna_mixed_prefill_overlay) {
     model_case("laguna", true, &sc);
     model_case("laguna", false, &sc);
     check_stable_share("cuda_cpu_experts_laguna_mixed_prefill_overlay");
+}
+
+// A model with fused gate/up experts (ffn_gate_up_exps) and its split twin (the same weights:
+// fixtures.h) in cpu mode: logits equal bit for bit on the overlay schedule, whose 64- and
+// 40-token steps run the q4_K layers on the GPU from the overlay (the staging gathers each
+// expert's gate and up halves) and the bf16 ones on the CPU (from strided views of the mapping),
+// then 6-token and decode steps on the CPU; double-buffered and serial.
+TEST(cuda_cpu_experts_fused_gate_up_equals_split_twin) {
+    GPU_TEST_REQUIRE_DEVICE();
+    ft_synth_params sp = fixture_compare_params("qwen35moe", 128, false);
+    sp.n_layer = 4;
+    sp.fused_gate_up = true;
+    fixture_expert_types(&sp, "q4_K,bf16,q4_K,q4_K", NULL);
+    const char *fused = fixture_write(&sp, "cpu_experts_fused_gate_up.gguf");
+    REQUIRE(fused);
+    const char *split = fixture_split_gate_up(fused, "cpu_experts_fused_gate_up_split.gguf");
+    REQUIRE(split);
+    for (int serial = 0; serial < 2 && !test_failed(); serial++) {
+        ft_engine_params ep = ft_engine_default_params();
+        ep.n_ctx = 128;
+        ep.n_batch = 64;
+        ep.n_threads = 4;
+        ep.device = FT_PLACEMENT_CUDA;
+        ep.moe_backend = FT_MOE_BACKEND_CPU;
+        ep.moe_prefill_serial = serial;
+        arm af = {0}, as = {0};
+        if (arm_init(&af, "fused gate/up", fused, &ep) && arm_init(&as, "split twin", split, &ep)) {
+            const ft_layer *l = &ft_engine_weights(af.e)->layers[0];
+            CHECK(l->gate_exps.placement == FT_PLACEMENT_CPU && !ft_tensor_packed(&l->gate_exps),
+                  "cpu mode reads the fused tensor's halves in place");
+            int32_t prompt[120];
+            ft_rng r = ft_rng_init(13);
+            for (int i = 0; i < 120; i++) prompt[i] = (int32_t)(ft_rng_next(&r) % (uint64_t)af.m->hp.n_vocab);
+            const int steps[] = {64, 40, 6, 1, 1, 1, 1};
+            int at = 0;
+            for (size_t i = 0; i < FT_ARRAY_LEN(steps) && !test_failed(); i++) {
+                if (!arm_eval(&af, prompt + at, steps[i]) || !arm_eval(&as, prompt + at, steps[i])) break;
+                at += steps[i];
+                CHECK(!memcmp(af.lg, as.lg, (size_t)af.m->hp.n_vocab * sizeof(float)),
+                      "%s: a step of %d tokens differs from the split twin's", serial ? "serial" : "double-buffered",
+                      steps[i]);
+            }
+        }
+        arm_free(&af);
+        arm_free(&as);
+    }
 }
 
 // auto on a model that fits: fused, every expert on the device.

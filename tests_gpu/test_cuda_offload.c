@@ -9,7 +9,8 @@
 // - Logits in offload mode against fused, bit for bit (the same kernels on the same bytes),
 //   for a model with q4_K and bf16 expert layers: a prefill through the overlay (grouped
 //   GEMM and matvec layers), then a greedy decode, graphed and not, at several cache sizes
-//   down to the minimum, the uniform layout, serial prefill, and across a rebuild.
+//   down to the minimum, the uniform layout, serial prefill, and across a rebuild; the same
+//   with gate and up experts fused in the file, which in both modes also equals its split twin.
 // - The copy kernel's bandwidth next to cudaMemcpy's from the same pinned rows (printed).
 #include "gpu_test.h"
 #include "../tests/fixtures.h"
@@ -24,12 +25,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-// Four layers: q4_K, q4_K, bf16, q4_K experts (two geometry pools in the exact layout).
-// Returns the path, or NULL after a recorded failure.
-static const char *write_arch_model(const char *arch, const char *name, int n_expert, int top_k, int n_embd,
-                                    int n_ff) {
+// Four layers: q4_K, q4_K, bf16, q4_K experts (two geometry pools in the exact layout); with
+// fused_gate_up, each layer's gate and up experts in one ffn_gate_up_exps tensor. Returns the
+// path, or NULL after a recorded failure.
+static const char *write_arch_model_layout(const char *arch, const char *name, int n_expert, int top_k, int n_embd,
+                                           int n_ff, bool fused_gate_up) {
     ft_synth_params sp = ft_synth_default_params();
     sp.arch = arch;
+    sp.fused_gate_up = fused_gate_up;
     sp.n_layer = 4;
     sp.n_expert = n_expert;
     sp.n_expert_used = top_k;
@@ -38,6 +41,11 @@ static const char *write_arch_model(const char *arch, const char *name, int n_ex
     sp.n_ctx_train = 512;
     fixture_expert_types(&sp, "q4_K,q4_K,bf16,q4_K", NULL);
     return fixture_write(&sp, name);
+}
+
+static const char *write_arch_model(const char *arch, const char *name, int n_expert, int top_k, int n_embd,
+                                    int n_ff) {
+    return write_arch_model_layout(arch, name, n_expert, top_k, n_embd, n_ff, false);
 }
 
 static const char *write_mixed_model(const char *name, int n_expert, int top_k, int n_embd, int n_ff) {
@@ -318,12 +326,14 @@ static int run_pair(ft_engine *ef, ft_engine *eo, const int32_t *prompt, int n_p
 enum { OFFLOAD_N_EXPERT = 16, OFFLOAD_TOP_K = 4 };
 
 // Fused and offload engines on one model of arch, every case (or the first n_cases) of cache
-// size, pool layout and prefill order, with graphs and without: logits equal to the bit.
-static void offload_equal_fused(const char *arch, size_t n_cases) {
+// size, pool layout and prefill order, with graphs and without: logits equal to the bit. With
+// fused_gate_up the model's gate and up experts are fused in one tensor per layer (the host
+// banks then split each expert's halves, the fused placement packs its gate and up views).
+static void offload_equal_fused(const char *arch, size_t n_cases, bool fused_gate_up) {
     enum { N_EXPERT = OFFLOAD_N_EXPERT, TOP_K = OFFLOAD_TOP_K };
     char name[64];
-    snprintf(name, sizeof(name), "offload_logits_%s.gguf", arch);
-    const char *path = write_arch_model(arch, name, N_EXPERT, TOP_K, 256, 256);
+    snprintf(name, sizeof(name), "offload_logits_%s%s.gguf", arch, fused_gate_up ? "_fused_gate_up" : "");
+    const char *path = write_arch_model_layout(arch, name, N_EXPERT, TOP_K, 256, 256, fused_gate_up);
     REQUIRE(path);
     ft_err err = {{0}};
     ft_model *mf = ft_model_load(path, &err);
@@ -401,14 +411,69 @@ static void offload_equal_fused(const char *arch, size_t n_cases) {
 
 TEST(cuda_offload_logits_equal_fused) {
     GPU_TEST_REQUIRE_DEVICE();
-    offload_equal_fused("qwen3moe", SIZE_MAX);
+    offload_equal_fused("qwen3moe", SIZE_MAX, false);
 }
 
 // Gated DeltaNet layers (their recurrent state beside the cache) with offloaded experts: the
 // smallest exact cache, a serial prefill, and the mid-sequence rebuild of the third case.
 TEST(cuda_offload_logits_equal_fused_qwen35moe) {
     GPU_TEST_REQUIRE_DEVICE();
-    offload_equal_fused("qwen35moe", 3);
+    offload_equal_fused("qwen35moe", 3, false);
+}
+
+// The same with gate and up experts fused in the file (ffn_gate_up_exps).
+TEST(cuda_offload_logits_equal_fused_qwen35moe_fused_gate_up) {
+    GPU_TEST_REQUIRE_DEVICE();
+    offload_equal_fused("qwen35moe", 3, true);
+}
+
+// A model with fused gate/up experts and its split twin (the same weights: fixtures.h) give
+// the same logits bit for bit on the GPU, every weight resident (--moe-backend fused: the
+// placement packs the fused tensor's gate and up halves) and offloaded (the host banks split
+// them), a prompt in prefill chunks (grouped GEMM) then a greedy decode, graphed and not.
+TEST(cuda_fused_gate_up_equals_split_twin) {
+    GPU_TEST_REQUIRE_DEVICE();
+    const char *fused = write_arch_model_layout("qwen35moe", "twin_gpu_fused.gguf", OFFLOAD_N_EXPERT, OFFLOAD_TOP_K, 256,
+                                                256, true);
+    REQUIRE(fused);
+    const char *split = fixture_split_gate_up(fused, "twin_gpu_split.gguf");
+    REQUIRE(split);
+    ft_err err = {{0}};
+    ft_model *mf = ft_model_load(fused, &err), *ms = mf ? ft_model_load(split, &err) : NULL;
+    REQUIRE(mf && ms, "%s", err.msg);
+    ft_rng rng = ft_rng_init(23);
+    int32_t prompt[48];
+    for (int i = 0; i < 48; i++) prompt[i] = (int32_t)(ft_rng_next(&rng) % (uint64_t)mf->hp.n_vocab);
+    for (int mode = 0; mode < 2; mode++)
+        for (int graphs = 0; graphs < 2 && !test_failed(); graphs++) {
+            ft_engine_params ep = ft_engine_default_params();
+            ep.n_ctx = 256;
+            ep.n_batch = 64;
+            ep.device = FT_PLACEMENT_CUDA;
+            ep.moe_backend = mode ? FT_MOE_BACKEND_OFFLOAD : FT_MOE_BACKEND_FUSED;
+            if (mode) ep.moe_cache_size = 40;
+            ft_engine *ef = engine_graphs(mf, &ep, graphs, &err), *es = ef ? engine_graphs(ms, &ep, graphs, &err) : NULL;
+            if (!ef || !es) {
+                test_fail(__FILE__, __LINE__, "%s: %s", mode ? "offload" : "fused", err.msg);
+                ft_engine_free(ef);
+                break;
+            }
+            if (!mode) {
+                const ft_layer *l = &ft_engine_weights(ef)->layers[0];
+                CHECK(l->gate_exps.placement == FT_PLACEMENT_CUDA && ft_tensor_packed(&l->gate_exps) &&
+                      ft_tensor_packed(&l->up_exps), "the fused tensor's halves are packed on the device");
+            }
+            int d1 = run_pair(ef, es, prompt, 40, 16, &err);
+            ft_engine_reset(ef);
+            ft_engine_reset(es);
+            int d2 = run_pair(ef, es, prompt + 40, 5, 16, &err);
+            CHECK(d1 == 0 && d2 == 0, "%s, graphs %d: %d, %d evaluations differ from the split twin's (%s)",
+                  mode ? "offload" : "fused", graphs, d1, d2, err.msg);
+            ft_engine_free(ef);
+            ft_engine_free(es);
+        }
+    ft_model_free(mf);
+    ft_model_free(ms);
 }
 
 // ---------------------------------------------------------------------------------------------

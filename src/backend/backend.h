@@ -36,11 +36,26 @@ typedef struct ft_tensor {
     int64_t ne[3];                 // (row length, rows, matrices)
     size_t row_bytes;              // bytes of one row
     size_t mat_bytes;              // bytes of one [ne0, ne1] matrix (one expert)
+    // Bytes from one matrix to the next, where they are not packed (0: mat_bytes): the gate or up
+    // half of a fused ffn_gate_up_exps tensor, a view with the other half between its experts.
+    // Only host tensors are strided; every copy to a device packs the matrices (the kernels
+    // read them mat_bytes apart).
+    size_t mat_stride;
     void *data;                    // NULL: the tensor is absent
     enum ft_placement placement;
 } ft_tensor;
 
 static inline bool ft_tensor_present(const ft_tensor *t) { return t && t->data; }
+
+// The distance between t's consecutive matrices, and where matrix e (an expert) starts.
+static inline size_t ft_tensor_mat_stride(const ft_tensor *t) {
+    return t->mat_stride ? t->mat_stride : t->mat_bytes;
+}
+static inline uint8_t *ft_tensor_mat(const ft_tensor *t, int64_t e) {
+    return (uint8_t *)t->data + (size_t)e * ft_tensor_mat_stride(t);
+}
+// Are t's matrices packed, mat_bytes apart (as every device kernel reads them)?
+static inline bool ft_tensor_packed(const ft_tensor *t) { return ft_tensor_mat_stride(t) == t->mat_bytes; }
 
 // Rotary position embedding, with ggml's parameters (YaRN included).
 typedef struct ft_rope_params {

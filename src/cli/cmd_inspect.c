@@ -267,10 +267,11 @@ static json_t *inspect_json(const char *path, const gguf_file *f, const moe_geom
     for (int i = 0; i < g->n_layers; i++) {
         const moe_layer_geometry *l = &g->layers[i];
         json_array_append_new(
-            eg, json_pack("{s:i, s:i, s:I, s:I, s:I, s:[s,s,s]}", "layer", l->layer, "n_expert", l->n_expert,
+            eg, json_pack("{s:i, s:i, s:I, s:I, s:I, s:[s,s,s], s:b}", "layer", l->layer, "n_expert", l->n_expert,
                           "gate_bytes", (json_int_t)l->bytes[MOE_BANK_GATE], "up_bytes",
                           (json_int_t)l->bytes[MOE_BANK_UP], "down_bytes", (json_int_t)l->bytes[MOE_BANK_DOWN],
-                          "types", ft_type_name(l->type[0]), ft_type_name(l->type[1]), ft_type_name(l->type[2])));
+                          "types", ft_type_name(l->type[0]), ft_type_name(l->type[1]), ft_type_name(l->type[2]),
+                          "gate_up_fused", (int)l->gate_up_fused));
     }
     json_object_set_new(o, "expert_geometry", eg);
     json_t *gg = json_array();
@@ -405,8 +406,9 @@ static void inspect_text(const char *path, const gguf_file *f, const moe_geometr
         char types[64];
         snprintf(types, sizeof(types), "%s/%s/%s", ft_type_name(l->type[0]), ft_type_name(l->type[1]),
                  ft_type_name(l->type[2]));
-        printf("  %-6d %-8d %-22s %10llu %10llu %10llu\n", l->layer, l->n_expert, types,
-               (unsigned long long)l->bytes[0], (unsigned long long)l->bytes[1], (unsigned long long)l->bytes[2]);
+        printf("  %-6d %-8d %-22s %10llu %10llu %10llu%s\n", l->layer, l->n_expert, types,
+               (unsigned long long)l->bytes[0], (unsigned long long)l->bytes[1],
+               (unsigned long long)l->bytes[2], l->gate_up_fused ? "  (gate/up fused)" : "");
     }
     printf("\ngeometry groups (layers sharing one expert geometry):\n");
     for (int i = 0; i < g->n_groups; i++) {

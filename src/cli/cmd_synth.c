@@ -35,6 +35,9 @@ static void synth_usage(FILE *out) {
             "  --ssm-v-heads N            value heads, a multiple of the key heads (default 4)\n"
             "  --ssm-head-dim N           their size (default --head-dim)\n"
             "  --ssm-conv N               taps of its convolution (default 4)\n"
+            "  --fused-gate-up            each layer's gate and up experts in one tensor,\n"
+            "                             ffn_gate_up_exps (as llama.cpp's converter writes with\n"
+            "                             --fuse-gate-up-exps), for qwen35moe and qwen3next\n"
             "  --dense-type T             embedding/attention/output type (default %s)\n"
             "  --expert-types T[,T...]    gate/up expert type per layer; the last repeats (default %s)\n"
             "  --expert-down-types T[,...] down expert type per layer (default: as gate/up)\n"
@@ -82,6 +85,10 @@ int cmd_synth(int argc, char **argv) {
         INT_OPT("--ssm-head-dim", ssm_head_dim, 2, 4096)
         INT_OPT("--ssm-conv", ssm_d_conv, 1, 64)
 #undef INT_OPT
+        if (args_flag(argv, i, "--fused-gate-up")) {
+            p.fused_gate_up = true;
+            continue;
+        }
         if (args_int(argc, argv, &i, "--seed", 0, INT64_MAX, &v, &bad)) {
             p.seed = (uint64_t)v;
             continue;
@@ -107,6 +114,11 @@ int cmd_synth(int argc, char **argv) {
     if ((p.n_dense_lead || p.n_ff_dense) && !ft_synth_has_dense_layers(p.arch)) {
         fprintf(stderr, "ft synth: --dense-lead and --dense-ff are for architectures with dense layers (%s has none)\n",
                 p.arch);
+        return FT_EXIT_USAGE;
+    }
+    if (p.fused_gate_up && !ft_synth_has_fused_gate_up(p.arch)) {
+        fprintf(stderr, "ft synth: --fused-gate-up is for architectures whose experts may fuse gate and up "
+                        "(%s's do not)\n", p.arch);
         return FT_EXIT_USAGE;
     }
     if (dense && !ft_type_from_name(dense, &p.dense_type)) {

@@ -425,6 +425,7 @@ int64_t model_dim(const ft_model *m, int il, enum ft_dim d) {
     case FT_DIM_EXPERT: return hp->n_expert;
     case FT_DIM_FF: return hp->n_ff;
     case FT_DIM_FF_EXP: return hp->n_ff_exp;
+    case FT_DIM_FF_EXP_2: return 2 * (int64_t)hp->n_ff_exp;
     case FT_DIM_FF_SHEXP: return hp->n_ff_shexp;
     case FT_DIM_Q_GATED: return 2 * (int64_t)m->layers[il].n_head * hp->head_dim;
     case FT_DIM_LIN_QKV: return (2 * (int64_t)hp->ssm_n_k_heads + hp->ssm_n_v_heads) * hp->ssm_head_dim;
@@ -465,14 +466,37 @@ static ft_tensor *tensor_of(ft_model *m, const ft_arch_tensor *t, int il) {
     return field_of(il < 0 ? (void *)m : (void *)&m->layers[il], t->field);
 }
 
+// Row t (gate or up experts, FT_TENSOR_FUSED_*) of layer il, whose gate_up_exps is bound: a
+// view of the row's half of each expert there, named as the file's tensor. Refused when the
+// file also has the row's own tensor (called name).
+static bool bind_fused_half(ft_model *m, const ft_arch_tensor *t, int il, const char *name, ft_err *err) {
+    const ft_tensor *gu = &m->layers[il].gate_up_exps;
+    if (gguf_find_tensor(m->file, name))
+        return ft_err_set(err, "tensor %s: the layer has %s too (gate and up experts are either fused or not)",
+                          name, gu->name);
+    ft_tensor *dst = tensor_of(m, t, il);
+    *dst = *gu;
+    dst->ne[1] = gu->ne[1] / 2; // even: FT_DIM_FF_EXP_2
+    dst->mat_bytes = dst->row_bytes * (size_t)dst->ne[1];
+    dst->mat_stride = gu->mat_bytes;
+    if (t->flags & FT_TENSOR_FUSED_UP) dst->data = (uint8_t *)gu->data + dst->mat_bytes;
+    return true;
+}
+
 // Binds row t of layer il after checking the file's tensor exists, has the row's dims and a
-// type ft can compute with (f32 where the row says so).
+// type ft can compute with (f32 where the row says so); or as a view into the layer's fused
+// gate/up experts (FT_TENSOR_FUSED_*).
 static bool bind_tensor(ft_model *m, const ft_arch_tensor *t, int il, ft_err *err) {
     char name[128];
     model_tensor_name(t, il, name, sizeof(name));
     ft_tensor *dst = tensor_of(m, t, il);
     memset(dst, 0, sizeof(*dst));
+    bool fusable = t->flags & (FT_TENSOR_FUSED_GATE | FT_TENSOR_FUSED_UP);
+    if (fusable && ft_tensor_present(&m->layers[il].gate_up_exps)) return bind_fused_half(m, t, il, name, err);
     const gguf_tensor *g = gguf_find_tensor(m->file, name);
+    if (!g && fusable)
+        return ft_err_set(err, "tensor %s: missing (nor are the layer's gate and up experts fused in "
+                               "blk.%d.ffn_gate_up_exps.weight)", name, il);
     if (!g) return (t->flags & FT_TENSOR_OPTIONAL) ? true : ft_err_set(err, "tensor %s: missing", name);
     int n_dims = 0;
     int64_t want[3] = {1, 1, 1};
@@ -593,16 +617,25 @@ typedef struct {
     void *ctx;
 } placed_each;
 
-// w's copy of one of the model's layer tensors (the same field of the same layer).
+// w's copy of one of the model's layer tensors (the same field of the same layer); for fused
+// gate/up experts, w's gate and up views of them (what the forward pass reads).
 static void placed_one(void *ctx, const ft_tensor *t) {
     placed_each *e = ctx;
     const ft_model *m = e->w->m;
     const char *base = (const char *)m->layers;
     if ((const char *)t < base || (const char *)t >= base + (size_t)m->hp.n_layer * sizeof(ft_layer)) return;
     size_t off = (size_t)((const char *)t - base), in_layer = off % sizeof(ft_layer);
-    if (e->experts_on_host && (in_layer == offsetof(ft_layer, gate_exps) || in_layer == offsetof(ft_layer, up_exps) ||
-                               in_layer == offsetof(ft_layer, down_exps)))
+    bool fused = in_layer == offsetof(ft_layer, gate_up_exps);
+    if (e->experts_on_host &&
+        (fused || in_layer == offsetof(ft_layer, gate_exps) || in_layer == offsetof(ft_layer, up_exps) ||
+         in_layer == offsetof(ft_layer, down_exps)))
         return;
+    if (fused) {
+        ft_layer *l = &e->w->layers[off / sizeof(ft_layer)];
+        e->fn(&l->gate_exps, e->ctx);
+        e->fn(&l->up_exps, e->ctx);
+        return;
+    }
     e->fn((ft_tensor *)((char *)e->w->layers + off), e->ctx);
 }
 
@@ -617,6 +650,7 @@ static void for_each_placed_tensor(ft_weights *w, bool experts_on_host, void (*f
     ft_model_for_each_tensor(w->m, placed_one, &e);
 }
 
+// (packed: what a copy of it takes)
 static size_t tensor_bytes(const ft_tensor *t) { return t->mat_bytes * (size_t)t->ne[2]; }
 static size_t placed_bytes(const ft_tensor *t) { return (tensor_bytes(t) + 255) / 256 * 256; }
 
@@ -670,8 +704,14 @@ static void place_one(ft_tensor *t, void *ctx) {
         u->failed = true;
         return;
     }
-    be->ops->buffer_write(be, d, t->data, tensor_bytes(t));
+    if (ft_tensor_packed(t))
+        be->ops->buffer_write(be, d, t->data, tensor_bytes(t));
+    else // a fused gate/up view: its matrices gathered, packed
+        for (int64_t e = 0; e < t->ne[2]; e++)
+            be->ops->buffer_write(be, (uint8_t *)d + (size_t)e * t->mat_bytes, ft_tensor_mat(t, e),
+                                  t->mat_bytes);
     t->data = d;
+    t->mat_stride = 0;
     t->placement = be->placement;
     u->done += placed_bytes(t);
     if (u->progress) u->progress(u->progress_ctx, "uploading weights", u->done, u->total);

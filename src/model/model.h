@@ -60,8 +60,12 @@ typedef struct ft_layer {
     ft_tensor ffn_norm;            // (n_embd)
     ft_tensor router;              // (n_embd, n_expert)
     ft_tensor sel_bias;            // (n_expert), laguna's score-correction bias
-    ft_tensor gate_exps, up_exps;  // (n_embd, n_ff_exp, n_expert)
+    ft_tensor gate_exps, up_exps;  // (n_embd, n_ff_exp, n_expert); views into gate_up_exps where
+                                   // the layer has it (strided: ft_tensor.mat_stride)
     ft_tensor down_exps;           // (n_ff_exp, n_embd, n_expert)
+    ft_tensor gate_up_exps;        // (n_embd, 2 n_ff_exp, n_expert), the file's fused gate and up
+                                   // experts (optional): each expert's gate rows, then its up rows.
+                                   // Forward passes read gate_exps and up_exps only
     ft_tensor gate_shexp, up_shexp;// (n_embd, n_ff_shexp)
     ft_tensor down_shexp;          // (n_ff_shexp, n_embd)
     ft_tensor gate_inp_shexp;      // (n_embd), qwen2moe's shared-expert gate
@@ -197,6 +201,7 @@ enum ft_dim {
     FT_DIM_EXPERT,   // n_expert
     FT_DIM_FF,       // n_ff, dense layers
     FT_DIM_FF_EXP,   // n_ff_exp
+    FT_DIM_FF_EXP_2, // 2 x n_ff_exp: gate and up experts in one tensor
     FT_DIM_FF_SHEXP, // n_ff_shexp
     FT_DIM_Q_GATED,  // 2 x the layer's n_head * head_dim: q and its output gate (qwen35moe)
     FT_DIM_LIN_QKV,  // (2 x ssm_n_k_heads + ssm_n_v_heads) x ssm_head_dim: a recurrent layer's q, k, v
@@ -230,6 +235,11 @@ enum ft_wtype {
 enum {
     FT_TENSOR_OPTIONAL = 1 << 0, // absent is fine (data stays NULL)
     FT_TENSOR_NO_SYNTH = 1 << 1, // ft synth never writes it (an optional tensor some files have)
+    // The gate (up) experts of a layer that may fuse them: where the layer has gate_up_exps (an
+    // earlier row of the table, bound first), this row is bound as a view of the first (second)
+    // half of each expert's matrix there, and the file must not also have this row's tensor.
+    FT_TENSOR_FUSED_GATE = 1 << 2,
+    FT_TENSOR_FUSED_UP = 1 << 3,
 };
 
 // How ft synth writes a tensor: values normal with standard deviation std, divided by the
@@ -299,12 +309,14 @@ void ft_model_free(ft_model *m); // NULL is a no-op
 
 // Places the weights on backend be for its forward passes. On a CPU backend nothing is copied
 // (the view points into the mapping). On a device, every tensor but the token-embedding table
-// (read row by row on the host by get_rows, as llama.cpp keeps it) is copied into be's
-// buffers, and with experts_on_host the routed experts (gate_exps, up_exps, down_exps) stay
-// in the mapping (placement CPU) for an expert cache or the CPU to serve (--moe-backend
-// offload|cpu). progress, when set, is told of the bytes copied. Returns NULL and sets *err
-// when a type has no kernel on be or its memory runs out (nothing stays allocated).
-// ft_weights_place_bytes is what a device placement allocates (for the memory plan).
+// (read row by row on the host by get_rows, as llama.cpp keeps it) is copied into be's buffers,
+// and with experts_on_host the routed experts (gate_exps, up_exps, down_exps) stay in the
+// mapping (placement CPU) for an expert cache or the CPU to serve (--moe-backend offload|cpu).
+// Fused gate/up experts are copied as their gate and up views, each packed (no stride);
+// gate_up_exps itself stays the mapping's. progress, when set, is told of the bytes copied.
+// Returns NULL and sets *err when a type has no kernel on be or its memory runs out (nothing
+// stays allocated). ft_weights_place_bytes is what a device placement allocates (for the memory
+// plan).
 ft_weights *ft_weights_place(const ft_model *m, ft_backend *be, bool experts_on_host, ft_progress_fn progress,
                              void *progress_ctx, ft_err *err);
 void ft_weights_free(ft_weights *w); // gives the copies back to their backend; NULL is a no-op

@@ -86,6 +86,22 @@
     {"blk.%d.ffn_down_exps.weight", FT_LAYERS_MOE, {FT_DIM_FF_EXP, FT_DIM_EMBD, FT_DIM_EXPERT},     \
      FT_WTYPE_EXPERT_DOWN, 0, LAYER(down_exps), FT_FAN(1.0f)}
 
+// The same, where a layer may hold gate and up fused in one tensor (llama.cpp's converter with
+// --fuse-gate-up-exps; the architectures whose llama.cpp code loads it): gate_up_exps, then gate
+// and up bound as its halves where the layer has it (FT_TENSOR_FUSED_*), else read as above.
+// ft synth writes one layout, as synth.h's fused_gate_up says.
+#define MODEL_TENSORS_ROUTED_EXPERTS_GATE_UP                                                               \
+    {"blk.%d.ffn_gate_inp.weight", FT_LAYERS_MOE, {FT_DIM_EMBD, FT_DIM_EXPERT},                            \
+     FT_WTYPE_ANY_F32, 0, LAYER(router), FT_FAN(1.5f)},                                                    \
+    {"blk.%d.ffn_gate_up_exps.weight", FT_LAYERS_MOE, {FT_DIM_EMBD, FT_DIM_FF_EXP_2, FT_DIM_EXPERT},       \
+     FT_WTYPE_EXPERT, FT_TENSOR_OPTIONAL, LAYER(gate_up_exps), FT_FAN(1.0f, .when = synth_fused_gate_up)}, \
+    {"blk.%d.ffn_gate_exps.weight", FT_LAYERS_MOE, {FT_DIM_EMBD, FT_DIM_FF_EXP, FT_DIM_EXPERT},            \
+     FT_WTYPE_EXPERT, FT_TENSOR_FUSED_GATE, LAYER(gate_exps), FT_FAN(1.0f, .when = synth_split_gate_up)},  \
+    {"blk.%d.ffn_up_exps.weight", FT_LAYERS_MOE, {FT_DIM_EMBD, FT_DIM_FF_EXP, FT_DIM_EXPERT},              \
+     FT_WTYPE_EXPERT, FT_TENSOR_FUSED_UP, LAYER(up_exps), FT_FAN(1.0f, .when = synth_split_gate_up)},      \
+    {"blk.%d.ffn_down_exps.weight", FT_LAYERS_MOE, {FT_DIM_FF_EXP, FT_DIM_EMBD, FT_DIM_EXPERT},            \
+     FT_WTYPE_EXPERT_DOWN, 0, LAYER(down_exps), FT_FAN(1.0f)}
+
 // the shared expert of MoE layers
 #define MODEL_TENSORS_SHARED_EXPERT                                                                 \
     {"blk.%d.ffn_gate_shexp.weight", FT_LAYERS_MOE, {FT_DIM_EMBD, FT_DIM_FF_SHEXP},                 \
@@ -217,6 +233,9 @@
 
 // ft synth writes rope.dimension_count only when asked for partial rotary
 bool synth_has_n_rot(const ft_synth_params *p);
+// ft synth writes gate and up experts fused (ffn_gate_up_exps), or split
+bool synth_fused_gate_up(const ft_synth_params *p);
+bool synth_split_gate_up(const ft_synth_params *p);
 // feed_forward_length as all the experts a token uses (Qwen's files say it so)
 int64_t synth_ff_used_experts(const ft_synth_params *p, int il);
 // ssm.state_size and ssm.inner_size of linear-attention layers: ssm_head_dim (else head_dim),
@@ -262,7 +281,7 @@ int64_t synth_ssm_inner(const ft_synth_params *p, int il);
      FT_NORM},                                                                                              \
     MODEL_TENSORS_GATED_ATTENTION, MODEL_TENSORS_DELTA_NET_IN
 #define MODEL_TENSORS_HYBRID_QWEN_TAIL                                                                      \
-    MODEL_TENSORS_DELTA_NET_OUT, MODEL_TENSORS_ROUTED_EXPERTS, MODEL_TENSOR_SHARED_EXPERT_GATE,            \
+    MODEL_TENSORS_DELTA_NET_OUT, MODEL_TENSORS_ROUTED_EXPERTS_GATE_UP, MODEL_TENSOR_SHARED_EXPERT_GATE,    \
     MODEL_TENSORS_SHARED_EXPERT, MODEL_TENSOR_OUTPUT_NORM, MODEL_TENSOR_OUTPUT(FT_FAN_DIV(3.0f))
 // context extension as the file says; ft synth writes none of it
 #define MODEL_KEYS_ROPE_SCALING_READ_ONLY                                                                   \

@@ -6,7 +6,8 @@
 // output gate from a doubled Q projection. Every layer then has routed experts (softmax, top-k,
 // renormalised) and a shared expert behind a sigmoid gate; post_attention_norm is the FFN's
 // input norm. V head h of a DeltaNet layer reads K head h % group_count (the converter orders
-// the V heads so). MTP layers (nextn_predict_layers, the last blocks) are not run.
+// the V heads so). MTP layers (nextn_predict_layers, the last blocks) are not run. A layer's
+// gate and up experts may come fused in one ffn_gate_up_exps (MODEL_TENSORS_ROUTED_EXPERTS_GATE_UP).
 #include "model_impl.h"
 
 // RoPE's sections in pairs: llama.cpp's default proportions [11, 11, 10, 0] over n_rot / 2

@@ -2,7 +2,8 @@
 // layers but three differences: plain NeoX RoPE over the first rope.dimension_count dims; beta
 // and alpha in one projection (ssm_ba: per key head, its V heads' betas, then their alphas);
 // V head h reads K head h / (time_step_rank / group_count). Files with the older fused
-// q/k/v/z projection (ssm_in) are refused by name.
+// q/k/v/z projection (ssm_in) are refused by name; fused gate/up experts (ffn_gate_up_exps) are
+// read as qwen35moe's.
 #include "model_impl.h"
 
 static const ft_arch_key keys[] = {

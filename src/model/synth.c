@@ -80,6 +80,8 @@ static enum ft_type layer_type(const enum ft_type *types, int n, int layer) {
 }
 
 bool synth_has_n_rot(const ft_synth_params *p) { return p->n_rot != 0; }
+bool synth_fused_gate_up(const ft_synth_params *p) { return p->fused_gate_up; }
+bool synth_split_gate_up(const ft_synth_params *p) { return !p->fused_gate_up; }
 
 int64_t synth_ff_used_experts(const ft_synth_params *p, int il) {
     return (int64_t)p->n_ff_exp * p->n_expert_used;
@@ -206,6 +208,17 @@ bool ft_synth_has_linear_attention(const char *arch) {
     return a && has_layers(a, FT_LAYERS_RECURRENT);
 }
 
+static bool has_fused_gate_up(const ft_arch *a) {
+    for (int i = 0; i < a->n_tensors; i++)
+        if (a->tensors[i].flags & FT_TENSOR_FUSED_GATE) return true;
+    return false;
+}
+
+bool ft_synth_has_fused_gate_up(const char *arch) {
+    const ft_arch *a = ft_arch_find(arch);
+    return a && has_fused_gate_up(a);
+}
+
 static bool check_params(const ft_synth_params *p, const ft_arch *a, ft_err *err) {
     if (p->n_layer < 1 || p->n_layer > FT_SYNTH_MAX_LAYERS)
         return ft_err_set(err, "--layers must be 1..%d, got %d", FT_SYNTH_MAX_LAYERS, p->n_layer);
@@ -227,6 +240,9 @@ static bool check_params(const ft_synth_params *p, const ft_arch *a, ft_err *err
         !has_layers(a, FT_LAYERS_RECURRENT))
         return ft_err_set(err, "--full-attn-interval and --ssm-* are for architectures with linear-attention layers "
                                "(%s has none)", p->arch);
+    if (p->fused_gate_up && !has_fused_gate_up(a))
+        return ft_err_set(err, "--fused-gate-up is for architectures whose experts may fuse gate and up "
+                               "(%s's do not)", p->arch);
     if ((p->n_rot && (p->n_rot % 2 || p->n_rot > p->head_dim)) || (p->n_rot_swa && (p->n_rot_swa % 2 || p->n_rot_swa > p->head_dim)))
         return ft_err_set(err, "rotary dims must be even and at most --head-dim %d", p->head_dim);
     return !a->synth_check || a->synth_check(p, err);

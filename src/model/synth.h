@@ -52,6 +52,9 @@ typedef struct ft_synth_params {
     int ssm_n_v_heads;        // value heads, a multiple of the key heads [4]
     int ssm_head_dim;         // their size, the state's [head_dim]
     int full_attn_interval;   // every this many layers one has softmax attention [4]
+    // qwen35moe, qwen3next: each layer's gate and up experts in one ffn_gate_up_exps tensor
+    // (llama.cpp's converter with --fuse-gate-up-exps) instead of ffn_gate_exps and ffn_up_exps
+    bool fused_gate_up;
     const char *vocab_from;   // GGUF whose tokenizer.* keys are copied, or NULL: built-in vocab
     uint64_t seed;
 } ft_synth_params;
@@ -72,6 +75,10 @@ bool ft_synth_has_dense_layers(const char *arch);
 // Whether the architecture has linear-attention layers (full_attn_interval and ssm_* apply);
 // false for an unknown one.
 bool ft_synth_has_linear_attention(const char *arch);
+
+// Whether the architecture can hold gate and up experts fused (fused_gate_up applies); false
+// for an unknown one.
+bool ft_synth_has_fused_gate_up(const char *arch);
 
 // Parses a comma-separated type list ("q4_K,q4_K,bf16") into types (at most max). Returns the
 // count, or -1 and sets *err naming the bad entry.

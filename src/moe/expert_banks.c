@@ -62,11 +62,16 @@ moe_expert_banks *moe_expert_banks_load(const gguf_file *f, const moe_geometry *
     for (int i = 0; i < g->n_layers; i++) {
         const moe_layer_geometry *lg = &g->layers[i];
         for (int b = 0; b < MOE_BANK_COUNT; b++) {
+            // a fused layer's gate and up both come from its ffn_gate_up_exps, half of each expert
+            bool fused = lg->gate_up_fused && b != MOE_BANK_DOWN;
             char name[96];
-            snprintf(name, sizeof(name), "blk.%d.ffn_%s_exps.weight", lg->layer, g_bank_names[b]);
+            snprintf(name, sizeof(name), "blk.%d.ffn_%s_exps.weight", lg->layer,
+                     fused ? "gate_up" : g_bank_names[b]);
             const gguf_tensor *t = gguf_find_tensor(f, name);
+            uint64_t expert_bytes = fused ? lg->bytes[MOE_BANK_GATE] + lg->bytes[MOE_BANK_UP] : lg->bytes[b];
             if (!t || t->type != lg->type[b] || t->n_dims != 3 || t->ne[2] != lg->n_expert ||
-                t->bytes != (uint64_t)lg->n_expert * lg->bytes[b]) {
+                t->bytes != (uint64_t)lg->n_expert * expert_bytes ||
+                (fused && lg->bytes[MOE_BANK_GATE] != lg->bytes[MOE_BANK_UP])) {
                 free(src);
                 ft_err_set(err, "tensor '%s' is %s the expert geometry read from this file", name,
                            t ? "inconsistent with" : "missing from");
@@ -100,8 +105,17 @@ moe_expert_banks *moe_expert_banks_load(const gguf_file *f, const moe_geometry *
             k->type = lg->type[b];
             k->expert_bytes = lg->bytes[b];
             k->data = (uint8_t *)hb->block + off;
-            memcpy(k->data, t->data, t->bytes);
-            off += align_up(t->bytes);
+            uint64_t n = (uint64_t)hl->n_expert * k->expert_bytes;
+            if (lg->gate_up_fused && b != MOE_BANK_DOWN) {
+                // expert e of the fused tensor: its gate rows, then its up rows
+                const uint8_t *half = (const uint8_t *)t->data + (b == MOE_BANK_UP ? k->expert_bytes : 0);
+                for (int e = 0; e < hl->n_expert; e++)
+                    memcpy(k->data + (uint64_t)e * k->expert_bytes, half + 2 * (uint64_t)e * k->expert_bytes,
+                           k->expert_bytes);
+            } else {
+                memcpy(k->data, t->data, n);
+            }
+            off += align_up(n);
         }
     }
     FT_ASSERT(off == need);

@@ -3,12 +3,13 @@
 // Per MoE layer and per bank (gate, up, down) one array with one entry per expert; an entry is
 // that expert's whole [in, out] matrix exactly as the GGUF stores it (expert e of tensor
 // blk.L.ffn_<bank>_exps.weight is bytes [e * expert_bytes, (e + 1) * expert_bytes) of the
-// tensor). Entries are never padded to a wider layer: a Q4_K layer's entries stay Q4_K-sized
-// next to a BF16 layer's. All arrays are carved from one allocation made through a caller's
-// allocator (the CUDA backend passes page-locked memory so copies to the GPU read the entries
-// directly; the default is plain page-aligned memory). Each array starts MOE_BANK_ALIGN bytes
-// (a multiple of) after the start of the allocation, so it is page-aligned when the allocator's
-// memory is.
+// tensor; a layer with gate and up fused in blk.L.ffn_gate_up_exps.weight has its gate and up
+// entries copied out of each expert's two halves there). Entries are never padded to a wider
+// layer: a Q4_K layer's entries stay Q4_K-sized next to a BF16 layer's. All arrays are carved
+// from one allocation made through a caller's allocator (the CUDA backend passes page-locked
+// memory so copies to the GPU read the entries directly; the default is plain page-aligned
+// memory). Each array starts MOE_BANK_ALIGN bytes (a multiple of) after the start of the
+// allocation, so it is page-aligned when the allocator's memory is.
 //
 // Ownership: moe_expert_banks owns its allocation; the GGUF file is only read while loading.
 // After loading the banks are read-only and may be read from any thread.

@@ -7,18 +7,22 @@
 
 static const char *const g_bank_names[MOE_BANK_COUNT] = {"gate", "up", "down"};
 
-// Parses "blk.<L>.ffn_<bank>_exps.weight". Returns the bank or -1.
+// The fused gate and up experts of a layer, in parse_expert_tensor's answer.
+enum { BANK_GATE_UP = MOE_BANK_COUNT };
+
+// Parses "blk.<L>.ffn_<bank>_exps.weight" (bank gate, up, down or gate_up). Returns the bank,
+// BANK_GATE_UP, or -1.
 static int parse_expert_tensor(gguf_str name, int *layer) {
+    static const char *const suffix[MOE_BANK_COUNT + 1] = {"ffn_gate_exps.weight", "ffn_up_exps.weight",
+                                                           "ffn_down_exps.weight", "ffn_gate_up_exps.weight"};
     char buf[128];
     if (name.len >= sizeof(buf)) return -1;
     memcpy(buf, name.ptr, name.len);
     buf[name.len] = 0;
     int l, n = 0;
-    char bank[16];
-    if (sscanf(buf, "blk.%d.ffn_%15[a-z]_exps.weight%n", &l, bank, &n) != 2 || buf[n] != 0 || l < 0)
-        return -1;
-    for (int b = 0; b < MOE_BANK_COUNT; b++)
-        if (!strcmp(bank, g_bank_names[b])) {
+    if (sscanf(buf, "blk.%d.%n", &l, &n) != 1 || n == 0 || l < 0) return -1;
+    for (int b = 0; b <= MOE_BANK_COUNT; b++)
+        if (!strcmp(buf + n, suffix[b])) {
             *layer = l;
             return b;
         }
@@ -88,17 +92,37 @@ bool moe_geometry_read(const gguf_file *f, moe_geometry *out, ft_err *err) {
                               (int)t->name.len, t->name.ptr, (long long)t->ne[2], layer,
                               (long long)other);
         }
+        // one layout per layer: gate and up fused, or each its own tensor
+        bool fused = bank == BANK_GATE_UP;
+        const char *clash = NULL;
+        if (fused && (lg->bytes[MOE_BANK_GATE] || lg->bytes[MOE_BANK_UP])) clash = "split gate/up experts too";
+        if (!fused && bank != MOE_BANK_DOWN && lg->gate_up_fused) clash = "fused gate/up experts too";
+        if (fused && t->ne[1] % 2) clash = "an odd number of gate/up rows";
+        if (clash) {
+            moe_geometry_free(out);
+            return ft_err_set(err, "tensor '%.*s': layer %d has %s", (int)t->name.len, t->name.ptr, layer,
+                              clash);
+        }
         lg->n_expert = (int)t->ne[2];
+        uint64_t bytes = t->bytes / (uint64_t)t->ne[2];
+        if (fused) {
+            // each expert: its gate rows, then as many up rows
+            lg->gate_up_fused = true;
+            lg->type[MOE_BANK_GATE] = lg->type[MOE_BANK_UP] = t->type;
+            lg->bytes[MOE_BANK_GATE] = lg->bytes[MOE_BANK_UP] = bytes / 2;
+            continue;
+        }
         lg->type[bank] = t->type;
-        lg->bytes[bank] = t->bytes / (uint64_t)t->ne[2];
+        lg->bytes[bank] = bytes;
     }
     for (int i = 0; i < out->n_layers; i++)
         for (int b = 0; b < MOE_BANK_COUNT; b++)
             if (!out->layers[i].bytes[b]) {
                 int layer = out->layers[i].layer;
                 moe_geometry_free(out);
-                return ft_err_set(err, "layer %d: expert tensor blk.%d.ffn_%s_exps.weight is missing",
-                                  layer, layer, g_bank_names[b]);
+                return ft_err_set(err, "layer %d: expert tensor blk.%d.ffn_%s_exps.weight is missing%s",
+                                  layer, layer, g_bank_names[b],
+                                  b == MOE_BANK_DOWN ? "" : " (nor are gate and up fused in ffn_gate_up_exps)");
             }
     qsort(out->layers, (size_t)out->n_layers, sizeof(*out->layers), cmp_layer);
     build_groups(out);

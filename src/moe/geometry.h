@@ -1,10 +1,13 @@
 // geometry: the expert geometry of a MoE model, read from its GGUF tensor infos.
 //
-// Expert tensors are 3-D in GGUF order [in, out, n_expert] (blk.L.ffn_{gate,up,down}_exps).
-// One expert of a bank is one [in, out] matrix at the bank's native type, so its bytes are
-// out x (in / block_elems) x block_bytes. Layers (and banks) may differ in type; layers with an
-// identical (gate, up, down) byte tuple form one geometry group, the unit the GPU expert cache
-// carves its exact-geometry pools by. Pure functions of the file: thread-safe.
+// Expert tensors are 3-D in GGUF order [in, out, n_expert] (blk.L.ffn_{gate,up,down}_exps). One
+// expert of a bank is one [in, out] matrix at the bank's native type, so its bytes are out x
+// (in / block_elems) x block_bytes. A layer may hold gate and up fused in one tensor,
+// blk.L.ffn_gate_up_exps [in, 2 x out, n_expert] (llama.cpp's converter, --fuse-gate-up-exps):
+// each expert's first out rows are its gate, the next out its up; it reads as a gate and an up
+// bank of half its bytes per expert each, of its type. Layers (and banks) may differ in type;
+// layers with an identical (gate, up, down) byte tuple form one geometry group, the unit the
+// GPU expert cache carves its exact-geometry pools by. Pure functions of the file: thread-safe.
 #ifndef FT_MOE_GEOMETRY_H
 #define FT_MOE_GEOMETRY_H
 
@@ -17,6 +20,7 @@ typedef struct moe_layer_geometry {
     int n_expert;
     enum ft_type type[MOE_BANK_COUNT];    // native type of each bank
     uint64_t bytes[MOE_BANK_COUNT];       // bytes of one expert in each bank
+    bool gate_up_fused;                   // gate and up are the halves of blk.L.ffn_gate_up_exps
 } moe_layer_geometry;
 
 typedef struct moe_geometry_group {
@@ -36,7 +40,8 @@ typedef struct moe_geometry {
 
 // Reads the geometry of every layer that has expert tensors. A model without experts gives
 // n_layers == 0. Returns false and sets *err when expert tensors are inconsistent (a bank
-// missing, expert counts that differ between banks, not 3-D). Free with moe_geometry_free.
+// missing, expert counts that differ between banks, not 3-D, gate and up both fused and split,
+// a fused tensor of odd rows). Free with moe_geometry_free.
 bool moe_geometry_read(const gguf_file *f, moe_geometry *out, ft_err *err);
 void moe_geometry_free(moe_geometry *g);
 

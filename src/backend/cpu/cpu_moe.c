@@ -159,7 +159,7 @@ static void exp_rows(exp_job *j, int a, int64_t o0, int64_t o1) {
     int e = c->active[a], g0 = c->exp_off[e], cnt = c->exp_off[e + 1] - g0;
     for (int b = 0; b < j->n_banks; b++) {
         const ft_tensor *w = j->w[b];
-        const uint8_t *we = (const uint8_t *)w->data + (size_t)e * w->mat_bytes;
+        const uint8_t *we = ft_tensor_mat(w, e); // a fused gate/up view's experts are strided
         const uint8_t *xq = j->xq[b] + (size_t)g0 * c->xq_row;
         float *y = j->y[b] + (size_t)g0 * j->n_out;
         // the GEMM packs its tokens per call: one call whatever their count

@@ -43,6 +43,7 @@ bool cuda_cpu_experts_overlay_takes(const ft_tensor *gate, const ft_tensor *up, 
            down->ne[2] == gate->ne[2] && ft_cuda_moe_gemm_supported(gate->type, up->type, down->type);
 }
 
+// (packed, as the overlay holds it)
 static size_t bank_total(const ft_tensor *t) { return t->mat_bytes * (size_t)t->ne[2]; }
 static size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
 
@@ -132,31 +133,42 @@ bool cpu_experts_overlay_takes_layer(const cpu_experts_overlay *o, int il) {
            cuda_cpu_experts_overlay_takes(&o->banks[0][il], &o->banks[1][il], &o->banks[2][il]);
 }
 
+// A piece of a bank to stage: bytes [off, off + n) of its packed image, whose matrices lie
+// run bytes each, stride apart, from src in the mapping (the halves of a fused gate/up tensor;
+// else one run of the whole bank).
 typedef struct stage_job {
     uint8_t *dst;
     const uint8_t *src;
-    size_t n;
+    size_t off, n;
+    size_t run, stride;
 } stage_job;
 
-// Thread ith copies its share of the piece, in whole 4 KiB units.
+// Thread ith copies its share of the piece, in whole 4 KiB units, a run at a time.
 static void stage_worker(void *ctx, int ith, int nth) {
     const stage_job *j = ctx;
     int64_t units = (int64_t)((j->n + 4095) / 4096), u0, u1;
     ft_pool_split(units, ith, nth, &u0, &u1);
-    size_t a = (size_t)u0 * 4096, b = FT_MIN((size_t)u1 * 4096, j->n);
-    if (a < b) memcpy(j->dst + a, j->src + a, b - a);
+    size_t a = j->off + (size_t)u0 * 4096, b = j->off + FT_MIN((size_t)u1 * 4096, j->n);
+    while (a < b) {
+        size_t i = a / j->run, in = a % j->run, len = FT_MIN(j->run - in, b - a);
+        memcpy(j->dst + (a - j->off), j->src + i * j->stride + in, len);
+        a += len;
+    }
 }
 
-// Copies n bytes from the mapping at src to device memory at dst on the copy stream, piece by
-// piece through the staging ring: a slot is refilled once the copy that read it has run.
-static void stage_copy(cpu_experts_overlay *o, uint8_t *dst, const uint8_t *src, size_t n) {
+// Copies bank t (packed) from the mapping to device memory at dst on the copy stream, piece by
+// piece through the staging ring: a slot is refilled once the copy that read it has run. The
+// staging threads gather a strided bank's matrices as they fill a slot.
+static void stage_copy(cpu_experts_overlay *o, uint8_t *dst, const ft_tensor *t) {
+    size_t n = bank_total(t);
+    bool packed = ft_tensor_packed(t);
     for (size_t off = 0; off < n; off += STAGE_BYTES) {
         size_t piece = FT_MIN(STAGE_BYTES, n - off);
         int r = o->stage_next;
         o->stage_next = (r + 1) % STAGE_SLOTS;
         if (o->stage_used[r]) ft_cuda_event_sync(o->stage_free[r]);
         double t0 = ft_time_s();
-        stage_job j = {o->stage[r], src + off, piece};
+        stage_job j = {o->stage[r], t->data, off, piece, packed ? n : t->mat_bytes, ft_tensor_mat_stride(t)};
         ft_pool_run(o->stage_pool, stage_worker, &j);
         o->stage_s += ft_time_s() - t0;
         ft_cuda_memcpy_h2d(dst + off, o->stage[r], piece, o->copy_stream);
@@ -173,7 +185,7 @@ static void stream_in(cpu_experts_overlay *o, int il, int i) {
     uint8_t *dst = o->buf[i];
     for (int b = 0; b < N_BANK; b++) {
         const ft_tensor *t = &o->banks[b][il];
-        stage_copy(o, dst, t->data, bank_total(t));
+        stage_copy(o, dst, t);
         o->bytes_copied += bank_total(t);
         dst += o->bank_bytes[b];
     }
@@ -215,6 +227,7 @@ void cpu_experts_overlay_begin(cpu_experts_overlay *o, const ft_moe_params *p, f
         FT_ASSERT(src[b]->type == o->banks[b][il].type && src[b]->mat_bytes == o->banks[b][il].mat_bytes);
         views[b] = *src[b];
         views[b].data = at;
+        views[b].mat_stride = 0; // packed here
         views[b].placement = FT_PLACEMENT_CUDA;
         at += o->bank_bytes[b];
     }

@@ -336,6 +336,9 @@ static void cuda_free(ft_backend *be) {
 static void check_on_device(const ft_tensor *t) {
     if (t->placement != FT_PLACEMENT_CUDA)
         ft_abort(__FILE__, __LINE__, "cuda backend: tensor %s is not on the device", t->name);
+    if (!ft_tensor_packed(t)) // every copy to the device packs them (ft_weights_place, the overlays)
+        ft_abort(__FILE__, __LINE__, "cuda backend: tensor %s: the kernels read matrices mat_bytes apart",
+                 t->name);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -792,6 +795,7 @@ static void cuda_moe_ffn(ft_backend *be, const ft_moe_params *p, const float *x,
             views[b] = *banks[b];
             views[b].data = (void *)v.w[b];
             views[b].mat_bytes = v.mat_bytes[b];
+            views[b].mat_stride = 0; // the slots are packed whatever the host view's stride
             views[b].placement = FT_PLACEMENT_CUDA;
         }
         gate = &views[MOE_BANK_GATE], up = &views[MOE_BANK_UP], down = &views[MOE_BANK_DOWN];
