@@ -290,62 +290,124 @@ static ft_tensor f32_tensor(void *data, int64_t ne0, int64_t ne1, enum ft_placem
     return t;
 }
 
-// Gated DeltaNet: a sequence started fresh, then continued from its states in steps of
-// several sizes (one token: decode; more: a prompt chunk), each step's output and both states
+// Gated DeltaNet: a sequence started fresh, then continued from its states in steps of the
+// given sizes (one token: decode; more: a prompt chunk), each step's output and both states
 // against the CPU op. Float sums in another order, carried through the state: 1e-4.
+typedef struct delta_shape {
+    int hk, hv, hd, d_conv;
+    bool grouped;
+} delta_shape;
+
+typedef struct delta_case_opts {
+    const int *steps;
+    int n_steps;
+    float alpha_mean;  // added to the decay's projection: larger decays (and sums of them) for a
+                       // chunk's cumulative decay to reach far below 1
+    int scratch_k;     // the pair's expert count: the GPU's FFN scratch (the chunked rule's
+                       // workspace) grows with it
+    bool vs_token_loop;// also a GPU backend with FT_CUDA_DELTA_CHUNKED=0: every step of a chunk or
+                       // more must differ from it (the chunked form ran) and both meet the CPU
+} delta_case_opts;
+
+static void delta_net_case(const delta_shape *sh, const delta_case_opts *o) {
+    int Hk = sh->hk, H = sh->hv, hd = sh->hd, K = sh->d_conv;
+    int C = (2 * Hk + H) * hd, V = H * hd, max_tok = 0;
+    for (int i = 0; i < o->n_steps; i++) max_tok = FT_MAX(max_tok, o->steps[i]);
+    pair p;
+    if (!pair_init(&p, max_tok, C, 16, hd, o->scratch_k, o->scratch_k)) return;
+    ft_backend *loop = NULL;
+    if (o->vs_token_loop) {
+        ft_err err = {{0}};
+        setenv("FT_CUDA_DELTA_CHUNKED", "0", 1);
+        loop = ft_backend_init(&(ft_backend_params){.device = FT_PLACEMENT_CUDA, .graph_max_tok = -1}, &err);
+        unsetenv("FT_CUDA_DELTA_CHUNKED");
+        FT_ASSERT(loop);
+        ft_backend_limits lim = {max_tok, C, 16, hd, o->scratch_k, o->scratch_k, 0};
+        loop->ops->reserve(loop, &lim);
+    }
+    float *w = randn(&p.rng, (size_t)K * C, 0.3f), *dt = randn(&p.rng, (size_t)H, 0.5f);
+    float *a = randn(&p.rng, (size_t)H, 0.5f);
+    for (int i = 0; i < K * C; i++) w[i] += 0.25f;
+    for (int i = 0; i < H; i++) a[i] = -expf(a[i]);
+    size_t n_conv = (size_t)(K - 1) * C, n_state = (size_t)H * hd * hd;
+    float *c_conv = cpu_buf(&p, NULL, n_conv ? n_conv : 1), *c_state = cpu_buf(&p, NULL, n_state);
+    float *g_conv = gpu_buf(&p, NULL, n_conv ? n_conv : 1), *g_state = gpu_buf(&p, NULL, n_state);
+    float *l_conv = gpu_buf(&p, NULL, n_conv ? n_conv : 1), *l_state = gpu_buf(&p, NULL, n_state);
+    ft_tensor hw = f32_tensor(w, K, C, FT_PLACEMENT_CPU), hdt = f32_tensor(dt, H, 1, FT_PLACEMENT_CPU);
+    ft_tensor ha = f32_tensor(a, H, 1, FT_PLACEMENT_CPU);
+    ft_tensor dw = dev_tensor(&hw), ddt = dev_tensor(&hdt), da = dev_tensor(&ha);
+    ft_tensor cc = f32_tensor(c_conv, C, K - 1, FT_PLACEMENT_CPU), cs = f32_tensor(c_state, n_state, 1, FT_PLACEMENT_CPU);
+    ft_tensor gc = f32_tensor(g_conv, C, K - 1, FT_PLACEMENT_CUDA), gs = f32_tensor(g_state, n_state, 1, FT_PLACEMENT_CUDA);
+    ft_tensor lc = f32_tensor(l_conv, C, K - 1, FT_PLACEMENT_CUDA), ls = f32_tensor(l_state, n_state, 1, FT_PLACEMENT_CUDA);
+    int pos = 0;
+    for (int st = 0; st < o->n_steps && !test_failed(); st++) {
+        int n = o->steps[st];
+        float *qkv = randn(&p.rng, (size_t)n * C, 1.0f), *ab = randn(&p.rng, (size_t)2 * n * H, 1.0f);
+        for (size_t i = 0; i < (size_t)n * H; i++) ab[i] += o->alpha_mean;
+        float *cq = cpu_buf(&p, qkv, (size_t)n * C), *cab = cpu_buf(&p, ab, (size_t)2 * n * H);
+        float *gq = gpu_buf(&p, qkv, (size_t)n * C), *gab = gpu_buf(&p, ab, (size_t)2 * n * H);
+        float *lq = gpu_buf(&p, qkv, (size_t)n * C);
+        float *co = cpu_buf(&p, NULL, (size_t)n * V), *go = gpu_buf(&p, NULL, (size_t)n * V);
+        float *lo = gpu_buf(&p, NULL, (size_t)n * V);
+        ft_delta_params dp = {
+            .qkv = cq, .alpha = cab, .beta = cab + (size_t)n * H, .conv_w = &hw, .dt = &hdt, .a = &ha,
+            .conv_state = &cc, .state = &cs, .out = co, .n_tok = n, .pos0 = pos, .n_k_heads = Hk,
+            .n_v_heads = H, .head_dim = hd, .d_conv = K, .k_grouped = sh->grouped, .eps = 1e-6f,
+        };
+        p.cpu->ops->delta_net(p.cpu, &dp);
+        dp.qkv = gq, dp.alpha = gab, dp.beta = gab + (size_t)n * H, dp.conv_w = &dw, dp.dt = &ddt, dp.a = &da;
+        dp.conv_state = &gc, dp.state = &gs, dp.out = go;
+        p.gpu->ops->delta_net(p.gpu, &dp);
+        char what[112];
+        snprintf(what, sizeof(what), "delta_net %d/%d heads of %d%s, conv %d: %d at %d", Hk, H, hd,
+                 sh->grouped ? " grouped" : "", K, n, pos);
+        compare(&p, what, go, co, (size_t)n * V, 1e-4);
+        compare(&p, "  its delta-rule state", g_state, c_state, n_state, 1e-4);
+        if (n_conv) compare(&p, "  its conv state", g_conv, c_conv, n_conv, 0);
+        if (loop) {
+            dp.qkv = lq, dp.conv_state = &lc, dp.state = &ls, dp.out = lo;
+            loop->ops->delta_net(loop, &dp);
+            float *hl = gpu_read(&p, lo, (size_t)n * V), *hg = gpu_read(&p, go, (size_t)n * V);
+            compare(&p, "  the token loop's output", lo, co, (size_t)n * V, 1e-4);
+            bool same = !memcmp(hl, hg, (size_t)n * V * sizeof(float));
+            CHECK(n < 64 ? same : !same, "%s: the chunked and token-loop outputs are %s", what,
+                  same ? "bit-identical (the chunked form did not run)" : "different (a decode step ran chunked)");
+            free(hl);
+            free(hg);
+        }
+        pos += n;
+        free(qkv);
+        free(ab);
+    }
+    free(w); free(dt); free(a);
+    ft_cuda_free(dw.data); ft_cuda_free(ddt.data); ft_cuda_free(da.data);
+    if (loop) loop->ops->free(loop);
+    pair_free(&p);
+}
+
 TEST(cuda_op_delta_net) {
     GPU_TEST_REQUIRE_DEVICE();
-    static const struct { int hk, hv, hd, d_conv; bool grouped; } shapes[] = {
+    static const delta_shape shapes[] = {
         {2, 4, 128, 4, false}, {2, 4, 128, 4, true}, {1, 2, 64, 3, false}, {2, 6, 32, 2, true},
         {1, 2, 256, 4, false}, {2, 2, 128, 1, false},
     };
     static const int steps[] = {20, 1, 1, 70, 2, 1}; // 16 tokens or more: the conv in runs
-    for (size_t sh = 0; sh < FT_ARRAY_LEN(shapes); sh++) {
-        int Hk = shapes[sh].hk, H = shapes[sh].hv, hd = shapes[sh].hd, K = shapes[sh].d_conv;
-        int C = (2 * Hk + H) * hd, V = H * hd;
-        pair p;
-        if (!pair_init(&p, 80, C, 16, hd, 0, 0)) return;
-        float *w = randn(&p.rng, (size_t)K * C, 0.3f), *dt = randn(&p.rng, (size_t)H, 0.5f);
-        float *a = randn(&p.rng, (size_t)H, 0.5f);
-        for (int i = 0; i < K * C; i++) w[i] += 0.25f;
-        for (int i = 0; i < H; i++) a[i] = -expf(a[i]);
-        size_t n_conv = (size_t)(K - 1) * C, n_state = (size_t)H * hd * hd;
-        float *c_conv = cpu_buf(&p, NULL, n_conv ? n_conv : 1), *c_state = cpu_buf(&p, NULL, n_state);
-        float *g_conv = gpu_buf(&p, NULL, n_conv ? n_conv : 1), *g_state = gpu_buf(&p, NULL, n_state);
-        ft_tensor hw = f32_tensor(w, K, C, FT_PLACEMENT_CPU), hdt = f32_tensor(dt, H, 1, FT_PLACEMENT_CPU);
-        ft_tensor ha = f32_tensor(a, H, 1, FT_PLACEMENT_CPU);
-        ft_tensor dw = dev_tensor(&hw), ddt = dev_tensor(&hdt), da = dev_tensor(&ha);
-        ft_tensor cc = f32_tensor(c_conv, C, K - 1, FT_PLACEMENT_CPU), cs = f32_tensor(c_state, n_state, 1, FT_PLACEMENT_CPU);
-        ft_tensor gc = f32_tensor(g_conv, C, K - 1, FT_PLACEMENT_CUDA), gs = f32_tensor(g_state, n_state, 1, FT_PLACEMENT_CUDA);
-        int pos = 0;
-        for (size_t st = 0; st < FT_ARRAY_LEN(steps) && !test_failed(); st++) {
-            int n = steps[st];
-            float *qkv = randn(&p.rng, (size_t)n * C, 1.0f), *ab = randn(&p.rng, (size_t)2 * n * H, 1.0f);
-            float *cq = cpu_buf(&p, qkv, (size_t)n * C), *cab = cpu_buf(&p, ab, (size_t)2 * n * H);
-            float *gq = gpu_buf(&p, qkv, (size_t)n * C), *gab = gpu_buf(&p, ab, (size_t)2 * n * H);
-            float *co = cpu_buf(&p, NULL, (size_t)n * V), *go = gpu_buf(&p, NULL, (size_t)n * V);
-            ft_delta_params dp = {
-                .qkv = cq, .alpha = cab, .beta = cab + (size_t)n * H, .conv_w = &hw, .dt = &hdt, .a = &ha,
-                .conv_state = &cc, .state = &cs, .out = co, .n_tok = n, .pos0 = pos, .n_k_heads = Hk,
-                .n_v_heads = H, .head_dim = hd, .d_conv = K, .k_grouped = shapes[sh].grouped, .eps = 1e-6f,
-            };
-            p.cpu->ops->delta_net(p.cpu, &dp);
-            dp.qkv = gq, dp.alpha = gab, dp.beta = gab + (size_t)n * H, dp.conv_w = &dw, dp.dt = &ddt, dp.a = &da;
-            dp.conv_state = &gc, dp.state = &gs, dp.out = go;
-            p.gpu->ops->delta_net(p.gpu, &dp);
-            char what[96];
-            snprintf(what, sizeof(what), "delta_net %d/%d heads of %d%s, conv %d: %d at %d", Hk, H, hd,
-                     shapes[sh].grouped ? " grouped" : "", K, n, pos);
-            compare(&p, what, go, co, (size_t)n * V, 1e-4);
-            compare(&p, "  its delta-rule state", g_state, c_state, n_state, 1e-4);
-            if (n_conv) compare(&p, "  its conv state", g_conv, c_conv, n_conv, 0);
-            pos += n;
-            free(qkv);
-            free(ab);
-        }
-        free(w); free(dt); free(a);
-        ft_cuda_free(dw.data); ft_cuda_free(ddt.data); ft_cuda_free(da.data);
-        pair_free(&p);
+    delta_case_opts o = {steps, FT_ARRAY_LEN(steps), 0.0f, 0, false};
+    for (size_t sh = 0; sh < FT_ARRAY_LEN(shapes) && !test_failed(); sh++) delta_net_case(&shapes[sh], &o);
+}
+
+// The chunked delta rule (delta_rule_chunked.cu): steps of one chunk, of several with a partial
+// last one, and of five, with decode steps between them, at the usual decays and at strong ones
+// (a chunk's cumulative decay far below 1), against the CPU and beside the token loop.
+TEST(cuda_op_delta_net_chunked) {
+    GPU_TEST_REQUIRE_DEVICE();
+    static const delta_shape shapes[] = {
+        {2, 4, 128, 4, false}, {2, 4, 128, 4, true}, {1, 2, 64, 3, false}, {2, 6, 64, 4, true},
+    };
+    static const int steps[] = {64, 1, 130, 2, 300, 1};
+    for (int strong = 0; strong < 2; strong++) {
+        delta_case_opts o = {steps, FT_ARRAY_LEN(steps), strong ? 3.0f : 0.0f, 8, true};
+        for (size_t sh = 0; sh < FT_ARRAY_LEN(shapes) && !test_failed(); sh++) delta_net_case(&shapes[sh], &o);
     }
 }
 

@@ -59,6 +59,8 @@ typedef struct cuda_backend {
     // MoE FFN on the matvec kernels, FT_CUDA_FLASH=0 every attention on attention.cu's.
     int gemm_min_tok;          // GEMM_MIN_TOK, or INT_MAX with FT_CUDA_GEMM=0
     bool flash;
+    bool delta_chunked;        // FT_CUDA_DELTA_CHUNKED: prefill's delta rule in chunks
+    size_t ffn_scratch_floats; // of h_gate, h_up and h_out each: P * W
     int graph_max_tok;         // --cuda-graph-max-bs: steps of more tokens run directly; < 0: no cap
     enum step_mode { STEP_DIRECT, STEP_CAPTURE, STEP_REPLAY } mode;
     int step_pos0;             // first position of the step in progress
@@ -256,6 +258,7 @@ static void cuda_reserve(ft_backend *be, const ft_backend_limits *lim) {
     size_t P = T * (size_t)FT_MAX(lim->n_expert_used, 1), E = (size_t)FT_MAX(lim->n_expert, 1);
     c->xq = dev_alloc(ft_cuda_q8_1_bytes((int64_t)W, (int)P), "quantized activations");
     c->hq = dev_alloc(ft_cuda_q8_1_bytes((int64_t)W, (int)P), "quantized expert activations");
+    c->ffn_scratch_floats = P * W;
     c->h_gate = dev_alloc(P * W * sizeof(float), "ffn scratch");
     c->h_up = dev_alloc(P * W * sizeof(float), "ffn scratch");
     c->h_out = dev_alloc(P * W * sizeof(float), "ffn scratch");
@@ -658,7 +661,8 @@ static void cuda_split_heads(ft_backend *be, const float *x, float *a, float *b,
 static void cuda_delta_net(ft_backend *be, const ft_delta_params *p) {
     cuda_backend *c = cuda_op(be);
     int C = (2 * p->n_k_heads + p->n_v_heads) * p->head_dim;
-    // C <= max_width: the conv's scratch, h_up, holds n_tok rows of C
+    // C <= max_width: the conv's scratch, h_up, holds n_tok rows of C; the chunked rule's
+    // workspace is h_gate (the FFN's scratch, free between the FFN ops)
     FT_ASSERT(p->n_tok <= c->lim.max_tok && C <= c->lim.max_width && p->d_conv >= 1 &&
               p->d_conv <= FT_CUDA_DELTA_MAX_CONV);
     FT_ASSERT(p->conv_w->type == FT_TYPE_F32 && p->conv_w->ne[0] == p->d_conv && p->conv_w->ne[1] == C &&
@@ -669,7 +673,8 @@ static void cuda_delta_net(ft_backend *be, const ft_delta_params *p) {
     check_on_device(p->state);
     if (!op_runs(c, OP_DELTA_NET, p->qkv, p->state->data, p->n_tok, step_rel(c, p->pos0))) return;
     ft_cuda_delta_params dp = {
-        .qkv = p->qkv, .scratch = c->h_up, .alpha = p->alpha, .beta = p->beta, .conv_w = p->conv_w->data, .dt = p->dt->data,
+        .qkv = p->qkv, .scratch = c->h_up, .chunk_ws = c->delta_chunked ? c->h_gate : NULL,
+        .chunk_ws_floats = c->ffn_scratch_floats, .alpha = p->alpha, .beta = p->beta, .conv_w = p->conv_w->data, .dt = p->dt->data,
         .a = p->a->data, .conv_state = p->conv_state->data, .state = p->state->data, .out = p->out,
         .n_tok = p->n_tok, .pos0 = step_rel(c, p->pos0), .pos_dev = step_pos_dev(c), .n_k_heads = p->n_k_heads,
         .n_v_heads = p->n_v_heads, .head_dim = p->head_dim, .d_conv = p->d_conv, .k_grouped = p->k_grouped,
@@ -1086,6 +1091,7 @@ ft_backend *ft_backend_cuda_init(const ft_backend_params *p, ft_err *err) {
     }
     ft_cuda_set_device(dev);
     ft_cuda_attention_init();
+    ft_cuda_delta_net_init();
     cuda_backend *c = ft_calloc(1, sizeof(*c));
     c->base.ops = &g_cuda_ops;
     c->base.placement = FT_PLACEMENT_CUDA;
@@ -1095,6 +1101,7 @@ ft_backend *ft_backend_cuda_init(const ft_backend_params *p, ft_err *err) {
     c->graphs = ft_env_flag(FT_ENV_CUDA_GRAPHS);
     c->gemm_min_tok = ft_env_flag(FT_ENV_CUDA_GEMM) ? GEMM_MIN_TOK : INT_MAX;
     c->flash = ft_env_flag(FT_ENV_CUDA_FLASH);
+    c->delta_chunked = ft_env_flag(FT_ENV_CUDA_DELTA_CHUNKED);
     c->graph_max_tok = p->graph_max_tok;
     return &c->base;
 }

@@ -39,11 +39,14 @@ void ft_cuda_split_heads(const float *x, float *a, float *b, int n_rows, int n_h
 // delta_net.cu: gated DeltaNet linear attention as backend.h's ft_delta_params says, for one
 // sequence; qkv is overwritten (the conv's output), or left as it is when the conv writes to
 // scratch (n_tok x (2K + V) floats; NULL: none), which lets it run over the tokens in parallel.
-// head_dim 32, 64, 128 or 256.
+// head_dim 32, 64, 128 or 256. A batch of 64 tokens or more (head_dim 64 or 128) runs the delta
+// rule in chunks (delta_rule_chunked.cu) when chunk_ws holds what it needs, else token by token.
 #define FT_CUDA_DELTA_MAX_CONV 8
 typedef struct ft_cuda_delta_params {
     float *qkv;                  // (n_tok, 2K + V)
     float *scratch;              // (n_tok, 2K + V) or NULL
+    float *chunk_ws;             // the chunked rule's workspace, chunk_ws_floats floats, or NULL
+    size_t chunk_ws_floats;
     const float *alpha, *beta;   // (n_tok, n_v_heads)
     const float *conv_w;         // (2K + V) channels of d_conv taps
     const float *dt, *a;         // (n_v_heads)
@@ -56,6 +59,8 @@ typedef struct ft_cuda_delta_params {
     float eps;
 } ft_cuda_delta_params;
 void ft_cuda_delta_net(const ft_cuda_delta_params *p, ft_cuda_stream *s);
+// Called once by the backend before any capture (the chunked rule's shared memory).
+void ft_cuda_delta_net_init(void);
 
 // rope.cu: the angles' host-side constants come precomputed so device and CPU agree.
 typedef struct ft_cuda_rope_params {

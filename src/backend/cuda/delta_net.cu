@@ -7,9 +7,12 @@
 // The delta rule updates each row of a head's state matrix on its own (row r of the stored,
 // transposed state needs only q, k, v[r] and the gates of each token), so a warp owns a row for
 // the whole launch: the row stays in registers across the tokens, and the state is read and
-// written once per launch however many tokens it takes.
+// written once per launch however many tokens it takes. That loop is serial in the tokens: a
+// batch of a chunk's tokens or more takes the chunked form instead (delta_rule_chunked.cu),
+// where only the chunks follow one another.
 #include "cuda_common.cuh"
 #include "cuda_ops.h"
+#include "delta_rule_chunked.cuh"
 
 enum { DN_THREADS = 128, DN_WARPS = DN_THREADS / FT_WARP, DN_CONV_RUN = 16 };
 
@@ -197,6 +200,10 @@ extern "C" void ft_cuda_delta_net(const ft_cuda_delta_params *p, ft_cuda_stream 
     const int rows = p->n_tok * 2 * p->n_k_heads;
     ft_launch(dn_l2_kernel, dim3((rows + DN_WARPS - 1) / DN_WARPS), DN_THREADS, 0, st, q, C);
     CUDA_CHECK_LAUNCH();
+    if (p->chunk_ws && dn_chunked_fits(p->n_tok, p->n_v_heads, hd, p->chunk_ws_floats)) {
+        dn_chunked_rule(q, C, st);
+        return;
+    }
     const dim3 grid(hd / DN_WARPS, p->n_v_heads);
     switch (hd) {
     case 32: ft_launch(dn_rule_kernel<1>, grid, DN_THREADS, 0, st, q, C); break;
@@ -206,3 +213,5 @@ extern "C" void ft_cuda_delta_net(const ft_cuda_delta_params *p, ft_cuda_stream 
     }
     CUDA_CHECK_LAUNCH();
 }
+
+extern "C" void ft_cuda_delta_net_init(void) { dn_chunked_init(); }
