@@ -99,7 +99,8 @@ static void model_case(const char *arch, bool strict, const schedule *sc) {
     ft_synth_params sp = fixture_compare_params(arch, 128, strict);
     // laguna mixed: a dense lead layer, then Q4_K (or q8_0) experts and a BF16 tail
     if (!strcmp(arch, "laguna")) fixture_bf16_tail(&sp, strict);
-    if (!strcmp(arch, "qwen35moe")) sp.n_layer = 4; // three DeltaNet layers, then softmax attention
+    if (!strcmp(arch, "qwen35moe") || !strcmp(arch, "qwen3next"))
+        sp.n_layer = 4; // three DeltaNet layers, then softmax attention
     const char *path = fixture_write(&sp, arch);
     if (!path) return;
     ft_err err = {{0}};
@@ -231,6 +232,13 @@ TEST(cuda_cpu_experts_qwen35moe) {
     model_case("qwen35moe", true, &small_steps);
     model_case("qwen35moe", false, &small_steps);
     check_stable_share("cuda_cpu_experts_qwen35moe");
+}
+
+TEST(cuda_cpu_experts_qwen3next) {
+    GPU_TEST_REQUIRE_DEVICE();
+    model_case("qwen3next", true, &small_steps);
+    model_case("qwen3next", false, &small_steps);
+    check_stable_share("cuda_cpu_experts_qwen3next");
 }
 
 TEST(cuda_cpu_experts_laguna_mixed) {

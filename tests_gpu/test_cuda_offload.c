@@ -421,6 +421,12 @@ TEST(cuda_offload_logits_equal_fused_qwen35moe) {
     offload_equal_fused("qwen35moe", 3, false);
 }
 
+// qwen3next: beta and alpha in one projection, V heads grouped by K head; the same cases.
+TEST(cuda_offload_logits_equal_fused_qwen3next) {
+    GPU_TEST_REQUIRE_DEVICE();
+    offload_equal_fused("qwen3next", 3, false);
+}
+
 // The same with gate and up experts fused in the file (ffn_gate_up_exps).
 TEST(cuda_offload_logits_equal_fused_qwen35moe_fused_gate_up) {
     GPU_TEST_REQUIRE_DEVICE();
