@@ -187,6 +187,20 @@ __global__ void __launch_bounds__(DN_CK_THREADS) dn_chunk_prep_kernel(ft_cuda_de
     }
 }
 
+// acc += sign (row · M[:, c .. c + 3]) over the D rows of M (row: D floats in global memory, M in
+// shared memory)
+template <int D, int NC>
+__device__ __forceinline__ void row_times_cols(float4 &acc, float sign, const float *row, const float (*M)[NC], int c) {
+#pragma unroll 8
+    for (int d = 0; d < D; d += 4) {
+        const float4 r4 = *(const float4 *)&row[d];
+        axpy4(acc, sign * r4.x, *(const float4 *)&M[d][c]);
+        axpy4(acc, sign * r4.y, *(const float4 *)&M[d + 1][c]);
+        axpy4(acc, sign * r4.z, *(const float4 *)&M[d + 2][c]);
+        axpy4(acc, sign * r4.w, *(const float4 *)&M[d + 3][c]);
+    }
+}
+
 template <int D>
 __global__ void __launch_bounds__(DN_CK_THREADS) dn_chunk_scan_kernel(ft_cuda_delta_params p, const float *ws,
                                                                       int n_chunks) {
@@ -210,15 +224,7 @@ __global__ void __launch_bounds__(DN_CK_THREADS) dn_chunk_scan_kernel(ft_cuda_de
         for (int e = tid; e < CH * NC / 4; e += DN_CK_THREADS) {
             const int i = e / (NC / 4), c = e % (NC / 4) * 4;
             float4 acc = *(const float4 *)&U[i * D + r0 + c];
-            const float *w = Wm + i * D;
-#pragma unroll 8
-            for (int d = 0; d < D; d += 4) {
-                const float4 w4 = *(const float4 *)&w[d];
-                axpy4(acc, -w4.x, *(const float4 *)&S[d][c]);
-                axpy4(acc, -w4.y, *(const float4 *)&S[d + 1][c]);
-                axpy4(acc, -w4.z, *(const float4 *)&S[d + 2][c]);
-                axpy4(acc, -w4.w, *(const float4 *)&S[d + 3][c]);
-            }
+            row_times_cols<D, NC>(acc, -1.0f, Wm + i * D, S, c);
             *(float4 *)&Dl[i][c] = acc;
         }
         __syncthreads();
@@ -226,15 +232,8 @@ __global__ void __launch_bounds__(DN_CK_THREADS) dn_chunk_scan_kernel(ft_cuda_de
         for (int e = tid; e < CH * NC / 4; e += DN_CK_THREADS) {
             const int i = e / (NC / 4), c = e % (NC / 4) * 4;
             float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            const float *q = Qp + i * D, *a = Aqk + i * CH;
-#pragma unroll 8
-            for (int d = 0; d < D; d += 4) {
-                const float4 q4 = *(const float4 *)&q[d];
-                axpy4(acc, q4.x, *(const float4 *)&S[d][c]);
-                axpy4(acc, q4.y, *(const float4 *)&S[d + 1][c]);
-                axpy4(acc, q4.z, *(const float4 *)&S[d + 2][c]);
-                axpy4(acc, q4.w, *(const float4 *)&S[d + 3][c]);
-            }
+            const float *a = Aqk + i * CH;
+            row_times_cols<D, NC>(acc, 1.0f, Qp + i * D, S, c);
             for (int m = 0; m <= i; m += 4) { // zeros past the diagonal
                 const float4 a4 = *(const float4 *)&a[m];
                 axpy4(acc, a4.x, *(const float4 *)&Dl[m][c]);
