@@ -5,7 +5,8 @@
 // that head's group for each token of the tile (at most ROWS). Per block of KEYS keys (gathered
 // through the block table and converted to f32 once for all rows):
 //   1. scores S = q . k times the scale, 4 rows x 4 keys per step in 8-lane FMAs, masked to
-//      -inf past a row's own position and before its window;
+//      -inf past a row's own position and before its window (blocks start at multiples of
+//      KEYS, so a row's result is the same in any tile);
 //   2. per row, the block's maximum; a new maximum rescales the row's sum of values and its
 //      softmax denominator (as llama.cpp's tiled kernel does per block), then P = exp(S - max)
 //      in 8-lane exponentials and the denominator grows by the sum of P;
@@ -153,7 +154,10 @@ static void tiled_worker(void *ctx, int ith, int nth) {
             qpos[r] = r < nr ? p->pos0 + t0 + r / group : -1;
         }
         const int first = p->pos0 + t0, last = p->pos0 + t0 + nt - 1;
-        const int kmin = p->window > 0 ? FT_MAX(0, first - p->window + 1) : 0;
+        // key blocks start at multiples of KEYS whatever the tile's first query, so a query's sums
+        // do not depend on the tile (or call) that holds it: a prompt chunk resumed after a
+        // reused prefix is tiled from another start (batch.h)
+        const int kmin = p->window > 0 ? FT_MAX(0, first - p->window + 1) / KEYS * KEYS : 0;
         int64_t off = 0, walked = -1;
         for (int k0 = kmin; k0 <= last; k0 += KEYS) {
             // scores in steps of 4 keys, the softmax in vectors of 8 (KEYS is a multiple of both)
