@@ -24,16 +24,16 @@ static ft_model *prefix_model(const char *arch, const char *name) {
     return fixture_model(&sp, name);
 }
 
-// A batch engine of n_seq sequences with prefill chunks of CHUNK; checkpoints: the recurrent-state
+// A batch engine of n_seq sequences with prefill chunks of chunk; checkpoints: the recurrent-state
 // snapshots its prefix cache may keep (ft_engine_params.ctx_checkpoints).
-static ft_batch *prefix_batch_with(const ft_model *m, int n_seq, int64_t num_tokens, enum ft_type kv, bool cache,
-                                   int checkpoints) {
+static ft_batch *prefix_batch_chunk(const ft_model *m, int n_seq, int64_t num_tokens, enum ft_type kv, bool cache,
+                                    int checkpoints, int chunk) {
     ft_engine_params ep = ft_engine_default_params();
     ep.ctx_checkpoints = checkpoints;
     ep.n_threads = 2;
     ep.n_ctx = 512;
     ep.n_seq = n_seq;
-    ep.n_batch = CHUNK;
+    ep.n_batch = chunk;
     ep.kv_type = kv;
     ep.num_tokens = num_tokens;
     ep.prefix_cache = cache;
@@ -41,6 +41,11 @@ static ft_batch *prefix_batch_with(const ft_model *m, int n_seq, int64_t num_tok
     ft_batch *b = ft_batch_init(m, &ep, &err);
     if (!b) test_fail(__FILE__, __LINE__, "batch: %s", err.msg);
     return b;
+}
+
+static ft_batch *prefix_batch_with(const ft_model *m, int n_seq, int64_t num_tokens, enum ft_type kv, bool cache,
+                                   int checkpoints) {
+    return prefix_batch_chunk(m, n_seq, num_tokens, kv, cache, checkpoints, CHUNK);
 }
 
 static ft_batch *prefix_batch(const ft_model *m, int n_seq, int64_t num_tokens, enum ft_type kv, bool cache) {
@@ -69,10 +74,12 @@ static bool kv_ok(const ft_batch *b) {
 }
 
 // Runs the n runs together on b, as the server's scheduler cuts them (chunks to multiples of
-// CHUNK from the prompt's start, a reused prefix skipped), checking the blocks after every step;
-// closes each after N_GEN tokens. close_at >= 0: run 0 is closed after that many prefill steps.
+// b's chunk from the prompt's start, a reused prefix skipped), checking the blocks after every
+// step; closes each after N_GEN tokens. close_at >= 0: run 0 is closed after that many prefill
+// steps.
 static bool drive(ft_batch *b, run *rs, int n, int n_vocab, int close_at) {
     ft_err err = {{0}};
+    const int chunk = ft_batch_chunk(b);
     for (int r = 0; r < n; r++) {
         rs[r].seq = ft_batch_seq_open(b);
         if (rs[r].seq < 0) return false;
@@ -88,7 +95,7 @@ static bool drive(ft_batch *b, run *rs, int n, int n_vocab, int close_at) {
             run *q = &rs[r];
             if (q->seq < 0) continue;
             if (q->done_prompt < q->n_prompt) {
-                int len = FT_MIN(CHUNK - q->done_prompt % CHUNK, q->n_prompt - q->done_prompt);
+                int len = FT_MIN(chunk - q->done_prompt % chunk, q->n_prompt - q->done_prompt);
                 if (len > room + 1 || !ft_batch_seq_reserve(b, q->seq, len)) continue;
                 room -= len - 1;
                 items[n_items] = (ft_batch_item){q->seq, q->prompt + q->done_prompt, len, q->done_prompt + len == q->n_prompt};
@@ -127,14 +134,19 @@ static bool drive(ft_batch *b, run *rs, int n, int n_vocab, int close_at) {
     return true;
 }
 
-// The logits of prompt alone on a fresh engine without a prefix cache.
-static bool fresh_logits(const ft_model *m, enum ft_type kv, const int32_t *prompt, int n_prompt, float *logits) {
-    ft_batch *b = prefix_batch(m, 1, 0, kv, false);
+// The logits of prompt alone on a fresh engine without a prefix cache, in chunks of chunk.
+static bool fresh_logits_chunk(const ft_model *m, enum ft_type kv, const int32_t *prompt, int n_prompt, float *logits,
+                               int chunk) {
+    ft_batch *b = prefix_batch_chunk(m, 1, 0, kv, false, 0, chunk);
     if (!b) return false;
     run q = {.prompt = prompt, .n_prompt = n_prompt, .logits = logits};
     bool ok = drive(b, &q, 1, m->hp.n_vocab, -1) && q.reused == 0;
     ft_batch_free(b);
     return ok;
+}
+
+static bool fresh_logits(const ft_model *m, enum ft_type kv, const int32_t *prompt, int n_prompt, float *logits) {
+    return fresh_logits_chunk(m, kv, prompt, n_prompt, logits, CHUNK);
 }
 
 static bool same(const float *a, const float *b, int n_vocab);
@@ -213,6 +225,52 @@ TEST(prefix_reuse_is_bit_identical) {
     REQUIRE(m);
     reuse_case(m, FT_TYPE_F16);
     reuse_case(m, FT_TYPE_Q8_0);
+    ft_model_free(m);
+}
+
+// A reused prefix that ends inside one of the prompt's -b chunks: the rest of that chunk takes
+// the kernels of the whole chunk, not those of its own shorter length, and a last chunk whose
+// kernels differ from a whole chunk's reuses none of its rows; so with an f16 cache (whose
+// attention is tiled from 64 queries) and -b 256 or 100, not multiples of the chunk's rest,
+// each prompt gives the bits of computing it whole.
+TEST(prefix_reuse_resumes_inside_a_chunk) {
+    ft_model *m = prefix_model(NULL, "prefix_chunk.gguf");
+    REQUIRE(m);
+    int n_vocab = m->hp.n_vocab;
+    ft_rng r = ft_rng_init(41);
+    int32_t a[400], c[300];
+    random_tokens(&r, a, 400, n_vocab);
+    memcpy(c, a, 250 * sizeof(int32_t));
+    random_tokens(&r, c + 250, 50, n_vocab);
+    float *got = ft_malloc((size_t)N_GEN * n_vocab * sizeof(float)), *want = ft_malloc((size_t)N_GEN * n_vocab * sizeof(float));
+    const struct {
+        int chunk;
+        const int32_t *prompt;
+        int n, reused;
+    } cases[] = {
+        // a's first chunk of 256 kept blocks 0-3; 200 tokens of it resume at 192, inside [0, 200)
+        {256, a, 200, 3 * FT_KV_BLOCK},
+        // chunks of 100: a's blocks 0-4 kept; the last chunk [200, 260) is too short for the
+        // tiled attention, so its rows 200-255 are not reused
+        {100, a, 260, 3 * FT_KV_BLOCK},
+        // c diverges at 250: resumes at 192, inside the chunk [100, 200)
+        {100, c, 300, 3 * FT_KV_BLOCK},
+    };
+    for (size_t i = 0; i < FT_ARRAY_LEN(cases) && !test_failed(); i++) {
+        ft_batch *b = prefix_batch_chunk(m, 1, 0, FT_TYPE_F16, true, 0, cases[i].chunk);
+        REQUIRE(b);
+        run ra = {.prompt = a, .n_prompt = 400, .logits = got};
+        REQUIRE(drive(b, &ra, 1, n_vocab, -1));
+        run q = {.prompt = cases[i].prompt, .n_prompt = cases[i].n, .logits = got};
+        REQUIRE(drive(b, &q, 1, n_vocab, -1));
+        CHECK(q.reused == cases[i].reused, "case %zu: reused %d tokens, want %d", i, q.reused, cases[i].reused);
+        REQUIRE(fresh_logits_chunk(m, FT_TYPE_F16, q.prompt, q.n_prompt, want, cases[i].chunk));
+        CHECK(same(got, want, n_vocab), "case %zu (-b %d, %d of %d tokens reused): logits differ from computing it",
+              i, cases[i].chunk, q.reused, cases[i].n);
+        ft_batch_free(b);
+    }
+    free(got);
+    free(want);
     ft_model_free(m);
 }
 

@@ -88,6 +88,11 @@ typedef struct ft_attn_params {
     const int32_t *blocks;     // the sequence's block table (kv_block.h) in memory the backend
                                // reads (device memory on a GPU), or NULL: row p is position p
     int n_tok, pos0;
+    // The prompt chunk the queries end, in tokens (>= n_tok), where it began before pos0 (its
+    // first rows came from a prefix cache): the CPU takes its tiled path by this length, so
+    // the rows get the bits of the whole chunk (a row's result does not depend on the call
+    // otherwise). 0: the chunk is these n_tok queries. The CUDA backend goes by n_tok.
+    int n_chunk;
     int n_head, n_head_kv, head_dim;
     int window;                // sliding window: key visible when q_pos - k_pos < window; 0: all
     float scale;               // applied to q.k

@@ -23,6 +23,9 @@ struct ft_batch {
     int32_t *seq_tok;
     bool *block_exact;    // (n_seq, max_blocks)
     int *n_kept;
+    // (n_seq) where the prompt chunk that a reused prefix ends inside began, for the sequence's
+    // next step (its rows take that whole chunk's kernels); -1: none
+    int *chunk0;
     int max_blocks;       // blocks of one context
     int32_t *match;       // (max_blocks) scratch of ft_batch_seq_reuse
     bool snapshots;       // recurrent layers: a prefix is reused with the state snapshot after it
@@ -114,6 +117,7 @@ static bool batch_setup(ft_batch *b, ft_err *err) {
         b->seq_tok = ft_malloc((size_t)p->n_seq * (size_t)p->n_ctx * sizeof(int32_t));
         b->block_exact = ft_malloc((size_t)p->n_seq * (size_t)b->max_blocks * sizeof(bool));
         b->n_kept = ft_calloc((size_t)p->n_seq, sizeof(int));
+        b->chunk0 = ft_malloc((size_t)p->n_seq * sizeof(int));
         b->match = ft_malloc((size_t)b->max_blocks * sizeof(int32_t));
     }
     return true;
@@ -163,6 +167,7 @@ void ft_batch_free(ft_batch *b) {
     free(b->seq_tok);
     free(b->block_exact);
     free(b->n_kept);
+    free(b->chunk0);
     free(b->match);
     free(b);
 }
@@ -172,7 +177,10 @@ int ft_batch_seq_open(ft_batch *b) {
     if (seq < 0) return -1;
     b->pos[seq] = 0;
     b->n_open++;
-    if (b->pc) b->n_kept[seq] = 0;
+    if (b->pc) {
+        b->n_kept[seq] = 0;
+        b->chunk0[seq] = -1;
+    }
     return seq;
 }
 
@@ -188,25 +196,37 @@ int ft_batch_seq_pos(const ft_batch *b, int seq) {
     return b->pos[seq];
 }
 
+// The kernel class the CPU's ops give the rows of a chunk of n tokens: the GEMM from
+// FT_GEMM_MIN_COLS rows (backend.h's row_gemm), the tiled attention from FT_ATTN_TILED_MIN_TOK.
+// A block whose rows took the class of a whole prompt chunk holds the bits any later prompt
+// through it computes; the prefix cache keeps only such blocks. A prompt reusing them computes
+// its first chunk after them with the class of the whole chunk that chunk ends (chunk0), and
+// reuses none of its last chunk's rows unless that chunk has the class of a whole one; so,
+// cut at multiples of -b, it gets the bits computing it whole would.
+static int chunk_class(int n) { return (n >= FT_GEMM_MIN_COLS) + 2 * (n >= FT_ATTN_TILED_MIN_TOK); }
+
 int ft_batch_seq_reuse(ft_batch *b, int seq, const int32_t *tokens, int n) {
     FT_ASSERT(seq >= 0 && seq < b->p.n_seq && b->pos[seq] == 0);
     if (!b->pc || n < 2) return 0;
-    // whole blocks, below the block of the last token: the prompt's last token is evaluated
-    // (its logits start the reply) and its row written, which a shared block must not see
-    int most = FT_MIN((n - 1) / FT_KV_BLOCK, b->max_blocks);
+    // at most up to the last token, which is evaluated (its logits start the reply) and its row
+    // written, which a shared block must not see; and short of the last chunk where that takes
+    // other kernels than the cached rows did
+    int nb = b->p.n_batch, last0 = (n - 1) / nb * nb;
+    int upto = FT_MIN(chunk_class(n - last0) == chunk_class(nb) ? n - 1 : last0, b->p.n_ctx);
     int got;
     if (b->snapshots) {
         const float *snap;
-        got = ft_prefix_cache_match_snapshot(b->pc, tokens, FT_MIN(n, b->p.n_ctx), b->match, most, &snap);
+        got = ft_prefix_cache_match_snapshot(b->pc, tokens, upto, b->match, b->max_blocks, &snap);
         if (got) state_copy(b, seq, NULL, snap);
     } else {
-        got = ft_prefix_cache_match(b->pc, tokens, FT_MIN(n, b->p.n_ctx), b->match, most);
+        got = ft_prefix_cache_match(b->pc, tokens, upto, b->match, b->max_blocks);
     }
     for (int i = 0; i < got; i++) ft_kv_pool_share(b->pool, seq, b->match[i]);
     int reused = got * FT_KV_BLOCK;
     memcpy(b->seq_tok + (size_t)seq * b->p.n_ctx, tokens, (size_t)reused * sizeof(int32_t));
     for (int i = 0; i < got; i++) b->block_exact[(size_t)seq * b->max_blocks + i] = true;
     b->n_kept[seq] = got;
+    b->chunk0[seq] = reused % nb ? reused - reused % nb : -1;
     b->pos[seq] = reused;
     return reused;
 }
@@ -218,21 +238,14 @@ bool ft_batch_seq_reserve(ft_batch *b, int seq, int n_tok) {
     return ft_kv_pool_grow(b->pool, seq, want);
 }
 
-// The kernel class the CPU's ops give the rows of a chunk of n tokens: the GEMM from
-// FT_GEMM_MIN_COLS rows (backend.h's row_gemm), the tiled attention from FT_ATTN_TILED_MIN_TOK.
-// A block whose rows took the class of a whole prompt chunk holds the bits any later prompt
-// through it computes; the prefix cache keeps only such blocks, so a reused prefix gives the
-// same logits as computing it (when -b is a multiple or a divisor of FT_KV_BLOCK, a
-// continuation's chunks take the classes a whole prompt's would).
-static int chunk_class(int n) { return (n >= FT_GEMM_MIN_COLS) + 2 * (n >= FT_ATTN_TILED_MIN_TOK); }
-
-// After a step: marks the blocks the item's rows went to, and hands the sequence's leading
-// whole blocks that kept the prompt class to the prefix cache.
-static void keep_blocks(ft_batch *b, const ft_batch_item *it, int pos0) {
+// After a step: marks the blocks the item's rows went to (n_chunk: the chunk whose kernels they
+// took), and hands the sequence's leading whole blocks that kept the prompt class to the
+// prefix cache.
+static void keep_blocks(ft_batch *b, const ft_batch_item *it, int pos0, int n_chunk) {
     int seq = it->seq;
     memcpy(b->seq_tok + (size_t)seq * b->p.n_ctx + pos0, it->tokens, (size_t)it->n_tok * sizeof(int32_t));
     bool *exact = b->block_exact + (size_t)seq * b->max_blocks;
-    bool same = chunk_class(it->n_tok) == chunk_class(b->p.n_batch);
+    bool same = chunk_class(n_chunk) == chunk_class(b->p.n_batch);
     for (int blk = pos0 / FT_KV_BLOCK; blk <= (pos0 + it->n_tok - 1) / FT_KV_BLOCK; blk++) {
         if (blk * FT_KV_BLOCK >= pos0) exact[blk] = true; // the block's first rows
         exact[blk] &= same;
@@ -291,10 +304,15 @@ bool ft_batch_step(ft_batch *b, const ft_batch_item *items, int n_items, ft_err 
     for (int i = 0; i < n_items; i++) {
         const ft_batch_item *it = &items[i];
         memcpy(b->tok + rows, it->tokens, (size_t)it->n_tok * sizeof(int32_t));
-        b->seg[i] = (ft_segment){.kv = ft_kv_pool_cache(b->pool, it->seq), .pos0 = b->pos[it->seq], .row0 = rows,
-                                 .n_tok = it->n_tok};
+        int pos0 = b->pos[it->seq], n_chunk = it->n_tok;
+        if (b->pc && b->chunk0[it->seq] >= 0) { // the rest of a chunk a reused prefix ends inside
+            n_chunk = pos0 + it->n_tok - b->chunk0[it->seq];
+            b->chunk0[it->seq] = -1;
+        }
+        b->seg[i] = (ft_segment){.kv = ft_kv_pool_cache(b->pool, it->seq), .pos0 = pos0, .row0 = rows,
+                                 .n_tok = it->n_tok, .n_chunk = n_chunk};
         // a row's kernels follow its own chunk, not what else the step holds
-        for (int t = 0; t < it->n_tok; t++) b->row_gemm[rows + t] = it->n_tok >= FT_GEMM_MIN_COLS;
+        for (int t = 0; t < it->n_tok; t++) b->row_gemm[rows + t] = n_chunk >= FT_GEMM_MIN_COLS;
         rows += it->n_tok;
     }
     be->row_gemm = b->row_gemm;
@@ -310,7 +328,7 @@ bool ft_batch_step(ft_batch *b, const ft_batch_item *items, int n_items, ft_err 
     for (int il = 0; il < hp->n_layer; il++) m->arch->layer(m, f, il);
     for (int i = 0; i < n_items; i++) {
         b->pos[items[i].seq] += items[i].n_tok;
-        if (b->pc) keep_blocks(b, &items[i], b->seg[i].pos0);
+        if (b->pc) keep_blocks(b, &items[i], b->seg[i].pos0, b->seg[i].n_chunk);
     }
 
     // logits: the last row of each item that wants them, normed into consecutive rows of xn

@@ -44,12 +44,14 @@ int ft_batch_seq_pos(const ft_batch *b, int seq);
 // With a prefix cache (ft_engine_params.prefix_cache), for a sequence just opened that will
 // evaluate the n tokens of a prompt: takes the cached blocks of the longest prefix of them it
 // can (whole blocks, always leaving the last token to evaluate), moves the sequence past them
-// and returns how many tokens that is; the caller evaluates only tokens[returned..]. Without a
-// prefix cache (or on a model with recurrent layers, whose state no block holds) returns 0.
-//   Blocks are kept only where every row was computed by a chunk of the class a whole prompt
-// chunk takes, so on the CPU a reused prefix gives the logits computing it would when the
-// prompt is cut at multiples of n_batch from its start and n_batch is a multiple or a divisor
-// of FT_KV_BLOCK (the default 256 is).
+// and returns how many tokens that is; the caller evaluates only tokens[returned..], cut as
+// the whole prompt would be: at multiples of n_batch from its start. Without a prefix cache
+// (or on a model with recurrent layers without a snapshot of their state there) returns 0.
+//   On the CPU a reused prefix gives the logits computing the prompt whole gives (any
+// n_batch): blocks are kept only where every row took the kernels of a whole prompt chunk
+// (ft_backend.row_gemm, the tiled attention); when the prefix ends inside one of the prompt's
+// chunks, the sequence's next step (the rest of that chunk) takes the whole chunk's kernels;
+// and rows of the prompt's last chunk are reused only where that chunk takes a whole one's.
 int ft_batch_seq_reuse(ft_batch *b, int seq, const int32_t *tokens, int n);
 // Makes sure the sequence holds the KV blocks for its next n_tok positions, taking free blocks
 // (the prefix cache gives back its least recently used ones when none is free). Returns false,

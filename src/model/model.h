@@ -102,6 +102,10 @@ typedef struct ft_segment {
     int pos0;
     int row0;
     int n_tok;
+    // The prompt chunk these rows end, in tokens (>= n_tok), where it began before pos0 (a
+    // prefix reused into its middle, batch.h): attention picks its kernel by this length
+    // (ft_attn_params.n_chunk). 0: the chunk is these n_tok rows.
+    int n_chunk;
 } ft_segment;
 
 // The state of one forward pass over a batch: the buffers (backend activations, sized for the
