@@ -232,16 +232,16 @@ TEST(prefix_cache_match_share_evict) {
     ft_prefix_cache_insert(pc, a, ft_kv_block_ids(ft_kv_pool_cache(pool, s0)), 3);
     CHECK(ft_prefix_cache_n_blocks(pc) == 3 && ft_prefix_cache_n_evictable(pc) == 0, "all listed by s0");
     pool_ok(pool, pc);
-    CHECK(ft_prefix_cache_match(pc, c, 4 * B, got, 4) == 2, "c shares two whole blocks with a");
-    CHECK(ft_prefix_cache_match(pc, a, 3 * B - 1, got, 4) == 2, "a shorter prompt: whole blocks only");
-    CHECK(ft_prefix_cache_match(pc, a, 4 * B, got, 1) == 1, "at most max_blocks");
+    CHECK(ft_prefix_cache_match(pc, c, 4 * B, got, 4, NULL) == 2, "c shares two whole blocks with a");
+    CHECK(ft_prefix_cache_match(pc, a, 3 * B - 1, got, 4, NULL) == 2, "a shorter prompt: whole blocks only");
+    CHECK(ft_prefix_cache_match(pc, a, 4 * B, got, 1, NULL) == 1, "at most max_blocks");
     int32_t other[B];
     fill_tokens(other, B, 5);
-    CHECK(ft_prefix_cache_match(pc, other, B, got, 4) == 0);
+    CHECK(ft_prefix_cache_match(pc, other, B, got, 4, NULL) == 0);
 
     // sequence 1 takes c's shared prefix and grows on its own blocks past it
     int s1 = ft_kv_pool_acquire(pool);
-    int n = ft_prefix_cache_match(pc, c, 4 * B, got, 4);
+    int n = ft_prefix_cache_match(pc, c, 4 * B, got, 4, NULL);
     for (int i = 0; i < n; i++) ft_kv_pool_share(pool, s1, got[i]);
     REQUIRE(ft_kv_pool_grow(pool, s1, 4 * B));
     CHECK(ft_kv_pool_n_free(pool) == 1, "6 blocks: 3 of s0, 2 more of s1, one free");
@@ -257,18 +257,96 @@ TEST(prefix_cache_match_share_evict) {
     int s2 = ft_kv_pool_acquire(pool);
     REQUIRE(s2 >= 0);
     CHECK(ft_kv_pool_grow(pool, s2, 2 * B), "one free block and one given back");
-    CHECK(ft_prefix_cache_n_blocks(pc) == 4 && ft_prefix_cache_match(pc, a, 4 * B, got, 4) == 2);
-    CHECK(ft_prefix_cache_match(pc, c, 4 * B, got, 4) == 4, "c's blocks are in use: still cached");
+    CHECK(ft_prefix_cache_n_blocks(pc) == 4 && ft_prefix_cache_match(pc, a, 4 * B, got, 4, NULL) == 2);
+    CHECK(ft_prefix_cache_match(pc, c, 4 * B, got, 4, NULL) == 4, "c's blocks are in use: still cached");
     CHECK(!ft_kv_pool_grow(pool, s2, 3 * B), "nothing left: every cached block is listed by s1");
     pool_ok(pool, pc);
     ft_kv_pool_release(pool, s1);
     CHECK(ft_prefix_cache_n_evictable(pc) == 4);
     // leaves before their prefixes: c's last block goes first
-    CHECK(ft_prefix_cache_evict(pc, 1) == 1 && ft_prefix_cache_match(pc, c, 4 * B, got, 4) == 3);
+    CHECK(ft_prefix_cache_evict(pc, 1) == 1 && ft_prefix_cache_match(pc, c, 4 * B, got, 4, NULL) == 3);
     CHECK(ft_prefix_cache_evict(pc, 10) == 3 && ft_prefix_cache_n_blocks(pc) == 0);
     pool_ok(pool, pc);
     ft_kv_pool_release(pool, s2);
     CHECK(ft_kv_pool_n_free(pool) == 6);
+    ft_prefix_cache_free(pc);
+    ft_kv_pool_free(pool);
+    be->ops->free(be);
+}
+
+// A prompt that leaves the cached path inside a block gets the child whose tokens agree with
+// its next ones longest (not merely the first child, nor one agreeing shorter), counted up to
+// the tokens it has and to 63; at the root too; that block counts as used (it outlives an
+// older leaf under eviction) and a reference taken on it keeps it from the reclaimer.
+TEST(prefix_cache_match_part) {
+    enum { B = FT_KV_BLOCK };
+    ft_backend *be = ft_backend_cpu_init(1, false);
+    ft_kv_pool *pool = small_pool(be, 1, 6, 3 * B);
+    REQUIRE(pool);
+    ft_prefix_cache *pc = ft_prefix_cache_init(pool);
+    int32_t a[3 * B], e[2 * B], p[3 * B], got[3];
+    fill_tokens(a, 3 * B, 1000);
+    memcpy(e, a, sizeof(e));
+    for (int i = 10; i < B; i++) e[B + i] = 7000 + i; // e's block 1 agrees with a's on 10 tokens
+    int32_t blk[2][3];
+    const int32_t *src[2] = {a, e};
+    for (int k = 0; k < 2; k++) { // a (3 blocks), then e (2; its block 0 is a's)
+        int s = ft_kv_pool_acquire(pool);
+        REQUIRE(s >= 0 && ft_kv_pool_grow(pool, s, (3 - k) * B));
+        ft_prefix_cache_insert(pc, src[k], ft_kv_block_ids(ft_kv_pool_cache(pool, s)), 3 - k);
+        memcpy(blk[k], ft_kv_block_ids(ft_kv_pool_cache(pool, s)), (size_t)(3 - k) * sizeof(int32_t));
+        ft_kv_pool_release(pool, s);
+    }
+    REQUIRE(ft_prefix_cache_n_blocks(pc) == 4 && pool_ok(pool, pc));
+    const struct {
+        const int32_t *base; // p's block 1 is base's for k tokens, then its own
+        int k, n;            // and p has n tokens
+        int32_t block;       // the part wanted (-1: none), and its tokens
+        int n_tok;
+    } cases[] = {
+        {a, 30, 3 * B, blk[0][1], 30}, // a's child agrees longer (e's on 10): it, though e's came last
+        {e, 40, 3 * B, blk[1][1], 40}, // e's agrees longer
+        {a, B, B + 20, blk[0][1], 20}, // as far as p goes
+        {a, 0, 3 * B, -1, 0},          // nothing agrees on the first token
+    };
+    for (size_t i = 0; i < FT_ARRAY_LEN(cases); i++) {
+        memcpy(p, a, sizeof(p));
+        for (int t = 0; t < B; t++) p[B + t] = t < cases[i].k ? cases[i].base[B + t] : 9000 + t;
+        ft_prefix_part part = {.block = 99, .n_tok = 99};
+        int d = ft_prefix_cache_match(pc, p, cases[i].n, got, 3, &part);
+        CHECK(d == 1 && got[0] == blk[0][0], "case %zu: %d whole blocks", i, d);
+        CHECK(part.block == cases[i].block && part.n_tok == cases[i].n_tok, "case %zu: part block %d, %d tokens", i,
+              part.block, part.n_tok);
+    }
+    // at the root: p leaves a's block 0 after 5 tokens, then after 1
+    memcpy(p, a, sizeof(p));
+    p[5] = 1;
+    ft_prefix_part part;
+    CHECK(ft_prefix_cache_match(pc, p, 3 * B, got, 3, &part) == 0 && part.block == blk[0][0] && part.n_tok == 5);
+    p[1] = 1;
+    CHECK(ft_prefix_cache_match(pc, p, 3 * B, got, 3, &part) == 0 && part.block == blk[0][0] && part.n_tok == 1);
+    // all of a but its last token: two whole blocks and 63 rows of the third; none past max_blocks
+    CHECK(ft_prefix_cache_match(pc, a, 3 * B - 1, got, 3, &part) == 2 && part.block == blk[0][2] &&
+              part.n_tok == B - 1,
+          "%d tokens", part.n_tok);
+    CHECK(ft_prefix_cache_match(pc, a, 3 * B, got, 2, &part) == 2 && part.block == -1 && part.n_tok == 0);
+    // a's block 2 (inserted before e's block 1) was just used for its part: e's leaf goes first
+    memcpy(p, a, sizeof(p));
+    p[2 * B + 30] = 1;
+    CHECK(ft_prefix_cache_match(pc, p, 3 * B, got, 3, &part) == 2 && part.block == blk[0][2]);
+    CHECK(ft_prefix_cache_evict(pc, 1) == 1 && ft_prefix_cache_match(pc, e, 2 * B, got, 3, NULL) == 1,
+          "e's block 1 went, not a's block 2");
+    // a reference on the part (the caller's, while it copies) keeps it cached
+    ft_kv_pool_ref(pool, part.block);
+    int32_t *held = ft_calloc(6, sizeof(int32_t));
+    held[part.block] = 1;
+    ft_err err = {{0}};
+    ft_prefix_cache_count_refs(pc, held);
+    CHECK(ft_kv_pool_check(pool, held, &err), "%s", err.msg);
+    free(held);
+    CHECK(ft_prefix_cache_evict(pc, 10) == 0 && ft_prefix_cache_n_blocks(pc) == 3, "a's path stays under its leaf");
+    ft_kv_pool_unref(pool, part.block);
+    CHECK(ft_prefix_cache_evict(pc, 10) == 3 && ft_kv_pool_n_free(pool) == 6);
     ft_prefix_cache_free(pc);
     ft_kv_pool_free(pool);
     be->ops->free(be);

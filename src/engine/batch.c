@@ -219,7 +219,7 @@ int ft_batch_seq_reuse(ft_batch *b, int seq, const int32_t *tokens, int n) {
         got = ft_prefix_cache_match_snapshot(b->pc, tokens, upto, b->match, b->max_blocks, &snap);
         if (got) state_copy(b, seq, NULL, snap);
     } else {
-        got = ft_prefix_cache_match(b->pc, tokens, upto, b->match, b->max_blocks);
+        got = ft_prefix_cache_match(b->pc, tokens, upto, b->match, b->max_blocks, NULL);
     }
     for (int i = 0; i < got; i++) ft_kv_pool_share(b->pool, seq, b->match[i]);
     int reused = got * FT_KV_BLOCK;

@@ -87,10 +87,29 @@ static int32_t find_child(const ft_prefix_cache *pc, int32_t parent, const int32
     return NONE;
 }
 
-// The matched path's blocks, as match; *deepest_snap (when not NULL) gets the depth of the
-// deepest node on it holding a snapshot (0: none) and that node's snapshot index.
+// The child of parent (NONE: the root) whose tokens start with the longest run of t's first n
+// (n < FT_KV_BLOCK or none holds all of them), and that run's length in *len (0: NONE).
+static int32_t find_part(const ft_prefix_cache *pc, int32_t parent, const int32_t *t, int n, int *len) {
+    int32_t best = NONE;
+    *len = 0;
+    int32_t c = parent == NONE ? pc->root : pc->nodes[parent].child;
+    for (; c != NONE; c = pc->nodes[c].next) {
+        const int32_t *ct = pc->tokens + (size_t)c * FT_KV_BLOCK;
+        int k = 0;
+        while (k < n && ct[k] == t[k]) k++;
+        if (k > *len) {
+            *len = k;
+            best = c;
+        }
+    }
+    return best;
+}
+
+// The matched path's blocks, as match (part: NULL, or as match's); *deepest_snap (when not
+// NULL) gets the depth of the deepest node on it holding a snapshot (0: none) and that node's
+// snapshot index.
 static int match_path(ft_prefix_cache *pc, const int32_t *tokens, int n, int32_t *blocks, int max_blocks,
-                      int *deepest_snap, int32_t *snap) {
+                      ft_prefix_part *part, int *deepest_snap, int32_t *snap) {
     int32_t at = NONE;
     int d = 0;
     pc->clock++;
@@ -106,11 +125,22 @@ static int match_path(ft_prefix_cache *pc, const int32_t *tokens, int n, int32_t
         }
         at = c;
     }
+    if (part) {
+        *part = (ft_prefix_part){.block = -1};
+        int left = FT_MIN(n - d * FT_KV_BLOCK, FT_KV_BLOCK - 1), len;
+        int32_t c = d < max_blocks && left > 0 ? find_part(pc, at, tokens + (size_t)d * FT_KV_BLOCK, left, &len)
+                                               : NONE;
+        if (c != NONE) {
+            pc->nodes[c].used = pc->clock;
+            *part = (ft_prefix_part){.block = pc->nodes[c].block, .n_tok = len};
+        }
+    }
     return d;
 }
 
-int ft_prefix_cache_match(ft_prefix_cache *pc, const int32_t *tokens, int n, int32_t *blocks, int max_blocks) {
-    return match_path(pc, tokens, n, blocks, max_blocks, NULL, NULL);
+int ft_prefix_cache_match(ft_prefix_cache *pc, const int32_t *tokens, int n, int32_t *blocks, int max_blocks,
+                          ft_prefix_part *part) {
+    return match_path(pc, tokens, n, blocks, max_blocks, part, NULL, NULL);
 }
 
 void ft_prefix_cache_insert(ft_prefix_cache *pc, const int32_t *tokens, const int32_t *blocks, int n_blocks) {
@@ -258,7 +288,7 @@ int ft_prefix_cache_match_snapshot(ft_prefix_cache *pc, const int32_t *tokens, i
     *snap = NULL;
     int best = 0;
     int32_t s = NONE;
-    match_path(pc, tokens, n, blocks, max_blocks, &best, &s);
+    match_path(pc, tokens, n, blocks, max_blocks, NULL, &best, &s);
     if (best == 0) return 0;
     pc->snaps[s].used = pc->clock;
     *snap = pc->snaps[s].data;

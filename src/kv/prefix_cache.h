@@ -4,7 +4,10 @@
 // blocks that followed it in some sequence, so the path from the root spells a cached prefix
 // and the nodes on it are the blocks that hold its keys and values. The rows of a position
 // depend only on the tokens up to it, so any sequence whose prompt starts with that path can
-// list the same blocks instead of computing them (kv_pool.h: shared blocks are only read).
+// list the same blocks instead of computing them (kv_pool.h: shared blocks are only read). A
+// prompt that leaves the path inside a block can still have that block's leading rows: the
+// match names the child whose tokens agree with the prompt's longest, and the caller copies
+// those rows into a block of its own (shared by reference, copied where they part).
 //
 // The cache holds a reference to each block it keeps (kv_pool.h). Under memory pressure the
 // pool asks it for blocks back: the least recently used leaves whose only reference is the
@@ -23,9 +26,21 @@ typedef struct ft_prefix_cache ft_prefix_cache;
 ft_prefix_cache *ft_prefix_cache_init(ft_kv_pool *pool);
 void ft_prefix_cache_free(ft_prefix_cache *pc); // drops its references; NULL is a no-op
 
+// A cached block whose leading rows continue a match (see ft_prefix_cache_match).
+typedef struct ft_prefix_part {
+    int32_t block; // -1: none
+    int n_tok;     // its leading positions whose tokens are the prompt's next ones (0: none)
+} ft_prefix_part;
+
 // The blocks holding the longest cached prefix of tokens (n of them) in whole blocks, at most
-// max_blocks: written to blocks, their count returned. They count as used now (LRU order).
-int ft_prefix_cache_match(ft_prefix_cache *pc, const int32_t *tokens, int n, int32_t *blocks, int max_blocks);
+// max_blocks: written to blocks, their count d returned. With part (NULL: whole blocks only),
+// also the block cached right after those d (a child of the last) whose leading tokens agree
+// longest with tokens[d * FT_KV_BLOCK .. n - 1], and how many agree: fewer than FT_KV_BLOCK
+// and at most n - d * FT_KV_BLOCK (ties: any of them); {-1, 0} when none agrees on a first
+// token, or d == max_blocks. The blocks returned, the part's included, count as used now (LRU
+// order); the part's has no reference of the caller's (take one before the pool may reclaim).
+int ft_prefix_cache_match(ft_prefix_cache *pc, const int32_t *tokens, int n, int32_t *blocks, int max_blocks,
+                          ft_prefix_part *part);
 // Keeps the n_blocks blocks holding tokens[0 .. n_blocks * FT_KV_BLOCK - 1] of a sequence. A
 // prefix already cached under other blocks stays as it is (the sequence's own copies are
 // freed with it); the rest is added with a reference each.
