@@ -154,6 +154,73 @@ TEST(kv_attention_through_shuffled_blocks) {
     free(o_flat);
 }
 
+// ft_kv_copy_block_rows copies the first n rows of one block into a sequence's block, in every
+// attention layer's K and V (a recurrent layer between them has none), f16 and q8_0: those rows
+// hold the source's bytes, the source and the destination's other rows keep theirs.
+TEST(kv_copy_block_rows) {
+    enum { W = 128 };
+    int64_t widths[3] = {W, 0, W};
+    ft_err err = {{0}};
+    ft_rng r = ft_rng_init(13);
+    float *x = ft_malloc((size_t)FT_KV_BLOCK * W * sizeof(float));
+    ft_backend *be = kv_backend(2 * FT_KV_BLOCK);
+    static const int ns[3] = {1, 37, FT_KV_BLOCK - 1};
+    for (int q = 0; q < 2; q++)
+        for (int ni = 0; ni < 3; ni++) {
+            int n = ns[ni];
+            ft_kv_params p = {3, 2 * FT_KV_BLOCK, q ? FT_TYPE_Q8_0 : FT_TYPE_F16, widths, 64, NULL, NULL, 4};
+            ft_kv_store *st = ft_kv_store_init(&p, be, &err);
+            ft_kv_cache *from = ft_kv_init(st, &p, be, &err), *to = ft_kv_init(st, &p, be, &err);
+            REQUIRE(st && from && to, "%s", err.msg);
+            ft_kv_push_block(from, 1);
+            ft_kv_push_block(to, 0);
+            ft_kv_push_block(to, 3);
+            ft_kv_sync(from);
+            ft_kv_sync(to);
+            for (int l = 0; l < 3; l += 2) // distinct rows everywhere: block 1 (from), blocks 0 and 3 (to)
+                for (int t = 0; t < 2; t++) {
+                    ft_tensor *c = t ? ft_kv_v(from, l) : ft_kv_k(from, l);
+                    for (int pos0 = 0; pos0 < 2 * FT_KV_BLOCK; pos0 += FT_KV_BLOCK) {
+                        for (int i = 0; i < FT_KV_BLOCK * W; i++) x[i] = ft_rng_normal(&r);
+                        be->ops->set_rows(be, c, ft_kv_blocks(to), pos0, x, FT_KV_BLOCK);
+                    }
+                    for (int i = 0; i < FT_KV_BLOCK * W; i++) x[i] = ft_rng_normal(&r);
+                    be->ops->set_rows(be, c, ft_kv_blocks(from), 0, x, FT_KV_BLOCK);
+                }
+            size_t bytes = ft_kv_store_bytes(st);
+            uint8_t *before = ft_malloc(bytes);
+            size_t off = 0;
+            for (int l = 0; l < 3; l += 2)
+                for (int t = 0; t < 2; t++) {
+                    ft_tensor *c = t ? ft_kv_v(to, l) : ft_kv_k(to, l);
+                    memcpy(before + off, c->data, c->mat_bytes);
+                    off += c->mat_bytes;
+                }
+            ft_kv_copy_block_rows(to, 1, 1, n);
+            off = 0;
+            for (int l = 0; l < 3; l += 2)
+                for (int t = 0; t < 2; t++) {
+                    const ft_tensor *c = t ? ft_kv_v(to, l) : ft_kv_k(to, l);
+                    const uint8_t *now = c->data, *was = before + off;
+                    size_t rb = c->row_bytes, blk = FT_KV_BLOCK * rb;
+                    CHECK(!memcmp(now + 3 * blk, was + 1 * blk, (size_t)n * rb), "%s layer %d %c: the %d rows copied",
+                          ft_type_name(c->type), l, "kv"[t], n);
+                    CHECK(!memcmp(now + 3 * blk + n * rb, was + 3 * blk + n * rb, (FT_KV_BLOCK - n) * rb),
+                          "%s layer %d %c: rows past %d kept", ft_type_name(c->type), l, "kv"[t], n);
+                    CHECK(!memcmp(now, was, 3 * blk), "%s layer %d %c: blocks 0-2 unchanged", ft_type_name(c->type), l,
+                          "kv"[t]);
+                    off += c->mat_bytes;
+                }
+            CHECK(!ft_kv_k(to, 1)->data && !ft_kv_v(to, 1)->data, "the recurrent layer has no rows");
+            free(before);
+            ft_kv_free(from);
+            ft_kv_free(to);
+            ft_kv_store_free(st);
+        }
+    free(x);
+    be->ops->free(be);
+}
+
 static ft_kv_pool *small_pool(ft_backend *be, int n_seq, int n_blocks, int n_ctx) {
     static int64_t widths[1] = {64};
     ft_kv_params p = {1, n_ctx, FT_TYPE_F16, widths, 64, NULL, NULL, n_blocks};

@@ -531,6 +531,42 @@ TEST(cuda_op_set_rows_attention) {
     set_rows_attention_case(256);
 }
 
+// copy_rows on the device (a reused prefix's rows into a sequence's own block, kv.h): rows that
+// set_rows wrote just before, a write the backend still holds back to join the next one, are
+// copied in stream order as bytes, f16 and q8_0, 1, 37 and 63 rows from block 1 to block 3; the
+// rows past them and every other block keep the bytes of the same writes without the copy.
+TEST(cuda_op_copy_rows) {
+    GPU_TEST_REQUIRE_DEVICE();
+    enum { W = 256, ROWS = 4 * FT_KV_BLOCK, B = FT_KV_BLOCK };
+    pair p;
+    REQUIRE(pair_init(&p, ROWS, W, ROWS, 128, 1, 1));
+    float *x = randn(&p.rng, (size_t)ROWS * W, 1.0f), *xd = gpu_buf(&p, x, (size_t)ROWS * W);
+    const enum ft_type types[2] = {FT_TYPE_F16, FT_TYPE_Q8_0};
+    const int ns[3] = {1, 37, B - 1};
+    for (int ti = 0; ti < 2; ti++)
+        for (int ni = 0; ni < 3; ni++) {
+            int n = ns[ni];
+            ft_tensor plain = cache_tensor(types[ti], W, ROWS, true), copied = cache_tensor(types[ti], W, ROWS, true);
+            p.gpu->ops->set_rows(p.gpu, &plain, NULL, 0, xd, ROWS);
+            p.gpu->ops->set_rows(p.gpu, &copied, NULL, 0, xd, ROWS);
+            p.gpu->ops->copy_rows(p.gpu, &copied, 3 * B, B, n);
+            size_t nf = plain.mat_bytes / sizeof(float), rb = plain.row_bytes;
+            const uint8_t *want = (const uint8_t *)gpu_read(&p, plain.data, nf),
+                          *got = (const uint8_t *)gpu_read(&p, copied.data, nf);
+            CHECK(!memcmp(got + 3 * B * rb, want + B * rb, (size_t)n * rb), "%s: the %d rows copied",
+                  ft_type_name(types[ti]), n);
+            CHECK(!memcmp(got + (3 * B + n) * rb, want + (3 * B + n) * rb, (size_t)(B - n) * rb),
+                  "%s: the rows past %d", ft_type_name(types[ti]), n);
+            CHECK(!memcmp(got, want, 3 * B * rb), "%s: blocks 0-2", ft_type_name(types[ti]));
+            free((void *)want);
+            free((void *)got);
+            ft_cuda_free(plain.data);
+            ft_cuda_free(copied.data);
+        }
+    free(x);
+    pair_free(&p);
+}
+
 // Through a block table (kv_block.h): a sequence's rows written into a shuffled set of blocks
 // of a larger store give the bits the same rows in an unpaged cache give, on every kernel the
 // op picks (decode split over CTAs, small batches, the flash prefill, windows).

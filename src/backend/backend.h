@@ -250,6 +250,11 @@ typedef struct ft_backend_ops {
     // cache->ne[0]), converting types; blocks: the sequence's block table (as ft_attn_params).
     void (*set_rows)(ft_backend *be, ft_tensor *cache, const int32_t *blocks, int pos0, const float *x,
                      int n_rows);
+    // Copies rows src..src+n_rows-1 of a cache tensor to rows dst..dst+n_rows-1 of it (the two
+    // ranges apart), as bytes: a row of any cache type is whole blocks (a reused prefix's rows
+    // into a sequence's own block, kv.h). In order with the ops; between steps, never inside a
+    // step bracket (a recorded step would not repeat it).
+    void (*copy_rows)(ft_backend *be, ft_tensor *cache, int64_t dst, int64_t src, int64_t n_rows);
     void (*attention)(ft_backend *be, const ft_attn_params *p);
     // x (n_tok, n_head*head_dim) *= act(g): g is (n_tok, n_head) per head, or
     // (n_tok, n_head*head_dim) per element (g_width says which).

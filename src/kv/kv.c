@@ -170,6 +170,18 @@ void ft_kv_sync(ft_kv_cache *kv) {
 
 const int32_t *ft_kv_blocks(const ft_kv_cache *kv) { return kv->table_dev; }
 
+void ft_kv_copy_block_rows(ft_kv_cache *kv, int i, int32_t src, int n) {
+    FT_ASSERT(i >= 0 && i < kv->n_blocks && src >= 0 && src < kv->st->n_blocks && n >= 0 && n <= FT_KV_BLOCK);
+    int64_t dst = kv->table[i];
+    FT_ASSERT(dst != src);
+    for (int l = 0; l < kv->st->n_layer; l++) {
+        ft_tensor *ts[2] = {&kv->st->k[l], &kv->st->v[l]};
+        for (int t = 0; t < 2; t++)
+            if (ts[t]->data)
+                kv->be->ops->copy_rows(kv->be, ts[t], dst * FT_KV_BLOCK, (int64_t)src * FT_KV_BLOCK, n);
+    }
+}
+
 ft_tensor *ft_kv_k(ft_kv_cache *kv, int layer) {
     FT_ASSERT(layer >= 0 && layer < kv->st->n_layer);
     return &kv->st->k[layer];

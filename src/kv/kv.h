@@ -59,6 +59,10 @@ void ft_kv_clear(ft_kv_cache *kv); // empties the table
 void ft_kv_sync(ft_kv_cache *kv);
 // The table as the ops take it (ft_attn_params.blocks, set_rows): in the backend's memory.
 const int32_t *ft_kv_blocks(const ft_kv_cache *kv);
+// Copies the first n rows (0 <= n <= FT_KV_BLOCK) of the store's block src into the
+// sequence's block i (its positions i * FT_KV_BLOCK ..), another block, in every attention
+// layer's K and V, in order with the ops (the backend's copy_rows). Not inside a step bracket.
+void ft_kv_copy_block_rows(ft_kv_cache *kv, int i, int32_t src, int n);
 
 ft_tensor *ft_kv_k(ft_kv_cache *kv, int layer);
 ft_tensor *ft_kv_v(ft_kv_cache *kv, int layer);

@@ -314,6 +314,7 @@ static const ft_backend_ops g_cpu_ops = {
     .rope = cpu_rope,
     .hadamard = cpu_hadamard,
     .set_rows = cpu_set_rows,
+    .copy_rows = cpu_copy_rows,
     .attention = cpu_attention,
     .gate_mul = cpu_gate_mul,
     .split_heads = cpu_split_heads,

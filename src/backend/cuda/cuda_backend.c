@@ -611,6 +611,21 @@ static void cuda_set_rows(ft_backend *be, ft_tensor *cache, const int32_t *block
     c->rows_pending = true;
 }
 
+// A device-to-device copy on the stream, after what is pending (cuda_op): in order with the
+// steps before (which wrote src) and after (which read dst). Only between steps (batch.c calls
+// it when a sequence starts on a reused prefix), so no graph ever records it.
+static void cuda_copy_rows(ft_backend *be, ft_tensor *cache, int64_t dst, int64_t src, int64_t n_rows) {
+    cuda_backend *c = cuda_op(be);
+    FT_ASSERT(c->mode == STEP_DIRECT);
+    check_on_device(cache);
+    FT_ASSERT(n_rows >= 0 && src >= 0 && dst >= 0 && src + n_rows <= cache->ne[1] && dst + n_rows <= cache->ne[1]);
+    FT_ASSERT(dst + n_rows <= src || src + n_rows <= dst);
+    if (n_rows == 0) return;
+    uint8_t *d = cache->data;
+    ft_cuda_memcpy_d2d(d + (size_t)dst * cache->row_bytes, d + (size_t)src * cache->row_bytes,
+                       (size_t)n_rows * cache->row_bytes, c->stream);
+}
+
 static void cuda_attention(ft_backend *be, const ft_attn_params *p) {
     cuda_backend *c = cuda_op(be);
     FT_ASSERT(p->head_dim <= c->lim.max_head_dim && p->pos0 + p->n_tok <= c->lim.max_ctx);
@@ -1070,6 +1085,7 @@ static const ft_backend_ops g_cuda_ops = {
     .rope = cuda_rope,
     .hadamard = cuda_hadamard,
     .set_rows = cuda_set_rows,
+    .copy_rows = cuda_copy_rows,
     .attention = cuda_attention,
     .gate_mul = cuda_gate_mul,
     .split_heads = cuda_split_heads,
