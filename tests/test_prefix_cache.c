@@ -232,7 +232,8 @@ TEST(prefix_reuse_is_bit_identical) {
 // the kernels of the whole chunk, not those of its own shorter length, and a last chunk whose
 // kernels differ from a whole chunk's reuses none of its rows; so with an f16 cache (whose
 // attention is tiled from 64 queries) and -b 256 or 100, not multiples of the chunk's rest,
-// each prompt gives the bits of computing it whole.
+// each prompt gives the bits of computing it whole. A q8_0 cache has no tiled attention: there
+// a last chunk of 60 tokens takes a whole chunk's kernels, and its rows are reused.
 TEST(prefix_reuse_resumes_inside_a_chunk) {
     ft_model *m = prefix_model(NULL, "prefix_chunk.gguf");
     REQUIRE(m);
@@ -245,26 +246,28 @@ TEST(prefix_reuse_resumes_inside_a_chunk) {
     float *got = ft_malloc((size_t)N_GEN * n_vocab * sizeof(float)), *want = ft_malloc((size_t)N_GEN * n_vocab * sizeof(float));
     const struct {
         int chunk;
+        enum ft_type kv;
         const int32_t *prompt;
         int n, reused;
     } cases[] = {
         // a's first chunk of 256 kept blocks 0-3; 200 tokens of it resume at 192, inside [0, 200)
-        {256, a, 200, 3 * FT_KV_BLOCK},
+        {256, FT_TYPE_F16, a, 200, 3 * FT_KV_BLOCK},
         // chunks of 100: a's blocks 0-4 kept; the last chunk [200, 260) is too short for the
         // tiled attention, so its rows 200-255 are not reused
-        {100, a, 260, 3 * FT_KV_BLOCK},
+        {100, FT_TYPE_F16, a, 260, 3 * FT_KV_BLOCK},
+        {100, FT_TYPE_Q8_0, a, 260, 4 * FT_KV_BLOCK},
         // c diverges at 250: resumes at 192, inside the chunk [100, 200)
-        {100, c, 300, 3 * FT_KV_BLOCK},
+        {100, FT_TYPE_F16, c, 300, 3 * FT_KV_BLOCK},
     };
     for (size_t i = 0; i < FT_ARRAY_LEN(cases) && !test_failed(); i++) {
-        ft_batch *b = prefix_batch_chunk(m, 1, 0, FT_TYPE_F16, true, 0, cases[i].chunk);
+        ft_batch *b = prefix_batch_chunk(m, 1, 0, cases[i].kv, true, 0, cases[i].chunk);
         REQUIRE(b);
         run ra = {.prompt = a, .n_prompt = 400, .logits = got};
         REQUIRE(drive(b, &ra, 1, n_vocab, -1));
         run q = {.prompt = cases[i].prompt, .n_prompt = cases[i].n, .logits = got};
         REQUIRE(drive(b, &q, 1, n_vocab, -1));
         CHECK(q.reused == cases[i].reused, "case %zu: reused %d tokens, want %d", i, q.reused, cases[i].reused);
-        REQUIRE(fresh_logits_chunk(m, FT_TYPE_F16, q.prompt, q.n_prompt, want, cases[i].chunk));
+        REQUIRE(fresh_logits_chunk(m, cases[i].kv, q.prompt, q.n_prompt, want, cases[i].chunk));
         CHECK(same(got, want, n_vocab), "case %zu (-b %d, %d of %d tokens reused): logits differ from computing it",
               i, cases[i].chunk, q.reused, cases[i].n);
         ft_batch_free(b);

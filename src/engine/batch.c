@@ -197,13 +197,16 @@ int ft_batch_seq_pos(const ft_batch *b, int seq) {
 }
 
 // The kernel class the CPU's ops give the rows of a chunk of n tokens: the GEMM from
-// FT_GEMM_MIN_COLS rows (backend.h's row_gemm), the tiled attention from FT_ATTN_TILED_MIN_TOK.
+// FT_GEMM_MIN_COLS rows (backend.h's row_gemm), the tiled attention from FT_ATTN_TILED_MIN_TOK
+// (over an f16 cache: a q8_0 one has none).
 // A block whose rows took the class of a whole prompt chunk holds the bits any later prompt
 // through it computes; the prefix cache keeps only such blocks. A prompt reusing them computes
 // its first chunk after them with the class of the whole chunk that chunk ends (chunk0), and
 // reuses none of its last chunk's rows unless that chunk has the class of a whole one; so,
 // cut at multiples of -b, it gets the bits computing it whole would.
-static int chunk_class(int n) { return (n >= FT_GEMM_MIN_COLS) + 2 * (n >= FT_ATTN_TILED_MIN_TOK); }
+static int chunk_class(const ft_batch *b, int n) {
+    return (n >= FT_GEMM_MIN_COLS) + 2 * (b->p.kv_type == FT_TYPE_F16 && n >= FT_ATTN_TILED_MIN_TOK);
+}
 
 int ft_batch_seq_reuse(ft_batch *b, int seq, const int32_t *tokens, int n) {
     FT_ASSERT(seq >= 0 && seq < b->p.n_seq && b->pos[seq] == 0);
@@ -212,7 +215,7 @@ int ft_batch_seq_reuse(ft_batch *b, int seq, const int32_t *tokens, int n) {
     // written, which a shared block must not see; and short of the last chunk where that takes
     // other kernels than the cached rows did
     int nb = b->p.n_batch, last0 = (n - 1) / nb * nb;
-    int upto = FT_MIN(chunk_class(n - last0) == chunk_class(nb) ? n - 1 : last0, b->p.n_ctx);
+    int upto = FT_MIN(chunk_class(b, n - last0) == chunk_class(b, nb) ? n - 1 : last0, b->p.n_ctx);
     int got;
     if (b->snapshots) {
         const float *snap;
@@ -245,7 +248,7 @@ static void keep_blocks(ft_batch *b, const ft_batch_item *it, int pos0, int n_ch
     int seq = it->seq;
     memcpy(b->seq_tok + (size_t)seq * b->p.n_ctx + pos0, it->tokens, (size_t)it->n_tok * sizeof(int32_t));
     bool *exact = b->block_exact + (size_t)seq * b->max_blocks;
-    bool same = chunk_class(n_chunk) == chunk_class(b->p.n_batch);
+    bool same = chunk_class(b, n_chunk) == chunk_class(b, b->p.n_batch);
     for (int blk = pos0 / FT_KV_BLOCK; blk <= (pos0 + it->n_tok - 1) / FT_KV_BLOCK; blk++) {
         if (blk * FT_KV_BLOCK >= pos0) exact[blk] = true; // the block's first rows
         exact[blk] &= same;
