@@ -1,9 +1,10 @@
 // test_prefix_cache.c: prompts that reuse cached KV blocks (batch.h's prefix cache) give the
-// bits computing them gives, on the CPU: a prompt diverging in the middle of a block, one that
-// extends an earlier prompt, 32 sequences sharing a system prompt at once (the block accounting
-// checked after every step), eviction while a sequence waits for blocks, a sequence closed in
-// the middle of its prompt; and a model with recurrent layers reuses prefixes up to its state's
-// snapshots.
+// bits computing them gives, on the CPU: a prompt diverging in the middle of a block (its rows
+// copied up to there, for 1 to 63 of them), one that extends an earlier prompt, a reuse ending
+// inside a -b chunk, 32 sequences sharing a system prompt that ends inside a block at once (the
+// block accounting checked after every step), eviction while a sequence waits for blocks and
+// of a block copied from, sequences closed in the middle of their prompt; and a model with
+// recurrent layers reuses prefixes up to its state's snapshots.
 #include "fixtures.h"
 #include "../src/engine/batch.h"
 #include "../src/model/synth.h"
@@ -73,13 +74,8 @@ static bool kv_ok(const ft_batch *b) {
     return false;
 }
 
-// Runs the n runs together on b, as the server's scheduler cuts them (chunks to multiples of
-// b's chunk from the prompt's start, a reused prefix skipped), checking the blocks after every
-// step; closes each after N_GEN tokens. close_at >= 0: run 0 is closed after that many prefill
-// steps.
-static bool drive(ft_batch *b, run *rs, int n, int n_vocab, int close_at) {
-    ft_err err = {{0}};
-    const int chunk = ft_batch_chunk(b);
+// Opens a sequence for each of the n runs, on the cached prefix of its prompt.
+static bool open_runs(ft_batch *b, run *rs, int n) {
     for (int r = 0; r < n; r++) {
         rs[r].seq = ft_batch_seq_open(b);
         if (rs[r].seq < 0) return false;
@@ -87,6 +83,16 @@ static bool drive(ft_batch *b, run *rs, int n, int n_vocab, int close_at) {
         rs[r].done_prompt = rs[r].reused;
         rs[r].n_out = 0;
     }
+    return true;
+}
+
+// Runs the n open runs together on b, as the server's scheduler cuts them (chunks to multiples
+// of b's chunk from the prompt's start, a reused prefix skipped), checking the blocks after
+// every step; closes each after N_GEN tokens. close_at >= 0: run 0 is closed after that many
+// prefill steps.
+static bool run_open(ft_batch *b, run *rs, int n, int n_vocab, int close_at) {
+    ft_err err = {{0}};
+    const int chunk = ft_batch_chunk(b);
     ft_batch_item items[MAX_SEQ];
     int idx[MAX_SEQ], steps = 0;
     for (;;) {
@@ -134,6 +140,10 @@ static bool drive(ft_batch *b, run *rs, int n, int n_vocab, int close_at) {
     return true;
 }
 
+static bool drive(ft_batch *b, run *rs, int n, int n_vocab, int close_at) {
+    return open_runs(b, rs, n) && run_open(b, rs, n, n_vocab, close_at);
+}
+
 // The logits of prompt alone on a fresh engine without a prefix cache, in chunks of chunk.
 static bool fresh_logits_chunk(const ft_model *m, enum ft_type kv, const int32_t *prompt, int n_prompt, float *logits,
                                int chunk) {
@@ -169,8 +179,9 @@ static bool same(const float *a, const float *b, int n_vocab) {
     return !memcmp(a, b, (size_t)N_GEN * n_vocab * sizeof(float));
 }
 
-// A prompt sharing 200 tokens with an earlier one reuses its 3 whole blocks (the 4th diverges
-// inside); one extending an earlier prompt reuses all its whole blocks but the last token's.
+// A prompt sharing 200 tokens with an earlier one reuses them all: 3 whole blocks and the first
+// 8 rows of the 4th (where it diverges); one extending an earlier prompt reuses all its kept
+// blocks.
 static void reuse_case(const ft_model *m, enum ft_type kv) {
     int n_vocab = m->hp.n_vocab;
     ft_rng r = ft_rng_init(3);
@@ -192,7 +203,7 @@ static void reuse_case(const ft_model *m, enum ft_type kv) {
     run rd = {.prompt = d, .n_prompt = 400, .logits = got + (size_t)2 * N_GEN * n_vocab};
     REQUIRE(drive(b, &rc, 1, n_vocab, -1));
     REQUIRE(drive(b, &rd, 1, n_vocab, -1));
-    CHECK(rc.reused == 3 * FT_KV_BLOCK, "%s: c reused %d tokens", ft_type_name(kv), rc.reused);
+    CHECK(rc.reused == 200, "%s: c reused %d tokens", ft_type_name(kv), rc.reused);
     // a's blocks hold 0..255 (its tail chunk of 44 and its decoded tokens are not kept)
     CHECK(rd.reused == 4 * FT_KV_BLOCK, "%s: d reused %d tokens", ft_type_name(kv), rd.reused);
     // e's first 254 tokens and its 2 decoded ones fill block 3 with rows of other kernel
@@ -231,9 +242,9 @@ TEST(prefix_reuse_is_bit_identical) {
 // A reused prefix that ends inside one of the prompt's -b chunks: the rest of that chunk takes
 // the kernels of the whole chunk, not those of its own shorter length, and a last chunk whose
 // kernels differ from a whole chunk's reuses none of its rows; so with an f16 cache (whose
-// attention is tiled from 64 queries) and -b 256 or 100, not multiples of the chunk's rest,
-// each prompt gives the bits of computing it whole. A q8_0 cache has no tiled attention: there
-// a last chunk of 60 tokens takes a whole chunk's kernels, and its rows are reused.
+// attention is tiled from 64 queries) and -b 256 or 100 each prompt gives the bits of computing
+// it whole. A q8_0 cache has no tiled attention: there a last chunk of 60 tokens takes a whole
+// chunk's kernels, and its rows are reused.
 TEST(prefix_reuse_resumes_inside_a_chunk) {
     ft_model *m = prefix_model(NULL, "prefix_chunk.gguf");
     REQUIRE(m);
@@ -243,21 +254,23 @@ TEST(prefix_reuse_resumes_inside_a_chunk) {
     random_tokens(&r, a, 400, n_vocab);
     memcpy(c, a, 250 * sizeof(int32_t));
     random_tokens(&r, c + 250, 50, n_vocab);
-    float *got = ft_malloc((size_t)N_GEN * n_vocab * sizeof(float)), *want = ft_malloc((size_t)N_GEN * n_vocab * sizeof(float));
+    float *got = ft_malloc((size_t)N_GEN * n_vocab * sizeof(float)),
+          *want = ft_malloc((size_t)N_GEN * n_vocab * sizeof(float));
     const struct {
         int chunk;
         enum ft_type kv;
         const int32_t *prompt;
         int n, reused;
     } cases[] = {
-        // a's first chunk of 256 kept blocks 0-3; 200 tokens of it resume at 192, inside [0, 200)
-        {256, FT_TYPE_F16, a, 200, 3 * FT_KV_BLOCK},
+        // a's first chunk of 256 kept blocks 0-3; 200 tokens of it resume at 199, inside their
+        // one chunk [0, 200), whose last token is left to compute
+        {256, FT_TYPE_F16, a, 200, 199},
         // chunks of 100: a's blocks 0-4 kept; the last chunk [200, 260) is too short for the
-        // tiled attention, so its rows 200-255 are not reused
-        {100, FT_TYPE_F16, a, 260, 3 * FT_KV_BLOCK},
-        {100, FT_TYPE_Q8_0, a, 260, 4 * FT_KV_BLOCK},
-        // c diverges at 250: resumes at 192, inside the chunk [100, 200)
-        {100, FT_TYPE_F16, c, 300, 3 * FT_KV_BLOCK},
+        // tiled attention, so its rows are not reused
+        {100, FT_TYPE_F16, a, 260, 200},
+        {100, FT_TYPE_Q8_0, a, 260, 259},
+        // c diverges at 250: resumes there, inside the chunk [200, 300)
+        {100, FT_TYPE_F16, c, 300, 250},
     };
     for (size_t i = 0; i < FT_ARRAY_LEN(cases) && !test_failed(); i++) {
         ft_batch *b = prefix_batch_chunk(m, 1, 0, cases[i].kv, true, 0, cases[i].chunk);
@@ -274,6 +287,189 @@ TEST(prefix_reuse_resumes_inside_a_chunk) {
     }
     free(got);
     free(want);
+    ft_model_free(m);
+}
+
+// p: the first common tokens of a, then tokens of its own (the first unlike a's), n in all.
+static void diverge(ft_rng *r, int32_t *p, const int32_t *a, int common, int n, int n_vocab) {
+    memcpy(p, a, (size_t)common * sizeof(int32_t));
+    random_tokens(r, p + common, n - common, n_vocab);
+    if (p[common] == a[common]) p[common] = (a[common] + 1) % n_vocab;
+}
+
+static void kv_info_ok(const ft_batch *b, const char *when) {
+    ft_batch_kv info;
+    ft_batch_kv_info(b, &info);
+    CHECK(info.evictable == info.cached && info.free + info.cached == info.blocks,
+          "%s: %lld blocks, %lld free, %lld cached, %lld evictable", when, (long long)info.blocks,
+          (long long)info.free, (long long)info.cached, (long long)info.evictable);
+}
+
+// A prompt that leaves a cached one's tokens inside a block reuses the whole blocks before and
+// the first j rows of that block, copied into a block of its own: j from 1 to 63 (in block 2;
+// 40 in block 0; a prompt that is a cached one up to a block's end: 63 rows of that block, its
+// last token left to compute), each on a fresh engine, bit-identical to computing the prompt,
+// the accounting checked after every step. The copy's block, once full, is kept in turn: a
+// prompt leaving it inside the next block reuses through it (250 tokens: a's 2 blocks, the
+// copy's, 58 rows of the block after it).
+static void into_a_block_case(const ft_model *m, enum ft_type kv) {
+    int n_vocab = m->hp.n_vocab;
+    ft_rng r = ft_rng_init(57);
+    int32_t a[300], p[300], p2[300];
+    random_tokens(&r, a, 300, n_vocab); // its blocks 0-3 are kept (rows 0-255)
+    float *got = ft_malloc((size_t)N_GEN * n_vocab * sizeof(float)),
+          *want = ft_malloc((size_t)N_GEN * n_vocab * sizeof(float));
+    static const int commons[] = {2 * FT_KV_BLOCK + 1, 2 * FT_KV_BLOCK + 2, 2 * FT_KV_BLOCK + 37,
+                                  3 * FT_KV_BLOCK - 1, 40, 4 * FT_KV_BLOCK};
+    for (size_t i = 0; i < FT_ARRAY_LEN(commons) && !test_failed(); i++) {
+        int common = commons[i], n = common == 4 * FT_KV_BLOCK ? common : 300, reused = FT_MIN(common, n - 1);
+        diverge(&r, p, a, FT_MIN(common, 299), 300, n_vocab);
+        ft_batch *b = prefix_batch(m, 1, 0, kv, true);
+        REQUIRE(b);
+        run ra = {.prompt = a, .n_prompt = 300, .logits = got};
+        REQUIRE(drive(b, &ra, 1, n_vocab, -1));
+        run q = {.prompt = p, .n_prompt = n, .logits = got};
+        REQUIRE(drive(b, &q, 1, n_vocab, -1));
+        CHECK(q.reused == reused, "%s: %d tokens shared: reused %d", ft_type_name(kv), common, q.reused);
+        REQUIRE(fresh_logits(m, kv, p, n, want));
+        CHECK(same(got, want, n_vocab), "%s: %d of %d tokens reused: logits differ from computing it", ft_type_name(kv),
+              q.reused, n);
+        kv_info_ok(b, "after");
+        ft_batch_free(b);
+    }
+    ft_batch *b = prefix_batch(m, 1, 0, kv, true);
+    REQUIRE(b);
+    diverge(&r, p, a, 2 * FT_KV_BLOCK + 37, 300, n_vocab);
+    diverge(&r, p2, p, 250, 300, n_vocab);
+    const int32_t *prompts[3] = {a, p, p2};
+    const int want_reused[3] = {0, 2 * FT_KV_BLOCK + 37, 250};
+    for (int k = 0; k < 3; k++) {
+        run q = {.prompt = prompts[k], .n_prompt = 300, .logits = got};
+        REQUIRE(drive(b, &q, 1, n_vocab, -1));
+        CHECK(q.reused == want_reused[k], "%s: prompt %d reused %d", ft_type_name(kv), k, q.reused);
+        REQUIRE(fresh_logits(m, kv, prompts[k], 300, want));
+        CHECK(same(got, want, n_vocab), "%s: prompt %d, %d tokens reused: logits differ", ft_type_name(kv), k,
+              q.reused);
+    }
+    kv_info_ok(b, "after the chain");
+    ft_batch_free(b);
+    free(got);
+    free(want);
+}
+
+TEST(prefix_reuse_into_a_block) {
+    ft_model *m = prefix_model(NULL, "prefix_part.gguf");
+    REQUIRE(m);
+    into_a_block_case(m, FT_TYPE_F16);
+    into_a_block_case(m, FT_TYPE_Q8_0);
+    ft_model_free(m);
+}
+
+// The cached block whose rows a sequence copied is the sequence's no more: when other work needs
+// blocks, it goes (a pool of 8: a's 4 kept blocks, p on a's first 2 and a copy of 32 rows of its
+// third, then a sequence reserving 5 blocks takes a's last two back), and p, on its copy, gives
+// the bits of its prompt computed alone; a again then reuses a's 2 blocks and 32 rows of p's
+// kept copy. But while it copies, the block is held: with no block free it is not the one
+// reclaimed for the copy.
+TEST(prefix_reuse_into_a_block_source_evicted) {
+    ft_model *m = prefix_model(NULL, "prefix_part_evict.gguf");
+    REQUIRE(m);
+    int n_vocab = m->hp.n_vocab;
+    enum { N = 4 * FT_KV_BLOCK + 1 };
+    ft_rng r = ft_rng_init(61);
+    int32_t a[N], p[N];
+    random_tokens(&r, a, N, n_vocab);
+    diverge(&r, p, a, 2 * FT_KV_BLOCK + 32, N, n_vocab);
+    float *logits = ft_malloc((size_t)N_GEN * n_vocab * sizeof(float));
+    ft_batch *b = prefix_batch(m, 2, 8 * FT_KV_BLOCK, FT_TYPE_Q8_0, true);
+    REQUIRE(b);
+    run ra = {.prompt = a, .n_prompt = N, .logits = logits};
+    REQUIRE(drive(b, &ra, 1, n_vocab, -1));
+    ft_batch_kv info;
+    ft_batch_kv_info(b, &info);
+    REQUIRE(info.cached == 4 && info.free == 4, "%lld cached, %lld free", (long long)info.cached, (long long)info.free);
+    run q = {.prompt = p, .n_prompt = N, .logits = logits};
+    REQUIRE(open_runs(b, &q, 1));
+    CHECK(q.reused == 2 * FT_KV_BLOCK + 32, "p reused %d", q.reused);
+    int z = ft_batch_seq_open(b);
+    REQUIRE(z >= 0);
+    CHECK(ft_batch_seq_reserve(b, z, 5 * FT_KV_BLOCK), "3 free blocks and a's last two");
+    ft_batch_kv_info(b, &info);
+    CHECK(info.cached == 2 && info.free == 0, "a's blocks 2 and 3 given back: %lld cached", (long long)info.cached);
+    ft_batch_seq_close(b, z);
+    REQUIRE(kv_ok(b));
+    REQUIRE(run_open(b, &q, 1, n_vocab, -1));
+    CHECK(n_same_as_alone(m, FT_TYPE_Q8_0, &q, 1) == 1, "p's logits differ from computing it");
+    run again = {.prompt = a, .n_prompt = N, .logits = logits};
+    REQUIRE(drive(b, &again, 1, n_vocab, -1));
+    CHECK(again.reused == 2 * FT_KV_BLOCK + 32, "a again reused %d", again.reused);
+    CHECK(n_same_as_alone(m, FT_TYPE_Q8_0, &again, 1) == 1, "a's logits differ from computing it");
+    kv_info_ok(b, "after");
+    ft_batch_free(b);
+
+    // No block free, and the one to copy from the only one the cache could give back: it is not
+    // taken for the copy (p reuses the whole blocks only), and p runs once a block is free.
+    b = prefix_batch(m, 2, 8 * FT_KV_BLOCK, FT_TYPE_Q8_0, true);
+    REQUIRE(b);
+    run small = {.prompt = a, .n_prompt = 3 * FT_KV_BLOCK + 1, .logits = logits};
+    REQUIRE(drive(b, &small, 1, n_vocab, -1)); // a's blocks 0-2 kept, 5 free
+    int y = ft_batch_seq_open(b);
+    REQUIRE(y >= 0 && ft_batch_seq_reserve(b, y, 5 * FT_KV_BLOCK)); // (taken while p starts)
+    q = (run){.prompt = p, .n_prompt = 3 * FT_KV_BLOCK + 1, .logits = logits};
+    REQUIRE(open_runs(b, &q, 1));
+    CHECK(q.reused == 2 * FT_KV_BLOCK, "p reused %d with no block to copy into", q.reused);
+    ft_batch_kv_info(b, &info);
+    CHECK(info.cached == 3 && info.free == 0, "%lld cached, %lld free", (long long)info.cached, (long long)info.free);
+    ft_batch_seq_close(b, y);
+    REQUIRE(kv_ok(b));
+    REQUIRE(run_open(b, &q, 1, n_vocab, -1));
+    CHECK(n_same_as_alone(m, FT_TYPE_Q8_0, &q, 1) == 1, "p's logits differ from computing it");
+    ft_batch_free(b);
+    free(logits);
+    ft_model_free(m);
+}
+
+// A sequence closed right after it copied a block's rows gives that block back (it was not
+// full: nothing kept), and the cached blocks stay; one closed after its first chunk, which filled
+// the copy, leaves the copy kept, and the prompt run again reuses it whole.
+TEST(prefix_reuse_into_a_block_cancelled) {
+    ft_model *m = prefix_model(NULL, "prefix_part_cancel.gguf");
+    REQUIRE(m);
+    int n_vocab = m->hp.n_vocab;
+    ft_rng r = ft_rng_init(67);
+    int32_t a[300], p[300];
+    random_tokens(&r, a, 300, n_vocab);
+    diverge(&r, p, a, 100, 300, n_vocab);
+    float *logits = ft_malloc((size_t)N_GEN * n_vocab * sizeof(float));
+    ft_batch *b = prefix_batch(m, 1, 0, FT_TYPE_Q8_0, true);
+    REQUIRE(b);
+    run ra = {.prompt = a, .n_prompt = 300, .logits = logits};
+    REQUIRE(drive(b, &ra, 1, n_vocab, -1));
+    ft_batch_kv before, info;
+    ft_batch_kv_info(b, &before);
+    run q = {.prompt = p, .n_prompt = 300, .logits = logits};
+    REQUIRE(open_runs(b, &q, 1));
+    CHECK(q.reused == 100, "reused %d", q.reused);
+    ft_batch_kv_info(b, &info);
+    CHECK(info.free == before.free - 1 && info.cached == before.cached, "a block of its own: %lld free, %lld cached",
+          (long long)info.free, (long long)info.cached);
+    REQUIRE(kv_ok(b));
+    ft_batch_seq_close(b, q.seq);
+    ft_batch_kv_info(b, &info);
+    CHECK(info.free == before.free && info.cached == before.cached, "closed: %lld free, %lld cached",
+          (long long)info.free, (long long)info.cached);
+    REQUIRE(kv_ok(b));
+    // closed after its first chunk, [100, 128): the copy is full and kept beside a's block 1
+    REQUIRE(drive(b, &q, 1, n_vocab, 1));
+    ft_batch_kv_info(b, &info);
+    CHECK(info.cached == before.cached + 1, "%lld cached", (long long)info.cached);
+    kv_info_ok(b, "after the cut");
+    run again = {.prompt = p, .n_prompt = 300, .logits = logits};
+    REQUIRE(drive(b, &again, 1, n_vocab, -1));
+    CHECK(again.reused == 2 * FT_KV_BLOCK, "p again reused %d: a's block 0 and its kept copy", again.reused);
+    CHECK(n_same_as_alone(m, FT_TYPE_Q8_0, &again, 1) == 1, "logits differ from computing it");
+    ft_batch_free(b);
+    free(logits);
     ft_model_free(m);
 }
 
@@ -316,32 +512,36 @@ TEST(prefix_cache_64_mixed_sequences) {
     ft_model_free(m);
 }
 
-// 32 sequences whose prompts share a 150-token system prompt run at once after one of them
-// cached it: each reuses its 2 whole blocks, every step's block accounting holds, and each
-// gives the bits of its prompt computed alone.
+// 32 sequences whose prompts share a 150-token system prompt, which ends inside block 2, run at
+// once after an earlier prompt cached it (and the rest of that block): each reuses all 150
+// tokens, 2 whole blocks by reference and block 2's first 22 rows copied into a block of its
+// own; every step's block accounting holds, and each gives the bits of its prompt computed
+// alone.
 TEST(prefix_cache_shared_by_32_sequences) {
     ft_model *m = prefix_model(NULL, "prefix32.gguf");
     REQUIRE(m);
     int n_vocab = m->hp.n_vocab;
     ft_rng r = ft_rng_init(9);
     enum { SYS = 150, N32 = 32 };
-    int32_t prompts[N32][SYS + 40];
-    random_tokens(&r, prompts[0], SYS, n_vocab);
+    int32_t prompts[N32][SYS + 40], earlier[SYS + 60];
+    random_tokens(&r, earlier, SYS + 60, n_vocab);
     for (int s = 0; s < N32; s++) {
-        memcpy(prompts[s], prompts[0], SYS * sizeof(int32_t));
+        memcpy(prompts[s], earlier, SYS * sizeof(int32_t));
         random_tokens(&r, prompts[s] + SYS, 40, n_vocab);
+        if (prompts[s][SYS] == earlier[SYS]) prompts[s][SYS] = (earlier[SYS] + 1) % n_vocab; // parts at SYS
     }
     float *logits = ft_malloc((size_t)N32 * N_GEN * n_vocab * sizeof(float));
-    // the positions of 32 prompts of 190 + 4, each 4 blocks; 2 of them shared: 66 blocks
+    // the positions of 32 prompts of 190 + 4, each 4 blocks; 2 of them shared: 66 blocks, and
+    // the 4 the earlier prompt kept (blocks 0-2 of it) or freed
     ft_batch *b = prefix_batch(m, N32, 70 * FT_KV_BLOCK, FT_TYPE_Q8_0, true);
     REQUIRE(b);
-    run first = {.prompt = prompts[0], .n_prompt = SYS + 40, .logits = logits};
+    run first = {.prompt = earlier, .n_prompt = SYS + 60, .logits = logits};
     REQUIRE(drive(b, &first, 1, n_vocab, -1));
     run rs[N32];
     for (int s = 0; s < N32; s++)
         rs[s] = (run){.prompt = prompts[s], .n_prompt = SYS + 40, .logits = logits + (size_t)s * N_GEN * n_vocab};
     REQUIRE(drive(b, rs, N32, n_vocab, -1));
-    for (int s = 0; s < N32; s++) CHECK(rs[s].reused == 2 * FT_KV_BLOCK, "sequence %d reused %d", s, rs[s].reused);
+    for (int s = 0; s < N32; s++) CHECK(rs[s].reused == SYS, "sequence %d reused %d", s, rs[s].reused);
     int n_same = n_same_as_alone(m, FT_TYPE_Q8_0, rs, N32);
     CHECK(n_same == N32, "%d of %d sequences match their prompt computed alone", n_same, N32);
     ft_batch_free(b);

@@ -6,8 +6,8 @@
 // then share one budget of rows, and a prefix cache can hand the same block to several of
 // them (kv/kv_pool.h). A NULL table means an unpaged cache: row p is position p.
 //
-// 64 positions a block: a prefix is reused to the block, so an agent's turn recomputes at most
-// 63 tokens it could have kept, while a 32k context needs a table of only 512 entries.
+// 64 positions a block: a 32k context needs a table of only 512 entries, and a prefix reused
+// into the middle of a block copies at most 63 rows of it (the whole blocks before are shared).
 #ifndef FT_KV_BLOCK_H
 #define FT_KV_BLOCK_H
 

@@ -198,9 +198,9 @@ int ft_batch_seq_pos(const ft_batch *b, int seq) {
 
 // The kernel class the CPU's ops give the rows of a chunk of n tokens: the GEMM from
 // FT_GEMM_MIN_COLS rows (backend.h's row_gemm), the tiled attention from FT_ATTN_TILED_MIN_TOK
-// (over an f16 cache: a q8_0 one has none).
-// A block whose rows took the class of a whole prompt chunk holds the bits any later prompt
-// through it computes; the prefix cache keeps only such blocks. A prompt reusing them computes
+// (over an f16 cache: a q8_0 one has none). A block whose rows took the class of a whole
+// prompt chunk holds the bits any later prompt through it computes; the prefix cache keeps
+// only such blocks (and a copy of a kept block's rows is such rows). A prompt reusing them computes
 // its first chunk after them with the class of the whole chunk that chunk ends (chunk0), and
 // reuses none of its last chunk's rows unless that chunk has the class of a whole one; so,
 // cut at multiples of -b, it gets the bits computing it whole would.
@@ -217,17 +217,33 @@ int ft_batch_seq_reuse(ft_batch *b, int seq, const int32_t *tokens, int n) {
     int nb = b->p.n_batch, last0 = (n - 1) / nb * nb;
     int upto = FT_MIN(chunk_class(b, n - last0) == chunk_class(b, nb) ? n - 1 : last0, b->p.n_ctx);
     int got;
+    ft_prefix_part part = {.block = -1};
     if (b->snapshots) {
+        // whole blocks only: the recurrent state exists where a snapshot was taken, at a block
+        // boundary, and cannot be resumed inside a block
         const float *snap;
         got = ft_prefix_cache_match_snapshot(b->pc, tokens, upto, b->match, b->max_blocks, &snap);
         if (got) state_copy(b, seq, NULL, snap);
     } else {
-        got = ft_prefix_cache_match(b->pc, tokens, upto, b->match, b->max_blocks, NULL);
+        got = ft_prefix_cache_match(b->pc, tokens, upto, b->match, b->max_blocks, &part);
     }
     for (int i = 0; i < got; i++) ft_kv_pool_share(b->pool, seq, b->match[i]);
     int reused = got * FT_KV_BLOCK;
+    bool *exact = b->block_exact + (size_t)seq * b->max_blocks;
+    for (int i = 0; i < got; i++) exact[i] = true;
+    if (part.n_tok > 0) {
+        // the prompt leaves the cached tokens inside a block: that block's leading rows are
+        // copied into one of the sequence's own, which it goes on writing. The reference held
+        // meanwhile keeps the pool from reclaiming the cached block for the new one.
+        ft_kv_pool_ref(b->pool, part.block);
+        if (ft_kv_pool_grow(b->pool, seq, reused + part.n_tok)) {
+            ft_kv_copy_block_rows(ft_kv_pool_cache(b->pool, seq), got, part.block, part.n_tok);
+            exact[got] = true; // (the rows of a kept block)
+            reused += part.n_tok;
+        }
+        ft_kv_pool_unref(b->pool, part.block);
+    }
     memcpy(b->seq_tok + (size_t)seq * b->p.n_ctx, tokens, (size_t)reused * sizeof(int32_t));
-    for (int i = 0; i < got; i++) b->block_exact[(size_t)seq * b->max_blocks + i] = true;
     b->n_kept[seq] = got;
     b->chunk0[seq] = reused % nb ? reused - reused % nb : -1;
     b->pos[seq] = reused;

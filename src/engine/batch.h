@@ -42,11 +42,14 @@ void ft_batch_seq_close(ft_batch *b, int seq);
 // Positions the sequence has evaluated (its next token goes there).
 int ft_batch_seq_pos(const ft_batch *b, int seq);
 // With a prefix cache (ft_engine_params.prefix_cache), for a sequence just opened that will
-// evaluate the n tokens of a prompt: takes the cached blocks of the longest prefix of them it
-// can (whole blocks, always leaving the last token to evaluate), moves the sequence past them
-// and returns how many tokens that is; the caller evaluates only tokens[returned..], cut as
-// the whole prompt would be: at multiples of n_batch from its start. Without a prefix cache
-// (or on a model with recurrent layers without a snapshot of their state there) returns 0.
+// evaluate the n tokens of a prompt: takes the KV rows of the longest cached prefix of them it
+// can, always leaving the last token to evaluate: whole blocks by reference, and where the
+// prompt parts from the cached tokens inside a block, that block's leading rows copied into a
+// block of the sequence's own (when one is free or the cache gives one back; else the whole
+// blocks only). Moves the sequence past them and returns how many tokens that is; the caller
+// evaluates only tokens[returned..], cut as the whole prompt would be: at multiples of n_batch
+// from its start. Without a prefix cache returns 0. A model with recurrent layers resumes only
+// at a snapshot of their state (whole blocks, ft_engine_params.ctx_checkpoints).
 //   On the CPU a reused prefix gives the logits computing the prompt whole gives (any
 // n_batch): blocks are kept only where every row took the kernels of a whole prompt chunk
 // (ft_backend.row_gemm, the tiled attention); when the prefix ends inside one of the prompt's
