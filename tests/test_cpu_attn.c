@@ -92,7 +92,8 @@ TEST(cpu_attention_rows_independent_of_the_call) {
     for (int gi = 0; gi < 3; gi++)
         for (int window = 0; window <= 45; window += 45) {
             int nh = groups[gi][0], nkv = groups[gi][1];
-            ft_tensor kc = fixture_kv_cache(FT_TYPE_F16, nkv * HD, CTX), vc = fixture_kv_cache(FT_TYPE_F16, nkv * HD, CTX);
+            ft_tensor kc = fixture_kv_cache(FT_TYPE_F16, nkv * HD, CTX),
+                      vc = fixture_kv_cache(FT_TYPE_F16, nkv * HD, CTX);
             for (int i = 0; i < CTX * nkv * HD; i++) kv[i] = ft_rng_normal(&r) * 2.0f;
             be->ops->set_rows(be, &kc, NULL, 0, kv, CTX);
             for (int i = 0; i < CTX * nkv * HD; i++) kv[i] = ft_rng_normal(&r);

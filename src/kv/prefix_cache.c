@@ -128,8 +128,8 @@ static int match_path(ft_prefix_cache *pc, const int32_t *tokens, int n, int32_t
     if (part) {
         *part = (ft_prefix_part){.block = -1};
         int left = FT_MIN(n - d * FT_KV_BLOCK, FT_KV_BLOCK - 1), len;
-        int32_t c = d < max_blocks && left > 0 ? find_part(pc, at, tokens + (size_t)d * FT_KV_BLOCK, left, &len)
-                                               : NONE;
+        const int32_t *next = tokens + (size_t)d * FT_KV_BLOCK;
+        int32_t c = d < max_blocks && left > 0 ? find_part(pc, at, next, left, &len) : NONE;
         if (c != NONE) {
             pc->nodes[c].used = pc->clock;
             *part = (ft_prefix_part){.block = pc->nodes[c].block, .n_tok = len};

@@ -64,8 +64,8 @@ void model_block_attention(const ft_model *m, ft_forward *f, int il, attn_opts o
         ops->set_rows(be, ft_kv_v(sg->kv, il), blocks, sg->pos0, v, ns);
         ft_attn_params ap = {
             .q = q, .out = attn, .k_cache = ft_kv_k(sg->kv, il), .v_cache = ft_kv_v(sg->kv, il), .blocks = blocks,
-            .n_tok = ns, .n_chunk = sg->n_chunk, .pos0 = sg->pos0, .n_head = nh, .n_head_kv = nkv, .head_dim = hd,
-            .window = L->is_swa ? hp->n_swa : 0, .scale = 1.0f / sqrtf((float)hd),
+            .n_tok = ns, .n_chunk = sg->n_chunk, .pos0 = sg->pos0, .n_head = nh, .n_head_kv = nkv,
+            .head_dim = hd, .window = L->is_swa ? hp->n_swa : 0, .scale = 1.0f / sqrtf((float)hd),
         };
         ops->attention(be, &ap);
         if (rot_v) ops->hadamard(be, attn, ns, (int)qw, rot_v);

@@ -104,10 +104,12 @@ void cpu_set_rows(ft_backend *be, ft_tensor *cache, const int32_t *blocks, int p
 
 void cpu_copy_rows(ft_backend *be, ft_tensor *cache, int64_t dst, int64_t src, int64_t n_rows) {
     (void)be;
-    FT_ASSERT(n_rows >= 0 && src >= 0 && dst >= 0 && src + n_rows <= cache->ne[1] && dst + n_rows <= cache->ne[1]);
+    FT_ASSERT(n_rows >= 0 && src >= 0 && dst >= 0);
+    FT_ASSERT(src + n_rows <= cache->ne[1] && dst + n_rows <= cache->ne[1]);
     FT_ASSERT(dst + n_rows <= src || src + n_rows <= dst);
     uint8_t *d = cache->data;
-    memcpy(d + (size_t)dst * cache->row_bytes, d + (size_t)src * cache->row_bytes, (size_t)n_rows * cache->row_bytes);
+    size_t rb = cache->row_bytes;
+    memcpy(d + (size_t)dst * rb, d + (size_t)src * rb, (size_t)n_rows * rb);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -618,7 +618,8 @@ static void cuda_copy_rows(ft_backend *be, ft_tensor *cache, int64_t dst, int64_
     cuda_backend *c = cuda_op(be);
     FT_ASSERT(c->mode == STEP_DIRECT);
     check_on_device(cache);
-    FT_ASSERT(n_rows >= 0 && src >= 0 && dst >= 0 && src + n_rows <= cache->ne[1] && dst + n_rows <= cache->ne[1]);
+    FT_ASSERT(n_rows >= 0 && src >= 0 && dst >= 0);
+    FT_ASSERT(src + n_rows <= cache->ne[1] && dst + n_rows <= cache->ne[1]);
     FT_ASSERT(dst + n_rows <= src || src + n_rows <= dst);
     if (n_rows == 0) return;
     uint8_t *d = cache->data;
