@@ -149,11 +149,14 @@ static int run_prompt(ft_batch *b, const int32_t *prompt, int n, int n_gen, int 
     return reused;
 }
 
-// A prompt whose first two blocks come from the prefix cache, on the GPU, against the same
-// prompt computed whole: the probabilities of every step within the batch test's tolerance.
+// A prompt that shares n_shared tokens with an earlier one of n_a, on the GPU, reusing
+// want_reused of them from the prefix cache, against the same prompt computed whole: the
+// probabilities of every step within the batch test's tolerance, and the block accounting.
 // With recurrent layers the state comes from the snapshot taken after the earlier prompt's
-// second chunk (the blocks end there too).
-static void prefix_reuse_case(const char *arch) {
+// second chunk (the blocks end there too). Past the whole blocks, the leading rows of the block
+// where the prompts part are copied on the device (copy_rows), before the prefill and the
+// decode steps (CUDA graphs) that read them.
+static void prefix_reuse_case(const char *arch, int n_a, int n_shared, int want_reused) {
     ft_synth_params sp = ft_synth_default_params();
     sp.arch = arch;
     if (!strcmp(arch, "qwen35moe")) sp.n_layer = 4; // three DeltaNet layers, then attention
@@ -172,19 +175,20 @@ static void prefix_reuse_case(const char *arch) {
     ep.kv_type = FT_TYPE_Q8_0;
     ep.device = FT_PLACEMENT_CUDA;
     int n_vocab = m->hp.n_vocab;
-    int32_t a[150], p[200];
+    int32_t a[256], p[256];
     ft_rng rng = ft_rng_init(8);
-    for (int i = 0; i < 150; i++) a[i] = (int32_t)(ft_rng_next(&rng) % (uint64_t)n_vocab);
-    memcpy(p, a, 140 * sizeof(int32_t));
-    for (int i = 140; i < 200; i++) p[i] = (int32_t)(ft_rng_next(&rng) % (uint64_t)n_vocab);
+    for (int i = 0; i < n_a; i++) a[i] = (int32_t)(ft_rng_next(&rng) % (uint64_t)n_vocab);
+    memcpy(p, a, (size_t)n_shared * sizeof(int32_t));
+    for (int i = n_shared; i < 200; i++) p[i] = (int32_t)(ft_rng_next(&rng) % (uint64_t)n_vocab);
+    if (p[n_shared] == a[n_shared]) p[n_shared] = (a[n_shared] + 1) % n_vocab; // they part at n_shared
     float *reused = ft_malloc((size_t)N_GEN * n_vocab * sizeof(float)), *whole = ft_malloc((size_t)N_GEN * n_vocab * sizeof(float));
     double *pr = ft_malloc((size_t)n_vocab * sizeof(double)), *pw = ft_malloc((size_t)n_vocab * sizeof(double));
     ep.prefix_cache = true;
     ft_batch *b = ft_batch_init(m, &ep, &err);
     REQUIRE(b, "%s", err.msg);
-    CHECK(run_prompt(b, a, 150, 2, n_vocab, reused, &err) == 0, "%s", err.msg);
+    CHECK(run_prompt(b, a, n_a, 2, n_vocab, reused, &err) == 0, "%s", err.msg);
     int n_reused = run_prompt(b, p, 200, N_GEN, n_vocab, reused, &err);
-    CHECK(n_reused == 2 * FT_KV_BLOCK, "reused %d: %s", n_reused, err.msg);
+    CHECK(n_reused == want_reused, "reused %d, want %d: %s", n_reused, want_reused, err.msg);
     REQUIRE(ft_batch_kv_check(b, &err), "%s", err.msg);
     ft_batch_free(b);
     ep.prefix_cache = false;
@@ -217,10 +221,21 @@ static void prefix_reuse_case(const char *arch) {
 
 TEST(cuda_batch_prefix_reuse) {
     GPU_TEST_REQUIRE_DEVICE();
-    prefix_reuse_case("qwen3moe");
+    // a's third block is not full, so not kept: two whole blocks
+    prefix_reuse_case("qwen3moe", 150, 140, 2 * FT_KV_BLOCK);
 }
 
 TEST(cuda_batch_prefix_reuse_qwen35moe) {
     GPU_TEST_REQUIRE_DEVICE();
-    prefix_reuse_case("qwen35moe");
+    prefix_reuse_case("qwen35moe", 150, 140, 2 * FT_KV_BLOCK);
+    // whole blocks only, to the snapshot after a's second chunk, though a's third block is kept
+    prefix_reuse_case("qwen35moe", 250, 150, 2 * FT_KV_BLOCK);
+}
+
+// a's blocks 0-2 are kept; p parts from them inside block 2: 1, 22 and 63 of its rows copied
+TEST(cuda_batch_prefix_reuse_into_a_block) {
+    GPU_TEST_REQUIRE_DEVICE();
+    prefix_reuse_case("qwen3moe", 250, 2 * FT_KV_BLOCK + 1, 2 * FT_KV_BLOCK + 1);
+    prefix_reuse_case("qwen3moe", 250, 150, 150);
+    prefix_reuse_case("qwen3moe", 250, 3 * FT_KV_BLOCK - 1, 3 * FT_KV_BLOCK - 1);
 }
