@@ -17,6 +17,7 @@
 #include "../moe/geometry.h"
 
 #include <jansson.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -316,7 +317,8 @@ static void print_tensor(const gguf_tensor *t, int indent, const arch_view *v) {
     snprintf(shape + n, sizeof(shape) - (size_t)n, "]");
     printf("%*s%-*.*s %-7s %-22s ", indent, "", 40 - indent, (int)t->name.len, t->name.ptr, ft_type_name(t->type), shape);
     print_bytes(stdout, t->bytes);
-    if (v->m && !view_uses(v, t->name)) printf("  (not used by %s)", v->arch->name);
+    if (v->m && tensor_layer(t->name) >= v->m->hp.n_layer) printf("  (MTP block: not run)");
+    else if (v->m && !view_uses(v, t->name)) printf("  (not used by %s)", v->arch->name);
     printf("\n");
 }
 
@@ -441,6 +443,7 @@ typedef struct {
     double gpu_gib;               // --gpu-memory: size the cache from this budget
     const char *trace_path;       // --moe-route-trace: replay it through the plan
     int64_t warmup;               // steps of the trace not counted (-1: a tenth)
+    int n_trunk;                  // the blocks ft runs (the MTP ones after them are not placed)
 } plan_request;
 
 // Replays the trace through plan and prints hit rates and bytes copied per step.
@@ -476,10 +479,11 @@ static bool arch_int(const gguf_file *f, const char *suffix, int64_t *out) {
     return true;
 }
 
-// KV bytes of one token at f16 over all layers, 0 when the keys are missing.
-static uint64_t kv_bytes_per_token(const gguf_file *f) {
+// KV bytes of one token at f16 over all layers (at most n_trunk), 0 when the keys are missing.
+static uint64_t kv_bytes_per_token(const gguf_file *f, int n_trunk) {
     int64_t n_layer, n_kv, head_dim, n_embd, n_head;
     if (!arch_int(f, "block_count", &n_layer) || !arch_int(f, "attention.head_count_kv", &n_kv)) return 0;
+    if (n_layer > n_trunk) n_layer = n_trunk;
     if (!arch_int(f, "attention.key_length", &head_dim)) {
         if (!arch_int(f, "embedding_length", &n_embd) || !arch_int(f, "attention.head_count", &n_head) || n_head <= 0)
             return 0;
@@ -509,10 +513,11 @@ static int print_plan(const gguf_file *f, const moe_geometry *g, plan_request *r
     }
     if (req->gpu_gib > 0) {
         uint64_t dense = 0;
-        for (int64_t i = 0; i < gguf_n_tensors(f); i++) dense += gguf_tensor_at(f, i)->bytes;
+        for (int64_t i = 0; i < gguf_n_tensors(f); i++)
+            if (tensor_layer(gguf_tensor_at(f, i)->name) < req->n_trunk) dense += gguf_tensor_at(f, i)->bytes;
         p->dense_bytes = dense - g->bytes_native;
         p->vram_free = (uint64_t)(req->gpu_gib * 1073741824.0);
-        p->kv_bytes_per_token = kv_bytes_per_token(f);
+        p->kv_bytes_per_token = kv_bytes_per_token(f, req->n_trunk);
         printf("\nbudget: %.2f GiB x memory ratio %.2f, dense weights %.1f MiB, KV floor %lld tokens x %llu B "
                "(f16), workspace not counted\n",
                req->gpu_gib, p->memory_ratio, p->dense_bytes / 1048576.0, (long long)p->kv_reserve_tokens,
@@ -558,7 +563,7 @@ static int print_plan(const gguf_file *f, const moe_geometry *g, plan_request *r
 int cmd_inspect(int argc, char **argv) {
     const char *path = NULL, *layout = NULL;
     bool json = false, bad = false;
-    plan_request req = {false, moe_cache_plan_default_params(), 0, NULL, -1};
+    plan_request req = {false, moe_cache_plan_default_params(), 0, NULL, -1, INT_MAX};
     for (int i = 1; i < argc && !bad; i++) {
         int64_t v;
         if (args_flag(argv, i, "-h|--help")) {
@@ -633,6 +638,9 @@ int cmd_inspect(int argc, char **argv) {
         return FT_EXIT_INPUT;
     }
     arch_view view = view_read(path, f);
+    // the experts of MTP blocks are neither run nor cached
+    if (geometry_ok && view.m) moe_geometry_keep_below(&g, view.m->hp.n_layer);
+    if (view.m) req.n_trunk = view.m->hp.n_layer;
     // the file is still shown, without its expert geometry; the description's check already
     // names the tensors behind it where it found any
     if (!geometry_ok && (!view.m || json_array_size(view.problems) == 0)) add_problem(&view, err.msg);

@@ -40,14 +40,21 @@ static bool shape_from_model(const char *path, moe_trace_gen_params *p, int **la
     }
     moe_geometry g;
     bool ok = moe_geometry_read(f, &g, &err);
+    gguf_str arch = {"", 0};
+    gguf_get_str(f, "general.architecture", &arch);
+    char key[128];
+    // the MTP blocks after the trunk (nextn_predict_layers) route nothing ft runs
+    int64_t n_block, n_mtp;
+    snprintf(key, sizeof(key), "%.*s.nextn_predict_layers", (int)(arch.len < 64 ? arch.len : 64), arch.ptr);
+    if (ok && gguf_get_int(f, key, &n_mtp) && n_mtp > 0) {
+        snprintf(key, sizeof(key), "%.*s.block_count", (int)(arch.len < 64 ? arch.len : 64), arch.ptr);
+        if (gguf_get_int(f, key, &n_block) && n_block > n_mtp) moe_geometry_keep_below(&g, (int)(n_block - n_mtp));
+    }
     if (!ok) fprintf(stderr, "ft trace-gen: %s: %s\n", path, err.msg);
     else if (g.n_layers == 0) {
         fprintf(stderr, "ft trace-gen: %s has no routed experts\n", path);
         ok = false;
     }
-    gguf_str arch = {"", 0};
-    gguf_get_str(f, "general.architecture", &arch);
-    char key[128];
     snprintf(key, sizeof(key), "%.*s.expert_used_count", (int)(arch.len < 64 ? arch.len : 64), arch.ptr);
     int64_t k = 0;
     if (ok && (!gguf_get_int(f, key, &k) || k < 1 || k > g.layers[0].n_expert)) {

@@ -299,6 +299,7 @@ static bool plan_offload(const ft_model *m, ft_backend *be, const ft_engine_para
                          engine_placement *pl, ft_err *err) {
     moe_geometry *g = &pl->geometry;
     if (!moe_geometry_read(m->file, g, err)) return false;
+    moe_geometry_keep_below(g, m->hp.n_layer); // not the MTP blocks' experts: they are not run
     if (g->n_layers == 0) return ft_err_set(err, "--moe-backend offload: the model has no routed experts");
     size_t dense = ft_weights_place_bytes(m, true);
     size_t kv = engine_kv_bytes(m, p);

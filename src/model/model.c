@@ -327,17 +327,24 @@ static bool derive_common(ft_model *m, ft_err *err) {
     return true;
 }
 
+bool model_mtp_layers(ft_model *m, ft_err *err) {
+    ft_hparams *hp = &m->hp;
+    int64_t nextn = 0;
+    model_key_int(m, "nextn_predict_layers", &nextn);
+    if (nextn >= hp->n_layer)
+        return ft_err_set(err, "key %s.nextn_predict_layers %lld: no layers left", m->arch->name, (long long)nextn);
+    hp->n_layer -= (int)nextn;
+    hp->n_layer_mtp = (int)nextn;
+    return true;
+}
+
 bool model_linear_attention_hparams(ft_model *m, ft_err *err) {
     ft_hparams *hp = &m->hp;
     const char *an = m->arch->name;
-    int64_t nextn = 0, interval = 4, inner = 0;
-    model_key_int(m, "nextn_predict_layers", &nextn);
+    int64_t interval = 4, inner = 0;
     model_key_int(m, "full_attention_interval", &interval);
     model_key_int(m, "ssm.inner_size", &inner);
-    // the trunk: the MTP blocks come after it and stay unbound (not run, not read)
-    if (nextn >= hp->n_layer)
-        return ft_err_set(err, "key %s.nextn_predict_layers %lld: no layers left", an, (long long)nextn);
-    hp->n_layer -= (int)nextn;
+    if (!model_mtp_layers(m, err)) return false;
     if (hp->n_ff_exp == 0) hp->n_ff_exp = hp->n_ff / hp->n_expert_used;
     if (hp->n_ff_exp < 1) return ft_err_set(err, "key %s.expert_feed_forward_length: missing or 0", an);
     if (hp->n_ff_shexp == 0) hp->n_ff_shexp = hp->n_ff;
@@ -746,25 +753,41 @@ void ft_weights_free(ft_weights *w) {
     free(w);
 }
 
+typedef struct {
+    ft_progress_fn progress;
+    void *progress_ctx;
+    size_t done, total, reported; // bytes
+} prefault_ctx;
+
+static void add_tensor_bytes(void *ctx, const ft_tensor *t) {
+    ((prefault_ctx *)ctx)->total += t->mat_bytes * (size_t)t->ne[2];
+}
+
+// Reads one byte of every page of t (its matrices may be strided views: the whole span).
+static void prefault_tensor(void *ctx, const ft_tensor *t) {
+    prefault_ctx *c = ctx;
+    const size_t page = 4096, report = (size_t)64 << 20;
+    size_t span = ft_tensor_mat_stride(t) * (size_t)(t->ne[2] - 1) + t->mat_bytes;
+    const volatile uint8_t *p = t->data;
+    uint8_t sink = 0;
+    for (size_t i = 0; i < span; i += page) sink ^= p[i];
+    (void)sink;
+    c->done += t->mat_bytes * (size_t)t->ne[2];
+    if (c->progress && (c->done - c->reported >= report || c->done == c->total)) {
+        c->reported = c->done;
+        c->progress(c->progress_ctx, "reading weights into memory", c->done, c->total);
+    }
+}
+
 void ft_model_prefault(const ft_model *m, ft_progress_fn progress, void *progress_ctx) {
-    const uint8_t *base = gguf_file_base(m->file);
-    size_t off = (size_t)gguf_data_offset(m->file), size = (size_t)gguf_file_size(m->file);
-    if (!base || off >= size) return;
-    size_t total = size - off, avail = ft_mem_available();
-    if (avail && total > avail)
+    prefault_ctx c = {progress, progress_ctx, 0, 0, 0};
+    ft_model_for_each_tensor(m, add_tensor_bytes, &c);
+    size_t avail = ft_mem_available();
+    if (avail && c.total > avail)
         FT_LOG_WARN("%s: the weights (%.1f GB) are larger than the available memory (%.1f GB): "
                     "pages will be read from disk again while running",
-                    m->path, total / 1e9, avail / 1e9);
-    const size_t page = 4096, chunk = (size_t)64 << 20;
-    volatile uint8_t sink = 0;
-    for (size_t done = 0; done < total;) {
-        size_t n = FT_MIN(chunk, total - done);
-        for (size_t i = 0; i < n; i += page)
-            sink ^= base[off + done + i];
-        done += n;
-        if (progress) progress(progress_ctx, "reading weights into memory", done, total);
-    }
-    (void)sink;
+                    m->path, c.total / 1e9, avail / 1e9);
+    ft_model_for_each_tensor(m, prefault_tensor, &c);
 }
 
 void ft_model_free(ft_model *m) {

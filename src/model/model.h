@@ -23,7 +23,9 @@
 #define FT_MAX_EXPERTS 1024
 
 typedef struct ft_hparams {
-    int n_vocab, n_embd, n_layer, n_ctx_train;
+    int n_vocab, n_embd, n_layer, n_ctx_train; // n_layer: the blocks run (the trunk)
+    int n_layer_mtp;               // multi-token-prediction blocks after the trunk in the file
+                                   // (nextn_predict_layers): never bound, run or read
     int n_head_kv, head_dim;       // KV heads (all layers), head size of K, V and Q
     int n_expert, n_expert_used;   // 0 for a dense model
     int n_ff_exp;                  // width of one routed expert
@@ -326,9 +328,10 @@ ft_weights *ft_weights_place(const ft_model *m, ft_backend *be, bool experts_on_
 void ft_weights_free(ft_weights *w); // gives the copies back to their backend; NULL is a no-op
 size_t ft_weights_place_bytes(const ft_model *m, bool experts_on_host);
 
-// Reads every page of the file's tensor data into memory now (the mapping is lazy: the first
-// requests would otherwise wait on the disk), reporting progress when set. Warns when the file
-// is larger than the memory available. For weights the CPU computes from the mapping.
+// Reads every page of the tensors m binds into memory now (the mapping is lazy: the first
+// requests would otherwise wait on the disk), reporting progress when set; tensors of the file
+// the model never reads (MTP blocks) stay on disk. Warns when they are larger than the memory
+// available. For weights the CPU computes from the mapping.
 void ft_model_prefault(const ft_model *m, ft_progress_fn progress, void *progress_ctx);
 
 // Widest activation row of any layer (for buffer sizes): max of n_embd, q width, FFN widths.

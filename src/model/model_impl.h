@@ -317,8 +317,14 @@ bool model_for_each_row(const ft_model *m, bool (*fn)(void *ctx, const ft_arch_t
 // The name of row t in layer il.
 void model_tensor_name(const ft_arch_tensor *t, int il, char *buf, size_t cap);
 
+// The MTP blocks (nextn_predict_layers: the last blocks of the file, which predict tokens further
+// ahead) left out of n_layer and counted in n_layer_mtp: they are not run and their tensors stay
+// unbound, so they cost no memory. The architecture lists the key. Returns false and sets *err
+// when no block would be left.
+bool model_mtp_layers(ft_model *m, ft_err *err);
+
 // The checks and derived values of MODEL_KEYS_LINEAR_ATTENTION and of the experts of a hybrid
-// Qwen model: the MTP blocks (nextn_predict_layers, after the trunk) left out of n_layer, the
+// Qwen model: the MTP blocks (model_mtp_layers) left out of n_layer, the
 // experts' widths, the heads' and inner size's agreement, is_recurrent for every layer but
 // each full_attention_interval-th.
 bool model_linear_attention_hparams(ft_model *m, ft_err *err);

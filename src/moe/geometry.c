@@ -138,6 +138,16 @@ void moe_geometry_from_layers(const moe_layer_geometry *layers, int n_layers, mo
     build_groups(out);
 }
 
+void moe_geometry_keep_below(moe_geometry *g, int end_layer) {
+    int n = 0;
+    while (n < g->n_layers && g->layers[n].layer < end_layer) n++; // (ascending)
+    if (n == g->n_layers) return;
+    moe_geometry kept;
+    moe_geometry_from_layers(g->layers, n, &kept);
+    moe_geometry_free(g);
+    *g = kept;
+}
+
 void moe_geometry_free(moe_geometry *g) {
     if (!g) return;
     for (int i = 0; i < g->n_groups; i++) free(g->groups[i].layers);

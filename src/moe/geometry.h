@@ -45,6 +45,11 @@ typedef struct moe_geometry {
 bool moe_geometry_read(const gguf_file *f, moe_geometry *out, ft_err *err);
 void moe_geometry_free(moe_geometry *g);
 
+// Keeps the layers before block end_layer, the groups rebuilt: a model's file may hold blocks
+// it does not run (the multi-token-prediction blocks after its trunk), whose experts no bank,
+// cache or plan should hold.
+void moe_geometry_keep_below(moe_geometry *g, int end_layer);
+
 // Builds a geometry from a list of layers (copied; any order, distinct block indices), as
 // moe_geometry_read does from a file: for plans of models described by their shape alone.
 void moe_geometry_from_layers(const moe_layer_geometry *layers, int n_layers, moe_geometry *out);
