@@ -8,6 +8,7 @@
 #include "../src/engine/engine.h"
 #include "../src/model/model.h"
 #include "../src/model/synth.h"
+#include "../src/moe/geometry.h"
 
 #include <jansson.h>
 #include <stddef.h>
@@ -77,9 +78,15 @@ static int binding_mismatches(const ft_model *m, const gguf_file *f, char *why, 
         }
     }
     for (int64_t i = 0; i < n; i++) {
-        if (bound[i] == 1) continue;
         const gguf_tensor *g = gguf_tensor_at(f, i);
-        MISMATCH("file tensor %.*s bound %d times", (int)g->name.len, g->name.ptr, bound[i]);
+        int l = -1;
+        char name[128];
+        snprintf(name, sizeof(name), "%.*s", (int)g->name.len, g->name.ptr);
+        sscanf(name, "blk.%d.", &l);
+        // an MTP block's tensors are the file's, never the model's
+        bool mtp = l >= m->hp.n_layer && l < m->hp.n_layer + m->hp.n_layer_mtp;
+        if (bound[i] == (mtp ? 0 : 1)) continue;
+        MISMATCH("file tensor %s bound %d times", name, bound[i]);
     }
 #undef MISMATCH
     free(bound);
@@ -96,8 +103,10 @@ static ft_synth_params all_options(const char *arch) {
     p.expert_types[1] = FT_TYPE_Q8_0;
     p.n_expert_down_types = 1;
     p.expert_down_types[0] = FT_TYPE_Q6_K;
-    p.n_ff_shexp = 128;
+    p.n_ff_shexp = strcmp(arch, "glm4moe") ? 128 : 2 * p.n_ff_exp; // (glm4moe's: a count of experts)
     p.qkv_bias = true;
+    p.qk_norm = true;
+    if (ft_synth_has_mtp(arch)) p.n_mtp = 1;
     if (ft_synth_has_dense_layers(arch)) p.n_dense_lead = 2, p.n_ff_dense = 384;
     p.n_swa = 16;
     p.n_head_swa = 8;
@@ -126,6 +135,7 @@ static void check_hparams(const char *label, const ft_model *m, const ft_synth_p
     CHECK(hp->n_ff_exp == p->n_ff_exp, "%s: experts %d wide, not %d", label, hp->n_ff_exp, p->n_ff_exp);
     CHECK(hp->rms_eps == p->rms_eps && hp->rope.freq_base == p->rope_freq_base, "%s", label);
     CHECK(hp->n_dense_lead == p->n_dense_lead, "%s: %d dense layers", label, hp->n_dense_lead);
+    CHECK(hp->n_layer_mtp == p->n_mtp, "%s: %d MTP blocks", label, hp->n_layer_mtp);
     for (int l = 0; l < hp->n_layer; l++) {
         CHECK(m->layers[l].is_moe == (l >= p->n_dense_lead), "%s: layer %d", label, l);
         CHECK(m->layers[l].n_head == p->n_head || m->layers[l].n_head == p->n_head_swa, "%s: layer %d", label, l);
@@ -310,6 +320,13 @@ TEST(model_load_names_the_bad_key) {
         {"laguna", "laguna.expert_gating_func", 3, "key laguna.expert_gating_func = 3: only softmax (1) and sigmoid (2)"},
         {"laguna", "laguna.attention.sliding_window_pattern", 0,
          "key laguna.attention.sliding_window_pattern = 0: out of range [1, 4096]"},
+        {"glm4moe", "glm4moe.expert_shared_count", 0, "key glm4moe.expert_shared_count = 0: out of range [1, 64]"},
+        {"glm4moe", "glm4moe.expert_gating_func", 3, "key glm4moe.expert_gating_func = 3: only softmax (1) and sigmoid (2)"},
+        {"glm4moe", "glm4moe.nextn_predict_layers", 4, "key glm4moe.nextn_predict_layers 4: no layers left"},
+        // one value for all four sections: 8 of the 32 rotated pairs in the fourth
+        {"glm4moe", "glm4moe.rope.dimension_sections", 8,
+         "key glm4moe.rope.dimension_sections [8, 8, 8, 8]: M-RoPE whose fourth section holds rotated pairs (8 of "
+         "them), which text leaves unturned: not supported"},
     };
     for (size_t i = 0; i < FT_ARRAY_LEN(cases); i++) {
         ft_synth_params p = ft_synth_default_params();
@@ -370,7 +387,11 @@ TEST(model_descriptions_hold_together) {
         for (int i = 0; i < arch->n_tensors; i++) {
             const ft_arch_tensor *t = &arch->tensors[i];
             const char *pct = strchr(t->name, '%');
-            if (t->layers == FT_LAYERS_NONE) {
+            // rows of MTP blocks only, and only those, are never bound
+            CHECK((t->layers == FT_LAYERS_MTP) == (t->field == FT_TENSOR_NO_FIELD), "%s: %s", arch->name, t->name);
+            if (t->field == FT_TENSOR_NO_FIELD) {
+                CHECK(pct && pct[1] == 'd' && !strchr(pct + 1, pct[0]), "%s: %s", arch->name, t->name);
+            } else if (t->layers == FT_LAYERS_NONE) {
                 CHECK(!pct, "%s: %s", arch->name, t->name);
                 CHECK(t->field + sizeof(ft_tensor) <= sizeof(ft_model), "%s: %s", arch->name, t->name);
             } else {
@@ -378,7 +399,7 @@ TEST(model_descriptions_hold_together) {
                 CHECK(one_layer_slot, "%s: %s", arch->name, t->name);
                 CHECK(t->field + sizeof(ft_tensor) <= sizeof(ft_layer), "%s: %s", arch->name, t->name);
             }
-            bool aligned = t->field % _Alignof(ft_tensor) == 0;
+            bool aligned = t->field == FT_TENSOR_NO_FIELD || t->field % _Alignof(ft_tensor) == 0;
             CHECK(aligned, "%s: %s", arch->name, t->name);
             CHECK(t->ne[0] != FT_DIM_NONE, "%s: %s has no shape", arch->name, t->name);
             for (int d = 1; d < 3; d++)
@@ -399,8 +420,8 @@ TEST(model_descriptions_hold_together) {
             for (int j = 0; j < i; j++) {
                 const ft_arch_tensor *u = &arch->tensors[j];
                 CHECK(strcmp(t->name, u->name), "%s: %s twice", arch->name, t->name);
-                CHECK(t->field != u->field || !layers_overlap(t->layers, u->layers), "%s: %s and %s fill one field",
-                      arch->name, u->name, t->name);
+                CHECK(t->field != u->field || t->field == FT_TENSOR_NO_FIELD || !layers_overlap(t->layers, u->layers),
+                      "%s: %s and %s fill one field", arch->name, u->name, t->name);
             }
         }
     }
@@ -411,6 +432,7 @@ TEST(model_descriptions_hold_together) {
     CHECK(ft_synth_has_fused_gate_up("qwen35moe") && ft_synth_has_fused_gate_up("qwen3next"));
     CHECK(!ft_synth_has_fused_gate_up("qwen3moe") && !ft_synth_has_fused_gate_up("qwen2moe") &&
           !ft_synth_has_fused_gate_up("llama") && !ft_synth_has_fused_gate_up("laguna"));
+    CHECK(ft_synth_has_mtp("glm4moe") && !ft_synth_has_mtp("qwen3moe") && ft_synth_has_dense_layers("glm4moe"));
 }
 
 // Fused gate/up experts (ffn_gate_up_exps): gate_exps and up_exps are views of each expert's
@@ -544,4 +566,139 @@ TEST(model_fused_gate_up_equals_its_split_twin) {
     ft_engine_free(es);
     ft_model_free(mf);
     ft_model_free(ms);
+}
+
+// The evaluation of a few prompt tokens, 0 on a failure (reported).
+static const float *eval_tokens(ft_engine *e, const char *label) {
+    static const int32_t toks[6] = {3, 100, 7, 42, 250, 9};
+    ft_err err = {{0}};
+    const float *lg = ft_engine_eval(e, toks, 6, &err);
+    if (!lg) test_fail(__FILE__, __LINE__, "%s: %s", label, err.msg);
+    return lg;
+}
+
+// glm4moe's MTP blocks (nextn_predict_layers, after the trunk) are in the file and nowhere
+// else: left out of n_layer, none of their tensors bound, their experts out of the geometry
+// the expert banks and cache read; the model computes what its twin without them (the same
+// file, the blocks dropped) computes, to the bit.
+TEST(model_glm4moe_mtp_blocks_are_not_run) {
+    ft_synth_params p = ft_synth_default_params();
+    p.arch = "glm4moe";
+    p.n_layer = 3;
+    p.n_dense_lead = 1;
+    p.n_rot = 32;
+    p.qkv_bias = true;
+    p.n_mtp = 1;
+    ft_err err = {{0}};
+    const char *src = test_path("glm4moe_mtp.gguf");
+    REQUIRE(ft_synth_write(&p, src, &err), "%s", err.msg);
+    ft_model *m = ft_model_load(src, &err);
+    REQUIRE(m, "%s", err.msg);
+    CHECK(m->hp.n_layer == 3 && m->hp.n_layer_mtp == 1);
+    CHECK(gguf_find_tensor(m->file, "blk.3.nextn.eh_proj.weight") && gguf_find_tensor(m->file, "blk.3.ffn_up_exps.weight"));
+    char why[256];
+    CHECK(binding_mismatches(m, m->file, why, sizeof(why)) == 0, "%s", why);
+    moe_geometry g;
+    REQUIRE(moe_geometry_read(m->file, &g, &err), "%s", err.msg);
+    uint64_t all = g.bytes_native;
+    CHECK(g.n_layers == 3 && g.layers[2].layer == 3, "the file's expert layers: 1, 2 and the MTP block's");
+    moe_geometry_keep_below(&g, m->hp.n_layer);
+    CHECK(g.n_layers == 2 && g.layers[1].layer == 2 && g.n_groups == 1 && g.groups[0].n_layers == 2 &&
+              g.bytes_native * 3 == all * 2,
+          "kept %d layers", g.n_layers);
+    moe_geometry_free(&g);
+
+    // the twin: blk.3.* dropped, block_count 3, no nextn_predict_layers
+    const char *drop[64];
+    char names[64][96];
+    int n_drop = 0;
+    for (int64_t i = 0; i < gguf_n_tensors(m->file) && n_drop < 63; i++) {
+        gguf_str name = gguf_tensor_at(m->file, i)->name;
+        if (name.len > 6 && !memcmp(name.ptr, "blk.3.", 6)) {
+            snprintf(names[n_drop], sizeof(names[0]), "%.*s", (int)name.len, name.ptr);
+            drop[n_drop] = names[n_drop];
+            n_drop++;
+        }
+    }
+    drop[n_drop] = NULL;
+    CHECK(n_drop == 21, "%d tensors in the MTP block", n_drop);
+    const char *mid = test_path("glm4moe_mtp_mid.gguf"), *twin = test_path("glm4moe_mtp_twin.gguf");
+    REQUIRE(rewrite(src, mid, drop, "glm4moe.block_count", 3, NULL, 0));
+    REQUIRE(rewrite(mid, twin, NULL, "glm4moe.nextn_predict_layers", 0, NULL, 0));
+    ft_model *mt = ft_model_load(twin, &err);
+    REQUIRE(mt, "%s", err.msg);
+    CHECK(mt->hp.n_layer == 3 && mt->hp.n_layer_mtp == 0);
+    ft_engine_params ep = ft_engine_default_params();
+    ep.n_threads = 1;
+    ep.n_ctx = 16;
+    ft_engine *e = ft_engine_init(m, &ep, &err), *et = e ? ft_engine_init(mt, &ep, &err) : NULL;
+    REQUIRE(e && et, "%s", err.msg);
+    const float *a = eval_tokens(e, "with MTP"), *b = eval_tokens(et, "twin");
+    CHECK(a && b && !memcmp(a, b, (size_t)m->hp.n_vocab * sizeof(float)), "the logits differ from the twin's");
+    ft_engine_free(e);
+    ft_engine_free(et);
+    ft_model_free(mt);
+    ft_model_free(m);
+}
+
+// glm4moe's M-RoPE sections (GLM-4.6V): text turns them as plain RoPE where no rotated pair
+// falls in the fourth section (ft reads them so, clearing them), or where the first two are not
+// both set (llama.cpp then uses plain RoPE itself); otherwise the file is refused naming the
+// key (ft synth, which reads back what it writes, refuses to write it). ft synth writes
+// sections and MTP blocks only for an architecture that has them. A file with fused Q/K/V
+// projections is refused by name.
+TEST(model_glm4moe_rope_sections_and_fused_qkv) {
+    static const struct {
+        int s[4];
+        bool loads;
+    } cases[] = {
+        {{4, 6, 6, 0}, true},  // GLM-4.6V's kind: no fourth section
+        {{6, 5, 5, 4}, true},  // a fourth section the 16 rotated pairs never reach
+        {{8, 0, 0, 8}, true},  // not M-RoPE (llama.cpp: the second section is empty)
+        {{4, 4, 4, 4}, false}, // pairs 12..15 in the fourth section
+    };
+    ft_err err = {{0}};
+    for (size_t i = 0; i < FT_ARRAY_LEN(cases); i++) {
+        ft_synth_params p = ft_synth_default_params();
+        p.arch = "glm4moe";
+        p.n_layer = 2;
+        p.n_rot = 32;
+        memcpy(p.rope_sections, cases[i].s, sizeof(cases[i].s));
+        const char *path = test_path("glm4moe_sections.gguf");
+        // (ft synth writes no file ft would refuse: the loader's refusal is model_load_names_the_bad_key's)
+        bool written = ft_synth_write(&p, path, &err);
+        ft_model *m = written ? ft_model_load(path, &err) : NULL;
+        if (cases[i].loads) {
+            CHECK(m, "case %zu: %s", i, err.msg);
+            if (m) {
+                const ft_rope_params *r = &m->hp.rope;
+                CHECK(!r->imrope && r->neox && r->n_rot == 32 && !r->sections[0] && !r->sections[1] &&
+                          !r->sections[2] && !r->sections[3] && !m->hp.rope_swa.sections[0],
+                      "case %zu: plain NeoX RoPE", i);
+                check_runs("glm4moe with sections", m);
+            }
+        } else {
+            CHECK(!m && strstr(err.msg, "glm4moe.rope.dimension_sections [4, 4, 4, 4]") &&
+                      strstr(err.msg, "(4 of them)"),
+                  "case %zu: %s", i, m ? "loads" : err.msg);
+        }
+        ft_model_free(m);
+    }
+    ft_synth_params q = ft_synth_default_params();
+    q.rope_sections[0] = 4;
+    CHECK(!ft_synth_write(&q, test_path("qwen3moe_sections.gguf"), &err) && strstr(err.msg, "--rope-sections"),
+          "%s", err.msg);
+    q = ft_synth_default_params();
+    q.n_mtp = 1;
+    CHECK(!ft_synth_write(&q, test_path("qwen3moe_mtp.gguf"), &err) && strstr(err.msg, "--mtp"), "%s", err.msg);
+
+    ft_synth_params p = ft_synth_default_params();
+    p.arch = "glm4moe";
+    p.n_layer = 2;
+    const char *src = test_path("glm4moe_qkv_src.gguf"), *dst = test_path("glm4moe_qkv.gguf");
+    REQUIRE(ft_synth_write(&p, src, &err), "%s", err.msg);
+    REQUIRE(rewrite(src, dst, NULL, NULL, 0, "blk.0.attn_qkv.weight", 4));
+    ft_model *m = ft_model_load(dst, &err);
+    CHECK(!m && strstr(err.msg, "fused Q/K/V projections (attn_qkv)"), "%s", m ? "loads" : err.msg);
+    ft_model_free(m);
 }

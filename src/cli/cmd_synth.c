@@ -23,11 +23,16 @@ static void synth_usage(FILE *out) {
             "  --top-k N                  experts used per token (default %d)\n"
             "  --ff N                     expert FFN width (default %d)\n"
             "  --shared-ff N              shared-expert FFN width, for the architectures that have\n"
-            "                             one (default --ff)\n"
+            "                             one (default --ff; glm4moe: a multiple of --ff)\n"
             "  --rot N                    rotary dims of each attention head (default --head-dim)\n"
             "  --ctx N                    training context length (default %d)\n"
+            "  --qkv-bias                 Q/K/V biases (qwen2moe, glm4moe)\n"
+            "  --qk-norm                  per-head Q/K RMSNorm (glm4moe: GLM-4.5 has them, Air not)\n"
+            "  --mtp N                    N multi-token-prediction blocks after the layers\n"
+            "                             (nextn_predict_layers), which ft does not run (glm4moe)\n"
+            "  --rope-sections A,B,C,D    M-RoPE sections in rotary pairs (glm4moe, as GLM-4.6V)\n"
             "  --dense-lead N             leading layers with a dense FFN (default 0), for the\n"
-            "                             architectures that have them (laguna)\n"
+            "                             architectures that have them (laguna, glm4moe)\n"
             "  --dense-ff N               their FFN width (default 2 x --ff)\n"
             "  --full-attn-interval N     every N-th layer has softmax attention, the others linear\n"
             "                             attention (default 4), for qwen35moe; with its\n"
@@ -51,7 +56,7 @@ static void synth_usage(FILE *out) {
 
 int cmd_synth(int argc, char **argv) {
     ft_synth_params p = ft_synth_default_params();
-    const char *out = NULL, *types = NULL, *down_types = NULL, *dense = NULL;
+    const char *out = NULL, *types = NULL, *down_types = NULL, *dense = NULL, *sections = NULL;
     bool bad = false;
     int64_t v;
     ft_err err = {{0}};
@@ -84,9 +89,18 @@ int cmd_synth(int argc, char **argv) {
         INT_OPT("--ssm-v-heads", ssm_n_v_heads, 1, 4096)
         INT_OPT("--ssm-head-dim", ssm_head_dim, 2, 4096)
         INT_OPT("--ssm-conv", ssm_d_conv, 1, 64)
+        INT_OPT("--mtp", n_mtp, 0, FT_SYNTH_MAX_MTP)
 #undef INT_OPT
         if (args_flag(argv, i, "--fused-gate-up")) {
             p.fused_gate_up = true;
+            continue;
+        }
+        if (args_flag(argv, i, "--qkv-bias")) {
+            p.qkv_bias = true;
+            continue;
+        }
+        if (args_flag(argv, i, "--qk-norm")) {
+            p.qk_norm = true;
             continue;
         }
         if (args_int(argc, argv, &i, "--seed", 0, INT64_MAX, &v, &bad)) {
@@ -98,7 +112,8 @@ int cmd_synth(int argc, char **argv) {
             args_str(argc, argv, &i, "--dense-type", &dense, &bad) ||
             args_str(argc, argv, &i, "--expert-types", &types, &bad) ||
             args_str(argc, argv, &i, "--expert-down-types", &down_types, &bad) ||
-            args_str(argc, argv, &i, "--vocab-from", &p.vocab_from, &bad))
+            args_str(argc, argv, &i, "--vocab-from", &p.vocab_from, &bad) ||
+            args_str(argc, argv, &i, "--rope-sections", &sections, &bad))
             continue;
         if (a[0] == '-' || out) {
             fprintf(stderr, "ft synth: unexpected argument '%s' (see ft synth --help)\n", a);
@@ -120,6 +135,14 @@ int cmd_synth(int argc, char **argv) {
         fprintf(stderr, "ft synth: --fused-gate-up is for architectures whose experts may fuse gate and up "
                         "(%s's do not)\n", p.arch);
         return FT_EXIT_USAGE;
+    }
+    if (sections) {
+        int *r = p.rope_sections, n = 0;
+        if (sscanf(sections, "%d,%d,%d,%d%n", &r[0], &r[1], &r[2], &r[3], &n) != 4 || sections[n] || r[0] < 0 ||
+            r[1] < 0 || r[2] < 0 || r[3] < 0) {
+            fprintf(stderr, "ft synth: --rope-sections takes 4 counts of pairs, e.g. 8,12,12,0 (not '%s')\n", sections);
+            return FT_EXIT_USAGE;
+        }
     }
     if (dense && !ft_type_from_name(dense, &p.dense_type)) {
         fprintf(stderr, "ft synth: --dense-type: unknown type '%s'\n", dense);

@@ -36,10 +36,10 @@ void model_block_attention(const ft_model *m, ft_forward *f, int il, attn_opts o
     if (ft_tensor_present(&L->bq)) ops->add_bias(be, f->q, &L->bq, n, nh * hd);
     if (ft_tensor_present(&L->bk)) ops->add_bias(be, f->k, &L->bk, n, nkv * hd);
     if (ft_tensor_present(&L->bv)) ops->add_bias(be, f->v, &L->bv, n, nkv * hd);
-    if (o.qk_norm) {
+    if (o.qk_norm || (o.qk_norm_if_present && ft_tensor_present(&L->q_norm)))
         ops->rms_norm(be, f->q, &L->q_norm, f->q, n * nh, hd, hp->rms_eps);
+    if (o.qk_norm || (o.qk_norm_if_present && ft_tensor_present(&L->k_norm)))
         ops->rms_norm(be, f->k, &L->k_norm, f->k, n * nkv, hd, hp->rms_eps);
-    }
 
     // per sequence: positions, its cache, attention over its own keys
     const ft_rope_params *rp = L->is_swa ? &hp->rope_swa : &hp->rope;

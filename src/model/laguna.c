@@ -22,10 +22,6 @@ static int64_t synth_heads(const ft_synth_params *p, int il) {
     return swa_layer(p->n_swa, SWA_PATTERN, il) && p->n_head_swa ? p->n_head_swa : p->n_head;
 }
 
-static int64_t synth_dense_ff(const ft_synth_params *p, int il) {
-    return p->n_ff_dense ? p->n_ff_dense : 2 * p->n_ff_exp;
-}
-
 static int64_t synth_yarn_orig_ctx(const ft_synth_params *p, int il) {
     return (int64_t)(p->n_ctx_train / p->yarn_factor);
 }
@@ -72,15 +68,9 @@ static const ft_arch_tensor tensors[] = {
     {"blk.%d.attn_gate.weight", FT_LAYERS_ALL, {FT_DIM_EMBD, FT_DIM_ARCH},
      FT_WTYPE_ANY, 0, LAYER(attn_gate), FT_FAN(1.0f)},
     MODEL_TENSOR_FFN_NORM,
-    {"blk.%d.ffn_gate.weight", FT_LAYERS_DENSE, {FT_DIM_EMBD, FT_DIM_FF},
-     FT_WTYPE_ANY, 0, LAYER(ffn_gate), FT_FAN(1.0f)},
-    {"blk.%d.ffn_up.weight", FT_LAYERS_DENSE, {FT_DIM_EMBD, FT_DIM_FF},
-     FT_WTYPE_ANY, 0, LAYER(ffn_up), FT_FAN(1.0f)},
-    {"blk.%d.ffn_down.weight", FT_LAYERS_DENSE, {FT_DIM_FF, FT_DIM_EMBD},
-     FT_WTYPE_ANY, 0, LAYER(ffn_down), FT_FAN(1.0f)},
+    MODEL_TENSORS_DENSE_FFN,
     MODEL_TENSORS_ROUTED_EXPERTS,
-    {"blk.%d.exp_probs_b.bias", FT_LAYERS_MOE, {FT_DIM_EXPERT},
-     FT_WTYPE_F32, 0, LAYER(sel_bias), FT_STD(0.2f)},
+    MODEL_TENSOR_SELECTION_BIAS,
     MODEL_TENSORS_SHARED_EXPERT,
     MODEL_TENSOR_OUTPUT_NORM,
     MODEL_TENSOR_OUTPUT(FT_FAN_DIV(3.0f)),

@@ -19,7 +19,8 @@
     X(llama)                                                                                      \
     X(laguna)                                                                                     \
     X(qwen35moe)                                                                                  \
-    X(qwen3next)
+    X(qwen3next)                                                                                  \
+    X(glm4moe)
 
 #define X(name) extern const ft_arch ft_arch_##name;
 FT_ARCHS(X)
@@ -377,7 +378,8 @@ bool model_read_hparams(ft_model *m, ft_err *err) {
     if (hp->n_dense_lead > 0 && hp->n_ff < 1)
         return ft_err_set(err, "key %s.feed_forward_length: missing or 0", a->name);
     if (hp->n_dense_lead == 0) hp->n_ff = 0;
-    for (int l = 0; l < hp->n_layer; l++) m->layers[l].is_moe = l >= hp->n_dense_lead;
+    // (the MTP blocks too, for ft synth, which writes them)
+    for (int l = 0; l < hp->n_layer + hp->n_layer_mtp; l++) m->layers[l].is_moe = l >= hp->n_dense_lead;
     return true;
 }
 
@@ -416,6 +418,7 @@ bool model_layer_has(const ft_model *m, const ft_arch_tensor *t, int il) {
     case FT_LAYERS_DENSE: return il >= 0 && !m->layers[il].is_moe;
     case FT_LAYERS_ATTN: return il >= 0 && !m->layers[il].is_recurrent;
     case FT_LAYERS_RECURRENT: return il >= 0 && m->layers[il].is_recurrent;
+    case FT_LAYERS_MTP: return il >= m->hp.n_layer;
     }
     return false;
 }
@@ -441,13 +444,16 @@ int64_t model_dim(const ft_model *m, int il, enum ft_dim d) {
     case FT_DIM_SSM_BA: return 2 * (int64_t)hp->ssm_n_v_heads;
     case FT_DIM_SSM_HEAD: return hp->ssm_head_dim;
     case FT_DIM_SSM_CONV: return hp->ssm_d_conv;
+    case FT_DIM_EMBD_2: return 2 * (int64_t)hp->n_embd;
     case FT_DIM_ARCH: break;
     }
     FT_ASSERT(!"an FT_DIM_ARCH size comes from the architecture's dim hook");
     return -1;
 }
 
-bool model_for_each_row(const ft_model *m, bool (*fn)(void *ctx, const ft_arch_tensor *t, int il), void *ctx) {
+// The rows of layers 0 .. n_layer - 1 (see model_for_each_row).
+static bool for_each_row(const ft_model *m, int n_layer, bool (*fn)(void *ctx, const ft_arch_tensor *t, int il),
+                         void *ctx) {
     const ft_arch *a = m->arch;
     for (int i = 0; i < a->n_tensors;) {
         if (a->tensors[i].layers == FT_LAYERS_NONE) {
@@ -456,12 +462,20 @@ bool model_for_each_row(const ft_model *m, bool (*fn)(void *ctx, const ft_arch_t
         }
         int end = i;
         while (end < a->n_tensors && a->tensors[end].layers != FT_LAYERS_NONE) end++;
-        for (int il = 0; il < m->hp.n_layer; il++)
+        for (int il = 0; il < n_layer; il++)
             for (int k = i; k < end; k++)
                 if (model_layer_has(m, &a->tensors[k], il) && !fn(ctx, &a->tensors[k], il)) return false;
         i = end;
     }
     return true;
+}
+
+bool model_for_each_row(const ft_model *m, bool (*fn)(void *ctx, const ft_arch_tensor *t, int il), void *ctx) {
+    return for_each_row(m, m->hp.n_layer, fn, ctx);
+}
+
+bool model_for_each_file_row(const ft_model *m, bool (*fn)(void *ctx, const ft_arch_tensor *t, int il), void *ctx) {
+    return for_each_row(m, m->hp.n_layer + m->hp.n_layer_mtp, fn, ctx);
 }
 
 void model_tensor_name(const ft_arch_tensor *t, int il, char *buf, size_t cap) {
@@ -470,6 +484,7 @@ void model_tensor_name(const ft_arch_tensor *t, int il, char *buf, size_t cap) {
 }
 
 static ft_tensor *tensor_of(ft_model *m, const ft_arch_tensor *t, int il) {
+    FT_ASSERT(t->field != FT_TENSOR_NO_FIELD && il < m->hp.n_layer);
     return field_of(il < 0 ? (void *)m : (void *)&m->layers[il], t->field);
 }
 

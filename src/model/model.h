@@ -8,8 +8,8 @@
 // loaded model is read-only: several engines may share it, each placing the weights on its
 // own backend (ft_weights_place).
 //
-// Each architecture is one file (qwen3moe.c, qwen2moe.c, llama.c, laguna.c, listed once in
-// model.c) holding its keys, its tensors, a few hooks where a rule does not fit a table, and
+// Each architecture is one file (qwen3moe.c, qwen2moe.c, llama.c, laguna.c, glm4moe.c, ...,
+// listed once in model.c) holding its keys, its tensors, a few hooks where a rule does not fit a table, and
 // `layer`, the forward pass of one block for a batch of tokens, made of ops and the shared
 // blocks of blocks.c (attention, routed experts).
 #ifndef FT_MODEL_H
@@ -216,6 +216,7 @@ enum ft_dim {
     FT_DIM_SSM_BA,   // 2 x ssm_n_v_heads: beta and alpha in one projection (qwen3next)
     FT_DIM_SSM_HEAD, // ssm_head_dim
     FT_DIM_SSM_CONV, // ssm_d_conv
+    FT_DIM_EMBD_2,   // 2 x n_embd: an MTP block's embedding and hidden state side by side
     FT_DIM_ARCH,     // the architecture's dim hook says
 };
 
@@ -227,6 +228,8 @@ enum ft_layers {
     FT_LAYERS_DENSE, // the n_dense_lead leading layers with a dense FFN
     FT_LAYERS_ATTN,  // layers with softmax attention (all but the recurrent ones)
     FT_LAYERS_RECURRENT, // gated DeltaNet layers (ft_layer.is_recurrent, set by the hparams hook)
+    FT_LAYERS_MTP,   // only the MTP blocks after the trunk (hp.n_layer_mtp): rows ft synth
+                     // writes and the loader never binds (their field is FT_TENSOR_NO_FIELD)
 };
 
 // The types a tensor may have, and the one ft synth writes it in.
@@ -265,13 +268,16 @@ typedef struct ft_tensor_synth {
 // A tensor. In a file (and for ft synth) the tensors come in table order: a model tensor where
 // its row stands, each run of layer rows once per layer (the rows a layer does not have left
 // out), so "token_embd, the layer rows, output_norm, output" gives llama.cpp's order.
+#define FT_TENSOR_NO_FIELD ((size_t)-1) // a row that is never bound (FT_LAYERS_MTP)
+
 typedef struct ft_arch_tensor {
     const char *name;       // the GGUF name; "%d" in a layer tensor's is the layer
     enum ft_layers layers;
     enum ft_dim ne[3];      // the shape in GGUF order; FT_DIM_NONE past the last dim
     enum ft_wtype type;
     unsigned flags;         // FT_TENSOR_*
-    size_t field;           // offsetof(ft_layer, x), or offsetof(ft_model, x) for a model tensor
+    size_t field;           // offsetof(ft_layer, x), or offsetof(ft_model, x) for a model tensor,
+                            // or FT_TENSOR_NO_FIELD
     ft_tensor_synth synth;
 } ft_arch_tensor;
 

@@ -48,6 +48,15 @@
     {"blk.%d.attn_v.weight", FT_LAYERS_ALL, {FT_DIM_EMBD, FT_DIM_KV},                               \
      FT_WTYPE_ANY, 0, LAYER(wv), FT_FAN(1.0f)}
 
+// Q/K/V biases where the file has them; ft synth writes them when asked (qkv_bias)
+#define MODEL_TENSORS_QKV_BIAS                                                                      \
+    {"blk.%d.attn_q.bias", FT_LAYERS_ALL, {FT_DIM_Q},                                               \
+     FT_WTYPE_F32, FT_TENSOR_OPTIONAL, LAYER(bq), FT_STD(0.1f, .when = synth_qkv_bias)},            \
+    {"blk.%d.attn_k.bias", FT_LAYERS_ALL, {FT_DIM_KV},                                              \
+     FT_WTYPE_F32, FT_TENSOR_OPTIONAL, LAYER(bk), FT_STD(0.1f, .when = synth_qkv_bias)},            \
+    {"blk.%d.attn_v.bias", FT_LAYERS_ALL, {FT_DIM_KV},                                              \
+     FT_WTYPE_F32, FT_TENSOR_OPTIONAL, LAYER(bv), FT_STD(0.1f, .when = synth_qkv_bias)}
+
 // Q/K/V biases where the file has them (ft synth writes none)
 #define MODEL_TENSORS_QKV_BIAS_OPTIONAL                                                             \
     {"blk.%d.attn_q.bias", FT_LAYERS_ALL, {FT_DIM_Q},                                               \
@@ -69,10 +78,33 @@
     {"blk.%d.attn_k_norm.weight", FT_LAYERS_ALL, {FT_DIM_HEAD},                                     \
      FT_WTYPE_F32, 0, LAYER(k_norm), FT_NORM}
 
+// per-head RMSNorm weights of Q and K where the file has them; ft synth writes them when asked
+// (qk_norm)
+#define MODEL_TENSORS_QK_NORM_OPTIONAL                                                              \
+    {"blk.%d.attn_q_norm.weight", FT_LAYERS_ALL, {FT_DIM_HEAD},                                     \
+     FT_WTYPE_F32, FT_TENSOR_OPTIONAL, LAYER(q_norm), FT_STD(0.3f, .mean = 1.0f, .when = synth_qk_norm)}, \
+    {"blk.%d.attn_k_norm.weight", FT_LAYERS_ALL, {FT_DIM_HEAD},                                     \
+     FT_WTYPE_F32, FT_TENSOR_OPTIONAL, LAYER(k_norm), FT_STD(0.3f, .mean = 1.0f, .when = synth_qk_norm)}
+
 // the FFN block's input norm
 #define MODEL_TENSOR_FFN_NORM                                                                       \
     {"blk.%d.ffn_norm.weight", FT_LAYERS_ALL, {FT_DIM_EMBD},                                        \
      FT_WTYPE_F32, 0, LAYER(ffn_norm), FT_NORM}
+
+// the SiLU-gated FFN of the leading dense layers
+#define MODEL_TENSORS_DENSE_FFN                                                                     \
+    {"blk.%d.ffn_gate.weight", FT_LAYERS_DENSE, {FT_DIM_EMBD, FT_DIM_FF},                           \
+     FT_WTYPE_ANY, 0, LAYER(ffn_gate), FT_FAN(1.0f)},                                               \
+    {"blk.%d.ffn_up.weight", FT_LAYERS_DENSE, {FT_DIM_EMBD, FT_DIM_FF},                             \
+     FT_WTYPE_ANY, 0, LAYER(ffn_up), FT_FAN(1.0f)},                                                 \
+    {"blk.%d.ffn_down.weight", FT_LAYERS_DENSE, {FT_DIM_FF, FT_DIM_EMBD},                           \
+     FT_WTYPE_ANY, 0, LAYER(ffn_down), FT_FAN(1.0f)}
+
+// the sigmoid router's score-correction bias, added to the scores only to select the experts
+// (laguna, glm4moe)
+#define MODEL_TENSOR_SELECTION_BIAS                                                                 \
+    {"blk.%d.exp_probs_b.bias", FT_LAYERS_MOE, {FT_DIM_EXPERT},                                     \
+     FT_WTYPE_F32, 0, LAYER(sel_bias), FT_STD(0.2f)}
 
 // the router (ft synth: logits of a few units, some experts clearly preferred, not one always)
 // and the three expert banks of MoE layers
@@ -173,8 +205,9 @@
      FT_SYNTH(n_ctx_train)}
 #define MODEL_KEY_EMBEDDING_LENGTH                                                                          \
     {"embedding_length", FT_KEY_TYPE_U32, FT_KEY_REQUIRED, 1, 1 << 20, HP(n_embd), 0, FT_SYNTH(n_embd)}
+// (ft synth: the trunk and the MTP blocks after it)
 #define MODEL_KEY_BLOCK_COUNT                                                                               \
-    {"block_count", FT_KEY_TYPE_U32, FT_KEY_REQUIRED, 1, 4096, HP(n_layer), 0, FT_SYNTH(n_layer)}
+    {"block_count", FT_KEY_TYPE_U32, FT_KEY_REQUIRED, 1, 4096, HP(n_layer), 0, FT_SYNTH_FN(synth_block_count)}
 #define MODEL_KEY_FEED_FORWARD_LENGTH(...)                                                                  \
     {"feed_forward_length", FT_KEY_TYPE_U32, 0, 0, 1 << 20, HP(n_ff), 0, __VA_ARGS__}
 // heads per layer into ft_layer.n_head
@@ -233,6 +266,18 @@
 
 // ft synth writes rope.dimension_count only when asked for partial rotary
 bool synth_has_n_rot(const ft_synth_params *p);
+// ft synth writes Q/K/V biases, per-head Q/K norms, MTP blocks (nextn_predict_layers) only
+// when asked
+bool synth_qkv_bias(const ft_synth_params *p);
+bool synth_qk_norm(const ft_synth_params *p);
+bool synth_has_mtp(const ft_synth_params *p);
+// rope.dimension_sections from rope_sections, written when one is set
+bool synth_has_rope_sections(const ft_synth_params *p);
+int64_t synth_rope_sections(const ft_synth_params *p, int i);
+// block_count: the layers and the MTP blocks after them
+int64_t synth_block_count(const ft_synth_params *p, int il);
+// feed_forward_length of the leading dense layers: n_ff_dense, else twice the expert width
+int64_t synth_dense_ff(const ft_synth_params *p, int il);
 // ft synth writes gate and up experts fused (ffn_gate_up_exps), or split
 bool synth_fused_gate_up(const ft_synth_params *p);
 bool synth_split_gate_up(const ft_synth_params *p);
@@ -311,8 +356,11 @@ bool model_layer_has(const ft_model *m, const ft_arch_tensor *t, int il);
 int64_t model_dim(const ft_model *m, int il, enum ft_dim d);
 
 // Calls fn for each tensor row of m's description and layer (-1 for a model tensor) in file
-// order, the layers that do not have a row left out, until fn returns false.
+// order, the layers that do not have a row left out, until fn returns false: the trunk's
+// layers (what is bound and run), or with model_for_each_file_row the MTP blocks after it too
+// (what ft synth writes).
 bool model_for_each_row(const ft_model *m, bool (*fn)(void *ctx, const ft_arch_tensor *t, int il), void *ctx);
+bool model_for_each_file_row(const ft_model *m, bool (*fn)(void *ctx, const ft_arch_tensor *t, int il), void *ctx);
 
 // The name of row t in layer il.
 void model_tensor_name(const ft_arch_tensor *t, int il, char *buf, size_t cap);
@@ -333,6 +381,8 @@ bool model_linear_attention_hparams(ft_model *m, ft_err *err);
 
 typedef struct attn_opts {
     bool qk_norm;     // per-head RMSNorm of Q and K before RoPE (qwen3moe, laguna)
+    bool qk_norm_if_present; // each of those norms where the layer has its weights (glm4moe:
+                             // GLM-4.5 has them, GLM-4.5-Air not)
     bool q_gated;     // wq doubles each head: q, then an output gate the attention is
                       // multiplied by through a sigmoid (qwen35moe)
 } attn_opts;

@@ -16,17 +16,10 @@ static const ft_arch_key keys[] = {
     MODEL_KEYS_ROPE_SCALING_READ_ONLY,
 };
 
-static bool synth_bias(const ft_synth_params *p) { return p->qkv_bias; }
-
 static const ft_arch_tensor tensors[] = {
     MODEL_TENSOR_TOKEN_EMBD,
     MODEL_TENSORS_ATTENTION_QKV,
-    {"blk.%d.attn_q.bias", FT_LAYERS_ALL, {FT_DIM_Q},
-     FT_WTYPE_F32, FT_TENSOR_OPTIONAL, LAYER(bq), FT_STD(0.1f, .when = synth_bias)},
-    {"blk.%d.attn_k.bias", FT_LAYERS_ALL, {FT_DIM_KV},
-     FT_WTYPE_F32, FT_TENSOR_OPTIONAL, LAYER(bk), FT_STD(0.1f, .when = synth_bias)},
-    {"blk.%d.attn_v.bias", FT_LAYERS_ALL, {FT_DIM_KV},
-     FT_WTYPE_F32, FT_TENSOR_OPTIONAL, LAYER(bv), FT_STD(0.1f, .when = synth_bias)},
+    MODEL_TENSORS_QKV_BIAS,
     MODEL_TENSOR_ATTN_OUTPUT,
     MODEL_TENSOR_FFN_NORM,
     MODEL_TENSORS_ROUTED_EXPERTS,

@@ -80,8 +80,17 @@ static enum ft_type layer_type(const enum ft_type *types, int n, int layer) {
 }
 
 bool synth_has_n_rot(const ft_synth_params *p) { return p->n_rot != 0; }
+bool synth_qkv_bias(const ft_synth_params *p) { return p->qkv_bias; }
+bool synth_qk_norm(const ft_synth_params *p) { return p->qk_norm; }
+bool synth_has_mtp(const ft_synth_params *p) { return p->n_mtp > 0; }
 bool synth_fused_gate_up(const ft_synth_params *p) { return p->fused_gate_up; }
 bool synth_split_gate_up(const ft_synth_params *p) { return !p->fused_gate_up; }
+
+int64_t synth_block_count(const ft_synth_params *p, int il) { return (int64_t)p->n_layer + p->n_mtp; }
+
+int64_t synth_dense_ff(const ft_synth_params *p, int il) {
+    return p->n_ff_dense ? p->n_ff_dense : 2 * p->n_ff_exp;
+}
 
 int64_t synth_ff_used_experts(const ft_synth_params *p, int il) {
     return (int64_t)p->n_ff_exp * p->n_expert_used;
@@ -136,10 +145,11 @@ static void write_keys(const ft_synth_params *p, const ft_arch *a, gguf_writer *
             break;
         }
         case FT_KEY_TYPE_U32_LAYERS:
-            if (s->per_layer) {
-                uint32_t v[FT_SYNTH_MAX_LAYERS];
-                for (int l = 0; l < p->n_layer; l++) v[l] = (uint32_t)synth_int(p, s, l);
-                gguf_writer_set_arr(w, key, GGUF_VALUE_TYPE_UINT32, v, (uint64_t)p->n_layer);
+            if (s->per_layer) { // (an entry per block, the MTP ones too)
+                uint32_t v[FT_SYNTH_MAX_LAYERS + FT_SYNTH_MAX_MTP];
+                int n = p->n_layer + p->n_mtp;
+                for (int l = 0; l < n; l++) v[l] = (uint32_t)synth_int(p, s, l);
+                gguf_writer_set_arr(w, key, GGUF_VALUE_TYPE_UINT32, v, (uint64_t)n);
             } else {
                 gguf_writer_set_u32(w, key, (uint32_t)synth_int(p, s, -1));
             }
@@ -219,6 +229,25 @@ bool ft_synth_has_fused_gate_up(const char *arch) {
     return a && has_fused_gate_up(a);
 }
 
+bool ft_synth_has_mtp(const char *arch) {
+    const ft_arch *a = ft_arch_find(arch);
+    return a && has_layers(a, FT_LAYERS_MTP);
+}
+
+// Whether the architecture writes rope.dimension_sections from rope_sections.
+static bool writes_rope_sections(const ft_arch *a) {
+    for (int i = 0; i < a->n_keys; i++)
+        if (!strcmp(a->keys[i].suffix, "rope.dimension_sections") && a->keys[i].synth.when == synth_has_rope_sections)
+            return true;
+    return false;
+}
+
+bool synth_has_rope_sections(const ft_synth_params *p) {
+    return p->rope_sections[0] || p->rope_sections[1] || p->rope_sections[2] || p->rope_sections[3];
+}
+
+int64_t synth_rope_sections(const ft_synth_params *p, int i) { return p->rope_sections[i]; }
+
 static bool check_params(const ft_synth_params *p, const ft_arch *a, ft_err *err) {
     if (p->n_layer < 1 || p->n_layer > FT_SYNTH_MAX_LAYERS)
         return ft_err_set(err, "--layers must be 1..%d, got %d", FT_SYNTH_MAX_LAYERS, p->n_layer);
@@ -240,6 +269,14 @@ static bool check_params(const ft_synth_params *p, const ft_arch *a, ft_err *err
         !has_layers(a, FT_LAYERS_RECURRENT))
         return ft_err_set(err, "--full-attn-interval and --ssm-* are for architectures with linear-attention layers "
                                "(%s has none)", p->arch);
+    if (p->n_mtp < 0 || p->n_mtp > FT_SYNTH_MAX_MTP)
+        return ft_err_set(err, "MTP blocks must be 0..%d, got %d", FT_SYNTH_MAX_MTP, p->n_mtp);
+    if (p->n_mtp && !has_layers(a, FT_LAYERS_MTP))
+        return ft_err_set(err, "--mtp is for architectures whose files may hold MTP blocks ft synth writes (%s's "
+                               "do not)", p->arch);
+    if (synth_has_rope_sections(p) && !writes_rope_sections(a))
+        return ft_err_set(err, "--rope-sections is for architectures with M-RoPE sections ft synth writes from it "
+                               "(not %s)", p->arch);
     if (p->fused_gate_up && !has_fused_gate_up(a))
         return ft_err_set(err, "--fused-gate-up is for architectures whose experts may fuse gate and up "
                                "(%s's do not)", p->arch);
@@ -320,7 +357,7 @@ bool ft_synth_write(const ft_synth_params *p, const char *path, ft_err *err) {
     if (ok) {
         m->hp.n_vocab = (int)n_vocab;
         plan_ctx c = {p, m, &pl, err};
-        ok = model_for_each_row(m, plan_row, &c) && check_plan(&pl, err);
+        ok = model_for_each_file_row(m, plan_row, &c) && check_plan(&pl, err);
     }
     ft_model_free(m);
     free(image);
@@ -360,8 +397,9 @@ bool ft_synth_write(const ft_synth_params *p, const char *path, ft_err *err) {
     }
     ok = ok && gguf_writer_finish(w, err);
     if (ok)
-        FT_LOG_INFO("synth: wrote %s: %s, %d layers, %lld tokens, %.1f MiB in %.1f s", path, p->arch,
-                    p->n_layer, (long long)n_vocab, written / 1048576.0, ft_time_s() - t0);
+        FT_LOG_INFO("synth: wrote %s: %s, %d layers%s, %lld tokens, %.1f MiB in %.1f s", path, p->arch,
+                    p->n_layer, p->n_mtp ? " and MTP blocks" : "", (long long)n_vocab, written / 1048576.0,
+                    ft_time_s() - t0);
     free(buf);
     free(pl.items);
     gguf_writer_free(w);

@@ -12,6 +12,7 @@
 #include "../util/util.h"
 
 #define FT_SYNTH_MAX_LAYERS 256
+#define FT_SYNTH_MAX_MTP 4
 
 typedef struct ft_synth_params {
     const char *arch;         // an architecture ft runs (ft_arch_names); first: offset 0 is "no field"
@@ -34,10 +35,12 @@ typedef struct ft_synth_params {
     int n_expert_down_types;                             // 0: down banks as gate/up
     enum ft_type expert_down_types[FT_SYNTH_MAX_LAYERS];
     // Options of the other architectures (0: the architecture's default or "none")
-    int n_ff_shexp;           // shared-expert width (qwen2moe, laguna; default n_ff_exp)
-    bool qkv_bias;            // qwen2moe: Q/K/V biases
-    int n_dense_lead;         // laguna: leading layers with a dense FFN
-    int n_ff_dense;           // laguna: dense FFN width (default 2 * n_ff_exp)
+    int n_ff_shexp;           // shared-expert width (qwen2moe, laguna; default n_ff_exp; glm4moe:
+                              // a multiple of n_ff_exp, written as expert_shared_count)
+    bool qkv_bias;            // qwen2moe, glm4moe: Q/K/V biases
+    bool qk_norm;             // glm4moe: per-head Q/K RMSNorm (GLM-4.5 has them, GLM-4.5-Air not)
+    int n_dense_lead;         // laguna, glm4moe: leading layers with a dense FFN
+    int n_ff_dense;           // laguna, glm4moe: dense FFN width (default 2 * n_ff_exp)
     int n_swa;                // laguna: sliding window (0: all layers full attention)
     int n_head_swa;           // laguna: query heads of sliding-window layers (default n_head)
     int n_rot;                // rotary dims of full layers (default head_dim)
@@ -45,7 +48,12 @@ typedef struct ft_synth_params {
     float rope_freq_base_swa; // laguna: RoPE base of sliding-window layers (default 10000)
     float yarn_factor;        // laguna: YaRN context-extension factor on full layers (0: none)
     bool gate_per_element;    // laguna: output gate per element (else per head)
-    float expert_weights_scale; // laguna: routed weights scale (default 2.5)
+    float expert_weights_scale; // laguna, glm4moe: routed weights scale (default 2.5)
+    // glm4moe: multi-token-prediction blocks after the n_layer trunk (nextn_predict_layers), with
+    // every tensor llama.cpp's loader expects of them; ft neither binds nor runs them
+    int n_mtp;
+    // glm4moe: rope.dimension_sections (M-RoPE of GLM-4.6V), in rotary pairs; all 0: none written
+    int rope_sections[4];
     // qwen35moe's gated DeltaNet layers (0: the defaults in brackets)
     int ssm_d_conv;           // the conv's taps [4]
     int ssm_n_k_heads;        // key heads [2]
@@ -79,6 +87,10 @@ bool ft_synth_has_linear_attention(const char *arch);
 // Whether the architecture can hold gate and up experts fused (fused_gate_up applies); false
 // for an unknown one.
 bool ft_synth_has_fused_gate_up(const char *arch);
+
+// Whether the architecture's files may hold MTP blocks ft synth writes (n_mtp applies); false
+// for an unknown one.
+bool ft_synth_has_mtp(const char *arch);
 
 // Parses a comma-separated type list ("q4_K,q4_K,bf16") into types (at most max). Returns the
 // count, or -1 and sets *err naming the bad entry.
