@@ -43,7 +43,16 @@ ft_synth_params fixture_compare_params(const char *arch, int head_dim, bool stri
         fixture_expert_types(&p, "q8_0", NULL);
     }
     if (!strcmp(arch, "laguna")) p.n_dense_lead = 1;
+    if (!strcmp(arch, "glm4moe")) fixture_glm4moe(&p);
     return p;
+}
+
+void fixture_glm4moe(ft_synth_params *p) {
+    p->n_dense_lead = 1;
+    p->n_rot = p->head_dim / 2;
+    p->qkv_bias = true;
+    p->qk_norm = true;
+    p->n_mtp = 1;
 }
 
 void fixture_bf16_tail(ft_synth_params *p, bool strict) {

@@ -34,8 +34,11 @@ void fixture_expert_types(ft_synth_params *p, const char *gate_up, const char *d
 
 // The models the GPU suite runs beside the CPU reference: 3 layers of arch, a context of 256,
 // the given head_dim; strict: q8_0 for the dense and the expert weights (CPU and GPU then
-// agree closely); laguna: one leading dense layer.
+// agree closely); laguna: one leading dense layer; glm4moe: as fixture_glm4moe.
 ft_synth_params fixture_compare_params(const char *arch, int head_dim, bool strict);
+// Makes a glm4moe of p as GLM-4.5: a leading dense layer, Q/K/V biases, Q/K norms, rotary over
+// half of each head, and an MTP block after the layers (which no engine may run or place).
+void fixture_glm4moe(ft_synth_params *p);
 // Makes p 4 layers whose last one has bf16 experts, the others q4_K (strict: q8_0).
 void fixture_bf16_tail(ft_synth_params *p, bool strict);
 

@@ -842,7 +842,8 @@ typedef struct model_opts {
     const char *arch;
     bool strict;    // q8_0 weights and KV (else q4_K experts, f16 KV)
     bool swa_yarn;  // laguna: sliding windows of 8 and YaRN
-    bool bf16_tail; // laguna: 4 layers, dense lead, then 2 quantized MoE layers and a BF16 one
+    bool bf16_tail; // 4 layers, the last with BF16 experts (laguna, glm4moe: after a dense lead,
+                    // 2 quantized MoE layers)
     int n_batch;    // 16: matvec kernels (more than 8 tokens per matmul); 64: the GEMMs
     int n_prompt;   // at most 120
 } model_opts;
@@ -861,8 +862,8 @@ static void model_case(const model_opts *o) {
             sp.n_swa = 8;
             sp.yarn_factor = 4;
         }
-        if (o->bf16_tail) fixture_bf16_tail(&sp, strict);
     }
+    if (o->bf16_tail) fixture_bf16_tail(&sp, strict);
     const char *path = fixture_write(&sp, arch);
     if (!path) return;
     ft_err err = {{0}};
@@ -949,3 +950,10 @@ TEST(cuda_model_laguna) {
     arch_cases("laguna", true, false);
 }
 TEST(cuda_model_laguna_bf16_tail) { GPU_TEST_REQUIRE_DEVICE(); arch_cases("laguna", false, true); }
+// GLM-4.5's shape (fixture_glm4moe: dense lead, biases, Q/K norms, half-head rotary, an MTP
+// block the device placement must leave in the file), then with a BF16 MoE layer last
+TEST(cuda_model_glm4moe) {
+    GPU_TEST_REQUIRE_DEVICE();
+    arch_cases("glm4moe", false, false);
+    arch_cases("glm4moe", false, true);
+}

@@ -28,8 +28,8 @@
 // meeting's sequence numbers (the default and the spinning import take the routing and x from
 // the decode router's own export, the event meeting from copies). A last engine routes on the
 // CPU (FT_CPU_EXPERTS_ROUTE=host), judged against the CPU reference like the default.
-// Models: qwen3moe (softmax gating) and a mixed-type laguna (a dense lead layer, sigmoid
-// gating with a selection bias, Q4_K experts then a BF16 tail). A qwen35moe with fused gate/up
+// Models: qwen3moe (softmax gating) and a mixed-type laguna and glm4moe (a dense lead layer,
+// sigmoid gating with a selection bias, Q4_K experts then a BF16 tail). A qwen35moe with fused gate/up
 // experts equals its split twin bit for bit (the overlay's strided staging, the CPU's views).
 #include "gpu_test.h"
 #include "../tests/fixtures.h"
@@ -97,8 +97,8 @@ static void check_stable_share(const char *test) {
 static void model_case(const char *arch, bool strict, const schedule *sc) {
     double tol = strict ? 3e-2 : 0.05;
     ft_synth_params sp = fixture_compare_params(arch, 128, strict);
-    // laguna mixed: a dense lead layer, then Q4_K (or q8_0) experts and a BF16 tail
-    if (!strcmp(arch, "laguna")) fixture_bf16_tail(&sp, strict);
+    // laguna and glm4moe mixed: a dense lead layer, then Q4_K (or q8_0) experts and a BF16 tail
+    if (!strcmp(arch, "laguna") || !strcmp(arch, "glm4moe")) fixture_bf16_tail(&sp, strict);
     if (!strcmp(arch, "qwen35moe") || !strcmp(arch, "qwen3next"))
         sp.n_layer = 4; // three DeltaNet layers, then softmax attention
     const char *path = fixture_write(&sp, arch);
@@ -246,6 +246,15 @@ TEST(cuda_cpu_experts_laguna_mixed) {
     model_case("laguna", true, &small_steps);
     model_case("laguna", false, &small_steps);
     check_stable_share("cuda_cpu_experts_laguna_mixed");
+}
+
+// glm4moe mixed (fixture_glm4moe: biases, Q/K norms, half-head rotary, an MTP block the host
+// experts leave out), its MoE layers' experts on the CPU.
+TEST(cuda_cpu_experts_glm4moe_mixed) {
+    GPU_TEST_REQUIRE_DEVICE();
+    model_case("glm4moe", true, &small_steps);
+    model_case("glm4moe", false, &small_steps);
+    check_stable_share("cuda_cpu_experts_glm4moe_mixed");
 }
 
 // The Q4_K / q8_0 layers from the overlay, the BF16 tail on the CPU (not bit-identical to fused).

@@ -195,4 +195,5 @@ TEST(cuda_layers) {
     layers_case("llama", 128, false);
     layers_case("laguna", 128, false);
     layers_case("laguna", 128, true);
+    layers_case("glm4moe", 128, false); // Q/K/V biases, Q/K norms over half-head rotary
 }

@@ -40,6 +40,7 @@ static const char *write_arch_model_layout(const char *arch, const char *name, i
     sp.n_ff_exp = n_ff;
     sp.n_ctx_train = 512;
     fixture_expert_types(&sp, "q4_K,q4_K,bf16,q4_K", NULL);
+    if (!strcmp(arch, "glm4moe")) fixture_glm4moe(&sp);
     return fixture_write(&sp, name);
 }
 
@@ -349,6 +350,7 @@ static void offload_equal_fused(const char *arch, size_t n_cases, bool fused_gat
     gguf_file *f;
     moe_geometry g;
     REQUIRE(fixture_open_moe(path, &f, &g));
+    moe_geometry_keep_below(&g, mf->hp.n_layer); // (an MTP block's experts are never cached)
     moe_cache_plan_params pp = moe_cache_plan_default_params();
     pp.top_k = TOP_K;
     int min_exact = moe_cache_plan_min_slots(&g, &pp);
@@ -425,6 +427,14 @@ TEST(cuda_offload_logits_equal_fused_qwen35moe) {
 TEST(cuda_offload_logits_equal_fused_qwen3next) {
     GPU_TEST_REQUIRE_DEVICE();
     offload_equal_fused("qwen3next", 3, false);
+}
+
+// glm4moe (fixture_glm4moe): a dense lead layer, which no pool holds, and an MTP block after
+// the layers, whose experts no bank or cache may hold (the smallest cache is sized without
+// them); sigmoid routing with a selection bias, a shared expert. The same cases.
+TEST(cuda_offload_logits_equal_fused_glm4moe) {
+    GPU_TEST_REQUIRE_DEVICE();
+    offload_equal_fused("glm4moe", 3, false);
 }
 
 // The same with gate and up experts fused in the file (ffn_gate_up_exps).
