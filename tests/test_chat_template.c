@@ -96,6 +96,9 @@ TEST(chat_template_expected_strings) {
          "<|start_header_id|>user<|end_header_id|>\n\nHello<|eot_id|><|start_header_id|>assistant"
          "<|end_header_id|>\n\nHi there<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nWho are "
          "you<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"},
+        {TOK_CHAT_GLM45, 0,
+         "[gMASK]<sop><|system|>\nYou are a helpful assistant<|user|>\nHello<|assistant|>\n<think></think>\nHi there"
+         "<|user|>\nWho are you<|assistant|>"},
         {TOK_CHAT_LLAMA31, 0,
          "<s><|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December 2023\n"
          "Today Date: 26 Jul 2024\n\nYou are a helpful assistant<|eot_id|><|start_header_id|>user"
@@ -134,6 +137,33 @@ TEST(chat_template_qwen3_thinking) {
     got = render(TOK_CHAT_QWEN3, m, 1, p);
     CHECK(got && !strcmp(got, "<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n<think>\n\n"
                               "</think>\n\n"),
+          "got '%s'", got);
+    free(got);
+}
+
+// GLM-4.5 / 4.6 keeps the reasoning of turns after the last question (trimmed, in <think>),
+// gives every other assistant turn an empty <think></think>, and with thinking off appends
+// "/nothink" to each user turn not already ending so and closes an empty think in the prompt
+// (strings rendered from GLM-4.6.jinja).
+TEST(chat_template_glm45_thinking) {
+    tok_chat_msg m[] = {
+        {"user", "2+2?", NULL},
+        {"assistant", "<think>\nadd them\n</think>\n\n4", NULL},
+        {"user", "and 3+3? /nothink", NULL},
+        {"assistant", " 6 ", " add again\n"},
+    };
+    tok_chat_params p = params();
+    p.add_generation_prompt = false;
+    char *got = render(TOK_CHAT_GLM45, m, 4, p);
+    CHECK(got && !strcmp(got, "[gMASK]<sop><|user|>\n2+2?<|assistant|>\n<think></think>\n4<|user|>\nand 3+3? "
+                              "/nothink<|assistant|>\n<think>add again</think>\n6"),
+          "got '%s'", got);
+    free(got);
+    p.add_generation_prompt = true;
+    p.enable_thinking = false;
+    got = render(TOK_CHAT_GLM45, m, 3, p);
+    CHECK(got && !strcmp(got, "[gMASK]<sop><|user|>\n2+2?/nothink<|assistant|>\n<think></think>\n4<|user|>\nand "
+                              "3+3? /nothink<|assistant|>\n<think></think>"),
           "got '%s'", got);
     free(got);
 }
@@ -211,7 +241,7 @@ static const char *const g_contents[] = {
     "Hello", "  padded  ", "", "\n\nnewlines\n\n", "multi\nline\ncontent", "ünïcödé 你好 🦙",
     "<think>\nreasoning\n</think>\n\nanswer", "pre</think>post", "<think>a</think>b</think>c",
     "<tool_response>x</tool_response>", "[INST] fake [/INST]", "<|im_end|>", " ", "\t tab\t",
-    "\u3000wide\u00a0", "\x1c\xc2\x85x",
+    "\u3000wide\u00a0", "\x1c\xc2\x85x", "no thoughts /nothink",
 };
 static const char *const g_roles[] = {"user", "assistant", "system", "user", "assistant", "developer"};
 
@@ -301,6 +331,8 @@ static void against_jinja(enum tok_chat_template t, const char *jinja, uint64_t 
     CHECK(n_diff == 0, "%s: %d conversations differ from the Jinja template", tok_chat_name(t), n_diff);
 }
 
+static void jinja_text(enum tok_chat_template t, const char *jinja);
+
 static void jinja_file(enum tok_chat_template t, const char *file) {
     const char *src = oracle_llama_src();
     if (!src) return;
@@ -324,6 +356,57 @@ TEST(chat_template_jinja_qwen3) {
 TEST(chat_template_jinja_qwen35) {
     if (oracle_node_available()) jinja_file(TOK_CHAT_QWEN35, "Qwen3.5-4B.jinja");
 }
+// GLM-4.5 / 4.6 in the three texts ft recognises: llama.cpp's GLM-4.6.jinja, the same without
+// its check of tool-call arguments (as the models were published), and that with the user turn
+// as llama.cpp's converter rewrote it into GGUFs of 2025 (its Jinja engine could not call a
+// method on a macro's result then). Without tools all three render alike.
+static char *glm45_variant(const char *jinja, int variant) {
+    static const char args_checked[] =
+        "{% set _args = tc.arguments or {} %}\n{% if _args is not mapping %}\n    {{ raise_exception(\"Invalid tool "
+        "call arguments passed: \" + _args | string) }}\n{% endif %}\n";
+    static const char args_plain[] = "{% set _args = tc.arguments %}\n";
+    static const char user_twice[] =
+        "{{ visible_text(m.content) }}\n{{- '/nothink' if (enable_thinking is defined and not enable_thinking and not "
+        "visible_text(m.content).endswith(\"/nothink\")) else '' -}}";
+    static const char user_once[] =
+        "{% set content = visible_text(m.content) %}{{ content }}\n{{- '/nothink' if (enable_thinking is defined and "
+        "not enable_thinking and not content.endswith(\"/nothink\")) else '' -}}";
+    char *out = strdup(jinja);
+    const char *from[2] = {args_checked, user_twice}, *to[2] = {args_plain, user_once};
+    for (int k = 0; k < variant; k++) {
+        char *at = strstr(out, from[k]);
+        if (!at) {
+            free(out);
+            return NULL;
+        }
+        size_t pre = (size_t)(at - out), nf = strlen(from[k]), nt = strlen(to[k]);
+        char *next = malloc(strlen(out) - nf + nt + 1);
+        memcpy(next, out, pre);
+        memcpy(next + pre, to[k], nt);
+        strcpy(next + pre + nt, at + nf);
+        free(out);
+        out = next;
+    }
+    return out;
+}
+
+TEST(chat_template_jinja_glm45) {
+    if (!oracle_node_available()) return;
+    const char *src = oracle_llama_src();
+    if (!src) return;
+    char path[1024];
+    snprintf(path, sizeof(path), "%s/models/templates/GLM-4.6.jinja", src);
+    char *jinja = fixture_read_file(path, NULL);
+    REQUIRE(jinja, "cannot read %s", path);
+    for (int v = 0; v < 3; v++) {
+        char *text = glm45_variant(jinja, v);
+        REQUIRE(text, "GLM-4.6.jinja: variant %d's text not found", v);
+        jinja_text(TOK_CHAT_GLM45, text);
+        free(text);
+    }
+    free(jinja);
+}
+
 TEST(chat_template_jinja_llama31) {
     if (oracle_node_available()) jinja_file(TOK_CHAT_LLAMA31, "meta-llama-Llama-3.1-8B-Instruct.jinja");
 }

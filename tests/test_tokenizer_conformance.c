@@ -339,6 +339,7 @@ TEST(tokenizer_conformance_pre_deepseek_coder) { conformance_pre("deepseek-coder
 TEST(tokenizer_conformance_pre_deepseek_v3) { conformance_pre("deepseek-v3"); }
 TEST(tokenizer_conformance_pre_gpt4o) { conformance_pre("gpt-4o"); }
 TEST(tokenizer_conformance_pre_laguna) { conformance_pre("laguna"); }
+TEST(tokenizer_conformance_pre_glm4) { conformance_pre("glm4"); } // GLM-4.5 / 4.6 (no BOS)
 TEST(tokenizer_conformance_pre_default) { conformance_pre("default"); }
 
 // The other vocabularies of llama.cpp's repository that ft supports (real deepseek-coder,

@@ -22,6 +22,7 @@ static const char *const g_names[TOK_CHAT_COUNT] = {
     [TOK_CHAT_CHATML] = "chatml",   [TOK_CHAT_QWEN2] = "qwen2",   [TOK_CHAT_QWEN25] = "qwen2.5",
     [TOK_CHAT_QWEN3] = "qwen3",     [TOK_CHAT_LLAMA2] = "llama2", [TOK_CHAT_MISTRAL] = "mistral",
     [TOK_CHAT_LLAMA3] = "llama3",   [TOK_CHAT_LLAMA31] = "llama3.1", [TOK_CHAT_QWEN35] = "qwen3.5",
+    [TOK_CHAT_GLM45] = "glm4.5",
 };
 
 static const struct {
@@ -37,6 +38,12 @@ static const struct {
     {0x0e60067a5537498eull, TOK_CHAT_LLAMA3, "Llama 3 Instruct"},
     {0xcc0368e1ffb6b958ull, TOK_CHAT_LLAMA31, "Llama 3.1 / 3.3 Instruct"},
     {0xf07c510f47fbaca0ull, TOK_CHAT_QWEN35, "Qwen3.5 (llama.cpp models/templates/Qwen3.5-4B.jinja)"},
+    // GLM-4.5 / GLM-4.6: three texts that render alike without tools
+    {0x9462888dcdf2e29cull, TOK_CHAT_GLM45, "GLM-4.6 (llama.cpp models/templates/GLM-4.6.jinja: tool-call "
+                                            "arguments checked)"},
+    {0x5f4dd018f4521bc9ull, TOK_CHAT_GLM45, "GLM-4.5 / GLM-4.6 as published (tool-call arguments unchecked)"},
+    {0x42acd273715300d2ull, TOK_CHAT_GLM45, "GLM-4.5 / GLM-4.6 as llama.cpp's converter wrote them into GGUFs in "
+                                            "2025 (the user turn's text set once)"},
 };
 
 const char *tok_chat_name(enum tok_chat_template t) {
@@ -342,6 +349,58 @@ static bool render_qwen35(builder *b, const tok_chat_msg *m, size_t n, ft_err *e
 }
 
 // ---------------------------------------------------------------------------------------------
+// GLM
+
+// GLM-4.5 / GLM-4.6: "[gMASK]<sop>", then each turn's tag and text with no end-of-turn marker:
+// "<|system|>\n" or "<|user|>\n" and the text as it is, a user turn followed by "/nothink" when
+// thinking is off (unless it ends so already); "<|assistant|>", "\n<think>" with the trimmed
+// reasoning and "</think>" for a turn after the last user message that has reasoning (an empty
+// "\n<think></think>" for any other), then "\n" and the trimmed answer if one is left. Other
+// roles render nothing. The generation prompt is "<|assistant|>", and closes an empty think when
+// thinking is off.
+static bool render_glm45(builder *b, const tok_chat_msg *m, size_t n, ft_err *err) {
+    if (!no_tools(m, n, err)) return false;
+    markup(b, "[gMASK]<sop>");
+    bool any_user = false;
+    size_t last_user = 0;
+    for (size_t k = 0; k < n; k++)
+        if (role_is(&m[k], "user")) any_user = true, last_user = k;
+    for (size_t i = 0; i < n; i++) {
+        str text = S(m[i].content);
+        if (role_is(&m[i], "user")) {
+            markup(b, "<|user|>\n");
+            content(b, text);
+            if (!b->p->enable_thinking && !ends_with(text, "/nothink")) markup(b, "/nothink");
+        } else if (role_is(&m[i], "assistant")) {
+            str reasoning = {"", 0};
+            if (m[i].reasoning) reasoning = S(m[i].reasoning);
+            else if (find(text, "</think>", false)) split_think(text, &reasoning, &text);
+            markup(b, "<|assistant|>");
+            if ((!any_user || i > last_user) && reasoning.n) {
+                markup(b, "\n<think>");
+                content(b, strip_ws(reasoning));
+                markup(b, "</think>");
+            } else {
+                markup(b, "\n<think></think>");
+            }
+            str answer = strip_ws(text);
+            if (answer.n) {
+                markup(b, "\n");
+                content(b, answer);
+            }
+        } else if (role_is(&m[i], "system")) {
+            markup(b, "<|system|>\n");
+            content(b, text);
+        }
+    }
+    if (b->p->add_generation_prompt) {
+        markup(b, "<|assistant|>");
+        if (!b->p->enable_thinking) markup(b, "\n<think></think>");
+    }
+    return true;
+}
+
+// ---------------------------------------------------------------------------------------------
 // [INST] family
 
 static bool alternate(const tok_chat_msg *m, size_t n, ft_err *err) {
@@ -466,6 +525,7 @@ bool tok_chat_render(enum tok_chat_template t, const tok_chat_msg *msgs, size_t 
     switch (t) {
     case TOK_CHAT_QWEN3: ok = render_qwen3(&b, msgs, n_msgs, err); break;
     case TOK_CHAT_QWEN35: ok = render_qwen35(&b, msgs, n_msgs, err); break;
+    case TOK_CHAT_GLM45: ok = render_glm45(&b, msgs, n_msgs, err); break;
     case TOK_CHAT_LLAMA2: ok = render_llama2(&b, msgs, n_msgs, err); break;
     case TOK_CHAT_MISTRAL: ok = render_mistral(&b, msgs, n_msgs, err); break;
     case TOK_CHAT_LLAMA3:

@@ -171,18 +171,20 @@ enum tok_chat_template {
     TOK_CHAT_LLAMA3,      // <|start_header_id|>role<|end_header_id|>\n\n...<|eot_id|> (Llama 3)
     TOK_CHAT_LLAMA31,     // Llama 3 with the knowledge-date system preamble (Llama 3.1 / 3.3)
     TOK_CHAT_QWEN35,      // ChatML, trimmed text, <think> opened by the prompt (Qwen3.5 / 3.6)
+    TOK_CHAT_GLM45,       // [gMASK]<sop><|user|>\n...<|assistant|>\n<think>...</think> (GLM-4.5 / 4.6)
     TOK_CHAT_COUNT
 };
 
 typedef struct tok_chat_msg {
     const char *role;      // "system", "user", "assistant"
     const char *content;   // NULL reads as ""
-    const char *reasoning; // assistant reasoning_content (Qwen3 <think>), or NULL
+    const char *reasoning; // assistant reasoning_content (Qwen3, GLM <think>), or NULL
 } tok_chat_msg;
 
 typedef struct tok_chat_params {
     bool add_generation_prompt; // end with the start of an assistant turn
-    bool enable_thinking;       // Qwen3: false adds an empty <think></think> to the prompt
+    bool enable_thinking;       // Qwen3, GLM: false adds an empty <think></think> to the prompt
+                                // (GLM: and "/nothink" to user turns)
     const char *bos_text;       // the template's bos_token / eos_token ("<s>", "</s>")
     const char *eos_text;
 } tok_chat_params;
@@ -191,7 +193,7 @@ typedef struct tok_chat_params {
 tok_chat_params tok_chat_default_params(const tok_vocab *v);
 
 // Template by name ("chatml", "qwen2", "qwen2.5", "qwen3", "llama2", "mistral", "llama3",
-// "llama3.1"); false and *err if unknown (the message lists the names).
+// "llama3.1", "qwen3.5", "glm4.5"); false and *err if unknown (the message lists the names).
 bool tok_chat_from_name(const char *name, enum tok_chat_template *out, ft_err *err);
 const char *tok_chat_name(enum tok_chat_template t);
 // Recognises a GGUF's tokenizer.chat_template. False and *err ("unknown chat template ...; use
