@@ -1044,6 +1044,7 @@ TEST(server_think_split) {
         {"\n", "\n", "", 0},
         {" <b>", " <b>", "", 0},
         {"no end <think>", "", "no end <think>", 1},
+        {"\n answer <think>x</think>", "answer <think>x</think>", "", 3},
     };
     for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
         size_t n = strlen(cases[c].in);
@@ -1070,6 +1071,45 @@ TEST(server_think_split) {
                                          "b\xEF\xBF\xBD\xEF\xBF\xBD"),
           "%s", json_string_value(sj));
     json_decref(sj);
+}
+
+// Where the splitter starts, from the chat prompt: inside the reasoning when the prompt opens
+// <think> (Qwen3.5 thinking), at the answer with the white space before it dropped when it
+// closes an empty think (thinking off: Qwen3's "<think>\n\n</think>\n\n", GLM's
+// "<|assistant|>\n<think></think>", whose replies open with a newline), deciding otherwise (GLM
+// thinking: "\n<think>..." may follow).
+TEST(server_chat_prompt_think_state) {
+    char path[1024];
+    snprintf(path, sizeof(path), "%s/vocab/ggml-vocab-qwen2.gguf", test_shared_dir());
+    ft_err err = {{0}};
+    gguf_file *f = gguf_open(path, &err);
+    REQUIRE(f, "%s", err.msg);
+    tok_vocab *v = tok_vocab_load(f, &err);
+    REQUIRE(v, "%s", err.msg);
+    static const struct {
+        enum tok_chat_template t;
+        bool thinking;
+        int state;
+    } cases[] = {
+        {TOK_CHAT_QWEN35, true, 1}, {TOK_CHAT_QWEN35, false, 3}, {TOK_CHAT_QWEN3, true, 0},
+        {TOK_CHAT_QWEN3, false, 3}, {TOK_CHAT_GLM45, true, 0},   {TOK_CHAT_GLM45, false, 3},
+        {TOK_CHAT_CHATML, true, 0},
+    };
+    json_t *msgs = json_loads("[{\"role\":\"user\",\"content\":\"Hi\"}]", 0, NULL);
+    for (size_t c = 0; c < FT_ARRAY_LEN(cases); c++) {
+        srv_params sp = {0};
+        sp.chat_template = cases[c].t;
+        sp.has_chat_template = true;
+        srv_job j = {0};
+        j.split_think = true;
+        CHECK(srv_chat_prompt(&sp, v, msgs, NULL, cases[c].thinking, &j, &err), "%s", err.msg);
+        CHECK(j.think.state == cases[c].state, "%s, thinking %d: state %d", tok_chat_name(cases[c].t),
+              cases[c].thinking, j.think.state);
+        tok_ids_free(&j.prompt);
+    }
+    json_decref(msgs);
+    tok_vocab_free(v);
+    gguf_close(f);
 }
 
 // The Messages API stream: a <think> section becomes a thinking block before the text block,

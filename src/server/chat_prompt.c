@@ -63,10 +63,11 @@ static bool inside_think(const char *text) {
     return open && (!close || open > close);
 }
 
-// Whether text ends with "<think>" and white space only after it.
-static bool ends_in_open_think(const char *text, size_t n) {
+// Whether text ends with tag ("<think>" or "</think>") and white space only after it.
+static bool ends_in(const char *text, size_t n, const char *tag) {
+    size_t k = strlen(tag);
     while (n && (text[n - 1] == '\n' || text[n - 1] == ' ' || text[n - 1] == '\r' || text[n - 1] == '\t')) n--;
-    return n >= 7 && !memcmp(text + n - 7, "<think>", 7);
+    return n >= k && !memcmp(text + n - k, tag, k);
 }
 
 // Renders messages with the server's template and tokenizes them into j->prompt.
@@ -118,10 +119,13 @@ bool srv_chat_prompt(const srv_params *p, const tok_vocab *v, json_t *msgs, cons
     tok_chat_prompt rendered = {0};
     if (!tok_chat_render(p->chat_template, cm, k, cp, &rendered, err)) goto out;
     if (prefill) cut_after_last_text(&rendered);
-    // a generation prompt that opens <think> (Qwen3.5) leaves the reply inside the reasoning; a
-    // prefill continues its own text (reasoning where it left a <think> open), white space and all
+    // a generation prompt that opens <think> (Qwen3.5) leaves the reply inside the reasoning; one
+    // that closes an empty think (thinking off) leaves it at the answer, the white space before it
+    // dropped (GLM's replies then open with a newline); a prefill continues its own text (reasoning
+    // where it left a <think> open), white space and all
     if (j->split_think && prefill) j->think.state = inside_think(rendered.text) ? 1 : 2;
-    else if (j->split_think && ends_in_open_think(rendered.text, rendered.len)) j->think.state = 1;
+    else if (j->split_think && ends_in(rendered.text, rendered.len, "<think>")) j->think.state = 1;
+    else if (j->split_think && ends_in(rendered.text, rendered.len, "</think>")) j->think.state = 3;
     bool has_bos = cp.bos_text && *cp.bos_text && !strncmp(rendered.text, cp.bos_text, strlen(cp.bos_text));
     tok_encode_segments(v, rendered.segs, rendered.n_segs, !has_bos, &j->prompt);
     tok_chat_prompt_free(&rendered);
