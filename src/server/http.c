@@ -78,6 +78,61 @@ srv_params srv_default_params(void) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Writing replies
+//
+// evhttp turns reading on whenever it is given reply bytes to write (evhttp_write_buffer), to
+// learn of a client that closed, and drops the connection at EOF. But a client that half-closed
+// after its request (shutdown(SHUT_WR)) reads as EOF too, and still waits for its answer: a
+// stream would be cut, a non-streamed answer lost. So every write below turns reading off again
+// while the reply goes out; evhttp turns it on for the connection's next request (where EOF is
+// an end indeed, after the answer went out). A client that really left is found by a failed
+// write.
+
+// The connection's bufferevent, referenced (the write may free the connection), or NULL.
+static struct bufferevent *reply_bev(struct evhttp_request *req) {
+    struct evhttp_connection *c = req ? evhttp_request_get_connection(req) : NULL;
+    struct bufferevent *bev = c ? evhttp_connection_get_bufferevent(c) : NULL;
+    if (bev) bufferevent_incref(bev);
+    return bev;
+}
+
+// After a write: reading off while evhttp still writes the reply (it has no read callback then;
+// once the reply is out, its next request's reading is on; a freed connection has no callbacks).
+static void reply_written(struct bufferevent *bev) {
+    if (!bev) return;
+    bufferevent_data_cb readcb = NULL;
+    bufferevent_event_cb eventcb = NULL;
+    bufferevent_getcb(bev, &readcb, NULL, &eventcb, NULL);
+    if (!readcb && eventcb) bufferevent_disable(bev, EV_READ);
+    bufferevent_decref(bev);
+}
+
+static void send_reply(struct evhttp_request *req, int status, const char *reason, struct evbuffer *b) {
+    struct bufferevent *bev = reply_bev(req);
+    evhttp_send_reply(req, status, reason, b);
+    reply_written(bev);
+}
+
+static void send_reply_start(struct evhttp_request *req, int status, const char *reason) {
+    struct bufferevent *bev = reply_bev(req);
+    evhttp_send_reply_start(req, status, reason);
+    reply_written(bev);
+}
+
+static void send_reply_chunk(struct evhttp_request *req, struct evbuffer *b) {
+    struct bufferevent *bev = reply_bev(req);
+    evhttp_send_reply_chunk(req, b);
+    reply_written(bev);
+}
+
+// Frees req, also when the client is gone.
+static void send_reply_end(struct evhttp_request *req) {
+    struct bufferevent *bev = reply_bev(req);
+    evhttp_send_reply_end(req);
+    reply_written(bev);
+}
+
+// ---------------------------------------------------------------------------------------------
 // Replies
 
 static void add_common_headers(struct evhttp_request *req, const char *ctype) {
@@ -91,7 +146,7 @@ static void reply_text(struct evhttp_request *req, int status, const char *ctype
     add_common_headers(req, ctype);
     struct evbuffer *b = evbuffer_new();
     evbuffer_add(b, text, n);
-    evhttp_send_reply(req, status, NULL, b);
+    send_reply(req, status, NULL, b);
     evbuffer_free(b);
 }
 
@@ -148,7 +203,7 @@ void srv_sse_begin(srv_job *j) {
     evhttp_add_header(hd, "Content-Type", "text/event-stream");
     evhttp_add_header(hd, "Cache-Control", "no-cache");
     evhttp_add_header(hd, "Access-Control-Allow-Origin", "*");
-    evhttp_send_reply_start(j->req, 200, "OK");
+    send_reply_start(j->req, 200, "OK");
 }
 
 void srv_sse_send_raw(srv_job *j, const char *text) {
@@ -156,7 +211,7 @@ void srv_sse_send_raw(srv_job *j, const char *text) {
     if (!j->req || j->disconnected) return;
     struct evbuffer *b = evbuffer_new();
     evbuffer_add(b, text, strlen(text));
-    evhttp_send_reply_chunk(j->req, b);
+    send_reply_chunk(j->req, b);
     evbuffer_free(b);
 }
 
@@ -169,7 +224,7 @@ void srv_sse_send(srv_job *j, const char *event, json_t *data) {
         struct evbuffer *b = evbuffer_new();
         if (event) evbuffer_add_printf(b, "event: %s\n", event);
         evbuffer_add_printf(b, "data: %s\n\n", s);
-        evhttp_send_reply_chunk(j->req, b);
+        send_reply_chunk(j->req, b);
         evbuffer_free(b);
     }
     free(s);
@@ -193,7 +248,7 @@ void srv_sse_end(srv_job *j) {
     if (!j->req) return;
     struct evhttp_request *req = j->req;
     srv_job_take_req(j);
-    evhttp_send_reply_end(req); // frees req, also when the client is gone
+    send_reply_end(req);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -297,7 +352,7 @@ static void on_notify(evutil_socket_t fd, short what, void *arg) {
                     struct evhttp_request *req = j->req;
                     srv_job_take_req(j);
                     if (j->head_sent)
-                        evhttp_send_reply_end(req);
+                        send_reply_end(req);
                     else
                         reply_err(req, j->api == SRV_API_MESSAGES, 500, "request ended");
                 }
@@ -881,7 +936,7 @@ static void on_request(struct evhttp_request *req, void *arg) {
         // named: the "*" wildcard does not cover Authorization
         evhttp_add_header(hd, "Access-Control-Allow-Headers",
                           "Authorization, Content-Type, x-api-key, anthropic-version, anthropic-beta");
-        evhttp_send_reply(req, 204, "No Content", NULL);
+        send_reply(req, 204, "No Content", NULL);
         return;
     }
     if (r && (r->flags & ROUTE_ADMIN)) {
