@@ -11,8 +11,10 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <dirent.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -1432,6 +1434,256 @@ TEST(server_trickled_request_closed_at_timeout) {
     const char *log = read_log(&s), *line = "sent no whole request within --timeout 2 s";
     const char *at = strstr(log, line);
     CHECK(at && !strstr(at + strlen(line), line), "one log line for both closes: %s", log);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Half-closed clients (issue 18, item 4): a client may shut down its sending side once its
+// request is out (shutdown(SHUT_WR)); it still reads, and gets its whole answer.
+
+// One HTTP response in raw[at..n): interim 1xx responses skipped, the body (de-chunked) into
+// body, NUL-terminated. Returns the offset past it, or 0 when raw holds no whole response.
+static size_t parse_response(const char *raw, size_t n, size_t at, int *status, char *body, size_t cap) {
+    for (;;) {
+        const char *p = raw + at;
+        const char *end = at < n ? memmem(p, n - at, "\r\n\r\n", 4) : NULL;
+        if (!end || strncmp(p, "HTTP/1.", 7) || n - at < 12) return 0;
+        int code = atoi(p + 9);
+        size_t b = (size_t)(end - raw) + 4;
+        if (code >= 100 && code < 200) { // interim: a client reads past it
+            at = b;
+            continue;
+        }
+        *status = code;
+        bool chunked = false;
+        long clen = -1;
+        for (const char *h = strstr(p, "\r\n") + 2; h < end; h = strstr(h, "\r\n") + 2) {
+            if (!strncasecmp(h, "Transfer-Encoding: chunked", 26)) chunked = true;
+            if (!strncasecmp(h, "Content-Length:", 15)) clen = atol(h + 15);
+        }
+        size_t len = 0;
+        if (chunked) {
+            for (;;) {
+                const char *eol = b < n ? memmem(raw + b, n - b, "\r\n", 2) : NULL;
+                if (!eol) return 0;
+                size_t sz = (size_t)strtoul(raw + b, NULL, 16);
+                b = (size_t)(eol - raw) + 2;
+                if (n - b < sz + 2) return 0;
+                if (sz == 0) { // no trailers
+                    b += 2;
+                    break;
+                }
+                if (len + sz < cap) memcpy(body + len, raw + b, sz), len += sz;
+                b += sz + 2;
+            }
+        } else {
+            size_t sz = clen >= 0 ? (size_t)clen : n - b;
+            if (n - b < sz) return 0;
+            len = sz < cap ? sz : cap - 1;
+            memcpy(body, raw + b, len);
+            b += sz;
+        }
+        body[len] = 0;
+        return b;
+    }
+}
+
+// A POST of body to path (HTTP/1.1), with Connection: close when asked.
+static void post_request(char *out, size_t cap, const char *path, const char *body, bool close_after) {
+    snprintf(out, cap,
+             "POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n%sContent-Length: %zu\r\n\r\n%s", path,
+             close_after ? "Connection: close\r\n" : "", strlen(body), body);
+}
+
+enum { HALF_CLOSE_NONE, HALF_CLOSE_AT_ONCE, HALF_CLOSE_AFTER_FIRST_BYTES };
+
+// Sends reqs (one or more whole requests) on a new connection, half-closes it when asked (right
+// after sending, or once the reply's first bytes are in), and reads until the server closes the
+// connection, at most 30 s. Returns the bytes read into raw (NUL-terminated), or -1 when the
+// server did not close the connection.
+static long raw_exchange(const server *s, const char *reqs, int half_close, char *raw, size_t cap) {
+    int fd = connect_server(s);
+    if (fd < 0) return -1;
+    struct timeval tv = {0, 100000};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    size_t len = strlen(reqs), got = 0;
+    if (send(fd, reqs, len, MSG_NOSIGNAL) != (ssize_t)len) {
+        close(fd);
+        return -1;
+    }
+    if (half_close == HALF_CLOSE_AT_ONCE) shutdown(fd, SHUT_WR);
+    double t0 = mono_s();
+    bool closed = false;
+    while (!closed && got < cap - 1 && mono_s() - t0 < 30) {
+        ssize_t r = recv(fd, raw + got, cap - 1 - got, 0);
+        if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) closed = true;
+        if (r > 0) {
+            if (half_close == HALF_CLOSE_AFTER_FIRST_BYTES && got == 0) shutdown(fd, SHUT_WR);
+            got += (size_t)r;
+        }
+    }
+    raw[got] = 0;
+    close(fd);
+    return closed ? (long)got : -1;
+}
+
+// The generated text of a reply of any of the four APIs, streamed (SSE) or not, into text;
+// returns whether the reply is whole (a stream's last event, a non-streamed answer's end).
+static void add_text(json_t *o, char *text, size_t cap, size_t *n) {
+    json_t *ch = json_array_get(json_object_get(o, "choices"), 0);
+    json_t *t = json_object_get(json_object_get(ch, "message"), "content"); // OpenAI chat
+    if (!t) t = json_object_get(json_object_get(ch, "delta"), "content");    // its stream
+    if (!t) t = json_object_get(ch, "text");                                  // OpenAI completions
+    if (!t) t = json_object_get(o, "content");                                // llama-server; Anthropic's blocks
+    if (json_is_array(t)) t = json_object_get(json_array_get(t, 0), "text");
+    if (!t) t = json_object_get(json_object_get(o, "delta"), "text"); // Anthropic's stream
+    if (json_is_string(t) && *n + json_string_length(t) < cap) {
+        memcpy(text + *n, json_string_value(t), json_string_length(t));
+        *n += json_string_length(t);
+        text[*n] = 0;
+    }
+}
+
+static bool answer_text(const char *body, bool stream, char *text, size_t cap) {
+    size_t n = 0;
+    text[0] = 0;
+    if (!stream) {
+        json_t *o = json_loads(body, 0, NULL);
+        if (o) add_text(o, text, cap, &n);
+        bool whole = json_object_get(json_array_get(json_object_get(o, "choices"), 0), "finish_reason") ||
+                     json_object_get(o, "stop_reason") || json_is_true(json_object_get(o, "stop"));
+        json_decref(o);
+        return whole;
+    }
+    bool last = false;
+    for (const char *p = body; (p = strstr(p, "data: ")); p += 6) {
+        const char *eol = strchr(p, '\n');
+        size_t len = eol ? (size_t)(eol - p - 6) : strlen(p + 6);
+        if (len == 6 && !strncmp(p + 6, "[DONE]", 6)) last = true; // OpenAI
+        json_t *o = json_loadb(p + 6, len, 0, NULL);
+        if (!o) continue;
+        add_text(o, text, cap, &n);
+        last = last || json_is_true(json_object_get(o, "stop")) || // llama-server
+               !strcmp(json_string_value(json_object_get(o, "type")) ?: "", "message_stop"); // Anthropic
+        json_decref(o);
+    }
+    return last;
+}
+
+// A client that half-closes once its request is out, or while the answer streams in, gets the
+// same whole answer as one that does not (greedy), on every generation route, streamed or not,
+// also for two requests sent at once; the server closes the connection after the last answer.
+TEST(server_half_closed_client_served) {
+    SERVER_OR_SKIP(s, NULL);
+    static const struct {
+        const char *path, *body;
+    } cases[] = {
+        {"/v1/chat/completions",
+         "{\"messages\":[{\"role\":\"user\",\"content\":\"Hello there\"}],\"max_tokens\":16,\"temperature\":0%s}"},
+        {"/v1/completions", "{\"prompt\":\"The quick brown fox\",\"max_tokens\":16,\"temperature\":0%s}"},
+        {"/v1/messages",
+         "{\"messages\":[{\"role\":\"user\",\"content\":\"Hello there\"}],\"max_tokens\":16,\"temperature\":0%s}"},
+        {"/completion", "{\"prompt\":\"The quick brown fox\",\"n_predict\":16,\"temperature\":0%s}"},
+    };
+    static char raw[1 << 18], body[1 << 17], want[8][4096], got[4096], req[4096], two[8192];
+    int status = 0;
+    for (size_t c = 0; c < FT_ARRAY_LEN(cases); c++) {
+        for (int stream = 0; stream < 2; stream++) {
+            char b[512];
+            snprintf(b, sizeof(b), cases[c].body, stream ? ",\"stream\":true" : "");
+            char *w = want[2 * c + (size_t)stream];
+            post_request(req, sizeof(req), cases[c].path, b, true);
+            long n = raw_exchange(&s, req, HALF_CLOSE_NONE, raw, sizeof(raw));
+            REQUIRE(n > 0 && parse_response(raw, (size_t)n, 0, &status, body, sizeof(body)) && status == 200,
+                    "%s: %.300s", b, raw);
+            CHECK(answer_text(body, stream, w, sizeof(want[0])) && w[0], "%s %s: %.300s", cases[c].path, b, body);
+            for (int when = HALF_CLOSE_AT_ONCE; when <= HALF_CLOSE_AFTER_FIRST_BYTES; when++) {
+                post_request(req, sizeof(req), cases[c].path, b, false);
+                n = raw_exchange(&s, req, when, raw, sizeof(raw));
+                status = 0;
+                got[0] = 0;
+                size_t end = n > 0 ? parse_response(raw, (size_t)n, 0, &status, body, sizeof(body)) : 0;
+                CHECK(n >= 0, "%s %s (half-closed %s): the server kept the connection open", cases[c].path, b,
+                      when == HALF_CLOSE_AT_ONCE ? "at once" : "mid-answer");
+                CHECK(end && status == 200 && answer_text(body, stream, got, sizeof(got)) && !strcmp(got, w),
+                      "%s %s (half-closed %s): status %d, '%s' against '%s': %.300s", cases[c].path, b,
+                      when == HALF_CLOSE_AT_ONCE ? "at once" : "mid-answer", status, got, w, raw);
+            }
+        }
+    }
+    // two requests at once (a streamed chat after a completion), then the half-close
+    char b1[512], b2[512];
+    snprintf(b1, sizeof(b1), cases[1].body, "");
+    snprintf(b2, sizeof(b2), cases[0].body, ",\"stream\":true");
+    post_request(req, sizeof(req), cases[1].path, b1, false);
+    post_request(two, sizeof(two), cases[0].path, b2, false);
+    memmove(two + strlen(req), two, strlen(two) + 1);
+    memcpy(two, req, strlen(req));
+    long n = raw_exchange(&s, two, HALF_CLOSE_AT_ONCE, raw, sizeof(raw));
+    status = 0;
+    got[0] = 0;
+    size_t end = n > 0 ? parse_response(raw, (size_t)n, 0, &status, body, sizeof(body)) : 0;
+    CHECK(end && status == 200 && answer_text(body, false, got, sizeof(got)) && !strcmp(got, want[2]),
+          "pipelined, first: status %d, '%s' against '%s': %.300s", status, got, want[2], raw);
+    status = 0;
+    got[0] = 0;
+    end = end ? parse_response(raw, (size_t)n, end, &status, body, sizeof(body)) : 0;
+    CHECK(end && status == 200 && answer_text(body, true, got, sizeof(got)) && !strcmp(got, want[1]),
+          "pipelined, second: status %d, '%s' against '%s': %.300s", status, got, want[1], raw);
+    CHECK(server_stop(&s) == 0, "log: %s", s.log);
+}
+
+// Sends req on a new connection and half-closes it; for a stream, reads until its first event
+// is in; then, after wait_ms, closes the connection (what it left unread, if any, unread).
+static bool half_close_then_close(const server *s, const char *req, bool stream, int wait_ms) {
+    int fd = connect_server(s);
+    if (fd < 0) return false;
+    size_t len = strlen(req);
+    bool ok = send(fd, req, len, MSG_NOSIGNAL) == (ssize_t)len && shutdown(fd, SHUT_WR) == 0;
+    if (ok && stream) {
+        struct timeval tv = {0, 100000};
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+        static char in[1 << 16];
+        size_t got = 0;
+        in[0] = 0;
+        double t0 = mono_s();
+        while (!strstr(in, "data: ") && got < sizeof(in) - 1 && mono_s() - t0 < 10) {
+            ssize_t r = recv(fd, in + got, sizeof(in) - 1 - got, 0);
+            if (r == 0) break;
+            if (r > 0) got += (size_t)r, in[got] = 0;
+        }
+        ok = strstr(in, "data: ") != NULL;
+    }
+    sleep_ms(wait_ms);
+    close(fd);
+    return ok;
+}
+
+// A half-closed client that then closes (it gave up) is still found gone: its request is
+// cancelled and its KV freed, streamed (the next event meets the reset) or not (the close of a
+// socket with the interim response unread is a reset).
+TEST(server_half_closed_then_closed_is_cancelled) {
+    SERVER_OR_SKIP(s, "-c 4096");
+    static const char *bodies[] = {
+        "{\"prompt\":\"Go\",\"max_tokens\":4000,\"stream\":true,\"temperature\":0,\"ignore_eos\":true}",
+        "{\"prompt\":\"Go\",\"max_tokens\":4000,\"temperature\":0,\"ignore_eos\":true}",
+    };
+    for (int round = 1; round <= 2; round++) {
+        char req[1024];
+        post_request(req, sizeof(req), "/v1/completions", bodies[round - 1], false);
+        CHECK(half_close_then_close(&s, req, round == 1, 300), "round %d: no stream", round);
+        long used = -1, cancelled = -1, running = -1;
+        for (int i = 0; i < 100; i++) { // up to 5 s (4000 tokens take far longer)
+            used = stat_int(&s, "kv_cache", "used_tokens");
+            cancelled = stat_int(&s, "requests", "cancelled");
+            running = stat_int(&s, "running", NULL);
+            if (used == 0 && cancelled == round && running == 0) break;
+            sleep_ms(50);
+        }
+        CHECK(cancelled == round, "round %d: cancelled %ld", round, cancelled);
+        CHECK(used == 0 && running == 0, "round %d: KV positions still in use: %ld, running %ld", round, used,
+              running);
+    }
+    CHECK(server_stop(&s) == 0, "log: %s", s.log);
 }
 
 // ---------------------------------------------------------------------------------------------

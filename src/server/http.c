@@ -13,6 +13,7 @@
 #include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <event2/http.h>
+#include <event2/http_struct.h> // the request's HTTP version (major, minor)
 #include <event2/keyvalq_struct.h>
 #include <event2/listener.h>
 #include <event2/thread.h>
@@ -20,6 +21,7 @@
 #include <errno.h>
 #include <signal.h>
 #include <dirent.h>
+#include <poll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <stdio.h>
@@ -86,7 +88,7 @@ srv_params srv_default_params(void) {
 // stream would be cut, a non-streamed answer lost. So every write below turns reading off again
 // while the reply goes out; evhttp turns it on for the connection's next request (where EOF is
 // an end indeed, after the answer went out). A client that really left is found by a failed
-// write.
+// write, or by the socket watch while its request runs (on_readable).
 
 // The connection's bufferevent, referenced (the write may free the connection), or NULL.
 static struct bufferevent *reply_bev(struct evhttp_request *req) {
@@ -367,29 +369,70 @@ static void on_notify(evutil_socket_t fd, short what, void *arg) {
     }
 }
 
-static void on_close(struct evhttp_connection *c, void *arg) {
-    srv_job *j = arg;
+// The client is gone: its request is cancelled (its sequence ends at the next step).
+static void client_gone(srv_job *j) {
     j->disconnected = true;
     atomic_store(&j->cancel, true);
-    if (j->ev_watch) { // its socket is closed now
+    if (j->ev_watch) {
         event_free(j->ev_watch);
         j->ev_watch = NULL;
     }
 }
 
-// evhttp does not read a connection while its request is being answered, so it would notice a
-// client that left only when a write fails. This watch peeks at the socket: EOF or an error
-// means the client is gone; bytes (a pipelined request) end the watch.
+static void on_close(struct evhttp_connection *c, void *arg) {
+    client_gone(arg); // (its socket is closed now)
+}
+
+// How often a half-closed client's socket is polled for a reset.
+enum { HALF_CLOSED_POLL_MS = 100 };
+
+static void on_half_closed_poll(evutil_socket_t fd, short what, void *arg) {
+    struct pollfd p = {.fd = fd};
+    if (poll(&p, 1, 0) > 0 && (p.revents & (POLLERR | POLLHUP | POLLNVAL))) client_gone(arg);
+}
+
+// The client's socket while its request runs (evhttp reads nothing then, nor while it writes
+// the reply). This watch peeks: an error (a reset) means the client is gone; bytes (a pipelined
+// request) end the watch; EOF means it closed, or only half-closed (shutdown(SHUT_WR) after its
+// request: it still reads, and gets its answer). The two differ only once something is written:
+// a closed socket's kernel answers it with a reset. So on EOF, unless the reply has begun (its
+// next bytes will tell), the client is sent an interim "100 Continue" response (HTTP/1.1: a
+// client reads past it; an HTTP/1.0 client may not be sent one, and its EOF counts as gone), and
+// the socket is then polled for the reset (POLLHUP or POLLERR).
 static void on_readable(evutil_socket_t fd, short what, void *arg) {
     srv_job *j = arg;
     char c;
     ssize_t n = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
-    if (n == 0 || n < 0) {
-        j->disconnected = true;
-        atomic_store(&j->cancel, true);
+    if (n > 0) {
+        event_del(j->ev_watch);
+        return;
     }
-    event_del(j->ev_watch);
+    if (n < 0) {
+        client_gone(j);
+        return;
+    }
+    struct evhttp_connection *conn = j->req ? evhttp_request_get_connection(j->req) : NULL;
+    struct bufferevent *bev = conn ? evhttp_connection_get_bufferevent(conn) : NULL;
+    if (!bev) {
+        client_gone(j);
+        return;
+    }
+    if (!j->head_sent && evbuffer_get_length(bufferevent_get_output(bev)) == 0) {
+        // nothing of the reply written or waiting: the interim response goes first
+        static const char probe[] = "HTTP/1.1 100 Continue\r\n\r\n";
+        bool http11 = j->req->major > 1 || (j->req->major == 1 && j->req->minor >= 1);
+        ssize_t sent = http11 ? send(fd, probe, sizeof(probe) - 1, MSG_NOSIGNAL | MSG_DONTWAIT) : -1;
+        if (sent != (ssize_t)(sizeof(probe) - 1)) {
+            if (sent > 0) shutdown(fd, SHUT_RDWR); // a part (unseen: the buffer is empty) spoils the reply
+            client_gone(j);
+            return;
+        }
+    }
+    struct event_base *base = event_get_base(j->ev_watch);
+    event_free(j->ev_watch);
+    struct timeval tv = {0, HALF_CLOSED_POLL_MS * 1000};
+    if ((j->ev_watch = event_new(base, fd, EV_PERSIST, on_half_closed_poll, j))) event_add(j->ev_watch, &tv);
 }
 
 // A request's parse (templating, tokenizing) on a prep thread, then back on the loop.
