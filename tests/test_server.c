@@ -1629,6 +1629,23 @@ TEST(server_half_closed_client_served) {
     end = end ? parse_response(raw, (size_t)n, end, &status, body, sizeof(body)) : 0;
     CHECK(end && status == 200 && answer_text(body, true, got, sizeof(got)) && !strcmp(got, want[1]),
           "pipelined, second: status %d, '%s' against '%s': %.300s", status, got, want[1], raw);
+    // HTTP/1.0: a stream half-closed once it began is served; a client may not be sent an
+    // interim response, so one half-closed before its answer began counts as gone
+    const char *long_one = "{\"prompt\":\"Go\",\"max_tokens\":4000,\"temperature\":0,\"ignore_eos\":true}";
+    snprintf(req, sizeof(req), "POST /v1/completions HTTP/1.0\r\nContent-Length: %zu\r\n\r\n%s", strlen(long_one),
+             long_one);
+    n = raw_exchange(&s, req, HALF_CLOSE_AT_ONCE, raw, sizeof(raw));
+    status = 0;
+    end = n > 0 ? parse_response(raw, (size_t)n, 0, &status, body, sizeof(body)) : 0;
+    CHECK(end && status == 503 && strstr(body, "the client closed the connection"), "HTTP/1.0: %.300s", raw);
+    snprintf(b2, sizeof(b2), cases[1].body, ",\"stream\":true");
+    snprintf(req, sizeof(req), "POST /v1/completions HTTP/1.0\r\nContent-Length: %zu\r\n\r\n%s", strlen(b2), b2);
+    n = raw_exchange(&s, req, HALF_CLOSE_AFTER_FIRST_BYTES, raw, sizeof(raw));
+    status = 0;
+    got[0] = 0;
+    end = n > 0 ? parse_response(raw, (size_t)n, 0, &status, body, sizeof(body)) : 0;
+    CHECK(end && status == 200 && answer_text(body, true, got, sizeof(got)) && !strcmp(got, want[3]),
+          "HTTP/1.0 stream: status %d, '%s' against '%s': %.300s", status, got, want[3], raw);
     CHECK(server_stop(&s) == 0, "log: %s", s.log);
 }
 

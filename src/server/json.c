@@ -161,7 +161,11 @@ bool srv_parse_sampling_from(json_t *body, srv_job *j, const char *stop_key, ft_
 bool srv_job_cut_short(const srv_job *j) { return j->finish == SRV_FINISH_CANCEL || j->finish == SRV_FINISH_ERROR; }
 
 const char *srv_job_cut_message(const srv_job *j) {
-    if (j->finish == SRV_FINISH_CANCEL) return "the server is shutting down: the request was cancelled";
+    if (j->finish == SRV_FINISH_CANCEL)
+        return j->disconnected // seen only by a client that half-closed where that counts as gone (HTTP/1.0)
+                   ? "the request was cancelled: the client closed the connection (an HTTP/1.0 client "
+                     "must not half-close it before the answer)"
+                   : "the server is shutting down: the request was cancelled";
     return j->errmsg[0] ? j->errmsg : "generation failed";
 }
 

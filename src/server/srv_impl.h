@@ -207,8 +207,8 @@ bool srv_parse_sampling(json_t *body, srv_job *j, const char *stop_key, ft_err *
 // The same from other defaults than OpenAI's (llama-server's /completion: ft_sampler_default_params).
 bool srv_parse_sampling_from(json_t *body, srv_job *j, const char *stop_key, ft_sampler_params base,
                              ft_err *err);
-// Whether a finished job ended before its answer did (cancelled by the server's shutdown, or
-// failed), which neither API has a stop reason for, and what to tell its client.
+// Whether a finished job ended before its answer did (cancelled by the server's shutdown or for
+// a client gone, or failed), which neither API has a stop reason for, and what to tell its client.
 bool srv_job_cut_short(const srv_job *j);
 const char *srv_job_cut_message(const srv_job *j);
 // Refuses a request that sets one of fields (NULL-terminated), which ft does not implement yet,
