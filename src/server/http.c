@@ -860,29 +860,77 @@ static const route *route_find(const char *path) {
     return NULL;
 }
 
-// The body of a POST as a JSON object, or NULL after replying 413 or 400.
-static json_t *read_body(srv_http *h, struct evhttp_request *req, bool anthropic) {
+// A POST's body parsed as a JSON object: body, or NULL with code and msg the reply to make.
+typedef struct body_parse {
+    srv_http *h;
+    struct evhttp_request *req;
+    const route *r;
+    bool anthropic;
+    const char *data; // the request's input buffer, made contiguous (untouched while the request
+    size_t n;         // is ours: evhttp reads nothing more from the connection meanwhile)
+    json_t *body;
+    int code;
+    char msg[300];
+} body_parse;
+
+static void body_parse_run(body_parse *b) {
+    if (b->n > b->h->p.max_body) {
+        b->code = 413;
+        snprintf(b->msg, sizeof(b->msg), "request body too large");
+        return;
+    }
+    json_error_t je;
+    b->body = json_loadb(b->data, b->n, JSON_REJECT_DUPLICATES, &je);
+    if (b->body && json_is_object(b->body)) return;
+    b->code = 400;
+    if (!b->body)
+        snprintf(b->msg, sizeof(b->msg), "invalid JSON body: %s (line %d, column %d)", je.text, je.line, je.column);
+    else
+        snprintf(b->msg, sizeof(b->msg), "the request body must be a JSON object");
+    json_decref(b->body);
+    b->body = NULL;
+}
+
+// The route with its parsed body, or the parse's error reply.
+static void body_parse_finish(body_parse *b) {
+    if (!b->body) {
+        reply_err(b->req, b->anthropic, b->code, b->msg);
+        return;
+    }
+    b->r->fn(b->h, b->req, b->body);
+    json_decref(b->body);
+}
+
+static void body_parse_work(void *ctx) { body_parse_run(ctx); }
+
+static void body_parse_done(void *ctx) {
+    body_parse_finish(ctx);
+    free(ctx);
+}
+
+// Bodies from this size on are parsed on a prep thread: jansson takes about 25 ms a MiB, which
+// on the loop would hold up every stream; smaller ones are parsed at once, in arrival order.
+#define BODY_PARSE_OFF_LOOP (256u << 10)
+
+// Parses a POST's body and runs its route with it (the route's reply for a bad body: 413, 400).
+static void run_with_body(srv_http *h, struct evhttp_request *req, const route *r, bool anthropic) {
     struct evbuffer *in = evhttp_request_get_input_buffer(req);
     size_t n = evbuffer_get_length(in);
+    body_parse b = {.h = h, .req = req, .r = r, .anthropic = anthropic, .n = n};
     if (n > h->p.max_body) {
-        reply_err(req, anthropic, 413, "request body too large");
-        return NULL;
+        body_parse_run(&b); // refused by its size alone
+        body_parse_finish(&b);
+        return;
     }
-    const char *data = n ? (const char *)evbuffer_pullup(in, (ev_ssize_t)n) : "";
-    json_error_t je;
-    json_t *body = json_loadb(data, n, JSON_REJECT_DUPLICATES, &je);
-    if (!body || !json_is_object(body)) {
-        char msg[300];
-        if (!body)
-            snprintf(msg, sizeof(msg), "invalid JSON body: %s (line %d, column %d)", je.text, je.line,
-                     je.column);
-        else
-            snprintf(msg, sizeof(msg), "the request body must be a JSON object");
-        json_decref(body);
-        reply_err(req, anthropic, 400, msg);
-        return NULL;
+    b.data = n ? (const char *)evbuffer_pullup(in, (ev_ssize_t)n) : "";
+    if (n < BODY_PARSE_OFF_LOOP) {
+        body_parse_run(&b);
+        body_parse_finish(&b);
+        return;
     }
-    return body;
+    body_parse *q = ft_malloc(sizeof(*q));
+    *q = b;
+    srv_prep_submit(h->prep, body_parse_work, body_parse_done, q);
 }
 
 // An accept that fails for want of file descriptors (EMFILE, ENFILE) or memory leaves the
@@ -1008,10 +1056,7 @@ static void on_request(struct evhttp_request *req, void *arg) {
         r->fn(h, req, NULL);
         return;
     }
-    json_t *body = read_body(h, req, anthropic);
-    if (!body) return;
-    r->fn(h, req, body);
-    json_decref(body);
+    run_with_body(h, req, r, anthropic);
 }
 
 uint64_t srv_http_next_id(srv_http *h) {
