@@ -1,7 +1,7 @@
 // test_cpu_attn.c: the CPU attention's fast path (cpu_attn_avx2.c) against its reference path
 // (cpu_attn.c on FT_REFERENCE's backend), over f16 and q8_0 caches, GQA groups of 1, 4 and 8
-// query heads, sliding windows, and batches on both sides of llama.cpp's tiled threshold
-// (64 queries). Outputs are filled with NaN first so an unwritten element fails.
+// query heads, sliding windows, attention sinks (gpt-oss), and batches on both sides of
+// llama.cpp's tiled threshold (64 queries). Outputs are filled with NaN first so an unwritten element fails.
 #include "fixtures.h"
 #include "../src/backend/cpu/cpu.h"
 #include "../src/util/rng.h"
@@ -33,10 +33,19 @@ TEST(cpu_attention_fast_vs_reference) {
     float *q = ft_malloc(max_q * sizeof(float)), *of = ft_malloc(max_q * sizeof(float)),
           *orf = ft_malloc(max_q * sizeof(float));
     float *kv = ft_malloc((size_t)ATT_CTX * 4 * ATT_HD * sizeof(float));
+    // sinks of every size against the scores (of order 1 here): far above (the sum of values is
+    // rescaled to the sink), near, far below
+    float sink_v[16];
+    for (int h = 0; h < 16; h++) sink_v[h] = (float)((h % 4) * 3 - 3) + 0.25f * ft_rng_normal(&r);
+    ft_tensor sinks = {.name = "sinks", .type = FT_TYPE_F32, .ne = {16, 1, 1}, .row_bytes = 64, .mat_bytes = 64,
+                       .data = sink_v};
     for (int ti = 0; ti < 2; ti++)
         for (int gi = 0; gi < 3; gi++)
             for (int bi = 0; bi < 3; bi++)
-                for (int window = 0; window <= 9; window += 9) {
+                for (int wi = 0; wi < 3; wi++) {
+                    // no window and no sinks, a window, a window and sinks
+                    int window = wi ? 9 : 0;
+                    bool with_sinks = wi == 2;
                     int nh = groups[gi][0], nkv = groups[gi][1], nt = batches[bi][0], pos0 = batches[bi][1];
                     if (pos0 + nt > ATT_CTX) continue;
                     ft_tensor kc = fixture_kv_cache(types[ti], nkv * ATT_HD, ATT_CTX),
@@ -50,7 +59,8 @@ TEST(cpu_attention_fast_vs_reference) {
                     for (size_t i = 0; i < nq; i++) of[i] = orf[i] = NAN;
                     ft_attn_params ap = {.q = q, .out = of, .k_cache = &kc, .v_cache = &vc, .n_tok = nt,
                                          .pos0 = pos0, .n_head = nh, .n_head_kv = nkv, .head_dim = ATT_HD,
-                                         .window = window, .scale = 0.0884f};
+                                         .window = window, .scale = 0.0884f,
+                                         .sinks = with_sinks ? &sinks : NULL};
                     fast->ops->attention(fast, &ap);
                     ap.out = orf;
                     ref->ops->attention(ref, &ap);
@@ -60,8 +70,8 @@ TEST(cpu_attention_fast_vs_reference) {
                     for (size_t i = 0; i < nq && bad < 3; i++) {
                         bool ok = fabsf(of[i] - orf[i]) <= tol;
                         if (!ok) bad++;
-                        CHECK(ok, "%s heads %d/%d n_tok %d window %d: [%zu] fast %.9g ref %.9g",
-                              ft_type_name(types[ti]), nh, nkv, nt, window, i, of[i], orf[i]);
+                        CHECK(ok, "%s heads %d/%d n_tok %d window %d sinks %d: [%zu] fast %.9g ref %.9g",
+                              ft_type_name(types[ti]), nh, nkv, nt, window, with_sinks, i, of[i], orf[i]);
                     }
                     free(kc.data);
                     free(vc.data);
@@ -75,51 +85,70 @@ TEST(cpu_attention_fast_vs_reference) {
 }
 
 // A query's output does not depend on which call (or which tile of it) holds it: 150 queries
-// over an f16 cache in one tiled call give the bits of the same queries in two tiled calls
-// split at 70 (a prompt chunk resumed after a reused prefix is split so, batch.h), with and
-// without a sliding window, for GQA groups of 1, 3 and 4 (tiles of 64, 21 and 16 queries).
+// over an f16 cache in one tiled call give the bits of the same queries in two calls split at 70
+// (both tiled by their own length) or at 110 (the last 40 tiled because their chunk, n_chunk, is
+// 150), as a prompt chunk resumed after a reused prefix is split (batch.h); with and without a
+// sliding window and attention sinks, for GQA groups of 1, 3 and 4 (tiles of 64, 21 and 16
+// queries), on the fast and the reference paths.
 TEST(cpu_attention_rows_independent_of_the_call) {
-    enum { HD = 64, CTX = 200, NT = 150, POS0 = 30, SPLIT = 70 };
+    enum { HD = 64, CTX = 200, NT = 150, POS0 = 30 };
+    static const int splits[2] = {70, 110};
     ft_rng r = ft_rng_init(29);
-    ft_backend *be = ft_backend_cpu_init(3, false);
     ft_backend_limits lim = {.max_tok = NT, .max_width = 12 * HD * 2, .max_ctx = CTX, .max_head_dim = HD,
                              .n_expert = 1, .n_expert_used = 1};
-    be->ops->reserve(be, &lim);
     const int groups[3][2] = {{4, 4}, {12, 4}, {8, 2}}; // (n_head, n_head_kv)
     size_t max_q = (size_t)NT * 12 * HD;
     float *q = ft_malloc(max_q * sizeof(float)), *one = ft_malloc(max_q * sizeof(float)),
           *two = ft_malloc(max_q * sizeof(float)), *kv = ft_malloc((size_t)CTX * 4 * HD * sizeof(float));
-    for (int gi = 0; gi < 3; gi++)
-        for (int window = 0; window <= 45; window += 45) {
-            int nh = groups[gi][0], nkv = groups[gi][1];
-            ft_tensor kc = fixture_kv_cache(FT_TYPE_F16, nkv * HD, CTX),
-                      vc = fixture_kv_cache(FT_TYPE_F16, nkv * HD, CTX);
-            for (int i = 0; i < CTX * nkv * HD; i++) kv[i] = ft_rng_normal(&r) * 2.0f;
-            be->ops->set_rows(be, &kc, NULL, 0, kv, CTX);
-            for (int i = 0; i < CTX * nkv * HD; i++) kv[i] = ft_rng_normal(&r);
-            be->ops->set_rows(be, &vc, NULL, 0, kv, CTX);
-            size_t row = (size_t)nh * HD;
-            for (size_t i = 0; i < NT * row; i++) q[i] = ft_rng_normal(&r), one[i] = two[i] = NAN;
-            ft_attn_params ap = {.q = q, .out = one, .k_cache = &kc, .v_cache = &vc, .n_tok = NT, .pos0 = POS0,
-                                 .n_head = nh, .n_head_kv = nkv, .head_dim = HD, .window = window, .scale = 0.125f};
-            be->ops->attention(be, &ap);
-            ap.out = two;
-            ap.n_tok = SPLIT;
-            be->ops->attention(be, &ap);
-            ap.q = q + SPLIT * row;
-            ap.out = two + SPLIT * row;
-            ap.n_tok = NT - SPLIT;
-            ap.pos0 = POS0 + SPLIT;
-            be->ops->attention(be, &ap);
-            int t = 0;
-            while (t < NT && !memcmp(one + t * row, two + t * row, row * sizeof(float))) t++;
-            CHECK(t == NT, "heads %d/%d window %d: query %d differs split at %d", nh, nkv, window, t, SPLIT);
-            free(kc.data);
-            free(vc.data);
-        }
+    float sink_v[12];
+    for (int h = 0; h < 12; h++) sink_v[h] = (float)((h % 4) * 3 - 3) + 0.25f * ft_rng_normal(&r);
+    ft_tensor sinks = {.name = "sinks", .type = FT_TYPE_F32, .ne = {12, 1, 1}, .row_bytes = 48, .mat_bytes = 48,
+                       .data = sink_v};
+    for (int reference = 0; reference < 2; reference++) {
+        ft_backend *be = ft_backend_cpu_init(3, reference);
+        be->ops->reserve(be, &lim);
+        for (int gi = 0; gi < 3; gi++)
+            for (int window = 0; window <= 45; window += 45)
+                for (int with_sinks = 0; with_sinks < 2; with_sinks++) {
+                    int nh = groups[gi][0], nkv = groups[gi][1];
+                    ft_tensor kc = fixture_kv_cache(FT_TYPE_F16, nkv * HD, CTX),
+                              vc = fixture_kv_cache(FT_TYPE_F16, nkv * HD, CTX);
+                    for (int i = 0; i < CTX * nkv * HD; i++) kv[i] = ft_rng_normal(&r) * 2.0f;
+                    be->ops->set_rows(be, &kc, NULL, 0, kv, CTX);
+                    for (int i = 0; i < CTX * nkv * HD; i++) kv[i] = ft_rng_normal(&r);
+                    be->ops->set_rows(be, &vc, NULL, 0, kv, CTX);
+                    size_t row = (size_t)nh * HD;
+                    for (size_t i = 0; i < NT * row; i++) q[i] = ft_rng_normal(&r), one[i] = NAN;
+                    ft_attn_params whole = {.q = q, .out = one, .k_cache = &kc, .v_cache = &vc, .n_tok = NT,
+                                            .pos0 = POS0, .n_head = nh, .n_head_kv = nkv, .head_dim = HD,
+                                            .window = window, .scale = 0.125f,
+                                            .sinks = with_sinks ? &sinks : NULL};
+                    be->ops->attention(be, &whole);
+                    for (int si = 0; si < 2; si++) {
+                        int split = splits[si];
+                        for (size_t i = 0; i < NT * row; i++) two[i] = NAN;
+                        ft_attn_params ap = whole;
+                        ap.out = two;
+                        ap.n_tok = split;
+                        be->ops->attention(be, &ap);
+                        ap.q = q + split * row;
+                        ap.out = two + split * row;
+                        ap.n_tok = NT - split;
+                        ap.n_chunk = NT;
+                        ap.pos0 = POS0 + split;
+                        be->ops->attention(be, &ap);
+                        int t = 0;
+                        while (t < NT && !memcmp(one + t * row, two + t * row, row * sizeof(float))) t++;
+                        CHECK(t == NT, "%s heads %d/%d window %d sinks %d: query %d differs split at %d",
+                              reference ? "reference" : "fast", nh, nkv, window, with_sinks, t, split);
+                    }
+                    free(kc.data);
+                    free(vc.data);
+                }
+        be->ops->free(be);
+    }
     free(q);
     free(one);
     free(two);
     free(kv);
-    be->ops->free(be);
 }

@@ -132,13 +132,19 @@ TEST(ops_rms_norm_rope) {
 }
 
 // Attention over a cache against a double softmax over the dequantized cache (f16 and q8_0),
-// with GQA and a sliding window.
+// with GQA, a sliding window, and attention sinks (gpt-oss: one logit per head in each softmax's
+// denominator; here one head's sink far above its scores, which then scales the whole output
+// down, one far below, and two in between).
 TEST(ops_attention) {
     enum { HD = 64, NH = 4, NKV = 2, CTX = 20, NT = 3 };
     ft_rng r = ft_rng_init(9);
     enum ft_type types[2] = {FT_TYPE_F16, FT_TYPE_Q8_0};
+    float sink_v[NH] = {6.0f, -30.0f, 0.5f, 1.5f};
+    ft_tensor sinks = {.name = "sinks", .type = FT_TYPE_F32, .ne = {NH, 1, 1}, .row_bytes = NH * 4,
+                       .mat_bytes = NH * 4, .data = sink_v};
     for (int ti = 0; ti < 2; ti++)
-        for (int window = 0; window <= 5; window += 5) {
+        for (int window = 0; window <= 5; window += 5)
+            for (int with_sinks = 0; with_sinks < 2; with_sinks++) {
             ft_backend *be = backend(ti == 1, 8, 512);
             ft_tensor kc = {.name = "k", .type = types[ti], .ne = {NKV * HD, CTX, 1}}, vc = kc;
             kc.row_bytes = vc.row_bytes = ft_row_bytes(types[ti], NKV * HD);
@@ -153,7 +159,8 @@ TEST(ops_attention) {
             fill_nan(out, FT_ARRAY_LEN(out));
             int pos0 = CTX - NT;
             ft_attn_params ap = {.q = q, .out = out, .k_cache = &kc, .v_cache = &vc, .n_tok = NT, .pos0 = pos0,
-                                 .n_head = NH, .n_head_kv = NKV, .head_dim = HD, .window = window, .scale = 0.125f};
+                                 .n_head = NH, .n_head_kv = NKV, .head_dim = HD, .window = window, .scale = 0.125f,
+                                 .sinks = with_sinks ? &sinks : NULL};
             be->ops->attention(be, &ap);
             const ft_quant_ops *qo = ft_quant_ops_find(types[ti]);
             for (int t = 0; t < NT; t++)
@@ -167,14 +174,17 @@ TEST(ops_attention) {
                         s[k] = d * 0.125;
                         mx = fmax(mx, s[k]);
                     }
+                    if (with_sinks) mx = fmax(mx, sink_v[h]);
                     for (int k = k0; k <= qp; k++) sum += s[k] = exp(s[k] - mx);
+                    if (with_sinks) sum += exp(sink_v[h] - mx);
                     for (int k = k0; k <= qp; k++) {
                         qo->to_float((uint8_t *)vc.data + k * vc.row_bytes, vd, NKV * HD);
                         for (int i = 0; i < HD; i++) o[i] += s[k] / sum * vd[hk * HD + i];
                     }
                     for (int i = 0; i < HD; i++)
-                        CHECK(fabs(out[(t * NH + h) * HD + i] - o[i]) < 2e-2, "%s window %d: t%d h%d [%d] %g vs %g",
-                              ft_type_name(types[ti]), window, t, h, i, out[(t * NH + h) * HD + i], o[i]);
+                        CHECK(fabs(out[(t * NH + h) * HD + i] - o[i]) < 2e-2,
+                              "%s window %d sinks %d: t%d h%d [%d] %g vs %g", ft_type_name(types[ti]), window,
+                              with_sinks, t, h, i, out[(t * NH + h) * HD + i], o[i]);
                 }
             free(kc.data);
             free(vc.data);
@@ -247,6 +257,110 @@ TEST(ops_moe_ffn_matches_direct) {
     free(gate.data);
     free(up.data);
     free(down.data);
+}
+
+// A float tensor of n0 x n1 normal values times scale (owned by the caller: free t->data).
+static ft_tensor make_f32(int64_t n0, int64_t n1, float scale, ft_rng *r) {
+    ft_tensor t = {.name = "bias", .type = FT_TYPE_F32, .ne = {n0, n1, 1}, .placement = FT_PLACEMENT_CPU};
+    t.row_bytes = (size_t)n0 * sizeof(float);
+    t.mat_bytes = t.row_bytes * (size_t)n1;
+    t.data = ft_malloc(t.mat_bytes);
+    fill_normal(r, t.data, (size_t)(n0 * n1), scale);
+    return t;
+}
+
+// moe_ffn as gpt-oss runs it against a direct double computation: the router's bias on the
+// logits, the top 4 of the logits weighted by the softmax of those 4 (SOFTMAX_WEIGHT) and scaled,
+// each expert's gate, up and down biases, and the clamped SwiGLU (biases large enough that both
+// clamps act, which the test counts). Fast and reference paths, at 1, 3 and 40 tokens (decode's
+// chunks, the static shares, the prefill GEMM rows), mxfp4 gate/up (gpt-oss's experts) and
+// q8_0 down; fast against reference within 1e-4, both against the direct within 2e-2 relative.
+TEST(ops_moe_ffn_gpt_oss_matches_direct) {
+    enum { E = 256, F = 256, NX = 8, K = 4, NT = 40 };
+    ft_rng r = ft_rng_init(77);
+    ft_tensor router = make_weight(FT_TYPE_F32, E, NX, 1, &r), rbias = make_f32(NX, 1, 1.0f, &r);
+    ft_tensor gate = make_weight(FT_TYPE_MXFP4, E, F, NX, &r), up = make_weight(FT_TYPE_MXFP4, E, F, NX, &r),
+              down = make_weight(FT_TYPE_Q8_0, F, E, NX, &r);
+    ft_tensor gb = make_f32(F, NX, 4.0f, &r), ub = make_f32(F, NX, 4.0f, &r), db = make_f32(E, NX, 0.5f, &r);
+    static float x[NT * E], yf[NT * E], yr[NT * E];
+    fill_normal(&r, x, FT_ARRAY_LEN(x), 1.0f);
+    const float w_scale = 1.5f;
+    const int toks[] = {1, 3, NT};
+    int clamped_gate = 0, clamped_up = 0;
+    for (size_t ni = 0; ni < FT_ARRAY_LEN(toks); ni++) {
+        int n_tok = toks[ni];
+        for (int reference = 0; reference < 2; reference++) {
+            ft_backend *be = ft_backend_cpu_init(reference ? 1 : 3, reference);
+            ft_backend_limits lim = {.max_tok = NT, .max_width = E, .max_ctx = 16, .max_head_dim = 64,
+                                     .n_expert = NX, .n_expert_used = K};
+            be->ops->reserve(be, &lim);
+            ft_moe_params mp = {.router = &router, .router_bias = &rbias, .gate_exps = &gate, .up_exps = &up,
+                                .down_exps = &down, .gate_bias = &gb, .up_bias = &ub, .down_bias = &db,
+                                .act = FT_GLU_SWIGLU_OAI, .n_expert = NX, .n_expert_used = K,
+                                .gating = FT_GATING_SOFTMAX_WEIGHT, .w_scale = w_scale};
+            float *y = reference ? yr : yf;
+            fill_nan(y, FT_ARRAY_LEN(yf));
+            be->ops->moe_ffn(be, &mp, x, y, n_tok);
+            be->ops->free(be);
+        }
+        float wrow[E], h[F];
+        double worst = 0;
+        for (int t = 0; t < n_tok; t++) {
+            const float *xt = x + t * E;
+            double lg[NX];
+            for (int e = 0; e < NX; e++) {
+                lg[e] = ((float *)rbias.data)[e];
+                for (int i = 0; i < E; i++) lg[e] += (double)((float *)router.data)[e * E + i] * xt[i];
+            }
+            int sel[K];
+            bool taken[NX] = {false};
+            for (int j = 0; j < K; j++) {
+                sel[j] = -1;
+                for (int e = 0; e < NX; e++)
+                    if (!taken[e] && (sel[j] < 0 || lg[e] > lg[sel[j]])) sel[j] = e;
+                taken[sel[j]] = true;
+            }
+            double wsum = 0, w[K];
+            for (int j = 0; j < K; j++) wsum += w[j] = exp(lg[sel[j]] - lg[sel[0]]);
+            double out[E] = {0};
+            for (int j = 0; j < K; j++) {
+                int e = sel[j];
+                for (int o = 0; o < F; o++) {
+                    double g = ((float *)gb.data)[e * F + o], u = ((float *)ub.data)[e * F + o];
+                    ft_quant_ops_find(gate.type)->to_float((uint8_t *)gate.data + e * gate.mat_bytes + o * gate.row_bytes, wrow, E);
+                    for (int i = 0; i < E; i++) g += (double)wrow[i] * xt[i];
+                    ft_quant_ops_find(up.type)->to_float((uint8_t *)up.data + e * up.mat_bytes + o * up.row_bytes, wrow, E);
+                    for (int i = 0; i < E; i++) u += (double)wrow[i] * xt[i];
+                    clamped_gate += g > 7.0;
+                    clamped_up += fabs(u) > 7.0;
+                    g = fmin(g, 7.0);
+                    u = fmin(fmax(u, -7.0), 7.0);
+                    h[o] = (float)(g / (1 + exp(-1.702 * g)) * (u + 1));
+                }
+                for (int o = 0; o < E; o++) {
+                    double d = ((float *)db.data)[e * E + o];
+                    ft_quant_ops_find(down.type)->to_float((uint8_t *)down.data + e * down.mat_bytes + o * down.row_bytes, wrow, F);
+                    for (int i = 0; i < F; i++) d += (double)wrow[i] * h[i];
+                    out[o] += w_scale * w[j] / wsum * d;
+                }
+            }
+            double err = 0, norm = 0;
+            for (int o = 0; o < E; o++) {
+                REQUIRE(isfinite(yr[t * E + o]) && isfinite(yf[t * E + o]), "%d tokens: t%d [%d] not written", n_tok, t, o);
+                err += (yr[t * E + o] - out[o]) * (yr[t * E + o] - out[o]);
+                norm += out[o] * out[o];
+                CHECK(fabs(yf[t * E + o] - yr[t * E + o]) <= 1e-4 * fmax(1.0, fabs(yr[t * E + o])),
+                      "%d tokens: fast vs ref t%d [%d]: %g %g", n_tok, t, o, yf[t * E + o], yr[t * E + o]);
+            }
+            worst = fmax(worst, sqrt(err / norm));
+        }
+        // activations are quantized (q8_0) in the op and not in this direct version
+        CHECK(worst < 2e-2, "%d tokens: relative error %g against the direct computation", n_tok, worst);
+        printf("  moe gpt-oss, %d tokens: worst relative error against the direct %.2e\n", n_tok, worst);
+    }
+    CHECK(clamped_gate > 100 && clamped_up > 100, "the clamps barely act: gate %d, up %d", clamped_gate, clamped_up);
+    ft_tensor *ts[] = {&router, &rbias, &gate, &up, &down, &gb, &ub, &db};
+    for (size_t i = 0; i < FT_ARRAY_LEN(ts); i++) free(ts[i]->data);
 }
 
 // moe_ffn at decode (few tokens, no GEMM rows), where gate/up and down run as one pool job and

@@ -96,9 +96,29 @@ typedef struct ft_attn_params {
     int n_head, n_head_kv, head_dim;
     int window;                // sliding window: key visible when q_pos - k_pos < window; 0: all
     float scale;               // applied to q.k
+    // Attention sinks (gpt-oss), or NULL / absent: (n_head) f32, one logit per query head that
+    // joins each of that head's softmax denominators and adds nothing to its numerator:
+    //   out = sum_k e^(s_k - M) v_k / (sum_k e^(s_k - M) + e^(sink - M)), M = max(max_k s_k, sink).
+    // As llama.cpp's flash attention applies it: after the keys' online softmax, where the
+    // sink exceeds the running maximum the sum of values is rescaled by e^(M_keys - sink).
+    const ft_tensor *sinks;
 } ft_attn_params;
 
-enum ft_gating { FT_GATING_SOFTMAX, FT_GATING_SIGMOID };
+// How moe_ffn turns the router's logits into a selection and weights:
+//   SOFTMAX: probs = softmax(logits over all experts); select and weigh by probs.
+//   SIGMOID: probs = sigmoid(logits); select and weigh by probs.
+//   SOFTMAX_WEIGHT (gpt-oss): select the top k of the logits themselves; the weights are the
+//     softmax of the k selected logits (llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE_SOFTMAX_WEIGHT).
+// Enum order is not on disk (each architecture maps its file's key to it).
+enum ft_gating { FT_GATING_SOFTMAX, FT_GATING_SIGMOID, FT_GATING_SOFTMAX_WEIGHT };
+
+// The gated activation of the routed experts, h = act(gate, up):
+//   SILU: silu(gate) * up.
+//   SWIGLU_OAI (gpt-oss): with g = min(gate, 7) and u = clamp(up, -7, 7),
+//     h = g / (1 + e^(-1.702 g)) * (u + 1), as llama.cpp's swiglu_oai (alpha 1.702, limit 7).
+enum ft_glu { FT_GLU_SILU, FT_GLU_SWIGLU_OAI };
+#define FT_SWIGLU_OAI_ALPHA 1.702f
+#define FT_SWIGLU_OAI_LIMIT 7.0f
 
 // The activation of a multiplicative gate (gate_mul).
 enum ft_act { FT_ACT_SOFTPLUS, FT_ACT_SIGMOID, FT_ACT_SILU };
@@ -132,16 +152,25 @@ typedef struct ft_delta_params {
 typedef enum ft_placement (*ft_expert_place_fn)(void *ctx, int layer, int expert);
 
 // The routed-expert FFN of one MoE layer for n_tok tokens:
-//   probs = gating(router · x);  selected = top-k(probs + bias);  w = probs[selected]
+//   logits = router · x + router_bias
+//   probs = gating(logits);  selected = top-k(probs + sel_bias);  w = probs[selected]
+//     (SOFTMAX_WEIGHT: selected = top-k(logits), w = softmax(logits[selected]))
 //   w /= sum(w) if norm_w;  w *= scale
-//   out = Σ_k w_k · down_k(silu(gate_k(x)) · up_k(x))
+//   out = Σ_k w_k · (down_k(act(gate_k(x) + gate_bias_k, up_k(x) + up_bias_k)) + down_bias_k)
+// Every bias may be absent (NULL or no data); the defaults of a zeroed struct are SiLU and no bias.
 typedef struct ft_moe_params {
     int layer;
     const ft_tensor *router;        // (n_embd, n_expert)
+    const ft_tensor *router_bias;   // (n_expert) f32, added to the logits before gating; may be absent
     const ft_tensor *sel_bias;      // (n_expert) f32, added for selection only; may be absent
     const ft_tensor *gate_exps;     // (n_embd, n_ff, n_expert)
     const ft_tensor *up_exps;       // (n_embd, n_ff, n_expert)
     const ft_tensor *down_exps;     // (n_ff, n_embd, n_expert)
+    const ft_tensor *gate_bias;     // (n_ff, n_expert) f32: row e added to expert e's gate output; may be absent
+    const ft_tensor *up_bias;       // (n_ff, n_expert) f32: the same for up; may be absent
+    const ft_tensor *down_bias;     // (n_embd, n_expert) f32: row e added to expert e's down output
+                                    // before it is weighted; may be absent
+    enum ft_glu act;
     int n_expert, n_expert_used;
     enum ft_gating gating;
     bool norm_w;
@@ -195,8 +224,24 @@ typedef struct ft_host_experts_params {
     int overlay_buffers;         // prefill on the device: 0 none, 1 copy then compute, 2 double-buffered
 } ft_host_experts_params;
 
+// Parameters of the ops that not every backend computes yet (a bit set). A backend lists those
+// its ops take in ft_backend_ops.features and asserts the others are absent; the engine refuses
+// to place a model that needs one its backend lacks (ft_model_op_features), before any weight
+// moves, rather than let the backend compute something else.
+enum {
+    FT_OPS_ATTN_SINKS = 1 << 0,        // ft_attn_params.sinks
+    FT_OPS_MOE_BIASES = 1 << 1,        // ft_moe_params' router_bias, gate_bias, up_bias, down_bias
+    FT_OPS_MOE_SOFTMAX_WEIGHT = 1 << 2, // FT_GATING_SOFTMAX_WEIGHT
+    FT_OPS_SWIGLU_OAI = 1 << 3,        // FT_GLU_SWIGLU_OAI
+    FT_OPS_ALL = (1 << 4) - 1,
+};
+
+// The names of the features in the set f, comma-separated, into buf (for messages).
+const char *ft_ops_features_name(unsigned f, char *buf, size_t cap);
+
 typedef struct ft_backend_ops {
     const char *name;
+    unsigned features;             // FT_OPS_* its ops compute
     void (*free)(ft_backend *be);
 
     // ---- Memory: each backend places the weights and caches it computes from
@@ -354,6 +399,10 @@ ft_backend *ft_backend_init(const ft_backend_params *p, ft_err *err);
 // Devices of this kind on the machine (the CPU: 1; CUDA: 0 when there is none or the build
 // has no CUDA).
 int ft_backend_device_count(enum ft_placement device);
+
+// The FT_OPS_* features a backend for device computes (its ops table's features), known
+// without making one.
+unsigned ft_backend_features(enum ft_placement device);
 
 // Does row r of a row-wise op over n_tok rows take a GEMM kernel, given a backend's row_gemm
 // (see ft_backend.row_gemm; NULL: by the call's row count)?

@@ -11,6 +11,9 @@
 // A CPU backend with n_threads threads (>= 1). Free with be->ops->free(be).
 ft_backend *ft_backend_cpu_init(int n_threads, bool reference);
 
+// The FT_OPS_* features its ops compute: all of them.
+unsigned ft_backend_cpu_features(void);
+
 // Physical cores the calling thread may run on (its affinity mask: taskset, a container's
 // cpuset; hyper-threads not counted), at least 1.
 int ft_cpu_physical_cores(void);

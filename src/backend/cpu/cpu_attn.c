@@ -119,7 +119,8 @@ void cpu_copy_rows(ft_backend *be, ft_tensor *cache, int64_t dst, int64_t src, i
 //      and scored with the same dot product as a matmul, times the scale;
 //   2. an online softmax over the visible keys in position order, rescaling the running sum
 //      of values when the maximum grows; with an f16 cache that sum is stored in f16;
-//   3. the sum divided by the softmax denominator.
+//   3. with attention sinks, the head's sink joins the denominator (cpu_attn_sink);
+//   4. the sum divided by the softmax denominator.
 // Batches of 64 or more queries over an f16 cache take llama.cpp's tiled path instead: q.k
 // and the running sums in f32.
 
@@ -137,6 +138,7 @@ static void attn_worker(void *ctx, int ith, int nth) {
     const ft_quant_ops *vq = ft_quant_ops_find(p->v_cache->type);
     ft_vec_dot_fn dot = cpu_vec_dot(c, p->k_cache->type);
     int hd = p->head_dim, group = p->n_head / p->n_head_kv;
+    const float *sinks = cpu_attn_sinks(p);
     float *ws = c->attn_ws + (size_t)ith * c->attn_ws_per_thread;
     uint8_t *qbuf = (uint8_t *)ws;            // up to hd * 4 bytes + block overhead
     float *acc = ws + hd + 16;                // (hd)
@@ -187,11 +189,18 @@ static void attn_worker(void *ctx, int ith, int nth) {
             for (int d = 0; d < hd; d++) acc[d] = v16 ? f16_round(acc[d] + vrow[d] * vs) : acc[d] + vrow[d] * vs;
             S = S * ms + vs;
         }
+        if (sinks) cpu_attn_sink(sinks[h], M, &S, acc, hd);
         float inv = S == 0.0f ? 0.0f : 1.0f / S;
         for (int d = 0; d < hd; d++) acc[d] *= inv;
         float *o = p->out + ((size_t)t * p->n_head + h) * hd;
         memcpy(o, acc, (size_t)hd * sizeof(float));
     }
+}
+
+const float *cpu_attn_sinks(const ft_attn_params *p) {
+    if (!ft_tensor_present(p->sinks)) return NULL;
+    FT_ASSERT(p->sinks->type == FT_TYPE_F32 && p->sinks->ne[0] >= p->n_head);
+    return p->sinks->data;
 }
 
 void cpu_attention(ft_backend *be, const ft_attn_params *p) {

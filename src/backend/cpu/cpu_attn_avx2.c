@@ -76,6 +76,7 @@ static void attn_fast_worker(void *ctx, int ith, int nth) {
     float *acc = c->attn_ws + (size_t)ith * c->attn_ws_per_thread; // (group, hd)
     uint8_t *qbuf = (uint8_t *)(acc + (size_t)group * hd);         // (group, q_bytes)
     size_t krow = ft_row_bytes(kt, hd), vrow = ft_row_bytes(vt, hd);
+    const float *sinks = cpu_attn_sinks(p);
     float S[ATTN_MAX_GROUP], M[ATTN_MAX_GROUP], vs[ATTN_MAX_GROUP];
 
     int64_t n_items = (int64_t)p->n_tok * p->n_head_kv;
@@ -128,6 +129,8 @@ static void attn_fast_worker(void *ctx, int ith, int nth) {
                 }
             }
         }
+        if (sinks)
+            for (int g = 0; g < group; g++) cpu_attn_sink(sinks[hk * group + g], M[g], &S[g], acc + (size_t)g * hd, hd);
         for (int g = 0; g < group; g++) {
             float inv = S[g] == 0.0f ? 0.0f : 1.0f / S[g];
             const float *a = acc + (size_t)g * hd;

@@ -10,7 +10,8 @@
 //   2. per row, the block's maximum; a new maximum rescales the row's sum of values and its
 //      softmax denominator (as llama.cpp's tiled kernel does per block), then P = exp(S - max)
 //      in 8-lane exponentials and the denominator grows by the sum of P;
-//   3. the rows' sums of values += P V, 4 rows x 16 elements per step.
+//   3. the rows' sums of values += P V, 4 rows x 16 elements per step;
+// after the last block, each row's attention sink where there are sinks (cpu_attn_sink).
 // Items go to threads round-robin in token order, which balances the causal triangle.
 #include "cpu_impl.h"
 #include "../../quant/fp16.h"
@@ -136,6 +137,7 @@ static void tiled_worker(void *ctx, int ith, int nth) {
     float M[ROWS], L[ROWS]; // per row: the running maximum and softmax denominator
     int qpos[ROWS];         // per row: its token's position
     const size_t krow = ft_row_bytes(p->k_cache->type, hd), vrow = ft_row_bytes(p->v_cache->type, hd);
+    const float *sinks = cpu_attn_sinks(p);
 
     const int n_tiles = (p->n_tok + tt - 1) / tt;
     for (int64_t it = ith; it < (int64_t)n_tiles * p->n_head_kv; it += nth) {
@@ -213,6 +215,9 @@ static void tiled_worker(void *ctx, int ith, int nth) {
                 memset(S + (size_t)r * KEYS, 0, (size_t)nk4 * sizeof(float));
             add_values(S, vb, nr4, nk, hd, acc);
         }
+        if (sinks) // after every block, as llama.cpp's tiled kernel applies them
+            for (int r = 0; r < nr; r++)
+                cpu_attn_sink(sinks[hk * group + r % group], M[r], &L[r], acc + (size_t)r * hd, hd);
         for (int r = 0; r < nr; r++) {
             const float inv = L[r] == 0.0f ? 0.0f : 1.0f / L[r];
             const float *a = acc + (size_t)r * hd;

@@ -296,6 +296,7 @@ static void cpu_buffer_write(ft_backend *be, void *dst, const void *src, size_t 
 
 static const ft_backend_ops g_cpu_ops = {
     .name = "cpu",
+    .features = FT_OPS_ALL,
     .free = cpu_free,
     .device_info = cpu_device_info,
     .supports_type = cpu_supports_type,
@@ -323,6 +324,8 @@ static const ft_backend_ops g_cpu_ops = {
     .moe_ffn = cpu_moe_ffn,
     .sigmoid_gate_add = cpu_sigmoid_gate_add,
 };
+
+unsigned ft_backend_cpu_features(void) { return g_cpu_ops.features; }
 
 ft_backend *ft_backend_cpu_init(int n_threads, bool reference) {
     cpu_backend *c = ft_calloc(1, sizeof(*c));

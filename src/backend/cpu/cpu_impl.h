@@ -74,6 +74,23 @@ void cpu_quantize_rows(cpu_backend *c, enum ft_type vdt, const float *x, int64_t
 // True where the AVX2 kernels (cpu_*_avx2.c, quant's _avx2 dots) may run on this CPU.
 static inline bool cpu_has_avx2(void) { return ft_quant_simd_name()[0] == 'a'; }
 
+// The attention sinks' logits of p (ft_attn_params.sinks), or NULL; asserts they are f32, one
+// per query head.
+const float *cpu_attn_sinks(const ft_attn_params *p);
+
+// The attention sink's step for one query row, after its keys: the sink's logit joins the
+// softmax denominator S; where it exceeds the keys' maximum M, the sum of values acc (n floats)
+// and S are first rescaled to it. llama.cpp's order and roundings, on every path.
+static inline void cpu_attn_sink(float sink, float M, float *S, float *acc, int n) {
+    if (sink > M) {
+        float ms = expf(M - sink);
+        for (int d = 0; d < n; d++) acc[d] *= ms;
+        *S = *S * ms + 1.0f;
+    } else {
+        *S += expf(sink - M);
+    }
+}
+
 // The fast attention (cpu_attn_avx2.c): false, having done nothing, for a case it does not
 // cover (then the reference path runs). tiled: llama.cpp's f32 path for large batches.
 bool cpu_attention_fast(cpu_backend *c, const ft_attn_params *p, bool tiled);
@@ -115,5 +132,15 @@ void cpu_sigmoid_gate_add(ft_backend *be, const ft_tensor *gate_inp, const float
 
 // ggml's SiLU: x / (1 + e^-x).
 static inline float cpu_silu(float x) { return x / (1.0f + expf(-x)); }
+
+// gpt-oss's clamped SwiGLU of a gate and an up value, in ggml's steps (swiglu_oai): the gate
+// clamped above, up on both sides, then g / (1 + e^(alpha * -g)) * (u + 1). The comparisons are
+// std::min's and std::clamp's (a NaN passes through, as there).
+static inline float cpu_swiglu_oai(float gate, float up) {
+    const float lim = FT_SWIGLU_OAI_LIMIT;
+    float g = lim < gate ? lim : gate;
+    float u = up < -lim ? -lim : (lim < up ? lim : up);
+    return g / (1.0f + expf(FT_SWIGLU_OAI_ALPHA * -g)) * (u + 1.0f);
+}
 
 #endif

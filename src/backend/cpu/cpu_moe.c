@@ -41,18 +41,25 @@ static float top_k(const float *v, int n, int k, bool *taken, int32_t *out) {
     return -INFINITY;
 }
 
+// Routes every token: c->logits (n_tok, n_expert) to c->sel and c->sel_w (see ft_moe_params).
 static void route(cpu_backend *c, const ft_moe_params *p, int n_tok) {
     int ne = p->n_expert, k = p->n_expert_used;
     const float *bias = ft_tensor_present(p->sel_bias) ? p->sel_bias->data : NULL;
+    const float *rbias = ft_tensor_present(p->router_bias) ? p->router_bias->data : NULL;
     float probs[1024], score[1024]; // score: what selects (probs + the selection bias)
     bool taken[1024];
     FT_ASSERT(ne <= (int)FT_ARRAY_LEN(probs));
     for (int t = 0; t < n_tok; t++) {
         float *lg = c->logits + (size_t)t * ne;
-        if (p->gating == FT_GATING_SOFTMAX)
-            softmax_row(lg, probs, ne);
-        else
+        if (rbias) // an f32 add, as llama.cpp's ggml_add of the router's bias
+            for (int i = 0; i < ne; i++) lg[i] += rbias[i];
+        switch (p->gating) {
+        case FT_GATING_SOFTMAX: softmax_row(lg, probs, ne); break;
+        case FT_GATING_SIGMOID:
             for (int i = 0; i < ne; i++) probs[i] = 1.0f / (1.0f + expf(-lg[i]));
+            break;
+        case FT_GATING_SOFTMAX_WEIGHT: memcpy(probs, lg, (size_t)ne * sizeof(float)); break;
+        }
         for (int i = 0; i < ne; i++) score[i] = bias ? probs[i] + bias[i] : probs[i];
         int32_t *sel = c->sel + (size_t)t * k;
         float *w = c->sel_w + (size_t)t * k;
@@ -60,10 +67,10 @@ static void route(cpu_backend *c, const ft_moe_params *p, int n_tok) {
         float next = top_k(score, ne, k, taken, sel);
         if (k < ne) c->base.min_route_gap = FT_MIN(c->base.min_route_gap, score[sel[k - 1]] - next);
         float sum = 0;
-        for (int j = 0; j < k; j++) {
-            w[j] = probs[sel[j]];
-            sum += w[j];
-        }
+        for (int j = 0; j < k; j++) w[j] = probs[sel[j]];
+        // the selected logits' softmax, in selection order (llama.cpp's soft_max over the k)
+        if (p->gating == FT_GATING_SOFTMAX_WEIGHT) softmax_row(w, w, k);
+        for (int j = 0; j < k; j++) sum += w[j];
         if (p->norm_w) {
             sum = FT_MAX(sum, 6.103515625e-5f); // llama.cpp's guard: the smallest f16 normal
             for (int j = 0; j < k; j++) w[j] /= sum;
@@ -111,8 +118,10 @@ typedef struct {
     const ft_tensor *w[2];
     const uint8_t *xq[2];
     float *y[2];    // (grouped rows, n_out)
+    const float *bias[2]; // (n_expert, n_out) f32: row e added to expert e's rows of y[b], or NULL
     int n_banks;
-    bool silu_gate; // y[0] = SiLU(y[0]) * y[1] over each piece once both banks have it
+    bool silu_gate; // y[0] = act(y[0], y[1]) over each piece once both banks have it
+    enum ft_glu act;
     // chunk_rows > 0: the rows are claimed in chunks of chunk_rows, chunks_per_expert per
     // active expert, next_chunk[a] expert a's first one not yet claimed; where ready is set, an
     // expert's chunks wait for ready[a] (its input rows written by the job before, in the same
@@ -173,10 +182,22 @@ static void exp_rows(exp_job *j, int a, int64_t o0, int64_t o1) {
                              (int)FT_MIN(16, o1 - ob), xq + (size_t)ng * c->xq_row, c->xq_row, cnt - ng,
                              y + (size_t)ng * j->n_out + ob, (size_t)j->n_out);
     }
+    // the expert's biases (gpt-oss) on these rows, an f32 add after the product as llama.cpp's add_id
+    for (int b = 0; b < j->n_banks; b++)
+        if (j->bias[b]) {
+            const float *be = j->bias[b] + (size_t)e * j->n_out;
+            for (int g = g0; g < g0 + cnt; g++) {
+                float *y = j->y[b] + (size_t)g * j->n_out;
+                for (int64_t o = o0; o < o1; o++) y[o] += be[o];
+            }
+        }
     if (j->silu_gate)
         for (int g = g0; g < g0 + cnt; g++) {
             float *gate = j->y[0] + (size_t)g * j->n_out, *up = j->y[1] + (size_t)g * j->n_out;
-            for (int64_t o = o0; o < o1; o++) gate[o] = cpu_silu(gate[o]) * up[o];
+            if (j->act == FT_GLU_SWIGLU_OAI)
+                for (int64_t o = o0; o < o1; o++) gate[o] = cpu_swiglu_oai(gate[o], up[o]);
+            else
+                for (int64_t o = o0; o < o1; o++) gate[o] = cpu_silu(gate[o]) * up[o];
         }
     // acq_rel: the thread that sees the count reach zero sees every other thread's rows
     if (j->y_xq && atomic_fetch_sub_explicit(&j->rows_left[a], o1 - o0, memory_order_acq_rel) == o1 - o0) {
@@ -429,6 +450,13 @@ static void sum_rows(const cpu_backend *c, float *y, int n_tok, int k, int64_t n
 
 static enum ft_type vdt_of(enum ft_type t) { return ft_quant_ops_find(t)->vec_dot_type; }
 
+// A bank's per-expert bias as rows of n_out floats (one per expert), or NULL where it is absent.
+static const float *expert_bias(const ft_tensor *b, int64_t n_out, int n_expert) {
+    if (!ft_tensor_present(b)) return NULL;
+    FT_ASSERT(b->type == FT_TYPE_F32 && b->ne[0] == n_out && b->ne[1] == n_expert);
+    return b->data;
+}
+
 // moe_ffn, in steps:
 //   1. router logits for all tokens (one matmul; an f32 router's in a job that also quantizes
 //      the tokens for gate and up), gating (softmax or sigmoid), top-k on
@@ -436,7 +464,8 @@ static enum ft_type vdt_of(enum ft_type t) { return ft_quant_ops_find(t)->vec_do
 //      routing as the caller gives it (ft_moe_params.sel: the GPU's, in --moe-backend cpu);
 //   2. group the (token, slot) pairs by expert (a counting sort), so each expert's weights
 //      are read once for all its tokens and unselected experts are never touched;
-//   3. gate and up for every active expert's rows over the pool, SiLU(gate) * up in the same
+//   3. gate and up for every active expert's rows over the pool, their biases where the layer
+//      has them and the activation (SiLU(gate) * up, or gpt-oss's clamped SwiGLU) in the same
 //      job, quantize to the down bank's vec_dot_type (in that job too without GEMM tokens),
 //      down over the pool; each expert's weights
 //      meet all its tokens in tiles (cpu_dot_tile), the work split by token-rows (down without
@@ -445,6 +474,7 @@ static enum ft_type vdt_of(enum ft_type t) { return ft_quant_ops_find(t)->vec_do
 //      hidden rows are ready); the tokens of a prefill
 //      chunk take the GEMM and the others the tile kernels (ft_backend.row_gemm), so a token's
 //      result never depends on how many others its expert got;
+//      down's bias added to each expert's rows by the thread that computed them;
 //   4. per token, the weighted sum over its slots in slot order (as llama.cpp adds them): where
 //      down goes in chunks, by the thread that finishes a chunk's rows last over the experts,
 //      so no serial pass over the k rows (written by other cores) follows the job.
@@ -495,11 +525,13 @@ void cpu_moe_ffn(ft_backend *be, const ft_moe_params *p, const float *x, float *
     _Atomic int hidden_ready[1024], down_next[1024], sum_left[1024];
     FT_ASSERT(n_active <= (int)FT_ARRAY_LEN(rows_left));
     exp_job gu = {.c = c, .n_active = n_active, .n_out = n_ff, .n_in = n_embd, .w = {p->gate_exps, p->up_exps},
-                  .xq = {c->xq, vu != vg ? c->xq2 : c->xq}, .y = {c->h_gate, c->h_up}, .n_banks = 2,
-                  .silu_gate = true, .y_vdt = vdt_of(p->down_exps->type), .y_xq = c->xq, .rows_left = rows_left,
+                  .xq = {c->xq, vu != vg ? c->xq2 : c->xq}, .y = {c->h_gate, c->h_up},
+                  .bias = {expert_bias(p->gate_bias, n_ff, p->n_expert), expert_bias(p->up_bias, n_ff, p->n_expert)},
+                  .n_banks = 2, .silu_gate = true, .act = p->act, .y_vdt = vdt_of(p->down_exps->type), .y_xq = c->xq, .rows_left = rows_left,
                   .y_ready = hidden_ready};
     exp_job dn = {.c = c, .n_active = n_active, .n_out = n_embd, .n_in = n_ff, .w = {p->down_exps, NULL},
-                  .xq = {c->xq, NULL}, .y = {c->h_out, NULL}, .n_banks = 1, .next_chunk = down_next,
+                  .xq = {c->xq, NULL}, .y = {c->h_out, NULL},
+                  .bias = {expert_bias(p->down_bias, n_embd, p->n_expert), NULL}, .n_banks = 1, .next_chunk = down_next,
                   .sum_y = y, .sum_left = sum_left, .n_tok = n_tok, .k = k};
     FT_ASSERT((n_embd + 15) / 16 <= (int64_t)FT_ARRAY_LEN(sum_left)); // down's chunks per expert
     experts_run(c, &gu, &dn, rows);

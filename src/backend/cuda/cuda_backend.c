@@ -630,6 +630,7 @@ static void cuda_copy_rows(ft_backend *be, ft_tensor *cache, int64_t dst, int64_
 static void cuda_attention(ft_backend *be, const ft_attn_params *p) {
     cuda_backend *c = cuda_op(be);
     FT_ASSERT(p->head_dim <= c->lim.max_head_dim && p->pos0 + p->n_tok <= c->lim.max_ctx);
+    FT_ASSERT(!ft_tensor_present(p->sinks) && "attention sinks have no CUDA kernel (engine_plan refuses them)");
     check_on_device(p->k_cache);
     check_on_device(p->v_cache);
     if (!op_runs(c, OP_ATTENTION, p->q, p->k_cache->data, ((int64_t)p->n_tok << 32) | (uint32_t)p->window,
@@ -779,6 +780,10 @@ static void cuda_moe_ffn(ft_backend *be, const ft_moe_params *p, const float *x,
     int k = p->n_expert_used;
     FT_ASSERT(c->reserved && n_tok <= c->lim.max_tok && k <= c->lim.n_expert_used);
     FT_ASSERT(p->n_expert <= c->lim.n_expert && n_ff <= c->lim.max_width && n_embd <= c->lim.max_width);
+    // gpt-oss's routing, biases and activation have no CUDA kernels (engine_plan refuses them)
+    FT_ASSERT(p->gating != FT_GATING_SOFTMAX_WEIGHT && p->act == FT_GLU_SILU);
+    FT_ASSERT(!ft_tensor_present(p->router_bias) && !ft_tensor_present(p->gate_bias) &&
+              !ft_tensor_present(p->up_bias) && !ft_tensor_present(p->down_bias));
     bool run = op_runs(c, OP_MOE_FFN, p->gate_exps->data, x, (int64_t)(uintptr_t)y, n_tok);
     if (n_tok == 0) return;
     // --moe-backend cpu: experts in host memory, no expert cache (offload never attaches this);
@@ -1059,8 +1064,13 @@ static size_t cuda_host_experts_device_bytes(ft_backend *be, const ft_host_exper
     return (size_t)p->overlay_buffers * buffer;
 }
 
+// No FT_OPS_* feature yet: the ops assert their parameters are absent (cuda_attention,
+// cuda_moe_ffn), and the engine refuses a model that needs them before placing it.
+enum { CUDA_FEATURES = 0 };
+
 static const ft_backend_ops g_cuda_ops = {
     .name = "cuda",
+    .features = CUDA_FEATURES,
     .free = cuda_free,
     .device_info = cuda_device_info,
     .supports_type = cuda_supports_type,
@@ -1099,6 +1109,8 @@ static const ft_backend_ops g_cuda_ops = {
 };
 
 int ft_backend_cuda_device_count(void) { return ft_cuda_device_count(); }
+
+unsigned ft_backend_cuda_features(void) { return CUDA_FEATURES; }
 
 ft_backend *ft_backend_cuda_init(const ft_backend_params *p, ft_err *err) {
     int dev = 0;

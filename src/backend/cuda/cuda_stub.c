@@ -11,3 +11,5 @@ ft_backend *ft_backend_cuda_init(const ft_backend_params *p, ft_err *err) {
     ft_err_set(err, "--device cuda: this ft was built without CUDA (no nvcc at build time)");
     return NULL;
 }
+
+unsigned ft_backend_cuda_features(void) { return 0; }
