@@ -158,6 +158,25 @@ TEST(batch_matches_alone) {
     batch_case("qwen3next", &sp, 16, FT_TYPE_Q8_0, lens);
 }
 
+// gpt-oss: sliding windows of 8 on every other layer with their own RoPE base, attention sinks,
+// the router's and experts' biases, the clamped SwiGLU; mxfp4 and q4_K experts; a q8_0 cache, then
+// an f16 cache with prompts over 64 tokens (the tiled attention path, sinks after its blocks).
+TEST(batch_matches_alone_gptoss) {
+    static const int lens[N_REQ] = {37, 1, 12, 48, 5};
+    static const int long_lens[N_REQ] = {70, 3, 66, 80, 9};
+    ft_synth_params sp = ft_synth_default_params();
+    sp.arch = "gpt-oss";
+    sp.n_layer = 4;
+    sp.n_ctx_train = 256;
+    sp.n_expert_used = 4;
+    sp.qkv_bias = true;
+    sp.n_swa = 8;
+    sp.rope_freq_base_swa = 10000.0f;
+    fixture_expert_types(&sp, "mxfp4,q4_K", NULL);
+    batch_case("gpt-oss", &sp, 12, FT_TYPE_Q8_0, lens);
+    batch_case("gpt-oss f16 cache", &sp, 64, FT_TYPE_F16, long_lens);
+}
+
 // Errors come back before anything runs: the sequence keeps its position; closing frees it.
 TEST(batch_step_errors_and_reuse) {
     ft_synth_params sp = ft_synth_default_params();

@@ -1,4 +1,5 @@
-// test_conformance_archs.c: qwen2moe, llama (Mixtral), laguna, qwen35moe, qwen3next and glm4moe against llama.cpp.
+// test_conformance_archs.c: qwen2moe, llama (Mixtral), laguna, qwen35moe, qwen3next, glm4moe and gpt-oss
+// against llama.cpp.
 #include "test_conformance.h"
 #include "test.h"
 
@@ -183,7 +184,8 @@ static ft_synth_params glm4moe_params(void) {
     return p;
 }
 
-static conf_opts glm4moe_opts(void) {
+// Prompts of 1, 40 and 300 tokens (the last crosses the prefill chunk of 256): glm4moe, gpt-oss.
+static conf_opts prompts_1_40_300(void) {
     conf_opts o = conf_default_opts();
     o.n_prompts = 3;
     o.prompt_len[0] = 1;
@@ -195,7 +197,7 @@ static conf_opts glm4moe_opts(void) {
 TEST(conformance_glm4moe_mixed_experts_mtp) {
     ft_synth_params p = glm4moe_params();
     p.n_mtp = 1;
-    conf_opts o = glm4moe_opts();
+    conf_opts o = prompts_1_40_300();
     conf_check("glm4moe_mixed_mtp", &p, &o);
 }
 
@@ -207,7 +209,7 @@ TEST(conformance_glm4moe_qk_norm_kv_q8_0) {
     p.qk_norm = true;
     p.n_dense_lead = 2;
     p.n_ff_shexp = 2 * p.n_ff_exp;
-    conf_opts o = glm4moe_opts();
+    conf_opts o = prompts_1_40_300();
     o.kv_type = FT_TYPE_Q8_0;
     conf_check("glm4moe_qk_norm_kv_q8_0", &p, &o);
 }
@@ -222,6 +224,62 @@ TEST(conformance_glm4moe_mrope_sections) {
     p.rope_sections[1] = 5;
     p.rope_sections[2] = 5;
     p.rope_sections[3] = 4;
-    conf_opts o = glm4moe_opts();
+    conf_opts o = prompts_1_40_300();
     conf_check("glm4moe_mrope", &p, &o);
+}
+
+// gpt-oss: 4 layers, sliding windows of 16 on the even ones (the 40- and 300-token prompts and
+// the generated tokens run past them), attention sinks, Q/K/V and output biases, YaRN on every
+// layer, the router's and experts' biases, softmax-weighted top 4 of 8 and the clamped SwiGLU
+// (ft synth's biases make both clamps act); experts mxfp4 (gpt-oss's own), q4_K, q8_0 and bf16
+// by layer.
+static ft_synth_params gptoss_params(void) {
+    ft_synth_params p = conf_small_params("gpt-oss");
+    p.n_layer = 4;
+    p.n_ctx_train = 2048;
+    p.n_expert_used = 4;
+    p.qkv_bias = true;
+    p.n_swa = 16;
+    p.rope_freq_base = 150000.0f;
+    p.yarn_factor = 4.0f;
+    p.n_expert_types = 4;
+    p.expert_types[0] = FT_TYPE_MXFP4;
+    p.expert_types[1] = FT_TYPE_Q4_K;
+    p.expert_types[2] = FT_TYPE_Q8_0;
+    p.expert_types[3] = FT_TYPE_BF16;
+    return p;
+}
+
+// Prompts of 1, 40 and 300 tokens, each prefilled in one chunk as the oracle does (its batch is
+// the longest prompt): with -b 256 the 300-token prompt's last 44 queries would take the f16
+// accumulation that llama.cpp's one tiled pass does in f32, which alone moves these models'
+// probabilities by about 0.014 (llama.cpp's own, between its batch sizes, by up to 0.024).
+static conf_opts gptoss_opts(void) {
+    conf_opts o = prompts_1_40_300();
+    o.n_batch = 512;
+    return o;
+}
+
+TEST(conformance_gptoss_mixed_experts) {
+    ft_synth_params p = gptoss_params();
+    conf_opts o = gptoss_opts();
+    conf_check("gptoss_mixed", &p, &o);
+}
+
+// A q8_0 cache; every third layer full (attention.sliding_window_pattern 3) with the sliding
+// ones on their own RoPE base, no Q/K/V biases (optional in the file), mxfp4 gate/up over q8_0
+// down, a window of 8.
+TEST(conformance_gptoss_swa_pattern_kv_q8_0) {
+    ft_synth_params p = gptoss_params();
+    p.qkv_bias = false;
+    p.n_swa = 8;
+    p.swa_pattern = 3;
+    p.rope_freq_base_swa = 10000.0f;
+    p.n_expert_types = 1;
+    p.expert_types[0] = FT_TYPE_MXFP4;
+    p.n_expert_down_types = 1;
+    p.expert_down_types[0] = FT_TYPE_Q8_0;
+    conf_opts o = gptoss_opts();
+    o.kv_type = FT_TYPE_Q8_0;
+    conf_check("gptoss_swa3_kv_q8_0", &p, &o);
 }

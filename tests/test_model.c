@@ -30,7 +30,9 @@ static const size_t g_layer_fields[] = {
     offsetof(ft_layer, lin_qkv),    offsetof(ft_layer, lin_z),      offsetof(ft_layer, ssm_conv1d),
     offsetof(ft_layer, ssm_dt),     offsetof(ft_layer, ssm_a),      offsetof(ft_layer, ssm_beta),
     offsetof(ft_layer, ssm_alpha),  offsetof(ft_layer, ssm_ba),     offsetof(ft_layer, ssm_norm),
-    offsetof(ft_layer, ssm_out),    offsetof(ft_layer, gate_up_exps),
+    offsetof(ft_layer, ssm_out),    offsetof(ft_layer, gate_up_exps), offsetof(ft_layer, bo),
+    offsetof(ft_layer, sinks),      offsetof(ft_layer, router_b),   offsetof(ft_layer, gate_exps_b),
+    offsetof(ft_layer, up_exps_b),  offsetof(ft_layer, down_exps_b),
 };
 
 static const ft_tensor *field_tensor(const void *base, size_t off) {
@@ -115,6 +117,7 @@ static ft_synth_params all_options(const char *arch) {
     p.yarn_factor = 4.0f;
     p.gate_per_element = true;
     p.expert_weights_scale = 2.0f;
+    p.swa_pattern = 3;
     p.fused_gate_up = ft_synth_has_fused_gate_up(arch);
     if (ft_synth_has_linear_attention(arch)) {
         p.ssm_d_conv = 3;
@@ -327,6 +330,8 @@ TEST(model_load_names_the_bad_key) {
         {"glm4moe", "glm4moe.rope.dimension_sections", 8,
          "key glm4moe.rope.dimension_sections [8, 8, 8, 8]: M-RoPE whose fourth section holds rotated pairs (8 of "
          "them), which text leaves unturned: not supported"},
+        {"gpt-oss", "gpt-oss.rope.dimension_count", 32, "key gpt-oss.rope.dimension_count 32: must equal the head size 64"},
+        {"gpt-oss", "gpt-oss.attention.sliding_window", 0, "key gpt-oss.attention.sliding_window = 0: out of range"},
     };
     for (size_t i = 0; i < FT_ARRAY_LEN(cases); i++) {
         ft_synth_params p = ft_synth_default_params();
@@ -356,6 +361,82 @@ TEST(model_load_names_the_bad_key) {
     ft_model *m = ft_model_load(dst, &err);
     CHECK(!m && strstr(err.msg, "missing key laguna.leading_dense_block_count"), "%s", m ? "loads" : err.msg);
     ft_model_free(m);
+}
+
+// gpt-oss as llama.cpp's openai-moe.cpp reads it: layer il slides unless il % pattern is
+// pattern - 1 (pattern 2 by default: the even layers), sliding layers on rope.freq_base_swa and
+// full ones on rope.freq_base, YaRN on both; softmax-weighted routing and the clamped SwiGLU;
+// every op feature a backend may lack; expert_weights_scale, which llama.cpp's gpt-oss ignores,
+// refused unless it is 1.
+TEST(model_gptoss_layers_rope_and_refusals) {
+    ft_synth_params p = ft_synth_default_params();
+    p.arch = "gpt-oss";
+    p.n_layer = 6;
+    p.yarn_factor = 4.0f;
+    p.rope_freq_base_swa = 5000.0f;
+    ft_err err = {{0}};
+    static const int patterns[] = {0, 2, 3}; // 0: not written
+    for (size_t pi = 0; pi < FT_ARRAY_LEN(patterns); pi++) {
+        int pattern = patterns[pi];
+        p.swa_pattern = pattern;
+        const char *path = test_path("gptoss_layers.gguf");
+        REQUIRE(ft_synth_write(&p, path, &err), "%s", err.msg);
+        ft_model *m = ft_model_load(path, &err);
+        REQUIRE(m, "%s", err.msg);
+        int eff = pattern == 0 ? 2 : pattern; // not written: llama.cpp's 2
+        char got[16] = "", want[16] = "";
+        for (int l = 0; l < 6; l++) {
+            got[l] = m->layers[l].is_swa ? 's' : 'f';
+            want[l] = l % eff < eff - 1 ? 's' : 'f';
+        }
+        CHECK(!strcmp(got, want), "pattern %d: layers %s, want %s", eff, got, want);
+        const ft_hparams *hp = &m->hp;
+        CHECK(hp->n_swa == 128, "the window ft synth writes by default: %d", hp->n_swa);
+        CHECK(hp->rope_swa.freq_base == 5000.0f && hp->rope.freq_base == p.rope_freq_base, "bases %g / %g",
+              (double)hp->rope_swa.freq_base, (double)hp->rope.freq_base);
+        CHECK(hp->rope.ext_factor == 1.0f && hp->rope_swa.ext_factor == 1.0f && hp->rope_swa.freq_scale == 0.25f &&
+                  hp->rope_swa.attn_factor == hp->rope.attn_factor && hp->rope.neox && hp->rope_swa.neox,
+              "YaRN on both kinds of layer");
+        CHECK(hp->gating == FT_GATING_SOFTMAX_WEIGHT && hp->glu == FT_GLU_SWIGLU_OAI && !hp->norm_w);
+        CHECK(ft_model_op_features(m) == FT_OPS_ALL, "needs %#x", ft_model_op_features(m));
+        CHECK(!ft_tensor_present(&m->layers[0].bq), "Q/K/V biases are optional and ft synth wrote none");
+        ft_model_free(m);
+    }
+    // pattern 1: every layer full
+    p.swa_pattern = 1;
+    const char *path = test_path("gptoss_layers.gguf");
+    REQUIRE(ft_synth_write(&p, path, &err), "%s", err.msg);
+    ft_model *m = ft_model_load(path, &err);
+    REQUIRE(m, "%s", err.msg);
+    for (int l = 0; l < 6; l++) CHECK(!m->layers[l].is_swa, "pattern 1: layer %d slides", l);
+    ft_model_free(m);
+    // expert_weights_scale: 1 loads, 2 is refused naming the key
+    for (int i = 0; i < 2; i++) {
+        gguf_file *f = gguf_open(path, &err);
+        REQUIRE(f, "%s", err.msg);
+        gguf_writer *w = gguf_writer_init();
+        for (int64_t k = 0; k < gguf_n_kv(f); k++) gguf_writer_copy_kv(w, f, k);
+        gguf_writer_set_f32(w, "gpt-oss.expert_weights_scale", i ? 2.0f : 1.0f);
+        for (int64_t t = 0; t < gguf_n_tensors(f); t++) {
+            const gguf_tensor *g = gguf_tensor_at(f, t);
+            char name[128];
+            snprintf(name, sizeof(name), "%.*s", (int)g->name.len, g->name.ptr);
+            gguf_writer_add_tensor(w, name, g->type, g->n_dims, g->ne);
+        }
+        const char *dst = test_path("gptoss_scale.gguf");
+        bool ok = gguf_writer_begin(w, dst, &err);
+        for (int64_t t = 0; ok && t < gguf_n_tensors(f); t++)
+            ok = gguf_writer_tensor_data(w, gguf_tensor_at(f, t)->data, gguf_tensor_at(f, t)->bytes, &err);
+        ok = ok && gguf_writer_finish(w, &err);
+        gguf_writer_free(w);
+        gguf_close(f);
+        REQUIRE(ok, "%s", err.msg);
+        m = ft_model_load(dst, &err);
+        if (i) CHECK(!m && strstr(err.msg, "key gpt-oss.expert_weights_scale = 2: llama.cpp's gpt-oss ignores it"),
+                     "%s", m ? "loads" : err.msg);
+        else CHECK(m, "a scale of 1 is no scale: %s", err.msg);
+        ft_model_free(m);
+    }
 }
 
 static bool layers_overlap(enum ft_layers a, enum ft_layers b) {

@@ -204,3 +204,67 @@ TEST(synth_loads_in_llama_cpp) {
     REQUIRE(ft_synth_write(&p, path, &err), "%s", err.msg);
     check_llama_distribution(path, "--text 'Hello world'");
 }
+
+// ft synth's gpt-oss flags write the keys and tensors they name (read back by ft inspect), and
+// flags an architecture does not take are refused naming those that do.
+TEST(synth_cli_gptoss_flags) {
+    static char out[1 << 16];
+    char cmd[2048];
+    const char *path = test_path("cli_gptoss.gguf");
+    snprintf(cmd, sizeof(cmd),
+             "'%s' synth '%s' --arch gpt-oss --layers 3 --swa 8 --swa-pattern 3 --swa-rope-base 5000 --rope-base "
+             "150000 --yarn 4 --qkv-bias --expert-types mxfp4 2>&1 && '%s' inspect '%s' 2>&1",
+             test_ft_bin(), path, test_ft_bin(), path);
+    REQUIRE(test_run(cmd, out, sizeof(out)) == 0, "%s", out);
+    static const char *const want[] = {
+        "gpt-oss.attention.sliding_window                     8",
+        "gpt-oss.attention.sliding_window_pattern             3",
+        "gpt-oss.rope.freq_base_swa                           5000",
+        "gpt-oss.rope.freq_base                               150000",
+        "gpt-oss.rope.scaling.type                            \"yarn\"",
+        "blk.2.attn_q.bias",
+        "blk.2.attn_sinks.weight",
+        "blk.2.ffn_down_exps.bias",
+        "mxfp4",
+    };
+    for (size_t i = 0; i < FT_ARRAY_LEN(want); i++) CHECK(strstr(out, want[i]), "no '%s' in:\n%s", want[i], out);
+    static const struct {
+        const char *args, *msg;
+    } bad[] = {
+        {"--arch qwen3moe --swa 8", "--swa, --swa-rope-base and --yarn are for laguna and gpt-oss"},
+        {"--arch laguna --swa-pattern 3", "--swa-pattern is for gpt-oss"},
+        {"--arch gpt-oss --expert-weights-scale 2", "--expert-weights-scale is for laguna and glm4moe"},
+        {"--arch qwen3moe --qkv-bias", "--qkv-bias is for qwen2moe, glm4moe and gpt-oss"},
+        {"--arch gpt-oss --rot 32", "gpt-oss rotates whole heads"},
+        {"--arch gpt-oss --yarn 0.5", "--yarn must be a finite number above 1"},
+    };
+    for (size_t i = 0; i < FT_ARRAY_LEN(bad); i++) {
+        snprintf(cmd, sizeof(cmd), "'%s' synth '%s' %s 2>&1", test_ft_bin(), test_path("cli_bad.gguf"), bad[i].args);
+        int rc = test_run(cmd, out, sizeof(out));
+        CHECK(rc != 0 && strstr(out, bad[i].msg), "%s: exit %d, %s", bad[i].args, rc, out);
+    }
+}
+
+// The one --qkv-bias writes Q/K/V biases for each architecture that takes it, and none without
+// it; glm4moe's --expert-weights-scale is written as given.
+TEST(synth_cli_qkv_bias_archs) {
+    static char out[1 << 16];
+    char cmd[2048];
+    static const char *const archs[] = {"qwen2moe", "glm4moe", "gpt-oss"};
+    for (size_t i = 0; i < FT_ARRAY_LEN(archs); i++)
+        for (int bias = 0; bias < 2; bias++) {
+            const char *path = test_path("cli_qkv_bias.gguf");
+            snprintf(cmd, sizeof(cmd), "'%s' synth '%s' --arch %s --layers 2 %s 2>&1 && '%s' inspect '%s' 2>&1",
+                     test_ft_bin(), path, archs[i], bias ? "--qkv-bias" : "", test_ft_bin(), path);
+            REQUIRE(test_run(cmd, out, sizeof(out)) == 0, "%s", out);
+            bool has = strstr(out, "blk.1.attn_q.bias") && strstr(out, "blk.1.attn_k.bias") &&
+                       strstr(out, "blk.1.attn_v.bias");
+            CHECK(has == (bias == 1) && (bias || !strstr(out, "attn_q.bias")), "%s %s:\n%s", archs[i],
+                  bias ? "--qkv-bias" : "without --qkv-bias", out);
+        }
+    const char *path = test_path("cli_glm_scale.gguf");
+    snprintf(cmd, sizeof(cmd), "'%s' synth '%s' --arch glm4moe --layers 2 --expert-weights-scale 1.5 2>&1 && '%s' "
+             "inspect '%s' 2>&1", test_ft_bin(), path, test_ft_bin(), path);
+    REQUIRE(test_run(cmd, out, sizeof(out)) == 0, "%s", out);
+    CHECK(strstr(out, "glm4moe.expert_weights_scale                         1.5"), "%s", out);
+}

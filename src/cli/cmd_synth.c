@@ -4,6 +4,7 @@
 #include "../model/model.h"
 #include "../model/synth.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -26,7 +27,7 @@ static void synth_usage(FILE *out) {
             "                             one (default --ff; glm4moe: a multiple of --ff)\n"
             "  --rot N                    rotary dims of each attention head (default --head-dim)\n"
             "  --ctx N                    training context length (default %d)\n"
-            "  --qkv-bias                 Q/K/V biases (qwen2moe, glm4moe)\n"
+            "  --qkv-bias                 Q/K/V biases (qwen2moe, glm4moe, gpt-oss)\n"
             "  --qk-norm                  per-head Q/K RMSNorm (glm4moe: GLM-4.5 has them, Air not)\n"
             "  --mtp N                    N multi-token-prediction blocks after the layers\n"
             "                             (nextn_predict_layers), which ft does not run (glm4moe)\n"
@@ -43,6 +44,17 @@ static void synth_usage(FILE *out) {
             "  --fused-gate-up            each layer's gate and up experts in one tensor,\n"
             "                             ffn_gate_up_exps (as llama.cpp's converter writes with\n"
             "                             --fuse-gate-up-exps), for qwen35moe and qwen3next\n"
+            "  --rope-base F              RoPE base (default %g)\n"
+            "  --swa N                    sliding window of the sliding layers, for laguna (default:\n"
+            "                             none) and gpt-oss (default 128)\n"
+            "  --swa-pattern N            gpt-oss: of every N layers all but the last slide\n"
+            "                             (default: not written, llama.cpp's 2)\n"
+            "  --swa-rope-base F          RoPE base of the sliding layers (laguna: default 10000;\n"
+            "                             gpt-oss: default not written, --rope-base)\n"
+            "  --yarn F                   YaRN context extension by F (laguna: full layers; gpt-oss:\n"
+            "                             every layer) from a training context of --ctx / F (default:\n"
+            "                             none)\n"
+            "  --expert-weights-scale F   routed weights scaled by F (laguna, glm4moe; default 2.5)\n"
             "  --dense-type T             embedding/attention/output type (default %s)\n"
             "  --expert-types T[,T...]    gate/up expert type per layer; the last repeats (default %s)\n"
             "  --expert-down-types T[,...] down expert type per layer (default: as gate/up)\n"
@@ -50,7 +62,7 @@ static void synth_usage(FILE *out) {
             "  --name NAME                general.name\n"
             "  --seed S                   random seed (default %llu)\n",
             d.arch, ft_arch_names(), d.n_layer, d.n_embd, d.n_head, d.n_head_kv, d.head_dim, d.n_expert,
-            d.n_expert_used, d.n_ff_exp, d.n_ctx_train, ft_type_name(d.dense_type),
+            d.n_expert_used, d.n_ff_exp, d.n_ctx_train, d.rope_freq_base, ft_type_name(d.dense_type),
             ft_type_name(d.expert_types[0]), (unsigned long long)d.seed);
 }
 
@@ -59,6 +71,7 @@ int cmd_synth(int argc, char **argv) {
     const char *out = NULL, *types = NULL, *down_types = NULL, *dense = NULL, *sections = NULL;
     bool bad = false;
     int64_t v;
+    double f;
     ft_err err = {{0}};
     for (int i = 1; i < argc && !bad; i++) {
         const char *a = argv[i];
@@ -90,7 +103,24 @@ int cmd_synth(int argc, char **argv) {
         INT_OPT("--ssm-head-dim", ssm_head_dim, 2, 4096)
         INT_OPT("--ssm-conv", ssm_d_conv, 1, 64)
         INT_OPT("--mtp", n_mtp, 0, FT_SYNTH_MAX_MTP)
+        INT_OPT("--swa", n_swa, 1, 1 << 24)
+        INT_OPT("--swa-pattern", swa_pattern, 1, FT_SYNTH_MAX_LAYERS)
 #undef INT_OPT
+#define FLOAT_OPT(flag, field, lo)                                                  \
+    if (args_float(argc, argv, &i, flag, &f, &bad)) {                                \
+        if (bad) continue;                                                          \
+        if (!(f > lo) || !isfinite(f)) {                                            \
+            fprintf(stderr, "ft synth: %s must be a finite number above %g\n", flag, (double)lo); \
+            return FT_EXIT_USAGE;                                                   \
+        }                                                                           \
+        p.field = (float)f;                                                         \
+        continue;                                                                   \
+    }
+        FLOAT_OPT("--rope-base", rope_freq_base, 0)
+        FLOAT_OPT("--swa-rope-base", rope_freq_base_swa, 0)
+        FLOAT_OPT("--yarn", yarn_factor, 1)
+        FLOAT_OPT("--expert-weights-scale", expert_weights_scale, 0)
+#undef FLOAT_OPT
         if (args_flag(argv, i, "--fused-gate-up")) {
             p.fused_gate_up = true;
             continue;
@@ -129,6 +159,23 @@ int cmd_synth(int argc, char **argv) {
     if ((p.n_dense_lead || p.n_ff_dense) && !ft_synth_has_dense_layers(p.arch)) {
         fprintf(stderr, "ft synth: --dense-lead and --dense-ff are for architectures with dense layers (%s has none)\n",
                 p.arch);
+        return FT_EXIT_USAGE;
+    }
+    bool gptoss = !strcmp(p.arch, "gpt-oss"), laguna = !strcmp(p.arch, "laguna");
+    if (p.swa_pattern && !gptoss) {
+        fprintf(stderr, "ft synth: --swa-pattern is for gpt-oss\n");
+        return FT_EXIT_USAGE;
+    }
+    if ((p.n_swa || p.rope_freq_base_swa || p.yarn_factor) && !gptoss && !laguna) {
+        fprintf(stderr, "ft synth: --swa, --swa-rope-base and --yarn are for laguna and gpt-oss\n");
+        return FT_EXIT_USAGE;
+    }
+    if (p.expert_weights_scale && !laguna && strcmp(p.arch, "glm4moe") != 0) {
+        fprintf(stderr, "ft synth: --expert-weights-scale is for laguna and glm4moe\n");
+        return FT_EXIT_USAGE;
+    }
+    if (p.qkv_bias && !gptoss && strcmp(p.arch, "qwen2moe") != 0 && strcmp(p.arch, "glm4moe") != 0) {
+        fprintf(stderr, "ft synth: --qkv-bias is for qwen2moe, glm4moe and gpt-oss\n");
         return FT_EXIT_USAGE;
     }
     if (p.fused_gate_up && !ft_synth_has_fused_gate_up(p.arch)) {

@@ -66,6 +66,7 @@ void model_block_attention(const ft_model *m, ft_forward *f, int il, attn_opts o
             .q = q, .out = attn, .k_cache = ft_kv_k(sg->kv, il), .v_cache = ft_kv_v(sg->kv, il), .blocks = blocks,
             .n_tok = ns, .n_chunk = sg->n_chunk, .pos0 = sg->pos0, .n_head = nh, .n_head_kv = nkv,
             .head_dim = hd, .window = L->is_swa ? hp->n_swa : 0, .scale = 1.0f / sqrtf((float)hd),
+            .sinks = &L->sinks,
         };
         ops->attention(be, &ap);
         if (rot_v) ops->hadamard(be, attn, ns, (int)qw, rot_v);
@@ -80,6 +81,7 @@ void model_block_attention(const ft_model *m, ft_forward *f, int il, attn_opts o
         ops->gate_mul(be, f->attn, f->gate, n, nh, hd, (int)L->attn_gate.ne[1], FT_ACT_SOFTPLUS);
     }
     ops->matmul(be, &L->wo, f->attn, f->out, n);
+    if (ft_tensor_present(&L->bo)) ops->add_bias(be, f->out, &L->bo, n, hp->n_embd);
     ops->add(be, f->x, f->out, (size_t)n * hp->n_embd);
 }
 
@@ -139,8 +141,10 @@ void model_block_moe(const ft_model *m, ft_forward *f, int il) {
 
     ops->rms_norm(be, f->x, &L->ffn_norm, f->xn, n, hp->n_embd, hp->rms_eps);
     ft_moe_params mp = {
-        .layer = il, .router = &L->router, .sel_bias = &L->sel_bias, .gate_exps = &L->gate_exps,
-        .up_exps = &L->up_exps, .down_exps = &L->down_exps, .n_expert = hp->n_expert,
+        .layer = il, .router = &L->router, .router_bias = &L->router_b, .sel_bias = &L->sel_bias,
+        .gate_exps = &L->gate_exps, .up_exps = &L->up_exps, .down_exps = &L->down_exps,
+        .gate_bias = &L->gate_exps_b, .up_bias = &L->up_exps_b, .down_bias = &L->down_exps_b, .act = hp->glu,
+        .n_expert = hp->n_expert,
         .n_expert_used = hp->n_expert_used, .gating = hp->gating, .norm_w = hp->norm_w,
         .w_scale = hp->w_scale, .place = moe_placement_expert, .place_ctx = f->place,
     };

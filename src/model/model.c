@@ -20,7 +20,8 @@
     X(laguna)                                                                                     \
     X(qwen35moe)                                                                                  \
     X(qwen3next)                                                                                  \
-    X(glm4moe)
+    X(glm4moe)                                                                                    \
+    X(gptoss)
 
 #define X(name) extern const ft_arch ft_arch_##name;
 FT_ARCHS(X)
@@ -445,6 +446,7 @@ int64_t model_dim(const ft_model *m, int il, enum ft_dim d) {
     case FT_DIM_SSM_HEAD: return hp->ssm_head_dim;
     case FT_DIM_SSM_CONV: return hp->ssm_d_conv;
     case FT_DIM_EMBD_2: return 2 * (int64_t)hp->n_embd;
+    case FT_DIM_HEADS: return m->layers[il].n_head;
     case FT_DIM_ARCH: break;
     }
     FT_ASSERT(!"an FT_DIM_ARCH size comes from the architecture's dim hook");
@@ -857,6 +859,21 @@ void ft_forward_alloc(ft_forward *f, const ft_model *m, const ft_weights *w, ft_
     size_t W = (size_t)ft_model_wide_width(m), H = (size_t)ft_model_recurrent_heads(m);
     f->wide = W ? be->ops->alloc(be, B * W) : NULL;
     f->ab = H ? be->ops->alloc(be, 4 * B * H) : NULL; // alpha, beta, and their fused projection
+}
+
+unsigned ft_model_op_features(const ft_model *m) {
+    const ft_hparams *hp = &m->hp;
+    unsigned f = 0;
+    if (hp->gating == FT_GATING_SOFTMAX_WEIGHT) f |= FT_OPS_MOE_SOFTMAX_WEIGHT;
+    if (hp->glu == FT_GLU_SWIGLU_OAI) f |= FT_OPS_SWIGLU_OAI;
+    for (int l = 0; l < hp->n_layer; l++) {
+        const ft_layer *L = &m->layers[l];
+        if (ft_tensor_present(&L->sinks)) f |= FT_OPS_ATTN_SINKS;
+        if (ft_tensor_present(&L->router_b) || ft_tensor_present(&L->gate_exps_b) ||
+            ft_tensor_present(&L->up_exps_b) || ft_tensor_present(&L->down_exps_b))
+            f |= FT_OPS_MOE_BIASES;
+    }
+    return f;
 }
 
 int64_t ft_model_max_width(const ft_model *m) {

@@ -8,10 +8,10 @@
 // loaded model is read-only: several engines may share it, each placing the weights on its
 // own backend (ft_weights_place).
 //
-// Each architecture is one file (qwen3moe.c, qwen2moe.c, llama.c, laguna.c, glm4moe.c, ...,
-// listed once in model.c) holding its keys, its tensors, a few hooks where a rule does not fit a table, and
-// `layer`, the forward pass of one block for a batch of tokens, made of ops and the shared
-// blocks of blocks.c (attention, routed experts).
+// Each architecture is one file (qwen3moe.c, qwen2moe.c, llama.c, laguna.c, glm4moe.c, gptoss.c,
+// ..., listed once in model.c) holding its keys, its tensors, a few hooks where a rule does not
+// fit a table, and `layer`, the forward pass of one block for a batch of tokens, made of ops and
+// the shared blocks of blocks.c (attention, routed experts).
 #ifndef FT_MODEL_H
 #define FT_MODEL_H
 
@@ -37,6 +37,7 @@ typedef struct ft_hparams {
     ft_rope_params rope_swa;       // sliding-window layers
     int n_swa;                     // sliding window (0: none)
     enum ft_gating gating;
+    enum ft_glu glu;               // the routed experts' activation (SiLU unless the architecture says)
     bool norm_w;                   // renormalise the top-k weights
     float w_scale;                 // scale of the expert weights (0 or 1: none)
     // gated DeltaNet layers (qwen35moe): d_conv taps of the causal conv; per layer n_k_heads
@@ -57,14 +58,19 @@ typedef struct ft_layer {
     ft_tensor wq, wk, wv;          // (n_embd, n_head * head_dim), (n_embd, n_head_kv * head_dim) x2
     ft_tensor bq, bk, bv;          // optional biases
     ft_tensor wo;                  // (n_head * head_dim, n_embd)
+    ft_tensor bo;                  // (n_embd) the output projection's bias, gpt-oss
+    ft_tensor sinks;               // (n_head) f32 attention sinks' logits, gpt-oss
     ft_tensor q_norm, k_norm;      // (head_dim), optional per architecture
     ft_tensor attn_gate;           // (n_embd, n_head or n_head * head_dim), laguna
     ft_tensor ffn_norm;            // (n_embd)
     ft_tensor router;              // (n_embd, n_expert)
+    ft_tensor router_b;            // (n_expert) f32, the router's bias (gpt-oss)
     ft_tensor sel_bias;            // (n_expert), laguna's score-correction bias
     ft_tensor gate_exps, up_exps;  // (n_embd, n_ff_exp, n_expert); views into gate_up_exps where
                                    // the layer has it (strided: ft_tensor.mat_stride)
     ft_tensor down_exps;           // (n_ff_exp, n_embd, n_expert)
+    ft_tensor gate_exps_b, up_exps_b; // (n_ff_exp, n_expert) f32, per-expert biases (gpt-oss)
+    ft_tensor down_exps_b;         // (n_embd, n_expert) f32
     ft_tensor gate_up_exps;        // (n_embd, 2 n_ff_exp, n_expert), the file's fused gate and up
                                    // experts (optional): each expert's gate rows, then its up rows.
                                    // Forward passes read gate_exps and up_exps only
@@ -217,6 +223,7 @@ enum ft_dim {
     FT_DIM_SSM_HEAD, // ssm_head_dim
     FT_DIM_SSM_CONV, // ssm_d_conv
     FT_DIM_EMBD_2,   // 2 x n_embd: an MTP block's embedding and hidden state side by side
+    FT_DIM_HEADS,    // the layer's n_head (one value per query head: attention sinks)
     FT_DIM_ARCH,     // the architecture's dim hook says
 };
 
@@ -339,6 +346,10 @@ size_t ft_weights_place_bytes(const ft_model *m, bool experts_on_host);
 // the model never reads (MTP blocks) stay on disk. Warns when they are larger than the memory
 // available. For weights the CPU computes from the mapping.
 void ft_model_prefault(const ft_model *m, ft_progress_fn progress, void *progress_ctx);
+
+// The FT_OPS_* features (backend.h) m's layers need beyond every backend's ops: what the engine
+// checks against its backend's before placing m.
+unsigned ft_model_op_features(const ft_model *m);
 
 // Widest activation row of any layer (for buffer sizes): max of n_embd, q width, FFN widths.
 int64_t ft_model_max_width(const ft_model *m);

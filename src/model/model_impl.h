@@ -388,7 +388,8 @@ typedef struct attn_opts {
 } attn_opts;
 
 // x += attention(norm(x)): Q/K/V (+ biases), optional Q/K norm, RoPE, cache write,
-// attention (sliding when the layer is), optional softplus gate, output projection.
+// attention (sliding when the layer is; with the layer's sinks where it has them), optional
+// softplus gate, output projection (+ its bias where the layer has one).
 void model_block_attention(const ft_model *m, ft_forward *f, int il, attn_opts o);
 // x += gated DeltaNet(norm(x)) (qwen35moe's recurrent layers): the q, k, v and gate
 // projections, the decay and write strength, the conv and delta rule on the sequence's state
@@ -397,7 +398,8 @@ void model_block_delta_net(const ft_model *m, ft_forward *f, int il);
 // The layer of the hybrid Qwen models (qwen35moe, qwen3next): gated DeltaNet or gated
 // softmax attention (Q/K norms), then the routed and shared experts.
 void model_layer_hybrid_qwen(const ft_model *m, ft_forward *f, int il);
-// x += experts(norm(x)) [+ shared expert, sigmoid-gated when the layer has a gate]
+// x += experts(norm(x)) [+ shared expert, sigmoid-gated when the layer has a gate]; the router's
+// and experts' biases where the layer has them, the activation hp.glu
 void model_block_moe(const ft_model *m, ft_forward *f, int il);
 // x += ffn(norm(x)), a dense SiLU-gated FFN
 void model_block_dense_ffn(const ft_model *m, ft_forward *f, int il);

@@ -37,16 +37,21 @@ typedef struct ft_synth_params {
     // Options of the other architectures (0: the architecture's default or "none")
     int n_ff_shexp;           // shared-expert width (qwen2moe, laguna; default n_ff_exp; glm4moe:
                               // a multiple of n_ff_exp, written as expert_shared_count)
-    bool qkv_bias;            // qwen2moe, glm4moe: Q/K/V biases
+    bool qkv_bias;            // qwen2moe, glm4moe, gpt-oss: Q/K/V biases
     bool qk_norm;             // glm4moe: per-head Q/K RMSNorm (GLM-4.5 has them, GLM-4.5-Air not)
     int n_dense_lead;         // laguna, glm4moe: leading layers with a dense FFN
     int n_ff_dense;           // laguna, glm4moe: dense FFN width (default 2 * n_ff_exp)
-    int n_swa;                // laguna: sliding window (0: all layers full attention)
+    int n_swa;                // laguna: sliding window (0: all layers full attention); gpt-oss:
+                              // its sliding window (0: 128)
+    int swa_pattern;          // gpt-oss: attention.sliding_window_pattern, every this many layers
+                              // the last one has full attention (0: not written, llama.cpp's 2)
     int n_head_swa;           // laguna: query heads of sliding-window layers (default n_head)
     int n_rot;                // rotary dims of full layers (default head_dim)
     int n_rot_swa;            // laguna: rotary dims of sliding-window layers (default head_dim)
-    float rope_freq_base_swa; // laguna: RoPE base of sliding-window layers (default 10000)
-    float yarn_factor;        // laguna: YaRN context-extension factor on full layers (0: none)
+    float rope_freq_base_swa; // laguna: RoPE base of sliding-window layers (default 10000); gpt-oss:
+                              // (0: not written, the full layers' base)
+    float yarn_factor;        // laguna: YaRN context-extension factor on full layers, gpt-oss: on
+                              // all layers (0: none)
     bool gate_per_element;    // laguna: output gate per element (else per head)
     float expert_weights_scale; // laguna, glm4moe: routed weights scale (default 2.5)
     // glm4moe: multi-token-prediction blocks after the n_layer trunk (nextn_predict_layers), with
