@@ -148,6 +148,42 @@ TEST(engine_gptoss_prefill_decode_and_reference) {
     ft_model_free(m);
 }
 
+// A backend without gpt-oss's op features (as the CUDA backend is: FT_OPS_* none) is refused at
+// the placement decision, naming what it lacks and the way out, before anything is placed; one
+// with them (the CPU's) is not. The CPU's ops with the features cleared stand in for CUDA,
+// whose constructor needs a device.
+TEST(engine_plan_refuses_gptoss_without_its_op_features) {
+    CHECK(ft_backend_features(FT_PLACEMENT_CPU) == FT_OPS_ALL);
+    CHECK(ft_backend_features(FT_PLACEMENT_CUDA) == 0, "the CUDA backend computes none of them yet");
+    ft_model *g = small_model("plan_gptoss.gguf", "gpt-oss"), *q = small_model("plan_qwen.gguf", "qwen3moe");
+    REQUIRE(g && q);
+    CHECK(ft_model_op_features(g) == FT_OPS_ALL, "gpt-oss needs %#x", ft_model_op_features(g));
+    CHECK(ft_model_op_features(q) == 0, "qwen3moe needs %#x", ft_model_op_features(q));
+    ft_backend *be = ft_backend_cpu_init(1, false);
+    ft_engine_params ep = ft_engine_default_params();
+    ep.n_threads = 1;
+    ep.n_ctx = 64;
+    ft_err err = {{0}};
+    engine_placement pl;
+    CHECK(engine_plan(g, be, &ep, &pl, &err), "the CPU computes gpt-oss: %s", err.msg);
+    engine_placement_free(&pl);
+    const ft_backend_ops *cpu_ops = be->ops;
+    ft_backend_ops lacking = *cpu_ops;
+    lacking.name = "cuda";
+    lacking.features = 0;
+    be->ops = &lacking;
+    CHECK(!engine_plan(g, be, &ep, &pl, &err), "planned gpt-oss on a backend without its ops");
+    CHECK(strstr(err.msg, "--device cuda: gpt-oss runs on the CPU in this version") && strstr(err.msg, "attention sinks") &&
+              strstr(err.msg, "expert and router biases") && strstr(err.msg, "use --device cpu"),
+          "message: %s", err.msg);
+    CHECK(engine_plan(q, be, &ep, &pl, &err), "qwen3moe needs none of them: %s", err.msg);
+    engine_placement_free(&pl);
+    be->ops = cpu_ops;
+    be->ops->free(be);
+    ft_model_free(g);
+    ft_model_free(q);
+}
+
 TEST(engine_context_limits) {
     ft_model *m = small_model("engine_ctx.gguf", "qwen3moe");
     REQUIRE(m);

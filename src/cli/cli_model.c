@@ -39,6 +39,16 @@ bool cli_model_context(const engine_args *ea, const cli_model *cm, int default_c
     return true;
 }
 
+void cli_model_pick_device(const engine_args *ea, const cli_model *cm, ft_engine_params *ep) {
+    unsigned missing = ft_model_op_features(cm->m) & ~ft_backend_features(FT_PLACEMENT_CUDA);
+    if (ea->device || ea->gpu_flags[0] || ep->device != FT_PLACEMENT_CUDA || !missing) return;
+    char names[256];
+    fprintf(stderr, "ft %s: %s runs on the CPU in this version (the CUDA backend has no %s yet): running on the "
+                    "CPU (--device cpu)\n",
+            ea->cmd, cm->m->arch->name, ft_ops_features_name(missing, names, sizeof(names)));
+    ep->device = FT_PLACEMENT_CPU;
+}
+
 void cli_show_startup(ft_engine_params *ep, ft_progress *bar) {
     ep->print_plan = true;
     if (!bar) return;

@@ -21,6 +21,11 @@ void cli_model_close(cli_model *cm); // a zeroed one is a no-op
 // the model's training context. Returns false after printing why.
 bool cli_model_context(const engine_args *ea, const cli_model *cm, int default_ctx, ft_engine_params *ep);
 
+// Without --device and GPU flags, a model that needs op features the CUDA backend lacks
+// (gpt-oss's attention sinks and expert biases) runs on the CPU, with a notice, instead of being
+// refused on the GPU picked by default. With --device cuda (or a GPU flag) the engine refuses it.
+void cli_model_pick_device(const engine_args *ea, const cli_model *cm, ft_engine_params *ep);
+
 // For a command a person watches start: the memory plan printed and, with bar, progress bars
 // for the long steps (uploading the weights, reading them into memory) drawn by bar, which
 // must outlive the engines made with ep.

@@ -283,11 +283,12 @@ int cmd_bench(int argc, char **argv) {
     }
     ft_engine_params ep = ft_engine_default_params();
     if (!engine_args_apply(&ea, &ep)) return FT_EXIT_USAGE;
-    const char *device_name = ep.device == FT_PLACEMENT_CUDA ? "cuda" : "cpu";
     cli_model cm;
     if (!cli_model_open("bench", model_path, false, &cm)) return FT_EXIT_INPUT;
     if (!model_path) model_path = cm.demo;
     const ft_model *m = cm.m;
+    cli_model_pick_device(&ea, &cm, &ep);
+    const char *device_name = ep.device == FT_PLACEMENT_CUDA ? "cuda" : "cpu";
     ft_err err = {{0}};
     int rc = FT_EXIT_INPUT;
     ft_engine *e = NULL;

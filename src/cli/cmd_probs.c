@@ -56,6 +56,7 @@ int cmd_probs(int argc, char **argv) {
     tok_ids ids = {0};
     ft_engine *e = NULL;
     double *p = NULL;
+    cli_model_pick_device(&ea, &cm, &ep);
     tok_encode(cm.v, prompt, strlen(prompt), true, true, &ids);
     if (ids.n == 0) {
         fprintf(stderr, "ft probs: the prompt is empty after tokenization\n");

@@ -180,6 +180,7 @@ int cmd_run(int argc, char **argv) {
         fprintf(stderr, "ft run: the prompt is empty after tokenization\n");
         goto done;
     }
+    cli_model_pick_device(&ea, &cm, &ep);
     if (!cli_model_context(&ea, &cm, 4096, &ep)) goto done;
     if (ids.n > (size_t)ep.n_ctx) {
         fprintf(stderr, "ft run: the prompt has %zu tokens, more than the context of %d (-c)\n", ids.n, ep.n_ctx);

@@ -177,6 +177,7 @@ int cmd_serve(int argc, char **argv) {
     } else {
         fprintf(stderr, "ft serve: %s; the chat routes will answer 400\n", err.msg);
     }
+    cli_model_pick_device(&ea, &cm, &p.engine);
     p.engine.n_seq = p.max_running;
     // the model's context by default, as far as memory holds it (the engine says when not)
     if (!cli_model_context(&ea, &cm, INT32_MAX, &p.engine)) goto done;

@@ -366,6 +366,14 @@ bool engine_plan(const ft_model *m, ft_backend *be, const ft_engine_params *p, e
     if ((ft_model_recurrent_heads(m) && !be->ops->delta_net) || (ft_model_wide_width(m) && !be->ops->split_heads))
         return ft_err_set(err, "--device %s: %s's linear-attention layers have no %s kernels yet (use --device cpu)",
                           be->ops->name, m->arch->name, be->ops->name);
+    // op parameters the backend does not compute (gpt-oss's sinks, biases, routing, SwiGLU on CUDA)
+    unsigned missing = ft_model_op_features(m) & ~be->ops->features;
+    if (missing) {
+        char names[256];
+        return ft_err_set(err, "--device %s: %s runs on the CPU in this version (the %s backend has no %s yet); "
+                               "use --device cpu",
+                          be->ops->name, m->arch->name, be->ops->name, ft_ops_features_name(missing, names, sizeof(names)));
+    }
     if (be->placement == FT_PLACEMENT_CPU) {
         if (p->print_plan) print_cpu_plan(m, p);
         return true;
