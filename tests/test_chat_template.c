@@ -11,6 +11,7 @@
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 // Template sources not shipped in llama.cpp's models/templates, as published with the models
@@ -168,6 +169,62 @@ TEST(chat_template_glm45_thinking) {
     free(got);
 }
 
+// gpt-oss's harmony format (strings rendered from openai-gpt-oss-120b.jinja): the system message
+// with today's date and the reasoning effort, a first system message as the developer's
+// instructions, earlier reasoning dropped, the last assistant turn's reasoning kept (in the
+// analysis channel) only without a generation prompt; channel markup in a message is refused.
+TEST(chat_template_gpt_oss_harmony) {
+    char sys[512], date[32];
+    time_t now = time(NULL);
+    struct tm tm;
+    bool dated = localtime_r(&now, &tm) && strftime(date, sizeof(date), "%Y-%m-%d", &tm);
+    REQUIRE(dated);
+    tok_chat_msg m[] = {
+        {"system", "Be brief.", NULL},
+        {"user", "2+2?", NULL},
+        {"assistant", "4", "add them"},
+        {"user", "and 3+3?", NULL},
+        {"assistant", "6", "add again"},
+    };
+    tok_chat_params p = params();
+    p.reasoning_effort = "high";
+    snprintf(sys, sizeof(sys),
+             "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\n"
+             "Knowledge cutoff: 2024-06\nCurrent date: %s\n\nReasoning: %%s\n\n# Valid channels: analysis, "
+             "commentary, final. Channel must be included for every message.<|end|>",
+             date);
+    char want[2048], head[640];
+    snprintf(head, sizeof(head), sys, "high");
+    snprintf(want, sizeof(want),
+             "%s<|start|>developer<|message|># Instructions\n\nBe brief.\n\n<|end|><|start|>user<|message|>2+2?"
+             "<|end|><|start|>assistant<|channel|>final<|message|>4<|end|><|start|>user<|message|>and 3+3?<|end|>"
+             "<|start|>assistant",
+             head);
+    char *got = render(TOK_CHAT_GPT_OSS, m, 4, p);
+    CHECK(got && !strcmp(got, want), "got '%s'", got);
+    free(got);
+    // the last turn, without a generation prompt: its reasoning, then the answer ending in <|return|>
+    p.add_generation_prompt = false;
+    p.reasoning_effort = NULL;
+    snprintf(head, sizeof(head), sys, "medium");
+    snprintf(want, sizeof(want),
+             "%s<|start|>developer<|message|># Instructions\n\nBe brief.\n\n<|end|><|start|>user<|message|>2+2?"
+             "<|end|><|start|>assistant<|channel|>final<|message|>4<|end|><|start|>user<|message|>and 3+3?<|end|>"
+             "<|start|>assistant<|channel|>analysis<|message|>add again<|end|><|start|>assistant<|channel|>final"
+             "<|message|>6<|return|>",
+             head);
+    got = render(TOK_CHAT_GPT_OSS, m, 5, p);
+    CHECK(got && !strcmp(got, want), "got '%s'", got);
+    free(got);
+    tok_chat_msg tagged[] = {{"user", "x", NULL}, {"assistant", "<|channel|>final<|message|>y", NULL}};
+    tok_chat_prompt out;
+    ft_err err = {{0}};
+    CHECK(!tok_chat_render(TOK_CHAT_GPT_OSS, tagged, 2, params(), &out, &err) && strstr(err.msg, "<|channel|> tags"),
+          "%s", err.msg);
+    enum tok_chat_template t;
+    CHECK(tok_chat_from_name("gpt-oss", &t, &err) && t == TOK_CHAT_GPT_OSS);
+}
+
 TEST(chat_template_errors) {
     tok_chat_prompt out;
     ft_err err = {{0}};
@@ -241,7 +298,8 @@ static const char *const g_contents[] = {
     "Hello", "  padded  ", "", "\n\nnewlines\n\n", "multi\nline\ncontent", "ünïcödé 你好 🦙",
     "<think>\nreasoning\n</think>\n\nanswer", "pre</think>post", "<think>a</think>b</think>c",
     "<tool_response>x</tool_response>", "[INST] fake [/INST]", "<|im_end|>", " ", "\t tab\t",
-    "\u3000wide\u00a0", "\x1c\xc2\x85x", "no thoughts /nothink",
+    "\u3000wide\u00a0", "\x1c\xc2\x85x", "no thoughts /nothink", "<|channel|>analysis<|message|>x",
+    "a<|channel|>final<|message|>b", "<|start|>assistant<|channel|>final<|message|>",
 };
 static const char *const g_roles[] = {"user", "assistant", "system", "user", "assistant", "developer"};
 
@@ -268,20 +326,26 @@ static void against_jinja(enum tok_chat_template t, const char *jinja, uint64_t 
     tok_chat_params ps[N];
     ft_rng r = ft_rng_init(seed);
     json_t *cases = json_array();
+    // gpt-oss's template reads an assistant turn's reasoning as "thinking" (llama.cpp copies
+    // reasoning_content there for it) and takes a reasoning effort
+    static const char *const efforts[] = {NULL, "low", "medium", "high"};
+    const char *reasoning_key = t == TOK_CHAT_GPT_OSS ? "thinking" : "reasoning_content";
     for (int i = 0; i < N; i++) {
         random_conversation(&r, convs[i], &lens[i], i % 3 == 0);
         ps[i] = params();
         ps[i].add_generation_prompt = ft_rng_next(&r) % 4 != 0;
         ps[i].enable_thinking = ft_rng_next(&r) % 2;
+        ps[i].reasoning_effort = t == TOK_CHAT_GPT_OSS ? efforts[ft_rng_next(&r) % 4] : NULL;
         json_t *msgs = json_array();
         for (size_t k = 0; k < lens[i]; k++) {
             json_t *o = json_pack("{s:s, s:s}", "role", convs[i][k].role, "content", convs[i][k].content);
-            if (convs[i][k].reasoning) json_object_set_new(o, "reasoning_content", json_string(convs[i][k].reasoning));
+            if (convs[i][k].reasoning) json_object_set_new(o, reasoning_key, json_string(convs[i][k].reasoning));
             json_array_append_new(msgs, o);
         }
         json_t *c = json_pack("{s:o, s:b, s:s, s:s}", "messages", msgs, "add_generation_prompt",
                               ps[i].add_generation_prompt, "bos_token", "<s>", "eos_token", "</s>");
         if (!ps[i].enable_thinking) json_object_set_new(c, "enable_thinking", json_false());
+        if (ps[i].reasoning_effort) json_object_set_new(c, "reasoning_effort", json_string(ps[i].reasoning_effort));
         json_array_append_new(cases, c);
     }
     json_t *job = json_pack("{s:s, s:o}", "template", jinja, "cases", cases);
@@ -407,6 +471,9 @@ TEST(chat_template_jinja_glm45) {
     free(jinja);
 }
 
+TEST(chat_template_jinja_gpt_oss) {
+    if (oracle_node_available()) jinja_file(TOK_CHAT_GPT_OSS, "openai-gpt-oss-120b.jinja");
+}
 TEST(chat_template_jinja_llama31) {
     if (oracle_node_available()) jinja_file(TOK_CHAT_LLAMA31, "meta-llama-Llama-3.1-8B-Instruct.jinja");
 }

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 // ---------------------------------------------------------------------------------------------
 // Names and recognition
@@ -23,6 +24,7 @@ static const char *const g_names[TOK_CHAT_COUNT] = {
     [TOK_CHAT_QWEN3] = "qwen3",     [TOK_CHAT_LLAMA2] = "llama2", [TOK_CHAT_MISTRAL] = "mistral",
     [TOK_CHAT_LLAMA3] = "llama3",   [TOK_CHAT_LLAMA31] = "llama3.1", [TOK_CHAT_QWEN35] = "qwen3.5",
     [TOK_CHAT_GLM45] = "glm4.5",
+    [TOK_CHAT_GPT_OSS] = "gpt-oss",
 };
 
 static const struct {
@@ -44,6 +46,7 @@ static const struct {
     {0x5f4dd018f4521bc9ull, TOK_CHAT_GLM45, "GLM-4.5 / GLM-4.6 as published (tool-call arguments unchecked)"},
     {0x42acd273715300d2ull, TOK_CHAT_GLM45, "GLM-4.5 / GLM-4.6 as llama.cpp's converter wrote them into GGUFs in "
                                             "2025 (the user turn's text set once)"},
+    {0x5da66262d54a9064ull, TOK_CHAT_GPT_OSS, "gpt-oss (llama.cpp models/templates/openai-gpt-oss-120b.jinja)"},
 };
 
 const char *tok_chat_name(enum tok_chat_template t) {
@@ -103,7 +106,7 @@ bool tok_chat_select(const gguf_file *f, const char *name, enum tok_chat_templat
 }
 
 tok_chat_params tok_chat_default_params(const tok_vocab *v) {
-    tok_chat_params p = {true, true, "", ""};
+    tok_chat_params p = {true, true, "", "", NULL};
     if (v) p.bos_text = v->bos_text, p.eos_text = v->eos_text;
     return p;
 }
@@ -509,6 +512,72 @@ static bool render_llama3(builder *b, enum tok_chat_template t, const tok_chat_m
 }
 
 // ---------------------------------------------------------------------------------------------
+// gpt-oss (harmony)
+
+static bool contains(str s, const char *p) { return find(s, p, false) != NULL; }
+
+// Its raise_exception for an assistant text that already holds channel markup.
+static bool gpt_oss_channel_tags(const tok_chat_msg *m, ft_err *err) {
+    static const char *const tags[] = {"<|channel|>analysis<|message|>", "<|channel|>final<|message|>"};
+    for (int k = 0; k < 2; k++) {
+        if (contains(S(m->content), tags[k]))
+            return ft_err_set(err, "chat template: an assistant message's content holds <|channel|> tags (pass "
+                                   "the analysis in its reasoning and the final text in its content)");
+        if (m->reasoning && contains(S(m->reasoning), tags[k]))
+            return ft_err_set(err, "chat template: an assistant message's reasoning holds <|channel|> tags");
+    }
+    return true;
+}
+
+// The system message (model identity, knowledge cutoff, today's local date, reasoning effort,
+// channels); a first system or developer message as the developer message's instructions; user
+// turns; assistant turns in the final channel, the reasoning (analysis channel) kept only for a
+// last assistant turn without a generation prompt, which then ends in <|return|>; other roles
+// render nothing. Tool calls and tool messages (the commentary channel) are not rendered yet.
+static bool render_gpt_oss(builder *b, const tok_chat_msg *m, size_t n, ft_err *err) {
+    if (!no_tools(m, n, err)) return false;
+    char date[32] = "";
+    time_t now = time(NULL);
+    struct tm tm;
+    if (localtime_r(&now, &tm)) strftime(date, sizeof(date), "%Y-%m-%d", &tm);
+    markup(b, "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\n"
+              "Knowledge cutoff: 2024-06\nCurrent date: ");
+    markup(b, date);
+    markup(b, "\n\nReasoning: ");
+    content(b, S(b->p->reasoning_effort ? b->p->reasoning_effort : "medium"));
+    markup(b, "\n\n# Valid channels: analysis, commentary, final. Channel must be included for every message.<|end|>");
+    size_t first = 0;
+    if (n && (role_is(&m[0], "developer") || role_is(&m[0], "system"))) {
+        first = 1;
+        if (S(m[0].content).n) {
+            markup(b, "<|start|>developer<|message|># Instructions\n\n");
+            content(b, S(m[0].content));
+            markup(b, "\n\n<|end|>");
+        }
+    }
+    for (size_t i = first; i < n; i++) {
+        if (role_is(&m[i], "assistant")) {
+            if (!gpt_oss_channel_tags(&m[i], err)) return false;
+            bool last = i == n - 1 && !b->p->add_generation_prompt;
+            if (last && m[i].reasoning) {
+                markup(b, "<|start|>assistant<|channel|>analysis<|message|>");
+                content(b, S(m[i].reasoning));
+                markup(b, "<|end|>");
+            }
+            markup(b, "<|start|>assistant<|channel|>final<|message|>");
+            content(b, S(m[i].content));
+            markup(b, last ? "<|return|>" : "<|end|>");
+        } else if (role_is(&m[i], "user")) {
+            markup(b, "<|start|>user<|message|>");
+            content(b, S(m[i].content));
+            markup(b, "<|end|>");
+        }
+    }
+    if (b->p->add_generation_prompt) markup(b, "<|start|>assistant");
+    return true;
+}
+
+// ---------------------------------------------------------------------------------------------
 
 bool tok_chat_render(enum tok_chat_template t, const tok_chat_msg *msgs, size_t n_msgs,
                      tok_chat_params p, tok_chat_prompt *out, ft_err *err) {
@@ -530,6 +599,7 @@ bool tok_chat_render(enum tok_chat_template t, const tok_chat_msg *msgs, size_t 
     case TOK_CHAT_MISTRAL: ok = render_mistral(&b, msgs, n_msgs, err); break;
     case TOK_CHAT_LLAMA3:
     case TOK_CHAT_LLAMA31: ok = render_llama3(&b, t, msgs, n_msgs, err); break;
+    case TOK_CHAT_GPT_OSS: ok = render_gpt_oss(&b, msgs, n_msgs, err); break;
     default: ok = render_chatml(&b, t, msgs, n_msgs, err); break;
     }
     if (!ok) {

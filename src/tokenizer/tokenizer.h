@@ -13,7 +13,8 @@
 // Encoding runs in three steps: special-token partition (encode.c), pre-tokenization into words
 // (pretok.c, unicode.c), then BPE merges (bpe.c) or SentencePiece merges (spm.c). Decoding
 // (decode.c) maps each token to its bytes; tok_stream turns a stream of tokens into valid UTF-8.
-// Chat templates (chat.c) render a conversation the way the model's own Jinja template does.
+// Chat templates (chat.c) render a conversation the way the model's own Jinja template does;
+// harmony.c splits gpt-oss's replies into their channels as they stream.
 //
 // Memory: a tok_vocab owns copies of everything it needs, so the gguf_file may be closed after
 // tok_vocab_load. Thread-safety: a tok_vocab is immutable once loaded; tok_encode*, tok_piece
@@ -172,13 +173,15 @@ enum tok_chat_template {
     TOK_CHAT_LLAMA31,     // Llama 3 with the knowledge-date system preamble (Llama 3.1 / 3.3)
     TOK_CHAT_QWEN35,      // ChatML, trimmed text, <think> opened by the prompt (Qwen3.5 / 3.6)
     TOK_CHAT_GLM45,       // [gMASK]<sop><|user|>\n...<|assistant|>\n<think>...</think> (GLM-4.5 / 4.6)
+    TOK_CHAT_GPT_OSS,     // harmony: <|start|>role<|channel|>...<|message|>...<|end|> (gpt-oss)
     TOK_CHAT_COUNT
 };
 
 typedef struct tok_chat_msg {
     const char *role;      // "system", "user", "assistant"
     const char *content;   // NULL reads as ""
-    const char *reasoning; // assistant reasoning_content (Qwen3, GLM <think>), or NULL
+    const char *reasoning; // assistant reasoning_content (Qwen3 and GLM <think>, gpt-oss's
+                           // "thinking"), or NULL
 } tok_chat_msg;
 
 typedef struct tok_chat_params {
@@ -187,13 +190,15 @@ typedef struct tok_chat_params {
                                 // (GLM: and "/nothink" to user turns)
     const char *bos_text;       // the template's bos_token / eos_token ("<s>", "</s>")
     const char *eos_text;
+    const char *reasoning_effort; // gpt-oss: "Reasoning: ..." of its system message (NULL: "medium")
 } tok_chat_params;
 
 // add_generation_prompt and enable_thinking on; bos/eos texts from the vocab (v may be NULL).
 tok_chat_params tok_chat_default_params(const tok_vocab *v);
 
 // Template by name ("chatml", "qwen2", "qwen2.5", "qwen3", "llama2", "mistral", "llama3",
-// "llama3.1", "qwen3.5", "glm4.5"); false and *err if unknown (the message lists the names).
+// "llama3.1", "qwen3.5", "glm4.5", "gpt-oss"); false and *err if unknown (the message lists the
+// names).
 bool tok_chat_from_name(const char *name, enum tok_chat_template *out, ft_err *err);
 const char *tok_chat_name(enum tok_chat_template t);
 // Recognises a GGUF's tokenizer.chat_template. False and *err ("unknown chat template ...; use
@@ -220,5 +225,43 @@ typedef struct tok_chat_prompt {
 bool tok_chat_render(enum tok_chat_template t, const tok_chat_msg *msgs, size_t n_msgs,
                      tok_chat_params p, tok_chat_prompt *out, ft_err *err);
 void tok_chat_prompt_free(tok_chat_prompt *p);
+
+// ---------------------------------------------------------------------------------------------
+// gpt-oss's replies (harmony), split by channel as they stream
+//
+// A reply after the generation prompt "<|start|>assistant" is a sequence of messages, each a
+// header up to "<|message|>" naming its channel ("<|channel|>analysis", "<|channel|>final",
+// "<|channel|>commentary", possibly a recipient " to=..." and a "<|constrain|>" type), then its
+// text up to "<|end|>", the next one opening with "<|start|>assistant" again; the last ends where
+// generation does (<|return|>, an end-of-generation token the text does not hold). As llama.cpp
+// parses it: analysis is reasoning; final, and commentary without a recipient (a preamble), are
+// the answer; a message to a recipient (a tool call, which ft does not serve yet) goes nowhere,
+// and so does every header and end marker. A stray "<|channel|>commentary" before the channel
+// (gpt-oss-20b writes one at times) is read past: the last channel named counts. Text that does
+// not open with a header (a model off the format) is all answer.
+
+enum tok_channel { TOK_CHANNEL_CONTENT, TOK_CHANNEL_REASONING, TOK_CHANNEL_NONE };
+
+// Receives the reply's text piece by piece, in order, with the channel of each.
+typedef void (*tok_channel_fn)(void *ctx, enum tok_channel ch, const char *s, size_t n);
+
+#define TOK_HARMONY_HEADER_MAX 256 // longer headers are not headers: the reply is read as answer
+
+typedef struct tok_harmony {
+    int state;
+    enum tok_channel route;            // the open message's channel
+    char buf[TOK_HARMONY_HEADER_MAX];  // a header being read, or a marker's beginning held back
+    size_t n;
+} tok_harmony;
+
+// A splitter at the start of a reply: reading a header, or (in_final) inside the final channel's
+// text already (a prefill that continues the answer).
+void tok_harmony_init(tok_harmony *h, bool in_final);
+// Feeds the next n bytes of the reply (cut anywhere, markers included); calls fn with what is
+// known to belong to a channel, holding back what may still be a marker.
+void tok_harmony_feed(tok_harmony *h, const char *s, size_t n, tok_channel_fn fn, void *ctx);
+// At the end of the reply: gives what was held back (text held as a possible "<|end|>" goes
+// to its channel; an unfinished header is markup and goes nowhere).
+void tok_harmony_flush(tok_harmony *h, tok_channel_fn fn, void *ctx);
 
 #endif
