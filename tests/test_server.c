@@ -1047,10 +1047,21 @@ TEST(server_stop_strings) {
     CHECK(server_stop(&s) == 0, "log: %s", s.log);
 }
 
-// The <think> splitter, fed in pieces of every size; started inside the reasoning (state 1)
-// where the prompt opened <think> (Qwen3.5).
 #include "../src/server/srv_impl.h"
 
+// Feeds in to the splitter t in pieces of step bytes (the last one shorter), then flushes it: the
+// answer into *content, the reasoning into *reasoning (both NUL-terminated; the caller frees them).
+static void think_in_pieces(srv_think t, const char *in, size_t step, srv_buf *content, srv_buf *reasoning) {
+    size_t n = strlen(in);
+    *content = *reasoning = (srv_buf){0};
+    srv_buf_add(content, "", 0);
+    srv_buf_add(reasoning, "", 0);
+    for (size_t i = 0; i < n; i += step) srv_think_feed(&t, in + i, n - i < step ? n - i : step, content, reasoning);
+    srv_think_flush(&t, content, reasoning);
+}
+
+// The <think> splitter, fed in pieces of every size; started inside the reasoning (state 1)
+// where the prompt opened <think> (Qwen3.5).
 TEST(server_think_split) {
     static const struct {
         const char *in, *content, *reasoning;
@@ -1072,13 +1083,8 @@ TEST(server_think_split) {
     for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
         size_t n = strlen(cases[c].in);
         for (size_t step = 1; step <= n + 1; step++) {
-            srv_think t = {.state = cases[c].start};
-            srv_buf content = {0}, reasoning = {0};
-            srv_buf_add(&content, "", 0);
-            srv_buf_add(&reasoning, "", 0);
-            for (size_t i = 0; i < n; i += step)
-                srv_think_feed(&t, cases[c].in + i, n - i < step ? n - i : step, &content, &reasoning);
-            srv_think_flush(&t, &content, &reasoning);
+            srv_buf content, reasoning;
+            think_in_pieces((srv_think){.state = cases[c].start}, cases[c].in, step, &content, &reasoning);
             CHECK(!strcmp(content.p, cases[c].content) && !strcmp(reasoning.p, cases[c].reasoning),
                   "'%s' in pieces of %zu: content '%s' reasoning '%s'", cases[c].in, step, content.p,
                   reasoning.p);
@@ -1100,15 +1106,13 @@ TEST(server_think_split) {
 // <think> (Qwen3.5 thinking), at the answer with the white space before it dropped when it
 // closes an empty think (thinking off: Qwen3's "<think>\n\n</think>\n\n", GLM's
 // "<|assistant|>\n<think></think>", whose replies open with a newline), deciding otherwise (GLM
-// thinking: "\n<think>..." may follow).
+// thinking: "\n<think>..." may follow); gpt-oss's template takes the harmony splitter instead.
 TEST(server_chat_prompt_think_state) {
     char path[1024];
     snprintf(path, sizeof(path), "%s/vocab/ggml-vocab-qwen2.gguf", test_shared_dir());
+    tok_vocab *v = fixture_vocab(path);
+    REQUIRE(v);
     ft_err err = {{0}};
-    gguf_file *f = gguf_open(path, &err);
-    REQUIRE(f, "%s", err.msg);
-    tok_vocab *v = tok_vocab_load(f, &err);
-    REQUIRE(v, "%s", err.msg);
     static const struct {
         enum tok_chat_template t;
         bool thinking;
@@ -1116,7 +1120,7 @@ TEST(server_chat_prompt_think_state) {
     } cases[] = {
         {TOK_CHAT_QWEN35, true, 1}, {TOK_CHAT_QWEN35, false, 3}, {TOK_CHAT_QWEN3, true, 0},
         {TOK_CHAT_QWEN3, false, 3}, {TOK_CHAT_GLM45, true, 0},   {TOK_CHAT_GLM45, false, 3},
-        {TOK_CHAT_CHATML, true, 0},
+        {TOK_CHAT_CHATML, true, 0}, {TOK_CHAT_GPT_OSS, true, 0},
     };
     json_t *msgs = json_loads("[{\"role\":\"user\",\"content\":\"Hi\"}]", 0, NULL);
     for (size_t c = 0; c < FT_ARRAY_LEN(cases); c++) {
@@ -1125,14 +1129,15 @@ TEST(server_chat_prompt_think_state) {
         sp.has_chat_template = true;
         srv_job j = {0};
         j.split_think = true;
-        CHECK(srv_chat_prompt(&sp, v, msgs, NULL, cases[c].thinking, &j, &err), "%s", err.msg);
+        CHECK(srv_chat_prompt(&sp, v, msgs, NULL, cases[c].thinking, NULL, &j, &err), "%s", err.msg);
         CHECK(j.think.state == cases[c].state, "%s, thinking %d: state %d", tok_chat_name(cases[c].t),
               cases[c].thinking, j.think.state);
+        CHECK(j.think.harmony == (cases[c].t == TOK_CHAT_GPT_OSS), "%s: harmony %d", tok_chat_name(cases[c].t),
+              j.think.harmony);
         tok_ids_free(&j.prompt);
     }
     json_decref(msgs);
     tok_vocab_free(v);
-    gguf_close(f);
 }
 
 // The Messages API stream: a <think> section becomes a thinking block before the text block,
@@ -1210,6 +1215,109 @@ TEST(server_messages_thinking_blocks) {
             srv_job_unref(j);
         }
     }
+}
+
+// gpt-oss's replies in the server (harmony channels, src/tokenizer/harmony.c): through the
+// reasoning splitter of both APIs in pieces of every size (analysis to reasoning, final and a
+// preamble to the answer, a tool call nowhere); the Messages API stream's thinking block before
+// its text block; the chat request's reasoning_effort rendered into the prompt for gpt-oss's
+// template, refused for another template (or ignored with --lenient), checked for its values.
+TEST(server_gpt_oss_channels) {
+    static const struct {
+        const char *in, *content, *reasoning;
+    } cases[] = {
+        {"<|channel|>analysis<|message|>Adding.<|end|><|start|>assistant<|channel|>final<|message|>4", "4", "Adding."},
+        {"<|channel|>commentary<|message|>Let me see.<|end|><|start|>assistant<|channel|>analysis<|message|>hm<|end|>"
+         "<|start|>assistant to=functions.f<|channel|>commentary json<|message|>{}<|end|><|start|>assistant"
+         "<|channel|>final<|message|>ok",
+         "Let me see.ok", "hm"},
+        {"no channels at all", "no channels at all", ""},
+    };
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        size_t n = strlen(cases[c].in);
+        for (size_t step = 1; step <= n; step++) {
+            srv_think t = {.harmony = true};
+            tok_harmony_init(&t.h, false);
+            srv_buf content, reasoning;
+            think_in_pieces(t, cases[c].in, step, &content, &reasoning);
+            CHECK(!strcmp(content.p, cases[c].content) && !strcmp(reasoning.p, cases[c].reasoning),
+                  "case %zu in pieces of %zu: content '%s' reasoning '%s'", c, step, content.p, reasoning.p);
+            srv_buf_free(&content);
+            srv_buf_free(&reasoning);
+        }
+    }
+    // the Messages API: a thinking block, then the text block
+    const char *reply = cases[0].in;
+    for (size_t step = 1; step <= strlen(reply); step += 3) {
+        srv_job *j = srv_job_new();
+        j->model_name = "m";
+        j->split_think = true;
+        j->think.harmony = true;
+        tok_harmony_init(&j->think.h, false);
+        events e = {0};
+        for (size_t i = 0; i < strlen(reply); i += step)
+            srv_anthropic_stream(j, reply + i, FT_MIN(step, strlen(reply) - i), false, collect, &e);
+        srv_anthropic_stream(j, "", 0, true, collect, &e);
+        char order[128] = "", thinking[64] = "", text[64] = "";
+        for (int k = 0; k < e.n; k++) {
+            if (!strcmp(e.names[k], "content_block_start"))
+                snprintf(order + strlen(order), sizeof(order) - strlen(order), "%s%s", *order ? "," : "",
+                         json_string_value(json_object_get(json_object_get(e.data[k], "content_block"), "type")));
+            json_t *d = json_object_get(e.data[k], "delta");
+            if (json_is_string(json_object_get(d, "thinking"))) strncat(thinking, json_string_value(json_object_get(d, "thinking")), 30);
+            if (json_is_string(json_object_get(d, "text"))) strncat(text, json_string_value(json_object_get(d, "text")), 30);
+        }
+        CHECK(!strcmp(order, "thinking,text") && !strcmp(thinking, "Adding.") && !strcmp(text, "4"),
+              "pieces of %zu: blocks %s, thinking '%s', text '%s'", step, order, thinking, text);
+        for (int k = 0; k < e.n; k++) json_decref(e.data[k]);
+        srv_job_unref(j);
+    }
+    // reasoning_effort into the prompt (a vocabulary without harmony tokens: the markup as text)
+    char path[1024];
+    snprintf(path, sizeof(path), "%s/vocab/ggml-vocab-qwen2.gguf", test_shared_dir());
+    tok_vocab *v = fixture_vocab(path);
+    REQUIRE(v);
+    ft_err err = {{0}};
+    srv_params p = srv_default_params();
+    p.has_chat_template = true;
+    p.chat_template = TOK_CHAT_GPT_OSS;
+    static const struct {
+        enum tok_chat_template t;
+        bool lenient;
+        const char *body, *want; // want: in the prompt, or (after "400:") in the error
+    } reqs[] = {
+        {TOK_CHAT_GPT_OSS, false, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"reasoning_effort\":\"high\"}",
+         "Reasoning: high\n\n"},
+        {TOK_CHAT_GPT_OSS, false,
+         "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"chat_template_kwargs\":{\"reasoning_effort\":\"low\"}}",
+         "Reasoning: low\n\n"},
+        {TOK_CHAT_GPT_OSS, false, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}", "Reasoning: medium\n\n"},
+        {TOK_CHAT_GPT_OSS, false, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"reasoning_effort\":\"max\"}",
+         "400:'reasoning_effort' must be \"low\", \"medium\" or \"high\""},
+        {TOK_CHAT_QWEN3, false, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"reasoning_effort\":\"low\"}",
+         "400:the model's chat template (qwen3) has no reasoning effort"},
+        {TOK_CHAT_QWEN3, true, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"reasoning_effort\":\"low\"}",
+         "<|im_start|>user\nhi<|im_end|>"},
+    };
+    for (size_t r = 0; r < sizeof(reqs) / sizeof(reqs[0]); r++) {
+        p.chat_template = reqs[r].t;
+        p.lenient = reqs[r].lenient;
+        json_t *body = json_loads(reqs[r].body, 0, NULL);
+        srv_job *j = srv_job_new();
+        bool ok = srv_openai_parse_chat(&p, v, body, j, &err);
+        bool want_err = !strncmp(reqs[r].want, "400:", 4);
+        if (want_err) {
+            CHECK(!ok && strstr(err.msg, reqs[r].want + 4), "request %zu: %s", r, ok ? "accepted" : err.msg);
+        } else {
+            char *text = ok ? tok_detokenize(v, j->prompt.ids, j->prompt.n, false, true, NULL) : NULL;
+            CHECK(ok && text && strstr(text, reqs[r].want), "request %zu: %s", r, ok ? text : err.msg);
+            CHECK(j->think.harmony == (reqs[r].t == TOK_CHAT_GPT_OSS), "request %zu: harmony %d", r, j->think.harmony);
+            free(text);
+        }
+        srv_job_unref(j);
+        json_decref(body);
+    }
+    tok_vocab_free(v);
 }
 
 // A client that sends half a request and nothing more is dropped after --timeout; others are

@@ -2,8 +2,8 @@
 // messages, max_tokens, sampling, stop_sequences, thinking, stream) and the responses: one
 // message object, or the event sequence message_start, content_block_start,
 // content_block_delta..., content_block_stop, message_delta, message_stop. A thinking model's
-// <think>...</think> becomes a thinking block before the text block. Errors use Anthropic's
-// error shape.
+// <think>...</think> (gpt-oss: its analysis channel) becomes a thinking block before the text
+// block. Errors use Anthropic's error shape.
 #include "srv_impl.h"
 
 #include <event2/http.h>
@@ -78,7 +78,7 @@ static bool parse_request(const srv_params *p, const tok_vocab *v, json_t *body,
             }
         }
     }
-    if (!srv_chat_prompt(p, v, msgs, have_sys ? sys.p : NULL, thinking, j, err)) goto out;
+    if (!srv_chat_prompt(p, v, msgs, have_sys ? sys.p : NULL, thinking, NULL, j, err)) goto out;
     ok = true;
 out:
     srv_buf_free(&sys);

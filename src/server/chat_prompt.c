@@ -72,10 +72,18 @@ static bool ends_in(const char *text, size_t n, const char *tag) {
 
 // Renders messages with the server's template and tokenizes them into j->prompt.
 bool srv_chat_prompt(const srv_params *p, const tok_vocab *v, json_t *msgs, const char *system,
-                     bool enable_thinking, srv_job *j, ft_err *err) {
+                     bool enable_thinking, const char *reasoning_effort, srv_job *j, ft_err *err) {
     if (!p->has_chat_template)
         return ft_err_set(
             err, "the model has no chat template ft can render; start the server with --chat-template NAME");
+    bool harmony = p->chat_template == TOK_CHAT_GPT_OSS;
+    if (reasoning_effort && !harmony) {
+        if (!p->lenient)
+            return ft_err_set(err, "'reasoning_effort': the model's chat template (%s) has no reasoning effort "
+                                   "(ft serve --lenient ignores it)", tok_chat_name(p->chat_template));
+        FT_LOG_INFO("ignoring the request's 'reasoning_effort' (--lenient)");
+        reasoning_effort = NULL;
+    }
     if (!json_is_array(msgs) || json_array_size(msgs) == 0)
         return ft_err_set(err, "'messages' must be a non-empty array");
     size_t n = json_array_size(msgs) + (system ? 1 : 0);
@@ -112,6 +120,7 @@ bool srv_chat_prompt(const srv_params *p, const tok_vocab *v, json_t *msgs, cons
     }
     tok_chat_params cp = tok_chat_default_params(v);
     cp.enable_thinking = enable_thinking;
+    cp.reasoning_effort = reasoning_effort;
     // a conversation that ends with the assistant's words (a prefill) is continued from them:
     // rendered without a generation prompt and cut where that text ends
     bool prefill = !strcmp(cm[k - 1].role, "assistant") && !blank(cm[k - 1].content);
@@ -123,9 +132,18 @@ bool srv_chat_prompt(const srv_params *p, const tok_vocab *v, json_t *msgs, cons
     // that closes an empty think (thinking off) leaves it at the answer, the white space before it
     // dropped (GLM's replies then open with a newline); a prefill continues its own text (reasoning
     // where it left a <think> open), white space and all
-    if (j->split_think && prefill) j->think.state = inside_think(rendered.text) ? 1 : 2;
-    else if (j->split_think && ends_in(rendered.text, rendered.len, "<think>")) j->think.state = 1;
-    else if (j->split_think && ends_in(rendered.text, rendered.len, "</think>")) j->think.state = 3;
+    if (j->split_think && harmony) {
+        // the reply opens a message's header after "<|start|>assistant", or a prefill goes on
+        // with the final channel's text it was cut in
+        j->think.harmony = true;
+        tok_harmony_init(&j->think.h, prefill);
+    } else if (j->split_think && prefill) {
+        j->think.state = inside_think(rendered.text) ? 1 : 2;
+    } else if (j->split_think && ends_in(rendered.text, rendered.len, "<think>")) {
+        j->think.state = 1;
+    } else if (j->split_think && ends_in(rendered.text, rendered.len, "</think>")) {
+        j->think.state = 3;
+    }
     bool has_bos = cp.bos_text && *cp.bos_text && !strncmp(rendered.text, cp.bos_text, strlen(cp.bos_text));
     tok_encode_segments(v, rendered.segs, rendered.n_segs, !has_bos, &j->prompt);
     tok_chat_prompt_free(&rendered);

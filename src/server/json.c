@@ -187,7 +187,7 @@ bool srv_refuse_unimplemented(const srv_params *p, json_t *body, const char *con
 }
 
 // ---------------------------------------------------------------------------------------------
-// <think> splitting
+// <think> splitting (and gpt-oss's channels, tok_harmony)
 
 static const char k_open[] = "<think>", k_close[] = "</think>";
 
@@ -205,7 +205,22 @@ static void route(srv_think *t, const char *s, size_t n, srv_buf *content, srv_b
     srv_buf_add(content, s, n);
 }
 
+typedef struct {
+    srv_buf *content, *reasoning;
+} channel_bufs;
+
+// A harmony channel's text into the answer or the reasoning; the rest (tool calls) is dropped.
+static void to_channel(void *ctx, enum tok_channel ch, const char *s, size_t n) {
+    channel_bufs *b = ctx;
+    if (ch != TOK_CHANNEL_NONE) srv_buf_add(ch == TOK_CHANNEL_REASONING ? b->reasoning : b->content, s, n);
+}
+
 void srv_think_feed(srv_think *t, const char *s, size_t n, srv_buf *content, srv_buf *reasoning) {
+    if (t->harmony) {
+        channel_bufs b = {content, reasoning};
+        tok_harmony_feed(&t->h, s, n, to_channel, &b);
+        return;
+    }
     for (size_t i = 0; i < n; i++) {
         char c = s[i];
         if (t->state == 2) {
@@ -267,6 +282,11 @@ void srv_think_feed(srv_think *t, const char *s, size_t n, srv_buf *content, srv
 }
 
 void srv_think_flush(srv_think *t, srv_buf *content, srv_buf *reasoning) {
+    if (t->harmony) {
+        channel_bufs b = {content, reasoning};
+        tok_harmony_flush(&t->h, to_channel, &b);
+        return;
+    }
     if (t->state == 0) srv_buf_add(content, t->ws, t->n_ws);
     t->n_ws = 0;
     if (t->n_hold) {

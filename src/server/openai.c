@@ -35,19 +35,33 @@ static const char *const k_chat_unimplemented[] = {"tools", "functions", "respon
                                                     "audio", "prediction", NULL};
 static const char *const k_completion_unimplemented[] = {"logit_bias", "suffix", NULL};
 
+// reasoning_effort (OpenAI's field, or chat_template_kwargs' as llama-server takes it): "low",
+// "medium" or "high" into *out, NULL where absent or null.
+static bool parse_effort(json_t *obj, const char **out, ft_err *err) {
+    json_t *e = json_object_get(obj, "reasoning_effort");
+    if (!e || json_is_null(e)) return true;
+    const char *s = json_is_string(e) ? json_string_value(e) : "";
+    if (strcmp(s, "low") && strcmp(s, "medium") && strcmp(s, "high"))
+        return ft_err_set(err, "'reasoning_effort' must be \"low\", \"medium\" or \"high\"");
+    *out = s;
+    return true;
+}
+
 bool srv_openai_parse_chat(const srv_params *p, const tok_vocab *v, json_t *body, srv_job *j, ft_err *err) {
     j->api = SRV_API_CHAT;
     if (!srv_refuse_unimplemented(p, body, k_chat_unimplemented, err)) return false;
     j->split_think = true;
     bool logprobs = false, thinking = true;
     int64_t top = 0;
+    const char *effort = NULL;
     json_t *kw = json_object_get(body, "chat_template_kwargs");
     if (!parse_stream(body, j, err) || !parse_max_tokens(body, j, err) ||
         !srv_parse_sampling(body, j, "stop", err) || !srv_get_bool(body, "logprobs", &logprobs, err) ||
         !srv_get_int(body, "top_logprobs", 0, SRV_MAX_TOP_LOGPROBS, &top, err) ||
         !srv_get_bool(body, "enable_thinking", &thinking, err) ||
         (json_is_object(kw) && !srv_get_bool(kw, "enable_thinking", &thinking, err)) ||
-        !srv_chat_prompt(p, v, json_object_get(body, "messages"), NULL, thinking, j, err))
+        !parse_effort(body, &effort, err) || (json_is_object(kw) && !parse_effort(kw, &effort, err)) ||
+        !srv_chat_prompt(p, v, json_object_get(body, "messages"), NULL, thinking, effort, j, err))
         return false;
     j->n_logprobs = logprobs ? (int)top : -1;
     return true;

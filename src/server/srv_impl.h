@@ -52,13 +52,17 @@ typedef struct srv_buf {
 void srv_buf_add(srv_buf *b, const char *s, size_t n);
 void srv_buf_free(srv_buf *b);
 
-// Think-tag splitter: text inside a leading <think>...</think> is reasoning.
+// Reasoning splitter: text inside a leading <think>...</think> is reasoning; with harmony set
+// (gpt-oss's template), the reply's channels decide instead (tok_harmony: analysis is reasoning,
+// final the answer).
 typedef struct srv_think {
     int state; // 0 deciding, 1 in think, 2 content, 3 content after think (strip leading ws)
     char hold[16];
     size_t n_hold;
     char ws[64]; // state 0: white space before a possible <think>, content if none follows
     size_t n_ws;
+    bool harmony;
+    tok_harmony h;
 } srv_think;
 void srv_think_feed(srv_think *t, const char *s, size_t n, srv_buf *content, srv_buf *reasoning);
 void srv_think_flush(srv_think *t, srv_buf *content, srv_buf *reasoning);
@@ -248,10 +252,13 @@ bool srv_http_submit(srv_http *h, srv_job *j, bool anthropic);
 
 // Renders messages (an array of {"role", "content", "reasoning_content"}; content a string,
 // null or text/thinking parts) through p's chat template and tokenizes them into j->prompt.
-// system: an extra leading system message, or NULL. Returns false with a message for a 400
-// (no template, a bad message, a template that fails to render).
+// system: an extra leading system message, or NULL. reasoning_effort: "low", "medium" or
+// "high" for a template that takes one (gpt-oss's), else NULL. Sets up j->think for the
+// template's reasoning (harmony channels for gpt-oss). Returns false with a message for a 400
+// (no template, a bad message, an effort the template does not take (ignored with --lenient),
+// a template that fails to render).
 bool srv_chat_prompt(const srv_params *p, const tok_vocab *v, json_t *msgs, const char *system,
-                     bool enable_thinking, srv_job *j, ft_err *err);
+                     bool enable_thinking, const char *reasoning_effort, srv_job *j, ft_err *err);
 
 // ---------------------------------------------------------------------------------------------
 // The APIs (openai.c, anthropic.c, llama_api.c).
