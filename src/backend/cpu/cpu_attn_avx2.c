@@ -13,7 +13,8 @@
 //   3. values: the row is converted in registers (F16C for f16, int8 times the block scale for
 //      q8_0) and added to each head's accumulator with a separate multiply and add, rounded
 //      to f16 after every key where the reference does (vcvtps2ph rounds to nearest even, as
-//      ft_fp32_to_fp16), so this step agrees with the reference to the bit.
+//      ft_fp32_to_fp16), so this step agrees with the reference to the bit;
+//   4. attention sinks as the reference applies them (cpu_attn_sink), once per head after its keys.
 // No buffers per key: the per-thread workspace (sized in cpu_reserve) holds the group's
 // converted queries and accumulators.
 #include "cpu_impl.h"
