@@ -978,6 +978,18 @@ TEST(server_huge_prompt_does_not_stall_streams) {
     snprintf(cmd, sizeof(cmd), "node tests/server/stall.mjs %d 2 300 2>&1", s.port);
     CHECK(test_run(cmd, out, sizeof(out)) == 0, "stall.mjs: %s", out);
     fprintf(stderr, "  %s", out);
+    // a large body that is not JSON (parsed on a prep thread too): a 400 in the route's shape
+    enum { BIG = 300 << 10 };
+    char *body = ft_malloc(BIG + 1);
+    memset(body, '{', BIG);
+    body[BIG] = 0;
+    CHECK(http(&s, "POST", "/v1/chat/completions", body, NULL, out, sizeof(out)) == 400 &&
+              strstr(out, "{\"error\":{") == out && strstr(out, "invalid JSON"),
+          "%.300s", out);
+    CHECK(http(&s, "POST", "/v1/messages", body, NULL, out, sizeof(out)) == 400 &&
+              strstr(out, "\"type\":\"error\""),
+          "%.300s", out);
+    free(body);
     CHECK(http(&s, "GET", "/health", NULL, NULL, out, sizeof(out)) == 200);
     CHECK(server_stop(&s) == 0, "log: %s", s.log);
 }
