@@ -335,12 +335,14 @@ bool ft_batch_step(ft_batch *b, const ft_batch_item *items, int n_items, ft_err 
         rows += it->n_tok;
     }
     be->row_gemm = b->row_gemm;
+    be->chunk_tok = n_items == 1 ? b->seg[0].n_chunk : 0;
     f->n_tok = rows;
     f->seg = b->seg;
     f->n_seg = n_items;
     // One sequence's one-token step may be recorded once and replayed (CUDA graphs): the
-    // backend keys its record by the sequence's cache, whose pointers the ops bake in.
-    bool bracket = be->ops->step_begin && n_items == 1;
+    // backend keys its record by the sequence's cache, whose pointers the ops bake in. A step
+    // that resumes a reused prefix's chunk takes that chunk's kernels: not a decode step's ops.
+    bool bracket = be->ops->step_begin && n_items == 1 && b->seg[0].n_chunk == b->seg[0].n_tok;
     for (int i = 0; i < n_items; i++) ft_kv_sync(b->seg[i].kv); // new blocks in the tables
     if (bracket) be->ops->step_begin(be, rows, b->seg[0].pos0, b->seg[0].kv);
     be->ops->get_rows(be, &b->w->tok_embd, b->tok, f->x, rows);
@@ -363,6 +365,7 @@ bool ft_batch_step(ft_batch *b, const ft_batch_item *items, int n_items, ft_err 
     }
     // each logits row is one sequence's last: the per-row kernels, as for a sequence alone
     for (int r = 0; r < n_out; r++) b->row_gemm[r] = false;
+    be->chunk_tok = 0;
     if (n_out > 0) be->ops->matmul(be, &b->w->output, f->xn, b->logits_dev, n_out);
     if (bracket) be->ops->step_end(be);
     be->row_gemm = NULL;

@@ -216,6 +216,10 @@ static bool op_runs(cuda_backend *c, enum op_id op, const void *a, const void *b
 static const int32_t *step_pos_dev(const cuda_backend *c) { return c->mode == STEP_DIRECT ? NULL : c->pos_dev; }
 
 // A host position as the kernels take it: relative to *step_pos_dev(c) in a graph step.
+// The row count a call of n_tok rows chooses its kernels by: the step's chunk where it resumes
+// one (ft_backend.chunk_tok), so its rows get the bits they would computed in the whole chunk.
+static int shape_tok(const cuda_backend *c, int n_tok) { return FT_MAX(n_tok, c->base.chunk_tok); }
+
 static int step_rel(const cuda_backend *c, int pos) { return c->mode == STEP_DIRECT ? pos : pos - c->step_pos0; }
 
 // xq = q8_1 of x (n_tok, n_cols), unless it already holds exactly that.
@@ -357,14 +361,14 @@ static void matmul_raw(cuda_backend *c, uint32_t type, const void *w, int64_t n_
     FT_ASSERT(ft_cuda_matvec_supported(type));
     bool q = ft_cuda_matvec_wants_q8_1(type);
     if (q) quantize_x(c, x, n_cols, n_tok);
-    if (q && n_tok >= c->gemm_min_tok && ft_cuda_gemm_supported(type)) {
+    if (q && shape_tok(c, n_tok) >= c->gemm_min_tok && ft_cuda_gemm_supported(type)) {
         ft_cuda_gemm_params gp = {.type = type, .w = w, .n_out = n_rows, .n_in = n_cols, .x = c->xq, .y = y,
                                   .n_tok = n_tok};
         ft_cuda_gemm(&gp, c->stream);
         if (c->xq_src == y) c->xq_src = NULL;
         return;
     }
-    if (!q && n_tok > FT_CUDA_MATVEC_MAX_TOK) {
+    if (!q && shape_tok(c, n_tok) > FT_CUDA_MATVEC_MAX_TOK) {
         // float weights (a router) for a batch: one launch, each weight tile read per 32 tokens
         ft_cuda_matvec_params mp = {.type = type, .w = w, .n_rows = n_rows, .n_cols = n_cols, .x = x, .y = y,
                                     .n_tok = n_tok};
@@ -420,7 +424,7 @@ static void cuda_matmul(ft_backend *be, const ft_tensor *w, const float *x, floa
                 m0->w->type == w->type && m0->w->ne[0] == w->ne[0] && y != x;
     if (!join) cuda_of(be);
     if (!op_runs(c, OP_MATMUL, w->data, x, (int64_t)(uintptr_t)y, n_tok)) return;
-    if (n_tok >= 1 && n_tok <= FT_CUDA_MATVEC_MAX_TOK && ft_cuda_matvec_wants_q8_1(w->type) && y != x)
+    if (n_tok >= 1 && shape_tok(c, n_tok) <= FT_CUDA_MATVEC_MAX_TOK && ft_cuda_matvec_wants_q8_1(w->type) && y != x)
         c->mms[c->n_mms++] = (struct pending_matmul){w, x, y, n_tok};
     else
         matmul_tensor(c, w, x, y, n_tok);
@@ -647,12 +651,15 @@ static void cuda_attention(ft_backend *be, const ft_attn_params *p) {
     ap.part = need <= c->attn_part_floats ? c->attn_part : NULL;
     // decode writes the q8_1 form of its output too, for the output projection that follows
     int64_t width = (int64_t)p->n_head * p->head_dim;
-    bool quantize = ft_cuda_attention_quantizes(p->n_tok, p->head_dim) && width <= round32(c->lim.max_width) &&
-                    p->n_tok <= c->lim.max_tok;
+    // prefill batches on tensor cores (flash_attn.cu) where it takes the shape (the chunk's, for
+    // a step resuming one); decode and the rest on attention.cu's kernels
+    ft_cuda_attn_params shape = ap;
+    shape.n_tok = shape_tok(c, p->n_tok);
+    bool flash = c->flash && ft_cuda_flash_attention_fits(&shape);
+    bool quantize = !flash && ft_cuda_attention_quantizes(p->n_tok, p->head_dim) &&
+                    width <= round32(c->lim.max_width) && p->n_tok <= c->lim.max_tok;
     ap.out_q = quantize ? c->xq : NULL;
-    // prefill batches on tensor cores (flash_attn.cu) where it takes the shape; decode and the
-    // rest on attention.cu's kernels
-    if (c->flash && ft_cuda_flash_attention_fits(&ap)) ft_cuda_flash_attention(&ap, c->stream);
+    if (flash) ft_cuda_flash_attention(&ap, c->stream);
     else ft_cuda_attention(&ap, c->stream);
     if (quantize) {
         c->xq_src = p->out;
@@ -791,7 +798,8 @@ static void cuda_moe_ffn(ft_backend *be, const ft_moe_params *p, const float *x,
     ft_tensor views[MOE_BANK_COUNT];
     bool cpu_overlay = false;
     if (cuda_cpu_experts_serves(c->cpu_experts, p)) {
-        if (!moe_placement_host_overlay(cuda_cpu_experts_overlay_serves(c->cpu_experts, p), n_tok, GEMM_MIN_TOK)) {
+        if (!moe_placement_host_overlay(cuda_cpu_experts_overlay_serves(c->cpu_experts, p), shape_tok(c, n_tok),
+                                        GEMM_MIN_TOK)) {
             // the GPU routes and the selections travel with x; a replayed graph step still
             // queues the layer's CPU work (its graph holds the routing and the meeting)
             bool gpu_route = cuda_cpu_experts_routes_on_gpu(c->cpu_experts);
@@ -813,7 +821,8 @@ static void cuda_moe_ffn(ft_backend *be, const ft_moe_params *p, const float *x,
     if (cpu_overlay) gate = &views[MOE_BANK_GATE], up = &views[MOE_BANK_UP], down = &views[MOE_BANK_DOWN];
     if (c->offload && gate->placement != FT_PLACEMENT_CUDA) { // experts in host banks: the cache serves them
         bool gemm = ft_cuda_moe_gemm_supported(gate->type, up->type, down->type);
-        bool overlay = ft_offload_uses_overlay(c->offload, p->layer, n_tok, n_pairs, gemm, c->gemm_min_tok);
+        bool overlay = ft_offload_uses_overlay(c->offload, p->layer, shape_tok(c, n_tok), n_pairs, gemm,
+                                               c->gemm_min_tok);
         ft_offload_view v;
         ft_offload_layer_begin(c->offload, p->layer, c->sel, n_tok, k, overlay, c->stream, &v);
         const ft_tensor *banks[MOE_BANK_COUNT] = {gate, up, down};
@@ -828,7 +837,7 @@ static void cuda_moe_ffn(ft_backend *be, const ft_moe_params *p, const float *x,
         c->expert_ids = v.ids;
     }
     // prefill: tokens grouped by expert, each expert's weights read once per tile of its tokens
-    if (n_tok >= c->gemm_min_tok && ft_cuda_moe_gemm_supported(gate->type, up->type, down->type)) {
+    if (shape_tok(c, n_tok) >= c->gemm_min_tok && ft_cuda_moe_gemm_supported(gate->type, up->type, down->type)) {
         check_on_device(gate);
         check_on_device(up);
         check_on_device(down);

@@ -178,7 +178,8 @@ void ft_cuda_moe_combine(const float *h, const float *w, float *y, int n_tok, in
 // q8_0 keys); values and softmax weights enter the MMAs as f16, sums are f32.
 #define FT_CUDA_FLASH_MIN_TOK 16
 bool ft_cuda_flash_attention_fits(const ft_cuda_attn_params *p);
-void ft_cuda_flash_attention(const ft_cuda_attn_params *p, ft_cuda_stream *s); // aborts if !fits
+// Aborts unless fits, but for the query count (any from 1: a step resuming a chunk that took it).
+void ft_cuda_flash_attention(const ft_cuda_attn_params *p, ft_cuda_stream *s);
 
 #ifdef __cplusplus
 }

@@ -314,14 +314,19 @@ __global__ void __launch_bounds__(FA_THREADS) flash_attn_kernel(const ft_cuda_at
     }
 }
 
-extern "C" bool ft_cuda_flash_attention_fits(const ft_cuda_attn_params *p) {
-    return p->n_tok >= FT_CUDA_FLASH_MIN_TOK && (p->head_dim == 64 || p->head_dim == 128 || p->head_dim == 256) &&
-           p->n_head_kv > 0 &&
+// The shapes the kernel computes, at any number of queries.
+static bool flash_shape_ok(const ft_cuda_attn_params *p) {
+    return (p->head_dim == 64 || p->head_dim == 128 || p->head_dim == 256) && p->n_head_kv > 0 &&
            p->n_head % p->n_head_kv == 0 && p->n_head / p->n_head_kv <= FA_BQ && !p->out_q;
 }
 
+extern "C" bool ft_cuda_flash_attention_fits(const ft_cuda_attn_params *p) {
+    return p->n_tok >= FT_CUDA_FLASH_MIN_TOK && flash_shape_ok(p);
+}
+
+// Also below FT_CUDA_FLASH_MIN_TOK queries: the rows of a step resuming a chunk that took it.
 extern "C" void ft_cuda_flash_attention(const ft_cuda_attn_params *p, ft_cuda_stream *s) {
-    FT_CUDA_ASSERT(ft_cuda_flash_attention_fits(p) && p->n_tok <= 65535 * (FA_BQ / (p->n_head / p->n_head_kv)));
+    FT_CUDA_ASSERT(flash_shape_ok(p) && p->n_tok >= 1 && p->n_tok <= 65535 * (FA_BQ / (p->n_head / p->n_head_kv)));
     FT_CUDA_ASSERT(p->k_type == FT_TYPE_F16 || p->k_type == FT_TYPE_Q8_0);
     FT_CUDA_ASSERT(p->v_type == FT_TYPE_F16 || p->v_type == FT_TYPE_Q8_0);
     const int tpt = FA_BQ / (p->n_head / p->n_head_kv);
