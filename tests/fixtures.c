@@ -44,7 +44,18 @@ ft_synth_params fixture_compare_params(const char *arch, int head_dim, bool stri
     }
     if (!strcmp(arch, "laguna")) p.n_dense_lead = 1;
     if (!strcmp(arch, "glm4moe")) fixture_glm4moe(&p);
+    if (!strcmp(arch, "gpt-oss")) {
+        fixture_gptoss(&p);
+        p.n_expert_used = 4;
+        if (!strict) fixture_expert_types(&p, "mxfp4,q4_K,mxfp4", NULL);
+    }
     return p;
+}
+
+void fixture_gptoss(ft_synth_params *p) {
+    p->qkv_bias = true;
+    p->n_swa = 8;
+    p->yarn_factor = 4.0f;
 }
 
 void fixture_glm4moe(ft_synth_params *p) {

@@ -39,6 +39,9 @@ ft_synth_params fixture_compare_params(const char *arch, int head_dim, bool stri
 // Makes a glm4moe of p as GLM-4.5: a leading dense layer, Q/K/V biases, Q/K norms, rotary over
 // half of each head, and an MTP block after the layers (which no engine may run or place).
 void fixture_glm4moe(ft_synth_params *p);
+// gpt-oss: Q/K/V biases, sliding windows of 8 on the even layers, YaRN (the sinks, the
+// router's and experts' biases come with the architecture).
+void fixture_gptoss(ft_synth_params *p);
 // Makes p 4 layers whose last one has bf16 experts, the others q4_K (strict: q8_0).
 void fixture_bf16_tail(ft_synth_params *p, bool strict);
 

@@ -451,28 +451,37 @@ static ft_tensor cache_tensor(enum ft_type t, int width, int n_ctx, bool dev) {
 }
 
 // The attention op on both backends for queries q (n tokens from pos0): caches[0..1] are the
-// CPU's K and V, caches[2..3] the GPU's; *co and *go receive the outputs (backend buffers).
-static void attention_both(pair *p, const ft_tensor *const caches[4], const float *q, int n, int pos0, int nh,
-                           int nkv, int hd, int window, float **co, float **go) {
+// CPU's K and V, caches[2..3] the GPU's; sinks[0..1] the CPU's and GPU's attention sinks (or
+// NULL); *co and *go receive the outputs (backend buffers).
+static void attention_both(pair *p, const ft_tensor *const caches[4], const ft_tensor *const sinks[2],
+                           const float *q, int n, int pos0, int nh, int nkv, int hd, int window, float **co,
+                           float **go) {
     size_t QN = (size_t)n * nh * hd;
     *co = cpu_buf(p, NULL, QN);
     *go = gpu_buf(p, NULL, QN);
     ft_attn_params ap = {.q = cpu_buf(p, q, QN), .out = *co, .k_cache = caches[0], .v_cache = caches[1], .n_tok = n,
                          .pos0 = pos0, .n_head = nh, .n_head_kv = nkv, .head_dim = hd, .window = window,
-                         .scale = 1.0f / sqrtf((float)hd)};
+                         .scale = 1.0f / sqrtf((float)hd), .sinks = sinks ? sinks[0] : NULL};
     p->cpu->ops->attention(p->cpu, &ap);
     ap.q = gpu_buf(p, q, QN);
     ap.out = *go;
     ap.k_cache = caches[2];
     ap.v_cache = caches[3];
+    ap.sinks = sinks ? sinks[1] : NULL;
     p->gpu->ops->attention(p->gpu, &ap);
 }
 
-// set_rows and attention at head size hd (the decode kernel is built for 64, 128 and 256).
-static void set_rows_attention_case(int hd) {
+// set_rows and attention at head size hd (the decode kernel is built for 64, 128 and 256); with
+// sinks, gpt-oss's attention sinks (a logit per head in each softmax's denominator), of about
+// the scores' size so that they matter, on every kernel the cases reach (decode and its split
+// merge, the general kernel, flash attention).
+static void set_rows_attention_case(int hd, bool with_sinks) {
     const int nh = 8, nkv = 2, n_ctx = 400, W = nkv * hd;
     pair p;
     if (!pair_init(&p, 64, nh * hd, n_ctx, hd, 0, 0)) return;
+    float *sv = randn(&p.rng, nh, 2.0f);
+    ft_tensor sc = f32_tensor(sv, nh, 1, FT_PLACEMENT_CPU), sg = dev_tensor(&sc);
+    const ft_tensor *sinks[2] = {&sc, &sg};
     enum ft_type kts[2] = {FT_TYPE_F16, FT_TYPE_Q8_0};
     for (int ki = 0; ki < 2; ki++) {
         enum ft_type kt = kts[ki];
@@ -518,11 +527,11 @@ static void set_rows_attention_case(int hd) {
             int n = cases[ci].n_tok;
             size_t QN = (size_t)n * nh * hd;
             float *q = randn(&p.rng, QN, 1.0f), *co, *go;
-            attention_both(&p, (const ft_tensor *[4]){&ck, &cv, &gk, &gv}, q, n, cases[ci].pos0, nh, nkv, hd,
-                           cases[ci].window, &co, &go);
-            char what[96];
-            snprintf(what, sizeof(what), "attention %s hd %d n_tok %d pos0 %d window %d", ft_type_name(kt), hd, n,
-                     cases[ci].pos0, cases[ci].window);
+            attention_both(&p, (const ft_tensor *[4]){&ck, &cv, &gk, &gv}, with_sinks ? sinks : NULL, q, n,
+                           cases[ci].pos0, nh, nkv, hd, cases[ci].window, &co, &go);
+            char what[112];
+            snprintf(what, sizeof(what), "attention %s hd %d n_tok %d pos0 %d window %d%s", ft_type_name(kt), hd, n,
+                     cases[ci].pos0, cases[ci].window, with_sinks ? " sinks" : "");
             compare(&p, what, go, co, QN, kt == FT_TYPE_F16 ? 2e-2 : 5e-3);
             free(q);
         }
@@ -533,14 +542,22 @@ static void set_rows_attention_case(int hd) {
         ft_cuda_free(gk.data);
         ft_cuda_free(gv.data);
     }
+    free(sv);
+    ft_cuda_free(sg.data);
     pair_free(&p);
 }
 
 TEST(cuda_op_set_rows_attention) {
     GPU_TEST_REQUIRE_DEVICE();
-    set_rows_attention_case(128);
-    set_rows_attention_case(64);
-    set_rows_attention_case(256);
+    set_rows_attention_case(128, false);
+    set_rows_attention_case(64, false);
+    set_rows_attention_case(256, false);
+}
+
+TEST(cuda_op_attention_sinks) {
+    GPU_TEST_REQUIRE_DEVICE();
+    set_rows_attention_case(64, true);
+    set_rows_attention_case(128, true);
 }
 
 // copy_rows on the device (a reused prefix's rows into a sequence's own block, kv.h): rows that
@@ -709,7 +726,7 @@ static void attention_depth_case(int hd, int nh, int nkv, enum ft_type kt) {
         int n = cases[ci].n_tok;
         size_t QN = (size_t)n * nh * hd;
         float *q = randn(&p.rng, QN, 1.0f), *co, *go;
-        attention_both(&p, (const ft_tensor *[4]){&ck, &cv, &gk, &gv}, q, n, cases[ci].pos0, nh, nkv, hd,
+        attention_both(&p, (const ft_tensor *[4]){&ck, &cv, &gk, &gv}, NULL, q, n, cases[ci].pos0, nh, nkv, hd,
                        cases[ci].window, &co, &go);
         char what[128];
         snprintf(what, sizeof(what), "attention %s hd %d heads %d/%d n_tok %d pos0 %d window %d", ft_type_name(kt), hd,
@@ -964,6 +981,16 @@ TEST(cuda_model_laguna) {
 TEST(cuda_model_laguna_bf16_tail) { GPU_TEST_REQUIRE_DEVICE(); arch_cases("laguna", false, true); }
 // GLM-4.5's shape (fixture_glm4moe: dense lead, biases, Q/K norms, half-head rotary, an MTP
 // block the device placement must leave in the file), then with a BF16 MoE layer last
+// gpt-oss (fixture_gptoss: attention sinks, sliding windows of 8, YaRN, Q/K/V/O biases, the
+// router's and experts' biases, softmax-weighted top 4, the clamped SwiGLU; mxfp4 and q4_K
+// experts where not strict): the prompts run past the window
+TEST(cuda_model_gptoss) {
+    GPU_TEST_REQUIRE_DEVICE();
+    setenv("FT_CUDA_GPTOSS", "1", 1); // its kernels are opt-in (cuda_backend.c)
+    arch_cases("gpt-oss", false, false);
+    unsetenv("FT_CUDA_GPTOSS");
+}
+
 TEST(cuda_model_glm4moe) {
     GPU_TEST_REQUIRE_DEVICE();
     arch_cases("glm4moe", false, false);

@@ -332,6 +332,39 @@ TEST(cuda_moe_backend_auto_picks_fused_when_it_fits) {
     ft_model_free(m);
 }
 
+// gpt-oss on CUDA: refused unless FT_CUDA_GPTOSS=1 offers its kernels; then its experts' biases
+// and activation, which the host experts are not given, refuse cpu mode before anything is
+// placed, naming the modes that run it; fused runs it.
+TEST(cuda_cpu_experts_refuses_gptoss) {
+    GPU_TEST_REQUIRE_DEVICE();
+    ft_synth_params sp = ft_synth_default_params();
+    sp.arch = "gpt-oss";
+    sp.n_layer = 2;
+    sp.n_expert_used = 4;
+    ft_model *m = fixture_model(&sp, "cpu_mode_gptoss.gguf");
+    REQUIRE(m);
+    ft_err err = {{0}};
+    ft_engine_params ep = ft_engine_default_params();
+    ep.n_ctx = 64;
+    ep.device = FT_PLACEMENT_CUDA;
+    ep.moe_backend = FT_MOE_BACKEND_FUSED;
+    ft_engine *e = ft_engine_init(m, &ep, &err);
+    CHECK(!e && strstr(err.msg, "gpt-oss runs on the CPU in this version"), "without FT_CUDA_GPTOSS: %s", err.msg);
+    ft_engine_free(e);
+    setenv("FT_CUDA_GPTOSS", "1", 1);
+    ep.moe_backend = FT_MOE_BACKEND_CPU;
+    e = ft_engine_init(m, &ep, &err);
+    CHECK(!e && strstr(err.msg, "--moe-backend cpu") && strstr(err.msg, "use --moe-backend fused or offload"),
+          "message: %s", err.msg);
+    ft_engine_free(e);
+    ep.moe_backend = FT_MOE_BACKEND_FUSED;
+    e = ft_engine_init(m, &ep, &err);
+    CHECK(e, "fused: %s", err.msg);
+    ft_engine_free(e);
+    unsetenv("FT_CUDA_GPTOSS");
+    ft_model_free(m);
+}
+
 // A fresh process whose first GPU work is cpu mode's direct steps: `ft run` with a short prompt
 // (a step below the grouped GEMM's 32 tokens: every MoE layer on the CPU) and decode without
 // graphs (direct one-token steps). In such a step the host computes a MoE layer only once the

@@ -41,6 +41,7 @@ static const char *write_arch_model_layout(const char *arch, const char *name, i
     sp.n_ctx_train = 512;
     fixture_expert_types(&sp, "q4_K,q4_K,bf16,q4_K", NULL);
     if (!strcmp(arch, "glm4moe")) fixture_glm4moe(&sp);
+    if (!strcmp(arch, "gpt-oss")) fixture_gptoss(&sp);
     return fixture_write(&sp, name);
 }
 
@@ -435,6 +436,15 @@ TEST(cuda_offload_logits_equal_fused_qwen3next) {
 TEST(cuda_offload_logits_equal_fused_glm4moe) {
     GPU_TEST_REQUIRE_DEVICE();
     offload_equal_fused("glm4moe", 3, false);
+}
+
+// gpt-oss (fixture_gptoss): the experts' biases, indexed by the global expert while the weights
+// come from cache slots, and softmax-weighted routing with the router's bias. The same cases.
+TEST(cuda_offload_logits_equal_fused_gptoss) {
+    GPU_TEST_REQUIRE_DEVICE();
+    setenv("FT_CUDA_GPTOSS", "1", 1); // its kernels are opt-in (cuda_backend.c)
+    offload_equal_fused("gpt-oss", 3, false);
+    unsetenv("FT_CUDA_GPTOSS");
 }
 
 // The same with gate and up experts fused in the file (ffn_gate_up_exps).

@@ -388,6 +388,11 @@ bool engine_plan(const ft_model *m, ft_backend *be, const ft_engine_params *p, e
         ok = plan_offload(m, be, p, &info, out, err);
         break;
     case FT_MOE_BACKEND_CPU:
+        // the host experts get the banks and routers, not gpt-oss's biases and activation
+        if (ft_model_op_features(m) & (FT_OPS_MOE_BIASES | FT_OPS_MOE_SOFTMAX_WEIGHT | FT_OPS_SWIGLU_OAI))
+            return ft_err_set(err, "--moe-backend cpu: %s's experts (their biases, routing and SwiGLU) are not "
+                                   "computed in this mode yet; use --moe-backend fused or offload",
+                              m->arch->name);
         out->experts_on_host = true;
         ok = plan_host_experts(m, be, p, &info, err);
         break;

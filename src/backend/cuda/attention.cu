@@ -156,6 +156,8 @@ __global__ void __launch_bounds__(AT_THREADS) attention_kernel(const ft_cuda_att
         }
         return;
     }
+    // a sink joins the denominator as one more key with no value (M = -inf: no key, output 0)
+    if (p.sinks) S += expf(p.sinks[h] - M);
     const float inv = S == 0.0f ? 0.0f : 1.0f / S;
     float *o = p.out + ((int64_t)t * p.n_head + h) * hd;
     for (int d = tid; d < hd; d += AT_THREADS) {

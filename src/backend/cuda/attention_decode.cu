@@ -365,6 +365,7 @@ __global__ void __launch_bounds__(AT_THREADS) attention_decode_kernel(const ft_c
             }
             continue;
         }
+        if (p.sinks) L += expf(p.sinks[h] - M); // the head's sink joins the denominator
         const float x = L == 0.0f ? 0.0f : v / L;
         const int64_t oi = ((int64_t)tok * p.n_head + h) * HD + d;
         p.out[oi] = x;

@@ -125,6 +125,7 @@ __device__ __forceinline__ void attn_merge(const ft_cuda_attn_params &p, int h, 
     float S = 0.0f;
     for (int z = 0; z < n_split; z++)
         if (m_s[z] != -INFINITY) S += s_s[z] * f_s[z];
+    if (p.sinks) S += expf(p.sinks[h] - M); // the head's sink: one more term of the denominator
     const float inv = S == 0.0f ? 0.0f : 1.0f / S;
     const int64_t o0 = ((int64_t)t * p.n_head + h) * hd;
     for (int d = tid; d < hd; d += AT_THREADS) {

@@ -26,6 +26,7 @@
 
 typedef struct cuda_backend {
     ft_backend base;
+    ft_backend_ops ops;        // base.ops: g_cuda_ops with the features this backend offers
     int dev;
     ft_cuda_stream *stream;
     ft_backend_limits lim;
@@ -634,7 +635,6 @@ static void cuda_copy_rows(ft_backend *be, ft_tensor *cache, int64_t dst, int64_
 static void cuda_attention(ft_backend *be, const ft_attn_params *p) {
     cuda_backend *c = cuda_op(be);
     FT_ASSERT(p->head_dim <= c->lim.max_head_dim && p->pos0 + p->n_tok <= c->lim.max_ctx);
-    FT_ASSERT(!ft_tensor_present(p->sinks) && "attention sinks have no CUDA kernel (engine_plan refuses them)");
     check_on_device(p->k_cache);
     check_on_device(p->v_cache);
     if (!op_runs(c, OP_ATTENTION, p->q, p->k_cache->data, ((int64_t)p->n_tok << 32) | (uint32_t)p->window,
@@ -647,6 +647,11 @@ static void cuda_attention(ft_backend *be, const ft_attn_params *p) {
         .n_tok = p->n_tok, .pos0 = step_rel(c, p->pos0), .pos_dev = step_pos_dev(c), .n_head = p->n_head, .n_head_kv = p->n_head_kv,
         .head_dim = p->head_dim, .window = p->window, .scale = p->scale,
     };
+    if (ft_tensor_present(p->sinks)) {
+        check_on_device(p->sinks);
+        FT_ASSERT(p->sinks->type == FT_TYPE_F32 && p->sinks->ne[0] >= p->n_head);
+        ap.sinks = p->sinks->data;
+    }
     size_t need = ft_cuda_attention_part_floats(p->n_tok, p->n_head, p->n_head_kv, p->head_dim);
     ap.part = need <= c->attn_part_floats ? c->attn_part : NULL;
     // decode writes the q8_1 form of its output too, for the output projection that follows
@@ -761,10 +766,17 @@ static bool route_on_device(cuda_backend *c, const ft_moe_params *p, const float
     ft_cuda_route_params rp = {
         .logits = c->logits, .bias = bias, .sel = c->sel, .w = c->sel_w, .gap = c->gap,
         .n_tok = n_tok, .n_expert = p->n_expert, .k = k, .softmax = p->gating == FT_GATING_SOFTMAX,
-        .norm_w = p->norm_w, .w_scale = p->w_scale,
+        .norm_w = p->norm_w, .w_scale = p->w_scale, .softmax_weight = p->gating == FT_GATING_SOFTMAX_WEIGHT,
     };
+    if (ft_tensor_present(p->router_bias)) {
+        check_on_device(p->router_bias);
+        FT_ASSERT(p->router_bias->type == FT_TYPE_F32);
+        rp.logit_bias = p->router_bias->data;
+    }
     const ft_tensor *router = p->router;
-    if (ft_cuda_moe_router_fits(router->type, n_tok, p->n_expert, k) && router->ne[2] == 1 &&
+    // the one-launch router has neither the router's bias nor softmax-weighted routing
+    if (!rp.logit_bias && !rp.softmax_weight && ft_cuda_moe_router_fits(router->type, n_tok, p->n_expert, k) &&
+        router->ne[2] == 1 &&
         router->ne[1] == p->n_expert) {
         // decode: router matvec and routing in one launch
         check_on_device(router);
@@ -779,6 +791,14 @@ static bool route_on_device(cuda_backend *c, const ft_moe_params *p, const float
     return false;
 }
 
+// An expert bias tensor's device rows (n per expert, f32), or NULL where the model has none.
+static const float *expert_bias(const ft_tensor *b, int64_t n, int n_expert) {
+    if (!ft_tensor_present(b)) return NULL;
+    check_on_device(b);
+    FT_ASSERT(b->type == FT_TYPE_F32 && b->ne[0] == n && b->ne[1] >= n_expert);
+    return b->data;
+}
+
 static void cuda_moe_ffn(ft_backend *be, const ft_moe_params *p, const float *x, float *y, int n_tok) {
     // cuda_of, not cuda_op: x is only read, so the q8_1 copy of it that the norm before wrote
     // (xq) still serves the expert matmuls; every launch below that writes xq says so
@@ -787,10 +807,11 @@ static void cuda_moe_ffn(ft_backend *be, const ft_moe_params *p, const float *x,
     int k = p->n_expert_used;
     FT_ASSERT(c->reserved && n_tok <= c->lim.max_tok && k <= c->lim.n_expert_used);
     FT_ASSERT(p->n_expert <= c->lim.n_expert && n_ff <= c->lim.max_width && n_embd <= c->lim.max_width);
-    // gpt-oss's routing, biases and activation have no CUDA kernels (engine_plan refuses them)
-    FT_ASSERT(p->gating != FT_GATING_SOFTMAX_WEIGHT && p->act == FT_GLU_SILU);
-    FT_ASSERT(!ft_tensor_present(p->router_bias) && !ft_tensor_present(p->gate_bias) &&
-              !ft_tensor_present(p->up_bias) && !ft_tensor_present(p->down_bias));
+    // gpt-oss's experts (biases, the clamped SwiGLU) take the separate matvecs below
+    const float *gate_b = expert_bias(p->gate_bias, n_ff, p->n_expert);
+    const float *up_b = expert_bias(p->up_bias, n_ff, p->n_expert);
+    const float *down_b = expert_bias(p->down_bias, n_embd, p->n_expert);
+    bool plain = !gate_b && !up_b && !down_b && p->act == FT_GLU_SILU;
     bool run = op_runs(c, OP_MOE_FFN, p->gate_exps->data, x, (int64_t)(uintptr_t)y, n_tok);
     if (n_tok == 0) return;
     // --moe-backend cpu: experts in host memory, no expert cache (offload never attaches this);
@@ -798,6 +819,7 @@ static void cuda_moe_ffn(ft_backend *be, const ft_moe_params *p, const float *x,
     ft_tensor views[MOE_BANK_COUNT];
     bool cpu_overlay = false;
     if (cuda_cpu_experts_serves(c->cpu_experts, p)) {
+        FT_ASSERT(plain && "--moe-backend cpu has no experts' biases (engine_plan refuses it)");
         if (!moe_placement_host_overlay(cuda_cpu_experts_overlay_serves(c->cpu_experts, p), shape_tok(c, n_tok),
                                         GEMM_MIN_TOK)) {
             // the GPU routes and the selections travel with x; a replayed graph step still
@@ -820,7 +842,7 @@ static void cuda_moe_ffn(ft_backend *be, const ft_moe_params *p, const float *x,
     c->expert_ids = c->sel;
     if (cpu_overlay) gate = &views[MOE_BANK_GATE], up = &views[MOE_BANK_UP], down = &views[MOE_BANK_DOWN];
     if (c->offload && gate->placement != FT_PLACEMENT_CUDA) { // experts in host banks: the cache serves them
-        bool gemm = ft_cuda_moe_gemm_supported(gate->type, up->type, down->type);
+        bool gemm = plain && ft_cuda_moe_gemm_supported(gate->type, up->type, down->type);
         bool overlay = ft_offload_uses_overlay(c->offload, p->layer, shape_tok(c, n_tok), n_pairs, gemm,
                                                c->gemm_min_tok);
         ft_offload_view v;
@@ -837,7 +859,8 @@ static void cuda_moe_ffn(ft_backend *be, const ft_moe_params *p, const float *x,
         c->expert_ids = v.ids;
     }
     // prefill: tokens grouped by expert, each expert's weights read once per tile of its tokens
-    if (shape_tok(c, n_tok) >= c->gemm_min_tok && ft_cuda_moe_gemm_supported(gate->type, up->type, down->type)) {
+    if (plain && shape_tok(c, n_tok) >= c->gemm_min_tok &&
+        ft_cuda_moe_gemm_supported(gate->type, up->type, down->type)) {
         check_on_device(gate);
         check_on_device(up);
         check_on_device(down);
@@ -859,9 +882,15 @@ static void cuda_moe_ffn(ft_backend *be, const ft_moe_params *p, const float *x,
     // down with the weighted sum in another.
     // With a fused down after it, the GLU kernel also writes h's q8_1 form (into hq: xq is its
     // input), so no quantize launch runs between the two.
-    bool sum_fused = ft_cuda_matvec_wants_q8_1(down->type) && k <= FT_CUDA_MATVEC_SUM_MAX_K;
+    bool sum_fused = plain && ft_cuda_matvec_wants_q8_1(down->type) && k <= FT_CUDA_MATVEC_SUM_MAX_K;
     bool h_quantized = false;
-    if (ft_cuda_matvec_wants_q8_1(gate->type) && up->type == gate->type && up->mat_bytes == gate->mat_bytes) {
+    if (!plain) {
+        // the biases are indexed by the global expert (c->sel), the weights by slot (expert_ids)
+        expert_matvec(c, gate, x, k, c->h_gate, n_pairs, NULL);
+        expert_matvec(c, up, x, k, c->h_up, n_pairs, NULL);
+        ft_cuda_glu act = {p->act == FT_GLU_SWIGLU_OAI, FT_SWIGLU_OAI_ALPHA, FT_SWIGLU_OAI_LIMIT};
+        ft_cuda_moe_glu_bias(c->h_gate, c->h_up, c->sel, gate_b, up_b, n_pairs, (int)n_ff, act, c->stream);
+    } else if (ft_cuda_matvec_wants_q8_1(gate->type) && up->type == gate->type && up->mat_bytes == gate->mat_bytes) {
         check_on_device(up);
         h_quantized = sum_fused && n_ff % 32 == 0;
         ft_cuda_matvec_ids_params glu = {.w_up = up->data, .y_q = h_quantized ? c->hq : NULL};
@@ -877,6 +906,7 @@ static void cuda_moe_ffn(ft_backend *be, const ft_moe_params *p, const float *x,
         expert_matvec(c, down, c->h_gate, 1, y, n_pairs, &sum);
     } else {
         expert_matvec(c, down, c->h_gate, 1, c->h_out, n_pairs, NULL);
+        if (down_b) ft_cuda_moe_rows_bias(c->h_out, c->sel, down_b, n_pairs, (int)n_embd, c->stream);
         ft_cuda_moe_combine(c->h_out, c->sel_w, y, n_tok, k, (int)n_embd, c->stream);
     }
 }
@@ -1073,13 +1103,16 @@ static size_t cuda_host_experts_device_bytes(ft_backend *be, const ft_host_exper
     return (size_t)p->overlay_buffers * buffer;
 }
 
-// No FT_OPS_* feature yet: the ops assert their parameters are absent (cuda_attention,
-// cuda_moe_ffn), and the engine refuses a model that needs them before placing it.
-enum { CUDA_FEATURES = 0 };
+// gpt-oss's ops (attention sinks, the experts' biases, softmax-weighted routing, the clamped
+// SwiGLU), offered only with FT_CUDA_GPTOSS=1 until the kernels have been through the GPU suite
+// (the engine refuses a model whose ops a backend does not offer). --moe-backend cpu's host
+// experts lack the biases: engine_plan refuses that mode.
+enum { CUDA_GPTOSS_FEATURES = FT_OPS_ATTN_SINKS | FT_OPS_MOE_BIASES | FT_OPS_MOE_SOFTMAX_WEIGHT | FT_OPS_SWIGLU_OAI };
+static unsigned cuda_features(void) { return ft_env_flag(FT_ENV_CUDA_GPTOSS) ? CUDA_GPTOSS_FEATURES : 0; }
 
 static const ft_backend_ops g_cuda_ops = {
     .name = "cuda",
-    .features = CUDA_FEATURES,
+    .features = 0, // each backend's copy (cuda_backend.ops) has cuda_features()
     .free = cuda_free,
     .device_info = cuda_device_info,
     .supports_type = cuda_supports_type,
@@ -1119,7 +1152,7 @@ static const ft_backend_ops g_cuda_ops = {
 
 int ft_backend_cuda_device_count(void) { return ft_cuda_device_count(); }
 
-unsigned ft_backend_cuda_features(void) { return CUDA_FEATURES; }
+unsigned ft_backend_cuda_features(void) { return cuda_features(); }
 
 ft_backend *ft_backend_cuda_init(const ft_backend_params *p, ft_err *err) {
     int dev = 0;
@@ -1131,7 +1164,9 @@ ft_backend *ft_backend_cuda_init(const ft_backend_params *p, ft_err *err) {
     ft_cuda_attention_init();
     ft_cuda_delta_net_init();
     cuda_backend *c = ft_calloc(1, sizeof(*c));
-    c->base.ops = &g_cuda_ops;
+    c->ops = g_cuda_ops;
+    c->ops.features = cuda_features();
+    c->base.ops = &c->ops;
     c->base.placement = FT_PLACEMENT_CUDA;
     c->base.min_route_gap = INFINITY;
     c->dev = dev;

@@ -122,6 +122,8 @@ typedef struct ft_cuda_attn_params {
     float *part;           // scratch for split partial results, or NULL: no split
     void *out_q;           // the q8_1 form of out as well (n_tok rows of n_head * head_dim / 32
                            // blocks), or NULL; only where ft_cuda_attention_quantizes says so
+    const float *sinks;    // (n_head) attention sinks: a logit per head joining each softmax's
+                           // denominator (gpt-oss), or NULL
 } ft_cuda_attn_params;
 void ft_cuda_attention(const ft_cuda_attn_params *p, ft_cuda_stream *s);
 // Once per process before the first attention (and before any graph capture): the kernels'
@@ -146,6 +148,11 @@ typedef struct ft_cuda_route_params {
     int softmax;           // else sigmoid
     int norm_w;
     float w_scale;         // 0 or 1: none
+    // gpt-oss: the router's bias, added to the logits before anything else (or NULL), and
+    // softmax_weight: the top k of the logits themselves, weighted by the softmax of the k
+    // (softmax is then 0). Only moe_route_kernel takes either; ft_cuda_moe_router_fits refuses.
+    const float *logit_bias;
+    int softmax_weight;
 } ft_cuda_route_params;
 void ft_cuda_moe_route(const ft_cuda_route_params *p, ft_cuda_stream *s);
 // The router's logits (p->logits = W x) and the routing above in one launch, where
@@ -167,6 +174,20 @@ typedef struct ft_cuda_router_params {
 } ft_cuda_router_params;
 bool ft_cuda_moe_router_fits(uint32_t w_type, int n_tok, int n_expert, int k);
 void ft_cuda_moe_router(const ft_cuda_router_params *r, const ft_cuda_route_params *p, ft_cuda_stream *s);
+// The experts' biases and gated activation on expert rows (gpt-oss's path, after separate
+// gate and up matvecs): for pair i (expert sel[i], the global id) and column c,
+// g = h_gate[i][c] + gate_bias[sel[i]][c], u = h_up[i][c] + up_bias[sel[i]][c] (a NULL bias adds
+// nothing), h_gate[i][c] = act(g, u): silu(g) * u, or with oai the clamped SwiGLU
+// min(g, limit) * sigmoid(alpha * min(g, limit)) * (clamp(u, -limit, limit) + 1).
+typedef struct ft_cuda_glu {
+    int oai;
+    float alpha, limit;
+} ft_cuda_glu;
+void ft_cuda_moe_glu_bias(float *h_gate, const float *h_up, const int32_t *sel, const float *gate_bias,
+                          const float *up_bias, int64_t n_pairs, int n_ff, ft_cuda_glu act, ft_cuda_stream *s);
+// h[i][c] += bias[sel[i]][c] for n_pairs rows of n columns (the down projection's bias).
+void ft_cuda_moe_rows_bias(float *h, const int32_t *sel, const float *bias, int64_t n_pairs, int n,
+                           ft_cuda_stream *s);
 // y[t] = sum_j w[t][j] * h[t * k + j] over j in order; h (n_tok * k, n_embd)
 void ft_cuda_moe_combine(const float *h, const float *w, float *y, int n_tok, int k, int n_embd,
                          ft_cuda_stream *s);

@@ -306,6 +306,8 @@ __global__ void __launch_bounds__(FA_THREADS) flash_attn_kernel(const ft_cuda_at
         l[h] = mma_row_sum(l[h]);
         const int r = m0 + g + 8 * h, tok = t0 + r / group;
         if (r >= tpt * group || tok > t1) continue;
+        // the head's sink joins the denominator (m in log2 units, as the scores)
+        if (p.sinks) l[h] += exp2f(p.sinks[hk * group + r % group] * 1.44269504088896340736f - m[h]);
         const float inv = l[h] > 0.0f ? 1.0f / l[h] : 0.0f;
         float *out = p.out + ((int64_t)tok * p.n_head + hk * group + r % group) * D + dv0;
 #pragma unroll

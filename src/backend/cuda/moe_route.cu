@@ -8,6 +8,8 @@
 //   3. the routing gap (last selected score minus the best unselected one, >= 0) lowers *gap
 //      (an atomicMin on the float's bits, which order like ints for non-negative floats);
 //   4. weights = probs of the winners, renormalised (sum floored at 2^-14) and scaled.
+// gpt-oss (moe_route_kernel only): the router's bias is added to the logits first, and with
+// softmax_weight the logits select and the weights are the softmax of the k selected ones.
 // Combine: one thread per output element, summing the token's k expert rows in slot order.
 // Decode (one token, float router weights) takes moe_router_kernel: the router's logits and
 // the routing in one launch.
@@ -42,6 +44,11 @@ __global__ void __launch_bounds__(FT_WARP) moe_route_kernel(const ft_cuda_route_
     __shared__ int sel[ROUTE_MAX_K];
     const int t = blockIdx.x, lane = threadIdx.x, ne = p.n_expert, k = p.k;
     const float *lg = p.logits + (int64_t)t * ne;
+    if (p.logit_bias) { // an f32 add into the logits, as the CPU op's
+        float *lw = const_cast<float *>(lg);
+        for (int i = lane; i < ne; i += FT_WARP) lw[i] += p.logit_bias[i];
+        __syncwarp();
+    }
     if (p.softmax) {
         float mx = -INFINITY;
         for (int i = lane; i < ne; i += FT_WARP) mx = fmaxf(mx, lg[i]);
@@ -55,6 +62,8 @@ __global__ void __launch_bounds__(FT_WARP) moe_route_kernel(const ft_cuda_route_
         sum = ft_warp_sum(sum);
         const float inv = 1.0f / sum;
         for (int i = lane; i < ne; i += FT_WARP) probs[i] *= inv;
+    } else if (p.softmax_weight) {
+        for (int i = lane; i < ne; i += FT_WARP) probs[i] = lg[i];
     } else {
         for (int i = lane; i < ne; i += FT_WARP) probs[i] = 1.0f / (1.0f + expf(-lg[i]));
     }
@@ -90,10 +99,19 @@ __global__ void __launch_bounds__(FT_WARP) moe_route_kernel(const ft_cuda_route_
     __syncwarp();
     if (lane == 0) {
         float w[ROUTE_MAX_K], sum = 0.0f;
-        for (int j = 0; j < k; j++) {
-            w[j] = probs[sel[j]];
-            sum += w[j];
+        for (int j = 0; j < k; j++) w[j] = probs[sel[j]];
+        if (p.softmax_weight) { // the k selected logits' softmax, in selection order
+            float mx = -INFINITY;
+            for (int j = 0; j < k; j++) mx = fmaxf(mx, w[j]);
+            double es = 0.0;
+            for (int j = 0; j < k; j++) {
+                w[j] = expf(w[j] - mx);
+                es += w[j];
+            }
+            const float inv = (float)(1.0 / es);
+            for (int j = 0; j < k; j++) w[j] *= inv;
         }
+        for (int j = 0; j < k; j++) sum += w[j];
         if (p.norm_w) {
             sum = fmaxf(sum, 6.103515625e-5f);
             for (int j = 0; j < k; j++) w[j] /= sum;
@@ -333,6 +351,8 @@ static void launch_router(const ft_cuda_router_params *r, const ft_cuda_route_pa
 
 extern "C" void ft_cuda_moe_router(const ft_cuda_router_params *r, const ft_cuda_route_params *p, ft_cuda_stream *s) {
     FT_CUDA_ASSERT(ft_cuda_moe_router_fits(r->w_type, p->n_tok, p->n_expert, p->k) && p->gap && r->count);
+    FT_CUDA_ASSERT(!p->logit_bias && !p->softmax_weight); // route_token has neither
+
     FT_CUDA_ASSERT(r->n_embd >= 1);
     const cudaStream_t st = ft_cuda_stream_handle(s);
     switch (r->w_type) {
@@ -360,12 +380,63 @@ __global__ void moe_combine_kernel(const float *h, const float *w, float *y, int
     y[i] = acc;
 }
 
+// One thread per element of the pairs' rows; the clamped SwiGLU in the CPU op's steps
+// (cpu_swiglu_oai: min and clamp as comparisons, so a NaN passes through).
+__global__ void moe_glu_bias_kernel(float *hg, const float *hu, const int32_t *sel, const float *gb,
+                                    const float *ub, int n_ff, ft_cuda_glu act, int64_t total) {
+    ft_pdl_begin();
+    const int64_t i = (int64_t)blockIdx.x * 256 + threadIdx.x;
+    if (i >= total) return;
+    const int64_t pr = i / n_ff, e = sel[pr];
+    const int c = (int)(i % n_ff);
+    float g = hg[i], u = hu[i];
+    if (gb) g += gb[e * n_ff + c];
+    if (ub) u += ub[e * n_ff + c];
+    if (act.oai) {
+        const float lim = act.limit;
+        const float gc = lim < g ? lim : g;
+        const float uc = u < -lim ? -lim : (lim < u ? lim : u);
+        hg[i] = gc / (1.0f + expf(act.alpha * -gc)) * (uc + 1.0f);
+    } else {
+        hg[i] = g / (1.0f + expf(-g)) * u;
+    }
+}
+
+__global__ void moe_rows_bias_kernel(float *h, const int32_t *sel, const float *b, int n, int64_t total) {
+    ft_pdl_begin();
+    const int64_t i = (int64_t)blockIdx.x * 256 + threadIdx.x;
+    if (i >= total) return;
+    const int64_t pr = i / n;
+    h[i] += b[(int64_t)sel[pr] * n + i % n];
+}
+
+extern "C" void ft_cuda_moe_glu_bias(float *h_gate, const float *h_up, const int32_t *sel, const float *gate_bias,
+                                     const float *up_bias, int64_t n_pairs, int n_ff, ft_cuda_glu act,
+                                     ft_cuda_stream *s) {
+    const int64_t total = n_pairs * n_ff;
+    if (total == 0) return;
+    ft_launch(moe_glu_bias_kernel, (unsigned)((total + 255) / 256), 256, 0, ft_cuda_stream_handle(s), h_gate, h_up,
+              sel, gate_bias, up_bias, n_ff, act, total);
+    CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void ft_cuda_moe_rows_bias(float *h, const int32_t *sel, const float *bias, int64_t n_pairs, int n,
+                                      ft_cuda_stream *s) {
+    const int64_t total = n_pairs * n;
+    if (total == 0) return;
+    ft_launch(moe_rows_bias_kernel, (unsigned)((total + 255) / 256), 256, 0, ft_cuda_stream_handle(s), h, sel, bias,
+              n, total);
+    CUDA_CHECK_LAUNCH();
+}
+
 extern "C" void ft_cuda_moe_route(const ft_cuda_route_params *p, ft_cuda_stream *s) {
     FT_CUDA_ASSERT(p->n_expert >= 1 && p->n_expert <= ROUTE_MAX_EXPERTS);
     FT_CUDA_ASSERT(p->k >= 1 && p->k <= ROUTE_MAX_K && p->k <= p->n_expert && p->gap);
+    FT_CUDA_ASSERT(!(p->softmax && p->softmax_weight));
     if (p->n_tok == 0) return;
     const cudaStream_t st = ft_cuda_stream_handle(s);
-    if (p->k <= FT_WARP && p->n_expert <= 4 * FT_WARP) ft_launch(moe_route_reg_kernel<4>, (unsigned)p->n_tok, FT_WARP, 0, st, *p);
+    if (p->logit_bias || p->softmax_weight) ft_launch(moe_route_kernel, (unsigned)p->n_tok, FT_WARP, 0, st, *p);
+    else if (p->k <= FT_WARP && p->n_expert <= 4 * FT_WARP) ft_launch(moe_route_reg_kernel<4>, (unsigned)p->n_tok, FT_WARP, 0, st, *p);
     else if (p->k <= FT_WARP && p->n_expert <= 8 * FT_WARP) ft_launch(moe_route_reg_kernel<8>, (unsigned)p->n_tok, FT_WARP, 0, st, *p);
     else ft_launch(moe_route_kernel, (unsigned)p->n_tok, FT_WARP, 0, st, *p);
     CUDA_CHECK_LAUNCH();
