@@ -3,6 +3,7 @@
 #include "test.h"
 
 #include <dlfcn.h>
+#include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -58,6 +59,28 @@ bool oracle_llama_eval(const char *args, char *out, size_t cap) {
     if (rc != 0) test_fail(__FILE__, __LINE__, "`%.300s...` exited with %d", cmd, rc);
     free(cmd);
     return rc == 0;
+}
+
+json_t *oracle_jinja_render(json_t *job) {
+    const char *job_path = test_path("jinja-job.json"), *out_path = test_path("jinja-out.json");
+    if (json_dump_file(job, job_path, JSON_COMPACT) != 0) {
+        test_fail(__FILE__, __LINE__, "cannot write %s", job_path);
+        return NULL;
+    }
+    char cmd[2048];
+    snprintf(cmd, sizeof(cmd), "node tests/oracle/jinja_render.mjs '%s' '%s'", job_path, out_path);
+    if (test_run(cmd, NULL, 0) != 0) {
+        test_fail(__FILE__, __LINE__, "`%s` failed", cmd);
+        return NULL;
+    }
+    json_error_t jerr;
+    json_t *out = json_load_file(out_path, 0, &jerr);
+    if (!json_is_array(out) || json_array_size(out) != json_array_size(job)) {
+        test_fail(__FILE__, __LINE__, "bad output from tests/oracle/jinja_render.mjs: %s", jerr.text);
+        json_decref(out);
+        return NULL;
+    }
+    return out;
 }
 
 void *oracle_ggml_base(void) {

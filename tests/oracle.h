@@ -31,6 +31,13 @@ bool oracle_llama_eval(const char *args, char *out, size_t cap);
 // A symbol of a loaded library; fails the current test and returns NULL when absent.
 void *oracle_sym(void *lib, const char *name);
 
+// Renders Jinja templates with llama.cpp's Jinja engine (tests/oracle/jinja_render.mjs, through
+// node). job: a JSON array of {"template": TEXT, "cases": [VARS, ...]}. Returns (a new reference)
+// per template an array with, per case, {"text": ...} or {"error": ...}; NULL after failing the
+// test when node fails. Call oracle_node_available() first.
+struct json_t;
+struct json_t *oracle_jinja_render(struct json_t *job);
+
 // ---------------------------------------------------------------------------------------------
 // llama.cpp's tokenizer through its C API (llama.h from the source bundle of node-llama-cpp,
 // unpacked by the Makefile into build/llama.cpp; where it is absent these skip or fail as

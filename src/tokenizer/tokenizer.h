@@ -264,4 +264,56 @@ void tok_harmony_feed(tok_harmony *h, const char *s, size_t n, tok_channel_fn fn
 // to its channel; an unfinished header is markup and goes nowhere).
 void tok_harmony_flush(tok_harmony *h, tok_channel_fn fn, void *ctx);
 
+// ---------------------------------------------------------------------------------------------
+// Jinja templates
+//
+// An interpreter for the Jinja subset chat templates use (if/elif/else, for with loop and else,
+// set and set blocks, namespace(), macros with defaults, filter blocks, break/continue, filters,
+// tests, string/list/dict methods, slicing, tojson, raise_exception, strftime_now), with the
+// semantics of llama.cpp's Jinja engine, so that a GGUF's own tokenizer.chat_template renders as
+// llama.cpp renders it. A template is parsed once and rendered many times; a parsed template is
+// immutable and may be rendered by several threads at once.
+//
+// Templates are untrusted input: parsing and rendering never crash on any bytes, and a render
+// that would exceed a limit (a loop that runs too long, recursion too deep, a string, list or
+// output too large) fails with a message naming the limit.
+
+typedef struct tok_jinja tok_jinja;
+
+typedef struct tok_jinja_limits {
+    size_t max_output;  // bytes of rendered text
+    size_t max_string;  // bytes of any one string value
+    size_t max_items;   // items of any one list or dict
+    size_t max_memory;  // bytes of values alive at once
+    uint64_t max_steps; // evaluation steps (each expression and statement, each loop iteration,
+                        // and one per 256 bytes or 16 items of values built or scanned)
+    uint32_t max_depth; // nested evaluations (statements, expressions, macro calls)
+} tok_jinja_limits;
+
+// 64 MiB of output, 64 MiB strings, 1,000,000 items, 512 MiB of values, 50,000,000 steps,
+// depth 1,000.
+tok_jinja_limits tok_jinja_default_limits(void);
+
+// Parses a template. Returns NULL and sets *err ("line L, column C: what") on a template that
+// does not lex or parse (or nests deeper than 256 levels).
+tok_jinja *tok_jinja_parse(const char *src, size_t len, ft_err *err);
+void tok_jinja_free(tok_jinja *t); // NULL is a no-op
+
+typedef struct tok_jinja_params {
+    tok_jinja_limits limits;
+    int64_t now; // the time strftime_now formats (seconds since the epoch, local time zone)
+} tok_jinja_params;
+
+// Default limits and the current time.
+tok_jinja_params tok_jinja_default_params(void);
+
+// Renders a template. vars: n JSON texts, each an object whose members become the template's
+// variables (a later one's replacing an earlier one's). Strings from vars are user text (their
+// segments tokenized without special tokens), except "bos_token", "eos_token" and the "role" of
+// each object in "messages", which are the protocol's (the caller vouches for them). Returns
+// false and sets *err ("line L, column C: what" where the template failed; the template's own
+// message for raise_exception) on a render that fails or exceeds a limit, or malformed vars.
+bool tok_jinja_render(const tok_jinja *t, const char *const *vars, const size_t *var_lens, size_t n,
+                      const tok_jinja_params *p, tok_chat_prompt *out, ft_err *err);
+
 #endif
