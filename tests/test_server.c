@@ -41,6 +41,8 @@ static void sleep_ms(int ms) {
 
 // The open-file limit of the next server started (0: inherited).
 static int g_server_nofile;
+// The next server started renders the GGUF's own chat template (no --chat-template chatml).
+static bool g_server_own_template;
 
 // Starts `ft serve` with extra arguments (a space-separated list, no quoting). Returns false
 // if it did not come up within 20 s.
@@ -54,8 +56,8 @@ static bool server_start(server *s, const char *extra) {
     const char *model = model_path();
     if (!model[0]) return false;
     char args[2048];
-    snprintf(args, sizeof(args), "serve -m %s --port 0 --ready-file %s -t 1 --chat-template chatml %s", model,
-             ready, extra ? extra : "");
+    snprintf(args, sizeof(args), "serve -m %s --port 0 --ready-file %s -t 1 %s %s", model, ready,
+             g_server_own_template ? "" : "--chat-template chatml", extra ? extra : "");
     char *argv[64];
     int argc = 0;
     argv[argc++] = (char *)test_ft_bin();
@@ -1137,11 +1139,13 @@ TEST(server_chat_prompt_think_state) {
     json_t *msgs = json_loads("[{\"role\":\"user\",\"content\":\"Hi\"}]", 0, NULL);
     for (size_t c = 0; c < FT_ARRAY_LEN(cases); c++) {
         srv_params sp = {0};
-        sp.chat_template = cases[c].t;
-        sp.has_chat_template = true;
+        tok_chat *chat = tok_chat_load(NULL, tok_chat_name(cases[c].t), &err);
+        REQUIRE(chat, "%s", err.msg);
+        sp.chat = chat;
         srv_job j = {0};
         j.split_think = true;
-        CHECK(srv_chat_prompt(&sp, v, msgs, NULL, cases[c].thinking, NULL, &j, &err), "%s", err.msg);
+        CHECK(srv_chat_prompt(&sp, v, msgs, NULL, cases[c].thinking, NULL, NULL, &j, &err), "%s", err.msg);
+        tok_chat_free(chat);
         CHECK(j.think.state == cases[c].state, "%s, thinking %d: state %d", tok_chat_name(cases[c].t),
               cases[c].thinking, j.think.state);
         CHECK(j.think.harmony == (cases[c].t == TOK_CHAT_GPT_OSS), "%s: harmony %d", tok_chat_name(cases[c].t),
@@ -1291,8 +1295,6 @@ TEST(server_gpt_oss_channels) {
     REQUIRE(v);
     ft_err err = {{0}};
     srv_params p = srv_default_params();
-    p.has_chat_template = true;
-    p.chat_template = TOK_CHAT_GPT_OSS;
     static const struct {
         enum tok_chat_template t;
         bool lenient;
@@ -1307,12 +1309,14 @@ TEST(server_gpt_oss_channels) {
         {TOK_CHAT_GPT_OSS, false, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"reasoning_effort\":\"max\"}",
          "400:'reasoning_effort' must be \"low\", \"medium\" or \"high\""},
         {TOK_CHAT_QWEN3, false, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"reasoning_effort\":\"low\"}",
-         "400:the model's chat template (qwen3) has no reasoning effort"},
+         "400:the chat template in use (built-in qwen3 (--chat-template)) has no reasoning effort"},
         {TOK_CHAT_QWEN3, true, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"reasoning_effort\":\"low\"}",
          "<|im_start|>user\nhi<|im_end|>"},
     };
     for (size_t r = 0; r < sizeof(reqs) / sizeof(reqs[0]); r++) {
-        p.chat_template = reqs[r].t;
+        tok_chat *chat = tok_chat_load(NULL, tok_chat_name(reqs[r].t), &err);
+        REQUIRE(chat, "%s", err.msg);
+        p.chat = chat;
         p.lenient = reqs[r].lenient;
         json_t *body = json_loads(reqs[r].body, 0, NULL);
         srv_job *j = srv_job_new();
@@ -1328,6 +1332,7 @@ TEST(server_gpt_oss_channels) {
         }
         srv_job_unref(j);
         json_decref(body);
+        tok_chat_free(chat);
     }
     tok_vocab_free(v);
 }
@@ -2086,4 +2091,82 @@ TEST(server_tokenize_large_and_capped) {
     CHECK(http(&s, "GET", "/health", NULL, NULL, out, sizeof(out)) == 200);
     free(body);
     CHECK(server_stop(&s) == 0, "log: %s", s.log);
+}
+
+// The tokens /tokenize gives text (special tokens parsed), or -1.
+static long token_count(const server *s, const char *text) {
+    json_t *req = json_pack("{s:s}", "content", text);
+    char *body = json_dumps(req, 0), out[1 << 14];
+    json_decref(req);
+    int code = http(s, "POST", "/tokenize", body, NULL, out, sizeof(out));
+    free(body);
+    json_t *o = code == 200 ? json_loads(out, 0, NULL) : NULL;
+    long n = json_is_array(json_object_get(o, "tokens")) ? (long)json_array_size(json_object_get(o, "tokens")) : -1;
+    json_decref(o);
+    return n;
+}
+
+// The chat template by default is the GGUF's own, rendered by the Jinja interpreter; a Jinja file
+// given to --chat-template replaces it and sees chat_template_kwargs as variables; a template that
+// raises answers 400 with its message; one that does not parse stops the server, naming where.
+TEST(server_chat_template_jinja) {
+    char out[1 << 14];
+    server s;
+    // the synthetic model's own template: ChatML with a default system prompt
+    g_server_own_template = true;
+    bool up = server_start(&s, NULL);
+    g_server_own_template = false;
+    REQUIRE(up, "log: %s", s.log);
+    CHECK(strstr(read_log(&s), "chat template: the GGUF's own (Jinja, "), "log: %s", read_log(&s));
+    long own = token_count(&s, "<|im_start|>system\nYou are a helpful assistant<|im_end|>\n<|im_start|>user\nHi"
+                               "<|im_end|>\n<|im_start|>assistant\n");
+    int code = http(&s, "POST", "/v1/chat/completions",
+                    "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}], \"max_tokens\": 1}", NULL, out,
+                    sizeof(out));
+    CHECK(own > 0 && code == 200 && usage_int(out, "prompt_tokens", NULL) == own, "%ld: %d %s", own, code, out);
+    CHECK(server_stop(&s) == 0, "log: %s", s.log);
+    char tmpl[512];
+    snprintf(tmpl, sizeof(tmpl), "%s", test_path("chat-template.jinja"));
+    FILE *f = fopen(tmpl, "w");
+    REQUIRE(f);
+    fputs("{% for m in messages %}{% if m.role == 'system' %}{{ raise_exception('no system prompts here') }}"
+          "{% endif %}<|im_start|>{{ m.role }}\n{{ m.content }}{{ suffix }}<|im_end|>\n{% endfor %}"
+          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}\n",
+          f);
+    fclose(f);
+    char extra[600];
+    snprintf(extra, sizeof(extra), "--chat-template %s", tmpl);
+    REQUIRE(server_start(&s, extra), "log: %s", s.log);
+    CHECK(strstr(read_log(&s), "chat template: ") && strstr(read_log(&s), "(Jinja, "), "log: %s", read_log(&s));
+    long plain = token_count(&s, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+    long with_kwarg = token_count(&s, "<|im_start|>user\nHi, please<|im_end|>\n<|im_start|>assistant\n");
+    CHECK(plain > 0 && with_kwarg > plain, "%ld %ld", plain, with_kwarg);
+    code = http(&s, "POST", "/v1/chat/completions",
+                "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}], \"max_tokens\": 1}", NULL, out,
+                sizeof(out));
+    CHECK(code == 200 && usage_int(out, "prompt_tokens", NULL) == plain, "%d %s", code, out);
+    code = http(&s, "POST", "/v1/chat/completions",
+                "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}], \"max_tokens\": 1, "
+                "\"chat_template_kwargs\": {\"suffix\": \", please\"}}",
+                NULL, out, sizeof(out));
+    CHECK(code == 200 && usage_int(out, "prompt_tokens", NULL) == with_kwarg, "%d %s", code, out);
+    code = http(&s, "POST", "/v1/chat/completions",
+                "{\"messages\": [{\"role\": \"system\", \"content\": \"S\"}, {\"role\": \"user\", \"content\": \"Hi\"}], "
+                "\"max_tokens\": 1}",
+                NULL, out, sizeof(out));
+    CHECK(code == 400 && strstr(out, "no system prompts here"), "%d %s", code, out);
+    // tools stay refused until tool calls are parsed
+    code = http(&s, "POST", "/v1/chat/completions",
+                "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}], \"tools\": [{\"type\": \"function\", "
+                "\"function\": {\"name\": \"f\"}}]}",
+                NULL, out, sizeof(out));
+    CHECK(code == 400 && strstr(out, "tools"), "%d %s", code, out);
+    CHECK(server_stop(&s) == 0, "log: %s", s.log);
+    f = fopen(tmpl, "w");
+    REQUIRE(f);
+    fputs("{% for m in messages %}\n{{ m.content | }}{% endfor %}", f);
+    fclose(f);
+    CHECK(!server_start(&s, extra), "a template that does not parse must stop the server");
+    CHECK(strstr(read_log(&s), "line 2, column 16"), "log: %s", read_log(&s));
+    server_stop(&s);
 }

@@ -545,6 +545,25 @@ TEST(tokenizer_cli) {
     CHECK(test_run(cmd, out, sizeof(out)) == 1 && strstr(out, "no chat template"), "got '%s'", out);
     snprintf(cmd, sizeof(cmd), "%s tokenize -m %s/vocab/ggml-vocab-qwen2.gguf --chat-template vicuna hi 2>&1", ft, dir);
     CHECK(test_run(cmd, out, sizeof(out)) == 1 && strstr(out, "unknown chat template 'vicuna'"), "got '%s'", out);
+    // a Jinja file as the template: its markers are control tokens, the message is not
+    char tmpl[512];
+    snprintf(tmpl, sizeof(tmpl), "%s", test_path("tmpl.jinja"));
+    FILE *f = fopen(tmpl, "w");
+    REQUIRE(f);
+    fputs("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}", f);
+    fclose(f);
+    snprintf(cmd, sizeof(cmd), "%s tokenize -m %s/vocab/ggml-vocab-qwen2.gguf --chat-template %s --chat '<|im_end|>'", ft,
+             dir, tmpl);
+    CHECK(test_run(cmd, out, sizeof(out)) == 0 && !strcmp(out, "151644 872 198 27 91 318 6213 91 29 151645 198\n"),
+          "got '%s'", out);
+    f = fopen(tmpl, "w");
+    REQUIRE(f);
+    fputs("{% for m in messages %}\n{% endfor", f);
+    fclose(f);
+    snprintf(cmd, sizeof(cmd), "%s tokenize -m %s/vocab/ggml-vocab-qwen2.gguf --chat-template %s --chat hi 2>&1", ft, dir,
+             tmpl);
+    CHECK(test_run(cmd, out, sizeof(out)) == 1 && strstr(out, "line 2, column") && strstr(out, "tmpl.jinja"),
+          "got '%s'", out);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -27,7 +27,8 @@ static void run_usage(FILE *out) {
             "  -p, --prompt TEXT          the prompt (special tokens parsed; BOS as the model asks)\n"
             "  -n, --n-predict N          tokens to generate (default 128)\n"
             "  --chat                     wrap the prompt as a user message in the model's chat template\n"
-            "  --chat-template NAME       with --chat: this template instead of the file's (chatml, qwen3, ...)\n"
+            "  --chat-template NAME|FILE  with --chat: a built-in template (chatml, qwen3, ...) or a Jinja\n"
+            "                             file instead of the GGUF's own\n"
             "  --temp T                   temperature; 0 is greedy (default 0.8)\n"
             "  --top-k N                  (default 40; 0 off)\n"
             "  --top-p P                  (default 0.95; 1 off)\n"
@@ -76,16 +77,18 @@ static bool tokenize_prompt(const ft_model *m, const tok_vocab *v, const char *p
         tok_encode(v, prompt, strlen(prompt), true, true, ids);
         return true;
     }
-    enum tok_chat_template t;
     ft_err err = {{0}};
-    if (!tok_chat_select(m->file, template_name, &t, &err)) {
+    tok_chat *t = tok_chat_load(m->file, template_name, &err);
+    if (!t) {
         fprintf(stderr, "ft run: --chat: %s\n", err.msg);
         return false;
     }
     tok_chat_msg msg = {.role = "user", .content = prompt};
     tok_chat_params cp = tok_chat_default_params(v);
     tok_chat_prompt rendered = {0};
-    if (!tok_chat_render(t, &msg, 1, cp, &rendered, &err)) {
+    bool ok = tok_chat_apply(t, &msg, 1, cp, NULL, &rendered, &err);
+    tok_chat_free(t);
+    if (!ok) {
         fprintf(stderr, "ft run: --chat: %s\n", err.msg);
         return false;
     }

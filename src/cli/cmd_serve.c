@@ -43,9 +43,9 @@ static void serve_usage(FILE *out) {
         "                               their progress and sampling parameters)\n"
         "  --lenient                    ignore request fields ft does not implement yet (tools,\n"
         "                               response_format, logit_bias, ...) instead of refusing them\n"
-        "  --chat-template NAME         chatml, qwen2, qwen2.5, qwen3, llama2, mistral, llama3, llama3.1,\n"
-        "                               qwen3.5\n"
-        "                               (default: recognised from the GGUF)\n"
+        "  --chat-template NAME|FILE    a built-in template (chatml, qwen2, qwen2.5, qwen3, llama2,\n"
+        "                               mistral, llama3, llama3.1, qwen3.5, glm4.5, gpt-oss) or a Jinja file\n"
+        "                               (default: the GGUF's own template, rendered as llama.cpp does)\n"
         "  --timeout S                  drop clients idle or stalled this long, or slower to send a\n"
         "                               whole request (headers and body) (default 600)\n"
         "  --max-connections N          client connections open at once; more wait to be accepted\n"
@@ -156,6 +156,7 @@ int cmd_serve(int argc, char **argv) {
     const tok_vocab *v = cm.v;
     ft_err err = {{0}};
     int rc = FT_EXIT_INPUT;
+    tok_chat *chat = NULL;
     char name[256];
     if (!p.model_name) {
         gguf_str gn;
@@ -169,14 +170,16 @@ int cmd_serve(int argc, char **argv) {
         }
         p.model_name = name;
     }
-    if (tok_chat_select(m->file, tmpl_name, &p.chat_template, &err)) {
-        p.has_chat_template = true;
+    chat = tok_chat_load(m->file, tmpl_name, &err);
+    if (chat) {
+        fprintf(stderr, "ft serve: chat template: %s\n", tok_chat_describe(chat));
     } else if (tmpl_name) {
         fprintf(stderr, "ft serve: %s\n", err.msg);
         goto done;
     } else {
         fprintf(stderr, "ft serve: %s; the chat routes will answer 400\n", err.msg);
     }
+    p.chat = chat;
     cli_model_pick_device(&ea, &cm, &p.engine);
     p.engine.n_seq = p.max_running;
     // the model's context by default, as far as memory holds it (the engine says when not)
@@ -192,6 +195,7 @@ int cmd_serve(int argc, char **argv) {
     }
     rc = FT_EXIT_OK;
 done:
+    tok_chat_free(chat);
     cli_model_close(&cm);
     return rc;
 }

@@ -15,7 +15,7 @@
 
 static const char g_usage[] =
     "usage: ft tokenize -m FILE.gguf [--special] [--no-bos] [--json] [--pieces]\n"
-    "                   [--chat [--chat-template NAME]] [-f FILE | TEXT]\n"
+    "                   [--chat [--chat-template NAME|FILE]] [-f FILE | TEXT]\n"
     "Prints the token ids of TEXT (or of the contents of FILE) as the model's tokenizer\n"
     "(llama.cpp's) cuts it: one line of space-separated ids.\n"
     "  -m, --model FILE   GGUF file with a tokenizer (a vocabulary-only file is enough)\n"
@@ -28,8 +28,9 @@ static const char g_usage[] =
     "  --chat             TEXT is a user message: render it with the model's chat template\n"
     "                     (and the assistant prompt), then tokenize; only the template's own\n"
     "                     markers become control tokens, and BOS comes from the template\n"
-    "  --chat-template NAME  the template to use instead of the model's (chatml, qwen2,\n"
-    "                     qwen2.5, qwen3, llama2, mistral, llama3, llama3.1, qwen3.5)\n";
+    "  --chat-template NAME|FILE  the template to use instead of the GGUF's own: a built-in\n"
+    "                     (chatml, qwen2, qwen2.5, qwen3, llama2, mistral, llama3, llama3.1,\n"
+    "                     qwen3.5, glm4.5, gpt-oss) or a file holding a Jinja template\n";
 
 static char *read_file(const char *path, size_t *len) {
     FILE *fp = fopen(path, "rb");
@@ -124,8 +125,8 @@ int cmd_tokenize(int argc, char **argv) {
     ft_err err = {{0}};
     gguf_file *f = gguf_open(model, &err);
     tok_vocab *v = f ? tok_vocab_load(f, &err) : NULL;
-    enum tok_chat_template tmpl = TOK_CHAT_CHATML;
-    bool ok = v && (!chat || tok_chat_select(f, template_name, &tmpl, &err));
+    tok_chat *tmpl = NULL;
+    bool ok = v && (!chat || (tmpl = tok_chat_load(f, template_name, &err)) != NULL);
     gguf_close(f);
     if (!ok) {
         fprintf(stderr, "ft tokenize: %s: %s\n", model, err.msg);
@@ -140,7 +141,8 @@ int cmd_tokenize(int argc, char **argv) {
         char *msg = strndup(text, len);
         tok_chat_msg m = {"user", msg, NULL};
         tok_chat_prompt prompt;
-        ok = tok_chat_render(tmpl, &m, 1, tok_chat_default_params(v), &prompt, &err);
+        ok = tok_chat_apply(tmpl, &m, 1, tok_chat_default_params(v), NULL, &prompt, &err);
+        tok_chat_free(tmpl);
         if (ok) {
             // the template writes BOS itself where the model wants one
             tok_encode_segments(v, prompt.segs, prompt.n_segs, false, &ids);

@@ -78,7 +78,7 @@ static bool parse_request(const srv_params *p, const tok_vocab *v, json_t *body,
             }
         }
     }
-    if (!srv_chat_prompt(p, v, msgs, have_sys ? sys.p : NULL, thinking, NULL, j, err)) goto out;
+    if (!srv_chat_prompt(p, v, msgs, have_sys ? sys.p : NULL, thinking, NULL, NULL, j, err)) goto out;
     ok = true;
 out:
     srv_buf_free(&sys);

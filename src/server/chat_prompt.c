@@ -72,15 +72,16 @@ static bool ends_in(const char *text, size_t n, const char *tag) {
 
 // Renders messages with the server's template and tokenizes them into j->prompt.
 bool srv_chat_prompt(const srv_params *p, const tok_vocab *v, json_t *msgs, const char *system,
-                     bool enable_thinking, const char *reasoning_effort, srv_job *j, ft_err *err) {
-    if (!p->has_chat_template)
+                     bool enable_thinking, const char *reasoning_effort, json_t *kwargs, srv_job *j,
+                     ft_err *err) {
+    if (!p->chat)
         return ft_err_set(
-            err, "the model has no chat template ft can render; start the server with --chat-template NAME");
-    bool harmony = p->chat_template == TOK_CHAT_GPT_OSS;
+            err, "the model has no chat template ft can render; start the server with --chat-template NAME|FILE");
+    bool harmony = tok_chat_builtin(p->chat) == TOK_CHAT_GPT_OSS;
     if (reasoning_effort && !harmony) {
         if (!p->lenient)
-            return ft_err_set(err, "'reasoning_effort': the model's chat template (%s) has no reasoning effort "
-                                   "(ft serve --lenient ignores it)", tok_chat_name(p->chat_template));
+            return ft_err_set(err, "'reasoning_effort': the chat template in use (%s) has no reasoning effort "
+                                   "(ft serve --lenient ignores it)", tok_chat_describe(p->chat));
         FT_LOG_INFO("ignoring the request's 'reasoning_effort' (--lenient)");
         reasoning_effort = NULL;
     }
@@ -126,7 +127,12 @@ bool srv_chat_prompt(const srv_params *p, const tok_vocab *v, json_t *msgs, cons
     bool prefill = !strcmp(cm[k - 1].role, "assistant") && !blank(cm[k - 1].content);
     cp.add_generation_prompt = !prefill;
     tok_chat_prompt rendered = {0};
-    if (!tok_chat_render(p->chat_template, cm, k, cp, &rendered, err)) goto out;
+    tok_chat_extra extra = {0};
+    char *kw_text = kwargs ? json_dumps(kwargs, JSON_COMPACT) : NULL;
+    extra.kwargs = kw_text;
+    bool rendered_ok = tok_chat_apply(p->chat, cm, k, cp, &extra, &rendered, err);
+    free(kw_text);
+    if (!rendered_ok) goto out;
     if (prefill) cut_after_last_text(&rendered);
     // a generation prompt that opens <think> (Qwen3.5) leaves the reply inside the reasoning; one
     // that closes an empty think (thinking off) leaves it at the answer, the white space before it

@@ -61,7 +61,8 @@ bool srv_openai_parse_chat(const srv_params *p, const tok_vocab *v, json_t *body
         !srv_get_bool(body, "enable_thinking", &thinking, err) ||
         (json_is_object(kw) && !srv_get_bool(kw, "enable_thinking", &thinking, err)) ||
         !parse_effort(body, &effort, err) || (json_is_object(kw) && !parse_effort(kw, &effort, err)) ||
-        !srv_chat_prompt(p, v, json_object_get(body, "messages"), NULL, thinking, effort, j, err))
+        !srv_chat_prompt(p, v, json_object_get(body, "messages"), NULL, thinking, effort,
+                         json_is_object(kw) ? kw : NULL, j, err))
         return false;
     j->n_logprobs = logprobs ? (int)top : -1;
     return true;

@@ -33,8 +33,7 @@ typedef struct srv_params {
     const char *admin_key;  // the admin routes' key (/v1/cache/rebuild); NULL: those routes are off
     bool lenient;           // request fields ft does not implement are ignored (logged), not refused
     bool no_slots;          // GET /slots answers 501 (llama-server's --no-slots)
-    enum tok_chat_template chat_template;
-    bool has_chat_template;  // false: chat routes answer 400 (no template known)
+    const tok_chat *chat;    // the chat template; NULL: chat routes answer 400 (none known)
     ft_engine_params engine; // per sequence; engine.n_ctx must be set
     const char *ready_file;  // if set, the bound port is written there once listening
 } srv_params;

@@ -253,12 +253,14 @@ bool srv_http_submit(srv_http *h, srv_job *j, bool anthropic);
 // Renders messages (an array of {"role", "content", "reasoning_content"}; content a string,
 // null or text/thinking parts) through p's chat template and tokenizes them into j->prompt.
 // system: an extra leading system message, or NULL. reasoning_effort: "low", "medium" or
-// "high" for a template that takes one (gpt-oss's), else NULL. Sets up j->think for the
+// "high" for a template that takes one (gpt-oss's), else NULL. kwargs: chat_template_kwargs (an
+// object whose members a Jinja template sees as variables), or NULL. Sets up j->think for the
 // template's reasoning (harmony channels for gpt-oss). Returns false with a message for a 400
 // (no template, a bad message, an effort the template does not take (ignored with --lenient),
 // a template that fails to render).
 bool srv_chat_prompt(const srv_params *p, const tok_vocab *v, json_t *msgs, const char *system,
-                     bool enable_thinking, const char *reasoning_effort, srv_job *j, ft_err *err);
+                     bool enable_thinking, const char *reasoning_effort, json_t *kwargs, srv_job *j,
+                     ft_err *err);
 
 // ---------------------------------------------------------------------------------------------
 // The APIs (openai.c, anthropic.c, llama_api.c).

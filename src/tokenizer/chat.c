@@ -93,18 +93,6 @@ bool tok_chat_detect(const char *jinja, size_t len, enum tok_chat_template *out,
                       len, jinja, names);
 }
 
-bool tok_chat_select(const gguf_file *f, const char *name, enum tok_chat_template *out, ft_err *err) {
-    if (name) return tok_chat_from_name(name, out, err);
-    gguf_str jinja;
-    if (!gguf_get_str(f, "tokenizer.chat_template", &jinja)) {
-        char names[256];
-        list_names(names, sizeof(names));
-        return ft_err_set(err, "the model has no chat template (tokenizer.chat_template); use "
-                               "--chat-template NAME (%s)", names);
-    }
-    return tok_chat_detect(jinja.ptr, (size_t)jinja.len, out, err);
-}
-
 tok_chat_params tok_chat_default_params(const tok_vocab *v) {
     tok_chat_params p = {true, true, "", "", NULL};
     if (v) p.bos_text = v->bos_text, p.eos_text = v->eos_text;

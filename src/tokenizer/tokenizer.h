@@ -13,7 +13,8 @@
 // Encoding runs in three steps: special-token partition (encode.c), pre-tokenization into words
 // (pretok.c, unicode.c), then BPE merges (bpe.c) or SentencePiece merges (spm.c). Decoding
 // (decode.c) maps each token to its bytes; tok_stream turns a stream of tokens into valid UTF-8.
-// Chat templates (chat.c) render a conversation the way the model's own Jinja template does;
+// Chat templates render a conversation the way the model's own Jinja template does: the GGUF's
+// template through the Jinja interpreter (jinja_*.c, chat_load.c), or a built-in (chat.c);
 // harmony.c splits gpt-oss's replies into their channels as they stream.
 //
 // Memory: a tok_vocab owns copies of everything it needs, so the gguf_file may be closed after
@@ -158,9 +159,11 @@ const char *tok_stream_flush(tok_stream *s, size_t *len);
 // ---------------------------------------------------------------------------------------------
 // Chat templates
 //
-// ft renders the chat templates of the families it serves in C, exactly as their Jinja source
-// renders (without tools). A GGUF's tokenizer.chat_template is recognised only when its text is
-// one ft knows (whitespace at its ends aside): ft never guesses from look-alike markers.
+// A model's own Jinja template (tokenizer.chat_template) is rendered by the interpreter below
+// (tok_chat_load). The built-ins here render the families ft serves in C, exactly as their Jinja
+// source renders (without tools): they are the fallback where the interpreter refuses a
+// template, and --chat-template NAME. A GGUF's template is recognised as a built-in only when its
+// text is one ft knows (whitespace at its ends aside): ft never guesses from look-alike markers.
 
 enum tok_chat_template {
     TOK_CHAT_CHATML = 0,  // <|im_start|>role\n...<|im_end|>\n (generic ChatML)
@@ -204,11 +207,6 @@ const char *tok_chat_name(enum tok_chat_template t);
 // Recognises a GGUF's tokenizer.chat_template. False and *err ("unknown chat template ...; use
 // --chat-template NAME") when the Jinja text is not one ft can render exactly.
 bool tok_chat_detect(const char *jinja, size_t len, enum tok_chat_template *out, ft_err *err);
-
-// The template for a model: by name if name is non-NULL (--chat-template NAME), else recognised
-// from the file's tokenizer.chat_template. False and *err when the name or the template is
-// unknown, or the file has no template.
-bool tok_chat_select(const gguf_file *f, const char *name, enum tok_chat_template *out, ft_err *err);
 
 // A rendered conversation: the whole text, and the same text cut into segments of template
 // markup (parse_special = true) and message text (parse_special = false), ready for
@@ -315,5 +313,37 @@ tok_jinja_params tok_jinja_default_params(void);
 // message for raise_exception) on a render that fails or exceeds a limit, or malformed vars.
 bool tok_jinja_render(const tok_jinja *t, const char *const *vars, const size_t *var_lens, size_t n,
                       const tok_jinja_params *p, tok_chat_prompt *out, ft_err *err);
+
+// ---------------------------------------------------------------------------------------------
+// A model's chat template: the GGUF's own Jinja template, a built-in, or a Jinja file
+
+typedef struct tok_chat tok_chat;
+
+// Chooses the template. spec (--chat-template) names a built-in (tok_chat_from_name's names) or
+// a file holding a Jinja template (a name wins over a file of the same name: write ./NAME).
+// Without spec: the GGUF's tokenizer.chat_template, rendered by the interpreter; where the
+// interpreter refuses it (it does not parse, or fails on a one-message conversation) the
+// built-in recognised from its text (tok_chat_detect) is used, with a warning saying why.
+// Returns NULL and sets *err when spec is neither a name nor a readable, parseable template,
+// or the model has no template ft can render.
+tok_chat *tok_chat_load(const gguf_file *f, const char *spec, ft_err *err);
+void tok_chat_free(tok_chat *c); // NULL is a no-op
+
+// Which template, in words: "the GGUF's own (Jinja, 4,096 bytes)", "built-in qwen3", ...
+const char *tok_chat_describe(const tok_chat *c);
+// The built-in's enum, or -1 for a Jinja template.
+int tok_chat_builtin(const tok_chat *c);
+
+// Extra inputs of a Jinja template (built-ins ignore them): JSON texts or NULL.
+typedef struct tok_chat_extra {
+    const char *tools;  // an array, the template's `tools`
+    const char *kwargs; // an object whose members become variables (chat_template_kwargs)
+} tok_chat_extra;
+
+// Renders messages with c, as tok_chat_render does. A Jinja template sees messages (role,
+// content, and reasoning_content where a message has reasoning), add_generation_prompt,
+// enable_thinking, bos_token, eos_token, then tools and the kwargs of extra (may be NULL).
+bool tok_chat_apply(const tok_chat *c, const tok_chat_msg *msgs, size_t n_msgs, tok_chat_params p,
+                    const tok_chat_extra *extra, tok_chat_prompt *out, ft_err *err);
 
 #endif
