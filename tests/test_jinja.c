@@ -8,7 +8,9 @@
 #include "../src/gguf/gguf.h"
 #include "../src/tokenizer/jinja_impl.h"
 #include "../src/tokenizer/tokenizer.h"
+#include "../src/util/rng.h"
 
+#include <dirent.h>
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
@@ -534,4 +536,177 @@ TEST(jinja_gguf_template_keeps_user_text_plain) {
     tok_chat_prompt_free(&out), tok_chat_prompt_free(&builtin);
     tok_chat_free(chat);
     tok_vocab_free(v);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Every chat template of llama.cpp's models/templates, against llama.cpp's engine
+
+static const char *const g_texts[] = {
+    "Hello", "  padded  ", "", "\n\nnewlines\n\n", "multi\nline\ncontent", "ünïcödé 你好 🦙",
+    "<think>\nreasoning\n</think>\n\nanswer", "pre</think>post", "<think>a</think>b</think>c",
+    "<tool_response>x</tool_response>", "[INST] fake [/INST]", "<|im_end|>", " ", "\t tab\t", "\u3000wide\u00a0",
+    "\x1c\xc2\x85x", "no thoughts /nothink", "it's \"quoted\"", "{{ not jinja }}",
+};
+
+static json_t *random_text(ft_rng *r) { return json_string(g_texts[ft_rng_next(r) % FT_ARRAY_LEN(g_texts)]); }
+
+// Content: a string, or (sometimes) a list of text parts.
+static json_t *random_content(ft_rng *r) {
+    if (ft_rng_next(r) % 7) return random_text(r);
+    json_t *parts = json_array();
+    for (uint64_t k = 0, n = 1 + ft_rng_next(r) % 2; k < n; k++)
+        json_array_append_new(parts, json_pack("{s:s, s:o}", "type", "text", "text", random_text(r)));
+    return parts;
+}
+
+static json_t *random_tool_call(ft_rng *r, int i) {
+    static const char *const args[] = {"{\"city\": \"Paris\", \"days\": 2}", "{\"code\": \"print('hi')\\n\"}", "{}",
+                                       "{\"tags\": [\"a\", \"b\"], \"opt\": null}"};
+    const char *a = args[ft_rng_next(r) % FT_ARRAY_LEN(args)];
+    json_t *arguments = ft_rng_next(r) % 3 ? json_loads(a, 0, NULL) : json_string(a); // an object or its text
+    json_t *call = json_pack("{s:s, s:{s:s, s:o}}", "type", "function", "function", "name",
+                             ft_rng_next(r) % 2 ? "get_weather" : "python", "arguments", arguments);
+    if (ft_rng_next(r) % 5) {
+        char id[32];
+        snprintf(id, sizeof(id), "call_%d", i);
+        json_object_set_new(call, "id", json_string(id));
+    }
+    return call;
+}
+
+static const char g_tools[] =
+    "[{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"description\": \"Get the weather's "
+    "\\\"state\\\" <|im_end|>\", \"parameters\": {\"type\": \"object\", \"properties\": {\"city\": {\"type\": "
+    "\"string\", \"description\": \"City name\"}, \"days\": {\"type\": \"integer\", \"enum\": [1, 2, 3]}, \"units\": "
+    "{\"type\": \"string\", \"enum\": [\"c\", \"f\"]}, \"tags\": {\"type\": \"array\", \"items\": {\"type\": "
+    "\"string\"}}, \"opt\": {\"type\": [\"string\", \"null\"]}}, \"required\": [\"city\"]}}}, {\"type\": "
+    "\"function\", \"function\": {\"name\": \"python\", \"description\": \"Run code\", \"parameters\": {\"type\": "
+    "\"object\", \"properties\": {\"code\": {\"type\": \"string\"}}, \"required\": [\"code\"]}}}]";
+
+// A conversation: an optional system message, up to five turns (alternating or not), reasoning on
+// some assistant turns, multi-part contents; with tools, tool calls (arguments as objects or text),
+// their results, and the tools' definitions.
+static json_t *random_vars(ft_rng *r, bool tools) {
+    static const char *const roles[] = {"user", "assistant", "system", "user", "assistant"};
+    json_t *msgs = json_array();
+    if (ft_rng_next(r) % 2) json_array_append_new(msgs, json_pack("{s:s, s:o}", "role", "system", "content", random_text(r)));
+    bool alternate = ft_rng_next(r) % 5 < 2;
+    for (uint64_t i = 0, n = ft_rng_next(r) % 6; i < n; i++) {
+        const char *role = alternate ? (i % 2 ? "assistant" : "user") : roles[ft_rng_next(r) % FT_ARRAY_LEN(roles)];
+        json_t *m = json_pack("{s:s, s:o}", "role", role, "content", random_content(r));
+        bool assistant = !strcmp(role, "assistant");
+        if (assistant && ft_rng_next(r) % 10 < 3) json_object_set_new(m, "reasoning_content", random_text(r));
+        json_array_append_new(msgs, m);
+        if (!tools || !assistant || ft_rng_next(r) % 2) continue;
+        json_t *calls = json_array();
+        for (int k = 0, nc = 1 + (int)(ft_rng_next(r) % 2); k < nc; k++) json_array_append_new(calls, random_tool_call(r, k));
+        json_object_set_new(m, "tool_calls", calls);
+        if (ft_rng_next(r) % 10 < 3) json_object_set_new(m, "content", ft_rng_next(r) % 2 ? json_null() : json_string(""));
+        if (ft_rng_next(r) % 5 == 0) continue;
+        for (size_t k = 0; k < json_array_size(calls); k++) {
+            static const char *const results[] = {"{\"temp\": 21}", "sunny", "<|im_end|>"};
+            json_t *t = json_pack("{s:s, s:s}", "role", "tool", "content", results[ft_rng_next(r) % 3]);
+            json_t *call = json_array_get(calls, k);
+            if (ft_rng_next(r) % 10 < 7) {
+                json_t *id = json_object_get(call, "id");
+                json_object_set_new(t, "tool_call_id", id ? json_incref(id) : json_string("x"));
+            }
+            if (ft_rng_next(r) % 2)
+                json_object_set(t, "name", json_object_get(json_object_get(call, "function"), "name"));
+            json_array_append_new(msgs, t);
+        }
+    }
+    json_t *vars = json_pack("{s:o, s:b, s:b, s:s, s:s}", "messages", msgs, "add_generation_prompt",
+                             ft_rng_next(r) % 4 != 0, "enable_thinking", (int)(ft_rng_next(r) % 2), "bos_token", "<s>",
+                             "eos_token", "</s>");
+    if (tools && ft_rng_next(r) % 10 < 7) {
+        json_t *defs = json_loads(g_tools, 0, NULL);
+        if (ft_rng_next(r) % 2) json_array_remove(defs, 1);
+        json_object_set_new(vars, "tools", defs);
+    }
+    return vars;
+}
+
+static int cmp_names(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+// Each template renders random conversations (N_PLAIN without tools, N_TOOLS with) as llama.cpp's
+// engine renders them: the same text, or both refuse. Prints how many templates render
+// identically and, for any that do not, the first difference.
+TEST(jinja_every_llama_template) {
+    enum { N_PLAIN = 60, N_TOOLS = 40, N = N_PLAIN + N_TOOLS };
+    if (!oracle_node_available()) return;
+    const char *src = oracle_llama_src();
+    if (!src) return;
+    char dir[1024];
+    snprintf(dir, sizeof(dir), "%s/models/templates", src);
+    DIR *d = opendir(dir);
+    REQUIRE(d, "cannot open %s", dir);
+    char *names[512];
+    size_t n_names = 0;
+    for (struct dirent *e; (e = readdir(d)) && n_names < FT_ARRAY_LEN(names);) {
+        size_t l = strlen(e->d_name);
+        if (l > 6 && !strcmp(e->d_name + l - 6, ".jinja")) names[n_names++] = strdup(e->d_name);
+    }
+    closedir(d);
+    qsort(names, n_names, sizeof(char *), cmp_names);
+    REQUIRE(n_names >= 60, "only %zu templates in %s", n_names, dir);
+    json_t *job = json_array();
+    char **texts = calloc(n_names, sizeof(char *));
+    ft_rng r = ft_rng_init(22);
+    for (size_t t = 0; t < n_names; t++) {
+        char path[1400];
+        snprintf(path, sizeof(path), "%s/%s", dir, names[t]);
+        texts[t] = fixture_read_file(path, NULL);
+        REQUIRE(texts[t], "cannot read %s", path);
+        json_t *cases = json_array();
+        for (int i = 0; i < N; i++) json_array_append_new(cases, random_vars(&r, i >= N_PLAIN));
+        json_array_append_new(job, json_pack("{s:s, s:o}", "template", texts[t], "cases", cases));
+    }
+    json_t *want = oracle_jinja_render(job);
+    if (!want) {
+        json_decref(job);
+        return;
+    }
+    size_t n_same = 0, n_rendered = 0, n_cases = 0;
+    for (size_t t = 0; t < n_names; t++) {
+        ft_err err = {{0}};
+        tok_jinja *tj = tok_jinja_parse(texts[t], strlen(texts[t]), &err);
+        json_t *cases = json_object_get(json_array_get(job, t), "cases");
+        int n_diff = 0;
+        for (int i = 0; i < N; i++) {
+            json_t *w = json_array_get(json_array_get(want, t), (size_t)i);
+            const char *wt = json_string_value(json_object_get(w, "text"));
+            char *vars = json_dumps(json_array_get(cases, (size_t)i), JSON_COMPACT);
+            size_t len = strlen(vars);
+            tok_jinja_params p = tok_jinja_default_params(); // strftime_now: the clock, as llama.cpp's
+            tok_chat_prompt out = {0};
+            ft_err rerr = {{0}};
+            bool ok = tj && tok_jinja_render(tj, (const char *const *)&vars, &len, 1, &p, &out, &rerr);
+            bool same = wt ? ok && out.len == strlen(wt) && !memcmp(out.text, wt, out.len) : !ok;
+            n_rendered += wt != NULL, n_cases++;
+            if (!same && n_diff++ == 0) {
+                json_t *g = ok ? json_stringn(out.text, out.len) : NULL;
+                char *gs = g ? json_dumps(g, JSON_ENCODE_ANY) : NULL;
+                char *ws = w ? json_dumps(w, JSON_COMPACT) : NULL;
+                fprintf(stderr, "    %s, case %d: %s\n      llama.cpp: %.1500s\n      ft: %.1500s\n", names[t], i, vars,
+                        ws ? ws : "?", gs ? gs : (tj ? rerr.msg : err.msg));
+                free(gs), free(ws);
+                json_decref(g);
+            }
+            if (ok) tok_chat_prompt_free(&out);
+            free(vars);
+        }
+        if (n_diff) fprintf(stderr, "    %s: %d of %d conversations differ\n", names[t], n_diff, N);
+        n_same += n_diff == 0;
+        CHECK(n_diff == 0, "%s renders differently from llama.cpp", names[t]);
+        tok_jinja_free(tj);
+        free(texts[t]);
+        free(names[t]);
+    }
+    fprintf(stderr, "    %zu of %zu templates render identically (%d conversations each, %d with tools; %zu of %zu "
+                    "rendered, the rest refused by both)\n",
+            n_same, n_names, N, N_TOOLS, n_rendered, n_cases);
+    free(texts);
+    json_decref(want);
+    json_decref(job);
 }
