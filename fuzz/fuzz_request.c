@@ -2,8 +2,9 @@
 //
 // The input is an HTTP request body. It is parsed as JSON the way the server does
 // (json_loadb, duplicates rejected); an object goes through the three request parsers
-// (chat completions, completions, Anthropic messages) with the Qwen2 vocabulary and each chat
-// template in turn (the first byte picks the template). Whatever a parser accepts must give a
+// (chat completions, completions, Anthropic messages) with the Qwen2 vocabulary and a chat
+// template the first byte picks: a built-in, or the vocabulary's own Jinja template (which sees
+// chat_template_kwargs). Whatever a parser accepts must give a
 // job with in-range token ids and sane limits. The raw bytes also go through the <think>
 // splitter (whose two outputs must add up to the input, less stripped tags and white space)
 // and the UTF-8-safe JSON string builder (which must always give a valid string).
@@ -17,6 +18,7 @@
 #include <string.h>
 
 static tok_vocab *g_vocab;
+static tok_chat *g_chats[TOK_CHAT_COUNT + 1]; // the built-ins, then the GGUF's own
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc, (void)argv;
@@ -26,8 +28,12 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     ft_err err = {{0}};
     gguf_file *f = gguf_open(path, &err);
     g_vocab = f ? tok_vocab_load(f, &err) : NULL;
+    for (int t = 0; g_vocab && t <= TOK_CHAT_COUNT; t++) {
+        g_chats[t] = tok_chat_load(f, t < TOK_CHAT_COUNT ? tok_chat_name((enum tok_chat_template)t) : NULL, &err);
+        if (!g_chats[t]) break;
+    }
     gguf_close(f);
-    if (!g_vocab) {
+    if (!g_vocab || !g_chats[TOK_CHAT_COUNT]) {
         fprintf(stderr, "fuzz_request: %s: %s\n", path, err.msg);
         abort();
     }
@@ -44,8 +50,7 @@ static void check_job(const srv_job *j) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     srv_params p = srv_default_params();
-    p.has_chat_template = true;
-    p.chat_template = (enum tok_chat_template)((size ? data[0] : 0) % TOK_CHAT_COUNT);
+    p.chat = g_chats[(size ? data[0] : 0) % (TOK_CHAT_COUNT + 1)];
     json_t *body = json_loadb((const char *)data, size, JSON_REJECT_DUPLICATES, NULL);
     if (json_is_object(body)) {
         bool (*parsers[])(const srv_params *, const tok_vocab *, json_t *, srv_job *, ft_err *) = {
