@@ -96,16 +96,22 @@ static bool emit(jrender *r, jv v) {
     return true;
 }
 
-// Writes out the lists deferred since the block began (the last first: earlier places stay).
+// Writes out the lists deferred since the block began, in their places: the text from the
+// first of them on is written again, with the lists between (one pass, however many lists).
 static bool block_end(jrender *r, size_t n_defer) {
     jsb *b = r->out;
-    while (!r->failed && b->n_defer > n_defer) {
-        jdefer d = b->defer[--b->n_defer];
-        jsb text = {0};
-        if (jv_write_output(r, &text, d.v)) jsb_insert(r, b, d.at, &text);
-        jsb_free(r, &text);
-        jv_release(r, d.v);
+    if (b->n_defer <= n_defer || r->failed) return !r->failed;
+    size_t first = b->defer[n_defer].at, at = first;
+    jsb tail = {.is_output = b->is_output};
+    for (size_t i = n_defer; i < b->n_defer && !r->failed; i++) {
+        jsb_put_sb(r, &tail, b, at, b->defer[i].at);
+        jv_write_output(r, &tail, b->defer[i].v);
+        at = b->defer[i].at;
     }
+    jsb_put_sb(r, &tail, b, at, b->len);
+    jsb_truncate(r, b, first, n_defer);
+    jsb_put_sb(r, b, &tail, 0, tail.len);
+    jsb_free(r, &tail);
     return !r->failed;
 }
 

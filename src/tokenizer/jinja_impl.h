@@ -319,8 +319,8 @@ void jsb_put(jrender *r, jsb *b, const char *s, size_t len, bool user);
 static inline void jsb_puts(jrender *r, jsb *b, const char *s) { jsb_put(r, b, s, strlen(s), false); }
 void jsb_put_str(jrender *r, jsb *b, const jstr *s, size_t from, size_t to); // with its user ranges
 void jsb_free(jrender *r, jsb *b);
-// Inserts src's text (and user ranges) at byte at of b.
-void jsb_insert(jrender *r, jsb *b, size_t at, const jsb *src);
+// Appends src's bytes [from, to) with their user ranges.
+void jsb_put_sb(jrender *r, jsb *b, const jsb *src, size_t from, size_t to);
 // Cuts b back to len bytes (user ranges, deferred lists after it dropped).
 void jsb_truncate(jrender *r, jsb *b, size_t len, size_t n_defer);
 jv jsb_done(jrender *r, jsb *b); // the string built (the builder is emptied)

@@ -228,22 +228,17 @@ static void sb_free(jrender *r, jsb *b) {
     *b = (jsb){0};
 }
 
-void jsb_insert(jrender *r, jsb *b, size_t at, const jsb *src) {
-    size_t n = src->len;
-    if (!n || !sb_reserve(r, b, n)) return;
-    memmove(b->s + at + n, b->s + at, b->len - at);
-    memcpy(b->s + at, src->s, n);
-    b->len += n;
+void jsb_put_sb(jrender *r, jsb *b, const jsb *src, size_t from, size_t to) {
+    if (to <= from || !sb_reserve(r, b, to - from)) return;
+    if (to - from >= 256) jr_step(r, (to - from) >> 8);
+    size_t at = b->len;
+    memcpy(b->s + at, src->s + from, to - from);
+    for (size_t k = 0; k < src->n_spans; k++) {
+        size_t a = FT_MAX(src->spans[2 * k], from), e = FT_MIN(src->spans[2 * k + 1], to);
+        if (a < e) sb_span(b, at + a - from, at + e - from);
+    }
+    b->len += to - from;
     b->s[b->len] = 0;
-    // the ranges after at move by n (one running across at is cut in two), src's go in between
-    size_t *old = b->spans, n_old = b->n_spans;
-    b->spans = NULL, b->n_spans = b->cap_spans = 0;
-    size_t k = 0;
-    for (; k < n_old && old[2 * k] < at; k++) sb_span(b, old[2 * k], FT_MIN(old[2 * k + 1], at));
-    for (size_t j = 0; j < src->n_spans; j++) sb_span(b, at + src->spans[2 * j], at + src->spans[2 * j + 1]);
-    if (k > 0 && old[2 * k - 1] > at) sb_span(b, at + n, old[2 * k - 1] + n);
-    for (; k < n_old; k++) sb_span(b, old[2 * k] + n, old[2 * k + 1] + n);
-    free(old);
 }
 
 void jsb_truncate(jrender *r, jsb *b, size_t len, size_t n_defer) {
