@@ -355,7 +355,8 @@ static jv apply_filter(jrender *r, const jnode *f, jv input, jscope *s, long pos
     static const char *const alias[][2] = {{"count", "length"}, {"d", "default"}, {"e", "escape"}, {"trim", "strip"}};
     for (size_t i = 0; i < FT_ARRAY_LEN(alias); i++)
         if (!strcmp(name, alias[i][0])) name = alias[i][1];
-    if (input.t != JV_UNDEF && input.t != JV_STR && coerced_by(name)) {
+    // (llama.cpp reads a non-string as its str() for these only when they have no arguments)
+    if (f->kind == JN_NAME && input.t != JV_UNDEF && input.t != JV_STR && coerced_by(name)) {
         jv str = jv_to_str(r, input, pos);
         jv_release(r, input);
         if (str.t == JV_ERR) return str;

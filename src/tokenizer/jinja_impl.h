@@ -218,9 +218,6 @@ typedef struct jarena jarena;
 void *jarena_alloc(jarena **a, size_t size);
 void jarena_free(jarena *a);
 
-// A static string in the arena (a template literal or name).
-jstr *jstr_static(jarena **a, const char *s, size_t len);
-
 // Line and column (1-based) of a byte offset.
 void jinja_line_col(const char *src, size_t len, size_t pos, int *line, int *col);
 
@@ -354,8 +351,6 @@ bool jv_write_output(jrender *r, jsb *b, jv v);
 // JSON (llama.cpp's value_to_json: Python json.dumps spacing, %g numbers, keys as strings).
 bool jv_write_json(jrender *r, jsb *b, jv v, int indent, const jstr *item_sep, const jstr *key_sep,
                    bool ensure_ascii);
-// Float and int text as str() writes them.
-void jfmt_float(double f, char *buf, size_t cap);
 
 // Parses JSON text (an object) into a dict. Strings are user text; with protocol, except its
 // "bos_token", "eos_token" and the "role" of each object in its "messages". Returns JV_ERR and

@@ -57,7 +57,8 @@ void jarena_free(jarena *a) {
     }
 }
 
-jstr *jstr_static(jarena **a, const char *s, size_t len) {
+// A static string in the arena (a template literal): never counted or freed by a render.
+static jstr *jstr_static(jarena **a, const char *s, size_t len) {
     jstr *j = jarena_alloc(a, sizeof(jstr) + len + 1);
     j->h.is_static = true;
     j->h.kind = JOBJ_STR;

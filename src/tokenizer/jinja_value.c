@@ -557,8 +557,8 @@ const char *jv_type_name(jv v) {
 // ---------------------------------------------------------------------------------------------
 // Text forms
 
-void jfmt_float(double f, char *buf, size_t cap) {
-    // std::to_string ("%f") without trailing zeros, one kept after the point
+// A float as str() writes it: std::to_string ("%f") without trailing zeros, one kept after the point.
+static void jfmt_float(double f, char *buf, size_t cap) {
     int n = snprintf(buf, cap, "%f", f);
     if (n < 0 || (size_t)n >= cap) {
         snprintf(buf, cap, "%g", f);
