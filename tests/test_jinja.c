@@ -489,7 +489,7 @@ static char *user_map(const char *src, const char *vars) {
 
 TEST(jinja_user_text_kept_apart) {
     static const char vars[] = "{\"u\": \"  Ab,cd  \", \"bos_token\": \"<s>\", \"messages\": [{\"role\": \"user\", "
-                               "\"content\": \"hi\"}], \"xs\": [\"p\", \"q\"]}";
+                               "\"content\": \"hi\"}], \"xs\": [\"p\", \"q\"], \"d\": {\"<k>\": 1}}";
     static const struct {
         const char *src, *want;
     } c[] = {
@@ -510,6 +510,7 @@ TEST(jinja_user_text_kept_apart) {
         {"{% macro m(x) %}<{{ x }}>{% endmacro %}{{ m(u|trim) }}", "muuuuum"},
         {"{{ xs }}", "uu"},
         {"{{ xs|string }}", "mmummmmumm"},
+        {"{% for k, v in d.items() %}{{ k }}={{ v }}{% endfor %}|{{ d|tojson }}", "uuummmmmuuummmmm"},
     };
     for (size_t i = 0; i < FT_ARRAY_LEN(c); i++) {
         char *got = user_map(c[i].src, vars);

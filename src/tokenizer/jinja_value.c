@@ -943,7 +943,7 @@ static jv json_container(jparse *p, int at) {
                 jv_release(p->r, c);
                 return json_fail(p, "expected a string key");
             }
-            jv key = json_string(p, false);
+            jv key = json_string(p, true); // a key is the caller's text too, should a template write it
             if (key.t == JV_ERR) {
                 jv_release(p->r, c);
                 return key;
