@@ -318,7 +318,9 @@ static void random_conversation(ft_rng *r, tok_chat_msg *m, size_t *n, bool alte
 }
 
 // Renders N random conversations with ft and with the Jinja engine from `jinja`; both must
-// produce the same text, or both refuse.
+// produce the same text, or both refuse. ft renders each twice: with the built-in t, and with
+// `jinja` through ft's interpreter as a model's template is served (tok_chat_load, tok_chat_apply:
+// which variables it passes, gpt-oss's reasoning as "thinking" and its effort included).
 static void against_jinja(enum tok_chat_template t, const char *jinja, uint64_t seed) {
     enum { N = 300 };
     static tok_chat_msg convs[N][8];
@@ -350,8 +352,16 @@ static void against_jinja(enum tok_chat_template t, const char *jinja, uint64_t 
     }
     json_t *job = json_pack("{s:s, s:o}", "template", jinja, "cases", cases);
     const char *job_path = test_path("chat-job.json"), *js_path = test_path("render.mjs");
-    const char *out_path = test_path("chat-out.json");
+    const char *out_path = test_path("chat-out.json"), *tmpl_path = test_path("template.jinja");
     json_dump_file(job, job_path, JSON_COMPACT);
+    FILE *tf = fopen(tmpl_path, "w");
+    REQUIRE(tf && fputs(jinja, tf) >= 0 && fclose(tf) == 0, "cannot write %s", tmpl_path);
+    ft_err lerr = {{0}};
+    tok_chat *interp = tok_chat_load(NULL, tmpl_path, &lerr);
+    REQUIRE(interp && tok_chat_builtin(interp) < 0, "the interpreter refuses %s's text: %s", tok_chat_name(t),
+            lerr.msg);
+    CHECK(tok_chat_harmony(interp) == (t == TOK_CHAT_GPT_OSS) && tok_chat_takes_effort(interp) == (t == TOK_CHAT_GPT_OSS),
+          "%s: harmony %d, effort %d", tok_chat_name(t), tok_chat_harmony(interp), tok_chat_takes_effort(interp));
     json_decref(job);
     char cwd[1024];
     REQUIRE(getcwd(cwd, sizeof(cwd)));
@@ -367,12 +377,21 @@ static void against_jinja(enum tok_chat_template t, const char *jinja, uint64_t 
     json_t *res = json_loads(text, 0, &jerr);
     free(text);
     REQUIRE(json_is_array(res) && json_array_size(res) == N, "bad output from the Jinja engine");
-    int n_diff = 0, n_rendered = 0;
+    int n_diff = 0, n_rendered = 0, n_interp_diff = 0;
     for (int i = 0; i < N; i++) {
         json_t *o = json_array_get(res, (size_t)i);
         const char *want = json_string_value(json_object_get(o, "text"));
         char *got = render(t, convs[i], lens[i], ps[i]);
         bool same = want ? got && !strcmp(want, got) : !got;
+        tok_chat_prompt ip;
+        ft_err ierr = {{0}};
+        bool ipok = tok_chat_apply(interp, convs[i], lens[i], ps[i], NULL, &ip, &ierr);
+        if (want ? !ipok || strcmp(want, ip.text) : ipok) {
+            if (++n_interp_diff <= 3)
+                fprintf(stderr, "    %s conversation %d, through the interpreter: %s\n", tok_chat_name(t), i,
+                        ipok ? ip.text : ierr.msg);
+        }
+        if (ipok) tok_chat_prompt_free(&ip);
         n_rendered += want != NULL;
         if (!same && ++n_diff <= 3) {
             fprintf(stderr, "    %s conversation %d differs:\n", tok_chat_name(t), i);
@@ -390,9 +409,12 @@ static void against_jinja(enum tok_chat_template t, const char *jinja, uint64_t 
         free(got);
     }
     json_decref(res);
-    fprintf(stderr, "    %s: %d conversations (%d rendered, the rest refused by both), %d differ\n",
-            tok_chat_name(t), N, n_rendered, n_diff);
+    fprintf(stderr, "    %s: %d conversations (%d rendered, the rest refused by both), %d differ (%d through the "
+                    "interpreter)\n",
+            tok_chat_name(t), N, n_rendered, n_diff, n_interp_diff);
     CHECK(n_diff == 0, "%s: %d conversations differ from the Jinja template", tok_chat_name(t), n_diff);
+    CHECK(n_interp_diff == 0, "%s: %d conversations differ through ft's interpreter", tok_chat_name(t), n_interp_diff);
+    tok_chat_free(interp);
 }
 
 static void jinja_text(enum tok_chat_template t, const char *jinja);

@@ -4,6 +4,7 @@
 // Each test starts its own server on a free port (--port 0 --ready-file) with a small
 // synthetic model written by `ft synth`, and stops it with SIGTERM, which must exit 0.
 #include "fixtures.h"
+#include "oracle.h"
 #include "../src/backend/backend.h"
 
 #include <arpa/inet.h>
@@ -1288,37 +1289,58 @@ TEST(server_gpt_oss_channels) {
         for (int k = 0; k < e.n; k++) json_decref(e.data[k]);
         srv_job_unref(j);
     }
-    // reasoning_effort into the prompt (a vocabulary without harmony tokens: the markup as text)
+    // reasoning_effort into the prompt (a vocabulary without harmony tokens: the markup as text),
+    // with the built-ins and with Jinja templates as a GGUF's own is served: gpt-oss's own text
+    // (llama.cpp's copy; harmony, its reasoning passed as "thinking"), one that names
+    // reasoning_effort, and one that does not
     char path[1024];
     snprintf(path, sizeof(path), "%s/vocab/ggml-vocab-qwen2.gguf", test_shared_dir());
     tok_vocab *v = fixture_vocab(path);
     REQUIRE(v);
     ft_err err = {{0}};
     srv_params p = srv_default_params();
-    static const struct {
-        enum tok_chat_template t;
-        bool lenient;
+    const char *llama_src = oracle_llama_src();
+    char gpt_oss[1024] = "", named[1024], plain[1024];
+    if (llama_src) snprintf(gpt_oss, sizeof(gpt_oss), "%s/models/templates/openai-gpt-oss-120b.jinja", llama_src);
+    snprintf(named, sizeof(named), "%s", test_path("effort.jinja"));
+    snprintf(plain, sizeof(plain), "%s", test_path("no-effort.jinja"));
+    static const char turns[] = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}";
+    FILE *fp = fopen(named, "w");
+    REQUIRE(fp && fputs(turns, fp) >= 0 && fputs("effort={{ reasoning_effort }}", fp) >= 0 && fclose(fp) == 0);
+    fp = fopen(plain, "w");
+    REQUIRE(fp && fputs(turns, fp) >= 0 && fclose(fp) == 0);
+    static const char hi[] = "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]";
+    static const char prefill[] = "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"},{\"role\":\"assistant\","
+                                  "\"content\":\"The answer\",\"reasoning_content\":\"Adding.\"}]";
+    const struct {
+        const char *spec; // a built-in's name or a Jinja file ("": the file is missing, skipped)
+        bool harmony, lenient;
         const char *body, *want; // want: in the prompt, or (after "400:") in the error
     } reqs[] = {
-        {TOK_CHAT_GPT_OSS, false, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"reasoning_effort\":\"high\"}",
-         "Reasoning: high\n\n"},
-        {TOK_CHAT_GPT_OSS, false,
-         "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"chat_template_kwargs\":{\"reasoning_effort\":\"low\"}}",
-         "Reasoning: low\n\n"},
-        {TOK_CHAT_GPT_OSS, false, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}", "Reasoning: medium\n\n"},
-        {TOK_CHAT_GPT_OSS, false, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"reasoning_effort\":\"max\"}",
+        {"gpt-oss", true, false, "{%s,\"reasoning_effort\":\"high\"}", "Reasoning: high\n\n"},
+        {"gpt-oss", true, false, "{%s,\"chat_template_kwargs\":{\"reasoning_effort\":\"low\"}}", "Reasoning: low\n\n"},
+        {"gpt-oss", true, false, "{%s}", "Reasoning: medium\n\n"},
+        {"gpt-oss", true, false, "{%s,\"reasoning_effort\":\"max\"}",
          "400:'reasoning_effort' must be \"low\", \"medium\" or \"high\""},
-        {TOK_CHAT_QWEN3, false, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"reasoning_effort\":\"low\"}",
+        {"qwen3", false, false, "{%s,\"reasoning_effort\":\"low\"}",
          "400:the chat template in use (built-in qwen3 (--chat-template)) has no reasoning effort"},
-        {TOK_CHAT_QWEN3, true, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"reasoning_effort\":\"low\"}",
-         "<|im_start|>user\nhi<|im_end|>"},
+        {"qwen3", false, true, "{%s,\"reasoning_effort\":\"low\"}", "<|im_start|>user\nhi<|im_end|>"},
+        {gpt_oss, true, false, "{%s,\"reasoning_effort\":\"high\"}", "Reasoning: high\n\n"},
+        {gpt_oss, true, false, "{%s,\"chat_template_kwargs\":{\"reasoning_effort\":\"low\"}}", "Reasoning: low\n\n"},
+        {gpt_oss, true, false, "{%s}", "Reasoning: medium\n\n"},
+        {named, false, false, "{%s,\"reasoning_effort\":\"low\"}", "<|im_start|>user\nhi<|im_end|>\neffort=low"},
+        {plain, false, false, "{%s,\"reasoning_effort\":\"low\"}", "400:has no reasoning effort"},
+        {plain, false, true, "{%s,\"reasoning_effort\":\"low\"}", "<|im_start|>user\nhi<|im_end|>"},
     };
     for (size_t r = 0; r < sizeof(reqs) / sizeof(reqs[0]); r++) {
-        tok_chat *chat = tok_chat_load(NULL, tok_chat_name(reqs[r].t), &err);
+        if (!*reqs[r].spec) continue;
+        tok_chat *chat = tok_chat_load(NULL, reqs[r].spec, &err);
         REQUIRE(chat, "%s", err.msg);
         p.chat = chat;
         p.lenient = reqs[r].lenient;
-        json_t *body = json_loads(reqs[r].body, 0, NULL);
+        char text_body[512];
+        snprintf(text_body, sizeof(text_body), reqs[r].body, hi);
+        json_t *body = json_loads(text_body, 0, NULL);
         srv_job *j = srv_job_new();
         bool ok = srv_openai_parse_chat(&p, v, body, j, &err);
         bool want_err = !strncmp(reqs[r].want, "400:", 4);
@@ -1327,11 +1349,36 @@ TEST(server_gpt_oss_channels) {
         } else {
             char *text = ok ? tok_detokenize(v, j->prompt.ids, j->prompt.n, false, true, NULL) : NULL;
             CHECK(ok && text && strstr(text, reqs[r].want), "request %zu: %s", r, ok ? text : err.msg);
-            CHECK(j->think.harmony == (reqs[r].t == TOK_CHAT_GPT_OSS), "request %zu: harmony %d", r, j->think.harmony);
+            CHECK(j->think.harmony == reqs[r].harmony, "request %zu: harmony %d", r, j->think.harmony);
             free(text);
         }
         srv_job_unref(j);
         json_decref(body);
+        // gpt-oss's templates continue a prefill in the final channel, its reasoning kept before it
+        if (reqs[r].harmony && !reqs[r].lenient && !want_err && strstr(reqs[r].body, "high")) {
+            snprintf(text_body, sizeof(text_body), reqs[r].body, prefill);
+            body = json_loads(text_body, 0, NULL);
+            j = srv_job_new();
+            ok = srv_openai_parse_chat(&p, v, body, j, &err);
+            char *text = ok ? tok_detokenize(v, j->prompt.ids, j->prompt.n, false, true, NULL) : NULL;
+            static const char tail[] = "<|start|>assistant<|channel|>analysis<|message|>Adding.<|end|>"
+                                       "<|start|>assistant<|channel|>final<|message|>The answer";
+            size_t n = text ? strlen(text) : 0;
+            CHECK(ok && n >= strlen(tail) && !strcmp(text + n - strlen(tail), tail), "request %zu, prefill: %s", r,
+                  ok ? text : err.msg);
+            srv_buf content = {0}, reasoning = {0};
+            srv_think_feed(&j->think, " is 4", 5, &content, &reasoning);
+            srv_think_flush(&j->think, &content, &reasoning);
+            CHECK(j->think.harmony && content.n == 5 && !memcmp(content.p, " is 4", 5) && !reasoning.n,
+                  "request %zu, prefill: harmony %d, the reply's text as content '%.*s', reasoning '%.*s'", r,
+                  j->think.harmony, (int)content.n, content.p ? content.p : "", (int)reasoning.n,
+                  reasoning.p ? reasoning.p : "");
+            srv_buf_free(&content);
+            srv_buf_free(&reasoning);
+            free(text);
+            srv_job_unref(j);
+            json_decref(body);
+        }
         tok_chat_free(chat);
     }
     tok_vocab_free(v);

@@ -77,8 +77,8 @@ bool srv_chat_prompt(const srv_params *p, const tok_vocab *v, json_t *msgs, cons
     if (!p->chat)
         return ft_err_set(
             err, "the model has no chat template ft can render; start the server with --chat-template NAME|FILE");
-    bool harmony = tok_chat_builtin(p->chat) == TOK_CHAT_GPT_OSS;
-    if (reasoning_effort && !harmony) {
+    bool harmony = tok_chat_harmony(p->chat);
+    if (reasoning_effort && !tok_chat_takes_effort(p->chat)) {
         if (!p->lenient)
             return ft_err_set(err, "'reasoning_effort': the chat template in use (%s) has no reasoning effort "
                                    "(ft serve --lenient ignores it)", tok_chat_describe(p->chat));

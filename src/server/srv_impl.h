@@ -253,9 +253,10 @@ bool srv_http_submit(srv_http *h, srv_job *j, bool anthropic);
 // Renders messages (an array of {"role", "content", "reasoning_content"}; content a string,
 // null or text/thinking parts) through p's chat template and tokenizes them into j->prompt.
 // system: an extra leading system message, or NULL. reasoning_effort: "low", "medium" or
-// "high" for a template that takes one (gpt-oss's), else NULL. kwargs: chat_template_kwargs (an
-// object whose members a Jinja template sees as variables), or NULL. Sets up j->think for the
-// template's reasoning (harmony channels for gpt-oss). Returns false with a message for a 400
+// "high" for a template that takes one (tok_chat_takes_effort: gpt-oss's), else NULL. kwargs:
+// chat_template_kwargs (an object whose members a Jinja template sees as variables), or NULL.
+// Sets up j->think for the template's reasoning (harmony channels where tok_chat_harmony says
+// so: gpt-oss's built-in or its own Jinja text). Returns false with a message for a 400
 // (no template, a bad message, an effort the template does not take (ignored with --lenient),
 // a template that fails to render).
 bool srv_chat_prompt(const srv_params *p, const tok_vocab *v, json_t *msgs, const char *system,

@@ -11,6 +11,8 @@
 struct tok_chat {
     int builtin; // enum tok_chat_template, or -1
     tok_jinja *jinja;
+    bool harmony; // gpt-oss's format (tok_chat_harmony)
+    bool effort;  // takes a reasoning effort (tok_chat_takes_effort)
     char desc[600];
 };
 
@@ -51,8 +53,9 @@ static void put_json_string(jbuf *b, const char *s) {
 }
 
 // {"messages": [...], "add_generation_prompt": ..., "enable_thinking": ..., "bos_token": ...,
-//  "eos_token": ..., "tools": ...}
-static char *chat_vars(const tok_chat_msg *m, size_t n, const tok_chat_params *p, const char *tools) {
+//  "eos_token": ..., "reasoning_effort": ..., "reasoning_strength": ..., "tools": ...}. harmony:
+// reasoning also as "thinking", the field gpt-oss's template reads (llama.cpp copies it there).
+static char *chat_vars(const tok_chat_msg *m, size_t n, const tok_chat_params *p, const char *tools, bool harmony) {
     jbuf b = {0};
     puts_(&b, "{\"messages\": [");
     for (size_t i = 0; i < n; i++) {
@@ -62,6 +65,10 @@ static char *chat_vars(const tok_chat_msg *m, size_t n, const tok_chat_params *p
         put_json_string(&b, m[i].content);
         if (m[i].reasoning) {
             puts_(&b, ", \"reasoning_content\": ");
+            put_json_string(&b, m[i].reasoning);
+        }
+        if (m[i].reasoning && harmony) {
+            puts_(&b, ", \"thinking\": ");
             put_json_string(&b, m[i].reasoning);
         }
         puts_(&b, "}");
@@ -74,6 +81,13 @@ static char *chat_vars(const tok_chat_msg *m, size_t n, const tok_chat_params *p
     put_json_string(&b, p->bos_text);
     puts_(&b, ", \"eos_token\": ");
     put_json_string(&b, p->eos_text);
+    // both names, as llama.cpp sets them
+    if (p->reasoning_effort) {
+        puts_(&b, ", \"reasoning_effort\": ");
+        put_json_string(&b, p->reasoning_effort);
+        puts_(&b, ", \"reasoning_strength\": ");
+        put_json_string(&b, p->reasoning_effort);
+    }
     if (tools) {
         puts_(&b, ", \"tools\": ");
         puts_(&b, tools);
@@ -82,9 +96,9 @@ static char *chat_vars(const tok_chat_msg *m, size_t n, const tok_chat_params *p
     return b.s;
 }
 
-static bool render_jinja(const tok_jinja *t, const tok_chat_msg *msgs, size_t n, const tok_chat_params *p,
-                         const tok_chat_extra *extra, tok_chat_prompt *out, ft_err *err) {
-    char *vars = chat_vars(msgs, n, p, extra ? extra->tools : NULL);
+static bool render_jinja(const tok_jinja *t, bool harmony, const tok_chat_msg *msgs, size_t n,
+                         const tok_chat_params *p, const tok_chat_extra *extra, tok_chat_prompt *out, ft_err *err) {
+    char *vars = chat_vars(msgs, n, p, extra ? extra->tools : NULL, harmony);
     const char *texts[2] = {vars, extra ? extra->kwargs : NULL};
     size_t lens[2] = {strlen(vars), texts[1] ? strlen(texts[1]) : 0};
     tok_jinja_params jp = tok_jinja_default_params();
@@ -112,7 +126,7 @@ static tok_jinja *load_jinja(const char *src, size_t len, ft_err *err) {
     tok_chat_msg hello = {"user", "Hello", NULL};
     tok_chat_params p = tok_chat_default_params(NULL);
     tok_chat_prompt out;
-    if (!render_jinja(t, &hello, 1, &p, NULL, &out, err)) {
+    if (!render_jinja(t, false, &hello, 1, &p, NULL, &out, err)) {
         ft_err_prefix(err, "rendering a one-message conversation");
         tok_jinja_free(t);
         return NULL;
@@ -124,7 +138,17 @@ static tok_jinja *load_jinja(const char *src, size_t len, ft_err *err) {
 static tok_chat *chat_builtin(enum tok_chat_template t, const char *why) {
     tok_chat *c = ft_calloc(1, sizeof(*c));
     c->builtin = (int)t;
+    c->harmony = c->effort = t == TOK_CHAT_GPT_OSS;
     snprintf(c->desc, sizeof(c->desc), "built-in %s%s", tok_chat_name(t), why);
+    return c;
+}
+
+static tok_chat *chat_jinja(tok_jinja *t, const char *src, size_t len) {
+    tok_chat *c = ft_calloc(1, sizeof(*c));
+    c->builtin = -1;
+    c->jinja = t;
+    c->harmony = memmem(src, len, "<|channel|>", 11) != NULL;
+    c->effort = tok_jinja_names(t, "reasoning_effort") || tok_jinja_names(t, "reasoning_strength");
     return c;
 }
 
@@ -148,14 +172,13 @@ static int chat_file(const char *path, tok_chat **out, ft_err *err) {
     }
     fclose(fp);
     tok_jinja *t = load_jinja(src, n, err);
-    free(src);
     if (!t) {
+        free(src);
         ft_err_prefix(err, "--chat-template %s", path);
         return 0;
     }
-    tok_chat *c = ft_calloc(1, sizeof(*c));
-    c->builtin = -1;
-    c->jinja = t;
+    tok_chat *c = chat_jinja(t, src, n);
+    free(src);
     snprintf(c->desc, sizeof(c->desc), "%.400s (Jinja, %zu bytes)", path, n);
     *out = c;
     return 1;
@@ -183,9 +206,7 @@ tok_chat *tok_chat_load(const gguf_file *f, const char *spec, ft_err *err) {
     ft_err why = {{0}};
     tok_jinja *t = load_jinja(src.ptr, (size_t)src.len, &why);
     if (t) {
-        tok_chat *c = ft_calloc(1, sizeof(*c));
-        c->builtin = -1;
-        c->jinja = t;
+        tok_chat *c = chat_jinja(t, src.ptr, (size_t)src.len);
         snprintf(c->desc, sizeof(c->desc), "the GGUF's own (Jinja, %llu bytes)", (unsigned long long)src.len);
         return c;
     }
@@ -212,6 +233,10 @@ const char *tok_chat_describe(const tok_chat *c) { return c->desc; }
 
 int tok_chat_builtin(const tok_chat *c) { return c->builtin; }
 
+bool tok_chat_harmony(const tok_chat *c) { return c->harmony; }
+
+bool tok_chat_takes_effort(const tok_chat *c) { return c->effort; }
+
 bool tok_chat_apply(const tok_chat *c, const tok_chat_msg *msgs, size_t n_msgs, tok_chat_params p,
                     const tok_chat_extra *extra, tok_chat_prompt *out, ft_err *err) {
     if (c->builtin >= 0) return tok_chat_render((enum tok_chat_template)c->builtin, msgs, n_msgs, p, out, err);
@@ -220,5 +245,5 @@ bool tok_chat_apply(const tok_chat *c, const tok_chat_msg *msgs, size_t n_msgs, 
     if (!p.eos_text) p.eos_text = "";
     for (size_t i = 0; i < n_msgs; i++)
         if (!msgs[i].role) return ft_err_set(err, "chat template: message %zu has no role", i);
-    return render_jinja(c->jinja, msgs, n_msgs, &p, extra, out, err);
+    return render_jinja(c->jinja, c->harmony, msgs, n_msgs, &p, extra, out, err);
 }

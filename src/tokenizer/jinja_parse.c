@@ -794,6 +794,12 @@ tok_jinja *tok_jinja_parse(const char *src, size_t len, ft_err *err) {
     return t;
 }
 
+bool tok_jinja_names(const tok_jinja *t, const char *name) {
+    for (int32_t i = 0; i < t->n_syms; i++)
+        if (!strcmp(t->syms[i], name)) return true;
+    return false;
+}
+
 void tok_jinja_free(tok_jinja *t) {
     if (!t) return;
     jarena_free(t->arena);

@@ -193,7 +193,8 @@ typedef struct tok_chat_params {
                                 // (GLM: and "/nothink" to user turns)
     const char *bos_text;       // the template's bos_token / eos_token ("<s>", "</s>")
     const char *eos_text;
-    const char *reasoning_effort; // gpt-oss: "Reasoning: ..." of its system message (NULL: "medium")
+    const char *reasoning_effort; // gpt-oss: "Reasoning: ..." of its system message (NULL: "medium");
+                                  // a Jinja template: its reasoning_effort (NULL: undefined)
 } tok_chat_params;
 
 // add_generation_prompt and enable_thinking on; bos/eos texts from the vocab (v may be NULL).
@@ -297,6 +298,10 @@ tok_jinja_limits tok_jinja_default_limits(void);
 tok_jinja *tok_jinja_parse(const char *src, size_t len, ft_err *err);
 void tok_jinja_free(tok_jinja *t); // NULL is a no-op
 
+// Whether the template names the identifier anywhere (a variable read or set, an attribute, a
+// macro or loop variable): what a caller may ask before passing an optional variable.
+bool tok_jinja_names(const tok_jinja *t, const char *name);
+
 typedef struct tok_jinja_params {
     tok_jinja_limits limits;
     int64_t now; // the time strftime_now formats (seconds since the epoch, local time zone)
@@ -333,6 +338,12 @@ void tok_chat_free(tok_chat *c); // NULL is a no-op
 const char *tok_chat_describe(const tok_chat *c);
 // The built-in's enum, or -1 for a Jinja template.
 int tok_chat_builtin(const tok_chat *c);
+// Whether replies follow gpt-oss's harmony format, to be split by tok_harmony: the built-in
+// gpt-oss, or a Jinja template whose text holds "<|channel|>" (llama.cpp's test for that format).
+bool tok_chat_harmony(const tok_chat *c);
+// Whether the template takes tok_chat_params.reasoning_effort: the built-in gpt-oss, or a Jinja
+// template that names reasoning_effort or reasoning_strength.
+bool tok_chat_takes_effort(const tok_chat *c);
 
 // Extra inputs of a Jinja template (built-ins ignore them): JSON texts or NULL.
 typedef struct tok_chat_extra {
@@ -341,8 +352,10 @@ typedef struct tok_chat_extra {
 } tok_chat_extra;
 
 // Renders messages with c, as tok_chat_render does. A Jinja template sees messages (role,
-// content, and reasoning_content where a message has reasoning), add_generation_prompt,
-// enable_thinking, bos_token, eos_token, then tools and the kwargs of extra (may be NULL).
+// content, and reasoning_content where a message has reasoning, also as thinking for a harmony
+// template, as llama.cpp passes it to gpt-oss's), add_generation_prompt, enable_thinking,
+// bos_token, eos_token, reasoning_effort and reasoning_strength (where p sets an effort), then
+// tools and the kwargs of extra (may be NULL).
 bool tok_chat_apply(const tok_chat *c, const tok_chat_msg *msgs, size_t n_msgs, tok_chat_params p,
                     const tok_chat_extra *extra, tok_chat_prompt *out, ft_err *err);
 
