@@ -450,6 +450,92 @@ TEST(ops_moe_ffn_given_routing_equals_own) {
     free(down.data);
 }
 
+// route_counts: the selections moe_ffn's router made, per block and expert, against a direct
+// double routing (softmax, top-3 by probability; sigmoid with a selection bias), counted over
+// calls to two blocks of three (the middle one stays 0) at several token counts and on both
+// paths; a routing handed in (ft_moe_params.sel) adds nothing, and a backend reserved without
+// n_layer has no counters.
+TEST(ops_moe_route_counts_match_direct_routing) {
+    enum { E = 256, F = 64, NX = 12, K = 3, NT = 20, NL = 3 };
+    ft_rng r = ft_rng_init(57);
+    ft_tensor router = make_weight(FT_TYPE_F32, E, NX, 1, &r);
+    ft_tensor gate = make_weight(FT_TYPE_Q8_0, E, F, NX, &r), up = make_weight(FT_TYPE_Q8_0, E, F, NX, &r),
+              down = make_weight(FT_TYPE_Q8_0, F, E, NX, &r);
+    ft_tensor bias = make_f32(NX, 1, 0.3f, &r);
+    static float x[NT * E], y[NT * E];
+    fill_normal(&r, x, FT_ARRAY_LEN(x), 1.0f);
+    const int toks[] = {1, 4, NT, 7};
+    for (int reference = 0; reference < 2; reference++) {
+        ft_backend *be = ft_backend_cpu_init(reference ? 1 : 3, reference);
+        ft_backend_limits lim = {.max_tok = NT, .max_width = E, .max_ctx = 16, .max_head_dim = 64,
+                                 .n_expert = NX, .n_expert_used = K, .n_layer = NL};
+        be->ops->reserve(be, &lim);
+        uint64_t want[NL * NX] = {0}, got[NL * NX];
+        for (size_t c = 0; c < FT_ARRAY_LEN(toks); c++) {
+            int layer = c % 2 ? 2 : 0, n_tok = toks[c];
+            bool sigmoid = layer == 2;
+            const float *xc = x + (c % 2) * 3 * E; // the calls read different tokens
+            ft_moe_params mp = {.layer = layer, .router = &router, .sel_bias = sigmoid ? &bias : NULL,
+                                .gate_exps = &gate, .up_exps = &up, .down_exps = &down, .n_expert = NX,
+                                .n_expert_used = K, .gating = sigmoid ? FT_GATING_SIGMOID : FT_GATING_SOFTMAX,
+                                .norm_w = true};
+            be->ops->moe_ffn(be, &mp, xc, y, n_tok);
+            for (int t = 0; t < n_tok; t++) {
+                double score[NX], mx = -1e30, sum = 0;
+                for (int e = 0; e < NX; e++) {
+                    score[e] = 0;
+                    for (int i = 0; i < E; i++) score[e] += (double)((float *)router.data)[e * E + i] * xc[t * E + i];
+                    mx = fmax(mx, score[e]);
+                }
+                if (sigmoid)
+                    for (int e = 0; e < NX; e++) score[e] = 1 / (1 + exp(-score[e])) + ((float *)bias.data)[e];
+                else {
+                    for (int e = 0; e < NX; e++) sum += score[e] = exp(score[e] - mx);
+                    for (int e = 0; e < NX; e++) score[e] /= sum;
+                }
+                bool taken[NX] = {0};
+                for (int j = 0; j < K; j++) {
+                    int best = -1;
+                    for (int e = 0; e < NX; e++)
+                        if (!taken[e] && (best < 0 || score[e] > score[best])) best = e;
+                    taken[best] = true;
+                    want[layer * NX + best]++;
+                }
+            }
+            // the same routing handed in: computed elsewhere, so not counted here
+            static int32_t sel[NT * K];
+            static float sel_w[NT * K];
+            memcpy(sel, cpu_of(be)->sel, (size_t)n_tok * K * sizeof(int32_t));
+            memcpy(sel_w, cpu_of(be)->sel_w, (size_t)n_tok * K * sizeof(float));
+            mp.sel = sel;
+            mp.sel_w = sel_w;
+            be->ops->moe_ffn(be, &mp, xc, y, n_tok);
+        }
+        REQUIRE(be->ops->route_counts, "the CPU backend counts its routing");
+        memset(got, 0xff, sizeof(got));
+        be->ops->route_counts(be, got);
+        uint64_t total = 0;
+        for (int i = 0; i < NL * NX; i++) {
+            CHECK(got[i] == want[i], "reference %d: block %d expert %d: %llu counted, %llu selected", reference,
+                  i / NX, i % NX, (unsigned long long)got[i], (unsigned long long)want[i]);
+            total += got[i];
+        }
+        CHECK(total == (uint64_t)(1 + 4 + NT + 7) * K, "%llu selections in all", (unsigned long long)total);
+        be->ops->free(be);
+    }
+    ft_backend *be = backend(false, NT, E); // limits without n_layer: no counters, out left alone
+    uint64_t untouched[NX];
+    memset(untouched, 0x5a, sizeof(untouched));
+    be->ops->route_counts(be, untouched);
+    for (int e = 0; e < NX; e++) CHECK(untouched[e] == 0x5a5a5a5a5a5a5a5aull, "out written without counters");
+    be->ops->free(be);
+    free(router.data);
+    free(gate.data);
+    free(up.data);
+    free(down.data);
+    free(bias.data);
+}
+
 // moe_ffn on gate and up as views into one fused tensor (each expert's gate rows, then its up
 // rows: ffn_gate_up_exps, the matrices 2 x mat_bytes apart) equals it on packed copies of the
 // same matrices, bit for bit: decode (one and three tokens) and a prefill batch (GEMM rows),

@@ -194,6 +194,7 @@ typedef struct ft_backend_limits {
     int max_head_dim;
     int n_expert, n_expert_used;
     int ssm_n_v_heads;   // V heads of recurrent layers (0: the model has none)
+    int n_layer;         // blocks of the model: the rows of route_counts (0: nothing counted)
 } ft_backend_limits;
 
 // The device a backend's buffers live on, for the memory plan.
@@ -320,6 +321,13 @@ typedef struct ft_backend_ops {
     // is (n_embd, 1).
     void (*sigmoid_gate_add)(ft_backend *be, const ft_tensor *gate_inp, const float *x,
                              const float *s, float *y, int n_tok, int n_embd);
+    // The routing moe_ffn computed so far, counted per block and expert: out (lim.n_layer rows
+    // of lim.n_expert, row l block l's experts; blocks without experts stay 0) gets how many
+    // times each expert was selected, one count per (token, selection), cumulative since
+    // reserve. Only the selections this backend's router made: a routing handed in
+    // (ft_moe_params.sel) was counted where it was computed. Waits for the device. Optional:
+    // NULL where the backend does not count (out is then left alone).
+    void (*route_counts)(ft_backend *be, uint64_t *out);
 
     // Optional (NULL on a backend with no use for them): the engine brackets each forward
     // step, every op from the embedding to the logits, with these (read comes after step_end).

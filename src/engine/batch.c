@@ -396,6 +396,12 @@ bool ft_batch_moe_stats(ft_batch *b, ft_moe_stats *out) {
     return b->be->ops->expert_cache_stats(b->be, out);
 }
 
+bool ft_batch_route_counts(ft_batch *b, uint64_t *out) {
+    if (b->m->hp.n_expert <= 0 || !b->be->ops->route_counts) return false;
+    b->be->ops->route_counts(b->be, out);
+    return true;
+}
+
 bool ft_batch_moe_rebuild(ft_batch *b, int n_slots, ft_err *err) {
     if (!b->be->ops->expert_cache_rebuild)
         return ft_err_set(err, "no expert cache: the model was not placed with --moe-backend offload");

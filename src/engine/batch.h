@@ -108,6 +108,11 @@ const ft_weights *ft_batch_weights(const ft_batch *b);
 enum ft_moe_backend ft_batch_moe_backend(const ft_batch *b);
 // The expert cache's counters (see ft_engine_moe_stats); false without a cache.
 bool ft_batch_moe_stats(ft_batch *b, ft_moe_stats *out);
+// The router's selections since the engine started, per block and expert (the backend's
+// route_counts): out (hp.n_layer rows of hp.n_expert; blocks without experts stay 0) gets how
+// many times each expert was selected, one count per (token, selection). Waits for the device.
+// Returns false, out untouched, where the model has no experts or the backend does not count.
+bool ft_batch_route_counts(ft_batch *b, uint64_t *out);
 // Resizes the expert cache to n_slots (same layout), keeping the host banks; every slot starts
 // empty. Returns false and sets *err (the old cache stays) when there is no cache or the plan
 // fails (below the floor, does not fit). Not while a step runs.

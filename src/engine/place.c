@@ -25,7 +25,7 @@ ft_backend_limits engine_limits(const ft_model *m, const ft_engine_params *p) {
     ft_backend_limits lim = {
         .max_tok = engine_step_tokens(p), .max_width = ft_model_max_width(m), .max_ctx = p->n_ctx,
         .max_head_dim = FT_MAX(m->hp.head_dim, m->hp.ssm_head_dim), .n_expert = m->hp.n_expert, .n_expert_used = m->hp.n_expert_used,
-        .ssm_n_v_heads = ft_model_recurrent_heads(m),
+        .ssm_n_v_heads = ft_model_recurrent_heads(m), .n_layer = m->hp.n_layer,
     };
     return lim;
 }

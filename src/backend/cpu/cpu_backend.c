@@ -94,6 +94,8 @@ static void cpu_reserve(ft_backend *be, const ft_backend_limits *lim) {
     c->h_gate = ft_malloc(rows * (size_t)lim->max_width * sizeof(float));
     c->h_up = ft_malloc(rows * (size_t)lim->max_width * sizeof(float));
     c->h_out = ft_malloc(rows * (size_t)lim->max_width * sizeof(float));
+    if (lim->n_layer > 0 && lim->n_expert > 0)
+        c->route_counts = ft_calloc((size_t)lim->n_layer * (size_t)lim->n_expert, sizeof(uint64_t));
 }
 
 static void cpu_free(ft_backend *be) {
@@ -117,6 +119,7 @@ static void cpu_free(ft_backend *be) {
     free(c->h_gate);
     free(c->h_up);
     free(c->h_out);
+    free(c->route_counts);
     free(c);
 }
 
@@ -294,6 +297,12 @@ static void cpu_buffer_write(ft_backend *be, void *dst, const void *src, size_t 
     memcpy(dst, src, n);
 }
 
+static void cpu_route_counts(ft_backend *be, uint64_t *out) {
+    cpu_backend *c = cpu_of(be);
+    if (c->route_counts)
+        memcpy(out, c->route_counts, (size_t)c->lim.n_layer * (size_t)c->lim.n_expert * sizeof(uint64_t));
+}
+
 static const ft_backend_ops g_cpu_ops = {
     .name = "cpu",
     .features = FT_OPS_ALL,
@@ -323,6 +332,7 @@ static const ft_backend_ops g_cpu_ops = {
     .ffn = cpu_ffn,
     .moe_ffn = cpu_moe_ffn,
     .sigmoid_gate_add = cpu_sigmoid_gate_add,
+    .route_counts = cpu_route_counts,
 };
 
 unsigned ft_backend_cpu_features(void) { return g_cpu_ops.features; }

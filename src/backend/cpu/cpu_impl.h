@@ -31,6 +31,8 @@ typedef struct cpu_backend {
     int32_t *exp_off;   // (n_expert + 1) first grouped row of each expert
     int32_t *exp_gemm;  // (n_expert) grouped rows of each expert, from its first, that take the GEMM
     int32_t *active;    // (n_expert) experts with at least one token, ascending
+    uint64_t *route_counts; // (lim.n_layer, n_expert) selections the router made (route_counts op);
+                            // NULL without lim.n_layer or experts
     float *h_gate, *h_up; // (max_tok * n_used, max_width)
     float *h_out;       // (max_tok * n_used, max_width)
 } cpu_backend;

@@ -463,7 +463,8 @@ static const float *expert_bias(const ft_tensor *b, int64_t n_out, int n_expert)
 //      gating + selection bias, weights renormalised and scaled as the layer asks; or the
 //      routing as the caller gives it (ft_moe_params.sel: the GPU's, in --moe-backend cpu);
 //   2. group the (token, slot) pairs by expert (a counting sort), so each expert's weights
-//      are read once for all its tokens and unselected experts are never touched;
+//      are read once for all its tokens and unselected experts are never touched; where this
+//      op routed, add each expert's count to the block's route counters (route_counts);
 //   3. gate and up for every active expert's rows over the pool, their biases where the layer
 //      has them and the activation (SiLU(gate) * up, or gpt-oss's clamped SwiGLU) in the same
 //      job, quantize to the down bank's vec_dot_type (in that job too without GEMM tokens),
@@ -506,6 +507,14 @@ void cpu_moe_ffn(ft_backend *be, const ft_moe_params *p, const float *x, float *
         route(c, p, n_tok);
     }
     int n_active = group(c, p, n_tok);
+    if (!p->sel && c->route_counts) { // the router's selections, one count per (token, slot)
+        FT_ASSERT(p->layer >= 0 && p->layer < c->lim.n_layer);
+        uint64_t *cnt = c->route_counts + (size_t)p->layer * (size_t)c->lim.n_expert;
+        for (int a = 0; a < n_active; a++) {
+            int e = c->active[a];
+            cnt[e] += (uint64_t)(c->exp_off[e + 1] - c->exp_off[e]);
+        }
+    }
     for (int a = 0; a < n_active; a++) {
         // The placement hook: src/moe/ decides where each selected expert runs. This backend
         // computes the ones placed on the CPU, which today is every one it is asked about.
