@@ -102,7 +102,7 @@ TEST(cli_moe_stats_server_exports) {
     CHECK(!strstr(plain, "ft_moe_"), "no cache, no series");
     free(plain);
 
-    json_t *j = srv_metrics_json(m, &st, &moe);
+    json_t *j = srv_metrics_json(m, &st, &moe, NULL);
     json_t *c = json_object_get(j, "moe_cache");
     REQUIRE(json_is_object(c));
     CHECK(json_integer_value(json_object_get(c, "slots")) == 40);
@@ -115,9 +115,23 @@ TEST(cli_moe_stats_server_exports) {
     CHECK(json_integer_value(json_object_get(l2, "layer")) == 5 && json_integer_value(json_object_get(l2, "pool")) == 1);
     CHECK(fabs(json_real_value(json_object_get(json_object_get(c, "total"), "hit_rate")) - 0.7) < 1e-12);
     CHECK(json_integer_value(json_object_get(json_object_get(c, "total"), "h2d_bytes")) == 18000);
+    CHECK(json_is_null(json_object_get(j, "routing")), "no route counters: null");
     json_decref(j);
-    j = srv_metrics_json(m, &st, NULL);
+    // the route counters: MoE blocks 1 and 3 of 3 experts, row by row
+    int blocks[2] = {1, 3};
+    uint64_t counts[6] = {4, 0, 2, 1, 1, 4};
+    srv_routes rt = {.n_moe = 2, .n_expert = 3, .n_expert_used = 2, .block = blocks, .counts = counts};
+    j = srv_metrics_json(m, &st, NULL, &rt);
     CHECK(json_is_null(json_object_get(j, "moe_cache")));
+    json_t *r = json_object_get(j, "routing");
+    REQUIRE(json_is_object(r));
+    CHECK(json_integer_value(json_object_get(r, "n_expert")) == 3 && json_integer_value(json_object_get(r, "n_expert_used")) == 2);
+    CHECK(json_integer_value(json_object_get(r, "total")) == 12);
+    json_t *rl = json_object_get(r, "layers"), *sel = json_object_get(r, "selections");
+    REQUIRE(json_array_size(rl) == 2 && json_array_size(sel) == 2);
+    CHECK(json_integer_value(json_array_get(rl, 1)) == 3);
+    CHECK(json_array_size(json_array_get(sel, 1)) == 3 && json_integer_value(json_array_get(json_array_get(sel, 1), 2)) == 4);
+    CHECK(json_integer_value(json_array_get(json_array_get(sel, 0), 1)) == 0);
     json_decref(j);
     srv_metrics_free(m);
     ft_moe_stats_free(&moe);

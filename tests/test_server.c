@@ -2063,6 +2063,98 @@ TEST(server_prefix_cache_reuses_prompts) {
     CHECK(server_stop(&u) == 0, "log: %s", u.log);
 }
 
+// /v1/stats' live figures: the engine's counters and the route counters (routing) move while a
+// request runs, and once the requests are done every MoE layer has counted n_expert_used
+// selections for each token the model evaluated: the prompt tokens, and each generated token
+// but the last (ignore_eos: every request ends on max_tokens, its last token never evaluated).
+static json_t *stat_obj(json_t *st, const char *a) {
+    return json_object_get(st, a);
+}
+
+static long json_int_at(json_t *o, const char *key) {
+    json_t *x = json_object_get(o, key);
+    return json_is_integer(x) ? (long)json_integer_value(x) : -1;
+}
+
+TEST(server_stats_count_routing) {
+    SERVER_OR_SKIP(s, "--device cpu --no-prefix-cache -c 4096");
+    static char out[1 << 16];
+    json_t *st = get_json(&s, "/v1/stats");
+    REQUIRE(st, "/v1/stats");
+    json_t *eng = stat_obj(st, "engine"), *rt = stat_obj(st, "routing");
+    CHECK(eng && !strcmp(json_string_value(json_object_get(eng, "device")), "cpu") &&
+              json_int_at(eng, "tokens_generated") == 0 && json_int_at(eng, "steps") == 0,
+          "engine before any request");
+    REQUIRE(json_is_object(rt), "routing: the CPU counts its routing");
+    CHECK(json_int_at(rt, "n_expert") == 8 && json_int_at(rt, "n_expert_used") == 2 && json_int_at(rt, "total") == 0);
+    json_t *layers = json_object_get(rt, "layers");
+    CHECK(json_array_size(layers) == 4 && json_integer_value(json_array_get(layers, 3)) == 3, "the 4 MoE blocks");
+    json_decref(st);
+
+    // a long stream: its figures appear in /v1/stats before it ends
+    char cmd[1024];
+    snprintf(cmd, sizeof(cmd),
+             "curl -s -m 120 http://127.0.0.1:%d/v1/completions -d '{\"prompt\":\"Once upon a time\",\"max_tokens\":3000,"
+             "\"temperature\":0,\"ignore_eos\":true,\"stream\":true}' > %s &",
+             s.port, test_path("routing-stream"));
+    REQUIRE(test_run(cmd, NULL, 0) == 0);
+    bool seen_live = false;
+    for (int i = 0; i < 400 && !seen_live; i++) {
+        sleep_ms(25);
+        st = get_json(&s, "/v1/stats");
+        long running = json_int_at(st, "running"), gen = json_int_at(stat_obj(st, "engine"), "tokens_generated");
+        long total = json_int_at(stat_obj(st, "routing"), "total"), done = json_int_at(st, "generation_tokens");
+        seen_live = running == 1 && gen > 0 && total > 0 && done == 0;
+        json_decref(st);
+    }
+    CHECK(seen_live, "no live figures while the stream ran");
+    for (int i = 0; i < 2400 && stat_int(&s, "running", NULL) != 0; i++) sleep_ms(50);
+    CHECK(stat_int(&s, "running", NULL) == 0, "the stream did not end");
+
+    static const char *const reqs[] = {
+        "{\"prompt\":\"Hello there friend\",\"max_tokens\":10,\"temperature\":0,\"ignore_eos\":true}",
+        "{\"prompt\":\"The quick brown fox jumps\",\"max_tokens\":5,\"temperature\":0,\"ignore_eos\":true}",
+    };
+    // the stream's prompt, as the finished requests' metrics count it
+    long prompt = stat_int(&s, "prompt_tokens", NULL), gen = 3000, evaluated = prompt + 3000 - 1;
+    CHECK(prompt > 0 && stat_int(&s, "generation_tokens", NULL) == 3000);
+    for (size_t i = 0; i < FT_ARRAY_LEN(reqs); i++) {
+        REQUIRE(http(&s, "POST", "/v1/completions", reqs[i], NULL, out, sizeof(out)) == 200, "%s", out);
+        long p = usage_int(out, "prompt_tokens", NULL), n = usage_int(out, "completion_tokens", NULL);
+        CHECK(strstr(out, "\"finish_reason\":\"length\"") != NULL, "%s", out);
+        prompt += p;
+        gen += n;
+        evaluated += p + n - 1;
+    }
+    st = get_json(&s, "/v1/stats");
+    eng = stat_obj(st, "engine");
+    rt = stat_obj(st, "routing");
+    CHECK(json_int_at(eng, "tokens_generated") == gen, "%ld generated, %ld counted", gen,
+          json_int_at(eng, "tokens_generated"));
+    CHECK(json_int_at(eng, "prompt_tokens_evaluated") == prompt, "%ld prompt tokens, %ld counted", prompt,
+          json_int_at(eng, "prompt_tokens_evaluated"));
+    CHECK(json_int_at(st, "generation_tokens") == gen, "the finished requests' count agrees");
+    json_t *rows = json_object_get(rt, "selections");
+    REQUIRE(json_array_size(rows) == 4);
+    long all = 0;
+    for (size_t l = 0; l < 4; l++) {
+        json_t *row = json_array_get(rows, l);
+        long sum = 0, used = 0;
+        for (size_t e = 0; e < json_array_size(row); e++) {
+            long c = (long)json_integer_value(json_array_get(row, e));
+            sum += c;
+            used += c > 0;
+        }
+        CHECK(json_array_size(row) == 8 && sum == 2 * evaluated, "layer %zu: %ld selections for %ld tokens", l, sum,
+              evaluated);
+        CHECK(used >= 2, "layer %zu: %ld experts ever selected", l, used);
+        all += sum;
+    }
+    CHECK(json_int_at(rt, "total") == all);
+    json_decref(st);
+    CHECK(server_stop(&s) == 0, "log: %s", s.log);
+}
+
 // Two requests that together need more KV blocks than the pool has (--num-tokens 256: 4
 // blocks; each prompt of ~160 tokens grows to 4 of them): in chunks of 64 both prompts take
 // blocks until neither can go on, the younger goes back to the queue, and again when the other

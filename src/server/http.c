@@ -674,18 +674,22 @@ static void route_model(srv_http *h, struct evhttp_request *req, json_t *body) {
 static void reply_stats(srv_http *h, struct evhttp_request *req, bool prometheus) {
     srv_sched_stats st = {0};
     ft_moe_stats moe = {0};
-    bool has_moe = false;
+    srv_routes routes = {0};
+    bool has_moe = false, has_routes = false;
     if (h->sched) {
         srv_sched_stats_get(h->sched, &st);
         has_moe = srv_sched_moe_stats(h->sched, &moe);
+        has_routes = !prometheus && srv_sched_routes(h->sched, &routes);
     }
     if (prometheus) {
         char *s = srv_metrics_prometheus(h->metrics, &st, has_moe ? &moe : NULL);
         reply_text(req, 200, "text/plain; version=0.0.4", s, strlen(s));
         free(s);
     } else
-        srv_reply_json(req, 200, srv_metrics_json(h->metrics, &st, has_moe ? &moe : NULL));
+        srv_reply_json(req, 200,
+                       srv_metrics_json(h->metrics, &st, has_moe ? &moe : NULL, has_routes ? &routes : NULL));
     ft_moe_stats_free(&moe);
+    srv_routes_free(&routes);
 }
 
 static void route_metrics(srv_http *h, struct evhttp_request *req, json_t *body) {

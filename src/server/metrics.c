@@ -200,11 +200,30 @@ json_t *srv_metrics_moe_json(const ft_moe_stats *moe) {
                      "layers", layers);
 }
 
-json_t *srv_metrics_json(const srv_metrics *m, const srv_sched_stats *s, const ft_moe_stats *moe) {
+// The route counters: the MoE blocks, and per block the selections of each expert.
+static json_t *routes_json(const srv_routes *r) {
+    json_t *blocks = json_array(), *rows = json_array();
+    uint64_t total = 0;
+    for (int i = 0; i < r->n_moe; i++) {
+        json_array_append_new(blocks, json_integer(r->block[i]));
+        json_t *row = json_array();
+        for (int e = 0; e < r->n_expert; e++) {
+            uint64_t c = r->counts[(size_t)i * (size_t)r->n_expert + (size_t)e];
+            json_array_append_new(row, json_integer((json_int_t)c));
+            total += c;
+        }
+        json_array_append_new(rows, row);
+    }
+    return json_pack("{s:i,s:i,s:I,s:o,s:o}", "n_expert", r->n_expert, "n_expert_used", r->n_expert_used,
+                     "total", (json_int_t)total, "layers", blocks, "selections", rows);
+}
+
+json_t *srv_metrics_json(const srv_metrics *m, const srv_sched_stats *s, const ft_moe_stats *moe,
+                         const srv_routes *routes) {
     json_t *fin = json_object();
     for (int i = 1; i < 5; i++)
         json_object_set_new(fin, k_finish[i], json_integer(m->requests[i]));
-    return json_pack("{s:f,s:i,s:o,s:i,s:i,s:i,s:i,s:o,s:o,s:i,s:i,s:{s:i,s:i,s:b,s:i},s:o}", "uptime_s",
+    json_t *o = json_pack("{s:f,s:i,s:o,s:i,s:i,s:i,s:i,s:o,s:o,s:i,s:i,s:{s:i,s:i,s:b,s:i},s:o}", "uptime_s",
                      ft_time_s() - m->started, "http_requests", (json_int_t)m->http_requests, "requests", fin,
                      "prompt_tokens", (json_int_t)m->prompt_tokens, "prompt_tokens_cached",
                      (json_int_t)m->prompt_cached, "prompt_tokens_computed",
@@ -215,4 +234,11 @@ json_t *srv_metrics_json(const srv_metrics *m, const srv_sched_stats *s, const f
                      (json_int_t)s->kv_used, "capacity_tokens", (json_int_t)s->kv_total, "prefix_cache",
                      s->prefix_cache, "prefix_cache_tokens", (json_int_t)s->kv_cached, "moe_cache",
                      moe ? srv_metrics_moe_json(moe) : json_null());
+    json_object_set_new(o, "engine",
+                        json_pack("{s:s,s:s,s:I,s:I,s:I}", "device", s->device ? s->device : "none", "moe_backend",
+                                  s->moe_backend ? s->moe_backend : "none", "steps", (json_int_t)s->steps,
+                                  "tokens_generated", (json_int_t)s->tokens_generated, "prompt_tokens_evaluated",
+                                  (json_int_t)s->prompt_evaluated));
+    json_object_set_new(o, "routing", routes ? routes_json(routes) : json_null());
+    return o;
 }

@@ -68,11 +68,16 @@ struct srv_sched {
     pthread_mutex_t info_mu; // guards info
     srv_slot_info *info;     // (n_slots) as published after each step
 
-    // the expert cache's counters as last read on the inference thread (under moe_mu)
-    bool has_moe;
+    // the expert cache's counters and the route counters as last read on the inference
+    // thread (under moe_mu)
+    bool has_moe, has_routes;
     pthread_mutex_t moe_mu;
     ft_moe_stats moe;
-    double moe_read_at;
+    srv_routes routes;
+    uint64_t *route_buf;     // (n_layer, n_expert) what ft_batch_route_counts writes
+    double counters_read_at;
+    // counted as the steps run (srv_sched_stats)
+    atomic_long steps, tokens_generated, prompt_evaluated;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -118,15 +123,24 @@ static void notify(srv_sched *s, srv_job *j) {
     s->notify(s->notify_ctx, j);
 }
 
-// Reads the expert cache's counters into the snapshot the HTTP side copies (inference thread,
-// between steps: the read waits for the device). force: now; else at most every 200 ms.
-static void refresh_moe(srv_sched *s, bool force) {
-    if (!s->has_moe) return;
+// Reads the expert cache's counters and the route counters into the snapshots the HTTP side
+// copies (inference thread, between steps: the reads wait for the device). force: now; else at
+// most every 200 ms.
+static void refresh_counters(srv_sched *s, bool force) {
+    if (!s->has_moe && !s->has_routes) return;
     double now = ft_time_s();
-    if (!force && now - s->moe_read_at < 0.2) return;
+    if (!force && now - s->counters_read_at < 0.2) return;
+    s->counters_read_at = now;
+    if (s->has_routes && ft_batch_route_counts(s->b, s->route_buf)) {
+        srv_routes *r = &s->routes;
+        size_t ne = (size_t)r->n_expert;
+        pthread_mutex_lock(&s->moe_mu);
+        for (int i = 0; i < r->n_moe; i++)
+            memcpy(r->counts + (size_t)i * ne, s->route_buf + (size_t)r->block[i] * ne, ne * sizeof(uint64_t));
+        pthread_mutex_unlock(&s->moe_mu);
+    }
     ft_moe_stats fresh;
-    if (!ft_batch_moe_stats(s->b, &fresh)) return;
-    s->moe_read_at = now;
+    if (!s->has_moe || !ft_batch_moe_stats(s->b, &fresh)) return;
     pthread_mutex_lock(&s->moe_mu);
     ft_moe_stats old = s->moe;
     s->moe = fresh;
@@ -169,7 +183,7 @@ static void publish_slots(srv_sched *s) {
 
 static void finish(srv_sched *s, slot *sl, enum srv_finish why, const char *msg) {
     srv_job *j = sl->job;
-    refresh_moe(s, true); // a client that sees its request end sees it in /v1/stats too
+    refresh_counters(s, true); // a client that sees its request end sees it in /v1/stats too
     ft_moe_counts moe = {0};
     if (s->has_moe) {
         pthread_mutex_lock(&s->moe_mu);
@@ -340,6 +354,7 @@ static void sample_slot(srv_sched *s, slot *sl, const float *logits) {
     pthread_mutex_lock(&j->mu);
     if (j->n_gen == 0) j->t_first = ft_time_s();
     j->n_gen++;
+    atomic_fetch_add(&s->tokens_generated, 1);
     bool stopped = ft_stop_feed(sl->stop, text, len, emit_text, j);
     if (want_lp) {
         if (j->n_toks == j->cap_toks) {
@@ -450,12 +465,14 @@ static void step(srv_sched *s) {
         for (int k = 0; k < n_items; k++) finish(s, &s->slots[s->item_slot[k]], SRV_FINISH_ERROR, err.msg);
         return;
     }
+    atomic_fetch_add(&s->steps, 1);
     for (int k = 0; k < n_items; k++) {
         slot *sl = &s->slots[s->item_slot[k]];
         const ft_batch_item *it = &s->items[k];
         if (!sl->decoding) {
             for (int i = 0; i < it->n_tok; i++) ft_sampler_accept(sl->smp, it->tokens[i]);
             sl->n_prefilled += it->n_tok;
+            atomic_fetch_add(&s->prompt_evaluated, it->n_tok);
         }
         if (it->logits) sample_slot(s, sl, ft_batch_logits(s->b, k));
     }
@@ -468,7 +485,7 @@ static void mark_moe_start(srv_sched *s) {
     bool any = false;
     for (int i = 0; i < s->n_slots; i++) any |= s->slots[i].job && s->slots[i].moe_pending;
     if (!any) return;
-    refresh_moe(s, true);
+    refresh_counters(s, true);
     pthread_mutex_lock(&s->moe_mu);
     for (int i = 0; i < s->n_slots; i++) {
         slot *sl = &s->slots[i];
@@ -495,7 +512,7 @@ static void end_rebuild(srv_sched *s, srv_job *j, enum srv_finish why, const cha
 static void run_rebuild(srv_sched *s, srv_job *j) {
     ft_err err = {{0}};
     bool ok = ft_batch_moe_rebuild(s->b, j->rebuild_slots, &err);
-    refresh_moe(s, true);
+    refresh_counters(s, true);
     end_rebuild(s, j, ok ? SRV_FINISH_STOP : SRV_FINISH_ERROR, ok ? NULL : err.msg);
 }
 
@@ -505,7 +522,7 @@ static void *thread_main(void *arg) {
         pthread_mutex_lock(&s->mu);
         if (!s->quit && s->running == 0 && s->q_len == 0 && !s->rebuild) {
             pthread_mutex_unlock(&s->mu);
-            refresh_moe(s, true); // going idle: the snapshot shows everything done so far
+            refresh_counters(s, true); // going idle: the snapshot shows everything done so far
             pthread_mutex_lock(&s->mu);
         }
         while (!s->quit && s->running == 0 && s->q_len == 0 && !s->rebuild)
@@ -528,7 +545,7 @@ static void *thread_main(void *arg) {
         if (rebuild) run_rebuild(s, rebuild);
         step(s);
         publish_slots(s);
-        refresh_moe(s, false);
+        refresh_counters(s, false);
     }
     // shutting down: cancel what runs and what waits
     for (int i = 0; i < s->n_slots; i++)
@@ -591,7 +608,23 @@ srv_sched *srv_sched_init(const ft_model *m, const tok_vocab *v, const srv_param
     atomic_init(&s->kv_used, 0);
     atomic_init(&s->kv_cached, 0);
     s->has_moe = ft_batch_moe_backend(s->b) == FT_MOE_BACKEND_OFFLOAD;
-    refresh_moe(s, true);
+    atomic_init(&s->steps, 0);
+    atomic_init(&s->tokens_generated, 0);
+    atomic_init(&s->prompt_evaluated, 0);
+    if (m->hp.n_expert > 0) {
+        s->route_buf = ft_calloc((size_t)m->hp.n_layer * (size_t)m->hp.n_expert, sizeof(uint64_t));
+        s->has_routes = ft_batch_route_counts(s->b, s->route_buf);
+    }
+    if (s->has_routes) {
+        srv_routes *r = &s->routes;
+        r->n_expert = m->hp.n_expert;
+        r->n_expert_used = m->hp.n_expert_used;
+        r->block = ft_malloc((size_t)m->hp.n_layer * sizeof(int));
+        for (int l = 0; l < m->hp.n_layer; l++)
+            if (m->layers[l].is_moe) r->block[r->n_moe++] = l;
+        r->counts = ft_calloc((size_t)FT_MAX(r->n_moe, 1) * (size_t)r->n_expert, sizeof(uint64_t));
+    }
+    refresh_counters(s, true);
     if (pthread_create(&s->thread, NULL, thread_main, s) != 0) {
         ft_err_set(err, "cannot start the inference thread");
         pthread_mutex_destroy(&s->mu);
@@ -623,6 +656,8 @@ void srv_sched_free(srv_sched *s) {
     free(s->masked);
     free(s->queue);
     ft_moe_stats_free(&s->moe);
+    srv_routes_free(&s->routes);
+    free(s->route_buf);
     pthread_mutex_destroy(&s->moe_mu);
     pthread_mutex_destroy(&s->info_mu);
     free(s->info);
@@ -653,6 +688,11 @@ void srv_sched_stats_get(srv_sched *s, srv_sched_stats *out) {
     out->kv_cached = atomic_load(&s->kv_cached);
     out->kv_total = (long)ft_batch_kv_positions(s->b);
     out->prefix_cache = s->p.engine.prefix_cache;
+    out->steps = atomic_load(&s->steps);
+    out->tokens_generated = atomic_load(&s->tokens_generated);
+    out->prompt_evaluated = atomic_load(&s->prompt_evaluated);
+    out->device = ft_batch_backend(s->b)->placement == FT_PLACEMENT_CPU ? "cpu" : "cuda";
+    out->moe_backend = ft_moe_backend_name(ft_batch_moe_backend(s->b));
 }
 
 int srv_sched_n_slots(const srv_sched *s) {
@@ -678,6 +718,27 @@ bool srv_sched_moe_stats(srv_sched *s, ft_moe_stats *out) {
     if (!s->has_moe) return false;
     pthread_mutex_lock(&s->moe_mu);
     ft_moe_stats_copy(out, &s->moe);
+    pthread_mutex_unlock(&s->moe_mu);
+    return true;
+}
+
+void srv_routes_free(srv_routes *r) {
+    free(r->block);
+    free(r->counts);
+    memset(r, 0, sizeof(*r));
+}
+
+bool srv_sched_routes(srv_sched *s, srv_routes *out) {
+    memset(out, 0, sizeof(*out));
+    if (!s->has_routes) return false;
+    const srv_routes *r = &s->routes;
+    *out = (srv_routes){.n_moe = r->n_moe, .n_expert = r->n_expert, .n_expert_used = r->n_expert_used};
+    out->block = ft_malloc((size_t)FT_MAX(r->n_moe, 1) * sizeof(int));
+    memcpy(out->block, r->block, (size_t)r->n_moe * sizeof(int));
+    size_t n = (size_t)FT_MAX(r->n_moe, 1) * (size_t)r->n_expert;
+    out->counts = ft_malloc(n * sizeof(uint64_t));
+    pthread_mutex_lock(&s->moe_mu);
+    memcpy(out->counts, r->counts, n * sizeof(uint64_t));
     pthread_mutex_unlock(&s->moe_mu);
     return true;
 }

@@ -146,7 +146,23 @@ typedef struct srv_sched_stats {
     long kv_used, kv_total; // positions held by sequences / in the pool they share
     long kv_cached;         // positions the prefix cache keeps (some also held by sequences)
     bool prefix_cache;
+    // counted by the inference thread as it goes (the metrics count a request when it ends)
+    long steps;             // forward steps run
+    long tokens_generated;  // tokens generated (as usage counts them), running requests' included
+    long prompt_evaluated;  // prompt tokens run through the model (not those the prefix cache had)
+    const char *device;     // "cpu" or "cuda"
+    const char *moe_backend; // the --moe-backend placed ("fused" on the CPU)
 } srv_sched_stats;
+
+// The router's selections per MoE block and expert, cumulative since start-up, as the
+// inference thread last read them (ft_batch_route_counts).
+typedef struct srv_routes {
+    int n_moe;          // MoE blocks
+    int n_expert, n_expert_used;
+    int *block;         // (n_moe) block index of each
+    uint64_t *counts;   // (n_moe, n_expert) selections of each expert
+} srv_routes;
+void srv_routes_free(srv_routes *r); // a zeroed one is a no-op
 
 srv_sched *srv_sched_init(const ft_model *m, const tok_vocab *v, const srv_params *p, srv_notify_fn notify,
                           void *ctx, ft_err *err);
@@ -175,6 +191,10 @@ int srv_sched_n_ctx(const srv_sched *s);
 // cache; free *out with ft_moe_stats_free.
 bool srv_sched_has_moe_cache(const srv_sched *s);
 bool srv_sched_moe_stats(srv_sched *s, ft_moe_stats *out);
+// A copy of the route counters (read as the expert cache's counters are); returns false, *out
+// zeroed, where the model has no experts or its backend does not count them. Free *out with
+// srv_routes_free.
+bool srv_sched_routes(srv_sched *s, srv_routes *out);
 // Queues a cache resize (j->api SRV_API_REBUILD, j->rebuild_slots; takes a reference), run
 // between two steps; j ends done with finish STOP (resized), ERROR (errmsg says why) or CANCEL
 // (shutting down). Returns false when a resize is already waiting.
@@ -191,7 +211,9 @@ void srv_metrics_job(srv_metrics *m, const srv_job *j);
 // Prometheus text and /v1/stats JSON (caller frees). moe: the expert cache's counters, per pool
 // and per layer, or NULL when there is no cache.
 char *srv_metrics_prometheus(const srv_metrics *m, const srv_sched_stats *s, const ft_moe_stats *moe);
-json_t *srv_metrics_json(const srv_metrics *m, const srv_sched_stats *s, const ft_moe_stats *moe);
+// routes: the route counters, or NULL where there are none.
+json_t *srv_metrics_json(const srv_metrics *m, const srv_sched_stats *s, const ft_moe_stats *moe,
+                         const srv_routes *routes);
 // The expert cache as JSON: slots, layout, bytes, totals, pools and layers (cumulative).
 json_t *srv_metrics_moe_json(const ft_moe_stats *moe);
 
