@@ -36,7 +36,7 @@ endif
 SRC      := $(shell find src -name '*.c' | sort)
 LIB_SRC  := $(filter-out src/cli/main.c,$(SRC))
 TEST_SRC := $(wildcard tests/*.c)
-LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o) $(BUILD)/gen/web_files.o
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
 
 # CUDA: src/backend/cuda/*.cu are compiled with nvcc (from PATH, else /usr/local/cuda/bin) for
@@ -80,6 +80,15 @@ all: $(BUILD)/ft
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
+
+# ft serve's web page: the files of src/server/web/ as C arrays (scripts/embed.sh: od and awk),
+# linked into ft (src/server/web.h).
+WEB_FILES := $(sort $(wildcard src/server/web/*))
+$(BUILD)/gen/web_files.c: $(WEB_FILES) scripts/embed.sh
+	@mkdir -p $(dir $@)
+	sh scripts/embed.sh src/server/web $(WEB_FILES) > $@.tmp && mv $@.tmp $@
+$(BUILD)/gen/web_files.o: $(BUILD)/gen/web_files.c
+	$(CC) $(CFLAGS) -Isrc/server -c $< -o $@
 
 $(BUILD)/ft: $(BUILD)/src/cli/main.o $(LIB_OBJ)
 	$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS)

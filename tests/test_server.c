@@ -45,20 +45,18 @@ static int g_server_nofile;
 // The next server started renders the GGUF's own chat template (no --chat-template chatml).
 static bool g_server_own_template;
 
-// Starts `ft serve` with extra arguments (a space-separated list, no quoting). Returns false
-// if it did not come up within 20 s.
-static bool server_start(server *s, const char *extra) {
+// Starts `ft serve` on a model with arguments (a space-separated list, no quoting). Returns
+// false if it did not come up within 20 s.
+static bool server_start_on(server *s, const char *model, const char *extra) {
     static int n_started;
     memset(s, 0, sizeof(*s));
     char ready[512];
     snprintf(ready, sizeof(ready), "%s", test_path("server-ready"));
     snprintf(s->log, sizeof(s->log), "%s/server-%d.log", test_tmpdir(), n_started++);
     unlink(ready);
-    const char *model = model_path();
-    if (!model[0]) return false;
+    if (!model || !model[0]) return false;
     char args[2048];
-    snprintf(args, sizeof(args), "serve -m %s --port 0 --ready-file %s -t 1 %s %s", model, ready,
-             g_server_own_template ? "" : "--chat-template chatml", extra ? extra : "");
+    snprintf(args, sizeof(args), "serve -m %s --port 0 --ready-file %s -t 1 %s", model, ready, extra ? extra : "");
     char *argv[64];
     int argc = 0;
     argv[argc++] = (char *)test_ft_bin();
@@ -91,6 +89,14 @@ static bool server_start(server *s, const char *extra) {
         sleep_ms(50);
     }
     return false;
+}
+
+// Starts `ft serve` on the server tests' model with extra arguments, and the chatml template
+// unless g_server_own_template.
+static bool server_start(server *s, const char *extra) {
+    char args[1536];
+    snprintf(args, sizeof(args), "%s %s", g_server_own_template ? "" : "--chat-template chatml", extra ? extra : "");
+    return server_start_on(s, model_path(), args);
 }
 
 // SIGTERM; returns the exit status (-1: killed or did not stop within 10 s).
@@ -2308,4 +2314,138 @@ TEST(server_chat_template_jinja) {
     CHECK(!server_start(&s, extra), "a template that does not parse must stop the server");
     CHECK(strstr(read_log(&s), "line 2, column 16"), "log: %s", read_log(&s));
     server_stop(&s);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The web page (src/server/web/, built into the binary)
+
+// curl: GET path with extra curl arguments; the headers (lower-cased names) into hdr and the
+// body into a file whose bytes go to body (cap of them); returns the status, -1 on failure.
+static int http_get_full(const server *s, const char *path, const char *args, char *hdr, size_t hcap,
+                         unsigned char *body, size_t bcap, size_t *blen) {
+    char cmd[2048], hfile[512], bfile[512];
+    snprintf(hfile, sizeof(hfile), "%s", test_path("web-headers"));
+    snprintf(bfile, sizeof(bfile), "%s", test_path("web-body"));
+    unlink(bfile); // curl writes no file for an empty body
+    snprintf(cmd, sizeof(cmd), "curl -s -m 30 %s -D '%s' -o '%s' -w '%%{http_code}' http://127.0.0.1:%d%s", args ? args : "",
+             hfile, bfile, s->port, path);
+    char code[16];
+    if (test_run(cmd, code, sizeof(code)) != 0) return -1;
+    FILE *f = fopen(hfile, "rb");
+    if (!f) return -1;
+    size_t n = fread(hdr, 1, hcap - 1, f);
+    fclose(f);
+    hdr[n] = 0;
+    for (size_t i = 0; i < n; i++) hdr[i] = (char)(hdr[i] >= 'A' && hdr[i] <= 'Z' ? hdr[i] + 32 : hdr[i]);
+    *blen = 0;
+    if ((f = fopen(bfile, "rb"))) {
+        *blen = fread(body, 1, bcap, f);
+        fclose(f);
+    }
+    return atoi(code);
+}
+
+// A header's value (lower-cased, without the line end) from curl's header dump, into out.
+static const char *header_value(const char *hdr, const char *name, char *out, size_t cap) {
+    char key[128];
+    snprintf(key, sizeof(key), "\n%s: ", name);
+    const char *p = strstr(hdr, key);
+    out[0] = 0;
+    if (!p) return NULL;
+    p += strlen(key);
+    size_t n = strcspn(p, "\r\n");
+    snprintf(out, cap, "%.*s", (int)(n < cap ? n : cap - 1), p);
+    return out;
+}
+
+// Each file of src/server/web/ is served at /NAME byte for byte (and index.html at /), with its
+// type, a policy that allows nothing but the page itself (no inline code, requests to this
+// server only), revalidation (no-cache, ETag; 304 for a known ETag); without the API key (the
+// page is open, /v1/stats is not), and only by GET.
+TEST(server_web_files) {
+    SERVER_OR_SKIP(s, "--api-key sekrit");
+    static char hdr[8192];
+    static unsigned char body[1 << 20], want[1 << 20];
+    char val[512];
+    size_t n;
+    DIR *d = opendir("src/server/web");
+    REQUIRE(d, "src/server/web (the tests run from the repository root)");
+    int files = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        if (e->d_name[0] == '.') continue;
+        char path[600], url[600];
+        snprintf(path, sizeof(path), "src/server/web/%s", e->d_name);
+        FILE *f = fopen(path, "rb");
+        REQUIRE(f, "%s", path);
+        size_t wn = fread(want, 1, sizeof(want), f);
+        fclose(f);
+        const char *type = strstr(e->d_name, ".html") ? "text/html; charset=utf-8"
+                           : strstr(e->d_name, ".js")  ? "text/javascript; charset=utf-8"
+                           : strstr(e->d_name, ".css") ? "text/css; charset=utf-8"
+                                                       : "?";
+        for (int root = 0; root < 2; root++) {
+            if (root && strcmp(e->d_name, "index.html")) continue;
+            snprintf(url, sizeof(url), "/%s", root ? "" : e->d_name);
+            int code = http_get_full(&s, url, NULL, hdr, sizeof(hdr), body, sizeof(body), &n);
+            CHECK(code == 200 && n == wn && !memcmp(body, want, wn), "%s: %d, %zu bytes served of %zu", url, code, n, wn);
+            CHECK(header_value(hdr, "content-type", val, sizeof(val)) && !strcmp(val, type), "%s: %s", url, val);
+            header_value(hdr, "content-security-policy", val, sizeof(val));
+            CHECK(strstr(val, "default-src 'none'") && strstr(val, "script-src 'self'") &&
+                      strstr(val, "connect-src 'self'") && !strstr(val, "unsafe") && !strstr(val, "http"),
+                  "%s: policy '%s'", url, val);
+            CHECK(header_value(hdr, "cache-control", val, sizeof(val)) && !strcmp(val, "no-cache"), "%s", url);
+            CHECK(header_value(hdr, "x-content-type-options", val, sizeof(val)) && !strcmp(val, "nosniff"), "%s", url);
+            char etag[128], args[256];
+            REQUIRE(header_value(hdr, "etag", etag, sizeof(etag)) && etag[0] == '"', "%s: no ETag", url);
+            snprintf(args, sizeof(args), "-H 'If-None-Match: %s'", etag);
+            code = http_get_full(&s, url, args, hdr, sizeof(hdr), body, sizeof(body), &n);
+            CHECK(code == 304 && n == 0, "%s with its ETag: %d, %zu bytes", url, code, n);
+            code = http_get_full(&s, url, "-H 'If-None-Match: \"0-0\"'", hdr, sizeof(hdr), body, sizeof(body), &n);
+            CHECK(code == 200 && n == wn, "%s with another ETag: %d", url, code);
+        }
+        files++;
+    }
+    closedir(d);
+    CHECK(files >= 3, "%d files in src/server/web", files);
+    // the page's own requests need the key; other methods and unknown files are refused
+    static char out[4096];
+    CHECK(http(&s, "GET", "/v1/stats", NULL, NULL, out, sizeof(out)) == 401);
+    CHECK(http(&s, "POST", "/", "{}", NULL, out, sizeof(out)) == 405, "%s", out);
+    CHECK(http(&s, "GET", "/app.jsx", NULL, "-H 'x-api-key: sekrit'", out, sizeof(out)) == 404);
+    CHECK(server_stop(&s) == 0, "log: %s", s.log);
+}
+
+// The page in headless Chromium (tests/server/web.mjs): it loads, streams a reply as folded
+// reasoning and one as content, shows live rates and the server's figures, draws the expert map
+// in colour after the requests, stops a request; the page's console and the browser's log stay
+// free of errors. A random-weight model of 12 MoE layers of 32 experts (4 per token) with the
+// qwen3.5 template, whose replies open in reasoning unless thinking is off. Skips without node
+// or Chromium, unless FT_REQUIRE_CHROMIUM is set (CI). The screenshot lands in the scratch
+// folder (web-ui.png; FT_KEEP_TMP keeps it): docs/web-ui.png is one.
+TEST(server_web_page_in_chromium) {
+    const char *req = getenv("FT_REQUIRE_CHROMIUM");
+    bool required = req && *req && strcmp(req, "0");
+    const char *chromium = getenv("CHROMIUM") ? getenv("CHROMIUM") : "chromium";
+    char cmd[1024];
+    snprintf(cmd, sizeof(cmd), "node --version >/dev/null 2>&1 && %s --version >/dev/null 2>&1", chromium);
+    if (test_run(cmd, NULL, 0) != 0) {
+        if (required)
+            test_fail(__FILE__, __LINE__, "FT_REQUIRE_CHROMIUM: node or %s is missing (scripts/install-deps.sh)", chromium);
+        else
+            test_skip("node or %s is missing (scripts/install-deps.sh installs Debian's chromium)", chromium);
+        return;
+    }
+    const char *model = fixture_cli_model("web-model.gguf", "--name web-demo --layers 12 --experts 32 --top-k 4 "
+                                                            "--ff 128 --expert-types q8_0");
+    REQUIRE(model, "ft synth");
+    server s;
+    REQUIRE(server_start_on(&s, model, "--device cpu -c 4096 --chat-template qwen3.5"), "ft serve did not start (log: %s)",
+            s.log);
+    static char out[1 << 14];
+    snprintf(cmd, sizeof(cmd), "node tests/server/web.mjs %d '%s' 2>&1", s.port, test_path("web-ui.png"));
+    CHECK(test_run(cmd, out, sizeof(out)) == 0, "web.mjs: %s", out);
+    fprintf(stderr, "  %s", out);
+    struct stat st;
+    CHECK(stat(test_path("web-ui.png"), &st) == 0 && st.st_size > 10000, "no screenshot");
+    CHECK(server_stop(&s) == 0, "log: %s", s.log);
 }

@@ -1,13 +1,14 @@
 // http.c: the HTTP side. evhttp parses requests (with body, header and idle-time limits);
 // this file routes them through one table (method, path, handler, whether the API key is
-// needed), answers the small routes (/health, /v1/models, /metrics, /v1/stats, /tokenize,
-// /detokenize, /v1/cache/rebuild), hands generation requests to the API files, and delivers
+// needed), answers the small routes (the web page, /health, /v1/models, /metrics, /v1/stats,
+// /tokenize, /detokenize, /v1/cache/rebuild), hands generation requests to the API files, and delivers
 // what the inference thread produces: the scheduler's notify hook puts a job on a ready list
 // and activates an event; the event's callback (on this thread) drains the job and writes SSE
 // events or the final response.
 #include "srv_impl.h"
 #include "deadline.h"
 #include "prep.h"
+#include "web.h"
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
@@ -670,6 +671,41 @@ static void route_model(srv_http *h, struct evhttp_request *req, json_t *body) {
     free(id);
 }
 
+// The web page's policy: its own scripts and styles only (none inline), requests to this server
+// only, no frames, no forms posted anywhere.
+#define WEB_CSP                                                                                           \
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; " \
+    "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+
+// GET / and the web page's files (web.h), built into the binary. Open: the page holds no secret,
+// and its own requests carry the API key the user gives it. Revalidated on each load (no-cache
+// with an ETag: a 304 when unchanged), so a new ft serves its own page at once.
+static void route_web(srv_http *h, struct evhttp_request *req, json_t *body) {
+    const struct evhttp_uri *eu = evhttp_request_get_evhttp_uri(req);
+    const char *path = eu ? evhttp_uri_get_path(eu) : NULL;
+    const srv_web_file *f = srv_web_find(path && *path ? path : "/");
+    if (!f) { // a route of the table without a file: the build left one out
+        reply_err(req, false, 404, "no such file in this build");
+        return;
+    }
+    struct evkeyvalq *hd = evhttp_request_get_output_headers(req);
+    evhttp_add_header(hd, "ETag", f->etag);
+    evhttp_add_header(hd, "Cache-Control", "no-cache");
+    evhttp_add_header(hd, "Content-Security-Policy", WEB_CSP);
+    evhttp_add_header(hd, "X-Content-Type-Options", "nosniff");
+    evhttp_add_header(hd, "Referrer-Policy", "no-referrer");
+    const char *inm = evhttp_find_header(evhttp_request_get_input_headers(req), "If-None-Match");
+    if (inm && (strstr(inm, f->etag) || !strcmp(inm, "*"))) {
+        send_reply(req, 304, "Not Modified", NULL);
+        return;
+    }
+    evhttp_add_header(hd, "Content-Type", f->ctype);
+    struct evbuffer *b = evbuffer_new();
+    evbuffer_add_reference(b, f->data, f->size, NULL, NULL);
+    send_reply(req, 200, "OK", b);
+    evbuffer_free(b);
+}
+
 // GET /metrics (Prometheus text) and GET /v1/stats (JSON): the same counters.
 static void reply_stats(srv_http *h, struct evhttp_request *req, bool prometheus) {
     srv_sched_stats st = {0};
@@ -834,6 +870,10 @@ typedef struct route {
 } route;
 
 static const route routes[] = {
+    {EVHTTP_REQ_GET, "/", route_web, ROUTE_OPEN},
+    {EVHTTP_REQ_GET, "/index.html", route_web, ROUTE_OPEN},
+    {EVHTTP_REQ_GET, "/app.js", route_web, ROUTE_OPEN},
+    {EVHTTP_REQ_GET, "/app.css", route_web, ROUTE_OPEN},
     {EVHTTP_REQ_GET, "/health", route_health, ROUTE_OPEN},
     {EVHTTP_REQ_GET, "/v1/models", route_models, 0},
     {EVHTTP_REQ_GET, "/v1/models/", route_model, ROUTE_PREFIX},
