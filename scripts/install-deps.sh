@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages ft builds and tests with, where missing. Root, or sudo.
 set -euo pipefail
-pkgs=(build-essential pkg-config libjansson-dev libpcre2-dev libevent-dev clang nodejs npm curl)
+# chromium: the web page's test drives it headless (tests/server/web.mjs)
+pkgs=(build-essential pkg-config libjansson-dev libpcre2-dev libevent-dev clang nodejs npm curl chromium)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
