@@ -55,13 +55,15 @@ typedef struct {
 static bool pair_init(pair *p, int max_tok, int64_t max_width, int max_ctx, int hd, int ne, int k) {
     ft_err err = {{0}};
     p->cpu = ft_backend_cpu_init(2, false);
+    setenv("FT_CUDA_ROUTE_COUNTS", "1", 1); // (opt-in until the GPU suite has run it)
     p->gpu = ft_backend_init(&(ft_backend_params){.device = FT_PLACEMENT_CUDA, .graph_max_tok = -1}, &err);
+    unsetenv("FT_CUDA_ROUTE_COUNTS");
     if (!p->gpu) {
         test_fail(__FILE__, __LINE__, "cuda init: %s", err.msg);
         p->cpu->ops->free(p->cpu);
         return false;
     }
-    ft_backend_limits lim = {max_tok, max_width, max_ctx, hd, ne, k, 0};
+    ft_backend_limits lim = {max_tok, max_width, max_ctx, hd, ne, k, 0, .n_layer = 2}; // route counters for blocks 0, 1
     p->cpu->ops->reserve(p->cpu, &lim);
     p->gpu->ops->reserve(p->gpu, &lim);
     p->rng = ft_rng_init(1234);
@@ -322,7 +324,7 @@ static void delta_net_case(const delta_shape *sh, const delta_case_opts *o) {
         loop = ft_backend_init(&(ft_backend_params){.device = FT_PLACEMENT_CUDA, .graph_max_tok = -1}, &err);
         unsetenv("FT_CUDA_DELTA_CHUNKED");
         FT_ASSERT(loop);
-        ft_backend_limits lim = {max_tok, C, 16, hd, o->scratch_k, o->scratch_k, 0};
+        ft_backend_limits lim = {max_tok, C, 16, hd, o->scratch_k, o->scratch_k, 0, 0};
         loop->ops->reserve(loop, &lim);
     }
     float *w = randn(&p.rng, (size_t)K * C, 0.3f), *dt = randn(&p.rng, (size_t)H, 0.5f);
@@ -812,12 +814,14 @@ TEST(cuda_op_moe_ffn) {
     // tolerances: K-quant banks 4e-2 (two matmuls each up to 1.2e-2 from q8_1 vs q8_K
     // activations, measured); q8_0 / bf16 banks 5e-3 (q8_0's activations agree to the code)
     struct { enum ft_type gu, down; double tol; } banks[2] = {{FT_TYPE_Q4_K, FT_TYPE_Q6_K, 4e-2}, {FT_TYPE_Q8_0, FT_TYPE_BF16, 5e-3}};
+    bool tie_seen = false;      // a near tie so far: the two routers may have counted apart
+    uint64_t n_sel[2] = {0, 0}; // selections made so far per block (tokens x K)
     for (int b = 0; b < 2; b++) {
         ft_tensor g = host_tensor(&p.rng, banks[b].gu, E, F, NE, 0.05f), u = host_tensor(&p.rng, banks[b].gu, E, F, NE, 0.05f),
                   d = host_tensor(&p.rng, banks[b].down, F, E, NE, 0.05f);
         ft_tensor dg = dev_tensor(&g), du = dev_tensor(&u), dd = dev_tensor(&d);
         for (int mode = 0; mode < 2; mode++) {
-            ft_moe_params mp = {.router = &router, .gate_exps = &g, .up_exps = &u, .down_exps = &d, .n_expert = NE,
+            ft_moe_params mp = {.layer = mode, .router = &router, .gate_exps = &g, .up_exps = &u, .down_exps = &d, .n_expert = NE,
                                 .n_expert_used = K, .gating = mode ? FT_GATING_SIGMOID : FT_GATING_SOFTMAX,
                                 .norm_w = true, .w_scale = mode ? 2.5f : 0.0f, .sel_bias = mode ? &bias : NULL};
             ft_moe_params gp = mp;
@@ -847,6 +851,26 @@ TEST(cuda_op_moe_ffn) {
                 if (!near_tie) {
                     CHECK(e <= banks[b].tol, "%s: error %.3g", what, e);
                     CHECK(fabsf(p.gpu->min_route_gap - p.cpu->min_route_gap) < 1e-3f, "%s: routing gap", what);
+                }
+                // the route counters (cumulative over the calls, block = mode): the CPU's, expert
+                // by expert, until a near tie may have routed a token otherwise; the totals always
+                tie_seen |= near_tie;
+                uint64_t cc[2 * 16], gc[2 * 16]; // (NE is 16)
+                p.cpu->ops->route_counts(p.cpu, cc);
+                p.gpu->ops->route_counts(p.gpu, gc);
+                for (int l = 0; l < 2; l++) {
+                    uint64_t cs = 0, gs = 0;
+                    for (int ex = 0; ex < NE; ex++) {
+                        cs += cc[l * NE + ex], gs += gc[l * NE + ex];
+                        if (!tie_seen)
+                            CHECK(gc[l * NE + ex] == cc[l * NE + ex], "%s: block %d expert %d counted %llu, the CPU %llu",
+                                  what, l, ex, (unsigned long long)gc[l * NE + ex], (unsigned long long)cc[l * NE + ex]);
+                    }
+                    CHECK(gs == cs, "%s: block %d: %llu selections counted, the CPU %llu", what, l,
+                          (unsigned long long)gs, (unsigned long long)cs);
+                    n_sel[l] += l == mode ? (uint64_t)n * K : 0;
+                    CHECK(cs == n_sel[l], "%s: block %d: the CPU counted %llu of %llu", what, l, (unsigned long long)cs,
+                          (unsigned long long)n_sel[l]);
                 }
                 free(h);
                 free(x);

@@ -27,7 +27,9 @@
 // several CTAs), that the deferred and queued CPU work runs before each read, and the graphed
 // meeting's sequence numbers (the default and the spinning import take the routing and x from
 // the decode router's own export, the event meeting from copies). A last engine routes on the
-// CPU (FT_CPU_EXPERTS_ROUTE=host), judged against the CPU reference like the default.
+// CPU (FT_CPU_EXPERTS_ROUTE=host), judged against the CPU reference like the default. At the
+// end every engine's route counters hold k selections per evaluated token in each MoE layer,
+// and the GPU-routed cpu-mode engines' are equal expert by expert.
 // Models: qwen3moe (softmax gating) and a mixed-type laguna and glm4moe (a dense lead layer,
 // sigmoid gating with a selection bias, Q4_K experts then a BF16 tail). A qwen35moe with fused gate/up
 // experts equals its split twin bit for bit (the overlay's strided staging, the CPU's views).
@@ -115,6 +117,7 @@ static void model_case(const char *arch, bool strict, const schedule *sc) {
     if (!ok) test_fail(__FILE__, __LINE__, "cpu reference: %s", err.msg);
     ep.device = FT_PLACEMENT_CUDA;
     ep.moe_backend = FT_MOE_BACKEND_FUSED;
+    setenv("FT_CUDA_ROUTE_COUNTS", "1", 1); // the route counters (opt-in until the GPU suite has run them)
     ok = ok && arm_init(&fused, "fused", path, &ep);
     ep.moe_backend = FT_MOE_BACKEND_CPU;
     ep.moe_prefill_serial = sc->serial;
@@ -130,6 +133,7 @@ static void model_case(const char *arch, bool strict, const schedule *sc) {
     setenv("FT_CPU_EXPERTS_ROUTE", "host", 1);
     ok = ok && arm_init(&hostroute, "moe-backend cpu, routing on the CPU", path, &ep);
     unsetenv("FT_CPU_EXPERTS_ROUTE");
+    unsetenv("FT_CUDA_ROUTE_COUNTS");
     if (ok) {
         // where the weights went: experts in host memory, the rest (the router too) on the GPU
         // (the engines' copies: the model itself stays in the mapping, on the host)
@@ -187,6 +191,30 @@ static void model_case(const char *arch, bool strict, const schedule *sc) {
                 worst_fused = fmax(worst_fused, df);
             }
         }
+        // the route counters: every engine's MoE layers counted k selections per token evaluated
+        // (the CPU's router's where it routes); the GPU-routed cpu-mode engines, which route the
+        // same logits, alike expert by expert (graphed steps and direct ones)
+        arm *arms[6] = {&cpumode, &event, &spin, &direct, &hostroute, &fused};
+        const ft_hparams *hp = &cpumode.m->hp;
+        size_t nc = (size_t)hp->n_layer * (size_t)hp->n_expert;
+        uint64_t *rc[6];
+        for (int i = 0; i < 6; i++) {
+            rc[i] = ft_calloc(nc, sizeof(uint64_t));
+            CHECK(test_failed() || ft_engine_route_counts(arms[i]->e, rc[i]), "%s: no route counters", arms[i]->name);
+        }
+        for (int b = 0; b < hp->n_layer && !test_failed(); b++) {
+            if (!cpumode.m->layers[b].is_moe) continue;
+            for (int i = 0; i < 6; i++) {
+                uint64_t sum = 0;
+                for (int x = 0; x < hp->n_expert; x++) sum += rc[i][(size_t)b * hp->n_expert + x];
+                CHECK(sum == (uint64_t)at * (uint64_t)hp->n_expert_used, "%s %s: block %d counted %llu selections for %d tokens",
+                      arch, arms[i]->name, b, (unsigned long long)sum, at);
+            }
+        }
+        for (int i = 1; i < 4 && !test_failed(); i++)
+            CHECK(!memcmp(rc[i], rc[0], nc * sizeof(uint64_t)), "%s %s: route counts differ from the default's", arch,
+                  arms[i]->name);
+        for (int i = 0; i < 6; i++) free(rc[i]);
         printf("    %s %-10s %-22s worst top-10 prob diff over %d stable steps of %d: vs cpu %.3g, vs fused %.3g "
                "(tol %.3g); routing gap cpu %.3g, cpu mode %.3g\n", arch, strict ? "strict" : "realistic", sc->name,
                cpu.n_stable, cpu.n_steps, worst_cpu, worst_fused, tol, ft_engine_route_gap(cpu.e[0]),

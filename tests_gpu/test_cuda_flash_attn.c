@@ -209,7 +209,7 @@ TEST(cuda_flash_attn) {
         cpu->ops->free(cpu);
         return;
     }
-    ft_backend_limits lim = {160, (int64_t)8 * N_KV * 256, N_CTX, 256, 0, 0, 0};
+    ft_backend_limits lim = {160, (int64_t)8 * N_KV * 256, N_CTX, 256, 0, 0, 0, 0};
     cpu->ops->reserve(cpu, &lim);
     gpu->ops->reserve(gpu, &lim);
     ft_rng rng = ft_rng_init(77);

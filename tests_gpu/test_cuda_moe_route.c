@@ -11,7 +11,8 @@
 // logits (no near ties: consecutive sorted probabilities of 256 experts are ~1e-3 apart, the
 // logit error ~1e-6) the selected experts must be equal and the weights within 1e-5 relative.
 // Each case runs twice, so a count left non-zero by the first launch (the last CTA resets it)
-// would fail the second. Outputs start as NaN.
+// would fail the second. Outputs start as NaN. Every launch also counts its selections into one
+// set of route counters, which must end as the histogram of the experts the launches returned.
 #include "gpu_test.h"
 #include "../src/backend/cuda/cuda_ops.h"
 
@@ -41,7 +42,10 @@ static void router_case(enum ft_type t, int n_embd, int n_expert, int k, bool so
     float *dgap = ft_cuda_malloc(2 * sizeof(float));
     int32_t *dsel = ft_cuda_malloc(2 * 32 * sizeof(int32_t));
     int *dcount = ft_cuda_malloc(sizeof(int));
-    FT_ASSERT(dw && dx && db && dlog && dsw && dgap && dsel && dcount);
+    unsigned long long *dcounts = ft_cuda_malloc(256 * sizeof(unsigned long long));
+    FT_ASSERT(dw && dx && db && dlog && dsw && dgap && dsel && dcount && dcounts);
+    ft_cuda_memset(dcounts, 0, 256 * sizeof(unsigned long long), NULL);
+    uint64_t hist[256] = {0};
     ft_cuda_memcpy_h2d(dw, w, nw * es, NULL);
     ft_cuda_memcpy_h2d(dx, x, n_embd * sizeof(float), NULL);
     ft_cuda_memcpy_h2d(db, b, 256 * sizeof(float), NULL);
@@ -59,7 +63,7 @@ static void router_case(enum ft_type t, int n_embd, int n_expert, int k, bool so
         ft_cuda_memcpy_h2d(dgap + j, inf, sizeof(float), NULL);
         ft_cuda_route_params rp = {.logits = dlog + j * 256, .bias = bias ? db : NULL, .sel = dsel + j * 32,
                                    .w = dsw + j * 32, .gap = dgap + j, .n_tok = 1, .n_expert = n_expert, .k = k,
-                                   .softmax = softmax, .norm_w = 1, .w_scale = 1.0f};
+                                   .softmax = softmax, .norm_w = 1, .w_scale = 1.0f, .counts = dcounts};
         if (j == 0) {
             ft_cuda_matvec_params mp = {.type = t, .w = dw, .n_rows = n_expert, .n_cols = n_embd, .x = dx,
                                         .y = dlog, .n_tok = 1};
@@ -75,6 +79,8 @@ static void router_case(enum ft_type t, int n_embd, int n_expert, int k, bool so
         ft_cuda_memcpy_d2h(sel[j], dsel + j * 32, (size_t)k * sizeof(int32_t), NULL);
         ft_cuda_memcpy_d2h(&gap[j], dgap + j, sizeof(float), NULL);
         ft_cuda_device_sync();
+        for (int i = 0; i < k; i++)
+            if (sel[j][i] >= 0 && sel[j][i] < n_expert) hist[sel[j][i]]++;
         if (j == 0) continue;
         for (int e = 0; e < n_expert; e++) {
             double s = 0;
@@ -93,9 +99,15 @@ static void router_case(enum ft_type t, int n_embd, int n_expert, int k, bool so
         }
         CHECK(isfinite(gap[1]) && fabs(gap[1] - gap[0]) <= 1e-4, "gap %g vs %g", gap[1], gap[0]);
     }
+    uint64_t counts[256];
+    ft_cuda_memcpy_d2h(counts, dcounts, 256 * sizeof(uint64_t), NULL);
+    ft_cuda_device_sync();
+    for (int e = 0; e < 256; e++)
+        CHECK(counts[e] == hist[e], "%s %d experts k %d: expert %d counted %llu, returned %llu times", ft_type_name(t),
+              n_expert, k, e, (unsigned long long)counts[e], (unsigned long long)hist[e]);
     free(w); free(wf); free(x);
     ft_cuda_free(dw); ft_cuda_free(dx); ft_cuda_free(db); ft_cuda_free(dlog); ft_cuda_free(dsw);
-    ft_cuda_free(dgap); ft_cuda_free(dsel); ft_cuda_free(dcount);
+    ft_cuda_free(dgap); ft_cuda_free(dsel); ft_cuda_free(dcount); ft_cuda_free(dcounts);
 }
 
 TEST(test_cuda_moe_router_fused) {
@@ -109,4 +121,53 @@ TEST(test_cuda_moe_router_fused) {
                 router_case(FT_TYPE_BF16, widths[n], experts[e], ks[i], false, true, &rng);
             }
     CHECK(!ft_cuda_moe_router_fits(FT_TYPE_Q8_0, 1, 128, 8) && !ft_cuda_moe_router_fits(FT_TYPE_F32, 2, 128, 8));
+}
+
+// The route counters of ft_cuda_moe_route on each of its kernels (the register kernels to 128
+// and 256 experts, the shared-memory one beyond and for gpt-oss's softmax-weighted routing):
+// after two launches over 37 tokens of random logits, each expert's counter is the number of
+// times the launches returned it, and they sum to 2 x 37 x k.
+TEST(test_cuda_moe_route_counts) {
+    GPU_TEST_REQUIRE_DEVICE();
+    ft_rng rng = ft_rng_init(0xC0047);
+    enum { T = 37, MAXE = 300 };
+    static const struct { int n_expert, k, softmax_weight; } cases[] = {{60, 4, 0}, {200, 8, 0}, {300, 8, 0}, {32, 4, 1}};
+    float *dlog = ft_cuda_malloc(T * MAXE * sizeof(float)), *dw = ft_cuda_malloc(T * 8 * sizeof(float));
+    float *dgap = ft_cuda_malloc(sizeof(float));
+    int32_t *dsel = ft_cuda_malloc(T * 8 * sizeof(int32_t));
+    unsigned long long *dcounts = ft_cuda_malloc(MAXE * sizeof(unsigned long long));
+    FT_ASSERT(dlog && dw && dgap && dsel && dcounts);
+    for (size_t c = 0; c < FT_ARRAY_LEN(cases); c++) {
+        const int ne = cases[c].n_expert, k = cases[c].k;
+        static float logits[T * MAXE];
+        static int32_t sel[T * 8];
+        uint64_t hist[MAXE] = {0}, counts[MAXE];
+        ft_cuda_memset(dcounts, 0, MAXE * sizeof(unsigned long long), NULL);
+        const float inf = INFINITY;
+        for (int run = 0; run < 2; run++) {
+            for (int i = 0; i < T * ne; i++) logits[i] = ft_rng_normal(&rng);
+            ft_cuda_memcpy_h2d(dlog, logits, (size_t)T * ne * sizeof(float), NULL);
+            ft_cuda_memcpy_h2d(dgap, &inf, sizeof(float), NULL);
+            ft_cuda_route_params rp = {.logits = dlog, .sel = dsel, .w = dw, .gap = dgap, .n_tok = T, .n_expert = ne,
+                                       .k = k, .softmax = !cases[c].softmax_weight, .norm_w = 1, .w_scale = 1.0f,
+                                       .softmax_weight = cases[c].softmax_weight, .counts = dcounts};
+            ft_cuda_moe_route(&rp, NULL);
+            ft_cuda_memcpy_d2h(sel, dsel, (size_t)T * k * sizeof(int32_t), NULL);
+            ft_cuda_device_sync();
+            for (int i = 0; i < T * k; i++) {
+                REQUIRE(sel[i] >= 0 && sel[i] < ne, "%d experts: selection %d is %d", ne, i, sel[i]);
+                hist[sel[i]]++;
+            }
+        }
+        ft_cuda_memcpy_d2h(counts, dcounts, (size_t)ne * sizeof(uint64_t), NULL);
+        ft_cuda_device_sync();
+        uint64_t total = 0;
+        for (int e = 0; e < ne; e++) {
+            CHECK(counts[e] == hist[e], "%d experts k %d: expert %d counted %llu, returned %llu times", ne, k, e,
+                  (unsigned long long)counts[e], (unsigned long long)hist[e]);
+            total += counts[e];
+        }
+        CHECK(total == 2u * T * (uint64_t)k, "%d experts: %llu counted", ne, (unsigned long long)total);
+    }
+    ft_cuda_free(dlog); ft_cuda_free(dw); ft_cuda_free(dgap); ft_cuda_free(dsel); ft_cuda_free(dcounts);
 }

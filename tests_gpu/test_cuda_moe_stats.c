@@ -6,14 +6,16 @@
 //   - each selection is a hit or a miss; each miss copied the layer's native expert bytes (gate,
 //     up and down of one expert);
 //   - a pool's counters are the sums of its layers', the total the sum of the pools'.
-// A resize keeps the counters, changes the slots, refuses a size below the floor (keeping the
-// cache) and the engine decodes on.
+// The route counters (ft_engine_route_counts, counted by the routing kernels) agree: over the
+// window each layer's row sums to its selections in the cache. A resize keeps the counters,
+// changes the slots, refuses a size below the floor (keeping the cache) and the engine decodes on.
 #include "gpu_test.h"
 #include "../tests/fixtures.h"
 #include "../src/engine/engine.h"
 #include "../src/model/synth.h"
 #include "../src/util/rng.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 static bool counts_equal(const ft_moe_counts *a, const ft_moe_counts *b) {
@@ -33,7 +35,9 @@ TEST(cuda_moe_stats_decode_window_and_rebuild) {
     ep.device = FT_PLACEMENT_CUDA;
     ep.moe_backend = FT_MOE_BACKEND_OFFLOAD;
     ep.moe_cache_size = 12;
+    setenv("FT_CUDA_ROUTE_COUNTS", "1", 1); // (opt-in until the GPU suite has run it)
     ft_engine *e = ft_engine_init(m, &ep, &err);
+    unsetenv("FT_CUDA_ROUTE_COUNTS");
     REQUIRE(e, "%s", err.msg);
     CHECK(ft_engine_moe_backend(e) == FT_MOE_BACKEND_OFFLOAD);
     int n_vocab = m->hp.n_vocab, k = m->hp.n_expert_used, n_dec = 16;
@@ -42,9 +46,14 @@ TEST(cuda_moe_stats_decode_window_and_rebuild) {
     for (int i = 0; i < 64; i++) tok[i] = (int32_t)(ft_rng_next(&r) % (uint64_t)n_vocab);
     REQUIRE(ft_engine_eval(e, tok, 20, &err), "%s", err.msg);
     ft_moe_stats a = {0}, b = {0}, c = {0};
+    enum { NL = 4, NE = 8 };
+    REQUIRE(m->hp.n_layer == NL && m->hp.n_expert == NE);
+    uint64_t ra[NL * NE], rb[NL * NE];
     REQUIRE(ft_engine_moe_stats(e, &a));
+    REQUIRE(ft_engine_route_counts(e, ra), "the CUDA backend counts its routing");
     for (int i = 0; i < n_dec; i++) REQUIRE(ft_engine_eval(e, &tok[20 + i], 1, &err), "%s", err.msg);
     REQUIRE(ft_engine_moe_stats(e, &b));
+    REQUIRE(ft_engine_route_counts(e, rb));
     ft_moe_stats_copy(&c, &b);
     ft_moe_stats_sub(&c, &a);
 
@@ -61,6 +70,10 @@ TEST(cuda_moe_stats_decode_window_and_rebuild) {
         CHECK(l->bytes_copied == l->misses * expert, "layer %d: %llu bytes for %llu misses of %llu", c.layer_block[i],
               (unsigned long long)l->bytes_copied, (unsigned long long)l->misses, (unsigned long long)expert);
         CHECK(l->misses == 0 || l->copy_ns > 0, "layer %d copied without time", c.layer_block[i]);
+        uint64_t routed = 0;
+        for (int x = 0; x < NE; x++) routed += rb[c.layer_block[i] * NE + x] - ra[c.layer_block[i] * NE + x];
+        CHECK(routed == l->selections, "layer %d: %llu routed, %llu selections in the cache", c.layer_block[i],
+              (unsigned long long)routed, (unsigned long long)l->selections);
         ft_moe_counts *p = &pools[c.layer_pool[i]];
         p->selections += l->selections, p->hits += l->hits, p->misses += l->misses;
         p->bytes_copied += l->bytes_copied, p->copy_ns += l->copy_ns;

@@ -325,7 +325,8 @@ typedef struct ft_backend_ops {
     // of lim.n_expert, row l block l's experts; blocks without experts stay 0) gets how many
     // times each expert was selected, one count per (token, selection), cumulative since
     // reserve. Only the selections this backend's router made: a routing handed in
-    // (ft_moe_params.sel) was counted where it was computed. Waits for the device. Optional:
+    // (ft_moe_params.sel) was counted where it was computed (and where offload replays a route
+    // trace, these are the router's choices, not the trace's). Waits for the device. Optional:
     // NULL where the backend does not count (out is then left alone).
     void (*route_counts)(ft_backend *be, uint64_t *out);
 

@@ -44,6 +44,7 @@ int ft_engine_n_ctx(const ft_engine *e) { return e->n_ctx; }
 int ft_engine_n_batch(const ft_engine *e) { return e->n_batch; }
 const ft_weights *ft_engine_weights(const ft_engine *e) { return ft_batch_weights(e->b); }
 bool ft_engine_moe_stats(ft_engine *e, ft_moe_stats *out) { return ft_batch_moe_stats(e->b, out); }
+bool ft_engine_route_counts(ft_engine *e, uint64_t *out) { return ft_batch_route_counts(e->b, out); }
 bool ft_engine_moe_rebuild(ft_engine *e, int n_slots, ft_err *err) { return ft_batch_moe_rebuild(e->b, n_slots, err); }
 enum ft_moe_backend ft_engine_moe_backend(const ft_engine *e) { return ft_batch_moe_backend(e->b); }
 const ft_model *ft_engine_model(const ft_engine *e) { return ft_batch_model(e->b); }

@@ -48,6 +48,8 @@ typedef struct cuda_backend {
     void *moe_work;            // ft_cuda_moe_gemm_work_bytes(P, n_expert): prefill expert grouping
     float *attn_part;          // flash-decoding partials (see cuda_ops.h)
     int *route_count;          // (1) zero: the fused router's count (ft_cuda_router_params)
+    unsigned long long *route_counts; // (lim.n_layer, n_expert) the router's selections (route_counts
+                                      // op), or NULL without lim.n_layer or experts
     size_t attn_part_floats;
     // host side
     float *staging;            // pinned (max_tok, W): get_rows' dequantized rows
@@ -240,12 +242,14 @@ static size_t attn_part_floats(const ft_backend_limits *lim) {
 }
 
 static size_t cuda_scratch_bytes(ft_backend *be, const ft_backend_limits *lim) {
-    (void)be;
     size_t W = (size_t)round32(lim->max_width), T = (size_t)lim->max_tok;
     size_t P = T * (size_t)FT_MAX(lim->n_expert_used, 1), E = (size_t)FT_MAX(lim->n_expert, 1);
+    size_t counts = be->ops->route_counts && lim->n_layer > 0 && lim->n_expert > 0
+                        ? (size_t)lim->n_layer * E * sizeof(uint64_t)
+                        : 0;
     return 2 * ft_cuda_q8_1_bytes((int64_t)W, (int)P) + 3 * P * W * sizeof(float) + T * E * sizeof(float) +
            P * (sizeof(int32_t) + sizeof(float)) + attn_part_floats(lim) * sizeof(float) +
-           ft_cuda_moe_gemm_work_bytes((int)P, (int)E) + 256 * 10;
+           ft_cuda_moe_gemm_work_bytes((int)P, (int)E) + counts + 256 * 11;
 }
 
 static void *dev_alloc(size_t n, const char *what) {
@@ -276,6 +280,11 @@ static void cuda_reserve(ft_backend *be, const ft_backend_limits *lim) {
     c->attn_part = dev_alloc(c->attn_part_floats * sizeof(float), "attention partials");
     c->route_count = dev_alloc(sizeof(int), "router count");
     ft_cuda_memset(c->route_count, 0, sizeof(int), c->stream);
+    if (c->ops.route_counts && lim->n_layer > 0 && lim->n_expert > 0) {
+        size_t n = (size_t)lim->n_layer * (size_t)lim->n_expert * sizeof(unsigned long long);
+        c->route_counts = dev_alloc(n, "route counters");
+        ft_cuda_memset(c->route_counts, 0, n, c->stream);
+    }
     c->staging = ft_cuda_host_alloc(T * W * sizeof(float));
     c->host_gap = ft_cuda_host_alloc(2 * sizeof(float));
     c->host_gap[0] = INFINITY;
@@ -329,6 +338,7 @@ static void cuda_free(ft_backend *be) {
     ft_cuda_free(c->moe_work);
     ft_cuda_free(c->attn_part);
     ft_cuda_free(c->route_count);
+    ft_cuda_free(c->route_counts);
     ft_cuda_host_free(c->staging);
     ft_cuda_host_free(c->host_gap);
     ft_cuda_event_free(c->staging_done);
@@ -768,6 +778,10 @@ static bool route_on_device(cuda_backend *c, const ft_moe_params *p, const float
         .n_tok = n_tok, .n_expert = p->n_expert, .k = k, .softmax = p->gating == FT_GATING_SOFTMAX,
         .norm_w = p->norm_w, .w_scale = p->w_scale, .softmax_weight = p->gating == FT_GATING_SOFTMAX_WEIGHT,
     };
+    if (c->route_counts) {
+        FT_ASSERT(p->layer >= 0 && p->layer < c->lim.n_layer);
+        rp.counts = c->route_counts + (size_t)p->layer * (size_t)c->lim.n_expert;
+    }
     if (ft_tensor_present(p->router_bias)) {
         check_on_device(p->router_bias);
         FT_ASSERT(p->router_bias->type == FT_TYPE_F32);
@@ -1090,6 +1104,20 @@ static bool cuda_expert_cache_rebuild(ft_backend *be, int n_slots, ft_err *err) 
     return ft_offload_rebuild(c->offload, n_slots, ft_offload_plan(c->offload)->layout, err);
 }
 
+// The router's selections so far: the device's counters (route_on_device), plus the CPU router's
+// where --moe-backend cpu routes on the host. Only with FT_CUDA_ROUTE_COUNTS=1 (the op is NULL
+// otherwise, and the kernels count nothing).
+static void cuda_route_counts(ft_backend *be, uint64_t *out) {
+    cuda_backend *c = cuda_of(be);
+    if (!c->route_counts) return;
+    _Static_assert(sizeof(unsigned long long) == sizeof(uint64_t), "the device counters are 64-bit");
+    cuda_cpu_experts_flush(c->cpu_experts);
+    ft_cuda_memcpy_d2h(out, c->route_counts, (size_t)c->lim.n_layer * (size_t)c->lim.n_expert * sizeof(uint64_t),
+                       c->stream);
+    ft_cuda_stream_sync(c->stream);
+    cuda_cpu_experts_add_route_counts(c->cpu_experts, out);
+}
+
 static void cuda_host_experts_init(ft_backend *be, const ft_host_experts_params *p) {
     cuda_backend *c = cuda_of(be);
     FT_ASSERT(c->reserved && !c->cpu_experts && !c->offload);
@@ -1146,6 +1174,7 @@ static const ft_backend_ops g_cuda_ops = {
     .ffn = cuda_ffn,
     .moe_ffn = cuda_moe_ffn,
     .sigmoid_gate_add = cuda_sigmoid_gate_add,
+    .route_counts = cuda_route_counts,
     .step_begin = cuda_step_begin,
     .step_end = cuda_step_end,
 };
@@ -1166,6 +1195,8 @@ ft_backend *ft_backend_cuda_init(const ft_backend_params *p, ft_err *err) {
     cuda_backend *c = ft_calloc(1, sizeof(*c));
     c->ops = g_cuda_ops;
     c->ops.features = cuda_features();
+    // the route counters: opt-in (FT_CUDA_ROUTE_COUNTS=1) until the GPU suite has run them
+    if (!ft_env_flag(FT_ENV_CUDA_ROUTE_COUNTS)) c->ops.route_counts = NULL;
     c->base.ops = &c->ops;
     c->base.placement = FT_PLACEMENT_CUDA;
     c->base.min_route_gap = INFINITY;

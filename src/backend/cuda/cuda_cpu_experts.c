@@ -64,6 +64,8 @@ struct cuda_cpu_experts {
     meet_profile prof;
 
     cpu_experts_overlay *overlay;    // NULL: every layer on the CPU
+    uint64_t *route_counts;          // (lim.n_layer, n_expert) host_route: the CPU router's, read back
+    size_t n_counts;
 };
 
 static uint64_t now_ns(void) {
@@ -209,6 +211,10 @@ cuda_cpu_experts *cuda_cpu_experts_init(const ft_host_experts_params *p, float *
         ce->event_meeting = true;
     }
     ce->host_route = ft_env_is(FT_ENV_CPU_EXPERTS_ROUTE, "host");
+    if (ce->host_route && lim->n_layer > 0 && lim->n_expert > 0) {
+        ce->n_counts = (size_t)lim->n_layer * (size_t)lim->n_expert;
+        ce->route_counts = ft_malloc(ce->n_counts * sizeof(uint64_t));
+    }
     ce->stream_wait = !ft_env_is(FT_ENV_CPU_EXPERTS_MEETING, "spin") && ft_cuda_meeting_stream_wait_available();
     const char *prof = ft_env_str(FT_ENV_CPU_EXPERTS_PROFILE);
     ce->prof.on = prof && strcmp(prof, "0") != 0;
@@ -237,10 +243,18 @@ void cuda_cpu_experts_free(cuda_cpu_experts *ce) {
     free(ce->row_gemm);
     free(ce->routers);
     free(ce->sel_bias);
+    free(ce->route_counts);
     free(ce);
 }
 
 bool cuda_cpu_experts_routes_on_gpu(const cuda_cpu_experts *ce) { return !ce->host_route; }
+
+void cuda_cpu_experts_add_route_counts(cuda_cpu_experts *ce, uint64_t *out) {
+    if (!ce || !ce->route_counts) return;
+    cuda_cpu_experts_flush(ce);
+    ce->cpu->ops->route_counts(ce->cpu, ce->route_counts);
+    for (size_t i = 0; i < ce->n_counts; i++) out[i] += ce->route_counts[i];
+}
 
 bool cuda_cpu_experts_router_export(const cuda_cpu_experts *ce, ft_cuda_router_params *r) {
     if (ce->host_route || ce->event_meeting) return false;

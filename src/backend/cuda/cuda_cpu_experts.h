@@ -49,6 +49,9 @@ bool cuda_cpu_experts_serves(const cuda_cpu_experts *ce, const ft_moe_params *p)
 // Does the GPU route (the caller passes its selections to moe_ffn)? Else the CPU runs the router
 // on its host copy (FT_CPU_EXPERTS_ROUTE=host, for comparison).
 bool cuda_cpu_experts_routes_on_gpu(const cuda_cpu_experts *ce);
+// Where the CPU routes (FT_CPU_EXPERTS_ROUTE=host), adds its router's selections so far to out
+// (the route counts, backend.h: n_layer rows of n_expert); else nothing. NULL: nothing.
+void cuda_cpu_experts_add_route_counts(cuda_cpu_experts *ce, uint64_t *out);
 
 // Sets r's export fields so that the decode router's launch is also the next meeting's export
 // (ft_cuda_router_params), where the meeting allows it (the GPU routes, the flag meeting);

@@ -153,6 +153,9 @@ typedef struct ft_cuda_route_params {
     // (softmax is then 0). Only moe_route_kernel takes either; ft_cuda_moe_router_fits refuses.
     const float *logit_bias;
     int softmax_weight;
+    // (n_expert) the layer's selection counters, or NULL: each selection adds 1 to its expert's
+    // (an atomic add per (token, slot)), cumulative over launches
+    unsigned long long *counts;
 } ft_cuda_route_params;
 void ft_cuda_moe_route(const ft_cuda_route_params *p, ft_cuda_stream *s);
 // The router's logits (p->logits = W x) and the routing above in one launch, where

@@ -7,7 +7,8 @@
 //      the lower index, as the CPU's scan); lane 0 records each winner;
 //   3. the routing gap (last selected score minus the best unselected one, >= 0) lowers *gap
 //      (an atomicMin on the float's bits, which order like ints for non-negative floats);
-//   4. weights = probs of the winners, renormalised (sum floored at 2^-14) and scaled.
+//   4. weights = probs of the winners, renormalised (sum floored at 2^-14) and scaled;
+//   5. with counts, each winner's counter gets an atomic add (the route counts, backend.h).
 // gpt-oss (moe_route_kernel only): the router's bias is added to the logits first, and with
 // softmax_weight the logits select and the weights are the softmax of the k selected ones.
 // Combine: one thread per output element, summing the token's k expert rows in slot order.
@@ -121,6 +122,7 @@ __global__ void __launch_bounds__(FT_WARP) moe_route_kernel(const ft_cuda_route_
         for (int j = 0; j < k; j++) {
             p.sel[(int64_t)t * k + j] = sel[j];
             p.w[(int64_t)t * k + j] = w[j];
+            if (p.counts) atomicAdd(&p.counts[sel[j]], 1ull);
         }
     }
 }
@@ -205,6 +207,7 @@ __device__ __forceinline__ void route_token(const ft_cuda_route_params &p, int t
     if (lane < k) {
         p.sel[(int64_t)t * k + lane] = my_sel;
         p.w[(int64_t)t * k + lane] = my_w;
+        if (p.counts) atomicAdd(&p.counts[my_sel], 1ull);
     }
 }
 
