@@ -405,8 +405,10 @@ function drawRouting(s) {
     grids.delete(canvas);
     canvas.hidden = true;
     $('legend-hi').textContent = '';
+    const dev = s.engine ? s.engine.device : '?';
     caption.textContent = r === null || r === undefined
-      ? `This backend (${s.engine ? s.engine.device : '?'}) does not count its routing: no expert map to draw.`
+      ? `This backend (${dev}) does not count its routing: no expert map to draw.` +
+        (dev === 'cuda' ? ' (FT_CUDA_ROUTE_COUNTS=1 in ft serve\'s environment turns the count on.)' : '')
       : 'The model has no MoE layers.';
     return;
   }
