@@ -162,6 +162,8 @@ bool ft_grammar_matcher_accept(ft_grammar_matcher *m, int32_t tok);
 // Advances over bytes if the grammar allows all of them; returns false, the state unchanged, if
 // not.
 bool ft_grammar_matcher_feed(ft_grammar_matcher *m, const void *bytes, size_t n);
+// Whether ft_grammar_matcher_feed would take bytes (the state stays as it is).
+bool ft_grammar_matcher_allows_bytes(ft_grammar_matcher *m, const void *bytes, size_t n);
 // The grammar may end here / nothing but the end may follow.
 bool ft_grammar_matcher_accepting(const ft_grammar_matcher *m);
 bool ft_grammar_matcher_done(const ft_grammar_matcher *m);

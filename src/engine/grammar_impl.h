@@ -113,6 +113,7 @@ struct ft_grammar_matcher {
     size_t n_out, cap_out;
 
     size_t bytes; // the memo's size
+    long steps;   // expansion steps since the current token's work began
     bool failed;
     char errmsg[256];
     ft_grammar_matcher_stats stats;

@@ -20,6 +20,8 @@
 #define MAX_TOPS (1 << 16)   // stacks in one state
 #define MAX_NODES (1u << 26) // stack nodes
 #define MAX_STATES (1u << 23)
+#define MAX_STEPS (1l << 25) // expansion steps for one token (its mask or its bytes): ~0.3 s
+#define MIN_HARD_BYTES ((size_t)16 << 20)
 
 ft_grammar_matcher_params ft_grammar_matcher_default_params(void) {
     return (ft_grammar_matcher_params){.memo_bytes = (size_t)64 << 20};
@@ -122,6 +124,11 @@ static int32_t state_get(ft_grammar_matcher *m, bool accept, const uint32_t *top
             return (int32_t)id - 1;
     }
     if (m->n_st >= MAX_STATES) return gm_fail(m, "grammar: more than %u states", MAX_STATES);
+    // the memo is dropped between tokens past its budget; within one token it may grow to four
+    // times that before the grammar is given up
+    size_t hard = FT_MAX(4 * m->p.memo_bytes, MIN_HARD_BYTES);
+    if (m->bytes > hard)
+        return gm_fail(m, "grammar: the matcher needs more than %zu MiB for one token", hard >> 20);
     if (m->n_st == m->cap_st) {
         uint32_t cap = m->cap_st ? 2 * m->cap_st : 256;
         m->st = ft_realloc(m->st, cap * sizeof(mstate));
@@ -221,6 +228,8 @@ static int32_t expand(ft_grammar_matcher *m) {
     while (m->n_work && !m->failed) {
         uint32_t par = m->work[--m->n_work], pos = m->work[--m->n_work];
         if (!visit(m, pos, par)) continue;
+        if (++m->steps > MAX_STEPS)
+            return gm_fail(m, "grammar: more than %ld expansion steps for one token (an ambiguous grammar)", MAX_STEPS);
         uint32_t x = g->sym[pos];
         switch (GSYM_KIND(x)) {
         case FT_GSYM_BYTES:
@@ -286,6 +295,28 @@ static void memo_clear(ft_grammar_matcher *m) {
     memset(m->shash, 0, m->shash_cap * sizeof(uint32_t));
 }
 
+// Gives the cleared memo's arrays back, so a memo that grew past its budget starts small again.
+static void memo_shrink(ft_grammar_matcher *m) {
+    free(m->npos);
+    free(m->npar);
+    free(m->nhash);
+    free(m->st);
+    free(m->tops);
+    free(m->shash);
+    m->nhash = m->shash = NULL;
+    m->st = NULL;
+    m->tops = NULL;
+    m->nhash_cap = m->shash_cap = m->cap_st = 0;
+    m->cap_tops = 0;
+    m->cap_nodes = 1024;
+    m->npos = ft_malloc(m->cap_nodes * sizeof(uint32_t));
+    m->npar = ft_malloc(m->cap_nodes * sizeof(uint32_t));
+    m->npos[0] = m->npar[0] = UINT32_MAX; // the empty stack
+    m->n_nodes = 1;
+    node_hash_grow(m);
+    state_hash_grow(m);
+}
+
 // Recomputes the memo's size from what it holds now (its arrays keep their capacity).
 static void memo_measure(ft_grammar_matcher *m) {
     size_t n_words = m->v ? ((size_t)m->v->n_vocab + 63) / 64 : 0;
@@ -313,6 +344,7 @@ void gm_maybe_compact(ft_grammar_matcher *m) {
         chain[at] = len;
     }
     memo_clear(m);
+    memo_shrink(m);
     uint32_t *tops = ft_malloc(FT_MAX(n_top, 1) * sizeof(uint32_t));
     size_t at = 0;
     for (size_t i = 0; i < n_top; i++) {
@@ -338,18 +370,13 @@ ft_grammar_matcher *ft_grammar_matcher_init(const ft_grammar *g, const ft_gramma
     m->g = g;
     m->v = v;
     m->p = p ? *p : ft_grammar_matcher_default_params();
-    m->cap_nodes = 1024;
-    m->npos = ft_malloc(m->cap_nodes * sizeof(uint32_t));
-    m->npar = ft_malloc(m->cap_nodes * sizeof(uint32_t));
-    m->npos[0] = m->npar[0] = UINT32_MAX; // the empty stack
-    m->n_nodes = 1;
-    node_hash_grow(m);
-    state_hash_grow(m);
+    memo_shrink(m); // (allocates the memo's arrays)
     if (v) {
         m->walk_st = ft_malloc(((size_t)v->max_depth + 1) * sizeof(int32_t));
         m->walk_row = ft_malloc(((size_t)v->max_depth + 1) * sizeof(int32_t *));
         m->scratch_mask = ft_malloc(((size_t)v->n_vocab + 63) / 64 * sizeof(uint64_t));
     }
+    m->steps = 0;
     m->cur = start_state(m);
     if (m->cur < 0 && !m->failed) // an empty language: nothing, not even the end
         gm_fail(m, "grammar: the grammar matches nothing");
@@ -380,12 +407,23 @@ void ft_grammar_matcher_free(ft_grammar_matcher *m) {
 bool ft_grammar_matcher_feed(ft_grammar_matcher *m, const void *bytes, size_t n) {
     if (m->failed) return false;
     gm_maybe_compact(m);
+    m->steps = 0;
     const uint8_t *p = bytes;
     int32_t s = m->cur;
     for (size_t i = 0; i < n && s >= 0; i++) s = gm_step(m, s, p[i]);
     if (s < 0) return false;
     m->cur = s;
     return true;
+}
+
+bool ft_grammar_matcher_allows_bytes(ft_grammar_matcher *m, const void *bytes, size_t n) {
+    if (m->failed) return false;
+    gm_maybe_compact(m);
+    m->steps = 0;
+    const uint8_t *p = bytes;
+    int32_t s = m->cur;
+    for (size_t i = 0; i < n && s >= 0; i++) s = gm_step(m, s, p[i]);
+    return s >= 0;
 }
 
 bool ft_grammar_matcher_accepting(const ft_grammar_matcher *m) { return !m->failed && m->st[m->cur].accept; }

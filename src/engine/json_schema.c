@@ -2,6 +2,7 @@
 // GBNF text; objects, arrays, bounded strings, enums and references are built per schema.
 #include "json_schema.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -22,16 +23,21 @@ static const char k_json_gbnf[] =
     "json-string ::= \"\\\"\" json-char* \"\\\"\"\n"
     "json-int ::= \"0\" | [1-9] [0-9]{0,15}\n"
     "json-integer ::= \"-\"? json-int\n"
-    "json-number ::= \"-\"? json-int (\".\" [0-9]{1,16})? ([eE] [-+]? json-int)?\n"
+    "json-number ::= \"-\"? json-int (\".\" [0-9]{1,16})? ([eE] [-+]? [0-9]{1,2})?\n"
     "json-boolean ::= \"true\" | \"false\"\n"
     "json-null ::= \"null\"\n"
     "json-value ::= json-object | json-array | json-string | json-number | json-boolean | json-null\n"
     "json-kv ::= json-string json-ws \":\" json-ws json-value\n"
     "json-object ::= \"{\" json-ws (json-kv (json-sep json-kv)* json-ws)? \"}\"\n"
     "json-array ::= \"[\" json-ws (json-value (json-sep json-value)* json-ws)? \"]\"\n"
-    "json-date ::= [0-9]{4} \"-\" (\"0\" [1-9] | \"1\" [0-2]) \"-\" (\"0\" [1-9] | [12] [0-9] | \"3\" [01])\n"
-    "json-time ::= ([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9] \":\" [0-5] [0-9] (\".\" [0-9]{1,9})?\n"
-    "              (\"Z\" | [+-] ([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9])\n"
+    "json-day28 ::= \"0\" [1-9] | \"1\" [0-9] | \"2\" [0-8]\n"
+    "json-md ::= (\"0\" [13578] | \"1\" [02]) \"-\" (json-day28 | \"29\" | \"3\" [01]) |\n"
+    "            (\"0\" [469] | \"11\") \"-\" (json-day28 | \"29\" | \"30\") | \"02-\" json-day28\n"
+    "json-div4 ::= [02468] [048] | [13579] [26]\n"
+    "json-leap ::= [0-9] [0-9] ([02468] [48] | [2468] \"0\" | [13579] [26]) | json-div4 \"00\"\n"
+    "json-date ::= [0-9]{4} \"-\" json-md | json-leap \"-02-29\"\n"
+    "json-time ::= ([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9] \":\" [0-5] [0-9] (\".\" [0-9]{1,9})? json-offset\n"
+    "json-offset ::= \"Z\" | [+-] ([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9]\n"
     "json-date-string ::= \"\\\"\" json-date \"\\\"\"\n"
     "json-time-string ::= \"\\\"\" json-time \"\\\"\"\n"
     "json-date-time-string ::= \"\\\"\" json-date \"T\" json-time \"\\\"\"\n"
@@ -39,23 +45,26 @@ static const char k_json_gbnf[] =
     "json-hex{12} \"\\\"\"\n";
 
 // Keywords by what they constrain. Annotations and containers constrain nothing.
-enum { KW_ANNOT = 0, KW_CORE = 1, KW_STRING = 2, KW_ARRAY = 4, KW_OBJECT = 8, KW_DEFS = 16 };
+enum { KW_ANNOT = 0, KW_CORE = 1, KW_STRING = 2, KW_ARRAY = 4, KW_OBJECT = 8, KW_DEFS = 16, KW_NUMBER = 32 };
+#define KW_TYPED (KW_STRING | KW_ARRAY | KW_OBJECT | KW_NUMBER)
 static const struct {
     const char *name;
     int kind;
 } k_keywords[] = {
     {"type", KW_CORE},           {"enum", KW_CORE},        {"const", KW_CORE},        {"anyOf", KW_CORE},
-    {"allOf", KW_CORE},          {"$ref", KW_CORE},        {"properties", KW_OBJECT}, {"required", KW_OBJECT},
+    {"allOf", KW_CORE},          {"oneOf", KW_CORE},       {"$ref", KW_CORE},        {"properties", KW_OBJECT}, {"required", KW_OBJECT},
     {"additionalProperties", KW_OBJECT}, {"items", KW_ARRAY}, {"minItems", KW_ARRAY}, {"maxItems", KW_ARRAY},
     {"minLength", KW_STRING},    {"maxLength", KW_STRING}, {"format", KW_STRING},     {"title", KW_ANNOT},
     {"description", KW_ANNOT},   {"default", KW_ANNOT},    {"examples", KW_ANNOT},    {"deprecated", KW_ANNOT},
     {"readOnly", KW_ANNOT},      {"writeOnly", KW_ANNOT},  {"$comment", KW_ANNOT},    {"$schema", KW_ANNOT},
     {"$id", KW_ANNOT},           {"$defs", KW_DEFS},       {"definitions", KW_DEFS},
+    {"minimum", KW_NUMBER},      {"maximum", KW_NUMBER},   {"exclusiveMinimum", KW_NUMBER},
+    {"exclusiveMaximum", KW_NUMBER},
 };
 
 static const char *const k_types[] = {"null", "boolean", "object", "array", "number", "string", "integer"};
 enum { T_NULL, T_BOOLEAN, T_OBJECT, T_ARRAY, T_NUMBER, T_STRING, T_INTEGER, N_TYPES };
-static const int k_type_family[N_TYPES] = {0, 0, KW_OBJECT, KW_ARRAY, 0, KW_STRING, 0};
+static const int k_type_family[N_TYPES] = {0, 0, KW_OBJECT, KW_ARRAY, KW_NUMBER, KW_STRING, KW_NUMBER};
 
 typedef struct ref_entry {
     char *ptr;
@@ -66,7 +75,7 @@ struct ft_json_rules {
     ft_gb *b;
     bool lenient;
     bool base_ok; // the fixed rules parsed
-    char base_err[256];
+    char base_err[512];
     json_t *root; // the document $ref resolves in
     ref_entry *refs;
     int n_refs, cap_refs;
@@ -492,7 +501,14 @@ static int compile_string(ft_json_rules *j, json_t *s) {
             snprintf(name, sizeof(name), "json-%s-string", enforced[i]);
             return named(j, name);
         }
-        // other formats (email, uri, ...) are annotations: any string
+        // other formats (email, uri, ...) would be annotations only: refused, so a client does
+        // not take a string it asked a format of for checked
+        if (!j->lenient)
+            return fail(j, "'format' \"%.60s\" is not supported (date, time, date-time and uuid are; ft serve "
+                           "--lenient takes any string for it)",
+                        json_string_value(format));
+        FT_LOG_INFO("json schema: 'format' \"%s\" at %s taken as any string (--lenient)", json_string_value(format),
+                    j->path);
     }
     if (!lengths) return named(j, "json-string");
     int min, max;
@@ -506,12 +522,120 @@ static int compile_string(ft_json_rules *j, json_t *s) {
     return rule_of(j, "string", &q);
 }
 
+// Integers in [lo, hi] of n digits each (x and y: the bounds' digits, leading ones included),
+// as alternatives of rule after the symbols in prefix: equal leading digits are one byte; where
+// they part, x's first digit before anything from x's rest up, the digits between before any
+// digits, and y's before anything up to y's rest (a run of zeros or nines is a whole range).
+static void digits_range(ft_json_rules *j, int rule, ft_gseq *pre, const char *x, const char *y, int n) {
+    if (n == 0) {
+        ft_gb_alt(j->b, rule, pre->s, pre->n);
+        return;
+    }
+    int at = pre->n;
+    if (x[0] == y[0]) {
+        ft_gseq_push(pre, ft_gb_byte(j->b, (uint8_t)x[0]));
+        digits_range(j, rule, pre, x + 1, y + 1, n - 1);
+        pre->n = at;
+        return;
+    }
+    static const char nines[] = "9999999999999999", zeros[] = "0000000000000000";
+    bool low_full = !strncmp(x + 1, zeros, (size_t)n - 1), high_full = !strncmp(y + 1, nines, (size_t)n - 1);
+    int lo = low_full ? x[0] : x[0] + 1, hi = high_full ? y[0] : y[0] - 1;
+    if (!low_full) {
+        ft_gseq_push(pre, ft_gb_byte(j->b, (uint8_t)x[0]));
+        digits_range(j, rule, pre, x + 1, nines, n - 1);
+        pre->n = at;
+    }
+    if (lo <= hi) {
+        uint64_t set[4] = {0}, any[4] = {0};
+        for (int c = lo; c <= hi; c++) set[c >> 6] |= 1ull << (c & 63);
+        for (int c = '0'; c <= '9'; c++) any[c >> 6] |= 1ull << (c & 63);
+        ft_gseq_push(pre, ft_gb_bytes(j->b, set));
+        for (int i = 1; i < n; i++) ft_gseq_push(pre, ft_gb_bytes(j->b, any));
+        ft_gb_alt(j->b, rule, pre->s, pre->n);
+        pre->n = at;
+    }
+    if (!high_full) {
+        ft_gseq_push(pre, ft_gb_byte(j->b, (uint8_t)y[0]));
+        digits_range(j, rule, pre, zeros, y + 1, n - 1);
+        pre->n = at;
+    }
+}
+
+// The magnitudes in [a, b] (1 <= a <= b), written without leading zeros, as alternatives of
+// rule after the symbols in prefix: one digits_range per number of digits.
+static void magnitude_range(ft_json_rules *j, int rule, ft_gseq *pre, long long a, long long b) {
+    long long lo_d = 1; // 10^(d - 1)
+    for (int d = 1; d <= 16; d++, lo_d *= 10) {
+        long long hi_d = lo_d * 10 - 1, x = FT_MAX(a, lo_d), y = FT_MIN(b, hi_d);
+        if (x > y) continue;
+        char xs[24], ys[24];
+        snprintf(xs, sizeof(xs), "%lld", x);
+        snprintf(ys, sizeof(ys), "%lld", y);
+        digits_range(j, rule, pre, xs, ys, d);
+    }
+}
+
+// A bound keyword of an integer schema as the integer it implies (minimum 1.5: 2), clamped to
+// the 16 digits integers are written with; false (failed) for a value that is not a number.
+#define INT_MAG 9999999999999999LL
+static bool int_bound(ft_json_rules *j, json_t *s, const char *key, bool lower, bool exclusive, long long *out) {
+    json_t *v = json_object_get(s, key);
+    if (!v) return true;
+    if (!json_is_number(v)) return fail(j, "'%s' must be a number", key), false;
+    double d = json_number_value(v);
+    if (json_is_integer(v)) {
+        long long x = json_integer_value(v);
+        if (exclusive) x = lower ? (x == LLONG_MAX ? x : x + 1) : (x == LLONG_MIN ? x : x - 1);
+        d = (double)x;
+        if (x > -INT_MAG && x < INT_MAG) { // exact
+            *out = lower ? FT_MAX(*out, x) : FT_MIN(*out, x);
+            return true;
+        }
+    } else if (lower) {
+        d = exclusive ? floor(d) + 1 : ceil(d);
+    } else {
+        d = exclusive ? ceil(d) - 1 : floor(d);
+    }
+    long long x = d <= (double)-INT_MAG ? -INT_MAG : d >= (double)INT_MAG ? INT_MAG : (long long)d;
+    *out = lower ? FT_MAX(*out, x) : FT_MIN(*out, x);
+    return true;
+}
+
+// An integer, within the schema's minimum, maximum, exclusiveMinimum and exclusiveMaximum.
+static int compile_integer(ft_json_rules *j, json_t *s) {
+    long long lo = -INT_MAG, hi = INT_MAG;
+    if (!int_bound(j, s, "minimum", true, false, &lo) || !int_bound(j, s, "exclusiveMinimum", true, true, &lo) ||
+        !int_bound(j, s, "maximum", false, false, &hi) || !int_bound(j, s, "exclusiveMaximum", false, true, &hi))
+        return -1;
+    if (lo == -INT_MAG && hi == INT_MAG) return named(j, "json-integer");
+    if (lo > hi) return fail(j, "the bounds leave no integer (between %lld and %lld)", lo, hi);
+    int r = ft_gb_rule(j->b, "integer");
+    ft_gseq pre = {0};
+    if (lo <= -1) { // "-" and the magnitudes of [lo, min(hi, -1)]
+        ft_gseq_push(&pre, ft_gb_byte(j->b, '-'));
+        magnitude_range(j, r, &pre, hi <= -1 ? -hi : 1, -lo);
+        pre.n = 0;
+    }
+    if (lo <= 0 && hi >= 0) {
+        ft_gsym zero = ft_gb_byte(j->b, '0');
+        ft_gb_alt(j->b, r, &zero, 1);
+    }
+    if (hi >= 1) magnitude_range(j, r, &pre, FT_MAX(lo, 1), hi);
+    ft_gseq_free(&pre);
+    return r;
+}
+
 static int compile_type(ft_json_rules *j, json_t *s, int t) {
     switch (t) {
     case T_NULL: return named(j, "json-null");
     case T_BOOLEAN: return named(j, "json-boolean");
-    case T_INTEGER: return named(j, "json-integer");
-    case T_NUMBER: return named(j, "json-number");
+    case T_INTEGER: return compile_integer(j, s);
+    case T_NUMBER:
+        if (json_object_get(s, "minimum") || json_object_get(s, "maximum") || json_object_get(s, "exclusiveMinimum") ||
+            json_object_get(s, "exclusiveMaximum"))
+            return fail(j, "bounds on a \"number\" are not supported (they are on an \"integer\")");
+        return named(j, "json-number");
     case T_STRING: return compile_string(j, s);
     case T_ARRAY: return compile_array(j, s);
     default: return compile_object(j, s);
@@ -544,6 +668,88 @@ static const char *other_keyword(json_t *s, int allow_kinds, const char *allow1,
     return NULL;
 }
 
+// ---------------------------------------------------------------------------------------------
+// oneOf: whether two schemas can match the same value, decided conservatively (false: maybe)
+
+enum { K_NULL = 1, K_BOOL = 2, K_OBJECT = 4, K_ARRAY = 8, K_STRING = 16, K_INT = 32, K_FRAC = 64, K_ALL = 127 };
+
+static int kind_of_value(json_t *v) {
+    if (json_is_null(v)) return K_NULL;
+    if (json_is_boolean(v)) return K_BOOL;
+    if (json_is_object(v)) return K_OBJECT;
+    if (json_is_array(v)) return K_ARRAY;
+    if (json_is_string(v)) return K_STRING;
+    return value_has_type(v, T_INTEGER) ? K_INT : K_FRAC;
+}
+
+// s with its $ref followed (a few times at most), or NULL.
+static json_t *deref(ft_json_rules *j, json_t *s) {
+    for (int i = 0; i < 8 && json_is_object(s) && json_object_get(s, "$ref"); i++) {
+        json_t *r = json_object_get(s, "$ref");
+        s = json_is_string(r) ? resolve(j, json_string_value(r)) : NULL;
+    }
+    return json_is_object(s) && json_object_get(s, "$ref") ? NULL : s;
+}
+
+// The kinds of value s accepts: its types, or its enum's or const's values; any for the rest.
+static int kinds_of(json_t *s, json_t **values) {
+    *values = NULL;
+    if (!json_is_object(s)) return K_ALL;
+    int k = K_ALL;
+    json_t *type = json_object_get(s, "type"), *x;
+    if (json_is_string(type) || json_is_array(type)) {
+        k = 0;
+        json_t *list = json_is_string(type) ? json_pack("[O]", type) : json_incref(type);
+        size_t i;
+        json_array_foreach(list, i, x) {
+            int t = json_is_string(x) ? type_of(json_string_value(x)) : -1;
+            static const int kinds[N_TYPES] = {K_NULL, K_BOOL, K_OBJECT, K_ARRAY, K_INT | K_FRAC, K_STRING, K_INT};
+            k |= t < 0 ? K_ALL : kinds[t];
+        }
+        json_decref(list);
+    }
+    json_t *en = json_object_get(s, "enum"), *cn = json_object_get(s, "const");
+    if (json_is_array(en) || cn) {
+        *values = en ? json_incref(en) : json_pack("[O]", cn);
+        int kv = 0;
+        size_t i;
+        json_array_foreach(*values, i, x) kv |= kind_of_value(x);
+        k &= kv;
+    }
+    return k;
+}
+
+static bool same_value(json_t *a, json_t *b) {
+    if (json_is_number(a) && json_is_number(b)) return json_number_value(a) == json_number_value(b);
+    return json_equal(a, b);
+}
+
+static bool disjoint(ft_json_rules *j, json_t *a, json_t *b, int depth) {
+    if (depth > 8 || !(a = deref(j, a)) || !(b = deref(j, b))) return false;
+    json_t *va, *vb;
+    int ka = kinds_of(a, &va), kb = kinds_of(b, &vb);
+    bool apart = !(ka & kb);
+    if (!apart && va && vb) { // both list their values: none shared
+        apart = true;
+        size_t p, q;
+        json_t *x, *y;
+        json_array_foreach(va, p, x) json_array_foreach(vb, q, y) apart &= !same_value(x, y);
+    }
+    json_decref(va);
+    json_decref(vb);
+    if (apart || (ka & kb) != K_OBJECT) return apart;
+    // objects only: a property both require whose schemas are disjoint
+    json_t *pa = json_object_get(a, "properties"), *pb = json_object_get(b, "properties");
+    json_t *ra = json_object_get(a, "required"), *rb = json_object_get(b, "required"), *x, *y;
+    size_t p, q;
+    json_array_foreach(ra, p, x) json_array_foreach(rb, q, y) {
+        if (!json_is_string(x) || !json_equal(x, y)) continue;
+        json_t *sa = json_object_get(pa, json_string_value(x)), *sb = json_object_get(pb, json_string_value(x));
+        if (sa && sb && disjoint(j, sa, sb, depth + 1)) return true;
+    }
+    return false;
+}
+
 static int compile_body(ft_json_rules *j, json_t *s) {
     if (json_is_true(s)) return named(j, "json-value");
     if (json_is_false(s)) return fail(j, "the schema false accepts no value");
@@ -562,7 +768,7 @@ static int compile_body(ft_json_rules *j, json_t *s) {
             continue;
         }
         if (!strcmp(key, "$id") && strcmp(j->path, "#")) return fail(j, "'$id' is supported at the root only");
-        families |= kind & (KW_STRING | KW_ARRAY | KW_OBJECT);
+        families |= kind & KW_TYPED;
     }
     json_t *x;
     const char *other;
@@ -578,15 +784,29 @@ static int compile_body(ft_json_rules *j, json_t *s) {
             return fail(j, "'allOf' beside '%s' is not supported", other);
         return compile_at(j, json_array_get(x, 0), "allOf", "0");
     }
-    if ((x = json_object_get(s, "anyOf"))) {
-        if (!json_is_array(x) || !json_array_size(x)) return fail(j, "'anyOf' must be a non-empty array of schemas");
-        if ((other = other_keyword(s, 0, "anyOf", NULL)))
-            return fail(j, "'anyOf' beside '%s' is not supported", other);
+    const char *alt_key = json_object_get(s, "anyOf") ? "anyOf" : json_object_get(s, "oneOf") ? "oneOf" : NULL;
+    if (alt_key && json_object_get(s, "anyOf") && json_object_get(s, "oneOf"))
+        return fail(j, "'anyOf' beside 'oneOf' is not supported");
+    if (alt_key) { // oneOf: as anyOf where no value can match two of the schemas
+        x = json_object_get(s, alt_key);
+        if (!json_is_array(x) || !json_array_size(x))
+            return fail(j, "'%s' must be a non-empty array of schemas", alt_key);
+        if ((other = other_keyword(s, 0, alt_key, NULL)))
+            return fail(j, "'%s' beside '%s' is not supported", alt_key, other);
         int n = (int)json_array_size(x), *r = ft_malloc((size_t)n * sizeof(int));
+        if (alt_key[0] == 'o')
+            for (int a = 0; a < n; a++)
+                for (int b = a + 1; b < n; b++)
+                    if (!disjoint(j, json_array_get(x, (size_t)a), json_array_get(x, (size_t)b), 0))
+                        return free(r), fail(j,
+                                             "'oneOf': schemas %d and %d may match the same value (ft supports "
+                                             "'oneOf' whose schemas differ in type, in enum or const values, or "
+                                             "in such a value of a property both require; else use 'anyOf')",
+                                             a, b);
         for (int i = 0; i < n; i++) {
             char idx[16];
             snprintf(idx, sizeof(idx), "%d", i);
-            if ((r[i] = compile_at(j, json_array_get(x, (size_t)i), "anyOf", idx)) < 0) return free(r), -1;
+            if ((r[i] = compile_at(j, json_array_get(x, (size_t)i), alt_key, idx)) < 0) return free(r), -1;
         }
         int a = any_of(j, r, n);
         free(r);
@@ -614,13 +834,15 @@ static int compile_body(ft_json_rules *j, json_t *s) {
     } else if (families) {
         if (families & (families - 1))
             return fail(j, "keywords of several types without 'type' (say which type the value has)");
+        if (families == KW_NUMBER)
+            return fail(j, "'minimum' or 'maximum' without 'type' (say \"integer\")");
         types[families == KW_STRING ? T_STRING : families == KW_ARRAY ? T_ARRAY : T_OBJECT] = true;
     }
     // a keyword for a type the value cannot have constrains nothing: refused, not ignored
     json_object_foreach(s, key, v) {
         for (size_t i = 0; i < FT_ARRAY_LEN(k_keywords); i++) {
             int kind = k_keywords[i].kind;
-            if (strcmp(key, k_keywords[i].name) || !(kind & (KW_STRING | KW_ARRAY | KW_OBJECT))) continue;
+            if (strcmp(key, k_keywords[i].name) || !(kind & KW_TYPED)) continue;
             bool applies = false;
             for (int t = 0; t < N_TYPES; t++) applies |= types[t] && k_type_family[t] == kind;
             if (!applies) return fail(j, "'%s' does not apply to the schema's type", key);

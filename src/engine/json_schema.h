@@ -9,19 +9,26 @@
 //                   ones, never a declared name; false: none; a schema: further keys' values)
 //   array           items (one schema), minItems, maxItems
 //   string          minLength, maxLength (in characters; an escape is one), format: "date",
-//                   "time", "date-time" (RFC 3339) and "uuid" are enforced, other formats are
-//                   annotations (any string)
-//   any type        enum, const (the values as jansson writes them compactly), anyOf, allOf
-//                   of one schema, $ref to "#" or a JSON pointer inside the document ($defs,
-//                   definitions; recursion allowed)
+//                   "time", "date-time" (RFC 3339: real calendar days, leap years included) and
+//                   "uuid"; other formats are refused (with lenient: any string, logged)
+//   integer         minimum, maximum, exclusiveMinimum, exclusiveMaximum (bounds on "number"
+//                   are refused)
+//   any type        enum, const (the values as jansson writes them compactly), anyOf, oneOf
+//                   where no value can match two of its schemas (they differ in type, in enum
+//                   or const values, or in such a value of a property both require: tagged
+//                   unions; others are refused), allOf of one schema, $ref to "#" or a JSON
+//                   pointer inside the document ($defs, definitions; recursion allowed)
 //   annotations     title, description, default, examples, deprecated, readOnly, writeOnly,
 //                   $comment, $schema, $id (at the root)
 // Any other keyword is refused with its location (with lenient, ignored with a log line), and
-// so are keywords that do not apply to the schema's type. Bounds above 10,000 are refused.
+// so are keywords that do not apply to the schema's type. Lengths and item counts above 10,000
+// are refused.
+// Objects' keys come in the schema's order (as OpenAI's structured outputs write them).
 //
 // White space between tokens is llama.cpp's: nothing, a space, or one or two newlines then up
-// to 20 spaces or tabs. Numbers have at most 16 digits in each part, as in llama.cpp's
-// grammars; strings escape as JSON allows (\uXXXX surrogates only in pairs).
+// to 20 spaces or tabs. Numbers have at most 16 digits in their integer and fraction parts and
+// 2 in the exponent (so every one fits a double); strings escape as JSON allows (\uXXXX
+// surrogates only in pairs).
 #ifndef FT_JSON_SCHEMA_H
 #define FT_JSON_SCHEMA_H
 

@@ -193,12 +193,14 @@ static int32_t after_token(ft_grammar_matcher *m, int32_t tok) {
 bool ft_grammar_matcher_allows(ft_grammar_matcher *m, int32_t tok) {
     if (m->failed) return false;
     gm_maybe_compact(m);
+    m->steps = 0;
     return after_token(m, tok) >= 0;
 }
 
 bool ft_grammar_matcher_accept(ft_grammar_matcher *m, int32_t tok) {
     if (m->failed) return false;
     gm_maybe_compact(m);
+    m->steps = 0;
     int32_t s = after_token(m, tok);
     if (s < 0) return false;
     m->cur = s;
@@ -275,6 +277,7 @@ static bool plain_loop(ft_grammar_matcher *m, int32_t s) {
 const uint64_t *ft_grammar_matcher_mask(ft_grammar_matcher *m) {
     if (m->failed || !m->v) return NULL;
     gm_maybe_compact(m);
+    m->steps = 0;
     int32_t s = m->cur;
     if (m->st[s].mask >= 0) {
         m->stats.masks_cached++;
