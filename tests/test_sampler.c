@@ -97,6 +97,59 @@ TEST(sampler_filters_and_frequencies) {
     ft_sampler_free(b);
 }
 
+// A grammar's mask: only allowed tokens come out, greedy or drawn, whatever the filters (top-k
+// wider than the allowed set, the default min-p, penalties on a masked token), and drawn ones
+// follow the softmax of the allowed logits alone.
+TEST(sampler_masked_draws_only_allowed_tokens) {
+    enum { V = 300, N = 30000 };
+    float lg[V];
+    ft_rng rng = ft_rng_init(9);
+    for (int i = 0; i < V; i++) lg[i] = 4 * ft_rng_normal(&rng);
+    uint64_t allowed[(V + 63) / 64] = {0};
+    static const int keep[] = {3, 64, 65, 130, 299};
+    for (size_t i = 0; i < FT_ARRAY_LEN(keep); i++) allowed[keep[i] >> 6] |= 1ull << (keep[i] & 63);
+    int best = keep[0];
+    for (size_t i = 0; i < FT_ARRAY_LEN(keep); i++) best = lg[keep[i]] > lg[best] ? keep[i] : best;
+    ft_sampler_params p = ft_sampler_default_params();
+    p.temp = 0;
+    ft_sampler *s = ft_sampler_init(&p, V);
+    CHECK(ft_sampler_sample_masked(s, lg, allowed) == best);
+    ft_sampler_free(s);
+    p = ft_sampler_default_params();
+    p.temp = 1.0f;
+    p.top_k = 50;
+    p.top_p = 1.0f;
+    p.min_p = 0;
+    p.repeat_penalty = 1.3f;
+    s = ft_sampler_init(&p, V);
+    ft_sampler_accept(s, 7); // a penalty on a masked token changes nothing
+    int count[V] = {0};
+    for (int i = 0; i < N; i++) count[ft_sampler_sample_masked(s, lg, allowed)]++;
+    double z = 0;
+    for (size_t i = 0; i < FT_ARRAY_LEN(keep); i++) z += exp(lg[keep[i]]);
+    int outside = N;
+    for (size_t i = 0; i < FT_ARRAY_LEN(keep); i++) {
+        int t = keep[i];
+        outside -= count[t];
+        double want = exp(lg[t]) / z;
+        CHECK(fabs((double)count[t] / N - want) < 0.01, "token %d: %.3f vs %.3f", t, (double)count[t] / N, want);
+    }
+    CHECK(outside == 0, "%d draws outside the mask", outside);
+    ft_sampler_free(s);
+    // one allowed token whose logit is far below the rest: it is the only answer, also with the
+    // default filters (min-p against the raw maximum would cut it)
+    uint64_t one[(V + 63) / 64] = {0};
+    int lowest = 0;
+    for (int i = 0; i < V; i++) lowest = lg[i] < lg[lowest] ? i : lowest;
+    one[lowest >> 6] |= 1ull << (lowest & 63);
+    p = ft_sampler_default_params();
+    s = ft_sampler_init(&p, V);
+    bool only = true;
+    for (int i = 0; i < 200; i++) only &= ft_sampler_sample_masked(s, lg, one) == lowest;
+    CHECK(only);
+    ft_sampler_free(s);
+}
+
 // The chain as written first (every candidate sorted with qsort, then cut), the reference the
 // selection of the first k (a heap) and the full sort (a radix sort) must match draw for draw.
 typedef struct {

@@ -21,6 +21,7 @@ struct ft_sampler {
     ft_rng rng;
     cand *c;          // (n_vocab) candidates, in the chain's order (logit descending, then id)
     float *pen;       // (n_vocab) the logits with the penalties applied
+    float *masked;    // (n_vocab) the logits of allowed tokens, -inf for the rest
     uint64_t *order[2]; // (n_vocab) each: sort key << 32 | id, the radix sort's two buffers
     int32_t *hist;    // (penalty_last_n) ring of recent tokens
     int n_hist, hist_pos;
@@ -42,6 +43,7 @@ ft_sampler *ft_sampler_init(const ft_sampler_params *p, int n_vocab) {
     s->rng = ft_rng_init(p->seed);
     s->c = ft_malloc((size_t)n_vocab * sizeof(cand));
     s->pen = ft_malloc((size_t)n_vocab * sizeof(float));
+    s->masked = ft_malloc((size_t)n_vocab * sizeof(float));
     for (int i = 0; i < 2; i++) s->order[i] = ft_malloc((size_t)n_vocab * sizeof(uint64_t));
     s->hist = ft_calloc((size_t)FT_MAX(s->p.penalty_last_n, 1), sizeof(int32_t));
     s->count = ft_calloc((size_t)n_vocab, sizeof(int32_t));
@@ -52,6 +54,7 @@ void ft_sampler_free(ft_sampler *s) {
     if (!s) return;
     free(s->c);
     free(s->pen);
+    free(s->masked);
     free(s->order[0]);
     free(s->order[1]);
     free(s->hist);
@@ -238,6 +241,9 @@ int32_t ft_sampler_sample(ft_sampler *s, const float *logits) {
     } else {
         sort_all(s, v);
     }
+    // masked-out tokens (-inf) never come out of the draw, even where rounding leaves the sum
+    // of the others' probabilities short of the uniform number drawn
+    while (n > 1 && s->c[n - 1].logit == -INFINITY) n--;
     softmax(s->c, n);
     if (p->top_p < 1.0f) {
         double cum = 0;
@@ -266,4 +272,28 @@ int32_t ft_sampler_sample(ft_sampler *s, const float *logits) {
         if (r < cum) return s->c[i].id;
     }
     return s->c[n - 1].id;
+}
+
+int32_t ft_sampler_sample_masked(ft_sampler *s, const float *logits, const uint64_t *allowed) {
+    if (!allowed) return ft_sampler_sample(s, logits);
+    float *v = s->masked;
+    int n = s->n_vocab;
+    bool any = false;
+    for (int w = 0; w * 64 < n; w++) {
+        uint64_t bits = allowed[w];
+        int lo = w * 64, hi = FT_MIN(lo + 64, n);
+        any |= bits != 0;
+        if (bits == ~0ull && hi - lo == 64) {
+            memcpy(v + lo, logits + lo, 64 * sizeof(float));
+            continue;
+        }
+        for (int t = lo; t < hi; t++) v[t] = bits >> (t - lo) & 1 ? logits[t] : -INFINITY;
+    }
+    if (!any) return argmax(logits, n);
+    int32_t t = ft_sampler_sample(s, v);
+    if (allowed[t >> 6] >> (t & 63) & 1) return t;
+    // every allowed logit -inf or NaN: the first allowed token
+    for (t = 0; !(allowed[t >> 6] >> (t & 63) & 1); t++) {
+    }
+    return t;
 }

@@ -32,6 +32,11 @@ void ft_sampler_free(ft_sampler *s); // NULL is a no-op
 
 // Picks a token from n_vocab logits (not modified).
 int32_t ft_sampler_sample(ft_sampler *s, const float *logits);
+// The same among the tokens set in allowed (a bitset of n_vocab bits, bit t of word t / 64: a
+// grammar's mask, grammar.h; NULL: all): the others' logits count as -infinity before the chain,
+// so the penalties, top-k, top-p, min-p and the draw see only allowed tokens. With no token
+// allowed it returns the arg-max of the raw logits (the caller checks its mask).
+int32_t ft_sampler_sample_masked(ft_sampler *s, const float *logits, const uint64_t *allowed);
 // Records a token of the sequence (prompt or generated) for the penalties.
 void ft_sampler_accept(ft_sampler *s, int32_t token);
 void ft_sampler_reset(ft_sampler *s);
