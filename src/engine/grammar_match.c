@@ -120,7 +120,7 @@ static int32_t state_get(ft_grammar_matcher *m, bool accept, const uint32_t *top
     uint64_t h = state_hash(accept, tops, n) & mask;
     for (uint32_t id; (id = m->shash[h]); h = (h + 1) & mask) {
         const mstate *x = &m->st[id - 1];
-        if (x->accept == accept && x->n_top == n && !memcmp(m->tops + x->top_off, tops, n * sizeof(uint32_t)))
+        if (x->accept == accept && x->n_top == n && (!n || !memcmp(m->tops + x->top_off, tops, n * sizeof(uint32_t))))
             return (int32_t)id - 1;
     }
     if (m->n_st >= MAX_STATES) return gm_fail(m, "grammar: more than %u states", MAX_STATES);
@@ -148,7 +148,7 @@ static int32_t state_get(ft_grammar_matcher *m, bool accept, const uint32_t *top
     x->n_top = n;
     x->accept = accept;
     x->mask = -1;
-    memcpy(m->tops + m->n_tops, tops, n * sizeof(uint32_t));
+    if (n) memcpy(m->tops + m->n_tops, tops, n * sizeof(uint32_t));
     m->n_tops += n;
     x->plain_loop = -1;
     // transitions: unknown for the bytes some top accepts, dead for the rest
@@ -254,7 +254,7 @@ static int32_t expand(ft_grammar_matcher *m) {
     }
     if (m->failed) return MS_DEAD;
     if (!m->n_out && !accept) return MS_DEAD;
-    qsort(m->out, m->n_out, sizeof(uint32_t), cmp_u32);
+    if (m->n_out > 1) qsort(m->out, m->n_out, sizeof(uint32_t), cmp_u32);
     return state_get(m, accept, m->out, (uint32_t)m->n_out);
 }
 
@@ -353,7 +353,7 @@ void gm_maybe_compact(ft_grammar_matcher *m) {
         at += len;
         tops[i] = par;
     }
-    qsort(tops, n_top, sizeof(uint32_t), cmp_u32);
+    if (n_top > 1) qsort(tops, n_top, sizeof(uint32_t), cmp_u32);
     m->cur = state_get(m, accept, tops, (uint32_t)n_top);
     free(tops);
     free(chain);

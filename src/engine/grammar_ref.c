@@ -86,7 +86,7 @@ static void expand(ft_grammar_ref *r, rlist *todo, rlist *out) {
 
 // Sorts out and drops duplicate stacks into r.
 static void settle(ft_grammar_ref *r, rlist *out) {
-    qsort(out->s, (size_t)out->n, sizeof(rstack), rs_cmp);
+    if (out->n > 1) qsort(out->s, (size_t)out->n, sizeof(rstack), rs_cmp);
     int k = 0;
     for (int i = 0; i < out->n; i++) {
         if (k && !rs_cmp(&out->s[k - 1], &out->s[i])) {
