@@ -89,6 +89,8 @@ static const struct {
     {"root ::= item (\",\" item)*\nitem ::= \"[\" root? \"]\" | \"x\"",
      {"x", "[x,[]]", "[[[x]]],x", "[]"},
      {"[", "x,", "[]]", ""}},
+    // alternatives that derive no string are left out: x never ends, [^...] has no character
+    {"root ::= \"a\" | \"b\" x | \"c\" [^\\x00-\\U0010FFFF]\nx ::= \"c\" x", {"a"}, {"b", "bc", "c", ""}},
     // rules used before they are defined, names with digits and dashes
     {"root ::= a-1 b2\nb2 ::= \"b\" | a-1 b2\na-1 ::= \"a\"", {"ab", "aaab"}, {"a", "b", "aba"}},
 };
@@ -112,7 +114,7 @@ static const struct {
     {"root ::= [a-", "line 1, column 13: unexpected end of input"},
     {"root ::= foo", "rule 'foo' is not defined"},
     {"root ::= \"a\"\nroot ::= \"b\"", "line 2, column 1: a rule defined twice"},
-    {"root ::= a\na ::= \"\"? a \"x\"", "left-recursive"},
+    {"root ::= a\na ::= \"\"? a \"x\" | \"y\"", "rule 'a' is left-recursive"},
     {"root ::= \"a\"{10001}", "line 1, column 19: repetition count above 10000"},
     {"root ::= \"a\"{3,2}", "line 1, column 17: a repetition {m,n} with n < m"},
     {"root ::= \"\\q\"", "line 1, column 12: unknown escape"},
@@ -129,6 +131,8 @@ static const struct {
     {"::= \"a\"", "line 1, column 1: expecting a rule name"},
     {"root ::= \"a\" {1,", "line 1, column 17: expecting '}'"},
     {"root ::= \"a\" {x}", "line 1, column 15: expecting an integer"},
+    {"root ::= [^\\x00-\\U0010FFFF]", "the grammar matches no string at all"},
+    {"root ::= \"a\" root", "the grammar matches no string at all"},
 };
 
 TEST(grammar_gbnf_errors_say_where) {
@@ -279,8 +283,8 @@ TEST(grammar_matcher_equals_reference_on_random_grammars) {
     for (int i = 0; i < 400 && !test_failed(); i++) {
         ft_err err = {{0}};
         ft_grammar *g = random_grammar(&rng, &err);
-        if (!g) { // left recursion is the one thing the builder refuses here
-            CHECK(strstr(err.msg, "left-recursive"), "%s", err.msg);
+        if (!g) { // left recursion and no string at all are what the builder refuses here
+            CHECK(strstr(err.msg, "left-recursive") || strstr(err.msg, "matches no string"), "%s", err.msg);
             n_refused++;
             continue;
         }
@@ -629,7 +633,8 @@ static const struct {
     {"{\"allOf\":[{},{}]}", "'allOf' is supported with exactly one schema"},
     {"{\"enum\":[1,2],\"type\":\"string\"}", "no value of 'enum' has the schema's 'type'"},
     {"false", "the schema false accepts no value"},
-    {"{\"$ref\":\"#\"}", "left-recursive"},
+    {"{\"$ref\":\"#\"}", "matches no string"},
+    {"{\"anyOf\":[{\"$ref\":\"#\"},{\"type\":\"null\"}]}", "left-recursive"},
     {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"object\",\"properties\":{\"$id\":1}}}}",
      "at #/properties/a/properties/$id: a schema must be an object or a boolean"},
     {"{\"not\":{}}", "the keyword 'not' is not supported"},

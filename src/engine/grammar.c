@@ -403,10 +403,25 @@ static int *reachable(const ft_gb *b, int root, int *ids, int *n_out) {
     return order;
 }
 
+// Whether alternative q derives some string: every symbol a byte set with a byte in it or a
+// productive rule (productive[]: by the rules' new ids).
+static bool alt_productive(const ft_gb *b, const ft_gseq *q, const int *ids, const bool *productive) {
+    for (int i = 0; i < q->n; i++) {
+        if (q->s[i].kind == FT_GSYM_RULE) {
+            if (!productive[ids[q->s[i].id]]) return false;
+        } else {
+            const uint64_t *set = b->sets[q->s[i].id];
+            if (!(set[0] | set[1] | set[2] | set[3])) return false;
+        }
+    }
+    return true;
+}
+
 // Left recursion: an edge r -> s where s starts an alternative of r after nullable symbols
 // only; a cycle of such edges would make the matcher expand forever. Iterative DFS (a deep
 // chain of rules must not overflow the C stack). Returns the rule on a cycle, or -1.
-static int left_cycle(const ft_gb *b, const int *order, int n, const int *ids, const bool *nullable) {
+static int left_cycle(const ft_gb *b, const int *order, int n, const int *ids, const bool *nullable,
+                      const bool *productive) {
     // edges as lists
     int *head = ft_malloc((size_t)n * sizeof(int)), *next = NULL, *to = NULL;
     int n_edges = 0, cap = 0;
@@ -415,6 +430,7 @@ static int left_cycle(const ft_gb *b, const int *order, int n, const int *ids, c
         const grule *r = &b->rules[order[k]];
         for (int a = 0; a < r->n_alts; a++) {
             const ft_gseq *q = &b->alts[r->alts[a]];
+            if (!alt_productive(b, q, ids, productive)) continue;
             for (int i = 0; i < q->n && q->s[i].kind == FT_GSYM_RULE; i++) {
                 if (n_edges == cap) {
                     cap = cap ? 2 * cap : 64;
@@ -464,12 +480,27 @@ ft_grammar *ft_gb_finish(ft_gb *b, int root, ft_err *err) {
     int *ids = ft_malloc((size_t)b->n_rules * sizeof(int)), n = 0;
     int *order = reachable(b, root, ids, &n);
     ft_grammar *g = NULL;
-    bool *nullable = ft_calloc((size_t)n, sizeof(bool));
+    bool *nullable = ft_calloc((size_t)n, sizeof(bool)), *productive = ft_calloc((size_t)n, sizeof(bool));
     for (int k = 0; k < n; k++)
         if (b->rules[order[k]].n_alts == 0) {
             ft_err_set(err, "rule '%s' is not defined", b->rules[order[k]].name);
             goto out;
         }
+    // productive rules (a fixed point); the alternatives that derive no string are left out, so
+    // every state the matcher reaches can still be completed (a mask is never empty for a
+    // vocabulary that has every byte)
+    for (bool changed = true; changed;) {
+        changed = false;
+        for (int k = 0; k < n; k++) {
+            const grule *r = &b->rules[order[k]];
+            for (int a = 0; a < r->n_alts && !productive[k]; a++)
+                if (alt_productive(b, &b->alts[r->alts[a]], ids, productive)) productive[k] = changed = true;
+        }
+    }
+    if (!productive[0]) {
+        ft_err_set(err, "the grammar matches no string at all");
+        goto out;
+    }
     for (bool changed = true; changed;) { // nullable rules: a fixed point
         changed = false;
         for (int k = 0; k < n; k++) {
@@ -483,7 +514,7 @@ ft_grammar *ft_gb_finish(ft_gb *b, int root, ft_err *err) {
             }
         }
     }
-    int cyc = left_cycle(b, order, n, ids, nullable);
+    int cyc = left_cycle(b, order, n, ids, nullable, productive);
     if (cyc >= 0) {
         ft_err_set(err, "rule '%s' is left-recursive (it reaches itself before any byte)", b->rules[order[cyc]].name);
         goto out;
@@ -505,6 +536,7 @@ ft_grammar *ft_gb_finish(ft_gb *b, int root, ft_err *err) {
         g->rule_alt[k] = na;
         for (int a = 0; a < r->n_alts; a++) {
             const ft_gseq *q = &b->alts[r->alts[a]];
+            if (!alt_productive(b, q, ids, productive)) continue;
             g->alt_pos[na++] = ns;
             for (int i = 0; i < q->n; i++)
                 g->sym[ns++] = q->s[i].kind == FT_GSYM_RULE ? GSYM_MAKE(FT_GSYM_RULE, ids[q->s[i].id])
@@ -524,6 +556,7 @@ out:
     free(ids);
     free(order);
     free(nullable);
+    free(productive);
     return g;
 }
 

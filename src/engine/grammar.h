@@ -100,8 +100,10 @@ bool ft_gb_failed(const ft_gb *b);
 const char *ft_gb_error(const ft_gb *b); // the failure's message ("" if none)
 
 // Checks the rules reachable from root (each has an alternative; no rule reaches itself
-// without consuming a byte: left recursion) and freezes them. Returns NULL and sets *err on a
-// failure of the builder or of these checks, naming the rule. The builder stays the caller's.
+// without consuming a byte: left recursion) and freezes them, leaving out the alternatives that
+// derive no string (a symbol of no byte, a rule that never ends), so that every prefix the
+// matcher takes can be completed. Returns NULL and sets *err on a failure of the builder or of
+// these checks (naming the rule), or when root derives no string. The builder stays the caller's.
 ft_grammar *ft_gb_finish(ft_gb *b, int root, ft_err *err);
 
 void ft_grammar_free(ft_grammar *g); // NULL is a no-op
