@@ -284,7 +284,8 @@ static void job_done(srv_http *h, srv_job *j) {
     srv_metrics_job(h->metrics, j);
     double ttft = j->t_first > 0 ? (j->t_first - j->t_submit) * 1e3 : 0;
     double dec = j->t_first > 0 && j->n_gen > 1 ? (j->n_gen - 1) / (j->t_end - j->t_first) : 0;
-    static const char *api[] = {"chat", "completion", "messages", "rebuild"};
+    static const char *api[] = {"chat", "completion", "messages", "llama completion", "rebuild"};
+    _Static_assert(sizeof(api) / sizeof(api[0]) == SRV_API_REBUILD + 1, "a name per enum srv_api");
     char moe[160] = "";
     if (j->has_moe)
         snprintf(moe, sizeof(moe), ", expert cache hit %.1f%% (%llu misses, %.1f MiB H2D at %.1f GB/s)",
