@@ -4,6 +4,7 @@
 // Each test starts its own server on a free port (--port 0 --ready-file) with a small
 // synthetic model written by `ft synth`, and stops it with SIGTERM, which must exit 0.
 #include "fixtures.h"
+#include "json_check.h"
 #include "oracle.h"
 #include "../src/backend/backend.h"
 
@@ -429,7 +430,7 @@ TEST(server_malformed_requests) {
         const char *path, *body, *field;
     } unimpl[] = {
         {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\"}]}", "tools"},
-        {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"json_object\"}}", "response_format"},
+        {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"functions\":[{\"name\":\"f\"}]}", "functions"},
         {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logit_bias\":{\"5\":-100}}", "logit_bias"},
         {"/v1/completions", "{\"prompt\":\"x\",\"suffix\":\"y\"}", "suffix"},
         {"/v1/messages", "{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"name\":\"t\"}]}", "tools"},
@@ -2447,5 +2448,139 @@ TEST(server_web_page_in_chromium) {
     fprintf(stderr, "  %s", out);
     struct stat st;
     CHECK(stat(test_path("web-ui.png"), &st) == 0 && st.st_size > 10000, "no screenshot");
+    CHECK(server_stop(&s) == 0, "log: %s", s.log);
+}
+
+// Structured output (src/server/constraint.c): every way a request names a constraint, through
+// curl, each reply parsed and validated (json_check.c); malformed constraints and schemas ft
+// cannot enforce are a 400 in each route's shape, saying where; then the official openai
+// client with 200 random schemas (tests/server/structured.mjs), where node has it.
+TEST(server_structured_output) {
+    SERVER_OR_SKIP(s, "-c 4096");
+    static char out[1 << 16], text[1 << 16];
+    static const char schema[] =
+        "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\",\"maxLength\":16},\"n\":{\"type\":"
+        "\"integer\",\"minimum\":1,\"maximum\":99},\"tags\":{\"type\":\"array\",\"items\":{\"enum\":[\"a\",\"b\"]},"
+        "\"maxItems\":3},\"when\":{\"type\":\"string\",\"format\":\"date\"}},\"required\":[\"name\",\"n\",\"tags\"],"
+        "\"additionalProperties\":false}";
+    json_t *sch = json_loads(schema, 0, NULL);
+    REQUIRE(sch);
+    char body[4096];
+    // the same schema by every route and field that takes one, streamed and not
+    static const struct {
+        const char *path, *fmt;
+        bool stream;
+    } forms[] = {
+        {"/v1/chat/completions",
+         "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":1000,\"seed\":%d,\"response_format\":"
+         "{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"t\",\"strict\":true,\"schema\":%s}}}",
+         false},
+        {"/v1/chat/completions",
+         "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":1000,\"seed\":%d,\"stream\":true,"
+         "\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"t\",\"schema\":%s}}}",
+         true},
+        {"/v1/chat/completions",
+         "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":1000,\"seed\":%d,\"response_format\":"
+         "{\"type\":\"json_object\",\"schema\":%s}}",
+         false},
+        {"/v1/chat/completions",
+         "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":1000,\"seed\":%d,\"json_schema\":%s}",
+         false},
+        {"/v1/completions", "{\"prompt\":\"x\",\"max_tokens\":1000,\"seed\":%d,\"stream\":true,\"json_schema\":%s}",
+         true},
+        {"/completion", "{\"prompt\":\"x\",\"n_predict\":1000,\"seed\":%d,\"json_schema\":%s}", false},
+    };
+    for (size_t f = 0; f < FT_ARRAY_LEN(forms); f++)
+        for (int seed = 1; seed <= 3; seed++) {
+            snprintf(body, sizeof(body), forms[f].fmt, seed, schema);
+            int code = http(&s, "POST", forms[f].path, body, NULL, out, sizeof(out));
+            REQUIRE(code == 200, "%s: %d %s", forms[f].path, code, out);
+            size_t n = 0;
+            if (forms[f].stream) {
+                CHECK(sse_openai(out, text, sizeof(text), &n), "%s: a broken stream: %s", forms[f].path, out);
+            } else {
+                json_t *r = json_loads(out, 0, NULL), *ch = json_array_get(json_object_get(r, "choices"), 0);
+                json_t *t = json_object_get(json_object_get(ch, "message"), "content");
+                if (!t) t = json_object_get(ch, "text");
+                if (!t) t = json_object_get(r, "content");
+                snprintf(text, sizeof(text), "%s", json_string_value(t) ? json_string_value(t) : "");
+                json_decref(r);
+            }
+            json_t *v = json_loads(text, JSON_DECODE_ANY, NULL);
+            CHECK(v && json_check(sch, sch, v), "%s seed %d: not valid under the schema: '%s'", forms[f].path, seed,
+                  text);
+            json_decref(v);
+        }
+    json_decref(sch);
+    // json_object: any object; a GBNF grammar on /completion and /v1/chat/completions
+    CHECK(http(&s, "POST", "/v1/chat/completions",
+               "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":3000,\"seed\":1,"
+               "\"response_format\":{\"type\":\"json_object\"}}",
+               NULL, out, sizeof(out)) == 200,
+          "%s", out);
+    json_t *r = json_loads(out, 0, NULL);
+    json_t *c = json_object_get(json_object_get(json_array_get(json_object_get(r, "choices"), 0), "message"), "content");
+    json_t *obj = json_string_value(c) ? json_loads(json_string_value(c), 0, NULL) : NULL;
+    CHECK(json_is_object(obj), "not an object: %s", out);
+    json_decref(obj);
+    json_decref(r);
+    for (int seed = 1; seed <= 4; seed++) {
+        snprintf(body, sizeof(body),
+                 "{\"prompt\":\"x\",\"n_predict\":50,\"seed\":%d,\"grammar\":\"root ::= (\\\"yes\\\" | \\\"no\\\") "
+                 "\\\"!\\\"\"}",
+                 seed);
+        CHECK(http(&s, "POST", "/completion", body, NULL, out, sizeof(out)) == 200 &&
+                  (strstr(out, "\"content\":\"yes!\"") || strstr(out, "\"content\":\"no!\"")),
+              "%s", out);
+    }
+    // malformed or unenforceable: a 400 in the route's shape, saying what and where
+    static const struct {
+        const char *path, *body, *want;
+    } bad[] = {
+        {"/v1/chat/completions",
+         "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"json_schema\","
+         "\"json_schema\":{\"name\":\"t\",\"schema\":{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\","
+         "\"pattern\":\"x\"}}}}}}",
+         "'response_format.json_schema.schema': at #/properties/a: the keyword 'pattern' is not supported"},
+        {"/v1/chat/completions",
+         "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"json_schema\","
+         "\"json_schema\":{\"name\":\"t\"}}}",
+         "needs a 'schema'"},
+        {"/v1/chat/completions",
+         "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"xml\"}}",
+         "type 'xml' is not one of"},
+        {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":\"json\"}",
+         "'response_format' must be an object"},
+        {"/v1/chat/completions",
+         "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"json_object\"},"
+         "\"grammar\":\"root ::= \\\"a\\\"\"}",
+         "'grammar' beside 'response_format': give one constraint"},
+        {"/v1/chat/completions",
+         "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"json_object\"},"
+         "\"enable_thinking\":true}",
+         "has no reasoning"},
+        {"/v1/completions", "{\"prompt\":\"x\",\"json_schema\":{\"type\":\"integer\",\"minimum\":3,\"maximum\":2}}",
+         "'json_schema': at #: the bounds leave no integer"},
+        {"/completion", "{\"prompt\":\"x\",\"grammar\":\"root ::= \\\"a\\\"\\nroot ::= \\\"b\\\"\"}",
+         "'grammar': line 2, column 1: a rule defined twice"},
+        {"/completion", "{\"prompt\":\"x\",\"grammar\":\"root ::= [^\\\\x00-\\\\U0010FFFF]\"}",
+         "'grammar': the grammar matches no string at all"},
+        {"/completion", "{\"prompt\":\"x\",\"grammar\":5}", "'grammar' must be a string"},
+    };
+    for (size_t i = 0; i < FT_ARRAY_LEN(bad); i++) {
+        int code = http(&s, "POST", bad[i].path, bad[i].body, NULL, out, sizeof(out));
+        CHECK(code == 400 && strstr(out, "{\"error\":{") == out && strstr(out, bad[i].want), "%s %s: %d %s",
+              bad[i].path, bad[i].body, code, out);
+    }
+    // the official client with random schemas
+    struct stat st;
+    if (stat("node_modules/openai/package.json", &st) == 0) {
+        char cmd[256];
+        snprintf(cmd, sizeof(cmd), "node tests/server/structured.mjs %d 200 2>&1", s.port);
+        CHECK(test_run(cmd, out, sizeof(out)) == 0, "structured.mjs: %s", out);
+        fprintf(stderr, "  %s", out);
+    } else {
+        fprintf(stderr, "  node_modules has no openai client: structured.mjs not run\n");
+    }
     CHECK(server_stop(&s) == 0, "log: %s", s.log);
 }

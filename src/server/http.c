@@ -53,6 +53,8 @@ struct srv_http {
     uint64_t next_id;
     int n_ctx;
     bool stopping;
+    pthread_mutex_t gvocab_mu;
+    ft_grammar_vocab *gvocab; // made by the first constrained request (srv_http_grammar_vocab)
 };
 
 const srv_params *srv_http_params(const srv_http *h) {
@@ -63,6 +65,18 @@ const tok_vocab *srv_http_vocab(const srv_http *h) {
 }
 int srv_http_n_ctx(const srv_http *h) {
     return h->n_ctx;
+}
+
+const ft_grammar_vocab *srv_http_grammar_vocab(srv_http *h) {
+    pthread_mutex_lock(&h->gvocab_mu);
+    if (!h->gvocab) {
+        double t0 = ft_time_s();
+        h->gvocab = ft_grammar_vocab_init(h->v, h->m->hp.n_vocab);
+        FT_LOG_INFO("ft serve: the vocabulary's trie for structured output: %zu nodes, %.0f ms",
+                    ft_grammar_vocab_n_nodes(h->gvocab), (ft_time_s() - t0) * 1e3);
+    }
+    pthread_mutex_unlock(&h->gvocab_mu);
+    return h->gvocab;
 }
 
 srv_params srv_default_params(void) {
@@ -450,6 +464,7 @@ typedef struct prep_req {
 static void prep_parse(void *ctx) {
     prep_req *r = ctx;
     r->ok = r->parse(r->h, r->body, r->j, &r->err);
+    if (r->ok && r->j->grammar) r->j->gvocab = srv_http_grammar_vocab(r->h);
 }
 
 static void prep_parsed(void *ctx) {
@@ -1140,6 +1155,7 @@ bool srv_run(const srv_params *p, const ft_model *m, const tok_vocab *v, ft_err 
     h->m = m;
     h->v = v;
     pthread_mutex_init(&h->ready_mu, NULL);
+    pthread_mutex_init(&h->gvocab_mu, NULL);
     h->metrics = srv_metrics_init();
     bool ok = false;
     h->base = event_base_new();
@@ -1233,6 +1249,9 @@ done:
     srv_metrics_free(h->metrics);
     free(h->ready);
     pthread_mutex_destroy(&h->ready_mu);
+    ft_grammar_vocab_free(h->gvocab); // no job is left to use it
+    pthread_mutex_destroy(&h->gvocab_mu);
+    srv_constraint_cache_clear();
     free(h);
     return ok;
 }

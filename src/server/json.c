@@ -169,16 +169,13 @@ const char *srv_job_cut_message(const srv_job *j) {
     return j->errmsg[0] ? j->errmsg : "generation failed";
 }
 
-static bool unset(const char *field, json_t *v) {
-    if (!v || json_is_null(v) || (json_is_array(v) && !json_array_size(v)) || (json_is_object(v) && !json_object_size(v)))
-        return true;
-    json_t *type = json_object_get(v, "type"); // response_format's default
-    return !strcmp(field, "response_format") && json_is_string(type) && !strcmp(json_string_value(type), "text");
+static bool unset(json_t *v) {
+    return !v || json_is_null(v) || (json_is_array(v) && !json_array_size(v)) || (json_is_object(v) && !json_object_size(v));
 }
 
 bool srv_refuse_unimplemented(const srv_params *p, json_t *body, const char *const *fields, ft_err *err) {
     for (; *fields; fields++) {
-        if (unset(*fields, json_object_get(body, *fields))) continue;
+        if (unset(json_object_get(body, *fields))) continue;
         if (!p->lenient)
             return ft_err_set(err, "'%s' is not supported yet (ft serve --lenient ignores such fields)", *fields);
         FT_LOG_INFO("ignoring the request's '%s' (--lenient)", *fields);

@@ -19,9 +19,8 @@ static const struct {
              {"n_indent", 0},       {"t_max_predict_ms", 0}, {"id_slot", -1}};
 static const char *const k_off_bool[] = {"post_sampling_probs", "return_tokens", "timings_per_token",
                                          "return_progress", NULL};
-static const char *const k_unimplemented[] = {"json_schema",     "logit_bias", "image_data",
-                                              "multimodal_data", "lora",       "samplers",
-                                              "response_fields", NULL};
+static const char *const k_unimplemented[] = {"logit_bias", "image_data", "multimodal_data", "lora",
+                                              "samplers",   "response_fields", NULL};
 
 static bool refuse_on(const srv_params *p, json_t *body, ft_err *err) {
     for (size_t i = 0; i < FT_ARRAY_LEN(k_off); i++) {
@@ -40,16 +39,13 @@ static bool refuse_on(const srv_params *p, json_t *body, ft_err *err) {
             return ft_err_set(err, "'%s' is not supported yet (ft serve --lenient ignores such fields)", *f);
         FT_LOG_INFO("ignoring the request's '%s' (--lenient)", *f);
     }
-    json_t *g = json_object_get(body, "grammar");
-    if (g && !json_is_null(g) && !(json_is_string(g) && !json_string_length(g)) && !p->lenient)
-        return ft_err_set(err, "'grammar' is not supported yet (ft serve --lenient ignores such fields)");
     return srv_refuse_unimplemented(p, body, k_unimplemented, err);
 }
 
 bool srv_llama_parse_completion(const srv_params *p, const tok_vocab *v, int n_ctx, json_t *body, srv_job *j,
                                 ft_err *err) {
     j->api = SRV_API_LLAMA_COMPLETION;
-    if (!refuse_on(p, body, err)) return false;
+    if (!refuse_on(p, body, err) || !srv_parse_constraint(p, body, j, err)) return false;
     int64_t n_predict = -1, last_n = 64;
     bool cache_prompt = true;
     // llama-server's sampling defaults (temperature 0.8, top-k 40, top-p 0.95, min-p 0.05)

@@ -31,8 +31,7 @@ static bool parse_stream(json_t *body, srv_job *j, ft_err *err) {
 }
 
 // Fields of each route ft does not implement yet (srv_refuse_unimplemented).
-static const char *const k_chat_unimplemented[] = {"tools", "functions", "response_format", "logit_bias",
-                                                    "audio", "prediction", NULL};
+static const char *const k_chat_unimplemented[] = {"tools", "functions", "logit_bias", "audio", "prediction", NULL};
 static const char *const k_completion_unimplemented[] = {"logit_bias", "suffix", NULL};
 
 // reasoning_effort (OpenAI's field, or chat_template_kwargs' as llama-server takes it): "low",
@@ -49,9 +48,12 @@ static bool parse_effort(json_t *obj, const char **out, ft_err *err) {
 
 bool srv_openai_parse_chat(const srv_params *p, const tok_vocab *v, json_t *body, srv_job *j, ft_err *err) {
     j->api = SRV_API_CHAT;
-    if (!srv_refuse_unimplemented(p, body, k_chat_unimplemented, err)) return false;
-    j->split_think = true;
-    bool logprobs = false, thinking = true;
+    if (!srv_refuse_unimplemented(p, body, k_chat_unimplemented, err) || !srv_parse_constraint(p, body, j, err))
+        return false;
+    // a constrained reply is the answer alone: the template's thinking is off (a reply that
+    // opened <think> could not close it under the grammar), and nothing is split off
+    j->split_think = !j->grammar;
+    bool logprobs = false, thinking = !j->grammar;
     int64_t top = 0;
     const char *effort = NULL;
     json_t *kw = json_object_get(body, "chat_template_kwargs");
@@ -60,9 +62,13 @@ bool srv_openai_parse_chat(const srv_params *p, const tok_vocab *v, json_t *body
         !srv_get_int(body, "top_logprobs", 0, SRV_MAX_TOP_LOGPROBS, &top, err) ||
         !srv_get_bool(body, "enable_thinking", &thinking, err) ||
         (json_is_object(kw) && !srv_get_bool(kw, "enable_thinking", &thinking, err)) ||
-        !parse_effort(body, &effort, err) || (json_is_object(kw) && !parse_effort(kw, &effort, err)) ||
-        !srv_chat_prompt(p, v, json_object_get(body, "messages"), NULL, thinking, effort,
-                         json_is_object(kw) ? kw : NULL, j, err))
+        !parse_effort(body, &effort, err) || (json_is_object(kw) && !parse_effort(kw, &effort, err)))
+        return false;
+    if (j->grammar && thinking)
+        return ft_err_set(err, "'enable_thinking': a reply under 'response_format', 'grammar' or 'json_schema' has "
+                               "no reasoning (leave thinking off)");
+    if (!srv_chat_prompt(p, v, json_object_get(body, "messages"), NULL, thinking, effort, json_is_object(kw) ? kw : NULL,
+                         j, err))
         return false;
     j->n_logprobs = logprobs ? (int)top : -1;
     return true;
@@ -98,7 +104,8 @@ bool srv_parse_completion_prompt(const tok_vocab *v, json_t *pr, srv_job *j, ft_
 bool srv_openai_parse_completion(const srv_params *p, const tok_vocab *v, json_t *body, srv_job *j,
                                  ft_err *err) {
     j->api = SRV_API_COMPLETION;
-    if (!srv_refuse_unimplemented(p, body, k_completion_unimplemented, err)) return false;
+    if (!srv_refuse_unimplemented(p, body, k_completion_unimplemented, err) || !srv_parse_constraint(p, body, j, err))
+        return false;
     int64_t lp = -1;
     if (!parse_stream(body, j, err) || !parse_max_tokens(body, j, err) ||
         !srv_parse_sampling(body, j, "stop", err) || !srv_get_bool(body, "echo", &j->echo, err) ||

@@ -13,7 +13,10 @@
 //      its finished blocks stay cached), and ends with "length" only when there is none;
 //   4. runs it (ft_batch_step: weights read once for all sequences);
 //   5. samples each slot that got logits with its own sampler, streams the text, and ends the
-//      job on an end-of-generation token, a stop string, max_tokens or a full context.
+//      job on an end-of-generation token, a stop string, max_tokens or a full context. A job
+//      with an output constraint (structured output) has a grammar matcher in its slot: the
+//      sampler draws among the tokens its mask allows (end-of-generation ones only where the
+//      grammar may end), and the job ends as soon as nothing but the end may follow.
 
 #include "srv_impl.h"
 
@@ -29,6 +32,7 @@ typedef struct slot {
     int seq;        // the batch engine's sequence while job is set
     ft_sampler *smp;
     ft_stop *stop;
+    ft_grammar_matcher *gm; // the job's constraint (NULL: none)
     tok_stream ts;
     int n_prefilled;
     bool fresh;     // the prompt is not checked yet (prompt_problem)
@@ -54,6 +58,7 @@ struct srv_sched {
     int32_t *eog;
     int n_eog;
     float *masked;           // (n_vocab) logits with the end-of-generation ids at -inf (ignore_eos)
+    uint64_t *allowed;       // (n_vocab bits) a grammar's mask without the end-of-generation ids
 
     pthread_t thread;
     pthread_mutex_t mu;
@@ -99,6 +104,7 @@ void srv_job_ref(srv_job *j) {
 void srv_job_unref(srv_job *j) {
     if (!j || atomic_fetch_sub(&j->refs, 1) != 1) return;
     tok_ids_free(&j->prompt);
+    srv_grammar_unref(j->grammar);
     for (int i = 0; i < j->n_stops; i++)
         free(j->stops[i]);
     free(j->stop_matched);
@@ -215,8 +221,10 @@ static void finish(srv_sched *s, slot *sl, enum srv_finish why, const char *msg)
     tok_stream_free(&sl->ts);
     ft_stop_free(sl->stop);
     ft_sampler_free(sl->smp);
+    ft_grammar_matcher_free(sl->gm);
     sl->stop = NULL;
     sl->smp = NULL;
+    sl->gm = NULL;
     ft_batch_seq_close(s->b, sl->seq); // the sequence's KV cache is free again
     sl->job = NULL;
     sl->decoding = false;
@@ -248,6 +256,7 @@ static void start(srv_sched *s, slot *sl, srv_job *j) {
     sl->smp = ft_sampler_init(&j->sp, s->m->hp.n_vocab);
     sl->moe_pending = s->has_moe; // (s->mu is held here: the counters are read after it)
     sl->stop = ft_stop_init((const char *const *)j->stops, j->n_stops);
+    sl->gm = j->grammar ? ft_grammar_matcher_init(srv_grammar_get(j->grammar), j->gvocab, NULL) : NULL;
     tok_stream_init(&sl->ts, s->v, false);
     int reused = prompt_problem(s, j) ? 0 : ft_batch_seq_reuse(s->b, sl->seq, j->prompt.ids, (int)j->prompt.n);
     for (int i = 0; i < reused; i++) ft_sampler_accept(sl->smp, j->prompt.ids[i]);
@@ -266,8 +275,10 @@ static void requeue(srv_sched *s, slot *sl) {
     tok_stream_free(&sl->ts);
     ft_stop_free(sl->stop);
     ft_sampler_free(sl->smp);
+    ft_grammar_matcher_free(sl->gm);
     sl->stop = NULL;
     sl->smp = NULL;
+    sl->gm = NULL;
     ft_batch_seq_close(s->b, sl->seq);
     sl->job = NULL;
     pthread_mutex_lock(&s->mu);
@@ -334,19 +345,38 @@ static void sample_slot(srv_sched *s, slot *sl, const float *logits) {
         finish(s, sl, SRV_FINISH_LENGTH, NULL);
         return;
     }
-    if (j->ignore_eos) {
+    const uint64_t *allowed = NULL;
+    ft_err gerr = {{0}};
+    if (sl->gm && !(allowed = ft_grammar_matcher_mask(sl->gm))) {
+        ft_grammar_matcher_failed(sl->gm, &gerr);
+        finish(s, sl, SRV_FINISH_ERROR, gerr.msg);
+        return;
+    }
+    if (j->ignore_eos && allowed) { // the grammar's mask without the ends
+        memcpy(s->allowed, allowed, ((size_t)s->m->hp.n_vocab + 63) / 64 * sizeof(uint64_t));
+        for (int i = 0; i < s->n_eog; i++) s->allowed[s->eog[i] >> 6] &= ~(1ull << (s->eog[i] & 63));
+        allowed = s->allowed;
+    } else if (j->ignore_eos) {
         size_t n_vocab = (size_t)s->m->hp.n_vocab;
         memcpy(s->masked, logits, n_vocab * sizeof(float));
         for (int i = 0; i < s->n_eog; i++) s->masked[s->eog[i]] = -INFINITY;
         logits = s->masked;
     }
-    int32_t t = ft_sampler_sample(sl->smp, logits);
+    int32_t t = ft_sampler_sample_masked(sl->smp, logits, allowed);
+    if (allowed && !(allowed[t >> 6] >> (t & 63) & 1)) { // an empty mask
+        finish(s, sl, SRV_FINISH_ERROR, "structured output: no token of the vocabulary continues the grammar here");
+        return;
+    }
     ft_sampler_accept(sl->smp, t);
     srv_tokinfo ti;
     bool want_lp = j->n_logprobs >= 0;
     if (want_lp) logprobs_of(s, logits, t, j->n_logprobs, &ti);
     if (is_eog(s, t)) {
         finish(s, sl, SRV_FINISH_STOP, NULL);
+        return;
+    }
+    if (sl->gm && !ft_grammar_matcher_accept(sl->gm, t)) { // cannot happen: t is in the mask
+        finish(s, sl, SRV_FINISH_ERROR, "structured output: the grammar refused the sampled token");
         return;
     }
     size_t len;
@@ -367,6 +397,10 @@ static void sample_slot(srv_sched *s, slot *sl, const float *logits) {
     pthread_mutex_unlock(&j->mu);
     if (stopped) {
         j->stop_matched = ft_strdup(ft_stop_matched(sl->stop)); // read by the HTTP side only after done
+        finish(s, sl, SRV_FINISH_STOP, NULL);
+        return;
+    }
+    if (sl->gm && ft_grammar_matcher_done(sl->gm)) { // the constrained output is complete
         finish(s, sl, SRV_FINISH_STOP, NULL);
         return;
     }
@@ -601,6 +635,7 @@ srv_sched *srv_sched_init(const ft_model *m, const tok_vocab *v, const srv_param
     for (int32_t t = 0; t < m->hp.n_vocab && t < tok_n_tokens(v); t++)
         if (tok_is_eog(v, t)) s->eog[s->n_eog++] = t;
     s->masked = ft_malloc((size_t)m->hp.n_vocab * sizeof(float));
+    s->allowed = ft_malloc(((size_t)m->hp.n_vocab + 63) / 64 * sizeof(uint64_t));
     s->q_cap = p->max_queue + p->max_running; // a job waits here until the thread admits it
     s->queue = ft_calloc((size_t)s->q_cap, sizeof(srv_job *));
     pthread_mutex_init(&s->mu, NULL);
@@ -654,6 +689,7 @@ void srv_sched_free(srv_sched *s) {
     free(s->item_slot);
     free(s->eog);
     free(s->masked);
+    free(s->allowed);
     free(s->queue);
     ft_moe_stats_free(&s->moe);
     srv_routes_free(&s->routes);

@@ -13,6 +13,7 @@
 #include <stdatomic.h>
 
 #include "server.h"
+#include "../engine/grammar.h"
 
 #define SRV_MAX_STOPS 8
 #define SRV_MAX_TOP_LOGPROBS 20
@@ -67,6 +68,12 @@ typedef struct srv_think {
 void srv_think_feed(srv_think *t, const char *s, size_t n, srv_buf *content, srv_buf *reasoning);
 void srv_think_flush(srv_think *t, srv_buf *content, srv_buf *reasoning);
 
+// A compiled output constraint (constraint.c), shared by reference count between the jobs that
+// use it and the cache of compiled grammars. Immutable; any thread.
+typedef struct srv_grammar srv_grammar;
+const ft_grammar *srv_grammar_get(const srv_grammar *sg);
+void srv_grammar_unref(srv_grammar *sg); // NULL is a no-op
+
 typedef struct srv_job srv_job;
 struct srv_job {
     // request (written by the HTTP thread before submit; read-only afterwards)
@@ -81,6 +88,8 @@ struct srv_job {
     bool ignore_eos; // end-of-generation tokens are never sampled (llama-server's ignore_eos)
     bool stream;
     int rebuild_slots; // SRV_API_REBUILD: the new --moe-cache-size
+    srv_grammar *grammar; // the output's constraint (a reference), NULL: none
+    const ft_grammar_vocab *gvocab; // the server's grammar view of the vocabulary, set with grammar
 
     atomic_bool cancel;
     atomic_int refs;
@@ -237,9 +246,15 @@ bool srv_parse_sampling_from(json_t *body, srv_job *j, const char *stop_key, ft_
 // a client gone, or failed), which neither API has a stop reason for, and what to tell its client.
 bool srv_job_cut_short(const srv_job *j);
 const char *srv_job_cut_message(const srv_job *j);
+// Reads the request's output constraint into j->grammar: OpenAI's response_format (text,
+// json_object, json_schema) or llama-server's grammar (GBNF) or json_schema, at most one of
+// them, compiled or taken from the cache of compiled grammars. Returns false with a message for
+// a 400 (a field malformed, a schema or grammar that does not compile, saying where).
+bool srv_parse_constraint(const srv_params *p, json_t *body, srv_job *j, ft_err *err);
+// Drops the cache of compiled grammars (the server's end; jobs keep their references).
+void srv_constraint_cache_clear(void);
 // Refuses a request that sets one of fields (NULL-terminated), which ft does not implement yet,
-// naming it; with p->lenient it is ignored, with a log line. null, [] and {} count as unset, and
-// response_format {"type": "text"} (the default) too.
+// naming it; with p->lenient it is ignored, with a log line. null, [] and {} count as unset.
 bool srv_refuse_unimplemented(const srv_params *p, json_t *body, const char *const *fields, ft_err *err);
 
 // ---------------------------------------------------------------------------------------------
@@ -250,6 +265,9 @@ const srv_params *srv_http_params(const srv_http *h);
 const tok_vocab *srv_http_vocab(const srv_http *h);
 int srv_http_n_ctx(const srv_http *h);
 uint64_t srv_http_next_id(srv_http *h);
+// The vocabulary as constrained decoding sees it (ft_grammar_vocab), made on first use (about
+// 0.2 s for 152k tokens, on the prep thread that asks first); it lives as long as the server.
+const ft_grammar_vocab *srv_http_grammar_vocab(srv_http *h);
 // A job for the request req, its id the next one and its response id rid_prefix followed by it.
 srv_job *srv_http_new_job(srv_http *h, struct evhttp_request *req, const char *rid_prefix);
 
