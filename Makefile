@@ -7,7 +7,8 @@
 # make bench-cuda the CUDA matvec benchmark (GPU machine); bench-cuda-gemm the prefill GEMM one
 # make fuzz       build the libFuzzer targets (clang) into build-fuzz/; FUZZ_SECONDS=N runs them
 # make bench      build and run the micro-benchmarks (bench-cpu-moe: the CPU MoE op at decode;
-#                 bench-sampler: the sampler against llama.cpp's)
+#                 bench-sampler: the sampler against llama.cpp's; bench-grammar: constrained
+#                 decoding's token masks)
 # make deps       install the test oracle (llama.cpp via npm) into node_modules/
 # make check      deps + test + test-san: what CI runs
 # make install    build/ft to $(DESTDIR)$(PREFIX)/bin (PREFIX=/usr/local); make uninstall removes it
@@ -74,7 +75,7 @@ GPU_TEST_OBJ := $(BUILD)/tests/main.o $(BUILD)/tests/batch_sim.o $(BUILD)/tests/
 # SIMD files are compiled for their instruction set and only entered after a run-time check.
 $(BUILD)/%_avx2.o: CFLAGS += -mavx2 -mfma -mf16c
 
-.PHONY: all test test-san test-gpu fuzz fuzz-build bench bench-cpu-moe bench-sampler bench-cuda bench-cuda-gemm deps check install uninstall clean help
+.PHONY: all test test-san test-gpu fuzz fuzz-build bench bench-cpu-moe bench-sampler bench-grammar bench-cuda bench-cuda-gemm deps check install uninstall clean help
 all: $(BUILD)/ft
 
 $(BUILD)/%.o: %.c
@@ -178,6 +179,14 @@ $(BUILD)/tests/oracle.o: CFLAGS += -I$(LLAMA_SRC)/include -I$(LLAMA_SRC)/ggml/in
 $(BUILD)/tests/oracle.o: | $(LLAMA_SRC)/include/llama.h
 endif
 
+# constrained decoding's cost per token: a JSON schema's token masks over qwen2's 151,936 tokens;
+# BENCH_ARGS: e.g. "--requests 50"; see bench/bench_grammar.c (run it under taskset -c N)
+bench-grammar: $(BUILD)/bench_grammar
+	$(BUILD)/bench_grammar $(BENCH_ARGS)
+
+$(BUILD)/bench_grammar: $(BUILD)/bench/bench_grammar.o $(BUILD)/libft.a
+	$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS)
+
 # ft's sampler against llama.cpp's sampler chain on a 151,936-token vocabulary
 bench-sampler: $(BUILD)/bench_sampler
 	$(BUILD)/bench_sampler $(BENCH_ARGS)
@@ -209,6 +218,6 @@ clean:
 	rm -rf build build-san build-fuzz
 
 help:
-	@sed -n '3,14p' Makefile
+	@sed -n '3,15p' Makefile
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
