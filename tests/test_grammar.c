@@ -461,6 +461,15 @@ TEST(grammar_masks_equal_brute_force_qwen2_vocab) {
     mask_walks(g, rv.gv, rv.n, rv.piece, rv.len, rv.eog, 2, 16, 1u << 0 | 1u << 2 | 1u << 5 | 1u << 9, 2000,
                "qwen2, schema");
     ft_grammar_free(g);
+    // strings of 2 to 40 characters: the chain of counting states decides the plain tokens
+    schema = json_loads("{\"type\":\"array\",\"items\":{\"type\":\"string\",\"minLength\":2,\"maxLength\":40},"
+                        "\"maxItems\":4}",
+                        0, NULL);
+    g = ft_json_schema_grammar(schema, false, &err);
+    json_decref(schema);
+    REQUIRE(g, "%s", err.msg);
+    mask_walks(g, rv.gv, rv.n, rv.piece, rv.len, rv.eog, 2, 24, 1u << 3 | 1u << 11, 2000, "qwen2, bounded strings");
+    ft_grammar_free(g);
     // characters of one script only, and a free string (the plain-token shortcut)
     g = parse("root ::= [\\u4e00-\\u9fff]{1,6} \"\\n\" ( [^\"\\\\] | \"\\\\\" [nt] )* \"\\\"\"");
     if (g) mask_walks(g, rv.gv, rv.n, rv.piece, rv.len, rv.eog, 2, 12, 1u << 0 | 1u << 3 | 1u << 8, 2000, "qwen2, gbnf");

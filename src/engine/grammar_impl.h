@@ -44,6 +44,7 @@ typedef struct gv_node {
 } gv_node;
 
 #define GV_MAX_DEPTH 65535 // longer tokens are left out of the trie: never allowed
+#define GV_MAX_CHARS 16    // plain tokens have at most this many characters (token_mask.c)
 
 struct ft_grammar_vocab {
     int n_vocab;
@@ -54,7 +55,7 @@ struct ft_grammar_vocab {
     int32_t *eog;      // end-of-generation ids
     int n_eog;
     uint8_t *is_eog;   // (n_vocab)
-    uint64_t *plain;   // (n_vocab bits) tokens of whole plain characters (token_mask.c)
+    uint64_t *plain_le[GV_MAX_CHARS + 1]; // (n_vocab bits each) tokens of 1 to c plain characters (token_mask.c)
     gv_node *np_nodes; // the trie of the other tokens
     uint32_t n_np_nodes;
     uint32_t *tok_len; // (n_vocab) bytes of each token (0: no bytes or left out)
@@ -76,7 +77,8 @@ typedef struct mstate {
     uint32_t top_off, n_top;
     int32_t mask;        // the cached mask's index, -1: none
     uint8_t accept;
-    int8_t plain_loop;   // every plain character leads back here (token_mask.c): 1 yes, 0 no, -1 unknown
+    int8_t plain_uniform; // every plain character leads to one state, plain_next (token_mask.c): 1 yes, 0 no, -1 unknown
+    int32_t plain_next;   // that state (MS_DEAD: none takes a plain character)
 } mstate;
 
 struct ft_grammar_matcher {

@@ -150,7 +150,7 @@ static int32_t state_get(ft_grammar_matcher *m, bool accept, const uint32_t *top
     x->mask = -1;
     if (n) memcpy(m->tops + m->n_tops, tops, n * sizeof(uint32_t));
     m->n_tops += n;
-    x->plain_loop = -1;
+    x->plain_uniform = -1;
     // transitions: unknown for the bytes some top accepts, dead for the rest
     const ft_grammar *g = m->g;
     uint64_t valid[4] = {0};

@@ -8,10 +8,14 @@
 // (qwen2's 151,936 tokens make 333,627 nodes); masks are cached per state, and states repeat.
 //
 // Inside a string nearly every token is allowed, and a whole walk would be the worst case. So
-// the vocabulary also sorts out its plain tokens: whole UTF-8 characters, none of them a control
-// character, DEL, '"' or '\' (145,739 of qwen2's tokens). A state that every plain character
-// leads back to (a string's body; checked once per state over the UTF-8 byte structure) allows
-// all of them, and only the other tokens' trie (6,193 tokens) is walked.
+// the vocabulary also sorts out its plain tokens: 1 to 16 whole UTF-8 characters, none of them
+// a control character, DEL, '"' or '\' (about 145,700 of qwen2's tokens), by their number of
+// characters. A state where every plain character leads to one state (checked once per state
+// over the UTF-8 byte structure) starts a chain: s0 -> s1 -> ... A token of c plain characters
+// goes from s0 to s_c, so where the chain ends in no state after s_c, loops back, or reaches 16
+// characters, the plain tokens allowed are exactly those of at most so many characters (a
+// string's body: all of them; a string of at most n characters: those of at most the n - k
+// left), a precomputed bitset, and only the other tokens' trie (about 6,200 tokens) is walked.
 #include "grammar_impl.h"
 
 #include <stdlib.h>
@@ -34,24 +38,26 @@ static int by_bytes(const void *a, const void *b) {
     return x->id < y->id ? -1 : x->id > y->id;
 }
 
-// Whether s is whole plain characters: valid UTF-8 without control characters, DEL, '"', '\\'.
-static bool plain(const uint8_t *s, size_t n) {
-    for (size_t i = 0; i < n;) {
+// The number of characters of s if it is whole plain characters (valid UTF-8 without control
+// characters, DEL, '"', '\\'), else 0.
+static int plain_chars(const uint8_t *s, size_t n) {
+    int chars = 0;
+    for (size_t i = 0; i < n; chars++) {
         unsigned c = s[i];
         if (c < 0x80) {
-            if (c < 0x20 || c == 0x7F || c == '"' || c == '\\') return false;
+            if (c < 0x20 || c == 0x7F || c == '"' || c == '\\') return 0;
             i++;
             continue;
         }
         int len = c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
-        if (!len || i + (size_t)len > n) return false;
+        if (!len || i + (size_t)len > n) return 0;
         unsigned lo = c == 0xE0 ? 0xA0 : c == 0xF0 ? 0x90 : 0x80, hi = c == 0xED ? 0x9F : c == 0xF4 ? 0x8F : 0xBF;
-        if (s[i + 1] < lo || s[i + 1] > hi) return false;
+        if (s[i + 1] < lo || s[i + 1] > hi) return 0;
         for (int k = 2; k < len; k++)
-            if ((s[i + k] & 0xC0) != 0x80) return false;
+            if ((s[i + k] & 0xC0) != 0x80) return 0;
         i += (size_t)len;
     }
-    return true;
+    return chars;
 }
 
 // The trie of the sorted entries e[0..n) in preorder: a sorted list of strings is the trie's
@@ -126,12 +132,15 @@ ft_grammar_vocab *ft_grammar_vocab_from_pieces(int n_vocab, const char *const *p
     }
     qsort(e, (size_t)n, sizeof(tok_ent), by_bytes);
     gv->nodes = build_trie(gv, e, n, true, &gv->n_nodes, &gv->max_depth);
-    // the plain tokens, and the trie of the rest
-    gv->plain = ft_calloc(((size_t)FT_MAX(n_vocab, 1) + 63) / 64, sizeof(uint64_t));
+    // the plain tokens by their characters (plain_le[c]: those of at most c), and the trie of
+    // the rest
+    size_t n_words = ((size_t)FT_MAX(n_vocab, 1) + 63) / 64;
+    for (int c = 0; c <= GV_MAX_CHARS; c++) gv->plain_le[c] = ft_calloc(n_words, sizeof(uint64_t));
     int n_np = 0, np_depth = 0;
     for (int i = 0; i < n; i++) {
-        if (plain((const uint8_t *)e[i].p, e[i].n))
-            gv->plain[e[i].id >> 6] |= 1ull << (e[i].id & 63);
+        int chars = plain_chars((const uint8_t *)e[i].p, e[i].n);
+        if (chars >= 1 && chars <= GV_MAX_CHARS)
+            for (int c = chars; c <= GV_MAX_CHARS; c++) gv->plain_le[c][e[i].id >> 6] |= 1ull << (e[i].id & 63);
         else
             e[n_np++] = e[i];
     }
@@ -160,7 +169,7 @@ void ft_grammar_vocab_free(ft_grammar_vocab *gv) {
     if (!gv) return;
     free(gv->nodes);
     free(gv->np_nodes);
-    free(gv->plain);
+    for (int c = 0; c <= GV_MAX_CHARS; c++) free(gv->plain_le[c]);
     free(gv->dup_next);
     free(gv->eog);
     free(gv->is_eog);
@@ -233,45 +242,68 @@ static void walk(ft_grammar_matcher *m, const gv_node *nodes, uint32_t n, int32_
     }
 }
 
-// From state t, whether every continuation byte in [lo, hi] and then need - 1 more in [80, BF]
-// ends in state s. seen[] remembers the states already checked for a full range.
+// From state t (MS_DEAD: none), whether every continuation byte in [lo, hi] and then need - 1
+// more in [80, BF] ends in state target (MS_DEAD: in no state). The memo remembers the states
+// already checked for a full range.
 typedef struct {
     int32_t st[16];
     int8_t need[16];
     int n;
 } loop_memo;
 
-static bool cont_to(ft_grammar_matcher *m, int32_t t, int need, unsigned lo, unsigned hi, int32_t s, loop_memo *memo) {
+static bool cont_to(ft_grammar_matcher *m, int32_t t, int need, unsigned lo, unsigned hi, int32_t target,
+                    loop_memo *memo) {
+    if (t < 0) return target < 0;
     bool full = lo == 0x80 && hi == 0xBF;
     if (full)
         for (int i = 0; i < memo->n; i++)
             if (memo->st[i] == t && memo->need[i] == need) return true;
     for (unsigned c = lo; c <= hi; c++) {
         int32_t u = gm_step(m, t, (uint8_t)c);
-        if (u < 0) return false;
-        if (need == 1 ? u != s : !cont_to(m, u, need - 1, 0x80, 0xBF, s, memo)) return false;
+        if (need == 1 ? u != target : !cont_to(m, u, need - 1, 0x80, 0xBF, target, memo)) return false;
     }
     if (full && memo->n < 16) memo->st[memo->n] = t, memo->need[memo->n++] = (int8_t)need;
     return true;
 }
 
-// Whether every plain character (see the file comment) leads from s back to s: each byte of
-// the ASCII ones, and each UTF-8 sequence, followed through the transitions by lead byte and
-// then per continuation range (the states after a continuation byte repeat, so few are checked).
-static bool plain_loop(ft_grammar_matcher *m, int32_t s) {
-    if (m->st[s].plain_loop >= 0) return m->st[s].plain_loop;
-    bool ok = true;
-    for (unsigned c = 0x20; c < 0x7F && ok; c++)
-        if (c != '"' && c != '\\') ok = gm_step(m, s, (uint8_t)c) == s;
-    loop_memo memo = {.n = 0};
-    for (unsigned c = 0xC2; c <= 0xF4 && ok; c++) {
-        int32_t t = gm_step(m, s, (uint8_t)c);
-        int need = c <= 0xDF ? 1 : c <= 0xEF ? 2 : 3;
-        unsigned lo = c == 0xE0 ? 0xA0 : c == 0xF0 ? 0x90 : 0x80, hi = c == 0xED ? 0x9F : c == 0xF4 ? 0x8F : 0xBF;
-        ok = t >= 0 && cont_to(m, t, need, lo, hi, s, &memo);
+// Whether every plain character (see the file comment) leads from s to one state, *next
+// (MS_DEAD: none takes one): each ASCII one, and each UTF-8 sequence followed through the
+// transitions by lead byte and then per continuation range (the states after a continuation byte
+// repeat, so few are checked). Computed once per state.
+static bool plain_uniform(ft_grammar_matcher *m, int32_t s, int32_t *next) {
+    if (m->st[s].plain_uniform < 0) {
+        int32_t t = gm_step(m, s, 'a');
+        bool ok = true;
+        for (unsigned c = 0x20; c < 0x7F && ok; c++)
+            if (c != '"' && c != '\\') ok = gm_step(m, s, (uint8_t)c) == t;
+        loop_memo memo = {.n = 0};
+        for (unsigned c = 0xC2; c <= 0xF4 && ok; c++) {
+            int32_t u = gm_step(m, s, (uint8_t)c);
+            int need = c <= 0xDF ? 1 : c <= 0xEF ? 2 : 3;
+            unsigned lo = c == 0xE0 ? 0xA0 : c == 0xF0 ? 0x90 : 0x80, hi = c == 0xED ? 0x9F : c == 0xF4 ? 0x8F : 0xBF;
+            ok = cont_to(m, u, need, lo, hi, t, &memo);
+        }
+        m->st[s].plain_uniform = ok && !m->failed;
+        m->st[s].plain_next = t;
     }
-    m->st[s].plain_loop = ok && !m->failed;
-    return ok;
+    *next = m->st[s].plain_next;
+    return m->st[s].plain_uniform == 1;
+}
+
+// The bitset of the plain tokens allowed from s when the chain of plain_uniform states decides
+// them all (see the file comment), else NULL.
+static const uint64_t *plain_allowed(ft_grammar_matcher *m, int32_t s) {
+    int32_t chain[GV_MAX_CHARS + 1];
+    chain[0] = s;
+    for (int c = 0; c < GV_MAX_CHARS; c++) {
+        int32_t next;
+        if (!plain_uniform(m, chain[c], &next)) return NULL;
+        if (next < 0) return m->v->plain_le[c]; // tokens of more than c characters die
+        for (int k = 0; k <= c; k++)
+            if (chain[k] == next) return m->v->plain_le[GV_MAX_CHARS]; // a loop: every count lives
+        chain[c + 1] = next;
+    }
+    return m->v->plain_le[GV_MAX_CHARS];
 }
 
 const uint64_t *ft_grammar_matcher_mask(ft_grammar_matcher *m) {
@@ -289,8 +321,9 @@ const uint64_t *ft_grammar_matcher_mask(ft_grammar_matcher *m) {
     // the next token anyway)
     bool keep = m->bytes + size <= m->p.memo_bytes;
     uint64_t *bits = keep ? ft_malloc(size) : m->scratch_mask;
-    if (plain_loop(m, s)) {
-        memcpy(bits, v->plain, size);
+    const uint64_t *plain = plain_allowed(m, s);
+    if (plain && !m->failed) {
+        memcpy(bits, plain, size);
         walk(m, v->np_nodes, v->n_np_nodes, s, bits);
     } else {
         memset(bits, 0, size);
