@@ -2566,11 +2566,21 @@ TEST(server_structured_output) {
         {"/completion", "{\"prompt\":\"x\",\"grammar\":\"root ::= [^\\\\x00-\\\\U0010FFFF]\"}",
          "'grammar': the grammar matches no string at all"},
         {"/completion", "{\"prompt\":\"x\",\"grammar\":5}", "'grammar' must be a string"},
+        {"/v1/messages",
+         "{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"output_format\":{\"type\":"
+         "\"json_schema\",\"schema\":{}}}",
+         "'output_format': structured output is served on /v1/chat/completions"},
+        {"/v1/messages",
+         "{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":"
+         "\"json_object\"}}",
+         "not on /v1/messages"},
     };
     for (size_t i = 0; i < FT_ARRAY_LEN(bad); i++) {
         int code = http(&s, "POST", bad[i].path, bad[i].body, NULL, out, sizeof(out));
-        CHECK(code == 400 && strstr(out, "{\"error\":{") == out && strstr(out, bad[i].want), "%s %s: %d %s",
-              bad[i].path, bad[i].body, code, out);
+        bool anthropic = !strcmp(bad[i].path, "/v1/messages");
+        CHECK(code == 400 && strstr(out, anthropic ? "{\"type\":\"error\"" : "{\"error\":{") == out &&
+                  strstr(out, bad[i].want),
+              "%s %s: %d %s", bad[i].path, bad[i].body, code, out);
     }
     // the official client with random schemas
     struct stat st;

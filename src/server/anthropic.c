@@ -19,6 +19,16 @@ static bool parse_request(const srv_params *p, const tok_vocab *v, json_t *body,
     j->api = SRV_API_MESSAGES;
     j->split_think = true;
     if (!srv_refuse_unimplemented(p, body, unimplemented, err)) return false;
+    // an output constraint is never dropped, not even with --lenient: a client relying on it
+    // would parse whatever came
+    static const char *const constraints[] = {"output_format", "response_format", "grammar", "json_schema"};
+    for (size_t i = 0; i < FT_ARRAY_LEN(constraints); i++) {
+        json_t *x = json_object_get(body, constraints[i]);
+        if (x && !json_is_null(x))
+            return ft_err_set(err, "'%s': structured output is served on /v1/chat/completions, /v1/completions and "
+                                   "/completion, not on /v1/messages",
+                              constraints[i]);
+    }
     int64_t mt = -1;
     srv_buf sys = {0};
     bool have_sys = false, ok = false;
