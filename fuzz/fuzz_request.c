@@ -7,6 +7,8 @@
 // chat_template_kwargs). Whatever a parser accepts must give a
 // job with in-range token ids and sane limits. The raw bytes also go through the <think>
 // splitter (whose two outputs must add up to the input, less stripped tags and white space)
+// An output constraint a parser accepts (response_format, grammar, json_schema) must give a
+// grammar the matcher can start.
 // and the UTF-8-safe JSON string builder (which must always give a valid string).
 // Vocabulary: $FT_SHARED/vocab/ggml-vocab-qwen2.gguf (default ../shared). Seeds:
 // fuzz/seeds/fuzz_request/.
@@ -46,6 +48,11 @@ static void check_job(const srv_job *j) {
         if (j->prompt.ids[i] < 0 || j->prompt.ids[i] >= nv) abort();
     if (j->n_logprobs > SRV_MAX_TOP_LOGPROBS || j->n_stops > SRV_MAX_STOPS) abort();
     if (!(j->sp.temp >= 0) || !(j->sp.top_p >= 0 && j->sp.top_p <= 1)) abort();
+    if (j->grammar) { // an accepted output constraint is a grammar the matcher can start
+        ft_grammar_matcher *m = ft_grammar_matcher_init(srv_grammar_get(j->grammar), NULL, NULL);
+        if (ft_grammar_matcher_failed(m, NULL)) abort();
+        ft_grammar_matcher_free(m);
+    }
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
