@@ -172,8 +172,10 @@ bool ft_grammar_matcher_done(const ft_grammar_matcher *m);
 // The tokens allowed next: a bitset of ft_grammar_vocab_n bits (bit t of word t / 64), valid
 // until the matcher changes. NULL after a failure.
 const uint64_t *ft_grammar_matcher_mask(ft_grammar_matcher *m);
-// Whether a limit was hit (too many stacks in one state, the memo's hard caps): the matcher
-// then allows nothing. Sets *err (if non-NULL) to what happened.
+// Whether a limit was hit (more than 65,536 stacks in one state, more than 2^25 expansion steps
+// for one token's mask or bytes, more than four times memo_bytes (16 MiB at least) held within
+// one token, or the caps on states and stack nodes): the matcher then allows nothing. Sets *err
+// (if non-NULL) to what happened.
 bool ft_grammar_matcher_failed(const ft_grammar_matcher *m, ft_err *err);
 
 typedef struct ft_grammar_matcher_stats {
