@@ -786,8 +786,8 @@ TEST(cuda_op_ffn) {
         size_t N = (size_t)n * E;
         float *x = randn(&p.rng, N, 1.0f), *s = randn(&p.rng, N, 1.0f);
         float *cx = cpu_buf(&p, x, N), *cy = cpu_buf(&p, NULL, N), *gx = gpu_buf(&p, x, N), *gy = gpu_buf(&p, NULL, N);
-        p.cpu->ops->ffn(p.cpu, &g, &u, &d, cx, cy, n);
-        p.gpu->ops->ffn(p.gpu, &dg, &du, &dd, gx, gy, n);
+        p.cpu->ops->ffn(p.cpu, &g, &u, &d, cx, cy, n, FT_GLU_SILU);
+        p.gpu->ops->ffn(p.gpu, &dg, &du, &dd, gx, gy, n, FT_GLU_SILU);
         char what[64];
         snprintf(what, sizeof(what), "ffn n_tok %d", n);
         compare(&p, what, gy, cy, N, 3e-2);

@@ -24,7 +24,11 @@ unsigned ft_backend_features(enum ft_placement device) {
 
 const char *ft_ops_features_name(unsigned f, char *buf, size_t cap) {
     static const char *const names[] = {"attention sinks", "expert and router biases",
-                                        "softmax-weighted routing", "the clamped SwiGLU (swiglu_oai)"};
+                                        "softmax-weighted routing", "the clamped SwiGLU (swiglu_oai)",
+                                        "GELU-gated FFNs", "scaling and soft-capping",
+                                        "RMSNorm without a weight", "RoPE frequency factors",
+                                        "per-expert down scales", "a router input of its own"};
+    _Static_assert(FT_ARRAY_LEN(names) == 10 && FT_OPS_ALL == (1 << 10) - 1, "a name for every FT_OPS_* bit");
     size_t n = 0;
     buf[0] = 0;
     for (int i = 0; i < (int)FT_ARRAY_LEN(names) && n < cap; i++)

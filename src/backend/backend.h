@@ -72,6 +72,10 @@ typedef struct ft_rope_params {
     // interleaved slots, and turns by 0 otherwise (the fourth axis is at position 0).
     bool imrope;
     int sections[4];
+    // Frequency factors (llama.cpp's rope_freqs: Gemma 4's "proportional" RoPE on its full layers),
+    // or NULL / absent: (n_rot / 2) f32 where the backend reads them, pair i's angle divided by
+    // entry i before YaRN's mix (as ggml's rope_ext); a factor of 1e30 leaves its pair unturned.
+    const ft_tensor *freq_factors;
 } ft_rope_params;
 
 // The CPU's attention takes a tiled path (f32 scores and sums) for chunks of this many queries
@@ -112,11 +116,14 @@ typedef struct ft_attn_params {
 // Enum order is not on disk (each architecture maps its file's key to it).
 enum ft_gating { FT_GATING_SOFTMAX, FT_GATING_SIGMOID, FT_GATING_SOFTMAX_WEIGHT };
 
-// The gated activation of the routed experts, h = act(gate, up):
+// The gated activation of an FFN (routed experts, dense), h = act(gate, up):
 //   SILU: silu(gate) * up.
 //   SWIGLU_OAI (gpt-oss): with g = min(gate, 7) and u = clamp(up, -7, 7),
 //     h = g / (1 + e^(-1.702 g)) * (u + 1), as llama.cpp's swiglu_oai (alpha 1.702, limit 7).
-enum ft_glu { FT_GLU_SILU, FT_GLU_SWIGLU_OAI };
+//   GELU (gemma4): gelu(gate) * up with GELU's tanh form, 0.5 g (1 + tanh(sqrt(2/pi) g (1 +
+//     0.044715 g^2))), as ggml's CPU computes it: g rounded to f16 and its GELU rounded to f16
+//     (ggml's table), 0 at g <= -10 and g itself at g >= 10.
+enum ft_glu { FT_GLU_SILU, FT_GLU_SWIGLU_OAI, FT_GLU_GELU };
 #define FT_SWIGLU_OAI_ALPHA 1.702f
 #define FT_SWIGLU_OAI_LIMIT 7.0f
 
@@ -156,8 +163,10 @@ typedef enum ft_placement (*ft_expert_place_fn)(void *ctx, int layer, int expert
 //   probs = gating(logits);  selected = top-k(probs + sel_bias);  w = probs[selected]
 //     (SOFTMAX_WEIGHT: selected = top-k(logits), w = softmax(logits[selected]))
 //   w /= sum(w) if norm_w;  w *= scale
-//   out = Σ_k w_k · (down_k(act(gate_k(x) + gate_bias_k, up_k(x) + up_bias_k)) + down_bias_k)
-// Every bias may be absent (NULL or no data); the defaults of a zeroed struct are SiLU and no bias.
+//   out = Σ_k w_k · (down_scale[e_k] · down_k(act(gate_k(x) + gate_bias_k, up_k(x) + up_bias_k)) + down_bias_k)
+// The router reads router_x where it is given (gemma4 routes from another input than its experts
+// read), else x. Every bias and the down scales may be absent (NULL or no data); the defaults of a
+// zeroed struct are SiLU, no bias, no scale, the router on x.
 typedef struct ft_moe_params {
     int layer;
     const ft_tensor *router;        // (n_embd, n_expert)
@@ -170,6 +179,9 @@ typedef struct ft_moe_params {
     const ft_tensor *up_bias;       // (n_ff, n_expert) f32: the same for up; may be absent
     const ft_tensor *down_bias;     // (n_embd, n_expert) f32: row e added to expert e's down output
                                     // before it is weighted; may be absent
+    const ft_tensor *down_scale;    // (n_expert) f32: expert e's down output times entry e, before its
+                                    // bias and weight (gemma4's per-expert scale); may be absent
+    const float *router_x;          // (n_tok, n_embd) the router's input, or NULL: x
     enum ft_glu act;
     int n_expert, n_expert_used;
     enum ft_gating gating;
@@ -234,7 +246,13 @@ enum {
     FT_OPS_MOE_BIASES = 1 << 1,        // ft_moe_params' router_bias, gate_bias, up_bias, down_bias
     FT_OPS_MOE_SOFTMAX_WEIGHT = 1 << 2, // FT_GATING_SOFTMAX_WEIGHT
     FT_OPS_SWIGLU_OAI = 1 << 3,        // FT_GLU_SWIGLU_OAI
-    FT_OPS_ALL = (1 << 4) - 1,
+    FT_OPS_GELU = 1 << 4,              // FT_GLU_GELU, in moe_ffn and ffn
+    FT_OPS_SCALE_SOFTCAP = 1 << 5,     // the ops scale and softcap
+    FT_OPS_NORM_NO_WEIGHT = 1 << 6,    // rms_norm without a weight
+    FT_OPS_ROPE_FREQ_FACTORS = 1 << 7, // ft_rope_params.freq_factors
+    FT_OPS_MOE_DOWN_SCALE = 1 << 8,    // ft_moe_params.down_scale
+    FT_OPS_MOE_ROUTER_INPUT = 1 << 9,  // ft_moe_params.router_x
+    FT_OPS_ALL = (1 << 10) - 1,
 };
 
 // The names of the features in the set f, comma-separated, into buf (for messages).
@@ -278,13 +296,19 @@ typedef struct ft_backend_ops {
     void (*matmul)(ft_backend *be, const ft_tensor *w, const float *x, float *y, int n_tok);
     // y (n_tok, n) = rows of the table t (n, n_rows) selected by ids, dequantized.
     void (*get_rows)(ft_backend *be, const ft_tensor *t, const int32_t *ids, float *y, int n_tok);
-    // y = x / rms(x) * w per row of n floats (n_rows rows; w has n entries; y may be x).
+    // y = x / rms(x) * w per row of n floats (n_rows rows; w has n entries; y may be x). w NULL
+    // or absent: y = x / rms(x) (FT_OPS_NORM_NO_WEIGHT).
     void (*rms_norm)(ft_backend *be, const float *x, const ft_tensor *w, float *y, int n_rows,
                      int n, float eps);
     // y[i] += x[i] for n floats.
     void (*add)(ft_backend *be, float *y, const float *x, size_t n);
     // y[r][i] += b[i]: a bias of n floats on each of n_rows rows.
     void (*add_bias)(ft_backend *be, float *y, const ft_tensor *b, int n_rows, int n);
+    // x[i] *= s for n floats. Optional (FT_OPS_SCALE_SOFTCAP).
+    void (*scale)(ft_backend *be, float *x, size_t n, float s);
+    // x[i] = cap * tanh(x[i] * (1 / cap)) for n floats: soft-capping as ggml's scale, tanh, scale.
+    // Optional (FT_OPS_SCALE_SOFTCAP).
+    void (*softcap)(ft_backend *be, float *x, size_t n, float cap);
     // Rotates each head of x (n_tok, n_head * head_dim) in place; token t is at pos0 + t.
     void (*rope)(ft_backend *be, float *x, int n_tok, int n_head, int head_dim, int pos0,
                  const ft_rope_params *p);
@@ -312,9 +336,10 @@ typedef struct ft_backend_ops {
                         int head_dim);
     // Gated DeltaNet linear attention (see ft_delta_params). Optional.
     void (*delta_net)(ft_backend *be, const ft_delta_params *p);
-    // Dense SiLU-gated FFN: y = down(silu(gate(x)) * up(x)), x (n_tok, n_embd).
+    // Dense gated FFN: y = down(act(gate(x), up(x))), x (n_tok, n_embd); act SiLU, or GELU
+    // (FT_OPS_GELU).
     void (*ffn)(ft_backend *be, const ft_tensor *gate, const ft_tensor *up,
-                const ft_tensor *down, const float *x, float *y, int n_tok);
+                const ft_tensor *down, const float *x, float *y, int n_tok, enum ft_glu act);
     // y (n_tok, n_embd) = the routed experts' output (see ft_moe_params).
     void (*moe_ffn)(ft_backend *be, const ft_moe_params *p, const float *x, float *y, int n_tok);
     // y[t] += sigmoid(gate_inp · x[t]) * s[t]: the gated shared expert of qwen2moe; gate_inp

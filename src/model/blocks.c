@@ -150,7 +150,7 @@ void model_block_moe(const ft_model *m, ft_forward *f, int il) {
     };
     ops->moe_ffn(be, &mp, f->xn, f->out, n);
     if (ft_tensor_present(&L->gate_shexp)) {
-        ops->ffn(be, &L->gate_shexp, &L->up_shexp, &L->down_shexp, f->xn, f->out2, n);
+        ops->ffn(be, &L->gate_shexp, &L->up_shexp, &L->down_shexp, f->xn, f->out2, n, FT_GLU_SILU);
         if (ft_tensor_present(&L->gate_inp_shexp))
             ops->sigmoid_gate_add(be, &L->gate_inp_shexp, f->xn, f->out2, f->out, n, hp->n_embd);
         else
@@ -164,7 +164,7 @@ void model_block_dense_ffn(const ft_model *m, ft_forward *f, int il) {
     const ft_layer *L = &f->w->layers[il];
     ft_backend *be = f->be;
     be->ops->rms_norm(be, f->x, &L->ffn_norm, f->xn, f->n_tok, hp->n_embd, hp->rms_eps);
-    be->ops->ffn(be, &L->ffn_gate, &L->ffn_up, &L->ffn_down, f->xn, f->out, f->n_tok);
+    be->ops->ffn(be, &L->ffn_gate, &L->ffn_up, &L->ffn_down, f->xn, f->out, f->n_tok, FT_GLU_SILU);
     be->ops->add(be, f->x, f->out, (size_t)f->n_tok * hp->n_embd);
 }
 

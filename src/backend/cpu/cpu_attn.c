@@ -9,8 +9,9 @@ static inline float f16_round(float x) { return ft_fp16_to_fp32(ft_fp32_to_fp16(
 
 // ---------------------------------------------------------------------------------------------
 // RoPE, as ggml computes it: the angle of pair i is pos * base^(-2i/n_rot), built by repeated
-// multiplication in float; YaRN mixes interpolated and extrapolated angles over a ramp between
-// its correction dims and scales the magnitude.
+// multiplication in float, divided by the pair's frequency factor where there are some; YaRN
+// mixes interpolated and extrapolated angles over a ramp between its correction dims and scales
+// the magnitude.
 
 static float yarn_corr_dim(int n_dims, int n_ctx_orig, float n_rot, float base) {
     return n_dims * logf(n_ctx_orig / (n_rot * 2 * (float)M_PI)) / (2 * logf(base));
@@ -23,6 +24,11 @@ static void rope_angles(const ft_rope_params *p, int pos, float *cos_sin) {
     float corr0 = FT_MAX(0.0f, lo), corr1 = FT_MIN((float)(p->n_rot - 1), hi);
     float theta_extrap = (float)pos;
     int sect_dims = p->sections[0] + p->sections[1] + p->sections[2] + p->sections[3];
+    const float *ff = NULL;
+    if (ft_tensor_present(p->freq_factors)) {
+        FT_ASSERT(p->freq_factors->type == FT_TYPE_F32 && p->freq_factors->ne[0] >= p->n_rot / 2);
+        ff = p->freq_factors->data;
+    }
     for (int i0 = 0; i0 < p->n_rot; i0 += 2) {
         // imrope for text: the t, h and w axes all sit at pos, the fourth at 0
         float extrap = theta_extrap;
@@ -33,6 +39,7 @@ static void rope_angles(const ft_rope_params *p, int pos, float *cos_sin) {
                           (sector % 3 == 2 && sector < 3 * p->sections[2]);
             if (!at_pos) extrap = 0.0f;
         }
+        if (ff) extrap /= ff[i0 / 2];
         float theta = p->freq_scale * extrap, mscale = p->attn_factor;
         if (p->ext_factor != 0.0f) {
             float y = (i0 / 2 - corr0) / FT_MAX(0.001f, corr1 - corr0);

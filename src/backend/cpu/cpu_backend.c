@@ -230,19 +230,26 @@ static void cpu_get_rows(ft_backend *be, const ft_tensor *t, const int32_t *ids,
     }
 }
 
-// As ggml: the mean of squares summed in double, then x * (1/sqrt(mean + eps)), then * w.
+// As ggml: the mean of squares summed in double, then x * (1/sqrt(mean + eps)), then * w (where
+// there is a weight: gemma4 normalises V without one).
 static void cpu_rms_norm(ft_backend *be, const float *x, const ft_tensor *w, float *y, int n_rows,
                          int n, float eps) {
     (void)be;
-    FT_ASSERT(w->type == FT_TYPE_F32 && w->ne[0] == n);
-    const float *wd = w->data;
+    const float *wd = NULL;
+    if (ft_tensor_present(w)) {
+        FT_ASSERT(w->type == FT_TYPE_F32 && w->ne[0] == n);
+        wd = w->data;
+    }
     for (int r = 0; r < n_rows; r++) {
         const float *xr = x + (size_t)r * n;
         float *yr = y + (size_t)r * n;
         double sum = 0;
         for (int i = 0; i < n; i++) sum += (double)(xr[i] * xr[i]);
         float scale = 1.0f / sqrtf((float)(sum / n) + eps);
-        for (int i = 0; i < n; i++) yr[i] = (xr[i] * scale) * wd[i];
+        if (wd)
+            for (int i = 0; i < n; i++) yr[i] = (xr[i] * scale) * wd[i];
+        else
+            for (int i = 0; i < n; i++) yr[i] = xr[i] * scale;
     }
 }
 
@@ -257,6 +264,19 @@ static void cpu_add_bias(ft_backend *be, float *y, const ft_tensor *b, int n_row
     const float *bd = b->data;
     for (int r = 0; r < n_rows; r++)
         for (int i = 0; i < n; i++) y[(size_t)r * n + i] += bd[i];
+}
+
+static void cpu_scale(ft_backend *be, float *x, size_t n, float s) {
+    (void)be;
+    for (size_t i = 0; i < n; i++) x[i] *= s;
+}
+
+// ggml's three ops: a scale by the reciprocal (not a division), tanhf, a scale back.
+static void cpu_softcap(ft_backend *be, float *x, size_t n, float cap) {
+    (void)be;
+    FT_ASSERT(cap > 0);
+    float inv = 1.0f / cap;
+    for (size_t i = 0; i < n; i++) x[i] = tanhf(x[i] * inv) * cap;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -321,6 +341,8 @@ static const ft_backend_ops g_cpu_ops = {
     .rms_norm = cpu_rms_norm,
     .add = cpu_add,
     .add_bias = cpu_add_bias,
+    .scale = cpu_scale,
+    .softcap = cpu_softcap,
     .rope = cpu_rope,
     .hadamard = cpu_hadamard,
     .set_rows = cpu_set_rows,

@@ -3,6 +3,7 @@
 #define FT_CPU_IMPL_H
 
 #include "cpu.h"
+#include "../../quant/fp16.h"
 #include "../../util/pool.h"
 
 #include <math.h>
@@ -127,7 +128,7 @@ void cpu_gate_mul(ft_backend *be, float *x, const float *g, int n_tok, int n_hea
 void cpu_split_heads(ft_backend *be, const float *x, float *a, float *b, int n_rows, int n_head, int head_dim);
 void cpu_delta_net(ft_backend *be, const ft_delta_params *p);
 void cpu_ffn(ft_backend *be, const ft_tensor *gate, const ft_tensor *up, const ft_tensor *down,
-             const float *x, float *y, int n_tok);
+             const float *x, float *y, int n_tok, enum ft_glu act);
 void cpu_moe_ffn(ft_backend *be, const ft_moe_params *p, const float *x, float *y, int n_tok);
 void cpu_sigmoid_gate_add(ft_backend *be, const ft_tensor *gate_inp, const float *x,
                           const float *s, float *y, int n_tok, int n_embd);
@@ -143,6 +144,27 @@ static inline float cpu_swiglu_oai(float gate, float up) {
     float g = lim < gate ? lim : gate;
     float u = up < -lim ? -lim : (lim < up ? lim : up);
     return g / (1.0f + expf(FT_SWIGLU_OAI_ALPHA * -g)) * (u + 1.0f);
+}
+
+// ggml's CPU GELU of a gate times an up value (geglu): the gate rounded to f16 and looked up in
+// its table of GELU's tanh form rounded to f16; past +-10 the gate itself or 0.
+static inline float cpu_geglu(float gate, float up) {
+    if (gate <= -10.0f) return 0.0f;
+    if (gate >= 10.0f) return gate * up;
+    const float coef_a = 0.044715f, sqrt_2_over_pi = 0.79788456080286535587989211986876f;
+    float g = ft_fp16_to_fp32(ft_fp32_to_fp16(gate));
+    float gelu = 0.5f * g * (1.0f + tanhf(sqrt_2_over_pi * g * (1.0f + coef_a * g * g)));
+    return ft_fp16_to_fp32(ft_fp32_to_fp16(gelu)) * up;
+}
+
+// The gated activation act(gate, up) of ft_glu.
+static inline float cpu_glu(enum ft_glu act, float gate, float up) {
+    switch (act) {
+    case FT_GLU_SILU: return cpu_silu(gate) * up;
+    case FT_GLU_SWIGLU_OAI: return cpu_swiglu_oai(gate, up);
+    case FT_GLU_GELU: return cpu_geglu(gate, up);
+    }
+    return 0.0f;
 }
 
 #endif

@@ -1,4 +1,4 @@
-// cpu_moe.c: the FFN ops on the CPU: routed experts (moe_ffn), the dense SiLU-gated FFN and
+// cpu_moe.c: the FFN ops on the CPU: routed experts (moe_ffn), the dense gated FFN and
 // the sigmoid-gated shared expert. They run on the backend's pool and use its scratch: one
 // calling thread per backend. moe_ffn's steps are above cpu_moe_ffn.
 #include "cpu_impl.h"
@@ -119,6 +119,7 @@ typedef struct {
     const uint8_t *xq[2];
     float *y[2];    // (grouped rows, n_out)
     const float *bias[2]; // (n_expert, n_out) f32: row e added to expert e's rows of y[b], or NULL
+    const float *scale;   // (n_expert) f32: expert e's rows of y[0] times entry e before the bias, or NULL
     int n_banks;
     bool silu_gate; // y[0] = act(y[0], y[1]) over each piece once both banks have it
     enum ft_glu act;
@@ -182,6 +183,13 @@ static void exp_rows(exp_job *j, int a, int64_t o0, int64_t o1) {
                              (int)FT_MIN(16, o1 - ob), xq + (size_t)ng * c->xq_row, c->xq_row, cnt - ng,
                              y + (size_t)ng * j->n_out + ob, (size_t)j->n_out);
     }
+    // the expert's scale (gemma4's down) on these rows, a multiply after the product as llama.cpp's
+    // mul of its gathered scale
+    if (j->scale)
+        for (int g = g0; g < g0 + cnt; g++) {
+            float *y = j->y[0] + (size_t)g * j->n_out, s = j->scale[e];
+            for (int64_t o = o0; o < o1; o++) y[o] *= s;
+        }
     // the expert's biases (gpt-oss) on these rows, an f32 add after the product as llama.cpp's add_id
     for (int b = 0; b < j->n_banks; b++)
         if (j->bias[b]) {
@@ -194,10 +202,10 @@ static void exp_rows(exp_job *j, int a, int64_t o0, int64_t o1) {
     if (j->silu_gate)
         for (int g = g0; g < g0 + cnt; g++) {
             float *gate = j->y[0] + (size_t)g * j->n_out, *up = j->y[1] + (size_t)g * j->n_out;
-            if (j->act == FT_GLU_SWIGLU_OAI)
-                for (int64_t o = o0; o < o1; o++) gate[o] = cpu_swiglu_oai(gate[o], up[o]);
-            else
+            if (j->act == FT_GLU_SILU) // (the common case, without the switch per element)
                 for (int64_t o = o0; o < o1; o++) gate[o] = cpu_silu(gate[o]) * up[o];
+            else
+                for (int64_t o = o0; o < o1; o++) gate[o] = cpu_glu(j->act, gate[o], up[o]);
         }
     // acq_rel: the thread that sees the count reach zero sees every other thread's rows
     if (j->y_xq && atomic_fetch_sub_explicit(&j->rows_left[a], o1 - o0, memory_order_acq_rel) == o1 - o0) {
@@ -457,9 +465,17 @@ static const float *expert_bias(const ft_tensor *b, int64_t n_out, int n_expert)
     return b->data;
 }
 
+// The per-expert scales of down (one float per expert), or NULL where they are absent.
+static const float *expert_scale(const ft_tensor *s, int n_expert) {
+    if (!ft_tensor_present(s)) return NULL;
+    FT_ASSERT(s->type == FT_TYPE_F32 && s->ne[0] == n_expert && s->ne[1] == 1);
+    return s->data;
+}
+
 // moe_ffn, in steps:
-//   1. router logits for all tokens (one matmul; an f32 router's in a job that also quantizes
-//      the tokens for gate and up), gating (softmax or sigmoid), top-k on
+//   1. router logits for all tokens (one matmul, over router_x where the layer routes from an
+//      input of its own; an f32 router's reading x in a job that also quantizes the tokens for
+//      gate and up), gating (softmax or sigmoid), top-k on
 //      gating + selection bias, weights renormalised and scaled as the layer asks; or the
 //      routing as the caller gives it (ft_moe_params.sel: the GPU's, in --moe-backend cpu);
 //   2. group the (token, slot) pairs by expert (a counting sort), so each expert's weights
@@ -475,7 +491,7 @@ static const float *expert_bias(const ft_tensor *b, int64_t n_out, int n_expert)
 //      hidden rows are ready); the tokens of a prefill
 //      chunk take the GEMM and the others the tile kernels (ft_backend.row_gemm), so a token's
 //      result never depends on how many others its expert got;
-//      down's bias added to each expert's rows by the thread that computed them;
+//      down's scale and bias applied to each expert's rows by the thread that computed them;
 //   4. per token, the weighted sum over its slots in slot order (as llama.cpp adds them): where
 //      down goes in chunks, by the thread that finishes a chunk's rows last over the experts,
 //      so no serial pass over the k rows (written by other cores) follows the job.
@@ -496,7 +512,9 @@ void cpu_moe_ffn(ft_backend *be, const ft_moe_params *p, const float *x, float *
         memcpy(c->sel_w, p->sel_w, (size_t)n_tok * (size_t)k * sizeof(float));
         for (int i = 0; i < n_tok * k; i++) FT_ASSERT(c->sel[i] >= 0 && c->sel[i] < p->n_expert);
     } else {
-        if (p->router->type == FT_TYPE_F32 && !cpu_has_gemm(c, FT_TYPE_F32)) {
+        if (p->router_x) {
+            be->ops->matmul(be, p->router, p->router_x, c->logits, n_tok);
+        } else if (p->router->type == FT_TYPE_F32 && !cpu_has_gemm(c, FT_TYPE_F32)) {
             FT_ASSERT(p->router->ne[0] == n_embd && p->router->ne[1] == p->n_expert);
             router_job rj = {c, p->router, x, n_tok, vg};
             cpu_run(c, router_worker, &rj);
@@ -540,7 +558,8 @@ void cpu_moe_ffn(ft_backend *be, const ft_moe_params *p, const float *x, float *
                   .y_ready = hidden_ready};
     exp_job dn = {.c = c, .n_active = n_active, .n_out = n_embd, .n_in = n_ff, .w = {p->down_exps, NULL},
                   .xq = {c->xq, NULL}, .y = {c->h_out, NULL},
-                  .bias = {expert_bias(p->down_bias, n_embd, p->n_expert), NULL}, .n_banks = 1, .next_chunk = down_next,
+                  .bias = {expert_bias(p->down_bias, n_embd, p->n_expert), NULL},
+                  .scale = expert_scale(p->down_scale, p->n_expert), .n_banks = 1, .next_chunk = down_next,
                   .sum_y = y, .sum_left = sum_left, .n_tok = n_tok, .k = k};
     FT_ASSERT((n_embd + 15) / 16 <= (int64_t)FT_ARRAY_LEN(sum_left)); // down's chunks per expert
     experts_run(c, &gu, &dn, rows);
@@ -549,13 +568,14 @@ void cpu_moe_ffn(ft_backend *be, const ft_moe_params *p, const float *x, float *
 }
 
 void cpu_ffn(ft_backend *be, const ft_tensor *gate, const ft_tensor *up, const ft_tensor *down,
-             const float *x, float *y, int n_tok) {
+             const float *x, float *y, int n_tok, enum ft_glu act) {
     cpu_backend *c = cpu_of(be);
     int64_t n_ff = gate->ne[1];
     FT_ASSERT(n_ff <= c->lim.max_width && up->ne[1] == n_ff && down->ne[0] == n_ff);
+    FT_ASSERT(act == FT_GLU_SILU || act == FT_GLU_GELU);
     be->ops->matmul(be, gate, x, c->h_gate, n_tok);
     be->ops->matmul(be, up, x, c->h_up, n_tok);
-    for (size_t i = 0; i < (size_t)n_tok * (size_t)n_ff; i++) c->h_gate[i] = cpu_silu(c->h_gate[i]) * c->h_up[i];
+    for (size_t i = 0; i < (size_t)n_tok * (size_t)n_ff; i++) c->h_gate[i] = cpu_glu(act, c->h_gate[i], c->h_up[i]);
     be->ops->matmul(be, down, c->h_gate, y, n_tok);
 }
 

@@ -24,8 +24,9 @@ ft_backend *ft_backend_cuda_init(const ft_backend_params *p, ft_err *err);
 // CUDA devices on the machine (0 without a driver or in a build without CUDA).
 int ft_backend_cuda_device_count(void);
 
-// The FT_OPS_* features its ops compute (none yet: attention sinks, expert biases, gpt-oss's
-// routing and activation are refused at placement; see backend.h).
+// The FT_OPS_* features its ops compute (none yet: gpt-oss's attention sinks, expert biases,
+// routing and activation, and gemma4's GELU, scaling and soft-capping, weightless norm, RoPE
+// frequency factors, down scales and router input are refused at placement; see backend.h).
 unsigned ft_backend_cuda_features(void);
 
 #endif

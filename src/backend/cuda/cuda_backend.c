@@ -471,7 +471,8 @@ static void cuda_get_rows(ft_backend *be, const ft_tensor *t, const int32_t *ids
 
 static void cuda_rms_norm(ft_backend *be, const float *x, const ft_tensor *w, float *y, int n_rows, int n,
                           float eps) {
-    FT_ASSERT(w->type == FT_TYPE_F32 && w->ne[0] == n);
+    // a norm without a weight (gemma4's V) has no kernel yet (engine_plan refuses it)
+    FT_ASSERT(ft_tensor_present(w) && w->type == FT_TYPE_F32 && w->ne[0] == n);
     check_on_device(w);
     cuda_backend *c = (cuda_backend *)be;
     // the residual add just before, on this very input, runs inside the norm's kernel
@@ -540,6 +541,7 @@ static bool same_rope(const ft_cuda_rope_params *a, const ft_cuda_rope_params *b
 static void cuda_rope(ft_backend *be, float *x, int n_tok, int n_head, int head_dim, int pos0,
                       const ft_rope_params *p) {
     FT_ASSERT(p->n_rot % 2 == 0 && p->n_rot <= head_dim);
+    FT_ASSERT(!ft_tensor_present(p->freq_factors) && "RoPE frequency factors have no CUDA kernel (engine_plan refuses them)");
     cuda_backend *c = (cuda_backend *)be;
     // the waiting norm of this buffer, if its rows are these heads, runs fused with the rope
     struct pending_norm norm = {0};
@@ -726,7 +728,8 @@ static void cuda_delta_net(ft_backend *be, const ft_delta_params *p) {
 // FFN ops
 
 static void cuda_ffn(ft_backend *be, const ft_tensor *gate, const ft_tensor *up, const ft_tensor *down,
-                     const float *x, float *y, int n_tok) {
+                     const float *x, float *y, int n_tok, enum ft_glu act) {
+    FT_ASSERT(act == FT_GLU_SILU && "GELU has no CUDA kernel (engine_plan refuses it)");
     cuda_backend *c = cuda_op(be);
     int64_t n_ff = gate->ne[1];
     FT_ASSERT(n_ff <= c->lim.max_width && up->ne[1] == n_ff && down->ne[0] == n_ff);
@@ -821,7 +824,9 @@ static void cuda_moe_ffn(ft_backend *be, const ft_moe_params *p, const float *x,
     int k = p->n_expert_used;
     FT_ASSERT(c->reserved && n_tok <= c->lim.max_tok && k <= c->lim.n_expert_used);
     FT_ASSERT(p->n_expert <= c->lim.n_expert && n_ff <= c->lim.max_width && n_embd <= c->lim.max_width);
-    // gpt-oss's experts (biases, the clamped SwiGLU) take the separate matvecs below
+    // gpt-oss's experts (biases, the clamped SwiGLU) take the separate matvecs below; gemma4's
+    // GELU, down scales and router input have no CUDA kernels (engine_plan refuses them)
+    FT_ASSERT(p->act != FT_GLU_GELU && !ft_tensor_present(p->down_scale) && !p->router_x);
     const float *gate_b = expert_bias(p->gate_bias, n_ff, p->n_expert);
     const float *up_b = expert_bias(p->up_bias, n_ff, p->n_expert);
     const float *down_b = expert_bias(p->down_bias, n_embd, p->n_expert);
@@ -1134,7 +1139,9 @@ static size_t cuda_host_experts_device_bytes(ft_backend *be, const ft_host_exper
 // gpt-oss's ops (attention sinks, the experts' biases, softmax-weighted routing, the clamped
 // SwiGLU), offered only with FT_CUDA_GPTOSS=1 until the kernels have been through the GPU suite
 // (the engine refuses a model whose ops a backend does not offer). --moe-backend cpu's host
-// experts lack the biases: engine_plan refuses that mode.
+// experts lack the biases: engine_plan refuses that mode. gemma4's ops are not offered: they
+// assert their parameters absent (cuda_moe_ffn, cuda_ffn, cuda_rope,
+// cuda_rms_norm), and the optional ops scale and softcap are not in the table.
 enum { CUDA_GPTOSS_FEATURES = FT_OPS_ATTN_SINKS | FT_OPS_MOE_BIASES | FT_OPS_MOE_SOFTMAX_WEIGHT | FT_OPS_SWIGLU_OAI };
 static unsigned cuda_features(void) { return ft_env_flag(FT_ENV_CUDA_GPTOSS) ? CUDA_GPTOSS_FEATURES : 0; }
 
