@@ -21,7 +21,7 @@ TEST(kv_types_and_rotation) {
     int64_t widths[2] = {128, 128};
     ft_err err = {{0}};
     ft_backend *be = ft_backend_cpu_init(1, false);
-    ft_kv_params p = {2, 100, FT_TYPE_F16, widths, 64, NULL, NULL, 0};
+    ft_kv_params p = {2, 100, FT_TYPE_F16, widths, 64, NULL, NULL, 0, NULL};
     ft_kv_store *st = ft_kv_store_init(&p, be, &err);
     REQUIRE(st, "%s", err.msg);
     CHECK(ft_kv_store_n_blocks(st) == 2, "100 positions: 2 blocks of %d", FT_KV_BLOCK);
@@ -29,7 +29,7 @@ TEST(kv_types_and_rotation) {
     CHECK(ft_kv_block_bytes(&p) == 2 * 2 * FT_KV_BLOCK * 128 * 2);
     ft_kv_cache *kv = ft_kv_init(st, &p, be, &err);
     REQUIRE(kv, "%s", err.msg);
-    CHECK(ft_kv_rot_k(kv) == 0 && ft_kv_rot_v(kv) == 0, "f16 is not rotated");
+    CHECK(ft_kv_rot_k(kv, 0) == 0 && ft_kv_rot_v(kv, 0) == 0, "f16 is not rotated");
     CHECK(ft_kv_k(kv, 1)->ne[1] == 2 * FT_KV_BLOCK && ft_kv_v(kv, 0)->type == FT_TYPE_F16);
     CHECK(ft_kv_n_blocks(kv) == 0 && ft_kv_n_ctx(kv) == 100);
     ft_kv_free(kv);
@@ -42,9 +42,35 @@ TEST(kv_types_and_rotation) {
     CHECK(ft_kv_store_n_blocks(st) == 5);
     kv = ft_kv_init(st, &p, be, &err);
     REQUIRE(kv, "%s", err.msg);
-    CHECK(ft_kv_rot_k(kv) == 128 && ft_kv_rot_v(kv) == 64, "rotations %d %d", ft_kv_rot_k(kv), ft_kv_rot_v(kv));
+    CHECK(ft_kv_rot_k(kv, 0) == 128 && ft_kv_rot_v(kv, 0) == 64, "rotations %d %d", ft_kv_rot_k(kv, 0), ft_kv_rot_v(kv, 0));
     ft_kv_free(kv);
     ft_kv_store_free(st);
+    // head sizes per layer (gemma4's sliding and full layers): K's chunk follows each layer's
+    int64_t dims[2] = {64, 128};
+    p.head_dims = dims;
+    st = ft_kv_store_init(&p, be, &err);
+    REQUIRE(st, "%s", err.msg);
+    kv = ft_kv_init(st, &p, be, &err);
+    REQUIRE(kv, "%s", err.msg);
+    CHECK(ft_kv_rot_k(kv, 0) == 64 && ft_kv_rot_k(kv, 1) == 128 && ft_kv_rot_v(kv, 1) == 64, "rotations %d %d",
+          ft_kv_rot_k(kv, 0), ft_kv_rot_k(kv, 1));
+    ft_kv_free(kv);
+    ft_kv_store_free(st);
+    // the first layer's size decides (llama.cpp's rule): 32 then 64 is not rotated, 64 then 32 refused
+    dims[0] = 32;
+    dims[1] = 64;
+    st = ft_kv_store_init(&p, be, &err);
+    REQUIRE(st, "%s", err.msg);
+    kv = ft_kv_init(st, &p, be, &err);
+    REQUIRE(kv, "%s", err.msg);
+    CHECK(ft_kv_rot_k(kv, 0) == 0 && ft_kv_rot_k(kv, 1) == 0 && ft_kv_rot_v(kv, 1) == 0);
+    ft_kv_free(kv);
+    ft_kv_store_free(st);
+    dims[0] = 64;
+    dims[1] = 32;
+    CHECK(!ft_kv_store_init(&p, be, &err), "head sizes 64 and 32 in a q8_0 cache");
+    CHECK(strstr(err.msg, "layer 1's head size 32"), "message: %s", err.msg);
+    p.head_dims = NULL;
     widths[1] = 100; // not a multiple of q8_0's 32
     CHECK(!ft_kv_store_init(&p, be, &err));
     CHECK(strstr(err.msg, "layer 1"), "message: %s", err.msg);
@@ -64,7 +90,7 @@ TEST(kv_rows_round_trip_through_blocks) {
     ft_err err = {{0}};
     ft_backend *be = kv_backend(3 * FT_KV_BLOCK);
     for (int q = 0; q < 2; q++) {
-        ft_kv_params p = {1, 3 * FT_KV_BLOCK, q ? FT_TYPE_Q8_0 : FT_TYPE_F16, widths, 64, NULL, NULL, 4};
+        ft_kv_params p = {1, 3 * FT_KV_BLOCK, q ? FT_TYPE_Q8_0 : FT_TYPE_F16, widths, 64, NULL, NULL, 4, NULL};
         ft_kv_store *st = ft_kv_store_init(&p, be, &err);
         REQUIRE(st, "%s", err.msg);
         ft_kv_cache *kv = ft_kv_init(st, &p, be, &err);
@@ -111,7 +137,7 @@ TEST(kv_attention_through_shuffled_blocks) {
                                      .n_expert = 1, .n_expert_used = 1};
             be->ops->reserve(be, &lim);
             enum ft_type type = ti ? FT_TYPE_Q8_0 : FT_TYPE_F16;
-            ft_kv_params p = {1, CTX, type, widths, HD, NULL, NULL, 5};
+            ft_kv_params p = {1, CTX, type, widths, HD, NULL, NULL, 5, NULL};
             ft_kv_store *st = ft_kv_store_init(&p, be, &err);
             ft_kv_cache *kv = ft_kv_init(st, &p, be, &err);
             REQUIRE(st && kv, "%s", err.msg);
@@ -168,7 +194,7 @@ TEST(kv_copy_block_rows) {
     for (int q = 0; q < 2; q++)
         for (int ni = 0; ni < 3; ni++) {
             int n = ns[ni];
-            ft_kv_params p = {3, 2 * FT_KV_BLOCK, q ? FT_TYPE_Q8_0 : FT_TYPE_F16, widths, 64, NULL, NULL, 4};
+            ft_kv_params p = {3, 2 * FT_KV_BLOCK, q ? FT_TYPE_Q8_0 : FT_TYPE_F16, widths, 64, NULL, NULL, 4, NULL};
             ft_kv_store *st = ft_kv_store_init(&p, be, &err);
             ft_kv_cache *from = ft_kv_init(st, &p, be, &err), *to = ft_kv_init(st, &p, be, &err);
             REQUIRE(st && from && to, "%s", err.msg);
@@ -223,7 +249,7 @@ TEST(kv_copy_block_rows) {
 
 static ft_kv_pool *small_pool(ft_backend *be, int n_seq, int n_blocks, int n_ctx) {
     static int64_t widths[1] = {64};
-    ft_kv_params p = {1, n_ctx, FT_TYPE_F16, widths, 64, NULL, NULL, n_blocks};
+    ft_kv_params p = {1, n_ctx, FT_TYPE_F16, widths, 64, NULL, NULL, n_blocks, NULL};
     ft_err err = {{0}};
     ft_kv_pool *pool = ft_kv_pool_init(&p, n_seq, be, &err);
     if (!pool) test_fail(__FILE__, __LINE__, "pool: %s", err.msg);
@@ -269,7 +295,7 @@ TEST(kv_pool_blocks_and_sequences) {
     ft_kv_pool_free(pool);
     ft_kv_pool_free(NULL);
     int64_t widths[1] = {64};
-    ft_kv_params bad = {1, 16, FT_TYPE_Q4_K, widths, 64, NULL, NULL, 0};
+    ft_kv_params bad = {1, 16, FT_TYPE_Q4_K, widths, 64, NULL, NULL, 0, NULL};
     ft_err err = {{0}};
     CHECK(!ft_kv_pool_init(&bad, 2, be, &err) && strstr(err.msg, "q4_K"), "%s", err.msg);
     be->ops->free(be);

@@ -53,7 +53,7 @@ static bool side_init(side *s, ft_backend *be, const ft_model *m, const ft_engin
     int64_t *widths = ft_malloc((size_t)hp->n_layer * sizeof(int64_t));
     for (int l = 0; l < hp->n_layer; l++)
         widths[l] = (int64_t)hp->n_head_kv * hp->head_dim;
-    ft_kv_params kp = {hp->n_layer, ep->n_ctx, ep->kv_type, widths, hp->head_dim, NULL, NULL, 0};
+    ft_kv_params kp = {hp->n_layer, ep->n_ctx, ep->kv_type, widths, hp->head_dim, NULL, NULL, 0, NULL};
     s->pool = ft_kv_pool_init(&kp, 1, be, err);
     free(widths);
     if (!s->pool) return false;

@@ -186,6 +186,12 @@ static json_t *key_value_json(const arch_view *v, const gguf_file *f, const ft_a
             for (int i = 0; i < 4; i++) json_array_append_new(a, json_integer(((const int *)(hp + k->field))[i]));
             return a;
         }
+        case FT_KEY_TYPE_BOOL_LAYERS: {
+            json_t *a = json_array();
+            for (int l = 0; l < m->hp.n_layer; l++)
+                json_array_append_new(a, json_boolean(*(const bool *)((const char *)&m->layers[l] + k->field)));
+            return a;
+        }
         }
     }
     char key[160];

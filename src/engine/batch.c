@@ -96,7 +96,7 @@ static bool batch_setup(ft_batch *b, ft_err *err) {
     b->w = engine_place(m, b->be, p, &pl, err);
     engine_placement_free(&pl);
     if (!b->w) return false;
-    int64_t *arrays = ft_malloc(3 * (size_t)m->hp.n_layer * sizeof(int64_t));
+    int64_t *arrays = ft_malloc(ENGINE_KV_ARRAYS * (size_t)m->hp.n_layer * sizeof(int64_t));
     ft_kv_params kp = engine_kv_params(m, p, arrays);
     b->pool = ft_kv_pool_init(&kp, p->n_seq, b->be, err);
     free(arrays);
@@ -346,6 +346,7 @@ bool ft_batch_step(ft_batch *b, const ft_batch_item *items, int n_items, ft_err 
     for (int i = 0; i < n_items; i++) ft_kv_sync(b->seg[i].kv); // new blocks in the tables
     if (bracket) be->ops->step_begin(be, rows, b->seg[0].pos0, b->seg[0].kv);
     be->ops->get_rows(be, &b->w->tok_embd, b->tok, f->x, rows);
+    if (hp->embd_scale != 0) be->ops->scale(be, f->x, (size_t)rows * hp->n_embd, hp->embd_scale);
     for (int il = 0; il < hp->n_layer; il++) m->arch->layer(m, f, il);
     for (int i = 0; i < n_items; i++) {
         b->pos[items[i].seq] += items[i].n_tok;
@@ -367,6 +368,8 @@ bool ft_batch_step(ft_batch *b, const ft_batch_item *items, int n_items, ft_err 
     for (int r = 0; r < n_out; r++) b->row_gemm[r] = false;
     be->chunk_tok = 0;
     if (n_out > 0) be->ops->matmul(be, &b->w->output, f->xn, b->logits_dev, n_out);
+    if (n_out > 0 && hp->logit_softcap != 0)
+        be->ops->softcap(be, b->logits_dev, (size_t)n_out * hp->n_vocab, hp->logit_softcap);
     if (bracket) be->ops->step_end(be);
     be->row_gemm = NULL;
     if (n_out > 0) be->ops->read(be, b->logits_dev, b->logits, (size_t)n_out * (size_t)hp->n_vocab);

@@ -24,7 +24,7 @@ int engine_step_tokens(const ft_engine_params *p) { return p->n_batch + p->n_seq
 ft_backend_limits engine_limits(const ft_model *m, const ft_engine_params *p) {
     ft_backend_limits lim = {
         .max_tok = engine_step_tokens(p), .max_width = ft_model_max_width(m), .max_ctx = p->n_ctx,
-        .max_head_dim = FT_MAX(m->hp.head_dim, m->hp.ssm_head_dim), .n_expert = m->hp.n_expert, .n_expert_used = m->hp.n_expert_used,
+        .max_head_dim = ft_model_max_head_dim(m), .n_expert = m->hp.n_expert, .n_expert_used = m->hp.n_expert_used,
         .ssm_n_v_heads = ft_model_recurrent_heads(m), .n_layer = m->hp.n_layer,
     };
     return lim;
@@ -33,7 +33,7 @@ ft_backend_limits engine_limits(const ft_model *m, const ft_engine_params *p) {
 size_t engine_activation_floats(const ft_model *m, const ft_engine_params *p) {
     const ft_hparams *hp = &m->hp;
     size_t B = (size_t)engine_step_tokens(p), E = (size_t)hp->n_embd, Q = (size_t)ft_model_max_q_width(m),
-           KV = (size_t)hp->n_head_kv * (size_t)hp->head_dim;
+           KV = (size_t)ft_model_max_kv_width(m);
     size_t extra = B * ((size_t)ft_model_wide_width(m) + 2 * (size_t)ft_model_recurrent_heads(m));
     return B * (4 * E + 3 * Q + 2 * KV) + extra + (size_t)p->n_seq * (size_t)hp->n_vocab + 64 * 9;
 }
@@ -41,16 +41,20 @@ size_t engine_activation_floats(const ft_model *m, const ft_engine_params *p) {
 ft_kv_params engine_kv_params(const ft_model *m, const ft_engine_params *p, int64_t *arrays) {
     const ft_hparams *hp = &m->hp;
     int n = hp->n_layer;
-    int64_t *width = arrays, *conv = arrays + n, *state = arrays + 2 * n;
+    int64_t *width = arrays, *conv = arrays + n, *state = arrays + 2 * n, *head = arrays + 3 * n;
     // a recurrent layer's conv sees q, k and v of every head; its state is a matrix per V head
     int64_t channels = (2 * (int64_t)hp->ssm_n_k_heads + hp->ssm_n_v_heads) * hp->ssm_head_dim;
     for (int l = 0; l < n; l++) {
-        bool rec = m->layers[l].is_recurrent;
-        width[l] = rec ? 0 : (int64_t)hp->n_head_kv * hp->head_dim;
+        const ft_layer *L = &m->layers[l];
+        bool rec = L->is_recurrent;
+        // a layer that reads an earlier one's cache (gemma4's shared KV) keeps none
+        width[l] = rec || L->kv_from != l ? 0 : (int64_t)L->n_head_kv * L->head_dim;
+        head[l] = L->head_dim;
         conv[l] = rec ? (int64_t)(hp->ssm_d_conv - 1) * channels : 0;
         state[l] = rec ? (int64_t)hp->ssm_n_v_heads * hp->ssm_head_dim * hp->ssm_head_dim : 0;
     }
-    return (ft_kv_params){n, p->n_ctx, p->kv_type, width, hp->head_dim, conv, state, engine_kv_blocks(p)};
+    return (ft_kv_params){n, p->n_ctx, p->kv_type, width, ft_model_max_head_dim(m), conv, state, engine_kv_blocks(p),
+                          head};
 }
 
 int64_t engine_kv_blocks(const ft_engine_params *p) {
@@ -90,7 +94,7 @@ bool engine_fit_context_to(const ft_model *m, ft_engine_params *p, size_t mem, b
 }
 
 size_t engine_kv_bytes(const ft_model *m, const ft_engine_params *p) {
-    int64_t *arrays = ft_malloc(3 * (size_t)m->hp.n_layer * sizeof(int64_t));
+    int64_t *arrays = ft_malloc(ENGINE_KV_ARRAYS * (size_t)m->hp.n_layer * sizeof(int64_t));
     ft_kv_params kp = engine_kv_params(m, p, arrays);
     size_t bytes = ft_kv_pool_bytes_for(&kp, p->n_seq);
     free(arrays);

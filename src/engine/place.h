@@ -18,7 +18,8 @@ ft_backend_limits engine_limits(const ft_model *m, const ft_engine_params *p);
 // Floats of the activation buffers ft_forward_alloc and ft_batch_init allocate.
 size_t engine_activation_floats(const ft_model *m, const ft_engine_params *p);
 // The shape of the KV pool: K and V rows of the attention layers in engine_kv_blocks blocks,
-// the recurrent layers' states; arrays holds 3 x n_layer entries for it.
+// the recurrent layers' states; arrays holds ENGINE_KV_ARRAYS x n_layer entries for it.
+#define ENGINE_KV_ARRAYS 4
 ft_kv_params engine_kv_params(const ft_model *m, const ft_engine_params *p, int64_t *arrays);
 // Blocks of the pool: num_tokens positions (0: one sequence of n_ctx and the others at up to
 // 4096 each), at least one whole context.

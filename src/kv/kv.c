@@ -11,7 +11,7 @@ struct ft_kv_store {
     int64_t n_blocks;
     ft_tensor *k, *v; // (n_layer) n_blocks * FT_KV_BLOCK rows each; absent for recurrent layers
     size_t bytes;
-    int rot_k, rot_v;
+    int *rot_k, rot_v; // (n_layer) K's chunk per layer; V's (0: no rotation)
 };
 
 struct ft_kv_cache {
@@ -68,11 +68,23 @@ ft_kv_store *ft_kv_store_init(const ft_kv_params *p, ft_backend *be, ft_err *err
     st->be = be;
     st->n_layer = p->n_layer;
     st->n_blocks = store_blocks(p);
-    if (p->type != FT_TYPE_F16 && p->head_dim > 0 && p->head_dim % 64 == 0) {
-        // K: the largest power of two (from 64) dividing the head size; V: always 64
-        st->rot_k = 64;
-        while (p->head_dim % (st->rot_k * 2) == 0) st->rot_k *= 2;
+    st->rot_k = ft_calloc((size_t)p->n_layer, sizeof(int));
+    int64_t first = p->head_dims ? p->head_dims[0] : p->head_dim;
+    if (p->type != FT_TYPE_F16 && first > 0 && first % 64 == 0) {
+        // K: the largest power of two (from 64) dividing the layer's head size; V: always 64
         st->rot_v = 64;
+        for (int l = 0; l < p->n_layer; l++) {
+            int64_t hd = p->head_dims ? p->head_dims[l] : p->head_dim;
+            if (p->width[l] > 0 && hd % 64) {
+                ft_err_set(err, "KV cache type %s: layer %d's head size %lld is not a multiple of 64 (the first "
+                                "layer's is, so llama.cpp would rotate its cache in chunks across heads)",
+                           ft_type_name(p->type), l, (long long)hd);
+                ft_kv_store_free(st);
+                return NULL;
+            }
+            st->rot_k[l] = 64;
+            while (hd % (st->rot_k[l] * 2) == 0) st->rot_k[l] *= 2;
+        }
     }
     st->k = ft_calloc((size_t)p->n_layer, sizeof(ft_tensor));
     st->v = ft_calloc((size_t)p->n_layer, sizeof(ft_tensor));
@@ -92,6 +104,7 @@ void ft_kv_store_free(ft_kv_store *st) {
     if (!st) return;
     tensors_free(st->be, st->k, st->n_layer);
     tensors_free(st->be, st->v, st->n_layer);
+    free(st->rot_k);
     free(st);
 }
 
@@ -202,8 +215,15 @@ ft_tensor *ft_kv_state(ft_kv_cache *kv, int layer) {
     return &kv->state[layer];
 }
 
-int ft_kv_rot_k(const ft_kv_cache *kv) { return kv->st->rot_k; }
-int ft_kv_rot_v(const ft_kv_cache *kv) { return kv->st->rot_v; }
+int ft_kv_rot_k(const ft_kv_cache *kv, int layer) {
+    FT_ASSERT(layer >= 0 && layer < kv->st->n_layer);
+    return kv->st->rot_k[layer];
+}
+
+int ft_kv_rot_v(const ft_kv_cache *kv, int layer) {
+    FT_ASSERT(layer >= 0 && layer < kv->st->n_layer);
+    return kv->st->rot_v;
+}
 int ft_kv_n_ctx(const ft_kv_cache *kv) { return kv->n_ctx; }
 
 bool ft_kv_type_from_name(const char *name, enum ft_type *out) {

@@ -29,10 +29,13 @@ typedef struct ft_kv_params {
     const int64_t *conv_floats;  // the causal conv's last inputs: (d_conv - 1) x channels
     const int64_t *state_floats; // the delta rule's matrices: n_v_heads x head_dim x head_dim
     int64_t n_blocks;       // blocks of FT_KV_BLOCK rows in the store; 0: one sequence's n_ctx
+    const int64_t *head_dims; // (n_layer) each layer's head size where they differ (gemma4), or
+                              // NULL: head_dim for every layer
 } ft_kv_params;
 
 // Allocates the store, zeroed, in be's buffers. Returns NULL and sets *err on an unsupported
-// type, a row width the type cannot hold (q8_0 needs multiples of 32) or too little memory.
+// type, a row width the type cannot hold (q8_0 needs multiples of 32), head sizes a quantized
+// cache's rotation cannot take (see ft_kv_rot_k) or too little memory.
 ft_kv_store *ft_kv_store_init(const ft_kv_params *p, ft_backend *be, ft_err *err);
 void ft_kv_store_free(ft_kv_store *st); // NULL is a no-op
 int64_t ft_kv_store_n_blocks(const ft_kv_store *st);
@@ -74,10 +77,13 @@ int ft_kv_n_ctx(const ft_kv_cache *kv);
 
 // A quantized cache loses less when Q, K and V are first rotated by a Walsh-Hadamard
 // matrix (the dot products are unchanged; the attention output is rotated back). llama.cpp
-// does this for quantized caches whose head size is a multiple of 64, so we do the same, with
-// the same chunk sizes. Returns the chunk size for K (and Q) and for V, or 0: no rotation.
-int ft_kv_rot_k(const ft_kv_cache *kv);
-int ft_kv_rot_v(const ft_kv_cache *kv);
+// does this for quantized caches when the first layer's head size is a multiple of 64, so we
+// do the same, with the same chunk sizes: for K (and Q) the largest power of two from 64 that
+// divides the layer's head size, for V 64. (With head sizes of which some are not multiples of
+// 64 llama.cpp's chunks would span heads; such a store is refused.) Returns layer's chunk size
+// for K and for V, or 0: no rotation.
+int ft_kv_rot_k(const ft_kv_cache *kv, int layer);
+int ft_kv_rot_v(const ft_kv_cache *kv, int layer);
 
 // Parses "f16" or "q8_0" (the --kv-cache-dtype values). Returns false if neither.
 bool ft_kv_type_from_name(const char *name, enum ft_type *out);

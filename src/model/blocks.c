@@ -20,10 +20,11 @@ void model_block_attention(const ft_model *m, ft_forward *f, int il, attn_opts o
     const ft_layer *L = &f->w->layers[il];
     ft_backend *be = f->be;
     const ft_backend_ops *ops = be->ops;
-    int n = f->n_tok, hd = hp->head_dim, nh = L->n_head, nkv = hp->n_head_kv;
+    int n = f->n_tok, hd = L->head_dim, nh = L->n_head, nkv = L->n_head_kv, src = L->kv_from;
     size_t qw = (size_t)nh * hd, kvw = (size_t)nkv * hd;
+    bool own_kv = src == il; // else it reads layer src's cache (gemma4's shared KV)
 
-    // row-wise over the whole batch: projections, biases, Q/K norms
+    // row-wise over the whole batch: projections, biases, Q/K/V norms
     ops->rms_norm(be, f->x, &L->attn_norm, f->xn, n, hp->n_embd, hp->rms_eps);
     if (o.q_gated) {
         ops->matmul(be, &L->wq, f->xn, f->wide, n);
@@ -31,18 +32,25 @@ void model_block_attention(const ft_model *m, ft_forward *f, int il, attn_opts o
     } else {
         ops->matmul(be, &L->wq, f->xn, f->q, n);
     }
-    ops->matmul(be, &L->wk, f->xn, f->k, n);
-    ops->matmul(be, &L->wv, f->xn, f->v, n);
+    if (own_kv) {
+        ops->matmul(be, &L->wk, f->xn, f->k, n);
+        if (ft_tensor_present(&L->wv)) ops->matmul(be, &L->wv, f->xn, f->v, n);
+        else FT_ASSERT(o.v_norm); // V from K's projection, normed into its own buffer below
+    }
     if (ft_tensor_present(&L->bq)) ops->add_bias(be, f->q, &L->bq, n, nh * hd);
-    if (ft_tensor_present(&L->bk)) ops->add_bias(be, f->k, &L->bk, n, nkv * hd);
-    if (ft_tensor_present(&L->bv)) ops->add_bias(be, f->v, &L->bv, n, nkv * hd);
+    if (own_kv && ft_tensor_present(&L->bk)) ops->add_bias(be, f->k, &L->bk, n, nkv * hd);
+    if (own_kv && ft_tensor_present(&L->bv)) ops->add_bias(be, f->v, &L->bv, n, nkv * hd);
     if (o.qk_norm || (o.qk_norm_if_present && ft_tensor_present(&L->q_norm)))
         ops->rms_norm(be, f->q, &L->q_norm, f->q, n * nh, hd, hp->rms_eps);
-    if (o.qk_norm || (o.qk_norm_if_present && ft_tensor_present(&L->k_norm)))
+    // (before K's own norm: without attn_v, V is K's projection)
+    if (own_kv && o.v_norm)
+        ops->rms_norm(be, ft_tensor_present(&L->wv) ? f->v : f->k, NULL, f->v, n * nkv, hd, hp->rms_eps);
+    if (own_kv && (o.qk_norm || (o.qk_norm_if_present && ft_tensor_present(&L->k_norm))))
         ops->rms_norm(be, f->k, &L->k_norm, f->k, n * nkv, hd, hp->rms_eps);
 
     // per sequence: positions, its cache, attention over its own keys
-    const ft_rope_params *rp = L->is_swa ? &hp->rope_swa : &hp->rope;
+    ft_rope_params rp = L->is_swa ? hp->rope_swa : hp->rope;
+    if (!L->is_swa && ft_tensor_present(&f->w->rope_freqs)) rp.freq_factors = &f->w->rope_freqs;
     ft_segment one;
     int n_seg;
     const ft_segment *seg = segments(f, &one, &n_seg);
@@ -51,28 +59,30 @@ void model_block_attention(const ft_model *m, ft_forward *f, int il, attn_opts o
         int ns = sg->n_tok;
         float *q = f->q + (size_t)sg->row0 * qw, *k = f->k + (size_t)sg->row0 * kvw;
         float *v = f->v + (size_t)sg->row0 * kvw, *attn = f->attn + (size_t)sg->row0 * qw;
-        ops->rope(be, q, ns, nh, hd, sg->pos0, rp);
-        ops->rope(be, k, ns, nkv, hd, sg->pos0, rp);
-        int rot_k = ft_kv_rot_k(sg->kv), rot_v = ft_kv_rot_v(sg->kv);
+        ops->rope(be, q, ns, nh, hd, sg->pos0, &rp);
+        if (own_kv) ops->rope(be, k, ns, nkv, hd, sg->pos0, &rp);
+        int rot_k = ft_kv_rot_k(sg->kv, src), rot_v = ft_kv_rot_v(sg->kv, src);
         if (rot_k) {
             ops->hadamard(be, q, ns, (int)qw, rot_k);
-            ops->hadamard(be, k, ns, (int)kvw, rot_k);
+            if (own_kv) ops->hadamard(be, k, ns, (int)kvw, rot_k);
         }
-        if (rot_v) ops->hadamard(be, v, ns, (int)kvw, rot_v);
+        if (rot_v && own_kv) ops->hadamard(be, v, ns, (int)kvw, rot_v);
         const int32_t *blocks = ft_kv_blocks(sg->kv);
-        ops->set_rows(be, ft_kv_k(sg->kv, il), blocks, sg->pos0, k, ns);
-        ops->set_rows(be, ft_kv_v(sg->kv, il), blocks, sg->pos0, v, ns);
+        if (own_kv) {
+            ops->set_rows(be, ft_kv_k(sg->kv, il), blocks, sg->pos0, k, ns);
+            ops->set_rows(be, ft_kv_v(sg->kv, il), blocks, sg->pos0, v, ns);
+        }
         ft_attn_params ap = {
-            .q = q, .out = attn, .k_cache = ft_kv_k(sg->kv, il), .v_cache = ft_kv_v(sg->kv, il), .blocks = blocks,
+            .q = q, .out = attn, .k_cache = ft_kv_k(sg->kv, src), .v_cache = ft_kv_v(sg->kv, src), .blocks = blocks,
             .n_tok = ns, .n_chunk = sg->n_chunk, .pos0 = sg->pos0, .n_head = nh, .n_head_kv = nkv,
-            .head_dim = hd, .window = L->is_swa ? hp->n_swa : 0, .scale = 1.0f / sqrtf((float)hd),
+            .head_dim = hd, .window = L->is_swa ? hp->n_swa : 0, .scale = o.scale ? o.scale : 1.0f / sqrtf((float)hd),
             .sinks = &L->sinks,
         };
         ops->attention(be, &ap);
         if (rot_v) ops->hadamard(be, attn, ns, (int)qw, rot_v);
     }
 
-    // row-wise again: output gate, output projection, residual
+    // row-wise again: output gate, output projection, post-norm, residual
     if (o.q_gated) {
         ops->gate_mul(be, f->attn, f->gate, n, nh, hd, (int)qw, FT_ACT_SIGMOID);
     } else if (ft_tensor_present(&L->attn_gate)) {
@@ -82,6 +92,7 @@ void model_block_attention(const ft_model *m, ft_forward *f, int il, attn_opts o
     }
     ops->matmul(be, &L->wo, f->attn, f->out, n);
     if (ft_tensor_present(&L->bo)) ops->add_bias(be, f->out, &L->bo, n, hp->n_embd);
+    if (o.post_norm) ops->rms_norm(be, f->out, &L->attn_post_norm, f->out, n, hp->n_embd, hp->rms_eps);
     ops->add(be, f->x, f->out, (size_t)n * hp->n_embd);
 }
 

@@ -142,6 +142,26 @@ static bool read_layer_array(ft_model *m, const ft_arch_key *k, const char *key,
     return true;
 }
 
+// A per-layer bool key (FT_KEY_TYPE_BOOL_LAYERS): an array of one bool per layer, or one for all.
+static bool read_bool_layers(ft_model *m, const ft_arch_key *k, const char *key, ft_err *err) {
+    enum gguf_value_type et;
+    uint64_t count;
+    int n = m->hp.n_layer;
+    bool one;
+    const uint8_t *v = NULL;
+    if (gguf_get_arr(m->file, key, &et, &count)) {
+        if (et != GGUF_VALUE_TYPE_BOOL) return ft_err_set(err, "key %s: not a bool array", key);
+        if (count != (uint64_t)n)
+            return ft_err_set(err, "key %s: %llu entries for %d layers", key, (unsigned long long)count, n);
+        v = gguf_arr_data(m->file, key); // (0 or 1 each, as the reader checked)
+    } else if (!gguf_get_bool(m->file, key, &one)) {
+        return ft_err_set(err, "key %s: not a bool or bool array", key);
+    }
+    if (k->field != FT_KEY_NO_FIELD)
+        for (int l = 0; l < n; l++) *(bool *)field_of(&m->layers[l], k->field) = v ? v[l] != 0 : one;
+    return true;
+}
+
 // A key of 4 integers: an array of exactly 4, or one integer for all; each in range.
 static bool read_fixed_array(ft_model *m, const ft_arch_key *k, const char *key, ft_err *err) {
     enum gguf_value_type et;
@@ -184,10 +204,14 @@ static bool read_key(ft_model *m, const ft_arch_key *k, ft_err *err) {
         case FT_KEY_TYPE_U32_4:
             for (int i = 0; i < 4; i++) ((int *)field_of(&m->hp, k->field))[i] = (int)k->def;
             break;
+        case FT_KEY_TYPE_BOOL_LAYERS:
+            for (int l = 0; l < m->hp.n_layer; l++) *(bool *)field_of(&m->layers[l], k->field) = k->def != 0;
+            break;
         }
         return true;
     }
     if (k->type == FT_KEY_TYPE_U32_4) return read_fixed_array(m, k, key, err);
+    if (k->type == FT_KEY_TYPE_BOOL_LAYERS) return read_bool_layers(m, k, key, err);
     enum gguf_value_type et;
     uint64_t count;
     if (k->type == FT_KEY_TYPE_U32_LAYERS && gguf_get_arr(m->file, key, &et, &count))
@@ -221,7 +245,8 @@ static bool read_key(ft_model *m, const ft_arch_key *k, ft_err *err) {
         if (!gguf_get_str(m->file, key, &s)) return ft_err_set(err, "key %s: not a string", key);
         return true;
     }
-    case FT_KEY_TYPE_U32_4: break; // read above
+    case FT_KEY_TYPE_U32_4:
+    case FT_KEY_TYPE_BOOL_LAYERS: break; // read above
     }
     return true;
 }
@@ -288,11 +313,17 @@ static bool rope_scaling(const ft_model *m, ft_rope_params *r, ft_err *err) {
 static bool derive_common(ft_model *m, ft_err *err) {
     ft_hparams *hp = &m->hp;
     const char *an = m->arch->name;
+    // KV heads: the key's one value, else each layer's where the architecture reads the key per
+    // layer (hp's then the first layer's), else the first layer's head count
     if (!present(m, "attention.head_count_kv")) hp->n_head_kv = m->layers[0].n_head;
-    for (int l = 0; l < hp->n_layer; l++)
-        if (m->layers[l].n_head % hp->n_head_kv)
+    if (hp->n_head_kv == 0) hp->n_head_kv = m->layers[0].n_head_kv;
+    for (int l = 0; l < hp->n_layer; l++) {
+        ft_layer *L = &m->layers[l];
+        if (L->n_head_kv == 0) L->n_head_kv = hp->n_head_kv;
+        if (L->n_head % L->n_head_kv)
             return ft_err_set(err, "key %s.attention.head_count: layer %d has %d heads, not a multiple of %d KV heads",
-                              an, l, m->layers[l].n_head, hp->n_head_kv);
+                              an, l, L->n_head, L->n_head_kv);
+    }
     if (!present(m, "attention.key_length")) hp->head_dim = hp->n_embd / m->layers[0].n_head;
     int64_t v_dim = hp->head_dim;
     if (present(m, "attention.value_length")) model_key_int(m, "attention.value_length", &v_dim);
@@ -374,7 +405,13 @@ bool model_read_hparams(ft_model *m, ft_err *err) {
         if (!read_key(m, k, err)) return false;
     }
     if (!m->layers) m->layers = ft_calloc((size_t)hp->n_layer, sizeof(ft_layer));
-    if (!derive_common(m, err) || (a->hparams && !a->hparams(m, err))) return false;
+    if (!derive_common(m, err)) return false;
+    // every layer's head size and its own KV cache, unless the architecture's hook says otherwise
+    for (int l = 0; l < hp->n_layer; l++) {
+        m->layers[l].head_dim = hp->head_dim;
+        m->layers[l].kv_from = l;
+    }
+    if (a->hparams && !a->hparams(m, err)) return false;
     // n_ff is the width of the dense layers, 0 in a model without
     if (hp->n_dense_lead > 0 && hp->n_ff < 1)
         return ft_err_set(err, "key %s.feed_forward_length: missing or 0", a->name);
@@ -418,6 +455,7 @@ bool model_layer_has(const ft_model *m, const ft_arch_tensor *t, int il) {
     case FT_LAYERS_MOE: return il >= 0 && m->layers[il].is_moe;
     case FT_LAYERS_DENSE: return il >= 0 && !m->layers[il].is_moe;
     case FT_LAYERS_ATTN: return il >= 0 && !m->layers[il].is_recurrent;
+    case FT_LAYERS_KV: return il >= 0 && !m->layers[il].is_recurrent && m->layers[il].kv_from == il;
     case FT_LAYERS_RECURRENT: return il >= 0 && m->layers[il].is_recurrent;
     case FT_LAYERS_MTP: return il >= m->hp.n_layer;
     }
@@ -430,15 +468,15 @@ int64_t model_dim(const ft_model *m, int il, enum ft_dim d) {
     case FT_DIM_NONE: return 1;
     case FT_DIM_EMBD: return hp->n_embd;
     case FT_DIM_VOCAB: return hp->n_vocab;
-    case FT_DIM_HEAD: return hp->head_dim;
-    case FT_DIM_Q: return (int64_t)m->layers[il].n_head * hp->head_dim;
-    case FT_DIM_KV: return (int64_t)hp->n_head_kv * hp->head_dim;
+    case FT_DIM_HEAD: return m->layers[il].head_dim;
+    case FT_DIM_Q: return (int64_t)m->layers[il].n_head * m->layers[il].head_dim;
+    case FT_DIM_KV: return (int64_t)m->layers[il].n_head_kv * m->layers[il].head_dim;
     case FT_DIM_EXPERT: return hp->n_expert;
     case FT_DIM_FF: return hp->n_ff;
     case FT_DIM_FF_EXP: return hp->n_ff_exp;
     case FT_DIM_FF_EXP_2: return 2 * (int64_t)hp->n_ff_exp;
     case FT_DIM_FF_SHEXP: return hp->n_ff_shexp;
-    case FT_DIM_Q_GATED: return 2 * (int64_t)m->layers[il].n_head * hp->head_dim;
+    case FT_DIM_Q_GATED: return 2 * (int64_t)m->layers[il].n_head * m->layers[il].head_dim;
     case FT_DIM_LIN_QKV: return (2 * (int64_t)hp->ssm_n_k_heads + hp->ssm_n_v_heads) * hp->ssm_head_dim;
     case FT_DIM_LIN_V: return (int64_t)hp->ssm_n_v_heads * hp->ssm_head_dim;
     case FT_DIM_SSM_HEADS: return hp->ssm_n_v_heads;
@@ -447,6 +485,8 @@ int64_t model_dim(const ft_model *m, int il, enum ft_dim d) {
     case FT_DIM_SSM_CONV: return hp->ssm_d_conv;
     case FT_DIM_EMBD_2: return 2 * (int64_t)hp->n_embd;
     case FT_DIM_HEADS: return m->layers[il].n_head;
+    case FT_DIM_ONE: return 1;
+    case FT_DIM_HEAD_HALF: return hp->head_dim / 2;
     case FT_DIM_ARCH: break;
     }
     FT_ASSERT(!"an FT_DIM_ARCH size comes from the architecture's dim hook");
@@ -664,12 +704,13 @@ static void placed_one(void *ctx, const ft_tensor *t) {
 }
 
 // Calls fn on every tensor of w that a device placement copies: every tensor the description
-// bound but the embedding table, the output (also when tied to the embedding), and not the
-// routed experts when they stay on the host.
+// bound but the embedding table, the output (also when tied to the embedding), RoPE's
+// frequency factors, and not the routed experts when they stay on the host.
 static void for_each_placed_tensor(ft_weights *w, bool experts_on_host, void (*fn)(ft_tensor *t, void *ctx),
                                    void *ctx) {
     fn(&w->output_norm, ctx);
     fn(&w->output, ctx);
+    fn(&w->rope_freqs, ctx);
     placed_each e = {w, experts_on_host, fn, ctx};
     ft_model_for_each_tensor(w->m, placed_one, &e);
 }
@@ -688,6 +729,7 @@ static ft_weights *weights_view(const ft_model *m) {
     w->tok_embd = m->tok_embd;
     w->output_norm = m->output_norm;
     w->output = m->output;
+    w->rope_freqs = m->rope_freqs;
     w->n_layer = m->hp.n_layer;
     w->m = m;
     w->layers = ft_malloc((size_t)w->n_layer * sizeof(ft_layer));
@@ -818,8 +860,25 @@ void ft_model_free(ft_model *m) {
 int ft_model_max_q_width(const ft_model *m) {
     const ft_hparams *hp = &m->hp;
     int w = 0;
-    for (int l = 0; l < hp->n_layer; l++)
-        w = FT_MAX(w, m->layers[l].is_recurrent ? hp->ssm_n_v_heads * hp->ssm_head_dim : m->layers[l].n_head * hp->head_dim);
+    for (int l = 0; l < hp->n_layer; l++) {
+        const ft_layer *L = &m->layers[l];
+        w = FT_MAX(w, L->is_recurrent ? hp->ssm_n_v_heads * hp->ssm_head_dim : L->n_head * L->head_dim);
+    }
+    return w;
+}
+
+int ft_model_max_head_dim(const ft_model *m) {
+    int d = m->hp.ssm_head_dim;
+    for (int l = 0; l < m->hp.n_layer; l++) d = FT_MAX(d, m->layers[l].head_dim);
+    return d;
+}
+
+int64_t ft_model_max_kv_width(const ft_model *m) {
+    int64_t w = 0;
+    for (int l = 0; l < m->hp.n_layer; l++) {
+        const ft_layer *L = &m->layers[l];
+        if (!L->is_recurrent) w = FT_MAX(w, (int64_t)L->n_head_kv * L->head_dim);
+    }
     return w;
 }
 
@@ -827,7 +886,7 @@ int64_t ft_model_wide_width(const ft_model *m) {
     int64_t w = 0;
     for (int l = 0; l < m->hp.n_layer; l++) {
         const ft_layer *L = &m->layers[l];
-        if (ft_tensor_present(&L->wq) && L->wq.ne[1] > (int64_t)L->n_head * m->hp.head_dim) w = FT_MAX(w, L->wq.ne[1]);
+        if (ft_tensor_present(&L->wq) && L->wq.ne[1] > (int64_t)L->n_head * L->head_dim) w = FT_MAX(w, L->wq.ne[1]);
         if (ft_tensor_present(&L->lin_qkv)) w = FT_MAX(w, L->lin_qkv.ne[1]);
     }
     return w;
@@ -842,7 +901,7 @@ int ft_model_recurrent_heads(const ft_model *m) {
 void ft_forward_alloc(ft_forward *f, const ft_model *m, const ft_weights *w, ft_backend *be, int n_batch) {
     const ft_hparams *hp = &m->hp;
     size_t B = (size_t)n_batch, E = (size_t)hp->n_embd, Q = (size_t)ft_model_max_q_width(m),
-           KV = (size_t)hp->n_head_kv * (size_t)hp->head_dim;
+           KV = (size_t)ft_model_max_kv_width(m);
     f->be = be;
     f->w = w;
     f->seg = NULL;
@@ -863,15 +922,20 @@ void ft_forward_alloc(ft_forward *f, const ft_model *m, const ft_weights *w, ft_
 
 unsigned ft_model_op_features(const ft_model *m) {
     const ft_hparams *hp = &m->hp;
-    unsigned f = 0;
+    unsigned f = m->arch->op_features;
     if (hp->gating == FT_GATING_SOFTMAX_WEIGHT) f |= FT_OPS_MOE_SOFTMAX_WEIGHT;
     if (hp->glu == FT_GLU_SWIGLU_OAI) f |= FT_OPS_SWIGLU_OAI;
+    if (hp->glu == FT_GLU_GELU) f |= FT_OPS_GELU;
+    if (hp->embd_scale != 0 || hp->logit_softcap != 0) f |= FT_OPS_SCALE_SOFTCAP;
+    if (ft_tensor_present(&m->rope_freqs)) f |= FT_OPS_ROPE_FREQ_FACTORS;
     for (int l = 0; l < hp->n_layer; l++) {
         const ft_layer *L = &m->layers[l];
         if (ft_tensor_present(&L->sinks)) f |= FT_OPS_ATTN_SINKS;
         if (ft_tensor_present(&L->router_b) || ft_tensor_present(&L->gate_exps_b) ||
             ft_tensor_present(&L->up_exps_b) || ft_tensor_present(&L->down_exps_b))
             f |= FT_OPS_MOE_BIASES;
+        if (ft_tensor_present(&L->down_exps_s)) f |= FT_OPS_MOE_DOWN_SCALE;
+        if (ft_tensor_present(&L->out_scale)) f |= FT_OPS_SCALE_SOFTCAP;
     }
     return f;
 }

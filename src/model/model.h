@@ -26,7 +26,8 @@ typedef struct ft_hparams {
     int n_vocab, n_embd, n_layer, n_ctx_train; // n_layer: the blocks run (the trunk)
     int n_layer_mtp;               // multi-token-prediction blocks after the trunk in the file
                                    // (nextn_predict_layers): never bound, run or read
-    int n_head_kv, head_dim;       // KV heads (all layers), head size of K, V and Q
+    int n_head_kv, head_dim;       // KV heads, head size of K, V and Q: every layer's unless the
+                                   // architecture sets ft_layer's own (gemma4's sliding and full layers)
     int n_expert, n_expert_used;   // 0 for a dense model
     int n_ff_exp;                  // width of one routed expert
     int n_ff_shexp;                // width of the shared expert (0: none)
@@ -46,11 +47,16 @@ typedef struct ft_hparams {
     bool ssm_k_grouped;            // V head h reads K head h / (n_v / n_k) (qwen3next), else h % n_k
     int32_t bos, eos;              // -1 when absent
     bool add_bos;
+    float embd_scale;              // the token embeddings are multiplied by it (0: not)
+    float logit_softcap;           // the logits are soft-capped: c tanh(logit / c) (0: not)
 } ft_hparams;
 
 // Weights of one block. Absent optional tensors have data == NULL. Shapes in GGUF order.
 typedef struct ft_layer {
     int n_head;                    // query heads of this layer
+    int n_head_kv, head_dim;       // its KV heads and head size (hp's unless the architecture says)
+    int kv_from;                   // the layer whose KV cache it attends to: itself, or (gemma4's
+                                   // shared KV) an earlier layer of its kind, and then it has no K/V
     bool is_swa;                   // sliding-window attention
     bool is_moe;                   // routed experts (else a dense FFN)
     bool is_recurrent;             // gated DeltaNet linear attention (else softmax attention)
@@ -61,6 +67,7 @@ typedef struct ft_layer {
     ft_tensor bo;                  // (n_embd) the output projection's bias, gpt-oss
     ft_tensor sinks;               // (n_head) f32 attention sinks' logits, gpt-oss
     ft_tensor q_norm, k_norm;      // (head_dim), optional per architecture
+    ft_tensor attn_post_norm;      // (n_embd) gemma4: the attention output's norm before the residual
     ft_tensor attn_gate;           // (n_embd, n_head or n_head * head_dim), laguna
     ft_tensor ffn_norm;            // (n_embd)
     ft_tensor router;              // (n_embd, n_expert)
@@ -79,6 +86,15 @@ typedef struct ft_layer {
     ft_tensor gate_inp_shexp;      // (n_embd), qwen2moe's shared-expert gate
     ft_tensor ffn_gate, ffn_up;    // (n_embd, n_ff), dense layers
     ft_tensor ffn_down;            // (n_ff, n_embd)
+    // gemma4's MoE layers: norms around the dense FFN (its "shared expert", gate_shexp ...) and the
+    // routed experts, the router input's scale, per-expert down scales, the layer's output scale
+    ft_tensor ffn_post_norm_1;     // (n_embd) after the dense FFN
+    ft_tensor ffn_pre_norm_2;      // (n_embd) the experts' input norm
+    ft_tensor ffn_post_norm_2;     // (n_embd) after the experts
+    ft_tensor ffn_post_norm;       // (n_embd) after their sum
+    ft_tensor router_in_scale;     // (n_embd) f32: ffn_gate_inp.scale
+    ft_tensor down_exps_s;         // (n_expert) f32: ffn_down_exps.scale, optional
+    ft_tensor out_scale;           // (1) f32: layer_output_scale, optional
     // gated DeltaNet (qwen35moe); with K = n_k_heads * ssm_head_dim, V = n_v_heads * ssm_head_dim
     ft_tensor lin_qkv;             // (n_embd, 2K + V): q, k and v before the conv
     ft_tensor lin_z;               // (n_embd, V): the output gate
@@ -96,6 +112,7 @@ typedef struct ft_layer {
 // possibly left in the mapping (ft_weights_place). Shapes and names as the model's.
 typedef struct ft_weights {
     ft_tensor tok_embd, output_norm, output;
+    ft_tensor rope_freqs;   // gemma4: RoPE's frequency factors of the full layers (absent elsewhere)
     ft_layer *layers;       // (n_layer)
     int n_layer;
     const struct ft_model *m; // the model they are of (which outlives them)
@@ -159,6 +176,7 @@ enum ft_key_type {
     FT_KEY_TYPE_BOOL,
     FT_KEY_TYPE_STR,
     FT_KEY_TYPE_U32_4,      // 4 integers (one given alone fills them) into an int[4] field: RoPE's sections
+    FT_KEY_TYPE_BOOL_LAYERS,// one bool for all layers, or an array of one per layer, into a bool ft_layer field
 };
 
 enum {
@@ -224,6 +242,8 @@ enum ft_dim {
     FT_DIM_SSM_CONV, // ssm_d_conv
     FT_DIM_EMBD_2,   // 2 x n_embd: an MTP block's embedding and hidden state side by side
     FT_DIM_HEADS,    // the layer's n_head (one value per query head: attention sinks)
+    FT_DIM_ONE,      // 1 (a scalar stored as a one-element tensor)
+    FT_DIM_HEAD_HALF,// hp.head_dim / 2 (RoPE's frequency factors, one per rotated pair)
     FT_DIM_ARCH,     // the architecture's dim hook says
 };
 
@@ -234,6 +254,7 @@ enum ft_layers {
     FT_LAYERS_MOE,   // layers with routed experts (from n_dense_lead on)
     FT_LAYERS_DENSE, // the n_dense_lead leading layers with a dense FFN
     FT_LAYERS_ATTN,  // layers with softmax attention (all but the recurrent ones)
+    FT_LAYERS_KV,    // attention layers with a KV cache of their own (ft_layer.kv_from is the layer)
     FT_LAYERS_RECURRENT, // gated DeltaNet layers (ft_layer.is_recurrent, set by the hparams hook)
     FT_LAYERS_MTP,   // only the MTP blocks after the trunk (hp.n_layer_mtp): rows ft synth
                      // writes and the loader never binds (their field is FT_TENSOR_NO_FIELD)
@@ -270,6 +291,10 @@ typedef struct ft_tensor_synth {
     float std, mean;
     enum ft_fan fan;
     bool (*when)(const ft_synth_params *p);
+    // Layer il's tensor is written only where when_layer says so (NULL: every layer that has it)
+    bool (*when_layer)(const ft_synth_params *p, int il);
+    // An f32 tensor's n values set by fill instead of drawn (NULL: drawn)
+    void (*fill)(const ft_synth_params *p, float *v, int64_t n);
 } ft_tensor_synth;
 
 // A tensor. In a file (and for ft synth) the tensors come in table order: a model tensor where
@@ -296,6 +321,8 @@ typedef struct ft_arch {
     const ft_arch_tensor *tensors;
     int n_tensors;
     ft_hparams fixed;              // what the architecture fixes before any key is read (RoPE pairs, gating)
+    unsigned op_features;          // FT_OPS_* its layers need whatever the file holds (others follow
+                                   // from the file: ft_model_op_features)
     // After the keys: values derived and checks made where a rule does not fit the table
     // (NULL: none). Returns false and sets *err naming the key.
     bool (*hparams)(ft_model *m, ft_err *err);
@@ -319,6 +346,7 @@ struct ft_model {
     ft_tensor tok_embd;    // (n_embd, n_vocab)
     ft_tensor output_norm; // (n_embd)
     ft_tensor output;      // (n_embd, n_vocab); tok_embd when the file ties them
+    ft_tensor rope_freqs;  // (head_dim / 2) f32, gemma4; absent elsewhere
     ft_layer *layers;      // (n_layer)
 };
 
@@ -353,6 +381,10 @@ unsigned ft_model_op_features(const ft_model *m);
 
 // Widest activation row of any layer (for buffer sizes): max of n_embd, q width, FFN widths.
 int64_t ft_model_max_width(const ft_model *m);
+// The largest head size of any layer (softmax attention or recurrent), and the widest K/V row
+// (n_head_kv x head_dim) of any attention layer.
+int ft_model_max_head_dim(const ft_model *m);
+int64_t ft_model_max_kv_width(const ft_model *m);
 int ft_model_max_q_width(const ft_model *m); // attention's q, or a recurrent layer's V
 // The widest doubled Q projection or recurrent q, k and v (0: none) and a recurrent layer's
 // V heads (0: no recurrent layer): the extra buffers ft_forward_alloc makes for them.

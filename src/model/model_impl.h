@@ -385,11 +385,17 @@ typedef struct attn_opts {
                              // GLM-4.5 has them, GLM-4.5-Air not)
     bool q_gated;     // wq doubles each head: q, then an output gate the attention is
                       // multiplied by through a sigmoid (qwen35moe)
+    bool v_norm;      // per-head RMSNorm of V without a weight (gemma4); V is K's projection
+                      // (before K's norm) where the layer has no attn_v
+    bool post_norm;   // the attention's output normed by attn_post_norm before the residual (gemma4)
+    float scale;      // applied to q.k (0: 1 / sqrt(head size))
 } attn_opts;
 
-// x += attention(norm(x)): Q/K/V (+ biases), optional Q/K norm, RoPE, cache write,
-// attention (sliding when the layer is; with the layer's sinks where it has them), optional
-// softplus gate, output projection (+ its bias where the layer has one).
+// x += attention(norm(x)): Q/K/V (+ biases), optional Q/K (and V) norms, RoPE (the full layers'
+// with the model's frequency factors where it has them), cache write, attention (sliding when
+// the layer is; with the layer's sinks where it has them), optional softplus gate, output
+// projection (+ its bias where the layer has one), optional post-norm. A layer that reads an
+// earlier layer's cache (ft_layer.kv_from) projects, writes and rotates no K and V of its own.
 void model_block_attention(const ft_model *m, ft_forward *f, int il, attn_opts o);
 // x += gated DeltaNet(norm(x)) (qwen35moe's recurrent layers): the q, k, v and gate
 // projections, the decay and write strength, the conv and delta rule on the sequence's state

@@ -21,6 +21,7 @@ typedef struct {
     int64_t ne[3];
     float std;  // standard deviation of the values
     float mean; // added to float values (norm weights sit around 1)
+    void (*fill)(const ft_synth_params *p, float *v, int64_t n); // set values instead (f32)
 } tensor_plan;
 
 typedef struct {
@@ -50,6 +51,7 @@ static void plan_add(plan *p, enum ft_type type, float std, float mean, uint32_t
     t->ne[2] = ne2;
     t->std = std;
     t->mean = mean;
+    t->fill = NULL;
 }
 
 ft_synth_params ft_synth_default_params(void) {
@@ -144,6 +146,13 @@ static void write_keys(const ft_synth_params *p, const ft_arch *a, gguf_writer *
             gguf_writer_set_arr(w, key, GGUF_VALUE_TYPE_UINT32, v, 4);
             break;
         }
+        case FT_KEY_TYPE_BOOL_LAYERS: { // an entry per block (fn's value 0 or not)
+            uint8_t v[FT_SYNTH_MAX_LAYERS + FT_SYNTH_MAX_MTP];
+            int n = p->n_layer + p->n_mtp;
+            for (int l = 0; l < n; l++) v[l] = synth_int(p, s, l) != 0;
+            gguf_writer_set_arr(w, key, GGUF_VALUE_TYPE_BOOL, v, (uint64_t)n);
+            break;
+        }
         case FT_KEY_TYPE_U32_LAYERS:
             if (s->per_layer) { // (an entry per block, the MTP ones too)
                 uint32_t v[FT_SYNTH_MAX_LAYERS + FT_SYNTH_MAX_MTP];
@@ -172,7 +181,8 @@ static bool plan_row(void *ctx, const ft_arch_tensor *t, int il) {
     plan_ctx *c = ctx;
     const ft_synth_params *p = c->p;
     const ft_tensor_synth *s = &t->synth;
-    if ((t->flags & FT_TENSOR_NO_SYNTH) || (s->when && !s->when(p))) return true;
+    if ((t->flags & FT_TENSOR_NO_SYNTH) || (s->when && !s->when(p)) || (s->when_layer && !s->when_layer(p, il)))
+        return true;
     enum ft_type et = layer_type(p->expert_types, p->n_expert_types, il < 0 ? 0 : il);
     enum ft_type type = FT_TYPE_F32;
     switch (t->type) {
@@ -197,6 +207,8 @@ static bool plan_row(void *ctx, const ft_arch_tensor *t, int il) {
     char name[96];
     model_tensor_name(t, il, name, sizeof(name));
     plan_add(c->out, type, std, s->mean, n_dims, ne[0], ne[1], ne[2], "%s", name);
+    FT_ASSERT(!s->fill || type == FT_TYPE_F32);
+    c->out->items[c->out->n - 1].fill = s->fill;
     return true;
 }
 
@@ -280,8 +292,10 @@ static bool check_params(const ft_synth_params *p, const ft_arch *a, ft_err *err
     if (p->fused_gate_up && !has_fused_gate_up(a))
         return ft_err_set(err, "--fused-gate-up is for architectures whose experts may fuse gate and up "
                                "(%s's do not)", p->arch);
-    if ((p->n_rot && (p->n_rot % 2 || p->n_rot > p->head_dim)) || (p->n_rot_swa && (p->n_rot_swa % 2 || p->n_rot_swa > p->head_dim)))
-        return ft_err_set(err, "rotary dims must be even and at most --head-dim %d", p->head_dim);
+    int head_swa = p->head_dim_swa ? p->head_dim_swa : p->head_dim;
+    if ((p->n_rot && (p->n_rot % 2 || p->n_rot > p->head_dim)) || (p->n_rot_swa && (p->n_rot_swa % 2 || p->n_rot_swa > head_swa)))
+        return ft_err_set(err, "rotary dims must be even and at most the head size (--head-dim %d, sliding layers %d)",
+                          p->head_dim, head_swa);
     return !a->synth_check || a->synth_check(p, err);
 }
 
@@ -380,7 +394,8 @@ bool ft_synth_write(const ft_synth_params *p, const char *path, ft_err *err) {
         const tensor_plan *t = &pl.items[i];
         size_t row = ft_row_bytes(t->type, t->ne[0]);
         int64_t rows = t->ne[1] * t->ne[2];
-        for (int64_t r = 0; r < rows; r++) {
+        for (int64_t r = 0; r < rows && t->fill; r++) t->fill(p, (float *)(buf + (size_t)r * row), t->ne[0]);
+        for (int64_t r = 0; r < rows && !t->fill; r++) {
             uint8_t *dst = buf + (size_t)r * row;
             ft_quant_random_row(t->type, &rng, t->std, dst, t->ne[0]);
             if (t->mean != 0) {

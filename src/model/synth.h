@@ -42,14 +42,17 @@ typedef struct ft_synth_params {
     int n_dense_lead;         // laguna, glm4moe: leading layers with a dense FFN
     int n_ff_dense;           // laguna, glm4moe: dense FFN width (default 2 * n_ff_exp)
     int n_swa;                // laguna: sliding window (0: all layers full attention); gpt-oss:
-                              // its sliding window (0: 128)
-    int swa_pattern;          // gpt-oss: attention.sliding_window_pattern, every this many layers
-                              // the last one has full attention (0: not written, llama.cpp's 2)
+                              // its sliding window (0: 128); gemma4 (0: 1024)
+    int swa_pattern;          // gpt-oss, gemma4: every this many layers the last one has full
+                              // attention, the others slide (gpt-oss: attention.sliding_window_pattern,
+                              // 0: not written, llama.cpp's 2; gemma4: written per layer, 0: 6)
     int n_head_swa;           // laguna: query heads of sliding-window layers (default n_head)
-    int n_rot;                // rotary dims of full layers (default head_dim)
-    int n_rot_swa;            // laguna: rotary dims of sliding-window layers (default head_dim)
-    float rope_freq_base_swa; // laguna: RoPE base of sliding-window layers (default 10000); gpt-oss:
-                              // (0: not written, the full layers' base)
+    int n_rot;                // rotary dims of full layers (default head_dim; gemma4: the pairs past
+                              // n_rot / 2 get frequency factor 1e30 in rope_freqs, unturned)
+    int n_rot_swa;            // laguna, gemma4: rotary dims of sliding-window layers (default their
+                              // head size)
+    float rope_freq_base_swa; // laguna, gemma4: RoPE base of sliding-window layers (default 10000);
+                              // gpt-oss: (0: not written, the full layers' base)
     float yarn_factor;        // laguna: YaRN context-extension factor on full layers, gpt-oss: on
                               // all layers (0: none)
     bool gate_per_element;    // laguna: output gate per element (else per head)
@@ -65,9 +68,19 @@ typedef struct ft_synth_params {
     int ssm_n_v_heads;        // value heads, a multiple of the key heads [4]
     int ssm_head_dim;         // their size, the state's [head_dim]
     int full_attn_interval;   // every this many layers one has softmax attention [4]
-    // qwen35moe, qwen3next: each layer's gate and up experts in one ffn_gate_up_exps tensor
-    // (llama.cpp's converter with --fuse-gate-up-exps) instead of ffn_gate_exps and ffn_up_exps
+    // qwen35moe, qwen3next, gemma4: each layer's gate and up experts in one ffn_gate_up_exps
+    // tensor (llama.cpp's converter with --fuse-gate-up-exps) instead of ffn_gate_exps and
+    // ffn_up_exps
     bool fused_gate_up;
+    // gemma4 (0: the defaults in brackets; n_ff_shexp is the width of its dense FFN beside the
+    // experts, feed_forward_length [n_ff_exp])
+    int head_dim_swa;         // head size of the sliding-window layers [head_dim]
+    int n_head_kv_swa;        // their KV heads [n_head_kv]
+    int n_kv_shared;          // the last this many layers attend to an earlier layer's KV [0]
+    float final_softcap;      // final_logit_softcapping [none]
+    bool k_eq_v;              // full layers without attn_v: V is K's projection
+    bool expert_down_scale;   // per-expert down scales (ffn_down_exps.scale)
+    bool layer_out_scale;     // each layer's output scale (layer_output_scale)
     const char *vocab_from;   // GGUF whose tokenizer.* keys are copied, or NULL: built-in vocab
     uint64_t seed;
 } ft_synth_params;

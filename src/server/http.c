@@ -1216,8 +1216,13 @@ bool srv_run(const srv_params *p, const ft_model *m, const tok_vocab *v, ft_err 
     }
     if (!(h->sched = srv_sched_init(m, v, p, sched_notify, h, err))) goto done;
     h->n_ctx = srv_sched_n_ctx(h->sched);
-    // KV cache per sequence: K and V rows of n_head_kv * head_dim per layer and position
-    double row = (double)m->hp.n_head_kv * m->hp.head_dim * 2 * m->hp.n_layer;
+    // KV cache per sequence: K and V rows of n_head_kv * head_dim per position of each layer that
+    // keeps its own (not a recurrent one, nor one reading an earlier layer's)
+    double row = 0;
+    for (int l = 0; l < m->hp.n_layer; l++) {
+        const ft_layer *L = &m->layers[l];
+        if (!L->is_recurrent && L->kv_from == l) row += 2.0 * L->n_head_kv * L->head_dim;
+    }
     double kv_mib = row * h->n_ctx * (p->engine.kv_type == FT_TYPE_Q8_0 ? 34.0 / 32 : 2.0) / (1 << 20);
     FT_LOG_INFO("ft serve: model '%s'; %d sequences of %d tokens (KV about %.1f MiB each, %.1f MiB in all); "
                 "queue %d",
