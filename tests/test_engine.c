@@ -148,6 +148,60 @@ TEST(engine_gptoss_prefill_decode_and_reference) {
     ft_model_free(m);
 }
 
+// gemma4 (sliding and full layers of two head sizes, shared KV, V from K's projection on the full
+// layers, GELU experts with down scales, soft-capped logits): a prompt in one batch equals it
+// token by token with a q8_0 cache, and FT_REFERENCE's path agrees with the fast one with both
+// caches.
+TEST(engine_gemma4_prefill_decode_and_reference) {
+    ft_synth_params p = ft_synth_default_params();
+    p.arch = "gemma4";
+    p.n_layer = 4;
+    p.n_ctx_train = 256;
+    p.head_dim = 128;
+    p.head_dim_swa = 64;
+    p.n_swa = 4;
+    p.swa_pattern = 2;
+    p.n_kv_shared = 2;
+    p.k_eq_v = true;
+    p.expert_down_scale = true;
+    p.final_softcap = 10.0f;
+    fixture_expert_types(&p, "q4_K", NULL);
+    ft_model *m = fixture_model(&p, "engine_gemma4.gguf");
+    REQUIRE(m);
+    ft_err err = {{0}};
+    int n = m->hp.n_vocab;
+    int32_t toks[11] = {5, 17, 99, 3, 250, 31, 7, 400, 12, 64, 128};
+    float *full = ft_malloc((size_t)n * sizeof(float));
+    for (int kv = 0; kv < 2; kv++) {
+        ft_engine_params ep = ft_engine_default_params();
+        ep.n_threads = 2;
+        ep.kv_type = kv ? FT_TYPE_Q8_0 : FT_TYPE_F16;
+        ft_engine *e = ft_engine_init(m, &ep, &err), *ref = NULL;
+        REQUIRE(e, "%s", err.msg);
+        memcpy(full, ft_engine_eval(e, toks, 11, &err), (size_t)n * sizeof(float));
+        const float *lg = NULL;
+        double d;
+        if (kv) {
+            ft_engine_reset(e);
+            for (int i = 0; i < 11; i++) lg = ft_engine_eval(e, toks + i, 1, &err);
+            REQUIRE(lg, "%s", err.msg);
+            d = max_prob_diff(full, lg, n);
+            CHECK(d < 2e-3, "batch vs token-by-token differ by %g", d);
+        }
+        ep.reference = true;
+        ref = ft_engine_init(m, &ep, &err);
+        REQUIRE(ref, "%s", err.msg);
+        lg = ft_engine_eval(ref, toks, 11, &err);
+        REQUIRE(lg, "%s", err.msg);
+        d = max_prob_diff(full, lg, n);
+        CHECK(d < 5e-3, "kv %s: reference and fast paths differ by %g", kv ? "q8_0" : "f16", d);
+        ft_engine_free(e);
+        ft_engine_free(ref);
+    }
+    free(full);
+    ft_model_free(m);
+}
+
 // A backend without gpt-oss's op features is refused at the placement decision, naming what it
 // lacks and the way out, before anything is placed; one with them (the CPU's) is not. The
 // CPU's ops with the features cleared stand in for such a backend (CUDA has gpt-oss's since
@@ -182,6 +236,57 @@ TEST(engine_plan_refuses_gptoss_without_its_op_features) {
     be->ops->free(be);
     ft_model_free(g);
     ft_model_free(q);
+}
+
+// gemma4 on a backend without its op features (the CUDA backend's, none): refused at the placement
+// decision naming each, as gpt-oss is; its file-dependent ones (frequency factors, down scales)
+// counted only where the file has them.
+TEST(engine_plan_refuses_gemma4_without_its_op_features) {
+    ft_synth_params p = ft_synth_default_params();
+    p.arch = "gemma4";
+    p.n_layer = 2;
+    p.n_ctx_train = 256;
+    p.swa_pattern = 2;
+    p.expert_down_scale = true;
+    p.final_softcap = 30.0f;
+    ft_model *g = fixture_model(&p, "plan_gemma4.gguf");
+    p.swa_pattern = 6; // every layer slides: no rope_freqs
+    p.expert_down_scale = false;
+    p.final_softcap = 0;
+    ft_model *plain = fixture_model(&p, "plan_gemma4_plain.gguf");
+    REQUIRE(g && plain);
+    unsigned all = FT_OPS_GELU | FT_OPS_SCALE_SOFTCAP | FT_OPS_NORM_NO_WEIGHT | FT_OPS_ROPE_FREQ_FACTORS |
+                   FT_OPS_MOE_DOWN_SCALE | FT_OPS_MOE_ROUTER_INPUT;
+    CHECK(ft_model_op_features(g) == all, "gemma4 needs %#x", ft_model_op_features(g));
+    CHECK(ft_model_op_features(plain) == (all & ~(FT_OPS_ROPE_FREQ_FACTORS | FT_OPS_MOE_DOWN_SCALE)),
+          "gemma4 without rope_freqs and down scales needs %#x", ft_model_op_features(plain));
+    CHECK((ft_backend_features(FT_PLACEMENT_CUDA) & all) == 0, "the CUDA backend computes none of them yet");
+    ft_backend *be = ft_backend_cpu_init(1, false);
+    ft_engine_params ep = ft_engine_default_params();
+    ep.n_threads = 1;
+    ep.n_ctx = 64;
+    ft_err err = {{0}};
+    engine_placement pl;
+    CHECK(engine_plan(g, be, &ep, &pl, &err), "the CPU computes gemma4: %s", err.msg);
+    engine_placement_free(&pl);
+    const ft_backend_ops *cpu_ops = be->ops;
+    ft_backend_ops lacking = *cpu_ops;
+    lacking.name = "cuda";
+    lacking.features = ft_backend_features(FT_PLACEMENT_CUDA);
+    lacking.scale = lacking.softcap = NULL;
+    be->ops = &lacking;
+    CHECK(!engine_plan(g, be, &ep, &pl, &err), "planned gemma4 on a backend without its ops");
+    CHECK(strstr(err.msg, "--device cuda: gemma4 runs on the CPU in this version") && strstr(err.msg, "GELU-gated FFNs") &&
+              strstr(err.msg, "scaling and soft-capping") && strstr(err.msg, "RMSNorm without a weight") &&
+              strstr(err.msg, "RoPE frequency factors") && strstr(err.msg, "per-expert down scales") &&
+              strstr(err.msg, "a router input of its own") && strstr(err.msg, "use --device cpu"),
+          "message: %s", err.msg);
+    CHECK(!engine_plan(plain, be, &ep, &pl, &err) && !strstr(err.msg, "RoPE frequency factors") &&
+              strstr(err.msg, "GELU-gated FFNs"), "message: %s", err.msg);
+    be->ops = cpu_ops;
+    be->ops->free(be);
+    ft_model_free(g);
+    ft_model_free(plain);
 }
 
 TEST(engine_context_limits) {

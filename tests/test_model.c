@@ -4,20 +4,23 @@
 // through the description; the tables hold together; fused gate/up experts bind as views and
 // run as their split twin does.
 #include "fixtures.h"
+#include "oracle.h"
 #include "test.h"
 #include "../src/engine/engine.h"
 #include "../src/model/model.h"
+#include "../src/model/model_impl.h"
 #include "../src/model/synth.h"
 #include "../src/moe/geometry.h"
 
 #include <jansson.h>
+#include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
 // Every weight a model can hold, listed from the structs (not from any description).
 static const size_t g_model_fields[] = {offsetof(ft_model, tok_embd), offsetof(ft_model, output_norm),
-                                        offsetof(ft_model, output)};
+                                        offsetof(ft_model, output), offsetof(ft_model, rope_freqs)};
 static const size_t g_layer_fields[] = {
     offsetof(ft_layer, attn_norm),  offsetof(ft_layer, wq),         offsetof(ft_layer, wk),
     offsetof(ft_layer, wv),         offsetof(ft_layer, bq),         offsetof(ft_layer, bk),
@@ -32,7 +35,10 @@ static const size_t g_layer_fields[] = {
     offsetof(ft_layer, ssm_alpha),  offsetof(ft_layer, ssm_ba),     offsetof(ft_layer, ssm_norm),
     offsetof(ft_layer, ssm_out),    offsetof(ft_layer, gate_up_exps), offsetof(ft_layer, bo),
     offsetof(ft_layer, sinks),      offsetof(ft_layer, router_b),   offsetof(ft_layer, gate_exps_b),
-    offsetof(ft_layer, up_exps_b),  offsetof(ft_layer, down_exps_b),
+    offsetof(ft_layer, up_exps_b),  offsetof(ft_layer, down_exps_b), offsetof(ft_layer, attn_post_norm),
+    offsetof(ft_layer, ffn_post_norm_1), offsetof(ft_layer, ffn_pre_norm_2), offsetof(ft_layer, ffn_post_norm_2),
+    offsetof(ft_layer, ffn_post_norm), offsetof(ft_layer, router_in_scale), offsetof(ft_layer, down_exps_s),
+    offsetof(ft_layer, out_scale),
 };
 
 static const ft_tensor *field_tensor(const void *base, size_t off) {
@@ -119,6 +125,16 @@ static ft_synth_params all_options(const char *arch) {
     p.expert_weights_scale = 2.0f;
     p.swa_pattern = 3;
     p.fused_gate_up = ft_synth_has_fused_gate_up(arch);
+    if (!strcmp(arch, "gemma4")) { // (its dense FFN is n_ff_shexp wide)
+        p.head_dim_swa = 32;
+        p.n_head_kv_swa = 4;
+        p.n_kv_shared = 2;
+        p.final_softcap = 20.0f;
+        p.k_eq_v = true;
+        p.expert_down_scale = true;
+        p.layer_out_scale = true;
+        p.n_rot = 32;
+    }
     if (ft_synth_has_linear_attention(arch)) {
         p.ssm_d_conv = 3;
         p.ssm_n_k_heads = 2;
@@ -133,15 +149,22 @@ static ft_synth_params all_options(const char *arch) {
 static void check_hparams(const char *label, const ft_model *m, const ft_synth_params *p) {
     const ft_hparams *hp = &m->hp;
     CHECK(hp->n_layer == p->n_layer && hp->n_embd == p->n_embd && hp->n_ctx_train == p->n_ctx_train, "%s", label);
-    CHECK(hp->head_dim == p->head_dim && hp->n_head_kv == p->n_head_kv, "%s", label);
+    CHECK(hp->head_dim == p->head_dim, "%s", label);
     CHECK(hp->n_expert == p->n_expert && hp->n_expert_used == p->n_expert_used, "%s", label);
     CHECK(hp->n_ff_exp == p->n_ff_exp, "%s: experts %d wide, not %d", label, hp->n_ff_exp, p->n_ff_exp);
     CHECK(hp->rms_eps == p->rms_eps && hp->rope.freq_base == p->rope_freq_base, "%s", label);
     CHECK(hp->n_dense_lead == p->n_dense_lead, "%s: %d dense layers", label, hp->n_dense_lead);
     CHECK(hp->n_layer_mtp == p->n_mtp, "%s: %d MTP blocks", label, hp->n_layer_mtp);
     for (int l = 0; l < hp->n_layer; l++) {
-        CHECK(m->layers[l].is_moe == (l >= p->n_dense_lead), "%s: layer %d", label, l);
-        CHECK(m->layers[l].n_head == p->n_head || m->layers[l].n_head == p->n_head_swa, "%s: layer %d", label, l);
+        const ft_layer *L = &m->layers[l];
+        CHECK(L->is_moe == (l >= p->n_dense_lead), "%s: layer %d", label, l);
+        CHECK(L->n_head == p->n_head || L->n_head == p->n_head_swa, "%s: layer %d", label, l);
+        // (gemma4's sliding layers may have their own KV heads and head size)
+        bool own = L->is_swa && p->n_head_kv_swa, own_size = L->is_swa && p->head_dim_swa;
+        CHECK(L->n_head_kv == (own ? p->n_head_kv_swa : p->n_head_kv), "%s: layer %d: %d KV heads", label, l,
+              L->n_head_kv);
+        CHECK(L->head_dim == (own_size ? p->head_dim_swa : p->head_dim), "%s: layer %d: heads of %d", label, l,
+              L->head_dim);
     }
 }
 
@@ -440,6 +463,185 @@ TEST(model_gptoss_layers_rope_and_refusals) {
     }
 }
 
+// Copies the model src to dst with the key set to the string str, or (str NULL) to the f32 v, or
+// (drop) without the key.
+static bool rewrite_key(const char *src, const char *dst, const char *key, const char *str, float v, bool drop) {
+    ft_err err = {{0}};
+    gguf_file *f = gguf_open(src, &err);
+    if (!f) return test_fail(__FILE__, __LINE__, "%s", err.msg), false;
+    gguf_writer *w = gguf_writer_init();
+    for (int64_t k = 0; k < gguf_n_kv(f); k++)
+        if (!drop || !gguf_str_eq(gguf_kv_key(f, k), key)) gguf_writer_copy_kv(w, f, k);
+    if (drop) FT_ASSERT(gguf_find_key(f, key) >= 0);
+    else if (str) gguf_writer_set_str(w, key, str);
+    else gguf_writer_set_f32(w, key, v);
+    for (int64_t t = 0; t < gguf_n_tensors(f); t++) {
+        const gguf_tensor *g = gguf_tensor_at(f, t);
+        char name[128];
+        snprintf(name, sizeof(name), "%.*s", (int)g->name.len, g->name.ptr);
+        gguf_writer_add_tensor(w, name, g->type, g->n_dims, g->ne);
+    }
+    bool ok = gguf_writer_begin(w, dst, &err);
+    for (int64_t t = 0; ok && t < gguf_n_tensors(f); t++)
+        ok = gguf_writer_tensor_data(w, gguf_tensor_at(f, t)->data, gguf_tensor_at(f, t)->bytes, &err);
+    ok = ok && gguf_writer_finish(w, &err);
+    gguf_writer_free(w);
+    gguf_close(f);
+    if (!ok) test_fail(__FILE__, __LINE__, "%s", err.msg);
+    return ok;
+}
+
+// gemma4 as llama.cpp's gemma4.cpp reads it: per-layer sliding flags, each kind's head size, KV
+// heads and RoPE (the sliding layers' own base and dims without context scaling; the full
+// layers' frequency factors from rope_freqs), the shared-KV layers reading the last layer of
+// their kind before them and binding no K/V, V from K's projection where the full layers have no
+// attn_v, the embedding scale and logit cap; refused: per-layer token embeddings (E2B/E4B) by key
+// and by tensor, attention soft-capping (llama.cpp's gemma4 has none), YaRN, a shared-KV count
+// whose sources are of the other kind, NVFP4 weight scales.
+TEST(model_gemma4_layers_rope_and_refusals) {
+    ft_synth_params p = ft_synth_default_params();
+    p.arch = "gemma4";
+    p.n_layer = 6;
+    p.head_dim = 128;
+    p.head_dim_swa = 64;
+    p.n_head_kv_swa = 4;
+    p.swa_pattern = 3;
+    p.n_kv_shared = 3;
+    p.n_rot = 64;
+    p.n_rot_swa = 32;
+    p.rope_freq_base = 1000000.0f;
+    p.rope_freq_base_swa = 5000.0f;
+    p.final_softcap = 30.0f;
+    p.k_eq_v = true;
+    ft_err err = {{0}};
+    char src[512]; // (test_path's buffers rotate)
+    snprintf(src, sizeof(src), "%s", test_path("gemma4_layers.gguf"));
+    REQUIRE(ft_synth_write(&p, src, &err), "%s", err.msg);
+    ft_model *m = ft_model_load(src, &err);
+    REQUIRE(m, "%s", err.msg);
+    const ft_hparams *hp = &m->hp;
+    static const int kv_from[6] = {0, 1, 2, 1, 1, 2};
+    for (int l = 0; l < 6; l++) {
+        const ft_layer *L = &m->layers[l];
+        bool swa = l % 3 < 2, own = kv_from[l] == l;
+        CHECK(L->is_swa == swa && L->head_dim == (swa ? 64 : 128) && L->n_head_kv == (swa ? 4 : 2), "layer %d", l);
+        CHECK(L->kv_from == kv_from[l], "layer %d reads layer %d's KV", l, L->kv_from);
+        CHECK(ft_tensor_present(&L->wk) == own && ft_tensor_present(&L->k_norm) == own, "layer %d", l);
+        CHECK(ft_tensor_present(&L->wv) == (own && swa), "layer %d: attn_v only on the sliding layers", l);
+        CHECK(ft_tensor_present(&L->q_norm) && ft_tensor_present(&L->attn_post_norm) && L->is_moe, "layer %d", l);
+    }
+    CHECK(hp->head_dim == 128 && hp->rope.n_rot == 128 && hp->rope.freq_base == 1000000.0f && hp->rope.neox);
+    CHECK(hp->rope_swa.n_rot == 32 && hp->rope_swa.freq_base == 5000.0f && hp->rope_swa.freq_scale == 1.0f &&
+          hp->rope_swa.neox, "sliding RoPE: %d dims, base %g", hp->rope_swa.n_rot, (double)hp->rope_swa.freq_base);
+    CHECK(hp->embd_scale == 16.0f && hp->logit_softcap == 30.0f, "scales %g %g", (double)hp->embd_scale,
+          (double)hp->logit_softcap);
+    CHECK(hp->glu == FT_GLU_GELU && hp->gating == FT_GATING_SOFTMAX && hp->norm_w && hp->n_ff_shexp == p.n_ff_exp);
+    REQUIRE(ft_tensor_present(&m->rope_freqs) && m->rope_freqs.ne[0] == 64);
+    const float *ff = m->rope_freqs.data;
+    CHECK(ff[0] == 1.0f && ff[1] == 1.25f && ff[31] != 1e30f && ff[32] == 1e30f && ff[63] == 1e30f,
+          "factors %g %g %g %g", (double)ff[0], (double)ff[1], (double)ff[31], (double)ff[32]);
+    ft_model_free(m);
+    // every layer sliding: no rope_freqs is written, nor needed
+    p.swa_pattern = 7;
+    p.n_kv_shared = 0;
+    const char *all_swa = test_path("gemma4_all_swa.gguf");
+    REQUIRE(ft_synth_write(&p, all_swa, &err), "%s", err.msg);
+    m = ft_model_load(all_swa, &err);
+    REQUIRE(m, "%s", err.msg);
+    CHECK(!ft_tensor_present(&m->rope_freqs) && !gguf_find_tensor(m->file, "rope_freqs.weight"));
+    ft_model_free(m);
+    // without rope.dimension_count_swa the sliding layers rotate the full layers' dims, as in
+    // llama.cpp: 128 here, more than their heads of 64 (refused); with heads of 128 accepted
+    const char *no_rot = test_path("gemma4_no_rot_swa.gguf");
+    REQUIRE(rewrite_key(src, no_rot, "gemma4.rope.dimension_count_swa", NULL, 0, true));
+    m = ft_model_load(no_rot, &err);
+    CHECK(!m && strstr(err.msg, "key gemma4.rope.dimension_count_swa 128: must be even and at most key_length_swa 64"),
+          "%s", m ? "loads" : err.msg);
+    ft_model_free(m);
+    p.head_dim_swa = 128;
+    p.n_rot_swa = 0;
+    const char *same = test_path("gemma4_same_heads.gguf");
+    REQUIRE(ft_synth_write(&p, same, &err), "%s", err.msg);
+    REQUIRE(rewrite_key(same, no_rot, "gemma4.rope.dimension_count_swa", NULL, 0, true));
+    m = ft_model_load(no_rot, &err);
+    REQUIRE(m, "%s", err.msg);
+    CHECK(m->hp.rope_swa.n_rot == 128 && m->hp.rope.n_rot == 128, "sliding layers rotate %d dims",
+          m->hp.rope_swa.n_rot);
+    ft_model_free(m);
+    static const struct {
+        const char *key;
+        uint32_t value;
+        const char *extra;
+        const char *msg;
+    } cases[] = {
+        {"gemma4.embedding_length_per_layer_input", 256, NULL,
+         "key gemma4.embedding_length_per_layer_input = 256: per-layer token embeddings (Gemma 4 E2B/E4B) are not "
+         "supported"},
+        {NULL, 0, "per_layer_token_embd.weight", "tensor per_layer_token_embd.weight: per-layer token embeddings"},
+        // layers 4 and 5 shared: 4 (sliding) would read layer 2 (full)
+        {"gemma4.attention.shared_kv_layers", 2, NULL,
+         "layer 4 (sliding) would read the KV of layer 2 (full), as llama.cpp's rule says"},
+        {"gemma4.attention.shared_kv_layers", 5, NULL, "at least two layers must keep their own KV"},
+        {NULL, 0, "blk.3.ffn_gate_exps.scale", "tensor blk.3.ffn_gate_exps.scale: weight scales (NVFP4) are not supported"},
+        {"gemma4.attention.value_length_swa", 32, NULL, "key gemma4.attention.value_length_swa 32: must equal key_length_swa 64"},
+    };
+    for (size_t i = 0; i < FT_ARRAY_LEN(cases); i++) {
+        const char *dst = test_path("gemma4_bad.gguf");
+        REQUIRE(rewrite(src, dst, NULL, cases[i].key, cases[i].value, cases[i].extra, 8));
+        m = ft_model_load(dst, &err);
+        CHECK(!m && strstr(err.msg, cases[i].msg), "%s: %s", cases[i].key ? cases[i].key : cases[i].extra,
+              m ? "loads" : err.msg);
+        ft_model_free(m);
+    }
+    // attention soft-capping (an f32) and YaRN (a string)
+    const char *dst = test_path("gemma4_bad.gguf");
+    REQUIRE(rewrite_key(src, dst, "gemma4.attn_logit_softcapping", NULL, 50.0f, false));
+    m = ft_model_load(dst, &err);
+    CHECK(!m && strstr(err.msg, "key gemma4.attn_logit_softcapping = 50: llama.cpp's gemma4 applies no attention "
+                                "soft-capping"), "%s", m ? "loads" : err.msg);
+    ft_model_free(m);
+    REQUIRE(rewrite_key(src, dst, "gemma4.rope.scaling.type", "yarn", 0, false));
+    m = ft_model_load(dst, &err);
+    CHECK(!m && strstr(err.msg, "key gemma4.rope.scaling.type = yarn: not supported"), "%s", m ? "loads" : err.msg);
+    ft_model_free(m);
+}
+
+// The keys of the real Gemma-4-26B-A4B, as llama.cpp's converter wrote them (its vocabulary file
+// in llama.cpp's models/ carries the model's metadata without the tensors) and as the loader
+// reads them: per-layer KV heads (8 on the sliding layers, 2 on every sixth, full, layer), heads
+// of 256 and 512, the full layers rotating all 512 dims (the quarter through rope_freqs) and the
+// sliding ones 256 on their own base, the window, the experts, the scales.
+TEST(model_gemma4_reads_the_26b_keys) {
+    const char *src = oracle_llama_src();
+    if (!src) return;
+    char path[1024];
+    snprintf(path, sizeof(path), "%s/models/ggml-vocab-gemma-4.gguf", src);
+    ft_err err = {{0}};
+    ft_model mm = {.arch = ft_arch_find("gemma4"), .file = gguf_open(path, &err)}, *m = &mm;
+    REQUIRE(m->file, "%s", err.msg);
+    REQUIRE(model_read_hparams(m, &err), "%s", err.msg);
+    const ft_hparams *hp = &m->hp;
+    CHECK(hp->n_layer == 30 && hp->n_embd == 2816 && hp->n_ctx_train == 262144, "%d layers", hp->n_layer);
+    CHECK(hp->n_expert == 128 && hp->n_expert_used == 8 && hp->n_ff_exp == 704 && hp->n_ff_shexp == 2112,
+          "experts %d/%d of %d, dense FFN %d", hp->n_expert_used, hp->n_expert, hp->n_ff_exp, hp->n_ff_shexp);
+    CHECK(hp->head_dim == 512 && hp->rope.n_rot == 512 && hp->rope.freq_base == 1000000.0f, "full: %d, %d dims",
+          hp->head_dim, hp->rope.n_rot);
+    CHECK(hp->rope_swa.n_rot == 256 && hp->rope_swa.freq_base == 10000.0f && hp->rope_swa.freq_scale == 1.0f,
+          "sliding: %d dims, base %g", hp->rope_swa.n_rot, (double)hp->rope_swa.freq_base);
+    CHECK(hp->n_swa == 1024 && hp->logit_softcap == 30.0f && hp->embd_scale == sqrtf(2816.0f), "window %d",
+          hp->n_swa);
+    CHECK(hp->glu == FT_GLU_GELU && hp->gating == FT_GATING_SOFTMAX && hp->norm_w);
+    for (int l = 0; l < hp->n_layer; l++) {
+        const ft_layer *L = &m->layers[l];
+        bool full = l % 6 == 5;
+        CHECK(L->is_swa == !full && L->n_head == 16 && L->n_head_kv == (full ? 2 : 8) &&
+                  L->head_dim == (full ? 512 : 256) && L->kv_from == l && L->is_moe,
+              "layer %d: swa %d, %d KV heads of %d", l, L->is_swa, L->n_head_kv, L->head_dim);
+    }
+    free(m->layers);
+    gguf_close(m->file);
+}
+
 static bool layers_overlap(enum ft_layers a, enum ft_layers b) {
     if (a == FT_LAYERS_NONE || b == FT_LAYERS_NONE) return a == b;
     return a == FT_LAYERS_ALL || b == FT_LAYERS_ALL || a == b;
@@ -463,7 +665,11 @@ TEST(model_descriptions_hold_together) {
                 CHECK(k->field + sizeof(int) <= (per_layer ? sizeof(ft_layer) : sizeof(ft_hparams)), "%s.%s", arch->name,
                       k->suffix);
             CHECK(k->type != FT_KEY_TYPE_STR || k->field == FT_KEY_NO_FIELD, "%s.%s", arch->name, k->suffix);
-            CHECK(!k->synth.per_layer || k->type == FT_KEY_TYPE_U32_LAYERS, "%s.%s", arch->name, k->suffix);
+            CHECK(!k->synth.per_layer || k->type == FT_KEY_TYPE_U32_LAYERS || k->type == FT_KEY_TYPE_BOOL_LAYERS,
+                  "%s.%s", arch->name, k->suffix);
+            if (k->type == FT_KEY_TYPE_BOOL_LAYERS)
+                CHECK(k->field != FT_KEY_NO_FIELD && k->field + sizeof(bool) <= sizeof(ft_layer), "%s.%s", arch->name,
+                      k->suffix);
             CHECK(!k->synth.write || k->type != FT_KEY_TYPE_STR || k->synth.str, "%s.%s", arch->name, k->suffix);
         }
         for (int i = 0; i < arch->n_tensors; i++) {

@@ -231,12 +231,67 @@ TEST(synth_cli_gptoss_flags) {
     static const struct {
         const char *args, *msg;
     } bad[] = {
-        {"--arch qwen3moe --swa 8", "--swa, --swa-rope-base and --yarn are for laguna and gpt-oss"},
-        {"--arch laguna --swa-pattern 3", "--swa-pattern is for gpt-oss"},
+        {"--arch qwen3moe --swa 8", "--swa and --swa-rope-base are for laguna, gpt-oss and gemma4"},
+        {"--arch qwen3moe --yarn 2", "--yarn is for laguna and gpt-oss"},
+        {"--arch laguna --swa-pattern 3", "--swa-pattern is for gpt-oss and gemma4"},
         {"--arch gpt-oss --expert-weights-scale 2", "--expert-weights-scale is for laguna and glm4moe"},
         {"--arch qwen3moe --qkv-bias", "--qkv-bias is for qwen2moe, glm4moe and gpt-oss"},
         {"--arch gpt-oss --rot 32", "gpt-oss rotates whole heads"},
         {"--arch gpt-oss --yarn 0.5", "--yarn must be a finite number above 1"},
+    };
+    for (size_t i = 0; i < FT_ARRAY_LEN(bad); i++) {
+        snprintf(cmd, sizeof(cmd), "'%s' synth '%s' %s 2>&1", test_ft_bin(), test_path("cli_bad.gguf"), bad[i].args);
+        int rc = test_run(cmd, out, sizeof(out));
+        CHECK(rc != 0 && strstr(out, bad[i].msg), "%s: exit %d, %s", bad[i].args, rc, out);
+    }
+}
+
+// ft synth's gemma4 flags write the keys and tensors they name (read back by ft inspect): the
+// sliding layers' pattern, window, RoPE base, head size and KV heads, shared KV (the last layers
+// without K), the full layers without attn_v, rope_freqs, the per-expert down scales, the layer
+// output scales, fused gate/up experts, the final soft-cap; its flags are refused elsewhere and
+// a shared-KV count that leaves fewer than two layers their own KV is refused.
+TEST(synth_cli_gemma4_flags) {
+    static char out[1 << 16];
+    char cmd[2048];
+    const char *path = test_path("cli_gemma4.gguf");
+    snprintf(cmd, sizeof(cmd),
+             "'%s' synth '%s' --arch gemma4 --layers 4 --swa 8 --swa-pattern 2 --swa-rope-base 5000 --rope-base "
+             "1000000 --head-dim 128 --swa-head-dim 64 --swa-kv-heads 4 --rot 32 --kv-shared 2 --final-softcap 30 "
+             "--k-eq-v --expert-down-scale --layer-out-scale --fused-gate-up --shared-ff 384 --expert-types q4_K,mxfp4 "
+             "2>&1 && '%s' inspect '%s' 2>&1",
+             test_ft_bin(), path, test_ft_bin(), path);
+    REQUIRE(test_run(cmd, out, sizeof(out)) == 0, "%s", out);
+    static const char *const want[] = {
+        "gemma4.attention.sliding_window                      8",
+        "gemma4.attention.sliding_window_pattern              [4 bool: true, false, true, false]",
+        "gemma4.attention.head_count_kv                       [4 uint32: 4, 2, 4, 2]",
+        "gemma4.attention.key_length_swa                      64",
+        "gemma4.rope.freq_base_swa                            5000",
+        "gemma4.attention.shared_kv_layers                    2",
+        "gemma4.final_logit_softcapping                       30",
+        "gemma4.feed_forward_length                           384",
+        "rope_freqs.weight                      f32     [64]",
+        "blk.0.attn_v.weight",
+        "blk.1.attn_k.weight",
+        "blk.0.ffn_gate_up_exps.weight        q4_K",
+        "blk.3.ffn_gate_up_exps.weight        mxfp4",
+        "blk.2.ffn_down_exps.scale",
+        "blk.3.layer_output_scale.weight",
+    };
+    for (size_t i = 0; i < FT_ARRAY_LEN(want); i++) CHECK(strstr(out, want[i]), "no '%s' in:\n%s", want[i], out);
+    static const char *const absent[] = {"blk.1.attn_v.weight", "blk.2.attn_k.weight", "blk.3.attn_k.weight",
+                                         "blk.0.ffn_gate_exps.weight"};
+    for (size_t i = 0; i < FT_ARRAY_LEN(absent); i++) CHECK(!strstr(out, absent[i]), "'%s' written", absent[i]);
+    static const struct {
+        const char *args, *msg;
+    } bad[] = {
+        {"--arch qwen3moe --kv-shared 2", "--swa-head-dim, --swa-kv-heads, --kv-shared, --final-softcap, --k-eq-v, "
+                                          "--expert-down-scale and --layer-out-scale are for gemma4"},
+        {"--arch gpt-oss --swa-rot 32", "--swa-rot is for laguna and gemma4"},
+        {"--arch gemma4 --yarn 2", "--yarn is for laguna and gpt-oss"},
+        {"--arch gemma4 --layers 4 --kv-shared 3", "--kv-shared 3: at least two of the 4 layers must keep their own KV"},
+        {"--arch gemma4 --heads 4 --swa-kv-heads 3", "--heads 4 is not a multiple of the sliding layers' KV heads 3"},
     };
     for (size_t i = 0; i < FT_ARRAY_LEN(bad); i++) {
         snprintf(cmd, sizeof(cmd), "'%s' synth '%s' %s 2>&1", test_ft_bin(), test_path("cli_bad.gguf"), bad[i].args);

@@ -24,8 +24,10 @@ static void synth_usage(FILE *out) {
             "  --top-k N                  experts used per token (default %d)\n"
             "  --ff N                     expert FFN width (default %d)\n"
             "  --shared-ff N              shared-expert FFN width, for the architectures that have\n"
-            "                             one (default --ff; glm4moe: a multiple of --ff)\n"
-            "  --rot N                    rotary dims of each attention head (default --head-dim)\n"
+            "                             one (default --ff; glm4moe: a multiple of --ff; gemma4: its\n"
+            "                             dense FFN beside the experts)\n"
+            "  --rot N                    rotary dims of each attention head (default --head-dim;\n"
+            "                             gemma4: of the full layers, through rope_freqs)\n"
             "  --ctx N                    training context length (default %d)\n"
             "  --qkv-bias                 Q/K/V biases (qwen2moe, glm4moe, gpt-oss)\n"
             "  --qk-norm                  per-head Q/K RMSNorm (glm4moe: GLM-4.5 has them, Air not)\n"
@@ -43,14 +45,24 @@ static void synth_usage(FILE *out) {
             "  --ssm-conv N               taps of its convolution (default 4)\n"
             "  --fused-gate-up            each layer's gate and up experts in one tensor,\n"
             "                             ffn_gate_up_exps (as llama.cpp's converter writes with\n"
-            "                             --fuse-gate-up-exps), for qwen35moe and qwen3next\n"
+            "                             --fuse-gate-up-exps), for qwen35moe, qwen3next and gemma4\n"
             "  --rope-base F              RoPE base (default %g)\n"
             "  --swa N                    sliding window of the sliding layers, for laguna (default:\n"
-            "                             none) and gpt-oss (default 128)\n"
-            "  --swa-pattern N            gpt-oss: of every N layers all but the last slide\n"
-            "                             (default: not written, llama.cpp's 2)\n"
-            "  --swa-rope-base F          RoPE base of the sliding layers (laguna: default 10000;\n"
-            "                             gpt-oss: default not written, --rope-base)\n"
+            "                             none), gpt-oss (default 128) and gemma4 (default 1024)\n"
+            "  --swa-pattern N            gpt-oss, gemma4: of every N layers all but the last slide\n"
+            "                             (gpt-oss: default not written, llama.cpp's 2; gemma4: 6)\n"
+            "  --swa-rope-base F          RoPE base of the sliding layers (laguna, gemma4: default\n"
+            "                             10000; gpt-oss: default not written, --rope-base)\n"
+            "  --swa-rot N                rotary dims of the sliding layers (laguna, gemma4; default\n"
+            "                             their head size)\n"
+            "  --swa-head-dim N           gemma4: head size of the sliding layers (default --head-dim)\n"
+            "  --swa-kv-heads N           gemma4: their KV heads (default --kv-heads)\n"
+            "  --kv-shared N              gemma4: the last N layers attend to an earlier layer's KV\n"
+            "                             (attention.shared_kv_layers; default 0)\n"
+            "  --final-softcap F          gemma4: final_logit_softcapping (default: none)\n"
+            "  --k-eq-v                   gemma4: the full layers have no attn_v (V is K's projection)\n"
+            "  --expert-down-scale        gemma4: per-expert down scales (ffn_down_exps.scale)\n"
+            "  --layer-out-scale          gemma4: each layer's output scale (layer_output_scale)\n"
             "  --yarn F                   YaRN context extension by F (laguna: full layers; gpt-oss:\n"
             "                             every layer) from a training context of --ctx / F (default:\n"
             "                             none)\n"
@@ -105,6 +117,10 @@ int cmd_synth(int argc, char **argv) {
         INT_OPT("--mtp", n_mtp, 0, FT_SYNTH_MAX_MTP)
         INT_OPT("--swa", n_swa, 1, 1 << 24)
         INT_OPT("--swa-pattern", swa_pattern, 1, FT_SYNTH_MAX_LAYERS)
+        INT_OPT("--swa-rot", n_rot_swa, 2, 4096)
+        INT_OPT("--swa-head-dim", head_dim_swa, 2, 4096)
+        INT_OPT("--swa-kv-heads", n_head_kv_swa, 1, 4096)
+        INT_OPT("--kv-shared", n_kv_shared, 0, FT_SYNTH_MAX_LAYERS)
 #undef INT_OPT
 #define FLOAT_OPT(flag, field, lo)                                                  \
     if (args_float(argc, argv, &i, flag, &f, &bad)) {                                \
@@ -120,6 +136,7 @@ int cmd_synth(int argc, char **argv) {
         FLOAT_OPT("--swa-rope-base", rope_freq_base_swa, 0)
         FLOAT_OPT("--yarn", yarn_factor, 1)
         FLOAT_OPT("--expert-weights-scale", expert_weights_scale, 0)
+        FLOAT_OPT("--final-softcap", final_softcap, 0)
 #undef FLOAT_OPT
         if (args_flag(argv, i, "--fused-gate-up")) {
             p.fused_gate_up = true;
@@ -131,6 +148,18 @@ int cmd_synth(int argc, char **argv) {
         }
         if (args_flag(argv, i, "--qk-norm")) {
             p.qk_norm = true;
+            continue;
+        }
+        if (args_flag(argv, i, "--k-eq-v")) {
+            p.k_eq_v = true;
+            continue;
+        }
+        if (args_flag(argv, i, "--expert-down-scale")) {
+            p.expert_down_scale = true;
+            continue;
+        }
+        if (args_flag(argv, i, "--layer-out-scale")) {
+            p.layer_out_scale = true;
             continue;
         }
         if (args_int(argc, argv, &i, "--seed", 0, INT64_MAX, &v, &bad)) {
@@ -161,13 +190,27 @@ int cmd_synth(int argc, char **argv) {
                 p.arch);
         return FT_EXIT_USAGE;
     }
-    bool gptoss = !strcmp(p.arch, "gpt-oss"), laguna = !strcmp(p.arch, "laguna");
-    if (p.swa_pattern && !gptoss) {
-        fprintf(stderr, "ft synth: --swa-pattern is for gpt-oss\n");
+    bool gptoss = !strcmp(p.arch, "gpt-oss"), laguna = !strcmp(p.arch, "laguna"), gemma4 = !strcmp(p.arch, "gemma4");
+    if (p.swa_pattern && !gptoss && !gemma4) {
+        fprintf(stderr, "ft synth: --swa-pattern is for gpt-oss and gemma4\n");
         return FT_EXIT_USAGE;
     }
-    if ((p.n_swa || p.rope_freq_base_swa || p.yarn_factor) && !gptoss && !laguna) {
-        fprintf(stderr, "ft synth: --swa, --swa-rope-base and --yarn are for laguna and gpt-oss\n");
+    if ((p.n_swa || p.rope_freq_base_swa) && !gptoss && !laguna && !gemma4) {
+        fprintf(stderr, "ft synth: --swa and --swa-rope-base are for laguna, gpt-oss and gemma4\n");
+        return FT_EXIT_USAGE;
+    }
+    if (p.yarn_factor && !gptoss && !laguna) {
+        fprintf(stderr, "ft synth: --yarn is for laguna and gpt-oss\n");
+        return FT_EXIT_USAGE;
+    }
+    if (p.n_rot_swa && !laguna && !gemma4) {
+        fprintf(stderr, "ft synth: --swa-rot is for laguna and gemma4\n");
+        return FT_EXIT_USAGE;
+    }
+    if ((p.head_dim_swa || p.n_head_kv_swa || p.n_kv_shared || p.final_softcap || p.k_eq_v || p.expert_down_scale ||
+         p.layer_out_scale) && !gemma4) {
+        fprintf(stderr, "ft synth: --swa-head-dim, --swa-kv-heads, --kv-shared, --final-softcap, --k-eq-v, "
+                        "--expert-down-scale and --layer-out-scale are for gemma4\n");
         return FT_EXIT_USAGE;
     }
     if (p.expert_weights_scale && !laguna && strcmp(p.arch, "glm4moe") != 0) {

@@ -21,7 +21,8 @@
     X(qwen35moe)                                                                                  \
     X(qwen3next)                                                                                  \
     X(glm4moe)                                                                                    \
-    X(gptoss)
+    X(gptoss)                                                                                     \
+    X(gemma4)
 
 #define X(name) extern const ft_arch ft_arch_##name;
 FT_ARCHS(X)

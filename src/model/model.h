@@ -19,6 +19,7 @@
 #include "../gguf/gguf.h"
 #include "../kv/kv.h"
 #include "../util/progress.h"
+#include "../util/rng.h"
 
 #define FT_MAX_EXPERTS 1024
 
@@ -293,8 +294,9 @@ typedef struct ft_tensor_synth {
     bool (*when)(const ft_synth_params *p);
     // Layer il's tensor is written only where when_layer says so (NULL: every layer that has it)
     bool (*when_layer)(const ft_synth_params *p, int il);
-    // An f32 tensor's n values set by fill instead of drawn (NULL: drawn)
-    void (*fill)(const ft_synth_params *p, float *v, int64_t n);
+    // An f32 tensor's rows of n values each set by fill instead of drawn (NULL: drawn), which
+    // may draw from rng (ft synth's, in file order)
+    void (*fill)(const ft_synth_params *p, float *v, int64_t n, ft_rng *rng);
 } ft_tensor_synth;
 
 // A tensor. In a file (and for ft synth) the tensors come in table order: a model tensor where

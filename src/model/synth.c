@@ -21,7 +21,7 @@ typedef struct {
     int64_t ne[3];
     float std;  // standard deviation of the values
     float mean; // added to float values (norm weights sit around 1)
-    void (*fill)(const ft_synth_params *p, float *v, int64_t n); // set values instead (f32)
+    void (*fill)(const ft_synth_params *p, float *v, int64_t n, ft_rng *rng); // set values instead (f32)
 } tensor_plan;
 
 typedef struct {
@@ -394,7 +394,7 @@ bool ft_synth_write(const ft_synth_params *p, const char *path, ft_err *err) {
         const tensor_plan *t = &pl.items[i];
         size_t row = ft_row_bytes(t->type, t->ne[0]);
         int64_t rows = t->ne[1] * t->ne[2];
-        for (int64_t r = 0; r < rows && t->fill; r++) t->fill(p, (float *)(buf + (size_t)r * row), t->ne[0]);
+        for (int64_t r = 0; r < rows && t->fill; r++) t->fill(p, (float *)(buf + (size_t)r * row), t->ne[0], &rng);
         for (int64_t r = 0; r < rows && !t->fill; r++) {
             uint8_t *dst = buf + (size_t)r * row;
             ft_quant_random_row(t->type, &rng, t->std, dst, t->ne[0]);
