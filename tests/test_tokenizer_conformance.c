@@ -185,7 +185,7 @@ static void show_ids(const char *what, const int32_t *ids, size_t n) {
 #if defined(__SANITIZE_ADDRESS__)
 enum { N_STRINGS = 300, N_REPO_VOCABS = 3 };
 #else
-enum { N_STRINGS = 2500, N_REPO_VOCABS = 9 };
+enum { N_STRINGS = 2500, N_REPO_VOCABS = 10 };
 #endif
 enum { MAX_IDS = 8192 };
 
@@ -342,13 +342,91 @@ TEST(tokenizer_conformance_pre_laguna) { conformance_pre("laguna"); }
 TEST(tokenizer_conformance_pre_glm4) { conformance_pre("glm4"); } // GLM-4.5 / 4.6 (no BOS)
 TEST(tokenizer_conformance_pre_default) { conformance_pre("default"); }
 
+// Gemma 4's SentencePiece-style BPE (tokenizer.ggml.model "gemma4": raw UTF-8 with "▁" for
+// ' ', runs of newlines, <0xXX> byte tokens, BOS always added) on as many strings as the shared
+// vocabularies (the repository test below runs it on fewer, with the whole vocabulary).
+TEST(tokenizer_conformance_gemma4) {
+    const char *src = oracle_llama_src();
+    if (!src) return;
+    char path[1024];
+    snprintf(path, sizeof(path), "%s/models/ggml-vocab-gemma-4.gguf", src);
+    conformance_file(path, "gemma-4", 4444, N_STRINGS, false);
+}
+
+// A small vocabulary of Gemma 4's kind where its special rules decide: "\n\n\n" is a token
+// that the merges ("\n \n" makes "\n\n", no token) never reach, so only taking a run of
+// newlines whole finds it; 'x' has no token and only its byte token <0x78>, 'q' neither; spaces
+// are "▁". ft and llama.cpp tokenize and detokenize a list of strings alike, and the newline
+// run and the byte token come out as expected.
+static const char *write_tiny_gemma4(void) {
+    static const char *const toks[] = {"<pad>", "<eos>", "<bos>", "<unk>", "\n", "\n\n\n", "<0x78>", "▁",
+                                       "h", "e", "l", "o", "he", "ll", "▁h", "▁he", "llo", "hello", "<turn|>"};
+    static const char *const merges[] = {"\n \n", "h e", "l l", "▁ h", "▁h e", "ll o", "he llo"};
+    int32_t types[FT_ARRAY_LEN(toks)];
+    for (size_t i = 0; i < FT_ARRAY_LEN(toks); i++) types[i] = i < 4 ? 3 : i == 6 ? 6 : 1;
+    types[FT_ARRAY_LEN(toks) - 1] = 3;
+    const char *path = test_path("tiny-gemma4.gguf");
+    gguf_writer *w = gguf_writer_init();
+    gguf_writer_set_str(w, "general.architecture", "gemma4");
+    gguf_writer_set_str(w, "tokenizer.ggml.model", "gemma4");
+    gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", toks, FT_ARRAY_LEN(toks));
+    gguf_writer_set_arr(w, "tokenizer.ggml.token_type", GGUF_VALUE_TYPE_INT32, types, FT_ARRAY_LEN(toks));
+    gguf_writer_set_arr_str(w, "tokenizer.ggml.merges", merges, FT_ARRAY_LEN(merges));
+    gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", 2);
+    gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", 1);
+    gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", false); // (overridden: always true)
+    ft_err err = {{0}};
+    bool ok = gguf_writer_begin(w, path, &err) && gguf_writer_finish(w, &err);
+    gguf_writer_free(w);
+    if (!ok) test_fail(__FILE__, __LINE__, "%s", err.msg);
+    return ok ? path : NULL;
+}
+
+TEST(tokenizer_gemma4_rules_against_llama) {
+    const char *path = write_tiny_gemma4();
+    REQUIRE(path);
+    oracle_vocab *o = oracle_vocab_load(path);
+    if (!o) return;
+    tok_vocab *v = fixture_vocab(path);
+    REQUIRE(v);
+    static const char *const texts[] = {"\n\n\n", "\n\n", "\n\n\n\n", "hello\n\n\nhe", " hello he",
+                                        "x q\n\n\nxx", "  \n \n\n\n ", "hello<turn|>\n\n\n", "\n\n\n\n\n\n"};
+    int32_t want[64];
+    char buf[256];
+    for (size_t i = 0; i < FT_ARRAY_LEN(texts); i++)
+        for (int mode = 0; mode < 4; mode++) {
+            bool add_special = mode & 1, parse_special = mode & 2;
+            size_t len = strlen(texts[i]);
+            int nw = oracle_tokenize(o, texts[i], len, add_special, parse_special, want, 64);
+            tok_ids got = {0};
+            tok_encode(v, texts[i], len, add_special, parse_special, &got);
+            bool same = nw >= 0 && got.n == (size_t)nw && (!nw || !memcmp(got.ids, want, (size_t)nw * sizeof(int32_t)));
+            CHECK(same, "text %zu (mode %d): llama.cpp %d ids, ft %zu", i, mode, nw, got.n);
+            if (same) {
+                int nb = oracle_detokenize(o, got.ids, (int)got.n, false, true, buf, sizeof(buf));
+                size_t tl;
+                char *text = tok_detokenize(v, got.ids, got.n, false, true, &tl);
+                CHECK(nb >= 0 && (size_t)nb == tl && !memcmp(buf, text, tl), "text %zu detokenizes differently", i);
+                free(text);
+            }
+            tok_ids_free(&got);
+        }
+    // BOS (always), "\n\n\n" whole, "x" as its byte token, "▁", "q" dropped
+    tok_ids got = {0};
+    tok_encode(v, "\n\n\nx q", 7, true, false, &got);
+    CHECK(got.n == 4 && got.ids[0] == 2 && got.ids[1] == 5 && got.ids[2] == 6 && got.ids[3] == 7, "%zu ids", got.n);
+    tok_ids_free(&got);
+    tok_vocab_free(v);
+    oracle_vocab_free(o);
+}
+
 // The other vocabularies of llama.cpp's repository that ft supports (real deepseek-coder,
-// deepseek-llm, qwen35, falcon, ... files), each as a whole and on fewer strings (the first
+// deepseek-llm, gemma-4, qwen35, falcon, ... files), each as a whole and on fewer strings (the first
 // three only under AddressSanitizer).
 TEST(tokenizer_conformance_llama_repo) {
     const char *src = oracle_llama_src();
     if (!src) return;
-    static const char *const names[] = {"deepseek-coder", "deepseek-llm", "qwen35", "command-r",
+    static const char *const names[] = {"deepseek-coder", "deepseek-llm", "gemma-4", "qwen35", "command-r",
                                         "falcon", "mpt", "refact", "starcoder", "phi-3"};
     _Static_assert(FT_ARRAY_LEN(names) >= N_REPO_VOCABS, "names");
     for (size_t i = 0; i < N_REPO_VOCABS && !test_failed(); i++) {

@@ -1,11 +1,13 @@
-// bpe.c: byte-level BPE, one word at a time.
+// bpe.c: BPE, one word at a time.
 //
 // Each word from the pre-tokenizer is written in the byte-level alphabet (every byte one code
-// point), split into one symbol per byte, and adjacent symbols are merged by the rank of the
-// pair in tokenizer.ggml.merges, lowest rank first (leftmost on ties), until no pair has a rank.
-// Each final symbol is a token; one that is not (possible only with unusual vocabularies) is
-// replaced by the tokens of its single bytes, and bytes without a token are dropped, as
+// point), split into one symbol per character, and adjacent symbols are merged by the rank of
+// the pair in tokenizer.ggml.merges, lowest rank first (leftmost on ties), until no pair has a
+// rank. Each final symbol is a token; one that is not (possible only with unusual vocabularies)
+// is replaced by the tokens of its single bytes, and bytes without a token are dropped, as
 // llama.cpp does. With ignore_merges (Llama 3) a word that is a token is taken whole.
+// SentencePiece-style BPE (Gemma 4, pretok_def.spm_bpe) writes a word in UTF-8 itself, each ' '
+// as "▁", takes a word of newlines that is a token whole, and spells a byte as "<0xXX>".
 #include "tok_impl.h"
 
 #include <string.h>
@@ -98,9 +100,20 @@ static void add_pair(const tok_vocab *v, tok_scratch *s, const char *w, size_t *
     bigram_push(s, n_heap, (tok_bigram){rank, left, right, sym[left].n + sym[right].n});
 }
 
+// The token of byte b where a final symbol is no token: the byte's own character, or in
+// SentencePiece-style BPE its "<0xXX>" token.
+static tok_id byte_token(const tok_vocab *v, const char *b, bool spm_bpe) {
+    if (!spm_bpe) return vocab_lookup(v, b, 1);
+    static const char hex[] = "0123456789ABCDEF";
+    char name[6] = {'<', '0', 'x', hex[(uint8_t)*b >> 4], hex[(uint8_t)*b & 15], '>'};
+    return vocab_lookup(v, name, sizeof(name));
+}
+
 static void encode_word(const tok_vocab *v, const char *w, size_t len, tok_scratch *s,
                         tok_ids *out) {
-    if (v->ignore_merges) {
+    bool spm_bpe = v->pre.def->spm_bpe;
+    // (llama.cpp's fix for Gemma 4: a run of newlines that is a token is one, unmerged)
+    if (v->ignore_merges || (spm_bpe && w[0] == '\n')) {
         tok_id id = vocab_lookup(v, w, len);
         if (id != TOK_NULL) {
             tok_ids_push(out, id);
@@ -116,7 +129,7 @@ static void encode_word(const tok_vocab *v, const char *w, size_t len, tok_scrat
             continue;
         }
         for (uint32_t k = 0; k < sym[i].n; k++) {
-            tok_id b = vocab_lookup(v, w + sym[i].off + k, 1);
+            tok_id b = byte_token(v, w + sym[i].off + k, spm_bpe);
             if (b != TOK_NULL) tok_ids_push(out, b);
         }
     }
@@ -125,15 +138,27 @@ static void encode_word(const tok_vocab *v, const char *w, size_t len, tok_scrat
 void bpe_encode_fragment(const tok_vocab *v, const char *text, size_t len, tok_scratch *s,
                          tok_ids *out) {
     pretok_split(&v->pre, text, len, s);
+    bool spm_bpe = v->pre.def->spm_bpe;
     size_t start = 0;
     for (size_t k = 0; k < s->n_words; k++) {
         size_t n = s->words[k];
-        // the word's UTF-8, each byte written in the byte-level alphabet (at most 2 bytes each)
+        // the word's UTF-8, each byte written in the byte-level alphabet (at most 2 bytes each),
+        // or (SentencePiece-style) as it is, each ' ' as "▁"
         tok_grow((void **)&s->word, &s->cap_word, 8 * n + 1, 1);
         size_t at = 0;
         for (size_t i = start; i < start + n; i++) {
             char utf8[4];
             int m = utf8_encode(s->cpts[i], utf8);
+            if (spm_bpe && s->cpts[i] == ' ') {
+                memcpy(s->word + at, "\xE2\x96\x81", 3);
+                at += 3;
+                continue;
+            }
+            if (spm_bpe) {
+                memcpy(s->word + at, utf8, (size_t)m);
+                at += (size_t)m;
+                continue;
+            }
             for (int j = 0; j < m; j++) {
                 int bl;
                 const char *bc = gpt2_byte_char((uint8_t)utf8[j], &bl);

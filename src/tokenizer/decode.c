@@ -3,7 +3,8 @@
 // Each token's piece (llama.cpp's token_to_piece with special = true) is computed once at load:
 //   - control, unknown and user-defined tokens: their text as it is;
 //   - normal tokens: BPE text mapped back from the byte-level alphabet to bytes (a character
-//     outside the alphabet gives llama.cpp's "[UNK_BYTE_0x..]" marker); SPM text with "▁" as ' ';
+//     outside the alphabet gives llama.cpp's "[UNK_BYTE_0x..]" marker); SPM and SentencePiece-
+//     style BPE (Gemma 4) text with "▁" as ' ';
 //   - byte tokens <0xXX>: the byte; anything else: nothing.
 // With special = false, control and unknown tokens decode to nothing.
 #include "tok_impl.h"
@@ -30,7 +31,7 @@ static void piece_of(const tok_vocab *v, tok_id id, strbuf *sb) {
     if (a & (TOK_ATTR_UNKNOWN | TOK_ATTR_CONTROL | TOK_ATTR_USER_DEFINED)) {
         sb_add(sb, t, len);
     } else if (a & TOK_ATTR_NORMAL) {
-        if (v->kind == TOK_KIND_SPM) {
+        if (v->kind == TOK_KIND_SPM || v->pre.def->spm_bpe) {
             for (size_t i = 0; i < len;) {
                 if (i + 3 <= len && !memcmp(t + i, "\xE2\x96\x81", 3)) {
                     sb_add(sb, " ", 1);

@@ -99,6 +99,8 @@ static const pretok_def g_pretoks[] = {
     {.names = "mpt|olmo|jais", .steps = {STEP(GPT2)}, .clean_spaces = true},
     {.names = "dbrx|smaug-bpe", .steps = {STEP(LLAMA3)}, .clean_spaces = true},
     {.names = "glm4|chatglm-bpe", .steps = {STEP(LLAMA3)}, .clean_spaces = true, .no_bos = true},
+    {.names = "gemma4|granite-embed-multi-311m", .steps = {STEP(NEWLINES)}, .clean_spaces = true,
+     .add_bos = true, .spm_bpe = true},
 };
 
 const pretok_def *pretok_find(const char *name) {

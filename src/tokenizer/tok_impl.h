@@ -71,6 +71,10 @@ typedef struct pretok_def {
     bool ignore_merges; // a word that is a token is taken whole
     bool add_bos;       // default of add_bos_token
     bool no_bos;        // BOS id defaults to none (chatglm)
+    // SentencePiece-style BPE (Gemma 4): words in raw UTF-8 with each ' ' written "▁" instead of
+    // the byte-level alphabet, a word of newlines that is a token taken whole, a byte without a
+    // token of its own as "<0xXX>"; BOS always added; pieces with "▁" read as ' '
+    bool spm_bpe;
 } pretok_def;
 
 // A compiled step: PCRE2 code for PRETOK_REGEX.

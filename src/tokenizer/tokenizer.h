@@ -2,8 +2,10 @@
 //
 // A tok_vocab is built from the tokenizer.* keys of a GGUF file (a full model or a
 // vocabulary-only file). Two tokenizer families are supported:
-//   - byte-level BPE (tokenizer.ggml.model = "gpt2"): tokens, merges and token types, with the
-//     pre-tokenizer (the word splitter) chosen by tokenizer.ggml.pre;
+//   - BPE: byte-level (tokenizer.ggml.model = "gpt2"): tokens, merges and token types, with the
+//     pre-tokenizer (the word splitter) chosen by tokenizer.ggml.pre; and SentencePiece-style
+//     ("gemma4", Gemma 4): words in UTF-8 with ' ' as "▁", split at runs of newlines, bytes
+//     without a token as <0xXX>, BOS always added;
 //   - SentencePiece (tokenizer.ggml.model = "llama"): tokens, scores, byte fallback, a leading
 //     space before the text (Llama 2, Mistral, Mixtral).
 // Special tokens (control, user-defined, unknown) are cut out of the text before the words are
@@ -35,7 +37,7 @@ typedef int32_t tok_id;
 #define TOK_NULL ((tok_id)-1)
 
 enum tok_kind {
-    TOK_KIND_BPE = 0, // byte-level BPE ("gpt2")
+    TOK_KIND_BPE = 0, // BPE: byte-level ("gpt2") or SentencePiece-style ("gemma4")
     TOK_KIND_SPM = 1, // SentencePiece ("llama")
 };
 
@@ -59,7 +61,7 @@ typedef struct tok_vocab tok_vocab;
 
 // Builds the tokenizer of an open GGUF file. Returns NULL and sets *err ("tokenizer: what")
 // when a key is missing or malformed (wrong type, counts that disagree, duplicate tokens), when
-// the tokenizer model is not BPE or SentencePiece, or when tokenizer.ggml.pre names a
+// the tokenizer model is not gpt2, gemma4 or llama, or when tokenizer.ggml.pre names a
 // pre-tokenizer ft does not know (the message names it).
 tok_vocab *tok_vocab_load(const gguf_file *f, ft_err *err);
 void tok_vocab_free(tok_vocab *v); // NULL is a no-op

@@ -446,6 +446,19 @@ static char *text_copy(const tok_vocab *v, tok_id id) {
     return s;
 }
 
+// A BPE vocabulary's pre-tokenizer (v->pre_name) and the defaults it brings.
+static bool bpe_pre(tok_vocab *v, ft_err *err) {
+    const pretok_def *def = pretok_find(v->pre_name[0] ? v->pre_name : "default");
+    if (!def)
+        return ft_err_set(err, "tokenizer: unknown pre-tokenizer '%s' (tokenizer.ggml.pre)", v->pre_name);
+    if (!pretok_compile(&v->pre, def, err)) return false;
+    v->clean_spaces = def->clean_spaces;
+    v->ignore_merges = def->ignore_merges;
+    v->add_bos = def->add_bos;
+    if (def->no_bos) v->bos = TOK_NULL;
+    return true;
+}
+
 static bool load(tok_vocab *v, const gguf_file *f, ft_err *err) {
     gguf_str model;
     if (!gguf_get_str(f, "tokenizer.ggml.model", &model))
@@ -454,7 +467,6 @@ static bool load(tok_vocab *v, const gguf_file *f, ft_err *err) {
         v->kind = TOK_KIND_BPE;
         v->bos = v->eos = 11;
         v->unk = TOK_NULL;
-        v->clean_spaces = true;
         gguf_str pre = {"", 0};
         gguf_get_str(f, "tokenizer.ggml.pre", &pre);
         if (pre.len >= sizeof(v->pre_name))
@@ -463,15 +475,14 @@ static bool load(tok_vocab *v, const gguf_file *f, ft_err *err) {
         v->pre_name[pre.len] = 0;
         if (strlen(v->pre_name) != pre.len)
             return ft_err_set(err, "tokenizer: tokenizer.ggml.pre holds a NUL byte");
-        const pretok_def *def = pretok_find(pre.len ? v->pre_name : "default");
-        if (!def)
-            return ft_err_set(err, "tokenizer: unknown pre-tokenizer '%s' (tokenizer.ggml.pre)",
-                              v->pre_name);
-        if (!pretok_compile(&v->pre, def, err)) return false;
-        v->clean_spaces = def->clean_spaces;
-        v->ignore_merges = def->ignore_merges;
-        v->add_bos = def->add_bos;
-        if (def->no_bos) v->bos = TOK_NULL;
+        if (!bpe_pre(v, err)) return false;
+    } else if (gguf_str_eq(model, "gemma4")) {
+        // SentencePiece-style BPE with merges; llama.cpp gives it the pre-tokenizer "gemma4"
+        // whatever tokenizer.ggml.pre says, and no default special ids
+        v->kind = TOK_KIND_BPE;
+        v->bos = v->eos = v->unk = TOK_NULL;
+        snprintf(v->pre_name, sizeof(v->pre_name), "gemma4");
+        if (!bpe_pre(v, err)) return false;
     } else if (gguf_str_eq(model, "llama")) {
         v->kind = TOK_KIND_SPM;
         v->bos = 1;
@@ -480,7 +491,7 @@ static bool load(tok_vocab *v, const gguf_file *f, ft_err *err) {
         v->add_space_prefix = true;
         v->add_bos = true;
     } else {
-        return ft_err_set(err, "tokenizer: unsupported tokenizer model '%.*s' (ft reads gpt2 and llama)",
+        return ft_err_set(err, "tokenizer: unsupported tokenizer model '%.*s' (ft reads gpt2, gemma4 and llama)",
                           (int)FT_MIN(model.len, 64), model.ptr);
     }
     bool b;
@@ -489,6 +500,8 @@ static bool load(tok_vocab *v, const gguf_file *f, ft_err *err) {
     if (!load_tokens(v, f, err)) return false;
     if (v->kind == TOK_KIND_BPE && !load_merges(v, f, err)) return false;
     special_tokens(v, f);
+    // SentencePiece-style BPE always adds BOS, whatever add_bos_token says (as llama.cpp does)
+    if (v->kind == TOK_KIND_BPE && v->pre.def->spm_bpe) v->add_bos = true;
     build_specials(v);
     byte_tokens(v);
     vocab_build_pieces(v);
