@@ -100,6 +100,9 @@ TEST(chat_template_expected_strings) {
         {TOK_CHAT_GLM45, 0,
          "[gMASK]<sop><|system|>\nYou are a helpful assistant<|user|>\nHello<|assistant|>\n<think></think>\nHi there"
          "<|user|>\nWho are you<|assistant|>"},
+        {TOK_CHAT_GEMMA4, 0,
+         "<s><|turn>system\n<|think|>\nYou are a helpful assistant<turn|>\n<|turn>user\nHello<turn|>\n<|turn>model\n"
+         "Hi there<turn|>\n<|turn>user\nWho are you<turn|>\n<|turn>model\n"},
         {TOK_CHAT_LLAMA31, 0,
          "<s><|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December 2023\n"
          "Today Date: 26 Jul 2024\n\nYou are a helpful assistant<|eot_id|><|start_header_id|>user"
@@ -300,6 +303,7 @@ static const char *const g_contents[] = {
     "<tool_response>x</tool_response>", "[INST] fake [/INST]", "<|im_end|>", " ", "\t tab\t",
     "\u3000wide\u00a0", "\x1c\xc2\x85x", "no thoughts /nothink", "<|channel|>analysis<|message|>x",
     "a<|channel|>final<|message|>b", "<|start|>assistant<|channel|>final<|message|>",
+    "<|channel>thought\nplan<channel|> answer ", "a<channel|>b<|channel>c<channel|>d<|channel>e", "<turn|>x<|turn>",
 };
 static const char *const g_roles[] = {"user", "assistant", "system", "user", "assistant", "developer"};
 
@@ -346,7 +350,8 @@ static void against_jinja(enum tok_chat_template t, const char *jinja, uint64_t 
         }
         json_t *c = json_pack("{s:o, s:b, s:s, s:s}", "messages", msgs, "add_generation_prompt",
                               ps[i].add_generation_prompt, "bos_token", "<s>", "eos_token", "</s>");
-        if (!ps[i].enable_thinking) json_object_set_new(c, "enable_thinking", json_false());
+        // (llama.cpp's server passes enable_thinking to every template, true unless asked off)
+        json_object_set_new(c, "enable_thinking", json_boolean(ps[i].enable_thinking));
         if (ps[i].reasoning_effort) json_object_set_new(c, "reasoning_effort", json_string(ps[i].reasoning_effort));
         json_array_append_new(cases, c);
     }
@@ -495,6 +500,30 @@ TEST(chat_template_jinja_glm45) {
 
 TEST(chat_template_jinja_gpt_oss) {
     if (oracle_node_available()) jinja_file(TOK_CHAT_GPT_OSS, "openai-gpt-oss-120b.jinja");
+}
+// Gemma 4's three texts: llama.cpp's current one and its interleaved one (models/templates), and
+// the one in Gemma 4 GGUFs converted at its release (models/ggml-vocab-gemma-4.gguf).
+TEST(chat_template_jinja_gemma4) {
+    if (oracle_node_available()) jinja_file(TOK_CHAT_GEMMA4, "google-gemma-4-31B-it.jinja");
+}
+TEST(chat_template_jinja_gemma4_interleaved) {
+    if (oracle_node_available()) jinja_file(TOK_CHAT_GEMMA4_INTERLEAVED, "google-gemma-4-31B-it-interleaved.jinja");
+}
+static void jinja_text(enum tok_chat_template t, const char *jinja);
+TEST(chat_template_jinja_gemma4_gguf) {
+    const char *src = oracle_llama_src();
+    if (!src || !oracle_node_available()) return;
+    char path[1024];
+    snprintf(path, sizeof(path), "%s/models/ggml-vocab-gemma-4.gguf", src);
+    ft_err err = {{0}};
+    gguf_file *f = gguf_open(path, &err);
+    REQUIRE(f, "%s", err.msg);
+    gguf_str s;
+    REQUIRE(gguf_get_str(f, "tokenizer.chat_template", &s));
+    char *jinja = strndup(s.ptr, s.len);
+    gguf_close(f);
+    jinja_text(TOK_CHAT_GEMMA4_V1, jinja);
+    free(jinja);
 }
 TEST(chat_template_jinja_llama31) {
     if (oracle_node_available()) jinja_file(TOK_CHAT_LLAMA31, "meta-llama-Llama-3.1-8B-Instruct.jinja");

@@ -24,7 +24,8 @@ static const char *const g_names[TOK_CHAT_COUNT] = {
     [TOK_CHAT_QWEN3] = "qwen3",     [TOK_CHAT_LLAMA2] = "llama2", [TOK_CHAT_MISTRAL] = "mistral",
     [TOK_CHAT_LLAMA3] = "llama3",   [TOK_CHAT_LLAMA31] = "llama3.1", [TOK_CHAT_QWEN35] = "qwen3.5",
     [TOK_CHAT_GLM45] = "glm4.5",
-    [TOK_CHAT_GPT_OSS] = "gpt-oss",
+    [TOK_CHAT_GPT_OSS] = "gpt-oss", [TOK_CHAT_GEMMA4] = "gemma4", [TOK_CHAT_GEMMA4_INTERLEAVED] = "gemma4-interleaved",
+    [TOK_CHAT_GEMMA4_V1] = "gemma4-v1",
 };
 
 static const struct {
@@ -47,6 +48,10 @@ static const struct {
     {0x42acd273715300d2ull, TOK_CHAT_GLM45, "GLM-4.5 / GLM-4.6 as llama.cpp's converter wrote them into GGUFs in "
                                             "2025 (the user turn's text set once)"},
     {0x5da66262d54a9064ull, TOK_CHAT_GPT_OSS, "gpt-oss (llama.cpp models/templates/openai-gpt-oss-120b.jinja)"},
+    {0xecf8ed96903a3852ull, TOK_CHAT_GEMMA4, "Gemma 4 (llama.cpp models/templates/google-gemma-4-31B-it.jinja)"},
+    {0x1e244f9a64c9873full, TOK_CHAT_GEMMA4_INTERLEAVED,
+     "Gemma 4 (llama.cpp models/templates/google-gemma-4-31B-it-interleaved.jinja)"},
+    {0x8db03aa6cb1ffc2full, TOK_CHAT_GEMMA4_V1, "Gemma 4 as released (llama.cpp models/ggml-vocab-gemma-4.gguf)"},
 };
 
 const char *tok_chat_name(enum tok_chat_template t) {
@@ -566,6 +571,71 @@ static bool render_gpt_oss(builder *b, const tok_chat_msg *m, size_t n, ft_err *
 }
 
 // ---------------------------------------------------------------------------------------------
+// Gemma 4
+
+// An assistant text with its thought channels ("<|channel>...<channel|>") cut out, trimmed (the
+// templates' strip_thinking: of each piece the text splits into at "<channel|>", what comes
+// before its first "<|channel>").
+static void gemma4_strip_thinking(builder *b, str text) {
+    char *kept = ft_malloc(text.n + 1);
+    size_t n = 0;
+    str s = text;
+    for (;;) {
+        const char *c = find(s, "<channel|>", false);
+        str part = {s.s, c ? (size_t)(c - s.s) : s.n};
+        const char *o = find(part, "<|channel>", false);
+        size_t k = o ? (size_t)(o - part.s) : part.n;
+        memcpy(kept + n, part.s, k);
+        n += k;
+        if (!c) break;
+        s = (str){c + 10, (size_t)(s.s + s.n - c - 10)};
+    }
+    content(b, strip_ws((str){kept, n}));
+    free(kept);
+}
+
+// Gemma 4 (without tools): BOS; a system turn when thinking is on or the first message is a
+// system or developer one ("<|think|>" at its top when thinking, that message's trimmed text);
+// each other message a turn "<|turn>ROLE\n" (assistant: "model") with its trimmed text (an
+// assistant's with its thought channels cut out) and "<turn|>\n", an assistant turn right after
+// another continuing it without a header in the current template; earlier reasoning is not
+// rendered. The generation prompt opens a model turn, with an empty thought channel when
+// thinking is off.
+static bool render_gemma4(builder *b, enum tok_chat_template t, const tok_chat_msg *m, size_t n, ft_err *err) {
+    if (!no_tools(m, n, err)) return false;
+    if (!n && !b->p->enable_thinking) return ft_err_set(err, "chat template: no messages provided");
+    markup(b, b->p->bos_text);
+    size_t first = 0;
+    bool system = n && (role_is(&m[0], "system") || role_is(&m[0], "developer"));
+    if (b->p->enable_thinking || system) {
+        markup(b, "<|turn>system\n");
+        if (b->p->enable_thinking) markup(b, t == TOK_CHAT_GEMMA4_V1 ? "<|think|>" : "<|think|>\n");
+        if (!n) return ft_err_set(err, "chat template: no messages provided");
+        if (system) {
+            content(b, strip_ws(S(m[0].content)));
+            first = 1;
+        }
+        markup(b, "<turn|>\n");
+    }
+    for (size_t i = first; i < n; i++) {
+        bool model = role_is(&m[i], "assistant");
+        if (!(t == TOK_CHAT_GEMMA4 && model && i > first && role_is(&m[i - 1], "assistant"))) {
+            markup(b, "<|turn>");
+            content(b, S(model ? "model" : m[i].role));
+            markup(b, "\n");
+        }
+        if (model) gemma4_strip_thinking(b, S(m[i].content));
+        else content(b, strip_ws(S(m[i].content)));
+        markup(b, "<turn|>\n");
+    }
+    if (b->p->add_generation_prompt) {
+        markup(b, "<|turn>model\n");
+        if (!b->p->enable_thinking) markup(b, "<|channel>thought\n<channel|>");
+    }
+    return true;
+}
+
+// ---------------------------------------------------------------------------------------------
 
 bool tok_chat_render(enum tok_chat_template t, const tok_chat_msg *msgs, size_t n_msgs,
                      tok_chat_params p, tok_chat_prompt *out, ft_err *err) {
@@ -588,6 +658,9 @@ bool tok_chat_render(enum tok_chat_template t, const tok_chat_msg *msgs, size_t 
     case TOK_CHAT_LLAMA3:
     case TOK_CHAT_LLAMA31: ok = render_llama3(&b, t, msgs, n_msgs, err); break;
     case TOK_CHAT_GPT_OSS: ok = render_gpt_oss(&b, msgs, n_msgs, err); break;
+    case TOK_CHAT_GEMMA4:
+    case TOK_CHAT_GEMMA4_INTERLEAVED:
+    case TOK_CHAT_GEMMA4_V1: ok = render_gemma4(&b, t, msgs, n_msgs, err); break;
     default: ok = render_chatml(&b, t, msgs, n_msgs, err); break;
     }
     if (!ok) {

@@ -179,6 +179,11 @@ enum tok_chat_template {
     TOK_CHAT_QWEN35,      // ChatML, trimmed text, <think> opened by the prompt (Qwen3.5 / 3.6)
     TOK_CHAT_GLM45,       // [gMASK]<sop><|user|>\n...<|assistant|>\n<think>...</think> (GLM-4.5 / 4.6)
     TOK_CHAT_GPT_OSS,     // harmony: <|start|>role<|channel|>...<|message|>...<|end|> (gpt-oss)
+    TOK_CHAT_GEMMA4,      // <bos><|turn>user\n...<turn|>\n<|turn>model\n (Gemma 4, llama.cpp's
+                          // google-gemma-4-31B-it.jinja: an assistant turn after another continues it)
+    TOK_CHAT_GEMMA4_INTERLEAVED, // the same, each assistant turn its own (google-gemma-4-31B-it-interleaved.jinja)
+    TOK_CHAT_GEMMA4_V1,   // the same, "<|think|>" without its newline (the text of Gemma 4 GGUFs
+                          // converted at its release, as llama.cpp's ggml-vocab-gemma-4.gguf)
     TOK_CHAT_COUNT
 };
 
@@ -192,7 +197,8 @@ typedef struct tok_chat_msg {
 typedef struct tok_chat_params {
     bool add_generation_prompt; // end with the start of an assistant turn
     bool enable_thinking;       // Qwen3, GLM: false adds an empty <think></think> to the prompt
-                                // (GLM: and "/nothink" to user turns)
+                                // (GLM: and "/nothink" to user turns); Gemma 4: true asks for
+                                // thinking (<|think|>), false closes an empty thought channel
     const char *bos_text;       // the template's bos_token / eos_token ("<s>", "</s>")
     const char *eos_text;
     const char *reasoning_effort; // gpt-oss: "Reasoning: ..." of its system message (NULL: "medium");
@@ -203,8 +209,8 @@ typedef struct tok_chat_params {
 tok_chat_params tok_chat_default_params(const tok_vocab *v);
 
 // Template by name ("chatml", "qwen2", "qwen2.5", "qwen3", "llama2", "mistral", "llama3",
-// "llama3.1", "qwen3.5", "glm4.5", "gpt-oss"); false and *err if unknown (the message lists the
-// names).
+// "llama3.1", "qwen3.5", "glm4.5", "gpt-oss", "gemma4", "gemma4-interleaved", "gemma4-v1"); false
+// and *err if unknown (the message lists the names).
 bool tok_chat_from_name(const char *name, enum tok_chat_template *out, ft_err *err);
 const char *tok_chat_name(enum tok_chat_template t);
 // Recognises a GGUF's tokenizer.chat_template. False and *err ("unknown chat template ...; use
