@@ -525,6 +525,39 @@ TEST(chat_template_jinja_gemma4_gguf) {
     jinja_text(TOK_CHAT_GEMMA4_V1, jinja);
     free(jinja);
 }
+// Which templates carry Gemma 4's thought channel (the server splits their replies on it): the
+// built-in gemma4 ones, and the GGUF's own Gemma 4 template rendered by the interpreter (it holds
+// '<|tool_call>call:', llama.cpp's test); not gpt-oss's, nor Qwen2's.
+TEST(chat_template_gemma4_thought_channel) {
+    ft_err err = {{0}};
+    static const char *const names[] = {"gemma4", "gemma4-interleaved", "gemma4-v1", "gpt-oss", "qwen3"};
+    for (size_t i = 0; i < FT_ARRAY_LEN(names); i++) {
+        tok_chat *c = tok_chat_load(NULL, names[i], &err);
+        REQUIRE(c, "%s", err.msg);
+        CHECK(tok_chat_thought_channel(c) == (i < 3), "%s", names[i]);
+        tok_chat_free(c);
+    }
+    const char *src = oracle_llama_src();
+    if (!src) return;
+    char path[1024];
+    snprintf(path, sizeof(path), "%s/models/ggml-vocab-gemma-4.gguf", src);
+    gguf_file *f = gguf_open(path, &err);
+    REQUIRE(f, "%s", err.msg);
+    tok_chat *c = tok_chat_load(f, NULL, &err);
+    REQUIRE(c, "%s", err.msg);
+    CHECK(tok_chat_builtin(c) < 0 && tok_chat_thought_channel(c) && !tok_chat_harmony(c), "%s", tok_chat_describe(c));
+    tok_chat_free(c);
+    gguf_close(f);
+    snprintf(path, sizeof(path), "%s/vocab/ggml-vocab-qwen2.gguf", test_shared_dir());
+    f = gguf_open(path, &err);
+    REQUIRE(f, "%s", err.msg);
+    c = tok_chat_load(f, NULL, &err);
+    REQUIRE(c, "%s", err.msg);
+    CHECK(!tok_chat_thought_channel(c), "%s", tok_chat_describe(c));
+    tok_chat_free(c);
+    gguf_close(f);
+}
+
 TEST(chat_template_jinja_llama31) {
     if (oracle_node_available()) jinja_file(TOK_CHAT_LLAMA31, "meta-llama-Llama-3.1-8B-Instruct.jinja");
 }

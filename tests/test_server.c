@@ -1114,6 +1114,31 @@ TEST(server_think_split) {
             srv_buf_free(&reasoning);
         }
     }
+    // Gemma 4's thought channel: the same splitter on its tags, started deciding (thinking on) or
+    // at the answer (thinking off: the prompt closed an empty channel)
+    static const struct {
+        const char *in, *content, *reasoning;
+        int start;
+    } gemma[] = {
+        {"<|channel>thought\nplan<channel|>answer", "answer", "\nplan", 0},
+        {"<|channel>thought\nx<chan<channel|>\n\nok", "ok", "\nx<chan", 0},
+        {"plain answer", "plain answer", "", 0},
+        {"<|channel>though", "<|channel>though", "", 0},
+        {"<think>x</think>", "<think>x</think>", "", 0},
+        {"\nanswer<|channel>thought", "answer<|channel>thought", "", 3},
+    };
+    for (size_t c = 0; c < FT_ARRAY_LEN(gemma); c++) {
+        size_t n = strlen(gemma[c].in);
+        for (size_t step = 1; step <= n + 1; step++) {
+            srv_buf content, reasoning;
+            srv_think t = {.state = gemma[c].start, .open = "<|channel>thought", .close = "<channel|>"};
+            think_in_pieces(t, gemma[c].in, step, &content, &reasoning);
+            CHECK(!strcmp(content.p, gemma[c].content) && !strcmp(reasoning.p, gemma[c].reasoning),
+                  "'%s' in pieces of %zu: content '%s' reasoning '%s'", gemma[c].in, step, content.p, reasoning.p);
+            srv_buf_free(&content);
+            srv_buf_free(&reasoning);
+        }
+    }
     // invalid UTF-8 becomes U+FFFD in JSON strings, valid text is kept
     json_t *sj = srv_json_str("a\xff"
                               "b\xe2\x82",
@@ -1128,7 +1153,8 @@ TEST(server_think_split) {
 // <think> (Qwen3.5 thinking), at the answer with the white space before it dropped when it
 // closes an empty think (thinking off: Qwen3's "<think>\n\n</think>\n\n", GLM's
 // "<|assistant|>\n<think></think>", whose replies open with a newline), deciding otherwise (GLM
-// thinking: "\n<think>..." may follow); gpt-oss's template takes the harmony splitter instead.
+// thinking: "\n<think>..." may follow); gpt-oss's template takes the harmony splitter instead,
+// Gemma 4's the splitter on its thought channel's tags.
 TEST(server_chat_prompt_think_state) {
     char path[1024];
     snprintf(path, sizeof(path), "%s/vocab/ggml-vocab-qwen2.gguf", test_shared_dir());
@@ -1143,6 +1169,7 @@ TEST(server_chat_prompt_think_state) {
         {TOK_CHAT_QWEN35, true, 1}, {TOK_CHAT_QWEN35, false, 3}, {TOK_CHAT_QWEN3, true, 0},
         {TOK_CHAT_QWEN3, false, 3}, {TOK_CHAT_GLM45, true, 0},   {TOK_CHAT_GLM45, false, 3},
         {TOK_CHAT_CHATML, true, 0}, {TOK_CHAT_GPT_OSS, true, 0},
+        {TOK_CHAT_GEMMA4, true, 0}, {TOK_CHAT_GEMMA4, false, 3}, {TOK_CHAT_GEMMA4_V1, false, 3},
     };
     json_t *msgs = json_loads("[{\"role\":\"user\",\"content\":\"Hi\"}]", 0, NULL);
     for (size_t c = 0; c < FT_ARRAY_LEN(cases); c++) {
@@ -1158,6 +1185,10 @@ TEST(server_chat_prompt_think_state) {
               cases[c].thinking, j.think.state);
         CHECK(j.think.harmony == (cases[c].t == TOK_CHAT_GPT_OSS), "%s: harmony %d", tok_chat_name(cases[c].t),
               j.think.harmony);
+        bool gemma = cases[c].t == TOK_CHAT_GEMMA4 || cases[c].t == TOK_CHAT_GEMMA4_V1;
+        CHECK(gemma == (j.think.open && !strcmp(j.think.open, "<|channel>thought") && j.think.close &&
+                        !strcmp(j.think.close, "<channel|>")),
+              "%s: the thought channel's tags", tok_chat_name(cases[c].t));
         tok_ids_free(&j.prompt);
     }
     json_decref(msgs);

@@ -55,15 +55,15 @@ static void cut_after_last_text(tok_chat_prompt *r) {
     r->text[r->len] = 0;
 }
 
-// Whether the last "<think>" in text comes after the last "</think>".
-static bool inside_think(const char *text) {
+// Whether the last open_tag ("<think>") in text comes after the last close_tag ("</think>").
+static bool inside_think(const char *text, const char *open_tag, const char *close_tag) {
     const char *open = NULL, *close = NULL;
-    for (const char *q = strstr(text, "<think>"); q; q = strstr(q + 1, "<think>")) open = q;
-    for (const char *q = strstr(text, "</think>"); q; q = strstr(q + 1, "</think>")) close = q;
+    for (const char *q = strstr(text, open_tag); q; q = strstr(q + 1, open_tag)) open = q;
+    for (const char *q = strstr(text, close_tag); q; q = strstr(q + 1, close_tag)) close = q;
     return open && (!close || open > close);
 }
 
-// Whether text ends with tag ("<think>" or "</think>") and white space only after it.
+// Whether text ends with tag ("<think>", "</think>", ...) and white space only after it.
 static bool ends_in(const char *text, size_t n, const char *tag) {
     size_t k = strlen(tag);
     while (n && (text[n - 1] == '\n' || text[n - 1] == ' ' || text[n - 1] == '\r' || text[n - 1] == '\t')) n--;
@@ -137,17 +137,23 @@ bool srv_chat_prompt(const srv_params *p, const tok_vocab *v, json_t *msgs, cons
     // a generation prompt that opens <think> (Qwen3.5) leaves the reply inside the reasoning; one
     // that closes an empty think (thinking off) leaves it at the answer, the white space before it
     // dropped (GLM's replies then open with a newline); a prefill continues its own text (reasoning
-    // where it left a <think> open), white space and all
+    // where it left a <think> open), white space and all. Gemma 4's reasoning is its thought
+    // channel, "<|channel>thought" ... "<channel|>".
+    const char *open = "<think>", *close = "</think>";
+    if (tok_chat_thought_channel(p->chat)) {
+        open = j->think.open = "<|channel>thought";
+        close = j->think.close = "<channel|>";
+    }
     if (j->split_think && harmony) {
         // the reply opens a message's header after "<|start|>assistant", or a prefill goes on
         // with the final channel's text it was cut in
         j->think.harmony = true;
         tok_harmony_init(&j->think.h, prefill);
     } else if (j->split_think && prefill) {
-        j->think.state = inside_think(rendered.text) ? 1 : 2;
-    } else if (j->split_think && ends_in(rendered.text, rendered.len, "<think>")) {
+        j->think.state = inside_think(rendered.text, open, close) ? 1 : 2;
+    } else if (j->split_think && ends_in(rendered.text, rendered.len, open)) {
         j->think.state = 1;
-    } else if (j->split_think && ends_in(rendered.text, rendered.len, "</think>")) {
+    } else if (j->split_think && ends_in(rendered.text, rendered.len, close)) {
         j->think.state = 3;
     }
     bool has_bos = cp.bos_text && *cp.bos_text && !strncmp(rendered.text, cp.bos_text, strlen(cp.bos_text));

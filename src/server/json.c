@@ -218,6 +218,9 @@ void srv_think_feed(srv_think *t, const char *s, size_t n, srv_buf *content, srv
         tok_harmony_feed(&t->h, s, n, to_channel, &b);
         return;
     }
+    const char *open = t->open ? t->open : k_open, *close = t->close ? t->close : k_close;
+    size_t n_open = strlen(open), n_close = strlen(close);
+    FT_ASSERT(n_open < sizeof(t->hold) && n_close < sizeof(t->hold));
     for (size_t i = 0; i < n; i++) {
         char c = s[i];
         if (t->state == 2) {
@@ -234,12 +237,12 @@ void srv_think_feed(srv_think *t, const char *s, size_t n, srv_buf *content, srv
             } else {
                 t->hold[t->n_hold++] = c;
             }
-            if (memcmp(t->hold, k_open, t->n_hold) != 0) {
+            if (memcmp(t->hold, open, t->n_hold) != 0) {
                 t->state = 2; // no <think>: the white space before it was content
                 srv_buf_add(content, t->ws, t->n_ws);
                 srv_buf_add(content, t->hold, t->n_hold);
                 t->n_hold = t->n_ws = 0;
-            } else if (t->n_hold == sizeof(k_open) - 1) {
+            } else if (t->n_hold == n_open) {
                 t->state = 1;
                 t->n_hold = t->n_ws = 0;
             }
@@ -248,8 +251,8 @@ void srv_think_feed(srv_think *t, const char *s, size_t n, srv_buf *content, srv
         // states 1 and 3: look for </think> while in think
         if (t->state == 1) {
             t->hold[t->n_hold++] = c;
-            if (memcmp(t->hold, k_close, t->n_hold) == 0) {
-                if (t->n_hold == sizeof(k_close) - 1) {
+            if (memcmp(t->hold, close, t->n_hold) == 0) {
+                if (t->n_hold == n_close) {
                     t->state = 3;
                     t->n_hold = 0;
                 }
@@ -257,17 +260,17 @@ void srv_think_feed(srv_think *t, const char *s, size_t n, srv_buf *content, srv
             }
             // not a prefix any more: release the first byte, retry the rest
             size_t h = t->n_hold;
-            char tmp[16];
+            char tmp[sizeof(t->hold)];
             memcpy(tmp, t->hold, h);
             t->n_hold = 0;
             srv_buf_add(reasoning, tmp, 1);
             for (size_t k = 1; k < h; k++) {
-                if (t->n_hold == 0 && tmp[k] != '<') {
+                if (t->n_hold == 0 && tmp[k] != close[0]) {
                     srv_buf_add(reasoning, tmp + k, 1);
                     continue;
                 }
                 t->hold[t->n_hold++] = tmp[k];
-                if (memcmp(t->hold, k_close, t->n_hold) != 0) {
+                if (memcmp(t->hold, close, t->n_hold) != 0) {
                     srv_buf_add(reasoning, t->hold, t->n_hold);
                     t->n_hold = 0;
                 }

@@ -53,12 +53,14 @@ typedef struct srv_buf {
 void srv_buf_add(srv_buf *b, const char *s, size_t n);
 void srv_buf_free(srv_buf *b);
 
-// Reasoning splitter: text inside a leading <think>...</think> is reasoning; with harmony set
+// Reasoning splitter: text inside a leading <think>...</think> (or the tags open and close name:
+// Gemma 4's thought channel, "<|channel>thought" ... "<channel|>") is reasoning; with harmony set
 // (gpt-oss's template), the reply's channels decide instead (tok_harmony: analysis is reasoning,
 // final the answer).
 typedef struct srv_think {
     int state; // 0 deciding, 1 in think, 2 content, 3 content after think (strip leading ws)
-    char hold[16];
+    const char *open, *close; // NULL: "<think>" and "</think>" (at most 31 bytes)
+    char hold[32];
     size_t n_hold;
     char ws[64]; // state 0: white space before a possible <think>, content if none follows
     size_t n_ws;

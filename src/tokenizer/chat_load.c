@@ -12,6 +12,7 @@ struct tok_chat {
     int builtin; // enum tok_chat_template, or -1
     tok_jinja *jinja;
     bool harmony; // gpt-oss's format (tok_chat_harmony)
+    bool thought; // Gemma 4's thought channel (tok_chat_thought_channel)
     bool effort;  // takes a reasoning effort (tok_chat_takes_effort)
     char desc[600];
 };
@@ -139,6 +140,7 @@ static tok_chat *chat_builtin(enum tok_chat_template t, const char *why) {
     tok_chat *c = ft_calloc(1, sizeof(*c));
     c->builtin = (int)t;
     c->harmony = c->effort = t == TOK_CHAT_GPT_OSS;
+    c->thought = t == TOK_CHAT_GEMMA4 || t == TOK_CHAT_GEMMA4_INTERLEAVED || t == TOK_CHAT_GEMMA4_V1;
     snprintf(c->desc, sizeof(c->desc), "built-in %s%s", tok_chat_name(t), why);
     return c;
 }
@@ -148,6 +150,7 @@ static tok_chat *chat_jinja(tok_jinja *t, const char *src, size_t len) {
     c->builtin = -1;
     c->jinja = t;
     c->harmony = memmem(src, len, "<|channel|>", 11) != NULL;
+    c->thought = memmem(src, len, "'<|tool_call>call:'", 19) != NULL;
     c->effort = tok_jinja_names(t, "reasoning_effort") || tok_jinja_names(t, "reasoning_strength");
     return c;
 }
@@ -236,6 +239,8 @@ int tok_chat_builtin(const tok_chat *c) { return c->builtin; }
 bool tok_chat_harmony(const tok_chat *c) { return c->harmony; }
 
 bool tok_chat_takes_effort(const tok_chat *c) { return c->effort; }
+
+bool tok_chat_thought_channel(const tok_chat *c) { return c->thought; }
 
 bool tok_chat_apply(const tok_chat *c, const tok_chat_msg *msgs, size_t n_msgs, tok_chat_params p,
                     const tok_chat_extra *extra, tok_chat_prompt *out, ft_err *err) {

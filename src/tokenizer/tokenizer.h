@@ -352,6 +352,10 @@ bool tok_chat_harmony(const tok_chat *c);
 // Whether the template takes tok_chat_params.reasoning_effort: the built-in gpt-oss, or a Jinja
 // template that names reasoning_effort or reasoning_strength.
 bool tok_chat_takes_effort(const tok_chat *c);
+// Whether replies carry their reasoning in Gemma 4's thought channel ("<|channel>thought" ...
+// "<channel|>"): the built-in gemma4 templates, or a Jinja template whose text holds
+// '<|tool_call>call:' (llama.cpp's test for Gemma 4's format).
+bool tok_chat_thought_channel(const tok_chat *c);
 
 // Extra inputs of a Jinja template (built-ins ignore them): JSON texts or NULL.
 typedef struct tok_chat_extra {
