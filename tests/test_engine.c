@@ -102,17 +102,10 @@ TEST(engine_reference_path_agrees) {
 
 // gpt-oss (sinks, biases, windows of 4 over 11 tokens, mxfp4 experts): a prompt in one batch
 // equals it token by token with a q8_0 cache (bit-stable, as engine_prefill_equals_decode), and
+// The model p describes: a prompt in one batch equals it token by token with a q8_0 cache, and
 // FT_REFERENCE's path agrees with the fast one with both caches.
-TEST(engine_gptoss_prefill_decode_and_reference) {
-    ft_synth_params p = ft_synth_default_params();
-    p.arch = "gpt-oss";
-    p.n_layer = 3;
-    p.n_ctx_train = 256;
-    p.n_expert_used = 4;
-    p.n_swa = 4;
-    p.qkv_bias = true;
-    fixture_expert_types(&p, "mxfp4", NULL);
-    ft_model *m = fixture_model(&p, "engine_gptoss.gguf");
+static void prefill_decode_reference_case(const ft_synth_params *p, const char *file) {
+    ft_model *m = fixture_model(p, file);
     REQUIRE(m);
     ft_err err = {{0}};
     int n = m->hp.n_vocab;
@@ -148,6 +141,20 @@ TEST(engine_gptoss_prefill_decode_and_reference) {
     ft_model_free(m);
 }
 
+
+// FT_REFERENCE's path agrees with the fast one with both caches.
+TEST(engine_gptoss_prefill_decode_and_reference) {
+    ft_synth_params p = ft_synth_default_params();
+    p.arch = "gpt-oss";
+    p.n_layer = 3;
+    p.n_ctx_train = 256;
+    p.n_expert_used = 4;
+    p.n_swa = 4;
+    p.qkv_bias = true;
+    fixture_expert_types(&p, "mxfp4", NULL);
+    prefill_decode_reference_case(&p, "engine_gptoss.gguf");
+}
+
 // gemma4 (sliding and full layers of two head sizes, shared KV, V from K's projection on the full
 // layers, GELU experts with down scales, soft-capped logits): a prompt in one batch equals it
 // token by token with a q8_0 cache, and FT_REFERENCE's path agrees with the fast one with both
@@ -166,40 +173,7 @@ TEST(engine_gemma4_prefill_decode_and_reference) {
     p.expert_down_scale = true;
     p.final_softcap = 10.0f;
     fixture_expert_types(&p, "q4_K", NULL);
-    ft_model *m = fixture_model(&p, "engine_gemma4.gguf");
-    REQUIRE(m);
-    ft_err err = {{0}};
-    int n = m->hp.n_vocab;
-    int32_t toks[11] = {5, 17, 99, 3, 250, 31, 7, 400, 12, 64, 128};
-    float *full = ft_malloc((size_t)n * sizeof(float));
-    for (int kv = 0; kv < 2; kv++) {
-        ft_engine_params ep = ft_engine_default_params();
-        ep.n_threads = 2;
-        ep.kv_type = kv ? FT_TYPE_Q8_0 : FT_TYPE_F16;
-        ft_engine *e = ft_engine_init(m, &ep, &err), *ref = NULL;
-        REQUIRE(e, "%s", err.msg);
-        memcpy(full, ft_engine_eval(e, toks, 11, &err), (size_t)n * sizeof(float));
-        const float *lg = NULL;
-        double d;
-        if (kv) {
-            ft_engine_reset(e);
-            for (int i = 0; i < 11; i++) lg = ft_engine_eval(e, toks + i, 1, &err);
-            REQUIRE(lg, "%s", err.msg);
-            d = max_prob_diff(full, lg, n);
-            CHECK(d < 2e-3, "batch vs token-by-token differ by %g", d);
-        }
-        ep.reference = true;
-        ref = ft_engine_init(m, &ep, &err);
-        REQUIRE(ref, "%s", err.msg);
-        lg = ft_engine_eval(ref, toks, 11, &err);
-        REQUIRE(lg, "%s", err.msg);
-        d = max_prob_diff(full, lg, n);
-        CHECK(d < 5e-3, "kv %s: reference and fast paths differ by %g", kv ? "q8_0" : "f16", d);
-        ft_engine_free(e);
-        ft_engine_free(ref);
-    }
-    free(full);
-    ft_model_free(m);
+    prefill_decode_reference_case(&p, "engine_gemma4.gguf");
 }
 
 // A backend without gpt-oss's op features is refused at the placement decision, naming what it
