@@ -100,8 +100,6 @@ TEST(engine_reference_path_agrees) {
     ft_model_free(m);
 }
 
-// gpt-oss (sinks, biases, windows of 4 over 11 tokens, mxfp4 experts): a prompt in one batch
-// equals it token by token with a q8_0 cache (bit-stable, as engine_prefill_equals_decode), and
 // The model p describes: a prompt in one batch equals it token by token with a q8_0 cache, and
 // FT_REFERENCE's path agrees with the fast one with both caches.
 static void prefill_decode_reference_case(const ft_synth_params *p, const char *file) {
@@ -141,7 +139,8 @@ static void prefill_decode_reference_case(const ft_synth_params *p, const char *
     ft_model_free(m);
 }
 
-
+// gpt-oss (sinks, biases, windows of 4 over 11 tokens, mxfp4 experts): a prompt in one batch
+// equals it token by token with a q8_0 cache (bit-stable, as engine_prefill_equals_decode), and
 // FT_REFERENCE's path agrees with the fast one with both caches.
 TEST(engine_gptoss_prefill_decode_and_reference) {
     ft_synth_params p = ft_synth_default_params();
