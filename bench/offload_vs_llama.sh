@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
-# offload_vs_llama.sh: ft's --moe-backend offload against llama.cpp's best --n-cpu-moe at equal
-# measured GPU memory, on the GPU machine, in one call.
+# offload_vs_llama.sh: ft's --moe-backend offload (and hybrid) against llama.cpp's best
+# --n-cpu-moe at equal measured GPU memory, on the GPU machine, in one call.
 #
 # usage: bench/offload_vs_llama.sh -m FILE.gguf [--cap-mib 16384] [--ncmoe "4 6 8 10 12 14 16"]
 #                                  [--limits "15.4 15.2 15.0 14.6"] [--trace FILE.ftrt]
-#                                  [-n 64] [-r 3] [--llama-bench PATH]
+#                                  [-n 64] [-r 3] [--llama-bench PATH] [--modes "offload hybrid"]
 #
 # 1. llama-bench -ngl 99 --n-cpu-moe N -p 0 -n NGEN for each N in turn (ascending: the first that
 #    fits is its best), nvidia-smi's peak memory polled every 0.1 s; a run that fails (out of
 #    memory) or peaks above the cap does not count;
-# 2. ft bench --moe-backend offload --gpu-memory-limit L for each L in turn (descending: the
-#    first whose peak fits is used), with the model's own routing, then with --trace when given;
-#    --resident-tok-s is passed so no fused run comes first.
+# 2. for each of --modes (default offload): ft bench --moe-backend MODE --gpu-memory-limit L for
+#    each L in turn (descending: the first whose peak fits is used), with the model's own
+#    routing, then with --trace when given; --resident-tok-s is passed so no fused run comes
+#    first.
 # Each engine's figure is the median of -r runs (llama-bench -r, ft bench -r). Prints a table
 # of every run (tok/s, peak MiB) and the ratio of ft's fitting runs to llama.cpp's best.
 # llama-bench: --llama-bench, else $LLAMA_BENCH, else /tmp/llama.cpp/b/bin/llama-bench;
@@ -19,7 +20,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-model="" cap=16384 ncmoe="4 6 8 10 12 14 16" limits="15.4 15.2 15.0 14.6" trace="" n_gen=64 rounds=3
+model="" cap=16384 ncmoe="4 6 8 10 12 14 16" limits="15.4 15.2 15.0 14.6" trace="" n_gen=64 rounds=3 modes=offload
 llama="${LLAMA_BENCH:-/tmp/llama.cpp/b/bin/llama-bench}"
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -31,7 +32,8 @@ while [ $# -gt 0 ]; do
         -n) n_gen="$2"; shift 2 ;;
         -r) rounds="$2"; shift 2 ;;
         --llama-bench) llama="$2"; shift 2 ;;
-        -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        --modes) modes="$2"; shift 2 ;;
+        -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "offload_vs_llama: unexpected argument '$1' (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -75,32 +77,40 @@ for n in $ncmoe; do
     if [ "$fits" = yes ]; then best_ll=$tps; best_ll_at=$n; break; fi
 done
 
-ft_run() { # LIMIT [flags]: decode tok/s (median of -r), peak into $out/peak
-    local lim="$1"; shift
-    with_peak "$FT" bench -m "$model" --device cuda --moe-backend offload --gpu-memory-limit "$lim" \
+ft_run() { # MODE LIMIT [flags]: decode tok/s (median of -r), peak into $out/peak
+    local mode="$1" lim="$2"; shift 2
+    with_peak "$FT" bench -m "$model" --device cuda --moe-backend "$mode" --gpu-memory-limit "$lim" \
         --resident-tok-s "$resident" -p 16 -n "$n_gen" -r "$rounds" --json "$@" > "$out/ft.json" 2> "$out/ft.err" \
         || { tail -3 "$out/ft.err" >&2; echo failed; return; }
+    grep -h "^hybrid:" "$out/ft.err" >&2 || true
     python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["decode_tok_s"])' "$out/ft.json"
 }
-ft_lim=""
-for lim in $limits; do
-    tps=$(ft_run "$lim")
-    peak=$(cat "$out/peak")
-    fits=no
-    [ "$tps" != failed ] && [ "$peak" -le "$cap" ] && fits=yes
-    printf "ft offload    --gpu-memory-limit %-4s %8s  %8s  %s\n" "$lim" "$tps" "$peak" "$fits"
-    if [ "$fits" = yes ]; then ft_lim=$lim; ft_own=$tps; break; fi
+ratios=""
+for mode in $modes; do
+    ft_lim="" ft_own="" ft_tr=""
+    for lim in $limits; do
+        tps=$(ft_run "$mode" "$lim")
+        peak=$(cat "$out/peak")
+        fits=no
+        [ "$tps" != failed ] && [ "$peak" -le "$cap" ] && fits=yes
+        printf "ft %-10s --gpu-memory-limit %-4s %8s  %8s  %s\n" "$mode" "$lim" "$tps" "$peak" "$fits"
+        if [ "$fits" = yes ]; then ft_lim=$lim; ft_own=$tps; break; fi
+    done
+    [ -n "$ft_lim" ] || { echo "offload_vs_llama: no ft $mode limit fits the cap" >&2; continue; }
+    if [ -n "$trace" ]; then
+        ft_tr=$(ft_run "$mode" "$ft_lim" --moe-route-trace "$trace")
+        printf "ft %-10s --gpu-memory-limit %-4s %8s  %8s  (route trace)\n" "$mode" "$ft_lim" "$ft_tr" "$(cat "$out/peak")"
+    fi
+    ratios="$ratios $mode:$ft_own:${ft_tr:-}"
 done
-[ -n "$ft_lim" ] || { echo "offload_vs_llama: no ft limit fits the cap" >&2; exit 1; }
-if [ -n "$trace" ]; then
-    ft_tr=$(ft_run "$ft_lim" --moe-route-trace "$trace")
-    printf "ft offload    --gpu-memory-limit %-4s %8s  %8s  (route trace)\n" "$ft_lim" "$ft_tr" "$(cat "$out/peak")"
-fi
 [ -n "$best_ll" ] || { echo "llama.cpp: no --n-cpu-moe of '$ncmoe' fits ${cap} MiB"; exit 0; }
-python3 - "$ft_own" "${ft_tr:-}" "$best_ll" "$best_ll_at" <<'EOF'
+python3 - "$best_ll" "$best_ll_at" $ratios <<'EOF'
 import sys
-own, tr, ll, at = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4]
-print(f"ft own routing / llama.cpp --n-cpu-moe {at}: {float(own) / ll:.2f}x")
-if tr and tr != "failed":
-    print(f"ft route trace / llama.cpp --n-cpu-moe {at}: {float(tr) / ll:.2f}x")
+ll, at = float(sys.argv[1]), sys.argv[2]
+for r in sys.argv[3:]:
+    mode, own, tr = r.split(":")
+    if own and own != "failed":
+        print(f"ft {mode} own routing / llama.cpp --n-cpu-moe {at}: {float(own) / ll:.2f}x")
+    if tr and tr != "failed":
+        print(f"ft {mode} route trace / llama.cpp --n-cpu-moe {at}: {float(tr) / ll:.2f}x")
 EOF

@@ -68,10 +68,10 @@ TEST(cli_moe_flags_set_the_engine_params) {
     CHECK(p.moe_route_trace && !strcmp(p.moe_route_trace, "t.ftrt") && p.n_batch == 512);
     CHECK(strstr(a.gpu_flags, "--moe-route-trace") != NULL);
     // every spelling of the backend
-    const char *names[] = {"auto", "fused", "offload", "cpu"};
+    const char *names[] = {"auto", "fused", "offload", "cpu", "hybrid"};
     enum ft_moe_backend want[] = {FT_MOE_BACKEND_AUTO, FT_MOE_BACKEND_FUSED, FT_MOE_BACKEND_OFFLOAD,
-                                  FT_MOE_BACKEND_CPU};
-    for (int i = 0; i < 4; i++) {
+                                  FT_MOE_BACKEND_CPU, FT_MOE_BACKEND_HYBRID};
+    for (int i = 0; i < 5; i++) {
         char line[64];
         snprintf(line, sizeof(line), "--device cpu --moe-backend %s", names[i]);
         REQUIRE(parse("probs", 0, line, &a, &p, &rest));
@@ -186,7 +186,7 @@ TEST(cli_moe_errors_name_the_flag) {
     struct {
         const char *cmd, *args, *msg;
     } cases[] = {
-        {"run", "-p x --moe-backend gpu", "--moe-backend gpu: expected fused, offload, cpu or auto"},
+        {"run", "-p x --moe-backend gpu", "--moe-backend gpu: expected fused, offload, cpu, hybrid or auto"},
         {"probs", "-p x --moe-pool-layout padded", "--moe-pool-layout padded: expected exact or uniform"},
         {"serve", "--tp-size 4", "--tp-size 4: ft runs a model on one GPU"},
         {"bench", "--memory-ratio 2", "--memory-ratio 2: expected a share"},

@@ -491,3 +491,85 @@ TEST(moe_cache_copies_keep_every_slot_byte_exact) {
     moe_geometry_free(&g);
     gguf_close(f);
 }
+
+// ---------------------------------------------------------------------------------------------
+// The hybrid split (src/moe/hybrid.h, moe_expert_cache_step_split)
+
+// The share against every n tried, from the definition: the smallest n reaching the least
+// max(copies' time, the CPU road's time); and its limits.
+TEST(moe_hybrid_cpu_share_is_the_least_time) {
+    ft_rng rng = ft_rng_init(5);
+    for (int trial = 0; trial < 20000; trial++) {
+        moe_hybrid_costs c = {(uint32_t)(ft_rng_next(&rng) % 100000), (uint32_t)(ft_rng_next(&rng) % 100000),
+                              (uint32_t)(ft_rng_next(&rng) % 200000)};
+        int k = (int)(ft_rng_next(&rng) % 33), got = moe_hybrid_cpu_share(k, &c);
+        double best = 1e300;
+        int want = -1;
+        for (int n = 0; n <= k; n++) {
+            double copy = (double)(k - n) * c.copy_ns, cpu = n ? (double)c.meet_ns + (double)n * c.cpu_ns : 0.0;
+            double t = copy > cpu ? copy : cpu;
+            if (t < best) best = t, want = n;
+        }
+        REQUIRE(got == want, "k %d costs %u %u %u: share %d, want %d", k, c.copy_ns, c.cpu_ns, c.meet_ns, got, want);
+    }
+    moe_hybrid_costs free_cpu = {1000, 0, 0}, free_copy = {0, 1000, 1000}, none = {0, 0, 0};
+    CHECK(moe_hybrid_cpu_share(7, &free_cpu) == 7 && moe_hybrid_cpu_share(7, &free_copy) == 0);
+    CHECK(moe_hybrid_cpu_share(7, &none) == 0 && moe_hybrid_cpu_share(7, NULL) == 0 && moe_hybrid_cpu_share(0, &free_cpu) == 0);
+    moe_hybrid_costs even = {100, 100, 0}; // two equal roads: half each, the odd one copied
+    CHECK(moe_hybrid_cpu_share(8, &even) == 4 && moe_hybrid_cpu_share(7, &even) == 3);
+}
+
+// A split step is the plain step on the selections it copies or hits: a CPU miss maps nothing
+// and evicts nothing. So a twin cache stepped with the split cache's selections minus those
+// it sent to the CPU must make the same copies, give the same slots, and keep the same tables.
+TEST(moe_cache_split_step_is_the_step_without_the_cpu_misses) {
+    moe_geometry g;
+    two_pool_geometry(&g, 16);
+    moe_cache_plan plan;
+    REQUIRE(make_plan(&g, 24, 4, &plan));
+    moe_expert_cache *a = moe_expert_cache_init(&plan, &g), *b = moe_expert_cache_init(&plan, &g);
+    ft_rng rng = ft_rng_init(9);
+    int32_t ex[8], kept[8], slots_a[8], slots_b[8];
+    moe_cache_copy ca[8], cb[8];
+    uint64_t cpu_total = 0;
+    int cpu_steps = 0, copy_steps = 0;
+    for (int step = 0; step < 5000 && !test_failed(); step++) {
+        int layer = 1 + (int)(ft_rng_next(&rng) % 4), n = 1 + (int)(ft_rng_next(&rng) % 4);
+        for (int i = 0; i < n; i++) ex[i] = (int32_t)(ft_rng_next(&rng) % 16);
+        moe_hybrid_costs c = {(uint32_t)(ft_rng_next(&rng) % 50), (uint32_t)(ft_rng_next(&rng) % 40),
+                              (uint32_t)(ft_rng_next(&rng) % 60)};
+        int ka, kb, n_cpu;
+        ft_err err = {{0}};
+        REQUIRE(moe_expert_cache_step_split(a, layer, ex, n, &c, slots_a, ca, &ka, &n_cpu, &err), "%s", err.msg);
+        int m = 0, cpu_sel = 0;
+        for (int i = 0; i < n; i++) {
+            if (slots_a[i] < 0) cpu_sel++;
+            else kept[m++] = ex[i];
+        }
+        cpu_total += (uint64_t)n_cpu;
+        cpu_steps += n_cpu > 0;
+        copy_steps += ka > 0;
+        CHECK((n_cpu == 0) == (cpu_sel == 0), "step %d: %d CPU experts, %d CPU selections", step, n_cpu, cpu_sel);
+        if (m > 0) REQUIRE(moe_expert_cache_step(b, layer, kept, m, slots_b, cb, &kb, &err), "%s", err.msg);
+        else kb = 0, moe_expert_cache_step_split(b, layer, ex, 0, NULL, slots_b, cb, &kb, &n_cpu, NULL);
+        REQUIRE(ka == kb, "step %d: %d copies, twin %d", step, ka, kb);
+        for (int j = 0; j < ka; j++)
+            CHECK(ca[j].slot == cb[j].slot && ca[j].expert == cb[j].expert, "step %d copy %d", step, j);
+        for (int i = 0, q = 0; i < n; i++)
+            if (slots_a[i] >= 0) CHECK(slots_a[i] == slots_b[q++], "step %d selection %d", step, i);
+    }
+    for (int k = 0; k < plan.n_pools; k++)
+        for (int s = 0; s < plan.pools[k].n_slots; s++) {
+            int la, ea, lb, eb;
+            bool ha = moe_expert_cache_slot(a, k, s, &la, &ea), hb = moe_expert_cache_slot(b, k, s, &lb, &eb);
+            CHECK(ha == hb && (!ha || (la == lb && ea == eb)), "pool %d slot %d", k, s);
+        }
+    uint64_t sum_cpu = 0;
+    for (int k = 0; k < plan.n_pools; k++) sum_cpu += moe_expert_cache_pool_stats(a, k, false).cpu_computed;
+    CHECK(sum_cpu == cpu_total && cpu_steps > 100 && copy_steps > 100, "cpu %llu of %llu, %d CPU steps, %d copy steps",
+          (unsigned long long)sum_cpu, (unsigned long long)cpu_total, cpu_steps, copy_steps);
+    moe_expert_cache_free(a);
+    moe_expert_cache_free(b);
+    moe_cache_plan_free(&plan);
+    moe_geometry_free(&g);
+}

@@ -425,3 +425,132 @@ TEST(cuda_cpu_experts_direct_steps_in_a_fresh_process) {
           with_graphs, without);
     CHECK(!strcmp(with_graphs, lazy), "greedy text with graphs '%s', with lazy loading '%s'", with_graphs, lazy);
 }
+
+// ---------------------------------------------------------------------------------------------
+// --moe-backend hybrid: offload's cache with each cache step's misses split between copies and
+// the CPU (src/moe/hybrid.h). A small cache (so that every step misses), the split forced by
+// FT_HYBRID_COSTS: copies only ("0,0,0": the logits of offload bit for bit: the same lookups,
+// copies and kernels), the CPU only ("1000,0,0": no copies at all after the prefill overlay),
+// and a mix; the mix also without CUDA graphs (bit for bit the graphed one's: the same CPU op on
+// the same rows), and an engine on the costs it measures itself. Each judged against the CPU
+// engine and fused under the tolerances above, on steps of 4, 3 and 2 tokens (cache steps: the
+// split applies to every token of a step), a 64-token step (the overlay), then decode; the
+// CPU-computed counters say the CPU did work where the split sends it any.
+static void hybrid_case(const char *arch, bool strict) {
+    double tol = strict ? 3e-2 : 0.05;
+    ft_synth_params sp = fixture_compare_params(arch, 128, strict);
+    if (!strcmp(arch, "qwen35moe")) sp.n_layer = 4;
+    const char *path = fixture_write(&sp, arch);
+    if (!path) return;
+    ft_err err = {{0}};
+    ft_engine_params ep = ft_engine_default_params();
+    ep.n_ctx = 160;
+    ep.n_batch = 64;
+    ep.kv_type = strict ? FT_TYPE_Q8_0 : FT_TYPE_F16;
+    ep.n_threads = 4;
+    probs_reference cpu;
+    bool ok = probs_reference_init(&cpu, path, &ep, strict ? 1e-5f : 1e-2f, &err);
+    if (!ok) test_fail(__FILE__, __LINE__, "cpu reference: %s", err.msg);
+    ep.device = FT_PLACEMENT_CUDA;
+    arm fused = {0}, offload = {0}, copies = {0}, cpuonly = {0}, mix = {0}, mix_direct = {0}, measured = {0};
+    ep.moe_backend = FT_MOE_BACKEND_FUSED;
+    ok = ok && arm_init(&fused, "fused", path, &ep);
+    ep.moe_cache_size = 4 * sp.n_expert_used * sp.n_layer; // four tokens' selections a layer
+    ep.moe_backend = FT_MOE_BACKEND_OFFLOAD;
+    ok = ok && arm_init(&offload, "offload", path, &ep);
+    ep.moe_backend = FT_MOE_BACKEND_HYBRID;
+    setenv("FT_HYBRID_COSTS", "0,0,0", 1);
+    ok = ok && arm_init(&copies, "hybrid, copies only", path, &ep);
+    setenv("FT_HYBRID_COSTS", "1000,0,0", 1);
+    ok = ok && arm_init(&cpuonly, "hybrid, the CPU only", path, &ep);
+    setenv("FT_HYBRID_COSTS", "40,30,25", 1); // 1 miss: copy; 2: one each; 4: two copies, two on the CPU
+    ok = ok && arm_init(&mix, "hybrid, mixed", path, &ep);
+    setenv("FT_CUDA_GRAPHS", "0", 1);
+    ok = ok && arm_init(&mix_direct, "hybrid, mixed, no graphs", path, &ep);
+    unsetenv("FT_CUDA_GRAPHS");
+    unsetenv("FT_HYBRID_COSTS");
+    ok = ok && arm_init(&measured, "hybrid, measured costs", path, &ep);
+    if (ok) {
+        CHECK(ft_engine_moe_backend(mix.e) == FT_MOE_BACKEND_HYBRID);
+        int n_vocab = cpu.n_vocab;
+        int32_t prompt[120];
+        ft_rng r = ft_rng_init(23);
+        for (int i = 0; i < 120; i++) prompt[i] = (int32_t)(ft_rng_next(&r) % (uint64_t)n_vocab);
+        static const int chunks[] = {4, 3, 2, 64}; // cache steps (at most the layer's slots), then the overlay
+        double worst_cpu = 0, worst_fused = 0;
+        int at = 0;
+        arm *hy[] = {&cpuonly, &mix, &measured};
+        for (int step = 0; step < 4 + 8 && !test_failed(); step++) {
+            int n = step < 4 ? chunks[step] : 1;
+            const int32_t *t = &prompt[at];
+            at += n;
+            bool stable = false;
+            const float *ref = probs_reference_eval(&cpu, t, n, tol, &stable, &err);
+            if (!ref) {
+                test_fail(__FILE__, __LINE__, "cpu reference: %s", err.msg);
+                break;
+            }
+            if (!arm_eval(&fused, t, n) || !arm_eval(&offload, t, n) || !arm_eval(&copies, t, n) ||
+                !arm_eval(&cpuonly, t, n) || !arm_eval(&mix, t, n) || !arm_eval(&mix_direct, t, n) ||
+                !arm_eval(&measured, t, n))
+                break;
+            char what[160];
+            snprintf(what, sizeof(what), "%s %s hybrid: %s %d tokens", arch, strict ? "strict" : "realistic",
+                     step < 4 ? "prefill" : "decode", n);
+            CHECK(!memcmp(copies.lg, offload.lg, (size_t)n_vocab * sizeof(float)),
+                  "%s: copies only differs from offload", what);
+            CHECK(!memcmp(mix_direct.lg, mix.lg, (size_t)n_vocab * sizeof(float)),
+                  "%s: without graphs differs from graphed", what);
+            const double step_tol = probs_step_tol(&cpu, tol);
+            for (size_t i = 0; i < FT_ARRAY_LEN(hy); i++) {
+                char w[200];
+                snprintf(w, sizeof(w), "%s, %s vs cpu", what, hy[i]->name);
+                double d = probs_compare(w, ref, hy[i]->lg, n_vocab, step_tol, stable);
+                snprintf(w, sizeof(w), "%s, %s vs fused", what, hy[i]->name);
+                double df = probs_compare(w, fused.lg, hy[i]->lg, n_vocab, step_tol, stable);
+                if (stable) {
+                    worst_cpu = fmax(worst_cpu, d);
+                    worst_fused = fmax(worst_fused, df);
+                }
+            }
+        }
+        ft_moe_stats st[4];
+        arm *counted[4] = {&copies, &cpuonly, &mix, &offload};
+        for (int i = 0; i < 4; i++) REQUIRE(ft_engine_moe_stats(counted[i]->e, &st[i]), "%s: no stats", counted[i]->name);
+        CHECK(st[0].total.cpu_computed == 0 && st[3].total.cpu_computed == 0);
+        // (the overlay's steps count no selections: every miss counted went to the CPU)
+        CHECK(st[1].total.cpu_computed > 0 && st[1].total.cpu_computed == st[1].total.misses,
+              "the CPU only: %llu misses, %llu on the CPU", (unsigned long long)st[1].total.misses,
+              (unsigned long long)st[1].total.cpu_computed);
+        CHECK(st[2].total.cpu_computed > 0 && st[2].total.cpu_computed < st[2].total.misses,
+              "mixed: %llu misses, %llu on the CPU", (unsigned long long)st[2].total.misses,
+              (unsigned long long)st[2].total.cpu_computed);
+        printf("    %s %-10s hybrid: worst top-10 prob diff over %d stable steps of %d: vs cpu %.3g, vs fused %.3g "
+               "(tol %.3g); misses / on the CPU: copies only %llu / %llu, the CPU only %llu / %llu, mixed %llu / %llu\n",
+               arch, strict ? "strict" : "realistic", cpu.n_stable, cpu.n_steps, worst_cpu, worst_fused, tol,
+               (unsigned long long)st[0].total.misses, (unsigned long long)st[0].total.cpu_computed,
+               (unsigned long long)st[1].total.misses, (unsigned long long)st[1].total.cpu_computed,
+               (unsigned long long)st[2].total.misses, (unsigned long long)st[2].total.cpu_computed);
+        fflush(stdout);
+        for (int i = 0; i < 4; i++) ft_moe_stats_free(&st[i]);
+        g_steps += cpu.n_steps;
+        g_stable += cpu.n_stable;
+    }
+    probs_reference_free(&cpu);
+    arm *all[] = {&fused, &offload, &copies, &cpuonly, &mix, &mix_direct, &measured};
+    for (size_t i = 0; i < FT_ARRAY_LEN(all); i++) arm_free(all[i]);
+}
+
+TEST(cuda_hybrid_qwen3moe) {
+    GPU_TEST_REQUIRE_DEVICE();
+    hybrid_case("qwen3moe", true);
+    hybrid_case("qwen3moe", false);
+    check_stable_share("cuda_hybrid_qwen3moe");
+}
+
+TEST(cuda_hybrid_qwen35moe) {
+    GPU_TEST_REQUIRE_DEVICE();
+    hybrid_case("qwen35moe", true);
+    hybrid_case("qwen35moe", false);
+    check_stable_share("cuda_hybrid_qwen35moe");
+}

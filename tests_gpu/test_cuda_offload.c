@@ -135,13 +135,32 @@ static int compare_slot_bytes(rig *r) {
     return bad;
 }
 
+static void no_hook(void *ctx, const ft_offload_view *v) {
+    (void)ctx;
+    (void)v;
+}
+
 // Random decode-like steps: layers in order, n_running sequences of top_k distinct experts
-// with a skewed popularity, checked against the reference at every step.
-static void decisions_case(const char *path, int n_slots, enum moe_pool_layout layout, int steps) {
+// with a skewed popularity, checked against the reference at every step. hybrid: each layer
+// gets random split costs (copies only, CPU only, and mixes), and the device's split (slots,
+// copies, the CPU's selections) must be the reference's (moe_expert_cache_step_split).
+static void decisions_case_split(const char *path, int n_slots, enum moe_pool_layout layout, int steps, bool hybrid) {
     enum { TOP_K = 4, RUNNING = 2 };
     rig r;
     if (!rig_init(&r, path, n_slots, layout, TOP_K, RUNNING)) return;
     ft_offload_reserve(r.o, TOP_K * RUNNING);
+    moe_hybrid_costs *costs = calloc((size_t)r.g.n_layers, sizeof(*costs));
+    ft_rng crng = ft_rng_init(77 + (uint64_t)n_slots);
+    for (int i = 0; i < r.g.n_layers; i++)
+        costs[i] = (moe_hybrid_costs){(uint32_t)(ft_rng_next(&crng) % 60000), (uint32_t)(ft_rng_next(&crng) % 40000),
+                                      (uint32_t)(ft_rng_next(&crng) % 50000)};
+    if (hybrid) {
+        costs[0] = (moe_hybrid_costs){50000, 0, 0}; // every miss to the CPU
+        costs[1] = (moe_hybrid_costs){0, 0, 0};     // every miss copied
+        ft_offload_set_hybrid_costs(r.o, costs);
+    }
+    ft_offload_hook hook = {no_hook, NULL};
+    int n_cpu_total = 0;
     ft_cuda_stream *s = ft_cuda_stream_init();
     int32_t *sel_dev = ft_cuda_malloc(TOP_K * RUNNING * sizeof(int32_t));
     ft_rng rng = ft_rng_init(3 + (uint64_t)n_slots);
@@ -165,16 +184,24 @@ static void decisions_case(const char *path, int n_slots, enum moe_pool_layout l
                 } while (dup);
                 ex[n++] = e;
             }
-        int nc;
+        int nc, n_cpu;
         ft_err err = {{0}};
-        REQUIRE(moe_expert_cache_step(r.ref, L, ex, n, slots, copies, &nc, &err), "%s", err.msg);
+        REQUIRE(moe_expert_cache_step_split(r.ref, L, ex, n, hybrid ? &costs[li] : NULL, slots, copies, &nc, &n_cpu, &err),
+                "%s", err.msg);
         ft_cuda_memcpy_h2d(sel_dev, ex, sizeof(ex), s);
         ft_offload_view v;
-        ft_offload_layer_begin(r.o, L, sel_dev, RUNNING, TOP_K, false, s, &v);
+        ft_offload_layer_begin(r.o, L, sel_dev, RUNNING, TOP_K, false, s, &v, hybrid ? &hook : NULL);
         ft_offload_debug d;
         ft_offload_debug_read(r.o, n, &d);
         bool ok = d.n_copies == nc && !memcmp(d.slots, slots, sizeof(slots));
         for (int j = 0; ok && j < nc; j++) ok = d.copy_expert[j] == copies[j].expert && d.copy_slot[j] == copies[j].slot;
+        int cpu_sels = 0;
+        for (int i = 0; ok && i < n; i++) {
+            ok = d.cpu_sel[i] == (slots[i] < 0 ? ex[i] : -1);
+            cpu_sels += slots[i] < 0;
+        }
+        ok = ok && (!hybrid || d.n_cpu == cpu_sels);
+        n_cpu_total += n_cpu;
         if (!ok && bad_steps++ < 3)
             test_fail(__FILE__, __LINE__, "N %d step %d layer %d: device %d copies, reference %d", n_slots, step, L,
                       d.n_copies, nc);
@@ -198,15 +225,22 @@ static void decisions_case(const char *path, int n_slots, enum moe_pool_layout l
     CHECK(bad_bytes == 0, "N %d: %d slot banks differ from their host entries", n_slots, bad_bytes);
     ft_offload_counts t;
     ft_offload_read_counts(r.o, NULL, NULL, &t);
-    CHECK(t.selections == (uint64_t)steps * TOP_K * RUNNING && t.misses == (uint64_t)n_copies_total &&
-          t.hits + t.misses == t.selections);
-    printf("    %s N %d: %d steps, hit rate %.3f, %d copies, device = reference\n",
-           layout == MOE_POOL_LAYOUT_UNIFORM ? "uniform" : "exact", n_slots, steps,
-           (double)t.hits / (double)t.selections, n_copies_total);
+    CHECK(t.selections == (uint64_t)steps * TOP_K * RUNNING && t.misses == (uint64_t)(n_copies_total + n_cpu_total) &&
+          t.cpu_computed == (uint64_t)n_cpu_total && t.hits + t.misses == t.selections);
+    CHECK(!hybrid || (n_cpu_total > 0 && n_copies_total > 0), "hybrid: %d copies, %d on the CPU", n_copies_total,
+          n_cpu_total);
+    printf("    %s%s N %d: %d steps, hit rate %.3f, %d copies, %d misses on the CPU, device = reference\n",
+           hybrid ? "hybrid, " : "", layout == MOE_POOL_LAYOUT_UNIFORM ? "uniform" : "exact", n_slots, steps,
+           (double)t.hits / (double)t.selections, n_copies_total, n_cpu_total);
     fflush(stdout);
+    free(costs);
     ft_cuda_free(sel_dev);
     ft_cuda_stream_free(s);
     rig_free(&r);
+}
+
+static void decisions_case(const char *path, int n_slots, enum moe_pool_layout layout, int steps) {
+    decisions_case_split(path, n_slots, layout, steps, false);
 }
 
 TEST(cuda_offload_decisions_equal_reference) {
@@ -230,6 +264,15 @@ TEST(cuda_offload_decisions_equal_reference) {
     decisions_case(path, 4 * 48, MOE_POOL_LAYOUT_EXACT, 1000);
     decisions_case(path, min_uniform, MOE_POOL_LAYOUT_UNIFORM, 2000);
     decisions_case(path, min_uniform + 37, MOE_POOL_LAYOUT_UNIFORM, 2000);
+}
+
+// --moe-backend hybrid's split on the device against moe_expert_cache_step_split.
+TEST(cuda_offload_hybrid_split_equal_reference) {
+    GPU_TEST_REQUIRE_DEVICE();
+    const char *path = write_mixed_model("offload_mixed.gguf", 48, 4, 256, 256);
+    REQUIRE(path);
+    decisions_case_split(path, 90, MOE_POOL_LAYOUT_EXACT, 3000, true);
+    decisions_case_split(path, 4 * 48, MOE_POOL_LAYOUT_EXACT, 1000, true);
 }
 
 // Route-trace replay: whatever the router selected, each layer step takes the trace's
@@ -274,7 +317,7 @@ TEST(cuda_offload_trace_replay) {
             REQUIRE(moe_expert_cache_step(r.ref, li, ex, TOP_K * SEQ, slots, copies, &nc, &err), "%s", err.msg);
             ft_cuda_memcpy_h2d(sel_dev, router, sizeof(router), s);
             ft_offload_view v;
-            ft_offload_layer_begin(r.o, li, sel_dev, SEQ, TOP_K, false, s, &v);
+            ft_offload_layer_begin(r.o, li, sel_dev, SEQ, TOP_K, false, s, &v, NULL);
             ft_cuda_memcpy_d2h(got, sel_dev, sizeof(got), s);
             ft_offload_debug d;
             ft_offload_debug_read(r.o, TOP_K * SEQ, &d);
@@ -576,7 +619,7 @@ TEST(cuda_offload_copy_bandwidth) {
         next[li] = (next[li] + TOP_K) % N_EXPERT;
         ft_cuda_memcpy_h2d(sel_dev, ex, sizeof(ex), s);
         ft_offload_view v;
-        ft_offload_layer_begin(r.o, r.g.layers[li].layer, sel_dev, 1, TOP_K, false, s, &v);
+        ft_offload_layer_begin(r.o, r.g.layers[li].layer, sel_dev, 1, TOP_K, false, s, &v, NULL);
     }
     ft_cuda_stream_sync(s);
     ft_offload_read_counts(r.o, after, NULL, NULL);

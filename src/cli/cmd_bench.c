@@ -312,7 +312,8 @@ int cmd_bench(int argc, char **argv) {
     ids = malloc((size_t)n_tok * sizeof(int32_t));
     for (int i = 0; i < n_tok; i++) ids[i] = bench_token(i, m->hp.n_vocab);
     // the resident reference runs first, on its own engine, and gives its memory back
-    bool offload = ep.device == FT_PLACEMENT_CUDA && ep.moe_backend == FT_MOE_BACKEND_OFFLOAD;
+    bool offload = ep.device == FT_PLACEMENT_CUDA &&
+                   (ep.moe_backend == FT_MOE_BACKEND_OFFLOAD || ep.moe_backend == FT_MOE_BACKEND_HYBRID);
     if (offload && resident_tps == 0 && n_gen > 0)
         resident_tps = resident_decode_tok_s(m, &ep, ids, (int)n_prompt, (int)n_gen, (int)reps);
     cli_show_startup(&ep, NULL);
@@ -365,17 +366,20 @@ int cmd_bench(int argc, char **argv) {
         if (moe) {
             const ft_moe_counts *t = &moe_dec.total;
             printf(",\"moe_cache\":{\"slots\":%d,\"layout\":\"%s\",\"bytes\":%llu,\"decode_hit_rate\":%.4f,"
-                   "\"decode_misses_per_token\":%.2f,\"decode_h2d_bytes_per_token\":%.0f,\"copy_gbs\":%.3f,"
+                   "\"decode_misses_per_token\":%.2f,\"decode_cpu_experts_per_token\":%.2f,"
+                   "\"decode_h2d_bytes_per_token\":%.0f,\"copy_gbs\":%.3f,"
                    "\"resident_tok_s\":%.3f,\"transfer_bound_tok_s\":%.3f,\"transfer_bound_frac\":%.4f,\"pools\":[",
                    moe_dec.n_slots, moe_dec.uniform ? "uniform" : "exact", (unsigned long long)moe_dec.cache_bytes,
-                   ft_moe_hit_rate(t), dec_tokens > 0 ? (double)t->misses / dec_tokens : 0, miss_bpt, copy_gbps,
+                   ft_moe_hit_rate(t), dec_tokens > 0 ? (double)t->misses / dec_tokens : 0,
+                   dec_tokens > 0 ? (double)t->cpu_computed / dec_tokens : 0, miss_bpt, copy_gbps,
                    resident_tps, bound_tps, bound_tps > 0 ? gen_med / bound_tps : 0);
             for (int p = 0; p < moe_dec.n_pools; p++) {
                 const ft_moe_counts *c = &moe_dec.pools[p];
                 printf("%s{\"layers\":%d,\"slots\":%d,\"selections\":%llu,\"hits\":%llu,\"misses\":%llu,"
-                       "\"h2d_bytes\":%llu,\"copy_gbs\":%.3f}", p ? "," : "", moe_dec.pool_layers[p],
-                       moe_dec.pool_slots[p], (unsigned long long)c->selections, (unsigned long long)c->hits,
-                       (unsigned long long)c->misses, (unsigned long long)c->bytes_copied, ft_moe_copy_gbps(c));
+                       "\"cpu_computed\":%llu,\"h2d_bytes\":%llu,\"copy_gbs\":%.3f}", p ? "," : "",
+                       moe_dec.pool_layers[p], moe_dec.pool_slots[p], (unsigned long long)c->selections,
+                       (unsigned long long)c->hits, (unsigned long long)c->misses, (unsigned long long)c->cpu_computed,
+                       (unsigned long long)c->bytes_copied, ft_moe_copy_gbps(c));
             }
             printf("]}");
         }

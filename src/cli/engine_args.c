@@ -94,7 +94,7 @@ bool engine_args_apply(const engine_args *a, ft_engine_params *p) {
         p->device = a->device_cpu_default && !a->gpu_flags[0] ? FT_PLACEMENT_CPU : ft_engine_default_device();
     }
     if (a->moe_backend && !ft_moe_backend_from_name(a->moe_backend, &p->moe_backend)) {
-        fprintf(stderr, "ft %s: --moe-backend %s: expected fused, offload, cpu or auto\n", cmd, a->moe_backend);
+        fprintf(stderr, "ft %s: --moe-backend %s: expected fused, offload, cpu, hybrid or auto\n", cmd, a->moe_backend);
         return false;
     }
     if (a->pool_layout) {
@@ -170,9 +170,11 @@ void engine_args_usage(FILE *out, const engine_args *a) {
             "  --gpu-memory-limit GIB     cap on everything ft allocates on the GPU (to play a smaller card)\n"
             "  --moe-backend B            where routed experts live: fused (all on the GPU), offload (host RAM\n"
             "                             with a GPU expert cache), cpu (computed on the CPU from host RAM,\n"
-            "                             the rest on the GPU) or auto (default: fused when the model fits the\n"
-            "                             budget, else offload)\n"
-            "  --moe-cache-size N         offload: expert slots (one slot: gate, up and down of one expert);\n"
+            "                             the rest on the GPU), hybrid (offload's cache; each decode step's\n"
+            "                             misses split between copies and the CPU by measured costs) or auto\n"
+            "                             (default: fused when the model fits the budget, else offload)\n"
+            "  --moe-cache-size N         offload, hybrid: expert slots (one slot: gate, up and down of one\n"
+            "                             expert);\n"
             "                             default: sized from the budget after --kv-reserve-tokens\n"
             "  --moe-pool-layout L        offload: exact (pools of equal geometry, default) or uniform\n"
             "  --kv-reserve-tokens N      offload: KV tokens reserved before the expert cache is sized\n"

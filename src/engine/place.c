@@ -199,7 +199,7 @@ int engine_offload_batch(const ft_model *m, ft_backend *be, const ft_engine_para
         moe_auto_facts f = engine_auto_facts(m, p, be, NULL, 0);
         mode = moe_placement_auto(&f);
     }
-    if (mode != FT_MOE_BACKEND_OFFLOAD && mode != FT_MOE_BACKEND_CPU) return p->n_batch;
+    if (mode != FT_MOE_BACKEND_OFFLOAD && mode != FT_MOE_BACKEND_CPU && mode != FT_MOE_BACKEND_HYBRID) return p->n_batch;
     ft_device_info info;
     be->ops->device_info(be, &info);
     size_t budget = engine_device_budget(p, &info);
@@ -386,17 +386,22 @@ bool engine_plan(const ft_model *m, ft_backend *be, const ft_engine_params *p, e
     ft_device_info info;
     be->ops->device_info(be, &info);
     out->mode = p->moe_backend == FT_MOE_BACKEND_AUTO ? auto_pick(m, p, be) : p->moe_backend;
+    // the host experts of cpu and hybrid get the banks, not gpt-oss's biases and activation
+    bool host_experts = out->mode == FT_MOE_BACKEND_CPU || out->mode == FT_MOE_BACKEND_HYBRID;
+    if (host_experts && (ft_model_op_features(m) & (FT_OPS_MOE_BIASES | FT_OPS_MOE_SOFTMAX_WEIGHT | FT_OPS_SWIGLU_OAI)))
+        return ft_err_set(err, "--moe-backend %s: %s's experts (their biases, routing and SwiGLU) are not "
+                               "computed in this mode yet; use --moe-backend fused or offload",
+                          ft_moe_backend_name(out->mode), m->arch->name);
     switch (out->mode) {
     case FT_MOE_BACKEND_OFFLOAD:
+    case FT_MOE_BACKEND_HYBRID:
         out->experts_on_host = true;
         ok = plan_offload(m, be, p, &info, out, err);
+        if (ok && out->mode == FT_MOE_BACKEND_HYBRID && p->print_plan)
+            fprintf(stderr, "hybrid: decode steps split their misses between copies to the GPU and %d CPU threads "
+                            "(from the cache's host banks), by costs measured when the cache starts\n", p->n_threads);
         break;
     case FT_MOE_BACKEND_CPU:
-        // the host experts get the banks and routers, not gpt-oss's biases and activation
-        if (ft_model_op_features(m) & (FT_OPS_MOE_BIASES | FT_OPS_MOE_SOFTMAX_WEIGHT | FT_OPS_SWIGLU_OAI))
-            return ft_err_set(err, "--moe-backend cpu: %s's experts (their biases, routing and SwiGLU) are not "
-                                   "computed in this mode yet; use --moe-backend fused or offload",
-                              m->arch->name);
         out->experts_on_host = true;
         ok = plan_host_experts(m, be, p, &info, err);
         break;
@@ -425,17 +430,18 @@ static moe_expert_banks *load_host_banks(const ft_model *m, ft_backend *be, cons
 ft_weights *engine_place(const ft_model *m, ft_backend *be, const ft_engine_params *p, engine_placement *pl,
                          ft_err *err) {
     moe_expert_banks *hb = NULL;
-    if (pl->mode == FT_MOE_BACKEND_OFFLOAD && !(hb = load_host_banks(m, be, pl, err))) return NULL;
+    bool cache = pl->mode == FT_MOE_BACKEND_OFFLOAD || pl->mode == FT_MOE_BACKEND_HYBRID;
+    if (cache && !(hb = load_host_banks(m, be, pl, err))) return NULL;
     ft_weights *w = ft_weights_place(m, be, pl->experts_on_host, p->progress, p->progress_ctx, err);
     if (!w) {
         moe_expert_banks_free(hb);
         return NULL;
     }
-    if (pl->mode == FT_MOE_BACKEND_OFFLOAD && !be->ops->expert_cache_init(be, hb, &pl->cache, err)) {
+    if (cache && !be->ops->expert_cache_init(be, hb, &pl->cache, err)) {
         ft_weights_free(w); // (the cache freed hb)
         return NULL;
     }
-    if (pl->mode == FT_MOE_BACKEND_CPU) {
+    if (pl->mode == FT_MOE_BACKEND_CPU || pl->mode == FT_MOE_BACKEND_HYBRID) { // hybrid: beside the cache
         ft_host_experts_params h = host_experts_of(m, p);
         be->ops->host_experts_init(be, &h);
         host_experts_free(&h);

@@ -38,6 +38,7 @@ static void counts_sub(ft_moe_counts *a, const ft_moe_counts *b) {
     a->selections -= b->selections;
     a->hits -= b->hits;
     a->misses -= b->misses;
+    a->cpu_computed -= b->cpu_computed;
     a->bytes_copied -= b->bytes_copied;
     a->copy_ns -= b->copy_ns;
 }
@@ -55,6 +56,7 @@ static void counts_add(ft_moe_counts *a, const ft_moe_counts *b) {
     a->selections += b->selections;
     a->hits += b->hits;
     a->misses += b->misses;
+    a->cpu_computed += b->cpu_computed;
     a->bytes_copied += b->bytes_copied;
     a->copy_ns += b->copy_ns;
 }
@@ -79,7 +81,9 @@ static void print_counts(FILE *out, const char *what, const ft_moe_counts *c, in
     fprintf(out, "%-24s hit %5.1f%%  misses %9llu  H2D %9.1f MiB", what, 100 * ft_moe_hit_rate(c),
             (unsigned long long)c->misses, (double)c->bytes_copied / 1048576.0);
     if (n_tokens > 0) fprintf(out, " (%.2f MiB/token)", (double)c->bytes_copied / 1048576.0 / n_tokens);
-    fprintf(out, "  %6.1f GB/s\n", ft_moe_copy_gbps(c));
+    fprintf(out, "  %6.1f GB/s", ft_moe_copy_gbps(c));
+    if (c->cpu_computed) fprintf(out, "  on the CPU %llu", (unsigned long long)c->cpu_computed);
+    fputc('\n', out);
 }
 
 void ft_moe_stats_print(const ft_moe_stats *s, int n_tokens, FILE *out) {

@@ -13,6 +13,7 @@
 
 typedef struct ft_moe_counts {
     uint64_t selections, hits, misses;
+    uint64_t cpu_computed;   // misses computed on the CPU instead of copied (hybrid)
     uint64_t bytes_copied;   // host-to-device bytes of expert copies
     uint64_t copy_ns;        // device time of those copies
 } ft_moe_counts;

@@ -28,6 +28,7 @@ struct moe_expert_cache {
     moe_cache_stats *layer_total, *layer_request; // (n_blocks)
     uint64_t *seen;       // (max experts of a layer) epoch marks to count distinct experts
     uint64_t seen_epoch;
+    int *miss_rank;       // (max experts of a layer) a step's missed expert's order of first appearance
 };
 
 moe_expert_cache *moe_expert_cache_init(const moe_cache_plan *plan, const moe_geometry *g) {
@@ -57,6 +58,7 @@ moe_expert_cache *moe_expert_cache_init(const moe_cache_plan *plan, const moe_ge
     c->layer_total = ft_calloc((size_t)c->n_blocks, sizeof(moe_cache_stats));
     c->layer_request = ft_calloc((size_t)c->n_blocks, sizeof(moe_cache_stats));
     c->seen = ft_calloc((size_t)max_expert, sizeof(uint64_t));
+    c->miss_rank = ft_calloc((size_t)max_expert, sizeof(int));
     c->n_pools = plan->n_pools;
     c->pools = ft_calloc((size_t)plan->n_pools, sizeof(pool_state));
     for (int k = 0; k < plan->n_pools; k++) {
@@ -102,6 +104,7 @@ void moe_expert_cache_free(moe_expert_cache *c) {
     free(c->layer_total);
     free(c->layer_request);
     free(c->seen);
+    free(c->miss_rank);
     free(c);
 }
 
@@ -145,16 +148,25 @@ static int oldest_slot(const pool_state *ps, int first, int n, uint64_t t) {
     return best;
 }
 
-static void add_stats(moe_cache_stats *a, uint64_t n, uint64_t k, uint64_t bytes) {
+static void add_stats(moe_cache_stats *a, uint64_t n, uint64_t k, uint64_t bytes, uint64_t cpu) {
     a->selections += n;
     a->hits += n - k;
     a->misses += k;
     a->bytes_copied += bytes;
+    a->cpu_computed += cpu;
 }
 
 bool moe_expert_cache_step(moe_expert_cache *c, int layer, const int32_t *experts, int n, int32_t *slots,
                            moe_cache_copy *copies, int *n_copies, ft_err *err) {
+    int n_cpu;
+    return moe_expert_cache_step_split(c, layer, experts, n, NULL, slots, copies, n_copies, &n_cpu, err);
+}
+
+bool moe_expert_cache_step_split(moe_expert_cache *c, int layer, const int32_t *experts, int n,
+                                 const moe_hybrid_costs *costs, int32_t *slots, moe_cache_copy *copies, int *n_copies,
+                                 int *n_cpu, ft_err *err) {
     *n_copies = 0;
+    *n_cpu = 0;
     int pool = moe_expert_cache_pool_of(c, layer);
     if (pool < 0) return ft_err_set(err, "layer %d is not a MoE layer of the expert cache", layer);
     pool_state *ps = &c->pools[pool];
@@ -176,15 +188,33 @@ bool moe_expert_cache_step(moe_expert_cache *c, int layer, const int32_t *expert
         return ft_err_set(err, "layer %d: the step selects %d distinct experts but the layer has %d slots (pool %d)",
                           layer, distinct, c->range_n[layer], pool);
     uint64_t t = ++ps->clock;
+    int missed = 0; // distinct missed experts
     for (int i = 0; i < n; i++) {
         int s = map[experts[i]];
         slots[i] = s;
         if (s >= 0) ps->stamp[s] = t;
     }
-    int k = 0;
+    epoch = ++c->seen_epoch;
+    for (int i = 0; i < n; i++)
+        if (slots[i] < 0 && c->seen[experts[i]] != epoch) {
+            c->seen[experts[i]] = epoch;
+            missed++;
+        }
+    // the first n_copy distinct misses are copied; the others' selections go to the CPU
+    int n_copy = missed - moe_hybrid_cpu_share(missed, costs);
+    epoch = ++c->seen_epoch;
+    int k = 0, j = 0;
     for (int i = 0; i < n; i++) {
         if (slots[i] >= 0) continue;
         int e = experts[i];
+        if (c->seen[e] != epoch) { // first appearance: the j-th distinct miss
+            c->seen[e] = epoch;
+            c->miss_rank[e] = j++;
+        }
+        if (c->miss_rank[e] >= n_copy) { // computed on the CPU: no slot
+            slots[i] = -1;
+            continue;
+        }
         int s = map[e];
         if (s < 0) { // first appearance of a missed expert: it takes the oldest slot
             s = oldest_slot(ps, c->range_first[layer], c->range_n[layer], t);
@@ -200,11 +230,10 @@ bool moe_expert_cache_step(moe_expert_cache *c, int layer, const int32_t *expert
         slots[i] = s;
     }
     *n_copies = k;
+    *n_cpu = missed - n_copy;
     uint64_t bytes = (uint64_t)k * c->copy_bytes[layer];
-    add_stats(&ps->total, (uint64_t)n, (uint64_t)k, bytes);
-    add_stats(&ps->request, (uint64_t)n, (uint64_t)k, bytes);
-    add_stats(&c->layer_total[layer], (uint64_t)n, (uint64_t)k, bytes);
-    add_stats(&c->layer_request[layer], (uint64_t)n, (uint64_t)k, bytes);
+    moe_cache_stats *st[] = {&ps->total, &ps->request, &c->layer_total[layer], &c->layer_request[layer]};
+    for (size_t i = 0; i < FT_ARRAY_LEN(st); i++) add_stats(st[i], (uint64_t)n, (uint64_t)missed, bytes, (uint64_t)*n_cpu);
     return true;
 }
 

@@ -17,6 +17,7 @@
 
 #include "cache_plan.h"
 #include "expert_banks.h"
+#include "hybrid.h"
 
 typedef struct moe_cache_copy {
     int pool;
@@ -28,6 +29,7 @@ typedef struct moe_cache_copy {
 
 typedef struct moe_cache_stats {
     uint64_t selections, hits, misses, bytes_copied;
+    uint64_t cpu_computed; // misses computed on the CPU instead of copied (moe_expert_cache_step_split)
 } moe_cache_stats;
 
 typedef struct moe_expert_cache moe_expert_cache;
@@ -73,6 +75,16 @@ void moe_expert_cache_free(moe_expert_cache *c);
 // than the layer's range has slots.
 bool moe_expert_cache_step(moe_expert_cache *c, int layer, const int32_t *experts, int n, int32_t *slots,
                            moe_cache_copy *copies, int *n_copies, ft_err *err);
+
+// The step of --moe-backend hybrid: as moe_expert_cache_step, but of the k distinct missed
+// experts only the first k - moe_hybrid_cpu_share(k, costs) (order of first appearance) are
+// copied; the others are computed on the CPU: their selections get slot -1, they are not mapped
+// and evict nothing. *n_cpu gets their count. Statistics: misses += k as before (a CPU-computed
+// miss is still a miss), bytes_copied counts the copies only, cpu_computed += *n_cpu. costs
+// NULL: moe_expert_cache_step.
+bool moe_expert_cache_step_split(moe_expert_cache *c, int layer, const int32_t *experts, int n,
+                                 const moe_hybrid_costs *costs, int32_t *slots, moe_cache_copy *copies, int *n_copies,
+                                 int *n_cpu, ft_err *err);
 
 // Where the bytes of one copy go, per bank: from the host entry to an offset in that bank's
 // arena (the pool's view start + slot x stride). A compact entry lands at the start of a

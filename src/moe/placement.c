@@ -3,7 +3,7 @@
 
 #include <string.h>
 
-static const char *const moe_backend_names[] = {"auto", "fused", "offload", "cpu"};
+static const char *const moe_backend_names[] = {"auto", "fused", "offload", "cpu", "hybrid"};
 
 bool ft_moe_backend_from_name(const char *name, enum ft_moe_backend *out) {
     for (size_t i = 0; i < sizeof(moe_backend_names) / sizeof(moe_backend_names[0]); i++)

@@ -20,11 +20,19 @@ enum ft_placement { FT_PLACEMENT_CPU, FT_PLACEMENT_CUDA };
 //   fused:   every expert resident in device memory with the rest of the model;
 //   offload: experts in page-locked host banks, a GPU expert cache in front of them;
 //   cpu:     experts computed on the CPU from host memory, everything else on the GPU;
+//   hybrid:  offload's cache, with each decode step's misses split between copies and the CPU
+//            (src/moe/hybrid.h);
 //   auto:    moe_placement_auto's choice.
 // The CPU device ignores it (everything runs on the CPU).
-enum ft_moe_backend { FT_MOE_BACKEND_AUTO, FT_MOE_BACKEND_FUSED, FT_MOE_BACKEND_OFFLOAD, FT_MOE_BACKEND_CPU };
+enum ft_moe_backend {
+    FT_MOE_BACKEND_AUTO,
+    FT_MOE_BACKEND_FUSED,
+    FT_MOE_BACKEND_OFFLOAD,
+    FT_MOE_BACKEND_CPU,
+    FT_MOE_BACKEND_HYBRID,
+};
 
-// Parses "auto", "fused", "offload" or "cpu". Returns false if none.
+// Parses "auto", "fused", "offload", "cpu" or "hybrid". Returns false if none.
 bool ft_moe_backend_from_name(const char *name, enum ft_moe_backend *out);
 const char *ft_moe_backend_name(enum ft_moe_backend b);
 

@@ -100,7 +100,10 @@ static void prom_moe(srv_buf *b, const ft_moe_stats *moe) {
     } k[] = {
         {"selections_total", "Experts selected by the router", offsetof(ft_moe_counts, selections), 1},
         {"hits_total", "Selections served from a slot", offsetof(ft_moe_counts, hits), 1},
-        {"misses_total", "Selections copied in from host memory", offsetof(ft_moe_counts, misses), 1},
+        {"misses_total", "Selections not in a slot (copied in, or computed on the CPU in hybrid mode)",
+         offsetof(ft_moe_counts, misses), 1},
+        {"cpu_computed_total", "Missed experts computed on the CPU instead of copied (hybrid mode)",
+         offsetof(ft_moe_counts, cpu_computed), 1},
         {"h2d_bytes_total", "Host-to-device bytes of expert copies", offsetof(ft_moe_counts, bytes_copied), 1},
         {"copy_seconds_total", "Device time of the expert copies", offsetof(ft_moe_counts, copy_ns), 1e-9},
     };
@@ -174,8 +177,9 @@ static json_t *hist_json(const hist *h, const double *le) {
 }
 
 static json_t *moe_counts_json(const ft_moe_counts *c) {
-    return json_pack("{s:I,s:I,s:I,s:f,s:I,s:f,s:f}", "selections", (json_int_t)c->selections, "hits",
-                     (json_int_t)c->hits, "misses", (json_int_t)c->misses, "hit_rate", ft_moe_hit_rate(c),
+    return json_pack("{s:I,s:I,s:I,s:I,s:f,s:I,s:f,s:f}", "selections", (json_int_t)c->selections, "hits",
+                     (json_int_t)c->hits, "misses", (json_int_t)c->misses, "cpu_computed",
+                     (json_int_t)c->cpu_computed, "hit_rate", ft_moe_hit_rate(c),
                      "h2d_bytes", (json_int_t)c->bytes_copied, "copy_seconds", (double)c->copy_ns * 1e-9,
                      "copy_gbs", ft_moe_copy_gbps(c));
 }

@@ -199,9 +199,11 @@ static void finish(srv_sched *s, slot *sl, enum srv_finish why, const char *msg)
     pthread_mutex_lock(&j->mu);
     if (s->has_moe) {
         j->has_moe = true;
-        j->moe = (ft_moe_counts){moe.selections - sl->moe_start.selections, moe.hits - sl->moe_start.hits,
-                                 moe.misses - sl->moe_start.misses, moe.bytes_copied - sl->moe_start.bytes_copied,
-                                 moe.copy_ns - sl->moe_start.copy_ns};
+        j->moe = (ft_moe_counts){.selections = moe.selections - sl->moe_start.selections,
+                                 .hits = moe.hits - sl->moe_start.hits, .misses = moe.misses - sl->moe_start.misses,
+                                 .cpu_computed = moe.cpu_computed - sl->moe_start.cpu_computed,
+                                 .bytes_copied = moe.bytes_copied - sl->moe_start.bytes_copied,
+                                 .copy_ns = moe.copy_ns - sl->moe_start.copy_ns};
     }
     if (why == SRV_FINISH_STOP || why == SRV_FINISH_LENGTH) {
         // what the detokenizer and the stop matcher hold back comes out now
@@ -642,7 +644,8 @@ srv_sched *srv_sched_init(const ft_model *m, const tok_vocab *v, const srv_param
     pthread_cond_init(&s->cv, NULL);
     atomic_init(&s->kv_used, 0);
     atomic_init(&s->kv_cached, 0);
-    s->has_moe = ft_batch_moe_backend(s->b) == FT_MOE_BACKEND_OFFLOAD;
+    enum ft_moe_backend mb = ft_batch_moe_backend(s->b);
+    s->has_moe = mb == FT_MOE_BACKEND_OFFLOAD || mb == FT_MOE_BACKEND_HYBRID;
     atomic_init(&s->steps, 0);
     atomic_init(&s->tokens_generated, 0);
     atomic_init(&s->prompt_evaluated, 0);

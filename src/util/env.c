@@ -33,6 +33,8 @@ static const ft_env_var g_env[FT_ENV_COUNT] = {
                              "spins instead of the stream waiting"),
     STR(CPU_EXPERTS_PROFILE, "cpu mode: set to any value but 0 (an empty one too): time the host's "
                              "side of decode layers and print it at exit"),
+    STR(HYBRID_COSTS, "hybrid mode: COPY_US,CPU_US,MEET_US: one expert's copy, one expert on the CPU and a "
+                      "meeting in microseconds, for every layer, instead of the costs measured at start-up"),
 };
 
 const ft_env_var *ft_env_info(enum ft_env v) {

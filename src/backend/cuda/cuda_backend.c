@@ -816,6 +816,21 @@ static const float *expert_bias(const ft_tensor *b, int64_t n, int n_expert) {
     return b->data;
 }
 
+// Hybrid: the export of a cache step's CPU share, between its lookup and its copies.
+typedef struct hybrid_hook_ctx {
+    cuda_backend *c;
+    const ft_moe_params *p;
+    const float *x;
+    int n_tok;
+} hybrid_hook_ctx;
+
+static void hybrid_after_lookup(void *ctx, const ft_offload_view *v) {
+    const hybrid_hook_ctx *h = ctx;
+    FT_ASSERT(v->cpu_sel && v->n_cpu);
+    cuda_cpu_experts_hybrid_begin(h->c->cpu_experts, h->p, h->x, v->cpu_sel, h->c->sel_w, h->n_tok,
+                                  h->c->mode != STEP_DIRECT, h->c->stream);
+}
+
 static void cuda_moe_ffn(ft_backend *be, const ft_moe_params *p, const float *x, float *y, int n_tok) {
     // cuda_of, not cuda_op: x is only read, so the q8_1 copy of it that the norm before wrote
     // (xq) still serves the expert matmuls; every launch below that writes xq says so
@@ -837,7 +852,7 @@ static void cuda_moe_ffn(ft_backend *be, const ft_moe_params *p, const float *x,
     // a step for the grouped GEMM runs here, on the layer's experts copied into the overlay
     ft_tensor views[MOE_BANK_COUNT];
     bool cpu_overlay = false;
-    if (cuda_cpu_experts_serves(c->cpu_experts, p)) {
+    if (!c->offload && cuda_cpu_experts_serves(c->cpu_experts, p)) {
         FT_ASSERT(plain && "--moe-backend cpu has no experts' biases (engine_plan refuses it)");
         if (!moe_placement_host_overlay(cuda_cpu_experts_overlay_serves(c->cpu_experts, p), shape_tok(c, n_tok),
                                         GEMM_MIN_TOK)) {
@@ -854,9 +869,21 @@ static void cuda_moe_ffn(ft_backend *be, const ft_moe_params *p, const float *x,
         cuda_cpu_experts_overlay_begin(c->cpu_experts, p, c->stream, views);
         cpu_overlay = true;
     }
+    // hybrid: a cache step's CPU share is computed by the host after the step's launch, so a
+    // replayed graph step still queues it
+    bool hybrid = false, hybrid_overlay = false;
+    if (c->offload && c->cpu_experts && p->gate_exps->placement != FT_PLACEMENT_CUDA) {
+        FT_ASSERT(plain && "--moe-backend hybrid has no experts' biases (engine_plan refuses it)");
+        bool gemm = ft_cuda_moe_gemm_supported(p->gate_exps->type, p->up_exps->type, p->down_exps->type);
+        hybrid_overlay = ft_offload_uses_overlay(c->offload, p->layer, shape_tok(c, n_tok), n_tok * k, gemm, c->gemm_min_tok);
+        hybrid = !hybrid_overlay;
+        if (hybrid && !run)
+            cuda_cpu_experts_hybrid_begin(c->cpu_experts, p, x, NULL, NULL, n_tok, c->mode != STEP_DIRECT, NULL);
+    }
     if (!run) return;
     route_on_device(c, p, x, n_tok, false);
     int n_pairs = n_tok * k;
+    const int32_t *hybrid_n_cpu = NULL;
     const ft_tensor *gate = p->gate_exps, *up = p->up_exps, *down = p->down_exps;
     c->expert_ids = c->sel;
     if (cpu_overlay) gate = &views[MOE_BANK_GATE], up = &views[MOE_BANK_UP], down = &views[MOE_BANK_DOWN];
@@ -864,8 +891,12 @@ static void cuda_moe_ffn(ft_backend *be, const ft_moe_params *p, const float *x,
         bool gemm = plain && ft_cuda_moe_gemm_supported(gate->type, up->type, down->type);
         bool overlay = ft_offload_uses_overlay(c->offload, p->layer, shape_tok(c, n_tok), n_pairs, gemm,
                                                c->gemm_min_tok);
+        FT_ASSERT(!c->cpu_experts || overlay == hybrid_overlay);
         ft_offload_view v;
-        ft_offload_layer_begin(c->offload, p->layer, c->sel, n_tok, k, overlay, c->stream, &v);
+        hybrid_hook_ctx hc = {c, p, x, n_tok};
+        ft_offload_hook hook = {hybrid_after_lookup, &hc};
+        ft_offload_layer_begin(c->offload, p->layer, c->sel, n_tok, k, overlay, c->stream, &v, hybrid ? &hook : NULL);
+        hybrid_n_cpu = v.n_cpu;
         const ft_tensor *banks[MOE_BANK_COUNT] = {gate, up, down};
         for (int b = 0; b < MOE_BANK_COUNT; b++) {
             views[b] = *banks[b];
@@ -878,7 +909,7 @@ static void cuda_moe_ffn(ft_backend *be, const ft_moe_params *p, const float *x,
         c->expert_ids = v.ids;
     }
     // prefill: tokens grouped by expert, each expert's weights read once per tile of its tokens
-    if (plain && shape_tok(c, n_tok) >= c->gemm_min_tok &&
+    if (!hybrid && plain && shape_tok(c, n_tok) >= c->gemm_min_tok &&
         ft_cuda_moe_gemm_supported(gate->type, up->type, down->type)) {
         check_on_device(gate);
         check_on_device(up);
@@ -928,6 +959,7 @@ static void cuda_moe_ffn(ft_backend *be, const ft_moe_params *p, const float *x,
         if (down_b) ft_cuda_moe_rows_bias(c->h_out, c->sel, down_b, n_pairs, (int)n_embd, c->stream);
         ft_cuda_moe_combine(c->h_out, c->sel_w, y, n_tok, k, (int)n_embd, c->stream);
     }
+    if (hybrid) cuda_cpu_experts_hybrid_end(c->cpu_experts, y, hybrid_n_cpu, n_tok, n_embd, c->stream);
 }
 
 static void cuda_sigmoid_gate_add(ft_backend *be, const ft_tensor *gate_inp, const float *x, const float *s,
@@ -1123,10 +1155,95 @@ static void cuda_route_counts(ft_backend *be, uint64_t *out) {
     cuda_cpu_experts_add_route_counts(c->cpu_experts, out);
 }
 
+// The hybrid split's costs per MoE layer: FT_HYBRID_COSTS, or measured here on the largest
+// layer and scaled to each by its expert bytes: a copy by the decode copy kernel (n and 1
+// experts: the slope), the CPU op for one token on k and 1 of its experts (the slope per
+// expert; its intercept joins the meeting's round trip as the road's fixed cost).
+static void hybrid_costs(cuda_backend *c) {
+    ft_offload *o = c->offload;
+    const moe_expert_banks *hb = ft_offload_host_banks(o);
+    int nl = hb->n_layers, big = 0;
+    uint64_t *bytes = ft_malloc((size_t)nl * sizeof(uint64_t));
+    for (int i = 0; i < nl; i++) {
+        bytes[i] = 0;
+        for (int b = 0; b < MOE_BANK_COUNT; b++) bytes[i] += hb->layers[i].bank[b].expert_bytes;
+        if (bytes[i] > bytes[big]) big = i;
+    }
+    moe_hybrid_costs *costs = ft_malloc((size_t)nl * sizeof(*costs));
+    const char *env = ft_env_str(FT_ENV_HYBRID_COSTS);
+    double copy_us, cpu_us, meet_us;
+    if (env) {
+        if (sscanf(env, "%lf,%lf,%lf", &copy_us, &cpu_us, &meet_us) != 3 || copy_us < 0 || cpu_us < 0 || meet_us < 0 ||
+            copy_us > 1e6 || cpu_us > 1e6 || meet_us > 1e6)
+            ft_abort(__FILE__, __LINE__, "FT_HYBRID_COSTS=%s: want COPY_US,CPU_US,MEET_US (three numbers >= 0)", env);
+        for (int i = 0; i < nl; i++)
+            costs[i] = (moe_hybrid_costs){(uint32_t)(copy_us * 1e3), (uint32_t)(cpu_us * 1e3), (uint32_t)(meet_us * 1e3)};
+        fprintf(stderr, "hybrid: costs from FT_HYBRID_COSTS for every layer: copy %.1f us, CPU %.1f us an expert, "
+                        "meeting %.1f us\n", copy_us, cpu_us, meet_us);
+    } else {
+        int n = FT_MIN(FT_MIN(8, hb->layers[big].n_expert), FT_MAX(c->lim.n_expert_used, 1));
+        int block = hb->layers[big].layer;
+        double c1 = ft_offload_time_copies(o, big, 1), cn = n > 1 ? ft_offload_time_copies(o, big, n) : c1;
+        double p1 = cuda_cpu_experts_time_experts(c->cpu_experts, block, 1);
+        double pn = n > 1 ? cuda_cpu_experts_time_experts(c->cpu_experts, block, n) : p1;
+        double meet = cuda_cpu_experts_meeting_us(c->cpu_experts, block) * 1e-6;
+        double copy_s = n > 1 ? FT_MAX(cn - c1, 0.0) / (n - 1) : c1, cpu_s = n > 1 ? FT_MAX(pn - p1, 0.0) / (n - 1) : p1;
+        double fixed = meet + FT_MAX(p1 - cpu_s, 0.0);
+        for (int i = 0; i < nl; i++) {
+            double f = (double)bytes[i] / (double)bytes[big];
+            costs[i] = (moe_hybrid_costs){(uint32_t)(copy_s * f * 1e9), (uint32_t)(cpu_s * f * 1e9), (uint32_t)(fixed * 1e9)};
+        }
+        copy_us = copy_s * 1e6, cpu_us = cpu_s * 1e6, meet_us = fixed * 1e6;
+        fprintf(stderr, "hybrid: measured on layer %d (%.1f MiB an expert): a copy %.1f us (%.1f GB/s), the CPU %.1f us "
+                        "an expert (%.1f GB/s), the CPU road's fixed cost %.1f us (meeting %.1f us); scaled to each "
+                        "layer by its expert bytes\n", block, bytes[big] / 1048576.0, copy_us,
+                copy_us > 0 ? bytes[big] / (copy_us * 1e3) : 0.0, cpu_us, cpu_us > 0 ? bytes[big] / (cpu_us * 1e3) : 0.0,
+                meet_us, meet * 1e6);
+    }
+    int k = FT_MAX(c->lim.n_expert_used, 1);
+    fprintf(stderr, "hybrid: with %d misses in the largest layer the CPU computes %d of them\n", k,
+            moe_hybrid_cpu_share(k, &costs[big]));
+    ft_offload_set_hybrid_costs(o, costs);
+    free(costs);
+    free(bytes);
+}
+
+// cpu mode: the CPU computes every routed expert from the params' banks (the model's mapping).
+// Hybrid (an expert cache is attached): the CPU computes the misses the split gives it, from
+// the cache's host banks (descriptors made here; the params' banks are the mapping's), with
+// no prefill overlay (the cache's serves prefill).
 static void cuda_host_experts_init(ft_backend *be, const ft_host_experts_params *p) {
     cuda_backend *c = cuda_of(be);
-    FT_ASSERT(c->reserved && !c->cpu_experts && !c->offload);
-    c->cpu_experts = cuda_cpu_experts_init(p, &c->base.min_route_gap, &c->lim);
+    FT_ASSERT(c->reserved && !c->cpu_experts);
+    if (!c->offload) {
+        c->cpu_experts = cuda_cpu_experts_init(p, &c->base.min_route_gap, &c->lim);
+        return;
+    }
+    ft_host_experts_params h = *p;
+    h.overlay_buffers = 0;
+    ft_tensor *banks = ft_calloc(3 * (size_t)p->n_layer, sizeof(ft_tensor));
+    h.gate_exps = banks, h.up_exps = banks + p->n_layer, h.down_exps = banks + 2 * p->n_layer;
+    const ft_tensor *model[MOE_BANK_COUNT] = {p->gate_exps, p->up_exps, p->down_exps};
+    const moe_expert_banks *hb = ft_offload_host_banks(c->offload);
+    for (int i = 0; i < hb->n_layers; i++) {
+        int L = hb->layers[i].layer;
+        FT_ASSERT(L >= 0 && L < p->n_layer);
+        for (int b = 0; b < MOE_BANK_COUNT; b++) {
+            ft_tensor *t = &banks[(size_t)b * p->n_layer + L];
+            const moe_expert_bank *bk = &hb->layers[i].bank[b];
+            *t = model[b][L];
+            FT_ASSERT(t->type == bk->type && t->mat_bytes == bk->expert_bytes && t->ne[2] == hb->layers[i].n_expert);
+            t->data = bk->data;
+            t->mat_stride = 0; // the banks' entries are packed
+            t->placement = FT_PLACEMENT_CPU;
+        }
+    }
+    c->cpu_experts = cuda_cpu_experts_init(&h, &c->base.min_route_gap, &c->lim);
+    free(banks);
+    if (!cuda_cpu_experts_graphable(c->cpu_experts)) // (its join spins on the flag meeting's numbers)
+        ft_abort(__FILE__, __LINE__, "--moe-backend hybrid needs the flag meeting: unset FT_CPU_EXPERTS_MEETING=event "
+                                     "and CUDA_MODULE_LOADING=LAZY");
+    hybrid_costs(c);
 }
 
 static size_t cuda_host_experts_device_bytes(ft_backend *be, const ft_host_experts_params *p, size_t *staging) {

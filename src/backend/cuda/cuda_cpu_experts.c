@@ -35,6 +35,7 @@ struct cuda_cpu_experts {
     ft_backend *cpu;
     int n_layer;
     ft_tensor *routers, *sel_bias;   // (n_layer) host descriptors
+    ft_tensor *gate_exps, *up_exps, *down_exps; // (n_layer) the banks hybrid layers compute from
     float *route_gap;
 
     // the meeting (host_meeting.h); x_host, y_host: mapped pinned (max_tok, max_width)
@@ -56,6 +57,8 @@ struct cuda_cpu_experts {
         ft_moe_params h;             // direct step, every MoE layer of a graph step
         int n_tok;
         uint32_t seq;
+        bool hybrid;                 // only the selections sel_host names (-1: the GPU's), and no
+                                     // answer where there are none
         bool *row_gemm;              // (max_tok) the rows' kernel classes, copied at the call
     } *pending;
     bool *row_gemm;                  // (n_layer, max_tok): the pending layers' row_gemm
@@ -64,6 +67,9 @@ struct cuda_cpu_experts {
     meet_profile prof;
 
     cpu_experts_overlay *overlay;    // NULL: every layer on the CPU
+    int32_t *hy_sel;                 // hybrid: (max_tok, n_expert_used) a layer's CPU share, compacted
+    float *hy_w;
+    int n_expert_used;
     uint64_t *route_counts;          // (lim.n_layer, n_expert) host_route: the CPU router's, read back
     size_t n_counts;
 };
@@ -104,48 +110,52 @@ static void profile_pool(int n_threads) {
                     "idle (workers asleep)\n", n_threads, hot, (double)cold_ns / COLD / 1e3);
 }
 
-// Round trips of n floats each way on a private stream, in microseconds: the flag meeting
-// (export, host sees the flag, host raises y's flag, import) and the event meeting (copy of
-// x, event record and host wait, copy of y).
-static void profile_meeting(cuda_cpu_experts *ce, size_t n) {
-    enum { ROUNDS = 500 };
+// Microseconds of a round trip of n floats each way on a private stream, `rounds` of them after
+// 10 unmeasured: the flag meeting (export, host sees the flag, host raises y's flag, import)
+// with the stream wait (round 0) or a spinning import kernel (1), or the event meeting (2: copy
+// of x, event record and host wait, copy of y).
+static double meeting_round_trip_us(cuda_cpu_experts *ce, size_t n, int round, int rounds) {
     ft_cuda_stream *s = ft_cuda_stream_init();
     float *a = ft_cuda_malloc(n * sizeof(float)), *b = ft_cuda_malloc(n * sizeof(float));
     FT_ASSERT(a && b);
     ft_cuda_memset(a, 0, n * sizeof(float), s);
     ft_cuda_stream_sync(s);
     _Atomic uint32_t *fx = (_Atomic uint32_t *)&ce->flags[0], *fy = (_Atomic uint32_t *)&ce->flags[1];
-    double us[3] = {0, 0, 0};
-    bool have_wait = ft_cuda_meeting_stream_wait_available();
-    for (int round = 0; round < 3; round++) { // stream wait, spinning kernel, event
-        if (round == 0 && !have_wait) continue;
-        uint64_t t0 = 0;
-        for (int i = -10; i < ROUNDS; i++) { // 10 unmeasured
-            if (i == 0) t0 = now_ns();
-            uint32_t seq = ++ce->seq;
-            if (round < 2) {
-                ft_cuda_meeting_piece piece = {a, ce->x_dev, n};
-                ft_cuda_meeting_export(&piece, 1, ce->flags_dev, ce->dev_seq, ce->counter, s);
-                ft_cuda_meeting_import(ce->y_dev, b, n, ce->flags_dev + 1, ce->dev_seq, round == 0, seq, s);
-                while ((int32_t)(atomic_load_explicit(fx, memory_order_acquire) - seq) < 0) _mm_pause();
-                atomic_store_explicit(fy, seq, memory_order_release);
-            } else {
-                --ce->seq; // (no meeting on the device's count)
-                ft_cuda_memcpy_d2h(ce->x_host, a, n * sizeof(float), s);
-                ft_cuda_event_record(ce->x_ready, s);
-                ft_cuda_event_sync(ce->x_ready);
-                ft_cuda_memcpy_h2d(b, ce->y_host, n * sizeof(float), s);
-            }
+    uint64_t t0 = 0;
+    for (int i = -10; i < rounds; i++) {
+        if (i == 0) t0 = now_ns();
+        uint32_t seq = ++ce->seq;
+        if (round < 2) {
+            ft_cuda_meeting_piece piece = {a, ce->x_dev, n};
+            ft_cuda_meeting_export(&piece, 1, ce->flags_dev, ce->dev_seq, ce->counter, s);
+            ft_cuda_meeting_import(ce->y_dev, b, n, ce->flags_dev + 1, ce->dev_seq, round == 0, seq, s);
+            while ((int32_t)(atomic_load_explicit(fx, memory_order_acquire) - seq) < 0) _mm_pause();
+            atomic_store_explicit(fy, seq, memory_order_release);
+        } else {
+            --ce->seq; // (no meeting on the device's count)
+            ft_cuda_memcpy_d2h(ce->x_host, a, n * sizeof(float), s);
+            ft_cuda_event_record(ce->x_ready, s);
+            ft_cuda_event_sync(ce->x_ready);
+            ft_cuda_memcpy_h2d(b, ce->y_host, n * sizeof(float), s);
         }
-        ft_cuda_stream_sync(s);
-        us[round] = (double)(now_ns() - t0) / ROUNDS / 1e3;
     }
-    fprintf(stderr, "cpu experts profile: meeting round trip of %zu floats: flags with the stream wait %.1f us (%s), "
-                    "flags with a spinning kernel %.1f us, event and copies %.1f us\n",
-            n, us[0], have_wait ? "cuStreamWaitValue32" : "not available", us[1], us[2]);
+    ft_cuda_stream_sync(s);
+    double us = (double)(now_ns() - t0) / rounds / 1e3;
     ft_cuda_free(a);
     ft_cuda_free(b);
     ft_cuda_stream_free(s);
+    return us;
+}
+
+static void profile_meeting(cuda_cpu_experts *ce, size_t n) {
+    enum { ROUNDS = 500 };
+    bool have_wait = ft_cuda_meeting_stream_wait_available();
+    double us[3];
+    for (int round = 0; round < 3; round++)
+        us[round] = round == 0 && !have_wait ? 0.0 : meeting_round_trip_us(ce, n, round, ROUNDS);
+    fprintf(stderr, "cpu experts profile: meeting round trip of %zu floats: flags with the stream wait %.1f us (%s), "
+                    "flags with a spinning kernel %.1f us, event and copies %.1f us\n",
+            n, us[0], have_wait ? "cuStreamWaitValue32" : "not available", us[1], us[2]);
 }
 
 static void profile_print(const cuda_cpu_experts *ce) {
@@ -176,6 +186,14 @@ cuda_cpu_experts *cuda_cpu_experts_init(const ft_host_experts_params *p, float *
     ce->sel_bias = ft_calloc((size_t)p->n_layer, sizeof(ft_tensor));
     memcpy(ce->routers, p->routers, (size_t)p->n_layer * sizeof(ft_tensor));
     if (p->sel_bias) memcpy(ce->sel_bias, p->sel_bias, (size_t)p->n_layer * sizeof(ft_tensor));
+    ce->gate_exps = ft_calloc(3 * (size_t)p->n_layer, sizeof(ft_tensor));
+    ce->up_exps = ce->gate_exps + p->n_layer;
+    ce->down_exps = ce->up_exps + p->n_layer;
+    if (p->gate_exps) {
+        memcpy(ce->gate_exps, p->gate_exps, (size_t)p->n_layer * sizeof(ft_tensor));
+        memcpy(ce->up_exps, p->up_exps, (size_t)p->n_layer * sizeof(ft_tensor));
+        memcpy(ce->down_exps, p->down_exps, (size_t)p->n_layer * sizeof(ft_tensor));
+    }
     ce->cpu = ft_backend_cpu_init(p->n_threads, p->reference);
     ce->cpu->ops->reserve(ce->cpu, lim);
     ce->cap = (size_t)lim->max_tok * (size_t)lim->max_width;
@@ -223,6 +241,9 @@ cuda_cpu_experts *cuda_cpu_experts_init(const ft_host_experts_params *p, float *
         profile_meeting(ce, (size_t)lim->max_width);
     }
     ce->overlay = cpu_experts_overlay_init(p);
+    ce->n_expert_used = FT_MAX(lim->n_expert_used, 1);
+    ce->hy_sel = ft_malloc(ce->sel_cap * sizeof(int32_t));
+    ce->hy_w = ft_malloc(ce->sel_cap * sizeof(float));
     return ce;
 }
 
@@ -243,6 +264,9 @@ void cuda_cpu_experts_free(cuda_cpu_experts *ce) {
     free(ce->row_gemm);
     free(ce->routers);
     free(ce->sel_bias);
+    free(ce->gate_exps);
+    free(ce->hy_sel);
+    free(ce->hy_w);
     free(ce->route_counts);
     free(ce);
 }
@@ -342,15 +366,66 @@ static void wait_for_x(const cuda_cpu_experts *ce, const _Atomic uint32_t *fx, u
     }
 }
 
+// A hybrid layer's CPU share as the CPU op takes it: each token's selections the GPU left to
+// the CPU (sel_host >= 0) first, in slot order, padded to the most any token has with one of
+// the layer's CPU experts at weight 0 (so the padding adds exactly nothing and reads no expert
+// the share does not). Returns that width, 0 when the CPU has nothing to do.
+//   Where the layer has no share, the GPU does not wait for the host and may already be
+// exporting a later layer over the buffers while they are read here: then the x flag has
+// moved past seq (checked after the reads), or an id is out of this layer's range (a torn
+// read), and the layer is skipped. Where it has a share, the GPU waits for this layer's
+// answer before any later export, so the buffers hold this layer's rows.
+static int hybrid_share(cuda_cpu_experts *ce, ft_moe_params *h, int n_tok, uint32_t seq) {
+    int k = h->n_expert_used, width = 0, any = -1;
+    bool torn = false;
+    for (int t = 0; t < n_tok; t++) {
+        int n = 0;
+        for (int j = 0; j < k; j++) {
+            int e = ce->sel_host[t * k + j];
+            if (e < 0) continue;
+            torn |= e >= h->n_expert;
+            n++;
+            any = e;
+        }
+        width = FT_MAX(width, n);
+    }
+    _Atomic uint32_t *fx = (_Atomic uint32_t *)&ce->flags[0];
+    if (width == 0 || torn || atomic_load_explicit(fx, memory_order_acquire) != seq) return 0;
+    for (int t = 0; t < n_tok; t++) {
+        int n = 0;
+        for (int j = 0; j < k; j++) {
+            int e = ce->sel_host[t * k + j];
+            if (e < 0) continue;
+            ce->hy_sel[t * width + n] = e;
+            ce->hy_w[t * width + n++] = ce->w_host[t * k + j];
+        }
+        for (; n < width; n++) {
+            ce->hy_sel[t * width + n] = any;
+            ce->hy_w[t * width + n] = 0.0f;
+        }
+    }
+    h->sel = ce->hy_sel;
+    h->sel_w = ce->hy_w;
+    h->n_expert_used = width;
+    return width;
+}
+
 // Computes the pending layers in order: for each, waits for its x flag, runs the CPU op, raises
-// y's flag.
+// y's flag (a hybrid layer without a CPU share: nothing to run, and no flag: the GPU does not
+// wait for it).
 static void compute_pending(cuda_cpu_experts *ce) {
     _Atomic uint32_t *fx = (_Atomic uint32_t *)&ce->flags[0], *fy = (_Atomic uint32_t *)&ce->flags[1];
     for (int i = 0; i < ce->n_pending; i++) {
         const struct pending_layer *l = &ce->pending[i];
         uint64_t t_arrive = ce->prof.on ? now_ns() : 0;
         wait_for_x(ce, fx, l->seq, l->h.layer);
-        run_cpu_timed(ce, &l->h, l->n_tok, l->row_gemm, t_arrive, ce->prof.on ? now_ns() : 0);
+        if (l->hybrid) {
+            ft_moe_params h = l->h;
+            if (hybrid_share(ce, &h, l->n_tok, l->seq) == 0) continue;
+            run_cpu_timed(ce, &h, l->n_tok, l->row_gemm, t_arrive, ce->prof.on ? now_ns() : 0);
+        } else {
+            run_cpu_timed(ce, &l->h, l->n_tok, l->row_gemm, t_arrive, ce->prof.on ? now_ns() : 0);
+        }
         atomic_store_explicit(fy, l->seq, memory_order_release);
     }
     ce->n_pending = 0;
@@ -404,6 +479,7 @@ void cuda_cpu_experts_moe_ffn(cuda_cpu_experts *ce, const ft_moe_params *p, cons
     l->h = h;
     l->n_tok = n_tok;
     l->seq = seq;
+    l->hybrid = false;
     for (int r = 0; r < n_tok; r++) l->row_gemm[r] = ft_row_gemm(row_gemm, r, n_tok);
     if (graph_step && n_tok == 1) ce->prof.graph_layers++;
 }
@@ -424,3 +500,74 @@ void cuda_cpu_experts_overlay_begin(cuda_cpu_experts *ce, const ft_moe_params *p
 }
 
 void cuda_cpu_experts_overlay_end(cuda_cpu_experts *ce) { cpu_experts_overlay_end(ce->overlay); }
+
+// ---------------------------------------------------------------------------------------------
+// --moe-backend hybrid (cuda_cpu_experts.h)
+
+void cuda_cpu_experts_hybrid_begin(cuda_cpu_experts *ce, const ft_moe_params *p, const float *x,
+                                   const int32_t *cpu_sel, const float *sel_w, int n_tok, bool graph_step,
+                                   ft_cuda_stream *s) {
+    FT_ASSERT(p->layer >= 0 && p->layer < ce->n_layer && n_tok <= ce->max_tok && !ce->event_meeting);
+    FT_ASSERT(ft_tensor_present(&ce->gate_exps[p->layer]));
+    int64_t n_embd = p->gate_exps->ne[0];
+    size_t n = (size_t)n_tok * (size_t)n_embd, n_sel = (size_t)n_tok * (size_t)p->n_expert_used;
+    FT_ASSERT(n <= ce->cap && n_sel <= ce->sel_cap);
+    if (!graph_step) compute_pending(ce); // (as cpu mode: the GPU may be waiting for the last one)
+    FT_ASSERT(ce->n_pending < ce->n_layer);
+    uint32_t seq = ++ce->seq;
+    if (s) {
+        ft_cuda_meeting_piece pieces[3] = {{x, ce->x_dev, n}, {cpu_sel, ce->sel_dev, n_sel}, {sel_w, ce->w_dev, n_sel}};
+        ft_cuda_meeting_export(pieces, 3, ce->flags_dev, ce->dev_seq, ce->counter, s);
+    }
+    ft_moe_params h = *p;
+    h.router = &ce->routers[p->layer];
+    h.sel_bias = &ce->sel_bias[p->layer]; // (not read: the routing is given)
+    h.place = NULL;
+    h.place_ctx = NULL;
+    h.gate_exps = &ce->gate_exps[p->layer];
+    h.up_exps = &ce->up_exps[p->layer];
+    h.down_exps = &ce->down_exps[p->layer];
+    struct pending_layer *l = &ce->pending[ce->n_pending++];
+    l->h = h;
+    l->n_tok = n_tok;
+    l->seq = seq;
+    l->hybrid = true;
+    for (int r = 0; r < n_tok; r++) l->row_gemm[r] = false; // decode rows: the tile kernels
+    if (graph_step && n_tok == 1) ce->prof.graph_layers++;
+}
+
+void cuda_cpu_experts_hybrid_end(cuda_cpu_experts *ce, float *y, const int32_t *n_cpu, int n_tok, int64_t n_embd,
+                                 ft_cuda_stream *s) {
+    if (!s) return;
+    ft_cuda_meeting_import_add(ce->y_dev, y, (size_t)n_tok * (size_t)n_embd, ce->flags_dev + 1, ce->dev_seq, n_cpu, s);
+}
+
+double cuda_cpu_experts_meeting_us(cuda_cpu_experts *ce, int layer) {
+    FT_ASSERT(ce->n_pending == 0 && layer >= 0 && layer < ce->n_layer && ft_tensor_present(&ce->gate_exps[layer]));
+    return meeting_round_trip_us(ce, (size_t)ce->gate_exps[layer].ne[0], 1, 100);
+}
+
+double cuda_cpu_experts_time_experts(cuda_cpu_experts *ce, int layer, int n_experts) {
+    FT_ASSERT(ce->n_pending == 0 && layer >= 0 && layer < ce->n_layer && ft_tensor_present(&ce->gate_exps[layer]));
+    const ft_tensor *g = &ce->gate_exps[layer];
+    int n_embd = (int)g->ne[0];
+    FT_ASSERT(n_experts >= 1 && n_experts <= ce->n_expert_used && n_experts <= g->ne[2] && (size_t)n_embd <= ce->cap);
+    for (int i = 0; i < n_embd; i++) ce->x_host[i] = 0.01f * (float)((i * 7919) % 97 - 48); // any finite input
+    for (int j = 0; j < n_experts; j++) {
+        ce->hy_sel[j] = j;
+        ce->hy_w[j] = 1.0f / (float)n_experts;
+    }
+    ft_moe_params h = {.layer = layer, .router = &ce->routers[layer], .gate_exps = g, .up_exps = &ce->up_exps[layer],
+                       .down_exps = &ce->down_exps[layer], .act = FT_GLU_SILU, .n_expert = (int)g->ne[2],
+                       .n_expert_used = n_experts, .gating = FT_GATING_SOFTMAX, .w_scale = 1.0f,
+                       .sel = ce->hy_sel, .sel_w = ce->hy_w};
+    bool rows[1] = {false};
+    double best = INFINITY;
+    for (int r = 0; r < 6; r++) { // the first warms the pool and the caches up
+        uint64_t t0 = now_ns();
+        run_cpu(ce, &h, 1, rows);
+        double t = (double)(now_ns() - t0) * 1e-9;
+        if (r > 0 && t < best) best = t;
+    }
+    return best;
+}

@@ -91,4 +91,30 @@ void cuda_cpu_experts_overlay_begin(cuda_cpu_experts *ce, const ft_moe_params *p
 // buffer (double-buffered only), so its copy overlaps this layer's work on the GPU.
 void cuda_cpu_experts_overlay_end(cuda_cpu_experts *ce);
 
+// ---------------------------------------------------------------------------------------------
+// --moe-backend hybrid: the offload's cache computes the hits and the copied misses on the GPU,
+// the CPU computes the misses the lookup left to it (ft_offload_view.cpu_sel) from the banks in
+// the params (gate_exps, up_exps, down_exps: descriptors into the offload's host banks), and
+// its sum joins the layer's output on the GPU. The same meeting as cpu mode, with two
+// differences: the host answers only a layer with a CPU share (the join reads the count on the
+// device and skips the wait otherwise), and the answer is added to y, not copied over it.
+
+// Enqueues the export of x, cpu_sel (n_tok x n_expert_used, -1: not the CPU's) and sel_w on s
+// (the lookup wrote them just before; s NULL: a replayed graph step), and leaves the layer's
+// CPU work pending as moe_ffn does. Not with the event meeting.
+void cuda_cpu_experts_hybrid_begin(cuda_cpu_experts *ce, const ft_moe_params *p, const float *x,
+                                   const int32_t *cpu_sel, const float *sel_w, int n_tok, bool graph_step,
+                                   ft_cuda_stream *s);
+// What the split's costs are measured from (nothing pending; both wait for the device): the
+// round trip of a meeting of a row of the layer's input each way with a spinning import
+// (microseconds), and the best time of the CPU op on experts 0 .. n_experts-1 of hybrid layer
+// `layer` (block index) for one token (seconds).
+double cuda_cpu_experts_meeting_us(cuda_cpu_experts *ce, int layer);
+double cuda_cpu_experts_time_experts(cuda_cpu_experts *ce, int layer, int n_experts);
+
+// Enqueues the join after the GPU's expert kernels: y (n_tok, n_embd) += the CPU's sum, where
+// *n_cpu (device) is not 0. s NULL: nothing (a replay).
+void cuda_cpu_experts_hybrid_end(cuda_cpu_experts *ce, float *y, const int32_t *n_cpu, int n_tok, int64_t n_embd,
+                                 ft_cuda_stream *s);
+
 #endif

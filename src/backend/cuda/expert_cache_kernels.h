@@ -12,9 +12,11 @@ extern "C" {
 
 // Counters kept per MoE layer (u64 each), in this order.
 enum { FT_CACHE_STAT_SELECTIONS, FT_CACHE_STAT_HITS, FT_CACHE_STAT_MISSES, FT_CACHE_STAT_BYTES, FT_CACHE_STAT_COPY_NS,
-       FT_CACHE_STAT_STEPS, FT_CACHE_STAT_PREFILL_LAYERS, FT_CACHE_STAT_COPY_BYTES_DECODE, FT_CACHE_STAT_COUNT };
+       FT_CACHE_STAT_STEPS, FT_CACHE_STAT_PREFILL_LAYERS, FT_CACHE_STAT_COPY_BYTES_DECODE, FT_CACHE_STAT_CPU,
+       FT_CACHE_STAT_COUNT };
 
-// One layer step of the C reference (src/moe/expert_cache.h) on the device tables, in one CTA.
+// One layer step of the C reference (src/moe/expert_cache.h) on the device tables, in one CTA:
+// moe_expert_cache_step, or with costs moe_expert_cache_step_split (hybrid).
 typedef struct ft_cuda_cache_lookup_params {
     const int32_t *sel;        // (n) the step's selections (expert ids), duplicates allowed
     int n;                     // 1 .. the layer's own slots
@@ -30,6 +32,13 @@ typedef struct ft_cuda_cache_lookup_params {
     uint64_t *stats;           // (FT_CACHE_STAT_COUNT) the layer's counters, or NULL (telemetry off)
     uint64_t copy_bytes;       // bytes one copy moves (the layer's native expert bytes)
     uint64_t *copy_span;       // (3) reset here for the copy kernel's timing
+    // hybrid (all three set, or all NULL): costs (3 words: moe_hybrid_costs, read at run time
+    // so the host may update them between steps); cpu_sel (n) out: the expert of each
+    // selection the CPU computes, -1 for the others (whose slot is -1 then); n_cpu (1) out:
+    // how many selections the CPU computes
+    const uint32_t *costs;
+    int32_t *cpu_sel;
+    int32_t *n_cpu;
 } ft_cuda_cache_lookup_params;
 void ft_cuda_cache_lookup(const ft_cuda_cache_lookup_params *p, ft_cuda_stream *s);
 

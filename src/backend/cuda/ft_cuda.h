@@ -177,7 +177,8 @@ typedef struct ft_cuda_matvec_ids_params {
     size_t mat_bytes;       // bytes of one (n_rows, n_cols) matrix
     int64_t n_rows, n_cols;
     const void *x;          // (n_pairs / x_div rows, n_cols): q8_1 or floats as for ft_cuda_matvec
-    const int32_t *ids;     // (n_pairs) matrix of each pair, device memory
+    const int32_t *ids;     // (n_pairs) matrix of each pair, device memory; -1: none (hybrid: the CPU
+                            // computes the pair): its y row is 0, and SUM adds nothing for it
     int x_div;              // >= 1
     float *y;               // (n_pairs, n_rows); (n_pairs / k, n_rows) with sum_w
     int n_pairs;

@@ -74,6 +74,29 @@ __global__ void __launch_bounds__(MEETING_THREADS)
     }
 }
 
+// The hybrid join: as the spinning import, but only where *count > 0 (else the host has nothing
+// to give and does not answer), and adding the host's floats to y instead of copying them.
+__global__ void __launch_bounds__(MEETING_THREADS)
+    meeting_import_add_kernel(const float *yh, float *y, size_t n, const uint32_t *flag, const uint32_t *seq,
+                              const int32_t *count) {
+    if (*count == 0) return; // (the same value for every CTA: no barrier is skipped by part of one)
+    if (threadIdx.x == 0) {
+        const uint32_t want = *seq;
+        while ((int32_t)(ft_meeting_load_acquire_sys(flag) - want) < 0) {
+        }
+    }
+    __syncthreads();
+    size_t stride = (size_t)gridDim.x * blockDim.x, i0 = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    for (size_t i = i0; i < n; i += stride) y[i] += __ldcv(yh + i);
+}
+
+extern "C" void ft_cuda_meeting_import_add(const float *y_host, float *y, size_t n, const uint32_t *flag,
+                                           const uint32_t *seq, const int32_t *count, ft_cuda_stream *s) {
+    meeting_import_add_kernel<<<meeting_ctas(n), MEETING_THREADS, 0, ft_cuda_stream_handle(s)>>>(y_host, y, n, flag,
+                                                                                                  seq, count);
+    CUDA_CHECK_LAUNCH();
+}
+
 extern "C" void ft_cuda_meeting_export(const ft_cuda_meeting_piece *pieces, int n_pieces, uint32_t *flag,
                                        uint32_t *seq, uint32_t *counter, ft_cuda_stream *s) {
     FT_CUDA_ASSERT(n_pieces >= 1 && n_pieces <= FT_CUDA_MEETING_MAX_PIECES);

@@ -46,6 +46,13 @@ void ft_cuda_meeting_export(const ft_cuda_meeting_piece *pieces, int n_pieces, u
 void ft_cuda_meeting_import(const float *y_host, float *y, size_t n, const uint32_t *flag, const uint32_t *seq,
                             bool stream_wait, uint32_t wait_seq, ft_cuda_stream *s);
 
+// The join of --moe-backend hybrid: where *count (device memory, written earlier on the stream)
+// is not 0, waits for the second flag to reach *seq (a spinning kernel, so graph replays work)
+// and adds the host's n floats to y; where it is 0, does nothing (the host does not answer a
+// meeting it has no work for).
+void ft_cuda_meeting_import_add(const float *y_host, float *y, size_t n, const uint32_t *flag, const uint32_t *seq,
+                                const int32_t *count, ft_cuda_stream *s);
+
 // Does the driver give the stream wait (cuStreamWaitValue32)?
 bool ft_cuda_meeting_stream_wait_available(void);
 

@@ -75,6 +75,10 @@ __global__ void __launch_bounds__(MVF_THREADS) matvec_f_kernel(const matvec_f_ar
     float *y = a.y;
     if (a.ids) {
         const int pair = blockIdx.y;
+        if (a.ids[pair] < 0) { // computed on the CPU (hybrid): zero rows (the whole CTA, before any barrier)
+            if (threadIdx.x < ROWS && row0 + (int)threadIdx.x < a.n_rows) y[(size_t)pair * a.n_rows + row0 + threadIdx.x] = 0.0f;
+            return;
+        }
         w = (const elem *)((const uint8_t *)a.w + (size_t)a.ids[pair] * a.w_mat);
         x += (size_t)(pair / a.x_div) * a.n_cols;
         y += (size_t)pair * a.n_rows;

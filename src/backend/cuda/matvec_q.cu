@@ -103,6 +103,11 @@ __global__ void __launch_bounds__(MV_THREADS) matvec_q_kernel(const matvec_q_arg
     const block_q8_1 *x = a.x;
     if (a.ids) {
         const int pair = blockIdx.y;
+        if (a.ids[pair] < 0) { // computed on the CPU (hybrid): zero rows, whose weighted sum adds nothing
+            if (threadIdx.x % TPR < ROWS && row0 + (int)(threadIdx.x % TPR) < n_rows)
+                y[(int64_t)pair * n_rows + row0 + threadIdx.x % TPR] = 0.0f;
+            return;
+        }
         w += (size_t)a.ids[pair] * a.w_mat;
         x += (int64_t)(pair / a.x_div) * x_stride;
         y += (int64_t)pair * n_rows;
@@ -227,6 +232,7 @@ __global__ void __launch_bounds__(MV_THREADS) matvec_q_glu_kernel(const matvec_q
     const int row = blockIdx.x * MV_WARPS + threadIdx.x / FT_WARP, lane = threadIdx.x % FT_WARP;
     if (row >= a.n_rows) return; // whole warps: no CTA-wide step follows
     const int pair = blockIdx.y;
+    if (a.ids[pair] < 0) return; // computed on the CPU (hybrid); the SUM kernel skips the pair
     const size_t off = (size_t)a.ids[pair] * a.w_mat + (size_t)row * a.n_blocks * qt<T>::bytes;
     const uint8_t *const wr[2] = {a.w + off, a.w_up + off};
     float d[2];
@@ -246,6 +252,7 @@ __global__ void __launch_bounds__(GLUQ_WARPS * FT_WARP) matvec_q_glu_q_kernel(co
     __shared__ float hs[QK8_1];
     const int warp = threadIdx.x / FT_WARP, lane = threadIdx.x % FT_WARP;
     const int row0 = blockIdx.x * QK8_1, pair = blockIdx.y;
+    if (a.ids[pair] < 0) return; // computed on the CPU (hybrid): the whole CTA, before any barrier
     const size_t base = (size_t)a.ids[pair] * a.w_mat;
     const uint8_t *wr[2 * GLUQ_RPW];
 #pragma unroll
@@ -280,13 +287,19 @@ __global__ void __launch_bounds__(SUM_MAX_K * FT_WARP) matvec_q_sum_kernel(const
     const int row0 = blockIdx.x * SUM_ROWS, j = threadIdx.x / FT_WARP, lane = threadIdx.x % FT_WARP;
     const int tok = blockIdx.y, pair = tok * a.k + j;
     const size_t row_bytes = (size_t)a.n_blocks * qt<T>::bytes;
-    const uint8_t *w = a.w + (size_t)a.ids[pair] * a.w_mat;
-    const uint8_t *wr[SUM_ROWS];
-#pragma unroll
-    for (int r = 0; r < SUM_ROWS; r++) wr[r] = w + (size_t)min(row0 + r, a.n_rows - 1) * row_bytes;
+    const int id = a.ids[pair];
     float d[SUM_ROWS];
-    warp_rows_dot<T, SUM_ROWS>(wr, a.x + (int64_t)(pair / a.x_div) * a.n_blocks * (qt<T>::qk / QK8_1), a.n_blocks,
-                               lane, d);
+    if (id >= 0) {
+        const uint8_t *w = a.w + (size_t)id * a.w_mat;
+        const uint8_t *wr[SUM_ROWS];
+#pragma unroll
+        for (int r = 0; r < SUM_ROWS; r++) wr[r] = w + (size_t)min(row0 + r, a.n_rows - 1) * row_bytes;
+        warp_rows_dot<T, SUM_ROWS>(wr, a.x + (int64_t)(pair / a.x_div) * a.n_blocks * (qt<T>::qk / QK8_1),
+                                   a.n_blocks, lane, d);
+    } else { // computed on the CPU (hybrid): its product adds nothing here
+#pragma unroll
+        for (int r = 0; r < SUM_ROWS; r++) d[r] = 0.0f;
+    }
     if (lane == 0)
 #pragma unroll
         for (int r = 0; r < SUM_ROWS; r++) dots[j][r] = d[r];

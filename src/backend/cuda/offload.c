@@ -9,6 +9,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 // Device tables of one pool (its slots' experts and stamps, which the lookup kernel updates).
 typedef struct pool_dev {
@@ -59,6 +60,11 @@ struct ft_offload {
     bool ov_prefetch;                    // a prefetch may be in flight on the copy stream
     ft_cuda_stream *copy_stream;
     ft_cuda_event *ev_copied[2], *ev_done[2];
+
+    // hybrid (ft_offload_set_hybrid_costs): the split's costs per MoE layer, and per step the
+    // CPU's selections and their count
+    uint32_t *hybrid_costs;    // device (g.n_layers, 3), NULL: not hybrid
+    int32_t *cpu_sel, *n_cpu;  // device (max_sel), (1)
 
     // route-trace replay
     uint16_t *trace;           // device (n_steps, n_layers, n_seq, top_k)
@@ -289,6 +295,9 @@ void ft_offload_free(ft_offload *o) {
     ft_cuda_free(o->n_copies);
     ft_cuda_free(o->trace);
     ft_cuda_free(o->trace_step);
+    ft_cuda_free(o->hybrid_costs);
+    ft_cuda_free(o->cpu_sel);
+    ft_cuda_free(o->n_cpu);
     free(o->trace_li);
     free(o->layer_of_block);
     free(o->map_base);
@@ -336,12 +345,16 @@ void ft_offload_reserve(ft_offload *o, int max_sel) {
     ft_cuda_free(o->copy_expert);
     ft_cuda_free(o->copy_slot);
     ft_cuda_free(o->n_copies);
+    ft_cuda_free(o->cpu_sel);
+    ft_cuda_free(o->n_cpu);
     o->max_sel = max_sel;
     size_t n = (size_t)max_sel * sizeof(int32_t);
     o->slots = dev_alloc(n);
     o->copy_expert = dev_alloc(n);
     o->copy_slot = dev_alloc(n);
     o->n_copies = dev_alloc(sizeof(int32_t));
+    o->cpu_sel = dev_alloc(n);
+    o->n_cpu = dev_alloc(sizeof(int32_t));
     if (!o->slots || !o->copy_expert || !o->copy_slot || !o->n_copies)
         ft_abort(__FILE__, __LINE__, "offload: out of device memory for %d selections", max_sel);
 }
@@ -443,7 +456,8 @@ static void overlay_step(ft_offload *o, int block, const int32_t *sel, ft_cuda_s
     v->overlay = true;
 }
 
-static void cache_step(ft_offload *o, int block, const int32_t *sel, int n, ft_cuda_stream *s, ft_offload_view *v) {
+static void cache_step(ft_offload *o, int block, const int32_t *sel, int n, ft_cuda_stream *s, ft_offload_view *v,
+                       const ft_offload_hook *hook) {
     int li = o->layer_of_block[block];
     // a prefetch still streaming into the overlay must land before slots there are refilled
     if (o->ov_prefetch) {
@@ -465,7 +479,16 @@ static void cache_step(ft_offload *o, int block, const int32_t *sel, int n, ft_c
         .first = first, .n_own = n_own, .copy_expert = o->copy_expert, .copy_slot = o->copy_slot,
         .n_copies = o->n_copies, .stats = o->telemetry ? st : NULL, .copy_bytes = copy_bytes, .copy_span = o->span,
     };
+    bool hybrid = hook && o->hybrid_costs;
+    if (hybrid) {
+        lp.costs = o->hybrid_costs + (size_t)li * 3;
+        lp.cpu_sel = o->cpu_sel;
+        lp.n_cpu = o->n_cpu;
+    }
     ft_cuda_cache_lookup(&lp, s);
+    v->cpu_sel = hybrid ? o->cpu_sel : NULL;
+    v->n_cpu = hybrid ? o->n_cpu : NULL;
+    if (hook) hook->after_lookup(hook->ctx, v); // the CPU's road starts before the copies
     ft_cuda_cache_copy_params cp = {
         .n_copies = o->n_copies, .copy_expert = o->copy_expert, .copy_slot = o->copy_slot,
         .copy_span = o->span, .copy_ns = o->telemetry ? &st[FT_CACHE_STAT_COPY_NS] : NULL,
@@ -485,7 +508,7 @@ static void cache_step(ft_offload *o, int block, const int32_t *sel, int n, ft_c
 }
 
 void ft_offload_layer_begin(ft_offload *o, int block, int32_t *sel, int n_tok, int k, bool overlay,
-                            ft_cuda_stream *s, ft_offload_view *v) {
+                            ft_cuda_stream *s, ft_offload_view *v, const ft_offload_hook *hook) {
     FT_ASSERT(block >= 0 && block < o->n_blocks && o->layer_of_block[block] >= 0);
     int n = n_tok * k;
     FT_ASSERT(n >= 1 && (overlay || n <= o->max_sel));
@@ -497,9 +520,35 @@ void ft_offload_layer_begin(ft_offload *o, int block, int32_t *sel, int n_tok, i
         };
         ft_cuda_cache_trace(&tp, s);
     }
-    if (overlay) overlay_step(o, block, sel, s, v);
-    else cache_step(o, block, sel, n, s, v);
+    if (overlay) {
+        overlay_step(o, block, sel, s, v);
+        v->cpu_sel = NULL;
+        v->n_cpu = NULL;
+    } else {
+        cache_step(o, block, sel, n, s, v, hook);
+    }
 }
+
+void ft_offload_set_hybrid_costs(ft_offload *o, const moe_hybrid_costs *costs) {
+    size_t n = (size_t)o->g.n_layers * 3;
+    if (!o->hybrid_costs) o->hybrid_costs = dev_alloc(n * sizeof(uint32_t));
+    uint32_t *h = ft_malloc(n * sizeof(uint32_t));
+    for (int i = 0; i < o->g.n_layers; i++) {
+        h[3 * i] = costs[i].copy_ns;
+        h[3 * i + 1] = costs[i].cpu_ns;
+        h[3 * i + 2] = costs[i].meet_ns;
+    }
+    ft_cuda_device_sync(); // (a step in flight may be reading them)
+    ft_cuda_memcpy_h2d(o->hybrid_costs, h, n * sizeof(uint32_t), NULL);
+    ft_cuda_stream_sync(NULL);
+    free(h);
+}
+
+bool ft_offload_is_hybrid(const ft_offload *o) { return o->hybrid_costs != NULL; }
+
+const moe_expert_banks *ft_offload_host_banks(const ft_offload *o) { return o->hb; }
+
+const moe_geometry *ft_offload_geometry(const ft_offload *o) { return &o->g; }
 
 // ---------------------------------------------------------------------------------------------
 // Telemetry
@@ -513,6 +562,7 @@ static void add_counts(ft_offload_counts *a, const ft_offload_counts *b) {
     a->selections += b->selections;
     a->hits += b->hits;
     a->misses += b->misses;
+    a->cpu_computed += b->cpu_computed;
     a->bytes_copied += b->bytes_copied;
     a->copy_ns += b->copy_ns;
     a->steps += b->steps;
@@ -532,6 +582,7 @@ void ft_offload_read_counts(ft_offload *o, ft_offload_counts *layers, ft_offload
         const uint64_t *r = h + (size_t)i * FT_CACHE_STAT_COUNT;
         ft_offload_counts c = {
             .selections = r[FT_CACHE_STAT_SELECTIONS], .hits = r[FT_CACHE_STAT_HITS], .misses = r[FT_CACHE_STAT_MISSES],
+            .cpu_computed = r[FT_CACHE_STAT_CPU],
             .bytes_copied = r[FT_CACHE_STAT_BYTES], .copy_ns = r[FT_CACHE_STAT_COPY_NS],
             .steps = r[FT_CACHE_STAT_STEPS] + r[FT_CACHE_STAT_PREFILL_LAYERS],
             .prefill_layers = r[FT_CACHE_STAT_PREFILL_LAYERS],
@@ -545,7 +596,7 @@ void ft_offload_read_counts(ft_offload *o, ft_offload_counts *layers, ft_offload
 
 static ft_moe_counts moe_counts_of(const ft_offload_counts *c) {
     return (ft_moe_counts){.selections = c->selections, .hits = c->hits, .misses = c->misses,
-                           .bytes_copied = c->bytes_copied, .copy_ns = c->copy_ns};
+                           .cpu_computed = c->cpu_computed, .bytes_copied = c->bytes_copied, .copy_ns = c->copy_ns};
 }
 
 void ft_offload_stats(ft_offload *o, ft_moe_stats *out) {
@@ -611,6 +662,13 @@ void ft_offload_debug_read(ft_offload *o, int n, ft_offload_debug *d) {
     ft_cuda_memcpy_d2h(d->copy_expert, o->copy_expert, (size_t)nc * sizeof(int32_t), NULL);
     ft_cuda_memcpy_d2h(d->copy_slot, o->copy_slot, (size_t)nc * sizeof(int32_t), NULL);
     ft_cuda_memcpy_d2h(d->slots, o->slots, (size_t)n * sizeof(int32_t), NULL);
+    d->cpu_sel = ft_malloc((size_t)(n + 1) * sizeof(int32_t));
+    if (o->hybrid_costs) {
+        ft_cuda_memcpy_d2h(d->cpu_sel, o->cpu_sel, (size_t)n * sizeof(int32_t), NULL);
+        ft_cuda_memcpy_d2h(&d->n_cpu, o->n_cpu, sizeof(int32_t), NULL);
+    } else {
+        for (int i = 0; i < n; i++) d->cpu_sel[i] = -1;
+    }
     d->n_pools = o->plan.n_pools;
     d->n_slots = ft_malloc((size_t)d->n_pools * sizeof(int));
     d->slot_expert = ft_malloc((size_t)d->n_pools * sizeof(int32_t *));
@@ -629,6 +687,7 @@ void ft_offload_debug_read(ft_offload *o, int n, ft_offload_debug *d) {
 
 void ft_offload_debug_free(ft_offload_debug *d) {
     free(d->copy_expert);
+    free(d->cpu_sel);
     free(d->copy_slot);
     free(d->slots);
     for (int k = 0; k < d->n_pools; k++) {
@@ -640,4 +699,46 @@ void ft_offload_debug_free(ft_offload_debug *d) {
     free(d->stamp);
     free(d->clock);
     memset(d, 0, sizeof(*d));
+}
+
+// Copies experts 0 .. n-1 of MoE layer li with the decode copy kernel into a device temporary,
+// as decode's misses go (mapped host reads by the SMs): the best of five timed runs after one.
+double ft_offload_time_copies(ft_offload *o, int li, int n) {
+    FT_ASSERT(li >= 0 && li < o->g.n_layers && n >= 1 && n <= o->hb->layers[li].n_expert);
+    const moe_host_layer *hl = &o->hb->layers[li];
+    uint64_t bytes = 0;
+    for (int b = 0; b < MOE_BANK_COUNT; b++) bytes += hl->bank[b].expert_bytes;
+    uint8_t *tmp = ft_cuda_malloc((size_t)n * bytes);
+    int32_t *ids = ft_cuda_malloc((size_t)(2 * n + 1) * sizeof(int32_t));
+    if (!tmp || !ids) ft_abort(__FILE__, __LINE__, "offload: out of device memory timing the copies");
+    int32_t *h = ft_malloc((size_t)(2 * n + 1) * sizeof(int32_t));
+    h[0] = n;
+    for (int j = 0; j < n; j++) h[1 + j] = h[1 + n + j] = j;
+    ft_cuda_memcpy_h2d(ids, h, (size_t)(2 * n + 1) * sizeof(int32_t), NULL);
+    free(h);
+    ft_cuda_cache_copy_params cp = {.n_copies = ids, .copy_expert = ids + 1, .copy_slot = ids + 1 + n};
+    uint64_t off = 0;
+    for (int b = 0; b < MOE_BANK_COUNT; b++) {
+        cp.src[b] = o->hb_dev + (hl->bank[b].data - (const uint8_t *)o->hb->block);
+        cp.bytes[b] = hl->bank[b].expert_bytes;
+        cp.dst[b] = tmp + off; // bank b of expert j at off + j * stride: the banks' slots side by side
+        cp.stride[b] = bytes;
+        off += hl->bank[b].expert_bytes;
+    }
+    ft_cuda_stream *s = ft_cuda_stream_init();
+    double best = 1e30;
+    for (int r = 0; r < 6; r++) {
+        ft_cuda_stream_sync(s);
+        struct timespec a, b;
+        clock_gettime(CLOCK_MONOTONIC, &a);
+        ft_cuda_cache_copy(&cp, 0, s);
+        ft_cuda_stream_sync(s);
+        clock_gettime(CLOCK_MONOTONIC, &b);
+        double t = (double)(b.tv_sec - a.tv_sec) + 1e-9 * (double)(b.tv_nsec - a.tv_nsec);
+        if (r > 0 && t < best) best = t;
+    }
+    ft_cuda_stream_free(s);
+    ft_cuda_free(ids);
+    ft_cuda_free(tmp);
+    return best;
 }

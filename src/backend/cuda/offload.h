@@ -17,6 +17,7 @@
 #include "../../moe/cache_plan.h"
 #include "../../moe/cache_stats.h"
 #include "../../moe/expert_banks.h"
+#include "../../moe/hybrid.h"
 #include "../../moe/placement.h"
 #include "../../moe/route_trace.h"
 #include "ft_cuda.h"
@@ -65,6 +66,7 @@ uint64_t ft_offload_generation(const ft_offload *o);
 
 typedef struct ft_offload_counts {
     uint64_t selections, hits, misses;
+    uint64_t cpu_computed;        // misses the CPU computed instead (hybrid)
     uint64_t bytes_copied;        // host-to-device bytes of the expert copies (decode and prefill)
     uint64_t copy_ns;             // device time of those copies (decode copy kernels, prefill
                                   // overlay copies)
@@ -101,9 +103,19 @@ void ft_offload_print(const ft_offload *o, FILE *out);
 typedef struct ft_offload_view {
     const void *w[MOE_BANK_COUNT];   // device memory
     size_t mat_bytes[MOE_BANK_COUNT];
-    const int32_t *ids;              // (n) device memory
+    const int32_t *ids;              // (n) device memory; -1: a selection the CPU computes (hybrid)
     bool overlay;                    // the whole layer in the overlay (ids are the expert ids)
+    // hybrid cache steps (device memory, else NULL): per selection the expert the CPU computes
+    // or -1, and how many selections it computes
+    const int32_t *cpu_sel, *n_cpu;
 } ft_offload_view;
+
+// Work enqueued between a cache step's lookup and its copies (hybrid: the CPU's meeting starts
+// before the copies take the bus).
+typedef struct ft_offload_hook {
+    void (*after_lookup)(void *ctx, const ft_offload_view *v);
+    void *ctx;
+} ft_offload_hook;
 
 // Device memory for the per-step outputs of steps of up to max_sel selections (called by the
 // backend's reserve; keeps the largest).
@@ -119,8 +131,22 @@ bool ft_offload_uses_overlay(const ft_offload *o, int block, int n_tok, int n, b
 // memory. The expert kernels of the step must be enqueued on s before the next call (an
 // overlay buffer is reused once the work enqueued before that call has run). Aborts on a
 // programmer error (not a MoE layer, more selections than the reserve).
+// hook (NULL: none) runs after a cache step's lookup; with hybrid costs set, the lookup splits
+// the misses (moe_expert_cache_step_split) only when hook is given.
 void ft_offload_layer_begin(ft_offload *o, int block, int32_t *sel, int n_tok, int k, bool overlay,
-                            ft_cuda_stream *s, ft_offload_view *v);
+                            ft_cuda_stream *s, ft_offload_view *v, const ft_offload_hook *hook);
+
+// --moe-backend hybrid: decode steps given a hook split their misses by costs (g.n_layers
+// entries, in the order of the geometry's layers), which the device reads at run time: a later
+// call changes them for captured graphs too. Waits for the device.
+void ft_offload_set_hybrid_costs(ft_offload *o, const moe_hybrid_costs *costs);
+bool ft_offload_is_hybrid(const ft_offload *o);
+// Seconds the decode copy kernel takes for experts 0 .. n-1 of the i-th MoE layer (best of
+// five, into a temporary; waits for the device): what the hybrid split's copy cost is measured by.
+double ft_offload_time_copies(ft_offload *o, int i, int n);
+// The host banks (the CPU computes its share from them) and the geometry they follow.
+const moe_expert_banks *ft_offload_host_banks(const ft_offload *o);
+const moe_geometry *ft_offload_geometry(const ft_offload *o);
 
 // ---------------------------------------------------------------------------------------------
 // For tests: the device tables read back (waits for the device).
@@ -130,6 +156,8 @@ typedef struct ft_offload_debug {
     int32_t *copy_expert;       // (n_copies) in the order of the C reference's copies
     int32_t *copy_slot;
     int32_t *slots;             // (n of the last step) the slot of each selection
+    int32_t *cpu_sel;           // (n) hybrid: the expert of each selection the CPU computes, or -1
+    int n_cpu;                  // hybrid: how many selections the CPU computes
     int n_pools;
     int *n_slots;               // (n_pools)
     int32_t **slot_expert;      // (n_pools)(n_slots) -1: empty
