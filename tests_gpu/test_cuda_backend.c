@@ -55,9 +55,7 @@ typedef struct {
 static bool pair_init(pair *p, int max_tok, int64_t max_width, int max_ctx, int hd, int ne, int k) {
     ft_err err = {{0}};
     p->cpu = ft_backend_cpu_init(2, false);
-    setenv("FT_CUDA_ROUTE_COUNTS", "1", 1); // (opt-in until the GPU suite has run it)
     p->gpu = ft_backend_init(&(ft_backend_params){.device = FT_PLACEMENT_CUDA, .graph_max_tok = -1}, &err);
-    unsetenv("FT_CUDA_ROUTE_COUNTS");
     if (!p->gpu) {
         test_fail(__FILE__, __LINE__, "cuda init: %s", err.msg);
         p->cpu->ops->free(p->cpu);
@@ -1010,9 +1008,7 @@ TEST(cuda_model_laguna_bf16_tail) { GPU_TEST_REQUIRE_DEVICE(); arch_cases("lagun
 // experts where not strict): the prompts run past the window
 TEST(cuda_model_gptoss) {
     GPU_TEST_REQUIRE_DEVICE();
-    setenv("FT_CUDA_GPTOSS", "1", 1); // its kernels are opt-in (cuda_backend.c)
     arch_cases("gpt-oss", false, false);
-    unsetenv("FT_CUDA_GPTOSS");
 }
 
 TEST(cuda_model_glm4moe) {

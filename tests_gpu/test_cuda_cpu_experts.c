@@ -117,7 +117,6 @@ static void model_case(const char *arch, bool strict, const schedule *sc) {
     if (!ok) test_fail(__FILE__, __LINE__, "cpu reference: %s", err.msg);
     ep.device = FT_PLACEMENT_CUDA;
     ep.moe_backend = FT_MOE_BACKEND_FUSED;
-    setenv("FT_CUDA_ROUTE_COUNTS", "1", 1); // the route counters (opt-in until the GPU suite has run them)
     ok = ok && arm_init(&fused, "fused", path, &ep);
     ep.moe_backend = FT_MOE_BACKEND_CPU;
     ep.moe_prefill_serial = sc->serial;
@@ -133,7 +132,6 @@ static void model_case(const char *arch, bool strict, const schedule *sc) {
     setenv("FT_CPU_EXPERTS_ROUTE", "host", 1);
     ok = ok && arm_init(&hostroute, "moe-backend cpu, routing on the CPU", path, &ep);
     unsetenv("FT_CPU_EXPERTS_ROUTE");
-    unsetenv("FT_CUDA_ROUTE_COUNTS");
     if (ok) {
         // where the weights went: experts in host memory, the rest (the router too) on the GPU
         // (the engines' copies: the model itself stays in the mapping, on the host)
@@ -360,9 +358,8 @@ TEST(cuda_moe_backend_auto_picks_fused_when_it_fits) {
     ft_model_free(m);
 }
 
-// gpt-oss on CUDA: refused unless FT_CUDA_GPTOSS=1 offers its kernels; then its experts' biases
-// and activation, which the host experts are not given, refuse cpu mode before anything is
-// placed, naming the modes that run it; fused runs it.
+// gpt-oss on CUDA: its experts' biases and activation, which the host experts are not given,
+// refuse cpu and hybrid mode before anything is placed, naming the modes that run it; fused runs it.
 TEST(cuda_cpu_experts_refuses_gptoss) {
     GPU_TEST_REQUIRE_DEVICE();
     ft_synth_params sp = ft_synth_default_params();
@@ -376,20 +373,19 @@ TEST(cuda_cpu_experts_refuses_gptoss) {
     ep.n_ctx = 64;
     ep.device = FT_PLACEMENT_CUDA;
     ep.moe_backend = FT_MOE_BACKEND_FUSED;
-    ft_engine *e = ft_engine_init(m, &ep, &err);
-    CHECK(!e && strstr(err.msg, "gpt-oss runs on the CPU in this version"), "without FT_CUDA_GPTOSS: %s", err.msg);
-    ft_engine_free(e);
-    setenv("FT_CUDA_GPTOSS", "1", 1);
-    ep.moe_backend = FT_MOE_BACKEND_CPU;
-    e = ft_engine_init(m, &ep, &err);
-    CHECK(!e && strstr(err.msg, "--moe-backend cpu") && strstr(err.msg, "use --moe-backend fused or offload"),
-          "message: %s", err.msg);
-    ft_engine_free(e);
+    ft_engine *e = NULL;
+    const enum ft_moe_backend refused[] = {FT_MOE_BACKEND_CPU, FT_MOE_BACKEND_HYBRID};
+    for (int i = 0; i < 2; i++) {
+        ep.moe_backend = refused[i];
+        e = ft_engine_init(m, &ep, &err);
+        CHECK(!e && strstr(err.msg, ft_moe_backend_name(refused[i])) && strstr(err.msg, "use --moe-backend fused or offload"),
+              "message: %s", err.msg);
+        ft_engine_free(e);
+    }
     ep.moe_backend = FT_MOE_BACKEND_FUSED;
     e = ft_engine_init(m, &ep, &err);
     CHECK(e, "fused: %s", err.msg);
     ft_engine_free(e);
-    unsetenv("FT_CUDA_GPTOSS");
     ft_model_free(m);
 }
 

@@ -35,9 +35,7 @@ TEST(cuda_moe_stats_decode_window_and_rebuild) {
     ep.device = FT_PLACEMENT_CUDA;
     ep.moe_backend = FT_MOE_BACKEND_OFFLOAD;
     ep.moe_cache_size = 12;
-    setenv("FT_CUDA_ROUTE_COUNTS", "1", 1); // (opt-in until the GPU suite has run it)
     ft_engine *e = ft_engine_init(m, &ep, &err);
-    unsetenv("FT_CUDA_ROUTE_COUNTS");
     REQUIRE(e, "%s", err.msg);
     CHECK(ft_engine_moe_backend(e) == FT_MOE_BACKEND_OFFLOAD);
     int n_vocab = m->hp.n_vocab, k = m->hp.n_expert_used, n_dec = 16;

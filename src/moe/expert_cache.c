@@ -200,7 +200,8 @@ bool moe_expert_cache_step_split(moe_expert_cache *c, int layer, const int32_t *
             c->seen[experts[i]] = epoch;
             missed++;
         }
-    // the first n_copy distinct misses are copied; the others' selections go to the CPU
+    // the first n_copy distinct misses are copied for this step; the others' selections go to
+    // the CPU (their copies still fill the cache, off the step's critical path)
     int n_copy = missed - moe_hybrid_cpu_share(missed, costs);
     epoch = ++c->seen_epoch;
     int k = 0, j = 0;
@@ -210,10 +211,6 @@ bool moe_expert_cache_step_split(moe_expert_cache *c, int layer, const int32_t *
         if (c->seen[e] != epoch) { // first appearance: the j-th distinct miss
             c->seen[e] = epoch;
             c->miss_rank[e] = j++;
-        }
-        if (c->miss_rank[e] >= n_copy) { // computed on the CPU: no slot
-            slots[i] = -1;
-            continue;
         }
         int s = map[e];
         if (s < 0) { // first appearance of a missed expert: it takes the oldest slot
@@ -227,7 +224,7 @@ bool moe_expert_cache_step_split(moe_expert_cache *c, int layer, const int32_t *
             ps->stamp[s] = t;
             map[e] = s;
         }
-        slots[i] = s;
+        slots[i] = c->miss_rank[e] >= n_copy ? -1 : s; // -1: computed on the CPU this step
     }
     *n_copies = k;
     *n_cpu = missed - n_copy;

@@ -76,12 +76,11 @@ void moe_expert_cache_free(moe_expert_cache *c);
 bool moe_expert_cache_step(moe_expert_cache *c, int layer, const int32_t *experts, int n, int32_t *slots,
                            moe_cache_copy *copies, int *n_copies, ft_err *err);
 
-// The step of --moe-backend hybrid: as moe_expert_cache_step, but of the k distinct missed
-// experts only the first k - moe_hybrid_cpu_share(k, costs) (order of first appearance) are
-// copied; the others are computed on the CPU: their selections get slot -1, they are not mapped
-// and evict nothing. *n_cpu gets their count. Statistics: misses += k as before (a CPU-computed
-// miss is still a miss), bytes_copied counts the copies only, cpu_computed += *n_cpu. costs
-// NULL: moe_expert_cache_step.
+// The step of --moe-backend hybrid: moe_expert_cache_step (the same tables, victims, copies and
+// statistics), and of the k distinct missed experts the last n = moe_hybrid_cpu_share(k, costs)
+// (order of first appearance: copies k - n .. k - 1) are computed on the CPU this step: their
+// selections get slot -1 and their copies fill the cache behind the step (the device runs them
+// on a second stream). *n_cpu = n; cpu_computed += n. costs NULL: moe_expert_cache_step.
 bool moe_expert_cache_step_split(moe_expert_cache *c, int layer, const int32_t *experts, int n,
                                  const moe_hybrid_costs *costs, int32_t *slots, moe_cache_copy *copies, int *n_copies,
                                  int *n_cpu, ft_err *err);

@@ -6,7 +6,8 @@
 // lookup (expert_cache.cu) and this reference make the same choice bit for bit. Copies go one
 // after another over the bus; the CPU computes its share after a meeting with the GPU, while
 // the copies and the hits' GPU work run: the layer waits for the slower of the two roads.
-// A miss computed on the CPU is not cached (it evicts nothing).
+// A miss computed on the CPU is still copied into the cache, behind the step (the cache keeps
+// offload's LRU exactly): the split decides only which copies the step waits for.
 //
 // Plain data and a pure function; thread-safe.
 #ifndef FT_MOE_HYBRID_H

@@ -20,9 +20,8 @@ static const ft_env_var g_env[FT_ENV_COUNT] = {
     FLAG_ON(CUDA_GRAPHS, "0: no CUDA graphs (every step launched directly)"),
     FLAG_ON(CUDA_GEMM, "0: every matmul and MoE FFN on the matvec kernels (no tensor-core GEMM)"),
     FLAG_ON(CUDA_FLASH, "0: prefill attention on the non-tensor-core kernels (no flash attention)"),
-    FLAG_OFF(CUDA_GPTOSS, "1: gpt-oss on CUDA (fused and offload; its kernels are new, not yet through the GPU suite)"),
-    FLAG_OFF(CUDA_ROUTE_COUNTS, "1: the CUDA routing kernels count each selection per layer and expert (/v1/stats' "
-                                "routing; new, not yet through the GPU suite)"),
+    FLAG_ON(CUDA_ROUTE_COUNTS, "0: the CUDA routing kernels keep no count of each selection per layer and expert "
+                               "(/v1/stats' routing is then empty)"),
     FLAG_ON(CUDA_DELTA_CHUNKED, "0: prefill's gated delta rule token by token on the GPU (no chunked form)"),
     FLAG_ON(CUDA_PDL, "0: no programmatic dependent launch (sm_90 and later use it); read once"),
     FLAG_ON(CUDA_ROUTER_VEC, "0: the decode router keeps a warp per expert row; read once"),

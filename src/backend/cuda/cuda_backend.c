@@ -988,6 +988,8 @@ static void cuda_sigmoid_gate_add(ft_backend *be, const ft_tensor *gate_inp, con
 static void cuda_step_begin(ft_backend *be, int n_tok, int pos0, const void *key) {
     cuda_backend *c = cuda_of(be);
     FT_ASSERT(c->mode == STEP_DIRECT);
+    // hybrid: an unbracketed step's fills, joined outside any capture
+    if (c->offload) ft_offload_join_fills(c->offload, c->stream);
     if (c->offload && ft_offload_generation(c->offload) != c->offload_gen) { // the cache was rebuilt
         for (int i = 0; i < (int)FT_ARRAY_LEN(c->step_graphs); i++) {
             ft_cuda_graph_free(c->step_graphs[i].graph);
@@ -1035,6 +1037,7 @@ static void cuda_step_begin(ft_backend *be, int n_tok, int pos0, const void *key
 
 static void cuda_step_end(ft_backend *be) {
     cuda_backend *c = cuda_of(be); // (the pending add joins the capture)
+    if (c->offload && c->mode != STEP_REPLAY) ft_offload_join_fills(c->offload, c->stream); // (in a capture: into the graph)
     if (c->mode == STEP_DIRECT) {
         cuda_cpu_experts_flush(c->cpu_experts); // the step's last MoE layer (cuda_cpu_experts.h)
         ft_cuda_profile_step_end(NULL);
@@ -1142,8 +1145,8 @@ static bool cuda_expert_cache_rebuild(ft_backend *be, int n_slots, ft_err *err) 
 }
 
 // The router's selections so far: the device's counters (route_on_device), plus the CPU router's
-// where --moe-backend cpu routes on the host. Only with FT_CUDA_ROUTE_COUNTS=1 (the op is NULL
-// otherwise, and the kernels count nothing).
+// where --moe-backend cpu routes on the host. Not with FT_CUDA_ROUTE_COUNTS=0 (the op is NULL
+// then, and the kernels count nothing).
 static void cuda_route_counts(ft_backend *be, uint64_t *out) {
     cuda_backend *c = cuda_of(be);
     if (!c->route_counts) return;
@@ -1253,18 +1256,16 @@ static size_t cuda_host_experts_device_bytes(ft_backend *be, const ft_host_exper
     return (size_t)p->overlay_buffers * buffer;
 }
 
-// gpt-oss's ops (attention sinks, the experts' biases, softmax-weighted routing, the clamped
-// SwiGLU), offered only with FT_CUDA_GPTOSS=1 until the kernels have been through the GPU suite
-// (the engine refuses a model whose ops a backend does not offer). --moe-backend cpu's host
-// experts lack the biases: engine_plan refuses that mode. gemma4's ops are not offered: they
-// assert their parameters absent (cuda_moe_ffn, cuda_ffn, cuda_rope,
+// The op parameters beyond every backend's set that these kernels take: gpt-oss's (attention
+// sinks, the experts' biases, softmax-weighted routing, the clamped SwiGLU). --moe-backend cpu's
+// and hybrid's host experts lack the biases: engine_plan refuses those modes for it. gemma4's
+// ops are not offered: they assert their parameters absent (cuda_moe_ffn, cuda_ffn, cuda_rope,
 // cuda_rms_norm), and the optional ops scale and softcap are not in the table.
-enum { CUDA_GPTOSS_FEATURES = FT_OPS_ATTN_SINKS | FT_OPS_MOE_BIASES | FT_OPS_MOE_SOFTMAX_WEIGHT | FT_OPS_SWIGLU_OAI };
-static unsigned cuda_features(void) { return ft_env_flag(FT_ENV_CUDA_GPTOSS) ? CUDA_GPTOSS_FEATURES : 0; }
+enum { CUDA_FEATURES = FT_OPS_ATTN_SINKS | FT_OPS_MOE_BIASES | FT_OPS_MOE_SOFTMAX_WEIGHT | FT_OPS_SWIGLU_OAI };
 
 static const ft_backend_ops g_cuda_ops = {
     .name = "cuda",
-    .features = 0, // each backend's copy (cuda_backend.ops) has cuda_features()
+    .features = CUDA_FEATURES,
     .free = cuda_free,
     .device_info = cuda_device_info,
     .supports_type = cuda_supports_type,
@@ -1305,7 +1306,7 @@ static const ft_backend_ops g_cuda_ops = {
 
 int ft_backend_cuda_device_count(void) { return ft_cuda_device_count(); }
 
-unsigned ft_backend_cuda_features(void) { return cuda_features(); }
+unsigned ft_backend_cuda_features(void) { return CUDA_FEATURES; }
 
 ft_backend *ft_backend_cuda_init(const ft_backend_params *p, ft_err *err) {
     int dev = 0;
@@ -1318,8 +1319,7 @@ ft_backend *ft_backend_cuda_init(const ft_backend_params *p, ft_err *err) {
     ft_cuda_delta_net_init();
     cuda_backend *c = ft_calloc(1, sizeof(*c));
     c->ops = g_cuda_ops;
-    c->ops.features = cuda_features();
-    // the route counters: opt-in (FT_CUDA_ROUTE_COUNTS=1) until the GPU suite has run them
+    // the route counters (FT_CUDA_ROUTE_COUNTS=0: none)
     if (!ft_env_flag(FT_ENV_CUDA_ROUTE_COUNTS)) c->ops.route_counts = NULL;
     c->base.ops = &c->ops;
     c->base.placement = FT_PLACEMENT_CUDA;

@@ -28,9 +28,9 @@ __device__ __forceinline__ uint64_t device_clock_ns() {
 //      order) - the same choice as the reference's repeated minimum;
 //   4. v_j's old expert is unmapped, then m_j mapped to v_j, stamped t, and listed as a copy;
 //   5. every selection gets its slot; thread 0 writes the clock, counts and statistics.
-// Hybrid (p.costs): in step 2 thread 0 also splits the k misses (moe_hybrid_cpu_share); only the
-// first k_copy take victims in 3-4, and a selection of a later one gets slot -1 and goes to
-// the CPU (cpu_sel).
+// Hybrid (p.costs): in step 2 thread 0 also splits the k misses (moe_hybrid_cpu_share): copies
+// j < k_copy go to the copy list, the others to the fill list (copied on another stream, behind
+// the step), and a selection of a fill's expert gets slot -1 and goes to the CPU (cpu_sel).
 // Stamps of the range are staged in shared memory when they fit.
 __global__ void cache_lookup_kernel(ft_cuda_cache_lookup_params p) {
     extern __shared__ uint8_t smem[];
@@ -38,7 +38,7 @@ __global__ void cache_lookup_kernel(ft_cuda_cache_lookup_params p) {
     uint64_t *st_sh = (uint64_t *)(((uintptr_t)(missed + p.n) + 7) & ~(uintptr_t)7);
     bool staged = (size_t)((uint8_t *)(st_sh + p.n_own) - smem) <= LOOKUP_SMEM_MAX;
     __shared__ uint64_t s_t;
-    __shared__ int s_k, s_missed;
+    __shared__ int s_k, s_k_copy;
     const int tid = threadIdx.x, nt = blockDim.x;
     if (tid == 0) s_t = *p.clock + 1;
     __syncthreads();
@@ -58,15 +58,15 @@ __global__ void cache_lookup_kernel(ft_cuda_cache_lookup_params p) {
             if (j == k) missed[k++] = e;
             res[i] = -2 - j;
         }
-        s_missed = k;
+        s_k = k;
         if (p.costs) {
             const moe_hybrid_costs c = {p.costs[0], p.costs[1], p.costs[2]};
             k -= moe_hybrid_cpu_share(k, &c);
         }
-        s_k = k;
+        s_k_copy = k;
     }
     __syncthreads();
-    const int k = s_k, n_missed = s_missed;
+    const int k = s_k, k_copy = s_k_copy;
     if (k > 0) {
         const uint64_t *st = p.stamp + p.first;
         if (staged) {
@@ -95,8 +95,13 @@ __global__ void cache_lookup_kernel(ft_cuda_cache_lookup_params p) {
             p.slot_expert[v] = e;
             p.stamp[v] = t;
             p.map[e] = v;
-            p.copy_expert[j] = e;
-            p.copy_slot[j] = v;
+            if (j < k_copy) {
+                p.copy_expert[j] = e;
+                p.copy_slot[j] = v;
+            } else {
+                p.fill_expert[j - k_copy] = e;
+                p.fill_slot[j - k_copy] = v;
+            }
         }
         __syncthreads();
     }
@@ -105,7 +110,7 @@ __global__ void cache_lookup_kernel(ft_cuda_cache_lookup_params p) {
     __syncthreads();
     for (int i = tid; i < p.n; i += nt) {
         int r = res[i];
-        bool cpu = r < 0 && -2 - r >= k;
+        bool cpu = r < 0 && -2 - r >= k_copy;
         p.slots[i] = r >= 0 ? r : cpu ? -1 : victim[-2 - r];
         if (p.cpu_sel) p.cpu_sel[i] = cpu ? p.sel[i] : -1;
         if (cpu) atomicAdd(&s_n_cpu, 1);
@@ -113,13 +118,16 @@ __global__ void cache_lookup_kernel(ft_cuda_cache_lookup_params p) {
     __syncthreads();
     if (tid == 0) {
         *p.clock = t;
-        *p.n_copies = k;
-        if (p.n_cpu) *p.n_cpu = s_n_cpu;
+        *p.n_copies = k_copy;
+        if (p.n_cpu) {
+            *p.n_cpu = s_n_cpu;
+            *p.n_fill = k - k_copy;
+        }
         if (p.stats) { // NULL: telemetry off
             p.stats[FT_CACHE_STAT_SELECTIONS] += (uint64_t)p.n;
-            p.stats[FT_CACHE_STAT_HITS] += (uint64_t)(p.n - n_missed);
-            p.stats[FT_CACHE_STAT_MISSES] += (uint64_t)n_missed;
-            p.stats[FT_CACHE_STAT_CPU] += (uint64_t)(n_missed - k);
+            p.stats[FT_CACHE_STAT_HITS] += (uint64_t)(p.n - k);
+            p.stats[FT_CACHE_STAT_MISSES] += (uint64_t)k;
+            p.stats[FT_CACHE_STAT_CPU] += (uint64_t)(k - k_copy);
             p.stats[FT_CACHE_STAT_BYTES] += (uint64_t)k * p.copy_bytes;
             p.stats[FT_CACHE_STAT_COPY_BYTES_DECODE] += (uint64_t)k * p.copy_bytes;
             p.stats[FT_CACHE_STAT_STEPS] += 1;

@@ -32,13 +32,15 @@ typedef struct ft_cuda_cache_lookup_params {
     uint64_t *stats;           // (FT_CACHE_STAT_COUNT) the layer's counters, or NULL (telemetry off)
     uint64_t copy_bytes;       // bytes one copy moves (the layer's native expert bytes)
     uint64_t *copy_span;       // (3) reset here for the copy kernel's timing
-    // hybrid (all three set, or all NULL): costs (3 words: moe_hybrid_costs, read at run time
-    // so the host may update them between steps); cpu_sel (n) out: the expert of each
-    // selection the CPU computes, -1 for the others (whose slot is -1 then); n_cpu (1) out:
-    // how many selections the CPU computes
+    // hybrid (all set, or all NULL): costs (3 words: moe_hybrid_costs, read at run time so the
+    // host may update them between steps); cpu_sel (n) out: the expert of each selection the
+    // CPU computes (its slot is -1), -1 for the others; n_cpu (1) out: how many selections the
+    // CPU computes; the fills (the CPU's experts' copies, for another stream): fill_expert,
+    // fill_slot (n) and their count n_fill (1). n_copies then counts the step's own copies.
     const uint32_t *costs;
     int32_t *cpu_sel;
     int32_t *n_cpu;
+    int32_t *fill_expert, *fill_slot, *n_fill;
 } ft_cuda_cache_lookup_params;
 void ft_cuda_cache_lookup(const ft_cuda_cache_lookup_params *p, ft_cuda_stream *s);
 

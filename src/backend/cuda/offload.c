@@ -65,6 +65,15 @@ struct ft_offload {
     // CPU's selections and their count
     uint32_t *hybrid_costs;    // device (g.n_layers, 3), NULL: not hybrid
     int32_t *cpu_sel, *n_cpu;  // device (max_sel), (1)
+    // the fills (the copies of the experts the CPU computed, off the step's critical path) run
+    // on fill_stream, each layer's from its own lists; the backend's stream joins them at the
+    // step's end (ft_offload_join_fills), or before a layer that has one pending steps again
+    int32_t *fill_expert, *fill_slot, *n_fill; // device (g.n_layers, max_sel), (g.n_layers)
+    ft_cuda_stream *fill_stream;
+    ft_cuda_event *ev_lookup, *ev_filled;
+    bool fill_pending;
+    int fill_last_block;       // the last block whose fill was enqueued
+    int last_li;               // the layer of the last hybrid cache step (for the debug read)
 
     // route-trace replay
     uint16_t *trace;           // device (n_steps, n_layers, n_seq, top_k)
@@ -298,6 +307,12 @@ void ft_offload_free(ft_offload *o) {
     ft_cuda_free(o->hybrid_costs);
     ft_cuda_free(o->cpu_sel);
     ft_cuda_free(o->n_cpu);
+    ft_cuda_free(o->fill_expert);
+    ft_cuda_free(o->fill_slot);
+    ft_cuda_free(o->n_fill);
+    ft_cuda_stream_free(o->fill_stream);
+    ft_cuda_event_free(o->ev_lookup);
+    ft_cuda_event_free(o->ev_filled);
     free(o->trace_li);
     free(o->layer_of_block);
     free(o->map_base);
@@ -347,6 +362,8 @@ void ft_offload_reserve(ft_offload *o, int max_sel) {
     ft_cuda_free(o->n_copies);
     ft_cuda_free(o->cpu_sel);
     ft_cuda_free(o->n_cpu);
+    ft_cuda_free(o->fill_expert);
+    ft_cuda_free(o->fill_slot);
     o->max_sel = max_sel;
     size_t n = (size_t)max_sel * sizeof(int32_t);
     o->slots = dev_alloc(n);
@@ -355,6 +372,8 @@ void ft_offload_reserve(ft_offload *o, int max_sel) {
     o->n_copies = dev_alloc(sizeof(int32_t));
     o->cpu_sel = dev_alloc(n);
     o->n_cpu = dev_alloc(sizeof(int32_t));
+    o->fill_expert = dev_alloc(n * (size_t)o->g.n_layers);
+    o->fill_slot = dev_alloc(n * (size_t)o->g.n_layers);
     if (!o->slots || !o->copy_expert || !o->copy_slot || !o->n_copies)
         ft_abort(__FILE__, __LINE__, "offload: out of device memory for %d selections", max_sel);
 }
@@ -421,6 +440,7 @@ static void stream_in(ft_offload *o, int block, int buf) {
 }
 
 static void overlay_step(ft_offload *o, int block, const int32_t *sel, ft_cuda_stream *s, ft_offload_view *v) {
+    ft_offload_join_fills(o, s); // (the overlay overwrites slots a fill may be writing)
     claim_overlay(o, s);
     int nb = o->n_buf == 2 ? 2 : 1;
     // the work enqueued on s so far includes the last overlay step's experts
@@ -456,6 +476,10 @@ static void overlay_step(ft_offload *o, int block, const int32_t *sel, ft_cuda_s
     v->overlay = true;
 }
 
+// CTAs of a fill's copy kernel: enough to keep PCIe busy in the gaps between the steps' own
+// copies, few enough to leave the SMs to the step.
+enum { FILL_CTAS = 16 };
+
 static void cache_step(ft_offload *o, int block, const int32_t *sel, int n, ft_cuda_stream *s, ft_offload_view *v,
                        const ft_offload_hook *hook) {
     int li = o->layer_of_block[block];
@@ -481,9 +505,15 @@ static void cache_step(ft_offload *o, int block, const int32_t *sel, int n, ft_c
     };
     bool hybrid = hook && o->hybrid_costs;
     if (hybrid) {
+        if (block <= o->fill_last_block) ft_offload_join_fills(o, s); // a new step, not joined yet
+        size_t at = (size_t)li * (size_t)o->max_sel;
         lp.costs = o->hybrid_costs + (size_t)li * 3;
         lp.cpu_sel = o->cpu_sel;
         lp.n_cpu = o->n_cpu;
+        lp.fill_expert = o->fill_expert + at;
+        lp.fill_slot = o->fill_slot + at;
+        lp.n_fill = o->n_fill + li;
+        o->last_li = li;
     }
     ft_cuda_cache_lookup(&lp, s);
     v->cpu_sel = hybrid ? o->cpu_sel : NULL;
@@ -505,6 +535,29 @@ static void cache_step(ft_offload *o, int block, const int32_t *sel, int n, ft_c
     ft_cuda_cache_copy(&cp, 0, s);
     v->ids = o->slots;
     v->overlay = false;
+    if (!hybrid) return;
+    // the fills: on fill_stream after the lookup, from the layer's own lists, into slots no
+    // selection of this step reads; a few CTAs, so the step's kernels keep the machine
+    ft_cuda_event_record(o->ev_lookup, s);
+    ft_cuda_stream_wait_event(o->fill_stream, o->ev_lookup);
+    size_t at = (size_t)li * (size_t)o->max_sel;
+    ft_cuda_cache_copy_params fp = cp;
+    fp.n_copies = o->n_fill + li;
+    fp.copy_expert = o->fill_expert + at;
+    fp.copy_slot = o->fill_slot + at;
+    fp.copy_span = NULL;
+    fp.copy_ns = NULL;
+    ft_cuda_cache_copy(&fp, FILL_CTAS, o->fill_stream);
+    o->fill_pending = true;
+    o->fill_last_block = block;
+}
+
+void ft_offload_join_fills(ft_offload *o, ft_cuda_stream *s) {
+    if (!o->fill_pending) return;
+    ft_cuda_event_record(o->ev_filled, o->fill_stream);
+    ft_cuda_stream_wait_event(s, o->ev_filled);
+    o->fill_pending = false;
+    o->fill_last_block = -1;
 }
 
 void ft_offload_layer_begin(ft_offload *o, int block, int32_t *sel, int n_tok, int k, bool overlay,
@@ -531,7 +584,14 @@ void ft_offload_layer_begin(ft_offload *o, int block, int32_t *sel, int n_tok, i
 
 void ft_offload_set_hybrid_costs(ft_offload *o, const moe_hybrid_costs *costs) {
     size_t n = (size_t)o->g.n_layers * 3;
-    if (!o->hybrid_costs) o->hybrid_costs = dev_alloc(n * sizeof(uint32_t));
+    if (!o->hybrid_costs) {
+        o->hybrid_costs = dev_alloc(n * sizeof(uint32_t));
+        o->n_fill = dev_alloc((size_t)o->g.n_layers * sizeof(int32_t));
+        o->fill_stream = ft_cuda_stream_init();
+        o->ev_lookup = ft_cuda_event_init_sync_only();
+        o->ev_filled = ft_cuda_event_init_sync_only();
+        o->fill_last_block = -1;
+    }
     uint32_t *h = ft_malloc(n * sizeof(uint32_t));
     for (int i = 0; i < o->g.n_layers; i++) {
         h[3 * i] = costs[i].copy_ns;
@@ -663,9 +723,17 @@ void ft_offload_debug_read(ft_offload *o, int n, ft_offload_debug *d) {
     ft_cuda_memcpy_d2h(d->copy_slot, o->copy_slot, (size_t)nc * sizeof(int32_t), NULL);
     ft_cuda_memcpy_d2h(d->slots, o->slots, (size_t)n * sizeof(int32_t), NULL);
     d->cpu_sel = ft_malloc((size_t)(n + 1) * sizeof(int32_t));
+    d->fill_expert = ft_malloc((size_t)(n + 1) * sizeof(int32_t));
+    d->fill_slot = ft_malloc((size_t)(n + 1) * sizeof(int32_t));
     if (o->hybrid_costs) {
         ft_cuda_memcpy_d2h(d->cpu_sel, o->cpu_sel, (size_t)n * sizeof(int32_t), NULL);
         ft_cuda_memcpy_d2h(&d->n_cpu, o->n_cpu, sizeof(int32_t), NULL);
+        ft_cuda_memcpy_d2h(&d->n_fill, o->n_fill + o->last_li, sizeof(int32_t), NULL);
+        ft_cuda_stream_sync(NULL);
+        size_t at = (size_t)o->last_li * (size_t)o->max_sel;
+        FT_ASSERT(d->n_fill >= 0 && d->n_fill <= n);
+        ft_cuda_memcpy_d2h(d->fill_expert, o->fill_expert + at, (size_t)d->n_fill * sizeof(int32_t), NULL);
+        ft_cuda_memcpy_d2h(d->fill_slot, o->fill_slot + at, (size_t)d->n_fill * sizeof(int32_t), NULL);
     } else {
         for (int i = 0; i < n; i++) d->cpu_sel[i] = -1;
     }
@@ -688,6 +756,8 @@ void ft_offload_debug_read(ft_offload *o, int n, ft_offload_debug *d) {
 void ft_offload_debug_free(ft_offload_debug *d) {
     free(d->copy_expert);
     free(d->cpu_sel);
+    free(d->fill_expert);
+    free(d->fill_slot);
     free(d->copy_slot);
     free(d->slots);
     for (int k = 0; k < d->n_pools; k++) {
@@ -712,10 +782,6 @@ double ft_offload_time_copies(ft_offload *o, int li, int n) {
     int32_t *ids = ft_cuda_malloc((size_t)(2 * n + 1) * sizeof(int32_t));
     if (!tmp || !ids) ft_abort(__FILE__, __LINE__, "offload: out of device memory timing the copies");
     int32_t *h = ft_malloc((size_t)(2 * n + 1) * sizeof(int32_t));
-    h[0] = n;
-    for (int j = 0; j < n; j++) h[1 + j] = h[1 + n + j] = j;
-    ft_cuda_memcpy_h2d(ids, h, (size_t)(2 * n + 1) * sizeof(int32_t), NULL);
-    free(h);
     ft_cuda_cache_copy_params cp = {.n_copies = ids, .copy_expert = ids + 1, .copy_slot = ids + 1 + n};
     uint64_t off = 0;
     for (int b = 0; b < MOE_BANK_COUNT; b++) {
@@ -728,6 +794,14 @@ double ft_offload_time_copies(ft_offload *o, int li, int n) {
     ft_cuda_stream *s = ft_cuda_stream_init();
     double best = 1e30;
     for (int r = 0; r < 6; r++) {
+        // experts not read since loading where the layer has enough (as decode's misses)
+        h[0] = n;
+        for (int j = 0; j < n; j++) {
+            h[1 + j] = (r * n + j) % hl->n_expert;
+            h[1 + n + j] = j;
+        }
+        ft_cuda_memcpy_h2d(ids, h, (size_t)(2 * n + 1) * sizeof(int32_t), NULL);
+        ft_cuda_stream_sync(NULL);
         ft_cuda_stream_sync(s);
         struct timespec a, b;
         clock_gettime(CLOCK_MONOTONIC, &a);
@@ -740,5 +814,6 @@ double ft_offload_time_copies(ft_offload *o, int li, int n) {
     ft_cuda_stream_free(s);
     ft_cuda_free(ids);
     ft_cuda_free(tmp);
+    free(h);
     return best;
 }

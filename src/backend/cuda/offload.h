@@ -136,6 +136,11 @@ bool ft_offload_uses_overlay(const ft_offload *o, int block, int n_tok, int n, b
 void ft_offload_layer_begin(ft_offload *o, int block, int32_t *sel, int n_tok, int k, bool overlay,
                             ft_cuda_stream *s, ft_offload_view *v, const ft_offload_hook *hook);
 
+// Makes s wait for the fills enqueued so far (hybrid; nothing otherwise). The backend calls it
+// at a step's end (inside a capture: the fill stream's work joins the graph) and before one
+// begins; a cache step of a block at or before the last one with a fill calls it itself.
+void ft_offload_join_fills(ft_offload *o, ft_cuda_stream *s);
+
 // --moe-backend hybrid: decode steps given a hook split their misses by costs (g.n_layers
 // entries, in the order of the geometry's layers), which the device reads at run time: a later
 // call changes them for captured graphs too. Waits for the device.
@@ -158,6 +163,8 @@ typedef struct ft_offload_debug {
     int32_t *slots;             // (n of the last step) the slot of each selection
     int32_t *cpu_sel;           // (n) hybrid: the expert of each selection the CPU computes, or -1
     int n_cpu;                  // hybrid: how many selections the CPU computes
+    int n_fill;                 // hybrid: the last cache step's fills (its CPU experts' copies)
+    int32_t *fill_expert, *fill_slot;
     int n_pools;
     int *n_slots;               // (n_pools)
     int32_t **slot_expert;      // (n_pools)(n_slots) -1: empty
