@@ -248,11 +248,11 @@ int cmd_replay(int argc, char **argv) {
                "the LRU %.2f\n", 100 * (ss - lru), 100 * (hit_rate(&arms[BELADY_POOL].r.total) - ss),
                100 * (hit_rate(&arms[BELADY_POOL].r.total) - lru));
         if (pf)
-            printf("  prefetch: accuracy %.4f (%llu guesses), %.2f prefetch copies/step, %.1f%% used; %s used, %s "
-                   "wasted per step\n",
+            printf("  prefetch: accuracy %.4f (%llu guesses); %.2f prefetch copies/step: %.2f used, %.2f wasted "
+                   "(%.1f%% used)\n",
                    guessed ? (double)right / (double)guessed : 0.0, (unsigned long long)guessed,
-                   (double)fetched / (double)steps, fetched ? 100.0 * (double)used / (double)fetched : 0.0,
-                   model ? "" : "(copies)", model ? "" : "(copies)");
+                   (double)fetched / (double)steps, (double)used / (double)steps,
+                   (double)(fetched - used) / (double)steps, fetched ? 100.0 * (double)used / (double)fetched : 0.0);
         if (pf && model)
             printf("            %.1f MiB used and %.1f MiB wasted per step\n", (double)used_b / (double)steps / 1048576.0,
                    (double)wasted_b / (double)steps / 1048576.0);

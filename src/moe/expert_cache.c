@@ -48,10 +48,10 @@ struct moe_expert_cache {
 moe_cache_policy_params moe_cache_sizing_default_params(void) {
     return (moe_cache_policy_params){
         .self_sizing = true,
-        .ghost_depth = 32, // four tokens of top-8 misses deep: one rebalance may move a layer by 32 slots (16 lost 2.5 points at 48 slots a layer)
+        .ghost_depth = 32, // four tokens of top-8 misses deep: a receiver may take up to 32 slots a rebalance (16: 0.2 points less)
         .period = 32,      // counters halve every 32 tokens (a memory of ~64): at 8 the estimates were noisy and lost 1-4 points
         .max_moves = 32,   // one move a token per pool on average, each costing at most one copy; 4 a period could not follow the layers
-        .min_gain = 1,     // one (halved) ghost hit of margin: no move on a lone hit
+        .min_gain = 1,     // one (halved) ghost hit of margin: no move on a lone hit; 2 lost 2.5 points at 48 slots a layer
     };
 }
 
