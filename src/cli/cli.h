@@ -17,6 +17,7 @@ int cmd_probs(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_trace_gen(int argc, char **argv);
+int cmd_replay(int argc, char **argv);
 
 // The built-in demo model (a small qwen3moe with random weights): its path in the cache
 // folder ($XDG_CACHE_HOME/ft or ~/.cache/ft), written by `ft synth` on first use. Returns false

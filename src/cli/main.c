@@ -20,6 +20,7 @@ static const command g_commands[] = {
     {"bench", cmd_bench, "measure prompt and decode speed against the memory roofline"},
     {"serve", cmd_serve, "serve the model over HTTP (OpenAI- and Anthropic-compatible)"},
     {"trace-gen", cmd_trace_gen, "write a route trace with realistic expert reuse (for benchmarks)"},
+    {"replay", cmd_replay, "replay a route trace: cache policies against Belady's optimum"},
 };
 
 static void usage(FILE *out) {

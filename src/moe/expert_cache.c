@@ -6,6 +6,10 @@
 
 typedef struct pool_state {
     int n_slots;
+    int n_layers;
+    int *layers;                       // (n_layers) block indices, ascending
+    int32_t *slot_owner;               // (n_slots) block index of the layer owning the slot
+    uint64_t moves;                    // self-sizing moves since init
     uint64_t stride[MOE_BANK_COUNT], offset[MOE_BANK_COUNT];
     int32_t *slot_layer, *slot_expert; // (n_slots) block index and expert; -1 when empty
     uint64_t *stamp;                   // (n_slots)
@@ -22,17 +26,54 @@ struct moe_expert_cache {
     int *map_base;        // (n_blocks) where the block's experts start in map
     int *host_index;      // (n_blocks) the block's index in the geometry (and host banks)
     int *range_first;     // (n_blocks) the layer's own slots in its pool: [first, first + n)
-    int *range_n;         // (n_blocks)
+    int *range_n;         // (n_blocks) slots the layer owns (its range's length; with self-sizing, it moves)
     uint64_t *copy_bytes; // (n_blocks) native bytes of one expert over the banks: what a copy moves
     int32_t *map;         // (experts of all layers) slot or -1
     moe_cache_stats *layer_total, *layer_request; // (n_blocks)
     uint64_t *seen;       // (max experts of a layer) epoch marks to count distinct experts
     uint64_t seen_epoch;
     int *miss_rank;       // (max experts of a layer) a step's missed expert's order of first appearance
+    int floor;            // the plan's per-layer floor: self-sizing never goes below it
+    moe_cache_policy_params policy;
+    uint64_t tokens;      // moe_expert_cache_end_step calls
+    // self-sizing only (NULL otherwise); G = policy.ghost_depth
+    uint32_t *ghost_tag;  // (experts of all layers, as map) the layer's eviction count at eviction; 0: none
+    uint32_t *evictions;  // (n_blocks)
+    uint32_t *tail;       // (n_blocks, G) hits by position from the LRU end
+    uint32_t *ghost;      // (n_blocks, G) misses by ghost depth
+    int *given, *taken;   // (n_blocks) moves of the current rebalance
 };
 
+// Tuned on heterogeneous 48-layer traces of 128 experts, top-8, at 16 to 48 slots per layer
+// (docs/performance.md, "Cache replay: self-sizing layers and Belady").
+moe_cache_policy_params moe_cache_sizing_default_params(void) {
+    return (moe_cache_policy_params){
+        .self_sizing = true,
+        .ghost_depth = 32, // four tokens of top-8 misses deep: a receiver may take up to 32 slots a rebalance (16: 0.2 points less)
+        .period = 32,      // counters halve every 32 tokens (a memory of ~64): at 8 the estimates were noisy and lost 1-4 points
+        .max_moves = 32,   // one move a token per pool on average, each costing at most one copy; 4 a period could not follow the layers
+        .min_gain = 1,     // one (halved) ghost hit of margin: no move on a lone hit; 2 lost 2.5 points at 48 slots a layer
+    };
+}
+
+moe_cache_policy_params moe_cache_policy_default_params(void) {
+    moe_cache_policy_params p = moe_cache_sizing_default_params();
+    p.self_sizing = false;
+    return p;
+}
+
 moe_expert_cache *moe_expert_cache_init(const moe_cache_plan *plan, const moe_geometry *g) {
+    moe_cache_policy_params policy = moe_cache_policy_default_params();
+    return moe_expert_cache_init_policy(plan, g, &policy);
+}
+
+moe_expert_cache *moe_expert_cache_init_policy(const moe_cache_plan *plan, const moe_geometry *g,
+                                               const moe_cache_policy_params *policy) {
+    FT_ASSERT(policy->ghost_depth >= 1 && policy->ghost_depth <= 64 && policy->period >= 1 &&
+              policy->max_moves >= 0 && policy->min_gain >= 0);
     moe_expert_cache *c = ft_calloc(1, sizeof(*c));
+    c->policy = *policy;
+    c->floor = plan->floor_per_layer;
     c->n_blocks = plan->n_blocks;
     c->pool_of_block = ft_malloc((size_t)c->n_blocks * sizeof(int));
     c->n_expert = ft_calloc((size_t)c->n_blocks, sizeof(int));
@@ -71,6 +112,10 @@ moe_expert_cache *moe_expert_cache_init(const moe_cache_plan *plan, const moe_ge
         ps->slot_layer = ft_malloc(n * sizeof(int32_t));
         ps->slot_expert = ft_malloc(n * sizeof(int32_t));
         ps->stamp = ft_calloc(n, sizeof(uint64_t));
+        ps->slot_owner = ft_malloc(n * sizeof(int32_t));
+        ps->n_layers = pp->n_layers;
+        ps->layers = ft_malloc((size_t)pp->n_layers * sizeof(int));
+        memcpy(ps->layers, pp->layers, (size_t)pp->n_layers * sizeof(int));
         for (int s = 0; s < pp->n_slots; s++) ps->slot_layer[s] = ps->slot_expert[s] = -1;
         // the pool's slots split evenly among its layers in layer order, the first
         // n_slots % n_layers of them one more
@@ -79,8 +124,18 @@ moe_expert_cache *moe_expert_cache_init(const moe_cache_plan *plan, const moe_ge
             int L = pp->layers[j], n_own = moe_cache_layer_slots(pp->n_slots, pp->n_layers, j);
             c->range_first[L] = first;
             c->range_n[L] = n_own;
+            for (int s = first; s < first + n_own; s++) ps->slot_owner[s] = L;
             first += n_own;
         }
+    }
+    if (policy->self_sizing) {
+        size_t G = (size_t)policy->ghost_depth, nb = (size_t)c->n_blocks;
+        c->ghost_tag = ft_calloc((size_t)(n_map ? n_map : 1), sizeof(uint32_t));
+        c->evictions = ft_calloc(nb, sizeof(uint32_t));
+        c->tail = ft_calloc(nb * G, sizeof(uint32_t));
+        c->ghost = ft_calloc(nb * G, sizeof(uint32_t));
+        c->given = ft_calloc(nb, sizeof(int));
+        c->taken = ft_calloc(nb, sizeof(int));
     }
     return c;
 }
@@ -91,7 +146,15 @@ void moe_expert_cache_free(moe_expert_cache *c) {
         free(c->pools[k].slot_layer);
         free(c->pools[k].slot_expert);
         free(c->pools[k].stamp);
+        free(c->pools[k].slot_owner);
+        free(c->pools[k].layers);
     }
+    free(c->ghost_tag);
+    free(c->evictions);
+    free(c->tail);
+    free(c->ghost);
+    free(c->given);
+    free(c->taken);
     free(c->pools);
     free(c->pool_of_block);
     free(c->n_expert);
@@ -135,17 +198,62 @@ int moe_cache_layer_slots(int pool_slots, int pool_layers, int j) {
 }
 
 void moe_expert_cache_layer_range(const moe_expert_cache *c, int layer, int *first, int *n) {
-    FT_ASSERT(moe_expert_cache_pool_of(c, layer) >= 0);
+    FT_ASSERT(moe_expert_cache_pool_of(c, layer) >= 0 && !c->policy.self_sizing);
     *first = c->range_first[layer];
     *n = c->range_n[layer];
 }
 
-// The slot of [first, first + n) with the smallest (stamp, index) among stamps below t; -1 if none.
-static int oldest_slot(const pool_state *ps, int first, int n, uint64_t t) {
-    int best = -1;
-    for (int s = first; s < first + n; s++)
-        if (ps->stamp[s] < t && (best < 0 || ps->stamp[s] < ps->stamp[best])) best = s;
+// Where layer L's slots lie: its fixed range, or (self-sizing) anywhere in the pool.
+static void owned_span(const moe_expert_cache *c, const pool_state *ps, int L, int *lo, int *hi) {
+    *lo = c->policy.self_sizing ? 0 : c->range_first[L];
+    *hi = c->policy.self_sizing ? ps->n_slots : c->range_first[L] + c->range_n[L];
+}
+
+// The slot of L's with the smallest (stamp, index) among stamps below t, leaving out slots whose
+// expert is marked (seen[expert] == keep; keep 0: none); -1 if none.
+static int oldest_slot_but(const moe_expert_cache *c, const pool_state *ps, int L, uint64_t t, uint64_t keep) {
+    int best = -1, lo, hi;
+    owned_span(c, ps, L, &lo, &hi);
+    for (int s = lo; s < hi; s++)
+        if (ps->slot_owner[s] == L && ps->stamp[s] < t && (best < 0 || ps->stamp[s] < ps->stamp[best]) &&
+            !(keep && ps->slot_layer[s] == L && c->seen[ps->slot_expert[s]] == keep))
+            best = s;
     return best;
+}
+
+static int oldest_slot(const moe_expert_cache *c, const pool_state *ps, int L, uint64_t t) {
+    return oldest_slot_but(c, ps, L, t, 0);
+}
+
+// Unmaps what slot s holds (if anything) as an eviction by its layer: with self-sizing the
+// expert becomes the layer's ghost.
+static void evict_slot(moe_expert_cache *c, pool_state *ps, int s) {
+    int L = ps->slot_layer[s];
+    if (L < 0) return;
+    int at = c->map_base[L] + ps->slot_expert[s];
+    c->map[at] = -1;
+    if (c->ghost_tag) c->ghost_tag[at] = ++c->evictions[L];
+}
+
+// Shadow tags of one step (header: "Shadow tags"), before the step changes anything.
+static void count_shadow_tags(moe_expert_cache *c, pool_state *ps, int L, const int32_t *experts, int n) {
+    int G = c->policy.ghost_depth, lo, hi;
+    owned_span(c, ps, L, &lo, &hi);
+    uint64_t epoch = ++c->seen_epoch;
+    for (int i = 0; i < n; i++) {
+        int e = experts[i];
+        if (c->seen[e] == epoch) continue; // once per distinct expert: a copy is what it saves
+        c->seen[e] = epoch;
+        int s = c->map[c->map_base[L] + e];
+        if (s >= 0) {
+            int p = 0;
+            for (int q = lo; q < hi && p < G; q++) p += ps->slot_owner[q] == L && ps->stamp[q] < ps->stamp[s];
+            if (p < G) c->tail[(size_t)L * (size_t)G + (size_t)p]++;
+        } else {
+            uint32_t tag = c->ghost_tag[c->map_base[L] + e];
+            if (tag && c->evictions[L] - tag < (uint32_t)G) c->ghost[(size_t)L * (size_t)G + (c->evictions[L] - tag)]++;
+        }
+    }
 }
 
 static void add_stats(moe_cache_stats *a, uint64_t n, uint64_t k, uint64_t bytes, uint64_t cpu) {
@@ -187,6 +295,7 @@ bool moe_expert_cache_step_split(moe_expert_cache *c, int layer, const int32_t *
     if (distinct > c->range_n[layer])
         return ft_err_set(err, "layer %d: the step selects %d distinct experts but the layer has %d slots (pool %d)",
                           layer, distinct, c->range_n[layer], pool);
+    if (c->policy.self_sizing) count_shadow_tags(c, ps, layer, experts, n);
     uint64_t t = ++ps->clock;
     int missed = 0; // distinct missed experts
     for (int i = 0; i < n; i++) {
@@ -214,11 +323,11 @@ bool moe_expert_cache_step_split(moe_expert_cache *c, int layer, const int32_t *
         }
         int s = map[e];
         if (s < 0) { // first appearance of a missed expert: it takes the oldest slot
-            s = oldest_slot(ps, c->range_first[layer], c->range_n[layer], t);
+            s = oldest_slot(c, ps, layer, t);
             FT_ASSERT(s >= 0);
             moe_cache_copy *cp = &copies[k++];
             *cp = (moe_cache_copy){pool, s, layer, e, ps->slot_layer[s], ps->slot_expert[s]};
-            if (cp->evicted_layer >= 0) c->map[c->map_base[cp->evicted_layer] + cp->evicted_expert] = -1;
+            evict_slot(c, ps, s);
             ps->slot_layer[s] = layer;
             ps->slot_expert[s] = e;
             ps->stamp[s] = t;
@@ -231,6 +340,36 @@ bool moe_expert_cache_step_split(moe_expert_cache *c, int layer, const int32_t *
     uint64_t bytes = (uint64_t)k * c->copy_bytes[layer];
     moe_cache_stats *st[] = {&ps->total, &ps->request, &c->layer_total[layer], &c->layer_request[layer]};
     for (size_t i = 0; i < FT_ARRAY_LEN(st); i++) add_stats(st[i], (uint64_t)n, (uint64_t)missed, bytes, (uint64_t)*n_cpu);
+    return true;
+}
+
+bool moe_expert_cache_prefetch(moe_expert_cache *c, int layer, const int32_t *experts, int n,
+                               moe_cache_copy *copies, int *n_copies, ft_err *err) {
+    *n_copies = 0;
+    int pool = moe_expert_cache_pool_of(c, layer);
+    if (pool < 0) return ft_err_set(err, "layer %d is not a MoE layer of the expert cache", layer);
+    for (int i = 0; i < n; i++)
+        if (experts[i] < 0 || experts[i] >= c->n_expert[layer])
+            return ft_err_set(err, "layer %d: guess %d is expert %d, outside [0, %d)", layer, i, experts[i],
+                              c->n_expert[layer]);
+    pool_state *ps = &c->pools[pool];
+    int32_t *map = c->map + c->map_base[layer];
+    uint64_t t = ++ps->clock, keep = ++c->seen_epoch;
+    for (int i = 0; i < n; i++) c->seen[experts[i]] = keep; // a guess never evicts another guess
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        int e = experts[i];
+        if (map[e] >= 0) continue; // resident, or fetched by an earlier duplicate
+        int s = oldest_slot_but(c, ps, layer, t, keep);
+        if (s < 0) break; // every slot holds a guess
+        copies[k++] = (moe_cache_copy){pool, s, layer, e, ps->slot_layer[s], ps->slot_expert[s]};
+        evict_slot(c, ps, s);
+        ps->slot_layer[s] = layer;
+        ps->slot_expert[s] = e;
+        ps->stamp[s] = t;
+        map[e] = s;
+    }
+    *n_copies = k;
     return true;
 }
 
@@ -299,4 +438,77 @@ moe_cache_stats moe_expert_cache_pool_stats(const moe_expert_cache *c, int pool,
 void moe_expert_cache_reset_request(moe_expert_cache *c) {
     for (int k = 0; k < c->n_pools; k++) memset(&c->pools[k].request, 0, sizeof(moe_cache_stats));
     memset(c->layer_request, 0, (size_t)c->n_blocks * sizeof(moe_cache_stats));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Self-sizing: moving slots between the layers of a pool (the contract: expert_cache.h)
+
+// One rebalance of pool k; returns the moves written to out (may be NULL).
+static int rebalance_pool(moe_expert_cache *c, int k, moe_cache_move *out) {
+    pool_state *ps = &c->pools[k];
+    const moe_cache_policy_params *pp = &c->policy;
+    int G = pp->ghost_depth, n_moves = 0;
+    for (int j = 0; j < ps->n_layers; j++) c->given[ps->layers[j]] = c->taken[ps->layers[j]] = 0;
+    for (int m = 0; m < pp->max_moves; m++) {
+        int R = -1, D = -1;
+        for (int j = 0; j < ps->n_layers; j++) { // layers ascend: a strict comparison keeps the lower on ties
+            int L = ps->layers[j];
+            if (c->given[L] < G && c->taken[L] == 0 && c->range_n[L] < c->n_expert[L] &&
+                (R < 0 || c->ghost[(size_t)L * G + c->given[L]] > c->ghost[(size_t)R * G + c->given[R]]))
+                R = L;
+        }
+        for (int j = 0; j < ps->n_layers && R >= 0; j++) {
+            int L = ps->layers[j];
+            if (L != R && c->taken[L] < G && c->given[L] == 0 && c->range_n[L] > c->floor &&
+                (D < 0 || c->tail[(size_t)L * G + c->taken[L]] < c->tail[(size_t)D * G + c->taken[D]]))
+                D = L;
+        }
+        if (R < 0 || D < 0) break;
+        uint64_t gain = c->ghost[(size_t)R * G + c->given[R]], loss = c->tail[(size_t)D * G + c->taken[D]];
+        if (gain <= loss + (uint64_t)pp->min_gain) break;
+        int s = oldest_slot(c, ps, D, UINT64_MAX);
+        FT_ASSERT(s >= 0);
+        if (out) out[n_moves] = (moe_cache_move){k, s, D, R, ps->slot_expert[s]};
+        evict_slot(c, ps, s);
+        ps->slot_layer[s] = ps->slot_expert[s] = -1;
+        ps->stamp[s] = 0;
+        ps->slot_owner[s] = R;
+        c->range_n[D]--;
+        c->range_n[R]++;
+        c->taken[D]++;
+        c->given[R]++;
+        ps->moves++;
+        n_moves++;
+    }
+    for (int j = 0; j < ps->n_layers; j++) {
+        size_t L = (size_t)ps->layers[j];
+        for (int d = 0; d < G; d++) {
+            c->tail[L * G + d] >>= 1;
+            c->ghost[L * G + d] >>= 1;
+        }
+    }
+    return n_moves;
+}
+
+int moe_expert_cache_end_step(moe_expert_cache *c, moe_cache_move *moves) {
+    c->tokens++;
+    if (!c->policy.self_sizing || c->tokens % (uint64_t)c->policy.period) return 0;
+    int n = 0;
+    for (int k = 0; k < c->n_pools; k++) n += rebalance_pool(c, k, moves ? moves + n : NULL);
+    return n;
+}
+
+uint64_t moe_expert_cache_pool_moves(const moe_expert_cache *c, int pool) {
+    FT_ASSERT(pool >= 0 && pool < c->n_pools);
+    return c->pools[pool].moves;
+}
+
+int moe_expert_cache_layer_slot_count(const moe_expert_cache *c, int layer) {
+    FT_ASSERT(moe_expert_cache_pool_of(c, layer) >= 0);
+    return c->range_n[layer];
+}
+
+int moe_expert_cache_slot_owner(const moe_expert_cache *c, int pool, int slot) {
+    FT_ASSERT(pool >= 0 && pool < c->n_pools && slot >= 0 && slot < c->pools[pool].n_slots);
+    return c->pools[pool].slot_owner[slot];
 }

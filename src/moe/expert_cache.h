@@ -10,6 +10,12 @@
 // implementation makes the same decisions on the device; this one is what the CPU tests and
 // the device's checks run. The policy, exactly: above moe_expert_cache_step.
 //
+// Self-sizing layers (moe_cache_policy_params.self_sizing, issue 23): a layer then owns a set of
+// its pool's slots that changes at run time, moved between the pool's layers by shadow tags that
+// estimate what one slot more or fewer would buy each layer; the contract is above
+// moe_expert_cache_end_step. Off, ownership is the fixed ranges above, and the decisions are
+// the same as before the policy existed.
+//
 // Not thread-safe: one caller at a time per cache (a decode step's layers run in order).
 // Nothing is allocated after init.
 #ifndef FT_MOE_EXPERT_CACHE_H
@@ -34,9 +40,27 @@ typedef struct moe_cache_stats {
 
 typedef struct moe_expert_cache moe_expert_cache;
 
+// The replacement policy's parameters.
+typedef struct moe_cache_policy_params {
+    bool self_sizing;     // move slots between the layers of a pool (else fixed ranges)
+    int ghost_depth;      // G: shadow tags per layer (ghost depths counted) and LRU-end positions
+    int period;           // tokens (moe_expert_cache_end_step calls) between two rebalances
+    int max_moves;        // at most this many slot moves per pool and rebalance
+    int min_gain;         // a move needs the receiver's gain above the donor's loss by more than this
+} moe_cache_policy_params;
+
+// Fixed ranges (self_sizing false); the sizing fields hold moe_cache_sizing_default_params's.
+moe_cache_policy_params moe_cache_policy_default_params(void);
+// Self-sizing with the tuned parameters (their reasons: expert_cache.c).
+moe_cache_policy_params moe_cache_sizing_default_params(void);
+
 // A cache with every slot empty, for plan (which g's layers it was made from). The cache keeps
 // its own copy of what it needs from both. Free with moe_expert_cache_free (NULL: no-op).
+// moe_expert_cache_init is moe_expert_cache_init_policy with the default (fixed) policy; the
+// latter asserts 1 <= ghost_depth <= 64, period >= 1, max_moves >= 0 and min_gain >= 0.
 moe_expert_cache *moe_expert_cache_init(const moe_cache_plan *plan, const moe_geometry *g);
+moe_expert_cache *moe_expert_cache_init_policy(const moe_cache_plan *plan, const moe_geometry *g,
+                                               const moe_cache_policy_params *policy);
 void moe_expert_cache_free(moe_expert_cache *c);
 
 // The policy, exactly (so two implementations agree bit for bit):
@@ -44,7 +68,8 @@ void moe_expert_cache_free(moe_expert_cache *c);
 //   Clock. Each pool has a 64-bit clock, 0 at init. A step of one of its layers first advances
 //     it: t = ++clock. Steps of different layers of one pool share the clock.
 //   Ranges. Layer L of the pool owns slots [first_L, first_L + n_L) (above); everything below
-//     concerns L's range only.
+//     concerns L's range only. With self-sizing, L's range is the slots whose owner is L (at
+//     init the same ranges; moe_expert_cache_end_step moves them), in slot order.
 //   Stamps. stamp[s] is 0 while slot s is empty (at init, after invalidation) and otherwise the
 //     clock of the last step that used it (a hit or a fill).
 //   A step (layer L, selections e_0 .. e_{n-1}, duplicates allowed, any order):
@@ -68,6 +93,15 @@ void moe_expert_cache_free(moe_expert_cache *c);
 //     their stamps to 0; it does not touch the clock or the statistics.
 //
 //
+//   Shadow tags (self-sizing only; computed before the step changes anything, once per distinct
+//     expert of the step): each layer counts its evictions, ev_L; evicting (L, e) sets the
+//     ghost tag g[L][e] = ++ev_L (a slot taken from L by a move evicts too). A selected expert
+//     that is mapped in slot s counts a hit at LRU-end position p = the number of L's slots with
+//     stamp < stamp[s] (empty slots included): tail[L][p] += 1 when p < G. One that is unmapped,
+//     with g = g[L][e] > 0 and depth d = ev_L - g < G, counts ghost[L][d] += 1. So tail[L][p]
+//     estimates the copies L's (p+1)-th slot from the LRU end saves and ghost[L][d] those its
+//     (d+1)-th extra slot would save.
+//
 // One step of MoE layer `layer` (block index): the n selected experts of every running sequence.
 // Writes slots[i] for every selection and the copies to make into copies (room for n), their
 // count into *n_copies. Returns false and sets *err (changing nothing) when layer is not a MoE
@@ -84,6 +118,48 @@ bool moe_expert_cache_step(moe_expert_cache *c, int layer, const int32_t *expert
 bool moe_expert_cache_step_split(moe_expert_cache *c, int layer, const int32_t *experts, int n,
                                  const moe_hybrid_costs *costs, int32_t *slots, moe_cache_copy *copies, int *n_copies,
                                  int *n_cpu, ft_err *err);
+
+// Prefetch for MoE layer `layer` (block index): the experts a predictor guessed for its next
+// step, duplicates allowed. t = ++clock of the pool; the distinct unmapped experts in order of
+// first appearance take victims as a step's misses do (the layer's slots with stamp < t by
+// (stamp, slot index): empty first, then least recently used), except that a slot holding a
+// guessed expert is never a victim, and are mapped with stamp t, until no victim is left;
+// experts already mapped are left as they are (stamps unchanged). Writes the copies (room for n) and their count. No statistics change (what was
+// used is the caller's to count against the step that follows); with self-sizing, victims become
+// ghosts as on any eviction, but the guesses count no shadow tags. Returns false and sets *err
+// (changing nothing) when layer is not a MoE layer or an id is out of range.
+bool moe_expert_cache_prefetch(moe_expert_cache *c, int layer, const int32_t *experts, int n,
+                               moe_cache_copy *copies, int *n_copies, ft_err *err);
+
+// A slot moved between two layers of a pool by self-sizing.
+typedef struct moe_cache_move {
+    int pool, slot;
+    int from_layer, to_layer;  // block indices
+    int evicted_expert;        // what the slot held for from_layer, -1 when empty
+} moe_cache_move;
+
+// The end of a decode token (every MoE layer's step of it done). With self-sizing, every
+// `period`-th call rebalances each pool (in pool order):
+//   1. For m = 0 .. max_moves-1: the receiver R is the pool's layer with the largest
+//      ghost[R][given_R] among those with given_R < G, taken_R = 0 and fewer slots than experts;
+//      the donor D (!= R) the one with the smallest tail[D][taken_D] among those with taken_D < G,
+//      given_D = 0 and more slots than the floor (plan->floor_per_layer); ties to the lower block
+//      index. given/taken count this rebalance's moves, so R's next candidate slot is its next
+//      ghost depth and D's next the next position from its LRU end. Stop when there is no pair
+//      or ghost[R][given_R] <= tail[D][taken_D] + min_gain. Else move D's victim slot (its
+//      smallest (stamp, slot index): empty first, then least recently used) to R: the expert it
+//      held is unmapped and becomes D's ghost (ev_D and g as for an eviction), its stamp becomes
+//      0 (empty), its owner R; a move is written to moves, in order.
+//   2. Then every tail and ghost counter of the pool is halved (integer shift), so the estimates
+//      follow the recent tokens.
+// Returns the number of moves written (at most max_moves x pools; moves may be NULL to drop
+// them). Without self-sizing it only counts the token and returns 0.
+int moe_expert_cache_end_step(moe_expert_cache *c, moe_cache_move *moves);
+// Slot moves made since init in pool (self-sizing).
+uint64_t moe_expert_cache_pool_moves(const moe_expert_cache *c, int pool);
+// Slots MoE layer `layer` owns now; the layer owning slot s of pool.
+int moe_expert_cache_layer_slot_count(const moe_expert_cache *c, int layer);
+int moe_expert_cache_slot_owner(const moe_expert_cache *c, int pool, int slot);
 
 // Where the bytes of one copy go, per bank: from the host entry to an offset in that bank's
 // arena (the pool's view start + slot x stride). A compact entry lands at the start of a
@@ -102,7 +178,8 @@ uint64_t moe_expert_cache_slot_offset(const moe_expert_cache *c, int pool, int s
 
 // Slots of the j-th of pool_layers layers of a pool of pool_slots slots (the range rule above).
 int moe_cache_layer_slots(int pool_slots, int pool_layers, int j);
-// The range of slots MoE layer `layer` (block index) owns in its pool.
+// The range of slots MoE layer `layer` (block index) owns in its pool (fixed ranges only:
+// asserts that self-sizing is off).
 void moe_expert_cache_layer_range(const moe_expert_cache *c, int layer, int *first, int *n);
 
 // The slot holding (layer, expert), or -1. The pool serving a layer (-1: not a MoE layer).
