@@ -278,6 +278,7 @@ struct srv_tools {
     char key[MAX_KEY];
     int n_pairs;
     bool harmony_done; // harmony: the arguments' object closed
+    bool single;       // one call at most: text after it is answer text (parallel_tool_calls false)
 };
 
 static const char *opener(enum tok_tool_format f) {
@@ -673,7 +674,7 @@ static void begin_header(srv_tools *p) {
 }
 
 static void content_byte(srv_tools *p, char c) {
-    const char *op = opener(p->f);
+    const char *op = p->single && p->n_calls ? NULL : opener(p->f);
     if (p->after_call && !p->hold.n && is_ws(c)) {
         srv_buf_add(&p->ws, &c, 1);
         return;
@@ -761,7 +762,7 @@ static void feed(srv_tools *p, const char *s, size_t n, srv_tc_emit emit, void *
             size_t used = r == FAIL ? 0 : cu.i, left = p->hold.n - used;
             memcpy(tmp, p->hold.p + used, left);
             buf_clear(&p->hold);
-            if (r == OK_NEXT) {
+            if (r == OK_NEXT && !p->single) {
                 buf_clear(&p->raw);
                 begin_header(p);
             } else {
@@ -844,6 +845,8 @@ void srv_tools_free(srv_tools *p) {
 
 int srv_tools_n_calls(const srv_tools *p) { return p->n_calls; }
 
+void srv_tools_single(srv_tools *p) { p->single = true; }
+
 void srv_tools_feed(srv_tools *p, const char *s, size_t n, srv_tc_emit emit, void *ctx) {
     feed(p, s, n, emit, ctx);
     flush_text(p, emit, ctx);
@@ -855,7 +858,7 @@ void srv_tools_harmony(srv_tools *p, enum tok_channel ch, const char *s, size_t 
         // " to=functions.NAME<|channel|>commentary json", "<|channel|>commentary to=functions.NAME <|constrain|>json"
         const char *to = memmem(s, n, " to=functions.", 14);
         p->state = P_SKIP;
-        if (!to) return;
+        if (!to || (p->single && p->n_calls)) return;
         size_t a = (size_t)(to - s) + 14, k = 0;
         while (a + k < n && name_char(s[a + k])) k++;
         if (k == 0 || k >= MAX_NAME) return;

@@ -50,6 +50,8 @@ typedef struct srv_tools srv_tools;
 srv_tools *srv_tools_init(enum tok_tool_format f, json_t *tools, const char *id_prefix, uint64_t seed);
 void srv_tools_free(srv_tools *p); // NULL is a no-op
 
+// At most one call (parallel_tool_calls false): after it, the reply is answer text.
+void srv_tools_single(srv_tools *p);
 // Feeds the next piece of the reply's answer text (what srv_think leaves as content); events go
 // to emit before it returns (text coalesced per call).
 void srv_tools_feed(srv_tools *p, const char *s, size_t n, srv_tc_emit emit, void *ctx);
@@ -67,6 +69,11 @@ void srv_tools_feed_reply(srv_tools *p, srv_think *t, const char *s, size_t n, s
 void srv_tools_flush_reply(srv_tools *p, srv_think *t, srv_buf *reasoning, srv_tc_emit emit, void *ctx);
 // Calls started so far.
 int srv_tools_n_calls(const srv_tools *p);
+
+// A call's events kept in the job (j->calls), for the non-streamed answers; the number of
+// calls that ended whole.
+void srv_calls_record(srv_job *j, const srv_tc_event *e);
+int srv_calls_whole(const srv_job *j);
 
 // A grammar that makes the reply one call (parallel: one or more) of the tools in format f, in
 // the template's syntax, each call's arguments following its tool's parameters schema; only
