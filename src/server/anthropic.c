@@ -161,7 +161,12 @@ static void reply_message(srv_job *j) {
                                                  srv_json_str(j->content.p ? j->content.p : "", j->content.n)));
     for (int i = 0; i < j->n_calls; i++) {
         // a call cut short or broken has no input object to give: its text goes to the client as text
-        json_t *input = j->calls[i].broken ? NULL : json_loadb(j->calls[i].args.p, j->calls[i].args.n, 0, NULL);
+        // (invalid UTF-8 in the model's text as U+FFFD, as everywhere in the replies)
+        json_t *text = srv_json_str(j->calls[i].args.p, j->calls[i].args.n);
+        json_t *input = j->calls[i].broken ? NULL
+                                           : json_loadb(json_string_value(text), json_string_length(text),
+                                                        JSON_DECODE_INT_AS_REAL | JSON_ALLOW_NUL, NULL);
+        json_decref(text);
         if (json_is_object(input))
             json_array_append_new(content, json_pack("{s:s,s:s,s:s,s:o}", "type", "tool_use", "id", j->calls[i].id,
                                                      "name", j->calls[i].name, "input", input));

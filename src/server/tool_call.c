@@ -632,7 +632,7 @@ static void kv_value(srv_tools *p, const char *v, size_t n) {
     size_t a = 0, b = n;
     while (a < b && is_ws(v[a])) a++;
     while (b > a && is_ws(v[b - 1])) b--;
-    if (!string_param(p, p->key) && b > a) j = json_loadb(v + a, b - a, JSON_DECODE_ANY, NULL);
+    if (!string_param(p, p->key) && b > a) j = json_loadb(v + a, b - a, JSON_DECODE_ANY | JSON_DECODE_INT_AS_REAL | JSON_ALLOW_NUL, NULL);
     if (j) {
         srv_buf_add(&p->args, v + a, b - a);
         json_decref(j);
@@ -705,14 +705,14 @@ static void content_byte(srv_tools *p, char c) {
 static void feed(srv_tools *p, const char *s, size_t n, srv_tc_emit emit, void *ctx) {
     for (size_t i = 0; i < n; i++) {
         char c = s[i];
+    again: // c again, in the state it led to
         switch (p->state) {
         case P_CONTENT:
             if (p->f == TOK_TOOLS_LLAMA3 && !p->opener_seen) { // the reply's start: a call or not
                 p->opener_seen = true;
                 buf_clear(&p->raw);
                 begin_header(p);
-                i--;
-                continue;
+                goto again;
             }
             content_byte(p, c);
             break;
@@ -741,8 +741,7 @@ static void feed(srv_tools *p, const char *s, size_t n, srv_tc_emit emit, void *
             bool skip;
             if (!jscan_byte(&p->js, c, &skip)) {
                 broken(p, emit, ctx);
-                feed(p, s + i, n - i, emit, ctx);
-                return;
+                goto again;
             }
             if (!skip) srv_buf_add(&p->args, &c, 1);
             if (p->js.st == J_DONE) {
@@ -782,9 +781,8 @@ static void feed(srv_tools *p, const char *s, size_t n, srv_tc_emit emit, void *
                 size_t m = p->hold.n;
                 memcpy(tmp, p->hold.p, m);
                 broken(p, emit, ctx);
-                feed(p, tmp, m, emit, ctx);
-                feed(p, s + i + 1, n - i - 1, emit, ctx);
-                return;
+                feed(p, tmp, m, emit, ctx); // (c among them)
+                break;
             }
             char tmp[MAX_HEADER + 8];
             size_t left = p->hold.n - cu.i;
