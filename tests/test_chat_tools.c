@@ -216,8 +216,8 @@ static void tools_against_jinja(const char *file, enum tok_tool_format want, boo
         conv_free(&convs[i]);
     }
     json_decref(res);
-    fprintf(stderr, "    %s: %d conversations with tools (%d rendered, %d of them with calls rendered; the rest "
-                    "refused by both), %d differ\n",
+    fprintf(stderr, "    %s: %d conversations with tools (%d rendered, holding %d assistant turns with calls; the "
+                    "rest refused by both), %d differ\n",
             file, N, n_rendered, n_calls, n_diff);
     CHECK(n_diff == 0, "%s: %d conversations differ from llama.cpp's Jinja engine", file, n_diff);
     CHECK(n_rendered >= N / 2, "%s: only %d of %d conversations rendered", file, n_rendered, N);

@@ -2663,7 +2663,7 @@ static bool sse_tool_calls(const char *body, sse_calls *c) {
         size_t len = (size_t)(end - d);
         p = end + 2;
         if (len == 6 && !strncmp(d, "[DONE]", 6)) continue;
-        json_t *j = json_loadb(d, len, 0, NULL);
+        json_t *j = json_loadb(d, len, JSON_ALLOW_NUL, NULL);
         if (!j) return false;
         json_t *ch = json_array_get(json_object_get(j, "choices"), 0), *delta = json_object_get(ch, "delta");
         json_t *fr = json_object_get(ch, "finish_reason");
@@ -2716,7 +2716,7 @@ TEST(server_tools) {
                  seed, g_weather_tool, seed % 2 ? "\"required\"" : "{\"type\":\"function\",\"function\":{\"name\":\"get_weather\"}}",
                  seed <= 2 ? "false" : "true");
         REQUIRE(http(&s, "POST", "/v1/chat/completions", body, NULL, out, sizeof(out)) == 200, "%s", out);
-        json_t *r = json_loads(out, 0, NULL);
+        json_t *r = json_loads(out, JSON_ALLOW_NUL, NULL);
         json_t *ch = json_array_get(json_object_get(r, "choices"), 0), *msg = json_object_get(ch, "message");
         json_t *calls = json_object_get(msg, "tool_calls");
         CHECK(!strcmp(json_string_value(json_object_get(ch, "finish_reason")), "tool_calls") && json_array_size(calls) >= 1 &&
@@ -2753,7 +2753,7 @@ TEST(server_tools) {
              "\"tool_choice\":{\"type\":\"any\",\"disable_parallel_tool_use\":true}}",
              anth_tool);
     REQUIRE(http(&s, "POST", "/v1/messages", body, NULL, out, sizeof(out)) == 200, "%s", out);
-    json_t *r = json_loads(out, 0, NULL);
+    json_t *r = json_loads(out, JSON_ALLOW_NUL, NULL);
     json_t *use = json_array_get(json_object_get(r, "content"), 0);
     char *input = json_dumps(json_object_get(use, "input"), JSON_COMPACT);
     CHECK(!strcmp(json_string_value(json_object_get(r, "stop_reason")), "tool_use") &&
@@ -2774,7 +2774,7 @@ TEST(server_tools) {
         bool started = false, stopped = false, tool_use = false;
         for (const char *p = strstr(out, "data: "); p; p = strstr(p + 1, "data: ")) {
             const char *e = strstr(p, "\n\n");
-            json_t *ev = e ? json_loadb(p + 6, (size_t)(e - p - 6), 0, NULL) : NULL;
+            json_t *ev = e ? json_loadb(p + 6, (size_t)(e - p - 6), JSON_ALLOW_NUL, NULL) : NULL;
             const char *type = json_string_value(json_object_get(ev, "type"));
             json_t *cb = json_object_get(ev, "content_block"), *delta = json_object_get(ev, "delta");
             if (type && !strcmp(type, "content_block_start") && !strcmp(json_string_value(json_object_get(cb, "type")), "tool_use"))
@@ -2797,7 +2797,7 @@ TEST(server_tools) {
                  "{\"messages\":[{\"role\":\"user\",\"content\":\"Weather?\"}],\"max_tokens\":4%s%s%s}",
                  k ? ",\"tool_choice\":\"none\",\"tools\":[" : "", k ? g_weather_tool : "", k ? "]" : "");
         REQUIRE(http(&s, "POST", "/v1/chat/completions", body, NULL, out, sizeof(out)) == 200, "%s", out);
-        json_t *rr = json_loads(out, 0, NULL);
+        json_t *rr = json_loads(out, JSON_ALLOW_NUL, NULL);
         long pt = (long)json_integer_value(json_object_get(json_object_get(rr, "usage"), "prompt_tokens"));
         json_t *m = json_object_get(json_array_get(json_object_get(rr, "choices"), 0), "message");
         CHECK(!json_object_get(m, "tool_calls") && json_is_string(json_object_get(m, "content")), "%s", out);

@@ -25,9 +25,9 @@ static bool valid_name(const char *s) {
 
 // One tool in the template's shape, from its name, description and parameters (NULL: {}).
 static json_t *function_tool(const char *name, json_t *desc, json_t *params) {
-    return json_pack("{s:s, s:{s:s, s:s, s:O}}", "type", "function", "function", "name", name, "description",
+    return json_pack("{s:s, s:{s:s, s:s, s:o}}", "type", "function", "function", "name", name, "description",
                      json_is_string(desc) ? json_string_value(desc) : "", "parameters",
-                     params && !json_is_null(params) ? params : json_object());
+                     params && !json_is_null(params) ? json_incref(params) : json_object());
 }
 
 static bool check_tool(json_t *out, size_t i, const char *name, json_t *desc, json_t *params, const char *params_key,
