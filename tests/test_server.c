@@ -429,11 +429,9 @@ TEST(server_malformed_requests) {
     static const struct {
         const char *path, *body, *field;
     } unimpl[] = {
-        {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\"}]}", "tools"},
         {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"functions\":[{\"name\":\"f\"}]}", "functions"},
         {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logit_bias\":{\"5\":-100}}", "logit_bias"},
         {"/v1/completions", "{\"prompt\":\"x\",\"suffix\":\"y\"}", "suffix"},
-        {"/v1/messages", "{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"name\":\"t\"}]}", "tools"},
     };
     for (size_t i = 0; i < FT_ARRAY_LEN(unimpl); i++) {
         char want[64];
@@ -450,17 +448,17 @@ TEST(server_malformed_requests) {
     CHECK(http(&s, "POST", "/v1/completions", "{\"prompt\":[\"a\",\"b\"]}", NULL, out, sizeof(out)) == 400 &&
               strstr(out, "2 prompts"),
           "%s", out);
-    // Anthropic's tool_result and image blocks: 400 naming the block type
-    static const char *const blocks[] = {"tool_result", "image"};
-    for (size_t i = 0; i < 2; i++) {
-        char body[512];
-        snprintf(body, sizeof(body),
-                 "{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"%s\"}]}]}",
-                 blocks[i]);
-        CHECK(http(&s, "POST", "/v1/messages", body, NULL, out, sizeof(out)) == 400 && strstr(out, blocks[i]) &&
-                  strstr(out, "not supported"),
-              "%s", out);
-    }
+    // Anthropic's image blocks: 400 naming the block type; a tool_result without its id
+    CHECK(http(&s, "POST", "/v1/messages",
+               "{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image\"}]}]}", NULL, out,
+               sizeof(out)) == 400 &&
+              strstr(out, "'image' parts are not supported"),
+          "%s", out);
+    CHECK(http(&s, "POST", "/v1/messages",
+               "{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"tool_result\"}]}]}",
+               NULL, out, sizeof(out)) == 400 &&
+              strstr(out, "tool_result needs a 'tool_use_id'"),
+          "%s", out);
     // a prompt longer than the context: 400 naming the numbers
     static char big[1 << 17];
     int n = snprintf(big, sizeof(big), "{\"prompt\":\"");
@@ -675,12 +673,12 @@ TEST(server_lenient_ignores_unimplemented_fields) {
     static char out[1 << 16];
     CHECK(http(&s, "POST", "/v1/chat/completions",
                "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":1,"
-               "\"tools\":[{\"type\":\"function\"}]}",
+               "\"logit_bias\":{\"5\":-100}}",
                NULL, out, sizeof(out)) == 200,
           "%s", out);
     CHECK(server_stop(&s) == 0, "log: %s", s.log);
     char *log = fixture_read_file(s.log, NULL);
-    CHECK(log && strstr(log, "ignoring the request's 'tools'"), "log: %s", log ? log : "(none)");
+    CHECK(log && strstr(log, "ignoring the request's 'logit_bias'"), "log: %s", log ? log : "(none)");
     free(log);
 }
 
@@ -1179,7 +1177,7 @@ TEST(server_chat_prompt_think_state) {
         sp.chat = chat;
         srv_job j = {0};
         j.split_think = true;
-        CHECK(srv_chat_prompt(&sp, v, msgs, NULL, cases[c].thinking, NULL, NULL, &j, &err), "%s", err.msg);
+        CHECK(srv_chat_prompt(&sp, v, msgs, NULL, cases[c].thinking, NULL, NULL, NULL, &j, &err), "%s", err.msg);
         tok_chat_free(chat);
         CHECK(j.think.state == cases[c].state, "%s, thinking %d: state %d", tok_chat_name(cases[c].t),
               cases[c].thinking, j.think.state);
@@ -2623,5 +2621,286 @@ TEST(server_structured_output) {
     } else {
         fprintf(stderr, "  node_modules has no openai client: structured.mjs not run\n");
     }
+    CHECK(server_stop(&s) == 0, "log: %s", s.log);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tool calls
+
+static const char g_weather_tool[] =
+    "{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"description\":\"Current weather\","
+    "\"parameters\":{\"type\":\"object\",\"properties\":{\"location\":{\"type\":\"string\",\"maxLength\":20},"
+    "\"unit\":{\"type\":\"string\",\"enum\":[\"C\",\"F\"]}},\"required\":[\"location\",\"unit\"],"
+    "\"additionalProperties\":false}}}";
+
+// Whether args (JSON text) validate under the weather tool's parameters.
+static bool weather_args_ok(const char *args, size_t n) {
+    json_t *tool = json_loads(g_weather_tool, 0, NULL);
+    json_t *schema = json_object_get(json_object_get(tool, "function"), "parameters");
+    json_t *v = json_loadb(args, n, 0, NULL);
+    bool ok = v && json_check(schema, schema, v);
+    json_decref(v);
+    json_decref(tool);
+    return ok;
+}
+
+// The SSE events of an OpenAI stream: each call's id, name and the concatenation of its argument
+// fragments (by index), the finish reason, the text.
+typedef struct sse_calls {
+    int n;
+    char id[4][64], name[4][64];
+    char args[4][2048];
+    char finish[32];
+    int n_text;
+} sse_calls;
+
+static bool sse_tool_calls(const char *body, sse_calls *c) {
+    memset(c, 0, sizeof(*c));
+    for (const char *p = body; *p;) {
+        const char *end = strstr(p, "\n\n");
+        if (!end || strncmp(p, "data: ", 6)) return false;
+        const char *d = p + 6;
+        size_t len = (size_t)(end - d);
+        p = end + 2;
+        if (len == 6 && !strncmp(d, "[DONE]", 6)) continue;
+        json_t *j = json_loadb(d, len, JSON_ALLOW_NUL, NULL);
+        if (!j) return false;
+        json_t *ch = json_array_get(json_object_get(j, "choices"), 0), *delta = json_object_get(ch, "delta");
+        json_t *fr = json_object_get(ch, "finish_reason");
+        if (json_is_string(fr)) snprintf(c->finish, sizeof(c->finish), "%s", json_string_value(fr));
+        json_t *t = json_object_get(delta, "content");
+        if (json_is_string(t)) c->n_text += (int)json_string_length(t);
+        size_t i;
+        json_t *tc;
+        json_array_foreach(json_object_get(delta, "tool_calls"), i, tc) {
+            int k = (int)json_integer_value(json_object_get(tc, "index"));
+            if (k < 0 || k >= 4) continue;
+            json_t *fn = json_object_get(tc, "function"), *id = json_object_get(tc, "id");
+            if (json_is_string(id)) {
+                if (k != c->n) return json_decref(j), false; // a call starts once, in order
+                c->n++;
+                snprintf(c->id[k], 64, "%s", json_string_value(id));
+                snprintf(c->name[k], 64, "%s", json_string_value(json_object_get(fn, "name")));
+            }
+            json_t *a = json_object_get(fn, "arguments");
+            if (json_is_string(a) && strlen(c->args[k]) + json_string_length(a) < sizeof(c->args[k]))
+                strcat(c->args[k], json_string_value(a));
+        }
+        json_decref(j);
+    }
+    return true;
+}
+
+// Tools through both APIs on a random-weight model served with llama.cpp's Qwen3 template
+// (Hermes calls): tool_choice forcing a call makes even random weights write a whole call, which
+// comes back as OpenAI tool_calls and Anthropic tool_use blocks, streamed and not, its
+// arguments valid under the tool's schema; "none" renders the tools but parses nothing; the
+// fields' errors; and the SDKs' tool loop (tests/server/tools.mjs).
+TEST(server_tools) {
+    const char *src = oracle_llama_src();
+    if (!src || !have_curl()) return;
+    char extra[1024];
+    snprintf(extra, sizeof(extra), "--chat-template %s/models/templates/Qwen-Qwen3-0.6B.jinja -c 4096", src);
+    server s;
+    g_server_own_template = true;
+    bool up = server_start(&s, extra);
+    g_server_own_template = false;
+    REQUIRE(up, "log: %s", s.log);
+    CHECK(strstr(read_log(&s), "tool calls: hermes"), "log: %s", read_log(&s));
+    static char out[1 << 18], body[8192];
+    // forced, not streamed, each seed a different random call
+    for (int seed = 1; seed <= 4; seed++) {
+        snprintf(body, sizeof(body),
+                 "{\"messages\":[{\"role\":\"user\",\"content\":\"Weather?\"}],\"max_tokens\":300,\"seed\":%d,"
+                 "\"tools\":[%s],\"tool_choice\":%s,\"parallel_tool_calls\":%s}",
+                 seed, g_weather_tool, seed % 2 ? "\"required\"" : "{\"type\":\"function\",\"function\":{\"name\":\"get_weather\"}}",
+                 seed <= 2 ? "false" : "true");
+        REQUIRE(http(&s, "POST", "/v1/chat/completions", body, NULL, out, sizeof(out)) == 200, "%s", out);
+        json_t *r = json_loads(out, JSON_ALLOW_NUL, NULL);
+        json_t *ch = json_array_get(json_object_get(r, "choices"), 0), *msg = json_object_get(ch, "message");
+        json_t *calls = json_object_get(msg, "tool_calls");
+        CHECK(!strcmp(json_string_value(json_object_get(ch, "finish_reason")), "tool_calls") && json_array_size(calls) >= 1 &&
+                  (seed > 2 || json_array_size(calls) == 1),
+              "%s", out);
+        size_t i;
+        json_t *c;
+        json_array_foreach(calls, i, c) {
+            json_t *fn = json_object_get(c, "function");
+            const char *args = json_string_value(json_object_get(fn, "arguments"));
+            CHECK(!strcmp(json_string_value(json_object_get(fn, "name")), "get_weather") && args &&
+                      weather_args_ok(args, strlen(args)) && !strncmp(json_string_value(json_object_get(c, "id")), "call_", 5),
+                  "%s", out);
+        }
+        json_decref(r);
+    }
+    // forced, streamed: the id and name once, then the arguments in fragments
+    snprintf(body, sizeof(body),
+             "{\"messages\":[{\"role\":\"user\",\"content\":\"Weather?\"}],\"max_tokens\":300,\"stream\":true,"
+             "\"tools\":[%s],\"tool_choice\":\"required\",\"parallel_tool_calls\":false}",
+             g_weather_tool);
+    REQUIRE(http(&s, "POST", "/v1/chat/completions", body, NULL, out, sizeof(out)) == 200, "%s", out);
+    sse_calls sc;
+    CHECK(sse_tool_calls(out, &sc) && sc.n == 1 && !strcmp(sc.name[0], "get_weather") && !strcmp(sc.finish, "tool_calls") &&
+              weather_args_ok(sc.args[0], strlen(sc.args[0])) && sc.n_text == 0,
+          "%s", out);
+    // the Messages API: a tool_use block with its input, streamed as input_json_delta
+    static const char anth_tool[] =
+        "{\"name\":\"get_weather\",\"input_schema\":{\"type\":\"object\",\"properties\":{\"location\":{\"type\":"
+        "\"string\",\"maxLength\":20},\"unit\":{\"type\":\"string\",\"enum\":[\"C\",\"F\"]}},\"required\":[\"location\","
+        "\"unit\"],\"additionalProperties\":false}}";
+    snprintf(body, sizeof(body),
+             "{\"max_tokens\":300,\"messages\":[{\"role\":\"user\",\"content\":\"Weather?\"}],\"tools\":[%s],"
+             "\"tool_choice\":{\"type\":\"any\",\"disable_parallel_tool_use\":true}}",
+             anth_tool);
+    REQUIRE(http(&s, "POST", "/v1/messages", body, NULL, out, sizeof(out)) == 200, "%s", out);
+    json_t *r = json_loads(out, JSON_ALLOW_NUL, NULL);
+    json_t *use = json_array_get(json_object_get(r, "content"), 0);
+    char *input = json_dumps(json_object_get(use, "input"), JSON_COMPACT);
+    CHECK(!strcmp(json_string_value(json_object_get(r, "stop_reason")), "tool_use") &&
+              !strcmp(json_string_value(json_object_get(use, "type")), "tool_use") && input &&
+              weather_args_ok(input, strlen(input)) && json_array_size(json_object_get(r, "content")) == 1,
+          "%s", out);
+    free(input);
+    json_decref(r);
+    snprintf(body, sizeof(body),
+             "{\"max_tokens\":300,\"stream\":true,\"messages\":[{\"role\":\"user\",\"content\":\"Weather?\"}],"
+             "\"tools\":[%s],\"tool_choice\":{\"type\":\"tool\",\"name\":\"get_weather\"}}",
+             anth_tool);
+    REQUIRE(http(&s, "POST", "/v1/messages", body, NULL, out, sizeof(out)) == 200, "%s", out);
+    {
+        // content_block_start tool_use, input_json_delta pieces, content_block_stop, stop_reason tool_use
+        static char partial[4096];
+        partial[0] = 0;
+        bool started = false, stopped = false, tool_use = false;
+        for (const char *p = strstr(out, "data: "); p; p = strstr(p + 1, "data: ")) {
+            const char *e = strstr(p, "\n\n");
+            json_t *ev = e ? json_loadb(p + 6, (size_t)(e - p - 6), JSON_ALLOW_NUL, NULL) : NULL;
+            const char *type = json_string_value(json_object_get(ev, "type"));
+            json_t *cb = json_object_get(ev, "content_block"), *delta = json_object_get(ev, "delta");
+            if (type && !strcmp(type, "content_block_start") && !strcmp(json_string_value(json_object_get(cb, "type")), "tool_use"))
+                started = !strncmp(json_string_value(json_object_get(cb, "id")), "toolu_", 6);
+            if (type && !strcmp(type, "content_block_delta") &&
+                !strcmp(json_string_value(json_object_get(delta, "type")), "input_json_delta") &&
+                strlen(partial) + strlen(json_string_value(json_object_get(delta, "partial_json"))) < sizeof(partial))
+                strcat(partial, json_string_value(json_object_get(delta, "partial_json")));
+            if (type && !strcmp(type, "content_block_stop") && started) stopped = true;
+            if (type && !strcmp(type, "message_delta"))
+                tool_use = !strcmp(json_string_value(json_object_get(delta, "stop_reason")), "tool_use");
+            json_decref(ev);
+        }
+        CHECK(started && stopped && tool_use && weather_args_ok(partial, strlen(partial)), "%s", out);
+    }
+    // "none": the tools are rendered (a longer prompt), nothing is parsed
+    long plain = -1, with = -1;
+    for (int k = 0; k < 2; k++) {
+        snprintf(body, sizeof(body),
+                 "{\"messages\":[{\"role\":\"user\",\"content\":\"Weather?\"}],\"max_tokens\":4%s%s%s}",
+                 k ? ",\"tool_choice\":\"none\",\"tools\":[" : "", k ? g_weather_tool : "", k ? "]" : "");
+        REQUIRE(http(&s, "POST", "/v1/chat/completions", body, NULL, out, sizeof(out)) == 200, "%s", out);
+        json_t *rr = json_loads(out, JSON_ALLOW_NUL, NULL);
+        long pt = (long)json_integer_value(json_object_get(json_object_get(rr, "usage"), "prompt_tokens"));
+        json_t *m = json_object_get(json_array_get(json_object_get(rr, "choices"), 0), "message");
+        CHECK(!json_object_get(m, "tool_calls") && json_is_string(json_object_get(m, "content")), "%s", out);
+        *(k ? &with : &plain) = pt;
+        json_decref(rr);
+    }
+    CHECK(with > plain + 20, "tools not rendered: %ld prompt tokens with them, %ld without", with, plain);
+    // a conversation with a call and its result renders and runs (both APIs' shapes)
+    snprintf(body, sizeof(body),
+             "{\"messages\":[{\"role\":\"user\",\"content\":\"Weather?\"},{\"role\":\"assistant\",\"content\":null,"
+             "\"tool_calls\":[{\"id\":\"call_1\",\"type\":\"function\",\"function\":{\"name\":\"get_weather\","
+             "\"arguments\":\"{\\\"location\\\":\\\"Paris\\\",\\\"unit\\\":\\\"C\\\"}\"}}]},{\"role\":\"tool\","
+             "\"tool_call_id\":\"call_1\",\"content\":\"21\"}],\"max_tokens\":2,\"tools\":[%s]}",
+             g_weather_tool);
+    CHECK(http(&s, "POST", "/v1/chat/completions", body, NULL, out, sizeof(out)) == 200, "%s", out);
+    snprintf(body, sizeof(body),
+             "{\"max_tokens\":2,\"messages\":[{\"role\":\"user\",\"content\":\"Weather?\"},{\"role\":\"assistant\","
+             "\"content\":[{\"type\":\"text\",\"text\":\"Checking.\"},{\"type\":\"tool_use\",\"id\":\"toolu_1\",\"name\":"
+             "\"get_weather\",\"input\":{\"location\":\"Paris\",\"unit\":\"C\"}}]},{\"role\":\"user\",\"content\":[{\"type\":"
+             "\"tool_result\",\"tool_use_id\":\"toolu_1\",\"content\":\"21\"},{\"type\":\"text\",\"text\":\"Thanks\"}]}],"
+             "\"tools\":[%s]}",
+             anth_tool);
+    CHECK(http(&s, "POST", "/v1/messages", body, NULL, out, sizeof(out)) == 200, "%s", out);
+    // invalid fields: 400 with a message naming them
+    static const struct {
+        const char *path, *body, *want;
+    } bad[] = {
+        {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":\"required\"}",
+         "no 'tools'"},
+        {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":{}}", "'tools' must be an array"},
+        {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\"}]}",
+         "tools[0] must be"},
+        {"/v1/chat/completions",
+         "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\",\"function\":{\"name\":"
+         "\"a b\"}}]}",
+         "name 'a b'"},
+        {"/v1/chat/completions",
+         "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\",\"function\":{\"name\":"
+         "\"f\"}}],\"tool_choice\":\"sometimes\"}",
+         "'tool_choice' must be"},
+        {"/v1/chat/completions",
+         "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\",\"function\":{\"name\":"
+         "\"f\"}}],\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"g\"}}}",
+         "names 'g'"},
+        {"/v1/chat/completions",
+         "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\",\"function\":{\"name\":"
+         "\"f\"}}],\"tool_choice\":\"required\",\"response_format\":{\"type\":\"json_object\"}}",
+         "itself a constraint"},
+        {"/v1/chat/completions",
+         "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\",\"function\":{\"name\":"
+         "\"f\"}}],\"tool_choice\":\"required\",\"enable_thinking\":true}",
+         "no reasoning"},
+        {"/v1/chat/completions",
+         "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\",\"function\":{\"name\":"
+         "\"f\"}}],\"parallel_tool_calls\":1}",
+         "parallel_tool_calls"},
+        {"/v1/chat/completions",
+         "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"},{\"role\":\"tool\",\"content\":\"1\"}]}", "tool_call_id"},
+        {"/v1/chat/completions",
+         "{\"messages\":[{\"role\":\"assistant\",\"content\":\"\",\"tool_calls\":[{\"id\":\"1\",\"type\":\"function\","
+         "\"function\":{\"name\":\"f\",\"arguments\":\"{oops\"}}]}]}",
+         "'arguments' must be"},
+        {"/v1/messages",
+         "{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"name\":\"t\"}]}",
+         "input_schema"},
+        {"/v1/messages",
+         "{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":"
+         "\"web_search_20250305\",\"name\":\"web_search\"}]}",
+         "Anthropic's servers"},
+        {"/v1/messages",
+         "{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"name\":\"t\","
+         "\"input_schema\":{}}],\"tool_choice\":{\"type\":\"sometimes\"}}",
+         "'tool_choice' type"},
+        {"/v1/messages",
+         "{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"name\":\"t\","
+         "\"input_schema\":{}}],\"tool_choice\":{\"type\":\"any\"},\"thinking\":{\"type\":\"enabled\"}}",
+         "no reasoning"},
+    };
+    for (size_t i = 0; i < FT_ARRAY_LEN(bad); i++) {
+        int code = http(&s, "POST", bad[i].path, bad[i].body, NULL, out, sizeof(out));
+        CHECK(code == 400 && strstr(out, bad[i].want), "%s -> %d %s (want '%s')", bad[i].body, code, out, bad[i].want);
+    }
+    // the official SDKs' tool loop
+    struct stat st;
+    if (stat("node_modules/openai/package.json", &st) == 0 && stat("node_modules/@anthropic-ai/sdk/package.json", &st) == 0) {
+        char cmd[256];
+        snprintf(cmd, sizeof(cmd), "node tests/server/tools.mjs %d 2>&1", s.port);
+        CHECK(test_run(cmd, out, sizeof(out)) == 0, "tools.mjs: %s", out);
+        fprintf(stderr, "    %s", out);
+    }
+    CHECK(server_stop(&s) == 0, "log: %s", s.log);
+}
+
+// A template with no tool-call format ft parses (the test model's own ChatML one) refuses tools,
+// unless tool_choice is "none".
+TEST(server_tools_refused_without_a_format) {
+    SERVER_OR_SKIP(s, NULL);
+    static char out[1 << 14];
+    CHECK(strstr(read_log(&s), "tool calls: none"), "log: %s", read_log(&s));
+    static const char tools[] = "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]";
+    char body[1024];
+    snprintf(body, sizeof(body), "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":1,%s}", tools);
+    CHECK(http(&s, "POST", "/v1/chat/completions", body, NULL, out, sizeof(out)) == 400 && strstr(out, "renders no tools"),
+          "%s", out);
     CHECK(server_stop(&s) == 0, "log: %s", s.log);
 }

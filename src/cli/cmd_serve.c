@@ -173,7 +173,10 @@ int cmd_serve(int argc, char **argv) {
     }
     chat = tok_chat_load(m->file, tmpl_name, &err);
     if (chat) {
-        fprintf(stderr, "ft serve: chat template: %s\n", tok_chat_describe(chat));
+        fprintf(stderr, "ft serve: chat template: %s; tool calls: %s\n", tok_chat_describe(chat),
+                tok_chat_tool_format(chat)    ? tok_tool_format_name(tok_chat_tool_format(chat))
+                : tok_chat_builtin(chat) >= 0 ? "none (a built-in template renders no tools)"
+                                              : "none (tools only with tool_choice \"none\")");
     } else if (tmpl_name) {
         fprintf(stderr, "ft serve: %s\n", err.msg);
         goto done;

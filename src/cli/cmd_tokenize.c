@@ -139,7 +139,7 @@ int cmd_tokenize(int argc, char **argv) {
     if (chat) {
         // the message may hold any bytes up to its first NUL
         char *msg = strndup(text, len);
-        tok_chat_msg m = {"user", msg, NULL};
+        tok_chat_msg m = {.role = "user", .content = msg};
         tok_chat_prompt prompt;
         ok = tok_chat_apply(tmpl, &m, 1, tok_chat_default_params(v), NULL, &prompt, &err);
         tok_chat_free(tmpl);

@@ -5,6 +5,7 @@
 // <think>...</think> (gpt-oss: its analysis channel) becomes a thinking block before the text
 // block. Errors use Anthropic's error shape.
 #include "srv_impl.h"
+#include "tool_call.h"
 
 #include <event2/http.h>
 
@@ -15,10 +16,8 @@
 // The request's prompt and settings; max_tokens required for a generation (not for counting).
 static bool parse_request(const srv_params *p, const tok_vocab *v, json_t *body, srv_job *j, bool generate,
                           ft_err *err) {
-    static const char *const unimplemented[] = {"tools", NULL};
     j->api = SRV_API_MESSAGES;
     j->split_think = true;
-    if (!srv_refuse_unimplemented(p, body, unimplemented, err)) return false;
     // an output constraint is never dropped, not even with --lenient: a client relying on it
     // would parse whatever came
     static const char *const constraints[] = {"output_format", "response_format", "grammar", "json_schema"};
@@ -32,6 +31,8 @@ static bool parse_request(const srv_params *p, const tok_vocab *v, json_t *body,
     int64_t mt = -1;
     srv_buf sys = {0};
     bool have_sys = false, ok = false;
+    char *tools = NULL;
+    if (!srv_parse_tools(p, body, true, j, &tools, err)) return false;
     json_t *msgs = json_object_get(body, "messages");
     if (generate && !json_object_get(body, "max_tokens")) {
         ft_err_set(err, "'max_tokens' is required");
@@ -41,7 +42,7 @@ static bool parse_request(const srv_params *p, const tok_vocab *v, json_t *body,
         !srv_get_bool(body, "stream", &j->stream, err) || !srv_parse_sampling(body, j, "stop_sequences", err))
         goto out;
     j->n_predict = (int)mt;
-    bool thinking = true; // absent: the chat template's default
+    bool thinking = !j->grammar; // absent: the chat template's default (off where a call is forced)
     json_t *th = json_object_get(body, "thinking");
     if (th && !json_is_null(th)) {
         json_t *type = json_object_get(th, "type");
@@ -53,6 +54,10 @@ static bool parse_request(const srv_params *p, const tok_vocab *v, json_t *body,
         int64_t budget = 0;
         if (!srv_get_int(th, "budget_tokens", 0, INT32_MAX, &budget, err)) goto out;
         thinking = !strcmp(json_string_value(type), "enabled");
+        if (thinking && j->grammar) {
+            ft_err_set(err, "'thinking': a 'tool_choice' that forces a call has no reasoning (leave thinking disabled)");
+            goto out;
+        }
     }
     json_t *s = json_object_get(body, "system");
     if (json_is_string(s)) {
@@ -88,10 +93,11 @@ static bool parse_request(const srv_params *p, const tok_vocab *v, json_t *body,
             }
         }
     }
-    if (!srv_chat_prompt(p, v, msgs, have_sys ? sys.p : NULL, thinking, NULL, NULL, j, err)) goto out;
+    if (!srv_chat_prompt(p, v, msgs, have_sys ? sys.p : NULL, thinking, NULL, NULL, tools, j, err)) goto out;
     ok = true;
 out:
     srv_buf_free(&sys);
+    free(tools);
     return ok;
 }
 
@@ -120,6 +126,7 @@ void srv_anthropic_messages(srv_http *h, struct evhttp_request *req, json_t *bod
 
 static const char *stop_reason(const srv_job *j) {
     if (j->finish == SRV_FINISH_LENGTH) return "max_tokens";
+    if (j->tools && srv_tools_n_calls(j->tools)) return "tool_use";
     return j->stop_matched ? "stop_sequence" : "end_turn";
 }
 
@@ -148,8 +155,27 @@ static void reply_message(srv_job *j) {
     if (j->reasoning.n)
         json_array_append_new(content, json_pack("{s:s,s:o,s:s}", "type", "thinking", "thinking",
                                                  srv_json_str(j->reasoning.p, j->reasoning.n), "signature", ""));
-    json_array_append_new(content, json_pack("{s:s,s:o}", "type", "text", "text",
-                                             srv_json_str(j->content.p ? j->content.p : "", j->content.n)));
+    // the text block, unless the reply is calls alone
+    if (j->content.n || !j->n_calls)
+        json_array_append_new(content, json_pack("{s:s,s:o}", "type", "text", "text",
+                                                 srv_json_str(j->content.p ? j->content.p : "", j->content.n)));
+    for (int i = 0; i < j->n_calls; i++) {
+        // a call cut short or broken has no input object to give: its text goes to the client as text
+        // (invalid UTF-8 in the model's text as U+FFFD, as everywhere in the replies)
+        json_t *text = srv_json_str(j->calls[i].args.p, j->calls[i].args.n);
+        json_t *input = j->calls[i].broken ? NULL
+                                           : json_loadb(json_string_value(text), json_string_length(text),
+                                                        JSON_DECODE_INT_AS_REAL | JSON_ALLOW_NUL, NULL);
+        json_decref(text);
+        if (json_is_object(input))
+            json_array_append_new(content, json_pack("{s:s,s:s,s:s,s:o}", "type", "tool_use", "id", j->calls[i].id,
+                                                     "name", j->calls[i].name, "input", input));
+        else {
+            json_decref(input);
+            json_array_append_new(content, json_pack("{s:s,s:o}", "type", "text", "text",
+                                                     srv_json_str(j->calls[i].args.p, j->calls[i].args.n)));
+        }
+    }
     srv_reply_json(req, 200, message(j, true, content));
 }
 
@@ -179,6 +205,41 @@ static void block_text(srv_job *j, bool thinking, const char *s, size_t n, srv_e
                    "type", thinking ? "thinking_delta" : "text_delta", kind, srv_json_str(s, n)));
 }
 
+// A reply with tools, streamed: text into text blocks, each call a tool_use block whose input
+// comes as input_json_delta pieces.
+typedef struct msg_events {
+    srv_job *j;
+    srv_event_fn emit;
+    void *ctx;
+    srv_buf *reasoning; // sent before the first event of a piece
+} msg_events;
+
+static void msg_event(void *ctx, const srv_tc_event *e) {
+    msg_events *a = ctx;
+    srv_job *j = a->j;
+    if (a->reasoning->n) {
+        block_text(j, true, a->reasoning->p, a->reasoning->n, a->emit, a->ctx);
+        a->reasoning->n = 0;
+    }
+    switch (e->kind) {
+    case SRV_TC_TEXT: block_text(j, false, e->s, e->n, a->emit, a->ctx); break;
+    case SRV_TC_START:
+        close_block(j, a->emit, a->ctx);
+        a->emit(a->ctx, j, "content_block_start",
+                json_pack("{s:s,s:i,s:{s:s,s:s,s:s,s:{}}}", "type", "content_block_start", "index", j->msg_blocks,
+                          "content_block", "type", "tool_use", "id", e->id, "name", e->name, "input"));
+        j->msg_blocks++;
+        j->msg_open = SRV_BLOCK_TOOL;
+        break;
+    case SRV_TC_ARGS:
+        a->emit(a->ctx, j, "content_block_delta",
+                json_pack("{s:s,s:i,s:{s:s,s:o}}", "type", "content_block_delta", "index", j->msg_blocks - 1, "delta",
+                          "type", "input_json_delta", "partial_json", srv_json_str(e->s, e->n)));
+        break;
+    case SRV_TC_END: close_block(j, a->emit, a->ctx); break;
+    }
+}
+
 void srv_anthropic_stream(srv_job *j, const char *text, size_t n, bool done, srv_event_fn emit, void *ctx) {
     if (!j->msg_started) {
         j->msg_started = true;
@@ -186,8 +247,14 @@ void srv_anthropic_stream(srv_job *j, const char *text, size_t n, bool done, srv
              json_pack("{s:s,s:o}", "type", "message_start", "message", message(j, false, json_array())));
     }
     srv_buf content = {0}, reasoning = {0};
-    srv_think_feed(&j->think, text, n, &content, &reasoning);
-    if (done) srv_think_flush(&j->think, &content, &reasoning);
+    if (j->tools) {
+        msg_events a = {j, emit, ctx, &reasoning};
+        srv_tools_feed_reply(j->tools, &j->think, text, n, &reasoning, msg_event, &a);
+        if (done) srv_tools_flush_reply(j->tools, &j->think, &reasoning, msg_event, &a);
+    } else {
+        srv_think_feed(&j->think, text, n, &content, &reasoning);
+        if (done) srv_think_flush(&j->think, &content, &reasoning);
+    }
     // within one piece the reasoning comes first: it ends where the answer begins
     block_text(j, true, reasoning.p, reasoning.n, emit, ctx);
     block_text(j, false, content.p, content.n, emit, ctx);
@@ -218,11 +285,22 @@ static void emit_sse(void *ctx, srv_job *j, const char *event, json_t *data) {
     srv_sse_send(j, event, data);
 }
 
+static void keep_event(void *ctx, const srv_tc_event *e) {
+    srv_job *j = ctx;
+    if (e->kind == SRV_TC_TEXT) srv_buf_add(&j->content, e->s, e->n);
+    else srv_calls_record(j, e);
+}
+
 void srv_anthropic_output(srv_job *j, const char *text, size_t n, bool done) {
     if (!j->stream) {
-        srv_think_feed(&j->think, text, n, &j->content, &j->reasoning);
+        if (j->tools) {
+            srv_tools_feed_reply(j->tools, &j->think, text, n, &j->reasoning, keep_event, j);
+            if (done) srv_tools_flush_reply(j->tools, &j->think, &j->reasoning, keep_event, j);
+        } else {
+            srv_think_feed(&j->think, text, n, &j->content, &j->reasoning);
+            if (done) srv_think_flush(&j->think, &j->content, &j->reasoning);
+        }
         if (!done || !j->req) return;
-        srv_think_flush(&j->think, &j->content, &j->reasoning);
         reply_message(j);
         return;
     }

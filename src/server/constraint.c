@@ -7,6 +7,7 @@
 // with every request compiles it once. The cache and the jobs share each grammar by reference
 // count; the cache is guarded by one mutex (requests are parsed on the prep threads).
 #include "srv_impl.h"
+#include "tool_call.h"
 
 #include "../engine/json_schema.h"
 
@@ -115,6 +116,38 @@ static srv_grammar *grammar_for(const srv_params *p, char kind, const char *text
     atomic_init(&sg->refs, 1);
     cache_put(key, len, sg);
     free(key);
+    return sg;
+}
+
+srv_grammar *srv_grammar_tools(const srv_params *p, enum tok_tool_format f, json_t *tools, const char *only,
+                               bool parallel, ft_err *err) {
+    char *text = json_dumps(tools, JSON_COMPACT);
+    if (!text) return ft_err_set(err, "'tools' cannot be written as JSON"), NULL;
+    // the key: format, parallel, the named tool, then the tools
+    srv_buf key = {0};
+    char head[200];
+    snprintf(head, sizeof(head), "%d%c%s", (int)f, parallel ? 'p' : '1', only ? only : "");
+    srv_buf_add(&key, head, strlen(head) + 1);
+    srv_buf_add(&key, text, strlen(text));
+    free(text);
+    size_t len = key.n + 2;
+    char *k = ft_malloc(len);
+    k[0] = 'T';
+    k[1] = p->lenient ? 'l' : 's';
+    memcpy(k + 2, key.p, key.n);
+    srv_buf_free(&key);
+    srv_grammar *sg = cache_find(k, len);
+    if (!sg) {
+        ft_grammar *g = srv_tools_grammar(f, tools, only, parallel, p->lenient, err);
+        if (g) {
+            sg = ft_calloc(1, sizeof(*sg));
+            sg->g = g;
+            atomic_init(&sg->refs, 1);
+            cache_put(k, len, sg);
+        } else
+            ft_err_prefix(err, "'tool_choice' forces a call, whose grammar");
+    }
+    free(k);
     return sg;
 }
 

@@ -206,10 +206,12 @@ typedef struct {
     srv_buf *content, *reasoning;
 } channel_bufs;
 
-// A harmony channel's text into the answer or the reasoning; the rest (tool calls) is dropped.
+// A harmony channel's text into the answer or the reasoning; the rest (tool calls, where the
+// request has no tools to parse them: tool_call.c) is dropped.
 static void to_channel(void *ctx, enum tok_channel ch, const char *s, size_t n) {
     channel_bufs *b = ctx;
-    if (ch != TOK_CHANNEL_NONE) srv_buf_add(ch == TOK_CHANNEL_REASONING ? b->reasoning : b->content, s, n);
+    if (ch == TOK_CHANNEL_CONTENT || ch == TOK_CHANNEL_REASONING)
+        srv_buf_add(ch == TOK_CHANNEL_REASONING ? b->reasoning : b->content, s, n);
 }
 
 void srv_think_feed(srv_think *t, const char *s, size_t n, srv_buf *content, srv_buf *reasoning) {

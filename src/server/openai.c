@@ -1,6 +1,7 @@
 // openai.c: POST /v1/chat/completions and /v1/completions: request parsing into a job, and
 // the responses (one JSON object, or SSE chunks ending in `data: [DONE]`).
 #include "srv_impl.h"
+#include "tool_call.h"
 
 #include <event2/http.h>
 
@@ -31,7 +32,8 @@ static bool parse_stream(json_t *body, srv_job *j, ft_err *err) {
 }
 
 // Fields of each route ft does not implement yet (srv_refuse_unimplemented).
-static const char *const k_chat_unimplemented[] = {"tools", "functions", "logit_bias", "audio", "prediction", NULL};
+static const char *const k_chat_unimplemented[] = {"functions", "function_call", "logit_bias", "audio", "prediction",
+                                                   NULL};
 static const char *const k_completion_unimplemented[] = {"logit_bias", "suffix", NULL};
 
 // reasoning_effort (OpenAI's field, or chat_template_kwargs' as llama-server takes it): "low",
@@ -51,9 +53,12 @@ bool srv_openai_parse_chat(const srv_params *p, const tok_vocab *v, json_t *body
     if (!srv_refuse_unimplemented(p, body, k_chat_unimplemented, err) || !srv_parse_constraint(p, body, j, err))
         return false;
     // a constrained reply is the answer alone: the template's thinking is off (a reply that
-    // opened <think> could not close it under the grammar), and nothing is split off
+    // opened <think> could not close it under the grammar), and nothing is split off; a forced
+    // tool call is constrained too, but still split (gpt-oss's channels carry the call)
     j->split_think = !j->grammar;
-    bool logprobs = false, thinking = !j->grammar;
+    char *tools = NULL;
+    if (!srv_parse_tools(p, body, false, j, &tools, err)) return false;
+    bool ok = false, logprobs = false, thinking = !j->grammar;
     int64_t top = 0;
     const char *effort = NULL;
     json_t *kw = json_object_get(body, "chat_template_kwargs");
@@ -63,15 +68,20 @@ bool srv_openai_parse_chat(const srv_params *p, const tok_vocab *v, json_t *body
         !srv_get_bool(body, "enable_thinking", &thinking, err) ||
         (json_is_object(kw) && !srv_get_bool(kw, "enable_thinking", &thinking, err)) ||
         !parse_effort(body, &effort, err) || (json_is_object(kw) && !parse_effort(kw, &effort, err)))
-        return false;
-    if (j->grammar && thinking)
-        return ft_err_set(err, "'enable_thinking': a reply under 'response_format', 'grammar' or 'json_schema' has "
-                               "no reasoning (leave thinking off)");
+        goto out;
+    if (j->grammar && thinking) {
+        ft_err_set(err, "'enable_thinking': a reply under 'response_format', 'grammar', 'json_schema' or a "
+                        "'tool_choice' that forces a call has no reasoning (leave thinking off)");
+        goto out;
+    }
     if (!srv_chat_prompt(p, v, json_object_get(body, "messages"), NULL, thinking, effort, json_is_object(kw) ? kw : NULL,
-                         j, err))
-        return false;
+                         tools, j, err))
+        goto out;
     j->n_logprobs = logprobs ? (int)top : -1;
-    return true;
+    ok = true;
+out:
+    free(tools);
+    return ok;
 }
 
 bool srv_parse_completion_prompt(const tok_vocab *v, json_t *pr, srv_job *j, ft_err *err) {
@@ -135,7 +145,11 @@ void srv_openai_completion(srv_http *h, struct evhttp_request *req, json_t *body
 // ---------------------------------------------------------------------------------------------
 // Output
 
-static const char *finish_reason(const srv_job *j) { return j->finish == SRV_FINISH_LENGTH ? "length" : "stop"; }
+// "tool_calls" where the reply ended with whole calls.
+static const char *finish_reason(const srv_job *j) {
+    if (j->finish == SRV_FINISH_LENGTH) return "length";
+    return j->tools && srv_tools_n_calls(j->tools) ? "tool_calls" : "stop";
+}
 
 // A job cut short (srv_job_cut_short) answers an error: 503 after a shutdown, 500 on a failure.
 static int cut_status(const srv_job *j) { return j->finish == SRV_FINISH_CANCEL ? 503 : 500; }
@@ -230,14 +244,95 @@ static json_t *chunk(const srv_job *j, const char *object) {
                      (json_int_t)j->created, "model", j->model_name, "system_fingerprint", "ft");
 }
 
+// A reply with tools: its events as deltas in order (streamed), or kept in the job.
+typedef struct chat_events {
+    srv_job *j;
+    srv_buf *content; // answer text not yet in a delta (streamed), or all of it
+    json_t *deltas;   // streamed: the deltas to send, in order
+} chat_events;
+
+static void push_content(chat_events *a) {
+    if (!a->content->n) return;
+    json_array_append_new(a->deltas, json_pack("{s:o}", "content", srv_json_str(a->content->p, a->content->n)));
+    a->content->n = 0;
+}
+
+static void chat_event(void *ctx, const srv_tc_event *e) {
+    chat_events *a = ctx;
+    if (e->kind == SRV_TC_TEXT) {
+        srv_buf_add(a->content, e->s, e->n);
+        return;
+    }
+    if (!a->j->stream) {
+        srv_calls_record(a->j, e);
+        return;
+    }
+    push_content(a);
+    if (e->kind == SRV_TC_START)
+        json_array_append_new(a->deltas, json_pack("{s:[{s:i,s:s,s:s,s:{s:s,s:s}}]}", "tool_calls", "index", e->index,
+                                                   "id", e->id, "type", "function", "function", "name", e->name,
+                                                   "arguments", ""));
+    else if (e->kind == SRV_TC_ARGS)
+        json_array_append_new(a->deltas, json_pack("{s:[{s:i,s:{s:o}}]}", "tool_calls", "index", e->index, "function",
+                                                   "arguments", srv_json_str(e->s, e->n)));
+}
+
 static void chat_output(srv_job *j, const char *text, size_t n, const srv_tokinfo *toks, int n_toks,
                         bool done) {
     srv_buf content = {0}, reasoning = {0};
+    json_t *deltas = NULL;
+    if (j->tools) { // the reply's calls parsed out of its answer
+        chat_events a = {j, j->stream ? &content : &j->content, j->stream ? json_array() : NULL};
+        srv_buf *r = j->stream ? &reasoning : &j->reasoning;
+        srv_buf_add(a.content, "", 0);
+        srv_buf_add(r, "", 0);
+        srv_tools_feed_reply(j->tools, &j->think, text, n, r, chat_event, &a);
+        if (done) srv_tools_flush_reply(j->tools, &j->think, r, chat_event, &a);
+        if (j->stream) {
+            push_content(&a);
+            deltas = a.deltas;
+        }
+    }
     srv_buf *c = j->stream ? &content : &j->content, *r = j->stream ? &reasoning : &j->reasoning;
     srv_buf_add(c, "", 0);
     srv_buf_add(r, "", 0);
-    srv_think_feed(&j->think, text, n, c, r);
-    if (done) srv_think_flush(&j->think, c, r);
+    if (!j->tools) {
+        srv_think_feed(&j->think, text, n, c, r);
+        if (done) srv_think_flush(&j->think, c, r);
+    }
+    if (j->stream && deltas) {
+        // reasoning first (it ends where the answer begins), then the answer's deltas in order;
+        // this drain's logprobs ride on the first chunk
+        if (!j->head_sent) {
+            json_t *ch = chunk(j, "chat.completion.chunk");
+            json_object_set_new(ch, "choices",
+                                json_pack("[{s:i,s:{s:s,s:s},s:n,s:n}]", "index", 0, "delta", "role",
+                                          "assistant", "content", "", "logprobs", "finish_reason"));
+            srv_sse_send(j, NULL, ch);
+        }
+        if (reasoning.n)
+            json_array_insert_new(deltas, 0, json_pack("{s:o}", "reasoning_content", srv_json_str(reasoning.p, reasoning.n)));
+        if (!json_array_size(deltas) && n_toks && j->n_logprobs >= 0)
+            json_array_append_new(deltas, json_pack("{s:s}", "content", ""));
+        size_t i;
+        json_t *d;
+        json_array_foreach(deltas, i, d) {
+            json_t *lp = json_null();
+            if (i == 0 && n_toks && j->n_logprobs >= 0) {
+                json_t *arr = json_array();
+                chat_logprobs(j, toks, n_toks, arr);
+                json_decref(lp);
+                lp = json_pack("{s:o}", "content", arr);
+            }
+            json_t *ch = chunk(j, "chat.completion.chunk");
+            json_object_set_new(ch, "choices",
+                                json_pack("[{s:i,s:O,s:o,s:n}]", "index", 0, "delta", d, "logprobs", lp, "finish_reason"));
+            srv_sse_send(j, NULL, ch);
+        }
+        json_decref(deltas);
+        content.n = reasoning.n = 0;
+        n_toks = 0;
+    }
     if (j->stream) {
         if (!j->head_sent) {
             json_t *ch = chunk(j, "chat.completion.chunk");
@@ -291,10 +386,19 @@ static void chat_output(srv_job *j, const char *text, size_t n, const srv_tokinf
         chat_logprobs(j, toks, n_toks, j->logprobs);
     }
     if (!done || !j->req) return;
-    json_t *msg =
-        json_pack("{s:s,s:o}", "role", "assistant", "content", srv_json_str(j->content.p, j->content.n));
+    // with calls and no text, content is null (as OpenAI answers)
+    json_t *msg = json_pack("{s:s,s:o}", "role", "assistant", "content",
+                            j->n_calls && !j->content.n ? json_null() : srv_json_str(j->content.p, j->content.n));
     if (j->reasoning.n)
         json_object_set_new(msg, "reasoning_content", srv_json_str(j->reasoning.p, j->reasoning.n));
+    if (j->n_calls) {
+        json_t *calls = json_array();
+        for (int i = 0; i < j->n_calls; i++)
+            json_array_append_new(calls, json_pack("{s:s,s:s,s:{s:s,s:o}}", "id", j->calls[i].id, "type", "function",
+                                                   "function", "name", j->calls[i].name, "arguments",
+                                                   srv_json_str(j->calls[i].args.p, j->calls[i].args.n)));
+        json_object_set_new(msg, "tool_calls", calls);
+    }
     json_t *lp = j->n_logprobs >= 0 ? json_pack("{s:O}", "content", j->logprobs ? j->logprobs : json_array())
                                     : json_null();
     json_t *res = chunk(j, "chat.completion");

@@ -19,6 +19,7 @@
 //      grammar may end), and the job ends as soon as nothing but the end may follow.
 
 #include "srv_impl.h"
+#include "tool_call.h"
 
 #include "../engine/batch.h"
 #include "../engine/stop.h"
@@ -113,6 +114,10 @@ void srv_job_unref(srv_job *j) {
     srv_buf_free(&j->reasoning);
     free(j->toks);
     json_decref(j->logprobs);
+    srv_tools_free(j->tools);
+    for (int i = 0; i < j->n_calls; i++)
+        srv_buf_free(&j->calls[i].args);
+    free(j->calls);
     pthread_mutex_destroy(&j->mu);
     free(j);
 }

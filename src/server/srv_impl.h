@@ -90,7 +90,8 @@ struct srv_job {
     bool ignore_eos; // end-of-generation tokens are never sampled (llama-server's ignore_eos)
     bool stream;
     int rebuild_slots; // SRV_API_REBUILD: the new --moe-cache-size
-    srv_grammar *grammar; // the output's constraint (a reference), NULL: none
+    srv_grammar *grammar; // the output's constraint (a reference), NULL: none (a forced tool call's included)
+    struct srv_tools *tools; // the reply's tool-call parser (tool_call.h), NULL: no tools to call
     const ft_grammar_vocab *gvocab; // the server's grammar view of the vocabulary, set with grammar
 
     atomic_bool cancel;
@@ -128,8 +129,11 @@ struct srv_job {
     // Messages API stream: message_start sent, content blocks started, the open one
     bool msg_started;
     int msg_blocks;
-    enum { SRV_BLOCK_NONE, SRV_BLOCK_THINKING, SRV_BLOCK_TEXT } msg_open;
+    enum { SRV_BLOCK_NONE, SRV_BLOCK_THINKING, SRV_BLOCK_TEXT, SRV_BLOCK_TOOL } msg_open;
     srv_buf content, reasoning; // accumulated (non-streaming) or per-drain scratch
+    // the reply's tool calls as parsed (non-streamed replies)
+    struct srv_call *calls;
+    int n_calls, cap_calls;
     json_t *logprobs;           // accumulated logprob entries (non-streaming)
     int text_offset;
     char rid[48]; // response id: chatcmpl-..., cmpl-..., msg_...
@@ -253,6 +257,17 @@ const char *srv_job_cut_message(const srv_job *j);
 // them, compiled or taken from the cache of compiled grammars. Returns false with a message for
 // a 400 (a field malformed, a schema or grammar that does not compile, saying where).
 bool srv_parse_constraint(const srv_params *p, json_t *body, srv_job *j, ft_err *err);
+// Reads the request's tools and tool_choice (OpenAI's shape, or with anthropic the Messages
+// API's, converted to OpenAI's function shape templates read) into *tools_text (the template's
+// `tools`, a JSON array; NULL: none; caller frees), j->tools (the reply's parser, unless the
+// choice is "none") and, for a choice that forces a call ("required", Anthropic's "any", a named
+// tool), j->grammar. Returns false with a message for a 400: a malformed tool or choice, a
+// forced call beside another constraint, tools with a template whose tool-call format ft does
+// not know, a schema that does not compile.
+bool srv_parse_tools(const srv_params *p, json_t *body, bool anthropic, srv_job *j, char **tools_text, ft_err *err);
+// The grammar forcing a call (tool_grammar.c), from the cache of compiled grammars.
+srv_grammar *srv_grammar_tools(const srv_params *p, enum tok_tool_format f, json_t *tools, const char *only,
+                               bool parallel, ft_err *err);
 // Drops the cache of compiled grammars (the server's end; jobs keep their references).
 void srv_constraint_cache_clear(void);
 // Refuses a request that sets one of fields (NULL-terminated), which ft does not implement yet,
@@ -301,9 +316,20 @@ bool srv_http_submit(srv_http *h, srv_job *j, bool anthropic);
 // so: gpt-oss's built-in or its own Jinja text). Returns false with a message for a 400
 // (no template, a bad message, an effort the template does not take (ignored with --lenient),
 // a template that fails to render).
+// Assistant messages may carry tool calls (OpenAI's "tool_calls"; Anthropic's "tool_use"
+// blocks), and tool results come as "tool" messages (OpenAI) or "tool_result" blocks (Anthropic:
+// each its own tool message, before the user's text). tools: the template's `tools` (JSON text)
+// or NULL.
 bool srv_chat_prompt(const srv_params *p, const tok_vocab *v, json_t *msgs, const char *system,
-                     bool enable_thinking, const char *reasoning_effort, json_t *kwargs, srv_job *j,
-                     ft_err *err);
+                     bool enable_thinking, const char *reasoning_effort, json_t *kwargs, const char *tools,
+                     srv_job *j, ft_err *err);
+
+// A tool call of a reply as parsed (tool_call.c's events), for the non-streamed answers.
+typedef struct srv_call {
+    char id[160], name[128];
+    srv_buf args;
+    bool broken;
+} srv_call;
 
 // ---------------------------------------------------------------------------------------------
 // The APIs (openai.c, anthropic.c, llama_api.c).

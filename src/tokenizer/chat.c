@@ -187,8 +187,8 @@ static const char *find(str s, const char *p, bool last) {
 
 static bool no_tools(const tok_chat_msg *msgs, size_t n, ft_err *err) {
     for (size_t i = 0; i < n; i++)
-        if (role_is(&msgs[i], "tool") || role_is(&msgs[i], "ipython"))
-            return ft_err_set(err, "chat template: tool messages are not supported yet");
+        if (role_is(&msgs[i], "tool") || role_is(&msgs[i], "ipython") || msgs[i].tool_calls)
+            return ft_err_set(err, "chat template: the built-in templates render no tool calls or tool results");
     return true;
 }
 

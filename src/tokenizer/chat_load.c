@@ -14,6 +14,8 @@ struct tok_chat {
     bool harmony; // gpt-oss's format (tok_chat_harmony)
     bool thought; // Gemma 4's thought channel (tok_chat_thought_channel)
     bool effort;  // takes a reasoning effort (tok_chat_takes_effort)
+    bool object_args; // tool-call arguments as objects (tok_chat_object_arguments)
+    enum tok_tool_format tools; // tok_chat_tool_format
     char desc[600];
 };
 
@@ -72,6 +74,19 @@ static char *chat_vars(const tok_chat_msg *m, size_t n, const tok_chat_params *p
             puts_(&b, ", \"thinking\": ");
             put_json_string(&b, m[i].reasoning);
         }
+        // in llama.cpp's order (common_chat_msg::to_json_oaicompat): name, tool_call_id, tool_calls
+        if (m[i].name) {
+            puts_(&b, ", \"name\": ");
+            put_json_string(&b, m[i].name);
+        }
+        if (m[i].tool_call_id) {
+            puts_(&b, ", \"tool_call_id\": ");
+            put_json_string(&b, m[i].tool_call_id);
+        }
+        if (m[i].tool_calls) { // JSON text the caller made (tok_chat_msg)
+            puts_(&b, ", \"tool_calls\": ");
+            puts_(&b, m[i].tool_calls);
+        }
         puts_(&b, "}");
     }
     puts_(&b, "], \"add_generation_prompt\": ");
@@ -124,7 +139,7 @@ static void names(char *buf, size_t cap) {
 static tok_jinja *load_jinja(const char *src, size_t len, ft_err *err) {
     tok_jinja *t = tok_jinja_parse(src, len, err);
     if (!t) return NULL;
-    tok_chat_msg hello = {"user", "Hello", NULL};
+    tok_chat_msg hello = {.role = "user", .content = "Hello"};
     tok_chat_params p = tok_chat_default_params(NULL);
     tok_chat_prompt out;
     if (!render_jinja(t, false, &hello, 1, &p, NULL, &out, err)) {
@@ -145,6 +160,72 @@ static tok_chat *chat_builtin(enum tok_chat_template t, const char *why) {
     return c;
 }
 
+// llama.cpp's capability check for object arguments (jinja/caps.cpp) renders a conversation
+// with a tool call whose arguments are {"arg": "value"} and asks whether the template used the
+// member "arg" (read it, iterated it, or passed the object through tojson). ft asks the same of
+// the output: the render succeeds and prints the member's value, other than as part of the
+// object's own repr (a template that prints the arguments as they are expects a string).
+static bool object_arguments(const tok_jinja *t, bool harmony) {
+    static const char mark[] = "ft-arg-7f3a9c";
+    char calls[256];
+    snprintf(calls, sizeof(calls),
+             "[{\"type\": \"function\", \"function\": {\"name\": \"tool1\", \"arguments\": {\"arg\": \"%s\"}}, "
+             "\"id\": \"call00001\"}]",
+             mark);
+    tok_chat_msg m[5] = {
+        {.role = "user", .content = "User message"},
+        {.role = "assistant", .content = "", .tool_calls = calls},
+        {.role = "tool", .content = "Tool response", .tool_call_id = "call00001"},
+        {.role = "assistant", .content = "The tool response was 'tool response'"},
+        {.role = "user", .content = "User message"},
+    };
+    static const char tools[] =
+        "[{\"name\": \"tool\", \"type\": \"function\", \"function\": {\"name\": \"tool1\", \"description\": "
+        "\"Tool description\", \"parameters\": {\"type\": \"object\", \"properties\": {\"arg\": {\"type\": "
+        "\"string\", \"description\": \"Arg description\"}}, \"required\": [\"arg\"]}}}]";
+    tok_chat_params p = tok_chat_default_params(NULL);
+    p.bos_text = p.eos_text = "";
+    tok_chat_extra extra = {.tools = tools};
+    tok_chat_prompt out;
+    ft_err err = {{0}};
+    if (!render_jinja(t, harmony, m, 5, &p, &extra, &out, &err)) return false;
+    char repr[64];
+    snprintf(repr, sizeof(repr), "{'arg': '%s'}", mark);
+    bool used = false;
+    for (const char *q = strstr(out.text, mark); q && !used; q = strstr(q + 1, mark))
+        used = !(q >= out.text + 9 && !strncmp(q - 9, repr, strlen(repr)));
+    tok_chat_prompt_free(&out);
+    return used;
+}
+
+static const char *const k_tool_format_names[TOK_TOOLS_COUNT] = {
+    "none", "hermes", "qwen3-coder", "harmony", "glm4.5", "deepseek", "kimi-k2", "mistral", "mistral-args", "llama3",
+};
+
+const char *tok_tool_format_name(enum tok_tool_format f) {
+    return (unsigned)f < TOK_TOOLS_COUNT ? k_tool_format_names[f] : "?";
+}
+
+static bool has(const char *s, size_t n, const char *marker) { return memmem(s, n, marker, strlen(marker)) != NULL; }
+
+// The markers are those llama.cpp tells the formats by (common/chat.cpp's specialised templates
+// and the markup its differential analysis finds), checked most specific first.
+enum tok_tool_format tok_tool_format_detect(const char *src, size_t len) {
+    if (has(src, len, "<|channel|>")) return TOK_TOOLS_HARMONY;
+    if (has(src, len, "<|tool_calls_section_begin|>") && has(src, len, "<|tool_call_begin|>")) return TOK_TOOLS_KIMI_K2;
+    if (has(src, len, "dsml_token")) return TOK_TOOLS_NONE; // DeepSeek V3.2's DSML markup: not parsed
+    if (has(src, len, "<｜tool▁calls▁begin｜>") && has(src, len, "<｜tool▁sep｜>")) return TOK_TOOLS_DEEPSEEK;
+    if (has(src, len, "<arg_key>") && has(src, len, "<arg_value>")) return TOK_TOOLS_GLM45;
+    if (has(src, len, "<tool_call>") && has(src, len, "<function=") && has(src, len, "<parameter="))
+        return TOK_TOOLS_QWEN3_CODER;
+    if (has(src, len, "<tool_call>")) return TOK_TOOLS_HERMES;
+    if (has(src, len, "[TOOL_CALLS]") && has(src, len, "[ARGS]")) return TOK_TOOLS_MISTRAL_ARGS;
+    if (has(src, len, "[TOOL_CALLS]")) return TOK_TOOLS_MISTRAL;
+    if (has(src, len, "<|start_header_id|>") && has(src, len, "\"parameters\"") && has(src, len, "tool_calls"))
+        return TOK_TOOLS_LLAMA3;
+    return TOK_TOOLS_NONE;
+}
+
 static tok_chat *chat_jinja(tok_jinja *t, const char *src, size_t len) {
     tok_chat *c = ft_calloc(1, sizeof(*c));
     c->builtin = -1;
@@ -152,6 +233,8 @@ static tok_chat *chat_jinja(tok_jinja *t, const char *src, size_t len) {
     c->harmony = memmem(src, len, "<|channel|>", 11) != NULL;
     c->thought = memmem(src, len, "'<|tool_call>call:'", 19) != NULL;
     c->effort = tok_jinja_names(t, "reasoning_effort") || tok_jinja_names(t, "reasoning_strength");
+    c->object_args = object_arguments(t, c->harmony);
+    c->tools = tok_tool_format_detect(src, len);
     return c;
 }
 
@@ -242,9 +325,24 @@ bool tok_chat_takes_effort(const tok_chat *c) { return c->effort; }
 
 bool tok_chat_thought_channel(const tok_chat *c) { return c->thought; }
 
+bool tok_chat_object_arguments(const tok_chat *c) { return c->object_args; }
+
+enum tok_tool_format tok_chat_tool_format(const tok_chat *c) { return c->tools; }
+
 bool tok_chat_apply(const tok_chat *c, const tok_chat_msg *msgs, size_t n_msgs, tok_chat_params p,
                     const tok_chat_extra *extra, tok_chat_prompt *out, ft_err *err) {
-    if (c->builtin >= 0) return tok_chat_render((enum tok_chat_template)c->builtin, msgs, n_msgs, p, out, err);
+    if (c->builtin >= 0) {
+        // the built-ins render no tools: refused rather than dropped
+        if (extra && extra->tools)
+            return ft_err_set(err, "chat template: the built-in %s renders no tools (serve the model's own Jinja "
+                                   "template, or --chat-template FILE)", tok_chat_name((enum tok_chat_template)c->builtin));
+        for (size_t i = 0; i < n_msgs; i++)
+            if (msgs[i].tool_calls || msgs[i].tool_call_id || msgs[i].name)
+                return ft_err_set(err, "chat template: the built-in %s renders no tool calls or tool results (serve "
+                                       "the model's own Jinja template, or --chat-template FILE)",
+                                  tok_chat_name((enum tok_chat_template)c->builtin));
+        return tok_chat_render((enum tok_chat_template)c->builtin, msgs, n_msgs, p, out, err);
+    }
     memset(out, 0, sizeof(*out));
     if (!p.bos_text) p.bos_text = "";
     if (!p.eos_text) p.eos_text = "";

@@ -26,13 +26,13 @@ static bool ends_with(const char *s, size_t n, const char *lit, size_t len) {
     return n >= len && !memcmp(s + n - len, lit, len);
 }
 
-// The channel of a finished header (without its "<|message|>"): none for a message to a
+// The channel of a finished header (without its "<|message|>"): a call for a message to a
 // recipient other than the assistant, else by the last channel named; a header naming no
 // channel reads as answer.
 static enum tok_channel header_channel(const char *hdr, size_t n) {
     for (size_t i = 0; i + 4 <= n; i++)
         if (!memcmp(hdr + i, " to=", 4) && !(n - i - 4 >= 9 && !memcmp(hdr + i + 4, "assistant", 9)))
-            return TOK_CHANNEL_NONE;
+            return TOK_CHANNEL_CALL;
     static const char k_channel[] = "<|channel|>";
     const char *name = NULL;
     for (size_t i = 0; i + LEN(k_channel) <= n; i++)
@@ -64,7 +64,10 @@ static void release(tok_harmony *h, tok_channel_fn fn, void *ctx) {
 static void text_byte(tok_harmony *h, char c, tok_channel_fn fn, void *ctx) {
     h->buf[h->n++] = c;
     if (memcmp(h->buf, k_end, h->n)) release(h, fn, ctx);
-    else if (h->n == LEN(k_end)) h->n = 0, h->state = H_BETWEEN;
+    else if (h->n == LEN(k_end)) {
+        h->n = 0, h->state = H_BETWEEN;
+        if (h->route == TOK_CHANNEL_CALL) fn(ctx, TOK_CHANNEL_CALL_END, "", 0);
+    }
 }
 
 // After "<|end|>": bytes held while they may begin "<|start|>assistant"; anything else begins
@@ -86,6 +89,7 @@ static void header_byte(tok_harmony *h, char c, tok_channel_fn fn, void *ctx) {
     h->buf[h->n++] = c;
     if (ends_with(h->buf, h->n, k_message, LEN(k_message))) {
         h->route = header_channel(h->buf, h->n - LEN(k_message));
+        if (h->route == TOK_CHANNEL_CALL) fn(ctx, TOK_CHANNEL_CALL_HEADER, h->buf, h->n - LEN(k_message));
         h->n = 0;
         h->state = H_TEXT;
     } else if (h->n == sizeof(h->buf)) {
@@ -116,5 +120,7 @@ void tok_harmony_feed(tok_harmony *h, const char *s, size_t n, tok_channel_fn fn
 
 void tok_harmony_flush(tok_harmony *h, tok_channel_fn fn, void *ctx) {
     if (h->state == H_TEXT && h->n) fn(ctx, h->route, h->buf, h->n);
+    if (h->state == H_TEXT && h->route == TOK_CHANNEL_CALL) fn(ctx, TOK_CHANNEL_CALL_END, "", 0);
     h->n = 0;
+    h->state = H_RAW; // nothing more after the end
 }

@@ -188,10 +188,17 @@ enum tok_chat_template {
 };
 
 typedef struct tok_chat_msg {
-    const char *role;      // "system", "user", "assistant"
+    const char *role;      // "system", "user", "assistant", "tool"
     const char *content;   // NULL reads as ""
     const char *reasoning; // assistant reasoning_content (Qwen3 and GLM <think>, gpt-oss's
                            // "thinking"), or NULL
+    // Tools (Jinja templates only; the built-ins refuse a message that has them):
+    const char *tool_calls;   // an assistant's calls: a JSON array as templates read it,
+                              // [{"type": "function", "function": {"name": ..., "arguments": ...},
+                              // "id": ...}] (arguments an object or a string: tok_chat_object_arguments),
+                              // or NULL
+    const char *tool_call_id; // a tool result's call id, or NULL
+    const char *name;         // a tool result's tool name, or NULL
 } tok_chat_msg;
 
 typedef struct tok_chat_params {
@@ -242,12 +249,21 @@ void tok_chat_prompt_free(tok_chat_prompt *p);
 // text up to "<|end|>", the next one opening with "<|start|>assistant" again; the last ends where
 // generation does (<|return|>, an end-of-generation token the text does not hold). As llama.cpp
 // parses it: analysis is reasoning; final, and commentary without a recipient (a preamble), are
-// the answer; a message to a recipient (a tool call, which ft does not serve yet) goes nowhere,
-// and so does every header and end marker. A stray "<|channel|>commentary" before the channel
+// the answer; a message to a recipient (a tool call) goes to TOK_CHANNEL_CALL: its header first
+// (TOK_CHANNEL_CALL_HEADER, once, the header's text without "<|message|>"), then its text, then
+// TOK_CHANNEL_CALL_END (no bytes) where the message ends ("<|end|>", or the reply's end at the
+// flush). Every other header and end marker goes nowhere. A stray "<|channel|>commentary" before the channel
 // (gpt-oss-20b writes one at times) is read past: the last channel named counts. Text that does
 // not open with a header (a model off the format) is all answer.
 
-enum tok_channel { TOK_CHANNEL_CONTENT, TOK_CHANNEL_REASONING, TOK_CHANNEL_NONE };
+enum tok_channel {
+    TOK_CHANNEL_CONTENT,
+    TOK_CHANNEL_REASONING,
+    TOK_CHANNEL_NONE,
+    TOK_CHANNEL_CALL_HEADER, // a message to a recipient: its header, whole
+    TOK_CHANNEL_CALL,        // its text
+    TOK_CHANNEL_CALL_END,    // its end
+};
 
 // Receives the reply's text piece by piece, in order, with the channel of each.
 typedef void (*tok_channel_fn)(void *ctx, enum tok_channel ch, const char *s, size_t n);
@@ -357,7 +373,41 @@ bool tok_chat_takes_effort(const tok_chat *c);
 // '<|tool_call>call:' (llama.cpp's test for Gemma 4's format).
 bool tok_chat_thought_channel(const tok_chat *c);
 
-// Extra inputs of a Jinja template (built-ins ignore them): JSON texts or NULL.
+// Whether a Jinja template reads a tool call's arguments as an object (its members, or the
+// object through tojson), as llama.cpp's capability check decides by a trial render: a call
+// whose arguments are {"arg": MARK} renders, and MARK is printed other than inside the object's
+// own repr. Where it does not, arguments go to the template as the JSON text the client sent.
+// False for a built-in.
+bool tok_chat_object_arguments(const tok_chat *c);
+
+// How a model writes its tool calls, told from its template's text (markers llama.cpp's parsers
+// look for); which one a model's replies are parsed with (src/server/tool_call.c).
+enum tok_tool_format {
+    TOK_TOOLS_NONE = 0,   // no format ft parses (tools are refused)
+    TOK_TOOLS_HERMES,     // <tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call> (Qwen2.5, Qwen3, Hermes)
+    TOK_TOOLS_QWEN3_CODER,// <tool_call>\n<function=NAME>\n<parameter=KEY>\nVALUE\n</parameter>\n</function>\n</tool_call>
+                          // (Qwen3-Coder, Qwen3.5)
+    TOK_TOOLS_HARMONY,    // <|channel|>commentary to=functions.NAME <|constrain|>json<|message|>{...} (gpt-oss)
+    TOK_TOOLS_GLM45,      // <tool_call>NAME\n<arg_key>KEY</arg_key>\n<arg_value>VALUE</arg_value>\n</tool_call>
+    TOK_TOOLS_DEEPSEEK,   // <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json\n{...}\n```
+                          // <｜tool▁call▁end｜>...<｜tool▁calls▁end｜> (V3, R1; V3.1: NAME<｜tool▁sep｜>{...})
+    TOK_TOOLS_KIMI_K2,    // <|tool_calls_section_begin|><|tool_call_begin|>functions.NAME:I
+                          // <|tool_call_argument_begin|>{...}<|tool_call_end|>...<|tool_calls_section_end|>
+    TOK_TOOLS_MISTRAL,    // [TOOL_CALLS][{"name": ..., "arguments": {...}, "id": ...}, ...] (Mistral Nemo)
+    TOK_TOOLS_MISTRAL_ARGS, // [TOOL_CALLS]NAME[ARGS]{...} (Mistral Small 3.2, Devstral, Ministral)
+    TOK_TOOLS_LLAMA3,     // {"name": ..., "parameters": {...}} as the whole reply (Llama 3.1 / 3.2 / 3.3)
+    TOK_TOOLS_COUNT
+};
+// The format's name ("hermes", "qwen3-coder", "harmony", "glm4.5", "deepseek", "kimi-k2",
+// "mistral", "mistral-args", "llama3", "none").
+const char *tok_tool_format_name(enum tok_tool_format f);
+// The format of a Jinja template's text; TOK_TOOLS_NONE where it has no format ft knows.
+enum tok_tool_format tok_tool_format_detect(const char *jinja, size_t len);
+// The template's format: a Jinja template's (tok_tool_format_detect), TOK_TOOLS_NONE for a
+// built-in (they render no tools).
+enum tok_tool_format tok_chat_tool_format(const tok_chat *c);
+
+// Extra inputs of a Jinja template: JSON texts or NULL. A built-in refuses tools.
 typedef struct tok_chat_extra {
     const char *tools;  // an array, the template's `tools`
     const char *kwargs; // an object whose members become variables (chat_template_kwargs)
