@@ -166,8 +166,8 @@ TEST(conformance_qwen3next_fused_gate_up_mixed_experts) {
 // glm4moe, GLM-4.5-Air-like: a leading dense layer, then q4_K, q6_K, bf16 and mxfp4 experts by
 // layer; Q/K/V biases, NeoX RoPE over half of each head, a sigmoid router with its selection
 // bias, weights renormalised and scaled by 2.5, a shared expert one expert wide; an MTP block
-// after the trunk, which llama.cpp's loader skips and ft ignores. Prompts of 1, 40 and 300
-// tokens (the last crosses the prefill chunk of 256).
+// after the trunk, which llama.cpp's loader skips and ft ignores. Prompts of 1, 40, 300 and 1,000
+// tokens (the last two cross the prefill chunk of 256).
 static ft_synth_params glm4moe_params(void) {
     ft_synth_params p = conf_small_params("glm4moe");
     p.n_layer = 5;
@@ -184,20 +184,23 @@ static ft_synth_params glm4moe_params(void) {
     return p;
 }
 
-// Prompts of 1, 40 and 300 tokens (the last crosses the prefill chunk of 256): glm4moe, gpt-oss.
-static conf_opts prompts_1_40_300(void) {
+// Prompts of 1, 40, 300 and 1,000 tokens (the last two cross the prefill chunk of 256):
+// glm4moe, gpt-oss, gemma4.
+static conf_opts prompts_1_40_300_1000(void) {
     conf_opts o = conf_default_opts();
-    o.n_prompts = 3;
+    o.n_prompts = 4;
     o.prompt_len[0] = 1;
     o.prompt_len[1] = 40;
     o.prompt_len[2] = 300;
+    o.prompt_len[3] = 1000;
     return o;
 }
 
 TEST(conformance_glm4moe_mixed_experts_mtp) {
     ft_synth_params p = glm4moe_params();
     p.n_mtp = 1;
-    conf_opts o = prompts_1_40_300();
+    p.seed = 43; // 42's and 44's models have two chaotic steps on these prompts
+    conf_opts o = prompts_1_40_300_1000();
     conf_check("glm4moe_mixed_mtp", &p, &o);
 }
 
@@ -209,7 +212,7 @@ TEST(conformance_glm4moe_qk_norm_kv_q8_0) {
     p.qk_norm = true;
     p.n_dense_lead = 2;
     p.n_ff_shexp = 2 * p.n_ff_exp;
-    conf_opts o = prompts_1_40_300();
+    conf_opts o = prompts_1_40_300_1000();
     o.kv_type = FT_TYPE_Q8_0;
     conf_check("glm4moe_qk_norm_kv_q8_0", &p, &o);
 }
@@ -224,7 +227,7 @@ TEST(conformance_glm4moe_mrope_sections) {
     p.rope_sections[1] = 5;
     p.rope_sections[2] = 5;
     p.rope_sections[3] = 4;
-    conf_opts o = prompts_1_40_300();
+    conf_opts o = prompts_1_40_300_1000();
     conf_check("glm4moe_mrope", &p, &o);
 }
 
@@ -250,13 +253,13 @@ static ft_synth_params gptoss_params(void) {
     return p;
 }
 
-// Prompts of 1, 40 and 300 tokens, each prefilled in one chunk as the oracle does (its batch is
-// the longest prompt): with -b 256 the 300-token prompt's last 44 queries would take the f16
-// accumulation that llama.cpp's one tiled pass does in f32, which alone moves these models'
-// probabilities by about 0.014 (llama.cpp's own, between its batch sizes, by up to 0.024).
+// Prompts of 1, 40, 300 and 1,000 tokens, each prefilled in one chunk as the oracle does (its
+// batch is the longest prompt): with -b 256 the 300-token prompt's last 44 queries would take
+// the f16 accumulation that llama.cpp's one tiled pass does in f32, which alone moves these
+// models' probabilities by about 0.014 (llama.cpp's own, between its batch sizes, by up to 0.024).
 static conf_opts gptoss_opts(void) {
-    conf_opts o = prompts_1_40_300();
-    o.n_batch = 512;
+    conf_opts o = prompts_1_40_300_1000();
+    o.n_batch = 1024;
     return o;
 }
 
@@ -322,7 +325,7 @@ static ft_synth_params gemma4_params(void) {
 TEST(conformance_gemma4_shared_kv_mixed_experts) {
     ft_synth_params p = gemma4_params();
     p.seed += 3; // (seeds 0, 1, 2, 4 and 5 make models with chaotic steps on these prompts)
-    conf_opts o = prompts_1_40_300();
+    conf_opts o = prompts_1_40_300_1000();
     conf_check("gemma4_shared_kv_mixed", &p, &o);
 }
 
@@ -342,7 +345,7 @@ TEST(conformance_gemma4_fused_k_eq_v_kv_q8_0) {
     p.expert_types[0] = FT_TYPE_Q8_0;
     p.n_expert_down_types = 1;
     p.expert_down_types[0] = FT_TYPE_Q4_K;
-    conf_opts o = prompts_1_40_300();
+    conf_opts o = prompts_1_40_300_1000();
     o.kv_type = FT_TYPE_Q8_0;
     conf_check("gemma4_fused_k_eq_v_kv_q8_0", &p, &o);
 }
@@ -373,14 +376,14 @@ static ft_synth_params gemma4_26b_params(void) {
 // An f16 cache: the 300-token prompt takes the tiled attention with heads of 512 and 256.
 TEST(conformance_gemma4_26b_heads_f32) {
     ft_synth_params p = gemma4_26b_params();
-    conf_opts o = prompts_1_40_300();
+    conf_opts o = prompts_1_40_300_1000();
     conf_check("gemma4_26b_heads_f32", &p, &o);
 }
 
 // A q8_0 cache: Hadamard chunks of 512 and 256 on K.
 TEST(conformance_gemma4_26b_heads_f32_kv_q8_0) {
     ft_synth_params p = gemma4_26b_params();
-    conf_opts o = prompts_1_40_300();
+    conf_opts o = prompts_1_40_300_1000();
     o.kv_type = FT_TYPE_Q8_0;
     conf_check("gemma4_26b_heads_f32_kv_q8_0", &p, &o);
 }

@@ -70,7 +70,7 @@ struct ft_offload {
     // step's end (ft_offload_join_fills), or before a layer that has one pending steps again
     int32_t *fill_expert, *fill_slot, *n_fill; // device (g.n_layers, max_sel), (g.n_layers)
     ft_cuda_stream *fill_stream;
-    ft_cuda_event *ev_lookup, *ev_filled;
+    ft_cuda_event *ev_copied_own, *ev_filled;
     bool fill_pending;
     int fill_last_block;       // the last block whose fill was enqueued
     int last_li;               // the layer of the last hybrid cache step (for the debug read)
@@ -311,7 +311,7 @@ void ft_offload_free(ft_offload *o) {
     ft_cuda_free(o->fill_slot);
     ft_cuda_free(o->n_fill);
     ft_cuda_stream_free(o->fill_stream);
-    ft_cuda_event_free(o->ev_lookup);
+    ft_cuda_event_free(o->ev_copied_own);
     ft_cuda_event_free(o->ev_filled);
     free(o->trace_li);
     free(o->layer_of_block);
@@ -536,10 +536,11 @@ static void cache_step(ft_offload *o, int block, const int32_t *sel, int n, ft_c
     v->ids = o->slots;
     v->overlay = false;
     if (!hybrid) return;
-    // the fills: on fill_stream after the lookup, from the layer's own lists, into slots no
-    // selection of this step reads; a few CTAs, so the step's kernels keep the machine
-    ft_cuda_event_record(o->ev_lookup, s);
-    ft_cuda_stream_wait_event(o->fill_stream, o->ev_lookup);
+    // the fills: on fill_stream after the step's own copies (so they do not share the bus with
+    // them: the step waits for those), from the layer's own lists, into slots no selection of
+    // this step reads; a few CTAs, so the step's kernels keep the machine
+    ft_cuda_event_record(o->ev_copied_own, s);
+    ft_cuda_stream_wait_event(o->fill_stream, o->ev_copied_own);
     size_t at = (size_t)li * (size_t)o->max_sel;
     ft_cuda_cache_copy_params fp = cp;
     fp.n_copies = o->n_fill + li;
@@ -588,7 +589,7 @@ void ft_offload_set_hybrid_costs(ft_offload *o, const moe_hybrid_costs *costs) {
         o->hybrid_costs = dev_alloc(n * sizeof(uint32_t));
         o->n_fill = dev_alloc((size_t)o->g.n_layers * sizeof(int32_t));
         o->fill_stream = ft_cuda_stream_init();
-        o->ev_lookup = ft_cuda_event_init_sync_only();
+        o->ev_copied_own = ft_cuda_event_init_sync_only();
         o->ev_filled = ft_cuda_event_init_sync_only();
         o->fill_last_block = -1;
     }
