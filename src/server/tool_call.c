@@ -250,6 +250,25 @@ static int c_json_string(cur *c) {
         if (r_ != 1) return r_;                                                                                        \
     } while (0)
 
+// `"name": "NAME", "KEY":` (KEY, or ALT where given), blanks allowed between: the head of the
+// JSON call objects (hermes, llama3, mistral) after their opening brace.
+static int c_name_then_args(cur *c, char *name, const char *key, const char *alt) {
+    c_ws(c);
+    TRY(c_lit(c, "\"name\""));
+    c_ws(c);
+    TRY(c_lit(c, ":"));
+    c_ws(c);
+    TRY(c_json_name(c, name));
+    c_ws(c);
+    TRY(c_lit(c, ","));
+    c_ws(c);
+    int r = c_lit(c, key);
+    if (r == FAIL && alt) r = c_lit(c, alt);
+    if (r != 1) return r;
+    c_ws(c);
+    return c_lit(c, ":");
+}
+
 // ---------------------------------------------------------------------------------------------
 // The parser
 
@@ -387,22 +406,7 @@ static int header(srv_tools *p, cur *c) {
     case TOK_TOOLS_HERMES: // {"name": "NAME", "arguments":
         c_ws(c);
         TRY(c_lit(c, "{"));
-        c_ws(c);
-        TRY(c_lit(c, "\"name\""));
-        c_ws(c);
-        TRY(c_lit(c, ":"));
-        c_ws(c);
-        TRY(c_json_name(c, p->name));
-        c_ws(c);
-        TRY(c_lit(c, ","));
-        c_ws(c);
-        {
-            int r = c_lit(c, "\"arguments\"");
-            if (r == FAIL) r = c_lit(c, "\"parameters\"");
-            if (r != 1) return r;
-        }
-        c_ws(c);
-        TRY(c_lit(c, ":"));
+        TRY(c_name_then_args(c, p->name, "\"arguments\"", "\"parameters\""));
         return (int)c->i;
     case TOK_TOOLS_LLAMA3: // [<|python_tag|>]{["type": "function",] "name": "NAME", "parameters":
         c_ws(c);
@@ -418,23 +422,8 @@ static int header(srv_tools *p, cur *c) {
             TRY(c_lit(c, "\"function\""));
             c_ws(c);
             TRY(c_lit(c, ","));
-            c_ws(c);
         }
-        TRY(c_lit(c, "\"name\""));
-        c_ws(c);
-        TRY(c_lit(c, ":"));
-        c_ws(c);
-        TRY(c_json_name(c, p->name));
-        c_ws(c);
-        TRY(c_lit(c, ","));
-        c_ws(c);
-        {
-            int r = c_lit(c, "\"parameters\"");
-            if (r == FAIL) r = c_lit(c, "\"arguments\"");
-            if (r != 1) return r;
-        }
-        c_ws(c);
-        TRY(c_lit(c, ":"));
+        TRY(c_name_then_args(c, p->name, "\"parameters\"", "\"arguments\""));
         return (int)c->i;
     case TOK_TOOLS_QWEN3_CODER: // <function=NAME>
         c_ws(c);
@@ -491,18 +480,7 @@ static int header(srv_tools *p, cur *c) {
             c_ws(c);
         }
         TRY(c_lit(c, "{"));
-        c_ws(c);
-        TRY(c_lit(c, "\"name\""));
-        c_ws(c);
-        TRY(c_lit(c, ":"));
-        c_ws(c);
-        TRY(c_json_name(c, p->name));
-        c_ws(c);
-        TRY(c_lit(c, ","));
-        c_ws(c);
-        TRY(c_lit(c, "\"arguments\""));
-        c_ws(c);
-        TRY(c_lit(c, ":"));
+        TRY(c_name_then_args(c, p->name, "\"arguments\"", NULL));
         return (int)c->i;
     case TOK_TOOLS_MISTRAL_ARGS: // NAME[ARGS], or NAME[CALL_ID]ID[ARGS]
         TRY(c_name(c, p->name));
