@@ -39,7 +39,8 @@ function checkArgs(name, args) {
   if (name === 'get_weather') {
     assert.deepEqual(Object.keys(args).sort(), ['location', 'unit'].sort());
     assert.equal(typeof args.location, 'string');
-    assert.ok(args.location.length <= 24);
+    // maxLength counts code points (JSON Schema), not UTF-16 units: an astral character is one
+    assert.ok([...args.location].length <= 24, `location ${JSON.stringify(args.location)}`);
     assert.ok(['C', 'F'].includes(args.unit));
   } else {
     assert.equal(name, 'add');
