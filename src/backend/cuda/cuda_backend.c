@@ -871,15 +871,16 @@ static void cuda_moe_ffn(ft_backend *be, const ft_moe_params *p, const float *x,
     }
     // hybrid: a cache step's CPU share is computed by the host after the step's launch, so a
     // replayed graph step still queues it
-    bool hybrid = false, hybrid_overlay = false;
-    if (c->offload && c->cpu_experts && p->gate_exps->placement != FT_PLACEMENT_CUDA) {
-        FT_ASSERT(plain && "--moe-backend hybrid has no experts' biases (engine_plan refuses it)");
-        bool gemm = ft_cuda_moe_gemm_supported(p->gate_exps->type, p->up_exps->type, p->down_exps->type);
-        hybrid_overlay = ft_offload_uses_overlay(c->offload, p->layer, shape_tok(c, n_tok), n_tok * k, gemm, c->gemm_min_tok);
-        hybrid = !hybrid_overlay;
-        if (hybrid && !run)
-            cuda_cpu_experts_hybrid_begin(c->cpu_experts, p, x, NULL, NULL, n_tok, c->mode != STEP_DIRECT, NULL);
-    }
+    // (offload: where the cache serves the step, or the whole layer streams into the overlay)
+    bool from_cache = c->offload && p->gate_exps->placement != FT_PLACEMENT_CUDA;
+    bool overlay = from_cache &&
+                   ft_offload_uses_overlay(c->offload, p->layer, shape_tok(c, n_tok), n_tok * k,
+                                           plain && ft_cuda_moe_gemm_supported(p->gate_exps->type, p->up_exps->type,
+                                                                               p->down_exps->type),
+                                           c->gemm_min_tok);
+    bool hybrid = from_cache && c->cpu_experts && !overlay;
+    if (hybrid) FT_ASSERT(plain && "--moe-backend hybrid has no experts' biases (engine_plan refuses it)");
+    if (hybrid && !run) cuda_cpu_experts_hybrid_begin(c->cpu_experts, p, x, NULL, NULL, n_tok, c->mode != STEP_DIRECT, NULL);
     if (!run) return;
     route_on_device(c, p, x, n_tok, false);
     int n_pairs = n_tok * k;
@@ -887,11 +888,7 @@ static void cuda_moe_ffn(ft_backend *be, const ft_moe_params *p, const float *x,
     const ft_tensor *gate = p->gate_exps, *up = p->up_exps, *down = p->down_exps;
     c->expert_ids = c->sel;
     if (cpu_overlay) gate = &views[MOE_BANK_GATE], up = &views[MOE_BANK_UP], down = &views[MOE_BANK_DOWN];
-    if (c->offload && gate->placement != FT_PLACEMENT_CUDA) { // experts in host banks: the cache serves them
-        bool gemm = plain && ft_cuda_moe_gemm_supported(gate->type, up->type, down->type);
-        bool overlay = ft_offload_uses_overlay(c->offload, p->layer, shape_tok(c, n_tok), n_pairs, gemm,
-                                               c->gemm_min_tok);
-        FT_ASSERT(!c->cpu_experts || overlay == hybrid_overlay);
+    if (from_cache) { // experts in host banks: the cache serves them
         ft_offload_view v;
         hybrid_hook_ctx hc = {c, p, x, n_tok};
         ft_offload_hook hook = {hybrid_after_lookup, &hc};

@@ -439,6 +439,20 @@ void cuda_cpu_experts_flush(cuda_cpu_experts *ce) {
 
 bool cuda_cpu_experts_graphable(const cuda_cpu_experts *ce) { return ce && !ce->event_meeting; }
 
+// Queues a layer's CPU work (meeting number seq) for compute_pending; a hybrid layer's rows all
+// take the tile kernels (its share is decode's), the others row_gemm's classes.
+static void queue_layer(cuda_cpu_experts *ce, const ft_moe_params *h, int n_tok, uint32_t seq, bool hybrid,
+                        const bool *row_gemm, bool graph_step) {
+    FT_ASSERT(ce->n_pending < ce->n_layer);
+    struct pending_layer *l = &ce->pending[ce->n_pending++];
+    l->h = *h;
+    l->n_tok = n_tok;
+    l->seq = seq;
+    l->hybrid = hybrid;
+    for (int r = 0; r < n_tok; r++) l->row_gemm[r] = !hybrid && ft_row_gemm(row_gemm, r, n_tok);
+    if (graph_step && n_tok == 1) ce->prof.graph_layers++;
+}
+
 void cuda_cpu_experts_moe_ffn(cuda_cpu_experts *ce, const ft_moe_params *p, const float *x, const int32_t *sel,
                               const float *sel_w, bool exported, float *y, int n_tok, const bool *row_gemm,
                               bool graph_step, ft_cuda_stream *s) {
@@ -467,7 +481,6 @@ void cuda_cpu_experts_moe_ffn(cuda_cpu_experts *ce, const ft_moe_params *p, cons
     // depends on it); in a graph step nothing has run before the graph's launch, after which
     // the backend flushes every layer
     if (!graph_step) compute_pending(ce);
-    FT_ASSERT(ce->n_pending < ce->n_layer);
     uint32_t seq = ++ce->seq;
     if (s) { // (a replayed graph step enqueues nothing: its graph holds these launches)
         ft_cuda_meeting_piece pieces[3] = {{x, ce->x_dev, n}, {sel, ce->sel_dev, n_sel}, {sel_w, ce->w_dev, n_sel}};
@@ -475,13 +488,7 @@ void cuda_cpu_experts_moe_ffn(cuda_cpu_experts *ce, const ft_moe_params *p, cons
         // the stream wait takes its number at enqueue: not for a graph's replays
         ft_cuda_meeting_import(ce->y_dev, y, n, ce->flags_dev + 1, ce->dev_seq, ce->stream_wait && !graph_step, seq, s);
     }
-    struct pending_layer *l = &ce->pending[ce->n_pending++];
-    l->h = h;
-    l->n_tok = n_tok;
-    l->seq = seq;
-    l->hybrid = false;
-    for (int r = 0; r < n_tok; r++) l->row_gemm[r] = ft_row_gemm(row_gemm, r, n_tok);
-    if (graph_step && n_tok == 1) ce->prof.graph_layers++;
+    queue_layer(ce, &h, n_tok, seq, false, row_gemm, graph_step);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -507,33 +514,22 @@ void cuda_cpu_experts_overlay_end(cuda_cpu_experts *ce) { cpu_experts_overlay_en
 void cuda_cpu_experts_hybrid_begin(cuda_cpu_experts *ce, const ft_moe_params *p, const float *x,
                                    const int32_t *cpu_sel, const float *sel_w, int n_tok, bool graph_step,
                                    ft_cuda_stream *s) {
-    FT_ASSERT(p->layer >= 0 && p->layer < ce->n_layer && n_tok <= ce->max_tok && !ce->event_meeting);
+    FT_ASSERT(cuda_cpu_experts_serves(ce, p) && n_tok <= ce->max_tok && !ce->event_meeting && !ce->host_route);
     FT_ASSERT(ft_tensor_present(&ce->gate_exps[p->layer]));
     int64_t n_embd = p->gate_exps->ne[0];
     size_t n = (size_t)n_tok * (size_t)n_embd, n_sel = (size_t)n_tok * (size_t)p->n_expert_used;
     FT_ASSERT(n <= ce->cap && n_sel <= ce->sel_cap);
     if (!graph_step) compute_pending(ce); // (as cpu mode: the GPU may be waiting for the last one)
-    FT_ASSERT(ce->n_pending < ce->n_layer);
     uint32_t seq = ++ce->seq;
     if (s) {
         ft_cuda_meeting_piece pieces[3] = {{x, ce->x_dev, n}, {cpu_sel, ce->sel_dev, n_sel}, {sel_w, ce->w_dev, n_sel}};
         ft_cuda_meeting_export(pieces, 3, ce->flags_dev, ce->dev_seq, ce->counter, s);
     }
-    ft_moe_params h = *p;
-    h.router = &ce->routers[p->layer];
-    h.sel_bias = &ce->sel_bias[p->layer]; // (not read: the routing is given)
-    h.place = NULL;
-    h.place_ctx = NULL;
+    ft_moe_params h = host_params(ce, p); // (its routing: the share hybrid_share compacts)
     h.gate_exps = &ce->gate_exps[p->layer];
     h.up_exps = &ce->up_exps[p->layer];
     h.down_exps = &ce->down_exps[p->layer];
-    struct pending_layer *l = &ce->pending[ce->n_pending++];
-    l->h = h;
-    l->n_tok = n_tok;
-    l->seq = seq;
-    l->hybrid = true;
-    for (int r = 0; r < n_tok; r++) l->row_gemm[r] = false; // decode rows: the tile kernels
-    if (graph_step && n_tok == 1) ce->prof.graph_layers++;
+    queue_layer(ce, &h, n_tok, seq, true, NULL, graph_step);
 }
 
 void cuda_cpu_experts_hybrid_end(cuda_cpu_experts *ce, float *y, const int32_t *n_cpu, int n_tok, int64_t n_embd,
