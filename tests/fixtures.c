@@ -1,8 +1,10 @@
 // fixtures.c: see fixtures.h.
 #include "fixtures.h"
 #include "../src/gguf/gguf.h"
+#include "../src/quant/quant.h"
 
 #include <dirent.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -306,4 +308,26 @@ int fixture_for_each_source(const char *dir, void (*fn)(void *ctx, const char *p
     }
     closedir(d);
     return n;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Op inputs
+
+void fixture_fill_nan(float *x, size_t n) {
+    for (size_t i = 0; i < n; i++) x[i] = NAN;
+}
+
+void fixture_fill_normal(ft_rng *r, float *x, size_t n, float scale) {
+    for (size_t i = 0; i < n; i++) x[i] = ft_rng_normal(r) * scale;
+}
+
+ft_tensor fixture_weight(enum ft_type type, int64_t ne0, int64_t ne1, int64_t ne2, ft_rng *r) {
+    ft_tensor t = {.type = type, .ne = {ne0, ne1, ne2}, .placement = FT_PLACEMENT_CPU};
+    snprintf(t.name, sizeof(t.name), "w_%s", ft_type_name(type));
+    t.row_bytes = ft_row_bytes(type, ne0);
+    t.mat_bytes = t.row_bytes * (size_t)ne1;
+    t.data = ft_malloc(t.mat_bytes * (size_t)ne2);
+    for (int64_t i = 0; i < ne1 * ne2; i++)
+        ft_quant_random_row(type, r, 1.0f / sqrtf((float)ne0), (uint8_t *)t.data + (size_t)i * t.row_bytes, ne0);
+    return t;
 }

@@ -3,7 +3,7 @@
 // MoE cache tests' geometry and the models the GPU suite runs beside the CPU, and the split
 // twin of a model with fused gate/up experts; a GGUF with its expert geometry; a host KV-cache
 // tensor; a file read whole; a vocabulary from a GGUF; stderr silenced around notices; a
-// growable byte buffer for files written by hand.
+// growable byte buffer for files written by hand; op inputs (NaN-filled outputs, random weights).
 //
 // A fixture that can fail records the failure in the running test (test_fail, naming what
 // failed and why) and returns NULL or false, so a caller stops with a bare REQUIRE(x).
@@ -15,6 +15,7 @@
 #include "../src/model/model.h"
 #include "../src/model/synth.h"
 #include "../src/moe/geometry.h"
+#include "../src/util/rng.h"
 #include "../src/tokenizer/tokenizer.h"
 
 #include <stdint.h>
@@ -111,5 +112,14 @@ void fixture_buf_u32(fixture_buf *b, uint32_t v);
 void fixture_buf_u64(fixture_buf *b, uint64_t v);
 void fixture_buf_str(fixture_buf *b, const char *s); // a GGUF string: u64 length, then the bytes
 void fixture_buf_free(fixture_buf *b);
+
+// ---------------------------------------------------------------------------------------------
+// Op inputs
+
+// x[0..n) = NaN (an output an op forgets to write then fails), or normal draws times scale.
+void fixture_fill_nan(float *x, size_t n);
+void fixture_fill_normal(ft_rng *r, float *x, size_t n, float scale);
+// A host weight tensor (ne0, ne1, ne2) of random valid rows of type (the caller frees t.data).
+ft_tensor fixture_weight(enum ft_type type, int64_t ne0, int64_t ne1, int64_t ne2, ft_rng *r);
 
 #endif

@@ -2,31 +2,13 @@
 // fast path against the scalar reference path (FT_REFERENCE's backend). Outputs are filled
 // with NaN first so an element an op forgets to write fails.
 #include "test.h"
+#include "fixtures.h"
 #include "../src/backend/cpu/cpu_impl.h"
 #include "../src/util/rng.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-static void fill_nan(float *x, size_t n) {
-    for (size_t i = 0; i < n; i++) x[i] = NAN;
-}
-
-static void fill_normal(ft_rng *r, float *x, size_t n, float scale) {
-    for (size_t i = 0; i < n; i++) x[i] = ft_rng_normal(r) * scale;
-}
-
-// A weight tensor of random valid rows (owned by the caller: free t->data).
-static ft_tensor make_weight(enum ft_type type, int64_t ne0, int64_t ne1, int64_t ne2, ft_rng *r) {
-    ft_tensor t = {.type = type, .ne = {ne0, ne1, ne2}, .placement = FT_PLACEMENT_CPU};
-    snprintf(t.name, sizeof(t.name), "w_%s", ft_type_name(type));
-    t.row_bytes = ft_row_bytes(type, ne0);
-    t.mat_bytes = t.row_bytes * (size_t)ne1;
-    t.data = ft_malloc(t.mat_bytes * (size_t)ne2);
-    for (int64_t i = 0; i < ne1 * ne2; i++)
-        ft_quant_random_row(type, r, 1.0f / sqrtf((float)ne0), (uint8_t *)t.data + (size_t)i * t.row_bytes, ne0);
-    return t;
-}
 
 static ft_backend *backend(bool reference, int max_tok, int width) {
     ft_backend *be = ft_backend_cpu_init(reference ? 1 : 3, reference);
@@ -47,14 +29,14 @@ TEST(ops_matmul_every_type) {
     enum { N_IN = 256, N_OUT = 37, N_TOK = 5 };
     ft_rng r = ft_rng_init(11);
     float x[N_TOK * N_IN], yf[N_TOK * N_OUT], yr[N_TOK * N_OUT], w[N_IN], xd[N_IN];
-    fill_normal(&r, x, FT_ARRAY_LEN(x), 1.0f);
+    fixture_fill_normal(&r, x, FT_ARRAY_LEN(x), 1.0f);
     ft_backend *fast = backend(false, 8, 512), *ref = backend(true, 8, 512);
     uint8_t xq[N_IN * 4 + 64];
     for (size_t ti = 0; ti < FT_ARRAY_LEN(k_types); ti++) {
         enum ft_type t = k_types[ti];
-        ft_tensor wt = make_weight(t, N_IN, N_OUT, 1, &r);
-        fill_nan(yf, FT_ARRAY_LEN(yf));
-        fill_nan(yr, FT_ARRAY_LEN(yr));
+        ft_tensor wt = fixture_weight(t, N_IN, N_OUT, 1, &r);
+        fixture_fill_nan(yf, FT_ARRAY_LEN(yf));
+        fixture_fill_nan(yr, FT_ARRAY_LEN(yr));
         fast->ops->matmul(fast, &wt, x, yf, N_TOK);
         ref->ops->matmul(ref, &wt, x, yr, N_TOK);
         const ft_quant_ops *q = ft_quant_ops_find(t), *aq = ft_quant_ops_find(q->vec_dot_type);
@@ -86,13 +68,13 @@ TEST(ops_rms_norm_rope) {
     enum { N = 64, ROWS = 3 };
     ft_rng r = ft_rng_init(5);
     float x[ROWS * N], y[ROWS * N], wv[N];
-    fill_normal(&r, x, FT_ARRAY_LEN(x), 2.0f);
-    fill_normal(&r, wv, N, 0.1f);
+    fixture_fill_normal(&r, x, FT_ARRAY_LEN(x), 2.0f);
+    fixture_fill_normal(&r, wv, N, 0.1f);
     for (int i = 0; i < N; i++) wv[i] += 1.0f;
     ft_tensor w = {.name = "norm", .type = FT_TYPE_F32, .ne = {N, 1, 1}, .row_bytes = N * 4, .mat_bytes = N * 4,
                    .data = wv};
     ft_backend *be = backend(false, 8, 512);
-    fill_nan(y, FT_ARRAY_LEN(y));
+    fixture_fill_nan(y, FT_ARRAY_LEN(y));
     be->ops->rms_norm(be, x, &w, y, ROWS, N, 1e-6f);
     for (int k = 0; k < ROWS; k++) {
         double ss = 0;
@@ -103,7 +85,7 @@ TEST(ops_rms_norm_rope) {
     // rope: 2 tokens at positions 7, 8, 2 heads of 64, first 32 dims rotating, both layouts
     for (int neox = 0; neox < 2; neox++) {
         float q[2 * 2 * 64], o[2 * 2 * 64];
-        fill_normal(&r, q, FT_ARRAY_LEN(q), 1.0f);
+        fixture_fill_normal(&r, q, FT_ARRAY_LEN(q), 1.0f);
         memcpy(o, q, sizeof(q));
         ft_rope_params rp = {.n_rot = 32, .neox = neox, .freq_base = 10000.0f, .freq_scale = 1.0f, .attn_factor = 1.0f,
                              .beta_fast = 32, .beta_slow = 1, .n_ctx_orig = 4096};
@@ -123,7 +105,7 @@ TEST(ops_rms_norm_rope) {
     }
     // hadamard twice is the identity
     float hx[128], hy[128];
-    fill_normal(&r, hx, 128, 1.0f);
+    fixture_fill_normal(&r, hx, 128, 1.0f);
     memcpy(hy, hx, sizeof(hx));
     be->ops->hadamard(be, hy, 2, 64, 64);
     be->ops->hadamard(be, hy, 2, 64, 64);
@@ -151,12 +133,12 @@ TEST(ops_attention) {
             kc.data = ft_calloc(CTX, kc.row_bytes);
             vc.data = ft_calloc(CTX, vc.row_bytes);
             float kv[CTX * NKV * HD], vv[CTX * NKV * HD], q[NT * NH * HD], out[NT * NH * HD], kd[NKV * HD], vd[NKV * HD];
-            fill_normal(&r, kv, FT_ARRAY_LEN(kv), 1.0f);
-            fill_normal(&r, vv, FT_ARRAY_LEN(vv), 1.0f);
-            fill_normal(&r, q, FT_ARRAY_LEN(q), 1.0f);
+            fixture_fill_normal(&r, kv, FT_ARRAY_LEN(kv), 1.0f);
+            fixture_fill_normal(&r, vv, FT_ARRAY_LEN(vv), 1.0f);
+            fixture_fill_normal(&r, q, FT_ARRAY_LEN(q), 1.0f);
             be->ops->set_rows(be, &kc, NULL, 0, kv, CTX);
             be->ops->set_rows(be, &vc, NULL, 0, vv, CTX);
-            fill_nan(out, FT_ARRAY_LEN(out));
+            fixture_fill_nan(out, FT_ARRAY_LEN(out));
             int pos0 = CTX - NT;
             ft_attn_params ap = {.q = q, .out = out, .k_cache = &kc, .v_cache = &vc, .n_tok = NT, .pos0 = pos0,
                                  .n_head = NH, .n_head_kv = NKV, .head_dim = HD, .window = window, .scale = 0.125f,
@@ -197,17 +179,17 @@ TEST(ops_attention) {
 TEST(ops_moe_ffn_matches_direct) {
     enum { E = 256, F = 256, NX = 8, K = 2, NT = 6 };
     ft_rng r = ft_rng_init(21);
-    ft_tensor router = make_weight(FT_TYPE_F32, E, NX, 1, &r);
-    ft_tensor gate = make_weight(FT_TYPE_Q4_K, E, F, NX, &r), up = make_weight(FT_TYPE_Q8_0, E, F, NX, &r),
-              down = make_weight(FT_TYPE_Q6_K, F, E, NX, &r);
+    ft_tensor router = fixture_weight(FT_TYPE_F32, E, NX, 1, &r);
+    ft_tensor gate = fixture_weight(FT_TYPE_Q4_K, E, F, NX, &r), up = fixture_weight(FT_TYPE_Q8_0, E, F, NX, &r),
+              down = fixture_weight(FT_TYPE_Q6_K, F, E, NX, &r);
     float x[NT * E], yf[NT * E], yr[NT * E];
-    fill_normal(&r, x, FT_ARRAY_LEN(x), 1.0f);
+    fixture_fill_normal(&r, x, FT_ARRAY_LEN(x), 1.0f);
     for (int reference = 0; reference < 2; reference++) {
         ft_backend *be = backend(reference, 8, 512);
         ft_moe_params mp = {.router = &router, .gate_exps = &gate, .up_exps = &up, .down_exps = &down, .n_expert = NX,
                             .n_expert_used = K, .gating = FT_GATING_SOFTMAX, .norm_w = true};
         float *y = reference ? yr : yf;
-        fill_nan(y, NT * E);
+        fixture_fill_nan(y, NT * E);
         be->ops->moe_ffn(be, &mp, x, y, NT);
         be->ops->free(be);
     }
@@ -265,7 +247,7 @@ static ft_tensor make_f32(int64_t n0, int64_t n1, float scale, ft_rng *r) {
     t.row_bytes = (size_t)n0 * sizeof(float);
     t.mat_bytes = t.row_bytes * (size_t)n1;
     t.data = ft_malloc(t.mat_bytes);
-    fill_normal(r, t.data, (size_t)(n0 * n1), scale);
+    fixture_fill_normal(r, t.data, (size_t)(n0 * n1), scale);
     return t;
 }
 
@@ -278,12 +260,12 @@ static ft_tensor make_f32(int64_t n0, int64_t n1, float scale, ft_rng *r) {
 TEST(ops_moe_ffn_gpt_oss_matches_direct) {
     enum { E = 256, F = 256, NX = 8, K = 4, NT = 40 };
     ft_rng r = ft_rng_init(77);
-    ft_tensor router = make_weight(FT_TYPE_F32, E, NX, 1, &r), rbias = make_f32(NX, 1, 1.0f, &r);
-    ft_tensor gate = make_weight(FT_TYPE_MXFP4, E, F, NX, &r), up = make_weight(FT_TYPE_MXFP4, E, F, NX, &r),
-              down = make_weight(FT_TYPE_Q8_0, F, E, NX, &r);
+    ft_tensor router = fixture_weight(FT_TYPE_F32, E, NX, 1, &r), rbias = make_f32(NX, 1, 1.0f, &r);
+    ft_tensor gate = fixture_weight(FT_TYPE_MXFP4, E, F, NX, &r), up = fixture_weight(FT_TYPE_MXFP4, E, F, NX, &r),
+              down = fixture_weight(FT_TYPE_Q8_0, F, E, NX, &r);
     ft_tensor gb = make_f32(F, NX, 4.0f, &r), ub = make_f32(F, NX, 4.0f, &r), db = make_f32(E, NX, 0.5f, &r);
     static float x[NT * E], yf[NT * E], yr[NT * E];
-    fill_normal(&r, x, FT_ARRAY_LEN(x), 1.0f);
+    fixture_fill_normal(&r, x, FT_ARRAY_LEN(x), 1.0f);
     const float w_scale = 1.5f;
     const int toks[] = {1, 3, NT};
     int clamped_gate = 0, clamped_up = 0;
@@ -299,7 +281,7 @@ TEST(ops_moe_ffn_gpt_oss_matches_direct) {
                                 .act = FT_GLU_SWIGLU_OAI, .n_expert = NX, .n_expert_used = K,
                                 .gating = FT_GATING_SOFTMAX_WEIGHT, .w_scale = w_scale};
             float *y = reference ? yr : yf;
-            fill_nan(y, FT_ARRAY_LEN(yf));
+            fixture_fill_nan(y, FT_ARRAY_LEN(yf));
             be->ops->moe_ffn(be, &mp, x, y, n_tok);
             be->ops->free(be);
         }
@@ -371,11 +353,11 @@ TEST(ops_moe_ffn_gpt_oss_matches_direct) {
 TEST(ops_moe_ffn_decode_same_bits_at_any_thread_count) {
     enum { E = 512, F = 768, NX = 16, K = 4, MAX_T = 3, CALLS = 12 };
     ft_rng r = ft_rng_init(33);
-    ft_tensor router = make_weight(FT_TYPE_F32, E, NX, 1, &r);
-    ft_tensor gate = make_weight(FT_TYPE_Q4_K, E, F, NX, &r), up = make_weight(FT_TYPE_Q4_K, E, F, NX, &r),
-              down = make_weight(FT_TYPE_Q4_K, F, E, NX, &r);
+    ft_tensor router = fixture_weight(FT_TYPE_F32, E, NX, 1, &r);
+    ft_tensor gate = fixture_weight(FT_TYPE_Q4_K, E, F, NX, &r), up = fixture_weight(FT_TYPE_Q4_K, E, F, NX, &r),
+              down = fixture_weight(FT_TYPE_Q4_K, F, E, NX, &r);
     static float x[CALLS][MAX_T * E], want[CALLS][MAX_T * E], y[MAX_T * E];
-    for (int c = 0; c < CALLS; c++) fill_normal(&r, x[c], MAX_T * E, 1.0f);
+    for (int c = 0; c < CALLS; c++) fixture_fill_normal(&r, x[c], MAX_T * E, 1.0f);
     const int threads[] = {1, 2, 3, 5, 8};
     for (size_t ti = 0; ti < FT_ARRAY_LEN(threads); ti++) {
         ft_backend *be = ft_backend_cpu_init(threads[ti], false);
@@ -388,7 +370,7 @@ TEST(ops_moe_ffn_decode_same_bits_at_any_thread_count) {
         for (int c = 0; c < CALLS; c++) {
             int n_tok = 1 + c % MAX_T;
             float *out = threads[ti] == 1 ? want[c] : y;
-            fill_nan(out, MAX_T * E);
+            fixture_fill_nan(out, MAX_T * E);
             be->ops->moe_ffn(be, &mp, x[c], out, n_tok);
             if (threads[ti] > 1) bad += memcmp(out, want[c], (size_t)n_tok * E * sizeof(float)) != 0;
             else
@@ -410,15 +392,15 @@ TEST(ops_moe_ffn_decode_same_bits_at_any_thread_count) {
 TEST(ops_moe_ffn_given_routing_equals_own) {
     enum { E = 512, F = 256, NX = 16, K = 4, NT = 40 };
     ft_rng r = ft_rng_init(44);
-    ft_tensor router = make_weight(FT_TYPE_F32, E, NX, 1, &r), nan_router = router;
+    ft_tensor router = fixture_weight(FT_TYPE_F32, E, NX, 1, &r), nan_router = router;
     nan_router.data = ft_malloc(router.mat_bytes);
-    fill_nan(nan_router.data, (size_t)E * NX);
-    ft_tensor gate = make_weight(FT_TYPE_Q4_K, E, F, NX, &r), up = make_weight(FT_TYPE_Q4_K, E, F, NX, &r),
-              down = make_weight(FT_TYPE_Q6_K, F, E, NX, &r);
+    fixture_fill_nan(nan_router.data, (size_t)E * NX);
+    ft_tensor gate = fixture_weight(FT_TYPE_Q4_K, E, F, NX, &r), up = fixture_weight(FT_TYPE_Q4_K, E, F, NX, &r),
+              down = fixture_weight(FT_TYPE_Q6_K, F, E, NX, &r);
     static float x[NT * E], want[NT * E], got[NT * E];
     static int32_t sel[NT * K];
     static float sel_w[NT * K];
-    fill_normal(&r, x, FT_ARRAY_LEN(x), 1.0f);
+    fixture_fill_normal(&r, x, FT_ARRAY_LEN(x), 1.0f);
     const int threads[] = {1, 4}, toks[] = {1, 3, NT};
     for (size_t ti = 0; ti < FT_ARRAY_LEN(threads); ti++)
         for (size_t ni = 0; ni < FT_ARRAY_LEN(toks); ni++) {
@@ -429,14 +411,14 @@ TEST(ops_moe_ffn_given_routing_equals_own) {
             be->ops->reserve(be, &lim);
             ft_moe_params mp = {.router = &router, .gate_exps = &gate, .up_exps = &up, .down_exps = &down,
                                 .n_expert = NX, .n_expert_used = K, .gating = FT_GATING_SOFTMAX, .norm_w = true};
-            fill_nan(want, FT_ARRAY_LEN(want));
+            fixture_fill_nan(want, FT_ARRAY_LEN(want));
             be->ops->moe_ffn(be, &mp, x, want, n_tok);
             memcpy(sel, cpu_of(be)->sel, (size_t)n_tok * K * sizeof(int32_t));
             memcpy(sel_w, cpu_of(be)->sel_w, (size_t)n_tok * K * sizeof(float));
             mp.router = &nan_router;
             mp.sel = sel;
             mp.sel_w = sel_w;
-            fill_nan(got, FT_ARRAY_LEN(got));
+            fixture_fill_nan(got, FT_ARRAY_LEN(got));
             be->ops->moe_ffn(be, &mp, x, got, n_tok);
             for (int i = 0; i < n_tok * E; i++) REQUIRE(isfinite(want[i]), "%d tokens: [%d] not written", n_tok, i);
             CHECK(!memcmp(want, got, (size_t)n_tok * E * sizeof(float)), "%d threads, %d tokens: given routing differs",
@@ -458,12 +440,12 @@ TEST(ops_moe_ffn_given_routing_equals_own) {
 TEST(ops_moe_route_counts_match_direct_routing) {
     enum { E = 256, F = 64, NX = 12, K = 3, NT = 20, NL = 3 };
     ft_rng r = ft_rng_init(57);
-    ft_tensor router = make_weight(FT_TYPE_F32, E, NX, 1, &r);
-    ft_tensor gate = make_weight(FT_TYPE_Q8_0, E, F, NX, &r), up = make_weight(FT_TYPE_Q8_0, E, F, NX, &r),
-              down = make_weight(FT_TYPE_Q8_0, F, E, NX, &r);
+    ft_tensor router = fixture_weight(FT_TYPE_F32, E, NX, 1, &r);
+    ft_tensor gate = fixture_weight(FT_TYPE_Q8_0, E, F, NX, &r), up = fixture_weight(FT_TYPE_Q8_0, E, F, NX, &r),
+              down = fixture_weight(FT_TYPE_Q8_0, F, E, NX, &r);
     ft_tensor bias = make_f32(NX, 1, 0.3f, &r);
     static float x[NT * E], y[NT * E];
-    fill_normal(&r, x, FT_ARRAY_LEN(x), 1.0f);
+    fixture_fill_normal(&r, x, FT_ARRAY_LEN(x), 1.0f);
     const int toks[] = {1, 4, NT, 7};
     for (int reference = 0; reference < 2; reference++) {
         ft_backend *be = ft_backend_cpu_init(reference ? 1 : 3, reference);
@@ -545,11 +527,11 @@ TEST(ops_moe_ffn_fused_gate_up_view_equals_packed) {
     static const enum ft_type types[] = {FT_TYPE_Q4_K, FT_TYPE_Q6_K, FT_TYPE_BF16, FT_TYPE_MXFP4};
     ft_rng r = ft_rng_init(55);
     static float x[NT * E], want[NT * E], got[NT * E];
-    fill_normal(&r, x, FT_ARRAY_LEN(x), 1.0f);
-    ft_tensor router = make_weight(FT_TYPE_F32, E, NX, 1, &r);
+    fixture_fill_normal(&r, x, FT_ARRAY_LEN(x), 1.0f);
+    ft_tensor router = fixture_weight(FT_TYPE_F32, E, NX, 1, &r);
     for (size_t ti = 0; ti < FT_ARRAY_LEN(types); ti++) {
-        ft_tensor gate = make_weight(types[ti], E, F, NX, &r), up = make_weight(types[ti], E, F, NX, &r),
-                  down = make_weight(FT_TYPE_Q6_K, F, E, NX, &r);
+        ft_tensor gate = fixture_weight(types[ti], E, F, NX, &r), up = fixture_weight(types[ti], E, F, NX, &r),
+                  down = fixture_weight(FT_TYPE_Q6_K, F, E, NX, &r);
         size_t mb = gate.mat_bytes;
         uint8_t *fused = ft_malloc(2 * mb * NX);
         for (int e = 0; e < NX; e++) {
@@ -570,11 +552,11 @@ TEST(ops_moe_ffn_fused_gate_up_view_equals_packed) {
                 be->ops->reserve(be, &lim);
                 ft_moe_params mp = {.router = &router, .gate_exps = &gate, .up_exps = &up, .down_exps = &down,
                                     .n_expert = NX, .n_expert_used = K, .gating = FT_GATING_SOFTMAX, .norm_w = true};
-                fill_nan(want, FT_ARRAY_LEN(want));
+                fixture_fill_nan(want, FT_ARRAY_LEN(want));
                 be->ops->moe_ffn(be, &mp, x, want, n_tok);
                 mp.gate_exps = &gv;
                 mp.up_exps = &uv;
-                fill_nan(got, FT_ARRAY_LEN(got));
+                fixture_fill_nan(got, FT_ARRAY_LEN(got));
                 be->ops->moe_ffn(be, &mp, x, got, n_tok);
                 for (int i = 0; i < n_tok * E; i++) REQUIRE(isfinite(want[i]), "%d tokens: [%d] not written", n_tok, i);
                 CHECK(!memcmp(want, got, (size_t)n_tok * E * sizeof(float)), "%s, %s, %d tokens: the fused view differs",
@@ -601,7 +583,7 @@ TEST(ops_quantize_q8_0_q8_1_match_scalar) {
     static block_q8_1 want1[N / 32], got1[N / 32];
     for (int row = 0; row < ROWS; row++) {
         float scale = powf(10.0f, (float)(row % 9) - 4.0f);
-        fill_normal(&r, x, N, scale);
+        fixture_fill_normal(&r, x, N, scale);
         switch (row % 6) {
         case 1: // amax 127: codes are the values, .5 ties among them
             x[3] = -127.0f;
@@ -639,7 +621,7 @@ TEST(ops_quantize_q8_K_matches_reference) {
     static block_q8_K want[N / QK_K], got[N / QK_K];
     for (int row = 0; row < ROWS; row++) {
         float scale = powf(10.0f, (float)(row % 9) - 4.0f);
-        fill_normal(&r, x, N, scale);
+        fixture_fill_normal(&r, x, N, scale);
         switch (row % 8) {
         case 1: // iscale = 1: codes are the values, .5 ties among them
             x[3] = -127.0f;

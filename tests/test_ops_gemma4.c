@@ -4,38 +4,20 @@
 // moe_ffn with GELU experts, per-expert down scales and a router input of its own. Outputs are
 // filled with NaN first so an element an op forgets to write fails.
 #include "test.h"
+#include "fixtures.h"
 #include "../src/backend/cpu/cpu_impl.h"
 #include "../src/util/rng.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-static void fill_nan(float *x, size_t n) {
-    for (size_t i = 0; i < n; i++) x[i] = NAN;
-}
-
-static void fill_normal(ft_rng *r, float *x, size_t n, float scale) {
-    for (size_t i = 0; i < n; i++) x[i] = ft_rng_normal(r) * scale;
-}
-
-// A weight tensor of random valid rows (free t->data).
-static ft_tensor make_weight(enum ft_type type, int64_t ne0, int64_t ne1, int64_t ne2, ft_rng *r) {
-    ft_tensor t = {.type = type, .ne = {ne0, ne1, ne2}, .placement = FT_PLACEMENT_CPU};
-    snprintf(t.name, sizeof(t.name), "w_%s", ft_type_name(type));
-    t.row_bytes = ft_row_bytes(type, ne0);
-    t.mat_bytes = t.row_bytes * (size_t)ne1;
-    t.data = ft_malloc(t.mat_bytes * (size_t)ne2);
-    for (int64_t i = 0; i < ne1 * ne2; i++)
-        ft_quant_random_row(type, r, 1.0f / sqrtf((float)ne0), (uint8_t *)t.data + (size_t)i * t.row_bytes, ne0);
-    return t;
-}
 
 // An f32 vector of n values (free t->data).
 static ft_tensor make_f32(int64_t n, float mean, float scale, ft_rng *r) {
     ft_tensor t = {.name = "f32", .type = FT_TYPE_F32, .ne = {n, 1, 1}, .placement = FT_PLACEMENT_CPU};
     t.row_bytes = t.mat_bytes = (size_t)n * sizeof(float);
     t.data = ft_malloc(t.mat_bytes);
-    fill_normal(r, t.data, (size_t)n, scale);
+    fixture_fill_normal(r, t.data, (size_t)n, scale);
     for (int64_t i = 0; i < n; i++) ((float *)t.data)[i] += mean;
     return t;
 }
@@ -71,12 +53,12 @@ TEST(ops_rms_norm_without_weight) {
     enum { N = 96, ROWS = 5 };
     ft_rng r = ft_rng_init(3);
     float x[ROWS * N], y[ROWS * N], y2[ROWS * N];
-    fill_normal(&r, x, FT_ARRAY_LEN(x), 3.0f);
+    fixture_fill_normal(&r, x, FT_ARRAY_LEN(x), 3.0f);
     ft_backend *be = backend(false, 8, 512, 1, 1);
     ft_tensor absent = {.name = "absent", .type = FT_TYPE_F32, .ne = {N, 1, 1}};
-    fill_nan(y, FT_ARRAY_LEN(y));
+    fixture_fill_nan(y, FT_ARRAY_LEN(y));
     be->ops->rms_norm(be, x, NULL, y, ROWS, N, 1e-6f);
-    fill_nan(y2, FT_ARRAY_LEN(y2));
+    fixture_fill_nan(y2, FT_ARRAY_LEN(y2));
     be->ops->rms_norm(be, x, &absent, y2, ROWS, N, 1e-6f);
     for (int k = 0; k < ROWS; k++) {
         double ss = 0;
@@ -100,7 +82,7 @@ TEST(ops_scale_softcap) {
     enum { N = 1000 };
     ft_rng r = ft_rng_init(8);
     static float x[N], y[N];
-    fill_normal(&r, x, N, 20.0f);
+    fixture_fill_normal(&r, x, N, 20.0f);
     x[0] = 1e6f, x[1] = -1e6f, x[2] = 0.0f, x[3] = 1e-3f;
     ft_backend *be = backend(false, 8, 512, 1, 1);
     memcpy(y, x, sizeof(x));
@@ -134,7 +116,7 @@ TEST(ops_rope_freq_factors) {
     for (int neox = 0; neox < 2; neox++)
         for (int scaled = 0; scaled < 2; scaled++) {
             float q[NT * NH * HD], o[NT * NH * HD];
-            fill_normal(&r, q, FT_ARRAY_LEN(q), 1.0f);
+            fixture_fill_normal(&r, q, FT_ARRAY_LEN(q), 1.0f);
             memcpy(o, q, sizeof(q));
             float fs = scaled ? 0.25f : 1.0f;
             ft_rope_params rp = {.n_rot = ROT, .neox = neox, .freq_base = 1000000.0f, .freq_scale = fs,
@@ -184,17 +166,17 @@ TEST(ops_geglu_matches_gelu) {
 TEST(ops_ffn_gelu_matches_direct) {
     enum { E = 256, F = 512, NT = 40 };
     ft_rng r = ft_rng_init(23);
-    ft_tensor gate = make_weight(FT_TYPE_Q8_0, E, F, 1, &r), up = make_weight(FT_TYPE_Q4_K, E, F, 1, &r),
-              down = make_weight(FT_TYPE_Q6_K, F, E, 1, &r);
+    ft_tensor gate = fixture_weight(FT_TYPE_Q8_0, E, F, 1, &r), up = fixture_weight(FT_TYPE_Q4_K, E, F, 1, &r),
+              down = fixture_weight(FT_TYPE_Q6_K, F, E, 1, &r);
     static float x[NT * E], yf[NT * E], yr[NT * E];
-    fill_normal(&r, x, FT_ARRAY_LEN(x), 1.5f);
+    fixture_fill_normal(&r, x, FT_ARRAY_LEN(x), 1.5f);
     const int toks[] = {1, NT};
     for (size_t ni = 0; ni < FT_ARRAY_LEN(toks); ni++) {
         int n = toks[ni];
         for (int reference = 0; reference < 2; reference++) {
             ft_backend *be = backend(reference, NT, F, 1, 1);
             float *y = reference ? yr : yf;
-            fill_nan(y, FT_ARRAY_LEN(yf));
+            fixture_fill_nan(y, FT_ARRAY_LEN(yf));
             be->ops->ffn(be, &gate, &up, &down, x, y, n, FT_GLU_GELU);
             be->ops->free(be);
         }
@@ -243,9 +225,9 @@ TEST(ops_ffn_gelu_matches_direct) {
 TEST(ops_moe_ffn_gemma4_matches_direct) {
     enum { E = 256, F = 256, NX = 8, K = 4, NT = 40 };
     ft_rng r = ft_rng_init(91);
-    ft_tensor router = make_weight(FT_TYPE_Q8_0, E, NX, 1, &r), dscale = make_f32(NX, 1.0f, 0.4f, &r);
-    ft_tensor gate = make_weight(FT_TYPE_Q4_K, E, F, NX, &r), up = make_weight(FT_TYPE_Q4_K, E, F, NX, &r),
-              down = make_weight(FT_TYPE_Q5_K, F, E, NX, &r);
+    ft_tensor router = fixture_weight(FT_TYPE_Q8_0, E, NX, 1, &r), dscale = make_f32(NX, 1.0f, 0.4f, &r);
+    ft_tensor gate = fixture_weight(FT_TYPE_Q4_K, E, F, NX, &r), up = fixture_weight(FT_TYPE_Q4_K, E, F, NX, &r),
+              down = fixture_weight(FT_TYPE_Q5_K, F, E, NX, &r);
     // the fused form: each expert's gate rows, then its up rows
     size_t mb = gate.mat_bytes;
     uint8_t *fused = ft_malloc(2 * mb * NX);
@@ -258,8 +240,8 @@ TEST(ops_moe_ffn_gemma4_matches_direct) {
     uv.data = fused + mb;
     gv.mat_stride = uv.mat_stride = 2 * mb;
     static float x[NT * E], rx[NT * E], yf[NT * E], yr[NT * E], yfused[NT * E];
-    fill_normal(&r, x, FT_ARRAY_LEN(x), 1.5f);
-    fill_normal(&r, rx, FT_ARRAY_LEN(rx), 1.0f);
+    fixture_fill_normal(&r, x, FT_ARRAY_LEN(x), 1.5f);
+    fixture_fill_normal(&r, rx, FT_ARRAY_LEN(rx), 1.0f);
     const int toks[] = {1, 3, NT};
     int routed_apart = 0;
     for (size_t ni = 0; ni < FT_ARRAY_LEN(toks); ni++) {
@@ -270,7 +252,7 @@ TEST(ops_moe_ffn_gemma4_matches_direct) {
                                 .down_exps = &down, .down_scale = &dscale, .router_x = rx, .act = FT_GLU_GELU,
                                 .n_expert = NX, .n_expert_used = K, .gating = FT_GATING_SOFTMAX, .norm_w = true};
             float *y = pass == 0 ? yf : pass == 1 ? yr : yfused;
-            fill_nan(y, FT_ARRAY_LEN(yf));
+            fixture_fill_nan(y, FT_ARRAY_LEN(yf));
             be->ops->moe_ffn(be, &mp, x, y, n_tok);
             be->ops->free(be);
         }
