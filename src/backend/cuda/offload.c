@@ -541,11 +541,10 @@ static void cache_step(ft_offload *o, int block, const int32_t *sel, int n, ft_c
     // this step reads; a few CTAs, so the step's kernels keep the machine
     ft_cuda_event_record(o->ev_copied_own, s);
     ft_cuda_stream_wait_event(o->fill_stream, o->ev_copied_own);
-    size_t at = (size_t)li * (size_t)o->max_sel;
     ft_cuda_cache_copy_params fp = cp;
-    fp.n_copies = o->n_fill + li;
-    fp.copy_expert = o->fill_expert + at;
-    fp.copy_slot = o->fill_slot + at;
+    fp.n_copies = lp.n_fill;
+    fp.copy_expert = lp.fill_expert;
+    fp.copy_slot = lp.fill_slot;
     fp.copy_span = NULL;
     fp.copy_ns = NULL;
     ft_cuda_cache_copy(&fp, FILL_CTAS, o->fill_stream);
@@ -605,11 +604,7 @@ void ft_offload_set_hybrid_costs(ft_offload *o, const moe_hybrid_costs *costs) {
     free(h);
 }
 
-bool ft_offload_is_hybrid(const ft_offload *o) { return o->hybrid_costs != NULL; }
-
 const moe_expert_banks *ft_offload_host_banks(const ft_offload *o) { return o->hb; }
-
-const moe_geometry *ft_offload_geometry(const ft_offload *o) { return &o->g; }
 
 // ---------------------------------------------------------------------------------------------
 // Telemetry

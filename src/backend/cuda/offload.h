@@ -145,13 +145,11 @@ void ft_offload_join_fills(ft_offload *o, ft_cuda_stream *s);
 // entries, in the order of the geometry's layers), which the device reads at run time: a later
 // call changes them for captured graphs too. Waits for the device.
 void ft_offload_set_hybrid_costs(ft_offload *o, const moe_hybrid_costs *costs);
-bool ft_offload_is_hybrid(const ft_offload *o);
 // Seconds the decode copy kernel takes for experts 0 .. n-1 of the i-th MoE layer (best of
 // five, into a temporary; waits for the device): what the hybrid split's copy cost is measured by.
 double ft_offload_time_copies(ft_offload *o, int i, int n);
-// The host banks (the CPU computes its share from them) and the geometry they follow.
+// The host banks (the CPU computes its share from them).
 const moe_expert_banks *ft_offload_host_banks(const ft_offload *o);
-const moe_geometry *ft_offload_geometry(const ft_offload *o);
 
 // ---------------------------------------------------------------------------------------------
 // For tests: the device tables read back (waits for the device).
