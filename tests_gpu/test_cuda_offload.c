@@ -144,11 +144,16 @@ static void no_hook(void *ctx, const ft_offload_view *v) {
 // with a skewed popularity, checked against the reference at every step. hybrid: each layer
 // gets random split costs (copies only, CPU only, and mixes), and the device's split (slots,
 // copies, the CPU's selections) must be the reference's (moe_expert_cache_step_split).
-static void decisions_case_split(const char *path, int n_slots, enum moe_pool_layout layout, int steps, bool hybrid) {
+// prefetch: before two steps of three, a prefetch of random guesses (half of them the step's
+// own selections, duplicates allowed) whose copies must be the reference's
+// (moe_expert_cache_prefetch), and whose counters (guesses selected, copies hit) the step's.
+static void decisions_case_prefetch(const char *path, int n_slots, enum moe_pool_layout layout, int steps, bool hybrid,
+                                    bool prefetch) {
     enum { TOP_K = 4, RUNNING = 2 };
     rig r;
     if (!rig_init(&r, path, n_slots, layout, TOP_K, RUNNING)) return;
     ft_offload_reserve(r.o, TOP_K * RUNNING);
+    if (prefetch) ft_offload_enable_prefetch(r.o);
     moe_hybrid_costs *costs = calloc((size_t)r.g.n_layers, sizeof(*costs));
     ft_rng crng = ft_rng_init(77 + (uint64_t)n_slots);
     for (int i = 0; i < r.g.n_layers; i++)
@@ -168,6 +173,10 @@ static void decisions_case_split(const char *path, int n_slots, enum moe_pool_la
     int32_t ex[TOP_K * RUNNING], slots[TOP_K * RUNNING];
     moe_cache_copy copies[TOP_K * RUNNING];
     int bad_steps = 0, bad_tables = 0, n_copies_total = 0;
+    int bad_prefetch = 0;
+    uint64_t pf_guesses = 0, pf_right = 0, pf_copies = 0, pf_used = 0;
+    int32_t guess[TOP_K * RUNNING];
+    moe_cache_copy pf[TOP_K * RUNNING];
     size_t free_before = 0;
     for (int step = 0; step < steps && !test_failed(); step++) {
         int li = step % r.g.n_layers, L = r.g.layers[li].layer;
@@ -186,6 +195,40 @@ static void decisions_case_split(const char *path, int n_slots, enum moe_pool_la
             }
         int nc, n_cpu;
         ft_err err = {{0}};
+        int n_pf = 0;
+        bool prefetched = prefetch && step % 3 != 2 && step > 0; // (after a cache step)
+        if (prefetched) {
+            for (int i = 0; i < n; i++) {
+                uint64_t x = ft_rng_next(&rng);
+                guess[i] = x % 2 ? ex[(x >> 8) % (uint64_t)n] : (int32_t)((x >> 8) % (uint64_t)n_expert);
+            }
+            REQUIRE(moe_expert_cache_prefetch(r.ref, L, guess, n, pf, &n_pf, &err), "%s", err.msg);
+            int32_t *guess_dev = NULL;
+            ft_cuda_stream *ps = ft_offload_prefetch_begin(r.o, L, &guess_dev);
+            REQUIRE(ps && guess_dev, "a prefetch for layer %d", L);
+            ft_cuda_memcpy_h2d(guess_dev, guess, (size_t)n * sizeof(int32_t), ps);
+            ft_offload_prefetch(r.o, L, n);
+            ft_offload_debug d;
+            ft_offload_debug_read(r.o, n, &d);
+            bool ok = d.n_prefetch == n_pf;
+            for (int j = 0; ok && j < n_pf; j++) ok = d.prefetch_expert[j] == pf[j].expert && d.prefetch_slot[j] == pf[j].slot;
+            if (!ok && bad_prefetch++ < 3)
+                test_fail(__FILE__, __LINE__, "N %d step %d layer %d: prefetch: device %d copies, reference %d", n_slots,
+                          step, L, d.n_prefetch, n_pf);
+            ft_offload_debug_free(&d);
+            pf_guesses += (uint64_t)n;
+            pf_copies += (uint64_t)n_pf;
+            for (int i = 0; i < n; i++) {
+                bool right = false;
+                for (int q = 0; q < n; q++) right |= ex[q] == guess[i];
+                pf_right += right;
+            }
+            for (int j = 0; j < n_pf; j++) {
+                bool used = false;
+                for (int q = 0; q < n; q++) used |= ex[q] == pf[j].expert;
+                pf_used += used;
+            }
+        }
         REQUIRE(moe_expert_cache_step_split(r.ref, L, ex, n, hybrid ? &costs[li] : NULL, slots, copies, &nc, &n_cpu, &err),
                 "%s", err.msg);
         ft_cuda_memcpy_h2d(sel_dev, ex, sizeof(ex), s);
@@ -233,14 +276,28 @@ static void decisions_case_split(const char *path, int n_slots, enum moe_pool_la
           t.cpu_computed == (uint64_t)n_cpu_total && t.hits + t.misses == t.selections);
     CHECK(!hybrid || (n_cpu_total > 0 && n_copies_total > n_cpu_total), "hybrid: %d copies, %d on the CPU",
           n_copies_total, n_cpu_total);
-    printf("    %s%s N %d: %d steps, hit rate %.3f, %d copies, of which %d behind the CPU, device = reference\n",
-           hybrid ? "hybrid, " : "", layout == MOE_POOL_LAYOUT_UNIFORM ? "uniform" : "exact", n_slots, steps,
-           (double)t.hits / (double)t.selections, n_copies_total, n_cpu_total);
+    CHECK(bad_prefetch == 0 && t.guesses == pf_guesses && t.guesses_right == pf_right && t.prefetched == pf_copies &&
+              t.prefetch_used == pf_used,
+          "prefetch: %d differ; device guesses %llu right %llu copies %llu used %llu, reference %llu %llu %llu %llu",
+          bad_prefetch, (unsigned long long)t.guesses, (unsigned long long)t.guesses_right,
+          (unsigned long long)t.prefetched, (unsigned long long)t.prefetch_used, (unsigned long long)pf_guesses,
+          (unsigned long long)pf_right, (unsigned long long)pf_copies, (unsigned long long)pf_used);
+    CHECK(!prefetch || (pf_copies > 0 && pf_used > 0 && pf_used < pf_copies), "prefetch: %llu copies, %llu used",
+          (unsigned long long)pf_copies, (unsigned long long)pf_used);
+    printf("    %s%s%s N %d: %d steps, hit rate %.3f, %d copies, of which %d behind the CPU, %llu prefetched, "
+           "device = reference\n",
+           hybrid ? "hybrid, " : "", prefetch ? "prefetch, " : "", layout == MOE_POOL_LAYOUT_UNIFORM ? "uniform" : "exact",
+           n_slots, steps, (double)t.hits / (double)t.selections, n_copies_total, n_cpu_total,
+           (unsigned long long)pf_copies);
     fflush(stdout);
     free(costs);
     ft_cuda_free(sel_dev);
     ft_cuda_stream_free(s);
     rig_free(&r);
+}
+
+static void decisions_case_split(const char *path, int n_slots, enum moe_pool_layout layout, int steps, bool hybrid) {
+    decisions_case_prefetch(path, n_slots, layout, steps, hybrid, false);
 }
 
 static void decisions_case(const char *path, int n_slots, enum moe_pool_layout layout, int steps) {
@@ -277,6 +334,27 @@ TEST(cuda_offload_hybrid_split_equal_reference) {
     REQUIRE(path);
     decisions_case_split(path, 90, MOE_POOL_LAYOUT_EXACT, 3000, true);
     decisions_case_split(path, 4 * 48, MOE_POOL_LAYOUT_EXACT, 1000, true);
+}
+
+// The prefetch (the next layer's predicted experts copied ahead) on the device against
+// moe_expert_cache_prefetch, and the counts its steps keep: the smallest cache (where a guess
+// may find no victim), a middle one, and one that holds every expert.
+TEST(cuda_offload_prefetch_equal_reference) {
+    GPU_TEST_REQUIRE_DEVICE();
+    const char *path = write_mixed_model("offload_mixed.gguf", 48, 4, 256, 256);
+    REQUIRE(path);
+    gguf_file *f;
+    moe_geometry g;
+    REQUIRE(fixture_open_moe(path, &f, &g));
+    moe_cache_plan_params pp = moe_cache_plan_default_params();
+    pp.top_k = 4;
+    pp.n_running = 2;
+    int min_exact = moe_cache_plan_min_slots(&g, &pp);
+    moe_geometry_free(&g);
+    gguf_close(f);
+    decisions_case_prefetch(path, min_exact, MOE_POOL_LAYOUT_EXACT, 2000, false, true);
+    decisions_case_prefetch(path, 90, MOE_POOL_LAYOUT_EXACT, 3000, false, true);
+    decisions_case_prefetch(path, 4 * 48, MOE_POOL_LAYOUT_UNIFORM, 1000, false, true);
 }
 
 // Route-trace replay: whatever the router selected, each layer step takes the trace's
@@ -445,11 +523,19 @@ static void offload_equal_fused(const char *arch, size_t n_cases, bool fused_gat
                   d2, d3, err.msg);
             ft_moe_stats st = {0};
             CHECK(ft_engine_moe_stats(eo, &st), "the offload engine has an expert cache");
+            // decode steps guessed the next layer's experts (the last MoE layer has none to guess)
+            CHECK(st.total.guesses > 0 && st.total.guesses_right <= st.total.guesses &&
+                      st.total.prefetch_used <= st.total.prefetched,
+                  "case %zu graphs %d: prefetch: %llu guesses, %llu right, %llu copies, %llu used", c, graphs,
+                  (unsigned long long)st.total.guesses, (unsigned long long)st.total.guesses_right,
+                  (unsigned long long)st.total.prefetched, (unsigned long long)st.total.prefetch_used);
             printf("    %s N %d %s%s graphs %d: logits equal to fused: %s (hit rate %.3f over %llu "
-                   "selections)\n",
+                   "selections; prefetch accuracy %.3f, %llu copies, %.3f used)\n",
                    arch, cases[c].n_slots, cases[c].layout ? "uniform" : "exact",
                    cases[c].serial ? " serial" : "", graphs, d1 || d2 || d3 ? "no" : "yes",
-                   ft_moe_hit_rate(&st.total), (unsigned long long)st.total.selections);
+                   ft_moe_hit_rate(&st.total), (unsigned long long)st.total.selections,
+                   ft_moe_predict_accuracy(&st.total), (unsigned long long)st.total.prefetched,
+                   ft_moe_prefetch_used(&st.total));
             fflush(stdout);
             ft_moe_stats_free(&st);
             ft_engine_free(ef);

@@ -194,6 +194,11 @@ typedef struct ft_moe_params {
     // their final weights; the backend then neither runs the router nor routes. NULL: it does.
     const int32_t *sel;
     const float *sel_w;
+    // The next MoE layer of the step (block index, its router and selection bias), for a
+    // backend that predicts that layer's experts from this layer's input and fetches them
+    // ahead (--moe-backend offload); next_router NULL: no MoE layer follows in this step.
+    int next_layer;
+    const ft_tensor *next_router, *next_sel_bias;
 } ft_moe_params;
 
 typedef struct ft_backend ft_backend;

@@ -368,11 +368,15 @@ int cmd_bench(int argc, char **argv) {
             printf(",\"moe_cache\":{\"slots\":%d,\"layout\":\"%s\",\"bytes\":%llu,\"decode_hit_rate\":%.4f,"
                    "\"decode_misses_per_token\":%.2f,\"decode_cpu_experts_per_token\":%.2f,"
                    "\"decode_h2d_bytes_per_token\":%.0f,\"copy_gbs\":%.3f,"
-                   "\"resident_tok_s\":%.3f,\"transfer_bound_tok_s\":%.3f,\"transfer_bound_frac\":%.4f,\"pools\":[",
+                   "\"resident_tok_s\":%.3f,\"transfer_bound_tok_s\":%.3f,\"transfer_bound_frac\":%.4f,"
+                   "\"decode_predict_accuracy\":%.4f,\"decode_prefetches_per_token\":%.2f,"
+                   "\"decode_prefetch_used\":%.4f,\"decode_prefetch_bytes_per_token\":%.0f,\"pools\":[",
                    moe_dec.n_slots, moe_dec.uniform ? "uniform" : "exact", (unsigned long long)moe_dec.cache_bytes,
                    ft_moe_hit_rate(t), dec_tokens > 0 ? (double)t->misses / dec_tokens : 0,
                    dec_tokens > 0 ? (double)t->cpu_computed / dec_tokens : 0, miss_bpt, copy_gbps,
-                   resident_tps, bound_tps, bound_tps > 0 ? gen_med / bound_tps : 0);
+                   resident_tps, bound_tps, bound_tps > 0 ? gen_med / bound_tps : 0, ft_moe_predict_accuracy(t),
+                   dec_tokens > 0 ? (double)t->prefetched / dec_tokens : 0, ft_moe_prefetch_used(t),
+                   dec_tokens > 0 ? (double)t->prefetch_bytes / dec_tokens : 0);
             for (int p = 0; p < moe_dec.n_pools; p++) {
                 const ft_moe_counts *c = &moe_dec.pools[p];
                 printf("%s{\"layers\":%d,\"slots\":%d,\"selections\":%llu,\"hits\":%llu,\"misses\":%llu,"

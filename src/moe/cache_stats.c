@@ -41,6 +41,11 @@ static void counts_sub(ft_moe_counts *a, const ft_moe_counts *b) {
     a->cpu_computed -= b->cpu_computed;
     a->bytes_copied -= b->bytes_copied;
     a->copy_ns -= b->copy_ns;
+    a->guesses -= b->guesses;
+    a->guesses_right -= b->guesses_right;
+    a->prefetched -= b->prefetched;
+    a->prefetch_used -= b->prefetch_used;
+    a->prefetch_bytes -= b->prefetch_bytes;
 }
 
 void ft_moe_stats_sub(ft_moe_stats *a, const ft_moe_stats *b) {
@@ -59,6 +64,11 @@ static void counts_add(ft_moe_counts *a, const ft_moe_counts *b) {
     a->cpu_computed += b->cpu_computed;
     a->bytes_copied += b->bytes_copied;
     a->copy_ns += b->copy_ns;
+    a->guesses += b->guesses;
+    a->guesses_right += b->guesses_right;
+    a->prefetched += b->prefetched;
+    a->prefetch_used += b->prefetch_used;
+    a->prefetch_bytes += b->prefetch_bytes;
 }
 
 void ft_moe_stats_add(ft_moe_stats *a, const ft_moe_stats *b) {
@@ -77,12 +87,24 @@ double ft_moe_copy_gbps(const ft_moe_counts *c) {
     return c->copy_ns ? (double)c->bytes_copied / (double)c->copy_ns : 0.0; // bytes per ns = GB/s
 }
 
+double ft_moe_predict_accuracy(const ft_moe_counts *c) {
+    return c->guesses ? (double)c->guesses_right / (double)c->guesses : 0.0;
+}
+
+double ft_moe_prefetch_used(const ft_moe_counts *c) {
+    return c->prefetched ? (double)c->prefetch_used / (double)c->prefetched : 0.0;
+}
+
 static void print_counts(FILE *out, const char *what, const ft_moe_counts *c, int n_tokens) {
     fprintf(out, "%-24s hit %5.1f%%  misses %9llu  H2D %9.1f MiB", what, 100 * ft_moe_hit_rate(c),
             (unsigned long long)c->misses, (double)c->bytes_copied / 1048576.0);
     if (n_tokens > 0) fprintf(out, " (%.2f MiB/token)", (double)c->bytes_copied / 1048576.0 / n_tokens);
     fprintf(out, "  %6.1f GB/s", ft_moe_copy_gbps(c));
     if (c->cpu_computed) fprintf(out, "  on the CPU %llu", (unsigned long long)c->cpu_computed);
+    if (c->guesses)
+        fprintf(out, "  prefetch: accuracy %.1f%%, %llu copies (%.1f MiB), %.1f%% used",
+                100 * ft_moe_predict_accuracy(c), (unsigned long long)c->prefetched,
+                (double)c->prefetch_bytes / 1048576.0, 100 * ft_moe_prefetch_used(c));
     fputc('\n', out);
 }
 

@@ -16,6 +16,9 @@ typedef struct ft_moe_counts {
     uint64_t cpu_computed;   // misses computed on the CPU instead of copied (hybrid)
     uint64_t bytes_copied;   // host-to-device bytes of expert copies
     uint64_t copy_ns;        // device time of those copies
+    // prefetch: guesses of a next-layer predictor, of them selected; the copies it made ahead
+    // of the step, of them hit by the step, and their host-to-device bytes (not in bytes_copied)
+    uint64_t guesses, guesses_right, prefetched, prefetch_used, prefetch_bytes;
 } ft_moe_counts;
 
 typedef struct ft_moe_stats {
@@ -43,6 +46,9 @@ void ft_moe_stats_add(ft_moe_stats *a, const ft_moe_stats *b);
 // Hit rate of c (0 without selections) and the bandwidth of its copies in GB/s (0 without).
 double ft_moe_hit_rate(const ft_moe_counts *c);
 double ft_moe_copy_gbps(const ft_moe_counts *c);
+// Share of the guesses the steps selected, and of the prefetch's copies they hit (0 without).
+double ft_moe_predict_accuracy(const ft_moe_counts *c);
+double ft_moe_prefetch_used(const ft_moe_counts *c);
 // Prints one line per pool and one in all: hit rate, misses, host-to-device bytes (and per
 // token when n_tokens > 0) and the copies' GB/s.
 void ft_moe_stats_print(const ft_moe_stats *s, int n_tokens, FILE *out);

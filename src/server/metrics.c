@@ -106,6 +106,13 @@ static void prom_moe(srv_buf *b, const ft_moe_stats *moe) {
          offsetof(ft_moe_counts, cpu_computed), 1},
         {"h2d_bytes_total", "Host-to-device bytes of expert copies", offsetof(ft_moe_counts, bytes_copied), 1},
         {"copy_seconds_total", "Device time of the expert copies", offsetof(ft_moe_counts, copy_ns), 1e-9},
+        {"guesses_total", "Experts a next-layer predictor guessed (prefetch)", offsetof(ft_moe_counts, guesses), 1},
+        {"guesses_right_total", "Guesses the layer's step then selected", offsetof(ft_moe_counts, guesses_right), 1},
+        {"prefetched_total", "Experts copied ahead of their layer's step (prefetch)", offsetof(ft_moe_counts, prefetched),
+         1},
+        {"prefetch_used_total", "Prefetched experts the step then hit", offsetof(ft_moe_counts, prefetch_used), 1},
+        {"prefetch_h2d_bytes_total", "Host-to-device bytes of the prefetch's copies",
+         offsetof(ft_moe_counts, prefetch_bytes), 1},
     };
     char line[256];
     for (size_t i = 0; i < FT_ARRAY_LEN(k); i++) {
@@ -177,11 +184,17 @@ static json_t *hist_json(const hist *h, const double *le) {
 }
 
 static json_t *moe_counts_json(const ft_moe_counts *c) {
-    return json_pack("{s:I,s:I,s:I,s:I,s:f,s:I,s:f,s:f}", "selections", (json_int_t)c->selections, "hits",
-                     (json_int_t)c->hits, "misses", (json_int_t)c->misses, "cpu_computed",
-                     (json_int_t)c->cpu_computed, "hit_rate", ft_moe_hit_rate(c),
-                     "h2d_bytes", (json_int_t)c->bytes_copied, "copy_seconds", (double)c->copy_ns * 1e-9,
-                     "copy_gbs", ft_moe_copy_gbps(c));
+    json_t *o = json_pack("{s:I,s:I,s:I,s:I,s:f,s:I,s:f,s:f}", "selections", (json_int_t)c->selections, "hits",
+                          (json_int_t)c->hits, "misses", (json_int_t)c->misses, "cpu_computed",
+                          (json_int_t)c->cpu_computed, "hit_rate", ft_moe_hit_rate(c),
+                          "h2d_bytes", (json_int_t)c->bytes_copied, "copy_seconds", (double)c->copy_ns * 1e-9,
+                          "copy_gbs", ft_moe_copy_gbps(c));
+    json_object_set_new(o, "prefetch",
+                        json_pack("{s:I,s:I,s:f,s:I,s:I,s:f,s:I}", "guesses", (json_int_t)c->guesses, "guesses_right",
+                                  (json_int_t)c->guesses_right, "accuracy", ft_moe_predict_accuracy(c), "copies",
+                                  (json_int_t)c->prefetched, "used", (json_int_t)c->prefetch_used, "used_share",
+                                  ft_moe_prefetch_used(c), "h2d_bytes", (json_int_t)c->prefetch_bytes));
+    return o;
 }
 
 json_t *srv_metrics_moe_json(const ft_moe_stats *moe) {

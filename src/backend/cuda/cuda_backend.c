@@ -42,6 +42,11 @@ typedef struct cuda_backend {
     int32_t *sel;              // (P) selected experts
     const int32_t *expert_ids; // what the expert kernels index by: sel, or the offload's slots
     ft_offload *offload;       // --moe-backend offload: the GPU expert cache (owned), or NULL
+    // its prefetch (FT_MOE_PREFETCH): the predictor's scratch (the next layer's router logits,
+    // weights, routing gap and the one-launch router's count), apart from the step's own
+    bool prefetch;
+    float *pf_logits, *pf_w, *pf_gap;
+    int *pf_count;
     uint64_t offload_gen;      // its generation when the graphs were captured
     float *sel_w;              // (P) their weights
     float *gap;                // (1) smallest routing gap since the last read
@@ -339,6 +344,10 @@ static void cuda_free(ft_backend *be) {
     ft_cuda_free(c->attn_part);
     ft_cuda_free(c->route_count);
     ft_cuda_free(c->route_counts);
+    ft_cuda_free(c->pf_logits);
+    ft_cuda_free(c->pf_w);
+    ft_cuda_free(c->pf_gap);
+    ft_cuda_free(c->pf_count);
     ft_cuda_host_free(c->staging);
     ft_cuda_host_free(c->host_gap);
     ft_cuda_event_free(c->staging_done);
@@ -816,6 +825,35 @@ static const float *expert_bias(const ft_tensor *b, int64_t n, int n_expert) {
     return b->data;
 }
 
+// Prefetch: the next MoE layer's router applied to this layer's input guesses that layer's
+// experts (one token, a router the one-launch kernel takes: decode), and the offload copies
+// the guesses that are not resident while this layer computes (ft_offload_prefetch_begin).
+// The guesses use the selection bias but need no weights; the router reads x on the prefetch
+// stream, so the caller makes its stream wait for it before x may change.
+static void prefetch_next(cuda_backend *c, const ft_moe_params *p, const float *x, int n_tok) {
+    const ft_tensor *r = p->next_router;
+    int k = p->n_expert_used;
+    if (!c->prefetch || !r || n_tok != 1 || !ft_cuda_moe_router_fits(r->type, 1, p->n_expert, k) ||
+        r->ne[2] != 1 || r->ne[1] != p->n_expert || r->placement != FT_PLACEMENT_CUDA)
+        return;
+    const float *bias = NULL;
+    if (ft_tensor_present(p->next_sel_bias)) {
+        check_on_device(p->next_sel_bias);
+        FT_ASSERT(p->next_sel_bias->type == FT_TYPE_F32);
+        bias = p->next_sel_bias->data;
+    }
+    int32_t *guess = NULL;
+    ft_cuda_stream *ps = ft_offload_prefetch_begin(c->offload, p->next_layer, &guess);
+    if (!ps) return;
+    ft_cuda_route_params rp = {
+        .logits = c->pf_logits, .bias = bias, .sel = guess, .w = c->pf_w, .gap = c->pf_gap, .n_tok = 1,
+        .n_expert = p->n_expert, .k = k, .softmax = p->gating == FT_GATING_SOFTMAX,
+    };
+    ft_cuda_router_params rr = {.w_type = r->type, .w = r->data, .x = x, .n_embd = r->ne[0], .count = c->pf_count};
+    ft_cuda_moe_router(&rr, &rp, ps);
+    ft_offload_prefetch(c->offload, p->next_layer, k);
+}
+
 // Hybrid: the export of a cache step's CPU share, between its lookup and its copies.
 typedef struct hybrid_hook_ctx {
     cuda_backend *c;
@@ -904,6 +942,7 @@ static void cuda_moe_ffn(ft_backend *be, const ft_moe_params *p, const float *x,
         }
         gate = &views[MOE_BANK_GATE], up = &views[MOE_BANK_UP], down = &views[MOE_BANK_DOWN];
         c->expert_ids = v.ids;
+        if (!overlay && !hybrid) prefetch_next(c, p, x, n_tok);
     }
     // prefill: tokens grouped by expert, each expert's weights read once per tile of its tokens
     if (!hybrid && plain && shape_tok(c, n_tok) >= c->gemm_min_tok &&
@@ -922,6 +961,7 @@ static void cuda_moe_ffn(ft_backend *be, const ft_moe_params *p, const float *x,
         ft_cuda_moe_gemm(&mp, c->stream);
         c->xq_src = NULL; // xq now holds h's q8_1
         if (cpu_overlay) cuda_cpu_experts_overlay_end(c->cpu_experts);
+        if (from_cache) ft_offload_prefetch_join_guesses(c->offload, c->stream);
         return;
     }
     // gate and up read token p / k; the quantized copy of x is made once when both want it.
@@ -957,6 +997,7 @@ static void cuda_moe_ffn(ft_backend *be, const ft_moe_params *p, const float *x,
         ft_cuda_moe_combine(c->h_out, c->sel_w, y, n_tok, k, (int)n_embd, c->stream);
     }
     if (hybrid) cuda_cpu_experts_hybrid_end(c->cpu_experts, y, hybrid_n_cpu, n_tok, n_embd, c->stream);
+    if (from_cache) ft_offload_prefetch_join_guesses(c->offload, c->stream); // (x may change after this op)
 }
 
 static void cuda_sigmoid_gate_add(ft_backend *be, const ft_tensor *gate_inp, const float *x, const float *s,
@@ -986,7 +1027,10 @@ static void cuda_step_begin(ft_backend *be, int n_tok, int pos0, const void *key
     cuda_backend *c = cuda_of(be);
     FT_ASSERT(c->mode == STEP_DIRECT);
     // hybrid: an unbracketed step's fills, joined outside any capture
-    if (c->offload) ft_offload_join_fills(c->offload, c->stream);
+    if (c->offload) {
+        ft_offload_join_fills(c->offload, c->stream);
+        ft_offload_join_prefetch(c->offload, c->stream);
+    }
     if (c->offload && ft_offload_generation(c->offload) != c->offload_gen) { // the cache was rebuilt
         for (int i = 0; i < (int)FT_ARRAY_LEN(c->step_graphs); i++) {
             ft_cuda_graph_free(c->step_graphs[i].graph);
@@ -1034,7 +1078,10 @@ static void cuda_step_begin(ft_backend *be, int n_tok, int pos0, const void *key
 
 static void cuda_step_end(ft_backend *be) {
     cuda_backend *c = cuda_of(be); // (the pending add joins the capture)
-    if (c->offload && c->mode != STEP_REPLAY) ft_offload_join_fills(c->offload, c->stream); // (in a capture: into the graph)
+    if (c->offload && c->mode != STEP_REPLAY) { // (in a capture: into the graph)
+        ft_offload_join_fills(c->offload, c->stream);
+        ft_offload_join_prefetch(c->offload, c->stream);
+    }
     if (c->mode == STEP_DIRECT) {
         cuda_cpu_experts_flush(c->cpu_experts); // the step's last MoE layer (cuda_cpu_experts.h)
         ft_cuda_profile_step_end(NULL);
@@ -1121,6 +1168,16 @@ static bool cuda_expert_cache_init(ft_backend *be, moe_expert_banks *hb, const f
     if (!o) return false;
     ft_offload_print(o, stderr);
     c->offload = o;
+    c->prefetch = ft_env_flag(FT_ENV_MOE_PREFETCH);
+    if (c->prefetch) {
+        ft_offload_enable_prefetch(o);
+        size_t E = (size_t)FT_MAX(c->lim.n_expert, 1);
+        c->pf_logits = dev_alloc(E * sizeof(float), "prefetch router logits");
+        c->pf_w = dev_alloc(E * sizeof(float), "prefetch routing");
+        c->pf_gap = dev_alloc(sizeof(float), "prefetch routing gap");
+        c->pf_count = dev_alloc(sizeof(int), "prefetch router count");
+        ft_cuda_memset(c->pf_count, 0, sizeof(int), c->stream);
+    }
     c->offload_gen = ft_offload_generation(o);
     ft_offload_reserve(o, c->lim.max_tok * FT_MAX(c->lim.n_expert_used, 1));
     return true;

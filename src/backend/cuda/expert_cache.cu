@@ -49,6 +49,30 @@ __global__ void cache_lookup_kernel(ft_cuda_cache_lookup_params p) {
         if (s >= 0) p.stamp[s] = t;
     }
     __syncthreads();
+    if (p.pf_n) { // the prefetch before this step: its copies hit, its guesses selected
+        __shared__ int s_used, s_right;
+        if (tid == 0) s_used = s_right = 0;
+        __syncthreads();
+        const int n_pf = *p.pf_n;
+        for (int j = tid; j < n_pf; j += nt) {
+            bool used = false;
+            for (int i = 0; i < p.n && !used; i++) used = res[i] == p.pf_slot[j];
+            if (used) atomicAdd(&s_used, 1);
+        }
+        for (int g = tid; g < p.n_guess; g += nt) {
+            bool right = false;
+            for (int i = 0; i < p.n && !right; i++) right = p.sel[i] == p.pf_guess[g];
+            if (right) atomicAdd(&s_right, 1);
+        }
+        __syncthreads();
+        if (tid == 0) {
+            if (p.stats) {
+                p.stats[FT_CACHE_STAT_PF_USED] += (uint64_t)s_used;
+                p.stats[FT_CACHE_STAT_PF_RIGHT] += (uint64_t)s_right;
+            }
+            *p.pf_n = 0;
+        }
+    }
     if (tid == 0) {
         int k = 0;
         for (int i = 0; i < p.n; i++) {
@@ -149,6 +173,101 @@ extern "C" void ft_cuda_cache_lookup(const ft_cuda_cache_lookup_params *p, ft_cu
     size_t smem = lookup_smem(p->n, p->n_own);
     FT_CUDA_ASSERT(smem <= LOOKUP_SMEM_MAX);
     cache_lookup_kernel<<<1, LOOKUP_THREADS, smem, ft_cuda_stream_handle(s)>>>(*p);
+    CUDA_CHECK_LAUNCH();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Prefetch
+
+// One CTA, moe_expert_cache_prefetch in its order (see ft_cuda_cache_prefetch_params): the
+// range's slots holding a guess are marked, thread 0 lists the distinct unmapped guesses, and
+// each eligible slot (stamp < t, unmarked) ranks itself by (stamp, index) among the eligible
+// ones as the lookup's victims do; the first min(k, eligible) misses take victims 0, 1, ...
+__global__ void cache_prefetch_kernel(ft_cuda_cache_prefetch_params p) {
+    extern __shared__ uint8_t smem[];
+    uint64_t *st_sh = (uint64_t *)smem;
+    int *missed = (int *)(st_sh + p.n_own), *victim = missed + p.n;
+    uint8_t *marked = (uint8_t *)(victim + p.n);
+    __shared__ uint64_t s_t;
+    __shared__ int s_k, s_eligible;
+    const int tid = threadIdx.x, nt = blockDim.x;
+    if (tid == 0) {
+        s_t = *p.clock + 1;
+        s_eligible = 0;
+    }
+    for (int i = tid; i < p.n_own; i += nt) {
+        marked[i] = 0;
+        st_sh[i] = p.stamp[p.first + i];
+    }
+    __syncthreads();
+    const uint64_t t = s_t;
+    for (int i = tid; i < p.n; i += nt) {
+        int s = p.map[p.guess[i]];
+        if (s >= 0) marked[s - p.first] = 1;
+    }
+    __syncthreads();
+    if (tid == 0) {
+        int k = 0;
+        for (int i = 0; i < p.n; i++) {
+            int e = p.guess[i], j = 0;
+            if (p.map[e] >= 0) continue;
+            while (j < k && missed[j] != e) j++;
+            if (j == k) missed[k++] = e;
+        }
+        s_k = k;
+    }
+    __syncthreads();
+    const int k = s_k;
+    if (k == 0) {
+        if (tid == 0) {
+            *p.clock = t;
+            *p.n_copies = 0;
+            if (p.stats) p.stats[FT_CACHE_STAT_PF_GUESSES] += (uint64_t)p.n;
+        }
+        return;
+    }
+    for (int i = tid; i < p.n_own; i += nt) {
+        uint64_t a = st_sh[i];
+        if (marked[i] || a >= t) continue;
+        atomicAdd(&s_eligible, 1);
+        int rank = 0;
+        for (int q = 0; q < p.n_own && rank < k; q++) {
+            uint64_t b = st_sh[q];
+            rank += !marked[q] && b < t && (b < a || (b == a && q < i));
+        }
+        if (rank < k) victim[rank] = p.first + i;
+    }
+    __syncthreads();
+    const int kk = min(k, s_eligible);
+    for (int j = tid; j < kk; j += nt) {
+        int old = p.slot_expert[victim[j]];
+        if (old >= 0) p.map[old] = -1;
+    }
+    __syncthreads();
+    for (int j = tid; j < kk; j += nt) {
+        int v = victim[j], e = missed[j];
+        p.slot_expert[v] = e;
+        p.stamp[v] = t;
+        p.map[e] = v;
+        p.copy_expert[j] = e;
+        p.copy_slot[j] = v;
+    }
+    __syncthreads();
+    if (tid == 0) {
+        *p.clock = t;
+        *p.n_copies = kk;
+        if (p.stats) {
+            p.stats[FT_CACHE_STAT_PF_GUESSES] += (uint64_t)p.n;
+            p.stats[FT_CACHE_STAT_PF_COPIES] += (uint64_t)kk;
+        }
+    }
+}
+
+extern "C" void ft_cuda_cache_prefetch(const ft_cuda_cache_prefetch_params *p, ft_cuda_stream *s) {
+    FT_CUDA_ASSERT(p->n >= 1 && p->n <= p->n_own && p->first >= 0);
+    size_t smem = (size_t)p->n_own * sizeof(uint64_t) + (size_t)2 * p->n * sizeof(int) + (size_t)p->n_own;
+    FT_CUDA_ASSERT(smem <= LOOKUP_SMEM_MAX);
+    cache_prefetch_kernel<<<1, LOOKUP_THREADS, smem, ft_cuda_stream_handle(s)>>>(*p);
     CUDA_CHECK_LAUNCH();
 }
 

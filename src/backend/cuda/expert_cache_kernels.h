@@ -13,6 +13,9 @@ extern "C" {
 // Counters kept per MoE layer (u64 each), in this order.
 enum { FT_CACHE_STAT_SELECTIONS, FT_CACHE_STAT_HITS, FT_CACHE_STAT_MISSES, FT_CACHE_STAT_BYTES, FT_CACHE_STAT_COPY_NS,
        FT_CACHE_STAT_STEPS, FT_CACHE_STAT_PREFILL_LAYERS, FT_CACHE_STAT_COPY_BYTES_DECODE, FT_CACHE_STAT_CPU,
+       // prefetch: guesses made for the layer, of them selected by its step, copies the
+       // prefetch made, of them hit by the step (the rest were wasted)
+       FT_CACHE_STAT_PF_GUESSES, FT_CACHE_STAT_PF_RIGHT, FT_CACHE_STAT_PF_COPIES, FT_CACHE_STAT_PF_USED,
        FT_CACHE_STAT_COUNT };
 
 // One layer step of the C reference (src/moe/expert_cache.h) on the device tables, in one CTA:
@@ -41,8 +44,28 @@ typedef struct ft_cuda_cache_lookup_params {
     int32_t *cpu_sel;
     int32_t *n_cpu;
     int32_t *fill_expert, *fill_slot, *n_fill;
+    // the prefetch made for this step (NULL: none): its copies' slots (*pf_n of them) and its
+    // n_guess guesses, counted against the step's selections (stats: PF_*); *pf_n is reset
+    const int32_t *pf_slot, *pf_guess;
+    int32_t *pf_n;
+    int n_guess;
 } ft_cuda_cache_lookup_params;
 void ft_cuda_cache_lookup(const ft_cuda_cache_lookup_params *p, ft_cuda_stream *s);
+
+// A prefetch of the C reference (moe_expert_cache_prefetch) on the device tables, in one CTA:
+// t = clock + 1; the distinct unmapped guesses in order of first appearance take the range's
+// slots with stamp < t by (stamp, index), never a slot holding a guess, until none is left;
+// each is mapped with stamp t and listed as a copy. Resident guesses keep their stamps.
+typedef struct ft_cuda_cache_prefetch_params {
+    const int32_t *guess;      // (n) the predicted experts, duplicates allowed
+    int n;                     // 1 .. the layer's own slots
+    int32_t *map, *slot_expert;
+    uint64_t *stamp, *clock;
+    int first, n_own;
+    int32_t *copy_expert, *copy_slot, *n_copies; // out: (n), (n), (1)
+    uint64_t *stats;           // the layer's counters (PF_GUESSES, PF_COPIES), or NULL
+} ft_cuda_cache_prefetch_params;
+void ft_cuda_cache_prefetch(const ft_cuda_cache_prefetch_params *p, ft_cuda_stream *s);
 
 // The copies of a lookup: bank b of copy j moves bytes[b] from src[b] + copy_expert[j] *
 // bytes[b] (mapped host memory) to dst[b] + copy_slot[j] * stride[b]. A fixed grid reads

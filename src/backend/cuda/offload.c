@@ -75,6 +75,19 @@ struct ft_offload {
     int fill_last_block;       // the last block whose fill was enqueued
     int last_li;               // the layer of the last hybrid cache step (for the debug read)
 
+    // prefetch (ft_offload_prefetch_begin): the predictor's guesses and the prefetch's lookup
+    // and copies run on pf_stream while the step computes; the block's next step waits for them
+    // (it starts after the step's lookup, and its copies after the step's own copies)
+    bool pf_enabled;           // ft_offload_enable_prefetch: cache steps record the two events
+    bool pf_can_start;         // the last layer step was a cache step that recorded them
+    ft_cuda_stream *pf_stream;
+    ft_cuda_event *ev_pf_looked, *ev_pf_copied, *ev_pf_guessed, *ev_pf_done;
+    int32_t *pf_guess, *pf_expert, *pf_slot, *pf_n; // device (max_sel) x3, (1)
+    int pf_block;              // the block of the last prefetch until its cache step counts it, -1
+    int pf_n_guess;
+    bool pf_pending;           // its copies are enqueued and the backend's stream has not waited
+    bool pf_guessing;          // the guesses' event is recorded and no stream has waited for it
+
     // route-trace replay
     uint16_t *trace;           // device (n_steps, n_layers, n_seq, top_k)
     int64_t *trace_step;       // device
@@ -128,6 +141,8 @@ static void cache_teardown(ft_offload *o) {
     o->mirror = NULL;
     moe_cache_plan_free(&o->plan);
     memset(&o->plan, 0, sizeof(o->plan));
+    o->pf_block = -1; // (the device is idle: nothing pending)
+    o->pf_pending = o->pf_guessing = false;
 }
 
 // Allocates the arenas, the overlay and the tables for plan (o->plan is set); false and *err
@@ -275,6 +290,12 @@ ft_offload *ft_offload_init(const moe_geometry *g, moe_expert_banks *hb, const f
     if (!o->telemetry)
         fprintf(stderr, "offload: telemetry off (FT_MOE_TELEMETRY=0): the cache's counters and copy times stay at 0\n");
     o->copy_stream = ft_cuda_stream_init();
+    o->pf_stream = ft_cuda_stream_init();
+    o->ev_pf_looked = ft_cuda_event_init_sync_only();
+    o->ev_pf_copied = ft_cuda_event_init_sync_only();
+    o->ev_pf_guessed = ft_cuda_event_init_sync_only();
+    o->ev_pf_done = ft_cuda_event_init_sync_only();
+    o->pf_block = -1;
     for (int i = 0; i < 2; i++) {
         o->ev_copied[i] = ft_cuda_event_init_sync_only();
         o->ev_done[i] = ft_cuda_event_init_sync_only();
@@ -294,6 +315,15 @@ void ft_offload_free(ft_offload *o) {
         ft_cuda_event_free(o->ev_done[i]);
     }
     ft_cuda_stream_free(o->copy_stream);
+    ft_cuda_stream_free(o->pf_stream);
+    ft_cuda_event_free(o->ev_pf_looked);
+    ft_cuda_event_free(o->ev_pf_copied);
+    ft_cuda_event_free(o->ev_pf_guessed);
+    ft_cuda_event_free(o->ev_pf_done);
+    ft_cuda_free(o->pf_guess);
+    ft_cuda_free(o->pf_expert);
+    ft_cuda_free(o->pf_slot);
+    ft_cuda_free(o->pf_n);
     ft_cuda_free(o->map);
     ft_cuda_free(o->stats);
     ft_cuda_free(o->span);
@@ -364,6 +394,10 @@ void ft_offload_reserve(ft_offload *o, int max_sel) {
     ft_cuda_free(o->n_cpu);
     ft_cuda_free(o->fill_expert);
     ft_cuda_free(o->fill_slot);
+    ft_cuda_free(o->pf_guess);
+    ft_cuda_free(o->pf_expert);
+    ft_cuda_free(o->pf_slot);
+    ft_cuda_free(o->pf_n);
     o->max_sel = max_sel;
     size_t n = (size_t)max_sel * sizeof(int32_t);
     o->slots = dev_alloc(n);
@@ -374,8 +408,14 @@ void ft_offload_reserve(ft_offload *o, int max_sel) {
     o->n_cpu = dev_alloc(sizeof(int32_t));
     o->fill_expert = dev_alloc(n * (size_t)o->g.n_layers);
     o->fill_slot = dev_alloc(n * (size_t)o->g.n_layers);
-    if (!o->slots || !o->copy_expert || !o->copy_slot || !o->n_copies)
+    o->pf_guess = dev_alloc(n);
+    o->pf_expert = dev_alloc(n);
+    o->pf_slot = dev_alloc(n);
+    o->pf_n = dev_alloc(sizeof(int32_t));
+    if (!o->slots || !o->copy_expert || !o->copy_slot || !o->n_copies || !o->cpu_sel || !o->n_cpu ||
+        !o->fill_expert || !o->fill_slot || !o->pf_guess || !o->pf_expert || !o->pf_slot || !o->pf_n)
         ft_abort(__FILE__, __LINE__, "offload: out of device memory for %d selections", max_sel);
+    ft_cuda_memset(o->pf_n, 0, sizeof(int32_t), NULL);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -440,6 +480,7 @@ static void stream_in(ft_offload *o, int block, int buf) {
 }
 
 static void overlay_step(ft_offload *o, int block, const int32_t *sel, ft_cuda_stream *s, ft_offload_view *v) {
+    o->pf_block = -1; // a prefetch for a step that streams in instead goes uncounted
     ft_offload_join_fills(o, s); // (the overlay overwrites slots a fill may be writing)
     claim_overlay(o, s);
     int nb = o->n_buf == 2 ? 2 : 1;
@@ -480,6 +521,13 @@ static void overlay_step(ft_offload *o, int block, const int32_t *sel, ft_cuda_s
 // copies, few enough to leave the SMs to the step.
 enum { FILL_CTAS = 16 };
 
+// Bytes one copy of MoE layer li moves (its native expert bytes in every bank).
+static uint64_t layer_copy_bytes(const ft_offload *o, int li) {
+    uint64_t n = 0;
+    for (int b = 0; b < MOE_BANK_COUNT; b++) n += o->g.layers[li].bytes[b];
+    return n;
+}
+
 static void cache_step(ft_offload *o, int block, const int32_t *sel, int n, ft_cuda_stream *s, ft_offload_view *v,
                        const ft_offload_hook *hook) {
     int li = o->layer_of_block[block];
@@ -495,14 +543,20 @@ static void cache_step(ft_offload *o, int block, const int32_t *sel, int n, ft_c
     moe_expert_cache_layer_range(o->mirror, block, &first, &n_own);
     const moe_pool_plan *pp = &o->plan.pools[pool];
     uint64_t *st = o->stats + (size_t)li * FT_CACHE_STAT_COUNT;
-    uint64_t copy_bytes = 0;
-    for (int b = 0; b < MOE_BANK_COUNT; b++) copy_bytes += o->g.layers[li].bytes[b];
+    uint64_t copy_bytes = layer_copy_bytes(o, li);
     ft_cuda_cache_lookup_params lp = {
         .sel = sel, .n = n, .slots = o->slots, .map = o->map + o->map_base[block],
         .slot_expert = o->pools[pool].slot_expert, .stamp = o->pools[pool].stamp, .clock = o->clock + pool,
         .first = first, .n_own = n_own, .copy_expert = o->copy_expert, .copy_slot = o->copy_slot,
         .n_copies = o->n_copies, .stats = o->telemetry ? st : NULL, .copy_bytes = copy_bytes, .copy_span = o->span,
     };
+    if (block == o->pf_block) { // the prefetch made for this step (joined by layer_begin)
+        lp.pf_slot = o->pf_slot;
+        lp.pf_guess = o->pf_guess;
+        lp.pf_n = o->pf_n;
+        lp.n_guess = o->pf_n_guess;
+    }
+    o->pf_block = -1;
     bool hybrid = hook && o->hybrid_costs;
     if (hybrid) {
         if (block <= o->fill_last_block) ft_offload_join_fills(o, s); // a new step, not joined yet
@@ -516,6 +570,8 @@ static void cache_step(ft_offload *o, int block, const int32_t *sel, int n, ft_c
         o->last_li = li;
     }
     ft_cuda_cache_lookup(&lp, s);
+    o->pf_can_start = o->pf_enabled && !hybrid;
+    if (o->pf_can_start) ft_cuda_event_record(o->ev_pf_looked, s);
     v->cpu_sel = hybrid ? o->cpu_sel : NULL;
     v->n_cpu = hybrid ? o->n_cpu : NULL;
     if (hook) hook->after_lookup(hook->ctx, v); // the CPU's road starts before the copies
@@ -533,6 +589,7 @@ static void cache_step(ft_offload *o, int block, const int32_t *sel, int n, ft_c
         v->mat_bytes[b] = pp->stride[b];
     }
     ft_cuda_cache_copy(&cp, 0, s);
+    if (o->pf_can_start) ft_cuda_event_record(o->ev_pf_copied, s);
     v->ids = o->slots;
     v->overlay = false;
     if (!hybrid) return;
@@ -565,6 +622,7 @@ void ft_offload_layer_begin(ft_offload *o, int block, int32_t *sel, int n_tok, i
     FT_ASSERT(block >= 0 && block < o->n_blocks && o->layer_of_block[block] >= 0);
     int n = n_tok * k;
     FT_ASSERT(n >= 1 && (overlay || n <= o->max_sel));
+    ft_offload_join_prefetch(o, s); // (its copies land in this layer's slots)
     if (o->trace) {
         ft_cuda_cache_trace_params tp = {
             .sel = sel, .n_tok = n_tok, .k = k, .trace = o->trace, .n_layers = o->trace_layers,
@@ -573,6 +631,7 @@ void ft_offload_layer_begin(ft_offload *o, int block, int32_t *sel, int n_tok, i
         };
         ft_cuda_cache_trace(&tp, s);
     }
+    o->pf_can_start = false;
     if (overlay) {
         overlay_step(o, block, sel, s, v);
         v->cpu_sel = NULL;
@@ -580,6 +639,71 @@ void ft_offload_layer_begin(ft_offload *o, int block, int32_t *sel, int n_tok, i
     } else {
         cache_step(o, block, sel, n, s, v, hook);
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Prefetch
+
+// CTAs of a prefetch's copy kernel: it runs beside the step's kernels (as a fill does).
+enum { PREFETCH_CTAS = 16 };
+
+void ft_offload_enable_prefetch(ft_offload *o) { o->pf_enabled = true; }
+
+ft_cuda_stream *ft_offload_prefetch_begin(ft_offload *o, int block, int32_t **guess) {
+    if (!o->pf_can_start || block < 0 || block >= o->n_blocks || o->layer_of_block[block] < 0 || o->trace ||
+        o->hybrid_costs || !o->max_sel)
+        return NULL;
+    FT_ASSERT(!o->pf_pending && !o->pf_guessing);
+    o->pf_can_start = false;
+    ft_cuda_stream_wait_event(o->pf_stream, o->ev_pf_looked);
+    *guess = o->pf_guess;
+    return o->pf_stream;
+}
+
+void ft_offload_prefetch(ft_offload *o, int block, int n) {
+    FT_ASSERT(o->layer_of_block[block] >= 0 && n >= 1 && n <= o->max_sel && !o->pf_pending);
+    ft_cuda_stream *ps = o->pf_stream;
+    ft_cuda_event_record(o->ev_pf_guessed, ps);
+    o->pf_guessing = true;
+    int li = o->layer_of_block[block], pool = moe_expert_cache_pool_of(o->mirror, block), first, n_own;
+    moe_expert_cache_layer_range(o->mirror, block, &first, &n_own);
+    n = FT_MIN(n, n_own);
+    uint64_t *st = o->stats + (size_t)li * FT_CACHE_STAT_COUNT;
+    ft_cuda_cache_prefetch_params pp = {
+        .guess = o->pf_guess, .n = n, .map = o->map + o->map_base[block], .slot_expert = o->pools[pool].slot_expert,
+        .stamp = o->pools[pool].stamp, .clock = o->clock + pool, .first = first, .n_own = n_own,
+        .copy_expert = o->pf_expert, .copy_slot = o->pf_slot, .n_copies = o->pf_n,
+        .stats = o->telemetry ? st : NULL,
+    };
+    ft_cuda_cache_prefetch(&pp, ps);
+    ft_cuda_stream_wait_event(ps, o->ev_pf_copied); // the bus is the step's own copies' first
+    const moe_pool_plan *pl = &o->plan.pools[pool];
+    const moe_host_layer *hl = &o->hb->layers[li];
+    ft_cuda_cache_copy_params cp = {.n_copies = o->pf_n, .copy_expert = o->pf_expert, .copy_slot = o->pf_slot};
+    for (int b = 0; b < MOE_BANK_COUNT; b++) {
+        cp.src[b] = o->hb_dev + (hl->bank[b].data - (const uint8_t *)o->hb->block);
+        cp.bytes[b] = hl->bank[b].expert_bytes;
+        cp.dst[b] = o->arena[b] + pl->offset[b];
+        cp.stride[b] = pl->stride[b];
+    }
+    ft_cuda_cache_copy(&cp, PREFETCH_CTAS, ps);
+    ft_cuda_event_record(o->ev_pf_done, ps);
+    o->pf_pending = true;
+    o->pf_block = block;
+    o->pf_n_guess = n;
+}
+
+void ft_offload_prefetch_join_guesses(ft_offload *o, ft_cuda_stream *s) {
+    if (!o->pf_guessing) return;
+    ft_cuda_stream_wait_event(s, o->ev_pf_guessed);
+    o->pf_guessing = false;
+}
+
+void ft_offload_join_prefetch(ft_offload *o, ft_cuda_stream *s) {
+    if (o->pf_guessing) ft_offload_prefetch_join_guesses(o, s);
+    if (!o->pf_pending) return;
+    ft_cuda_stream_wait_event(s, o->ev_pf_done);
+    o->pf_pending = false; // pf_block stays: its cache step counts the prefetch against its selections
 }
 
 void ft_offload_set_hybrid_costs(ft_offload *o, const moe_hybrid_costs *costs) {
@@ -623,6 +747,11 @@ static void add_counts(ft_offload_counts *a, const ft_offload_counts *b) {
     a->copy_ns += b->copy_ns;
     a->steps += b->steps;
     a->prefill_layers += b->prefill_layers;
+    a->guesses += b->guesses;
+    a->guesses_right += b->guesses_right;
+    a->prefetched += b->prefetched;
+    a->prefetch_used += b->prefetch_used;
+    a->prefetch_bytes += b->prefetch_bytes;
 }
 
 void ft_offload_read_counts(ft_offload *o, ft_offload_counts *layers, ft_offload_counts *pools,
@@ -642,6 +771,9 @@ void ft_offload_read_counts(ft_offload *o, ft_offload_counts *layers, ft_offload
             .bytes_copied = r[FT_CACHE_STAT_BYTES], .copy_ns = r[FT_CACHE_STAT_COPY_NS],
             .steps = r[FT_CACHE_STAT_STEPS] + r[FT_CACHE_STAT_PREFILL_LAYERS],
             .prefill_layers = r[FT_CACHE_STAT_PREFILL_LAYERS],
+            .guesses = r[FT_CACHE_STAT_PF_GUESSES], .guesses_right = r[FT_CACHE_STAT_PF_RIGHT],
+            .prefetched = r[FT_CACHE_STAT_PF_COPIES], .prefetch_used = r[FT_CACHE_STAT_PF_USED],
+            .prefetch_bytes = r[FT_CACHE_STAT_PF_COPIES] * layer_copy_bytes(o, i),
         };
         if (layers) layers[i] = c;
         if (pools) add_counts(&pools[ft_offload_pool_of_layer(o, i)], &c);
@@ -652,7 +784,9 @@ void ft_offload_read_counts(ft_offload *o, ft_offload_counts *layers, ft_offload
 
 static ft_moe_counts moe_counts_of(const ft_offload_counts *c) {
     return (ft_moe_counts){.selections = c->selections, .hits = c->hits, .misses = c->misses,
-                           .cpu_computed = c->cpu_computed, .bytes_copied = c->bytes_copied, .copy_ns = c->copy_ns};
+                           .cpu_computed = c->cpu_computed, .bytes_copied = c->bytes_copied, .copy_ns = c->copy_ns,
+                           .guesses = c->guesses, .guesses_right = c->guesses_right, .prefetched = c->prefetched,
+                           .prefetch_used = c->prefetch_used, .prefetch_bytes = c->prefetch_bytes};
 }
 
 void ft_offload_stats(ft_offload *o, ft_moe_stats *out) {
@@ -733,6 +867,19 @@ void ft_offload_debug_read(ft_offload *o, int n, ft_offload_debug *d) {
     } else {
         for (int i = 0; i < n; i++) d->cpu_sel[i] = -1;
     }
+    int32_t npf = 0;
+    if (o->pf_n) {
+        ft_cuda_memcpy_d2h(&npf, o->pf_n, sizeof(int32_t), NULL);
+        ft_cuda_stream_sync(NULL);
+    }
+    FT_ASSERT(npf >= 0 && npf <= o->max_sel);
+    d->n_prefetch = npf;
+    d->prefetch_expert = ft_malloc((size_t)(npf + 1) * sizeof(int32_t));
+    d->prefetch_slot = ft_malloc((size_t)(npf + 1) * sizeof(int32_t));
+    if (npf) {
+        ft_cuda_memcpy_d2h(d->prefetch_expert, o->pf_expert, (size_t)npf * sizeof(int32_t), NULL);
+        ft_cuda_memcpy_d2h(d->prefetch_slot, o->pf_slot, (size_t)npf * sizeof(int32_t), NULL);
+    }
     d->n_pools = o->plan.n_pools;
     d->n_slots = ft_malloc((size_t)d->n_pools * sizeof(int));
     d->slot_expert = ft_malloc((size_t)d->n_pools * sizeof(int32_t *));
@@ -754,6 +901,8 @@ void ft_offload_debug_free(ft_offload_debug *d) {
     free(d->cpu_sel);
     free(d->fill_expert);
     free(d->fill_slot);
+    free(d->prefetch_expert);
+    free(d->prefetch_slot);
     free(d->copy_slot);
     free(d->slots);
     for (int k = 0; k < d->n_pools; k++) {

@@ -72,6 +72,9 @@ typedef struct ft_offload_counts {
                                   // overlay copies)
     uint64_t steps;               // layer steps (decode) / layers streamed (prefill)
     uint64_t prefill_layers;      // of which through the overlay
+    // prefetch: guesses made, of them selected by the step that followed; copies made, of
+    // them hit by that step, and their host-to-device bytes (not in bytes_copied)
+    uint64_t guesses, guesses_right, prefetched, prefetch_used, prefetch_bytes;
 } ft_offload_counts;
 
 // The MoE layers (block indices, ascending) and pools the counters are kept for.
@@ -141,6 +144,28 @@ void ft_offload_layer_begin(ft_offload *o, int block, int32_t *sel, int n_tok, i
 // begins; a cache step of a block at or before the last one with a fill calls it itself.
 void ft_offload_join_fills(ft_offload *o, ft_cuda_stream *s);
 
+// Prefetch (decode): while a cache step's experts compute, the backend predicts the next MoE
+// layer's experts and the offload copies the predicted ones that are not resident into that
+// layer's slots (the C reference's moe_expert_cache_prefetch), on a stream of its own; the
+// layer's next step waits for those copies before its lookup, which then counts how many of
+// the guesses it selected and how many of the copies it hit.
+// ft_offload_enable_prefetch: cache steps record where a prefetch may start (after their
+// lookup) and where its copies may (after their own). ft_offload_prefetch_begin, right after a
+// cache step's ft_offload_layer_begin: NULL when no prefetch can follow it (prefetch not
+// enabled, not a cache step, `block` not a MoE layer of the cache, a route trace replayed,
+// hybrid costs set); else the prefetch stream, ordered after that step's lookup, and in *guess
+// a device buffer of ft_offload_reserve's size where the predictor writes its guesses on that
+// stream. Then ft_offload_prefetch(o, block, n) enqueues the prefetch of the n guesses after
+// them. ft_offload_prefetch_join_guesses makes s wait for the predictor's launches (before s
+// overwrites what they read); layer_begin and ft_offload_join_prefetch make s wait for all of
+// it (the backend calls the latter at a step's end, so a capture holds the prefetch stream's
+// work).
+void ft_offload_enable_prefetch(ft_offload *o);
+ft_cuda_stream *ft_offload_prefetch_begin(ft_offload *o, int block, int32_t **guess);
+void ft_offload_prefetch(ft_offload *o, int block, int n);
+void ft_offload_prefetch_join_guesses(ft_offload *o, ft_cuda_stream *s);
+void ft_offload_join_prefetch(ft_offload *o, ft_cuda_stream *s);
+
 // --moe-backend hybrid: decode steps given a hook split their misses by costs (g.n_layers
 // entries, in the order of the geometry's layers), which the device reads at run time: a later
 // call changes them for captured graphs too. Waits for the device.
@@ -163,6 +188,8 @@ typedef struct ft_offload_debug {
     int n_cpu;                  // hybrid: how many selections the CPU computes
     int n_fill;                 // hybrid: the last cache step's fills (its CPU experts' copies)
     int32_t *fill_expert, *fill_slot;
+    int n_prefetch;             // the last prefetch's copies, until the step after it counts them
+    int32_t *prefetch_expert, *prefetch_slot;
     int n_pools;
     int *n_slots;               // (n_pools)
     int32_t **slot_expert;      // (n_pools)(n_slots) -1: empty
