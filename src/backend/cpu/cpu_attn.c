@@ -218,6 +218,7 @@ void cpu_attention(ft_backend *be, const ft_attn_params *p) {
     // cache: q.k in f32 from the f16 keys, values accumulated in f32. We follow it (by the
     // whole chunk's length, where the queries end one).
     bool tiled = p->k_cache->type == FT_TYPE_F16 && FT_MAX(p->n_tok, p->n_chunk) >= FT_ATTN_TILED_MIN_TOK;
+    if (!c->base.reference && cpu_has_avx512() && tiled && cpu_attention_tiled_avx512(c, p)) return;
     if (!c->base.reference && cpu_has_avx2() && tiled && cpu_attention_tiled(c, p)) return;
     if (!c->base.reference && cpu_has_avx2() && cpu_attention_fast(c, p, tiled)) return;
     attn_job j = {c, p, tiled};

@@ -29,6 +29,13 @@
 #include "cpu_avx2.h"
 
 enum { ROWS = 64, KEYS = 64 };
+
+// The register tiles' loops fully unrolled (their accumulators then stay in registers).
+#if defined(__clang__)
+#define UNROLL _Pragma("unroll")
+#else
+#define UNROLL _Pragma("GCC unroll 16")
+#endif
 _Static_assert(KEYS % 8 == 0, "the softmax runs in vectors of 8 keys");
 
 size_t cpu_attn_tiled_ws_floats(int head_dim) {
@@ -71,19 +78,26 @@ static void scores(const float *q, const float *kb, int nr, int nk, int hd, floa
     for (int r = 0; r < nr; r += 4)
         for (int k = 0; k < nk; k += 4) {
             __m256 a[4][4];
+            UNROLL
             for (int i = 0; i < 4; i++)
+                UNROLL
                 for (int j = 0; j < 4; j++)
                     a[i][j] = _mm256_setzero_ps();
             for (int d = 0; d < hd; d += 8) {
                 __m256 kv[4], qv[4];
+                UNROLL
                 for (int j = 0; j < 4; j++)
                     kv[j] = _mm256_loadu_ps(kb + (size_t)(k + j) * hd + d);
+                UNROLL
                 for (int i = 0; i < 4; i++)
                     qv[i] = _mm256_loadu_ps(q + (size_t)(r + i) * hd + d);
+                UNROLL
                 for (int i = 0; i < 4; i++)
+                    UNROLL
                     for (int j = 0; j < 4; j++)
                         a[i][j] = _mm256_fmadd_ps(qv[i], kv[j], a[i][j]);
             }
+            UNROLL
             for (int i = 0; i < 4; i++)
                 _mm_storeu_ps(S + (size_t)(r + i) * KEYS + k,
                               _mm_mul_ps(hsum4x8(a[i][0], a[i][1], a[i][2], a[i][3]), sc));
@@ -95,19 +109,24 @@ static void add_values(const float *P, const float *vb, int nr, int nk, int hd, 
     for (int r = 0; r < nr; r += 4)
         for (int d = 0; d < hd; d += 16) {
             __m256 a[4][2];
+            UNROLL
             for (int i = 0; i < 4; i++)
+                UNROLL
                 for (int h = 0; h < 2; h++)
                     a[i][h] = _mm256_loadu_ps(acc + (size_t)(r + i) * hd + d + 8 * h);
             for (int k = 0; k < nk; k++) {
                 __m256 v0 = _mm256_loadu_ps(vb + (size_t)k * hd + d),
                        v1 = _mm256_loadu_ps(vb + (size_t)k * hd + d + 8);
+                UNROLL
                 for (int i = 0; i < 4; i++) {
                     __m256 p = _mm256_broadcast_ss(P + (size_t)(r + i) * KEYS + k);
                     a[i][0] = _mm256_fmadd_ps(p, v0, a[i][0]);
                     a[i][1] = _mm256_fmadd_ps(p, v1, a[i][1]);
                 }
             }
+            UNROLL
             for (int i = 0; i < 4; i++)
+                UNROLL
                 for (int h = 0; h < 2; h++)
                     _mm256_storeu_ps(acc + (size_t)(r + i) * hd + d + 8 * h, a[i][h]);
         }

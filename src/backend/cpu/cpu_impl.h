@@ -7,6 +7,7 @@
 #include "../../util/pool.h"
 
 #include <math.h>
+#include <string.h>
 
 typedef struct cpu_backend {
     ft_backend base;
@@ -76,6 +77,7 @@ void cpu_quantize_rows(cpu_backend *c, enum ft_type vdt, const float *x, int64_t
 
 // True where the AVX2 kernels (cpu_*_avx2.c, quant's _avx2 dots) may run on this CPU.
 static inline bool cpu_has_avx2(void) { return ft_quant_simd_name()[0] == 'a'; }
+static inline bool cpu_has_avx512(void) { return !strcmp(ft_quant_simd_name(), "avx512"); }
 
 // The attention sinks' logits of p (ft_attn_params.sinks), or NULL; asserts they are f32, one
 // per query head.
@@ -102,6 +104,9 @@ bool cpu_attention_fast(cpu_backend *c, const ft_attn_params *p, bool tiled);
 // per-thread workspace.
 bool cpu_attention_tiled(cpu_backend *c, const ft_attn_params *p);
 size_t cpu_attn_tiled_ws_floats(int head_dim);
+// cpu_attn_tiled_avx512.c: the same tiles and blocks with the rows in 16-lane vectors, for
+// cpu_has_avx512 (the same workspace).
+bool cpu_attention_tiled_avx512(cpu_backend *c, const ft_attn_params *p);
 
 // The fast gated DeltaNet pieces (cpu_delta_avx2.c), for head_dim % 8 == 0 and at most
 // CPU_DELTA_MAX_CONV taps (cpu_delta_fast_fits): the conv and SiLU of channels c0..c1 (a

@@ -1,0 +1,250 @@
+// cpu_attn_tiled_avx512.c: the tiled prefill attention of cpu_attn_tiled_avx2.c (same tiles,
+// same blocks of keys, the same online softmax per block, scores and sums in f32) with the
+// tile's rows in the vector lanes, for CPUs with AVX-512.
+//
+// A tile's queries are transposed once (qT: head_dim x ROWS), so every step is a broadcast of
+// one key or value element times a vector of 16 rows, with no horizontal sums:
+//   1. scores ST[k][r] = scale * sum_d K[k][d] qT[d][r], 4 keys x 64 rows per step;
+//   2. the keys past a row's position or before its window masked to -inf by a compare of
+//      the key's position with the rows' positions; the block's maximum per row is a running
+//      vector maximum over its keys; a row's sum of values and denominator are multiplied by
+//      e^(old max - new max) (exactly 1 where the maximum did not move), then
+//      P = e^(S - max), the denominator += the sum of P over the keys;
+//   3. accT[d][r] += sum_k V[k][d] P[k][r], 4 elements of the head x 64 rows per step.
+// Each lane's arithmetic is its own row's, in key order within blocks that start at
+// multiples of KEYS, so a row's result does not depend on the tile (or call) that holds it.
+#include "cpu_impl.h"
+
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c"))), \
+                             apply_to = function)
+#elif defined(__GNUC__)
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")
+#endif
+
+enum { ROWS = 64, KEYS = 64, RV = ROWS / 16 };
+
+// The register tiles' loops fully unrolled (their accumulators then stay in registers).
+#if defined(__clang__)
+#define UNROLL _Pragma("unroll")
+#else
+#define UNROLL _Pragma("GCC unroll 16")
+#endif
+
+// e^x for x <= 0 (-inf and NaN give 0) in 16 lanes: cpu_attn_tiled_avx2.c's exp8_nonpositive.
+static inline __m512 exp16_nonpositive(__m512 x) {
+    const __m512 lo = _mm512_set1_ps(-87.0f);
+    const __mmask16 keep = _mm512_cmp_ps_mask(x, lo, _CMP_GE_OQ);
+    x = _mm512_max_ps(x, lo);
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+    return _mm512_maskz_mul_ps(keep, p, _mm512_castsi512_ps(e));
+}
+
+// ST[k][r] = scale * K[k] . q_r for keys [0, nk), every row: K row-major (KEYS, hd) in f32,
+// qT (hd, ROWS).
+static void scores(const float *qT, const float *kb, int nk, int hd, float scale, float *ST) {
+    const __m512 sc = _mm512_set1_ps(scale);
+    int k = 0;
+    for (; k + 4 <= nk; k += 4) {
+        __m512 a[4][RV];
+        UNROLL
+        for (int j = 0; j < 4; j++)
+            UNROLL
+            for (int v = 0; v < RV; v++) a[j][v] = _mm512_setzero_ps();
+        for (int d = 0; d < hd; d++) {
+            __m512 q[RV];
+            UNROLL
+            for (int v = 0; v < RV; v++) q[v] = _mm512_loadu_ps(qT + (size_t)d * ROWS + 16 * v);
+            UNROLL
+            for (int j = 0; j < 4; j++) {
+                const __m512 kv = _mm512_set1_ps(kb[(size_t)(k + j) * hd + d]);
+                UNROLL
+                for (int v = 0; v < RV; v++) a[j][v] = _mm512_fmadd_ps(kv, q[v], a[j][v]);
+            }
+        }
+        UNROLL
+        for (int j = 0; j < 4; j++)
+            UNROLL
+            for (int v = 0; v < RV; v++) _mm512_storeu_ps(ST + (size_t)(k + j) * ROWS + 16 * v, _mm512_mul_ps(a[j][v], sc));
+    }
+    for (; k < nk; k++) {
+        __m512 a[RV];
+        UNROLL
+        for (int v = 0; v < RV; v++) a[v] = _mm512_setzero_ps();
+        for (int d = 0; d < hd; d++) {
+            const __m512 kv = _mm512_set1_ps(kb[(size_t)k * hd + d]);
+            UNROLL
+            for (int v = 0; v < RV; v++) a[v] = _mm512_fmadd_ps(kv, _mm512_loadu_ps(qT + (size_t)d * ROWS + 16 * v), a[v]);
+        }
+        UNROLL
+        for (int v = 0; v < RV; v++) _mm512_storeu_ps(ST + (size_t)k * ROWS + 16 * v, _mm512_mul_ps(a[v], sc));
+    }
+}
+
+// accT[d][r] += sum_k V[k][d] P[k][r] over keys [0, nk), every row: V row-major (KEYS, hd).
+static void add_values(const float *PT, const float *vb, int nk, int hd, float *accT) {
+    for (int d = 0; d < hd; d += 4) {
+        __m512 a[4][RV];
+        UNROLL
+        for (int j = 0; j < 4; j++)
+            UNROLL
+            for (int v = 0; v < RV; v++) a[j][v] = _mm512_loadu_ps(accT + (size_t)(d + j) * ROWS + 16 * v);
+        for (int k = 0; k < nk; k++) {
+            __m512 p[RV];
+            UNROLL
+            for (int v = 0; v < RV; v++) p[v] = _mm512_loadu_ps(PT + (size_t)k * ROWS + 16 * v);
+            UNROLL
+            for (int j = 0; j < 4; j++) {
+                const __m512 vv = _mm512_set1_ps(vb[(size_t)k * hd + d + j]);
+                UNROLL
+                for (int v = 0; v < RV; v++) a[j][v] = _mm512_fmadd_ps(vv, p[v], a[j][v]);
+            }
+        }
+        UNROLL
+        for (int j = 0; j < 4; j++)
+            UNROLL
+            for (int v = 0; v < RV; v++) _mm512_storeu_ps(accT + (size_t)(d + j) * ROWS + 16 * v, a[j][v]);
+    }
+}
+
+// An f16 row of hd (a multiple of 16) to f32.
+static inline void row_to_f32(const uint8_t *src, float *dst, int hd) {
+    for (int d = 0; d < hd; d += 16)
+        _mm512_storeu_ps(dst + d, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(src + 2 * (size_t)d))));
+}
+
+typedef struct {
+    cpu_backend *c;
+    const ft_attn_params *p;
+    int tile_tok; // query tokens per item
+} tiled_job;
+
+static void tiled_worker(void *ctx, int ith, int nth) {
+    tiled_job *j = ctx;
+    const ft_attn_params *p = j->p;
+    const int hd = p->head_dim, group = p->n_head / p->n_head_kv, tt = j->tile_tok;
+    float *qT = j->c->attn_ws + (size_t)ith * j->c->attn_ws_per_thread; // (hd, ROWS)
+    float *accT = qT + (size_t)ROWS * hd;                                 // (hd, ROWS)
+    float *kb = accT + (size_t)ROWS * hd;                                 // (KEYS, hd)
+    float *vb = kb + (size_t)KEYS * hd;                                   // (KEYS, hd)
+    float *ST = vb + (size_t)KEYS * hd;                                   // (KEYS, ROWS): scores, then P
+    float row[1024];                                                      // one row's sums (hd <= 1024)
+    const size_t krow = ft_row_bytes(p->k_cache->type, hd), vrow = ft_row_bytes(p->v_cache->type, hd);
+    const float *sinks = cpu_attn_sinks(p);
+    const __m512 neg_inf = _mm512_set1_ps(-INFINITY), one = _mm512_set1_ps(1.0f);
+
+    const int n_tiles = (p->n_tok + tt - 1) / tt;
+    for (int64_t it = ith; it < (int64_t)n_tiles * p->n_head_kv; it += nth) {
+        const int t0 = (int)(it / p->n_head_kv) * tt, hk = (int)(it % p->n_head_kv);
+        const int nt = FT_MIN(tt, p->n_tok - t0), nr = nt * group;
+        // row tl * group + g: token t0 + tl, query head hk * group + g; rows past nr are zero
+        // and see no key (position -1)
+        for (int r = 0; r < ROWS; r++) {
+            const float *q = r < nr ? p->q + ((size_t)(t0 + r / group) * p->n_head + (size_t)hk * group + r % group) * hd
+                                    : NULL;
+            for (int d = 0; d < hd; d++) qT[(size_t)d * ROWS + r] = q ? q[d] : 0.0f;
+        }
+        memset(accT, 0, (size_t)ROWS * hd * sizeof(float));
+        __m512 M[RV], L[RV];
+        __m512i qpos[RV], qlo[RV];
+        for (int v = 0; v < RV; v++) {
+            M[v] = neg_inf;
+            L[v] = _mm512_setzero_ps();
+            int32_t pos[16], lo[16];
+            for (int i = 0; i < 16; i++) {
+                int r = 16 * v + i;
+                pos[i] = r < nr ? p->pos0 + t0 + r / group : -1;
+                lo[i] = p->window > 0 ? pos[i] - p->window + 1 : INT32_MIN;
+            }
+            qpos[v] = _mm512_loadu_si512(pos);
+            qlo[v] = _mm512_loadu_si512(lo);
+        }
+        const int first = p->pos0 + t0, last = p->pos0 + t0 + nt - 1;
+        // blocks start at multiples of KEYS whatever the tile's first query (see the top)
+        const int kmin = p->window > 0 ? FT_MAX(0, first - p->window + 1) / KEYS * KEYS : 0;
+        int64_t off = 0, walked = -1;
+        for (int k0 = kmin; k0 <= last; k0 += KEYS) {
+            const int nk = FT_MIN(KEYS, last - k0 + 1);
+            for (int i = 0; i < nk; i++) {
+                size_t r = (size_t)ft_kv_row_walk(p->blocks, k0 + i, &off, &walked);
+                row_to_f32((const uint8_t *)p->k_cache->data + r * p->k_cache->row_bytes + hk * krow,
+                           kb + (size_t)i * hd, hd);
+                row_to_f32((const uint8_t *)p->v_cache->data + r * p->v_cache->row_bytes + hk * vrow,
+                           vb + (size_t)i * hd, hd);
+            }
+            scores(qT, kb, nk, hd, p->scale, ST);
+            for (int v = 0; v < RV; v++) {
+                // the keys each row sees: [its window's start, its own position]
+                __m512 bmax = neg_inf;
+                for (int k = 0; k < nk; k++) {
+                    float *s = ST + (size_t)k * ROWS + 16 * v;
+                    const __m512i kp = _mm512_set1_epi32(k0 + k);
+                    const __mmask16 hide =
+                        _mm512_cmpgt_epi32_mask(kp, qpos[v]) | _mm512_cmplt_epi32_mask(kp, qlo[v]);
+                    const __m512 sv = _mm512_mask_mov_ps(_mm512_loadu_ps(s), hide, neg_inf);
+                    _mm512_storeu_ps(s, sv);
+                    bmax = _mm512_max_ps(bmax, sv);
+                }
+                const __m512 mx = _mm512_max_ps(M[v], bmax);
+                // e^(old - new): 1 where nothing is visible yet (both -inf), 0 from -inf
+                const __mmask16 none = _mm512_cmp_ps_mask(mx, neg_inf, _CMP_EQ_OQ);
+                const __m512 ms = _mm512_mask_mov_ps(exp16_nonpositive(_mm512_sub_ps(M[v], mx)), none, one);
+                M[v] = mx;
+                __m512 sum = _mm512_mul_ps(L[v], ms);
+                for (int d = 0; d < hd; d++) {
+                    float *a = accT + (size_t)d * ROWS + 16 * v;
+                    _mm512_storeu_ps(a, _mm512_mul_ps(_mm512_loadu_ps(a), ms));
+                }
+                for (int k = 0; k < nk; k++) {
+                    float *s = ST + (size_t)k * ROWS + 16 * v;
+                    const __m512 e = exp16_nonpositive(_mm512_sub_ps(_mm512_loadu_ps(s), mx));
+                    _mm512_storeu_ps(s, e);
+                    sum = _mm512_add_ps(sum, e);
+                }
+                L[v] = sum;
+            }
+            add_values(ST, vb, nk, hd, accT);
+        }
+        float Ms[ROWS], Ls[ROWS];
+        for (int v = 0; v < RV; v++) {
+            _mm512_storeu_ps(Ms + 16 * v, M[v]);
+            _mm512_storeu_ps(Ls + 16 * v, L[v]);
+        }
+        for (int r = 0; r < nr; r++) {
+            for (int d = 0; d < hd; d++) row[d] = accT[(size_t)d * ROWS + r];
+            if (sinks) cpu_attn_sink(sinks[hk * group + r % group], Ms[r], &Ls[r], row, hd);
+            const float inv = Ls[r] == 0.0f ? 0.0f : 1.0f / Ls[r];
+            float *o = p->out + ((size_t)(t0 + r / group) * p->n_head + (size_t)hk * group + r % group) * hd;
+            for (int d = 0; d < hd; d++) o[d] = row[d] * inv;
+        }
+    }
+}
+
+bool cpu_attention_tiled_avx512(cpu_backend *c, const ft_attn_params *p) {
+    const int group = p->n_head / p->n_head_kv;
+    if (p->k_cache->type != FT_TYPE_F16 || p->v_cache->type != FT_TYPE_F16) return false;
+    if (group > ROWS || p->head_dim % 16 != 0 || p->head_dim > 1024) return false;
+    if (cpu_attn_tiled_ws_floats(p->head_dim) > c->attn_ws_per_thread) return false;
+    tiled_job j = {c, p, ROWS / group};
+    cpu_run(c, tiled_worker, &j);
+    return true;
+}
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#endif
