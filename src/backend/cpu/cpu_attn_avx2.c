@@ -78,7 +78,10 @@ static void attn_fast_worker(void *ctx, int ith, int nth) {
     uint8_t *qbuf = (uint8_t *)(acc + (size_t)group * hd);         // (group, q_bytes)
     size_t krow = ft_row_bytes(kt, hd), vrow = ft_row_bytes(vt, hd);
     const float *sinks = cpu_attn_sinks(p);
-    float S[ATTN_MAX_GROUP], M[ATTN_MAX_GROUP], vs[ATTN_MAX_GROUP];
+    // per head: the softmax denominator and maximum; per key: the scores, rescales and weights
+    // (8 past the group: the exponentials run 8 heads at a time)
+    float S[ATTN_MAX_GROUP], M[ATTN_MAX_GROUP + 8], sc[ATTN_MAX_GROUP + 8], ms[ATTN_MAX_GROUP + 8],
+        vs[ATTN_MAX_GROUP + 8];
 
     int64_t n_items = (int64_t)p->n_tok * p->n_head_kv;
     for (int64_t it = ith; it < n_items; it += nth) {
@@ -92,6 +95,7 @@ static void attn_fast_worker(void *ctx, int ith, int nth) {
             S[g] = 0;
             M[g] = -INFINITY;
         }
+        for (int g = group; g < ((group + 7) & ~7); g++) M[g] = sc[g] = -INFINITY; // lanes past the group
         memset(acc, 0, (size_t)group * hd * sizeof(float));
         int64_t off = 0, last = -1;
         for (int k = kmin; k <= qpos; k++) {
@@ -99,26 +103,31 @@ static void attn_fast_worker(void *ctx, int ith, int nth) {
             const uint8_t *kr = (const uint8_t *)p->k_cache->data + row * p->k_cache->row_bytes + hk * krow;
             const uint8_t *vr = (const uint8_t *)p->v_cache->data + row * p->v_cache->row_bytes + hk * vrow;
             // the online softmax step of each head, as the reference; a new maximum rescales
-            // that head's accumulator first
+            // that head's accumulator first. The exponentials of 8 heads at a time: a head whose
+            // maximum moves takes e^(old - s) as its rescale (and 1 as its weight), another
+            // e^(s - max) as its weight (lanes past the group see -inf and give 0)
+            for (int g = 0; g < group; g++)
+                sc[g] = j->tiled ? dot_f32_f16(q0 + (size_t)g * hd, kr, hd) * p->scale
+                                 : dot(hd, kr, qbuf + g * q_bytes) * p->scale;
+            for (int g0 = 0; g0 < group; g0 += 8) {
+                const __m256 s8 = _mm256_loadu_ps(sc + g0), m8 = _mm256_loadu_ps(M + g0);
+                const __m256 up = _mm256_cmp_ps(s8, m8, _CMP_GT_OQ);
+                const __m256 e = exp8_nonpositive(_mm256_blendv_ps(_mm256_sub_ps(s8, m8), _mm256_sub_ps(m8, s8), up));
+                const __m256 one = _mm256_set1_ps(1.0f);
+                _mm256_storeu_ps(ms + g0, _mm256_blendv_ps(one, e, up));
+                _mm256_storeu_ps(vs + g0, _mm256_blendv_ps(e, one, up));
+                _mm256_storeu_ps(M + g0, _mm256_blendv_ps(m8, s8, up));
+            }
             for (int g = 0; g < group; g++) {
-                float s = j->tiled ? dot_f32_f16(q0 + (size_t)g * hd, kr, hd) * p->scale
-                                   : dot(hd, kr, qbuf + g * q_bytes) * p->scale;
-                float ms = 1.0f;
-                vs[g] = 1.0f;
-                if (s > M[g]) {
-                    float old = M[g];
-                    M[g] = s;
-                    ms = expf(old - s);
+                if (ms[g] != 1.0f) {
                     float *a = acc + (size_t)g * hd;
-                    __m256 m8 = _mm256_set1_ps(ms);
+                    __m256 m8 = _mm256_set1_ps(ms[g]);
                     for (int d = 0; d < hd; d += 8) {
                         __m256 x = _mm256_mul_ps(_mm256_loadu_ps(a + d), m8);
                         _mm256_storeu_ps(a + d, v16 ? round_f16(x) : x);
                     }
-                } else {
-                    vs[g] = expf(s - M[g]);
                 }
-                S[g] = S[g] * ms + vs[g];
+                S[g] = S[g] * ms[g] + vs[g];
             }
             // acc_g += v * vs_g, the value row converted once for the whole group
             for (int d = 0; d < hd; d += 8) {

@@ -35,7 +35,7 @@ enum { ROWS = 64, KEYS = 64, RV = ROWS / 16 };
 #define UNROLL _Pragma("GCC unroll 16")
 #endif
 
-// e^x for x <= 0 (-inf and NaN give 0) in 16 lanes: cpu_attn_tiled_avx2.c's exp8_nonpositive.
+// e^x for x <= 0 (-inf and NaN give 0) in 16 lanes: cpu_avx2.h's exp8_nonpositive.
 static inline __m512 exp16_nonpositive(__m512 x) {
     const __m512 lo = _mm512_set1_ps(-87.0f);
     const __mmask16 keep = _mm512_cmp_ps_mask(x, lo, _CMP_GE_OQ);
