@@ -304,21 +304,28 @@ static void decisions_case(const char *path, int n_slots, enum moe_pool_layout l
     decisions_case_split(path, n_slots, layout, steps, false);
 }
 
+// The smallest cache of the model at path in a layout, for the random steps' top-4 of 2
+// sequences (-1 after a recorded failure).
+static int min_slots(const char *path, enum moe_pool_layout layout) {
+    gguf_file *f;
+    moe_geometry g;
+    if (!fixture_open_moe(path, &f, &g)) return -1;
+    moe_cache_plan_params pp = moe_cache_plan_default_params();
+    pp.top_k = 4;
+    pp.n_running = 2;
+    pp.layout = layout;
+    int n = moe_cache_plan_min_slots(&g, &pp);
+    moe_geometry_free(&g);
+    gguf_close(f);
+    return n;
+}
+
 TEST(cuda_offload_decisions_equal_reference) {
     GPU_TEST_REQUIRE_DEVICE();
     const char *path = write_mixed_model("offload_mixed.gguf", 48, 4, 256, 256);
     REQUIRE(path);
-    gguf_file *f;
-    moe_geometry g;
-    REQUIRE(fixture_open_moe(path, &f, &g));
-    moe_cache_plan_params pp = moe_cache_plan_default_params();
-    pp.top_k = 4;
-    pp.n_running = 2;
-    int min_exact = moe_cache_plan_min_slots(&g, &pp);
-    pp.layout = MOE_POOL_LAYOUT_UNIFORM;
-    int min_uniform = moe_cache_plan_min_slots(&g, &pp);
-    moe_geometry_free(&g);
-    gguf_close(f);
+    int min_exact = min_slots(path, MOE_POOL_LAYOUT_EXACT), min_uniform = min_slots(path, MOE_POOL_LAYOUT_UNIFORM);
+    REQUIRE(min_exact > 0 && min_uniform > 0);
     decisions_case(path, min_exact, MOE_POOL_LAYOUT_EXACT, 3000);
     decisions_case(path, min_exact + 13, MOE_POOL_LAYOUT_EXACT, 3000);
     decisions_case(path, 90, MOE_POOL_LAYOUT_EXACT, 2000);
@@ -343,15 +350,8 @@ TEST(cuda_offload_prefetch_equal_reference) {
     GPU_TEST_REQUIRE_DEVICE();
     const char *path = write_mixed_model("offload_mixed.gguf", 48, 4, 256, 256);
     REQUIRE(path);
-    gguf_file *f;
-    moe_geometry g;
-    REQUIRE(fixture_open_moe(path, &f, &g));
-    moe_cache_plan_params pp = moe_cache_plan_default_params();
-    pp.top_k = 4;
-    pp.n_running = 2;
-    int min_exact = moe_cache_plan_min_slots(&g, &pp);
-    moe_geometry_free(&g);
-    gguf_close(f);
+    int min_exact = min_slots(path, MOE_POOL_LAYOUT_EXACT);
+    REQUIRE(min_exact > 0);
     decisions_case_prefetch(path, min_exact, MOE_POOL_LAYOUT_EXACT, 2000, false, true);
     decisions_case_prefetch(path, 90, MOE_POOL_LAYOUT_EXACT, 3000, false, true);
     decisions_case_prefetch(path, 4 * 48, MOE_POOL_LAYOUT_UNIFORM, 1000, false, true);
