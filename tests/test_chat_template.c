@@ -12,7 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 // Template sources not shipped in llama.cpp's models/templates, as published with the models
 // (Llama 2 chat; Mistral 7B Instruct v0.1/v0.2 and Mixtral 8x7B Instruct v0.1; Llama 3 Instruct).
@@ -284,19 +283,6 @@ TEST(chat_template_segments_keep_user_text_plain) {
 // ---------------------------------------------------------------------------------------------
 // Against a Jinja engine, on the real template sources
 
-// The Jinja engine: llama.cpp's own (node-llama-cpp's native binding), which follows Python's
-// semantics (str.strip('\n') strips newlines only; "" != false). @huggingface/jinja does not.
-// The script is written to the scratch directory and imports node-llama-cpp by absolute path.
-static const char g_render_js[] =
-    "import {getLlama} from '%s/node_modules/node-llama-cpp/dist/index.js';\n"
-    "import fs from 'fs';\n"
-    "const job = JSON.parse(fs.readFileSync(process.env.FT_JOB, 'utf8'));\n"
-    "const llama = await getLlama({gpu: false, build: 'never', logLevel: 'error'});\n"
-    "const r = new llama._bindings.AddonJinjaRenderer(job.template);\n"
-    "console.log(JSON.stringify(job.cases.map(c => {\n"
-    "  try { return {text: r.render(c)}; } catch (e) { return {error: String(e.message || e)}; }\n"
-    "})));\n";
-
 static const char *const g_contents[] = {
     "Hello", "  padded  ", "", "\n\nnewlines\n\n", "multi\nline\ncontent", "ünïcödé 你好 🦙",
     "<think>\nreasoning\n</think>\n\nanswer", "pre</think>post", "<think>a</think>b</think>c",
@@ -356,9 +342,7 @@ static void against_jinja(enum tok_chat_template t, const char *jinja, uint64_t 
         json_array_append_new(cases, c);
     }
     json_t *job = json_pack("{s:s, s:o}", "template", jinja, "cases", cases);
-    const char *job_path = test_path("chat-job.json"), *js_path = test_path("render.mjs");
-    const char *out_path = test_path("chat-out.json"), *tmpl_path = test_path("template.jinja");
-    json_dump_file(job, job_path, JSON_COMPACT);
+    const char *tmpl_path = test_path("template.jinja");
     FILE *tf = fopen(tmpl_path, "w");
     REQUIRE(tf && fputs(jinja, tf) >= 0 && fclose(tf) == 0, "cannot write %s", tmpl_path);
     ft_err lerr = {{0}};
@@ -367,20 +351,11 @@ static void against_jinja(enum tok_chat_template t, const char *jinja, uint64_t 
             lerr.msg);
     CHECK(tok_chat_harmony(interp) == (t == TOK_CHAT_GPT_OSS) && tok_chat_takes_effort(interp) == (t == TOK_CHAT_GPT_OSS),
           "%s: harmony %d, effort %d", tok_chat_name(t), tok_chat_harmony(interp), tok_chat_takes_effort(interp));
-    json_decref(job);
-    char cwd[1024];
-    REQUIRE(getcwd(cwd, sizeof(cwd)));
-    FILE *fp = fopen(js_path, "w");
-    REQUIRE(fp);
-    fprintf(fp, g_render_js, cwd);
-    fclose(fp);
-    char cmd[2048];
-    snprintf(cmd, sizeof(cmd), "FT_JOB='%s' node '%s' > '%s'", job_path, js_path, out_path);
-    REQUIRE(test_run(cmd, NULL, 0) == 0, "%s", cmd);
-    char *text = fixture_read_file(out_path, NULL);
-    json_error_t jerr;
-    json_t *res = json_loads(text, 0, &jerr);
-    free(text);
+    // llama.cpp's own Jinja engine (node-llama-cpp's native binding, tests/oracle/jinja_render.mjs),
+    // which follows Python's semantics (str.strip('\n') strips newlines only; "" != false)
+    json_t *jobs = json_pack("[O]", job), *all = oracle_jinja_render(jobs), *res = json_array_get(all, 0);
+    json_decref(jobs);
+    REQUIRE(res);
     REQUIRE(json_is_array(res) && json_array_size(res) == N, "bad output from the Jinja engine");
     int n_diff = 0, n_rendered = 0, n_interp_diff = 0;
     for (int i = 0; i < N; i++) {
@@ -400,20 +375,18 @@ static void against_jinja(enum tok_chat_template t, const char *jinja, uint64_t 
         n_rendered += want != NULL;
         if (!same && ++n_diff <= 3) {
             fprintf(stderr, "    %s conversation %d differs:\n", tok_chat_name(t), i);
-            char *job_text = fixture_read_file(job_path, NULL);
-            json_t *all = job_text ? json_loads(job_text, 0, &jerr) : NULL;
-            json_t *c = json_array_get(json_object_get(all, "cases"), (size_t)i);
+            json_t *c = json_array_get(json_object_get(job, "cases"), (size_t)i);
             char *cs = json_dumps(c, JSON_COMPACT);
             json_t *w = json_string(want ? want : "(error)"), *g = json_string(got ? got : "(error)");
             char *ws = json_dumps(w, JSON_ENCODE_ANY), *gs = json_dumps(g, JSON_ENCODE_ANY);
             fprintf(stderr, "      case:  %s\n      jinja: %s\n      ft:    %s\n", cs, ws, gs);
             free(cs), free(ws), free(gs);
-            json_decref(w), json_decref(g), json_decref(all);
-            free(job_text);
+            json_decref(w), json_decref(g);
         }
         free(got);
     }
-    json_decref(res);
+    json_decref(all);
+    json_decref(job);
     fprintf(stderr, "    %s: %d conversations (%d rendered, the rest refused by both), %d differ (%d through the "
                     "interpreter)\n",
             tok_chat_name(t), N, n_rendered, n_diff, n_interp_diff);

@@ -11,18 +11,6 @@
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
-
-// The job's runner: llama.cpp's Jinja engine through node-llama-cpp, imported by absolute path.
-static const char g_render_js[] =
-    "import {getLlama} from '%s/node_modules/node-llama-cpp/dist/index.js';\n"
-    "import fs from 'fs';\n"
-    "const job = JSON.parse(fs.readFileSync(process.env.FT_JOB, 'utf8'));\n"
-    "const llama = await getLlama({gpu: false, build: 'never', logLevel: 'error'});\n"
-    "const r = new llama._bindings.AddonJinjaRenderer(job.template);\n"
-    "console.log(JSON.stringify(job.cases.map(c => {\n"
-    "  try { return {text: r.render(c)}; } catch (e) { return {error: String(e.message || e)}; }\n"
-    "})));\n";
 
 // Pools the random conversations draw from. Texts include the formats' own markup, which must
 // stay user text.
@@ -176,22 +164,10 @@ static void tools_against_jinja(const char *file, enum tok_tool_format want, boo
     REQUIRE(jinja, "cannot read %s", path);
     json_t *job = json_pack("{s:s, s:o}", "template", jinja, "cases", cases);
     free(jinja);
-    const char *job_path = test_path("tools-job.json"), *js_path = test_path("tools-render.mjs");
-    const char *out_path = test_path("tools-out.json");
-    json_dump_file(job, job_path, JSON_COMPACT);
-    json_decref(job);
-    char cwd[1024];
-    REQUIRE(getcwd(cwd, sizeof(cwd)));
-    FILE *fp = fopen(js_path, "w");
-    REQUIRE(fp);
-    fprintf(fp, g_render_js, cwd);
-    fclose(fp);
-    char cmd[2048];
-    snprintf(cmd, sizeof(cmd), "FT_JOB='%s' node '%s' > '%s'", job_path, js_path, out_path);
-    REQUIRE(test_run(cmd, NULL, 0) == 0, "%s", cmd);
-    char *text = fixture_read_file(out_path, NULL);
-    json_t *res = json_loads(text, 0, NULL);
-    free(text);
+    // llama.cpp's own Jinja engine renders every case (tests/oracle/jinja_render.mjs)
+    json_t *jobs = json_pack("[o]", job), *all = oracle_jinja_render(jobs), *res = json_array_get(all, 0);
+    json_decref(jobs);
+    REQUIRE(res);
     REQUIRE(json_is_array(res) && json_array_size(res) == N, "bad output from the Jinja engine");
     int n_diff = 0, n_rendered = 0, n_calls = 0;
     for (int i = 0; i < N; i++) {
@@ -215,7 +191,7 @@ static void tools_against_jinja(const char *file, enum tok_tool_format want, boo
         free(tools[i]);
         conv_free(&convs[i]);
     }
-    json_decref(res);
+    json_decref(all);
     fprintf(stderr, "    %s: %d conversations with tools (%d rendered, holding %d assistant turns with calls; the "
                     "rest refused by both), %d differ\n",
             file, N, n_rendered, n_calls, n_diff);
