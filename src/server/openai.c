@@ -244,6 +244,16 @@ static json_t *chunk(const srv_job *j, const char *object) {
                      (json_int_t)j->created, "model", j->model_name, "system_fingerprint", "ft");
 }
 
+// A stream's first chunk, before any content: the assistant's role and empty content.
+static void send_role_chunk(srv_job *j) {
+    if (j->head_sent) return;
+    json_t *ch = chunk(j, "chat.completion.chunk");
+    json_object_set_new(ch, "choices",
+                        json_pack("[{s:i,s:{s:s,s:s},s:n,s:n}]", "index", 0, "delta", "role", "assistant", "content",
+                                  "", "logprobs", "finish_reason"));
+    srv_sse_send(j, NULL, ch);
+}
+
 // A reply with tools: its events as deltas in order (streamed), or kept in the job.
 typedef struct chat_events {
     srv_job *j;
@@ -303,13 +313,7 @@ static void chat_output(srv_job *j, const char *text, size_t n, const srv_tokinf
     if (j->stream && deltas) {
         // reasoning first (it ends where the answer begins), then the answer's deltas in order;
         // this drain's logprobs ride on the first chunk
-        if (!j->head_sent) {
-            json_t *ch = chunk(j, "chat.completion.chunk");
-            json_object_set_new(ch, "choices",
-                                json_pack("[{s:i,s:{s:s,s:s},s:n,s:n}]", "index", 0, "delta", "role",
-                                          "assistant", "content", "", "logprobs", "finish_reason"));
-            srv_sse_send(j, NULL, ch);
-        }
+        send_role_chunk(j);
         if (reasoning.n)
             json_array_insert_new(deltas, 0, json_pack("{s:o}", "reasoning_content", srv_json_str(reasoning.p, reasoning.n)));
         if (!json_array_size(deltas) && n_toks && j->n_logprobs >= 0)
@@ -334,13 +338,7 @@ static void chat_output(srv_job *j, const char *text, size_t n, const srv_tokinf
         n_toks = 0;
     }
     if (j->stream) {
-        if (!j->head_sent) {
-            json_t *ch = chunk(j, "chat.completion.chunk");
-            json_object_set_new(ch, "choices",
-                                json_pack("[{s:i,s:{s:s,s:s},s:n,s:n}]", "index", 0, "delta", "role",
-                                          "assistant", "content", "", "logprobs", "finish_reason"));
-            srv_sse_send(j, NULL, ch);
-        }
+        send_role_chunk(j);
         if (content.n || reasoning.n || n_toks) {
             json_t *delta = json_object();
             if (reasoning.n)
