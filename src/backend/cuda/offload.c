@@ -528,6 +528,22 @@ static uint64_t layer_copy_bytes(const ft_offload *o, int li) {
     return n;
 }
 
+// The copy kernel's parameters for lists (count, experts, slots in device memory) of MoE layer
+// li into its pool's slots, untimed.
+static ft_cuda_cache_copy_params pool_copies(const ft_offload *o, int li, int pool, const int32_t *n_copies,
+                                             const int32_t *expert, const int32_t *slot) {
+    const moe_pool_plan *pp = &o->plan.pools[pool];
+    const moe_host_layer *hl = &o->hb->layers[li];
+    ft_cuda_cache_copy_params cp = {.n_copies = n_copies, .copy_expert = expert, .copy_slot = slot};
+    for (int b = 0; b < MOE_BANK_COUNT; b++) {
+        cp.src[b] = o->hb_dev + (hl->bank[b].data - (const uint8_t *)o->hb->block);
+        cp.bytes[b] = hl->bank[b].expert_bytes;
+        cp.dst[b] = o->arena[b] + pp->offset[b];
+        cp.stride[b] = pp->stride[b];
+    }
+    return cp;
+}
+
 static void cache_step(ft_offload *o, int block, const int32_t *sel, int n, ft_cuda_stream *s, ft_offload_view *v,
                        const ft_offload_hook *hook) {
     int li = o->layer_of_block[block];
@@ -575,16 +591,10 @@ static void cache_step(ft_offload *o, int block, const int32_t *sel, int n, ft_c
     v->cpu_sel = hybrid ? o->cpu_sel : NULL;
     v->n_cpu = hybrid ? o->n_cpu : NULL;
     if (hook) hook->after_lookup(hook->ctx, v); // the CPU's road starts before the copies
-    ft_cuda_cache_copy_params cp = {
-        .n_copies = o->n_copies, .copy_expert = o->copy_expert, .copy_slot = o->copy_slot,
-        .copy_span = o->span, .copy_ns = o->telemetry ? &st[FT_CACHE_STAT_COPY_NS] : NULL,
-    };
-    const moe_host_layer *hl = &o->hb->layers[li];
+    ft_cuda_cache_copy_params cp = pool_copies(o, li, pool, o->n_copies, o->copy_expert, o->copy_slot);
+    cp.copy_span = o->span;
+    cp.copy_ns = o->telemetry ? &st[FT_CACHE_STAT_COPY_NS] : NULL;
     for (int b = 0; b < MOE_BANK_COUNT; b++) {
-        cp.src[b] = o->hb_dev + (hl->bank[b].data - (const uint8_t *)o->hb->block);
-        cp.bytes[b] = hl->bank[b].expert_bytes;
-        cp.dst[b] = o->arena[b] + pp->offset[b];
-        cp.stride[b] = pp->stride[b];
         v->w[b] = cp.dst[b];
         v->mat_bytes[b] = pp->stride[b];
     }
@@ -598,12 +608,7 @@ static void cache_step(ft_offload *o, int block, const int32_t *sel, int n, ft_c
     // this step reads; a few CTAs, so the step's kernels keep the machine
     ft_cuda_event_record(o->ev_copied_own, s);
     ft_cuda_stream_wait_event(o->fill_stream, o->ev_copied_own);
-    ft_cuda_cache_copy_params fp = cp;
-    fp.n_copies = lp.n_fill;
-    fp.copy_expert = lp.fill_expert;
-    fp.copy_slot = lp.fill_slot;
-    fp.copy_span = NULL;
-    fp.copy_ns = NULL;
+    ft_cuda_cache_copy_params fp = pool_copies(o, li, pool, lp.n_fill, lp.fill_expert, lp.fill_slot);
     ft_cuda_cache_copy(&fp, FILL_CTAS, o->fill_stream);
     o->fill_pending = true;
     o->fill_last_block = block;
@@ -677,15 +682,7 @@ void ft_offload_prefetch(ft_offload *o, int block, int n) {
     };
     ft_cuda_cache_prefetch(&pp, ps);
     ft_cuda_stream_wait_event(ps, o->ev_pf_copied); // the bus is the step's own copies' first
-    const moe_pool_plan *pl = &o->plan.pools[pool];
-    const moe_host_layer *hl = &o->hb->layers[li];
-    ft_cuda_cache_copy_params cp = {.n_copies = o->pf_n, .copy_expert = o->pf_expert, .copy_slot = o->pf_slot};
-    for (int b = 0; b < MOE_BANK_COUNT; b++) {
-        cp.src[b] = o->hb_dev + (hl->bank[b].data - (const uint8_t *)o->hb->block);
-        cp.bytes[b] = hl->bank[b].expert_bytes;
-        cp.dst[b] = o->arena[b] + pl->offset[b];
-        cp.stride[b] = pl->stride[b];
-    }
+    ft_cuda_cache_copy_params cp = pool_copies(o, li, pool, o->pf_n, o->pf_expert, o->pf_slot);
     ft_cuda_cache_copy(&cp, PREFETCH_CTAS, ps);
     ft_cuda_event_record(o->ev_pf_done, ps);
     o->pf_pending = true;
