@@ -894,10 +894,47 @@ typedef struct model_opts {
     bool strict;    // q8_0 weights and KV (else q4_K experts, f16 KV)
     bool swa_yarn;  // laguna: sliding windows of 8 and YaRN
     bool bf16_tail; // 4 layers, the last with BF16 experts (laguna, glm4moe: after a dense lead,
-                    // 2 quantized MoE layers)
+                    // 2 quantized MoE layers); gemma4: Gemma-4-26B-A4B's heads (512 and 256), f32
     int n_batch;    // 16: matvec kernels (more than 8 tokens per matmul); 64: the GEMMs
     int n_prompt;   // at most 120
 } model_opts;
+
+// gemma4 as test_conformance_archs.c's models: 6 layers, two of every three sliding (a window of
+// 16, past which the prompts run) with heads of 64 and 4 KV heads on a RoPE base of their own, the
+// full ones with heads of 128, 2 KV heads and proportional RoPE (rope_freqs); the last 3 layers on
+// the KV of layers 1 and 2; Q/K norms, V normed without weight; a dense GELU FFN beside top-2 GELU
+// experts with per-expert down scales and the router on its own input; layer output scales; the
+// logits soft-capped. heads_26b: Gemma-4-26B-A4B's attention (full heads of 512 over one KV head,
+// RoPE over a quarter; sliding heads of 256; V as K's projection; gate and up fused), f32 weights.
+static void gemma4_shape(ft_synth_params *sp, bool strict, bool heads_26b) {
+    sp->n_layer = 6;
+    sp->head_dim = 128;
+    sp->head_dim_swa = 64;
+    sp->n_head_kv_swa = 4;
+    sp->n_rot = 64;
+    sp->n_swa = 16;
+    sp->swa_pattern = 3;
+    sp->n_kv_shared = 3;
+    sp->rope_freq_base = 1000000.0f;
+    sp->rope_freq_base_swa = 10000.0f;
+    sp->n_ff_shexp = 512;
+    sp->final_softcap = 15.0f;
+    sp->expert_down_scale = true;
+    sp->layer_out_scale = true;
+    if (!strict) fixture_expert_types(sp, "q4_K,q6_K,bf16,mxfp4,q4_K,q6_K", NULL);
+    if (heads_26b) {
+        sp->n_head = 8;
+        sp->n_head_kv = 1;
+        sp->head_dim = 512;
+        sp->head_dim_swa = 256;
+        sp->n_rot = 128;
+        sp->k_eq_v = true;
+        sp->fused_gate_up = true;
+        sp->final_softcap = 30.0f;
+        sp->dense_type = FT_TYPE_F32;
+        fixture_expert_types(sp, "f32", NULL);
+    }
+}
 
 static void model_case(const model_opts *o) {
     const char *arch = o->arch;
@@ -914,7 +951,8 @@ static void model_case(const model_opts *o) {
             sp.yarn_factor = 4;
         }
     }
-    if (o->bf16_tail) fixture_bf16_tail(&sp, strict);
+    if (!strcmp(arch, "gemma4")) gemma4_shape(&sp, strict, o->bf16_tail);
+    else if (o->bf16_tail) fixture_bf16_tail(&sp, strict);
     const char *path = fixture_write(&sp, arch);
     if (!path) return;
     ft_err err = {{0}};
@@ -1009,6 +1047,14 @@ TEST(cuda_model_laguna_bf16_tail) { GPU_TEST_REQUIRE_DEVICE(); arch_cases("lagun
 TEST(cuda_model_gptoss) {
     GPU_TEST_REQUIRE_DEVICE();
     arch_cases("gpt-oss", false, false);
+}
+
+// gemma4 (gemma4_shape): GELU, down scales, the router's input, soft-capping, output scales, the
+// weightless V norm, proportional RoPE, shared KV; then with Gemma-4-26B-A4B's heads of 512.
+TEST(cuda_model_gemma4) {
+    GPU_TEST_REQUIRE_DEVICE();
+    arch_cases("gemma4", false, false);
+    arch_cases("gemma4", false, true);
 }
 
 TEST(cuda_model_glm4moe) {

@@ -27,8 +27,11 @@
 // that quantization bound and e_i bounds h_i's own error from the gate/up GEMMs
 // (TOL * (1.1 |u| S_g + |silu(g)| S_u), 1.1 bounding |silu'|), times 1.5 for the roundings of
 // the bound itself. A wrong expert, tile, scale or min is orders of magnitude above that.
+// The models' extras the same way: g and u plus their expert's biases, act_d's activation and
+// its error bound (GELU's f16 roundings added), o times its expert's scale plus its bias.
 #include "gpu_test.h"
 
+#include "../src/backend/backend.h"
 #include "../src/quant/fp16.h"
 #include "../src/quant/quant.h"
 #include "../src/util/rng.h"
@@ -278,9 +281,31 @@ typedef struct moe_case {
     int64_t n_embd, n_ff;
     int n_expert, k, n_tok;
     bool skewed;   // every token on experts 0..k-1
+    int act;       // FT_CUDA_GLU_*
+    bool biases;   // gate, up and down biases per expert (gpt-oss)
+    bool scales;   // a down scale per expert (gemma4)
 } moe_case;
 
 static double silu_d(double v) { return v / (1 + exp(-v)); }
+
+// act(g, u) in double, and the bound of its error for errors eg, eu of g and u (GELU: also
+// the f16 roundings of the gate and of GELU, 2^-11 relative each, which a float gate may flip
+// to the neighbouring f16)
+static double act_d(int act, double g, double u, double eg, double eu, double *err) {
+    if (act == FT_CUDA_GLU_SWIGLU_OAI) {
+        const double lim = FT_SWIGLU_OAI_LIMIT, a = FT_SWIGLU_OAI_ALPHA;
+        double gc = fmin(g, lim), uc = fmin(fmax(u, -lim), lim), sg = 1 / (1 + exp(-a * gc));
+        *err = (1 + a * fabs(gc) / 4) * fabs(uc + 1) * eg + fabs(gc * sg) * eu;
+        return gc * sg * (uc + 1);
+    }
+    if (act == FT_CUDA_GLU_GELU) {
+        double ge = 0.5 * g * (1 + tanh(0.7978845608028654 * g * (1 + 0.044715 * g * g)));
+        *err = 1.13 * fabs(u) * eg + fabs(ge) * eu + (1.13 * fabs(g) * fabs(u) + fabs(ge * u)) / 1024;
+        return ge * u;
+    }
+    *err = 1.1 * fabs(u) * eg + fabs(silu_d(g)) * eu;
+    return silu_d(g) * u;
+}
 
 static void run_moe(const moe_case *c, ft_rng *rng, double *worst) {
     const int64_t E = c->n_expert, D = c->n_embd, F = c->n_ff;
@@ -310,6 +335,13 @@ static void run_moe(const moe_case *c, ft_rng *rng, double *worst) {
             sw[t * k + j] = 0.1f + 0.9f * ft_rng_uniform(rng);
         }
 
+    // extras: per-expert biases of about 0.5 and scales in (0.5, 1.5)
+    float *gb = ft_malloc((size_t)(E * F) * sizeof(float)), *ub = ft_malloc((size_t)(E * F) * sizeof(float));
+    float *db = ft_malloc((size_t)(E * D) * sizeof(float)), *dsc = ft_malloc((size_t)E * sizeof(float));
+    for (int64_t i = 0; i < E * F; i++) gb[i] = 0.5f * ft_rng_normal(rng), ub[i] = 0.5f * ft_rng_normal(rng);
+    for (int64_t i = 0; i < E * D; i++) db[i] = 0.5f * ft_rng_normal(rng);
+    for (int64_t i = 0; i < E; i++) dsc[i] = 0.5f + ft_rng_uniform(rng);
+
     float *x = random_acts(rng, (size_t)(n_tok * D));
     void *dxq;
     float *xr = quantize_on_gpu(x, D, n_tok, &dxq);
@@ -324,7 +356,13 @@ static void run_moe(const moe_case *c, ft_rng *rng, double *worst) {
     void *dhq = ft_cuda_malloc(ft_cuda_q8_1_bytes(F, n_pairs));
     float *dout = ft_cuda_malloc((size_t)(n_pairs * D) * sizeof(float));
     float *dy = ft_cuda_malloc((size_t)(n_tok * D) * sizeof(float));
-    FT_ASSERT(dg && du && dd && dsel && dsw && dwork && dh && dhq && dout && dy);
+    float *dgb = ft_cuda_malloc((size_t)(E * F) * sizeof(float)), *dub = ft_cuda_malloc((size_t)(E * F) * sizeof(float));
+    float *ddb = ft_cuda_malloc((size_t)(E * D) * sizeof(float)), *ddsc = ft_cuda_malloc((size_t)E * sizeof(float));
+    FT_ASSERT(dg && du && dd && dsel && dsw && dwork && dh && dhq && dout && dy && dgb && dub && ddb && ddsc);
+    ft_cuda_memcpy_h2d(dgb, gb, (size_t)(E * F) * sizeof(float), NULL);
+    ft_cuda_memcpy_h2d(dub, ub, (size_t)(E * F) * sizeof(float), NULL);
+    ft_cuda_memcpy_h2d(ddb, db, (size_t)(E * D) * sizeof(float), NULL);
+    ft_cuda_memcpy_h2d(ddsc, dsc, (size_t)E * sizeof(float), NULL);
     ft_cuda_memcpy_h2d(dg, wg, gate_mat * E, NULL);
     ft_cuda_memcpy_h2d(du, wu, gate_mat * E, NULL);
     ft_cuda_memcpy_h2d(dd, wd, down_mat * E, NULL);
@@ -340,7 +378,10 @@ static void run_moe(const moe_case *c, ft_rng *rng, double *worst) {
         .gate_mat_bytes = gate_mat, .down_mat_bytes = down_mat, .n_embd = D, .n_ff = F,
         .n_expert = (int)E, .n_tok = n_tok, .k = k, .sel = dsel, .sel_w = dsw, .xq = dxq,
         .work = dwork, .h = dh, .hq = dhq, .out = dout, .y = dy,
+        .ex = {.glu = {c->act, FT_SWIGLU_OAI_ALPHA, FT_SWIGLU_OAI_LIMIT}},
     };
+    if (c->biases) p.ex.gate_bias = dgb, p.ex.up_bias = dub, p.ex.down_bias = ddb;
+    if (c->scales) p.ex.down_scale = ddsc;
     ft_cuda_moe_gemm(&p, NULL);
     float *y = ft_malloc((size_t)(n_tok * D) * sizeof(float));
     ft_cuda_memcpy_d2h(y, dy, (size_t)(n_tok * D) * sizeof(float), NULL);
@@ -367,8 +408,10 @@ static void run_moe(const moe_case *c, ft_rng *rng, double *worst) {
                 double g, sg, u, su;
                 ref_dot(gf + i * D, gm ? gm + i * D : NULL, xt, D, &g, &sg);
                 ref_dot(uf + i * D, um ? um + i * D : NULL, xt, D, &u, &su);
-                h[i] = silu_d(g) * u;
-                herr[i] = TOL * (1.1 * fabs(u) * sg + fabs(silu_d(g)) * su);
+                if (c->biases) g += gb[e * F + i], u += ub[e * F + i];
+                double ea;
+                h[i] = act_d(c->act, g, u, TOL * sg, TOL * su, &ea);
+                herr[i] = ea;
                 hf[i] = (float)h[i];
             }
             // q8_1 rounding bound per element of h: amax of its block * (1/254 + 2^-11)
@@ -382,6 +425,8 @@ static void run_moe(const moe_case *c, ft_rng *rng, double *worst) {
                 ref_dot(df + o * F, dm ? dm + o * F : NULL, hf, F, &v, &s);
                 double eb = TOL * s;
                 for (int64_t i = 0; i < F; i++) eb += fabs((double)df[o * F + i]) * herr[i];
+                if (c->scales) v *= dsc[e], eb *= dsc[e];
+                if (c->biases) v += db[e * D + o];
                 ref[(size_t)t * D + o] += (double)sw[pi] * v;
                 bound[(size_t)t * D + o] += (double)sw[pi] * eb;
             }
@@ -399,13 +444,16 @@ static void run_moe(const moe_case *c, ft_rng *rng, double *worst) {
         if (r > *worst || r != r) *worst = r;
     }
     free(wg); free(wu); free(wd); free(sel); free(sw); free(x); free(xr); free(y);
+    free(gb); free(ub); free(db); free(dsc);
+    ft_cuda_free(dgb); ft_cuda_free(dub); ft_cuda_free(ddb); ft_cuda_free(ddsc);
     free(ref); free(bound); free(h); free(herr); free(hf);
     ft_cuda_free(dg); ft_cuda_free(du); ft_cuda_free(dd); ft_cuda_free(dsel); ft_cuda_free(dsw);
     ft_cuda_free(dwork); ft_cuda_free(dh); ft_cuda_free(dhq); ft_cuda_free(dout); ft_cuda_free(dy);
     ft_cuda_free(dxq);
 }
 
-static void test_moe(enum ft_type gate_type, enum ft_type down_type, int64_t n_embd, int64_t n_ff) {
+static void test_moe_extras(enum ft_type gate_type, enum ft_type down_type, int64_t n_embd, int64_t n_ff, int act,
+                            bool biases, bool scales) {
     GPU_TEST_REQUIRE_DEVICE();
     REQUIRE(ft_cuda_moe_gemm_supported(gate_type, gate_type, down_type));
     ft_rng rng = ft_rng_init(0x30E + (uint64_t)gate_type * 64 + (uint64_t)down_type);
@@ -418,11 +466,15 @@ static void test_moe(enum ft_type gate_type, enum ft_type down_type, int64_t n_e
     double worst = 0;
     for (size_t i = 0; i < FT_ARRAY_LEN(shapes); i++) {
         const moe_case c = {gate_type, down_type, n_embd, n_ff, shapes[i].n_expert, shapes[i].k, shapes[i].n_tok,
-                            shapes[i].skewed};
+                            shapes[i].skewed, act, biases, scales};
         run_moe(&c, &rng, &worst);
     }
-    fprintf(stderr, "    %s/%s: %zu cases, worst |err|/bound = %.3g\n", ft_type_name(gate_type),
-            ft_type_name(down_type), FT_ARRAY_LEN(shapes), worst);
+    fprintf(stderr, "    %s/%s act %d%s%s: %zu cases, worst |err|/bound = %.3g\n", ft_type_name(gate_type),
+            ft_type_name(down_type), act, biases ? " biases" : "", scales ? " scales" : "", FT_ARRAY_LEN(shapes), worst);
+}
+
+static void test_moe(enum ft_type gate_type, enum ft_type down_type, int64_t n_embd, int64_t n_ff) {
+    test_moe_extras(gate_type, down_type, n_embd, n_ff, FT_CUDA_GLU_SILU, false, false);
 }
 
 // the bench model's types; a 16-element-scale format in the fused gate/up; 32-element
@@ -430,3 +482,10 @@ static void test_moe(enum ft_type gate_type, enum ft_type down_type, int64_t n_e
 TEST(test_cuda_moe_gemm_q4_K) { test_moe(FT_TYPE_Q4_K, FT_TYPE_Q4_K, 512, 256); }
 TEST(test_cuda_moe_gemm_q6_K_q5_K) { test_moe(FT_TYPE_Q6_K, FT_TYPE_Q5_K, 256, 512); }
 TEST(test_cuda_moe_gemm_q8_0_q4_1) { test_moe(FT_TYPE_Q8_0, FT_TYPE_Q4_1, 160, 96); }
+// the models' extras in the GEMMs' epilogues: gpt-oss (mxfp4, biases, the clamped SwiGLU),
+// gemma4 (GELU, down scales), and both extras with SiLU
+TEST(test_cuda_moe_gemm_extras) {
+    test_moe_extras(FT_TYPE_MXFP4, FT_TYPE_MXFP4, 256, 256, FT_CUDA_GLU_SWIGLU_OAI, true, false);
+    test_moe_extras(FT_TYPE_Q4_K, FT_TYPE_Q6_K, 256, 512, FT_CUDA_GLU_GELU, false, true);
+    test_moe_extras(FT_TYPE_Q8_0, FT_TYPE_Q4_1, 160, 96, FT_CUDA_GLU_SILU, true, true);
+}

@@ -1,7 +1,8 @@
 // test_cuda_moe_route.c: the fused router (ft_cuda_moe_router: one token's logits and routing
 // in one launch) against the two launches it replaces (ft_cuda_matvec with the float router
 // weights, then ft_cuda_moe_route), for f32 and bf16 weights, softmax and sigmoid gating with a
-// selection bias, 60 / 128 / 256 experts and k 1 / 4 / 8, rows of 2048 floats (f32: a CTA per
+// selection bias, gpt-oss's routing (the router's bias, softmax-weighted top k), 60 / 128 / 256
+// experts and k 1 / 4 / 8, rows of 2048 floats (f32: a CTA per
 // row, whole float4 rounds), 260 (a CTA per row, a partial round) and 258 (not whole float4s: a
 // warp per row).
 //
@@ -25,19 +26,23 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void router_case(enum ft_type t, int n_embd, int n_expert, int k, bool softmax, bool bias, ft_rng *rng) {
+// oai: gpt-oss's routing (the router's own bias added to the logits, the top k of the logits
+// weighted by their softmax, no renormalisation) instead of softmax or sigmoid gating.
+static void router_case(enum ft_type t, int n_embd, int n_expert, int k, bool softmax, bool bias, bool oai,
+                        ft_rng *rng) {
     const size_t nw = (size_t)n_expert * n_embd, es = t == FT_TYPE_F32 ? 4 : 2;
     uint8_t *w = ft_malloc(nw * es);
-    float *wf = ft_malloc(nw * sizeof(float)), *x = ft_malloc(n_embd * sizeof(float)), b[256];
+    float *wf = ft_malloc(nw * sizeof(float)), *x = ft_malloc(n_embd * sizeof(float)), b[256], lb[256];
     for (size_t i = 0; i < nw; i++) {
         float v = 0.05f * ft_rng_normal(rng);
         if (t == FT_TYPE_F32) ((float *)w)[i] = wf[i] = v;
         else wf[i] = ft_bf16_to_fp32(((ft_bf16 *)w)[i] = ft_fp32_to_bf16(v));
     }
     for (int i = 0; i < n_embd; i++) x[i] = ft_rng_normal(rng);
-    for (int i = 0; i < n_expert; i++) b[i] = 0.01f * ft_rng_normal(rng);
+    for (int i = 0; i < n_expert; i++) b[i] = 0.01f * ft_rng_normal(rng), lb[i] = 0.5f * ft_rng_normal(rng);
     void *dw = ft_cuda_malloc(nw * es);
     float *dx = ft_cuda_malloc(n_embd * sizeof(float)), *db = ft_cuda_malloc(256 * sizeof(float));
+    float *dlb = ft_cuda_malloc(256 * sizeof(float));
     float *dlog = ft_cuda_malloc(2 * 256 * sizeof(float)), *dsw = ft_cuda_malloc(2 * 32 * sizeof(float));
     float *dgap = ft_cuda_malloc(2 * sizeof(float));
     int32_t *dsel = ft_cuda_malloc(2 * 32 * sizeof(int32_t));
@@ -49,6 +54,7 @@ static void router_case(enum ft_type t, int n_embd, int n_expert, int k, bool so
     ft_cuda_memcpy_h2d(dw, w, nw * es, NULL);
     ft_cuda_memcpy_h2d(dx, x, n_embd * sizeof(float), NULL);
     ft_cuda_memcpy_h2d(db, b, 256 * sizeof(float), NULL);
+    ft_cuda_memcpy_h2d(dlb, lb, 256 * sizeof(float), NULL);
     ft_cuda_memset(dcount, 0, sizeof(int), NULL);
     const float inf[2] = {INFINITY, INFINITY};
 
@@ -63,7 +69,8 @@ static void router_case(enum ft_type t, int n_embd, int n_expert, int k, bool so
         ft_cuda_memcpy_h2d(dgap + j, inf, sizeof(float), NULL);
         ft_cuda_route_params rp = {.logits = dlog + j * 256, .bias = bias ? db : NULL, .sel = dsel + j * 32,
                                    .w = dsw + j * 32, .gap = dgap + j, .n_tok = 1, .n_expert = n_expert, .k = k,
-                                   .softmax = softmax, .norm_w = 1, .w_scale = 1.0f, .counts = dcounts};
+                                   .softmax = softmax && !oai, .norm_w = !oai, .w_scale = 1.0f, .counts = dcounts,
+                                   .logit_bias = oai ? dlb : NULL, .softmax_weight = oai};
         if (j == 0) {
             ft_cuda_matvec_params mp = {.type = t, .w = dw, .n_rows = n_expert, .n_cols = n_embd, .x = dx,
                                         .y = dlog, .n_tok = 1};
@@ -94,7 +101,8 @@ static void router_case(enum ft_type t, int n_embd, int n_expert, int k, bool so
         }
         for (int i = 0; i < k; i++) {
             CHECK(sel[1][i] == sel[0][i], "%s width %d, %d experts k %d %s run %d: slot %d expert %d vs %d",
-                  ft_type_name(t), n_embd, n_expert, k, softmax ? "softmax" : "sigmoid", run, i, sel[1][i], sel[0][i]);
+                  ft_type_name(t), n_embd, n_expert, k, oai ? "gpt-oss" : softmax ? "softmax" : "sigmoid", run, i,
+                  sel[1][i], sel[0][i]);
             CHECK(fabs(sw[1][i] - sw[0][i]) <= 1e-5 * fabs(sw[0][i]), "slot %d weight %g vs %g", i, sw[1][i], sw[0][i]);
         }
         CHECK(isfinite(gap[1]) && fabs(gap[1] - gap[0]) <= 1e-4, "gap %g vs %g", gap[1], gap[0]);
@@ -106,7 +114,7 @@ static void router_case(enum ft_type t, int n_embd, int n_expert, int k, bool so
         CHECK(counts[e] == hist[e], "%s %d experts k %d: expert %d counted %llu, returned %llu times", ft_type_name(t),
               n_expert, k, e, (unsigned long long)counts[e], (unsigned long long)hist[e]);
     free(w); free(wf); free(x);
-    ft_cuda_free(dw); ft_cuda_free(dx); ft_cuda_free(db); ft_cuda_free(dlog); ft_cuda_free(dsw);
+    ft_cuda_free(dw); ft_cuda_free(dx); ft_cuda_free(db); ft_cuda_free(dlb); ft_cuda_free(dlog); ft_cuda_free(dsw);
     ft_cuda_free(dgap); ft_cuda_free(dsel); ft_cuda_free(dcount); ft_cuda_free(dcounts);
 }
 
@@ -117,8 +125,9 @@ TEST(test_cuda_moe_router_fused) {
     for (size_t n = 0; n < FT_ARRAY_LEN(widths); n++)
         for (size_t e = 0; e < FT_ARRAY_LEN(experts); e++)
             for (size_t i = 0; i < FT_ARRAY_LEN(ks); i++) {
-                router_case(FT_TYPE_F32, widths[n], experts[e], ks[i], true, false, &rng);
-                router_case(FT_TYPE_BF16, widths[n], experts[e], ks[i], false, true, &rng);
+                router_case(FT_TYPE_F32, widths[n], experts[e], ks[i], true, false, false, &rng);
+                router_case(FT_TYPE_BF16, widths[n], experts[e], ks[i], false, true, false, &rng);
+                router_case(FT_TYPE_F32, widths[n], experts[e], ks[i], false, false, true, &rng);
             }
     CHECK(!ft_cuda_moe_router_fits(FT_TYPE_Q8_0, 1, 128, 8) && !ft_cuda_moe_router_fits(FT_TYPE_F32, 2, 128, 8));
 }

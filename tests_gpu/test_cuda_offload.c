@@ -42,6 +42,7 @@ static const char *write_arch_model_layout(const char *arch, const char *name, i
     fixture_expert_types(&sp, "q4_K,q4_K,bf16,q4_K", NULL);
     if (!strcmp(arch, "glm4moe")) fixture_glm4moe(&sp);
     if (!strcmp(arch, "gpt-oss")) fixture_gptoss(&sp);
+    if (!strcmp(arch, "gemma4")) sp.expert_down_scale = true;
     return fixture_write(&sp, name);
 }
 
@@ -576,6 +577,13 @@ TEST(cuda_offload_logits_equal_fused_glm4moe) {
 TEST(cuda_offload_logits_equal_fused_gptoss) {
     GPU_TEST_REQUIRE_DEVICE();
     offload_equal_fused("gpt-oss", 3, false);
+}
+
+// gemma4 (the synth's default gemma4 on these layers: GELU experts with per-expert down scales,
+// the router on its own input): the scales by the global expert, the weights from slots.
+TEST(cuda_offload_logits_equal_fused_gemma4) {
+    GPU_TEST_REQUIRE_DEVICE();
+    offload_equal_fused("gemma4", 3, false);
 }
 
 // The same with gate and up experts fused in the file (ffn_gate_up_exps).

@@ -386,12 +386,18 @@ bool engine_plan(const ft_model *m, ft_backend *be, const ft_engine_params *p, e
     ft_device_info info;
     be->ops->device_info(be, &info);
     out->mode = p->moe_backend == FT_MOE_BACKEND_AUTO ? auto_pick(m, p, be) : p->moe_backend;
-    // the host experts of cpu and hybrid get the banks, not gpt-oss's biases and activation
+    // the host experts of cpu and hybrid get the banks, not gpt-oss's or gemma4's extras (biases,
+    // scales, routing, activations, the router's own input)
     bool host_experts = out->mode == FT_MOE_BACKEND_CPU || out->mode == FT_MOE_BACKEND_HYBRID;
-    if (host_experts && (ft_model_op_features(m) & (FT_OPS_MOE_BIASES | FT_OPS_MOE_SOFTMAX_WEIGHT | FT_OPS_SWIGLU_OAI)))
-        return ft_err_set(err, "--moe-backend %s: %s's experts (their biases, routing and SwiGLU) are not "
-                               "computed in this mode yet; use --moe-backend fused or offload",
-                          ft_moe_backend_name(out->mode), m->arch->name);
+    unsigned expert_extras = ft_model_op_features(m) & (FT_OPS_MOE_BIASES | FT_OPS_MOE_SOFTMAX_WEIGHT | FT_OPS_SWIGLU_OAI |
+                                                        FT_OPS_GELU | FT_OPS_MOE_DOWN_SCALE | FT_OPS_MOE_ROUTER_INPUT);
+    if (host_experts && expert_extras) {
+        char names[256];
+        return ft_err_set(err, "--moe-backend %s: %s's experts (%s) are not computed in this mode yet; use "
+                               "--moe-backend fused or offload",
+                          ft_moe_backend_name(out->mode), m->arch->name,
+                          ft_ops_features_name(expert_extras, names, sizeof(names)));
+    }
     switch (out->mode) {
     case FT_MOE_BACKEND_OFFLOAD:
     case FT_MOE_BACKEND_HYBRID:

@@ -143,6 +143,12 @@ void model_block_delta_net(const ft_model *m, ft_forward *f, int il) {
     ops->add(be, f->x, f->out, (size_t)n * hp->n_embd);
 }
 
+int model_next_moe_block(const ft_model *m, const ft_forward *f, int il) {
+    int next = il + 1; // the trunk only: MTP blocks never run
+    while (next < m->hp.n_layer && !ft_tensor_present(&f->w->layers[next].router)) next++;
+    return next < m->hp.n_layer ? next : -1;
+}
+
 void model_block_moe(const ft_model *m, ft_forward *f, int il) {
     const ft_hparams *hp = &m->hp;
     const ft_layer *L = &f->w->layers[il];
@@ -151,9 +157,8 @@ void model_block_moe(const ft_model *m, ft_forward *f, int il) {
     int n = f->n_tok;
 
     ops->rms_norm(be, f->x, &L->ffn_norm, f->xn, n, hp->n_embd, hp->rms_eps);
-    int next = il + 1; // the next block with routed experts (the trunk only: MTP blocks never run)
-    while (next < hp->n_layer && !ft_tensor_present(&f->w->layers[next].router)) next++;
-    const ft_layer *N = next < hp->n_layer ? &f->w->layers[next] : NULL;
+    int next = model_next_moe_block(m, f, il);
+    const ft_layer *N = next >= 0 ? &f->w->layers[next] : NULL;
     ft_moe_params mp = {
         .layer = il, .router = &L->router, .router_bias = &L->router_b, .sel_bias = &L->sel_bias,
         .gate_exps = &L->gate_exps, .up_exps = &L->up_exps, .down_exps = &L->down_exps,
@@ -161,7 +166,7 @@ void model_block_moe(const ft_model *m, ft_forward *f, int il) {
         .n_expert = hp->n_expert,
         .n_expert_used = hp->n_expert_used, .gating = hp->gating, .norm_w = hp->norm_w,
         .w_scale = hp->w_scale, .place = moe_placement_expert, .place_ctx = f->place,
-        .next_layer = N ? next : -1, .next_router = N ? &N->router : NULL, .next_sel_bias = N ? &N->sel_bias : NULL,
+        .next_layer = next, .next_router = N ? &N->router : NULL, .next_sel_bias = N ? &N->sel_bias : NULL,
     };
     ops->moe_ffn(be, &mp, f->xn, f->out, n);
     if (ft_tensor_present(&L->gate_shexp)) {

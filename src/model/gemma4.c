@@ -296,11 +296,13 @@ static void ffn_block(const ft_model *m, ft_forward *f, int il) {
     ops->rms_norm(be, f->x, &L->ffn_pre_norm_2, f->xn, n, E, eps);
     ops->rms_norm(be, f->x, &L->router_in_scale, f->out2, n, E, eps);
     ops->scale(be, f->out2, ne, 1.0f / sqrtf((float)E));
+    int next = model_next_moe_block(m, f, il); // (the offload's prefetch guesses its experts)
     ft_moe_params mp = {
         .layer = il, .router = &L->router, .gate_exps = &L->gate_exps, .up_exps = &L->up_exps,
         .down_exps = &L->down_exps, .down_scale = &L->down_exps_s, .router_x = f->out2, .act = hp->glu,
         .n_expert = hp->n_expert, .n_expert_used = hp->n_expert_used, .gating = hp->gating, .norm_w = hp->norm_w,
         .w_scale = hp->w_scale, .place = moe_placement_expert, .place_ctx = f->place,
+        .next_layer = next, .next_router = next >= 0 ? &f->w->layers[next].router : NULL,
     };
     ops->moe_ffn(be, &mp, f->xn, f->out, n);
     ops->rms_norm(be, f->out, &L->ffn_post_norm_2, f->out, n, E, eps);

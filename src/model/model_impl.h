@@ -407,6 +407,8 @@ void model_layer_hybrid_qwen(const ft_model *m, ft_forward *f, int il);
 // x += experts(norm(x)) [+ shared expert, sigmoid-gated when the layer has a gate]; the router's
 // and experts' biases where the layer has them, the activation hp.glu
 void model_block_moe(const ft_model *m, ft_forward *f, int il);
+// The next block after il with routed experts (ft_moe_params.next_layer), or -1.
+int model_next_moe_block(const ft_model *m, const ft_forward *f, int il);
 // x += ffn(norm(x)), a dense SiLU-gated FFN
 void model_block_dense_ffn(const ft_model *m, ft_forward *f, int il);
 

@@ -27,11 +27,14 @@ __device__ __forceinline__ float ld_kv(const uint8_t *row, uint32_t type, int d)
 // Small batches (n_tok <= FT_CUDA_ATTN_SPLIT_MAX_TOK) of head sizes the decode kernel lacks split
 // the keys into up to FT_CUDA_ATTN_MAX_SPLIT ranges of whole chunks, one CTA each (grid.z),
 // writing partial results that attention_merge_kernel merges.
+// MHD: the largest head_dim of the instance (AT_MAX_HD / 2, or AT_MAX_HD for gemma4's heads of
+// 512), which sizes the per-thread accumulators.
+template <int MHD>
 __global__ void __launch_bounds__(AT_THREADS) attention_kernel(const ft_cuda_attn_params p) {
     ft_pdl_begin();
-    __shared__ float qf[AT_MAX_HD];
-    __shared__ int8_t qq[AT_MAX_HD];
-    __shared__ float qd[AT_MAX_HD / 32];
+    __shared__ float qf[MHD];
+    __shared__ int8_t qq[MHD];
+    __shared__ float qd[MHD / 32];
     __shared__ float pr[AT_THREADS];
     __shared__ float red[32];
     const int h = blockIdx.x, t = blockIdx.y, tid = threadIdx.x, hd = p.head_dim;
@@ -66,7 +69,7 @@ __global__ void __launch_bounds__(AT_THREADS) attention_kernel(const ft_cuda_att
 
     // thread (warp w, lane l) accumulates dims l, l + 32, ... over the keys w, w + 4, ... of
     // each chunk; the 4 warps' partial sums are added at the end
-    constexpr int DJ = AT_MAX_HD / FT_WARP, NW = AT_THREADS / FT_WARP;
+    constexpr int DJ = MHD / FT_WARP, NW = AT_THREADS / FT_WARP;
     const int lane = tid % FT_WARP, warp = tid / FT_WARP;
     float acc[DJ];
 #pragma unroll
@@ -134,7 +137,7 @@ __global__ void __launch_bounds__(AT_THREADS) attention_kernel(const ft_cuda_att
         __syncthreads(); // pr is rewritten by the next chunk
     }
     // the warps' partial sums, through shared memory (reusing the query's buffer)
-    __shared__ float part[NW][AT_MAX_HD];
+    __shared__ float part[NW][MHD];
 #pragma unroll
     for (int j = 0; j < DJ; j++) {
         const int d = lane + j * FT_WARP;
@@ -211,7 +214,12 @@ extern "C" void ft_cuda_attention(const ft_cuda_attn_params *p, ft_cuda_stream *
                          : p->n_tok <= FT_CUDA_ATTN_SPLIT_MAX_TOK ? FT_CUDA_ATTN_MAX_SPLIT : 1;
     const cudaStream_t st = ft_cuda_stream_handle(s);
     if (decode) attn_decode_launch(*p, n_split, st);
-    else ft_launch(attention_kernel, dim3((unsigned)p->n_head, (unsigned)p->n_tok, (unsigned)n_split), AT_THREADS, 0, st, *p);
+    else if (p->head_dim <= AT_MAX_HD / 2)
+        ft_launch(attention_kernel<AT_MAX_HD / 2>, dim3((unsigned)p->n_head, (unsigned)p->n_tok, (unsigned)n_split),
+                  AT_THREADS, 0, st, *p);
+    else
+        ft_launch(attention_kernel<AT_MAX_HD>, dim3((unsigned)p->n_head, (unsigned)p->n_tok, (unsigned)n_split),
+                  AT_THREADS, 0, st, *p);
     CUDA_CHECK_LAUNCH();
     if (n_split > 1) {
         ft_launch(attention_merge_kernel, dim3((unsigned)p->n_head, (unsigned)p->n_tok), AT_THREADS, 0, st, *p);

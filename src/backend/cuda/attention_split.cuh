@@ -18,7 +18,7 @@
 
 enum {
     AT_THREADS = 128, // the CTA of every attention kernel
-    AT_MAX_HD = 256,
+    AT_MAX_HD = 512, // the general kernel's (gemma4's full layers); decode and flash take 64, 128, 256
     DEC_ROWS = 16, // query rows ((token, head) pairs of one KV head) of a decode CTA: one MMA tile
     DEC_TK = 64,   // keys of a decode tile: 16 per warp
     DEC_MAX_SPLIT = 128,

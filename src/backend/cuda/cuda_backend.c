@@ -106,12 +106,14 @@ typedef struct cuda_backend {
     } norms[2];
     int n_norms;
     // quantized matmuls of one input not yet launched (wq, wk, wv): launched together, one
-    // kernel for all of them (ft_cuda_matvec_multi), by the first op that does not join them
+    // kernel for all of them (ft_cuda_matvec_multi), by the first op that does not join them;
+    // the bias added to one's output next (gpt-oss's bq, bk, bv) rides in its kernel
     struct pending_matmul {
         const ft_tensor *w;
         const float *x;
         float *y;
         int n_tok;
+        const float *bias;
     } mms[FT_CUDA_MATVEC_MAX_SEG];
     int n_mms;
     // cache rows not yet written (a layer's k): the next set_rows of the same shape (its v)
@@ -124,13 +126,14 @@ typedef struct cuda_backend {
         int64_t n;
     } rows;
     bool rows_pending;
-    // a per-head norm and rope not yet launched (q's): the next one of the same shape and
-    // rotation (k's) joins it in one launch (norm_rope.cu); any other op launches it first
+    // a per-head norm and rope, or a rope alone, not yet launched (q's): the next one of the same
+    // shape and rotation (k's) joins it in one launch (norm_rope.cu); any other op launches it first
     struct pending_rope {
         ft_cuda_norm_rope_buf buf;
         int n_tok, head_dim, pos;
         float eps;
         ft_cuda_rope_params rp;
+        bool norm; // false: the rope alone
     } rope;
     bool rope_pending;
     cuda_cpu_experts *cpu_experts; // --moe-backend cpu (cuda_cpu_experts.h), or NULL
@@ -162,7 +165,7 @@ static void flush_rows(cuda_backend *c) {
 static void flush_rope(cuda_backend *c) {
     if (!c->rope_pending) return;
     struct pending_rope *r = &c->rope;
-    ft_cuda_norm_rope(&r->buf, 1, r->n_tok, r->head_dim, r->eps, r->pos, &r->rp, c->stream);
+    ft_cuda_norm_rope_opt(&r->buf, 1, r->n_tok, r->head_dim, r->eps, r->norm, r->pos, &r->rp, c->stream);
     c->rope_pending = false;
 }
 
@@ -171,10 +174,11 @@ static void flush_matmuls(cuda_backend *c);
 // Fusion across ops: the ops come one at a time from the architecture code, so a few wait
 // until the next op shows whether they can share its kernel (each op's entry launches what
 // is waiting otherwise: cuda_of / cuda_op):
-//   - decode-sized quantized matmuls of one input (wq, wk, wv) run as one launch;
+//   - decode-sized quantized matmuls of one input (wq, wk, wv) run as one launch, with the
+//     biases added to their outputs right after them;
 //   - a residual add runs inside the next rms_norm when that normalises its result;
 //   - a per-head rms_norm in place (q_norm, k_norm) runs inside the rope of its buffer, and
-//     those of q and k in one launch;
+//     those of q and k in one launch (so do the ropes of q and k where no norm comes first);
 //   - the cache rows of k and v (two set_rows of one shape) are written by one launch;
 // and some kernels write the q8_1 form of their output for the matmul that follows (rms_norm,
 // decode attention), which then skips its quantize launch (xq_src).
@@ -200,7 +204,15 @@ static cuda_backend *cuda_op(ft_backend *be) {
 }
 
 enum op_id { OP_MATMUL = 1, OP_GET_ROWS, OP_RMS_NORM, OP_ADD, OP_ADD_BIAS, OP_ROPE, OP_HADAMARD, OP_SET_ROWS,
-             OP_ATTENTION, OP_GATE_MUL, OP_FFN, OP_MOE_FFN, OP_SIGMOID_GATE_ADD, OP_SPLIT_HEADS, OP_DELTA_NET };
+             OP_ATTENTION, OP_GATE_MUL, OP_FFN, OP_MOE_FFN, OP_SIGMOID_GATE_ADD, OP_SPLIT_HEADS, OP_DELTA_NET,
+             OP_SCALE, OP_SOFTCAP };
+
+// A float's bits, for a step's signature.
+static uint32_t float_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof(u));
+    return u;
+}
 
 static uint64_t sig_mix(uint64_t h, uint64_t v) {
     for (int i = 0; i < 8; i++) h = (h ^ ((v >> (8 * i)) & 0xFF)) * 1099511628211ull; // FNV-1a
@@ -422,7 +434,7 @@ static void flush_matmuls(cuda_backend *c) {
     c->n_mms = 0;
     if (n == 0) return;
     const struct pending_matmul *m = c->mms;
-    if (n == 1) {
+    if (n == 1 && !m->bias) {
         matmul_tensor(c, m->w, m->x, m->y, m->n_tok);
         return;
     }
@@ -430,7 +442,8 @@ static void flush_matmuls(cuda_backend *c) {
     ft_cuda_matvec_params ps[FT_CUDA_MATVEC_MAX_SEG];
     for (int i = 0; i < n; i++)
         ps[i] = (ft_cuda_matvec_params){.type = m[i].w->type, .w = m[i].w->data, .n_rows = m[i].w->ne[1],
-                                        .n_cols = m[i].w->ne[0], .x = c->xq, .y = m[i].y, .n_tok = m[i].n_tok};
+                                        .n_cols = m[i].w->ne[0], .x = c->xq, .y = m[i].y, .n_tok = m[i].n_tok,
+                                        .bias = m[i].bias};
     ft_cuda_matvec_multi(ps, n, c->stream);
 }
 
@@ -445,7 +458,7 @@ static void cuda_matmul(ft_backend *be, const ft_tensor *w, const float *x, floa
     if (!join) cuda_of(be);
     if (!op_runs(c, OP_MATMUL, w->data, x, (int64_t)(uintptr_t)y, n_tok)) return;
     if (n_tok >= 1 && shape_tok(c, n_tok) <= FT_CUDA_MATVEC_MAX_TOK && ft_cuda_matvec_wants_q8_1(w->type) && y != x)
-        c->mms[c->n_mms++] = (struct pending_matmul){w, x, y, n_tok};
+        c->mms[c->n_mms++] = (struct pending_matmul){w, x, y, n_tok, NULL};
     else
         matmul_tensor(c, w, x, y, n_tok);
 }
@@ -480,9 +493,13 @@ static void cuda_get_rows(ft_backend *be, const ft_tensor *t, const int32_t *ids
 
 static void cuda_rms_norm(ft_backend *be, const float *x, const ft_tensor *w, float *y, int n_rows, int n,
                           float eps) {
-    // a norm without a weight (gemma4's V) has no kernel yet (engine_plan refuses it)
-    FT_ASSERT(ft_tensor_present(w) && w->type == FT_TYPE_F32 && w->ne[0] == n);
-    check_on_device(w);
+    // a norm without a weight (gemma4's V) multiplies by nothing
+    const float *wd = NULL;
+    if (ft_tensor_present(w)) {
+        FT_ASSERT(w->type == FT_TYPE_F32 && w->ne[0] == n);
+        check_on_device(w);
+        wd = w->data;
+    }
     cuda_backend *c = (cuda_backend *)be;
     // the residual add just before, on this very input, runs inside the norm's kernel
     const float *d = NULL;
@@ -505,13 +522,13 @@ static void cuda_rms_norm(ft_backend *be, const float *x, const ft_tensor *w, fl
     }
     if (!op_runs(c, OP_RMS_NORM, x, y, n_rows, n)) return;
     if (defer) {
-        c->norms[c->n_norms++] = (struct pending_norm){(float *)x, w->data, n_rows, n, eps};
+        c->norms[c->n_norms++] = (struct pending_norm){(float *)x, wd, n_rows, n, eps};
         return;
     }
     // rows that fit xq are quantized in the same kernel, for the matmuls that read y next
     bool fuse = c->reserved && n % 32 == 0 && n <= round32(c->lim.max_width) &&
                 n_rows <= c->lim.max_tok * FT_MAX(c->lim.n_expert_used, 1);
-    ft_cuda_rms_norm((float *)x, d, w->data, y, fuse ? c->xq : NULL, n_rows, n, eps, c->stream);
+    ft_cuda_rms_norm((float *)x, d, wd, y, fuse ? c->xq : NULL, n_rows, n, eps, c->stream);
     if (fuse) {
         c->xq_src = y;
         c->xq_cols = n;
@@ -530,9 +547,17 @@ static void cuda_add(ft_backend *be, float *y, const float *x, size_t n) {
 static void cuda_add_bias(ft_backend *be, float *y, const ft_tensor *b, int n_rows, int n) {
     FT_ASSERT(b->type == FT_TYPE_F32 && b->ne[0] == n);
     check_on_device(b);
-    cuda_backend *c = cuda_op(be);
+    cuda_backend *c = (cuda_backend *)be;
+    // the bias of a matmul still waiting goes into its kernel (and the next matmul of the same
+    // input may still join it)
+    struct pending_matmul *m = NULL;
+    for (int i = 0; i < c->n_mms; i++)
+        if (c->mms[i].y == y) m = &c->mms[i];
+    bool join = m && !m->bias && m->n_tok == n_rows && m->w->ne[1] == n;
+    if (!join) cuda_op(be);
     if (!op_runs(c, OP_ADD_BIAS, y, b->data, n_rows, n)) return;
-    ft_cuda_add_bias(y, b->data, n_rows, n, c->stream);
+    if (join) m->bias = b->data;
+    else ft_cuda_add_bias(y, b->data, n_rows, n, c->stream);
 }
 
 // The CPU op's YaRN constants (cpu_attn.c), computed here on the host.
@@ -544,13 +569,18 @@ static bool same_rope(const ft_cuda_rope_params *a, const ft_cuda_rope_params *b
     return a->n_rot == b->n_rot && a->neox == b->neox && a->theta_scale == b->theta_scale &&
            a->freq_scale == b->freq_scale && a->ext_factor == b->ext_factor && a->attn_factor == b->attn_factor &&
            a->corr0 == b->corr0 && a->corr1 == b->corr1 && a->pos_dev == b->pos_dev && a->sect_dims == b->sect_dims &&
-           !memcmp(a->sections, b->sections, sizeof(a->sections));
+           !memcmp(a->sections, b->sections, sizeof(a->sections)) && a->freq_factors == b->freq_factors;
 }
 
 static void cuda_rope(ft_backend *be, float *x, int n_tok, int n_head, int head_dim, int pos0,
                       const ft_rope_params *p) {
     FT_ASSERT(p->n_rot % 2 == 0 && p->n_rot <= head_dim);
-    FT_ASSERT(!ft_tensor_present(p->freq_factors) && "RoPE frequency factors have no CUDA kernel (engine_plan refuses them)");
+    const float *ff = NULL;
+    if (ft_tensor_present(p->freq_factors)) {
+        FT_ASSERT(p->freq_factors->type == FT_TYPE_F32 && p->freq_factors->ne[0] >= p->n_rot / 2);
+        check_on_device(p->freq_factors);
+        ff = p->freq_factors->data;
+    }
     cuda_backend *c = (cuda_backend *)be;
     // the waiting norm of this buffer, if its rows are these heads, runs fused with the rope
     struct pending_norm norm = {0};
@@ -575,20 +605,22 @@ static void cuda_rope(ft_backend *be, float *x, int n_tok, int n_head, int head_
         .freq_scale = p->freq_scale, .ext_factor = p->ext_factor, .attn_factor = p->attn_factor,
         .corr0 = FT_MAX(0.0f, lo), .corr1 = FT_MIN((float)(p->n_rot - 1), hi), .pos_dev = step_pos_dev(c),
         .sect_dims = p->imrope ? p->sections[0] + p->sections[1] + p->sections[2] + p->sections[3] : 0,
-        .sections = {p->sections[0], p->sections[1], p->sections[2]},
+        .sections = {p->sections[0], p->sections[1], p->sections[2]}, .freq_factors = ff,
     };
-    struct pending_rope r = {{x, norm.w, n_head}, n_tok, head_dim, step_rel(c, pos0), norm.eps, rp};
-    // q's norm+rope waits for k's (same shape and rotation, another buffer): one launch
+    struct pending_rope r = {{x, norm.w, n_head}, n_tok, head_dim, step_rel(c, pos0), norm.eps, rp, norm.x != NULL};
+    // q's (norm+)rope waits for k's (same shape and rotation, another buffer): one launch; a
+    // rope alone waits too where norm_rope.cu takes its heads, in decode-sized steps only (its
+    // CTA a row is slower than rope.cu's thread a pair for a prompt's thousands of rows)
     const struct pending_rope *w = &c->rope;
-    bool join = norm.x && c->rope_pending && w->buf.x != x && w->n_tok == n_tok && w->head_dim == head_dim &&
+    bool join = c->rope_pending && w->norm == r.norm && w->buf.x != x && w->n_tok == n_tok && w->head_dim == head_dim &&
                 w->pos == r.pos && w->eps == r.eps && same_rope(&w->rp, &rp);
     if (!join) flush_rope(c);
     if (!op_runs(c, OP_ROPE, x, p, ((int64_t)n_tok << 32) | (uint32_t)n_head, step_rel(c, pos0))) return;
     if (join) {
         ft_cuda_norm_rope_buf b[2] = {w->buf, r.buf};
-        ft_cuda_norm_rope(b, 2, n_tok, head_dim, r.eps, r.pos, &rp, c->stream);
+        ft_cuda_norm_rope_opt(b, 2, n_tok, head_dim, r.eps, r.norm, r.pos, &rp, c->stream);
         c->rope_pending = false;
-    } else if (norm.x) {
+    } else if (norm.x || (head_dim <= FT_CUDA_NORM_ROPE_MAX_HD && n_tok <= FT_CUDA_MATVEC_MAX_TOK)) {
         c->rope = r; // launched with the next norm+rope or by the next op (flush_rope)
         c->rope_pending = true;
     } else {
@@ -738,14 +770,15 @@ static void cuda_delta_net(ft_backend *be, const ft_delta_params *p) {
 
 static void cuda_ffn(ft_backend *be, const ft_tensor *gate, const ft_tensor *up, const ft_tensor *down,
                      const float *x, float *y, int n_tok, enum ft_glu act) {
-    FT_ASSERT(act == FT_GLU_SILU && "GELU has no CUDA kernel (engine_plan refuses it)");
+    FT_ASSERT(act == FT_GLU_SILU || act == FT_GLU_GELU);
     cuda_backend *c = cuda_op(be);
     int64_t n_ff = gate->ne[1];
     FT_ASSERT(n_ff <= c->lim.max_width && up->ne[1] == n_ff && down->ne[0] == n_ff);
     if (!op_runs(c, OP_FFN, gate->data, x, (int64_t)(uintptr_t)y, n_tok)) return;
     matmul_tensor(c, gate, x, c->h_gate, n_tok);
     matmul_tensor(c, up, x, c->h_up, n_tok);
-    ft_cuda_swiglu(c->h_gate, c->h_up, (size_t)n_tok * (size_t)n_ff, c->stream);
+    const ft_cuda_glu glu = {act == FT_GLU_GELU ? FT_CUDA_GLU_GELU : FT_CUDA_GLU_SILU, 0.0f, 0.0f};
+    ft_cuda_glu_act(c->h_gate, c->h_up, (size_t)n_tok * (size_t)n_ff, &glu, c->stream);
     c->xq_src = NULL;
     matmul_tensor(c, down, c->h_gate, y, n_tok);
 }
@@ -770,6 +803,7 @@ static void expert_matvec(cuda_backend *c, const ft_tensor *w, const float *x, i
         ip.sum_w = fused->sum_w;
         ip.k = fused->k;
         ip.y_q = fused->y_q;
+        ip.ex = fused->ex;
     }
     ft_cuda_matvec_ids(&ip, c->stream);
 }
@@ -779,6 +813,10 @@ static void expert_matvec(cuda_backend *c, const ft_tensor *w, const float *x, i
 // the CPU experts where it can: returns whether it did.
 static bool route_on_device(cuda_backend *c, const ft_moe_params *p, const float *x, int n_tok, bool to_cpu) {
     int k = p->n_expert_used;
+    // the router reads its own input where the layer has one (gemma4); cpu mode's export sends
+    // the router's input as the experts' (engine_plan keeps such layers off it)
+    FT_ASSERT(!(to_cpu && p->router_x));
+    if (p->router_x) x = p->router_x;
     const float *bias = NULL;
     if (ft_tensor_present(p->sel_bias)) {
         check_on_device(p->sel_bias);
@@ -800,8 +838,7 @@ static bool route_on_device(cuda_backend *c, const ft_moe_params *p, const float
         rp.logit_bias = p->router_bias->data;
     }
     const ft_tensor *router = p->router;
-    // the one-launch router has neither the router's bias nor softmax-weighted routing
-    if (!rp.logit_bias && !rp.softmax_weight && ft_cuda_moe_router_fits(router->type, n_tok, p->n_expert, k) &&
+    if (ft_cuda_moe_router_fits(router->type, n_tok, p->n_expert, k) &&
         router->ne[2] == 1 &&
         router->ne[1] == p->n_expert) {
         // decode: router matvec and routing in one launch
@@ -823,6 +860,31 @@ static const float *expert_bias(const ft_tensor *b, int64_t n, int n_expert) {
     check_on_device(b);
     FT_ASSERT(b->type == FT_TYPE_F32 && b->ne[0] == n && b->ne[1] >= n_expert);
     return b->data;
+}
+
+// An expert scale tensor's device entries (one per expert, f32), or NULL where it is absent.
+static const float *expert_scale(const ft_tensor *s, int n_expert) {
+    if (!ft_tensor_present(s)) return NULL;
+    check_on_device(s);
+    FT_ASSERT(s->type == FT_TYPE_F32 && s->ne[0] >= n_expert);
+    return s->data;
+}
+
+// The layer's extras for the expert kernels: its activation, biases and down scales, indexed by
+// the global expert of each pair (c->sel).
+static ft_cuda_expert_extras expert_extras(cuda_backend *c, const ft_moe_params *p, int64_t n_ff, int64_t n_embd) {
+    ft_cuda_expert_extras ex = {
+        .glu = {.act = p->act == FT_GLU_SWIGLU_OAI ? FT_CUDA_GLU_SWIGLU_OAI
+                       : p->act == FT_GLU_GELU     ? FT_CUDA_GLU_GELU
+                                                   : FT_CUDA_GLU_SILU,
+                .alpha = FT_SWIGLU_OAI_ALPHA, .limit = FT_SWIGLU_OAI_LIMIT},
+        .bias_ids = c->sel,
+        .gate_bias = expert_bias(p->gate_bias, n_ff, p->n_expert),
+        .up_bias = expert_bias(p->up_bias, n_ff, p->n_expert),
+        .down_scale = expert_scale(p->down_scale, p->n_expert),
+        .down_bias = expert_bias(p->down_bias, n_embd, p->n_expert),
+    };
+    return ex;
 }
 
 // Prefetch: the next MoE layer's router applied to this layer's input guesses that layer's
@@ -877,13 +939,11 @@ static void cuda_moe_ffn(ft_backend *be, const ft_moe_params *p, const float *x,
     int k = p->n_expert_used;
     FT_ASSERT(c->reserved && n_tok <= c->lim.max_tok && k <= c->lim.n_expert_used);
     FT_ASSERT(p->n_expert <= c->lim.n_expert && n_ff <= c->lim.max_width && n_embd <= c->lim.max_width);
-    // gpt-oss's experts (biases, the clamped SwiGLU) take the separate matvecs below; gemma4's
-    // GELU, down scales and router input have no CUDA kernels (engine_plan refuses them)
-    FT_ASSERT(p->act != FT_GLU_GELU && !ft_tensor_present(p->down_scale) && !p->router_x);
-    const float *gate_b = expert_bias(p->gate_bias, n_ff, p->n_expert);
-    const float *up_b = expert_bias(p->up_bias, n_ff, p->n_expert);
-    const float *down_b = expert_bias(p->down_bias, n_embd, p->n_expert);
-    bool plain = !gate_b && !up_b && !down_b && p->act == FT_GLU_SILU;
+    // gpt-oss's and gemma4's extras (biases, scales, their activations) ride in every kernel
+    // below; only the CPU's experts (cpu mode, hybrid) lack them (engine_plan refuses those)
+    ft_cuda_expert_extras ex = expert_extras(c, p, n_ff, n_embd);
+    bool plain = !ex.gate_bias && !ex.up_bias && !ex.down_scale && !ex.down_bias && ex.glu.act == FT_CUDA_GLU_SILU;
+    bool gemm_ok = ft_cuda_moe_gemm_supported(p->gate_exps->type, p->up_exps->type, p->down_exps->type);
     bool run = op_runs(c, OP_MOE_FFN, p->gate_exps->data, x, (int64_t)(uintptr_t)y, n_tok);
     if (n_tok == 0) return;
     // --moe-backend cpu: experts in host memory, no expert cache (offload never attaches this);
@@ -912,9 +972,7 @@ static void cuda_moe_ffn(ft_backend *be, const ft_moe_params *p, const float *x,
     // (offload: where the cache serves the step, or the whole layer streams into the overlay)
     bool from_cache = c->offload && p->gate_exps->placement != FT_PLACEMENT_CUDA;
     bool overlay = from_cache &&
-                   ft_offload_uses_overlay(c->offload, p->layer, shape_tok(c, n_tok), n_tok * k,
-                                           plain && ft_cuda_moe_gemm_supported(p->gate_exps->type, p->up_exps->type,
-                                                                               p->down_exps->type),
+                   ft_offload_uses_overlay(c->offload, p->layer, shape_tok(c, n_tok), n_tok * k, gemm_ok,
                                            c->gemm_min_tok);
     bool hybrid = from_cache && c->cpu_experts && !overlay;
     if (hybrid) FT_ASSERT(plain && "--moe-backend hybrid has no experts' biases (engine_plan refuses it)");
@@ -942,11 +1000,10 @@ static void cuda_moe_ffn(ft_backend *be, const ft_moe_params *p, const float *x,
         }
         gate = &views[MOE_BANK_GATE], up = &views[MOE_BANK_UP], down = &views[MOE_BANK_DOWN];
         c->expert_ids = v.ids;
-        if (!overlay && !hybrid) prefetch_next(c, p, x, n_tok);
+        if (!overlay && !hybrid) prefetch_next(c, p, p->router_x ? p->router_x : x, n_tok);
     }
     // prefill: tokens grouped by expert, each expert's weights read once per tile of its tokens
-    if (!hybrid && plain && shape_tok(c, n_tok) >= c->gemm_min_tok &&
-        ft_cuda_moe_gemm_supported(gate->type, up->type, down->type)) {
+    if (!hybrid && shape_tok(c, n_tok) >= c->gemm_min_tok && ft_cuda_moe_gemm_supported(gate->type, up->type, down->type)) {
         check_on_device(gate);
         check_on_device(up);
         check_on_device(down);
@@ -956,7 +1013,7 @@ static void cuda_moe_ffn(ft_backend *be, const ft_moe_params *p, const float *x,
             .down = down->data, .gate_mat_bytes = gate->mat_bytes, .down_mat_bytes = down->mat_bytes,
             .n_embd = n_embd, .n_ff = n_ff, .n_expert = p->n_expert, .n_tok = n_tok, .k = k,
             .sel = c->sel, .sel_w = c->sel_w, .xq = c->xq, .work = c->moe_work,
-            .h = c->h_gate, .hq = c->xq, .out = c->h_out, .y = y,
+            .h = c->h_gate, .hq = c->xq, .out = c->h_out, .y = y, .ex = ex,
         };
         ft_cuda_moe_gemm(&mp, c->stream);
         c->xq_src = NULL; // xq now holds h's q8_1
@@ -965,39 +1022,47 @@ static void cuda_moe_ffn(ft_backend *be, const ft_moe_params *p, const float *x,
         return;
     }
     // gate and up read token p / k; the quantized copy of x is made once when both want it.
-    // Quantized banks of one type take the fused kernels: gate, up and SiLU in one launch, and
-    // down with the weighted sum in another.
+    // Quantized banks of one type take the fused kernels: gate, up and the activation in one
+    // launch, and down with the weighted sum in another, the extras inside them (biases and
+    // scales by the global expert, c->sel, the weights by slot, expert_ids).
     // With a fused down after it, the GLU kernel also writes h's q8_1 form (into hq: xq is its
     // input), so no quantize launch runs between the two.
-    bool sum_fused = plain && ft_cuda_matvec_wants_q8_1(down->type) && k <= FT_CUDA_MATVEC_SUM_MAX_K;
+    bool sum_fused = ft_cuda_matvec_wants_q8_1(down->type) && k <= FT_CUDA_MATVEC_SUM_MAX_K;
     bool h_quantized = false;
-    if (!plain) {
-        // the biases are indexed by the global expert (c->sel), the weights by slot (expert_ids)
-        expert_matvec(c, gate, x, k, c->h_gate, n_pairs, NULL);
-        expert_matvec(c, up, x, k, c->h_up, n_pairs, NULL);
-        ft_cuda_glu act = {p->act == FT_GLU_SWIGLU_OAI, FT_SWIGLU_OAI_ALPHA, FT_SWIGLU_OAI_LIMIT};
-        ft_cuda_moe_glu_bias(c->h_gate, c->h_up, c->sel, gate_b, up_b, n_pairs, (int)n_ff, act, c->stream);
-    } else if (ft_cuda_matvec_wants_q8_1(gate->type) && up->type == gate->type && up->mat_bytes == gate->mat_bytes) {
+    if (ft_cuda_matvec_wants_q8_1(gate->type) && up->type == gate->type && up->mat_bytes == gate->mat_bytes) {
         check_on_device(up);
         h_quantized = sum_fused && n_ff % 32 == 0;
-        ft_cuda_matvec_ids_params glu = {.w_up = up->data, .y_q = h_quantized ? c->hq : NULL};
+        ft_cuda_matvec_ids_params glu = {.w_up = up->data, .y_q = h_quantized ? c->hq : NULL, .ex = ex};
         expert_matvec(c, gate, x, k, c->h_gate, n_pairs, &glu);
     } else {
         expert_matvec(c, gate, x, k, c->h_gate, n_pairs, NULL);
         expert_matvec(c, up, x, k, c->h_up, n_pairs, NULL);
-        ft_cuda_swiglu(c->h_gate, c->h_up, (size_t)n_pairs * (size_t)n_ff, c->stream);
+        if (plain) ft_cuda_swiglu(c->h_gate, c->h_up, (size_t)n_pairs * (size_t)n_ff, c->stream);
+        else ft_cuda_moe_glu_extras(c->h_gate, c->h_up, &ex, n_pairs, (int)n_ff, c->stream);
     }
     c->xq_src = NULL;
     if (sum_fused) {
-        ft_cuda_matvec_ids_params sum = {.sum_w = c->sel_w, .k = k, .x = h_quantized ? c->hq : NULL};
+        ft_cuda_matvec_ids_params sum = {.sum_w = c->sel_w, .k = k, .x = h_quantized ? c->hq : NULL, .ex = ex};
         expert_matvec(c, down, c->h_gate, 1, y, n_pairs, &sum);
     } else {
         expert_matvec(c, down, c->h_gate, 1, c->h_out, n_pairs, NULL);
-        if (down_b) ft_cuda_moe_rows_bias(c->h_out, c->sel, down_b, n_pairs, (int)n_embd, c->stream);
+        ft_cuda_moe_down_extras(c->h_out, &ex, n_pairs, (int)n_embd, c->stream);
         ft_cuda_moe_combine(c->h_out, c->sel_w, y, n_tok, k, (int)n_embd, c->stream);
     }
     if (hybrid) cuda_cpu_experts_hybrid_end(c->cpu_experts, y, hybrid_n_cpu, n_tok, n_embd, c->stream);
     if (from_cache) ft_offload_prefetch_join_guesses(c->offload, c->stream); // (x may change after this op)
+}
+
+static void cuda_scale(ft_backend *be, float *x, size_t n, float s) {
+    cuda_backend *c = cuda_op(be);
+    if (!op_runs(c, OP_SCALE, x, NULL, (int64_t)n, (int64_t)float_bits(s))) return;
+    ft_cuda_scale(x, n, s, c->stream);
+}
+
+static void cuda_softcap(ft_backend *be, float *x, size_t n, float cap) {
+    cuda_backend *c = cuda_op(be);
+    if (!op_runs(c, OP_SOFTCAP, x, NULL, (int64_t)n, (int64_t)float_bits(cap))) return;
+    ft_cuda_softcap(x, n, cap, c->stream);
 }
 
 static void cuda_sigmoid_gate_add(ft_backend *be, const ft_tensor *gate_inp, const float *x, const float *s,
@@ -1311,11 +1376,11 @@ static size_t cuda_host_experts_device_bytes(ft_backend *be, const ft_host_exper
 }
 
 // The op parameters beyond every backend's set that these kernels take: gpt-oss's (attention
-// sinks, the experts' biases, softmax-weighted routing, the clamped SwiGLU). --moe-backend cpu's
-// and hybrid's host experts lack the biases: engine_plan refuses those modes for it. gemma4's
-// ops are not offered: they assert their parameters absent (cuda_moe_ffn, cuda_ffn, cuda_rope,
-// cuda_rms_norm), and the optional ops scale and softcap are not in the table.
-enum { CUDA_FEATURES = FT_OPS_ATTN_SINKS | FT_OPS_MOE_BIASES | FT_OPS_MOE_SOFTMAX_WEIGHT | FT_OPS_SWIGLU_OAI };
+// sinks, the experts' biases, softmax-weighted routing, the clamped SwiGLU) and gemma4's (GELU,
+// scale and soft-capping, the weightless norm, RoPE frequency factors, per-expert down scales,
+// the router's own input). --moe-backend cpu's and hybrid's host experts lack the experts'
+// extras: engine_plan refuses those modes for such models.
+enum { CUDA_FEATURES = FT_OPS_ALL };
 
 static const ft_backend_ops g_cuda_ops = {
     .name = "cuda",
@@ -1353,6 +1418,8 @@ static const ft_backend_ops g_cuda_ops = {
     .ffn = cuda_ffn,
     .moe_ffn = cuda_moe_ffn,
     .sigmoid_gate_add = cuda_sigmoid_gate_add,
+    .scale = cuda_scale,
+    .softcap = cuda_softcap,
     .route_counts = cuda_route_counts,
     .step_begin = cuda_step_begin,
     .step_end = cuda_step_end,

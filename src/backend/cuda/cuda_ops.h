@@ -13,7 +13,7 @@
 extern "C" {
 #endif
 
-// rms_norm.cu: y = x / rms(x) * w per row of n floats (y may be x); when yq is not NULL, also
+// rms_norm.cu: y = x / rms(x) * w per row of n floats (y may be x; w NULL: no weight, as 1s); when yq is not NULL, also
 // its q8_1 form (n_rows rows of n / 32 blocks, n % 32 == 0), equal to ft_cuda_quantize_q8_1(y).
 // When d is not NULL, first x += d (as ft_cuda_add), written back; else x is only read.
 void ft_cuda_rms_norm(float *x, const float *d, const float *w, float *y, void *yq, int n_rows,
@@ -26,8 +26,12 @@ void ft_cuda_add_bias(float *y, const float *b, int n_rows, int n, ft_cuda_strea
 // an enum ft_act (backend.h)
 void ft_cuda_gate_mul(float *x, const float *g, int n_tok, int n_head, int head_dim, int g_width, int act,
                       ft_cuda_stream *s);
-// g = silu(g) * u over n floats
+// g = silu(g) * u over n floats; ft_cuda_glu_act: g = act(g, u) (ft_cuda.h's activations)
 void ft_cuda_swiglu(float *g, const float *u, size_t n, ft_cuda_stream *s);
+void ft_cuda_glu_act(float *g, const float *u, size_t n, const ft_cuda_glu *act, ft_cuda_stream *s);
+// x *= scale; x = cap * tanh(x * (1 / cap)) (soft-capping, the CPU op's steps), over n floats
+void ft_cuda_scale(float *x, size_t n, float scale, ft_cuda_stream *s);
+void ft_cuda_softcap(float *x, size_t n, float cap, ft_cuda_stream *s);
 // y[t] += s[t] * sigmoid(logit[t]) (sigmoid as silu(l) / l, as the CPU op)
 void ft_cuda_sigmoid_scale_add(float *y, const float *src, const float *logit, int n_tok,
                                int n_embd, ft_cuda_stream *s);
@@ -72,13 +76,15 @@ typedef struct ft_cuda_rope_params {
     const int32_t *pos_dev; // device memory: added to pos0, or NULL
     int sect_dims;          // imrope for text (backend.h): the sections summed, 0 for none
     int sections[3];        // the t, h and w sections
+    const float *freq_factors; // device memory: pair i's angle divided by entry i (gemma4), or NULL
 } ft_cuda_rope_params;
 void ft_cuda_rope(float *x, int n_tok, int n_head, int head_dim, int pos0,
                   const ft_cuda_rope_params *p, ft_cuda_stream *s);
 
 // norm_rope.cu: for n_buf (1 or 2: q and k in one launch) buffers x (n_tok, n_head * head_dim)
-// in place: each head RMS-normalised with its buffer's w (head_dim floats), then rotated as
+// in place: each head RMS-normalised with its buffer's w (head_dim floats, or NULL), then rotated as
 // ft_cuda_rope; head_dim <= 256. Same bits as the two ops.
+#define FT_CUDA_NORM_ROPE_MAX_HD 256
 typedef struct ft_cuda_norm_rope_buf {
     float *x;
     const float *w;
@@ -86,6 +92,9 @@ typedef struct ft_cuda_norm_rope_buf {
 } ft_cuda_norm_rope_buf;
 void ft_cuda_norm_rope(const ft_cuda_norm_rope_buf *b, int n_buf, int n_tok, int head_dim, float eps, int pos0,
                        const ft_cuda_rope_params *p, ft_cuda_stream *s);
+// The same, the norm only where norm is true (else the ropes alone: rope.cu's bits).
+void ft_cuda_norm_rope_opt(const ft_cuda_norm_rope_buf *b, int n_buf, int n_tok, int head_dim, float eps, bool norm,
+                           int pos0, const ft_cuda_rope_params *p, ft_cuda_stream *s);
 
 // hadamard.cu: each of n_chunks consecutive chunks of n floats (n a power of two <= 1024).
 void ft_cuda_hadamard(float *x, int64_t n_chunks, int n, ft_cuda_stream *s);
@@ -177,20 +186,13 @@ typedef struct ft_cuda_router_params {
 } ft_cuda_router_params;
 bool ft_cuda_moe_router_fits(uint32_t w_type, int n_tok, int n_expert, int k);
 void ft_cuda_moe_router(const ft_cuda_router_params *r, const ft_cuda_route_params *p, ft_cuda_stream *s);
-// The experts' biases and gated activation on expert rows (gpt-oss's path, after separate
-// gate and up matvecs): for pair i (expert sel[i], the global id) and column c,
-// g = h_gate[i][c] + gate_bias[sel[i]][c], u = h_up[i][c] + up_bias[sel[i]][c] (a NULL bias adds
-// nothing), h_gate[i][c] = act(g, u): silu(g) * u, or with oai the clamped SwiGLU
-// min(g, limit) * sigmoid(alpha * min(g, limit)) * (clamp(u, -limit, limit) + 1).
-typedef struct ft_cuda_glu {
-    int oai;
-    float alpha, limit;
-} ft_cuda_glu;
-void ft_cuda_moe_glu_bias(float *h_gate, const float *h_up, const int32_t *sel, const float *gate_bias,
-                          const float *up_bias, int64_t n_pairs, int n_ff, ft_cuda_glu act, ft_cuda_stream *s);
-// h[i][c] += bias[sel[i]][c] for n_pairs rows of n columns (the down projection's bias).
-void ft_cuda_moe_rows_bias(float *h, const int32_t *sel, const float *bias, int64_t n_pairs, int n,
-                           ft_cuda_stream *s);
+// The experts' extras on expert rows where no fused kernel takes them (float experts, after
+// separate gate and up matvecs; ex.bias_ids: the global expert of each pair): h_gate[i][c] =
+// act(h_gate[i][c] + gate_bias, h_up[i][c] + up_bias) for n_pairs rows of n_ff.
+void ft_cuda_moe_glu_extras(float *h_gate, const float *h_up, const ft_cuda_expert_extras *ex, int64_t n_pairs,
+                            int n_ff, ft_cuda_stream *s);
+// h[i][c] = h[i][c] * down_scale[e] + down_bias[e][c] (e = ex.bias_ids[i]) for n_pairs rows of n.
+void ft_cuda_moe_down_extras(float *h, const ft_cuda_expert_extras *ex, int64_t n_pairs, int n, ft_cuda_stream *s);
 // y[t] = sum_j w[t][j] * h[t * k + j] over j in order; h (n_tok * k, n_embd)
 void ft_cuda_moe_combine(const float *h, const float *w, float *y, int n_tok, int k, int n_embd,
                          ft_cuda_stream *s);

@@ -1,8 +1,10 @@
 // elementwise.cu: the small element-wise ops (one concept: a thread per element, no
-// reductions): add, add_bias, softplus output gate, SwiGLU, and the sigmoid-gated add of
-// qwen2moe's shared expert. Launch: 256 threads, a grid covering the elements.
+// reductions): add, add_bias, softplus output gate, the gated activations (SwiGLU, GELU), the
+// sigmoid-gated add of qwen2moe's shared expert, and gemma4's scale and soft-capping. Launch:
+// 256 threads, a grid covering the elements.
 #include "cuda_common.cuh"
 #include "cuda_ops.h"
+#include "expert_extras.cuh"
 
 enum { EW_THREADS = 256 };
 
@@ -52,10 +54,23 @@ __global__ void split_heads_kernel(const float *x, float *a, float *b, int64_t n
     b[i] = src[head_dim];
 }
 
-__global__ void swiglu_kernel(float *g, const float *u, int64_t n) {
+__global__ void glu_kernel(float *g, const float *u, int64_t n, const ft_cuda_glu act) {
     ft_pdl_begin();
     const int64_t i = (int64_t)blockIdx.x * EW_THREADS + threadIdx.x;
-    if (i < n) g[i] = silu_f(g[i]) * u[i];
+    if (i < n) g[i] = ft_glu_apply(act, g[i], u[i]);
+}
+
+__global__ void scale_kernel(float *x, int64_t n, float s) {
+    ft_pdl_begin();
+    const int64_t i = (int64_t)blockIdx.x * EW_THREADS + threadIdx.x;
+    if (i < n) x[i] *= s;
+}
+
+// the CPU op's steps (ggml's scale, tanh, scale): a product by the reciprocal, not a division
+__global__ void softcap_kernel(float *x, int64_t n, float inv, float cap) {
+    ft_pdl_begin();
+    const int64_t i = (int64_t)blockIdx.x * EW_THREADS + threadIdx.x;
+    if (i < n) x[i] = tanhf(x[i] * inv) * cap;
 }
 
 __global__ void sigmoid_scale_add_kernel(float *y, const float *src, const float *logit,
@@ -101,9 +116,28 @@ extern "C" void ft_cuda_split_heads(const float *x, float *a, float *b, int n_ro
     CUDA_CHECK_LAUNCH();
 }
 
-extern "C" void ft_cuda_swiglu(float *g, const float *u, size_t n, ft_cuda_stream *s) {
+extern "C" void ft_cuda_glu_act(float *g, const float *u, size_t n, const ft_cuda_glu *act, ft_cuda_stream *s) {
     if (!n) return;
-    ft_launch(swiglu_kernel, ew_grid((int64_t)n), EW_THREADS, 0, ft_cuda_stream_handle(s), g, u, (int64_t)n);
+    ft_launch(glu_kernel, ew_grid((int64_t)n), EW_THREADS, 0, ft_cuda_stream_handle(s), g, u, (int64_t)n, *act);
+    CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void ft_cuda_swiglu(float *g, const float *u, size_t n, ft_cuda_stream *s) {
+    const ft_cuda_glu silu = {FT_CUDA_GLU_SILU, 0.0f, 0.0f};
+    ft_cuda_glu_act(g, u, n, &silu, s);
+}
+
+extern "C" void ft_cuda_scale(float *x, size_t n, float scale, ft_cuda_stream *s) {
+    if (!n) return;
+    ft_launch(scale_kernel, ew_grid((int64_t)n), EW_THREADS, 0, ft_cuda_stream_handle(s), x, (int64_t)n, scale);
+    CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void ft_cuda_softcap(float *x, size_t n, float cap, ft_cuda_stream *s) {
+    FT_CUDA_ASSERT(cap > 0);
+    if (!n) return;
+    ft_launch(softcap_kernel, ew_grid((int64_t)n), EW_THREADS, 0, ft_cuda_stream_handle(s), x, (int64_t)n, 1.0f / cap,
+              cap);
     CUDA_CHECK_LAUNCH();
 }
 

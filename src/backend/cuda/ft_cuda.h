@@ -148,6 +148,8 @@ typedef struct ft_cuda_matvec_params {
                         // floats for f32/f16/bf16 (see ft_cuda_matvec_wants_q8_1)
     float *y;           // (n_tok, n_rows) floats, device memory
     int n_tok;          // 1..FT_CUDA_MATVEC_MAX_TOK
+    const float *bias;  // (n_rows) f32 added to each token's row (an f32 add after the product,
+                        // as the add_bias op's), or NULL; quantized types only, not ft_cuda_matvec_ids
 } ft_cuda_matvec_params;
 
 // Does ft_cuda_matvec compute with weights of this type?
@@ -166,6 +168,27 @@ void ft_cuda_matvec(const ft_cuda_matvec_params *p, ft_cuda_stream *s);
 // FT_CUDA_MATVEC_MAX_SEG. The kernel geometry is chosen for all their rows together.
 #define FT_CUDA_MATVEC_MAX_SEG 4
 void ft_cuda_matvec_multi(const ft_cuda_matvec_params *p, int n, ft_cuda_stream *s);
+
+// The experts' gated activation act(gate, up), in the CPU op's steps (cpu_impl.h's cpu_glu):
+// SiLU, gpt-oss's clamped SwiGLU (alpha and limit), or GELU's tanh form with the gate and the
+// GELU rounded to f16 (ggml's table). Values as backend.h's enum ft_glu.
+enum { FT_CUDA_GLU_SILU, FT_CUDA_GLU_SWIGLU_OAI, FT_CUDA_GLU_GELU };
+typedef struct ft_cuda_glu {
+    int act;            // FT_CUDA_GLU_*; 0 (SiLU) when zeroed
+    float alpha, limit; // FT_CUDA_GLU_SWIGLU_OAI's
+} ft_cuda_glu;
+
+// What some models add around their experts' products (gpt-oss: biases and the clamped SwiGLU;
+// gemma4: GELU and a scale per expert), indexed by the global expert: the tile's expert in the
+// grouped GEMM, bias_ids[pair] in the expert matvecs (whose ids may be cache slots). Zeroed:
+// SiLU and nothing added.
+typedef struct ft_cuda_expert_extras {
+    ft_cuda_glu glu;
+    const int32_t *bias_ids;          // matvecs: (n_pairs) global expert of each pair, or NULL: ids
+    const float *gate_bias, *up_bias; // (n_expert, n_ff) f32, added to gate and up before act
+    const float *down_scale;          // (n_expert) f32: down's output times its expert's entry,
+    const float *down_bias;           // then plus its (n_expert, n_embd) row, before the weight
+} ft_cuda_expert_extras;
 
 // The expert form (MoE): n_pairs matvecs of one token each in one launch. Pair p multiplies
 // matrix ids[p] of a 3-D weight (matrices mat_bytes apart) by activation row p / x_div and
@@ -191,6 +214,9 @@ typedef struct ft_cuda_matvec_ids_params {
     int k;                  // pairs per token, with sum_w: 1..FT_CUDA_MATVEC_SUM_MAX_K
     void *y_q;              // GLU only: y's q8_1 form as well ((n_pairs, n_rows) as
                             // ft_cuda_quantize_q8_1 writes it), or NULL; n_rows % 32 == 0
+    // fused forms: GLU takes ex's activation and gate and up biases (silu above is its
+    // default), SUM each product's scale and bias before its weight
+    ft_cuda_expert_extras ex;
 } ft_cuda_matvec_ids_params;
 
 #define FT_CUDA_MATVEC_SUM_MAX_K 32
@@ -255,6 +281,7 @@ typedef struct ft_cuda_moe_gemm_params {
                                     // (xq is no longer read when hq is written)
     float *out;                     // (n_tok * k, n_embd) scratch: each pair's expert output
     float *y;                       // (n_tok, n_embd) the result
+    ft_cuda_expert_extras ex;       // activation, biases and scales (bias_ids unused: sel's)
 } ft_cuda_moe_gemm_params;
 
 // Can ft_cuda_moe_gemm compute with experts of these types?

@@ -10,6 +10,7 @@
 extern "C" {
 #include "../../quant/quant.h" // ft_row_bytes
 }
+#include "expert_extras.cuh"
 #include "gemm_q.cuh"
 
 enum {
@@ -59,8 +60,6 @@ __device__ __forceinline__ void mma_k16(int d[4], const int a[2], int b) {
                  : "r"(a[0]), "r"(a[1]), "r"(b));
 }
 
-__device__ __forceinline__ float gm_silu(float x) { return x / (1.0f + expf(-x)); }
-
 // Steps, per CTA (128 threads = 4 warps) on a tile of BM = 64 weight rows x BN tokens:
 //   1. For each chunk of KC = 128 input elements (4 k-blocks of 32):
 //      a. decode the weight tile (64 rows x 4 units, gemm_q.cuh) into shared memory: int8
@@ -70,7 +69,9 @@ __device__ __forceinline__ float gm_silu(float x) { return x / (1.0f + expf(-x))
 //      c. per k-block and warp (a 32-row x BN/2-token quarter of the tile): m16n8k32 MMAs
 //         (m16n8k16 twice for the 16-element sub-blocks of q3_K and q6_K) into int32 tiles
 //         started at 0, then acc += int32 * (scale * d8) [- min * d8 * sum].
-//   2. Write y, or in the fused gate/up form silu(acc_gate) * acc_up.
+//   2. Write y, or in the fused gate/up form act(acc_gate, acc_up) (SiLU, or as the tile
+//      expert's extras say, with its biases), or the single form's value times the expert's
+//      scale plus its bias where a.ex has them (expert_extras.cuh).
 // Shared memory rows are 144 bytes (128 + 16 of padding): the MMA fragment loads (8 rows x
 // 4 words per warp) then touch 32 different banks. Not done yet: double buffering of the
 // tiles (the loads of a chunk wait for the MMAs of the previous one; several CTAs per SM
@@ -84,7 +85,7 @@ __device__ __forceinline__ float gm_silu(float x) { return x / (1.0f + expf(-x))
 // learns the counts). Each tile reads its expert's weight rows once for up to BN tokens.
 // Rows past n_out and tokens past the tile's count compute on zeros and are not written.
 //
-// NW = 2: fused gate/up (w0 = gate, w1 = up, y = silu(gate) * up); 1: y = x · w0ᵀ.
+// NW = 2: fused gate/up (w0 = gate, w1 = up, y = act(gate, up)); 1: y = x · w0ᵀ.
 template <int T, int BN, int NW>
 __global__ void __launch_bounds__(GM_THREADS) gemm_q_kernel(const gemm_q_args a) {
     using G = gq<T>;
@@ -269,7 +270,8 @@ __global__ void __launch_bounds__(GM_THREADS) gemm_q_kernel(const gemm_q_args a)
                 if (row >= a.n_out || j >= cnt) continue;
                 const int pos = pos0 + j;
                 const int yr = a.y_map ? a.y_map[pos] : pos;
-                const float v = NW == 2 ? gm_silu(acc[0][mt][nt][i]) * acc[NW - 1][mt][nt][i] : acc[0][mt][nt][i];
+                const float v = NW == 2 ? ft_expert_glu(a.ex, expert, a.n_out, row, acc[0][mt][nt][i], acc[NW - 1][mt][nt][i])
+                                        : ft_expert_down(a.ex, expert, a.n_out, row, acc[0][mt][nt][i]);
                 a.y[(size_t)yr * (size_t)a.n_out + row] = v;
             }
 }

@@ -295,6 +295,9 @@ typedef struct gemm_q_args {
     const int32_t *x_map;     // activation row of position p: x_map[p] / x_div, or p if NULL
     int x_div;
     const int32_t *y_map;     // output row of position p: y_map[p], or p if NULL
+    // grouped form: the tile expert's extras (expert_extras.cuh): the fused gate/up form's
+    // activation and gate/up biases, the single form's scale and bias (down); zeroed: none
+    ft_cuda_expert_extras ex;
 } gemm_q_args;
 
 // The grouped form: grid (ceil(n_out / 64), max_tiles); a->tiles on the device. Aborts on a

@@ -19,6 +19,7 @@
 #include "cuda_common.cuh"
 
 #include "../../quant/quant.h"
+#include "expert_extras.cuh"
 #include "q8_1.cuh"
 #include "vecdot_q.cuh"
 
@@ -55,6 +56,7 @@ typedef struct matvec_q_args {
     int n_rows;
     int n_blocks;         // weight blocks per row
     int n_tok;
+    const float *bias;    // (n_rows) added to each output row, or NULL
     // expert mode (ft_cuda_matvec_ids): CTA row blockIdx.y is pair p, on matrix ids[p] (w_mat
     // bytes apart), reading x row p / x_div and writing y row p; n_tok is 1. NULL: off.
     const int32_t *ids;
@@ -67,6 +69,7 @@ typedef struct matvec_q_args {
     int n_seg;
     const uint8_t *seg_w[FT_CUDA_MATVEC_MAX_SEG];
     float *seg_y[FT_CUDA_MATVEC_MAX_SEG];
+    const float *seg_b[FT_CUDA_MATVEC_MAX_SEG];
     int seg_rows[FT_CUDA_MATVEC_MAX_SEG];
     int seg_cta[FT_CUDA_MATVEC_MAX_SEG + 1];
 } matvec_q_args;
@@ -82,12 +85,14 @@ __global__ void __launch_bounds__(MV_THREADS) matvec_q_kernel(const matvec_q_arg
     constexpr int GROUPS = MV_THREADS / TPR;
     const uint8_t *w = a.w;
     float *y = a.y;
+    const float *bias = a.bias;
     int n_rows = a.n_rows, bx = blockIdx.x;
     if (a.n_seg) {
         int sg = 0;
         while (sg + 1 < a.n_seg && bx >= a.seg_cta[sg + 1]) sg++;
         w = a.seg_w[sg];
         y = a.seg_y[sg];
+        bias = a.seg_b[sg];
         n_rows = a.seg_rows[sg];
         bx -= a.seg_cta[sg];
     }
@@ -162,7 +167,7 @@ __global__ void __launch_bounds__(MV_THREADS) matvec_q_kernel(const matvec_q_arg
             float v = 0.0f;
 #pragma unroll
             for (int k = 0; k < WPG; k++) v += red[w0 + k][c][r];
-            if (c < a.n_tok && row0 + r < n_rows) y[(int64_t)c * n_rows + row0 + r] = v;
+            if (c < a.n_tok && row0 + r < n_rows) y[(int64_t)c * n_rows + row0 + r] = bias ? v + bias[row0 + r] : v;
         }
     } else if (t < NCOLS * ROWS) {
         // lane t writes (token t / ROWS, row t % ROWS); acc[][] is indexed by constants only,
@@ -174,7 +179,7 @@ __global__ void __launch_bounds__(MV_THREADS) matvec_q_kernel(const matvec_q_arg
             for (int r = 0; r < ROWS; r++)
                 if (t == c * ROWS + r) v = acc[c][r];
         const int c = t / ROWS, r = t % ROWS;
-        if (c < a.n_tok && row0 + r < n_rows) y[(int64_t)c * n_rows + row0 + r] = v;
+        if (c < a.n_tok && row0 + r < n_rows) y[(int64_t)c * n_rows + row0 + r] = bias ? v + bias[row0 + r] : v;
     }
 }
 
@@ -183,13 +188,14 @@ __global__ void __launch_bounds__(MV_THREADS) matvec_q_kernel(const matvec_q_arg
 // each row's parts dealt to the lanes exactly as matvec_q_kernel<T, 1, 1, 32, 2> deals them,
 // so every dot product has the bits of the unfused kernel.
 //   GLU: grid (rows / 4, pairs); the warp computes the gate row and the up row of its pair's
-//        expert in one pass over the activations and writes silu(gate) * up (the swiglu
-//        kernel's expression), replacing two matvecs and an element-wise launch; with y_q, a
-//        CTA of 16 warps takes 32 rows and writes their q8_1 block too (matvec_q_glu_q_kernel).
+//        expert in one pass over the activations and writes act(gate + bias, up + bias)
+//        (expert_extras.cuh: SiLU unless the model says otherwise), replacing two matvecs and
+//        an element-wise launch; with y_q, a CTA of 16 warps takes 32 rows and writes their
+//        q8_1 block too (matvec_q_glu_q_kernel).
 //   SUM: grid (rows / 4, tokens), a warp per slot (k warps); each warp computes the 4 rows for
-//        its slot's expert, and the weighted sum over the slots is taken in slot order
-//        (moe_combine's), replacing the down matvec, the combine launch and the (pairs, rows)
-//        intermediate.
+//        its slot's expert (times its scale, plus its bias, where the model has them), and the
+//        weighted sum over the slots is taken in slot order (moe_combine's), replacing the down
+//        matvec, the combine launch and the (pairs, rows) intermediate.
 
 typedef struct matvec_q_fused_args {
     const uint8_t *w, *w_up;  // (n_matrices, n_rows, n_blocks) blocks each; w_up: GLU only
@@ -200,7 +206,13 @@ typedef struct matvec_q_fused_args {
     float *y;                 // GLU: (pairs, n_rows); SUM: (tokens, n_rows)
     block_q8_1 *y_q;          // GLU: y's q8_1 form as well (pairs, n_rows / 32), or NULL
     int n_rows, n_blocks, x_div, k;
+    ft_cuda_expert_extras ex; // GLU: the activation and gate/up biases; SUM: down's scale and bias
 } matvec_q_fused_args;
+
+// The global expert of a pair, for the extras (the weights' id may be a cache slot).
+__device__ __forceinline__ int64_t fused_bias_id(const matvec_q_fused_args &a, int pair) {
+    return a.ex.bias_ids ? a.ex.bias_ids[pair] : a.ids[pair];
+}
 
 // Lane's share of row wr · x, then the warp's sum (the order of matvec_q_kernel<T,1,1,32,2>).
 template <int T, int NW>
@@ -237,7 +249,7 @@ __global__ void __launch_bounds__(MV_THREADS) matvec_q_glu_kernel(const matvec_q
     const uint8_t *const wr[2] = {a.w + off, a.w_up + off};
     float d[2];
     warp_rows_dot<T, 2>(wr, a.x + (int64_t)(pair / a.x_div) * a.n_blocks * (qt<T>::qk / QK8_1), a.n_blocks, lane, d);
-    if (lane == 0) a.y[(int64_t)pair * a.n_rows + row] = d[0] / (1.0f + expf(-d[0])) * d[1];
+    if (lane == 0) a.y[(int64_t)pair * a.n_rows + row] = ft_expert_glu(a.ex, fused_bias_id(a, pair), a.n_rows, row, d[0], d[1]);
 }
 
 // GLU with y_q: CTA (32 consecutive rows, pair) of GLUQ_WARPS = 16 warps; warp w computes rows
@@ -264,9 +276,14 @@ __global__ void __launch_bounds__(GLUQ_WARPS * FT_WARP) matvec_q_glu_q_kernel(co
     float d[2 * GLUQ_RPW];
     warp_rows_dot<T, 2 * GLUQ_RPW>(wr, a.x + (int64_t)(pair / a.x_div) * a.n_blocks * (qt<T>::qk / QK8_1), a.n_blocks,
                                    lane, d);
-    if (lane == 0)
+    if (lane == 0) {
+        const int64_t e = fused_bias_id(a, pair);
 #pragma unroll
-        for (int i = 0; i < GLUQ_RPW; i++) hs[warp + GLUQ_WARPS * i] = d[2 * i] / (1.0f + expf(-d[2 * i])) * d[2 * i + 1];
+        for (int i = 0; i < GLUQ_RPW; i++) {
+            const int r = warp + GLUQ_WARPS * i;
+            hs[r] = ft_expert_glu(a.ex, e, a.n_rows, row0 + r, d[2 * i], d[2 * i + 1]);
+        }
+    }
     __syncthreads();
     if (warp == 0) {
         const float h = hs[lane];
@@ -300,6 +317,11 @@ __global__ void __launch_bounds__(SUM_MAX_K * FT_WARP) matvec_q_sum_kernel(const
 #pragma unroll
         for (int r = 0; r < SUM_ROWS; r++) d[r] = 0.0f;
     }
+    if (lane == 0 && id >= 0) {
+        const int64_t e = fused_bias_id(a, pair);
+#pragma unroll
+        for (int r = 0; r < SUM_ROWS; r++) d[r] = ft_expert_down(a.ex, e, a.n_rows, min(row0 + r, a.n_rows - 1), d[r]);
+    }
     if (lane == 0)
 #pragma unroll
         for (int r = 0; r < SUM_ROWS; r++) dots[j][r] = d[r];
@@ -331,6 +353,7 @@ static void launch_fused(const ft_cuda_matvec_ids_params *ip, cudaStream_t s) {
     a.n_blocks = (int)(ip->n_cols / Q::qk);
     a.x_div = ip->x_div;
     a.k = ip->k;
+    a.ex = ip->ex;
     const unsigned gx = (unsigned)((a.n_rows + MV_WARPS - 1) / MV_WARPS);
     if (ip->w_up && ip->y_q) {
         FT_CUDA_ASSERT((uintptr_t)ip->w_up % 16 == 0 && ip->n_rows % QK8_1 == 0);
@@ -429,6 +452,7 @@ static void launch_type(const ft_cuda_matvec_params *p, const ft_cuda_matvec_ids
         FT_CUDA_ASSERT(p[i].n_rows >= 1 && (uintptr_t)p[i].w % 16 == 0);
         a.seg_w[i] = (const uint8_t *)p[i].w;
         a.seg_y[i] = p[i].y;
+        a.seg_b[i] = p[i].bias;
         a.seg_rows[i] = (int)p[i].n_rows;
         rows_all += p[i].n_rows;
     }
@@ -436,6 +460,7 @@ static void launch_type(const ft_cuda_matvec_params *p, const ft_cuda_matvec_ids
     a.w = (const uint8_t *)p->w;
     a.x = (const block_q8_1 *)p->x;
     a.y = p->y;
+    a.bias = p->bias;
     a.n_rows = (int)p->n_rows;
     a.n_blocks = (int)(p->n_cols / Q::qk);
     a.n_tok = p->n_tok;
@@ -486,7 +511,10 @@ static void matvec_any(const ft_cuda_matvec_params *p, const ft_cuda_matvec_ids_
     case FT_TYPE_IQ4_NL: launch_type<FT_TYPE_IQ4_NL>(p, ip, s); break;
     case FT_TYPE_IQ4_XS: launch_type<FT_TYPE_IQ4_XS>(p, ip, s); break;
     case FT_TYPE_MXFP4: launch_type<FT_TYPE_MXFP4>(p, ip, s); break;
-    case FT_TYPE_F32: case FT_TYPE_F16: case FT_TYPE_BF16: ft_cuda_matvec_f(p, ip, s); break;
+    case FT_TYPE_F32: case FT_TYPE_F16: case FT_TYPE_BF16:
+        FT_CUDA_ASSERT(!p->bias);
+        ft_cuda_matvec_f(p, ip, s);
+        break;
     default:
         fprintf(stderr, "ft_cuda_matvec: unsupported weight type %u\n", p->type);
         abort();
@@ -526,6 +554,6 @@ extern "C" void ft_cuda_matvec_ids(const ft_cuda_matvec_ids_params *ip, ft_cuda_
         matvec_fused(ip, ft_cuda_stream_handle(stream));
         return;
     }
-    ft_cuda_matvec_params p = {ip->type, ip->w, ip->n_rows, ip->n_cols, ip->x, ip->y, 1};
+    ft_cuda_matvec_params p = {ip->type, ip->w, ip->n_rows, ip->n_cols, ip->x, ip->y, 1, NULL};
     matvec_any(&p, ip, stream);
 }

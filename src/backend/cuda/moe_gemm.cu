@@ -10,9 +10,11 @@
 //      entries (e, first position, count); the slots past the last tile get expert -1. The
 //      grid of the GEMMs has max_tiles >= sum over e of ceil(count_e / BN) rows (bound below).
 //   2. gate/up: the fused grouped GEMM (gemm_q.cu): position p reads token perm[p] / k of xq
-//      and writes h row p = silu(x · gateᵀ) * (x · upᵀ) for its expert.
+//      and writes h row p = act(x · gateᵀ, x · upᵀ) for its expert (SiLU, or the extras'
+//      activation after their biases).
 //   3. h -> q8_1 (quantize_q8_1.cu), n_pairs rows.
-//   4. down: the grouped GEMM reads h row p and writes out row perm[p] (pair order).
+//   4. down: the grouped GEMM reads h row p and writes out row perm[p] (pair order), scaled
+//      and biased per expert where the extras say.
 //   5. ft_cuda_moe_combine: y[t] = sum_j w[t][j] * out[t * k + j].
 // Workspace: perm (n_pairs int32), then the tile table (max_tiles x 3 int32).
 #include "cuda_common.cuh"
@@ -104,7 +106,7 @@ extern "C" void ft_cuda_moe_gemm(const ft_cuda_moe_gemm_params *p, ft_cuda_strea
     moe_group_kernel<<<1, GROUP_THREADS, shm, st>>>(p->sel, n_pairs, p->n_expert, n_tiles, perm, tiles);
     CUDA_CHECK_LAUNCH();
 
-    // 2. h = silu(x · gateᵀ) * (x · upᵀ), positions in expert order
+    // 2. h = act(x · gateᵀ, x · upᵀ), positions in expert order
     gemm_q_args a = {};
     a.w0 = (const uint8_t *)p->gate;
     a.w1 = (const uint8_t *)p->up;
@@ -118,6 +120,8 @@ extern "C" void ft_cuda_moe_gemm(const ft_cuda_moe_gemm_params *p, ft_cuda_strea
     a.tiles = tiles;
     a.x_map = perm;
     a.x_div = p->k;
+    a.ex = p->ex;
+    a.ex.down_scale = a.ex.down_bias = NULL;
     FT_CUDA_ASSERT(p->gate_mat_bytes == a.row_bytes * (size_t)p->n_ff);
     ft_cuda_gemm_grouped(p->gate_type, &a, n_tiles, st);
 
@@ -137,6 +141,8 @@ extern "C" void ft_cuda_moe_gemm(const ft_cuda_moe_gemm_params *p, ft_cuda_strea
     b.tiles = tiles;
     b.x_div = 1;
     b.y_map = perm;
+    b.ex = p->ex;
+    b.ex.gate_bias = b.ex.up_bias = NULL;
     FT_CUDA_ASSERT(p->down_mat_bytes == b.row_bytes * (size_t)p->n_embd);
     ft_cuda_gemm_grouped(p->down_type, &b, n_tiles, st);
 

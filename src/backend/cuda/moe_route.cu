@@ -9,13 +9,15 @@
 //      (an atomicMin on the float's bits, which order like ints for non-negative floats);
 //   4. weights = probs of the winners, renormalised (sum floored at 2^-14) and scaled;
 //   5. with counts, each winner's counter gets an atomic add (the route counts, backend.h).
-// gpt-oss (moe_route_kernel only): the router's bias is added to the logits first, and with
-// softmax_weight the logits select and the weights are the softmax of the k selected ones.
+// gpt-oss (moe_route_kernel, and the one-launch router of decode): the router's bias is added
+// to the logits first, and with softmax_weight the logits select and the weights are the
+// softmax of the k selected ones.
 // Combine: one thread per output element, summing the token's k expert rows in slot order.
 // Decode (one token, float router weights) takes moe_router_kernel: the router's logits and
 // the routing in one launch.
 #include "cuda_common.cuh"
 #include "cuda_ops.h"
+#include "expert_extras.cuh"
 #include "host_meeting.cuh"
 
 #include "../../quant/fp16.h"
@@ -161,7 +163,7 @@ __device__ __forceinline__ void route_token(const ft_cuda_route_params &p, int t
         const float inv = 1.0f / sum;
 #pragma unroll
         for (int i = 0; i < PL; i++) pr[i] *= inv;
-    } else {
+    } else if (!p.softmax_weight) { // (softmax_weight: the logits themselves select)
 #pragma unroll
         for (int i = 0; i < PL; i++) pr[i] = 1.0f / (1.0f + expf(-pr[i]));
     }
@@ -199,6 +201,14 @@ __device__ __forceinline__ void route_token(const ft_cuda_route_params &p, int t
             my_w = pw;
         }
         last_v = bv;
+    }
+    if (p.softmax_weight) { // the k selected logits' softmax, the sum in double in slot order
+        float mx = -INFINITY;
+        for (int j = 0; j < k; j++) mx = fmaxf(mx, __shfl_sync(0xffffffffu, my_w, j));
+        const float ew = expf(my_w - mx);
+        double es = 0.0;
+        for (int j = 0; j < k; j++) es += (double)__shfl_sync(0xffffffffu, ew, j);
+        my_w = ew * (float)(1.0 / es);
     }
     float sum = 0.0f;
     for (int j = 0; j < k; j++) sum += __shfl_sync(0xffffffffu, my_w, j);
@@ -300,12 +310,14 @@ __global__ void __launch_bounds__(ROUTER_WARPS * FT_WARP) moe_router_kernel(cons
         for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < r.n_embd;
              i += (int64_t)gridDim.x * blockDim.x)
             r.export_x[i] = r.x[i];
+    // the router's bias (gpt-oss): an f32 add into the logit, as the CPU op's
     if constexpr (ROW_CTA) {
         const float logit = router_dot_cta(r, e, part);
-        if (threadIdx.x == 0) const_cast<float *>(p.logits)[e] = logit;
+        if (threadIdx.x == 0) const_cast<float *>(p.logits)[e] = p.logit_bias ? logit + p.logit_bias[e] : logit;
     } else if (e < p.n_expert) {
         const float logit = router_dot_warp<T>(r, e, lane);
-        if (lane == 0) const_cast<float *>(p.logits)[e] = logit; // (this kernel writes what it routes)
+        if (lane == 0) // (this kernel writes what it routes)
+            const_cast<float *>(p.logits)[e] = p.logit_bias ? logit + p.logit_bias[e] : logit;
     }
     if (r.export_x) __threadfence_system();
     else __threadfence();
@@ -354,8 +366,7 @@ static void launch_router(const ft_cuda_router_params *r, const ft_cuda_route_pa
 
 extern "C" void ft_cuda_moe_router(const ft_cuda_router_params *r, const ft_cuda_route_params *p, ft_cuda_stream *s) {
     FT_CUDA_ASSERT(ft_cuda_moe_router_fits(r->w_type, p->n_tok, p->n_expert, p->k) && p->gap && r->count);
-    FT_CUDA_ASSERT(!p->logit_bias && !p->softmax_weight); // route_token has neither
-
+    FT_CUDA_ASSERT(!(p->softmax && p->softmax_weight));
     FT_CUDA_ASSERT(r->n_embd >= 1);
     const cudaStream_t st = ft_cuda_stream_handle(s);
     switch (r->w_type) {
@@ -383,52 +394,40 @@ __global__ void moe_combine_kernel(const float *h, const float *w, float *y, int
     y[i] = acc;
 }
 
-// One thread per element of the pairs' rows; the clamped SwiGLU in the CPU op's steps
-// (cpu_swiglu_oai: min and clamp as comparisons, so a NaN passes through).
-__global__ void moe_glu_bias_kernel(float *hg, const float *hu, const int32_t *sel, const float *gb,
-                                    const float *ub, int n_ff, ft_cuda_glu act, int64_t total) {
+// One thread per element of the pairs' rows, in the fused kernels' steps (expert_extras.cuh).
+__global__ void moe_glu_extras_kernel(float *hg, const float *hu, const ft_cuda_expert_extras ex, int n_ff,
+                                      int64_t total) {
     ft_pdl_begin();
     const int64_t i = (int64_t)blockIdx.x * 256 + threadIdx.x;
     if (i >= total) return;
-    const int64_t pr = i / n_ff, e = sel[pr];
-    const int c = (int)(i % n_ff);
-    float g = hg[i], u = hu[i];
-    if (gb) g += gb[e * n_ff + c];
-    if (ub) u += ub[e * n_ff + c];
-    if (act.oai) {
-        const float lim = act.limit;
-        const float gc = lim < g ? lim : g;
-        const float uc = u < -lim ? -lim : (lim < u ? lim : u);
-        hg[i] = gc / (1.0f + expf(act.alpha * -gc)) * (uc + 1.0f);
-    } else {
-        hg[i] = g / (1.0f + expf(-g)) * u;
-    }
+    const int64_t pr = i / n_ff;
+    hg[i] = ft_expert_glu(ex, ex.bias_ids[pr], n_ff, i % n_ff, hg[i], hu[i]);
 }
 
-__global__ void moe_rows_bias_kernel(float *h, const int32_t *sel, const float *b, int n, int64_t total) {
+__global__ void moe_down_extras_kernel(float *h, const ft_cuda_expert_extras ex, int n, int64_t total) {
     ft_pdl_begin();
     const int64_t i = (int64_t)blockIdx.x * 256 + threadIdx.x;
     if (i >= total) return;
-    const int64_t pr = i / n;
-    h[i] += b[(int64_t)sel[pr] * n + i % n];
+    h[i] = ft_expert_down(ex, ex.bias_ids[i / n], n, i % n, h[i]);
 }
 
-extern "C" void ft_cuda_moe_glu_bias(float *h_gate, const float *h_up, const int32_t *sel, const float *gate_bias,
-                                     const float *up_bias, int64_t n_pairs, int n_ff, ft_cuda_glu act,
-                                     ft_cuda_stream *s) {
+extern "C" void ft_cuda_moe_glu_extras(float *h_gate, const float *h_up, const ft_cuda_expert_extras *ex,
+                                       int64_t n_pairs, int n_ff, ft_cuda_stream *s) {
+    FT_CUDA_ASSERT(ex->bias_ids);
     const int64_t total = n_pairs * n_ff;
     if (total == 0) return;
-    ft_launch(moe_glu_bias_kernel, (unsigned)((total + 255) / 256), 256, 0, ft_cuda_stream_handle(s), h_gate, h_up,
-              sel, gate_bias, up_bias, n_ff, act, total);
+    ft_launch(moe_glu_extras_kernel, (unsigned)((total + 255) / 256), 256, 0, ft_cuda_stream_handle(s), h_gate, h_up,
+              *ex, n_ff, total);
     CUDA_CHECK_LAUNCH();
 }
 
-extern "C" void ft_cuda_moe_rows_bias(float *h, const int32_t *sel, const float *bias, int64_t n_pairs, int n,
-                                      ft_cuda_stream *s) {
+extern "C" void ft_cuda_moe_down_extras(float *h, const ft_cuda_expert_extras *ex, int64_t n_pairs, int n,
+                                        ft_cuda_stream *s) {
+    FT_CUDA_ASSERT(ex->bias_ids);
     const int64_t total = n_pairs * n;
-    if (total == 0) return;
-    ft_launch(moe_rows_bias_kernel, (unsigned)((total + 255) / 256), 256, 0, ft_cuda_stream_handle(s), h, sel, bias,
-              n, total);
+    if (total == 0 || (!ex->down_scale && !ex->down_bias)) return;
+    ft_launch(moe_down_extras_kernel, (unsigned)((total + 255) / 256), 256, 0, ft_cuda_stream_handle(s), h, *ex, n,
+              total);
     CUDA_CHECK_LAUNCH();
 }
 

@@ -8,12 +8,13 @@
 //      goes to shared memory;
 //   2. thread i < n_rot / 2 rotates pair i (ft_rope_pair, rope.cu's arithmetic) and writes
 //      it; dimensions past n_rot are written as normalised.
-// So the result has the bits of rms_norm then rope.
+// So the result has the bits of rms_norm then rope. Without the norm (ft_cuda_norm_rope_opt), the
+// ropes of q and k in one launch with rope.cu's bits.
 #include "cuda_common.cuh"
 #include "cuda_ops.h"
 #include "rope.cuh"
 
-enum { NR_THREADS = 256 };
+enum { NR_THREADS = FT_CUDA_NORM_ROPE_MAX_HD };
 
 // One or two buffers (q and k of a layer) in one launch: rows 0 .. rows[0] - 1 are buffer 0's.
 typedef struct norm_rope_args {
@@ -24,6 +25,7 @@ typedef struct norm_rope_args {
     int head_dim;
     float eps;
     int pos0;
+    bool norm; // false: the rope alone (two buffers' ropes in one launch)
 } norm_rope_args;
 
 __global__ void __launch_bounds__(NR_THREADS) norm_rope_kernel(const norm_rope_args a, const ft_cuda_rope_params p) {
@@ -34,10 +36,14 @@ __global__ void __launch_bounds__(NR_THREADS) norm_rope_kernel(const norm_rope_a
     const int t = row / a.n_head[j], head_dim = a.head_dim;
     float *xr = a.x[j] + (int64_t)row * head_dim;
     const float v = d < head_dim ? xr[d] : 0.0f;
-    const float wd = d < head_dim ? a.w[j][d] : 0.0f; // loaded with x, not after the reduction
-    const float sum = ft_block_sum(v * v, red);
-    const float scale = 1.0f / sqrtf(sum / head_dim + a.eps);
-    if (d < head_dim) ys[d] = (v * scale) * wd;
+    const float wd = d < head_dim ? (a.w[j] ? a.w[j][d] : 1.0f) : 0.0f; // loaded with x, not after the reduction
+    if (a.norm) {
+        const float sum = ft_block_sum(v * v, red);
+        const float scale = 1.0f / sqrtf(sum / head_dim + a.eps);
+        if (d < head_dim) ys[d] = (v * scale) * wd;
+    } else if (d < head_dim) {
+        ys[d] = v;
+    }
     __syncthreads();
     const int half = p.n_rot / 2;
     if (d < half) {
@@ -50,6 +56,11 @@ __global__ void __launch_bounds__(NR_THREADS) norm_rope_kernel(const norm_rope_a
 
 extern "C" void ft_cuda_norm_rope(const ft_cuda_norm_rope_buf *b, int n_buf, int n_tok, int head_dim, float eps,
                                   int pos0, const ft_cuda_rope_params *p, ft_cuda_stream *s) {
+    ft_cuda_norm_rope_opt(b, n_buf, n_tok, head_dim, eps, true, pos0, p, s);
+}
+
+extern "C" void ft_cuda_norm_rope_opt(const ft_cuda_norm_rope_buf *b, int n_buf, int n_tok, int head_dim, float eps,
+                                      bool norm, int pos0, const ft_cuda_rope_params *p, ft_cuda_stream *s) {
     FT_CUDA_ASSERT(head_dim >= 1 && head_dim <= NR_THREADS && p->n_rot % 2 == 0 && p->n_rot <= head_dim);
     FT_CUDA_ASSERT(n_buf == 1 || n_buf == 2);
     norm_rope_args a;
@@ -67,6 +78,7 @@ extern "C" void ft_cuda_norm_rope(const ft_cuda_norm_rope_buf *b, int n_buf, int
     a.head_dim = head_dim;
     a.eps = eps;
     a.pos0 = pos0;
+    a.norm = norm;
     if (rows == 0) return;
     ft_launch(norm_rope_kernel, (unsigned)rows, NR_THREADS, 0, ft_cuda_stream_handle(s), a, *p);
     CUDA_CHECK_LAUNCH();

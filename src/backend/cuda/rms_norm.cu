@@ -1,4 +1,5 @@
-// rms_norm.cu: y = x / sqrt(mean(x^2) + eps) * w for rows of n floats (y may alias x).
+// rms_norm.cu: y = x / sqrt(mean(x^2) + eps) * w for rows of n floats (y may alias x; no w:
+// times 1, which changes no bit: gemma4's weightless norm).
 //
 // Steps, one 256-thread CTA per row: 1. each thread sums the squares of its strided
 // elements; 2. CTA reduction; 3. y = (x * scale) * w, the CPU op's order of products; fused:
@@ -37,7 +38,7 @@ rms_norm_kernel(float *x, const float *d, const float *w, float *y, block_q8_1 *
             const int i = tid + j * RMS_THREADS;
             v[j] = i < n ? xr[i] : 0.0f;
             dv[j] = dr && i < n ? dr[i] : 0.0f;
-            wv[j] = i < n ? w[i] : 0.0f;
+            wv[j] = i < n ? (w ? w[i] : 1.0f) : 0.0f;
         }
         if (dr) {
 #pragma unroll
@@ -68,7 +69,7 @@ rms_norm_kernel(float *x, const float *d, const float *w, float *y, block_q8_1 *
         sum = ft_block_sum(sum, red);
         const float scale = 1.0f / sqrtf(sum / n + eps);
         for (int i = tid; i < n; i += RMS_THREADS) {
-            const float o = (xr[i] * scale) * w[i];
+            const float o = (xr[i] * scale) * (w ? w[i] : 1.0f);
             yr[i] = o;
             // n % 32 == 0: a warp's 32 lanes hold the 32 elements of one q8_1 block at each step
             if (qr) ft_q8_1_warp_store(o, &qr[i / QK8_1], lane);

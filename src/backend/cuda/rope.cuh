@@ -21,6 +21,7 @@ __device__ __forceinline__ void ft_rope_pair(float x0, float x1, int pos, int i,
                             (sector % 3 == 2 && sector < 3 * p.sections[2]);
         if (!at_pos) theta_extrap = 0.0f;
     }
+    if (p.freq_factors) theta_extrap /= p.freq_factors[i]; // gemma4's proportional RoPE
     float theta = p.freq_scale * theta_extrap, mscale = p.attn_factor;
     if (p.ext_factor != 0.0f) {
         const float y = (i0 / 2 - p.corr0) / fmaxf(0.001f, p.corr1 - p.corr0);
