@@ -129,8 +129,12 @@ static void model_case(const char *arch, bool strict, const schedule *sc) {
     unsetenv("FT_CPU_EXPERTS_MEETING");
     ok = ok && arm_init(&direct, "moe-backend cpu, no graphs", path, &ep);
     unsetenv("FT_CUDA_GRAPHS");
-    setenv("FT_CPU_EXPERTS_ROUTE", "host", 1);
-    ok = ok && arm_init(&hostroute, "moe-backend cpu, routing on the CPU", path, &ep);
+    // (gemma4's routers read an input of their own, which only the GPU routes from: that arm
+    // routes on the GPU like the default)
+    bool own_router_input = !strcmp(arch, "gemma4");
+    if (!own_router_input) setenv("FT_CPU_EXPERTS_ROUTE", "host", 1);
+    ok = ok && arm_init(&hostroute, own_router_input ? "moe-backend cpu (gemma4: routing on the GPU)"
+                                                     : "moe-backend cpu, routing on the CPU", path, &ep);
     unsetenv("FT_CPU_EXPERTS_ROUTE");
     if (ok) {
         // where the weights went: experts in host memory, the rest (the router too) on the GPU
@@ -358,46 +362,25 @@ TEST(cuda_moe_backend_auto_picks_fused_when_it_fits) {
     ft_model_free(m);
 }
 
-// gpt-oss on CUDA: its experts' biases and activation, which the host experts are not given,
-// refuse cpu and hybrid mode before anything is placed, naming the modes that run it; fused runs it.
-TEST(cuda_cpu_experts_refuses_gptoss) {
+// gpt-oss (its router's and experts' biases, softmax-weighted routing, the clamped SwiGLU) and
+// gemma4 (GELU experts, down scales, the router on its own input) in cpu mode: the host experts
+// get the extras' host copies, the overlay's GEMM their device ones.
+TEST(cuda_cpu_experts_gptoss) {
     GPU_TEST_REQUIRE_DEVICE();
-    ft_synth_params sp = ft_synth_default_params();
-    sp.arch = "gpt-oss";
-    sp.n_layer = 2;
-    sp.n_expert_used = 4;
-    ft_model *m = fixture_model(&sp, "cpu_mode_gptoss.gguf");
-    REQUIRE(m);
-    ft_err err = {{0}};
-    ft_engine_params ep = ft_engine_default_params();
-    ep.n_ctx = 64;
-    ep.device = FT_PLACEMENT_CUDA;
-    ep.moe_backend = FT_MOE_BACKEND_FUSED;
-    ft_engine *e = NULL;
-    const enum ft_moe_backend refused[] = {FT_MOE_BACKEND_CPU, FT_MOE_BACKEND_HYBRID};
-    for (int i = 0; i < 2; i++) {
-        ep.moe_backend = refused[i];
-        e = ft_engine_init(m, &ep, &err);
-        CHECK(!e && strstr(err.msg, ft_moe_backend_name(refused[i])) && strstr(err.msg, "use --moe-backend fused or offload"),
-              "message: %s", err.msg);
-        ft_engine_free(e);
-    }
-    ep.moe_backend = FT_MOE_BACKEND_FUSED;
-    e = ft_engine_init(m, &ep, &err);
-    CHECK(e, "fused: %s", err.msg);
-    ft_engine_free(e);
-    ft_model_free(m);
+    model_case("gpt-oss", true, &small_steps);
+    model_case("gpt-oss", false, &small_steps);
+    model_case("gpt-oss", true, &overlay_steps);
+    check_stable_share("cuda_cpu_experts_gptoss");
 }
 
-// A fresh process whose first GPU work is cpu mode's direct steps: `ft run` with a short prompt
-// (a step below the grouped GEMM's 32 tokens: every MoE layer on the CPU) and decode without
-// graphs (direct one-token steps). In such a step the host computes a MoE layer only once the
-// next layer's ops are enqueued, so the stream waits for the host while it launches them; a
-// kernel loaded lazily at its first launch there could wait for that stream in turn (the
-// suite's own process never shows it: its earlier engines launched every kernel first). So ft
-// loads kernels eagerly, and where the environment asks for lazy loading, cpu mode meets
-// through events (a third run). Each run must end within the time limit and print the same
-// greedy text as the run with graphs.
+TEST(cuda_cpu_experts_gemma4) {
+    GPU_TEST_REQUIRE_DEVICE();
+    model_case("gemma4", true, &small_steps);
+    model_case("gemma4", false, &small_steps);
+    model_case("gemma4", true, &overlay_steps);
+    check_stable_share("cuda_cpu_experts_gemma4");
+}
+
 TEST(cuda_cpu_experts_direct_steps_in_a_fresh_process) {
     GPU_TEST_REQUIRE_DEVICE();
     const char *bin = test_ft_bin();
@@ -542,6 +525,15 @@ TEST(cuda_hybrid_qwen3moe) {
     hybrid_case("qwen3moe", true);
     hybrid_case("qwen3moe", false);
     check_stable_share("cuda_hybrid_qwen3moe");
+}
+
+// gpt-oss's and gemma4's extras on both roads of a hybrid step (the CPU's share from their host
+// copies, the GPU's from the device's).
+TEST(cuda_hybrid_gptoss_gemma4) {
+    GPU_TEST_REQUIRE_DEVICE();
+    hybrid_case("gpt-oss", true);
+    hybrid_case("gemma4", true);
+    check_stable_share("cuda_hybrid_gptoss_gemma4");
 }
 
 TEST(cuda_hybrid_qwen35moe) {

@@ -237,6 +237,9 @@ typedef struct ft_host_experts_params {
     const ft_tensor *routers;    // (n_layer) host copies of each block's router (absent: not MoE)
     const ft_tensor *sel_bias;   // (n_layer) host copies of the selection biases, or NULL
     const ft_tensor *gate_exps, *up_exps, *down_exps; // (n_layer) the banks in host memory
+    // (n_layer) host copies of the layers' extras, absent where a layer has none, or NULL: none
+    // at all (gpt-oss: the router's and experts' biases; gemma4: the down scales)
+    const ft_tensor *router_bias, *gate_bias, *up_bias, *down_bias, *down_scale;
     int n_threads;               // CPU threads for the experts
     bool reference;              // the CPU's scalar reference path
     int overlay_buffers;         // prefill on the device: 0 none, 1 copy then compute, 2 double-buffered

@@ -1,6 +1,7 @@
 // place.c: the memory plan of an engine's device and where the model's weights and experts go
 // (see place.h).
 #include "place.h"
+#include "../util/env.h"
 #include "../kv/kv_pool.h"
 #include "../moe/expert_banks.h"
 #include "../moe/geometry.h"
@@ -246,10 +247,12 @@ static int host_overlay_buffers(const ft_engine_params *p) { return p->moe_prefi
 // absent where a block is not MoE). Free with host_experts_free.
 static ft_host_experts_params host_experts_of(const ft_model *m, const ft_engine_params *p) {
     int n = m->hp.n_layer;
-    ft_tensor *t = ft_calloc(5 * (size_t)n, sizeof(ft_tensor));
+    ft_tensor *t = ft_calloc(10 * (size_t)n, sizeof(ft_tensor));
     ft_host_experts_params h = {.n_layer = n, .routers = t, .sel_bias = t + n, .gate_exps = t + 2 * n,
-                                .up_exps = t + 3 * n, .down_exps = t + 4 * n, .n_threads = p->n_threads,
-                                .reference = p->reference, .overlay_buffers = host_overlay_buffers(p)};
+                                .up_exps = t + 3 * n, .down_exps = t + 4 * n, .router_bias = t + 5 * n,
+                                .gate_bias = t + 6 * n, .up_bias = t + 7 * n, .down_bias = t + 8 * n,
+                                .down_scale = t + 9 * n, .n_threads = p->n_threads, .reference = p->reference,
+                                .overlay_buffers = host_overlay_buffers(p)};
     for (int il = 0; il < n; il++) {
         const ft_layer *l = &m->layers[il];
         if (!l->is_moe) continue;
@@ -258,6 +261,11 @@ static ft_host_experts_params host_experts_of(const ft_model *m, const ft_engine
         t[2 * n + il] = l->gate_exps;
         t[3 * n + il] = l->up_exps;
         t[4 * n + il] = l->down_exps;
+        t[5 * n + il] = l->router_b;
+        t[6 * n + il] = l->gate_exps_b;
+        t[7 * n + il] = l->up_exps_b;
+        t[8 * n + il] = l->down_exps_b;
+        t[9 * n + il] = l->down_exps_s;
     }
     return h;
 }
@@ -386,18 +394,12 @@ bool engine_plan(const ft_model *m, ft_backend *be, const ft_engine_params *p, e
     ft_device_info info;
     be->ops->device_info(be, &info);
     out->mode = p->moe_backend == FT_MOE_BACKEND_AUTO ? auto_pick(m, p, be) : p->moe_backend;
-    // the host experts of cpu and hybrid get the banks, not gpt-oss's or gemma4's extras (biases,
-    // scales, routing, activations, the router's own input)
-    bool host_experts = out->mode == FT_MOE_BACKEND_CPU || out->mode == FT_MOE_BACKEND_HYBRID;
-    unsigned expert_extras = ft_model_op_features(m) & (FT_OPS_MOE_BIASES | FT_OPS_MOE_SOFTMAX_WEIGHT | FT_OPS_SWIGLU_OAI |
-                                                        FT_OPS_GELU | FT_OPS_MOE_DOWN_SCALE | FT_OPS_MOE_ROUTER_INPUT);
-    if (host_experts && expert_extras) {
-        char names[256];
-        return ft_err_set(err, "--moe-backend %s: %s's experts (%s) are not computed in this mode yet; use "
-                               "--moe-backend fused or offload",
-                          ft_moe_backend_name(out->mode), m->arch->name,
-                          ft_ops_features_name(expert_extras, names, sizeof(names)));
-    }
+    // cpu mode's routing on the host (a developer's switch) reads the experts' input: not a router's own
+    if (out->mode == FT_MOE_BACKEND_CPU && (ft_model_op_features(m) & FT_OPS_MOE_ROUTER_INPUT) &&
+        ft_env_is(FT_ENV_CPU_EXPERTS_ROUTE, "host"))
+        return ft_err_set(err, "FT_CPU_EXPERTS_ROUTE=host: %s's routers read an input of their own, which only the GPU "
+                               "routes from",
+                          m->arch->name);
     switch (out->mode) {
     case FT_MOE_BACKEND_OFFLOAD:
     case FT_MOE_BACKEND_HYBRID:

@@ -940,7 +940,7 @@ static void cuda_moe_ffn(ft_backend *be, const ft_moe_params *p, const float *x,
     FT_ASSERT(c->reserved && n_tok <= c->lim.max_tok && k <= c->lim.n_expert_used);
     FT_ASSERT(p->n_expert <= c->lim.n_expert && n_ff <= c->lim.max_width && n_embd <= c->lim.max_width);
     // gpt-oss's and gemma4's extras (biases, scales, their activations) ride in every kernel
-    // below; only the CPU's experts (cpu mode, hybrid) lack them (engine_plan refuses those)
+    // below, and cpu mode and hybrid hand the CPU their host copies (cuda_cpu_experts.c)
     ft_cuda_expert_extras ex = expert_extras(c, p, n_ff, n_embd);
     bool plain = !ex.gate_bias && !ex.up_bias && !ex.down_scale && !ex.down_bias && ex.glu.act == FT_CUDA_GLU_SILU;
     bool gemm_ok = ft_cuda_moe_gemm_supported(p->gate_exps->type, p->up_exps->type, p->down_exps->type);
@@ -951,13 +951,13 @@ static void cuda_moe_ffn(ft_backend *be, const ft_moe_params *p, const float *x,
     ft_tensor views[MOE_BANK_COUNT];
     bool cpu_overlay = false;
     if (!c->offload && cuda_cpu_experts_serves(c->cpu_experts, p)) {
-        FT_ASSERT(plain && "--moe-backend cpu has no experts' biases (engine_plan refuses it)");
         if (!moe_placement_host_overlay(cuda_cpu_experts_overlay_serves(c->cpu_experts, p), shape_tok(c, n_tok),
                                         GEMM_MIN_TOK)) {
             // the GPU routes and the selections travel with x; a replayed graph step still
             // queues the layer's CPU work (its graph holds the routing and the meeting)
             bool gpu_route = cuda_cpu_experts_routes_on_gpu(c->cpu_experts);
-            bool exported = run && gpu_route && route_on_device(c, p, x, n_tok, true);
+            // (a layer routed from an input of its own exports x with the meeting instead)
+            bool exported = run && gpu_route && route_on_device(c, p, x, n_tok, !p->router_x);
             cuda_cpu_experts_moe_ffn(c->cpu_experts, p, x, gpu_route ? c->sel : NULL, gpu_route ? c->sel_w : NULL,
                                      exported, y, n_tok, c->base.row_gemm, c->mode != STEP_DIRECT,
                                      run ? c->stream : NULL);
@@ -975,7 +975,6 @@ static void cuda_moe_ffn(ft_backend *be, const ft_moe_params *p, const float *x,
                    ft_offload_uses_overlay(c->offload, p->layer, shape_tok(c, n_tok), n_tok * k, gemm_ok,
                                            c->gemm_min_tok);
     bool hybrid = from_cache && c->cpu_experts && !overlay;
-    if (hybrid) FT_ASSERT(plain && "--moe-backend hybrid has no experts' biases (engine_plan refuses it)");
     if (hybrid && !run) cuda_cpu_experts_hybrid_begin(c->cpu_experts, p, x, NULL, NULL, n_tok, c->mode != STEP_DIRECT, NULL);
     if (!run) return;
     route_on_device(c, p, x, n_tok, false);
@@ -1046,7 +1045,7 @@ static void cuda_moe_ffn(ft_backend *be, const ft_moe_params *p, const float *x,
         expert_matvec(c, down, c->h_gate, 1, y, n_pairs, &sum);
     } else {
         expert_matvec(c, down, c->h_gate, 1, c->h_out, n_pairs, NULL);
-        ft_cuda_moe_down_extras(c->h_out, &ex, n_pairs, (int)n_embd, c->stream);
+        ft_cuda_moe_down_extras(c->h_out, c->expert_ids, &ex, n_pairs, (int)n_embd, c->stream);
         ft_cuda_moe_combine(c->h_out, c->sel_w, y, n_tok, k, (int)n_embd, c->stream);
     }
     if (hybrid) cuda_cpu_experts_hybrid_end(c->cpu_experts, y, hybrid_n_cpu, n_tok, n_embd, c->stream);

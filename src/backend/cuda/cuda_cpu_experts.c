@@ -36,6 +36,9 @@ struct cuda_cpu_experts {
     int n_layer;
     ft_tensor *routers, *sel_bias;   // (n_layer) host descriptors
     ft_tensor *gate_exps, *up_exps, *down_exps; // (n_layer) the banks hybrid layers compute from
+    // (n_layer each) host descriptors of the layers' extras (absent where a layer has none): the
+    // router's bias, the gate, up and down biases, the down scales
+    ft_tensor *router_bias, *gate_bias, *up_bias, *down_bias, *down_scale;
     float *route_gap;
 
     // the meeting (host_meeting.h); x_host, y_host: mapped pinned (max_tok, max_width)
@@ -186,9 +189,15 @@ cuda_cpu_experts *cuda_cpu_experts_init(const ft_host_experts_params *p, float *
     ce->sel_bias = ft_calloc((size_t)p->n_layer, sizeof(ft_tensor));
     memcpy(ce->routers, p->routers, (size_t)p->n_layer * sizeof(ft_tensor));
     if (p->sel_bias) memcpy(ce->sel_bias, p->sel_bias, (size_t)p->n_layer * sizeof(ft_tensor));
-    ce->gate_exps = ft_calloc(3 * (size_t)p->n_layer, sizeof(ft_tensor));
+    ce->gate_exps = ft_calloc(8 * (size_t)p->n_layer, sizeof(ft_tensor));
     ce->up_exps = ce->gate_exps + p->n_layer;
     ce->down_exps = ce->up_exps + p->n_layer;
+    const ft_tensor *const extras_in[5] = {p->router_bias, p->gate_bias, p->up_bias, p->down_bias, p->down_scale};
+    ft_tensor **const extras[5] = {&ce->router_bias, &ce->gate_bias, &ce->up_bias, &ce->down_bias, &ce->down_scale};
+    for (int i = 0; i < 5; i++) {
+        *extras[i] = ce->down_exps + (size_t)(i + 1) * (size_t)p->n_layer;
+        if (extras_in[i]) memcpy(*extras[i], extras_in[i], (size_t)p->n_layer * sizeof(ft_tensor));
+    }
     if (p->gate_exps) {
         memcpy(ce->gate_exps, p->gate_exps, (size_t)p->n_layer * sizeof(ft_tensor));
         memcpy(ce->up_exps, p->up_exps, (size_t)p->n_layer * sizeof(ft_tensor));
@@ -304,13 +313,25 @@ static ft_moe_params host_params(const cuda_cpu_experts *ce, const ft_moe_params
     ft_moe_params h = *p;
     h.router = &ce->routers[p->layer];
     h.sel_bias = &ce->sel_bias[p->layer];
+    h.router_bias = &ce->router_bias[p->layer];
+    h.gate_bias = &ce->gate_bias[p->layer];
+    h.up_bias = &ce->up_bias[p->layer];
+    h.down_bias = &ce->down_bias[p->layer];
+    h.down_scale = &ce->down_scale[p->layer];
     h.place = NULL;
     h.place_ctx = NULL;
     h.sel = ce->host_route ? NULL : ce->sel_host;
     h.sel_w = ce->host_route ? NULL : ce->w_host;
+    // the router's own input (gemma4) is on the device: the GPU routes such layers
+    FT_ASSERT(!(ce->host_route && p->router_x) && "FT_CPU_EXPERTS_ROUTE=host: a layer routes from an input of its own");
+    h.router_x = NULL;
     FT_ASSERT(h.router->placement == FT_PLACEMENT_CPU && p->up_exps->placement == FT_PLACEMENT_CPU &&
               p->down_exps->placement == FT_PLACEMENT_CPU);
     FT_ASSERT(ft_tensor_present(h.sel_bias) == ft_tensor_present(p->sel_bias));
+    FT_ASSERT(ft_tensor_present(h.gate_bias) == ft_tensor_present(p->gate_bias) &&
+              ft_tensor_present(h.down_bias) == ft_tensor_present(p->down_bias) &&
+              ft_tensor_present(h.down_scale) == ft_tensor_present(p->down_scale) &&
+              ft_tensor_present(h.router_bias) == ft_tensor_present(p->router_bias));
     return h;
 }
 

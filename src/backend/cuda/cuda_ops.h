@@ -191,8 +191,10 @@ void ft_cuda_moe_router(const ft_cuda_router_params *r, const ft_cuda_route_para
 // act(h_gate[i][c] + gate_bias, h_up[i][c] + up_bias) for n_pairs rows of n_ff.
 void ft_cuda_moe_glu_extras(float *h_gate, const float *h_up, const ft_cuda_expert_extras *ex, int64_t n_pairs,
                             int n_ff, ft_cuda_stream *s);
-// h[i][c] = h[i][c] * down_scale[e] + down_bias[e][c] (e = ex.bias_ids[i]) for n_pairs rows of n.
-void ft_cuda_moe_down_extras(float *h, const ft_cuda_expert_extras *ex, int64_t n_pairs, int n, ft_cuda_stream *s);
+// h[i][c] = h[i][c] * down_scale[e] + down_bias[e][c] (e = ex.bias_ids[i]) for n_pairs rows of n,
+// but rows whose weights' id ids[i] is -1 (hybrid: the CPU computes the pair, extras and all).
+void ft_cuda_moe_down_extras(float *h, const int32_t *ids, const ft_cuda_expert_extras *ex, int64_t n_pairs, int n,
+                             ft_cuda_stream *s);
 // y[t] = sum_j w[t][j] * h[t * k + j] over j in order; h (n_tok * k, n_embd)
 void ft_cuda_moe_combine(const float *h, const float *w, float *y, int n_tok, int k, int n_embd,
                          ft_cuda_stream *s);

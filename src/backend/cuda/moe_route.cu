@@ -404,10 +404,12 @@ __global__ void moe_glu_extras_kernel(float *hg, const float *hu, const ft_cuda_
     hg[i] = ft_expert_glu(ex, ex.bias_ids[pr], n_ff, i % n_ff, hg[i], hu[i]);
 }
 
-__global__ void moe_down_extras_kernel(float *h, const ft_cuda_expert_extras ex, int n, int64_t total) {
+// (a pair the CPU computes, ids -1 in hybrid, keeps its zero row: the CPU adds its extras)
+__global__ void moe_down_extras_kernel(float *h, const int32_t *ids, const ft_cuda_expert_extras ex, int n,
+                                       int64_t total) {
     ft_pdl_begin();
     const int64_t i = (int64_t)blockIdx.x * 256 + threadIdx.x;
-    if (i >= total) return;
+    if (i >= total || ids[i / n] < 0) return;
     h[i] = ft_expert_down(ex, ex.bias_ids[i / n], n, i % n, h[i]);
 }
 
@@ -421,13 +423,13 @@ extern "C" void ft_cuda_moe_glu_extras(float *h_gate, const float *h_up, const f
     CUDA_CHECK_LAUNCH();
 }
 
-extern "C" void ft_cuda_moe_down_extras(float *h, const ft_cuda_expert_extras *ex, int64_t n_pairs, int n,
-                                        ft_cuda_stream *s) {
+extern "C" void ft_cuda_moe_down_extras(float *h, const int32_t *ids, const ft_cuda_expert_extras *ex, int64_t n_pairs,
+                                        int n, ft_cuda_stream *s) {
     FT_CUDA_ASSERT(ex->bias_ids);
     const int64_t total = n_pairs * n;
     if (total == 0 || (!ex->down_scale && !ex->down_bias)) return;
-    ft_launch(moe_down_extras_kernel, (unsigned)((total + 255) / 256), 256, 0, ft_cuda_stream_handle(s), h, *ex, n,
-              total);
+    ft_launch(moe_down_extras_kernel, (unsigned)((total + 255) / 256), 256, 0, ft_cuda_stream_handle(s), h, ids, *ex,
+              n, total);
     CUDA_CHECK_LAUNCH();
 }
 
