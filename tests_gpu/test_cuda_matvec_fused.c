@@ -24,18 +24,23 @@
 
 enum { N_MAT = 5, N_ROWS = 130, N_TOK = 3, K = 3, N_PAIRS = N_TOK * K };
 
-// A random bank of N_MAT (N_ROWS, n_cols) matrices on the device; returns its matrix bytes.
-static void *random_bank(enum ft_type t, int64_t n_cols, ft_rng *rng, size_t *mat_bytes) {
-    size_t rb = ft_row_bytes(t, n_cols);
-    *mat_bytes = rb * N_ROWS;
-    uint8_t *w = ft_malloc(*mat_bytes * N_MAT);
-    for (int64_t r = 0; r < (int64_t)N_ROWS * N_MAT; r++) ft_quant_random_row(t, rng, 0.05f, w + r * rb, n_cols);
-    void *d = ft_cuda_malloc(*mat_bytes * N_MAT);
+// n_rows random rows of n_cols weights of type t on the device.
+static void *random_rows_device(enum ft_type t, int64_t n_rows, int64_t n_cols, ft_rng *rng) {
+    size_t rb = ft_row_bytes(t, n_cols), bytes = rb * (size_t)n_rows;
+    uint8_t *w = ft_malloc(bytes);
+    for (int64_t r = 0; r < n_rows; r++) ft_quant_random_row(t, rng, 0.05f, w + r * rb, n_cols);
+    void *d = ft_cuda_malloc(bytes);
     FT_ASSERT(d);
-    ft_cuda_memcpy_h2d(d, w, *mat_bytes * N_MAT, NULL);
+    ft_cuda_memcpy_h2d(d, w, bytes, NULL);
     ft_cuda_device_sync();
     free(w);
     return d;
+}
+
+// A random bank of N_MAT (N_ROWS, n_cols) matrices on the device; returns its matrix bytes.
+static void *random_bank(enum ft_type t, int64_t n_cols, ft_rng *rng, size_t *mat_bytes) {
+    *mat_bytes = ft_row_bytes(t, n_cols) * N_ROWS;
+    return random_rows_device(t, (int64_t)N_ROWS * N_MAT, n_cols, rng);
 }
 
 // q8_1 activations of n_rows random rows on the device.
@@ -64,6 +69,47 @@ static float *run_ids(const ft_cuda_matvec_ids_params *p, size_t n) {
     return y;
 }
 
+// The SUM kernel's output s (N_TOK, N_ROWS) against the plain products h (N_PAIRS, N_ROWS)
+// weighted on the host in slot order, each product first times sc[gids[pair]] and plus
+// db[gids[pair]] where given (the extras); returns the worst error relative to sum |w h|.
+static double check_sum(enum ft_type t, const float *h, const float *s, const float *w, const int32_t *gids,
+                        const float *sc, const float *db, int *bad) {
+    double worst = 0;
+    for (int tk = 0; tk < N_TOK; tk++)
+        for (int r = 0; r < N_ROWS; r++) {
+            float ref = 0;
+            double mag = 0;
+            for (int j = 0; j < K; j++) {
+                int pr = tk * K + j;
+                float hv = h[(size_t)pr * N_ROWS + r];
+                if (sc) hv *= sc[gids[pr]];
+                if (db) hv += db[gids[pr] * N_ROWS + r];
+                float v = hv * w[pr];
+                ref = j ? ref + v : v;
+                mag += fabs(v);
+            }
+            double err = fabs(s[tk * N_ROWS + r] - ref) / (mag > 0 ? mag : 1);
+            if (!(err <= 1e-6) && (*bad)++ < 6)
+                CHECK(err <= 1e-6, "%s sum token %d row %d: %g vs %g", ft_type_name(t), tk, r, s[tk * N_ROWS + r], ref);
+            if (!(err <= worst)) worst = err;
+        }
+    return worst;
+}
+
+// The plain gate and up products of p's pairs (p.w: the gate bank) into *g and *u, and the GLU
+// with ex's extras into *f (ny floats each); p is left on the GLU.
+static void run_glu(ft_cuda_matvec_ids_params *p, void *up, const ft_cuda_expert_extras *ex, size_t ny, float **g,
+                    float **u, float **f) {
+    const void *gate = p->w;
+    *g = run_ids(p, ny);
+    p->w = up;
+    *u = run_ids(p, ny);
+    p->w = gate;
+    p->w_up = up;
+    p->ex = *ex;
+    *f = run_ids(p, ny);
+}
+
 static void fused_case(enum ft_type t) {
     int64_t n_cols = ft_type_traits_find(t)->block_elems == 256 ? 768 : 2080;
     ft_rng rng = ft_rng_init(0xF05E + (uint64_t)t);
@@ -87,12 +133,8 @@ static void fused_case(enum ft_type t) {
     // GLU against plain gate and up
     ft_cuda_matvec_ids_params p = {.type = t, .w = gate, .mat_bytes = mat_bytes, .n_rows = N_ROWS, .n_cols = n_cols,
                                    .x = xq, .ids = d_ids, .x_div = K, .y = d_y, .n_pairs = N_PAIRS};
-    float *g = run_ids(&p, ny);
-    p.w = up;
-    float *u = run_ids(&p, ny);
-    p.w = gate;
-    p.w_up = up;
-    float *f = run_ids(&p, ny);
+    float *g, *u, *f;
+    run_glu(&p, up, &(ft_cuda_expert_extras){0}, ny, &g, &u, &f);
     double big = 0, worst = 0;
     for (size_t i = 0; i < ny; i++) big = fmax(big, fabs(g[i] / (1.0f + expf(-g[i])) * u[i]));
     int bad = 0;
@@ -135,21 +177,7 @@ static void fused_case(enum ft_type t) {
     p.sum_w = d_w;
     p.k = K;
     float *s = run_ids(&p, (size_t)N_TOK * N_ROWS);
-    double worst_sum = 0;
-    for (int tk = 0; tk < N_TOK; tk++)
-        for (int r = 0; r < N_ROWS; r++) {
-            float ref = 0;
-            double mag = 0;
-            for (int j = 0; j < K; j++) {
-                float v = h[(size_t)(tk * K + j) * N_ROWS + r] * w[tk * K + j];
-                ref = j ? ref + v : v;
-                mag += fabs(v);
-            }
-            double err = fabs(s[tk * N_ROWS + r] - ref) / (mag > 0 ? mag : 1);
-            if (!(err <= 1e-6) && bad++ < 6)
-                CHECK(err <= 1e-6, "%s sum token %d row %d: %g vs %g", ft_type_name(t), tk, r, s[tk * N_ROWS + r], ref);
-            if (!(err <= worst_sum)) worst_sum = err;
-        }
+    double worst_sum = check_sum(t, h, s, w, NULL, NULL, NULL, &bad);
     fprintf(stderr, "    %-7s glu worst %.2g, sum worst %.2g\n", ft_type_name(t), worst, worst_sum);
     free(g); free(u); free(f); free(h); free(s);
     ft_cuda_free(gate); ft_cuda_free(up); ft_cuda_free(xq); ft_cuda_free(hq);
@@ -226,13 +254,8 @@ static void extras_case(enum ft_type t, int act, bool biases, bool scales) {
     // GLU: plain gate and up, then act(g + gb, u + ub) on the host
     ft_cuda_matvec_ids_params p = {.type = t, .w = gate, .mat_bytes = mat_bytes, .n_rows = N_ROWS, .n_cols = n_cols,
                                    .x = xq, .ids = d_ids, .x_div = K, .y = d_y, .n_pairs = N_PAIRS};
-    float *g = run_ids(&p, ny);
-    p.w = up;
-    float *u = run_ids(&p, ny);
-    p.w = gate;
-    p.w_up = up;
-    p.ex = ex;
-    float *f = run_ids(&p, ny);
+    float *g, *u, *f;
+    run_glu(&p, up, &ex, ny, &g, &u, &f);
     float *ref = ft_malloc(ny * sizeof(float));
     double big = 0;
     for (size_t i = 0; i < ny; i++) {
@@ -279,25 +302,7 @@ static void extras_case(enum ft_type t, int act, bool biases, bool scales) {
     p.k = K;
     p.ex = ex;
     float *s = run_ids(&p, (size_t)N_TOK * N_ROWS);
-    double worst_sum = 0;
-    for (int tk = 0; tk < N_TOK; tk++)
-        for (int r = 0; r < N_ROWS; r++) {
-            float acc = 0;
-            double mag = 0;
-            for (int j = 0; j < K; j++) {
-                int pr = tk * K + j, e = gids[pr];
-                float hv = h[(size_t)pr * N_ROWS + r];
-                if (scales) hv *= sc[e];
-                if (biases) hv += db[e * N_ROWS + r];
-                float v = hv * w[pr];
-                acc = j ? acc + v : v;
-                mag += fabs(v);
-            }
-            double err = fabs(s[tk * N_ROWS + r] - acc) / (mag > 0 ? mag : 1);
-            if (!(err <= 1e-6) && bad++ < 6)
-                CHECK(err <= 1e-6, "%s sum token %d row %d: %g vs %g", ft_type_name(t), tk, r, s[tk * N_ROWS + r], acc);
-            if (!(err <= worst_sum)) worst_sum = err;
-        }
+    double worst_sum = check_sum(t, h, s, w, gids, scales ? sc : NULL, biases ? db : NULL, &bad);
     fprintf(stderr, "    %-7s act %d%s%s: glu worst %.2g, sum worst %.2g\n", ft_type_name(t), act,
             biases ? " biases" : "", scales ? " scales" : "", worst, worst_sum);
     free(g); free(u); free(f); free(ref); free(h); free(s);
@@ -337,16 +342,7 @@ TEST(test_cuda_matvec_multi) {
         int64_t n_cols = ft_type_traits_find(t)->block_elems == 256 ? 768 : 2080;
         ft_rng rng = ft_rng_init(0x3417 + (uint64_t)t);
         void *w[3];
-        for (int i = 0; i < 3; i++) {
-            size_t rb = ft_row_bytes(t, n_cols), bytes = rb * (size_t)rows[i];
-            uint8_t *h = ft_malloc(bytes);
-            for (int64_t r = 0; r < rows[i]; r++) ft_quant_random_row(t, &rng, 0.05f, h + r * rb, n_cols);
-            w[i] = ft_cuda_malloc(bytes);
-            FT_ASSERT(w[i]);
-            ft_cuda_memcpy_h2d(w[i], h, bytes, NULL);
-            ft_cuda_device_sync();
-            free(h);
-        }
+        for (int i = 0; i < 3; i++) w[i] = random_rows_device(t, rows[i], n_cols, &rng);
         void *xq = random_q8_1(n_cols, 8, &rng);
         float *dy = ft_cuda_malloc(2 * 8 * 201 * sizeof(float));
         FT_ASSERT(dy);
@@ -393,16 +389,10 @@ TEST(test_cuda_matvec_bias) {
     void *w[3];
     float *b[3], *db[3];
     for (int i = 0; i < 3; i++) {
-        size_t rb = ft_row_bytes(t, n_cols), bytes = rb * (size_t)rows[i];
-        uint8_t *h = ft_malloc(bytes);
-        for (int64_t r = 0; r < rows[i]; r++) ft_quant_random_row(t, &rng, 0.05f, h + r * rb, n_cols);
-        w[i] = ft_cuda_malloc(bytes);
-        FT_ASSERT(w[i]);
-        ft_cuda_memcpy_h2d(w[i], h, bytes, NULL);
+        w[i] = random_rows_device(t, rows[i], n_cols, &rng);
         b[i] = ft_malloc((size_t)rows[i] * sizeof(float));
         for (int64_t r = 0; r < rows[i]; r++) b[i][r] = ft_rng_normal(&rng);
         db[i] = to_device(b[i], (size_t)rows[i]);
-        free(h);
     }
     void *xq = random_q8_1(n_cols, 3, &rng);
     float *dy = ft_cuda_malloc(2 * 3 * 201 * sizeof(float));
