@@ -430,8 +430,8 @@ TEST(dot_tile_matvec_rows) {
     }
 }
 
-// 2d. Prefill's GEMMs (AMX, or AVX-512 VNNI and BF16 where the CPU has no AMX): q8_0, q4_K, q5_K
-// and q6_K equal to the reference dot products to the bit (exact integer block sums, the reference's float
+// 2d. Prefill's GEMMs (AMX, or AVX-512 VNNI and BF16 where the CPU has no AMX): q8_0, q4_0, q5_0,
+// iq4_nl, mxfp4, q4_K, q5_K and q6_K equal to the reference dot products to the bit (exact integer block sums, the reference's float
 // steps in its order); bf16 within n * 2^-24 * S of the reference's double sum (S = sum |x_i y_i|:
 // float sums with at most one rounding per element, each within 2^-24 of a partial sum bounded
 // by S; AMX rounds once per 32-element step, VDPBF16PS at most once per product). Each output also equals, to the bit, the same output
@@ -450,6 +450,10 @@ static ft_vec_dot_tile_fn gemm_kernel(enum ft_type t, bool vnni) {
                : t == FT_TYPE_Q4_K ? ft_gemm_q4_K_vnni
                : t == FT_TYPE_Q5_K ? ft_gemm_q5_K_vnni
                : t == FT_TYPE_Q6_K ? ft_gemm_q6_K_vnni
+               : t == FT_TYPE_Q4_0 ? ft_gemm_q4_0_vnni
+               : t == FT_TYPE_Q5_0 ? ft_gemm_q5_0_vnni
+               : t == FT_TYPE_IQ4_NL ? ft_gemm_iq4_nl_vnni
+               : t == FT_TYPE_MXFP4 ? ft_gemm_mxfp4_vnni
                : t == FT_TYPE_BF16 && ft_gemm_bf16_avx512_supported() ? ft_gemm_bf16_avx512
                                                                       : NULL;
     }
@@ -472,7 +476,9 @@ TEST(dot_gemm_vs_ref) {
         // q5_K, q6_K and bf16 (with AVX-512 BF16)
         enum ft_type t = g_cases[i].type;
         bool int8 = t == FT_TYPE_Q4_K || t == FT_TYPE_Q8_0;
-        bool bf16 = t == FT_TYPE_BF16, k56 = t == FT_TYPE_Q5_K || t == FT_TYPE_Q6_K;
+        // (k56: the VNNI-only formats, AMX or not)
+        bool bf16 = t == FT_TYPE_BF16, k56 = t == FT_TYPE_Q5_K || t == FT_TYPE_Q6_K || t == FT_TYPE_Q4_0 ||
+                                             t == FT_TYPE_Q5_0 || t == FT_TYPE_IQ4_NL || t == FT_TYPE_MXFP4;
         bool want = ft_quant_amx() ? int8 || (bf16 && ft_amx_has_bf16()) || (k56 && ft_gemm_vnni_supported())
                                    : !strcmp(kind, "vnni") && (int8 || k56 || (bf16 && ft_gemm_bf16_avx512_supported()));
         CHECK((q->gemm != NULL) == want, "%s gemm (%s)", ft_type_name(t), kind);

@@ -73,9 +73,9 @@ void ft_vec_dot_tile_q8_0_vnni(int64_t n, const void *x, size_t bx, int nr, cons
 void ft_vec_dot_tile_q4_K_vnni(int64_t n, const void *x, size_t bx, int nr, const void *y, size_t by,
                                int nc, float *s, size_t ls);
 
-// AVX-512 VNNI GEMMs (gemm_vnni.c; the gemm contract in quant.h: q8_0, q4_K, q5_K and q6_K equal
-// to the _ref dot products to the bit, as the AMX ones), for CPUs without AMX (q5_K, q6_K: with
-// it too); entered only where
+// AVX-512 VNNI GEMMs (gemm_vnni.c; the gemm contract in quant.h: every one equal to the _ref dot
+// products to the bit, as the AMX ones), for CPUs without AMX (all but q8_0 and q4_K: with it
+// too); entered only where
 // ft_gemm_vnni_supported() (AVX-512 F, BW, VL, DQ and VNNI; F16C comes with AVX2's check).
 bool ft_gemm_vnni_supported(void);
 void ft_gemm_q8_0_vnni(int64_t n, const void *x, size_t bx, int nr, const void *y, size_t by, int nc, float *s,
@@ -86,6 +86,15 @@ void ft_gemm_q5_K_vnni(int64_t n, const void *x, size_t bx, int nr, const void *
                        size_t ls);
 void ft_gemm_q6_K_vnni(int64_t n, const void *x, size_t bx, int nr, const void *y, size_t by, int nc, float *s,
                        size_t ls);
+// the 32-element formats of q8_0 activations, the same way (q8_0's GEMM on their codes)
+void ft_gemm_q4_0_vnni(int64_t n, const void *x, size_t bx, int nr, const void *y, size_t by, int nc, float *s,
+                       size_t ls);
+void ft_gemm_q5_0_vnni(int64_t n, const void *x, size_t bx, int nr, const void *y, size_t by, int nc, float *s,
+                       size_t ls);
+void ft_gemm_iq4_nl_vnni(int64_t n, const void *x, size_t bx, int nr, const void *y, size_t by, int nc, float *s,
+                         size_t ls);
+void ft_gemm_mxfp4_vnni(int64_t n, const void *x, size_t bx, int nr, const void *y, size_t by, int nc, float *s,
+                        size_t ls);
 
 // The AVX-512 BF16 GEMM (gemm_bf16.c; bf16 within n * 2^-24 * sum |x_i y_i| of the reference,
 // as the AMX one), for CPUs without AMX-BF16; entered only where ft_gemm_bf16_avx512_supported().

@@ -1,5 +1,6 @@
-// gemm_vnni.c: prefill GEMMs with AVX-512 VNNI for q8_0, q4_K, q5_K and q6_K weights, for CPUs
-// without AMX (see dot.h); q5_K and q6_K also where there is AMX, which has no GEMM for them.
+// gemm_vnni.c: prefill GEMMs with AVX-512 VNNI for q8_0, q4_0, q5_0, iq4_nl, mxfp4, q4_K, q5_K and
+// q6_K weights, for CPUs without AMX (see dot.h); all but q8_0 and q4_K also where there is AMX,
+// which has no GEMM for them.
 //
 // Entered only through ft_quant_ops_find() after ops.c has seen the CPU support AVX-512 VNNI
 // (with F, BW, VL, DQ and F16C). Like the AMX GEMMs the integer sums are exact and the float
@@ -11,13 +12,15 @@
 // so one VPDPBUSD adds a weight row's 4 codes (broadcast) times 16 tokens' 4 codes. The
 // weights are read in place, ROWS rows at a time, into a small buffer of unsigned codes (q4_K:
 // its nibbles unpacked; q8_0: its codes plus 128, since VPDPBUSD's first operand is unsigned,
-// the 128 * (sum of the token's codes) then subtracted from each block's sum). Per block the
+// the 128 * (sum of the token's codes) then subtracted from each block's sum; the other
+// 32-element formats likewise with their own offsets, below). Per block the
 // ROWS x 16 exact sums take the reference's float steps, 16 tokens to a register.
 // Thread-safe: each thread packs into its own scratch.
 #include "dot.h"
 #include "gemm_shared.h"
 #include "quant.h"
 #include "codec.h"
+#include "tables.h"
 #include "fp16.h"
 #include "../util/util.h"
 
@@ -111,7 +114,8 @@ static void zero_row(uint8_t *q, size_t row_bytes, void *scales, size_t scale_by
 
 enum { Q8_GROUPS = QK8_0 / GROUP, Q8_PACKED = Q8_GROUPS * 64 + 2 * LANES * 4 };
 
-static VNNI_TARGET void pack_q8_0(uint8_t *dst, const void *y, size_t by, int c0, int nc, int64_t nb) {
+// off: the weights' code offset (their codes are value + off), taken off at the block's start.
+static VNNI_TARGET void pack_q8_0(uint8_t *dst, const void *y, size_t by, int c0, int nc, int64_t nb, int off) {
     if (c0 + LANES > nc) memset(dst, 0, (size_t)nb * Q8_PACKED); // lanes past the last token
     for (int64_t b = 0; b < nb; b++) {
         uint8_t *p = dst + (size_t)b * Q8_PACKED;
@@ -125,7 +129,7 @@ static VNNI_TARGET void pack_q8_0(uint8_t *dst, const void *y, size_t by, int c0
                 sum += yb->qs[k];
             for (int g = 0; g < Q8_GROUPS; g++)
                 memcpy(p + g * 64 + l * GROUP, yb->qs + g * GROUP, GROUP);
-            start[l] = -128 * sum;
+            start[l] = -off * sum;
             d[l] = ft_fp16_to_fp32(yb->d);
         }
     }
@@ -187,10 +191,83 @@ VNNI_TARGET void ft_gemm_q8_0_vnni(int64_t n, const void *x, size_t bx, int nr, 
         return;
     }
     float *ws;
-#define PACK_Q8_0(dst, c0) pack_q8_0(dst, y, by, c0, nc, nb)
+#define PACK_Q8_0(dst, c0) pack_q8_0(dst, y, by, c0, nc, nb, 128)
     GEMM_LOOP(QK8_0, (size_t)nb * Q8_PACKED, PACK_Q8_0, rows_q8_0, kernel_q8_0);
 #undef PACK_Q8_0
 }
+
+// ---------------------------------------------------------------------------------------------
+// q4_0, q5_0, iq4_nl, mxfp4 x q8_0: q8_0's GEMM on each format's codes made unsigned (q4_0: the
+// nibble, offset 8; q5_0: nibble and fifth bit, offset 16; iq4_nl and mxfp4: the code book's
+// value plus 128) and its block scale as a float, so the exact integer sum is the reference's
+// and so are the float steps ((dx * dy) * isum: the products commute exactly). Every token count
+// takes the vectors (no few-token path: the same bits, and these formats have none of their own).
+
+// Element j of a 32-element nibble block: qs[j] & 15 for j < 16, qs[j - 16] >> 4 after.
+static inline VNNI_TARGET __m256i nibbles32(const uint8_t qs[16]) {
+    const __m128i v = _mm_loadu_si128((const __m128i *)qs), m15 = _mm_set1_epi8(0x0f);
+    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m15), _mm_and_si128(v, m15));
+}
+
+// A code book (16 int8 values) plus 128, as a lookup table for _mm256_shuffle_epi8.
+static inline VNNI_TARGET __m256i book_plus_128(const int8_t book[16]) {
+    const __m128i b = _mm_add_epi8(_mm_loadu_si128((const __m128i *)book), _mm_set1_epi8((char)0x80));
+    return _mm256_broadcastsi128_si256(b);
+}
+
+// The decoders of ROWS rows (rows past nr: zero codes and scales), each block's 32 unsigned codes
+// and float scale.
+#define ROWS_32(NAME, BLOCK_T, CODES, SCALE)                                                                \
+    static VNNI_TARGET void NAME(uint8_t *wq, float *wd, const uint8_t *x, size_t bx, int nr, int64_t nb) { \
+        for (int r = 0; r < ROWS; r++) {                                                                    \
+            uint8_t *q = wq + (size_t)r * nb * 32;                                                          \
+            if (r >= nr) {                                                                                  \
+                zero_row(q, (size_t)nb * 32, wd, sizeof(wd[0]), r, nb);                                     \
+                continue;                                                                                   \
+            }                                                                                               \
+            const BLOCK_T *xb = (const BLOCK_T *)(x + (size_t)r * bx);                                      \
+            for (int64_t b = 0; b < nb; b++) {                                                              \
+                _mm256_storeu_si256((__m256i *)(q + b * 32), CODES);                                        \
+                wd[b * ROWS + r] = SCALE;                                                                   \
+            }                                                                                               \
+        }                                                                                                   \
+    }
+
+ROWS_32(rows_q4_0, block_q4_0, nibbles32(xb[b].qs), _cvtsh_ss(xb[b].d))
+
+// q5_0's fifth bits: bit j of qh for element j, spread to bit 4 of byte j.
+static inline VNNI_TARGET __m256i q5_0_codes(const block_q5_0 *b) {
+    uint32_t h;
+    memcpy(&h, b->qh, sizeof(h));
+    const __m256i bits = _mm256_set1_epi32((int)h);
+    // byte j of `pick` selects the byte of h holding bit j; the mask then tests its bit
+    const __m256i pick = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3,
+                                          3, 3, 3, 3, 3, 3);
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+    const __m256i hb = _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(bits, pick), bit), bit);
+    return _mm256_or_si256(nibbles32(b->qs), _mm256_and_si256(hb, _mm256_set1_epi8(0x10)));
+}
+ROWS_32(rows_q5_0, block_q5_0, q5_0_codes(&xb[b]), _cvtsh_ss(xb[b].d))
+ROWS_32(rows_iq4_nl, block_iq4_nl, _mm256_shuffle_epi8(book_plus_128(ft_kvalues_iq4nl), nibbles32(xb[b].qs)),
+        _cvtsh_ss(xb[b].d))
+ROWS_32(rows_mxfp4, block_mxfp4, _mm256_shuffle_epi8(book_plus_128(ft_kvalues_mxfp4), nibbles32(xb[b].qs)),
+        ft_e8m0_to_fp32_half(xb[b].e))
+#undef ROWS_32
+
+#define GEMM_32(NAME, ROWS_FN, OFF)                                                                          \
+    VNNI_TARGET void NAME(int64_t n, const void *x, size_t bx, int nr, const void *y, size_t by, int nc,    \
+                          float *s, size_t ls) {                                                           \
+        float *ws;                                                                                          \
+        const int off = (OFF);                                                                              \
+        GEMM_LOOP(32, (size_t)nb * Q8_PACKED, PACK_32, ROWS_FN, kernel_q8_0);                               \
+    }
+#define PACK_32(dst, c0) pack_q8_0(dst, y, by, c0, nc, nb, off)
+GEMM_32(ft_gemm_q4_0_vnni, rows_q4_0, 8)
+GEMM_32(ft_gemm_q5_0_vnni, rows_q5_0, 16)
+GEMM_32(ft_gemm_iq4_nl_vnni, rows_iq4_nl, 128)
+GEMM_32(ft_gemm_mxfp4_vnni, rows_mxfp4, 128)
+#undef PACK_32
+#undef GEMM_32
 
 // ---------------------------------------------------------------------------------------------
 // K-quants x q8_K

@@ -54,6 +54,16 @@ bool ft_quant_zen4(void) {
     return family == 0x19 && __builtin_cpu_supports("avx512f"); // Zen 3 is 0x19 too, without AVX-512
 }
 
+// The VNNI GEMMs of the formats AMX has no tiles for (used with and without AMX).
+static void set_vnni_only_gemms(void) {
+    g_ops[FT_TYPE_Q4_0].gemm = ft_gemm_q4_0_vnni;
+    g_ops[FT_TYPE_Q5_0].gemm = ft_gemm_q5_0_vnni;
+    g_ops[FT_TYPE_IQ4_NL].gemm = ft_gemm_iq4_nl_vnni;
+    g_ops[FT_TYPE_MXFP4].gemm = ft_gemm_mxfp4_vnni;
+    g_ops[FT_TYPE_Q5_K].gemm = ft_gemm_q5_K_vnni;
+    g_ops[FT_TYPE_Q6_K].gemm = ft_gemm_q6_K_vnni;
+}
+
 static void ops_init(void) {
     const char *force = ft_env_str(FT_ENV_SIMD);
     if (force && strcmp(force, "scalar") == 0) return;
@@ -121,10 +131,7 @@ static void ops_init(void) {
         g_ops[FT_TYPE_Q4_K].gemm = ft_gemm_q4_K_amx;
         if (ft_amx_has_bf16()) g_ops[FT_TYPE_BF16].gemm = ft_gemm_bf16_amx;
         g_ops[FT_TYPE_Q8_0].gemm = ft_gemm_q8_0_amx;
-        if (ft_gemm_vnni_supported()) { // AMX has no tiles for these; the same bits either way
-            g_ops[FT_TYPE_Q5_K].gemm = ft_gemm_q5_K_vnni;
-            g_ops[FT_TYPE_Q6_K].gemm = ft_gemm_q6_K_vnni;
-        }
+        if (ft_gemm_vnni_supported()) set_vnni_only_gemms(); // AMX has no tiles for these; the same bits either way
         return;
     }
     // Without AMX (or with it turned off), the VNNI GEMMs: the same bits as AMX's, by the same
@@ -133,8 +140,7 @@ static void ops_init(void) {
     g_gemm = "vnni";
     g_ops[FT_TYPE_Q4_K].gemm = ft_gemm_q4_K_vnni;
     g_ops[FT_TYPE_Q8_0].gemm = ft_gemm_q8_0_vnni;
-    g_ops[FT_TYPE_Q5_K].gemm = ft_gemm_q5_K_vnni;
-    g_ops[FT_TYPE_Q6_K].gemm = ft_gemm_q6_K_vnni;
+    set_vnni_only_gemms();
     if (ft_gemm_bf16_avx512_supported()) g_ops[FT_TYPE_BF16].gemm = ft_gemm_bf16_avx512;
 }
 
