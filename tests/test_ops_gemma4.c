@@ -144,17 +144,23 @@ TEST(ops_rope_freq_factors) {
 }
 
 // GELU as ggml's CPU computes it (gate rounded to f16, its GELU from the f16 table) against GELU's
-// tanh form in double, within two f16 roundings; the ends past +-10.
+// tanh form in double, within two f16 roundings; the table's value equal to its float
+// computation bit for bit; the ends past +-10.
 TEST(ops_geglu_matches_gelu) {
+    cpu_gelu_table_init(); // (the CPU backend's init fills it; no backend here)
     ft_rng r = ft_rng_init(4);
     double worst = 0;
+    int table_off = 0;
     for (int i = 0; i < 20000; i++) {
         float g = ft_rng_normal(&r) * 4.0f, u = ft_rng_normal(&r);
+        float direct = cpu_gelu_f16(ft_fp16_to_fp32(ft_fp32_to_fp16(g))) * u;
+        table_off += fabsf(g) < 10.0f && memcmp(&direct, &(float){cpu_glu(FT_GLU_GELU, g, u)}, sizeof(float)) != 0;
         double want = gelu(g) * u, got = cpu_glu(FT_GLU_GELU, g, u);
         double err = fabs(got - want) / fmax(fabs(u) * 1e-2, fabs(want));
         worst = fmax(worst, err);
     }
     CHECK(worst < 3e-3, "worst relative difference %g", worst);
+    CHECK(table_off == 0, "%d gates' table values differ from their computation", table_off);
     CHECK(cpu_glu(FT_GLU_GELU, -10.0f, 3.0f) == 0.0f && cpu_glu(FT_GLU_GELU, -50.0f, 3.0f) == 0.0f);
     CHECK(cpu_glu(FT_GLU_GELU, 10.0f, 3.0f) == 30.0f && cpu_glu(FT_GLU_GELU, 12.5f, -2.0f) == -25.0f);
     // not SiLU: at 1, GELU is 0.841, SiLU 0.731

@@ -2,6 +2,7 @@
 #include "cpu_impl.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -359,7 +360,19 @@ static const ft_backend_ops g_cpu_ops = {
 
 unsigned ft_backend_cpu_features(void) { return g_cpu_ops.features; }
 
+float cpu_gelu_f16_table[1 << 16];
+
+static void gelu_table_fill(void) {
+    for (uint32_t h = 0; h < (1u << 16); h++) cpu_gelu_f16_table[h] = cpu_gelu_f16(ft_fp16_to_fp32((ft_half)h));
+}
+
+void cpu_gelu_table_init(void) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, gelu_table_fill);
+}
+
 ft_backend *ft_backend_cpu_init(int n_threads, bool reference) {
+    cpu_gelu_table_init();
     cpu_backend *c = ft_calloc(1, sizeof(*c));
     c->base.ops = &g_cpu_ops;
     c->base.placement = FT_PLACEMENT_CPU;

@@ -151,15 +151,24 @@ static inline float cpu_swiglu_oai(float gate, float up) {
     return g / (1.0f + expf(FT_SWIGLU_OAI_ALPHA * -g)) * (u + 1.0f);
 }
 
+// GELU's tanh form of every f16 value, rounded to f16 (ggml's table): filled by
+// ft_backend_cpu_init, before any op runs.
+extern float cpu_gelu_f16_table[1 << 16];
+void cpu_gelu_table_init(void);
+
+// GELU's tanh form of x rounded to f16, as the table holds it.
+static inline float cpu_gelu_f16(float x) {
+    const float coef_a = 0.044715f, sqrt_2_over_pi = 0.79788456080286535587989211986876f;
+    float gelu = 0.5f * x * (1.0f + tanhf(sqrt_2_over_pi * x * (1.0f + coef_a * x * x)));
+    return ft_fp16_to_fp32(ft_fp32_to_fp16(gelu));
+}
+
 // ggml's CPU GELU of a gate times an up value (geglu): the gate rounded to f16 and looked up in
 // its table of GELU's tanh form rounded to f16; past +-10 the gate itself or 0.
 static inline float cpu_geglu(float gate, float up) {
     if (gate <= -10.0f) return 0.0f;
     if (gate >= 10.0f) return gate * up;
-    const float coef_a = 0.044715f, sqrt_2_over_pi = 0.79788456080286535587989211986876f;
-    float g = ft_fp16_to_fp32(ft_fp32_to_fp16(gate));
-    float gelu = 0.5f * g * (1.0f + tanhf(sqrt_2_over_pi * g * (1.0f + coef_a * g * g)));
-    return ft_fp16_to_fp32(ft_fp32_to_fp16(gelu)) * up;
+    return cpu_gelu_f16_table[ft_fp32_to_fp16(gate)] * up;
 }
 
 // The gated activation act(gate, up) of ft_glu.
