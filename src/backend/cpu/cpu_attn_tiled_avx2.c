@@ -28,7 +28,7 @@
 
 #include "cpu_avx2.h"
 
-enum { ROWS = 64, KEYS = 64 };
+enum { ROWS = CPU_ATTN_TILE_ROWS, KEYS = CPU_ATTN_TILE_KEYS };
 
 // The register tiles' loops fully unrolled (their accumulators then stay in registers).
 #if defined(__clang__)
@@ -116,6 +116,19 @@ static inline void row_to_f32(const uint8_t *src, float *dst, int hd) {
         _mm256_storeu_ps(dst + d, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + 2 * (size_t)d))));
 }
 
+void cpu_attn_tiled_load_block(const ft_attn_params *p, int hk, int k0, int nk, float *kb, float *vb, int64_t *off,
+                               int64_t *walked) {
+    const int hd = p->head_dim;
+    const size_t krow = ft_row_bytes(p->k_cache->type, hd), vrow = ft_row_bytes(p->v_cache->type, hd);
+    for (int i = 0; i < nk; i++) {
+        size_t row = (size_t)ft_kv_row_walk(p->blocks, k0 + i, off, walked);
+        row_to_f32((const uint8_t *)p->k_cache->data + row * p->k_cache->row_bytes + hk * krow, kb + (size_t)i * hd,
+                   hd);
+        row_to_f32((const uint8_t *)p->v_cache->data + row * p->v_cache->row_bytes + hk * vrow, vb + (size_t)i * hd,
+                   hd);
+    }
+}
+
 typedef struct {
     cpu_backend *c;
     const ft_attn_params *p;
@@ -133,7 +146,6 @@ static void tiled_worker(void *ctx, int ith, int nth) {
     float *S = vb + (size_t)KEYS * hd;                                 // (ROWS, KEYS): scores, then P
     float M[ROWS], L[ROWS]; // per row: the running maximum and softmax denominator
     int qpos[ROWS];         // per row: its token's position
-    const size_t krow = ft_row_bytes(p->k_cache->type, hd), vrow = ft_row_bytes(p->v_cache->type, hd);
     const float *sinks = cpu_attn_sinks(p);
 
     const int n_tiles = (p->n_tok + tt - 1) / tt;
@@ -153,21 +165,11 @@ static void tiled_worker(void *ctx, int ith, int nth) {
             qpos[r] = r < nr ? p->pos0 + t0 + r / group : -1;
         }
         const int first = p->pos0 + t0, last = p->pos0 + t0 + nt - 1;
-        // key blocks start at multiples of KEYS whatever the tile's first query, so a query's sums
-        // do not depend on the tile (or call) that holds it: a prompt chunk resumed after a
-        // reused prefix is tiled from another start (batch.h)
-        const int kmin = p->window > 0 ? FT_MAX(0, first - p->window + 1) / KEYS * KEYS : 0;
         int64_t off = 0, walked = -1;
-        for (int k0 = kmin; k0 <= last; k0 += KEYS) {
+        for (int k0 = cpu_attn_tiled_first_key(p, first); k0 <= last; k0 += KEYS) {
             // scores in steps of 4 keys, the softmax in vectors of 8 (KEYS is a multiple of both)
             const int nk = FT_MIN(KEYS, last - k0 + 1), nk4 = (nk + 3) & ~3, nk8 = (nk + 7) & ~7;
-            for (int i = 0; i < nk; i++) {
-                size_t row = (size_t)ft_kv_row_walk(p->blocks, k0 + i, &off, &walked);
-                row_to_f32((const uint8_t *)p->k_cache->data + row * p->k_cache->row_bytes + hk * krow,
-                           kb + (size_t)i * hd, hd);
-                row_to_f32((const uint8_t *)p->v_cache->data + row * p->v_cache->row_bytes + hk * vrow,
-                           vb + (size_t)i * hd, hd);
-            }
+            cpu_attn_tiled_load_block(p, hk, k0, nk, kb, vb, &off, &walked);
             memset(kb + (size_t)nk * hd, 0, (size_t)(nk4 - nk) * hd * sizeof(float));
             memset(vb + (size_t)nk * hd, 0, (size_t)(nk4 - nk) * hd * sizeof(float));
             scores(q, kb, nr4, nk4, hd, p->scale, S);

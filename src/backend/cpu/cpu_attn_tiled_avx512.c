@@ -26,7 +26,7 @@
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")
 #endif
 
-enum { ROWS = 64, KEYS = 64, RV = ROWS / 16 };
+enum { ROWS = CPU_ATTN_TILE_ROWS, KEYS = CPU_ATTN_TILE_KEYS, RV = ROWS / 16 };
 
 // The register tiles' loops fully unrolled (their accumulators then stay in registers).
 #if defined(__clang__)
@@ -122,12 +122,6 @@ static void add_values(const float *PT, const float *vb, int nk, int hd, float *
     }
 }
 
-// An f16 row of hd (a multiple of 16) to f32.
-static inline void row_to_f32(const uint8_t *src, float *dst, int hd) {
-    for (int d = 0; d < hd; d += 16)
-        _mm512_storeu_ps(dst + d, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(src + 2 * (size_t)d))));
-}
-
 typedef struct {
     cpu_backend *c;
     const ft_attn_params *p;
@@ -144,7 +138,6 @@ static void tiled_worker(void *ctx, int ith, int nth) {
     float *vb = kb + (size_t)KEYS * hd;                                   // (KEYS, hd)
     float *ST = vb + (size_t)KEYS * hd;                                   // (KEYS, ROWS): scores, then P
     float row[1024];                                                      // one row's sums (hd <= 1024)
-    const size_t krow = ft_row_bytes(p->k_cache->type, hd), vrow = ft_row_bytes(p->v_cache->type, hd);
     const float *sinks = cpu_attn_sinks(p);
     const __m512 neg_inf = _mm512_set1_ps(-INFINITY), one = _mm512_set1_ps(1.0f);
 
@@ -175,18 +168,10 @@ static void tiled_worker(void *ctx, int ith, int nth) {
             qlo[v] = _mm512_loadu_si512(lo);
         }
         const int first = p->pos0 + t0, last = p->pos0 + t0 + nt - 1;
-        // blocks start at multiples of KEYS whatever the tile's first query (see the top)
-        const int kmin = p->window > 0 ? FT_MAX(0, first - p->window + 1) / KEYS * KEYS : 0;
         int64_t off = 0, walked = -1;
-        for (int k0 = kmin; k0 <= last; k0 += KEYS) {
+        for (int k0 = cpu_attn_tiled_first_key(p, first); k0 <= last; k0 += KEYS) {
             const int nk = FT_MIN(KEYS, last - k0 + 1);
-            for (int i = 0; i < nk; i++) {
-                size_t r = (size_t)ft_kv_row_walk(p->blocks, k0 + i, &off, &walked);
-                row_to_f32((const uint8_t *)p->k_cache->data + r * p->k_cache->row_bytes + hk * krow,
-                           kb + (size_t)i * hd, hd);
-                row_to_f32((const uint8_t *)p->v_cache->data + r * p->v_cache->row_bytes + hk * vrow,
-                           vb + (size_t)i * hd, hd);
-            }
+            cpu_attn_tiled_load_block(p, hk, k0, nk, kb, vb, &off, &walked);
             scores(qT, kb, nk, hd, p->scale, ST);
             for (int v = 0; v < RV; v++) {
                 // the keys each row sees: [its window's start, its own position]

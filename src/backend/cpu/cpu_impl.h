@@ -104,6 +104,19 @@ bool cpu_attention_fast(cpu_backend *c, const ft_attn_params *p, bool tiled);
 // per-thread workspace.
 bool cpu_attention_tiled(cpu_backend *c, const ft_attn_params *p);
 size_t cpu_attn_tiled_ws_floats(int head_dim);
+// Both tiled kernels' tiles: up to CPU_ATTN_TILE_ROWS query rows against blocks of
+// CPU_ATTN_TILE_KEYS keys that start at multiples of it whatever the tile's first query, so a
+// query's sums do not depend on the tile (or call) that holds it: a prompt chunk resumed after a
+// reused prefix is tiled from another start (batch.h).
+enum { CPU_ATTN_TILE_ROWS = 64, CPU_ATTN_TILE_KEYS = 64 };
+// The first key of the first block a tile whose first query sits at position `first` sees.
+static inline int cpu_attn_tiled_first_key(const ft_attn_params *p, int first) {
+    return p->window > 0 ? FT_MAX(0, first - p->window + 1) / CPU_ATTN_TILE_KEYS * CPU_ATTN_TILE_KEYS : 0;
+}
+// Keys k0 .. k0 + nk - 1 of KV head hk (found through the block table: off and walked as
+// ft_kv_row_walk's, -1 before the first call) as f32 rows of head_dim: K into kb, V into vb.
+void cpu_attn_tiled_load_block(const ft_attn_params *p, int hk, int k0, int nk, float *kb, float *vb, int64_t *off,
+                               int64_t *walked);
 // cpu_attn_tiled_avx512.c: the same tiles and blocks with the rows in 16-lane vectors, for
 // cpu_has_avx512 (the same workspace).
 bool cpu_attention_tiled_avx512(cpu_backend *c, const ft_attn_params *p);
