@@ -813,8 +813,8 @@ static void expert_matvec(cuda_backend *c, const ft_tensor *w, const float *x, i
 // the CPU experts where it can: returns whether it did.
 static bool route_on_device(cuda_backend *c, const ft_moe_params *p, const float *x, int n_tok, bool to_cpu) {
     int k = p->n_expert_used;
-    // the router reads its own input where the layer has one (gemma4); cpu mode's export sends
-    // the router's input as the experts' (engine_plan keeps such layers off it)
+    // the router reads its own input where the layer has one (gemma4); the export would send
+    // that input as the experts', so cuda_moe_ffn does not ask for it there (the meeting does)
     FT_ASSERT(!(to_cpu && p->router_x));
     if (p->router_x) x = p->router_x;
     const float *bias = NULL;
