@@ -25,7 +25,7 @@
 // Loads: blocks sit back to back, so a block is 4-byte aligned only when its size is a
 // multiple of 4 (q4_1, q5_1, q4_K, q5_K, iq4_xs), 2-byte aligned for the even sizes and
 // 1-byte for mxfp4; the loads below use the widest access each format allows (vecdot_q.cuh's
-// ld_w1 / ld_w2 / ld_w4, and 16-byte loads of the q4_K / q5_K code bytes, which sit at a
+// ld_mxfp4 / ld_w2 / ld_w4, and 16-byte loads of the q4_K / q5_K code bytes, which sit at a
 // 16-byte offset of 16-byte multiple blocks).
 #ifndef FT_GEMM_Q_CUH
 #define FT_GEMM_Q_CUH
@@ -63,8 +63,7 @@ __device__ __forceinline__ void gq_lut(const int v[4], uint32_t t0, uint32_t t1,
                                        int code[8]) {
 #pragma unroll
     for (int i = 0; i < 4; i++) {
-        code[i] = lut16((uint32_t)v[i] & GQ_M4, t0, t1, t2, t3);
-        code[4 + i] = lut16(((uint32_t)v[i] >> 4) & GQ_M4, t0, t1, t2, t3);
+        lut16x8((uint32_t)v[i], t0, t1, t2, t3, &code[i], &code[4 + i]);
     }
 }
 
@@ -154,12 +153,10 @@ template <> struct gq<FT_TYPE_MXFP4> {
     static constexpr int QK = QK_MXFP4, BB = sizeof(block_mxfp4), SUB = 32;
     static constexpr bool HAS_MIN = false;
     static __device__ __forceinline__ void unit(const uint8_t *blk, int u, int code[8], float sc[2], float *mn) {
-        const block_mxfp4 *b = (const block_mxfp4 *)blk;
         int v[4];
-#pragma unroll
-        for (int i = 0; i < 4; i++) v[i] = ld_w1(b->qs, i);
+        const uint8_t e = ld_mxfp4(blk, v);
         gq_lut(v, MXFP4_T0, MXFP4_T1, MXFP4_T2, MXFP4_T3, code);
-        sc[0] = ft_e8m0_to_fp32_half(b->e);
+        sc[0] = ft_e8m0_to_fp32_half(e);
         *mn = 0.0f;
     }
 };

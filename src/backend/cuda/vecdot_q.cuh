@@ -20,7 +20,8 @@
 //
 // Alignment: blocks are packed back to back, so a block starts 4-byte aligned only when its
 // size is a multiple of 4 (q4_1, q5_1, q2_K, q4_K, q5_K, iq4_xs), 2-byte for the even sizes
-// (q4_0, q5_0, q8_0, q3_K, q6_K, iq4_nl) and 1-byte for mxfp4 (17 bytes).
+// (q4_0, q5_0, q8_0, q3_K, q6_K, iq4_nl) and 1-byte for mxfp4 (17 bytes: read as the aligned
+// words around the block, vd_mxfp4).
 #ifndef FT_VECDOT_Q_CUH
 #define FT_VECDOT_Q_CUH
 
@@ -32,11 +33,6 @@
 
 // ---------------------------------------------------------------------------------------------
 // Loads of one 32-bit word at byte offset 4 * i from p, by the alignment p is known to have.
-
-__device__ __forceinline__ int ld_w1(const uint8_t *p, int i) {
-    p += 4 * i;
-    return (int)((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24);
-}
 
 __device__ __forceinline__ int ld_w2(const uint8_t *p, int i) {
     const uint16_t *q = (const uint16_t *)p + 2 * i;
@@ -64,17 +60,19 @@ __device__ __forceinline__ int spread4_bit4(uint32_t b) {
     return (int)(((b & 1u) << 4) | ((b & 2u) << 11) | ((b & 4u) << 18) | ((b & 8u) << 25));
 }
 
-// Table lookup of 4 nibble codes (one per byte of idx, each 0..15) in a 16-byte code book
-// held as 4 words t0..t3. __byte_perm picks bytes with 3-bit selectors, so we look up the low
-// 3 bits in both halves of the table and pick the half by bit 3 of each code.
-__device__ __forceinline__ int lut16(uint32_t idx, uint32_t t0, uint32_t t1, uint32_t t2,
-                                     uint32_t t3) {
-    // one selector nibble per output byte
-    const uint32_t sel = (idx & 0xFu) | ((idx >> 4) & 0xF0u) | ((idx >> 8) & 0xF00u) | ((idx >> 12) & 0xF000u);
-    const uint32_t lo = __byte_perm(t0, t1, sel);
-    const uint32_t hi = __byte_perm(t2, t3, sel);
-    const uint32_t m = ((idx >> 3) & 0x01010101u) * 0xFFu; // 0xFF in bytes whose code >= 8
-    return (int)((lo & ~m) | (hi & m));
+// Table lookup of the 8 nibble codes of a word of a 32-element block (the low nibbles are
+// elements 4i..4i+3, the high ones 16+4i..) in a 16-entry code book held as 4 words t0..t3
+// (byte k of word j = entry 4j + k): *lo gets the low nibbles' entries, *hi the high ones'.
+// __byte_perm selects with the low 3 bits of each selector nibble, so each half of the book
+// is looked up with the codes themselves, bit 3 of each code picks the half, and the bytes,
+// which come out in nibble order (element 0, 16, 1, 17, ...), are then sorted apart.
+__device__ __forceinline__ void lut16x8(uint32_t q, uint32_t t0, uint32_t t1, uint32_t t2, uint32_t t3,
+                                        int *lo, int *hi) {
+    const uint32_t half = 0x32103210u | ((q & 0x88888888u) >> 1); // byte k from the upper half where code k >= 8
+    const uint32_t r0 = __byte_perm(__byte_perm(t0, t1, q), __byte_perm(t2, t3, q), half);
+    const uint32_t r1 = __byte_perm(__byte_perm(t0, t1, q >> 16), __byte_perm(t2, t3, q >> 16), half >> 16);
+    *lo = (int)__byte_perm(r0, r1, 0x6420);
+    *hi = (int)__byte_perm(r0, r1, 0x7531);
 }
 
 // Code books as words (byte k of word j = entry 4j + k), mirroring tables.h.
@@ -223,8 +221,10 @@ __device__ __forceinline__ int lut_dot(const int v[2], const int u[4], uint32_t 
     int s = 0;
 #pragma unroll
     for (int i = 0; i < 2; i++) {
-        s = dp4a(lut16((uint32_t)v[i] & M4, t0, t1, t2, t3), u[i], s);
-        s = dp4a(lut16(((uint32_t)v[i] >> 4) & M4, t0, t1, t2, t3), u[2 + i], s);
+        int lo, hi;
+        lut16x8((uint32_t)v[i], t0, t1, t2, t3, &lo, &hi);
+        s = dp4a(lo, u[i], s);
+        s = dp4a(hi, u[2 + i], s);
     }
     return s;
 }
@@ -241,17 +241,45 @@ __device__ __forceinline__ float vd_iq4_nl(const uint8_t *blk, const block_q8_1 
     return iq4_nl_math(v, u, ld_half(&b->d), ld_d8(y));
 }
 
-// mxfp4: x = 2^(e-128) * doubled E2M1 value.
-__device__ __forceinline__ float mxfp4_math(const int v[2], const int u[4], float d, float d8) {
-    return d * d8 * (float)lut_dot(v, u, MXFP4_T0, MXFP4_T1, MXFP4_T2, MXFP4_T3);
+// mxfp4: x = 2^(e-128) * doubled E2M1 value, over a whole block (v: its 4 code words, u: the
+// 8 activation words).
+__device__ __forceinline__ float mxfp4_math(const int v[4], const int u[8], float d, float d8) {
+    int s = 0;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        int lo, hi;
+        lut16x8((uint32_t)v[i], MXFP4_T0, MXFP4_T1, MXFP4_T2, MXFP4_T3, &lo, &hi);
+        s = dp4a(lo, u[i], s);
+        s = dp4a(hi, u[4 + i], s);
+    }
+    return d * d8 * (float)s;
 }
 
+// The scale and the 4 code words of a 17-byte mxfp4 block, which may start at any byte: the 5
+// aligned words that cover it are loaded and the fields shifted out of them (5 loads instead of
+// 17 byte loads). The last word may reach up to 3 bytes past the block, never past the 4-byte
+// granule that holds the block's last byte.
+__device__ __forceinline__ uint8_t ld_mxfp4(const uint8_t *blk, int v[4]) {
+    const uint32_t *w = (const uint32_t *)((uintptr_t)blk & ~(uintptr_t)3);
+    const int sh = (int)((uintptr_t)blk & 3) * 8;
+    uint32_t a[5];
+#pragma unroll
+    for (int i = 0; i < 5; i++) a[i] = w[i];
+#pragma unroll
+    for (int i = 0; i < 4; i++) v[i] = (int)__funnelshift_rc(a[i], a[i + 1], sh + 8);
+    return (uint8_t)(a[0] >> sh);
+}
+
+// A whole block per call (one part: its 5 word loads serve 32 elements).
+enum { NPART_MXFP4 = 1 };
+
 __device__ __forceinline__ float vd_mxfp4(const uint8_t *blk, const block_q8_1 *y, int part) {
-    const block_mxfp4 *b = (const block_mxfp4 *)blk;
-    const int v[2] = {ld_w1(b->qs, 2 * part), ld_w1(b->qs, 2 * part + 1)};
-    int u[4];
-    load_u32(y, part, u);
-    return mxfp4_math(v, u, ft_e8m0_to_fp32_half(b->e), ld_d8(y));
+    (void)part;
+    int v[4], u[8];
+    const uint8_t e = ld_mxfp4(blk, v);
+#pragma unroll
+    for (int i = 0; i < 8; i++) u[i] = ld_u(y, i);
+    return mxfp4_math(v, u, ft_e8m0_to_fp32_half(e), ld_d8(y));
 }
 
 // ---------------------------------------------------------------------------------------------
