@@ -263,6 +263,7 @@ static void bench_matvec(const char *filter, get_traits_fn llama) {
                         {"vnni", ft_vec_dot_tile_q8_0_vnni}}},
         {FT_TYPE_Q4_K, {{"avx2", ft_vec_dot_tile_q4_K_avx2}, {"avx512bw", ft_vec_dot_tile_q4_K_avx512},
                         {"vnni", ft_vec_dot_tile_q4_K_vnni}}},
+        {FT_TYPE_MXFP4, {{"avx2", ft_vec_dot_tile_mxfp4_avx2}, {NULL, NULL}, {"vnni", ft_vec_dot_tile_mxfp4_vnni}}},
     };
     __builtin_cpu_init();
     const bool has512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&

@@ -228,6 +228,7 @@ TEST(dot_ops_dispatch) {
     bool vnni = tiles512 && __builtin_cpu_supports("avx512vnni");
     CHECK((ft_quant_ops_find(FT_TYPE_Q8_0)->vec_dot_tile == ft_vec_dot_tile_q8_0_vnni) == vnni, "q8_0 tile");
     CHECK((ft_quant_ops_find(FT_TYPE_Q4_K)->vec_dot_tile == ft_vec_dot_tile_q4_K_vnni) == vnni, "q4_K tile");
+    CHECK((ft_quant_ops_find(FT_TYPE_MXFP4)->vec_dot_tile == ft_vec_dot_tile_mxfp4_vnni) == vnni, "mxfp4 tile");
     if (avx2 && !tiles512)
         CHECK(ft_quant_ops_find(FT_TYPE_Q8_0)->vec_dot_tile == ft_vec_dot_tile_q8_0_avx2 &&
                   ft_quant_ops_find(FT_TYPE_Q4_K)->vec_dot_tile == ft_vec_dot_tile_q4_K_avx2,
@@ -390,7 +391,7 @@ TEST(dot_tile_vs_rows) {
 }
 
 // 2c. Decode's tiles: one activation row and 1..9 weight rows, so kernels that take several
-// rows per pass (with AVX-512 VNNI q8_0 takes 4, q4_K 2) meet full groups and every tail; equal to
+// rows per pass (with AVX-512 VNNI q8_0 and mxfp4 take 4, q4_K 2) meet full groups and every tail; equal to
 // vec_dot to the bit, and the rows must land at their own places in the output.
 
 TEST(dot_tile_matvec_rows) {

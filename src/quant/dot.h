@@ -68,6 +68,10 @@ void ft_vec_dot_tile_q8_0_avx512(int64_t n, const void *x, size_t bx, int nr, co
 // AVX-512 VNNI: several weight rows per pass when the tile has one activation row.
 void ft_vec_dot_tile_q8_0_vnni(int64_t n, const void *x, size_t bx, int nr, const void *y, size_t by,
                                int nc, float *s, size_t ls);
+// The AVX-512 VNNI mxfp4 tile (same contract, bit-identical to the AVX2 one): several weight rows
+// per pass when the tile has one activation row; wider tiles are the AVX2 kernel's.
+void ft_vec_dot_tile_mxfp4_vnni(int64_t n, const void *x, size_t bx, int nr, const void *y, size_t by,
+                                int nc, float *s, size_t ls);
 // The AVX-512 VNNI q4_K tile (same contract, bit-identical to the AVX2 one): two weight rows per
 // pass when the tile has one activation row; wider tiles are the AVX-512BW kernel's.
 void ft_vec_dot_tile_q4_K_vnni(int64_t n, const void *x, size_t bx, int nr, const void *y, size_t by,

@@ -118,6 +118,7 @@ static void ops_init(void) {
         if (__builtin_cpu_supports("avx512vnni")) {
             g_ops[FT_TYPE_Q8_0].vec_dot_tile = ft_vec_dot_tile_q8_0_vnni;
             g_ops[FT_TYPE_Q4_K].vec_dot_tile = ft_vec_dot_tile_q4_K_vnni;
+            g_ops[FT_TYPE_MXFP4].vec_dot_tile = ft_vec_dot_tile_mxfp4_vnni;
         }
     }
     // Prefill's GEMMs on AMX tiles where the CPU and OS have them (FT_AMX=0 keeps them off, as
