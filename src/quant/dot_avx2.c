@@ -1156,9 +1156,6 @@ VNNI_TARGET void ft_vec_dot_tile_q8_0_vnni(int64_t n, const void *x, size_t bx, 
 // float steps are its own, in its order: the results are the same to the bit. About a third of
 // the AVX2 tile's vector instructions per block, which is what bounds that one in decode.
 
-#ifndef MXFP4_PREFETCH_ROWS
-#define MXFP4_PREFETCH_ROWS 4
-#endif
 // out[r] = x_r . y for the nr (1..MV_ROWS) weight rows x_r = x + r * bx.
 static inline __attribute__((always_inline)) VNNI_TARGET void
 matvec_vnni_mxfp4(int64_t n, const uint8_t *x, size_t bx, int nr, const block_q8_0 *y, float *out) {
@@ -1180,7 +1177,7 @@ matvec_vnni_mxfp4(int64_t n, const uint8_t *x, size_t bx, int nr, const block_q8
 #pragma GCC unroll 4
         for (int r = 0; r < nr; r++) {
             const block_mxfp4 *xr = (const block_mxfp4 *)(x + (size_t)r * bx);
-            prefetch_next_pass(xr + b, MXFP4_PREFETCH_ROWS * bx, 2 * sizeof(block_mxfp4));
+            prefetch_next_pass(xr + b, MV_ROWS * bx, 2 * sizeof(block_mxfp4));
             __m512i q = _mm512_inserti64x4(
                 _mm512_castsi256_si512(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)xr[b].qs))),
                 _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)xr[b + 1].qs)), 1);
