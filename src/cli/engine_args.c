@@ -31,6 +31,10 @@ static void gpu_flag(engine_args *a, const char *flag) {
 
 bool engine_args_take(engine_args *a, int argc, char **argv, int *i, bool *bad) {
     const char *flag = argv[*i];
+    if (args_flag(argv, *i, "--mmap") || args_flag(argv, *i, "--no-mmap")) {
+        a->weights_memory = !strcmp(flag, "--mmap") ? FT_WEIGHTS_MAPPED : FT_WEIGHTS_COPIED;
+        return true;
+    }
     if (args_flag(argv, *i, "--disable-moe-prefill-overlap")) {
         a->prefill_serial = true;
         gpu_flag(a, "--disable-moe-prefill-overlap");
@@ -123,6 +127,7 @@ bool engine_args_apply(const engine_args *a, ft_engine_params *p) {
     p->kv_reserve_tokens = a->kv_reserve_tokens;
     p->num_tokens = a->num_tokens;
     p->moe_prefill_serial = a->prefill_serial;
+    p->weights_memory = a->weights_memory;
     if (a->cuda_graph_max_bs >= 0) p->cuda_graph_max_bs = (int)a->cuda_graph_max_bs;
     p->moe_route_trace = a->route_trace;
 
@@ -165,6 +170,11 @@ void engine_args_usage(FILE *out, const engine_args *a) {
             "  --kv-cache-dtype T         f16 (default) or q8_0\n"
             "  --device D                 cuda or cpu\n"
             "                             (default: %s)\n"
+            "  --mmap, --no-mmap          the weights the CPU computes from (all on the CPU device, the\n"
+            "                             routed experts in cpu mode): --mmap reads them from the file's\n"
+            "                             mapping (less memory, slower decode), --no-mmap copies them into\n"
+            "                             memory in huge pages or fails (default: copied when they fit\n"
+            "                             the available memory with 1 GiB to spare, else mapped)\n"
             "GPU memory and MoE experts (CUDA device only):\n"
             "  --memory-ratio F           share of the GPU's free memory ft may use (default 0.9)\n"
             "  --gpu-memory-limit GIB     cap on everything ft allocates on the GPU (to play a smaller card)\n"

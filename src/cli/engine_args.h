@@ -34,6 +34,7 @@ typedef struct engine_args {
     double memory_ratio, gpu_memory_limit_gib;
     const char *kv_type, *device, *moe_backend, *pool_layout, *route_trace, *attn;
     bool prefill_serial;           // --disable-moe-prefill-overlap
+    enum ft_weights_memory weights_memory; // --mmap, --no-mmap (the later wins), else auto
     bool tp_size_given, attn_given;
     char gpu_flags[256];           // the GPU-only flags given, comma-separated (for the no-GPU notice)
 } engine_args;

@@ -15,6 +15,15 @@
 
 typedef struct ft_engine ft_engine;
 
+// Where the CPU reads the weights it computes from (the CPU device; cpu mode's experts):
+// streamed every decode step, they read faster from memory in huge pages than from the file's
+// 4 KiB pages (model.h: ft_model_copy_into_memory), at the price of the memory they take.
+enum ft_weights_memory {
+    FT_WEIGHTS_AUTO,   // copied when they fit the available memory with a GiB to spare, else mapped
+    FT_WEIGHTS_MAPPED, // the file's mapping (--mmap)
+    FT_WEIGHTS_COPIED, // copied; a plan whose copy does not fit is an error (--no-mmap)
+};
+
 typedef struct ft_engine_params {
     int n_threads;          // CPU threads (default: ft_engine_default_threads)
     int n_ctx;              // positions of one sequence at most (0: the model's training context)
@@ -39,11 +48,13 @@ typedef struct ft_engine_params {
     const char *moe_route_trace; // benchmarks: replay this route trace (route_trace.h) instead of routing
     bool print_plan;          // print the memory plan on stderr when placing the model
     bool prefault;            // read the mapping into memory where the CPU computes from it
+    enum ft_weights_memory weights_memory; // where the CPU reads those weights: copied or mapped
     ft_progress_fn progress;  // long start-up steps (upload, prefault) report here when set
     void *progress_ctx;
 } ft_engine_params;
 
 ft_engine_params ft_engine_default_params(void);
+
 
 // The --device default: cuda when a CUDA device is found, else cpu.
 enum ft_placement ft_engine_default_device(void);

@@ -2,6 +2,7 @@
 // (see place.h).
 #include "place.h"
 #include "../util/env.h"
+#include "../util/mapping.h"
 #include "../kv/kv_pool.h"
 #include "../moe/expert_banks.h"
 #include "../moe/geometry.h"
@@ -112,15 +113,53 @@ size_t engine_device_budget(const ft_engine_params *p, const ft_device_info *inf
 // ---------------------------------------------------------------------------------------------
 // The plan
 
-// The CPU plan: weights stay in the file's mapping, the KV caches and buffers are allocated.
-static void print_cpu_plan(const ft_model *m, const ft_engine_params *p) {
+// Memory the host keeps free beside a copy of the weights (page cache, other processes).
+#define COPY_SPARE ((size_t)1 << 30)
+
+// Whether the weights the CPU streams (experts_only: cpu mode's experts) are copied into memory
+// (engine_place), beside other bytes the plan allocates in host memory: --mmap keeps the
+// mapping, auto copies when the copy leaves COPY_SPARE of the available memory, --no-mmap
+// copies or fails. Sets out->copy_bytes (0: mapped); why gets the reason it stays mapped.
+static bool plan_weights_copy(const ft_model *m, const ft_engine_params *p, bool experts_only, size_t other,
+                              engine_placement *out, char *why, size_t cap, ft_err *err) {
+    size_t bytes = ft_model_copy_bytes(m, experts_only), avail = ft_mem_available();
+    bool fits = bytes + other + COPY_SPARE <= avail;
+    out->copy_bytes = 0;
+    snprintf(why, cap, "mapped from the file");
+    if (p->weights_memory == FT_WEIGHTS_MAPPED) {
+        snprintf(why, cap, "mapped from the file: --mmap");
+        return true;
+    }
+    if (!bytes) return true; // read from a buffer, or nothing a whole huge page long
+    if (!fits) {
+        if (p->weights_memory == FT_WEIGHTS_COPIED)
+            return ft_err_set(err, "--no-mmap: copying the weights takes %.0f MiB and %.0f MiB of memory are available "
+                                   "(%.0f MiB of it for the rest of the plan and 1 GiB kept free); without --no-mmap "
+                                   "they stay mapped from the file",
+                              bytes / MiB, avail / MiB, other / MiB);
+        snprintf(why, cap, "mapped from the file: a copy (%.0f MiB) would leave less than 1 GiB free", bytes / MiB);
+        return true;
+    }
+    out->copy_bytes = bytes;
+    snprintf(why, cap, "%.0f MiB of it copied into memory in huge pages%s", bytes / MiB,
+             p->weights_memory == FT_WEIGHTS_COPIED ? ": --no-mmap" : "");
+    return true;
+}
+
+// The CPU plan: the weights copied into memory (or mapped from the file), the KV caches and
+// buffers allocated.
+static bool plan_cpu(const ft_model *m, const ft_engine_params *p, engine_placement *out, ft_err *err) {
     size_t kv = engine_kv_bytes(m, p);
     size_t weights = (size_t)(gguf_file_size(m->file) - gguf_data_offset(m->file));
     size_t work = engine_activation_floats(m, p) * sizeof(float);
-    fprintf(stderr, "cpu: weights %.1f MiB (mapped from the file), KV cache %.1f MiB (%d x %d positions, %s), "
-                    "buffers %.1f MiB; %.0f MiB of memory available\n",
-            weights / MiB, kv / MiB, p->n_seq, p->n_ctx, ft_type_name(p->kv_type), work / MiB,
-            ft_mem_available() / MiB);
+    char why[160];
+    if (!plan_weights_copy(m, p, false, kv + work, out, why, sizeof(why), err)) return false;
+    if (p->print_plan)
+        fprintf(stderr, "cpu: weights %.1f MiB (%s), KV cache %.1f MiB (%d x %d positions, %s), buffers %.1f MiB; "
+                        "%.0f MiB of memory available\n",
+                weights / MiB, why, kv / MiB, p->n_seq, p->n_ctx, ft_type_name(p->kv_type), work / MiB,
+                ft_mem_available() / MiB);
+    return true;
 }
 
 // The device plan of a placement: what it allocates against what ft may use.
@@ -277,7 +316,7 @@ static void host_experts_free(ft_host_experts_params *h) { free((void *)h->route
 // them from the disk. Prefill steps run the layers whose expert types the grouped GEMM takes on
 // the GPU, from a device overlay the plan counts in the workspace.
 static bool plan_host_experts(const ft_model *m, ft_backend *be, const ft_engine_params *p, const ft_device_info *info,
-                              ft_err *err) {
+                              engine_placement *out, ft_err *err) {
     if (m->hp.n_expert == 0) return ft_err_set(err, "--moe-backend cpu: the model has no routed experts");
     device_plan c = device_plan_of(m, p, be, info, true);
     size_t experts = expert_bytes(m), ram = ft_mem_available(), staging = 0;
@@ -286,10 +325,12 @@ static bool plan_host_experts(const ft_model *m, ft_backend *be, const ft_engine
     host_experts_free(&h);
     int n_buf = host_overlay_buffers(p);
     c.work += overlay;
+    char why[160];
+    if (!plan_weights_copy(m, p, true, 0, out, why, sizeof(why), err)) return false;
     if (p->print_plan) {
         print_device_plan(&c, p, info, be->ops->name, "weights but the routed experts");
-        fprintf(stderr, "cpu: routed experts %.1f MiB in host memory (mapped from the file; %.0f MiB available), "
-                        "computed by %d threads\n", experts / MiB, ram / MiB, p->n_threads);
+        fprintf(stderr, "cpu: routed experts %.1f MiB in host memory (%s; %.0f MiB available), computed by %d "
+                        "threads\n", experts / MiB, why, ram / MiB, p->n_threads);
         if (overlay)
             fprintf(stderr, "cpu: prefill steps for the grouped GEMM run the experts on the GPU from an overlay of %d x "
                             "%.1f MiB (in the workspace; %s), copied through %.0f MiB of pinned staging\n", n_buf,
@@ -386,10 +427,7 @@ bool engine_plan(const ft_model *m, ft_backend *be, const ft_engine_params *p, e
                                "use --device cpu",
                           be->ops->name, m->arch->name, be->ops->name, ft_ops_features_name(missing, names, sizeof(names)));
     }
-    if (be->placement == FT_PLACEMENT_CPU) {
-        if (p->print_plan) print_cpu_plan(m, p);
-        return true;
-    }
+    if (be->placement == FT_PLACEMENT_CPU) return plan_cpu(m, p, out, err);
     bool ok;
     ft_device_info info;
     be->ops->device_info(be, &info);
@@ -411,7 +449,7 @@ bool engine_plan(const ft_model *m, ft_backend *be, const ft_engine_params *p, e
         break;
     case FT_MOE_BACKEND_CPU:
         out->experts_on_host = true;
-        ok = plan_host_experts(m, be, p, &info, err);
+        ok = plan_host_experts(m, be, p, &info, out, err);
         break;
     default: {
         device_plan c = device_plan_of(m, p, be, &info, false);
@@ -435,6 +473,22 @@ static moe_expert_banks *load_host_banks(const ft_model *m, ft_backend *be, cons
     return moe_expert_banks_load(m->file, &pl->geometry, &bp, err);
 }
 
+// The weights the CPU streams into memory in huge pages (engine_plan decided it fits), said in
+// one line: how much, how much the kernel backs with huge pages, how long it took.
+static void copy_weights(const ft_model *m, bool experts_only, const ft_engine_params *p) {
+    double t0 = ft_time_s();
+    size_t moved = ft_model_copy_into_memory(m, experts_only, p->progress, p->progress_ctx);
+    size_t anon, huge;
+    ft_mapping_usage(gguf_file_base(m->file), (size_t)gguf_file_size(m->file), &anon, &huge);
+    if (moved < ft_model_copy_bytes(m, experts_only))
+        FT_LOG_WARN("weights: %.1f MiB copied into memory, the rest left mapped from the file (no memory for more)",
+                    moved / MiB);
+    if (p->print_plan)
+        fprintf(stderr, "%s: %.1f MiB copied into memory in %.1f s, %.1f MiB of it in huge pages\n",
+                experts_only ? "cpu: routed experts" : "cpu: weights", moved / MiB, ft_time_s() - t0,
+                huge / MiB);
+}
+
 ft_weights *engine_place(const ft_model *m, ft_backend *be, const ft_engine_params *p, engine_placement *pl,
                          ft_err *err) {
     moe_expert_banks *hb = NULL;
@@ -454,10 +508,11 @@ ft_weights *engine_place(const ft_model *m, ft_backend *be, const ft_engine_para
         be->ops->host_experts_init(be, &h);
         host_experts_free(&h);
     }
+    bool cpu_reads = be->placement == FT_PLACEMENT_CPU || pl->mode == FT_MOE_BACKEND_CPU;
+    if (cpu_reads && pl->copy_bytes) copy_weights(m, be->placement != FT_PLACEMENT_CPU, p);
     // the mapping is lazy: read it now where the CPU computes from it, so that the first
     // tokens do not wait on the disk
-    if (p->prefault && (be->placement == FT_PLACEMENT_CPU || pl->mode == FT_MOE_BACKEND_CPU))
-        ft_model_prefault(m, p->progress, p->progress_ctx);
+    if (p->prefault && cpu_reads) ft_model_prefault(m, p->progress, p->progress_ctx);
     return w;
 }
 

@@ -53,7 +53,8 @@ moe_auto_facts engine_auto_facts(const ft_model *m, const ft_engine_params *p, f
 // An engine's placement, from engine_plan to engine_place.
 typedef struct engine_placement {
     enum ft_moe_backend mode;    // never auto; fused on the CPU device
-    bool experts_on_host;        // offload and cpu: the routed experts stay in the mapping
+    bool experts_on_host;        // offload and cpu: the routed experts stay in host memory
+    size_t copy_bytes;           // the CPU device and cpu mode: weights copied into memory (0: mapped)
     moe_geometry geometry;       // offload: the model's experts
     moe_route_trace trace;       // offload with --moe-route-trace
     ft_expert_cache_params cache; // offload: what the expert cache is built with
@@ -62,8 +63,9 @@ typedef struct engine_placement {
 // Decides and checks the placement of m on be (p resolved) and prints the plan when p asks.
 // Returns false and sets *err when it does not fit (nothing allocated).
 bool engine_plan(const ft_model *m, ft_backend *be, const ft_engine_params *p, engine_placement *out, ft_err *err);
-// Carries pl out on be (after its reserve): returns the weights on be, the host experts set up
-// (reading the prefault when p asks). Returns NULL and sets *err on failure.
+// Carries pl out on be (after its reserve): returns the weights on be, the host experts set up,
+// the weights the CPU streams copied into memory when the plan says so (and the rest of the
+// mapping read in when p asks: prefault). Returns NULL and sets *err on failure.
 ft_weights *engine_place(const ft_model *m, ft_backend *be, const ft_engine_params *p, engine_placement *pl,
                          ft_err *err);
 void engine_placement_free(engine_placement *pl);

@@ -95,6 +95,12 @@ uint32_t gguf_alignment(const gguf_file *f);
 uint64_t gguf_data_offset(const gguf_file *f);
 uint64_t gguf_file_size(const gguf_file *f);
 const void *gguf_file_base(const gguf_file *f); // start of the mapping
+// True when the bytes are gguf_open's mapping of the file (util/mapping.h: at a huge-page
+// boundary), false for gguf_open_buffer's.
+bool gguf_is_mapped(const gguf_file *f);
+// The mapped file, open until gguf_close (-1 for a buffer): reading it with pread is faster
+// than faulting the mapping in page by page.
+int gguf_fd(const gguf_file *f);
 
 // Key/values, in file order.
 int64_t gguf_n_kv(const gguf_file *f);

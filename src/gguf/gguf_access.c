@@ -53,6 +53,12 @@ uint64_t gguf_file_size(const gguf_file *f) {
 const void *gguf_file_base(const gguf_file *f) {
     return f->base;
 }
+bool gguf_is_mapped(const gguf_file *f) {
+    return f->mapped;
+}
+int gguf_fd(const gguf_file *f) {
+    return f->fd;
+}
 
 // ---------------------------------------------------------------------------------------------
 // Key/values

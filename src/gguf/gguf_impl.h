@@ -64,6 +64,7 @@ struct gguf_file {
     const uint8_t *base;
     uint64_t size;
     bool mapped; // base is our mmap, unmapped by gguf_close
+    int fd;      // mapped: the file, open until gguf_close (reads beside the mapping); else -1
     uint32_t version;
     uint32_t alignment;
     uint64_t data_offset;

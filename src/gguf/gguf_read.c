@@ -7,13 +7,13 @@
 // is checked against the bytes left before anything is allocated for it, so the memory used is
 // bounded by a small multiple of the file size.
 #include "gguf_impl.h"
+#include "../util/mapping.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -419,6 +419,7 @@ static bool parse(gguf_file *f, ft_err *err) {
 gguf_file *gguf_open_buffer(const void *data, size_t size, ft_err *err) {
     gguf_file *f = ft_calloc(1, sizeof(*f));
     f->base = data;
+    f->fd = -1;
     f->size = size;
     if (!parse(f, err)) {
         gguf_close(f);
@@ -447,21 +448,25 @@ gguf_file *gguf_open(const char *path, ft_err *err) {
     void *map = NULL;
     size_t size = (size_t)st.st_size;
     if (size > 0) {
-        map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
-        if (map == MAP_FAILED) {
+        // at a huge-page boundary, so that the weights' pages can become huge pages in place
+        // (ft_model_copy_into_memory)
+        map = ft_mapping_open(fd, size);
+        if (!map) {
             ft_err_set(err, "%s: cannot map %zu bytes: %s", path, size, strerror(errno));
             close(fd);
             return NULL;
         }
     }
-    close(fd); // the mapping keeps the file open
     gguf_file *f = gguf_open_buffer(map, size, err);
     if (!f) {
-        if (map) munmap(map, size);
+        ft_mapping_close(map, size);
+        close(fd);
         ft_err_prefix(err, "%s", path);
         return NULL;
     }
     f->mapped = map != NULL;
+    if (f->mapped) f->fd = fd; // kept: reading it is faster than faulting the mapping in
+    else close(fd);
     return f;
 }
 
@@ -473,6 +478,9 @@ void gguf_close(gguf_file *f) {
     free(f->tensors);
     gguf_index_free(&f->kv_index);
     gguf_index_free(&f->tensor_index);
-    if (f->mapped) munmap((void *)f->base, f->size);
+    if (f->mapped) {
+        ft_mapping_close((void *)f->base, f->size);
+        close(f->fd);
+    }
     free(f);
 }

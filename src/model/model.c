@@ -2,6 +2,7 @@
 // (see model.h): reading its keys, deriving what every architecture derives, binding its
 // tensors, each with a check that names what is wrong.
 #include "model_impl.h"
+#include "../util/mapping.h"
 
 #include <math.h>
 #include <stddef.h>
@@ -848,6 +849,97 @@ void ft_model_prefault(const ft_model *m, ft_progress_fn progress, void *progres
                     "pages will be read from disk again while running",
                     m->path, c.total / 1e9, avail / 1e9);
     ft_model_for_each_tensor(m, prefault_tensor, &c);
+}
+
+typedef struct {
+    const ft_model *m;
+    bool experts_only;
+    uintptr_t (*r)[2]; // [start, end) of each tensor's span
+    size_t n, cap;
+} span_list;
+
+// Whether t is one of m's routed expert banks (gate, up, down or fused gate/up).
+static bool is_expert_bank(const ft_model *m, const ft_tensor *t) {
+    const char *base = (const char *)m->layers;
+    if ((const char *)t < base || (const char *)t >= base + (size_t)m->hp.n_layer * sizeof(ft_layer)) return false;
+    size_t in_layer = (size_t)((const char *)t - base) % sizeof(ft_layer);
+    return in_layer == offsetof(ft_layer, gate_exps) || in_layer == offsetof(ft_layer, up_exps) ||
+           in_layer == offsetof(ft_layer, down_exps) || in_layer == offsetof(ft_layer, gate_up_exps);
+}
+
+static void add_span(void *ctx, const ft_tensor *t) {
+    span_list *l = ctx;
+    if (l->experts_only && !is_expert_bank(l->m, t)) return;
+    if (l->n == l->cap) {
+        l->cap = l->cap ? 2 * l->cap : 64;
+        l->r = ft_realloc(l->r, l->cap * sizeof(*l->r));
+    }
+    uintptr_t a = (uintptr_t)t->data;
+    l->r[l->n][0] = a;
+    l->r[l->n][1] = a + ft_tensor_mat_stride(t) * (size_t)(t->ne[2] - 1) + t->mat_bytes;
+    l->n++;
+}
+
+static int cmp_span(const void *a, const void *b) {
+    uintptr_t x = ((const uintptr_t *)a)[0], y = ((const uintptr_t *)b)[0];
+    return x < y ? -1 : x > y;
+}
+
+// The spans of the tensors to copy, sorted and merged where at most a huge page apart (a gap
+// that small is cheaper copied than left as two partial huge pages).
+static span_list copy_spans(const ft_model *m, bool experts_only) {
+    span_list l = {m, experts_only, NULL, 0, 0};
+    if (!gguf_is_mapped(m->file)) return l;
+    ft_model_for_each_tensor(m, add_span, &l);
+    if (!l.n) return l;
+    qsort(l.r, l.n, sizeof(*l.r), cmp_span);
+    size_t k = 0;
+    for (size_t i = 1; i < l.n; i++) {
+        if (l.r[i][0] <= l.r[k][1] + FT_HUGE_PAGE) {
+            if (l.r[i][1] > l.r[k][1]) l.r[k][1] = l.r[i][1];
+        } else {
+            k++;
+            l.r[k][0] = l.r[i][0];
+            l.r[k][1] = l.r[i][1];
+        }
+    }
+    l.n = k + 1;
+    return l;
+}
+
+size_t ft_model_copy_bytes(const ft_model *m, bool experts_only) {
+    span_list l = copy_spans(m, experts_only);
+    size_t n = 0;
+    for (size_t i = 0; i < l.n; i++) n += ft_mapping_movable((const void *)l.r[i][0], l.r[i][1] - l.r[i][0]);
+    free(l.r);
+    return n;
+}
+
+typedef struct {
+    ft_progress_fn progress;
+    void *progress_ctx;
+    size_t before, total;
+} copy_progress;
+
+static void report_copy(void *ctx, size_t moved) {
+    copy_progress *c = ctx;
+    if (c->progress) c->progress(c->progress_ctx, "copying weights into memory", c->before + moved, c->total);
+}
+
+size_t ft_model_copy_into_memory(const ft_model *m, bool experts_only, ft_progress_fn progress,
+                                 void *progress_ctx) {
+    span_list l = copy_spans(m, experts_only);
+    copy_progress c = {progress, progress_ctx, 0, 0};
+    for (size_t i = 0; i < l.n; i++) c.total += ft_mapping_movable((const void *)l.r[i][0], l.r[i][1] - l.r[i][0]);
+    for (size_t i = 0; i < l.n; i++) {
+        size_t want = ft_mapping_movable((const void *)l.r[i][0], l.r[i][1] - l.r[i][0]);
+        size_t got = ft_mapping_to_anonymous(gguf_file_base(m->file), gguf_fd(m->file), (void *)l.r[i][0],
+                                             l.r[i][1] - l.r[i][0], 0, report_copy, &c);
+        c.before += got;
+        if (got < want) break; // out of memory: the rest stays mapped
+    }
+    free(l.r);
+    return c.before;
 }
 
 void ft_model_free(ft_model *m) {

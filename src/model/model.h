@@ -377,6 +377,17 @@ size_t ft_weights_place_bytes(const ft_model *m, bool experts_on_host);
 // available. For weights the CPU computes from the mapping.
 void ft_model_prefault(const ft_model *m, ft_progress_fn progress, void *progress_ctx);
 
+// The weights the CPU streams, moved out of the file's 4 KiB pages into anonymous memory in
+// huge pages at the same addresses (util/mapping.h: a TLB miss per 2 MiB instead of per 4 KiB of
+// weights read): every tensor m binds, or with experts_only the routed experts alone (cpu mode,
+// where the rest lives on the GPU). ft_model_copy_bytes is what that takes (whole huge pages
+// of the tensors' spans; the edges stay mapped); ft_model_copy_into_memory does it, reporting
+// progress when set, and returns the bytes moved (fewer when memory ran out: the rest stays
+// mapped, which reads the same). A model read from a buffer (not a mapping) moves nothing.
+size_t ft_model_copy_bytes(const ft_model *m, bool experts_only);
+size_t ft_model_copy_into_memory(const ft_model *m, bool experts_only, ft_progress_fn progress,
+                                 void *progress_ctx);
+
 // The FT_OPS_* features (backend.h) m's layers need beyond every backend's ops: what the engine
 // checks against its backend's before placing m.
 unsigned ft_model_op_features(const ft_model *m);

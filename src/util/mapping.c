@@ -1,0 +1,101 @@
+// mapping.c: see mapping.h.
+#include "mapping.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <errno.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+static uintptr_t align_up(uintptr_t a, size_t to) { return (a + to - 1) & ~(uintptr_t)(to - 1); }
+static uintptr_t align_down(uintptr_t a, size_t to) { return a & ~(uintptr_t)(to - 1); }
+
+// n bytes of fresh memory at an FT_HUGE_PAGE-aligned address (over-reserve, then trim), or NULL.
+static void *map_aligned(size_t n, int prot, int flags, int fd) {
+    size_t span = n + FT_HUGE_PAGE;
+    uint8_t *raw = mmap(NULL, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (raw == MAP_FAILED) return NULL;
+    uint8_t *p = (uint8_t *)align_up((uintptr_t)raw, FT_HUGE_PAGE);
+    void *got = mmap(p, n, prot, flags | MAP_FIXED, fd, 0);
+    if (got == MAP_FAILED) {
+        munmap(raw, span);
+        return NULL;
+    }
+    size_t end = align_up((uintptr_t)p + n, 4096) - (uintptr_t)raw;
+    if (p > raw) munmap(raw, (size_t)(p - raw));
+    if (end < span) munmap(raw + end, span - end);
+    return p;
+}
+
+void *ft_mapping_open(int fd, size_t size) { return map_aligned(size, PROT_READ, MAP_PRIVATE, fd); }
+
+void ft_mapping_close(void *p, size_t size) {
+    if (p) munmap(p, size);
+}
+
+size_t ft_mapping_movable(const void *p, size_t n) {
+    uintptr_t a = align_up((uintptr_t)p, FT_HUGE_PAGE), b = align_down((uintptr_t)p + n, FT_HUGE_PAGE);
+    return b > a ? (size_t)(b - a) : 0;
+}
+
+// Reads len bytes of fd at off into dst; false on an error or end of file.
+static bool read_full(int fd, uint8_t *dst, size_t len, off_t off) {
+    while (len) {
+        ssize_t k = pread(fd, dst, len, off);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) return false;
+        dst += k;
+        len -= (size_t)k;
+        off += k;
+    }
+    return true;
+}
+
+size_t ft_mapping_to_anonymous(const void *base, int fd, void *p, size_t n, size_t chunk,
+                               void (*progress)(void *ctx, size_t moved), void *ctx) {
+    uintptr_t a = align_up((uintptr_t)p, FT_HUGE_PAGE), b = align_down((uintptr_t)p + n, FT_HUGE_PAGE);
+    if (!chunk) chunk = (size_t)256 << 20;
+    chunk = align_up(chunk, FT_HUGE_PAGE);
+    size_t moved = 0;
+    for (; a < b; a += chunk) {
+        size_t len = b - a < chunk ? (size_t)(b - a) : chunk;
+        uint8_t *t = map_aligned(len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1);
+        if (!t) break;
+        madvise(t, len, MADV_HUGEPAGE); // a hint: without it (THP off) the pages are small, the bytes the same
+        bool got = true;
+        if (fd >= 0) got = read_full(fd, t, len, (off_t)(a - (uintptr_t)base));
+        else memcpy(t, (const void *)a, len);
+        // read-only, as the file's mapping was, then onto its addresses (unmapping the file's pages)
+        if (!got || mprotect(t, len, PROT_READ) != 0 ||
+            mremap(t, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)a) == MAP_FAILED) {
+            munmap(t, len);
+            break;
+        }
+        moved += len;
+        if (progress) progress(ctx, moved);
+    }
+    return moved;
+}
+
+void ft_mapping_usage(const void *p, size_t n, size_t *anon, size_t *huge) {
+    *anon = *huge = 0;
+    FILE *f = fopen("/proc/self/smaps", "r");
+    if (!f) return;
+    uintptr_t lo = (uintptr_t)p, hi = lo + n;
+    char line[512];
+    bool in = false;
+    while (fgets(line, sizeof(line), f)) {
+        unsigned long long s, e, kb;
+        char c;
+        if (sscanf(line, "%llx-%llx %c", &s, &e, &c) == 3) { // a mapping's first line
+            in = (uintptr_t)s >= lo && (uintptr_t)e <= hi;
+            continue;
+        }
+        if (!in) continue;
+        if (sscanf(line, "Anonymous: %llu kB", &kb) == 1) *anon += (size_t)kb * 1024;
+        else if (sscanf(line, "AnonHugePages: %llu kB", &kb) == 1) *huge += (size_t)kb * 1024;
+    }
+    fclose(f);
+}
