@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 enum { ROW_ELEMS = 4096, MATRIX_BYTES = 8 << 20, DISTINCT_ROWS = 16, RUNS = 9 };
@@ -34,6 +35,17 @@ typedef struct {
 } bench_case;
 
 #define CASE(t, T) {FT_TYPE_##T, ft_vec_dot_##t##_ref, ft_vec_dot_##t##_avx2}
+
+// n bytes for weights streamed from memory, in transparent huge pages where the kernel gives
+// them, as the engine's copied weights are (util/mapping.h): 4 KiB pages would time the TLB.
+static void *weights_alloc(size_t n) {
+    const size_t huge = (size_t)2 << 20;
+    void *p = aligned_alloc(huge, (n + huge - 1) / huge * huge);
+    FT_ASSERT(p);
+    madvise(p, (n + huge - 1) / huge * huge, MADV_HUGEPAGE);
+    return p;
+}
+
 static const bench_case g_cases[] = {
     CASE(f32, F32),   CASE(f16, F16),   CASE(bf16, BF16), CASE(q4_0, Q4_0),     CASE(q4_1, Q4_1),
     CASE(q5_0, Q5_0), CASE(q5_1, Q5_1), CASE(q8_0, Q8_0), CASE(q2_K, Q2_K),     CASE(q3_K, Q3_K),
@@ -278,7 +290,7 @@ static void bench_matvec(const char *filter, get_traits_fn llama) {
         const ft_quant_ops *act_ops = ft_quant_ops_find(ops->vec_dot_type);
         const size_t bx = ft_row_bytes(type, MATVEC_ELEMS);
         const int rows = (int)(MATVEC_BYTES / bx);
-        uint8_t *w = ft_malloc((size_t)rows * bx);
+        uint8_t *w = weights_alloc((size_t)rows * bx);
         void *y = ft_malloc(ft_row_bytes(ops->vec_dot_type, MATVEC_ELEMS));
         float *out = ft_malloc((size_t)rows * sizeof(float));
         ft_rng rng = ft_rng_init(99 + c);
@@ -394,7 +406,7 @@ static void bench_gemm(const char *filter) {
         // branches); bf16 rows of normal floats (random bytes would hold subnormals, which
         // slow the AVX2 kernel's FMAs down)
         size_t total = (size_t)GEMM_BYTES / bx * bx;
-        uint8_t *w = ft_malloc(total), *y = ft_malloc(by * 512);
+        uint8_t *w = weights_alloc(total), *y = ft_malloc(by * 512);
         float *f = ft_malloc(GEMM_ELEMS * sizeof(float)), *s = ft_malloc(2048 * 512 * sizeof(float));
         ft_rng rng = ft_rng_init(11 + i);
         if (types[i] == FT_TYPE_BF16) {
