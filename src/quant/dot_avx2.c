@@ -871,6 +871,21 @@ enum { Q4K_PREFETCH_ROWS = 8 };
 #endif
 _Static_assert(Q4K_MV_ROWS >= 1 && (int)Q4K_MV_ROWS <= (int)MV_ROWS, "q4_K decode takes 1..MV_ROWS rows per pass");
 
+// The body of a decode tile (parameters n, x, bx, nr, y, s) around a matvec K(n, x, bx, rows, y,
+// out) of up to 4 rows: passes of ROWS rows, then the last rows in one pass whose count the
+// switch makes a constant, so the always-inline K unrolls for it.
+#define MATVEC_ROW_GROUPS(K, ROWS)                                                                 \
+    do {                                                                                           \
+        int r_ = 0;                                                                                \
+        for (; r_ + (ROWS) <= nr; r_ += (ROWS)) K(n, tile_col(x, bx, r_), bx, (ROWS), y, s + r_);  \
+        switch (nr - r_) {                                                                         \
+        case 3: K(n, tile_col(x, bx, r_), bx, 3, y, s + r_); break;                                \
+        case 2: K(n, tile_col(x, bx, r_), bx, 2, y, s + r_); break;                                \
+        case 1: K(n, tile_col(x, bx, r_), bx, 1, y, s + r_); break;                                \
+        default: break;                                                                            \
+        }                                                                                          \
+    } while (0)
+
 // The cache lines of the bytes at p (a row's blocks of this step) ahead bytes later.
 static inline __attribute__((always_inline)) void prefetch_next_pass(const void *p, size_t ahead, size_t bytes) {
     for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)p + ahead + o, _MM_HINT_T0);
@@ -1006,15 +1021,7 @@ matvec512_q4_K(int64_t n, const uint8_t *x, size_t bx, int nr, const block_q8_K 
 AVX512_TARGET void ft_vec_dot_tile_q4_K_avx512(int64_t n, const void *x, size_t bx, int nr, const void *y,
                                                size_t by, int nc, float *s, size_t ls) {
     if (nc == 1) { // decode: several rows per pass (below)
-        int r = 0;
-        for (; r + Q4K_MV_ROWS <= nr; r += Q4K_MV_ROWS)
-            matvec512_q4_K(n, tile_col(x, bx, r), bx, Q4K_MV_ROWS, y, s + r);
-        switch (nr - r) {
-        case 3: matvec512_q4_K(n, tile_col(x, bx, r), bx, 3, y, s + r); break;
-        case 2: matvec512_q4_K(n, tile_col(x, bx, r), bx, 2, y, s + r); break;
-        case 1: matvec512_q4_K(n, tile_col(x, bx, r), bx, 1, y, s + r); break;
-        default: break;
-        }
+        MATVEC_ROW_GROUPS(matvec512_q4_K, Q4K_MV_ROWS);
         return;
     }
     TILE_COLUMNS(tile512_q4_K)
@@ -1135,14 +1142,7 @@ VNNI_TARGET void ft_vec_dot_tile_q8_0_vnni(int64_t n, const void *x, size_t bx, 
         ft_vec_dot_tile_q8_0_avx512(n, x, bx, nr, y, by, nc, s, ls);
         return;
     }
-    int r = 0;
-    for (; r + MV_ROWS <= nr; r += MV_ROWS) matvec_vnni_q8_0(n, tile_col(x, bx, r), bx, MV_ROWS, y, s + r);
-    switch (nr - r) {
-    case 3: matvec_vnni_q8_0(n, tile_col(x, bx, r), bx, 3, y, s + r); break;
-    case 2: matvec_vnni_q8_0(n, tile_col(x, bx, r), bx, 2, y, s + r); break;
-    case 1: matvec_vnni_q8_0(n, tile_col(x, bx, r), bx, 1, y, s + r); break;
-    default: break;
-    }
+    MATVEC_ROW_GROUPS(matvec_vnni_q8_0, MV_ROWS);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1208,14 +1208,7 @@ VNNI_TARGET void ft_vec_dot_tile_mxfp4_vnni(int64_t n, const void *x, size_t bx,
         ft_vec_dot_tile_mxfp4_avx2(n, x, bx, nr, y, by, nc, s, ls);
         return;
     }
-    int r = 0;
-    for (; r + MV_ROWS <= nr; r += MV_ROWS) matvec_vnni_mxfp4(n, tile_col(x, bx, r), bx, MV_ROWS, y, s + r);
-    switch (nr - r) {
-    case 3: matvec_vnni_mxfp4(n, tile_col(x, bx, r), bx, 3, y, s + r); break;
-    case 2: matvec_vnni_mxfp4(n, tile_col(x, bx, r), bx, 2, y, s + r); break;
-    case 1: matvec_vnni_mxfp4(n, tile_col(x, bx, r), bx, 1, y, s + r); break;
-    default: break;
-    }
+    MATVEC_ROW_GROUPS(matvec_vnni_mxfp4, MV_ROWS);
 }
 
 // ---------------------------------------------------------------------------------------------

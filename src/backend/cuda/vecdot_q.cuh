@@ -242,16 +242,11 @@ __device__ __forceinline__ float vd_iq4_nl(const uint8_t *blk, const block_q8_1 
 }
 
 // mxfp4: x = 2^(e-128) * doubled E2M1 value, over a whole block (v: its 4 code words, u: the
-// 8 activation words).
+// 8 activation words), as the two halves lut_dot takes.
 __device__ __forceinline__ float mxfp4_math(const int v[4], const int u[8], float d, float d8) {
-    int s = 0;
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        int lo, hi;
-        lut16x8((uint32_t)v[i], MXFP4_T0, MXFP4_T1, MXFP4_T2, MXFP4_T3, &lo, &hi);
-        s = dp4a(lo, u[i], s);
-        s = dp4a(hi, u[4 + i], s);
-    }
+    const int u0[4] = {u[0], u[1], u[4], u[5]}, u1[4] = {u[2], u[3], u[6], u[7]};
+    const int s = lut_dot(v, u0, MXFP4_T0, MXFP4_T1, MXFP4_T2, MXFP4_T3) +
+                  lut_dot(v + 2, u1, MXFP4_T0, MXFP4_T1, MXFP4_T2, MXFP4_T3);
     return d * d8 * (float)s;
 }
 
