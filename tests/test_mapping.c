@@ -140,7 +140,7 @@ TEST(mapping_model_copies_experts_alone) {
     ft_model *m = ft_model_load(path, &err);
     REQUIRE(m, "%s", err.msg);
     size_t want = ft_model_copy_bytes(m, true);
-    CHECK(ft_model_copy_into_memory(m, true, NULL, NULL) == want);
+    CHECK(ft_model_copy_into_memory(m, true, 2, NULL, NULL) == want);
     size_t anon, huge;
     ft_mapping_usage(gguf_file_base(m->file), (size_t)gguf_file_size(m->file), &anon, &huge);
     CHECK(anon == want, "%zu of %zu bytes anonymous", anon, want);

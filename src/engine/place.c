@@ -477,7 +477,7 @@ static moe_expert_banks *load_host_banks(const ft_model *m, ft_backend *be, cons
 // one line: how much, how much the kernel backs with huge pages, how long it took.
 static void copy_weights(const ft_model *m, bool experts_only, const ft_engine_params *p) {
     double t0 = ft_time_s();
-    size_t moved = ft_model_copy_into_memory(m, experts_only, p->progress, p->progress_ctx);
+    size_t moved = ft_model_copy_into_memory(m, experts_only, p->n_threads, p->progress, p->progress_ctx);
     size_t anon, huge;
     ft_mapping_usage(gguf_file_base(m->file), (size_t)gguf_file_size(m->file), &anon, &huge);
     if (moved < ft_model_copy_bytes(m, experts_only))

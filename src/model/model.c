@@ -3,11 +3,13 @@
 // tensors, each with a check that names what is wrong.
 #include "model_impl.h"
 #include "../util/mapping.h"
+#include "../util/pool.h"
 
 #include <math.h>
 #include <stddef.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -915,31 +917,67 @@ size_t ft_model_copy_bytes(const ft_model *m, bool experts_only) {
     return n;
 }
 
+// The copy in units of COPY_UNIT bytes (whole huge pages) that the threads claim in turn.
+#define COPY_UNIT ((size_t)16 << 20)
+
 typedef struct {
+    const ft_model *m;
+    uintptr_t (*unit)[2]; // [start, end) of each unit, huge-page aligned
+    size_t n_unit;
+    atomic_size_t next, moved;
+    atomic_bool failed;   // a unit could not move (no memory): no thread claims another
     ft_progress_fn progress;
     void *progress_ctx;
-    size_t before, total;
-} copy_progress;
+    size_t total;
+} copy_job;
 
-static void report_copy(void *ctx, size_t moved) {
-    copy_progress *c = ctx;
-    if (c->progress) c->progress(c->progress_ctx, "copying weights into memory", c->before + moved, c->total);
+static void copy_worker(void *ctx, int ith, int nth) {
+    (void)nth;
+    copy_job *j = ctx;
+    const gguf_file *f = j->m->file;
+    for (;;) {
+        size_t u = atomic_fetch_add(&j->next, 1);
+        if (u >= j->n_unit || atomic_load(&j->failed)) return;
+        size_t len = j->unit[u][1] - j->unit[u][0];
+        size_t got = ft_mapping_to_anonymous(gguf_file_base(f), gguf_fd(f), (void *)j->unit[u][0], len, len, NULL, NULL);
+        size_t done = atomic_fetch_add(&j->moved, got) + got;
+        if (got < len) atomic_store(&j->failed, true);
+        if (ith == 0 && j->progress) j->progress(j->progress_ctx, "copying weights into memory", done, j->total);
+    }
 }
 
-size_t ft_model_copy_into_memory(const ft_model *m, bool experts_only, ft_progress_fn progress,
+size_t ft_model_copy_into_memory(const ft_model *m, bool experts_only, int n_threads, ft_progress_fn progress,
                                  void *progress_ctx) {
     span_list l = copy_spans(m, experts_only);
-    copy_progress c = {progress, progress_ctx, 0, 0};
-    for (size_t i = 0; i < l.n; i++) c.total += ft_mapping_movable((const void *)l.r[i][0], l.r[i][1] - l.r[i][0]);
+    copy_job j = {.m = m, .progress = progress, .progress_ctx = progress_ctx};
+    size_t cap = 0;
     for (size_t i = 0; i < l.n; i++) {
-        size_t want = ft_mapping_movable((const void *)l.r[i][0], l.r[i][1] - l.r[i][0]);
-        size_t got = ft_mapping_to_anonymous(gguf_file_base(m->file), gguf_fd(m->file), (void *)l.r[i][0],
-                                             l.r[i][1] - l.r[i][0], 0, report_copy, &c);
-        c.before += got;
-        if (got < want) break; // out of memory: the rest stays mapped
+        uintptr_t a = (l.r[i][0] + FT_HUGE_PAGE - 1) & ~(uintptr_t)(FT_HUGE_PAGE - 1);
+        uintptr_t b = l.r[i][1] & ~(uintptr_t)(FT_HUGE_PAGE - 1);
+        for (; a < b; a += COPY_UNIT) {
+            if (j.n_unit == cap) {
+                cap = cap ? 2 * cap : 64;
+                j.unit = ft_realloc(j.unit, cap * sizeof(*j.unit));
+            }
+            j.unit[j.n_unit][0] = a;
+            j.unit[j.n_unit][1] = b - a < COPY_UNIT ? b : a + COPY_UNIT;
+            j.total += j.unit[j.n_unit][1] - a;
+            j.n_unit++;
+        }
     }
     free(l.r);
-    return c.before;
+    atomic_init(&j.next, 0);
+    atomic_init(&j.moved, 0);
+    atomic_init(&j.failed, false);
+    if (j.n_unit) {
+        // each thread reads and pages in its units alone: the copy goes as fast as the threads
+        // together move memory (the kernel zeroes each huge page first)
+        ft_pool *pool = ft_pool_init(FT_MAX(1, FT_MIN(n_threads, (int)j.n_unit)));
+        ft_pool_run(pool, copy_worker, &j);
+        ft_pool_free(pool);
+    }
+    free(j.unit);
+    return atomic_load(&j.moved);
 }
 
 void ft_model_free(ft_model *m) {

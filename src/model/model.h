@@ -381,11 +381,12 @@ void ft_model_prefault(const ft_model *m, ft_progress_fn progress, void *progres
 // huge pages at the same addresses (util/mapping.h: a TLB miss per 2 MiB instead of per 4 KiB of
 // weights read): every tensor m binds, or with experts_only the routed experts alone (cpu mode,
 // where the rest lives on the GPU). ft_model_copy_bytes is what that takes (whole huge pages
-// of the tensors' spans; the edges stay mapped); ft_model_copy_into_memory does it, reporting
-// progress when set, and returns the bytes moved (fewer when memory ran out: the rest stays
-// mapped, which reads the same). A model read from a buffer (not a mapping) moves nothing.
+// of the tensors' spans; the edges stay mapped); ft_model_copy_into_memory does it with
+// n_threads threads, reporting progress when set, and returns the bytes moved (fewer when
+// memory ran out: the rest stays mapped, which reads the same). A model read from a buffer (not
+// a mapping) moves nothing.
 size_t ft_model_copy_bytes(const ft_model *m, bool experts_only);
-size_t ft_model_copy_into_memory(const ft_model *m, bool experts_only, ft_progress_fn progress,
+size_t ft_model_copy_into_memory(const ft_model *m, bool experts_only, int n_threads, ft_progress_fn progress,
                                  void *progress_ctx);
 
 // The FT_OPS_* features (backend.h) m's layers need beyond every backend's ops: what the engine
