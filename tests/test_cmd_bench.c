@@ -43,3 +43,25 @@ TEST(cmd_bench_json_reports_the_run) {
           simd ? simd : "(missing)");
     json_decref(j);
 }
+
+// The weights are copied into memory by default where they span huge pages, kept mapped with
+// --mmap, and the JSON says how many bytes were copied.
+TEST(cmd_bench_weights_copied_or_mapped) {
+    const char *path = fixture_cli_model("bench_copy.gguf", "--arch qwen3moe --layers 2 --experts 16 --ff 512 "
+                                                            "--expert-types f16");
+    REQUIRE(path);
+    const char *flags[] = {"", "--no-mmap", "--mmap"};
+    for (int i = 0; i < 3; i++) {
+        char cmd[2048], out[8192];
+        snprintf(cmd, sizeof(cmd), "-m '%s' -p 4 -n 2 -t 2 -r 1 --json %s 2>/dev/null", path, flags[i]);
+        REQUIRE(ft_bench(cmd, out, sizeof(out)) == 0, "%s: %s", flags[i], out);
+        json_error_t jerr;
+        json_t *j = json_loads(out, 0, &jerr);
+        REQUIRE(j != NULL, "not JSON (%s): %s", jerr.text, out);
+        json_t *v = json_object_get(j, "weights_copied_bytes");
+        CHECK(json_is_integer(v), "%s: no weights_copied_bytes", flags[i]);
+        if (i < 2) CHECK(json_integer_value(v) >= (2 << 20), "%s: %lld bytes copied", flags[i], (long long)json_integer_value(v));
+        else CHECK(json_integer_value(v) == 0, "--mmap: %lld bytes copied", (long long)json_integer_value(v));
+        json_decref(j);
+    }
+}

@@ -361,8 +361,9 @@ int cmd_bench(int argc, char **argv) {
         for (int r = 0; r < reps; r++) printf("%s%.3f", r ? "," : "", prompt_tps[r]);
         printf("],\"decode_tok_s_runs\":[");
         for (int r = 0; r < reps; r++) printf("%s%.3f", r ? "," : "", gen_tps[r]);
-        printf("],\"bytes_per_token\":%zu,\"mem_bw_gbs\":%.3f,\"roofline_tok_s\":%.3f,\"roofline_frac\":%.4f",
-               bpt, bw, roof_tps, frac);
+        printf("],\"bytes_per_token\":%zu,\"mem_bw_gbs\":%.3f,\"roofline_tok_s\":%.3f,\"roofline_frac\":%.4f,"
+               "\"weights_copied_bytes\":%zu",
+               bpt, bw, roof_tps, frac, ft_engine_weights_copied(e));
         if (moe) {
             const ft_moe_counts *t = &moe_dec.total;
             printf(",\"moe_cache\":{\"slots\":%d,\"layout\":\"%s\",\"bytes\":%llu,\"decode_hit_rate\":%.4f,"

@@ -14,6 +14,7 @@ struct ft_batch {
     int max_tok;          // tokens per step: n_batch + n_seq - 1
     ft_backend *be;
     enum ft_moe_backend moe_backend; // as placed
+    size_t weights_copied;           // bytes of weights engine_place copied into memory (0: mapped)
     ft_weights *w;        // the model's weights on be
     ft_kv_pool *pool;
     ft_prefix_cache *pc;  // NULL: no prefix cache
@@ -94,6 +95,7 @@ static bool batch_setup(ft_batch *b, ft_err *err) {
     ft_backend_limits lim = engine_limits(m, p);
     b->be->ops->reserve(b->be, &lim);
     b->w = engine_place(m, b->be, p, &pl, err);
+    b->weights_copied = pl.copy_bytes;
     engine_placement_free(&pl);
     if (!b->w) return false;
     int64_t *arrays = ft_malloc(ENGINE_KV_ARRAYS * (size_t)m->hp.n_layer * sizeof(int64_t));
@@ -389,6 +391,7 @@ int ft_batch_n_open(const ft_batch *b) { return b->n_open; }
 const ft_model *ft_batch_model(const ft_batch *b) { return b->m; }
 ft_backend *ft_batch_backend(ft_batch *b) { return b->be; }
 enum ft_moe_backend ft_batch_moe_backend(const ft_batch *b) { return b->moe_backend; }
+size_t ft_batch_weights_copied(const ft_batch *b) { return b->weights_copied; }
 const ft_weights *ft_batch_weights(const ft_batch *b) { return b->w; }
 
 bool ft_batch_moe_stats(ft_batch *b, ft_moe_stats *out) {

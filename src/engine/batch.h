@@ -106,6 +106,9 @@ ft_backend *ft_batch_backend(ft_batch *b);
 const ft_weights *ft_batch_weights(const ft_batch *b);
 // The --moe-backend the batch runs (auto resolved; fused on the CPU device).
 enum ft_moe_backend ft_batch_moe_backend(const ft_batch *b);
+// Bytes of the weights the CPU streams that were copied into memory in huge pages (0: they are
+// read from the file's mapping; place.h).
+size_t ft_batch_weights_copied(const ft_batch *b);
 // The expert cache's counters (see ft_engine_moe_stats); false without a cache.
 bool ft_batch_moe_stats(ft_batch *b, ft_moe_stats *out);
 // The router's selections since the engine started, per block and expert (the backend's

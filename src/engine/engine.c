@@ -47,6 +47,7 @@ bool ft_engine_moe_stats(ft_engine *e, ft_moe_stats *out) { return ft_batch_moe_
 bool ft_engine_route_counts(ft_engine *e, uint64_t *out) { return ft_batch_route_counts(e->b, out); }
 bool ft_engine_moe_rebuild(ft_engine *e, int n_slots, ft_err *err) { return ft_batch_moe_rebuild(e->b, n_slots, err); }
 enum ft_moe_backend ft_engine_moe_backend(const ft_engine *e) { return ft_batch_moe_backend(e->b); }
+size_t ft_engine_weights_copied(const ft_engine *e) { return ft_batch_weights_copied(e->b); }
 const ft_model *ft_engine_model(const ft_engine *e) { return ft_batch_model(e->b); }
 
 const float *ft_engine_eval(ft_engine *e, const int32_t *tokens, int n, ft_err *err) {

@@ -131,6 +131,8 @@ bool ft_engine_moe_stats(ft_engine *e, ft_moe_stats *out);
 bool ft_engine_moe_rebuild(ft_engine *e, int n_slots, ft_err *err);
 // The --moe-backend the engine runs (auto resolved; fused on the CPU device).
 enum ft_moe_backend ft_engine_moe_backend(const ft_engine *e);
+// Bytes of weights copied into memory at start-up (enum ft_weights_memory; 0: mapped).
+size_t ft_engine_weights_copied(const ft_engine *e);
 // The router's selections per block and expert since the engine started (ft_batch_route_counts:
 // hp.n_layer rows of hp.n_expert). Returns false, out untouched, where they are not counted.
 bool ft_engine_route_counts(ft_engine *e, uint64_t *out);

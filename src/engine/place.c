@@ -475,7 +475,7 @@ static moe_expert_banks *load_host_banks(const ft_model *m, ft_backend *be, cons
 
 // The weights the CPU streams into memory in huge pages (engine_plan decided it fits), said in
 // one line: how much, how much the kernel backs with huge pages, how long it took.
-static void copy_weights(const ft_model *m, bool experts_only, const ft_engine_params *p) {
+static size_t copy_weights(const ft_model *m, bool experts_only, const ft_engine_params *p) {
     double t0 = ft_time_s();
     size_t moved = ft_model_copy_into_memory(m, experts_only, p->n_threads, p->progress, p->progress_ctx);
     size_t anon, huge;
@@ -487,6 +487,7 @@ static void copy_weights(const ft_model *m, bool experts_only, const ft_engine_p
         fprintf(stderr, "%s: %.1f MiB copied into memory in %.1f s, %.1f MiB of it in huge pages\n",
                 experts_only ? "cpu: routed experts" : "cpu: weights", moved / MiB, ft_time_s() - t0,
                 huge / MiB);
+    return moved;
 }
 
 ft_weights *engine_place(const ft_model *m, ft_backend *be, const ft_engine_params *p, engine_placement *pl,
@@ -509,7 +510,7 @@ ft_weights *engine_place(const ft_model *m, ft_backend *be, const ft_engine_para
         host_experts_free(&h);
     }
     bool cpu_reads = be->placement == FT_PLACEMENT_CPU || pl->mode == FT_MOE_BACKEND_CPU;
-    if (cpu_reads && pl->copy_bytes) copy_weights(m, be->placement != FT_PLACEMENT_CPU, p);
+    if (cpu_reads && pl->copy_bytes) pl->copy_bytes = copy_weights(m, be->placement != FT_PLACEMENT_CPU, p);
     // the mapping is lazy: read it now where the CPU computes from it, so that the first
     // tokens do not wait on the disk
     if (p->prefault && cpu_reads) ft_model_prefault(m, p->progress, p->progress_ctx);

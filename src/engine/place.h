@@ -54,7 +54,8 @@ moe_auto_facts engine_auto_facts(const ft_model *m, const ft_engine_params *p, f
 typedef struct engine_placement {
     enum ft_moe_backend mode;    // never auto; fused on the CPU device
     bool experts_on_host;        // offload and cpu: the routed experts stay in host memory
-    size_t copy_bytes;           // the CPU device and cpu mode: weights copied into memory (0: mapped)
+    size_t copy_bytes;           // the CPU device and cpu mode: weights copied into memory (0: mapped);
+                                 // planned, then what engine_place moved
     moe_geometry geometry;       // offload: the model's experts
     moe_route_trace trace;       // offload with --moe-route-trace
     ft_expert_cache_params cache; // offload: what the expert cache is built with
