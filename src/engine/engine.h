@@ -19,7 +19,8 @@ typedef struct ft_engine ft_engine;
 // streamed every decode step, they read faster from memory in huge pages than from the file's
 // 4 KiB pages (model.h: ft_model_copy_into_memory), at the price of the memory they take.
 enum ft_weights_memory {
-    FT_WEIGHTS_AUTO,   // copied when they fit the available memory with a GiB to spare, else mapped
+    FT_WEIGHTS_AUTO,   // copied when they fit the available memory with a GiB to spare and the
+                       // kernel gives huge pages, else mapped
     FT_WEIGHTS_MAPPED, // the file's mapping (--mmap)
     FT_WEIGHTS_COPIED, // copied; a plan whose copy does not fit is an error (--no-mmap)
 };

@@ -131,6 +131,10 @@ static bool plan_weights_copy(const ft_model *m, const ft_engine_params *p, bool
         return true;
     }
     if (!bytes) return true; // read from a buffer, or nothing a whole huge page long
+    if (p->weights_memory == FT_WEIGHTS_AUTO && !ft_huge_pages_available()) {
+        snprintf(why, cap, "mapped from the file: transparent huge pages are off, so a copy would gain nothing");
+        return true;
+    }
     if (!fits) {
         if (p->weights_memory == FT_WEIGHTS_COPIED)
             return ft_err_set(err, "--no-mmap: copying the weights takes %.0f MiB and %.0f MiB of memory are available "

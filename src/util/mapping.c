@@ -79,6 +79,15 @@ size_t ft_mapping_to_anonymous(const void *base, int fd, void *p, size_t n, size
     return moved;
 }
 
+bool ft_huge_pages_available(void) {
+    FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+    if (!f) return false;
+    char line[128] = "";
+    bool ok = fgets(line, sizeof(line), f) && !strstr(line, "[never]");
+    fclose(f);
+    return ok;
+}
+
 void ft_mapping_usage(const void *p, size_t n, size_t *anon, size_t *huge) {
     *anon = *huge = 0;
     FILE *f = fopen("/proc/self/smaps", "r");

@@ -11,6 +11,7 @@
 #ifndef FT_UTIL_MAPPING_H
 #define FT_UTIL_MAPPING_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #define FT_HUGE_PAGE ((size_t)2 << 20)
@@ -32,6 +33,10 @@ size_t ft_mapping_to_anonymous(const void *base, int fd, void *p, size_t n, size
 
 // The bytes of [p, p + n) that ft_mapping_to_anonymous would move.
 size_t ft_mapping_movable(const void *p, size_t n);
+
+// Whether the kernel gives transparent huge pages to memory that asks (MADV_HUGEPAGE): its
+// setting is "always" or "madvise", not "never" (false where it has none).
+bool ft_huge_pages_available(void);
 
 // The bytes of the mappings inside [p, p + n) that are anonymous memory now, and of those the
 // bytes in huge pages (from /proc/self/smaps; 0 where it cannot tell), for messages and tests.
