@@ -917,8 +917,11 @@ size_t ft_model_copy_bytes(const ft_model *m, bool experts_only) {
     return n;
 }
 
-// The copy in units of COPY_UNIT bytes (whole huge pages) that the threads claim in turn.
+// The copy in units of at least COPY_UNIT bytes (whole huge pages) that the threads claim in
+// turn, and at most COPY_MAX_UNITS of them: each unit moved is a mapping of its own, and a
+// process may hold some 65,000 (vm.max_map_count).
 #define COPY_UNIT ((size_t)16 << 20)
+#define COPY_MAX_UNITS 2048
 
 typedef struct {
     const ft_model *m;
@@ -950,17 +953,19 @@ size_t ft_model_copy_into_memory(const ft_model *m, bool experts_only, int n_thr
                                  void *progress_ctx) {
     span_list l = copy_spans(m, experts_only);
     copy_job j = {.m = m, .progress = progress, .progress_ctx = progress_ctx};
-    size_t cap = 0;
+    size_t cap = 0, all = 0;
+    for (size_t i = 0; i < l.n; i++) all += ft_mapping_movable((const void *)l.r[i][0], l.r[i][1] - l.r[i][0]);
+    size_t unit = FT_MAX(COPY_UNIT, (all / COPY_MAX_UNITS + FT_HUGE_PAGE - 1) & ~(FT_HUGE_PAGE - 1));
     for (size_t i = 0; i < l.n; i++) {
         uintptr_t a = (l.r[i][0] + FT_HUGE_PAGE - 1) & ~(uintptr_t)(FT_HUGE_PAGE - 1);
         uintptr_t b = l.r[i][1] & ~(uintptr_t)(FT_HUGE_PAGE - 1);
-        for (; a < b; a += COPY_UNIT) {
+        for (; a < b; a += unit) {
             if (j.n_unit == cap) {
                 cap = cap ? 2 * cap : 64;
                 j.unit = ft_realloc(j.unit, cap * sizeof(*j.unit));
             }
             j.unit[j.n_unit][0] = a;
-            j.unit[j.n_unit][1] = b - a < COPY_UNIT ? b : a + COPY_UNIT;
+            j.unit[j.n_unit][1] = b - a < unit ? b : a + unit;
             j.total += j.unit[j.n_unit][1] - a;
             j.n_unit++;
         }

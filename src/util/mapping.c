@@ -1,5 +1,6 @@
 // mapping.c: see mapping.h.
 #include "mapping.h"
+#include "util.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -68,8 +69,17 @@ size_t ft_mapping_to_anonymous(const void *base, int fd, void *p, size_t n, size
         if (fd >= 0) got = read_full(fd, t, len, (off_t)(a - (uintptr_t)base));
         else memcpy(t, (const void *)a, len);
         // read-only, as the file's mapping was, then onto its addresses (unmapping the file's pages)
-        if (!got || mprotect(t, len, PROT_READ) != 0 ||
-            mremap(t, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)a) == MAP_FAILED) {
+        if (!got || mprotect(t, len, PROT_READ) != 0) {
+            munmap(t, len);
+            break;
+        }
+        if (mremap(t, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)a) == MAP_FAILED) {
+            // the kernel unmaps the target before it moves the pages: a move that fails (no
+            // room for one more mapping) may leave a hole, so the file's pages are mapped back
+            // over it (from the mapping itself there is nothing to map back: its caller is a test)
+            FT_ASSERT(fd >= 0 && "ft_mapping_to_anonymous: a failed move needs the file to map back");
+            void *back = mmap((void *)a, len, PROT_READ, MAP_PRIVATE | MAP_FIXED, fd, (off_t)(a - (uintptr_t)base));
+            FT_ASSERT(back != MAP_FAILED && "ft_mapping_to_anonymous: the file's pages could not be mapped back");
             munmap(t, len);
             break;
         }

@@ -24,7 +24,8 @@ void ft_mapping_close(void *p, size_t size);
 // Replaces the whole huge pages inside [p, p + n), which must lie in the mapping at base of
 // ft_mapping_open(fd, ...), with anonymous read-only memory holding the same bytes, staging at
 // most `chunk` bytes at a time (0: 256 MiB). The bytes are read from fd (pread: several times
-// faster than faulting the mapping in), or copied from the mapping where fd is -1. Calls
+// faster than faulting the mapping in), or copied from the mapping where fd is -1 (tests: a move
+// the kernel refuses can then not be undone, which aborts). Calls
 // progress(ctx, bytes moved so far) after each chunk when given. Returns the bytes moved; a
 // failure (no memory, a short read) stops there and leaves the rest mapped from the file,
 // which reads the same.
