@@ -1095,6 +1095,16 @@ AVX512_TARGET void ft_vec_dot_tile_q8_0_avx512(int64_t n, const void *x, size_t 
 
 #define VNNI_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")))
 
+// A pass's pair of activation blocks y[0], y[1], once for all its rows: their codes (*yq, y[0]
+// in the low half), the sums' start -(offset . codes) per 4 codes, which takes back the offset
+// that makes the weight codes unsigned, and the blocks' scales (*dy, 8 lanes each).
+static inline __attribute__((always_inline)) VNNI_TARGET void
+vnni_y_pair(const block_q8_0 *y, __m512i offset, __m512i *yq, __m512i *start, __m512 *dy) {
+    *yq = load2x256(y[0].qs, y[1].qs);
+    *start = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), offset, *yq));
+    *dy = _mm512_insertf32x8(_mm512_set1_ps(g_half_table[y[0].d]), _mm256_set1_ps(g_half_table[y[1].d]), 1);
+}
+
 // out[r] = x_r . y for the nr (1..MV_ROWS) weight rows x_r = x + r * bx.
 static inline __attribute__((always_inline)) VNNI_TARGET void
 matvec_vnni_q8_0(int64_t n, const uint8_t *x, size_t bx, int nr, const block_q8_0 *y, float *out) {
@@ -1106,11 +1116,9 @@ matvec_vnni_q8_0(int64_t n, const uint8_t *x, size_t bx, int nr, const block_q8_
     for (int r = 0; r < nr; r++) acc[r] = _mm512_setzero_ps();
     int64_t b = 0;
     for (; b + 1 < nb; b += 2) {
-        const __m512i yq = load2x256(y[b].qs, y[b + 1].qs);
-        const __m512i start = _mm512_sub_epi32(_mm512_setzero_si512(),
-                                               _mm512_dpbusd_epi32(_mm512_setzero_si512(), flip, yq));
-        const __m512 dy = _mm512_insertf32x8(_mm512_set1_ps(g_half_table[y[b].d]),
-                                             _mm256_set1_ps(g_half_table[y[b + 1].d]), 1);
+        __m512i yq, start;
+        __m512 dy;
+        vnni_y_pair(y + b, flip, &yq, &start, &dy);
 #pragma GCC unroll 4
         for (int r = 0; r < nr; r++) {
             const block_q8_0 *xr = (const block_q8_0 *)(x + (size_t)r * bx);
@@ -1169,11 +1177,9 @@ matvec_vnni_mxfp4(int64_t n, const uint8_t *x, size_t bx, int nr, const block_q8
     for (int r = 0; r < nr; r++) acc[r] = _mm512_setzero_ps();
     int64_t b = 0;
     for (; b + 1 < nb; b += 2) {
-        const __m512i yq = load2x256(y[b].qs, y[b + 1].qs);
-        const __m512i start = _mm512_sub_epi32(_mm512_setzero_si512(),
-                                               _mm512_dpbusd_epi32(_mm512_setzero_si512(), twelve, yq));
-        const __m512 dy = _mm512_insertf32x8(_mm512_set1_ps(g_half_table[y[b].d]),
-                                             _mm256_set1_ps(g_half_table[y[b + 1].d]), 1);
+        __m512i yq, start;
+        __m512 dy;
+        vnni_y_pair(y + b, twelve, &yq, &start, &dy);
 #pragma GCC unroll 4
         for (int r = 0; r < nr; r++) {
             const block_mxfp4 *xr = (const block_mxfp4 *)(x + (size_t)r * bx);
