@@ -45,7 +45,7 @@ TEST(mapping_moves_whole_huge_pages_in_place) {
         size_t anon, huge;
         ft_mapping_usage(p, n, &anon, &huge);
         CHECK(anon == 0, "anonymous before: %zu", anon);
-        size_t moved = ft_mapping_to_anonymous(p, from_fd ? fd : -1, p + lo, hi - lo, 2 * FT_HUGE_PAGE, NULL, NULL);
+        size_t moved = ft_mapping_to_anonymous(p, from_fd ? fd : -1, p + lo, hi - lo);
         CHECK(moved == 6 * FT_HUGE_PAGE, "moved %zu", moved);
         CHECK(pattern_holds(p, 0, n), "the bytes changed (from the %s)", from_fd ? "file" : "mapping");
         ft_mapping_usage(p, n, &anon, &huge);
@@ -67,7 +67,7 @@ TEST(mapping_short_range_moves_nothing) {
     REQUIRE(p);
     uint8_t *q = p + FT_HUGE_PAGE - 4096;
     CHECK(ft_mapping_movable(q, FT_HUGE_PAGE + 4095) == 0);
-    CHECK(ft_mapping_to_anonymous(p, fd, q, FT_HUGE_PAGE + 4095, 0, NULL, NULL) == 0);
+    CHECK(ft_mapping_to_anonymous(p, fd, q, FT_HUGE_PAGE + 4095) == 0);
     CHECK(pattern_holds(p, 0, n));
     ft_mapping_close(p, n);
     close(fd);

@@ -477,14 +477,14 @@ static moe_expert_banks *load_host_banks(const ft_model *m, ft_backend *be, cons
     return moe_expert_banks_load(m->file, &pl->geometry, &bp, err);
 }
 
-// The weights the CPU streams into memory in huge pages (engine_plan decided it fits), said in
-// one line: how much, how much the kernel backs with huge pages, how long it took.
-static size_t copy_weights(const ft_model *m, bool experts_only, const ft_engine_params *p) {
+// The weights the CPU streams into memory in huge pages (engine_plan decided it fits: planned
+// bytes), said in one line: how much, how much the kernel backs with huge pages, how long it took.
+static size_t copy_weights(const ft_model *m, bool experts_only, size_t planned, const ft_engine_params *p) {
     double t0 = ft_time_s();
     size_t moved = ft_model_copy_into_memory(m, experts_only, p->n_threads, p->progress, p->progress_ctx);
     size_t anon, huge;
     ft_mapping_usage(gguf_file_base(m->file), (size_t)gguf_file_size(m->file), &anon, &huge);
-    if (moved < ft_model_copy_bytes(m, experts_only))
+    if (moved < planned)
         FT_LOG_WARN("weights: %.1f MiB copied into memory, the rest left mapped from the file (no memory for more)",
                     moved / MiB);
     if (p->print_plan)
@@ -514,7 +514,7 @@ ft_weights *engine_place(const ft_model *m, ft_backend *be, const ft_engine_para
         host_experts_free(&h);
     }
     bool cpu_reads = be->placement == FT_PLACEMENT_CPU || pl->mode == FT_MOE_BACKEND_CPU;
-    if (cpu_reads && pl->copy_bytes) pl->copy_bytes = copy_weights(m, be->placement != FT_PLACEMENT_CPU, p);
+    if (cpu_reads && pl->copy_bytes) pl->copy_bytes = copy_weights(m, be->placement != FT_PLACEMENT_CPU, pl->copy_bytes, p);
     // the mapping is lazy: read it now where the CPU computes from it, so that the first
     // tokens do not wait on the disk
     if (p->prefault && cpu_reads) ft_model_prefault(m, p->progress, p->progress_ctx);

@@ -942,7 +942,7 @@ static void copy_worker(void *ctx, int ith, int nth) {
         size_t u = atomic_fetch_add(&j->next, 1);
         if (u >= j->n_unit || atomic_load(&j->failed)) return;
         size_t len = j->unit[u][1] - j->unit[u][0];
-        size_t got = ft_mapping_to_anonymous(gguf_file_base(f), gguf_fd(f), (void *)j->unit[u][0], len, len, NULL, NULL);
+        size_t got = ft_mapping_to_anonymous(gguf_file_base(f), gguf_fd(f), (void *)j->unit[u][0], len);
         size_t done = atomic_fetch_add(&j->moved, got) + got;
         if (got < len) atomic_store(&j->failed, true);
         if (ith == 0 && j->progress) j->progress(j->progress_ctx, "copying weights into memory", done, j->total);
@@ -953,9 +953,9 @@ size_t ft_model_copy_into_memory(const ft_model *m, bool experts_only, int n_thr
                                  void *progress_ctx) {
     span_list l = copy_spans(m, experts_only);
     copy_job j = {.m = m, .progress = progress, .progress_ctx = progress_ctx};
-    size_t cap = 0, all = 0;
-    for (size_t i = 0; i < l.n; i++) all += ft_mapping_movable((const void *)l.r[i][0], l.r[i][1] - l.r[i][0]);
-    size_t unit = FT_MAX(COPY_UNIT, (all / COPY_MAX_UNITS + FT_HUGE_PAGE - 1) & ~(FT_HUGE_PAGE - 1));
+    size_t cap = 0;
+    for (size_t i = 0; i < l.n; i++) j.total += ft_mapping_movable((const void *)l.r[i][0], l.r[i][1] - l.r[i][0]);
+    size_t unit = FT_MAX(COPY_UNIT, (j.total / COPY_MAX_UNITS + FT_HUGE_PAGE - 1) & ~(FT_HUGE_PAGE - 1));
     for (size_t i = 0; i < l.n; i++) {
         uintptr_t a = (l.r[i][0] + FT_HUGE_PAGE - 1) & ~(uintptr_t)(FT_HUGE_PAGE - 1);
         uintptr_t b = l.r[i][1] & ~(uintptr_t)(FT_HUGE_PAGE - 1);
@@ -966,7 +966,6 @@ size_t ft_model_copy_into_memory(const ft_model *m, bool experts_only, int n_thr
             }
             j.unit[j.n_unit][0] = a;
             j.unit[j.n_unit][1] = b - a < unit ? b : a + unit;
-            j.total += j.unit[j.n_unit][1] - a;
             j.n_unit++;
         }
     }

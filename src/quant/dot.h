@@ -82,23 +82,19 @@ void ft_vec_dot_tile_q4_K_vnni(int64_t n, const void *x, size_t bx, int nr, cons
 // too); entered only where
 // ft_gemm_vnni_supported() (AVX-512 F, BW, VL, DQ and VNNI; F16C comes with AVX2's check).
 bool ft_gemm_vnni_supported(void);
-void ft_gemm_q8_0_vnni(int64_t n, const void *x, size_t bx, int nr, const void *y, size_t by, int nc, float *s,
-                       size_t ls);
-void ft_gemm_q4_K_vnni(int64_t n, const void *x, size_t bx, int nr, const void *y, size_t by, int nc, float *s,
-                       size_t ls);
-void ft_gemm_q5_K_vnni(int64_t n, const void *x, size_t bx, int nr, const void *y, size_t by, int nc, float *s,
-                       size_t ls);
-void ft_gemm_q6_K_vnni(int64_t n, const void *x, size_t bx, int nr, const void *y, size_t by, int nc, float *s,
-                       size_t ls);
+#define FT_GEMM_VNNI_DECL(type)                                                                    \
+    void ft_gemm_##type##_vnni(int64_t n, const void *x, size_t bx, int nr, const void *y, size_t by, int nc, \
+                               float *s, size_t ls);
+FT_GEMM_VNNI_DECL(q8_0)
+FT_GEMM_VNNI_DECL(q4_K)
+FT_GEMM_VNNI_DECL(q5_K)
+FT_GEMM_VNNI_DECL(q6_K)
 // the 32-element formats of q8_0 activations, the same way (q8_0's GEMM on their codes)
-void ft_gemm_q4_0_vnni(int64_t n, const void *x, size_t bx, int nr, const void *y, size_t by, int nc, float *s,
-                       size_t ls);
-void ft_gemm_q5_0_vnni(int64_t n, const void *x, size_t bx, int nr, const void *y, size_t by, int nc, float *s,
-                       size_t ls);
-void ft_gemm_iq4_nl_vnni(int64_t n, const void *x, size_t bx, int nr, const void *y, size_t by, int nc, float *s,
-                         size_t ls);
-void ft_gemm_mxfp4_vnni(int64_t n, const void *x, size_t bx, int nr, const void *y, size_t by, int nc, float *s,
-                        size_t ls);
+FT_GEMM_VNNI_DECL(q4_0)
+FT_GEMM_VNNI_DECL(q5_0)
+FT_GEMM_VNNI_DECL(iq4_nl)
+FT_GEMM_VNNI_DECL(mxfp4)
+#undef FT_GEMM_VNNI_DECL
 
 // The AVX-512 BF16 GEMM (gemm_bf16.c; bf16 within n * 2^-24 * sum |x_i y_i| of the reference,
 // as the AMX one), for CPUs without AMX-BF16; entered only where ft_gemm_bf16_avx512_supported().

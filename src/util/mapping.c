@@ -54,39 +54,32 @@ static bool read_full(int fd, uint8_t *dst, size_t len, off_t off) {
     return true;
 }
 
-size_t ft_mapping_to_anonymous(const void *base, int fd, void *p, size_t n, size_t chunk,
-                               void (*progress)(void *ctx, size_t moved), void *ctx) {
+size_t ft_mapping_to_anonymous(const void *base, int fd, void *p, size_t n) {
     uintptr_t a = align_up((uintptr_t)p, FT_HUGE_PAGE), b = align_down((uintptr_t)p + n, FT_HUGE_PAGE);
-    if (!chunk) chunk = (size_t)256 << 20;
-    chunk = align_up(chunk, FT_HUGE_PAGE);
-    size_t moved = 0;
-    for (; a < b; a += chunk) {
-        size_t len = b - a < chunk ? (size_t)(b - a) : chunk;
-        uint8_t *t = map_aligned(len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1);
-        if (!t) break;
-        madvise(t, len, MADV_HUGEPAGE); // a hint: without it (THP off) the pages are small, the bytes the same
-        bool got = true;
-        if (fd >= 0) got = read_full(fd, t, len, (off_t)(a - (uintptr_t)base));
-        else memcpy(t, (const void *)a, len);
-        // read-only, as the file's mapping was, then onto its addresses (unmapping the file's pages)
-        if (!got || mprotect(t, len, PROT_READ) != 0) {
-            munmap(t, len);
-            break;
-        }
-        if (mremap(t, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)a) == MAP_FAILED) {
-            // the kernel unmaps the target before it moves the pages: a move that fails (no
-            // room for one more mapping) may leave a hole, so the file's pages are mapped back
-            // over it (from the mapping itself there is nothing to map back: its caller is a test)
-            FT_ASSERT(fd >= 0 && "ft_mapping_to_anonymous: a failed move needs the file to map back");
-            void *back = mmap((void *)a, len, PROT_READ, MAP_PRIVATE | MAP_FIXED, fd, (off_t)(a - (uintptr_t)base));
-            FT_ASSERT(back != MAP_FAILED && "ft_mapping_to_anonymous: the file's pages could not be mapped back");
-            munmap(t, len);
-            break;
-        }
-        moved += len;
-        if (progress) progress(ctx, moved);
+    if (b <= a) return 0;
+    size_t len = (size_t)(b - a);
+    uint8_t *t = map_aligned(len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1);
+    if (!t) return 0;
+    madvise(t, len, MADV_HUGEPAGE); // a hint: without it (THP off) the pages are small, the bytes the same
+    bool got = true;
+    if (fd >= 0) got = read_full(fd, t, len, (off_t)(a - (uintptr_t)base));
+    else memcpy(t, (const void *)a, len);
+    // read-only, as the file's mapping was, then onto its addresses (unmapping the file's pages)
+    if (!got || mprotect(t, len, PROT_READ) != 0) {
+        munmap(t, len);
+        return 0;
     }
-    return moved;
+    if (mremap(t, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)a) == MAP_FAILED) {
+        // the kernel unmaps the target before it moves the pages: a move that fails (no room
+        // for one more mapping) may leave a hole, so the file's pages are mapped back over it
+        // (from the mapping itself there is nothing to map back: its caller is a test)
+        FT_ASSERT(fd >= 0 && "ft_mapping_to_anonymous: a failed move needs the file to map back");
+        void *back = mmap((void *)a, len, PROT_READ, MAP_PRIVATE | MAP_FIXED, fd, (off_t)(a - (uintptr_t)base));
+        FT_ASSERT(back != MAP_FAILED && "ft_mapping_to_anonymous: the file's pages could not be mapped back");
+        munmap(t, len);
+        return 0;
+    }
+    return len;
 }
 
 bool ft_huge_pages_available(void) {

@@ -22,15 +22,13 @@ void *ft_mapping_open(int fd, size_t size);
 void ft_mapping_close(void *p, size_t size);
 
 // Replaces the whole huge pages inside [p, p + n), which must lie in the mapping at base of
-// ft_mapping_open(fd, ...), with anonymous read-only memory holding the same bytes, staging at
-// most `chunk` bytes at a time (0: 256 MiB). The bytes are read from fd (pread: several times
-// faster than faulting the mapping in), or copied from the mapping where fd is -1 (tests: a move
-// the kernel refuses can then not be undone, which aborts). Calls
-// progress(ctx, bytes moved so far) after each chunk when given. Returns the bytes moved; a
-// failure (no memory, a short read) stops there and leaves the rest mapped from the file,
-// which reads the same.
-size_t ft_mapping_to_anonymous(const void *base, int fd, void *p, size_t n, size_t chunk,
-                               void (*progress)(void *ctx, size_t moved), void *ctx);
+// ft_mapping_open(fd, ...), with anonymous read-only memory holding the same bytes, staged at
+// once (the caller bounds n: the engine moves the weights in units on its threads). The bytes
+// are read from fd (pread: several times faster than faulting the mapping in), or copied from
+// the mapping where fd is -1 (tests: a move the kernel refuses can then not be undone, which
+// aborts). Returns the bytes moved: all of them, or 0 on a failure (no memory, a short read),
+// which leaves the range mapped from the file, reading the same.
+size_t ft_mapping_to_anonymous(const void *base, int fd, void *p, size_t n);
 
 // The bytes of [p, p + n) that ft_mapping_to_anonymous would move.
 size_t ft_mapping_movable(const void *p, size_t n);
