@@ -656,6 +656,80 @@ static void paged_attention_case(int hd, enum ft_type kt) {
     pair_free(&p);
 }
 
+// A decode step's per-head norms, ropes and cache rows as the backend runs them (the rows of k
+// and v written by the norm+rope launch) against the same ops with an op between the ropes and
+// the rows (separate launches): q, k and both caches to the bit, through a block table, for
+// both cache types at several head sizes and token counts (positions crossing a block).
+static void norm_rope_rows_case(int hd, enum ft_type kt, int n_tok) {
+    const int nh = 8, nkv = 2, W = nkv * hd, store = 4 * FT_KV_BLOCK, pos0 = 2 * FT_KV_BLOCK - 2;
+    pair p;
+    if (!pair_init(&p, 8, nh * hd, store, hd, 0, 0)) return;
+    const int32_t table[4] = {3, 0, 2, 1};
+    int32_t *table_dev = ft_cuda_malloc(sizeof(table));
+    ft_cuda_memcpy_h2d(table_dev, table, sizeof(table), NULL);
+    ft_tensor qw_h = host_tensor(&p.rng, FT_TYPE_F32, hd, 1, 1, 1.0f), kw_h = host_tensor(&p.rng, FT_TYPE_F32, hd, 1, 1, 1.0f);
+    ft_tensor qw = dev_tensor(&qw_h), kw = dev_tensor(&kw_h);
+    const size_t QN = (size_t)n_tok * nh * hd, KN = (size_t)n_tok * W;
+    float *q = randn(&p.rng, QN, 1.0f), *k = randn(&p.rng, KN, 1.0f), *v = randn(&p.rng, KN, 1.0f);
+    const ft_rope_params rp = {.n_rot = hd, .neox = true, .freq_base = 1e6f, .freq_scale = 1, .attn_factor = 1,
+                               .beta_fast = 32, .beta_slow = 1, .n_ctx_orig = 4096};
+    float *qb[2], *kb[2], *vb[2], *dummy = gpu_buf(&p, q, 32);
+    ft_tensor kc[2], vc[2];
+    for (int way = 0; way < 2; way++) { // 0: as a step runs them; 1: an add between ropes and rows
+        qb[way] = gpu_buf(&p, q, QN);
+        kb[way] = gpu_buf(&p, k, KN);
+        vb[way] = gpu_buf(&p, v, KN);
+        kc[way] = cache_tensor(kt, W, store, true);
+        vc[way] = cache_tensor(kt, W, store, true);
+        ft_backend *g = p.gpu;
+        g->ops->rms_norm(g, qb[way], &qw, qb[way], n_tok * nh, hd, 1e-6f);
+        g->ops->rms_norm(g, kb[way], &kw, kb[way], n_tok * nkv, hd, 1e-6f);
+        g->ops->rope(g, qb[way], n_tok, nh, hd, pos0, &rp);
+        g->ops->rope(g, kb[way], n_tok, nkv, hd, pos0, &rp);
+        if (way == 1) g->ops->add(g, dummy, dummy, 32);
+        g->ops->set_rows(g, &kc[way], table_dev, pos0, kb[way], n_tok);
+        g->ops->set_rows(g, &vc[way], table_dev, pos0, vb[way], n_tok);
+    }
+    float *q0 = gpu_read(&p, qb[0], QN), *q1 = gpu_read(&p, qb[1], QN); // (reads launch what waits)
+    float *k0 = gpu_read(&p, kb[0], KN), *k1 = gpu_read(&p, kb[1], KN);
+    ft_cuda_device_sync();
+    size_t cb = kc[0].mat_bytes;
+    uint8_t *c[4];
+    const ft_tensor *ct[4] = {&kc[0], &kc[1], &vc[0], &vc[1]};
+    for (int i = 0; i < 4; i++) {
+        c[i] = ft_malloc(cb);
+        ft_cuda_memcpy_d2h(c[i], ct[i]->data, cb, NULL);
+    }
+    ft_cuda_device_sync();
+    bool same_q = !memcmp(q0, q1, QN * sizeof(float)), same_k = !memcmp(k0, k1, KN * sizeof(float));
+    bool same_kc = !memcmp(c[0], c[1], cb), same_vc = !memcmp(c[2], c[3], cb);
+    size_t written = 0; // (the rows were written at all: some byte differs from the zeroed cache)
+    for (size_t i = 0; i < cb; i++) written += c[0][i] != 0 && c[2][i] != 0;
+    CHECK(same_q && same_k && same_kc && same_vc && written > 0,
+          "%s hd %d n_tok %d: q %d, k %d, k cache %d, v cache %d equal; %zu bytes written", ft_type_name(kt), hd, n_tok,
+          same_q, same_k, same_kc, same_vc, written);
+    for (int i = 0; i < 4; i++) free(c[i]);
+    for (int way = 0; way < 2; way++) {
+        ft_cuda_free(kc[way].data);
+        ft_cuda_free(vc[way].data);
+    }
+    free(q0), free(q1), free(k0), free(k1), free(q), free(k), free(v);
+    free(qw_h.data), free(kw_h.data);
+    ft_cuda_free(qw.data);
+    ft_cuda_free(kw.data);
+    ft_cuda_free(table_dev);
+    pair_free(&p);
+}
+
+TEST(cuda_op_norm_rope_rows) {
+    GPU_TEST_REQUIRE_DEVICE();
+    const int hds[3] = {64, 128, 256}, toks[3] = {1, 3, 8};
+    for (int t = 0; t < 2 && !test_failed(); t++)
+        for (int h = 0; h < 3; h++)
+            for (int n = 0; n < 3; n++) norm_rope_rows_case(hds[h], t ? FT_TYPE_Q8_0 : FT_TYPE_F16, toks[n]);
+    printf("    norm+rope with the cache rows in its launch: f16 and q8_0, heads of 64/128/256, 1/3/8 tokens\n");
+}
+
 TEST(cuda_op_paged_attention) {
     GPU_TEST_REQUIRE_DEVICE();
     paged_attention_case(128, FT_TYPE_F16);

@@ -128,12 +128,17 @@ typedef struct cuda_backend {
     bool rows_pending;
     // a per-head norm and rope, or a rope alone, not yet launched (q's): the next one of the same
     // shape and rotation (k's) joins it in one launch (norm_rope.cu); any other op launches it first
+    // In decode-sized steps the joined q and k wait too: the next set_rows of k's heads (then
+    // v's) writes the cache rows in the same launch (kv).
     struct pending_rope {
-        ft_cuda_norm_rope_buf buf;
+        ft_cuda_norm_rope_buf buf[2];
+        int n_buf;
         int n_tok, head_dim, pos;
         float eps;
         ft_cuda_rope_params rp;
         bool norm; // false: the rope alone
+        bool has_kv; // k's cache rows (kv.k) and maybe v's (kv.v.x) ride along
+        ft_cuda_kv_rows kv;
     } rope;
     bool rope_pending;
     cuda_cpu_experts *cpu_experts; // --moe-backend cpu (cuda_cpu_experts.h), or NULL
@@ -165,7 +170,8 @@ static void flush_rows(cuda_backend *c) {
 static void flush_rope(cuda_backend *c) {
     if (!c->rope_pending) return;
     struct pending_rope *r = &c->rope;
-    ft_cuda_norm_rope_opt(&r->buf, 1, r->n_tok, r->head_dim, r->eps, r->norm, r->pos, &r->rp, c->stream);
+    ft_cuda_norm_rope_kv(r->buf, r->n_buf, r->n_tok, r->head_dim, r->eps, r->norm, r->pos, &r->rp,
+                         r->has_kv ? &r->kv : NULL, c->stream);
     c->rope_pending = false;
 }
 
@@ -607,19 +613,23 @@ static void cuda_rope(ft_backend *be, float *x, int n_tok, int n_head, int head_
         .sect_dims = p->imrope ? p->sections[0] + p->sections[1] + p->sections[2] + p->sections[3] : 0,
         .sections = {p->sections[0], p->sections[1], p->sections[2]}, .freq_factors = ff,
     };
-    struct pending_rope r = {{x, norm.w, n_head}, n_tok, head_dim, step_rel(c, pos0), norm.eps, rp, norm.x != NULL};
+    struct pending_rope r = {
+        .buf = {{x, norm.w, n_head}}, .n_buf = 1, .n_tok = n_tok, .head_dim = head_dim, .pos = step_rel(c, pos0),
+        .eps = norm.eps, .rp = rp, .norm = norm.x != NULL,
+    };
     // q's (norm+)rope waits for k's (same shape and rotation, another buffer): one launch; a
     // rope alone waits too where norm_rope.cu takes its heads, in decode-sized steps only (its
     // CTA a row is slower than rope.cu's thread a pair for a prompt's thousands of rows)
-    const struct pending_rope *w = &c->rope;
-    bool join = c->rope_pending && w->norm == r.norm && w->buf.x != x && w->n_tok == n_tok && w->head_dim == head_dim &&
-                w->pos == r.pos && w->eps == r.eps && same_rope(&w->rp, &rp);
+    struct pending_rope *w = &c->rope;
+    bool join = c->rope_pending && w->n_buf == 1 && w->norm == r.norm && w->buf[0].x != x && w->n_tok == n_tok &&
+                w->head_dim == head_dim && w->pos == r.pos && w->eps == r.eps && same_rope(&w->rp, &rp);
     if (!join) flush_rope(c);
     if (!op_runs(c, OP_ROPE, x, p, ((int64_t)n_tok << 32) | (uint32_t)n_head, step_rel(c, pos0))) return;
     if (join) {
-        ft_cuda_norm_rope_buf b[2] = {w->buf, r.buf};
-        ft_cuda_norm_rope_opt(b, 2, n_tok, head_dim, r.eps, r.norm, r.pos, &rp, c->stream);
-        c->rope_pending = false;
+        w->buf[1] = r.buf[0];
+        w->n_buf = 2;
+        // decode-sized: the cache rows may join (cuda_set_rows); a prompt's launch goes now
+        if (n_tok > FT_CUDA_MATVEC_MAX_TOK) flush_rope(c);
     } else if (norm.x || (head_dim <= FT_CUDA_NORM_ROPE_MAX_HD && n_tok <= FT_CUDA_MATVEC_MAX_TOK)) {
         c->rope = r; // launched with the next norm+rope or by the next op (flush_rope)
         c->rope_pending = true;
@@ -635,6 +645,19 @@ static void cuda_hadamard(ft_backend *be, float *x, int n_rows, int row_len, int
     ft_cuda_hadamard(x, (int64_t)n_rows * row_len / n, n, c->stream);
 }
 
+// Whether rows r (k's, then v's) can be written by the waiting joined norm+rope of q and k:
+// k's rows are its buffer 1, v's have k's shape, both at its positions.
+static bool rows_join_rope(const cuda_backend *c, const struct pending_rows *r) {
+    const struct pending_rope *w = &c->rope;
+    if (!c->rope_pending || w->n_buf != 2 || r->n_rows != w->n_tok || r->pos != w->pos ||
+        r->pos_dev != w->rp.pos_dev || r->n != (int64_t)w->buf[1].n_head * w->head_dim)
+        return false;
+    if (r->type != FT_TYPE_F16 && !(r->type == FT_TYPE_Q8_0 && w->head_dim % 32 == 0)) return false;
+    if (!w->has_kv) return r->dst.x == w->buf[1].x; // k's
+    return !w->kv.v.x && r->type == w->kv.type && r->blocks == w->kv.blocks && r->pos_dev == w->kv.pos_dev &&
+           r->dst.dst != w->kv.k.dst && r->dst.x != w->buf[0].x && r->dst.x != w->buf[1].x; // v's
+}
+
 static void cuda_set_rows(ft_backend *be, ft_tensor *cache, const int32_t *blocks, int pos0, const float *x,
                           int n_rows) {
     FT_ASSERT(pos0 >= 0 && (blocks || pos0 + n_rows <= cache->ne[1]));
@@ -645,6 +668,24 @@ static void cuda_set_rows(ft_backend *be, ft_tensor *cache, const int32_t *block
         .type = cache->type, .dst = {cache->data, cache->row_bytes, x}, .blocks = blocks,
         .pos_dev = step_pos_dev(c), .pos = rel, .n_rows = n_rows, .n = cache->ne[0],
     };
+    // decode: k's rows, then v's, ride in the waiting norm+rope's launch (ft_cuda_norm_rope_kv)
+    if (rows_join_rope(c, &r)) {
+        flush_norms(c);
+        flush_add(c);
+        flush_matmuls(c);
+        flush_rows(c);
+        c->xq_src = NULL;
+        if (!op_runs(c, OP_SET_ROWS, cache->data, x, n_rows, rel)) return;
+        struct pending_rope *w = &c->rope;
+        if (!w->has_kv) {
+            w->kv = (ft_cuda_kv_rows){.type = r.type, .k = r.dst, .blocks = blocks, .pos_dev = r.pos_dev, .pos = rel};
+            w->has_kv = true;
+            return;
+        }
+        w->kv.v = r.dst;
+        flush_rope(c);
+        return;
+    }
     // the rows waiting (k) and these (v) in one launch when they share type and shape
     const struct pending_rows *w = &c->rows;
     bool join = c->rows_pending && w->type == r.type && w->n_rows == r.n_rows && w->n == r.n &&

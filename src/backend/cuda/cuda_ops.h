@@ -113,6 +113,19 @@ typedef struct ft_cuda_set_rows_dst {
 void ft_cuda_set_rows(uint32_t type, const ft_cuda_set_rows_dst *d, int n_dst, const int32_t *blocks,
                       const int32_t *pos_dev, int pos, int n_rows, int64_t n, ft_cuda_stream *s);
 
+// norm_rope.cu with the cache rows of a layer in the same launch (decode steps): buffer 1 (k,
+// n_buf 2) after its norm and rope into k's cache rows, and v's heads (v.x: n_tok rows of as
+// many heads as k's; NULL: none) into v's, with ft_cuda_set_rows' bits; positions as there.
+// type: FT_TYPE_F16, or FT_TYPE_Q8_0 with head_dim % 32 == 0; k.x must be buffer 1's x.
+typedef struct ft_cuda_kv_rows {
+    uint32_t type;
+    ft_cuda_set_rows_dst k, v;
+    const int32_t *blocks, *pos_dev;
+    int pos;
+} ft_cuda_kv_rows;
+void ft_cuda_norm_rope_kv(const ft_cuda_norm_rope_buf *b, int n_buf, int n_tok, int head_dim, float eps, bool norm,
+                          int pos0, const ft_cuda_rope_params *p, const ft_cuda_kv_rows *kv, ft_cuda_stream *s);
+
 // attention.cu. Small batches split the keys over CTAs when part is given: part holds
 // ft_cuda_attention_part_floats(n_tok, n_head, n_head_kv, head_dim) floats.
 #define FT_CUDA_ATTN_SPLIT_MAX_TOK 8

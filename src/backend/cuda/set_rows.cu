@@ -1,14 +1,11 @@
 // set_rows.cu: writes float rows into a KV-cache tensor as f16 or q8_0, with the CPU op's
-// arithmetic (cpu_quant.c): f16 round-to-nearest-even; q8_0 with d = amax / 127 stored as f16,
-// codes round-half-even(x * (127 / amax)), as llama.cpp's x86 quantizer.
+// arithmetic (kv_store.cuh).
 //
 // Launch: q8_0: one warp per block of 32, 8 warps per CTA; f16: a thread per element; grid.y
 // the destination (a layer's k and v rows in one launch).
 #include "cuda_common.cuh"
 #include "cuda_ops.h"
-
-#include "../../quant/fp16.h"
-#include "../../quant/quant.h"
+#include "kv_store.cuh"
 
 enum { SR_WARPS = 8 };
 
@@ -32,8 +29,7 @@ __global__ void set_rows_f16_kernel(const set_rows_args a, int64_t total) {
     const int64_t i = (int64_t)blockIdx.x * 256 + threadIdx.x;
     if (i >= total) return;
     const int j = blockIdx.y;
-    uint8_t *dst = a.dst[j] + (size_t)set_rows_row(a, i / a.n) * a.row_bytes[j];
-    ((ft_half *)dst)[i % a.n] = ft_fp32_to_fp16(a.x[j][i]);
+    ft_kv_store_f16(a.dst[j] + (size_t)set_rows_row(a, i / a.n) * a.row_bytes[j], i % a.n, a.x[j][i]);
 }
 
 __global__ void __launch_bounds__(SR_WARPS * FT_WARP) set_rows_q8_0_kernel(const set_rows_args a, int64_t n_groups) {
@@ -44,12 +40,7 @@ __global__ void __launch_bounds__(SR_WARPS * FT_WARP) set_rows_q8_0_kernel(const
     const int lane = threadIdx.x % FT_WARP;
     const int64_t per_row = a.n / 32, r = g / per_row, b = g % per_row;
     const float v = a.x[j][r * a.n + b * 32 + lane];
-    uint8_t *row = a.dst[j] + (size_t)set_rows_row(a, r) * a.row_bytes[j];
-    const float amax = ft_warp_max(fabsf(v));
-    const float d = amax / 127.f, id = amax != 0.0f ? 127.f / amax : 0.0f;
-    block_q8_0 *blk = (block_q8_0 *)row + b;
-    blk->qs[lane] = (int8_t)__float2int_rn(v * id);
-    if (lane == 0) blk->d = ft_fp32_to_fp16(d);
+    ft_kv_store_q8_0(a.dst[j] + (size_t)set_rows_row(a, r) * a.row_bytes[j], b, v, lane);
 }
 
 extern "C" void ft_cuda_set_rows(uint32_t type, const ft_cuda_set_rows_dst *d, int n_dst, const int32_t *blocks,
