@@ -68,3 +68,30 @@ TEST(cmd_bench_weights_copied_or_mapped) {
         json_decref(j);
     }
 }
+
+// --parallel: a figure pair per sequence count, as many runs as asked; a prompt longer than the
+// chunk goes in several steps beside the other sequences' prompts. Bad counts are usage errors.
+TEST(cmd_bench_parallel_reports_each_count) {
+    CHECK(ft_bench("--parallel 0 2>/dev/null", NULL, 0) == 2);
+    CHECK(ft_bench("--parallel 2,x 2>/dev/null", NULL, 0) == 2);
+    CHECK(ft_bench("--parallel 2, 2>/dev/null", NULL, 0) == 2);
+    const char *path = fixture_cli_model("bench_moe.gguf", "--arch qwen3moe --layers 2 --experts 4 --top-k 2");
+    REQUIRE(path);
+    char cmd[2048], out[8192];
+    snprintf(cmd, sizeof(cmd), "-m '%s' -p 9 -n 3 -b 4 -t 2 -r 2 --parallel 1,3 --json 2>/dev/null", path);
+    REQUIRE(ft_bench(cmd, out, sizeof(out)) == 0, "%s", out);
+    json_error_t jerr;
+    json_t *j = json_loads(out, 0, &jerr);
+    REQUIRE(j != NULL, "not JSON (%s): %s", jerr.text, out);
+    CHECK(json_integer_value(json_object_get(j, "n_prompt")) == 9 && json_integer_value(json_object_get(j, "n_gen")) == 3);
+    json_t *par = json_object_get(j, "parallel");
+    REQUIRE(json_array_size(par) == 2, "%s", out);
+    for (size_t i = 0; i < 2; i++) {
+        json_t *e = json_array_get(par, i);
+        CHECK(json_integer_value(json_object_get(e, "n_seq")) == (i ? 3 : 1));
+        CHECK(json_number_value(json_object_get(e, "prompt_tok_s")) > 0 &&
+              json_number_value(json_object_get(e, "decode_tok_s")) > 0);
+        CHECK(json_array_size(json_object_get(e, "decode_tok_s_runs")) == 2);
+    }
+    json_decref(j);
+}

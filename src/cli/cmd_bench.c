@@ -13,6 +13,8 @@
 // run with a threaded read of a buffer far larger than the caches, bounds decode speed.
 #include "cli.h"
 #include "args.h"
+#include "bench_common.h"
+#include "bench_parallel.h"
 #include "cli_model.h"
 #include "../backend/cpu/cpu.h"
 #include "../engine/engine.h"
@@ -24,8 +26,6 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
-
-#define BENCH_MAX_REPS 100
 
 static void bench_usage(FILE *out) {
     fprintf(out,
@@ -39,6 +39,9 @@ static void bench_usage(FILE *out) {
             "  -n, --n-gen N              decoded tokens after the prompt (default 128)\n"
             "  -r, --reps N               timed runs; figures are their median (default 3)\n"
             "  --json                     one JSON line on stdout instead of the table\n"
+            "  --parallel N[,N...]        instead: N sequences decoding together (llama-batched-bench's -npl):\n"
+            "                             each prefills its own -p prompt, then -n steps decode one token of\n"
+            "                             every sequence; prints the prompts' and the aggregate decode tok/s\n"
             "  --resident-tok-s T         offload: decode speed of the model fully resident on the GPU, for\n"
             "                             the transfer bound (default: measured with --moe-backend fused and\n"
             "                             no --gpu-memory-limit when the model fits the GPU whole)\n");
@@ -49,29 +52,8 @@ static void bench_usage(FILE *out) {
                  "1 / (missed bytes per token / copy GB/s + time per token fully resident).\n");
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(const double *v, int n) {
-    double s[BENCH_MAX_REPS];
-    memcpy(s, v, (size_t)n * sizeof(double));
-    qsort(s, (size_t)n, sizeof(double), cmp_double);
-    return n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
-}
-
-// The id of the token at position i: spread over the vocabulary, the same in llama_bench.mjs.
-static int32_t bench_token(int i, int n_vocab) {
-    int mod = n_vocab < 32000 ? n_vocab : 32000;
-    return (int32_t)(((int64_t)i * 7919 + 13) % mod);
-}
+// The id of the token at position i (bench_common.h), as llama_bench.mjs feeds llama.cpp.
+static int32_t bench_token(int i, int n_vocab) { return bench_token_salted(i, 0, n_vocab); }
 
 // ---------------------------------------------------------------------------------------------
 // Bytes per decoded token
@@ -142,9 +124,9 @@ static void *bw_read(void *arg) {
     bw_slice *s = arg;
     bool avx2 = __builtin_cpu_supports("avx2");
     pthread_barrier_wait(s->bar);
-    s->t0 = now_s();
+    s->t0 = bench_now_s();
     s->sum = avx2 ? bw_sum_avx2(s->p, s->n) : bw_sum(s->p, s->n);
-    s->t1 = now_s();
+    s->t1 = bench_now_s();
     return NULL;
 }
 
@@ -196,15 +178,15 @@ static double measure_mem_bw(int n_threads) {
 static bool bench_once(ft_engine *e, const int32_t *ids, int n_prompt, int n_gen, double *prompt_s,
                        double *gen_s, ft_moe_stats *moe_dec, ft_err *err) {
     ft_engine_reset(e);
-    double t0 = now_s();
+    double t0 = bench_now_s();
     if (n_prompt > 0 && !ft_engine_eval(e, ids, n_prompt, err)) return false;
-    double t1 = now_s();
+    double t1 = bench_now_s();
     ft_moe_stats before = {0}, after = {0};
     bool moe = moe_dec && ft_engine_moe_stats(e, &before);
-    double t1b = now_s();
+    double t1b = bench_now_s();
     for (int i = 0; i < n_gen; i++)
         if (!ft_engine_eval(e, &ids[n_prompt + i], 1, err)) return false;
-    double t2 = now_s();
+    double t2 = bench_now_s();
     if (moe && ft_engine_moe_stats(e, &after)) {
         ft_moe_stats_sub(&after, &before);
         if (moe_dec->n_layers == 0) ft_moe_stats_copy(moe_dec, &after);
@@ -236,7 +218,7 @@ static double resident_decode_tok_s(const ft_model *m, const ft_engine_params *e
         if (!bench_once(e, ids, n_prompt, n_gen, &ps, &gs, NULL, &err)) goto out;
         tps[r] = gs > 0 ? (double)n_gen / gs : 0;
     }
-    med = median(tps, reps);
+    med = bench_median(tps, reps);
     fprintf(stderr, "bench: resident decode %.2f tok/s\n", med);
 out:
     if (med == 0)
@@ -250,6 +232,8 @@ int cmd_bench(int argc, char **argv) {
     int64_t n_prompt = 512, n_gen = 128, reps = 3;
     double resident_tps = 0;
     bool json = false, bad = false;
+    const char *parallel = NULL;
+    int n_par = 0, par[BENCH_MAX_PARALLEL];
     engine_args ea = engine_args_init("bench", ENGINE_ARGS_ROUTE_TRACE);
     for (int i = 1; i < argc && !bad; i++) {
         if (args_flag(argv, i, "-h|--help")) {
@@ -266,6 +250,22 @@ int cmd_bench(int argc, char **argv) {
             args_int(argc, argv, &i, "-n|--n-gen", 0, 1 << 20, &n_gen, &bad) ||
             args_int(argc, argv, &i, "-r|--reps", 1, BENCH_MAX_REPS, &reps, &bad))
             continue;
+        if (args_str(argc, argv, &i, "--parallel", &parallel, &bad)) {
+            for (const char *c = parallel; !bad && *c;) {
+                char *end;
+                long v = strtol(c, &end, 10);
+                if (end == c || v < 1 || v > 4096 || n_par == BENCH_MAX_PARALLEL || (*end && *end != ',') ||
+                    (*end == ',' && !end[1])) {
+                    fprintf(stderr, "ft bench: --parallel %s: expected up to %d counts of 1..4096, comma-separated\n",
+                            parallel, BENCH_MAX_PARALLEL);
+                    bad = true;
+                    break;
+                }
+                par[n_par++] = (int)v;
+                c = *end ? end + 1 : end;
+            }
+            continue;
+        }
         if (args_float(argc, argv, &i, "--resident-tok-s", &resident_tps, &bad)) {
             if (!bad && !(resident_tps > 0)) {
                 fprintf(stderr, "ft bench: --resident-tok-s %g: expected tok/s > 0\n", resident_tps);
@@ -296,6 +296,16 @@ int cmd_bench(int argc, char **argv) {
     ft_moe_stats moe_dec = {0}; // the expert cache's counters over the timed decodes
     int n_tok = (int)(n_prompt + n_gen);
     if (ep.n_threads <= 0) ep.n_threads = ft_engine_default_threads(ep.device);
+    if (n_par > 0) {
+        if (n_tok > m->hp.n_ctx_train) {
+            fprintf(stderr, "ft bench: -p %d + -n %d exceeds the model's context of %d tokens\n", (int)n_prompt,
+                    (int)n_gen, m->hp.n_ctx_train);
+            goto done;
+        }
+        cli_show_startup(&ep, NULL);
+        rc = bench_parallel(m, &ep, model_path, par, n_par, (int)n_prompt, (int)n_gen, (int)reps, json);
+        goto done;
+    }
     ep.n_ctx = engine_args_n_ctx(&ea, n_tok, n_tok);
     ep.n_batch = FT_MIN(ep.n_batch, n_tok);
     if (ep.n_ctx == 0) goto done;
@@ -334,7 +344,7 @@ int cmd_bench(int argc, char **argv) {
             fprintf(stderr, "run %d/%d: prompt %.2f tok/s, decode %.2f tok/s\n", r + 1, (int)reps, prompt_tps[r],
                     gen_tps[r]);
     }
-    double prompt_med = median(prompt_tps, (int)reps), gen_med = median(gen_tps, (int)reps);
+    double prompt_med = bench_median(prompt_tps, (int)reps), gen_med = bench_median(gen_tps, (int)reps);
     size_t bpt = bytes_per_token(m);
     double bw = ep.device == FT_PLACEMENT_CPU ? measure_mem_bw(ep.n_threads) : 0;
     double roof_tps = bw > 0 ? bw * 1e9 / (double)bpt : 0;
