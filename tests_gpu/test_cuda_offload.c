@@ -20,6 +20,7 @@
 #include "../src/model/model.h"
 #include "../src/model/synth.h"
 #include "../src/moe/expert_cache.h"
+#include "../src/util/mapping.h"
 #include "../src/util/rng.h"
 
 #include <stdlib.h>
@@ -701,6 +702,14 @@ TEST(cuda_offload_copy_bandwidth) {
     rig r;
     // uniform: 16 slots per layer, so a layer's experts from two steps back are gone
     if (!rig_init(&r, path, 64, MOE_POOL_LAYOUT_UNIFORM, TOP_K, 1)) return;
+    // the banks are registered anonymous memory in huge pages where the kernel gives them
+    size_t anon = 0, huge = 0, span = (r.hb->bytes + FT_HUGE_PAGE - 1) / FT_HUGE_PAGE * FT_HUGE_PAGE;
+    ft_mapping_usage(r.hb->block, span, &anon, &huge);
+    printf("    host banks %.1f MiB: %.1f MiB anonymous, %.1f MiB in huge pages (THP %s)\n", r.hb->bytes / 1048576.0,
+           anon / 1048576.0, huge / 1048576.0, ft_huge_pages_available() ? "available" : "off");
+    CHECK(anon >= r.hb->bytes, "the banks are not the registered anonymous memory (%zu of %llu bytes)", anon,
+          (unsigned long long)r.hb->bytes);
+    if (ft_huge_pages_available()) CHECK(huge > 0, "no huge page in %zu bytes of banks", anon);
     ft_offload_reserve(r.o, TOP_K);
     ft_cuda_stream *s = ft_cuda_stream_init();
     int32_t *sel_dev = ft_cuda_malloc(TOP_K * sizeof(int32_t));

@@ -36,6 +36,16 @@ void ft_mapping_close(void *p, size_t size) {
     if (p) munmap(p, size);
 }
 
+void *ft_huge_alloc(size_t n) {
+    void *p = map_aligned(n ? n : 1, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1);
+    if (p) madvise(p, n ? n : 1, MADV_HUGEPAGE); // a hint: small pages (THP off) hold the same bytes
+    return p;
+}
+
+void ft_huge_free(void *p, size_t n) {
+    if (p) munmap(p, n ? n : 1);
+}
+
 size_t ft_mapping_movable(const void *p, size_t n) {
     uintptr_t a = align_up((uintptr_t)p, FT_HUGE_PAGE), b = align_down((uintptr_t)p + n, FT_HUGE_PAGE);
     return b > a ? (size_t)(b - a) : 0;

@@ -33,6 +33,12 @@ size_t ft_mapping_to_anonymous(const void *base, int fd, void *p, size_t n);
 // The bytes of [p, p + n) that ft_mapping_to_anonymous would move.
 size_t ft_mapping_movable(const void *p, size_t n);
 
+// n bytes of zeroed read-write anonymous memory at an FT_HUGE_PAGE-aligned address, asking the
+// kernel for huge pages (MADV_HUGEPAGE); NULL when it cannot be had. ft_huge_free(p, n) with
+// the same n gives it back.
+void *ft_huge_alloc(size_t n);
+void ft_huge_free(void *p, size_t n);
+
 // Whether the kernel gives transparent huge pages to memory that asks (MADV_HUGEPAGE): its
 // setting is "always" or "madvise", not "never" (false where it has none).
 bool ft_huge_pages_available(void);

@@ -420,6 +420,18 @@ extern "C" void *ft_cuda_host_alloc_mapped(size_t n, void **dev) {
     return p;
 }
 
+extern "C" bool ft_cuda_host_register_mapped(void *p, size_t n) {
+    if (cudaHostRegister(p, n, cudaHostRegisterMapped | cudaHostRegisterPortable) == cudaSuccess) return true;
+    (void)cudaGetLastError();
+    return false;
+}
+
+extern "C" bool ft_cuda_host_unregister(void *p) {
+    if (cudaHostUnregister(p) == cudaSuccess) return true;
+    (void)cudaGetLastError();
+    return false;
+}
+
 extern "C" void *ft_cuda_host_device_pointer(void *host) {
     void *dev = NULL;
     CUDA_CHECK(cudaHostGetDevicePointer(&dev, host, 0));

@@ -110,7 +110,12 @@ void ft_cuda_cache_add(uint64_t *acc, uint64_t v, ft_cuda_stream *s);
 // Host memory the device reads through its mapping; NULL when it cannot be had. *dev: the
 // device address of the first byte.
 void *ft_cuda_host_alloc_mapped(size_t n, void **dev);
-// The device address of mapped host memory from ft_cuda_host_alloc_mapped.
+// Makes the caller's host memory [p, p + n) page-locked and mapped for the device
+// (cudaHostRegister, portable); false when the driver refuses. ft_cuda_host_unregister undoes
+// it: false where p was not registered so (cudaHostAlloc's memory, for one).
+bool ft_cuda_host_register_mapped(void *p, size_t n);
+bool ft_cuda_host_unregister(void *p);
+// The device address of mapped host memory from ft_cuda_host_alloc_mapped or registered.
 void *ft_cuda_host_device_pointer(void *host);
 // A 2-D host-to-device copy: height rows of width bytes, spitch / dpitch apart.
 void ft_cuda_memcpy_2d_h2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height,

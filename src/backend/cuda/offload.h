@@ -24,8 +24,8 @@
 
 typedef struct ft_offload ft_offload;
 
-// Page-locked host memory the device reads through its mapping (cudaHostAlloc with
-// cudaHostAllocMapped | cudaHostAllocPortable), for moe_expert_banks_load.
+// Page-locked host memory the device reads through its mapping (portable), in transparent huge
+// pages where the kernel and the driver allow (else cudaHostAlloc's), for moe_expert_banks_load.
 moe_host_allocator ft_offload_host_allocator(void);
 
 typedef struct ft_offload_params {
