@@ -1170,6 +1170,7 @@ static void cuda_step_begin(ft_backend *be, int n_tok, int pos0, const void *key
     c->cur_graph = slot;
     if (g->graph && g->key == key) {
         c->mode = STEP_REPLAY;
+        if (c->offload) ft_offload_step_replayed(c->offload, c->stream);
         return;
     }
     ft_cuda_graph_free(g->graph);

@@ -281,13 +281,14 @@ extern "C" void ft_cuda_cache_prefetch(const ft_cuda_cache_prefetch_params *p, f
 // its three banks' bytes one after another, cut in W-byte units; thread units are
 // COPY_UNROLL apart by blockDim so each thread has COPY_UNROLL loads in flight (PCIe reads of
 // mapped host memory have a long latency: throughput needs many outstanding loads). No
-// device temporary: each unit goes from its host row straight to its slot row.
+// device temporary: each unit goes from its host row (or its slot, with a map) straight to
+// its destination row.
 template <typename W>
 __global__ void __launch_bounds__(COPY_THREADS) cache_copy_kernel(ft_cuda_cache_copy_params p) {
     __shared__ int s_k;
     if (threadIdx.x == 0) {
         if (p.copy_ns) atomicMin((unsigned long long *)&p.copy_span[0], (unsigned long long)device_clock_ns());
-        s_k = *p.n_copies;
+        s_k = p.n_copies ? *p.n_copies : p.n_fixed;
     }
     __syncthreads();
     const int k = s_k;
@@ -305,8 +306,12 @@ __global__ void __launch_bounds__(COPY_THREADS) cache_copy_kernel(ft_cuda_cache_
             uint64_t j = idx / U, u = idx - j * U;
             int b = u < u0 ? 0 : u < u0 + u1 ? 1 : 2;
             u -= b == 0 ? 0 : b == 1 ? u0 : u0 + u1;
-            const W *src = (const W *)(p.src[b] + (uint64_t)p.copy_expert[j] * p.bytes[b]) + u;
-            dst[r] = (W *)(p.dst[b] + (uint64_t)p.copy_slot[j] * p.stride[b]) + u;
+            const int64_t e = p.copy_expert ? p.copy_expert[j] : (int64_t)j;
+            const int64_t slot = p.map ? p.map[e] : -1;
+            if (slot < 0 && p.hits_only) continue;
+            const W *src = slot >= 0 ? (const W *)(p.slot_src[b] + (uint64_t)slot * p.slot_stride[b]) + u
+                                     : (const W *)(p.src[b] + (uint64_t)e * p.bytes[b]) + u;
+            dst[r] = (W *)(p.dst[b] + (uint64_t)(p.copy_slot ? p.copy_slot[j] : (int64_t)j) * p.stride[b]) + u;
             v[r] = *src;
         }
 #pragma unroll
@@ -328,6 +333,7 @@ __global__ void __launch_bounds__(COPY_THREADS) cache_copy_kernel(ft_cuda_cache_
 }
 
 extern "C" void ft_cuda_cache_copy(const ft_cuda_cache_copy_params *p, int n_ctas, ft_cuda_stream *s) {
+    FT_CUDA_ASSERT(p->n_copies || (!p->copy_expert && !p->copy_slot && p->n_fixed >= 0));
     if (n_ctas <= 0) {
         int dev = 0, sms = 0;
         CUDA_CHECK(cudaGetDevice(&dev));
@@ -338,7 +344,7 @@ extern "C" void ft_cuda_cache_copy(const ft_cuda_cache_copy_params *p, int n_cta
     bool wide = true;
     for (int b = 0; b < 3; b++)
         wide = wide && (uintptr_t)p->src[b] % 16 == 0 && (uintptr_t)p->dst[b] % 16 == 0 && p->bytes[b] % 16 == 0 &&
-               p->stride[b] % 16 == 0;
+               p->stride[b] % 16 == 0 && (!p->map || ((uintptr_t)p->slot_src[b] % 16 == 0 && p->slot_stride[b] % 16 == 0));
     if (wide) cache_copy_kernel<uint4><<<n_ctas, COPY_THREADS, 0, ft_cuda_stream_handle(s)>>>(*p);
     else cache_copy_kernel<uint8_t><<<n_ctas, COPY_THREADS, 0, ft_cuda_stream_handle(s)>>>(*p);
     CUDA_CHECK_LAUNCH();

@@ -57,6 +57,8 @@ struct ft_offload {
     uint8_t *ov[2][MOE_BANK_COUNT];
     int ov_layer[2];                     // block held (or being copied), -1
     bool ov_claimed;                     // the overlay's slots are invalidated since the last lookup
+    int32_t *map_host;                   // (n_map) pinned: the maps as the last claim left them
+    ft_cuda_event *ev_map;               // their copy to the host
     int ov_last;                         // buffer of the last overlay step, -1
     bool ov_prefetch;                    // a prefetch may be in flight on the copy stream
     ft_cuda_stream *copy_stream;
@@ -284,6 +286,8 @@ ft_offload *ft_offload_init(const moe_geometry *g, moe_expert_banks *hb, const f
         FT_ASSERT(hb->layers[i].layer == lg->layer);
     }
     o->map = dev_alloc((size_t)o->n_map * sizeof(int32_t));
+    o->map_host = ft_cuda_host_alloc((size_t)(o->n_map ? o->n_map : 1) * sizeof(int32_t));
+    o->ev_map = ft_cuda_event_init_sync_only();
     o->stats = dev_alloc((size_t)o->g.n_layers * FT_CACHE_STAT_COUNT * sizeof(uint64_t));
     o->span = dev_alloc(3 * sizeof(uint64_t));
     o->timer = dev_alloc(2 * sizeof(uint64_t));
@@ -332,6 +336,8 @@ void ft_offload_free(ft_offload *o) {
     ft_cuda_free(o->pf_slot);
     ft_cuda_free(o->pf_n);
     ft_cuda_free(o->map);
+    ft_cuda_host_free(o->map_host);
+    ft_cuda_event_free(o->ev_map);
     ft_cuda_free(o->stats);
     ft_cuda_free(o->span);
     ft_cuda_free(o->timer);
@@ -434,15 +440,34 @@ bool ft_offload_uses_overlay(const ft_offload *o, int block, int n_tok, int n, b
     return moe_placement_offload_overlay(n, n_own, n_tok, gemm, gemm_min_tok);
 }
 
+// Bytes one copy of MoE layer li moves (its native expert bytes in every bank).
+static uint64_t layer_copy_bytes(const ft_offload *o, int li) {
+    uint64_t n = 0;
+    for (int b = 0; b < MOE_BANK_COUNT; b++) n += o->g.layers[li].bytes[b];
+    return n;
+}
+
+// The copy kernel's parameters for lists (count, experts, slots in device memory) of MoE layer
+// li into its pool's slots, untimed.
+static ft_cuda_cache_copy_params pool_copies(const ft_offload *o, int li, int pool, const int32_t *n_copies,
+                                             const int32_t *expert, const int32_t *slot) {
+    const moe_pool_plan *pp = &o->plan.pools[pool];
+    const moe_host_layer *hl = &o->hb->layers[li];
+    ft_cuda_cache_copy_params cp = {.n_copies = n_copies, .copy_expert = expert, .copy_slot = slot};
+    for (int b = 0; b < MOE_BANK_COUNT; b++) {
+        cp.src[b] = o->hb_dev + (hl->bank[b].data - (const uint8_t *)o->hb->block);
+        cp.bytes[b] = hl->bank[b].expert_bytes;
+        cp.dst[b] = o->arena[b] + pp->offset[b];
+        cp.stride[b] = pp->stride[b];
+    }
+    return cp;
+}
+
 // Every slot the overlay's bytes overlap is invalidated, on the device and in the mirror.
 static void claim_overlay(ft_offload *o, ft_cuda_stream *s) {
     if (o->ov_claimed) return;
     o->ov_claimed = true;
-    // the copy stream starts writing only after what s has enqueued so far (decode experts
-    // that may still read slots there)
-    for (int i = 0; i < 2; i++) ft_cuda_event_record(o->ev_done[i], s);
-    if (o->n_buf < 1) return; // the overlay has memory of its own
-    for (int b = 0; b < MOE_BANK_COUNT; b++) {
+    for (int b = 0; b < MOE_BANK_COUNT && o->n_buf >= 1; b++) { // (n_buf < 1: memory of its own)
         uint64_t off = o->ov_offset[b], len = (uint64_t)o->n_buf * o->ov_bytes[b];
         moe_expert_cache_invalidate_bytes(o->mirror, (enum moe_bank)b, off, len);
         for (int k = 0; k < o->plan.n_pools; k++) {
@@ -457,29 +482,66 @@ static void claim_overlay(ft_offload *o, ft_cuda_stream *s) {
                                      (int)first, (int)(last - first + 1), s);
         }
     }
+    // the copy stream starts only after what s has enqueued so far: decode experts that may
+    // still read slots there, and the invalidations (a stream-in reads the maps)
+    for (int i = 0; i < 2; i++) ft_cuda_event_record(o->ev_done[i], s);
+    // the maps to the host, which splits each stream-in into hits and misses: no lookup runs
+    // until the overlay is released (a prefill chunk waits once for the step before it)
+    ft_cuda_memcpy_d2h(o->map_host, o->map, (size_t)o->n_map * sizeof(int32_t), s);
+    ft_cuda_event_record(o->ev_map, s);
+    ft_cuda_event_sync(o->ev_map);
 }
 
 // Enqueues the stream-in of every expert of layer `block` into overlay buffer buf on the copy
-// stream, one copy per bank, timed. A buffer holds the widest layer's experts at the widest
-// stride, but a layer lands at its own stride (compact): the grouped GEMM (moe_gemm.cu) reads
-// an expert's matrices at exactly their native size.
+// stream, timed. A buffer holds the widest layer's experts at the widest stride, but a layer
+// lands at its own stride (compact): the grouped GEMM (moe_gemm.cu) reads an expert's
+// matrices at exactly their native size. The experts the layer holds in slots (the claim's
+// snapshot of its map) are copied from there by one kernel (device memory: a fraction of a
+// millisecond for a whole layer); the others come from the host banks on the copy engine, one
+// copy per bank and run of consecutive missing experts (so a prefill after decode crosses
+// PCIe only for the misses, at the copy engine's rate).
 static void stream_in(ft_offload *o, int block, int buf) {
     int li = o->layer_of_block[block];
     const moe_host_layer *hl = &o->hb->layers[li];
     ft_cuda_stream *cs = o->copy_stream;
     ft_cuda_stream_wait_event(cs, o->ev_done[buf]);
-    if (o->telemetry) ft_cuda_cache_timer_start(&o->timer[buf], cs);
-    uint64_t bytes = 0;
-    for (int b = 0; b < MOE_BANK_COUNT; b++) {
-        const moe_expert_bank *k = &hl->bank[b];
-        ft_cuda_memcpy_2d_h2d(o->ov[buf][b], k->expert_bytes, k->data, k->expert_bytes, k->expert_bytes,
-                              (size_t)hl->n_expert, cs);
-        bytes += k->expert_bytes * (uint64_t)hl->n_expert;
-    }
     uint64_t *st = o->stats + (size_t)li * FT_CACHE_STAT_COUNT;
+    if (o->telemetry) ft_cuda_cache_timer_start(&o->timer[buf], cs);
+    const int32_t *map = o->map_host + o->map_base[block];
+    int hits = 0;
+    for (int e = 0; e < hl->n_expert; e++) hits += map[e] >= 0;
+    if (hits > 0) {
+        ft_cuda_cache_copy_params cp = pool_copies(o, li, moe_expert_cache_pool_of(o->mirror, block), NULL, NULL, NULL);
+        for (int b = 0; b < MOE_BANK_COUNT; b++) {
+            cp.slot_src[b] = cp.dst[b];
+            cp.slot_stride[b] = cp.stride[b];
+            cp.dst[b] = o->ov[buf][b];
+            cp.stride[b] = hl->bank[b].expert_bytes;
+        }
+        cp.n_fixed = hl->n_expert;
+        cp.map = o->map + o->map_base[block];
+        cp.hits_only = true;
+        ft_cuda_cache_copy(&cp, 0, cs);
+    }
+    uint64_t bytes = 0;
+    for (int e0 = 0; e0 < hl->n_expert;) {
+        if (map[e0] >= 0) {
+            e0++;
+            continue;
+        }
+        int e1 = e0 + 1;
+        while (e1 < hl->n_expert && map[e1] < 0) e1++;
+        for (int b = 0; b < MOE_BANK_COUNT; b++) {
+            const moe_expert_bank *k = &hl->bank[b];
+            size_t off = (size_t)e0 * k->expert_bytes, n = (size_t)(e1 - e0) * k->expert_bytes;
+            if (n) ft_cuda_memcpy_h2d(o->ov[buf][b] + off, k->data + off, n, cs);
+            bytes += n;
+        }
+        e0 = e1;
+    }
+    if (o->telemetry) ft_cuda_cache_add(&st[FT_CACHE_STAT_BYTES], bytes, cs);
     if (o->telemetry) {
         ft_cuda_cache_timer_stop(&o->timer[buf], &st[FT_CACHE_STAT_COPY_NS], cs);
-        ft_cuda_cache_add(&st[FT_CACHE_STAT_BYTES], bytes, cs);
         ft_cuda_cache_add(&st[FT_CACHE_STAT_PREFILL_LAYERS], 1, cs);
     }
     ft_cuda_event_record(o->ev_copied[buf], cs);
@@ -528,40 +590,25 @@ static void overlay_step(ft_offload *o, int block, const int32_t *sel, ft_cuda_s
 // copies, few enough to leave the SMs to the step.
 enum { FILL_CTAS = 16 };
 
-// Bytes one copy of MoE layer li moves (its native expert bytes in every bank).
-static uint64_t layer_copy_bytes(const ft_offload *o, int li) {
-    uint64_t n = 0;
-    for (int b = 0; b < MOE_BANK_COUNT; b++) n += o->g.layers[li].bytes[b];
-    return n;
-}
-
-// The copy kernel's parameters for lists (count, experts, slots in device memory) of MoE layer
-// li into its pool's slots, untimed.
-static ft_cuda_cache_copy_params pool_copies(const ft_offload *o, int li, int pool, const int32_t *n_copies,
-                                             const int32_t *expert, const int32_t *slot) {
-    const moe_pool_plan *pp = &o->plan.pools[pool];
-    const moe_host_layer *hl = &o->hb->layers[li];
-    ft_cuda_cache_copy_params cp = {.n_copies = n_copies, .copy_expert = expert, .copy_slot = slot};
-    for (int b = 0; b < MOE_BANK_COUNT; b++) {
-        cp.src[b] = o->hb_dev + (hl->bank[b].data - (const uint8_t *)o->hb->block);
-        cp.bytes[b] = hl->bank[b].expert_bytes;
-        cp.dst[b] = o->arena[b] + pp->offset[b];
-        cp.stride[b] = pp->stride[b];
-    }
-    return cp;
-}
-
-static void cache_step(ft_offload *o, int block, const int32_t *sel, int n, ft_cuda_stream *s, ft_offload_view *v,
-                       const ft_offload_hook *hook) {
-    int li = o->layer_of_block[block];
-    // a prefetch still streaming into the overlay must land before slots there are refilled
+// Before lookups that may refill any slot, the overlay's among them: a stream-in still running
+// lands first, and what the overlay holds is forgotten (its slots are claimed again by the
+// next overlay step).
+static void overlay_release(ft_offload *o, ft_cuda_stream *s) {
     if (o->ov_prefetch) {
         for (int i = 0; i < 2; i++) ft_cuda_stream_wait_event(s, o->ev_copied[i]);
         o->ov_prefetch = false;
     }
-    if (o->n_buf >= 1) o->ov_layer[0] = o->ov_layer[1] = -1; // lookups may refill the overlay's slots
+    if (o->n_buf >= 1) o->ov_layer[0] = o->ov_layer[1] = -1;
     o->ov_claimed = false;
     o->ov_last = -1;
+}
+
+void ft_offload_step_replayed(ft_offload *o, ft_cuda_stream *s) { overlay_release(o, s); }
+
+static void cache_step(ft_offload *o, int block, const int32_t *sel, int n, ft_cuda_stream *s, ft_offload_view *v,
+                       const ft_offload_hook *hook) {
+    int li = o->layer_of_block[block];
+    overlay_release(o, s);
     int pool = moe_expert_cache_pool_of(o->mirror, block), first, n_own;
     moe_expert_cache_layer_range(o->mirror, block, &first, &n_own);
     const moe_pool_plan *pp = &o->plan.pools[pool];

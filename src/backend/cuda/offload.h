@@ -139,6 +139,12 @@ bool ft_offload_uses_overlay(const ft_offload *o, int block, int n_tok, int n, b
 void ft_offload_layer_begin(ft_offload *o, int block, int32_t *sel, int n_tok, int k, bool overlay,
                             ft_cuda_stream *s, ft_offload_view *v, const ft_offload_hook *hook);
 
+// A CUDA graph is about to replay a step's cache steps on s (their lookups and copies, which
+// the host does not see and which may refill any slot): the host forgets what the prefill
+// overlay holds, as a cache step enqueued by the host does, so that the next overlay step
+// claims its slots again and streams its layer in.
+void ft_offload_step_replayed(ft_offload *o, ft_cuda_stream *s);
+
 // Makes s wait for the fills enqueued so far (hybrid; nothing otherwise). The backend calls it
 // at a step's end (inside a capture: the fill stream's work joins the graph) and before one
 // begins; a cache step of a block at or before the last one with a fill calls it itself.
