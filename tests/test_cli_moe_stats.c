@@ -18,6 +18,7 @@ static void make_stats(ft_moe_stats *s, uint64_t k) {
     s->n_pools = 2;
     s->layer_block = ft_malloc(3 * sizeof(int));
     s->layer_pool = ft_malloc(3 * sizeof(int));
+    s->layer_slots = ft_malloc(3 * sizeof(int));
     s->layers = ft_calloc(3, sizeof(ft_moe_counts));
     s->pool_slots = ft_malloc(2 * sizeof(int));
     s->pool_layers = ft_malloc(2 * sizeof(int));
@@ -26,9 +27,11 @@ static void make_stats(ft_moe_stats *s, uint64_t k) {
     for (int i = 0; i < 3; i++) {
         s->layer_block[i] = blocks[i];
         s->layer_pool[i] = pools[i];
+        s->layer_slots[i] = 13 + i;
         ft_moe_counts c = {.selections = 10 * k * (uint64_t)(i + 1), .hits = 7 * k * (uint64_t)(i + 1),
                            .misses = 3 * k * (uint64_t)(i + 1), .bytes_copied = 3000 * k * (uint64_t)(i + 1),
-                           .copy_ns = 100 * k * (uint64_t)(i + 1)};
+                           .copy_ns = 100 * k * (uint64_t)(i + 1), .prefetched = 4 * k, .prefetch_used = 3 * k,
+                           .prefetch_bytes = 400 * k};
         s->layers[i] = c;
         ft_moe_counts *p = &s->pools[pools[i]];
         p->selections += c.selections, p->hits += c.hits, p->misses += c.misses;
@@ -45,7 +48,9 @@ TEST(cli_moe_stats_snapshots) {
     make_stats(&a, 3);
     make_stats(&b, 1);
     ft_moe_stats_copy(&c, &a);
-    CHECK(c.layers != a.layers && c.pools != a.pools, "a deep copy");
+    CHECK(c.layers != a.layers && c.pools != a.pools && c.layer_slots != a.layer_slots && c.layer_slots[2] == 15,
+          "a deep copy");
+    CHECK(ft_moe_prefetch_wasted_bytes(&a.layers[0]) == 300, "3 of 12 copies of 100 bytes unused");
     CHECK(!memcmp(c.layers, a.layers, 3 * sizeof(ft_moe_counts)) && c.total.hits == a.total.hits);
     // a window: 3x minus 1x is 2x, per layer, per pool and in all
     ft_moe_stats_sub(&c, &b);
@@ -94,6 +99,8 @@ TEST(cli_moe_stats_server_exports) {
     CHECK(strstr(prom, "ft_moe_pool_misses_total{pool=\"1\"} 9\n"));
     CHECK(strstr(prom, "ft_moe_layer_selections_total{layer=\"5\",pool=\"1\"} 30\n"));
     CHECK(strstr(prom, "ft_moe_layer_h2d_bytes_total{layer=\"2\",pool=\"0\"} 6000\n"));
+    CHECK(strstr(prom, "# TYPE ft_moe_layer_slots gauge\nft_moe_layer_slots{layer=\"1\",pool=\"0\"} 13\n"), "%s", prom);
+    CHECK(strstr(prom, "ft_moe_layer_slots{layer=\"5\",pool=\"1\"} 15\n"));
     const char *cs = strstr(prom, "ft_moe_pool_copy_seconds_total{pool=\"0\"} ");
     double secs = cs ? atof(cs + strlen("ft_moe_pool_copy_seconds_total{pool=\"0\"} ")) : 0;
     CHECK(fabs(secs - 300e-9) < 1e-15, "pool 0 copied for 100 + 200 ns: %g", secs);
@@ -113,6 +120,8 @@ TEST(cli_moe_stats_server_exports) {
     CHECK(json_integer_value(json_object_get(p1, "slots")) == 14 && json_integer_value(json_object_get(p1, "layers")) == 1);
     CHECK(json_integer_value(json_object_get(p1, "misses")) == 9);
     CHECK(json_integer_value(json_object_get(l2, "layer")) == 5 && json_integer_value(json_object_get(l2, "pool")) == 1);
+    CHECK(json_integer_value(json_object_get(l2, "slots")) == 15);
+    CHECK(json_integer_value(json_object_get(json_object_get(l2, "prefetch"), "wasted_h2d_bytes")) == 100);
     CHECK(fabs(json_real_value(json_object_get(json_object_get(c, "total"), "hit_rate")) - 0.7) < 1e-12);
     CHECK(json_integer_value(json_object_get(json_object_get(c, "total"), "h2d_bytes")) == 18000);
     CHECK(json_is_null(json_object_get(j, "routing")), "no route counters: null");

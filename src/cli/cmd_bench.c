@@ -396,6 +396,19 @@ int cmd_bench(int argc, char **argv) {
                        (unsigned long long)c->hits, (unsigned long long)c->misses, (unsigned long long)c->cpu_computed,
                        (unsigned long long)c->bytes_copied, ft_moe_copy_gbps(c));
             }
+            printf("],\"layers\":[");
+            for (int i = 0; i < moe_dec.n_layers; i++) {
+                const ft_moe_counts *c = &moe_dec.layers[i];
+                printf("%s{\"layer\":%d,\"pool\":%d,\"slots\":%d,\"selections\":%llu,\"hits\":%llu,\"misses\":%llu,"
+                       "\"cpu_computed\":%llu,\"h2d_bytes\":%llu,\"prefetch_copies\":%llu,\"prefetch_used\":%llu,"
+                       "\"prefetch_h2d_bytes\":%llu,\"prefetch_wasted_h2d_bytes\":%llu}",
+                       i ? "," : "", moe_dec.layer_block[i], moe_dec.layer_pool[i],
+                       moe_dec.layer_slots ? moe_dec.layer_slots[i] : -1, (unsigned long long)c->selections,
+                       (unsigned long long)c->hits, (unsigned long long)c->misses, (unsigned long long)c->cpu_computed,
+                       (unsigned long long)c->bytes_copied, (unsigned long long)c->prefetched,
+                       (unsigned long long)c->prefetch_used, (unsigned long long)c->prefetch_bytes,
+                       (unsigned long long)ft_moe_prefetch_wasted_bytes(c));
+            }
             printf("]}");
         }
         printf("}\n");

@@ -8,6 +8,7 @@
 void ft_moe_stats_free(ft_moe_stats *s) {
     free(s->layer_block);
     free(s->layer_pool);
+    free(s->layer_slots);
     free(s->layers);
     free(s->pool_slots);
     free(s->pool_layers);
@@ -28,6 +29,7 @@ void ft_moe_stats_copy(ft_moe_stats *dst, const ft_moe_stats *src) {
     size_t nl = (size_t)src->n_layers, np = (size_t)src->n_pools;
     dst->layer_block = dup_array(src->layer_block, nl * sizeof(int));
     dst->layer_pool = dup_array(src->layer_pool, nl * sizeof(int));
+    dst->layer_slots = dup_array(src->layer_slots, nl * sizeof(int));
     dst->layers = dup_array(src->layers, nl * sizeof(ft_moe_counts));
     dst->pool_slots = dup_array(src->pool_slots, np * sizeof(int));
     dst->pool_layers = dup_array(src->pool_layers, np * sizeof(int));
@@ -93,6 +95,11 @@ double ft_moe_predict_accuracy(const ft_moe_counts *c) {
 
 double ft_moe_prefetch_used(const ft_moe_counts *c) {
     return c->prefetched ? (double)c->prefetch_used / (double)c->prefetched : 0.0;
+}
+
+uint64_t ft_moe_prefetch_wasted_bytes(const ft_moe_counts *c) {
+    if (!c->prefetched || c->prefetch_used >= c->prefetched) return 0;
+    return (uint64_t)((double)c->prefetch_bytes * (double)(c->prefetched - c->prefetch_used) / (double)c->prefetched);
 }
 
 static void print_counts(FILE *out, const char *what, const ft_moe_counts *c, int n_tokens) {

@@ -28,6 +28,8 @@ typedef struct ft_moe_stats {
     int n_layers;            // MoE layers
     int *layer_block;        // (n_layers) block index
     int *layer_pool;         // (n_layers) the pool serving it
+    int *layer_slots;        // (n_layers) the slots it holds when read (its range in its pool;
+                             // NULL where the cache does not say)
     ft_moe_counts *layers;   // (n_layers)
     int n_pools;
     int *pool_slots;         // (n_pools)
@@ -49,6 +51,9 @@ double ft_moe_copy_gbps(const ft_moe_counts *c);
 // Share of the guesses the steps selected, and of the prefetch's copies they hit (0 without).
 double ft_moe_predict_accuracy(const ft_moe_counts *c);
 double ft_moe_prefetch_used(const ft_moe_counts *c);
+// Host-to-device bytes of the prefetch's copies that no step hit: exact for one layer (its
+// copies all move its expert bytes), in proportion to the copies for a pool or in all.
+uint64_t ft_moe_prefetch_wasted_bytes(const ft_moe_counts *c);
 // Prints one line per pool and one in all: hit rate, misses, host-to-device bytes (and per
 // token when n_tokens > 0) and the copies' GB/s.
 void ft_moe_stats_print(const ft_moe_stats *s, int n_tokens, FILE *out);

@@ -93,6 +93,17 @@ static void prom_moe(srv_buf *b, const ft_moe_stats *moe) {
     prom_val(b, "ft_moe_cache_slots", "gauge", "Expert slots of the GPU expert cache (--moe-cache-size)",
              moe->n_slots);
     prom_val(b, "ft_moe_cache_bytes", "gauge", "Device bytes of the expert cache's arenas", (double)moe->cache_bytes);
+    if (moe->layer_slots) {
+        static const char head[] = "# HELP ft_moe_layer_slots Expert slots the layer holds, per layer\n"
+                                   "# TYPE ft_moe_layer_slots gauge\n";
+        srv_buf_add(b, head, sizeof(head) - 1);
+        char line[128];
+        for (int j = 0; j < moe->n_layers; j++) {
+            int n = snprintf(line, sizeof(line), "ft_moe_layer_slots{layer=\"%d\",pool=\"%d\"} %d\n", moe->layer_block[j],
+                             moe->layer_pool[j], moe->layer_slots[j]);
+            srv_buf_add(b, line, (size_t)n);
+        }
+    }
     static const struct {
         const char *name, *help;
         size_t off;
@@ -194,6 +205,8 @@ static json_t *moe_counts_json(const ft_moe_counts *c) {
                                   (json_int_t)c->guesses_right, "accuracy", ft_moe_predict_accuracy(c), "copies",
                                   (json_int_t)c->prefetched, "used", (json_int_t)c->prefetch_used, "used_share",
                                   ft_moe_prefetch_used(c), "h2d_bytes", (json_int_t)c->prefetch_bytes));
+    json_object_set_new(json_object_get(o, "prefetch"), "wasted_h2d_bytes",
+                        json_integer((json_int_t)ft_moe_prefetch_wasted_bytes(c)));
     return o;
 }
 
@@ -210,6 +223,7 @@ json_t *srv_metrics_moe_json(const ft_moe_stats *moe) {
         json_t *o = moe_counts_json(&moe->layers[i]);
         json_object_set_new(o, "layer", json_integer(moe->layer_block[i]));
         json_object_set_new(o, "pool", json_integer(moe->layer_pool[i]));
+        if (moe->layer_slots) json_object_set_new(o, "slots", json_integer(moe->layer_slots[i]));
         json_array_append_new(layers, o);
     }
     return json_pack("{s:i,s:s,s:I,s:o,s:o,s:o}", "slots", moe->n_slots, "layout", moe->uniform ? "uniform" : "exact",

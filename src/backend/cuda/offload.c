@@ -851,6 +851,7 @@ void ft_offload_stats(ft_offload *o, ft_moe_stats *out) {
     out->n_pools = np;
     out->layer_block = ft_malloc((size_t)nl * sizeof(int));
     out->layer_pool = ft_malloc((size_t)nl * sizeof(int));
+    out->layer_slots = ft_malloc((size_t)nl * sizeof(int));
     out->layers = ft_malloc((size_t)nl * sizeof(ft_moe_counts));
     out->pool_slots = ft_calloc((size_t)np, sizeof(int));
     out->pool_layers = ft_calloc((size_t)np, sizeof(int));
@@ -860,6 +861,8 @@ void ft_offload_stats(ft_offload *o, ft_moe_stats *out) {
     for (int i = 0; i < nl; i++) {
         out->layer_block[i] = ft_offload_layer_block(o, i);
         out->layer_pool[i] = ft_offload_pool_of_layer(o, i);
+        int first;
+        moe_expert_cache_layer_range(o->mirror, out->layer_block[i], &first, &out->layer_slots[i]);
         out->layers[i] = moe_counts_of(&lc[i]);
         out->pool_layers[out->layer_pool[i]]++;
     }
