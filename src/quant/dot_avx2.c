@@ -1144,13 +1144,76 @@ matvec_vnni_q8_0(int64_t n, const uint8_t *x, size_t bx, int nr, const block_q8_
     }
 }
 
+// Several activation rows (a step's decode tokens, short chunks): out[c * ls + r] = x_r . y_c for
+// nr (1..TV_ROWS) weight rows and nc (1..TV_COLS) activation rows, each pair with the matvec's
+// arithmetic above (so the bits of one token alone). A pass prepares each column's pair of
+// blocks once for all rows and each row's codes once for all columns.
+enum { TV_ROWS = 4, TV_COLS = 2 };
+
+static inline __attribute__((always_inline)) VNNI_TARGET void
+tile_vnni_q8_0(int64_t n, const uint8_t *x, size_t bx, int nr, const uint8_t *y, size_t by, int nc, float *s,
+               size_t ls, bool first) {
+    const int64_t nb = n / QK8_0;
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
+    tables_init();
+    __m512 acc[TV_ROWS][TV_COLS];
+#pragma GCC unroll 4
+    for (int r = 0; r < TV_ROWS; r++)
+#pragma GCC unroll 2
+        for (int c = 0; c < TV_COLS; c++) acc[r][c] = _mm512_setzero_ps();
+    int64_t b = 0;
+    for (; b + 1 < nb; b += 2) {
+        __m512i yq[TV_COLS], start[TV_COLS];
+        __m512 dy[TV_COLS];
+#pragma GCC unroll 2
+        for (int c = 0; c < TV_COLS; c++) {
+            yq[c] = start[c] = _mm512_setzero_si512(); // (a column past nc is never read)
+            dy[c] = _mm512_setzero_ps();
+            if (c < nc) vnni_y_pair((const block_q8_0 *)(y + (size_t)c * by) + b, flip, &yq[c], &start[c], &dy[c]);
+        }
+#pragma GCC unroll 4
+        for (int r = 0; r < TV_ROWS; r++) {
+            if (r >= nr) break;
+            const block_q8_0 *xr = (const block_q8_0 *)(x + (size_t)r * bx);
+            if (first) prefetch_next_pass(xr + b, TV_ROWS * bx, 2 * sizeof(block_q8_0)); // (as the matvec)
+            const __m512i xq = _mm512_xor_si512(load2x256(xr[b].qs, xr[b + 1].qs), flip);
+            const __m512 dx = _mm512_insertf32x8(_mm512_set1_ps(g_half_table[xr[b].d]),
+                                                 _mm256_set1_ps(g_half_table[xr[b + 1].d]), 1);
+#pragma GCC unroll 2
+            for (int c = 0; c < TV_COLS; c++) {
+                if (c >= nc) break;
+                const __m512i sums = _mm512_dpbusd_epi32(start[c], xq, yq[c]);
+                acc[r][c] = _mm512_fmadd_ps(_mm512_mul_ps(dx, dy[c]), _mm512_cvtepi32_ps(sums), acc[r][c]);
+            }
+        }
+    }
+    for (int r = 0; r < nr; r++) {
+        const block_q8_0 *xr = (const block_q8_0 *)(x + (size_t)r * bx);
+        for (int c = 0; c < nc; c++) {
+            const block_q8_0 *yc = (const block_q8_0 *)(y + (size_t)c * by);
+            __m256 acc0 = _mm512_castps512_ps256(acc[r][c]), acc1 = _mm512_extractf32x8_ps(acc[r][c], 1);
+            if (b < nb) {
+                __m256 d0 = scale_product(g_half_table + xr[b].d, g_half_table + yc[b].d);
+                acc0 = fma_sums(d0, sums_i8(load256(xr[b].qs), load256(yc[b].qs)), acc0);
+            }
+            s[(size_t)c * ls + (size_t)r] = hsum_ps(_mm256_add_ps(acc0, acc1));
+        }
+    }
+}
+
 VNNI_TARGET void ft_vec_dot_tile_q8_0_vnni(int64_t n, const void *x, size_t bx, int nr, const void *y,
                                            size_t by, int nc, float *s, size_t ls) {
-    if (nc != 1) {
-        ft_vec_dot_tile_q8_0_avx512(n, x, bx, nr, y, by, nc, s, ls);
+    if (nc == 1) {
+        MATVEC_ROW_GROUPS(matvec_vnni_q8_0, MV_ROWS);
         return;
     }
-    MATVEC_ROW_GROUPS(matvec_vnni_q8_0, MV_ROWS);
+    // a group of rows meets every column while it is in the L1 cache; its first pass (from
+    // memory) prefetches the next group's
+    for (int r0 = 0; r0 < nr; r0 += TV_ROWS)
+        for (int c0 = 0; c0 < nc; c0 += TV_COLS)
+            tile_vnni_q8_0(n, (const uint8_t *)x + (size_t)r0 * bx, bx, nr - r0 < TV_ROWS ? nr - r0 : TV_ROWS,
+                           (const uint8_t *)y + (size_t)c0 * by, by, nc - c0 < TV_COLS ? nc - c0 : TV_COLS,
+                           s + (size_t)c0 * ls + r0, ls, c0 == 0);
 }
 
 // ---------------------------------------------------------------------------------------------
