@@ -4,6 +4,7 @@
 #define FT_CLI_BENCH_COMMON_H
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -34,6 +35,12 @@ static inline double bench_median(const double *v, int n) {
 static inline int32_t bench_token_salted(int i, int salt, int n_vocab) {
     int mod = n_vocab < 32000 ? n_vocab : 32000;
     return (int32_t)(((int64_t)i * 7919 + 13 + (int64_t)salt * 104729) % mod);
+}
+
+// s as the body of a JSON string on stdout (a path is plain text but may hold quotes).
+static inline void bench_print_json_text(const char *s) {
+    for (const char *c = s; *c; c++)
+        printf(*c == '"' || *c == '\\' ? "\\%c" : (unsigned char)*c < 0x20 ? "?" : "%c", *c);
 }
 
 #endif

@@ -101,8 +101,7 @@ int bench_parallel(const ft_model *m, const ft_engine_params *ep, const char *mo
     }
     if (rc == FT_EXIT_OK && json) {
         printf("{\"model\":\"");
-        for (const char *c = model_path; *c; c++) // a path is plain text but may hold quotes
-            printf(*c == '"' || *c == '\\' ? "\\%c" : (unsigned char)*c < 0x20 ? "?" : "%c", *c);
+        bench_print_json_text(model_path);
         printf("\",\"arch\":\"%s\",\"device\":\"%s\",\"simd\":\"%s\",\"threads\":%d,\"n_prompt\":%d,\"n_gen\":%d,"
                "\"n_batch\":%d,\"reps\":%d,\"parallel\":[",
                m->arch->name, ep->device == FT_PLACEMENT_CUDA ? "cuda" : "cpu", ft_quant_simd_name(), ep->n_threads,

@@ -361,8 +361,7 @@ int cmd_bench(int argc, char **argv) {
 
     if (json) {
         printf("{\"model\":\"");
-        for (const char *c = model_path; *c; c++) // a path is plain text but may hold quotes
-            printf(*c == '"' || *c == '\\' ? "\\%c" : (unsigned char)*c < 0x20 ? "?" : "%c", *c);
+        bench_print_json_text(model_path);
         printf("\",\"arch\":\"%s\",\"device\":\"%s\",\"simd\":\"%s\",\"threads\":%d,\"n_prompt\":%d,"
                "\"n_gen\":%d,\"n_batch\":%d,\"reps\":%d,\"n_vocab\":%d,\"prompt_tok_s\":%.3f,\"decode_tok_s\":%.3f,"
                "\"prompt_tok_s_runs\":[",

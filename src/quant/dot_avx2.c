@@ -1161,16 +1161,15 @@ tile_vnni_q8_0(int64_t n, const uint8_t *x, size_t bx, int nr, const uint8_t *y,
     for (int r = 0; r < TV_ROWS; r++)
 #pragma GCC unroll 2
         for (int c = 0; c < TV_COLS; c++) acc[r][c] = _mm512_setzero_ps();
+    // (zeroed once: a column past nc is never written nor read)
+    __m512i yq[TV_COLS] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
+    __m512i start[TV_COLS] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
+    __m512 dy[TV_COLS] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
     int64_t b = 0;
     for (; b + 1 < nb; b += 2) {
-        __m512i yq[TV_COLS], start[TV_COLS];
-        __m512 dy[TV_COLS];
 #pragma GCC unroll 2
-        for (int c = 0; c < TV_COLS; c++) {
-            yq[c] = start[c] = _mm512_setzero_si512(); // (a column past nc is never read)
-            dy[c] = _mm512_setzero_ps();
+        for (int c = 0; c < TV_COLS; c++)
             if (c < nc) vnni_y_pair((const block_q8_0 *)(y + (size_t)c * by) + b, flip, &yq[c], &start[c], &dy[c]);
-        }
 #pragma GCC unroll 4
         for (int r = 0; r < TV_ROWS; r++) {
             if (r >= nr) break;

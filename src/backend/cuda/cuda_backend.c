@@ -646,7 +646,7 @@ static void cuda_hadamard(ft_backend *be, float *x, int n_rows, int row_len, int
 }
 
 // Whether rows r (k's, then v's) can be written by the waiting joined norm+rope of q and k:
-// k's rows are its buffer 1, v's have k's shape, both at its positions.
+// k's rows are its buffer 1, v's have k's shape, both at its positions (which the launch uses).
 static bool rows_join_rope(const cuda_backend *c, const struct pending_rows *r) {
     const struct pending_rope *w = &c->rope;
     if (!c->rope_pending || w->n_buf != 2 || r->n_rows != w->n_tok || r->pos != w->pos ||
@@ -654,7 +654,7 @@ static bool rows_join_rope(const cuda_backend *c, const struct pending_rows *r) 
         return false;
     if (r->type != FT_TYPE_F16 && !(r->type == FT_TYPE_Q8_0 && w->head_dim % 32 == 0)) return false;
     if (!w->has_kv) return r->dst.x == w->buf[1].x; // k's
-    return !w->kv.v.x && r->type == w->kv.type && r->blocks == w->kv.blocks && r->pos_dev == w->kv.pos_dev &&
+    return !w->kv.v.x && r->type == w->kv.type && r->blocks == w->kv.blocks &&
            r->dst.dst != w->kv.k.dst && r->dst.x != w->buf[0].x && r->dst.x != w->buf[1].x; // v's
 }
 
@@ -678,7 +678,7 @@ static void cuda_set_rows(ft_backend *be, ft_tensor *cache, const int32_t *block
         if (!op_runs(c, OP_SET_ROWS, cache->data, x, n_rows, rel)) return;
         struct pending_rope *w = &c->rope;
         if (!w->has_kv) {
-            w->kv = (ft_cuda_kv_rows){.type = r.type, .k = r.dst, .blocks = blocks, .pos_dev = r.pos_dev, .pos = rel};
+            w->kv = (ft_cuda_kv_rows){.type = r.type, .k = r.dst, .blocks = blocks};
             w->has_kv = true;
             return;
         }

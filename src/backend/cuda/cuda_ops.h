@@ -115,13 +115,13 @@ void ft_cuda_set_rows(uint32_t type, const ft_cuda_set_rows_dst *d, int n_dst, c
 
 // norm_rope.cu with the cache rows of a layer in the same launch (decode steps): buffer 1 (k,
 // n_buf 2) after its norm and rope into k's cache rows, and v's heads (v.x: n_tok rows of as
-// many heads as k's; NULL: none) into v's, with ft_cuda_set_rows' bits; positions as there.
-// type: FT_TYPE_F16, or FT_TYPE_Q8_0 with head_dim % 32 == 0; k.x must be buffer 1's x.
+// many heads as k's; NULL: none) into v's, with ft_cuda_set_rows' bits, at the rope's positions
+// (pos0 and p->pos_dev) through the block table blocks. type: FT_TYPE_F16, or FT_TYPE_Q8_0 with
+// head_dim % 32 == 0; k.x must be buffer 1's x.
 typedef struct ft_cuda_kv_rows {
     uint32_t type;
     ft_cuda_set_rows_dst k, v;
-    const int32_t *blocks, *pos_dev;
-    int pos;
+    const int32_t *blocks;
 } ft_cuda_kv_rows;
 void ft_cuda_norm_rope_kv(const ft_cuda_norm_rope_buf *b, int n_buf, int n_tok, int head_dim, float eps, bool norm,
                           int pos0, const ft_cuda_rope_params *p, const ft_cuda_kv_rows *kv, ft_cuda_stream *s);

@@ -281,8 +281,8 @@ extern "C" void ft_cuda_cache_prefetch(const ft_cuda_cache_prefetch_params *p, f
 // its three banks' bytes one after another, cut in W-byte units; thread units are
 // COPY_UNROLL apart by blockDim so each thread has COPY_UNROLL loads in flight (PCIe reads of
 // mapped host memory have a long latency: throughput needs many outstanding loads). No
-// device temporary: each unit goes from its host row (or its slot, with a map) straight to
-// its destination row.
+// device temporary: each unit goes from its host row (with a map: its slot) straight to its
+// destination row.
 template <typename W>
 __global__ void __launch_bounds__(COPY_THREADS) cache_copy_kernel(ft_cuda_cache_copy_params p) {
     __shared__ int s_k;
@@ -307,10 +307,14 @@ __global__ void __launch_bounds__(COPY_THREADS) cache_copy_kernel(ft_cuda_cache_
             int b = u < u0 ? 0 : u < u0 + u1 ? 1 : 2;
             u -= b == 0 ? 0 : b == 1 ? u0 : u0 + u1;
             const int64_t e = p.copy_expert ? p.copy_expert[j] : (int64_t)j;
-            const int64_t slot = p.map ? p.map[e] : -1;
-            if (slot < 0 && p.hits_only) continue;
-            const W *src = slot >= 0 ? (const W *)(p.slot_src[b] + (uint64_t)slot * p.slot_stride[b]) + u
-                                     : (const W *)(p.src[b] + (uint64_t)e * p.bytes[b]) + u;
+            const W *src;
+            if (p.map) { // only the experts the map holds, from their slots
+                const int64_t slot = p.map[e];
+                if (slot < 0) continue;
+                src = (const W *)(p.slot_src[b] + (uint64_t)slot * p.slot_stride[b]) + u;
+            } else {
+                src = (const W *)(p.src[b] + (uint64_t)e * p.bytes[b]) + u;
+            }
             dst[r] = (W *)(p.dst[b] + (uint64_t)(p.copy_slot ? p.copy_slot[j] : (int64_t)j) * p.stride[b]) + u;
             v[r] = *src;
         }

@@ -70,10 +70,10 @@ void ft_cuda_cache_prefetch(const ft_cuda_cache_prefetch_params *p, ft_cuda_stre
 // The copies of a lookup: bank b of copy j moves bytes[b] from src[b] + copy_expert[j] *
 // bytes[b] (mapped host memory) to dst[b] + copy_slot[j] * stride[b]. A fixed grid reads
 // *n_copies on the device; its span (device clock) is added to *copy_ns.
-// The prefill overlay's stream-in sets map: an expert e the layer's map holds in a slot is
-// read from there (slot_src[b] + map[e] * slot_stride[b], device memory) instead of over PCIe
-// (with hits_only, the others are skipped: the copy engine brings them); it lists no copies
-// (n_copies, copy_expert, copy_slot NULL): copy j is expert j into row j, j < n_fixed.
+// The prefill overlay's stream-in sets map: only the experts e the layer's map holds in slots
+// are copied, from there (slot_src[b] + map[e] * slot_stride[b], device memory; the copy engine
+// brings the others); it lists no copies (n_copies, copy_expert, copy_slot NULL): copy j is
+// expert j into row j, j < n_fixed.
 typedef struct ft_cuda_cache_copy_params {
     const int32_t *n_copies, *copy_expert, *copy_slot;
     const uint8_t *src[3];     // device addresses of the layer's host bank arrays
@@ -86,7 +86,6 @@ typedef struct ft_cuda_cache_copy_params {
     const int32_t *map;        // the layer's map (expert -> slot, -1), or NULL: every copy from the host
     const uint8_t *slot_src[3];
     uint64_t slot_stride[3];
-    bool hits_only;            // with map: only the experts it holds in slots
 } ft_cuda_cache_copy_params;
 // CTAs of the copy kernel (0: 2 per SM).
 void ft_cuda_cache_copy(const ft_cuda_cache_copy_params *p, int n_ctas, ft_cuda_stream *s);

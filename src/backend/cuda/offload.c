@@ -520,7 +520,6 @@ static void stream_in(ft_offload *o, int block, int buf) {
         }
         cp.n_fixed = hl->n_expert;
         cp.map = o->map + o->map_base[block];
-        cp.hits_only = true;
         ft_cuda_cache_copy(&cp, 0, cs);
     }
     uint64_t bytes = 0;
