@@ -142,6 +142,13 @@ bench: $(BUILD)/bench_dot
 $(BUILD)/bench_dot: $(BUILD)/bench/bench_dot.o $(LIB_OBJ)
 	$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS)
 
+# the CPU backend's attention for one token at depths (BENCH_ARGS: see bench/bench_cpu_attn.c)
+bench-cpu-attn: $(BUILD)/bench_cpu_attn
+	$(BUILD)/bench_cpu_attn $(BENCH_ARGS)
+
+$(BUILD)/bench_cpu_attn: $(BUILD)/bench/bench_cpu_attn.o $(BUILD)/libft.a
+	$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS)
+
 # the CPU backend's moe_ffn at decode on Qwen3-30B-A3B-shaped layers (16 GB by default);
 # BENCH_ARGS: e.g. "-t 1,16 -l 8"; see bench/bench_cpu_moe.c
 bench-cpu-moe: $(BUILD)/bench_cpu_moe

@@ -1,6 +1,6 @@
-// test_cpu_attn.c: the CPU attention's fast path (cpu_attn_avx2.c) against its reference path
-// (cpu_attn.c on FT_REFERENCE's backend), over f16 and q8_0 caches, GQA groups of 1, 4 and 8
-// query heads, sliding windows, attention sinks (gpt-oss), and batches on both sides of
+// test_cpu_attn.c: the CPU attention's fast paths (cpu_attn_avx2.c, the tiled kernels, the AVX-512
+// decode kernel) against its reference path (cpu_attn.c on FT_REFERENCE's backend), over f16 and
+// q8_0 caches, GQA groups of 1 to 16 query heads, sliding windows, attention sinks (gpt-oss), and batches on both sides of
 // llama.cpp's tiled threshold (64 queries). Outputs are filled with NaN first so an unwritten element fails.
 #include "fixtures.h"
 #include "../src/backend/cpu/cpu.h"
@@ -27,7 +27,9 @@ TEST(cpu_attention_fast_vs_reference) {
     ft_rng r = ft_rng_init(5);
     ft_backend *fast = attn_backend(false), *ref = attn_backend(true);
     const enum ft_type types[2] = {FT_TYPE_F16, FT_TYPE_Q8_0};
-    const int groups[3][2] = {{4, 4}, {8, 2}, {16, 2}}; // (n_head, n_head_kv)
+    // (n_head, n_head_kv): groups of 1, 4, 8, and 2, 12 and 16 (the AVX-512 decode kernel takes
+    // heads 8, 4, 2 and 1 at a time)
+    const int groups[6][2] = {{4, 4}, {8, 2}, {16, 2}, {4, 2}, {12, 1}, {16, 1}};
     const int batches[3][2] = {{1, ATT_CTX - 1}, {7, 30}, {70, 5}}; // (n_tok, pos0)
     size_t max_q = (size_t)80 * 16 * ATT_HD;
     float *q = ft_malloc(max_q * sizeof(float)), *of = ft_malloc(max_q * sizeof(float)),
@@ -40,7 +42,7 @@ TEST(cpu_attention_fast_vs_reference) {
     ft_tensor sinks = {.name = "sinks", .type = FT_TYPE_F32, .ne = {16, 1, 1}, .row_bytes = 64, .mat_bytes = 64,
                        .data = sink_v};
     for (int ti = 0; ti < 2; ti++)
-        for (int gi = 0; gi < 3; gi++)
+        for (int gi = 0; gi < 6; gi++)
             for (int bi = 0; bi < 3; bi++)
                 for (int wi = 0; wi < 3; wi++) {
                     // no window and no sinks, a window, a window and sinks
@@ -151,4 +153,53 @@ TEST(cpu_attention_rows_independent_of_the_call) {
     free(one);
     free(two);
     free(kv);
+}
+
+// Below the tiled threshold, a query's output does not depend on the threads: with fewer (token,
+// KV head) pairs than threads the AVX-512 kernel splits a group's heads among them, and every
+// head's arithmetic stays its own. One thread and five give the same bits, decode and a few
+// tokens, f16 and q8_0 caches, groups of 6, 8 and 16.
+TEST(cpu_attention_decode_same_bits_any_threads) {
+    enum { HD = 128, CTX = 300 };
+    ft_rng r = ft_rng_init(41);
+    ft_backend_limits lim = {.max_tok = 4, .max_width = 16 * HD * 2, .max_ctx = CTX, .max_head_dim = HD,
+                             .n_expert = 1, .n_expert_used = 1};
+    ft_backend *be1 = ft_backend_cpu_init(1, false), *be5 = ft_backend_cpu_init(5, false);
+    be1->ops->reserve(be1, &lim);
+    be5->ops->reserve(be5, &lim);
+    const int groups[3][2] = {{12, 2}, {32, 4}, {16, 1}}; // (n_head, n_head_kv)
+    const enum ft_type types[2] = {FT_TYPE_F16, FT_TYPE_Q8_0};
+    size_t max_q = (size_t)4 * 32 * HD;
+    float *q = ft_malloc(max_q * sizeof(float)), *a = ft_malloc(max_q * sizeof(float)),
+          *b = ft_malloc(max_q * sizeof(float)), *kv = ft_malloc((size_t)CTX * 4 * HD * sizeof(float));
+    for (int ti = 0; ti < 2; ti++)
+        for (int gi = 0; gi < 3; gi++)
+            for (int nt = 1; nt <= 3; nt += 2) {
+                int nh = groups[gi][0], nkv = groups[gi][1];
+                ft_tensor kc = fixture_kv_cache(types[ti], nkv * HD, CTX), vc = fixture_kv_cache(types[ti], nkv * HD, CTX);
+                for (int i = 0; i < CTX * nkv * HD; i++) kv[i] = ft_rng_normal(&r) * 2.0f;
+                be1->ops->set_rows(be1, &kc, NULL, 0, kv, CTX);
+                for (int i = 0; i < CTX * nkv * HD; i++) kv[i] = ft_rng_normal(&r);
+                be1->ops->set_rows(be1, &vc, NULL, 0, kv, CTX);
+                size_t nq = (size_t)nt * nh * HD;
+                for (size_t i = 0; i < nq; i++) q[i] = ft_rng_normal(&r), a[i] = b[i] = NAN;
+                ft_attn_params ap = {.q = q, .out = a, .k_cache = &kc, .v_cache = &vc, .n_tok = nt, .pos0 = CTX - nt,
+                                     .n_head = nh, .n_head_kv = nkv, .head_dim = HD, .scale = 0.0884f};
+                be1->ops->attention(be1, &ap);
+                ap.out = b;
+                be5->ops->attention(be5, &ap);
+                CHECK(!memcmp(a, b, nq * sizeof(float)), "%s heads %d/%d n_tok %d: 1 and 5 threads differ",
+                      ft_type_name(types[ti]), nh, nkv, nt);
+                size_t unwritten = 0;
+                for (size_t i = 0; i < nq; i++) unwritten += isnan(a[i]);
+                CHECK(unwritten == 0, "%zu outputs unwritten", unwritten);
+                free(kc.data);
+                free(vc.data);
+            }
+    free(q);
+    free(a);
+    free(b);
+    free(kv);
+    be1->ops->free(be1);
+    be5->ops->free(be5);
 }

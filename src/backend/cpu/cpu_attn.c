@@ -210,6 +210,11 @@ const float *cpu_attn_sinks(const ft_attn_params *p) {
     return p->sinks->data;
 }
 
+int cpu_attn_head_parts(const cpu_backend *c, const ft_attn_params *p) {
+    int pairs = p->n_tok * p->n_head_kv, nth = cpu_threads(c), group = p->n_head / p->n_head_kv;
+    return pairs >= nth ? 1 : FT_MIN((nth + pairs - 1) / pairs, FT_MAX(1, group / 2));
+}
+
 void cpu_attention(ft_backend *be, const ft_attn_params *p) {
     cpu_backend *c = cpu_of(be);
     FT_ASSERT(p->head_dim <= c->lim.max_head_dim && p->pos0 + p->n_tok <= c->lim.max_ctx);
@@ -220,6 +225,7 @@ void cpu_attention(ft_backend *be, const ft_attn_params *p) {
     bool tiled = p->k_cache->type == FT_TYPE_F16 && FT_MAX(p->n_tok, p->n_chunk) >= FT_ATTN_TILED_MIN_TOK;
     if (!c->base.reference && cpu_has_avx512() && tiled && cpu_attention_tiled_avx512(c, p)) return;
     if (!c->base.reference && cpu_has_avx2() && tiled && cpu_attention_tiled(c, p)) return;
+    if (!c->base.reference && cpu_has_avx512() && !tiled && cpu_attention_decode_avx512(c, p)) return;
     if (!c->base.reference && cpu_has_avx2() && cpu_attention_fast(c, p, tiled)) return;
     attn_job j = {c, p, tiled};
     cpu_run(c, attn_worker, &j);

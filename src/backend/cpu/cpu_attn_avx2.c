@@ -35,6 +35,7 @@ typedef struct {
     cpu_backend *c;
     const ft_attn_params *p;
     bool tiled;
+    int n_sub; // parts a group's heads are split into (cpu_attn_head_parts)
 } attn_fast_job;
 
 // 8 values of a cache row starting at element d (a multiple of 8): f16, or q8_0 (code times
@@ -71,11 +72,11 @@ static void attn_fast_worker(void *ctx, int ith, int nth) {
     enum ft_type kt = p->k_cache->type, vt = p->v_cache->type;
     enum ft_type kvdt = ft_quant_ops_find(kt)->vec_dot_type;
     ft_vec_dot_fn dot = cpu_vec_dot(c, kt);
-    int hd = p->head_dim, group = p->n_head / p->n_head_kv;
+    int hd = p->head_dim, full = p->n_head / p->n_head_kv; // the whole group of a KV head
     bool v16 = vt == FT_TYPE_F16 && !j->tiled;
     size_t q_bytes = ft_row_bytes(kvdt, hd);
-    float *acc = c->attn_ws + (size_t)ith * c->attn_ws_per_thread; // (group, hd)
-    uint8_t *qbuf = (uint8_t *)(acc + (size_t)group * hd);         // (group, q_bytes)
+    float *acc = c->attn_ws + (size_t)ith * c->attn_ws_per_thread; // (full, hd)
+    uint8_t *qbuf = (uint8_t *)(acc + (size_t)full * hd);          // (full, q_bytes)
     size_t krow = ft_row_bytes(kt, hd), vrow = ft_row_bytes(vt, hd);
     const float *sinks = cpu_attn_sinks(p);
     // per head: the softmax denominator and maximum; per key: the scores, rescales and weights
@@ -83,12 +84,16 @@ static void attn_fast_worker(void *ctx, int ith, int nth) {
     float S[ATTN_MAX_GROUP], M[ATTN_MAX_GROUP + 8], sc[ATTN_MAX_GROUP + 8], ms[ATTN_MAX_GROUP + 8],
         vs[ATTN_MAX_GROUP + 8];
 
-    int64_t n_items = (int64_t)p->n_tok * p->n_head_kv;
+    // an item is a token, a KV head and a part of its group's heads (j->n_sub parts)
+    const int n_sub = j->n_sub, per_sub = (p->n_head / p->n_head_kv + n_sub - 1) / n_sub;
+    int64_t n_items = (int64_t)p->n_tok * p->n_head_kv * n_sub;
     for (int64_t it = ith; it < n_items; it += nth) {
-        int t = (int)(it / p->n_head_kv), hk = (int)(it % p->n_head_kv);
+        int t = (int)(it / ((int64_t)p->n_head_kv * n_sub)), hk = (int)(it / n_sub % p->n_head_kv);
+        int h0 = (int)(it % n_sub) * per_sub, group = FT_MIN(per_sub, p->n_head / p->n_head_kv - h0);
+        if (group <= 0) continue;
         int qpos = p->pos0 + t;
         int kmin = p->window > 0 ? FT_MAX(0, qpos - p->window + 1) : 0;
-        const float *q0 = p->q + ((size_t)t * p->n_head + (size_t)hk * group) * hd; // (group, hd)
+        const float *q0 = p->q + ((size_t)t * p->n_head + (size_t)hk * full + h0) * hd; // (group, hd)
         if (!j->tiled)
             for (int g = 0; g < group; g++) cpu_quantize_row(kvdt, q0 + (size_t)g * hd, qbuf + g * q_bytes, hd);
         for (int g = 0; g < group; g++) {
@@ -140,11 +145,11 @@ static void attn_fast_worker(void *ctx, int ith, int nth) {
             }
         }
         if (sinks)
-            for (int g = 0; g < group; g++) cpu_attn_sink(sinks[hk * group + g], M[g], &S[g], acc + (size_t)g * hd, hd);
+            for (int g = 0; g < group; g++) cpu_attn_sink(sinks[hk * full + h0 + g], M[g], &S[g], acc + (size_t)g * hd, hd);
         for (int g = 0; g < group; g++) {
             float inv = S[g] == 0.0f ? 0.0f : 1.0f / S[g];
             const float *a = acc + (size_t)g * hd;
-            float *o = p->out + ((size_t)t * p->n_head + (size_t)hk * group + g) * hd;
+            float *o = p->out + ((size_t)t * p->n_head + (size_t)hk * full + h0 + g) * hd;
             for (int d = 0; d < hd; d++) o[d] = a[d] * inv;
         }
     }
@@ -159,7 +164,7 @@ bool cpu_attention_fast(cpu_backend *c, const ft_attn_params *p, bool tiled) {
     // the workspace holds the group's accumulators and converted queries
     size_t need = (size_t)group * p->head_dim * 2 + 16;
     if (need > c->attn_ws_per_thread) return false;
-    attn_fast_job j = {c, p, tiled};
+    attn_fast_job j = {c, p, tiled, cpu_attn_head_parts(c, p)};
     cpu_run(c, attn_fast_worker, &j);
     return true;
 }

@@ -82,6 +82,7 @@ static void cpu_reserve(ft_backend *be, const ft_backend_limits *lim) {
     // q width, which max_width covers)
     c->attn_ws_per_thread = FT_MAX((size_t)lim->max_head_dim * 3, (size_t)lim->max_width * 2) + 64;
     c->attn_ws_per_thread = FT_MAX(c->attn_ws_per_thread, cpu_attn_tiled_ws_floats(lim->max_head_dim));
+    c->attn_ws_per_thread = FT_MAX(c->attn_ws_per_thread, cpu_attn_decode_ws_floats(lim->max_head_dim));
     c->attn_ws = ft_malloc((size_t)nth * c->attn_ws_per_thread * sizeof(float));
     int ne = FT_MAX(lim->n_expert, 1);
     c->logits = ft_malloc((size_t)lim->max_tok * (size_t)ne * sizeof(float));

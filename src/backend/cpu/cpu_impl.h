@@ -96,6 +96,11 @@ static inline void cpu_attn_sink(float sink, float M, float *S, float *acc, int 
     }
 }
 
+// The parts each (token, KV head) pair's group of query heads is split into on the untiled fast
+// paths, so that every thread has an item: 1 where the pairs are at least the threads, else
+// enough parts of 2 or more heads. A head's arithmetic does not depend on its part.
+int cpu_attn_head_parts(const cpu_backend *c, const ft_attn_params *p);
+
 // The fast attention (cpu_attn_avx2.c): false, having done nothing, for a case it does not
 // cover (then the reference path runs). tiled: llama.cpp's f32 path for large batches.
 bool cpu_attention_fast(cpu_backend *c, const ft_attn_params *p, bool tiled);
@@ -120,6 +125,12 @@ void cpu_attn_tiled_load_block(const ft_attn_params *p, int hk, int k0, int nk, 
 // cpu_attn_tiled_avx512.c: the same tiles and blocks with the rows in 16-lane vectors, for
 // cpu_has_avx512 (the same workspace).
 bool cpu_attention_tiled_avx512(cpu_backend *c, const ft_attn_params *p);
+// cpu_attn_decode_avx512.c: the untiled path (below FT_ATTN_TILED_MIN_TOK queries) over an f16
+// cache in blocks of keys, for cpu_has_avx512, groups of up to 16 query heads and head_dim a
+// multiple of 32 up to 512; false where it does not apply. Needs cpu_attn_decode_ws_floats of
+// the per-thread workspace.
+bool cpu_attention_decode_avx512(cpu_backend *c, const ft_attn_params *p);
+size_t cpu_attn_decode_ws_floats(int head_dim);
 
 // The fast gated DeltaNet pieces (cpu_delta_avx2.c), for head_dim % 8 == 0 and at most
 // CPU_DELTA_MAX_CONV taps (cpu_delta_fast_fits): the conv and SiLU of channels c0..c1 (a

@@ -1,0 +1,138 @@
+// bench_cpu_attn.c: the CPU backend's attention for one query token (decode) at a depth, over
+// the f16 KV caches of several layers (so each step reads its keys and values from memory, not
+// from the last-level cache), with the cache in anonymous memory in huge pages where the kernel
+// gives them (--small-pages: from the C heap).
+//
+// Reported per depth: the op's time per layer (median of the steps), and the GB/s of the K and V
+// bytes it reads. FT_SIMD=avx2 (or scalar) picks the other paths of the same binary, for a
+// comparison in one build. A measurement, not a test: it asserts nothing about speed.
+//
+// Usage: bench_cpu_attn [-t threads] [-d 1024,4096,16384] [-l layers] [-s steps]
+//                       [--heads 32] [--kv-heads 4] [--head-dim 128] [--small-pages]
+#include "../src/backend/cpu/cpu.h"
+#include "../src/backend/cpu/cpu_impl.h"
+#include "../src/quant/fp16.h"
+#include "../src/util/mapping.h"
+#include "../src/util/rng.h"
+#include "../src/util/util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+// Comma-separated positive ints into out (at most cap); returns the count, 0 on a bad list.
+static int parse_list(const char *s, int *out, int cap) {
+    int n = 0;
+    for (char *end; *s && n < cap; s = *end == ',' ? end + 1 : end) {
+        long v = strtol(s, &end, 10);
+        if (end == s || v <= 0 || v > (1 << 24)) return 0;
+        out[n++] = (int)v;
+    }
+    return n;
+}
+
+int main(int argc, char **argv) {
+    int threads = 2, layers = 8, steps = 20, heads = 32, kv_heads = 4, hd = 128;
+    int depths[16] = {1024, 4096, 16384}, n_depths = 3;
+    bool small_pages = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        bool ok = v != NULL;
+        if (!strcmp(a, "--small-pages")) {
+            small_pages = true;
+            continue;
+        }
+        if (!strcmp(a, "-t") && v) threads = atoi(v);
+        else if (!strcmp(a, "-l") && v) layers = atoi(v);
+        else if (!strcmp(a, "-s") && v) steps = atoi(v);
+        else if (!strcmp(a, "--heads") && v) heads = atoi(v);
+        else if (!strcmp(a, "--kv-heads") && v) kv_heads = atoi(v);
+        else if (!strcmp(a, "--head-dim") && v) hd = atoi(v);
+        else if (!strcmp(a, "-d") && v) ok = (n_depths = parse_list(v, depths, 16)) > 0;
+        else ok = false;
+        if (!ok || threads < 1 || layers < 1 || steps < 1 || kv_heads < 1 || heads % kv_heads || hd < 16) {
+            fprintf(stderr, "usage: bench_cpu_attn [-t threads] [-d 1024,4096,16384] [-l layers] [-s steps] "
+                            "[--heads 32] [--kv-heads 4] [--head-dim 128]\n");
+            return 2;
+        }
+        i++;
+    }
+    int max_ctx = 0;
+    for (int i = 0; i < n_depths; i++) max_ctx = FT_MAX(max_ctx, depths[i] + 1);
+    ft_backend *be = ft_backend_cpu_init(threads, false);
+    ft_backend_limits lim = {.max_tok = 1, .max_width = (int64_t)heads * hd, .max_ctx = max_ctx,
+                             .max_head_dim = hd, .n_expert = 1, .n_expert_used = 1};
+    be->ops->reserve(be, &lim);
+    // one K and one V cache per layer, rows of kv_heads * hd f16 values
+    size_t row_bytes = (size_t)kv_heads * hd * sizeof(ft_half), cache_bytes = row_bytes * (size_t)max_ctx;
+    ft_tensor *k = ft_calloc((size_t)layers, sizeof(ft_tensor)), *v = ft_calloc((size_t)layers, sizeof(ft_tensor));
+    ft_rng r = ft_rng_init(1);
+    size_t huge = 0;
+    for (int l = 0; l < layers; l++) {
+        ft_tensor *ts[2] = {&k[l], &v[l]};
+        for (int i = 0; i < 2; i++) {
+            *ts[i] = (ft_tensor){.type = FT_TYPE_F16, .ne = {kv_heads * hd, max_ctx, 1}, .row_bytes = row_bytes,
+                                 .mat_bytes = cache_bytes, .placement = FT_PLACEMENT_CPU};
+            snprintf(ts[i]->name, sizeof(ts[i]->name), "cache");
+            ts[i]->data = small_pages ? ft_calloc(1, cache_bytes) : ft_huge_alloc(cache_bytes);
+            ft_half *h = ts[i]->data;
+            for (size_t e = 0; e < cache_bytes / sizeof(ft_half); e++) h[e] = ft_fp32_to_fp16(ft_rng_normal(&r));
+            size_t anon = 0, in_huge = 0;
+            ft_mapping_usage(ts[i]->data, cache_bytes, &anon, &in_huge);
+            huge += in_huge;
+        }
+    }
+    size_t q_floats = (size_t)heads * hd;
+    float *q = ft_malloc(q_floats * sizeof(float)), *out = ft_malloc(q_floats * sizeof(float));
+    for (size_t i = 0; i < q_floats; i++) q[i] = ft_rng_normal(&r);
+    printf("attention decode: %d/%d heads of %d, %d layers, %d threads, path %s; caches %.1f MiB, %.0f%% in huge "
+           "pages\n",
+           heads, kv_heads, hd, layers, threads, ft_quant_simd_name(),
+           2.0 * (double)layers * (double)cache_bytes / (1 << 20),
+           100.0 * (double)huge / (2.0 * (double)layers * (double)cache_bytes));
+    double *t = ft_malloc((size_t)steps * sizeof(double));
+    for (int di = 0; di < n_depths; di++) {
+        int depth = depths[di];
+        for (int s = -2; s < steps; s++) { // two untimed steps first
+            double t0 = now_s();
+            for (int l = 0; l < layers; l++) {
+                ft_attn_params p = {.q = q, .out = out, .k_cache = &k[l], .v_cache = &v[l], .n_tok = 1, .pos0 = depth,
+                                    .n_head = heads, .n_head_kv = kv_heads, .head_dim = hd, .scale = 0.0884f};
+                be->ops->attention(be, &p);
+            }
+            if (s >= 0) t[s] = (now_s() - t0) / layers;
+        }
+        qsort(t, (size_t)steps, sizeof(double), cmp_double);
+        double med = t[steps / 2], bytes = 2.0 * (double)row_bytes * (depth + 1);
+        printf("  depth %6d: %8.1f us a layer (median of %d steps), %6.1f GB/s of K and V\n", depth, med * 1e6, steps,
+               bytes / med / 1e9);
+    }
+    for (int l = 0; l < layers; l++) {
+        if (small_pages) {
+            free(k[l].data);
+            free(v[l].data);
+        } else {
+            ft_huge_free(k[l].data, cache_bytes);
+            ft_huge_free(v[l].data, cache_bytes);
+        }
+    }
+    free(k);
+    free(v);
+    free(q);
+    free(out);
+    free(t);
+    be->ops->free(be);
+    return 0;
+}
