@@ -7,6 +7,7 @@
 # make bench-cuda the CUDA matvec benchmark (GPU machine); bench-cuda-gemm the prefill GEMM one
 # make fuzz       build the libFuzzer targets (clang) into build-fuzz/; FUZZ_SECONDS=N runs them
 # make bench      build and run the micro-benchmarks (bench-cpu-moe: the CPU MoE op at decode;
+#                 bench-cpu-attn: the CPU attention of one token at depths;
 #                 bench-sampler: the sampler against llama.cpp's; bench-grammar: constrained
 #                 decoding's token masks)
 # make deps       install the test oracle (llama.cpp via npm) into node_modules/
@@ -75,7 +76,7 @@ GPU_TEST_OBJ := $(BUILD)/tests/main.o $(BUILD)/tests/batch_sim.o $(BUILD)/tests/
 # SIMD files are compiled for their instruction set and only entered after a run-time check.
 $(BUILD)/%_avx2.o: CFLAGS += -mavx2 -mfma -mf16c
 
-.PHONY: all test test-san test-gpu fuzz fuzz-build bench bench-cpu-moe bench-sampler bench-grammar bench-cuda bench-cuda-gemm deps check install uninstall clean help
+.PHONY: all test test-san test-gpu fuzz fuzz-build bench bench-cpu-moe bench-cpu-attn bench-sampler bench-grammar bench-cuda bench-cuda-gemm deps check install uninstall clean help
 all: $(BUILD)/ft
 
 $(BUILD)/%.o: %.c
