@@ -4,6 +4,7 @@
 // llama.cpp's tiled threshold (64 queries). Outputs are filled with NaN first so an unwritten element fails.
 #include "fixtures.h"
 #include "../src/backend/cpu/cpu.h"
+#include "../src/backend/cpu/cpu_impl.h"
 #include "../src/util/rng.h"
 
 #include <stdlib.h>
@@ -202,4 +203,59 @@ TEST(cpu_attention_decode_same_bits_any_threads) {
     free(kv);
     be1->ops->free(be1);
     be5->ops->free(be5);
+}
+
+// Below the tiled threshold over an f16 cache the AVX2 path and the AVX-512 decode kernel make
+// the same roundings in the same order (the f16 dot product's summation, the f16 value sums), so
+// they agree to the bit: decode and a few tokens, groups of 1 to 16, windows and sinks. Each is
+// called directly, so both are tested whichever one the CPU dispatches to.
+TEST(cpu_attention_decode_paths_agree) {
+    if (!cpu_has_avx2()) return;
+    enum { HD = 64, CTX = 150 };
+    ft_rng r = ft_rng_init(43);
+    ft_backend_limits lim = {.max_tok = 8, .max_width = 16 * HD * 2, .max_ctx = CTX, .max_head_dim = HD,
+                             .n_expert = 1, .n_expert_used = 1};
+    ft_backend *be = ft_backend_cpu_init(3, false);
+    be->ops->reserve(be, &lim);
+    cpu_backend *c = cpu_of(be);
+    const int groups[4][2] = {{4, 4}, {8, 2}, {12, 1}, {16, 1}}; // (n_head, n_head_kv)
+    float sink_v[16];
+    for (int h = 0; h < 16; h++) sink_v[h] = (float)((h % 4) * 3 - 3) + 0.25f * ft_rng_normal(&r);
+    ft_tensor sinks = {.name = "sinks", .type = FT_TYPE_F32, .ne = {16, 1, 1}, .row_bytes = 64, .mat_bytes = 64,
+                       .data = sink_v};
+    size_t max_q = (size_t)8 * 16 * HD;
+    float *q = ft_malloc(max_q * sizeof(float)), *a = ft_malloc(max_q * sizeof(float)),
+          *b = ft_malloc(max_q * sizeof(float)), *kv = ft_malloc((size_t)CTX * 4 * HD * sizeof(float));
+    for (int gi = 0; gi < 4; gi++)
+        for (int nt = 1; nt <= 8; nt += 7)
+            for (int wi = 0; wi < 3; wi++) {
+                int nh = groups[gi][0], nkv = groups[gi][1];
+                ft_tensor kc = fixture_kv_cache(FT_TYPE_F16, nkv * HD, CTX), vc = fixture_kv_cache(FT_TYPE_F16, nkv * HD, CTX);
+                for (int i = 0; i < CTX * nkv * HD; i++) kv[i] = ft_rng_normal(&r) * 2.0f;
+                be->ops->set_rows(be, &kc, NULL, 0, kv, CTX);
+                for (int i = 0; i < CTX * nkv * HD; i++) kv[i] = ft_rng_normal(&r);
+                be->ops->set_rows(be, &vc, NULL, 0, kv, CTX);
+                size_t nq = (size_t)nt * nh * HD;
+                for (size_t i = 0; i < nq; i++) q[i] = ft_rng_normal(&r), a[i] = b[i] = NAN;
+                ft_attn_params ap = {.q = q, .out = a, .k_cache = &kc, .v_cache = &vc, .n_tok = nt, .pos0 = CTX - nt - 3,
+                                     .n_head = nh, .n_head_kv = nkv, .head_dim = HD, .window = wi ? 40 : 0,
+                                     .scale = 0.125f, .sinks = wi == 2 ? &sinks : NULL};
+                REQUIRE(cpu_attention_fast(c, &ap, false), "the AVX2 path declined heads %d/%d", nh, nkv);
+                size_t unwritten = 0;
+                for (size_t i = 0; i < nq; i++) unwritten += isnan(a[i]);
+                CHECK(unwritten == 0, "AVX2: %zu outputs unwritten", unwritten);
+                if (cpu_has_avx512()) {
+                    ap.out = b;
+                    REQUIRE(cpu_attention_decode_avx512(c, &ap), "the AVX-512 kernel declined heads %d/%d", nh, nkv);
+                    CHECK(!memcmp(a, b, nq * sizeof(float)), "heads %d/%d n_tok %d window %d sinks %d: AVX2 and AVX-512 differ",
+                          nh, nkv, nt, ap.window, wi == 2);
+                }
+                free(kc.data);
+                free(vc.data);
+            }
+    free(q);
+    free(a);
+    free(b);
+    free(kv);
+    be->ops->free(be);
 }
