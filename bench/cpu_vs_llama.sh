@@ -17,7 +17,10 @@
 #   laguna   Laguna's shape as issue 5 gives it: embd 3072, 24/8 heads of 128, 64 experts top-10,
 #            expert FFN 1024 and a shared expert of 1024, 6 layers: a dense first layer (FFN
 #            2048), four q4_K MoE layers, one bf16 MoE layer; q8_0 dense, the built-in vocabulary
-# FT (default build/ft, built if missing) is the ft binary. Needs node with node-llama-cpp
+# FT (default build/ft, built if missing) is the ft binary; LLAMA_BENCH (default
+# bench/llama_bench.mjs) the llama.cpp side's script: a copy of it beside a copy of node_modules
+# whose @node-llama-cpp/linux-x64 bins keep only the AVX2 CPU variants (haswell and below) runs
+# llama.cpp as on an AVX2-only CPU, to set beside FT_SIMD=avx2. Needs node with node-llama-cpp
 # (`make deps`). A busy machine skews both engines; the load average is printed with the table.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -37,6 +40,7 @@ while [ $# -gt 0 ]; do
 done
 
 FT="${FT:-build/ft}"
+LLAMA_BENCH="${LLAMA_BENCH:-bench/llama_bench.mjs}"
 [ -x "$FT" ] || make -j"$(nproc)" "$FT" >&2
 cache="${XDG_CACHE_HOME:-$HOME/.cache}/ft/bench"
 vocab_dir="../shared/vocab"
@@ -77,7 +81,7 @@ compare() {
     echo "cpu_vs_llama: $path, -p $n_prompt -n $n_gen -t $threads, $rounds rounds" >&2
     for ((i = 0; i < rounds; i++)); do
         local ft_cmd=("$FT" bench -m "$path" -p "$n_prompt" -n "$n_gen" -t "$threads" -r 1 --json)
-        local ll_cmd=(node bench/llama_bench.mjs "$path" -p "$n_prompt" -n "$n_gen" -t "$threads" -r 1 --json)
+        local ll_cmd=(node "$LLAMA_BENCH" "$path" -p "$n_prompt" -n "$n_gen" -t "$threads" -r 1 --json)
         if ((i % 2 == 0)); then
             echo "ft $("${ft_cmd[@]}")" >>"$out"; echo "llama $("${ll_cmd[@]}")" >>"$out"
         else
