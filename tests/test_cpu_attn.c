@@ -20,6 +20,15 @@ static ft_backend *attn_backend(bool reference) {
     return be;
 }
 
+// Fills caches kc and vc (width floats a row, n_ctx rows) with normal draws, keys twice as
+// spread as values, through be's set_rows; kv is scratch of width * n_ctx floats.
+static void fill_kv(ft_backend *be, ft_tensor *kc, ft_tensor *vc, int width, int n_ctx, float *kv, ft_rng *r) {
+    for (int i = 0; i < n_ctx * width; i++) kv[i] = ft_rng_normal(r) * 2.0f;
+    be->ops->set_rows(be, kc, NULL, 0, kv, n_ctx);
+    for (int i = 0; i < n_ctx * width; i++) kv[i] = ft_rng_normal(r);
+    be->ops->set_rows(be, vc, NULL, 0, kv, n_ctx);
+}
+
 // Both paths make the same roundings but the reference's dot products are scalar and the
 // fast path's are SIMD (another summation order), so a score may differ in its last bit; with
 // an f16 value accumulator (below 64 queries) that can move an f16 rounding of the running
@@ -53,10 +62,7 @@ TEST(cpu_attention_fast_vs_reference) {
                     if (pos0 + nt > ATT_CTX) continue;
                     ft_tensor kc = fixture_kv_cache(types[ti], nkv * ATT_HD, ATT_CTX),
                               vc = fixture_kv_cache(types[ti], nkv * ATT_HD, ATT_CTX);
-                    for (int i = 0; i < ATT_CTX * nkv * ATT_HD; i++) kv[i] = ft_rng_normal(&r) * 2.0f;
-                    fast->ops->set_rows(fast, &kc, NULL, 0, kv, ATT_CTX);
-                    for (int i = 0; i < ATT_CTX * nkv * ATT_HD; i++) kv[i] = ft_rng_normal(&r);
-                    fast->ops->set_rows(fast, &vc, NULL, 0, kv, ATT_CTX);
+                    fill_kv(fast, &kc, &vc, nkv * ATT_HD, ATT_CTX, kv, &r);
                     size_t nq = (size_t)nt * nh * ATT_HD;
                     for (size_t i = 0; i < nq; i++) q[i] = ft_rng_normal(&r);
                     for (size_t i = 0; i < nq; i++) of[i] = orf[i] = NAN;
@@ -116,10 +122,7 @@ TEST(cpu_attention_rows_independent_of_the_call) {
                     int nh = groups[gi][0], nkv = groups[gi][1];
                     ft_tensor kc = fixture_kv_cache(FT_TYPE_F16, nkv * HD, CTX),
                               vc = fixture_kv_cache(FT_TYPE_F16, nkv * HD, CTX);
-                    for (int i = 0; i < CTX * nkv * HD; i++) kv[i] = ft_rng_normal(&r) * 2.0f;
-                    be->ops->set_rows(be, &kc, NULL, 0, kv, CTX);
-                    for (int i = 0; i < CTX * nkv * HD; i++) kv[i] = ft_rng_normal(&r);
-                    be->ops->set_rows(be, &vc, NULL, 0, kv, CTX);
+                    fill_kv(be, &kc, &vc, nkv * HD, CTX, kv, &r);
                     size_t row = (size_t)nh * HD;
                     for (size_t i = 0; i < NT * row; i++) q[i] = ft_rng_normal(&r), one[i] = NAN;
                     ft_attn_params whole = {.q = q, .out = one, .k_cache = &kc, .v_cache = &vc, .n_tok = NT,
@@ -178,10 +181,7 @@ TEST(cpu_attention_decode_same_bits_any_threads) {
             for (int nt = 1; nt <= 3; nt += 2) {
                 int nh = groups[gi][0], nkv = groups[gi][1];
                 ft_tensor kc = fixture_kv_cache(types[ti], nkv * HD, CTX), vc = fixture_kv_cache(types[ti], nkv * HD, CTX);
-                for (int i = 0; i < CTX * nkv * HD; i++) kv[i] = ft_rng_normal(&r) * 2.0f;
-                be1->ops->set_rows(be1, &kc, NULL, 0, kv, CTX);
-                for (int i = 0; i < CTX * nkv * HD; i++) kv[i] = ft_rng_normal(&r);
-                be1->ops->set_rows(be1, &vc, NULL, 0, kv, CTX);
+                fill_kv(be1, &kc, &vc, nkv * HD, CTX, kv, &r);
                 size_t nq = (size_t)nt * nh * HD;
                 for (size_t i = 0; i < nq; i++) q[i] = ft_rng_normal(&r), a[i] = b[i] = NAN;
                 ft_attn_params ap = {.q = q, .out = a, .k_cache = &kc, .v_cache = &vc, .n_tok = nt, .pos0 = CTX - nt,
@@ -231,10 +231,7 @@ TEST(cpu_attention_decode_paths_agree) {
             for (int wi = 0; wi < 3; wi++) {
                 int nh = groups[gi][0], nkv = groups[gi][1];
                 ft_tensor kc = fixture_kv_cache(FT_TYPE_F16, nkv * HD, CTX), vc = fixture_kv_cache(FT_TYPE_F16, nkv * HD, CTX);
-                for (int i = 0; i < CTX * nkv * HD; i++) kv[i] = ft_rng_normal(&r) * 2.0f;
-                be->ops->set_rows(be, &kc, NULL, 0, kv, CTX);
-                for (int i = 0; i < CTX * nkv * HD; i++) kv[i] = ft_rng_normal(&r);
-                be->ops->set_rows(be, &vc, NULL, 0, kv, CTX);
+                fill_kv(be, &kc, &vc, nkv * HD, CTX, kv, &r);
                 size_t nq = (size_t)nt * nh * HD;
                 for (size_t i = 0; i < nq; i++) q[i] = ft_rng_normal(&r), a[i] = b[i] = NAN;
                 ft_attn_params ap = {.q = q, .out = a, .k_cache = &kc, .v_cache = &vc, .n_tok = nt, .pos0 = CTX - nt - 3,
