@@ -1,14 +1,14 @@
 // bench_cpu_attn.c: the CPU backend's attention for one query token (decode) at a depth, over
 // the f16 KV caches of several layers (so each step reads its keys and values from memory, not
 // from the last-level cache), with the cache in anonymous memory in huge pages where the kernel
-// gives them (--small-pages: from the C heap).
+// gives them (--small-pages: from the C heap); f16 caches, or q8_0 with --q8_0.
 //
 // Reported per depth: the op's time per layer (median of the steps), and the GB/s of the K and V
 // bytes it reads. FT_SIMD=avx2 (or scalar) picks the other paths of the same binary, for a
 // comparison in one build. A measurement, not a test: it asserts nothing about speed.
 //
 // Usage: bench_cpu_attn [-t threads] [-d 1024,4096,16384] [-l layers] [-s steps]
-//                       [--heads 32] [--kv-heads 4] [--head-dim 128] [--small-pages]
+//                       [--heads 32] [--kv-heads 4] [--head-dim 128] [--small-pages] [--q8_0]
 #include "../src/backend/cpu/cpu.h"
 #include "../src/backend/cpu/cpu_impl.h"
 #include "../src/quant/fp16.h"
@@ -47,11 +47,16 @@ int main(int argc, char **argv) {
     int threads = 2, layers = 8, steps = 20, heads = 32, kv_heads = 4, hd = 128;
     int depths[16] = {1024, 4096, 16384}, n_depths = 3;
     bool small_pages = false;
+    enum ft_type kv_type = FT_TYPE_F16;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         bool ok = v != NULL;
         if (!strcmp(a, "--small-pages")) {
             small_pages = true;
+            continue;
+        }
+        if (!strcmp(a, "--q8_0")) {
+            kv_type = FT_TYPE_Q8_0;
             continue;
         }
         if (!strcmp(a, "-t") && v) threads = atoi(v);
@@ -64,7 +69,7 @@ int main(int argc, char **argv) {
         else ok = false;
         if (!ok || threads < 1 || layers < 1 || steps < 1 || kv_heads < 1 || heads % kv_heads || hd < 16) {
             fprintf(stderr, "usage: bench_cpu_attn [-t threads] [-d 1024,4096,16384] [-l layers] [-s steps] "
-                            "[--heads 32] [--kv-heads 4] [--head-dim 128]\n");
+                            "[--heads 32] [--kv-heads 4] [--head-dim 128] [--small-pages] [--q8_0]\n");
             return 2;
         }
         i++;
@@ -76,19 +81,20 @@ int main(int argc, char **argv) {
                              .max_head_dim = hd, .n_expert = 1, .n_expert_used = 1};
     be->ops->reserve(be, &lim);
     // one K and one V cache per layer, rows of kv_heads * hd f16 values
-    size_t row_bytes = (size_t)kv_heads * hd * sizeof(ft_half), cache_bytes = row_bytes * (size_t)max_ctx;
+    size_t row_bytes = ft_row_bytes(kv_type, (int64_t)kv_heads * hd), cache_bytes = row_bytes * (size_t)max_ctx;
+    float *rows = ft_malloc((size_t)max_ctx * kv_heads * hd * sizeof(float));
     ft_tensor *k = ft_calloc((size_t)layers, sizeof(ft_tensor)), *v = ft_calloc((size_t)layers, sizeof(ft_tensor));
     ft_rng r = ft_rng_init(1);
     size_t huge = 0;
     for (int l = 0; l < layers; l++) {
         ft_tensor *ts[2] = {&k[l], &v[l]};
         for (int i = 0; i < 2; i++) {
-            *ts[i] = (ft_tensor){.type = FT_TYPE_F16, .ne = {kv_heads * hd, max_ctx, 1}, .row_bytes = row_bytes,
+            *ts[i] = (ft_tensor){.type = kv_type, .ne = {kv_heads * hd, max_ctx, 1}, .row_bytes = row_bytes,
                                  .mat_bytes = cache_bytes, .placement = FT_PLACEMENT_CPU};
             snprintf(ts[i]->name, sizeof(ts[i]->name), "cache");
             ts[i]->data = small_pages ? ft_calloc(1, cache_bytes) : ft_huge_alloc(cache_bytes);
-            ft_half *h = ts[i]->data;
-            for (size_t e = 0; e < cache_bytes / sizeof(ft_half); e++) h[e] = ft_fp32_to_fp16(ft_rng_normal(&r));
+            for (size_t e = 0; e < (size_t)max_ctx * kv_heads * hd; e++) rows[e] = ft_rng_normal(&r);
+            be->ops->set_rows(be, ts[i], NULL, 0, rows, max_ctx);
             size_t anon = 0, in_huge = 0;
             ft_mapping_usage(ts[i]->data, cache_bytes, &anon, &in_huge);
             huge += in_huge;
@@ -97,9 +103,9 @@ int main(int argc, char **argv) {
     size_t q_floats = (size_t)heads * hd;
     float *q = ft_malloc(q_floats * sizeof(float)), *out = ft_malloc(q_floats * sizeof(float));
     for (size_t i = 0; i < q_floats; i++) q[i] = ft_rng_normal(&r);
-    printf("attention decode: %d/%d heads of %d, %d layers, %d threads, path %s; caches %.1f MiB, %.0f%% in huge "
-           "pages\n",
-           heads, kv_heads, hd, layers, threads, ft_quant_simd_name(),
+    printf("attention decode: %d/%d heads of %d, %d layers, %d threads, path %s; %s caches %.1f MiB, %.0f%% in "
+           "huge pages\n",
+           heads, kv_heads, hd, layers, threads, ft_quant_simd_name(), ft_type_name(kv_type),
            2.0 * (double)layers * (double)cache_bytes / (1 << 20),
            100.0 * (double)huge / (2.0 * (double)layers * (double)cache_bytes));
     double *t = ft_malloc((size_t)steps * sizeof(double));
@@ -130,6 +136,7 @@ int main(int argc, char **argv) {
     }
     free(k);
     free(v);
+    free(rows);
     free(q);
     free(out);
     free(t);

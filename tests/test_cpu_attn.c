@@ -205,9 +205,10 @@ TEST(cpu_attention_decode_same_bits_any_threads) {
     be5->ops->free(be5);
 }
 
-// Below the tiled threshold over an f16 cache the AVX2 path and the AVX-512 decode kernel make
-// the same roundings in the same order (the f16 dot product's summation, the f16 value sums), so
-// they agree to the bit: decode and a few tokens, groups of 1 to 16, windows and sinks. Each is
+// Below the tiled threshold the AVX2 path and the AVX-512 decode kernel make the same roundings
+// in the same order (the key type's dot product, f16 value sums rounded after every key, q8_0
+// ones in f32), so they agree to the bit: f16 and q8_0 caches, decode and a few tokens, groups
+// of 1 to 16, windows and sinks. Each is
 // called directly, so both are tested whichever one the CPU dispatches to.
 TEST(cpu_attention_decode_paths_agree) {
     if (!cpu_has_avx2()) return;
@@ -226,11 +227,13 @@ TEST(cpu_attention_decode_paths_agree) {
     size_t max_q = (size_t)8 * 16 * HD;
     float *q = ft_malloc(max_q * sizeof(float)), *a = ft_malloc(max_q * sizeof(float)),
           *b = ft_malloc(max_q * sizeof(float)), *kv = ft_malloc((size_t)CTX * 4 * HD * sizeof(float));
+    const enum ft_type types[2] = {FT_TYPE_F16, FT_TYPE_Q8_0};
+    for (int ti = 0; ti < 2; ti++)
     for (int gi = 0; gi < 4; gi++)
         for (int nt = 1; nt <= 8; nt += 7)
             for (int wi = 0; wi < 3; wi++) {
                 int nh = groups[gi][0], nkv = groups[gi][1];
-                ft_tensor kc = fixture_kv_cache(FT_TYPE_F16, nkv * HD, CTX), vc = fixture_kv_cache(FT_TYPE_F16, nkv * HD, CTX);
+                ft_tensor kc = fixture_kv_cache(types[ti], nkv * HD, CTX), vc = fixture_kv_cache(types[ti], nkv * HD, CTX);
                 fill_kv(be, &kc, &vc, nkv * HD, CTX, kv, &r);
                 size_t nq = (size_t)nt * nh * HD;
                 for (size_t i = 0; i < nq; i++) q[i] = ft_rng_normal(&r), a[i] = b[i] = NAN;
@@ -244,8 +247,8 @@ TEST(cpu_attention_decode_paths_agree) {
                 if (cpu_has_avx512()) {
                     ap.out = b;
                     REQUIRE(cpu_attention_decode_avx512(c, &ap), "the AVX-512 kernel declined heads %d/%d", nh, nkv);
-                    CHECK(!memcmp(a, b, nq * sizeof(float)), "heads %d/%d n_tok %d window %d sinks %d: AVX2 and AVX-512 differ",
-                          nh, nkv, nt, ap.window, wi == 2);
+                    CHECK(!memcmp(a, b, nq * sizeof(float)), "%s heads %d/%d n_tok %d window %d sinks %d: AVX2 and AVX-512 differ",
+                          ft_type_name(types[ti]), nh, nkv, nt, ap.window, wi == 2);
                 }
                 free(kc.data);
                 free(vc.data);

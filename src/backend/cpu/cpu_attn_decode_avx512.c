@@ -1,25 +1,29 @@
 // cpu_attn_decode_avx512.c: the attention of a few queries (decode: below llama.cpp's tiled
-// threshold) over an f16 cache, for CPUs with AVX-512, in blocks of keys.
+// threshold) over an f16 or q8_0 cache, for CPUs with AVX-512, in blocks of keys.
 //
 // The arithmetic is the reference's (cpu_attn.c: llama.cpp's one-query flash attention): the
-// query rounded to f16, q.k of f16 values summed in f32, an online softmax key by key, and the
-// running sum of values rounded to f16 after every key. What changes is the order of the work:
-// a work item is a (token, KV head, heads of its group) triple, and for each block of BLK keys
-//   1. the block's keys are converted to f32 and transposed once (element-major, keys in the
-//      lanes), then scored against every query head of the item as broadcasts of one query
-//      element times 16 keys, in the summation order of the reference's dot product (so the
-//      scores are its bits: the conformance with llama.cpp rests on them);
+// query rounded to f16 (quantized to q8_0 for q8_0 keys), q.k by the key type's dot product, an
+// online softmax key by key, and the running sum of values rounded to f16 after every key (kept in
+// f32 for q8_0 values). What changes is the order of the work: a work item is a (token, KV head,
+// heads of its group) triple, and for each block of BLK keys
+//   1. f16 keys are converted to f32 and transposed once (element-major, keys in the lanes), then
+//      scored against every query head of the item as broadcasts of one query element times 16
+//      keys, in the summation order of the reference's dot product (so the scores are its bits:
+//      the conformance with llama.cpp rests on them); q8_0 keys take the reference's integer dot
+//      product, a key and head at a time;
 //   2. the online softmax runs key by key with the group's heads in the 16 lanes, writing each
 //      key's rescale (ms) and weight (vs) per head, and the denominators;
 //   3. the values: 32 elements of the head at a time, the accumulators of 8 heads stay in
 //      registers over the block's keys, each key's row converted once: acc = f16(f16(acc * ms)
-//      + v * vs), where the rescale runs only in a block where some head's maximum moved
-//      (ms = 1 leaves an f16 value unchanged, so that is the reference's result either way).
-// So each key and value row is read once per item, no dot product ends in a horizontal sum, and
-// the accumulators leave the registers once per block instead of once per key. A group is split
-// into several items only where the (token, KV head) pairs are fewer than the threads; a head's
-// arithmetic does not depend on the heads beside it, so the split does not change a bit. The exponentials are cpu_avx512.h's polynomial (as on
-// the other fast paths; the reference calls expf).
+//      + v * vs) (no f16 steps for q8_0 values), where the rescale runs only in a block where some
+//      head's maximum moved (ms = 1 leaves the sum unchanged, so that is the reference's result
+//      either way).
+// So each key and value row is read once per item, no f16 dot product ends in a horizontal sum,
+// and the accumulators leave the registers once per block instead of once per key. A group is
+// split into several items only where the (token, KV head) pairs are fewer than the threads; a
+// head's arithmetic does not depend on the heads beside it, so the split does not change a bit.
+// The exponentials are cpu_avx512.h's polynomial (as on the other fast paths; the reference
+// calls expf), so the outputs are the AVX2 path's to the bit (cpu_attention_decode_paths_agree).
 #include "cpu_impl.h"
 
 #include <immintrin.h>
@@ -121,7 +125,7 @@ static void score_head(const float *q, const float *kT, int hd, float scale, flo
 // their accumulators (acc rows hd apart) over the block's nk keys, value rows vr[k].
 static inline __attribute__((always_inline)) void add_values(float *acc, int hd, int d, int g0, const uint8_t *const *vr,
                                                             int nk, const float *ms, const float *vs, bool rescale,
-                                                            const int GN) {
+                                                            const int GN, const bool V8) {
     __m512 a[8][2];
 #pragma GCC unroll 8
     for (int g = 0; g < GN; g++) {
@@ -129,20 +133,31 @@ static inline __attribute__((always_inline)) void add_values(float *acc, int hd,
         a[g][1] = _mm512_loadu_ps(acc + (size_t)(g0 + g) * hd + d + 16);
     }
     for (int k = 0; k < nk; k++) {
-        const ft_half *v = (const ft_half *)vr[k] + d;
-        const __m512 v0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)v));
-        const __m512 v1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(v + 16)));
+        __m512 v0, v1;
+        if (V8) { // one q8_0 block: code times the block's scale, one rounding (the reference's)
+            const block_q8_0 *b = (const block_q8_0 *)vr[k] + d / 32;
+            const __m512 sd = _mm512_set1_ps(_cvtsh_ss(b->d));
+            v0 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)b->qs))), sd);
+            v1 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b->qs + 16)))), sd);
+        } else {
+            const ft_half *v = (const ft_half *)vr[k] + d;
+            v0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)v));
+            v1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(v + 16)));
+        }
 #pragma GCC unroll 8
         for (int g = 0; g < GN; g++) {
+            // f16 values: the sums rounded to f16 after every step; q8_0: kept in f32
             if (rescale) {
                 const __m512 m = _mm512_set1_ps(ms[k * MAX_GROUP + g0 + g]);
-                a[g][0] = round_f16(_mm512_mul_ps(a[g][0], m));
-                a[g][1] = round_f16(_mm512_mul_ps(a[g][1], m));
+                a[g][0] = _mm512_mul_ps(a[g][0], m);
+                a[g][1] = _mm512_mul_ps(a[g][1], m);
+                if (!V8) a[g][0] = round_f16(a[g][0]), a[g][1] = round_f16(a[g][1]);
             }
             // a separate multiply and add, as the reference
             const __m512 w = _mm512_set1_ps(vs[k * MAX_GROUP + g0 + g]);
-            a[g][0] = round_f16(_mm512_add_ps(a[g][0], _mm512_mul_ps(v0, w)));
-            a[g][1] = round_f16(_mm512_add_ps(a[g][1], _mm512_mul_ps(v1, w)));
+            a[g][0] = _mm512_add_ps(a[g][0], _mm512_mul_ps(v0, w));
+            a[g][1] = _mm512_add_ps(a[g][1], _mm512_mul_ps(v1, w));
+            if (!V8) a[g][0] = round_f16(a[g][0]), a[g][1] = round_f16(a[g][1]);
         }
     }
 #pragma GCC unroll 8
@@ -181,10 +196,14 @@ static void decode_worker(void *ctx, int ith, int nth) {
     float *acc = j->c->attn_ws + (size_t)ith * j->c->attn_ws_per_thread; // (gn, hd)
     float *qf = acc + (size_t)MAX_GROUP * hd;                              // (gn, hd): q in f16 values
     float *kT = qf + (size_t)MAX_GROUP * hd;                               // (hd, BLK)
+    uint8_t *q8 = (uint8_t *)(kT + (size_t)BLK * hd);                     // (gn) q8_0 rows: a q8_0 cache's queries
+    const bool k8 = p->k_cache->type == FT_TYPE_Q8_0, v8 = p->v_cache->type == FT_TYPE_Q8_0;
+    const size_t q8_bytes = ft_row_bytes(FT_TYPE_Q8_0, hd);
+    const ft_vec_dot_fn dot8 = cpu_vec_dot(j->c, FT_TYPE_Q8_0);
     // per head: the block's scores (ST); per key, the heads in 16 lanes: the scores, then each
     // key's rescale and weight
     float ST[MAX_GROUP * BLK], sc[BLK * MAX_GROUP], ms[BLK * MAX_GROUP], vs[BLK * MAX_GROUP];
-    const ft_half *kr[BLK];
+    const uint8_t *kr[BLK];
     const uint8_t *vr[BLK];
     const float *sinks = cpu_attn_sinks(p);
     const __m512 neg_inf = _mm512_set1_ps(-INFINITY), one = _mm512_set1_ps(1.0f);
@@ -197,7 +216,10 @@ static void decode_worker(void *ctx, int ith, int nth) {
         const __mmask16 lanes = (__mmask16)((1u << gn) - 1);
         const int qpos = p->pos0 + t, kmin = p->window > 0 ? FT_MAX(0, qpos - p->window + 1) : 0;
         const float *q0 = p->q + ((size_t)t * p->n_head + (size_t)hk * group + h0) * hd;
-        for (size_t i = 0; i < (size_t)gn * hd; i += 16) _mm512_storeu_ps(qf + i, round_f16(_mm512_loadu_ps(q0 + i)));
+        if (k8) // the query quantized as the reference's q8_0 dot product takes it
+            for (int g = 0; g < gn; g++) cpu_quantize_row(FT_TYPE_Q8_0, q0 + (size_t)g * hd, q8 + g * q8_bytes, hd);
+        else
+            for (size_t i = 0; i < (size_t)gn * hd; i += 16) _mm512_storeu_ps(qf + i, round_f16(_mm512_loadu_ps(q0 + i)));
         memset(acc, 0, (size_t)gn * hd * sizeof(float));
         for (int i = 0; i < MAX_GROUP * BLK; i++) ST[i] = -INFINITY; // heads past gn stay -inf
         __m512 M = neg_inf, S = _mm512_setzero_ps();
@@ -210,16 +232,23 @@ static void decode_worker(void *ctx, int ith, int nth) {
             // 1. scores
             for (int k = 0; k < nk; k++) {
                 const size_t row = (size_t)ft_kv_row_walk(p->blocks, k0 + k, &off, &walked);
-                kr[k] = (const ft_half *)((const uint8_t *)p->k_cache->data + row * p->k_cache->row_bytes + hk * krow);
+                kr[k] = (const uint8_t *)p->k_cache->data + row * p->k_cache->row_bytes + hk * krow;
                 vr[k] = (const uint8_t *)p->v_cache->data + row * p->v_cache->row_bytes + hk * vrow;
             }
-            load_keys_transposed(kr, nk, hd, kT);
-            for (int g = 0; g < gn; g++) score_head(qf + (size_t)g * hd, kT, hd, p->scale, ST + (size_t)g * BLK);
-            for (int kk = 0; kk < BLK; kk += 16) { // ST (heads, keys) to sc (keys, heads)
-                __m512 r[16];
-                for (int g = 0; g < 16; g++) r[g] = _mm512_loadu_ps(ST + (size_t)g * BLK + kk);
-                transpose16(r);
-                for (int k = 0; k < 16; k++) _mm512_storeu_ps(sc + (size_t)(kk + k) * MAX_GROUP, r[k]);
+            if (k8) { // q8_0 keys: the reference's integer dot product, a key and head at a time
+                for (int k = 0; k < nk; k++) {
+                    _mm512_storeu_ps(sc + k * MAX_GROUP, neg_inf);
+                    for (int g = 0; g < gn; g++) sc[k * MAX_GROUP + g] = dot8(hd, kr[k], q8 + g * q8_bytes) * p->scale;
+                }
+            } else {
+                load_keys_transposed((const ft_half *const *)kr, nk, hd, kT);
+                for (int g = 0; g < gn; g++) score_head(qf + (size_t)g * hd, kT, hd, p->scale, ST + (size_t)g * BLK);
+                for (int kk = 0; kk < BLK; kk += 16) { // ST (heads, keys) to sc (keys, heads)
+                    __m512 r[16];
+                    for (int g = 0; g < 16; g++) r[g] = _mm512_loadu_ps(ST + (size_t)g * BLK + kk);
+                    transpose16(r);
+                    for (int k = 0; k < 16; k++) _mm512_storeu_ps(sc + (size_t)(kk + k) * MAX_GROUP, r[k]);
+                }
             }
             // 2. the online softmax, key by key: a head whose maximum moves takes e^(old - s) as
             // its rescale and 1 as its weight, another 1 and e^(s - max) (lanes past the heads:
@@ -240,10 +269,17 @@ static void decode_worker(void *ctx, int ith, int nth) {
             const bool rescale = (moved & lanes) != 0;
             for (int d = 0; d < hd; d += 32) {
                 int h = 0;
-                for (; h + 8 <= gn; h += 8) add_values(acc, hd, d, h, vr, nk, ms, vs, rescale, 8);
-                if (h + 4 <= gn) add_values(acc, hd, d, h, vr, nk, ms, vs, rescale, 4), h += 4;
-                if (h + 2 <= gn) add_values(acc, hd, d, h, vr, nk, ms, vs, rescale, 2), h += 2;
-                if (h < gn) add_values(acc, hd, d, h, vr, nk, ms, vs, rescale, 1);
+                if (v8) {
+                    for (; h + 8 <= gn; h += 8) add_values(acc, hd, d, h, vr, nk, ms, vs, rescale, 8, true);
+                    if (h + 4 <= gn) add_values(acc, hd, d, h, vr, nk, ms, vs, rescale, 4, true), h += 4;
+                    if (h + 2 <= gn) add_values(acc, hd, d, h, vr, nk, ms, vs, rescale, 2, true), h += 2;
+                    if (h < gn) add_values(acc, hd, d, h, vr, nk, ms, vs, rescale, 1, true);
+                } else {
+                    for (; h + 8 <= gn; h += 8) add_values(acc, hd, d, h, vr, nk, ms, vs, rescale, 8, false);
+                    if (h + 4 <= gn) add_values(acc, hd, d, h, vr, nk, ms, vs, rescale, 4, false), h += 4;
+                    if (h + 2 <= gn) add_values(acc, hd, d, h, vr, nk, ms, vs, rescale, 2, false), h += 2;
+                    if (h < gn) add_values(acc, hd, d, h, vr, nk, ms, vs, rescale, 1, false);
+                }
             }
         }
         float Ms[16], Ss[16];
@@ -259,11 +295,15 @@ static void decode_worker(void *ctx, int ith, int nth) {
     }
 }
 
-size_t cpu_attn_decode_ws_floats(int head_dim) { return (size_t)(2 * MAX_GROUP + BLK) * (size_t)head_dim; }
+size_t cpu_attn_decode_ws_floats(int head_dim) {
+    // acc, qf, kT, then the q8_0 queries (under 2 bytes an element)
+    return (size_t)(2 * MAX_GROUP + BLK + MAX_GROUP / 2) * (size_t)head_dim + 64;
+}
 
 bool cpu_attention_decode_avx512(cpu_backend *c, const ft_attn_params *p) {
     const int group = p->n_head / p->n_head_kv;
-    if (p->k_cache->type != FT_TYPE_F16 || p->v_cache->type != FT_TYPE_F16) return false;
+    const enum ft_type kt = p->k_cache->type, vt = p->v_cache->type;
+    if ((kt != FT_TYPE_F16 && kt != FT_TYPE_Q8_0) || (vt != FT_TYPE_F16 && vt != FT_TYPE_Q8_0)) return false;
     if (group > MAX_GROUP || p->head_dim % 32 != 0 || p->head_dim > MAX_HD) return false;
     if (cpu_attn_decode_ws_floats(p->head_dim) > c->attn_ws_per_thread) return false;
     decode_job j = {c, p, cpu_attn_head_parts(c, p)};

@@ -125,8 +125,8 @@ void cpu_attn_tiled_load_block(const ft_attn_params *p, int hk, int k0, int nk, 
 // cpu_attn_tiled_avx512.c: the same tiles and blocks with the rows in 16-lane vectors, for
 // cpu_has_avx512 (the same workspace).
 bool cpu_attention_tiled_avx512(cpu_backend *c, const ft_attn_params *p);
-// cpu_attn_decode_avx512.c: the untiled path (below FT_ATTN_TILED_MIN_TOK queries) over an f16
-// cache in blocks of keys, for cpu_has_avx512, groups of up to 16 query heads and head_dim a
+// cpu_attn_decode_avx512.c: the untiled path (below FT_ATTN_TILED_MIN_TOK queries) over f16 or
+// q8_0 caches in blocks of keys, for cpu_has_avx512, groups of up to 16 query heads and head_dim a
 // multiple of 32 up to 512; false where it does not apply. Needs cpu_attn_decode_ws_floats of
 // the per-thread workspace.
 bool cpu_attention_decode_avx512(cpu_backend *c, const ft_attn_params *p);
