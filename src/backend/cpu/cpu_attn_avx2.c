@@ -6,10 +6,11 @@
 //      per query head; items are dealt to threads round-robin in token order, which balances
 //      the causal triangle (later tokens see more keys);
 //   2. scores: the query of each head is converted once per item to the key type's
-//      vec_dot_type and scored with the same dot product as the reference (bit-identical),
-//      or, on llama.cpp's tiled path (f16 cache, 64 queries or more), in f32 against the f16
-//      key converted in registers (F16C), 8-lane FMAs (another summation order than the
-//      reference's sequential one);
+//      vec_dot_type and scored with the same dot product as the reference (bit-identical; an
+//      f16 key is converted to f32 once for the whole group and dotted in that product's
+//      order), or, on llama.cpp's tiled path (f16 cache, 64 queries or more), in f32 against
+//      the f16 key converted in registers (F16C), 8-lane FMAs (another summation order than
+//      the reference's sequential one); the rows of keys a few ahead are prefetched;
 //   3. values: the row is converted in registers (F16C for f16, int8 times the block scale for
 //      q8_0) and added to each head's accumulator with a separate multiply and add, rounded
 //      to f16 after every key where the reference does (vcvtps2ph rounds to nearest even, as
@@ -63,7 +64,21 @@ static inline float dot_f32_f16(const float *q, const uint8_t *k, int hd) {
     return hsum8(_mm256_add_ps(a0, a1));
 }
 
-enum { ATTN_MAX_GROUP = 64 };
+// k . q over rows of f32 holding f16 values (hd a multiple of 32), in the f16 dot product's
+// order (dot_avx2.c's tile_float: four 8-lane accumulators over steps of 32, then their sum):
+// the bits of `dot` on the f16 rows, with the key converted once for all the heads of a group.
+static inline float dot_f16_values(const float *k, const float *q, int hd) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
+    for (int d = 0; d < hd; d += 32) {
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(k + d), _mm256_loadu_ps(q + d), a0);
+        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(k + d + 8), _mm256_loadu_ps(q + d + 8), a1);
+        a2 = _mm256_fmadd_ps(_mm256_loadu_ps(k + d + 16), _mm256_loadu_ps(q + d + 16), a2);
+        a3 = _mm256_fmadd_ps(_mm256_loadu_ps(k + d + 24), _mm256_loadu_ps(q + d + 24), a3);
+    }
+    return hsum8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+}
+
+enum { ATTN_MAX_GROUP = 64, PREFETCH_KEYS = 8 };
 
 static void attn_fast_worker(void *ctx, int ith, int nth) {
     attn_fast_job *j = ctx;
@@ -76,7 +91,11 @@ static void attn_fast_worker(void *ctx, int ith, int nth) {
     bool v16 = vt == FT_TYPE_F16 && !j->tiled;
     size_t q_bytes = ft_row_bytes(kvdt, hd);
     float *acc = c->attn_ws + (size_t)ith * c->attn_ws_per_thread; // (full, hd)
-    uint8_t *qbuf = (uint8_t *)(acc + (size_t)full * hd);          // (full, q_bytes)
+    float *qf = acc + (size_t)full * hd;                           // (full, hd): f16 queries as f32
+    float *kf = qf + (size_t)full * hd;                            // (hd): a f16 key as f32
+    uint8_t *qbuf = (uint8_t *)(kf + hd);                          // (full, q_bytes)
+    // an f16 cache below the tiled threshold: keys converted once per group (dot_f16_values)
+    bool f16_dot = kt == FT_TYPE_F16 && !j->tiled;
     size_t krow = ft_row_bytes(kt, hd), vrow = ft_row_bytes(vt, hd);
     const float *sinks = cpu_attn_sinks(p);
     // per head: the softmax denominator and maximum; per key: the scores, rescales and weights
@@ -94,7 +113,10 @@ static void attn_fast_worker(void *ctx, int ith, int nth) {
         int qpos = p->pos0 + t;
         int kmin = p->window > 0 ? FT_MAX(0, qpos - p->window + 1) : 0;
         const float *q0 = p->q + ((size_t)t * p->n_head + (size_t)hk * full + h0) * hd; // (group, hd)
-        if (!j->tiled)
+        if (f16_dot)
+            for (size_t i = 0; i < (size_t)group * hd; i += 8)
+                _mm256_storeu_ps(qf + i, round_f16(_mm256_loadu_ps(q0 + i)));
+        else if (!j->tiled)
             for (int g = 0; g < group; g++) cpu_quantize_row(kvdt, q0 + (size_t)g * hd, qbuf + g * q_bytes, hd);
         for (int g = 0; g < group; g++) {
             S[g] = 0;
@@ -102,18 +124,32 @@ static void attn_fast_worker(void *ctx, int ith, int nth) {
         }
         for (int g = group; g < ((group + 7) & ~7); g++) M[g] = sc[g] = -INFINITY; // lanes past the group
         memset(acc, 0, (size_t)group * hd * sizeof(float));
-        int64_t off = 0, last = -1;
+        int64_t off = 0, last = -1, pf_off = 0, pf_last = -1;
         for (int k = kmin; k <= qpos; k++) {
             size_t row = (size_t)ft_kv_row_walk(p->blocks, k, &off, &last);
+            // a head's part of each row is a stride the hardware's prefetchers do not follow
+            // across pages: ask for the rows a few keys ahead
+            if (k + PREFETCH_KEYS <= qpos) {
+                size_t ahead = (size_t)ft_kv_row_walk(p->blocks, k + PREFETCH_KEYS, &pf_off, &pf_last);
+                const char *kp = (const char *)p->k_cache->data + ahead * p->k_cache->row_bytes + hk * krow;
+                const char *vp = (const char *)p->v_cache->data + ahead * p->v_cache->row_bytes + hk * vrow;
+                for (size_t b = 0; b < krow; b += 64) _mm_prefetch(kp + b, _MM_HINT_T0);
+                for (size_t b = 0; b < vrow; b += 64) _mm_prefetch(vp + b, _MM_HINT_T0);
+            }
             const uint8_t *kr = (const uint8_t *)p->k_cache->data + row * p->k_cache->row_bytes + hk * krow;
             const uint8_t *vr = (const uint8_t *)p->v_cache->data + row * p->v_cache->row_bytes + hk * vrow;
             // the online softmax step of each head, as the reference; a new maximum rescales
             // that head's accumulator first. The exponentials of 8 heads at a time: a head whose
             // maximum moves takes e^(old - s) as its rescale (and 1 as its weight), another
             // e^(s - max) as its weight (lanes past the group see -inf and give 0)
-            for (int g = 0; g < group; g++)
-                sc[g] = j->tiled ? dot_f32_f16(q0 + (size_t)g * hd, kr, hd) * p->scale
-                                 : dot(hd, kr, qbuf + g * q_bytes) * p->scale;
+            if (f16_dot) {
+                for (int d = 0; d < hd; d += 8) _mm256_storeu_ps(kf + d, load_row8(kr, FT_TYPE_F16, d));
+                for (int g = 0; g < group; g++) sc[g] = dot_f16_values(kf, qf + (size_t)g * hd, hd) * p->scale;
+            } else {
+                for (int g = 0; g < group; g++)
+                    sc[g] = j->tiled ? dot_f32_f16(q0 + (size_t)g * hd, kr, hd) * p->scale
+                                     : dot(hd, kr, qbuf + g * q_bytes) * p->scale;
+            }
             for (int g0 = 0; g0 < group; g0 += 8) {
                 const __m256 s8 = _mm256_loadu_ps(sc + g0), m8 = _mm256_loadu_ps(M + g0);
                 const __m256 up = _mm256_cmp_ps(s8, m8, _CMP_GT_OQ);
@@ -161,8 +197,8 @@ bool cpu_attention_fast(cpu_backend *c, const ft_attn_params *p, bool tiled) {
     bool types_ok = (kt == FT_TYPE_F16 || kt == FT_TYPE_Q8_0) && (vt == FT_TYPE_F16 || vt == FT_TYPE_Q8_0);
     if (!types_ok || group > ATTN_MAX_GROUP || p->head_dim % 32 != 0) return false;
     if (tiled && kt != FT_TYPE_F16) return false;
-    // the workspace holds the group's accumulators and converted queries
-    size_t need = (size_t)group * p->head_dim * 2 + 16;
+    // the workspace holds the group's accumulators, its queries as f32 and converted, and a key
+    size_t need = (size_t)group * p->head_dim * 3 + p->head_dim + 16;
     if (need > c->attn_ws_per_thread) return false;
     attn_fast_job j = {c, p, tiled, cpu_attn_head_parts(c, p)};
     cpu_run(c, attn_fast_worker, &j);
