@@ -9,6 +9,7 @@
 //
 // Usage: bench_cpu_attn [-t threads] [-d 1024,4096,16384] [-l layers] [-s steps]
 //                       [--heads 32] [--kv-heads 4] [--head-dim 128] [--small-pages] [--q8_0]
+#include "../src/cli/bench_common.h"
 #include "../src/backend/cpu/cpu.h"
 #include "../src/backend/cpu/cpu_impl.h"
 #include "../src/quant/fp16.h"
@@ -19,18 +20,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 // Comma-separated positive ints into out (at most cap); returns the count, 0 on a bad list.
 static int parse_list(const char *s, int *out, int cap) {
@@ -112,15 +101,15 @@ int main(int argc, char **argv) {
     for (int di = 0; di < n_depths; di++) {
         int depth = depths[di];
         for (int s = -2; s < steps; s++) { // two untimed steps first
-            double t0 = now_s();
+            double t0 = bench_now_s();
             for (int l = 0; l < layers; l++) {
                 ft_attn_params p = {.q = q, .out = out, .k_cache = &k[l], .v_cache = &v[l], .n_tok = 1, .pos0 = depth,
                                     .n_head = heads, .n_head_kv = kv_heads, .head_dim = hd, .scale = 0.0884f};
                 be->ops->attention(be, &p);
             }
-            if (s >= 0) t[s] = (now_s() - t0) / layers;
+            if (s >= 0) t[s] = (bench_now_s() - t0) / layers;
         }
-        qsort(t, (size_t)steps, sizeof(double), cmp_double);
+        qsort(t, (size_t)steps, sizeof(double), bench_cmp_double);
         double med = t[steps / 2], bytes = 2.0 * (double)row_bytes * (depth + 1);
         printf("  depth %6d: %8.1f us a layer (median of %d steps), %6.1f GB/s of K and V\n", depth, med * 1e6, steps,
                bytes / med / 1e9);

@@ -127,15 +127,9 @@ static void attn_fast_worker(void *ctx, int ith, int nth) {
         int64_t off = 0, last = -1, pf_off = 0, pf_last = -1;
         for (int k = kmin; k <= qpos; k++) {
             size_t row = (size_t)ft_kv_row_walk(p->blocks, k, &off, &last);
-            // a head's part of each row is a stride the hardware's prefetchers do not follow
-            // across pages: ask for the rows a few keys ahead
-            if (k + PREFETCH_KEYS <= qpos) {
-                size_t ahead = (size_t)ft_kv_row_walk(p->blocks, k + PREFETCH_KEYS, &pf_off, &pf_last);
-                const char *kp = (const char *)p->k_cache->data + ahead * p->k_cache->row_bytes + hk * krow;
-                const char *vp = (const char *)p->v_cache->data + ahead * p->v_cache->row_bytes + hk * vrow;
-                for (size_t b = 0; b < krow; b += 64) _mm_prefetch(kp + b, _MM_HINT_T0);
-                for (size_t b = 0; b < vrow; b += 64) _mm_prefetch(vp + b, _MM_HINT_T0);
-            }
+            if (k + PREFETCH_KEYS <= qpos) // the rows a few keys ahead (cpu_attn_prefetch_row)
+                cpu_attn_prefetch_row(p, (size_t)ft_kv_row_walk(p->blocks, k + PREFETCH_KEYS, &pf_off, &pf_last), hk,
+                                      krow, vrow);
             const uint8_t *kr = (const uint8_t *)p->k_cache->data + row * p->k_cache->row_bytes + hk * krow;
             const uint8_t *vr = (const uint8_t *)p->v_cache->data + row * p->v_cache->row_bytes + hk * vrow;
             // the online softmax step of each head, as the reference; a new maximum rescales

@@ -167,18 +167,23 @@ static inline __attribute__((always_inline)) void add_values(float *acc, int hd,
     }
 }
 
-// Asks for the K and V rows of keys k0 .. k0 + nk - 1 of KV head hk a block ahead of their use:
-// a head's part of a row is a few lines out of each cache row, a stride the hardware's
-// prefetchers do not follow across pages, and the kernel otherwise waits on memory.
+// Step 3 for heads 0 .. gn - 1, 8 at a time, then 4, 2 and 1 (V8 a constant after inlining).
+static inline __attribute__((always_inline)) void add_values_heads(float *acc, int hd, int d, int gn,
+                                                                  const uint8_t *const *vr, int nk, const float *ms,
+                                                                  const float *vs, bool rescale, const bool V8) {
+    int h = 0;
+    for (; h + 8 <= gn; h += 8) add_values(acc, hd, d, h, vr, nk, ms, vs, rescale, 8, V8);
+    if (h + 4 <= gn) add_values(acc, hd, d, h, vr, nk, ms, vs, rescale, 4, V8), h += 4;
+    if (h + 2 <= gn) add_values(acc, hd, d, h, vr, nk, ms, vs, rescale, 2, V8), h += 2;
+    if (h < gn) add_values(acc, hd, d, h, vr, nk, ms, vs, rescale, 1, V8);
+}
+
+// The K and V rows of keys k0 .. k0 + nk - 1 of KV head hk, a block ahead of their use
+// (cpu_attn_prefetch_row).
 static void prefetch_block(const ft_attn_params *p, int hk, size_t krow, size_t vrow, int k0, int nk, int64_t *off,
                            int64_t *walked) {
-    for (int k = 0; k < nk; k++) {
-        const size_t row = (size_t)ft_kv_row_walk(p->blocks, k0 + k, off, walked);
-        const char *kr = (const char *)p->k_cache->data + row * p->k_cache->row_bytes + hk * krow;
-        const char *vr = (const char *)p->v_cache->data + row * p->v_cache->row_bytes + hk * vrow;
-        for (size_t b = 0; b < krow; b += 64) _mm_prefetch(kr + b, _MM_HINT_T0);
-        for (size_t b = 0; b < vrow; b += 64) _mm_prefetch(vr + b, _MM_HINT_T0);
-    }
+    for (int k = 0; k < nk; k++)
+        cpu_attn_prefetch_row(p, (size_t)ft_kv_row_walk(p->blocks, k0 + k, off, walked), hk, krow, vrow);
 }
 
 typedef struct {
@@ -265,21 +270,11 @@ static void decode_worker(void *ctx, int ith, int nth) {
                 M = _mm512_mask_blend_ps(up, M, s);
                 S = _mm512_add_ps(_mm512_mul_ps(S, m), w);
             }
-            // 3. the values, 8 heads at a time (then 4, 2, 1)
+            // 3. the values
             const bool rescale = (moved & lanes) != 0;
             for (int d = 0; d < hd; d += 32) {
-                int h = 0;
-                if (v8) {
-                    for (; h + 8 <= gn; h += 8) add_values(acc, hd, d, h, vr, nk, ms, vs, rescale, 8, true);
-                    if (h + 4 <= gn) add_values(acc, hd, d, h, vr, nk, ms, vs, rescale, 4, true), h += 4;
-                    if (h + 2 <= gn) add_values(acc, hd, d, h, vr, nk, ms, vs, rescale, 2, true), h += 2;
-                    if (h < gn) add_values(acc, hd, d, h, vr, nk, ms, vs, rescale, 1, true);
-                } else {
-                    for (; h + 8 <= gn; h += 8) add_values(acc, hd, d, h, vr, nk, ms, vs, rescale, 8, false);
-                    if (h + 4 <= gn) add_values(acc, hd, d, h, vr, nk, ms, vs, rescale, 4, false), h += 4;
-                    if (h + 2 <= gn) add_values(acc, hd, d, h, vr, nk, ms, vs, rescale, 2, false), h += 2;
-                    if (h < gn) add_values(acc, hd, d, h, vr, nk, ms, vs, rescale, 1, false);
-                }
+                if (v8) add_values_heads(acc, hd, d, gn, vr, nk, ms, vs, rescale, true);
+                else add_values_heads(acc, hd, d, gn, vr, nk, ms, vs, rescale, false);
             }
         }
         float Ms[16], Ss[16];

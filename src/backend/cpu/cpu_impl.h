@@ -96,6 +96,19 @@ static inline void cpu_attn_sink(float sink, float M, float *S, float *acc, int 
     }
 }
 
+// Asks for KV head hk's part of cache row `row` in K and V (its krow and vrow bytes) ahead of
+// its use: a head's part of each row is a stride the hardware's prefetchers do not follow across
+// pages, and the untiled attention kernels otherwise wait on memory. Always inlined: inlined
+// into a kernel of another target (#pragma GCC target) only by choice, GCC 12 dropped the
+// prefetches altogether.
+static inline __attribute__((always_inline)) void cpu_attn_prefetch_row(const ft_attn_params *p, size_t row, int hk,
+                                                                      size_t krow, size_t vrow) {
+    const char *kr = (const char *)p->k_cache->data + row * p->k_cache->row_bytes + (size_t)hk * krow;
+    const char *vr = (const char *)p->v_cache->data + row * p->v_cache->row_bytes + (size_t)hk * vrow;
+    for (size_t b = 0; b < krow; b += 64) __builtin_prefetch(kr + b, 0, 3);
+    for (size_t b = 0; b < vrow; b += 64) __builtin_prefetch(vr + b, 0, 3);
+}
+
 // The parts each (token, KV head) pair's group of query heads is split into on the untiled fast
 // paths, so that every thread has an item: 1 where the pairs are at least the threads, else
 // enough parts of 2 or more heads. A head's arithmetic does not depend on its part.
