@@ -368,38 +368,24 @@ static double gemm_run_once(ft_vec_dot_tile_fn gemm, const ft_quant_ops *ops, co
 }
 
 static void bench_gemm(const char *filter) {
-    __builtin_cpu_init();
-    // FT_AMX=0 times the VNNI GEMMs on an AMX machine (the path of a CPU without AMX)
-    const char *amx_env = getenv("FT_AMX");
-    bool amx = __builtin_cpu_supports("avx512bw") && ft_amx_init() && !(amx_env && !strcmp(amx_env, "0"));
-    bool vnni = ft_gemm_vnni_supported();
-    if (!amx && !vnni) {
-        printf("\nprefill GEMMs: none on this CPU (no AMX-INT8 and AVX-512BW, no AVX-512 VNNI)\n");
+    // the dispatched GEMMs: AMX, else AVX-512 VNNI and BF16, else AVX2 (FT_AMX=0 and FT_SIMD=avx2
+    // time the paths of CPUs without them)
+    const char *kind = ft_quant_gemm_name();
+    if (!strcmp(kind, "none")) {
+        printf("\nprefill GEMMs: none on this CPU (no AVX2)\n");
         return;
     }
     static const gemm_shape shapes[] = {{"expert", 768, 32}, {"dense", 2048, 512}};
-    printf("\nprefill GEMMs (%s), 1 thread (CPU time): rows of %d elements, G multiply-adds/s, median of %d runs\n",
-           amx ? "AMX" : "AVX-512 VNNI and BF16", GEMM_ELEMS, RUNS);
+    printf("\nprefill GEMMs (%s, tiles %s), 1 thread (CPU time): rows of %d elements, G multiply-adds/s, median of "
+           "%d runs\n",
+           kind, ft_quant_simd_name(), GEMM_ELEMS, RUNS);
     printf("%-7s %-7s %6s %6s %10s %10s %9s\n", "type", "shape", "rows", "tokens", "tile GMAC", "gemm GMAC",
            "gemm/tile");
-    const enum ft_type types[] = {FT_TYPE_Q8_0, FT_TYPE_Q4_K, FT_TYPE_Q5_K, FT_TYPE_Q6_K, FT_TYPE_BF16};
+    const enum ft_type types[] = {FT_TYPE_Q8_0, FT_TYPE_Q4_K, FT_TYPE_Q5_K, FT_TYPE_Q6_K, FT_TYPE_MXFP4, FT_TYPE_BF16};
     for (size_t i = 0; i < FT_ARRAY_LEN(types); i++) {
         if (filter && !strstr(ft_type_name(types[i]), filter)) continue;
         const ft_quant_ops *ops = ft_quant_ops_find(types[i]);
-        // AMX's where it runs, else VNNI's (q5_K and q6_K: VNNI's on either kind)
-        ft_vec_dot_tile_fn gemm = NULL;
-        if (types[i] == FT_TYPE_Q5_K || types[i] == FT_TYPE_Q6_K)
-            gemm = !vnni ? NULL : types[i] == FT_TYPE_Q5_K ? ft_gemm_q5_K_vnni : ft_gemm_q6_K_vnni;
-        else if (amx)
-            gemm = types[i] == FT_TYPE_Q8_0   ? ft_gemm_q8_0_amx
-                   : types[i] == FT_TYPE_Q4_K ? ft_gemm_q4_K_amx
-                   : ft_amx_has_bf16()        ? ft_gemm_bf16_amx
-                                              : NULL;
-        else
-            gemm = types[i] == FT_TYPE_Q8_0          ? ft_gemm_q8_0_vnni
-                   : types[i] == FT_TYPE_Q4_K        ? ft_gemm_q4_K_vnni
-                   : ft_gemm_bf16_avx512_supported() ? ft_gemm_bf16_avx512
-                                                     : NULL;
+        ft_vec_dot_tile_fn gemm = ops->gemm;
         if (!gemm) continue;
         size_t bx = ft_row_bytes(types[i], GEMM_ELEMS), by = ft_row_bytes(ops->vec_dot_type, GEMM_ELEMS);
         // random codes and scales in every byte (the integer kernels have no data-dependent

@@ -431,22 +431,38 @@ TEST(dot_tile_matvec_rows) {
     }
 }
 
-// 2d. Prefill's GEMMs (AMX, or AVX-512 VNNI and BF16 where the CPU has no AMX): q8_0, q4_0, q5_0,
+// 2d. Prefill's GEMMs (AMX, AVX-512 VNNI and BF16, AVX2; each where the CPU runs it): q8_0, q4_0, q5_0,
 // iq4_nl, mxfp4, q4_K, q5_K and q6_K equal to the reference dot products to the bit (exact integer block sums, the reference's float
 // steps in its order); bf16 within n * 2^-24 * S of the reference's double sum (S = sum |x_i y_i|:
 // float sums with at most one rounding per element, each within 2^-24 of a partial sum bounded
-// by S; AMX rounds once per 32-element step, VDPBF16PS at most once per product). Each output also equals, to the bit, the same output
+// by S; AMX rounds once per 32-element step, VDPBF16PS and AVX2's FMA at most once per product). Each output also equals, to the bit, the same output
 // of the largest call: it depends on its own rows only (a prefill chunk's token that its expert
 // shares with none takes the GEMM alone). For weight-row and token counts from 1, on both sides
-// of the 16 x 16 tile, of the VNNI GEMMs' 8-row passes and 16-token vectors, and of bf16's pairs
+// of the 16 x 16 tile, of the VNNI GEMMs' 8-row passes and 16-token vectors, of AVX2's 4-row
+// passes and 8-token vectors, and of bf16's pairs
 // of tiles (tails of both), rows of 1 to 45 blocks (bf16: 32 to 1440 elements, and one of 48
 // that is not a multiple of the 32-element step), saturated activations, and an output stride
 // whose gaps must stay untouched.
 
-// The GEMM of kind `vnni` (else AMX) for type t, where this CPU can run it (dispatched or not).
-static ft_vec_dot_tile_fn gemm_kernel(enum ft_type t, bool vnni) {
-    if (vnni) {
-        if (!ft_gemm_vnni_supported() || !cpu_has_avx2()) return NULL;
+enum gemm_kind { GEMM_AMX, GEMM_VNNI, GEMM_AVX2, GEMM_KINDS };
+static const char *const g_gemm_kinds[GEMM_KINDS] = {"amx", "vnni", "avx2"};
+
+// The GEMM of kind k for type t, where this CPU can run it (dispatched or not).
+static ft_vec_dot_tile_fn gemm_kernel(enum ft_type t, enum gemm_kind k) {
+    if (!cpu_has_avx2()) return NULL;
+    if (k == GEMM_AVX2)
+        return t == FT_TYPE_Q8_0     ? ft_gemm_q8_0_avx2
+               : t == FT_TYPE_Q4_K   ? ft_gemm_q4_K_avx2
+               : t == FT_TYPE_Q5_K   ? ft_gemm_q5_K_avx2
+               : t == FT_TYPE_Q6_K   ? ft_gemm_q6_K_avx2
+               : t == FT_TYPE_Q4_0   ? ft_gemm_q4_0_avx2
+               : t == FT_TYPE_Q5_0   ? ft_gemm_q5_0_avx2
+               : t == FT_TYPE_IQ4_NL ? ft_gemm_iq4_nl_avx2
+               : t == FT_TYPE_MXFP4  ? ft_gemm_mxfp4_avx2
+               : t == FT_TYPE_BF16   ? ft_gemm_bf16_avx2
+                                     : NULL;
+    if (k == GEMM_VNNI) {
+        if (!ft_gemm_vnni_supported()) return NULL;
         return t == FT_TYPE_Q8_0   ? ft_gemm_q8_0_vnni
                : t == FT_TYPE_Q4_K ? ft_gemm_q4_K_vnni
                : t == FT_TYPE_Q5_K ? ft_gemm_q5_K_vnni
@@ -458,7 +474,7 @@ static ft_vec_dot_tile_fn gemm_kernel(enum ft_type t, bool vnni) {
                : t == FT_TYPE_BF16 && ft_gemm_bf16_avx512_supported() ? ft_gemm_bf16_avx512
                                                                       : NULL;
     }
-    if (!cpu_has_avx2() || !__builtin_cpu_supports("avx512bw") || !ft_amx_init()) return NULL;
+    if (!__builtin_cpu_supports("avx512bw") || !ft_amx_init()) return NULL;
     return t == FT_TYPE_Q8_0                        ? ft_gemm_q8_0_amx
            : t == FT_TYPE_Q4_K                      ? ft_gemm_q4_K_amx
            : t == FT_TYPE_BF16 && ft_amx_has_bf16() ? ft_gemm_bf16_amx
@@ -467,41 +483,39 @@ static ft_vec_dot_tile_fn gemm_kernel(enum ft_type t, bool vnni) {
 
 TEST(dot_gemm_vs_ref) {
     const char *force = getenv("FT_SIMD");
-    bool forced_off =
-        force && (!strcmp(force, "scalar") || !strcmp(force, "avx2") || !strcmp(force, "avx512"));
-    bool no_gemm = force && (!strcmp(force, "scalar") || !strcmp(force, "avx2"));
-    const char *kind = ft_quant_gemm_name();
-    for (size_t i = 0; i < FT_ARRAY_LEN(g_cases); i++) {
-        const ft_quant_ops *q = ft_quant_ops_find(g_cases[i].type);
-        // AMX: q8_0, q4_K and bf16 (with AMX-BF16), and VNNI's q5_K and q6_K; VNNI: q8_0, q4_K,
-        // q5_K, q6_K and bf16 (with AVX-512 BF16)
-        enum ft_type t = g_cases[i].type;
-        bool int8 = t == FT_TYPE_Q4_K || t == FT_TYPE_Q8_0;
-        // (k56: the VNNI-only formats, AMX or not)
-        bool bf16 = t == FT_TYPE_BF16, k56 = t == FT_TYPE_Q5_K || t == FT_TYPE_Q6_K || t == FT_TYPE_Q4_0 ||
-                                             t == FT_TYPE_Q5_0 || t == FT_TYPE_IQ4_NL || t == FT_TYPE_MXFP4;
-        bool want = ft_quant_amx() ? int8 || (bf16 && ft_amx_has_bf16()) || (k56 && ft_gemm_vnni_supported())
-                                   : !strcmp(kind, "vnni") && (int8 || k56 || (bf16 && ft_gemm_bf16_avx512_supported()));
-        CHECK((q->gemm != NULL) == want, "%s gemm (%s)", ft_type_name(t), kind);
-    }
+    bool scalar = force && !strcmp(force, "scalar");
     const char *amx = getenv("FT_AMX");
-    bool amx_off = amx && !strcmp(amx, "0");
-    CHECK(!((forced_off || amx_off) && ft_quant_amx()), "FT_SIMD=%s FT_AMX=%s: AMX on", force, amx);
-    CHECK(!(no_gemm && strcmp(kind, "none")), "FT_SIMD=%s: gemm %s", force, kind);
-    CHECK(!strcmp(kind, "none") || !strcmp(kind, ft_quant_amx() ? "amx" : "vnni"), "gemm %s", kind);
+    bool amx_off = (amx && !strcmp(amx, "0")) || (force && (!strcmp(force, "avx2") || !strcmp(force, "avx512")));
+    // every kind but "none" has a GEMM for each of these formats (AMX's missing ones from VNNI or
+    // AVX2, VNNI's missing bf16 from AVX2)
+    const char *kind = ft_quant_gemm_name();
+    const char *want_kind = scalar || !cpu_has_avx2()                        ? "none"
+                            : ft_quant_amx()                                 ? "amx"
+                            : ft_gemm_vnni_supported() && !(force && !strcmp(force, "avx2")) ? "vnni"
+                                                                             : "avx2";
+    CHECK(!strcmp(kind, want_kind), "gemm %s, want %s (FT_SIMD=%s)", kind, want_kind, force);
+    CHECK(!(amx_off && ft_quant_amx()), "FT_SIMD=%s FT_AMX=%s: AMX on", force, amx);
+    for (size_t i = 0; i < FT_ARRAY_LEN(g_cases); i++) {
+        enum ft_type t = g_cases[i].type;
+        bool has = t == FT_TYPE_Q4_K || t == FT_TYPE_Q8_0 || t == FT_TYPE_Q5_K || t == FT_TYPE_Q6_K ||
+                   t == FT_TYPE_Q4_0 || t == FT_TYPE_Q5_0 || t == FT_TYPE_IQ4_NL || t == FT_TYPE_MXFP4 ||
+                   t == FT_TYPE_BF16;
+        bool want = strcmp(kind, "none") && has;
+        CHECK((ft_quant_ops_find(t)->gemm != NULL) == want, "%s gemm (%s)", ft_type_name(t), kind);
+    }
     // the kernels are tested wherever the CPU runs them, dispatched or not (FT_AMX=0, FT_SIMD)
-    if (!gemm_kernel(FT_TYPE_Q8_0, false) && !gemm_kernel(FT_TYPE_Q8_0, true)) {
-        test_skip("no AMX-INT8 or AVX-512 VNNI on this CPU");
+    if (!cpu_has_avx2()) {
+        test_skip("no AVX2 on this CPU");
         return;
     }
     enum { MAX_NR = 37, MAX_NC = 70, LS = MAX_NR + 3 };
     const int nrs[] = {MAX_NR, 1, 5, 8, 16, 17}, ncs[] = {MAX_NC, 1, 2, 3, 7, 16, 19, 35};
     float *s = malloc(sizeof(float) * MAX_NC * LS), *whole = malloc(sizeof(float) * MAX_NC * LS);
     for (size_t i = 0; i < FT_ARRAY_LEN(g_cases); i++) {
-        for (int vnni = 0; vnni < 2; vnni++) {
+        for (int kk = 0; kk < GEMM_KINDS; kk++) {
             const dot_case *c = &g_cases[i];
             const ft_quant_ops *q = ft_quant_ops_find(c->type);
-            ft_vec_dot_tile_fn gemm = gemm_kernel(c->type, vnni);
+            ft_vec_dot_tile_fn gemm = gemm_kernel(c->type, (enum gemm_kind)kk);
             if (!gemm) continue;
             for (int k = 0; k < 7; k += 2) {
                 // bf16's rows: 32 x the blocks (its block is 1 element), and 48 for the fallback
@@ -546,11 +560,11 @@ TEST(dot_gemm_vs_ref) {
                                 if (fabs((double)got - ref) > tol && bad++ < 3)
                                     CHECK(false,
                                           "%s %s n=%lld nr=%d nc=%d (%d, %d): gemm %.9g, ref %.9g, tol %.3g",
-                                          vnni ? "vnni" : "amx", ft_type_name(c->type), (long long)n, nr, nc,
-                                          col, r, got, ref, tol);
+                                          g_gemm_kinds[kk], ft_type_name(c->type), (long long)n, nr, nc, col, r, got, ref,
+                                          tol);
                             }
                         CHECK(bad == 0, "%s %s n=%lld nr=%d nc=%d: %d outputs wrong or outside the tile",
-                              vnni ? "vnni" : "amx", ft_type_name(c->type), (long long)n, nr, nc, bad);
+                              g_gemm_kinds[kk], ft_type_name(c->type), (long long)n, nr, nc, bad);
                         CHECK(moved == 0,
                               "%s n=%lld nr=%d nc=%d: %d outputs differ from the same rows' in a call of %d "
                               "x %d",

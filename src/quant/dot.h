@@ -102,6 +102,23 @@ bool ft_gemm_bf16_avx512_supported(void);
 void ft_gemm_bf16_avx512(int64_t n, const void *x, size_t bx, int nr, const void *y, size_t by, int nc, float *s,
                          size_t ls);
 
+// AVX2 GEMMs (gemm_avx2.c; the gemm contract in quant.h, the integer formats equal to the _ref
+// dot products to the bit, as the VNNI ones), for CPUs without AVX-512 VNNI; entered only where
+// the CPU has AVX2, FMA and F16C.
+#define FT_GEMM_AVX2_DECL(type)                                                                    \
+    void ft_gemm_##type##_avx2(int64_t n, const void *x, size_t bx, int nr, const void *y, size_t by, int nc, \
+                               float *s, size_t ls);
+FT_GEMM_AVX2_DECL(q8_0)
+FT_GEMM_AVX2_DECL(q4_0)
+FT_GEMM_AVX2_DECL(q5_0)
+FT_GEMM_AVX2_DECL(iq4_nl)
+FT_GEMM_AVX2_DECL(mxfp4)
+FT_GEMM_AVX2_DECL(q4_K)
+FT_GEMM_AVX2_DECL(q5_K)
+FT_GEMM_AVX2_DECL(q6_K)
+FT_GEMM_AVX2_DECL(bf16)
+#undef FT_GEMM_AVX2_DECL
+
 // AMX GEMMs (dot_amx.c; the gemm contract in quant.h: q8_0 and q4_K equal to the _ref dot
 // products to the bit), entered only after ft_amx_init() returned true. ft_amx_init checks the CPU and the
 // OS and asks Linux for the tile state (once per process).

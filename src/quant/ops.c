@@ -103,6 +103,20 @@ static void ops_init(void) {
     USE_TILE(FT_TYPE_IQ4_NL, iq4_nl);
     USE_TILE(FT_TYPE_MXFP4, mxfp4);
 #undef USE_TILE
+    // Prefill's AVX2 GEMMs, until AVX-512 VNNI, BF16 or AMX ones replace them below (the integer
+    // formats' bits are the same on all of them).
+    g_gemm = "avx2";
+#define USE_GEMM(T, type) g_ops[T].gemm = ft_gemm_##type##_avx2
+    USE_GEMM(FT_TYPE_Q8_0, q8_0);
+    USE_GEMM(FT_TYPE_Q4_0, q4_0);
+    USE_GEMM(FT_TYPE_Q5_0, q5_0);
+    USE_GEMM(FT_TYPE_IQ4_NL, iq4_nl);
+    USE_GEMM(FT_TYPE_MXFP4, mxfp4);
+    USE_GEMM(FT_TYPE_Q4_K, q4_K);
+    USE_GEMM(FT_TYPE_Q5_K, q5_K);
+    USE_GEMM(FT_TYPE_Q6_K, q6_K);
+    USE_GEMM(FT_TYPE_BF16, bf16);
+#undef USE_GEMM
     // AVX-512BW tiles where the CPU and OS have them (FT_SIMD=avx2 keeps the AVX2 ones)
     if (force && strcmp(force, "avx2") == 0) return;
     if (!(__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&

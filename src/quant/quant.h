@@ -101,7 +101,7 @@ typedef struct ft_quant_ops {
     ft_vec_dot_fn vec_dot;           // fastest dot product on this CPU
     enum ft_type vec_dot_type;       // format the activations are quantized to for vec_dot
     ft_vec_dot_tile_fn vec_dot_tile; // vec_dot over a tile on this CPU; NULL: loop over vec_dot
-    // Prefill's GEMM on this CPU (AMX tiles or AVX-512 VNNI), the tile contract but equal to vec_dot_ref to the
+    // Prefill's GEMM on this CPU (AMX tiles, AVX-512 VNNI or AVX2), the tile contract but equal to vec_dot_ref to the
     // bit rather than to vec_dot (integer formats; bf16 sums in float: within
     // n * 2^-24 * sum |x_i y_i| of vec_dot_ref). Any nr, nc >= 1; each output depends only on
     // its own weight and activation rows, never on the others of the call. For the rows of
@@ -130,10 +130,11 @@ bool ft_quant_zen4(void);
 // sequence chunk (backend.h, ft_backend.row_gemm), never by a call's row count.
 bool ft_quant_amx(void);
 
-// Which GEMMs prefill's rows take (ft_quant_ops.gemm): "amx" (as ft_quant_amx; q5_K and q6_K
-// with AVX-512 VNNI), "vnni" (AVX-512 VNNI for q8_0, q4_K, q5_K, q6_K, and AVX-512 BF16 for bf16
-// where the CPU has it, on CPUs without AMX or with FT_AMX=0; FT_SIMD=avx2 or scalar turns them
-// off) or "none".
+// Which GEMMs prefill's rows take (ft_quant_ops.gemm): "amx" (as ft_quant_amx; the other formats
+// with AVX-512 VNNI), "vnni" (AVX-512 VNNI for the integer formats, and AVX-512 BF16 for bf16
+// where the CPU has it, on CPUs without AMX or with FT_AMX=0), "avx2" (AVX2 for all of them, on
+// CPUs without AVX-512 VNNI or with FT_SIMD=avx2; also bf16's where the CPU lacks AVX-512 BF16)
+// or "none" (FT_SIMD=scalar, or no AVX2).
 const char *ft_quant_gemm_name(void);
 
 // A sequence's chunk of this many tokens or more takes its type's gemm (ft_backend.row_gemm):
