@@ -431,7 +431,7 @@ TEST(dot_tile_matvec_rows) {
     }
 }
 
-// 2d. Prefill's GEMMs (AMX, AVX-512 VNNI and BF16, AVX2; each where the CPU runs it): q8_0, q4_0, q5_0,
+// 2d. Prefill's GEMMs (AMX, AVX-512 VNNI and BF16, AVX-VNNI, AVX2; each where the CPU runs it): q8_0, q4_0, q5_0,
 // iq4_nl, mxfp4, q4_K, q5_K and q6_K equal to the reference dot products to the bit (exact integer block sums, the reference's float
 // steps in its order); bf16 within n * 2^-24 * S of the reference's double sum (S = sum |x_i y_i|:
 // float sums with at most one rounding per element, each within 2^-24 of a partial sum bounded
@@ -444,8 +444,8 @@ TEST(dot_tile_matvec_rows) {
 // that is not a multiple of the 32-element step), saturated activations, and an output stride
 // whose gaps must stay untouched.
 
-enum gemm_kind { GEMM_AMX, GEMM_VNNI, GEMM_AVX2, GEMM_KINDS };
-static const char *const g_gemm_kinds[GEMM_KINDS] = {"amx", "vnni", "avx2"};
+enum gemm_kind { GEMM_AMX, GEMM_VNNI, GEMM_AVXVNNI, GEMM_AVX2, GEMM_KINDS };
+static const char *const g_gemm_kinds[GEMM_KINDS] = {"amx", "vnni", "avxvnni", "avx2"};
 
 // The GEMM of kind k for type t, where this CPU can run it (dispatched or not).
 static ft_vec_dot_tile_fn gemm_kernel(enum ft_type t, enum gemm_kind k) {
@@ -461,6 +461,18 @@ static ft_vec_dot_tile_fn gemm_kernel(enum ft_type t, enum gemm_kind k) {
                : t == FT_TYPE_MXFP4  ? ft_gemm_mxfp4_avx2
                : t == FT_TYPE_BF16   ? ft_gemm_bf16_avx2
                                      : NULL;
+    if (k == GEMM_AVXVNNI) {
+        if (!ft_gemm_avxvnni_supported()) return NULL;
+        return t == FT_TYPE_Q8_0     ? ft_gemm_q8_0_avxvnni
+               : t == FT_TYPE_Q4_K   ? ft_gemm_q4_K_avxvnni
+               : t == FT_TYPE_Q5_K   ? ft_gemm_q5_K_avxvnni
+               : t == FT_TYPE_Q6_K   ? ft_gemm_q6_K_avxvnni
+               : t == FT_TYPE_Q4_0   ? ft_gemm_q4_0_avxvnni
+               : t == FT_TYPE_Q5_0   ? ft_gemm_q5_0_avxvnni
+               : t == FT_TYPE_IQ4_NL ? ft_gemm_iq4_nl_avxvnni
+               : t == FT_TYPE_MXFP4  ? ft_gemm_mxfp4_avxvnni
+                                     : NULL;
+    }
     if (k == GEMM_VNNI) {
         if (!ft_gemm_vnni_supported()) return NULL;
         return t == FT_TYPE_Q8_0   ? ft_gemm_q8_0_vnni
@@ -485,14 +497,16 @@ TEST(dot_gemm_vs_ref) {
     const char *force = getenv("FT_SIMD");
     bool scalar = force && !strcmp(force, "scalar");
     const char *amx = getenv("FT_AMX");
-    bool amx_off = (amx && !strcmp(amx, "0")) || (force && (!strcmp(force, "avx2") || !strcmp(force, "avx512")));
+    bool avx2 = force && !strcmp(force, "avx2"), avxvnni = force && !strcmp(force, "avxvnni");
+    bool amx_off = (amx && !strcmp(amx, "0")) || avx2 || avxvnni || (force && !strcmp(force, "avx512"));
     // every kind but "none" has a GEMM for each of these formats (AMX's missing ones from VNNI or
-    // AVX2, VNNI's missing bf16 from AVX2)
+    // AVX2, the VNNI kinds' bf16 from AVX2)
     const char *kind = ft_quant_gemm_name();
-    const char *want_kind = scalar || !cpu_has_avx2()                        ? "none"
-                            : ft_quant_amx()                                 ? "amx"
-                            : ft_gemm_vnni_supported() && !(force && !strcmp(force, "avx2")) ? "vnni"
-                                                                             : "avx2";
+    const char *want_kind = scalar || !cpu_has_avx2()                           ? "none"
+                            : ft_quant_amx()                                    ? "amx"
+                            : ft_gemm_vnni_supported() && !avx2 && !avxvnni     ? "vnni"
+                            : ft_gemm_avxvnni_supported() && !avx2              ? "avxvnni"
+                                                                                : "avx2";
     CHECK(!strcmp(kind, want_kind), "gemm %s, want %s (FT_SIMD=%s)", kind, want_kind, force);
     CHECK(!(amx_off && ft_quant_amx()), "FT_SIMD=%s FT_AMX=%s: AMX on", force, amx);
     for (size_t i = 0; i < FT_ARRAY_LEN(g_cases); i++) {

@@ -118,6 +118,21 @@ FT_GEMM_AVX2_DECL(q5_K)
 FT_GEMM_AVX2_DECL(q6_K)
 FT_GEMM_AVX2_DECL(bf16)
 #undef FT_GEMM_AVX2_DECL
+// The same for the integer formats with AVX-VNNI (VPDPBUSD on 256-bit vectors), entered only
+// where ft_gemm_avxvnni_supported() (with AVX2, FMA and F16C).
+bool ft_gemm_avxvnni_supported(void);
+#define FT_GEMM_AVXVNNI_DECL(type)                                                                  \
+    void ft_gemm_##type##_avxvnni(int64_t n, const void *x, size_t bx, int nr, const void *y, size_t by, int nc, \
+                                  float *s, size_t ls);
+FT_GEMM_AVXVNNI_DECL(q8_0)
+FT_GEMM_AVXVNNI_DECL(q4_0)
+FT_GEMM_AVXVNNI_DECL(q5_0)
+FT_GEMM_AVXVNNI_DECL(iq4_nl)
+FT_GEMM_AVXVNNI_DECL(mxfp4)
+FT_GEMM_AVXVNNI_DECL(q4_K)
+FT_GEMM_AVXVNNI_DECL(q5_K)
+FT_GEMM_AVXVNNI_DECL(q6_K)
+#undef FT_GEMM_AVXVNNI_DECL
 
 // AMX GEMMs (dot_amx.c; the gemm contract in quant.h: q8_0 and q4_K equal to the _ref dot
 // products to the bit), entered only after ft_amx_init() returned true. ft_amx_init checks the CPU and the

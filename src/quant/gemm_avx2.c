@@ -1,21 +1,22 @@
-// gemm_avx2.c: prefill GEMMs with AVX2 for CPUs without AVX-512 VNNI (see dot.h): q8_0, q4_0,
-// q5_0, iq4_nl, mxfp4, q4_K, q5_K, q6_K and bf16.
+// gemm_avx2.c: prefill GEMMs on 256-bit vectors for CPUs without AVX-512 VNNI (see dot.h): q8_0,
+// q4_0, q5_0, iq4_nl, mxfp4, q4_K, q5_K, q6_K and bf16 with AVX2, and the integer formats with
+// AVX-VNNI where the CPU has it (Intel's cores since Alder Lake, AMD's since Zen 5).
 //
 // Entered only through ft_quant_ops_find() after ops.c has seen the CPU support AVX2, FMA and
-// F16C. As gemm_vnni.c: the integer sums are exact and the float steps are the scalar
-// reference's in its order, so every integer-format output equals ft_vec_dot_<type>_ref to the
-// bit (and the VNNI and AMX GEMMs'); bf16 sums in float, within n * 2^-24 * sum |x_i y_i|.
+// F16C (and AVX-VNNI for the _avxvnni entries). As gemm_vnni.c: the integer sums are exact and
+// the float steps are the scalar reference's in its order, so every integer-format output equals
+// ft_vec_dot_<type>_ref to the bit (and the VNNI and AMX GEMMs'); bf16 sums in float, within
+// n * 2^-24 * sum |x_i y_i|.
 //
 // Layout (gemm_vnni.c's, at half the width): the 8 int32 lanes of a vector are 8 tokens. Per
 // call the activations are packed once, per 8 tokens and per 4 codes ("group"): 32 bytes holding
-// each token's 4 codes in turn. A weight row's 4 codes are broadcast against them with
-// VPMADDUBSW (unsigned weight codes times signed activation codes, pairs summed in int16) and
-// widened with VPMADDWD, which also multiplies by a K-quant's sub-block scale. The pair sums
-// saturate only past 32,767, so:
-//   - weight codes that are small and unsigned (q4_0, q5_0, mxfp4 with an offset; the K-quants)
-//     sum several groups in int16 before widening (as many as 2 * 128 * max code allows);
-//   - signed codes (q8_0, iq4_nl) take the sign trick: |w| times a with w's sign, at most
-//     2 * 128 * 127 a pair, widened every group.
+// each token's 4 codes in turn. A weight row's 4 unsigned codes are broadcast against them:
+//   - AVX-VNNI: VPDPBUSD adds the 4 products to each token's int32 sum;
+//   - AVX2: VPMADDUBSW multiplies and sums pairs in int16, VPMADDWD widens (also multiplying by
+//     a K-quant's sub-block scale). The pair sums saturate only past 32,767, so small unsigned
+//     codes (q4_0, q5_0, mxfp4 with an offset; the K-quants) sum several groups in int16 before
+//     widening, as many as 2 * 128 * max code allows, and signed codes (q8_0, iq4_nl) take the
+//     sign trick instead of an offset: |w| times a with w's sign, widened every group.
 // Thread-safe: each thread packs into its own scratch.
 #include "dot.h"
 #include "gemm_shared.h"
@@ -25,6 +26,7 @@
 #include "fp16.h"
 #include "../util/util.h"
 
+#include <cpuid.h>
 #include <immintrin.h>
 #include <string.h>
 
@@ -36,6 +38,13 @@
 // block of token vectors is packed to at most TOKEN_BLOCK_BYTES, so the rows' passes over them
 // hit the L2.
 enum { LANES = 8, ROWS = 4, GROUP = 4, GROUP_BYTES = LANES * GROUP, TOKEN_BLOCK_BYTES = 256 << 10 };
+
+// AVX-VNNI is CPUID leaf 7, sub-leaf 1, EAX bit 4 (the OS saving the YMM state comes with AVX2's
+// check in ops.c).
+bool ft_gemm_avxvnni_supported(void) {
+    unsigned a, b, c, d;
+    return __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 4));
+}
 
 // The 4 codes at p, in every lane.
 INLINE __m256i bcast4(const uint8_t *p) {
@@ -98,12 +107,43 @@ static void zero_row(uint8_t *q, size_t row_bytes, void *scales, size_t scale_by
         }                                                                                                    \
     } while (0)
 
+// VPDPBUSD (AVX-VNNI): acc += the 4 products of w's unsigned bytes and a's signed bytes, per int32
+// lane. As inline assembly, so that one always-inlined kernel body serves both flavours (the
+// intrinsic needs the target on every function it is inlined through); the dispatch checks the
+// CPU.
+INLINE __m256i dpbusd(__m256i acc, __m256i w, __m256i a) {
+    __asm__("%{vex%} vpdpbusd %2, %1, %0" : "+x"(acc) : "x"(w), "x"(a));
+    return acc;
+}
+
 // The exact sums over `groups` groups from g0 of ROWS rows' unsigned codes (at wq + r * row + at,
-// 4 a group) times a vector's packed groups at p, added to sum[r] after a multiply by mul[r]
-// (int16 in each half of a word: 1 for the plain sum, a sub-block's scale): int16 sums of
-// `run` groups at a time, which the codes' bound must allow.
+// 4 a group) times a vector's packed groups at p, added to sum[r] times scale[r * scale_stride]
+// (no scale: times 1). AVX2 (vnni false) sums `run` groups at a time in int16, which the codes'
+// bound must allow.
 INLINE void unsigned_sums(const uint8_t *wq, size_t row, size_t at, const uint8_t *p, int g0, int groups,
-                          int run, const __m256i mul[ROWS], __m256i sum[ROWS]) {
+                          int run, const int32_t *scale, size_t scale_stride, bool vnni, __m256i sum[ROWS]) {
+    if (vnni) {
+        __m256i s32[ROWS];
+#pragma GCC unroll 4
+        for (int r = 0; r < ROWS; r++)
+            s32[r] = scale ? _mm256_setzero_si256() : sum[r];
+#pragma GCC unroll 1
+        for (int g = g0; g < g0 + groups; g++) {
+            const __m256i a = _mm256_loadu_si256((const __m256i *)(p + g * GROUP_BYTES));
+#pragma GCC unroll 4
+            for (int r = 0; r < ROWS; r++)
+                s32[r] = dpbusd(s32[r], bcast4(wq + r * row + at + g * GROUP), a);
+        }
+#pragma GCC unroll 4
+        for (int r = 0; r < ROWS; r++)
+            sum[r] = scale ? _mm256_add_epi32(sum[r], _mm256_mullo_epi32(s32[r], _mm256_set1_epi32(scale[r * scale_stride])))
+                           : s32[r];
+        return;
+    }
+    __m256i mul[ROWS];
+#pragma GCC unroll 4
+    for (int r = 0; r < ROWS; r++)
+        mul[r] = _mm256_set1_epi16(scale ? (int16_t)scale[r * scale_stride] : 1);
     for (int g1 = g0; g1 < g0 + groups; g1 += run) {
         __m256i s16[ROWS];
 #pragma GCC unroll 4
@@ -194,9 +234,14 @@ INLINE __m256i book(const int8_t values[16], int off) {
         }                                                                                                   \
     }
 
-// signed codes (the sign trick): q8_0's own, iq4_nl's book
+// signed codes (AVX2's sign trick): q8_0's own, iq4_nl's book; the same plus 128 (AVX-VNNI)
 ROWS_32(rows_q8_0, block_q8_0, _mm256_loadu_si256((const __m256i *)xb[b].qs), _cvtsh_ss(xb[b].d))
 ROWS_32(rows_iq4_nl, block_iq4_nl, _mm256_shuffle_epi8(book(ft_kvalues_iq4nl, 0), nibbles32(xb[b].qs)),
+        _cvtsh_ss(xb[b].d))
+ROWS_32(rows_q8_0_u, block_q8_0,
+        _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)xb[b].qs), _mm256_set1_epi8((char)0x80)),
+        _cvtsh_ss(xb[b].d))
+ROWS_32(rows_iq4_nl_u, block_iq4_nl, _mm256_shuffle_epi8(book(ft_kvalues_iq4nl, 128), nibbles32(xb[b].qs)),
         _cvtsh_ss(xb[b].d))
 // unsigned codes: q4_0's nibble (offset 8), q5_0's five bits (16), mxfp4's book plus 12 (0..24)
 ROWS_32(rows_q4_0, block_q4_0, nibbles32(xb[b].qs), _cvtsh_ss(xb[b].d))
@@ -240,14 +285,11 @@ INLINE void kernel_signed(const uint8_t *wq, const float *wd, const uint8_t *act
     }
 }
 
-// Unsigned codes of at most `max_code`: int16 sums of as many groups as that allows.
-INLINE void kernel_unsigned(const uint8_t *wq, const float *wd, const uint8_t *act, int64_t nb, int run,
+// Unsigned codes: int16 runs of `run` groups (AVX2; as many as the codes' bound allows) or VPDPBUSD.
+INLINE void kernel_unsigned(const uint8_t *wq, const float *wd, const uint8_t *act, int64_t nb, int run, bool vnni,
                             __m256 acc[ROWS]) {
-    __m256i ones[ROWS];
-    for (int r = 0; r < ROWS; r++) {
+    for (int r = 0; r < ROWS; r++)
         acc[r] = _mm256_setzero_ps();
-        ones[r] = _mm256_set1_epi16(1);
-    }
     const size_t row = (size_t)nb * QK8_0;
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *p = act + (size_t)b * Q8_PACKED;
@@ -256,7 +298,7 @@ INLINE void kernel_unsigned(const uint8_t *wq, const float *wd, const uint8_t *a
 #pragma GCC unroll 4
         for (int r = 0; r < ROWS; r++)
             sum[r] = start;
-        unsigned_sums(wq, row, (size_t)b * QK8_0, p, 0, Q8_GROUPS, run, ones, sum);
+        unsigned_sums(wq, row, (size_t)b * QK8_0, p, 0, Q8_GROUPS, run, NULL, 0, vnni, sum);
         block_step(wd, b, _mm256_loadu_ps((const float *)(p + Q8_GROUPS * GROUP_BYTES) + LANES), sum, acc);
     }
 }
@@ -264,19 +306,24 @@ INLINE void kernel_unsigned(const uint8_t *wq, const float *wd, const uint8_t *a
 // int16 runs: 2 * 128 * max code * run <= 32,767
 static AVX2_GEMM void kernel_q4_0(const uint8_t *wq, const float *wd, const uint8_t *act, int64_t nb,
                                   __m256 acc[ROWS]) {
-    kernel_unsigned(wq, wd, act, nb, 8, acc); // codes 0..15
+    kernel_unsigned(wq, wd, act, nb, 8, false, acc); // codes 0..15
 }
 static AVX2_GEMM void kernel_q5_0(const uint8_t *wq, const float *wd, const uint8_t *act, int64_t nb,
                                   __m256 acc[ROWS]) {
-    kernel_unsigned(wq, wd, act, nb, 4, acc); // 0..31
+    kernel_unsigned(wq, wd, act, nb, 4, false, acc); // 0..31
 }
 static AVX2_GEMM void kernel_mxfp4(const uint8_t *wq, const float *wd, const uint8_t *act, int64_t nb,
                                    __m256 acc[ROWS]) {
-    kernel_unsigned(wq, wd, act, nb, 4, acc); // 0..24
+    kernel_unsigned(wq, wd, act, nb, 4, false, acc); // 0..24
 }
 static AVX2_GEMM void kernel_q8_0(const uint8_t *wq, const float *wd, const uint8_t *act, int64_t nb,
                                   __m256 acc[ROWS]) {
     kernel_signed(wq, wd, act, nb, acc);
+}
+// AVX-VNNI: every format's unsigned codes alike
+static AVX2_GEMM void kernel_32_vnni(const uint8_t *wq, const float *wd, const uint8_t *act, int64_t nb,
+                                     __m256 acc[ROWS]) {
+    kernel_unsigned(wq, wd, act, nb, Q8_GROUPS, true, acc);
 }
 
 #define GEMM_32(NAME, ROWS_FN, KERNEL, OFF)                                                                  \
@@ -292,6 +339,11 @@ GEMM_32(ft_gemm_iq4_nl_avx2, rows_iq4_nl, kernel_q8_0, 0)
 GEMM_32(ft_gemm_q4_0_avx2, rows_q4_0, kernel_q4_0, 8)
 GEMM_32(ft_gemm_q5_0_avx2, rows_q5_0, kernel_q5_0, 16)
 GEMM_32(ft_gemm_mxfp4_avx2, rows_mxfp4, kernel_mxfp4, 12)
+static GEMM_32(gemm_q8_0_vectors_vnni, rows_q8_0_u, kernel_32_vnni, 128)
+GEMM_32(ft_gemm_iq4_nl_avxvnni, rows_iq4_nl_u, kernel_32_vnni, 128)
+GEMM_32(ft_gemm_q4_0_avxvnni, rows_q4_0, kernel_32_vnni, 8)
+GEMM_32(ft_gemm_q5_0_avxvnni, rows_q5_0, kernel_32_vnni, 16)
+GEMM_32(ft_gemm_mxfp4_avxvnni, rows_mxfp4, kernel_32_vnni, 12)
 #undef PACK_32
 #undef GEMM_32
 
@@ -303,6 +355,14 @@ AVX2_GEMM void ft_gemm_q8_0_avx2(int64_t n, const void *x, size_t bx, int nr, co
         ft_gemm_few_q8_0(n, x, bx, nr, y, by, nc, s, ls);
     else
         gemm_q8_0_vectors(n, x, bx, nr, y, by, nc, s, ls);
+}
+
+AVX2_GEMM void ft_gemm_q8_0_avxvnni(int64_t n, const void *x, size_t bx, int nr, const void *y, size_t by, int nc,
+                                    float *s, size_t ls) {
+    if (nc < FT_GEMM_MIN_COLS)
+        ft_gemm_few_q8_0(n, x, bx, nr, y, by, nc, s, ls);
+    else
+        gemm_q8_0_vectors_vnni(n, x, bx, nr, y, by, nc, s, ls);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -348,13 +408,13 @@ static AVX2_GEMM void pack_q8_K(uint8_t *dst, const void *y, size_t by, int c0, 
 
 // q4_K and q5_K: per super-block and per (row, token) isum = sum of scale_j * (sub-block j's
 // exact products), msum = sum of min_j * (the token's code sum of sub-block j), then the
-// reference's sum += (dy * dx) * float(isum) - (dy * dmin) * float(msum). Each row's scales are
-// kept as int16 pairs (scale, scale), which VPMADDWD takes against a sub-block's int16 sums.
+// reference's sum += (dy * dx) * float(isum) - (dy * dmin) * float(msum).
 typedef struct {
-    uint32_t sc[SUBS]; // (scale_j, scale_j)
-    uint32_t mn[4];    // (min 2i, min 2i + 1)
+    int32_t sc[SUBS]; // the sub-block scales
+    uint32_t mn[4];   // (min 2i, min 2i + 1) as int16
     float d, dmin;
 } q45_K_rows;
+_Static_assert(sizeof(q45_K_rows) % sizeof(int32_t) == 0, "scales as int32 strides");
 
 INLINE uint32_t pair16(int lo, int hi) {
     return (uint16_t)(int16_t)lo | (uint32_t)(uint16_t)(int16_t)hi << 16;
@@ -389,7 +449,7 @@ INLINE void rows_q45_K(uint8_t *wq, q45_K_rows *ws, const uint8_t *x, size_t bx,
             uint8_t sc[SUBS], mn[SUBS];
             for (int j = 0; j < SUBS; j++) {
                 ft_k4_scale_min(j, scales, &sc[j], &mn[j]);
-                w->sc[j] = pair16(sc[j], sc[j]);
+                w->sc[j] = sc[j];
             }
             for (int i = 0; i < 4; i++)
                 w->mn[i] = pair16(mn[2 * i], mn[2 * i + 1]);
@@ -407,9 +467,9 @@ static AVX2_GEMM void rows_q5_K(uint8_t *wq, q45_K_rows *ws, const uint8_t *x, s
     rows_q45_K(wq, ws, x, bx, nr, nb, true);
 }
 
-// run: groups summed in int16 (q4_K's codes 0..15: a whole sub-block of 8; q5_K's 0..31: 4)
+// run: AVX2's groups summed in int16 (q4_K's codes 0..15: a whole sub-block of 8; q5_K's 0..31: 4)
 INLINE void kernel_q45_K(const uint8_t *wq, const q45_K_rows *ws, const uint8_t *act, int64_t nb, int run,
-                         __m256 acc[ROWS]) {
+                         bool vnni, __m256 acc[ROWS]) {
     for (int r = 0; r < ROWS; r++)
         acc[r] = _mm256_setzero_ps();
     const size_t row = (size_t)nb * QK_K, stride = k_packed(4);
@@ -420,13 +480,9 @@ INLINE void kernel_q45_K(const uint8_t *wq, const q45_K_rows *ws, const uint8_t 
 #pragma GCC unroll 4
         for (int r = 0; r < ROWS; r++)
             isum[r] = _mm256_setzero_si256();
-        for (int j = 0; j < SUBS; j++) {
-            __m256i sc[ROWS];
-#pragma GCC unroll 4
-            for (int r = 0; r < ROWS; r++)
-                sc[r] = _mm256_set1_epi32((int)w[r].sc[j]);
-            unsigned_sums(wq, row, (size_t)b * QK_K, p, 8 * j, 8, run, sc, isum);
-        }
+        for (int j = 0; j < SUBS; j++)
+            unsigned_sums(wq, row, (size_t)b * QK_K, p, 8 * j, 8, run, &w->sc[j], sizeof(*w) / sizeof(int32_t), vnni,
+                          isum);
         const __m256 dy = _mm256_loadu_ps((const float *)(p + K_CODES));
         const __m256i *bs = (const __m256i *)(p + K_CODES + LANES * 4);
 #pragma GCC unroll 4
@@ -444,12 +500,17 @@ INLINE void kernel_q45_K(const uint8_t *wq, const q45_K_rows *ws, const uint8_t 
 
 static AVX2_GEMM void kernel_q4_K(const uint8_t *wq, const q45_K_rows *ws, const uint8_t *act, int64_t nb,
                                   __m256 acc[ROWS]) {
-    kernel_q45_K(wq, ws, act, nb, 8, acc);
+    kernel_q45_K(wq, ws, act, nb, 8, false, acc);
 }
 
 static AVX2_GEMM void kernel_q5_K(const uint8_t *wq, const q45_K_rows *ws, const uint8_t *act, int64_t nb,
                                   __m256 acc[ROWS]) {
-    kernel_q45_K(wq, ws, act, nb, 4, acc);
+    kernel_q45_K(wq, ws, act, nb, 4, false, acc);
+}
+
+static AVX2_GEMM void kernel_q45_K_vnni(const uint8_t *wq, const q45_K_rows *ws, const uint8_t *act, int64_t nb,
+                                        __m256 acc[ROWS]) {
+    kernel_q45_K(wq, ws, act, nb, 8, true, acc);
 }
 
 AVX2_GEMM void ft_gemm_q4_K_avx2(int64_t n, const void *x, size_t bx, int nr, const void *y, size_t by, int nc,
@@ -464,16 +525,29 @@ AVX2_GEMM void ft_gemm_q5_K_avx2(int64_t n, const void *x, size_t bx, int nr, co
     GEMM_LOOP(QK_K, (size_t)nb * k_packed(4), PACK_Q8_K4, rows_q5_K, kernel_q5_K);
 }
 
+AVX2_GEMM void ft_gemm_q4_K_avxvnni(int64_t n, const void *x, size_t bx, int nr, const void *y, size_t by, int nc,
+                                    float *s, size_t ls) {
+    q45_K_rows *ws;
+    GEMM_LOOP(QK_K, (size_t)nb * k_packed(4), PACK_Q8_K4, rows_q4_K, kernel_q45_K_vnni);
+}
+
+AVX2_GEMM void ft_gemm_q5_K_avxvnni(int64_t n, const void *x, size_t bx, int nr, const void *y, size_t by, int nc,
+                                    float *s, size_t ls) {
+    q45_K_rows *ws;
+    GEMM_LOOP(QK_K, (size_t)nb * k_packed(4), PACK_Q8_K4, rows_q5_K, kernel_q45_K_vnni);
+}
+
 // q6_K: codes 0..63 (the value plus 32) and int8 scales per 16: isum = sum over the 16
 // sub-blocks of scale_j * (its exact code products) - 32 * sum of scale_j * (the token's sum of
 // sub-block j), then the reference's sum += (dy * dx) * float(isum). Element 128h + 32k + l
 // takes its low four bits from ql[64h + 32(k % 2) + l] and its top two from bits 2k..2k+1 of
 // qh[32h + l].
 typedef struct {
-    uint32_t sc[SUBS6];          // (scale_j, scale_j)
-    uint32_t sc_pair[SUBS6 / 2]; // (scale 2i, scale 2i + 1)
+    int32_t sc[SUBS6];           // the sub-block scales
+    uint32_t sc_pair[SUBS6 / 2]; // (scale 2i, scale 2i + 1) as int16
     float d;
 } q6_K_rows;
+_Static_assert(sizeof(q6_K_rows) % sizeof(int32_t) == 0, "scales as int32 strides");
 
 static AVX2_GEMM void rows_q6_K(uint8_t *wq, q6_K_rows *ws, const uint8_t *x, size_t bx, int nr, int64_t nb) {
     const __m256i m15 = _mm256_set1_epi8(0x0f), m48 = _mm256_set1_epi8(0x30);
@@ -500,7 +574,7 @@ static AVX2_GEMM void rows_q6_K(uint8_t *wq, q6_K_rows *ws, const uint8_t *x, si
             }
             q6_K_rows *w = &ws[b * ROWS + r];
             for (int j = 0; j < SUBS6; j++)
-                w->sc[j] = pair16(xb[b].scales[j], xb[b].scales[j]);
+                w->sc[j] = xb[b].scales[j];
             for (int i = 0; i < SUBS6 / 2; i++)
                 w->sc_pair[i] = pair16(xb[b].scales[2 * i], xb[b].scales[2 * i + 1]);
             w->d = _cvtsh_ss(xb[b].d);
@@ -508,8 +582,8 @@ static AVX2_GEMM void rows_q6_K(uint8_t *wq, q6_K_rows *ws, const uint8_t *x, si
     }
 }
 
-static AVX2_GEMM void kernel_q6_K(const uint8_t *wq, const q6_K_rows *ws, const uint8_t *act, int64_t nb,
-                                  __m256 acc[ROWS]) {
+INLINE void kernel_q6_K(const uint8_t *wq, const q6_K_rows *ws, const uint8_t *act, int64_t nb, bool vnni,
+                        __m256 acc[ROWS]) {
     for (int r = 0; r < ROWS; r++)
         acc[r] = _mm256_setzero_ps();
     const size_t row = (size_t)nb * QK_K, stride = k_packed(SUBS6 / 2);
@@ -520,13 +594,9 @@ static AVX2_GEMM void kernel_q6_K(const uint8_t *wq, const q6_K_rows *ws, const 
 #pragma GCC unroll 4
         for (int r = 0; r < ROWS; r++)
             isum[r] = _mm256_setzero_si256();
-        for (int j = 0; j < SUBS6; j++) {
-            __m256i sc[ROWS];
-#pragma GCC unroll 4
-            for (int r = 0; r < ROWS; r++)
-                sc[r] = _mm256_set1_epi32((int)w[r].sc[j]);
-            unsigned_sums(wq, row, (size_t)b * QK_K, p, 4 * j, 4, 2, sc, isum); // codes 0..63: runs of 2
-        }
+        for (int j = 0; j < SUBS6; j++) // AVX2: codes 0..63 in int16 runs of 2
+            unsigned_sums(wq, row, (size_t)b * QK_K, p, 4 * j, 4, 2, &w->sc[j], sizeof(*w) / sizeof(int32_t), vnni,
+                          isum);
         const __m256 dy = _mm256_loadu_ps((const float *)(p + K_CODES));
         const __m256i *bs = (const __m256i *)(p + K_CODES + LANES * 4);
 #pragma GCC unroll 4
@@ -542,10 +612,26 @@ static AVX2_GEMM void kernel_q6_K(const uint8_t *wq, const q6_K_rows *ws, const 
     }
 }
 
+static AVX2_GEMM void kernel_q6_K_avx2(const uint8_t *wq, const q6_K_rows *ws, const uint8_t *act, int64_t nb,
+                                       __m256 acc[ROWS]) {
+    kernel_q6_K(wq, ws, act, nb, false, acc);
+}
+
+static AVX2_GEMM void kernel_q6_K_vnni(const uint8_t *wq, const q6_K_rows *ws, const uint8_t *act, int64_t nb,
+                                       __m256 acc[ROWS]) {
+    kernel_q6_K(wq, ws, act, nb, true, acc);
+}
+
 AVX2_GEMM void ft_gemm_q6_K_avx2(int64_t n, const void *x, size_t bx, int nr, const void *y, size_t by, int nc,
                                  float *s, size_t ls) {
     q6_K_rows *ws;
-    GEMM_LOOP(QK_K, (size_t)nb * k_packed(SUBS6 / 2), PACK_Q8_K8, rows_q6_K, kernel_q6_K);
+    GEMM_LOOP(QK_K, (size_t)nb * k_packed(SUBS6 / 2), PACK_Q8_K8, rows_q6_K, kernel_q6_K_avx2);
+}
+
+AVX2_GEMM void ft_gemm_q6_K_avxvnni(int64_t n, const void *x, size_t bx, int nr, const void *y, size_t by, int nc,
+                                    float *s, size_t ls) {
+    q6_K_rows *ws;
+    GEMM_LOOP(QK_K, (size_t)nb * k_packed(SUBS6 / 2), PACK_Q8_K8, rows_q6_K, kernel_q6_K_vnni);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -132,9 +132,10 @@ bool ft_quant_amx(void);
 
 // Which GEMMs prefill's rows take (ft_quant_ops.gemm): "amx" (as ft_quant_amx; the other formats
 // with AVX-512 VNNI), "vnni" (AVX-512 VNNI for the integer formats, and AVX-512 BF16 for bf16
-// where the CPU has it, on CPUs without AMX or with FT_AMX=0), "avx2" (AVX2 for all of them, on
-// CPUs without AVX-512 VNNI or with FT_SIMD=avx2; also bf16's where the CPU lacks AVX-512 BF16)
-// or "none" (FT_SIMD=scalar, or no AVX2).
+// where the CPU has it, on CPUs without AMX or with FT_AMX=0), "avxvnni" (AVX-VNNI for the
+// integer formats, on CPUs without AVX-512 VNNI or with FT_SIMD=avxvnni), "avx2" (AVX2 for all
+// of them, on CPUs without either VNNI or with FT_SIMD=avx2; also bf16's wherever the CPU lacks
+// AVX-512 BF16) or "none" (FT_SIMD=scalar, or no AVX2).
 const char *ft_quant_gemm_name(void);
 
 // A sequence's chunk of this many tokens or more takes its type's gemm (ft_backend.row_gemm):

@@ -13,8 +13,8 @@
 static const ft_env_var g_env[FT_ENV_COUNT] = {
     STR(API_KEY, "ft serve: the API key when --api-key is not given (set but empty: refused)"),
     FLAG_OFF(REFERENCE, "run every op on its scalar reference path (slow; for checking)"),
-    STR(SIMD, "CPU kernels: scalar (no SIMD), avx2 (no AVX-512, no AMX) or avx512 (no AMX); "
-              "unset or another value: the best the CPU has"),
+    STR(SIMD, "CPU kernels: scalar (no SIMD), avx2 (no AVX-VNNI, AVX-512 or AMX), avxvnni (AVX2 and "
+              "AVX-VNNI: no AVX-512, no AMX) or avx512 (no AMX); unset or another value: the best the CPU has"),
     FLAG_ON(AMX, "0: prefill's q8_0, q4_K and bf16 GEMMs stay off the AMX tiles"),
     FLAG_ON(CPU_MOE_ONE_JOB, "0: the CPU MoE op runs gate/up and down as two pool jobs at decode"),
     FLAG_ON(CUDA_GRAPHS, "0: no CUDA graphs (every step launched directly)"),
