@@ -271,8 +271,8 @@ INLINE void kernel_signed(const uint8_t *wq, const float *wd, const uint8_t *act
 #pragma GCC unroll 4
         for (int r = 0; r < ROWS; r++)
             sum[r] = _mm256_setzero_si256();
-#pragma GCC unroll 8
-        for (int g = 0; g < Q8_GROUPS; g++) {
+#pragma GCC unroll 1
+        for (int g = 0; g < Q8_GROUPS; g++) { // one group a pass, as unsigned_sums
             const __m256i a = _mm256_loadu_si256((const __m256i *)(p + g * GROUP_BYTES));
 #pragma GCC unroll 4
             for (int r = 0; r < ROWS; r++) {
