@@ -21,8 +21,6 @@
 #include "dot.h"
 #include "gemm_shared.h"
 #include "quant.h"
-#include "codec.h"
-#include "tables.h"
 #include "fp16.h"
 #include "../util/util.h"
 
@@ -37,7 +35,7 @@
 // stay in registers: 16 ymm hold ROWS x (int16 sum, int32 sum, float sum) and the operands); a
 // block of token vectors is packed to at most TOKEN_BLOCK_BYTES, so the rows' passes over them
 // hit the L2.
-enum { LANES = 8, ROWS = 4, GROUP = 4, GROUP_BYTES = LANES * GROUP, TOKEN_BLOCK_BYTES = 256 << 10 };
+enum { LANES = 8, ROWS = 4, GROUP = FT_GEMM_GROUP, GROUP_BYTES = LANES * GROUP, TOKEN_BLOCK_BYTES = 256 << 10 };
 
 // AVX-VNNI is CPUID leaf 7, sub-leaf 1, EAX bit 4 (the OS saving the YMM state comes with AVX2's
 // check in ops.c).
@@ -61,51 +59,9 @@ INLINE void store_lanes(__m256 v, float *s, size_t ls, int r, int c0, int valid)
         s[(size_t)(c0 + l) * ls + (size_t)r] = t[l];
 }
 
-static int token_block(size_t vector_bytes) {
-    size_t v = TOKEN_BLOCK_BYTES / vector_bytes;
-    return v < 1 ? 1 : (int)v;
-}
-
-// A pass's row r past the call's rows: zero codes and zero scales.
-static void zero_row(uint8_t *q, size_t row_bytes, void *scales, size_t scale_bytes, int r, int64_t nb) {
-    memset(q, 0, row_bytes);
-    for (int64_t b = 0; b < nb; b++)
-        memset((uint8_t *)scales + (size_t)(b * ROWS + r) * scale_bytes, 0, scale_bytes);
-}
-
-// gemm_vnni.c's loop at this file's widths: the call's token vectors, a block of them packed at
-// a time (PACK(dst, c0)), and its weight rows in passes of ROWS (ROWS_FN unpacks a pass into
-// the row buffers, BLOCK codes a block, the scales at ws), KERNEL computing a pass against one
-// vector.
-#define GEMM_LOOP(BLOCK, VBYTES, PACK, ROWS_FN, KERNEL)                                                      \
-    do {                                                                                                     \
-        const int64_t nb = n / (BLOCK);                                                                      \
-        const int nv = (nc + LANES - 1) / LANES;                                                             \
-        const size_t vbytes = (VBYTES);                                                                      \
-        const int tb = token_block(vbytes);                                                                  \
-        const int nvb = nv < tb ? nv : tb;                                                                   \
-        uint8_t *p =                                                                                         \
-            ft_gemm_scratch((size_t)nvb * vbytes + (size_t)ROWS * nb * ((BLOCK) + sizeof(*ws)) + 3 * 64);    \
-        uint8_t *act = ft_gemm_carve(&p, (size_t)nvb * vbytes);                                              \
-        uint8_t *wq = ft_gemm_carve(&p, (size_t)ROWS * nb * (BLOCK));                                        \
-        ws = ft_gemm_carve(&p, (size_t)ROWS * nb * sizeof(*ws));                                             \
-        for (int v0 = 0; v0 < nv; v0 += nvb) {                                                               \
-            const int v1 = v0 + nvb < nv ? v0 + nvb : nv;                                                    \
-            for (int v = v0; v < v1; v++)                                                                    \
-                PACK(act + (size_t)(v - v0) * vbytes, v * LANES);                                            \
-            for (int r0 = 0; r0 < nr; r0 += ROWS) {                                                          \
-                const int mr = nr - r0 < ROWS ? nr - r0 : ROWS;                                              \
-                ROWS_FN(wq, ws, (const uint8_t *)x + (size_t)r0 * bx, bx, mr, nb);                           \
-                for (int v = v0; v < v1; v++) {                                                              \
-                    __m256 acc[ROWS];                                                                        \
-                    KERNEL(wq, ws, act + (size_t)(v - v0) * vbytes, nb, acc);                                \
-                    const int valid = nc - v * LANES < LANES ? nc - v * LANES : LANES;                       \
-                    for (int r = 0; r < mr; r++)                                                             \
-                        store_lanes(acc[r], s, ls, r0 + r, v * LANES, valid);                                \
-                }                                                                                            \
-            }                                                                                                \
-        }                                                                                                    \
-    } while (0)
+// gemm_shared.h's loop at this file's widths.
+#define GEMM_LOOP(BLOCK, VBYTES, PACK, ROWS_FN, KERNEL) \
+    FT_GEMM_LOOP(LANES, ROWS, __m256, store_lanes, TOKEN_BLOCK_BYTES, BLOCK, VBYTES, PACK, ROWS_FN, KERNEL)
 
 // VPDPBUSD (AVX-VNNI): acc += the 4 products of w's unsigned bytes and a's signed bytes, per int32
 // lane. As inline assembly, so that one always-inlined kernel body serves both flavours (the
@@ -173,82 +129,13 @@ INLINE void unsigned_sums(const uint8_t *wq, size_t row, size_t at, const uint8_
 // for the sign trick) and the block's scale as float; per block the reference's
 // sum += (dx * dy) * float(isum) (the products commute exactly).
 
-enum { Q8_GROUPS = QK8_0 / GROUP, Q8_PACKED = Q8_GROUPS * GROUP_BYTES + 2 * LANES * 4 };
+enum { Q8_GROUPS = QK8_0 / GROUP };
 
-static AVX2_GEMM void pack_q8_0(uint8_t *dst, const void *y, size_t by, int c0, int nc, int64_t nb, int off) {
-    if (c0 + LANES > nc) memset(dst, 0, (size_t)nb * Q8_PACKED); // lanes past the last token
-    for (int64_t b = 0; b < nb; b++) {
-        uint8_t *p = dst + (size_t)b * Q8_PACKED;
-        int32_t *start = (int32_t *)(p + Q8_GROUPS * GROUP_BYTES);
-        float *d = (float *)(start + LANES);
-        for (int l = 0; l < LANES && c0 + l < nc; l++) {
-            const block_q8_0 *yb = (const block_q8_0 *)((const uint8_t *)y + (size_t)(c0 + l) * by) + b;
-            int sum = 0;
-            for (int k = 0; k < QK8_0; k++)
-                sum += yb->qs[k];
-            for (int g = 0; g < Q8_GROUPS; g++)
-                memcpy(p + g * GROUP_BYTES + l * GROUP, yb->qs + g * GROUP, GROUP);
-            start[l] = -off * sum;
-            d[l] = ft_fp16_to_fp32(yb->d);
-        }
-    }
-}
-
-// Element j of a 32-element nibble block: qs[j] & 15 for j < 16, qs[j - 16] >> 4 after.
-INLINE __m256i nibbles32(const uint8_t qs[16]) {
-    const __m128i v = _mm_loadu_si128((const __m128i *)qs), m15 = _mm_set1_epi8(0x0f);
-    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m15), _mm_and_si128(v, m15));
-}
-
-// q5_0's codes: the nibble and, from bit j of qh, bit 4 of byte j.
-INLINE __m256i q5_0_codes(const block_q5_0 *b) {
-    uint32_t h;
-    memcpy(&h, b->qh, sizeof(h));
-    const __m256i bits = _mm256_set1_epi32((int)h);
-    const __m256i pick = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3,
-                                          3, 3, 3, 3, 3, 3);
-    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
-    const __m256i hb = _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(bits, pick), bit), bit);
-    return _mm256_or_si256(nibbles32(b->qs), _mm256_and_si256(hb, _mm256_set1_epi8(0x10)));
-}
-
-// A code book (16 int8 values) plus off, as a lookup table for _mm256_shuffle_epi8.
-INLINE __m256i book(const int8_t values[16], int off) {
-    const __m128i b = _mm_add_epi8(_mm_loadu_si128((const __m128i *)values), _mm_set1_epi8((char)off));
-    return _mm256_broadcastsi128_si256(b);
-}
-
-#define ROWS_32(NAME, BLOCK_T, CODES, SCALE)                                                                \
-    static AVX2_GEMM void NAME(uint8_t *wq, float *wd, const uint8_t *x, size_t bx, int nr, int64_t nb) {   \
-        for (int r = 0; r < ROWS; r++) {                                                                    \
-            uint8_t *q = wq + (size_t)r * nb * 32;                                                          \
-            if (r >= nr) {                                                                                  \
-                zero_row(q, (size_t)nb * 32, wd, sizeof(wd[0]), r, nb);                                     \
-                continue;                                                                                   \
-            }                                                                                               \
-            const BLOCK_T *xb = (const BLOCK_T *)(x + (size_t)r * bx);                                      \
-            for (int64_t b = 0; b < nb; b++) {                                                              \
-                _mm256_storeu_si256((__m256i *)(q + b * 32), CODES);                                        \
-                wd[b * ROWS + r] = SCALE;                                                                   \
-            }                                                                                               \
-        }                                                                                                   \
-    }
-
-// signed codes (AVX2's sign trick): q8_0's own, iq4_nl's book; the same plus 128 (AVX-VNNI)
-ROWS_32(rows_q8_0, block_q8_0, _mm256_loadu_si256((const __m256i *)xb[b].qs), _cvtsh_ss(xb[b].d))
-ROWS_32(rows_iq4_nl, block_iq4_nl, _mm256_shuffle_epi8(book(ft_kvalues_iq4nl, 0), nibbles32(xb[b].qs)),
-        _cvtsh_ss(xb[b].d))
-ROWS_32(rows_q8_0_u, block_q8_0,
-        _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)xb[b].qs), _mm256_set1_epi8((char)0x80)),
-        _cvtsh_ss(xb[b].d))
-ROWS_32(rows_iq4_nl_u, block_iq4_nl, _mm256_shuffle_epi8(book(ft_kvalues_iq4nl, 128), nibbles32(xb[b].qs)),
-        _cvtsh_ss(xb[b].d))
-// unsigned codes: q4_0's nibble (offset 8), q5_0's five bits (16), mxfp4's book plus 12 (0..24)
-ROWS_32(rows_q4_0, block_q4_0, nibbles32(xb[b].qs), _cvtsh_ss(xb[b].d))
-ROWS_32(rows_q5_0, block_q5_0, q5_0_codes(&xb[b]), _cvtsh_ss(xb[b].d))
-ROWS_32(rows_mxfp4, block_mxfp4, _mm256_shuffle_epi8(book(ft_kvalues_mxfp4, 12), nibbles32(xb[b].qs)),
-        ft_e8m0_to_fp32_half(xb[b].e))
-#undef ROWS_32
+// gemm_shared.c's packing and rows: the signed formats' codes offset by 0 (AVX2's sign trick) or
+// 128 (AVX-VNNI), q4_0's by 8, q5_0's by 16, mxfp4's book by 12 (0..24, small enough for AVX2's
+// int16 runs).
+#define PACK_32(dst, c0) ft_gemm_pack_q8_0(dst, y, by, c0, nc, nb, off, LANES)
+#define ROWS_32(wq, ws, xr, bx, mr, nb) ft_gemm_rows_32(type, off, wq, ws, xr, bx, mr, nb, ROWS)
 
 // The reference's float step of a 32-element block for ROWS rows: acc += (dx * dy) * float(isum).
 INLINE void block_step(const float *wd, int64_t b, __m256 dy, const __m256i isum[ROWS], __m256 acc[ROWS]) {
@@ -264,9 +151,9 @@ INLINE void kernel_signed(const uint8_t *wq, const float *wd, const uint8_t *act
     const __m256i ones = _mm256_set1_epi16(1);
     for (int r = 0; r < ROWS; r++)
         acc[r] = _mm256_setzero_ps();
-    const size_t row = (size_t)nb * QK8_0;
+    const size_t row = (size_t)nb * QK8_0, stride = ft_gemm_q8_0_packed(LANES);
     for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *p = act + (size_t)b * Q8_PACKED;
+        const uint8_t *p = act + (size_t)b * stride;
         __m256i sum[ROWS];
 #pragma GCC unroll 4
         for (int r = 0; r < ROWS; r++)
@@ -290,9 +177,9 @@ INLINE void kernel_unsigned(const uint8_t *wq, const float *wd, const uint8_t *a
                             __m256 acc[ROWS]) {
     for (int r = 0; r < ROWS; r++)
         acc[r] = _mm256_setzero_ps();
-    const size_t row = (size_t)nb * QK8_0;
+    const size_t row = (size_t)nb * QK8_0, stride = ft_gemm_q8_0_packed(LANES);
     for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *p = act + (size_t)b * Q8_PACKED;
+        const uint8_t *p = act + (size_t)b * stride;
         const __m256i start = _mm256_loadu_si256((const __m256i *)(p + Q8_GROUPS * GROUP_BYTES));
         __m256i sum[ROWS];
 #pragma GCC unroll 4
@@ -326,25 +213,26 @@ static AVX2_GEMM void kernel_32_vnni(const uint8_t *wq, const float *wd, const u
     kernel_unsigned(wq, wd, act, nb, Q8_GROUPS, true, acc);
 }
 
-#define GEMM_32(NAME, ROWS_FN, KERNEL, OFF)                                                                  \
+#define GEMM_32(NAME, TYPE, KERNEL, OFF)                                                                     \
     AVX2_GEMM void NAME(int64_t n, const void *x, size_t bx, int nr, const void *y, size_t by, int nc,      \
                         float *s, size_t ls) {                                                             \
         float *ws;                                                                                          \
+        const enum ft_type type = (TYPE);                                                                   \
         const int off = (OFF);                                                                              \
-        GEMM_LOOP(32, (size_t)nb * Q8_PACKED, PACK_32, ROWS_FN, KERNEL);                                    \
+        GEMM_LOOP(32, (size_t)nb * ft_gemm_q8_0_packed(LANES), PACK_32, ROWS_32, KERNEL);                                    \
     }
-#define PACK_32(dst, c0) pack_q8_0(dst, y, by, c0, nc, nb, off)
-static GEMM_32(gemm_q8_0_vectors, rows_q8_0, kernel_q8_0, 0)
-GEMM_32(ft_gemm_iq4_nl_avx2, rows_iq4_nl, kernel_q8_0, 0)
-GEMM_32(ft_gemm_q4_0_avx2, rows_q4_0, kernel_q4_0, 8)
-GEMM_32(ft_gemm_q5_0_avx2, rows_q5_0, kernel_q5_0, 16)
-GEMM_32(ft_gemm_mxfp4_avx2, rows_mxfp4, kernel_mxfp4, 12)
-static GEMM_32(gemm_q8_0_vectors_vnni, rows_q8_0_u, kernel_32_vnni, 128)
-GEMM_32(ft_gemm_iq4_nl_avxvnni, rows_iq4_nl_u, kernel_32_vnni, 128)
-GEMM_32(ft_gemm_q4_0_avxvnni, rows_q4_0, kernel_32_vnni, 8)
-GEMM_32(ft_gemm_q5_0_avxvnni, rows_q5_0, kernel_32_vnni, 16)
-GEMM_32(ft_gemm_mxfp4_avxvnni, rows_mxfp4, kernel_32_vnni, 12)
+static GEMM_32(gemm_q8_0_vectors, FT_TYPE_Q8_0, kernel_q8_0, 0)
+GEMM_32(ft_gemm_iq4_nl_avx2, FT_TYPE_IQ4_NL, kernel_q8_0, 0)
+GEMM_32(ft_gemm_q4_0_avx2, FT_TYPE_Q4_0, kernel_q4_0, 8)
+GEMM_32(ft_gemm_q5_0_avx2, FT_TYPE_Q5_0, kernel_q5_0, 16)
+GEMM_32(ft_gemm_mxfp4_avx2, FT_TYPE_MXFP4, kernel_mxfp4, 12)
+static GEMM_32(gemm_q8_0_vectors_vnni, FT_TYPE_Q8_0, kernel_32_vnni, 128)
+GEMM_32(ft_gemm_iq4_nl_avxvnni, FT_TYPE_IQ4_NL, kernel_32_vnni, 128)
+GEMM_32(ft_gemm_q4_0_avxvnni, FT_TYPE_Q4_0, kernel_32_vnni, 8)
+GEMM_32(ft_gemm_q5_0_avxvnni, FT_TYPE_Q5_0, kernel_32_vnni, 16)
+GEMM_32(ft_gemm_mxfp4_avxvnni, FT_TYPE_MXFP4, kernel_32_vnni, 12)
 #undef PACK_32
+#undef ROWS_32
 #undef GEMM_32
 
 // Below a few tokens q8_0 takes the shared per-(row, token) path (gemm_shared.c: the same bits;
@@ -374,108 +262,24 @@ AVX2_GEMM void ft_gemm_q8_0_avxvnni(int64_t n, const void *x, size_t bx, int nr,
 
 enum { K_GROUPS = QK_K / GROUP, K_CODES = K_GROUPS * GROUP_BYTES, SUBS = QK_K / 32, SUBS6 = QK_K / 16 };
 
-static size_t k_packed(int pairs) {
-    return K_CODES + LANES * 4 + (size_t)pairs * LANES * 4;
-}
-
-static AVX2_GEMM void pack_q8_K(uint8_t *dst, const void *y, size_t by, int c0, int nc, int64_t nb, int pairs) {
-    const size_t stride = k_packed(pairs);
-    if (c0 + LANES > nc) memset(dst, 0, (size_t)nb * stride); // lanes past the last token
-    for (int64_t b = 0; b < nb; b++) {
-        uint8_t *p = dst + (size_t)b * stride;
-        float *d = (float *)(p + K_CODES);
-        uint32_t *bsum = (uint32_t *)(d + LANES);
-        for (int l = 0; l < LANES && c0 + l < nc; l++) {
-            const block_q8_K *yb = (const block_q8_K *)((const uint8_t *)y + (size_t)(c0 + l) * by) + b;
-            for (int g = 0; g < K_GROUPS; g++)
-                memcpy(p + g * GROUP_BYTES + l * GROUP, yb->qs + g * GROUP, GROUP);
-            d[l] = yb->d;
-            const int per = 16 / pairs / 2; // bsums of 16 per half of a word
-            for (int i = 0; i < pairs; i++) {
-                int lo = 0, hi = 0;
-                for (int k = 0; k < per; k++) {
-                    lo += yb->bsums[2 * per * i + k];
-                    hi += yb->bsums[2 * per * i + per + k];
-                }
-                bsum[i * LANES + l] = (uint16_t)(int16_t)lo | (uint32_t)(uint16_t)(int16_t)hi << 16;
-            }
-        }
-    }
-}
-
-#define PACK_Q8_K4(dst, c0) pack_q8_K(dst, y, by, c0, nc, nb, 4)
-#define PACK_Q8_K8(dst, c0) pack_q8_K(dst, y, by, c0, nc, nb, SUBS6 / 2)
+#define PACK_Q8_K4(dst, c0) ft_gemm_pack_q8_K(dst, y, by, c0, nc, nb, 4, LANES)
+#define PACK_Q8_K8(dst, c0) ft_gemm_pack_q8_K(dst, y, by, c0, nc, nb, SUBS6 / 2, LANES)
+#define ROWS_Q4_K(wq, ws, xr, bx, mr, nb) ft_gemm_rows_q45_K(wq, ws, xr, bx, mr, nb, false, ROWS)
+#define ROWS_Q5_K(wq, ws, xr, bx, mr, nb) ft_gemm_rows_q45_K(wq, ws, xr, bx, mr, nb, true, ROWS)
+#define ROWS_Q6_K(wq, ws, xr, bx, mr, nb) ft_gemm_rows_q6_K(wq, ws, xr, bx, mr, nb, ROWS)
 
 // q4_K and q5_K: per super-block and per (row, token) isum = sum of scale_j * (sub-block j's
 // exact products), msum = sum of min_j * (the token's code sum of sub-block j), then the
 // reference's sum += (dy * dx) * float(isum) - (dy * dmin) * float(msum).
-typedef struct {
-    int32_t sc[SUBS]; // the sub-block scales
-    uint32_t mn[4];   // (min 2i, min 2i + 1) as int16
-    float d, dmin;
-} q45_K_rows;
-_Static_assert(sizeof(q45_K_rows) % sizeof(int32_t) == 0, "scales as int32 strides");
-
-INLINE uint32_t pair16(int lo, int hi) {
-    return (uint16_t)(int16_t)lo | (uint32_t)(uint16_t)(int16_t)hi << 16;
-}
-
-INLINE void rows_q45_K(uint8_t *wq, q45_K_rows *ws, const uint8_t *x, size_t bx, int nr, int64_t nb, bool x5) {
-    const __m256i m15 = _mm256_set1_epi8(0x0f), one = _mm256_set1_epi8(1);
-    for (int r = 0; r < ROWS; r++) {
-        uint8_t *q = wq + (size_t)r * nb * QK_K;
-        if (r >= nr) {
-            zero_row(q, (size_t)nb * QK_K, ws, sizeof(ws[0]), r, nb);
-            continue;
-        }
-        for (int64_t b = 0; b < nb; b++) {
-            const block_q4_K *b4 = (const block_q4_K *)(x + (size_t)r * bx) + b;
-            const block_q5_K *b5 = (const block_q5_K *)(x + (size_t)r * bx) + b;
-            const uint8_t *qs = x5 ? b5->qs : b4->qs, *scales = x5 ? b5->scales : b4->scales;
-            const __m256i qh = x5 ? _mm256_loadu_si256((const __m256i *)b5->qh) : _mm256_setzero_si256();
-            for (int c = 0; c < 4; c++) {
-                __m256i v = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));
-                __m256i lo = _mm256_and_si256(v, m15), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m15);
-                if (x5) {
-                    __m256i h0 = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * c), one);
-                    __m256i h1 = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * c + 1), one);
-                    lo = _mm256_or_si256(lo, _mm256_slli_epi16(h0, 4));
-                    hi = _mm256_or_si256(hi, _mm256_slli_epi16(h1, 4));
-                }
-                _mm256_storeu_si256((__m256i *)(q + b * QK_K + 64 * c), lo);
-                _mm256_storeu_si256((__m256i *)(q + b * QK_K + 64 * c + 32), hi);
-            }
-            q45_K_rows *w = &ws[b * ROWS + r];
-            uint8_t sc[SUBS], mn[SUBS];
-            for (int j = 0; j < SUBS; j++) {
-                ft_k4_scale_min(j, scales, &sc[j], &mn[j]);
-                w->sc[j] = sc[j];
-            }
-            for (int i = 0; i < 4; i++)
-                w->mn[i] = pair16(mn[2 * i], mn[2 * i + 1]);
-            w->d = _cvtsh_ss(x5 ? b5->d : b4->d);
-            w->dmin = _cvtsh_ss(x5 ? b5->dmin : b4->dmin);
-        }
-    }
-}
-
-static AVX2_GEMM void rows_q4_K(uint8_t *wq, q45_K_rows *ws, const uint8_t *x, size_t bx, int nr, int64_t nb) {
-    rows_q45_K(wq, ws, x, bx, nr, nb, false);
-}
-
-static AVX2_GEMM void rows_q5_K(uint8_t *wq, q45_K_rows *ws, const uint8_t *x, size_t bx, int nr, int64_t nb) {
-    rows_q45_K(wq, ws, x, bx, nr, nb, true);
-}
-
 // run: AVX2's groups summed in int16 (q4_K's codes 0..15: a whole sub-block of 8; q5_K's 0..31: 4)
-INLINE void kernel_q45_K(const uint8_t *wq, const q45_K_rows *ws, const uint8_t *act, int64_t nb, int run,
+INLINE void kernel_q45_K(const uint8_t *wq, const ft_gemm_q45_K_scales *ws, const uint8_t *act, int64_t nb, int run,
                          bool vnni, __m256 acc[ROWS]) {
     for (int r = 0; r < ROWS; r++)
         acc[r] = _mm256_setzero_ps();
-    const size_t row = (size_t)nb * QK_K, stride = k_packed(4);
+    const size_t row = (size_t)nb * QK_K, stride = ft_gemm_q8_K_packed(4, LANES);
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *p = act + (size_t)b * stride;
-        const q45_K_rows *w = ws + b * ROWS;
+        const ft_gemm_q45_K_scales *w = ws + b * ROWS;
         __m256i isum[ROWS];
 #pragma GCC unroll 4
         for (int r = 0; r < ROWS; r++)
@@ -498,43 +302,43 @@ INLINE void kernel_q45_K(const uint8_t *wq, const q45_K_rows *ws, const uint8_t 
     }
 }
 
-static AVX2_GEMM void kernel_q4_K(const uint8_t *wq, const q45_K_rows *ws, const uint8_t *act, int64_t nb,
+static AVX2_GEMM void kernel_q4_K(const uint8_t *wq, const ft_gemm_q45_K_scales *ws, const uint8_t *act, int64_t nb,
                                   __m256 acc[ROWS]) {
     kernel_q45_K(wq, ws, act, nb, 8, false, acc);
 }
 
-static AVX2_GEMM void kernel_q5_K(const uint8_t *wq, const q45_K_rows *ws, const uint8_t *act, int64_t nb,
+static AVX2_GEMM void kernel_q5_K(const uint8_t *wq, const ft_gemm_q45_K_scales *ws, const uint8_t *act, int64_t nb,
                                   __m256 acc[ROWS]) {
     kernel_q45_K(wq, ws, act, nb, 4, false, acc);
 }
 
-static AVX2_GEMM void kernel_q45_K_vnni(const uint8_t *wq, const q45_K_rows *ws, const uint8_t *act, int64_t nb,
+static AVX2_GEMM void kernel_q45_K_vnni(const uint8_t *wq, const ft_gemm_q45_K_scales *ws, const uint8_t *act, int64_t nb,
                                         __m256 acc[ROWS]) {
     kernel_q45_K(wq, ws, act, nb, 8, true, acc);
 }
 
 AVX2_GEMM void ft_gemm_q4_K_avx2(int64_t n, const void *x, size_t bx, int nr, const void *y, size_t by, int nc,
                                  float *s, size_t ls) {
-    q45_K_rows *ws;
-    GEMM_LOOP(QK_K, (size_t)nb * k_packed(4), PACK_Q8_K4, rows_q4_K, kernel_q4_K);
+    ft_gemm_q45_K_scales *ws;
+    GEMM_LOOP(QK_K, (size_t)nb * ft_gemm_q8_K_packed(4, LANES), PACK_Q8_K4, ROWS_Q4_K, kernel_q4_K);
 }
 
 AVX2_GEMM void ft_gemm_q5_K_avx2(int64_t n, const void *x, size_t bx, int nr, const void *y, size_t by, int nc,
                                  float *s, size_t ls) {
-    q45_K_rows *ws;
-    GEMM_LOOP(QK_K, (size_t)nb * k_packed(4), PACK_Q8_K4, rows_q5_K, kernel_q5_K);
+    ft_gemm_q45_K_scales *ws;
+    GEMM_LOOP(QK_K, (size_t)nb * ft_gemm_q8_K_packed(4, LANES), PACK_Q8_K4, ROWS_Q5_K, kernel_q5_K);
 }
 
 AVX2_GEMM void ft_gemm_q4_K_avxvnni(int64_t n, const void *x, size_t bx, int nr, const void *y, size_t by, int nc,
                                     float *s, size_t ls) {
-    q45_K_rows *ws;
-    GEMM_LOOP(QK_K, (size_t)nb * k_packed(4), PACK_Q8_K4, rows_q4_K, kernel_q45_K_vnni);
+    ft_gemm_q45_K_scales *ws;
+    GEMM_LOOP(QK_K, (size_t)nb * ft_gemm_q8_K_packed(4, LANES), PACK_Q8_K4, ROWS_Q4_K, kernel_q45_K_vnni);
 }
 
 AVX2_GEMM void ft_gemm_q5_K_avxvnni(int64_t n, const void *x, size_t bx, int nr, const void *y, size_t by, int nc,
                                     float *s, size_t ls) {
-    q45_K_rows *ws;
-    GEMM_LOOP(QK_K, (size_t)nb * k_packed(4), PACK_Q8_K4, rows_q5_K, kernel_q45_K_vnni);
+    ft_gemm_q45_K_scales *ws;
+    GEMM_LOOP(QK_K, (size_t)nb * ft_gemm_q8_K_packed(4, LANES), PACK_Q8_K4, ROWS_Q5_K, kernel_q45_K_vnni);
 }
 
 // q6_K: codes 0..63 (the value plus 32) and int8 scales per 16: isum = sum over the 16
@@ -542,54 +346,14 @@ AVX2_GEMM void ft_gemm_q5_K_avxvnni(int64_t n, const void *x, size_t bx, int nr,
 // sub-block j), then the reference's sum += (dy * dx) * float(isum). Element 128h + 32k + l
 // takes its low four bits from ql[64h + 32(k % 2) + l] and its top two from bits 2k..2k+1 of
 // qh[32h + l].
-typedef struct {
-    int32_t sc[SUBS6];           // the sub-block scales
-    uint32_t sc_pair[SUBS6 / 2]; // (scale 2i, scale 2i + 1) as int16
-    float d;
-} q6_K_rows;
-_Static_assert(sizeof(q6_K_rows) % sizeof(int32_t) == 0, "scales as int32 strides");
-
-static AVX2_GEMM void rows_q6_K(uint8_t *wq, q6_K_rows *ws, const uint8_t *x, size_t bx, int nr, int64_t nb) {
-    const __m256i m15 = _mm256_set1_epi8(0x0f), m48 = _mm256_set1_epi8(0x30);
-    for (int r = 0; r < ROWS; r++) {
-        uint8_t *q = wq + (size_t)r * nb * QK_K;
-        if (r >= nr) {
-            zero_row(q, (size_t)nb * QK_K, ws, sizeof(ws[0]), r, nb);
-            continue;
-        }
-        const block_q6_K *xb = (const block_q6_K *)(x + (size_t)r * bx);
-        for (int64_t b = 0; b < nb; b++) {
-            for (int h = 0; h < 2; h++) {
-                const __m256i l1 = _mm256_loadu_si256((const __m256i *)(xb[b].ql + 64 * h));
-                const __m256i l2 = _mm256_loadu_si256((const __m256i *)(xb[b].ql + 64 * h + 32));
-                const __m256i qh = _mm256_loadu_si256((const __m256i *)(xb[b].qh + 32 * h));
-                __m256i code[4];
-                code[0] = _mm256_or_si256(_mm256_and_si256(l1, m15), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m48));
-                code[1] = _mm256_or_si256(_mm256_and_si256(l2, m15), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m48));
-                code[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m15), _mm256_and_si256(qh, m48));
-                code[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l2, 4), m15),
-                                          _mm256_and_si256(_mm256_srli_epi16(qh, 2), m48));
-                for (int k = 0; k < 4; k++)
-                    _mm256_storeu_si256((__m256i *)(q + b * QK_K + 128 * h + 32 * k), code[k]);
-            }
-            q6_K_rows *w = &ws[b * ROWS + r];
-            for (int j = 0; j < SUBS6; j++)
-                w->sc[j] = xb[b].scales[j];
-            for (int i = 0; i < SUBS6 / 2; i++)
-                w->sc_pair[i] = pair16(xb[b].scales[2 * i], xb[b].scales[2 * i + 1]);
-            w->d = _cvtsh_ss(xb[b].d);
-        }
-    }
-}
-
-INLINE void kernel_q6_K(const uint8_t *wq, const q6_K_rows *ws, const uint8_t *act, int64_t nb, bool vnni,
+INLINE void kernel_q6_K(const uint8_t *wq, const ft_gemm_q6_K_scales *ws, const uint8_t *act, int64_t nb, bool vnni,
                         __m256 acc[ROWS]) {
     for (int r = 0; r < ROWS; r++)
         acc[r] = _mm256_setzero_ps();
-    const size_t row = (size_t)nb * QK_K, stride = k_packed(SUBS6 / 2);
+    const size_t row = (size_t)nb * QK_K, stride = ft_gemm_q8_K_packed(SUBS6 / 2, LANES);
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *p = act + (size_t)b * stride;
-        const q6_K_rows *w = ws + b * ROWS;
+        const ft_gemm_q6_K_scales *w = ws + b * ROWS;
         __m256i isum[ROWS];
 #pragma GCC unroll 4
         for (int r = 0; r < ROWS; r++)
@@ -612,26 +376,26 @@ INLINE void kernel_q6_K(const uint8_t *wq, const q6_K_rows *ws, const uint8_t *a
     }
 }
 
-static AVX2_GEMM void kernel_q6_K_avx2(const uint8_t *wq, const q6_K_rows *ws, const uint8_t *act, int64_t nb,
+static AVX2_GEMM void kernel_q6_K_avx2(const uint8_t *wq, const ft_gemm_q6_K_scales *ws, const uint8_t *act, int64_t nb,
                                        __m256 acc[ROWS]) {
     kernel_q6_K(wq, ws, act, nb, false, acc);
 }
 
-static AVX2_GEMM void kernel_q6_K_vnni(const uint8_t *wq, const q6_K_rows *ws, const uint8_t *act, int64_t nb,
+static AVX2_GEMM void kernel_q6_K_vnni(const uint8_t *wq, const ft_gemm_q6_K_scales *ws, const uint8_t *act, int64_t nb,
                                        __m256 acc[ROWS]) {
     kernel_q6_K(wq, ws, act, nb, true, acc);
 }
 
 AVX2_GEMM void ft_gemm_q6_K_avx2(int64_t n, const void *x, size_t bx, int nr, const void *y, size_t by, int nc,
                                  float *s, size_t ls) {
-    q6_K_rows *ws;
-    GEMM_LOOP(QK_K, (size_t)nb * k_packed(SUBS6 / 2), PACK_Q8_K8, rows_q6_K, kernel_q6_K_avx2);
+    ft_gemm_q6_K_scales *ws;
+    GEMM_LOOP(QK_K, (size_t)nb * ft_gemm_q8_K_packed(SUBS6 / 2, LANES), PACK_Q8_K8, ROWS_Q6_K, kernel_q6_K_avx2);
 }
 
 AVX2_GEMM void ft_gemm_q6_K_avxvnni(int64_t n, const void *x, size_t bx, int nr, const void *y, size_t by, int nc,
                                     float *s, size_t ls) {
-    q6_K_rows *ws;
-    GEMM_LOOP(QK_K, (size_t)nb * k_packed(SUBS6 / 2), PACK_Q8_K8, rows_q6_K, kernel_q6_K_vnni);
+    ft_gemm_q6_K_scales *ws;
+    GEMM_LOOP(QK_K, (size_t)nb * ft_gemm_q8_K_packed(SUBS6 / 2, LANES), PACK_Q8_K8, ROWS_Q6_K, kernel_q6_K_vnni);
 }
 
 // ---------------------------------------------------------------------------------------------

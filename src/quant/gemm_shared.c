@@ -1,10 +1,13 @@
-// gemm_shared.c: per-thread scratch and the few-token path of prefill's GEMMs (gemm_shared.h).
+// gemm_shared.c: per-thread scratch, the few-token path, and the lane-per-token GEMMs' packing and
+// weight rows, of prefill's GEMMs (gemm_shared.h).
 //
 // The functions carry their own target attributes, so the file builds with the project's plain
 // flags; callers enter them only after ops.c has seen the CPU support them.
 #include "gemm_shared.h"
 #include "blocks.h"
+#include "codec.h"
 #include "fp16.h"
+#include "tables.h"
 #include "../util/util.h"
 
 #include <immintrin.h>
@@ -156,4 +159,228 @@ AVX512_TARGET void ft_gemm_few_q4_K(int64_t n, const void *x, size_t bx, int nr,
             s[(size_t)c * ls + r] =
                 dot_exact_q4_K(n, (const block_q4_K *)((const uint8_t *)x + (size_t)r * bx),
                                (const block_q8_K *)((const uint8_t *)y + (size_t)c * by));
+}
+
+// ---------------------------------------------------------------------------------------------
+// The lane-per-token GEMMs' packing and weight rows (gemm_shared.h)
+
+int ft_gemm_token_block(size_t vector_bytes, size_t block_bytes) {
+    size_t v = block_bytes / vector_bytes;
+    return v < 1 ? 1 : (int)v;
+}
+
+size_t ft_gemm_q8_0_packed(int lanes) {
+    return (size_t)(QK8_0 / FT_GEMM_GROUP) * lanes * FT_GEMM_GROUP + 2 * (size_t)lanes * 4;
+}
+
+void ft_gemm_pack_q8_0(uint8_t *dst, const void *y, size_t by, int c0, int nc, int64_t nb, int off, int lanes) {
+    const size_t stride = ft_gemm_q8_0_packed(lanes), gbytes = (size_t)lanes * FT_GEMM_GROUP;
+    if (c0 + lanes > nc) memset(dst, 0, (size_t)nb * stride); // lanes past the last token
+    for (int64_t b = 0; b < nb; b++) {
+        uint8_t *p = dst + (size_t)b * stride;
+        int32_t *start = (int32_t *)(p + QK8_0 / FT_GEMM_GROUP * gbytes);
+        float *d = (float *)(start + lanes);
+        for (int l = 0; l < lanes && c0 + l < nc; l++) {
+            const block_q8_0 *yb = (const block_q8_0 *)((const uint8_t *)y + (size_t)(c0 + l) * by) + b;
+            int sum = 0;
+            for (int k = 0; k < QK8_0; k++)
+                sum += yb->qs[k];
+            for (int g = 0; g < QK8_0 / FT_GEMM_GROUP; g++)
+                memcpy(p + g * gbytes + l * FT_GEMM_GROUP, yb->qs + g * FT_GEMM_GROUP, FT_GEMM_GROUP);
+            start[l] = -off * sum;
+            d[l] = ft_fp16_to_fp32(yb->d);
+        }
+    }
+}
+
+size_t ft_gemm_q8_K_packed(int pairs, int lanes) {
+    return (size_t)(QK_K / FT_GEMM_GROUP) * lanes * FT_GEMM_GROUP + (size_t)lanes * 4 + (size_t)pairs * lanes * 4;
+}
+
+void ft_gemm_pack_q8_K(uint8_t *dst, const void *y, size_t by, int c0, int nc, int64_t nb, int pairs, int lanes) {
+    const size_t stride = ft_gemm_q8_K_packed(pairs, lanes), gbytes = (size_t)lanes * FT_GEMM_GROUP;
+    if (c0 + lanes > nc) memset(dst, 0, (size_t)nb * stride); // lanes past the last token
+    for (int64_t b = 0; b < nb; b++) {
+        uint8_t *p = dst + (size_t)b * stride;
+        float *d = (float *)(p + QK_K / FT_GEMM_GROUP * gbytes);
+        uint32_t *bsum = (uint32_t *)(d + lanes);
+        for (int l = 0; l < lanes && c0 + l < nc; l++) {
+            const block_q8_K *yb = (const block_q8_K *)((const uint8_t *)y + (size_t)(c0 + l) * by) + b;
+            for (int g = 0; g < QK_K / FT_GEMM_GROUP; g++)
+                memcpy(p + g * gbytes + l * FT_GEMM_GROUP, yb->qs + g * FT_GEMM_GROUP, FT_GEMM_GROUP);
+            d[l] = yb->d;
+            const int per = 16 / pairs / 2; // bsums of 16 per half of a word
+            for (int i = 0; i < pairs; i++) {
+                int lo = 0, hi = 0;
+                for (int k = 0; k < per; k++) {
+                    lo += yb->bsums[2 * per * i + k];
+                    hi += yb->bsums[2 * per * i + per + k];
+                }
+                bsum[i * lanes + l] = (uint16_t)(int16_t)lo | (uint32_t)(uint16_t)(int16_t)hi << 16;
+            }
+        }
+    }
+}
+
+// A pass's row r past the call's rows: zero codes (row_bytes) and zero scales (scale_bytes per
+// block, at (b * rows + r) in the pass's scales).
+static void zero_row(uint8_t *q, size_t row_bytes, void *scales, size_t scale_bytes, int r, int rows, int64_t nb) {
+    memset(q, 0, row_bytes);
+    for (int64_t b = 0; b < nb; b++)
+        memset((uint8_t *)scales + (size_t)(b * rows + r) * scale_bytes, 0, scale_bytes);
+}
+
+static inline uint32_t pair16(int lo, int hi) {
+    return (uint16_t)(int16_t)lo | (uint32_t)(uint16_t)(int16_t)hi << 16;
+}
+
+// Element j of a 32-element nibble block: qs[j] & 15 for j < 16, qs[j - 16] >> 4 after.
+static inline AVX2_TARGET __m256i nibbles32(const uint8_t qs[16]) {
+    const __m128i v = _mm_loadu_si128((const __m128i *)qs), m15 = _mm_set1_epi8(0x0f);
+    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m15), _mm_and_si128(v, m15));
+}
+
+// q5_0's codes: the nibble and, from bit j of qh, bit 4 of byte j.
+static inline AVX2_TARGET __m256i q5_0_codes(const block_q5_0 *b) {
+    uint32_t h;
+    memcpy(&h, b->qh, sizeof(h));
+    const __m256i bits = _mm256_set1_epi32((int)h);
+    // byte j of `pick` selects the byte of h holding bit j; the mask then tests its bit
+    const __m256i pick = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3,
+                                          3, 3, 3, 3, 3, 3);
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+    const __m256i hb = _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(bits, pick), bit), bit);
+    return _mm256_or_si256(nibbles32(b->qs), _mm256_and_si256(hb, _mm256_set1_epi8(0x10)));
+}
+
+// A code book (16 int8 values) plus off, as a lookup table for _mm256_shuffle_epi8.
+static inline AVX2_TARGET __m256i book(const int8_t values[16], int off) {
+    const __m128i b = _mm_add_epi8(_mm_loadu_si128((const __m128i *)values), _mm_set1_epi8((char)off));
+    return _mm256_broadcastsi128_si256(b);
+}
+
+AVX2_TARGET void ft_gemm_rows_32(enum ft_type t, int off, uint8_t *wq, float *wd, const uint8_t *x, size_t bx, int nr,
+                                 int64_t nb, int rows) {
+    const __m256i q8_off = _mm256_set1_epi8((char)off);
+    const __m256i iq4_book = book(ft_kvalues_iq4nl, off), mxfp4_book = book(ft_kvalues_mxfp4, off);
+    for (int r = 0; r < rows; r++) {
+        uint8_t *q = wq + (size_t)r * nb * 32;
+        if (r >= nr) {
+            zero_row(q, (size_t)nb * 32, wd, sizeof(wd[0]), r, rows, nb);
+            continue;
+        }
+        const uint8_t *xr = x + (size_t)r * bx;
+        for (int64_t b = 0; b < nb; b++) {
+            __m256i codes;
+            float d;
+            switch (t) {
+            case FT_TYPE_Q8_0: {
+                const block_q8_0 *xb = (const block_q8_0 *)xr + b;
+                codes = _mm256_add_epi8(_mm256_loadu_si256((const __m256i *)xb->qs), q8_off);
+                d = fp16_f16c(xb->d);
+                break;
+            }
+            case FT_TYPE_Q4_0: {
+                const block_q4_0 *xb = (const block_q4_0 *)xr + b;
+                codes = nibbles32(xb->qs);
+                d = fp16_f16c(xb->d);
+                break;
+            }
+            case FT_TYPE_Q5_0: {
+                const block_q5_0 *xb = (const block_q5_0 *)xr + b;
+                codes = q5_0_codes(xb);
+                d = fp16_f16c(xb->d);
+                break;
+            }
+            case FT_TYPE_IQ4_NL: {
+                const block_iq4_nl *xb = (const block_iq4_nl *)xr + b;
+                codes = _mm256_shuffle_epi8(iq4_book, nibbles32(xb->qs));
+                d = fp16_f16c(xb->d);
+                break;
+            }
+            case FT_TYPE_MXFP4: {
+                const block_mxfp4 *xb = (const block_mxfp4 *)xr + b;
+                codes = _mm256_shuffle_epi8(mxfp4_book, nibbles32(xb->qs));
+                d = ft_e8m0_to_fp32_half(xb->e);
+                break;
+            }
+            default: FT_ASSERT(!"ft_gemm_rows_32: not a 32-element format");
+            }
+            _mm256_storeu_si256((__m256i *)(q + b * 32), codes);
+            wd[b * rows + r] = d;
+        }
+    }
+}
+
+AVX2_TARGET void ft_gemm_rows_q45_K(uint8_t *wq, ft_gemm_q45_K_scales *ws, const uint8_t *x, size_t bx, int nr,
+                                    int64_t nb, bool x5, int rows) {
+    const __m256i m15 = _mm256_set1_epi8(0x0f), one = _mm256_set1_epi8(1);
+    for (int r = 0; r < rows; r++) {
+        uint8_t *q = wq + (size_t)r * nb * QK_K;
+        if (r >= nr) {
+            zero_row(q, (size_t)nb * QK_K, ws, sizeof(ws[0]), r, rows, nb);
+            continue;
+        }
+        for (int64_t b = 0; b < nb; b++) {
+            const block_q4_K *b4 = (const block_q4_K *)(x + (size_t)r * bx) + b;
+            const block_q5_K *b5 = (const block_q5_K *)(x + (size_t)r * bx) + b;
+            const uint8_t *qs = x5 ? b5->qs : b4->qs, *scales = x5 ? b5->scales : b4->scales;
+            const __m256i qh = x5 ? _mm256_loadu_si256((const __m256i *)b5->qh) : _mm256_setzero_si256();
+            for (int c = 0; c < 4; c++) {
+                __m256i v = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));
+                __m256i lo = _mm256_and_si256(v, m15), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m15);
+                if (x5) {
+                    __m256i h0 = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * c), one);
+                    __m256i h1 = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * c + 1), one);
+                    lo = _mm256_or_si256(lo, _mm256_slli_epi16(h0, 4));
+                    hi = _mm256_or_si256(hi, _mm256_slli_epi16(h1, 4));
+                }
+                _mm256_storeu_si256((__m256i *)(q + b * QK_K + 64 * c), lo);
+                _mm256_storeu_si256((__m256i *)(q + b * QK_K + 64 * c + 32), hi);
+            }
+            ft_gemm_q45_K_scales *w = &ws[b * rows + r];
+            uint8_t sc[8], mn[8];
+            k4_scales_mins(scales, sc, mn);
+            for (int j = 0; j < 8; j++)
+                w->sc[j] = sc[j];
+            for (int i = 0; i < 4; i++)
+                w->mn[i] = pair16(mn[2 * i], mn[2 * i + 1]);
+            w->d = fp16_f16c(x5 ? b5->d : b4->d);
+            w->dmin = fp16_f16c(x5 ? b5->dmin : b4->dmin);
+        }
+    }
+}
+
+AVX2_TARGET void ft_gemm_rows_q6_K(uint8_t *wq, ft_gemm_q6_K_scales *ws, const uint8_t *x, size_t bx, int nr,
+                                   int64_t nb, int rows) {
+    const __m256i m15 = _mm256_set1_epi8(0x0f), m48 = _mm256_set1_epi8(0x30);
+    for (int r = 0; r < rows; r++) {
+        uint8_t *q = wq + (size_t)r * nb * QK_K;
+        if (r >= nr) {
+            zero_row(q, (size_t)nb * QK_K, ws, sizeof(ws[0]), r, rows, nb);
+            continue;
+        }
+        const block_q6_K *xb = (const block_q6_K *)(x + (size_t)r * bx);
+        for (int64_t b = 0; b < nb; b++) {
+            for (int h = 0; h < 2; h++) {
+                const __m256i l1 = _mm256_loadu_si256((const __m256i *)(xb[b].ql + 64 * h));
+                const __m256i l2 = _mm256_loadu_si256((const __m256i *)(xb[b].ql + 64 * h + 32));
+                const __m256i qh = _mm256_loadu_si256((const __m256i *)(xb[b].qh + 32 * h));
+                __m256i code[4];
+                code[0] = _mm256_or_si256(_mm256_and_si256(l1, m15), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m48));
+                code[1] = _mm256_or_si256(_mm256_and_si256(l2, m15), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m48));
+                code[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m15), _mm256_and_si256(qh, m48));
+                code[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l2, 4), m15),
+                                          _mm256_and_si256(_mm256_srli_epi16(qh, 2), m48));
+                for (int k = 0; k < 4; k++)
+                    _mm256_storeu_si256((__m256i *)(q + b * QK_K + 128 * h + 32 * k), code[k]);
+            }
+            ft_gemm_q6_K_scales *w = &ws[b * rows + r];
+            for (int j = 0; j < 16; j++)
+                w->sc[j] = xb[b].scales[j];
+            for (int i = 0; i < 8; i++)
+                w->sc_pair[i] = pair16(xb[b].scales[2 * i], xb[b].scales[2 * i + 1]);
+            w->d = fp16_f16c(xb[b].d);
+        }
+    }
 }
