@@ -317,8 +317,17 @@ static AVX2_GEMM void kernel_q45_K_vnni(const uint8_t *wq, const ft_gemm_q45_K_s
     kernel_q45_K(wq, ws, act, nb, 8, true, acc);
 }
 
+// Below these counts q4_K takes the shared per-(row, token) path (gemm_shared.c, the same bits):
+// a vector costs as much for 1 token as for 8, unpacking the rows included. Measured crossings
+// (bench of 64 experts of 768 x 2048, one thread): past 5 tokens with AVX2, past 4 with AVX-VNNI.
+enum { FEW_Q4_K_AVX2 = 6, FEW_Q4_K_AVXVNNI = 5 };
+
 AVX2_GEMM void ft_gemm_q4_K_avx2(int64_t n, const void *x, size_t bx, int nr, const void *y, size_t by, int nc,
                                  float *s, size_t ls) {
+    if (nc < FEW_Q4_K_AVX2) {
+        ft_gemm_few_q4_K_avx2(n, x, bx, nr, y, by, nc, s, ls);
+        return;
+    }
     ft_gemm_q45_K_scales *ws;
     GEMM_LOOP(QK_K, (size_t)nb * ft_gemm_q8_K_packed(4, LANES), PACK_Q8_K4, ROWS_Q4_K, kernel_q4_K);
 }
@@ -331,6 +340,10 @@ AVX2_GEMM void ft_gemm_q5_K_avx2(int64_t n, const void *x, size_t bx, int nr, co
 
 AVX2_GEMM void ft_gemm_q4_K_avxvnni(int64_t n, const void *x, size_t bx, int nr, const void *y, size_t by, int nc,
                                     float *s, size_t ls) {
+    if (nc < FEW_Q4_K_AVXVNNI) {
+        ft_gemm_few_q4_K_avx2(n, x, bx, nr, y, by, nc, s, ls);
+        return;
+    }
     ft_gemm_q45_K_scales *ws;
     GEMM_LOOP(QK_K, (size_t)nb * ft_gemm_q8_K_packed(4, LANES), PACK_Q8_K4, ROWS_Q4_K, kernel_q45_K_vnni);
 }

@@ -161,6 +161,52 @@ AVX512_TARGET void ft_gemm_few_q4_K(int64_t n, const void *x, size_t bx, int nr,
                                (const block_q8_K *)((const uint8_t *)y + (size_t)c * by));
 }
 
+// The same with AVX2 alone, a weight row's super-block decoded once for all the tokens: per 32
+// bytes of qs its low nibbles (sub-block 2c) and its high ones (2c + 1) against 32 activation
+// codes each, the sub-blocks' scales in VPMADDWD; per token the reference's float steps.
+AVX2_TARGET void ft_gemm_few_q4_K_avx2(int64_t n, const void *x, size_t bx, int nr, const void *y, size_t by, int nc,
+                                      float *s, size_t ls) {
+    enum { MAX_FEW = 8 };
+    FT_ASSERT(nc <= MAX_FEW);
+    const __m256i m15 = _mm256_set1_epi8(0x0f);
+    const __m128i dup = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    for (int r = 0; r < nr; r++) {
+        const block_q4_K *xr = (const block_q4_K *)((const uint8_t *)x + (size_t)r * bx);
+        float sum[MAX_FEW] = {0};
+        for (int64_t b = 0; b < n / QK_K; b++) {
+            for (int o = 0; o < (int)sizeof(block_q4_K); o += 64)
+                _mm_prefetch((const char *)(xr + b) + EXACT_PREFETCH + o, _MM_HINT_T0);
+            uint8_t sc[8], mn[8];
+            k4_scales_mins(xr[b].scales, sc, mn);
+            __m256i codes[8], scale[8];
+            for (int c = 0; c < 4; c++) {
+                __m256i q = _mm256_loadu_si256((const __m256i *)(xr[b].qs + 32 * c));
+                codes[2 * c] = _mm256_and_si256(q, m15);
+                codes[2 * c + 1] = _mm256_and_si256(_mm256_srli_epi16(q, 4), m15);
+                scale[2 * c] = _mm256_set1_epi16(sc[2 * c]);
+                scale[2 * c + 1] = _mm256_set1_epi16(sc[2 * c + 1]);
+            }
+            __m128i m8;
+            memcpy(&m8, mn, 8);
+            const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(m8, dup));
+            const float d = fp16_f16c(xr[b].d), dmin = fp16_f16c(xr[b].dmin);
+            for (int t = 0; t < nc; t++) {
+                const block_q8_K *yb = (const block_q8_K *)((const uint8_t *)y + (size_t)t * by) + b;
+                __m256i acc = _mm256_setzero_si256();
+                for (int j = 0; j < 8; j++) {
+                    __m256i p = _mm256_maddubs_epi16(codes[j], _mm256_loadu_si256((const __m256i *)(yb->qs + 32 * j)));
+                    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, scale[j]));
+                }
+                __m256i bs = _mm256_loadu_si256((const __m256i *)yb->bsums);
+                int32_t isum = hsum_i32(acc), msum = hsum_i32(_mm256_madd_epi16(mins16, bs));
+                sum[t] += (yb->d * d) * (float)isum - (yb->d * dmin) * (float)msum;
+            }
+        }
+        for (int t = 0; t < nc; t++)
+            s[(size_t)t * ls + r] = sum[t];
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // The lane-per-token GEMMs' packing and weight rows (gemm_shared.h)
 

@@ -29,6 +29,9 @@ void ft_gemm_few_q8_0(int64_t n, const void *x, size_t bx, int nr, const void *y
                       size_t ls);
 void ft_gemm_few_q4_K(int64_t n, const void *x, size_t bx, int nr, const void *y, size_t by, int nc, float *s,
                       size_t ls);
+// q4_K's with AVX2 alone (the same bits), at most 8 tokens: each row decoded once for all of them.
+void ft_gemm_few_q4_K_avx2(int64_t n, const void *x, size_t bx, int nr, const void *y, size_t by, int nc, float *s,
+                           size_t ls);
 
 // ---------------------------------------------------------------------------------------------
 // The lane-per-token GEMMs (gemm_vnni.c: 16 tokens a vector, gemm_avx2.c: 8). The activations are
