@@ -430,3 +430,54 @@ AVX2_TARGET void ft_gemm_rows_q6_K(uint8_t *wq, ft_gemm_q6_K_scales *ws, const u
         }
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Few tokens for q6_K (gemm_shared.h): the exact sums and the reference's float steps, each
+// row's super-block decoded once for the call's tokens
+
+enum { FEW_MAX = 8 };
+
+AVX2_TARGET void ft_gemm_few_q6_K(int64_t n, const void *x, size_t bx, int nr, const void *y, size_t by, int nc,
+                                  float *s, size_t ls) {
+    FT_ASSERT(nc <= FEW_MAX);
+    const __m256i m15 = _mm256_set1_epi8(0x0f), m48 = _mm256_set1_epi8(0x30);
+    for (int r = 0; r < nr; r++) {
+        const block_q6_K *xr = (const block_q6_K *)((const uint8_t *)x + (size_t)r * bx);
+        float sum[FEW_MAX] = {0};
+        for (int64_t b = 0; b < n / QK_K; b++) {
+            for (int o = 0; o < (int)sizeof(block_q6_K); o += 64)
+                _mm_prefetch((const char *)(xr + b) + EXACT_PREFETCH + o, _MM_HINT_T0);
+            // codes 0..63 of elements 32k.. (k = 0..7) and the scales of their two sub-blocks of 16
+            __m256i code[8], scale[8];
+            for (int h = 0; h < 2; h++) {
+                const __m256i l1 = _mm256_loadu_si256((const __m256i *)(xr[b].ql + 64 * h));
+                const __m256i l2 = _mm256_loadu_si256((const __m256i *)(xr[b].ql + 64 * h + 32));
+                const __m256i qh = _mm256_loadu_si256((const __m256i *)(xr[b].qh + 32 * h));
+                code[4 * h] = _mm256_or_si256(_mm256_and_si256(l1, m15), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m48));
+                code[4 * h + 1] =
+                    _mm256_or_si256(_mm256_and_si256(l2, m15), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m48));
+                code[4 * h + 2] =
+                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m15), _mm256_and_si256(qh, m48));
+                code[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l2, 4), m15),
+                                                  _mm256_and_si256(_mm256_srli_epi16(qh, 2), m48));
+            }
+            for (int k = 0; k < 8; k++)
+                scale[k] = _mm256_set_m128i(_mm_set1_epi16(xr[b].scales[2 * k + 1]), _mm_set1_epi16(xr[b].scales[2 * k]));
+            const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)xr[b].scales));
+            const float d = fp16_f16c(xr[b].d);
+            for (int c = 0; c < nc; c++) {
+                const block_q8_K *yb = (const block_q8_K *)((const uint8_t *)y + (size_t)c * by) + b;
+                __m256i acc = _mm256_setzero_si256();
+                for (int k = 0; k < 8; k++) {
+                    const __m256i p = _mm256_maddubs_epi16(code[k], _mm256_loadu_si256((const __m256i *)(yb->qs + 32 * k)));
+                    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, scale[k]));
+                }
+                const __m256i bs = _mm256_loadu_si256((const __m256i *)yb->bsums);
+                const int32_t isum = hsum_i32(acc) - 32 * hsum_i32(_mm256_madd_epi16(sc16, bs));
+                sum[c] += (yb->d * d) * (float)isum;
+            }
+        }
+        for (int c = 0; c < nc; c++)
+            s[(size_t)c * ls + r] = sum[c];
+    }
+}

@@ -33,6 +33,11 @@ void ft_gemm_few_q4_K(int64_t n, const void *x, size_t bx, int nr, const void *y
 void ft_gemm_few_q4_K_avx2(int64_t n, const void *x, size_t bx, int nr, const void *y, size_t by, int nc, float *s,
                            size_t ls);
 
+// The same for q6_K, at most 8 tokens, each row decoded once for all of them. AVX2 and F16C.
+// (The 32-element formats have none: per block the exact path's sums cost as much as a vector.)
+void ft_gemm_few_q6_K(int64_t n, const void *x, size_t bx, int nr, const void *y, size_t by, int nc, float *s,
+                      size_t ls);
+
 // ---------------------------------------------------------------------------------------------
 // The lane-per-token GEMMs (gemm_vnni.c: 16 tokens a vector, gemm_avx2.c: 8). The activations are
 // packed once per call, per `lanes` tokens and per 4 codes (a group): lanes * 4 bytes holding each

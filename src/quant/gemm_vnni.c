@@ -286,9 +286,14 @@ static VNNI_TARGET void kernel_q6_K(const uint8_t *wq, const ft_gemm_q6_K_scales
     }
 }
 
-// As q5_K, any token count takes the vectors.
+// Below 6 tokens the shared per-(row, token) path (the same bits): measured over 32 experts of
+// 768 x 2048, 1 token 4.3 ms against 11.8 ms for a vector, 6 tokens 12.5 ms.
 VNNI_TARGET void ft_gemm_q6_K_vnni(int64_t n, const void *x, size_t bx, int nr, const void *y, size_t by,
                                    int nc, float *s, size_t ls) {
+    if (nc < 6) {
+        ft_gemm_few_q6_K(n, x, bx, nr, y, by, nc, s, ls);
+        return;
+    }
     ft_gemm_q6_K_scales *ws;
     GEMM_LOOP(QK_K, (size_t)nb * ft_gemm_q8_K_packed(SUBS6 / 2, LANES), PACK_Q8_K8, ROWS_Q6_K, kernel_q6_K);
 }
