@@ -317,12 +317,11 @@ static AVX2_GEMM void kernel_q45_K_vnni(const uint8_t *wq, const ft_gemm_q45_K_s
     kernel_q45_K(wq, ws, act, nb, 8, true, acc);
 }
 
-// Below these counts q4_K takes the shared per-(row, token) path (gemm_shared.c, the same bits):
-// a vector costs as much for 1 token as for 8, unpacking the rows included. Measured crossings
-// (bench of 64 experts of 768 x 2048, one thread): past 5 tokens with AVX2, past 4 with AVX-VNNI.
-enum { FEW_Q4_K_AVX2 = 6, FEW_Q4_K_AVXVNNI = 5 };
-// q6_K's: 1 token 4.3 ms against 13.4 ms for a vector (32 experts), 7 tokens 13.8 ms.
-enum { FEW_Q6_K = 7 };
+// Below these counts the K-quants take the shared per-(row, token) paths (gemm_shared.c, the same
+// bits): a vector costs as much for 1 token as for 8, unpacking the rows included. The crossings
+// measured over 32 experts of 768 x 2048, one thread (q4_K: 1 token 3.7 ms, a vector 9.2 ms with
+// AVX2 and 7.7 ms with AVX-VNNI; q5_K: 3.1 against 7.6 and 6.1; q6_K: 4.3 against 13.4 and 13.8).
+enum { FEW_Q4_K_AVX2 = 5, FEW_Q4_K_AVXVNNI = 5, FEW_Q5_K_AVX2 = 6, FEW_Q5_K_AVXVNNI = 4, FEW_Q6_K = 7 };
 
 AVX2_GEMM void ft_gemm_q4_K_avx2(int64_t n, const void *x, size_t bx, int nr, const void *y, size_t by, int nc,
                                  float *s, size_t ls) {
@@ -336,6 +335,10 @@ AVX2_GEMM void ft_gemm_q4_K_avx2(int64_t n, const void *x, size_t bx, int nr, co
 
 AVX2_GEMM void ft_gemm_q5_K_avx2(int64_t n, const void *x, size_t bx, int nr, const void *y, size_t by, int nc,
                                  float *s, size_t ls) {
+    if (nc < FEW_Q5_K_AVX2) {
+        ft_gemm_few_q5_K(n, x, bx, nr, y, by, nc, s, ls);
+        return;
+    }
     ft_gemm_q45_K_scales *ws;
     GEMM_LOOP(QK_K, (size_t)nb * ft_gemm_q8_K_packed(4, LANES), PACK_Q8_K4, ROWS_Q5_K, kernel_q5_K);
 }
@@ -352,6 +355,10 @@ AVX2_GEMM void ft_gemm_q4_K_avxvnni(int64_t n, const void *x, size_t bx, int nr,
 
 AVX2_GEMM void ft_gemm_q5_K_avxvnni(int64_t n, const void *x, size_t bx, int nr, const void *y, size_t by, int nc,
                                     float *s, size_t ls) {
+    if (nc < FEW_Q5_K_AVXVNNI) {
+        ft_gemm_few_q5_K(n, x, bx, nr, y, by, nc, s, ls);
+        return;
+    }
     ft_gemm_q45_K_scales *ws;
     GEMM_LOOP(QK_K, (size_t)nb * ft_gemm_q8_K_packed(4, LANES), PACK_Q8_K4, ROWS_Q5_K, kernel_q45_K_vnni);
 }

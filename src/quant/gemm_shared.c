@@ -161,35 +161,47 @@ AVX512_TARGET void ft_gemm_few_q4_K(int64_t n, const void *x, size_t bx, int nr,
                                (const block_q8_K *)((const uint8_t *)y + (size_t)c * by));
 }
 
-// The same with AVX2 alone, a weight row's super-block decoded once for all the tokens: per 32
-// bytes of qs its low nibbles (sub-block 2c) and its high ones (2c + 1) against 32 activation
+// q4_K and q5_K (x5) with AVX2 alone, a weight row's super-block decoded once for all the tokens:
+// per 32 bytes of qs its low nibbles (sub-block 2c) and its high ones (2c + 1), with q5_K's fifth
+// bits (bit 2c of qh[l] for element 64c + l, bit 2c + 1 for 64c + 32 + l), against 32 activation
 // codes each, the sub-blocks' scales in VPMADDWD; per token the reference's float steps.
-AVX2_TARGET void ft_gemm_few_q4_K_avx2(int64_t n, const void *x, size_t bx, int nr, const void *y, size_t by, int nc,
-                                      float *s, size_t ls) {
+static AVX2_TARGET void few_q45_K(int64_t n, const void *x, size_t bx, int nr, const void *y, size_t by, int nc,
+                                  float *s, size_t ls, bool x5) {
     enum { MAX_FEW = 8 };
     FT_ASSERT(nc <= MAX_FEW);
-    const __m256i m15 = _mm256_set1_epi8(0x0f);
+    const __m256i m15 = _mm256_set1_epi8(0x0f), one = _mm256_set1_epi8(1);
     const __m128i dup = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
     for (int r = 0; r < nr; r++) {
-        const block_q4_K *xr = (const block_q4_K *)((const uint8_t *)x + (size_t)r * bx);
+        const uint8_t *xr = (const uint8_t *)x + (size_t)r * bx;
+        const size_t sb = x5 ? sizeof(block_q5_K) : sizeof(block_q4_K);
         float sum[MAX_FEW] = {0};
         for (int64_t b = 0; b < n / QK_K; b++) {
-            for (int o = 0; o < (int)sizeof(block_q4_K); o += 64)
-                _mm_prefetch((const char *)(xr + b) + EXACT_PREFETCH + o, _MM_HINT_T0);
+            const block_q4_K *b4 = (const block_q4_K *)(xr + b * sb);
+            const block_q5_K *b5 = (const block_q5_K *)(xr + b * sb);
+            for (int o = 0; o < (int)sb; o += 64)
+                _mm_prefetch((const char *)b4 + EXACT_PREFETCH + o, _MM_HINT_T0);
+            const uint8_t *qs = x5 ? b5->qs : b4->qs;
+            const __m256i qh = x5 ? _mm256_loadu_si256((const __m256i *)b5->qh) : _mm256_setzero_si256();
             uint8_t sc[8], mn[8];
-            k4_scales_mins(xr[b].scales, sc, mn);
+            k4_scales_mins(x5 ? b5->scales : b4->scales, sc, mn);
             __m256i codes[8], scale[8];
             for (int c = 0; c < 4; c++) {
-                __m256i q = _mm256_loadu_si256((const __m256i *)(xr[b].qs + 32 * c));
+                __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));
                 codes[2 * c] = _mm256_and_si256(q, m15);
                 codes[2 * c + 1] = _mm256_and_si256(_mm256_srli_epi16(q, 4), m15);
+                if (x5) {
+                    codes[2 * c] = _mm256_or_si256(
+                        codes[2 * c], _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c), one), 4));
+                    codes[2 * c + 1] = _mm256_or_si256(
+                        codes[2 * c + 1], _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c + 1), one), 4));
+                }
                 scale[2 * c] = _mm256_set1_epi16(sc[2 * c]);
                 scale[2 * c + 1] = _mm256_set1_epi16(sc[2 * c + 1]);
             }
             __m128i m8;
             memcpy(&m8, mn, 8);
             const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(m8, dup));
-            const float d = fp16_f16c(xr[b].d), dmin = fp16_f16c(xr[b].dmin);
+            const float d = fp16_f16c(x5 ? b5->d : b4->d), dmin = fp16_f16c(x5 ? b5->dmin : b4->dmin);
             for (int t = 0; t < nc; t++) {
                 const block_q8_K *yb = (const block_q8_K *)((const uint8_t *)y + (size_t)t * by) + b;
                 __m256i acc = _mm256_setzero_si256();
@@ -205,6 +217,16 @@ AVX2_TARGET void ft_gemm_few_q4_K_avx2(int64_t n, const void *x, size_t bx, int 
         for (int t = 0; t < nc; t++)
             s[(size_t)t * ls + r] = sum[t];
     }
+}
+
+AVX2_TARGET void ft_gemm_few_q4_K_avx2(int64_t n, const void *x, size_t bx, int nr, const void *y, size_t by, int nc,
+                                      float *s, size_t ls) {
+    few_q45_K(n, x, bx, nr, y, by, nc, s, ls, false);
+}
+
+AVX2_TARGET void ft_gemm_few_q5_K(int64_t n, const void *x, size_t bx, int nr, const void *y, size_t by, int nc,
+                                  float *s, size_t ls) {
+    few_q45_K(n, x, bx, nr, y, by, nc, s, ls, true);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -29,9 +29,12 @@ void ft_gemm_few_q8_0(int64_t n, const void *x, size_t bx, int nr, const void *y
                       size_t ls);
 void ft_gemm_few_q4_K(int64_t n, const void *x, size_t bx, int nr, const void *y, size_t by, int nc, float *s,
                       size_t ls);
-// q4_K's with AVX2 alone (the same bits), at most 8 tokens: each row decoded once for all of them.
+// q4_K's with AVX2 alone (the same bits), and q5_K's, at most 8 tokens: each row decoded once for
+// all of them.
 void ft_gemm_few_q4_K_avx2(int64_t n, const void *x, size_t bx, int nr, const void *y, size_t by, int nc, float *s,
                            size_t ls);
+void ft_gemm_few_q5_K(int64_t n, const void *x, size_t bx, int nr, const void *y, size_t by, int nc, float *s,
+                      size_t ls);
 
 // The same for q6_K, at most 8 tokens, each row decoded once for all of them. AVX2 and F16C.
 // (The 32-element formats have none: per block the exact path's sums cost as much as a vector.)

@@ -241,10 +241,14 @@ VNNI_TARGET void ft_gemm_q4_K_vnni(int64_t n, const void *x, size_t bx, int nr, 
     GEMM_LOOP(QK_K, (size_t)nb * ft_gemm_q8_K_packed(4, LANES), PACK_Q8_K4, ROWS_Q4_K, kernel_q45_K);
 }
 
-// q5_K has no per-(row, token) path: any token count takes the vectors, so the bits never
-// depend on the call's count.
+// Below 4 tokens the shared per-(row, token) path (the same bits): over 32 experts of 768 x 2048,
+// 1 token 3.1 ms against 6.1 ms for a vector, 4 tokens 6.4 ms.
 VNNI_TARGET void ft_gemm_q5_K_vnni(int64_t n, const void *x, size_t bx, int nr, const void *y, size_t by,
                                    int nc, float *s, size_t ls) {
+    if (nc < 4) {
+        ft_gemm_few_q5_K(n, x, bx, nr, y, by, nc, s, ls);
+        return;
+    }
     ft_gemm_q45_K_scales *ws;
     GEMM_LOOP(QK_K, (size_t)nb * ft_gemm_q8_K_packed(4, LANES), PACK_Q8_K4, ROWS_Q5_K, kernel_q45_K);
 }
