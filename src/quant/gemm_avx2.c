@@ -262,8 +262,6 @@ AVX2_GEMM void ft_gemm_q8_0_avxvnni(int64_t n, const void *x, size_t bx, int nr,
 
 enum { K_GROUPS = QK_K / GROUP, K_CODES = K_GROUPS * GROUP_BYTES, SUBS = QK_K / 32, SUBS6 = QK_K / 16 };
 
-#define PACK_Q8_K4(dst, c0) ft_gemm_pack_q8_K(dst, y, by, c0, nc, nb, 4, LANES)
-#define PACK_Q8_K8(dst, c0) ft_gemm_pack_q8_K(dst, y, by, c0, nc, nb, SUBS6 / 2, LANES)
 #define ROWS_Q4_K(wq, ws, xr, bx, mr, nb) ft_gemm_rows_q45_K(wq, ws, xr, bx, mr, nb, false, ROWS)
 #define ROWS_Q5_K(wq, ws, xr, bx, mr, nb) ft_gemm_rows_q45_K(wq, ws, xr, bx, mr, nb, true, ROWS)
 #define ROWS_Q6_K(wq, ws, xr, bx, mr, nb) ft_gemm_rows_q6_K(wq, ws, xr, bx, mr, nb, ROWS)
@@ -302,18 +300,18 @@ INLINE void kernel_q45_K(const uint8_t *wq, const ft_gemm_q45_K_scales *ws, cons
     }
 }
 
-static AVX2_GEMM void kernel_q4_K(const uint8_t *wq, const ft_gemm_q45_K_scales *ws, const uint8_t *act, int64_t nb,
-                                  __m256 acc[ROWS]) {
+static AVX2_GEMM void kernel_q4_K_avx2(const uint8_t *wq, const ft_gemm_q45_K_scales *ws, const uint8_t *act,
+                                       int64_t nb, __m256 acc[ROWS]) {
     kernel_q45_K(wq, ws, act, nb, 8, false, acc);
 }
 
-static AVX2_GEMM void kernel_q5_K(const uint8_t *wq, const ft_gemm_q45_K_scales *ws, const uint8_t *act, int64_t nb,
-                                  __m256 acc[ROWS]) {
+static AVX2_GEMM void kernel_q5_K_avx2(const uint8_t *wq, const ft_gemm_q45_K_scales *ws, const uint8_t *act,
+                                       int64_t nb, __m256 acc[ROWS]) {
     kernel_q45_K(wq, ws, act, nb, 4, false, acc);
 }
 
-static AVX2_GEMM void kernel_q45_K_vnni(const uint8_t *wq, const ft_gemm_q45_K_scales *ws, const uint8_t *act, int64_t nb,
-                                        __m256 acc[ROWS]) {
+static AVX2_GEMM void kernel_q45_K_avxvnni(const uint8_t *wq, const ft_gemm_q45_K_scales *ws, const uint8_t *act,
+                                           int64_t nb, __m256 acc[ROWS]) {
     kernel_q45_K(wq, ws, act, nb, 8, true, acc);
 }
 
@@ -322,46 +320,6 @@ static AVX2_GEMM void kernel_q45_K_vnni(const uint8_t *wq, const ft_gemm_q45_K_s
 // measured over 32 experts of 768 x 2048, one thread (q4_K: 1 token 3.7 ms, a vector 9.2 ms with
 // AVX2 and 7.7 ms with AVX-VNNI; q5_K: 3.1 against 7.6 and 6.1; q6_K: 4.3 against 13.4 and 13.8).
 enum { FEW_Q4_K_AVX2 = 5, FEW_Q4_K_AVXVNNI = 5, FEW_Q5_K_AVX2 = 6, FEW_Q5_K_AVXVNNI = 4, FEW_Q6_K = 7 };
-
-AVX2_GEMM void ft_gemm_q4_K_avx2(int64_t n, const void *x, size_t bx, int nr, const void *y, size_t by, int nc,
-                                 float *s, size_t ls) {
-    if (nc < FEW_Q4_K_AVX2) {
-        ft_gemm_few_q4_K_avx2(n, x, bx, nr, y, by, nc, s, ls);
-        return;
-    }
-    ft_gemm_q45_K_scales *ws;
-    GEMM_LOOP(QK_K, (size_t)nb * ft_gemm_q8_K_packed(4, LANES), PACK_Q8_K4, ROWS_Q4_K, kernel_q4_K);
-}
-
-AVX2_GEMM void ft_gemm_q5_K_avx2(int64_t n, const void *x, size_t bx, int nr, const void *y, size_t by, int nc,
-                                 float *s, size_t ls) {
-    if (nc < FEW_Q5_K_AVX2) {
-        ft_gemm_few_q5_K(n, x, bx, nr, y, by, nc, s, ls);
-        return;
-    }
-    ft_gemm_q45_K_scales *ws;
-    GEMM_LOOP(QK_K, (size_t)nb * ft_gemm_q8_K_packed(4, LANES), PACK_Q8_K4, ROWS_Q5_K, kernel_q5_K);
-}
-
-AVX2_GEMM void ft_gemm_q4_K_avxvnni(int64_t n, const void *x, size_t bx, int nr, const void *y, size_t by, int nc,
-                                    float *s, size_t ls) {
-    if (nc < FEW_Q4_K_AVXVNNI) {
-        ft_gemm_few_q4_K_avx2(n, x, bx, nr, y, by, nc, s, ls);
-        return;
-    }
-    ft_gemm_q45_K_scales *ws;
-    GEMM_LOOP(QK_K, (size_t)nb * ft_gemm_q8_K_packed(4, LANES), PACK_Q8_K4, ROWS_Q4_K, kernel_q45_K_vnni);
-}
-
-AVX2_GEMM void ft_gemm_q5_K_avxvnni(int64_t n, const void *x, size_t bx, int nr, const void *y, size_t by, int nc,
-                                    float *s, size_t ls) {
-    if (nc < FEW_Q5_K_AVXVNNI) {
-        ft_gemm_few_q5_K(n, x, bx, nr, y, by, nc, s, ls);
-        return;
-    }
-    ft_gemm_q45_K_scales *ws;
-    GEMM_LOOP(QK_K, (size_t)nb * ft_gemm_q8_K_packed(4, LANES), PACK_Q8_K4, ROWS_Q5_K, kernel_q45_K_vnni);
-}
 
 // q6_K: codes 0..63 (the value plus 32) and int8 scales per 16: isum = sum over the 16
 // sub-blocks of scale_j * (its exact code products) - 32 * sum of scale_j * (the token's sum of
@@ -403,30 +361,35 @@ static AVX2_GEMM void kernel_q6_K_avx2(const uint8_t *wq, const ft_gemm_q6_K_sca
     kernel_q6_K(wq, ws, act, nb, false, acc);
 }
 
-static AVX2_GEMM void kernel_q6_K_vnni(const uint8_t *wq, const ft_gemm_q6_K_scales *ws, const uint8_t *act, int64_t nb,
+static AVX2_GEMM void kernel_q6_K_avxvnni(const uint8_t *wq, const ft_gemm_q6_K_scales *ws, const uint8_t *act, int64_t nb,
                                        __m256 acc[ROWS]) {
     kernel_q6_K(wq, ws, act, nb, true, acc);
 }
 
-AVX2_GEMM void ft_gemm_q6_K_avx2(int64_t n, const void *x, size_t bx, int nr, const void *y, size_t by, int nc,
-                                 float *s, size_t ls) {
-    if (nc < FEW_Q6_K) {
-        ft_gemm_few_q6_K(n, x, bx, nr, y, by, nc, s, ls);
-        return;
+// The K-quants' entries: below FEW tokens FEW_FN (the same bits), else the vectors.
+#define GEMM_K(NAME, FEW, FEW_FN, SCALES_T, PAIRS, ROWS_FN, KERNEL)                                         \
+    AVX2_GEMM void NAME(int64_t n, const void *x, size_t bx, int nr, const void *y, size_t by, int nc,      \
+                        float *s, size_t ls) {                                                             \
+        if (nc < (FEW)) {                                                                                   \
+            FEW_FN(n, x, bx, nr, y, by, nc, s, ls);                                                         \
+            return;                                                                                         \
+        }                                                                                                   \
+        SCALES_T *ws;                                                                                       \
+        const int pairs = (PAIRS);                                                                          \
+        GEMM_LOOP(QK_K, (size_t)nb * ft_gemm_q8_K_packed(pairs, LANES), PACK_Q8_K, ROWS_FN, KERNEL);        \
     }
-    ft_gemm_q6_K_scales *ws;
-    GEMM_LOOP(QK_K, (size_t)nb * ft_gemm_q8_K_packed(SUBS6 / 2, LANES), PACK_Q8_K8, ROWS_Q6_K, kernel_q6_K_avx2);
-}
-
-AVX2_GEMM void ft_gemm_q6_K_avxvnni(int64_t n, const void *x, size_t bx, int nr, const void *y, size_t by, int nc,
-                                    float *s, size_t ls) {
-    if (nc < FEW_Q6_K) {
-        ft_gemm_few_q6_K(n, x, bx, nr, y, by, nc, s, ls);
-        return;
-    }
-    ft_gemm_q6_K_scales *ws;
-    GEMM_LOOP(QK_K, (size_t)nb * ft_gemm_q8_K_packed(SUBS6 / 2, LANES), PACK_Q8_K8, ROWS_Q6_K, kernel_q6_K_vnni);
-}
+#define PACK_Q8_K(dst, c0) ft_gemm_pack_q8_K(dst, y, by, c0, nc, nb, pairs, LANES)
+GEMM_K(ft_gemm_q4_K_avx2, FEW_Q4_K_AVX2, ft_gemm_few_q4_K_avx2, ft_gemm_q45_K_scales, 4, ROWS_Q4_K, kernel_q4_K_avx2)
+GEMM_K(ft_gemm_q5_K_avx2, FEW_Q5_K_AVX2, ft_gemm_few_q5_K, ft_gemm_q45_K_scales, 4, ROWS_Q5_K, kernel_q5_K_avx2)
+GEMM_K(ft_gemm_q6_K_avx2, FEW_Q6_K, ft_gemm_few_q6_K, ft_gemm_q6_K_scales, SUBS6 / 2, ROWS_Q6_K, kernel_q6_K_avx2)
+GEMM_K(ft_gemm_q4_K_avxvnni, FEW_Q4_K_AVXVNNI, ft_gemm_few_q4_K_avx2, ft_gemm_q45_K_scales, 4, ROWS_Q4_K,
+       kernel_q45_K_avxvnni)
+GEMM_K(ft_gemm_q5_K_avxvnni, FEW_Q5_K_AVXVNNI, ft_gemm_few_q5_K, ft_gemm_q45_K_scales, 4, ROWS_Q5_K,
+       kernel_q45_K_avxvnni)
+GEMM_K(ft_gemm_q6_K_avxvnni, FEW_Q6_K, ft_gemm_few_q6_K, ft_gemm_q6_K_scales, SUBS6 / 2, ROWS_Q6_K,
+       kernel_q6_K_avxvnni)
+#undef PACK_Q8_K
+#undef GEMM_K
 
 // ---------------------------------------------------------------------------------------------
 // bf16 x bf16
