@@ -17,6 +17,8 @@
 //     codes (q4_0, q5_0, mxfp4 with an offset; the K-quants) sum several groups in int16 before
 //     widening, as many as 2 * 128 * max code allows, and signed codes (q8_0, iq4_nl) take the
 //     sign trick instead of an offset: |w| times a with w's sign, widened every group.
+// A vector costs as much for 1 token as for 8: below a few tokens q8_0 and the K-quants take
+// gemm_shared.c's per-(row, token) paths, which give the same bits.
 // Thread-safe: each thread packs into its own scratch.
 #include "dot.h"
 #include "gemm_shared.h"
