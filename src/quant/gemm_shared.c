@@ -161,6 +161,43 @@ AVX512_TARGET void ft_gemm_few_q4_K(int64_t n, const void *x, size_t bx, int nr,
                                (const block_q8_K *)((const uint8_t *)y + (size_t)c * by));
 }
 
+// A q4_K or q5_K super-block's 256 codes as 8 vectors in element order: per 32 bytes c of qs
+// its low nibbles (sub-block 2c) and its high ones (2c + 1), with q5_K's fifth bits from qh
+// (NULL: q4_K; bit 2c of qh[l] for element 64c + l, bit 2c + 1 for 64c + 32 + l).
+static inline AVX2_TARGET void q45_K_codes(const uint8_t *qs, const uint8_t *qh, __m256i code[8]) {
+    const __m256i m15 = _mm256_set1_epi8(0x0f), one = _mm256_set1_epi8(1);
+    const __m256i h = qh ? _mm256_loadu_si256((const __m256i *)qh) : _mm256_setzero_si256();
+    for (int c = 0; c < 4; c++) {
+        const __m256i v = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));
+        code[2 * c] = _mm256_and_si256(v, m15);
+        code[2 * c + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m15);
+        if (qh) {
+            code[2 * c] =
+                _mm256_or_si256(code[2 * c], _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2 * c), one), 4));
+            code[2 * c + 1] = _mm256_or_si256(code[2 * c + 1],
+                                              _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2 * c + 1), one), 4));
+        }
+    }
+}
+
+// A q6_K super-block's 256 codes (0..63, the value plus 32) as 8 vectors in element order:
+// element 128h + 32k + l takes its low four bits from ql[64h + 32(k % 2) + l] (low nibble for
+// k < 2) and its top two from bits 2k..2k+1 of qh[32h + l].
+static inline AVX2_TARGET void q6_K_codes(const block_q6_K *b, __m256i code[8]) {
+    const __m256i m15 = _mm256_set1_epi8(0x0f), m48 = _mm256_set1_epi8(0x30);
+    for (int h = 0; h < 2; h++) {
+        const __m256i l1 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h));
+        const __m256i l2 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h + 32));
+        const __m256i qh = _mm256_loadu_si256((const __m256i *)(b->qh + 32 * h));
+        __m256i *c = code + 4 * h;
+        c[0] = _mm256_or_si256(_mm256_and_si256(l1, m15), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m48));
+        c[1] = _mm256_or_si256(_mm256_and_si256(l2, m15), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m48));
+        c[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m15), _mm256_and_si256(qh, m48));
+        c[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l2, 4), m15),
+                               _mm256_and_si256(_mm256_srli_epi16(qh, 2), m48));
+    }
+}
+
 // q4_K and q5_K (x5) with AVX2 alone, a weight row's super-block decoded once for all the tokens:
 // per 32 bytes of qs its low nibbles (sub-block 2c) and its high ones (2c + 1), with q5_K's fifth
 // bits (bit 2c of qh[l] for element 64c + l, bit 2c + 1 for 64c + 32 + l), against 32 activation
@@ -169,7 +206,6 @@ static AVX2_TARGET void few_q45_K(int64_t n, const void *x, size_t bx, int nr, c
                                   float *s, size_t ls, bool x5) {
     enum { MAX_FEW = 8 };
     FT_ASSERT(nc <= MAX_FEW);
-    const __m256i m15 = _mm256_set1_epi8(0x0f), one = _mm256_set1_epi8(1);
     const __m128i dup = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
     for (int r = 0; r < nr; r++) {
         const uint8_t *xr = (const uint8_t *)x + (size_t)r * bx;
@@ -180,24 +216,12 @@ static AVX2_TARGET void few_q45_K(int64_t n, const void *x, size_t bx, int nr, c
             const block_q5_K *b5 = (const block_q5_K *)(xr + b * sb);
             for (int o = 0; o < (int)sb; o += 64)
                 _mm_prefetch((const char *)b4 + EXACT_PREFETCH + o, _MM_HINT_T0);
-            const uint8_t *qs = x5 ? b5->qs : b4->qs;
-            const __m256i qh = x5 ? _mm256_loadu_si256((const __m256i *)b5->qh) : _mm256_setzero_si256();
             uint8_t sc[8], mn[8];
             k4_scales_mins(x5 ? b5->scales : b4->scales, sc, mn);
             __m256i codes[8], scale[8];
-            for (int c = 0; c < 4; c++) {
-                __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));
-                codes[2 * c] = _mm256_and_si256(q, m15);
-                codes[2 * c + 1] = _mm256_and_si256(_mm256_srli_epi16(q, 4), m15);
-                if (x5) {
-                    codes[2 * c] = _mm256_or_si256(
-                        codes[2 * c], _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c), one), 4));
-                    codes[2 * c + 1] = _mm256_or_si256(
-                        codes[2 * c + 1], _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c + 1), one), 4));
-                }
-                scale[2 * c] = _mm256_set1_epi16(sc[2 * c]);
-                scale[2 * c + 1] = _mm256_set1_epi16(sc[2 * c + 1]);
-            }
+            q45_K_codes(x5 ? b5->qs : b4->qs, x5 ? b5->qh : NULL, codes);
+            for (int j = 0; j < 8; j++)
+                scale[j] = _mm256_set1_epi16(sc[j]);
             __m128i m8;
             memcpy(&m8, mn, 8);
             const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(m8, dup));
@@ -382,7 +406,6 @@ AVX2_TARGET void ft_gemm_rows_32(enum ft_type t, int off, uint8_t *wq, float *wd
 
 AVX2_TARGET void ft_gemm_rows_q45_K(uint8_t *wq, ft_gemm_q45_K_scales *ws, const uint8_t *x, size_t bx, int nr,
                                     int64_t nb, bool x5, int rows) {
-    const __m256i m15 = _mm256_set1_epi8(0x0f), one = _mm256_set1_epi8(1);
     for (int r = 0; r < rows; r++) {
         uint8_t *q = wq + (size_t)r * nb * QK_K;
         if (r >= nr) {
@@ -392,23 +415,13 @@ AVX2_TARGET void ft_gemm_rows_q45_K(uint8_t *wq, ft_gemm_q45_K_scales *ws, const
         for (int64_t b = 0; b < nb; b++) {
             const block_q4_K *b4 = (const block_q4_K *)(x + (size_t)r * bx) + b;
             const block_q5_K *b5 = (const block_q5_K *)(x + (size_t)r * bx) + b;
-            const uint8_t *qs = x5 ? b5->qs : b4->qs, *scales = x5 ? b5->scales : b4->scales;
-            const __m256i qh = x5 ? _mm256_loadu_si256((const __m256i *)b5->qh) : _mm256_setzero_si256();
-            for (int c = 0; c < 4; c++) {
-                __m256i v = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));
-                __m256i lo = _mm256_and_si256(v, m15), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m15);
-                if (x5) {
-                    __m256i h0 = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * c), one);
-                    __m256i h1 = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * c + 1), one);
-                    lo = _mm256_or_si256(lo, _mm256_slli_epi16(h0, 4));
-                    hi = _mm256_or_si256(hi, _mm256_slli_epi16(h1, 4));
-                }
-                _mm256_storeu_si256((__m256i *)(q + b * QK_K + 64 * c), lo);
-                _mm256_storeu_si256((__m256i *)(q + b * QK_K + 64 * c + 32), hi);
-            }
+            __m256i code[8];
+            q45_K_codes(x5 ? b5->qs : b4->qs, x5 ? b5->qh : NULL, code);
+            for (int k = 0; k < 8; k++)
+                _mm256_storeu_si256((__m256i *)(q + b * QK_K + 32 * k), code[k]);
             ft_gemm_q45_K_scales *w = &ws[b * rows + r];
             uint8_t sc[8], mn[8];
-            k4_scales_mins(scales, sc, mn);
+            k4_scales_mins(x5 ? b5->scales : b4->scales, sc, mn);
             for (int j = 0; j < 8; j++)
                 w->sc[j] = sc[j];
             for (int i = 0; i < 4; i++)
@@ -421,7 +434,6 @@ AVX2_TARGET void ft_gemm_rows_q45_K(uint8_t *wq, ft_gemm_q45_K_scales *ws, const
 
 AVX2_TARGET void ft_gemm_rows_q6_K(uint8_t *wq, ft_gemm_q6_K_scales *ws, const uint8_t *x, size_t bx, int nr,
                                    int64_t nb, int rows) {
-    const __m256i m15 = _mm256_set1_epi8(0x0f), m48 = _mm256_set1_epi8(0x30);
     for (int r = 0; r < rows; r++) {
         uint8_t *q = wq + (size_t)r * nb * QK_K;
         if (r >= nr) {
@@ -430,19 +442,10 @@ AVX2_TARGET void ft_gemm_rows_q6_K(uint8_t *wq, ft_gemm_q6_K_scales *ws, const u
         }
         const block_q6_K *xb = (const block_q6_K *)(x + (size_t)r * bx);
         for (int64_t b = 0; b < nb; b++) {
-            for (int h = 0; h < 2; h++) {
-                const __m256i l1 = _mm256_loadu_si256((const __m256i *)(xb[b].ql + 64 * h));
-                const __m256i l2 = _mm256_loadu_si256((const __m256i *)(xb[b].ql + 64 * h + 32));
-                const __m256i qh = _mm256_loadu_si256((const __m256i *)(xb[b].qh + 32 * h));
-                __m256i code[4];
-                code[0] = _mm256_or_si256(_mm256_and_si256(l1, m15), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m48));
-                code[1] = _mm256_or_si256(_mm256_and_si256(l2, m15), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m48));
-                code[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m15), _mm256_and_si256(qh, m48));
-                code[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l2, 4), m15),
-                                          _mm256_and_si256(_mm256_srli_epi16(qh, 2), m48));
-                for (int k = 0; k < 4; k++)
-                    _mm256_storeu_si256((__m256i *)(q + b * QK_K + 128 * h + 32 * k), code[k]);
-            }
+            __m256i code[8];
+            q6_K_codes(&xb[b], code);
+            for (int k = 0; k < 8; k++)
+                _mm256_storeu_si256((__m256i *)(q + b * QK_K + 32 * k), code[k]);
             ft_gemm_q6_K_scales *w = &ws[b * rows + r];
             for (int j = 0; j < 16; j++)
                 w->sc[j] = xb[b].scales[j];
@@ -462,7 +465,6 @@ enum { FEW_MAX = 8 };
 AVX2_TARGET void ft_gemm_few_q6_K(int64_t n, const void *x, size_t bx, int nr, const void *y, size_t by, int nc,
                                   float *s, size_t ls) {
     FT_ASSERT(nc <= FEW_MAX);
-    const __m256i m15 = _mm256_set1_epi8(0x0f), m48 = _mm256_set1_epi8(0x30);
     for (int r = 0; r < nr; r++) {
         const block_q6_K *xr = (const block_q6_K *)((const uint8_t *)x + (size_t)r * bx);
         float sum[FEW_MAX] = {0};
@@ -471,18 +473,7 @@ AVX2_TARGET void ft_gemm_few_q6_K(int64_t n, const void *x, size_t bx, int nr, c
                 _mm_prefetch((const char *)(xr + b) + EXACT_PREFETCH + o, _MM_HINT_T0);
             // codes 0..63 of elements 32k.. (k = 0..7) and the scales of their two sub-blocks of 16
             __m256i code[8], scale[8];
-            for (int h = 0; h < 2; h++) {
-                const __m256i l1 = _mm256_loadu_si256((const __m256i *)(xr[b].ql + 64 * h));
-                const __m256i l2 = _mm256_loadu_si256((const __m256i *)(xr[b].ql + 64 * h + 32));
-                const __m256i qh = _mm256_loadu_si256((const __m256i *)(xr[b].qh + 32 * h));
-                code[4 * h] = _mm256_or_si256(_mm256_and_si256(l1, m15), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m48));
-                code[4 * h + 1] =
-                    _mm256_or_si256(_mm256_and_si256(l2, m15), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m48));
-                code[4 * h + 2] =
-                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m15), _mm256_and_si256(qh, m48));
-                code[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l2, 4), m15),
-                                                  _mm256_and_si256(_mm256_srli_epi16(qh, 2), m48));
-            }
+            q6_K_codes(&xr[b], code);
             for (int k = 0; k < 8; k++)
                 scale[k] = _mm256_set_m128i(_mm_set1_epi16(xr[b].scales[2 * k + 1]), _mm_set1_epi16(xr[b].scales[2 * k]));
             const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)xr[b].scales));
