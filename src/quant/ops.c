@@ -103,10 +103,12 @@ static void ops_init(void) {
     USE_TILE(FT_TYPE_IQ4_NL, iq4_nl);
     USE_TILE(FT_TYPE_MXFP4, mxfp4);
 #undef USE_TILE
-    // Prefill's AVX2 GEMMs, until AVX-512 VNNI, BF16 or AMX ones replace them below (the integer
-    // formats' bits are the same on all of them).
-    g_gemm = "avx2";
-#define USE_GEMM(T, type) g_ops[T].gemm = ft_gemm_##type##_avx2
+    // Prefill's AVX2 GEMMs (AVX-VNNI's for the integer formats where the CPU has it; FT_SIMD=avx2
+    // keeps AVX2's: an AVX2-only CPU), until AVX-512 VNNI, BF16 or AMX ones replace them below
+    // (the integer formats' bits are the same on all of them).
+    const bool avxvnni = !(force && strcmp(force, "avx2") == 0) && ft_gemm_avxvnni_supported();
+    g_gemm = avxvnni ? "avxvnni" : "avx2";
+#define USE_GEMM(T, type) g_ops[T].gemm = avxvnni ? ft_gemm_##type##_avxvnni : ft_gemm_##type##_avx2
     USE_GEMM(FT_TYPE_Q8_0, q8_0);
     USE_GEMM(FT_TYPE_Q4_0, q4_0);
     USE_GEMM(FT_TYPE_Q5_0, q5_0);
@@ -115,22 +117,8 @@ static void ops_init(void) {
     USE_GEMM(FT_TYPE_Q4_K, q4_K);
     USE_GEMM(FT_TYPE_Q5_K, q5_K);
     USE_GEMM(FT_TYPE_Q6_K, q6_K);
-    USE_GEMM(FT_TYPE_BF16, bf16);
 #undef USE_GEMM
-    // AVX-VNNI for the integer formats (FT_SIMD=avx2 keeps AVX2's: an AVX2-only CPU)
-    if (!(force && strcmp(force, "avx2") == 0) && ft_gemm_avxvnni_supported()) {
-        g_gemm = "avxvnni";
-#define USE_GEMM(T, type) g_ops[T].gemm = ft_gemm_##type##_avxvnni
-        USE_GEMM(FT_TYPE_Q8_0, q8_0);
-        USE_GEMM(FT_TYPE_Q4_0, q4_0);
-        USE_GEMM(FT_TYPE_Q5_0, q5_0);
-        USE_GEMM(FT_TYPE_IQ4_NL, iq4_nl);
-        USE_GEMM(FT_TYPE_MXFP4, mxfp4);
-        USE_GEMM(FT_TYPE_Q4_K, q4_K);
-        USE_GEMM(FT_TYPE_Q5_K, q5_K);
-        USE_GEMM(FT_TYPE_Q6_K, q6_K);
-#undef USE_GEMM
-    }
+    g_ops[FT_TYPE_BF16].gemm = ft_gemm_bf16_avx2;
     // AVX-512BW tiles where the CPU and OS have them (FT_SIMD=avx2 and avxvnni keep the AVX2 ones)
     if (force && (strcmp(force, "avx2") == 0 || strcmp(force, "avxvnni") == 0)) return;
     if (!(__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
