@@ -217,12 +217,13 @@ TEST(dot_ops_dispatch) {
     const char *force = getenv("FT_SIMD");
     bool avx2 = cpu_has_avx2() && !(force && strcmp(force, "scalar") == 0);
     __builtin_cpu_init();
-    bool avx512 = avx2 && !(force && strcmp(force, "avx2") == 0) && __builtin_cpu_supports("avx512f") &&
+    bool avx2_only = force && (strcmp(force, "avx2") == 0 || strcmp(force, "avxvnni") == 0);
+    bool avx512 = avx2 && !avx2_only && __builtin_cpu_supports("avx512f") &&
                   __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
                   __builtin_cpu_supports("avx512dq");
     CHECK(strcmp(ft_quant_simd_name(), avx512 ? "avx512" : avx2 ? "avx2" : "scalar") == 0, "simd %s",
           ft_quant_simd_name());
-    // decode's q8_0 matvec: VNNI where the CPU has it, and never when FT_SIMD=avx2 forces AVX2;
+    // decode's q8_0 matvec: VNNI where the CPU has it, and never when FT_SIMD=avx2 or avxvnni forces AVX2;
     // Zen 4 keeps the AVX2 tiles unless FT_SIMD=avx512
     bool tiles512 = avx512 && (!ft_quant_zen4() || (force && strcmp(force, "avx512") == 0));
     bool vnni = tiles512 && __builtin_cpu_supports("avx512vnni");
