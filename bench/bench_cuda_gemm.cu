@@ -12,6 +12,9 @@
 // The contenders alternate inside each repetition; times are medians of the repetitions of a
 // loop of launches; the activations' q8_1 form is made once outside the dense timings.
 //
+// The dense GEMM runs twice: as one launch of its tiles, and split over its input where the tiles
+// leave SMs idle (the backend's form for decode-sized batches, ft_cuda_gemm_params.part).
+//
 // Usage: bench_cuda_gemm [--quick] [--tok=N]   (--quick: 3 repetitions instead of 9; --tok:
 // tokens instead of 512, e.g. 16 or 32 to find where the GEMM overtakes the matvec path)
 #include <cuda_runtime.h>
@@ -117,6 +120,9 @@ int main(int argc, char **argv) {
     CK(cudaMalloc(&dx, hx.size() * sizeof(float)));
     CK(cudaMalloc(&dy, (size_t)4096 * n_tok * sizeof(float)));
     CK(cudaMalloc(&dq, ft_cuda_q8_1_bytes(max_cols, n_tok)));
+    const size_t part_floats = (size_t)1 << 22; // as the backend's
+    float *dpart;
+    CK(cudaMalloc(&dpart, part_floats * sizeof(float)));
     CK(cudaMemcpy(dx, hx.data(), hx.size() * sizeof(float), cudaMemcpyHostToDevice));
 
     // ---- dense shapes
@@ -128,8 +134,8 @@ int main(int argc, char **argv) {
         {"expert gate 2048->768", FT_TYPE_Q4_K, 768, 2048},
         {"expert down 768->2048", FT_TYPE_Q4_K, 2048, 768},
     };
-    printf("%-22s %-5s | %9s %8s | %9s %8s | %7s\n", "shape", "type", "gemm us", "TFLOP/s", "matvec us",
-           "TFLOP/s", "speedup");
+    printf("%-22s %-5s | %9s %8s | %9s %8s | %9s %8s | %7s\n", "shape", "type", "gemm us", "TFLOP/s", "split us",
+           "TFLOP/s", "matvec us", "TFLOP/s", "speedup");
     for (const shape &sh : shapes) {
         uint8_t *dw = upload_weights(sh.t, sh.rows, sh.cols, 1, &rng);
         ft_cuda_quantize_q8_1(dx, dq, sh.cols, n_tok, s);
@@ -141,17 +147,23 @@ int main(int argc, char **argv) {
         gp.x = dq;
         gp.y = dy;
         gp.n_tok = n_tok;
+        ft_cuda_gemm_params gs = gp;
+        gs.part = dpart;
+        gs.part_floats = part_floats;
         ft_cuda_gemm(&gp, s); // warm-up
+        ft_cuda_gemm(&gs, s);
         matvec_path(sh.t, dw, sh.rows, sh.cols, dq, dy, n_tok, s);
-        std::vector<float> tg, tm;
+        std::vector<float> tg, ts, tm;
         for (int r = 0; r < reps; r++) {
             tg.push_back(time_loop(cs, 20, [&] { ft_cuda_gemm(&gp, s); }));
+            ts.push_back(time_loop(cs, 20, [&] { ft_cuda_gemm(&gs, s); }));
             tm.push_back(time_loop(cs, 5, [&] { matvec_path(sh.t, dw, sh.rows, sh.cols, dq, dy, n_tok, s); }));
         }
         const double flop = 2.0 * n_tok * (double)sh.rows * (double)sh.cols;
-        const float g = median(tg), m = median(tm);
-        printf("%-22s %-5s | %9.1f %8.1f | %9.1f %8.1f | %6.1fx\n", sh.name, ft_type_name(sh.t), g * 1e3,
-               flop / (g * 1e-3) / 1e12, m * 1e3, flop / (m * 1e-3) / 1e12, m / g);
+        const float g = median(tg), sp = median(ts), m = median(tm);
+        printf("%-22s %-5s | %9.1f %8.1f | %9.1f %8.1f | %9.1f %8.1f | %6.1fx\n", sh.name, ft_type_name(sh.t), g * 1e3,
+               flop / (g * 1e-3) / 1e12, sp * 1e3, flop / (sp * 1e-3) / 1e12, m * 1e3, flop / (m * 1e-3) / 1e12,
+               m / std::min(g, sp));
         fflush(stdout);
         CK(cudaFree(dw));
     }
@@ -264,7 +276,7 @@ int main(int argc, char **argv) {
 
     CK(cudaFree(dg)); CK(cudaFree(du)); CK(cudaFree(dd)); CK(cudaFree(dsel)); CK(cudaFree(dsw));
     CK(cudaFree(dh)); CK(cudaFree(dh2)); CK(cudaFree(dout)); CK(cudaFree(dmy)); CK(cudaFree(dwork));
-    CK(cudaFree(dxq)); CK(cudaFree(dhq)); CK(cudaFree(dx)); CK(cudaFree(dy)); CK(cudaFree(dq));
+    CK(cudaFree(dxq)); CK(cudaFree(dhq)); CK(cudaFree(dx)); CK(cudaFree(dy)); CK(cudaFree(dq)); CK(cudaFree(dpart));
     CK(cudaStreamDestroy(cs));
     return 0;
 }

@@ -843,6 +843,167 @@ TEST(cuda_op_attention_depth) {
     }
 }
 
+// A step of several sequences' decode rows in one call of each op (rope_seqs, set_rows_seqs,
+// attention's seqs: one token of each, each at its own position through its own block table of
+// one store), against the same rows sequence by sequence: q, k and both caches to the bit
+// (per-head norms before the ropes, so the launches fuse as in a step), the attention outputs
+// within float summation order (the keys split over all the sequences' CTAs, not each one's).
+static void attention_seqs_case(int hd, enum ft_type kt, int n, int window) {
+    const int nh = 8, nkv = 2, W = nkv * hd, per = 40; // blocks of each sequence's table
+    const int store = n * per * FT_KV_BLOCK;
+    pair p;
+    if (!pair_init(&p, FT_MAX(n, 8), nh * hd, per * FT_KV_BLOCK, hd, 0, 0)) return;
+    int32_t *tables = ft_malloc((size_t)n * per * sizeof(int32_t)), *pos = ft_malloc((size_t)n * sizeof(int32_t));
+    // a permutation (37 is prime to every n * per here): the sequences' blocks interleave
+    for (int i = 0; i < n * per; i++) tables[i] = (int32_t)((i * 37 + 3) % (n * per));
+    int32_t *tables_dev = ft_cuda_malloc((size_t)n * per * sizeof(int32_t));
+    ft_cuda_memcpy_h2d(tables_dev, tables, (size_t)n * per * sizeof(int32_t), NULL);
+    const int32_t **blocks = ft_malloc((size_t)n * sizeof(int32_t *));
+    for (int i = 0; i < n; i++) {
+        blocks[i] = tables_dev + (size_t)i * per;
+        pos[i] = (int)(((i + 1) * 977 + 13) % (per * FT_KV_BLOCK - 1)); // short and deep, across blocks
+    }
+    if (n > 2) pos[0] = 0; // a sequence's first token
+    void *seqs_dev = ft_cuda_malloc((size_t)n * (sizeof(int32_t *) + sizeof(int32_t)));
+    ft_cuda_memcpy_h2d(seqs_dev, blocks, (size_t)n * sizeof(int32_t *), NULL);
+    int32_t *pos_dev = (int32_t *)((char *)seqs_dev + (size_t)n * sizeof(int32_t *));
+    ft_cuda_memcpy_h2d(pos_dev, pos, (size_t)n * sizeof(int32_t), NULL);
+    ft_seq_rows rows = {.n = n, .pos = pos_dev, .blocks = (const int32_t *const *)seqs_dev};
+    ft_tensor kc[2], vc[2];
+    for (int way = 0; way < 2; way++) {
+        kc[way] = cache_tensor(kt, W, store, true);
+        vc[way] = cache_tensor(kt, W, store, true);
+    }
+    // each sequence's keys before its token, the same in both stores
+    for (int i = 0; i < n; i++) {
+        if (!pos[i]) continue;
+        float *k = randn(&p.rng, (size_t)pos[i] * W, 1.0f), *v = randn(&p.rng, (size_t)pos[i] * W, 1.0f);
+        float *kb = gpu_buf(&p, k, (size_t)pos[i] * W), *vb = gpu_buf(&p, v, (size_t)pos[i] * W);
+        for (int way = 0; way < 2; way++) {
+            p.gpu->ops->set_rows(p.gpu, &kc[way], blocks[i], 0, kb, pos[i]);
+            p.gpu->ops->set_rows(p.gpu, &vc[way], blocks[i], 0, vb, pos[i]);
+        }
+        free(k);
+        free(v);
+    }
+    ft_tensor qw_h = host_tensor(&p.rng, FT_TYPE_F32, hd, 1, 1, 1.0f), kw_h = host_tensor(&p.rng, FT_TYPE_F32, hd, 1, 1, 1.0f);
+    ft_tensor qw = dev_tensor(&qw_h), kw = dev_tensor(&kw_h);
+    const size_t QN = (size_t)n * nh * hd, KN = (size_t)n * W;
+    float *q = randn(&p.rng, QN, 1.0f), *k = randn(&p.rng, KN, 1.0f), *v = randn(&p.rng, KN, 1.0f);
+    const ft_rope_params rp = {.n_rot = hd, .neox = true, .freq_base = 1e6f, .freq_scale = 1, .attn_factor = 1,
+                               .beta_fast = 32, .beta_slow = 1, .n_ctx_orig = 4096};
+    float *qb[2], *kb[2], *vb[2], *ob[2];
+    ft_backend *g = p.gpu;
+    for (int way = 0; way < 2; way++) { // 0: sequence by sequence; 1: the rows together
+        qb[way] = gpu_buf(&p, q, QN);
+        kb[way] = gpu_buf(&p, k, KN);
+        vb[way] = gpu_buf(&p, v, KN);
+        ob[way] = gpu_buf(&p, NULL, QN);
+        ft_attn_params ap = {.k_cache = &kc[way], .v_cache = &vc[way], .n_tok = 1, .n_head = nh, .n_head_kv = nkv,
+                             .head_dim = hd, .window = window, .scale = 1.0f / sqrtf((float)hd)};
+        if (way == 0) {
+            for (int i = 0; i < n; i++) {
+                float *qi = qb[0] + (size_t)i * nh * hd, *ki = kb[0] + (size_t)i * W, *vi = vb[0] + (size_t)i * W;
+                g->ops->rms_norm(g, qi, &qw, qi, nh, hd, 1e-6f);
+                g->ops->rms_norm(g, ki, &kw, ki, nkv, hd, 1e-6f);
+                g->ops->rope(g, qi, 1, nh, hd, pos[i], &rp);
+                g->ops->rope(g, ki, 1, nkv, hd, pos[i], &rp);
+                g->ops->set_rows(g, &kc[0], blocks[i], pos[i], ki, 1);
+                g->ops->set_rows(g, &vc[0], blocks[i], pos[i], vi, 1);
+                ap.q = qi;
+                ap.out = ob[0] + (size_t)i * nh * hd;
+                ap.pos0 = pos[i];
+                ap.blocks = blocks[i];
+                g->ops->attention(g, &ap);
+            }
+        } else {
+            g->ops->rms_norm(g, qb[1], &qw, qb[1], n * nh, hd, 1e-6f);
+            g->ops->rms_norm(g, kb[1], &kw, kb[1], n * nkv, hd, 1e-6f);
+            g->ops->rope_seqs(g, qb[1], nh, hd, &rows, &rp);
+            g->ops->rope_seqs(g, kb[1], nkv, hd, &rows, &rp);
+            g->ops->set_rows_seqs(g, &kc[1], &rows, kb[1]);
+            g->ops->set_rows_seqs(g, &vc[1], &rows, vb[1]);
+            ap.q = qb[1];
+            ap.out = ob[1];
+            ap.n_tok = n;
+            ap.seqs = &rows;
+            g->ops->attention(g, &ap);
+        }
+    }
+    float *q0 = gpu_read(&p, qb[0], QN), *q1 = gpu_read(&p, qb[1], QN), *k0 = gpu_read(&p, kb[0], KN),
+          *k1 = gpu_read(&p, kb[1], KN), *o0 = gpu_read(&p, ob[0], QN), *o1 = gpu_read(&p, ob[1], QN);
+    size_t cb = kc[0].mat_bytes;
+    uint8_t *c[4];
+    const ft_tensor *ct[4] = {&kc[0], &kc[1], &vc[0], &vc[1]};
+    for (int i = 0; i < 4; i++) {
+        c[i] = ft_malloc(cb);
+        ft_cuda_memcpy_d2h(c[i], ct[i]->data, cb, NULL);
+    }
+    ft_cuda_device_sync();
+    bool same_q = !memcmp(q0, q1, QN * sizeof(float)), same_k = !memcmp(k0, k1, KN * sizeof(float));
+    bool same_kc = !memcmp(c[0], c[1], cb), same_vc = !memcmp(c[2], c[3], cb);
+    double e = rel_err(o1, o0, QN);
+    bool same_o = !memcmp(o0, o1, QN * sizeof(float));
+    // over an f16 cache, each sequence's output of both ways against its exact attention (q
+    // rounded to f16, the cache's values, in double) within float's summation
+    double ex[2] = {0, 0};
+    for (int i = 0; i < n && kt == FT_TYPE_F16; i++) {
+        const int nk = pos[i] + 1, kmin = window > 0 ? FT_MAX(0, pos[i] - window + 1) : 0;
+        float *kr = ft_malloc((size_t)nk * W * sizeof(float)), *vr = ft_malloc((size_t)nk * W * sizeof(float));
+        for (int j = 0; j < nk; j++) {
+            size_t row = (size_t)tables[(size_t)i * per + j / FT_KV_BLOCK] * FT_KV_BLOCK + j % FT_KV_BLOCK;
+            const ft_half *hk = (const ft_half *)(c[1] + row * kc[1].row_bytes), *hv = (const ft_half *)(c[3] + row * vc[1].row_bytes);
+            for (int d = 0; d < W; d++) {
+                kr[(size_t)j * W + d] = j < kmin ? 0.0f : ft_fp16_to_fp32(hk[d]);
+                vr[(size_t)j * W + d] = j < kmin ? 0.0f : ft_fp16_to_fp32(hv[d]);
+            }
+        }
+        float *xo = attention_exact(q1 + (size_t)i * nh * hd, kr, vr, 1, pos[i], nh, nkv, hd, window);
+        for (int way = 0; way < 2; way++) {
+            double ei = rel_err((way ? o1 : o0) + (size_t)i * nh * hd, xo, (size_t)nh * hd);
+            ex[way] = fmax(ex[way], ei);
+            if (ei > 1e-4) printf("      sequence %d at %d: way %d err %.3g against the exact attention\n", i, pos[i], way, ei);
+        }
+        free(kr), free(vr), free(xo);
+    }
+    printf("    %d sequences %s hd %d window %d: q, k, caches equal %d %d %d %d; attention err %.3g%s; against the "
+           "exact %.3g, %.3g\n", n, ft_type_name(kt), hd, window, same_q, same_k, same_kc, same_vc, e,
+           same_o ? " (bit-identical)" : "", ex[0], ex[1]);
+    CHECK(ex[0] <= 1e-4 && ex[1] <= 1e-4, "%d sequences hd %d: against the exact attention %.3g, %.3g", n, hd, ex[0], ex[1]);
+    CHECK(same_q && same_k && same_kc && same_vc, "%d sequences %s hd %d: rows differ from sequence by sequence", n,
+          ft_type_name(kt), hd);
+    CHECK(e <= 1e-5, "%d sequences %s hd %d window %d: attention differs by %.3g", n, ft_type_name(kt), hd, window, e);
+    for (int i = 0; i < 4; i++) free(c[i]);
+    for (int way = 0; way < 2; way++) {
+        ft_cuda_free(kc[way].data);
+        ft_cuda_free(vc[way].data);
+    }
+    free(q0), free(q1), free(k0), free(k1), free(o0), free(o1), free(q), free(k), free(v);
+    free(qw_h.data), free(kw_h.data);
+    ft_cuda_free(qw.data);
+    ft_cuda_free(kw.data);
+    ft_cuda_free(tables_dev);
+    ft_cuda_free(seqs_dev);
+    free(tables), free(pos), free(blocks);
+    pair_free(&p);
+}
+
+TEST(cuda_op_attention_seqs) {
+    GPU_TEST_REQUIRE_DEVICE();
+    enum ft_type kts[2] = {FT_TYPE_F16, FT_TYPE_Q8_0};
+    for (int ki = 0; ki < 2; ki++) {
+        attention_seqs_case(128, kts[ki], 2, 0);
+        attention_seqs_case(128, kts[ki], 7, 0);
+        attention_seqs_case(128, kts[ki], 32, 0);
+        attention_seqs_case(128, kts[ki], 5, 300);
+        attention_seqs_case(64, kts[ki], 9, 0);
+        attention_seqs_case(256, kts[ki], 4, 0);
+        attention_seqs_case(96, kts[ki], 6, 0); // the general kernel (no decode kernel for 96)
+        attention_seqs_case(96, kts[ki], 1, 0);
+        attention_seqs_case(96, kts[ki], 2, 0);
+    }
+}
+
 TEST(cuda_op_ffn) {
     GPU_TEST_REQUIRE_DEVICE();
     const int E = 256, F = 512;
@@ -953,6 +1114,48 @@ TEST(cuda_op_moe_ffn) {
     }
     free(router.data); free(bias.data);
     ft_cuda_free(drouter.data); ft_cuda_free(dbias.data);
+    pair_free(&p);
+}
+
+// A decode batch's MoE FFN (several sequences' tokens in one step, below the GEMM's threshold)
+// against each token's FFN alone: to the bit for a batch the router's matvec takes (up to 8
+// tokens: the same routing bits), within 1e-5 for 20 tokens (the router's float GEMM rounds the
+// logits otherwise); K-quant and q8_0 banks, the tokens sharing experts (16 experts, top-4).
+TEST(cuda_op_moe_ffn_batch_equals_alone) {
+    GPU_TEST_REQUIRE_DEVICE();
+    const int E = 256, F = 256, NE = 16, K = 4;
+    pair p;
+    if (!pair_init(&p, 40, F, 16, 64, NE, K)) return;
+    ft_tensor router = host_tensor(&p.rng, FT_TYPE_F32, E, NE, 1, 0.1f), drouter = dev_tensor(&router);
+    enum ft_type types[2][2] = {{FT_TYPE_Q4_K, FT_TYPE_Q6_K}, {FT_TYPE_Q8_0, FT_TYPE_Q8_0}};
+    for (int b = 0; b < 2; b++) {
+        ft_tensor g = host_tensor(&p.rng, types[b][0], E, F, NE, 0.05f), u = host_tensor(&p.rng, types[b][0], E, F, NE, 0.05f),
+                  d = host_tensor(&p.rng, types[b][1], F, E, NE, 0.05f);
+        ft_tensor dg = dev_tensor(&g), du = dev_tensor(&u), dd = dev_tensor(&d);
+        ft_moe_params mp = {.router = &drouter, .gate_exps = &dg, .up_exps = &du, .down_exps = &dd, .n_expert = NE,
+                            .n_expert_used = K, .gating = FT_GATING_SOFTMAX, .norm_w = true};
+        const int toks[2] = {5, 20};
+        for (int k = 0; k < 2; k++) {
+            int n = toks[k];
+            size_t N = (size_t)n * E;
+            float *x = randn(&p.rng, N, 1.0f);
+            float *gx = gpu_buf(&p, x, N), *gy = gpu_buf(&p, NULL, N), *g1 = gpu_buf(&p, NULL, N);
+            p.gpu->ops->moe_ffn(p.gpu, &mp, gx, gy, n);
+            for (int t = 0; t < n; t++) p.gpu->ops->moe_ffn(p.gpu, &mp, gx + (size_t)t * E, g1 + (size_t)t * E, 1);
+            float *hb = gpu_read(&p, gy, N), *ha = gpu_read(&p, g1, N);
+            double e = rel_err(hb, ha, N);
+            bool same = !memcmp(hb, ha, N * sizeof(float));
+            printf("    moe_ffn %s/%s, %d tokens together against each alone: err %.3g%s\n", ft_type_name(types[b][0]),
+                   ft_type_name(types[b][1]), n, e, same ? " (bit-identical)" : "");
+            if (n <= FT_CUDA_MATVEC_MAX_TOK) CHECK(same, "%d tokens: grouped differs from alone by %.3g", n, e);
+            else CHECK(e <= 1e-5, "%d tokens: grouped differs from alone by %.3g", n, e);
+            free(x), free(hb), free(ha);
+        }
+        free(g.data); free(u.data); free(d.data);
+        ft_cuda_free(dg.data); ft_cuda_free(du.data); ft_cuda_free(dd.data);
+    }
+    free(router.data);
+    ft_cuda_free(drouter.data);
     pair_free(&p);
 }
 

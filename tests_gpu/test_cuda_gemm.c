@@ -145,13 +145,17 @@ static void run_dense(enum ft_type t, int64_t n_out, int64_t n_in, int n_tok, ft
             ref_dot(wf + r * n_in, wm ? wm + r * n_in : NULL, xr + (size_t)tk * n_in, n_in,
                     &ref[(size_t)tk * n_out + r], &sabs[(size_t)tk * n_out + r]);
 
-    // both tile widths, whatever the automatic choice for this shape on this GPU
-    const int bns[] = {32, 64};
+    // both tile widths, whatever the automatic choice for this shape on this GPU; then split
+    // over the input (these shapes leave SMs idle), with the scratch a backend gives
+    const int bns[] = {32, 64, 0};
+    const size_t part_floats = (size_t)1 << 22;
+    float *part = ft_cuda_malloc(part_floats * sizeof(float));
     float *y = ft_malloc(ny * sizeof(float));
     for (size_t b = 0; b < FT_ARRAY_LEN(bns); b++) {
         ft_cuda_memset(dy, 0xFF, ny * sizeof(float), NULL); // all-ones bytes: NaN
         ft_cuda_gemm_force_bn(bns[b]);
-        ft_cuda_gemm_params p = {.type = t, .w = dw, .n_out = n_out, .n_in = n_in, .x = dq, .y = dy, .n_tok = n_tok};
+        ft_cuda_gemm_params p = {.type = t, .w = dw, .n_out = n_out, .n_in = n_in, .x = dq, .y = dy, .n_tok = n_tok,
+                                 .part = bns[b] ? NULL : part, .part_floats = part_floats};
         ft_cuda_gemm(&p, NULL);
         ft_cuda_gemm_force_bn(0);
         ft_cuda_memcpy_d2h(y, dy, ny * sizeof(float), NULL);
@@ -168,7 +172,7 @@ static void run_dense(enum ft_type t, int64_t n_out, int64_t n_in, int n_tok, ft
     }
     st->cases++;
     free(w); free(x); free(xr); free(y); free(wf); free(wm); free(ref); free(sabs);
-    ft_cuda_free(dw); ft_cuda_free(dy); ft_cuda_free(dq);
+    ft_cuda_free(dw); ft_cuda_free(dy); ft_cuda_free(dq); ft_cuda_free(part);
 }
 
 static void test_dense(enum ft_type t) {
@@ -234,27 +238,32 @@ static void run_gemm_f(enum ft_type t, int64_t n_out, int64_t n_in, int n_tok, f
     FT_ASSERT(dw && dx && dy);
     ft_cuda_memcpy_h2d(dw, w, nw * es, NULL);
     ft_cuda_memcpy_h2d(dx, x, nx * sizeof(float), NULL);
-    ft_cuda_memset(dy, 0xFF, ny * sizeof(float), NULL); // NaN
-    ft_cuda_matvec_params p = {.type = t, .w = dw, .n_rows = n_out, .n_cols = n_in, .x = dx, .y = dy, .n_tok = n_tok};
-    ft_cuda_gemm_f(&p, NULL);
+    const size_t part_floats = (size_t)1 << 22;
+    float *part = ft_cuda_malloc(part_floats * sizeof(float));
     float *y = ft_malloc(ny * sizeof(float));
-    ft_cuda_memcpy_d2h(y, dy, ny * sizeof(float), NULL);
-    ft_cuda_device_sync();
-    int bad = 0;
-    for (int tk = 0; tk < n_tok; tk++)
-        for (int64_t r = 0; r < n_out; r++) {
-            double ref, sabs;
-            ref_dot(wf + r * n_in, NULL, x + (size_t)tk * n_in, n_in, &ref, &sabs);
-            const double got = y[(size_t)tk * n_out + r], err = fabs(got - ref);
-            const double bound = 1.1 * (double)n_in * 0x1p-24 * sabs + 1e-30;
-            if (!(err <= bound) && bad++ < 3) // NaN fails too
-                CHECK(err <= bound, "%s n_out %lld n_in %lld n_tok %d: token %d row %lld: got %g ref %g (err %.3g, bound %.3g)",
-                      ft_type_name(t), (long long)n_out, (long long)n_in, n_tok, tk, (long long)r, got, ref, err, bound);
-            const double rel = sabs > 0 ? err / sabs : err;
-            if (rel > *worst || rel != rel) *worst = rel;
-        }
+    for (int split = 0; split < 2; split++) { // one launch; split over the columns (partials summed)
+        ft_cuda_memset(dy, 0xFF, ny * sizeof(float), NULL); // NaN
+        ft_cuda_matvec_params p = {.type = t, .w = dw, .n_rows = n_out, .n_cols = n_in, .x = dx, .y = dy, .n_tok = n_tok,
+                                   .part = split ? part : NULL, .part_floats = part_floats};
+        ft_cuda_gemm_f(&p, NULL);
+        ft_cuda_memcpy_d2h(y, dy, ny * sizeof(float), NULL);
+        ft_cuda_device_sync();
+        int bad = 0;
+        for (int tk = 0; tk < n_tok; tk++)
+            for (int64_t r = 0; r < n_out; r++) {
+                double ref, sabs;
+                ref_dot(wf + r * n_in, NULL, x + (size_t)tk * n_in, n_in, &ref, &sabs);
+                const double got = y[(size_t)tk * n_out + r], err = fabs(got - ref);
+                const double bound = 1.1 * (double)n_in * 0x1p-24 * sabs + 1e-30;
+                if (!(err <= bound) && bad++ < 3) // NaN fails too
+                    CHECK(err <= bound, "%s n_out %lld n_in %lld n_tok %d: token %d row %lld: got %g ref %g (err %.3g, bound %.3g)",
+                          ft_type_name(t), (long long)n_out, (long long)n_in, n_tok, tk, (long long)r, got, ref, err, bound);
+                const double rel = sabs > 0 ? err / sabs : err;
+                if (rel > *worst || rel != rel) *worst = rel;
+            }
+    }
     free(w); free(wf); free(x); free(y);
-    ft_cuda_free(dw); ft_cuda_free(dx); ft_cuda_free(dy);
+    ft_cuda_free(dw); ft_cuda_free(dx); ft_cuda_free(dy); ft_cuda_free(part);
 }
 
 static void test_gemm_f(enum ft_type t) {

@@ -82,8 +82,18 @@ typedef struct ft_rope_params {
 // over an f16 cache, as llama.cpp's does: it changes the bits (batch.c keeps it in mind).
 #define FT_ATTN_TILED_MIN_TOK 64
 
+// The decode rows of several sequences in one call (a server's step, one token of each): row i
+// is position pos[i] of the sequence whose block table (kv_block.h) is blocks[i]. Both arrays
+// live in memory the backend reads (device memory on a GPU, written with buffer_write_ordered
+// before the step), so that a recorded step replays at other positions and tables.
+typedef struct ft_seq_rows {
+    int n;
+    const int32_t *pos;
+    const int32_t *const *blocks;
+} ft_seq_rows;
+
 // Causal attention of n_tok new queries (positions pos0..pos0+n_tok-1) over the cached keys
-// 0..pos0+n_tok-1 of one sequence.
+// 0..pos0+n_tok-1 of one sequence; or, with seqs, of seqs->n sequences' one query each.
 typedef struct ft_attn_params {
     const float *q;            // (n_tok, n_head * head_dim), already roped
     float *out;                // (n_tok, n_head * head_dim)
@@ -106,6 +116,9 @@ typedef struct ft_attn_params {
     // As llama.cpp's flash attention applies it: after the keys' online softmax, where the
     // sink exceeds the running maximum the sum of values is rescaled by e^(M_keys - sink).
     const ft_tensor *sinks;
+    // Not NULL: the n_tok (= seqs->n) queries are these rows' (blocks, pos0 and n_chunk unused).
+    // Only on a backend with rope_seqs.
+    const ft_seq_rows *seqs;
 } ft_attn_params;
 
 // How moe_ffn turns the router's logits into a selection and weights:
@@ -334,6 +347,13 @@ typedef struct ft_backend_ops {
     // step bracket (a recorded step would not repeat it).
     void (*copy_rows)(ft_backend *be, ft_tensor *cache, int64_t dst, int64_t src, int64_t n_rows);
     void (*attention)(ft_backend *be, const ft_attn_params *p);
+    // rope and set_rows over the rows of several sequences (rows->n tokens in x, token i at its
+    // own position and block table), and attention with ft_attn_params.seqs: a step of many
+    // decoding sequences in a few launches. Optional, together: NULL where the layer code goes
+    // sequence by sequence.
+    void (*rope_seqs)(ft_backend *be, float *x, int n_head, int head_dim, const ft_seq_rows *rows,
+                      const ft_rope_params *p);
+    void (*set_rows_seqs)(ft_backend *be, ft_tensor *cache, const ft_seq_rows *rows, const float *x);
     // x (n_tok, n_head*head_dim) *= act(g): g is (n_tok, n_head) per head, or
     // (n_tok, n_head*head_dim) per element (g_width says which).
     void (*gate_mul)(ft_backend *be, float *x, const float *g, int n_tok, int n_head, int head_dim,
@@ -366,10 +386,12 @@ typedef struct ft_backend_ops {
     // Optional (NULL on a backend with no use for them): the engine brackets each forward
     // step, every op from the embedding to the logits, with these (read comes after step_end).
     // pos0 is the step's first position; key names what else the ops depend on (the
-    // sequence's KV cache). A backend may record a step's ops once and replay the record on
-    // later steps of the same n_tok and key at other positions (CUDA graphs): ops between the
-    // two calls may then only be noted, and run at step_end.
-    void (*step_begin)(ft_backend *be, int n_tok, int pos0, const void *key);
+    // sequence's KV cache). seqs: the step is the decode rows of several sequences and key
+    // their ft_seq_rows (whose arrays the ops read; pos0 unused). A backend may record a decode
+    // step's ops (one token of one sequence, or seqs) once and replay the record on later steps
+    // of the same n_tok and key at other positions (CUDA graphs): ops between the two calls may
+    // then only be noted, and run at step_end.
+    void (*step_begin)(ft_backend *be, int n_tok, int pos0, const void *key, bool seqs);
     void (*step_end)(ft_backend *be);
 
     // ---- Routed experts kept in host memory. Optional: NULL on a backend that computes every

@@ -38,6 +38,14 @@ struct ft_batch {
     ft_segment *seg;      // (n_seq) the step's segments
     bool *row_gemm;       // (max_tok) the kernel class of each row (ft_backend.row_gemm)
     int *out_row;         // (n_seq) row of each item's logits in logits, -1: none
+    // a step's run of decode rows of several sequences (ft_forward.seqs), where the backend
+    // takes them: their positions and block tables, in host memory (seqs_pos, seqs_blocks)
+    // and copied before each such step into the backend's buffer seqs_dev (the table pointers,
+    // then the positions), which seqs points into
+    ft_seq_rows seqs;
+    int32_t *seqs_pos;
+    const int32_t **seqs_blocks;
+    void *seqs_dev;
     float *logits_dev;    // (n_seq, n_vocab) backend buffer
     float *logits;        // (n_seq, n_vocab) host copy
 };
@@ -150,6 +158,19 @@ ft_batch *ft_batch_init(const ft_model *m, const ft_engine_params *params, ft_er
     for (int i = 0; i < p.n_seq; i++) b->out_row[i] = -1;
     b->logits_dev = be->ops->alloc(be, (size_t)p.n_seq * (size_t)hp->n_vocab);
     b->logits = ft_malloc((size_t)p.n_seq * (size_t)hp->n_vocab * sizeof(float));
+    if (be->ops->rope_seqs && p.n_seq >= 2) {
+        size_t n = (size_t)p.n_seq;
+        b->seqs_dev = be->ops->buffer_alloc(be, n * (sizeof(int32_t *) + sizeof(int32_t)));
+        if (!b->seqs_dev) {
+            ft_err_set(err, "out of device memory for the decode rows' tables");
+            ft_batch_free(b);
+            return NULL;
+        }
+        b->seqs_pos = ft_malloc(n * sizeof(int32_t));
+        b->seqs_blocks = ft_malloc(n * sizeof(int32_t *));
+        b->seqs.blocks = b->seqs_dev;
+        b->seqs.pos = (const int32_t *)((const char *)b->seqs_dev + n * sizeof(int32_t *));
+    }
     return b;
 }
 
@@ -159,6 +180,7 @@ void ft_batch_free(ft_batch *b) {
     ft_prefix_cache_free(b->pc);
     ft_kv_pool_free(b->pool);
     ft_weights_free(b->w);
+    if (b->seqs_dev && b->be->ops->buffer_free) b->be->ops->buffer_free(b->be, b->seqs_dev);
     if (b->be) b->be->ops->free(b->be);
     free(b->pos);
     free(b->tok);
@@ -166,6 +188,8 @@ void ft_batch_free(ft_batch *b) {
     free(b->row_gemm);
     free(b->out_row);
     free(b->logits);
+    free(b->seqs_pos);
+    free(b->seqs_blocks);
     free(b->seq_tok);
     free(b->block_exact);
     free(b->n_kept);
@@ -313,6 +337,38 @@ static bool check_items(ft_batch *b, const ft_batch_item *items, int n_items, ft
     return true;
 }
 
+// The step's first run of two or more consecutive decode rows of distinct sequences (one token
+// each, not resuming a chunk), where the backend takes them together: its rows' positions and
+// block tables go to the backend (b->seqs) and the forward (ft_forward.seqs). Returns the
+// run's length, 0 for none.
+static int decode_run(ft_batch *b, int n_items) {
+    b->f.seqs = NULL;
+    if (!b->seqs_dev) return 0;
+    int i0 = 0;
+    while (i0 < n_items) {
+        int n = 0;
+        while (i0 + n < n_items && b->seg[i0 + n].n_tok == 1 && b->seg[i0 + n].n_chunk == 1) n++;
+        if (n >= 2) {
+            for (int i = 0; i < n; i++) {
+                b->seqs_pos[i] = b->seg[i0 + i].pos0;
+                b->seqs_blocks[i] = ft_kv_blocks(b->seg[i0 + i].kv);
+            }
+            ft_backend *be = b->be;
+            void (*write)(ft_backend *, void *, const void *, size_t) =
+                be->ops->buffer_write_ordered ? be->ops->buffer_write_ordered : be->ops->buffer_write;
+            write(be, b->seqs_dev, b->seqs_blocks, (size_t)n * sizeof(int32_t *));
+            write(be, (char *)b->seqs_dev + (size_t)b->p.n_seq * sizeof(int32_t *), b->seqs_pos,
+                  (size_t)n * sizeof(int32_t));
+            b->seqs.n = n;
+            b->f.seqs = &b->seqs;
+            b->f.seqs_seg0 = i0;
+            return n;
+        }
+        i0 += n + 1;
+    }
+    return 0;
+}
+
 bool ft_batch_step(ft_batch *b, const ft_batch_item *items, int n_items, ft_err *err) {
     if (!check_items(b, items, n_items, err)) return false;
     const ft_model *m = b->m;
@@ -341,12 +397,20 @@ bool ft_batch_step(ft_batch *b, const ft_batch_item *items, int n_items, ft_err 
     f->n_tok = rows;
     f->seg = b->seg;
     f->n_seg = n_items;
-    // One sequence's one-token step may be recorded once and replayed (CUDA graphs): the
-    // backend keys its record by the sequence's cache, whose pointers the ops bake in. A step
-    // that resumes a reused prefix's chunk takes that chunk's kernels: not a decode step's ops.
-    bool bracket = be->ops->step_begin && n_items == 1 && b->seg[0].n_chunk == b->seg[0].n_tok;
     for (int i = 0; i < n_items; i++) ft_kv_sync(b->seg[i].kv); // new blocks in the tables
-    if (bracket) be->ops->step_begin(be, rows, b->seg[0].pos0, b->seg[0].kv);
+    int n_run = decode_run(b, n_items);
+    bool all_logits = true;
+    for (int i = 0; i < n_items; i++) all_logits &= items[i].logits;
+    // A decode step may be recorded once and replayed (CUDA graphs). One sequence's: the
+    // backend keys its record by the sequence's cache, whose pointers the ops bake in (a step
+    // that resumes a reused prefix's chunk takes that chunk's kernels: not a decode step's
+    // ops). Several sequences' decode rows: by b->seqs, whose arrays hold what differs between
+    // such steps, where nothing else is per sequence (a recurrent layer's state is).
+    bool one = n_items == 1 && b->seg[0].n_chunk == b->seg[0].n_tok;
+    bool several = n_run == n_items && all_logits && ft_model_recurrent_heads(m) == 0;
+    bool bracket = be->ops->step_begin && (one || several);
+    if (bracket)
+        be->ops->step_begin(be, rows, one ? b->seg[0].pos0 : 0, one ? (const void *)b->seg[0].kv : &b->seqs, !one);
     be->ops->get_rows(be, &b->w->tok_embd, b->tok, f->x, rows);
     if (hp->embd_scale != 0) be->ops->scale(be, f->x, (size_t)rows * hp->n_embd, hp->embd_scale);
     for (int il = 0; il < hp->n_layer; il++) m->arch->layer(m, f, il);
@@ -356,15 +420,21 @@ bool ft_batch_step(ft_batch *b, const ft_batch_item *items, int n_items, ft_err 
     }
 
     // logits: the last row of each item that wants them, normed into consecutive rows of xn
-    // (free once the layers are done), then one output projection over them
+    // (free once the layers are done; a norm per run of consecutive rows), then one output
+    // projection over them
     int n_out = 0;
     for (int i = 0; i < b->p.n_seq; i++) b->out_row[i] = -1;
-    for (int i = 0; i < n_items; i++) {
+    for (int i = 0, run = 0; i < n_items; i++) {
         if (!items[i].logits) continue;
-        const float *last = f->x + (size_t)(b->seg[i].row0 + items[i].n_tok - 1) * hp->n_embd;
-        be->ops->rms_norm(be, last, &b->w->output_norm, f->xn + (size_t)n_out * hp->n_embd, 1, hp->n_embd,
-                          hp->rms_eps);
         b->out_row[i] = n_out++;
+        run++;
+        int last = b->seg[i].row0 + items[i].n_tok - 1;
+        bool next = i + 1 < n_items && items[i + 1].logits && items[i + 1].n_tok == 1; // its last row is last + 1
+        if (next) continue;
+        const float *x0 = f->x + (size_t)(last - run + 1) * hp->n_embd;
+        be->ops->rms_norm(be, x0, &b->w->output_norm, f->xn + (size_t)(n_out - run) * hp->n_embd, run, hp->n_embd,
+                          hp->rms_eps);
+        run = 0;
     }
     // each logits row is one sequence's last: the per-row kernels, as for a sequence alone
     for (int r = 0; r < n_out; r++) b->row_gemm[r] = false;

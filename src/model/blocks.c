@@ -48,7 +48,8 @@ void model_block_attention(const ft_model *m, ft_forward *f, int il, attn_opts o
     if (own_kv && (o.qk_norm || (o.qk_norm_if_present && ft_tensor_present(&L->k_norm))))
         ops->rms_norm(be, f->k, &L->k_norm, f->k, n * nkv, hd, hp->rms_eps);
 
-    // per sequence: positions, its cache, attention over its own keys
+    // per sequence: positions, its cache, attention over its own keys; the decode rows of
+    // several sequences (f->seqs) in one call of each op
     ft_rope_params rp = L->is_swa ? hp->rope_swa : hp->rope;
     if (!L->is_swa && ft_tensor_present(&f->w->rope_freqs)) rp.freq_factors = &f->w->rope_freqs;
     ft_segment one;
@@ -56,11 +57,18 @@ void model_block_attention(const ft_model *m, ft_forward *f, int il, attn_opts o
     const ft_segment *seg = segments(f, &one, &n_seg);
     for (int s = 0; s < n_seg; s++) {
         const ft_segment *sg = &seg[s];
-        int ns = sg->n_tok;
+        const ft_seq_rows *seqs = f->seqs && s == f->seqs_seg0 ? f->seqs : NULL;
+        int ns = seqs ? seqs->n : sg->n_tok;
         float *q = f->q + (size_t)sg->row0 * qw, *k = f->k + (size_t)sg->row0 * kvw;
         float *v = f->v + (size_t)sg->row0 * kvw, *attn = f->attn + (size_t)sg->row0 * qw;
-        ops->rope(be, q, ns, nh, hd, sg->pos0, &rp);
-        if (own_kv) ops->rope(be, k, ns, nkv, hd, sg->pos0, &rp);
+        if (seqs) {
+            ops->rope_seqs(be, q, nh, hd, seqs, &rp);
+            if (own_kv) ops->rope_seqs(be, k, nkv, hd, seqs, &rp);
+        } else {
+            ops->rope(be, q, ns, nh, hd, sg->pos0, &rp);
+            if (own_kv) ops->rope(be, k, ns, nkv, hd, sg->pos0, &rp);
+        }
+        // (the rotations are the store's, the same for every sequence on it)
         int rot_k = ft_kv_rot_k(sg->kv, src), rot_v = ft_kv_rot_v(sg->kv, src);
         if (rot_k) {
             ops->hadamard(be, q, ns, (int)qw, rot_k);
@@ -68,18 +76,22 @@ void model_block_attention(const ft_model *m, ft_forward *f, int il, attn_opts o
         }
         if (rot_v && own_kv) ops->hadamard(be, v, ns, (int)kvw, rot_v);
         const int32_t *blocks = ft_kv_blocks(sg->kv);
-        if (own_kv) {
+        if (own_kv && seqs) {
+            ops->set_rows_seqs(be, ft_kv_k(sg->kv, il), seqs, k);
+            ops->set_rows_seqs(be, ft_kv_v(sg->kv, il), seqs, v);
+        } else if (own_kv) {
             ops->set_rows(be, ft_kv_k(sg->kv, il), blocks, sg->pos0, k, ns);
             ops->set_rows(be, ft_kv_v(sg->kv, il), blocks, sg->pos0, v, ns);
         }
         ft_attn_params ap = {
             .q = q, .out = attn, .k_cache = ft_kv_k(sg->kv, src), .v_cache = ft_kv_v(sg->kv, src), .blocks = blocks,
-            .n_tok = ns, .n_chunk = sg->n_chunk, .pos0 = sg->pos0, .n_head = nh, .n_head_kv = nkv,
+            .n_tok = ns, .n_chunk = seqs ? 0 : sg->n_chunk, .pos0 = seqs ? 0 : sg->pos0, .n_head = nh, .n_head_kv = nkv,
             .head_dim = hd, .window = L->is_swa ? hp->n_swa : 0, .scale = o.scale ? o.scale : 1.0f / sqrtf((float)hd),
-            .sinks = &L->sinks,
+            .sinks = &L->sinks, .seqs = seqs,
         };
         ops->attention(be, &ap);
         if (rot_v) ops->hadamard(be, attn, ns, (int)qw, rot_v);
+        if (seqs) s += seqs->n - 1; // (the segments it covered)
     }
 
     // row-wise again: output gate, output projection, post-norm, residual

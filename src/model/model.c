@@ -1041,6 +1041,7 @@ void ft_forward_alloc(ft_forward *f, const ft_model *m, const ft_weights *w, ft_
     f->w = w;
     f->seg = NULL;
     f->n_seg = 0;
+    f->seqs = NULL;
     f->x = be->ops->alloc(be, B * E);
     f->xn = be->ops->alloc(be, B * E);
     f->q = be->ops->alloc(be, B * Q);

@@ -150,6 +150,12 @@ typedef struct ft_forward {
     int n_seg;
     ft_kv_cache *kv;          // n_seg == 0: the sequence's cache
     int pos0;                 // n_seg == 0: the position of row 0
+    // Segments seqs_seg0 .. seqs_seg0 + seqs->n - 1, one decode row each (n_tok 1, n_chunk 1),
+    // as rows of several sequences (ft_seq_rows: their positions and block tables in the
+    // backend's memory): their RoPE, cache writes and attention run in one call each. NULL:
+    // segment by segment. Only where the backend has rope_seqs.
+    const ft_seq_rows *seqs;
+    int seqs_seg0;
     float *x;        // (n_tok, n_embd) the residual stream
     float *xn;       // (n_tok, n_embd) normed input of a block
     float *q, *k, *v;// (n_tok, max q width), (n_tok, kv width) x2

@@ -218,7 +218,7 @@ int cpu_attn_head_parts(const cpu_backend *c, const ft_attn_params *p) {
 void cpu_attention(ft_backend *be, const ft_attn_params *p) {
     cpu_backend *c = cpu_of(be);
     FT_ASSERT(p->head_dim <= c->lim.max_head_dim && p->pos0 + p->n_tok <= c->lim.max_ctx);
-    FT_ASSERT(p->n_head % p->n_head_kv == 0);
+    FT_ASSERT(p->n_head % p->n_head_kv == 0 && !p->seqs); // (no rope_seqs here: sequence by sequence)
     // llama.cpp switches to a tiled kernel for batches of 64 queries or more over an f16
     // cache: q.k in f32 from the f16 keys, values accumulated in f32. We follow it (by the
     // whole chunk's length, where the queries end one).

@@ -30,14 +30,16 @@ __device__ __forceinline__ float ld_kv(const uint8_t *row, uint32_t type, int d)
 // MHD: the largest head_dim of the instance (AT_MAX_HD / 2, or AT_MAX_HD for gemma4's heads of
 // 512), which sizes the per-thread accumulators.
 template <int MHD>
-__global__ void __launch_bounds__(AT_THREADS) attention_kernel(const ft_cuda_attn_params p) {
+__global__ void __launch_bounds__(AT_THREADS) attention_kernel(const ft_cuda_attn_params pa) {
     ft_pdl_begin();
+    ft_cuda_attn_params p = pa;
+    if (pa.rows.pos) attn_seq(p, blockIdx.y); // (then its token 0)
     __shared__ float qf[MHD];
     __shared__ int8_t qq[MHD];
     __shared__ float qd[MHD / 32];
     __shared__ float pr[AT_THREADS];
     __shared__ float red[32];
-    const int h = blockIdx.x, t = blockIdx.y, tid = threadIdx.x, hd = p.head_dim;
+    const int h = blockIdx.x, t = pa.rows.pos ? 0 : blockIdx.y, tid = threadIdx.x, hd = p.head_dim;
     const int hk = h / (p.n_head / p.n_head_kv);
     const int pos0 = attn_pos0(p), qpos = pos0 + t;
     const attn_split_t sp = attn_split_of(p, pos0);
@@ -46,7 +48,7 @@ __global__ void __launch_bounds__(AT_THREADS) attention_kernel(const ft_cuda_att
     // split z of the keys (flash-decoding): keys kbeg..kend, which may be none
     const int kbeg = kmin + (int)blockIdx.z * sp.per;
     const int kend = sp.n_split > 1 ? min(qpos, kbeg + sp.per - 1) : qpos;
-    const float *q = p.q + ((int64_t)t * p.n_head + h) * hd;
+    const float *q = attn_seq_q(pa, blockIdx.y) + ((int64_t)t * p.n_head + h) * hd;
     const bool kq8 = p.k_type == FT_TYPE_Q8_0;
     const size_t koff = (size_t)hk * (kq8 ? (size_t)hd / 32 * sizeof(block_q8_0) : (size_t)hd * 2);
     const size_t voff = (size_t)hk * (p.v_type == FT_TYPE_Q8_0 ? (size_t)hd / 32 * sizeof(block_q8_0) : (size_t)hd * 2);
@@ -171,17 +173,24 @@ __global__ void __launch_bounds__(AT_THREADS) attention_kernel(const ft_cuda_att
     }
 }
 
-__global__ void __launch_bounds__(AT_THREADS) attention_merge_kernel(const ft_cuda_attn_params p) {
+__global__ void __launch_bounds__(AT_THREADS) attention_merge_kernel(const ft_cuda_attn_params pa) {
     ft_pdl_begin();
+    ft_cuda_attn_params p = pa;
+    if (pa.rows.pos) attn_seq(p, blockIdx.y);
     const attn_split_t sp = attn_split_of(p, attn_pos0(p));
     if (sp.n_split == 1) return; // the attention kernel wrote the output (a graphed launch)
-    attn_merge(p, blockIdx.x, blockIdx.y, sp);
+    attn_merge(p, blockIdx.x, pa.rows.pos ? 0 : blockIdx.y, sp);
 }
 
 extern "C" bool ft_cuda_attention_quantizes(int n_tok, int head_dim) { return attn_decode(n_tok, head_dim); }
 
-extern "C" size_t ft_cuda_attention_part_floats(int n_tok, int n_head, int n_head_kv, int head_dim) {
-    const int max_split = attn_decode(n_tok, head_dim) ? dec_max_split(n_tok, n_head, n_head_kv)
+extern "C" size_t ft_cuda_attention_part_floats(int n_tok, bool rows, int n_head, int n_head_kv, int head_dim) {
+    if (rows) { // each sequence's rows at the most splits any takes (attn_seq_stride)
+        ft_cuda_attn_params p = {};
+        p.n_head = n_head, p.n_head_kv = n_head_kv, p.head_dim = head_dim, p.n_seq = n_tok;
+        return (size_t)n_tok * (size_t)n_head * (size_t)attn_seq_stride(p) * (size_t)(head_dim + 2);
+    }
+    const int max_split = attn_decode(n_tok, head_dim) ? dec_max_split(n_tok, n_head, n_head_kv, 1)
                           : n_tok <= FT_CUDA_ATTN_SPLIT_MAX_TOK ? FT_CUDA_ATTN_MAX_SPLIT : 0;
     return (size_t)n_tok * (size_t)n_head * (size_t)max_split * (size_t)(head_dim + 2);
 }
@@ -189,29 +198,35 @@ extern "C" size_t ft_cuda_attention_part_floats(int n_tok, int n_head, int n_hea
 extern "C" size_t ft_cuda_attention_part_bound(int64_t max_width, int max_head_dim) {
     // attention_kernel: FT_CUDA_ATTN_SPLIT_MAX_TOK tokens of FT_CUDA_ATTN_MAX_SPLIT splits of
     // n_head * (head_dim + 2) <= 3 * max_width floats (head_dim >= 1). The decode kernel: its
-    // n_tok * n_head rows are at most DEC_ROWS * ctas (ctas = n_head_kv * row groups), each of
-    // n_split <= DEC_TARGET_CTAS / ctas + 1 partials of head_dim + 2 floats
+    // n_tok * n_head rows are at most DEC_ROWS * ctas (ctas = n_head_kv * row groups, times the
+    // sequences of a launch of several), each of n_split <= DEC_TARGET_CTAS / ctas + 1 partials
+    // of head_dim + 2 floats, where n_split > 1 (ctas < DEC_TARGET_CTAS): twice DEC_ROWS *
+    // DEC_TARGET_CTAS rows at most
     const size_t general = (size_t)FT_CUDA_ATTN_SPLIT_MAX_TOK * FT_CUDA_ATTN_MAX_SPLIT * 3 * (size_t)max_width;
-    const size_t decode = (size_t)DEC_ROWS * DEC_TARGET_CTAS * (size_t)(max_head_dim + 2) +
-                          (size_t)FT_CUDA_ATTN_SPLIT_MAX_TOK * 3 * (size_t)max_width;
+    const size_t decode = (size_t)2 * DEC_ROWS * DEC_TARGET_CTAS * (size_t)(max_head_dim + 2);
     return general > decode ? general : decode;
 }
 
-extern "C" void ft_cuda_attention(const ft_cuda_attn_params *p, ft_cuda_stream *s) {
-    FT_CUDA_ASSERT(!p->out_q || ft_cuda_attention_quantizes(p->n_tok, p->head_dim));
+extern "C" void ft_cuda_attention(const ft_cuda_attn_params *pp, ft_cuda_stream *s) {
+    ft_cuda_attn_params q = *pp;
+    const ft_cuda_attn_params *p = &q;
+    const bool rows = q.rows.pos != NULL;
+    q.n_seq = rows ? q.n_tok : 1;
+    const int per_seq = rows ? 1 : q.n_tok; // tokens of each sequence
+    FT_CUDA_ASSERT(!p->out_q || ft_cuda_attention_quantizes(per_seq, p->head_dim));
     FT_CUDA_ASSERT(p->head_dim >= 1 && p->head_dim <= AT_MAX_HD && p->n_head % p->n_head_kv == 0);
     FT_CUDA_ASSERT(p->k_type == FT_TYPE_F16 || (p->k_type == FT_TYPE_Q8_0 && p->head_dim % 32 == 0));
     FT_CUDA_ASSERT(p->v_type == FT_TYPE_F16 || (p->v_type == FT_TYPE_Q8_0 && p->head_dim % 32 == 0));
-    FT_CUDA_ASSERT(p->n_tok >= 0 && p->n_tok <= 65535);
+    FT_CUDA_ASSERT(p->n_tok >= 0 && p->n_tok <= 65535 && (!rows || p->rows.blocks));
     if (p->n_tok == 0) return;
     // small batches (decode) split the keys over several CTAs so that their cache reads are in
     // flight together; prefill has CTAs enough. With the position on the device the split is
     // unknown here: launch the most CTAs, the spare ones return.
-    const bool decode = attn_decode(p->n_tok, p->head_dim);
-    int n_split = attn_split_of(*p, p->pos0).n_split;
-    if (p->pos_dev && p->part)
-        n_split = decode ? dec_max_split(p->n_tok, p->n_head, p->n_head_kv)
-                         : p->n_tok <= FT_CUDA_ATTN_SPLIT_MAX_TOK ? FT_CUDA_ATTN_MAX_SPLIT : 1;
+    const bool decode = attn_decode(per_seq, p->head_dim);
+    int n_split = rows ? 1 : attn_split_of(*p, p->pos0).n_split;
+    if ((p->pos_dev || rows) && p->part)
+        n_split = decode ? dec_max_split(per_seq, p->n_head, p->n_head_kv, q.n_seq)
+                         : per_seq <= FT_CUDA_ATTN_SPLIT_MAX_TOK ? FT_CUDA_ATTN_MAX_SPLIT : 1;
     const cudaStream_t st = ft_cuda_stream_handle(s);
     if (decode) attn_decode_launch(*p, n_split, st);
     else if (p->head_dim <= AT_MAX_HD / 2)

@@ -81,8 +81,10 @@ struct dec_shape {
 };
 
 template <int HD, bool KQ8, bool VQ8>
-__global__ void __launch_bounds__(AT_THREADS) attention_decode_kernel(const ft_cuda_attn_params p) {
+__global__ void __launch_bounds__(AT_THREADS) attention_decode_kernel(const ft_cuda_attn_params pa) {
     ft_pdl_begin();
+    ft_cuda_attn_params p = pa;
+    if (pa.rows.pos) attn_seq(p, blockIdx.y); // (grid.y: the sequence)
     using S = dec_shape<HD>;
     constexpr int NB = S::NB, ND = HD / 8, NW = AT_THREADS / FT_WARP;
     extern __shared__ __align__(16) uint8_t smem[];
@@ -144,7 +146,7 @@ __global__ void __launch_bounds__(AT_THREADS) attention_decode_kernel(const ft_c
     // 1. the queries in the key's dot-product format (rows past n_rows: zeros, never written)
     auto q_row = [&](int i) { // row r0 + i's query
         const int r = r0 + i;
-        return p.q + ((int64_t)(r / G) * p.n_head + hk * G + r % G) * HD;
+        return attn_seq_q(pa, blockIdx.y) + ((int64_t)(r / G) * p.n_head + hk * G + r % G) * HD;
     };
     // Every load is issued before the first is used (the rows' tests are warp-uniform): one round
     // trip, not one per row, at the head of every CTA's critical path.
@@ -414,8 +416,8 @@ void attn_decode_launch(const ft_cuda_attn_params &p, int n_split, cudaStream_t 
     // the asynchronous copies move 16 bytes (f16 rows) or 4 (q8_0) at a time
     FT_CUDA_ASSERT(((uintptr_t)p.k | p.k_row_bytes) % (p.k_type == FT_TYPE_F16 ? 16 : 4) == 0);
     FT_CUDA_ASSERT(((uintptr_t)p.v | p.v_row_bytes) % (p.v_type == FT_TYPE_F16 ? 16 : 4) == 0);
-    const int n_rg = dec_row_groups(p.n_tok, p.n_head, p.n_head_kv);
-    const dim3 grid((unsigned)(p.n_head_kv * n_rg), 1, (unsigned)n_split);
+    const int n_rg = dec_row_groups(p.rows.pos ? 1 : p.n_tok, p.n_head, p.n_head_kv);
+    const dim3 grid((unsigned)(p.n_head_kv * n_rg), (unsigned)p.n_seq, (unsigned)n_split);
     if (p.head_dim == 64) launch_hd<64>(p, grid, st);
     else if (p.head_dim == 128) launch_hd<128>(p, grid, st);
     else launch_hd<256>(p, grid, st);

@@ -49,9 +49,10 @@ __host__ __device__ inline int dec_tok_span(int n_tok, int n_head, int n_head_kv
     return span < n_tok ? span : n_tok;
 }
 
-// The most splits a decode launch of these shapes takes (its grid's z with a device position).
-__host__ __device__ inline int dec_max_split(int n_tok, int n_head, int n_head_kv) {
-    const int ctas = n_head_kv * dec_row_groups(n_tok, n_head, n_head_kv);
+// The most splits a decode launch of these shapes takes (its grid's z with a device position):
+// n_seq sequences of n_tok tokens each.
+__host__ __device__ inline int dec_max_split(int n_tok, int n_head, int n_head_kv, int n_seq) {
+    const int ctas = n_head_kv * dec_row_groups(n_tok, n_head, n_head_kv) * n_seq;
     const int want = (DEC_TARGET_CTAS + ctas - 1) / ctas;
     return want < DEC_MAX_SPLIT ? want : DEC_MAX_SPLIT;
 }
@@ -82,7 +83,7 @@ __host__ __device__ inline attn_split_t attn_split_of(const ft_cuda_attn_params 
     attn_split_t r = {1, max_keys, 1};
     if (!p.part) return r;
     if (decode) {
-        r = attn_split_keys(max_keys, dec_max_split(p.n_tok, p.n_head, p.n_head_kv), DEC_MIN_KEYS, DEC_TK);
+        r = attn_split_keys(max_keys, dec_max_split(p.n_tok, p.n_head, p.n_head_kv, p.n_seq), DEC_MIN_KEYS, DEC_TK);
         r.stride = r.n_split;
         return r;
     }
@@ -95,6 +96,37 @@ __host__ __device__ inline attn_split_t attn_split_of(const ft_cuda_attn_params 
 // The first query's position.
 __device__ __forceinline__ int attn_pos0(const ft_cuda_attn_params &p) {
     return p.pos0 + (p.pos_dev ? *p.pos_dev : 0);
+}
+
+// Splits between one sequence's (token, head) rows of partials in a launch of rows of several
+// sequences: the most any of them takes.
+__host__ __device__ inline int attn_seq_stride(const ft_cuda_attn_params &p) {
+    return attn_decode(1, p.head_dim) ? dec_max_split(1, p.n_head, p.n_head_kv, p.n_seq) : FT_CUDA_ATTN_MAX_SPLIT;
+}
+
+// p, a copy of a launch's params with rows of several sequences (p.rows), becomes the launch
+// of sequence s alone: its one query, its position and block table, its share of the outputs
+// and partials; the split still spreads over all n_seq sequences' CTAs.
+__device__ __forceinline__ void attn_seq(ft_cuda_attn_params &p, int s) {
+    const int64_t width = (int64_t)p.n_head * p.head_dim, off = (int64_t)s * width;
+    const int64_t part_off = (int64_t)s * p.n_head * attn_seq_stride(p) * (p.head_dim + 2);
+    p.pos0 = p.rows.pos[s];
+    p.blocks = p.rows.blocks[s];
+    p.rows.pos = NULL;
+    p.pos_dev = NULL;
+    p.n_tok = 1;
+    p.q += off;
+    p.out += off;
+    if (p.out_q) p.out_q = (block_q8_1 *)p.out_q + off / QK8_1;
+    if (p.part) p.part += part_off;
+}
+
+// The queries of sequence s as attn_seq moves them, from the launch's own params pa: nvcc 13
+// compiled attention_kernel's read of p.q after attn_seq to a load of the parameter's unmoved
+// pointer (its PTX loads param+0; the other moved fields were right), so the kernels take the
+// query from here.
+__device__ __forceinline__ const float *attn_seq_q(const ft_cuda_attn_params &pa, int s) {
+    return pa.rows.pos ? pa.q + (int64_t)s * pa.n_head * pa.head_dim : pa.q;
 }
 
 __device__ __forceinline__ float *attn_part_row(const ft_cuda_attn_params &p, int t, int h, int z, int stride) {
@@ -147,7 +179,8 @@ __device__ __forceinline__ void attn_merge(const ft_cuda_attn_params &p, int h, 
     __syncthreads();
 }
 
-// attention_decode.cu: launches its kernel on grid (n_head_kv * dec_row_groups, 1, n_split).
+// attention_decode.cu: launches its kernel on grid (n_head_kv * dec_row_groups, n_seq, n_split)
+// (p.n_seq set; with p.rows, p.n_tok is the sequences').
 void attn_decode_launch(const ft_cuda_attn_params &p, int n_split, cudaStream_t st);
 
 #endif

@@ -52,6 +52,7 @@ typedef struct cuda_backend {
     float *gap;                // (1) smallest routing gap since the last read
     void *moe_work;            // ft_cuda_moe_gemm_work_bytes(P, n_expert): prefill expert grouping
     float *attn_part;          // flash-decoding partials (see cuda_ops.h)
+    float *gemm_part;          // (GEMM_PART_FLOATS) partial products of GEMMs split over their input
     int *route_count;          // (1) zero: the fused router's count (ft_cuda_router_params)
     unsigned long long *route_counts; // (lim.n_layer, n_expert) the router's selections (route_counts
                                       // op), or NULL without lim.n_layer or experts
@@ -78,10 +79,11 @@ typedef struct cuda_backend {
     // are baked into the graph), the least recently used replaced when all are taken
     struct step_graph {
         const void *key;
+        int n_tok;
         ft_cuda_graph *graph;
         uint64_t sig;          // signature of the captured step's ops
         uint64_t last_used;
-    } step_graphs[16];
+    } step_graphs[32];
     int cur_graph;             // the entry of the step in progress
     uint64_t graph_clock;
     uint64_t step_sig;         // signature of the ops of the step in progress
@@ -122,6 +124,7 @@ typedef struct cuda_backend {
         uint32_t type;
         ft_cuda_set_rows_dst dst;
         const int32_t *blocks, *pos_dev;
+        ft_cuda_seq_rows seqs; // rows of several sequences (seqs.pos set), or none
         int pos, n_rows;
         int64_t n;
     } rows;
@@ -163,7 +166,7 @@ static void flush_norms(cuda_backend *c) {
 static void flush_rows(cuda_backend *c) {
     if (!c->rows_pending) return;
     struct pending_rows *r = &c->rows;
-    ft_cuda_set_rows(r->type, &r->dst, 1, r->blocks, r->pos_dev, r->pos, r->n_rows, r->n, c->stream);
+    ft_cuda_set_rows(r->type, &r->dst, 1, r->blocks, &r->seqs, r->pos_dev, r->pos, r->n_rows, r->n, c->stream);
     c->rows_pending = false;
 }
 
@@ -259,6 +262,11 @@ static void quantize_x(cuda_backend *c, const float *x, int64_t n_cols, int n_to
 
 static int64_t round32(int64_t n) { return (n + 31) / 32 * 32; }
 
+// Scratch of the GEMMs split over their input (ft_cuda_gemm_params.part): 16 MiB, room for the
+// splits a decode step of up to a few dozen tokens makes of its projections (a GEMM whose
+// splits would not fit takes fewer).
+#define GEMM_PART_FLOATS ((size_t)1 << 22)
+
 // Split partials of attention (cuda_ops.h).
 static size_t attn_part_floats(const ft_backend_limits *lim) {
     return ft_cuda_attention_part_bound(lim->max_width, lim->max_head_dim);
@@ -272,7 +280,7 @@ static size_t cuda_scratch_bytes(ft_backend *be, const ft_backend_limits *lim) {
                         : 0;
     return 2 * ft_cuda_q8_1_bytes((int64_t)W, (int)P) + 3 * P * W * sizeof(float) + T * E * sizeof(float) +
            P * (sizeof(int32_t) + sizeof(float)) + attn_part_floats(lim) * sizeof(float) +
-           ft_cuda_moe_gemm_work_bytes((int)P, (int)E) + counts + 256 * 11;
+           ft_cuda_moe_gemm_work_bytes((int)P, (int)E) + counts + GEMM_PART_FLOATS * sizeof(float) + 256 * 12;
 }
 
 static void *dev_alloc(size_t n, const char *what) {
@@ -301,6 +309,7 @@ static void cuda_reserve(ft_backend *be, const ft_backend_limits *lim) {
     c->moe_work = dev_alloc(ft_cuda_moe_gemm_work_bytes((int)P, (int)E), "expert grouping");
     c->attn_part_floats = attn_part_floats(lim);
     c->attn_part = dev_alloc(c->attn_part_floats * sizeof(float), "attention partials");
+    c->gemm_part = dev_alloc(GEMM_PART_FLOATS * sizeof(float), "GEMM partials");
     c->route_count = dev_alloc(sizeof(int), "router count");
     ft_cuda_memset(c->route_count, 0, sizeof(int), c->stream);
     if (c->ops.route_counts && lim->n_layer > 0 && lim->n_expert > 0) {
@@ -360,6 +369,7 @@ static void cuda_free(ft_backend *be) {
     ft_cuda_free(c->gap);
     ft_cuda_free(c->moe_work);
     ft_cuda_free(c->attn_part);
+    ft_cuda_free(c->gemm_part);
     ft_cuda_free(c->route_count);
     ft_cuda_free(c->route_counts);
     ft_cuda_free(c->pf_logits);
@@ -390,7 +400,9 @@ static void check_on_device(const ft_tensor *t) {
 // Matmul
 
 // From this many tokens the quantized matmuls and the MoE FFN take the tensor-core GEMMs
-// (gemm_q.cu, moe_gemm.cu) instead of the matvec kernels (bench/bench_cuda_gemm.cu --tok=N).
+// (gemm_q.cu, moe_gemm.cu) instead of the matvec kernels (bench/bench_cuda_gemm.cu --tok=N); the
+// dense GEMM splits over its input where its tiles alone would leave SMs idle (a decode step of a
+// few dozen sequences).
 #define GEMM_MIN_TOK 32
 
 // y (n_tok, n_rows) = x · wᵀ for n_rows x n_cols weights at w (device) of type type.
@@ -401,7 +413,7 @@ static void matmul_raw(cuda_backend *c, uint32_t type, const void *w, int64_t n_
     if (q) quantize_x(c, x, n_cols, n_tok);
     if (q && shape_tok(c, n_tok) >= c->gemm_min_tok && ft_cuda_gemm_supported(type)) {
         ft_cuda_gemm_params gp = {.type = type, .w = w, .n_out = n_rows, .n_in = n_cols, .x = c->xq, .y = y,
-                                  .n_tok = n_tok};
+                                  .n_tok = n_tok, .part = c->gemm_part, .part_floats = GEMM_PART_FLOATS};
         ft_cuda_gemm(&gp, c->stream);
         if (c->xq_src == y) c->xq_src = NULL;
         return;
@@ -409,7 +421,7 @@ static void matmul_raw(cuda_backend *c, uint32_t type, const void *w, int64_t n_
     if (!q && shape_tok(c, n_tok) > FT_CUDA_MATVEC_MAX_TOK) {
         // float weights (a router) for a batch: one launch, each weight tile read per 32 tokens
         ft_cuda_matvec_params mp = {.type = type, .w = w, .n_rows = n_rows, .n_cols = n_cols, .x = x, .y = y,
-                                    .n_tok = n_tok};
+                                    .n_tok = n_tok, .part = c->gemm_part, .part_floats = GEMM_PART_FLOATS};
         ft_cuda_gemm_f(&mp, c->stream);
         if (c->xq_src == y) c->xq_src = NULL;
         return;
@@ -575,12 +587,19 @@ static bool same_rope(const ft_cuda_rope_params *a, const ft_cuda_rope_params *b
     return a->n_rot == b->n_rot && a->neox == b->neox && a->theta_scale == b->theta_scale &&
            a->freq_scale == b->freq_scale && a->ext_factor == b->ext_factor && a->attn_factor == b->attn_factor &&
            a->corr0 == b->corr0 && a->corr1 == b->corr1 && a->pos_dev == b->pos_dev && a->sect_dims == b->sect_dims &&
-           !memcmp(a->sections, b->sections, sizeof(a->sections)) && a->freq_factors == b->freq_factors;
+           !memcmp(a->sections, b->sections, sizeof(a->sections)) && a->freq_factors == b->freq_factors &&
+           a->rows.pos == b->rows.pos && a->rows.blocks == b->rows.blocks;
 }
 
-static void cuda_rope(ft_backend *be, float *x, int n_tok, int n_head, int head_dim, int pos0,
-                      const ft_rope_params *p) {
-    FT_ASSERT(p->n_rot % 2 == 0 && p->n_rot <= head_dim);
+// The device form of rows of several sequences (NULL: none).
+static ft_cuda_seq_rows seq_rows_of(const ft_seq_rows *r) {
+    return r ? (ft_cuda_seq_rows){r->pos, r->blocks} : (ft_cuda_seq_rows){NULL, NULL};
+}
+
+// rope of one sequence's n_tok tokens from pos0, or of several sequences' rows (seqs).
+static void rope_of(ft_backend *be, float *x, int n_tok, int n_head, int head_dim, int pos0, const ft_seq_rows *seqs,
+                    const ft_rope_params *p) {
+    FT_ASSERT(p->n_rot % 2 == 0 && p->n_rot <= head_dim && (!seqs || seqs->n == n_tok));
     const float *ff = NULL;
     if (ft_tensor_present(p->freq_factors)) {
         FT_ASSERT(p->freq_factors->type == FT_TYPE_F32 && p->freq_factors->ne[0] >= p->n_rot / 2);
@@ -612,9 +631,13 @@ static void cuda_rope(ft_backend *be, float *x, int n_tok, int n_head, int head_
         .corr0 = FT_MAX(0.0f, lo), .corr1 = FT_MIN((float)(p->n_rot - 1), hi), .pos_dev = step_pos_dev(c),
         .sect_dims = p->imrope ? p->sections[0] + p->sections[1] + p->sections[2] + p->sections[3] : 0,
         .sections = {p->sections[0], p->sections[1], p->sections[2]}, .freq_factors = ff,
+        .rows = seq_rows_of(seqs),
     };
+    // (rows of several sequences: each its own position; the step's offset plays no part)
+    int rel = seqs ? 0 : step_rel(c, pos0);
+    if (seqs) rp.pos_dev = NULL;
     struct pending_rope r = {
-        .buf = {{x, norm.w, n_head}}, .n_buf = 1, .n_tok = n_tok, .head_dim = head_dim, .pos = step_rel(c, pos0),
+        .buf = {{x, norm.w, n_head}}, .n_buf = 1, .n_tok = n_tok, .head_dim = head_dim, .pos = rel,
         .eps = norm.eps, .rp = rp, .norm = norm.x != NULL,
     };
     // q's (norm+)rope waits for k's (same shape and rotation, another buffer): one launch; a
@@ -624,7 +647,8 @@ static void cuda_rope(ft_backend *be, float *x, int n_tok, int n_head, int head_
     bool join = c->rope_pending && w->n_buf == 1 && w->norm == r.norm && w->buf[0].x != x && w->n_tok == n_tok &&
                 w->head_dim == head_dim && w->pos == r.pos && w->eps == r.eps && same_rope(&w->rp, &rp);
     if (!join) flush_rope(c);
-    if (!op_runs(c, OP_ROPE, x, p, ((int64_t)n_tok << 32) | (uint32_t)n_head, step_rel(c, pos0))) return;
+    if (!op_runs(c, OP_ROPE, x, p, ((int64_t)n_tok << 32) | (uint32_t)n_head, seqs ? (int64_t)(uintptr_t)seqs : rel))
+        return;
     if (join) {
         w->buf[1] = r.buf[0];
         w->n_buf = 2;
@@ -634,8 +658,18 @@ static void cuda_rope(ft_backend *be, float *x, int n_tok, int n_head, int head_
         c->rope = r; // launched with the next norm+rope or by the next op (flush_rope)
         c->rope_pending = true;
     } else {
-        ft_cuda_rope(x, n_tok, n_head, head_dim, step_rel(c, pos0), &rp, c->stream);
+        ft_cuda_rope(x, n_tok, n_head, head_dim, rel, &rp, c->stream);
     }
+}
+
+static void cuda_rope(ft_backend *be, float *x, int n_tok, int n_head, int head_dim, int pos0,
+                      const ft_rope_params *p) {
+    rope_of(be, x, n_tok, n_head, head_dim, pos0, NULL, p);
+}
+
+static void cuda_rope_seqs(ft_backend *be, float *x, int n_head, int head_dim, const ft_seq_rows *rows,
+                           const ft_rope_params *p) {
+    rope_of(be, x, rows->n, n_head, head_dim, 0, rows, p);
 }
 
 static void cuda_hadamard(ft_backend *be, float *x, int n_rows, int row_len, int n) {
@@ -650,7 +684,8 @@ static void cuda_hadamard(ft_backend *be, float *x, int n_rows, int row_len, int
 static bool rows_join_rope(const cuda_backend *c, const struct pending_rows *r) {
     const struct pending_rope *w = &c->rope;
     if (!c->rope_pending || w->n_buf != 2 || r->n_rows != w->n_tok || r->pos != w->pos ||
-        r->pos_dev != w->rp.pos_dev || r->n != (int64_t)w->buf[1].n_head * w->head_dim)
+        r->pos_dev != w->rp.pos_dev || r->seqs.pos != w->rp.rows.pos || r->seqs.blocks != w->rp.rows.blocks ||
+        r->n != (int64_t)w->buf[1].n_head * w->head_dim)
         return false;
     if (r->type != FT_TYPE_F16 && !(r->type == FT_TYPE_Q8_0 && w->head_dim % 32 == 0)) return false;
     if (!w->has_kv) return r->dst.x == w->buf[1].x; // k's
@@ -658,15 +693,17 @@ static bool rows_join_rope(const cuda_backend *c, const struct pending_rows *r) 
            r->dst.dst != w->kv.k.dst && r->dst.x != w->buf[0].x && r->dst.x != w->buf[1].x; // v's
 }
 
-static void cuda_set_rows(ft_backend *be, ft_tensor *cache, const int32_t *blocks, int pos0, const float *x,
-                          int n_rows) {
-    FT_ASSERT(pos0 >= 0 && (blocks || pos0 + n_rows <= cache->ne[1]));
+// set_rows of one sequence's rows from pos0 (through blocks), or of several sequences' (seqs).
+static void set_rows_of(ft_backend *be, ft_tensor *cache, const int32_t *blocks, int pos0, const ft_seq_rows *seqs,
+                        const float *x, int n_rows) {
+    FT_ASSERT(pos0 >= 0 && (blocks || seqs || pos0 + n_rows <= cache->ne[1]) && (!seqs || seqs->n == n_rows));
     check_on_device(cache);
     cuda_backend *c = (cuda_backend *)be;
-    int rel = step_rel(c, pos0); // positions past *pos_dev in a graph step (may be negative)
+    int rel = seqs ? 0 : step_rel(c, pos0); // positions past *pos_dev in a graph step (may be negative)
     struct pending_rows r = {
         .type = cache->type, .dst = {cache->data, cache->row_bytes, x}, .blocks = blocks,
-        .pos_dev = step_pos_dev(c), .pos = rel, .n_rows = n_rows, .n = cache->ne[0],
+        .pos_dev = seqs ? NULL : step_pos_dev(c), .seqs = seq_rows_of(seqs), .pos = rel, .n_rows = n_rows,
+        .n = cache->ne[0],
     };
     // decode: k's rows, then v's, ride in the waiting norm+rope's launch (ft_cuda_norm_rope_kv)
     if (rows_join_rope(c, &r)) {
@@ -675,7 +712,7 @@ static void cuda_set_rows(ft_backend *be, ft_tensor *cache, const int32_t *block
         flush_matmuls(c);
         flush_rows(c);
         c->xq_src = NULL;
-        if (!op_runs(c, OP_SET_ROWS, cache->data, x, n_rows, rel)) return;
+        if (!op_runs(c, OP_SET_ROWS, cache->data, x, n_rows, seqs ? (int64_t)(uintptr_t)seqs : rel)) return;
         struct pending_rope *w = &c->rope;
         if (!w->has_kv) {
             w->kv = (ft_cuda_kv_rows){.type = r.type, .k = r.dst, .blocks = blocks};
@@ -689,7 +726,8 @@ static void cuda_set_rows(ft_backend *be, ft_tensor *cache, const int32_t *block
     // the rows waiting (k) and these (v) in one launch when they share type and shape
     const struct pending_rows *w = &c->rows;
     bool join = c->rows_pending && w->type == r.type && w->n_rows == r.n_rows && w->n == r.n &&
-                w->blocks == r.blocks && w->pos_dev == r.pos_dev && w->pos == r.pos && w->dst.dst != r.dst.dst;
+                w->blocks == r.blocks && w->pos_dev == r.pos_dev && w->seqs.pos == r.seqs.pos &&
+                w->seqs.blocks == r.seqs.blocks && w->pos == r.pos && w->dst.dst != r.dst.dst;
     if (join) {
         flush_norms(c);
         flush_add(c);
@@ -699,15 +737,24 @@ static void cuda_set_rows(ft_backend *be, ft_tensor *cache, const int32_t *block
     } else {
         cuda_op(be);
     }
-    if (!op_runs(c, OP_SET_ROWS, cache->data, x, n_rows, rel)) return;
+    if (!op_runs(c, OP_SET_ROWS, cache->data, x, n_rows, seqs ? (int64_t)(uintptr_t)seqs : rel)) return;
     if (join) {
         ft_cuda_set_rows_dst d[2] = {w->dst, r.dst};
-        ft_cuda_set_rows(r.type, d, 2, r.blocks, r.pos_dev, r.pos, r.n_rows, r.n, c->stream);
+        ft_cuda_set_rows(r.type, d, 2, r.blocks, &r.seqs, r.pos_dev, r.pos, r.n_rows, r.n, c->stream);
         c->rows_pending = false;
         return;
     }
     c->rows = r; // launched with the next set_rows or by the next op (flush_rows)
     c->rows_pending = true;
+}
+
+static void cuda_set_rows(ft_backend *be, ft_tensor *cache, const int32_t *blocks, int pos0, const float *x,
+                          int n_rows) {
+    set_rows_of(be, cache, blocks, pos0, NULL, x, n_rows);
+}
+
+static void cuda_set_rows_seqs(ft_backend *be, ft_tensor *cache, const ft_seq_rows *rows, const float *x) {
+    set_rows_of(be, cache, NULL, 0, rows, x, rows->n);
 }
 
 // A device-to-device copy on the stream, after what is pending (cuda_op): in order with the
@@ -728,25 +775,27 @@ static void cuda_copy_rows(ft_backend *be, ft_tensor *cache, int64_t dst, int64_
 
 static void cuda_attention(ft_backend *be, const ft_attn_params *p) {
     cuda_backend *c = cuda_op(be);
-    FT_ASSERT(p->head_dim <= c->lim.max_head_dim && p->pos0 + p->n_tok <= c->lim.max_ctx);
+    const ft_seq_rows *seqs = p->seqs; // rows of several sequences: one query each
+    FT_ASSERT(p->head_dim <= c->lim.max_head_dim && (seqs ? seqs->n == p->n_tok : p->pos0 + p->n_tok <= c->lim.max_ctx));
     check_on_device(p->k_cache);
     check_on_device(p->v_cache);
     if (!op_runs(c, OP_ATTENTION, p->q, p->k_cache->data, ((int64_t)p->n_tok << 32) | (uint32_t)p->window,
-                 step_rel(c, p->pos0)))
+                 seqs ? (int64_t)(uintptr_t)seqs : step_rel(c, p->pos0)))
         return;
     ft_cuda_attn_params ap = {
-        .q = p->q, .out = p->out, .k = p->k_cache->data, .v = p->v_cache->data, .blocks = p->blocks,
+        .q = p->q, .out = p->out, .k = p->k_cache->data, .v = p->v_cache->data, .blocks = seqs ? NULL : p->blocks,
         .k_type = p->k_cache->type, .v_type = p->v_cache->type,
         .k_row_bytes = p->k_cache->row_bytes, .v_row_bytes = p->v_cache->row_bytes,
-        .n_tok = p->n_tok, .pos0 = step_rel(c, p->pos0), .pos_dev = step_pos_dev(c), .n_head = p->n_head, .n_head_kv = p->n_head_kv,
-        .head_dim = p->head_dim, .window = p->window, .scale = p->scale,
+        .n_tok = p->n_tok, .pos0 = seqs ? 0 : step_rel(c, p->pos0), .pos_dev = seqs ? NULL : step_pos_dev(c),
+        .n_head = p->n_head, .n_head_kv = p->n_head_kv, .head_dim = p->head_dim, .window = p->window,
+        .scale = p->scale, .rows = seq_rows_of(seqs),
     };
     if (ft_tensor_present(p->sinks)) {
         check_on_device(p->sinks);
         FT_ASSERT(p->sinks->type == FT_TYPE_F32 && p->sinks->ne[0] >= p->n_head);
         ap.sinks = p->sinks->data;
     }
-    size_t need = ft_cuda_attention_part_floats(p->n_tok, p->n_head, p->n_head_kv, p->head_dim);
+    size_t need = ft_cuda_attention_part_floats(p->n_tok, seqs != NULL, p->n_head, p->n_head_kv, p->head_dim);
     ap.part = need <= c->attn_part_floats ? c->attn_part : NULL;
     // decode writes the q8_1 form of its output too, for the output projection that follows
     int64_t width = (int64_t)p->n_head * p->head_dim;
@@ -754,8 +803,8 @@ static void cuda_attention(ft_backend *be, const ft_attn_params *p) {
     // a step resuming one); decode and the rest on attention.cu's kernels
     ft_cuda_attn_params shape = ap;
     shape.n_tok = shape_tok(c, p->n_tok);
-    bool flash = c->flash && ft_cuda_flash_attention_fits(&shape);
-    bool quantize = !flash && ft_cuda_attention_quantizes(p->n_tok, p->head_dim) &&
+    bool flash = !seqs && c->flash && ft_cuda_flash_attention_fits(&shape);
+    bool quantize = !flash && ft_cuda_attention_quantizes(seqs ? 1 : p->n_tok, p->head_dim) &&
                     width <= round32(c->lim.max_width) && p->n_tok <= c->lim.max_tok;
     ap.out_q = quantize ? c->xq : NULL;
     if (flash) ft_cuda_flash_attention(&ap, c->stream);
@@ -1124,11 +1173,15 @@ static void cuda_sigmoid_gate_add(ft_backend *be, const ft_tensor *gate_inp, con
 // One graph serves every position because the position lives in device memory (pos_dev,
 // copied from pinned memory by the graph's first node): rope, set_rows and attention take it
 // from there, the ops' host positions become offsets from the step's first position, and the
-// attention split is chosen on the device. Chosen over re-capturing each token and updating
+// attention split is chosen on the device. A step of several sequences' decode rows (rope_seqs,
+// set_rows_seqs, attention's seqs) is keyed by its ft_seq_rows and its row count: the rows'
+// positions and block tables are device arrays the engine rewrites before each step, so one
+// graph serves every step of that many rows, whichever sequences they are and wherever they
+// stand. Chosen over re-capturing each token and updating
 // the executable graph: capture and update cost the host about as much as the launches they
 // replace, which is the time a decode step is short of. FT_CUDA_GRAPHS=0 turns graphs off.
 
-static void cuda_step_begin(ft_backend *be, int n_tok, int pos0, const void *key) {
+static void cuda_step_begin(ft_backend *be, int n_tok, int pos0, const void *key, bool seqs) {
     cuda_backend *c = cuda_of(be);
     FT_ASSERT(c->mode == STEP_DIRECT);
     // hybrid: an unbracketed step's fills, joined outside any capture
@@ -1143,9 +1196,13 @@ static void cuda_step_begin(ft_backend *be, int n_tok, int pos0, const void *key
         }
         c->offload_gen = ft_offload_generation(c->offload);
     }
-    // --cuda-graph-max-bs caps the steps captured (0: none); CPU experts take graphs with their
-    // flag meeting only (cuda_cpu_experts.h)
-    if (!c->graphs || !c->reserved || n_tok != 1 || (c->graph_max_tok >= 0 && n_tok > c->graph_max_tok) ||
+    // decode steps only (a prompt chunk's kernels take positions from the host); --cuda-graph-max-bs
+    // caps the steps captured (0: none); CPU experts take graphs with their flag meeting only
+    // (cuda_cpu_experts.h); the expert cache and CPU experts in one-token steps only (theirs are
+    // the graphs tested)
+    bool decode = seqs || n_tok == 1;
+    if (!c->graphs || !c->reserved || !decode || (c->graph_max_tok >= 0 && n_tok > c->graph_max_tok) ||
+        (seqs && (c->offload || c->cpu_experts)) ||
         (c->cpu_experts && !cuda_cpu_experts_graphable(c->cpu_experts))) {
         ft_cuda_profile_step_begin(c->stream, false);
         return;
@@ -1159,7 +1216,7 @@ static void cuda_step_begin(ft_backend *be, int n_tok, int pos0, const void *key
     int slot = 0;
     for (int i = 0; i < (int)FT_ARRAY_LEN(c->step_graphs); i++) {
         struct step_graph *g = &c->step_graphs[i];
-        if (g->graph && g->key == key) {
+        if (g->graph && g->key == key && g->n_tok == n_tok) {
             slot = i;
             break;
         }
@@ -1168,7 +1225,7 @@ static void cuda_step_begin(ft_backend *be, int n_tok, int pos0, const void *key
     struct step_graph *g = &c->step_graphs[slot];
     g->last_used = ++c->graph_clock;
     c->cur_graph = slot;
-    if (g->graph && g->key == key) {
+    if (g->graph && g->key == key && g->n_tok == n_tok) {
         c->mode = STEP_REPLAY;
         if (c->offload) ft_offload_step_replayed(c->offload, c->stream);
         return;
@@ -1176,6 +1233,7 @@ static void cuda_step_begin(ft_backend *be, int n_tok, int pos0, const void *key
     ft_cuda_graph_free(g->graph);
     g->graph = NULL;
     g->key = key;
+    g->n_tok = n_tok;
     c->mode = STEP_CAPTURE;
     ft_cuda_capture_begin(c->stream);
     ft_cuda_profile_step_begin(c->stream, true);
@@ -1453,6 +1511,8 @@ static const ft_backend_ops g_cuda_ops = {
     .set_rows = cuda_set_rows,
     .copy_rows = cuda_copy_rows,
     .attention = cuda_attention,
+    .rope_seqs = cuda_rope_seqs,
+    .set_rows_seqs = cuda_set_rows_seqs,
     .gate_mul = cuda_gate_mul,
     .split_heads = cuda_split_heads,
     .delta_net = cuda_delta_net,

@@ -22,6 +22,9 @@ void ft_cuda_rms_norm(float *x, const float *d, const float *w, float *y, void *
 // elementwise.cu
 void ft_cuda_add(float *y, const float *x, size_t n, ft_cuda_stream *s);          // y += x
 void ft_cuda_add_bias(float *y, const float *b, int n_rows, int n, ft_cuda_stream *s);
+// y[i] = sum over z of part[z * n + i], z ascending (a GEMM's splits over its input, gemm_q.cu
+// and gemm_f.cu).
+void ft_cuda_sum_splits(const float *part, float *y, int64_t n, int splits, ft_cuda_stream *s);
 // x (n_tok, n_head*head_dim) *= act(g); g (n_tok, g_width), g_width n_head or the width; act
 // an enum ft_act (backend.h)
 void ft_cuda_gate_mul(float *x, const float *g, int n_tok, int n_head, int head_dim, int g_width, int act,
@@ -66,6 +69,14 @@ void ft_cuda_delta_net(const ft_cuda_delta_params *p, ft_cuda_stream *s);
 // Called once by the backend before any capture (the chunked rule's shared memory).
 void ft_cuda_delta_net_init(void);
 
+// Tokens of several sequences in one launch, one each (the decode rows of a server step): token
+// t is position pos[t] of the sequence whose block table (kv_block.h) is blocks[t]. pos NULL:
+// the launch's tokens are one sequence's, at consecutive positions (pos0, pos_dev).
+typedef struct ft_cuda_seq_rows {
+    const int32_t *pos;
+    const int32_t *const *blocks;
+} ft_cuda_seq_rows;
+
 // rope.cu: the angles' host-side constants come precomputed so device and CPU agree.
 typedef struct ft_cuda_rope_params {
     int n_rot;
@@ -77,6 +88,8 @@ typedef struct ft_cuda_rope_params {
     int sect_dims;          // imrope for text (backend.h): the sections summed, 0 for none
     int sections[3];        // the t, h and w sections
     const float *freq_factors; // device memory: pair i's angle divided by entry i (gemma4), or NULL
+    ft_cuda_seq_rows rows;  // each token's position (over pos0 and pos_dev), and its block table for
+                            // the cache rows of ft_cuda_norm_rope_kv; rows.pos NULL: none
 } ft_cuda_rope_params;
 void ft_cuda_rope(float *x, int n_tok, int n_head, int head_dim, int pos0,
                   const ft_cuda_rope_params *p, ft_cuda_stream *s);
@@ -103,7 +116,8 @@ void ft_cuda_hadamard(float *x, int64_t n_chunks, int n, ft_cuda_stream *s);
 // and v rows of a layer), n_rows rows of n floats at x -> the cache rows (FT_TYPE_F16 or
 // FT_TYPE_Q8_0, row_bytes apart from dst) of positions pos.. of a sequence, pos moved *pos_dev
 // further when pos_dev (device memory) is not NULL; blocks: the sequence's block table (device
-// memory, kv_block.h), or NULL: row p is position p.
+// memory, kv_block.h), or NULL: row p is position p. rows (or NULL): each row's own position and
+// block table instead (rows of several sequences).
 #define FT_CUDA_SET_ROWS_MAX_DST 2
 typedef struct ft_cuda_set_rows_dst {
     void *dst;
@@ -111,13 +125,14 @@ typedef struct ft_cuda_set_rows_dst {
     const float *x; // (n_rows, n)
 } ft_cuda_set_rows_dst;
 void ft_cuda_set_rows(uint32_t type, const ft_cuda_set_rows_dst *d, int n_dst, const int32_t *blocks,
-                      const int32_t *pos_dev, int pos, int n_rows, int64_t n, ft_cuda_stream *s);
+                      const ft_cuda_seq_rows *rows, const int32_t *pos_dev, int pos, int n_rows, int64_t n,
+                      ft_cuda_stream *s);
 
 // norm_rope.cu with the cache rows of a layer in the same launch (decode steps): buffer 1 (k,
 // n_buf 2) after its norm and rope into k's cache rows, and v's heads (v.x: n_tok rows of as
 // many heads as k's; NULL: none) into v's, with ft_cuda_set_rows' bits, at the rope's positions
-// (pos0 and p->pos_dev) through the block table blocks. type: FT_TYPE_F16, or FT_TYPE_Q8_0 with
-// head_dim % 32 == 0; k.x must be buffer 1's x.
+// (pos0 and p->pos_dev, or p->rows) through the block table blocks (or p->rows'). type:
+// FT_TYPE_F16, or FT_TYPE_Q8_0 with head_dim % 32 == 0; k.x must be buffer 1's x.
 typedef struct ft_cuda_kv_rows {
     uint32_t type;
     ft_cuda_set_rows_dst k, v;
@@ -127,7 +142,7 @@ void ft_cuda_norm_rope_kv(const ft_cuda_norm_rope_buf *b, int n_buf, int n_tok, 
                           int pos0, const ft_cuda_rope_params *p, const ft_cuda_kv_rows *kv, ft_cuda_stream *s);
 
 // attention.cu. Small batches split the keys over CTAs when part is given: part holds
-// ft_cuda_attention_part_floats(n_tok, n_head, n_head_kv, head_dim) floats.
+// ft_cuda_attention_part_floats(n_tok, rows, n_head, n_head_kv, head_dim) floats.
 #define FT_CUDA_ATTN_SPLIT_MAX_TOK 8
 #define FT_CUDA_ATTN_MAX_SPLIT 32
 typedef struct ft_cuda_attn_params {
@@ -146,17 +161,22 @@ typedef struct ft_cuda_attn_params {
                            // blocks), or NULL; only where ft_cuda_attention_quantizes says so
     const float *sinks;    // (n_head) attention sinks: a logit per head joining each softmax's
                            // denominator (gpt-oss), or NULL
+    ft_cuda_seq_rows rows; // rows.pos not NULL: the n_tok queries are n_tok sequences' one each
+                           // (pos0, pos_dev and blocks unused); their keys are split as one
+                           // launch's, over all of them
+    int n_seq;             // set by the launcher: sequences the split spreads over (1, or n_tok
+                           // with rows)
 } ft_cuda_attn_params;
 void ft_cuda_attention(const ft_cuda_attn_params *p, ft_cuda_stream *s);
 // Once per process before the first attention (and before any graph capture): the kernels'
 // shared-memory limits.
 void ft_cuda_attention_init(void);
-// Can the launch for these shapes also write out_q (the decode kernels: n_tok <=
-// FT_CUDA_ATTN_SPLIT_MAX_TOK, head_dim 64, 128 or 256)?
+// Can the launch for these shapes (n_tok: each sequence's tokens, 1 with rows) also write out_q
+// (the decode kernels: n_tok <= FT_CUDA_ATTN_SPLIT_MAX_TOK, head_dim 64, 128 or 256)?
 bool ft_cuda_attention_quantizes(int n_tok, int head_dim);
 // The floats of split partials a launch of these shapes needs, and the most any launch needs
 // within a backend's limits (the longest activation row, the largest head).
-size_t ft_cuda_attention_part_floats(int n_tok, int n_head, int n_head_kv, int head_dim);
+size_t ft_cuda_attention_part_floats(int n_tok, bool rows, int n_head, int n_head_kv, int head_dim);
 size_t ft_cuda_attention_part_bound(int64_t max_width, int max_head_dim);
 
 // moe_route.cu: routing of n_tok tokens and the weighted sum of their experts' outputs.

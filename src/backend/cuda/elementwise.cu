@@ -88,6 +88,22 @@ extern "C" void ft_cuda_add(float *y, const float *x, size_t n, ft_cuda_stream *
     CUDA_CHECK_LAUNCH();
 }
 
+// y[i] = part[0][i] + part[1][i] + ... in split order: the splits of a GEMM split over its input.
+__global__ void sum_splits_kernel(const float *__restrict__ part, float *__restrict__ y, int64_t n, int splits) {
+    ft_pdl_begin();
+    const int64_t i = (int64_t)blockIdx.x * EW_THREADS + threadIdx.x;
+    if (i >= n) return;
+    float v = part[i];
+    for (int z = 1; z < splits; z++) v += part[(int64_t)z * n + i];
+    y[i] = v;
+}
+
+extern "C" void ft_cuda_sum_splits(const float *part, float *y, int64_t n, int splits, ft_cuda_stream *s) {
+    if (!n) return;
+    ft_launch(sum_splits_kernel, ew_grid(n), EW_THREADS, 0, ft_cuda_stream_handle(s), part, y, n, splits);
+    CUDA_CHECK_LAUNCH();
+}
+
 extern "C" void ft_cuda_add_bias(float *y, const float *b, int n_rows, int n, ft_cuda_stream *s) {
     const int64_t total = (int64_t)n_rows * n;
     if (!total) return;

@@ -150,6 +150,8 @@ typedef struct ft_cuda_matvec_params {
     int n_tok;          // 1..FT_CUDA_MATVEC_MAX_TOK
     const float *bias;  // (n_rows) f32 added to each token's row (an f32 add after the product,
                         // as the add_bias op's), or NULL; quantized types only, not ft_cuda_matvec_ids
+    float *part;        // ft_cuda_gemm_f only: split scratch as ft_cuda_gemm_params', or NULL
+    size_t part_floats;
 } ft_cuda_matvec_params;
 
 // Does ft_cuda_matvec compute with weights of this type?
@@ -245,6 +247,11 @@ typedef struct ft_cuda_gemm_params {
     const void *x;      // (n_tok, n_in) block_q8_1 activations from ft_cuda_quantize_q8_1
     float *y;           // (n_tok, n_out) floats, device memory
     int n_tok;          // >= 1; any count (the last tile of 64 tokens may be partial)
+    // Scratch for a launch split over the input where its tiles alone would leave SMs idle
+    // (decode-sized batches): partial products, summed in split order by a second launch, so the
+    // result is deterministic (not the unsplit launch's bits). NULL: never split.
+    float *part;
+    size_t part_floats;
 } ft_cuda_gemm_params;
 
 // Does ft_cuda_gemm compute with weights of this type? (The quantized types but q2_K; float
@@ -292,6 +299,7 @@ size_t ft_cuda_moe_gemm_work_bytes(int n_pairs, int n_expert);
 
 // Enqueues the whole MoE FFN on stream s. Aborts on unsupported types or bad shapes.
 void ft_cuda_moe_gemm(const ft_cuda_moe_gemm_params *p, ft_cuda_stream *s);
+
 
 #ifdef __cplusplus
 }

@@ -10,8 +10,11 @@
 //   2. thread (ty, tx) keeps 2 tokens x 2 outputs: acc = fmaf(w_k, x_k, acc) for k ascending,
 //      one float FMA chain per output (deterministic; columns past n_in add 0 * 0);
 //   3. each thread writes its outputs that lie inside (n_tok, n_out).
-// Geometry: grid (ceil(n_out / 32), ceil(n_tok / 32)).
+// Geometry: grid (ceil(n_out / 32), ceil(n_tok / 32)); where that leaves SMs idle (a router's
+// 128 rows for a decode step of a few dozen tokens: 4 CTAs) and scratch is given, grid.z splits
+// the columns, each split writing its partial products, which ft_cuda_sum_splits adds in order.
 #include "cuda_common.cuh"
+#include "cuda_ops.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -36,6 +39,8 @@ typedef struct gemm_f_args {
     const float *x; // (n_tok, n_in)
     float *y;       // (n_tok, n_out)
     int n_out, n_in, n_tok;
+    float *part;    // split z's partial products at part + z * n_tok * n_out, or NULL: no split
+    int k_split;    // columns of each split, a multiple of GF_BK
 } gemm_f_args;
 
 template <int T>
@@ -59,8 +64,11 @@ __global__ void __launch_bounds__(GF_THREADS) gemm_f_kernel(const gemm_f_args a)
         }
     };
     float acc[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
-    load(0);
-    for (int k0 = 0; k0 < a.n_in; k0 += GF_BK) {
+    const int kbeg = a.part ? (int)blockIdx.z * a.k_split : 0;
+    const int kend = a.part ? min(a.n_in, kbeg + a.k_split) : a.n_in;
+    float *y = a.part ? a.part + (size_t)blockIdx.z * a.n_tok * a.n_out : a.y;
+    load(kbeg);
+    for (int k0 = kbeg; k0 < kend; k0 += GF_BK) {
 #pragma unroll
         for (int j = 0; j < GF_LOADS; j++) {
             const int i = tid + j * GF_THREADS;
@@ -68,7 +76,7 @@ __global__ void __launch_bounds__(GF_THREADS) gemm_f_kernel(const gemm_f_args a)
             ws[i % GF_BK][i / GF_BK] = wr[j];
         }
         __syncthreads();
-        if (k0 + GF_BK < a.n_in) load(k0 + GF_BK); // in flight while this chunk is summed
+        if (k0 + GF_BK < kend) load(k0 + GF_BK); // in flight while this chunk is summed
 #pragma unroll
         for (int kk = 0; kk < GF_BK; kk++) {
             const float x0 = xs[kk][2 * ty], x1 = xs[kk][2 * ty + 1];
@@ -87,7 +95,7 @@ __global__ void __launch_bounds__(GF_THREADS) gemm_f_kernel(const gemm_f_args a)
 #pragma unroll
         for (int j = 0; j < 2; j++) {
             const int o = o0 + tx + 16 * j;
-            if (o < a.n_out) a.y[(size_t)t * a.n_out + o] = acc[i][j];
+            if (o < a.n_out) y[(size_t)t * a.n_out + o] = acc[i][j];
         }
     }
 }
@@ -95,9 +103,29 @@ __global__ void __launch_bounds__(GF_THREADS) gemm_f_kernel(const gemm_f_args a)
 extern "C" void ft_cuda_gemm_f(const ft_cuda_matvec_params *p, ft_cuda_stream *stream) {
     FT_CUDA_ASSERT(p->n_tok >= 1 && p->n_tok <= 65535 * GF_TILE);
     FT_CUDA_ASSERT(p->n_rows >= 1 && p->n_rows <= INT32_MAX && p->n_cols >= 1 && p->n_cols <= INT32_MAX);
-    const gemm_f_args a = {p->w, (const float *)p->x, p->y, (int)p->n_rows, (int)p->n_cols, p->n_tok};
-    const dim3 grid((unsigned)((a.n_out + GF_TILE - 1) / GF_TILE), (unsigned)((a.n_tok + GF_TILE - 1) / GF_TILE));
+    gemm_f_args a = {p->w, (const float *)p->x, p->y, (int)p->n_rows, (int)p->n_cols, p->n_tok, NULL, 0};
+    dim3 grid((unsigned)((a.n_out + GF_TILE - 1) / GF_TILE), (unsigned)((a.n_tok + GF_TILE - 1) / GF_TILE));
     const cudaStream_t s = ft_cuda_stream_handle(stream);
+    // fewer tiles than SMs: split the columns so that about two CTAs per SM stream the weights
+    static int sms; // (one device per process)
+    if (!sms) {
+        int dev;
+        CUDA_CHECK(cudaGetDevice(&dev));
+        CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    }
+    int splits = 1;
+    const int64_t ctas = (int64_t)grid.x * grid.y, out = (int64_t)a.n_tok * a.n_out;
+    const int64_t chunks = (a.n_in + GF_BK - 1) / GF_BK;
+    if (p->part && ctas < sms)
+        splits = (int)std::min(std::min((2 * (int64_t)sms + ctas - 1) / ctas, chunks),
+                               (int64_t)(p->part_floats / (size_t)out));
+    if (splits > 1) {
+        const int64_t per = (chunks + splits - 1) / splits;
+        splits = (int)((chunks + per - 1) / per);
+        a.part = p->part;
+        a.k_split = (int)per * GF_BK;
+        grid.z = (unsigned)splits;
+    }
     switch (p->type) {
     case FT_TYPE_F32: gemm_f_kernel<FT_TYPE_F32><<<grid, GF_THREADS, 0, s>>>(a); break;
     case FT_TYPE_F16: gemm_f_kernel<FT_TYPE_F16><<<grid, GF_THREADS, 0, s>>>(a); break;
@@ -105,4 +133,5 @@ extern "C" void ft_cuda_gemm_f(const ft_cuda_matvec_params *p, ft_cuda_stream *s
     default: FT_CUDA_ASSERT(!"ft_cuda_gemm_f: not a float type");
     }
     CUDA_CHECK_LAUNCH();
+    if (splits > 1) ft_cuda_sum_splits(p->part, p->y, out, splits, stream);
 }

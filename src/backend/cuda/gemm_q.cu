@@ -10,6 +10,7 @@
 extern "C" {
 #include "../../quant/quant.h" // ft_row_bytes
 }
+#include "cuda_ops.h"
 #include "expert_extras.cuh"
 #include "gemm_q.cuh"
 
@@ -78,7 +79,9 @@ __device__ __forceinline__ void mma_k16(int d[4], const int a[2], int b) {
 // hide part of that latency).
 //
 // Tiles: the dense form tiles the tokens in order (grid.y = ceil(n_tok / BN), BN = 64, or 32
-// when 64 would make fewer than two CTAs per SM). The grouped
+// when 64 would make fewer than two CTAs per SM); where even that leaves SMs idle (a decode step
+// of a few dozen tokens: a 512-row projection is 8 tiles) it splits the input over grid.z, and
+// ft_cuda_sum_splits adds the splits' partial products in order (deterministic). The grouped
 // form reads a tile table written on the device by the grouping (moe_gemm.cu): entry y is
 // (expert, first position, count) in the expert-sorted order of the (token, slot) pairs, or
 // expert -1 for an unused slot of the grid (grid.y is an upper bound, so the host never
@@ -143,7 +146,10 @@ __global__ void __launch_bounds__(GM_THREADS) gemm_q_kernel(const gemm_q_args a)
 
     __syncthreads(); // s_xrow
 
-    for (int kc = 0; kc < n_kb; kc += GM_KB) {
+    // the k-blocks of this CTA's split (all of them unsplit)
+    const int kb0 = a.part ? (int)blockIdx.z * a.kb_split : 0;
+    const int kb1 = a.part ? min(n_kb, kb0 + a.kb_split) : n_kb;
+    for (int kc = kb0; kc < kb1; kc += GM_KB) {
         // 1a. weight units: consecutive threads take consecutive units of a row
         for (int u = tid; u < NW * GM_BM * GM_KB; u += GM_THREADS) {
             const int wi = u / (GM_BM * GM_KB), r = (u / GM_KB) % GM_BM, kb = u % GM_KB;
@@ -269,6 +275,10 @@ __global__ void __launch_bounds__(GM_THREADS) gemm_q_kernel(const gemm_q_args a)
                 const int j = wt + 8 * nt + 2 * t + i % 2;
                 if (row >= a.n_out || j >= cnt) continue;
                 const int pos = pos0 + j;
+                if (a.part) { // a split's partial product (dense form: no extras)
+                    a.part[((size_t)blockIdx.z * a.n_pos + pos) * (size_t)a.n_out + row] = acc[0][mt][nt][i];
+                    continue;
+                }
                 const int yr = a.y_map ? a.y_map[pos] : pos;
                 const float v = NW == 2 ? ft_expert_glu(a.ex, expert, a.n_out, row, acc[0][mt][nt][i], acc[NW - 1][mt][nt][i])
                                         : ft_expert_down(a.ex, expert, a.n_out, row, acc[0][mt][nt][i]);
@@ -364,10 +374,27 @@ extern "C" void ft_cuda_gemm(const ft_cuda_gemm_params *p, ft_cuda_stream *s) {
     const int64_t row_tiles = (p->n_out + GM_BM - 1) / GM_BM;
     int bn = row_tiles * ((p->n_tok + GM_GEMM_BN - 1) / GM_GEMM_BN) < 2 * (int64_t)sm_count() ? GM_GROUP_BN : GM_GEMM_BN;
     if (g_force_bn) bn = g_force_bn;
-    const dim3 grid((unsigned)row_tiles, (unsigned)((p->n_tok + bn - 1) / bn));
+    dim3 grid((unsigned)row_tiles, (unsigned)((p->n_tok + bn - 1) / bn));
     FT_CUDA_ASSERT(grid.y <= 65535);
-    if (bn == GM_GEMM_BN) launch<GM_GEMM_BN, 1>(p->type, a, grid, ft_cuda_stream_handle(s));
-    else launch<GM_GROUP_BN, 1>(p->type, a, grid, ft_cuda_stream_handle(s));
+    // fewer tiles than SMs: split the input so that about two CTAs per SM stream the weights
+    const int64_t ctas = (int64_t)grid.x * grid.y, out = (int64_t)p->n_tok * p->n_out;
+    const int n_chunks = (a.n_in / 32 + GM_KB - 1) / GM_KB;
+    int splits = 1;
+    if (p->part && ctas < sm_count()) {
+        const int64_t want = (2 * (int64_t)sm_count() + ctas - 1) / ctas, room = (int64_t)(p->part_floats / (size_t)out);
+        splits = (int)std::min(std::min(want, (int64_t)n_chunks), room);
+    }
+    if (splits > 1) {
+        const int per = (n_chunks + splits - 1) / splits; // chunks of each split
+        splits = (n_chunks + per - 1) / per;
+        a.part = p->part;
+        a.kb_split = per * GM_KB;
+        grid.z = (unsigned)splits;
+    }
+    const cudaStream_t st = ft_cuda_stream_handle(s);
+    if (bn == GM_GEMM_BN) launch<GM_GEMM_BN, 1>(p->type, a, grid, st);
+    else launch<GM_GROUP_BN, 1>(p->type, a, grid, st);
+    if (splits > 1) ft_cuda_sum_splits(p->part, p->y, out, splits, s);
 }
 
 extern "C" void ft_cuda_gemm_force_bn(int bn) {

@@ -292,6 +292,10 @@ typedef struct gemm_q_args {
     const int32_t *x_map;     // activation row of position p: x_map[p] / x_div, or p if NULL
     int x_div;
     const int32_t *y_map;     // output row of position p: y_map[p], or p if NULL
+    // dense form, split over the input (grid.z splits of kb_split k-blocks, a multiple of the
+    // chunk): split z writes its partial products to part + z * n_pos * n_out instead of y
+    float *part;
+    int kb_split;
     // grouped form: the tile expert's extras (expert_extras.cuh): the fused gate/up form's
     // activation and gate/up biases, the single form's scale and bias (down); zeroed: none
     ft_cuda_expert_extras ex;

@@ -554,6 +554,6 @@ extern "C" void ft_cuda_matvec_ids(const ft_cuda_matvec_ids_params *ip, ft_cuda_
         matvec_fused(ip, ft_cuda_stream_handle(stream));
         return;
     }
-    ft_cuda_matvec_params p = {ip->type, ip->w, ip->n_rows, ip->n_cols, ip->x, ip->y, 1, NULL};
+    ft_cuda_matvec_params p = {ip->type, ip->w, ip->n_rows, ip->n_cols, ip->x, ip->y, 1, NULL, NULL, 0};
     matvec_any(&p, ip, stream);
 }

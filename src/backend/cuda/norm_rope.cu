@@ -36,10 +36,13 @@ typedef struct norm_rope_args {
     ft_cuda_kv_rows kv; // kv.type 0: no cache rows
 } norm_rope_args;
 
-// Element d of head h into cache c's row (0: k, 1: v) of position pos; q8_0: a whole warp calls.
-__device__ __forceinline__ void store_kv(const norm_rope_args &a, int c, int pos, int h, int d, float v) {
+// Element d of head h of token t into cache c's row (0: k, 1: v) of position pos; q8_0: a whole
+// warp calls.
+__device__ __forceinline__ void store_kv(const norm_rope_args &a, const ft_cuda_rope_params &p, int c, int t, int pos,
+                                         int h, int d, float v) {
     const ft_cuda_set_rows_dst &dst = c ? a.kv.v : a.kv.k;
-    uint8_t *row = (uint8_t *)dst.dst + (size_t)ft_kv_row(a.kv.blocks, pos) * dst.row_bytes;
+    const int32_t *blocks = p.rows.pos ? p.rows.blocks[t] : a.kv.blocks;
+    uint8_t *row = (uint8_t *)dst.dst + (size_t)ft_kv_row(blocks, pos) * dst.row_bytes;
     const int64_t i = (int64_t)h * a.head_dim + d;
     if (a.kv.type == FT_TYPE_F16) ft_kv_store_f16(row, i, v);
     else ft_kv_store_q8_0(row, i / 32, v, d % 32); // (head_dim % 32 == 0: blocks within a head)
@@ -49,11 +52,12 @@ __global__ void __launch_bounds__(NR_THREADS) norm_rope_kernel(const norm_rope_a
     ft_pdl_begin();
     __shared__ float red[32];
     __shared__ float ys[NR_THREADS];
-    const int d = threadIdx.x, pos0 = a.pos0 + (p.pos_dev ? *p.pos_dev : 0);
+    const int d = threadIdx.x;
     if ((int)blockIdx.x >= a.rows1) { // a head of v: into its cache row as it is
         const int row = blockIdx.x - a.rows1, t = row / a.n_head[1];
         if (d < a.head_dim)
-            store_kv(a, 1, pos0 + t, row - t * a.n_head[1], d, a.kv.v.x[(int64_t)row * a.head_dim + d]);
+            store_kv(a, p, 1, t, ft_rope_pos(p, a.pos0, t), row - t * a.n_head[1], d,
+                     a.kv.v.x[(int64_t)row * a.head_dim + d]);
         return;
     }
     const int j = (int)blockIdx.x >= a.rows0, row = blockIdx.x - (j ? a.rows0 : 0);
@@ -72,13 +76,13 @@ __global__ void __launch_bounds__(NR_THREADS) norm_rope_kernel(const norm_rope_a
     const int half = p.n_rot / 2;
     if (d < half) {
         const int i0 = p.neox ? d : 2 * d, i1 = p.neox ? d + half : 2 * d + 1;
-        ft_rope_pair(ys[i0], ys[i1], pos0 + t, d, p, &xr[i0], &xr[i1]);
+        ft_rope_pair(ys[i0], ys[i1], ft_rope_pos(p, a.pos0, t), d, p, &xr[i0], &xr[i1]);
     } else if (d >= p.n_rot && d < head_dim) {
         xr[d] = ys[d];
     }
     if (j == 0 || !a.kv.type) return;
     __syncthreads(); // the CTA's stores to xr are visible to its threads
-    if (d < head_dim) store_kv(a, 0, pos0 + t, row - t * a.n_head[1], d, xr[d]);
+    if (d < head_dim) store_kv(a, p, 0, t, ft_rope_pos(p, a.pos0, t), row - t * a.n_head[1], d, xr[d]);
 }
 
 extern "C" void ft_cuda_norm_rope(const ft_cuda_norm_rope_buf *b, int n_buf, int n_tok, int head_dim, float eps,

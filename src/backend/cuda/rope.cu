@@ -2,7 +2,8 @@
 // the CPU op (cpu_attn.c) does: the angle of pair i is pos * theta_scale^i built by repeated
 // float multiplication (theta_scale from the host, so both sides start from the same bits).
 //
-// Launch: one thread per (token, head, pair); grid.x covers pairs * heads, grid.y tokens.
+// Launch: one thread per (token, head, pair); grid.x covers pairs * heads, grid.y tokens (of one
+// sequence, or of several: p.rows).
 // Dimensions past n_rot are left untouched.
 #include "cuda_common.cuh"
 #include "cuda_ops.h"
@@ -18,7 +19,7 @@ __global__ void rope_kernel(float *x, int n_head, int head_dim, int pos0, const 
     const int h = idx / half, i = idx % half, t = blockIdx.y;
     float *v = x + ((int64_t)t * n_head + h) * head_dim;
     const int a = p.neox ? i : 2 * i, b = p.neox ? i + half : 2 * i + 1;
-    ft_rope_pair(v[a], v[b], pos0 + (p.pos_dev ? *p.pos_dev : 0) + t, i, p, &v[a], &v[b]);
+    ft_rope_pair(v[a], v[b], ft_rope_pos(p, pos0, t), i, p, &v[a], &v[b]);
 }
 
 extern "C" void ft_cuda_rope(float *x, int n_tok, int n_head, int head_dim, int pos0,

@@ -7,6 +7,11 @@
 #include "cuda_common.cuh"
 #include "cuda_ops.h"
 
+// The position of a launch's token t: its own (p.rows), or t past the launch's first.
+__device__ __forceinline__ int ft_rope_pos(const ft_cuda_rope_params &p, int pos0, int t) {
+    return p.rows.pos ? p.rows.pos[t] : pos0 + (p.pos_dev ? *p.pos_dev : 0) + t;
+}
+
 // (o0, o1) = pair (x0, x1) of pair index i rotated for position pos (o0, o1 may alias x0, x1).
 __device__ __forceinline__ void ft_rope_pair(float x0, float x1, int pos, int i, const ft_cuda_rope_params &p,
                                              float *o0, float *o1) {

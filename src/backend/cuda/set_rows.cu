@@ -15,12 +15,14 @@ typedef struct set_rows_args {
     size_t row_bytes[FT_CUDA_SET_ROWS_MAX_DST];
     const float *x[FT_CUDA_SET_ROWS_MAX_DST];
     const int32_t *blocks, *pos_dev;
+    ft_cuda_seq_rows rows;
     int pos;
     int64_t n;
 } set_rows_args;
 
 // The cache row of the launch's row r.
 __device__ __forceinline__ int64_t set_rows_row(const set_rows_args &a, int64_t r) {
+    if (a.rows.pos) return ft_kv_row(a.rows.blocks[r], a.rows.pos[r]);
     return ft_kv_row(a.blocks, (a.pos_dev ? *a.pos_dev : 0) + a.pos + r);
 }
 
@@ -44,7 +46,8 @@ __global__ void __launch_bounds__(SR_WARPS * FT_WARP) set_rows_q8_0_kernel(const
 }
 
 extern "C" void ft_cuda_set_rows(uint32_t type, const ft_cuda_set_rows_dst *d, int n_dst, const int32_t *blocks,
-                                 const int32_t *pos_dev, int pos, int n_rows, int64_t n, ft_cuda_stream *s) {
+                                 const ft_cuda_seq_rows *rows, const int32_t *pos_dev, int pos, int n_rows, int64_t n,
+                                 ft_cuda_stream *s) {
     FT_CUDA_ASSERT(type == FT_TYPE_F16 || (type == FT_TYPE_Q8_0 && n % 32 == 0));
     FT_CUDA_ASSERT(n_dst >= 1 && n_dst <= FT_CUDA_SET_ROWS_MAX_DST);
     set_rows_args a;
@@ -55,6 +58,7 @@ extern "C" void ft_cuda_set_rows(uint32_t type, const ft_cuda_set_rows_dst *d, i
     }
     a.blocks = blocks;
     a.pos_dev = pos_dev;
+    a.rows = rows ? *rows : ft_cuda_seq_rows{NULL, NULL};
     a.pos = pos;
     a.n = n;
     const cudaStream_t st = ft_cuda_stream_handle(s);
