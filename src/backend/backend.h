@@ -440,9 +440,10 @@ struct ft_backend {
     // row's result must depend only on its own sequence's chunk, never on how many rows the
     // call holds or which other rows share an expert; prompts cut at the same chunk boundaries
     // then give the same bits alone or batched (batch.h). For one sequence's step, NULL is the
-    // same rule. The CUDA backend ignores it (its kernels choose by the call's shape or
-    // chunk_tok, and batch.h promises bit-identity on the CPU only); so does the CPU backend it
-    // keeps for --moe-backend cpu experts, which is not handed the field.
+    // same rule. The CUDA backend's kernels choose by the call's shape or chunk_tok (batch.h
+    // promises bit-identity on the CPU only), except that a call of decode rows only keeps the
+    // per-pair expert kernels for longer; the CPU backend it keeps for --moe-backend cpu experts
+    // is not handed the field.
     const bool *row_gemm;
     // For a backend whose kernels choose by the call's shape (CUDA): the rows of the prompt
     // chunk a one-sequence step's rows belong to, so that a step resuming a reused prefix's

@@ -404,6 +404,21 @@ static void check_on_device(const ft_tensor *t) {
 // dense GEMM splits over its input where its tiles alone would leave SMs idle (a decode step of a
 // few dozen sequences).
 #define GEMM_MIN_TOK 32
+// The MoE FFN of a step of several sequences' decode rows (no prompt chunk among them) with
+// resident experts takes the GEMM only from this many rows: the per-pair expert kernels beat it
+// at 32 rows (H100; bench_cuda_gemm --tok=32 and the batched decode of 32 sequences), the GEMM
+// wins at 64.
+#define MOE_DECODE_GEMM_MIN_TOK 64
+
+// Does a call over n_tok rows hold decode rows only (ft_backend.row_gemm: none of a prompt
+// chunk's)?
+static bool decode_rows(const cuda_backend *c, int n_tok) {
+    const bool *rg = c->base.row_gemm;
+    if (!rg || c->base.chunk_tok) return false;
+    for (int i = 0; i < n_tok; i++)
+        if (rg[i]) return false;
+    return true;
+}
 
 // y (n_tok, n_rows) = x · wᵀ for n_rows x n_cols weights at w (device) of type type.
 static void matmul_raw(cuda_backend *c, uint32_t type, const void *w, int64_t n_rows, int64_t n_cols,
@@ -1091,8 +1106,12 @@ static void cuda_moe_ffn(ft_backend *be, const ft_moe_params *p, const float *x,
         c->expert_ids = v.ids;
         if (!overlay && !hybrid) prefetch_next(c, p, p->router_x ? p->router_x : x, n_tok);
     }
-    // prefill: tokens grouped by expert, each expert's weights read once per tile of its tokens
-    if (!hybrid && shape_tok(c, n_tok) >= c->gemm_min_tok && ft_cuda_moe_gemm_supported(gate->type, up->type, down->type)) {
+    // prefill: tokens grouped by expert, each expert's weights read once per tile of its tokens;
+    // a step of several sequences' decode rows on resident experts keeps the per-pair kernels up
+    // to MOE_DECODE_GEMM_MIN_TOK rows
+    int moe_gemm_min = c->gemm_min_tok;
+    if (!from_cache && !cpu_overlay && moe_gemm_min != INT_MAX && decode_rows(c, n_tok)) moe_gemm_min = MOE_DECODE_GEMM_MIN_TOK;
+    if (!hybrid && shape_tok(c, n_tok) >= moe_gemm_min && ft_cuda_moe_gemm_supported(gate->type, up->type, down->type)) {
         check_on_device(gate);
         check_on_device(up);
         check_on_device(down);
