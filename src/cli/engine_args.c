@@ -193,7 +193,8 @@ void engine_args_usage(FILE *out, const engine_args *a) {
             "  --disable-moe-prefill-overlap\n"
             "                             offload: prefill streams expert layers without double-buffering\n"
             "  --cuda-graph-max-bs N      largest step (tokens) replayed as a CUDA graph; 0: none (default:\n"
-            "                             every step the backend can graph: one-token decode steps)\n"
+            "                             every step the backend can graph: decode steps, one token of\n"
+            "                             each decoding sequence)\n"
             "  --tp-size 1, --attn NAME   FreeToken's flags: accepted with a notice (one GPU; ft's attention)\n",
             a->ctx_help, a->batch_default,
             a->device_cpu_default ? "cpu; cuda when a GPU flag is given and a GPU is found"
