@@ -656,6 +656,24 @@ static void paged_attention_case(int hd, enum ft_type kt) {
     pair_free(&p);
 }
 
+// Qwen3's RoPE over whole heads of hd (NeoX pairs, base 1e6), as the decode tests apply it.
+static ft_rope_params decode_rope(int hd) {
+    return (ft_rope_params){.n_rot = hd, .neox = true, .freq_base = 1e6f, .freq_scale = 1, .attn_factor = 1,
+                            .beta_fast = 32, .beta_slow = 1, .n_ctx_orig = 4096};
+}
+
+// The bytes of two ways' K and V caches (kc[0], kc[1], vc[0], vc[1]) into host copies c[0..3]
+// (ft_malloc'd, freed by the caller), after the device is done with them.
+static void caches_to_host(const ft_tensor kc[2], const ft_tensor vc[2], uint8_t *c[4]) {
+    const ft_tensor *ct[4] = {&kc[0], &kc[1], &vc[0], &vc[1]};
+    ft_cuda_device_sync();
+    for (int i = 0; i < 4; i++) {
+        c[i] = ft_malloc(ct[i]->mat_bytes);
+        ft_cuda_memcpy_d2h(c[i], ct[i]->data, ct[i]->mat_bytes, NULL);
+    }
+    ft_cuda_device_sync();
+}
+
 // A decode step's per-head norms, ropes and cache rows as the backend runs them (the rows of k
 // and v written by the norm+rope launch) against the same ops with an op between the ropes and
 // the rows (separate launches): q, k and both caches to the bit, through a block table, for
@@ -671,8 +689,7 @@ static void norm_rope_rows_case(int hd, enum ft_type kt, int n_tok) {
     ft_tensor qw = dev_tensor(&qw_h), kw = dev_tensor(&kw_h);
     const size_t QN = (size_t)n_tok * nh * hd, KN = (size_t)n_tok * W;
     float *q = randn(&p.rng, QN, 1.0f), *k = randn(&p.rng, KN, 1.0f), *v = randn(&p.rng, KN, 1.0f);
-    const ft_rope_params rp = {.n_rot = hd, .neox = true, .freq_base = 1e6f, .freq_scale = 1, .attn_factor = 1,
-                               .beta_fast = 32, .beta_slow = 1, .n_ctx_orig = 4096};
+    const ft_rope_params rp = decode_rope(hd);
     float *qb[2], *kb[2], *vb[2], *dummy = gpu_buf(&p, q, 32);
     ft_tensor kc[2], vc[2];
     for (int way = 0; way < 2; way++) { // 0: as a step runs them; 1: an add between ropes and rows
@@ -692,15 +709,9 @@ static void norm_rope_rows_case(int hd, enum ft_type kt, int n_tok) {
     }
     float *q0 = gpu_read(&p, qb[0], QN), *q1 = gpu_read(&p, qb[1], QN); // (reads launch what waits)
     float *k0 = gpu_read(&p, kb[0], KN), *k1 = gpu_read(&p, kb[1], KN);
-    ft_cuda_device_sync();
     size_t cb = kc[0].mat_bytes;
     uint8_t *c[4];
-    const ft_tensor *ct[4] = {&kc[0], &kc[1], &vc[0], &vc[1]};
-    for (int i = 0; i < 4; i++) {
-        c[i] = ft_malloc(cb);
-        ft_cuda_memcpy_d2h(c[i], ct[i]->data, cb, NULL);
-    }
-    ft_cuda_device_sync();
+    caches_to_host(kc, vc, c);
     bool same_q = !memcmp(q0, q1, QN * sizeof(float)), same_k = !memcmp(k0, k1, KN * sizeof(float));
     bool same_kc = !memcmp(c[0], c[1], cb), same_vc = !memcmp(c[2], c[3], cb);
     size_t written = 0; // (the rows were written at all: some byte differs from the zeroed cache)
@@ -890,8 +901,7 @@ static void attention_seqs_case(int hd, enum ft_type kt, int n, int window) {
     ft_tensor qw = dev_tensor(&qw_h), kw = dev_tensor(&kw_h);
     const size_t QN = (size_t)n * nh * hd, KN = (size_t)n * W;
     float *q = randn(&p.rng, QN, 1.0f), *k = randn(&p.rng, KN, 1.0f), *v = randn(&p.rng, KN, 1.0f);
-    const ft_rope_params rp = {.n_rot = hd, .neox = true, .freq_base = 1e6f, .freq_scale = 1, .attn_factor = 1,
-                               .beta_fast = 32, .beta_slow = 1, .n_ctx_orig = 4096};
+    const ft_rope_params rp = decode_rope(hd);
     float *qb[2], *kb[2], *vb[2], *ob[2];
     ft_backend *g = p.gpu;
     for (int way = 0; way < 2; way++) { // 0: sequence by sequence; 1: the rows together
@@ -934,12 +944,7 @@ static void attention_seqs_case(int hd, enum ft_type kt, int n, int window) {
           *k1 = gpu_read(&p, kb[1], KN), *o0 = gpu_read(&p, ob[0], QN), *o1 = gpu_read(&p, ob[1], QN);
     size_t cb = kc[0].mat_bytes;
     uint8_t *c[4];
-    const ft_tensor *ct[4] = {&kc[0], &kc[1], &vc[0], &vc[1]};
-    for (int i = 0; i < 4; i++) {
-        c[i] = ft_malloc(cb);
-        ft_cuda_memcpy_d2h(c[i], ct[i]->data, cb, NULL);
-    }
-    ft_cuda_device_sync();
+    caches_to_host(kc, vc, c);
     bool same_q = !memcmp(q0, q1, QN * sizeof(float)), same_k = !memcmp(k0, k1, KN * sizeof(float));
     bool same_kc = !memcmp(c[0], c[1], cb), same_vc = !memcmp(c[2], c[3], cb);
     double e = rel_err(o1, o0, QN);

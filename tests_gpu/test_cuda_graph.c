@@ -107,25 +107,40 @@ static ft_batch *batch_with_graphs(ft_model *m, const ft_engine_params *ep, bool
     return b;
 }
 
-TEST(cuda_graph_per_sequence) {
-    GPU_TEST_REQUIRE_DEVICE();
+// A 2-layer model and two batch engines of n_seq sequences on it, *bd launching every step
+// directly and *bg through graphs. Returns the model, or NULL (the test failed, nothing is left).
+static ft_model *graph_pair(int n_seq, ft_batch **bd, ft_batch **bg) {
     ft_synth_params sp = ft_synth_default_params();
     sp.n_layer = 2;
     sp.n_ctx_train = 512;
     ft_model *m = fixture_model(&sp, "graph-seq");
-    REQUIRE(m);
+    if (!m) {
+        test_fail(__FILE__, __LINE__, "no model");
+        return NULL;
+    }
     ft_err err = {{0}};
     ft_engine_params ep = ft_engine_default_params();
     ep.n_ctx = 256;
     ep.n_batch = 16;
-    ep.n_seq = 3;
+    ep.n_seq = n_seq;
     ep.device = FT_PLACEMENT_CUDA;
-    ft_batch *bd = NULL, *bg = NULL;
-    bd = batch_with_graphs(m, &ep, false, &err);
-    if (bd) bg = batch_with_graphs(m, &ep, true, &err);
-    if (!bd || !bg) {
-        test_fail(__FILE__, __LINE__, "batch: %s", err.msg);
-    } else {
+    *bd = batch_with_graphs(m, &ep, false, &err);
+    *bg = *bd ? batch_with_graphs(m, &ep, true, &err) : NULL;
+    if (*bd && *bg) return m;
+    test_fail(__FILE__, __LINE__, "batch: %s", err.msg);
+    ft_batch_free(*bd);
+    ft_batch_free(*bg);
+    ft_model_free(m);
+    return NULL;
+}
+
+TEST(cuda_graph_per_sequence) {
+    GPU_TEST_REQUIRE_DEVICE();
+    ft_batch *bd, *bg;
+    ft_model *m = graph_pair(3, &bd, &bg);
+    if (!m) return;
+    ft_err err = {{0}};
+    {
         int n_vocab = m->hp.n_vocab, n_diff = 0, n_steps = 0;
         float *keep = malloc((size_t)n_vocab * sizeof(float));
         int32_t tok[3] = {5, 17, 29};
@@ -167,24 +182,12 @@ TEST(cuda_graph_per_sequence) {
 // prompt chunk among the rows (not recorded), must equal the same steps launched directly.
 TEST(cuda_graph_several_sequences) {
     GPU_TEST_REQUIRE_DEVICE();
-    ft_synth_params sp = ft_synth_default_params();
-    sp.n_layer = 2;
-    sp.n_ctx_train = 512;
-    ft_model *m = fixture_model(&sp, "graph-seq");
-    REQUIRE(m);
-    ft_err err = {{0}};
     enum { S = 5 };
-    ft_engine_params ep = ft_engine_default_params();
-    ep.n_ctx = 256;
-    ep.n_batch = 16;
-    ep.n_seq = S;
-    ep.device = FT_PLACEMENT_CUDA;
-    ft_batch *bd = NULL, *bg = NULL;
-    bd = batch_with_graphs(m, &ep, false, &err);
-    if (bd) bg = batch_with_graphs(m, &ep, true, &err);
-    if (!bd || !bg) {
-        test_fail(__FILE__, __LINE__, "batch: %s", err.msg);
-    } else {
+    ft_batch *bd, *bg;
+    ft_model *m = graph_pair(S, &bd, &bg);
+    if (!m) return;
+    ft_err err = {{0}};
+    {
         int n_vocab = m->hp.n_vocab, n_diff = 0, n_rows = 0;
         int32_t tok[S], prompt[S][16];
         for (int s = 0; s < S; s++) {
