@@ -109,6 +109,18 @@ void cpu_set_rows(ft_backend *be, ft_tensor *cache, const int32_t *blocks, int p
     }
 }
 
+// Several sequences' decode rows (ft_seq_rows; its arrays are host memory here): row by row, as
+// the ops take one sequence's rows, so that a batch gives each sequence its bits alone.
+void cpu_rope_seqs(ft_backend *be, float *x, int n_head, int head_dim, const ft_seq_rows *rows,
+                   const ft_rope_params *p) {
+    for (int i = 0; i < rows->n; i++) cpu_rope(be, x + (size_t)i * n_head * head_dim, 1, n_head, head_dim, rows->pos[i], p);
+}
+
+void cpu_set_rows_seqs(ft_backend *be, ft_tensor *cache, const ft_seq_rows *rows, const float *x) {
+    for (int i = 0; i < rows->n; i++)
+        cpu_set_rows(be, cache, rows->blocks[i], rows->pos[i], x + (size_t)i * cache->ne[0], 1);
+}
+
 void cpu_copy_rows(ft_backend *be, ft_tensor *cache, int64_t dst, int64_t src, int64_t n_rows) {
     (void)be;
     FT_ASSERT(n_rows >= 0 && src >= 0 && dst >= 0);
@@ -216,9 +228,25 @@ int cpu_attn_head_parts(const cpu_backend *c, const ft_attn_params *p) {
 }
 
 void cpu_attention(ft_backend *be, const ft_attn_params *p) {
+    if (p->seqs) { // several sequences' decode rows: each row as its sequence's one-row call
+        size_t width = (size_t)p->n_head * p->head_dim;
+        FT_ASSERT(p->seqs->n == p->n_tok);
+        for (int i = 0; i < p->seqs->n; i++) {
+            ft_attn_params a = *p;
+            a.seqs = NULL;
+            a.q = p->q + (size_t)i * width;
+            a.out = p->out + (size_t)i * width;
+            a.blocks = p->seqs->blocks[i];
+            a.pos0 = p->seqs->pos[i];
+            a.n_tok = 1;
+            a.n_chunk = 0;
+            cpu_attention(be, &a);
+        }
+        return;
+    }
     cpu_backend *c = cpu_of(be);
     FT_ASSERT(p->head_dim <= c->lim.max_head_dim && p->pos0 + p->n_tok <= c->lim.max_ctx);
-    FT_ASSERT(p->n_head % p->n_head_kv == 0 && !p->seqs); // (no rope_seqs here: sequence by sequence)
+    FT_ASSERT(p->n_head % p->n_head_kv == 0);
     // llama.cpp switches to a tiled kernel for batches of 64 queries or more over an f16
     // cache: q.k in f32 from the f16 keys, values accumulated in f32. We follow it (by the
     // whole chunk's length, where the queries end one).

@@ -164,6 +164,9 @@ void cpu_rope(ft_backend *be, float *x, int n_tok, int n_head, int head_dim, int
 void cpu_hadamard(ft_backend *be, float *x, int n_rows, int row_len, int n);
 void cpu_set_rows(ft_backend *be, ft_tensor *cache, const int32_t *blocks, int pos0, const float *x, int n_rows);
 void cpu_copy_rows(ft_backend *be, ft_tensor *cache, int64_t dst, int64_t src, int64_t n_rows);
+void cpu_rope_seqs(ft_backend *be, float *x, int n_head, int head_dim, const ft_seq_rows *rows,
+                   const ft_rope_params *p);
+void cpu_set_rows_seqs(ft_backend *be, ft_tensor *cache, const ft_seq_rows *rows, const float *x);
 void cpu_attention(ft_backend *be, const ft_attn_params *p);
 void cpu_gate_mul(ft_backend *be, float *x, const float *g, int n_tok, int n_head, int head_dim, int g_width,
                   enum ft_act a);
