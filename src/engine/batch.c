@@ -39,13 +39,12 @@ struct ft_batch {
     bool *row_gemm;       // (max_tok) the kernel class of each row (ft_backend.row_gemm)
     int *out_row;         // (n_seq) row of each item's logits in logits, -1: none
     // a step's run of decode rows of several sequences (ft_forward.seqs), where the backend
-    // takes them: their positions and block tables, in host memory (seqs_pos, seqs_blocks)
-    // and copied before each such step into the backend's buffer seqs_dev (the table pointers,
-    // then the positions), which seqs points into
+    // takes them: their block tables, then their positions, n_seq entries each, in host memory
+    // (seqs_host) and copied with one write before each such step into the backend's buffer
+    // seqs_dev of the same layout, which seqs points into
     ft_seq_rows seqs;
-    int32_t *seqs_pos;
-    const int32_t **seqs_blocks;
-    void *seqs_dev;
+    void *seqs_host, *seqs_dev;
+    size_t seqs_bytes;
     float *logits_dev;    // (n_seq, n_vocab) backend buffer
     float *logits;        // (n_seq, n_vocab) host copy
 };
@@ -160,14 +159,14 @@ ft_batch *ft_batch_init(const ft_model *m, const ft_engine_params *params, ft_er
     b->logits = ft_malloc((size_t)p.n_seq * (size_t)hp->n_vocab * sizeof(float));
     if (be->ops->rope_seqs && p.n_seq >= 2) {
         size_t n = (size_t)p.n_seq;
-        b->seqs_dev = be->ops->buffer_alloc(be, n * (sizeof(int32_t *) + sizeof(int32_t)));
+        b->seqs_bytes = n * (sizeof(int32_t *) + sizeof(int32_t));
+        b->seqs_dev = be->ops->buffer_alloc(be, b->seqs_bytes);
         if (!b->seqs_dev) {
             ft_err_set(err, "out of device memory for the decode rows' tables");
             ft_batch_free(b);
             return NULL;
         }
-        b->seqs_pos = ft_malloc(n * sizeof(int32_t));
-        b->seqs_blocks = ft_malloc(n * sizeof(int32_t *));
+        b->seqs_host = ft_calloc(1, b->seqs_bytes);
         b->seqs.blocks = b->seqs_dev;
         b->seqs.pos = (const int32_t *)((const char *)b->seqs_dev + n * sizeof(int32_t *));
     }
@@ -188,8 +187,7 @@ void ft_batch_free(ft_batch *b) {
     free(b->row_gemm);
     free(b->out_row);
     free(b->logits);
-    free(b->seqs_pos);
-    free(b->seqs_blocks);
+    free(b->seqs_host);
     free(b->seq_tok);
     free(b->block_exact);
     free(b->n_kept);
@@ -349,16 +347,15 @@ static int decode_run(ft_batch *b, int n_items) {
         int n = 0;
         while (i0 + n < n_items && b->seg[i0 + n].n_tok == 1 && b->seg[i0 + n].n_chunk == 1) n++;
         if (n >= 2) {
+            const int32_t **blocks = b->seqs_host;
+            int32_t *pos = (int32_t *)(blocks + b->p.n_seq);
             for (int i = 0; i < n; i++) {
-                b->seqs_pos[i] = b->seg[i0 + i].pos0;
-                b->seqs_blocks[i] = ft_kv_blocks(b->seg[i0 + i].kv);
+                pos[i] = b->seg[i0 + i].pos0;
+                blocks[i] = ft_kv_blocks(b->seg[i0 + i].kv);
             }
             ft_backend *be = b->be;
-            void (*write)(ft_backend *, void *, const void *, size_t) =
-                be->ops->buffer_write_ordered ? be->ops->buffer_write_ordered : be->ops->buffer_write;
-            write(be, b->seqs_dev, b->seqs_blocks, (size_t)n * sizeof(int32_t *));
-            write(be, (char *)b->seqs_dev + (size_t)b->p.n_seq * sizeof(int32_t *), b->seqs_pos,
-                  (size_t)n * sizeof(int32_t));
+            (be->ops->buffer_write_ordered ? be->ops->buffer_write_ordered : be->ops->buffer_write)(
+                be, b->seqs_dev, b->seqs_host, b->seqs_bytes);
             b->seqs.n = n;
             b->f.seqs = &b->seqs;
             b->f.seqs_seg0 = i0;

@@ -251,6 +251,12 @@ static int shape_tok(const cuda_backend *c, int n_tok) { return FT_MAX(n_tok, c-
 
 static int step_rel(const cuda_backend *c, int pos) { return c->mode == STEP_DIRECT ? pos : pos - c->step_pos0; }
 
+// What a position-taking op notes in the step's signature: its offset from the step's first
+// position, or for rows of several sequences (seqs) the arrays it reads them from.
+static int64_t step_pos_sig(const cuda_backend *c, const ft_seq_rows *seqs, int pos) {
+    return seqs ? (int64_t)(uintptr_t)seqs : step_rel(c, pos);
+}
+
 // xq = q8_1 of x (n_tok, n_cols), unless it already holds exactly that.
 static void quantize_x(cuda_backend *c, const float *x, int64_t n_cols, int n_tok) {
     if (c->xq_src == x && c->xq_cols == n_cols && c->xq_tok == n_tok) return;
@@ -643,14 +649,13 @@ static void rope_of(ft_backend *be, float *x, int n_tok, int n_head, int head_di
     ft_cuda_rope_params rp = {
         .n_rot = p->n_rot, .neox = p->neox, .theta_scale = powf(p->freq_base, -2.0f / p->n_rot),
         .freq_scale = p->freq_scale, .ext_factor = p->ext_factor, .attn_factor = p->attn_factor,
-        .corr0 = FT_MAX(0.0f, lo), .corr1 = FT_MIN((float)(p->n_rot - 1), hi), .pos_dev = step_pos_dev(c),
-        .sect_dims = p->imrope ? p->sections[0] + p->sections[1] + p->sections[2] + p->sections[3] : 0,
+        .corr0 = FT_MAX(0.0f, lo), .corr1 = FT_MIN((float)(p->n_rot - 1), hi),
+        .pos_dev = seqs ? NULL : step_pos_dev(c), .sect_dims = p->imrope ? p->sections[0] + p->sections[1] + p->sections[2] + p->sections[3] : 0,
         .sections = {p->sections[0], p->sections[1], p->sections[2]}, .freq_factors = ff,
         .rows = seq_rows_of(seqs),
     };
     // (rows of several sequences: each its own position; the step's offset plays no part)
     int rel = seqs ? 0 : step_rel(c, pos0);
-    if (seqs) rp.pos_dev = NULL;
     struct pending_rope r = {
         .buf = {{x, norm.w, n_head}}, .n_buf = 1, .n_tok = n_tok, .head_dim = head_dim, .pos = rel,
         .eps = norm.eps, .rp = rp, .norm = norm.x != NULL,
@@ -662,8 +667,7 @@ static void rope_of(ft_backend *be, float *x, int n_tok, int n_head, int head_di
     bool join = c->rope_pending && w->n_buf == 1 && w->norm == r.norm && w->buf[0].x != x && w->n_tok == n_tok &&
                 w->head_dim == head_dim && w->pos == r.pos && w->eps == r.eps && same_rope(&w->rp, &rp);
     if (!join) flush_rope(c);
-    if (!op_runs(c, OP_ROPE, x, p, ((int64_t)n_tok << 32) | (uint32_t)n_head, seqs ? (int64_t)(uintptr_t)seqs : rel))
-        return;
+    if (!op_runs(c, OP_ROPE, x, p, ((int64_t)n_tok << 32) | (uint32_t)n_head, step_pos_sig(c, seqs, pos0))) return;
     if (join) {
         w->buf[1] = r.buf[0];
         w->n_buf = 2;
@@ -727,7 +731,7 @@ static void set_rows_of(ft_backend *be, ft_tensor *cache, const int32_t *blocks,
         flush_matmuls(c);
         flush_rows(c);
         c->xq_src = NULL;
-        if (!op_runs(c, OP_SET_ROWS, cache->data, x, n_rows, seqs ? (int64_t)(uintptr_t)seqs : rel)) return;
+        if (!op_runs(c, OP_SET_ROWS, cache->data, x, n_rows, step_pos_sig(c, seqs, pos0))) return;
         struct pending_rope *w = &c->rope;
         if (!w->has_kv) {
             w->kv = (ft_cuda_kv_rows){.type = r.type, .k = r.dst, .blocks = blocks};
@@ -752,7 +756,7 @@ static void set_rows_of(ft_backend *be, ft_tensor *cache, const int32_t *blocks,
     } else {
         cuda_op(be);
     }
-    if (!op_runs(c, OP_SET_ROWS, cache->data, x, n_rows, seqs ? (int64_t)(uintptr_t)seqs : rel)) return;
+    if (!op_runs(c, OP_SET_ROWS, cache->data, x, n_rows, step_pos_sig(c, seqs, pos0))) return;
     if (join) {
         ft_cuda_set_rows_dst d[2] = {w->dst, r.dst};
         ft_cuda_set_rows(r.type, d, 2, r.blocks, &r.seqs, r.pos_dev, r.pos, r.n_rows, r.n, c->stream);
@@ -795,7 +799,7 @@ static void cuda_attention(ft_backend *be, const ft_attn_params *p) {
     check_on_device(p->k_cache);
     check_on_device(p->v_cache);
     if (!op_runs(c, OP_ATTENTION, p->q, p->k_cache->data, ((int64_t)p->n_tok << 32) | (uint32_t)p->window,
-                 seqs ? (int64_t)(uintptr_t)seqs : step_rel(c, p->pos0)))
+                 step_pos_sig(c, seqs, p->pos0)))
         return;
     ft_cuda_attn_params ap = {
         .q = p->q, .out = p->out, .k = p->k_cache->data, .v = p->v_cache->data, .blocks = seqs ? NULL : p->blocks,
@@ -1233,9 +1237,10 @@ static void cuda_step_begin(ft_backend *be, int n_tok, int pos0, const void *key
     *c->pos_host = pos0;
     c->xq_src = NULL;
     int slot = 0;
+    bool found = false;
     for (int i = 0; i < (int)FT_ARRAY_LEN(c->step_graphs); i++) {
         struct step_graph *g = &c->step_graphs[i];
-        if (g->graph && g->key == key && g->n_tok == n_tok) {
+        if ((found = g->graph && g->key == key && g->n_tok == n_tok)) {
             slot = i;
             break;
         }
@@ -1244,7 +1249,7 @@ static void cuda_step_begin(ft_backend *be, int n_tok, int pos0, const void *key
     struct step_graph *g = &c->step_graphs[slot];
     g->last_used = ++c->graph_clock;
     c->cur_graph = slot;
-    if (g->graph && g->key == key && g->n_tok == n_tok) {
+    if (found) {
         c->mode = STEP_REPLAY;
         if (c->offload) ft_offload_step_replayed(c->offload, c->stream);
         return;
