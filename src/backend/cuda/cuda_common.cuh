@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include <algorithm>
 #include <utility>
 
 #include "ft_cuda.h"
@@ -88,6 +89,32 @@ static inline void ft_launch(void (*kernel)(Params...), dim3 grid, dim3 block, s
     cfg.attrs = &attr;
     cfg.numAttrs = ft_cuda_pdl_enabled() ? 1 : 0;
     CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
+}
+
+// SMs of the current device (asked once: one device per process).
+static inline int ft_cuda_sm_count(void) {
+    static int n;
+    if (!n) {
+        int dev;
+        CUDA_CHECK(cudaGetDevice(&dev));
+        CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+    }
+    return n;
+}
+
+// How many splits over its input a GEMM of ctas tiles takes (gemm_q.cu, gemm_f.cu): where the
+// tiles alone leave SMs idle, enough for about two CTAs per SM, at most one per chunk of the
+// input (n_chunks) and as many as part_floats floats hold partials of out floats; 1: no split.
+// *per gets the chunks of each split.
+static inline int ft_cuda_gemm_splits(int64_t ctas, int64_t n_chunks, size_t part_floats, int64_t out, int64_t *per) {
+    const int64_t sms = ft_cuda_sm_count();
+    *per = n_chunks;
+    if (ctas >= sms) return 1;
+    const int64_t want = (2 * sms + ctas - 1) / ctas, room = (int64_t)(part_floats / (size_t)out);
+    const int64_t splits = std::min(std::min(want, n_chunks), room);
+    if (splits <= 1) return 1;
+    *per = (n_chunks + splits - 1) / splits;
+    return (int)((n_chunks + *per - 1) / *per);
 }
 
 #define FT_WARP 32

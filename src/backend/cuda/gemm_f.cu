@@ -107,21 +107,10 @@ extern "C" void ft_cuda_gemm_f(const ft_cuda_matvec_params *p, ft_cuda_stream *s
     dim3 grid((unsigned)((a.n_out + GF_TILE - 1) / GF_TILE), (unsigned)((a.n_tok + GF_TILE - 1) / GF_TILE));
     const cudaStream_t s = ft_cuda_stream_handle(stream);
     // fewer tiles than SMs: split the columns so that about two CTAs per SM stream the weights
-    static int sms; // (one device per process)
-    if (!sms) {
-        int dev;
-        CUDA_CHECK(cudaGetDevice(&dev));
-        CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    }
-    int splits = 1;
-    const int64_t ctas = (int64_t)grid.x * grid.y, out = (int64_t)a.n_tok * a.n_out;
-    const int64_t chunks = (a.n_in + GF_BK - 1) / GF_BK;
-    if (p->part && ctas < sms)
-        splits = (int)std::min(std::min((2 * (int64_t)sms + ctas - 1) / ctas, chunks),
-                               (int64_t)(p->part_floats / (size_t)out));
+    const int64_t out = (int64_t)a.n_tok * a.n_out, chunks = (a.n_in + GF_BK - 1) / GF_BK;
+    int64_t per;
+    const int splits = p->part ? ft_cuda_gemm_splits((int64_t)grid.x * grid.y, chunks, p->part_floats, out, &per) : 1;
     if (splits > 1) {
-        const int64_t per = (chunks + splits - 1) / splits;
-        splits = (int)((chunks + per - 1) / per);
         a.part = p->part;
         a.k_split = (int)per * GF_BK;
         grid.z = (unsigned)splits;

@@ -347,18 +347,6 @@ static void check_common(uint32_t type, const gemm_q_args &a) {
 
 static int g_force_bn; // ft_cuda_gemm_force_bn
 
-// SMs of the current device (asked once: one device per process).
-static int sm_count(void) {
-    static int n;
-    if (!n) {
-        int dev, v;
-        CUDA_CHECK(cudaGetDevice(&dev));
-        CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev));
-        n = v;
-    }
-    return n;
-}
-
 extern "C" void ft_cuda_gemm(const ft_cuda_gemm_params *p, ft_cuda_stream *s) {
     FT_CUDA_ASSERT(p->n_tok >= 1 && p->n_out >= 1 && p->n_out <= INT32_MAX && p->n_in <= INT32_MAX);
     gemm_q_args a = {};
@@ -372,23 +360,17 @@ extern "C" void ft_cuda_gemm(const ft_cuda_gemm_params *p, ft_cuda_stream *s) {
     check_common(p->type, a);
     // tiles of 64 tokens, or 32 where 64 would leave SMs idle (k/v projections: 512 rows)
     const int64_t row_tiles = (p->n_out + GM_BM - 1) / GM_BM;
-    int bn = row_tiles * ((p->n_tok + GM_GEMM_BN - 1) / GM_GEMM_BN) < 2 * (int64_t)sm_count() ? GM_GROUP_BN : GM_GEMM_BN;
+    int bn = row_tiles * ((p->n_tok + GM_GEMM_BN - 1) / GM_GEMM_BN) < 2 * (int64_t)ft_cuda_sm_count() ? GM_GROUP_BN : GM_GEMM_BN;
     if (g_force_bn) bn = g_force_bn;
     dim3 grid((unsigned)row_tiles, (unsigned)((p->n_tok + bn - 1) / bn));
     FT_CUDA_ASSERT(grid.y <= 65535);
     // fewer tiles than SMs: split the input so that about two CTAs per SM stream the weights
-    const int64_t ctas = (int64_t)grid.x * grid.y, out = (int64_t)p->n_tok * p->n_out;
-    const int n_chunks = (a.n_in / 32 + GM_KB - 1) / GM_KB;
-    int splits = 1;
-    if (p->part && ctas < sm_count()) {
-        const int64_t want = (2 * (int64_t)sm_count() + ctas - 1) / ctas, room = (int64_t)(p->part_floats / (size_t)out);
-        splits = (int)std::min(std::min(want, (int64_t)n_chunks), room);
-    }
+    const int64_t out = (int64_t)p->n_tok * p->n_out, n_chunks = (a.n_in / 32 + GM_KB - 1) / GM_KB;
+    int64_t per;
+    const int splits = p->part ? ft_cuda_gemm_splits((int64_t)grid.x * grid.y, n_chunks, p->part_floats, out, &per) : 1;
     if (splits > 1) {
-        const int per = (n_chunks + splits - 1) / splits; // chunks of each split
-        splits = (n_chunks + per - 1) / per;
         a.part = p->part;
-        a.kb_split = per * GM_KB;
+        a.kb_split = (int)per * GM_KB;
         grid.z = (unsigned)splits;
     }
     const cudaStream_t st = ft_cuda_stream_handle(s);
