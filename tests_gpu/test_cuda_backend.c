@@ -1009,36 +1009,127 @@ TEST(cuda_op_attention_seqs) {
     }
 }
 
+// The dense FFN (a shared expert) and its sigmoid gate: gate and up of two types (matmuls and
+// the element-wise activation) and of one type (decode sizes take the experts' fused GLU kernel,
+// which writes h's q8_1 for down), each against the CPU.
 TEST(cuda_op_ffn) {
     GPU_TEST_REQUIRE_DEVICE();
     const int E = 256, F = 512;
     pair p;
     if (!pair_init(&p, 24, F, 16, 64, 0, 0)) return;
-    ft_tensor g = host_tensor(&p.rng, FT_TYPE_Q8_0, E, F, 1, 0.05f), u = host_tensor(&p.rng, FT_TYPE_Q4_K, E, F, 1, 0.05f),
-              d = host_tensor(&p.rng, FT_TYPE_Q6_K, F, E, 1, 0.05f);
-    ft_tensor dg = dev_tensor(&g), du = dev_tensor(&u), dd = dev_tensor(&d);
+    enum ft_type kinds[3][3] = {
+        {FT_TYPE_Q8_0, FT_TYPE_Q4_K, FT_TYPE_Q6_K},
+        {FT_TYPE_Q4_K, FT_TYPE_Q4_K, FT_TYPE_Q6_K},
+        {FT_TYPE_Q8_0, FT_TYPE_Q8_0, FT_TYPE_Q8_0},
+    };
     ft_tensor gi = host_tensor(&p.rng, FT_TYPE_F32, E, 1, 1, 0.1f), dgi = dev_tensor(&gi);
-    int toks[] = {1, 3, 24};
+    for (int ki = 0; ki < 3; ki++) {
+        ft_tensor g = host_tensor(&p.rng, kinds[ki][0], E, F, 1, 0.05f), u = host_tensor(&p.rng, kinds[ki][1], E, F, 1, 0.05f),
+                  d = host_tensor(&p.rng, kinds[ki][2], F, E, 1, 0.05f);
+        ft_tensor dg = dev_tensor(&g), du = dev_tensor(&u), dd = dev_tensor(&d);
+        int toks[] = {1, 3, 8, 24};
+        for (size_t k = 0; k < FT_ARRAY_LEN(toks); k++) {
+            int n = toks[k];
+            size_t N = (size_t)n * E;
+            float *x = randn(&p.rng, N, 1.0f), *s = randn(&p.rng, N, 1.0f);
+            float *cx = cpu_buf(&p, x, N), *cy = cpu_buf(&p, NULL, N), *gx = gpu_buf(&p, x, N), *gy = gpu_buf(&p, NULL, N);
+            p.cpu->ops->ffn(p.cpu, &g, &u, &d, cx, cy, n, FT_GLU_SILU);
+            p.gpu->ops->ffn(p.gpu, &dg, &du, &dd, gx, gy, n, FT_GLU_SILU);
+            char what[80];
+            snprintf(what, sizeof(what), "ffn %s/%s/%s n_tok %d", ft_type_name(kinds[ki][0]), ft_type_name(kinds[ki][1]),
+                     ft_type_name(kinds[ki][2]), n);
+            compare(&p, what, gy, cy, N, 3e-2);
+            if (ki == 0) {
+                float *cs = cpu_buf(&p, s, N), *gs = gpu_buf(&p, s, N), *cz = cpu_buf(&p, x, N), *gz = gpu_buf(&p, x, N);
+                p.cpu->ops->sigmoid_gate_add(p.cpu, &gi, cx, cs, cz, n, E);
+                p.gpu->ops->sigmoid_gate_add(p.gpu, &dgi, gx, gs, gz, n, E);
+                snprintf(what, sizeof(what), "sigmoid_gate_add n_tok %d", n);
+                compare(&p, what, gz, cz, N, 1e-5);
+            }
+            free(x);
+            free(s);
+        }
+        free(g.data); free(u.data); free(d.data);
+        ft_cuda_free(dg.data); ft_cuda_free(du.data); ft_cuda_free(dd.data);
+    }
+    free(gi.data);
+    ft_cuda_free(dgi.data);
+    pair_free(&p);
+}
+
+// qwen35moe's gated DeltaNet tail and attention output gate: a per-head norm in place then the
+// gate (one launch on the GPU, which also writes the gated rows' q8_1), or the gate alone, then
+// the output projection reading that q8_1; and two float matmuls of one input (alpha and beta:
+// one launch). Each against the CPU.
+TEST(cuda_op_gated_norm_then_matmul) {
+    GPU_TEST_REQUIRE_DEVICE();
+    const int H = 8, hd = 128, W = H * hd, E = 256;
+    pair p;
+    if (!pair_init(&p, 8, W, 16, 64, 0, 0)) return;
+    ft_tensor nw = host_tensor(&p.rng, FT_TYPE_F32, hd, 1, 1, 1.0f), dnw = dev_tensor(&nw);
+    ft_tensor wo = host_tensor(&p.rng, FT_TYPE_Q8_0, W, E, 1, 0.05f), dwo = dev_tensor(&wo);
+    ft_tensor fa[2], fb[2], dfa[2], dfb[2];
+    for (int fi = 0; fi < 2; fi++) {
+        enum ft_type t = fi ? FT_TYPE_BF16 : FT_TYPE_F32;
+        fa[fi] = host_tensor(&p.rng, t, E, H, 1, 0.1f), dfa[fi] = dev_tensor(&fa[fi]);
+        fb[fi] = host_tensor(&p.rng, t, E, 2 * H, 1, 0.1f), dfb[fi] = dev_tensor(&fb[fi]);
+    }
+    int toks[] = {1, 3, 8};
     for (size_t k = 0; k < FT_ARRAY_LEN(toks); k++) {
         int n = toks[k];
-        size_t N = (size_t)n * E;
-        float *x = randn(&p.rng, N, 1.0f), *s = randn(&p.rng, N, 1.0f);
-        float *cx = cpu_buf(&p, x, N), *cy = cpu_buf(&p, NULL, N), *gx = gpu_buf(&p, x, N), *gy = gpu_buf(&p, NULL, N);
-        p.cpu->ops->ffn(p.cpu, &g, &u, &d, cx, cy, n, FT_GLU_SILU);
-        p.gpu->ops->ffn(p.gpu, &dg, &du, &dd, gx, gy, n, FT_GLU_SILU);
-        char what[64];
-        snprintf(what, sizeof(what), "ffn n_tok %d", n);
-        compare(&p, what, gy, cy, N, 3e-2);
-        float *cs = cpu_buf(&p, s, N), *gs = gpu_buf(&p, s, N), *cz = cpu_buf(&p, x, N), *gz = gpu_buf(&p, x, N);
-        p.cpu->ops->sigmoid_gate_add(p.cpu, &gi, cx, cs, cz, n, E);
-        p.gpu->ops->sigmoid_gate_add(p.gpu, &dgi, gx, gs, gz, n, E);
-        snprintf(what, sizeof(what), "sigmoid_gate_add n_tok %d", n);
-        compare(&p, what, gz, cz, N, 1e-5);
-        free(x);
-        free(s);
+        size_t N = (size_t)n * W;
+        // (norm, act, gate per element): DeltaNet's SiLU per element; a sigmoid per head; the gate alone
+        struct { bool norm; enum ft_act act; bool per_elem; } cases[] = {
+            {true, FT_ACT_SILU, true}, {true, FT_ACT_SIGMOID, false}, {false, FT_ACT_SIGMOID, false}};
+        for (size_t ci = 0; ci < FT_ARRAY_LEN(cases); ci++) {
+            int gw = cases[ci].per_elem ? W : H;
+            float *x = randn(&p.rng, N, 1.0f), *g = randn(&p.rng, (size_t)n * gw, 1.0f);
+            float *cx = cpu_buf(&p, x, N), *gx = gpu_buf(&p, x, N);
+            float *cg = cpu_buf(&p, g, (size_t)n * gw), *gg = gpu_buf(&p, g, (size_t)n * gw);
+            float *cy = cpu_buf(&p, NULL, (size_t)n * E), *gy = gpu_buf(&p, NULL, (size_t)n * E);
+            if (cases[ci].norm) {
+                p.cpu->ops->rms_norm(p.cpu, cx, &nw, cx, n * H, hd, 1e-6f);
+                p.gpu->ops->rms_norm(p.gpu, gx, &dnw, gx, n * H, hd, 1e-6f);
+            }
+            p.cpu->ops->gate_mul(p.cpu, cx, cg, n, H, hd, gw, cases[ci].act);
+            p.gpu->ops->gate_mul(p.gpu, gx, gg, n, H, hd, gw, cases[ci].act);
+            p.cpu->ops->matmul(p.cpu, &wo, cx, cy, n);
+            p.gpu->ops->matmul(p.gpu, &dwo, gx, gy, n);
+            char what[80];
+            snprintf(what, sizeof(what), "%sgate %s n_tok %d", cases[ci].norm ? "norm + " : "",
+                     cases[ci].per_elem ? "per element" : "per head", n);
+            compare(&p, what, gx, cx, N, 1e-5);
+            snprintf(what, sizeof(what), "  then q8_0 matmul n_tok %d", n);
+            compare(&p, what, gy, cy, (size_t)n * E, 2e-2);
+            free(x);
+            free(g);
+        }
+        // two float matrices of one input, f32 then bf16 (tolerance: the CPU's bf16 dot rounds x)
+        for (int fi = 0; fi < 2; fi++) {
+            const ft_tensor *a = &fa[fi], *b = &fb[fi], *da = &dfa[fi], *db = &dfb[fi];
+            float *x = randn(&p.rng, (size_t)n * E, 1.0f);
+            float *cx = cpu_buf(&p, x, (size_t)n * E), *gx = gpu_buf(&p, x, (size_t)n * E);
+            float *ca = cpu_buf(&p, NULL, (size_t)n * H), *ga = gpu_buf(&p, NULL, (size_t)n * H);
+            float *cb = cpu_buf(&p, NULL, (size_t)n * 2 * H), *gb = gpu_buf(&p, NULL, (size_t)n * 2 * H);
+            p.cpu->ops->matmul(p.cpu, a, cx, ca, n);
+            p.cpu->ops->matmul(p.cpu, b, cx, cb, n);
+            p.gpu->ops->matmul(p.gpu, da, gx, ga, n);
+            p.gpu->ops->matmul(p.gpu, db, gx, gb, n);
+            char what[80];
+            double tol = fi ? 1.6e-2 : 1e-5;
+            snprintf(what, sizeof(what), "%s matmul, first of two, n_tok %d", fi ? "bf16" : "f32", n);
+            compare(&p, what, ga, ca, (size_t)n * H, tol);
+            snprintf(what, sizeof(what), "%s matmul, second of two, n_tok %d", fi ? "bf16" : "f32", n);
+            compare(&p, what, gb, cb, (size_t)n * 2 * H, tol);
+            free(x);
+        }
     }
-    free(g.data); free(u.data); free(d.data); free(gi.data);
-    ft_cuda_free(dg.data); ft_cuda_free(du.data); ft_cuda_free(dd.data); ft_cuda_free(dgi.data);
+    free(nw.data); free(wo.data);
+    ft_cuda_free(dnw.data); ft_cuda_free(dwo.data);
+    for (int fi = 0; fi < 2; fi++) {
+        free(fa[fi].data), free(fb[fi].data);
+        ft_cuda_free(dfa[fi].data), ft_cuda_free(dfb[fi].data);
+    }
     pair_free(&p);
 }
 

@@ -183,14 +183,18 @@ static void flush_matmuls(cuda_backend *c);
 // Fusion across ops: the ops come one at a time from the architecture code, so a few wait
 // until the next op shows whether they can share its kernel (each op's entry launches what
 // is waiting otherwise: cuda_of / cuda_op):
-//   - decode-sized quantized matmuls of one input (wq, wk, wv) run as one launch, with the
-//     biases added to their outputs right after them;
+//   - decode-sized matmuls of one input and weight type (wq, wk, wv; qwen35moe's float alpha
+//     and beta) run as one launch, with the biases added to quantized ones' outputs right
+//     after them;
 //   - a residual add runs inside the next rms_norm when that normalises its result;
 //   - a per-head rms_norm in place (q_norm, k_norm) runs inside the rope of its buffer, and
 //     those of q and k in one launch (so do the ropes of q and k where no norm comes first);
 //   - the cache rows of k and v (two set_rows of one shape) are written by one launch;
+//   - a per-head norm in place followed by an output gate on the same rows (qwen35moe's gated
+//     DeltaNet norm) is one launch (ft_cuda_rms_norm_gate);
 // and some kernels write the q8_1 form of their output for the matmul that follows (rms_norm,
-// decode attention), which then skips its quantize launch (xq_src).
+// decode attention, the output gate, a decode FFN's activation), which then skips its quantize
+// launch (xq_src).
 //
 // Every entry point starts here or at cuda_op: what is pending goes first (an add, matmuls,
 // cache rows and a norm+rope are never pending together: each op that makes one pending
@@ -267,6 +271,12 @@ static void quantize_x(cuda_backend *c, const float *x, int64_t n_cols, int n_to
 }
 
 static int64_t round32(int64_t n) { return (n + 31) / 32 * 32; }
+
+// Can xq hold the q8_1 form of n_tok rows of n floats?
+static bool xq_fits(const cuda_backend *c, int64_t n, int n_tok) {
+    return c->reserved && n % 32 == 0 && n <= round32(c->lim.max_width) &&
+           n_tok <= c->lim.max_tok * FT_MAX(c->lim.n_expert_used, 1);
+}
 
 // Scratch of the GEMMs split over their input (ft_cuda_gemm_params.part): 16 MiB, room for the
 // splits a decode step of up to a few dozen tokens makes of its projections (a GEMM whose
@@ -477,12 +487,13 @@ static void flush_matmuls(cuda_backend *c) {
         matmul_tensor(c, m->w, m->x, m->y, m->n_tok);
         return;
     }
-    quantize_x(c, m->x, m->w->ne[0], m->n_tok);
+    bool q = ft_cuda_matvec_wants_q8_1(m->w->type); // else float weights on float x
+    if (q) quantize_x(c, m->x, m->w->ne[0], m->n_tok);
     ft_cuda_matvec_params ps[FT_CUDA_MATVEC_MAX_SEG];
     for (int i = 0; i < n; i++)
         ps[i] = (ft_cuda_matvec_params){.type = m[i].w->type, .w = m[i].w->data, .n_rows = m[i].w->ne[1],
-                                        .n_cols = m[i].w->ne[0], .x = c->xq, .y = m[i].y, .n_tok = m[i].n_tok,
-                                        .bias = m[i].bias};
+                                        .n_cols = m[i].w->ne[0], .x = q ? (const void *)c->xq : (const void *)m->x,
+                                        .y = m[i].y, .n_tok = m[i].n_tok, .bias = m[i].bias};
     ft_cuda_matvec_multi(ps, n, c->stream);
 }
 
@@ -496,7 +507,10 @@ static void cuda_matmul(ft_backend *be, const ft_tensor *w, const float *x, floa
                 m0->w->type == w->type && m0->w->ne[0] == w->ne[0] && y != x;
     if (!join) cuda_of(be);
     if (!op_runs(c, OP_MATMUL, w->data, x, (int64_t)(uintptr_t)y, n_tok)) return;
-    if (n_tok >= 1 && shape_tok(c, n_tok) <= FT_CUDA_MATVEC_MAX_TOK && ft_cuda_matvec_wants_q8_1(w->type) && y != x)
+    // (float weights too: qwen35moe's alpha and beta share a launch; their x needs 16-byte rows)
+    bool wait = ft_cuda_matvec_wants_q8_1(w->type) ||
+                (ft_cuda_matvec_supported(w->type) && (uintptr_t)x % 16 == 0 && w->ne[0] % 4 == 0);
+    if (n_tok >= 1 && shape_tok(c, n_tok) <= FT_CUDA_MATVEC_MAX_TOK && wait && y != x)
         c->mms[c->n_mms++] = (struct pending_matmul){w, x, y, n_tok, NULL};
     else
         matmul_tensor(c, w, x, y, n_tok);
@@ -565,8 +579,7 @@ static void cuda_rms_norm(ft_backend *be, const float *x, const ft_tensor *w, fl
         return;
     }
     // rows that fit xq are quantized in the same kernel, for the matmuls that read y next
-    bool fuse = c->reserved && n % 32 == 0 && n <= round32(c->lim.max_width) &&
-                n_rows <= c->lim.max_tok * FT_MAX(c->lim.n_expert_used, 1);
+    bool fuse = xq_fits(c, n, n_rows);
     ft_cuda_rms_norm((float *)x, d, wd, y, fuse ? c->xq : NULL, n_rows, n, eps, c->stream);
     if (fuse) {
         c->xq_src = y;
@@ -592,7 +605,7 @@ static void cuda_add_bias(ft_backend *be, float *y, const ft_tensor *b, int n_ro
     struct pending_matmul *m = NULL;
     for (int i = 0; i < c->n_mms; i++)
         if (c->mms[i].y == y) m = &c->mms[i];
-    bool join = m && !m->bias && m->n_tok == n_rows && m->w->ne[1] == n;
+    bool join = m && !m->bias && m->n_tok == n_rows && m->w->ne[1] == n && ft_cuda_matvec_wants_q8_1(m->w->type);
     if (!join) cuda_op(be);
     if (!op_runs(c, OP_ADD_BIAS, y, b->data, n_rows, n)) return;
     if (join) m->bias = b->data;
@@ -835,11 +848,42 @@ static void cuda_attention(ft_backend *be, const ft_attn_params *p) {
     }
 }
 
+// The per-head norm waiting on x over n_rows rows of n (norms), taken out of the list: the
+// gate that follows it runs inside its kernel. The others wait on other buffers.
+static bool take_norm(cuda_backend *c, const float *x, int n_rows, int n, struct pending_norm *out) {
+    for (int i = 0; i < c->n_norms; i++) {
+        const struct pending_norm *q = &c->norms[i];
+        if (q->x != x || q->n_rows != n_rows || q->n != n) continue;
+        *out = *q;
+        for (int j = i + 1; j < c->n_norms; j++) c->norms[j - 1] = c->norms[j];
+        c->n_norms--;
+        return true;
+    }
+    return false;
+}
+
+// The gate writes x's q8_1 form for the output projection that reads it next, and a per-head
+// norm of x still waiting (qwen35moe's gated DeltaNet norm) runs in the same kernel.
 static void cuda_gate_mul(ft_backend *be, float *x, const float *g, int n_tok, int n_head, int head_dim, int g_width,
                           enum ft_act act) {
-    cuda_backend *c = cuda_op(be);
+    cuda_backend *c = (cuda_backend *)be;
+    struct pending_norm norm;
+    bool with_norm = take_norm(c, x, n_tok * n_head, head_dim, &norm);
+    cuda_op(be);
     if (!op_runs(c, OP_GATE_MUL, x, g, n_tok, (int64_t)g_width * 4 + act)) return;
-    ft_cuda_gate_mul(x, g, n_tok, n_head, head_dim, g_width, (int)act, c->stream);
+    int width = n_head * head_dim;
+    bool q = xq_fits(c, width, n_tok);
+    if (with_norm) {
+        ft_cuda_norm_gate gt = {.g = g, .g_width = g_width, .n_head = n_head, .act = (int)act};
+        ft_cuda_rms_norm_gate(x, NULL, norm.w, &gt, x, q ? c->xq : NULL, norm.n_rows, norm.n, norm.eps, c->stream);
+    } else {
+        ft_cuda_gate_mul(x, g, q ? c->xq : NULL, n_tok, n_head, head_dim, g_width, (int)act, c->stream);
+    }
+    if (q) {
+        c->xq_src = x;
+        c->xq_cols = width;
+        c->xq_tok = n_tok;
+    }
 }
 
 static void cuda_split_heads(ft_backend *be, const float *x, float *a, float *b, int n_rows, int n_head,
@@ -877,16 +921,46 @@ static void cuda_delta_net(ft_backend *be, const ft_delta_params *p) {
 // ---------------------------------------------------------------------------------------------
 // FFN ops
 
+// Does a decode-sized dense FFN take three launches: gate and up in one (one input, one type),
+// the activation writing h's q8_1 form as well, and down reading that? (The experts' fused GLU
+// kernel, a CTA per 32 rows, was slower for one shared expert's few rows: too few CTAs.)
+static bool ffn_fused(const cuda_backend *c, const ft_tensor *gate, const ft_tensor *up, const ft_tensor *down,
+                      int n_tok) {
+    return shape_tok(c, n_tok) <= FT_CUDA_MATVEC_MAX_TOK && ft_cuda_matvec_wants_q8_1(gate->type) &&
+           up->type == gate->type && up->ne[0] == gate->ne[0] && ft_cuda_matvec_wants_q8_1(down->type) &&
+           gate->ne[1] % 32 == 0;
+}
+
 static void cuda_ffn(ft_backend *be, const ft_tensor *gate, const ft_tensor *up, const ft_tensor *down,
                      const float *x, float *y, int n_tok, enum ft_glu act) {
     FT_ASSERT(act == FT_GLU_SILU || act == FT_GLU_GELU);
-    cuda_backend *c = cuda_op(be);
+    // cuda_of, not cuda_op: x is only read, so the q8_1 copy of it that the norm before wrote
+    // (xq) still serves gate and up (the MoE FFN before a shared expert leaves it too)
+    cuda_backend *c = cuda_of(be);
+    if (c->xq_src == y || c->xq_src == c->h_gate || c->xq_src == c->h_up) c->xq_src = NULL;
     int64_t n_ff = gate->ne[1];
     FT_ASSERT(n_ff <= c->lim.max_width && up->ne[1] == n_ff && down->ne[0] == n_ff);
     if (!op_runs(c, OP_FFN, gate->data, x, (int64_t)(uintptr_t)y, n_tok)) return;
+    const ft_cuda_glu glu = {act == FT_GLU_GELU ? FT_CUDA_GLU_GELU : FT_CUDA_GLU_SILU, 0.0f, 0.0f};
+    if (ffn_fused(c, gate, up, down, n_tok)) {
+        check_on_device(gate);
+        check_on_device(up);
+        check_on_device(down);
+        quantize_x(c, x, gate->ne[0], n_tok);
+        ft_cuda_matvec_params ps[2] = {
+            {.type = gate->type, .w = gate->data, .n_rows = n_ff, .n_cols = gate->ne[0], .x = c->xq, .y = c->h_gate, .n_tok = n_tok},
+            {.type = up->type, .w = up->data, .n_rows = n_ff, .n_cols = up->ne[0], .x = c->xq, .y = c->h_up, .n_tok = n_tok},
+        };
+        ft_cuda_matvec_multi(ps, 2, c->stream);
+        ft_cuda_glu_act_q(c->h_gate, c->h_up, c->hq, (size_t)n_tok * (size_t)n_ff, &glu, c->stream);
+        ft_cuda_matvec_params mp = {.type = down->type, .w = down->data, .n_rows = down->ne[1], .n_cols = n_ff,
+                                    .x = c->hq, .y = y, .n_tok = n_tok};
+        ft_cuda_matvec(&mp, c->stream);
+        return;
+    }
+    c->xq_src = NULL; // (cuda_op's rule from here on)
     matmul_tensor(c, gate, x, c->h_gate, n_tok);
     matmul_tensor(c, up, x, c->h_up, n_tok);
-    const ft_cuda_glu glu = {act == FT_GLU_GELU ? FT_CUDA_GLU_GELU : FT_CUDA_GLU_SILU, 0.0f, 0.0f};
     ft_cuda_glu_act(c->h_gate, c->h_up, (size_t)n_tok * (size_t)n_ff, &glu, c->stream);
     c->xq_src = NULL;
     matmul_tensor(c, down, c->h_gate, y, n_tok);
@@ -1146,13 +1220,15 @@ static void cuda_moe_ffn(ft_backend *be, const ft_moe_params *p, const float *x,
         h_quantized = sum_fused && n_ff % 32 == 0;
         ft_cuda_matvec_ids_params glu = {.w_up = up->data, .y_q = h_quantized ? c->hq : NULL, .ex = ex};
         expert_matvec(c, gate, x, k, c->h_gate, n_pairs, &glu);
+        if (!h_quantized) c->xq_src = NULL;
     } else {
         expert_matvec(c, gate, x, k, c->h_gate, n_pairs, NULL);
         expert_matvec(c, up, x, k, c->h_up, n_pairs, NULL);
         if (plain) ft_cuda_swiglu(c->h_gate, c->h_up, (size_t)n_pairs * (size_t)n_ff, c->stream);
         else ft_cuda_moe_glu_extras(c->h_gate, c->h_up, &ex, n_pairs, (int)n_ff, c->stream);
+        c->xq_src = NULL;
     }
-    c->xq_src = NULL;
+    // (with h's q8_1 in hq, xq still holds x's for a shared expert after this op)
     if (sum_fused) {
         ft_cuda_matvec_ids_params sum = {.sum_w = c->sel_w, .k = k, .x = h_quantized ? c->hq : NULL, .ex = ex};
         expert_matvec(c, down, c->h_gate, 1, y, n_pairs, &sum);

@@ -162,5 +162,8 @@ __device__ __forceinline__ float ft_block_max(float v, float *red) {
 // Float-weight path of ft_cuda_matvec (matvec_f.cu).
 void ft_cuda_matvec_f(const ft_cuda_matvec_params *p, const ft_cuda_matvec_ids_params *ip,
                       cudaStream_t stream);
+// n_seg matrices of one input in one launch (ft_cuda_matvec_multi's float form); ip NULL then.
+void ft_cuda_matvec_f_multi(const ft_cuda_matvec_params *p, int n_seg, const ft_cuda_matvec_ids_params *ip,
+                            cudaStream_t stream);
 
 #endif

@@ -18,6 +18,16 @@ extern "C" {
 // When d is not NULL, first x += d (as ft_cuda_add), written back; else x is only read.
 void ft_cuda_rms_norm(float *x, const float *d, const float *w, float *y, void *yq, int n_rows,
                       int n, float eps, ft_cuda_stream *s);
+// The same, then y times act(g) before its q8_1 form (ft_cuda_gate_mul's arithmetic): rows are
+// (token, head) pairs of n_head heads of n floats, g (tokens, g_width) with g_width n_head (a
+// value per head) or n_head * n. gate NULL or gate->g NULL: no gate.
+typedef struct ft_cuda_norm_gate {
+    const float *g;
+    int g_width, n_head;
+    int act; // an enum ft_act (backend.h)
+} ft_cuda_norm_gate;
+void ft_cuda_rms_norm_gate(float *x, const float *d, const float *w, const ft_cuda_norm_gate *gate, float *y,
+                           void *yq, int n_rows, int n, float eps, ft_cuda_stream *s);
 
 // elementwise.cu
 void ft_cuda_add(float *y, const float *x, size_t n, ft_cuda_stream *s);          // y += x
@@ -26,12 +36,14 @@ void ft_cuda_add_bias(float *y, const float *b, int n_rows, int n, ft_cuda_strea
 // and gemm_f.cu).
 void ft_cuda_sum_splits(const float *part, float *y, int64_t n, int splits, ft_cuda_stream *s);
 // x (n_tok, n_head*head_dim) *= act(g); g (n_tok, g_width), g_width n_head or the width; act
-// an enum ft_act (backend.h)
-void ft_cuda_gate_mul(float *x, const float *g, int n_tok, int n_head, int head_dim, int g_width, int act,
+// an enum ft_act (backend.h). xq not NULL: x's q8_1 form too (the width a multiple of 32).
+void ft_cuda_gate_mul(float *x, const float *g, void *xq, int n_tok, int n_head, int head_dim, int g_width, int act,
                       ft_cuda_stream *s);
 // g = silu(g) * u over n floats; ft_cuda_glu_act: g = act(g, u) (ft_cuda.h's activations)
 void ft_cuda_swiglu(float *g, const float *u, size_t n, ft_cuda_stream *s);
 void ft_cuda_glu_act(float *g, const float *u, size_t n, const ft_cuda_glu *act, ft_cuda_stream *s);
+// The same, and g's q8_1 form into gq (rows whose width is a multiple of 32, n % 32 == 0)
+void ft_cuda_glu_act_q(float *g, const float *u, void *gq, size_t n, const ft_cuda_glu *act, ft_cuda_stream *s);
 // x *= scale; x = cap * tanh(x * (1 / cap)) (soft-capping, the CPU op's steps), over n floats
 void ft_cuda_scale(float *x, size_t n, float scale, ft_cuda_stream *s);
 void ft_cuda_softcap(float *x, size_t n, float cap, ft_cuda_stream *s);

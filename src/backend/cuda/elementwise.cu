@@ -5,6 +5,8 @@
 #include "cuda_common.cuh"
 #include "cuda_ops.h"
 #include "expert_extras.cuh"
+#include "gate_act.cuh"
+#include "q8_1.cuh"
 
 enum { EW_THREADS = 256 };
 
@@ -26,21 +28,19 @@ __global__ void add_bias_kernel(float *y, const float *b, int64_t n_total, int n
     if (i < n_total) y[i] += b[i % n];
 }
 
-// softplus as the CPU op: x for x > 20, else log(1 + e^x)
-__device__ __forceinline__ float softplus_f(float x) { return x > 20.0f ? x : logf(1.0f + expf(x)); }
-
-__device__ __forceinline__ float silu_f(float x) { return x / (1.0f + expf(-x)); }
-
-// x *= act(g), g per element or per head; act as enum ft_act (backend.h), as the CPU op
-__global__ void gate_mul_kernel(float *x, const float *g, int64_t n_total, int width, int head_dim, int g_width,
-                                int act) {
+// x *= act(g), g per element or per head; act as enum ft_act (backend.h), as the CPU op; with
+// xq, each warp also writes its 32 outputs' q8_1 block (n_total % 32 == 0: whole warps)
+__global__ void gate_mul_kernel(float *x, const float *g, block_q8_1 *xq, int64_t n_total, int width, int head_dim,
+                                int g_width, int act) {
     ft_pdl_begin();
     const int64_t i = (int64_t)blockIdx.x * EW_THREADS + threadIdx.x;
     if (i >= n_total) return;
     const int64_t t = i / width;
     const int c = (int)(i % width);
     const float gv = g_width == width ? g[t * g_width + c] : g[t * g_width + c / head_dim];
-    x[i] *= act == 0 ? softplus_f(gv) : act == 1 ? 1.0f / (1.0f + expf(-gv)) : silu_f(gv);
+    const float o = x[i] * ft_gate_act(act, gv);
+    x[i] = o;
+    if (xq) ft_q8_1_warp_store(o, &xq[i / QK8_1], threadIdx.x % FT_WARP);
 }
 
 __global__ void split_heads_kernel(const float *x, float *a, float *b, int64_t n_total, int width, int head_dim) {
@@ -54,10 +54,14 @@ __global__ void split_heads_kernel(const float *x, float *a, float *b, int64_t n
     b[i] = src[head_dim];
 }
 
-__global__ void glu_kernel(float *g, const float *u, int64_t n, const ft_cuda_glu act) {
+// with gq, each warp also writes its 32 outputs' q8_1 block (n % 32 == 0: whole warps)
+__global__ void glu_kernel(float *g, const float *u, block_q8_1 *gq, int64_t n, const ft_cuda_glu act) {
     ft_pdl_begin();
     const int64_t i = (int64_t)blockIdx.x * EW_THREADS + threadIdx.x;
-    if (i < n) g[i] = ft_glu_apply(act, g[i], u[i]);
+    if (i >= n) return;
+    const float h = ft_glu_apply(act, g[i], u[i]);
+    g[i] = h;
+    if (gq) ft_q8_1_warp_store(h, &gq[i / QK8_1], threadIdx.x % FT_WARP);
 }
 
 __global__ void scale_kernel(float *x, int64_t n, float s) {
@@ -111,14 +115,15 @@ extern "C" void ft_cuda_add_bias(float *y, const float *b, int n_rows, int n, ft
     CUDA_CHECK_LAUNCH();
 }
 
-extern "C" void ft_cuda_gate_mul(float *x, const float *g, int n_tok, int n_head, int head_dim, int g_width,
-                                 int act, ft_cuda_stream *s) {
+extern "C" void ft_cuda_gate_mul(float *x, const float *g, void *xq, int n_tok, int n_head, int head_dim,
+                                 int g_width, int act, ft_cuda_stream *s) {
     const int width = n_head * head_dim;
     FT_CUDA_ASSERT(g_width == n_head || g_width == width);
+    FT_CUDA_ASSERT(!xq || width % QK8_1 == 0);
     const int64_t total = (int64_t)n_tok * width;
     if (!total) return;
-    ft_launch(gate_mul_kernel, ew_grid(total), EW_THREADS, 0, ft_cuda_stream_handle(s), x, g, total, width, head_dim,
-              g_width, act);
+    ft_launch(gate_mul_kernel, ew_grid(total), EW_THREADS, 0, ft_cuda_stream_handle(s), x, g, (block_q8_1 *)xq, total,
+              width, head_dim, g_width, act);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -133,8 +138,15 @@ extern "C" void ft_cuda_split_heads(const float *x, float *a, float *b, int n_ro
 }
 
 extern "C" void ft_cuda_glu_act(float *g, const float *u, size_t n, const ft_cuda_glu *act, ft_cuda_stream *s) {
+    ft_cuda_glu_act_q(g, u, NULL, n, act, s);
+}
+
+extern "C" void ft_cuda_glu_act_q(float *g, const float *u, void *gq, size_t n, const ft_cuda_glu *act,
+                                  ft_cuda_stream *s) {
+    FT_CUDA_ASSERT(!gq || n % QK8_1 == 0);
     if (!n) return;
-    ft_launch(glu_kernel, ew_grid((int64_t)n), EW_THREADS, 0, ft_cuda_stream_handle(s), g, u, (int64_t)n, *act);
+    ft_launch(glu_kernel, ew_grid((int64_t)n), EW_THREADS, 0, ft_cuda_stream_handle(s), g, u, (block_q8_1 *)gq,
+              (int64_t)n, *act);
     CUDA_CHECK_LAUNCH();
 }
 

@@ -33,6 +33,7 @@ __device__ __forceinline__ uint64_t device_clock_ns() {
 // the step), and a selection of a fill's expert gets slot -1 and goes to the CPU (cpu_sel).
 // Stamps of the range are staged in shared memory when they fit.
 __global__ void cache_lookup_kernel(ft_cuda_cache_lookup_params p) {
+    ft_pdl_begin();
     extern __shared__ uint8_t smem[];
     int *res = (int *)smem, *victim = res + p.n, *missed = victim + p.n;
     uint64_t *st_sh = (uint64_t *)(((uintptr_t)(missed + p.n) + 7) & ~(uintptr_t)7);
@@ -172,7 +173,7 @@ extern "C" void ft_cuda_cache_lookup(const ft_cuda_cache_lookup_params *p, ft_cu
     FT_CUDA_ASSERT(p->n >= 1 && p->n <= p->n_own && p->first >= 0);
     size_t smem = lookup_smem(p->n, p->n_own);
     FT_CUDA_ASSERT(smem <= LOOKUP_SMEM_MAX);
-    cache_lookup_kernel<<<1, LOOKUP_THREADS, smem, ft_cuda_stream_handle(s)>>>(*p);
+    ft_launch(cache_lookup_kernel, 1, LOOKUP_THREADS, smem, ft_cuda_stream_handle(s), *p);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -184,6 +185,7 @@ extern "C" void ft_cuda_cache_lookup(const ft_cuda_cache_lookup_params *p, ft_cu
 // each eligible slot (stamp < t, unmarked) ranks itself by (stamp, index) among the eligible
 // ones as the lookup's victims do; the first min(k, eligible) misses take victims 0, 1, ...
 __global__ void cache_prefetch_kernel(ft_cuda_cache_prefetch_params p) {
+    ft_pdl_begin();
     extern __shared__ uint8_t smem[];
     uint64_t *st_sh = (uint64_t *)smem;
     int *missed = (int *)(st_sh + p.n_own), *victim = missed + p.n;
@@ -267,7 +269,7 @@ extern "C" void ft_cuda_cache_prefetch(const ft_cuda_cache_prefetch_params *p, f
     FT_CUDA_ASSERT(p->n >= 1 && p->n <= p->n_own && p->first >= 0);
     size_t smem = (size_t)p->n_own * sizeof(uint64_t) + (size_t)2 * p->n * sizeof(int) + (size_t)p->n_own;
     FT_CUDA_ASSERT(smem <= LOOKUP_SMEM_MAX);
-    cache_prefetch_kernel<<<1, LOOKUP_THREADS, smem, ft_cuda_stream_handle(s)>>>(*p);
+    ft_launch(cache_prefetch_kernel, 1, LOOKUP_THREADS, smem, ft_cuda_stream_handle(s), *p);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -285,6 +287,7 @@ extern "C" void ft_cuda_cache_prefetch(const ft_cuda_cache_prefetch_params *p, f
 // destination row.
 template <typename W>
 __global__ void __launch_bounds__(COPY_THREADS) cache_copy_kernel(ft_cuda_cache_copy_params p) {
+    ft_pdl_begin();
     __shared__ int s_k;
     if (threadIdx.x == 0) {
         if (p.copy_ns) atomicMin((unsigned long long *)&p.copy_span[0], (unsigned long long)device_clock_ns());
@@ -349,8 +352,8 @@ extern "C" void ft_cuda_cache_copy(const ft_cuda_cache_copy_params *p, int n_cta
     for (int b = 0; b < 3; b++)
         wide = wide && (uintptr_t)p->src[b] % 16 == 0 && (uintptr_t)p->dst[b] % 16 == 0 && p->bytes[b] % 16 == 0 &&
                p->stride[b] % 16 == 0 && (!p->map || ((uintptr_t)p->slot_src[b] % 16 == 0 && p->slot_stride[b] % 16 == 0));
-    if (wide) cache_copy_kernel<uint4><<<n_ctas, COPY_THREADS, 0, ft_cuda_stream_handle(s)>>>(*p);
-    else cache_copy_kernel<uint8_t><<<n_ctas, COPY_THREADS, 0, ft_cuda_stream_handle(s)>>>(*p);
+    if (wide) ft_launch(cache_copy_kernel<uint4>, n_ctas, COPY_THREADS, 0, ft_cuda_stream_handle(s), *p);
+    else ft_launch(cache_copy_kernel<uint8_t>, n_ctas, COPY_THREADS, 0, ft_cuda_stream_handle(s), *p);
     CUDA_CHECK_LAUNCH();
 }
 

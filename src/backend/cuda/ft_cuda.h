@@ -165,9 +165,10 @@ bool ft_cuda_matvec_wants_q8_1(uint32_t type);
 // activations. Aborts on an unsupported type or a bad shape (programmer errors).
 void ft_cuda_matvec(const ft_cuda_matvec_params *p, ft_cuda_stream *s);
 
-// Several matrices of one input in one launch (q, k and v of a layer): y_i = x · w_iᵀ for
-// p[0..n-1], which share type (a quantized one), n_cols, x and n_tok; 1 <= n <=
-// FT_CUDA_MATVEC_MAX_SEG. The kernel geometry is chosen for all their rows together.
+// Several matrices of one input in one launch (q, k and v of a layer; qwen35moe's float alpha
+// and beta): y_i = x · w_iᵀ for p[0..n-1], which share type, n_cols, x and n_tok (no bias for
+// float types); 1 <= n <= FT_CUDA_MATVEC_MAX_SEG. The kernel geometry is chosen for all their
+// rows together (quantized types).
 #define FT_CUDA_MATVEC_MAX_SEG 4
 void ft_cuda_matvec_multi(const ft_cuda_matvec_params *p, int n, ft_cuda_stream *s);
 

@@ -9,7 +9,8 @@
 //      memory); threads 0..NCOLS*ROWS-1 write y.
 // Geometry: grid = ceil(n_rows / ROWS), ROWS = 1 for one token, 2 for more; NCOLS in
 // {1, 2, 4, 8} with the runtime n_tok <= NCOLS. Rows past n_rows compute on the last row and
-// are not written.
+// are not written. Several matrices of one input (ft_cuda_matvec_multi: qwen35moe's alpha and
+// beta) take consecutive runs of CTAs, each run its matrix's grid.
 #include "cuda_common.cuh"
 
 #include <cuda_bf16.h>
@@ -57,35 +58,51 @@ typedef struct matvec_f_args {
     const int32_t *ids; // expert mode, as in matvec_q.cu; NULL: off
     size_t w_mat;       // bytes per matrix
     int x_div, n_pairs;
+    // several matrices of one input: segment s owns CTAs seg_cta[s] .. seg_cta[s + 1] - 1 and
+    // computes seg_w[s] (seg_rows[s] rows) into seg_y[s]. n_seg 0: off (w, y, n_rows above)
+    int n_seg;
+    const void *seg_w[FT_CUDA_MATVEC_MAX_SEG];
+    float *seg_y[FT_CUDA_MATVEC_MAX_SEG];
+    int seg_rows[FT_CUDA_MATVEC_MAX_SEG];
+    int seg_cta[FT_CUDA_MATVEC_MAX_SEG + 1];
 } matvec_f_args;
 
-template <int T, int NCOLS, int ROWS, bool VEC>
+template <int T, int NCOLS, int ROWS, bool VEC, bool SEG>
 __global__ void __launch_bounds__(MVF_THREADS) matvec_f_kernel(const matvec_f_args a) {
     typedef fw<T> F;
     typedef typename F::elem elem;
-    const int row0 = blockIdx.x * ROWS;
+    int bx = blockIdx.x, n_rows = a.n_rows;
     const elem *w = (const elem *)a.w;
+    float *y = a.y;
+    if (SEG) {
+        int sg = 0;
+        while (sg + 1 < a.n_seg && bx >= a.seg_cta[sg + 1]) sg++;
+        w = (const elem *)a.seg_w[sg];
+        y = a.seg_y[sg];
+        n_rows = a.seg_rows[sg];
+        bx -= a.seg_cta[sg];
+    }
+    const int row0 = bx * ROWS;
     if (!a.ids) { // a dense matrix (constant): the CTA's rows are requested while the kernel before ends
-        const int end = min(row0 + ROWS, a.n_rows);
+        const int end = min(row0 + ROWS, n_rows);
         if (row0 < end)
             ft_prefetch_l2(w + (size_t)row0 * a.n_cols, (size_t)(end - row0) * a.n_cols * sizeof(elem), threadIdx.x, MVF_THREADS);
     }
     ft_pdl_begin();
     const float *x = a.x;
-    float *y = a.y;
     if (a.ids) {
         const int pair = blockIdx.y;
         if (a.ids[pair] < 0) { // computed on the CPU (hybrid): zero rows (the whole CTA, before any barrier)
-            if (threadIdx.x < ROWS && row0 + (int)threadIdx.x < a.n_rows) y[(size_t)pair * a.n_rows + row0 + threadIdx.x] = 0.0f;
+            if (threadIdx.x < ROWS && row0 + (int)threadIdx.x < n_rows) y[(size_t)pair * n_rows + row0 + threadIdx.x] = 0.0f;
             return;
         }
         w = (const elem *)((const uint8_t *)a.w + (size_t)a.ids[pair] * a.w_mat);
         x += (size_t)(pair / a.x_div) * a.n_cols;
-        y += (size_t)pair * a.n_rows;
+        y += (size_t)pair * n_rows;
     }
     const elem *wr[ROWS];
 #pragma unroll
-    for (int r = 0; r < ROWS; r++) wr[r] = w + (size_t)min(row0 + r, a.n_rows - 1) * a.n_cols;
+    for (int r = 0; r < ROWS; r++) wr[r] = w + (size_t)min(row0 + r, n_rows - 1) * a.n_cols;
 
     float acc[NCOLS][ROWS];
 #pragma unroll
@@ -140,17 +157,26 @@ __global__ void __launch_bounds__(MVF_THREADS) matvec_f_kernel(const matvec_f_ar
         float v = 0.0f;
 #pragma unroll
         for (int k = 0; k < MVF_WARPS; k++) v += red[k][c][r];
-        if (c < a.n_tok && row0 + r < a.n_rows) y[(int64_t)c * a.n_rows + row0 + r] = v;
+        if (c < a.n_tok && row0 + r < n_rows) y[(int64_t)c * n_rows + row0 + r] = v;
     }
 }
 
 template <int T, int NCOLS>
 static void launch_ncols(const matvec_f_args &a, cudaStream_t s) {
     constexpr int ROWS = NCOLS == 1 ? 1 : 2;
-    const dim3 grid((unsigned)((a.n_rows + ROWS - 1) / ROWS), a.ids ? (unsigned)a.n_pairs : 1u);
+    matvec_f_args a2 = a;
+    int n_cta = (a.n_rows + ROWS - 1) / ROWS;
+    if (a.n_seg) {
+        a2.seg_cta[0] = 0;
+        for (int i = 0; i < a.n_seg; i++) a2.seg_cta[i + 1] = a2.seg_cta[i] + (a.seg_rows[i] + ROWS - 1) / ROWS;
+        n_cta = a2.seg_cta[a.n_seg];
+    }
+    const dim3 grid((unsigned)n_cta, a.ids ? (unsigned)a.n_pairs : 1u);
     // 4-element chunks need every row (and token) to start 16-byte / 8-byte aligned
-    if (a.n_cols % 4 == 0) ft_launch(matvec_f_kernel<T, NCOLS, ROWS, true>, grid, MVF_THREADS, 0, s, a);
-    else ft_launch(matvec_f_kernel<T, NCOLS, ROWS, false>, grid, MVF_THREADS, 0, s, a);
+    if (a.n_cols % 4 == 0 && a.n_seg) ft_launch(matvec_f_kernel<T, NCOLS, ROWS, true, true>, grid, MVF_THREADS, 0, s, a2);
+    else if (a.n_cols % 4 == 0) ft_launch(matvec_f_kernel<T, NCOLS, ROWS, true, false>, grid, MVF_THREADS, 0, s, a2);
+    else if (a.n_seg) ft_launch(matvec_f_kernel<T, NCOLS, ROWS, false, true>, grid, MVF_THREADS, 0, s, a2);
+    else ft_launch(matvec_f_kernel<T, NCOLS, ROWS, false, false>, grid, MVF_THREADS, 0, s, a2);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -162,7 +188,9 @@ static void launch_type(const matvec_f_args &a, cudaStream_t s) {
     else launch_ncols<T, 8>(a, s);
 }
 
-void ft_cuda_matvec_f(const ft_cuda_matvec_params *p, const ft_cuda_matvec_ids_params *ip, cudaStream_t s) {
+void ft_cuda_matvec_f_multi(const ft_cuda_matvec_params *p, int n_seg, const ft_cuda_matvec_ids_params *ip,
+                            cudaStream_t s) {
+    FT_CUDA_ASSERT(n_seg >= 0 && n_seg <= FT_CUDA_MATVEC_MAX_SEG && !(n_seg && ip));
     FT_CUDA_ASSERT(p->n_rows >= 1 && p->n_rows <= INT32_MAX && p->n_cols <= INT32_MAX / 2);
     // vector loads assume 16-byte aligned bases (cudaMalloc gives 256)
     FT_CUDA_ASSERT(((uintptr_t)p->w % 16) == 0 && ((uintptr_t)p->x % 16) == 0);
@@ -177,10 +205,22 @@ void ft_cuda_matvec_f(const ft_cuda_matvec_params *p, const ft_cuda_matvec_ids_p
     a.w_mat = ip ? ip->mat_bytes : 0;
     a.x_div = ip ? ip->x_div : 1;
     a.n_pairs = ip ? ip->n_pairs : 1;
+    a.n_seg = n_seg;
+    for (int i = 0; i < n_seg; i++) {
+        FT_CUDA_ASSERT(p[i].type == p->type && p[i].n_cols == p->n_cols && p[i].x == p->x && p[i].n_tok == p->n_tok);
+        FT_CUDA_ASSERT(p[i].n_rows >= 1 && p[i].n_rows <= INT32_MAX && (uintptr_t)p[i].w % 16 == 0 && !p[i].bias);
+        a.seg_w[i] = p[i].w;
+        a.seg_y[i] = p[i].y;
+        a.seg_rows[i] = (int)p[i].n_rows;
+    }
     switch (p->type) {
     case FT_TYPE_F32: launch_type<FT_TYPE_F32>(a, s); break;
     case FT_TYPE_F16: launch_type<FT_TYPE_F16>(a, s); break;
     case FT_TYPE_BF16: launch_type<FT_TYPE_BF16>(a, s); break;
     default: FT_CUDA_ASSERT(!"not a float type");
     }
+}
+
+void ft_cuda_matvec_f(const ft_cuda_matvec_params *p, const ft_cuda_matvec_ids_params *ip, cudaStream_t s) {
+    ft_cuda_matvec_f_multi(p, 0, ip, s);
 }

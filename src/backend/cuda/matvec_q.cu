@@ -526,10 +526,11 @@ extern "C" void ft_cuda_matvec(const ft_cuda_matvec_params *p, ft_cuda_stream *s
 }
 
 extern "C" void ft_cuda_matvec_multi(const ft_cuda_matvec_params *p, int n, ft_cuda_stream *stream) {
-    FT_CUDA_ASSERT(n >= 1 && n <= FT_CUDA_MATVEC_MAX_SEG && ft_cuda_matvec_wants_q8_1(p->type));
+    FT_CUDA_ASSERT(n >= 1 && n <= FT_CUDA_MATVEC_MAX_SEG && ft_cuda_matvec_supported(p->type));
     FT_CUDA_ASSERT(p->n_tok >= 1 && p->n_tok <= FT_CUDA_MATVEC_MAX_TOK && p->n_cols > 0);
     const cudaStream_t s = ft_cuda_stream_handle(stream);
     switch (p->type) {
+    case FT_TYPE_F32: case FT_TYPE_F16: case FT_TYPE_BF16: ft_cuda_matvec_f_multi(p, n, NULL, s); break;
     case FT_TYPE_Q4_0: launch_type<FT_TYPE_Q4_0>(p, NULL, s, n); break;
     case FT_TYPE_Q4_1: launch_type<FT_TYPE_Q4_1>(p, NULL, s, n); break;
     case FT_TYPE_Q5_0: launch_type<FT_TYPE_Q5_0>(p, NULL, s, n); break;

@@ -6,19 +6,31 @@
 // 4. when yq is given, each warp also quantizes its 32 consecutive outputs to q8_1 (the input
 // format of the next quantized matmul, which then skips its own quantize launch).
 // Fused before step 1 when d is given: x += d (the residual add that precedes the norm in a
-// layer), written back to x, with the add kernel's arithmetic.
+// layer), written back to x, with the add kernel's arithmetic. Fused into step 3 when a gate
+// is given (per-head norms then an output gate: qwen35moe's gated DeltaNet norm): y times
+// act(g), gate_mul's arithmetic, before the q8_1 store.
 // Rows of up to 256 * 16 floats keep their elements in registers (EPT per thread, all loads
 // issued at once: a decode row is latency-bound, one CTA on one SM); longer rows loop.
 #include "cuda_common.cuh"
 #include "cuda_ops.h"
+#include "gate_act.cuh"
 #include "q8_1.cuh"
 
 enum { RMS_THREADS = 256 };
 
+// Element i of row r's gate value: rows are (token, head) pairs of n_head heads of n floats.
+__device__ __forceinline__ float norm_gate_value(const ft_cuda_norm_gate &gt, int64_t r, int n, int i) {
+    const int64_t t = r / gt.n_head;
+    const int h = (int)(r % gt.n_head);
+    return gt.g_width == gt.n_head * n ? gt.g[t * gt.g_width + (int64_t)h * n + i] : gt.g[t * gt.g_width + h];
+}
+
 // EPT > 0: at most EPT elements per thread, held in registers; EPT == 0: any n, looped.
-template <int EPT>
+// GATED: gate.g is set (a separate instance, so the plain norm's code stays as it was).
+template <int EPT, bool GATED>
 __global__ void __launch_bounds__(RMS_THREADS)
-rms_norm_kernel(float *x, const float *d, const float *w, float *y, block_q8_1 *yq, int n, float eps) {
+rms_norm_kernel(float *x, const float *d, const float *w, float *y, block_q8_1 *yq, int n, float eps,
+                const ft_cuda_norm_gate gate) {
     ft_pdl_begin();
     __shared__ float red[32];
     float *xr = x + (int64_t)blockIdx.x * n;
@@ -32,13 +44,14 @@ rms_norm_kernel(float *x, const float *d, const float *w, float *y, block_q8_1 *
         // every load (x, d, w) is issued before the first store: a store to x or y may alias
         // them for the compiler, which would otherwise wait for each load in turn (a decode
         // row is one CTA: its time is the chain of memory round trips)
-        float v[E], dv[E], wv[E];
+        float v[E], dv[E], wv[E], gv[E];
 #pragma unroll
         for (int j = 0; j < E; j++) {
             const int i = tid + j * RMS_THREADS;
             v[j] = i < n ? xr[i] : 0.0f;
             dv[j] = dr && i < n ? dr[i] : 0.0f;
             wv[j] = i < n ? (w ? w[i] : 1.0f) : 0.0f;
+            gv[j] = GATED && i < n ? norm_gate_value(gate, blockIdx.x, n, i) : 0.0f;
         }
         if (dr) {
 #pragma unroll
@@ -56,7 +69,8 @@ rms_norm_kernel(float *x, const float *d, const float *w, float *y, block_q8_1 *
         for (int j = 0; j < E; j++) {
             const int i = tid + j * RMS_THREADS;
             if (i >= n) break; // n % 32 == 0 with yq: whole warps stop together
-            const float o = (v[j] * scale) * wv[j];
+            float o = (v[j] * scale) * wv[j];
+            if (GATED) o *= ft_gate_act(gate.act, gv[j]);
             yr[i] = o;
             if (qr) ft_q8_1_warp_store(o, &qr[i / QK8_1], lane);
         }
@@ -69,7 +83,8 @@ rms_norm_kernel(float *x, const float *d, const float *w, float *y, block_q8_1 *
         sum = ft_block_sum(sum, red);
         const float scale = 1.0f / sqrtf(sum / n + eps);
         for (int i = tid; i < n; i += RMS_THREADS) {
-            const float o = (xr[i] * scale) * (w ? w[i] : 1.0f);
+            float o = (xr[i] * scale) * (w ? w[i] : 1.0f);
+            if (GATED) o *= ft_gate_act(gate.act, norm_gate_value(gate, blockIdx.x, n, i));
             yr[i] = o;
             // n % 32 == 0: a warp's 32 lanes hold the 32 elements of one q8_1 block at each step
             if (qr) ft_q8_1_warp_store(o, &qr[i / QK8_1], lane);
@@ -77,16 +92,30 @@ rms_norm_kernel(float *x, const float *d, const float *w, float *y, block_q8_1 *
     }
 }
 
-extern "C" void ft_cuda_rms_norm(float *x, const float *d, const float *w, float *y, void *yq, int n_rows,
-                                 int n, float eps, ft_cuda_stream *s) {
+template <bool GATED>
+static void launch_norm(cudaStream_t st, float *x, const float *d, const float *w, float *y, block_q8_1 *q, int n_rows,
+                        int n, float eps, const ft_cuda_norm_gate &g) {
+    if (n <= RMS_THREADS) ft_launch(rms_norm_kernel<1, GATED>, n_rows, RMS_THREADS, 0, st, x, d, w, y, q, n, eps, g);
+    else if (n <= 4 * RMS_THREADS) ft_launch(rms_norm_kernel<4, GATED>, n_rows, RMS_THREADS, 0, st, x, d, w, y, q, n, eps, g);
+    else if (n <= 8 * RMS_THREADS) ft_launch(rms_norm_kernel<8, GATED>, n_rows, RMS_THREADS, 0, st, x, d, w, y, q, n, eps, g);
+    else if (n <= 16 * RMS_THREADS) ft_launch(rms_norm_kernel<16, GATED>, n_rows, RMS_THREADS, 0, st, x, d, w, y, q, n, eps, g);
+    else ft_launch(rms_norm_kernel<0, GATED>, n_rows, RMS_THREADS, 0, st, x, d, w, y, q, n, eps, g);
+}
+
+extern "C" void ft_cuda_rms_norm_gate(float *x, const float *d, const float *w, const ft_cuda_norm_gate *gate,
+                                      float *y, void *yq, int n_rows, int n, float eps, ft_cuda_stream *s) {
     FT_CUDA_ASSERT(n_rows >= 0 && n > 0 && (!yq || n % QK8_1 == 0));
+    const ft_cuda_norm_gate g = gate ? *gate : ft_cuda_norm_gate{};
+    FT_CUDA_ASSERT(!g.g || (g.n_head >= 1 && n_rows % g.n_head == 0 && (g.g_width == g.n_head || g.g_width == g.n_head * n)));
     if (n_rows == 0) return;
     const cudaStream_t st = ft_cuda_stream_handle(s);
     block_q8_1 *q = (block_q8_1 *)yq;
-    if (n <= RMS_THREADS) ft_launch(rms_norm_kernel<1>, n_rows, RMS_THREADS, 0, st, x, d, w, y, q, n, eps);
-    else if (n <= 4 * RMS_THREADS) ft_launch(rms_norm_kernel<4>, n_rows, RMS_THREADS, 0, st, x, d, w, y, q, n, eps);
-    else if (n <= 8 * RMS_THREADS) ft_launch(rms_norm_kernel<8>, n_rows, RMS_THREADS, 0, st, x, d, w, y, q, n, eps);
-    else if (n <= 16 * RMS_THREADS) ft_launch(rms_norm_kernel<16>, n_rows, RMS_THREADS, 0, st, x, d, w, y, q, n, eps);
-    else ft_launch(rms_norm_kernel<0>, n_rows, RMS_THREADS, 0, st, x, d, w, y, q, n, eps);
+    if (g.g) launch_norm<true>(st, x, d, w, y, q, n_rows, n, eps, g);
+    else launch_norm<false>(st, x, d, w, y, q, n_rows, n, eps, g);
     CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void ft_cuda_rms_norm(float *x, const float *d, const float *w, float *y, void *yq, int n_rows,
+                                 int n, float eps, ft_cuda_stream *s) {
+    ft_cuda_rms_norm_gate(x, d, w, NULL, y, yq, n_rows, n, eps, s);
 }
