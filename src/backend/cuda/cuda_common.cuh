@@ -159,6 +159,14 @@ __device__ __forceinline__ float ft_block_max(float v, float *red) {
     return ft_warp_max(v);
 }
 
+// Matrices of one input in one launch (ft_cuda_matvec_multi): segment s owns CTAs seg_cta[s] ..
+// seg_cta[s + 1] - 1, enough for its seg_rows[s] rows at rows_per_cta each. Returns the CTAs.
+static inline int ft_seg_ctas(int n_seg, const int *seg_rows, int rows_per_cta, int *seg_cta) {
+    seg_cta[0] = 0;
+    for (int i = 0; i < n_seg; i++) seg_cta[i + 1] = seg_cta[i] + (seg_rows[i] + rows_per_cta - 1) / rows_per_cta;
+    return seg_cta[n_seg];
+}
+
 // Float-weight path of ft_cuda_matvec (matvec_f.cu).
 void ft_cuda_matvec_f(const ft_cuda_matvec_params *p, const ft_cuda_matvec_ids_params *ip,
                       cudaStream_t stream);

@@ -165,12 +165,7 @@ template <int T, int NCOLS>
 static void launch_ncols(const matvec_f_args &a, cudaStream_t s) {
     constexpr int ROWS = NCOLS == 1 ? 1 : 2;
     matvec_f_args a2 = a;
-    int n_cta = (a.n_rows + ROWS - 1) / ROWS;
-    if (a.n_seg) {
-        a2.seg_cta[0] = 0;
-        for (int i = 0; i < a.n_seg; i++) a2.seg_cta[i + 1] = a2.seg_cta[i] + (a.seg_rows[i] + ROWS - 1) / ROWS;
-        n_cta = a2.seg_cta[a.n_seg];
-    }
+    const int n_cta = a.n_seg ? ft_seg_ctas(a.n_seg, a.seg_rows, ROWS, a2.seg_cta) : (a.n_rows + ROWS - 1) / ROWS;
     const dim3 grid((unsigned)n_cta, a.ids ? (unsigned)a.n_pairs : 1u);
     // 4-element chunks need every row (and token) to start 16-byte / 8-byte aligned
     if (a.n_cols % 4 == 0 && a.n_seg) ft_launch(matvec_f_kernel<T, NCOLS, ROWS, true, true>, grid, MVF_THREADS, 0, s, a2);

@@ -417,12 +417,8 @@ template <int T, int NCOLS, int ROWS, int TPR, int U>
 static void launch(const matvec_q_args &a0, cudaStream_t s) {
     constexpr int rows_per_cta = MV_THREADS / TPR * ROWS;
     matvec_q_args a = a0;
-    int n_cta = (a.n_rows + rows_per_cta - 1) / rows_per_cta;
-    if (a.n_seg) {
-        a.seg_cta[0] = 0;
-        for (int i = 0; i < a.n_seg; i++) a.seg_cta[i + 1] = a.seg_cta[i] + (a.seg_rows[i] + rows_per_cta - 1) / rows_per_cta;
-        n_cta = a.seg_cta[a.n_seg];
-    }
+    const int n_cta = a.n_seg ? ft_seg_ctas(a.n_seg, a.seg_rows, rows_per_cta, a.seg_cta)
+                              : (a.n_rows + rows_per_cta - 1) / rows_per_cta;
     const dim3 grid((unsigned)n_cta, a.ids ? (unsigned)a.n_pairs : 1u);
     ft_launch(matvec_q_kernel<T, NCOLS, ROWS, TPR, U>, grid, MV_THREADS, 0, s, a);
     CUDA_CHECK_LAUNCH();
