@@ -625,6 +625,21 @@ static bool same_rope(const ft_cuda_rope_params *a, const ft_cuda_rope_params *b
            a->rows.pos == b->rows.pos && a->rows.blocks == b->rows.blocks;
 }
 
+// The per-head norm waiting on x over n_rows rows of n (norms), taken out of the list: the op
+// that follows it (a rope, an output gate) runs it inside its kernel. The others wait on other
+// buffers (at most one waits on each).
+static bool take_norm(cuda_backend *c, const float *x, int n_rows, int n, struct pending_norm *out) {
+    for (int i = 0; i < c->n_norms; i++) {
+        const struct pending_norm *q = &c->norms[i];
+        if (q->x != x || q->n_rows != n_rows || q->n != n) continue;
+        *out = *q;
+        for (int j = i + 1; j < c->n_norms; j++) c->norms[j - 1] = c->norms[j];
+        c->n_norms--;
+        return true;
+    }
+    return false;
+}
+
 // The device form of rows of several sequences (NULL: none).
 static ft_cuda_seq_rows seq_rows_of(const ft_seq_rows *r) {
     return r ? (ft_cuda_seq_rows){r->pos, r->blocks} : (ft_cuda_seq_rows){NULL, NULL};
@@ -641,18 +656,15 @@ static void rope_of(ft_backend *be, float *x, int n_tok, int n_head, int head_di
         ff = p->freq_factors->data;
     }
     cuda_backend *c = (cuda_backend *)be;
-    // the waiting norm of this buffer, if its rows are these heads, runs fused with the rope
+    // the waiting norm of this buffer, if its rows are these heads, runs fused with the rope;
+    // one of other rows on it runs first
     struct pending_norm norm = {0};
-    for (int i = 0; i < c->n_norms; i++) {
-        if (c->norms[i].x != x) continue;
-        if (c->norms[i].n == head_dim && c->norms[i].n_rows == n_tok * n_head) {
-            norm = c->norms[i];
-            c->norms[i] = c->norms[--c->n_norms]; // the other one is on another buffer: order is free
-        } else {
-            flush_norms(c);
-        }
-        break;
-    }
+    if (!take_norm(c, x, n_tok * n_head, head_dim, &norm))
+        for (int i = 0; i < c->n_norms; i++)
+            if (c->norms[i].x == x) {
+                flush_norms(c);
+                break;
+            }
     flush_add(c);
     flush_matmuls(c);
     flush_rows(c);
@@ -846,20 +858,6 @@ static void cuda_attention(ft_backend *be, const ft_attn_params *p) {
         c->xq_cols = width;
         c->xq_tok = p->n_tok;
     }
-}
-
-// The per-head norm waiting on x over n_rows rows of n (norms), taken out of the list: the
-// gate that follows it runs inside its kernel. The others wait on other buffers.
-static bool take_norm(cuda_backend *c, const float *x, int n_rows, int n, struct pending_norm *out) {
-    for (int i = 0; i < c->n_norms; i++) {
-        const struct pending_norm *q = &c->norms[i];
-        if (q->x != x || q->n_rows != n_rows || q->n != n) continue;
-        *out = *q;
-        for (int j = i + 1; j < c->n_norms; j++) c->norms[j - 1] = c->norms[j];
-        c->n_norms--;
-        return true;
-    }
-    return false;
 }
 
 // The gate writes x's q8_1 form for the output projection that reads it next, and a per-head
