@@ -11,7 +11,7 @@
 #include <string.h>
 
 // A described device: a backend whose memory ops answer from these, and no compute ops.
-static size_t g_free;
+static size_t g_free, g_held; // free memory, and what the process holds (its CUDA context)
 static bool g_takes_bf16;
 
 static void described_info(ft_backend *be, ft_device_info *out) {
@@ -20,6 +20,7 @@ static void described_info(ft_backend *be, ft_device_info *out) {
     snprintf(out->name, sizeof(out->name), "described card");
     out->cc_major = 9;
     out->free_mem = out->total_mem = g_free;
+    out->process_mem = g_held;
 }
 
 static bool described_supports(ft_backend *be, enum ft_type t) {
@@ -83,6 +84,12 @@ TEST(cli_moe_auto_picks_by_budget_and_types) {
     CHECK(pick(m, &p, &dev, big) == FT_MOE_BACKEND_OFFLOAD);
     p.gpu_memory_limit = need;
     CHECK(pick(m, &p, &dev, big) == FT_MOE_BACKEND_FUSED);
+    // the cap counts what the process holds already (the CUDA context), as nvidia-smi does
+    g_held = (size_t)500 << 20;
+    CHECK(pick(m, &p, &dev, big) == FT_MOE_BACKEND_OFFLOAD);
+    p.gpu_memory_limit = need + g_held;
+    CHECK(pick(m, &p, &dev, big) == FT_MOE_BACKEND_FUSED);
+    g_held = 0;
     p.gpu_memory_limit = 0;
     p.memory_ratio = (double)(need - 4096) / (double)big;
     CHECK(pick(m, &p, &dev, big) == FT_MOE_BACKEND_OFFLOAD);

@@ -156,6 +156,27 @@ static double compare(pair *p, const char *what, const float *g, const float *c,
 // ---------------------------------------------------------------------------------------------
 // Ops
 
+// The process's share of the device as nvidia-smi reads it (--gpu-memory-limit counts it): the
+// CUDA context before anything is allocated, and an allocation's bytes beside it.
+TEST(cuda_process_memory) {
+    GPU_TEST_REQUIRE_DEVICE();
+    ft_cuda_device_info a, b;
+    CHECK(ft_cuda_device_get_info(0, &a));
+    if (!a.process_mem) {
+        test_skip("NVML does not list this process (no libnvidia-ml, or a PID namespace of its own)");
+        return;
+    }
+    CHECK(a.process_mem < a.total_mem, "%zu of %zu", a.process_mem, a.total_mem);
+    const size_t n = (size_t)256 << 20;
+    void *p = ft_cuda_malloc(n);
+    CHECK(p != NULL);
+    CHECK(ft_cuda_device_get_info(0, &b));
+    ft_cuda_free(p);
+    // the allocator rounds up to its own pages (2 MiB)
+    CHECK(b.process_mem >= a.process_mem + n && b.process_mem <= a.process_mem + n + ((size_t)64 << 20),
+          "held %zu MiB, then %zu MiB after a 256 MiB allocation", a.process_mem >> 20, b.process_mem >> 20);
+}
+
 TEST(cuda_op_matmul) {
     GPU_TEST_REQUIRE_DEVICE();
     pair p;

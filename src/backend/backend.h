@@ -233,6 +233,7 @@ typedef struct ft_device_info {
     int cc_major, cc_minor;  // CUDA compute capability (0 on the CPU)
     size_t free_mem;         // bytes free now (the CPU: memory available)
     size_t total_mem;
+    size_t process_mem;      // bytes this process holds there now, the CUDA context included (0: unknown)
 } ft_device_info;
 
 // --moe-backend offload: the GPU expert cache in front of host banks.

@@ -178,7 +178,7 @@ void engine_args_usage(FILE *out, const engine_args *a) {
             "                             huge pages, else mapped)\n"
             "GPU memory and MoE experts (CUDA device only):\n"
             "  --memory-ratio F           share of the GPU's free memory ft may use (default 0.9)\n"
-            "  --gpu-memory-limit GIB     cap on everything ft allocates on the GPU (to play a smaller card)\n"
+            "  --gpu-memory-limit GIB     cap on all ft holds on the GPU, the CUDA context too (plays a smaller card)\n"
             "  --moe-backend B            where routed experts live: fused (all on the GPU), offload (host RAM\n"
             "                             with a GPU expert cache), cpu (computed on the CPU from host RAM,\n"
             "                             the rest on the GPU), hybrid (offload's cache; each decode step's\n"

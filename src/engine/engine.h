@@ -39,7 +39,7 @@ typedef struct ft_engine_params {
     bool reference;         // every op on its scalar reference path (also FT_REFERENCE=1)
     enum ft_placement device; // FT_PLACEMENT_CPU (default) or FT_PLACEMENT_CUDA (device 0)
     double memory_ratio;    // CUDA: share of the device's free memory the plan may use (0: 0.9)
-    size_t gpu_memory_limit;  // CUDA: cap on everything ft allocates on the device, bytes (0: none)
+    size_t gpu_memory_limit;  // CUDA: cap on all the process holds on the device, its context too, bytes (0: none)
     enum ft_moe_backend moe_backend;
     int moe_cache_size;       // offload: expert slots (0: sized from the budget)
     int moe_pool_layout;      // offload: enum moe_pool_layout (exact or uniform)

@@ -106,8 +106,28 @@ size_t engine_kv_bytes(const ft_model *m, const ft_engine_params *p) {
 size_t engine_device_budget(const ft_engine_params *p, const ft_device_info *info) {
     double ratio = p->memory_ratio > 0 ? p->memory_ratio : 0.9;
     size_t budget = (size_t)(ratio * (double)info->free_mem);
-    if (p->gpu_memory_limit && p->gpu_memory_limit < budget) budget = p->gpu_memory_limit;
+    // the cap plays a card of that size: what the process holds there already (the CUDA
+    // context, the streams) comes out of it, as nvidia-smi counts it in the process's share
+    size_t held = info->process_mem, cap = p->gpu_memory_limit > held ? p->gpu_memory_limit - held : 0;
+    if (p->gpu_memory_limit && cap < budget) budget = cap;
     return budget;
+}
+
+// How the budget was set, for the plan's line: "--memory-ratio 0.90 of 80000 MiB free", or the
+// cap less what the process holds.
+static const char *budget_source(const ft_engine_params *p, const ft_device_info *info, char *buf, size_t cap) {
+    double ratio = p->memory_ratio > 0 ? p->memory_ratio : 0.9;
+    size_t budget = engine_device_budget(p, info);
+    if (!p->gpu_memory_limit || budget < p->gpu_memory_limit - FT_MIN(p->gpu_memory_limit, info->process_mem))
+        snprintf(buf, cap, "--memory-ratio %.2f of %.0f MiB free", ratio, info->free_mem / MiB);
+    else if (info->process_mem)
+        snprintf(buf, cap, "--gpu-memory-limit %.0f MiB less the %.0f MiB this process holds there: the CUDA context",
+                 p->gpu_memory_limit / MiB, info->process_mem / MiB);
+    else
+        snprintf(buf, cap, "--gpu-memory-limit %.0f MiB; the CUDA context's share is not known (NVML did not list this "
+                           "process), so the cap counts ft's allocations only",
+                 p->gpu_memory_limit / MiB);
+    return buf;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -191,11 +211,11 @@ static size_t device_plan_need(const device_plan *c) { return c->weights + c->kv
 
 static void print_device_plan(const device_plan *c, const ft_engine_params *p, const ft_device_info *info,
                               const char *be_name, const char *weights_what) {
-    double ratio = p->memory_ratio > 0 ? p->memory_ratio : 0.9;
-    fprintf(stderr, "%s: %s (sm_%d%d), %.0f MiB free of %.0f, budget %.0f MiB (--memory-ratio %.2f%s): %s %.1f MiB, "
+    char src[256];
+    fprintf(stderr, "%s: %s (sm_%d%d), %.0f MiB free of %.0f, budget %.0f MiB (%s): %s %.1f MiB, "
                     "KV cache %.1f MiB (%lld positions, %d sequences of up to %d, %s), workspace %.1f MiB (batch %d)\n",
             be_name, info->name, info->cc_major, info->cc_minor, info->free_mem / MiB, info->total_mem / MiB,
-            c->budget / MiB, ratio, p->gpu_memory_limit ? ", --gpu-memory-limit" : "", weights_what, c->weights / MiB,
+            c->budget / MiB, budget_source(p, info, src, sizeof(src)), weights_what, c->weights / MiB,
             c->kv / MiB, (long long)engine_kv_blocks(p) * FT_KV_BLOCK, p->n_seq, p->n_ctx, ft_type_name(p->kv_type),
             c->work / MiB, engine_step_tokens(p));
 }
@@ -204,13 +224,12 @@ static void print_device_plan(const device_plan *c, const ft_engine_params *p, c
 static bool check_device_plan(const device_plan *c, const ft_engine_params *p, const ft_device_info *info,
                               const char *mode, ft_err *err) {
     if (device_plan_need(c) <= c->budget) return true;
-    double ratio = p->memory_ratio > 0 ? p->memory_ratio : 0.9;
+    char src[256];
     return ft_err_set(err, "--moe-backend %s: the model does not fit on %s: it needs %.0f MiB (weights %.0f, KV %.0f, "
-                           "workspace %.0f, reserve %.0f) and the budget is %.0f MiB (--memory-ratio %.2f of %.0f MiB "
-                           "free%s); use a smaller -c, fewer sequences, another --moe-backend, or --device cpu",
+                           "workspace %.0f, reserve %.0f) and the budget is %.0f MiB (%s); use a smaller -c, fewer "
+                           "sequences, another --moe-backend, or --device cpu",
                       mode, info->name, device_plan_need(c) / MiB, c->weights / MiB, c->kv / MiB, c->work / MiB,
-                      c->margin / MiB, c->budget / MiB, ratio, info->free_mem / MiB,
-                      p->gpu_memory_limit ? ", capped by --gpu-memory-limit" : "");
+                      c->margin / MiB, c->budget / MiB, budget_source(p, info, src, sizeof(src)));
 }
 
 moe_auto_facts engine_auto_facts(const ft_model *m, const ft_engine_params *p, ft_backend *be, char *why,
@@ -380,12 +399,14 @@ static bool plan_offload(const ft_model *m, ft_backend *be, const ft_engine_para
     cp->prefill_serial = p->moe_prefill_serial;
 
     moe_cache_plan plan;
+    char src[256];
     if (!moe_cache_plan_make(g, &cp->plan, &plan, err)) return false;
     if (p->print_plan)
-        fprintf(stderr, "%s: %s (sm_%d%d), %.0f MiB free, budget %.0f MiB: dense weights %.1f MiB, KV cache %.1f MiB "
-                        "(%lld positions, %d sequences of up to %d, %s), workspace %.1f MiB (prefill chunks of %d), "
-                        "expert cache %.1f MiB (%d slots)\n",
+        fprintf(stderr, "%s: %s (sm_%d%d), %.0f MiB free, budget %.0f MiB (%s): dense weights %.1f MiB, KV cache "
+                        "%.1f MiB (%lld positions, %d sequences of up to %d, %s), workspace %.1f MiB (prefill chunks of "
+                        "%d), expert cache %.1f MiB (%d slots)\n",
                 be->ops->name, info->name, info->cc_major, info->cc_minor, info->free_mem / MiB, budget / MiB,
+                budget_source(p, info, src, sizeof(src)),
                 dense / MiB, kv / MiB, (long long)kv_tokens, p->n_seq, p->n_ctx, ft_type_name(p->kv_type),
                 work / MiB, p->n_batch, plan.bytes / MiB,
                 plan.n_slots);

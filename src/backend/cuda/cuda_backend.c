@@ -1379,6 +1379,7 @@ static void cuda_device_info(ft_backend *be, ft_device_info *out) {
     out->cc_minor = info.cc_minor;
     out->free_mem = info.free_mem;
     out->total_mem = info.total_mem;
+    out->process_mem = info.process_mem;
 }
 
 static bool cuda_supports_type(ft_backend *be, enum ft_type type) {

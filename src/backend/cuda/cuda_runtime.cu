@@ -81,6 +81,9 @@ extern "C" bool ft_cuda_device_get_info(int dev, ft_cuda_device_info *out) {
     CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
     CUDA_CHECK(cudaSetDevice(cur));
     out->free_mem = free_b;
+    char bus[32];
+    if (cudaDeviceGetPCIBusId(bus, sizeof(bus), dev) != cudaSuccess || !ft_cuda_process_memory(bus, &out->process_mem))
+        out->process_mem = 0;
     return true;
 }
 

@@ -40,6 +40,7 @@ typedef struct ft_cuda_device_info {
     size_t total_mem, free_mem; // bytes
     size_t l2_bytes;
     int mem_bus_bits;           // memory bus width (for the datasheet bandwidth)
+    size_t process_mem;         // what this process holds on it, the CUDA context included (0: unknown)
 } ft_cuda_device_info;
 
 // Number of usable CUDA devices; 0 when the driver is missing, too old, or finds no GPU (the
@@ -48,6 +49,11 @@ int ft_cuda_device_count(void);
 
 // Facts about device dev (0 <= dev < ft_cuda_device_count()). Returns false if dev is invalid.
 bool ft_cuda_device_get_info(int dev, ft_cuda_device_info *out);
+
+// The device memory this process holds on the device at PCI address pci_bus_id, as nvidia-smi
+// reads it (NVML's per-process accounting, which counts the CUDA context): false where NVML is
+// missing or does not list this process (a container with its own PID namespace).
+bool ft_cuda_process_memory(const char *pci_bus_id, size_t *bytes);
 
 // Makes dev the current device of the calling thread. Aborts if dev is invalid.
 void ft_cuda_set_device(int dev);
