@@ -1,13 +1,15 @@
-// bench_cpu_attn.c: the CPU backend's attention for one query token (decode) at a depth, over
-// the f16 KV caches of several layers (so each step reads its keys and values from memory, not
-// from the last-level cache), with the cache in anonymous memory in huge pages where the kernel
-// gives them (--small-pages: from the C heap); f16 caches, or q8_0 with --q8_0.
+// bench_cpu_attn.c: the CPU backend's attention for one query token (decode) at a depth, or for
+// a prefill chunk of -q tokens after it, over the f16 KV caches of several layers (so each step
+// reads its keys and values from memory, not from the last-level cache), with the cache in
+// anonymous memory in huge pages where the kernel gives them (--small-pages: from the C heap);
+// f16 caches, or q8_0 with --q8_0.
 //
-// Reported per depth: the op's time per layer (median of the steps), and the GB/s of the K and V
-// bytes it reads. FT_SIMD=avx2 (or scalar) picks the other paths of the same binary, for a
+// Reported per depth: the op's time per layer (median of the steps), the GB/s of the K and V
+// bytes it reads, and the GFLOP/s of its scores and sums (4 flops per query head, key and head
+// dimension it sees). FT_SIMD=avx2 (or scalar) picks the other paths of the same binary, for a
 // comparison in one build. A measurement, not a test: it asserts nothing about speed.
 //
-// Usage: bench_cpu_attn [-t threads] [-d 1024,4096,16384] [-l layers] [-s steps]
+// Usage: bench_cpu_attn [-t threads] [-d 1024,4096,16384] [-q tokens] [-l layers] [-s steps]
 //                       [--heads 32] [--kv-heads 4] [--head-dim 128] [--small-pages] [--q8_0]
 #include "../src/cli/bench_common.h"
 #include "../src/backend/cpu/cpu.h"
@@ -33,7 +35,7 @@ static int parse_list(const char *s, int *out, int cap) {
 }
 
 int main(int argc, char **argv) {
-    int threads = 2, layers = 8, steps = 20, heads = 32, kv_heads = 4, hd = 128;
+    int threads = 2, layers = 8, steps = 20, heads = 32, kv_heads = 4, hd = 128, n_q = 1;
     int depths[16] = {1024, 4096, 16384}, n_depths = 3;
     bool small_pages = false;
     enum ft_type kv_type = FT_TYPE_F16;
@@ -50,23 +52,25 @@ int main(int argc, char **argv) {
         }
         if (!strcmp(a, "-t") && v) threads = atoi(v);
         else if (!strcmp(a, "-l") && v) layers = atoi(v);
+        else if (!strcmp(a, "-q") && v) n_q = atoi(v);
         else if (!strcmp(a, "-s") && v) steps = atoi(v);
         else if (!strcmp(a, "--heads") && v) heads = atoi(v);
         else if (!strcmp(a, "--kv-heads") && v) kv_heads = atoi(v);
         else if (!strcmp(a, "--head-dim") && v) hd = atoi(v);
         else if (!strcmp(a, "-d") && v) ok = (n_depths = parse_list(v, depths, 16)) > 0;
         else ok = false;
-        if (!ok || threads < 1 || layers < 1 || steps < 1 || kv_heads < 1 || heads % kv_heads || hd < 16) {
-            fprintf(stderr, "usage: bench_cpu_attn [-t threads] [-d 1024,4096,16384] [-l layers] [-s steps] "
+        if (!ok || threads < 1 || layers < 1 || steps < 1 || kv_heads < 1 || heads % kv_heads || hd < 16 || n_q < 1 ||
+            n_q > 65536) {
+            fprintf(stderr, "usage: bench_cpu_attn [-t threads] [-d 1024,4096,16384] [-q tokens] [-l layers] [-s steps] "
                             "[--heads 32] [--kv-heads 4] [--head-dim 128] [--small-pages] [--q8_0]\n");
             return 2;
         }
         i++;
     }
     int max_ctx = 0;
-    for (int i = 0; i < n_depths; i++) max_ctx = FT_MAX(max_ctx, depths[i] + 1);
+    for (int i = 0; i < n_depths; i++) max_ctx = FT_MAX(max_ctx, depths[i] + n_q);
     ft_backend *be = ft_backend_cpu_init(threads, false);
-    ft_backend_limits lim = {.max_tok = 1, .max_width = (int64_t)heads * hd, .max_ctx = max_ctx,
+    ft_backend_limits lim = {.max_tok = n_q, .max_width = (int64_t)heads * hd, .max_ctx = max_ctx,
                              .max_head_dim = hd, .n_expert = 1, .n_expert_used = 1};
     be->ops->reserve(be, &lim);
     // one K and one V cache per layer, rows of kv_heads * hd f16 values
@@ -89,12 +93,12 @@ int main(int argc, char **argv) {
             huge += in_huge;
         }
     }
-    size_t q_floats = (size_t)heads * hd;
+    size_t q_floats = (size_t)n_q * heads * hd;
     float *q = ft_malloc(q_floats * sizeof(float)), *out = ft_malloc(q_floats * sizeof(float));
     for (size_t i = 0; i < q_floats; i++) q[i] = ft_rng_normal(&r);
-    printf("attention decode: %d/%d heads of %d, %d layers, %d threads, path %s; %s caches %.1f MiB, %.0f%% in "
-           "huge pages\n",
-           heads, kv_heads, hd, layers, threads, ft_quant_simd_name(), ft_type_name(kv_type),
+    printf("attention of %d token%s: %d/%d heads of %d, %d layers, %d threads, path %s; %s caches %.1f MiB, %.0f%% "
+           "in huge pages\n",
+           n_q, n_q == 1 ? " (decode)" : "s (a prefill chunk)", heads, kv_heads, hd, layers, threads, ft_quant_simd_name(), ft_type_name(kv_type),
            2.0 * (double)layers * (double)cache_bytes / (1 << 20),
            100.0 * (double)huge / (2.0 * (double)layers * (double)cache_bytes));
     double *t = ft_malloc((size_t)steps * sizeof(double));
@@ -103,16 +107,18 @@ int main(int argc, char **argv) {
         for (int s = -2; s < steps; s++) { // two untimed steps first
             double t0 = bench_now_s();
             for (int l = 0; l < layers; l++) {
-                ft_attn_params p = {.q = q, .out = out, .k_cache = &k[l], .v_cache = &v[l], .n_tok = 1, .pos0 = depth,
+                ft_attn_params p = {.q = q, .out = out, .k_cache = &k[l], .v_cache = &v[l], .n_tok = n_q, .pos0 = depth,
                                     .n_head = heads, .n_head_kv = kv_heads, .head_dim = hd, .scale = 0.0884f};
                 be->ops->attention(be, &p);
             }
             if (s >= 0) t[s] = (bench_now_s() - t0) / layers;
         }
         qsort(t, (size_t)steps, sizeof(double), bench_cmp_double);
-        double med = t[steps / 2], bytes = 2.0 * (double)row_bytes * (depth + 1);
-        printf("  depth %6d: %8.1f us a layer (median of %d steps), %6.1f GB/s of K and V\n", depth, med * 1e6, steps,
-               bytes / med / 1e9);
+        double med = t[steps / 2], bytes = 2.0 * (double)row_bytes * (depth + n_q);
+        // each query sees the keys up to its own position
+        double flops = 4.0 * heads * hd * (double)n_q * (depth + (n_q + 1) / 2.0);
+        printf("  depth %6d: %8.1f us a layer (median of %d steps), %6.1f GB/s of K and V, %7.1f GFLOP/s\n", depth,
+               med * 1e6, steps, bytes / med / 1e9, flops / med / 1e9);
     }
     for (int l = 0; l < layers; l++) {
         if (small_pages) {
