@@ -454,6 +454,15 @@ static int run_pair(ft_engine *ef, ft_engine *eo, const int32_t *prompt, int n_p
 
 enum { OFFLOAD_N_EXPERT = 16, OFFLOAD_TOP_K = 4 };
 
+// The engine parameters of the logits comparisons: a 256-token context, prefill chunks of 64.
+static ft_engine_params offload_test_params(void) {
+    ft_engine_params ep = ft_engine_default_params();
+    ep.n_ctx = 256;
+    ep.n_batch = 64;
+    ep.device = FT_PLACEMENT_CUDA;
+    return ep;
+}
+
 // Fused and offload engines on one model of arch, every case (or the first n_cases) of cache
 // size, pool layout and prefill order, with graphs and without: logits equal to the bit. With
 // fused_gate_up the model's gate and up experts are fused in one tensor per layer (the host
@@ -467,10 +476,7 @@ static void offload_equal_fused(const char *arch, size_t n_cases, bool fused_gat
     ft_err err = {{0}};
     ft_model *mf = ft_model_load(path, &err);
     REQUIRE(mf, "%s", err.msg);
-    ft_engine_params ep = ft_engine_default_params();
-    ep.n_ctx = 256;
-    ep.n_batch = 64;
-    ep.device = FT_PLACEMENT_CUDA;
+    ft_engine_params ep = offload_test_params();
     int n_vocab = mf->hp.n_vocab;
     ft_rng rng = ft_rng_init(17);
     int32_t prompt[48];
@@ -570,6 +576,52 @@ static void offload_equal_fused(const char *arch, size_t n_cases, bool fused_gat
 TEST(cuda_offload_logits_equal_fused) {
     GPU_TEST_REQUIRE_DEVICE();
     offload_equal_fused("qwen3moe", SIZE_MAX, false);
+}
+
+// A prompt of three prefill chunks on a fresh cache: with FT_MOE_PREFILL_FILL=1 the first
+// chunk's overlay steps fill the empty slots outside the overlay, so the next chunks read fewer
+// bytes from the host than without (every expert streamed every chunk), and the logits stay the
+// fused engine's to the bit both ways.
+TEST(cuda_offload_prefill_fills) {
+    GPU_TEST_REQUIRE_DEVICE();
+    const char *path = write_arch_model_layout("qwen3moe", "offload_fills.gguf", OFFLOAD_N_EXPERT, OFFLOAD_TOP_K, 256, 256,
+                                               false);
+    REQUIRE(path);
+    ft_err err = {{0}};
+    ft_model *m = ft_model_load(path, &err);
+    REQUIRE(m, "%s", err.msg);
+    ft_engine_params ep = offload_test_params();
+    ft_rng rng = ft_rng_init(23);
+    int32_t prompt[150];
+    for (int i = 0; i < 150; i++) prompt[i] = (int32_t)(ft_rng_next(&rng) % (uint64_t)m->hp.n_vocab);
+    uint64_t bytes[2] = {0, 0}; // fills off, on
+    for (int fills = 0; fills < 2 && !test_failed(); fills++) {
+        ft_engine_params eo_p = ep;
+        eo_p.moe_backend = FT_MOE_BACKEND_OFFLOAD;
+        eo_p.moe_cache_size = 4 * OFFLOAD_N_EXPERT; // room beside the overlay
+        ft_engine *ef = engine_graphs(m, &ep, true, &err);
+        setenv("FT_MOE_PREFILL_FILL", fills ? "1" : "0", 1);
+        ft_engine *eo = ef ? engine_graphs(m, &eo_p, true, &err) : NULL;
+        unsetenv("FT_MOE_PREFILL_FILL");
+        if (!ef || !eo) {
+            test_fail(__FILE__, __LINE__, "fills %d: %s", fills, err.msg);
+            ft_engine_free(ef);
+            break;
+        }
+        int d = run_pair(ef, eo, prompt, 150, 8, &err);
+        ft_moe_stats st = {0};
+        CHECK(ft_engine_moe_stats(eo, &st), "the offload engine has an expert cache");
+        bytes[fills] = st.total.bytes_copied;
+        CHECK(d == 0, "fills %d: %d evaluations differ from fused (%s)", fills, d, err.msg);
+        printf("    fills %s: a 150-token prompt in chunks of 64, then 8 tokens: %llu bytes from the host, logits equal "
+               "to fused: %s\n", fills ? "on" : "off", (unsigned long long)bytes[fills], d ? "no" : "yes");
+        ft_moe_stats_free(&st);
+        ft_engine_free(ef);
+        ft_engine_free(eo);
+    }
+    CHECK(bytes[1] < bytes[0], "the fills saved nothing: %llu bytes with them, %llu without", (unsigned long long)bytes[1],
+          (unsigned long long)bytes[0]);
+    ft_model_free(m);
 }
 
 // Gated DeltaNet layers (their recurrent state beside the cache) with offloaded experts: the

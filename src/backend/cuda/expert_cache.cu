@@ -358,6 +358,40 @@ extern "C" void ft_cuda_cache_copy(const ft_cuda_cache_copy_params *p, int n_cta
 }
 
 // ---------------------------------------------------------------------------------------------
+// A prefill's fills from the overlay (device to device)
+
+enum { FILL_THREADS = 256 };
+
+template <typename W>
+__global__ void __launch_bounds__(FILL_THREADS) cache_fill_kernel(const ft_cuda_cache_fill_params p) {
+    const int j = blockIdx.x, e = p.expert[j], slot = p.slot[j];
+    for (int b = 0; b < 3; b++) {
+        const W *src = (const W *)(p.src[b] + (uint64_t)e * p.bytes[b]);
+        W *dst = (W *)(p.dst[b] + (uint64_t)slot * p.stride[b]);
+        for (uint64_t u = threadIdx.x; u < p.bytes[b] / sizeof(W); u += FILL_THREADS) dst[u] = src[u];
+    }
+    if (j == 0 && threadIdx.x == 0) {
+        const uint64_t t = ++*p.clock;
+        for (int i = 0; i < p.n; i++) {
+            p.map[p.expert[i]] = p.slot[i];
+            p.slot_expert[p.slot[i]] = p.expert[i];
+            p.stamp[p.slot[i]] = t;
+        }
+    }
+}
+
+extern "C" void ft_cuda_cache_fill(const ft_cuda_cache_fill_params *p, ft_cuda_stream *s) {
+    FT_CUDA_ASSERT(p->n >= 1 && p->n <= FT_CUDA_CACHE_FILL_MAX);
+    bool wide = true;
+    for (int b = 0; b < 3; b++)
+        wide = wide && (uintptr_t)p->src[b] % 16 == 0 && (uintptr_t)p->dst[b] % 16 == 0 && p->bytes[b] % 16 == 0 &&
+               p->stride[b] % 16 == 0;
+    if (wide) cache_fill_kernel<uint4><<<p->n, FILL_THREADS, 0, ft_cuda_stream_handle(s)>>>(*p);
+    else cache_fill_kernel<uint8_t><<<p->n, FILL_THREADS, 0, ft_cuda_stream_handle(s)>>>(*p);
+    CUDA_CHECK_LAUNCH();
+}
+
+// ---------------------------------------------------------------------------------------------
 // Invalidation, trace replay, timers
 
 __global__ void cache_invalidate_kernel(int32_t *slot_expert, uint64_t *stamp, const int32_t *slot_map_base,

@@ -90,6 +90,26 @@ typedef struct ft_cuda_cache_copy_params {
 // CTAs of the copy kernel (0: 2 per SM).
 void ft_cuda_cache_copy(const ft_cuda_cache_copy_params *p, int n_ctas, ft_cuda_stream *s);
 
+// A prefill's fills (offload.c's overlay steps): expert[j] of a layer, which the overlay holds
+// at row expert[j] (bytes[b] apart), is copied into slot[j] of the layer's pool (an empty one)
+// and mapped there, as a step of the layer that used them would: t = ++clock, every fill's
+// stamp t. One CTA per fill; the first also writes the tables.
+#define FT_CUDA_CACHE_FILL_MAX 256
+typedef struct ft_cuda_cache_fill_params {
+    int n;                     // 1 .. FT_CUDA_CACHE_FILL_MAX
+    int16_t expert[FT_CUDA_CACHE_FILL_MAX];
+    int32_t slot[FT_CUDA_CACHE_FILL_MAX];
+    const uint8_t *src[3];     // the overlay buffer in each bank
+    uint64_t bytes[3];         // bytes of one expert in each bank
+    uint8_t *dst[3];           // the pool's view in each bank's arena
+    uint64_t stride[3];
+    int32_t *map;              // the layer's map (expert -> slot in the pool)
+    int32_t *slot_expert;      // the pool's reverse map
+    uint64_t *stamp;           // the pool's stamps
+    uint64_t *clock;           // the pool's clock
+} ft_cuda_cache_fill_params;
+void ft_cuda_cache_fill(const ft_cuda_cache_fill_params *p, ft_cuda_stream *s);
+
 // Unmaps slots [first, first + n) of a pool: stamps to 0, their experts' map entries (at
 // map[slot_map_base[s] + expert]) to -1.
 void ft_cuda_cache_invalidate(int32_t *slot_expert, uint64_t *stamp, const int32_t *slot_map_base, int32_t *map,

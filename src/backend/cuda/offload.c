@@ -63,6 +63,12 @@ struct ft_offload {
     bool ov_prefetch;                    // a prefetch may be in flight on the copy stream
     ft_cuda_stream *copy_stream;
     ft_cuda_event *ev_copied[2], *ev_done[2];
+    // FT_MOE_PREFILL_FILL: an overlay step also copies the layer's experts its slots lack into
+    // the slots still empty (outside the overlay), from the overlay, stamped as a step of the
+    // layer, so that the prefill's next chunks and steps find them there (a cache decode left
+    // mostly empty is otherwise streamed whole by every chunk); map_host follows
+    bool prefill_fill;
+    bool *fill_used;                     // (the largest range) scratch: a range's slots taken
 
     // hybrid (ft_offload_set_hybrid_costs): the split's costs per MoE layer, and per step the
     // CPU's selections and their count
@@ -195,6 +201,14 @@ static bool cache_build(ft_offload *o, ft_err *err) {
     o->ov_prefetch = false;
 
     o->mirror = moe_expert_cache_init(pl, &o->g);
+    int most = 1; // slots of the largest range, for the fills' scratch
+    for (int i = 0; i < o->g.n_layers; i++) {
+        int first, n_own;
+        moe_expert_cache_layer_range(o->mirror, o->g.layers[i].layer, &first, &n_own);
+        most = FT_MAX(most, n_own);
+    }
+    free(o->fill_used);
+    o->fill_used = ft_malloc((size_t)most * sizeof(bool));
     o->pools = ft_calloc((size_t)pl->n_pools, sizeof(pool_dev));
     o->clock = dev_alloc((size_t)pl->n_pools * sizeof(uint64_t));
     ft_cuda_memset(o->clock, 0, (size_t)pl->n_pools * sizeof(uint64_t), NULL);
@@ -298,6 +312,7 @@ ft_offload *ft_offload_init(const moe_geometry *g, moe_expert_banks *hb, const f
     }
     ft_cuda_memset(o->stats, 0, (size_t)o->g.n_layers * FT_CACHE_STAT_COUNT * sizeof(uint64_t), NULL);
     o->telemetry = ft_env_flag(FT_ENV_MOE_TELEMETRY);
+    o->prefill_fill = ft_env_flag(FT_ENV_MOE_PREFILL_FILL);
     if (!o->telemetry)
         fprintf(stderr, "offload: telemetry off (FT_MOE_TELEMETRY=0): the cache's counters and copy times stay at 0\n");
     o->copy_stream = ft_cuda_stream_init();
@@ -321,6 +336,7 @@ ft_offload *ft_offload_init(const moe_geometry *g, moe_expert_banks *hb, const f
 void ft_offload_free(ft_offload *o) {
     if (!o) return;
     cache_teardown(o);
+    free(o->fill_used);
     for (int i = 0; i < 2; i++) {
         ft_cuda_event_free(o->ev_copied[i]);
         ft_cuda_event_free(o->ev_done[i]);
@@ -547,6 +563,55 @@ static void stream_in(ft_offload *o, int block, int buf) {
     o->ov_layer[buf] = block;
 }
 
+// Whether slot `slot` of pool k shares bytes with the overlay buffers carved from the arenas.
+static bool slot_under_overlay(const ft_offload *o, int k, int slot) {
+    const moe_pool_plan *pp = &o->plan.pools[k];
+    for (int b = 0; b < MOE_BANK_COUNT && o->n_buf >= 1; b++) {
+        uint64_t off = o->ov_offset[b], len = (uint64_t)o->n_buf * o->ov_bytes[b];
+        uint64_t s0 = pp->offset[b] + (uint64_t)slot * pp->stride[b], s1 = s0 + pp->stride[b];
+        if (pp->stride[b] && s0 < off + len && off < s1) return true;
+    }
+    return false;
+}
+
+// The fills of layer `block`, whose experts overlay buffer buf holds: the experts its map (as
+// the host sees it: the claim's, with the fills since) leaves out, in expert order, into the
+// layer's empty slots outside the overlay, in slot order, on s (after the buffer landed there).
+static void fill_from_overlay(ft_offload *o, int block, int buf, ft_cuda_stream *s) {
+    int li = o->layer_of_block[block], k = moe_expert_cache_pool_of(o->mirror, block), first, n_own;
+    moe_expert_cache_layer_range(o->mirror, block, &first, &n_own);
+    int32_t *map = o->map_host + o->map_base[block];
+    const moe_host_layer *hl = &o->hb->layers[li];
+    bool *used = o->fill_used;
+    for (int i = 0; i < n_own; i++) used[i] = slot_under_overlay(o, k, first + i);
+    for (int e = 0; e < hl->n_expert; e++)
+        if (map[e] >= first && map[e] < first + n_own) used[map[e] - first] = true;
+    ft_cuda_cache_fill_params p = {.n = 0};
+    int i = 0;
+    for (int e = 0; e < hl->n_expert && p.n < FT_CUDA_CACHE_FILL_MAX; e++) {
+        if (map[e] >= 0) continue;
+        while (i < n_own && used[i]) i++;
+        if (i == n_own) break;
+        used[i] = true;
+        map[e] = first + i;
+        p.expert[p.n] = (int16_t)e;
+        p.slot[p.n++] = first + i;
+    }
+    if (!p.n) return;
+    const moe_pool_plan *pp = &o->plan.pools[k];
+    for (int b = 0; b < MOE_BANK_COUNT; b++) {
+        p.src[b] = o->ov[buf][b];
+        p.bytes[b] = hl->bank[b].expert_bytes;
+        p.dst[b] = o->arena[b] + pp->offset[b];
+        p.stride[b] = pp->stride[b];
+    }
+    p.map = o->map + o->map_base[block];
+    p.slot_expert = o->pools[k].slot_expert;
+    p.stamp = o->pools[k].stamp;
+    p.clock = o->clock + k;
+    ft_cuda_cache_fill(&p, s);
+}
+
 static void overlay_step(ft_offload *o, int block, const int32_t *sel, ft_cuda_stream *s, ft_offload_view *v) {
     o->pf_block = -1; // a prefetch for a step that streams in instead goes uncounted
     ft_offload_join_fills(o, s); // (the overlay overwrites slots a fill may be writing)
@@ -565,6 +630,7 @@ static void overlay_step(ft_offload *o, int block, const int32_t *sel, ft_cuda_s
         stream_in(o, block, buf);
     }
     ft_cuda_stream_wait_event(s, o->ev_copied[buf]);
+    if (o->prefill_fill && o->fill_used) fill_from_overlay(o, block, buf, s);
     // double buffering: the next MoE layer streams into the other buffer while this computes
     if (nb == 2) {
         int next = -1;
