@@ -103,22 +103,24 @@ size_t engine_kv_bytes(const ft_model *m, const ft_engine_params *p) {
     return bytes;
 }
 
+// What --gpu-memory-limit leaves ft to allocate: the cap plays a card of that size, so what the
+// process holds there already (the CUDA context, the streams) comes out of it, as nvidia-smi
+// counts it in the process's share. SIZE_MAX without a cap.
+static size_t held_cap(const ft_engine_params *p, const ft_device_info *info) {
+    if (!p->gpu_memory_limit) return SIZE_MAX;
+    return p->gpu_memory_limit - FT_MIN(p->gpu_memory_limit, info->process_mem);
+}
+
 size_t engine_device_budget(const ft_engine_params *p, const ft_device_info *info) {
     double ratio = p->memory_ratio > 0 ? p->memory_ratio : 0.9;
-    size_t budget = (size_t)(ratio * (double)info->free_mem);
-    // the cap plays a card of that size: what the process holds there already (the CUDA
-    // context, the streams) comes out of it, as nvidia-smi counts it in the process's share
-    size_t held = info->process_mem, cap = p->gpu_memory_limit > held ? p->gpu_memory_limit - held : 0;
-    if (p->gpu_memory_limit && cap < budget) budget = cap;
-    return budget;
+    return FT_MIN((size_t)(ratio * (double)info->free_mem), held_cap(p, info));
 }
 
 // How the budget was set, for the plan's line: "--memory-ratio 0.90 of 80000 MiB free", or the
 // cap less what the process holds.
 static const char *budget_source(const ft_engine_params *p, const ft_device_info *info, char *buf, size_t cap) {
     double ratio = p->memory_ratio > 0 ? p->memory_ratio : 0.9;
-    size_t budget = engine_device_budget(p, info);
-    if (!p->gpu_memory_limit || budget < p->gpu_memory_limit - FT_MIN(p->gpu_memory_limit, info->process_mem))
+    if (engine_device_budget(p, info) < held_cap(p, info))
         snprintf(buf, cap, "--memory-ratio %.2f of %.0f MiB free", ratio, info->free_mem / MiB);
     else if (info->process_mem)
         snprintf(buf, cap, "--gpu-memory-limit %.0f MiB less the %.0f MiB this process holds there: the CUDA context",

@@ -339,6 +339,16 @@ __global__ void __launch_bounds__(COPY_THREADS) cache_copy_kernel(ft_cuda_cache_
     }
 }
 
+// Whether every bank's addresses, expert bytes and stride allow 16-byte units.
+static bool banks_wide(const uint8_t *const src[3], uint8_t *const dst[3], const uint64_t bytes[3],
+                       const uint64_t stride[3]) {
+    bool wide = true;
+    for (int b = 0; b < 3; b++)
+        wide = wide && (uintptr_t)src[b] % 16 == 0 && (uintptr_t)dst[b] % 16 == 0 && bytes[b] % 16 == 0 &&
+               stride[b] % 16 == 0;
+    return wide;
+}
+
 extern "C" void ft_cuda_cache_copy(const ft_cuda_cache_copy_params *p, int n_ctas, ft_cuda_stream *s) {
     FT_CUDA_ASSERT(p->n_copies || (!p->copy_expert && !p->copy_slot && p->n_fixed >= 0));
     if (n_ctas <= 0) {
@@ -348,10 +358,9 @@ extern "C" void ft_cuda_cache_copy(const ft_cuda_cache_copy_params *p, int n_cta
         n_ctas = 2 * sms;
     }
     // 16-byte units where every address and size allows it, else bytes
-    bool wide = true;
-    for (int b = 0; b < 3; b++)
-        wide = wide && (uintptr_t)p->src[b] % 16 == 0 && (uintptr_t)p->dst[b] % 16 == 0 && p->bytes[b] % 16 == 0 &&
-               p->stride[b] % 16 == 0 && (!p->map || ((uintptr_t)p->slot_src[b] % 16 == 0 && p->slot_stride[b] % 16 == 0));
+    bool wide = banks_wide(p->src, p->dst, p->bytes, p->stride);
+    for (int b = 0; b < 3 && p->map; b++)
+        wide = wide && (uintptr_t)p->slot_src[b] % 16 == 0 && p->slot_stride[b] % 16 == 0;
     if (wide) ft_launch(cache_copy_kernel<uint4>, n_ctas, COPY_THREADS, 0, ft_cuda_stream_handle(s), *p);
     else ft_launch(cache_copy_kernel<uint8_t>, n_ctas, COPY_THREADS, 0, ft_cuda_stream_handle(s), *p);
     CUDA_CHECK_LAUNCH();
@@ -382,11 +391,7 @@ __global__ void __launch_bounds__(FILL_THREADS) cache_fill_kernel(const ft_cuda_
 
 extern "C" void ft_cuda_cache_fill(const ft_cuda_cache_fill_params *p, ft_cuda_stream *s) {
     FT_CUDA_ASSERT(p->n >= 1 && p->n <= FT_CUDA_CACHE_FILL_MAX);
-    bool wide = true;
-    for (int b = 0; b < 3; b++)
-        wide = wide && (uintptr_t)p->src[b] % 16 == 0 && (uintptr_t)p->dst[b] % 16 == 0 && p->bytes[b] % 16 == 0 &&
-               p->stride[b] % 16 == 0;
-    if (wide) cache_fill_kernel<uint4><<<p->n, FILL_THREADS, 0, ft_cuda_stream_handle(s)>>>(*p);
+    if (banks_wide(p->src, p->dst, p->bytes, p->stride)) cache_fill_kernel<uint4><<<p->n, FILL_THREADS, 0, ft_cuda_stream_handle(s)>>>(*p);
     else cache_fill_kernel<uint8_t><<<p->n, FILL_THREADS, 0, ft_cuda_stream_handle(s)>>>(*p);
     CUDA_CHECK_LAUNCH();
 }
