@@ -86,13 +86,12 @@ static bool open_runs(ft_batch *b, run *rs, int n) {
     return true;
 }
 
-// Runs the n open runs together on b, as the server's scheduler cuts them (chunks to multiples
-// of b's chunk from the prompt's start, a reused prefix skipped), checking the blocks after
+// Runs the n open runs together on b, as the server's scheduler cuts them (ft_batch_next_chunk:
+// on the CPU to multiples of b's chunk from the prompt's start, a reused prefix skipped), checking the blocks after
 // every step; closes each after N_GEN tokens. close_at >= 0: run 0 is closed after that many
 // prefill steps.
 static bool run_open(ft_batch *b, run *rs, int n, int n_vocab, int close_at) {
     ft_err err = {{0}};
-    const int chunk = ft_batch_chunk(b);
     ft_batch_item items[MAX_SEQ];
     int idx[MAX_SEQ], steps = 0;
     for (;;) {
@@ -101,7 +100,7 @@ static bool run_open(ft_batch *b, run *rs, int n, int n_vocab, int close_at) {
             run *q = &rs[r];
             if (q->seq < 0) continue;
             if (q->done_prompt < q->n_prompt) {
-                int len = FT_MIN(chunk - q->done_prompt % chunk, q->n_prompt - q->done_prompt);
+                int len = ft_batch_next_chunk(b, q->done_prompt, q->n_prompt - q->done_prompt);
                 if (len > room + 1 || !ft_batch_seq_reserve(b, q->seq, len)) continue;
                 room -= len - 1;
                 items[n_items] = (ft_batch_item){q->seq, q->prompt + q->done_prompt, len, q->done_prompt + len == q->n_prompt};
@@ -280,6 +279,10 @@ TEST(prefix_reuse_resumes_inside_a_chunk) {
         run q = {.prompt = cases[i].prompt, .n_prompt = cases[i].n, .logits = got};
         REQUIRE(drive(b, &q, 1, n_vocab, -1));
         CHECK(q.reused == cases[i].reused, "case %zu: reused %d tokens, want %d", i, q.reused, cases[i].reused);
+        // the CPU's cuts: to the next multiple of the chunk from the prompt's start
+        int chunk = cases[i].chunk, at = cases[i].reused, left = cases[i].n - at;
+        int want_cut = FT_MIN(chunk - at % chunk, left), cut = ft_batch_next_chunk(b, at, left);
+        CHECK(cut == want_cut, "case %zu: a chunk of %d after %d, want %d", i, cut, at, want_cut);
         REQUIRE(fresh_logits_chunk(m, cases[i].kv, q.prompt, q.n_prompt, want, cases[i].chunk));
         CHECK(same(got, want, n_vocab), "case %zu (-b %d, %d of %d tokens reused): logits differ from computing it",
               i, cases[i].chunk, q.reused, cases[i].n);

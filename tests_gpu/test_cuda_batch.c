@@ -127,13 +127,14 @@ TEST(cuda_batch_matches_alone) {
 }
 
 // Greedy: n_gen logits of prompt on b (a prefix from the cache when it has one), the prompt
-// cut at multiples of the chunk from its start. Returns the positions reused, -1 on failure.
+// cut as the server cuts it (ft_batch_next_chunk: on the GPU a whole chunk from where the
+// reused prefix ends). Returns the positions reused, -1 on failure.
 static int run_prompt(ft_batch *b, const int32_t *prompt, int n, int n_gen, int n_vocab, float *logits, ft_err *err) {
     int seq = ft_batch_seq_open(b);
     if (seq < 0) return -1;
-    int reused = ft_batch_seq_reuse(b, seq, prompt, n), chunk = ft_batch_chunk(b);
+    int reused = ft_batch_seq_reuse(b, seq, prompt, n);
     for (int at = reused; at < n;) {
-        int len = FT_MIN(chunk - at % chunk, n - at);
+        int len = ft_batch_next_chunk(b, at, n - at);
         ft_batch_item it = {seq, prompt + at, len, at + len == n};
         if (!ft_batch_step(b, &it, 1, err)) return -1;
         at += len;

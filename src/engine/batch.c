@@ -220,6 +220,10 @@ int ft_batch_seq_pos(const ft_batch *b, int seq) {
     return b->pos[seq];
 }
 
+// Whether prompts are cut at multiples of the chunk from their start (ft_batch_next_chunk): on
+// the CPU, where batch.h's bit-identity holds.
+static bool cuts_aligned(const ft_batch *b) { return b->be->placement == FT_PLACEMENT_CPU; }
+
 // The kernel class the CPU's ops give the rows of a chunk of n tokens: the GEMM from
 // FT_GEMM_MIN_COLS rows (backend.h's row_gemm), the tiled attention from FT_ATTN_TILED_MIN_TOK
 // (over an f16 cache: a q8_0 one has none). A block whose rows took the class of a whole
@@ -227,7 +231,8 @@ int ft_batch_seq_pos(const ft_batch *b, int seq) {
 // only such blocks (and a copy of a kept block's rows is such rows). A prompt reusing them computes
 // its first chunk after them with the class of the whole chunk that chunk ends (chunk0), and
 // reuses none of its last chunk's rows unless that chunk has the class of a whole one; so,
-// cut at multiples of -b, it gets the bits computing it whole would.
+// cut at multiples of -b, it gets the bits computing it whole would. (On a GPU, whose rows
+// match within tolerance only, every row is kept and reused.)
 static int chunk_class(const ft_batch *b, int n) {
     return (n >= FT_GEMM_MIN_COLS) + 2 * (b->p.kv_type == FT_TYPE_F16 && n >= FT_ATTN_TILED_MIN_TOK);
 }
@@ -239,7 +244,8 @@ int ft_batch_seq_reuse(ft_batch *b, int seq, const int32_t *tokens, int n) {
     // written, which a shared block must not see; and short of the last chunk where that takes
     // other kernels than the cached rows did
     int nb = b->p.n_batch, last0 = (n - 1) / nb * nb;
-    int upto = FT_MIN(chunk_class(b, n - last0) == chunk_class(b, nb) ? n - 1 : last0, b->p.n_ctx);
+    bool same = !cuts_aligned(b) || chunk_class(b, n - last0) == chunk_class(b, nb);
+    int upto = FT_MIN(same ? n - 1 : last0, b->p.n_ctx);
     int got;
     ft_prefix_part part = {.block = -1};
     if (b->snapshots) {
@@ -269,7 +275,7 @@ int ft_batch_seq_reuse(ft_batch *b, int seq, const int32_t *tokens, int n) {
     }
     memcpy(b->seq_tok + (size_t)seq * b->p.n_ctx, tokens, (size_t)reused * sizeof(int32_t));
     b->n_kept[seq] = got;
-    b->chunk0[seq] = reused % nb ? reused - reused % nb : -1;
+    b->chunk0[seq] = cuts_aligned(b) && reused % nb ? reused - reused % nb : -1;
     b->pos[seq] = reused;
     return reused;
 }
@@ -288,7 +294,7 @@ static void keep_blocks(ft_batch *b, const ft_batch_item *it, int pos0, int n_ch
     int seq = it->seq;
     memcpy(b->seq_tok + (size_t)seq * b->p.n_ctx + pos0, it->tokens, (size_t)it->n_tok * sizeof(int32_t));
     bool *exact = b->block_exact + (size_t)seq * b->max_blocks;
-    bool same = chunk_class(b, n_chunk) == chunk_class(b, b->p.n_batch);
+    bool same = !cuts_aligned(b) || chunk_class(b, n_chunk) == chunk_class(b, b->p.n_batch);
     for (int blk = pos0 / FT_KV_BLOCK; blk <= (pos0 + it->n_tok - 1) / FT_KV_BLOCK; blk++) {
         if (blk * FT_KV_BLOCK >= pos0) exact[blk] = true; // the block's first rows
         exact[blk] &= same;
@@ -300,10 +306,11 @@ static void keep_blocks(ft_batch *b, const ft_batch_item *it, int pos0, int n_ch
     const int32_t *tokens = b->seq_tok + (size_t)seq * b->p.n_ctx;
     ft_prefix_cache_insert(b->pc, tokens, ft_kv_block_ids(kv), keep);
     b->n_kept[seq] = keep;
-    // the state after a whole prompt chunk ending on a block boundary, every block before it
-    // kept: the point a later prompt's chunks (cut at multiples of the chunk) pass through too
-    if (b->snapshots && it->n_tok == b->p.n_batch && keep * FT_KV_BLOCK == b->pos[seq] &&
-        b->pos[seq] % b->p.n_batch == 0) {
+    // the state after a prompt chunk ending on a block boundary, every block before it kept;
+    // on the CPU only after a whole chunk, the point a later prompt's chunks (cut at multiples
+    // of the chunk) pass through too (decode rows: not, for the copy's cost)
+    bool whole = it->n_tok == b->p.n_batch && b->pos[seq] % b->p.n_batch == 0;
+    if (b->snapshots && keep * FT_KV_BLOCK == b->pos[seq] && (whole || (!cuts_aligned(b) && it->n_tok > 1))) {
         float *snap = ft_prefix_cache_snapshot_slot(b->pc, tokens, keep);
         if (snap) state_copy(b, seq, snap, NULL);
     }
@@ -452,6 +459,12 @@ const float *ft_batch_logits(const ft_batch *b, int i) {
 
 int ft_batch_max_tokens(const ft_batch *b) { return b->max_tok; }
 int ft_batch_chunk(const ft_batch *b) { return b->p.n_batch; }
+
+int ft_batch_next_chunk(const ft_batch *b, int done, int left) {
+    FT_ASSERT(done >= 0 && left >= 0);
+    int nb = b->p.n_batch;
+    return FT_MIN(cuts_aligned(b) ? nb - done % nb : nb, left);
+}
 int ft_batch_n_seq(const ft_batch *b) { return b->p.n_seq; }
 int ft_batch_n_ctx(const ft_batch *b) { return b->p.n_ctx; }
 int ft_batch_n_open(const ft_batch *b) { return b->n_open; }

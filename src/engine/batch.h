@@ -47,8 +47,7 @@ int ft_batch_seq_pos(const ft_batch *b, int seq);
 // prompt parts from the cached tokens inside a block, that block's leading rows copied into a
 // block of the sequence's own (when one is free or the cache gives one back; else the whole
 // blocks only). Moves the sequence past them and returns how many tokens that is; the caller
-// evaluates only tokens[returned..], cut as the whole prompt would be: at multiples of n_batch
-// from its start. Without a prefix cache returns 0. A model with recurrent layers resumes only
+// evaluates only tokens[returned..], cut by ft_batch_next_chunk. Without a prefix cache returns 0. A model with recurrent layers resumes only
 // at a snapshot of their state (whole blocks, ft_engine_params.ctx_checkpoints).
 //   On the CPU a reused prefix gives the logits computing the prompt whole gives (any
 // n_batch): blocks are kept only where every row took the kernels of a whole prompt chunk
@@ -82,6 +81,13 @@ const float *ft_batch_logits(const ft_batch *b, int i);
 
 int ft_batch_max_tokens(const ft_batch *b); // tokens per step: chunk + n_seq - 1
 int ft_batch_chunk(const ft_batch *b);      // n_batch: the longest prefill chunk
+// The length of a prompt's next chunk, where `done` of its tokens are evaluated (a reused
+// prefix among them) and `left` remain. On the CPU: up to the next multiple of n_batch from the
+// prompt's start, the cuts of the whole prompt, so that a reused prefix gives its bits. On a
+// GPU, whose reuse matches the whole prompt within the suite's tolerance whatever the cuts: a
+// whole chunk from `done`, so a cached turn's new tokens take as few steps as they can (with
+// offloaded experts, each step streams the layers' missing experts once).
+int ft_batch_next_chunk(const ft_batch *b, int done, int left);
 int ft_batch_n_seq(const ft_batch *b);
 int ft_batch_n_ctx(const ft_batch *b);
 int ft_batch_n_open(const ft_batch *b);

@@ -421,14 +421,13 @@ static void sample_slot(srv_sched *s, slot *sl, const float *logits) {
 }
 
 // Builds the next batch into s->items: each decoding slot's token, then prompt chunks from
-// the slots in prefill, starting at prefill_turn, while they fit in the step. A prompt is
-// always cut at multiples of the engine's chunk from its start, whatever else runs, so its
-// arithmetic is the same as alone (or in `ft run`); a chunk that does not fit waits for the
-// next step. The step has room for one chunk beside every other sequence's decode token, so
-// the first prefill in turn always advances unless the KV blocks run out (see the file
-// comment). Returns the number of items.
+// the slots in prefill, starting at prefill_turn, while they fit in the step. A prompt is cut
+// by ft_batch_next_chunk whatever else runs, so its arithmetic is the same as alone (or in `ft
+// run`); a chunk that does not fit waits for the next step. The step has room for one chunk
+// beside every other sequence's decode token, so the first prefill in turn always advances
+// unless the KV blocks run out (see the file comment). Returns the number of items.
 static int build_step(srv_sched *s) {
-    int n_items = 0, room = ft_batch_max_tokens(s->b), chunk = ft_batch_chunk(s->b);
+    int n_items = 0, room = ft_batch_max_tokens(s->b);
     s->starved = false;
     for (int i = 0; i < s->n_slots; i++) {
         slot *sl = &s->slots[i];
@@ -456,8 +455,7 @@ static int build_step(srv_sched *s) {
         slot *sl = &s->slots[i];
         if (!sl->job || sl->decoding) continue;
         const srv_job *j = sl->job;
-        // the chunk ends at the next multiple of the engine's chunk (after a reused prefix too)
-        int n = FT_MIN(chunk - sl->n_prefilled % chunk, (int)j->prompt.n - sl->n_prefilled);
+        int n = ft_batch_next_chunk(s->b, sl->n_prefilled, (int)j->prompt.n - sl->n_prefilled);
         if (n > room) continue;
         if (!ft_batch_seq_reserve(s->b, sl->seq, n)) {
             n_starved++;
