@@ -62,6 +62,19 @@ __device__ __forceinline__ void ft_pdl_begin() {
 #endif
 }
 
+// Element j of an array held in a kernel's parameters, read with constant indices only: an
+// index known only at run time (blockIdx, a loop) makes the compiler copy the whole parameter
+// struct into each thread's stack (local memory, backed by L2 and DRAM), which `ptxas -v`
+// shows as a stack frame; a prefill launch of thousands of CTAs then writes hundreds of MB.
+template <typename T, int N>
+__device__ __forceinline__ T ft_param_pick(const T (&a)[N], int j) {
+    T r = a[0];
+#pragma unroll
+    for (int i = 1; i < N; i++)
+        if (j == i) r = a[i];
+    return r;
+}
+
 // Requests the 128-byte lines of [p, p + bytes) into L2, dealt over n threads (this is thread
 // i): for constant data (weights) a kernel reads, issued before its ft_pdl_begin() so that the
 // loads overlap the kernel before it.

@@ -30,7 +30,9 @@ struct meeting_pieces {
 __global__ void __launch_bounds__(MEETING_THREADS)
     meeting_export_kernel(meeting_pieces pc, uint32_t *flag, uint32_t *seq, uint32_t *counter) {
     size_t stride = (size_t)gridDim.x * blockDim.x, i0 = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    for (int k = 0; k < pc.n; k++) {
+#pragma unroll // (constant indices into pc: a run-time one would copy it into local memory)
+    for (int k = 0; k < FT_CUDA_MEETING_MAX_PIECES; k++) {
+        if (k >= pc.n) break;
         const uint32_t *x = (const uint32_t *)pc.p[k].src;
         uint32_t *xh = (uint32_t *)pc.p[k].dst;
         size_t n = pc.p[k].n, n4 = n / 4;

@@ -1,11 +1,12 @@
 // norm_rope.cu: the per-head RMSNorm of Q or K followed by RoPE, in one launch (qwen3moe and
 // laguna normalise each head of q and k before rotating it: two launches each otherwise).
 //
-// Steps, one 256-thread CTA per (token, head) row of head_dim <= 256 floats, of one buffer or
-// of two (q and k: one launch instead of two; the CTAs of the first buffer's rows come first):
-//   1. thread d loads element d; the sum of squares is reduced over the CTA exactly as
-//      rms_norm_kernel<1> reduces it (same threads, same order), and y_d = (x_d * scale) * w_d
-//      goes to shared memory;
+// Steps, one CTA per (token, head) row of head_dim <= 256 floats (a thread per dimension, in
+// whole warps), of one buffer or of two (q and k: one launch instead of two; the CTAs of the
+// first buffer's rows come first):
+//   1. thread d loads element d; the sum of squares is reduced over the CTA as
+//      rms_norm_kernel<1> reduces it (the same butterflies; its extra warps add only zeros),
+//      and y_d = (x_d * scale) * w_d goes to shared memory;
 //   2. thread i < n_rot / 2 rotates pair i (ft_rope_pair, rope.cu's arithmetic) and writes
 //      it; dimensions past n_rot are written as normalised.
 // So the result has the bits of rms_norm then rope. Without the norm (ft_cuda_norm_rope_opt), the
@@ -61,10 +62,11 @@ __global__ void __launch_bounds__(NR_THREADS) norm_rope_kernel(const norm_rope_a
         return;
     }
     const int j = (int)blockIdx.x >= a.rows0, row = blockIdx.x - (j ? a.rows0 : 0);
-    const int t = row / a.n_head[j], head_dim = a.head_dim;
-    float *xr = a.x[j] + (int64_t)row * head_dim;
+    const int t = row / ft_param_pick(a.n_head, j), head_dim = a.head_dim;
+    float *xr = ft_param_pick(a.x, j) + (int64_t)row * head_dim;
+    const float *w = ft_param_pick(a.w, j);
     const float v = d < head_dim ? xr[d] : 0.0f;
-    const float wd = d < head_dim ? (a.w[j] ? a.w[j][d] : 1.0f) : 0.0f; // loaded with x, not after the reduction
+    const float wd = d < head_dim ? (w ? w[d] : 1.0f) : 0.0f; // loaded with x, not after the reduction
     if (a.norm) {
         const float sum = ft_block_sum(v * v, red);
         const float scale = 1.0f / sqrtf(sum / head_dim + a.eps);
@@ -126,6 +128,8 @@ extern "C" void ft_cuda_norm_rope_kv(const ft_cuda_norm_rope_buf *b, int n_buf, 
     a.pos0 = pos0;
     a.norm = norm;
     if (rows == 0) return;
-    ft_launch(norm_rope_kernel, (unsigned)rows, NR_THREADS, 0, ft_cuda_stream_handle(s), a, *p);
+    // a thread per dimension: idle warps would only add zeros to the sum (the same bits)
+    const int threads = (head_dim + FT_WARP - 1) / FT_WARP * FT_WARP;
+    ft_launch(norm_rope_kernel, (unsigned)rows, threads, 0, ft_cuda_stream_handle(s), a, *p);
     CUDA_CHECK_LAUNCH();
 }

@@ -31,7 +31,8 @@ __global__ void set_rows_f16_kernel(const set_rows_args a, int64_t total) {
     const int64_t i = (int64_t)blockIdx.x * 256 + threadIdx.x;
     if (i >= total) return;
     const int j = blockIdx.y;
-    ft_kv_store_f16(a.dst[j] + (size_t)set_rows_row(a, i / a.n) * a.row_bytes[j], i % a.n, a.x[j][i]);
+    ft_kv_store_f16(ft_param_pick(a.dst, j) + (size_t)set_rows_row(a, i / a.n) * ft_param_pick(a.row_bytes, j), i % a.n,
+                    ft_param_pick(a.x, j)[i]);
 }
 
 __global__ void __launch_bounds__(SR_WARPS * FT_WARP) set_rows_q8_0_kernel(const set_rows_args a, int64_t n_groups) {
@@ -41,8 +42,8 @@ __global__ void __launch_bounds__(SR_WARPS * FT_WARP) set_rows_q8_0_kernel(const
     const int j = blockIdx.y;
     const int lane = threadIdx.x % FT_WARP;
     const int64_t per_row = a.n / 32, r = g / per_row, b = g % per_row;
-    const float v = a.x[j][r * a.n + b * 32 + lane];
-    ft_kv_store_q8_0(a.dst[j] + (size_t)set_rows_row(a, r) * a.row_bytes[j], b, v, lane);
+    const float v = ft_param_pick(a.x, j)[r * a.n + b * 32 + lane];
+    ft_kv_store_q8_0(ft_param_pick(a.dst, j) + (size_t)set_rows_row(a, r) * ft_param_pick(a.row_bytes, j), b, v, lane);
 }
 
 extern "C" void ft_cuda_set_rows(uint32_t type, const ft_cuda_set_rows_dst *d, int n_dst, const int32_t *blocks,
