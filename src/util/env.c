@@ -20,6 +20,7 @@ static const ft_env_var g_env[FT_ENV_COUNT] = {
     FLAG_ON(CUDA_GRAPHS, "0: no CUDA graphs (every step launched directly)"),
     FLAG_ON(CUDA_GEMM, "0: every matmul and MoE FFN on the matvec kernels (no tensor-core GEMM)"),
     FLAG_ON(CUDA_FLASH, "0: prefill attention on the non-tensor-core kernels (no flash attention)"),
+    FLAG_ON(CUDA_FLASH_PIPE, "0: prefill flash attention over an f16 cache loads, then computes, each key tile (for A/B); read once"),
     FLAG_ON(CUDA_ROUTE_COUNTS, "0: the CUDA routing kernels keep no count of each selection per layer and expert "
                                "(/v1/stats' routing is then empty)"),
     FLAG_ON(CUDA_DELTA_CHUNKED, "0: prefill's gated delta rule token by token on the GPU (no chunked form)"),

@@ -16,6 +16,7 @@
 #include <cuda_fp16.h>
 
 #include "../../quant/quant.h"
+#include "../../util/env.h"
 
 enum {
     FA_THREADS = 128,
@@ -41,10 +42,11 @@ typedef struct tile_rows {
     int64_t r0, r1;
 } tile_rows;
 
+template <int BK = FA_BK>
 __device__ __forceinline__ tile_rows tile_rows_of(const int32_t *blocks, int k0, int kend) {
-    static_assert(FA_BK <= FT_KV_BLOCK, "a tile spans at most two KV blocks");
+    static_assert(BK <= FT_KV_BLOCK, "a tile spans at most two KV blocks");
     const int edge = (k0 / FT_KV_BLOCK + 1) * FT_KV_BLOCK;
-    return {k0, edge, ft_kv_row(blocks, k0), min(k0 + FA_BK - 1, kend) >= edge ? ft_kv_row(blocks, edge) : 0};
+    return {k0, edge, ft_kv_row(blocks, k0), min(k0 + BK - 1, kend) >= edge ? ft_kv_row(blocks, edge) : 0};
 }
 
 __device__ __forceinline__ size_t tile_row(const tile_rows &t, int k) {
@@ -316,6 +318,183 @@ __global__ void __launch_bounds__(FA_THREADS) flash_attn_kernel(const ft_cuda_at
     }
 }
 
+// ---------------------------------------------------------------------------------------------
+// The pipelined form, for f16 caches at head sizes 64 and 128 (the common prefill): the same
+// rows, numerics and steps as flash_attn_kernel, but
+//   - K and V in tiles of FA_BKP = 32 keys, in two stages of shared memory (the bytes of one
+//     64-key tile): while a tile computes, the next one's rows are in flight (cp.async), and
+//     the block-table lookup of the tile after that is loaded, so a tile waits for no memory
+//     round trip once the pipeline runs (flash_attn_kernel loads, then computes);
+//   - the MMAs' K and V operands come from shared memory by ldmatrix (four 8 x 8 matrices an
+//     instruction; transposed for V), where flash_attn_kernel loads 32-bit words of K and
+//     16-bit halves of V one at a time.
+// The scores and weights are those of flash_attn_kernel; the online softmax rescales every 32
+// keys instead of 64, which changes the float sums' order only.
+enum { FA_BKP = 32 };
+
+// The rows of tile tr (keys tr.k0 .. tr.k0 + FA_BKP - 1) of one KV head into a stage, K and V:
+// cp.async for the keys in kbeg..kend, zeros stored for the others.
+template <int D>
+__device__ __forceinline__ void issue_kv_f16(__half (*kd)[D + FA_PAD], __half (*vd)[D + FA_PAD],
+                                             const ft_cuda_attn_params &p, const tile_rows &tr, size_t koff, size_t voff,
+                                             int kbeg, int kend) {
+    constexpr int C8 = D / 8; // 16-byte chunks per row
+    for (int i = threadIdx.x; i < FA_BKP * C8; i += FA_THREADS) {
+        const int j = i / C8, c = i % C8 * 8, k = tr.k0 + j;
+        if (k < kbeg || k > kend) {
+            *(uint4 *)&kd[j][c] = make_uint4(0, 0, 0, 0);
+            *(uint4 *)&vd[j][c] = make_uint4(0, 0, 0, 0);
+            continue;
+        }
+        const size_t r = tile_row(tr, k);
+        cp_async16(&kd[j][c], (const uint8_t *)p.k + r * p.k_row_bytes + koff + (size_t)c * 2);
+        cp_async16(&vd[j][c], (const uint8_t *)p.v + r * p.v_row_bytes + voff + (size_t)c * 2);
+    }
+}
+
+template <int D>
+__global__ void __launch_bounds__(FA_THREADS) flash_attn_f16_kernel(const ft_cuda_attn_params p) {
+    static_assert(D == 64 || D == 128, "heads of 256 take flash_attn_kernel's halves");
+    constexpr int KD = D / 16;      // k-steps of S = Q K^T
+    constexpr int ND = D / 8;       // n-tiles of O
+    constexpr int NK = FA_BKP / 8;  // n-tiles of S
+    constexpr int ROW = D + FA_PAD; // halves per shared row
+    __shared__ __align__(16) __half ks[2][FA_BKP][ROW];
+    __shared__ __align__(16) __half vs[2][FA_BKP][ROW];
+    static_assert(2 * FA_BKP >= FA_BQ, "the queries are staged across ks's two stages");
+    __half(*qst)[ROW] = (__half(*)[ROW]) & ks[0][0][0];
+    const int lane = threadIdx.x % FT_WARP, warp = threadIdx.x / FT_WARP, g = lane / 4, t = lane % 4;
+    const int group = p.n_head / p.n_head_kv, tpt = FA_BQ / group; // tokens per tile
+    const int hk = blockIdx.x, t0 = blockIdx.y * tpt, t1 = min(t0 + tpt, p.n_tok) - 1;
+    const int pos0 = p.pos0 + (p.pos_dev ? *p.pos_dev : 0);
+    const int kend = pos0 + t1;
+    const int kbeg = p.window > 0 ? max(0, pos0 + t0 - p.window + 1) : 0;
+
+    // 1. queries rounded to f16: row r = (token t0 + r / group, head hk * group + r % group)
+    const int m0 = warp * 16;
+    for (int i = threadIdx.x; i < FA_BQ * (D / 2); i += FA_THREADS) {
+        const int r = i / (D / 2), d = i % (D / 2) * 2, tok = t0 + r / group;
+        float x0 = 0.0f, x1 = 0.0f;
+        if (r < tpt * group && tok <= t1) {
+            const float *q = p.q + ((int64_t)tok * p.n_head + hk * group + r % group) * D + d;
+            x0 = q[0];
+            x1 = q[1];
+        }
+        *(uint32_t *)&qst[r][d] = pack_f16x2(x0, x1);
+    }
+    __syncthreads();
+    uint32_t qa[KD][4];
+#pragma unroll
+    for (int kk = 0; kk < KD; kk++) {
+        qa[kk][0] = ld_word(&qst[m0 + g][kk * 16 + 2 * t]);
+        qa[kk][1] = ld_word(&qst[m0 + g + 8][kk * 16 + 2 * t]);
+        qa[kk][2] = ld_word(&qst[m0 + g][kk * 16 + 2 * t + 8]);
+        qa[kk][3] = ld_word(&qst[m0 + g + 8][kk * 16 + 2 * t + 8]);
+    }
+    int qpos[2];
+#pragma unroll
+    for (int h = 0; h < 2; h++) qpos[h] = pos0 + min(t0 + (m0 + g + 8 * h) / group, t1);
+    __syncthreads(); // every warp holds its queries: the stages may be written
+
+    // 2. keys kbeg..kend, FA_BKP at a time, one tile ahead
+    const size_t koff = (size_t)hk * D * 2, voff = koff;
+    const float sl2 = p.scale * 1.44269504088896340736f; // scores in log2 units: exp2f below
+    float o[ND][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int n = 0; n < ND; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+    const int n_tiles = (kend - kbeg) / FA_BKP + 1;
+    issue_kv_f16<D>(ks[0], vs[0], p, tile_rows_of<FA_BKP>(p.blocks, kbeg, kend), koff, voff, kbeg, kend);
+    cp_async_commit();
+    tile_rows tr_next = n_tiles > 1 ? tile_rows_of<FA_BKP>(p.blocks, kbeg + FA_BKP, kend) : tile_rows{};
+    for (int it = 0; it < n_tiles; it++) {
+        const int st = it & 1, k0 = kbeg + it * FA_BKP;
+        if (it + 1 < n_tiles) {
+            issue_kv_f16<D>(ks[st ^ 1], vs[st ^ 1], p, tr_next, koff, voff, kbeg, kend);
+            if (it + 2 < n_tiles) tr_next = tile_rows_of<FA_BKP>(p.blocks, k0 + 2 * FA_BKP, kend); // used next time
+        }
+        cp_async_commit(); // (an empty group on the last tile keeps the count below uniform)
+        cp_async_wait<1>(); // this tile's rows have landed (this thread's copies) ...
+        __syncthreads();    // ... and every thread's, and its zeros are visible
+        // S = Q K^T: n-tile n holds keys k0 + 8n .. k0 + 8n + 7; one ldmatrix gives two n-tiles
+        float s[NK][4];
+#pragma unroll
+        for (int n = 0; n < NK; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < KD; kk++)
+#pragma unroll
+            for (int n2 = 0; n2 < NK / 2; n2++) {
+                uint32_t b[4];
+                ldsm_x4(b, &ks[st][16 * n2 + (lane >> 4) * 8 + (lane & 7)][kk * 16 + (lane >> 3 & 1) * 8]);
+                mma_f16(s[2 * n2], qa[kk], b[0], b[1]);
+                mma_f16(s[2 * n2 + 1], qa[kk], b[2], b[3]);
+            }
+        // scale and mask; element e of a tile: row g + 8 (e / 2), key column 2t + e % 2
+        float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int n = 0; n < NK; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int h = e / 2, k = k0 + 8 * n + 2 * t + e % 2;
+                const bool seen = k <= qpos[h] && (p.window <= 0 || qpos[h] - k < p.window);
+                s[n][e] = seen ? s[n][e] * sl2 : -INFINITY;
+                mx[h] = fmaxf(mx[h], s[n][e]);
+            }
+        // online softmax: the 4 lanes of a row (t = 0..3) share its max
+        float base[2];
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const float m_new = fmaxf(m[h], mma_row_max(mx[h]));
+            base[h] = m_new == -INFINITY ? 0.0f : m_new; // nothing seen yet: e^-inf = 0, not NaN
+            const float corr = exp2f(m[h] - base[h]);
+            l[h] *= corr;
+#pragma unroll
+            for (int n = 0; n < ND; n++) {
+                o[n][2 * h] *= corr;
+                o[n][2 * h + 1] *= corr;
+            }
+            m[h] = m_new;
+        }
+#pragma unroll
+        for (int n = 0; n < NK; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                s[n][e] = exp2f(s[n][e] - base[e / 2]);
+                l[e / 2] += s[n][e];
+            }
+        // O += P V over keys 16j .. 16j + 15 of the tile; one transposed ldmatrix gives the V
+        // operands of two n-tiles of O
+#pragma unroll
+        for (int j = 0; j < FA_BKP / 16; j++) {
+            const uint32_t pa[4] = {pack_f16x2(s[2 * j][0], s[2 * j][1]), pack_f16x2(s[2 * j][2], s[2 * j][3]),
+                                    pack_f16x2(s[2 * j + 1][0], s[2 * j + 1][1]),
+                                    pack_f16x2(s[2 * j + 1][2], s[2 * j + 1][3])};
+#pragma unroll
+            for (int n2 = 0; n2 < ND / 2; n2++) {
+                uint32_t b[4];
+                ldsm_x4_t(b, &vs[st][16 * j + (lane >> 3 & 1) * 8 + (lane & 7)][16 * n2 + (lane >> 4) * 8]);
+                mma_f16(o[2 * n2], pa, b[0], b[1]);
+                mma_f16(o[2 * n2 + 1], pa, b[2], b[3]);
+            }
+        }
+        __syncthreads(); // the stage is read: the next tile's copies may overwrite it
+    }
+
+    // 3. O / l for the rows this tile owns
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        l[h] = mma_row_sum(l[h]);
+        const int r = m0 + g + 8 * h, tok = t0 + r / group;
+        if (r >= tpt * group || tok > t1) continue;
+        // the head's sink joins the denominator (m in log2 units, as the scores)
+        if (p.sinks) l[h] += exp2f(p.sinks[hk * group + r % group] * 1.44269504088896340736f - m[h]);
+        const float inv = l[h] > 0.0f ? 1.0f / l[h] : 0.0f;
+        float *out = p.out + ((int64_t)tok * p.n_head + hk * group + r % group) * D;
+#pragma unroll
+        for (int n = 0; n < ND; n++)
+            *(float2 *)&out[8 * n + 2 * t] = make_float2(o[n][2 * h] * inv, o[n][2 * h + 1] * inv);
+    }
+}
+
 // The shapes the kernel computes, at any number of queries.
 static bool flash_shape_ok(const ft_cuda_attn_params *p) {
     return (p->head_dim == 64 || p->head_dim == 128 || p->head_dim == 256) && p->n_head_kv > 0 &&
@@ -324,6 +503,13 @@ static bool flash_shape_ok(const ft_cuda_attn_params *p) {
 
 extern "C" bool ft_cuda_flash_attention_fits(const ft_cuda_attn_params *p) {
     return p->n_tok >= FT_CUDA_FLASH_MIN_TOK && flash_shape_ok(p);
+}
+
+// The pipelined kernel for f16 caches (FT_CUDA_FLASH_PIPE=0: flash_attn_kernel, for A/B). Read once.
+static bool pipe_enabled(void) {
+    static int enabled = -1;
+    if (enabled < 0) enabled = ft_env_flag(FT_ENV_CUDA_FLASH_PIPE);
+    return enabled;
 }
 
 // Also below FT_CUDA_FLASH_MIN_TOK queries: the rows of a step resuming a chunk that took it.
@@ -335,7 +521,10 @@ extern "C" void ft_cuda_flash_attention(const ft_cuda_attn_params *p, ft_cuda_st
     const dim3 grid((unsigned)p->n_head_kv, (unsigned)((p->n_tok + tpt - 1) / tpt), p->head_dim > 128 ? 2u : 1u);
     const cudaStream_t st = ft_cuda_stream_handle(s);
     const bool kq8 = p->k_type == FT_TYPE_Q8_0;
-    if (p->head_dim == 64 && kq8) flash_attn_kernel<64, true><<<grid, FA_THREADS, 0, st>>>(*p);
+    if (!kq8 && p->v_type == FT_TYPE_F16 && p->head_dim <= 128 && pipe_enabled()) {
+        if (p->head_dim == 64) flash_attn_f16_kernel<64><<<grid, FA_THREADS, 0, st>>>(*p);
+        else flash_attn_f16_kernel<128><<<grid, FA_THREADS, 0, st>>>(*p);
+    } else if (p->head_dim == 64 && kq8) flash_attn_kernel<64, true><<<grid, FA_THREADS, 0, st>>>(*p);
     else if (p->head_dim == 64) flash_attn_kernel<64, false><<<grid, FA_THREADS, 0, st>>>(*p);
     else if (p->head_dim == 128 && kq8) flash_attn_kernel<128, true><<<grid, FA_THREADS, 0, st>>>(*p);
     else if (p->head_dim == 128) flash_attn_kernel<128, false><<<grid, FA_THREADS, 0, st>>>(*p);
