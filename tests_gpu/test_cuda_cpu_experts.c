@@ -96,6 +96,9 @@ static void check_stable_share(const char *test) {
     g_steps = g_stable = 0;
 }
 
+// A routing gap (ft_engine_route_gap) below this is a near tie.
+#define ROUTE_TIE_GAP 1e-4f
+
 static void model_case(const char *arch, bool strict, const schedule *sc) {
     double tol = strict ? 3e-2 : 0.05;
     ft_synth_params sp = fixture_compare_params(arch, 128, strict);
@@ -153,6 +156,7 @@ static void model_case(const char *arch, bool strict, const schedule *sc) {
         for (int i = 0; i < 120; i++) prompt[i] = (int32_t)(ft_rng_next(&r) % (uint64_t)n_vocab);
         double worst_cpu = 0, worst_fused = 0;
         int at = 0;
+        bool near_tie = false;
         for (int step = 0; step < sc->n_chunks + 4 && !test_failed(); step++) {
             bool prefill = step < sc->n_chunks;
             int n = prefill ? sc->chunks[step] : 1;
@@ -184,8 +188,13 @@ static void model_case(const char *arch, bool strict, const schedule *sc) {
             const double step_tol = probs_step_tol(&cpu, tol);
             snprintf(w, sizeof(w), "%s vs cpu", what);
             double d = probs_compare(w, ref, cpumode.lg, n_vocab, step_tol, stable);
+            // past a routing decision within a hair of a tie (either engine's, since the reset), a
+            // last-bit difference of the CPU's experts may have picked another expert: the two GPU
+            // engines' paths may part there, and only the comparisons with the CPU engine hold
+            // (the threshold test_cuda_backend.c's layer cases use)
+            near_tie |= ft_engine_route_gap(cpumode.e) < ROUTE_TIE_GAP || ft_engine_route_gap(fused.e) < ROUTE_TIE_GAP;
             snprintf(w, sizeof(w), "%s vs fused", what);
-            double df = probs_compare(w, fused.lg, cpumode.lg, n_vocab, step_tol, stable);
+            double df = near_tie ? 0 : probs_compare(w, fused.lg, cpumode.lg, n_vocab, step_tol, stable);
             snprintf(w, sizeof(w), "%s, routing on the CPU, vs cpu", what);
             d = fmax(d, probs_compare(w, ref, hostroute.lg, n_vocab, step_tol, stable));
             if (stable) {
@@ -217,10 +226,10 @@ static void model_case(const char *arch, bool strict, const schedule *sc) {
             CHECK(!memcmp(rc[i], rc[0], nc * sizeof(uint64_t)), "%s %s: route counts differ from the default's", arch,
                   arms[i]->name);
         for (int i = 0; i < 6; i++) free(rc[i]);
-        printf("    %s %-10s %-22s worst top-10 prob diff over %d stable steps of %d: vs cpu %.3g, vs fused %.3g "
+        printf("    %s %-10s %-22s worst top-10 prob diff over %d stable steps of %d: vs cpu %.3g, vs fused %.3g%s "
                "(tol %.3g); routing gap cpu %.3g, cpu mode %.3g\n", arch, strict ? "strict" : "realistic", sc->name,
-               cpu.n_stable, cpu.n_steps, worst_cpu, worst_fused, tol, ft_engine_route_gap(cpu.e[0]),
-               ft_engine_route_gap(cpumode.e));
+               cpu.n_stable, cpu.n_steps, worst_cpu, worst_fused, near_tie ? " (up to a near tie)" : "", tol,
+               ft_engine_route_gap(cpu.e[0]), ft_engine_route_gap(cpumode.e));
         fflush(stdout);
         g_steps += cpu.n_steps;
         g_stable += cpu.n_stable;
@@ -436,6 +445,9 @@ static void hybrid_case(const char *arch, bool strict) {
     ok = ok && arm_init(&fused, "fused", path, &ep);
     ep.moe_cache_size = 4 * sp.n_expert_used * sp.n_layer; // four tokens' selections a layer
     ep.moe_backend = FT_MOE_BACKEND_OFFLOAD;
+    // no prefill fills: the 64-token overlay step would fill every slot, and the decode steps
+    // after it would miss nothing to split (gpt-oss's cache holds all its experts)
+    setenv("FT_MOE_PREFILL_FILL", "0", 1);
     ok = ok && arm_init(&offload, "offload", path, &ep);
     ep.moe_backend = FT_MOE_BACKEND_HYBRID;
     setenv("FT_HYBRID_COSTS", "0,0,0", 1);
@@ -449,6 +461,7 @@ static void hybrid_case(const char *arch, bool strict) {
     unsetenv("FT_CUDA_GRAPHS");
     unsetenv("FT_HYBRID_COSTS");
     ok = ok && arm_init(&measured, "hybrid, measured costs", path, &ep);
+    unsetenv("FT_MOE_PREFILL_FILL");
     if (ok) {
         CHECK(ft_engine_moe_backend(mix.e) == FT_MOE_BACKEND_HYBRID);
         int n_vocab = cpu.n_vocab;

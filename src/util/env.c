@@ -29,7 +29,7 @@ static const ft_env_var g_env[FT_ENV_COUNT] = {
     FLAG_OFF(CUDA_PROFILE, "time every CUDA kernel launch site and print a table at exit; read once"),
     FLAG_ON(MOE_TELEMETRY, "0: the expert cache keeps no counters or copy times (all read 0)"),
     FLAG_ON(MOE_PREFETCH, "0: offload's decode steps copy no predicted experts of the next MoE layer ahead"),
-    FLAG_OFF(MOE_PREFILL_FILL, "1: offload's prefill copies the experts it streams into the cache's empty slots (not yet run on a GPU)"),
+    FLAG_ON(MOE_PREFILL_FILL, "0: offload's prefill leaves the cache's empty slots empty (every chunk streams what they lack)"),
     STR(CPU_EXPERTS_ROUTE, "cpu mode: host routes on the CPU (the router's host copy) instead of the GPU"),
     STR(CPU_EXPERTS_MEETING, "cpu mode: event meets through events (never graphed); spin: the GPU "
                              "spins instead of the stream waiting"),
