@@ -103,6 +103,79 @@ __device__ __forceinline__ void load_k_q8_tile(int8_t (*codes)[D + FA_PAD8], flo
     }
 }
 
+// A key tile's scores in S's accumulators s (NK n-tiles of 8 keys from k0; element e: row
+// g + 8 (e / 2), key column 2t + e % 2) scaled into log2 units (sl2) and masked (causal to the
+// rows' positions qpos, the window) to -inf; then the online softmax: the rows' running max m
+// (the 4 lanes of a row, t = 0..3, share it), sum l and output o rescaled to the new max, and s
+// replaced by the weights exp2(s - max), added to l.
+template <int NK, int ND>
+__device__ __forceinline__ void fa_softmax_tile(float (&s)[NK][4], float (&o)[ND][4], float (&m)[2], float (&l)[2],
+                                                int k0, int t, const int (&qpos)[2], int window, float sl2) {
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int n = 0; n < NK; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int h = e / 2, k = k0 + 8 * n + 2 * t + e % 2;
+            const bool seen = k <= qpos[h] && (window <= 0 || qpos[h] - k < window);
+            s[n][e] = seen ? s[n][e] * sl2 : -INFINITY;
+            mx[h] = fmaxf(mx[h], s[n][e]);
+        }
+    float base[2];
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const float m_new = fmaxf(m[h], mma_row_max(mx[h]));
+        base[h] = m_new == -INFINITY ? 0.0f : m_new; // nothing seen yet: e^-inf = 0, not NaN
+        const float corr = exp2f(m[h] - base[h]);
+        l[h] *= corr;
+#pragma unroll
+        for (int n = 0; n < ND; n++) {
+            o[n][2 * h] *= corr;
+            o[n][2 * h + 1] *= corr;
+        }
+        m[h] = m_new;
+    }
+#pragma unroll
+    for (int n = 0; n < NK; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            s[n][e] = exp2f(s[n][e] - base[e / 2]);
+            l[e / 2] += s[n][e];
+        }
+}
+
+// P's A fragment for keys 16j .. 16j + 15 of a tile: the weights in S's C fragments of n-tiles
+// 2j and 2j + 1, rounded to f16.
+template <int NK>
+__device__ __forceinline__ void fa_p_fragment(const float (&s)[NK][4], int j, uint32_t pa[4]) {
+    pa[0] = pack_f16x2(s[2 * j][0], s[2 * j][1]);
+    pa[1] = pack_f16x2(s[2 * j][2], s[2 * j][3]);
+    pa[2] = pack_f16x2(s[2 * j + 1][0], s[2 * j + 1][1]);
+    pa[3] = pack_f16x2(s[2 * j + 1][2], s[2 * j + 1][3]);
+}
+
+// The output of this thread's two rows (r0 and r0 + 8 of the CTA's FA_BQ, those the tile owns):
+// O / l (the 4 lanes of a row summed, the head's sink in the denominator) into dims dv0 ..
+// dv0 + 8 ND - 1 of the rows of out (D floats a head).
+template <int D, int ND>
+__device__ __forceinline__ void fa_write_rows(const ft_cuda_attn_params &p, const float (&o)[ND][4], const float (&m)[2],
+                                              float (&l)[2], int r0, int t, int t0, int t1, int hk, int dv0) {
+    const int group = p.n_head / p.n_head_kv, tpt = FA_BQ / group;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        l[h] = mma_row_sum(l[h]);
+        const int r = r0 + 8 * h, tok = t0 + r / group;
+        if (r >= tpt * group || tok > t1) continue;
+        // the head's sink joins the denominator (m in log2 units, as the scores)
+        if (p.sinks) l[h] += exp2f(p.sinks[hk * group + r % group] * 1.44269504088896340736f - m[h]);
+        const float inv = l[h] > 0.0f ? 1.0f / l[h] : 0.0f;
+        float *out = p.out + ((int64_t)tok * p.n_head + hk * group + r % group) * D + dv0;
+#pragma unroll
+        for (int n = 0; n < ND; n++)
+            *(float2 *)&out[8 * n + 2 * t] = make_float2(o[n][2 * h] * inv, o[n][2 * h + 1] * inv);
+    }
+}
+
 // Launch: one 128-thread CTA per (KV head, tile of FA_BQ / group tokens), grid (n_head_kv,
 // tiles). Its FA_BQ = 64 rows are (token, query head) pairs of the heads sharing that KV head,
 // row r = token t0 + r / group, head hk * group + r % group, so each K/V tile read to shared
@@ -253,46 +326,13 @@ __global__ void __launch_bounds__(FA_THREADS) flash_attn_kernel(const ft_cuda_at
                 }
             }
         }
-        // scale and mask; element e of a tile: row g + 8 (e / 2), key column 2t + e % 2
-        float mx[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-        for (int n = 0; n < NK; n++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int h = e / 2, k = k0 + 8 * n + 2 * t + e % 2;
-                const bool seen = k <= qpos[h] && (p.window <= 0 || qpos[h] - k < p.window);
-                s[n][e] = seen ? s[n][e] * sl2 : -INFINITY;
-                mx[h] = fmaxf(mx[h], s[n][e]);
-            }
-        // online softmax: the 4 lanes of a row (t = 0..3) share its max
-        float base[2];
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const float m_new = fmaxf(m[h], mma_row_max(mx[h]));
-            base[h] = m_new == -INFINITY ? 0.0f : m_new; // nothing seen yet: e^-inf = 0, not NaN
-            const float corr = exp2f(m[h] - base[h]);
-            l[h] *= corr;
-#pragma unroll
-            for (int n = 0; n < ND; n++) {
-                o[n][2 * h] *= corr;
-                o[n][2 * h + 1] *= corr;
-            }
-            m[h] = m_new;
-        }
-#pragma unroll
-        for (int n = 0; n < NK; n++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                s[n][e] = exp2f(s[n][e] - base[e / 2]);
-                l[e / 2] += s[n][e];
-            }
+        fa_softmax_tile(s, o, m, l, k0, t, qpos, p.window, sl2);
 
         // O += P V over keys 16j .. 16j + 15 of the tile
 #pragma unroll
         for (int j = 0; j < FA_BK / 16; j++) {
-            const uint32_t pa[4] = {pack_f16x2(s[2 * j][0], s[2 * j][1]), pack_f16x2(s[2 * j][2], s[2 * j][3]),
-                                    pack_f16x2(s[2 * j + 1][0], s[2 * j + 1][1]),
-                                    pack_f16x2(s[2 * j + 1][2], s[2 * j + 1][3])};
+            uint32_t pa[4];
+            fa_p_fragment(s, j, pa);
             const int kr = 16 * j + 2 * t;
 #pragma unroll
             for (int n = 0; n < ND; n++) {
@@ -303,19 +343,7 @@ __global__ void __launch_bounds__(FA_THREADS) flash_attn_kernel(const ft_cuda_at
     }
 
     // 3. O / l for the rows this tile owns
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-        l[h] = mma_row_sum(l[h]);
-        const int r = m0 + g + 8 * h, tok = t0 + r / group;
-        if (r >= tpt * group || tok > t1) continue;
-        // the head's sink joins the denominator (m in log2 units, as the scores)
-        if (p.sinks) l[h] += exp2f(p.sinks[hk * group + r % group] * 1.44269504088896340736f - m[h]);
-        const float inv = l[h] > 0.0f ? 1.0f / l[h] : 0.0f;
-        float *out = p.out + ((int64_t)tok * p.n_head + hk * group + r % group) * D + dv0;
-#pragma unroll
-        for (int n = 0; n < ND; n++)
-            *(float2 *)&out[8 * n + 2 * t] = make_float2(o[n][2 * h] * inv, o[n][2 * h + 1] * inv);
-    }
+    fa_write_rows<D>(p, o, m, l, m0 + g, t, t0, t1, hk, dv0);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -428,46 +456,13 @@ __global__ void __launch_bounds__(FA_THREADS) flash_attn_f16_kernel(const ft_cud
                 mma_f16(s[2 * n2], qa[kk], b[0], b[1]);
                 mma_f16(s[2 * n2 + 1], qa[kk], b[2], b[3]);
             }
-        // scale and mask; element e of a tile: row g + 8 (e / 2), key column 2t + e % 2
-        float mx[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-        for (int n = 0; n < NK; n++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int h = e / 2, k = k0 + 8 * n + 2 * t + e % 2;
-                const bool seen = k <= qpos[h] && (p.window <= 0 || qpos[h] - k < p.window);
-                s[n][e] = seen ? s[n][e] * sl2 : -INFINITY;
-                mx[h] = fmaxf(mx[h], s[n][e]);
-            }
-        // online softmax: the 4 lanes of a row (t = 0..3) share its max
-        float base[2];
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const float m_new = fmaxf(m[h], mma_row_max(mx[h]));
-            base[h] = m_new == -INFINITY ? 0.0f : m_new; // nothing seen yet: e^-inf = 0, not NaN
-            const float corr = exp2f(m[h] - base[h]);
-            l[h] *= corr;
-#pragma unroll
-            for (int n = 0; n < ND; n++) {
-                o[n][2 * h] *= corr;
-                o[n][2 * h + 1] *= corr;
-            }
-            m[h] = m_new;
-        }
-#pragma unroll
-        for (int n = 0; n < NK; n++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                s[n][e] = exp2f(s[n][e] - base[e / 2]);
-                l[e / 2] += s[n][e];
-            }
+        fa_softmax_tile(s, o, m, l, k0, t, qpos, p.window, sl2);
         // O += P V over keys 16j .. 16j + 15 of the tile; one transposed ldmatrix gives the V
         // operands of two n-tiles of O
 #pragma unroll
         for (int j = 0; j < FA_BKP / 16; j++) {
-            const uint32_t pa[4] = {pack_f16x2(s[2 * j][0], s[2 * j][1]), pack_f16x2(s[2 * j][2], s[2 * j][3]),
-                                    pack_f16x2(s[2 * j + 1][0], s[2 * j + 1][1]),
-                                    pack_f16x2(s[2 * j + 1][2], s[2 * j + 1][3])};
+            uint32_t pa[4];
+            fa_p_fragment(s, j, pa);
 #pragma unroll
             for (int n2 = 0; n2 < ND / 2; n2++) {
                 uint32_t b[4];
@@ -480,19 +475,7 @@ __global__ void __launch_bounds__(FA_THREADS) flash_attn_f16_kernel(const ft_cud
     }
 
     // 3. O / l for the rows this tile owns
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-        l[h] = mma_row_sum(l[h]);
-        const int r = m0 + g + 8 * h, tok = t0 + r / group;
-        if (r >= tpt * group || tok > t1) continue;
-        // the head's sink joins the denominator (m in log2 units, as the scores)
-        if (p.sinks) l[h] += exp2f(p.sinks[hk * group + r % group] * 1.44269504088896340736f - m[h]);
-        const float inv = l[h] > 0.0f ? 1.0f / l[h] : 0.0f;
-        float *out = p.out + ((int64_t)tok * p.n_head + hk * group + r % group) * D;
-#pragma unroll
-        for (int n = 0; n < ND; n++)
-            *(float2 *)&out[8 * n + 2 * t] = make_float2(o[n][2 * h] * inv, o[n][2 * h + 1] * inv);
-    }
+    fa_write_rows<D>(p, o, m, l, m0 + g, t, t0, t1, hk, 0);
 }
 
 // The shapes the kernel computes, at any number of queries.
