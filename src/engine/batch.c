@@ -465,6 +465,7 @@ int ft_batch_next_chunk(const ft_batch *b, int done, int left) {
     int nb = b->p.n_batch;
     return FT_MIN(cuts_aligned(b) ? nb - done % nb : nb, left);
 }
+
 int ft_batch_n_seq(const ft_batch *b) { return b->p.n_seq; }
 int ft_batch_n_ctx(const ft_batch *b) { return b->p.n_ctx; }
 int ft_batch_n_open(const ft_batch *b) { return b->n_open; }
