@@ -38,8 +38,9 @@ enum { ROWS = CPU_ATTN_TILE_ROWS, KEYS = CPU_ATTN_TILE_KEYS };
 #endif
 _Static_assert(KEYS % 8 == 0, "the softmax runs in vectors of 8 keys");
 
+// (this kernel uses one tile's queries and sums of it, the AVX-512 one a group's)
 size_t cpu_attn_tiled_ws_floats(int head_dim) {
-    return (size_t)ROWS * head_dim * 2 + (size_t)KEYS * head_dim * 2 + (size_t)ROWS * KEYS + 64;
+    return (size_t)ROWS * head_dim * 2 * CPU_ATTN_TILE_GROUP + (size_t)KEYS * head_dim * 2 + (size_t)ROWS * KEYS + 64;
 }
 
 // Four sums of 8 lanes each, as one vector of 4.

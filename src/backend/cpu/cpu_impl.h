@@ -126,7 +126,10 @@ size_t cpu_attn_tiled_ws_floats(int head_dim);
 // CPU_ATTN_TILE_KEYS keys that start at multiples of it whatever the tile's first query, so a
 // query's sums do not depend on the tile (or call) that holds it: a prompt chunk resumed after a
 // reused prefix is tiled from another start (batch.h).
-enum { CPU_ATTN_TILE_ROWS = 64, CPU_ATTN_TILE_KEYS = 64 };
+// The AVX-512 kernel runs up to CPU_ATTN_TILE_GROUP tiles of one KV head together, each block of
+// keys converted to f32 once for all of them (the workspace holds that many tiles' queries and
+// sums).
+enum { CPU_ATTN_TILE_ROWS = 64, CPU_ATTN_TILE_KEYS = 64, CPU_ATTN_TILE_GROUP = 4 };
 // The first key of the first block a tile whose first query sits at position `first` sees.
 static inline int cpu_attn_tiled_first_key(const ft_attn_params *p, int first) {
     return p->window > 0 ? FT_MAX(0, first - p->window + 1) / CPU_ATTN_TILE_KEYS * CPU_ATTN_TILE_KEYS : 0;
@@ -136,7 +139,7 @@ static inline int cpu_attn_tiled_first_key(const ft_attn_params *p, int first) {
 void cpu_attn_tiled_load_block(const ft_attn_params *p, int hk, int k0, int nk, float *kb, float *vb, int64_t *off,
                                int64_t *walked);
 // cpu_attn_tiled_avx512.c: the same tiles and blocks with the rows in 16-lane vectors, for
-// cpu_has_avx512 (the same workspace).
+// cpu_has_avx512 (the same workspace, CPU_ATTN_TILE_GROUP tiles of it).
 bool cpu_attention_tiled_avx512(cpu_backend *c, const ft_attn_params *p);
 // cpu_attn_decode_avx512.c: the untiled path (below FT_ATTN_TILED_MIN_TOK queries) over f16 or
 // q8_0 caches in blocks of keys, for cpu_has_avx512, groups of up to 16 query heads and head_dim a
