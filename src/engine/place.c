@@ -111,17 +111,18 @@ static size_t held_cap(const ft_engine_params *p, const ft_device_info *info) {
     return p->gpu_memory_limit - FT_MIN(p->gpu_memory_limit, info->process_mem);
 }
 
+// --memory-ratio, or its default.
+static double memory_ratio(const ft_engine_params *p) { return p->memory_ratio > 0 ? p->memory_ratio : 0.9; }
+
 size_t engine_device_budget(const ft_engine_params *p, const ft_device_info *info) {
-    double ratio = p->memory_ratio > 0 ? p->memory_ratio : 0.9;
-    return FT_MIN((size_t)(ratio * (double)info->free_mem), held_cap(p, info));
+    return FT_MIN((size_t)(memory_ratio(p) * (double)info->free_mem), held_cap(p, info));
 }
 
 // How the budget was set, for the plan's line: "--memory-ratio 0.90 of 80000 MiB free", or the
 // cap less what the process holds.
 static const char *budget_source(const ft_engine_params *p, const ft_device_info *info, char *buf, size_t cap) {
-    double ratio = p->memory_ratio > 0 ? p->memory_ratio : 0.9;
     if (engine_device_budget(p, info) < held_cap(p, info))
-        snprintf(buf, cap, "--memory-ratio %.2f of %.0f MiB free", ratio, info->free_mem / MiB);
+        snprintf(buf, cap, "--memory-ratio %.2f of %.0f MiB free", memory_ratio(p), info->free_mem / MiB);
     else if (info->process_mem)
         snprintf(buf, cap, "--gpu-memory-limit %.0f MiB less the %.0f MiB this process holds there: the CUDA context",
                  p->gpu_memory_limit / MiB, info->process_mem / MiB);
