@@ -205,6 +205,56 @@ TEST(cpu_attention_decode_same_bits_any_threads) {
     be5->ops->free(be5);
 }
 
+// The two tiled kernels (AVX2: 8 rows a vector, AVX-512: 16) make the same operations per row in
+// the same order, so they agree to the bit: groups of 1 to 16 query heads, windows, sinks,
+// chunks of one tile and of several tiles per item, after cached keys. Each is called
+// directly, so both are tested whichever one the CPU dispatches to.
+TEST(cpu_attention_tiled_paths_agree) {
+    if (!cpu_has_avx512()) return;
+    enum { HD = 64, CTX = 420 };
+    ft_rng r = ft_rng_init(47);
+    ft_backend_limits lim = {.max_tok = 300, .max_width = 16 * HD * 2, .max_ctx = CTX, .max_head_dim = HD,
+                             .n_expert = 1, .n_expert_used = 1};
+    ft_backend *be = ft_backend_cpu_init(3, false);
+    be->ops->reserve(be, &lim);
+    cpu_backend *c = cpu_of(be);
+    const int groups[4][2] = {{4, 4}, {8, 2}, {12, 1}, {16, 1}}; // (n_head, n_head_kv)
+    const int batches[3][2] = {{64, 0}, {150, 37}, {300, CTX - 300}}; // (n_tok, pos0)
+    float sink_v[16];
+    for (int h = 0; h < 16; h++) sink_v[h] = (float)((h % 4) * 3 - 3) + 0.25f * ft_rng_normal(&r);
+    ft_tensor sinks = {.name = "sinks", .type = FT_TYPE_F32, .ne = {16, 1, 1}, .row_bytes = 64, .mat_bytes = 64,
+                       .data = sink_v};
+    size_t max_q = (size_t)300 * 16 * HD;
+    float *q = ft_malloc(max_q * sizeof(float)), *a = ft_malloc(max_q * sizeof(float)),
+          *b = ft_malloc(max_q * sizeof(float)), *kv = ft_malloc((size_t)CTX * 4 * HD * sizeof(float));
+    for (int gi = 0; gi < 4; gi++)
+        for (int bi = 0; bi < 3; bi++)
+            for (int wi = 0; wi < 3; wi++) {
+                int nh = groups[gi][0], nkv = groups[gi][1], nt = batches[bi][0];
+                ft_tensor kc = fixture_kv_cache(FT_TYPE_F16, nkv * HD, CTX), vc = fixture_kv_cache(FT_TYPE_F16, nkv * HD, CTX);
+                fill_kv(be, &kc, &vc, nkv * HD, CTX, kv, &r);
+                size_t nq = (size_t)nt * nh * HD;
+                for (size_t i = 0; i < nq; i++) q[i] = ft_rng_normal(&r), a[i] = b[i] = NAN;
+                ft_attn_params ap = {.q = q, .out = a, .k_cache = &kc, .v_cache = &vc, .n_tok = nt, .pos0 = batches[bi][1],
+                                     .n_head = nh, .n_head_kv = nkv, .head_dim = HD, .window = wi ? 100 : 0,
+                                     .scale = 0.125f, .sinks = wi == 2 ? &sinks : NULL};
+                REQUIRE(cpu_attention_tiled(c, &ap), "the AVX2 tiled kernel declined heads %d/%d", nh, nkv);
+                ap.out = b;
+                REQUIRE(cpu_attention_tiled_avx512(c, &ap), "the AVX-512 tiled kernel declined heads %d/%d", nh, nkv);
+                size_t unwritten = 0, differ = 0;
+                for (size_t i = 0; i < nq; i++) unwritten += isnan(a[i]), differ += memcmp(&a[i], &b[i], sizeof(float)) != 0;
+                CHECK(unwritten == 0 && differ == 0, "heads %d/%d n_tok %d window %d sinks %d: %zu unwritten, %zu differ",
+                      nh, nkv, nt, ap.window, wi == 2, unwritten, differ);
+                free(kc.data);
+                free(vc.data);
+            }
+    free(q);
+    free(a);
+    free(b);
+    free(kv);
+    be->ops->free(be);
+}
+
 // Below the tiled threshold the AVX2 path and the AVX-512 decode kernel make the same roundings
 // in the same order (the key type's dot product, f16 value sums rounded after every key, q8_0
 // ones in f32), so they agree to the bit: f16 and q8_0 caches, decode and a few tokens, groups

@@ -126,9 +126,9 @@ size_t cpu_attn_tiled_ws_floats(int head_dim);
 // CPU_ATTN_TILE_KEYS keys that start at multiples of it whatever the tile's first query, so a
 // query's sums do not depend on the tile (or call) that holds it: a prompt chunk resumed after a
 // reused prefix is tiled from another start (batch.h).
-// The AVX-512 kernel runs up to CPU_ATTN_TILE_GROUP tiles of one KV head together, each block of
-// keys converted to f32 once for all of them (the workspace holds that many tiles' queries and
-// sums).
+// Both run up to CPU_ATTN_TILE_GROUP tiles of one KV head together, each block of keys
+// converted to f32 once for all of them (the workspace holds that many tiles' queries and
+// sums), with the same operations per row: their outputs agree to the bit.
 enum { CPU_ATTN_TILE_ROWS = 64, CPU_ATTN_TILE_KEYS = 64, CPU_ATTN_TILE_GROUP = 4 };
 // The first key of the first block a tile whose first query sits at position `first` sees.
 static inline int cpu_attn_tiled_first_key(const ft_attn_params *p, int first) {
