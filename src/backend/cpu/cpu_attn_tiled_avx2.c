@@ -1,11 +1,10 @@
-// cpu_attn_tiled_avx2.c: prefill attention over an f16 cache in blocks, for batches of
-// FT_ATTN_TILED_MIN_TOK queries or more (llama.cpp's tiled path: scores and sums in f32).
+// cpu_attn_tiled_avx2.c: the tiled prefill attention's kernel for AVX2 (cpu_attn_tiled.h: the
+// tiles and the item loop), over an f16 cache in blocks, for batches of FT_ATTN_TILED_MIN_TOK
+// queries or more (llama.cpp's tiled path: scores and sums in f32); and the blocks' loading,
+// which both kernels use.
 //
-// One tile is up to ROWS rows: every query head of one KV head's group for each of a run of
-// query tokens. Its queries are transposed once (qT: head_dim x ROWS), so every step is a
-// broadcast of one key or value element times a vector of 8 rows, with no horizontal sums.
-// Per block of KEYS keys (gathered through the block table and converted to f32 once for all
-// the tiles of an item):
+// A tile's queries are transposed (qT: head_dim x ROWS), so every step is a broadcast of one key
+// or value element times a vector of 8 rows, with no horizontal sums. Per block of KEYS keys:
 //   1. scores ST[k][r] = scale * sum_d K[k][d] qT[d][r], 4 keys x 16 rows per step;
 //   2. the keys past a row's position or before its window masked to -inf by a compare of
 //      the key's position with the rows' positions; the block's maximum per row is a running
@@ -17,9 +16,7 @@
 // Each lane's arithmetic is its own row's, in key order within blocks that start at multiples
 // of KEYS, so a row's result does not depend on the tile (or call) that holds it, and it is
 // the AVX-512 kernel's (cpu_attn_tiled_avx512.c: the same operations in 16 lanes) to the bit.
-// An item is up to CPU_ATTN_TILE_GROUP tiles of one KV head; items go to threads round-robin
-// in token order, which balances the causal triangle.
-#include "cpu_impl.h"
+#include "cpu_attn_tiled.h"
 #include "../../quant/fp16.h"
 
 #include <immintrin.h>
@@ -44,11 +41,6 @@ _Static_assert(RV % 2 == 0, "the register tiles take rows 16 at a time");
 #else
 #define UNROLL _Pragma("GCC unroll 16")
 #endif
-
-// (the AVX-512 kernel uses the same workspace: CPU_ATTN_TILE_GROUP tiles' queries and sums)
-size_t cpu_attn_tiled_ws_floats(int head_dim) {
-    return (size_t)ROWS * head_dim * 2 * CPU_ATTN_TILE_GROUP + (size_t)KEYS * head_dim * 2 + (size_t)ROWS * KEYS + 64;
-}
 
 // ST[k][r] = scale * K[k] . q_r for keys [0, nk), every row: K row-major (KEYS, hd) in f32,
 // qT (hd, ROWS). 4 keys x 2 vectors of rows a step: 8 accumulators in 16 registers.
@@ -138,56 +130,42 @@ void cpu_attn_tiled_load_block(const ft_attn_params *p, int hk, int k0, int nk, 
     }
 }
 
+// A tile's state: the common part, then per row (in vectors of 8) the running maximum and
+// the softmax denominator, its position and its window's first key.
 typedef struct {
-    cpu_backend *c;
-    const ft_attn_params *p;
-    int tile_tok; // query tokens per tile
-    int group;    // tiles per item (at most CPU_ATTN_TILE_GROUP), all of one KV head
-} tiled_job;
-
-// One tile's queries, sums and softmax state.
-typedef struct {
-    float *qT, *accT;            // (hd, ROWS) each
-    __m256 M[RV], L[RV];         // per row: the running maximum and the softmax denominator
-    __m256i qpos[RV], qlo[RV];   // per row: its position, its window's first key
-    int t0, nr, first_key, last; // first token, rows, the first block's key, the last key seen
+    cpu_attn_tile t;
+    __m256 M[RV], L[RV];
+    __m256i qpos[RV], qlo[RV];
 } tile_state;
+_Static_assert(sizeof(tile_state) <= CPU_ATTN_TILE_STATE_BYTES, "the item loop's room for a tile");
 
-// Starts tile t0 .. t0 + nt - 1 of KV head hk: its rows' queries transposed into qT (rows
-// past nr zero, seeing no key: position -1), sums zero.
-static void tile_start(tile_state *ts, const ft_attn_params *p, int hk, int t0, int nt) {
-    const int hd = p->head_dim, group = p->n_head / p->n_head_kv;
-    ts->t0 = t0;
-    ts->nr = nt * group;
-    // row tl * group + g: token t0 + tl, query head hk * group + g
-    for (int r = 0; r < ROWS; r++) {
-        const float *q = r < ts->nr ? p->q + ((size_t)(t0 + r / group) * p->n_head + (size_t)hk * group + r % group) * hd
-                                    : NULL;
-        for (int d = 0; d < hd; d++) ts->qT[(size_t)d * ROWS + r] = q ? q[d] : 0.0f;
-    }
-    memset(ts->accT, 0, (size_t)ROWS * hd * sizeof(float));
+// Starts tile t0 .. t0 + nt - 1 of KV head hk: the common start, then the rows' vectors (rows
+// past nr see no key: position -1).
+static void tile_start(cpu_attn_tile *t, const ft_attn_params *p, int hk, int t0, int nt) {
+    tile_state *ts = (tile_state *)t;
+    const int group = p->n_head / p->n_head_kv;
+    cpu_attn_tile_start(t, p, hk, t0, nt);
     for (int v = 0; v < RV; v++) {
         ts->M[v] = _mm256_set1_ps(-INFINITY);
         ts->L[v] = _mm256_setzero_ps();
         int32_t pos[8], lo[8];
         for (int i = 0; i < 8; i++) {
             int r = 8 * v + i;
-            pos[i] = r < ts->nr ? p->pos0 + t0 + r / group : -1;
+            pos[i] = r < t->nr ? p->pos0 + t0 + r / group : -1;
             lo[i] = p->window > 0 ? pos[i] - p->window + 1 : INT32_MIN;
         }
         ts->qpos[v] = _mm256_loadu_si256((const __m256i *)pos);
         ts->qlo[v] = _mm256_loadu_si256((const __m256i *)lo);
     }
-    ts->first_key = cpu_attn_tiled_first_key(p, p->pos0 + t0);
-    ts->last = p->pos0 + t0 + nt - 1;
 }
 
 // The tile against keys k0 .. k0 + nk - 1 (kb, vb in f32): scores, masks, the online softmax,
 // the values (ST: the block's scores, then P).
-static void tile_block(tile_state *ts, const float *kb, const float *vb, int k0, int nk, int hd, float scale,
+static void tile_block(cpu_attn_tile *t, const float *kb, const float *vb, int k0, int nk, int hd, float scale,
                        float *ST) {
+    tile_state *ts = (tile_state *)t;
     const __m256 neg_inf = _mm256_set1_ps(-INFINITY), one = _mm256_set1_ps(1.0f);
-    scores(ts->qT, kb, nk, hd, scale, ST);
+    scores(t->qT, kb, nk, hd, scale, ST);
     for (int v = 0; v < RV; v++) {
         // the keys each row sees: [its window's start, its own position]
         __m256 bmax = neg_inf;
@@ -206,7 +184,7 @@ static void tile_block(tile_state *ts, const float *kb, const float *vb, int k0,
         ts->M[v] = mx;
         __m256 sum = _mm256_mul_ps(ts->L[v], ms);
         for (int d = 0; d < hd; d++) {
-            float *a = ts->accT + (size_t)d * ROWS + 8 * v;
+            float *a = t->accT + (size_t)d * ROWS + 8 * v;
             _mm256_storeu_ps(a, _mm256_mul_ps(_mm256_loadu_ps(a), ms));
         }
         for (int k = 0; k < nk; k++) {
@@ -217,74 +195,20 @@ static void tile_block(tile_state *ts, const float *kb, const float *vb, int k0,
         }
         ts->L[v] = sum;
     }
-    add_values(ST, vb, nk, hd, ts->accT);
+    add_values(ST, vb, nk, hd, t->accT);
 }
 
-// The tile's rows of the output: the sums over the denominator (and the head's sink).
-static void tile_finish(const tile_state *ts, const ft_attn_params *p, int hk, const float *sinks) {
-    const int hd = p->head_dim, group = p->n_head / p->n_head_kv;
-    float Ms[ROWS], Ls[ROWS], row[1024]; // (hd <= 1024)
+static void tile_stats(const cpu_attn_tile *t, float *M, float *L) {
+    const tile_state *ts = (const tile_state *)t;
     for (int v = 0; v < RV; v++) {
-        _mm256_storeu_ps(Ms + 8 * v, ts->M[v]);
-        _mm256_storeu_ps(Ls + 8 * v, ts->L[v]);
-    }
-    for (int r = 0; r < ts->nr; r++) {
-        for (int d = 0; d < hd; d++) row[d] = ts->accT[(size_t)d * ROWS + r];
-        if (sinks) cpu_attn_sink(sinks[hk * group + r % group], Ms[r], &Ls[r], row, hd);
-        const float inv = Ls[r] == 0.0f ? 0.0f : 1.0f / Ls[r];
-        float *o = p->out + ((size_t)(ts->t0 + r / group) * p->n_head + (size_t)hk * group + r % group) * hd;
-        for (int d = 0; d < hd; d++) o[d] = row[d] * inv;
-    }
-}
-
-// An item: j->group consecutive tiles of one KV head. Each block of keys any of them sees is
-// converted once and taken by every tile that sees it; a tile's blocks are its own either way
-// (they start at multiples of KEYS), so its rows' arithmetic is that of the tile alone.
-static void tiled_worker(void *ctx, int ith, int nth) {
-    tiled_job *j = ctx;
-    const ft_attn_params *p = j->p;
-    const int hd = p->head_dim, tt = j->tile_tok;
-    float *kb = j->c->attn_ws + (size_t)ith * j->c->attn_ws_per_thread; // (KEYS, hd)
-    float *vb = kb + (size_t)KEYS * hd;                                  // (KEYS, hd)
-    float *ST = vb + (size_t)KEYS * hd;                                  // (KEYS, ROWS): scores, then P
-    float *tiles = ST + (size_t)KEYS * ROWS;                             // per tile: qT, accT
-    const float *sinks = cpu_attn_sinks(p);
-    tile_state ts[CPU_ATTN_TILE_GROUP];
-    const int n_tiles = (p->n_tok + tt - 1) / tt, n_items = (n_tiles + j->group - 1) / j->group;
-    for (int64_t it = ith; it < (int64_t)n_items * p->n_head_kv; it += nth) {
-        const int tile0 = (int)(it / p->n_head_kv) * j->group, hk = (int)(it % p->n_head_kv);
-        const int n = FT_MIN(j->group, n_tiles - tile0);
-        int first = INT32_MAX, last = -1;
-        for (int i = 0; i < n; i++) {
-            const int t0 = (tile0 + i) * tt;
-            ts[i].qT = tiles + (size_t)i * 2 * ROWS * hd;
-            ts[i].accT = ts[i].qT + (size_t)ROWS * hd;
-            tile_start(&ts[i], p, hk, t0, FT_MIN(tt, p->n_tok - t0));
-            first = FT_MIN(first, ts[i].first_key);
-            last = FT_MAX(last, ts[i].last);
-        }
-        int64_t off = 0, walked = -1;
-        for (int k0 = first; k0 <= last; k0 += KEYS) {
-            cpu_attn_tiled_load_block(p, hk, k0, FT_MIN(KEYS, last - k0 + 1), kb, vb, &off, &walked);
-            for (int i = 0; i < n; i++)
-                if (k0 >= ts[i].first_key && k0 <= ts[i].last)
-                    tile_block(&ts[i], kb, vb, k0, FT_MIN(KEYS, ts[i].last - k0 + 1), hd, p->scale, ST);
-        }
-        for (int i = 0; i < n; i++) tile_finish(&ts[i], p, hk, sinks);
+        _mm256_storeu_ps(M + 8 * v, ts->M[v]);
+        _mm256_storeu_ps(L + 8 * v, ts->L[v]);
     }
 }
 
 bool cpu_attention_tiled(cpu_backend *c, const ft_attn_params *p) {
-    const int group = p->n_head / p->n_head_kv;
-    if (p->k_cache->type != FT_TYPE_F16 || p->v_cache->type != FT_TYPE_F16) return false;
-    if (group > ROWS || p->head_dim % 16 != 0 || p->head_dim > 1024) return false;
-    if (cpu_attn_tiled_ws_floats(p->head_dim) > c->attn_ws_per_thread) return false;
-    // a group of tiles per item where that leaves every thread several items
-    const int n_tiles = (p->n_tok + ROWS / group - 1) / (ROWS / group);
-    const int tiles_per_item = FT_MAX(1, FT_MIN(CPU_ATTN_TILE_GROUP, n_tiles * p->n_head_kv / (4 * cpu_threads(c))));
-    tiled_job j = {c, p, ROWS / group, tiles_per_item};
-    cpu_run(c, tiled_worker, &j);
-    return true;
+    static const cpu_attn_tiled_kernel k = {tile_start, tile_block, tile_stats};
+    return cpu_attn_tiled_run(c, p, &k);
 }
 
 #if defined(__clang__)

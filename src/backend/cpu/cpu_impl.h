@@ -118,8 +118,8 @@ int cpu_attn_head_parts(const cpu_backend *c, const ft_attn_params *p);
 // cover (then the reference path runs). tiled: llama.cpp's f32 path for large batches.
 bool cpu_attention_fast(cpu_backend *c, const ft_attn_params *p, bool tiled);
 // cpu_attn_tiled_avx2.c: the tiled path (f16 cache, FT_ATTN_TILED_MIN_TOK queries or more) in
-// blocks of keys; false where it does not apply. Needs AVX2 and cpu_attn_tiled_ws_floats of the
-// per-thread workspace.
+// blocks of keys (cpu_attn_tiled.h); false where it does not apply. Needs AVX2 and
+// cpu_attn_tiled_ws_floats (cpu_attn_tiled.c) of the per-thread workspace.
 bool cpu_attention_tiled(cpu_backend *c, const ft_attn_params *p);
 size_t cpu_attn_tiled_ws_floats(int head_dim);
 // Both tiled kernels' tiles: up to CPU_ATTN_TILE_ROWS query rows against blocks of
