@@ -29,6 +29,23 @@ static void fill_kv(ft_backend *be, ft_tensor *kc, ft_tensor *vc, int width, int
     be->ops->set_rows(be, vc, NULL, 0, kv, n_ctx);
 }
 
+// 16 attention sinks' logits into sink_v, of every size against scores of order 1 (far above:
+// the sum of values is rescaled to the sink; near; far below), and the tensor over them.
+static ft_tensor test_sinks(float sink_v[16], ft_rng *r) {
+    for (int h = 0; h < 16; h++) sink_v[h] = (float)((h % 4) * 3 - 3) + 0.25f * ft_rng_normal(r);
+    return (ft_tensor){.name = "sinks", .type = FT_TYPE_F32, .ne = {16, 1, 1}, .row_bytes = 64, .mat_bytes = 64,
+                       .data = sink_v};
+}
+
+// A 3-thread fast backend for the paths-agree tests: heads of hd, up to 16 query heads.
+static ft_backend *paths_backend(int max_tok, int hd, int ctx) {
+    ft_backend_limits lim = {.max_tok = max_tok, .max_width = 16 * hd * 2, .max_ctx = ctx, .max_head_dim = hd,
+                             .n_expert = 1, .n_expert_used = 1};
+    ft_backend *be = ft_backend_cpu_init(3, false);
+    be->ops->reserve(be, &lim);
+    return be;
+}
+
 // Both paths make the same roundings but the reference's dot products are scalar and the
 // fast path's are SIMD (another summation order), so a score may differ in its last bit; with
 // an f16 value accumulator (below 64 queries) that can move an f16 rounding of the running
@@ -45,12 +62,8 @@ TEST(cpu_attention_fast_vs_reference) {
     float *q = ft_malloc(max_q * sizeof(float)), *of = ft_malloc(max_q * sizeof(float)),
           *orf = ft_malloc(max_q * sizeof(float));
     float *kv = ft_malloc((size_t)ATT_CTX * 4 * ATT_HD * sizeof(float));
-    // sinks of every size against the scores (of order 1 here): far above (the sum of values is
-    // rescaled to the sink), near, far below
     float sink_v[16];
-    for (int h = 0; h < 16; h++) sink_v[h] = (float)((h % 4) * 3 - 3) + 0.25f * ft_rng_normal(&r);
-    ft_tensor sinks = {.name = "sinks", .type = FT_TYPE_F32, .ne = {16, 1, 1}, .row_bytes = 64, .mat_bytes = 64,
-                       .data = sink_v};
+    ft_tensor sinks = test_sinks(sink_v, &r);
     for (int ti = 0; ti < 2; ti++)
         for (int gi = 0; gi < 6; gi++)
             for (int bi = 0; bi < 3; bi++)
@@ -213,17 +226,12 @@ TEST(cpu_attention_tiled_paths_agree) {
     if (!cpu_has_avx512()) return;
     enum { HD = 64, CTX = 420 };
     ft_rng r = ft_rng_init(47);
-    ft_backend_limits lim = {.max_tok = 300, .max_width = 16 * HD * 2, .max_ctx = CTX, .max_head_dim = HD,
-                             .n_expert = 1, .n_expert_used = 1};
-    ft_backend *be = ft_backend_cpu_init(3, false);
-    be->ops->reserve(be, &lim);
+    ft_backend *be = paths_backend(300, HD, CTX);
     cpu_backend *c = cpu_of(be);
     const int groups[4][2] = {{4, 4}, {8, 2}, {12, 1}, {16, 1}}; // (n_head, n_head_kv)
     const int batches[3][2] = {{64, 0}, {150, 37}, {300, CTX - 300}}; // (n_tok, pos0)
     float sink_v[16];
-    for (int h = 0; h < 16; h++) sink_v[h] = (float)((h % 4) * 3 - 3) + 0.25f * ft_rng_normal(&r);
-    ft_tensor sinks = {.name = "sinks", .type = FT_TYPE_F32, .ne = {16, 1, 1}, .row_bytes = 64, .mat_bytes = 64,
-                       .data = sink_v};
+    ft_tensor sinks = test_sinks(sink_v, &r);
     size_t max_q = (size_t)300 * 16 * HD;
     float *q = ft_malloc(max_q * sizeof(float)), *a = ft_malloc(max_q * sizeof(float)),
           *b = ft_malloc(max_q * sizeof(float)), *kv = ft_malloc((size_t)CTX * 4 * HD * sizeof(float));
@@ -264,16 +272,11 @@ TEST(cpu_attention_decode_paths_agree) {
     if (!cpu_has_avx2()) return;
     enum { HD = 64, CTX = 150 };
     ft_rng r = ft_rng_init(43);
-    ft_backend_limits lim = {.max_tok = 8, .max_width = 16 * HD * 2, .max_ctx = CTX, .max_head_dim = HD,
-                             .n_expert = 1, .n_expert_used = 1};
-    ft_backend *be = ft_backend_cpu_init(3, false);
-    be->ops->reserve(be, &lim);
+    ft_backend *be = paths_backend(8, HD, CTX);
     cpu_backend *c = cpu_of(be);
     const int groups[4][2] = {{4, 4}, {8, 2}, {12, 1}, {16, 1}}; // (n_head, n_head_kv)
     float sink_v[16];
-    for (int h = 0; h < 16; h++) sink_v[h] = (float)((h % 4) * 3 - 3) + 0.25f * ft_rng_normal(&r);
-    ft_tensor sinks = {.name = "sinks", .type = FT_TYPE_F32, .ne = {16, 1, 1}, .row_bytes = 64, .mat_bytes = 64,
-                       .data = sink_v};
+    ft_tensor sinks = test_sinks(sink_v, &r);
     size_t max_q = (size_t)8 * 16 * HD;
     float *q = ft_malloc(max_q * sizeof(float)), *a = ft_malloc(max_q * sizeof(float)),
           *b = ft_malloc(max_q * sizeof(float)), *kv = ft_malloc((size_t)CTX * 4 * HD * sizeof(float));
