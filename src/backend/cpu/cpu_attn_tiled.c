@@ -18,7 +18,9 @@ size_t cpu_attn_tiled_ws_floats(int head_dim) {
     return (size_t)ROWS * head_dim * 2 * CPU_ATTN_TILE_GROUP + (size_t)KEYS * head_dim * 2 + (size_t)ROWS * KEYS + 64;
 }
 
-void cpu_attn_tile_start(cpu_attn_tile *t, const ft_attn_params *p, int hk, int t0, int nt) {
+// The common start of a tile: its rows' queries transposed into t->qT (rows past nr zero), the
+// sums zero, t0, nr, first_key and last.
+static void tile_start(cpu_attn_tile *t, const ft_attn_params *p, int hk, int t0, int nt) {
     const int hd = p->head_dim, group = p->n_head / p->n_head_kv;
     t->t0 = t0;
     t->nr = nt * group;
@@ -76,7 +78,8 @@ static void tiled_worker(void *ctx, int ith, int nth) {
             ts[i] = (cpu_attn_tile *)states[i];
             ts[i]->qT = qs + (size_t)i * 2 * ROWS * hd;
             ts[i]->accT = ts[i]->qT + (size_t)ROWS * hd;
-            j->k->start(ts[i], p, hk, t0, FT_MIN(tt, p->n_tok - t0));
+            tile_start(ts[i], p, hk, t0, FT_MIN(tt, p->n_tok - t0));
+            j->k->start(ts[i], p);
             first = FT_MIN(first, ts[i]->first_key);
             last = FT_MAX(last, ts[i]->last);
         }

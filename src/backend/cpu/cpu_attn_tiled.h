@@ -22,9 +22,9 @@ typedef struct cpu_attn_tile {
 enum { CPU_ATTN_TILE_STATE_BYTES = 1280 };
 
 typedef struct cpu_attn_tiled_kernel {
-    // Starts tile t0 .. t0 + nt - 1 of KV head hk (t->qT, t->accT set): calls
-    // cpu_attn_tile_start, then sets its own running maxima, denominators and positions.
-    void (*start)(cpu_attn_tile *t, const ft_attn_params *p, int hk, int t0, int nt);
+    // Starts a tile whose common part the item loop has started (queries transposed, sums zero,
+    // t0, nr, first_key, last): its rows' running maxima, denominators and positions.
+    void (*start)(cpu_attn_tile *t, const ft_attn_params *p);
     // The tile against keys k0 .. k0 + nk - 1 (kb, vb: f32 rows of head_dim); ST: the
     // thread's (KEYS, ROWS) scratch.
     void (*block)(cpu_attn_tile *t, const float *kb, const float *vb, int k0, int nk, int hd, float scale,
@@ -32,10 +32,6 @@ typedef struct cpu_attn_tiled_kernel {
     // The rows' running maxima and softmax denominators, ROWS each.
     void (*stats)(const cpu_attn_tile *t, float *M, float *L);
 } cpu_attn_tiled_kernel;
-
-// The common start of a tile: its rows' queries transposed into t->qT (rows past nr zero), the
-// sums zero, t0, nr, first_key and last.
-void cpu_attn_tile_start(cpu_attn_tile *t, const ft_attn_params *p, int hk, int t0, int nt);
 
 // Runs p's attention with kernel k on c's threads; false, having done nothing, where the tiled
 // path does not apply (a cache not f16, a group wider than a tile, head_dim not a multiple of

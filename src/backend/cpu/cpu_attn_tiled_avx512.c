@@ -108,19 +108,18 @@ typedef struct {
 } tile_state;
 _Static_assert(sizeof(tile_state) <= CPU_ATTN_TILE_STATE_BYTES, "the item loop's room for a tile");
 
-// Starts tile t0 .. t0 + nt - 1 of KV head hk: the common start, then the rows' vectors (rows
-// past nr see no key: position -1).
-static void tile_start(cpu_attn_tile *t, const ft_attn_params *p, int hk, int t0, int nt) {
+// Starts a tile (its common part started): the rows' vectors (rows past nr see no key:
+// position -1).
+static void tile_start(cpu_attn_tile *t, const ft_attn_params *p) {
     tile_state *ts = (tile_state *)t;
     const int group = p->n_head / p->n_head_kv;
-    cpu_attn_tile_start(t, p, hk, t0, nt);
     for (int v = 0; v < RV; v++) {
         ts->M[v] = _mm512_set1_ps(-INFINITY);
         ts->L[v] = _mm512_setzero_ps();
         int32_t pos[16], lo[16];
         for (int i = 0; i < 16; i++) {
             int r = 16 * v + i;
-            pos[i] = r < t->nr ? p->pos0 + t0 + r / group : -1;
+            pos[i] = r < t->nr ? p->pos0 + t->t0 + r / group : -1;
             lo[i] = p->window > 0 ? pos[i] - p->window + 1 : INT32_MIN;
         }
         ts->qpos[v] = _mm512_loadu_si512(pos);
