@@ -176,6 +176,38 @@ __device__ __forceinline__ void fa_write_rows(const ft_cuda_attn_params &p, cons
     }
 }
 
+// Query dims c0 .. c0 + DH - 1 of the tile's FA_BQ rows rounded to f16 into st (rows of ROW
+// halves): row r = (token t0 + r / group, head hk * group + r % group), zeros past the tile's
+// tokens (t1 the last).
+template <int D, int DH, int ROW>
+__device__ __forceinline__ void fa_stage_q_f16(const ft_cuda_attn_params &p, __half (*st)[ROW], int t0, int t1,
+                                               int hk, int c0) {
+    const int group = p.n_head / p.n_head_kv, tpt = FA_BQ / group;
+    for (int i = threadIdx.x; i < FA_BQ * (DH / 2); i += FA_THREADS) {
+        const int r = i / (DH / 2), d = i % (DH / 2) * 2, tok = t0 + r / group;
+        float x0 = 0.0f, x1 = 0.0f;
+        if (r < tpt * group && tok <= t1) {
+            const float *q = p.q + ((int64_t)tok * p.n_head + hk * group + r % group) * D + c0 + d;
+            x0 = q[0];
+            x1 = q[1];
+        }
+        *(uint32_t *)&st[r][d] = pack_f16x2(x0, x1);
+    }
+}
+
+// A warp's A fragments of its 16 staged f16 query rows from m0 (this thread's rows m0 + g and
+// m0 + g + 8), KD k-steps of 16 dims.
+template <int KD, int ROW>
+__device__ __forceinline__ void fa_q_fragments(const __half (*st)[ROW], int m0, int g, int t, uint32_t (&qa)[KD][4]) {
+#pragma unroll
+    for (int kk = 0; kk < KD; kk++) {
+        qa[kk][0] = ld_word(&st[m0 + g][kk * 16 + 2 * t]);
+        qa[kk][1] = ld_word(&st[m0 + g + 8][kk * 16 + 2 * t]);
+        qa[kk][2] = ld_word(&st[m0 + g][kk * 16 + 2 * t + 8]);
+        qa[kk][3] = ld_word(&st[m0 + g + 8][kk * 16 + 2 * t + 8]);
+    }
+}
+
 // Launch: one 128-thread CTA per (KV head, tile of FA_BQ / group tokens), grid (n_head_kv,
 // tiles). Its FA_BQ = 64 rows are (token, query head) pairs of the heads sharing that KV head,
 // row r = token t0 + r / group, head hk * group + r % group, so each K/V tile read to shared
@@ -245,33 +277,21 @@ __global__ void __launch_bounds__(FA_THREADS) flash_attn_kernel(const ft_cuda_at
                 qd[r][hh * NBH + b] = __half2float(__float2half_rn(d));
             }
         } else {
-            for (int i = threadIdx.x; i < FA_BQ * (DH / 2); i += FA_THREADS) {
-                const int r = i / (DH / 2), d = i % (DH / 2) * 2, tok = t0 + r / group;
-                float x0 = 0.0f, x1 = 0.0f;
-                if (r < tpt * group && tok <= t1) {
-                    const float *q = p.q + ((int64_t)tok * p.n_head + hk * group + r % group) * D + hh * DH + d;
-                    x0 = q[0];
-                    x1 = q[1];
-                }
-                *(uint32_t *)&ks[r][d] = pack_f16x2(x0, x1);
-            }
+            fa_stage_q_f16<D, DH>(p, ks, t0, t1, hk, hh * DH);
         }
         __syncthreads();
+        if constexpr (KQ8) {
 #pragma unroll
-        for (int kk = 0; kk < KD; kk++) {
-            if constexpr (KQ8) {
+            for (int kk = 0; kk < KD; kk++) {
                 qa[hh][kk][0] = *(const uint32_t *)&kc[m0 + g][kk * 32 + 4 * t];
                 qa[hh][kk][1] = *(const uint32_t *)&kc[m0 + g + 8][kk * 32 + 4 * t];
                 qa[hh][kk][2] = *(const uint32_t *)&kc[m0 + g][kk * 32 + 4 * t + 16];
                 qa[hh][kk][3] = *(const uint32_t *)&kc[m0 + g + 8][kk * 32 + 4 * t + 16];
                 qs[0][hh * KD + kk] = qd[m0 + g][hh * KD + kk];
                 qs[1][hh * KD + kk] = qd[m0 + g + 8][hh * KD + kk];
-            } else {
-                qa[hh][kk][0] = ld_word(&ks[m0 + g][kk * 16 + 2 * t]);
-                qa[hh][kk][1] = ld_word(&ks[m0 + g + 8][kk * 16 + 2 * t]);
-                qa[hh][kk][2] = ld_word(&ks[m0 + g][kk * 16 + 2 * t + 8]);
-                qa[hh][kk][3] = ld_word(&ks[m0 + g + 8][kk * 16 + 2 * t + 8]);
             }
+        } else {
+            fa_q_fragments(ks, m0, g, t, qa[hh]);
         }
     }
     // this thread's two rows (g and g + 8 of the warp's 16): their query positions
@@ -400,25 +420,10 @@ __global__ void __launch_bounds__(FA_THREADS) flash_attn_f16_kernel(const ft_cud
 
     // 1. queries rounded to f16: row r = (token t0 + r / group, head hk * group + r % group)
     const int m0 = warp * 16;
-    for (int i = threadIdx.x; i < FA_BQ * (D / 2); i += FA_THREADS) {
-        const int r = i / (D / 2), d = i % (D / 2) * 2, tok = t0 + r / group;
-        float x0 = 0.0f, x1 = 0.0f;
-        if (r < tpt * group && tok <= t1) {
-            const float *q = p.q + ((int64_t)tok * p.n_head + hk * group + r % group) * D + d;
-            x0 = q[0];
-            x1 = q[1];
-        }
-        *(uint32_t *)&qst[r][d] = pack_f16x2(x0, x1);
-    }
+    fa_stage_q_f16<D, D>(p, qst, t0, t1, hk, 0);
     __syncthreads();
     uint32_t qa[KD][4];
-#pragma unroll
-    for (int kk = 0; kk < KD; kk++) {
-        qa[kk][0] = ld_word(&qst[m0 + g][kk * 16 + 2 * t]);
-        qa[kk][1] = ld_word(&qst[m0 + g + 8][kk * 16 + 2 * t]);
-        qa[kk][2] = ld_word(&qst[m0 + g][kk * 16 + 2 * t + 8]);
-        qa[kk][3] = ld_word(&qst[m0 + g + 8][kk * 16 + 2 * t + 8]);
-    }
+    fa_q_fragments(qst, m0, g, t, qa);
     int qpos[2];
 #pragma unroll
     for (int h = 0; h < 2; h++) qpos[h] = pos0 + min(t0 + (m0 + g + 8 * h) / group, t1);
