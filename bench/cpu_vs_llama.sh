@@ -80,7 +80,8 @@ compare() {
     out=$(mktemp)
     echo "cpu_vs_llama: $path, -p $n_prompt -n $n_gen -t $threads, $rounds rounds" >&2
     for ((i = 0; i < rounds; i++)); do
-        local ft_cmd=("$FT" bench -m "$path" -p "$n_prompt" -n "$n_gen" -t "$threads" -r 1 --json)
+        # ft prefills in chunks of llama_bench.mjs's batch (512), not its own CPU default
+        local ft_cmd=("$FT" bench -m "$path" -p "$n_prompt" -n "$n_gen" -t "$threads" -b 512 -r 1 --json)
         local ll_cmd=(node "$LLAMA_BENCH" "$path" -p "$n_prompt" -n "$n_gen" -t "$threads" -r 1 --json)
         if ((i % 2 == 0)); then
             echo "ft $("${ft_cmd[@]}")" >>"$out"; echo "llama $("${ll_cmd[@]}")" >>"$out"

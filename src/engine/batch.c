@@ -93,7 +93,7 @@ static bool batch_setup(ft_batch *b, ft_err *err) {
                             .graph_max_tok = p->cuda_graph_max_bs};
     if (!(b->be = ft_backend_init(&bp, err))) return false;
     if (!engine_fit_context(m, b->be, &b->p, err)) return false;
-    b->p.n_batch = engine_offload_batch(m, b->be, &b->p);
+    b->p.n_batch = engine_prefill_batch(m, b->be, &b->p);
     b->max_tok = engine_step_tokens(p);
     b->max_blocks = ft_kv_blocks_for(p->n_ctx);
     engine_placement pl;

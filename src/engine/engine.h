@@ -29,7 +29,7 @@ typedef struct ft_engine_params {
     int n_threads;          // CPU threads (default: ft_engine_default_threads)
     int n_ctx;              // positions of one sequence at most (0: the model's training context)
     int n_batch;            // tokens per prefill step (a prompt is cut into chunks of n_batch)
-    bool n_batch_auto;      // n_batch is the command's default: offload may raise it (engine_offload_batch)
+    bool n_batch_auto;      // n_batch is the command's default: engine_prefill_batch may raise it
     int n_seq;              // sequences open at once (batch.h; ft_engine: 1)
     bool n_ctx_default;     // n_ctx is the model's context by default: shrunk to what memory holds
     int64_t num_tokens;     // KV positions all sequences share (0: engine_kv_blocks's default)
@@ -94,7 +94,7 @@ float ft_engine_route_gap(const ft_engine *e);
 void ft_engine_reset(ft_engine *e);
 int ft_engine_pos(const ft_engine *e);
 int ft_engine_n_ctx(const ft_engine *e);
-int ft_engine_n_batch(const ft_engine *e); // the prefill chunk in use (engine_offload_batch may raise it)
+int ft_engine_n_batch(const ft_engine *e); // the prefill chunk in use (engine_prefill_batch may raise it)
 // The model's weights as the engine's backend holds them (where each tensor was placed).
 const ft_weights *ft_engine_weights(const ft_engine *e);
 const ft_model *ft_engine_model(const ft_engine *e);

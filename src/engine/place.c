@@ -255,11 +255,27 @@ moe_auto_facts engine_auto_facts(const ft_model *m, const ft_engine_params *p, f
     return f;
 }
 
-// --moe-backend auto's choice, and why, on stderr.
-enum { OFFLOAD_BATCH = 2048 };
+// The prefill chunks the command's default raises n_batch to (engine_prefill_batch): with the
+// experts on the host, each step streams every expert of a layer to the GPU whatever its token
+// count; on the CPU, each step decodes every selected expert's weights once for all its rows
+// (docs/performance.md: 256-token chunks prefill 1.39x slower than 1024 at 4,096 tokens).
+enum { OFFLOAD_BATCH = 2048, CPU_BATCH = 1024 };
 
-int engine_offload_batch(const ft_model *m, ft_backend *be, const ft_engine_params *p) {
-    if (!p->n_batch_auto || be->placement == FT_PLACEMENT_CPU || m->hp.n_expert == 0) return p->n_batch;
+// The largest chunk from want down, halved, whose workspace takes at most a tenth of mem,
+// never below p->n_batch or above the context.
+static int batch_within(const ft_model *m, ft_backend *be, const ft_engine_params *p, int want, size_t mem) {
+    ft_engine_params q = *p;
+    for (int nb = FT_MIN(want, p->n_ctx); nb > p->n_batch; nb /= 2) {
+        q.n_batch = nb;
+        if (workspace_bytes(m, &q, be) <= mem / 10) return nb;
+    }
+    return p->n_batch;
+}
+
+int engine_prefill_batch(const ft_model *m, ft_backend *be, const ft_engine_params *p) {
+    if (!p->n_batch_auto) return p->n_batch;
+    if (be->placement == FT_PLACEMENT_CPU) return batch_within(m, be, p, CPU_BATCH, ft_mem_available());
+    if (m->hp.n_expert == 0) return p->n_batch;
     enum ft_moe_backend mode = p->moe_backend;
     if (mode == FT_MOE_BACKEND_AUTO) {
         moe_auto_facts f = engine_auto_facts(m, p, be, NULL, 0);
@@ -268,15 +284,10 @@ int engine_offload_batch(const ft_model *m, ft_backend *be, const ft_engine_para
     if (mode != FT_MOE_BACKEND_OFFLOAD && mode != FT_MOE_BACKEND_CPU && mode != FT_MOE_BACKEND_HYBRID) return p->n_batch;
     ft_device_info info;
     be->ops->device_info(be, &info);
-    size_t budget = engine_device_budget(p, &info);
-    ft_engine_params q = *p;
-    for (int nb = FT_MIN(OFFLOAD_BATCH, p->n_ctx); nb > p->n_batch; nb /= 2) {
-        q.n_batch = nb;
-        if (workspace_bytes(m, &q, be) <= budget / 10) return nb;
-    }
-    return p->n_batch;
+    return batch_within(m, be, p, OFFLOAD_BATCH, engine_device_budget(p, &info));
 }
 
+// --moe-backend auto's choice, and why, on stderr.
 static enum ft_moe_backend auto_pick(const ft_model *m, const ft_engine_params *p, ft_backend *be) {
     char why[200] = "";
     moe_auto_facts f = engine_auto_facts(m, p, be, why, sizeof(why));

@@ -30,12 +30,12 @@ int64_t engine_kv_blocks(const ft_engine_params *p);
 // (the device plan checks a GPU's). Returns false and sets *err then.
 bool engine_fit_context(const ft_model *m, ft_backend *be, ft_engine_params *p, ft_err *err);
 
-// The prefill chunk for p (n_batch unless the command's default stands, p->n_batch_auto, and
-// the experts stay in host memory: --moe-backend offload or cpu): each such prefill step streams
-// every expert of a layer to the GPU whatever its token count, so a step of 2048 tokens costs
-// about what one of 512 does (docs/performance.md); 2048, halved while its workspace would take
-// more than a tenth of the GPU budget, never below n_batch or above n_ctx.
-int engine_offload_batch(const ft_model *m, ft_backend *be, const ft_engine_params *p);
+// The prefill chunk for p: n_batch unless the command's default stands (p->n_batch_auto); then
+// larger where a step's cost hardly grows with its tokens: on the CPU 1024, and on a GPU whose
+// experts stay in host memory (--moe-backend offload, cpu or hybrid) 2048, each halved while its
+// workspace would take more than a tenth of the memory (the CPU's available memory, the GPU
+// budget), never below n_batch or above n_ctx.
+int engine_prefill_batch(const ft_model *m, ft_backend *be, const ft_engine_params *p);
 // The same against mem bytes (cpu: the CPU's available memory, else a device budget).
 bool engine_fit_context_to(const ft_model *m, ft_engine_params *p, size_t mem, bool cpu, ft_err *err);
 // Bytes of the pool (kv_pool.h): its blocks, and each sequence's table and recurrent state.
