@@ -255,36 +255,43 @@ moe_auto_facts engine_auto_facts(const ft_model *m, const ft_engine_params *p, f
     return f;
 }
 
-// The prefill chunks the command's default raises n_batch to (engine_prefill_batch): with the
-// experts on the host, each step streams every expert of a layer to the GPU whatever its token
-// count; on the CPU, each step decodes every selected expert's weights once for all its rows
-// (docs/performance.md: 256-token chunks prefill 1.39x slower than 1024 at 4,096 tokens).
-enum { OFFLOAD_BATCH = 2048, CPU_BATCH = 1024 };
+// The prefill chunks the command's default is raised to (engine_prefill_batch): a step costs far
+// less than in proportion to its tokens. On a GPU the grouped expert GEMMs fill their tiles (and
+// with the experts in host memory a step streams a layer's experts whatever its token count); on
+// the CPU a step decodes each selected expert's weights once for all its rows. The CPU's chunk is
+// the smaller: a step holds up the other sequences' decode tokens while it runs.
+enum { GPU_BATCH = 2048, CPU_BATCH = 1024 };
 
-// The largest chunk from want down, halved, whose workspace takes at most a tenth of mem,
-// never below p->n_batch or above the context.
-static int batch_within(const ft_model *m, ft_backend *be, const ft_engine_params *p, int want, size_t mem) {
+// Whether the whole model, at p's chunk, fits the device budget (fused, or auto's choice of it).
+static bool whole_fits(const ft_model *m, const ft_engine_params *p, ft_backend *be) {
+    moe_auto_facts f = engine_auto_facts(m, p, be, NULL, 0);
+    return f.fused_need <= f.budget;
+}
+
+// The largest chunk from want down, halved, whose workspace takes at most a tenth of mem (and,
+// where whole, leaves the resident model fitting), never below p->n_batch or above the context.
+static int batch_within(const ft_model *m, ft_backend *be, const ft_engine_params *p, int want, size_t mem,
+                        bool whole) {
     ft_engine_params q = *p;
     for (int nb = FT_MIN(want, p->n_ctx); nb > p->n_batch; nb /= 2) {
         q.n_batch = nb;
-        if (workspace_bytes(m, &q, be) <= mem / 10) return nb;
+        if (workspace_bytes(m, &q, be) <= mem / 10 && (!whole || whole_fits(m, &q, be))) return nb;
     }
     return p->n_batch;
 }
 
 int engine_prefill_batch(const ft_model *m, ft_backend *be, const ft_engine_params *p) {
     if (!p->n_batch_auto) return p->n_batch;
-    if (be->placement == FT_PLACEMENT_CPU) return batch_within(m, be, p, CPU_BATCH, ft_mem_available());
-    if (m->hp.n_expert == 0) return p->n_batch;
+    if (be->placement == FT_PLACEMENT_CPU) return batch_within(m, be, p, CPU_BATCH, ft_mem_available(), false);
     enum ft_moe_backend mode = p->moe_backend;
+    if (m->hp.n_expert == 0) mode = FT_MOE_BACKEND_FUSED;
     if (mode == FT_MOE_BACKEND_AUTO) {
         moe_auto_facts f = engine_auto_facts(m, p, be, NULL, 0);
         mode = moe_placement_auto(&f);
     }
-    if (mode != FT_MOE_BACKEND_OFFLOAD && mode != FT_MOE_BACKEND_CPU && mode != FT_MOE_BACKEND_HYBRID) return p->n_batch;
     ft_device_info info;
     be->ops->device_info(be, &info);
-    return batch_within(m, be, p, OFFLOAD_BATCH, engine_device_budget(p, &info));
+    return batch_within(m, be, p, GPU_BATCH, engine_device_budget(p, &info), mode == FT_MOE_BACKEND_FUSED);
 }
 
 // --moe-backend auto's choice, and why, on stderr.

@@ -31,10 +31,9 @@ int64_t engine_kv_blocks(const ft_engine_params *p);
 bool engine_fit_context(const ft_model *m, ft_backend *be, ft_engine_params *p, ft_err *err);
 
 // The prefill chunk for p: n_batch unless the command's default stands (p->n_batch_auto); then
-// larger where a step's cost hardly grows with its tokens: on the CPU 1024, and on a GPU whose
-// experts stay in host memory (--moe-backend offload, cpu or hybrid) 2048, each halved while its
-// workspace would take more than a tenth of the memory (the CPU's available memory, the GPU
-// budget), never below n_batch or above n_ctx.
+// 2048 on a GPU and 1024 on the CPU, each halved while its workspace would take more than a
+// tenth of the memory (the GPU budget, the CPU's available memory) or, for a model resident on
+// the GPU whole, would no longer let it fit; never below n_batch or above n_ctx.
 int engine_prefill_batch(const ft_model *m, ft_backend *be, const ft_engine_params *p);
 // The same against mem bytes (cpu: the CPU's available memory, else a device budget).
 bool engine_fit_context_to(const ft_model *m, ft_engine_params *p, size_t mem, bool cpu, ft_err *err);
