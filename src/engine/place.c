@@ -182,9 +182,9 @@ static bool plan_cpu(const ft_model *m, const ft_engine_params *p, engine_placem
     char why[160];
     if (!plan_weights_copy(m, p, false, kv + work, out, why, sizeof(why), err)) return false;
     if (p->print_plan)
-        fprintf(stderr, "cpu: weights %.1f MiB (%s), KV cache %.1f MiB (%d x %d positions, %s), buffers %.1f MiB; "
-                        "%.0f MiB of memory available\n",
-                weights / MiB, why, kv / MiB, p->n_seq, p->n_ctx, ft_type_name(p->kv_type), work / MiB,
+        fprintf(stderr, "cpu: weights %.1f MiB (%s), KV cache %.1f MiB (%d x %d positions, %s), buffers %.1f MiB "
+                        "(prefill chunk %d); %.0f MiB of memory available\n",
+                weights / MiB, why, kv / MiB, p->n_seq, p->n_ctx, ft_type_name(p->kv_type), work / MiB, p->n_batch,
                 ft_mem_available() / MiB);
     return true;
 }
