@@ -286,6 +286,35 @@ TEST(engine_context_limits) {
     ft_model_free(m);
 }
 
+// The command's default prefill chunk rises to 1024 on the CPU (never past the context); a chunk
+// the user gave stands.
+TEST(engine_prefill_chunk_default_cpu) {
+    ft_synth_params sp = ft_synth_default_params();
+    sp.arch = "qwen3moe";
+    sp.n_layer = 1;
+    sp.n_ctx_train = 4096;
+    ft_model *m = fixture_model(&sp, "engine_chunk.gguf");
+    REQUIRE(m);
+    const struct {
+        bool auto_batch;
+        int n_ctx, want;
+    } cases[] = {{true, 4096, 1024}, {true, 600, 600}, {false, 4096, 256}};
+    for (size_t c = 0; c < FT_ARRAY_LEN(cases); c++) {
+        ft_err err = {{0}};
+        ft_engine_params ep = ft_engine_default_params();
+        ep.n_threads = 1;
+        ep.n_ctx = cases[c].n_ctx;
+        ep.n_batch = 256;
+        ep.n_batch_auto = cases[c].auto_batch;
+        ft_engine *e = ft_engine_init(m, &ep, &err);
+        REQUIRE(e, "case %zu: %s", c, err.msg);
+        CHECK(ft_engine_n_batch(e) == cases[c].want, "case %zu: chunk %d, want %d", c, ft_engine_n_batch(e),
+              cases[c].want);
+        ft_engine_free(e);
+    }
+    ft_model_free(m);
+}
+
 // The default context (serve's) halves until the KV pool takes at most a quarter of the memory,
 // never below 4096; a context the user set that does not fit the CPU's memory is an error.
 TEST(engine_context_fits_memory) {

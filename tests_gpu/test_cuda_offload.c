@@ -717,11 +717,10 @@ TEST(cuda_fused_gate_up_equals_split_twin) {
 // ---------------------------------------------------------------------------------------------
 // Bandwidth (printed, not asserted): every step misses all its experts.
 
-// Offload's and cpu mode's prefill chunk: with the command's default (n_batch_auto) it grows to 2048 tokens
-// (bounded by the context, and by a tenth of the budget for its workspace, far off here), since
-// each prefill step streams every expert whatever its token count; a -b the user gave stays, and
-// fused keeps the default.
-TEST(cuda_offload_prefill_chunk_default) {
+// The command's default prefill chunk (n_batch_auto) rises to 2048 tokens on a GPU in every mode
+// (bounded by the context, and by a tenth of the budget for its workspace, far off here); a -b
+// the user gave stands.
+TEST(cuda_prefill_chunk_default) {
     GPU_TEST_REQUIRE_DEVICE();
     ft_synth_params sp = ft_synth_default_params();
     sp.arch = "qwen3moe";
@@ -743,7 +742,8 @@ TEST(cuda_offload_prefill_chunk_default) {
         int n_ctx, want;
     } cases[] = {
         {FT_MOE_BACKEND_OFFLOAD, true, 4096, 2048}, {FT_MOE_BACKEND_OFFLOAD, true, 1000, 1000},
-        {FT_MOE_BACKEND_OFFLOAD, false, 4096, 256}, {FT_MOE_BACKEND_FUSED, true, 4096, 256},
+        {FT_MOE_BACKEND_OFFLOAD, false, 4096, 256}, {FT_MOE_BACKEND_FUSED, true, 4096, 2048},
+        {FT_MOE_BACKEND_FUSED, false, 4096, 256},   {FT_MOE_BACKEND_AUTO, true, 4096, 2048},
         {FT_MOE_BACKEND_CPU, true, 4096, 2048},
     };
     for (size_t c = 0; c < FT_ARRAY_LEN(cases); c++) {
@@ -757,9 +757,7 @@ TEST(cuda_offload_prefill_chunk_default) {
         REQUIRE(e, "case %zu: %s", c, err.msg);
         int got = ft_engine_n_batch(e);
         CHECK(got == cases[c].want, "case %zu (%s, auto %d, ctx %d): chunk %d, want %d", c,
-              cases[c].mode == FT_MOE_BACKEND_OFFLOAD ? "offload" : cases[c].mode == FT_MOE_BACKEND_CPU ? "cpu" : "fused",
-              cases[c].auto_batch, cases[c].n_ctx, got,
-              cases[c].want);
+              ft_moe_backend_name(cases[c].mode), cases[c].auto_batch, cases[c].n_ctx, got, cases[c].want);
         ft_engine_free(e);
     }
     ft_model_free(m);
