@@ -15,7 +15,8 @@
 # llama-bench: --llama-bench, else $LLAMA_BENCH, else /tmp/llama.cpp/b/bin/llama-bench (what
 # ../shared/tools/llama-bench-build.sh builds); $LLAMA_ARGS adds flags (default -fa 1).
 # Without it only ft's figures are printed. FT (default build/ft) is ft, built with CUDA;
-# FT_ARGS adds flags to each ft bench.
+# FT_ARGS adds flags to each ft bench. Each engine prefills at its own default chunk (ft 2048
+# tokens, llama-bench -ub 512): LLAMA_ARGS="-fa 1 -ub 2048" and FT_ARGS="-b 512" pair them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
