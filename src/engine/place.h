@@ -29,14 +29,13 @@ int64_t engine_kv_blocks(const ft_engine_params *p);
 // printed; a context the user set whose KV pool exceeds the CPU's available memory is an error
 // (the device plan checks a GPU's). Returns false and sets *err then.
 bool engine_fit_context(const ft_model *m, ft_backend *be, ft_engine_params *p, ft_err *err);
-
+// The same against mem bytes (cpu: the CPU's available memory, else a device budget).
+bool engine_fit_context_to(const ft_model *m, ft_engine_params *p, size_t mem, bool cpu, ft_err *err);
 // The prefill chunk for p: n_batch unless the command's default stands (p->n_batch_auto); then
 // 2048 on a GPU and 1024 on the CPU, each halved while its workspace would take more than a
 // tenth of the memory (the GPU budget, the CPU's available memory) or, for a model resident on
 // the GPU whole, would no longer let it fit; never below n_batch or above n_ctx.
 int engine_prefill_batch(const ft_model *m, ft_backend *be, const ft_engine_params *p);
-// The same against mem bytes (cpu: the CPU's available memory, else a device budget).
-bool engine_fit_context_to(const ft_model *m, ft_engine_params *p, size_t mem, bool cpu, ft_err *err);
 // Bytes of the pool (kv_pool.h): its blocks, and each sequence's table and recurrent state.
 size_t engine_kv_bytes(const ft_model *m, const ft_engine_params *p);
 // What ft may allocate on the device: --memory-ratio of its free memory, capped at
