@@ -176,7 +176,8 @@ static void fuzz_chat(enum tok_chat_template t, const uint8_t *data, size_t size
     for (char *p = copy; p < copy + size && n < 16; p += strlen(p) + 1) {
         const char *role = roles[(uint8_t)p[0] % 5];
         bool reasoning = p[0] && ((uint8_t)p[0] & 0x80);
-        msgs[n++] = (tok_chat_msg){role, p[0] ? p + 1 : p, reasoning ? "why" : NULL};
+        msgs[n++] =
+            (tok_chat_msg){.role = role, .content = p[0] ? p + 1 : p, .reasoning = reasoning ? "why" : NULL};
     }
     tok_chat_params prm = tok_chat_default_params(g_vocabs[0]);
     prm.add_generation_prompt = gen;

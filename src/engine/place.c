@@ -182,10 +182,11 @@ static bool plan_cpu(const ft_model *m, const ft_engine_params *p, engine_placem
     char why[160];
     if (!plan_weights_copy(m, p, false, kv + work, out, why, sizeof(why), err)) return false;
     if (p->print_plan)
-        fprintf(stderr, "cpu: weights %.1f MiB (%s), KV cache %.1f MiB (%d x %d positions, %s), buffers %.1f MiB "
-                        "(prefill chunk %d); %.0f MiB of memory available\n",
-                weights / MiB, why, kv / MiB, p->n_seq, p->n_ctx, ft_type_name(p->kv_type), work / MiB, p->n_batch,
-                ft_mem_available() / MiB);
+        fprintf(stderr,
+                "cpu: weights %.1f MiB (%s), KV cache %.1f MiB (%d x %d positions, %s), buffers %.1f MiB "
+                "(prefill chunk %d); %.0f MiB of memory available\n",
+                weights / MiB, why, kv / MiB, p->n_seq, p->n_ctx, ft_type_name(p->kv_type), work / MiB,
+                p->n_batch, ft_mem_available() / MiB);
     return true;
 }
 
@@ -282,7 +283,8 @@ static int batch_within(const ft_model *m, ft_backend *be, const ft_engine_param
 
 int engine_prefill_batch(const ft_model *m, ft_backend *be, const ft_engine_params *p) {
     if (!p->n_batch_auto) return p->n_batch;
-    if (be->placement == FT_PLACEMENT_CPU) return batch_within(m, be, p, CPU_BATCH, ft_mem_available(), false);
+    if (be->placement == FT_PLACEMENT_CPU)
+        return batch_within(m, be, p, CPU_BATCH, ft_mem_available(), false);
     enum ft_moe_backend mode = p->moe_backend;
     if (m->hp.n_expert == 0) mode = FT_MOE_BACKEND_FUSED;
     if (mode == FT_MOE_BACKEND_AUTO) {
