@@ -3,6 +3,7 @@
 // token of the model). Speeds are only checked to be positive: timings belong in benchmarks.
 #include "fixtures.h"
 #include "../src/util/mapping.h"
+#include "../src/moe/bw_profile.h"
 
 #include <jansson.h>
 #include <string.h>
@@ -96,4 +97,42 @@ TEST(cmd_bench_parallel_reports_each_count) {
         CHECK(json_array_size(json_object_get(e, "decode_tok_s_runs")) == 2);
     }
     json_decref(j);
+}
+
+// `ft bench bw` on the CPU: the profile it writes and prints (the CPU's rates of the types asked
+// for), a second run that keeps the first run's other types, and its usage errors.
+TEST(cmd_bench_bw_writes_the_cpu_profile) {
+    const char *path = test_path("bw-profile.txt");
+    char cmd[2048], out[8192];
+    snprintf(cmd, sizeof(cmd), "bw --device cpu -t 1 --shape 256,256 -k 2 --types q4_K,q8_0 --profile '%s' --json 2>/dev/null",
+             path);
+    REQUIRE(ft_bench(cmd, out, sizeof(out)) == 0, "%s", out);
+    json_error_t jerr;
+    json_t *j = json_loads(out, 0, &jerr);
+    REQUIRE(j, "not JSON (%s): %s", jerr.text, out);
+    CHECK(strcmp(json_string_value(json_object_get(j, "gpu")), "none") == 0);
+    CHECK(json_integer_value(json_object_get(j, "threads")) == 1);
+    json_t *rates = json_object_get(j, "rates");
+    CHECK(json_array_size(rates) == 2);
+    for (size_t i = 0; i < json_array_size(rates); i++) {
+        json_t *r = json_array_get(rates, i);
+        CHECK(json_real_value(json_object_get(r, "cpu_gbps")) > 0 && json_real_value(json_object_get(r, "gpu_gbps")) == 0);
+    }
+    json_decref(j);
+    moe_bw_profile p;
+    ft_err err = {{0}};
+    REQUIRE(moe_bw_profile_load(path, &p, &err), "%s", err.msg);
+    CHECK(p.threads == 1 && p.n_rates == 2 && moe_bw_rate_of(&p, FT_TYPE_Q8_0));
+
+    snprintf(cmd, sizeof(cmd), "bw --device cpu -t 1 --shape 256,256 -k 2 --types q6_K --profile '%s' 2>/dev/null", path);
+    REQUIRE(ft_bench(cmd, out, sizeof(out)) == 0, "%s", out);
+    CHECK(strstr(out, "q6_K") && strstr(out, "q4_K") && strstr(out, "q8_0"), "%s", out);
+    REQUIRE(moe_bw_profile_load(path, &p, &err), "%s", err.msg);
+    CHECK(p.n_rates == 3 && moe_bw_rate_of(&p, FT_TYPE_Q4_K)->cpu_gbps > 0 && moe_bw_rate_of(&p, FT_TYPE_Q6_K)->cpu_gbps > 0);
+
+    CHECK(ft_bench("bw --types q9_K 2>/dev/null", NULL, 0) == 2);
+    CHECK(ft_bench("bw --shape 100 2>/dev/null", NULL, 0) == 2);
+    CHECK(ft_bench("bw -k 1 2>/dev/null", NULL, 0) == 2);
+    CHECK(ft_bench("bw --device tpu 2>/dev/null", NULL, 0) == 2);
+    CHECK(ft_bench("bw --bogus 2>/dev/null", NULL, 0) == 2);
 }

@@ -20,6 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../moe/bw_profile.h"
 #include "../moe/cache_plan.h"
 #include "../moe/cache_stats.h"
 #include "../moe/expert_banks.h"
@@ -257,6 +258,10 @@ typedef struct ft_host_experts_params {
     int n_threads;               // CPU threads for the experts
     bool reference;              // the CPU's scalar reference path
     int overlay_buffers;         // prefill on the device: 0 none, 1 copy then compute, 2 double-buffered
+    // --moe-backend hybrid: the split's costs from this profile (read from profile_path) where it
+    // rates every layer's types; NULL, or a type it lacks: measured at start-up
+    const moe_bw_profile *profile;
+    const char *profile_path;
 } ft_host_experts_params;
 
 // Parameters of the ops that not every backend computes yet (a bit set). A backend lists those

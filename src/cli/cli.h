@@ -16,6 +16,7 @@ int cmd_run(int argc, char **argv);
 int cmd_probs(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_bench_bw(int argc, char **argv); // `ft bench bw`, from cmd_bench
 int cmd_trace_gen(int argc, char **argv);
 int cmd_replay(int argc, char **argv);
 

@@ -30,6 +30,7 @@
 static void bench_usage(FILE *out) {
     fprintf(out,
             "usage: ft bench [-m FILE.gguf] [options]\n"
+            "       ft bench bw [options]   (this machine's bandwidth profile: ft bench bw --help)\n"
             "Measures prompt (prefill) and decode speed over several runs and prints the medians, the\n"
             "model's bytes read per decoded token and the fraction of the measured memory bandwidth\n"
             "that decode reaches. Token ids are deterministic (no tokenizer). Without -m, uses the\n"
@@ -228,6 +229,7 @@ out:
 }
 
 int cmd_bench(int argc, char **argv) {
+    if (argc > 1 && strcmp(argv[1], "bw") == 0) return cmd_bench_bw(argc - 1, argv + 1);
     const char *model_path = NULL;
     int64_t n_prompt = 512, n_gen = 128, reps = 3;
     double resident_tps = 0;

@@ -9,13 +9,8 @@
 #include <sys/stat.h>
 
 bool cli_demo_model(const char *cmd, char *path, size_t cap) {
-    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
     char dir[900];
-    if (xdg && *xdg)
-        snprintf(dir, sizeof(dir), "%s/ft", xdg);
-    else if (home && *home)
-        snprintf(dir, sizeof(dir), "%s/.cache/ft", home);
-    else {
+    if (!ft_cache_dir(dir, sizeof(dir))) {
         fprintf(stderr, "ft %s: no -m and neither HOME nor XDG_CACHE_HOME is set for the demo model\n", cmd);
         return false;
     }

@@ -64,6 +64,7 @@ bool engine_args_take(engine_args *a, int argc, char **argv, int *i, bool *bad) 
     // the flags only a CUDA engine reads
     if (args_str(argc, argv, i, "--moe-backend", &a->moe_backend, bad) ||
         args_str(argc, argv, i, "--moe-pool-layout", &a->pool_layout, bad) ||
+        args_str(argc, argv, i, "--profile", &a->bw_profile, bad) ||
         args_int(argc, argv, i, "--moe-cache-size", 1, 1 << 24, &a->moe_cache_size, bad) ||
         args_int(argc, argv, i, "--kv-reserve-tokens", 0, (int64_t)1 << 40, &a->kv_reserve_tokens, bad) ||
         args_int(argc, argv, i, "--cuda-graph-max-bs", 0, 1 << 16, &a->cuda_graph_max_bs, bad) ||
@@ -128,6 +129,7 @@ bool engine_args_apply(const engine_args *a, ft_engine_params *p) {
     p->num_tokens = a->num_tokens;
     p->moe_prefill_serial = a->prefill_serial;
     p->weights_memory = a->weights_memory;
+    p->bw_profile = a->bw_profile;
     if (a->cuda_graph_max_bs >= 0) p->cuda_graph_max_bs = (int)a->cuda_graph_max_bs;
     p->moe_route_trace = a->route_trace;
 
@@ -189,6 +191,8 @@ void engine_args_usage(FILE *out, const engine_args *a) {
             "                             expert);\n"
             "                             default: sized from the budget after --kv-reserve-tokens\n"
             "  --moe-pool-layout L        offload: exact (pools of equal geometry, default) or uniform\n"
+            "  --profile FILE             hybrid: the bandwidth profile to split by (default: this machine's,\n"
+            "                             written by `ft bench bw` into the cache folder)\n"
             "  --kv-reserve-tokens N      offload: KV tokens reserved before the expert cache is sized\n"
             "                             (default: every sequence's whole context)\n"
             "  --disable-moe-prefill-overlap\n"

@@ -47,6 +47,7 @@ typedef struct ft_engine_params {
     bool moe_prefill_serial;  // offload: prefill layers stream without double-buffering
     int cuda_graph_max_bs;    // CUDA: largest step (tokens) captured in a graph; 0: none; -1: all
     const char *moe_route_trace; // benchmarks: replay this route trace (route_trace.h) instead of routing
+    const char *bw_profile;   // hybrid: this bandwidth profile (bw_profile.h) instead of the machine's own
     bool print_plan;          // print the memory plan on stderr when placing the model
     bool prefault;            // read the mapping into memory where the CPU computes from it
     enum ft_weights_memory weights_memory; // where the CPU reads those weights: copied or mapped

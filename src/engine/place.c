@@ -7,10 +7,12 @@
 #include "../moe/expert_banks.h"
 #include "../moe/geometry.h"
 #include "../moe/route_trace.h"
+#include "../backend/bw_measure.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static const double MiB = 1024.0 * 1024.0;
 
@@ -538,6 +540,31 @@ static size_t copy_weights(const ft_model *m, bool experts_only, size_t planned,
     return moved;
 }
 
+// The bandwidth profile hybrid splits by: --profile FILE, else this machine's (the GPU's name,
+// the CPU's and the thread count pick the file in the cache folder). False when there is none
+// or it cannot be read (printed when it was asked for or is malformed).
+static bool load_bw_profile(const ft_engine_params *p, ft_backend *be, moe_bw_profile *out, char *path, size_t cap) {
+    moe_bw_profile key;
+    ft_bw_profile_key(&key, p->n_threads);
+    ft_device_info info;
+    be->ops->device_info(be, &info);
+    snprintf(key.gpu, sizeof(key.gpu), "%.*s", (int)sizeof(key.gpu) - 1, info.name);
+    char dir[1024];
+    if (p->bw_profile) snprintf(path, cap, "%s", p->bw_profile);
+    else if (ft_cache_dir(dir, sizeof(dir))) moe_bw_profile_path(&key, dir, path, cap);
+    else return false;
+    ft_err err = {{0}};
+    if (!p->bw_profile && access(path, F_OK) != 0) return false;
+    if (!moe_bw_profile_load(path, out, &err)) {
+        FT_LOG_WARN("hybrid: the bandwidth profile is not used: %s", err.msg);
+        return false;
+    }
+    if (!moe_bw_same_key(out, &key))
+        FT_LOG_WARN("hybrid: the bandwidth profile %s was measured for %s, %s, %d threads; this is %s, %s, %d threads",
+                    path, out->gpu, out->cpu, out->threads, key.gpu, key.cpu, key.threads);
+    return true;
+}
+
 ft_weights *engine_place(const ft_model *m, ft_backend *be, const ft_engine_params *p, engine_placement *pl,
                          ft_err *err) {
     moe_expert_banks *hb = NULL;
@@ -554,6 +581,10 @@ ft_weights *engine_place(const ft_model *m, ft_backend *be, const ft_engine_para
     }
     if (pl->mode == FT_MOE_BACKEND_CPU || pl->mode == FT_MOE_BACKEND_HYBRID) { // hybrid: beside the cache
         ft_host_experts_params h = host_experts_of(m, p);
+        moe_bw_profile prof;
+        char path[1200];
+        if (pl->mode == FT_MOE_BACKEND_HYBRID && load_bw_profile(p, be, &prof, path, sizeof(path)))
+            h.profile = &prof, h.profile_path = path;
         be->ops->host_experts_init(be, &h);
         host_experts_free(&h);
     }

@@ -212,7 +212,14 @@ bool moe_bw_profile_save(const moe_bw_profile *p, const char *path, ft_err *err)
     char *slash = strrchr(dir, '/');
     if (slash && slash != dir) {
         *slash = 0;
-        if (mkdir(dir, 0755) != 0 && errno != EEXIST) return ft_err_set(err, "cannot create %s: %s", dir, strerror(errno));
+        for (char *c = dir + 1;; c++) { // mkdir -p
+            if (*c != '/' && *c != 0) continue;
+            char keep = *c;
+            *c = 0;
+            if (mkdir(dir, 0755) != 0 && errno != EEXIST) return ft_err_set(err, "cannot create %s: %s", dir, strerror(errno));
+            *c = keep;
+            if (!keep) break;
+        }
     }
     char tmp[1100];
     snprintf(tmp, sizeof(tmp), "%s.%d.tmp", path, (int)getpid());

@@ -72,7 +72,7 @@ void moe_bw_profile_path(const moe_bw_profile *key, const char *dir, char *out, 
 
 // Reads path into out. Returns false (err set) when it cannot be read or parsed.
 bool moe_bw_profile_load(const char *path, moe_bw_profile *out, ft_err *err);
-// Writes p to path (through a temporary file and a rename), creating the folder's last level.
+// Writes p to path (through a temporary file and a rename), creating its folders.
 bool moe_bw_profile_save(const moe_bw_profile *p, const char *path, ft_err *err);
 
 #endif

@@ -99,3 +99,11 @@ size_t ft_mem_available(void) {
     fclose(f);
     return (size_t)kb * 1024;
 }
+
+bool ft_cache_dir(char *out, size_t cap) {
+    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    if (xdg && *xdg) snprintf(out, cap, "%s/ft", xdg);
+    else if (home && *home) snprintf(out, cap, "%s/.cache/ft", home);
+    else return false;
+    return true;
+}

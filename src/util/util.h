@@ -51,6 +51,10 @@ void *ft_calloc(size_t n, size_t size);
 void *ft_realloc(void *p, size_t size);
 char *ft_strdup(const char *s);
 
+// ft's cache folder: $XDG_CACHE_HOME/ft, else $HOME/.cache/ft (not created here). False when
+// neither variable is set.
+bool ft_cache_dir(char *out, size_t cap);
+
 // Overflow-checked arithmetic for sizes derived from untrusted input. Return false on overflow.
 static inline bool ft_mul_u64(uint64_t a, uint64_t b, uint64_t *out) {
     return !__builtin_mul_overflow(a, b, out);

@@ -16,10 +16,16 @@
 #define FT_BACKEND_CUDA_H
 
 #include "../backend.h"
+#include "../bw_measure.h"
 
 // A backend on CUDA device 0 (p->graph_max_tok, p->n_threads for host experts come from p).
 // Returns NULL and sets *err when there is no device or the build has no CUDA.
 ft_backend *ft_backend_cuda_init(const ft_backend_params *p, ft_err *err);
+
+// The GPU's part of `ft bench bw` on device 0 (bw_measure.h): the CPU's rates, the decode copy
+// kernel's cost of an expert, one host meeting and the decode expert kernels' rates. False (err
+// set) without a device or in a build without CUDA.
+bool ft_backend_cuda_measure_bw(const ft_bw_request *req, moe_bw_profile *out, ft_err *err);
 
 // CUDA devices on the machine (0 without a driver or in a build without CUDA).
 int ft_backend_cuda_device_count(void);

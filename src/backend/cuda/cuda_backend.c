@@ -1475,11 +1475,23 @@ static void cuda_route_counts(ft_backend *be, uint64_t *out) {
     cuda_cpu_experts_add_route_counts(c->cpu_experts, out);
 }
 
-// The hybrid split's costs per MoE layer: FT_HYBRID_COSTS, or measured here on the largest
+// The hybrid split's costs per MoE layer: FT_HYBRID_COSTS; else the bandwidth profile's, where it
+// rates every layer's types (bw_profile.h, `ft bench bw`); else measured here on the largest
 // layer and scaled to each by its expert bytes: a copy by the decode copy kernel (n and 1
 // experts: the slope), the CPU op for one token on k and 1 of its experts (the slope per
 // expert; its intercept joins the meeting's round trip as the road's fixed cost).
-static void hybrid_costs(cuda_backend *c) {
+static bool profile_costs(const moe_expert_banks *hb, const moe_bw_profile *prof, moe_hybrid_costs *costs) {
+    if (!prof) return false;
+    for (int i = 0; i < hb->n_layers; i++) {
+        enum ft_type t[3];
+        uint64_t b[3];
+        for (int k = 0; k < MOE_BANK_COUNT; k++) t[k] = hb->layers[i].bank[k].type, b[k] = hb->layers[i].bank[k].expert_bytes;
+        if (!moe_bw_hybrid_costs(prof, t, b, &costs[i])) return false;
+    }
+    return true;
+}
+
+static void hybrid_costs(cuda_backend *c, const ft_host_experts_params *p) {
     ft_offload *o = c->offload;
     const moe_expert_banks *hb = ft_offload_host_banks(o);
     int nl = hb->n_layers, big = 0;
@@ -1500,6 +1512,11 @@ static void hybrid_costs(cuda_backend *c) {
             costs[i] = (moe_hybrid_costs){(uint32_t)(copy_us * 1e3), (uint32_t)(cpu_us * 1e3), (uint32_t)(meet_us * 1e3)};
         fprintf(stderr, "hybrid: costs from FT_HYBRID_COSTS for every layer: copy %.1f us, CPU %.1f us an expert, "
                         "meeting %.1f us\n", copy_us, cpu_us, meet_us);
+    } else if (profile_costs(hb, p->profile, costs)) {
+        fprintf(stderr, "hybrid: costs from the bandwidth profile %s: on layer %d (%.1f MiB an expert) a copy %.1f us, "
+                        "the CPU %.1f us an expert, the CPU road's fixed cost %.1f us\n", p->profile_path,
+                hb->layers[big].layer, bytes[big] / 1048576.0, costs[big].copy_ns / 1e3, costs[big].cpu_ns / 1e3,
+                costs[big].meet_ns / 1e3);
     } else {
         int n = FT_MIN(FT_MIN(8, hb->layers[big].n_expert), FT_MAX(c->lim.n_expert_used, 1));
         int block = hb->layers[big].layer;
@@ -1519,6 +1536,8 @@ static void hybrid_costs(cuda_backend *c) {
                         "layer by its expert bytes\n", block, bytes[big] / 1048576.0, copy_us,
                 copy_us > 0 ? bytes[big] / (copy_us * 1e3) : 0.0, cpu_us, cpu_us > 0 ? bytes[big] / (cpu_us * 1e3) : 0.0,
                 meet_us, meet * 1e6);
+        fprintf(stderr, "hybrid: %s; `ft bench bw` measures them once for this machine\n",
+                p->profile ? "the bandwidth profile lacks this model's expert types" : "no bandwidth profile");
     }
     int k = FT_MAX(c->lim.n_expert_used, 1);
     fprintf(stderr, "hybrid: with %d misses in the largest layer the CPU computes %d of them\n", k,
@@ -1563,7 +1582,7 @@ static void cuda_host_experts_init(ft_backend *be, const ft_host_experts_params 
     if (!cuda_cpu_experts_graphable(c->cpu_experts)) // (its join spins on the flag meeting's numbers)
         ft_abort(__FILE__, __LINE__, "--moe-backend hybrid needs the flag meeting: unset FT_CPU_EXPERTS_MEETING=event "
                                      "and CUDA_MODULE_LOADING=LAZY");
-    hybrid_costs(c);
+    hybrid_costs(c, p);
 }
 
 static size_t cuda_host_experts_device_bytes(ft_backend *be, const ft_host_experts_params *p, size_t *staging) {

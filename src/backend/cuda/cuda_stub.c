@@ -13,3 +13,9 @@ ft_backend *ft_backend_cuda_init(const ft_backend_params *p, ft_err *err) {
 }
 
 unsigned ft_backend_cuda_features(void) { return 0; }
+
+bool ft_backend_cuda_measure_bw(const ft_bw_request *req, moe_bw_profile *out, ft_err *err) {
+    (void)req;
+    (void)out;
+    return ft_err_set(err, "--device cuda: this ft was built without CUDA (no nvcc at build time)");
+}
