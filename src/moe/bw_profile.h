@@ -7,7 +7,8 @@
 //   copied host to device:  copy_fixed_us + bytes / copy_gbps (pinned memory, one copy an expert)
 //   computed on the CPU:    sum over its banks of bytes / cpu_gbps of the bank's type, plus
 //                           cpu_fixed_us once per layer (the pool's wake-up, the routing rows)
-//   computed on the GPU:    sum over its banks of bytes / gpu_gbps of the bank's type
+//   computed on the GPU:    sum over its banks of bytes / gpu_gbps of the bank's type (a whole
+//                           step's rate, its launches shared by its top-k experts)
 //   the CPU road's meeting: meet_us once per layer (GPU to host and back, host_meeting.h)
 //
 // Plain data and pure functions, except load and save (files); thread-safe.
@@ -26,7 +27,8 @@ enum { MOE_BW_MAX_TYPES = 24, MOE_BW_NAME = 128 };
 typedef struct moe_bw_rate {
     enum ft_type type;
     double cpu_gbps; // expert weight bytes a second, one token on the CPU at the profile's threads; 0: not measured
-    double gpu_gbps; // the same for the GPU's decode expert kernels; 0: not measured
+    double gpu_gbps; // the GPU's decode expert kernels: a step of top-k experts, their bytes over its
+                     // time (one token, launches included); 0: not measured
 } moe_bw_rate;
 
 typedef struct moe_bw_profile {

@@ -1,7 +1,8 @@
 // bw_measure_cuda.c: the GPU's part of `ft bench bw` (bw_measure.h): the decode copy kernel
 // over mapped pinned host memory (offload's misses), one host meeting (cpu and hybrid modes'
 // road), and the fused decode expert kernels (gate, up and the activation in one launch, down
-// and the weighted sum in another), each on synthetic experts of the request's types.
+// and the weighted sum in another: a step of top-k experts, their bytes over its time), each on
+// synthetic experts of the request's types.
 #include "cuda.h"
 #include "cuda_cpu_experts.h"
 #include "cuda_ops.h"
@@ -43,6 +44,18 @@ static void slope_of(timed_fn f, void *ctx, int k, double *slope, double *interc
     }
     *slope = fmax(tk - t1, 0.0) / (k - 1);
     *intercept = fmax(t1 - *slope, 0.0);
+}
+
+// The best time of f over k experts, each run on experts the ones before it did not touch.
+static double step_time(timed_fn f, void *ctx, int k) {
+    int32_t sel[64];
+    double best = INFINITY;
+    for (int r = 0; r <= TIMED_RUNS; r++) {
+        for (int j = 0; j < k; j++) sel[j] = r * (k + 1) + 1 + j;
+        double t = f(ctx, sel, k);
+        if (r > 0) best = fmin(best, t);
+    }
+    return best;
 }
 
 typedef struct copy_ctx {
@@ -164,11 +177,13 @@ bool ft_backend_cuda_measure_bw(const ft_bw_request *req, moe_bw_profile *out, f
         copy_bytes[n_copy] = (double)e.expert_bytes, copy_s[n_copy++] = slope;
         // the fused kernels take the quantized types (the float ones have no decode kernels of
         // their own here: not rated)
+        // (a step of k experts over its time: the slope between 1 and k is below a microsecond an
+        // expert, under the host clock's noise)
         if (ft_cuda_matvec_wants_q8_1(req->types[i])) {
             kernel_ctx kc = {.e = &d, .xq = xq, .h = h, .y = y, .w = w, .hq = hq, .ids_dev = ids_dev, .s = s};
-            slope_of(time_kernels, &kc, k, &slope, &icpt);
+            double tk = step_time(time_kernels, &kc, k);
             moe_bw_rate *r = moe_bw_rate_add(out, req->types[i]);
-            r->gpu_gbps = slope > 0 ? (double)e.expert_bytes / (slope * 1e9) : 0;
+            r->gpu_gbps = tk > 0 ? (double)k * (double)e.expert_bytes / (tk * 1e9) : 0;
         }
         ft_cuda_free(d.mem);
         ft_bw_experts_free(&e, ft_cuda_host_free);
