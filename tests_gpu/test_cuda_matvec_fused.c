@@ -10,6 +10,7 @@
 // largest |value| of the case for GLU, 1e-6 of sum |w h| per element for SUM. Outputs start as
 // NaN. Shapes: 130 rows (not a multiple of the 4 rows of a CTA), 3 tokens, k = 3, 5 experts.
 // The models' extras (biases, scales, the clamped SwiGLU and GELU) the same way: extras_case.
+#include "gpu_data.h"
 #include "gpu_test.h"
 
 #include "../src/backend/backend.h"
@@ -24,39 +25,10 @@
 
 enum { N_MAT = 5, N_ROWS = 130, N_TOK = 3, K = 3, N_PAIRS = N_TOK * K };
 
-// n_rows random rows of n_cols weights of type t on the device.
-static void *random_rows_device(enum ft_type t, int64_t n_rows, int64_t n_cols, ft_rng *rng) {
-    size_t rb = ft_row_bytes(t, n_cols), bytes = rb * (size_t)n_rows;
-    uint8_t *w = ft_malloc(bytes);
-    for (int64_t r = 0; r < n_rows; r++) ft_quant_random_row(t, rng, 0.05f, w + r * rb, n_cols);
-    void *d = ft_cuda_malloc(bytes);
-    FT_ASSERT(d);
-    ft_cuda_memcpy_h2d(d, w, bytes, NULL);
-    ft_cuda_device_sync();
-    free(w);
-    return d;
-}
-
 // A random bank of N_MAT (N_ROWS, n_cols) matrices on the device; returns its matrix bytes.
 static void *random_bank(enum ft_type t, int64_t n_cols, ft_rng *rng, size_t *mat_bytes) {
     *mat_bytes = ft_row_bytes(t, n_cols) * N_ROWS;
-    return random_rows_device(t, (int64_t)N_ROWS * N_MAT, n_cols, rng);
-}
-
-// q8_1 activations of n_rows random rows on the device.
-static void *random_q8_1(int64_t n_cols, int n_rows, ft_rng *rng) {
-    size_t n = (size_t)n_cols * (size_t)n_rows;
-    float *x = ft_malloc(n * sizeof(float));
-    for (size_t i = 0; i < n; i++) x[i] = ft_rng_normal(rng);
-    float *dx = ft_cuda_malloc(n * sizeof(float));
-    void *dq = ft_cuda_malloc(ft_cuda_q8_1_bytes(n_cols, n_rows));
-    FT_ASSERT(dx && dq);
-    ft_cuda_memcpy_h2d(dx, x, n * sizeof(float), NULL);
-    ft_cuda_quantize_q8_1(dx, dq, n_cols, n_rows, NULL);
-    ft_cuda_device_sync();
-    ft_cuda_free(dx);
-    free(x);
-    return dq;
+    return gpu_random_rows(t, (int64_t)N_ROWS * N_MAT, n_cols, rng);
 }
 
 // Runs p (y NaN-filled first) and returns y (n floats) on the host.
@@ -115,7 +87,7 @@ static void fused_case(enum ft_type t) {
     ft_rng rng = ft_rng_init(0xF05E + (uint64_t)t);
     size_t mat_bytes;
     void *gate = random_bank(t, n_cols, &rng, &mat_bytes), *up = random_bank(t, n_cols, &rng, &mat_bytes);
-    void *xq = random_q8_1(n_cols, N_TOK, &rng), *hq = random_q8_1(n_cols, N_PAIRS, &rng);
+    void *xq = gpu_random_q8_1(n_cols, N_TOK, &rng), *hq = gpu_random_q8_1(n_cols, N_PAIRS, &rng);
     int32_t ids[N_PAIRS];
     float w[N_PAIRS];
     for (int i = 0; i < N_PAIRS; i++) {
@@ -203,13 +175,7 @@ static float host_glu(int act, float g, float u) {
 }
 
 // A device copy of n floats.
-static float *to_device(const float *h, size_t n) {
-    float *d = ft_cuda_malloc(n * sizeof(float));
-    FT_ASSERT(d);
-    ft_cuda_memcpy_h2d(d, h, n * sizeof(float), NULL);
-    ft_cuda_device_sync();
-    return d;
-}
+static float *to_device(const float *h, size_t n) { return gpu_copy_to_device(h, n * sizeof(float)); }
 
 // The fused kernels with a model's extras (gpt-oss: gate, up and down biases, the clamped
 // SwiGLU; gemma4: GELU, per-expert down scales), indexed by bias_ids (global experts of
@@ -224,7 +190,7 @@ static void extras_case(enum ft_type t, int act, bool biases, bool scales) {
     size_t mat_bytes;
     void *gate = random_bank(t, n_cols, &rng, &mat_bytes), *up = random_bank(t, n_cols, &rng, &mat_bytes);
     size_t down_mat;
-    void *xq = random_q8_1(n_cols, N_TOK, &rng);
+    void *xq = gpu_random_q8_1(n_cols, N_TOK, &rng);
     int32_t ids[N_PAIRS], gids[N_PAIRS];
     float w[N_PAIRS], gb[N_GLOBAL * N_ROWS], ub[N_GLOBAL * N_ROWS], db[N_GLOBAL * N_ROWS], sc[N_GLOBAL];
     for (int i = 0; i < N_PAIRS; i++) {
@@ -294,7 +260,7 @@ static void extras_case(enum ft_type t, int act, bool biases, bool scales) {
     }
 
     // SUM: the plain down products, scaled and biased per global expert, weighted on the host
-    void *down = random_bank(t, n_cols, &rng, &down_mat), *hq = random_q8_1(n_cols, N_PAIRS, &rng);
+    void *down = random_bank(t, n_cols, &rng, &down_mat), *hq = gpu_random_q8_1(n_cols, N_PAIRS, &rng);
     p = (ft_cuda_matvec_ids_params){.type = t, .w = down, .mat_bytes = down_mat, .n_rows = N_ROWS, .n_cols = n_cols,
                                     .x = hq, .ids = d_ids, .x_div = 1, .y = d_y, .n_pairs = N_PAIRS};
     float *h = run_ids(&p, ny);
@@ -342,8 +308,8 @@ TEST(test_cuda_matvec_multi) {
         int64_t n_cols = ft_type_traits_find(t)->block_elems == 256 ? 768 : 2080;
         ft_rng rng = ft_rng_init(0x3417 + (uint64_t)t);
         void *w[3];
-        for (int i = 0; i < 3; i++) w[i] = random_rows_device(t, rows[i], n_cols, &rng);
-        void *xq = random_q8_1(n_cols, 8, &rng);
+        for (int i = 0; i < 3; i++) w[i] = gpu_random_rows(t, rows[i], n_cols, &rng);
+        void *xq = gpu_random_q8_1(n_cols, 8, &rng);
         float *dy = ft_cuda_malloc(2 * 8 * 201 * sizeof(float));
         FT_ASSERT(dy);
         for (size_t ki = 0; ki < FT_ARRAY_LEN(toks); ki++)
@@ -389,12 +355,12 @@ TEST(test_cuda_matvec_bias) {
     void *w[3];
     float *b[3], *db[3];
     for (int i = 0; i < 3; i++) {
-        w[i] = random_rows_device(t, rows[i], n_cols, &rng);
+        w[i] = gpu_random_rows(t, rows[i], n_cols, &rng);
         b[i] = ft_malloc((size_t)rows[i] * sizeof(float));
         for (int64_t r = 0; r < rows[i]; r++) b[i][r] = ft_rng_normal(&rng);
         db[i] = to_device(b[i], (size_t)rows[i]);
     }
-    void *xq = random_q8_1(n_cols, 3, &rng);
+    void *xq = gpu_random_q8_1(n_cols, 3, &rng);
     float *dy = ft_cuda_malloc(2 * 3 * 201 * sizeof(float));
     FT_ASSERT(dy);
     const int toks[] = {1, 3}, tprs[] = {32, 128};

@@ -13,6 +13,7 @@ extern "C" {
 #include "cuda_ops.h"
 #include "expert_extras.cuh"
 #include "gemm_q.cuh"
+#include "moe_group.cuh"
 
 enum {
     GM_THREADS = 128,
@@ -109,10 +110,10 @@ __global__ void __launch_bounds__(GM_THREADS) gemm_q_kernel(const gemm_q_args a)
     // the tile: expert, first position and token count
     int expert = 0, pos0, cnt;
     if (a.tiles) {
-        expert = a.tiles[3 * blockIdx.y];
+        expert = a.tiles[MOE_TILE_INTS * blockIdx.y];
         if (expert < 0) return; // an unused slot: the whole CTA leaves before any barrier
-        pos0 = a.tiles[3 * blockIdx.y + 1];
-        cnt = a.tiles[3 * blockIdx.y + 2];
+        pos0 = a.tiles[MOE_TILE_INTS * blockIdx.y + 1];
+        cnt = a.tiles[MOE_TILE_INTS * blockIdx.y + 2];
     } else {
         pos0 = (int)blockIdx.y * BN;
         cnt = min(BN, a.n_pos - pos0);

@@ -20,34 +20,8 @@
 
 #include "../../quant/quant.h"
 #include "expert_extras.cuh"
+#include "matvec_q.cuh"
 #include "q8_1.cuh"
-#include "vecdot_q.cuh"
-
-enum { MV_THREADS = 128, MV_WARPS = MV_THREADS / FT_WARP };
-
-// Per-format constants: elements and bytes of a block, parts per block, and its vec_dot.
-template <int T> struct qt;
-#define QT(T, qk_, bytes_, nparts_, fn)                                                       \
-    template <> struct qt<T> {                                                                \
-        static constexpr int qk = qk_, bytes = bytes_, nparts = nparts_;                      \
-        static __device__ __forceinline__ float dot(const uint8_t *b, const block_q8_1 *y, int p) { \
-            return fn(b, y, p);                                                               \
-        }                                                                                     \
-    };
-QT(FT_TYPE_Q4_0, QK4_0, sizeof(block_q4_0), NPART_32, vd_q4_0)
-QT(FT_TYPE_Q4_1, QK4_1, sizeof(block_q4_1), NPART_32, vd_q4_1)
-QT(FT_TYPE_Q5_0, QK5_0, sizeof(block_q5_0), NPART_32, vd_q5_0)
-QT(FT_TYPE_Q5_1, QK5_1, sizeof(block_q5_1), NPART_32, vd_q5_1)
-QT(FT_TYPE_Q8_0, QK8_0, sizeof(block_q8_0), NPART_32, vd_q8_0)
-QT(FT_TYPE_IQ4_NL, QK4_NL, sizeof(block_iq4_nl), NPART_32, vd_iq4_nl)
-QT(FT_TYPE_MXFP4, QK_MXFP4, sizeof(block_mxfp4), NPART_MXFP4, vd_mxfp4)
-QT(FT_TYPE_Q2_K, QK_K, sizeof(block_q2_K), NPART_K, vd_q2_K)
-QT(FT_TYPE_Q3_K, QK_K, sizeof(block_q3_K), NPART_K, vd_q3_K)
-QT(FT_TYPE_Q4_K, QK_K, sizeof(block_q4_K), NPART_K4, vd_q4_K)
-QT(FT_TYPE_Q5_K, QK_K, sizeof(block_q5_K), NPART_K4, vd_q5_K)
-QT(FT_TYPE_Q6_K, QK_K, sizeof(block_q6_K), NPART_K, vd_q6_K)
-QT(FT_TYPE_IQ4_XS, QK_K, sizeof(block_iq4_xs), NPART_K, vd_iq4_xs)
-#undef QT
 
 typedef struct matvec_q_args {
     const uint8_t *w;     // (n_rows, n_blocks) blocks
@@ -123,12 +97,14 @@ __global__ void __launch_bounds__(MV_THREADS) matvec_q_kernel(const matvec_q_arg
 #pragma unroll
     for (int r = 0; r < ROWS; r++) wr[r] = w + (size_t)min(row0 + r, n_rows - 1) * row_bytes;
 
-    float acc[NCOLS][ROWS];
+    const block_q8_1 *xs[NCOLS];
 #pragma unroll
-    for (int c = 0; c < NCOLS; c++)
+    for (int c = 0; c < NCOLS; c++) xs[c] = x + c * x_stride;
+    float acc_rc[ROWS][NCOLS]; // (row, token): part_dot_x's layout
 #pragma unroll
-        for (int r = 0; r < ROWS; r++) acc[c][r] = 0.0f;
-
+    for (int r = 0; r < ROWS; r++)
+#pragma unroll
+        for (int c = 0; c < NCOLS; c++) acc_rc[r][c] = 0.0f;
     const int n_items = a.n_blocks * Q::nparts;
     for (int it0 = t; it0 < n_items; it0 += TPR * U) {
 #pragma unroll
@@ -136,15 +112,17 @@ __global__ void __launch_bounds__(MV_THREADS) matvec_q_kernel(const matvec_q_arg
             const int it = it0 + u * TPR;
             if (it >= n_items) break;
             const int ib = it / Q::nparts, part = it % Q::nparts;
+            const uint8_t *wb[ROWS];
 #pragma unroll
-            for (int c = 0; c < NCOLS; c++) {
-                if (c >= a.n_tok) break;
-                const block_q8_1 *xb = x + c * x_stride + (int64_t)ib * YB;
-#pragma unroll
-                for (int r = 0; r < ROWS; r++) acc[c][r] += Q::dot(wr[r] + (size_t)ib * Q::bytes, xb, part);
-            }
+            for (int r = 0; r < ROWS; r++) wb[r] = wr[r] + (size_t)ib * Q::bytes;
+            part_dot_x<T, ROWS, NCOLS>(wb, xs, (int64_t)ib * YB, a.n_tok, part, acc_rc);
         }
     }
+    float acc[NCOLS][ROWS];
+#pragma unroll
+    for (int c = 0; c < NCOLS; c++)
+#pragma unroll
+        for (int r = 0; r < ROWS; r++) acc[c][r] = acc_rc[r][c];
 
 #pragma unroll
     for (int c = 0; c < NCOLS; c++)
@@ -214,30 +192,6 @@ __device__ __forceinline__ int64_t fused_bias_id(const matvec_q_fused_args &a, i
     return a.ex.bias_ids ? a.ex.bias_ids[pair] : a.ids[pair];
 }
 
-// Lane's share of row wr · x, then the warp's sum (the order of matvec_q_kernel<T,1,1,32,2>).
-template <int T, int NW>
-__device__ __forceinline__ void warp_rows_dot(const uint8_t *const (&wr)[NW], const block_q8_1 *x, int n_blocks,
-                                              int lane, float (&out)[NW]) {
-    typedef qt<T> Q;
-    constexpr int YB = Q::qk / QK8_1, U = 2;
-    const int n_items = n_blocks * Q::nparts;
-    float acc[NW];
-#pragma unroll
-    for (int r = 0; r < NW; r++) acc[r] = 0.0f;
-    for (int it0 = lane; it0 < n_items; it0 += FT_WARP * U) {
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            const int it = it0 + u * FT_WARP;
-            if (it >= n_items) break;
-            const int ib = it / Q::nparts, part = it % Q::nparts;
-#pragma unroll
-            for (int r = 0; r < NW; r++) acc[r] += Q::dot(wr[r] + (size_t)ib * Q::bytes, x + (int64_t)ib * YB, part);
-        }
-    }
-#pragma unroll
-    for (int r = 0; r < NW; r++) out[r] = ft_warp_sum(acc[r]);
-}
-
 template <int T>
 __global__ void __launch_bounds__(MV_THREADS) matvec_q_glu_kernel(const matvec_q_fused_args a) {
     ft_pdl_begin();
@@ -256,8 +210,6 @@ __global__ void __launch_bounds__(MV_THREADS) matvec_q_glu_kernel(const matvec_q
 // w and w + 16 (gate and up, in one pass: per row the bits of the kernel above), then warp 0
 // writes the 32 outputs and their q8_1 block (quantize_q8_1.cu's bits), which the down matvec
 // reads: no quantize launch between the two.
-enum { GLUQ_WARPS = 16, GLUQ_RPW = QK8_1 / GLUQ_WARPS };
-
 template <int T>
 __global__ void __launch_bounds__(GLUQ_WARPS * FT_WARP) matvec_q_glu_q_kernel(const matvec_q_fused_args a) {
     ft_pdl_begin();
@@ -267,12 +219,7 @@ __global__ void __launch_bounds__(GLUQ_WARPS * FT_WARP) matvec_q_glu_q_kernel(co
     if (a.ids[pair] < 0) return; // computed on the CPU (hybrid): the whole CTA, before any barrier
     const size_t base = (size_t)a.ids[pair] * a.w_mat;
     const uint8_t *wr[2 * GLUQ_RPW];
-#pragma unroll
-    for (int i = 0; i < GLUQ_RPW; i++) {
-        const size_t off = base + (size_t)(row0 + warp + GLUQ_WARPS * i) * a.n_blocks * qt<T>::bytes;
-        wr[2 * i] = a.w + off;
-        wr[2 * i + 1] = a.w_up + off;
-    }
+    gluq_rows<T>(a.w, a.w_up, base, row0, warp, a.n_blocks, wr);
     float d[2 * GLUQ_RPW];
     warp_rows_dot<T, 2 * GLUQ_RPW>(wr, a.x + (int64_t)(pair / a.x_div) * a.n_blocks * (qt<T>::qk / QK8_1), a.n_blocks,
                                    lane, d);
