@@ -240,3 +240,50 @@ TEST(cuda_batch_prefix_reuse_into_a_block) {
     prefix_reuse_case("qwen3moe", 250, 150, 150);
     prefix_reuse_case("qwen3moe", 250, 3 * FT_KV_BLOCK - 1, 3 * FT_KV_BLOCK - 1);
 }
+
+// 36 sequences decoding together: each decode step's MoE FFN (36 rows) takes ft_cuda_moe_rows,
+// the experts grouped by expert; with FT_CUDA_MOE_ROWS=0 the per-pair kernels. The two give the
+// same bits (test_cuda_moe_rows.c), so every logit of the two runs is equal.
+TEST(cuda_batch_grouped_experts_equal_per_pair) {
+    GPU_TEST_REQUIRE_DEVICE();
+    enum { SEQS = 36, GEN = 5, PROMPT = 3 };
+    ft_synth_params sp = ft_synth_default_params();
+    sp.n_ctx_train = 256;
+    sp.dense_type = FT_TYPE_Q8_0;
+    sp.expert_types[0] = FT_TYPE_Q4_K;
+    ft_model *m = fixture_model(&sp, "cuda_batch_grouped.gguf");
+    REQUIRE(m);
+    ft_engine_params ep = ft_engine_default_params();
+    ep.n_ctx = 32;
+    ep.n_batch = 64;
+    ep.n_seq = SEQS;
+    ep.num_tokens = (int64_t)SEQS * FT_KV_BLOCK; // a KV block for every sequence
+    ep.device = FT_PLACEMENT_CUDA;
+    const int n_vocab = m->hp.n_vocab;
+    float *logits[2][SEQS];
+    ft_err err = {{0}};
+    for (int run = 0; run < 2; run++) {
+        setenv("FT_CUDA_MOE_ROWS", run ? "1" : "0", 1); // read at the backend's init
+        batch_sim_req rq[SEQS];
+        ft_rng rng = ft_rng_init(11);
+        for (int r = 0; r < SEQS; r++) {
+            int32_t prompt[PROMPT];
+            for (int i = 0; i < PROMPT; i++) prompt[i] = (int32_t)(ft_rng_next(&rng) % (uint64_t)n_vocab);
+            logits[run][r] = ft_malloc((size_t)GEN * n_vocab * sizeof(float));
+            batch_sim_req_init(&rq[r], prompt, PROMPT, 0, logits[run][r]);
+        }
+        ft_batch *b = ft_batch_init(m, &ep, &err);
+        bool ran = b && batch_sim_run(b, rq, SEQS, 64, GEN, n_vocab, &err);
+        if (b) ft_batch_free(b);
+        CHECK(ran, "%s", err.msg);
+    }
+    unsetenv("FT_CUDA_MOE_ROWS");
+    int differ = 0;
+    for (int r = 0; r < SEQS; r++) {
+        differ += memcmp(logits[0][r], logits[1][r], (size_t)GEN * n_vocab * sizeof(float)) != 0;
+        free(logits[0][r]);
+        free(logits[1][r]);
+    }
+    CHECK(differ == 0, "%d of %d sequences' logits differ between the grouped and the per-pair experts", differ, SEQS);
+    ft_model_free(m);
+}

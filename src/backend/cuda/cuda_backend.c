@@ -50,7 +50,7 @@ typedef struct cuda_backend {
     uint64_t offload_gen;      // its generation when the graphs were captured
     float *sel_w;              // (P) their weights
     float *gap;                // (1) smallest routing gap since the last read
-    void *moe_work;            // ft_cuda_moe_gemm_work_bytes(P, n_expert): prefill expert grouping
+    void *moe_work;            // expert grouping: ft_cuda_moe_gemm_work_bytes(P, n_expert) or moe_rows
     float *attn_part;          // flash-decoding partials (see cuda_ops.h)
     float *gemm_part;          // (GEMM_PART_FLOATS) partial products of GEMMs split over their input
     int *route_count;          // (1) zero: the fused router's count (ft_cuda_router_params)
@@ -67,6 +67,7 @@ typedef struct cuda_backend {
     // Diagnostics, to bisect a numerical difference: FT_CUDA_GEMM=0 keeps every matmul and
     // MoE FFN on the matvec kernels, FT_CUDA_FLASH=0 every attention on attention.cu's.
     int gemm_min_tok;          // GEMM_MIN_TOK, or INT_MAX with FT_CUDA_GEMM=0
+    bool moe_rows;             // ft_cuda_moe_rows for a few rows (FT_CUDA_MOE_ROWS)
     bool flash;
     bool delta_chunked;        // FT_CUDA_DELTA_CHUNKED: prefill's delta rule in chunks
     size_t ffn_scratch_floats; // of h_gate, h_up and h_out each: P * W
@@ -322,7 +323,8 @@ static void cuda_reserve(ft_backend *be, const ft_backend_limits *lim) {
     c->sel = dev_alloc(P * sizeof(int32_t), "routing");
     c->sel_w = dev_alloc(P * sizeof(float), "routing");
     c->gap = dev_alloc(sizeof(float), "routing gap");
-    c->moe_work = dev_alloc(ft_cuda_moe_gemm_work_bytes((int)P, (int)E), "expert grouping");
+    c->moe_work = dev_alloc(FT_MAX(ft_cuda_moe_gemm_work_bytes((int)P, (int)E), ft_cuda_moe_rows_work_bytes((int)P, (int)E)),
+                            "expert grouping");
     c->attn_part_floats = attn_part_floats(lim);
     c->attn_part = dev_alloc(c->attn_part_floats * sizeof(float), "attention partials");
     c->gemm_part = dev_alloc(GEMM_PART_FLOATS * sizeof(float), "GEMM partials");
@@ -425,6 +427,21 @@ static void check_on_device(const ft_tensor *t) {
 // at 32 rows (H100; bench_cuda_gemm --tok=32 and the batched decode of 32 sequences), the GEMM
 // wins at 64.
 #define MOE_DECODE_GEMM_MIN_TOK 64
+
+// From this many rows the MoE FFN below the GEMM takes ft_cuda_moe_rows (each selected expert
+// read once for all its rows) instead of the per-pair kernels; both give the same bits. Below
+// it most experts serve one pair of the step, which the per-pair kernels do faster (their two
+// CTAs an SM against one): at 8 sequences the grouped kernels lost, at 32 they won (H100,
+// docs/performance.md).
+#define MOE_ROWS_MIN_TOK 32
+
+// Can ft_cuda_moe_rows compute this layer's experts?
+static bool moe_rows_fit(const ft_tensor *gate, const ft_tensor *up, const ft_tensor *down, const ft_moe_params *p,
+                         int64_t n_ff, int n_tok) {
+    return ft_cuda_matvec_wants_q8_1(gate->type) && ft_cuda_matvec_wants_q8_1(down->type) && up->type == gate->type &&
+           up->mat_bytes == gate->mat_bytes && n_ff % 32 == 0 && (int64_t)n_tok * p->n_expert_used <= 65535 &&
+           p->n_expert <= 2048;
+}
 
 // Does a call over n_tok rows hold decode rows only (ft_backend.row_gemm: none of a prompt
 // chunk's)?
@@ -1205,6 +1222,24 @@ static void cuda_moe_ffn(ft_backend *be, const ft_moe_params *p, const float *x,
         if (from_cache) ft_offload_prefetch_join_guesses(c->offload, c->stream);
         return;
     }
+    // a few rows (several sequences' decode): each selected expert read once for all its rows
+    if (!hybrid && n_tok >= MOE_ROWS_MIN_TOK && c->moe_rows && moe_rows_fit(gate, up, down, p, n_ff, n_tok)) {
+        check_on_device(gate);
+        check_on_device(up);
+        check_on_device(down);
+        quantize_x(c, x, n_embd, n_tok);
+        ft_cuda_moe_rows_params rp = {
+            .gate_type = gate->type, .down_type = down->type, .gate = gate->data, .up = up->data,
+            .down = down->data, .gate_mat_bytes = gate->mat_bytes, .down_mat_bytes = down->mat_bytes,
+            .n_embd = n_embd, .n_ff = n_ff, .n_expert = p->n_expert, .n_tok = n_tok, .k = k,
+            .sel = c->sel, .ids = c->expert_ids, .sel_w = c->sel_w, .xq = c->xq, .work = c->moe_work,
+            .h = c->h_gate, .hq = c->hq, .out = c->h_out, .y = y, .ex = ex,
+        };
+        ft_cuda_moe_rows(&rp, c->stream);
+        if (cpu_overlay) cuda_cpu_experts_overlay_end(c->cpu_experts);
+        if (from_cache) ft_offload_prefetch_join_guesses(c->offload, c->stream);
+        return;
+    }
     // gate and up read token p / k; the quantized copy of x is made once when both want it.
     // Quantized banks of one type take the fused kernels: gate, up and the activation in one
     // launch, and down with the weighted sum in another, the extras inside them (biases and
@@ -1668,6 +1703,7 @@ ft_backend *ft_backend_cuda_init(const ft_backend_params *p, ft_err *err) {
     c->stream = ft_cuda_stream_init();
     c->graphs = ft_env_flag(FT_ENV_CUDA_GRAPHS);
     c->gemm_min_tok = ft_env_flag(FT_ENV_CUDA_GEMM) ? GEMM_MIN_TOK : INT_MAX;
+    c->moe_rows = ft_env_flag(FT_ENV_CUDA_MOE_ROWS);
     c->flash = ft_env_flag(FT_ENV_CUDA_FLASH);
     c->delta_chunked = ft_env_flag(FT_ENV_CUDA_DELTA_CHUNKED);
     c->graph_max_tok = p->graph_max_tok;

@@ -307,6 +307,39 @@ size_t ft_cuda_moe_gemm_work_bytes(int n_pairs, int n_expert);
 // Enqueues the whole MoE FFN on stream s. Aborts on unsupported types or bad shapes.
 void ft_cuda_moe_gemm(const ft_cuda_moe_gemm_params *p, ft_cuda_stream *s);
 
+// The MoE FFN of a few rows (a decode step of several sequences) with each selected expert's
+// weights read once for all the rows that chose it (moe_rows.cu): the (token, slot) pairs
+// grouped by expert into tiles of up to 4 pairs, gate/up and the activation in
+// one launch (h and its q8_1 form), down in a second (each pair's product, scaled and biased
+// per the extras), then the weighted sum in slot order. Every product and sum has the bits of
+// ft_cuda_matvec_ids' fused kernels (GLU with y_q, then SUM), so a token's output does not
+// depend on the other rows of its step.
+typedef struct ft_cuda_moe_rows_params {
+    uint32_t gate_type, down_type;  // quantized (ft_cuda_matvec_wants_q8_1); up has gate's type
+    const void *gate, *up;          // banks of (n_ff, n_embd) matrices gate_mat_bytes apart,
+    const void *down;               // and of (n_embd, n_ff) ones down_mat_bytes apart; 16-byte aligned
+    size_t gate_mat_bytes, down_mat_bytes;
+    int64_t n_embd, n_ff;           // multiples of the types' block sizes; n_ff % 32 == 0
+    int n_expert, n_tok, k;         // n_tok * k <= 65535
+    const int32_t *sel;             // (n_tok, k) experts of each token: the grouping, the extras
+    const int32_t *ids;             // (n_tok, k) matrix of each pair in the banks (sel, or the
+                                    // expert cache's slots); never -1
+    const float *sel_w;             // (n_tok, k) their weights
+    const void *xq;                 // (n_tok, n_embd) q8_1 of the FFN input
+    void *work;                     // ft_cuda_moe_rows_work_bytes(n_tok * k, n_expert) bytes
+    float *h;                       // (n_tok * k, n_ff) scratch
+    void *hq;                       // q8_1 of (n_tok * k, n_ff): scratch, not xq's buffer
+    float *out;                     // (n_tok * k, n_embd) scratch
+    float *y;                       // (n_tok, n_embd) the result
+    ft_cuda_expert_extras ex;       // activation, biases and scales (bias_ids unused: sel's)
+} ft_cuda_moe_rows_params;
+
+// Bytes of the grouping workspace for n_pairs pairs over n_expert experts.
+size_t ft_cuda_moe_rows_work_bytes(int n_pairs, int n_expert);
+
+// Enqueues the MoE FFN of p's rows on stream s. Aborts on unsupported types or bad shapes.
+void ft_cuda_moe_rows(const ft_cuda_moe_rows_params *p, ft_cuda_stream *s);
+
 
 #ifdef __cplusplus
 }
