@@ -97,31 +97,57 @@ double ft_bw_time_cpu_experts(ft_backend *cpu, const ft_bw_experts *e, const int
     return (double)(now_ns() - t0) * 1e-9;
 }
 
-// The CPU's rate for type t: one token over k and over 1 of its experts, each run on experts the
-// runs before it did not touch.
-static void measure_cpu_type(ft_backend *cpu, enum ft_type t, const ft_bw_request *req, double *gbps,
-                             double *fixed_us) {
-    int k = req->top_k, n_exp = ft_bw_experts_needed(t, req->n_embd, req->n_ff, k);
-    ft_bw_experts e;
-    ft_bw_experts_init(&e, t, req->n_embd, req->n_ff, n_exp, NULL);
-    int width = FT_MAX(req->n_embd, req->n_ff);
-    float *x = ft_calloc((size_t)width, sizeof(float)), *y = ft_calloc((size_t)width, sizeof(float));
-    for (int i = 0; i < req->n_embd; i++) x[i] = 0.01f * (float)((i * 7919) % 97 - 48);
+void ft_bw_slope(ft_bw_timed_fn f, void *ctx, int k, double *slope, double *intercept) {
     int32_t sel[64];
     double t1 = INFINITY, tk = INFINITY;
-    for (int r = 0; r <= TIMED_RUNS; r++) { // run 0 wakes the pool up
+    for (int r = 0; r <= TIMED_RUNS; r++) { // run 0 wakes the CPU's pool, or the GPU's clocks
         int base = r * (k + 1);
         sel[0] = base;
-        double a = ft_bw_time_cpu_experts(cpu, &e, sel, 1, x, y);
+        double a = f(ctx, sel, 1);
         for (int j = 0; j < k; j++) sel[j] = base + 1 + j;
-        double b = ft_bw_time_cpu_experts(cpu, &e, sel, k, x, y);
+        double b = f(ctx, sel, k);
         if (r > 0) t1 = fmin(t1, a), tk = fmin(tk, b);
     }
-    double slope = fmax(tk - t1, 0.0) / (k - 1); // s an expert
+    *slope = fmax(tk - t1, 0.0) / (k - 1);
+    *intercept = fmax(t1 - *slope, 0.0);
+}
+
+double ft_bw_step_time(ft_bw_timed_fn f, void *ctx, int k) {
+    int32_t sel[64];
+    double best = INFINITY;
+    for (int r = 0; r <= TIMED_RUNS; r++) {
+        for (int j = 0; j < k; j++) sel[j] = r * (k + 1) + 1 + j;
+        double t = f(ctx, sel, k);
+        if (r > 0) best = fmin(best, t);
+    }
+    return best;
+}
+
+typedef struct cpu_ctx {
+    ft_backend *cpu;
+    const ft_bw_experts *e;
+    float *x, *y;
+} cpu_ctx;
+
+static double time_cpu(void *ctx, const int32_t *sel, int n) {
+    cpu_ctx *c = ctx;
+    return ft_bw_time_cpu_experts(c->cpu, c->e, sel, n, c->x, c->y);
+}
+
+// The CPU's rate for type t: the slope between one token over k and over 1 of its experts.
+static void measure_cpu_type(ft_backend *cpu, enum ft_type t, const ft_bw_request *req, double *gbps,
+                             double *fixed_us) {
+    ft_bw_experts e;
+    ft_bw_experts_init(&e, t, req->n_embd, req->n_ff, ft_bw_experts_needed(t, req->n_embd, req->n_ff, req->top_k), NULL);
+    int width = FT_MAX(req->n_embd, req->n_ff);
+    cpu_ctx c = {cpu, &e, ft_calloc((size_t)width, sizeof(float)), ft_calloc((size_t)width, sizeof(float))};
+    for (int i = 0; i < req->n_embd; i++) c.x[i] = 0.01f * (float)((i * 7919) % 97 - 48);
+    double slope, icpt;
+    ft_bw_slope(time_cpu, &c, req->top_k, &slope, &icpt);
     *gbps = slope > 0 ? (double)e.expert_bytes / (slope * 1e9) : 0;
-    *fixed_us = fmax(t1 - slope, 0.0) * 1e6;
-    free(x);
-    free(y);
+    *fixed_us = icpt * 1e6;
+    free(c.x);
+    free(c.y);
     ft_bw_experts_free(&e, NULL);
 }
 

@@ -42,6 +42,14 @@ void ft_bw_experts_free(ft_bw_experts *e, void (*release)(void *)); // release N
 // The key of this machine: the CPU's model name (/proc/cpuinfo) and threads; gpu "none".
 void ft_bw_profile_key(moe_bw_profile *p, int n_threads);
 
+// A timing (seconds) of one token over the n experts sel.
+typedef double (*ft_bw_timed_fn)(void *ctx, const int32_t *sel, int n);
+// The slope (s an expert) and intercept (s) of f between 1 and top_k experts, and the best time
+// of f over top_k experts: best of 5 runs after a warm-up, each on experts the runs before it did
+// not touch (experts below ft_bw_timed_experts(top_k)).
+void ft_bw_slope(ft_bw_timed_fn f, void *ctx, int top_k, double *slope, double *intercept);
+double ft_bw_step_time(ft_bw_timed_fn f, void *ctx, int top_k);
+
 // The CPU's time for one token's experts through cpu's moe_ffn: sel (n experts) over e, best of
 // 5 after a warm-up; x and y host rows of e's widths.
 double ft_bw_time_cpu_experts(ft_backend *cpu, const ft_bw_experts *e, const int32_t *sel, int n, float *x, float *y);

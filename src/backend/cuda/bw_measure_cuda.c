@@ -15,8 +15,6 @@
 #include <string.h>
 #include <time.h>
 
-enum { TIMED_RUNS = 5 };
-
 static double now_s(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
@@ -26,36 +24,6 @@ static double now_s(void) {
 static void *mapped_alloc(size_t n) {
     void *dev;
     return ft_cuda_host_alloc_mapped(n, &dev);
-}
-
-// The slope (s an expert) and intercept (s) of a timing f(sel, n) between n = 1 and n = k, best
-// of TIMED_RUNS after a warm-up, each run on experts the ones before it did not touch.
-typedef double (*timed_fn)(void *ctx, const int32_t *sel, int n);
-static void slope_of(timed_fn f, void *ctx, int k, double *slope, double *intercept) {
-    int32_t sel[64];
-    double t1 = INFINITY, tk = INFINITY;
-    for (int r = 0; r <= TIMED_RUNS; r++) {
-        int base = r * (k + 1);
-        sel[0] = base;
-        double a = f(ctx, sel, 1);
-        for (int j = 0; j < k; j++) sel[j] = base + 1 + j;
-        double b = f(ctx, sel, k);
-        if (r > 0) t1 = fmin(t1, a), tk = fmin(tk, b);
-    }
-    *slope = fmax(tk - t1, 0.0) / (k - 1);
-    *intercept = fmax(t1 - *slope, 0.0);
-}
-
-// The best time of f over k experts, each run on experts the ones before it did not touch.
-static double step_time(timed_fn f, void *ctx, int k) {
-    int32_t sel[64];
-    double best = INFINITY;
-    for (int r = 0; r <= TIMED_RUNS; r++) {
-        for (int j = 0; j < k; j++) sel[j] = r * (k + 1) + 1 + j;
-        double t = f(ctx, sel, k);
-        if (r > 0) best = fmin(best, t);
-    }
-    return best;
 }
 
 typedef struct copy_ctx {
@@ -173,7 +141,7 @@ bool ft_backend_cuda_measure_bw(const ft_bw_request *req, moe_bw_profile *out, f
             off += banks[b]->mat_bytes;
         }
         double slope, icpt;
-        slope_of(time_copies, &cc, k, &slope, &icpt);
+        ft_bw_slope(time_copies, &cc, k, &slope, &icpt);
         copy_bytes[n_copy] = (double)e.expert_bytes, copy_s[n_copy++] = slope;
         // the fused kernels take the quantized types (the float ones have no decode kernels of
         // their own here: not rated)
@@ -181,7 +149,7 @@ bool ft_backend_cuda_measure_bw(const ft_bw_request *req, moe_bw_profile *out, f
         // expert, under the host clock's noise)
         if (ft_cuda_matvec_wants_q8_1(req->types[i])) {
             kernel_ctx kc = {.e = &d, .xq = xq, .h = h, .y = y, .w = w, .hq = hq, .ids_dev = ids_dev, .s = s};
-            double tk = step_time(time_kernels, &kc, k);
+            double tk = ft_bw_step_time(time_kernels, &kc, k);
             moe_bw_rate *r = moe_bw_rate_add(out, req->types[i]);
             r->gpu_gbps = tk > 0 ? (double)k * (double)e.expert_bytes / (tk * 1e9) : 0;
         }
