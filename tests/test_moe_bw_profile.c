@@ -8,8 +8,13 @@
 #include <string.h>
 
 static moe_bw_profile sample(void) {
-    moe_bw_profile p = {.gpu = "NVIDIA H100 80GB HBM3", .cpu = "Intel(R) Xeon(R) Processor", .threads = 16,
-                        .copy_fixed_us = 6.5, .copy_gbps = 52.25, .meet_us = 12.5, .cpu_fixed_us = 18};
+    moe_bw_profile p = {.gpu = "NVIDIA H100 80GB HBM3",
+                        .cpu = "Intel(R) Xeon(R) Processor",
+                        .threads = 16,
+                        .copy_fixed_us = 6.5,
+                        .copy_gbps = 52.25,
+                        .meet_us = 12.5,
+                        .cpu_fixed_us = 18};
     *moe_bw_rate_add(&p, FT_TYPE_Q4_K) = (moe_bw_rate){FT_TYPE_Q4_K, 61.5, 1400};
     *moe_bw_rate_add(&p, FT_TYPE_Q6_K) = (moe_bw_rate){FT_TYPE_Q6_K, 48, 1250.125};
     return p;
@@ -62,20 +67,30 @@ TEST(moe_bw_profile_parser_refuses_what_it_does_not_know) {
     CHECK(parses(head, &p) && p.threads == 4 && p.n_rates == 0);
     CHECK(parses("# comment\n\nversion 1\ngpu a b c\ncpu x\nthreads 1", &p) && strcmp(p.gpu, "a b c") == 0);
     const char *bad[] = {
-        "",                                          // nothing
-        "version 2\ngpu g\ncpu c\nthreads 4\n",      // another version
-        "version 1\ngpu g\ncpu c\n",                 // no threads
-        "version 1\ngpu g\ncpu c\nthreads 0\n",      // threads out of range
-        "version 1\ngpu g\ncpu c\nthreads 2.5\n",    // not whole
+        "",                                            // nothing
+        "version 2\ngpu g\ncpu c\nthreads 4\n",        // another version
+        "version 1\ngpu g\ncpu c\n",                   // no threads
+        "version 1\ngpu g\ncpu c\nthreads 0\n",        // threads out of range
+        "version 1\ngpu g\ncpu c\nthreads 2.5\n",      // not whole
         "version 1\ngpu g\ngpu h\ncpu c\nthreads 4\n", // twice
-        "version 1\ngpu\ncpu c\nthreads 4\n",        // no value
+        "version 1\ngpu\ncpu c\nthreads 4\n",          // no value
     };
-    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) CHECK(!parses(bad[i], &p), "case %zu", i);
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        CHECK(!parses(bad[i], &p), "case %zu", i);
     const char *bad_tail[] = {
-        "copy_gbps -1\n", "copy_gbps nan\n", "copy_gbps inf\n", "copy_gbps 1e300\n", "copy_gbps 5x\n",
-        "meet_us\n", "colour blue\n", "type q4_K cpu_gbps 1\n", "type q9_K cpu_gbps 1 gpu_gbps 2\n",
-        "type q4_K gpu_gbps 1 cpu_gbps 2\n", "type q4_K cpu_gbps 1 gpu_gbps 2 extra\n",
-        "type q4_K cpu_gbps 1 gpu_gbps 2\ntype q4_K cpu_gbps 1 gpu_gbps 2\n", "gpu \x01\n",
+        "copy_gbps -1\n",
+        "copy_gbps nan\n",
+        "copy_gbps inf\n",
+        "copy_gbps 1e300\n",
+        "copy_gbps 5x\n",
+        "meet_us\n",
+        "colour blue\n",
+        "type q4_K cpu_gbps 1\n",
+        "type q9_K cpu_gbps 1 gpu_gbps 2\n",
+        "type q4_K gpu_gbps 1 cpu_gbps 2\n",
+        "type q4_K cpu_gbps 1 gpu_gbps 2 extra\n",
+        "type q4_K cpu_gbps 1 gpu_gbps 2\ntype q4_K cpu_gbps 1 gpu_gbps 2\n",
+        "gpu \x01\n",
     };
     for (size_t i = 0; i < sizeof(bad_tail) / sizeof(bad_tail[0]); i++) {
         snprintf(buf, sizeof(buf), "%s%s", head, bad_tail[i]);
@@ -105,8 +120,9 @@ TEST(moe_bw_profile_costs_of_an_expert) {
     CHECK(fabs(moe_bw_gpu_us(&p, t, b) - (2460000 / 1400000.0 + 2460000 / 1250125.0)) < 1e-9);
     moe_hybrid_costs c;
     REQUIRE(moe_bw_hybrid_costs(&p, t, b, &c));
-    CHECK(c.copy_ns == (uint32_t)(moe_bw_copy_us(&p, b) * 1e3) && c.cpu_ns == (uint32_t)(moe_bw_cpu_us(&p, t, b) * 1e3) &&
-          c.meet_ns == 30500, "%u %u %u", c.copy_ns, c.cpu_ns, c.meet_ns);
+    CHECK(c.copy_ns == (uint32_t)(moe_bw_copy_us(&p, b) * 1e3) &&
+              c.cpu_ns == (uint32_t)(moe_bw_cpu_us(&p, t, b) * 1e3) && c.meet_ns == 30500,
+          "%u %u %u", c.copy_ns, c.cpu_ns, c.meet_ns);
     // a type the profile lacks, and a profile without copies: no costs
     enum ft_type t8[3] = {FT_TYPE_Q8_0, FT_TYPE_Q8_0, FT_TYPE_Q8_0};
     CHECK(moe_bw_cpu_us(&p, t8, b) < 0 && !moe_bw_hybrid_costs(&p, t8, b, &c));
@@ -115,6 +131,7 @@ TEST(moe_bw_profile_costs_of_an_expert) {
     CHECK(moe_bw_copy_us(&q, b) < 0 && !moe_bw_hybrid_costs(&q, t, b, &c));
     // the table fills up
     moe_bw_profile full = {0};
-    for (int i = 0; i < MOE_BW_MAX_TYPES; i++) CHECK(moe_bw_rate_add(&full, (enum ft_type)(100 + i)));
+    for (int i = 0; i < MOE_BW_MAX_TYPES; i++)
+        CHECK(moe_bw_rate_add(&full, (enum ft_type)(100 + i)));
     CHECK(!moe_bw_rate_add(&full, (enum ft_type)200) && moe_bw_rate_add(&full, (enum ft_type)100));
 }

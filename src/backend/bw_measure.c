@@ -14,10 +14,13 @@
 enum { TIMED_RUNS = 5 };
 #define CACHE_FLUSH_BYTES (128.0 * 1048576.0) // more than a CPU's last-level cache or a GPU's L2
 
-int ft_bw_timed_experts(int top_k) { return (TIMED_RUNS + 1) * (top_k + 1); }
+int ft_bw_timed_experts(int top_k) {
+    return (TIMED_RUNS + 1) * (top_k + 1);
+}
 
 int ft_bw_experts_needed(enum ft_type t, int n_embd, int n_ff, int top_k) {
-    double bytes = (double)(2 * ft_row_bytes(t, n_embd) * (size_t)n_ff + ft_row_bytes(t, n_ff) * (size_t)n_embd);
+    double bytes =
+        (double)(2 * ft_row_bytes(t, n_embd) * (size_t)n_ff + ft_row_bytes(t, n_ff) * (size_t)n_embd);
     // at most the 1024 experts of a layer the CPU op takes (small shapes flush less)
     return FT_MIN(ft_bw_timed_experts(top_k) + (int)(CACHE_FLUSH_BYTES / bytes) + 1, 1024);
 }
@@ -28,8 +31,8 @@ static uint64_t now_ns(void) {
     return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
 }
 
-static void set_bank(ft_tensor *t, const char *name, enum ft_type type, int64_t cols, int64_t rows, int64_t n_expert,
-                     uint8_t *data) {
+static void set_bank(ft_tensor *t, const char *name, enum ft_type type, int64_t cols, int64_t rows,
+                     int64_t n_expert, uint8_t *data) {
     memset(t, 0, sizeof(*t));
     snprintf(t->name, sizeof(t->name), "%s", name);
     t->type = type;
@@ -40,12 +43,14 @@ static void set_bank(ft_tensor *t, const char *name, enum ft_type type, int64_t 
     t->placement = FT_PLACEMENT_CPU;
 }
 
-void ft_bw_experts_init(ft_bw_experts *e, enum ft_type t, int n_embd, int n_ff, int n_expert, void *(*alloc)(size_t)) {
+void ft_bw_experts_init(ft_bw_experts *e, enum ft_type t, int n_embd, int n_ff, int n_expert,
+                        void *(*alloc)(size_t)) {
     size_t gate = ft_row_bytes(t, n_embd) * (size_t)n_ff, down = ft_row_bytes(t, n_ff) * (size_t)n_embd;
     e->expert_bytes = 2 * gate + down;
     e->bytes = (size_t)n_expert * e->expert_bytes;
     e->mem = alloc ? alloc(e->bytes) : ft_malloc(e->bytes);
-    if (!e->mem) ft_abort(__FILE__, __LINE__, "bw: cannot allocate %.1f MiB of experts", e->bytes / 1048576.0);
+    if (!e->mem)
+        ft_abort(__FILE__, __LINE__, "bw: cannot allocate %.1f MiB of experts", e->bytes / 1048576.0);
     uint8_t *m = e->mem;
     set_bank(&e->gate, "bw.gate_exps", t, n_embd, n_ff, n_expert, m);
     set_bank(&e->up, "bw.up_exps", t, n_embd, n_ff, n_expert, m + (size_t)n_expert * gate);
@@ -59,8 +64,10 @@ void ft_bw_experts_init(ft_bw_experts *e, enum ft_type t, int n_embd, int n_ff, 
 }
 
 void ft_bw_experts_free(ft_bw_experts *e, void (*release)(void *)) {
-    if (release) release(e->mem);
-    else free(e->mem);
+    if (release)
+        release(e->mem);
+    else
+        free(e->mem);
     e->mem = NULL;
 }
 
@@ -76,22 +83,34 @@ void ft_bw_profile_key(moe_bw_profile *p, int n_threads) {
         if (strncmp(line, "model name", 10) != 0) continue;
         const char *v = strchr(line, ':');
         if (!v) break;
-        for (v++; *v == ' ' || *v == '\t'; v++) {}
+        for (v++; *v == ' ' || *v == '\t'; v++) {
+        }
         size_t n = strcspn(v, "\n");
-        while (n > 0 && v[n - 1] == ' ') n--;
+        while (n > 0 && v[n - 1] == ' ')
+            n--;
         if (n > 0) snprintf(p->cpu, sizeof(p->cpu), "%.*s", (int)FT_MIN(n, sizeof(p->cpu) - 1), v);
         break;
     }
     fclose(f);
 }
 
-double ft_bw_time_cpu_experts(ft_backend *cpu, const ft_bw_experts *e, const int32_t *sel, int n, float *x, float *y) {
+double ft_bw_time_cpu_experts(ft_backend *cpu, const ft_bw_experts *e, const int32_t *sel, int n, float *x,
+                              float *y) {
     float w[64];
     FT_ASSERT(n >= 1 && n <= 64);
-    for (int j = 0; j < n; j++) w[j] = 1.0f / (float)n;
-    ft_moe_params h = {.layer = 0, .gate_exps = &e->gate, .up_exps = &e->up, .down_exps = &e->down,
-                       .act = FT_GLU_SILU, .n_expert = (int)e->gate.ne[2], .n_expert_used = n,
-                       .gating = FT_GATING_SOFTMAX, .w_scale = 1.0f, .sel = sel, .sel_w = w};
+    for (int j = 0; j < n; j++)
+        w[j] = 1.0f / (float)n;
+    ft_moe_params h = {.layer = 0,
+                       .gate_exps = &e->gate,
+                       .up_exps = &e->up,
+                       .down_exps = &e->down,
+                       .act = FT_GLU_SILU,
+                       .n_expert = (int)e->gate.ne[2],
+                       .n_expert_used = n,
+                       .gating = FT_GATING_SOFTMAX,
+                       .w_scale = 1.0f,
+                       .sel = sel,
+                       .sel_w = w};
     uint64_t t0 = now_ns();
     cpu->ops->moe_ffn(cpu, &h, x, y, 1);
     return (double)(now_ns() - t0) * 1e-9;
@@ -104,7 +123,8 @@ void ft_bw_slope(ft_bw_timed_fn f, void *ctx, int k, double *slope, double *inte
         int base = r * (k + 1);
         sel[0] = base;
         double a = f(ctx, sel, 1);
-        for (int j = 0; j < k; j++) sel[j] = base + 1 + j;
+        for (int j = 0; j < k; j++)
+            sel[j] = base + 1 + j;
         double b = f(ctx, sel, k);
         if (r > 0) t1 = fmin(t1, a), tk = fmin(tk, b);
     }
@@ -116,7 +136,8 @@ double ft_bw_step_time(ft_bw_timed_fn f, void *ctx, int k) {
     int32_t sel[64];
     double best = INFINITY;
     for (int r = 0; r <= TIMED_RUNS; r++) {
-        for (int j = 0; j < k; j++) sel[j] = r * (k + 1) + 1 + j;
+        for (int j = 0; j < k; j++)
+            sel[j] = r * (k + 1) + 1 + j;
         double t = f(ctx, sel, k);
         if (r > 0) best = fmin(best, t);
     }
@@ -138,10 +159,12 @@ static double time_cpu(void *ctx, const int32_t *sel, int n) {
 static void measure_cpu_type(ft_backend *cpu, enum ft_type t, const ft_bw_request *req, double *gbps,
                              double *fixed_us) {
     ft_bw_experts e;
-    ft_bw_experts_init(&e, t, req->n_embd, req->n_ff, ft_bw_experts_needed(t, req->n_embd, req->n_ff, req->top_k), NULL);
+    ft_bw_experts_init(&e, t, req->n_embd, req->n_ff,
+                       ft_bw_experts_needed(t, req->n_embd, req->n_ff, req->top_k), NULL);
     int width = FT_MAX(req->n_embd, req->n_ff);
     cpu_ctx c = {cpu, &e, ft_calloc((size_t)width, sizeof(float)), ft_calloc((size_t)width, sizeof(float))};
-    for (int i = 0; i < req->n_embd; i++) c.x[i] = 0.01f * (float)((i * 7919) % 97 - 48);
+    for (int i = 0; i < req->n_embd; i++)
+        c.x[i] = 0.01f * (float)((i * 7919) % 97 - 48);
     double slope, icpt;
     ft_bw_slope(time_cpu, &c, req->top_k, &slope, &icpt);
     *gbps = slope > 0 ? (double)e.expert_bytes / (slope * 1e9) : 0;
@@ -156,8 +179,12 @@ bool ft_bw_measure_cpu_rates(const ft_bw_request *req, moe_bw_profile *out, ft_e
     int width = FT_MAX(req->n_embd, req->n_ff), n_exp = 0;
     for (int i = 0; i < req->n_types; i++)
         n_exp = FT_MAX(n_exp, ft_bw_experts_needed(req->types[i], req->n_embd, req->n_ff, req->top_k));
-    ft_backend_limits lim = {.max_tok = 1, .max_width = width, .max_ctx = 1, .max_head_dim = 64,
-                             .n_expert = n_exp, .n_expert_used = req->top_k,
+    ft_backend_limits lim = {.max_tok = 1,
+                             .max_width = width,
+                             .max_ctx = 1,
+                             .max_head_dim = 64,
+                             .n_expert = n_exp,
+                             .n_expert_used = req->top_k,
                              .n_layer = 1};
     cpu->ops->reserve(cpu, &lim);
     bool ok = true;
@@ -182,8 +209,8 @@ bool ft_backend_measure_bw(const ft_bw_request *req, moe_bw_profile *out, ft_err
         const ft_quant_ops *q = ft_quant_ops_find(req->types[i]);
         const ft_type_traits *tr = ft_type_traits_find(req->types[i]);
         if (!q || !q->vec_dot || !tr || req->n_embd % tr->block_elems || req->n_ff % tr->block_elems)
-            return ft_err_set(err, "bw: %s experts of %d x %d cannot be computed here", ft_type_name(req->types[i]),
-                              req->n_embd, req->n_ff);
+            return ft_err_set(err, "bw: %s experts of %d x %d cannot be computed here",
+                              ft_type_name(req->types[i]), req->n_embd, req->n_ff);
     }
     ft_bw_profile_key(out, req->n_threads);
     if (req->device == FT_PLACEMENT_CUDA) return ft_backend_cuda_measure_bw(req, out, err);

@@ -13,12 +13,12 @@
 #include "../moe/bw_profile.h"
 
 typedef struct ft_bw_request {
-    enum ft_placement device; // FT_PLACEMENT_CPU: the CPU's rates only (gpu "none")
-    int n_threads;            // the CPU's threads (the engine's -t)
+    enum ft_placement device;  // FT_PLACEMENT_CPU: the CPU's rates only (gpu "none")
+    int n_threads;             // the CPU's threads (the engine's -t)
     const enum ft_type *types; // the expert types to rate (all three banks of that type)
     int n_types;
-    int n_embd, n_ff;         // the experts' shape
-    int top_k;                // experts a token selects, >= 2
+    int n_embd, n_ff; // the experts' shape
+    int top_k;        // experts a token selects, >= 2
 } ft_bw_request;
 
 // Experts the timed runs use, and those written after them so that the caches (the CPU's last
@@ -52,7 +52,8 @@ double ft_bw_step_time(ft_bw_timed_fn f, void *ctx, int top_k);
 
 // The CPU's time for one token's experts through cpu's moe_ffn: sel (n experts) over e, best of
 // 5 after a warm-up; x and y host rows of e's widths.
-double ft_bw_time_cpu_experts(ft_backend *cpu, const ft_bw_experts *e, const int32_t *sel, int n, float *x, float *y);
+double ft_bw_time_cpu_experts(ft_backend *cpu, const ft_bw_experts *e, const int32_t *sel, int n, float *x,
+                              float *y);
 
 // The CPU's rates for req's types into out (and its cpu_fixed_us: the largest intercept).
 bool ft_bw_measure_cpu_rates(const ft_bw_request *req, moe_bw_profile *out, ft_err *err);

@@ -79,7 +79,8 @@ static void print_profile(const moe_bw_profile *p, const char *path, bool json) 
     }
     printf("bandwidth profile %s\n  GPU %s; CPU %s, %d threads\n", path, p->gpu, p->cpu, p->threads);
     if (p->copy_gbps > 0)
-        printf("  an expert copied host to device: %.1f us + bytes at %.1f GB/s\n", p->copy_fixed_us, p->copy_gbps);
+        printf("  an expert copied host to device: %.1f us + bytes at %.1f GB/s\n", p->copy_fixed_us,
+               p->copy_gbps);
     if (p->meet_us > 0) printf("  one host meeting (GPU to CPU and back): %.1f us\n", p->meet_us);
     printf("  the CPU's fixed cost of a layer's experts: %.1f us\n", p->cpu_fixed_us);
     printf("  %-8s %14s %14s\n", "type", "CPU GB/s", "GPU GB/s");
@@ -114,16 +115,20 @@ int cmd_bench_bw(int argc, char **argv) {
             json = true;
             continue;
         }
-        if (args_str(argc, argv, &i, "--device", &device, &bad) || args_int(argc, argv, &i, "-t|--threads", 1, 1024, &threads, &bad) ||
-            args_str(argc, argv, &i, "--types", &types_arg, &bad) || args_str(argc, argv, &i, "--shape", &shape, &bad) ||
-            args_int(argc, argv, &i, "-k|--top-k", 2, 32, &top_k, &bad) || args_str(argc, argv, &i, "--profile", &path_arg, &bad))
+        if (args_str(argc, argv, &i, "--device", &device, &bad) ||
+            args_int(argc, argv, &i, "-t|--threads", 1, 1024, &threads, &bad) ||
+            args_str(argc, argv, &i, "--types", &types_arg, &bad) ||
+            args_str(argc, argv, &i, "--shape", &shape, &bad) ||
+            args_int(argc, argv, &i, "-k|--top-k", 2, 32, &top_k, &bad) ||
+            args_str(argc, argv, &i, "--profile", &path_arg, &bad))
             continue;
         if (!bad) fprintf(stderr, "ft bench bw: unknown argument '%s' (see --help)\n", argv[i]);
         bad = true;
     }
     if (bad) return FT_EXIT_USAGE;
     ft_bw_request req = {.top_k = (int)top_k};
-    if (!device) req.device = ft_engine_default_device();
+    if (!device)
+        req.device = ft_engine_default_device();
     else if (!ft_engine_device_from_name(device, &req.device)) {
         fprintf(stderr, "ft bench bw: --device %s: expected cpu or cuda\n", device);
         return FT_EXIT_USAGE;
@@ -140,8 +145,9 @@ int cmd_bench_bw(int argc, char **argv) {
     req.types = types, req.n_types = n_types;
     req.n_threads = threads > 0 ? (int)threads : ft_engine_default_threads(req.device);
 
-    fprintf(stderr, "ft bench bw: measuring %s experts of %d x %d, top-%d, %d threads%s\n", types_arg, req.n_embd,
-            req.n_ff, req.top_k, req.n_threads, req.device == FT_PLACEMENT_CUDA ? ", and the GPU" : "");
+    fprintf(stderr, "ft bench bw: measuring %s experts of %d x %d, top-%d, %d threads%s\n", types_arg,
+            req.n_embd, req.n_ff, req.top_k, req.n_threads,
+            req.device == FT_PLACEMENT_CUDA ? ", and the GPU" : "");
     moe_bw_profile p;
     ft_err err = {{0}};
     if (!ft_backend_measure_bw(&req, &p, &err)) {
@@ -149,8 +155,10 @@ int cmd_bench_bw(int argc, char **argv) {
         return FT_EXIT_INPUT;
     }
     char path[1200], dir[1024];
-    if (path_arg) snprintf(path, sizeof(path), "%s", path_arg);
-    else if (ft_cache_dir(dir, sizeof(dir))) moe_bw_profile_path(&p, dir, path, sizeof(path));
+    if (path_arg)
+        snprintf(path, sizeof(path), "%s", path_arg);
+    else if (ft_cache_dir(dir, sizeof(dir)))
+        moe_bw_profile_path(&p, dir, path, sizeof(path));
     else {
         fprintf(stderr, "ft bench bw: neither HOME nor XDG_CACHE_HOME is set: give --profile FILE\n");
         return FT_EXIT_USAGE;

@@ -71,15 +71,16 @@ bool moe_bw_hybrid_costs(const moe_bw_profile *p, const enum ft_type t[3], const
 char *moe_bw_profile_format(const moe_bw_profile *p) {
     size_t cap = 1024 + (size_t)p->n_rates * LINE_MAX_CHARS;
     char *s = ft_malloc(cap);
-    int n = snprintf(s, cap,
-                     "# ft bandwidth profile (ft bench bw): the costs of moving and computing an expert here\n"
-                     "version %d\ngpu %s\ncpu %s\nthreads %d\ncopy_fixed_us %.3f\ncopy_gbps %.3f\nmeet_us %.3f\n"
-                     "cpu_fixed_us %.3f\n",
-                     PROFILE_VERSION, p->gpu, p->cpu, p->threads, p->copy_fixed_us, p->copy_gbps, p->meet_us,
-                     p->cpu_fixed_us);
+    int n =
+        snprintf(s, cap,
+                 "# ft bandwidth profile (ft bench bw): the costs of moving and computing an expert here\n"
+                 "version %d\ngpu %s\ncpu %s\nthreads %d\ncopy_fixed_us %.3f\ncopy_gbps %.3f\nmeet_us %.3f\n"
+                 "cpu_fixed_us %.3f\n",
+                 PROFILE_VERSION, p->gpu, p->cpu, p->threads, p->copy_fixed_us, p->copy_gbps, p->meet_us,
+                 p->cpu_fixed_us);
     for (int i = 0; i < p->n_rates && n >= 0 && (size_t)n < cap; i++)
-        n += snprintf(s + n, cap - (size_t)n, "type %s cpu_gbps %.3f gpu_gbps %.3f\n", ft_type_name(p->rates[i].type),
-                      p->rates[i].cpu_gbps, p->rates[i].gpu_gbps);
+        n += snprintf(s + n, cap - (size_t)n, "type %s cpu_gbps %.3f gpu_gbps %.3f\n",
+                      ft_type_name(p->rates[i].type), p->rates[i].cpu_gbps, p->rates[i].gpu_gbps);
     return s;
 }
 
@@ -89,7 +90,8 @@ static bool parse_number(const char *s, double *out) {
     errno = 0;
     double v = strtod(s, &end);
     if (end == s || errno || !isfinite(v) || v < 0 || v > 1e9) return false;
-    while (*end == ' ') end++;
+    while (*end == ' ')
+        end++;
     if (*end) return false;
     *out = v;
     return true;
@@ -109,7 +111,8 @@ static bool parse_name(const char *s, char *out) {
 static bool parse_rate(char *s, moe_bw_profile *p) {
     char name[32], k1[16], k2[16], v1[64], v2[64];
     int used = 0;
-    if (sscanf(s, "%31s %15s %63s %15s %63s%n", name, k1, v1, k2, v2, &used) != 5 || s[used] != 0) return false;
+    if (sscanf(s, "%31s %15s %63s %15s %63s%n", name, k1, v1, k2, v2, &used) != 5 || s[used] != 0)
+        return false;
     enum ft_type t;
     double c, g;
     if (!ft_type_from_name(name, &t) || strcmp(k1, "cpu_gbps") != 0 || strcmp(k2, "gpu_gbps") != 0 ||
@@ -128,7 +131,8 @@ bool moe_bw_profile_parse(const char *text, size_t len, moe_bw_profile *out, ft_
     for (int line_no = 1; pos < len; line_no++) {
         const char *nl = memchr(text + pos, '\n', len - pos);
         size_t n = nl ? (size_t)(nl - (text + pos)) : len - pos;
-        if (n > LINE_MAX_CHARS) return ft_err_set(err, "line %d: longer than %d characters", line_no, LINE_MAX_CHARS);
+        if (n > LINE_MAX_CHARS)
+            return ft_err_set(err, "line %d: longer than %d characters", line_no, LINE_MAX_CHARS);
         char line[LINE_MAX_CHARS + 1];
         memcpy(line, text + pos, n);
         line[n] = 0;
@@ -171,14 +175,19 @@ bool moe_bw_profile_parse(const char *text, size_t len, moe_bw_profile *out, ft_
         if (!ok) return ft_err_set(err, "line %d: bad value for '%s'", line_no, key);
     }
     if (!version || !gpu || !cpu || !threads)
-        return ft_err_set(err, "missing %s", !version ? "version 1" : !gpu ? "gpu" : !cpu ? "cpu" : "threads");
+        return ft_err_set(err, "missing %s",
+                          !version ? "version 1"
+                          : !gpu   ? "gpu"
+                          : !cpu   ? "cpu"
+                                   : "threads");
     *out = p;
     return true;
 }
 
 // FNV-1a, 64 bits
 static uint64_t fnv1a(uint64_t h, const char *s, size_t n) {
-    for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 0x100000001b3ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ (unsigned char)s[i]) * 0x100000001b3ull;
     return h;
 }
 
@@ -199,9 +208,12 @@ bool moe_bw_profile_load(const char *path, moe_bw_profile *out, ft_err *err) {
     bool read_err = ferror(f);
     fclose(f);
     bool ok = false;
-    if (read_err) ft_err_set(err, "%s: read error", path);
-    else if (n > FILE_MAX_BYTES) ft_err_set(err, "%s: larger than %d bytes", path, FILE_MAX_BYTES);
-    else ok = moe_bw_profile_parse(buf, n, out, err) || ft_err_prefix(err, "%s", path);
+    if (read_err)
+        ft_err_set(err, "%s: read error", path);
+    else if (n > FILE_MAX_BYTES)
+        ft_err_set(err, "%s: larger than %d bytes", path, FILE_MAX_BYTES);
+    else
+        ok = moe_bw_profile_parse(buf, n, out, err) || ft_err_prefix(err, "%s", path);
     free(buf);
     return ok;
 }
@@ -216,7 +228,8 @@ bool moe_bw_profile_save(const moe_bw_profile *p, const char *path, ft_err *err)
             if (*c != '/' && *c != 0) continue;
             char keep = *c;
             *c = 0;
-            if (mkdir(dir, 0755) != 0 && errno != EEXIST) return ft_err_set(err, "cannot create %s: %s", dir, strerror(errno));
+            if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+                return ft_err_set(err, "cannot create %s: %s", dir, strerror(errno));
             *c = keep;
             if (!keep) break;
         }

@@ -26,7 +26,7 @@ enum { MOE_BW_MAX_TYPES = 24, MOE_BW_NAME = 128 };
 
 typedef struct moe_bw_rate {
     enum ft_type type;
-    double cpu_gbps; // expert weight bytes a second, one token on the CPU at the profile's threads; 0: not measured
+    double cpu_gbps; // expert bytes a second, one token on the CPU at the profile's threads; 0: not measured
     double gpu_gbps; // the GPU's decode expert kernels: a step of top-k experts, their bytes over its
                      // time (one token, launches included); 0: not measured
 } moe_bw_rate;

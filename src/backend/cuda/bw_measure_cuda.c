@@ -36,7 +36,8 @@ typedef struct copy_ctx {
 static double time_copies(void *ctx, const int32_t *sel, int n) {
     copy_ctx *c = ctx;
     c->ids_host[0] = n;
-    for (int j = 0; j < n; j++) c->ids_host[1 + j] = sel[j], c->ids_host[1 + 64 + j] = j;
+    for (int j = 0; j < n; j++)
+        c->ids_host[1 + j] = sel[j], c->ids_host[1 + 64 + j] = j;
     ft_cuda_memcpy_h2d(c->ids_dev, c->ids_host, (1 + 2 * 64) * sizeof(int32_t), c->s);
     ft_cuda_stream_sync(c->s);
     double t0 = now_s();
@@ -61,15 +62,31 @@ static double time_kernels(void *ctx, const int32_t *sel, int n) {
     ft_cuda_memcpy_h2d(c->ids_dev, sel, (size_t)n * sizeof(int32_t), c->s);
     ft_cuda_stream_sync(c->s);
     double t0 = now_s();
-    ft_cuda_matvec_ids_params glu = {
-        .type = e->gate.type, .w = e->gate.data, .mat_bytes = e->gate.mat_bytes, .n_rows = e->gate.ne[1],
-        .n_cols = e->gate.ne[0], .x = c->xq, .ids = c->ids_dev, .x_div = n, .y = c->h, .n_pairs = n,
-        .w_up = e->up.data, .y_q = c->hq};
+    ft_cuda_matvec_ids_params glu = {.type = e->gate.type,
+                                     .w = e->gate.data,
+                                     .mat_bytes = e->gate.mat_bytes,
+                                     .n_rows = e->gate.ne[1],
+                                     .n_cols = e->gate.ne[0],
+                                     .x = c->xq,
+                                     .ids = c->ids_dev,
+                                     .x_div = n,
+                                     .y = c->h,
+                                     .n_pairs = n,
+                                     .w_up = e->up.data,
+                                     .y_q = c->hq};
     ft_cuda_matvec_ids(&glu, c->s);
-    ft_cuda_matvec_ids_params sum = {
-        .type = e->down.type, .w = e->down.data, .mat_bytes = e->down.mat_bytes, .n_rows = e->down.ne[1],
-        .n_cols = e->down.ne[0], .x = c->hq, .ids = c->ids_dev, .x_div = 1, .y = c->y, .n_pairs = n,
-        .sum_w = c->w, .k = n};
+    ft_cuda_matvec_ids_params sum = {.type = e->down.type,
+                                     .w = e->down.data,
+                                     .mat_bytes = e->down.mat_bytes,
+                                     .n_rows = e->down.ne[1],
+                                     .n_cols = e->down.ne[0],
+                                     .x = c->hq,
+                                     .ids = c->ids_dev,
+                                     .x_div = 1,
+                                     .y = c->y,
+                                     .n_pairs = n,
+                                     .sum_w = c->w,
+                                     .k = n};
     ft_cuda_matvec_ids(&sum, c->s);
     ft_cuda_stream_sync(c->s);
     return now_s() - t0;
@@ -100,16 +117,20 @@ bool ft_backend_cuda_measure_bw(const ft_bw_request *req, moe_bw_profile *out, f
     ft_cuda_stream *s = ft_cuda_stream_init();
     int32_t *ids_dev = ft_cuda_malloc((1 + 2 * 64) * sizeof(int32_t));
     int32_t *ids_host = ft_cuda_host_alloc((1 + 2 * 64) * sizeof(int32_t));
-    float *x = ft_cuda_malloc((size_t)width * sizeof(float)), *h = ft_cuda_malloc((size_t)k * req->n_ff * sizeof(float));
+    float *x = ft_cuda_malloc((size_t)width * sizeof(float)),
+          *h = ft_cuda_malloc((size_t)k * req->n_ff * sizeof(float));
     float *y = ft_cuda_malloc((size_t)width * sizeof(float)), *w = ft_cuda_malloc(64 * sizeof(float));
-    void *xq = ft_cuda_malloc(ft_cuda_q8_1_bytes(width, 1)), *hq = ft_cuda_malloc(ft_cuda_q8_1_bytes(req->n_ff, k));
+    void *xq = ft_cuda_malloc(ft_cuda_q8_1_bytes(width, 1)),
+         *hq = ft_cuda_malloc(ft_cuda_q8_1_bytes(req->n_ff, k));
     uint8_t *slots = NULL;
     bool ok = ids_dev && x && h && y && w && xq && hq;
     if (!ok) ft_err_set(err, "bw: out of device memory");
     if (ok) {
         float xh[8192], wh[64];
-        for (int i = 0; i < width && i < 8192; i++) xh[i] = 0.01f * (float)((i * 7919) % 97 - 48);
-        for (int j = 0; j < 64; j++) wh[j] = 1.0f / (float)k;
+        for (int i = 0; i < width && i < 8192; i++)
+            xh[i] = 0.01f * (float)((i * 7919) % 97 - 48);
+        for (int j = 0; j < 64; j++)
+            wh[j] = 1.0f / (float)k;
         ft_cuda_memset(x, 0, (size_t)width * sizeof(float), s);
         ft_cuda_memcpy_h2d(x, xh, (size_t)FT_MIN(width, 8192) * sizeof(float), s);
         ft_cuda_memcpy_h2d(w, wh, sizeof(wh), s);
@@ -162,9 +183,12 @@ bool ft_backend_cuda_measure_bw(const ft_bw_request *req, moe_bw_profile *out, f
     // size, or sizes too close to separate: no fixed part)
     if (ok && n_copy > 0) {
         double mb = 0, ms = 0;
-        for (int i = 0; i < n_copy; i++) mb += copy_bytes[i] / n_copy, ms += copy_s[i] / n_copy;
+        for (int i = 0; i < n_copy; i++)
+            mb += copy_bytes[i] / n_copy, ms += copy_s[i] / n_copy;
         double sbb = 0, sbs = 0;
-        for (int i = 0; i < n_copy; i++) sbb += (copy_bytes[i] - mb) * (copy_bytes[i] - mb), sbs += (copy_bytes[i] - mb) * (copy_s[i] - ms);
+        for (int i = 0; i < n_copy; i++)
+            sbb += (copy_bytes[i] - mb) * (copy_bytes[i] - mb),
+                sbs += (copy_bytes[i] - mb) * (copy_s[i] - ms);
         double per_byte = sbb > 0.01 * mb * mb ? sbs / sbb : ms / mb, fixed = ms - per_byte * mb;
         if (per_byte <= 0 || fixed < 0) per_byte = ms / mb, fixed = 0;
         out->copy_gbps = 1.0 / (per_byte * 1e9);
@@ -176,10 +200,19 @@ bool ft_backend_cuda_measure_bw(const ft_bw_request *req, moe_bw_profile *out, f
         ft_bw_experts e;
         ft_bw_experts_init(&e, req->types[0], req->n_embd, req->n_ff, k, NULL);
         ft_tensor router = {0};
-        ft_host_experts_params hp = {.n_layer = 1, .routers = &router, .gate_exps = &e.gate, .up_exps = &e.up,
-                                     .down_exps = &e.down, .n_threads = req->n_threads};
-        ft_backend_limits lim = {.max_tok = 1, .max_width = width, .max_ctx = 1, .max_head_dim = 64, .n_expert = k,
-                                 .n_expert_used = k, .n_layer = 1};
+        ft_host_experts_params hp = {.n_layer = 1,
+                                     .routers = &router,
+                                     .gate_exps = &e.gate,
+                                     .up_exps = &e.up,
+                                     .down_exps = &e.down,
+                                     .n_threads = req->n_threads};
+        ft_backend_limits lim = {.max_tok = 1,
+                                 .max_width = width,
+                                 .max_ctx = 1,
+                                 .max_head_dim = 64,
+                                 .n_expert = k,
+                                 .n_expert_used = k,
+                                 .n_layer = 1};
         cuda_cpu_experts *ce = cuda_cpu_experts_init(&hp, NULL, &lim);
         out->meet_us = cuda_cpu_experts_meeting_us(ce, 0);
         cuda_cpu_experts_free(ce);
