@@ -14,7 +14,7 @@
 enum { TIMED_RUNS = 5 };
 #define CACHE_FLUSH_BYTES (128.0 * 1048576.0) // more than a CPU's last-level cache or a GPU's L2
 
-int ft_bw_timed_experts(int top_k) {
+static int timed_experts(int top_k) {
     return (TIMED_RUNS + 1) * (top_k + 1);
 }
 
@@ -22,7 +22,7 @@ int ft_bw_experts_needed(enum ft_type t, int n_embd, int n_ff, int top_k) {
     double bytes =
         (double)(2 * ft_row_bytes(t, n_embd) * (size_t)n_ff + ft_row_bytes(t, n_ff) * (size_t)n_embd);
     // at most the 1024 experts of a layer the CPU op takes (small shapes flush less)
-    return FT_MIN(ft_bw_timed_experts(top_k) + (int)(CACHE_FLUSH_BYTES / bytes) + 1, 1024);
+    return FT_MIN(timed_experts(top_k) + (int)(CACHE_FLUSH_BYTES / bytes) + 1, 1024);
 }
 
 static uint64_t now_ns(void) {
@@ -94,8 +94,10 @@ void ft_bw_profile_key(moe_bw_profile *p, int n_threads) {
     fclose(f);
 }
 
-double ft_bw_time_cpu_experts(ft_backend *cpu, const ft_bw_experts *e, const int32_t *sel, int n, float *x,
-                              float *y) {
+// The CPU's time for one token's experts through cpu's moe_ffn: sel (n experts) over e; x and y
+// host rows of e's widths.
+static double time_cpu_experts(ft_backend *cpu, const ft_bw_experts *e, const int32_t *sel, int n, float *x,
+                               float *y) {
     float w[64];
     FT_ASSERT(n >= 1 && n <= 64);
     for (int j = 0; j < n; j++)
@@ -152,7 +154,7 @@ typedef struct cpu_ctx {
 
 static double time_cpu(void *ctx, const int32_t *sel, int n) {
     cpu_ctx *c = ctx;
-    return ft_bw_time_cpu_experts(c->cpu, c->e, sel, n, c->x, c->y);
+    return time_cpu_experts(c->cpu, c->e, sel, n, c->x, c->y);
 }
 
 // The CPU's rate for type t: the slope between one token over k and over 1 of its experts.

@@ -21,9 +21,9 @@ typedef struct ft_bw_request {
     int top_k;        // experts a token selects, >= 2
 } ft_bw_request;
 
-// Experts the timed runs use, and those written after them so that the caches (the CPU's last
-// level, the GPU's L2) hold none of the first when the runs start.
-int ft_bw_timed_experts(int top_k);
+// Experts of type t the measurements need: those the timed runs use, and those written after
+// them so that the caches (the CPU's last level, the GPU's L2) hold none of the first when the
+// runs start.
 int ft_bw_experts_needed(enum ft_type t, int n_embd, int n_ff, int top_k);
 
 // Synthetic banks: gate and up (n_embd, n_ff, n_expert), down (n_ff, n_embd, n_expert) of one
@@ -46,14 +46,9 @@ void ft_bw_profile_key(moe_bw_profile *p, int n_threads);
 typedef double (*ft_bw_timed_fn)(void *ctx, const int32_t *sel, int n);
 // The slope (s an expert) and intercept (s) of f between 1 and top_k experts, and the best time
 // of f over top_k experts: best of 5 runs after a warm-up, each on experts the runs before it did
-// not touch (experts below ft_bw_timed_experts(top_k)).
+// not touch (the first of ft_bw_experts_needed).
 void ft_bw_slope(ft_bw_timed_fn f, void *ctx, int top_k, double *slope, double *intercept);
 double ft_bw_step_time(ft_bw_timed_fn f, void *ctx, int top_k);
-
-// The CPU's time for one token's experts through cpu's moe_ffn: sel (n experts) over e, best of
-// 5 after a warm-up; x and y host rows of e's widths.
-double ft_bw_time_cpu_experts(ft_backend *cpu, const ft_bw_experts *e, const int32_t *sel, int n, float *x,
-                              float *y);
 
 // The CPU's rates for req's types into out (and its cpu_fixed_us: the largest intercept).
 bool ft_bw_measure_cpu_rates(const ft_bw_request *req, moe_bw_profile *out, ft_err *err);

@@ -37,24 +37,15 @@ double moe_bw_copy_us(const moe_bw_profile *p, const uint64_t b[3]) {
 }
 
 // sum over the banks of bytes / rate (GB/s = bytes per ns; times 1e3 for bytes per us)
-static double compute_us(const moe_bw_profile *p, const enum ft_type t[3], const uint64_t b[3], bool gpu) {
+double moe_bw_cpu_us(const moe_bw_profile *p, const enum ft_type t[3], const uint64_t b[3]) {
     double us = 0;
     for (int i = 0; i < 3; i++) {
         if (!b[i]) continue;
         const moe_bw_rate *r = moe_bw_rate_of(p, t[i]);
-        double gbps = r ? (gpu ? r->gpu_gbps : r->cpu_gbps) : 0;
-        if (gbps <= 0) return -1;
-        us += (double)b[i] / (gbps * 1e3);
+        if (!r || r->cpu_gbps <= 0) return -1;
+        us += (double)b[i] / (r->cpu_gbps * 1e3);
     }
     return us;
-}
-
-double moe_bw_cpu_us(const moe_bw_profile *p, const enum ft_type t[3], const uint64_t b[3]) {
-    return compute_us(p, t, b, false);
-}
-
-double moe_bw_gpu_us(const moe_bw_profile *p, const enum ft_type t[3], const uint64_t b[3]) {
-    return compute_us(p, t, b, true);
 }
 
 bool moe_bw_hybrid_costs(const moe_bw_profile *p, const enum ft_type t[3], const uint64_t b[3],

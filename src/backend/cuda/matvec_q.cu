@@ -122,12 +122,7 @@ __global__ void __launch_bounds__(MV_THREADS) matvec_q_kernel(const matvec_q_arg
 #pragma unroll
     for (int c = 0; c < NCOLS; c++)
 #pragma unroll
-        for (int r = 0; r < ROWS; r++) acc[c][r] = acc_rc[r][c];
-
-#pragma unroll
-    for (int c = 0; c < NCOLS; c++)
-#pragma unroll
-        for (int r = 0; r < ROWS; r++) acc[c][r] = ft_warp_sum(acc[c][r]);
+        for (int r = 0; r < ROWS; r++) acc[c][r] = ft_warp_sum(acc_rc[r][c]);
     if (TPR > FT_WARP) {
         // several warps per group: add up the warps' sums in shared memory
         constexpr int WPG = TPR / FT_WARP;
