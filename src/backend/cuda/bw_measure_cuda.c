@@ -126,16 +126,16 @@ bool ft_backend_cuda_measure_bw(const ft_bw_request *req, moe_bw_profile *out, f
     bool ok = ids_dev && x && h && y && w && xq && hq;
     if (!ok) ft_err_set(err, "bw: out of device memory");
     if (ok) {
-        float xh[8192], wh[64];
-        for (int i = 0; i < width && i < 8192; i++)
+        float *xh = ft_malloc((size_t)width * sizeof(float)), wh[64];
+        for (int i = 0; i < width; i++)
             xh[i] = 0.01f * (float)((i * 7919) % 97 - 48);
         for (int j = 0; j < 64; j++)
             wh[j] = 1.0f / (float)k;
-        ft_cuda_memset(x, 0, (size_t)width * sizeof(float), s);
-        ft_cuda_memcpy_h2d(x, xh, (size_t)FT_MIN(width, 8192) * sizeof(float), s);
+        ft_cuda_memcpy_h2d(x, xh, (size_t)width * sizeof(float), s);
         ft_cuda_memcpy_h2d(w, wh, sizeof(wh), s);
         ft_cuda_quantize_q8_1(x, xq, req->n_embd, 1, s);
         ft_cuda_stream_sync(s);
+        free(xh);
     }
     // per type: the copies (for the fit below) and the kernels
     double copy_bytes[MOE_BW_MAX_TYPES], copy_s[MOE_BW_MAX_TYPES];
@@ -164,10 +164,9 @@ bool ft_backend_cuda_measure_bw(const ft_bw_request *req, moe_bw_profile *out, f
         double slope, icpt;
         ft_bw_slope(time_copies, &cc, k, &slope, &icpt);
         copy_bytes[n_copy] = (double)e.expert_bytes, copy_s[n_copy++] = slope;
-        // the fused kernels take the quantized types (the float ones have no decode kernels of
-        // their own here: not rated)
-        // (a step of k experts over its time: the slope between 1 and k is below a microsecond an
-        // expert, under the host clock's noise)
+        // the fused kernels take the quantized types (the float ones are not rated): a step of k
+        // experts over its time (the slope between 1 and k, below a microsecond an expert, is
+        // under the host clock's noise)
         if (ft_cuda_matvec_wants_q8_1(req->types[i])) {
             kernel_ctx kc = {.e = &d, .xq = xq, .h = h, .y = y, .w = w, .hq = hq, .ids_dev = ids_dev, .s = s};
             double tk = ft_bw_step_time(time_kernels, &kc, k);
@@ -180,11 +179,12 @@ bool ft_backend_cuda_measure_bw(const ft_bw_request *req, moe_bw_profile *out, f
         slots = NULL;
     }
     // copy time = fixed + bytes / gbps: a least-squares line through the types' experts (one
-    // size, or sizes too close to separate: no fixed part)
-    if (ok && n_copy > 0) {
-        double mb = 0, ms = 0;
-        for (int i = 0; i < n_copy; i++)
-            mb += copy_bytes[i] / n_copy, ms += copy_s[i] / n_copy;
+    // size, or sizes too close to separate: no fixed part); slopes lost in the noise (all 0)
+    // give no rate, and the file keeps its old one
+    double mb = 0, ms = 0;
+    for (int i = 0; i < n_copy; i++)
+        mb += copy_bytes[i] / n_copy, ms += copy_s[i] / n_copy;
+    if (ok && ms > 0) {
         double sbb = 0, sbs = 0;
         for (int i = 0; i < n_copy; i++)
             sbb += (copy_bytes[i] - mb) * (copy_bytes[i] - mb),
