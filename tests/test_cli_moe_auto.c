@@ -6,6 +6,7 @@
 #include "test.h"
 #include "../src/engine/place.h"
 #include "../src/model/synth.h"
+#include "../src/moe/bw_profile.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -106,5 +107,59 @@ TEST(cli_moe_auto_picks_by_budget_and_types) {
     // a model without experts is fused whatever the budget
     moe_auto_facts dense = {.n_expert = 0, .device_takes_types = false, .fused_need = 2, .budget = 1};
     CHECK(moe_placement_auto(&dense) == FT_MOE_BACKEND_FUSED);
+    ft_model_free(m);
+}
+
+// With a bandwidth profile (--profile), a model that does not fit goes to the mode predicted
+// fastest (mode_cost.h, on the cache the budget gives and a generated trace): copies far slower
+// than the CPU's experts make it hybrid, copies far faster offload; a profile that cannot be
+// read leaves offload.
+TEST(cli_moe_auto_weighs_the_modes_by_the_bandwidth_profile) {
+    const char *path = test_path("auto_costs.gguf"), *prof_path = test_path("auto_costs_profile.txt");
+    ft_synth_params sp = ft_synth_default_params();
+    sp.n_expert = 32;
+    sp.n_expert_used = 4;
+    ft_err err = {{0}};
+    REQUIRE(ft_synth_write(&sp, path, &err), "%s", err.msg);
+    ft_model *m = ft_model_load(path, &err);
+    REQUIRE(m, "%s", err.msg);
+    ft_engine_params p = ft_engine_default_params();
+    p.n_ctx = 256;
+    p.device = FT_PLACEMENT_CUDA;
+    p.print_plan = false;
+    REQUIRE(ft_engine_params_resolve(m, &p, &err), "%s", err.msg);
+    ft_backend dev = {.ops = &g_described, .placement = FT_PLACEMENT_CUDA};
+    g_takes_bf16 = true;
+    g_held = 0;
+    g_free = (size_t)64 << 30;
+    moe_auto_facts f = engine_auto_facts(m, &p, &dev, NULL, 0);
+    size_t experts = ft_weights_place_bytes(m, false) - ft_weights_place_bytes(m, true);
+    g_free = (size_t)((double)(f.fused_need - experts / 3) / 0.9); // about half the experts fit in slots
+    p.bw_profile = prof_path;
+    const struct {
+        double copy_gbps, cpu_gbps;
+        enum ft_moe_backend want;
+    } cases[] = {{0.01, 50, FT_MOE_BACKEND_HYBRID}, {50, 0.01, FT_MOE_BACKEND_OFFLOAD}};
+    for (size_t i = 0; i < FT_ARRAY_LEN(cases); i++) {
+        moe_bw_profile prof = {.gpu = "described card",
+                               .cpu = "described cpu",
+                               .threads = p.n_threads,
+                               .copy_gbps = cases[i].copy_gbps,
+                               .meet_us = 10,
+                               .cpu_fixed_us = 10};
+        *moe_bw_rate_add(&prof, sp.expert_types[0]) =
+            (moe_bw_rate){sp.expert_types[0], cases[i].cpu_gbps, 1000};
+        REQUIRE(moe_bw_profile_save(&prof, prof_path, &err), "%s", err.msg);
+        engine_placement pl;
+        bool ok = engine_plan(m, &dev, &p, &pl, &err);
+        CHECK(ok, "%s", err.msg);
+        CHECK(!ok || pl.mode == cases[i].want, "case %zu: %s", i, ft_moe_backend_name(pl.mode));
+        if (ok) engine_placement_free(&pl);
+    }
+    p.bw_profile = test_path("no_such_profile.txt");
+    engine_placement pl;
+    bool ok = engine_plan(m, &dev, &p, &pl, &err);
+    CHECK(ok && pl.mode == FT_MOE_BACKEND_OFFLOAD, "%s", ok ? ft_moe_backend_name(pl.mode) : err.msg);
+    if (ok) engine_placement_free(&pl);
     ft_model_free(m);
 }

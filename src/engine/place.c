@@ -6,6 +6,8 @@
 #include "../kv/kv_pool.h"
 #include "../moe/expert_banks.h"
 #include "../moe/geometry.h"
+#include "../moe/cache_replay.h"
+#include "../moe/mode_cost.h"
 #include "../moe/route_trace.h"
 #include "../backend/bw_measure.h"
 
@@ -298,21 +300,107 @@ int engine_prefill_batch(const ft_model *m, ft_backend *be, const ft_engine_para
     return batch_within(m, be, p, GPU_BATCH, engine_device_budget(p, &info), mode == FT_MOE_BACKEND_FUSED);
 }
 
+static moe_cache_plan_params offload_plan_params(const ft_model *m, const ft_engine_params *p, ft_backend *be,
+                                                 const ft_device_info *info);
+static bool load_bw_profile(const ft_engine_params *p, ft_backend *be, moe_bw_profile *out, char *path, size_t cap);
+
+// Steps of the route trace auto predicts the cache's misses on, and those replayed first, uncounted.
+enum { AUTO_TRACE_STEPS = 600, AUTO_TRACE_WARMUP = 100 };
+
+// The predicted expert time of each mode (mode_cost.h) with the bandwidth profile of this
+// machine, the expert cache the budget gives offload, and its misses on p's route trace
+// (--moe-route-trace: the model's own routing) or else on one generated for the model's shape
+// at published reuse levels (moe_trace_gen_calibrate). False without a profile or where a step
+// fails; *hit gets the predicted hit rate, *slots the cache's slots.
+static bool predict_mode_costs(const ft_model *m, const ft_engine_params *p, ft_backend *be, moe_mode_costs *out,
+                               double *hit, int *slots, bool *own_trace, char *profile_path, size_t cap) {
+    moe_bw_profile prof;
+    if (!load_bw_profile(p, be, &prof, profile_path, cap)) return false;
+    ft_device_info info;
+    be->ops->device_info(be, &info);
+    ft_err err = {{0}};
+    moe_geometry g = {0};
+    moe_cache_plan plan = {0};
+    moe_route_trace t = {0};
+    moe_replay_result r = {0};
+    int *blocks = NULL;
+    double *miss = NULL;
+    bool ok = moe_geometry_read(m->file, &g, &err);
+    if (ok) moe_geometry_keep_below(&g, m->hp.n_layer);
+    ok = ok && g.n_layers > 0;
+    if (ok) {
+        moe_cache_plan_params pp = offload_plan_params(m, p, be, &info);
+        ok = moe_cache_plan_make(&g, &pp, &plan, &err);
+    }
+    *own_trace = p->moe_route_trace != NULL;
+    if (ok && *own_trace) {
+        ok = moe_route_trace_read(p->moe_route_trace, &t, &err);
+    } else if (ok) {
+        moe_trace_gen_params tp = moe_trace_gen_default_params();
+        blocks = ft_malloc((size_t)g.n_layers * sizeof(int));
+        for (int i = 0; i < g.n_layers; i++) {
+            blocks[i] = g.layers[i].layer;
+            ok = ok && g.layers[i].n_expert == g.layers[0].n_expert;
+        }
+        tp.n_layers = g.n_layers, tp.layers = blocks, tp.n_expert = g.layers[0].n_expert;
+        tp.top_k = m->hp.n_expert_used, tp.n_seq = 1, tp.n_steps = AUTO_TRACE_STEPS;
+        ok = ok && moe_trace_gen_calibrate(&tp, &err) && moe_trace_generate(&tp, &t, &err);
+    }
+    ok = ok && moe_cache_replay(&plan, &g, &t, FT_MIN(AUTO_TRACE_WARMUP, t.n_steps / 2), &r, &err) &&
+         r.n_layers == g.n_layers;
+    if (ok) {
+        miss = ft_malloc((size_t)g.n_layers * sizeof(double));
+        for (int i = 0; i < g.n_layers; i++) {
+            const moe_cache_stats *st = &r.layers[i].stats;
+            miss[i] = st->selections ? (double)st->misses / (double)st->selections : 1.0;
+        }
+        *hit = r.total.selections ? (double)r.total.hits / (double)r.total.selections : 0.0;
+        *slots = plan.n_slots;
+        ok = moe_mode_costs_predict(&prof, &g, miss, m->hp.n_expert_used, out);
+    }
+    if (!ok && err.msg[0]) FT_LOG_WARN("--moe-backend auto: no prediction of the modes: %s", err.msg);
+    free(miss);
+    free(blocks);
+    moe_replay_result_free(&r);
+    moe_route_trace_free(&t);
+    moe_cache_plan_free(&plan);
+    moe_geometry_free(&g);
+    return ok;
+}
+
 // --moe-backend auto's choice, and why, on stderr.
 static enum ft_moe_backend auto_pick(const ft_model *m, const ft_engine_params *p, ft_backend *be) {
-    char why[200] = "";
+    char why[200] = "", path[1024] = "";
     moe_auto_facts f = engine_auto_facts(m, p, be, why, sizeof(why));
+    moe_mode_costs costs;
+    double hit = 0;
+    int slots = 0;
+    bool own = false;
+    if (f.n_expert && f.device_takes_types && f.fused_need > f.budget &&
+        predict_mode_costs(m, p, be, &costs, &hit, &slots, &own, path, sizeof(path)))
+        f.costs = &costs;
     enum ft_moe_backend b = moe_placement_auto(&f);
     if (f.n_expert == 0) return b;
-    if (!f.device_takes_types)
+    if (!f.device_takes_types) {
         fprintf(stderr, "--moe-backend auto: cpu: the experts %s have no CUDA kernel, so the CPU computes them\n", why);
-    else if (b == FT_MOE_BACKEND_FUSED)
+    } else if (b == FT_MOE_BACKEND_FUSED) {
         fprintf(stderr, "--moe-backend auto: fused: the whole model fits the GPU budget (%.0f of %.0f MiB)\n",
                 f.fused_need / MiB, f.budget / MiB);
-    else
+    } else if (f.costs) {
+        fprintf(stderr, "--moe-backend auto: %s: the whole model needs %.0f MiB, more than the GPU budget of %.0f MiB; "
+                        "predicted expert time a token: offload %.2f ms, hybrid %.2f, cpu %.2f (another mode than "
+                        "offload must be %.0f%% faster); from a cache of %d slots hitting %.1f%% of %s, %.2f misses a "
+                        "token, and an expert's copy %.1f us, CPU %.1f us and GPU %.1f us (bandwidth profile %s)\n",
+                ft_moe_backend_name(b), f.fused_need / MiB, f.budget / MiB, costs.offload_us / 1e3,
+                costs.hybrid_us / 1e3, costs.cpu_us / 1e3, MOE_AUTO_MARGIN * 100, slots, hit * 100,
+                own ? "--moe-route-trace's routing" : "a trace generated at published reuse levels", costs.misses,
+                costs.copy_us, costs.cpu_expert_us, costs.gpu_expert_us, path);
+    } else {
         fprintf(stderr, "--moe-backend auto: offload: the whole model needs %.0f MiB, more than the GPU budget of %.0f "
-                        "MiB; the experts stay in host memory behind a GPU expert cache\n", f.fused_need / MiB,
-                f.budget / MiB);
+                        "MiB; the experts stay in host memory behind a GPU expert cache (with a bandwidth profile, "
+                        "`ft bench bw`, auto would weigh hybrid and cpu mode too)\n",
+                f.fused_need / MiB, f.budget / MiB);
+    }
     return b;
 }
 
@@ -392,6 +480,25 @@ static bool plan_host_experts(const ft_model *m, ft_backend *be, const ft_engine
     return check_device_plan(&c, p, info, "cpu", err);
 }
 
+// The expert cache's plan parameters of --moe-backend offload (and hybrid) under p's budget.
+static moe_cache_plan_params offload_plan_params(const ft_model *m, const ft_engine_params *p, ft_backend *be,
+                                                 const ft_device_info *info) {
+    size_t kv = engine_kv_bytes(m, p);
+    int64_t kv_tokens = engine_kv_blocks(p) * FT_KV_BLOCK;
+    moe_cache_plan_params pp = moe_cache_plan_default_params();
+    pp.n_slots = p->moe_cache_size;
+    pp.layout = p->moe_pool_layout == MOE_POOL_LAYOUT_UNIFORM ? MOE_POOL_LAYOUT_UNIFORM : MOE_POOL_LAYOUT_EXACT;
+    pp.top_k = m->hp.n_expert_used;
+    pp.n_running = p->n_seq;
+    pp.vram_free = engine_device_budget(p, info); // already the share ft may use (--memory-ratio, --gpu-memory-limit)
+    pp.memory_ratio = 1.0;
+    pp.dense_bytes = ft_weights_place_bytes(m, true);
+    pp.workspace_bytes = workspace_bytes(m, p, be) + DEVICE_MARGIN;
+    pp.kv_bytes_per_token = kv_tokens > 0 ? kv / (size_t)kv_tokens : 0;
+    pp.kv_reserve_tokens = p->kv_reserve_tokens > 0 ? p->kv_reserve_tokens : kv_tokens;
+    return pp;
+}
+
 // --moe-backend offload: every weight but the routed experts on the device, the experts in
 // page-locked host banks read once from the GGUF, and the GPU expert cache in front of them.
 // The cache's own plan is made here too, so a cache below the floor or a budget that leaves
@@ -410,17 +517,7 @@ static bool plan_offload(const ft_model *m, ft_backend *be, const ft_engine_para
 
     ft_expert_cache_params *cp = &pl->cache;
     cp->geometry = g;
-    cp->plan = moe_cache_plan_default_params();
-    cp->plan.n_slots = p->moe_cache_size;
-    cp->plan.layout = p->moe_pool_layout == MOE_POOL_LAYOUT_UNIFORM ? MOE_POOL_LAYOUT_UNIFORM : MOE_POOL_LAYOUT_EXACT;
-    cp->plan.top_k = m->hp.n_expert_used;
-    cp->plan.n_running = p->n_seq;
-    cp->plan.vram_free = budget; // already the share ft may use (--memory-ratio, --gpu-memory-limit)
-    cp->plan.memory_ratio = 1.0;
-    cp->plan.dense_bytes = dense;
-    cp->plan.workspace_bytes = work + DEVICE_MARGIN;
-    cp->plan.kv_bytes_per_token = kv_tokens > 0 ? kv / (size_t)kv_tokens : 0;
-    cp->plan.kv_reserve_tokens = p->kv_reserve_tokens > 0 ? p->kv_reserve_tokens : kv_tokens;
+    cp->plan = offload_plan_params(m, p, be, info);
     cp->prefill_serial = p->moe_prefill_serial;
 
     moe_cache_plan plan;
@@ -540,7 +637,7 @@ static size_t copy_weights(const ft_model *m, bool experts_only, size_t planned,
     return moved;
 }
 
-// The bandwidth profile hybrid splits by: --profile FILE, else this machine's (the GPU's name,
+// The bandwidth profile hybrid splits by and auto chooses by: --profile FILE, else this machine's (the GPU's name,
 // the CPU's and the thread count pick the file in the cache folder). False when there is none
 // or it cannot be read (printed when it was asked for or is malformed).
 static bool load_bw_profile(const ft_engine_params *p, ft_backend *be, moe_bw_profile *out, char *path, size_t cap) {
@@ -556,11 +653,11 @@ static bool load_bw_profile(const ft_engine_params *p, ft_backend *be, moe_bw_pr
     ft_err err = {{0}};
     if (!p->bw_profile && access(path, F_OK) != 0) return false;
     if (!moe_bw_profile_load(path, out, &err)) {
-        FT_LOG_WARN("hybrid: the bandwidth profile is not used: %s", err.msg);
+        FT_LOG_WARN("the bandwidth profile is not used: %s", err.msg);
         return false;
     }
     if (!moe_bw_same_key(out, &key))
-        FT_LOG_WARN("hybrid: the bandwidth profile %s was measured for %s, %s, %d threads; this is %s, %s, %d threads",
+        FT_LOG_WARN("the bandwidth profile %s was measured for %s, %s, %d threads; this is %s, %s, %d threads",
                     path, out->gpu, out->cpu, out->threads, key.gpu, key.cpu, key.threads);
     return true;
 }

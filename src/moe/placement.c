@@ -1,5 +1,6 @@
 // placement.c: the placement policy (see placement.h).
 #include "placement.h"
+#include "mode_cost.h"
 
 #include <string.h>
 
@@ -21,7 +22,17 @@ const char *ft_moe_backend_name(enum ft_moe_backend b) {
 enum ft_moe_backend moe_placement_auto(const moe_auto_facts *f) {
     if (f->n_expert == 0) return FT_MOE_BACKEND_FUSED;
     if (!f->device_takes_types) return FT_MOE_BACKEND_CPU;
-    return f->fused_need <= f->budget ? FT_MOE_BACKEND_FUSED : FT_MOE_BACKEND_OFFLOAD;
+    if (f->fused_need <= f->budget) return FT_MOE_BACKEND_FUSED;
+    enum ft_moe_backend best = FT_MOE_BACKEND_OFFLOAD;
+    if (!f->costs) return best;
+    double best_us = f->costs->offload_us;
+    const struct {
+        enum ft_moe_backend mode;
+        double us;
+    } other[] = {{FT_MOE_BACKEND_HYBRID, f->costs->hybrid_us}, {FT_MOE_BACKEND_CPU, f->costs->cpu_us}};
+    for (size_t i = 0; i < sizeof(other) / sizeof(other[0]); i++)
+        if (other[i].us * (1 + MOE_AUTO_MARGIN) < best_us) best = other[i].mode, best_us = other[i].us;
+    return best;
 }
 
 bool moe_placement_offload_overlay(int n_sel, int n_own, int n_tok, bool gemm, int gemm_min_tok) {

@@ -38,15 +38,24 @@ const char *ft_moe_backend_name(enum ft_moe_backend b);
 
 // What `auto` decides from, measured by the engine on the device it will run on.
 typedef struct moe_auto_facts {
-    int n_expert;           // routed experts per MoE layer; 0: a model without experts
+    int n_expert;            // routed experts per MoE layer; 0: a model without experts
     bool device_takes_types; // the device's expert kernels take every routed expert's type
-    size_t fused_need;      // device bytes of the whole model resident (weights, KV, workspace)
-    size_t budget;          // device bytes ft may use
+    size_t fused_need;       // device bytes of the whole model resident (weights, KV, workspace)
+    size_t budget;           // device bytes ft may use
+    // the predicted expert time of a decoded token under offload, hybrid and cpu (mode_cost.h:
+    // the bandwidth profile and the cache's predicted misses), or NULL where there is none
+    const struct moe_mode_costs *costs;
 } moe_auto_facts;
 
+// A mode other than offload must be predicted this much faster to be chosen: the prediction
+// leaves out what the profile cannot see (the host threads' wake-ups under load, the copies of
+// the CPU's misses into the cache behind the step).
+#define MOE_AUTO_MARGIN 0.10
+
 // fused for a model without experts or one that fits the budget whole; cpu when the device's
-// kernels do not take the experts' types (neither fused nor offload could run them); else
-// offload.
+// kernels do not take the experts' types (neither fused nor offload could run them); else,
+// with costs, the fastest predicted of offload, hybrid and cpu (the latter two by
+// MOE_AUTO_MARGIN over offload), without them offload.
 enum ft_moe_backend moe_placement_auto(const moe_auto_facts *f);
 
 // --moe-backend offload: does a step of one MoE layer stream the whole layer into the overlay
