@@ -39,6 +39,22 @@ static const ft_backend_ops g_described = {
     .scratch_bytes = described_scratch,
 };
 
+// sp's model written to path and loaded, with p the engine's defaults for it on a GPU (256
+// positions); NULL (the failure printed) where a step fails.
+static ft_model *synth_on_cuda(const ft_synth_params *sp, const char *path, ft_engine_params *p) {
+    ft_err err = {{0}};
+    ft_model *m = ft_synth_write(sp, path, &err) ? ft_model_load(path, &err) : NULL;
+    *p = ft_engine_default_params();
+    p->n_ctx = 256;
+    p->device = FT_PLACEMENT_CUDA;
+    if (m && !ft_engine_params_resolve(m, p, &err)) {
+        ft_model_free(m);
+        m = NULL;
+    }
+    if (!m) fprintf(stderr, "%s: %s\n", path, err.msg);
+    return m;
+}
+
 static enum ft_moe_backend pick(const ft_model *m, const ft_engine_params *p, ft_backend *be, size_t free_bytes) {
     g_free = free_bytes;
     moe_auto_facts f = engine_auto_facts(m, p, be, NULL, 0);
@@ -51,14 +67,9 @@ TEST(cli_moe_auto_picks_by_budget_and_types) {
     sp.n_expert_types = 2;
     sp.expert_types[0] = FT_TYPE_Q4_K;
     sp.expert_types[1] = FT_TYPE_BF16;
-    ft_err err = {{0}};
-    REQUIRE(ft_synth_write(&sp, path, &err), "%s", err.msg);
-    ft_model *m = ft_model_load(path, &err);
-    REQUIRE(m, "%s", err.msg);
-    ft_engine_params p = ft_engine_default_params();
-    p.n_ctx = 256;
-    p.device = FT_PLACEMENT_CUDA;
-    REQUIRE(ft_engine_params_resolve(m, &p, &err), "%s", err.msg);
+    ft_engine_params p;
+    ft_model *m = synth_on_cuda(&sp, path, &p);
+    REQUIRE(m);
     ft_backend dev = {.ops = &g_described, .placement = FT_PLACEMENT_CUDA};
 
     // what the whole model needs: at least its weights, KV caches and the backend's scratch
@@ -119,15 +130,11 @@ TEST(cli_moe_auto_weighs_the_modes_by_the_bandwidth_profile) {
     ft_synth_params sp = ft_synth_default_params();
     sp.n_expert = 32;
     sp.n_expert_used = 4;
-    ft_err err = {{0}};
-    REQUIRE(ft_synth_write(&sp, path, &err), "%s", err.msg);
-    ft_model *m = ft_model_load(path, &err);
-    REQUIRE(m, "%s", err.msg);
-    ft_engine_params p = ft_engine_default_params();
-    p.n_ctx = 256;
-    p.device = FT_PLACEMENT_CUDA;
+    ft_engine_params p;
+    ft_model *m = synth_on_cuda(&sp, path, &p);
+    REQUIRE(m);
     p.print_plan = false;
-    REQUIRE(ft_engine_params_resolve(m, &p, &err), "%s", err.msg);
+    ft_err err = {{0}};
     ft_backend dev = {.ops = &g_described, .placement = FT_PLACEMENT_CUDA};
     g_takes_bf16 = true;
     g_held = 0;
