@@ -310,12 +310,14 @@ enum { AUTO_TRACE_STEPS = 600, AUTO_TRACE_WARMUP = 100 };
 // The predicted expert time of each mode (mode_cost.h) with the bandwidth profile of this
 // machine, the expert cache the budget gives offload, and its misses on p's route trace
 // (--moe-route-trace: the model's own routing) or else on one generated for the model's shape
-// at published reuse levels (moe_trace_gen_calibrate). False without a profile or where a step
-// fails; *hit gets the predicted hit rate, *slots the cache's slots.
+// at published reuse levels (moe_trace_gen_calibrate). False without a profile (*have_profile
+// false) or where a step fails (printed); *hit gets the predicted hit rate, *slots the cache's slots.
 static bool predict_mode_costs(const ft_model *m, const ft_engine_params *p, ft_backend *be, moe_mode_costs *out,
-                               double *hit, int *slots, bool *own_trace, char *profile_path, size_t cap) {
+                               double *hit, int *slots, bool *own_trace, bool *have_profile, char *profile_path,
+                               size_t cap) {
     moe_bw_profile prof;
-    if (!load_bw_profile(p, be, &prof, profile_path, cap)) return false;
+    *have_profile = load_bw_profile(p, be, &prof, profile_path, cap);
+    if (!*have_profile) return false;
     ft_device_info info;
     be->ops->device_info(be, &info);
     ft_err err = {{0}};
@@ -340,7 +342,8 @@ static bool predict_mode_costs(const ft_model *m, const ft_engine_params *p, ft_
         blocks = ft_malloc((size_t)g.n_layers * sizeof(int));
         for (int i = 0; i < g.n_layers; i++) {
             blocks[i] = g.layers[i].layer;
-            ok = ok && g.layers[i].n_expert == g.layers[0].n_expert;
+            if (ok && g.layers[i].n_expert != g.layers[0].n_expert)
+                ok = ft_err_set(&err, "its MoE layers differ in expert count (a generated trace has one)");
         }
         tp.n_layers = g.n_layers, tp.layers = blocks, tp.n_expert = g.layers[0].n_expert;
         tp.top_k = m->hp.n_expert_used, tp.n_seq = 1, tp.n_steps = AUTO_TRACE_STEPS;
@@ -375,9 +378,9 @@ static enum ft_moe_backend auto_pick(const ft_model *m, const ft_engine_params *
     moe_mode_costs costs;
     double hit = 0;
     int slots = 0;
-    bool own = false;
+    bool own = false, have_profile = false;
     if (f.n_expert && f.device_takes_types && f.fused_need > f.budget &&
-        predict_mode_costs(m, p, be, &costs, &hit, &slots, &own, path, sizeof(path)))
+        predict_mode_costs(m, p, be, &costs, &hit, &slots, &own, &have_profile, path, sizeof(path)))
         f.costs = &costs;
     enum ft_moe_backend b = moe_placement_auto(&f);
     if (f.n_expert == 0) return b;
@@ -397,9 +400,10 @@ static enum ft_moe_backend auto_pick(const ft_model *m, const ft_engine_params *
                 costs.copy_us, costs.cpu_expert_us, costs.gpu_expert_us, path);
     } else {
         fprintf(stderr, "--moe-backend auto: offload: the whole model needs %.0f MiB, more than the GPU budget of %.0f "
-                        "MiB; the experts stay in host memory behind a GPU expert cache (with a bandwidth profile, "
-                        "`ft bench bw`, auto would weigh hybrid and cpu mode too)\n",
-                f.fused_need / MiB, f.budget / MiB);
+                        "MiB; the experts stay in host memory behind a GPU expert cache (%s)\n",
+                f.fused_need / MiB, f.budget / MiB,
+                have_profile ? "the modes could not be weighed: see the warning above"
+                             : "with a bandwidth profile, `ft bench bw`, auto would weigh hybrid and cpu mode too");
     }
     return b;
 }
