@@ -117,6 +117,7 @@ TEST(moe_bw_profile_costs_of_an_expert) {
     // copy: 6.5 us + 4.92 MB at 52.25 GB/s
     CHECK(fabs(moe_bw_copy_us(&p, b) - (6.5 + 4920000 / 52250.0)) < 1e-9);
     CHECK(fabs(moe_bw_cpu_us(&p, t, b) - (2460000 / 61500.0 + 2460000 / 48000.0)) < 1e-9);
+    CHECK(fabs(moe_bw_gpu_us(&p, t, b) - (2460000 / 1400e3 + 2460000 / 1250.125e3)) < 1e-9);
     moe_hybrid_costs c;
     REQUIRE(moe_bw_hybrid_costs(&p, t, b, &c));
     CHECK(c.copy_ns == (uint32_t)(moe_bw_copy_us(&p, b) * 1e3) &&
@@ -124,7 +125,7 @@ TEST(moe_bw_profile_costs_of_an_expert) {
           "%u %u %u", c.copy_ns, c.cpu_ns, c.meet_ns);
     // a type the profile lacks, and a profile without copies: no costs
     enum ft_type t8[3] = {FT_TYPE_Q8_0, FT_TYPE_Q8_0, FT_TYPE_Q8_0};
-    CHECK(moe_bw_cpu_us(&p, t8, b) < 0 && !moe_bw_hybrid_costs(&p, t8, b, &c));
+    CHECK(moe_bw_cpu_us(&p, t8, b) < 0 && !moe_bw_hybrid_costs(&p, t8, b, &c) && moe_bw_gpu_us(&p, t8, b) == 0);
     moe_bw_profile q = sample();
     q.copy_gbps = 0;
     CHECK(moe_bw_copy_us(&q, b) < 0 && !moe_bw_hybrid_costs(&q, t, b, &c));

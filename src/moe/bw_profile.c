@@ -48,6 +48,15 @@ double moe_bw_cpu_us(const moe_bw_profile *p, const enum ft_type t[3], const uin
     return us;
 }
 
+double moe_bw_gpu_us(const moe_bw_profile *p, const enum ft_type t[3], const uint64_t b[3]) {
+    double us = 0;
+    for (int i = 0; i < 3; i++) {
+        const moe_bw_rate *r = moe_bw_rate_of(p, t[i]);
+        if (b[i] && r && r->gpu_gbps > 0) us += (double)b[i] / (r->gpu_gbps * 1e3);
+    }
+    return us;
+}
+
 bool moe_bw_hybrid_costs(const moe_bw_profile *p, const enum ft_type t[3], const uint64_t b[3],
                          moe_hybrid_costs *out) {
     double copy = moe_bw_copy_us(p, b), cpu = moe_bw_cpu_us(p, t, b);

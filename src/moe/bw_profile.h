@@ -53,10 +53,11 @@ moe_bw_rate *moe_bw_rate_add(moe_bw_profile *p, enum ft_type t);
 bool moe_bw_same_key(const moe_bw_profile *a, const moe_bw_profile *b);
 
 // One expert of three banks (types t, bytes b): its copy and its CPU time in us, or a negative
-// value where the profile lacks a figure it needs. (No caller reads the GPU rates yet: they are
-// measured for --moe-backend auto, issue 23.)
+// value where the profile lacks a figure it needs; its GPU time, where a bank's type has no GPU
+// rate counting 0 (what offload and hybrid share: mode_cost.h).
 double moe_bw_copy_us(const moe_bw_profile *p, const uint64_t b[3]);
 double moe_bw_cpu_us(const moe_bw_profile *p, const enum ft_type t[3], const uint64_t b[3]);
+double moe_bw_gpu_us(const moe_bw_profile *p, const enum ft_type t[3], const uint64_t b[3]);
 
 // The hybrid split's costs (hybrid.h) of a layer whose experts are (t, b); false where the
 // profile lacks the copy, the meeting or a type's CPU rate.

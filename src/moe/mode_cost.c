@@ -3,17 +3,6 @@
 
 #include <math.h>
 
-// One expert of layer l on the GPU: its banks' bytes at the profile's step rates (0 where a
-// rate is missing).
-static double gpu_us(const moe_bw_profile *p, const moe_layer_geometry *l) {
-    double us = 0;
-    for (int b = 0; b < MOE_BANK_COUNT; b++) {
-        const moe_bw_rate *r = moe_bw_rate_of(p, l->type[b]);
-        if (r && r->gpu_gbps > 0) us += (double)l->bytes[b] / (r->gpu_gbps * 1e3);
-    }
-    return us;
-}
-
 // P(m = j) for j = 0..k, m ~ Binomial(k, q), into pm.
 static void binomial(int k, double q, double *pm) {
     for (int j = 0; j <= k; j++) {
@@ -33,7 +22,7 @@ bool moe_mode_costs_predict(const moe_bw_profile *prof, const moe_geometry *g, c
     for (int i = 0; i < g->n_layers; i++) {
         const moe_layer_geometry *l = &g->layers[i];
         double c = moe_bw_copy_us(prof, l->bytes), p = moe_bw_cpu_us(prof, l->type, l->bytes),
-               gu = gpu_us(prof, l);
+               gu = moe_bw_gpu_us(prof, l->type, l->bytes);
         moe_hybrid_costs hc;
         if (c < 0 || p < 0 || !moe_bw_hybrid_costs(prof, l->type, l->bytes, &hc)) return false;
         const double t = prof->meet_us, f = prof->cpu_fixed_us, q = fmin(fmax(miss_rate[i], 0.0), 1.0);
