@@ -155,7 +155,7 @@ TEST(cli_moe_auto_weighs_the_modes_by_the_bandwidth_profile) {
                                .meet_us = 10,
                                .cpu_fixed_us = 10};
         *moe_bw_rate_add(&prof, sp.expert_types[0]) =
-            (moe_bw_rate){sp.expert_types[0], cases[i].cpu_gbps, 1000};
+            (moe_bw_rate){.type = sp.expert_types[0], .cpu_gbps = cases[i].cpu_gbps, .gpu_gbps = 1000};
         REQUIRE(moe_bw_profile_save(&prof, prof_path, &err), "%s", err.msg);
         engine_placement pl;
         bool ok = engine_plan(m, &dev, &p, &pl, &err);

@@ -15,8 +15,8 @@ static moe_bw_profile sample(void) {
                         .copy_gbps = 52.25,
                         .meet_us = 12.5,
                         .cpu_fixed_us = 18};
-    *moe_bw_rate_add(&p, FT_TYPE_Q4_K) = (moe_bw_rate){FT_TYPE_Q4_K, 61.5, 1400};
-    *moe_bw_rate_add(&p, FT_TYPE_Q6_K) = (moe_bw_rate){FT_TYPE_Q6_K, 48, 1250.125};
+    *moe_bw_rate_add(&p, FT_TYPE_Q4_K) = (moe_bw_rate){FT_TYPE_Q4_K, 61.5, 1400, 7.25};
+    *moe_bw_rate_add(&p, FT_TYPE_Q6_K) = (moe_bw_rate){FT_TYPE_Q6_K, 48, 1250.125, 11.5};
     return p;
 }
 
@@ -34,8 +34,10 @@ TEST(moe_bw_profile_round_trips_through_text_and_file) {
     CHECK(q.copy_fixed_us == 6.5 && q.copy_gbps == 52.25 && q.meet_us == 12.5 && q.cpu_fixed_us == 18);
     const moe_bw_rate *r = moe_bw_rate_of(&q, FT_TYPE_Q6_K);
     REQUIRE(r);
-    CHECK(r->cpu_gbps == 48 && r->gpu_gbps == 1250.125);
+    CHECK(r->cpu_gbps == 48 && r->gpu_gbps == 1250.125 && r->cpu_fixed_us == 11.5);
     CHECK(!moe_bw_rate_of(&q, FT_TYPE_Q8_0));
+    CHECK(strstr(s = moe_bw_profile_format(&p), "version 2\n") != NULL, "%s", s);
+    free(s);
 
     char path[1200];
     moe_bw_profile_path(&p, test_path("bwdir"), path, sizeof(path));
@@ -65,10 +67,17 @@ TEST(moe_bw_profile_parser_refuses_what_it_does_not_know) {
     const char *head = "version 1\ngpu g\ncpu c\nthreads 4\n";
     char buf[1024];
     CHECK(parses(head, &p) && p.threads == 4 && p.n_rates == 0);
+    // a version 1 file's rates have no fixed cost of their own; version 2's each have one
+    CHECK(parses("version 1\ngpu g\ncpu c\nthreads 4\ntype q4_K cpu_gbps 1 gpu_gbps 2\n", &p) && p.n_rates == 1 &&
+          p.rates[0].cpu_gbps == 1 && p.rates[0].gpu_gbps == 2 && p.rates[0].cpu_fixed_us == 0);
+    CHECK(parses("version 2\ngpu g\ncpu c\nthreads 4\ntype q4_K cpu_gbps 1 gpu_gbps 2 cpu_fixed_us 3.5\n", &p) &&
+          p.n_rates == 1 && p.rates[0].cpu_fixed_us == 3.5);
     CHECK(parses("# comment\n\nversion 1\ngpu a b c\ncpu x\nthreads 1", &p) && strcmp(p.gpu, "a b c") == 0);
     const char *bad[] = {
         "",                                            // nothing
-        "version 2\ngpu g\ncpu c\nthreads 4\n",        // another version
+        "version 3\ngpu g\ncpu c\nthreads 4\n",        // another version
+        "version 1\nversion 2\ngpu g\ncpu c\nthreads 4\n", // twice
+        "gpu g\ncpu c\nthreads 4\ntype q4_K cpu_gbps 1 gpu_gbps 2\nversion 1\n", // a rate before it
         "version 1\ngpu g\ncpu c\n",                   // no threads
         "version 1\ngpu g\ncpu c\nthreads 0\n",        // threads out of range
         "version 1\ngpu g\ncpu c\nthreads 2.5\n",      // not whole
@@ -89,6 +98,7 @@ TEST(moe_bw_profile_parser_refuses_what_it_does_not_know) {
         "type q9_K cpu_gbps 1 gpu_gbps 2\n",
         "type q4_K gpu_gbps 1 cpu_gbps 2\n",
         "type q4_K cpu_gbps 1 gpu_gbps 2 extra\n",
+        "type q4_K cpu_gbps 1 gpu_gbps 2 cpu_fixed_us 3\n", // version 1 ends at gpu_gbps
         "type q4_K cpu_gbps 1 gpu_gbps 2\ntype q4_K cpu_gbps 1 gpu_gbps 2\n",
         "gpu \x01\n",
     };
@@ -120,9 +130,19 @@ TEST(moe_bw_profile_costs_of_an_expert) {
     CHECK(fabs(moe_bw_gpu_us(&p, t, b) - (2460000 / 1400e3 + 2460000 / 1250.125e3)) < 1e-9);
     moe_hybrid_costs c;
     REQUIRE(moe_bw_hybrid_costs(&p, t, b, &c));
+    // the layer's fixed cost: the meeting and the larger of its types' own (q6_K's 11.5 us)
+    CHECK(moe_bw_cpu_fixed_us(&p, t, b) == 11.5);
     CHECK(c.copy_ns == (uint32_t)(moe_bw_copy_us(&p, b) * 1e3) &&
-              c.cpu_ns == (uint32_t)(moe_bw_cpu_us(&p, t, b) * 1e3) && c.meet_ns == 30500,
+              c.cpu_ns == (uint32_t)(moe_bw_cpu_us(&p, t, b) * 1e3) && c.meet_ns == 24000,
           "%u %u %u", c.copy_ns, c.cpu_ns, c.meet_ns);
+    enum ft_type t4[3] = {FT_TYPE_Q4_K, FT_TYPE_Q4_K, FT_TYPE_Q4_K};
+    CHECK(moe_bw_cpu_fixed_us(&p, t4, b) == 7.25);
+    uint64_t no_down[3] = {1230000, 1230000, 0}; // an absent bank's type does not count
+    CHECK(moe_bw_cpu_fixed_us(&p, t, no_down) == 7.25);
+    // a rate without its own (a version 1 file's) takes the profile's
+    moe_bw_profile old = sample();
+    old.rates[1].cpu_fixed_us = 0;
+    CHECK(moe_bw_cpu_fixed_us(&old, t, b) == 18 && moe_bw_cpu_fixed_us(&old, t4, b) == 7.25);
     // a type the profile lacks, and a profile without copies: no costs
     enum ft_type t8[3] = {FT_TYPE_Q8_0, FT_TYPE_Q8_0, FT_TYPE_Q8_0};
     CHECK(moe_bw_cpu_us(&p, t8, b) < 0 && !moe_bw_hybrid_costs(&p, t8, b, &c) && moe_bw_gpu_us(&p, t8, b) == 0);

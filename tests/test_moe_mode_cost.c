@@ -13,8 +13,9 @@
 
 static moe_bw_profile h100_profile(void) {
     moe_bw_profile p = {.copy_fixed_us = 0, .copy_gbps = 51.3, .meet_us = 12.4, .cpu_fixed_us = 71.4};
-    *moe_bw_rate_add(&p, FT_TYPE_Q4_K) = (moe_bw_rate){FT_TYPE_Q4_K, 121.0, 968.1};
-    *moe_bw_rate_add(&p, FT_TYPE_MXFP4) = (moe_bw_rate){FT_TYPE_MXFP4, 118.6, 850.3};
+    // (the rates without a fixed cost of their own: the profile's applies)
+    *moe_bw_rate_add(&p, FT_TYPE_Q4_K) = (moe_bw_rate){.type = FT_TYPE_Q4_K, .cpu_gbps = 121.0, .gpu_gbps = 968.1};
+    *moe_bw_rate_add(&p, FT_TYPE_MXFP4) = (moe_bw_rate){.type = FT_TYPE_MXFP4, .cpu_gbps = 118.6, .gpu_gbps = 850.3};
     return p;
 }
 

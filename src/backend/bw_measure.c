@@ -196,9 +196,9 @@ bool ft_bw_measure_cpu_rates(const ft_bw_request *req, moe_bw_profile *out, ft_e
             ok = ft_err_set(err, "more than %d expert types", MOE_BW_MAX_TYPES);
             break;
         }
-        double fixed;
-        measure_cpu_type(cpu, req->types[i], req, &r->cpu_gbps, &fixed);
-        out->cpu_fixed_us = i == 0 ? fixed : fmax(out->cpu_fixed_us, fixed);
+        measure_cpu_type(cpu, req->types[i], req, &r->cpu_gbps, &r->cpu_fixed_us);
+        r->cpu_fixed_us = fmax(r->cpu_fixed_us, 0.001); // (0 would read as not measured)
+        out->cpu_fixed_us = i == 0 ? r->cpu_fixed_us : fmax(out->cpu_fixed_us, r->cpu_fixed_us);
     }
     cpu->ops->free(cpu);
     return ok;

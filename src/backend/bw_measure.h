@@ -50,7 +50,8 @@ typedef double (*ft_bw_timed_fn)(void *ctx, const int32_t *sel, int n);
 void ft_bw_slope(ft_bw_timed_fn f, void *ctx, int top_k, double *slope, double *intercept);
 double ft_bw_step_time(ft_bw_timed_fn f, void *ctx, int top_k);
 
-// The CPU's rates for req's types into out (and its cpu_fixed_us: the largest intercept).
+// The CPU's rates and fixed costs (intercepts) for req's types into out, and its cpu_fixed_us: the
+// largest of them.
 bool ft_bw_measure_cpu_rates(const ft_bw_request *req, moe_bw_profile *out, ft_err *err);
 
 // Measures req into out (the key and every figure the device has: the CPU's rates always).

@@ -72,8 +72,9 @@ static void print_profile(const moe_bw_profile *p, const char *path, bool json) 
                "\"cpu_fixed_us\": %.3f, \"rates\": [",
                p->threads, p->copy_fixed_us, p->copy_gbps, p->meet_us, p->cpu_fixed_us);
         for (int i = 0; i < p->n_rates; i++)
-            printf("%s{\"type\": \"%s\", \"cpu_gbps\": %.3f, \"gpu_gbps\": %.3f}", i ? ", " : "",
-                   ft_type_name(p->rates[i].type), p->rates[i].cpu_gbps, p->rates[i].gpu_gbps);
+            printf("%s{\"type\": \"%s\", \"cpu_gbps\": %.3f, \"gpu_gbps\": %.3f, \"cpu_fixed_us\": %.3f}",
+                   i ? ", " : "", ft_type_name(p->rates[i].type), p->rates[i].cpu_gbps, p->rates[i].gpu_gbps,
+                   p->rates[i].cpu_fixed_us);
         printf("]}\n");
         return;
     }
@@ -82,12 +83,14 @@ static void print_profile(const moe_bw_profile *p, const char *path, bool json) 
         printf("  an expert copied host to device: %.1f us + bytes at %.1f GB/s\n", p->copy_fixed_us,
                p->copy_gbps);
     if (p->meet_us > 0) printf("  one host meeting (GPU to CPU and back): %.1f us\n", p->meet_us);
-    printf("  the CPU's fixed cost of a layer's experts: %.1f us\n", p->cpu_fixed_us);
-    printf("  %-8s %14s %14s\n", "type", "CPU GB/s", "GPU GB/s");
+    printf("  the CPU's fixed cost of a layer's experts: %.1f us at most (per type below)\n", p->cpu_fixed_us);
+    printf("  %-8s %14s %14s %16s\n", "type", "CPU GB/s", "GPU GB/s", "CPU fixed us");
     for (int i = 0; i < p->n_rates; i++) {
-        char g[32] = "-";
-        if (p->rates[i].gpu_gbps > 0) snprintf(g, sizeof(g), "%.1f", p->rates[i].gpu_gbps);
-        printf("  %-8s %14.1f %14s\n", ft_type_name(p->rates[i].type), p->rates[i].cpu_gbps, g);
+        const moe_bw_rate *r = &p->rates[i];
+        char g[32] = "-", f[32] = "-";
+        if (r->gpu_gbps > 0) snprintf(g, sizeof(g), "%.1f", r->gpu_gbps);
+        if (r->cpu_fixed_us > 0) snprintf(f, sizeof(f), "%.1f", r->cpu_fixed_us);
+        printf("  %-8s %14.1f %14s %16s\n", ft_type_name(r->type), r->cpu_gbps, g, f);
     }
 }
 

@@ -10,7 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-enum { PROFILE_VERSION = 1, LINE_MAX_CHARS = 200 };
+enum { PROFILE_VERSION = 2, LINE_MAX_CHARS = 200 };
 
 const moe_bw_rate *moe_bw_rate_of(const moe_bw_profile *p, enum ft_type t) {
     for (int i = 0; i < p->n_rates; i++)
@@ -57,11 +57,21 @@ double moe_bw_gpu_us(const moe_bw_profile *p, const enum ft_type t[3], const uin
     return us;
 }
 
+double moe_bw_cpu_fixed_us(const moe_bw_profile *p, const enum ft_type t[3], const uint64_t b[3]) {
+    double us = -1;
+    for (int i = 0; i < 3; i++) {
+        if (!b[i]) continue;
+        const moe_bw_rate *r = moe_bw_rate_of(p, t[i]);
+        us = fmax(us, r && r->cpu_fixed_us > 0 ? r->cpu_fixed_us : p->cpu_fixed_us);
+    }
+    return us < 0 ? p->cpu_fixed_us : us;
+}
+
 bool moe_bw_hybrid_costs(const moe_bw_profile *p, const enum ft_type t[3], const uint64_t b[3],
                          moe_hybrid_costs *out) {
     double copy = moe_bw_copy_us(p, b), cpu = moe_bw_cpu_us(p, t, b);
     if (copy < 0 || cpu < 0 || p->meet_us <= 0) return false;
-    double fixed = p->meet_us + p->cpu_fixed_us;
+    double fixed = p->meet_us + moe_bw_cpu_fixed_us(p, t, b);
     const double cap = 1e6; // us: a second, far above any real expert; keeps the ns in 32 bits
     *out = (moe_hybrid_costs){(uint32_t)(fmin(copy, cap) * 1e3), (uint32_t)(fmin(cpu, cap) * 1e3),
                               (uint32_t)(fmin(fixed, cap) * 1e3)};
@@ -79,8 +89,9 @@ char *moe_bw_profile_format(const moe_bw_profile *p) {
                  PROFILE_VERSION, p->gpu, p->cpu, p->threads, p->copy_fixed_us, p->copy_gbps, p->meet_us,
                  p->cpu_fixed_us);
     for (int i = 0; i < p->n_rates && n >= 0 && (size_t)n < cap; i++)
-        n += snprintf(s + n, cap - (size_t)n, "type %s cpu_gbps %.3f gpu_gbps %.3f\n",
-                      ft_type_name(p->rates[i].type), p->rates[i].cpu_gbps, p->rates[i].gpu_gbps);
+        n += snprintf(s + n, cap - (size_t)n, "type %s cpu_gbps %.3f gpu_gbps %.3f cpu_fixed_us %.3f\n",
+                      ft_type_name(p->rates[i].type), p->rates[i].cpu_gbps, p->rates[i].gpu_gbps,
+                      p->rates[i].cpu_fixed_us);
     return s;
 }
 
@@ -107,26 +118,30 @@ static bool parse_name(const char *s, char *out) {
     return true;
 }
 
-// "type NAME cpu_gbps X gpu_gbps Y"
-static bool parse_rate(char *s, moe_bw_profile *p) {
-    char name[32], k1[16], k2[16], v1[64], v2[64];
+// "type NAME cpu_gbps X gpu_gbps Y cpu_fixed_us Z" (version 1: up to Y, its fixed cost 0)
+static bool parse_rate(const char *s, int version, moe_bw_profile *p) {
+    char name[32], k1[16], k2[16], k3[16] = "cpu_fixed_us", v1[64], v2[64], v3[64] = "0";
     int used = 0;
-    if (sscanf(s, "%31s %15s %63s %15s %63s%n", name, k1, v1, k2, v2, &used) != 5 || s[used] != 0)
+    if (version == 1 ? sscanf(s, "%31s %15s %63s %15s %63s%n", name, k1, v1, k2, v2, &used) != 5
+                     : sscanf(s, "%31s %15s %63s %15s %63s %15s %63s%n", name, k1, v1, k2, v2, k3, v3, &used) != 7)
         return false;
+    if (s[used] != 0) return false;
     enum ft_type t;
-    double c, g;
+    double c, g, f;
     if (!ft_type_from_name(name, &t) || strcmp(k1, "cpu_gbps") != 0 || strcmp(k2, "gpu_gbps") != 0 ||
-        !parse_number(v1, &c) || !parse_number(v2, &g) || moe_bw_rate_of(p, t))
+        strcmp(k3, "cpu_fixed_us") != 0 || !parse_number(v1, &c) || !parse_number(v2, &g) ||
+        !parse_number(v3, &f) || moe_bw_rate_of(p, t))
         return false;
     moe_bw_rate *r = moe_bw_rate_add(p, t);
     if (!r) return false;
-    r->cpu_gbps = c, r->gpu_gbps = g;
+    r->cpu_gbps = c, r->gpu_gbps = g, r->cpu_fixed_us = f;
     return true;
 }
 
 bool moe_bw_profile_parse(const char *text, size_t len, moe_bw_profile *out, ft_err *err) {
     moe_bw_profile p = {0};
-    bool version = false, gpu = false, cpu = false, threads = false;
+    bool gpu = false, cpu = false, threads = false;
+    int version = 0; // the file's, which comes before its rates
     size_t pos = 0;
     for (int line_no = 1; pos < len; line_no++) {
         const char *nl = memchr(text + pos, '\n', len - pos);
@@ -147,8 +162,8 @@ bool moe_bw_profile_parse(const char *text, size_t len, moe_bw_profile *out, ft_
         double v = 0;
         bool ok;
         if (strcmp(key, "version") == 0) {
-            ok = parse_number(val, &v) && v == PROFILE_VERSION;
-            version = ok;
+            ok = !version && parse_number(val, &v) && (v == 1 || v == PROFILE_VERSION);
+            version = ok ? (int)v : version;
         } else if (strcmp(key, "gpu") == 0) {
             ok = !gpu && parse_name(val, p.gpu);
             gpu = true;
@@ -168,7 +183,7 @@ bool moe_bw_profile_parse(const char *text, size_t len, moe_bw_profile *out, ft_
         } else if (strcmp(key, "cpu_fixed_us") == 0) {
             ok = parse_number(val, &p.cpu_fixed_us);
         } else if (strcmp(key, "type") == 0) {
-            ok = parse_rate(val, &p);
+            ok = version && parse_rate(val, version, &p);
         } else {
             return ft_err_set(err, "line %d: unknown field '%s'", line_no, key);
         }
@@ -176,7 +191,7 @@ bool moe_bw_profile_parse(const char *text, size_t len, moe_bw_profile *out, ft_
     }
     if (!version || !gpu || !cpu || !threads)
         return ft_err_set(err, "missing %s",
-                          !version ? "version 1"
+                          !version ? "version"
                           : !gpu   ? "gpu"
                           : !cpu   ? "cpu"
                                    : "threads");

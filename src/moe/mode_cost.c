@@ -25,7 +25,7 @@ bool moe_mode_costs_predict(const moe_bw_profile *prof, const moe_geometry *g, c
                gu = moe_bw_gpu_us(prof, l->type, l->bytes);
         moe_hybrid_costs hc;
         if (c < 0 || p < 0 || !moe_bw_hybrid_costs(prof, l->type, l->bytes, &hc)) return false;
-        const double t = prof->meet_us, f = prof->cpu_fixed_us, q = fmin(fmax(miss_rate[i], 0.0), 1.0);
+        const double t = prof->meet_us, f = moe_bw_cpu_fixed_us(prof, l->type, l->bytes), q = fmin(fmax(miss_rate[i], 0.0), 1.0);
         binomial(k, q, pm);
         double hybrid = 0;
         for (int m = 0; m <= k; m++) {
