@@ -15,6 +15,7 @@
 
 #include "../src/engine/batch.h"
 #include "../src/model/synth.h"
+#include "../src/moe/placement.h"
 #include "../src/util/rng.h"
 #include "../src/util/util.h"
 
@@ -285,5 +286,63 @@ TEST(cuda_batch_grouped_experts_equal_per_pair) {
         free(logits[1][r]);
     }
     CHECK(differ == 0, "%d of %d sequences' logits differ between the grouped and the per-pair experts", differ, SEQS);
+    ft_model_free(m);
+}
+
+// FT_CUDA_FUSE_NORM: a decode step's output projection adds itself into the residual, and the
+// decode router normalises the FFN's input itself (test_cuda_moe_route.c: the same bits as the
+// launches they replace), so greedy decoding with and without it gives equal logits: one
+// sequence (the router takes the norm), three together (the projection's add over 3 rows), and
+// one sequence with the experts behind the GPU expert cache (offload: the router's output feeds
+// the lookup and the next layer's prefetch).
+TEST(cuda_fused_norm_equals_launches) {
+    GPU_TEST_REQUIRE_DEVICE();
+    enum { GEN = 6, PROMPT = 5, MAX_SEQS = 3 };
+    ft_synth_params sp = ft_synth_default_params();
+    sp.n_ctx_train = 256;
+    sp.dense_type = FT_TYPE_Q8_0;
+    sp.expert_types[0] = FT_TYPE_Q4_K;
+    ft_model *m = fixture_model(&sp, "cuda_fused_norm.gguf");
+    REQUIRE(m);
+    const int n_vocab = m->hp.n_vocab;
+    const struct {
+        int seqs;
+        enum ft_moe_backend mode;
+    } cases[] = {{1, FT_MOE_BACKEND_FUSED}, {MAX_SEQS, FT_MOE_BACKEND_FUSED}, {1, FT_MOE_BACKEND_OFFLOAD}};
+    for (size_t ci = 0; ci < FT_ARRAY_LEN(cases); ci++) {
+        const int seqs = cases[ci].seqs;
+        ft_engine_params ep = ft_engine_default_params();
+        ep.n_ctx = 64;
+        ep.n_batch = 16;
+        ep.n_seq = seqs;
+        ep.device = FT_PLACEMENT_CUDA;
+        ep.moe_backend = cases[ci].mode;
+        float *logits[2][MAX_SEQS];
+        ft_err err = {{0}};
+        for (int run = 0; run < 2; run++) {
+            setenv("FT_CUDA_FUSE_NORM", run ? "1" : "0", 1); // read at the backend's init
+            batch_sim_req rq[MAX_SEQS];
+            ft_rng rng = ft_rng_init(23);
+            for (int r = 0; r < seqs; r++) {
+                int32_t prompt[PROMPT];
+                for (int i = 0; i < PROMPT; i++) prompt[i] = (int32_t)(ft_rng_next(&rng) % (uint64_t)n_vocab);
+                logits[run][r] = ft_malloc((size_t)GEN * n_vocab * sizeof(float));
+                batch_sim_req_init(&rq[r], prompt, PROMPT, 0, logits[run][r]);
+            }
+            ft_batch *b = ft_batch_init(m, &ep, &err);
+            bool ran = b && batch_sim_run(b, rq, seqs, 16, GEN, n_vocab, &err);
+            if (b) ft_batch_free(b);
+            CHECK(ran, "%s", err.msg);
+        }
+        unsetenv("FT_CUDA_FUSE_NORM");
+        int differ = 0;
+        for (int r = 0; r < seqs; r++) {
+            differ += memcmp(logits[0][r], logits[1][r], (size_t)GEN * n_vocab * sizeof(float)) != 0;
+            free(logits[0][r]);
+            free(logits[1][r]);
+        }
+        CHECK(differ == 0, "case %zu (%d sequences, %s): %d sequences' logits differ with the fused norm", ci, seqs,
+              ft_moe_backend_name(cases[ci].mode), differ);
+    }
     ft_model_free(m);
 }

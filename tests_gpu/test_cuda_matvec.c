@@ -132,6 +132,24 @@ static void run_case(enum ft_type t, int64_t n_rows, int64_t n_cols, int n_tok, 
         ft_cuda_matvec(&p, NULL);
         ft_cuda_memcpy_d2h(y, dy, ny * sizeof(float), NULL);
         ft_cuda_device_sync();
+        if (quantized) { // the residual add in the same launch: y's bits again, and acc + y
+            float *acc = ft_malloc(ny * sizeof(float)), *acc2 = ft_malloc(ny * sizeof(float));
+            float *y2 = ft_malloc(ny * sizeof(float)), *dacc = ft_cuda_malloc(ny * sizeof(float));
+            for (size_t i = 0; i < ny; i++) acc[i] = 4.0f * ft_rng_normal(rng);
+            ft_cuda_memcpy_h2d(dacc, acc, ny * sizeof(float), NULL);
+            ft_cuda_memset(dy, 0xFF, ny * sizeof(float), NULL);
+            p.acc = dacc;
+            ft_cuda_matvec(&p, NULL);
+            ft_cuda_memcpy_d2h(y2, dy, ny * sizeof(float), NULL);
+            ft_cuda_memcpy_d2h(acc2, dacc, ny * sizeof(float), NULL);
+            ft_cuda_device_sync();
+            int off = 0;
+            for (size_t i = 0; i < ny; i++) off += acc2[i] != acc[i] + y[i];
+            CHECK(!memcmp(y, y2, ny * sizeof(float)) && off == 0, "%s rows %lld n_tok %d tpr %d: with acc, y %s, %d sums off",
+                  ft_type_name(t), (long long)n_rows, n_tok, tprs[m], memcmp(y, y2, ny * sizeof(float)) ? "differs" : "equal", off);
+            free(acc); free(acc2); free(y2);
+            ft_cuda_free(dacc);
+        }
         ft_cuda_matvec_force_tpr(0);
         int bad = 0;
         for (size_t i = 0; i < ny; i++) {

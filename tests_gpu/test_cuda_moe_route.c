@@ -180,3 +180,84 @@ TEST(test_cuda_moe_route_counts) {
     }
     ft_cuda_free(dlog); ft_cuda_free(dw); ft_cuda_free(dgap); ft_cuda_free(dsel); ft_cuda_free(dcounts);
 }
+
+// The decode router normalising its own input (ft_cuda_router_params.norm) against the two
+// launches it replaces (ft_cuda_rms_norm, then the router on the norm's output): the norm's
+// floats and q8_1 blocks, the logits, the selections and the weights all equal to the bit. Rows
+// of 2048 and 1056 floats (rms_norm's register paths, the second padded) and 6144 (its loop);
+// 8 experts (fewer CTAs than the norm's 32-element blocks) and 128; with and without a norm
+// weight. The fused launch runs twice (its count must be reset).
+static void router_norm_case(int n_embd, int n_expert, bool weighted, ft_rng *rng) {
+    const int k = n_expert < 8 ? 2 : 8;
+    const size_t nw = (size_t)n_expert * n_embd, qb = ft_cuda_q8_1_bytes(n_embd, 1);
+    float *w = ft_malloc(nw * sizeof(float)), *x = ft_malloc(n_embd * sizeof(float));
+    float *nwt = ft_malloc(n_embd * sizeof(float));
+    for (size_t i = 0; i < nw; i++) w[i] = 0.05f * ft_rng_normal(rng);
+    for (int i = 0; i < n_embd; i++) x[i] = 3.0f * ft_rng_normal(rng), nwt[i] = 1.0f + 0.1f * ft_rng_normal(rng);
+    float *dw = ft_cuda_malloc(nw * sizeof(float)), *dx = ft_cuda_malloc(n_embd * sizeof(float));
+    float *dnw = ft_cuda_malloc(n_embd * sizeof(float)), *dy = ft_cuda_malloc(2 * (size_t)n_embd * sizeof(float));
+    uint8_t *dyq = ft_cuda_malloc(2 * qb);
+    float *dlog = ft_cuda_malloc(2 * 128 * sizeof(float)), *dsw = ft_cuda_malloc(2 * 8 * sizeof(float));
+    float *dgap = ft_cuda_malloc(2 * sizeof(float));
+    int32_t *dsel = ft_cuda_malloc(2 * 8 * sizeof(int32_t));
+    int *dcount = ft_cuda_malloc(sizeof(int));
+    FT_ASSERT(dw && dx && dnw && dy && dyq && dlog && dsw && dgap && dsel && dcount);
+    ft_cuda_memcpy_h2d(dw, w, nw * sizeof(float), NULL);
+    ft_cuda_memcpy_h2d(dx, x, n_embd * sizeof(float), NULL);
+    ft_cuda_memcpy_h2d(dnw, nwt, n_embd * sizeof(float), NULL);
+    ft_cuda_memset(dcount, 0, sizeof(int), NULL);
+    const float inf = INFINITY, eps = 1e-6f;
+    float *y[2], logits[2][128], sw[2][8];
+    int32_t sel[2][8];
+    uint8_t *yq[2];
+    for (int j = 0; j < 2; j++) y[j] = ft_malloc(n_embd * sizeof(float)), yq[j] = ft_malloc(qb);
+    for (int run = 0; run < 3; run++) {
+        const int j = run == 0 ? 0 : 1;
+        ft_cuda_memset(dy + (size_t)j * n_embd, 0xFF, n_embd * sizeof(float), NULL);
+        ft_cuda_memset(dyq + j * qb, 0xFF, qb, NULL);
+        ft_cuda_memset(dlog + j * 128, 0xFF, 128 * sizeof(float), NULL);
+        ft_cuda_memcpy_h2d(dgap + j, &inf, sizeof(float), NULL);
+        ft_cuda_route_params rp = {.logits = dlog + j * 128, .sel = dsel + j * 8, .w = dsw + j * 8, .gap = dgap + j,
+                                   .n_tok = 1, .n_expert = n_expert, .k = k, .softmax = true, .norm_w = true,
+                                   .w_scale = 1.0f};
+        ft_cuda_router_params r = {.w_type = FT_TYPE_F32, .w = dw, .x = dx, .n_embd = n_embd, .count = dcount};
+        CHECK(ft_cuda_moe_router_fits(FT_TYPE_F32, 1, n_expert, k) && ft_cuda_moe_router_norm_fits(&r));
+        if (j == 0) {
+            ft_cuda_rms_norm(dx, NULL, weighted ? dnw : NULL, dy, dyq, 1, n_embd, eps, NULL);
+            r.x = dy;
+        } else {
+            r.norm = true, r.norm_w = weighted ? dnw : NULL, r.norm_eps = eps;
+            r.norm_y = dy + n_embd, r.norm_yq = dyq + qb;
+        }
+        ft_cuda_moe_router(&r, &rp, NULL);
+        ft_cuda_memcpy_d2h(y[j], dy + (size_t)j * n_embd, n_embd * sizeof(float), NULL);
+        ft_cuda_memcpy_d2h(yq[j], dyq + j * qb, qb, NULL);
+        ft_cuda_memcpy_d2h(logits[j], dlog + j * 128, (size_t)n_expert * sizeof(float), NULL);
+        ft_cuda_memcpy_d2h(sw[j], dsw + j * 8, (size_t)k * sizeof(float), NULL);
+        ft_cuda_memcpy_d2h(sel[j], dsel + j * 8, (size_t)k * sizeof(int32_t), NULL);
+        ft_cuda_device_sync();
+        if (j == 0) continue;
+        CHECK(!memcmp(y[0], y[1], n_embd * sizeof(float)), "width %d, %d experts%s run %d: the norm's floats differ",
+              n_embd, n_expert, weighted ? "" : " (no weight)", run);
+        CHECK(!memcmp(yq[0], yq[1], qb), "width %d: the norm's q8_1 blocks differ", n_embd);
+        CHECK(!memcmp(logits[0], logits[1], (size_t)n_expert * sizeof(float)), "width %d, %d experts: logits differ",
+              n_embd, n_expert);
+        CHECK(!memcmp(sel[0], sel[1], (size_t)k * sizeof(int32_t)) && !memcmp(sw[0], sw[1], (size_t)k * sizeof(float)),
+              "width %d, %d experts: the routing differs", n_embd, n_expert);
+    }
+    for (int j = 0; j < 2; j++) free(y[j]), free(yq[j]);
+    free(w); free(x); free(nwt);
+    ft_cuda_free(dw); ft_cuda_free(dx); ft_cuda_free(dnw); ft_cuda_free(dy); ft_cuda_free(dyq); ft_cuda_free(dlog);
+    ft_cuda_free(dsw); ft_cuda_free(dgap); ft_cuda_free(dsel); ft_cuda_free(dcount);
+}
+
+TEST(test_cuda_moe_router_norm) {
+    GPU_TEST_REQUIRE_DEVICE();
+    ft_rng rng = ft_rng_init(0x70E);
+    const int widths[] = {2048, 1056, 6144}, experts[] = {8, 128};
+    for (size_t n = 0; n < FT_ARRAY_LEN(widths); n++)
+        for (size_t e = 0; e < FT_ARRAY_LEN(experts); e++) {
+            router_norm_case(widths[n], experts[e], true, &rng);
+            router_norm_case(widths[n], experts[e], false, &rng);
+        }
+}

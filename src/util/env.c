@@ -19,6 +19,8 @@ static const ft_env_var g_env[FT_ENV_COUNT] = {
     FLAG_ON(CPU_MOE_ONE_JOB, "0: the CPU MoE op runs gate/up and down as two pool jobs at decode"),
     FLAG_ON(CUDA_GRAPHS, "0: no CUDA graphs (every step launched directly)"),
     FLAG_ON(CUDA_GEMM, "0: every matmul and MoE FFN on the matvec kernels (no tensor-core GEMM)"),
+    FLAG_ON(CUDA_FUSE_NORM, "0: a decode step's output projection leaves its residual add, and the router its rms_norm, "
+                            "to launches of their own"),
     FLAG_ON(CUDA_MOE_ROWS, "0: the MoE FFN of a few rows on per-pair kernels (each pair reads its expert) instead of "
                            "grouped by expert (for A/B)"),
     FLAG_ON(CUDA_FLASH, "0: prefill attention on the non-tensor-core kernels (no flash attention)"),

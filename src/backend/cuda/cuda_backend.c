@@ -68,6 +68,7 @@ typedef struct cuda_backend {
     // MoE FFN on the matvec kernels, FT_CUDA_FLASH=0 every attention on attention.cu's.
     int gemm_min_tok;          // GEMM_MIN_TOK, or INT_MAX with FT_CUDA_GEMM=0
     bool moe_rows;             // ft_cuda_moe_rows for a few rows (FT_CUDA_MOE_ROWS)
+    bool fuse_norm;            // FT_CUDA_FUSE_NORM: the residual add and the norm fused below
     bool flash;
     bool delta_chunked;        // FT_CUDA_DELTA_CHUNKED: prefill's delta rule in chunks
     size_t ffn_scratch_floats; // of h_gate, h_up and h_out each: P * W
@@ -117,8 +118,19 @@ typedef struct cuda_backend {
         float *y;
         int n_tok;
         const float *bias;
+        float *acc; // the residual its output is added into next (cuda_add), or NULL
     } mms[FT_CUDA_MATVEC_MAX_SEG];
     int n_mms;
+    // a one-row rms_norm not yet launched (a decode step's FFN norm, its residual add already
+    // done): the decode router of its output normalises the row itself (route_on_device); any
+    // other op launches it first
+    struct pending_row_norm {
+        float *x, *y;
+        const float *w;
+        int n;
+        float eps;
+    } rnorm;
+    bool rnorm_pending;
     // cache rows not yet written (a layer's k): the next set_rows of the same shape (its v)
     // joins them in one launch; any other op launches them first
     struct pending_rows {
@@ -155,6 +167,21 @@ static void flush_add(cuda_backend *c) {
     c->add_y = NULL;
 }
 
+static bool xq_fits(const cuda_backend *c, int64_t n, int n_tok);
+
+static void flush_row_norm(cuda_backend *c) {
+    if (!c->rnorm_pending) return;
+    c->rnorm_pending = false;
+    const struct pending_row_norm *r = &c->rnorm;
+    bool fuse = xq_fits(c, r->n, 1);
+    ft_cuda_rms_norm(r->x, NULL, r->w, r->y, fuse ? c->xq : NULL, 1, r->n, r->eps, c->stream);
+    if (fuse) {
+        c->xq_src = r->y;
+        c->xq_cols = r->n;
+        c->xq_tok = 1;
+    }
+}
+
 static void flush_norms(cuda_backend *c) {
     for (int i = 0; i < c->n_norms; i++) {
         struct pending_norm *q = &c->norms[i];
@@ -187,7 +214,9 @@ static void flush_matmuls(cuda_backend *c);
 //   - decode-sized matmuls of one input and weight type (wq, wk, wv; qwen35moe's float alpha
 //     and beta) run as one launch, with the biases added to quantized ones' outputs right
 //     after them;
-//   - a residual add runs inside the next rms_norm when that normalises its result;
+//   - a residual add runs inside the next rms_norm when that normalises its result, or, where
+//     it adds a waiting matmul's output, inside that matmul's kernel (acc); the one-row norm
+//     after it waits, and the decode router of its output normalises the row itself;
 //   - a per-head rms_norm in place (q_norm, k_norm) runs inside the rope of its buffer, and
 //     those of q and k in one launch (so do the ropes of q and k where no norm comes first);
 //   - the cache rows of k and v (two set_rows of one shape) are written by one launch;
@@ -202,6 +231,7 @@ static void flush_matmuls(cuda_backend *c);
 // flushes the others; the per-head norms wait beside a norm+rope, on other buffers).
 static cuda_backend *cuda_of(ft_backend *be) {
     cuda_backend *c = (cuda_backend *)be;
+    flush_row_norm(c);
     flush_norms(c);
     flush_add(c);
     flush_matmuls(c);
@@ -500,6 +530,14 @@ static void flush_matmuls(cuda_backend *c) {
     c->n_mms = 0;
     if (n == 0) return;
     const struct pending_matmul *m = c->mms;
+    if (n == 1 && m->acc) { // (decode-sized and quantized: cuda_add)
+        quantize_x(c, m->x, m->w->ne[0], m->n_tok);
+        ft_cuda_matvec_params mp = {.type = m->w->type, .w = m->w->data, .n_rows = m->w->ne[1], .n_cols = m->w->ne[0],
+                                    .x = c->xq, .y = m->y, .n_tok = m->n_tok, .bias = m->bias, .acc = m->acc};
+        ft_cuda_matvec(&mp, c->stream);
+        if (c->xq_src == m->y || c->xq_src == m->acc) c->xq_src = NULL;
+        return;
+    }
     if (n == 1 && !m->bias) {
         matmul_tensor(c, m->w, m->x, m->y, m->n_tok);
         return;
@@ -528,7 +566,7 @@ static void cuda_matmul(ft_backend *be, const ft_tensor *w, const float *x, floa
     bool wait = ft_cuda_matvec_wants_q8_1(w->type) ||
                 (ft_cuda_matvec_supported(w->type) && (uintptr_t)x % 16 == 0 && w->ne[0] % 4 == 0);
     if (n_tok >= 1 && shape_tok(c, n_tok) <= FT_CUDA_MATVEC_MAX_TOK && wait && y != x)
-        c->mms[c->n_mms++] = (struct pending_matmul){w, x, y, n_tok, NULL};
+        c->mms[c->n_mms++] = (struct pending_matmul){w, x, y, n_tok, NULL, NULL};
     else
         matmul_tensor(c, w, x, y, n_tok);
 }
@@ -582,6 +620,7 @@ static void cuda_rms_norm(ft_backend *be, const float *x, const ft_tensor *w, fl
     bool defer = !d && x == y && n <= 256 && c->n_norms < 2;
     for (int i = 0; i < c->n_norms; i++) defer = defer && c->norms[i].x != x;
     if (defer) {
+        flush_row_norm(c);
         flush_add(c);
         flush_matmuls(c); // (before xq is dropped: they may read it)
         flush_rows(c);
@@ -595,6 +634,13 @@ static void cuda_rms_norm(ft_backend *be, const float *x, const ft_tensor *w, fl
         c->norms[c->n_norms++] = (struct pending_norm){(float *)x, wd, n_rows, n, eps};
         return;
     }
+    // one row with no add left to do (a decode step's FFN norm: the add rode in the output
+    // projection) waits: the decode router of y may normalise it itself (route_on_device)
+    if (c->fuse_norm && !d && n_rows == 1 && x != y && n % 32 == 0 && n <= FT_CUDA_ROUTER_NORM_MAX) {
+        c->rnorm = (struct pending_row_norm){(float *)x, y, wd, n, eps};
+        c->rnorm_pending = true;
+        return;
+    }
     // rows that fit xq are quantized in the same kernel, for the matmuls that read y next
     bool fuse = xq_fits(c, n, n_rows);
     ft_cuda_rms_norm((float *)x, d, wd, y, fuse ? c->xq : NULL, n_rows, n, eps, c->stream);
@@ -606,8 +652,15 @@ static void cuda_rms_norm(ft_backend *be, const float *x, const ft_tensor *w, fl
 }
 
 static void cuda_add(ft_backend *be, float *y, const float *x, size_t n) {
-    cuda_backend *c = cuda_op(be);
-    if (!op_runs(c, OP_ADD, y, x, (int64_t)n, 0)) return;
+    cuda_backend *c = (cuda_backend *)be;
+    // the output of the one matmul waiting (a decode step's output projection) is added into
+    // y by its own kernel
+    struct pending_matmul *m = c->n_mms == 1 ? &c->mms[0] : NULL;
+    bool into = c->fuse_norm && m && m->y == x && !m->acc && y != x && m->n_tok <= FT_CUDA_MATVEC_MAX_TOK &&
+                ft_cuda_matvec_wants_q8_1(m->w->type) && (size_t)m->n_tok * (size_t)m->w->ne[1] == n;
+    if (into) m->acc = y;
+    cuda_op(be);
+    if (!op_runs(c, OP_ADD, y, x, (int64_t)n, 0) || into) return;
     c->add_y = y; // launched by the next op (see flush_add)
     c->add_x = x;
     c->add_n = n;
@@ -682,6 +735,7 @@ static void rope_of(ft_backend *be, float *x, int n_tok, int n_head, int head_di
                 flush_norms(c);
                 break;
             }
+    flush_row_norm(c);
     flush_add(c);
     flush_matmuls(c);
     flush_rows(c);
@@ -768,6 +822,7 @@ static void set_rows_of(ft_backend *be, ft_tensor *cache, const int32_t *blocks,
     };
     // decode: k's rows, then v's, ride in the waiting norm+rope's launch (ft_cuda_norm_rope_kv)
     if (rows_join_rope(c, &r)) {
+        flush_row_norm(c);
         flush_norms(c);
         flush_add(c);
         flush_matmuls(c);
@@ -790,6 +845,7 @@ static void set_rows_of(ft_backend *be, ft_tensor *cache, const int32_t *blocks,
                 w->blocks == r.blocks && w->pos_dev == r.pos_dev && w->seqs.pos == r.seqs.pos &&
                 w->seqs.blocks == r.seqs.blocks && w->pos == r.pos && w->dst.dst != r.dst.dst;
     if (join) {
+        flush_row_norm(c);
         flush_norms(c);
         flush_add(c);
         flush_matmuls(c);
@@ -1006,10 +1062,33 @@ static void expert_matvec(cuda_backend *c, const ft_tensor *w, const float *x, i
     ft_cuda_matvec_ids(&ip, c->stream);
 }
 
+// The decode router's launch for router weights r of input x (fitting ft_cuda_moe_router_fits).
+static ft_cuda_router_params router_launch(const cuda_backend *c, const ft_tensor *r, const float *x) {
+    return (ft_cuda_router_params){.w_type = r->type, .w = r->data, .x = x, .n_embd = r->ne[0], .count = c->route_count};
+}
+
+// Does the layer's routing take the one-launch decode router?
+static bool decode_router(const ft_moe_params *p, int n_tok) {
+    const ft_tensor *r = p->router;
+    return ft_cuda_moe_router_fits(r->type, n_tok, p->n_expert, p->n_expert_used) && r->ne[2] == 1 &&
+           r->ne[1] == p->n_expert;
+}
+
+// Can the decode router of this layer take the waiting one-row norm of its input (norm->y ==
+// its x)? Not where the router reads an input of its own, or the CPU reads x (cpu mode, hybrid).
+static bool router_takes_norm(const cuda_backend *c, const ft_moe_params *p, const struct pending_row_norm *norm,
+                              int n_tok) {
+    if (p->router_x || c->cpu_experts || !decode_router(p, n_tok)) return false;
+    ft_cuda_router_params r = router_launch(c, p->router, norm->x);
+    return p->router->ne[0] == norm->n && ft_cuda_moe_router_norm_fits(&r);
+}
+
 // The layer's routing on the device: c->sel and c->sel_w (n_tok, k), the smallest gap into c->gap.
 // With to_cpu (--moe-backend cpu) the decode router's launch also exports x and the routing to
-// the CPU experts where it can: returns whether it did.
-static bool route_on_device(cuda_backend *c, const ft_moe_params *p, const float *x, int n_tok, bool to_cpu) {
+// the CPU experts where it can: returns whether it did. With norm (router_takes_norm), x is the
+// norm's output, which the router's launch computes from norm->x (and its q8_1 form into xq).
+static bool route_on_device(cuda_backend *c, const ft_moe_params *p, const float *x, int n_tok, bool to_cpu,
+                            const struct pending_row_norm *norm) {
     int k = p->n_expert_used;
     // the router reads its own input where the layer has one (gemma4); the export would send
     // that input as the experts', so cuda_moe_ffn does not ask for it there (the meeting does)
@@ -1036,17 +1115,28 @@ static bool route_on_device(cuda_backend *c, const ft_moe_params *p, const float
         rp.logit_bias = p->router_bias->data;
     }
     const ft_tensor *router = p->router;
-    if (ft_cuda_moe_router_fits(router->type, n_tok, p->n_expert, k) &&
-        router->ne[2] == 1 &&
-        router->ne[1] == p->n_expert) {
+    FT_ASSERT(!norm || (norm->y == x && !to_cpu));
+    if (decode_router(p, n_tok)) {
         // decode: router matvec and routing in one launch
         check_on_device(router);
-        ft_cuda_router_params r = {.w_type = router->type, .w = router->data, .x = x, .n_embd = router->ne[0],
-                                   .count = c->route_count};
+        ft_cuda_router_params r = router_launch(c, router, x);
         bool exported = to_cpu && cuda_cpu_experts_router_export(c->cpu_experts, &r);
+        if (norm) {
+            bool q = xq_fits(c, norm->n, 1);
+            r.x = norm->x;
+            r.norm = true;
+            r.norm_w = norm->w;
+            r.norm_eps = norm->eps;
+            r.norm_y = norm->y;
+            r.norm_yq = q ? c->xq : NULL;
+            c->xq_src = q ? norm->y : NULL;
+            c->xq_cols = norm->n;
+            c->xq_tok = 1;
+        }
         ft_cuda_moe_router(&r, &rp, c->stream);
         return exported;
     }
+    FT_ASSERT(!norm);
     matmul_tensor(c, router, x, c->logits, n_tok);
     ft_cuda_moe_route(&rp, c->stream);
     return false;
@@ -1130,9 +1220,15 @@ static void hybrid_after_lookup(void *ctx, const ft_offload_view *v) {
 }
 
 static void cuda_moe_ffn(ft_backend *be, const ft_moe_params *p, const float *x, float *y, int n_tok) {
+    // the norm of x waiting (a decode step's FFN norm) runs inside the router's launch where
+    // that can take it, else first
+    cuda_backend *c = (cuda_backend *)be;
+    struct pending_row_norm norm = c->rnorm;
+    bool take_norm = c->rnorm_pending && norm.y == x && router_takes_norm(c, p, &norm, n_tok);
+    if (take_norm) c->rnorm_pending = false;
     // cuda_of, not cuda_op: x is only read, so the q8_1 copy of it that the norm before wrote
     // (xq) still serves the expert matmuls; every launch below that writes xq says so
-    cuda_backend *c = cuda_of(be);
+    cuda_of(be);
     int64_t n_embd = p->gate_exps->ne[0], n_ff = p->gate_exps->ne[1];
     int k = p->n_expert_used;
     FT_ASSERT(c->reserved && n_tok <= c->lim.max_tok && k <= c->lim.n_expert_used);
@@ -1155,7 +1251,7 @@ static void cuda_moe_ffn(ft_backend *be, const ft_moe_params *p, const float *x,
             // queues the layer's CPU work (its graph holds the routing and the meeting)
             bool gpu_route = cuda_cpu_experts_routes_on_gpu(c->cpu_experts);
             // (a layer routed from an input of its own exports x with the meeting instead)
-            bool exported = run && gpu_route && route_on_device(c, p, x, n_tok, !p->router_x);
+            bool exported = run && gpu_route && route_on_device(c, p, x, n_tok, !p->router_x, NULL);
             cuda_cpu_experts_moe_ffn(c->cpu_experts, p, x, gpu_route ? c->sel : NULL, gpu_route ? c->sel_w : NULL,
                                      exported, y, n_tok, c->base.row_gemm, c->mode != STEP_DIRECT,
                                      run ? c->stream : NULL);
@@ -1175,7 +1271,7 @@ static void cuda_moe_ffn(ft_backend *be, const ft_moe_params *p, const float *x,
     bool hybrid = from_cache && c->cpu_experts && !overlay;
     if (hybrid && !run) cuda_cpu_experts_hybrid_begin(c->cpu_experts, p, x, NULL, NULL, n_tok, c->mode != STEP_DIRECT, NULL);
     if (!run) return;
-    route_on_device(c, p, x, n_tok, false);
+    route_on_device(c, p, x, n_tok, false, take_norm ? &norm : NULL);
     int n_pairs = n_tok * k;
     const int32_t *hybrid_n_cpu = NULL;
     const ft_tensor *gate = p->gate_exps, *up = p->up_exps, *down = p->down_exps;
@@ -1704,6 +1800,7 @@ ft_backend *ft_backend_cuda_init(const ft_backend_params *p, ft_err *err) {
     c->graphs = ft_env_flag(FT_ENV_CUDA_GRAPHS);
     c->gemm_min_tok = ft_env_flag(FT_ENV_CUDA_GEMM) ? GEMM_MIN_TOK : INT_MAX;
     c->moe_rows = ft_env_flag(FT_ENV_CUDA_MOE_ROWS);
+    c->fuse_norm = ft_env_flag(FT_ENV_CUDA_FUSE_NORM);
     c->flash = ft_env_flag(FT_ENV_CUDA_FLASH);
     c->delta_chunked = ft_env_flag(FT_ENV_CUDA_DELTA_CHUNKED);
     c->graph_max_tok = p->graph_max_tok;

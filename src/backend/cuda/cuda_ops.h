@@ -228,8 +228,19 @@ typedef struct ft_cuda_router_params {
     int32_t *export_sel;
     float *export_w;
     uint32_t *export_flag, *export_seq;
+    // With norm (ft_cuda_moe_router_norm_fits): x is the un-normalised row, and the launch is
+    // also the rms_norm before the router, with rms_norm.cu's bits: norm_y = x / rms(x) *
+    // norm_w (NULL: times 1), and its q8_1 form into norm_yq (or NULL).
+    bool norm;
+    const float *norm_w;
+    float norm_eps;
+    float *norm_y;
+    void *norm_yq;
 } ft_cuda_router_params;
+#define FT_CUDA_ROUTER_NORM_MAX 8192 // the widest row the router normalises itself (shared memory)
 bool ft_cuda_moe_router_fits(uint32_t w_type, int n_tok, int n_expert, int k);
+// Can this router launch (fitting ft_cuda_moe_router_fits) take the norm before it?
+bool ft_cuda_moe_router_norm_fits(const ft_cuda_router_params *r);
 void ft_cuda_moe_router(const ft_cuda_router_params *r, const ft_cuda_route_params *p, ft_cuda_stream *s);
 // The experts' extras on expert rows where no fused kernel takes them (float experts, after
 // separate gate and up matvecs; ex.bias_ids: the global expert of each pair): h_gate[i][c] =

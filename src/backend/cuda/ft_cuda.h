@@ -158,6 +158,9 @@ typedef struct ft_cuda_matvec_params {
                         // as the add_bias op's), or NULL; quantized types only, not ft_cuda_matvec_ids
     float *part;        // ft_cuda_gemm_f only: split scratch as ft_cuda_gemm_params', or NULL
     size_t part_floats;
+    float *acc;         // (n_tok, n_rows) floats each output is also added into (acc += y: a
+                        // residual add after the product), or NULL; ft_cuda_matvec of quantized
+                        // types only
 } ft_cuda_matvec_params;
 
 // Does ft_cuda_matvec compute with weights of this type?

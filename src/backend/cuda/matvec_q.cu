@@ -31,6 +31,7 @@ typedef struct matvec_q_args {
     int n_blocks;         // weight blocks per row
     int n_tok;
     const float *bias;    // (n_rows) added to each output row, or NULL
+    float *acc;           // (n_tok, n_rows) each output also added into, or NULL
     // expert mode (ft_cuda_matvec_ids): CTA row blockIdx.y is pair p, on matrix ids[p] (w_mat
     // bytes apart), reading x row p / x_div and writing y row p; n_tok is 1. NULL: off.
     const int32_t *ids;
@@ -47,6 +48,16 @@ typedef struct matvec_q_args {
     int seg_rows[FT_CUDA_MATVEC_MAX_SEG];
     int seg_cta[FT_CUDA_MATVEC_MAX_SEG + 1];
 } matvec_q_args;
+
+// Output (token c, row) of sum v: plus the bias, into y, and added into the residual a.acc (the
+// add op's arithmetic: acc + y).
+__device__ __forceinline__ void store_out(const matvec_q_args &a, float *y, const float *bias, int c, int n_rows,
+                                          int row, float v) {
+    const int64_t i = (int64_t)c * n_rows + row;
+    const float o = bias ? v + bias[row] : v;
+    y[i] = o;
+    if (a.acc) a.acc[i] += o;
+}
 
 // A group of TPR threads (32: one warp; 128: the whole CTA) computes ROWS consecutive rows;
 // each thread walks the rows' parts with stride TPR, U parts per step with all their loads
@@ -140,7 +151,7 @@ __global__ void __launch_bounds__(MV_THREADS) matvec_q_kernel(const matvec_q_arg
             float v = 0.0f;
 #pragma unroll
             for (int k = 0; k < WPG; k++) v += red[w0 + k][c][r];
-            if (c < a.n_tok && row0 + r < n_rows) y[(int64_t)c * n_rows + row0 + r] = bias ? v + bias[row0 + r] : v;
+            if (c < a.n_tok && row0 + r < n_rows) store_out(a, y, bias, c, n_rows, row0 + r, v);
         }
     } else if (t < NCOLS * ROWS) {
         // lane t writes (token t / ROWS, row t % ROWS); acc[][] is indexed by constants only,
@@ -152,7 +163,7 @@ __global__ void __launch_bounds__(MV_THREADS) matvec_q_kernel(const matvec_q_arg
             for (int r = 0; r < ROWS; r++)
                 if (t == c * ROWS + r) v = acc[c][r];
         const int c = t / ROWS, r = t % ROWS;
-        if (c < a.n_tok && row0 + r < n_rows) y[(int64_t)c * n_rows + row0 + r] = bias ? v + bias[row0 + r] : v;
+        if (c < a.n_tok && row0 + r < n_rows) store_out(a, y, bias, c, n_rows, row0 + r, v);
     }
 }
 
@@ -399,6 +410,8 @@ static void launch_type(const ft_cuda_matvec_params *p, const ft_cuda_matvec_ids
     a.x = (const block_q8_1 *)p->x;
     a.y = p->y;
     a.bias = p->bias;
+    FT_CUDA_ASSERT(!p->acc || (!n_seg && !ip));
+    a.acc = p->acc;
     a.n_rows = (int)p->n_rows;
     a.n_blocks = (int)(p->n_cols / Q::qk);
     a.n_tok = p->n_tok;
@@ -450,7 +463,7 @@ static void matvec_any(const ft_cuda_matvec_params *p, const ft_cuda_matvec_ids_
     case FT_TYPE_IQ4_XS: launch_type<FT_TYPE_IQ4_XS>(p, ip, s); break;
     case FT_TYPE_MXFP4: launch_type<FT_TYPE_MXFP4>(p, ip, s); break;
     case FT_TYPE_F32: case FT_TYPE_F16: case FT_TYPE_BF16:
-        FT_CUDA_ASSERT(!p->bias);
+        FT_CUDA_ASSERT(!p->bias && !p->acc);
         ft_cuda_matvec_f(p, ip, s);
         break;
     default:
@@ -493,6 +506,6 @@ extern "C" void ft_cuda_matvec_ids(const ft_cuda_matvec_ids_params *ip, ft_cuda_
         matvec_fused(ip, ft_cuda_stream_handle(stream));
         return;
     }
-    ft_cuda_matvec_params p = {ip->type, ip->w, ip->n_rows, ip->n_cols, ip->x, ip->y, 1, NULL, NULL, 0};
+    ft_cuda_matvec_params p = {ip->type, ip->w, ip->n_rows, ip->n_cols, ip->x, ip->y, 1, NULL, NULL, 0, NULL};
     matvec_any(&p, ip, stream);
 }

@@ -19,6 +19,8 @@
 #include "cuda_ops.h"
 #include "expert_extras.cuh"
 #include "host_meeting.cuh"
+#include "q8_1.cuh"
+#include "rms_norm.cuh"
 
 #include "../../quant/fp16.h"
 #include "../../quant/quant.h"
@@ -259,12 +261,12 @@ __device__ __forceinline__ float router_dot_warp(const ft_cuda_router_params &r,
 }
 
 // The logit of row e by the whole CTA (f32, n_embd a multiple of 4, 16-byte aligned rows and
-// x): thread t reads float4 number t + 128 j of the row and of x, four of each issued before
+// x, which may be shared memory): thread t reads float4 number t + 128 j of the row and of x, four of each issued before
 // their FMAs (past the row's end, zeros: they add nothing), then the warps' sums meet in shared
 // memory (thread 0 has it).
-__device__ __forceinline__ float router_dot_cta(const ft_cuda_router_params &r, int e, float *part) {
+__device__ __forceinline__ float router_dot_cta(const ft_cuda_router_params &r, const float *x, int e, float *part) {
     const float4 *w4 = (const float4 *)((const float *)r.w + (size_t)e * (size_t)r.n_embd);
-    const float4 *x4 = (const float4 *)r.x;
+    const float4 *x4 = (const float4 *)x;
     const int n4 = (int)(r.n_embd / 4), nt = blockDim.x;
     float acc = 0.0f;
     for (int j0 = threadIdx.x; j0 < n4; j0 += 4 * nt) {
@@ -294,11 +296,17 @@ __device__ __forceinline__ float router_dot_cta(const ft_cuda_router_params &r, 
 
 // ROW_CTA: a CTA per expert row (router_dot_cta: f32 rows whose width and addresses take float4
 // loads), else a warp per row, ROUTER_WARPS rows per CTA (FT_CUDA_ROUTER_VEC=0 asks for it).
-template <int T, int PL, bool ROW_CTA>
+// NORM (ROW_CTA only; ft_cuda_router_params.norm): r.x is the residual row and each CTA first
+// normalises it into shared memory with the norm launch's bits (rms_norm.cuh), dots its row with
+// that, and writes its share of the norm's outputs (a warp a 32-element block: the floats, and
+// their q8_1 form for the expert matmuls).
+template <int T, int PL, bool ROW_CTA, bool NORM>
 __global__ void __launch_bounds__(ROUTER_WARPS * FT_WARP) moe_router_kernel(const ft_cuda_router_params r,
                                                                             const ft_cuda_route_params p) {
+    static_assert(!NORM || ROW_CTA, "the norm takes the whole CTA");
+    extern __shared__ __align__(16) float xs[]; // NORM: the normalised row
     __shared__ bool last;
-    __shared__ float part[ROUTER_WARPS];
+    __shared__ float part[ROUTER_WARPS], red[32];
     const int warp = threadIdx.x / FT_WARP, lane = threadIdx.x % FT_WARP;
     const int e = ROW_CTA ? blockIdx.x : blockIdx.x * ROUTER_WARPS + warp;
     const size_t row_bytes = (size_t)r.n_embd * (T == FT_TYPE_F32 ? 4 : 2);
@@ -311,8 +319,19 @@ __global__ void __launch_bounds__(ROUTER_WARPS * FT_WARP) moe_router_kernel(cons
              i += (int64_t)gridDim.x * blockDim.x)
             r.export_x[i] = r.x[i];
     // the router's bias (gpt-oss): an f32 add into the logit, as the CPU op's
+    const float *x = r.x;
+    if constexpr (NORM) {
+        const int n = (int)r.n_embd;
+        rms_norm_row_smem<ROUTER_WARPS * FT_WARP>(r.x, r.norm_w, r.norm_eps, n, xs, red);
+        x = xs;
+        for (int b = blockIdx.x * ROUTER_WARPS + warp; b < n / QK8_1; b += gridDim.x * ROUTER_WARPS) {
+            const float o = xs[b * QK8_1 + lane];
+            r.norm_y[b * QK8_1 + lane] = o;
+            if (r.norm_yq) ft_q8_1_warp_store(o, (block_q8_1 *)r.norm_yq + b, lane);
+        }
+    }
     if constexpr (ROW_CTA) {
-        const float logit = router_dot_cta(r, e, part);
+        const float logit = router_dot_cta(r, x, e, part);
         if (threadIdx.x == 0) const_cast<float *>(p.logits)[e] = p.logit_bias ? logit + p.logit_bias[e] : logit;
     } else if (e < p.n_expert) {
         const float logit = router_dot_warp<T>(r, e, lane);
@@ -355,13 +374,20 @@ static bool router_vec_enabled(void) {
     return enabled;
 }
 
-template <int T, bool ROW_CTA>
+template <int T, bool ROW_CTA, bool NORM = false>
 static void launch_router(const ft_cuda_router_params *r, const ft_cuda_route_params *p, cudaStream_t st) {
     const unsigned grid = (unsigned)(ROW_CTA ? p->n_expert : (p->n_expert + ROUTER_WARPS - 1) / ROUTER_WARPS);
+    const size_t smem = NORM ? (size_t)r->n_embd * sizeof(float) : 0;
     if (p->n_expert <= 4 * FT_WARP)
-        ft_launch(moe_router_kernel<T, 4, ROW_CTA>, grid, ROUTER_WARPS * FT_WARP, 0, st, *r, *p);
+        ft_launch(moe_router_kernel<T, 4, ROW_CTA, NORM>, grid, ROUTER_WARPS * FT_WARP, smem, st, *r, *p);
     else
-        ft_launch(moe_router_kernel<T, 8, ROW_CTA>, grid, ROUTER_WARPS * FT_WARP, 0, st, *r, *p);
+        ft_launch(moe_router_kernel<T, 8, ROW_CTA, NORM>, grid, ROUTER_WARPS * FT_WARP, smem, st, *r, *p);
+}
+
+extern "C" bool ft_cuda_moe_router_norm_fits(const ft_cuda_router_params *r) {
+    return r->w_type == FT_TYPE_F32 && router_vec_enabled() && r->n_embd % QK8_1 == 0 &&
+           r->n_embd <= FT_CUDA_ROUTER_NORM_MAX && (uintptr_t)r->w % 16 == 0 && (uintptr_t)r->x % 16 == 0 &&
+           !r->export_x;
 }
 
 extern "C" void ft_cuda_moe_router(const ft_cuda_router_params *r, const ft_cuda_route_params *p, ft_cuda_stream *s) {
@@ -369,6 +395,12 @@ extern "C" void ft_cuda_moe_router(const ft_cuda_router_params *r, const ft_cuda
     FT_CUDA_ASSERT(!(p->softmax && p->softmax_weight));
     FT_CUDA_ASSERT(r->n_embd >= 1);
     const cudaStream_t st = ft_cuda_stream_handle(s);
+    if (r->norm) {
+        FT_CUDA_ASSERT(ft_cuda_moe_router_norm_fits(r) && r->norm_y);
+        launch_router<FT_TYPE_F32, true, true>(r, p, st);
+        CUDA_CHECK_LAUNCH();
+        return;
+    }
     switch (r->w_type) {
     case FT_TYPE_F32:
         if (router_vec_enabled() && r->n_embd % 4 == 0 && (uintptr_t)r->w % 16 == 0 &&

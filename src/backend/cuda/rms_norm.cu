@@ -9,14 +9,14 @@
 // layer), written back to x, with the add kernel's arithmetic. Fused into step 3 when a gate
 // is given (per-head norms then an output gate: qwen35moe's gated DeltaNet norm): y times
 // act(g), gate_mul's arithmetic, before the q8_1 store.
+// The order of every sum is rms_norm.cuh's, which kernels normalising their own row follow.
 // Rows of up to 256 * 16 floats keep their elements in registers (EPT per thread, all loads
 // issued at once: a decode row is latency-bound, one CTA on one SM); longer rows loop.
 #include "cuda_common.cuh"
 #include "cuda_ops.h"
 #include "gate_act.cuh"
 #include "q8_1.cuh"
-
-enum { RMS_THREADS = 256 };
+#include "rms_norm.cuh"
 
 // Element i of row r's gate value: rows are (token, head) pairs of n_head heads of n floats.
 __device__ __forceinline__ float norm_gate_value(const ft_cuda_norm_gate &gt, int64_t r, int n, int i) {
@@ -62,7 +62,7 @@ rms_norm_kernel(float *x, const float *d, const float *w, float *y, block_q8_1 *
             }
         }
 #pragma unroll
-        for (int j = 0; j < E; j++) sum += v[j] * v[j]; // the looped order: j ascending
+        for (int j = 0; j < E; j++) sum = fmaf(v[j], v[j], sum); // the looped order: j ascending (rms_norm.cuh)
         sum = ft_block_sum(sum, red);
         const float scale = 1.0f / sqrtf(sum / n + eps);
 #pragma unroll
@@ -79,7 +79,7 @@ rms_norm_kernel(float *x, const float *d, const float *w, float *y, block_q8_1 *
             for (int i = tid; i < n; i += RMS_THREADS) xr[i] += dr[i];
             __syncthreads(); // (each thread rereads only its own elements; kept for clarity)
         }
-        for (int i = tid; i < n; i += RMS_THREADS) sum += xr[i] * xr[i];
+        for (int i = tid; i < n; i += RMS_THREADS) sum = fmaf(xr[i], xr[i], sum);
         sum = ft_block_sum(sum, red);
         const float scale = 1.0f / sqrtf(sum / n + eps);
         for (int i = tid; i < n; i += RMS_THREADS) {
