@@ -242,6 +242,40 @@ TEST(cuda_batch_prefix_reuse_into_a_block) {
     prefix_reuse_case("qwen3moe", 250, 3 * FT_KV_BLOCK - 1, 3 * FT_KV_BLOCK - 1);
 }
 
+// Greedy decoding of seqs sequences (random prompts of n_prompt tokens from seed, n_gen tokens
+// each, prefill chunks of chunk) with env "0", then "1" (read at the backend's init): how many
+// sequences' logits differ between the two runs; -1 (err set) where a run failed.
+static int logits_differ_by_env(ft_model *m, const ft_engine_params *ep, const char *env, int seqs, int n_prompt,
+                                int n_gen, int chunk, uint64_t seed, ft_err *err) {
+    enum { MAX_SEQS = 64 };
+    FT_ASSERT(seqs >= 1 && seqs <= MAX_SEQS && n_prompt >= 1 && n_prompt <= 16);
+    const int n_vocab = m->hp.n_vocab;
+    float *logits[2][MAX_SEQS];
+    bool ok = true;
+    for (int run = 0; run < 2; run++) {
+        setenv(env, run ? "1" : "0", 1);
+        batch_sim_req rq[MAX_SEQS];
+        ft_rng rng = ft_rng_init(seed);
+        for (int r = 0; r < seqs; r++) {
+            int32_t prompt[16];
+            for (int i = 0; i < n_prompt; i++) prompt[i] = (int32_t)(ft_rng_next(&rng) % (uint64_t)n_vocab);
+            logits[run][r] = ft_malloc((size_t)n_gen * n_vocab * sizeof(float));
+            batch_sim_req_init(&rq[r], prompt, n_prompt, 0, logits[run][r]);
+        }
+        ft_batch *b = ok ? ft_batch_init(m, ep, err) : NULL;
+        ok = ok && b && batch_sim_run(b, rq, seqs, chunk, n_gen, n_vocab, err);
+        if (b) ft_batch_free(b);
+    }
+    unsetenv(env);
+    int differ = 0;
+    for (int r = 0; r < seqs; r++) {
+        if (ok) differ += memcmp(logits[0][r], logits[1][r], (size_t)n_gen * n_vocab * sizeof(float)) != 0;
+        free(logits[0][r]);
+        free(logits[1][r]);
+    }
+    return ok ? differ : -1;
+}
+
 // 36 sequences decoding together: each decode step's MoE FFN (36 rows) takes ft_cuda_moe_rows,
 // the experts grouped by expert; with FT_CUDA_MOE_ROWS=0 the per-pair kernels. The two give the
 // same bits (test_cuda_moe_rows.c), so every logit of the two runs is equal.
@@ -260,31 +294,9 @@ TEST(cuda_batch_grouped_experts_equal_per_pair) {
     ep.n_seq = SEQS;
     ep.num_tokens = (int64_t)SEQS * FT_KV_BLOCK; // a KV block for every sequence
     ep.device = FT_PLACEMENT_CUDA;
-    const int n_vocab = m->hp.n_vocab;
-    float *logits[2][SEQS];
     ft_err err = {{0}};
-    for (int run = 0; run < 2; run++) {
-        setenv("FT_CUDA_MOE_ROWS", run ? "1" : "0", 1); // read at the backend's init
-        batch_sim_req rq[SEQS];
-        ft_rng rng = ft_rng_init(11);
-        for (int r = 0; r < SEQS; r++) {
-            int32_t prompt[PROMPT];
-            for (int i = 0; i < PROMPT; i++) prompt[i] = (int32_t)(ft_rng_next(&rng) % (uint64_t)n_vocab);
-            logits[run][r] = ft_malloc((size_t)GEN * n_vocab * sizeof(float));
-            batch_sim_req_init(&rq[r], prompt, PROMPT, 0, logits[run][r]);
-        }
-        ft_batch *b = ft_batch_init(m, &ep, &err);
-        bool ran = b && batch_sim_run(b, rq, SEQS, 64, GEN, n_vocab, &err);
-        if (b) ft_batch_free(b);
-        CHECK(ran, "%s", err.msg);
-    }
-    unsetenv("FT_CUDA_MOE_ROWS");
-    int differ = 0;
-    for (int r = 0; r < SEQS; r++) {
-        differ += memcmp(logits[0][r], logits[1][r], (size_t)GEN * n_vocab * sizeof(float)) != 0;
-        free(logits[0][r]);
-        free(logits[1][r]);
-    }
+    int differ = logits_differ_by_env(m, &ep, "FT_CUDA_MOE_ROWS", SEQS, PROMPT, GEN, 64, 11, &err);
+    CHECK(differ >= 0, "%s", err.msg);
     CHECK(differ == 0, "%d of %d sequences' logits differ between the grouped and the per-pair experts", differ, SEQS);
     ft_model_free(m);
 }
@@ -304,7 +316,6 @@ TEST(cuda_fused_norm_equals_launches) {
     sp.expert_types[0] = FT_TYPE_Q4_K;
     ft_model *m = fixture_model(&sp, "cuda_fused_norm.gguf");
     REQUIRE(m);
-    const int n_vocab = m->hp.n_vocab;
     const struct {
         int seqs;
         enum ft_moe_backend mode;
@@ -317,30 +328,9 @@ TEST(cuda_fused_norm_equals_launches) {
         ep.n_seq = seqs;
         ep.device = FT_PLACEMENT_CUDA;
         ep.moe_backend = cases[ci].mode;
-        float *logits[2][MAX_SEQS];
         ft_err err = {{0}};
-        for (int run = 0; run < 2; run++) {
-            setenv("FT_CUDA_FUSE_NORM", run ? "1" : "0", 1); // read at the backend's init
-            batch_sim_req rq[MAX_SEQS];
-            ft_rng rng = ft_rng_init(23);
-            for (int r = 0; r < seqs; r++) {
-                int32_t prompt[PROMPT];
-                for (int i = 0; i < PROMPT; i++) prompt[i] = (int32_t)(ft_rng_next(&rng) % (uint64_t)n_vocab);
-                logits[run][r] = ft_malloc((size_t)GEN * n_vocab * sizeof(float));
-                batch_sim_req_init(&rq[r], prompt, PROMPT, 0, logits[run][r]);
-            }
-            ft_batch *b = ft_batch_init(m, &ep, &err);
-            bool ran = b && batch_sim_run(b, rq, seqs, 16, GEN, n_vocab, &err);
-            if (b) ft_batch_free(b);
-            CHECK(ran, "%s", err.msg);
-        }
-        unsetenv("FT_CUDA_FUSE_NORM");
-        int differ = 0;
-        for (int r = 0; r < seqs; r++) {
-            differ += memcmp(logits[0][r], logits[1][r], (size_t)GEN * n_vocab * sizeof(float)) != 0;
-            free(logits[0][r]);
-            free(logits[1][r]);
-        }
+        int differ = logits_differ_by_env(m, &ep, "FT_CUDA_FUSE_NORM", seqs, PROMPT, GEN, 16, 23, &err);
+        CHECK(differ >= 0, "case %zu: %s", ci, err.msg);
         CHECK(differ == 0, "case %zu (%d sequences, %s): %d sequences' logits differ with the fused norm", ci, seqs,
               ft_moe_backend_name(cases[ci].mode), differ);
     }
