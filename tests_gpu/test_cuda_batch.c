@@ -276,17 +276,23 @@ static int logits_differ_by_env(ft_model *m, const ft_engine_params *ep, const c
     return ok ? differ : -1;
 }
 
+// The default synthetic model with a 256-token context, q8_0 dense weights and q4_K experts
+// (the kernels the decode paths under test take), written as name.
+static ft_model *q4_k_fixture(const char *name) {
+    ft_synth_params sp = ft_synth_default_params();
+    sp.n_ctx_train = 256;
+    sp.dense_type = FT_TYPE_Q8_0;
+    sp.expert_types[0] = FT_TYPE_Q4_K;
+    return fixture_model(&sp, name);
+}
+
 // 36 sequences decoding together: each decode step's MoE FFN (36 rows) takes ft_cuda_moe_rows,
 // the experts grouped by expert; with FT_CUDA_MOE_ROWS=0 the per-pair kernels. The two give the
 // same bits (test_cuda_moe_rows.c), so every logit of the two runs is equal.
 TEST(cuda_batch_grouped_experts_equal_per_pair) {
     GPU_TEST_REQUIRE_DEVICE();
     enum { SEQS = 36, GEN = 5, PROMPT = 3 };
-    ft_synth_params sp = ft_synth_default_params();
-    sp.n_ctx_train = 256;
-    sp.dense_type = FT_TYPE_Q8_0;
-    sp.expert_types[0] = FT_TYPE_Q4_K;
-    ft_model *m = fixture_model(&sp, "cuda_batch_grouped.gguf");
+    ft_model *m = q4_k_fixture("cuda_batch_grouped.gguf");
     REQUIRE(m);
     ft_engine_params ep = ft_engine_default_params();
     ep.n_ctx = 32;
@@ -310,11 +316,7 @@ TEST(cuda_batch_grouped_experts_equal_per_pair) {
 TEST(cuda_fused_norm_equals_launches) {
     GPU_TEST_REQUIRE_DEVICE();
     enum { GEN = 6, PROMPT = 5, MAX_SEQS = 3 };
-    ft_synth_params sp = ft_synth_default_params();
-    sp.n_ctx_train = 256;
-    sp.dense_type = FT_TYPE_Q8_0;
-    sp.expert_types[0] = FT_TYPE_Q4_K;
-    ft_model *m = fixture_model(&sp, "cuda_fused_norm.gguf");
+    ft_model *m = q4_k_fixture("cuda_fused_norm.gguf");
     REQUIRE(m);
     const struct {
         int seqs;
