@@ -307,17 +307,25 @@ static bool load_bw_profile(const ft_engine_params *p, ft_backend *be, moe_bw_pr
 // Steps of the route trace auto predicts the cache's misses on, and those replayed first, uncounted.
 enum { AUTO_TRACE_STEPS = 600, AUTO_TRACE_WARMUP = 100 };
 
+// What auto's prediction found: the modes' costs and what they came from.
+typedef struct auto_prediction {
+    moe_mode_costs costs;
+    double hit;        // the cache's predicted hit rate
+    int slots;         // its slots
+    bool own_trace;    // the misses on --moe-route-trace's routing (else a generated trace)
+    bool have_profile; // a bandwidth profile was read (from path)
+    char path[1024];
+} auto_prediction;
+
 // The predicted expert time of each mode (mode_cost.h) with the bandwidth profile of this
 // machine, the expert cache the budget gives offload, and its misses on p's route trace
 // (--moe-route-trace: the model's own routing) or else on one generated for the model's shape
-// at published reuse levels (moe_trace_gen_calibrate). False without a profile (*have_profile
-// false) or where a step fails (printed); *hit gets the predicted hit rate, *slots the cache's slots.
-static bool predict_mode_costs(const ft_model *m, const ft_engine_params *p, ft_backend *be, moe_mode_costs *out,
-                               double *hit, int *slots, bool *own_trace, bool *have_profile, char *profile_path,
-                               size_t cap) {
+// at published reuse levels (moe_trace_gen_calibrate). False without a profile (have_profile
+// false) or where a step fails (printed).
+static bool predict_mode_costs(const ft_model *m, const ft_engine_params *p, ft_backend *be, auto_prediction *out) {
     moe_bw_profile prof;
-    *have_profile = load_bw_profile(p, be, &prof, profile_path, cap);
-    if (!*have_profile) return false;
+    out->have_profile = load_bw_profile(p, be, &prof, out->path, sizeof(out->path));
+    if (!out->have_profile) return false;
     ft_device_info info;
     be->ops->device_info(be, &info);
     ft_err err = {{0}};
@@ -334,8 +342,8 @@ static bool predict_mode_costs(const ft_model *m, const ft_engine_params *p, ft_
         moe_cache_plan_params pp = offload_plan_params(m, p, be, &info);
         ok = moe_cache_plan_make(&g, &pp, &plan, &err);
     }
-    *own_trace = p->moe_route_trace != NULL;
-    if (ok && *own_trace) {
+    out->own_trace = p->moe_route_trace != NULL;
+    if (ok && out->own_trace) {
         ok = moe_route_trace_read(p->moe_route_trace, &t, &err);
     } else if (ok) {
         moe_trace_gen_params tp = moe_trace_gen_default_params();
@@ -357,9 +365,9 @@ static bool predict_mode_costs(const ft_model *m, const ft_engine_params *p, ft_
             const moe_cache_stats *st = &r.layers[i].stats;
             miss[i] = st->selections ? (double)st->misses / (double)st->selections : 1.0;
         }
-        *hit = r.total.selections ? (double)r.total.hits / (double)r.total.selections : 0.0;
-        *slots = plan.n_slots;
-        ok = moe_mode_costs_predict(&prof, &g, miss, m->hp.n_expert_used, out);
+        out->hit = r.total.selections ? (double)r.total.hits / (double)r.total.selections : 0.0;
+        out->slots = plan.n_slots;
+        ok = moe_mode_costs_predict(&prof, &g, miss, m->hp.n_expert_used, &out->costs);
     }
     if (!ok && err.msg[0]) FT_LOG_WARN("--moe-backend auto: no prediction of the modes: %s", err.msg);
     free(miss);
@@ -373,15 +381,11 @@ static bool predict_mode_costs(const ft_model *m, const ft_engine_params *p, ft_
 
 // --moe-backend auto's choice, and why, on stderr.
 static enum ft_moe_backend auto_pick(const ft_model *m, const ft_engine_params *p, ft_backend *be) {
-    char why[200] = "", path[1024] = "";
+    char why[200] = "";
     moe_auto_facts f = engine_auto_facts(m, p, be, why, sizeof(why));
-    moe_mode_costs costs;
-    double hit = 0;
-    int slots = 0;
-    bool own = false, have_profile = false;
-    if (f.n_expert && f.device_takes_types && f.fused_need > f.budget &&
-        predict_mode_costs(m, p, be, &costs, &hit, &slots, &own, &have_profile, path, sizeof(path)))
-        f.costs = &costs;
+    auto_prediction a = {0};
+    if (f.n_expert && f.device_takes_types && f.fused_need > f.budget && predict_mode_costs(m, p, be, &a))
+        f.costs = &a.costs;
     enum ft_moe_backend b = moe_placement_auto(&f);
     if (f.n_expert == 0) return b;
     if (!f.device_takes_types) {
@@ -394,15 +398,15 @@ static enum ft_moe_backend auto_pick(const ft_model *m, const ft_engine_params *
                         "predicted expert time a token: offload %.2f ms, hybrid %.2f, cpu %.2f (another mode than "
                         "offload must be %.0f%% faster); from a cache of %d slots hitting %.1f%% of %s, %.2f misses a "
                         "token, and an expert's copy %.1f us, CPU %.1f us and GPU %.1f us (bandwidth profile %s)\n",
-                ft_moe_backend_name(b), f.fused_need / MiB, f.budget / MiB, costs.offload_us / 1e3,
-                costs.hybrid_us / 1e3, costs.cpu_us / 1e3, MOE_AUTO_MARGIN * 100, slots, hit * 100,
-                own ? "--moe-route-trace's routing" : "a trace generated at published reuse levels", costs.misses,
-                costs.copy_us, costs.cpu_expert_us, costs.gpu_expert_us, path);
+                ft_moe_backend_name(b), f.fused_need / MiB, f.budget / MiB, a.costs.offload_us / 1e3,
+                a.costs.hybrid_us / 1e3, a.costs.cpu_us / 1e3, MOE_AUTO_MARGIN * 100, a.slots, a.hit * 100,
+                a.own_trace ? "--moe-route-trace's routing" : "a trace generated at published reuse levels",
+                a.costs.misses, a.costs.copy_us, a.costs.cpu_expert_us, a.costs.gpu_expert_us, a.path);
     } else {
         fprintf(stderr, "--moe-backend auto: offload: the whole model needs %.0f MiB, more than the GPU budget of %.0f "
                         "MiB; the experts stay in host memory behind a GPU expert cache (%s)\n",
                 f.fused_need / MiB, f.budget / MiB,
-                have_profile ? "the modes could not be weighed: see the warning above"
+                a.have_profile ? "the modes could not be weighed: see the warning above"
                              : "with a bandwidth profile, `ft bench bw`, auto would weigh hybrid and cpu mode too");
     }
     return b;

@@ -23,8 +23,8 @@ bool moe_mode_costs_predict(const moe_bw_profile *prof, const moe_geometry *g, c
         const moe_layer_geometry *l = &g->layers[i];
         double c = moe_bw_copy_us(prof, l->bytes), p = moe_bw_cpu_us(prof, l->type, l->bytes),
                gu = moe_bw_gpu_us(prof, l->type, l->bytes);
-        moe_hybrid_costs hc;
-        if (c < 0 || p < 0 || !moe_bw_hybrid_costs(prof, l->type, l->bytes, &hc)) return false;
+        moe_hybrid_costs hc; // (false also where c or p is missing)
+        if (!moe_bw_hybrid_costs(prof, l->type, l->bytes, &hc)) return false;
         const double t = prof->meet_us, f = moe_bw_cpu_fixed_us(prof, l->type, l->bytes), q = fmin(fmax(miss_rate[i], 0.0), 1.0);
         binomial(k, q, pm);
         double hybrid = 0;
