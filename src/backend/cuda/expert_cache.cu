@@ -421,6 +421,7 @@ extern "C" void ft_cuda_cache_invalidate(int32_t *slot_expert, uint64_t *stamp, 
 }
 
 __global__ void cache_trace_kernel(ft_cuda_cache_trace_params p) {
+    ft_pdl_begin();
     const int64_t step = *p.step;
     const uint16_t *at = p.trace + ((uint64_t)step * p.n_layers + p.li) * (uint64_t)p.n_seq * p.k;
     for (int i = threadIdx.x; i < p.n_tok * p.k; i += blockDim.x) {
@@ -432,7 +433,7 @@ __global__ void cache_trace_kernel(ft_cuda_cache_trace_params p) {
 }
 
 extern "C" void ft_cuda_cache_trace(const ft_cuda_cache_trace_params *p, ft_cuda_stream *s) {
-    cache_trace_kernel<<<1, 256, 0, ft_cuda_stream_handle(s)>>>(*p);
+    ft_launch(cache_trace_kernel, 1, 256, 0, ft_cuda_stream_handle(s), *p);
     CUDA_CHECK_LAUNCH();
 }
 

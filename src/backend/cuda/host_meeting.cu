@@ -29,6 +29,7 @@ struct meeting_pieces {
 // the data first).
 __global__ void __launch_bounds__(MEETING_THREADS)
     meeting_export_kernel(meeting_pieces pc, uint32_t *flag, uint32_t *seq, uint32_t *counter) {
+    ft_pdl_begin();
     size_t stride = (size_t)gridDim.x * blockDim.x, i0 = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
 #pragma unroll // (constant indices into pc: a run-time one would copy it into local memory)
     for (int k = 0; k < FT_CUDA_MEETING_MAX_PIECES; k++) {
@@ -60,6 +61,7 @@ __global__ void __launch_bounds__(MEETING_THREADS)
 // 2. the CTA meets; 3. it copies its share with cache-bypassing loads (__ldcv).
 __global__ void __launch_bounds__(MEETING_THREADS)
     meeting_import_kernel(const float *yh, float *y, size_t n, const uint32_t *flag, const uint32_t *seq) {
+    ft_pdl_begin();
     if (flag && threadIdx.x == 0) {
         const uint32_t want = *seq;
         while ((int32_t)(ft_meeting_load_acquire_sys(flag) - want) < 0) {
@@ -81,6 +83,7 @@ __global__ void __launch_bounds__(MEETING_THREADS)
 __global__ void __launch_bounds__(MEETING_THREADS)
     meeting_import_add_kernel(const float *yh, float *y, size_t n, const uint32_t *flag, const uint32_t *seq,
                               const int32_t *count) {
+    ft_pdl_begin();
     if (*count == 0) return; // (the same value for every CTA: no barrier is skipped by part of one)
     if (threadIdx.x == 0) {
         const uint32_t want = *seq;
@@ -94,8 +97,8 @@ __global__ void __launch_bounds__(MEETING_THREADS)
 
 extern "C" void ft_cuda_meeting_import_add(const float *y_host, float *y, size_t n, const uint32_t *flag,
                                            const uint32_t *seq, const int32_t *count, ft_cuda_stream *s) {
-    meeting_import_add_kernel<<<meeting_ctas(n), MEETING_THREADS, 0, ft_cuda_stream_handle(s)>>>(y_host, y, n, flag,
-                                                                                                  seq, count);
+    ft_launch(meeting_import_add_kernel, meeting_ctas(n), MEETING_THREADS, 0, ft_cuda_stream_handle(s), y_host, y, n,
+              flag, seq, count);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -109,8 +112,8 @@ extern "C" void ft_cuda_meeting_export(const ft_cuda_meeting_piece *pieces, int 
         pc.p[k] = pieces[k];
         most = pieces[k].n > most ? pieces[k].n : most;
     }
-    meeting_export_kernel<<<meeting_ctas(most), MEETING_THREADS, 0, ft_cuda_stream_handle(s)>>>(pc, flag, seq,
-                                                                                                counter);
+    ft_launch(meeting_export_kernel, meeting_ctas(most), MEETING_THREADS, 0, ft_cuda_stream_handle(s), pc, flag, seq,
+              counter);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -149,6 +152,12 @@ extern "C" void ft_cuda_meeting_import(const float *y_host, float *y, size_t n, 
         }
         flag = NULL;
     }
-    meeting_import_kernel<<<meeting_ctas(n), MEETING_THREADS, 0, ft_cuda_stream_handle(s)>>>(y_host, y, n, flag, seq);
+    // after the stream wait a plain launch: a programmatic one may start before the stream
+    // operation (it waits for kernels only), its ft_pdl_begin then a no-op
+    if (stream_wait)
+        meeting_import_kernel<<<meeting_ctas(n), MEETING_THREADS, 0, ft_cuda_stream_handle(s)>>>(y_host, y, n, flag, seq);
+    else
+        ft_launch(meeting_import_kernel, meeting_ctas(n), MEETING_THREADS, 0, ft_cuda_stream_handle(s), y_host, y, n,
+                  flag, seq);
     CUDA_CHECK_LAUNCH();
 }
