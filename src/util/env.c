@@ -41,6 +41,8 @@ static const ft_env_var g_env[FT_ENV_COUNT] = {
                              "side of decode layers and print it at exit"),
     STR(HYBRID_COSTS, "hybrid mode: COPY_US,CPU_US,MEET_US: one expert's copy, one expert on the CPU and a "
                       "meeting in microseconds, for every layer, instead of the costs measured at start-up"),
+    FLAG_ON(HYBRID_TUNE, "0: hybrid mode keeps its starting costs instead of correcting the CPU's by the CPU ops "
+                         "it times while decoding"),
 };
 
 const ft_env_var *ft_env_info(enum ft_env v) {

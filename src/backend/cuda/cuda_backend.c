@@ -16,6 +16,7 @@
 #include "cuda_ops.h"
 #include "ft_cuda.h"
 #include "offload.h"
+#include "../../moe/hybrid_tune.h"
 #include "../../util/env.h"
 
 #include <limits.h>
@@ -48,6 +49,12 @@ typedef struct cuda_backend {
     float *pf_logits, *pf_w, *pf_gap;
     int *pf_count;
     uint64_t offload_gen;      // its generation when the graphs were captured
+    // hybrid (FT_HYBRID_TUNE): the split's CPU cost corrected by the host's timed CPU ops
+    bool hy_tuning;
+    moe_hybrid_tune hy_tune;
+    moe_hybrid_costs *hy_costs; // (its n_layers) scratch
+    int hy_steps, hy_big;       // steps since the start; the layer the printed costs are of
+    double hy_printed;          // the scale last printed
     float *sel_w;              // (P) their weights
     float *gap;                // (1) smallest routing gap since the last read
     void *moe_work;            // expert grouping: ft_cuda_moe_gemm_work_bytes(P, n_expert) or moe_rows
@@ -432,6 +439,8 @@ static void cuda_free(ft_backend *be) {
     for (int i = 0; i < (int)FT_ARRAY_LEN(c->step_graphs); i++) ft_cuda_graph_free(c->step_graphs[i].graph);
     cuda_cpu_experts_free(c->cpu_experts);
     ft_offload_free(c->offload);
+    if (c->hy_tuning) moe_hybrid_tune_free(&c->hy_tune);
+    free(c->hy_costs);
     ft_cuda_stream_free(c->stream);
     free(c);
 }
@@ -1469,6 +1478,30 @@ static void cuda_step_begin(ft_backend *be, int n_tok, int pos0, const void *key
     ft_cuda_memcpy_h2d(c->pos_dev, c->pos_host, sizeof(int32_t), c->stream);
 }
 
+// Decode steps a window of the hybrid tuning spans (hybrid_tune.h).
+enum { HYBRID_TUNE_STEPS = 16 };
+
+// After a step's CPU work: its one-token CPU ops into the tuning, and at the end of a window the
+// corrected costs to the device (between steps: ft_offload_set_hybrid_costs waits for it).
+static void hybrid_tune_step(cuda_backend *c) {
+    if (!c->hy_tuning) return;
+    const moe_expert_banks *hb = ft_offload_host_banks(c->offload);
+    for (int i = 0; i < hb->n_layers; i++) {
+        uint64_t n, experts, ns;
+        cuda_cpu_experts_hybrid_take_ops(c->cpu_experts, hb->layers[i].layer, &n, &experts, &ns);
+        moe_hybrid_tune_observe(&c->hy_tune, i, n, experts, (double)ns);
+    }
+    if (++c->hy_steps % HYBRID_TUNE_STEPS || !moe_hybrid_tune_update(&c->hy_tune, c->hy_costs)) return;
+    ft_offload_set_hybrid_costs(c->offload, c->hy_costs);
+    double s = c->hy_tune.scale;
+    if (fabs(log(s / c->hy_printed)) < log(1.2)) return; // (a line for each move of 20% or more)
+    c->hy_printed = s;
+    const moe_hybrid_costs *b = &c->hy_costs[c->hy_big];
+    fprintf(stderr, "hybrid: the CPU ops timed while decoding took %.2fx their starting price; the split now prices "
+                    "an expert on the CPU at %.1f us and its road's fixed cost at %.1f us (layer %d)\n",
+            s, b->cpu_ns / 1e3, b->meet_ns / 1e3, hb->layers[c->hy_big].layer);
+}
+
 static void cuda_step_end(ft_backend *be) {
     cuda_backend *c = cuda_of(be); // (the pending add joins the capture)
     if (c->offload && c->mode != STEP_REPLAY) { // (in a capture: into the graph)
@@ -1477,6 +1510,7 @@ static void cuda_step_end(ft_backend *be) {
     }
     if (c->mode == STEP_DIRECT) {
         cuda_cpu_experts_flush(c->cpu_experts); // the step's last MoE layer (cuda_cpu_experts.h)
+        hybrid_tune_step(c);
         ft_cuda_profile_step_end(NULL);
         return;
     }
@@ -1491,6 +1525,7 @@ static void cuda_step_end(ft_backend *be) {
     }
     ft_cuda_graph_launch(g->graph, c->stream);
     cuda_cpu_experts_flush(c->cpu_experts); // the graph waits for each layer's CPU work
+    hybrid_tune_step(c);
     ft_cuda_profile_replayed(g->graph);
     ft_cuda_event_record(c->staging_done, c->stream);
     c->staging_used = true;
@@ -1633,6 +1668,7 @@ static void hybrid_costs(cuda_backend *c, const ft_host_experts_params *p) {
         if (bytes[i] > bytes[big]) big = i;
     }
     moe_hybrid_costs *costs = ft_malloc((size_t)nl * sizeof(*costs));
+    uint32_t *cpu_fixed = ft_calloc((size_t)nl, sizeof(uint32_t)); // the CPU op's part of each meet_ns
     const char *env = ft_env_str(FT_ENV_HYBRID_COSTS);
     double copy_us, cpu_us, meet_us;
     if (env) {
@@ -1648,6 +1684,12 @@ static void hybrid_costs(cuda_backend *c, const ft_host_experts_params *p) {
                         "the CPU %.1f us an expert, the CPU road's fixed cost %.1f us\n", p->profile_path,
                 hb->layers[big].layer, bytes[big] / 1048576.0, costs[big].copy_ns / 1e3, costs[big].cpu_ns / 1e3,
                 costs[big].meet_ns / 1e3);
+        for (int i = 0; i < nl; i++) {
+            enum ft_type t[3];
+            uint64_t b[3];
+            for (int k = 0; k < MOE_BANK_COUNT; k++) t[k] = hb->layers[i].bank[k].type, b[k] = hb->layers[i].bank[k].expert_bytes;
+            cpu_fixed[i] = (uint32_t)(moe_bw_cpu_fixed_us(p->profile, t, b) * 1e3);
+        }
     } else {
         int n = FT_MIN(FT_MIN(8, hb->layers[big].n_expert), FT_MAX(c->lim.n_expert_used, 1));
         int block = hb->layers[big].layer;
@@ -1660,6 +1702,7 @@ static void hybrid_costs(cuda_backend *c, const ft_host_experts_params *p) {
         for (int i = 0; i < nl; i++) {
             double f = (double)bytes[i] / (double)bytes[big];
             costs[i] = (moe_hybrid_costs){(uint32_t)(copy_s * f * 1e9), (uint32_t)(cpu_s * f * 1e9), (uint32_t)(fixed * 1e9)};
+            cpu_fixed[i] = (uint32_t)(FT_MAX(p1 - cpu_s, 0.0) * 1e9);
         }
         copy_us = copy_s * 1e6, cpu_us = cpu_s * 1e6, meet_us = fixed * 1e6;
         fprintf(stderr, "hybrid: measured on layer %d (%.1f MiB an expert): a copy %.1f us (%.1f GB/s), the CPU %.1f us "
@@ -1674,6 +1717,14 @@ static void hybrid_costs(cuda_backend *c, const ft_host_experts_params *p) {
     fprintf(stderr, "hybrid: with %d misses in the largest layer the CPU computes %d of them\n", k,
             moe_hybrid_cpu_share(k, &costs[big]));
     ft_offload_set_hybrid_costs(o, costs);
+    if (!env && ft_env_flag(FT_ENV_HYBRID_TUNE)) {
+        moe_hybrid_tune_init(&c->hy_tune, nl, costs, cpu_fixed);
+        c->hy_tuning = true;
+        c->hy_costs = ft_malloc((size_t)nl * sizeof(*c->hy_costs));
+        c->hy_big = big;
+        c->hy_printed = 1.0;
+    }
+    free(cpu_fixed);
     free(costs);
     free(bytes);
 }

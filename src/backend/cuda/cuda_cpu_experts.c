@@ -72,6 +72,7 @@ struct cuda_cpu_experts {
     cpu_experts_overlay *overlay;    // NULL: every layer on the CPU
     int32_t *hy_sel;                 // hybrid: (max_tok, n_expert_used) a layer's CPU share, compacted
     float *hy_w;
+    struct hybrid_ops { uint64_t count, experts, ns; } *hy_ops; // (n_layer) one-token ops so far
     int n_expert_used;
     uint64_t *route_counts;          // (lim.n_layer, n_expert) host_route: the CPU router's, read back
     size_t n_counts;
@@ -253,6 +254,7 @@ cuda_cpu_experts *cuda_cpu_experts_init(const ft_host_experts_params *p, float *
     ce->n_expert_used = FT_MAX(lim->n_expert_used, 1);
     ce->hy_sel = ft_malloc(ce->sel_cap * sizeof(int32_t));
     ce->hy_w = ft_malloc(ce->sel_cap * sizeof(float));
+    ce->hy_ops = ft_calloc((size_t)p->n_layer, sizeof(*ce->hy_ops));
     return ce;
 }
 
@@ -276,6 +278,7 @@ void cuda_cpu_experts_free(cuda_cpu_experts *ce) {
     free(ce->gate_exps);
     free(ce->hy_sel);
     free(ce->hy_w);
+    free(ce->hy_ops);
     free(ce->route_counts);
     free(ce);
 }
@@ -442,8 +445,14 @@ static void compute_pending(cuda_cpu_experts *ce) {
         wait_for_x(ce, fx, l->seq, l->h.layer);
         if (l->hybrid) {
             ft_moe_params h = l->h;
-            if (hybrid_share(ce, &h, l->n_tok, l->seq) == 0) continue;
-            run_cpu_timed(ce, &h, l->n_tok, l->row_gemm, t_arrive, ce->prof.on ? now_ns() : 0);
+            int width = hybrid_share(ce, &h, l->n_tok, l->seq);
+            if (width == 0) continue;
+            uint64_t t0 = now_ns();
+            run_cpu_timed(ce, &h, l->n_tok, l->row_gemm, t_arrive, ce->prof.on ? t0 : 0);
+            if (l->n_tok == 1) {
+                struct hybrid_ops *o = &ce->hy_ops[l->h.layer];
+                o->count++, o->experts += (uint64_t)width, o->ns += now_ns() - t0;
+            }
         } else {
             run_cpu_timed(ce, &l->h, l->n_tok, l->row_gemm, t_arrive, ce->prof.on ? now_ns() : 0);
         }
@@ -557,6 +566,14 @@ void cuda_cpu_experts_hybrid_end(cuda_cpu_experts *ce, float *y, const int32_t *
                                  ft_cuda_stream *s) {
     if (!s) return;
     ft_cuda_meeting_import_add(ce->y_dev, y, (size_t)n_tok * (size_t)n_embd, ce->flags_dev + 1, ce->dev_seq, n_cpu, s);
+}
+
+void cuda_cpu_experts_hybrid_take_ops(cuda_cpu_experts *ce, int layer, uint64_t *count, uint64_t *experts,
+                                      uint64_t *ns) {
+    FT_ASSERT(layer >= 0 && layer < ce->n_layer);
+    struct hybrid_ops *o = &ce->hy_ops[layer];
+    *count = o->count, *experts = o->experts, *ns = o->ns;
+    *o = (struct hybrid_ops){0};
 }
 
 double cuda_cpu_experts_meeting_us(cuda_cpu_experts *ce, int layer) {

@@ -112,6 +112,12 @@ void cuda_cpu_experts_hybrid_begin(cuda_cpu_experts *ce, const ft_moe_params *p,
 double cuda_cpu_experts_meeting_us(cuda_cpu_experts *ce, int layer);
 double cuda_cpu_experts_time_experts(cuda_cpu_experts *ce, int layer, int n_experts);
 
+// The one-token CPU ops of hybrid layer `layer` (block index) the host ran since the last call:
+// how many, their experts in all and their time in all (ns); the counters restart at 0. What
+// hybrid_tune.h corrects the split's CPU cost by.
+void cuda_cpu_experts_hybrid_take_ops(cuda_cpu_experts *ce, int layer, uint64_t *count, uint64_t *experts,
+                                      uint64_t *ns);
+
 // Enqueues the join after the GPU's expert kernels: y (n_tok, n_embd) += the CPU's sum, where
 // *n_cpu (device) is not 0. s NULL: nothing (a replay).
 void cuda_cpu_experts_hybrid_end(cuda_cpu_experts *ce, float *y, const int32_t *n_cpu, int n_tok, int64_t n_embd,
