@@ -262,6 +262,7 @@ TEST(moe_replay_prefetch_accounting) {
     size_t n_ids = (size_t)t.n_steps * 4 * 4;
     moe_replay_params rp = moe_replay_default_params();
     rp.prefetch = true;
+    rp.prefetch_copies = 4; // every guess
     moe_replay_result r;
     ft_err err = {{0}};
     // perfect guesses
@@ -281,6 +282,19 @@ TEST(moe_replay_prefetch_accounting) {
     CHECK(fetched == plain.total.misses, "prefetched %llu, the LRU's misses %llu", (unsigned long long)fetched,
           (unsigned long long)plain.total.misses);
     moe_replay_result_free(&r);
+    // perfect guesses, at most one copy a layer's step: each copy is used and saves one demand miss
+    rp.prefetch_copies = 1;
+    REQUIRE(moe_cache_replay_params(&plan, &g, &t, &rp, &r, &err), "%s", err.msg);
+    fetched = 0;
+    for (int li = 0; li < 4; li++) {
+        const moe_replay_layer *l = &r.layers[li];
+        CHECK(l->prefetched == l->prefetch_used && l->prefetched <= (uint64_t)r.steps && l->prefetched > 0);
+        fetched += l->prefetched;
+    }
+    CHECK(r.total.misses + fetched == plain.total.misses && r.total.misses > 0, "%llu demand misses, %llu prefetched",
+          (unsigned long long)r.total.misses, (unsigned long long)fetched);
+    moe_replay_result_free(&r);
+    rp.prefetch_copies = 4;
     // guesses that are never right: each group's guess is experts the step does not select
     for (size_t gi = 0; gi < n_ids / 4; gi++) {
         int n = 0;
@@ -305,13 +319,18 @@ TEST(moe_replay_prefetch_accounting) {
     moe_cache_copy cp[5];
     int k;
     REQUIRE(moe_expert_cache_step(c, 2, ex, 4, slots, cp, &k, NULL) && k == 4);
-    REQUIRE(moe_expert_cache_prefetch(c, 2, guess, 5, cp, &k, NULL));
+    REQUIRE(moe_expert_cache_prefetch(c, 2, guess, 5, 5, cp, &k, NULL));
     CHECK(k == 2 && cp[0].expert == 9 && cp[1].expert == 10 && cp[0].evicted_layer == -1 &&
           moe_expert_cache_lookup(c, 2, 9) == cp[0].slot);
+    // capped: the first unmapped guesses in order
+    int32_t more[3] = {11, 12, 13};
+    REQUIRE(moe_expert_cache_prefetch(c, 2, more, 3, 1, cp, &k, NULL));
+    CHECK(k == 1 && cp[0].expert == 11 && moe_expert_cache_lookup(c, 2, 11) == cp[0].slot &&
+          moe_expert_cache_lookup(c, 2, 12) < 0 && moe_expert_cache_lookup(c, 2, 13) < 0);
     moe_cache_stats s = moe_expert_cache_layer_stats(c, 2, false);
     CHECK(s.selections == 4 && s.misses == 4);
     int32_t bad = 32;
-    CHECK(!moe_expert_cache_prefetch(c, 2, &bad, 1, cp, &k, &err) && strstr(err.msg, "outside"));
+    CHECK(!moe_expert_cache_prefetch(c, 2, &bad, 1, 1, cp, &k, &err) && strstr(err.msg, "outside"));
     moe_expert_cache_free(c);
     t.predicted = (free(t.predicted), NULL);
     CHECK(!moe_cache_replay_params(&plan, &g, &t, &rp, &r, &err) && strstr(err.msg, "predictions"));
@@ -333,7 +352,7 @@ TEST(moe_replay_cli) {
     REQUIRE(test_run(cmd, out, sizeof(out)) == 0, "%s", out);
     CHECK(strstr(out, "LRU, fixed ranges") && strstr(out, "self-sizing layers") && strstr(out, "Belady, fixed ranges") &&
           strstr(out, "Belady, pool-wide") && strstr(out, "LRU with prefetch") && strstr(out, "144 slots") &&
-          strstr(out, "prefetch: accuracy 0.8"), "%s", out);
+          strstr(out, "prefetch (at most 1 copies a layer's step): accuracy 0.8"), "%s", out);
     snprintf(cmd, sizeof(cmd), "%s replay %s --slots-per-layer 24 --json", test_ft_bin(), trace);
     REQUIRE(test_run(cmd, out, sizeof(out)) == 0, "%s", out);
     json_t *o = json_loads(out, 0, NULL);

@@ -204,12 +204,13 @@ static void decisions_case_prefetch(const char *path, int n_slots, enum moe_pool
                 uint64_t x = ft_rng_next(&rng);
                 guess[i] = x % 2 ? ex[(x >> 8) % (uint64_t)n] : (int32_t)((x >> 8) % (uint64_t)n_expert);
             }
-            REQUIRE(moe_expert_cache_prefetch(r.ref, L, guess, n, pf, &n_pf, &err), "%s", err.msg);
+            int max_copies = 1 + (int)(ft_rng_next(&rng) % (uint64_t)n); // capped or not
+            REQUIRE(moe_expert_cache_prefetch(r.ref, L, guess, n, max_copies, pf, &n_pf, &err), "%s", err.msg);
             int32_t *guess_dev = NULL;
             ft_cuda_stream *ps = ft_offload_prefetch_begin(r.o, L, &guess_dev);
             REQUIRE(ps && guess_dev, "a prefetch for layer %d", L);
             ft_cuda_memcpy_h2d(guess_dev, guess, (size_t)n * sizeof(int32_t), ps);
-            ft_offload_prefetch(r.o, L, n);
+            ft_offload_prefetch(r.o, L, n, max_copies);
             ft_offload_debug d;
             ft_offload_debug_read(r.o, n, &d);
             bool ok = d.n_prefetch == n_pf;

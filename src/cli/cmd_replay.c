@@ -31,6 +31,8 @@ static const char *const g_usage =
     "  --period P             self-sizing: tokens between rebalances (default 32)\n"
     "  --max-moves K          self-sizing: slot moves per pool and rebalance (default 32)\n"
     "  --min-gain M           self-sizing: margin of a move's gain over its loss (default 1)\n"
+    "  --prefetch-copies N    prefetch: copies a layer's step at most, best guesses first (default 1,\n"
+    "                         the engine's)\n"
     "  --per-layer            a line per layer\n"
     "  --json                 one JSON object on one line (per layer included)\n";
 
@@ -81,6 +83,7 @@ int cmd_replay(int argc, char **argv) {
     const char *trace_path = NULL, *model = NULL, *layout = NULL;
     bool bad = false, json = false, per_layer = false;
     int64_t slots_per_layer = 0, n_slots = 0, warmup = -1;
+    int pf_copies = MOE_PREFETCH_DEFAULT_COPIES;
     moe_cache_policy_params sizing = moe_cache_sizing_default_params();
     for (int i = 1; i < argc && !bad; i++) {
         int64_t v;
@@ -99,6 +102,7 @@ int cmd_replay(int argc, char **argv) {
         else if (args_int(argc, argv, &i, "--period", 1, 1000000, &v, &bad)) sizing.period = (int)v;
         else if (args_int(argc, argv, &i, "--max-moves", 0, 65535, &v, &bad)) sizing.max_moves = (int)v;
         else if (args_int(argc, argv, &i, "--min-gain", 0, 1000000, &v, &bad)) sizing.min_gain = (int)v;
+        else if (args_int(argc, argv, &i, "--prefetch-copies", 1, 65535, &v, &bad)) pf_copies = (int)v;
         else if (argv[i][0] == '-' || trace_path) {
             fprintf(stderr, "ft replay: unexpected argument '%s' (see ft replay --help)\n", argv[i]);
             return FT_EXIT_USAGE;
@@ -157,6 +161,7 @@ int cmd_replay(int argc, char **argv) {
         rp = moe_replay_default_params();
         rp.warmup = warmup;
         rp.prefetch = true;
+        rp.prefetch_copies = pf_copies;
         ok = moe_cache_replay_params(&plan, &g, &t, &rp, &arms[PREFETCH].r, &err);
     }
     if (!ok) {
@@ -248,9 +253,9 @@ int cmd_replay(int argc, char **argv) {
                "the LRU %.2f\n", 100 * (ss - lru), 100 * (hit_rate(&arms[BELADY_POOL].r.total) - ss),
                100 * (hit_rate(&arms[BELADY_POOL].r.total) - lru));
         if (pf)
-            printf("  prefetch: accuracy %.4f (%llu guesses); %.2f prefetch copies/step: %.2f used, %.2f wasted "
-                   "(%.1f%% used)\n",
-                   guessed ? (double)right / (double)guessed : 0.0, (unsigned long long)guessed,
+            printf("  prefetch (at most %d copies a layer's step): accuracy %.4f (%llu guesses); %.2f prefetch "
+                   "copies/step: %.2f used, %.2f wasted (%.1f%% used)\n",
+                   pf_copies, guessed ? (double)right / (double)guessed : 0.0, (unsigned long long)guessed,
                    (double)fetched / (double)steps, (double)used / (double)steps,
                    (double)(fetched - used) / (double)steps, fetched ? 100.0 * (double)used / (double)fetched : 0.0);
         if (pf && model)

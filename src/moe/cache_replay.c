@@ -7,7 +7,10 @@
 #include <string.h>
 
 moe_replay_params moe_replay_default_params(void) {
-    return (moe_replay_params){.warmup = 0, .policy = moe_cache_policy_default_params(), .prefetch = false};
+    return (moe_replay_params){.warmup = 0,
+                               .policy = moe_cache_policy_default_params(),
+                               .prefetch = false,
+                               .prefetch_copies = MOE_PREFETCH_DEFAULT_COPIES};
 }
 
 // Checks that t fits g (its blocks are MoE layers with t's expert count) and the warm-up leaves
@@ -90,7 +93,7 @@ bool moe_cache_replay_params(const moe_cache_plan *plan, const moe_geometry *g, 
             if (p->prefetch) {
                 const uint16_t *pr = moe_route_trace_predicted_at(t, step, li);
                 for (int i = 0; i < n; i++) guess[i] = pr[i];
-                ok = moe_expert_cache_prefetch(c, t->layers[li], guess, n, copies, &k, err);
+                ok = moe_expert_cache_prefetch(c, t->layers[li], guess, n, p->prefetch_copies, copies, &k, err);
                 // used or wasted against the step that follows
                 epoch++;
                 for (int i = 0; i < n; i++) selected[ex[i]] = epoch;

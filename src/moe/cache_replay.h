@@ -13,9 +13,10 @@ typedef struct moe_replay_params {
     int64_t warmup;                  // steps replayed but not counted
     moe_cache_policy_params policy;  // fixed ranges (the LRU) or self-sizing
     bool prefetch;                   // copy the trace's predicted misses before each layer's step
+    int prefetch_copies;             // at most this many of them a layer's step (the best-ranked)
 } moe_replay_params;
 
-// Warm-up 0, the fixed policy, no prefetch.
+// Warm-up 0, the fixed policy, no prefetch (MOE_PREFETCH_DEFAULT_COPIES when turned on).
 moe_replay_params moe_replay_default_params(void);
 
 typedef struct moe_replay_layer {

@@ -343,7 +343,7 @@ bool moe_expert_cache_step_split(moe_expert_cache *c, int layer, const int32_t *
     return true;
 }
 
-bool moe_expert_cache_prefetch(moe_expert_cache *c, int layer, const int32_t *experts, int n,
+bool moe_expert_cache_prefetch(moe_expert_cache *c, int layer, const int32_t *experts, int n, int max_copies,
                                moe_cache_copy *copies, int *n_copies, ft_err *err) {
     *n_copies = 0;
     int pool = moe_expert_cache_pool_of(c, layer);
@@ -357,7 +357,7 @@ bool moe_expert_cache_prefetch(moe_expert_cache *c, int layer, const int32_t *ex
     uint64_t t = ++ps->clock, keep = ++c->seen_epoch;
     for (int i = 0; i < n; i++) c->seen[experts[i]] = keep; // a guess never evicts another guess
     int k = 0;
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < n && k < max_copies; i++) {
         int e = experts[i];
         if (map[e] >= 0) continue; // resident, or fetched by an earlier duplicate
         int s = oldest_slot_but(c, ps, layer, t, keep);

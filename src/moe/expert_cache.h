@@ -124,11 +124,16 @@ bool moe_expert_cache_step_split(moe_expert_cache *c, int layer, const int32_t *
 // first appearance take victims as a step's misses do (the layer's slots with stamp < t by
 // (stamp, slot index): empty first, then least recently used), except that a slot holding a
 // guessed expert is never a victim, and are mapped with stamp t, until no victim is left;
-// experts already mapped are left as they are (stamps unchanged). Writes the copies (room for n) and their count. No statistics change (what was
+// experts already mapped are left as they are (stamps unchanged); at most max_copies of the misses are copied
+// (the first: a predictor lists its best guesses first). Writes the copies (room for n) and their count. No statistics change (what was
 // used is the caller's to count against the step that follows); with self-sizing, victims become
 // ghosts as on any eviction, but the guesses count no shadow tags. Returns false and sets *err
 // (changing nothing) when layer is not a MoE layer or an id is out of range.
-bool moe_expert_cache_prefetch(moe_expert_cache *c, int layer, const int32_t *experts, int n,
+// The prefetch's copies a layer's step takes by default: one. A wasted copy costs the bus a whole expert, and
+// the window a layer's compute leaves the bus is about one expert's copy on the shapes measured
+// (docs/expert-cache.md); past it, guesses that miss delay the next layer's own misses.
+enum { MOE_PREFETCH_DEFAULT_COPIES = 1 };
+bool moe_expert_cache_prefetch(moe_expert_cache *c, int layer, const int32_t *experts, int n, int max_copies,
                                moe_cache_copy *copies, int *n_copies, ft_err *err);
 
 // A slot moved between two layers of a pool by self-sizing.

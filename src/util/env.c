@@ -32,7 +32,8 @@ static const ft_env_var g_env[FT_ENV_COUNT] = {
     FLAG_ON(CUDA_ROUTER_VEC, "0: the decode router keeps a warp per expert row; read once"),
     FLAG_OFF(CUDA_PROFILE, "time every CUDA kernel launch site and print a table at exit; read once"),
     FLAG_ON(MOE_TELEMETRY, "0: the expert cache keeps no counters or copy times (all read 0)"),
-    FLAG_ON(MOE_PREFETCH, "0: offload's decode steps copy no predicted experts of the next MoE layer ahead"),
+    STR(MOE_PREFETCH, "offload's decode steps copy at most this many predicted experts of the next MoE layer ahead "
+                      "(default 1; 0: none)"),
     FLAG_ON(MOE_PREFILL_FILL, "0: offload's prefill leaves the cache's empty slots empty (every chunk streams what they lack)"),
     STR(CPU_EXPERTS_ROUTE, "cpu mode: host routes on the CPU (the router's host copy) instead of the GPU"),
     STR(CPU_EXPERTS_MEETING, "cpu mode: event meets through events (never graphed); spin: the GPU "
@@ -41,8 +42,8 @@ static const ft_env_var g_env[FT_ENV_COUNT] = {
                              "side of decode layers and print it at exit"),
     STR(HYBRID_COSTS, "hybrid mode: COPY_US,CPU_US,MEET_US: one expert's copy, one expert on the CPU and a "
                       "meeting in microseconds, for every layer, instead of the costs measured at start-up"),
-    FLAG_ON(HYBRID_TUNE, "0: hybrid mode keeps its starting costs instead of correcting the CPU's by the CPU ops "
-                         "it times while decoding"),
+    FLAG_OFF(HYBRID_TUNE, "1: hybrid mode corrects the CPU's part of its costs by the CPU ops it times while "
+                          "decoding (an experiment: it measured slower than the starting costs)"),
 };
 
 const ft_env_var *ft_env_info(enum ft_env v) {

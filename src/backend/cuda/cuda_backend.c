@@ -16,6 +16,7 @@
 #include "cuda_ops.h"
 #include "ft_cuda.h"
 #include "offload.h"
+#include "../../moe/expert_cache.h"
 #include "../../moe/hybrid_tune.h"
 #include "../../util/env.h"
 
@@ -44,8 +45,9 @@ typedef struct cuda_backend {
     const int32_t *expert_ids; // what the expert kernels index by: sel, or the offload's slots
     ft_offload *offload;       // --moe-backend offload: the GPU expert cache (owned), or NULL
     // its prefetch (FT_MOE_PREFETCH): the predictor's scratch (the next layer's router logits,
-    // weights, routing gap and the one-launch router's count), apart from the step's own
-    bool prefetch;
+    // weights, routing gap and the one-launch router's count), apart from the step's own;
+    // prefetch_copies: a layer's prefetch copies at most, 0 when off
+    int prefetch_copies;
     float *pf_logits, *pf_w, *pf_gap;
     int *pf_count;
     uint64_t offload_gen;      // its generation when the graphs were captured
@@ -1184,6 +1186,21 @@ static ft_cuda_expert_extras expert_extras(cuda_backend *c, const ft_moe_params 
     return ex;
 }
 
+// FT_MOE_PREFETCH: 0 turns the prefetch off, N lets a layer's prefetch copy at most N experts;
+// unset, MOE_PREFETCH_DEFAULT_COPIES.
+static int prefetch_copies_from_env(void) {
+    const char *v = ft_env_str(FT_ENV_MOE_PREFETCH);
+    if (!v || !*v) return MOE_PREFETCH_DEFAULT_COPIES;
+    char *end;
+    long n = strtol(v, &end, 10);
+    if (*end || n < 0 || n > 1024) {
+        fprintf(stderr, "FT_MOE_PREFETCH=%s: expected 0 (off) or the most copies a layer's prefetch makes; using %d\n",
+                v, MOE_PREFETCH_DEFAULT_COPIES);
+        return MOE_PREFETCH_DEFAULT_COPIES;
+    }
+    return (int)n;
+}
+
 // Prefetch: the next MoE layer's router applied to this layer's input guesses that layer's
 // experts (one token, a router the one-launch kernel takes: decode), and the offload copies
 // the guesses that are not resident while this layer computes (ft_offload_prefetch_begin).
@@ -1192,7 +1209,7 @@ static ft_cuda_expert_extras expert_extras(cuda_backend *c, const ft_moe_params 
 static void prefetch_next(cuda_backend *c, const ft_moe_params *p, const float *x, int n_tok) {
     const ft_tensor *r = p->next_router;
     int k = p->n_expert_used;
-    if (!c->prefetch || !r || n_tok != 1 || !ft_cuda_moe_router_fits(r->type, 1, p->n_expert, k) ||
+    if (!c->prefetch_copies || !r || n_tok != 1 || !ft_cuda_moe_router_fits(r->type, 1, p->n_expert, k) ||
         r->ne[2] != 1 || r->ne[1] != p->n_expert || r->placement != FT_PLACEMENT_CUDA)
         return;
     const float *bias = NULL;
@@ -1210,7 +1227,7 @@ static void prefetch_next(cuda_backend *c, const ft_moe_params *p, const float *
     };
     ft_cuda_router_params rr = {.w_type = r->type, .w = r->data, .x = x, .n_embd = r->ne[0], .count = c->pf_count};
     ft_cuda_moe_router(&rr, &rp, ps);
-    ft_offload_prefetch(c->offload, p->next_layer, k);
+    ft_offload_prefetch(c->offload, p->next_layer, k, c->prefetch_copies);
 }
 
 // Hybrid: the export of a cache step's CPU share, between its lookup and its copies.
@@ -1597,8 +1614,8 @@ static bool cuda_expert_cache_init(ft_backend *be, moe_expert_banks *hb, const f
     if (!o) return false;
     ft_offload_print(o, stderr);
     c->offload = o;
-    c->prefetch = ft_env_flag(FT_ENV_MOE_PREFETCH);
-    if (c->prefetch) {
+    c->prefetch_copies = prefetch_copies_from_env();
+    if (c->prefetch_copies) {
         ft_offload_enable_prefetch(o);
         size_t E = (size_t)FT_MAX(c->lim.n_expert, 1);
         c->pf_logits = dev_alloc(E * sizeof(float), "prefetch router logits");

@@ -181,9 +181,10 @@ extern "C" void ft_cuda_cache_lookup(const ft_cuda_cache_lookup_params *p, ft_cu
 // Prefetch
 
 // One CTA, moe_expert_cache_prefetch in its order (see ft_cuda_cache_prefetch_params): the
-// range's slots holding a guess are marked, thread 0 lists the distinct unmapped guesses, and
-// each eligible slot (stamp < t, unmarked) ranks itself by (stamp, index) among the eligible
-// ones as the lookup's victims do; the first min(k, eligible) misses take victims 0, 1, ...
+// range's slots holding a guess are marked, thread 0 lists the first max_copies distinct
+// unmapped guesses, and each eligible slot (stamp < t, unmarked) ranks itself by (stamp, index)
+// among the eligible ones as the lookup's victims do; the first min(k, eligible) misses take
+// victims 0, 1, ...
 __global__ void cache_prefetch_kernel(ft_cuda_cache_prefetch_params p) {
     ft_pdl_begin();
     extern __shared__ uint8_t smem[];
@@ -215,6 +216,7 @@ __global__ void cache_prefetch_kernel(ft_cuda_cache_prefetch_params p) {
             if (p.map[e] >= 0) continue;
             while (j < k && missed[j] != e) j++;
             if (j == k) missed[k++] = e;
+            if (k == p.max_copies) break;
         }
         s_k = k;
     }
@@ -266,7 +268,7 @@ __global__ void cache_prefetch_kernel(ft_cuda_cache_prefetch_params p) {
 }
 
 extern "C" void ft_cuda_cache_prefetch(const ft_cuda_cache_prefetch_params *p, ft_cuda_stream *s) {
-    FT_CUDA_ASSERT(p->n >= 1 && p->n <= p->n_own && p->first >= 0);
+    FT_CUDA_ASSERT(p->n >= 1 && p->n <= p->n_own && p->max_copies >= 1 && p->first >= 0);
     size_t smem = (size_t)p->n_own * sizeof(uint64_t) + (size_t)2 * p->n * sizeof(int) + (size_t)p->n_own;
     FT_CUDA_ASSERT(smem <= LOOKUP_SMEM_MAX);
     ft_launch(cache_prefetch_kernel, 1, LOOKUP_THREADS, smem, ft_cuda_stream_handle(s), *p);

@@ -59,6 +59,7 @@ void ft_cuda_cache_lookup(const ft_cuda_cache_lookup_params *p, ft_cuda_stream *
 typedef struct ft_cuda_cache_prefetch_params {
     const int32_t *guess;      // (n) the predicted experts, duplicates allowed
     int n;                     // 1 .. the layer's own slots
+    int max_copies;            // at most this many copies: the first unmapped guesses
     int32_t *map, *slot_expert;
     uint64_t *stamp, *clock;
     int first, n_own;

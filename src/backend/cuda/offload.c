@@ -784,8 +784,8 @@ ft_cuda_stream *ft_offload_prefetch_begin(ft_offload *o, int block, int32_t **gu
     return o->pf_stream;
 }
 
-void ft_offload_prefetch(ft_offload *o, int block, int n) {
-    FT_ASSERT(o->layer_of_block[block] >= 0 && n >= 1 && n <= o->max_sel && !o->pf_pending);
+void ft_offload_prefetch(ft_offload *o, int block, int n, int max_copies) {
+    FT_ASSERT(o->layer_of_block[block] >= 0 && n >= 1 && n <= o->max_sel && max_copies >= 1 && !o->pf_pending);
     ft_cuda_stream *ps = o->pf_stream;
     ft_cuda_event_record(o->ev_pf_guessed, ps);
     o->pf_guessing = true;
@@ -794,7 +794,7 @@ void ft_offload_prefetch(ft_offload *o, int block, int n) {
     n = FT_MIN(n, n_own);
     uint64_t *st = o->stats + (size_t)li * FT_CACHE_STAT_COUNT;
     ft_cuda_cache_prefetch_params pp = {
-        .guess = o->pf_guess, .n = n, .map = o->map + o->map_base[block], .slot_expert = o->pools[pool].slot_expert,
+        .guess = o->pf_guess, .n = n, .max_copies = max_copies, .map = o->map + o->map_base[block], .slot_expert = o->pools[pool].slot_expert,
         .stamp = o->pools[pool].stamp, .clock = o->clock + pool, .first = first, .n_own = n_own,
         .copy_expert = o->pf_expert, .copy_slot = o->pf_slot, .n_copies = o->pf_n,
         .stats = o->telemetry ? st : NULL,

@@ -161,14 +161,14 @@ void ft_offload_join_fills(ft_offload *o, ft_cuda_stream *s);
 // enabled, not a cache step, `block` not a MoE layer of the cache, a route trace replayed,
 // hybrid costs set); else the prefetch stream, ordered after that step's lookup, and in *guess
 // a device buffer of ft_offload_reserve's size where the predictor writes its guesses on that
-// stream. Then ft_offload_prefetch(o, block, n) enqueues the prefetch of the n guesses after
-// them. ft_offload_prefetch_join_guesses makes s wait for the predictor's launches (before s
+// stream. Then ft_offload_prefetch(o, block, n, max_copies) enqueues the prefetch of the n
+// guesses (best first) after them, at most max_copies copies. ft_offload_prefetch_join_guesses makes s wait for the predictor's launches (before s
 // overwrites what they read); layer_begin and ft_offload_join_prefetch make s wait for all of
 // it (the backend calls the latter at a step's end, so a capture holds the prefetch stream's
 // work).
 void ft_offload_enable_prefetch(ft_offload *o);
 ft_cuda_stream *ft_offload_prefetch_begin(ft_offload *o, int block, int32_t **guess);
-void ft_offload_prefetch(ft_offload *o, int block, int n);
+void ft_offload_prefetch(ft_offload *o, int block, int n, int max_copies);
 void ft_offload_prefetch_join_guesses(ft_offload *o, ft_cuda_stream *s);
 void ft_offload_join_prefetch(ft_offload *o, ft_cuda_stream *s);
 
