@@ -93,13 +93,24 @@ __global__ void __launch_bounds__(AT_THREADS) attention_decode_kernel(const ft_c
 
     const int tid = threadIdx.x, lane = tid % FT_WARP, warp = tid / FT_WARP, g = lane / 4, t4 = lane % 4;
     const int G = p.n_head / p.n_head_kv, n_rg = dec_row_groups(p.n_tok, p.n_head, p.n_head_kv);
-    const int hk = (int)blockIdx.x / n_rg,
-              r0 = (int)blockIdx.x % n_rg * DEC_ROWS; // rows r0 .. r0 + n_rows - 1
+    // rows r0 .. r0 + n_rows - 1 (one token's heads: one row group, no division)
+    const int hk = n_rg == 1 ? (int)blockIdx.x : (int)blockIdx.x / n_rg,
+              r0 = n_rg == 1 ? 0 : (int)blockIdx.x % n_rg * DEC_ROWS;
     const int n_rows = min(DEC_ROWS, p.n_tok * G - r0);
+    // Each row's token and query head, one thread a row: the divisions by G run side by side
+    // once, not in every thread's chain of loads and stores (a decode CTA is the only one on its
+    // SM at short depths, one warp per scheduler: its time is its instruction chain's)
+    __shared__ int row_tok[DEC_ROWS], row_head[DEC_ROWS];
+    if (tid < DEC_ROWS) {
+        const int r = r0 + min(tid, n_rows - 1); // (rows past n_rows: the last one's)
+        row_tok[tid] = r / G;
+        row_head[tid] = hk * G + r % G;
+    }
     const int pos0 = attn_pos0(p);
     const attn_split_t sp = attn_split_of(p, pos0);
     if ((int)blockIdx.z >= sp.n_split) return; // a graphed launch's spare CTAs
-    const int t_first = r0 / G, t_last = (r0 + n_rows - 1) / G;
+    const int r1 = r0 + n_rows - 1; // (within one token's G rows, as one token's decode: no division)
+    const int t_first = r0 < G ? 0 : r0 / G, t_last = r1 < G ? 0 : r1 / G;
     const int kmin = p.window > 0 ? max(0, pos0 + t_first - p.window + 1) : 0;
     const int kbeg = kmin + (int)blockIdx.z * sp.per; // keys kbeg..kend, which may be none
     const int kend = sp.n_split > 1 ? min(pos0 + t_last, kbeg + sp.per - 1) : pos0 + t_last;
@@ -144,9 +155,9 @@ __global__ void __launch_bounds__(AT_THREADS) attention_decode_kernel(const ft_c
     }
 
     // 1. the queries in the key's dot-product format (rows past n_rows: zeros, never written)
+    __syncthreads(); // the row tables
     auto q_row = [&](int i) { // row r0 + i's query
-        const int r = r0 + i;
-        return attn_seq_q(pa, blockIdx.y) + ((int64_t)(r / G) * p.n_head + hk * G + r % G) * HD;
+        return attn_seq_q(pa, blockIdx.y) + ((int64_t)row_tok[i] * p.n_head + row_head[i]) * HD;
     };
     // Every load is issued before the first is used (the rows' tests are warp-uniform): one round
     // trip, not one per row, at the head of every CTA's critical path.
@@ -185,7 +196,7 @@ __global__ void __launch_bounds__(AT_THREADS) attention_decode_kernel(const ft_c
     int qpos[2];
 #pragma unroll
     for (int h = 0; h < 2; h++)
-        qpos[h] = pos0 + min(r0 + g + 8 * h, r0 + n_rows - 1) / G;
+        qpos[h] = pos0 + row_tok[g + 8 * h];
 
     // 2. the keys, a tile at a time; warp w's are k0 + 16w .. k0 + 16w + 15
     float o[ND][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
@@ -343,35 +354,68 @@ __global__ void __launch_bounds__(AT_THREADS) attention_decode_kernel(const ft_c
         for (int e = 0; e < 4; e++)
             wo[(warp * DEC_ROWS + g + 8 * (e / 2)) * HD + 8 * n + 2 * t4 + e % 2] = o[n][e];
     __syncthreads();
-    const bool split = sp.n_split > 1;
-    // rows lie whole in a warp's 32-element steps (HD is a multiple of 32): row tests are warp-uniform
-    for (int e = tid; e < n_rows * HD; e += AT_THREADS) {
-        const int i = e / HD, d = e % HD, r = r0 + i, tok = r / G, h = hk * G + r % G;
-        float M = -INFINITY;
+    // per row: the largest max M, each warp's weight e^(m_w - M) and the sum L, one thread a row
+    __shared__ float row_f[DEC_ROWS][NW], row_m[DEC_ROWS], row_l[DEC_ROWS];
+    if (tid < n_rows) {
+        const int i = tid;
+        float M = -INFINITY, L = 0.0f;
 #pragma unroll
         for (int w = 0; w < NW; w++)
             M = fmaxf(M, wm[w * DEC_ROWS + i]);
-        float v = 0.0f, L = 0.0f;
 #pragma unroll
         for (int w = 0; w < NW; w++) {
             const float f = wm[w * DEC_ROWS + i] == -INFINITY ? 0.0f : expf(wm[w * DEC_ROWS + i] - M);
-            v += wo[(w * DEC_ROWS + i) * HD + d] * f;
+            row_f[i][w] = f;
             L += wl[w * DEC_ROWS + i] * f;
         }
+        row_m[i] = M;
+        row_l[i] = L;
+    }
+    __syncthreads();
+    const bool split = sp.n_split > 1;
+    // four dims a thread: a 32-dim block is 8 lanes, whose q8_1 sums take 3 shuffles, not a warp's
+    // 5. Rows whole in 8-lane groups (HD is a multiple of 32); every lane runs every round (the
+    // bound is the CTA's), so the shuffles see whole warps
+    constexpr int Q4 = HD / 4;
+    for (int e0 = 0; e0 < n_rows * Q4; e0 += AT_THREADS) {
+        const int e = e0 + tid, i = min(e / Q4, n_rows - 1), d = e % Q4 * 4;
+        const bool live = e < n_rows * Q4;
+        float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+        for (int w = 0; w < NW; w++) {
+            const float4 o4 = *(const float4 *)&wo[(w * DEC_ROWS + i) * HD + d];
+            const float f = row_f[i][w];
+            v[0] += o4.x * f;
+            v[1] += o4.y * f;
+            v[2] += o4.z * f;
+            v[3] += o4.w * f;
+        }
+        const int tok = row_tok[i], h = row_head[i];
         if (split) {
-            float *part = attn_part_row(p, tok, h, blockIdx.z, sp.stride);
-            part[d] = v;
-            if (d == 0) {
-                part[HD] = M;
-                part[HD + 1] = L;
+            if (live) {
+                float *part = attn_part_row(p, tok, h, blockIdx.z, sp.stride);
+#pragma unroll
+                for (int c = 0; c < 4; c++)
+                    part[d + c] = v[c];
+                if (d == 0) {
+                    part[HD] = row_m[i];
+                    part[HD + 1] = row_l[i];
+                }
             }
             continue;
         }
-        if (p.sinks) L += expf(p.sinks[h] - M); // the head's sink joins the denominator
-        const float x = L == 0.0f ? 0.0f : v / L;
+        float L = row_l[i];
+        if (p.sinks) L += expf(p.sinks[h] - row_m[i]); // the head's sink joins the denominator
+        float x[4];
+#pragma unroll
+        for (int c = 0; c < 4; c++)
+            x[c] = L == 0.0f ? 0.0f : v[c] / L;
         const int64_t oi = ((int64_t)tok * p.n_head + h) * HD + d;
-        p.out[oi] = x;
-        if (p.out_q) ft_q8_1_warp_store(x, (block_q8_1 *)p.out_q + oi / QK8_1, lane);
+        if (live)
+#pragma unroll
+            for (int c = 0; c < 4; c++)
+                p.out[oi + c] = x[c];
+        if (p.out_q) ft_q8_1_store4(x, (block_q8_1 *)p.out_q + oi / QK8_1, lane % 8, live);
     }
 }
 
