@@ -28,18 +28,23 @@
 
 enum { ROUTE_MAX_EXPERTS = 1024, ROUTE_MAX_K = 64 };
 
-// The warp's best (bv, bi) from each lane's candidate: the higher score, ties to the lower
-// index; bi == ne marks a lane with none. Every lane ends with the winner.
+// An unsigned integer that orders as the float does: -0 as +0, NaN below every number.
+__device__ __forceinline__ unsigned float_order_key(float f) {
+    const unsigned u = __float_as_uint(f == 0.0f ? 0.0f : f);
+    return f != f ? 0u : (u & 0x80000000u) ? ~u : u | 0x80000000u;
+}
+
+// The warp's best (bv, bi) from each lane's candidate (bi: an index whose lane is bi % 32): the
+// higher score, ties to the lower index; bi == ne marks a lane with none. Every lane ends with
+// the winner. Two warp reductions (REDUX: one instruction each) and a shuffle, not five rounds
+// of shuffles and compares: routing runs k + 1 of them on one warp alone on its SM, so its time
+// is this chain's.
 __device__ __forceinline__ void warp_argmax(float &bv, int &bi, int ne) {
-#pragma unroll
-    for (int o = FT_WARP / 2; o > 0; o >>= 1) {
-        const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-        const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-        if (oi != ne && (bi == ne || ov > bv || (ov == bv && oi < bi))) {
-            bv = ov;
-            bi = oi;
-        }
-    }
+    const unsigned key = bi == ne ? 0u : float_order_key(bv) + 1u; // (a number's key is never ~0u)
+    const unsigned best = __reduce_max_sync(0xffffffffu, key);
+    const unsigned wi = __reduce_min_sync(0xffffffffu, key == best ? (unsigned)bi : 0xffffffffu);
+    bv = __shfl_sync(0xffffffffu, bv, (int)(wi % FT_WARP)); // the winner's own value, to the bit
+    bi = (int)wi;
 }
 
 __global__ void __launch_bounds__(FT_WARP) moe_route_kernel(const ft_cuda_route_params p) {
@@ -313,6 +318,9 @@ __global__ void __launch_bounds__(ROUTER_WARPS * FT_WARP) moe_router_kernel(cons
     if (e < p.n_expert) // the router's rows (constant) are requested while the kernel before ends
         ft_prefetch_l2((const uint8_t *)r.w + (size_t)e * row_bytes, row_bytes, ROW_CTA ? threadIdx.x : lane,
                        ROW_CTA ? blockDim.x : FT_WARP);
+    if (NORM && r.norm_w) // the norm's weights too, a share each CTA (read after its reduction)
+        ft_prefetch_l2(r.norm_w, (size_t)r.n_embd * sizeof(float), blockIdx.x * blockDim.x + threadIdx.x,
+                       gridDim.x * blockDim.x);
     ft_pdl_begin();
     if (r.export_x)
         for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < r.n_embd;

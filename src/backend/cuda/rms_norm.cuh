@@ -20,7 +20,7 @@ template <int CTA>
 __device__ __forceinline__ void rms_norm_row_smem(const float *x, const float *w, float eps, int n, float *ys,
                                                   float *red) {
     static_assert(CTA % FT_WARP == 0 && RMS_THREADS % CTA == 0, "a CTA of whole warps dividing 256");
-    constexpr int V = RMS_THREADS / CTA, U = 4; // U: rows of 256 whose loads go out together
+    constexpr int V = RMS_THREADS / CTA, U = 8; // U: rows of 256 whose loads go out together (2048 at once)
     const int tid = threadIdx.x, lane = tid % FT_WARP, warp = tid / FT_WARP;
     float s[V];
 #pragma unroll
