@@ -365,6 +365,15 @@ TEST(moe_replay_cli) {
     CHECK(lru > 0.3 && bf >= lru && bp >= bf && bp >= ss, "%s", out);
     CHECK(json_array_size(json_object_get(o, "layers")) == 6 &&
           json_real_value(json_object_get(json_object_get(o, "prefetch"), "accuracy")) > 0.75, "%s", out);
+    json_int_t pf1 = json_integer_value(json_object_get(json_object_get(o, "prefetch"), "prefetched"));
+    json_decref(o);
+    // a larger cap copies more of the guesses
+    snprintf(cmd, sizeof(cmd), "%s replay %s --slots-per-layer 24 --prefetch-copies 4 --json", test_ft_bin(), trace);
+    REQUIRE(test_run(cmd, out, sizeof(out)) == 0, "%s", out);
+    o = json_loads(out, 0, NULL);
+    REQUIRE(o, "%s", out);
+    json_int_t pf4 = json_integer_value(json_object_get(json_object_get(o, "prefetch"), "prefetched"));
+    CHECK(pf1 > 0 && pf4 > pf1, "prefetched %lld at most 1 a step, %lld at most 4", (long long)pf1, (long long)pf4);
     json_decref(o);
     // a model gives the geometry: its 3 layers of 16 experts, copies in MiB
     ft_synth_params sp = fixture_moe_params(3, 16);

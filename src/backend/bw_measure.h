@@ -49,6 +49,14 @@ typedef double (*ft_bw_timed_fn)(void *ctx, const int32_t *sel, int n);
 // not touch (the first of ft_bw_experts_needed).
 void ft_bw_slope(ft_bw_timed_fn f, void *ctx, int top_k, double *slope, double *intercept);
 double ft_bw_step_time(ft_bw_timed_fn f, void *ctx, int top_k);
+// ft_bw_slope measured again, up to `retries` more times after a pause, while its intercept
+// exceeds what top_k experts take at its slope: a fixed cost that large is not the op's own (a
+// pool's wake and barrier: microseconds) but something else loading the machine while it was
+// timed. Before each new attempt `again` (when not NULL) moves ctx to experts the last attempt
+// did not read. Keeps the attempt with the smallest intercept; false when even that one exceeds
+// what top_k experts take.
+bool ft_bw_slope_settled(ft_bw_timed_fn f, void (*again)(void *ctx), void *ctx, int top_k, int retries,
+                         double *slope, double *intercept);
 
 // The CPU's rates and fixed costs (intercepts) for req's types into out, and its cpu_fixed_us: the
 // largest of them.
