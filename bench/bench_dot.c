@@ -388,14 +388,14 @@ static void bench_gemm(const char *filter) {
         ft_vec_dot_tile_fn gemm = ops->gemm;
         if (!gemm) continue;
         size_t bx = ft_row_bytes(types[i], GEMM_ELEMS), by = ft_row_bytes(ops->vec_dot_type, GEMM_ELEMS);
-        // random codes and scales in every byte (the integer kernels have no data-dependent
-        // branches); bf16 rows of normal floats (random bytes would hold subnormals, which
-        // slow the AVX2 kernel's FMAs down)
+        // a row of normal floats quantized by ft, repeated over the matrix: what a model holds
+        // (random bytes would hold q8_0 codes of -128, which its quantizer never writes and the
+        // AVX2 kernel takes a slower form for, and bf16 subnormals, which slow FMAs down)
         size_t total = (size_t)GEMM_BYTES / bx * bx;
         uint8_t *w = weights_alloc(total), *y = ft_malloc(by * 512);
         float *f = ft_malloc(GEMM_ELEMS * sizeof(float)), *s = ft_malloc(2048 * 512 * sizeof(float));
         ft_rng rng = ft_rng_init(11 + i);
-        if (types[i] == FT_TYPE_BF16) {
+        if (ops->from_float_ref) {
             for (int j = 0; j < GEMM_ELEMS; j++) f[j] = ft_rng_normal(&rng);
             ops->from_float_ref(f, w, GEMM_ELEMS);
             for (size_t b = bx; b < total; b += bx) memcpy(w + b, w, bx);

@@ -542,6 +542,15 @@ TEST(dot_gemm_vs_ref) {
                 float *tmp = malloc((size_t)n * sizeof(float)), *fx = malloc((size_t)n * sizeof(float));
                 for (int r = 0; r < MAX_NR; r++)
                     random_weights(c->type, case_seed(c, k) + 19 * (uint64_t)r, x + r * bx, n, false);
+                // q8_0: the first half of the rows without a code of -128 (what its quantizer
+                // writes), the rest random (a file may hold one): the AVX2 sign trick's two forms
+                if (c->type == FT_TYPE_Q8_0)
+                    for (int r = 0; r < MAX_NR / 2; r++)
+                        for (int64_t b = 0; b < n / QK8_0; b++) {
+                            block_q8_0 *blk = (block_q8_0 *)(x + r * bx) + b;
+                            for (int j = 0; j < QK8_0; j++)
+                                if (blk->qs[j] == -128) blk->qs[j] = -127;
+                        }
                 for (int col = 0; col < MAX_NC; col++)
                     random_activations(c->act, col % 4 == 3 ? ACT_SATURATED : ACT_NORMAL,
                                        case_seed(c, k) + 37 * (uint64_t)col, y + col * by, tmp, n);

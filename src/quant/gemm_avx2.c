@@ -16,7 +16,8 @@
 //     a K-quant's sub-block scale). The pair sums saturate only past 32,767, so small unsigned
 //     codes (q4_0, q5_0, mxfp4 with an offset; the K-quants) sum several groups in int16 before
 //     widening, as many as 2 * 128 * max code allows, and signed codes (q8_0, iq4_nl) take the
-//     sign trick instead of an offset: |w| times a with w's sign, widened every group.
+//     sign trick instead of an offset: |a| times w with a's sign (|w| and a's sign for rows
+//     holding a -128), widened every group.
 // A vector costs as much for 1 token as for 8: below a few tokens q8_0 and the K-quants take
 // gemm_shared.c's per-(row, token) paths, which give the same bits.
 // Thread-safe: each thread packs into its own scratch.
@@ -148,8 +149,14 @@ INLINE void block_step(const float *wd, int64_t b, __m256 dy, const __m256i isum
     }
 }
 
-// Signed codes: per group |w| times a with w's sign, widened every group.
-INLINE void kernel_signed(const uint8_t *wq, const float *wd, const uint8_t *act, int64_t nb, __m256 acc[ROWS]) {
+// Signed codes, the sign trick: VPMADDUBSW takes one unsigned operand, so a * w is |u| times v
+// with u's sign, widened every group. abs_a (u = a, the packed activations, whose codes are
+// within +-127): |a| once per group for the ROWS rows, then one sign a row. Else (u = w) |w| and
+// a's sign both a row: for rows holding a code of -128, which a byte cannot negate (a q8_0 file
+// may hold one; our quantizers and iq4_nl's book never do). The products and their sums are
+// exact either way (a pair stays under int16's bound): the same bits.
+INLINE void kernel_signed(const uint8_t *wq, const float *wd, const uint8_t *act, int64_t nb, bool abs_a,
+                          __m256 acc[ROWS]) {
     const __m256i ones = _mm256_set1_epi16(1);
     for (int r = 0; r < ROWS; r++)
         acc[r] = _mm256_setzero_ps();
@@ -163,10 +170,12 @@ INLINE void kernel_signed(const uint8_t *wq, const float *wd, const uint8_t *act
 #pragma GCC unroll 1
         for (int g = 0; g < Q8_GROUPS; g++) { // one group a pass, as unsigned_sums
             const __m256i a = _mm256_loadu_si256((const __m256i *)(p + g * GROUP_BYTES));
+            const __m256i a_abs = _mm256_abs_epi8(a);
 #pragma GCC unroll 4
             for (int r = 0; r < ROWS; r++) {
                 const __m256i w = bcast4(wq + r * row + (size_t)b * QK8_0 + g * GROUP);
-                const __m256i p16 = _mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(a, w));
+                const __m256i p16 = abs_a ? _mm256_maddubs_epi16(a_abs, _mm256_sign_epi8(w, a))
+                                          : _mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(a, w));
                 sum[r] = _mm256_add_epi32(sum[r], _mm256_madd_epi16(p16, ones));
             }
         }
@@ -205,9 +214,23 @@ static AVX2_GEMM void kernel_mxfp4(const uint8_t *wq, const float *wd, const uin
                                    __m256 acc[ROWS]) {
     kernel_unsigned(wq, wd, act, nb, 4, false, acc); // 0..24
 }
+// The signed kernels: |a| (rows without -128) or |w| (rows with one; kernel_signed).
 static AVX2_GEMM void kernel_q8_0(const uint8_t *wq, const float *wd, const uint8_t *act, int64_t nb,
                                   __m256 acc[ROWS]) {
-    kernel_signed(wq, wd, act, nb, acc);
+    kernel_signed(wq, wd, act, nb, true, acc);
+}
+static AVX2_GEMM void kernel_q8_0_m128(const uint8_t *wq, const float *wd, const uint8_t *act, int64_t nb,
+                                       __m256 acc[ROWS]) {
+    kernel_signed(wq, wd, act, nb, false, acc);
+}
+
+// Whether the unpacked rows at wq (bytes of codes) hold a -128.
+INLINE bool codes_hold_m128(const uint8_t *wq, size_t bytes) {
+    const __m256i m128 = _mm256_set1_epi8(-128);
+    __m256i seen = _mm256_setzero_si256();
+    for (size_t i = 0; i < bytes; i += 32)
+        seen = _mm256_or_si256(seen, _mm256_cmpeq_epi8(_mm256_loadu_si256((const __m256i *)(wq + i)), m128));
+    return !_mm256_testz_si256(seen, seen);
 }
 // AVX-VNNI: every format's unsigned codes alike
 static AVX2_GEMM void kernel_32_vnni(const uint8_t *wq, const float *wd, const uint8_t *act, int64_t nb,
@@ -215,6 +238,20 @@ static AVX2_GEMM void kernel_32_vnni(const uint8_t *wq, const float *wd, const u
     kernel_unsigned(wq, wd, act, nb, Q8_GROUPS, true, acc);
 }
 
+// The signed formats on AVX2 (off 0): each pass's rows scanned once for a -128 when unpacked,
+// which picks the kernel for its token vectors.
+#define ROWS_32_SIGNED(wq, ws, xr, bx, mr, nb)                                                             \
+    (ROWS_32(wq, ws, xr, bx, mr, nb), m128 = codes_hold_m128(wq, (size_t)ROWS * (size_t)(nb)*QK8_0))
+#define KERNEL_SIGNED(wq, ws, act, nb, acc) (m128 ? kernel_q8_0_m128 : kernel_q8_0)(wq, ws, act, nb, acc)
+#define GEMM_32_SIGNED(NAME, TYPE)                                                                          \
+    AVX2_GEMM void NAME(int64_t n, const void *x, size_t bx, int nr, const void *y, size_t by, int nc,      \
+                        float *s, size_t ls) {                                                             \
+        float *ws;                                                                                          \
+        const enum ft_type type = (TYPE);                                                                   \
+        const int off = 0;                                                                                  \
+        bool m128 = false;                                                                                  \
+        GEMM_LOOP(32, (size_t)nb * ft_gemm_q8_0_packed(LANES), PACK_32, ROWS_32_SIGNED, KERNEL_SIGNED);     \
+    }
 #define GEMM_32(NAME, TYPE, KERNEL, OFF)                                                                     \
     AVX2_GEMM void NAME(int64_t n, const void *x, size_t bx, int nr, const void *y, size_t by, int nc,      \
                         float *s, size_t ls) {                                                             \
@@ -223,8 +260,8 @@ static AVX2_GEMM void kernel_32_vnni(const uint8_t *wq, const float *wd, const u
         const int off = (OFF);                                                                              \
         GEMM_LOOP(32, (size_t)nb * ft_gemm_q8_0_packed(LANES), PACK_32, ROWS_32, KERNEL);                                    \
     }
-static GEMM_32(gemm_q8_0_vectors, FT_TYPE_Q8_0, kernel_q8_0, 0)
-GEMM_32(ft_gemm_iq4_nl_avx2, FT_TYPE_IQ4_NL, kernel_q8_0, 0)
+static GEMM_32_SIGNED(gemm_q8_0_vectors, FT_TYPE_Q8_0)
+GEMM_32_SIGNED(ft_gemm_iq4_nl_avx2, FT_TYPE_IQ4_NL)
 GEMM_32(ft_gemm_q4_0_avx2, FT_TYPE_Q4_0, kernel_q4_0, 8)
 GEMM_32(ft_gemm_q5_0_avx2, FT_TYPE_Q5_0, kernel_q5_0, 16)
 GEMM_32(ft_gemm_mxfp4_avx2, FT_TYPE_MXFP4, kernel_mxfp4, 12)
@@ -235,6 +272,9 @@ GEMM_32(ft_gemm_q5_0_avxvnni, FT_TYPE_Q5_0, kernel_32_vnni, 16)
 GEMM_32(ft_gemm_mxfp4_avxvnni, FT_TYPE_MXFP4, kernel_32_vnni, 12)
 #undef PACK_32
 #undef ROWS_32
+#undef ROWS_32_SIGNED
+#undef KERNEL_SIGNED
+#undef GEMM_32_SIGNED
 #undef GEMM_32
 
 // Below a few tokens q8_0 takes the shared per-(row, token) path (gemm_shared.c: the same bits;
