@@ -10,6 +10,8 @@
 // device's costs are then the base costs with the CPU's part scaled:
 //   cpu_ns' = cpu_ns s,  meet_ns' = meet_ns + cpu_fixed_ns (s - 1)  (the meeting itself is not
 //   the CPU's), copy_ns' = copy_ns.
+// Off unless FT_HYBRID_TUNE=1: the copies slow down too when both roads read host memory, and
+// correcting the CPU's road alone measured slower than the starting costs (docs/expert-cache.md).
 //
 // Plain data and pure functions on it; not thread-safe (one owner).
 #ifndef FT_MOE_HYBRID_TUNE_H

@@ -1078,9 +1078,9 @@ static ft_cuda_router_params router_launch(const cuda_backend *c, const ft_tenso
     return (ft_cuda_router_params){.w_type = r->type, .w = r->data, .x = x, .n_embd = r->ne[0], .count = c->route_count};
 }
 
-// Does the layer's routing take the one-launch decode router?
-static bool decode_router(const ft_moe_params *p, int n_tok) {
-    const ft_tensor *r = p->router;
+// Does router weight r (the layer's, or the next layer's for the prefetch) of layer p take the
+// one-launch decode router?
+static bool decode_router(const ft_tensor *r, const ft_moe_params *p, int n_tok) {
     return ft_cuda_moe_router_fits(r->type, n_tok, p->n_expert, p->n_expert_used) && r->ne[2] == 1 &&
            r->ne[1] == p->n_expert;
 }
@@ -1089,7 +1089,7 @@ static bool decode_router(const ft_moe_params *p, int n_tok) {
 // its x)? Not where the router reads an input of its own, or the CPU reads x (cpu mode, hybrid).
 static bool router_takes_norm(const cuda_backend *c, const ft_moe_params *p, const struct pending_row_norm *norm,
                               int n_tok) {
-    if (p->router_x || c->cpu_experts || !decode_router(p, n_tok)) return false;
+    if (p->router_x || c->cpu_experts || !decode_router(p->router, p, n_tok)) return false;
     ft_cuda_router_params r = router_launch(c, p->router, norm->x);
     return p->router->ne[0] == norm->n && ft_cuda_moe_router_norm_fits(&r);
 }
@@ -1127,7 +1127,7 @@ static bool route_on_device(cuda_backend *c, const ft_moe_params *p, const float
     }
     const ft_tensor *router = p->router;
     FT_ASSERT(!norm || (norm->y == x && !to_cpu));
-    if (decode_router(p, n_tok)) {
+    if (decode_router(router, p, n_tok)) {
         // decode: router matvec and routing in one launch
         check_on_device(router);
         ft_cuda_router_params r = router_launch(c, router, x);
@@ -1209,8 +1209,7 @@ static int prefetch_copies_from_env(void) {
 static void prefetch_next(cuda_backend *c, const ft_moe_params *p, const float *x, int n_tok) {
     const ft_tensor *r = p->next_router;
     int k = p->n_expert_used;
-    if (!c->prefetch_copies || !r || n_tok != 1 || !ft_cuda_moe_router_fits(r->type, 1, p->n_expert, k) ||
-        r->ne[2] != 1 || r->ne[1] != p->n_expert || r->placement != FT_PLACEMENT_CUDA)
+    if (!c->prefetch_copies || !r || n_tok != 1 || !decode_router(r, p, 1) || r->placement != FT_PLACEMENT_CUDA)
         return;
     const float *bias = NULL;
     if (ft_tensor_present(p->next_sel_bias)) {
@@ -1225,7 +1224,8 @@ static void prefetch_next(cuda_backend *c, const ft_moe_params *p, const float *
         .logits = c->pf_logits, .bias = bias, .sel = guess, .w = c->pf_w, .gap = c->pf_gap, .n_tok = 1,
         .n_expert = p->n_expert, .k = k, .softmax = p->gating == FT_GATING_SOFTMAX,
     };
-    ft_cuda_router_params rr = {.w_type = r->type, .w = r->data, .x = x, .n_embd = r->ne[0], .count = c->pf_count};
+    ft_cuda_router_params rr = router_launch(c, r, x);
+    rr.count = c->pf_count; // (its own count: it runs beside the step's router)
     ft_cuda_moe_router(&rr, &rp, ps);
     ft_offload_prefetch(c->offload, p->next_layer, k, c->prefetch_copies);
 }
