@@ -8,7 +8,8 @@
 // heads of a KV head are one CTA), so a K or V row is read once for all of them and the
 // products are MMA tiles; the keys are split over enough CTAs to fill the GPU
 // (attention_split.cuh), and each CTA streams its keys through a ring of stages of DEC_TK
-// keys, filled by asynchronous copies stages - 1 tiles ahead (dec_shape).
+// keys, each refilled by asynchronous copies once its tile is computed (dec_shape); the first
+// tiles' cached rows are requested before the wait for the kernel before.
 //
 // Numerics: the CPU op's, up to float summation order.
 //   - scores: over an f16 cache Q rounded to f16 times K (m16n8k16 f16 MMAs with f32 sums: the
@@ -57,8 +58,7 @@ __device__ __forceinline__ void split_f16x2(float a, float b, uint32_t &hi, uint
     lo = pack_f16x2(a - __half2float(ha), b - __half2float(hb));
 }
 
-template <int HD>
-struct dec_shape {
+template <int HD> struct dec_shape {
     static constexpr int NB = HD / 32;                          // q8_0 blocks per head row
     static constexpr int Q8_ROW = NB * (int)sizeof(block_q8_0); // one head's q8_0 row
     // shared rows: f16 rows 16 bytes longer than the data, so that the 8 row addresses of an
@@ -82,7 +82,10 @@ struct dec_shape {
 
 template <int HD, bool KQ8, bool VQ8>
 __global__ void __launch_bounds__(AT_THREADS) attention_decode_kernel(const ft_cuda_attn_params pa) {
-    ft_pdl_begin();
+    // Before ft_pdl_begin this kernel reads only what no kernel of the step writes: the position,
+    // the block tables (both written by copies before the step) and the cache rows of earlier
+    // positions (the kernel before writes this step's rows alone; every kernel before that one
+    // has completed, since that one began with its own wait).
     ft_cuda_attn_params p = pa;
     if (pa.rows.pos) attn_seq(p, blockIdx.y); // (grid.y: the sequence)
     using S = dec_shape<HD>;
@@ -120,12 +123,40 @@ __global__ void __launch_bounds__(AT_THREADS) attention_decode_kernel(const ft_c
                   *vg = (const uint8_t *)p.v + (size_t)hk * vrow;
 
     // tile i's K and V rows to its stage (rows past kend repeat row kend: valid data, masked).
-    // The tile's keys lie in at most two blocks of the table (DEC_TK <= FT_KV_BLOCK): two lookups
-    // a tile, the same for every thread, then rows run on as in an unpaged cache
-    static_assert(DEC_TK <= FT_KV_BLOCK, "a decode tile spans at most two KV blocks");
+    // A tile that starts a block of the table (every tile but a window's: splits are whole
+    // tiles) is that block, DEC_TK == FT_KV_BLOCK: one lookup, and each thread's rows follow a
+    // fixed stride. Another tile's keys lie in at most two blocks: two lookups, the same for
+    // every thread, then rows run on as in an unpaged cache
+    static_assert(DEC_TK == FT_KV_BLOCK, "a tile that starts a block of the table is that block");
     auto load_tile = [&](int i) {
         uint8_t *kt = smem + i % S::STAGES * S::STAGE, *vt = kt + DEC_TK * S::ROW;
-        const int k0 = kbeg + i * DEC_TK, edge = (k0 / FT_KV_BLOCK + 1) * FT_KV_BLOCK;
+        const int k0 = kbeg + i * DEC_TK;
+        if (k0 % FT_KV_BLOCK == 0) {
+            const int64_t b0 = ft_kv_row(p.blocks, k0);
+            const int last = min(DEC_TK - 1, kend - k0); // (rows past it repeat it)
+            auto copy = [&](uint8_t *dst, const uint8_t *src, size_t row_bytes, bool q8) {
+                src += (size_t)b0 * row_bytes;
+                const int rb = (int)row_bytes; // (a block's rows: within 32 bits)
+                if (q8) {
+                    for (int e = tid; e < DEC_TK * (S::Q8_ROW / 4); e += AT_THREADS) {
+                        const int r = e / (S::Q8_ROW / 4), c = e % (S::Q8_ROW / 4);
+                        cp_async4(dst + r * S::ROW + c * 4, src + min(r, last) * rb + c * 4);
+                    }
+                } else {
+                    constexpr int CPR = HD / 8, RSTEP = AT_THREADS / CPR; // 16-byte pieces a row; rows apart
+                    const int rt = tid / CPR, c = tid % CPR;
+#pragma unroll
+                    for (int j = 0; j < DEC_TK / RSTEP; j++) {
+                        const int r = rt + j * RSTEP;
+                        cp_async16(dst + r * S::ROW + c * 16, src + min(r, last) * rb + c * 16);
+                    }
+                }
+            };
+            copy(kt, kg, p.k_row_bytes, KQ8);
+            copy(vt, vg, p.v_row_bytes, VQ8);
+            return;
+        }
+        const int edge = (k0 / FT_KV_BLOCK + 1) * FT_KV_BLOCK;
         const int64_t b0 = ft_kv_row(p.blocks, k0);
         const int64_t b1 = min(k0 + DEC_TK - 1, kend) >= edge ? ft_kv_row(p.blocks, edge) : 0;
         auto row = [&](int r) -> size_t {
@@ -148,14 +179,25 @@ __global__ void __launch_bounds__(AT_THREADS) attention_decode_kernel(const ft_c
         copy(kt, kg, p.k_row_bytes, KQ8);
         copy(vt, vg, p.v_row_bytes, VQ8);
     };
+    // Every stage is filled before the loop: whole tiles of keys cached by earlier steps before
+    // the wait for the kernel before (their reads overlap its run), the others (this step's keys,
+    // which it may still be writing) after it. A copy group per stage and phase, so that waiting
+    // for all but STAGES - 1 groups waits for tile it in both.
+    auto cached = [&](int i) { return kbeg + i * DEC_TK + DEC_TK - 1 < min(pos0, kend + 1); };
 #pragma unroll
-    for (int i = 0; i < S::STAGES - 1; i++) {
-        if (i < n_tiles) load_tile(i);
+    for (int i = 0; i < S::STAGES; i++) {
+        if (i < n_tiles && cached(i)) load_tile(i);
+        cp_async_commit();
+    }
+    ft_pdl_begin();
+#pragma unroll
+    for (int i = 0; i < S::STAGES; i++) {
+        if (i < n_tiles && !cached(i)) load_tile(i);
         cp_async_commit();
     }
 
     // 1. the queries in the key's dot-product format (rows past n_rows: zeros, never written)
-    __syncthreads(); // the row tables
+    __syncthreads();          // the row tables
     auto q_row = [&](int i) { // row r0 + i's query
         return attn_seq_q(pa, blockIdx.y) + ((int64_t)row_tok[i] * p.n_head + row_head[i]) * HD;
     };
@@ -205,134 +247,129 @@ __global__ void __launch_bounds__(AT_THREADS) attention_decode_kernel(const ft_c
         o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
     const int kw = 16 * warp;
     for (int it = 0; it < n_tiles; it++) {
-        if constexpr (S::STAGES == 1) {
-            __syncthreads(); // the stage is no longer read
-            load_tile(it);
-            cp_async_commit();
-            cp_async_wait<0>();
-            __syncthreads();
-        } else {
-            cp_async_wait<S::STAGES - 2>();
-            __syncthreads(); // tile it landed for all; the stage tile it - 1 used is free again
-            if (it + S::STAGES - 1 < n_tiles) load_tile(it + S::STAGES - 1);
-            cp_async_commit();
-        }
+        cp_async_wait<S::STAGES - 1>();
+        __syncthreads(); // tile it landed for all
         const int k0 = kbeg + it * DEC_TK;
-        if (k0 + kw > kend) continue; // none of this warp's keys (the last tile)
-        const uint8_t *kt = smem + it % S::STAGES * S::STAGE, *vt = kt + DEC_TK * S::ROW;
+        if (k0 + kw <= kend) { // (none of this warp's keys: the last tile)
+            const uint8_t *kt = smem + it % S::STAGES * S::STAGE, *vt = kt + DEC_TK * S::ROW;
 
-        // S = Q K^T: n-tile n holds keys kw + 8n .. kw + 8n + 7
-        float s[2][4] = {};
-        if constexpr (KQ8) {
-            const int8_t *qc = (const int8_t *)qbuf;
+            // S = Q K^T: n-tile n holds keys kw + 8n .. kw + 8n + 7
+            float s[2][4] = {};
+            if constexpr (KQ8) {
+                const int8_t *qc = (const int8_t *)qbuf;
 #pragma unroll
-            for (int blk = 0; blk < NB; blk++) {
-                const uint32_t a[4] = {
-                    *(const uint32_t *)(qc + g * S::QC_ROW + blk * 32 + 4 * t4),
-                    *(const uint32_t *)(qc + (g + 8) * S::QC_ROW + blk * 32 + 4 * t4),
-                    *(const uint32_t *)(qc + g * S::QC_ROW + blk * 32 + 16 + 4 * t4),
-                    *(const uint32_t *)(qc + (g + 8) * S::QC_ROW + blk * 32 + 16 + 4 * t4)};
-                const float dq[2] = {qscale[g * NB + blk], qscale[(g + 8) * NB + blk]};
+                for (int blk = 0; blk < NB; blk++) {
+                    const uint32_t a[4] = {
+                        *(const uint32_t *)(qc + g * S::QC_ROW + blk * 32 + 4 * t4),
+                        *(const uint32_t *)(qc + (g + 8) * S::QC_ROW + blk * 32 + 4 * t4),
+                        *(const uint32_t *)(qc + g * S::QC_ROW + blk * 32 + 16 + 4 * t4),
+                        *(const uint32_t *)(qc + (g + 8) * S::QC_ROW + blk * 32 + 16 + 4 * t4)};
+                    const float dq[2] = {qscale[g * NB + blk], qscale[(g + 8) * NB + blk]};
 #pragma unroll
-                for (int n = 0; n < 2; n++) {
-                    const uint8_t *kb = kt + (kw + 8 * n + g) * S::ROW + blk * (int)sizeof(block_q8_0);
-                    int is[4];
-                    mma_s8(is, a, ld_u32_a2(kb + 2 + 4 * t4), ld_u32_a2(kb + 2 + 16 + 4 * t4));
-                    // element e: row g + 8 (e / 2), key kw + 8n + 2 t4 + e % 2
-                    const uint8_t *kc = kt + (kw + 8 * n + 2 * t4) * S::ROW + blk * (int)sizeof(block_q8_0);
-                    const float dk[2] = {ld_f16(kc), ld_f16(kc + S::ROW)};
+                    for (int n = 0; n < 2; n++) {
+                        const uint8_t *kb = kt + (kw + 8 * n + g) * S::ROW + blk * (int)sizeof(block_q8_0);
+                        int is[4];
+                        mma_s8(is, a, ld_u32_a2(kb + 2 + 4 * t4), ld_u32_a2(kb + 2 + 16 + 4 * t4));
+                        // element e: row g + 8 (e / 2), key kw + 8n + 2 t4 + e % 2
+                        const uint8_t *kc =
+                            kt + (kw + 8 * n + 2 * t4) * S::ROW + blk * (int)sizeof(block_q8_0);
+                        const float dk[2] = {ld_f16(kc), ld_f16(kc + S::ROW)};
 #pragma unroll
-                    for (int e = 0; e < 4; e++)
-                        s[n][e] += dk[e % 2] * dq[e / 2] * (float)is[e];
+                        for (int e = 0; e < 4; e++)
+                            s[n][e] += dk[e % 2] * dq[e / 2] * (float)is[e];
+                    }
+                }
+            } else {
+#pragma unroll
+                for (int kk = 0; kk < HD / 16; kk++) {
+                    uint32_t a[4], b[4];
+                    ldsm_x4(a, qbuf + (lane & 15) * S::F16_ROW + (kk * 16 + (lane >> 4) * 8) * 2);
+                    ldsm_x4(b, kt + (kw + (lane >> 4) * 8 + (lane & 7)) * S::ROW +
+                                   (kk * 16 + (lane >> 3 & 1) * 8) * 2);
+                    mma_f16(s[0], a, b[0], b[1]);
+                    mma_f16(s[1], a, b[2], b[3]);
                 }
             }
-        } else {
-#pragma unroll
-            for (int kk = 0; kk < HD / 16; kk++) {
-                uint32_t a[4], b[4];
-                ldsm_x4(a, qbuf + (lane & 15) * S::F16_ROW + (kk * 16 + (lane >> 4) * 8) * 2);
-                ldsm_x4(b, kt + (kw + (lane >> 4) * 8 + (lane & 7)) * S::ROW +
-                               (kk * 16 + (lane >> 3 & 1) * 8) * 2);
-                mma_f16(s[0], a, b[0], b[1]);
-                mma_f16(s[1], a, b[2], b[3]);
-            }
-        }
 
-        // scale and mask, then the online softmax: the 4 lanes of a row (t4 = 0..3) share its max
-        float mx[2] = {-INFINITY, -INFINITY};
+            // scale and mask, then the online softmax: the 4 lanes of a row (t4 = 0..3) share its max
+            float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-        for (int n = 0; n < 2; n++)
+            for (int n = 0; n < 2; n++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int h = e / 2, k = k0 + kw + 8 * n + 2 * t4 + e % 2;
-                const bool seen = k <= kend && k <= qpos[h] && (p.window <= 0 || qpos[h] - k < p.window);
-                s[n][e] = seen ? s[n][e] * p.scale : -INFINITY;
-                mx[h] = fmaxf(mx[h], s[n][e]);
+                for (int e = 0; e < 4; e++) {
+                    const int h = e / 2, k = k0 + kw + 8 * n + 2 * t4 + e % 2;
+                    const bool seen = k <= kend && k <= qpos[h] && (p.window <= 0 || qpos[h] - k < p.window);
+                    s[n][e] = seen ? s[n][e] * p.scale : -INFINITY;
+                    mx[h] = fmaxf(mx[h], s[n][e]);
+                }
+            float base[2];
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const float m_new = fmaxf(m[h], mma_row_max(mx[h]));
+                base[h] = m_new == -INFINITY ? 0.0f : m_new; // nothing seen yet: e^-inf = 0, not NaN
+                const float corr = expf(m[h] - base[h]);
+                l[h] *= corr;
+#pragma unroll
+                for (int n = 0; n < ND; n++) {
+                    o[n][2 * h] *= corr;
+                    o[n][2 * h + 1] *= corr;
+                }
+                m[h] = m_new;
             }
-        float base[2];
 #pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const float m_new = fmaxf(m[h], mma_row_max(mx[h]));
-            base[h] = m_new == -INFINITY ? 0.0f : m_new; // nothing seen yet: e^-inf = 0, not NaN
-            const float corr = expf(m[h] - base[h]);
-            l[h] *= corr;
+            for (int n = 0; n < 2; n++)
 #pragma unroll
-            for (int n = 0; n < ND; n++) {
-                o[n][2 * h] *= corr;
-                o[n][2 * h + 1] *= corr;
-            }
-            m[h] = m_new;
-        }
-#pragma unroll
-        for (int n = 0; n < 2; n++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                s[n][e] = expf(s[n][e] - base[e / 2]);
-                l[e / 2] += s[n][e];
-            }
+                for (int e = 0; e < 4; e++) {
+                    s[n][e] = expf(s[n][e] - base[e / 2]);
+                    l[e / 2] += s[n][e];
+                }
 
-        // O += P V: S's n-tiles 0 and 1 are P's A fragment for the warp's 16 keys
-        if constexpr (!VQ8) {
-            uint32_t ph[4], pl[4];
-            split_f16x2(s[0][0], s[0][1], ph[0], pl[0]);
-            split_f16x2(s[0][2], s[0][3], ph[1], pl[1]);
-            split_f16x2(s[1][0], s[1][1], ph[2], pl[2]);
-            split_f16x2(s[1][2], s[1][3], ph[3], pl[3]);
-#pragma unroll
-            for (int j = 0; j < HD / 16; j++) { // dims 16j .. 16j + 15: n-tiles 2j, 2j + 1
-                uint32_t b[4];
-                ldsm_x4_t(b, vt + (kw + (lane >> 3 & 1) * 8 + (lane & 7)) * S::ROW +
-                                 (16 * j + (lane >> 4) * 8) * 2);
-                mma_f16(o[2 * j], ph, b[0], b[1]);
-                mma_f16(o[2 * j], pl, b[0], b[1]);
-                mma_f16(o[2 * j + 1], ph, b[2], b[3]);
-                mma_f16(o[2 * j + 1], pl, b[2], b[3]);
-            }
-        } else {
-            // this lane's keys kw + 2 t4, + 1, + 8, + 9; per block the weights times its scales
-            const uint8_t *vr[4] = {vt + (kw + 2 * t4) * S::ROW, vt + (kw + 2 * t4 + 1) * S::ROW,
-                                    vt + (kw + 2 * t4 + 8) * S::ROW, vt + (kw + 2 * t4 + 9) * S::ROW};
-#pragma unroll
-            for (int blk = 0; blk < NB; blk++) {
-                const int bo = blk * (int)sizeof(block_q8_0);
-                const float dv[4] = {ld_f16(vr[0] + bo), ld_f16(vr[1] + bo), ld_f16(vr[2] + bo),
-                                     ld_f16(vr[3] + bo)};
+            // O += P V: S's n-tiles 0 and 1 are P's A fragment for the warp's 16 keys
+            if constexpr (!VQ8) {
                 uint32_t ph[4], pl[4];
-                split_f16x2(s[0][0] * dv[0], s[0][1] * dv[1], ph[0], pl[0]);
-                split_f16x2(s[0][2] * dv[0], s[0][3] * dv[1], ph[1], pl[1]);
-                split_f16x2(s[1][0] * dv[2], s[1][1] * dv[3], ph[2], pl[2]);
-                split_f16x2(s[1][2] * dv[2], s[1][3] * dv[3], ph[3], pl[3]);
+                split_f16x2(s[0][0], s[0][1], ph[0], pl[0]);
+                split_f16x2(s[0][2], s[0][3], ph[1], pl[1]);
+                split_f16x2(s[1][0], s[1][1], ph[2], pl[2]);
+                split_f16x2(s[1][2], s[1][3], ph[3], pl[3]);
 #pragma unroll
-                for (int n4 = 0; n4 < 4; n4++) { // n-tile 4 blk + n4: dims 32 blk + 8 n4 .. + 7
-                    const int c = bo + 2 + 8 * n4 + g;
-                    const int8_t *v0 = (const int8_t *)vr[0], *v1 = (const int8_t *)vr[1];
-                    const int8_t *v2 = (const int8_t *)vr[2], *v3 = (const int8_t *)vr[3];
-                    const uint32_t b0 = codes_f16x2(v0[c], v1[c]), b1 = codes_f16x2(v2[c], v3[c]);
-                    mma_f16(o[4 * blk + n4], ph, b0, b1);
-                    mma_f16(o[4 * blk + n4], pl, b0, b1);
+                for (int j = 0; j < HD / 16; j++) { // dims 16j .. 16j + 15: n-tiles 2j, 2j + 1
+                    uint32_t b[4];
+                    ldsm_x4_t(b, vt + (kw + (lane >> 3 & 1) * 8 + (lane & 7)) * S::ROW +
+                                     (16 * j + (lane >> 4) * 8) * 2);
+                    mma_f16(o[2 * j], ph, b[0], b[1]);
+                    mma_f16(o[2 * j], pl, b[0], b[1]);
+                    mma_f16(o[2 * j + 1], ph, b[2], b[3]);
+                    mma_f16(o[2 * j + 1], pl, b[2], b[3]);
+                }
+            } else {
+                // this lane's keys kw + 2 t4, + 1, + 8, + 9; per block the weights times its scales
+                const uint8_t *vr[4] = {vt + (kw + 2 * t4) * S::ROW, vt + (kw + 2 * t4 + 1) * S::ROW,
+                                        vt + (kw + 2 * t4 + 8) * S::ROW, vt + (kw + 2 * t4 + 9) * S::ROW};
+#pragma unroll
+                for (int blk = 0; blk < NB; blk++) {
+                    const int bo = blk * (int)sizeof(block_q8_0);
+                    const float dv[4] = {ld_f16(vr[0] + bo), ld_f16(vr[1] + bo), ld_f16(vr[2] + bo),
+                                         ld_f16(vr[3] + bo)};
+                    uint32_t ph[4], pl[4];
+                    split_f16x2(s[0][0] * dv[0], s[0][1] * dv[1], ph[0], pl[0]);
+                    split_f16x2(s[0][2] * dv[0], s[0][3] * dv[1], ph[1], pl[1]);
+                    split_f16x2(s[1][0] * dv[2], s[1][1] * dv[3], ph[2], pl[2]);
+                    split_f16x2(s[1][2] * dv[2], s[1][3] * dv[3], ph[3], pl[3]);
+#pragma unroll
+                    for (int n4 = 0; n4 < 4; n4++) { // n-tile 4 blk + n4: dims 32 blk + 8 n4 .. + 7
+                        const int c = bo + 2 + 8 * n4 + g;
+                        const int8_t *v0 = (const int8_t *)vr[0], *v1 = (const int8_t *)vr[1];
+                        const int8_t *v2 = (const int8_t *)vr[2], *v3 = (const int8_t *)vr[3];
+                        const uint32_t b0 = codes_f16x2(v0[c], v1[c]), b1 = codes_f16x2(v2[c], v3[c]);
+                        mma_f16(o[4 * blk + n4], ph, b0, b1);
+                        mma_f16(o[4 * blk + n4], pl, b0, b1);
+                    }
                 }
             }
         }
+        __syncthreads(); // the stage is read: tile it + STAGES takes it
+        if (it + S::STAGES < n_tiles) load_tile(it + S::STAGES);
+        cp_async_commit();
     }
 
     // 3. the warps' results through shared memory (the stages: every copy has landed): per row
@@ -424,8 +461,7 @@ static void launch_types(const ft_cuda_attn_params &p, dim3 grid, cudaStream_t s
     ft_launch(attention_decode_kernel<HD, KQ8, VQ8>, grid, AT_THREADS, (size_t)dec_shape<HD>::SMEM, st, p);
 }
 
-template <int HD>
-static void launch_hd(const ft_cuda_attn_params &p, dim3 grid, cudaStream_t st) {
+template <int HD> static void launch_hd(const ft_cuda_attn_params &p, dim3 grid, cudaStream_t st) {
     const bool kq8 = p.k_type == FT_TYPE_Q8_0, vq8 = p.v_type == FT_TYPE_Q8_0;
     if (kq8 && vq8)
         launch_types<HD, true, true>(p, grid, st);
@@ -462,7 +498,10 @@ void attn_decode_launch(const ft_cuda_attn_params &p, int n_split, cudaStream_t 
     FT_CUDA_ASSERT(((uintptr_t)p.v | p.v_row_bytes) % (p.v_type == FT_TYPE_F16 ? 16 : 4) == 0);
     const int n_rg = dec_row_groups(p.rows.pos ? 1 : p.n_tok, p.n_head, p.n_head_kv);
     const dim3 grid((unsigned)(p.n_head_kv * n_rg), (unsigned)p.n_seq, (unsigned)n_split);
-    if (p.head_dim == 64) launch_hd<64>(p, grid, st);
-    else if (p.head_dim == 128) launch_hd<128>(p, grid, st);
-    else launch_hd<256>(p, grid, st);
+    if (p.head_dim == 64)
+        launch_hd<64>(p, grid, st);
+    else if (p.head_dim == 128)
+        launch_hd<128>(p, grid, st);
+    else
+        launch_hd<256>(p, grid, st);
 }

@@ -134,29 +134,28 @@ __device__ __forceinline__ float *attn_part_row(const ft_cuda_attn_params &p, in
 }
 
 // The splits of one (head, token) merged by a CTA of AT_THREADS threads (all of them call it):
-// weights e^(M_z - M) for each split's sums, taken in split order. Thread z loads split z's
-// max and sum into shared memory, and each thread's loop over the splits' values is unrolled
-// so that its loads are in flight together: a few memory round trips, not one per split. The
-// partials come from other CTAs: read through L2 (__ldcg), never from a line an earlier launch
-// left in this SM's L1. Ends with a barrier, so that it may be called again at once.
+// weights e^(M_z - M) for each split's sums. Thread z loads split z's max and sum; the largest
+// max M and the denominator are reductions over the CTA (shuffles, then the warps' results),
+// not a loop over the splits in every thread; each thread's loop over the splits' values is
+// unrolled so that its loads are in flight together: a few memory round trips, not one per
+// split. The partials come from other CTAs: read through L2 (__ldcg), never from a line an
+// earlier launch left in this SM's L1. Ends with a barrier, so that it may be called again at
+// once.
 __device__ __forceinline__ void attn_merge(const ft_cuda_attn_params &p, int h, int t, const attn_split_t &sp) {
     constexpr int NS = DEC_MAX_SPLIT;
-    static_assert(NS <= AT_THREADS && FT_CUDA_ATTN_MAX_SPLIT <= NS, "a thread per split");
-    __shared__ float m_s[NS], s_s[NS], f_s[NS];
+    static_assert(NS == AT_THREADS && FT_CUDA_ATTN_MAX_SPLIT <= NS, "a thread per split");
+    __shared__ float f_s[NS], red[FT_WARP];
     const int hd = p.head_dim, tid = threadIdx.x, n_split = sp.n_split;
     const float *part = attn_part_row(p, t, h, 0, sp.stride);
+    float mz = -INFINITY, sz = 0.0f;
     if (tid < n_split) {
-        m_s[tid] = __ldcg(&part[tid * (hd + 2) + hd]);
-        s_s[tid] = __ldcg(&part[tid * (hd + 2) + hd + 1]);
+        mz = __ldcg(&part[tid * (hd + 2) + hd]);
+        sz = __ldcg(&part[tid * (hd + 2) + hd + 1]);
     }
-    __syncthreads();
-    float M = -INFINITY;
-    for (int z = 0; z < n_split; z++) M = fmaxf(M, m_s[z]);
-    if (tid < n_split) f_s[tid] = m_s[tid] != -INFINITY ? expf(m_s[tid] - M) : 0.0f;
-    __syncthreads();
-    float S = 0.0f;
-    for (int z = 0; z < n_split; z++)
-        if (m_s[z] != -INFINITY) S += s_s[z] * f_s[z];
+    const float M = ft_block_max(mz, red);
+    const float f = mz != -INFINITY ? expf(mz - M) : 0.0f; // (a split that saw no key weighs 0)
+    f_s[tid] = f;
+    float S = ft_block_sum(sz * f, red); // (its barriers publish f_s)
     if (p.sinks) S += expf(p.sinks[h] - M); // the head's sink: one more term of the denominator
     const float inv = S == 0.0f ? 0.0f : 1.0f / S;
     const int64_t o0 = ((int64_t)t * p.n_head + h) * hd;
@@ -171,7 +170,7 @@ __device__ __forceinline__ void attn_merge(const ft_cuda_attn_params &p, int h, 
                 pv[u] = z0 + u < n_split ? __ldcg(&part[(z0 + u) * (hd + 2) + d]) : 0.0f;
 #pragma unroll
             for (int u = 0; u < MZ; u++)
-                if (z0 + u < n_split && m_s[z0 + u] != -INFINITY) v += pv[u] * f_s[z0 + u];
+                if (z0 + u < n_split) v += pv[u] * f_s[z0 + u];
         }
         p.out[o0 + d] = v * inv;
         if (p.out_q) ft_q8_1_warp_store(v * inv, (block_q8_1 *)p.out_q + (o0 + d) / QK8_1, tid % FT_WARP);
