@@ -49,11 +49,12 @@ static inline cudaStream_t ft_cuda_stream_handle(ft_cuda_stream *s) { return (cu
 
 // Programmatic dependent launch (sm_90 and later; FT_CUDA_PDL=0 turns it off). A decode step
 // is hundreds of short kernels, and each one's launch and CTA dispatch used to start only once
-// the kernel before it had drained. A kernel launched with
-// ft_launch may be dispatched while its predecessor on the stream still runs; its first
-// statement must be ft_pdl_begin() (only ft_prefetch_l2 of constant data may come before), which waits until the predecessor has completed and its
-// writes are visible (griddepcontrol.wait: nothing of the kernel runs before, so no hazard is
-// new), then lets the next kernel be dispatched in turn (griddepcontrol.launch_dependents).
+// the kernel before it had drained. A kernel launched with ft_launch may be dispatched while its
+// predecessor on the stream still runs. ft_pdl_begin() waits until the predecessor has completed
+// and its writes are visible (griddepcontrol.wait), then lets the next kernel be dispatched in
+// turn (griddepcontrol.launch_dependents). Before it a kernel may only read what no kernel of the
+// step writes: weights (ft_prefetch_l2), and the decode attention's cache rows of earlier steps
+// (every kernel before the predecessor has completed: the predecessor began with its own wait).
 // Without the launch attribute (older GPUs, FT_CUDA_PDL=0) both instructions are no-ops.
 __device__ __forceinline__ void ft_pdl_begin() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
