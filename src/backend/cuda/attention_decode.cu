@@ -122,11 +122,31 @@ __global__ void __launch_bounds__(AT_THREADS) attention_decode_kernel(const ft_c
     const uint8_t *kg = (const uint8_t *)p.k + (size_t)hk * krow,
                   *vg = (const uint8_t *)p.v + (size_t)hk * vrow;
 
+    // The tile's rows from row_at(r) (where row r's head starts in the cache) to dst: the 16-byte
+    // pieces of f16 rows a fixed stride apart per thread, the 4-byte words of q8_0 rows dealt round
+    // the CTA.
+    auto copy = [&](uint8_t *dst, auto row_at, bool q8) {
+        if (q8) {
+            for (int e = tid; e < DEC_TK * (S::Q8_ROW / 4); e += AT_THREADS) {
+                const int r = e / (S::Q8_ROW / 4), c = e % (S::Q8_ROW / 4);
+                cp_async4(dst + r * S::ROW + c * 4, row_at(r) + c * 4);
+            }
+        } else {
+            constexpr int CPR = HD / 8, RSTEP = AT_THREADS / CPR; // 16-byte pieces a row; rows apart
+            static_assert(AT_THREADS % CPR == 0, "a thread's pieces are one column of pieces");
+            const int rt = tid / CPR, c = tid % CPR;
+#pragma unroll
+            for (int j = 0; j < DEC_TK / RSTEP; j++) {
+                const int r = rt + j * RSTEP;
+                cp_async16(dst + r * S::ROW + c * 16, row_at(r) + c * 16);
+            }
+        }
+    };
     // tile i's K and V rows to its stage (rows past kend repeat row kend: valid data, masked).
     // A tile that starts a block of the table (every tile but a window's: splits are whole
-    // tiles) is that block, DEC_TK == FT_KV_BLOCK: one lookup, and each thread's rows follow a
-    // fixed stride. Another tile's keys lie in at most two blocks: two lookups, the same for
-    // every thread, then rows run on as in an unpaged cache
+    // tiles) is that block, DEC_TK == FT_KV_BLOCK: one lookup, its rows in order. Another tile's
+    // keys lie in at most two blocks: two lookups, the same for every thread, then rows run on as
+    // in an unpaged cache
     static_assert(DEC_TK == FT_KV_BLOCK, "a tile that starts a block of the table is that block");
     auto load_tile = [&](int i) {
         uint8_t *kt = smem + i % S::STAGES * S::STAGE, *vt = kt + DEC_TK * S::ROW;
@@ -134,26 +154,12 @@ __global__ void __launch_bounds__(AT_THREADS) attention_decode_kernel(const ft_c
         if (k0 % FT_KV_BLOCK == 0) {
             const int64_t b0 = ft_kv_row(p.blocks, k0);
             const int last = min(DEC_TK - 1, kend - k0); // (rows past it repeat it)
-            auto copy = [&](uint8_t *dst, const uint8_t *src, size_t row_bytes, bool q8) {
-                src += (size_t)b0 * row_bytes;
-                const int rb = (int)row_bytes; // (a block's rows: within 32 bits)
-                if (q8) {
-                    for (int e = tid; e < DEC_TK * (S::Q8_ROW / 4); e += AT_THREADS) {
-                        const int r = e / (S::Q8_ROW / 4), c = e % (S::Q8_ROW / 4);
-                        cp_async4(dst + r * S::ROW + c * 4, src + min(r, last) * rb + c * 4);
-                    }
-                } else {
-                    constexpr int CPR = HD / 8, RSTEP = AT_THREADS / CPR; // 16-byte pieces a row; rows apart
-                    const int rt = tid / CPR, c = tid % CPR;
-#pragma unroll
-                    for (int j = 0; j < DEC_TK / RSTEP; j++) {
-                        const int r = rt + j * RSTEP;
-                        cp_async16(dst + r * S::ROW + c * 16, src + min(r, last) * rb + c * 16);
-                    }
-                }
-            };
-            copy(kt, kg, p.k_row_bytes, KQ8);
-            copy(vt, vg, p.v_row_bytes, VQ8);
+            const uint8_t *kb = kg + (size_t)b0 * p.k_row_bytes, *vb = vg + (size_t)b0 * p.v_row_bytes;
+            const int krb = (int)p.k_row_bytes, vrb = (int)p.v_row_bytes; // (a block's rows: within 32 bits)
+            auto k_at = [&](int r) { return kb + min(r, last) * krb; };
+            auto v_at = [&](int r) { return vb + min(r, last) * vrb; };
+            copy(kt, k_at, KQ8);
+            copy(vt, v_at, VQ8);
             return;
         }
         const int edge = (k0 / FT_KV_BLOCK + 1) * FT_KV_BLOCK;
@@ -163,21 +169,10 @@ __global__ void __launch_bounds__(AT_THREADS) attention_decode_kernel(const ft_c
             const int k = min(k0 + r, kend);
             return (size_t)(k < edge ? b0 + (k - k0) : b1 + (k - edge));
         };
-        auto copy = [&](uint8_t *dst, const uint8_t *src, size_t row_bytes, bool q8) {
-            if (q8) {
-                for (int e = tid; e < DEC_TK * (S::Q8_ROW / 4); e += AT_THREADS) {
-                    const int r = e / (S::Q8_ROW / 4), c = e % (S::Q8_ROW / 4);
-                    cp_async4(dst + r * S::ROW + c * 4, src + row(r) * row_bytes + c * 4);
-                }
-            } else {
-                for (int e = tid; e < DEC_TK * (HD / 8); e += AT_THREADS) {
-                    const int r = e / (HD / 8), c = e % (HD / 8);
-                    cp_async16(dst + r * S::ROW + c * 16, src + row(r) * row_bytes + c * 16);
-                }
-            }
-        };
-        copy(kt, kg, p.k_row_bytes, KQ8);
-        copy(vt, vg, p.v_row_bytes, VQ8);
+        auto k_at = [&](int r) { return kg + row(r) * p.k_row_bytes; };
+        auto v_at = [&](int r) { return vg + row(r) * p.v_row_bytes; };
+        copy(kt, k_at, KQ8);
+        copy(vt, v_at, VQ8);
     };
     // Every stage is filled before the loop: whole tiles of keys cached by earlier steps before
     // the wait for the kernel before (their reads overlap its run), the others (this step's keys,
