@@ -864,15 +864,19 @@ static void attention_depth_case(int hd, int nh, int nkv, enum ft_type kt) {
 TEST(cuda_op_attention_depth) {
     GPU_TEST_REQUIRE_DEVICE();
     enum ft_type kts[2] = {FT_TYPE_F16, FT_TYPE_Q8_0};
-    for (int ki = 0; ki < 2; ki++) {
-        attention_depth_case(128, 32, 4, kts[ki]);  // Qwen3-30B-A3B: 8 query heads per KV head
-        attention_depth_case(128, 16, 1, kts[ki]);  // 16 per KV head
-        attention_depth_case(128, 48, 2, kts[ki]);  // 24: rows of 16 across heads
-        attention_depth_case(64, 8, 8, kts[ki]);    // one: a CTA's rows are tokens
-        attention_depth_case(256, 16, 2, kts[ki]);  // head 256
-        attention_depth_case(64, 12, 4, kts[ki]);   // 3
-        attention_depth_case(128, 4, 2, kts[ki]);   // 2 (laguna's test shape): 8 tokens a CTA
+    // both forms of the decode kernel where the device has the deep one (a stage more a CTA)
+    const bool deep = ft_cuda_attention_force_deep(true);
+    for (int ki = 0; ki < (deep ? 4 : 2); ki++) {
+        ft_cuda_attention_force_deep(ki < 2);
+        attention_depth_case(128, 32, 4, kts[ki % 2]);  // Qwen3-30B-A3B: 8 query heads per KV head
+        attention_depth_case(128, 16, 1, kts[ki % 2]);  // 16 per KV head
+        attention_depth_case(128, 48, 2, kts[ki % 2]);  // 24: rows of 16 across heads
+        attention_depth_case(64, 8, 8, kts[ki % 2]);    // one: a CTA's rows are tokens
+        attention_depth_case(256, 16, 2, kts[ki % 2]);  // head 256
+        attention_depth_case(64, 12, 4, kts[ki % 2]);   // 3
+        attention_depth_case(128, 4, 2, kts[ki % 2]);   // 2 (laguna's test shape): 8 tokens a CTA
     }
+    ft_cuda_attention_force_deep(true);
 }
 
 // A step of several sequences' decode rows in one call of each op (rope_seqs, set_rows_seqs,

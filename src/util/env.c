@@ -29,6 +29,8 @@ static const ft_env_var g_env[FT_ENV_COUNT] = {
                                "(/v1/stats' routing is then empty)"),
     FLAG_ON(CUDA_DELTA_CHUNKED, "0: prefill's gated delta rule token by token on the GPU (no chunked form)"),
     FLAG_ON(CUDA_PDL, "0: no programmatic dependent launch (sm_90 and later use it); read once"),
+    STR(CUDA_DEC_CTAS_PER_SM, "decode attention: the CTAs a launch aims at per multiprocessor, 1 to 8 (default 2); "
+                              "read once"),
     FLAG_ON(CUDA_ROUTER_VEC, "0: the decode router keeps a warp per expert row; read once"),
     FLAG_OFF(CUDA_PROFILE, "time every CUDA kernel launch site and print a table at exit; read once"),
     FLAG_ON(MOE_TELEMETRY, "0: the expert cache keeps no counters or copy times (all read 0)"),

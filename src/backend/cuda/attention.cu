@@ -10,6 +10,9 @@
 
 #include "../../quant/fp16.h"
 #include "../../quant/quant.h"
+#include "../../util/env.h"
+
+#include <stdlib.h>
 
 __device__ __forceinline__ float ld_kv(const uint8_t *row, uint32_t type, int d) {
     if (type == FT_TYPE_F16) return ft_fp16_to_fp32(((const ft_half *)row)[d]);
@@ -174,12 +177,25 @@ __global__ void __launch_bounds__(AT_THREADS) attention_kernel(const ft_cuda_att
 }
 
 __global__ void __launch_bounds__(AT_THREADS) attention_merge_kernel(const ft_cuda_attn_params pa) {
-    ft_pdl_begin();
+    // the position and the split before the wait for the attention (copies before the step wrote
+    // the position, no kernel of it does); every CTA waits, so that the launch never completes
+    // before the attention it follows
     ft_cuda_attn_params p = pa;
     if (pa.rows.pos) attn_seq(p, blockIdx.y);
     const attn_split_t sp = attn_split_of(p, attn_pos0(p));
+    ft_pdl_begin();
     if (sp.n_split == 1) return; // the attention kernel wrote the output (a graphed launch)
     attn_merge(p, blockIdx.x, pa.rows.pos ? 0 : blockIdx.y, sp);
+}
+
+int attn_dec_ctas(void) {
+    static int ctas;
+    if (!ctas) {
+        const char *e = ft_env_str(FT_ENV_CUDA_DEC_CTAS_PER_SM);
+        const int per_sm = e && atoi(e) >= 1 && atoi(e) <= 8 ? atoi(e) : 2;
+        ctas = per_sm * ft_cuda_sm_count();
+    }
+    return ctas;
 }
 
 extern "C" bool ft_cuda_attention_quantizes(int n_tok, int head_dim) { return attn_decode(n_tok, head_dim); }
@@ -187,10 +203,10 @@ extern "C" bool ft_cuda_attention_quantizes(int n_tok, int head_dim) { return at
 extern "C" size_t ft_cuda_attention_part_floats(int n_tok, bool rows, int n_head, int n_head_kv, int head_dim) {
     if (rows) { // each sequence's rows at the most splits any takes (attn_seq_stride)
         ft_cuda_attn_params p = {};
-        p.n_head = n_head, p.n_head_kv = n_head_kv, p.head_dim = head_dim, p.n_seq = n_tok;
+        p.n_head = n_head, p.n_head_kv = n_head_kv, p.head_dim = head_dim, p.n_seq = n_tok, p.dec_ctas = attn_dec_ctas();
         return (size_t)n_tok * (size_t)n_head * (size_t)attn_seq_stride(p) * (size_t)(head_dim + 2);
     }
-    const int max_split = attn_decode(n_tok, head_dim) ? dec_max_split(n_tok, n_head, n_head_kv, 1)
+    const int max_split = attn_decode(n_tok, head_dim) ? dec_max_split(n_tok, n_head, n_head_kv, 1, attn_dec_ctas())
                           : n_tok <= FT_CUDA_ATTN_SPLIT_MAX_TOK ? FT_CUDA_ATTN_MAX_SPLIT : 0;
     return (size_t)n_tok * (size_t)n_head * (size_t)max_split * (size_t)(head_dim + 2);
 }
@@ -199,11 +215,11 @@ extern "C" size_t ft_cuda_attention_part_bound(int64_t max_width, int max_head_d
     // attention_kernel: FT_CUDA_ATTN_SPLIT_MAX_TOK tokens of FT_CUDA_ATTN_MAX_SPLIT splits of
     // n_head * (head_dim + 2) <= 3 * max_width floats (head_dim >= 1). The decode kernel: its
     // n_tok * n_head rows are at most DEC_ROWS * ctas (ctas = n_head_kv * row groups, times the
-    // sequences of a launch of several), each of n_split <= DEC_TARGET_CTAS / ctas + 1 partials
-    // of head_dim + 2 floats, where n_split > 1 (ctas < DEC_TARGET_CTAS): twice DEC_ROWS *
-    // DEC_TARGET_CTAS rows at most
+    // sequences of a launch of several), each of n_split <= target / ctas + 1 partials of
+    // head_dim + 2 floats, where n_split > 1 (ctas < target, the CTAs a decode launch aims at):
+    // twice DEC_ROWS * target rows at most
     const size_t general = (size_t)FT_CUDA_ATTN_SPLIT_MAX_TOK * FT_CUDA_ATTN_MAX_SPLIT * 3 * (size_t)max_width;
-    const size_t decode = (size_t)2 * DEC_ROWS * DEC_TARGET_CTAS * (size_t)(max_head_dim + 2);
+    const size_t decode = (size_t)2 * DEC_ROWS * (size_t)attn_dec_ctas() * (size_t)(max_head_dim + 2);
     return general > decode ? general : decode;
 }
 
@@ -212,6 +228,7 @@ extern "C" void ft_cuda_attention(const ft_cuda_attn_params *pp, ft_cuda_stream 
     const ft_cuda_attn_params *p = &q;
     const bool rows = q.rows.pos != NULL;
     q.n_seq = rows ? q.n_tok : 1;
+    q.dec_ctas = attn_dec_ctas();
     const int per_seq = rows ? 1 : q.n_tok; // tokens of each sequence
     FT_CUDA_ASSERT(!p->out_q || ft_cuda_attention_quantizes(per_seq, p->head_dim));
     FT_CUDA_ASSERT(p->head_dim >= 1 && p->head_dim <= AT_MAX_HD && p->n_head % p->n_head_kv == 0);
@@ -225,7 +242,7 @@ extern "C" void ft_cuda_attention(const ft_cuda_attn_params *pp, ft_cuda_stream 
     const bool decode = attn_decode(per_seq, p->head_dim);
     int n_split = rows ? 1 : attn_split_of(*p, p->pos0).n_split;
     if ((p->pos_dev || rows) && p->part)
-        n_split = decode ? dec_max_split(per_seq, p->n_head, p->n_head_kv, q.n_seq)
+        n_split = decode ? dec_max_split(per_seq, p->n_head, p->n_head_kv, q.n_seq, q.dec_ctas)
                          : per_seq <= FT_CUDA_ATTN_SPLIT_MAX_TOK ? FT_CUDA_ATTN_MAX_SPLIT : 1;
     const cudaStream_t st = ft_cuda_stream_handle(s);
     if (decode) attn_decode_launch(*p, n_split, st);

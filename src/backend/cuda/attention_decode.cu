@@ -32,6 +32,7 @@
 #include "attention_split.cuh"
 #include "mma.cuh"
 
+
 #include "../../quant/fp16.h"
 #include "../../quant/quant.h"
 
@@ -58,7 +59,10 @@ __device__ __forceinline__ void split_f16x2(float a, float b, uint32_t &hi, uint
     lo = pack_f16x2(a - __half2float(ha), b - __half2float(hb));
 }
 
-template <int HD> struct dec_shape {
+// DEEP: the form for GPUs whose CTA may take more shared memory than a consumer GPU's (sm_90:
+// 227 KB), one stage more where two CTAs still fit an SM, so that a CTA keeps two tiles of keys
+// in flight while it computes one.
+template <int HD, bool DEEP = false> struct dec_shape {
     static constexpr int NB = HD / 32;                          // q8_0 blocks per head row
     static constexpr int Q8_ROW = NB * (int)sizeof(block_q8_0); // one head's q8_0 row
     // shared rows: f16 rows 16 bytes longer than the data, so that the 8 row addresses of an
@@ -71,16 +75,16 @@ template <int HD> struct dec_shape {
     // stages: as many as keep the CTA within the 99 KB a consumer GPU's (sm_86, sm_89, sm_120) CTA
     // may take; one stage (HD 256) loads each tile after the last one is computed, while the
     // SM's other CTAs keep the memory busy
-    static constexpr int STAGES = HD <= 64 ? 3 : HD <= 128 ? 2 : 1;
+    static constexpr int STAGES = (HD <= 64 ? 3 : HD <= 128 ? 2 : 1) + (DEEP && HD <= 128 ? 1 : 0);
     static constexpr int STAGE = 2 * DEC_TK * ROW; // the K tile, then the V tile
     static constexpr int QBUF = DEC_ROWS * F16_ROW;
     static constexpr int SMEM = STAGES * STAGE + QBUF + DEC_ROWS * NB * (int)sizeof(float);
     // after the keys, the stages hold the warps' results
-    static_assert(SMEM <= 99 * 1024, "a consumer GPU's CTA holds it");
+    static_assert(SMEM <= (DEEP ? 110 : 99) * 1024, "a consumer GPU's CTA holds it; two deep CTAs fit an sm_90 SM");
     static_assert((4 * DEC_ROWS * (HD + 2)) * (int)sizeof(float) <= STAGES * STAGE, "the warps' results fit");
 };
 
-template <int HD, bool KQ8, bool VQ8>
+template <int HD, bool DEEP, bool KQ8, bool VQ8>
 __global__ void __launch_bounds__(AT_THREADS) attention_decode_kernel(const ft_cuda_attn_params pa) {
     // Before ft_pdl_begin this kernel reads only what no kernel of the step writes: the position,
     // the block tables (both written by copies before the step) and the cache rows of earlier
@@ -88,7 +92,7 @@ __global__ void __launch_bounds__(AT_THREADS) attention_decode_kernel(const ft_c
     // has completed, since that one began with its own wait).
     ft_cuda_attn_params p = pa;
     if (pa.rows.pos) attn_seq(p, blockIdx.y); // (grid.y: the sequence)
-    using S = dec_shape<HD>;
+    using S = dec_shape<HD, DEEP>;
     constexpr int NB = S::NB, ND = HD / 8, NW = AT_THREADS / FT_WARP;
     extern __shared__ __align__(16) uint8_t smem[];
     uint8_t *qbuf = smem + S::STAGES * S::STAGE;
@@ -115,8 +119,8 @@ __global__ void __launch_bounds__(AT_THREADS) attention_decode_kernel(const ft_c
     const int r1 = r0 + n_rows - 1; // (within one token's G rows, as one token's decode: no division)
     const int t_first = r0 < G ? 0 : r0 / G, t_last = r1 < G ? 0 : r1 / G;
     const int kmin = p.window > 0 ? max(0, pos0 + t_first - p.window + 1) : 0;
-    const int kbeg = kmin + (int)blockIdx.z * sp.per; // keys kbeg..kend, which may be none
-    const int kend = sp.n_split > 1 ? min(pos0 + t_last, kbeg + sp.per - 1) : pos0 + t_last;
+    const int kbeg = kmin + attn_split_first(sp, blockIdx.z); // keys kbeg..kend, which may be none
+    const int kend = sp.n_split > 1 ? min(pos0 + t_last, kbeg + attn_split_len(sp, blockIdx.z) - 1) : pos0 + t_last;
     const int n_tiles = kend >= kbeg ? (kend - kbeg + DEC_TK) / DEC_TK : 0;
     const int krow = KQ8 ? S::Q8_ROW : HD * 2, vrow = VQ8 ? S::Q8_ROW : HD * 2;
     const uint8_t *kg = (const uint8_t *)p.k + (size_t)hk * krow,
@@ -451,40 +455,60 @@ __global__ void __launch_bounds__(AT_THREADS) attention_decode_kernel(const ft_c
     }
 }
 
-template <int HD, bool KQ8, bool VQ8>
+template <int HD, bool DEEP, bool KQ8, bool VQ8>
 static void launch_types(const ft_cuda_attn_params &p, dim3 grid, cudaStream_t st) {
-    ft_launch(attention_decode_kernel<HD, KQ8, VQ8>, grid, AT_THREADS, (size_t)dec_shape<HD>::SMEM, st, p);
+    ft_launch(attention_decode_kernel<HD, DEEP, KQ8, VQ8>, grid, AT_THREADS, (size_t)dec_shape<HD, DEEP>::SMEM, st, p);
 }
 
-template <int HD> static void launch_hd(const ft_cuda_attn_params &p, dim3 grid, cudaStream_t st) {
+template <int HD, bool DEEP> static void launch_hd(const ft_cuda_attn_params &p, dim3 grid, cudaStream_t st) {
     const bool kq8 = p.k_type == FT_TYPE_Q8_0, vq8 = p.v_type == FT_TYPE_Q8_0;
     if (kq8 && vq8)
-        launch_types<HD, true, true>(p, grid, st);
+        launch_types<HD, DEEP, true, true>(p, grid, st);
     else if (kq8)
-        launch_types<HD, true, false>(p, grid, st);
+        launch_types<HD, DEEP, true, false>(p, grid, st);
     else if (vq8)
-        launch_types<HD, false, true>(p, grid, st);
+        launch_types<HD, DEEP, false, true>(p, grid, st);
     else
-        launch_types<HD, false, false>(p, grid, st);
+        launch_types<HD, DEEP, false, false>(p, grid, st);
 }
 
-template <int HD> static void allow_smem() {
-    const int bytes = dec_shape<HD>::SMEM;
-    CUDA_CHECK(cudaFuncSetAttribute(attention_decode_kernel<HD, true, true>,
+template <int HD, bool DEEP> static void allow_smem() {
+    const int bytes = dec_shape<HD, DEEP>::SMEM;
+    CUDA_CHECK(cudaFuncSetAttribute(attention_decode_kernel<HD, DEEP, true, true>,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-    CUDA_CHECK(cudaFuncSetAttribute(attention_decode_kernel<HD, true, false>,
+    CUDA_CHECK(cudaFuncSetAttribute(attention_decode_kernel<HD, DEEP, true, false>,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-    CUDA_CHECK(cudaFuncSetAttribute(attention_decode_kernel<HD, false, true>,
+    CUDA_CHECK(cudaFuncSetAttribute(attention_decode_kernel<HD, DEEP, false, true>,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-    CUDA_CHECK(cudaFuncSetAttribute(attention_decode_kernel<HD, false, false>,
+    CUDA_CHECK(cudaFuncSetAttribute(attention_decode_kernel<HD, DEEP, false, false>,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
 }
+
+// Whether this device takes the deep form (a CTA may take its shared memory and an SM holds two),
+// and whether launches use it (ft_cuda_attention_force_deep: the tests run both forms).
+static bool g_deep_ok, g_deep;
 
 extern "C" void ft_cuda_attention_init(void) {
     // the stages exceed the 48 KB a kernel gets without asking (set once, before any capture)
-    allow_smem<64>();
-    allow_smem<128>();
-    allow_smem<256>();
+    allow_smem<64, false>();
+    allow_smem<128, false>();
+    allow_smem<256, false>();
+    int dev = 0, per_cta = 0, per_sm = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&per_cta, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
+    const int deep = dec_shape<128, true>::SMEM; // (the largest deep form)
+    g_deep_ok = per_cta >= deep && per_sm >= 2 * (deep + 1024);
+    if (g_deep_ok) {
+        allow_smem<64, true>();
+        allow_smem<128, true>();
+    }
+    g_deep = g_deep_ok;
+}
+
+extern "C" bool ft_cuda_attention_force_deep(bool on) {
+    g_deep = on && g_deep_ok;
+    return g_deep;
 }
 
 void attn_decode_launch(const ft_cuda_attn_params &p, int n_split, cudaStream_t st) {
@@ -494,9 +518,9 @@ void attn_decode_launch(const ft_cuda_attn_params &p, int n_split, cudaStream_t 
     const int n_rg = dec_row_groups(p.rows.pos ? 1 : p.n_tok, p.n_head, p.n_head_kv);
     const dim3 grid((unsigned)(p.n_head_kv * n_rg), (unsigned)p.n_seq, (unsigned)n_split);
     if (p.head_dim == 64)
-        launch_hd<64>(p, grid, st);
+        g_deep ? launch_hd<64, true>(p, grid, st) : launch_hd<64, false>(p, grid, st);
     else if (p.head_dim == 128)
-        launch_hd<128>(p, grid, st);
+        g_deep ? launch_hd<128, true>(p, grid, st) : launch_hd<128, false>(p, grid, st);
     else
-        launch_hd<256>(p, grid, st);
+        launch_hd<256, false>(p, grid, st);
 }

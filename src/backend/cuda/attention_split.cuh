@@ -22,16 +22,27 @@ enum {
     DEC_ROWS = 16, // query rows ((token, head) pairs of one KV head) of a decode CTA: one MMA tile
     DEC_TK = 64,   // keys of a decode tile: 16 per warp
     DEC_MAX_SPLIT = 128,
-    // a decode launch aims at this many CTAs (two per SM on the largest GPUs, so that the cache
-    // reads of all of them are in flight together), each split holding DEC_MIN_KEYS keys or more
-    // (fewer splits, less to merge, where the context is short)
-    DEC_TARGET_CTAS = 256,
+    // a decode launch aims at p.dec_ctas CTAs (FT_CUDA_DEC_CTAS_PER_SM a multiprocessor, so that
+    // the cache reads of all of them are in flight together: a decode CTA at depth waits on
+    // memory), each split holding DEC_MIN_KEYS keys or more (fewer splits, less to merge, where
+    // the context is short)
     DEC_MIN_KEYS = 128,
 };
 
 struct attn_split_t {
-    int n_split, per, stride; // per: keys of each split; stride: splits between (t, h) rows
+    // per: keys of the longest split; the first rem splits hold per keys, the others per - chunk
+    // (a decode launch's chunks dealt evenly, so that its CTAs end together); stride: splits
+    // between (t, h) rows
+    int n_split, per, stride, rem, chunk;
 };
+
+// Split z's first key (from the launch's first) and its key count.
+__host__ __device__ inline int attn_split_first(const attn_split_t &s, int z) {
+    return z * s.per - (z > s.rem ? z - s.rem : 0) * s.chunk;
+}
+__host__ __device__ inline int attn_split_len(const attn_split_t &s, int z) {
+    return z < s.rem ? s.per : s.per - s.chunk;
+}
 
 // Does this launch take attention_decode.cu's kernel (a small batch, head sizes it is built for)?
 __host__ __device__ inline bool attn_decode(int n_tok, int head_dim) {
@@ -51,21 +62,32 @@ __host__ __device__ inline int dec_tok_span(int n_tok, int n_head, int n_head_kv
 
 // The most splits a decode launch of these shapes takes (its grid's z with a device position):
 // n_seq sequences of n_tok tokens each.
-__host__ __device__ inline int dec_max_split(int n_tok, int n_head, int n_head_kv, int n_seq) {
+__host__ __device__ inline int dec_max_split(int n_tok, int n_head, int n_head_kv, int n_seq, int target) {
     const int ctas = n_head_kv * dec_row_groups(n_tok, n_head, n_head_kv) * n_seq;
-    const int want = (DEC_TARGET_CTAS + ctas - 1) / ctas;
+    const int want = (target + ctas - 1) / ctas;
     return want < DEC_MAX_SPLIT ? want : DEC_MAX_SPLIT;
 }
 
-// max_keys keys in up to max_split ranges of at least min_keys, each whole chunks of chunk keys.
-__host__ __device__ inline attn_split_t attn_split_keys(int max_keys, int max_split, int min_keys, int chunk) {
-    attn_split_t r = {1, max_keys, 1};
+// max_keys keys in up to max_split ranges of at least min_keys, each whole chunks of chunk keys:
+// ranges of one length (balance false), or as many ranges as asked with the chunks dealt evenly
+// (their lengths differ by a chunk at most).
+__host__ __device__ inline attn_split_t attn_split_keys(int max_keys, int max_split, int min_keys, int chunk,
+                                                        bool balance) {
+    attn_split_t r = {1, max_keys, 1, 1, chunk};
     int n = (max_keys + min_keys - 1) / min_keys;
     n = n < max_split ? n : max_split;
     if (n <= 1) return r;
+    if (balance) {
+        const int chunks = (max_keys + chunk - 1) / chunk, q = chunks / n, rest = chunks % n;
+        r.n_split = n;
+        r.per = (q + (rest > 0)) * chunk;
+        r.rem = rest > 0 ? rest : n;
+        return r;
+    }
     const int per = (max_keys + n - 1) / n;
     r.per = (per + chunk - 1) / chunk * chunk;
     r.n_split = (max_keys + r.per - 1) / r.per;
+    r.rem = r.n_split;
     return r;
 }
 
@@ -80,15 +102,15 @@ __host__ __device__ inline attn_split_t attn_split_of(const ft_cuda_attn_params 
         const int w = p.window + (decode ? dec_tok_span(p.n_tok, p.n_head, p.n_head_kv) - 1 : 0);
         max_keys = max_keys < w ? max_keys : w;
     }
-    attn_split_t r = {1, max_keys, 1};
+    attn_split_t r = {1, max_keys, 1, 1, 1};
     if (!p.part) return r;
     if (decode) {
-        r = attn_split_keys(max_keys, dec_max_split(p.n_tok, p.n_head, p.n_head_kv, p.n_seq), DEC_MIN_KEYS, DEC_TK);
+        r = attn_split_keys(max_keys, dec_max_split(p.n_tok, p.n_head, p.n_head_kv, p.n_seq, p.dec_ctas), DEC_MIN_KEYS, DEC_TK, true);
         r.stride = r.n_split;
         return r;
     }
     if (p.n_tok > FT_CUDA_ATTN_SPLIT_MAX_TOK) return r;
-    r = attn_split_keys(max_keys, FT_CUDA_ATTN_MAX_SPLIT, AT_THREADS, AT_THREADS);
+    r = attn_split_keys(max_keys, FT_CUDA_ATTN_MAX_SPLIT, AT_THREADS, AT_THREADS, false);
     r.stride = FT_CUDA_ATTN_MAX_SPLIT;
     return r;
 }
@@ -101,7 +123,8 @@ __device__ __forceinline__ int attn_pos0(const ft_cuda_attn_params &p) {
 // Splits between one sequence's (token, head) rows of partials in a launch of rows of several
 // sequences: the most any of them takes.
 __host__ __device__ inline int attn_seq_stride(const ft_cuda_attn_params &p) {
-    return attn_decode(1, p.head_dim) ? dec_max_split(1, p.n_head, p.n_head_kv, p.n_seq) : FT_CUDA_ATTN_MAX_SPLIT;
+    return attn_decode(1, p.head_dim) ? dec_max_split(1, p.n_head, p.n_head_kv, p.n_seq, p.dec_ctas)
+                                      : FT_CUDA_ATTN_MAX_SPLIT;
 }
 
 // p, a copy of a launch's params with rows of several sequences (p.rows), becomes the launch
@@ -134,24 +157,26 @@ __device__ __forceinline__ float *attn_part_row(const ft_cuda_attn_params &p, in
 }
 
 // The splits of one (head, token) merged by a CTA of AT_THREADS threads (all of them call it):
-// weights e^(M_z - M) for each split's sums. Thread z loads split z's max and sum; the largest
-// max M and the denominator are reductions over the CTA (shuffles, then the warps' results),
-// not a loop over the splits in every thread; each thread's loop over the splits' values is
-// unrolled so that its loads are in flight together: a few memory round trips, not one per
-// split. The partials come from other CTAs: read through L2 (__ldcg), never from a line an
-// earlier launch left in this SM's L1. Ends with a barrier, so that it may be called again at
-// once.
+// weights e^(M_z - M) for each split's sums. Every load is issued before the first is used: thread
+// z's split's max and sum, and the values of its dim in the first MZ splits (one round trip, not
+// one for the maxes and another for the values); the largest max M and the denominator are
+// reductions over the CTA; splits past MZ, and dims past the CTA's, follow in rounds of MZ. The
+// partials come from other CTAs: read through L2 (__ldcg), never from a line an earlier launch
+// left in this SM's L1. Ends with a barrier, so that it may be called again at once.
 __device__ __forceinline__ void attn_merge(const ft_cuda_attn_params &p, int h, int t, const attn_split_t &sp) {
-    constexpr int NS = DEC_MAX_SPLIT;
+    constexpr int NS = DEC_MAX_SPLIT, MZ = 64;
     static_assert(NS == AT_THREADS && FT_CUDA_ATTN_MAX_SPLIT <= NS, "a thread per split");
     __shared__ float f_s[NS], red[FT_WARP];
     const int hd = p.head_dim, tid = threadIdx.x, n_split = sp.n_split;
     const float *part = attn_part_row(p, t, h, 0, sp.stride);
-    float mz = -INFINITY, sz = 0.0f;
+    float mz = -INFINITY, sz = 0.0f, pv[MZ];
     if (tid < n_split) {
         mz = __ldcg(&part[tid * (hd + 2) + hd]);
         sz = __ldcg(&part[tid * (hd + 2) + hd + 1]);
     }
+#pragma unroll
+    for (int u = 0; u < MZ; u++)
+        pv[u] = tid < hd && u < n_split ? __ldcg(&part[u * (hd + 2) + tid]) : 0.0f;
     const float M = ft_block_max(mz, red);
     const float f = mz != -INFINITY ? expf(mz - M) : 0.0f; // (a split that saw no key weighs 0)
     f_s[tid] = f;
@@ -161,13 +186,11 @@ __device__ __forceinline__ void attn_merge(const ft_cuda_attn_params &p, int h, 
     const int64_t o0 = ((int64_t)t * p.n_head + h) * hd;
     for (int d = tid; d < hd; d += AT_THREADS) {
         float v = 0.0f;
-        // MZ splits' loads issued before the first is used: a round trip per MZ splits
-        constexpr int MZ = 32;
         for (int z0 = 0; z0 < n_split; z0 += MZ) {
-            float pv[MZ];
+            if (d != tid || z0 > 0) // (the first round of the first dim: loaded above)
 #pragma unroll
-            for (int u = 0; u < MZ; u++)
-                pv[u] = z0 + u < n_split ? __ldcg(&part[(z0 + u) * (hd + 2) + d]) : 0.0f;
+                for (int u = 0; u < MZ; u++)
+                    pv[u] = z0 + u < n_split ? __ldcg(&part[(z0 + u) * (hd + 2) + d]) : 0.0f;
 #pragma unroll
             for (int u = 0; u < MZ; u++)
                 if (z0 + u < n_split) v += pv[u] * f_s[z0 + u];

@@ -178,6 +178,8 @@ typedef struct ft_cuda_attn_params {
                            // launch's, over all of them
     int n_seq;             // set by the launcher: sequences the split spreads over (1, or n_tok
                            // with rows)
+    int dec_ctas;          // set by the launcher: the CTAs a decode launch aims at (see
+                           // attention_split.cuh)
 } ft_cuda_attn_params;
 void ft_cuda_attention(const ft_cuda_attn_params *p, ft_cuda_stream *s);
 // Once per process before the first attention (and before any graph capture): the kernels'

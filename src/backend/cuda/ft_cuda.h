@@ -239,6 +239,10 @@ void ft_cuda_matvec_ids(const ft_cuda_matvec_ids_params *p, ft_cuda_stream *s);
 // 0 restores the automatic choice by shape, see matvec_q.cu). Not thread-safe.
 void ft_cuda_matvec_force_tpr(int tpr);
 
+// For tests only: the decode attention's deep form (a stage more a CTA, the default where the
+// device's shared memory allows it) on or off; returns whether it is on. Not thread-safe.
+bool ft_cuda_attention_force_deep(bool on);
+
 // y = x · wᵀ for float weights (f32, f16, bf16) and any n_tok >= 1 rows of float activations,
 // one launch (gemm_f.cu): the prefill form of ft_cuda_matvec for float weights (an MoE router),
 // whose weight tiles serve 32 tokens each. p as for ft_cuda_matvec, but n_tok is not limited
