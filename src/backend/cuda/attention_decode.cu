@@ -8,8 +8,9 @@
 // heads of a KV head are one CTA), so a K or V row is read once for all of them and the
 // products are MMA tiles; the keys are split over enough CTAs to fill the GPU
 // (attention_split.cuh), and each CTA streams its keys through a ring of stages of DEC_TK
-// keys, each refilled by asynchronous copies once its tile is computed (dec_shape); the first
-// tiles' cached rows are requested before the wait for the kernel before.
+// keys, each refilled by asynchronous copies once its tile is computed (dec_shape: one stage more
+// where the device's shared memory allows it, at most two CTAs an SM then); the first tiles'
+// cached rows are requested before the wait for the kernel before.
 //
 // Numerics: the CPU op's, up to float summation order.
 //   - scores: over an f16 cache Q rounded to f16 times K (m16n8k16 f16 MMAs with f32 sums: the
@@ -31,7 +32,6 @@
 //      of its rows while the rest of the GPU waits.
 #include "attention_split.cuh"
 #include "mma.cuh"
-
 
 #include "../../quant/fp16.h"
 #include "../../quant/quant.h"
