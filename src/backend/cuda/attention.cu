@@ -192,8 +192,8 @@ int attn_dec_ctas(void) {
     static int ctas;
     if (!ctas) {
         const char *e = ft_env_str(FT_ENV_CUDA_DEC_CTAS_PER_SM);
-        const int per_sm = e && atoi(e) >= 1 && atoi(e) <= 8 ? atoi(e) : 2;
-        ctas = per_sm * ft_cuda_sm_count();
+        const int asked = e ? atoi(e) : 0;
+        ctas = (asked >= 1 && asked <= 8 ? asked : 2) * ft_cuda_sm_count();
     }
     return ctas;
 }
