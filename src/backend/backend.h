@@ -303,6 +303,11 @@ typedef struct ft_backend_ops {
     // before freeing the backend.
     void *(*buffer_alloc)(ft_backend *be, size_t n);
     void (*buffer_free)(ft_backend *be, void *p); // NULL: no-op
+    // Host memory for what read copies out every step (a step's logits): page-locked on a GPU,
+    // so that the copy runs at the link's speed, not through the driver's staging. Optional:
+    // NULL, or a NULL return, means ft_malloc (and free). host_free before freeing the backend.
+    void *(*host_alloc)(ft_backend *be, size_t n);
+    void (*host_free)(ft_backend *be, void *p);
     // Copies n bytes of host memory into a buffer (dst points into one); done on return.
     void (*buffer_write)(ft_backend *be, void *dst, const void *src, size_t n);
     // The same, in order with the ops: the ops called after it see the bytes, those before it

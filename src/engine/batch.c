@@ -47,6 +47,7 @@ struct ft_batch {
     size_t seqs_bytes;
     float *logits_dev;    // (n_seq, n_vocab) backend buffer
     float *logits;        // (n_seq, n_vocab) host copy
+    bool logits_pinned;   // logits came from the backend's host_alloc
 };
 
 // Floats of one sequence's recurrent state over all layers (conv, then delta-rule state, per
@@ -156,7 +157,11 @@ ft_batch *ft_batch_init(const ft_model *m, const ft_engine_params *params, ft_er
     b->out_row = ft_malloc((size_t)p.n_seq * sizeof(int));
     for (int i = 0; i < p.n_seq; i++) b->out_row[i] = -1;
     b->logits_dev = be->ops->alloc(be, (size_t)p.n_seq * (size_t)hp->n_vocab);
-    b->logits = ft_malloc((size_t)p.n_seq * (size_t)hp->n_vocab * sizeof(float));
+    // (page-locked where the backend offers it: the logits come back every step)
+    const size_t logits_bytes = (size_t)p.n_seq * (size_t)hp->n_vocab * sizeof(float);
+    b->logits = be->ops->host_alloc ? be->ops->host_alloc(be, logits_bytes) : NULL;
+    b->logits_pinned = b->logits != NULL;
+    if (!b->logits) b->logits = ft_malloc(logits_bytes);
     if (be->ops->rope_seqs && p.n_seq >= 2) {
         size_t n = (size_t)p.n_seq;
         b->seqs_bytes = n * (sizeof(int32_t *) + sizeof(int32_t));
@@ -180,13 +185,15 @@ void ft_batch_free(ft_batch *b) {
     ft_kv_pool_free(b->pool);
     ft_weights_free(b->w);
     if (b->seqs_dev && b->be->ops->buffer_free) b->be->ops->buffer_free(b->be, b->seqs_dev);
+    if (b->logits_pinned) b->be->ops->host_free(b->be, b->logits);
+    else free(b->logits);
+    b->logits = NULL;
     if (b->be) b->be->ops->free(b->be);
     free(b->pos);
     free(b->tok);
     free(b->seg);
     free(b->row_gemm);
     free(b->out_row);
-    free(b->logits);
     free(b->seqs_host);
     free(b->seq_tok);
     free(b->block_exact);

@@ -1580,6 +1580,15 @@ static void *cuda_buffer_alloc(ft_backend *be, size_t n) {
     return p;
 }
 
+static void *cuda_host_alloc(ft_backend *be, size_t n) { return ft_cuda_host_alloc(n); }
+
+static void cuda_host_free(ft_backend *be, void *p) {
+    if (!p) return;
+    cuda_backend *c = cuda_of(be);
+    ft_cuda_stream_sync(c->stream); // no copy in flight may still write it
+    ft_cuda_host_free(p);
+}
+
 static void cuda_buffer_free(ft_backend *be, void *p) {
     if (!p) return;
     cuda_backend *c = cuda_of(be);
@@ -1807,6 +1816,8 @@ static const ft_backend_ops g_cuda_ops = {
     .scratch_bytes = cuda_scratch_bytes,
     .buffer_alloc = cuda_buffer_alloc,
     .buffer_free = cuda_buffer_free,
+    .host_alloc = cuda_host_alloc,
+    .host_free = cuda_host_free,
     .buffer_write = cuda_buffer_write,
     .buffer_write_ordered = cuda_buffer_write_ordered,
     .expert_host_allocator = cuda_expert_host_allocator,
