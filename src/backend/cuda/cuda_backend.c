@@ -1580,7 +1580,7 @@ static void *cuda_buffer_alloc(ft_backend *be, size_t n) {
     return p;
 }
 
-static void *cuda_host_alloc(ft_backend *be, size_t n) { return ft_cuda_host_alloc(n); }
+static void *cuda_host_alloc(ft_backend *be, size_t n) { return ft_cuda_host_alloc_or_null(n); }
 
 static void cuda_host_free(ft_backend *be, void *p) {
     if (!p) return;

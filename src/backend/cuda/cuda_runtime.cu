@@ -127,6 +127,13 @@ extern "C" void *ft_cuda_host_alloc(size_t n) {
     return p;
 }
 
+extern "C" void *ft_cuda_host_alloc_or_null(size_t n) {
+    void *p = NULL;
+    if (cudaMallocHost(&p, n ? n : 1) == cudaSuccess) return p;
+    (void)cudaGetLastError(); // (an allocation failure is not sticky: clear it)
+    return NULL;
+}
+
 extern "C" void ft_cuda_host_free(void *p) {
     if (p) CUDA_CHECK(cudaFreeHost(p));
 }

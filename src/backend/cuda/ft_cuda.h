@@ -75,6 +75,7 @@ void ft_cuda_free(void *p);
 
 // Pinned (page-locked) host memory, for asynchronous copies. Aborts when it cannot be had.
 void *ft_cuda_host_alloc(size_t n);
+void *ft_cuda_host_alloc_or_null(size_t n); // NULL when it cannot be had
 void ft_cuda_host_free(void *p);
 
 typedef struct ft_cuda_stream ft_cuda_stream; // opaque; NULL is the default stream
