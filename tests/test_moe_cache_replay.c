@@ -1,7 +1,7 @@
 // test_moe_cache_replay.c: the replay of route traces (src/moe/cache_replay.c) and the cache's
-// self-sizing and prefetch (src/moe/expert_cache.c): the self-sizing machinery with no moves
-// decides as the fixed ranges do, the shadow tags and a move by the contract on a hand-made
-// case, the invariants and churn bound of every rebalance, Belady above every policy on
+// self-sizing, frecency victims and prefetch (src/moe/expert_cache.c): the self-sizing machinery
+// with no moves decides as the fixed ranges do, the shadow tags and a move by the contract on a
+// hand-made case, the invariants and churn bound of every rebalance, Belady above every policy on
 // generated traces, prefetch's accounting against perfect and useless guesses, `ft replay`.
 #include "fixtures.h"
 #include "../src/model/synth.h"
@@ -202,9 +202,10 @@ TEST(moe_sizing_rebalances_keep_the_invariants) {
 static double rate(const moe_replay_result *r) { return (double)r->total.hits / (double)r->total.selections; }
 
 // On generated traces (one and two sequences, one and two pools, three sizes): Belady for fixed
-// ranges hits at least as often as the LRU in every layer, pool-wide Belady at least as often as
-// fixed Belady and self-sizing; counted from the start these are theorems, after a warm-up
-// they hold by a wide margin. Self-sizing gains on the heterogeneous trace.
+// ranges hits at least as often as the LRU and frecency victims in every layer, pool-wide Belady
+// at least as often as fixed Belady and self-sizing (with either victims); counted from the start
+// these are theorems, after a warm-up they hold by a wide margin. Self-sizing gains on the
+// heterogeneous trace, and frecency victims over the LRU's.
 TEST(moe_replay_belady_bounds_every_policy) {
     struct {
         int n_seq, per_layer;
@@ -219,28 +220,42 @@ TEST(moe_replay_belady_bounds_every_policy) {
         for (int64_t warmup = 0; warmup <= 150; warmup += 150) {
             moe_replay_params rp = moe_replay_default_params();
             rp.warmup = warmup;
-            moe_replay_result lru, ss, bf, bp;
+            moe_replay_result lru, ss, fr, fs, bf, bp;
             ft_err err = {{0}};
             REQUIRE(moe_cache_replay_params(&plan, &g, &t, &rp, &lru, &err), "%s", err.msg);
             rp.policy = moe_cache_sizing_default_params();
             REQUIRE(moe_cache_replay_params(&plan, &g, &t, &rp, &ss, &err), "%s", err.msg);
+            rp.policy.victims = MOE_VICTIMS_FRECENCY;
+            REQUIRE(moe_cache_replay_params(&plan, &g, &t, &rp, &fs, &err), "%s", err.msg);
+            rp.policy = moe_cache_policy_default_params();
+            rp.policy.victims = MOE_VICTIMS_FRECENCY;
+            REQUIRE(moe_cache_replay_params(&plan, &g, &t, &rp, &fr, &err), "%s", err.msg);
             REQUIRE(moe_cache_replay_belady(&plan, &g, &t, warmup, false, &bf, &err), "%s", err.msg);
             REQUIRE(moe_cache_replay_belady(&plan, &g, &t, warmup, true, &bp, &err), "%s", err.msg);
             CHECK(lru.total.selections == bf.total.selections && bp.total.selections == ss.total.selections &&
                   lru.steps == t.n_steps - warmup);
             for (int li = 0; li < 8; li++)
-                CHECK(bf.layers[li].stats.misses <= lru.layers[li].stats.misses, "case %zu layer %d: %llu > %llu", c,
-                      li, (unsigned long long)bf.layers[li].stats.misses,
-                      (unsigned long long)lru.layers[li].stats.misses);
-            CHECK(bp.total.misses <= bf.total.misses && bp.total.misses <= ss.total.misses,
-                  "case %zu: pool-wide %llu, fixed %llu, self-sizing %llu", c, (unsigned long long)bp.total.misses,
-                  (unsigned long long)bf.total.misses, (unsigned long long)ss.total.misses);
+                CHECK(bf.layers[li].stats.misses <= lru.layers[li].stats.misses &&
+                          bf.layers[li].stats.misses <= fr.layers[li].stats.misses,
+                      "case %zu layer %d: %llu > %llu or %llu", c, li,
+                      (unsigned long long)bf.layers[li].stats.misses, (unsigned long long)lru.layers[li].stats.misses,
+                      (unsigned long long)fr.layers[li].stats.misses);
+            CHECK(bp.total.misses <= bf.total.misses && bp.total.misses <= ss.total.misses &&
+                      bp.total.misses <= fs.total.misses,
+                  "case %zu: pool-wide %llu, fixed %llu, self-sizing %llu, with frecency %llu", c,
+                  (unsigned long long)bp.total.misses, (unsigned long long)bf.total.misses,
+                  (unsigned long long)ss.total.misses, (unsigned long long)fs.total.misses);
+            // frecency victims gain over the LRU's on these traces, with fixed ranges and with self-sizing
+            CHECK(rate(&fr) > rate(&lru) && rate(&fs) > rate(&ss), "case %zu: frecency %.4f, LRU %.4f; with "
+                  "self-sizing %.4f, %.4f", c, rate(&fr), rate(&lru), rate(&fs), rate(&ss));
             CHECK(rate(&bf) > rate(&lru) + 0.03, "case %zu: Belady %.3f, LRU %.3f", c, rate(&bf), rate(&lru));
             // the larger caches leave room to move: self-sizing must gain there
             if (cases[c].per_layer >= 24 && warmup)
                 CHECK(rate(&ss) > rate(&lru) + 0.01, "case %zu: self-sizing %.4f, LRU %.4f", c, rate(&ss), rate(&lru));
             moe_replay_result_free(&lru);
             moe_replay_result_free(&ss);
+            moe_replay_result_free(&fr);
+            moe_replay_result_free(&fs);
             moe_replay_result_free(&bf);
             moe_replay_result_free(&bp);
         }
@@ -350,7 +365,9 @@ TEST(moe_replay_cli) {
     char cmd[1024], out[16384];
     snprintf(cmd, sizeof(cmd), "%s replay %s --slots-per-layer 24 --per-layer", test_ft_bin(), trace);
     REQUIRE(test_run(cmd, out, sizeof(out)) == 0, "%s", out);
-    CHECK(strstr(out, "LRU, fixed ranges") && strstr(out, "self-sizing layers") && strstr(out, "Belady, fixed ranges") &&
+    CHECK(strstr(out, "LRU, fixed ranges") && strstr(out, "self-sizing layers") &&
+          strstr(out, "frecency, fixed ranges") && strstr(out, "frecency, self-sizing") &&
+          strstr(out, "Belady, fixed ranges") &&
           strstr(out, "Belady, pool-wide") && strstr(out, "LRU with prefetch") && strstr(out, "144 slots") &&
           strstr(out, "prefetch (at most 1 copies a layer's step): accuracy 0.8"), "%s", out);
     snprintf(cmd, sizeof(cmd), "%s replay %s --slots-per-layer 24 --json", test_ft_bin(), trace);
@@ -362,7 +379,9 @@ TEST(moe_replay_cli) {
     double ss = json_real_value(json_object_get(json_object_get(pol, "self_sizing"), "hit_rate"));
     double bf = json_real_value(json_object_get(json_object_get(pol, "belady_fixed"), "hit_rate"));
     double bp = json_real_value(json_object_get(json_object_get(pol, "belady_pool"), "hit_rate"));
-    CHECK(lru > 0.3 && bf >= lru && bp >= bf && bp >= ss, "%s", out);
+    double fr = json_real_value(json_object_get(json_object_get(pol, "frecency"), "hit_rate"));
+    double fs = json_real_value(json_object_get(json_object_get(pol, "frecency_self_sizing"), "hit_rate"));
+    CHECK(lru > 0.3 && bf >= lru && bp >= bf && bp >= ss && fr > 0.3 && bf >= fr && bp >= fs, "%s", out);
     CHECK(json_array_size(json_object_get(o, "layers")) == 6 &&
           json_real_value(json_object_get(json_object_get(o, "prefetch"), "accuracy")) > 0.75, "%s", out);
     json_int_t pf1 = json_integer_value(json_object_get(json_object_get(o, "prefetch"), "prefetched"));

@@ -2,7 +2,7 @@
 // (src/moe/expert_cache.c) against a brute-force model of the policy written differently (keys
 // found by linear search, victims by sorting the candidates) and, for one selection per step,
 // against the textbook LRU criterion (hit iff fewer than C distinct other experts since the
-// last use).
+// last use); frecency victims against a model of their rule.
 #include "fixtures.h"
 #include "../src/gguf/gguf.h"
 #include "../src/model/synth.h"
@@ -573,6 +573,108 @@ TEST(moe_cache_split_step_is_the_plain_step) {
           (unsigned long long)sum_cpu, (unsigned long long)cpu_total, cpu_steps, copy_steps);
     moe_expert_cache_free(a);
     moe_expert_cache_free(b);
+    moe_cache_plan_free(&plan);
+    moe_geometry_free(&g);
+}
+
+// Frecency victims (the header's "Frecency victims"): a layer whose expert A served three steps
+// and then B and C one each gives up B (fewest uses, the older of the two), where the LRU gives up
+// A; then random steps of one layer against a model of the rule written from the header: each
+// expert's list of the steps that selected it, w and c counted from it, the candidates sorted.
+typedef struct {
+    int expert; // -1: empty
+    long last;  // the step of the last use (the pool clock of a one-layer pool)
+} frec_slot;
+
+static long frec_model_score(int n_uses, const long *uses, long u) {
+    int w = 0;
+    for (int i = 0; i < n_uses; i++) w += uses[i] >= u - 8 && uses[i] <= u - 1;
+    return 8L * w + (u ? 80L * n_uses / u : 0);
+}
+
+TEST(moe_cache_frecency_victims_follow_the_rule) {
+    moe_layer_geometry l = {.layer = 0, .n_expert = 32, .bytes = {10, 10, 10}};
+    moe_geometry g;
+    moe_geometry_from_layers(&l, 1, &g);
+    moe_cache_plan plan;
+    REQUIRE(make_plan(&g, 3, 1, &plan));
+    REQUIRE(plan.pools[0].n_slots == 3);
+    moe_cache_policy_params fp = moe_cache_policy_default_params();
+    fp.victims = MOE_VICTIMS_FRECENCY;
+    const int32_t steps[6] = {0, 0, 0, 1, 2, 3}; // A A A B C, then D misses
+    for (int v = 0; v < 2; v++) {
+        moe_cache_policy_params pp = moe_cache_policy_default_params();
+        moe_expert_cache *c = moe_expert_cache_init_policy(&plan, &g, v ? &fp : &pp);
+        int32_t slot = -1;
+        moe_cache_copy cp;
+        int n_copies = 0;
+        for (int i = 0; i < 6; i++)
+            REQUIRE(moe_expert_cache_step(c, 0, &steps[i], 1, &slot, &cp, &n_copies, NULL));
+        CHECK(n_copies == 1 && cp.evicted_expert == (v ? 1 : 0), "%s: D evicted expert %d",
+              v ? "frecency" : "LRU", cp.evicted_expert);
+        moe_expert_cache_free(c);
+    }
+    moe_cache_plan_free(&plan);
+
+    enum { N_EXPERT = 32, SLOTS = 7, STEPS = 3000, MAX_N = 3 };
+    REQUIRE(make_plan(&g, SLOTS, MAX_N, &plan));
+    REQUIRE(plan.pools[0].n_slots == SLOTS);
+    moe_expert_cache *c = moe_expert_cache_init_policy(&plan, &g, &fp);
+    frec_slot ms[SLOTS];
+    for (int s = 0; s < SLOTS; s++) ms[s] = (frec_slot){-1, 0};
+    long *uses = calloc((size_t)N_EXPERT * STEPS, sizeof(long));
+    int n_uses[N_EXPERT] = {0};
+    ft_rng rng = ft_rng_init(23);
+    int bad = 0, misses = 0;
+    for (long u = 1; u <= STEPS && bad < 3; u++) {
+        int32_t ex[MAX_N], slots[MAX_N];
+        int n = 1 + (int)(ft_rng_next(&rng) % MAX_N);
+        for (int i = 0; i < n; i++) ex[i] = draw_expert(&rng, N_EXPERT); // duplicates allowed
+        // the model: uses first, then hits, then each missed expert takes the least candidate
+        bool first[MAX_N];
+        for (int i = 0; i < n; i++) {
+            first[i] = true;
+            for (int j = 0; j < i; j++) first[i] &= ex[j] != ex[i];
+            if (first[i]) uses[(size_t)ex[i] * STEPS + n_uses[ex[i]]++] = u;
+        }
+        int want[MAX_N];
+        bool used[SLOTS] = {0};
+        for (int i = 0; i < n; i++) {
+            want[i] = -1;
+            for (int s = 0; s < SLOTS; s++)
+                if (ms[s].expert == ex[i]) want[i] = s, used[s] = true;
+        }
+        for (int i = 0; i < n; i++) {
+            if (want[i] >= 0 || !first[i]) continue;
+            int best = -1;
+            long bs = 0;
+            for (int s = 0; s < SLOTS; s++) {
+                if (used[s]) continue;
+                int e = ms[s].expert;
+                long sc = e < 0 ? -1 : frec_model_score(n_uses[e], uses + (size_t)e * STEPS, u);
+                if (best < 0 || sc < bs || (sc == bs && ms[s].last < ms[best].last)) best = s, bs = sc;
+            }
+            ms[best].expert = ex[i];
+            used[best] = true;
+            want[i] = best;
+            misses++;
+            for (int j = i + 1; j < n; j++)
+                if (ex[j] == ex[i]) want[j] = best;
+        }
+        for (int s = 0; s < SLOTS; s++)
+            if (used[s]) ms[s].last = u;
+        moe_cache_copy cps[MAX_N];
+        int n_copies;
+        REQUIRE(moe_expert_cache_step(c, 0, ex, n, slots, cps, &n_copies, NULL));
+        for (int i = 0; i < n; i++)
+            if (slots[i] != want[i] && bad++ < 3)
+                CHECK(false, "step %ld selection %d (expert %d): slot %d, the rule's %d", u, i, ex[i], slots[i],
+                      want[i]);
+    }
+    CHECK(bad == 0);
+    CHECK(misses > STEPS / 4 && misses < STEPS * MAX_N, "%d misses", misses);
+    free(uses);
+    moe_expert_cache_free(c);
     moe_cache_plan_free(&plan);
     moe_geometry_free(&g);
 }

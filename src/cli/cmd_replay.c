@@ -1,7 +1,8 @@
 // cmd_replay.c: `ft replay TRACE.ftrt [--model M.gguf] [cache size] [options] [--json]`: replays a
 // route trace through the expert cache's C reference (src/moe/cache_replay.h) and sets the
 // policies side by side on the same trace and slots: the LRU of fixed ranges, self-sizing layers,
-// Belady's optimum for fixed ranges and for slots shared by a pool's layers; with a trace that
+// both again with frecency victims, Belady's optimum for fixed ranges and for slots shared by a
+// pool's layers; with a trace that
 // carries predictions, the LRU with prefetch (predicted, used, wasted, accuracy). Per layer with
 // --per-layer (always in --json). No GPU and no model weights are needed: the geometry comes from
 // the model's header (--model) or, without one, every traced layer is one geometry.
@@ -20,8 +21,8 @@
 static const char *const g_usage =
     "usage: ft replay TRACE.ftrt [--model M.gguf] [--slots-per-layer S | --moe-cache-size N] [options]\n"
     "Replays a route trace (ft trace-gen) through the expert cache's C reference: the LRU of fixed\n"
-    "ranges, self-sizing layers, and Belady's optimum on the same slots; prefetch where the trace\n"
-    "carries predictions.\n"
+    "ranges, self-sizing layers, both with frecency victims (the C reference's only, so far), and\n"
+    "Belady's optimum on the same slots; prefetch where the trace carries predictions.\n"
     "  --model M.gguf         the model's expert geometry and pools (else one geometry, copies only)\n"
     "  --slots-per-layer S    a cache of S x MoE layers slots (default: an eighth of the experts)\n"
     "  --moe-cache-size N     a cache of N slots, priced as --moe-cache-size\n"
@@ -143,9 +144,11 @@ int cmd_replay(int argc, char **argv) {
     if (warmup < 0) warmup = t.n_steps / 10;
     moe_cache_plan plan = {0};
     int rc = FT_EXIT_INPUT;
-    enum { LRU, SIZING, BELADY_FIXED, BELADY_POOL, PREFETCH, N_ARMS };
-    arm arms[N_ARMS] = {{"LRU, fixed ranges", {0}}, {"self-sizing layers", {0}}, {"Belady, fixed ranges", {0}},
-                        {"Belady, pool-wide", {0}}, {"LRU with prefetch", {0}}};
+    enum { LRU, SIZING, FREC, FREC_SIZING, BELADY_FIXED, BELADY_POOL, PREFETCH, N_ARMS };
+    arm arms[N_ARMS] = {{"LRU, fixed ranges", {0}},    {"self-sizing layers", {0}},
+                        {"frecency, fixed ranges", {0}}, {"frecency, self-sizing", {0}},
+                        {"Belady, fixed ranges", {0}}, {"Belady, pool-wide", {0}},
+                        {"LRU with prefetch", {0}}};
     if (!moe_cache_plan_make(&g, &pp, &plan, &err)) {
         fprintf(stderr, "ft replay: %s\n", err.msg);
         goto done;
@@ -155,6 +158,12 @@ int cmd_replay(int argc, char **argv) {
     bool ok = moe_cache_replay_params(&plan, &g, &t, &rp, &arms[LRU].r, &err);
     rp.policy = sizing;
     ok = ok && moe_cache_replay_params(&plan, &g, &t, &rp, &arms[SIZING].r, &err);
+    rp.policy = moe_cache_policy_default_params();
+    rp.policy.victims = MOE_VICTIMS_FRECENCY;
+    ok = ok && moe_cache_replay_params(&plan, &g, &t, &rp, &arms[FREC].r, &err);
+    rp.policy = sizing;
+    rp.policy.victims = MOE_VICTIMS_FRECENCY;
+    ok = ok && moe_cache_replay_params(&plan, &g, &t, &rp, &arms[FREC_SIZING].r, &err);
     ok = ok && moe_cache_replay_belady(&plan, &g, &t, warmup, false, &arms[BELADY_FIXED].r, &err);
     ok = ok && moe_cache_replay_belady(&plan, &g, &t, warmup, true, &arms[BELADY_POOL].r, &err);
     if (ok && t.predicted) {
@@ -196,7 +205,8 @@ int cmd_replay(int argc, char **argv) {
                                                         "period", sizing.period, "max_moves", sizing.max_moves,
                                                         "min_gain", sizing.min_gain, "moves",
                                                         (json_int_t)arms[SIZING].r.moves));
-        static const char *const keys[N_ARMS] = {"lru", "self_sizing", "belady_fixed", "belady_pool", "lru_prefetch"};
+        static const char *const keys[N_ARMS] = {"lru",          "self_sizing", "frecency",    "frecency_self_sizing",
+                                                 "belady_fixed", "belady_pool", "lru_prefetch"};
         json_t *pol = json_object();
         for (int a = 0; a < n_arms; a++) json_object_set_new(pol, keys[a], stats_json(&arms[a].r.total, steps));
         json_object_set_new(o, "policies", pol);
@@ -244,14 +254,18 @@ int cmd_replay(int argc, char **argv) {
             printf("  %-22s hit rate %.4f  %7.2f copies/step", arms[a].name, hit_rate(s),
                    (double)s->misses / (double)steps);
             if (model) printf("  %8.1f MiB/step", (double)s->bytes_copied / (double)steps / 1048576.0);
-            if (a == SIZING) printf("  (%llu slot moves)", (unsigned long long)arms[a].r.moves);
+            if (a == SIZING || a == FREC_SIZING)
+                printf("  (%llu slot moves)", (unsigned long long)arms[a].r.moves);
             if (a == PREFETCH) printf("  (demand misses; prefetch copies below)");
             printf("\n");
         }
         double lru = hit_rate(&arms[LRU].r.total), ss = hit_rate(&arms[SIZING].r.total);
+        double fs = hit_rate(&arms[FREC_SIZING].r.total), bf = hit_rate(&arms[BELADY_FIXED].r.total);
+        double bp = hit_rate(&arms[BELADY_POOL].r.total);
         printf("  self-sizing against the LRU: %+.2f points; Belady pool-wide above self-sizing: %.2f points, above "
-               "the LRU %.2f\n", 100 * (ss - lru), 100 * (hit_rate(&arms[BELADY_POOL].r.total) - ss),
-               100 * (hit_rate(&arms[BELADY_POOL].r.total) - lru));
+               "the LRU %.2f\n", 100 * (ss - lru), 100 * (bp - ss), 100 * (bp - lru));
+        printf("  frecency with self-sizing against the LRU: %+.2f points; Belady above it: %.2f points (fixed "
+               "ranges), %.2f (pool-wide)\n", 100 * (fs - lru), 100 * (bf - fs), 100 * (bp - fs));
         if (pf)
             printf("  prefetch (at most %d copies a layer's step): accuracy %.4f (%llu guesses); %.2f prefetch "
                    "copies/step: %.2f used, %.2f wasted (%.1f%% used)\n",
@@ -262,8 +276,8 @@ int cmd_replay(int argc, char **argv) {
             printf("            %.1f MiB used and %.1f MiB wasted per step\n", (double)used_b / (double)steps / 1048576.0,
                    (double)wasted_b / (double)steps / 1048576.0);
         if (per_layer) {
-            printf("  %6s %5s %6s %6s %8s %8s %8s %8s", "layer", "pool", "slots", "sized", "LRU", "sizing", "B.fixed",
-                   "B.pool");
+            printf("  %6s %5s %6s %6s %8s %8s %8s %8s %8s %8s", "layer", "pool", "slots", "sized", "LRU", "sizing",
+                   "frec.", "f.sizing", "B.fixed", "B.pool");
             if (pf) printf(" %8s %8s %8s", "+pref.", "accur.", "used");
             printf("\n");
             for (int li = 0; li < t.n_layers; li++) {

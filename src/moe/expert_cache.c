@@ -42,7 +42,13 @@ struct moe_expert_cache {
     uint32_t *tail;       // (n_blocks, G) hits by position from the LRU end
     uint32_t *ghost;      // (n_blocks, G) misses by ghost depth
     int *given, *taken;   // (n_blocks) moves of the current rebalance
+    // frecency victims only (NULL otherwise): the header's u_L, and c, l, h of every (L, e)
+    uint64_t *layer_steps;  // (n_blocks)
+    uint32_t *use_count;    // (experts of all layers, as map)
+    uint64_t *use_last, *use_hist;
 };
+
+enum { MOE_FRECENCY_WINDOW = 8 };
 
 // Tuned on heterogeneous 48-layer traces of 128 experts, top-8, at 16 to 48 slots per layer
 // (docs/performance.md, "Cache replay: self-sizing layers and Belady").
@@ -128,6 +134,13 @@ moe_expert_cache *moe_expert_cache_init_policy(const moe_cache_plan *plan, const
             first += n_own;
         }
     }
+    if (policy->victims == MOE_VICTIMS_FRECENCY) {
+        size_t nm = (size_t)(n_map ? n_map : 1);
+        c->layer_steps = ft_calloc((size_t)c->n_blocks, sizeof(uint64_t));
+        c->use_count = ft_calloc(nm, sizeof(uint32_t));
+        c->use_last = ft_calloc(nm, sizeof(uint64_t));
+        c->use_hist = ft_calloc(nm, sizeof(uint64_t));
+    }
     if (policy->self_sizing) {
         size_t G = (size_t)policy->ghost_depth, nb = (size_t)c->n_blocks;
         c->ghost_tag = ft_calloc((size_t)(n_map ? n_map : 1), sizeof(uint32_t));
@@ -155,6 +168,10 @@ void moe_expert_cache_free(moe_expert_cache *c) {
     free(c->ghost);
     free(c->given);
     free(c->taken);
+    free(c->layer_steps);
+    free(c->use_count);
+    free(c->use_last);
+    free(c->use_hist);
     free(c->pools);
     free(c->pool_of_block);
     free(c->n_expert);
@@ -209,13 +226,53 @@ static void owned_span(const moe_expert_cache *c, const pool_state *ps, int L, i
     *hi = c->policy.self_sizing ? ps->n_slots : c->range_first[L] + c->range_n[L];
 }
 
-// The slot of L's with the smallest (stamp, index) among stamps below t, leaving out slots whose
-// expert is marked (seen[expert] == keep; keep 0: none); -1 if none.
+// The frecency score of the slot holding (L, e) (header: "Frecency victims").
+static uint64_t frecency_score(const moe_expert_cache *c, int L, int e) {
+    size_t at = (size_t)c->map_base[L] + (size_t)e;
+    uint64_t u = c->layer_steps[L], age = u - c->use_last[at];
+    uint64_t h = age >= 64 ? 0 : c->use_hist[at] << age;
+    uint64_t window = ((1ull << MOE_FRECENCY_WINDOW) - 1) << 1; // the steps u - 1 .. u - 8
+    uint64_t rate = u ? 80 * (uint64_t)c->use_count[at] / u : 0;
+    return 8 * (uint64_t)__builtin_popcountll(h & window) + rate;
+}
+
+// Records the uses of step u_L (advanced here) by its distinct experts (frecency victims only).
+static void record_uses(moe_expert_cache *c, int L, const int32_t *experts, int n) {
+    uint64_t u = ++c->layer_steps[L], epoch = ++c->seen_epoch;
+    for (int i = 0; i < n; i++) {
+        int e = experts[i];
+        if (c->seen[e] == epoch) continue;
+        c->seen[e] = epoch;
+        size_t at = (size_t)c->map_base[L] + (size_t)e;
+        uint64_t age = u - c->use_last[at];
+        c->use_hist[at] = (age >= 64 ? 0 : c->use_hist[at] << age) | 1;
+        c->use_last[at] = u;
+        c->use_count[at]++;
+    }
+}
+
+// Does slot a go before slot b as a victim? LRU: (stamp, index) ascending; frecency: empty slots
+// first, then (score, stamp, index).
+static bool victim_before(const moe_expert_cache *c, const pool_state *ps, int a, int b) {
+    if (c->policy.victims == MOE_VICTIMS_FRECENCY) {
+        bool ea = ps->slot_layer[a] < 0, eb = ps->slot_layer[b] < 0;
+        if (ea != eb) return ea;
+        if (!ea) {
+            uint64_t sa = frecency_score(c, ps->slot_layer[a], ps->slot_expert[a]);
+            uint64_t sb = frecency_score(c, ps->slot_layer[b], ps->slot_expert[b]);
+            if (sa != sb) return sa < sb;
+        }
+    }
+    return ps->stamp[a] < ps->stamp[b] || (ps->stamp[a] == ps->stamp[b] && a < b);
+}
+
+// L's first victim among its slots with stamps below t (the policy's order), leaving out slots
+// whose expert is marked (seen[expert] == keep; keep 0: none); -1 if none.
 static int oldest_slot_but(const moe_expert_cache *c, const pool_state *ps, int L, uint64_t t, uint64_t keep) {
     int best = -1, lo, hi;
     owned_span(c, ps, L, &lo, &hi);
     for (int s = lo; s < hi; s++)
-        if (ps->slot_owner[s] == L && ps->stamp[s] < t && (best < 0 || ps->stamp[s] < ps->stamp[best]) &&
+        if (ps->slot_owner[s] == L && ps->stamp[s] < t && (best < 0 || victim_before(c, ps, s, best)) &&
             !(keep && ps->slot_layer[s] == L && c->seen[ps->slot_expert[s]] == keep))
             best = s;
     return best;
@@ -296,6 +353,7 @@ bool moe_expert_cache_step_split(moe_expert_cache *c, int layer, const int32_t *
         return ft_err_set(err, "layer %d: the step selects %d distinct experts but the layer has %d slots (pool %d)",
                           layer, distinct, c->range_n[layer], pool);
     if (c->policy.self_sizing) count_shadow_tags(c, ps, layer, experts, n);
+    if (c->layer_steps) record_uses(c, layer, experts, n);
     uint64_t t = ++ps->clock;
     int missed = 0; // distinct missed experts
     for (int i = 0; i < n; i++) {

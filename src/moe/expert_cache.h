@@ -40,8 +40,15 @@ typedef struct moe_cache_stats {
 
 typedef struct moe_expert_cache moe_expert_cache;
 
+// Which of a layer's slots a miss takes (the policy's step 2, below).
+enum moe_victims {
+    MOE_VICTIMS_LRU,       // the least recently used (the engine's, on the device too)
+    MOE_VICTIMS_FRECENCY,  // the fewest uses lately and overall (the C reference only, so far)
+};
+
 // The replacement policy's parameters.
 typedef struct moe_cache_policy_params {
+    enum moe_victims victims;
     bool self_sizing;     // move slots between the layers of a pool (else fixed ranges)
     int ghost_depth;      // G: shadow tags per layer (ghost depths counted) and LRU-end positions
     int period;           // tokens (moe_expert_cache_end_step calls) between two rebalances
@@ -84,6 +91,16 @@ void moe_expert_cache_free(moe_expert_cache *c);
 //        the order j. Every selection of m_j gets v_j.
 //     A step with more distinct experts than L's range has slots is an error (the plan's floor
 //     prevents it).
+//   Frecency victims (victims = MOE_VICTIMS_FRECENCY; MOE_FRECENCY_WINDOW = 8): each layer counts
+//     its steps, u_L (advanced at the start of each of its steps, before step 1; prefetch does not
+//     advance it), and each (L, e) its uses c (the steps of L that selected e), the step of its
+//     last use l and a 64-bit history h (bit i: e was selected at step l - i), all updated at
+//     the start of the step for its distinct experts. A slot holding (L, e) then scores
+//     score = 8 w + floor(80 c / u), where u = u_L, w = the number of the 8 steps u - 1 .. u - 8
+//     in which e was selected (bits 1 .. 8 of h << (u - l); none when u - l >= 64), and
+//     floor(80 c / u) = 0 while u = 0. The victims are step 2's slots ordered by (empty before
+//     full, score, stamp, slot index) ascending instead; the rest of the step is unchanged.
+//     Prefetch orders its victims the same way (with u as it stands).
 //   Statistics. selections += n; misses += k; hits += n - k (a repeat of a missed expert in the
 //     same step is a hit: it costs no copy); bytes_copied += k x the layer's native expert
 //     bytes over the banks (what the copies move: the pool's slot bytes in an exact pool, less
@@ -94,8 +111,9 @@ void moe_expert_cache_free(moe_expert_cache *c);
 //
 //
 //   Shadow tags (self-sizing only; computed before the step changes anything, once per distinct
-//     expert of the step): each layer counts its evictions, ev_L; evicting (L, e) sets the
-//     ghost tag g[L][e] = ++ev_L (a slot taken from L by a move evicts too). A selected expert
+//     expert of the step; by stamp whatever the victims): each layer counts its evictions, ev_L;
+//     evicting (L, e) sets the ghost tag g[L][e] = ++ev_L (a slot taken from L by a move evicts
+//     too). A selected expert
 //     that is mapped in slot s counts a hit at LRU-end position p = the number of L's slots with
 //     stamp < stamp[s] (empty slots included): tail[L][p] += 1 when p < G. One that is unmapped,
 //     with g = g[L][e] > 0 and depth d = ev_L - g < G, counts ghost[L][d] += 1. So tail[L][p]
