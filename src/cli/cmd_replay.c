@@ -2,10 +2,10 @@
 // route trace through the expert cache's C reference (src/moe/cache_replay.h) and sets the
 // policies side by side on the same trace and slots: the LRU of fixed ranges, self-sizing layers,
 // both again with frecency victims, Belady's optimum for fixed ranges and for slots shared by a
-// pool's layers; with a trace that
-// carries predictions, the LRU with prefetch (predicted, used, wasted, accuracy). Per layer with
-// --per-layer (always in --json). No GPU and no model weights are needed: the geometry comes from
-// the model's header (--model) or, without one, every traced layer is one geometry.
+// pool's layers; with a trace that carries predictions, the LRU with prefetch (predicted, used,
+// wasted, accuracy). Per layer with --per-layer (always in --json). No GPU and no model weights
+// are needed: the geometry comes from the model's header (--model) or, without one, every traced
+// layer is one geometry.
 #include "cli.h"
 #include "args.h"
 #include "../gguf/gguf.h"

@@ -251,30 +251,25 @@ static void record_uses(moe_expert_cache *c, int L, const int32_t *experts, int 
     }
 }
 
-// Does slot a go before slot b as a victim? LRU: (stamp, index) ascending; frecency: empty slots
-// first, then (score, stamp, index).
-static bool victim_before(const moe_expert_cache *c, const pool_state *ps, int a, int b) {
-    if (c->policy.victims == MOE_VICTIMS_FRECENCY) {
-        bool ea = ps->slot_layer[a] < 0, eb = ps->slot_layer[b] < 0;
-        if (ea != eb) return ea;
-        if (!ea) {
-            uint64_t sa = frecency_score(c, ps->slot_layer[a], ps->slot_expert[a]);
-            uint64_t sb = frecency_score(c, ps->slot_layer[b], ps->slot_expert[b]);
-            if (sa != sb) return sa < sb;
-        }
-    }
-    return ps->stamp[a] < ps->stamp[b] || (ps->stamp[a] == ps->stamp[b] && a < b);
+// A slot's rank as a victim before its stamp and index: 0 under the LRU; under frecency 0 for an
+// empty slot (stamp 0 as well) and 1 + its score for a full one.
+static uint64_t victim_rank(const moe_expert_cache *c, const pool_state *ps, int s) {
+    if (c->policy.victims != MOE_VICTIMS_FRECENCY || ps->slot_layer[s] < 0) return 0;
+    return 1 + frecency_score(c, ps->slot_layer[s], ps->slot_expert[s]);
 }
 
-// L's first victim among its slots with stamps below t (the policy's order), leaving out slots
-// whose expert is marked (seen[expert] == keep; keep 0: none); -1 if none.
+// L's first victim among its slots with stamps below t, by (rank, stamp, slot index) ascending,
+// leaving out slots whose expert is marked (seen[expert] == keep; keep 0: none); -1 if none.
 static int oldest_slot_but(const moe_expert_cache *c, const pool_state *ps, int L, uint64_t t, uint64_t keep) {
     int best = -1, lo, hi;
+    uint64_t best_rank = 0;
     owned_span(c, ps, L, &lo, &hi);
-    for (int s = lo; s < hi; s++)
-        if (ps->slot_owner[s] == L && ps->stamp[s] < t && (best < 0 || victim_before(c, ps, s, best)) &&
-            !(keep && ps->slot_layer[s] == L && c->seen[ps->slot_expert[s]] == keep))
-            best = s;
+    for (int s = lo; s < hi; s++) {
+        if (ps->slot_owner[s] != L || ps->stamp[s] >= t) continue;
+        if (keep && ps->slot_layer[s] == L && c->seen[ps->slot_expert[s]] == keep) continue;
+        uint64_t r = victim_rank(c, ps, s);
+        if (best < 0 || r < best_rank || (r == best_rank && ps->stamp[s] < ps->stamp[best])) best = s, best_rank = r;
+    }
     return best;
 }
 
