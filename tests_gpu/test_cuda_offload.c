@@ -64,8 +64,8 @@ typedef struct rig {
     const moe_expert_banks *hb; // owned by o
 } rig;
 
-static bool rig_init_trace(rig *r, const char *path, int n_slots, enum moe_pool_layout layout, int top_k, int n_running,
-                           const moe_route_trace *trace) {
+static bool rig_init_policy(rig *r, const char *path, int n_slots, enum moe_pool_layout layout, int top_k,
+                            int n_running, const moe_route_trace *trace, enum moe_victims victims) {
     memset(r, 0, sizeof(*r));
     if (!fixture_open_moe(path, &r->f, &r->g)) return false;
     ft_err err = {{0}};
@@ -81,10 +81,18 @@ static bool rig_init_trace(rig *r, const char *path, int n_slots, enum moe_pool_
     op.plan.top_k = top_k;
     op.plan.n_running = n_running;
     op.trace = trace;
+    op.victims = victims;
     r->o = ft_offload_init(&r->g, hb, &op, &err);
     if (!r->o) return test_fail(__FILE__, __LINE__, "offload: %s", err.msg), false;
-    r->ref = moe_expert_cache_init(ft_offload_plan(r->o), &r->g);
+    moe_cache_policy_params policy = moe_cache_policy_default_params();
+    policy.victims = victims;
+    r->ref = moe_expert_cache_init_policy(ft_offload_plan(r->o), &r->g, &policy);
     return true;
+}
+
+static bool rig_init_trace(rig *r, const char *path, int n_slots, enum moe_pool_layout layout, int top_k, int n_running,
+                           const moe_route_trace *trace) {
+    return rig_init_policy(r, path, n_slots, layout, top_k, n_running, trace, MOE_VICTIMS_LRU);
 }
 
 static bool rig_init(rig *r, const char *path, int n_slots, enum moe_pool_layout layout, int top_k, int n_running) {
@@ -149,11 +157,16 @@ static void no_hook(void *ctx, const ft_offload_view *v) {
 // prefetch: before two steps of three, a prefetch of random guesses (half of them the step's
 // own selections, duplicates allowed) whose copies must be the reference's
 // (moe_expert_cache_prefetch), and whose counters (guesses selected, copies hit) the step's.
-static void decisions_case_prefetch(const char *path, int n_slots, enum moe_pool_layout layout, int steps, bool hybrid,
-                                    bool prefetch) {
+// victims: the reference's and the device's; with frecency, an LRU reference fed the same calls
+// must decide differently at some step (else the case would not tell the two apart).
+static void decisions_case_policy(const char *path, int n_slots, enum moe_pool_layout layout, int steps, bool hybrid,
+                                  bool prefetch, enum moe_victims victims) {
     enum { TOP_K = 4, RUNNING = 2 };
     rig r;
-    if (!rig_init(&r, path, n_slots, layout, TOP_K, RUNNING)) return;
+    if (!rig_init_policy(&r, path, n_slots, layout, TOP_K, RUNNING, NULL, victims)) return;
+    bool frecency = victims == MOE_VICTIMS_FRECENCY;
+    moe_expert_cache *lru = frecency ? moe_expert_cache_init(ft_offload_plan(r.o), &r.g) : NULL;
+    int lru_differs = 0; // steps whose copies or slots the LRU reference chose otherwise
     ft_offload_reserve(r.o, TOP_K * RUNNING);
     if (prefetch) ft_offload_enable_prefetch(r.o);
     moe_hybrid_costs *costs = calloc((size_t)r.g.n_layers, sizeof(*costs));
@@ -206,6 +219,11 @@ static void decisions_case_prefetch(const char *path, int n_slots, enum moe_pool
             }
             int max_copies = 1 + (int)(ft_rng_next(&rng) % (uint64_t)n); // capped or not
             REQUIRE(moe_expert_cache_prefetch(r.ref, L, guess, n, max_copies, pf, &n_pf, &err), "%s", err.msg);
+            if (lru) {
+                moe_cache_copy lpf[TOP_K * RUNNING];
+                int ln;
+                REQUIRE(moe_expert_cache_prefetch(lru, L, guess, n, max_copies, lpf, &ln, &err), "%s", err.msg);
+            }
             int32_t *guess_dev = NULL;
             ft_cuda_stream *ps = ft_offload_prefetch_begin(r.o, L, &guess_dev);
             REQUIRE(ps && guess_dev, "a prefetch for layer %d", L);
@@ -234,6 +252,17 @@ static void decisions_case_prefetch(const char *path, int n_slots, enum moe_pool
         }
         REQUIRE(moe_expert_cache_step_split(r.ref, L, ex, n, hybrid ? &costs[li] : NULL, slots, copies, &nc, &n_cpu, &err),
                 "%s", err.msg);
+        if (lru) {
+            int32_t lslots[TOP_K * RUNNING];
+            moe_cache_copy lcopies[TOP_K * RUNNING];
+            int lnc, ln_cpu;
+            REQUIRE(moe_expert_cache_step_split(lru, L, ex, n, hybrid ? &costs[li] : NULL, lslots, lcopies, &lnc, &ln_cpu,
+                                                &err),
+                    "%s", err.msg);
+            bool same = lnc == nc && !memcmp(lslots, slots, (size_t)n * sizeof(int32_t));
+            for (int j = 0; same && j < nc; j++) same = lcopies[j].slot == copies[j].slot;
+            lru_differs += !same;
+        }
         ft_cuda_memcpy_h2d(sel_dev, ex, sizeof(ex), s);
         ft_offload_view v;
         ft_offload_layer_begin(r.o, L, sel_dev, RUNNING, TOP_K, false, s, &v, hybrid ? &hook : NULL);
@@ -287,16 +316,25 @@ static void decisions_case_prefetch(const char *path, int n_slots, enum moe_pool
           (unsigned long long)pf_right, (unsigned long long)pf_copies, (unsigned long long)pf_used);
     CHECK(!prefetch || (pf_copies > 0 && pf_used > 0 && pf_used < pf_copies), "prefetch: %llu copies, %llu used",
           (unsigned long long)pf_copies, (unsigned long long)pf_used);
-    printf("    %s%s%s N %d: %d steps, hit rate %.3f, %d copies, of which %d behind the CPU, %llu prefetched, "
-           "device = reference\n",
-           hybrid ? "hybrid, " : "", prefetch ? "prefetch, " : "", layout == MOE_POOL_LAYOUT_UNIFORM ? "uniform" : "exact",
-           n_slots, steps, (double)t.hits / (double)t.selections, n_copies_total, n_cpu_total,
-           (unsigned long long)pf_copies);
+    CHECK(!frecency || lru_differs > 0, "frecency: the LRU decided every step alike");
+    printf("    %s%s%s%s N %d: %d steps, hit rate %.3f, %d copies, of which %d behind the CPU, %llu prefetched, "
+           "device = reference",
+           frecency ? "frecency, " : "", hybrid ? "hybrid, " : "", prefetch ? "prefetch, " : "",
+           layout == MOE_POOL_LAYOUT_UNIFORM ? "uniform" : "exact", n_slots, steps, (double)t.hits / (double)t.selections,
+           n_copies_total, n_cpu_total, (unsigned long long)pf_copies);
+    if (frecency) printf(" (the LRU's decisions differ at %d steps)", lru_differs);
+    printf("\n");
     fflush(stdout);
+    moe_expert_cache_free(lru);
     free(costs);
     ft_cuda_free(sel_dev);
     ft_cuda_stream_free(s);
     rig_free(&r);
+}
+
+static void decisions_case_prefetch(const char *path, int n_slots, enum moe_pool_layout layout, int steps, bool hybrid,
+                                    bool prefetch) {
+    decisions_case_policy(path, n_slots, layout, steps, hybrid, prefetch, MOE_VICTIMS_LRU);
 }
 
 static void decisions_case_split(const char *path, int n_slots, enum moe_pool_layout layout, int steps, bool hybrid) {
@@ -358,6 +396,24 @@ TEST(cuda_offload_prefetch_equal_reference) {
     decisions_case_prefetch(path, min_exact, MOE_POOL_LAYOUT_EXACT, 2000, false, true);
     decisions_case_prefetch(path, 90, MOE_POOL_LAYOUT_EXACT, 3000, false, true);
     decisions_case_prefetch(path, 4 * 48, MOE_POOL_LAYOUT_UNIFORM, 1000, false, true);
+}
+
+// Frecency victims (--moe-cache-policy frecency) on the device against the reference with the
+// same victims: plain steps from the smallest cache to one holding everything, the uniform
+// layout, hybrid's split and the prefetch.
+TEST(cuda_offload_frecency_equal_reference) {
+    GPU_TEST_REQUIRE_DEVICE();
+    const char *path = write_mixed_model("offload_mixed.gguf", 48, 4, 256, 256);
+    REQUIRE(path);
+    int min_exact = min_slots(path, MOE_POOL_LAYOUT_EXACT), min_uniform = min_slots(path, MOE_POOL_LAYOUT_UNIFORM);
+    REQUIRE(min_exact > 0 && min_uniform > 0);
+    const enum moe_victims F = MOE_VICTIMS_FRECENCY;
+    // (sizes where the two victims differ: at 90 slots the hot experts all fit and they agree)
+    decisions_case_policy(path, min_exact, MOE_POOL_LAYOUT_EXACT, 3000, false, false, F);
+    decisions_case_policy(path, min_exact + 13, MOE_POOL_LAYOUT_EXACT, 3000, false, false, F);
+    decisions_case_policy(path, min_uniform + 9, MOE_POOL_LAYOUT_UNIFORM, 2000, false, false, F);
+    decisions_case_policy(path, min_exact + 13, MOE_POOL_LAYOUT_EXACT, 3000, true, false, F);
+    decisions_case_policy(path, min_exact + 13, MOE_POOL_LAYOUT_EXACT, 3000, false, true, F);
 }
 
 // Route-trace replay: whatever the router selected, each layer step takes the trace's
@@ -499,10 +555,12 @@ static void offload_equal_fused(const char *arch, size_t n_cases, bool fused_gat
         int n_slots;
         int layout;
         bool serial;
+        bool lru; // --moe-cache-policy lru (else the default, frecency)
     } cases[] = {
-        {min_exact, MOE_POOL_LAYOUT_EXACT, false}, {min_exact + 5, MOE_POOL_LAYOUT_EXACT, true},
-        {40, MOE_POOL_LAYOUT_EXACT, false},       {4 * N_EXPERT, MOE_POOL_LAYOUT_EXACT, false},
-        {4 * TOP_K, MOE_POOL_LAYOUT_UNIFORM, false}, {30, MOE_POOL_LAYOUT_UNIFORM, false},
+        {min_exact, MOE_POOL_LAYOUT_EXACT, false, false}, {min_exact + 5, MOE_POOL_LAYOUT_EXACT, true, false},
+        {40, MOE_POOL_LAYOUT_EXACT, false, false},       {4 * N_EXPERT, MOE_POOL_LAYOUT_EXACT, false, false},
+        {4 * TOP_K, MOE_POOL_LAYOUT_UNIFORM, false, false}, {30, MOE_POOL_LAYOUT_UNIFORM, false, false},
+        {min_exact + 3, MOE_POOL_LAYOUT_EXACT, false, true},
     };
     for (size_t c = 0; c < FT_ARRAY_LEN(cases) && c < n_cases && !test_failed(); c++) {
         ft_engine_params eo_p = ep;
@@ -510,6 +568,7 @@ static void offload_equal_fused(const char *arch, size_t n_cases, bool fused_gat
         eo_p.moe_cache_size = cases[c].n_slots;
         eo_p.moe_pool_layout = cases[c].layout;
         eo_p.moe_prefill_serial = cases[c].serial;
+        eo_p.moe_cache_lru = cases[c].lru;
         for (int graphs = 0; graphs < 2; graphs++) {
             // both engines on the one model: each places its own copy (fused: every weight;
             // offload: the dense weights, the experts in its backend's host banks and cache)
@@ -546,8 +605,9 @@ static void offload_equal_fused(const char *arch, size_t n_cases, bool fused_gat
                 d3 = run_pair(ef, eo, prompt + 10, 1, 20, &err);
             }
             CHECK(d1 == 0 && d2 == 0 && d3 == 0 && d4 == 0,
-                  "case %zu (N %d, %s%s), graphs %d: %d, %d, %d, %d evaluations differ (%s)", c, cases[c].n_slots,
-                  cases[c].layout ? "uniform" : "exact", cases[c].serial ? ", serial" : "", graphs, d1, d2, d3, d4,
+                  "case %zu (N %d, %s%s%s), graphs %d: %d, %d, %d, %d evaluations differ (%s)", c, cases[c].n_slots,
+                  cases[c].layout ? "uniform" : "exact", cases[c].serial ? ", serial" : "",
+                  cases[c].lru ? ", lru" : "", graphs, d1, d2, d3, d4,
                   err.msg);
             ft_moe_stats st = {0};
             CHECK(ft_engine_moe_stats(eo, &st), "the offload engine has an expert cache");
@@ -557,11 +617,12 @@ static void offload_equal_fused(const char *arch, size_t n_cases, bool fused_gat
                   "case %zu graphs %d: prefetch: %llu guesses, %llu right, %llu copies, %llu used", c, graphs,
                   (unsigned long long)st.total.guesses, (unsigned long long)st.total.guesses_right,
                   (unsigned long long)st.total.prefetched, (unsigned long long)st.total.prefetch_used);
-            printf("    %s N %d %s%s graphs %d: logits equal to fused: %s (hit rate %.3f over %llu "
+            printf("    %s N %d %s%s%s graphs %d: logits equal to fused: %s (hit rate %.3f over %llu "
                    "selections; prefetch accuracy %.3f, %llu copies, %.3f used; a prefill after decode read "
                    "%.0f%% of its experts' bytes from the host)\n",
                    arch, cases[c].n_slots, cases[c].layout ? "uniform" : "exact",
-                   cases[c].serial ? " serial" : "", graphs, d1 || d2 || d3 || d4 ? "no" : "yes",
+                   cases[c].serial ? " serial" : "", cases[c].lru ? " lru" : "", graphs,
+                   d1 || d2 || d3 || d4 ? "no" : "yes",
                    ft_moe_hit_rate(&st.total), (unsigned long long)st.total.selections,
                    ft_moe_predict_accuracy(&st.total), (unsigned long long)st.total.prefetched,
                    ft_moe_prefetch_used(&st.total), 100.0 * (double)host_bytes / (double)all_experts_bytes);

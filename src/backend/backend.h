@@ -24,6 +24,7 @@
 #include "../moe/cache_plan.h"
 #include "../moe/cache_stats.h"
 #include "../moe/expert_banks.h"
+#include "../moe/expert_cache.h"
 #include "../moe/placement.h"
 #include "../moe/route_trace.h"
 #include "../quant/quant.h"
@@ -243,6 +244,7 @@ typedef struct ft_expert_cache_params {
     moe_cache_plan_params plan;   // --moe-cache-size, --moe-pool-layout, top-k, running, budget
     bool prefill_serial;          // --disable-moe-prefill-overlap: one overlay buffer, no overlap
     const moe_route_trace *trace; // replay these selections (copied), or NULL: the router's
+    enum moe_victims victims;     // --moe-cache-policy: which of a layer's slots a miss takes
 } ft_expert_cache_params;
 
 // --moe-backend cpu: MoE layers whose routed experts stay in host memory compute them on the

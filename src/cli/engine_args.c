@@ -64,6 +64,7 @@ bool engine_args_take(engine_args *a, int argc, char **argv, int *i, bool *bad) 
     // the flags only a CUDA engine reads
     if (args_str(argc, argv, i, "--moe-backend", &a->moe_backend, bad) ||
         args_str(argc, argv, i, "--moe-pool-layout", &a->pool_layout, bad) ||
+        args_str(argc, argv, i, "--moe-cache-policy", &a->cache_policy, bad) ||
         args_str(argc, argv, i, "--profile", &a->bw_profile, bad) ||
         args_int(argc, argv, i, "--moe-cache-size", 1, 1 << 24, &a->moe_cache_size, bad) ||
         args_int(argc, argv, i, "--kv-reserve-tokens", 0, (int64_t)1 << 40, &a->kv_reserve_tokens, bad) ||
@@ -107,6 +108,14 @@ bool engine_args_apply(const engine_args *a, ft_engine_params *p) {
         else if (!strcmp(a->pool_layout, "uniform")) p->moe_pool_layout = MOE_POOL_LAYOUT_UNIFORM;
         else {
             fprintf(stderr, "ft %s: --moe-pool-layout %s: expected exact or uniform\n", cmd, a->pool_layout);
+            return false;
+        }
+    }
+    if (a->cache_policy) {
+        if (!strcmp(a->cache_policy, "lru") || !strcmp(a->cache_policy, "frecency"))
+            p->moe_cache_lru = !strcmp(a->cache_policy, "lru");
+        else {
+            fprintf(stderr, "ft %s: --moe-cache-policy %s: expected lru or frecency\n", cmd, a->cache_policy);
             return false;
         }
     }
@@ -191,6 +200,8 @@ void engine_args_usage(FILE *out, const engine_args *a) {
             "                             expert);\n"
             "                             default: sized from the budget after --kv-reserve-tokens\n"
             "  --moe-pool-layout L        offload: exact (pools of equal geometry, default) or uniform\n"
+            "  --moe-cache-policy P       offload, hybrid: which slot a miss takes: frecency (the least used\n"
+            "                             lately and overall, default) or lru (the least recently used)\n"
             "  --profile FILE             the bandwidth profile hybrid splits by and auto chooses a mode by\n"
             "                             (default: this machine's, written by `ft bench bw` into the cache folder)\n"
             "  --kv-reserve-tokens N      offload: KV tokens reserved before the expert cache is sized\n"

@@ -357,8 +357,10 @@ static bool predict_mode_costs(const ft_model *m, const ft_engine_params *p, ft_
         tp.top_k = m->hp.n_expert_used, tp.n_seq = 1, tp.n_steps = AUTO_TRACE_STEPS;
         ok = ok && moe_trace_gen_calibrate(&tp, &err) && moe_trace_generate(&tp, &t, &err);
     }
-    ok = ok && moe_cache_replay(&plan, &g, &t, FT_MIN(AUTO_TRACE_WARMUP, t.n_steps / 2), &r, &err) &&
-         r.n_layers == g.n_layers;
+    moe_replay_params rp = moe_replay_default_params(); // the engine's victims: its hit rate
+    rp.warmup = FT_MIN(AUTO_TRACE_WARMUP, t.n_steps / 2);
+    rp.policy.victims = p->moe_cache_lru ? MOE_VICTIMS_LRU : MOE_VICTIMS_FRECENCY;
+    ok = ok && moe_cache_replay_params(&plan, &g, &t, &rp, &r, &err) && r.n_layers == g.n_layers;
     if (ok) {
         miss = ft_malloc((size_t)g.n_layers * sizeof(double));
         for (int i = 0; i < g.n_layers; i++) {
@@ -527,6 +529,7 @@ static bool plan_offload(const ft_model *m, ft_backend *be, const ft_engine_para
     cp->geometry = g;
     cp->plan = offload_plan_params(m, p, be, info);
     cp->prefill_serial = p->moe_prefill_serial;
+    cp->victims = p->moe_cache_lru ? MOE_VICTIMS_LRU : MOE_VICTIMS_FRECENCY;
 
     moe_cache_plan plan;
     char src[256];

@@ -1,5 +1,6 @@
 // expert_cache.c: slot maps, LRU victims and statistics per pool (the policy is in the header).
 #include "expert_cache.h"
+#include "frecency.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -47,8 +48,6 @@ struct moe_expert_cache {
     uint32_t *use_count;    // (experts of all layers, as map)
     uint64_t *use_last, *use_hist;
 };
-
-enum { MOE_FRECENCY_WINDOW = 8 };
 
 // Tuned on heterogeneous 48-layer traces of 128 experts, top-8, at 16 to 48 slots per layer
 // (docs/performance.md, "Cache replay: self-sizing layers and Belady").
@@ -229,11 +228,7 @@ static void owned_span(const moe_expert_cache *c, const pool_state *ps, int L, i
 // The frecency score of the slot holding (L, e) (header: "Frecency victims").
 static uint64_t frecency_score(const moe_expert_cache *c, int L, int e) {
     size_t at = (size_t)c->map_base[L] + (size_t)e;
-    uint64_t u = c->layer_steps[L], age = u - c->use_last[at];
-    uint64_t h = age >= 64 ? 0 : c->use_hist[at] << age;
-    uint64_t window = ((1ull << MOE_FRECENCY_WINDOW) - 1) << 1; // the steps u - 1 .. u - 8
-    uint64_t rate = u ? 80 * (uint64_t)c->use_count[at] / u : 0;
-    return 8 * (uint64_t)__builtin_popcountll(h & window) + rate;
+    return moe_frecency_score(c->layer_steps[L], c->use_count[at], c->use_last[at], c->use_hist[at]);
 }
 
 // Records the uses of step u_L (advanced here) by its distinct experts (frecency victims only).
@@ -244,10 +239,7 @@ static void record_uses(moe_expert_cache *c, int L, const int32_t *experts, int 
         if (c->seen[e] == epoch) continue;
         c->seen[e] = epoch;
         size_t at = (size_t)c->map_base[L] + (size_t)e;
-        uint64_t age = u - c->use_last[at];
-        c->use_hist[at] = (age >= 64 ? 0 : c->use_hist[at] << age) | 1;
-        c->use_last[at] = u;
-        c->use_count[at]++;
+        moe_frecency_use(u, &c->use_count[at], &c->use_last[at], &c->use_hist[at]);
     }
 }
 

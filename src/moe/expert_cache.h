@@ -42,8 +42,8 @@ typedef struct moe_expert_cache moe_expert_cache;
 
 // Which of a layer's slots a miss takes (the policy's step 2, below).
 enum moe_victims {
-    MOE_VICTIMS_LRU,       // the least recently used (the engine's, on the device too)
-    MOE_VICTIMS_FRECENCY,  // the fewest uses lately and overall (the C reference only, so far)
+    MOE_VICTIMS_LRU,       // the least recently used
+    MOE_VICTIMS_FRECENCY,  // the fewest uses lately and overall (the score: frecency.h)
 };
 
 // The replacement policy's parameters.

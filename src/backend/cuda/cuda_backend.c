@@ -1618,7 +1618,8 @@ static bool cuda_expert_cache_init(ft_backend *be, moe_expert_banks *hb, const f
                                    ft_err *err) {
     cuda_backend *c = cuda_of(be);
     FT_ASSERT(c->reserved && !c->offload && !c->cpu_experts);
-    ft_offload_params op = {.plan = p->plan, .prefill_serial = p->prefill_serial, .trace = p->trace};
+    ft_offload_params op = {
+        .plan = p->plan, .prefill_serial = p->prefill_serial, .trace = p->trace, .victims = p->victims};
     ft_offload *o = ft_offload_init(p->geometry, hb, &op, err); // owns hb from here, or freed it
     if (!o) return false;
     ft_offload_print(o, stderr);

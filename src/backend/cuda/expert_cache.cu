@@ -1,10 +1,11 @@
 // expert_cache.cu: the GPU expert cache's device side (see expert_cache_kernels.h): the
-// lookup that applies the C reference's LRU per layer (src/moe/expert_cache.h) on the device
-// tables, the copies of the missed experts from mapped host memory into their slots, slot
+// lookup that applies the C reference's policy per layer (src/moe/expert_cache.h: LRU or
+// frecency victims in fixed ranges) on the device tables, the copies of the missed experts from mapped host memory into their slots, slot
 // invalidation, route-trace replay, and the few runtime calls offload.c needs.
 #include "cuda_common.cuh"
 #include "expert_cache_kernels.h"
 
+#include "../../moe/frecency.h"
 #include "../../moe/hybrid.h"
 
 __device__ __forceinline__ uint64_t device_clock_ns() {
@@ -19,13 +20,48 @@ __device__ __forceinline__ uint64_t device_clock_ns() {
 #define LOOKUP_THREADS 256
 #define LOOKUP_SMEM_MAX (48 * 1024)
 
+// A lookup's shared memory: three int lists of n, the range's stamps where they fit, and with
+// frecency victims a rank per slot of the range (0: empty, else 1 + its score: at most 145).
+typedef struct lookup_layout {
+    size_t stamps, ranks, bytes;
+    bool staged;
+} lookup_layout;
+
+__host__ __device__ static lookup_layout lookup_smem(int n, int n_own, bool frecency) {
+    lookup_layout l;
+    l.stamps = ((size_t)3 * n * sizeof(int) + 7) & ~(size_t)7;
+    size_t rank_bytes = frecency ? (size_t)n_own : 0;
+    l.staged = l.stamps + (size_t)n_own * sizeof(uint64_t) + rank_bytes <= LOOKUP_SMEM_MAX;
+    l.ranks = l.staged ? l.stamps + (size_t)n_own * sizeof(uint64_t) : l.stamps;
+    l.bytes = l.ranks + rank_bytes;
+    return l;
+}
+
+// Each slot's victim rank before (stamp, index), for slots [first, first + n_own): 0 for an
+// empty one, 1 + the frecency score of its expert at layer step u for a full one.
+__device__ static void frecency_ranks(const ft_cuda_cache_frecency &f, const int32_t *slot_expert, int first,
+                                      int n_own, uint64_t u, uint8_t *rank) {
+    for (int i = threadIdx.x; i < n_own; i += blockDim.x) {
+        int e = slot_expert[first + i];
+        rank[i] = e < 0 ? 0 : (uint8_t)(1 + moe_frecency_score(u, f.count[e], f.last[e], f.hist[e]));
+    }
+}
+
+// Whether slot q comes before slot i as a victim: by (rank, stamp, index) ascending.
+__device__ __forceinline__ bool victim_before(uint8_t rq, uint64_t bq, int q, uint8_t ri, uint64_t bi, int i) {
+    return rq < ri || (rq == ri && (bq < bi || (bq == bi && q < i)));
+}
+
 // One CTA, the C reference's step in its order:
-//   1. t = clock + 1; every selection looks its expert up; a hit stamps its slot with t;
+//   1. t = clock + 1; every selection looks its expert up; a hit stamps its slot with t; with
+//      frecency victims, u = the layer's steps + 1 and each distinct selected expert records
+//      its use at u;
 //   2. thread 0 lists the distinct missed experts in order of first appearance (a repeat
 //      gets the index of its first appearance);
 //   3. victim ranks: each slot of the range with stamp < t counts the slots of the range that
-//      come before it in (stamp, index) order; rank j < k makes it v_j (the k oldest, in
-//      order) - the same choice as the reference's repeated minimum;
+//      come before it in (stamp, index) order (frecency: (empty first, score, stamp, index));
+//      rank j < k makes it v_j (the k first, in order) - the same choice as the reference's
+//      repeated minimum, since no score changes during the step;
 //   4. v_j's old expert is unmapped, then m_j mapped to v_j, stamped t, and listed as a copy;
 //   5. every selection gets its slot; thread 0 writes the clock, counts and statistics.
 // Hybrid (p.costs): in step 2 thread 0 also splits the k misses (moe_hybrid_cpu_share): copies
@@ -34,21 +70,31 @@ __device__ __forceinline__ uint64_t device_clock_ns() {
 // Stamps of the range are staged in shared memory when they fit.
 __global__ void cache_lookup_kernel(ft_cuda_cache_lookup_params p) {
     ft_pdl_begin();
-    extern __shared__ uint8_t smem[];
+    extern __shared__ __align__(8) uint8_t smem[];
+    const ft_cuda_cache_frecency &f = p.frecency;
+    const lookup_layout lay = lookup_smem(p.n, p.n_own, f.steps != NULL);
     int *res = (int *)smem, *victim = res + p.n, *missed = victim + p.n;
-    uint64_t *st_sh = (uint64_t *)(((uintptr_t)(missed + p.n) + 7) & ~(uintptr_t)7);
-    bool staged = (size_t)((uint8_t *)(st_sh + p.n_own) - smem) <= LOOKUP_SMEM_MAX;
-    __shared__ uint64_t s_t;
+    uint64_t *st_sh = (uint64_t *)(smem + lay.stamps);
+    uint8_t *rk = smem + lay.ranks;
+    __shared__ uint64_t s_t, s_u;
     __shared__ int s_k, s_k_copy;
     const int tid = threadIdx.x, nt = blockDim.x;
-    if (tid == 0) s_t = *p.clock + 1;
+    if (tid == 0) {
+        s_t = *p.clock + 1;
+        s_u = f.steps ? *f.steps + 1 : 0;
+    }
     __syncthreads();
-    const uint64_t t = s_t;
+    const uint64_t t = s_t, u = s_u;
     for (int i = tid; i < p.n; i += nt) {
-        int s = p.map[p.sel[i]];
+        int e = p.sel[i], s = p.map[e];
         res[i] = s;
         if (s >= 0) p.stamp[s] = t;
+        if (!f.steps) continue;
+        bool first = true; // record each distinct expert once: at its first selection
+        for (int q = 0; q < i && first; q++) first = p.sel[q] != e;
+        if (first) moe_frecency_use(u, &f.count[e], &f.last[e], &f.hist[e]);
     }
+    if (tid == 0 && f.steps) *f.steps = u;
     __syncthreads();
     if (p.pf_n) { // the prefetch before this step: its copies hit, its guesses selected
         __shared__ int s_used, s_right;
@@ -94,18 +140,20 @@ __global__ void cache_lookup_kernel(ft_cuda_cache_lookup_params p) {
     const int k = s_k, k_copy = s_k_copy;
     if (k > 0) {
         const uint64_t *st = p.stamp + p.first;
-        if (staged) {
+        if (lay.staged) {
             for (int i = tid; i < p.n_own; i += nt) st_sh[i] = st[i];
-            __syncthreads();
             st = st_sh;
         }
+        if (f.steps) frecency_ranks(f, p.slot_expert, p.first, p.n_own, u, rk);
+        __syncthreads();
         for (int i = tid; i < p.n_own; i += nt) {
             uint64_t a = st[i];
             if (a >= t) continue;
+            const uint8_t ra = f.steps ? rk[i] : 0;
             int rank = 0;
             for (int q = 0; q < p.n_own && rank < k; q++) {
                 uint64_t b = st[q];
-                rank += b < t && (b < a || (b == a && q < i));
+                rank += b < t && victim_before(f.steps ? rk[q] : 0, b, q, ra, a, i);
             }
             if (rank < k) victim[rank] = p.first + i;
         }
@@ -163,15 +211,13 @@ __global__ void cache_lookup_kernel(ft_cuda_cache_lookup_params p) {
     }
 }
 
-static size_t lookup_smem(int n, int n_own) {
-    size_t base = ((size_t)3 * n * sizeof(int) + 7) & ~(size_t)7;
-    size_t with = base + (size_t)n_own * sizeof(uint64_t);
-    return with <= LOOKUP_SMEM_MAX ? with : base;
+static bool frecency_valid(const ft_cuda_cache_frecency *f) {
+    return f->steps ? f->count && f->last && f->hist : !f->count && !f->last && !f->hist;
 }
 
 extern "C" void ft_cuda_cache_lookup(const ft_cuda_cache_lookup_params *p, ft_cuda_stream *s) {
-    FT_CUDA_ASSERT(p->n >= 1 && p->n <= p->n_own && p->first >= 0);
-    size_t smem = lookup_smem(p->n, p->n_own);
+    FT_CUDA_ASSERT(p->n >= 1 && p->n <= p->n_own && p->first >= 0 && frecency_valid(&p->frecency));
+    size_t smem = lookup_smem(p->n, p->n_own, p->frecency.steps != NULL).bytes;
     FT_CUDA_ASSERT(smem <= LOOKUP_SMEM_MAX);
     ft_launch(cache_lookup_kernel, 1, LOOKUP_THREADS, smem, ft_cuda_stream_handle(s), *p);
     CUDA_CHECK_LAUNCH();
@@ -183,14 +229,16 @@ extern "C" void ft_cuda_cache_lookup(const ft_cuda_cache_lookup_params *p, ft_cu
 // One CTA, moe_expert_cache_prefetch in its order (see ft_cuda_cache_prefetch_params): the
 // range's slots holding a guess are marked, thread 0 lists the first max_copies distinct
 // unmapped guesses, and each eligible slot (stamp < t, unmarked) ranks itself by (stamp, index)
-// among the eligible ones as the lookup's victims do; the first min(k, eligible) misses take
-// victims 0, 1, ...
+// (frecency: (empty first, score at the layer's step count as it stands, stamp, index)) among
+// the eligible ones as the lookup's victims do; the first min(k, eligible) misses take victims
+// 0, 1, ...
 __global__ void cache_prefetch_kernel(ft_cuda_cache_prefetch_params p) {
     ft_pdl_begin();
-    extern __shared__ uint8_t smem[];
+    extern __shared__ __align__(8) uint8_t smem[];
+    const ft_cuda_cache_frecency &f = p.frecency;
     uint64_t *st_sh = (uint64_t *)smem;
     int *missed = (int *)(st_sh + p.n_own), *victim = missed + p.n;
-    uint8_t *marked = (uint8_t *)(victim + p.n);
+    uint8_t *marked = (uint8_t *)(victim + p.n), *rk = marked + p.n_own;
     __shared__ uint64_t s_t;
     __shared__ int s_k, s_eligible;
     const int tid = threadIdx.x, nt = blockDim.x;
@@ -230,14 +278,19 @@ __global__ void cache_prefetch_kernel(ft_cuda_cache_prefetch_params p) {
         }
         return;
     }
+    if (f.steps) {
+        frecency_ranks(f, p.slot_expert, p.first, p.n_own, *f.steps, rk);
+        __syncthreads();
+    }
     for (int i = tid; i < p.n_own; i += nt) {
         uint64_t a = st_sh[i];
         if (marked[i] || a >= t) continue;
         atomicAdd(&s_eligible, 1);
+        const uint8_t ra = f.steps ? rk[i] : 0;
         int rank = 0;
         for (int q = 0; q < p.n_own && rank < k; q++) {
             uint64_t b = st_sh[q];
-            rank += !marked[q] && b < t && (b < a || (b == a && q < i));
+            rank += !marked[q] && b < t && victim_before(f.steps ? rk[q] : 0, b, q, ra, a, i);
         }
         if (rank < k) victim[rank] = p.first + i;
     }
@@ -268,8 +321,10 @@ __global__ void cache_prefetch_kernel(ft_cuda_cache_prefetch_params p) {
 }
 
 extern "C" void ft_cuda_cache_prefetch(const ft_cuda_cache_prefetch_params *p, ft_cuda_stream *s) {
-    FT_CUDA_ASSERT(p->n >= 1 && p->n <= p->n_own && p->max_copies >= 1 && p->first >= 0);
-    size_t smem = (size_t)p->n_own * sizeof(uint64_t) + (size_t)2 * p->n * sizeof(int) + (size_t)p->n_own;
+    FT_CUDA_ASSERT(p->n >= 1 && p->n <= p->n_own && p->max_copies >= 1 && p->first >= 0 &&
+                   frecency_valid(&p->frecency));
+    size_t smem = (size_t)p->n_own * sizeof(uint64_t) + (size_t)2 * p->n * sizeof(int) +
+                  (size_t)p->n_own * (p->frecency.steps ? 2 : 1);
     FT_CUDA_ASSERT(smem <= LOOKUP_SMEM_MAX);
     ft_launch(cache_prefetch_kernel, 1, LOOKUP_THREADS, smem, ft_cuda_stream_handle(s), *p);
     CUDA_CHECK_LAUNCH();

@@ -18,6 +18,14 @@ enum { FT_CACHE_STAT_SELECTIONS, FT_CACHE_STAT_HITS, FT_CACHE_STAT_MISSES, FT_CA
        FT_CACHE_STAT_PF_GUESSES, FT_CACHE_STAT_PF_RIGHT, FT_CACHE_STAT_PF_COPIES, FT_CACHE_STAT_PF_USED,
        FT_CACHE_STAT_COUNT };
 
+// Frecency victims (src/moe/frecency.h) for one layer: its step count u (1) and, per expert of
+// the layer, its uses c, last use l and history h. All NULL: LRU victims.
+typedef struct ft_cuda_cache_frecency {
+    uint64_t *steps;
+    uint32_t *count;
+    uint64_t *last, *hist;
+} ft_cuda_cache_frecency;
+
 // One layer step of the C reference (src/moe/expert_cache.h) on the device tables, in one CTA:
 // moe_expert_cache_step, or with costs moe_expert_cache_step_split (hybrid).
 typedef struct ft_cuda_cache_lookup_params {
@@ -49,12 +57,14 @@ typedef struct ft_cuda_cache_lookup_params {
     const int32_t *pf_slot, *pf_guess;
     int32_t *pf_n;
     int n_guess;
+    ft_cuda_cache_frecency frecency;
 } ft_cuda_cache_lookup_params;
 void ft_cuda_cache_lookup(const ft_cuda_cache_lookup_params *p, ft_cuda_stream *s);
 
 // A prefetch of the C reference (moe_expert_cache_prefetch) on the device tables, in one CTA:
 // t = clock + 1; the distinct unmapped guesses in order of first appearance take the range's
-// slots with stamp < t by (stamp, index), never a slot holding a guess, until none is left;
+// slots with stamp < t by (stamp, index) (frecency: by (empty first, score, stamp, index)),
+// never a slot holding a guess, until none is left;
 // each is mapped with stamp t and listed as a copy. Resident guesses keep their stamps.
 typedef struct ft_cuda_cache_prefetch_params {
     const int32_t *guess;      // (n) the predicted experts, duplicates allowed
@@ -65,6 +75,7 @@ typedef struct ft_cuda_cache_prefetch_params {
     int first, n_own;
     int32_t *copy_expert, *copy_slot, *n_copies; // out: (n), (n), (1)
     uint64_t *stats;           // the layer's counters (PF_GUESSES, PF_COPIES), or NULL
+    ft_cuda_cache_frecency frecency; // read only: a prefetch is not a step
 } ft_cuda_cache_prefetch_params;
 void ft_cuda_cache_prefetch(const ft_cuda_cache_prefetch_params *p, ft_cuda_stream *s);
 

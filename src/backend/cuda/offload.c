@@ -39,6 +39,11 @@ struct ft_offload {
     int32_t *map;              // (n_map) device: expert -> slot in its pool, -1
     pool_dev *pools;           // (plan.n_pools)
     uint64_t *clock;           // (plan.n_pools) device
+    // frecency victims only (NULL otherwise), device: each block's step count, and each expert's
+    // uses, last use and history (n_map, as map; src/moe/frecency.h)
+    uint64_t *use_steps;       // (n_blocks)
+    uint32_t *use_count;
+    uint64_t *use_last, *use_hist;
 
     // per-step outputs (ft_offload_reserve) and counters (kept across rebuilds)
     int max_sel;
@@ -147,6 +152,12 @@ static void cache_teardown(ft_offload *o) {
     o->pools = NULL;
     ft_cuda_free(o->clock);
     o->clock = NULL;
+    ft_cuda_free(o->use_steps);
+    ft_cuda_free(o->use_count);
+    ft_cuda_free(o->use_last);
+    ft_cuda_free(o->use_hist);
+    o->use_steps = o->use_last = o->use_hist = NULL;
+    o->use_count = NULL;
     for (int b = 0; b < MOE_BANK_COUNT; b++) {
         ft_cuda_free(o->arena[b]);
         ft_cuda_free(o->ov_own[b]);
@@ -213,6 +224,21 @@ static bool cache_build(ft_offload *o, ft_err *err) {
     o->clock = dev_alloc((size_t)pl->n_pools * sizeof(uint64_t));
     ft_cuda_memset(o->clock, 0, (size_t)pl->n_pools * sizeof(uint64_t), NULL);
     ft_cuda_memset(o->map, 0xFF, (size_t)o->n_map * sizeof(int32_t), NULL);
+    if (o->params.victims == MOE_VICTIMS_FRECENCY) { // counters start at 0, as the reference's
+        size_t nb = (size_t)o->n_blocks, nm = (size_t)o->n_map;
+        o->use_steps = dev_alloc(nb * sizeof(uint64_t));
+        o->use_count = dev_alloc(nm * sizeof(uint32_t));
+        o->use_last = dev_alloc(nm * sizeof(uint64_t));
+        o->use_hist = dev_alloc(nm * sizeof(uint64_t));
+        if (!o->use_steps || !o->use_count || !o->use_last || !o->use_hist) {
+            cache_teardown(o);
+            return ft_err_set(err, "offload: out of device memory for the cache tables");
+        }
+        ft_cuda_memset(o->use_steps, 0, nb * sizeof(uint64_t), NULL);
+        ft_cuda_memset(o->use_count, 0, nm * sizeof(uint32_t), NULL);
+        ft_cuda_memset(o->use_last, 0, nm * sizeof(uint64_t), NULL);
+        ft_cuda_memset(o->use_hist, 0, nm * sizeof(uint64_t), NULL);
+    }
     for (int k = 0; k < pl->n_pools; k++) {
         const moe_pool_plan *pp = &pl->pools[k];
         pool_dev *pd = &o->pools[k];
@@ -389,6 +415,7 @@ uint64_t ft_offload_device_bytes(const ft_offload *o) {
     for (int b = 0; b < MOE_BANK_COUNT; b++)
         if (o->ov_own[b]) n += o->ov_bytes[b];
     for (int k = 0; k < o->plan.n_pools; k++) n += (uint64_t)o->plan.pools[k].n_slots * 16;
+    if (o->use_steps) n += (uint64_t)o->n_blocks * 8 + (uint64_t)o->n_map * 20;
     return n;
 }
 
@@ -670,6 +697,13 @@ static void overlay_release(ft_offload *o, ft_cuda_stream *s) {
 
 void ft_offload_step_replayed(ft_offload *o, ft_cuda_stream *s) { overlay_release(o, s); }
 
+// The block's frecency counters on the device (all NULL under LRU victims).
+static ft_cuda_cache_frecency frecency_of(const ft_offload *o, int block) {
+    if (!o->use_steps) return (ft_cuda_cache_frecency){0};
+    size_t at = (size_t)o->map_base[block];
+    return (ft_cuda_cache_frecency){o->use_steps + block, o->use_count + at, o->use_last + at, o->use_hist + at};
+}
+
 static void cache_step(ft_offload *o, int block, const int32_t *sel, int n, ft_cuda_stream *s, ft_offload_view *v,
                        const ft_offload_hook *hook) {
     int li = o->layer_of_block[block];
@@ -684,6 +718,7 @@ static void cache_step(ft_offload *o, int block, const int32_t *sel, int n, ft_c
         .slot_expert = o->pools[pool].slot_expert, .stamp = o->pools[pool].stamp, .clock = o->clock + pool,
         .first = first, .n_own = n_own, .copy_expert = o->copy_expert, .copy_slot = o->copy_slot,
         .n_copies = o->n_copies, .stats = o->telemetry ? st : NULL, .copy_bytes = copy_bytes, .copy_span = o->span,
+        .frecency = frecency_of(o, block),
     };
     if (block == o->pf_block) { // the prefetch made for this step (joined by layer_begin)
         lp.pf_slot = o->pf_slot;
@@ -797,7 +832,7 @@ void ft_offload_prefetch(ft_offload *o, int block, int n, int max_copies) {
         .guess = o->pf_guess, .n = n, .max_copies = max_copies, .map = o->map + o->map_base[block], .slot_expert = o->pools[pool].slot_expert,
         .stamp = o->pools[pool].stamp, .clock = o->clock + pool, .first = first, .n_own = n_own,
         .copy_expert = o->pf_expert, .copy_slot = o->pf_slot, .n_copies = o->pf_n,
-        .stats = o->telemetry ? st : NULL,
+        .stats = o->telemetry ? st : NULL, .frecency = frecency_of(o, block),
     };
     ft_cuda_cache_prefetch(&pp, ps);
     ft_cuda_stream_wait_event(ps, o->ev_pf_copied); // the bus is the step's own copies' first
@@ -953,6 +988,8 @@ void ft_offload_print(const ft_offload *o, FILE *out) {
             o->hb->bytes / MiB, o->hb->alloc.name ? o->hb->alloc.name : "?", o->plan.bytes / MiB,
             o->n_buf >= 1 ? "in the arenas" : "beside the arenas", o->n_buf == 2 ? 2 : 1, o->n_buf == 2 ? "s" : "",
             (o->ov_bytes[0] + o->ov_bytes[1] + o->ov_bytes[2]) / MiB, o->trace ? ", replaying a route trace" : "");
+    fprintf(out, "offload: a miss takes the %s slot of its layer (--moe-cache-policy %s)\n",
+            o->use_steps ? "least used lately and overall" : "least recently used", o->use_steps ? "frecency" : "lru");
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -3,7 +3,8 @@
 // The routed experts live in host banks (src/moe/expert_banks.h) in page-locked memory that
 // the device reads through its mapping; a cache of expert slots on the device serves the
 // expert kernels. Layout and policy are the plain C modules': the plan (src/moe/cache_plan.h)
-// and the LRU per layer (src/moe/expert_cache.h), which the device applies bit for bit. Per
+// and the victims per layer, LRU or frecency (src/moe/expert_cache.h), which the device applies
+// bit for bit. Per
 // MoE layer a lookup kernel and a copy kernel run on the backend's stream with no host
 // synchronisation (so decode is graphed); big steps stream the whole layer into an overlay.
 // docs/expert-cache.md describes the steps, the overlay and the telemetry.
@@ -17,6 +18,7 @@
 #include "../../moe/cache_plan.h"
 #include "../../moe/cache_stats.h"
 #include "../../moe/expert_banks.h"
+#include "../../moe/expert_cache.h"
 #include "../../moe/hybrid.h"
 #include "../../moe/placement.h"
 #include "../../moe/route_trace.h"
@@ -32,6 +34,7 @@ typedef struct ft_offload_params {
     moe_cache_plan_params plan;   // --moe-cache-size, --moe-pool-layout, top-k, running, budget
     bool prefill_serial;          // --disable-moe-prefill-overlap: one overlay buffer, no overlap
     const moe_route_trace *trace; // replay these selections (copied), or NULL: the router's
+    enum moe_victims victims;     // --moe-cache-policy: which of a layer's slots a miss takes
 } ft_offload_params;
 
 // The cache for geometry g over host banks hb (built from g with ft_offload_host_allocator;
