@@ -106,6 +106,49 @@ TEST(cpu_attention_fast_vs_reference) {
     ref->ops->free(ref);
 }
 
+// A long prefill chunk deep in the cache (the tiled kernels' whole groups of tiles: up to
+// CPU_ATTN_TILE_GROUP tiles of a KV head share each block of keys) against the reference, with
+// and without a window, on 1 and 3 threads (items of the most tiles, and of fewer).
+TEST(cpu_attention_tiled_long_chunk_vs_reference) {
+    enum { HD = 128, NT = 512, POS0 = 700, CTX = NT + POS0, NH = 8, NKV = 2 };
+    ft_rng r = ft_rng_init(53);
+    ft_backend_limits lim = {.max_tok = NT, .max_width = NH * HD * 2, .max_ctx = CTX, .max_head_dim = HD,
+                             .n_expert = 1, .n_expert_used = 1};
+    ft_backend *ref = ft_backend_cpu_init(1, true);
+    ref->ops->reserve(ref, &lim);
+    size_t nq = (size_t)NT * NH * HD;
+    float *q = ft_malloc(nq * sizeof(float)), *of = ft_malloc(nq * sizeof(float)), *orf = ft_malloc(nq * sizeof(float));
+    float *kv = ft_malloc((size_t)CTX * NKV * HD * sizeof(float));
+    ft_tensor kc = fixture_kv_cache(FT_TYPE_F16, NKV * HD, CTX), vc = fixture_kv_cache(FT_TYPE_F16, NKV * HD, CTX);
+    fill_kv(ref, &kc, &vc, NKV * HD, CTX, kv, &r);
+    for (size_t i = 0; i < nq; i++) q[i] = ft_rng_normal(&r);
+    for (int threads = 1; threads <= 3; threads += 2)
+        for (int window = 0; window <= 300; window += 300) {
+            ft_backend *fast = ft_backend_cpu_init(threads, false);
+            fast->ops->reserve(fast, &lim);
+            for (size_t i = 0; i < nq; i++) of[i] = orf[i] = NAN;
+            ft_attn_params ap = {.q = q, .out = of, .k_cache = &kc, .v_cache = &vc, .n_tok = NT, .pos0 = POS0,
+                                 .n_head = NH, .n_head_kv = NKV, .head_dim = HD, .window = window, .scale = 0.0884f};
+            fast->ops->attention(fast, &ap);
+            ap.out = orf;
+            ref->ops->attention(ref, &ap);
+            int bad = 0;
+            for (size_t i = 0; i < nq && bad < 3; i++) {
+                bool ok = fabsf(of[i] - orf[i]) <= 1e-4f;
+                bad += !ok;
+                CHECK(ok, "threads %d window %d: [%zu] fast %.9g ref %.9g", threads, window, i, of[i], orf[i]);
+            }
+            fast->ops->free(fast);
+        }
+    free(kc.data);
+    free(vc.data);
+    free(q);
+    free(of);
+    free(orf);
+    free(kv);
+    ref->ops->free(ref);
+}
+
 // A query's output does not depend on which call (or which tile of it) holds it: 150 queries
 // over an f16 cache in one tiled call give the bits of the same queries in two calls split at 70
 // (both tiled by their own length) or at 110 (the last 40 tiled because their chunk, n_chunk, is

@@ -128,8 +128,10 @@ size_t cpu_attn_tiled_ws_floats(int head_dim);
 // reused prefix is tiled from another start (batch.h).
 // Both run up to CPU_ATTN_TILE_GROUP tiles of one KV head together, each block of keys
 // converted to f32 once for all of them (the workspace holds that many tiles' queries and
-// sums), with the same operations per row: their outputs agree to the bit.
-enum { CPU_ATTN_TILE_ROWS = 64, CPU_ATTN_TILE_KEYS = 64, CPU_ATTN_TILE_GROUP = 4 };
+// sums, about 1 MiB a thread at head_dim 128), with the same operations per row: their outputs
+// agree to the bit. 16 rather than 4: a long chunk at depth converts each block a quarter as
+// often (docs/performance.md).
+enum { CPU_ATTN_TILE_ROWS = 64, CPU_ATTN_TILE_KEYS = 64, CPU_ATTN_TILE_GROUP = 16 };
 // The first key of the first block a tile whose first query sits at position `first` sees.
 static inline int cpu_attn_tiled_first_key(const ft_attn_params *p, int first) {
     return p->window > 0 ? FT_MAX(0, first - p->window + 1) / CPU_ATTN_TILE_KEYS * CPU_ATTN_TILE_KEYS : 0;
