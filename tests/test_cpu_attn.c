@@ -37,6 +37,16 @@ static ft_tensor test_sinks(float sink_v[16], ft_rng *r) {
                        .data = sink_v};
 }
 
+// Checks |fast - ref| <= tol element by element, reporting the first three misses under what.
+static void check_close(const float *fast, const float *ref, size_t n, float tol, const char *what) {
+    int bad = 0;
+    for (size_t i = 0; i < n && bad < 3; i++) {
+        bool ok = fabsf(fast[i] - ref[i]) <= tol;
+        bad += !ok;
+        CHECK(ok, "%s: [%zu] fast %.9g ref %.9g", what, i, fast[i], ref[i]);
+    }
+}
+
 // A 3-thread fast backend for the paths-agree tests: heads of hd, up to 16 query heads.
 static ft_backend *paths_backend(int max_tok, int hd, int ctx) {
     ft_backend_limits lim = {.max_tok = max_tok, .max_width = 16 * hd * 2, .max_ctx = ctx, .max_head_dim = hd,
@@ -88,13 +98,10 @@ TEST(cpu_attention_fast_vs_reference) {
                     ref->ops->attention(ref, &ap);
                     bool v16 = types[ti] == FT_TYPE_F16 && nt < 64;
                     float tol = v16 ? 4e-3f : 1e-4f;
-                    int bad = 0;
-                    for (size_t i = 0; i < nq && bad < 3; i++) {
-                        bool ok = fabsf(of[i] - orf[i]) <= tol;
-                        if (!ok) bad++;
-                        CHECK(ok, "%s heads %d/%d n_tok %d window %d sinks %d: [%zu] fast %.9g ref %.9g",
-                              ft_type_name(types[ti]), nh, nkv, nt, window, with_sinks, i, of[i], orf[i]);
-                    }
+                    char what[96];
+                    snprintf(what, sizeof(what), "%s heads %d/%d n_tok %d window %d sinks %d", ft_type_name(types[ti]),
+                             nh, nkv, nt, window, with_sinks);
+                    check_close(of, orf, nq, tol, what);
                     free(kc.data);
                     free(vc.data);
                 }
@@ -132,12 +139,9 @@ TEST(cpu_attention_tiled_long_chunk_vs_reference) {
             fast->ops->attention(fast, &ap);
             ap.out = orf;
             ref->ops->attention(ref, &ap);
-            int bad = 0;
-            for (size_t i = 0; i < nq && bad < 3; i++) {
-                bool ok = fabsf(of[i] - orf[i]) <= 1e-4f;
-                bad += !ok;
-                CHECK(ok, "threads %d window %d: [%zu] fast %.9g ref %.9g", threads, window, i, of[i], orf[i]);
-            }
+            char what[64];
+            snprintf(what, sizeof(what), "threads %d window %d", threads, window);
+            check_close(of, orf, nq, 1e-4f, what);
             fast->ops->free(fast);
         }
     free(kc.data);
