@@ -555,8 +555,9 @@ static int print_plan(const gguf_file *f, const moe_geometry *g, plan_request *r
     }
     if (req->trace_path) {
         int64_t warmup = req->warmup >= 0 ? req->warmup : trace.n_steps / 10;
-        printf("  replay of %s (%lld steps, %d sequence%s, top-%d; the first %lld not counted):\n", req->trace_path,
-               (long long)trace.n_steps, trace.n_seq, trace.n_seq == 1 ? "" : "s", trace.top_k, (long long)warmup);
+        printf("  replay of %s (%lld steps, %d sequence%s, top-%d; the first %lld not counted; LRU victims, "
+               "ft replay sets frecency's beside them):\n", req->trace_path, (long long)trace.n_steps, trace.n_seq,
+               trace.n_seq == 1 ? "" : "s", trace.top_k, (long long)warmup);
         print_replay(&plan, g, &trace, warmup);
         if (other.n_pools) print_replay(&other, g, &trace, warmup);
     }
