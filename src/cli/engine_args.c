@@ -85,6 +85,19 @@ bool engine_args_take(engine_args *a, int argc, char **argv, int *i, bool *bad) 
     return false;
 }
 
+// A flag of two values: given (NULL: absent, *is_second unchanged) must be first or second;
+// *is_second says which. False after printing the error for any other value.
+static bool pick_of_two(const char *cmd, const char *flag, const char *given, const char *first, const char *second,
+                        bool *is_second) {
+    if (!given) return true;
+    if (strcmp(given, first) && strcmp(given, second)) {
+        fprintf(stderr, "ft %s: %s %s: expected %s or %s\n", cmd, flag, given, first, second);
+        return false;
+    }
+    *is_second = !strcmp(given, second);
+    return true;
+}
+
 bool engine_args_apply(const engine_args *a, ft_engine_params *p) {
     const char *cmd = a->cmd;
     if (a->kv_type && !ft_kv_type_from_name(a->kv_type, &p->kv_type)) {
@@ -103,22 +116,12 @@ bool engine_args_apply(const engine_args *a, ft_engine_params *p) {
         fprintf(stderr, "ft %s: --moe-backend %s: expected fused, offload, cpu, hybrid or auto\n", cmd, a->moe_backend);
         return false;
     }
-    if (a->pool_layout) {
-        if (!strcmp(a->pool_layout, "exact")) p->moe_pool_layout = MOE_POOL_LAYOUT_EXACT;
-        else if (!strcmp(a->pool_layout, "uniform")) p->moe_pool_layout = MOE_POOL_LAYOUT_UNIFORM;
-        else {
-            fprintf(stderr, "ft %s: --moe-pool-layout %s: expected exact or uniform\n", cmd, a->pool_layout);
-            return false;
-        }
-    }
-    if (a->cache_policy) {
-        if (!strcmp(a->cache_policy, "lru") || !strcmp(a->cache_policy, "frecency"))
-            p->moe_cache_lru = !strcmp(a->cache_policy, "lru");
-        else {
-            fprintf(stderr, "ft %s: --moe-cache-policy %s: expected lru or frecency\n", cmd, a->cache_policy);
-            return false;
-        }
-    }
+    bool uniform = p->moe_pool_layout == MOE_POOL_LAYOUT_UNIFORM, frecency = !p->moe_cache_lru;
+    if (!pick_of_two(cmd, "--moe-pool-layout", a->pool_layout, "exact", "uniform", &uniform) ||
+        !pick_of_two(cmd, "--moe-cache-policy", a->cache_policy, "lru", "frecency", &frecency))
+        return false;
+    p->moe_pool_layout = uniform ? MOE_POOL_LAYOUT_UNIFORM : MOE_POOL_LAYOUT_EXACT;
+    p->moe_cache_lru = !frecency;
     if (a->memory_ratio != -1 && !(a->memory_ratio > 0 && a->memory_ratio <= 1)) {
         fprintf(stderr, "ft %s: --memory-ratio %g: expected a share of free GPU memory in (0, 1]\n", cmd,
                 a->memory_ratio);

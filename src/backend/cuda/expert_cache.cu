@@ -1,7 +1,8 @@
 // expert_cache.cu: the GPU expert cache's device side (see expert_cache_kernels.h): the
 // lookup that applies the C reference's policy per layer (src/moe/expert_cache.h: LRU or
-// frecency victims in fixed ranges) on the device tables, the copies of the missed experts from mapped host memory into their slots, slot
-// invalidation, route-trace replay, and the few runtime calls offload.c needs.
+// frecency victims in fixed ranges) on the device tables, the copies of the missed experts from
+// mapped host memory into their slots, slot invalidation, route-trace replay, and the few
+// runtime calls offload.c needs.
 #include "cuda_common.cuh"
 #include "expert_cache_kernels.h"
 

@@ -112,6 +112,12 @@ struct ft_offload {
 
 static void *dev_alloc(size_t n) { return ft_cuda_malloc(n ? n : 1); }
 
+static void *dev_zeroed(size_t n) {
+    void *p = dev_alloc(n);
+    if (p) ft_cuda_memset(p, 0, n ? n : 1, NULL);
+    return p;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Host banks
 
@@ -226,18 +232,14 @@ static bool cache_build(ft_offload *o, ft_err *err) {
     ft_cuda_memset(o->map, 0xFF, (size_t)o->n_map * sizeof(int32_t), NULL);
     if (o->params.victims == MOE_VICTIMS_FRECENCY) { // counters start at 0, as the reference's
         size_t nb = (size_t)o->n_blocks, nm = (size_t)o->n_map;
-        o->use_steps = dev_alloc(nb * sizeof(uint64_t));
-        o->use_count = dev_alloc(nm * sizeof(uint32_t));
-        o->use_last = dev_alloc(nm * sizeof(uint64_t));
-        o->use_hist = dev_alloc(nm * sizeof(uint64_t));
+        o->use_steps = dev_zeroed(nb * sizeof(uint64_t));
+        o->use_count = dev_zeroed(nm * sizeof(uint32_t));
+        o->use_last = dev_zeroed(nm * sizeof(uint64_t));
+        o->use_hist = dev_zeroed(nm * sizeof(uint64_t));
         if (!o->use_steps || !o->use_count || !o->use_last || !o->use_hist) {
             cache_teardown(o);
             return ft_err_set(err, "offload: out of device memory for the cache tables");
         }
-        ft_cuda_memset(o->use_steps, 0, nb * sizeof(uint64_t), NULL);
-        ft_cuda_memset(o->use_count, 0, nm * sizeof(uint32_t), NULL);
-        ft_cuda_memset(o->use_last, 0, nm * sizeof(uint64_t), NULL);
-        ft_cuda_memset(o->use_hist, 0, nm * sizeof(uint64_t), NULL);
     }
     for (int k = 0; k < pl->n_pools; k++) {
         const moe_pool_plan *pp = &pl->pools[k];

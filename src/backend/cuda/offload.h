@@ -4,9 +4,9 @@
 // the device reads through its mapping; a cache of expert slots on the device serves the
 // expert kernels. Layout and policy are the plain C modules': the plan (src/moe/cache_plan.h)
 // and the victims per layer, LRU or frecency (src/moe/expert_cache.h), which the device applies
-// bit for bit. Per
-// MoE layer a lookup kernel and a copy kernel run on the backend's stream with no host
-// synchronisation (so decode is graphed); big steps stream the whole layer into an overlay.
+// bit for bit. Per MoE layer a lookup kernel and a copy kernel run on the backend's stream with
+// no host synchronisation (so decode is graphed); big steps stream the whole layer into an
+// overlay.
 // docs/expert-cache.md describes the steps, the overlay and the telemetry.
 //
 // Ownership: ft_offload owns the host banks, the arenas and the device tables. One engine
