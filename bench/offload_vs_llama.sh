@@ -16,7 +16,8 @@
 # Each engine's figure is the median of -r runs (llama-bench -r, ft bench -r). Prints a table
 # of every run (tok/s, peak MiB) and the ratio of ft's fitting runs to llama.cpp's best.
 # llama-bench: --llama-bench, else $LLAMA_BENCH, else /tmp/llama.cpp/b/bin/llama-bench;
-# $LLAMA_ARGS adds flags (default -fa 1). FT (default build/ft) is ft, built with CUDA.
+# $LLAMA_ARGS adds flags (default -fa 1), $FT_ARGS flags to every ft bench (e.g. a cache policy).
+# FT (default build/ft) is ft, built with CUDA.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -33,7 +34,7 @@ while [ $# -gt 0 ]; do
         -r) rounds="$2"; shift 2 ;;
         --llama-bench) llama="$2"; shift 2 ;;
         --modes) modes="$2"; shift 2 ;;
-        -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "offload_vs_llama: unexpected argument '$1' (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -80,7 +81,7 @@ done
 ft_run() { # MODE LIMIT [flags]: decode tok/s (median of -r), peak into $out/peak
     local mode="$1" lim="$2"; shift 2
     with_peak "$FT" bench -m "$model" --device cuda --moe-backend "$mode" --gpu-memory-limit "$lim" \
-        --resident-tok-s "$resident" -p 16 -n "$n_gen" -r "$rounds" --json "$@" > "$out/ft.json" 2> "$out/ft.err" \
+        --resident-tok-s "$resident" -p 16 -n "$n_gen" -r "$rounds" --json ${FT_ARGS:-} "$@" > "$out/ft.json" 2> "$out/ft.err" \
         || { tail -3 "$out/ft.err" >&2; echo failed; return; }
     grep -h "^hybrid:" "$out/ft.err" >&2 || true
     python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["decode_tok_s"])' "$out/ft.json"
