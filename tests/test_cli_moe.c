@@ -41,7 +41,7 @@ TEST(cli_moe_flags_set_the_engine_params) {
                   "--tp-size 1 --attn triton --kv-cache-dtype q8_0 --num-tokens 8192 --kv-reserve-tokens 8192 "
                   "--cuda-graph-max-bs 0 --memory-ratio 0.95 --moe-backend offload --moe-cache-size 480 "
                   "--disable-moe-prefill-overlap --gpu-memory-limit 16 --moe-pool-layout uniform -t 3 -b 64 "
-                  "--moe-cache-policy lru --device cuda",
+                  "--moe-cache-policy lru --moe-layer-slots adaptive --device cuda",
                   &a, &p, &rest));
     CHECK(rest == 0);
     CHECK(p.kv_type == FT_TYPE_Q8_0);
@@ -53,8 +53,8 @@ TEST(cli_moe_flags_set_the_engine_params) {
     CHECK(p.moe_prefill_serial);
     CHECK(p.gpu_memory_limit == (size_t)16 << 30);
     CHECK(p.moe_pool_layout == MOE_POOL_LAYOUT_UNIFORM);
-    CHECK(p.moe_cache_lru);
-    CHECK(strstr(a.gpu_flags, "--moe-cache-policy") != NULL);
+    CHECK(p.moe_cache_lru && p.moe_self_sizing);
+    CHECK(strstr(a.gpu_flags, "--moe-cache-policy") != NULL && strstr(a.gpu_flags, "--moe-layer-slots") != NULL);
     CHECK(p.n_threads == 3 && p.n_batch == 64);
     CHECK(p.device == FT_PLACEMENT_CUDA);
     CHECK(a.num_tokens == 8192 && a.tp_size_given && a.attn_given);
@@ -64,10 +64,10 @@ TEST(cli_moe_flags_set_the_engine_params) {
     CHECK(p.moe_backend == FT_MOE_BACKEND_AUTO && p.moe_cache_size == 0 && p.kv_type == FT_TYPE_F16);
     CHECK(p.memory_ratio == 0 && p.gpu_memory_limit == 0 && p.cuda_graph_max_bs == -1 && !p.moe_prefill_serial);
     CHECK(p.moe_pool_layout == MOE_POOL_LAYOUT_EXACT && p.n_batch == 256 && p.moe_route_trace == NULL);
-    CHECK(!p.moe_cache_lru, "frecency victims by default");
+    CHECK(!p.moe_cache_lru && !p.moe_self_sizing, "frecency victims and fixed ranges by default");
     CHECK(a.gpu_flags[0] == 0);
-    REQUIRE(parse("run", 0, "--moe-cache-policy frecency", &a, &p, &rest));
-    CHECK(!p.moe_cache_lru);
+    REQUIRE(parse("run", 0, "--moe-cache-policy frecency --moe-layer-slots fixed", &a, &p, &rest));
+    CHECK(!p.moe_cache_lru && !p.moe_self_sizing);
     REQUIRE(parse("bench", ENGINE_ARGS_ROUTE_TRACE, "--moe-route-trace t.ftrt -m x", &a, &p, &rest));
     CHECK(rest == 2, "-m and its value are the command's own");
     CHECK(p.moe_route_trace && !strcmp(p.moe_route_trace, "t.ftrt") && p.n_batch == 512);
@@ -86,7 +86,8 @@ TEST(cli_moe_flags_set_the_engine_params) {
 
 TEST(cli_moe_bad_values_are_usage_errors) {
     const char *bad[] = {
-        "--moe-backend gpu", "--moe-backend", "--moe-pool-layout padded", "--moe-cache-policy lfu", "--moe-cache-size 0",
+        "--moe-backend gpu", "--moe-backend", "--moe-pool-layout padded", "--moe-cache-policy lfu", "--moe-layer-slots even",
+        "--moe-cache-size 0",
         "--moe-cache-size x", "--memory-ratio 0", "--memory-ratio 1.5", "--memory-ratio -0.5",
         "--gpu-memory-limit 0", "--gpu-memory-limit -2", "--num-tokens 0", "--kv-reserve-tokens -1",
         "--cuda-graph-max-bs -1", "--tp-size 2", "--tp-size 0", "--kv-cache-dtype q4_0", "--device tpu",
@@ -194,6 +195,7 @@ TEST(cli_moe_errors_name_the_flag) {
         {"run", "-p x --moe-backend gpu", "--moe-backend gpu: expected fused, offload, cpu, hybrid or auto"},
         {"probs", "-p x --moe-pool-layout padded", "--moe-pool-layout padded: expected exact or uniform"},
         {"run", "-p x --moe-cache-policy lfu", "--moe-cache-policy lfu: expected lru or frecency"},
+        {"run", "-p x --moe-layer-slots even", "--moe-layer-slots even: expected fixed or adaptive"},
         {"serve", "--tp-size 4", "--tp-size 4: ft runs a model on one GPU"},
         {"bench", "--memory-ratio 2", "--memory-ratio 2: expected a share"},
         {"run", "-p x --moe-route-trace t.ftrt", "--moe-route-trace is for benchmarks only"},

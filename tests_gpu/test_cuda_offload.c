@@ -65,7 +65,7 @@ typedef struct rig {
 } rig;
 
 static bool rig_init_policy(rig *r, const char *path, int n_slots, enum moe_pool_layout layout, int top_k,
-                            int n_running, const moe_route_trace *trace, enum moe_victims victims) {
+                            int n_running, const moe_route_trace *trace, enum moe_victims victims, bool sizing) {
     memset(r, 0, sizeof(*r));
     if (!fixture_open_moe(path, &r->f, &r->g)) return false;
     ft_err err = {{0}};
@@ -82,9 +82,10 @@ static bool rig_init_policy(rig *r, const char *path, int n_slots, enum moe_pool
     op.plan.n_running = n_running;
     op.trace = trace;
     op.victims = victims;
+    op.self_sizing = sizing;
     r->o = ft_offload_init(&r->g, hb, &op, &err);
     if (!r->o) return test_fail(__FILE__, __LINE__, "offload: %s", err.msg), false;
-    moe_cache_policy_params policy = moe_cache_policy_default_params();
+    moe_cache_policy_params policy = sizing ? moe_cache_sizing_default_params() : moe_cache_policy_default_params();
     policy.victims = victims;
     r->ref = moe_expert_cache_init_policy(ft_offload_plan(r->o), &r->g, &policy);
     return true;
@@ -92,7 +93,7 @@ static bool rig_init_policy(rig *r, const char *path, int n_slots, enum moe_pool
 
 static bool rig_init_trace(rig *r, const char *path, int n_slots, enum moe_pool_layout layout, int top_k, int n_running,
                            const moe_route_trace *trace) {
-    return rig_init_policy(r, path, n_slots, layout, top_k, n_running, trace, MOE_VICTIMS_LRU);
+    return rig_init_policy(r, path, n_slots, layout, top_k, n_running, trace, MOE_VICTIMS_LRU, false);
 }
 
 static bool rig_init(rig *r, const char *path, int n_slots, enum moe_pool_layout layout, int top_k, int n_running) {
@@ -115,7 +116,8 @@ static int compare_tables(rig *r, int n, ft_offload_debug *d) {
         for (int s = 0; s < pl->pools[k].n_slots; s++) {
             int l, e;
             bool held = moe_expert_cache_slot(r->ref, k, s, &l, &e);
-            if ((held ? e : -1) != d->slot_expert[k][s] || moe_expert_cache_stamp(r->ref, k, s) != d->stamp[k][s])
+            if ((held ? e : -1) != d->slot_expert[k][s] || moe_expert_cache_stamp(r->ref, k, s) != d->stamp[k][s] ||
+                moe_expert_cache_slot_owner(r->ref, k, s) != d->slot_owner[k][s])
                 bad++;
         }
     return bad;
@@ -158,12 +160,15 @@ static void no_hook(void *ctx, const ft_offload_view *v) {
 // own selections, duplicates allowed) whose copies must be the reference's
 // (moe_expert_cache_prefetch), and whose counters (guesses selected, copies hit) the step's.
 // victims: the reference's and the device's; with frecency, an LRU reference fed the same calls
-// must decide differently at some step (else the case would not tell the two apart).
-static void decisions_case_policy(const char *path, int n_slots, enum moe_pool_layout layout, int steps, bool hybrid,
-                                  bool prefetch, enum moe_victims victims) {
+// must decide differently at some step (else the case would not tell the two apart). sizing:
+// self-sizing layers, a token ending after each round of the layers (moe_expert_cache_end_step
+// against ft_offload_end_token), the layers' popular sets of different sizes so that slots
+// move (the case requires some), and every table (owners too) compared at each token's end.
+static void decisions_case_sizing(const char *path, int n_slots, enum moe_pool_layout layout, int steps, bool hybrid,
+                                  bool prefetch, enum moe_victims victims, bool sizing) {
     enum { TOP_K = 4, RUNNING = 2 };
     rig r;
-    if (!rig_init_policy(&r, path, n_slots, layout, TOP_K, RUNNING, NULL, victims)) return;
+    if (!rig_init_policy(&r, path, n_slots, layout, TOP_K, RUNNING, NULL, victims, sizing)) return;
     bool frecency = victims == MOE_VICTIMS_FRECENCY;
     moe_expert_cache *lru = frecency ? moe_expert_cache_init(ft_offload_plan(r.o), &r.g) : NULL;
     int lru_differs = 0; // steps whose copies or slots the LRU reference chose otherwise
@@ -200,9 +205,11 @@ static void decisions_case_policy(const char *path, int n_slots, enum moe_pool_l
             for (int j = 0; j < TOP_K; j++) {
                 int32_t e;
                 bool dup;
+                // the popular third of the experts (with sizing: a layer's own share of them)
+                int hot = sizing ? FT_MAX(TOP_K, n_expert * (1 + 2 * (li % 3)) / 12) : n_expert / 3;
                 do {
                     uint64_t x = ft_rng_next(&rng);
-                    e = (int32_t)(x % 3 ? (x >> 8) % (uint64_t)(n_expert / 3) : (x >> 8) % (uint64_t)n_expert);
+                    e = (int32_t)(x % 3 ? (x >> 8) % (uint64_t)hot : (x >> 8) % (uint64_t)n_expert);
                     dup = false;
                     for (int p = q * TOP_K; p < n; p++) dup |= ex[p] == e;
                 } while (dup);
@@ -286,7 +293,12 @@ static void decisions_case_policy(const char *path, int n_slots, enum moe_pool_l
                       d.n_copies, nc);
         ft_offload_debug_free(&d);
         n_copies_total += nc;
-        if (step % 97 == 0 || step == steps - 1) {
+        bool token_end = sizing && li == r.g.n_layers - 1;
+        if (token_end) {
+            moe_expert_cache_end_step(r.ref, NULL);
+            ft_offload_end_token(r.o, s);
+        }
+        if (step % 97 == 0 || step == steps - 1 || token_end) {
             bad_tables += compare_tables(&r, n, &d);
             ft_offload_debug_free(&d);
         }
@@ -317,12 +329,18 @@ static void decisions_case_policy(const char *path, int n_slots, enum moe_pool_l
     CHECK(!prefetch || (pf_copies > 0 && pf_used > 0 && pf_used < pf_copies), "prefetch: %llu copies, %llu used",
           (unsigned long long)pf_copies, (unsigned long long)pf_used);
     CHECK(!frecency || lru_differs > 0, "frecency: the LRU decided every step alike");
-    printf("    %s%s%s%s N %d: %d steps, hit rate %.3f, %d copies, of which %d behind the CPU, %llu prefetched, "
+    uint64_t ref_moves = 0;
+    for (int k = 0; k < ft_offload_plan(r.o)->n_pools; k++) ref_moves += moe_expert_cache_pool_moves(r.ref, k);
+    uint64_t dev_moves = ft_offload_slot_moves(r.o);
+    CHECK(!sizing || (ref_moves > 0 && dev_moves == ref_moves), "self-sizing: %llu slot moves on the device, %llu in "
+          "the reference", (unsigned long long)dev_moves, (unsigned long long)ref_moves);
+    printf("    %s%s%s%s%s N %d: %d steps, hit rate %.3f, %d copies, of which %d behind the CPU, %llu prefetched, "
            "device = reference",
-           frecency ? "frecency, " : "", hybrid ? "hybrid, " : "", prefetch ? "prefetch, " : "",
+           frecency ? "frecency, " : "", sizing ? "self-sizing, " : "", hybrid ? "hybrid, " : "", prefetch ? "prefetch, " : "",
            layout == MOE_POOL_LAYOUT_UNIFORM ? "uniform" : "exact", n_slots, steps, (double)t.hits / (double)t.selections,
            n_copies_total, n_cpu_total, (unsigned long long)pf_copies);
     if (frecency) printf(" (the LRU's decisions differ at %d steps)", lru_differs);
+    if (sizing) printf(" (%llu slot moves)", (unsigned long long)ref_moves);
     printf("\n");
     fflush(stdout);
     moe_expert_cache_free(lru);
@@ -330,6 +348,11 @@ static void decisions_case_policy(const char *path, int n_slots, enum moe_pool_l
     ft_cuda_free(sel_dev);
     ft_cuda_stream_free(s);
     rig_free(&r);
+}
+
+static void decisions_case_policy(const char *path, int n_slots, enum moe_pool_layout layout, int steps, bool hybrid,
+                                  bool prefetch, enum moe_victims victims) {
+    decisions_case_sizing(path, n_slots, layout, steps, hybrid, prefetch, victims, false);
 }
 
 static void decisions_case_prefetch(const char *path, int n_slots, enum moe_pool_layout layout, int steps, bool hybrid,
@@ -398,22 +421,35 @@ TEST(cuda_offload_prefetch_equal_reference) {
     decisions_case_prefetch(path, 4 * 48, MOE_POOL_LAYOUT_UNIFORM, 1000, false, true);
 }
 
-// Frecency victims (--moe-cache-policy frecency) on the device against the reference with the
-// same victims: plain steps from the smallest cache to one holding everything, the uniform
-// layout, hybrid's split and the prefetch.
-TEST(cuda_offload_frecency_equal_reference) {
-    GPU_TEST_REQUIRE_DEVICE();
+// Frecency victims (--moe-cache-policy frecency) or self-sizing layers (--moe-layer-slots
+// adaptive) on the device against the reference with the same policy: plain steps, the uniform
+// layout, hybrid's split and the prefetch, at sizes where the policy decides otherwise than the
+// fixed LRU (at 90 slots the hot experts all fit and the victims agree; self-sizing needs room
+// to move slots).
+static void policy_cases(bool sizing) {
     const char *path = write_mixed_model("offload_mixed.gguf", 48, 4, 256, 256);
     REQUIRE(path);
     int min_exact = min_slots(path, MOE_POOL_LAYOUT_EXACT), min_uniform = min_slots(path, MOE_POOL_LAYOUT_UNIFORM);
     REQUIRE(min_exact > 0 && min_uniform > 0);
     const enum moe_victims F = MOE_VICTIMS_FRECENCY;
-    // (sizes where the two victims differ: at 90 slots the hot experts all fit and they agree)
-    decisions_case_policy(path, min_exact, MOE_POOL_LAYOUT_EXACT, 3000, false, false, F);
-    decisions_case_policy(path, min_exact + 13, MOE_POOL_LAYOUT_EXACT, 3000, false, false, F);
-    decisions_case_policy(path, min_uniform + 9, MOE_POOL_LAYOUT_UNIFORM, 2000, false, false, F);
-    decisions_case_policy(path, min_exact + 13, MOE_POOL_LAYOUT_EXACT, 3000, true, false, F);
-    decisions_case_policy(path, min_exact + 13, MOE_POOL_LAYOUT_EXACT, 3000, false, true, F);
+    int extra = sizing ? 40 : 13, steps = sizing ? 6000 : 3000;
+    if (sizing) decisions_case_sizing(path, min_exact + extra, MOE_POOL_LAYOUT_EXACT, steps, false, false, MOE_VICTIMS_LRU, true);
+    else decisions_case_policy(path, min_exact, MOE_POOL_LAYOUT_EXACT, steps, false, false, F);
+    decisions_case_sizing(path, min_exact + extra, MOE_POOL_LAYOUT_EXACT, steps, false, false, F, sizing);
+    decisions_case_sizing(path, min_uniform + (sizing ? 40 : 9), MOE_POOL_LAYOUT_UNIFORM, 4000, false, false, F, sizing);
+    decisions_case_sizing(path, min_exact + extra, MOE_POOL_LAYOUT_EXACT, 4000, true, false, F, sizing);
+    decisions_case_sizing(path, min_exact + extra, MOE_POOL_LAYOUT_EXACT, 4000, false, true, F, sizing);
+}
+
+TEST(cuda_offload_frecency_equal_reference) {
+    GPU_TEST_REQUIRE_DEVICE();
+    policy_cases(false);
+}
+
+// With self-sizing, slot moves and owners too, with either victims.
+TEST(cuda_offload_self_sizing_equal_reference) {
+    GPU_TEST_REQUIRE_DEVICE();
+    policy_cases(true);
 }
 
 // Route-trace replay: whatever the router selected, each layer step takes the trace's
@@ -555,12 +591,17 @@ static void offload_equal_fused(const char *arch, size_t n_cases, bool fused_gat
         int n_slots;
         int layout;
         bool serial;
-        bool lru; // --moe-cache-policy lru (else the default, frecency)
+        bool lru;      // --moe-cache-policy lru (else the default, frecency)
+        bool adaptive; // --moe-layer-slots adaptive
     } cases[] = {
-        {min_exact, MOE_POOL_LAYOUT_EXACT, false, false}, {min_exact + 5, MOE_POOL_LAYOUT_EXACT, true, false},
-        {40, MOE_POOL_LAYOUT_EXACT, false, false},       {4 * N_EXPERT, MOE_POOL_LAYOUT_EXACT, false, false},
-        {4 * TOP_K, MOE_POOL_LAYOUT_UNIFORM, false, false}, {30, MOE_POOL_LAYOUT_UNIFORM, false, false},
-        {min_exact + 3, MOE_POOL_LAYOUT_EXACT, false, true},
+        {min_exact, MOE_POOL_LAYOUT_EXACT, false, false, false},
+        {min_exact + 5, MOE_POOL_LAYOUT_EXACT, true, false, false},
+        {40, MOE_POOL_LAYOUT_EXACT, false, false, false},
+        {4 * N_EXPERT, MOE_POOL_LAYOUT_EXACT, false, false, false},
+        {4 * TOP_K, MOE_POOL_LAYOUT_UNIFORM, false, false, false},
+        {30, MOE_POOL_LAYOUT_UNIFORM, false, false, false},
+        {min_exact + 3, MOE_POOL_LAYOUT_EXACT, false, true, false},
+        {min_exact + 9, MOE_POOL_LAYOUT_EXACT, false, false, true},
     };
     for (size_t c = 0; c < FT_ARRAY_LEN(cases) && c < n_cases && !test_failed(); c++) {
         ft_engine_params eo_p = ep;
@@ -569,6 +610,7 @@ static void offload_equal_fused(const char *arch, size_t n_cases, bool fused_gat
         eo_p.moe_pool_layout = cases[c].layout;
         eo_p.moe_prefill_serial = cases[c].serial;
         eo_p.moe_cache_lru = cases[c].lru;
+        eo_p.moe_self_sizing = cases[c].adaptive;
         for (int graphs = 0; graphs < 2; graphs++) {
             // both engines on the one model: each places its own copy (fused: every weight;
             // offload: the dense weights, the experts in its backend's host banks and cache)
@@ -605,9 +647,9 @@ static void offload_equal_fused(const char *arch, size_t n_cases, bool fused_gat
                 d3 = run_pair(ef, eo, prompt + 10, 1, 20, &err);
             }
             CHECK(d1 == 0 && d2 == 0 && d3 == 0 && d4 == 0,
-                  "case %zu (N %d, %s%s%s), graphs %d: %d, %d, %d, %d evaluations differ (%s)", c, cases[c].n_slots,
+                  "case %zu (N %d, %s%s%s%s), graphs %d: %d, %d, %d, %d evaluations differ (%s)", c, cases[c].n_slots,
                   cases[c].layout ? "uniform" : "exact", cases[c].serial ? ", serial" : "",
-                  cases[c].lru ? ", lru" : "", graphs, d1, d2, d3, d4,
+                  cases[c].lru ? ", lru" : "", cases[c].adaptive ? ", adaptive" : "", graphs, d1, d2, d3, d4,
                   err.msg);
             ft_moe_stats st = {0};
             CHECK(ft_engine_moe_stats(eo, &st), "the offload engine has an expert cache");
@@ -617,11 +659,12 @@ static void offload_equal_fused(const char *arch, size_t n_cases, bool fused_gat
                   "case %zu graphs %d: prefetch: %llu guesses, %llu right, %llu copies, %llu used", c, graphs,
                   (unsigned long long)st.total.guesses, (unsigned long long)st.total.guesses_right,
                   (unsigned long long)st.total.prefetched, (unsigned long long)st.total.prefetch_used);
-            printf("    %s N %d %s%s%s graphs %d: logits equal to fused: %s (hit rate %.3f over %llu "
+            printf("    %s N %d %s%s%s%s graphs %d: logits equal to fused: %s (hit rate %.3f over %llu "
                    "selections; prefetch accuracy %.3f, %llu copies, %.3f used; a prefill after decode read "
                    "%.0f%% of its experts' bytes from the host)\n",
                    arch, cases[c].n_slots, cases[c].layout ? "uniform" : "exact",
-                   cases[c].serial ? " serial" : "", cases[c].lru ? " lru" : "", graphs,
+                   cases[c].serial ? " serial" : "", cases[c].lru ? " lru" : "", cases[c].adaptive ? " adaptive" : "",
+                   graphs,
                    d1 || d2 || d3 || d4 ? "no" : "yes",
                    ft_moe_hit_rate(&st.total), (unsigned long long)st.total.selections,
                    ft_moe_predict_accuracy(&st.total), (unsigned long long)st.total.prefetched,

@@ -245,6 +245,7 @@ typedef struct ft_expert_cache_params {
     bool prefill_serial;          // --disable-moe-prefill-overlap: one overlay buffer, no overlap
     const moe_route_trace *trace; // replay these selections (copied), or NULL: the router's
     enum moe_victims victims;     // --moe-cache-policy: which of a layer's slots a miss takes
+    bool self_sizing;             // --moe-layer-slots adaptive: slots move between a pool's layers
 } ft_expert_cache_params;
 
 // --moe-backend cpu: MoE layers whose routed experts stay in host memory compute them on the

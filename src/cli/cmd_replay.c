@@ -21,9 +21,9 @@
 static const char *const g_usage =
     "usage: ft replay TRACE.ftrt [--model M.gguf] [--slots-per-layer S | --moe-cache-size N] [options]\n"
     "Replays a route trace (ft trace-gen) through the expert cache's C reference: the LRU of fixed\n"
-    "ranges, self-sizing layers (the C reference's only, so far), both with frecency victims (the\n"
-    "engine's default), and Belady's optimum on the same slots; prefetch where the trace carries\n"
-    "predictions.\n"
+    "ranges, self-sizing layers (the engine's --moe-layer-slots adaptive), both with frecency\n"
+    "victims (the engine's default), and Belady's optimum on the same slots; prefetch where the\n"
+    "trace carries predictions.\n"
     "  --model M.gguf         the model's expert geometry and pools (else one geometry, copies only)\n"
     "  --slots-per-layer S    a cache of S x MoE layers slots (default: an eighth of the experts)\n"
     "  --moe-cache-size N     a cache of N slots, priced as --moe-cache-size\n"

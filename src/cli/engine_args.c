@@ -65,6 +65,7 @@ bool engine_args_take(engine_args *a, int argc, char **argv, int *i, bool *bad) 
     if (args_str(argc, argv, i, "--moe-backend", &a->moe_backend, bad) ||
         args_str(argc, argv, i, "--moe-pool-layout", &a->pool_layout, bad) ||
         args_str(argc, argv, i, "--moe-cache-policy", &a->cache_policy, bad) ||
+        args_str(argc, argv, i, "--moe-layer-slots", &a->layer_slots, bad) ||
         args_str(argc, argv, i, "--profile", &a->bw_profile, bad) ||
         args_int(argc, argv, i, "--moe-cache-size", 1, 1 << 24, &a->moe_cache_size, bad) ||
         args_int(argc, argv, i, "--kv-reserve-tokens", 0, (int64_t)1 << 40, &a->kv_reserve_tokens, bad) ||
@@ -118,7 +119,8 @@ bool engine_args_apply(const engine_args *a, ft_engine_params *p) {
     }
     bool uniform = p->moe_pool_layout == MOE_POOL_LAYOUT_UNIFORM, frecency = !p->moe_cache_lru;
     if (!pick_of_two(cmd, "--moe-pool-layout", a->pool_layout, "exact", "uniform", &uniform) ||
-        !pick_of_two(cmd, "--moe-cache-policy", a->cache_policy, "lru", "frecency", &frecency))
+        !pick_of_two(cmd, "--moe-cache-policy", a->cache_policy, "lru", "frecency", &frecency) ||
+        !pick_of_two(cmd, "--moe-layer-slots", a->layer_slots, "fixed", "adaptive", &p->moe_self_sizing))
         return false;
     p->moe_pool_layout = uniform ? MOE_POOL_LAYOUT_UNIFORM : MOE_POOL_LAYOUT_EXACT;
     p->moe_cache_lru = !frecency;
@@ -205,6 +207,9 @@ void engine_args_usage(FILE *out, const engine_args *a) {
             "  --moe-pool-layout L        offload: exact (pools of equal geometry, default) or uniform\n"
             "  --moe-cache-policy P       offload, hybrid: which slot a miss takes: frecency (the least used\n"
             "                             lately and overall, default) or lru (the least recently used)\n"
+            "  --moe-layer-slots S        offload, hybrid: each layer's share of its pool's slots: fixed (even,\n"
+            "                             default) or adaptive (moved between layers at run time by what a\n"
+            "                             slot more or fewer would save each)\n"
             "  --profile FILE             the bandwidth profile hybrid splits by and auto chooses a mode by\n"
             "                             (default: this machine's, written by `ft bench bw` into the cache folder)\n"
             "  --kv-reserve-tokens N      offload: KV tokens reserved before the expert cache is sized\n"

@@ -32,7 +32,8 @@ typedef struct engine_args {
     int64_t threads, n_ctx, n_batch, num_tokens, kv_reserve_tokens, moe_cache_size;
     int64_t cuda_graph_max_bs;     // -1: absent
     double memory_ratio, gpu_memory_limit_gib;
-    const char *kv_type, *device, *moe_backend, *pool_layout, *route_trace, *attn, *bw_profile, *cache_policy;
+    const char *kv_type, *device, *moe_backend, *pool_layout, *route_trace, *attn, *bw_profile, *cache_policy,
+        *layer_slots;
     bool prefill_serial;           // --disable-moe-prefill-overlap
     enum ft_weights_memory weights_memory; // --mmap, --no-mmap (the later wins), else auto
     bool tp_size_given, attn_given;

@@ -46,6 +46,7 @@ typedef struct ft_engine_params {
     int64_t kv_reserve_tokens;// offload: KV tokens reserved before the cache is sized (0: n_seq x n_ctx)
     bool moe_prefill_serial;  // offload: prefill layers stream without double-buffering
     bool moe_cache_lru;       // offload: a miss takes the least recently used slot, not frecency's
+    bool moe_self_sizing;     // offload: slots move between the layers of a pool at run time
     int cuda_graph_max_bs;    // CUDA: largest step (tokens) captured in a graph; 0: none; -1: all
     const char *moe_route_trace; // benchmarks: replay this route trace (route_trace.h) instead of routing
     const char *bw_profile;   // hybrid: this bandwidth profile (bw_profile.h) instead of the machine's own

@@ -359,6 +359,7 @@ static bool predict_mode_costs(const ft_model *m, const ft_engine_params *p, ft_
     }
     moe_replay_params rp = moe_replay_default_params(); // the engine's victims: its hit rate
     rp.warmup = FT_MIN(AUTO_TRACE_WARMUP, t.n_steps / 2);
+    if (p->moe_self_sizing) rp.policy = moe_cache_sizing_default_params();
     rp.policy.victims = p->moe_cache_lru ? MOE_VICTIMS_LRU : MOE_VICTIMS_FRECENCY;
     ok = ok && moe_cache_replay_params(&plan, &g, &t, &rp, &r, &err) && r.n_layers == g.n_layers;
     if (ok) {
@@ -530,6 +531,7 @@ static bool plan_offload(const ft_model *m, ft_backend *be, const ft_engine_para
     cp->plan = offload_plan_params(m, p, be, info);
     cp->prefill_serial = p->moe_prefill_serial;
     cp->victims = p->moe_cache_lru ? MOE_VICTIMS_LRU : MOE_VICTIMS_FRECENCY;
+    cp->self_sizing = p->moe_self_sizing;
 
     moe_cache_plan plan;
     char src[256];

@@ -169,8 +169,9 @@ typedef struct moe_cache_move {
 //      given_D = 0 and more slots than the floor (plan->floor_per_layer); ties to the lower block
 //      index. given/taken count this rebalance's moves, so R's next candidate slot is its next
 //      ghost depth and D's next the next position from its LRU end. Stop when there is no pair
-//      or ghost[R][given_R] <= tail[D][taken_D] + min_gain. Else move D's victim slot (its
-//      smallest (stamp, slot index): empty first, then least recently used) to R: the expert it
+//      or ghost[R][given_R] <= tail[D][taken_D] + min_gain. Else move D's first victim (step 2's
+//      order over all its slots: empty first, then by stamp, or frecency's score then stamp;
+//      ties to the lower slot index) to R: the expert it
 //      held is unmapped and becomes D's ghost (ev_D and g as for an eviction), its stamp becomes
 //      0 (empty), its owner R; a move is written to moves, in order.
 //   2. Then every tail and ghost counter of the pool is halved (integer shift), so the estimates

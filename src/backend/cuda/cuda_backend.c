@@ -51,6 +51,7 @@ typedef struct cuda_backend {
     float *pf_logits, *pf_w, *pf_gap;
     int *pf_count;
     uint64_t offload_gen;      // its generation when the graphs were captured
+    bool token_looked_up;      // a step looked experts up in the cache and its token has not ended
     // hybrid (FT_HYBRID_TUNE): the split's CPU cost corrected by the host's timed CPU ops
     bool hy_tuning;
     moe_hybrid_tune hy_tune;
@@ -1308,6 +1309,7 @@ static void cuda_moe_ffn(ft_backend *be, const ft_moe_params *p, const float *x,
         hybrid_hook_ctx hc = {c, p, x, n_tok};
         ft_offload_hook hook = {hybrid_after_lookup, &hc};
         ft_offload_layer_begin(c->offload, p->layer, c->sel, n_tok, k, overlay, c->stream, &v, hybrid ? &hook : NULL);
+        c->token_looked_up |= !overlay;
         hybrid_n_cpu = v.n_cpu;
         const ft_tensor *banks[MOE_BANK_COUNT] = {gate, up, down};
         for (int b = 0; b < MOE_BANK_COUNT; b++) {
@@ -1438,10 +1440,12 @@ static void cuda_sigmoid_gate_add(ft_backend *be, const ft_tensor *gate_inp, con
 static void cuda_step_begin(ft_backend *be, int n_tok, int pos0, const void *key, bool seqs) {
     cuda_backend *c = cuda_of(be);
     FT_ASSERT(c->mode == STEP_DIRECT);
-    // hybrid: an unbracketed step's fills, joined outside any capture
+    // hybrid: an unbracketed step's fills, joined outside any capture; its token's end
     if (c->offload) {
         ft_offload_join_fills(c->offload, c->stream);
         ft_offload_join_prefetch(c->offload, c->stream);
+        if (c->token_looked_up) ft_offload_end_token(c->offload, c->stream);
+        c->token_looked_up = false;
     }
     if (c->offload && ft_offload_generation(c->offload) != c->offload_gen) { // the cache was rebuilt
         for (int i = 0; i < (int)FT_ARRAY_LEN(c->step_graphs); i++) {
@@ -1524,6 +1528,8 @@ static void cuda_step_end(ft_backend *be) {
     if (c->offload && c->mode != STEP_REPLAY) { // (in a capture: into the graph)
         ft_offload_join_fills(c->offload, c->stream);
         ft_offload_join_prefetch(c->offload, c->stream);
+        if (c->token_looked_up) ft_offload_end_token(c->offload, c->stream); // (self-sizing's rebalance)
+        c->token_looked_up = false;
     }
     if (c->mode == STEP_DIRECT) {
         cuda_cpu_experts_flush(c->cpu_experts); // the step's last MoE layer (cuda_cpu_experts.h)
@@ -1619,7 +1625,8 @@ static bool cuda_expert_cache_init(ft_backend *be, moe_expert_banks *hb, const f
     cuda_backend *c = cuda_of(be);
     FT_ASSERT(c->reserved && !c->offload && !c->cpu_experts);
     ft_offload_params op = {
-        .plan = p->plan, .prefill_serial = p->prefill_serial, .trace = p->trace, .victims = p->victims};
+        .plan = p->plan, .prefill_serial = p->prefill_serial, .trace = p->trace, .victims = p->victims,
+        .self_sizing = p->self_sizing};
     ft_offload *o = ft_offload_init(p->geometry, hb, &op, err); // owns hb from here, or freed it
     if (!o) return false;
     ft_offload_print(o, stderr);

@@ -1,8 +1,9 @@
 // expert_cache.cu: the GPU expert cache's device side (see expert_cache_kernels.h): the
 // lookup that applies the C reference's policy per layer (src/moe/expert_cache.h: LRU or
-// frecency victims in fixed ranges) on the device tables, the copies of the missed experts from
-// mapped host memory into their slots, slot invalidation, route-trace replay, and the few
-// runtime calls offload.c needs.
+// frecency victims, fixed ranges or self-sizing layers) on the device tables, self-sizing's
+// rebalance at the end of a token, the copies of the missed experts from mapped host memory
+// into their slots, slot invalidation, route-trace replay, and the few runtime calls offload.c
+// needs.
 #include "cuda_common.cuh"
 #include "expert_cache_kernels.h"
 
@@ -21,29 +22,61 @@ __device__ __forceinline__ uint64_t device_clock_ns() {
 #define LOOKUP_THREADS 256
 #define LOOKUP_SMEM_MAX (48 * 1024)
 
-// A lookup's shared memory: three int lists of n, the range's stamps where they fit, and with
-// frecency victims a rank per slot of the range (0: empty, else 1 + its score: at most 145).
+// A lookup's shared memory: three int lists of n, with self-sizing the layer's slots (up to
+// cap), the stamps of its slots where they fit (always with self-sizing), and with frecency
+// victims a rank per slot (0: empty, else 1 + its score: at most 145).
 typedef struct lookup_layout {
-    size_t stamps, ranks, bytes;
+    size_t own, stamps, ranks, bytes;
     bool staged;
 } lookup_layout;
 
-__host__ __device__ static lookup_layout lookup_smem(int n, int n_own, bool frecency) {
+__host__ __device__ static lookup_layout lookup_smem(int n, int cap, bool frecency, bool sizing) {
     lookup_layout l;
-    l.stamps = ((size_t)3 * n * sizeof(int) + 7) & ~(size_t)7;
-    size_t rank_bytes = frecency ? (size_t)n_own : 0;
-    l.staged = l.stamps + (size_t)n_own * sizeof(uint64_t) + rank_bytes <= LOOKUP_SMEM_MAX;
-    l.ranks = l.staged ? l.stamps + (size_t)n_own * sizeof(uint64_t) : l.stamps;
+    l.own = (size_t)3 * n * sizeof(int);
+    l.stamps = (l.own + (sizing ? (size_t)cap * sizeof(int) : 0) + 7) & ~(size_t)7;
+    size_t rank_bytes = frecency ? (size_t)cap : 0;
+    l.staged = sizing || l.stamps + (size_t)cap * sizeof(uint64_t) + rank_bytes <= LOOKUP_SMEM_MAX;
+    l.ranks = l.staged ? l.stamps + (size_t)cap * sizeof(uint64_t) : l.stamps;
     l.bytes = l.ranks + rank_bytes;
     return l;
 }
 
-// Each slot's victim rank before (stamp, index), for slots [first, first + n_own): 0 for an
-// empty one, 1 + the frecency score of its expert at layer step u for a full one.
-__device__ static void frecency_ranks(const ft_cuda_cache_frecency &f, const int32_t *slot_expert, int first,
-                                      int n_own, uint64_t u, uint8_t *rank) {
-    for (int i = threadIdx.x; i < n_own; i += blockDim.x) {
-        int e = slot_expert[first + i];
+// The layer's slots in slot order: with self-sizing those the pool's owners give it, listed
+// into own (room for cap; a layer never owns more); else [first, first + n_own). Returns how
+// many. Every thread of the CTA calls it; it ends with a barrier.
+__device__ static int layer_slots(const ft_cuda_cache_sizing &z, int first, int n_own, int cap, int *own) {
+    if (!z.slot_owner) {
+        __syncthreads();
+        return n_own;
+    }
+    __shared__ int s_count[LOOKUP_THREADS];
+    const int tid = threadIdx.x, nt = blockDim.x, chunk = (z.pool_slots + nt - 1) / nt;
+    const int lo = min(tid * chunk, z.pool_slots), hi = min(lo + chunk, z.pool_slots);
+    int c = 0;
+    for (int s = lo; s < hi; s++) c += z.slot_owner[s] == z.block;
+    s_count[tid] = c;
+    __syncthreads();
+    if (tid == 0)
+        for (int i = 0, sum = 0; i < nt; i++) {
+            int ci = s_count[i];
+            s_count[i] = sum;
+            sum += ci;
+        }
+    __syncthreads();
+    for (int s = lo, at = s_count[tid]; s < hi; s++)
+        if (z.slot_owner[s] == z.block && at < cap) own[at++] = s;
+    __syncthreads();
+    int total = s_count[nt - 1];
+    for (int s = (nt - 1) * chunk; s < z.pool_slots; s++) total += z.slot_owner[s] == z.block;
+    return min(total, cap);
+}
+
+// Each slot's victim rank before (stamp, index), for the layer's slots (i < n: slot at(i)): 0
+// for an empty one, 1 + the frecency score of its expert at layer step u for a full one.
+__device__ static void frecency_ranks(const ft_cuda_cache_frecency &f, const int32_t *slot_expert, const int *own,
+                                      int first, int n, uint64_t u, uint8_t *rank) {
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        int e = slot_expert[own ? own[i] : first + i];
         rank[i] = e < 0 ? 0 : (uint8_t)(1 + moe_frecency_score(u, f.count[e], f.last[e], f.hist[e]));
     }
 }
@@ -53,28 +86,55 @@ __device__ __forceinline__ bool victim_before(uint8_t rq, uint64_t bq, int q, ui
     return rq < ri || (rq == ri && (bq < bi || (bq == bi && q < i)));
 }
 
+// The victims' old experts unmapped, in victim order; with self-sizing each becomes a ghost of
+// the layer (its eviction count, advanced per eviction, in that order: thread 0 alone).
+__device__ static void evict_victims(const ft_cuda_cache_sizing &z, int32_t *map, const int32_t *slot_expert,
+                                     const int *victim, int k) {
+    if (!z.slot_owner) {
+        for (int j = threadIdx.x; j < k; j += blockDim.x) {
+            int old = slot_expert[victim[j]];
+            if (old >= 0) map[old] = -1;
+        }
+    } else if (threadIdx.x == 0) {
+        uint32_t ev = *z.evictions;
+        for (int j = 0; j < k; j++) {
+            int old = slot_expert[victim[j]];
+            if (old < 0) continue;
+            map[old] = -1;
+            z.ghost_tag[old] = ++ev;
+        }
+        *z.evictions = ev;
+    }
+}
+
 // One CTA, the C reference's step in its order:
+//   0. self-sizing: the layer's slots listed; the shadow tags of the step's distinct experts
+//      counted on the stamps before the step (a hit's LRU-end position, a miss's ghost depth);
 //   1. t = clock + 1; every selection looks its expert up; a hit stamps its slot with t; with
 //      frecency victims, u = the layer's steps + 1 and each distinct selected expert records
 //      its use at u;
 //   2. thread 0 lists the distinct missed experts in order of first appearance (a repeat
 //      gets the index of its first appearance);
-//   3. victim ranks: each slot of the range with stamp < t counts the slots of the range that
+//   3. victim ranks: each of the layer's slots with stamp < t counts the layer's slots that
 //      come before it in (stamp, index) order (frecency: (empty first, score, stamp, index));
 //      rank j < k makes it v_j (the k first, in order) - the same choice as the reference's
 //      repeated minimum, since no score changes during the step;
-//   4. v_j's old expert is unmapped, then m_j mapped to v_j, stamped t, and listed as a copy;
+//   4. v_j's old expert is unmapped (self-sizing: a ghost), then m_j mapped to v_j, stamped t,
+//      and listed as a copy;
 //   5. every selection gets its slot; thread 0 writes the clock, counts and statistics.
 // Hybrid (p.costs): in step 2 thread 0 also splits the k misses (moe_hybrid_cpu_share): copies
 // j < k_copy go to the copy list, the others to the fill list (copied on another stream, behind
 // the step), and a selection of a fill's expert gets slot -1 and goes to the CPU (cpu_sel).
-// Stamps of the range are staged in shared memory when they fit.
+// Stamps of the layer's slots are staged in shared memory when they fit.
 __global__ void cache_lookup_kernel(ft_cuda_cache_lookup_params p) {
     ft_pdl_begin();
     extern __shared__ __align__(8) uint8_t smem[];
     const ft_cuda_cache_frecency &f = p.frecency;
-    const lookup_layout lay = lookup_smem(p.n, p.n_own, f.steps != NULL);
+    const ft_cuda_cache_sizing &z = p.sizing;
+    const bool sizing = z.slot_owner != NULL;
+    const lookup_layout lay = lookup_smem(p.n, p.n_own, f.steps != NULL, sizing);
     int *res = (int *)smem, *victim = res + p.n, *missed = victim + p.n;
+    int *own = sizing ? (int *)(smem + lay.own) : NULL;
     uint64_t *st_sh = (uint64_t *)(smem + lay.stamps);
     uint8_t *rk = smem + lay.ranks;
     __shared__ uint64_t s_t, s_u;
@@ -84,8 +144,30 @@ __global__ void cache_lookup_kernel(ft_cuda_cache_lookup_params p) {
         s_t = *p.clock + 1;
         s_u = f.steps ? *f.steps + 1 : 0;
     }
-    __syncthreads();
+    const int n_own = layer_slots(z, p.first, p.n_own, p.n_own, own); // (ends with a barrier)
     const uint64_t t = s_t, u = s_u;
+    if (sizing) { // 0. shadow tags, on the stamps before the step
+        for (int i = tid; i < n_own; i += nt) st_sh[i] = p.stamp[own[i]];
+        __syncthreads();
+        const int G = z.ghost_depth;
+        const uint32_t ev = *z.evictions;
+        for (int i = tid; i < p.n; i += nt) {
+            int e = p.sel[i], s = p.map[e];
+            bool first = true;
+            for (int q = 0; q < i && first; q++) first = p.sel[q] != e;
+            if (!first) continue;
+            if (s >= 0) {
+                const uint64_t a = p.stamp[s];
+                int pos = 0;
+                for (int q = 0; q < n_own && pos < G; q++) pos += st_sh[q] < a;
+                if (pos < G) atomicAdd(&z.tail[pos], 1u);
+            } else {
+                const uint32_t tag = z.ghost_tag[e];
+                if (tag && ev - tag < (uint32_t)G) atomicAdd(&z.ghost[ev - tag], 1u);
+            }
+        }
+        __syncthreads();
+    }
     for (int i = tid; i < p.n; i += nt) {
         int e = p.sel[i], s = p.map[e];
         res[i] = s;
@@ -142,27 +224,24 @@ __global__ void cache_lookup_kernel(ft_cuda_cache_lookup_params p) {
     if (k > 0) {
         const uint64_t *st = p.stamp + p.first;
         if (lay.staged) {
-            for (int i = tid; i < p.n_own; i += nt) st_sh[i] = st[i];
+            for (int i = tid; i < n_own; i += nt) st_sh[i] = p.stamp[own ? own[i] : p.first + i];
             st = st_sh;
         }
-        if (f.steps) frecency_ranks(f, p.slot_expert, p.first, p.n_own, u, rk);
+        if (f.steps) frecency_ranks(f, p.slot_expert, own, p.first, n_own, u, rk);
         __syncthreads();
-        for (int i = tid; i < p.n_own; i += nt) {
+        for (int i = tid; i < n_own; i += nt) {
             uint64_t a = st[i];
             if (a >= t) continue;
             const uint8_t ra = f.steps ? rk[i] : 0;
             int rank = 0;
-            for (int q = 0; q < p.n_own && rank < k; q++) {
+            for (int q = 0; q < n_own && rank < k; q++) {
                 uint64_t b = st[q];
                 rank += b < t && victim_before(f.steps ? rk[q] : 0, b, q, ra, a, i);
             }
-            if (rank < k) victim[rank] = p.first + i;
+            if (rank < k) victim[rank] = own ? own[i] : p.first + i;
         }
         __syncthreads();
-        for (int j = tid; j < k; j += nt) {
-            int old = p.slot_expert[victim[j]];
-            if (old >= 0) p.map[old] = -1;
-        }
+        evict_victims(z, p.map, p.slot_expert, victim, k);
         __syncthreads();
         for (int j = tid; j < k; j += nt) {
             int v = victim[j], e = missed[j];
@@ -216,9 +295,16 @@ static bool frecency_valid(const ft_cuda_cache_frecency *f) {
     return f->steps ? f->count && f->last && f->hist : !f->count && !f->last && !f->hist;
 }
 
+static bool sizing_valid(const ft_cuda_cache_sizing *z, int first, int n_own) {
+    if (!z->slot_owner) return true;
+    return first == 0 && n_own <= z->pool_slots && z->ghost_depth >= 1 && z->evictions && z->tail && z->ghost &&
+           z->ghost_tag;
+}
+
 extern "C" void ft_cuda_cache_lookup(const ft_cuda_cache_lookup_params *p, ft_cuda_stream *s) {
-    FT_CUDA_ASSERT(p->n >= 1 && p->n <= p->n_own && p->first >= 0 && frecency_valid(&p->frecency));
-    size_t smem = lookup_smem(p->n, p->n_own, p->frecency.steps != NULL).bytes;
+    FT_CUDA_ASSERT(p->n >= 1 && p->n <= p->n_own && p->first >= 0 && frecency_valid(&p->frecency) &&
+                   sizing_valid(&p->sizing, p->first, p->n_own));
+    size_t smem = lookup_smem(p->n, p->n_own, p->frecency.steps != NULL, p->sizing.slot_owner != NULL).bytes;
     FT_CUDA_ASSERT(smem <= LOOKUP_SMEM_MAX);
     ft_launch(cache_lookup_kernel, 1, LOOKUP_THREADS, smem, ft_cuda_stream_handle(s), *p);
     CUDA_CHECK_LAUNCH();
@@ -227,19 +313,28 @@ extern "C" void ft_cuda_cache_lookup(const ft_cuda_cache_lookup_params *p, ft_cu
 // ---------------------------------------------------------------------------------------------
 // Prefetch
 
+// A prefetch's shared memory: the layer's stamps, its missed guesses and their victims, a mark
+// and (frecency) a rank per slot, and with self-sizing the layer's slots.
+static size_t prefetch_smem(int n, int cap, bool frecency, bool sizing) {
+    return (size_t)cap * sizeof(uint64_t) + (size_t)2 * n * sizeof(int) + (size_t)cap * (frecency ? 2 : 1) +
+           (sizing ? (size_t)cap * sizeof(int) + 4 : 0);
+}
+
 // One CTA, moe_expert_cache_prefetch in its order (see ft_cuda_cache_prefetch_params): the
-// range's slots holding a guess are marked, thread 0 lists the first max_copies distinct
+// layer's slots holding a guess are marked, thread 0 lists the first max_copies distinct
 // unmapped guesses, and each eligible slot (stamp < t, unmarked) ranks itself by (stamp, index)
 // (frecency: (empty first, score at the layer's step count as it stands, stamp, index)) among
 // the eligible ones as the lookup's victims do; the first min(k, eligible) misses take victims
-// 0, 1, ...
+// 0, 1, ... (self-sizing: the victims' experts become ghosts).
 __global__ void cache_prefetch_kernel(ft_cuda_cache_prefetch_params p) {
     ft_pdl_begin();
     extern __shared__ __align__(8) uint8_t smem[];
     const ft_cuda_cache_frecency &f = p.frecency;
+    const ft_cuda_cache_sizing &z = p.sizing;
     uint64_t *st_sh = (uint64_t *)smem;
     int *missed = (int *)(st_sh + p.n_own), *victim = missed + p.n;
     uint8_t *marked = (uint8_t *)(victim + p.n), *rk = marked + p.n_own;
+    int *own = z.slot_owner ? (int *)(((uintptr_t)(rk + (f.steps ? p.n_own : 0)) + 3) & ~(uintptr_t)3) : NULL;
     __shared__ uint64_t s_t;
     __shared__ int s_k, s_eligible;
     const int tid = threadIdx.x, nt = blockDim.x;
@@ -247,17 +342,16 @@ __global__ void cache_prefetch_kernel(ft_cuda_cache_prefetch_params p) {
         s_t = *p.clock + 1;
         s_eligible = 0;
     }
-    for (int i = tid; i < p.n_own; i += nt) {
-        marked[i] = 0;
-        st_sh[i] = p.stamp[p.first + i];
+    const int n_own = layer_slots(z, p.first, p.n_own, p.n_own, own); // (ends with a barrier)
+    for (int i = tid; i < n_own; i += nt) {
+        const int slot = own ? own[i] : p.first + i, e = p.slot_expert[slot];
+        bool guessed = false; // a slot holding a guess is never a victim
+        for (int g = 0; g < p.n && !guessed && e >= 0; g++) guessed = p.guess[g] == e;
+        marked[i] = guessed;
+        st_sh[i] = p.stamp[slot];
     }
     __syncthreads();
     const uint64_t t = s_t;
-    for (int i = tid; i < p.n; i += nt) {
-        int s = p.map[p.guess[i]];
-        if (s >= 0) marked[s - p.first] = 1;
-    }
-    __syncthreads();
     if (tid == 0) {
         int k = 0;
         for (int i = 0; i < p.n; i++) {
@@ -280,27 +374,24 @@ __global__ void cache_prefetch_kernel(ft_cuda_cache_prefetch_params p) {
         return;
     }
     if (f.steps) {
-        frecency_ranks(f, p.slot_expert, p.first, p.n_own, *f.steps, rk);
+        frecency_ranks(f, p.slot_expert, own, p.first, n_own, *f.steps, rk);
         __syncthreads();
     }
-    for (int i = tid; i < p.n_own; i += nt) {
+    for (int i = tid; i < n_own; i += nt) {
         uint64_t a = st_sh[i];
         if (marked[i] || a >= t) continue;
         atomicAdd(&s_eligible, 1);
         const uint8_t ra = f.steps ? rk[i] : 0;
         int rank = 0;
-        for (int q = 0; q < p.n_own && rank < k; q++) {
+        for (int q = 0; q < n_own && rank < k; q++) {
             uint64_t b = st_sh[q];
             rank += !marked[q] && b < t && victim_before(f.steps ? rk[q] : 0, b, q, ra, a, i);
         }
-        if (rank < k) victim[rank] = p.first + i;
+        if (rank < k) victim[rank] = own ? own[i] : p.first + i;
     }
     __syncthreads();
     const int kk = min(k, s_eligible);
-    for (int j = tid; j < kk; j += nt) {
-        int old = p.slot_expert[victim[j]];
-        if (old >= 0) p.map[old] = -1;
-    }
+    evict_victims(z, p.map, p.slot_expert, victim, kk);
     __syncthreads();
     for (int j = tid; j < kk; j += nt) {
         int v = victim[j], e = missed[j];
@@ -323,11 +414,120 @@ __global__ void cache_prefetch_kernel(ft_cuda_cache_prefetch_params p) {
 
 extern "C" void ft_cuda_cache_prefetch(const ft_cuda_cache_prefetch_params *p, ft_cuda_stream *s) {
     FT_CUDA_ASSERT(p->n >= 1 && p->n <= p->n_own && p->max_copies >= 1 && p->first >= 0 &&
-                   frecency_valid(&p->frecency));
-    size_t smem = (size_t)p->n_own * sizeof(uint64_t) + (size_t)2 * p->n * sizeof(int) +
-                  (size_t)p->n_own * (p->frecency.steps ? 2 : 1);
+                   frecency_valid(&p->frecency) && sizing_valid(&p->sizing, p->first, p->n_own));
+    size_t smem = prefetch_smem(p->n, p->n_own, p->frecency.steps != NULL, p->sizing.slot_owner != NULL);
     FT_CUDA_ASSERT(smem <= LOOKUP_SMEM_MAX);
     ft_launch(cache_prefetch_kernel, 1, LOOKUP_THREADS, smem, ft_cuda_stream_handle(s), *p);
+    CUDA_CHECK_LAUNCH();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Self-sizing: slots moved between a pool's layers at the end of a token
+
+// One CTA for one pool, moe_expert_cache_end_step's rebalance in its order: thread 0 picks the
+// receiver and the donor of each move as the reference does (ties to the lower block), the
+// CTA finds the donor's first victim (by (rank, stamp, slot index): its step 2's order), and
+// thread 0 moves it; then every counter of the pool's layers is halved.
+__global__ void cache_rebalance_kernel(ft_cuda_cache_rebalance_params p) {
+    ft_pdl_begin();
+    __shared__ int given[FT_CUDA_CACHE_POOL_LAYERS_MAX], taken[FT_CUDA_CACHE_POOL_LAYERS_MAX];
+    __shared__ int s_go, s_R, s_D, s_jR, s_jD;
+    __shared__ uint32_t b_rank[LOOKUP_THREADS];
+    __shared__ uint64_t b_stamp[LOOKUP_THREADS];
+    __shared__ int b_slot[LOOKUP_THREADS];
+    const int tid = threadIdx.x, nt = blockDim.x, G = p.ghost_depth;
+    const ft_cuda_cache_frecency &f = p.frecency;
+    if (tid == 0) s_go = ++*p.tokens % (uint64_t)p.period == 0;
+    for (int j = tid; j < p.n_layers; j += nt) given[j] = taken[j] = 0;
+    __syncthreads();
+    if (!s_go) return;
+    for (int m = 0; m < p.max_moves; m++) {
+        if (tid == 0) {
+            int jR = -1, jD = -1;
+            for (int j = 0; j < p.n_layers; j++) {
+                const int L = p.layers[j];
+                if (given[j] < G && taken[j] == 0 && p.own_n[L] < p.n_expert[L] &&
+                    (jR < 0 || p.ghost[L * G + given[j]] > p.ghost[p.layers[jR] * G + given[jR]]))
+                    jR = j;
+            }
+            for (int j = 0; j < p.n_layers && jR >= 0; j++) {
+                const int L = p.layers[j];
+                if (j != jR && taken[j] < G && given[j] == 0 && p.own_n[L] > p.floor &&
+                    (jD < 0 || p.tail[L * G + taken[j]] < p.tail[p.layers[jD] * G + taken[jD]]))
+                    jD = j;
+            }
+            bool move = jR >= 0 && jD >= 0;
+            if (move) {
+                uint64_t gain = p.ghost[p.layers[jR] * G + given[jR]], loss = p.tail[p.layers[jD] * G + taken[jD]];
+                move = gain > loss + (uint64_t)p.min_gain;
+            }
+            s_jR = jR, s_jD = jD;
+            s_R = move ? p.layers[jR] : -1;
+            s_D = move ? p.layers[jD] : -1;
+        }
+        __syncthreads();
+        const int R = s_R, D = s_D;
+        if (R < 0) break;
+        // the donor's first victim: each thread's best among its slots, then thread 0's pick
+        const uint64_t u = f.steps ? f.steps[D] : 0;
+        uint32_t best_rank = 0;
+        uint64_t best_stamp = 0;
+        int best = -1;
+        for (int s = tid; s < p.n_slots; s += nt) {
+            if (p.slot_owner[s] != D) continue;
+            const int e = p.slot_expert[s];
+            uint32_t r = 0;
+            if (f.steps && e >= 0) {
+                const size_t at = (size_t)p.map_base[D] + (size_t)e;
+                r = 1 + moe_frecency_score(u, f.count[at], f.last[at], f.hist[at]);
+            }
+            const uint64_t st = p.stamp[s];
+            if (best < 0 || r < best_rank || (r == best_rank && st < best_stamp)) best = s, best_rank = r, best_stamp = st;
+        }
+        b_slot[tid] = best;
+        b_rank[tid] = best_rank;
+        b_stamp[tid] = best_stamp;
+        __syncthreads();
+        if (tid == 0) {
+            int s = -1;
+            uint32_t r = 0;
+            uint64_t st = 0;
+            for (int i = 0; i < nt; i++) {
+                const int c = b_slot[i];
+                if (c < 0) continue;
+                if (s < 0 || b_rank[i] < r || (b_rank[i] == r && (b_stamp[i] < st || (b_stamp[i] == st && c < s))))
+                    s = c, r = b_rank[i], st = b_stamp[i];
+            }
+            // (the floor keeps the donor slots: s >= 0)
+            const int old = p.slot_expert[s];
+            if (old >= 0) {
+                const size_t at = (size_t)p.map_base[D] + (size_t)old;
+                p.map[at] = -1;
+                p.ghost_tag[at] = ++p.evictions[D];
+            }
+            p.slot_expert[s] = -1;
+            p.stamp[s] = 0;
+            p.slot_owner[s] = R;
+            p.slot_map_base[s] = p.map_base[R];
+            p.own_n[D]--;
+            p.own_n[R]++;
+            taken[s_jD]++;
+            given[s_jR]++;
+            ++*p.moves;
+        }
+        __syncthreads();
+    }
+    for (int i = tid; i < p.n_layers * G; i += nt) {
+        const int L = p.layers[i / G], d = i % G;
+        p.tail[L * G + d] >>= 1;
+        p.ghost[L * G + d] >>= 1;
+    }
+}
+
+extern "C" void ft_cuda_cache_rebalance(const ft_cuda_cache_rebalance_params *p, ft_cuda_stream *s) {
+    FT_CUDA_ASSERT(p->n_layers >= 1 && p->n_layers <= FT_CUDA_CACHE_POOL_LAYERS_MAX && p->ghost_depth >= 1 &&
+                   p->period >= 1 && p->max_moves >= 0 && p->min_gain >= 0);
+    ft_launch(cache_rebalance_kernel, 1, LOOKUP_THREADS, 0, ft_cuda_stream_handle(s), *p);
     CUDA_CHECK_LAUNCH();
 }
 

@@ -26,6 +26,19 @@ typedef struct ft_cuda_cache_frecency {
     uint64_t *last, *hist;
 } ft_cuda_cache_frecency;
 
+// Self-sizing layers (the C reference's moe_expert_cache_end_step contract) for one layer: the
+// pool's slot owners (a layer's slots are those it owns, found in slot order among the pool's
+// slots) and the layer's shadow tags. slot_owner NULL: fixed ranges (first, n_own).
+typedef struct ft_cuda_cache_sizing {
+    const int32_t *slot_owner; // (pool_slots) the block owning each slot
+    int pool_slots;
+    int block;                 // the layer's block index
+    int ghost_depth;           // G
+    uint32_t *evictions;       // (1) the layer's eviction count
+    uint32_t *tail, *ghost;    // (G) hits by position from the LRU end, misses by ghost depth
+    uint32_t *ghost_tag;       // (the layer's experts) its eviction count at eviction, 0: none
+} ft_cuda_cache_sizing;
+
 // One layer step of the C reference (src/moe/expert_cache.h) on the device tables, in one CTA:
 // moe_expert_cache_step, or with costs moe_expert_cache_step_split (hybrid).
 typedef struct ft_cuda_cache_lookup_params {
@@ -36,7 +49,7 @@ typedef struct ft_cuda_cache_lookup_params {
     int32_t *slot_expert;      // (pool slots) the expert a slot holds (of the range's layer), -1
     uint64_t *stamp;           // (pool slots) age stamps
     uint64_t *clock;           // (1) the pool's clock
-    int first, n_own;          // the layer's range of slots
+    int first, n_own;          // the layer's range of slots (self-sizing: 0, the most it may own)
     int32_t *copy_expert;      // (n) out: the copies, in order
     int32_t *copy_slot;        // (n)
     int32_t *n_copies;         // (1) out
@@ -58,6 +71,7 @@ typedef struct ft_cuda_cache_lookup_params {
     int32_t *pf_n;
     int n_guess;
     ft_cuda_cache_frecency frecency;
+    ft_cuda_cache_sizing sizing;
 } ft_cuda_cache_lookup_params;
 void ft_cuda_cache_lookup(const ft_cuda_cache_lookup_params *p, ft_cuda_stream *s);
 
@@ -76,8 +90,29 @@ typedef struct ft_cuda_cache_prefetch_params {
     int32_t *copy_expert, *copy_slot, *n_copies; // out: (n), (n), (1)
     uint64_t *stats;           // the layer's counters (PF_GUESSES, PF_COPIES), or NULL
     ft_cuda_cache_frecency frecency; // read only: a prefetch is not a step
+    ft_cuda_cache_sizing sizing;     // its victims become ghosts; it counts no shadow tags
 } ft_cuda_cache_prefetch_params;
 void ft_cuda_cache_prefetch(const ft_cuda_cache_prefetch_params *p, ft_cuda_stream *s);
+
+// The end of a decode token with self-sizing layers (moe_expert_cache_end_step) for one pool,
+// in one CTA: every period-th call moves slots between the pool's layers and halves their
+// counters. Per-block arrays are indexed by block; tail and ghost are (blocks, G).
+typedef struct ft_cuda_cache_rebalance_params {
+    const int32_t *layers;        // (n_layers) the pool's blocks, ascending
+    int n_layers;                 // at most FT_CUDA_CACHE_POOL_LAYERS_MAX
+    int32_t *slot_owner, *slot_expert, *slot_map_base; // (n_slots)
+    uint64_t *stamp;              // (n_slots)
+    int n_slots;
+    uint64_t *tokens, *moves;     // (1) the pool's end-of-token calls and slot moves so far
+    int32_t *own_n;               // (blocks) the slots each layer owns
+    const int32_t *n_expert, *map_base; // (blocks)
+    int32_t *map;
+    uint32_t *evictions, *tail, *ghost, *ghost_tag;
+    int ghost_depth, period, max_moves, min_gain, floor;
+    ft_cuda_cache_frecency frecency; // whole arrays (steps: per block; the others: as map), or NULL
+} ft_cuda_cache_rebalance_params;
+#define FT_CUDA_CACHE_POOL_LAYERS_MAX 1024
+void ft_cuda_cache_rebalance(const ft_cuda_cache_rebalance_params *p, ft_cuda_stream *s);
 
 // The copies of a lookup: bank b of copy j moves bytes[b] from src[b] + copy_expert[j] *
 // bytes[b] (mapped host memory) to dst[b] + copy_slot[j] * stride[b]. A fixed grid reads

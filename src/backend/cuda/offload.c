@@ -17,6 +17,9 @@ typedef struct pool_dev {
     int32_t *slot_expert;    // (n_slots) -1: empty
     uint64_t *stamp;         // (n_slots)
     int32_t *slot_map_base;  // (n_slots) where the owning layer's experts start in map
+    int32_t *slot_owner;     // (n_slots) self-sizing: the block owning each slot, else NULL
+    int32_t *layers;         // self-sizing: the pool's blocks, ascending
+    uint64_t *tokens, *moves;// self-sizing: (1) each
 } pool_dev;
 
 struct ft_offload {
@@ -44,6 +47,11 @@ struct ft_offload {
     uint64_t *use_steps;       // (n_blocks)
     uint32_t *use_count;
     uint64_t *use_last, *use_hist;
+    // self-sizing layers only (NULL otherwise), device: per block its slots, evictions and
+    // shadow tags (G each), its expert count and map base; per (layer, expert) its ghost tag
+    moe_cache_policy_params sizing; // the tuning (moe_cache_sizing_default_params)
+    int32_t *own_n, *n_expert_dev, *map_base_dev;
+    uint32_t *evictions, *tail, *ghost, *ghost_tag;
 
     // per-step outputs (ft_offload_reserve) and counters (kept across rebuilds)
     int max_sel;
@@ -153,6 +161,10 @@ static void cache_teardown(ft_offload *o) {
         ft_cuda_free(o->pools[k].slot_expert);
         ft_cuda_free(o->pools[k].stamp);
         ft_cuda_free(o->pools[k].slot_map_base);
+        ft_cuda_free(o->pools[k].slot_owner);
+        ft_cuda_free(o->pools[k].layers);
+        ft_cuda_free(o->pools[k].tokens);
+        ft_cuda_free(o->pools[k].moves);
     }
     free(o->pools);
     o->pools = NULL;
@@ -164,6 +176,10 @@ static void cache_teardown(ft_offload *o) {
     ft_cuda_free(o->use_hist);
     o->use_steps = o->use_last = o->use_hist = NULL;
     o->use_count = NULL;
+    void *sz[] = {o->own_n, o->n_expert_dev, o->map_base_dev, o->evictions, o->tail, o->ghost, o->ghost_tag};
+    for (size_t i = 0; i < FT_ARRAY_LEN(sz); i++) ft_cuda_free(sz[i]);
+    o->own_n = o->n_expert_dev = o->map_base_dev = NULL;
+    o->evictions = o->tail = o->ghost = o->ghost_tag = NULL;
     for (int b = 0; b < MOE_BANK_COUNT; b++) {
         ft_cuda_free(o->arena[b]);
         ft_cuda_free(o->ov_own[b]);
@@ -175,6 +191,56 @@ static void cache_teardown(ft_offload *o) {
     memset(&o->plan, 0, sizeof(o->plan));
     o->pf_block = -1; // (the device is idle: nothing pending)
     o->pf_pending = o->pf_guessing = false;
+}
+
+// Self-sizing's tables, at the fixed ranges (what the C reference starts from); false when the
+// device is out of memory (the caller tears down).
+static bool sizing_build(ft_offload *o) {
+    const moe_cache_plan *pl = &o->plan;
+    size_t nb = (size_t)o->n_blocks, G = (size_t)o->sizing.ghost_depth;
+    int32_t *own = ft_calloc(nb, sizeof(int32_t)), *ne = ft_calloc(nb, sizeof(int32_t));
+    for (int i = 0; i < o->g.n_layers; i++) {
+        int L = o->g.layers[i].layer, first;
+        moe_expert_cache_layer_range(o->mirror, L, &first, &own[L]);
+        ne[L] = o->g.layers[i].n_expert;
+    }
+    o->own_n = dev_alloc(nb * sizeof(int32_t));
+    o->n_expert_dev = dev_alloc(nb * sizeof(int32_t));
+    o->map_base_dev = dev_alloc(nb * sizeof(int32_t));
+    o->evictions = dev_zeroed(nb * sizeof(uint32_t));
+    o->tail = dev_zeroed(nb * G * sizeof(uint32_t));
+    o->ghost = dev_zeroed(nb * G * sizeof(uint32_t));
+    o->ghost_tag = dev_zeroed((size_t)o->n_map * sizeof(uint32_t));
+    bool ok = o->own_n && o->n_expert_dev && o->map_base_dev && o->evictions && o->tail && o->ghost && o->ghost_tag;
+    if (ok) {
+        ft_cuda_memcpy_h2d(o->own_n, own, nb * sizeof(int32_t), NULL);
+        ft_cuda_memcpy_h2d(o->n_expert_dev, ne, nb * sizeof(int32_t), NULL);
+        ft_cuda_memcpy_h2d(o->map_base_dev, o->map_base, nb * sizeof(int32_t), NULL);
+    }
+    for (int k = 0; k < pl->n_pools && ok; k++) {
+        const moe_pool_plan *pp = &pl->pools[k];
+        pool_dev *pd = &o->pools[k];
+        size_t n = (size_t)pp->n_slots;
+        pd->slot_owner = dev_alloc(n * sizeof(int32_t));
+        pd->layers = dev_alloc((size_t)pp->n_layers * sizeof(int32_t));
+        pd->tokens = dev_zeroed(sizeof(uint64_t));
+        pd->moves = dev_zeroed(sizeof(uint64_t));
+        if (!(ok = pd->slot_owner && pd->layers && pd->tokens && pd->moves)) break;
+        int32_t *owner = ft_malloc(n * sizeof(int32_t) + 1);
+        for (int j = 0; j < pp->n_layers; j++) {
+            int first, n_own;
+            moe_expert_cache_layer_range(o->mirror, pp->layers[j], &first, &n_own);
+            for (int s = first; s < first + n_own; s++) owner[s] = pp->layers[j];
+        }
+        ft_cuda_memcpy_h2d(pd->slot_owner, owner, n * sizeof(int32_t), NULL);
+        ft_cuda_memcpy_h2d(pd->layers, pp->layers, (size_t)pp->n_layers * sizeof(int32_t), NULL);
+        ft_cuda_stream_sync(NULL);
+        free(owner);
+    }
+    ft_cuda_stream_sync(NULL);
+    free(own);
+    free(ne);
+    return ok;
 }
 
 // Allocates the arenas, the overlay and the tables for plan (o->plan is set); false and *err
@@ -264,6 +330,10 @@ static bool cache_build(ft_offload *o, ft_err *err) {
         ft_cuda_stream_sync(NULL);
         free(base);
     }
+    if (o->params.self_sizing && !sizing_build(o)) {
+        cache_teardown(o);
+        return ft_err_set(err, "offload: out of device memory for the cache tables");
+    }
     ft_cuda_device_sync();
     return true;
 }
@@ -341,6 +411,11 @@ ft_offload *ft_offload_init(const moe_geometry *g, moe_expert_banks *hb, const f
     ft_cuda_memset(o->stats, 0, (size_t)o->g.n_layers * FT_CACHE_STAT_COUNT * sizeof(uint64_t), NULL);
     o->telemetry = ft_env_flag(FT_ENV_MOE_TELEMETRY);
     o->prefill_fill = ft_env_flag(FT_ENV_MOE_PREFILL_FILL);
+    o->sizing = moe_cache_sizing_default_params();
+    if (o->params.self_sizing && o->prefill_fill) { // (its fills take slots of the fixed ranges)
+        fprintf(stderr, "offload: FT_MOE_PREFILL_FILL is off with self-sizing layers\n");
+        o->prefill_fill = false;
+    }
     if (!o->telemetry)
         fprintf(stderr, "offload: telemetry off (FT_MOE_TELEMETRY=0): the cache's counters and copy times stay at 0\n");
     o->copy_stream = ft_cuda_stream_init();
@@ -418,6 +493,7 @@ uint64_t ft_offload_device_bytes(const ft_offload *o) {
         if (o->ov_own[b]) n += o->ov_bytes[b];
     for (int k = 0; k < o->plan.n_pools; k++) n += (uint64_t)o->plan.pools[k].n_slots * 16;
     if (o->use_steps) n += (uint64_t)o->n_blocks * 8 + (uint64_t)o->n_map * 20;
+    if (o->own_n) n += (uint64_t)o->n_blocks * (16 + 8 * (uint64_t)o->sizing.ghost_depth) + (uint64_t)o->n_map * 4;
     return n;
 }
 
@@ -479,10 +555,37 @@ void ft_offload_reserve(ft_offload *o, int max_sel) {
 // ---------------------------------------------------------------------------------------------
 // Layer steps
 
-bool ft_offload_uses_overlay(const ft_offload *o, int block, int n_tok, int n, bool gemm, int gemm_min_tok) {
+// The block's self-sizing tables on the device (slot_owner NULL with fixed ranges).
+static ft_cuda_cache_sizing sizing_of(const ft_offload *o, int block) {
+    if (!o->own_n) return (ft_cuda_cache_sizing){0};
+    int pool = moe_expert_cache_pool_of(o->mirror, block), G = o->sizing.ghost_depth;
+    return (ft_cuda_cache_sizing){
+        .slot_owner = o->pools[pool].slot_owner, .pool_slots = o->plan.pools[pool].n_slots, .block = block,
+        .ghost_depth = G, .evictions = o->evictions + block, .tail = o->tail + (size_t)block * (size_t)G,
+        .ghost = o->ghost + (size_t)block * (size_t)G, .ghost_tag = o->ghost_tag + o->map_base[block]};
+}
+
+// The slots a lookup of the block ranks: its fixed range, or with self-sizing the whole pool
+// (it owns at most its expert count of them; the kernel finds which).
+static void lookup_span(const ft_offload *o, int block, int *first, int *n_own) {
+    if (!o->own_n) {
+        moe_expert_cache_layer_range(o->mirror, block, first, n_own);
+        return;
+    }
+    int pool = moe_expert_cache_pool_of(o->mirror, block);
+    *first = 0;
+    *n_own = FT_MIN(o->plan.pools[pool].n_slots, o->g.layers[o->layer_of_block[block]].n_expert);
+}
+
+// The slots the block is sure to own: its range, or with self-sizing the plan's floor.
+static int slots_owned_at_least(const ft_offload *o, int block) {
     int first, n_own;
     moe_expert_cache_layer_range(o->mirror, block, &first, &n_own);
-    return moe_placement_offload_overlay(n, n_own, n_tok, gemm, gemm_min_tok);
+    return o->own_n ? FT_MIN(n_own, o->plan.floor_per_layer) : n_own;
+}
+
+bool ft_offload_uses_overlay(const ft_offload *o, int block, int n_tok, int n, bool gemm, int gemm_min_tok) {
+    return moe_placement_offload_overlay(n, slots_owned_at_least(o, block), n_tok, gemm, gemm_min_tok);
 }
 
 // Bytes one copy of MoE layer li moves (its native expert bytes in every bank).
@@ -711,7 +814,7 @@ static void cache_step(ft_offload *o, int block, const int32_t *sel, int n, ft_c
     int li = o->layer_of_block[block];
     overlay_release(o, s);
     int pool = moe_expert_cache_pool_of(o->mirror, block), first, n_own;
-    moe_expert_cache_layer_range(o->mirror, block, &first, &n_own);
+    lookup_span(o, block, &first, &n_own);
     const moe_pool_plan *pp = &o->plan.pools[pool];
     uint64_t *st = o->stats + (size_t)li * FT_CACHE_STAT_COUNT;
     uint64_t copy_bytes = layer_copy_bytes(o, li);
@@ -720,7 +823,7 @@ static void cache_step(ft_offload *o, int block, const int32_t *sel, int n, ft_c
         .slot_expert = o->pools[pool].slot_expert, .stamp = o->pools[pool].stamp, .clock = o->clock + pool,
         .first = first, .n_own = n_own, .copy_expert = o->copy_expert, .copy_slot = o->copy_slot,
         .n_copies = o->n_copies, .stats = o->telemetry ? st : NULL, .copy_bytes = copy_bytes, .copy_span = o->span,
-        .frecency = frecency_of(o, block),
+        .frecency = frecency_of(o, block), .sizing = sizing_of(o, block),
     };
     if (block == o->pf_block) { // the prefetch made for this step (joined by layer_begin)
         lp.pf_slot = o->pf_slot;
@@ -768,6 +871,39 @@ static void cache_step(ft_offload *o, int block, const int32_t *sel, int n, ft_c
     ft_cuda_cache_copy(&fp, FILL_CTAS, o->fill_stream);
     o->fill_pending = true;
     o->fill_last_block = block;
+}
+
+void ft_offload_end_token(ft_offload *o, ft_cuda_stream *s) {
+    if (!o->own_n) return;
+    ft_offload_join_fills(o, s); // (a moved slot may be a fill's target)
+    ft_cuda_cache_frecency f = {0};
+    if (o->use_steps) f = (ft_cuda_cache_frecency){o->use_steps, o->use_count, o->use_last, o->use_hist};
+    for (int k = 0; k < o->plan.n_pools; k++) {
+        const moe_pool_plan *pp = &o->plan.pools[k];
+        pool_dev *pd = &o->pools[k];
+        ft_cuda_cache_rebalance_params rp = {
+            .layers = pd->layers, .n_layers = pp->n_layers, .slot_owner = pd->slot_owner,
+            .slot_expert = pd->slot_expert, .slot_map_base = pd->slot_map_base, .stamp = pd->stamp,
+            .n_slots = pp->n_slots, .tokens = pd->tokens, .moves = pd->moves, .own_n = o->own_n,
+            .n_expert = o->n_expert_dev, .map_base = o->map_base_dev, .map = o->map, .evictions = o->evictions,
+            .tail = o->tail, .ghost = o->ghost, .ghost_tag = o->ghost_tag, .ghost_depth = o->sizing.ghost_depth,
+            .period = o->sizing.period, .max_moves = o->sizing.max_moves, .min_gain = o->sizing.min_gain,
+            .floor = o->plan.floor_per_layer, .frecency = f,
+        };
+        ft_cuda_cache_rebalance(&rp, s);
+    }
+    if (o->pf_can_start) ft_cuda_event_record(o->ev_pf_looked, s); // a prefetch after it sees the moves
+}
+
+uint64_t ft_offload_slot_moves(ft_offload *o) {
+    uint64_t n = 0;
+    for (int k = 0; k < o->plan.n_pools && o->own_n; k++) {
+        uint64_t m = 0;
+        ft_cuda_memcpy_d2h(&m, o->pools[k].moves, sizeof(m), NULL);
+        ft_cuda_stream_sync(NULL);
+        n += m;
+    }
+    return n;
 }
 
 void ft_offload_join_fills(ft_offload *o, ft_cuda_stream *s) {
@@ -827,14 +963,14 @@ void ft_offload_prefetch(ft_offload *o, int block, int n, int max_copies) {
     ft_cuda_event_record(o->ev_pf_guessed, ps);
     o->pf_guessing = true;
     int li = o->layer_of_block[block], pool = moe_expert_cache_pool_of(o->mirror, block), first, n_own;
-    moe_expert_cache_layer_range(o->mirror, block, &first, &n_own);
-    n = FT_MIN(n, n_own);
+    lookup_span(o, block, &first, &n_own);
+    n = FT_MIN(n, slots_owned_at_least(o, block));
     uint64_t *st = o->stats + (size_t)li * FT_CACHE_STAT_COUNT;
     ft_cuda_cache_prefetch_params pp = {
         .guess = o->pf_guess, .n = n, .max_copies = max_copies, .map = o->map + o->map_base[block], .slot_expert = o->pools[pool].slot_expert,
         .stamp = o->pools[pool].stamp, .clock = o->clock + pool, .first = first, .n_own = n_own,
         .copy_expert = o->pf_expert, .copy_slot = o->pf_slot, .n_copies = o->pf_n,
-        .stats = o->telemetry ? st : NULL, .frecency = frecency_of(o, block),
+        .stats = o->telemetry ? st : NULL, .frecency = frecency_of(o, block), .sizing = sizing_of(o, block),
     };
     ft_cuda_cache_prefetch(&pp, ps);
     ft_cuda_stream_wait_event(ps, o->ev_pf_copied); // the bus is the step's own copies' first
@@ -965,6 +1101,10 @@ void ft_offload_stats(ft_offload *o, ft_moe_stats *out) {
         out->layer_pool[i] = ft_offload_pool_of_layer(o, i);
         int first;
         moe_expert_cache_layer_range(o->mirror, out->layer_block[i], &first, &out->layer_slots[i]);
+        if (o->own_n) { // self-sizing: what it owns now
+            ft_cuda_memcpy_d2h(&out->layer_slots[i], o->own_n + out->layer_block[i], sizeof(int32_t), NULL);
+            ft_cuda_stream_sync(NULL);
+        }
         out->layers[i] = moe_counts_of(&lc[i]);
         out->pool_layers[out->layer_pool[i]]++;
     }
@@ -1042,6 +1182,7 @@ void ft_offload_debug_read(ft_offload *o, int n, ft_offload_debug *d) {
     d->n_slots = ft_malloc((size_t)d->n_pools * sizeof(int));
     d->slot_expert = ft_malloc((size_t)d->n_pools * sizeof(int32_t *));
     d->stamp = ft_malloc((size_t)d->n_pools * sizeof(uint64_t *));
+    d->slot_owner = ft_malloc((size_t)d->n_pools * sizeof(int32_t *));
     d->clock = ft_malloc((size_t)d->n_pools * sizeof(uint64_t));
     ft_cuda_memcpy_d2h(d->clock, o->clock, (size_t)d->n_pools * sizeof(uint64_t), NULL);
     for (int k = 0; k < d->n_pools; k++) {
@@ -1050,6 +1191,16 @@ void ft_offload_debug_read(ft_offload *o, int n, ft_offload_debug *d) {
         d->stamp[k] = ft_malloc((size_t)(ns + 1) * sizeof(uint64_t));
         ft_cuda_memcpy_d2h(d->slot_expert[k], o->pools[k].slot_expert, (size_t)ns * sizeof(int32_t), NULL);
         ft_cuda_memcpy_d2h(d->stamp[k], o->pools[k].stamp, (size_t)ns * sizeof(uint64_t), NULL);
+        d->slot_owner[k] = ft_malloc((size_t)(ns + 1) * sizeof(int32_t));
+        if (o->pools[k].slot_owner) {
+            ft_cuda_memcpy_d2h(d->slot_owner[k], o->pools[k].slot_owner, (size_t)ns * sizeof(int32_t), NULL);
+        } else {
+            for (int j = 0; j < o->plan.pools[k].n_layers; j++) {
+                int first, n_own, L = o->plan.pools[k].layers[j];
+                moe_expert_cache_layer_range(o->mirror, L, &first, &n_own);
+                for (int s = first; s < first + n_own; s++) d->slot_owner[k][s] = L;
+            }
+        }
     }
     ft_cuda_stream_sync(NULL);
 }
@@ -1066,9 +1217,11 @@ void ft_offload_debug_free(ft_offload_debug *d) {
     for (int k = 0; k < d->n_pools; k++) {
         free(d->slot_expert[k]);
         free(d->stamp[k]);
+        free(d->slot_owner[k]);
     }
     free(d->n_slots);
     free(d->slot_expert);
+    free(d->slot_owner);
     free(d->stamp);
     free(d->clock);
     memset(d, 0, sizeof(*d));

@@ -35,6 +35,8 @@ typedef struct ft_offload_params {
     bool prefill_serial;          // --disable-moe-prefill-overlap: one overlay buffer, no overlap
     const moe_route_trace *trace; // replay these selections (copied), or NULL: the router's
     enum moe_victims victims;     // --moe-cache-policy: which of a layer's slots a miss takes
+    bool self_sizing;             // --moe-layer-slots adaptive: slots move between a pool's layers
+                                  // (moe_cache_sizing_default_params's tuning)
 } ft_offload_params;
 
 // The cache for geometry g over host banks hb (built from g with ft_offload_host_allocator;
@@ -44,6 +46,13 @@ typedef struct ft_offload_params {
 // trace does not match the model (layers, expert count, top-k).
 ft_offload *ft_offload_init(const moe_geometry *g, moe_expert_banks *hb, const ft_offload_params *p, ft_err *err);
 void ft_offload_free(ft_offload *o); // NULL: no-op
+
+// The end of a decode token (after the MoE layers of a step that looked experts up): with
+// self-sizing layers, every period-th call moves slots between the layers of each pool on the
+// device (moe_expert_cache_end_step), enqueued on s; without, nothing.
+void ft_offload_end_token(ft_offload *o, ft_cuda_stream *s);
+// Slot moves made since the last (re)build, all pools (waits for the device; 0 without self-sizing).
+uint64_t ft_offload_slot_moves(ft_offload *o);
 
 // The plan in use (valid until the next rebuild).
 const moe_cache_plan *ft_offload_plan(const ft_offload *o);
@@ -202,6 +211,7 @@ typedef struct ft_offload_debug {
     int n_pools;
     int *n_slots;               // (n_pools)
     int32_t **slot_expert;      // (n_pools)(n_slots) -1: empty
+    int32_t **slot_owner;       // (n_pools)(n_slots) the block owning each slot
     uint64_t **stamp;           // (n_pools)(n_slots)
     uint64_t *clock;            // (n_pools)
 } ft_offload_debug;
