@@ -628,6 +628,103 @@ TEST(server_slots_like_llama_server) {
     CHECK(server_stop(&off) == 0, "log: %s", off.log);
 }
 
+// The params GET /slots shows for the one slot that ran a request (NULL: none or several).
+static json_t *ran_params(const server *s) {
+    json_t *sl = get_json(s, "/slots"), *found = NULL;
+    int ran = 0;
+    for (size_t i = 0; i < json_array_size(sl); i++) {
+        json_t *o = json_array_get(sl, i);
+        if (json_object_get(o, "id_task") && ran++ == 0) found = json_incref(json_object_get(o, "params"));
+    }
+    json_decref(sl);
+    if (ran != 1) json_decref(found);
+    return ran == 1 ? found : NULL;
+}
+
+// A copy of the server tests' model with a sampling recommendation in its metadata
+// (general.sampling.temp 0.25, top_k 11), written as test_path(name); NULL after a recorded failure.
+static const char *model_with_sampling(const char *name) {
+    ft_err err = {{0}};
+    gguf_file *f = gguf_open(model_path(), &err);
+    if (!f) {
+        test_fail(__FILE__, __LINE__, "%s", err.msg);
+        return NULL;
+    }
+    const char *path = test_path(name);
+    gguf_writer *w = gguf_writer_init();
+    for (int64_t i = 0; i < gguf_n_kv(f); i++) gguf_writer_copy_kv(w, f, i);
+    gguf_writer_set_f32(w, "general.sampling.temp", 0.25f);
+    gguf_writer_set_i32(w, "general.sampling.top_k", 11);
+    for (int64_t i = 0; i < gguf_n_tensors(f); i++) {
+        const gguf_tensor *t = gguf_tensor_at(f, i);
+        char nm[256];
+        snprintf(nm, sizeof(nm), "%.*s", (int)t->name.len, t->name.ptr);
+        gguf_writer_add_tensor(w, nm, t->type, t->n_dims, t->ne);
+    }
+    bool ok = gguf_writer_begin(w, path, &err);
+    for (int64_t i = 0; ok && i < gguf_n_tensors(f); i++) {
+        const gguf_tensor *t = gguf_tensor_at(f, i);
+        ok = gguf_writer_tensor_data(w, t->data, t->bytes, &err);
+    }
+    ok = ok && gguf_writer_finish(w, &err);
+    gguf_writer_free(w);
+    gguf_close(f);
+    if (!ok) test_fail(__FILE__, __LINE__, "%s", err.msg);
+    return ok ? path : NULL;
+}
+
+// The sampling flags of ft serve are the defaults of requests that name no value (over each
+// API's own), a request's own values win, and /props shows them over llama-server's; a model's
+// general.sampling.* fills in the flags not given, as llama-server does.
+TEST(server_sampling_defaults) {
+    SERVER_OR_SKIP(s, "--temp 0.3 --top-k 7 --seed 42 --parallel 1");
+    static char out[1 << 16];
+    const char *chat = "{\"messages\":[{\"role\":\"user\",\"content\":\"Hello\"}],\"max_tokens\":2";
+    char body[512];
+    snprintf(body, sizeof(body), "%s}", chat);
+    CHECK(http(&s, "POST", "/v1/chat/completions", body, NULL, out, sizeof(out)) == 200, "%s", out);
+    json_t *pr = ran_params(&s);
+    CHECK(pr && json_real_value(json_object_get(pr, "temperature")) == (double)0.3f &&
+              json_integer_value(json_object_get(pr, "top_k")) == 7 &&
+              json_integer_value(json_object_get(pr, "seed")) == 42 &&
+              json_real_value(json_object_get(pr, "top_p")) == 1.0,
+          "the server's temp, top-k and seed over OpenAI's defaults (top-p 1): %s",
+          pr ? json_dumps(pr, JSON_COMPACT) : "no slot");
+    json_decref(pr);
+    snprintf(body, sizeof(body), "%s,\"temperature\":0.9,\"seed\":5}", chat);
+    CHECK(http(&s, "POST", "/v1/chat/completions", body, NULL, out, sizeof(out)) == 200, "%s", out);
+    pr = ran_params(&s);
+    CHECK(pr && json_real_value(json_object_get(pr, "temperature")) == (double)0.9f &&
+              json_integer_value(json_object_get(pr, "seed")) == 5 &&
+              json_integer_value(json_object_get(pr, "top_k")) == 7,
+          "the request's temperature and seed win: %s", pr ? json_dumps(pr, JSON_COMPACT) : "no slot");
+    json_decref(pr);
+    json_t *props = get_json(&s, "/props");
+    json_t *dp = json_object_get(json_object_get(props, "default_generation_settings"), "params");
+    CHECK(json_real_value(json_object_get(dp, "temperature")) == (double)0.3f &&
+              json_integer_value(json_object_get(dp, "top_k")) == 7 &&
+              json_real_value(json_object_get(dp, "top_p")) == (double)0.95f,
+          "/props: the server's over llama-server's: %s", json_dumps(dp, JSON_COMPACT));
+    json_decref(props);
+    CHECK(server_stop(&s) == 0, "log: %s", s.log);
+
+    const char *m = model_with_sampling("server-sampling.gguf");
+    REQUIRE(m);
+    server t;
+    REQUIRE(server_start_on(&t, m, "--chat-template chatml --top-k 3"), "log: %s", t.log);
+    props = get_json(&t, "/props");
+    dp = json_object_get(json_object_get(props, "default_generation_settings"), "params");
+    CHECK(json_real_value(json_object_get(dp, "temperature")) == (double)0.25f &&
+              json_integer_value(json_object_get(dp, "top_k")) == 3,
+          "the model's temp, the flag's top-k: %s", json_dumps(dp, JSON_COMPACT));
+    json_decref(props);
+    CHECK(server_stop(&t) == 0, "log: %s", t.log);
+    char *log = fixture_read_file(t.log, NULL);
+    CHECK(log && strstr(log, "sampling defaults of requests that name none: temp 0.25 (the model's), top-k 3 (--top-k)"),
+          "the start-up line (log: %s)", t.log);
+    free(log);
+}
+
 // count_tokens: the prompt's tokens as /v1/messages counts them (its usage.input_tokens).
 TEST(server_anthropic_count_tokens) {
     SERVER_OR_SKIP(s, NULL);

@@ -4,6 +4,7 @@
 #include "cli.h"
 #include "args.h"
 #include "cli_model.h"
+#include "sampling_args.h"
 #include "../engine/engine.h"
 #include "../engine/stop.h"
 #include "../model/synth.h"
@@ -29,17 +30,9 @@ static void run_usage(FILE *out) {
             "  --chat                     wrap the prompt as a user message in the model's chat template\n"
             "  --chat-template NAME|FILE  with --chat: a built-in template (chatml, qwen3, ...) or a Jinja\n"
             "                             file instead of the GGUF's own\n"
-            "  --temp T                   temperature; 0 is greedy (default 0.8)\n"
-            "  --top-k N                  (default 40; 0 off)\n"
-            "  --top-p P                  (default 0.95; 1 off)\n"
-            "  --min-p P                  (default 0.05; 0 off)\n"
-            "  --repeat-penalty F         (default 1, off)\n"
-            "  --presence-penalty F       (default 0)\n"
-            "  --frequency-penalty F      (default 0)\n"
-            "  --repeat-last-n N          tokens the penalties look back over (default 64)\n"
-            "  --seed S                   sampling seed (default: from the clock)\n"
             "  --stop TEXT                stop before this text (up to %d times)\n",
             MAX_STOPS);
+    sampling_args_usage(out, false);
     engine_args a = engine_args_init("run", 0);
     engine_args_usage(out, &a);
 }
@@ -103,11 +96,10 @@ int cmd_run(int argc, char **argv) {
     const char *model_path = NULL, *prompt = NULL, *template_name = NULL;
     const char *stops[MAX_STOPS];
     int n_stops = 0;
-    int64_t n_predict = 128, seed = -1, v64;
+    int64_t n_predict = 128;
     engine_args ea = engine_args_init("run", 0);
-    double f;
     bool chat = false, bad = false;
-    ft_sampler_params sp = ft_sampler_default_params();
+    sampling_args sa = sampling_args_init();
     for (int i = 1; i < argc && !bad; i++) {
         if (args_flag(argv, i, "-h|--help")) {
             run_usage(stdout);
@@ -126,32 +118,11 @@ int cmd_run(int argc, char **argv) {
             stops[n_stops++] = stop;
             continue;
         }
-#define FLOAT_OPT(flag, field)                              \
-    if (args_float(argc, argv, &i, flag, &f, &bad)) {       \
-        sp.field = (float)f;                                \
-        continue;                                           \
-    }
-        FLOAT_OPT("--temp", temp)
-        FLOAT_OPT("--top-p", top_p)
-        FLOAT_OPT("--min-p", min_p)
-        FLOAT_OPT("--repeat-penalty", repeat_penalty)
-        FLOAT_OPT("--presence-penalty", presence_penalty)
-        FLOAT_OPT("--frequency-penalty", frequency_penalty)
-#undef FLOAT_OPT
-        if (args_int(argc, argv, &i, "--top-k", 0, 1 << 30, &v64, &bad)) {
-            sp.top_k = (int)v64;
-            continue;
-        }
-        if (args_int(argc, argv, &i, "--repeat-last-n", 0, 1 << 20, &v64, &bad)) {
-            sp.penalty_last_n = (int)v64;
-            continue;
-        }
-        if (engine_args_take(&ea, argc, argv, &i, &bad) ||
+        if (sampling_args_take(&sa, "run", argc, argv, &i, &bad) || engine_args_take(&ea, argc, argv, &i, &bad) ||
             args_str(argc, argv, &i, "-m|--model", &model_path, &bad) ||
             args_str(argc, argv, &i, "-p|--prompt", &prompt, &bad) ||
             args_str(argc, argv, &i, "--chat-template", &template_name, &bad) ||
-            args_int(argc, argv, &i, "-n|--n-predict", 0, 1 << 26, &n_predict, &bad) ||
-            args_int(argc, argv, &i, "--seed", 0, INT64_MAX, &seed, &bad))
+            args_int(argc, argv, &i, "-n|--n-predict", 0, 1 << 26, &n_predict, &bad))
             continue;
         fprintf(stderr, "ft run: unexpected argument '%s' (see ft run --help)\n", argv[i]);
         return FT_EXIT_USAGE;
@@ -163,7 +134,7 @@ int cmd_run(int argc, char **argv) {
     }
     ft_engine_params ep = ft_engine_default_params();
     if (!engine_args_apply(&ea, &ep)) return FT_EXIT_USAGE;
-    sp.seed = seed >= 0 ? (uint64_t)seed : (uint64_t)time(NULL);
+    if (!(sa.given & FT_SAMPLE_SEED)) sa.p.seed = (uint64_t)time(NULL);
 
     cli_model cm;
     if (!cli_model_open("run", model_path, true, &cm)) return FT_EXIT_INPUT;
@@ -194,7 +165,11 @@ int cmd_run(int argc, char **argv) {
         fprintf(stderr, "ft run: %s\n", err.msg);
         goto done;
     }
-    s = ft_sampler_init(&sp, m->hp.n_vocab);
+    sampling_args_from_model(&sa, "run", m->file);
+    char said[512];
+    sampling_args_describe(&sa, said, sizeof(said));
+    if (said[0]) fprintf(stderr, "sampling: %s\n", said);
+    s = ft_sampler_init(&sa.p, m->hp.n_vocab);
     int n_eog = 0;
     eog = ft_malloc((size_t)m->hp.n_vocab * sizeof(int32_t));
     for (int32_t t = 0; t < m->hp.n_vocab && t < tok_n_tokens(v); t++)

@@ -3,6 +3,7 @@
 #include "cli.h"
 #include "args.h"
 #include "cli_model.h"
+#include "sampling_args.h"
 #include "../model/synth.h"
 #include "../server/server.h"
 #include "../util/env.h"
@@ -52,8 +53,9 @@ static void serve_usage(FILE *out) {
         "  --max-connections N          client connections open at once; more wait to be accepted\n"
         "                               (default: what the open-file limit leaves)\n"
         "  --max-body-bytes N           request body limit (default 4194304)\n"
-        "  --ready-file F               write the bound port to F once listening (for scripts)\n"
-        "The engine (-b: the prefill chunk, a prompt joins the running sequences' steps in chunks):\n");
+        "  --ready-file F               write the bound port to F once listening (for scripts)\n");
+    sampling_args_usage(out, true);
+    fputs("The engine (-b: the prefill chunk, a prompt joins the running sequences' steps in chunks):\n", out);
     engine_args a = engine_args_init("serve", 0);
     engine_args_usage(out, &a);
 }
@@ -69,6 +71,7 @@ int cmd_serve(int argc, char **argv) {
     bool bad = false, no_prefix_cache = false;
     int ctx_checkpoints = -1;
     engine_args ea = engine_args_init("serve", 0);
+    sampling_args sa = sampling_args_init();
     srv_params p = srv_default_params();
     // an empty key would switch authentication off (as --api-key "$KEY" gives with KEY unset)
     const char *env_key = ft_env_str(FT_ENV_API_KEY);
@@ -82,7 +85,7 @@ int cmd_serve(int argc, char **argv) {
             serve_usage(stdout);
             return FT_EXIT_OK;
         }
-        if (engine_args_take(&ea, argc, argv, &i, &bad)) continue;
+        if (engine_args_take(&ea, argc, argv, &i, &bad) || sampling_args_take(&sa, "serve", argc, argv, &i, &bad)) continue;
         if (args_flag(argv, i, "--lenient")) {
             p.lenient = true;
             continue;
@@ -184,6 +187,12 @@ int cmd_serve(int argc, char **argv) {
         fprintf(stderr, "ft serve: %s; the chat routes will answer 400\n", err.msg);
     }
     p.chat = chat;
+    sampling_args_from_model(&sa, "serve", m->file);
+    p.sampling = sa.p;
+    p.sampling_set = sa.given | sa.from_model;
+    char said[512];
+    sampling_args_describe(&sa, said, sizeof(said));
+    if (said[0]) fprintf(stderr, "ft serve: sampling defaults of requests that name none: %s\n", said);
     cli_model_pick_device(&ea, &cm, &p.engine);
     p.engine.n_seq = p.max_running;
     // the model's context by default, as far as memory holds it (the engine says when not)

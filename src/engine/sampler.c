@@ -34,6 +34,22 @@ ft_sampler_params ft_sampler_default_params(void) {
     return p;
 }
 
+ft_sampler_params ft_sampler_overlay(ft_sampler_params base, const ft_sampler_params *over, unsigned fields) {
+#define TAKE(bit, field) \
+    if (fields & (bit)) base.field = over->field;
+    TAKE(FT_SAMPLE_TEMP, temp)
+    TAKE(FT_SAMPLE_TOP_K, top_k)
+    TAKE(FT_SAMPLE_TOP_P, top_p)
+    TAKE(FT_SAMPLE_MIN_P, min_p)
+    TAKE(FT_SAMPLE_REPEAT_PENALTY, repeat_penalty)
+    TAKE(FT_SAMPLE_PRESENCE_PENALTY, presence_penalty)
+    TAKE(FT_SAMPLE_FREQUENCY_PENALTY, frequency_penalty)
+    TAKE(FT_SAMPLE_PENALTY_LAST_N, penalty_last_n)
+    TAKE(FT_SAMPLE_SEED, seed)
+#undef TAKE
+    return base;
+}
+
 ft_sampler *ft_sampler_init(const ft_sampler_params *p, int n_vocab) {
     FT_ASSERT(n_vocab > 0);
     ft_sampler *s = ft_calloc(1, sizeof(*s));

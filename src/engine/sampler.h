@@ -27,6 +27,23 @@ typedef struct ft_sampler ft_sampler;
 // llama.cpp's defaults: temp 0.8, top-k 40, top-p 0.95, min-p 0.05, no penalties, last 64.
 ft_sampler_params ft_sampler_default_params(void);
 
+// Fields of ft_sampler_params, as bits: which of them a set of defaults gives (a server's
+// flags, a model's recommendation) over another's (an API's own).
+enum {
+    FT_SAMPLE_TEMP = 1 << 0,
+    FT_SAMPLE_TOP_K = 1 << 1,
+    FT_SAMPLE_TOP_P = 1 << 2,
+    FT_SAMPLE_MIN_P = 1 << 3,
+    FT_SAMPLE_REPEAT_PENALTY = 1 << 4,
+    FT_SAMPLE_PRESENCE_PENALTY = 1 << 5,
+    FT_SAMPLE_FREQUENCY_PENALTY = 1 << 6,
+    FT_SAMPLE_PENALTY_LAST_N = 1 << 7,
+    FT_SAMPLE_SEED = 1 << 8,
+};
+
+// base with the fields of over named in `fields` (FT_SAMPLE_* bits) taken from over.
+ft_sampler_params ft_sampler_overlay(ft_sampler_params base, const ft_sampler_params *over, unsigned fields);
+
 ft_sampler *ft_sampler_init(const ft_sampler_params *p, int n_vocab);
 void ft_sampler_free(ft_sampler *s); // NULL is a no-op
 

@@ -39,7 +39,7 @@ static bool parse_request(const srv_params *p, const tok_vocab *v, json_t *body,
         goto out;
     }
     if (!srv_get_int(body, "max_tokens", 1, INT32_MAX, &mt, err) ||
-        !srv_get_bool(body, "stream", &j->stream, err) || !srv_parse_sampling(body, j, "stop_sequences", err))
+        !srv_get_bool(body, "stream", &j->stream, err) || !srv_parse_sampling(p, body, j, "stop_sequences", err))
         goto out;
     j->n_predict = (int)mt;
     bool thinking = !j->grammar; // absent: the chat template's default (off where a call is forced)

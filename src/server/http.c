@@ -658,7 +658,7 @@ static void route_slots(srv_http *h, struct evhttp_request *req, json_t *body) {
 }
 
 static void route_props(srv_http *h, struct evhttp_request *req, json_t *body) {
-    const ft_sampler_params sp = ft_sampler_default_params();
+    const ft_sampler_params sp = ft_sampler_overlay(ft_sampler_default_params(), &h->p.sampling, h->p.sampling_set);
     json_t *params = json_pack(
         "{s:i,s:f,s:i,s:f,s:f,s:f,s:f,s:f,s:i,s:[],s:b}", "n_predict",
         h->p.default_max_tokens > 0 ? h->p.default_max_tokens : -1, "temperature", (double)sp.temp, "top_k",

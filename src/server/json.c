@@ -110,12 +110,13 @@ static ft_sampler_params openai_sampling(void) {
     return sp;
 }
 
-bool srv_parse_sampling(json_t *body, srv_job *j, const char *stop_key, ft_err *err) {
-    return srv_parse_sampling_from(body, j, stop_key, openai_sampling(), err);
+bool srv_parse_sampling(const srv_params *p, json_t *body, srv_job *j, const char *stop_key, ft_err *err) {
+    return srv_parse_sampling_from(p, body, j, stop_key, openai_sampling(), err);
 }
 
-bool srv_parse_sampling_from(json_t *body, srv_job *j, const char *stop_key, ft_sampler_params sp,
-                             ft_err *err) {
+bool srv_parse_sampling_from(const srv_params *p, json_t *body, srv_job *j, const char *stop_key,
+                             ft_sampler_params base, ft_err *err) {
+    ft_sampler_params sp = ft_sampler_overlay(base, &p->sampling, p->sampling_set);
     double d;
     int64_t i;
 #define NUM(key, lo, hi, field)                                                                              \
@@ -134,7 +135,9 @@ bool srv_parse_sampling_from(json_t *body, srv_job *j, const char *stop_key, ft_
     sp.top_k = i < 0 ? 0 : (int)i;
     i = -1;
     if (!srv_get_int(body, "seed", INT64_MIN, INT64_MAX, &i, err)) return false;
-    sp.seed = i >= 0 ? (uint64_t)i : (uint64_t)(ft_time_s() * 1e6) ^ j->id;
+    sp.seed = i >= 0                                 ? (uint64_t)i
+              : (p->sampling_set & FT_SAMPLE_SEED) ? p->sampling.seed
+                                                   : (uint64_t)(ft_time_s() * 1e6) ^ j->id;
     j->sp = sp;
     if (!srv_get_bool(body, "ignore_eos", &j->ignore_eos, err)) return false;
 

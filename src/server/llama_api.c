@@ -46,13 +46,14 @@ bool srv_llama_parse_completion(const srv_params *p, const tok_vocab *v, int n_c
                                 ft_err *err) {
     j->api = SRV_API_LLAMA_COMPLETION;
     if (!refuse_on(p, body, err) || !srv_parse_constraint(p, body, j, err)) return false;
-    int64_t n_predict = -1, last_n = 64;
+    int64_t n_predict = -1, last_n = (p->sampling_set & FT_SAMPLE_PENALTY_LAST_N) ? p->sampling.penalty_last_n : 64;
     bool cache_prompt = true;
-    // llama-server's sampling defaults (temperature 0.8, top-k 40, top-p 0.95, min-p 0.05)
+    // llama-server's sampling defaults (temperature 0.8, top-k 40, top-p 0.95, min-p 0.05) under
+    // the server's own
     if (!srv_get_bool(body, "stream", &j->stream, err) ||
         !srv_get_int(body, "max_tokens", -1, INT32_MAX, &n_predict, err) ||
         !srv_get_int(body, "n_predict", -1, INT32_MAX, &n_predict, err) ||
-        !srv_parse_sampling_from(body, j, "stop", ft_sampler_default_params(), err) ||
+        !srv_parse_sampling_from(p, body, j, "stop", ft_sampler_default_params(), err) ||
         !srv_get_int(body, "repeat_last_n", -1, 1 << 20, &last_n, err) ||
         !srv_get_bool(body, "cache_prompt", &cache_prompt, err))
         return false;

@@ -63,7 +63,7 @@ bool srv_openai_parse_chat(const srv_params *p, const tok_vocab *v, json_t *body
     const char *effort = NULL;
     json_t *kw = json_object_get(body, "chat_template_kwargs");
     if (!parse_stream(body, j, err) || !parse_max_tokens(body, j, err) ||
-        !srv_parse_sampling(body, j, "stop", err) || !srv_get_bool(body, "logprobs", &logprobs, err) ||
+        !srv_parse_sampling(p, body, j, "stop", err) || !srv_get_bool(body, "logprobs", &logprobs, err) ||
         !srv_get_int(body, "top_logprobs", 0, SRV_MAX_TOP_LOGPROBS, &top, err) ||
         !srv_get_bool(body, "enable_thinking", &thinking, err) ||
         (json_is_object(kw) && !srv_get_bool(kw, "enable_thinking", &thinking, err)) ||
@@ -118,7 +118,7 @@ bool srv_openai_parse_completion(const srv_params *p, const tok_vocab *v, json_t
         return false;
     int64_t lp = -1;
     if (!parse_stream(body, j, err) || !parse_max_tokens(body, j, err) ||
-        !srv_parse_sampling(body, j, "stop", err) || !srv_get_bool(body, "echo", &j->echo, err) ||
+        !srv_parse_sampling(p, body, j, "stop", err) || !srv_get_bool(body, "echo", &j->echo, err) ||
         !srv_get_int(body, "logprobs", 0, 5, &lp, err))
         return false;
     if (j->n_predict < 0) j->n_predict = 16; // OpenAI's default for completions

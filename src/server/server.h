@@ -15,6 +15,7 @@
 #include <stddef.h>
 
 #include "../engine/engine.h"
+#include "../engine/sampler.h"
 #include "../tokenizer/tokenizer.h"
 
 typedef struct srv_params {
@@ -27,6 +28,8 @@ typedef struct srv_params {
     int timeout_s;          // idle / stalled client timeout (default 600)
     int max_connections;    // open client connections at most; 0: from the open-file limit
     int default_max_tokens; // when a request names none (default: the room left in context)
+    ft_sampler_params sampling; // the fields in sampling_set: defaults of requests naming none
+    unsigned sampling_set;      // FT_SAMPLE_* bits (0: each API's own defaults)
     const char *model_name; // served model id (required)
     const char *model_path; // the GGUF served (GET /props), or NULL
     const char *api_key;    // NULL: no authentication

@@ -243,11 +243,12 @@ bool srv_get_num(json_t *o, const char *key, double lo, double hi, double *out, 
 bool srv_get_int(json_t *o, const char *key, int64_t lo, int64_t hi, int64_t *out, ft_err *err);
 bool srv_get_bool(json_t *o, const char *key, bool *out, ft_err *err);
 // Reads request sampling fields common to the APIs into j (temperature, top_p, top_k, min_p,
-// seed, stop, penalties, max_tokens and the given alias).
-bool srv_parse_sampling(json_t *body, srv_job *j, const char *stop_key, ft_err *err);
-// The same from other defaults than OpenAI's (llama-server's /completion: ft_sampler_default_params).
-bool srv_parse_sampling_from(json_t *body, srv_job *j, const char *stop_key, ft_sampler_params base,
-                             ft_err *err);
+// seed, stop, penalties, max_tokens and the given alias). A field the request leaves out takes
+// the server's default (p->sampling, where p->sampling_set has it), else OpenAI's.
+bool srv_parse_sampling(const srv_params *p, json_t *body, srv_job *j, const char *stop_key, ft_err *err);
+// The same over other defaults than OpenAI's (llama-server's /completion: ft_sampler_default_params).
+bool srv_parse_sampling_from(const srv_params *p, json_t *body, srv_job *j, const char *stop_key,
+                             ft_sampler_params base, ft_err *err);
 // Whether a finished job ended before its answer did (cancelled by the server's shutdown or for
 // a client gone, or failed), which neither API has a stop reason for, and what to tell its client.
 bool srv_job_cut_short(const srv_job *j);
