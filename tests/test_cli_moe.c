@@ -184,6 +184,34 @@ TEST(cli_threads_beyond_the_cpus_get_a_notice) {
     CHECK(!strstr(out, "more threads than"), "%s", out);
 }
 
+// llama.cpp's placement flags in ft's terms (src/cli/llama_flags.c): what each sets, and the
+// values ft cannot honour refused with what to use instead.
+TEST(cli_llama_flags_in_ft_terms) {
+    engine_args a;
+    ft_engine_params p;
+    int rest;
+    REQUIRE(parse("serve", 0, "-ngl 99 -fa on -ctk q8_0 -ctv q8_0 --cpu-moe --jinja", &a, &p, &rest));
+    CHECK(rest == 1, "--jinja is not an engine flag: %d", rest);
+    CHECK(p.kv_type == FT_TYPE_Q8_0 && p.moe_backend == FT_MOE_BACKEND_CPU, "q8_0 cache, cpu mode");
+    CHECK(strstr(a.gpu_flags, "--cpu-moe") != NULL, "--cpu-moe is a GPU flag: %s", a.gpu_flags);
+    REQUIRE(parse("run", 0, "-ngl 0 -ot .ffn_.*_exps.=CPU --n-gpu-layers all --flash-attn auto", &a, &p, &rest));
+    CHECK(rest == 0 && p.device == FT_PLACEMENT_CPU && p.moe_backend == FT_MOE_BACKEND_CPU, "-ngl 0: the CPU");
+    fixture_stderr_mute(); // (--n-cpu-moe's notice)
+    bool ok = parse("run", 0, "-ngl auto --cache-type-k f16 -ncmoe 12", &a, &p, &rest);
+    fixture_stderr_restore();
+    REQUIRE(ok);
+    CHECK(rest == 0 && p.kv_type == FT_TYPE_F16 && p.moe_backend == FT_MOE_BACKEND_AUTO,
+          "-ctk f16 alone (-ctv's default is f16); --n-cpu-moe changes nothing (a notice)");
+    const char *bad[] = {"-ctk q8_0", "-ctk q8_0 -ctv f16", "-ctk q4_0 -ctv q4_0", "--kv-cache-dtype f16 -ctv q8_0 -ctk q8_0",
+                         "-ot blk.0=CUDA0", "-fa maybe", "-ngl x", "-ngl -5"};
+    for (size_t i = 0; i < FT_ARRAY_LEN(bad); i++) {
+        fixture_stderr_mute();
+        bool ok_bad = parse("run", 0, bad[i], &a, &p, &rest);
+        fixture_stderr_restore();
+        CHECK(!ok_bad, "'%s' accepted", bad[i]);
+    }
+}
+
 TEST(cli_moe_errors_name_the_flag) {
     const char *m = cli_model();
     REQUIRE(m);

@@ -675,9 +675,10 @@ static const char *model_with_sampling(const char *name) {
 
 // The sampling flags of ft serve are the defaults of requests that name no value (over each
 // API's own), a request's own values win, and /props shows them over llama-server's; a model's
-// general.sampling.* fills in the flags not given, as llama-server does.
+// general.sampling.* fills in the flags not given, as llama-server does. With them, llama-server's
+// -n, --alias, --jinja and --metrics.
 TEST(server_sampling_defaults) {
-    SERVER_OR_SKIP(s, "--temp 0.3 --top-k 7 --seed 42 --parallel 1");
+    SERVER_OR_SKIP(s, "--temp 0.3 --top-k 7 --seed 42 --parallel 1 --alias my-model -n 3 --jinja --metrics");
     static char out[1 << 16];
     const char *chat = "{\"messages\":[{\"role\":\"user\",\"content\":\"Hello\"}],\"max_tokens\":2";
     char body[512];
@@ -699,8 +700,20 @@ TEST(server_sampling_defaults) {
               json_integer_value(json_object_get(pr, "top_k")) == 7,
           "the request's temperature and seed win: %s", pr ? json_dumps(pr, JSON_COMPACT) : "no slot");
     json_decref(pr);
+    // llama-server's -n (a request naming no max_tokens) and --alias; --jinja and --metrics accepted
+    CHECK(http(&s, "POST", "/v1/chat/completions",
+               "{\"messages\":[{\"role\":\"user\",\"content\":\"Hello\"}],\"ignore_eos\":true}", NULL, out,
+               sizeof(out)) == 200,
+          "%s", out);
+    json_t *r = json_loads(out, 0, NULL);
+    CHECK(json_integer_value(json_object_get(json_object_get(r, "usage"), "completion_tokens")) == 3 &&
+              !strcmp(json_string_value(json_object_get(r, "model")) ? json_string_value(json_object_get(r, "model")) : "",
+                      "my-model"),
+          "-n 3 and --alias my-model: %s", out);
+    json_decref(r);
     json_t *props = get_json(&s, "/props");
     json_t *dp = json_object_get(json_object_get(props, "default_generation_settings"), "params");
+    CHECK(json_integer_value(json_object_get(dp, "n_predict")) == 3, "/props n_predict");
     CHECK(json_real_value(json_object_get(dp, "temperature")) == (double)0.3f &&
               json_integer_value(json_object_get(dp, "top_k")) == 7 &&
               json_real_value(json_object_get(dp, "top_p")) == (double)0.95f,

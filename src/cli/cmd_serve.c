@@ -31,7 +31,12 @@ static void serve_usage(FILE *out) {
         "                               also -np, --parallel); they share --num-tokens KV positions,\n"
         "                               each up to -c\n"
         "  --max-queued-requests N      requests waiting beyond those; more get 429 (default 64)\n"
-        "  --served-model-name NAME     model id (default: the GGUF's general.name, else the file name)\n"
+        "  --served-model-name NAME     model id (default: the GGUF's general.name, else the file name;\n"
+        "                               also --alias, -a)\n"
+        "  -n, --n-predict N            tokens a request generates when it names no max_tokens (default\n"
+        "                               -1: until it ends or its context is full)\n"
+        "  --jinja, --metrics           llama-server's switches for what ft always does (the GGUF's\n"
+        "                               Jinja template, GET /metrics): accepted\n"
         "  --api-key KEY                require 'Authorization: Bearer KEY' or 'x-api-key: KEY'\n"
         "                               (also from FT_API_KEY)\n"
         "  --admin-key KEY              enable the admin routes (/v1/cache/rebuild) with this key\n"
@@ -90,6 +95,12 @@ int cmd_serve(int argc, char **argv) {
             p.lenient = true;
             continue;
         }
+        // llama-server's switches for what ft always does: the GGUF's Jinja template, /metrics
+        if (args_flag(argv, i, "--jinja") || args_flag(argv, i, "--metrics")) continue;
+        if (args_int(argc, argv, &i, "-n|--n-predict", -1, INT32_MAX, &v64, &bad)) {
+            p.default_max_tokens = (int)v64;
+            continue;
+        }
         if (args_flag(argv, i, "--no-slots")) {
             p.no_slots = true;
             continue;
@@ -128,7 +139,7 @@ int cmd_serve(int argc, char **argv) {
         }
         if (args_str(argc, argv, &i, "-m|--model", &model_path, &bad) ||
             args_str(argc, argv, &i, "--host", &p.host, &bad) ||
-            args_str(argc, argv, &i, "--served-model-name", &p.model_name, &bad) ||
+            args_str(argc, argv, &i, "--served-model-name|--alias|-a", &p.model_name, &bad) ||
             args_str(argc, argv, &i, "--api-key", &p.api_key, &bad) ||
             args_str(argc, argv, &i, "--admin-key", &p.admin_key, &bad) ||
             args_str(argc, argv, &i, "--chat-template", &tmpl_name, &bad) ||

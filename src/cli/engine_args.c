@@ -2,6 +2,7 @@
 // engine_args.h).
 #include "engine_args.h"
 #include "args.h"
+#include "llama_flags.h"
 #include "../kv/kv.h"
 #include "../moe/cache_plan.h"
 
@@ -75,6 +76,11 @@ bool engine_args_take(engine_args *a, int argc, char **argv, int *i, bool *bad) 
         gpu_flag(a, flag);
         return true;
     }
+    const char *backend = a->moe_backend;
+    if (llama_flags_take(a, argc, argv, i, bad)) {
+        if (a->moe_backend != backend) gpu_flag(a, flag); // -cmoe, -ot: a --moe-backend
+        return true;
+    }
     if (args_str(argc, argv, i, "--moe-route-trace", &a->route_trace, bad)) {
         if (!(a->extra & ENGINE_ARGS_ROUTE_TRACE) && !*bad) {
             fprintf(stderr, "ft %s: --moe-route-trace is for benchmarks only (ft bench)\n", a->cmd);
@@ -101,8 +107,11 @@ static bool pick_of_two(const char *cmd, const char *flag, const char *given, co
 
 bool engine_args_apply(const engine_args *a, ft_engine_params *p) {
     const char *cmd = a->cmd;
-    if (a->kv_type && !ft_kv_type_from_name(a->kv_type, &p->kv_type)) {
-        fprintf(stderr, "ft %s: --kv-cache-dtype %s: expected f16 or q8_0\n", cmd, a->kv_type);
+    engine_args kv = *a;
+    if (!llama_flags_resolve(&kv)) return false;
+    if (kv.kv_type && !ft_kv_type_from_name(kv.kv_type, &p->kv_type)) {
+        fprintf(stderr, "ft %s: %s %s: expected f16 or q8_0\n", cmd, a->kv_type ? "--kv-cache-dtype" : "-ctk/-ctv",
+                kv.kv_type);
         return false;
     }
     if (a->device) {

@@ -34,6 +34,7 @@ typedef struct engine_args {
     double memory_ratio, gpu_memory_limit_gib;
     const char *kv_type, *device, *moe_backend, *pool_layout, *route_trace, *attn, *bw_profile, *cache_policy,
         *layer_slots;
+    const char *cache_type_k, *cache_type_v; // llama.cpp's -ctk, -ctv (llama_flags.h)
     bool prefill_serial;           // --disable-moe-prefill-overlap
     enum ft_weights_memory weights_memory; // --mmap, --no-mmap (the later wins), else auto
     bool tp_size_given, attn_given;
