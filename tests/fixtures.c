@@ -127,6 +127,31 @@ static bool fused_gate_up_name(gguf_str name, char gate[128], char up[128]) {
     return true;
 }
 
+bool fixture_gguf_rewrite(const char *src, const char *dst, const char *drop, void (*add)(gguf_writer *w, void *ctx),
+                          void *ctx) {
+    ft_err err = {{0}};
+    gguf_file *f = gguf_open(src, &err);
+    if (!f) return test_fail(__FILE__, __LINE__, "%s", err.msg), false;
+    gguf_writer *w = gguf_writer_init();
+    for (int64_t k = 0; k < gguf_n_kv(f); k++)
+        if (!drop || !gguf_str_eq(gguf_kv_key(f, k), drop)) gguf_writer_copy_kv(w, f, k);
+    if (add) add(w, ctx);
+    for (int64_t t = 0; t < gguf_n_tensors(f); t++) {
+        const gguf_tensor *g = gguf_tensor_at(f, t);
+        char name[256];
+        snprintf(name, sizeof(name), "%.*s", (int)g->name.len, g->name.ptr);
+        gguf_writer_add_tensor(w, name, g->type, g->n_dims, g->ne);
+    }
+    bool ok = gguf_writer_begin(w, dst, &err);
+    for (int64_t t = 0; ok && t < gguf_n_tensors(f); t++)
+        ok = gguf_writer_tensor_data(w, gguf_tensor_at(f, t)->data, gguf_tensor_at(f, t)->bytes, &err);
+    ok = ok && gguf_writer_finish(w, &err);
+    gguf_writer_free(w);
+    gguf_close(f);
+    if (!ok) test_fail(__FILE__, __LINE__, "%s", err.msg);
+    return ok;
+}
+
 const char *fixture_split_gate_up(const char *src, const char *name) {
     const char *path = keep_path(test_path(name));
     ft_err err = {{0}};

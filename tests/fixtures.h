@@ -65,6 +65,12 @@ const char *fixture_cli_model(const char *name, const char *synth_args);
 // has no fused tensor).
 const char *fixture_split_gate_up(const char *src, const char *name);
 
+// Copies the GGUF at src to dst: its key/values but the one named drop (NULL: none), then what
+// add writes (NULL: nothing), then every tensor. False after a recorded failure.
+typedef struct gguf_writer gguf_writer;
+bool fixture_gguf_rewrite(const char *src, const char *dst, const char *drop, void (*add)(gguf_writer *w, void *ctx),
+                          void *ctx);
+
 // Opens the GGUF at path and reads its expert geometry (free both with moe_geometry_free and
 // gguf_close). Returns false after a recorded failure, with nothing left open.
 bool fixture_open_moe(const char *path, gguf_file **f, moe_geometry *g);

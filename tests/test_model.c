@@ -386,6 +386,25 @@ TEST(model_load_names_the_bad_key) {
     ft_model_free(m);
 }
 
+// The key of rewrite_key and its value.
+typedef struct {
+    const char *key, *str;
+    float v;
+} key_value;
+
+static void set_key(gguf_writer *w, void *ctx) {
+    const key_value *kv = ctx;
+    if (kv->str) gguf_writer_set_str(w, kv->key, kv->str);
+    else gguf_writer_set_f32(w, kv->key, kv->v);
+}
+
+// Copies the model src to dst with the key set to the string str, or (str NULL) to the f32 v, or
+// (drop) without the key.
+static bool rewrite_key(const char *src, const char *dst, const char *key, const char *str, float v, bool drop) {
+    key_value kv = {key, str, v};
+    return fixture_gguf_rewrite(src, dst, key, drop ? NULL : set_key, &kv);
+}
+
 // gpt-oss as llama.cpp's openai-moe.cpp reads it: layer il slides unless il % pattern is
 // pattern - 1 (pattern 2 by default: the even layers), sliding layers on rope.freq_base_swa and
 // full ones on rope.freq_base, YaRN on both; softmax-weighted routing and the clamped SwiGLU;
@@ -436,59 +455,14 @@ TEST(model_gptoss_layers_rope_and_refusals) {
     ft_model_free(m);
     // expert_weights_scale: 1 loads, 2 is refused naming the key
     for (int i = 0; i < 2; i++) {
-        gguf_file *f = gguf_open(path, &err);
-        REQUIRE(f, "%s", err.msg);
-        gguf_writer *w = gguf_writer_init();
-        for (int64_t k = 0; k < gguf_n_kv(f); k++) gguf_writer_copy_kv(w, f, k);
-        gguf_writer_set_f32(w, "gpt-oss.expert_weights_scale", i ? 2.0f : 1.0f);
-        for (int64_t t = 0; t < gguf_n_tensors(f); t++) {
-            const gguf_tensor *g = gguf_tensor_at(f, t);
-            char name[128];
-            snprintf(name, sizeof(name), "%.*s", (int)g->name.len, g->name.ptr);
-            gguf_writer_add_tensor(w, name, g->type, g->n_dims, g->ne);
-        }
         const char *dst = test_path("gptoss_scale.gguf");
-        bool ok = gguf_writer_begin(w, dst, &err);
-        for (int64_t t = 0; ok && t < gguf_n_tensors(f); t++)
-            ok = gguf_writer_tensor_data(w, gguf_tensor_at(f, t)->data, gguf_tensor_at(f, t)->bytes, &err);
-        ok = ok && gguf_writer_finish(w, &err);
-        gguf_writer_free(w);
-        gguf_close(f);
-        REQUIRE(ok, "%s", err.msg);
+        REQUIRE(rewrite_key(path, dst, "gpt-oss.expert_weights_scale", NULL, i ? 2.0f : 1.0f, false));
         m = ft_model_load(dst, &err);
         if (i) CHECK(!m && strstr(err.msg, "key gpt-oss.expert_weights_scale = 2: llama.cpp's gpt-oss ignores it"),
                      "%s", m ? "loads" : err.msg);
         else CHECK(m, "a scale of 1 is no scale: %s", err.msg);
         ft_model_free(m);
     }
-}
-
-// Copies the model src to dst with the key set to the string str, or (str NULL) to the f32 v, or
-// (drop) without the key.
-static bool rewrite_key(const char *src, const char *dst, const char *key, const char *str, float v, bool drop) {
-    ft_err err = {{0}};
-    gguf_file *f = gguf_open(src, &err);
-    if (!f) return test_fail(__FILE__, __LINE__, "%s", err.msg), false;
-    gguf_writer *w = gguf_writer_init();
-    for (int64_t k = 0; k < gguf_n_kv(f); k++)
-        if (!drop || !gguf_str_eq(gguf_kv_key(f, k), key)) gguf_writer_copy_kv(w, f, k);
-    if (drop) FT_ASSERT(gguf_find_key(f, key) >= 0);
-    else if (str) gguf_writer_set_str(w, key, str);
-    else gguf_writer_set_f32(w, key, v);
-    for (int64_t t = 0; t < gguf_n_tensors(f); t++) {
-        const gguf_tensor *g = gguf_tensor_at(f, t);
-        char name[128];
-        snprintf(name, sizeof(name), "%.*s", (int)g->name.len, g->name.ptr);
-        gguf_writer_add_tensor(w, name, g->type, g->n_dims, g->ne);
-    }
-    bool ok = gguf_writer_begin(w, dst, &err);
-    for (int64_t t = 0; ok && t < gguf_n_tensors(f); t++)
-        ok = gguf_writer_tensor_data(w, gguf_tensor_at(f, t)->data, gguf_tensor_at(f, t)->bytes, &err);
-    ok = ok && gguf_writer_finish(w, &err);
-    gguf_writer_free(w);
-    gguf_close(f);
-    if (!ok) test_fail(__FILE__, __LINE__, "%s", err.msg);
-    return ok;
 }
 
 // gemma4 as llama.cpp's gemma4.cpp reads it: per-layer sliding flags, each kind's head size, KV

@@ -641,36 +641,17 @@ static json_t *ran_params(const server *s) {
     return ran == 1 ? found : NULL;
 }
 
+static void add_sampling(gguf_writer *w, void *ctx) {
+    (void)ctx;
+    gguf_writer_set_f32(w, "general.sampling.temp", 0.25f);
+    gguf_writer_set_i32(w, "general.sampling.top_k", 11);
+}
+
 // A copy of the server tests' model with a sampling recommendation in its metadata
 // (general.sampling.temp 0.25, top_k 11), written as test_path(name); NULL after a recorded failure.
 static const char *model_with_sampling(const char *name) {
-    ft_err err = {{0}};
-    gguf_file *f = gguf_open(model_path(), &err);
-    if (!f) {
-        test_fail(__FILE__, __LINE__, "%s", err.msg);
-        return NULL;
-    }
     const char *path = test_path(name);
-    gguf_writer *w = gguf_writer_init();
-    for (int64_t i = 0; i < gguf_n_kv(f); i++) gguf_writer_copy_kv(w, f, i);
-    gguf_writer_set_f32(w, "general.sampling.temp", 0.25f);
-    gguf_writer_set_i32(w, "general.sampling.top_k", 11);
-    for (int64_t i = 0; i < gguf_n_tensors(f); i++) {
-        const gguf_tensor *t = gguf_tensor_at(f, i);
-        char nm[256];
-        snprintf(nm, sizeof(nm), "%.*s", (int)t->name.len, t->name.ptr);
-        gguf_writer_add_tensor(w, nm, t->type, t->n_dims, t->ne);
-    }
-    bool ok = gguf_writer_begin(w, path, &err);
-    for (int64_t i = 0; ok && i < gguf_n_tensors(f); i++) {
-        const gguf_tensor *t = gguf_tensor_at(f, i);
-        ok = gguf_writer_tensor_data(w, t->data, t->bytes, &err);
-    }
-    ok = ok && gguf_writer_finish(w, &err);
-    gguf_writer_free(w);
-    gguf_close(f);
-    if (!ok) test_fail(__FILE__, __LINE__, "%s", err.msg);
-    return ok ? path : NULL;
+    return fixture_gguf_rewrite(model_path(), path, NULL, add_sampling, NULL) ? path : NULL;
 }
 
 // The sampling flags of ft serve are the defaults of requests that name no value (over each
