@@ -194,8 +194,12 @@ TEST(cli_llama_flags_in_ft_terms) {
     CHECK(rest == 1, "--jinja is not an engine flag: %d", rest);
     CHECK(p.kv_type == FT_TYPE_Q8_0 && p.moe_backend == FT_MOE_BACKEND_CPU, "q8_0 cache, cpu mode");
     CHECK(strstr(a.gpu_flags, "--cpu-moe") != NULL, "--cpu-moe is a GPU flag: %s", a.gpu_flags);
-    REQUIRE(parse("run", 0, "-ngl 0 -ot .ffn_.*_exps.=CPU --n-gpu-layers all --flash-attn auto", &a, &p, &rest));
+    REQUIRE(parse("run", 0, "--n-gpu-layers all -ngl 0 -ot .ffn_.*_exps.=CPU --flash-attn auto", &a, &p, &rest));
     CHECK(rest == 0 && p.device == FT_PLACEMENT_CPU && p.moe_backend == FT_MOE_BACKEND_CPU, "-ngl 0: the CPU");
+    REQUIRE(parse("bench", 0, "-ngl 99", &a, &p, &rest));
+    CHECK(!strcmp(a.gpu_flags, "-ngl"), "bench: -ngl asks for the GPU, as llama-bench's does: %s", a.gpu_flags);
+    REQUIRE(parse("bench", 0, "-ngl 0", &a, &p, &rest));
+    CHECK(a.gpu_flags[0] == 0 && p.device == FT_PLACEMENT_CPU, "bench -ngl 0: the CPU");
     fixture_stderr_mute(); // (--n-cpu-moe's notice)
     bool ok = parse("run", 0, "-ngl auto --cache-type-k f16 -ncmoe 12", &a, &p, &rest);
     fixture_stderr_restore();
@@ -203,7 +207,7 @@ TEST(cli_llama_flags_in_ft_terms) {
     CHECK(rest == 0 && p.kv_type == FT_TYPE_F16 && p.moe_backend == FT_MOE_BACKEND_AUTO,
           "-ctk f16 alone (-ctv's default is f16); --n-cpu-moe changes nothing (a notice)");
     const char *bad[] = {"-ctk q8_0", "-ctk q8_0 -ctv f16", "-ctk q4_0 -ctv q4_0", "--kv-cache-dtype f16 -ctv q8_0 -ctk q8_0",
-                         "-ot blk.0=CUDA0", "-fa maybe", "-ngl x", "-ngl -5"};
+                         "-ot blk.0=CUDA0", "-fa maybe", "-ngl x", "-ngl -5", "-ngl -1x"};
     for (size_t i = 0; i < FT_ARRAY_LEN(bad); i++) {
         fixture_stderr_mute();
         bool ok_bad = parse("run", 0, bad[i], &a, &p, &rest);

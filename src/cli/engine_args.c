@@ -23,8 +23,7 @@ engine_args engine_args_init(const char *cmd, unsigned extra) {
     return a;
 }
 
-// Notes a flag that only the GPU reads (for the notice on a machine without one).
-static void gpu_flag(engine_args *a, const char *flag) {
+void engine_args_note_gpu_flag(engine_args *a, const char *flag) {
     size_t n = strlen(a->gpu_flags);
     if (strstr(a->gpu_flags, flag)) return;
     snprintf(a->gpu_flags + n, sizeof(a->gpu_flags) - n, "%s%s", n ? ", " : "", flag);
@@ -38,7 +37,7 @@ bool engine_args_take(engine_args *a, int argc, char **argv, int *i, bool *bad) 
     }
     if (args_flag(argv, *i, "--disable-moe-prefill-overlap")) {
         a->prefill_serial = true;
-        gpu_flag(a, "--disable-moe-prefill-overlap");
+        engine_args_note_gpu_flag(a, "--disable-moe-prefill-overlap");
         return true;
     }
     if (args_str(argc, argv, i, "--kv-cache-dtype", &a->kv_type, bad) ||
@@ -73,20 +72,16 @@ bool engine_args_take(engine_args *a, int argc, char **argv, int *i, bool *bad) 
         args_int(argc, argv, i, "--cuda-graph-max-bs", 0, 1 << 16, &a->cuda_graph_max_bs, bad) ||
         args_float(argc, argv, i, "--memory-ratio", &a->memory_ratio, bad) ||
         args_float(argc, argv, i, "--gpu-memory-limit", &a->gpu_memory_limit_gib, bad)) {
-        gpu_flag(a, flag);
+        engine_args_note_gpu_flag(a, flag);
         return true;
     }
-    const char *backend = a->moe_backend;
-    if (llama_flags_take(a, argc, argv, i, bad)) {
-        if (a->moe_backend != backend) gpu_flag(a, flag); // -cmoe, -ot: a --moe-backend
-        return true;
-    }
+    if (llama_flags_take(a, argc, argv, i, bad)) return true;
     if (args_str(argc, argv, i, "--moe-route-trace", &a->route_trace, bad)) {
         if (!(a->extra & ENGINE_ARGS_ROUTE_TRACE) && !*bad) {
             fprintf(stderr, "ft %s: --moe-route-trace is for benchmarks only (ft bench)\n", a->cmd);
             *bad = true;
         }
-        gpu_flag(a, flag);
+        engine_args_note_gpu_flag(a, flag);
         return true;
     }
     return false;

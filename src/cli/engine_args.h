@@ -50,6 +50,10 @@ engine_args engine_args_init(const char *cmd, unsigned extra);
 // sense together (names, the device) are checked by engine_args_apply.
 bool engine_args_take(engine_args *a, int argc, char **argv, int *i, bool *bad);
 
+// Notes a flag that only the GPU reads: bench then runs on the GPU, and where the engine runs on
+// the CPU one notice names the flags ignored.
+void engine_args_note_gpu_flag(engine_args *a, const char *flag);
+
 // Fills p (from ft_engine_default_params) with what was given: the KV type, device (default:
 // cuda when a GPU is found, else cpu; device_cpu_default keeps cpu unless a GPU-only flag asks
 // for the GPU), threads, batch, the memory and expert-cache settings. Prints the notices (the

@@ -16,13 +16,20 @@ static bool fail(const engine_args *a, bool *bad, const char *fmt, const char *f
 bool llama_flags_take(engine_args *a, int argc, char **argv, int *i, bool *bad) {
     const char *flag = argv[*i], *v;
     if (args_str(argc, argv, i, "-ngl|--n-gpu-layers|--gpu-layers", &v, bad)) {
-        if (*bad || !strcmp(v, "auto") || !strcmp(v, "all")) return true;
-        char *end;
-        long n = strtol(v, &end, 10);
-        if (end == v || *end || n < -2)
-            return fail(a, bad, "%s %s: expected a number of layers, auto or all", flag, v);
-        if (n == 0) a->device = "cpu";
-        else if (n > 0 && n < 99)
+        if (*bad) return true;
+        long n = -1; // auto, all
+        if (strcmp(v, "auto") && strcmp(v, "all")) {
+            char *end;
+            n = strtol(v, &end, 10);
+            if (end == v || *end || n < -2)
+                return fail(a, bad, "%s %s: expected a number of layers, auto or all", flag, v);
+        }
+        if (n == 0) {
+            a->device = "cpu";
+            return true;
+        }
+        engine_args_note_gpu_flag(a, flag); // (bench runs on the GPU, as llama-bench -ngl does)
+        if (n > 0 && n < 99)
             fprintf(stderr, "ft %s: %s %ld: ft keeps every layer's attention and dense weights on the GPU; where "
                             "the model does not fit, the experts stay in host RAM with the hot ones cached "
                             "on the GPU (--moe-backend, --gpu-memory-limit)\n", a->cmd, flag, n);
@@ -42,6 +49,7 @@ bool llama_flags_take(engine_args *a, int argc, char **argv, int *i, bool *bad) 
         return true;
     if (args_flag(argv, *i, "-cmoe|--cpu-moe")) {
         a->moe_backend = "cpu";
+        engine_args_note_gpu_flag(a, flag);
         return true;
     }
     if (args_str(argc, argv, i, "-ot|--override-tensor", &v, bad)) {
@@ -49,6 +57,7 @@ bool llama_flags_take(engine_args *a, int argc, char **argv, int *i, bool *bad) 
         size_t n = strlen(v);
         if (strstr(v, "exps") && n > 4 && !strcmp(v + n - 4, "=CPU")) {
             a->moe_backend = "cpu";
+            engine_args_note_gpu_flag(a, flag);
             return true;
         }
         return fail(a, bad,

@@ -1,8 +1,9 @@
 // llama_flags: llama.cpp's placement flags, read in ft's terms by every command that takes the
 // engine flags (internal to cli/), so a llama-server command line runs as its user means it:
-//   -ngl, --n-gpu-layers N|auto|all   0: --device cpu; otherwise every layer is on the GPU
-//                                     already (a notice where N names fewer; ft fits a smaller
-//                                     GPU by keeping experts in host RAM instead)
+//   -ngl, --n-gpu-layers N|auto|all   0: --device cpu; otherwise a GPU flag (bench runs on the
+//                                     GPU) and every layer is on the GPU already (a notice where
+//                                     N names fewer; ft fits a smaller GPU by keeping experts in
+//                                     host RAM instead)
 //   -fa, --flash-attn on|off|auto     ft's attention is always fused (a notice for off)
 //   -ctk, -ctv, --cache-type-k|v T    --kv-cache-dtype T (keys and values share one type)
 //   -cmoe, --cpu-moe                  --moe-backend cpu
