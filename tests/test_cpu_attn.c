@@ -37,13 +37,22 @@ static ft_tensor test_sinks(float sink_v[16], ft_rng *r) {
                        .data = sink_v};
 }
 
-// Checks |fast - ref| <= tol element by element, reporting the first three misses under what.
-static void check_close(const float *fast, const float *ref, size_t n, float tol, const char *what) {
+// Runs ap on the fast backend into of and on the reference into orf (both filled with NaN
+// first, so an unwritten element fails), and checks |fast - ref| <= tol element by element,
+// reporting the first three misses under what.
+static void check_vs_reference(ft_backend *fast, ft_backend *ref, ft_attn_params ap, float *of, float *orf, float tol,
+                               const char *what) {
+    size_t n = (size_t)ap.n_tok * ap.n_head * ap.head_dim;
+    for (size_t i = 0; i < n; i++) of[i] = orf[i] = NAN;
+    ap.out = of;
+    fast->ops->attention(fast, &ap);
+    ap.out = orf;
+    ref->ops->attention(ref, &ap);
     int bad = 0;
     for (size_t i = 0; i < n && bad < 3; i++) {
-        bool ok = fabsf(fast[i] - ref[i]) <= tol;
+        bool ok = fabsf(of[i] - orf[i]) <= tol;
         bad += !ok;
-        CHECK(ok, "%s: [%zu] fast %.9g ref %.9g", what, i, fast[i], ref[i]);
+        CHECK(ok, "%s: [%zu] fast %.9g ref %.9g", what, i, of[i], orf[i]);
     }
 }
 
@@ -88,20 +97,15 @@ TEST(cpu_attention_fast_vs_reference) {
                     fill_kv(fast, &kc, &vc, nkv * ATT_HD, ATT_CTX, kv, &r);
                     size_t nq = (size_t)nt * nh * ATT_HD;
                     for (size_t i = 0; i < nq; i++) q[i] = ft_rng_normal(&r);
-                    for (size_t i = 0; i < nq; i++) of[i] = orf[i] = NAN;
-                    ft_attn_params ap = {.q = q, .out = of, .k_cache = &kc, .v_cache = &vc, .n_tok = nt,
-                                         .pos0 = pos0, .n_head = nh, .n_head_kv = nkv, .head_dim = ATT_HD,
-                                         .window = window, .scale = 0.0884f,
-                                         .sinks = with_sinks ? &sinks : NULL};
-                    fast->ops->attention(fast, &ap);
-                    ap.out = orf;
-                    ref->ops->attention(ref, &ap);
+                    ft_attn_params ap = {.q = q, .k_cache = &kc, .v_cache = &vc, .n_tok = nt, .pos0 = pos0,
+                                         .n_head = nh, .n_head_kv = nkv, .head_dim = ATT_HD, .window = window,
+                                         .scale = 0.0884f, .sinks = with_sinks ? &sinks : NULL};
                     bool v16 = types[ti] == FT_TYPE_F16 && nt < 64;
                     float tol = v16 ? 4e-3f : 1e-4f;
                     char what[96];
                     snprintf(what, sizeof(what), "%s heads %d/%d n_tok %d window %d sinks %d", ft_type_name(types[ti]),
                              nh, nkv, nt, window, with_sinks);
-                    check_close(of, orf, nq, tol, what);
+                    check_vs_reference(fast, ref, ap, of, orf, tol, what);
                     free(kc.data);
                     free(vc.data);
                 }
@@ -133,15 +137,11 @@ TEST(cpu_attention_tiled_long_chunk_vs_reference) {
         for (int window = 0; window <= 300; window += 300) {
             ft_backend *fast = ft_backend_cpu_init(threads, false);
             fast->ops->reserve(fast, &lim);
-            for (size_t i = 0; i < nq; i++) of[i] = orf[i] = NAN;
-            ft_attn_params ap = {.q = q, .out = of, .k_cache = &kc, .v_cache = &vc, .n_tok = NT, .pos0 = POS0,
-                                 .n_head = NH, .n_head_kv = NKV, .head_dim = HD, .window = window, .scale = 0.0884f};
-            fast->ops->attention(fast, &ap);
-            ap.out = orf;
-            ref->ops->attention(ref, &ap);
+            ft_attn_params ap = {.q = q, .k_cache = &kc, .v_cache = &vc, .n_tok = NT, .pos0 = POS0, .n_head = NH,
+                                 .n_head_kv = NKV, .head_dim = HD, .window = window, .scale = 0.0884f};
             char what[64];
             snprintf(what, sizeof(what), "threads %d window %d", threads, window);
-            check_close(of, orf, nq, 1e-4f, what);
+            check_vs_reference(fast, ref, ap, of, orf, 1e-4f, what);
             fast->ops->free(fast);
         }
     free(kc.data);

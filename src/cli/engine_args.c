@@ -102,11 +102,11 @@ static bool pick_of_two(const char *cmd, const char *flag, const char *given, co
 
 bool engine_args_apply(const engine_args *a, ft_engine_params *p) {
     const char *cmd = a->cmd;
-    engine_args kv = *a;
-    if (!llama_flags_resolve(&kv)) return false;
-    if (kv.kv_type && !ft_kv_type_from_name(kv.kv_type, &p->kv_type)) {
+    const char *kv_type;
+    if (!llama_flags_kv_type(a, &kv_type)) return false;
+    if (kv_type && !ft_kv_type_from_name(kv_type, &p->kv_type)) {
         fprintf(stderr, "ft %s: %s %s: expected f16 or q8_0\n", cmd, a->kv_type ? "--kv-cache-dtype" : "-ctk/-ctv",
-                kv.kv_type);
+                kv_type);
         return false;
     }
     if (a->device) {

@@ -77,7 +77,8 @@ bool llama_flags_take(engine_args *a, int argc, char **argv, int *i, bool *bad) 
     return false;
 }
 
-bool llama_flags_resolve(engine_args *a) {
+bool llama_flags_kv_type(const engine_args *a, const char **kv_type) {
+    *kv_type = a->kv_type;
     if (!a->cache_type_k && !a->cache_type_v) return true;
     // llama.cpp's default for the one not given is f16
     const char *k = a->cache_type_k ? a->cache_type_k : "f16", *v = a->cache_type_v ? a->cache_type_v : "f16";
@@ -90,6 +91,6 @@ bool llama_flags_resolve(engine_args *a) {
         fprintf(stderr, "ft %s: --kv-cache-dtype %s contradicts -ctk/-ctv %s\n", a->cmd, a->kv_type, k);
         return false;
     }
-    a->kv_type = k;
+    *kv_type = k;
     return true;
 }

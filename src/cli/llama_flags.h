@@ -18,8 +18,8 @@
 // Takes one of the flags above at argv[*i] into a (its value checked; an error sets *bad).
 bool llama_flags_take(engine_args *a, int argc, char **argv, int *i, bool *bad);
 
-// The KV type -ctk and -ctv ask for, into a->kv_type; false after printing the error where they
-// differ or contradict --kv-cache-dtype.
-bool llama_flags_resolve(engine_args *a);
+// The KV cache type's name that --kv-cache-dtype, -ctk and -ctv give together (NULL: none
+// given); false after printing the error where -ctk and -ctv differ or contradict --kv-cache-dtype.
+bool llama_flags_kv_type(const engine_args *a, const char **kv_type);
 
 #endif

@@ -3,55 +3,44 @@
 
 #include "args.h"
 
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
-// One flag: its spelling, the field's bit, its range, and where in ft_sampler_params it goes.
+// One flag: its spelling, its key in a GGUF (NULL: none), its name in the start-up line, the
+// field's bit and place in ft_sampler_params, and its range.
 typedef struct {
     const char *flag, *model_key, *name;
     unsigned bit;
-    double lo, hi; // a float's range
-    bool integer;  // else an integer in [0, ihi]
-    int64_t ihi;
+    size_t off;
+    enum { F32, I32, U64 } kind;
+    double lo, hi;  // F32's range
+    int64_t ihi;    // I32 and U64: in [0, ihi]
 } sampling_flag;
 
+#define AT(field) offsetof(ft_sampler_params, field)
 static const sampling_flag k_flags[] = {
-    {"--temp", "general.sampling.temp", "temp", FT_SAMPLE_TEMP, 0, 100, false, 0},
-    {"--top-k", "general.sampling.top_k", "top-k", FT_SAMPLE_TOP_K, 0, 0, true, 1 << 30},
-    {"--top-p", "general.sampling.top_p", "top-p", FT_SAMPLE_TOP_P, 0, 1, false, 0},
-    {"--min-p", "general.sampling.min_p", "min-p", FT_SAMPLE_MIN_P, 0, 1, false, 0},
-    {"--repeat-penalty", "general.sampling.penalty_repeat", "repeat-penalty", FT_SAMPLE_REPEAT_PENALTY, 0, 100, false, 0},
-    {"--repeat-last-n", "general.sampling.penalty_last_n", "repeat-last-n", FT_SAMPLE_PENALTY_LAST_N, 0, 0, true, 1 << 20},
-    {"--presence-penalty", NULL, "presence-penalty", FT_SAMPLE_PRESENCE_PENALTY, -2, 2, false, 0},
-    {"--frequency-penalty", NULL, "frequency-penalty", FT_SAMPLE_FREQUENCY_PENALTY, -2, 2, false, 0},
-    {"--seed", NULL, "seed", FT_SAMPLE_SEED, 0, 0, true, INT64_MAX},
+    {"--temp", "general.sampling.temp", "temp", FT_SAMPLE_TEMP, AT(temp), F32, 0, 100, 0},
+    {"--top-k", "general.sampling.top_k", "top-k", FT_SAMPLE_TOP_K, AT(top_k), I32, 0, 0, 1 << 30},
+    {"--top-p", "general.sampling.top_p", "top-p", FT_SAMPLE_TOP_P, AT(top_p), F32, 0, 1, 0},
+    {"--min-p", "general.sampling.min_p", "min-p", FT_SAMPLE_MIN_P, AT(min_p), F32, 0, 1, 0},
+    {"--repeat-penalty", "general.sampling.penalty_repeat", "repeat-penalty", FT_SAMPLE_REPEAT_PENALTY,
+     AT(repeat_penalty), F32, 0, 100, 0},
+    {"--repeat-last-n", "general.sampling.penalty_last_n", "repeat-last-n", FT_SAMPLE_PENALTY_LAST_N,
+     AT(penalty_last_n), I32, 0, 0, 1 << 20},
+    {"--presence-penalty", NULL, "presence-penalty", FT_SAMPLE_PRESENCE_PENALTY, AT(presence_penalty), F32, -2, 2, 0},
+    {"--frequency-penalty", NULL, "frequency-penalty", FT_SAMPLE_FREQUENCY_PENALTY, AT(frequency_penalty), F32, -2, 2,
+     0},
+    {"--seed", NULL, "seed", FT_SAMPLE_SEED, AT(seed), U64, 0, 0, INT64_MAX},
 };
+#undef AT
 
-static void set_field(ft_sampler_params *p, unsigned bit, double v) {
-    switch (bit) {
-    case FT_SAMPLE_TEMP: p->temp = (float)v; break;
-    case FT_SAMPLE_TOP_K: p->top_k = (int)v; break;
-    case FT_SAMPLE_TOP_P: p->top_p = (float)v; break;
-    case FT_SAMPLE_MIN_P: p->min_p = (float)v; break;
-    case FT_SAMPLE_REPEAT_PENALTY: p->repeat_penalty = (float)v; break;
-    case FT_SAMPLE_PENALTY_LAST_N: p->penalty_last_n = (int)v; break;
-    case FT_SAMPLE_PRESENCE_PENALTY: p->presence_penalty = (float)v; break;
-    case FT_SAMPLE_FREQUENCY_PENALTY: p->frequency_penalty = (float)v; break;
-    }
-}
-
-static double get_field(const ft_sampler_params *p, unsigned bit) {
-    switch (bit) {
-    case FT_SAMPLE_TEMP: return p->temp;
-    case FT_SAMPLE_TOP_K: return p->top_k;
-    case FT_SAMPLE_TOP_P: return p->top_p;
-    case FT_SAMPLE_MIN_P: return p->min_p;
-    case FT_SAMPLE_REPEAT_PENALTY: return p->repeat_penalty;
-    case FT_SAMPLE_PENALTY_LAST_N: return p->penalty_last_n;
-    case FT_SAMPLE_PRESENCE_PENALTY: return p->presence_penalty;
-    case FT_SAMPLE_FREQUENCY_PENALTY: return p->frequency_penalty;
-    default: return 0; // (the seed is printed apart)
-    }
+// Sets f's field of p: a float field to v, an integer one to n (in its range).
+static void set_field(ft_sampler_params *p, const sampling_flag *f, double v, int64_t n) {
+    char *at = (char *)p + f->off;
+    if (f->kind == F32) *(float *)at = (float)v;
+    else if (f->kind == I32) *(int *)at = (int)n;
+    else *(uint64_t *)at = (uint64_t)n;
 }
 
 sampling_args sampling_args_init(void) {
@@ -61,20 +50,18 @@ sampling_args sampling_args_init(void) {
 bool sampling_args_take(sampling_args *s, const char *cmd, int argc, char **argv, int *i, bool *bad) {
     for (size_t k = 0; k < sizeof(k_flags) / sizeof(k_flags[0]); k++) {
         const sampling_flag *f = &k_flags[k];
-        double v;
-        int64_t n;
-        bool took = f->integer ? args_int(argc, argv, i, f->flag, 0, f->ihi, &n, bad)
-                               : args_float(argc, argv, i, f->flag, &v, bad);
+        double v = 0;
+        int64_t n = 0;
+        bool took = f->kind != F32 ? args_int(argc, argv, i, f->flag, 0, f->ihi, &n, bad) // (range checked)
+                                   : args_float(argc, argv, i, f->flag, &v, bad);
         if (!took) continue;
         if (*bad) return true;
-        if (f->integer) v = (double)n; // (args_int checked its range)
-        else if (!(v >= f->lo && v <= f->hi)) {
+        if (f->kind == F32 && !(v >= f->lo && v <= f->hi)) {
             fprintf(stderr, "ft %s: %s %g: expected a value in [%g, %g]\n", cmd, f->flag, v, f->lo, f->hi);
             *bad = true;
             return true;
         }
-        if (f->bit == FT_SAMPLE_SEED) s->p.seed = (uint64_t)n; // (a double would round it)
-        else set_field(&s->p, f->bit, v);
+        set_field(&s->p, f, v, n);
         s->given |= f->bit;
         return true;
     }
@@ -89,13 +76,14 @@ void sampling_args_from_model(sampling_args *s, const char *cmd, const gguf_file
         int64_t n;
         if (gguf_get_int(f, fl->model_key, &n)) v = (double)n;
         else if (!gguf_get_float(f, fl->model_key, &v)) continue;
-        double hi = fl->integer ? (double)fl->ihi : fl->hi;
-        if (!(v >= fl->lo && v <= hi) || (fl->integer && v != (double)(int64_t)v)) {
+        bool integer = fl->kind != F32;
+        double hi = integer ? (double)fl->ihi : fl->hi;
+        if (!(v >= fl->lo && v <= hi) || (integer && v != (double)(int64_t)v)) {
             fprintf(stderr, "ft %s: ignoring the model's %s = %g (expected %s in [%g, %g])\n", cmd, fl->model_key, v,
-                    fl->integer ? "an integer" : "a value", fl->lo, hi);
+                    integer ? "an integer" : "a value", fl->lo, hi);
             continue;
         }
-        set_field(&s->p, fl->bit, v);
+        set_field(&s->p, fl, v, (int64_t)v);
         s->from_model |= fl->bit;
     }
 }
@@ -107,9 +95,11 @@ void sampling_args_describe(const sampling_args *s, char *buf, size_t cap) {
         const sampling_flag *f = &k_flags[k];
         if (!((s->given | s->from_model) & f->bit)) continue;
         const char *by = (s->given & f->bit) ? f->flag : "the model's", *sep = at ? ", " : "";
-        int w = f->bit == FT_SAMPLE_SEED
-                    ? snprintf(buf + at, cap - at, "%s%s %llu (%s)", sep, f->name, (unsigned long long)s->p.seed, by)
-                    : snprintf(buf + at, cap - at, "%s%s %g (%s)", sep, f->name, get_field(&s->p, f->bit), by);
+        const char *field = (const char *)&s->p + f->off;
+        int w = f->kind == U64 ? snprintf(buf + at, cap - at, "%s%s %llu (%s)", sep, f->name,
+                                          (unsigned long long)*(const uint64_t *)field, by)
+                               : snprintf(buf + at, cap - at, "%s%s %g (%s)", sep, f->name,
+                                          f->kind == F32 ? (double)*(const float *)field : *(const int *)field, by);
         if (w < 0) break;
         at += (size_t)w;
     }

@@ -193,6 +193,18 @@ static void cache_teardown(ft_offload *o) {
     o->pf_pending = o->pf_guessing = false;
 }
 
+// Per slot of pool pp at the fixed ranges, the block owning it (owner) or where that block's
+// experts start in the map; free with free().
+static int32_t *pool_slot_table(const ft_offload *o, const moe_pool_plan *pp, bool owner) {
+    int32_t *t = ft_malloc((size_t)pp->n_slots * sizeof(int32_t) + 1);
+    for (int j = 0; j < pp->n_layers; j++) {
+        int L = pp->layers[j], first, n_own;
+        moe_expert_cache_layer_range(o->mirror, L, &first, &n_own);
+        for (int s = first; s < first + n_own; s++) t[s] = owner ? L : o->map_base[L];
+    }
+    return t;
+}
+
 // Self-sizing's tables, at the fixed ranges (what the C reference starts from); false when the
 // device is out of memory (the caller tears down).
 static bool sizing_build(ft_offload *o) {
@@ -226,12 +238,7 @@ static bool sizing_build(ft_offload *o) {
         pd->tokens = dev_zeroed(sizeof(uint64_t));
         pd->moves = dev_zeroed(sizeof(uint64_t));
         if (!(ok = pd->slot_owner && pd->layers && pd->tokens && pd->moves)) break;
-        int32_t *owner = ft_malloc(n * sizeof(int32_t) + 1);
-        for (int j = 0; j < pp->n_layers; j++) {
-            int first, n_own;
-            moe_expert_cache_layer_range(o->mirror, pp->layers[j], &first, &n_own);
-            for (int s = first; s < first + n_own; s++) owner[s] = pp->layers[j];
-        }
+        int32_t *owner = pool_slot_table(o, pp, true);
         ft_cuda_memcpy_h2d(pd->slot_owner, owner, n * sizeof(int32_t), NULL);
         ft_cuda_memcpy_h2d(pd->layers, pp->layers, (size_t)pp->n_layers * sizeof(int32_t), NULL);
         ft_cuda_stream_sync(NULL);
@@ -320,12 +327,7 @@ static bool cache_build(ft_offload *o, ft_err *err) {
         }
         ft_cuda_memset(pd->slot_expert, 0xFF, n * sizeof(int32_t), NULL);
         ft_cuda_memset(pd->stamp, 0, n * sizeof(uint64_t), NULL);
-        int32_t *base = ft_malloc(n * sizeof(int32_t) + 1);
-        for (int j = 0; j < pp->n_layers; j++) {
-            int first, n_own;
-            moe_expert_cache_layer_range(o->mirror, pp->layers[j], &first, &n_own);
-            for (int s = first; s < first + n_own; s++) base[s] = o->map_base[pp->layers[j]];
-        }
+        int32_t *base = pool_slot_table(o, pp, false);
         ft_cuda_memcpy_h2d(pd->slot_map_base, base, n * sizeof(int32_t), NULL);
         ft_cuda_stream_sync(NULL);
         free(base);
