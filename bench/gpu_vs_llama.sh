@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # gpu_vs_llama.sh: ft and llama.cpp side by side on the GPU, in the same call, runs
-# alternating: pp (the prompt alone) and tg (decode) at each depth, as llama-bench runs them,
+# alternating: pp (the prompt) and tg (decode) at each depth, as llama-bench runs them,
 # on a synthetic model of Qwen3-30B-A3B's full shape. Prints the medians over the rounds and
 # their ratio.
 #
@@ -60,22 +60,18 @@ fi
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 || echo "unknown GPU")
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
-# One round: ft's pp (the prompt alone) and tg from an empty context and llama-bench's two at
-# depth 0; at a depth D > 0 only tg: ft bench -p D -n N decodes after D prompt tokens,
-# llama-bench -d D after D cached ones.
+# One round, at each depth D: ft's pp (the prompt after D tokens, ft bench -d D -p P -n 0) and
+# tg (ft bench -p D -n N decodes after D prompt tokens), and llama-bench's two at -d D (after
+# D cached tokens).
 for r in $(seq 1 "$rounds"); do
     for d in ${depths//,/ }; do
-        p=0
-        if [ "$d" = 0 ]; then
-            p=$n_prompt
-            # shellcheck disable=SC2086
-            "$FT" bench -m "$model" --device cuda -p "$n_prompt" -n 0 -r 1 --json ${FT_ARGS:-} > "$out/ft.pp.$d.$r"
-        fi
+        # shellcheck disable=SC2086
+        "$FT" bench -m "$model" --device cuda -d "$d" -p "$n_prompt" -n 0 -r 1 --json ${FT_ARGS:-} > "$out/ft.pp.$d.$r"
         # shellcheck disable=SC2086
         "$FT" bench -m "$model" --device cuda -p "$d" -n "$n_gen" -r 1 --json ${FT_ARGS:-} > "$out/ft.tg.$d.$r"
         if [ -n "$llama" ]; then
             # shellcheck disable=SC2086
-            "$llama" -m "$model" -ngl 99 -p "$p" -n "$n_gen" -d "$d" -r 1 -o json ${LLAMA_ARGS:--fa 1} \
+            "$llama" -m "$model" -ngl 99 -p "$n_prompt" -n "$n_gen" -d "$d" -r 1 -o json ${LLAMA_ARGS:--fa 1} \
                 > "$out/ll.$d.$r" 2>"$out/ll.$d.$r.err" || { cat "$out/ll.$d.$r.err" >&2; exit 1; }
         fi
     done
@@ -88,7 +84,7 @@ def load(p): return json.load(open(p))
 print(f"model: {model}, {gpu}, medians of {rounds} rounds (ft and llama.cpp alternating)")
 print(f"{'test':18} {'ft tok/s':>10} {'llama.cpp':>10} {'ratio':>7}   rounds ft; llama.cpp")
 for d in depths:
-    for test in (("pp", "tg") if d == 0 else ("tg",)):
+    for test in ("pp", "tg"):
         ft = []
         for r in range(1, rounds + 1):
             j = load(f"{out}/ft.{test}.{d}.{r}")

@@ -33,6 +33,8 @@ TEST(cmd_bench_usage_errors) {
     CHECK(ft_bench("-b 0 2>/dev/null", NULL, 0) == 2);
     CHECK(ft_bench("--bogus 2>/dev/null", NULL, 0) == 2);
     CHECK(ft_bench("-m /nonexistent/model.gguf -p 4 -n 1 2>/dev/null", NULL, 0) == 1);
+    CHECK(ft_bench("-d -1 2>/dev/null", NULL, 0) == 2);
+    CHECK(ft_bench("-d 4 --parallel 2 2>/dev/null", NULL, 0) == 2);
 }
 
 TEST(cmd_bench_json_reports_the_run) {
@@ -48,10 +50,26 @@ TEST(cmd_bench_json_reports_the_run) {
     CHECK(json_integer_value(json_object_get(j, "bytes_per_token")) > 0);
     CHECK(json_array_size(json_object_get(j, "prompt_tok_s_runs")) == 2);
     CHECK(json_array_size(json_object_get(j, "decode_tok_s_runs")) == 2);
+    CHECK(json_integer_value(json_object_get(j, "n_depth")) == 0);
     const char *simd = json_string_value(json_object_get(j, "simd"));
     CHECK(simd && (!strcmp(simd, "avx512") || !strcmp(simd, "avx2") || !strcmp(simd, "scalar")), "simd %s",
           simd ? simd : "(missing)");
     json_decref(j);
+}
+
+// -d: the prompt is timed after that many tokens, which count against the context.
+TEST(cmd_bench_depth_prefills_first) {
+    json_t *j = bench_json("-d 7");
+    if (!j) return;
+    CHECK(json_integer_value(json_object_get(j, "n_depth")) == 7);
+    CHECK(json_integer_value(json_object_get(j, "n_prompt")) == 9);
+    CHECK(json_number_value(json_object_get(j, "prompt_tok_s")) > 0 && json_number_value(json_object_get(j, "decode_tok_s")) > 0);
+    json_decref(j);
+    const char *path = fixture_cli_model("bench_moe.gguf", "--arch qwen3moe --layers 2 --experts 4 --top-k 2");
+    REQUIRE(path);
+    char cmd[2048], out[4096];
+    snprintf(cmd, sizeof(cmd), "-m '%s' -d 20 -p 9 -n 3 -c 31 2>&1", path);
+    CHECK(ft_bench(cmd, out, sizeof(out)) == 1 && strstr(out, "-d 20 + -p 9 + -n 3 needs 32 positions"), "%s", out);
 }
 
 // The weights are copied into memory by default where they span huge pages (and the kernel

@@ -1,8 +1,9 @@
-// cmd_bench.c: `ft bench [-m FILE.gguf] [-p 512] [-n 128] [-t N] [-r REPS] [--json]`: prompt and
-// decode speed of the engine, the median over REPS runs, against the memory roofline.
+// cmd_bench.c: `ft bench [-m FILE.gguf] [-p 512] [-n 128] [-d 0] [-t N] [-r REPS] [--json]`: prompt
+// and decode speed of the engine, the median over REPS runs, against the memory roofline.
 //
-// Each run starts from an empty sequence, evaluates a prompt of p deterministic token ids in
-// one ft_engine_eval call (prefill, timed) and then n more ids one at a time (decode, timed).
+// Each run starts from an empty sequence, evaluates d deterministic token ids (the depth,
+// untimed: llama-bench's -d), then a prompt of p more in one ft_engine_eval call (prefill,
+// timed) and then n more ids one at a time (decode, timed).
 // No tokenizer and no sampling: the ids are a fixed function of the position, so ft and
 // llama.cpp (bench/llama_bench.mjs) can be fed the same ones. An untimed warm-up run first
 // faults the mapped weights in.
@@ -38,6 +39,9 @@ static void bench_usage(FILE *out) {
             "  -m, --model FILE           the model\n"
             "  -p, --n-prompt N           prompt tokens (default 512)\n"
             "  -n, --n-gen N              decoded tokens after the prompt (default 128)\n"
+            "  -d, --n-depth N            tokens already in the context before the prompt, prefilled\n"
+            "                             untimed (llama-bench's -d; default 0): the prompt is timed\n"
+            "                             at depth N, decode at depth N + p\n"
             "  -r, --reps N               timed runs; figures are their median (default 3)\n"
             "  --json                     one JSON line on stdout instead of the table\n"
             "  --parallel N[,N...]        instead: N sequences decoding together (llama-batched-bench's -npl):\n"
@@ -173,12 +177,16 @@ static double measure_mem_bw(int n_threads) {
 // ---------------------------------------------------------------------------------------------
 // The runs
 
-// One run: prefill n_prompt tokens, then decode n_gen one by one. With an expert cache, adds
-// what its counters saw during the decode to *moe_dec (read outside the timed windows).
-// Returns false and sets *err.
-static bool bench_once(ft_engine *e, const int32_t *ids, int n_prompt, int n_gen, double *prompt_s,
+// One run: n_depth tokens untimed, then prefill n_prompt tokens, then decode n_gen one by one.
+// With an expert cache, adds what its counters saw during the decode to *moe_dec (read outside
+// the timed windows). Returns false and sets *err.
+static bool bench_once(ft_engine *e, const int32_t *ids, int n_depth, int n_prompt, int n_gen, double *prompt_s,
                        double *gen_s, ft_moe_stats *moe_dec, ft_err *err) {
     ft_engine_reset(e);
+    if (n_depth > 0) {
+        if (!ft_engine_eval(e, ids, n_depth, err)) return false;
+        ids += n_depth;
+    }
     double t0 = bench_now_s();
     if (n_prompt > 0 && !ft_engine_eval(e, ids, n_prompt, err)) return false;
     double t1 = bench_now_s();
@@ -203,8 +211,8 @@ static bool bench_once(ft_engine *e, const int32_t *ids, int n_prompt, int n_gen
 // The decode speed of the same model fully resident on the GPU (--moe-backend fused, no
 // --gpu-memory-limit): the transfer bound's time per token. Returns 0 and says why on stderr
 // when the model does not fit the device whole.
-static double resident_decode_tok_s(const ft_model *m, const ft_engine_params *ep, const int32_t *ids, int n_prompt,
-                                    int n_gen, int reps) {
+static double resident_decode_tok_s(const ft_model *m, const ft_engine_params *ep, const int32_t *ids, int n_depth,
+                                    int n_prompt, int n_gen, int reps) {
     ft_engine_params fp = *ep;
     fp.moe_backend = FT_MOE_BACKEND_FUSED;
     fp.gpu_memory_limit = 0;
@@ -214,9 +222,9 @@ static double resident_decode_tok_s(const ft_model *m, const ft_engine_params *e
     double tps[BENCH_MAX_REPS], ps, gs, med = 0;
     fprintf(stderr, "bench: the resident reference (--moe-backend fused, no memory cap) for the transfer bound:\n");
     if (!(e = ft_engine_init(m, &fp, &err))) goto out;
-    if (!bench_once(e, ids, n_prompt < 64 ? n_prompt : 64, n_gen < 4 ? n_gen : 4, &ps, &gs, NULL, &err)) goto out;
+    if (!bench_once(e, ids, 0, n_prompt < 64 ? n_prompt : 64, n_gen < 4 ? n_gen : 4, &ps, &gs, NULL, &err)) goto out;
     for (int r = 0; r < reps; r++) {
-        if (!bench_once(e, ids, n_prompt, n_gen, &ps, &gs, NULL, &err)) goto out;
+        if (!bench_once(e, ids, n_depth, n_prompt, n_gen, &ps, &gs, NULL, &err)) goto out;
         tps[r] = gs > 0 ? (double)n_gen / gs : 0;
     }
     med = bench_median(tps, reps);
@@ -231,7 +239,7 @@ out:
 int cmd_bench(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "bw") == 0) return cmd_bench_bw(argc - 1, argv + 1);
     const char *model_path = NULL;
-    int64_t n_prompt = 512, n_gen = 128, reps = 3;
+    int64_t n_prompt = 512, n_gen = 128, n_depth = 0, reps = 3;
     double resident_tps = 0;
     bool json = false, bad = false;
     const char *parallel = NULL;
@@ -250,6 +258,7 @@ int cmd_bench(int argc, char **argv) {
             args_str(argc, argv, &i, "-m|--model", &model_path, &bad) ||
             args_int(argc, argv, &i, "-p|--n-prompt", 0, 1 << 20, &n_prompt, &bad) ||
             args_int(argc, argv, &i, "-n|--n-gen", 0, 1 << 20, &n_gen, &bad) ||
+            args_int(argc, argv, &i, "-d|--n-depth", 0, 1 << 20, &n_depth, &bad) ||
             args_int(argc, argv, &i, "-r|--reps", 1, BENCH_MAX_REPS, &reps, &bad))
             continue;
         if (args_str(argc, argv, &i, "--parallel", &parallel, &bad)) {
@@ -296,9 +305,14 @@ int cmd_bench(int argc, char **argv) {
     ft_engine *e = NULL;
     int32_t *ids = NULL;
     ft_moe_stats moe_dec = {0}; // the expert cache's counters over the timed decodes
-    int n_tok = (int)(n_prompt + n_gen);
+    int n_tok = (int)(n_depth + n_prompt + n_gen);
     if (ep.n_threads <= 0) ep.n_threads = ft_engine_default_threads(ep.device);
     if (n_par > 0) {
+        if (n_depth > 0) {
+            fprintf(stderr, "ft bench: -d is not taken with --parallel\n");
+            rc = FT_EXIT_USAGE;
+            goto done;
+        }
         if (n_tok > m->hp.n_ctx_train) {
             fprintf(stderr, "ft bench: -p %d + -n %d exceeds the model's context of %d tokens\n", (int)n_prompt,
                     (int)n_gen, m->hp.n_ctx_train);
@@ -312,13 +326,13 @@ int cmd_bench(int argc, char **argv) {
     ep.n_batch = FT_MIN(ep.n_batch, n_tok);
     if (ep.n_ctx == 0) goto done;
     if (ep.n_ctx < n_tok) {
-        fprintf(stderr, "ft bench: -p %d + -n %d needs %d positions; the context is %d (-c, --num-tokens)\n",
-                (int)n_prompt, (int)n_gen, n_tok, ep.n_ctx);
+        fprintf(stderr, "ft bench: -d %d + -p %d + -n %d needs %d positions; the context is %d (-c, --num-tokens)\n",
+                (int)n_depth, (int)n_prompt, (int)n_gen, n_tok, ep.n_ctx);
         goto done;
     }
     if (ep.n_ctx > m->hp.n_ctx_train) {
-        fprintf(stderr, "ft bench: -p %d + -n %d exceeds the model's context of %d tokens\n", (int)n_prompt,
-                (int)n_gen, m->hp.n_ctx_train);
+        fprintf(stderr, "ft bench: -d %d + -p %d + -n %d exceeds the model's context of %d tokens\n", (int)n_depth,
+                (int)n_prompt, (int)n_gen, m->hp.n_ctx_train);
         goto done;
     }
     ids = malloc((size_t)n_tok * sizeof(int32_t));
@@ -327,7 +341,7 @@ int cmd_bench(int argc, char **argv) {
     bool offload = ep.device == FT_PLACEMENT_CUDA &&
                    (ep.moe_backend == FT_MOE_BACKEND_OFFLOAD || ep.moe_backend == FT_MOE_BACKEND_HYBRID);
     if (offload && resident_tps == 0 && n_gen > 0)
-        resident_tps = resident_decode_tok_s(m, &ep, ids, (int)n_prompt, (int)n_gen, (int)reps);
+        resident_tps = resident_decode_tok_s(m, &ep, ids, (int)n_depth, (int)n_prompt, (int)n_gen, (int)reps);
     cli_show_startup(&ep, NULL);
     if (!(e = ft_engine_init(m, &ep, &err))) {
         fprintf(stderr, "ft bench: %s\n", err.msg);
@@ -337,9 +351,9 @@ int cmd_bench(int argc, char **argv) {
     // warm-up: fault the weights in (a short prefill routes to most experts) and wake the pool
     double ps, gs, prompt_tps[BENCH_MAX_REPS], gen_tps[BENCH_MAX_REPS];
     int wp = (int)(n_prompt < 64 ? n_prompt : 64), wg = (int)(n_gen < 4 ? n_gen : 4);
-    if (!bench_once(e, ids, wp, wg, &ps, &gs, NULL, &err)) goto eval_failed;
+    if (!bench_once(e, ids, 0, wp, wg, &ps, &gs, NULL, &err)) goto eval_failed;
     for (int r = 0; r < reps; r++) {
-        if (!bench_once(e, ids, (int)n_prompt, (int)n_gen, &ps, &gs, &moe_dec, &err)) goto eval_failed;
+        if (!bench_once(e, ids, (int)n_depth, (int)n_prompt, (int)n_gen, &ps, &gs, &moe_dec, &err)) goto eval_failed;
         prompt_tps[r] = ps > 0 ? (double)n_prompt / ps : 0;
         gen_tps[r] = gs > 0 ? (double)n_gen / gs : 0;
         if (!json)
@@ -365,10 +379,10 @@ int cmd_bench(int argc, char **argv) {
         printf("{\"model\":\"");
         bench_print_json_text(model_path);
         printf("\",\"arch\":\"%s\",\"device\":\"%s\",\"simd\":\"%s\",\"threads\":%d,\"n_prompt\":%d,"
-               "\"n_gen\":%d,\"n_batch\":%d,\"reps\":%d,\"n_vocab\":%d,\"prompt_tok_s\":%.3f,\"decode_tok_s\":%.3f,"
+               "\"n_gen\":%d,\"n_depth\":%d,\"n_batch\":%d,\"reps\":%d,\"n_vocab\":%d,\"prompt_tok_s\":%.3f,\"decode_tok_s\":%.3f,"
                "\"prompt_tok_s_runs\":[",
                m->arch->name, device_name, ft_quant_simd_name(), ep.n_threads, (int)n_prompt, (int)n_gen,
-               ft_engine_n_batch(e), (int)reps, m->hp.n_vocab, prompt_med, gen_med);
+               (int)n_depth, ft_engine_n_batch(e), (int)reps, m->hp.n_vocab, prompt_med, gen_med);
         for (int r = 0; r < reps; r++) printf("%s%.3f", r ? "," : "", prompt_tps[r]);
         printf("],\"decode_tok_s_runs\":[");
         for (int r = 0; r < reps; r++) printf("%s%.3f", r ? "," : "", gen_tps[r]);
@@ -416,7 +430,11 @@ int cmd_bench(int argc, char **argv) {
     } else {
         printf("model      %s (%s, %d layers, %d threads, %s, %s kernels, batch %d)\n", model_path, m->arch->name,
                m->hp.n_layer, ep.n_threads, device_name, ft_quant_simd_name(), ft_engine_n_batch(e));
-        printf("prompt     %6d tokens  %9.2f tok/s  (median of %d)\n", (int)n_prompt, prompt_med, (int)reps);
+        if (n_depth > 0)
+            printf("prompt     %6d tokens  %9.2f tok/s  (median of %d, after %d tokens)\n", (int)n_prompt,
+                   prompt_med, (int)reps, (int)n_depth);
+        else
+            printf("prompt     %6d tokens  %9.2f tok/s  (median of %d)\n", (int)n_prompt, prompt_med, (int)reps);
         printf("decode     %6d tokens  %9.2f tok/s  (median of %d)\n", (int)n_gen, gen_med, (int)reps);
         printf("bytes/tok  %.1f MiB (dense weights + top-%d experts)\n", (double)bpt / (1 << 20),
                m->hp.n_expert_used);
