@@ -6,6 +6,7 @@
 #include "../src/moe/bw_profile.h"
 
 #include <jansson.h>
+#include <stdlib.h>
 #include <string.h>
 
 static int ft_bench(const char *args, char *out, size_t cap) {
@@ -153,4 +154,37 @@ TEST(cmd_bench_bw_writes_the_cpu_profile) {
     CHECK(ft_bench("bw -k 1 2>/dev/null", NULL, 0) == 2);
     CHECK(ft_bench("bw --device tpu 2>/dev/null", NULL, 0) == 2);
     CHECK(ft_bench("bw --bogus 2>/dev/null", NULL, 0) == 2);
+}
+
+// FT_CPU_PROFILE: a table at exit with a row per op kind; the MoE op's rows count the tokens
+// the runs gave it (a warm-up and one timed run of -p 9 and -n 3, two MoE layers) and its
+// pool jobs' busy share lies in (0, 1].
+TEST(cmd_bench_cpu_profile_table) {
+    const char *path = fixture_cli_model("bench_moe.gguf", "--arch qwen3moe --layers 2 --experts 4 --top-k 2");
+    REQUIRE(path);
+    char cmd[2048], out[16384];
+    snprintf(cmd, sizeof(cmd), "env FT_CPU_PROFILE=1 %s bench -m '%s' -p 9 -n 3 -b 16 -t 2 -r 1 2>&1 >/dev/null",
+             test_ft_bin(), path);
+    REQUIRE(test_run(cmd, out, sizeof(out)) == 0, "%s", out);
+    CHECK(strstr(out, "cpu profile (FT_CPU_PROFILE)"), "%s", out);
+    bool prefill = false, decode = false;
+    for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
+        char op[32], type[16], phase[16], busy[16];
+        unsigned long long calls, tokens, jobs;
+        double ms, us, share;
+        if (sscanf(line, "%31s %15s %15s %llu %llu %lf %lf %lf%% %llu %15s", op, type, phase, &calls, &tokens, &ms, &us,
+                   &share, &jobs, busy) != 10 || strcmp(op, "moe_ffn") != 0)
+            continue;
+        double b = atof(busy);
+        CHECK(jobs > 0 && b > 0 && b <= 1.0, "%s", line);
+        if (!strcmp(phase, "prefill")) {
+            prefill = true;
+            CHECK(tokens == 36 && calls == 4, "%s", line);
+        }
+        if (!strcmp(phase, "decode")) {
+            decode = true;
+            CHECK(tokens == 12 && calls == 12, "%s", line);
+        }
+    }
+    CHECK(prefill && decode, "no moe_ffn rows");
 }

@@ -17,6 +17,8 @@ static const ft_env_var g_env[FT_ENV_COUNT] = {
               "AVX-VNNI: no AVX-512, no AMX) or avx512 (no AMX); unset or another value: the best the CPU has"),
     FLAG_ON(AMX, "0: prefill's q8_0, q4_K and bf16 GEMMs stay off the AMX tiles"),
     FLAG_ON(CPU_MOE_ONE_JOB, "0: the CPU MoE op runs gate/up and down as two pool jobs at decode"),
+    FLAG_OFF(CPU_PROFILE, "time the CPU backend's ops by kind (and the thread pool's balance in them) and print "
+                          "a table at exit; read when a CPU backend starts"),
     FLAG_ON(CUDA_GRAPHS, "0: no CUDA graphs (every step launched directly)"),
     FLAG_ON(CUDA_GEMM, "0: every matmul and MoE FFN on the matvec kernels (no tensor-core GEMM)"),
     FLAG_ON(CUDA_FUSE_NORM, "0: a decode step's output projection leaves its residual add, and the router its rms_norm, "

@@ -1,5 +1,6 @@
 // cpu_backend.c: the CPU backend's life cycle, scratch, matmul and the element-wise ops.
 #include "cpu_impl.h"
+#include "../../util/env.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -377,7 +378,7 @@ void cpu_gelu_table_init(void) {
 ft_backend *ft_backend_cpu_init(int n_threads, bool reference) {
     cpu_gelu_table_init();
     cpu_backend *c = ft_calloc(1, sizeof(*c));
-    c->base.ops = &g_cpu_ops;
+    c->base.ops = ft_env_flag(FT_ENV_CPU_PROFILE) ? cpu_profile_ops(&g_cpu_ops) : &g_cpu_ops;
     c->base.placement = FT_PLACEMENT_CPU;
     c->base.reference = reference;
     c->base.min_route_gap = INFINITY;

@@ -41,6 +41,9 @@ typedef struct cpu_backend {
 
 static inline cpu_backend *cpu_of(ft_backend *be) { return (cpu_backend *)be; }
 
+// FT_CPU_PROFILE (cpu_profile.c): an ops table that times inner's ops and prints a table at exit.
+const ft_backend_ops *cpu_profile_ops(const ft_backend_ops *inner);
+
 // Threads an op may use: 1 on the reference path.
 static inline int cpu_threads(const cpu_backend *c) {
     return c->base.reference ? 1 : ft_pool_threads(c->pool);
