@@ -53,15 +53,21 @@ static void rope_angles(const ft_rope_params *p, int pos, float *cos_sin) {
     }
 }
 
-void cpu_rope(ft_backend *be, float *x, int n_tok, int n_head, int head_dim, int pos0,
-              const ft_rope_params *p) {
-    cpu_backend *c = cpu_of(be);
-    FT_ASSERT(p->n_rot % 2 == 0 && p->n_rot <= head_dim && head_dim <= c->lim.max_head_dim);
-    float *cs = c->attn_ws; // n_rot floats: cos and sin of each pair
-    for (int t = 0; t < n_tok; t++) {
-        rope_angles(p, pos0 + t, cs);
-        for (int h = 0; h < n_head; h++) {
-            float *v = x + ((size_t)t * n_head + h) * head_dim;
+typedef struct {
+    const cpu_backend *c;
+    float *x;
+    int n_head, head_dim, pos0;
+    const ft_rope_params *p;
+} rope_job;
+
+static void rope_rows(void *ctx, int64_t t0, int64_t t1, int ith) {
+    const rope_job *j = ctx;
+    const ft_rope_params *p = j->p;
+    float *cs = j->c->attn_ws + (size_t)ith * j->c->attn_ws_per_thread; // n_rot floats: cos and sin of each pair
+    for (int64_t t = t0; t < t1; t++) {
+        rope_angles(p, j->pos0 + (int)t, cs);
+        for (int h = 0; h < j->n_head; h++) {
+            float *v = j->x + ((size_t)t * j->n_head + h) * j->head_dim;
             int half = p->n_rot / 2;
             for (int i0 = 0; i0 < p->n_rot; i0 += 2) {
                 // NeoX rotates (i, i + n_rot/2); the original layout rotates (2i, 2i+1)
@@ -74,39 +80,77 @@ void cpu_rope(ft_backend *be, float *x, int n_tok, int n_head, int head_dim, int
     }
 }
 
+void cpu_rope(ft_backend *be, float *x, int n_tok, int n_head, int head_dim, int pos0,
+              const ft_rope_params *p) {
+    cpu_backend *c = cpu_of(be);
+    FT_ASSERT(p->n_rot % 2 == 0 && p->n_rot <= head_dim && head_dim <= c->lim.max_head_dim);
+    FT_ASSERT((size_t)p->n_rot <= c->attn_ws_per_thread);
+    rope_job j = {c, x, n_head, head_dim, pos0, p};
+    cpu_run_rows(c, n_tok, (int64_t)n_head * p->n_rot, rope_rows, &j);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Walsh-Hadamard rotation: scale by 1/sqrt(n), then butterflies of span 1, 2, 4, ... (the
 // order llama.cpp uses, so results agree to the bit).
 
-void cpu_hadamard(ft_backend *be, float *x, int n_rows, int row_len, int n) {
-    (void)be;
-    FT_ASSERT(n > 0 && (n & (n - 1)) == 0 && row_len % n == 0);
+typedef struct {
+    float *x;
+    int n;
+} hadamard_job;
+
+static void hadamard_rows(void *ctx, int64_t c0, int64_t c1, int ith) {
+    (void)ith;
+    const hadamard_job *j = ctx;
+    const int n = j->n;
     float scale = 1.0f / sqrtf((float)n);
-    for (int64_t c = 0; c < (int64_t)n_rows * row_len / n; c++) {
-        float *v = x + c * n;
+    for (int64_t c = c0; c < c1; c++) {
+        float *v = j->x + c * n;
         for (int i = 0; i < n; i++) v[i] *= scale;
         for (int len = 1; len < n; len <<= 1)
             for (int i = 0; i < n; i += 2 * len)
-                for (int j = i; j < i + len; j++) {
-                    float a = v[j], b = v[j + len];
-                    v[j] = a + b;
-                    v[j + len] = a - b;
+                for (int k = i; k < i + len; k++) {
+                    float a = v[k], b = v[k + len];
+                    v[k] = a + b;
+                    v[k + len] = a - b;
                 }
     }
+}
+
+void cpu_hadamard(ft_backend *be, float *x, int n_rows, int row_len, int n) {
+    FT_ASSERT(n > 0 && (n & (n - 1)) == 0 && row_len % n == 0);
+    hadamard_job j = {x, n};
+    cpu_run_rows(cpu_of(be), (int64_t)n_rows * row_len / n, n, hadamard_rows, &j);
 }
 
 // ---------------------------------------------------------------------------------------------
 // KV cache writes
 
+typedef struct {
+    ft_tensor *cache;
+    const int32_t *blocks;
+    int pos0;
+    const float *x;
+} set_rows_job;
+
+static void set_rows_rows(void *ctx, int64_t r0, int64_t r1, int ith) {
+    (void)ith;
+    const set_rows_job *j = ctx;
+    const ft_tensor *cache = j->cache;
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t row = ft_kv_row(j->blocks, j->pos0 + (int)r);
+        cpu_quantize_row(cache->type, j->x + (size_t)r * cache->ne[0],
+                         (uint8_t *)cache->data + (size_t)row * cache->row_bytes, cache->ne[0]);
+    }
+}
+
 void cpu_set_rows(ft_backend *be, ft_tensor *cache, const int32_t *blocks, int pos0, const float *x, int n_rows) {
-    (void)be;
     FT_ASSERT(pos0 >= 0);
     for (int r = 0; r < n_rows; r++) {
         int64_t row = ft_kv_row(blocks, pos0 + r);
         FT_ASSERT(row >= 0 && row < cache->ne[1]);
-        cpu_quantize_row(cache->type, x + (size_t)r * cache->ne[0],
-                         (uint8_t *)cache->data + (size_t)row * cache->row_bytes, cache->ne[0]);
     }
+    set_rows_job j = {cache, blocks, pos0, x};
+    cpu_run_rows(cpu_of(be), n_rows, cache->ne[0], set_rows_rows, &j);
 }
 
 // Several sequences' decode rows (ft_seq_rows; its arrays are host memory here): row by row, as
@@ -274,16 +318,30 @@ static float act(enum ft_act a, float x) {
     return x;
 }
 
+typedef struct {
+    float *x;
+    const float *g;
+    int head_dim, g_width, width;
+    enum ft_act a;
+} gate_mul_job;
+
+static void gate_mul_rows(void *ctx, int64_t t0, int64_t t1, int ith) {
+    (void)ith;
+    const gate_mul_job *j = ctx;
+    const int width = j->width, g_width = j->g_width;
+    for (int64_t t = t0; t < t1; t++)
+        for (int i = 0; i < width; i++) {
+            float gv = g_width == width ? j->g[(size_t)t * g_width + i] : j->g[(size_t)t * g_width + i / j->head_dim];
+            j->x[(size_t)t * width + i] *= act(j->a, gv);
+        }
+}
+
 void cpu_gate_mul(ft_backend *be, float *x, const float *g, int n_tok, int n_head, int head_dim, int g_width,
                   enum ft_act a) {
-    (void)be;
     int width = n_head * head_dim;
     FT_ASSERT(g_width == n_head || g_width == width);
-    for (int t = 0; t < n_tok; t++)
-        for (int i = 0; i < width; i++) {
-            float gv = g_width == width ? g[(size_t)t * g_width + i] : g[(size_t)t * g_width + i / head_dim];
-            x[(size_t)t * width + i] *= act(a, gv);
-        }
+    gate_mul_job j = {x, g, head_dim, g_width, width, a};
+    cpu_run_rows(cpu_of(be), n_tok, width, gate_mul_rows, &j);
 }
 
 void cpu_split_heads(ft_backend *be, const float *x, float *a, float *b, int n_rows, int n_head, int head_dim) {

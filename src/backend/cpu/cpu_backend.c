@@ -17,6 +17,28 @@ void cpu_run(cpu_backend *c, ft_pool_fn fn, void *ctx) {
         ft_pool_run(c->pool, fn, ctx);
 }
 
+typedef struct {
+    cpu_rows_fn fn;
+    void *ctx;
+    int64_t n_rows;
+} rows_job;
+
+static void rows_worker(void *ctx, int ith, int nth) {
+    const rows_job *j = ctx;
+    int64_t r0, r1;
+    ft_pool_split(j->n_rows, ith, nth, &r0, &r1);
+    if (r0 < r1) j->fn(j->ctx, r0, r1, ith);
+}
+
+void cpu_run_rows(cpu_backend *c, int64_t n_rows, int64_t row_elems, cpu_rows_fn fn, void *ctx) {
+    if (n_rows >= 2 && n_rows * row_elems >= CPU_ROWS_MIN_FLOATS && cpu_threads(c) > 1) {
+        rows_job j = {fn, ctx, n_rows};
+        cpu_run(c, rows_worker, &j);
+    } else if (n_rows > 0) {
+        fn(ctx, 0, n_rows, 0);
+    }
+}
+
 ft_vec_dot_fn cpu_vec_dot(const cpu_backend *c, enum ft_type type) {
     const ft_quant_ops *q = ft_quant_ops_find(type);
     FT_ASSERT(q && q->vec_dot);
@@ -222,43 +244,95 @@ static void cpu_matmul(ft_backend *be, const ft_tensor *w, const float *x, float
 }
 
 // ---------------------------------------------------------------------------------------------
-// Element-wise ops (small next to the matmuls: one thread)
+// Element-wise ops: row by row, over the pool where a prefill chunk's rows make it worth it
+// (cpu_run_rows); every row computes as it would alone.
+
+typedef struct {
+    const ft_tensor *t;
+    const int32_t *ids;
+    float *y;
+} get_rows_job;
+
+static void get_rows_rows(void *ctx, int64_t r0, int64_t r1, int ith) {
+    (void)ith;
+    const get_rows_job *j = ctx;
+    const ft_quant_ops *q = ft_quant_ops_find(j->t->type);
+    for (int64_t i = r0; i < r1; i++)
+        q->to_float((const uint8_t *)j->t->data + (size_t)j->ids[i] * j->t->row_bytes, j->y + (size_t)i * j->t->ne[0],
+                    j->t->ne[0]);
+}
 
 static void cpu_get_rows(ft_backend *be, const ft_tensor *t, const int32_t *ids, float *y, int n_tok) {
-    (void)be;
-    const ft_quant_ops *q = ft_quant_ops_find(t->type);
-    for (int i = 0; i < n_tok; i++) {
-        FT_ASSERT(ids[i] >= 0 && ids[i] < t->ne[1]);
-        q->to_float((const uint8_t *)t->data + (size_t)ids[i] * t->row_bytes, y + (size_t)i * t->ne[0], t->ne[0]);
-    }
+    for (int i = 0; i < n_tok; i++) FT_ASSERT(ids[i] >= 0 && ids[i] < t->ne[1]);
+    get_rows_job j = {t, ids, y};
+    cpu_run_rows(cpu_of(be), n_tok, t->ne[0], get_rows_rows, &j);
 }
+
+typedef struct {
+    const float *x, *w;
+    float *y;
+    int n;
+    float eps;
+} norm_job;
 
 // As ggml: the mean of squares summed in double, then x * (1/sqrt(mean + eps)), then * w (where
 // there is a weight: gemma4 normalises V without one).
-static void cpu_rms_norm(ft_backend *be, const float *x, const ft_tensor *w, float *y, int n_rows,
-                         int n, float eps) {
-    (void)be;
-    const float *wd = NULL;
-    if (ft_tensor_present(w)) {
-        FT_ASSERT(w->type == FT_TYPE_F32 && w->ne[0] == n);
-        wd = w->data;
-    }
-    for (int r = 0; r < n_rows; r++) {
-        const float *xr = x + (size_t)r * n;
-        float *yr = y + (size_t)r * n;
+static void norm_rows(void *ctx, int64_t r0, int64_t r1, int ith) {
+    (void)ith;
+    const norm_job *j = ctx;
+    const int n = j->n;
+    for (int64_t r = r0; r < r1; r++) {
+        const float *xr = j->x + (size_t)r * n;
+        float *yr = j->y + (size_t)r * n;
         double sum = 0;
         for (int i = 0; i < n; i++) sum += (double)(xr[i] * xr[i]);
-        float scale = 1.0f / sqrtf((float)(sum / n) + eps);
-        if (wd)
-            for (int i = 0; i < n; i++) yr[i] = (xr[i] * scale) * wd[i];
+        float scale = 1.0f / sqrtf((float)(sum / n) + j->eps);
+        if (j->w)
+            for (int i = 0; i < n; i++) yr[i] = (xr[i] * scale) * j->w[i];
         else
             for (int i = 0; i < n; i++) yr[i] = xr[i] * scale;
     }
 }
 
+static void cpu_rms_norm(ft_backend *be, const float *x, const ft_tensor *w, float *y, int n_rows,
+                         int n, float eps) {
+    const float *wd = NULL;
+    if (ft_tensor_present(w)) {
+        FT_ASSERT(w->type == FT_TYPE_F32 && w->ne[0] == n);
+        wd = w->data;
+    }
+    norm_job j = {x, wd, y, n, eps};
+    cpu_run_rows(cpu_of(be), n_rows, n, norm_rows, &j);
+}
+
+// The flat ops (add, scale, softcap) in rows of FLAT_ROW floats.
+enum { FLAT_ROW = 4096 };
+
+typedef struct {
+    float *y;
+    const float *x;
+    size_t n;
+    float s;
+} flat_job;
+
+static void flat_range(const flat_job *j, int64_t r0, int64_t r1, size_t *i0, size_t *i1) {
+    *i0 = (size_t)r0 * FLAT_ROW;
+    *i1 = FT_MIN((size_t)r1 * FLAT_ROW, j->n);
+}
+
+static int64_t flat_rows(size_t n) { return (int64_t)((n + FLAT_ROW - 1) / FLAT_ROW); }
+
+static void add_rows(void *ctx, int64_t r0, int64_t r1, int ith) {
+    (void)ith;
+    const flat_job *j = ctx;
+    size_t i0, i1;
+    flat_range(j, r0, r1, &i0, &i1);
+    for (size_t i = i0; i < i1; i++) j->y[i] += j->x[i];
+}
+
 static void cpu_add(ft_backend *be, float *y, const float *x, size_t n) {
-    (void)be;
-    for (size_t i = 0; i < n; i++) y[i] += x[i];
+    flat_job j = {y, x, n, 0};
+    cpu_run_rows(cpu_of(be), flat_rows(n), FLAT_ROW, add_rows, &j);
 }
 
 static void cpu_add_bias(ft_backend *be, float *y, const ft_tensor *b, int n_rows, int n) {
@@ -269,17 +343,33 @@ static void cpu_add_bias(ft_backend *be, float *y, const ft_tensor *b, int n_row
         for (int i = 0; i < n; i++) y[(size_t)r * n + i] += bd[i];
 }
 
+static void scale_rows(void *ctx, int64_t r0, int64_t r1, int ith) {
+    (void)ith;
+    const flat_job *j = ctx;
+    size_t i0, i1;
+    flat_range(j, r0, r1, &i0, &i1);
+    for (size_t i = i0; i < i1; i++) j->y[i] *= j->s;
+}
+
 static void cpu_scale(ft_backend *be, float *x, size_t n, float s) {
-    (void)be;
-    for (size_t i = 0; i < n; i++) x[i] *= s;
+    flat_job j = {x, NULL, n, s};
+    cpu_run_rows(cpu_of(be), flat_rows(n), FLAT_ROW, scale_rows, &j);
 }
 
 // ggml's three ops: a scale by the reciprocal (not a division), tanhf, a scale back.
+static void softcap_rows(void *ctx, int64_t r0, int64_t r1, int ith) {
+    (void)ith;
+    const flat_job *j = ctx;
+    size_t i0, i1;
+    flat_range(j, r0, r1, &i0, &i1);
+    const float cap = j->s, inv = 1.0f / cap;
+    for (size_t i = i0; i < i1; i++) j->y[i] = tanhf(j->y[i] * inv) * cap;
+}
+
 static void cpu_softcap(ft_backend *be, float *x, size_t n, float cap) {
-    (void)be;
     FT_ASSERT(cap > 0);
-    float inv = 1.0f / cap;
-    for (size_t i = 0; i < n; i++) x[i] = tanhf(x[i] * inv) * cap;
+    flat_job j = {x, NULL, n, cap};
+    cpu_run_rows(cpu_of(be), flat_rows(n), FLAT_ROW, softcap_rows, &j);
 }
 
 // ---------------------------------------------------------------------------------------------

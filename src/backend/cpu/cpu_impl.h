@@ -52,6 +52,15 @@ static inline int cpu_threads(const cpu_backend *c) {
 // Runs fn over the pool, or on the caller alone on the reference path.
 void cpu_run(cpu_backend *c, ft_pool_fn fn, void *ctx);
 
+// Rows r0 .. r1 - 1 of an op whose rows are independent, on thread ith (its share of per-thread
+// scratch).
+typedef void (*cpu_rows_fn)(void *ctx, int64_t r0, int64_t r1, int ith);
+// Runs fn over n_rows rows of about row_elems floats each: split among the pool's threads where
+// the whole is worth a pool job (CPU_ROWS_MIN_FLOATS or more, two rows or more), else on the
+// caller. Each row gets the same bits either way.
+enum { CPU_ROWS_MIN_FLOATS = 16384 };
+void cpu_run_rows(cpu_backend *c, int64_t n_rows, int64_t row_elems, cpu_rows_fn fn, void *ctx);
+
 // The dot product to use for a weight type (reference or fastest).
 ft_vec_dot_fn cpu_vec_dot(const cpu_backend *c, enum ft_type type);
 
