@@ -113,6 +113,64 @@ TEST(ops_rms_norm_rope) {
     be->ops->free(be);
 }
 
+// The element-wise ops split rows over the pool above CPU_ROWS_MIN_FLOATS: on 3 threads they
+// give the single-thread reference backend's bits (rms_norm, rope, get_rows, add, scale,
+// softcap, hadamard, set_rows into f16 and q8_0 caches, gate_mul with per-element and per-head
+// gates), on enough rows that the split is taken.
+TEST(ops_elementwise_threads_same_bits) {
+    enum { ROWS = 96, N = 512, HD = 64, NH = N / HD };
+    FT_ASSERT(ROWS * N >= 2 * CPU_ROWS_MIN_FLOATS);
+    ft_rng r = ft_rng_init(29);
+    float *x = ft_malloc(sizeof(float) * ROWS * N), *g = ft_malloc(sizeof(float) * ROWS * N), wv[N];
+    fixture_fill_normal(&r, x, ROWS * N, 2.0f);
+    fixture_fill_normal(&r, g, ROWS * N, 1.0f);
+    fixture_fill_normal(&r, wv, N, 0.1f);
+    ft_tensor w = {.name = "norm", .type = FT_TYPE_F32, .ne = {N, 1, 1}, .row_bytes = N * 4, .mat_bytes = N * 4,
+                   .data = wv};
+    ft_tensor emb = fixture_weight(FT_TYPE_Q8_0, N, ROWS, 1, &r);
+    int32_t ids[ROWS];
+    for (int i = 0; i < ROWS; i++) ids[i] = (i * 37) % ROWS;
+    float *out[2][12];
+    uint8_t *caches[2][2];
+    const enum ft_type cache_types[2] = {FT_TYPE_F16, FT_TYPE_Q8_0};
+    for (int ref = 0; ref < 2; ref++) {
+        ft_backend *be = ft_backend_cpu_init(ref ? 1 : 3, ref);
+        ft_backend_limits lim = {.max_tok = ROWS, .max_width = N, .max_ctx = ROWS, .max_head_dim = HD};
+        be->ops->reserve(be, &lim);
+        for (int k = 0; k < 12; k++) {
+            out[ref][k] = ft_malloc(sizeof(float) * ROWS * N);
+            memcpy(out[ref][k], x, sizeof(float) * ROWS * N);
+        }
+        be->ops->rms_norm(be, x, &w, out[ref][0], ROWS, N, 1e-6f);
+        ft_rope_params rp = {.n_rot = HD, .neox = true, .freq_base = 10000.0f, .freq_scale = 1.0f, .attn_factor = 1.0f,
+                             .beta_fast = 32, .beta_slow = 1, .n_ctx_orig = 4096};
+        be->ops->rope(be, out[ref][1], ROWS, NH, HD, 5, &rp);
+        be->ops->get_rows(be, &emb, ids, out[ref][2], ROWS);
+        be->ops->add(be, out[ref][3], g, (size_t)ROWS * N);
+        be->ops->scale(be, out[ref][4], (size_t)ROWS * N, 0.37f);
+        be->ops->softcap(be, out[ref][5], (size_t)ROWS * N, 3.0f);
+        be->ops->hadamard(be, out[ref][6], ROWS, N, 128);
+        be->ops->gate_mul(be, out[ref][7], g, ROWS, NH, HD, N, FT_ACT_SIGMOID);
+        be->ops->gate_mul(be, out[ref][8], g, ROWS, NH, HD, NH, FT_ACT_SILU);
+        for (int ci = 0; ci < 2; ci++) {
+            ft_tensor cache = fixture_kv_cache(cache_types[ci], N, ROWS);
+            be->ops->set_rows(be, &cache, NULL, 0, x, ROWS);
+            caches[ref][ci] = cache.data;
+            if (ref) CHECK(memcmp(caches[0][ci], caches[1][ci], cache.mat_bytes) == 0, "set_rows %s",
+                           ft_type_name(cache_types[ci]));
+        }
+        be->ops->free(be);
+    }
+    static const char *names[] = {"rms_norm", "rope", "get_rows", "add", "scale", "softcap", "hadamard",
+                                  "gate_mul per element", "gate_mul per head"};
+    for (int k = 0; k < 9; k++) CHECK(memcmp(out[0][k], out[1][k], sizeof(float) * ROWS * N) == 0, "%s", names[k]);
+    for (int ref = 0; ref < 2; ref++) {
+        for (int k = 0; k < 12; k++) free(out[ref][k]);
+        for (int ci = 0; ci < 2; ci++) free(caches[ref][ci]);
+    }
+    free(x), free(g), free(emb.data);
+}
+
 // Attention over a cache against a double softmax over the dequantized cache (f16 and q8_0),
 // with GQA, a sliding window, and attention sinks (gpt-oss: one logit per head in each softmax's
 // denominator; here one head's sink far above its scores, which then scales the whole output
