@@ -328,12 +328,18 @@ typedef struct {
 static void gate_mul_rows(void *ctx, int64_t t0, int64_t t1, int ith) {
     (void)ith;
     const gate_mul_job *j = ctx;
-    const int width = j->width, g_width = j->g_width;
-    for (int64_t t = t0; t < t1; t++)
-        for (int i = 0; i < width; i++) {
-            float gv = g_width == width ? j->g[(size_t)t * g_width + i] : j->g[(size_t)t * g_width + i / j->head_dim];
-            j->x[(size_t)t * width + i] *= act(j->a, gv);
-        }
+    const int width = j->width, g_width = j->g_width, hd = j->head_dim;
+    for (int64_t t = t0; t < t1; t++) {
+        const float *g = j->g + (size_t)t * g_width;
+        float *x = j->x + (size_t)t * width;
+        if (g_width == width)
+            for (int i = 0; i < width; i++) x[i] *= act(j->a, g[i]);
+        else // a gate per head: its activation once for the head's elements
+            for (int h = 0; h < g_width; h++) {
+                const float a = act(j->a, g[h]);
+                for (int i = h * hd; i < (h + 1) * hd; i++) x[i] *= a;
+            }
+    }
 }
 
 void cpu_gate_mul(ft_backend *be, float *x, const float *g, int n_tok, int n_head, int head_dim, int g_width,
