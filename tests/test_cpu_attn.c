@@ -222,7 +222,7 @@ TEST(cpu_attention_rows_independent_of_the_call) {
 // Below the tiled threshold, a query's output does not depend on the threads: with fewer (token,
 // KV head) pairs than threads the AVX-512 kernel splits a group's heads among them, and every
 // head's arithmetic stays its own. One thread and five give the same bits, decode and a few
-// tokens, f16 and q8_0 caches, groups of 6, 8 and 16.
+// tokens, f16 and q8_0 caches, groups of 3 (parts of 2 heads and 1), 6, 8 and 16.
 TEST(cpu_attention_decode_same_bits_any_threads) {
     enum { HD = 128, CTX = 300 };
     ft_rng r = ft_rng_init(41);
@@ -231,13 +231,13 @@ TEST(cpu_attention_decode_same_bits_any_threads) {
     ft_backend *be1 = ft_backend_cpu_init(1, false), *be5 = ft_backend_cpu_init(5, false);
     be1->ops->reserve(be1, &lim);
     be5->ops->reserve(be5, &lim);
-    const int groups[3][2] = {{12, 2}, {32, 4}, {16, 1}}; // (n_head, n_head_kv)
+    const int groups[4][2] = {{6, 2}, {12, 2}, {32, 4}, {16, 1}}; // (n_head, n_head_kv)
     const enum ft_type types[2] = {FT_TYPE_F16, FT_TYPE_Q8_0};
     size_t max_q = (size_t)4 * 32 * HD;
     float *q = ft_malloc(max_q * sizeof(float)), *a = ft_malloc(max_q * sizeof(float)),
           *b = ft_malloc(max_q * sizeof(float)), *kv = ft_malloc((size_t)CTX * 4 * HD * sizeof(float));
     for (int ti = 0; ti < 2; ti++)
-        for (int gi = 0; gi < 3; gi++)
+        for (int gi = 0; gi < 4; gi++)
             for (int nt = 1; nt <= 3; nt += 2) {
                 int nh = groups[gi][0], nkv = groups[gi][1];
                 ft_tensor kc = fixture_kv_cache(types[ti], nkv * HD, CTX), vc = fixture_kv_cache(types[ti], nkv * HD, CTX);

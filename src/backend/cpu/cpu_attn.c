@@ -268,7 +268,7 @@ const float *cpu_attn_sinks(const ft_attn_params *p) {
 
 int cpu_attn_head_parts(const cpu_backend *c, const ft_attn_params *p) {
     int pairs = p->n_tok * p->n_head_kv, nth = cpu_threads(c), group = p->n_head / p->n_head_kv;
-    return pairs >= nth ? 1 : FT_MIN((nth + pairs - 1) / pairs, FT_MAX(1, group / 2));
+    return pairs >= nth ? 1 : FT_MIN((nth + pairs - 1) / pairs, FT_MAX(1, (group + 1) / 2));
 }
 
 void cpu_attention(ft_backend *be, const ft_attn_params *p) {

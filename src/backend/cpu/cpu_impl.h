@@ -123,7 +123,8 @@ static inline __attribute__((always_inline)) void cpu_attn_prefetch_row(const ft
 
 // The parts each (token, KV head) pair's group of query heads is split into on the untiled fast
 // paths, so that every thread has an item: 1 where the pairs are at least the threads, else
-// enough parts of 2 or more heads. A head's arithmetic does not depend on its part.
+// enough parts of 2 or more heads (an odd group's last part may hold one: laguna's groups of 3
+// on 8 KV heads then keep 16 threads busy). A head's arithmetic does not depend on its part.
 int cpu_attn_head_parts(const cpu_backend *c, const ft_attn_params *p);
 
 // The fast attention (cpu_attn_avx2.c): false, having done nothing, for a case it does not
