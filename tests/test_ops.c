@@ -704,3 +704,37 @@ TEST(ops_quantize_q8_K_matches_reference) {
         }
     }
 }
+
+// f16 rows (KV-cache writes) through cpu_quantize_row equal the reference conversion bit for
+// bit: a sweep of float bit patterns in steps that hit every exponent and many halfway
+// mantissas, the f16 subnormal and overflow boundaries, signed zeros, infinities and NaNs with
+// payloads (the reference writes a canonical NaN), rows whose length is not a multiple of 8.
+TEST(ops_quantize_f16_matches_reference) {
+    enum { N = 4099 };
+    static float x[N];
+    static ft_half want[N], got[N];
+    const uint32_t special[] = {0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u, 0x7fc00000u, 0x7fffffffu,
+                                0xffc00001u, 0x7f800001u, 0x477fefffu, 0x477ff000u, 0x477fe000u, 0x33000000u,
+                                0x33000001u, 0x32ffffffu, 0x387fe000u, 0x387ff000u, 0x38800000u, 0x3f801000u,
+                                0x3f803000u, 0x3f800fffu, 0xc7800000u, 0x00000001u};
+    for (int row = 0; row < 64; row++) { // 64 rows of N patterns 16417 apart span the 2^32 patterns
+        for (int i = 0; i < N; i++) {
+            uint32_t bits = (uint32_t)(((uint64_t)row * N + (uint64_t)i) * 16417u);
+            if (row == 0 && i < (int)FT_ARRAY_LEN(special)) bits = special[i];
+            memcpy(&x[i], &bits, 4);
+        }
+        for (int n = N; n >= N - 5; n -= 5) {
+            memset(want, 0xab, sizeof(want));
+            memset(got, 0xcd, sizeof(got));
+            ft_quantize_row_f16_ref(x, want, n);
+            cpu_quantize_row(FT_TYPE_F16, x, got, n);
+            int bad = -1;
+            for (int i = 0; i < n && bad < 0; i++)
+                if (want[i] != got[i]) bad = i;
+            uint32_t b = 0;
+            if (bad >= 0) memcpy(&b, &x[bad], 4);
+            CHECK(bad < 0, "n %d: element %d (0x%08x): 0x%04x vs reference 0x%04x", n, bad, b, bad >= 0 ? got[bad] : 0,
+                  bad >= 0 ? want[bad] : 0);
+        }
+    }
+}

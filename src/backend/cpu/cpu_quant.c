@@ -6,7 +6,8 @@
 // reference rounds half away from zero). One code in a block off by one moves logits by about
 // 1e-2 on our test models, so we reproduce that arithmetic here in plain C. Other formats
 // (q8_K, f16, bf16, f32) use the reference arithmetic, as llama.cpp does; q8_K (every K-quant
-// matvec's input) in AVX2 where the CPU has it, equal to the reference byte for byte.
+// matvec's input) in AVX2 and f16 (KV rows) with F16C where the CPU has them, equal to the
+// reference byte for byte.
 #include "cpu_impl.h"
 #include "../../quant/fp16.h"
 
@@ -153,6 +154,22 @@ __attribute__((target("avx2,fma"))) static void quantize_q8_K_avx2(const float *
     }
 }
 
+// f16 rows (the KV cache's) with F16C's round-to-nearest-even conversion, which is
+// ft_fp32_to_fp16's for every number; NaN lanes take its canonical NaN (F16C keeps payload bits).
+__attribute__((target("avx2,f16c"))) static void quantize_f16_f16c(const float *x, void *vy, int64_t n) {
+    ft_half *y = vy;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_loadu_ps(x + i);
+        __m128i h = _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        int nan = _mm256_movemask_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+        _mm_storeu_si128((__m128i *)(y + i), h);
+        for (int k = 0; nan && k < 8; k++)
+            if (nan >> k & 1) y[i + k] = ft_fp32_to_fp16(x[i + k]);
+    }
+    for (; i < n; i++) y[i] = ft_fp32_to_fp16(x[i]);
+}
+
 void cpu_quantize_row(enum ft_type vdt, const float *x, void *y, int64_t n) {
     if (vdt == FT_TYPE_Q8_0 || vdt == FT_TYPE_Q8_1) {
         if (cpu_has_avx2())
@@ -160,6 +177,8 @@ void cpu_quantize_row(enum ft_type vdt, const float *x, void *y, int64_t n) {
         else
             cpu_quantize_q8_scalar(x, y, n, vdt == FT_TYPE_Q8_1);
     }
+    else if (vdt == FT_TYPE_F16 && cpu_has_avx2())
+        quantize_f16_f16c(x, y, n);
     else if (vdt == FT_TYPE_Q8_K && cpu_has_avx2()) {
         FT_ASSERT(n % QK_K == 0);
         quantize_q8_K_avx2(x, y, n);
