@@ -136,8 +136,9 @@ static void p_matmul(ft_backend *be, const ft_tensor *w, const float *x, float *
 static void p_get_rows(ft_backend *be, const ft_tensor *t, const int32_t *ids, float *y, int n_tok) {
     SPAN(be, "get_rows", (int)t->type, n_tok, g_inner->get_rows(be, t, ids, y, n_tok));
 }
+// (its rows are tokens, or tokens x heads for per-head norms: no phase)
 static void p_rms_norm(ft_backend *be, const float *x, const ft_tensor *w, float *y, int n_rows, int n, float eps) {
-    SPAN(be, "rms_norm", -1, n_rows, g_inner->rms_norm(be, x, w, y, n_rows, n, eps));
+    SPAN(be, "rms_norm", -1, -1, g_inner->rms_norm(be, x, w, y, n_rows, n, eps));
 }
 static void p_rope(ft_backend *be, float *x, int n_tok, int n_head, int head_dim, int pos0, const ft_rope_params *p) {
     SPAN(be, "rope", -1, n_tok, g_inner->rope(be, x, n_tok, n_head, head_dim, pos0, p));
