@@ -138,6 +138,7 @@ static void set_rows_rows(void *ctx, int64_t r0, int64_t r1, int ith) {
     const ft_tensor *cache = j->cache;
     for (int64_t r = r0; r < r1; r++) {
         int64_t row = ft_kv_row(j->blocks, j->pos0 + (int)r);
+        FT_ASSERT(row >= 0 && row < cache->ne[1]);
         cpu_quantize_row(cache->type, j->x + (size_t)r * cache->ne[0],
                          (uint8_t *)cache->data + (size_t)row * cache->row_bytes, cache->ne[0]);
     }
@@ -145,10 +146,6 @@ static void set_rows_rows(void *ctx, int64_t r0, int64_t r1, int ith) {
 
 void cpu_set_rows(ft_backend *be, ft_tensor *cache, const int32_t *blocks, int pos0, const float *x, int n_rows) {
     FT_ASSERT(pos0 >= 0);
-    for (int r = 0; r < n_rows; r++) {
-        int64_t row = ft_kv_row(blocks, pos0 + r);
-        FT_ASSERT(row >= 0 && row < cache->ne[1]);
-    }
     set_rows_job j = {cache, blocks, pos0, x};
     cpu_run_rows(cpu_of(be), n_rows, cache->ne[0], set_rows_rows, &j);
 }

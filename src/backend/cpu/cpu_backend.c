@@ -257,13 +257,14 @@ static void get_rows_rows(void *ctx, int64_t r0, int64_t r1, int ith) {
     (void)ith;
     const get_rows_job *j = ctx;
     const ft_quant_ops *q = ft_quant_ops_find(j->t->type);
-    for (int64_t i = r0; i < r1; i++)
+    for (int64_t i = r0; i < r1; i++) {
+        FT_ASSERT(j->ids[i] >= 0 && j->ids[i] < j->t->ne[1]);
         q->to_float((const uint8_t *)j->t->data + (size_t)j->ids[i] * j->t->row_bytes, j->y + (size_t)i * j->t->ne[0],
                     j->t->ne[0]);
+    }
 }
 
 static void cpu_get_rows(ft_backend *be, const ft_tensor *t, const int32_t *ids, float *y, int n_tok) {
-    for (int i = 0; i < n_tok; i++) FT_ASSERT(ids[i] >= 0 && ids[i] < t->ne[1]);
     get_rows_job j = {t, ids, y};
     cpu_run_rows(cpu_of(be), n_tok, t->ne[0], get_rows_rows, &j);
 }
@@ -309,30 +310,39 @@ static void cpu_rms_norm(ft_backend *be, const float *x, const ft_tensor *w, flo
 enum { FLAT_ROW = 4096 };
 
 typedef struct {
+    enum { FLAT_ADD, FLAT_SCALE, FLAT_SOFTCAP } op;
     float *y;
     const float *x;
     size_t n;
-    float s;
+    float s; // scale, or the cap
 } flat_job;
 
-static void flat_range(const flat_job *j, int64_t r0, int64_t r1, size_t *i0, size_t *i1) {
-    *i0 = (size_t)r0 * FLAT_ROW;
-    *i1 = FT_MIN((size_t)r1 * FLAT_ROW, j->n);
-}
-
-static int64_t flat_rows(size_t n) { return (int64_t)((n + FLAT_ROW - 1) / FLAT_ROW); }
-
-static void add_rows(void *ctx, int64_t r0, int64_t r1, int ith) {
+static void flat_rows_fn(void *ctx, int64_t r0, int64_t r1, int ith) {
     (void)ith;
     const flat_job *j = ctx;
-    size_t i0, i1;
-    flat_range(j, r0, r1, &i0, &i1);
-    for (size_t i = i0; i < i1; i++) j->y[i] += j->x[i];
+    const size_t i0 = (size_t)r0 * FLAT_ROW, i1 = FT_MIN((size_t)r1 * FLAT_ROW, j->n);
+    float *y = j->y;
+    switch (j->op) {
+    case FLAT_ADD:
+        for (size_t i = i0; i < i1; i++) y[i] += j->x[i];
+        break;
+    case FLAT_SCALE:
+        for (size_t i = i0; i < i1; i++) y[i] *= j->s;
+        break;
+    case FLAT_SOFTCAP: { // ggml's three ops: a scale by the reciprocal (not a division), tanhf, a scale back
+        const float cap = j->s, inv = 1.0f / cap;
+        for (size_t i = i0; i < i1; i++) y[i] = tanhf(y[i] * inv) * cap;
+        break;
+    }
+    }
+}
+
+static void flat_run(ft_backend *be, flat_job j) {
+    cpu_run_rows(cpu_of(be), (int64_t)((j.n + FLAT_ROW - 1) / FLAT_ROW), FLAT_ROW, flat_rows_fn, &j);
 }
 
 static void cpu_add(ft_backend *be, float *y, const float *x, size_t n) {
-    flat_job j = {y, x, n, 0};
-    cpu_run_rows(cpu_of(be), flat_rows(n), FLAT_ROW, add_rows, &j);
+    flat_run(be, (flat_job){FLAT_ADD, y, x, n, 0});
 }
 
 static void cpu_add_bias(ft_backend *be, float *y, const ft_tensor *b, int n_rows, int n) {
@@ -343,33 +353,13 @@ static void cpu_add_bias(ft_backend *be, float *y, const ft_tensor *b, int n_row
         for (int i = 0; i < n; i++) y[(size_t)r * n + i] += bd[i];
 }
 
-static void scale_rows(void *ctx, int64_t r0, int64_t r1, int ith) {
-    (void)ith;
-    const flat_job *j = ctx;
-    size_t i0, i1;
-    flat_range(j, r0, r1, &i0, &i1);
-    for (size_t i = i0; i < i1; i++) j->y[i] *= j->s;
-}
-
 static void cpu_scale(ft_backend *be, float *x, size_t n, float s) {
-    flat_job j = {x, NULL, n, s};
-    cpu_run_rows(cpu_of(be), flat_rows(n), FLAT_ROW, scale_rows, &j);
-}
-
-// ggml's three ops: a scale by the reciprocal (not a division), tanhf, a scale back.
-static void softcap_rows(void *ctx, int64_t r0, int64_t r1, int ith) {
-    (void)ith;
-    const flat_job *j = ctx;
-    size_t i0, i1;
-    flat_range(j, r0, r1, &i0, &i1);
-    const float cap = j->s, inv = 1.0f / cap;
-    for (size_t i = i0; i < i1; i++) j->y[i] = tanhf(j->y[i] * inv) * cap;
+    flat_run(be, (flat_job){FLAT_SCALE, x, NULL, n, s});
 }
 
 static void cpu_softcap(ft_backend *be, float *x, size_t n, float cap) {
     FT_ASSERT(cap > 0);
-    flat_job j = {x, NULL, n, cap};
-    cpu_run_rows(cpu_of(be), flat_rows(n), FLAT_ROW, softcap_rows, &j);
+    flat_run(be, (flat_job){FLAT_SOFTCAP, x, NULL, n, cap});
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -53,8 +53,7 @@ static void span_begin(ft_backend *be, prof_span *s) {
     s->t0 = ft_pool_now_ns();
 }
 
-static void span_end(ft_backend *be, prof_span *s, const char *op, int type, int n_tok) {
-    (void)be;
+static void span_end(prof_span *s, const char *op, int type, int n_tok) {
     uint64_t ns = ft_pool_now_ns() - s->t0;
     tl_depth--;
     uint64_t child = tl_depth < 15 ? tl_child_ns[tl_depth + 1] : 0;
@@ -127,7 +126,7 @@ static void prof_print(void) {
         prof_span s_;                                                                                          \
         span_begin(be, &s_);                                                                                   \
         call;                                                                                                  \
-        span_end(be, &s_, op, type, n_tok);                                                                    \
+        span_end(&s_, op, type, n_tok);                                                                    \
     } while (0)
 
 static void p_matmul(ft_backend *be, const ft_tensor *w, const float *x, float *y, int n_tok) {
